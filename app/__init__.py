@@ -1,0 +1,1 @@
+"""pykueue: GPU job queueing with fair-share quotas for Kubernetes (Kueue v1beta2 API)."""

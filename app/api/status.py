@@ -1,0 +1,7 @@
+"""HTTP adapter: status endpoints (thin: parse -> call pure function -> build response)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter()

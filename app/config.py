@@ -1,0 +1,82 @@
+"""Typed settings for `pykueue serve` (pydantic-settings), grouped as in design.md.
+
+Every value can be set from the environment with the prefix ``PYKUEUE_`` and ``__`` between
+group and field, e.g. ``PYKUEUE_SERVER__PORT=9443`` or ``PYKUEUE_CLIENT__QPS=50``.
+No module globals: ``create_app(settings)`` receives one ``Settings`` instance.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServerSettings(BaseModel):
+    """HTTPS listener shared by the webhook, the extender, the status API and metrics."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(9443, ge=1, le=65535)
+    cert_file: Path = Path("certs/out/tls.crt")
+    key_file: Path = Path("certs/out/tls.key")
+    ca_file: Path = Path("certs/out/ca.crt")
+
+
+class WebhookSettings(BaseModel):
+    """Mutating / validating webhook for batch/v1 Jobs."""
+
+    queue_name_label: str = "kueue.x-k8s.io/queue-name"
+    # Usernames allowed to flip spec.suspend to false on a managed Job (pykueue's own identity).
+    controller_usernames: list[str] = Field(
+        default_factory=lambda: ["system:serviceaccount:pykueue-system:pykueue"]
+    )
+
+
+class ExtenderSettings(BaseModel):
+    """kube-scheduler extender."""
+
+    gpu_resource: str = "nvidia.com/gpu"
+
+
+class SchedulingSettings(BaseModel):
+    """Scheduling loop and reconciler behaviour."""
+
+    inject_node_selector: bool = True
+    status_flush_seconds: float = Field(0.3, gt=0)
+    requeue_backoff_seconds: float = Field(1.0, gt=0)
+    requeue_backoff_max_seconds: float = Field(30.0, gt=0)
+
+
+class ClientSettings(BaseModel):
+    """Kubernetes API client: kubeconfig, rate limits and timeouts."""
+
+    kubeconfig: Path | None = None
+    qps: float = Field(50.0, gt=0)
+    burst: int = Field(100, ge=1)
+    request_timeout_seconds: float = Field(10.0, gt=0)
+
+
+class LeaderElectionSettings(BaseModel):
+    """Lease-based leader election (coordination.k8s.io/v1)."""
+
+    enabled: bool = False
+    namespace: str = "pykueue-system"
+    lease_name: str = "pykueue-leader"
+    lease_duration_seconds: float = Field(15.0, gt=0)
+    renew_deadline_seconds: float = Field(10.0, gt=0)
+    retry_period_seconds: float = Field(2.0, gt=0)
+
+
+class Settings(BaseSettings):
+    """All settings of one pykueue process."""
+
+    model_config = SettingsConfigDict(env_prefix="PYKUEUE_", env_nested_delimiter="__")
+
+    server: ServerSettings = ServerSettings()
+    webhook: WebhookSettings = WebhookSettings()
+    extender: ExtenderSettings = ExtenderSettings()
+    scheduling: SchedulingSettings = SchedulingSettings()
+    client: ClientSettings = ClientSettings()
+    leader_election: LeaderElectionSettings = LeaderElectionSettings()
+    controllers_enabled: bool = True

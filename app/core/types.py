@@ -1,0 +1,33 @@
+"""Typed names shared by the admission core (design.md: "Typed names").
+
+All plain ``str`` at run time; ``NewType`` keeps signatures honest for readers and checkers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NewType
+
+ClusterQueueName = NewType("ClusterQueueName", str)
+CohortName = NewType("CohortName", str)
+FlavorName = NewType("FlavorName", str)
+ResourceName = NewType("ResourceName", str)
+# "<namespace>/<name>" of a Workload.
+WorkloadKey = NewType("WorkloadKey", str)
+LocalQueueKey = NewType("LocalQueueKey", str)  # "<namespace>/<name>"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class FlavorResource:
+    """A (flavor, resource) pair: the unit in which quota is defined and used."""
+
+    flavor: FlavorName
+    resource: ResourceName
+
+    def __str__(self) -> str:
+        return f"{self.resource} in flavor {self.flavor}"
+
+
+def workload_key(namespace: str, name: str) -> WorkloadKey:
+    """Return the ``namespace/name`` key of a Workload."""
+    return WorkloadKey(f"{namespace}/{name}")
