@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the lab's control plane from Go modules into .k8sbin/<stamp>/ (git-ignored).
+# Build the lab's control plane from Go modules into ~/.cache/pykueue/controlplane/<versions>/,
+# linked as .k8sbin/current (git-ignored).
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubectl: k8s.io/kubernetes (hack/tools/k8s)
 # etcd: go.etcd.io/etcd/server/v3 (hack/tools/etcd); kwok: sigs.k8s.io/kwok (hack/tools/kwok).
 # A no-op when the stamped folder already holds every binary. Versions come from the go.mod files.
@@ -9,7 +10,9 @@ TOOLS="$ROOT/hack/tools"
 K8S_V="$(awk '$1=="require" && $2=="k8s.io/kubernetes"{print $3} $1=="k8s.io/kubernetes"{print $2}' "$TOOLS/k8s/go.mod" | head -1)"
 ETCD_V="$(awk '$1=="require" && $2=="go.etcd.io/etcd/server/v3"{print $3} $1=="go.etcd.io/etcd/server/v3"{print $2}' "$TOOLS/etcd/go.mod" | head -1)"
 KWOK_V="$(awk '$1=="require" && $2=="sigs.k8s.io/kwok"{print $3} $1=="sigs.k8s.io/kwok"{print $2}' "$TOOLS/kwok/go.mod" | head -1)"
-OUT="$ROOT/.k8sbin/k8s-$K8S_V-etcd-$ETCD_V-kwok-$KWOK_V"
+# Binaries are kept per version in a machine-wide cache so every clone on this machine shares them.
+CACHE="${PYKUEUE_BIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pykueue/controlplane}"
+OUT="$CACHE/k8s-$K8S_V-etcd-$ETCD_V-kwok-$KWOK_V"
 BINS=(kube-apiserver kube-controller-manager kube-scheduler kubectl etcd kwok)
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 missing=0
@@ -42,4 +45,5 @@ else
   done
   echo "controlplane: built in $(( $(date +%s) - start ))s into $OUT"
 fi
-ln -sfn "$(basename "$OUT")" "$ROOT/.k8sbin/current"
+mkdir -p "$ROOT/.k8sbin"
+ln -sfn "$OUT" "$ROOT/.k8sbin/current"

@@ -1,0 +1,49 @@
+# pykueue — developer entry points. `make help` lists them.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+KUBECTL := $(CURDIR)/.k8sbin/current/kubectl
+export KUBECONFIG := $(CURDIR)/.lab/kubeconfig
+
+.PHONY: help setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
+
+$(BIN)/pykueue: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,plot]'
+	@touch $@
+
+setup: $(BIN)/pykueue ## create .venv and install pykueue with its dev tools
+
+controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok from Go modules (no-op when built)
+	bash hack/build-controlplane.sh
+
+certs: setup ## generate the CA and serving certificate into certs/out (kept while valid)
+	$(BIN)/python -m certs.generate --out certs/out
+
+lab-up: setup controlplane ## start the local control plane on 127.0.0.1 and print the nodes
+	$(BIN)/python hack/lab.py up
+	$(KUBECTL) get nodes -o wide
+
+lab-down: ## stop every lab process and remove its state
+	@if [ -x $(BIN)/python ]; then $(BIN)/python hack/lab.py down; else $(PY) hack/lab.py down; fi
+
+lab-status: ## show which lab processes run
+	$(BIN)/python hack/lab.py status
+
+test: setup controlplane ## all tests: unit, integration and e2e (starts the lab itself when it is not up)
+	$(BIN)/pytest -q tests
+
+test-unit: setup ## unit tests only (no cluster)
+	$(BIN)/pytest -q tests/unit
+
+lint: setup ## ruff and the import-linter contracts
+	$(BIN)/ruff check app tests hack bench
+	$(BIN)/lint-imports
+
+clean: lab-down ## remove the lab state and build outputs (keeps .k8sbin and the Go caches)
+	rm -rf build dist *.egg-info .pytest_cache

@@ -1,0 +1,494 @@
+#!/usr/bin/env python3
+"""pykueue's lab: a real, container-less Kubernetes control plane on 127.0.0.1.
+
+Processes (binaries built from Go modules by hack/build-controlplane.sh into .k8sbin/current):
+etcd, kube-apiserver (RBAC + admission on), kube-controller-manager, kube-scheduler, and kwok
+managing fake nodes with the stages in hack/lab/stages.yaml. State lives in a git-ignored folder
+(default .lab/): PKI, kubeconfig, etcd data, logs, pid files.
+
+    python hack/lab.py up        # start (a no-op when already up), create nodes, apply CRDs
+    python hack/lab.py down      # stop every process it started and remove the state (idempotent)
+    python hack/lab.py status    # which components run (exit 1 if any is down)
+    python hack/lab.py scheduler --config FILE   # restart kube-scheduler with another config
+    python hack/lab.py sa-token NAMESPACE NAME   # print a token of a ServiceAccount
+
+Options (before the verb): --state-dir DIR, --port-base N (etcd N, N+1; apiserver N+3).
+Env: LAB_STATE_DIR, LAB_PORT_BASE, LAB_BIN_DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import ipaddress
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+@dataclass(frozen=True)
+class Lab:
+    """Paths and ports of one lab instance."""
+
+    state: Path
+    port_base: int
+    bin_dir: Path
+
+    @property
+    def etcd_port(self) -> int:
+        return self.port_base
+
+    @property
+    def etcd_peer_port(self) -> int:
+        return self.port_base + 1
+
+    @property
+    def kwok_port(self) -> int:
+        return self.port_base + 2
+
+    @property
+    def apiserver_port(self) -> int:
+        return self.port_base + 3
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    @property
+    def pki(self) -> Path:
+        return self.state / "pki"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state / "kubeconfig"
+
+    @property
+    def logs(self) -> Path:
+        return self.state / "logs"
+
+    def pidfile(self, name: str) -> Path:
+        return self.state / "pids" / f"{name}.pid"
+
+    def binary(self, name: str) -> Path:
+        return self.bin_dir / name
+
+
+# ---------------------------------------------------------------- PKI (cryptography)
+
+
+def _pki(lab: Lab) -> None:
+    """Create CA, serving cert, client certs, and the service-account key pair (once)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    d = lab.pki
+    if (d / "done").exists():
+        return
+    d.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC)
+    pem = serialization.Encoding.PEM
+
+    def write_key(path: Path, key) -> None:
+        path.write_bytes(
+            key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        )
+        path.chmod(0o600)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pykueue-lab-ca")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=365))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    (d / "ca.crt").write_bytes(ca.public_bytes(pem))
+    write_key(d / "ca.key", ca_key)
+
+    def issue(name: str, cn: str, orgs: list[str], server: bool) -> None:
+        key = ec.generate_private_key(ec.SECP256R1())
+        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+        attrs += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
+        b = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name(attrs))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=365))
+            .add_extension(
+                x509.ExtendedKeyUsage(
+                    [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
+                ),
+                critical=False,
+            )
+        )
+        if server:
+            b = b.add_extension(
+                x509.SubjectAlternativeName(
+                    [
+                        x509.DNSName("localhost"),
+                        x509.DNSName("kubernetes"),
+                        x509.DNSName("kubernetes.default"),
+                        x509.DNSName("kubernetes.default.svc"),
+                        x509.DNSName("kubernetes.default.svc.cluster.local"),
+                        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                        x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+                    ]
+                ),
+                critical=False,
+            )
+        cert = b.sign(ca_key, hashes.SHA256())
+        (d / f"{name}.crt").write_bytes(cert.public_bytes(pem))
+        write_key(d / f"{name}.key", key)
+
+    issue("apiserver", "kube-apiserver", [], server=True)
+    issue("admin", "lab-admin", ["system:masters"], server=False)
+    issue("kwok", "kwok", [], server=True)
+    sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    write_key(d / "sa.key", sa)
+    (d / "sa.pub").write_bytes(
+        sa.public_key().public_bytes(pem, serialization.PublicFormat.SubjectPublicKeyInfo)
+    )
+    (d / "done").write_text("ok\n")
+
+
+def _kubeconfig(lab: Lab) -> None:
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "pykueue-lab",
+                "cluster": {"server": lab.server, "certificate-authority": str(lab.pki / "ca.crt")},
+            }
+        ],
+        "users": [
+            {
+                "name": "lab-admin",
+                "user": {
+                    "client-certificate": str(lab.pki / "admin.crt"),
+                    "client-key": str(lab.pki / "admin.key"),
+                },
+            }
+        ],
+        "contexts": [
+            {"name": "pykueue-lab", "context": {"cluster": "pykueue-lab", "user": "lab-admin"}}
+        ],
+        "current-context": "pykueue-lab",
+    }
+    lab.kubeconfig.write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+# ---------------------------------------------------------------- processes
+
+
+def _pid(lab: Lab, name: str) -> int | None:
+    try:
+        pid = int(lab.pidfile(name).read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return pid
+    # A zombie or a reused pid of another program is not ours.
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    if stat.split(") ", 1)[-1].startswith("Z") or Path(cmd).name != name:
+        return None
+    return pid
+
+
+def _start(lab: Lab, name: str, args: list[str]) -> None:
+    if _pid(lab, name):
+        return
+    lab.logs.mkdir(parents=True, exist_ok=True)
+    lab.pidfile(name).parent.mkdir(parents=True, exist_ok=True)
+    log = open(lab.logs / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+    proc = subprocess.Popen(
+        [str(lab.binary(name)), *args],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        cwd=lab.state,
+    )
+    lab.pidfile(name).write_text(f"{proc.pid}\n")
+
+
+def _stop(lab: Lab, name: str, timeout: float = 10.0) -> None:
+    pid = _pid(lab, name)
+    if pid:
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and _pid(lab, name):
+                time.sleep(0.1)
+            if not _pid(lab, name):
+                break
+    lab.pidfile(name).unlink(missing_ok=True)
+
+
+def _ssl_context(lab: Lab) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(lab.pki / "ca.crt"))
+    ctx.load_cert_chain(str(lab.pki / "admin.crt"), str(lab.pki / "admin.key"))
+    return ctx
+
+
+def _wait_http(url: str, ctx: ssl.SSLContext | None, what: str, timeout: float, lab: Lab) -> None:
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, context=ctx, timeout=3) as r:  # noqa: S310
+                if r.status == 200:
+                    return
+                last = f"HTTP {r.status}"
+        except Exception as exc:  # noqa: BLE001 - any failure means "not yet"
+            last = str(exc)
+        time.sleep(0.3)
+    raise SystemExit(f"lab: {what} not ready after {timeout:.0f}s ({last}); see {lab.logs}")
+
+
+def kubectl(lab: Lab, *args: str, input: str | None = None, check: bool = True):
+    """Run the lab's kubectl against the lab's kubeconfig."""
+    return subprocess.run(
+        [str(lab.binary("kubectl")), "--kubeconfig", str(lab.kubeconfig), *args],
+        input=input,
+        text=True,
+        capture_output=True,
+        check=check,
+    )
+
+
+def _scheduler_config(lab: Lab, source: Path) -> Path:
+    """Copy a KubeSchedulerConfiguration, substituting ${KUBECONFIG} and ${PYKUEUE_CA_FILE}."""
+    text = source.read_text()
+    text = text.replace("${KUBECONFIG}", str(lab.kubeconfig))
+    ca = os.environ.get("PYKUEUE_CA_FILE", str(ROOT / "certs" / "out" / "ca.crt"))
+    text = text.replace("${PYKUEUE_CA_FILE}", ca)
+    out = lab.state / "kube-scheduler-config.yaml"
+    out.write_text(text)
+    return out
+
+
+def _start_scheduler(lab: Lab, config: Path) -> None:
+    _start(
+        lab,
+        "kube-scheduler",
+        [
+            f"--config={_scheduler_config(lab, config)}",
+            "--bind-address=127.0.0.1",
+            "--secure-port=0",
+        ],
+    )
+
+
+def up(lab: Lab, scheduler_config: Path) -> None:
+    """Start every component (those already running are kept), then nodes and CRDs."""
+    t0 = time.monotonic()
+    for b in (*COMPONENTS, "kubectl"):
+        if not lab.binary(b).exists():
+            raise SystemExit(f"lab: {lab.binary(b)} missing; run `make controlplane` first")
+    lab.state.mkdir(parents=True, exist_ok=True)
+    _pki(lab)
+    _kubeconfig(lab)
+    pki = lab.pki
+    _start(
+        lab,
+        "etcd",
+        [
+            "--name=lab",
+            f"--data-dir={lab.state / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{lab.etcd_port}",
+            f"--advertise-client-urls=http://127.0.0.1:{lab.etcd_port}",
+            f"--listen-peer-urls=http://127.0.0.1:{lab.etcd_peer_port}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{lab.etcd_peer_port}",
+            f"--initial-cluster=lab=http://127.0.0.1:{lab.etcd_peer_port}",
+            "--unsafe-no-fsync",
+            "--quota-backend-bytes=4294967296",
+            "--auto-compaction-retention=1",
+            "--log-level=warn",
+        ],
+    )
+    _wait_http(f"http://127.0.0.1:{lab.etcd_port}/health", None, "etcd", 30, lab)
+    _start(
+        lab,
+        "kube-apiserver",
+        [
+            f"--etcd-servers=http://127.0.0.1:{lab.etcd_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={lab.apiserver_port}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,DefaultTolerationSeconds,"
+            "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,"
+            "ResourceQuota,Priority",
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--v=1",
+        ],
+    )
+    _wait_http(f"{lab.server}/readyz", _ssl_context(lab), "kube-apiserver", 120, lab)
+    _start(
+        lab,
+        "kube-controller-manager",
+        [
+            f"--kubeconfig={lab.kubeconfig}",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            "--use-service-account-credentials=false",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            "--secure-port=0",
+            "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle",
+            "--kube-api-qps=200",
+            "--kube-api-burst=400",
+            "--concurrent-job-syncs=10",
+        ],
+    )
+    _start_scheduler(lab, scheduler_config)
+    _start(
+        lab,
+        "kwok",
+        [
+            f"--kubeconfig={lab.kubeconfig}",
+            "--manage-all-nodes=true",
+            f"--config={ROOT / 'hack' / 'lab' / 'stages.yaml'}",
+            f"--server-address=127.0.0.1:{lab.kwok_port}",
+            "--node-ip=127.0.0.1",
+            "--cidr=10.244.0.0/16",
+            f"--tls-cert-file={pki / 'kwok.crt'}",
+            f"--tls-private-key-file={pki / 'kwok.key'}",
+        ],
+    )
+    # The API server may still be bootstrapping RBAC for a moment after /readyz.
+    deadline = time.monotonic() + 60
+    while True:
+        r = kubectl(lab, "apply", "-f", str(ROOT / "hack" / "lab" / "nodes.yaml"), check=False)
+        if r.returncode == 0:
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(f"lab: creating nodes failed: {r.stderr}")
+        time.sleep(1)
+    crds = ROOT / "manifests" / "crds"
+    if any(crds.glob("*.yaml")):
+        kubectl(lab, "apply", "--server-side", "--force-conflicts", "-f", str(crds))
+        kubectl(lab, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    r = kubectl(
+        lab, "wait", "--for=condition=Ready", "--timeout=60s", "node", "--all", check=False
+    )
+    if r.returncode != 0:
+        raise SystemExit(f"lab: nodes not Ready: {r.stderr}")
+    kubectl(lab, "wait", "--for=jsonpath={.metadata.name}=default", "--timeout=60s", "sa/default")
+    print(f"lab: up in {time.monotonic() - t0:.1f}s; state in {lab.state}")
+    print(f"lab: export KUBECONFIG={lab.kubeconfig}")
+    print(f"lab: kubectl is {lab.binary('kubectl')}")
+
+
+def down(lab: Lab) -> None:
+    """Stop every component (reverse order) and remove the state folder. Idempotent."""
+    for name in reversed(COMPONENTS):
+        _stop(lab, name)
+    if lab.state.exists():
+        import shutil
+
+        shutil.rmtree(lab.state, ignore_errors=True)
+    print("lab: down")
+
+
+def status(lab: Lab) -> int:
+    bad = 0
+    for name in COMPONENTS:
+        pid = _pid(lab, name)
+        print(f"{name:26s} {'running pid ' + str(pid) if pid else 'stopped'}")
+        bad += pid is None
+    return 1 if bad else 0
+
+
+def sa_token(lab: Lab, namespace: str, name: str, seconds: int = 86400) -> str:
+    r = kubectl(lab, "create", "token", "-n", namespace, name, f"--duration={seconds}s")
+    return r.stdout.strip()
+
+
+def from_args(state_dir: str | None, port_base: int | None, bin_dir: str | None) -> Lab:
+    state = Path(state_dir or os.environ.get("LAB_STATE_DIR") or ROOT / ".lab").resolve()
+    port = int(port_base or os.environ.get("LAB_PORT_BASE") or 16440)
+    bins = Path(bin_dir or os.environ.get("LAB_BIN_DIR") or ROOT / ".k8sbin" / "current").resolve()
+    return Lab(state=state, port_base=port, bin_dir=bins)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--state-dir")
+    p.add_argument("--port-base", type=int)
+    p.add_argument("--bin-dir")
+    sub = p.add_subparsers(dest="verb", required=True)
+    u = sub.add_parser("up")
+    u.add_argument(
+        "--scheduler-config",
+        default=str(ROOT / "manifests" / "scheduler" / "kube-scheduler-config-plain.yaml"),
+    )
+    sub.add_parser("down")
+    sub.add_parser("status")
+    s = sub.add_parser("scheduler")
+    s.add_argument("--config", required=True)
+    t = sub.add_parser("sa-token")
+    t.add_argument("namespace")
+    t.add_argument("name")
+    a = p.parse_args(argv)
+    lab = from_args(a.state_dir, a.port_base, a.bin_dir)
+    if a.verb == "up":
+        up(lab, Path(a.scheduler_config))
+    elif a.verb == "down":
+        down(lab)
+    elif a.verb == "status":
+        return status(lab)
+    elif a.verb == "scheduler":
+        _stop(lab, "kube-scheduler")
+        _start_scheduler(lab, Path(a.config))
+        print(f"lab: kube-scheduler restarted with {a.config}")
+    elif a.verb == "sa-token":
+        print(sa_token(lab, a.namespace, a.name))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
