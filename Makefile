@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 KUBECTL := $(CURDIR)/.k8sbin/current/kubectl
 export KUBECONFIG := $(CURDIR)/.lab/kubeconfig
 
-.PHONY: help setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help crds setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -41,9 +41,13 @@ test: setup controlplane ## all tests: unit, integration and e2e (starts the lab
 test-unit: setup ## unit tests only (no cluster)
 	$(BIN)/pytest -q tests/unit
 
-lint: setup ## ruff and the import-linter contracts
+lint: setup ## ruff, the import-linter contracts, and generated CRDs up to date
 	$(BIN)/ruff check app tests hack bench
 	$(BIN)/lint-imports
+	$(BIN)/python hack/gen_crds.py --check
+
+crds: setup ## regenerate manifests/crds from hack/gen_crds.py
+	$(BIN)/python hack/gen_crds.py
 
 clean: lab-down ## remove the lab state and build outputs (keeps .k8sbin and the Go caches)
 	rm -rf build dist *.egg-info .pytest_cache

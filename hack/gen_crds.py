@@ -18,12 +18,19 @@ Deliberate differences from upstream Kueue (pykueue accepts what Kueue users wri
 - ClusterQueue keeps ``spec.cohort`` as a deprecated alias of ``spec.cohortName`` (the seed
   article writes it under v1beta2); both set and different is invalid.
 - Rules Kueue checks only in its webhook are CEL rules here where the API server can afford
-  them: lendingLimit only with a cohort, a resource / a flavor in at most one resource group,
+  them: lendingLimit only with a cohort, a resource in at most one resource group,
   resources listed in coveredResources order, the 256-flavor and 256-resource totals, taints
   unique per (key, effect), at most one podSet with minCount.
-- ``lendingLimit <= nominalQuota`` and the non-negative limits are checked with the
-  Kubernetes CEL ``quantity()`` library (kube-apiserver >= 1.29). See ``_LIMITS_RULES`` for
-  how the rule stays inside the API server's static cost budget.
+- Quotas and limits must be non-negative: a pattern without a minus sign for strings and
+  ``minimum: 0`` for integers.
+- ``lendingLimit <= nominalQuota`` (and a flavor in at most one resource group) cannot be CRD
+  rules: quota fields are int-or-string, which the API server's static CEL cost estimator
+  sizes at the 3 MiB request limit, and at Kueue's list limits (16 groups x 64 flavors x 64
+  resources) any ``quantity()`` call there is estimated hundreds of times over the
+  per-expression budget, so the CRD would be refused. They are a ValidatingAdmissionPolicy
+  instead (``clusterqueue-policy.yaml``, admissionregistration.k8s.io/v1, GA in 1.30), which
+  the API server evaluates at run time with the real sizes and the same ``quantity()``
+  library.
 """
 
 from __future__ import annotations
@@ -208,7 +215,9 @@ def condition() -> Schema:
                 pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
                 r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
             ),
-            "status": enum("Status of the condition: True, False or Unknown.", ["True", "False", "Unknown"]),
+            "status": enum(
+                "Status of the condition: True, False or Unknown.", ["True", "False", "Unknown"]
+            ),
             "observedGeneration": int64(
                 "metadata.generation of the object when the condition was set.", minimum=0
             ),
@@ -238,7 +247,9 @@ def label_selector(desc: str) -> Schema:
     requirement = obj(
         "A label selector requirement: a key, an operator and values.",
         {
-            "key": string("The label key the requirement applies to.", maxLength=QUALIFIED_NAME_MAX),
+            "key": string(
+                "The label key the requirement applies to.", maxLength=QUALIFIED_NAME_MAX
+            ),
             "operator": enum(
                 "How the key relates to the values: In, NotIn, Exists or DoesNotExist.",
                 ["In", "NotIn", "Exists", "DoesNotExist"],
@@ -256,8 +267,7 @@ def label_selector(desc: str) -> Schema:
             rule(
                 "self.operator in ['In', 'NotIn'] ? (has(self.values) && size(self.values) > 0)"
                 " : (!has(self.values) || size(self.values) == 0)",
-                "values must be non-empty for In and NotIn, and empty for Exists and "
-                "DoesNotExist",
+                "values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist",
                 fieldPath=".values",
             )
         ],
@@ -312,7 +322,8 @@ def toleration() -> Schema:
         },
         rules=[
             rule(
-                "(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+                "(has(self.key) && self.key != '') || "
+                "(has(self.operator) && self.operator == 'Exists')",
                 "operator must be Exists when key is empty (an empty key with Exists tolerates "
                 "every taint)",
                 fieldPath=".operator",
@@ -323,7 +334,8 @@ def toleration() -> Schema:
                 fieldPath=".effect",
             ),
             rule(
-                "!(has(self.operator) && self.operator == 'Exists' && has(self.value) && self.value != '')",
+                "!(has(self.operator) && self.operator == 'Exists' && "
+                "has(self.value) && self.value != '')",
                 "value must be empty when operator is Exists",
                 fieldPath=".value",
             ),
@@ -412,7 +424,10 @@ def resource_flavor_schema() -> Schema:
             ),
         ],
     )
-    return root("ResourceFlavor is a kind of node (GPU model, spot or on-demand, ...) quota is given in.", spec=spec)
+    return root(
+        "ResourceFlavor is a kind of node (GPU model, spot or on-demand, ...) quota is given in.",
+        spec=spec,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -420,20 +435,6 @@ def resource_flavor_schema() -> Schema:
 # ---------------------------------------------------------------------------------------------
 
 _HAS_COHORT = "(has(self.cohortName) || has(self.cohort))"
-
-# lendingLimit <= nominalQuota. The fields are int-or-string, which the API server's static CEL
-# cost estimator sizes at the 3 MiB request limit, so quantity() on them is only affordable at
-# a place evaluated few times. The rule therefore sits on each ClusterQueue resource quota but
-# converts with quantity() only values that are strings; two plain integers compare directly.
-_LIMITS_RULES = [
-    rule(
-        "!has(self.lendingLimit) || (type(self.lendingLimit) == int && "
-        "type(self.nominalQuota) == int ? self.lendingLimit <= self.nominalQuota : "
-        "quantity(string(self.lendingLimit)).compareTo(quantity(string(self.nominalQuota))) <= 0)",
-        "lendingLimit must be less than or equal to nominalQuota",
-        fieldPath=".lendingLimit",
-    ),
-]
 
 
 def resource_quota() -> Schema:
@@ -467,7 +468,6 @@ def resource_quota() -> Schema:
             ),
         },
         required=["name", "nominalQuota"],
-        rules=_LIMITS_RULES,
     )
 
 
@@ -522,6 +522,16 @@ def resource_group() -> Schema:
                 fieldPath=".flavors",
             )
         ],
+    )
+
+
+def _no_limit_without_cohort(limit: str) -> dict[str, str]:
+    """borrowingLimit / lendingLimit only with a cohort (Kueue: CEL + webhook)."""
+    return rule(
+        f"{_HAS_COHORT} || !has(self.resourceGroups) || self.resourceGroups.all(g, "
+        f"g.flavors.all(f, f.resources.all(r, !has(r.{limit}))))",
+        f"{limit} must be unset when the ClusterQueue has no cohort (cohortName)",
+        fieldPath=".resourceGroups",
     )
 
 
@@ -700,30 +710,13 @@ def cluster_queue_schema() -> Schema:
                 "cohort is a deprecated alias of cohortName: when both are set they must be equal",
                 fieldPath=".cohort",
             ),
-            rule(
-                f"{_HAS_COHORT} || !has(self.resourceGroups) || self.resourceGroups.all(g, "
-                "g.flavors.all(f, f.resources.all(r, !has(r.borrowingLimit))))",
-                "borrowingLimit must be unset when the ClusterQueue has no cohort (cohortName)",
-                fieldPath=".resourceGroups",
-            ),
-            rule(
-                f"{_HAS_COHORT} || !has(self.resourceGroups) || self.resourceGroups.all(g, "
-                "g.flavors.all(f, f.resources.all(r, !has(r.lendingLimit))))",
-                "lendingLimit must be unset when the ClusterQueue has no cohort (cohortName)",
-                fieldPath=".resourceGroups",
-            ),
+            _no_limit_without_cohort("borrowingLimit"),
+            _no_limit_without_cohort("lendingLimit"),
             rule(
                 "!has(self.resourceGroups) || self.resourceGroups.all(i, g, "
                 "self.resourceGroups.all(j, h, i == j || "
                 "!g.coveredResources.exists(r, r in h.coveredResources)))",
                 "a resource may appear in the coveredResources of only one resource group",
-                fieldPath=".resourceGroups",
-            ),
-            rule(
-                "!has(self.resourceGroups) || self.resourceGroups.all(i, g, "
-                "self.resourceGroups.all(j, h, i == j || "
-                "!g.flavors.exists(f, h.flavors.exists(x, x.name == f.name))))",
-                "a flavor may appear in only one resource group",
                 fieldPath=".resourceGroups",
             ),
             rule(
@@ -821,7 +814,11 @@ def local_queue_schema() -> Schema:
         {
             "clusterQueue": name_ref(
                 "ClusterQueue that admits the workloads of this LocalQueue. Immutable.",
-                **{"x-kubernetes-validations": [rule("self == oldSelf", "clusterQueue is immutable")]},
+                **{
+                    "x-kubernetes-validations": [
+                        rule("self == oldSelf", "clusterQueue is immutable")
+                    ]
+                },
             ),
             "stopPolicy": enum(
                 "None (default): active. Hold: admit nothing new from this queue. HoldAndDrain: "
@@ -953,7 +950,8 @@ def pod_template() -> Schema:
                         **{"x-kubernetes-preserve-unknown-fields": True},
                     ),
                     "tolerations": array(
-                        "Pod tolerations; a flavor's NoSchedule/NoExecute taints must be tolerated.",
+                        "Pod tolerations; a flavor's NoSchedule and NoExecute taints must be "
+                        "tolerated.",
                         obj("A toleration.", **{"x-kubernetes-preserve-unknown-fields": True}),
                     ),
                     "priorityClassName": string(
@@ -1258,7 +1256,8 @@ def root(
             "REST resource this object represents, in CamelCase. More info: "
             "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds"
         ),
-        "metadata": {"type": "object", "description": "Standard object metadata."},
+        # The API server owns the root metadata schema: nothing but the type may be given.
+        "metadata": {"type": "object"},
     }
     if spec is not None:
         props["spec"] = spec
@@ -1295,9 +1294,13 @@ KINDS: list[dict[str, Any]] = [
         "schema": cluster_queue_schema,
         "columns": [
             # The union shows cohortName, or the deprecated cohort when only that is set.
-            column("Cohort", ".spec['cohortName','cohort']", "Cohort this ClusterQueue belongs to."),
+            column(
+                "Cohort", ".spec['cohortName','cohort']", "Cohort this ClusterQueue belongs to."
+            ),
             column("Strategy", ".spec.queueingStrategy", "Queueing strategy."),
-            column("Pending Workloads", ".status.pendingWorkloads", "Pending workloads.", "integer"),
+            column(
+                "Pending Workloads", ".status.pendingWorkloads", "Pending workloads.", "integer"
+            ),
             column(
                 "Admitted Workloads",
                 ".status.admittedWorkloads",
@@ -1316,7 +1319,9 @@ KINDS: list[dict[str, Any]] = [
         "schema": local_queue_schema,
         "columns": [
             column("ClusterQueue", ".spec.clusterQueue", "ClusterQueue the queue points at."),
-            column("Pending Workloads", ".status.pendingWorkloads", "Pending workloads.", "integer"),
+            column(
+                "Pending Workloads", ".status.pendingWorkloads", "Pending workloads.", "integer"
+            ),
             column(
                 "Admitted Workloads",
                 ".status.admittedWorkloads",
@@ -1370,11 +1375,79 @@ KINDS: list[dict[str, Any]] = [
 ]
 
 
+# ---------------------------------------------------------------------------------------------
+# ValidatingAdmissionPolicy: ClusterQueue rules too costly for CRD CEL (see module docstring)
+# ---------------------------------------------------------------------------------------------
+
+POLICY_NAME = "pykueue-clusterqueue-quota"
+POLICY_FILE = "clusterqueue-policy.yaml"
+_QUOTAS = "object.spec.resourceGroups"
+_LENDING_OVER = (
+    "has(r.lendingLimit) && quantity(string(r.lendingLimit))"
+    ".isGreaterThan(quantity(string(r.nominalQuota)))"
+)
+
+
+def cluster_queue_policy() -> list[dict[str, Any]]:
+    """ValidatingAdmissionPolicy + binding for the ClusterQueue quota rules."""
+    validations = [
+        {
+            "expression": f"!has({_QUOTAS}) || {_QUOTAS}.all(g, g.flavors.all(f, "
+            f"f.resources.all(r, !({_LENDING_OVER}))))",
+            "messageExpression": "'spec.resourceGroups[].flavors[].resources[].lendingLimit must "
+            "be less than or equal to nominalQuota: ' + "
+            f"{_QUOTAS}.map(g, g.flavors.map(f, f.resources.filter(r, {_LENDING_OVER})"
+            ".map(r, 'flavor ' + f.name + ' resource ' + r.name + ': lendingLimit ' + "
+            "string(r.lendingLimit) + ' > nominalQuota ' + string(r.nominalQuota))))"
+            ".flatten().flatten().join('; ')",
+            "reason": "Invalid",
+        },
+        {
+            "expression": f"!has({_QUOTAS}) || {_QUOTAS}.all(i, g, {_QUOTAS}.all(j, h, "
+            "i >= j || !g.flavors.exists(f, h.flavors.exists(x, x.name == f.name))))",
+            "messageExpression": "'spec.resourceGroups[].flavors[].name: a flavor may appear in "
+            "only one resource group: ' + "
+            f"{_QUOTAS}.map(g, g.flavors.map(f, f.name)).flatten().filter(n, "
+            f"{_QUOTAS}.filter(g, g.flavors.exists(f, f.name == n)).size() > 1).distinct()"
+            ".join(', ')",
+            "reason": "Invalid",
+        },
+    ]
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": POLICY_NAME, "labels": {"app.kubernetes.io/part-of": "pykueue"}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [GROUP],
+                        "apiVersions": [VERSION],
+                        "operations": ["CREATE", "UPDATE"],
+                        "resources": ["clusterqueues"],
+                    }
+                ]
+            },
+            "validations": validations,
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": POLICY_NAME, "labels": {"app.kubernetes.io/part-of": "pykueue"}},
+        "spec": {"policyName": POLICY_NAME, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]
+
+
 def check_schema(node: Schema, path: str) -> list[str]:
     """Problems in ``node``: properties without a description, or not structural-looking."""
     problems = []
     for name, prop in node.get("properties", {}).items():
         where = f"{path}.{name}"
+        if where.count(".") == 1 and name == "metadata":
+            continue  # root metadata: described by the API server itself
         if not prop.get("description"):
             problems.append(f"{where}: no description")
         if "type" not in prop and not prop.get("x-kubernetes-int-or-string"):
@@ -1456,10 +1529,13 @@ def file_name(spec: Mapping[str, Any]) -> str:
 def outputs() -> dict[str, str]:
     """File name -> content for every CRD and the kustomization."""
     files = {file_name(s): render(crd(s)) for s in KINDS}
+    files[POLICY_FILE] = HEADER + yaml.dump_all(
+        cluster_queue_policy(), Dumper=_Dumper, sort_keys=False, width=100
+    )
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
-        "resources": [file_name(s) for s in KINDS],
+        "resources": [file_name(s) for s in KINDS] + [POLICY_FILE],
     }
     files["kustomization.yaml"] = HEADER + yaml.dump(kustomization, sort_keys=False)
     return files

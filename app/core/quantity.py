@@ -7,11 +7,16 @@ does when it reads a request (``Quantity.MilliValue`` / ``Value`` round up).
 
 Grammar (k8s.io/apimachinery resource.Quantity):
 ``<sign><digits>[.<digits>]<suffix>`` with suffix one of the binary SI ``Ki Mi Gi Ti Pi Ei``,
-decimal SI ``n u m "" k M G T P E`` or a decimal exponent ``e<int>`` / ``E<int>``.
+decimal SI ``n u m "" k M G T P E`` or a decimal exponent ``e<int>`` / ``E<int>``. As in Go,
+only ASCII digits are accepted and no surrounding whitespace; JSON numbers (``int``, finite
+``float``) are read as the decimal literal they print as (``0.1`` -> ``"0.1"``), as the API
+server reads an unquoted quantity. Amounts above ``MAX_AMOUNT`` (int64, Kueue's
+``resources.Amount``) are refused rather than saturated.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -32,11 +37,17 @@ _DECIMAL = {
     "P": Fraction(10**15),
     "E": Fraction(10**18),
 }
+# ASCII digits only (``\d`` would accept e.g. Arabic-Indic digits), matched with ``fullmatch``
+# (``$`` would accept a trailing newline).
 _RE = re.compile(
-    r"^(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
-    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+|[numkMGTPE]?)$"
+    r"(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|[numkMGTPE]?)"
 )
+MAX_AMOUNT: int = 2**63 - 1
+"""Largest amount (milli-CPU, bytes, counts) accepted: int64, as Kueue's ``resources.Amount``."""
+_MAX_TEXT = 256  # longer quantity strings are refused before any arithmetic
 _MILLI_RESOURCES = frozenset({"cpu"})
+_BYTE_RESOURCES = frozenset({"memory", "ephemeral-storage", "storage"})
 
 
 class QuantityError(ValueError):
@@ -45,12 +56,18 @@ class QuantityError(ValueError):
     def __init__(self, field: str, value: object, why: str) -> None:
         self.field = field
         self.value = value
+        self.why = why
         super().__init__(f"{field}: invalid quantity {value!r}: {why}")
 
 
 def is_milli(resource: str) -> bool:
     """True when ``resource`` is counted in milli-units (only ``cpu``)."""
     return resource in _MILLI_RESOURCES
+
+
+def is_bytes(resource: str) -> bool:
+    """True when ``resource`` is counted in bytes (printed with binary suffixes such as ``Gi``)."""
+    return resource in _BYTE_RESOURCES or resource.startswith("hugepages-")
 
 
 def parse_exact(value: str | int, *, field: str = "quantity") -> Fraction:
@@ -63,14 +80,22 @@ def parse_exact(value: str | int, *, field: str = "quantity") -> Fraction:
     if isinstance(value, int):
         return Fraction(value)
     if isinstance(value, float):
-        raise QuantityError(field, value, "floats are not exact; write the quantity as a string")
+        if not math.isfinite(value):
+            raise QuantityError(field, value, "not a finite number")
+        # A JSON number: take the shortest decimal literal that prints as this float, i.e.
+        # what was written ("0.1"), never the binary approximation.
+        return Fraction(Decimal(repr(value)))
     if not isinstance(value, str):
         raise QuantityError(field, value, "expected a string such as '4', '500m' or '4Gi'")
-    s = value.strip()
-    m = _RE.match(s)
+    if len(value) > _MAX_TEXT:
+        raise QuantityError(field, value[:32] + "...", f"longer than {_MAX_TEXT} characters")
+    m = _RE.fullmatch(value)
     if not m:
         raise QuantityError(
-            field, value, "expected <number><suffix>, suffix one of Ki Mi Gi Ti Pi Ei n u m k M G T P E or e<exp>"
+            field,
+            value,
+            "expected <number><suffix>, suffix one of Ki Mi Gi Ti Pi Ei n u m k M G T P E"
+            " or e<exp> (ASCII digits, no spaces)",
         )
     try:
         num = Fraction(Decimal(m.group("num")))
@@ -94,27 +119,39 @@ def _ceil(f: Fraction) -> int:
 def parse_quantity(value: str | int, resource: str, *, field: str = "quantity") -> int:
     """Parse ``value`` for ``resource`` into an exact integer amount.
 
-    Returns milli-CPU for ``cpu`` and base units (bytes, counts) otherwise, rounded up.
-    Raises ``QuantityError`` when malformed or negative.
+    Returns milli-CPU for ``cpu`` and base units (bytes, counts) otherwise, rounded up to a
+    whole unit (``"4.1Gi"`` -> 4402341479 bytes, ``"1n"`` cpu -> 1), as Go's
+    ``Quantity.MilliValue`` / ``Value`` do. Raises ``QuantityError`` when malformed, negative
+    or larger than ``MAX_AMOUNT``.
     """
     exact = parse_exact(value, field=field)
     if exact < 0:
         raise QuantityError(field, value, "must not be negative")
     if is_milli(resource):
         exact *= 1000
-    return _ceil(exact)
+    amount = _ceil(exact)
+    if amount > MAX_AMOUNT:
+        raise QuantityError(field, value, f"larger than {MAX_AMOUNT} (int64)")
+    return amount
 
 
-_BIN_SUFFIXES = (("Ei", 2**60), ("Pi", 2**50), ("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
-_DEC_SUFFIXES = (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3))
+# Largest first, derived from the parse tables so the two directions cannot disagree.
+_BIN_SUFFIXES = tuple(sorted(_BINARY.items(), key=lambda kv: -kv[1]))
+_DEC_SUFFIXES = tuple(
+    (suffix, int(mult))
+    for suffix, mult in sorted(_DECIMAL.items(), key=lambda kv: -kv[1])
+    if mult > 1
+)
 
 
 def format_quantity(amount: int, resource: str) -> str:
     """Format an integer amount (milli-CPU for ``cpu``, base units else) canonically.
 
-    ``cpu``: ``2000`` -> ``"2"``, ``500`` -> ``"500m"``. Memory-like amounts that are a whole
-    number of a binary unit use it (``4294967296`` -> ``"4Gi"``); otherwise the largest exact
-    decimal suffix (``1000`` -> ``"1k"``); counts print plainly below 1000.
+    ``cpu``: ``2000`` -> ``"2"``, ``500`` -> ``"500m"``. Byte amounts (``memory``,
+    ``ephemeral-storage``, ``storage``, ``hugepages-*``) that are a whole number of a binary unit
+    use it (``4294967296`` -> ``"4Gi"``, ``128000`` -> ``"125Ki"``); otherwise, and for counts
+    (``nvidia.com/gpu``, ``pods``), the largest exact decimal suffix (``100000`` -> ``"100k"``,
+    ``1024`` GPUs -> ``"1024"``). Always exact: ``parse_quantity(format_quantity(x, r), r) == x``.
     """
     if amount == UNLIMITED:
         return "unlimited"
@@ -126,9 +163,10 @@ def format_quantity(amount: int, resource: str) -> str:
         return f"{amount}m"
     if amount == 0:
         return "0"
-    for suffix, mult in _BIN_SUFFIXES:
-        if amount % mult == 0:
-            return f"{amount // mult}{suffix}"
+    if is_bytes(resource):
+        for suffix, mult in _BIN_SUFFIXES:
+            if amount % mult == 0:
+                return f"{amount // mult}{suffix}"
     for suffix, mult in _DEC_SUFFIXES:
         if amount % mult == 0:
             return f"{amount // mult}{suffix}"
