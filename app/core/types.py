@@ -5,8 +5,7 @@ All plain ``str`` at run time; ``NewType`` keeps signatures honest for readers a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NewType
+from typing import NamedTuple, NewType
 
 ClusterQueueName = NewType("ClusterQueueName", str)
 CohortName = NewType("CohortName", str)
@@ -17,9 +16,11 @@ WorkloadKey = NewType("WorkloadKey", str)
 LocalQueueKey = NewType("LocalQueueKey", str)  # "<namespace>/<name>"
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class FlavorResource:
-    """A (flavor, resource) pair: the unit in which quota is defined and used."""
+class FlavorResource(NamedTuple):
+    """A (flavor, resource) pair: the unit in which quota is defined and used.
+
+    A ``NamedTuple`` (immutable, ordered, hashed in C: it keys every quota dict of the core).
+    """
 
     flavor: FlavorName
     resource: ResourceName

@@ -1,0 +1,658 @@
+"""In-memory state of the admission core (Kueue's "cache" + "queue manager"): pure, synchronous.
+
+``ClusterState`` holds ResourceFlavors, ClusterQueues, LocalQueues, namespace labels and
+Workloads (pending and admitted), the quota tree and one ``PendingQueue`` per ClusterQueue.
+The reconciler mirrors API objects into it with ``add_*`` / ``update_*`` / ``delete_*``;
+the scheduling cycle lives in ``app.core.scheduler.Cluster`` (a subclass adding
+``schedule(now)``). Time is always passed in (seconds since the epoch); nothing here reads a
+clock or does I/O.
+
+Workload life cycle in the core::
+
+    pending --assume--> admitted (assumed) --update_workload(with admission)--> admitted
+       ^                    |  forget                         |  evict / Evicted condition
+       |<-------------------+                                 v
+       |<---------- finish_eviction / update(no admission) -- evicting (still holds quota)
+    finish / delete_workload: gone, quota released
+
+A Workload is *assumed* from the moment the core admits it until an update carrying its
+admission arrives; an update without admission does not undo an assumption (the write may
+still be in flight: acceptance KQ-29); only ``forget`` does.
+
+Anything that frees or adds capacity (finish, delete, eviction finished, forget, a
+ClusterQueue / flavor / namespace / LocalQueue change) returns the parked (inadmissible)
+Workloads of the affected cohort to their queues at the start of the next cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+
+from app.core.decisions import Pending, PendingReason, QuotaShortfall
+from app.core.queues import PendingQueue
+from app.core.quota import QuotaTree, quotas_of
+from app.core.spec import (
+    ClusterQueueSpec,
+    ConfigProblem,
+    LocalQueue,
+    ResourceFlavor,
+    validate_cluster_queue,
+)
+from app.core.types import (
+    ClusterQueueName,
+    CohortName,
+    FlavorName,
+    FlavorResource,
+    ResourceName,
+    WorkloadKey,
+)
+from app.core.workload import Admission, Workload
+
+PENDING, ADMITTED, ORPHAN = "pending", "admitted", "orphan"
+
+
+def admission_usage(admission: Admission) -> dict[FlavorResource, int]:
+    """Total usage ``{FlavorResource: amount}`` of an admission (resources with a flavor)."""
+    out: dict[FlavorResource, int] = {}
+    for psa in admission.pod_set_assignments:
+        for r, amount in psa.resource_usage.items():
+            flavor = psa.flavors.get(r)
+            if flavor is not None and amount:
+                fr = FlavorResource(flavor, r)
+                out[fr] = out.get(fr, 0) + amount
+    return out
+
+
+@dataclass
+class _Record:
+    wl: Workload
+    state: str = PENDING
+    cq: ClusterQueueName | None = None
+    usage: dict[FlavorResource, int] = field(default_factory=dict)
+    assumed: bool = False
+    before_assume: Workload | None = None
+    last: tuple[PendingReason, str] | None = None
+    shortfalls: tuple[QuotaShortfall, ...] = ()
+
+    @property
+    def lq_key(self) -> str:
+        return f"{self.wl.namespace}/{self.wl.queue_name}"
+
+    @property
+    def evicting(self) -> bool:
+        return self.state == ADMITTED and self.wl.evicted_at is not None
+
+
+@dataclass
+class _ClusterQueue:
+    spec: ClusterQueueSpec
+    problem: ConfigProblem | None
+    queue: PendingQueue
+
+    @property
+    def active(self) -> bool:
+        return self.problem is None
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorResourceStatus:
+    """Quota and usage of one flavor-resource of a ClusterQueue (amounts in the resource's
+    unit). ``borrowed``: above nominal (0 without a cohort); ``lent``: of its unused quota,
+    what other members use (see ``QuotaTree.lent``); ``available``: what it can take now."""
+
+    flavor: FlavorName
+    resource: ResourceName
+    nominal: int
+    borrowing_limit: int | None
+    lending_limit: int | None
+    usage: int
+    borrowed: int
+    lent: int
+    available: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterQueueStatus:
+    """What the status API shows for a ClusterQueue (Kueue ``status.flavorsReservation``,
+    ``pendingWorkloads``, ``reservingWorkloads``, ``Active`` condition)."""
+
+    name: ClusterQueueName
+    cohort: CohortName | None
+    active: bool
+    reason: str
+    message: str
+    resources: tuple[FlavorResourceStatus, ...]
+    pending: int
+    admitted: int
+    evicting: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingWorkloadInfo:
+    """A pending Workload in its ClusterQueue's order (``position`` 0 = next)."""
+
+    workload: WorkloadKey
+    position: int
+    priority: int
+    local_queue: str
+    inadmissible: bool
+    reason: PendingReason | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadInfo:
+    """Where one Workload stands: ``state`` pending / admitted / evicting."""
+
+    workload: WorkloadKey
+    state: str
+    cluster_queue: ClusterQueueName | None
+    admission: Admission | None
+    assumed: bool
+    inadmissible: bool
+    reason: PendingReason | None
+    message: str
+    shortfalls: tuple[QuotaShortfall, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LocalQueueStatus:
+    """Kueue LocalQueue status counts and usage per flavor-resource of admitted Workloads."""
+
+    key: str
+    cluster_queue: ClusterQueueName
+    pending: int
+    admitted: int
+    usage: Mapping[FlavorResource, int]
+
+
+class ClusterState:
+    """State and mutations of the core; see the module docstring. Methods never raise for
+    unknown names: they return False (or None) so a watch replay cannot crash the core."""
+
+    def __init__(self) -> None:
+        self.tree = QuotaTree()
+        self._flavors: dict[FlavorName, ResourceFlavor] = {}
+        self._cqs: dict[ClusterQueueName, _ClusterQueue] = {}
+        self._lqs: dict[str, LocalQueue] = {}
+        self._namespaces: dict[str, dict[str, str]] = {}
+        self._wls: dict[WorkloadKey, _Record] = {}
+        self._admitted_by_cq: dict[ClusterQueueName, dict[WorkloadKey, None]] = {}
+        self._pending_by_lq: dict[str, dict[WorkloadKey, None]] = {}
+        self._requeue: dict[ClusterQueueName, None] = {}
+        self._orphan_news: dict[WorkloadKey, None] = {}
+
+    # ---- ResourceFlavors ---------------------------------------------------------------------
+    def add_flavor(self, flavor: ResourceFlavor) -> None:
+        """Add or replace a ResourceFlavor; ClusterQueues are re-validated and requeued."""
+        self._flavors[flavor.name] = flavor
+        self._revalidate_all()
+
+    update_flavor = add_flavor
+
+    def delete_flavor(self, name: FlavorName) -> bool:
+        """Remove a ResourceFlavor; ClusterQueues naming it become inactive (FlavorNotFound)."""
+        if self._flavors.pop(name, None) is None:
+            return False
+        self._revalidate_all()
+        return True
+
+    def _revalidate_all(self) -> None:
+        for name, cq in self._cqs.items():
+            problem = validate_cluster_queue(cq.spec, self._flavors)
+            if problem != cq.problem:
+                cq.problem = problem
+                self.tree.set_cluster_queue(name, cq.spec.cohort, self._quotas(cq))
+            self._requeue[name] = None
+
+    def _quotas(self, cq: _ClusterQueue) -> dict:
+        # An invalid ClusterQueue lends and admits nothing; a stopped one keeps its quota.
+        if cq.problem is None or cq.problem.reason == "Stopped":
+            return quotas_of(cq.spec)
+        return {}
+
+    # ---- ClusterQueues -------------------------------------------------------------------------
+    def add_cluster_queue(self, spec: ClusterQueueSpec) -> None:
+        """Add or replace a ClusterQueue. An invalid spec makes it inactive (never raises)."""
+        name = spec.name
+        old = self._cqs.get(name)
+        if old is not None:
+            self._mark_cohort(name)
+        problem = validate_cluster_queue(spec, self._flavors)
+        cq = _ClusterQueue(spec, problem, old.queue if old is not None else PendingQueue())
+        self._cqs[name] = cq
+        self.tree.set_cluster_queue(name, spec.cohort, self._quotas(cq))
+        if old is None:
+            for key in self._admitted_by_cq.get(name, {}):
+                self.tree.add_usage(name, self._wls[key].usage)
+            self._reroute_all()
+        self._mark_cohort(name)
+
+    update_cluster_queue = add_cluster_queue
+
+    def delete_cluster_queue(self, name: ClusterQueueName) -> bool:
+        """Remove a ClusterQueue; its pending Workloads wait for it ("doesn't exist"); its
+        admitted ones keep their records and count again if it comes back."""
+        if name not in self._cqs:
+            return False
+        self._mark_cohort(name)
+        cq = self._cqs.pop(name)
+        self.tree.remove_cluster_queue(name)
+        for key in [*cq.queue.active(), *cq.queue.parked()]:
+            self._route(self._wls[key])
+        return True
+
+    def _mark_cohort(self, name: ClusterQueueName) -> None:
+        if not self.tree.has(name):
+            return
+        cohort = self.tree.cohort_of(name)
+        if cohort is None:
+            self._requeue[name] = None
+        else:
+            self._requeue.update(dict.fromkeys(self.tree.members(cohort)))
+
+    # ---- LocalQueues and namespaces ------------------------------------------------------------
+    def add_local_queue(self, lq: LocalQueue) -> None:
+        """Add or replace a LocalQueue; its pending Workloads are (re)routed."""
+        self._lqs[lq.key] = lq
+        self._reroute_lq(lq.key)
+
+    update_local_queue = add_local_queue
+
+    def delete_local_queue(self, key: str) -> bool:
+        """Remove LocalQueue ``namespace/name``; its pending Workloads wait for it."""
+        if self._lqs.pop(key, None) is None:
+            return False
+        self._reroute_lq(key)
+        return True
+
+    def set_namespace(self, name: str, labels: Mapping[str, str]) -> None:
+        """Set a namespace's labels (for ClusterQueue ``namespaceSelector``); requeues all."""
+        self._namespaces[name] = dict(labels)
+        self._requeue.update(dict.fromkeys(self._cqs))
+
+    add_namespace = update_namespace = set_namespace
+
+    def delete_namespace(self, name: str) -> bool:
+        """Forget a namespace's labels."""
+        return self._namespaces.pop(name, None) is not None
+
+    def namespace_matches(self, spec: ClusterQueueSpec, namespace: str) -> bool:
+        """Kueue ``namespaceSelector``: None matches nothing, ``{}`` everything."""
+        sel = spec.namespace_selector
+        return sel is not None and sel.matches(self._namespaces.get(namespace, {}))
+
+    # ---- Workloads -----------------------------------------------------------------------------
+    def add_workload(self, wl: Workload) -> None:
+        """Add a Workload, or update it if known. With ``admission`` it holds quota in
+        ``admission.cluster_queue`` (this is how a restart rebuilds usage); without, it
+        waits in its LocalQueue's ClusterQueue."""
+        rec = self._wls.get(wl.key)
+        if rec is not None:
+            self.update_workload(wl)
+            return
+        rec = _Record(wl)
+        self._wls[wl.key] = rec
+        if wl.admission is not None:
+            self._hold(rec, wl.admission)
+        else:
+            self._route(rec)
+
+    def update_workload(self, wl: Workload) -> None:
+        """Apply a new version of a Workload (the API object is the truth, except that an
+        update without admission does not undo an assumption still being written)."""
+        rec = self._wls.get(wl.key)
+        if rec is None:
+            self.add_workload(wl)
+            return
+        if rec.state == ADMITTED:
+            if wl.admission is None:
+                if rec.assumed:
+                    # Our admission write has not landed yet: keep the reservation.
+                    rec.wl = replace(
+                        wl,
+                        admission=rec.wl.admission,
+                        quota_reserved_at=rec.wl.quota_reserved_at,
+                        evicted_at=rec.wl.evicted_at,
+                    )
+                    return
+                self._release(rec)
+                rec.wl = wl
+                self._route(rec)
+                return
+            if (wl.admission != rec.wl.admission) or wl.priority != rec.wl.priority:
+                self._release(rec)
+                rec.wl = wl
+                self._hold(rec, wl.admission)
+            else:
+                rec.wl = wl
+            rec.assumed = False
+            rec.before_assume = None
+            return
+        # pending / orphan
+        if wl.admission is not None:
+            self._unqueue(rec)
+            rec.wl = wl
+            self._hold(rec, wl.admission)
+            return
+        old = rec.wl
+        rec.wl = wl
+        if (old.queue_name, old.namespace) != (wl.queue_name, wl.namespace):
+            self._unqueue(rec)
+        self._route(rec)
+
+    def delete_workload(self, key: WorkloadKey) -> bool:
+        """Forget a Workload (deleted from the API); its quota is released."""
+        rec = self._wls.pop(key, None)
+        if rec is None:
+            return False
+        if rec.state == ADMITTED:
+            self._release(rec)
+        else:
+            self._unqueue(rec)
+        return True
+
+    def assume(self, key: WorkloadKey, admission: Admission, now: float) -> bool:
+        """Reserve ``admission``'s usage for pending ``key`` before its status write lands
+        (Kueue scheduler ``assume``). ``schedule`` does this for every Admit it returns."""
+        rec = self._wls.get(key)
+        if rec is None or rec.state == ADMITTED:
+            return False
+        self._unqueue(rec)
+        rec.before_assume = rec.wl
+        rec.wl = replace(rec.wl, admission=admission, quota_reserved_at=now, evicted_at=None)
+        self._hold(rec, admission)
+        rec.assumed = True
+        return True
+
+    def forget(self, key: WorkloadKey) -> bool:
+        """Undo ``assume`` (the admission write failed): release and requeue the Workload."""
+        rec = self._wls.get(key)
+        if rec is None or not rec.assumed:
+            return False
+        self._release(rec)
+        rec.wl = rec.before_assume or replace(rec.wl, admission=None, quota_reserved_at=None)
+        rec.assumed, rec.before_assume = False, None
+        self._route(rec)
+        return True
+
+    def finish(self, key: WorkloadKey) -> bool:
+        """The Workload finished (Finished=True): release its quota and forget it."""
+        return self.delete_workload(key)
+
+    def evict(self, key: WorkloadKey, now: float) -> bool:
+        """Mark admitted ``key`` as being evicted at ``now``; it keeps its quota until
+        ``finish_eviction``. ``schedule`` does this for every preemption victim."""
+        rec = self._wls.get(key)
+        if rec is None or rec.state != ADMITTED or rec.evicting:
+            return False
+        rec.wl = replace(rec.wl, evicted_at=now)
+        return True
+
+    def cancel_eviction(self, key: WorkloadKey) -> bool:
+        """Undo ``evict`` (the eviction write failed); the Workload stays admitted."""
+        rec = self._wls.get(key)
+        if rec is None or not rec.evicting:
+            return False
+        rec.wl = replace(rec.wl, evicted_at=None)
+        return True
+
+    def finish_eviction(self, key: WorkloadKey, now: float | None = None) -> bool:
+        """The evicted Workload stopped: release its quota and queue it again, ordered by
+        its eviction time (``now`` if it was never marked)."""
+        rec = self._wls.get(key)
+        if rec is None or rec.state != ADMITTED:
+            return False
+        evicted_at = rec.wl.evicted_at if rec.wl.evicted_at is not None else now
+        self._release(rec)
+        rec.wl = replace(rec.wl, admission=None, quota_reserved_at=None, evicted_at=evicted_at)
+        rec.assumed, rec.before_assume = False, None
+        self._route(rec)
+        return True
+
+    # ---- internals -----------------------------------------------------------------------------
+    def _hold(self, rec: _Record, admission: Admission) -> None:
+        rec.state, rec.cq = ADMITTED, admission.cluster_queue
+        rec.usage = admission_usage(admission)
+        rec.last, rec.shortfalls = None, ()
+        self._admitted_by_cq.setdefault(rec.cq, {})[rec.wl.key] = None
+        if self.tree.has(rec.cq):
+            self.tree.add_usage(rec.cq, rec.usage)
+
+    def _release(self, rec: _Record) -> None:
+        cq = rec.cq
+        assert cq is not None
+        members = self._admitted_by_cq.get(cq, {})
+        members.pop(rec.wl.key, None)
+        if not members:
+            self._admitted_by_cq.pop(cq, None)
+        if self.tree.has(cq):
+            self.tree.remove_usage(cq, rec.usage)
+            self._mark_cohort(cq)
+        rec.state, rec.cq, rec.usage = PENDING, None, {}
+
+    def _unqueue(self, rec: _Record) -> None:
+        if rec.cq is not None and rec.state == PENDING:
+            cq = self._cqs.get(rec.cq)
+            if cq is not None:
+                cq.queue.remove(rec.wl.key)
+        lq = self._pending_by_lq.get(rec.lq_key)
+        if lq is not None:
+            lq.pop(rec.wl.key, None)
+            if not lq:
+                del self._pending_by_lq[rec.lq_key]
+        self._orphan_news.pop(rec.wl.key, None)
+        rec.cq = None
+        rec.state = PENDING
+
+    def _route(self, rec: _Record) -> None:
+        """Put a pending Workload in its ClusterQueue's heap (or mark it orphaned)."""
+        key = rec.wl.key
+        self._pending_by_lq.setdefault(rec.lq_key, {})[key] = None
+        lq = self._lqs.get(rec.lq_key)
+        target = None if lq is None else lq.cluster_queue
+        if target is None or target not in self._cqs:
+            if rec.cq is not None and rec.cq in self._cqs and rec.state == PENDING:
+                self._cqs[rec.cq].queue.remove(key)
+            rec.state, rec.cq = ORPHAN, None
+            if lq is None:
+                why = (
+                    PendingReason.LOCAL_QUEUE_NOT_FOUND,
+                    f"LocalQueue {rec.wl.queue_name} doesn't exist in namespace {rec.wl.namespace}",
+                )
+            else:
+                why = (
+                    PendingReason.CLUSTER_QUEUE_NOT_FOUND,
+                    f"ClusterQueue {lq.cluster_queue} doesn't exist",
+                )
+            if rec.last != why:
+                self._orphan_news[key] = None
+            return
+        if rec.cq is not None and rec.cq != target and rec.state == PENDING:
+            old = self._cqs.get(rec.cq)
+            if old is not None:
+                old.queue.remove(key)
+        self._orphan_news.pop(key, None)
+        rec.state, rec.cq = PENDING, target
+        self._cqs[target].queue.push(rec.wl)
+
+    def _reroute_lq(self, lq_key: str) -> None:
+        for key in list(self._pending_by_lq.get(lq_key, {})):
+            self._route(self._wls[key])
+
+    def _reroute_all(self) -> None:
+        for lq_key in list(self._pending_by_lq):
+            for key in list(self._pending_by_lq.get(lq_key, {})):
+                rec = self._wls[key]
+                if rec.state == ORPHAN:
+                    self._route(rec)
+
+    def _orphan_reason(self, rec: _Record) -> tuple[PendingReason, str]:
+        lq = self._lqs.get(rec.lq_key)
+        if lq is None:
+            return (
+                PendingReason.LOCAL_QUEUE_NOT_FOUND,
+                f"LocalQueue {rec.wl.queue_name} doesn't exist in namespace {rec.wl.namespace}",
+            )
+        return (
+            PendingReason.CLUSTER_QUEUE_NOT_FOUND,
+            f"ClusterQueue {lq.cluster_queue} doesn't exist",
+        )
+
+    def _set_pending(
+        self,
+        rec: _Record,
+        reason: PendingReason,
+        message: str,
+        shortfalls: tuple[QuotaShortfall, ...] = (),
+        inadmissible: bool = False,
+    ) -> Pending | None:
+        """Record why ``rec`` is pending; return a Pending decision if it changed or the
+        Workload was parked now (so a cycle returning nothing means nothing moved)."""
+        rec.shortfalls = shortfalls
+        if rec.last == (reason, message) and not inadmissible:
+            return None
+        rec.last = (reason, message)
+        return Pending(rec.wl.key, rec.cq, reason, message, shortfalls, inadmissible)
+
+    def _apply_requeues(self) -> None:
+        """Return parked Workloads of marked ClusterQueues to their heaps (cycle start)."""
+        marked, self._requeue = self._requeue, {}
+        for name in marked:
+            cq = self._cqs.get(name)
+            if cq is None or not cq.active:
+                continue
+            spec = cq.spec
+            cq.queue.requeue_parked(
+                lambda k, spec=spec: self.namespace_matches(spec, self._wls[k].wl.namespace)
+            )
+
+    # ---- read-only views -----------------------------------------------------------------------
+    @property
+    def flavors(self) -> Mapping[FlavorName, ResourceFlavor]:
+        """ResourceFlavors by name (read-only view)."""
+        return self._flavors
+
+    def cluster_queue_names(self) -> list[ClusterQueueName]:
+        """Known ClusterQueue names, sorted."""
+        return sorted(self._cqs)
+
+    def cluster_queue_spec(self, name: ClusterQueueName) -> ClusterQueueSpec | None:
+        """The spec last given for ``name``."""
+        cq = self._cqs.get(name)
+        return None if cq is None else cq.spec
+
+    def workload(self, key: WorkloadKey) -> WorkloadInfo | None:
+        """Where ``key`` stands (None when unknown)."""
+        rec = self._wls.get(key)
+        if rec is None:
+            return None
+        state = "evicting" if rec.evicting else ("admitted" if rec.state == ADMITTED else "pending")
+        inadmissible = rec.state == ORPHAN
+        reason, message = rec.last if rec.last else (None, "")
+        if rec.state == PENDING and rec.cq is not None:
+            cq = self._cqs[rec.cq]
+            inadmissible = cq.queue.is_parked(key)
+            if cq.problem is not None:
+                reason, message = PendingReason.CLUSTER_QUEUE_INACTIVE, cq.problem.message
+        elif rec.state == ORPHAN:
+            reason, message = self._orphan_reason(rec)
+        return WorkloadInfo(
+            key,
+            state,
+            rec.cq,
+            rec.wl.admission,
+            rec.assumed,
+            inadmissible,
+            reason,
+            message,
+            rec.shortfalls,
+        )
+
+    def admitted(self, name: ClusterQueueName) -> list[WorkloadKey]:
+        """Keys of Workloads holding quota in ClusterQueue ``name`` (admitted or evicting)."""
+        return list(self._admitted_by_cq.get(name, {}))
+
+    def pending_workloads(self, name: ClusterQueueName) -> list[PendingWorkloadInfo]:
+        """Pending Workloads of a ClusterQueue in queue order (O(n log n))."""
+        cq = self._cqs.get(name)
+        if cq is None:
+            return []
+        out = []
+        for pos, (key, parked) in enumerate(cq.queue.ordered()):
+            rec = self._wls[key]
+            reason, message = rec.last if rec.last else (None, "")
+            if cq.problem is not None:
+                reason, message = PendingReason.CLUSTER_QUEUE_INACTIVE, cq.problem.message
+            out.append(
+                PendingWorkloadInfo(
+                    key, pos, rec.wl.priority, rec.wl.queue_name, parked, reason, message
+                )
+            )
+        return out
+
+    def cluster_queue_status(self, name: ClusterQueueName) -> ClusterQueueStatus | None:
+        """Usage / borrowed / lent per flavor-resource, counts and the Active condition."""
+        cq = self._cqs.get(name)
+        if cq is None:
+            return None
+        tree, spec = self.tree, cq.spec
+        frs = dict.fromkeys([*spec.quotas, *tree.usages(name)])
+        resources = []
+        for fr in frs:
+            rq = spec.quota(fr)
+            resources.append(
+                FlavorResourceStatus(
+                    fr.flavor,
+                    fr.resource,
+                    nominal=0 if rq is None else rq.nominal,
+                    borrowing_limit=None if rq is None else rq.borrowing_limit,
+                    lending_limit=None if rq is None else rq.lending_limit,
+                    usage=tree.usage(name, fr),
+                    borrowed=tree.borrowed(name, fr),
+                    lent=tree.lent(name, fr),
+                    available=tree.available(name, fr),
+                )
+            )
+        admitted = self._admitted_by_cq.get(name, {})
+        evicting = sum(1 for k in admitted if self._wls[k].evicting)
+        if cq.problem is None:
+            reason, message = "Ready", "Can admit new workloads"
+        else:
+            reason, message = cq.problem.reason, cq.problem.message
+        return ClusterQueueStatus(
+            name,
+            spec.cohort,
+            cq.active,
+            reason,
+            message,
+            tuple(resources),
+            len(cq.queue),
+            len(admitted),
+            evicting,
+        )
+
+    def local_queue_status(self, key: str) -> LocalQueueStatus | None:
+        """Pending / admitted counts and admitted usage of LocalQueue ``namespace/name``."""
+        lq = self._lqs.get(key)
+        if lq is None:
+            return None
+        pending = len(self._pending_by_lq.get(key, {}))
+        usage: dict[FlavorResource, int] = {}
+        admitted = 0
+        for wk in self._admitted_by_cq.get(lq.cluster_queue, {}):
+            rec = self._wls[wk]
+            if rec.lq_key == key:
+                admitted += 1
+                for fr, v in rec.usage.items():
+                    usage[fr] = usage.get(fr, 0) + v
+        return LocalQueueStatus(key, lq.cluster_queue, pending, admitted, usage)
+
+    def usage(self, name: ClusterQueueName) -> dict[FlavorResource, int]:
+        """``{FlavorResource: amount}`` held in ClusterQueue ``name`` (empty if unknown)."""
+        return self.tree.usages(name) if self.tree.has(name) else {}
+
+    def workload_keys(self) -> Iterator[WorkloadKey]:
+        """Every known Workload key."""
+        return iter(list(self._wls))

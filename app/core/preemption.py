@@ -1,0 +1,234 @@
+"""Classical preemption: which admitted Workloads to evict so that a preemptor fits.
+
+Rules (Kueue ``pkg/scheduler/preemption``, reference 3.7):
+
+- Flavor-resources that "need preemption" are those whose flavor assignment needs victims.
+  A candidate uses at least one of them and is admitted in the preemptor's ClusterQueue or
+  another ClusterQueue of its cohort.
+- Same ClusterQueue: ``withinClusterQueue`` — LowerPriority (candidate priority lower),
+  LowerOrNewerEqualPriority (lower, or equal and the preemptor is older), Never.
+- Other ClusterQueues: ``reclaimWithinCohort`` — LowerPriority, Any, Never; only from a
+  ClusterQueue that borrows (usage > nominal) on a resource needing preemption, re-checked as
+  victims are removed (a queue back within its nominal is no longer a candidate).
+- ``borrowWithinCohort: LowerPriority`` lets the preemptor stay borrowing after reclaiming
+  from other ClusterQueues, only from candidates of strictly lower priority and at most
+  ``maxPriorityThreshold``; otherwise a reclaiming preemptor must end within its nominal.
+- Attempts (allow borrowing: yes / no): only "yes" when there is no other-ClusterQueue
+  candidate, or borrowWithinCohort is Never and the ClusterQueue is not under nominal on
+  every resource needing preemption; only "no" when borrowWithinCohort is Never (and it is
+  under nominal); else "yes" then "no".
+- Candidate order: already being evicted first, other ClusterQueues before the own, lower
+  priority, most recently admitted, uid, key.
+- Fewest victims: remove candidates in that order until the preemptor fits, then walk the
+  chosen ones backwards (all but the last) and put back each one whose return still lets it
+  fit. The result is minimal: no victim can be spared (acceptance KQ-14, KQ-15).
+- Reasons: InClusterQueue (same ClusterQueue), InCohortReclamation, and
+  InCohortReclaimWhileBorrowing (taken by the borrowing attempt).
+
+Simulation removes usage from the ``QuotaTree`` and restores it exactly before returning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from app.core.decisions import PreemptionReason
+from app.core.quota import QuotaTree
+from app.core.spec import (
+    BorrowWithinCohort,
+    ClusterQueueSpec,
+    ReclaimWithinCohort,
+    WithinClusterQueue,
+)
+from app.core.types import ClusterQueueName, FlavorResource, WorkloadKey
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """An admitted Workload that could be evicted. ``reserved_at``: when it got its quota
+    (seconds); ``order_time``: its queue-order timestamp; ``usage``: what it holds."""
+
+    key: WorkloadKey
+    cluster_queue: ClusterQueueName
+    priority: int
+    uid: str
+    reserved_at: float
+    order_time: float
+    usage: Mapping[FlavorResource, int]
+    evicting: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Preemptor:
+    """The pending Workload that needs room."""
+
+    key: WorkloadKey
+    cluster_queue: ClusterQueueName
+    priority: int
+    uid: str
+    order_time: float
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A chosen victim and the Preempted condition reason."""
+
+    candidate: Candidate
+    reason: PreemptionReason
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """The minimal victim set and whether it lets the preemptor borrow."""
+
+    targets: tuple[Target, ...]
+    allow_borrowing: bool
+
+
+def candidate_order(c: Candidate, preemptor_cq: ClusterQueueName) -> tuple[object, ...]:
+    """Kueue's CandidatesOrdering as a sort key (smaller = evicted first)."""
+    return (
+        not c.evicting,
+        c.cluster_queue == preemptor_cq,
+        c.priority,
+        -c.reserved_at,
+        c.uid,
+        c.key,
+    )
+
+
+def _eligible(
+    p: Preemptor,
+    spec: ClusterQueueSpec,
+    c: Candidate,
+    need: Iterable[FlavorResource],
+    tree: QuotaTree,
+) -> bool:
+    if not any(c.usage.get(fr, 0) > 0 for fr in need):
+        return False
+    if c.cluster_queue == p.cluster_queue:
+        policy = spec.preemption.within_cluster_queue
+        if policy == WithinClusterQueue.LOWER_PRIORITY:
+            return c.priority < p.priority
+        if policy == WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY:
+            return c.priority < p.priority or (
+                c.priority == p.priority and p.order_time < c.order_time
+            )
+        return False
+    cohort = tree.cohort_of(p.cluster_queue)
+    if cohort is None or not tree.has(c.cluster_queue) or tree.cohort_of(c.cluster_queue) != cohort:
+        return False
+    reclaim = spec.preemption.reclaim_within_cohort
+    if reclaim == ReclaimWithinCohort.NEVER:
+        return False
+    if reclaim == ReclaimWithinCohort.LOWER_PRIORITY and not c.priority < p.priority:
+        return False
+    return any(tree.is_borrowing(c.cluster_queue, fr) for fr in need)
+
+
+class _Search:
+    def __init__(
+        self,
+        p: Preemptor,
+        spec: ClusterQueueSpec,
+        tree: QuotaTree,
+        need: tuple[FlavorResource, ...],
+        request: Mapping[FlavorResource, int],
+    ) -> None:
+        self.p, self.spec, self.tree, self.need, self.request = p, spec, tree, need, request
+
+    def fits(self, allow_borrowing: bool) -> bool:
+        cq, tree = self.p.cluster_queue, self.tree
+        for fr, r in self.request.items():
+            if r > tree.available(cq, fr):
+                return False
+            if not allow_borrowing and tree.usage(cq, fr) + r > tree.nominal(cq, fr):
+                return False
+        return True
+
+    def while_borrowing_ok(self, c: Candidate) -> bool:
+        pol = self.spec.preemption
+        if pol.borrow_within_cohort != BorrowWithinCohort.LOWER_PRIORITY:
+            return False
+        if not c.priority < self.p.priority:
+            return False
+        return pol.max_priority_threshold is None or c.priority <= pol.max_priority_threshold
+
+    def attempt(self, cands: list[Candidate], allow: bool) -> list[Target] | None:
+        tree, own = self.tree, self.p.cluster_queue
+        removed: list[Target] = []
+        fits = False
+        for c in cands:
+            if c.cluster_queue != own:
+                if not any(tree.is_borrowing(c.cluster_queue, fr) for fr in self.need):
+                    continue
+                if allow and not self.while_borrowing_ok(c):
+                    continue
+                reason = (
+                    PreemptionReason.IN_COHORT_RECLAIM_WHILE_BORROWING
+                    if allow
+                    else PreemptionReason.IN_COHORT_RECLAMATION
+                )
+            else:
+                reason = PreemptionReason.IN_CLUSTER_QUEUE
+            tree.remove_usage(c.cluster_queue, c.usage)
+            removed.append(Target(c, reason))
+            if self.fits(allow):
+                fits = True
+                break
+        if fits:
+            # Fill back: every victim but the last one that is not needed returns.
+            for i in range(len(removed) - 2, -1, -1):
+                c = removed[i].candidate
+                tree.add_usage(c.cluster_queue, c.usage)
+                if self.fits(allow):
+                    del removed[i]
+                else:
+                    tree.remove_usage(c.cluster_queue, c.usage)
+        for t in removed:
+            tree.add_usage(t.candidate.cluster_queue, t.candidate.usage)
+        return removed if fits else None
+
+
+def find_targets(
+    preemptor: Preemptor,
+    spec: ClusterQueueSpec,
+    tree: QuotaTree,
+    candidates: Iterable[Candidate],
+    need: Iterable[FlavorResource],
+    request: Mapping[FlavorResource, int],
+) -> Targets | None:
+    """The fewest Workloads to evict so that ``request`` fits ``preemptor``'s ClusterQueue
+    ``spec``, or None when no eligible set makes it fit.
+
+    ``candidates``: admitted Workloads of the preemptor's ClusterQueue and its cohort (any
+    order; ineligible ones are filtered); ``need``: flavor-resources needing preemption;
+    ``request``: the preemptor's whole usage per FlavorResource, which must not fit as
+    things stand (the scheduler asks only then). ``tree`` is restored before returning.
+    """
+    need_t = tuple(need)
+    p = preemptor
+    cands = sorted(
+        (c for c in candidates if _eligible(p, spec, c, need_t, tree)),
+        key=lambda c: candidate_order(c, p.cluster_queue),
+    )
+    if not cands:
+        return None
+    search = _Search(p, spec, tree, need_t, request)
+    has_other = any(c.cluster_queue != p.cluster_queue for c in cands)
+    forbidden = spec.preemption.borrow_within_cohort == BorrowWithinCohort.NEVER
+    under_nominal = all(
+        tree.usage(p.cluster_queue, fr) < tree.nominal(p.cluster_queue, fr) for fr in need_t
+    )
+    if not has_other or (forbidden and not under_nominal):
+        attempts = (True,)
+    elif forbidden:
+        attempts = (False,)
+    else:
+        attempts = (True, False)
+    for allow in attempts:
+        found = search.attempt(cands, allow)
+        if found:
+            return Targets(tuple(found), allow)
+    return None

@@ -1,0 +1,310 @@
+"""ClusterQueue / cohort quota tree: nominalQuota, borrowingLimit, lendingLimit, usage.
+
+Rules: Kueue v1beta2 ClusterQueue quotas and the hierarchical arithmetic of Kueue's
+``pkg/cache/scheduler/resource_node.go`` (reference 3.6). Every amount is an integer per
+``FlavorResource`` (milli-CPU, bytes, counts). Each ClusterQueue and each cohort is a node:
+
+- ``local_quota(n)`` = max(0, subtree − lendingLimit) when lendingLimit is set, else 0: the
+  part of a node's quota never lent to its cohort;
+- ClusterQueue: ``subtree`` = nominal, ``usage`` = sum of its admitted (and assumed) Workloads;
+- cohort: ``subtree`` = own nominal + Σ children (child.subtree − child.local_quota),
+  ``usage`` = Σ children max(0, child.usage − child.local_quota);
+- ``available(root)`` = subtree − usage; ``available(n)`` = max(0, local − usage) + P where
+  P = max(0, available(parent)), capped when borrowingLimit is set at
+  (subtree − local) − max(0, usage − local) + borrowingLimit; clamped at 0;
+- ``potential_available(root)`` = subtree; ``(n)`` = local + potential(parent), capped at
+  subtree + borrowingLimit.
+
+Cohorts are flat today (a ClusterQueue's ``cohortName``; no Cohort objects, no own quota, no
+parent), but nodes already carry ``parent`` and ``quotas`` so Kueue's hierarchical Cohort
+objects can be added by giving a cohort node a parent and quotas.
+
+"borrowed" exists only where a cohort exists (acceptance KQ-02): max(0, usage − nominal).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from app.core.spec import ClusterQueueSpec
+from app.core.types import ClusterQueueName, CohortName, FlavorResource
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """Quota of one node for one FlavorResource (``None`` limit = unset)."""
+
+    nominal: int
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+
+def quotas_of(spec: ClusterQueueSpec) -> dict[FlavorResource, Quota]:
+    """``{FlavorResource: Quota}`` declared by a ClusterQueue spec."""
+    return {
+        fr: Quota(rq.nominal, rq.borrowing_limit, rq.lending_limit)
+        for fr, rq in spec.quotas.items()
+    }
+
+
+@dataclass(eq=False)
+class _Node:
+    name: str
+    is_cohort: bool
+    quotas: dict[FlavorResource, Quota] = field(default_factory=dict)
+    usage: dict[FlavorResource, int] = field(default_factory=dict)
+    parent: _Node | None = None
+    children: dict[str, _Node] = field(default_factory=dict)
+    # Cohorts only: cached Σ children (subtree − local) + own nominal.
+    subtree: dict[FlavorResource, int] = field(default_factory=dict)
+
+    def subtree_quota(self, fr: FlavorResource) -> int:
+        if self.is_cohort:
+            return self.subtree.get(fr, 0)
+        q = self.quotas.get(fr)
+        return q.nominal if q is not None else 0
+
+    def local_quota(self, fr: FlavorResource) -> int:
+        q = self.quotas.get(fr)
+        if q is None or q.lending_limit is None:
+            return 0
+        return max(0, self.subtree_quota(fr) - q.lending_limit)
+
+    def keys(self) -> Iterable[FlavorResource]:
+        seen = dict.fromkeys(self.quotas)
+        seen.update(dict.fromkeys(self.usage))
+        if self.is_cohort:
+            seen.update(dict.fromkeys(self.subtree))
+        return seen
+
+
+class QuotaTree:
+    """ClusterQueue and cohort nodes with quotas and usage; pure arithmetic, no policy.
+
+    Mutations: ``set_cluster_queue`` (add or replace quotas / cohort, keeping usage),
+    ``remove_cluster_queue``, ``add_usage`` / ``remove_usage`` (exact inverses, so a
+    simulation can remove a Workload and put it back). Queries take a ClusterQueue name and a
+    FlavorResource; unknown names raise ``KeyError``.
+    """
+
+    def __init__(self) -> None:
+        self._cqs: dict[str, _Node] = {}
+        self._cohorts: dict[str, _Node] = {}
+
+    # ---- structure -------------------------------------------------------------------------
+    def set_cluster_queue(
+        self,
+        name: ClusterQueueName,
+        cohort: CohortName | None,
+        quotas: Mapping[FlavorResource, Quota],
+    ) -> None:
+        """Add or replace a ClusterQueue node; its usage is kept across replacement."""
+        node = self._cqs.get(name)
+        if node is None:
+            node = _Node(name, is_cohort=False)
+            self._cqs[name] = node
+        self._detach(node)
+        node.quotas = dict(quotas)
+        if cohort is not None:
+            parent = self._cohorts.get(cohort)
+            if parent is None:
+                parent = _Node(cohort, is_cohort=True)
+                self._cohorts[cohort] = parent
+            node.parent = parent
+            parent.children[name] = node
+            self._recompute(parent)
+
+    def remove_cluster_queue(self, name: ClusterQueueName) -> None:
+        """Remove a ClusterQueue node (and its usage) from the tree; no-op if absent."""
+        node = self._cqs.pop(name, None)
+        if node is not None:
+            self._detach(node)
+
+    def _detach(self, node: _Node) -> None:
+        parent = node.parent
+        if parent is None:
+            return
+        del parent.children[node.name]
+        node.parent = None
+        if parent.children or parent.quotas:
+            self._recompute(parent)
+        else:
+            del self._cohorts[parent.name]
+
+    def _recompute(self, cohort: _Node) -> None:
+        subtree: dict[FlavorResource, int] = {fr: q.nominal for fr, q in cohort.quotas.items()}
+        usage: dict[FlavorResource, int] = {}
+        for child in cohort.children.values():
+            for fr in child.keys():
+                lq = child.local_quota(fr)
+                subtree[fr] = subtree.get(fr, 0) + child.subtree_quota(fr) - lq
+                u = max(0, child.usage.get(fr, 0) - lq)
+                if u:
+                    usage[fr] = usage.get(fr, 0) + u
+        cohort.subtree = subtree
+        cohort.usage = usage
+        if cohort.parent is not None:
+            # Hierarchy-ready: a cohort with a parent is itself a child of that parent.
+            self._recompute(cohort.parent)
+
+    # ---- usage -----------------------------------------------------------------------------
+    def add_usage(self, name: ClusterQueueName, usage: Mapping[FlavorResource, int]) -> None:
+        """Add ``usage`` to a ClusterQueue; the part above its local quota reaches the cohort."""
+        node = self._cqs[name]
+        for fr, v in usage.items():
+            if v:
+                self._change(node, fr, v)
+
+    def remove_usage(self, name: ClusterQueueName, usage: Mapping[FlavorResource, int]) -> None:
+        """Exact inverse of ``add_usage``."""
+        node = self._cqs[name]
+        for fr, v in usage.items():
+            if v:
+                self._change(node, fr, -v)
+
+    def _change(self, node: _Node, fr: FlavorResource, delta: int) -> None:
+        old = node.usage.get(fr, 0)
+        new = old + delta
+        if new:
+            node.usage[fr] = new
+        else:
+            node.usage.pop(fr, None)
+        self._bubble(node, fr, old, new)
+
+    def _bubble(self, node: _Node, fr: FlavorResource, old: int, new: int) -> None:
+        parent = node.parent
+        if parent is None:
+            return
+        lq = node.local_quota(fr)
+        d = max(0, new - lq) - max(0, old - lq)
+        if d:
+            self._change(parent, fr, d)
+
+    # ---- queries ---------------------------------------------------------------------------
+    def has(self, name: ClusterQueueName) -> bool:
+        """True when the ClusterQueue has a node."""
+        return name in self._cqs
+
+    def cohort_of(self, name: ClusterQueueName) -> CohortName | None:
+        """The cohort name of a ClusterQueue, or None."""
+        parent = self._cqs[name].parent
+        return None if parent is None else CohortName(parent.name)
+
+    def members(self, cohort: CohortName) -> tuple[ClusterQueueName, ...]:
+        """ClusterQueues of a cohort, in the order they joined."""
+        node = self._cohorts.get(cohort)
+        return () if node is None else tuple(ClusterQueueName(n) for n in node.children)
+
+    def quota(self, name: ClusterQueueName, fr: FlavorResource) -> Quota | None:
+        """The quota a ClusterQueue declares for ``fr`` (None: undeclared, nominal 0)."""
+        return self._cqs[name].quotas.get(fr)
+
+    def nominal(self, name: ClusterQueueName, fr: FlavorResource) -> int:
+        """nominalQuota of ``fr`` in a ClusterQueue (0 when undeclared)."""
+        q = self._cqs[name].quotas.get(fr)
+        return 0 if q is None else q.nominal
+
+    def usage(self, name: ClusterQueueName, fr: FlavorResource) -> int:
+        """Usage of ``fr`` by a ClusterQueue's admitted and assumed Workloads."""
+        return self._cqs[name].usage.get(fr, 0)
+
+    def usages(self, name: ClusterQueueName) -> dict[FlavorResource, int]:
+        """Copy of a ClusterQueue's usage ``{FlavorResource: amount}`` (non-zero entries)."""
+        return dict(self._cqs[name].usage)
+
+    def borrowed(self, name: ClusterQueueName, fr: FlavorResource) -> int:
+        """max(0, usage − nominal) when the ClusterQueue is in a cohort, else 0 (KQ-02)."""
+        node = self._cqs[name]
+        if node.parent is None:
+            return 0
+        return max(0, node.usage.get(fr, 0) - node.subtree_quota(fr))
+
+    def is_borrowing(self, name: ClusterQueueName, fr: FlavorResource) -> bool:
+        """True when the ClusterQueue uses more than its nominal quota of ``fr``."""
+        return self.borrowed(name, fr) > 0
+
+    def _available(self, node: _Node, fr: FlavorResource) -> int:
+        usage = node.usage.get(fr, 0)
+        subtree = node.subtree_quota(fr)
+        if node.parent is None:
+            return subtree - usage
+        local = node.local_quota(fr)
+        p = max(0, self._available(node.parent, fr))
+        q = node.quotas.get(fr)
+        if q is not None and q.borrowing_limit is not None:
+            p = min(p, (subtree - local) - max(0, usage - local) + q.borrowing_limit)
+        return max(0, local - usage) + max(0, p)
+
+    def available(self, name: ClusterQueueName, fr: FlavorResource) -> int:
+        """How much more of ``fr`` a ClusterQueue can use now (≥ 0)."""
+        return max(0, self._available(self._cqs[name], fr))
+
+    def _potential(self, node: _Node, fr: FlavorResource) -> int:
+        subtree = node.subtree_quota(fr)
+        if node.parent is None:
+            return subtree
+        v = node.local_quota(fr) + self._potential(node.parent, fr)
+        q = node.quotas.get(fr)
+        if q is not None and q.borrowing_limit is not None:
+            v = min(v, subtree + q.borrowing_limit)
+        return v
+
+    def potential_available(self, name: ClusterQueueName, fr: FlavorResource) -> int:
+        """The most of ``fr`` a ClusterQueue could ever use if the cohort were idle."""
+        return self._potential(self._cqs[name], fr)
+
+    def borrowing_level(self, name: ClusterQueueName, fr: FlavorResource, amount: int) -> int:
+        """0 when usage + amount fits the ClusterQueue's nominal (or it has no cohort), else
+        the height of the cohort that provides the rest (1 for a flat cohort)."""
+        node = self._cqs[name]
+        if node.parent is None or node.usage.get(fr, 0) + amount <= node.subtree_quota(fr):
+            return 0
+        level, p = 1, node.parent
+        while p.parent is not None and p.usage.get(fr, 0) > p.subtree_quota(fr):
+            level, p = level + 1, p.parent
+        return level
+
+    def cohort_capacity(self, cohort: CohortName, fr: FlavorResource) -> int:
+        """Quota of ``fr`` a cohort can hand out (Σ members' nominal − their local quota)."""
+        node = self._cohorts.get(cohort)
+        return 0 if node is None else node.subtree_quota(fr)
+
+    def cohort_usage(self, cohort: CohortName, fr: FlavorResource) -> int:
+        """Usage of the cohort's shared pool (Σ members' usage above their local quota)."""
+        node = self._cohorts.get(cohort)
+        return 0 if node is None else node.usage.get(fr, 0)
+
+    def lendable(self, name: ClusterQueueName, fr: FlavorResource) -> int:
+        """How much of a ClusterQueue's nominal its cohort may use (nominal − local quota)."""
+        node = self._cqs[name]
+        if node.parent is None:
+            return 0
+        return node.subtree_quota(fr) - node.local_quota(fr)
+
+    def lent(self, name: ClusterQueueName, fr: FlavorResource) -> int:
+        """How much of this ClusterQueue's unused lendable quota other members use.
+
+        Kueue does not attribute borrowed quota to lenders; pykueue spreads the cohort's
+        borrowed total over the lenders in proportion to their unused lendable quota
+        (rounded down, so the members' sum may be below the total by < number of lenders).
+        """
+        node = self._cqs[name]
+        parent = node.parent
+        if parent is None:
+            return 0
+        members = list(parent.children.values())
+
+        def unused(n: _Node) -> int:
+            lq = n.local_quota(fr)
+            return max(0, (n.subtree_quota(fr) - lq) - max(0, n.usage.get(fr, 0) - lq))
+
+        total_borrowed = (
+            sum(max(0, n.usage.get(fr, 0) - n.subtree_quota(fr)) for n in members)
+            - parent.quotas.get(fr, Quota(0)).nominal
+        )
+        total_unused = sum(unused(n) for n in members)
+        mine = unused(node)
+        if total_borrowed <= 0 or total_unused <= 0 or mine == 0:
+            return 0
+        return min(mine, total_borrowed * mine // total_unused)

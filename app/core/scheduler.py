@@ -1,0 +1,358 @@
+"""One scheduling cycle of the admission core, and ``Cluster``: the object everyone uses.
+
+``Cluster`` (= ``ClusterState`` from ``app.core.cluster`` + ``schedule``) is stateful but
+pure: plain dataclasses in, plain dataclasses out, time passed in, no I/O, no clock.
+
+Feeding it (the reconciler mirrors API objects; the simulator builds them)::
+
+    c = Cluster()
+    c.add_flavor(ResourceFlavor(FlavorName("a100"), node_labels={"pool": "a100"}))
+    c.add_cluster_queue(ClusterQueueSpec(
+        ClusterQueueName("team-a"), cohort=CohortName("ai"),
+        namespace_selector=LabelSelector(),                    # {} = all namespaces
+        resource_groups=(ResourceGroup((ResourceName("nvidia.com/gpu"),), (
+            FlavorQuotas(FlavorName("a100"), (ResourceQuota(ResourceName("nvidia.com/gpu"), 4),)),
+        )),),
+    ))
+    c.add_local_queue(LocalQueue("ns", "team-a", ClusterQueueName("team-a")))
+    c.set_namespace("ns", {"team": "a"})
+    c.add_workload(workload)            # pending (no admission) or admitted (restart rebuild)
+
+One cycle::
+
+    for d in c.schedule(now=time.time()):
+        match d:
+            case Admit():    write d.admission; on failure c.forget(d.workload)
+            case Preempt():  evict each d.victims[i] (reason d.victims[i].reason);
+                             on failure c.cancel_eviction(victim)
+            case Pending():  set QuotaReserved=False, d.reason.condition_reason, d.message
+
+Then report what happens in the API: ``update_workload(wl)`` (with admission: confirms an
+assumption; without: eviction finished), ``finish(key)``, ``delete_workload(key)``,
+``finish_eviction(key)``; and config changes (``add/update/delete`` of flavors,
+ClusterQueues, LocalQueues, ``set_namespace``). When ``schedule`` returns ``[]`` nothing will
+change until one of those calls: wait for the next event.
+
+Status: ``cluster_queue_status(name)`` (usage / borrowed / lent / available per
+flavor-resource, Active reason), ``pending_workloads(name)`` (queue order, position,
+inadmissible, last reason), ``workload(key)``, ``local_queue_status(key)``.
+
+The cycle (Kueue ``Scheduler.schedule``, reference 3.4):
+
+1. Parked Workloads of ClusterQueues whose cohort changed return to their heaps.
+2. Heads: one per ClusterQueue with queued Workloads (cost O(active ClusterQueues), not
+   O(pending Workloads)). An inactive ClusterQueue parks all its Workloads with its reason;
+   a head whose namespace does not match the selector is parked (even under StrictFIFO).
+3. Nominate: flavor assignment for each head against usage at cycle start.
+4. Order: not borrowing before borrowing, then higher priority, then earlier queue-order
+   time, uid, key.
+5. Process in order against the live usage (earlier admissions of this cycle count):
+   Fit ⇒ re-check it still fits, assume, Admit; Preempt/Reclaim ⇒ choose the fewest
+   victims now (not overlapping another preemptor's this cycle), mark new ones evicting,
+   Preempt, and keep the capacity for the preemptor for the rest of the cycle; NoCandidates
+   ⇒ Pending, and unless reclaimWithinCohort is Any the ClusterQueue holds its unused
+   nominal headroom for the rest of the cycle (acceptance KQ-09); NoFit ⇒ Pending.
+   A head that does not fit stays the head under StrictFIFO and is parked under
+   BestEffortFIFO. A preemptor stays the head (sticky) until admitted.
+
+No preempt/re-admit loop: victims stay counted until their eviction finishes; a victim
+re-queued after eviction is ordered by its eviction time; a preemptor waiting for victims
+already being evicted issues no new preemption (acceptance KQ-18, KQ-29).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.core.cluster import ClusterState, _Record
+from app.core.decisions import Admit, Decision, PendingReason, Preempt, Victim
+from app.core.flavors import Assignment, Mode, assign_flavors, shortfall
+from app.core.preemption import Candidate, Preemptor, Targets, find_targets
+from app.core.spec import ClusterQueueSpec, QueueingStrategy, ReclaimWithinCohort
+from app.core.types import ClusterQueueName, FlavorResource, WorkloadKey
+
+__all__ = ["Cluster"]
+
+_REASON_TEXT = {
+    "InClusterQueue": "prioritization in the ClusterQueue",
+    "InCohortReclamation": "reclamation within the cohort",
+    "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
+}
+
+
+@dataclass
+class _Entry:
+    rec: _Record
+    spec: ClusterQueueSpec
+    assignment: Assignment
+
+    def order(self) -> tuple[object, ...]:
+        wl = self.rec.wl
+        return (self.assignment.borrow, -wl.priority, wl.queue_order_time, wl.uid, wl.key)
+
+
+class Cluster(ClusterState):
+    """The admission core: ``ClusterState`` plus ``schedule(now)``. See the module docstring."""
+
+    def schedule(self, now: float) -> list[Decision]:
+        """Run one scheduling cycle at time ``now`` (seconds) and return its decisions.
+
+        Admit decisions are already assumed and victims already marked as being evicted.
+        Pending decisions are returned when a Workload's reason or message changed or it was
+        parked as inadmissible in this cycle; so ``[]`` means a fixed point: nothing changes
+        until the next event.
+        """
+        out: list[Decision] = []
+        self._apply_requeues()
+        for key in list(self._orphan_news):
+            rec = self._wls[key]
+            reason, message = self._orphan_reason(rec)
+            d = self._set_pending(rec, reason, message, inadmissible=True)
+            if d is not None:
+                out.append(d)
+        self._orphan_news.clear()
+
+        entries: list[_Entry] = []
+        for name in sorted(self._cqs):
+            cq = self._cqs[name]
+            if not cq.queue.active_count:
+                continue
+            if cq.problem is not None:
+                for key in sorted(cq.queue.active()):
+                    rec = self._wls[key]
+                    cq.queue.park(rec.wl)
+                    d = self._set_pending(
+                        rec,
+                        PendingReason.CLUSTER_QUEUE_INACTIVE,
+                        cq.problem.message,
+                        inadmissible=True,
+                    )
+                    if d is not None:
+                        out.append(d)
+                continue
+            key = cq.queue.head()
+            if key is None:
+                continue
+            rec = self._wls[key]
+            if not self.namespace_matches(cq.spec, rec.wl.namespace):
+                cq.queue.park(rec.wl)
+                d = self._set_pending(
+                    rec,
+                    PendingReason.NAMESPACE_MISMATCH,
+                    f"namespace {rec.wl.namespace} doesn't match the namespaceSelector of "
+                    f"ClusterQueue {name}",
+                    inadmissible=True,
+                )
+                if d is not None:
+                    out.append(d)
+                continue
+            entries.append(_Entry(rec, cq.spec, self._nominate(rec, cq.spec)))
+
+        entries.sort(key=_Entry.order)
+        taken: set[WorkloadKey] = set()
+        held: list[tuple[ClusterQueueName, dict[FlavorResource, int]]] = []
+        try:
+            for e in entries:
+                out.extend(self._process(e, now, taken, held))
+        finally:
+            for name, usage in held:
+                self.tree.remove_usage(name, usage)
+        return out
+
+    # ---- nomination ------------------------------------------------------------------------
+    def _candidates(self, name: ClusterQueueName) -> list[Candidate]:
+        cohort = self.tree.cohort_of(name)
+        cqs = self.tree.members(cohort) if cohort is not None else (name,)
+        out = []
+        for cq in cqs:
+            for key in self._admitted_by_cq.get(cq, {}):
+                rec = self._wls[key]
+                wl = rec.wl
+                out.append(
+                    Candidate(
+                        key,
+                        cq,
+                        wl.priority,
+                        wl.uid,
+                        wl.quota_reserved_at if wl.quota_reserved_at is not None else wl.creation,
+                        wl.creation,
+                        rec.usage,
+                        rec.evicting,
+                    )
+                )
+        return out
+
+    def _preemptor(self, rec: _Record, spec: ClusterQueueSpec) -> Preemptor:
+        wl = rec.wl
+        return Preemptor(wl.key, spec.name, wl.priority, wl.uid, wl.queue_order_time)
+
+    def _nominate(self, rec: _Record, spec: ClusterQueueSpec) -> Assignment:
+        cands: list[Candidate] | None = None
+        preemptor = self._preemptor(rec, spec)
+
+        def oracle(fr: FlavorResource, amount: int) -> tuple[Mode, int]:
+            nonlocal cands
+            if cands is None:
+                cands = self._candidates(spec.name)
+            t = find_targets(preemptor, spec, self.tree, cands, (fr,), {fr: amount})
+            if t is None:
+                return Mode.NO_CANDIDATES, 0
+            tree = self.tree
+            for x in t.targets:
+                tree.remove_usage(x.candidate.cluster_queue, x.candidate.usage)
+            borrow = tree.borrowing_level(spec.name, fr, amount)
+            for x in t.targets:
+                tree.add_usage(x.candidate.cluster_queue, x.candidate.usage)
+            if all(x.candidate.cluster_queue != spec.name for x in t.targets):
+                return Mode.RECLAIM, borrow
+            return Mode.PREEMPT, borrow
+
+        return assign_flavors(rec.wl, spec, self._flavors, self.tree, oracle)
+
+    # ---- processing ------------------------------------------------------------------------
+    def _not_admitted(self, e: _Entry, park: bool) -> None:
+        q = self._cqs[e.spec.name].queue
+        if park and e.spec.queueing_strategy != QueueingStrategy.STRICT_FIFO:
+            q.park(e.rec.wl)
+        elif q.sticky == e.rec.wl.key:
+            q.sticky = None
+
+    def _hold_for(self, e: _Entry, held: list) -> None:
+        """Keep capacity for a head that waits (Kueue ``resourcesToReserve``)."""
+        name, tree, a = e.spec.name, self.tree, e.assignment
+        keep: dict[FlavorResource, int] = {}
+        for fr, amount in a.usage.items():
+            q = tree.quota(name, fr)
+            nominal = 0 if q is None else q.nominal
+            used = tree.usage(name, fr)
+            if a.borrow > 0:
+                if q is None or q.borrowing_limit is None:
+                    v = amount
+                else:
+                    v = min(amount, nominal + q.borrowing_limit - used)
+            else:
+                v = min(amount, nominal - used)
+            if v > 0:
+                keep[fr] = v
+        if keep:
+            tree.add_usage(name, keep)
+            held.append((name, keep))
+
+    def _no_candidates(self, e: _Entry, held: list) -> Decision | None:
+        if e.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort.ANY:
+            self._hold_for(e, held)
+        a = e.assignment
+        park = e.spec.queueing_strategy != QueueingStrategy.STRICT_FIFO
+        self._not_admitted(e, park=True)
+        return self._set_pending(
+            e.rec, PendingReason.WAITING_FOR_QUOTA, a.message, a.shortfalls, inadmissible=park
+        )
+
+    def _process(
+        self, e: _Entry, now: float, taken: set[WorkloadKey], held: list
+    ) -> list[Decision]:
+        a, rec, spec = e.assignment, e.rec, e.spec
+        park = spec.queueing_strategy != QueueingStrategy.STRICT_FIFO
+        if a.mode == Mode.NO_FIT:
+            self._not_admitted(e, park=True)
+            d = self._set_pending(
+                rec,
+                a.reason or PendingReason.WAITING_FOR_QUOTA,
+                a.message,
+                a.shortfalls,
+                inadmissible=park,
+            )
+            return [d] if d else []
+        if a.mode == Mode.NO_CANDIDATES:
+            d = self._no_candidates(e, held)
+            return [d] if d else []
+        if a.mode in (Mode.PREEMPT, Mode.RECLAIM):
+            return self._preempt(e, now, taken, held)
+        # Fit: it must still fit after the earlier entries of this cycle.
+        short = tuple(
+            shortfall(self.tree, spec, "*", fr, v)
+            for fr, v in a.usage.items()
+            if v > self.tree.available(spec.name, fr)
+        )
+        if short:
+            self._not_admitted(e, park=False)
+            msg = (
+                "no longer fits after higher-ordered workloads of the cohort took or held "
+                "capacity this cycle: " + "; ".join(s.describe() for s in short)
+            )
+            d = self._set_pending(rec, PendingReason.WAITING_FOR_QUOTA, msg, short)
+            return [d] if d else []
+        admission = a.admission(spec.name)
+        key = rec.wl.key
+        self.assume(key, admission, now)
+        return [Admit(key, spec.name, admission, dict(a.usage), borrowing=a.borrow > 0)]
+
+    def _preempt(
+        self, e: _Entry, now: float, taken: set[WorkloadKey], held: list
+    ) -> list[Decision]:
+        a, rec, spec = e.assignment, e.rec, e.spec
+        targets: Targets | None = find_targets(
+            self._preemptor(rec, spec),
+            spec,
+            self.tree,
+            self._candidates(spec.name),
+            a.need_preemption,
+            a.usage,
+        )
+        if targets is None:
+            d = self._no_candidates(e, held)
+            return [d] if d else []
+        keys = [t.candidate.key for t in targets.targets]
+        if any(k in taken for k in keys):
+            self._not_admitted(e, park=False)
+            d = self._set_pending(
+                rec,
+                PendingReason.WAITING_FOR_QUOTA,
+                "preemption targets overlap with another workload's this cycle; will retry",
+            )
+            return [d] if d else []
+        taken.update(keys)
+        out: list[Decision] = []
+        victims = []
+        awaiting = []
+        cohort = spec.cohort
+        path = f"/{cohort}/{spec.name}" if cohort else f"/{spec.name}"
+        for t in targets.targets:
+            c = t.candidate
+            if c.evicting:
+                awaiting.append(c.key)
+                continue
+            self.evict(c.key, now)
+            victim_path = f"/{cohort}/{c.cluster_queue}" if cohort else f"/{c.cluster_queue}"
+            victims.append(
+                Victim(
+                    c.key,
+                    c.cluster_queue,
+                    t.reason,
+                    f"Preempted to accommodate a workload (UID: {rec.wl.uid}, key: {rec.wl.key}) "
+                    f"due to {_REASON_TEXT[t.reason]}; preemptor path: {path}; "
+                    f"preemptee path: {victim_path}",
+                )
+            )
+        if victims:
+            out.append(
+                Preempt(
+                    rec.wl.key,
+                    spec.name,
+                    tuple(victims),
+                    tuple(awaiting),
+                    dict(a.usage),
+                    targets.allow_borrowing,
+                )
+            )
+        self._cqs[spec.name].queue.sticky = rec.wl.key
+        self._hold_for(e, held)
+        n = len(keys)
+        d = self._set_pending(
+            rec,
+            PendingReason.WAITING_FOR_PREEMPTION,
+            f"Pending the preemption of {n} workload(s): " + ", ".join(sorted(keys)),
+        )
+        if d is not None:
+            out.append(d)
+        return out

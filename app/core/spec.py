@@ -1,0 +1,416 @@
+"""Configuration the admission core reads: ResourceFlavor, ClusterQueue, LocalQueue.
+
+Plain frozen dataclasses mirroring Kueue v1beta2 ``spec`` fields (reference section 1), with
+amounts already parsed to integers (milli-CPU for ``cpu``, bytes, counts; see
+``app.core.quantity``). The reconciler converts the CRD objects into these; tests build them
+with ``tests/builders.py``.
+
+``validate_cluster_queue`` returns the first configuration problem of a ClusterQueue (a
+``ConfigProblem`` naming the field) or ``None``: the core keeps an invalid ClusterQueue
+*inactive* instead of raising, and its Workloads stay pending with that reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cached_property
+
+from app.core.types import ClusterQueueName, CohortName, FlavorName, FlavorResource, ResourceName
+from app.core.workload import Taint, Toleration
+
+
+class QueueingStrategy(StrEnum):
+    """ClusterQueue ``spec.queueingStrategy`` (default BestEffortFIFO)."""
+
+    STRICT_FIFO = "StrictFIFO"
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+
+
+class WithinClusterQueue(StrEnum):
+    """ClusterQueue ``spec.preemption.withinClusterQueue``."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+
+
+class ReclaimWithinCohort(StrEnum):
+    """ClusterQueue ``spec.preemption.reclaimWithinCohort``."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    ANY = "Any"
+
+
+class BorrowWithinCohort(StrEnum):
+    """ClusterQueue ``spec.preemption.borrowWithinCohort.policy``."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+
+
+class FungibilityPolicy(StrEnum):
+    """``spec.flavorFungibility.whenCanBorrow`` / ``whenCanPreempt``."""
+
+    MAY_STOP_SEARCH = "MayStopSearch"
+    TRY_NEXT_FLAVOR = "TryNextFlavor"
+
+
+class FungibilityPreference(StrEnum):
+    """``spec.flavorFungibility.preference`` (only with both ``when*`` = TryNextFlavor)."""
+
+    BORROWING_OVER_PREEMPTION = "BorrowingOverPreemption"
+    PREEMPTION_OVER_BORROWING = "PreemptionOverBorrowing"
+
+
+class StopPolicy(StrEnum):
+    """ClusterQueue ``spec.stopPolicy``: anything but None makes the ClusterQueue inactive."""
+
+    NONE = "None"
+    HOLD = "Hold"
+    HOLD_AND_DRAIN = "HoldAndDrain"
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceFlavor:
+    """Kueue v1beta2 ResourceFlavor ``spec``: node labels, taints and tolerations.
+
+    Flavor assignment skips a flavor whose NoSchedule/NoExecute taints the pod set does not
+    tolerate (its own ``tolerations`` count) or whose ``node_labels`` contradict the pod set's
+    nodeSelector / required node affinity on the flavor's own label keys.
+    """
+
+    name: FlavorName
+    node_labels: Mapping[str, str] = field(default_factory=dict)
+    node_taints: tuple[Taint, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceQuota:
+    """One ``resourceGroups[].flavors[].resources[]`` entry. Amounts are integers in the
+    resource's unit; ``None`` limit = unset (borrowingLimit unlimited, lendingLimit: all
+    unused nominal lendable) (Kueue v1beta2 ClusterQueue ``nominalQuota``,
+    ``borrowingLimit``, ``lendingLimit``)."""
+
+    name: ResourceName
+    nominal: int
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorQuotas:
+    """``resourceGroups[].flavors[]``: a flavor and one quota per covered resource, in order."""
+
+    name: FlavorName
+    resources: tuple[ResourceQuota, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceGroup:
+    """``resourceGroups[]``: resources that always get the same flavor for one pod set."""
+
+    covered_resources: tuple[ResourceName, ...]
+    flavors: tuple[FlavorQuotas, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelectorRequirement:
+    """``matchExpressions[]`` of a metav1 LabelSelector (In, NotIn, Exists, DoesNotExist)."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """True when ``labels`` satisfy this requirement."""
+        present = self.key in labels
+        if self.operator == "In":
+            return present and labels[self.key] in self.values
+        if self.operator == "NotIn":
+            return not present or labels[self.key] not in self.values
+        if self.operator == "Exists":
+            return present
+        if self.operator == "DoesNotExist":
+            return not present
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A metav1 LabelSelector. The empty selector matches every label set."""
+
+    match_labels: Mapping[str, str] = field(default_factory=dict)
+    match_expressions: tuple[LabelSelectorRequirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        """True when ``labels`` satisfy every matchLabels entry and every expression."""
+        for k, v in self.match_labels.items():
+            if labels.get(k) != v:
+                return False
+        return all(e.matches(labels) for e in self.match_expressions)
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPolicy:
+    """ClusterQueue ``spec.preemption`` (all default Never)."""
+
+    within_cluster_queue: WithinClusterQueue = WithinClusterQueue.NEVER
+    reclaim_within_cohort: ReclaimWithinCohort = ReclaimWithinCohort.NEVER
+    borrow_within_cohort: BorrowWithinCohort = BorrowWithinCohort.NEVER
+    # borrowWithinCohort.maxPriorityThreshold: victims above it are not preempted while borrowing.
+    max_priority_threshold: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorFungibility:
+    """ClusterQueue ``spec.flavorFungibility`` (defaults MayStopSearch / TryNextFlavor)."""
+
+    when_can_borrow: FungibilityPolicy = FungibilityPolicy.MAY_STOP_SEARCH
+    when_can_preempt: FungibilityPolicy = FungibilityPolicy.TRY_NEXT_FLAVOR
+    preference: FungibilityPreference | None = None
+
+
+@dataclass(frozen=True)
+class ClusterQueueSpec:
+    """Kueue v1beta2 ClusterQueue ``spec`` as the core needs it.
+
+    ``namespace_selector``: ``None`` (Kueue: field unset) matches **no** namespace;
+    ``LabelSelector()`` (``{}``) matches all. ``cohort``: ``spec.cohortName`` (``None``: no
+    borrowing or lending). Index helpers (``group_of``, ``quota``) are computed once.
+    """
+
+    name: ClusterQueueName
+    resource_groups: tuple[ResourceGroup, ...] = ()
+    cohort: CohortName | None = None
+    queueing_strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+    namespace_selector: LabelSelector | None = None
+    preemption: PreemptionPolicy = field(default_factory=PreemptionPolicy)
+    flavor_fungibility: FlavorFungibility = field(default_factory=FlavorFungibility)
+    stop_policy: StopPolicy = StopPolicy.NONE
+
+    @cached_property
+    def _group_index(self) -> dict[ResourceName, int]:
+        out: dict[ResourceName, int] = {}
+        for i, g in enumerate(self.resource_groups):
+            for r in g.covered_resources:
+                out.setdefault(r, i)
+        return out
+
+    @cached_property
+    def quotas(self) -> dict[FlavorResource, ResourceQuota]:
+        """``{FlavorResource: ResourceQuota}`` over all groups (first occurrence wins)."""
+        out: dict[FlavorResource, ResourceQuota] = {}
+        for g in self.resource_groups:
+            for f in g.flavors:
+                for rq in f.resources:
+                    out.setdefault(FlavorResource(f.name, rq.name), rq)
+        return out
+
+    def group_of(self, resource: ResourceName) -> ResourceGroup | None:
+        """The resource group covering ``resource``, or None."""
+        i = self._group_index.get(resource)
+        return None if i is None else self.resource_groups[i]
+
+    def quota(self, fr: FlavorResource) -> ResourceQuota | None:
+        """The quota declared for ``fr``, or None when the ClusterQueue does not declare it."""
+        return self.quotas.get(fr)
+
+    def flavor_names(self) -> tuple[FlavorName, ...]:
+        """Every flavor named in ``resourceGroups``, in order."""
+        return tuple(f.name for g in self.resource_groups for f in g.flavors)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalQueue:
+    """Kueue v1beta2 LocalQueue: ``namespace/name`` pointing at ``spec.clusterQueue``."""
+
+    namespace: str
+    name: str
+    cluster_queue: ClusterQueueName
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigProblem:
+    """Why a ClusterQueue is inactive. ``reason``: Kueue ``Active`` condition reason
+    (``FlavorNotFound``, ``Stopped``, or ``InvalidSpec`` for what Kueue's webhook would
+    reject); ``field``: the offending field path; ``message``: for people, names the field."""
+
+    reason: str
+    field: str
+    message: str
+
+
+def _problem(reason: str, where: str, why: str) -> ConfigProblem:
+    return ConfigProblem(reason, where, f"Can't admit new workloads: {where}: {why}")
+
+
+def _enum_problem(spec: ClusterQueueSpec) -> ConfigProblem | None:
+    checks: tuple[tuple[str, object, type[StrEnum]], ...] = (
+        ("spec.queueingStrategy", spec.queueing_strategy, QueueingStrategy),
+        (
+            "spec.preemption.withinClusterQueue",
+            spec.preemption.within_cluster_queue,
+            WithinClusterQueue,
+        ),
+        (
+            "spec.preemption.reclaimWithinCohort",
+            spec.preemption.reclaim_within_cohort,
+            ReclaimWithinCohort,
+        ),
+        (
+            "spec.preemption.borrowWithinCohort.policy",
+            spec.preemption.borrow_within_cohort,
+            BorrowWithinCohort,
+        ),
+        (
+            "spec.flavorFungibility.whenCanBorrow",
+            spec.flavor_fungibility.when_can_borrow,
+            FungibilityPolicy,
+        ),
+        (
+            "spec.flavorFungibility.whenCanPreempt",
+            spec.flavor_fungibility.when_can_preempt,
+            FungibilityPolicy,
+        ),
+        ("spec.stopPolicy", spec.stop_policy, StopPolicy),
+    )
+    for where, value, enum in checks:
+        if value not in {e.value for e in enum}:
+            allowed = ", ".join(e.value for e in enum)
+            return _problem("InvalidSpec", where, f"unsupported value {value!r} (one of {allowed})")
+    ff = spec.flavor_fungibility
+    if ff.preference is not None:
+        if ff.preference not in {e.value for e in FungibilityPreference}:
+            return _problem(
+                "InvalidSpec",
+                "spec.flavorFungibility.preference",
+                f"unsupported value {ff.preference!r}",
+            )
+        if not (ff.when_can_borrow == ff.when_can_preempt == FungibilityPolicy.TRY_NEXT_FLAVOR):
+            return _problem(
+                "InvalidSpec",
+                "spec.flavorFungibility.preference",
+                "may be set only when whenCanBorrow and whenCanPreempt are TryNextFlavor",
+            )
+    p = spec.preemption
+    if p.reclaim_within_cohort == ReclaimWithinCohort.NEVER and (
+        p.borrow_within_cohort != BorrowWithinCohort.NEVER
+    ):
+        return _problem(
+            "InvalidSpec",
+            "spec.preemption.borrowWithinCohort.policy",
+            "must be Never when reclaimWithinCohort is Never",
+        )
+    sel = spec.namespace_selector
+    if sel is not None:
+        for i, e in enumerate(sel.match_expressions):
+            if e.operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+                return _problem(
+                    "InvalidSpec",
+                    f"spec.namespaceSelector.matchExpressions[{i}].operator",
+                    f"unsupported operator {e.operator!r}",
+                )
+    return None
+
+
+def _quota_problem(spec: ClusterQueueSpec, where: str, rq: ResourceQuota) -> ConfigProblem | None:
+    if rq.nominal < 0:
+        return _problem("InvalidSpec", f"{where}.nominalQuota", "must not be negative")
+    for name, limit in (("borrowingLimit", rq.borrowing_limit), ("lendingLimit", rq.lending_limit)):
+        if limit is None:
+            continue
+        if spec.cohort is None:
+            return _problem(
+                "InvalidSpec", f"{where}.{name}", "must be nil when cohortName is empty"
+            )
+        if limit < 0:
+            return _problem("InvalidSpec", f"{where}.{name}", "must not be negative")
+    if rq.lending_limit is not None and rq.lending_limit > rq.nominal:
+        return _problem(
+            "InvalidSpec",
+            f"{where}.lendingLimit",
+            f"must be less than or equal to nominalQuota ({rq.lending_limit} > {rq.nominal})",
+        )
+    return None
+
+
+def _groups_problem(spec: ClusterQueueSpec) -> ConfigProblem | None:
+    covered_by: dict[ResourceName, int] = {}
+    flavor_in: dict[FlavorName, int] = {}
+    for gi, g in enumerate(spec.resource_groups):
+        gw = f"spec.resourceGroups[{gi}]"
+        if not g.covered_resources:
+            return _problem("InvalidSpec", f"{gw}.coveredResources", "must not be empty")
+        for ri, r in enumerate(g.covered_resources):
+            if r in covered_by:
+                return _problem(
+                    "InvalidSpec",
+                    f"{gw}.coveredResources[{ri}]",
+                    f"resource {r} is already covered by spec.resourceGroups[{covered_by[r]}]",
+                )
+            covered_by[r] = gi
+        if not g.flavors:
+            return _problem("InvalidSpec", f"{gw}.flavors", "must not be empty")
+        for fi, f in enumerate(g.flavors):
+            fw = f"{gw}.flavors[{fi}]"
+            if f.name in flavor_in:
+                return _problem(
+                    "InvalidSpec",
+                    f"{fw}.name",
+                    f"flavor {f.name} already appears in spec.resourceGroups[{flavor_in[f.name]}]",
+                )
+            flavor_in[f.name] = gi
+            names = tuple(rq.name for rq in f.resources)
+            if names != tuple(g.covered_resources):
+                return _problem(
+                    "InvalidSpec",
+                    f"{fw}.resources",
+                    f"must list exactly the covered resources "
+                    f"{list(g.covered_resources)} in order, got {list(names)}",
+                )
+            for qi, rq in enumerate(f.resources):
+                bad = _quota_problem(spec, f"{fw}.resources[{qi}]", rq)
+                if bad is not None:
+                    return bad
+    return None
+
+
+def validate_cluster_queue(
+    spec: ClusterQueueSpec, flavors: Mapping[FlavorName, ResourceFlavor]
+) -> ConfigProblem | None:
+    """Return the first problem that makes ``spec`` unusable, or None when it is active.
+
+    Checks, in order: resource groups (a resource or flavor in two groups, flavor resources
+    not matching ``coveredResources``, negative quotas, ``borrowingLimit`` / ``lendingLimit``
+    without a cohort, ``lendingLimit`` > ``nominalQuota``), enum values and cross-field rules
+    (Kueue v1beta2 ClusterQueue CEL rules and webhook), ResourceFlavors that do not exist
+    (reason ``FlavorNotFound``), then ``stopPolicy`` (reason ``Stopped``). Never raises.
+    """
+    bad = _groups_problem(spec) or _enum_problem(spec)
+    if bad is not None:
+        return bad
+    for gi, g in enumerate(spec.resource_groups):
+        for fi, f in enumerate(g.flavors):
+            if f.name not in flavors:
+                return _problem(
+                    "FlavorNotFound",
+                    f"spec.resourceGroups[{gi}].flavors[{fi}].name",
+                    f"ResourceFlavor {f.name} not found",
+                )
+    if spec.stop_policy != StopPolicy.NONE:
+        return ConfigProblem(
+            "Stopped",
+            "spec.stopPolicy",
+            f"Can't admit new workloads: ClusterQueue is stopped "
+            f"(spec.stopPolicy: {spec.stop_policy})",
+        )
+    return None
