@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 KUBECTL := $(CURDIR)/.k8sbin/current/kubectl
 export KUBECONFIG := $(CURDIR)/.lab/kubeconfig
 
-.PHONY: help crds setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -28,6 +28,24 @@ certs: setup ## generate the CA and serving certificate into certs/out (kept whi
 lab-up: setup controlplane ## start the local control plane on 127.0.0.1 and print the nodes
 	$(BIN)/python hack/lab.py up
 	$(KUBECTL) get nodes -o wide
+
+run: lab-up ## the main job: lab + pykueue (webhook, extender) + the seed scenario, narrated
+	$(BIN)/python hack/lab.py pykueue-up
+	$(BIN)/python hack/scenario.py
+
+pykueue-up: lab-up ## start pykueue in the lab under its ServiceAccount, register webhook and extender
+	$(BIN)/python hack/lab.py pykueue-up
+
+pykueue-down: ## stop pykueue, unregister its webhooks, plain kube-scheduler again
+	$(BIN)/python hack/lab.py pykueue-down
+
+webhooks: certs ## render the lab webhook configurations with caBundle into .lab/webhooks.yaml
+	$(BIN)/python hack/render_webhooks.py --variant lab --port 9443
+
+bench: setup ## benchmarks (core cycle, simulator, webhook, extender); JSON on stdout
+	$(BIN)/python bench/core_cycle.py
+	$(BIN)/python bench/webhook_latency.py
+	$(BIN)/python bench/extender_latency.py
 
 lab-down: ## stop every lab process and remove its state
 	@if [ -x $(BIN)/python ]; then $(BIN)/python hack/lab.py down; else $(PY) hack/lab.py down; fi

@@ -2,28 +2,202 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+from typing import Annotated
+
+import httpx
 import typer
 
-app = typer.Typer(help="pykueue: GPU job queueing with fair-share quotas for Kubernetes.", no_args_is_help=True)
+app = typer.Typer(
+    help="pykueue: GPU job queueing with fair-share quotas for Kubernetes.", no_args_is_help=True,
+    rich_markup_mode="markdown",  # docstring paragraphs reflow; `code` renders as code
+)
 
 
 @app.command()
-def serve() -> None:
-    """Serve the webhook, scheduler extender, status API and metrics over HTTPS, and run the controllers."""
+def serve(
+    host: str | None = typer.Option(None, help="Listen address (default: PYKUEUE_SERVER__HOST)."),
+    port: int | None = typer.Option(None, help="HTTPS port (default: PYKUEUE_SERVER__PORT)."),
+    log_level: str = typer.Option("info", help="debug, info, warning or error."),
+) -> None:
+    """Serve the webhook, extender, status API and metrics over HTTPS; run the controllers.
+
+    Settings come from the environment (``PYKUEUE_*``, see app/config.py). There is no plaintext
+    listener: the serving certificate and key (``PYKUEUE_SERVER__CERT_FILE``/``KEY_FILE``,
+    default certs/out/tls.crt and tls.key) must exist; ``python -m certs.generate`` makes them.
+    """
+    import logging
+
     import uvicorn
 
     from app.config import Settings
     from app.main import create_app
 
     settings = Settings()
+    if host is not None or port is not None:
+        server = settings.server.model_copy(
+            update={k: v for k, v in (("host", host), ("port", port)) if v is not None}
+        )
+        settings = settings.model_copy(update={"server": server})
+    missing = [
+        str(p) for p in (settings.server.cert_file, settings.server.key_file) if not p.is_file()
+    ]
+    if missing:
+        typer.echo(
+            f"pykueue serve: TLS file(s) not found: {', '.join(missing)}; generate them with "
+            "`python -m certs.generate --out certs/out` (or set PYKUEUE_SERVER__CERT_FILE and "
+            "PYKUEUE_SERVER__KEY_FILE)",
+            err=True,
+        )
+        raise typer.Exit(code=2)
+    logging.basicConfig(
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
     uvicorn.run(
         create_app(settings),
         host=settings.server.host,
         port=settings.server.port,
         ssl_certfile=str(settings.server.cert_file),
         ssl_keyfile=str(settings.server.key_file),
-        log_level="info",
+        log_level=log_level.lower(),
+        access_log=False,  # one structured line per admission review instead (app.api.webhook)
+        timeout_keep_alive=30,  # kube-apiserver reuses connections to the webhook
     )
+
+
+@app.command()
+def status(
+    namespace: Annotated[str | None, typer.Option(
+        "--namespace", "-n",
+        help="Show this namespace's LocalQueues (needs get on localqueues there) instead of "
+             "every ClusterQueue (needs get on clusterqueues).")] = None,
+    output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+    watch: Annotated[bool, typer.Option("--watch", "-w", help="Redraw every --interval "
+                                        "seconds until Ctrl-C.")] = False,
+    interval: Annotated[float, typer.Option(min=0.1, help="Seconds between redraws with "
+                                            "--watch.")] = 2.0,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Pending Workloads shown per "
+                                       "queue.")] = 20,
+    server: Annotated[str | None, typer.Option(
+        help="Status API URL (default: $PYKUEUE_URL, else https://127.0.0.1:9443 or what "
+             "PYKUEUE_SERVER__HOST / PORT say).")] = None,
+    token: Annotated[str | None, typer.Option(
+        help="Bearer token (default: $PYKUEUE_TOKEN, else the kubeconfig user's token).")] = None,
+    kubeconfig: Annotated[Path | None, typer.Option(
+        help="Kubeconfig to take the token from (default: $KUBECONFIG, "
+             "~/.kube/config).")] = None,
+    ca_file: Annotated[Path | None, typer.Option(
+        help="CA bundle for the server certificate (default: PYKUEUE_SERVER__CA_FILE if it "
+             "exists, else the system trust store).")] = None,
+    iterations: Annotated[int, typer.Option(hidden=True, help="Stop --watch after N "
+                                            "redraws.")] = 0,
+) -> None:
+    """Show queues and who waits: ClusterQueue usage per flavor and resource, then the
+    pending Workloads in admission order with the reason each waits.
+
+    Talks to the status API of `pykueue serve` over HTTPS with a Kubernetes bearer token,
+    e.g. `pykueue status --token "$(kubectl create token viewer -n team-a)" -n team-a`.
+    Exit codes: 0 ok, 1 the API refused or failed (401, 403, 404, 503), 2 cannot connect.
+    """
+    import json
+
+    from rich.console import Console
+    from rich.live import Live
+
+    from app import statuscli as sc
+
+    if output not in ("table", "json"):
+        raise typer.BadParameter("must be table or json", param_hint="--output")
+    err = Console(stderr=True)
+    try:
+        opts = sc.resolve(server, token, kubeconfig, ca_file, namespace, limit)
+        client = sc.StatusClient(opts.server, opts.token, ca_file=opts.ca_file,
+                                 transport=_status_transport)
+    except sc.ConfigError as exc:
+        err.print(f"pykueue status: {exc}", markup=False)
+        raise typer.Exit(code=2) from None
+    console = Console()
+    live: Live | None = None
+    n = 0
+    try:
+        while True:
+            snap = sc.fetch(client, opts.namespace, opts.limit)
+            n += 1
+            if output == "json":
+                typer.echo(json.dumps(snap, indent=None if watch else 2))
+            elif watch:
+                if live is None:
+                    live = Live(sc.render(snap), console=console, auto_refresh=False)
+                    live.start()
+                else:
+                    live.update(sc.render(snap), refresh=True)
+            else:
+                console.print(sc.render(snap))
+            if not watch or (iterations and n >= iterations):
+                break
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+    except sc.StatusError as exc:
+        err.print(f"pykueue status: {opts.server}: {exc}", markup=False)
+        raise typer.Exit(code=1) from None
+    except httpx.HTTPError as exc:
+        err.print(f"pykueue status: cannot reach {opts.server}: {exc}", markup=False)
+        raise typer.Exit(code=2) from None
+    finally:
+        if live is not None:
+            live.stop()
+        client.close()
+
+
+# Tests inject an httpx transport (e.g. httpx.ASGITransport / MockTransport of a real app).
+_status_transport: httpx.BaseTransport | None = None
+
+
+@app.command()
+def simulate(
+    trace: str = typer.Argument(..., help="YAML trace (see app/sim/trace.py; bench/scenarios/)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+    timeline: bool = typer.Option(False, help="Include the per-queue timeline in --json."),
+    output: str | None = typer.Option(None, help="Also write figures + timeline as JSON here."),
+    plot: str | None = typer.Option(None, help="Draw usage and queue length into FILE.png."),
+    eviction_delay: str | None = typer.Option(
+        None, help="Preemption to quota release (e.g. 2s); default: the trace's evictionDelay."),
+    until: str | None = typer.Option(None, help="Stop the virtual clock here (e.g. 10m)."),
+    max_queues: int = typer.Option(40, help="ClusterQueue rows in the table."),
+    nominal: list[str] = typer.Option(  # noqa: B008 - typer's idiom
+        [], help="What if: CLUSTERQUEUE:FLAVOR:RESOURCE=QUANTITY (repeatable)."),
+) -> None:
+    """Simulate a trace through the admission core with a virtual clock ("what if")."""
+    import json
+
+    from app.sim import Simulator, TraceError, load_trace, summarize, timelines
+    from app.sim.report import plot as draw
+    from app.sim.report import print_report
+    from app.sim.trace import parse_duration_us, with_nominal
+
+    try:
+        parsed = load_trace(trace)
+        for setting in nominal:
+            parsed = with_nominal(parsed, setting)
+        delay = None if eviction_delay is None else parse_duration_us(eviction_delay)
+        stop = None if until is None else parse_duration_us(until)
+    except (TraceError, ValueError, OSError) as exc:
+        typer.echo(f"pykueue simulate: {exc}", err=True)
+        raise typer.Exit(code=2) from exc
+    sim = Simulator(parsed, eviction_delay_us=delay, until_us=stop).run()
+    figures = summarize(sim)
+    if output:
+        with open(output, "w", encoding="utf-8") as f:
+            json.dump({**figures, "timeline": timelines(sim)}, f)
+    if json_out:
+        typer.echo(json.dumps({**figures, "timeline": timelines(sim)} if timeline else figures,
+                              indent=2))
+    else:
+        print_report(sim, figures, max_queues=max_queues)
+    if plot:
+        draw(sim, plot)
 
 
 @app.callback()

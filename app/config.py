@@ -46,6 +46,12 @@ class SchedulingSettings(BaseModel):
     status_flush_seconds: float = Field(0.3, gt=0)
     requeue_backoff_seconds: float = Field(1.0, gt=0)
     requeue_backoff_max_seconds: float = Field(30.0, gt=0)
+    # The loop runs a cycle when woken by an event and at least this often (seconds).
+    cycle_interval_seconds: float = Field(1.0, gt=0)
+    # Concurrent Job/Workload reconcilers (the Job controller's workers).
+    job_workers: int = Field(4, ge=1)
+    # Informers re-open their watch after about this long (seconds; +0-50% jitter).
+    watch_timeout_seconds: int = Field(300, ge=5)
 
 
 class ClientSettings(BaseModel):

@@ -14,7 +14,11 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app.api import extender, health, status, webhook
+from app.api.access import CachedAccessReviewer, KubeAccessReviewer
+from app.api.health import metrics_registry
 from app.config import Settings
+from app.controllers.metrics import install as install_metrics
+from app.controllers.metrics import replica_role
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -23,10 +27,42 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
+        if not settings.controllers_enabled:
+            yield
+            return
+        from app.controllers.manager import Manager
+
+        manager = Manager(settings, metrics=getattr(app.state, "metrics_recorder", None))
+        await manager.start()
+        app.state.reconciler = manager
+        app.state.admission_lookup = manager.admission_lookup
+        app.state.default_queue_lookup = manager.admission_lookup
+        app.state.extender_state = manager.extender_state
+        # Status API (app.api.status): the live core, its readiness, and token/access reviews
+        # with pykueue's own client (needs create on tokenreviews and subjectaccessreviews).
+        app.state.cluster = manager.cluster
+        app.state.cluster_ready = manager.ready
+        assert manager.ctx is not None
+        app.state.access_reviewer = CachedAccessReviewer(
+            KubeAccessReviewer(manager.ctx.client.api))
+        checks = getattr(app.state, "ready_checks", None)
+        if checks is None:
+            checks = app.state.ready_checks = []
+        checks.append(manager.ready)
+        try:
+            yield
+        finally:
+            await manager.stop()
 
     app = FastAPI(title="pykueue", version="0.1.0", lifespan=lifespan)
     app.state.settings = settings
+    # Queue metrics (app.controllers.metrics): gauges read app.state.cluster at scrape time;
+    # the recorder is for the reconciler's counters.
+    app.state.metrics_recorder = install_metrics(
+        metrics_registry(app), lambda: getattr(app.state, "cluster", None),
+        replica_role(settings.leader_election.enabled,
+                     lambda: bool(getattr(getattr(app.state, "reconciler", None), "is_leader",
+                                          False))))
     for module in (webhook, extender, status, health):
         app.include_router(module.router)
     return app

@@ -11,6 +11,7 @@ managing fake nodes with the stages in hack/lab/stages.yaml. State lives in a gi
     python hack/lab.py status    # which components run (exit 1 if any is down)
     python hack/lab.py scheduler --config FILE   # restart kube-scheduler with another config
     python hack/lab.py sa-token NAMESPACE NAME   # print a token of a ServiceAccount
+    python hack/lab.py sa-kubeconfig [--out F]   # pykueue's SA + RBAC; kubeconfig with its token
 
 Options (before the verb): --state-dir DIR, --port-base N (etcd N, N+1; apiserver N+3).
 Env: LAB_STATE_DIR, LAB_PORT_BASE, LAB_BIN_DIR.
@@ -409,8 +410,8 @@ def up(lab: Lab, scheduler_config: Path) -> None:
             raise SystemExit(f"lab: creating nodes failed: {r.stderr}")
         time.sleep(1)
     crds = ROOT / "manifests" / "crds"
-    if any(crds.glob("*.yaml")):
-        kubectl(lab, "apply", "--server-side", "--force-conflicts", "-f", str(crds))
+    if (crds / "kustomization.yaml").exists():
+        kubectl(lab, "apply", "--server-side", "--force-conflicts", "-k", str(crds))
         kubectl(lab, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
     r = kubectl(
         lab, "wait", "--for=condition=Ready", "--timeout=60s", "node", "--all", check=False
@@ -424,7 +425,13 @@ def up(lab: Lab, scheduler_config: Path) -> None:
 
 
 def down(lab: Lab) -> None:
-    """Stop every component (reverse order) and remove the state folder. Idempotent."""
+    """Stop pykueue and every component (reverse order), remove the state folder. Idempotent."""
+    pid = _pykueue_pid(lab)
+    if pid:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     for name in reversed(COMPONENTS):
         _stop(lab, name)
     if lab.state.exists():
@@ -446,6 +453,113 @@ def status(lab: Lab) -> int:
 def sa_token(lab: Lab, namespace: str, name: str, seconds: int = 86400) -> str:
     r = kubectl(lab, "create", "token", "-n", namespace, name, f"--duration={seconds}s")
     return r.stdout.strip()
+
+
+PYKUEUE_NAMESPACE = "pykueue-system"
+PYKUEUE_SERVICE_ACCOUNT = "pykueue"
+
+
+def sa_kubeconfig(lab: Lab, out: Path | None = None, seconds: int = 86400) -> Path:
+    """Apply pykueue's Namespace, ServiceAccount and RBAC exactly as deployed
+    (manifests/default/namespace.yaml, the kustomization manifests/rbac) and write a kubeconfig
+    (mode 0600, default ``<state>/pykueue-sa.kubeconfig``) that authenticates with a token of
+    ``system:serviceaccount:pykueue-system:pykueue`` valid ``seconds``, so pykueue runs in the
+    lab under its own identity. Returns the kubeconfig path."""
+    kubectl(lab, "apply", "-f", str(ROOT / "manifests" / "default" / "namespace.yaml"))
+    kubectl(lab, "apply", "-k", str(ROOT / "manifests" / "rbac"))
+    token = sa_token(lab, PYKUEUE_NAMESPACE, PYKUEUE_SERVICE_ACCOUNT, seconds)
+    user = f"system:serviceaccount:{PYKUEUE_NAMESPACE}:{PYKUEUE_SERVICE_ACCOUNT}"
+    cfg = json.loads(lab.kubeconfig.read_text())  # same cluster entry as the admin's
+    cfg["users"] = [{"name": user, "user": {"token": token}}]
+    cfg["contexts"] = [{"name": "pykueue", "context": {"cluster": "pykueue-lab", "user": user}}]
+    cfg["current-context"] = "pykueue"
+    out = out or lab.state / "pykueue-sa.kubeconfig"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.touch(mode=0o600, exist_ok=True)
+    out.chmod(0o600)
+    out.write_text(json.dumps(cfg, indent=2) + "\n")
+    return out
+
+
+PYKUEUE_PORT = int(os.environ.get("PYKUEUE_PORT", "9443"))
+
+
+def _pykueue_pid(lab: Lab) -> int | None:
+    try:
+        pid = int(lab.pidfile("pykueue").read_text().strip())
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return None
+    return None if stat.split(") ", 1)[-1].startswith("Z") else pid
+
+
+def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | None = None) -> None:
+    """Start pykueue in the lab as a real user would deploy it, on 127.0.0.1:PYKUEUE_PORT.
+
+    1. certificates (``certs/out``, kept while valid); 2. ``pykueue serve`` under its own
+    ServiceAccount (``--admin``: the lab admin) with logs in ``<state>/logs/pykueue.log``;
+    3. wait for ``/readyz``; 4. register the lab webhooks (caBundle = our CA);
+    5. restart kube-scheduler with the extender (manifests/scheduler/kube-scheduler-config.yaml).
+    A no-op for the process when it already runs.
+    """
+    py = sys.executable
+    subprocess.run([py, "-m", "certs.generate", "--out", str(ROOT / "certs" / "out")],
+                   cwd=ROOT, check=True, capture_output=True, text=True)
+    ca = ROOT / "certs" / "out" / "ca.crt"
+    if not _pykueue_pid(lab):
+        kubeconfig = lab.kubeconfig if admin else sa_kubeconfig(lab)
+        env = dict(os.environ)
+        env.update({
+            "PYKUEUE_CLIENT__KUBECONFIG": str(kubeconfig),
+            "PYKUEUE_SERVER__HOST": "127.0.0.1",
+            "PYKUEUE_SERVER__PORT": str(PYKUEUE_PORT),
+            "PYKUEUE_SERVER__CERT_FILE": str(ROOT / "certs" / "out" / "tls.crt"),
+            "PYKUEUE_SERVER__KEY_FILE": str(ROOT / "certs" / "out" / "tls.key"),
+            "PYKUEUE_SERVER__CA_FILE": str(ca),
+        })
+        env.update(extra_env or {})
+        lab.logs.mkdir(parents=True, exist_ok=True)
+        lab.pidfile("pykueue").parent.mkdir(parents=True, exist_ok=True)
+        log = open(lab.logs / "pykueue.log", "ab")  # noqa: SIM115 - owned by the child
+        exe = Path(py).parent / "pykueue"
+        proc = subprocess.Popen([str(exe), "serve"], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, cwd=ROOT, env=env)
+        lab.pidfile("pykueue").write_text(f"{proc.pid}\n")
+    ctx = ssl.create_default_context(cafile=str(ca))
+    _wait_http(f"https://127.0.0.1:{PYKUEUE_PORT}/readyz", ctx, "pykueue", 90, lab)
+    out = lab.state / "webhooks.yaml"
+    subprocess.run([py, str(ROOT / "hack" / "render_webhooks.py"), "--variant", "lab",
+                    "--port", str(PYKUEUE_PORT), "--ca", str(ca), "--out", str(out)],
+                   cwd=ROOT, check=True, capture_output=True, text=True)
+    kubectl(lab, "apply", "-f", str(out))
+    _stop(lab, "kube-scheduler")
+    _start_scheduler(lab, ROOT / "manifests" / "scheduler" / "kube-scheduler-config.yaml")
+    print(f"lab: pykueue serving on https://127.0.0.1:{PYKUEUE_PORT} (logs {lab.logs}/pykueue.log)")
+
+
+def pykueue_down(lab: Lab) -> None:
+    """Stop pykueue, unregister its webhooks and give kube-scheduler its plain config."""
+    pid = _pykueue_pid(lab)
+    if pid:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and _pykueue_pid(lab):
+                time.sleep(0.1)
+            if not _pykueue_pid(lab):
+                break
+    lab.pidfile("pykueue").unlink(missing_ok=True)
+    if _pid(lab, "kube-apiserver"):
+        for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
+            kubectl(lab, "delete", kind, "-l", "app.kubernetes.io/name=pykueue",
+                    "--ignore-not-found", check=False)
+        _stop(lab, "kube-scheduler")
+        _start_scheduler(
+            lab, ROOT / "manifests" / "scheduler" / "kube-scheduler-config-plain.yaml"
+        )
 
 
 def from_args(state_dir: str | None, port_base: int | None, bin_dir: str | None) -> Lab:
@@ -473,6 +587,12 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("sa-token")
     t.add_argument("namespace")
     t.add_argument("name")
+    k = sub.add_parser("sa-kubeconfig")
+    k.add_argument("--out", help="default: <state>/pykueue-sa.kubeconfig")
+    k.add_argument("--duration", type=int, default=86400, help="token lifetime, seconds")
+    pu = sub.add_parser("pykueue-up", help="start pykueue, register webhooks and extender")
+    pu.add_argument("--admin", action="store_true", help="run with the admin kubeconfig")
+    sub.add_parser("pykueue-down", help="stop pykueue and unregister it")
     a = p.parse_args(argv)
     lab = from_args(a.state_dir, a.port_base, a.bin_dir)
     if a.verb == "up":
@@ -485,8 +605,14 @@ def main(argv: list[str] | None = None) -> int:
         _stop(lab, "kube-scheduler")
         _start_scheduler(lab, Path(a.config))
         print(f"lab: kube-scheduler restarted with {a.config}")
+    elif a.verb == "pykueue-up":
+        pykueue_up(lab, admin=a.admin)
+    elif a.verb == "pykueue-down":
+        pykueue_down(lab)
     elif a.verb == "sa-token":
         print(sa_token(lab, a.namespace, a.name))
+    elif a.verb == "sa-kubeconfig":
+        print(sa_kubeconfig(lab, Path(a.out).resolve() if a.out else None, a.duration))
     return 0
 
 

@@ -66,6 +66,12 @@ class LabHandle:
         """``kubectl get ... -o json`` parsed."""
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
+    def sa_kubeconfig(self) -> Path:
+        """Apply pykueue's ServiceAccount and RBAC (manifests/rbac) and return a kubeconfig that
+        authenticates as system:serviceaccount:pykueue-system:pykueue (``hack/lab.py
+        sa-kubeconfig``); run pykueue with ``PYKUEUE_CLIENT__KUBECONFIG`` set to it."""
+        return Path(self.lab_cmd("sa-kubeconfig").stdout.strip().splitlines()[-1])
+
     def create_namespace(self, name: str) -> None:
         """Create a namespace (if absent) and wait for its default ServiceAccount."""
         self.apply(json.dumps({"apiVersion": "v1", "kind": "Namespace",

@@ -1,7 +1,320 @@
-"""HTTP adapter: extender endpoints (thin: parse -> call pure function -> build response)."""
+"""HTTP adapter: kube-scheduler extender (``POST /scheduler/filter``, ``/scheduler/prioritize``).
+
+Thin: parse ``ExtenderArgs`` -> facts -> ``app.core.extender_rules`` -> ``ExtenderFilterResult``
+/ ``HostPriorityList`` (Go field casing, controlplane.md 5.2; models in
+``app.models.extender``). Both request modes: ``NodeNames`` (``nodeCacheCapable: true``; nodes
+come from the Node watch behind ``app.state.extender_state``) and full ``Nodes`` objects
+(``nodeCacheCapable: false``; passing objects are echoed byte for byte).
+
+Answers: malformed body -> HTTP 400 with a JSON ``detail``; everything else -> HTTP 200, never
+5xx. An unexpected bug answers 200 with ``Error`` set (filter: the scheduler fails this attempt
+and retries the pod) or an empty list (prioritize: the scheduler ignores the extender's scores).
+
+Without ``app.state.extender_state`` (pykueue starting) or before it has synced, the extender
+cannot know a pod's Workload: pods carrying ``kueue.x-k8s.io/queue-name`` or
+``kueue.x-k8s.io/podset`` get every node as unresolvable ("pykueue is starting: state not
+synced"), other pods pass unchanged. Chosen so a restart never lets an admitted Job's pod land
+outside its flavor, while unmanaged pods are never held up by pykueue.
+
+Latency is observed in the histogram ``pykueue_extender_request_duration_seconds`` (labels
+``verb``: filter/prioritize, ``mode``: names/nodes/invalid) in the app's registry
+(``app.state.metrics_registry``, exposed at ``/metrics``); should that registry already hold
+the name, in a registry of its own (``app.state.extender_metrics_registry``).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
 
-router = APIRouter()
+import msgspec
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CollectorRegistry, Histogram
+
+from app.api.health import metrics_registry
+from app.controllers.nodestore import ExtenderState
+from app.core.extender_rules import (
+    ExtenderInputError,
+    FilterDecision,
+    NodeFacts,
+    NodeIndex,
+    PodFacts,
+    filter_pod,
+    filter_unsynced,
+    gpu_scores,
+    make_node_facts,
+    pod_facts,
+)
+from app.models.extender import ExtenderFilterResult, HostPriorityList
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/scheduler", tags=["extender"])
+
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+HISTOGRAM_NAME = "pykueue_extender_request_duration_seconds"
+_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.0)
+_JSON = "application/json"
+
+# ------------------------------------------------------------------------------------ wire
+# The wire of app.models.extender as msgspec structs for the hot path: decoding skips the Node
+# fields the rules do not read, and passing Node objects are echoed as the raw bytes the
+# scheduler sent (msgspec.Raw), never re-encoded. Field names are the Go ones; a unit test
+# keeps them equal to the pydantic models' fields.
+
+
+class _WireTaint(msgspec.Struct):
+    key: str = ""
+    value: str = ""
+    effect: str = ""
+
+
+class _WireNodeMeta(msgspec.Struct):
+    name: str = ""
+    labels: dict[str, str] = {}
+
+
+class _WireNodeSpec(msgspec.Struct):
+    taints: list[_WireTaint] = []
+
+
+class _WireNodeStatus(msgspec.Struct):
+    allocatable: dict[str, str] = {}
+
+
+class _WireNode(msgspec.Struct):
+    """The fields of a core/v1 Node the rules read; the rest is skipped unparsed."""
+
+    metadata: _WireNodeMeta = msgspec.field(default_factory=_WireNodeMeta)
+    spec: _WireNodeSpec = msgspec.field(default_factory=_WireNodeSpec)
+    status: _WireNodeStatus = msgspec.field(default_factory=_WireNodeStatus)
+
+
+class _WireNodeList(msgspec.Struct, omit_defaults=True):
+    """``NodeList``: items kept raw."""
+
+    metadata: dict[str, Any] | None = None
+    items: list[msgspec.Raw] | None = None
+
+
+class _WireArgs(msgspec.Struct):
+    """``ExtenderArgs``."""
+
+    Pod: dict[str, Any]
+    Nodes: _WireNodeList | None = None
+    NodeNames: list[str] | None = None
+
+
+class _WireFilterResult(msgspec.Struct):
+    """``ExtenderFilterResult``."""
+
+    Nodes: _WireNodeList | None
+    NodeNames: list[str] | None
+    FailedNodes: dict[str, str]
+    FailedAndUnresolvableNodes: dict[str, str]
+    Error: str = ""
+
+
+class _WireHostPriority(msgspec.Struct):
+    """``HostPriority``."""
+
+    Host: str
+    Score: int
+
+
+_decode_args = msgspec.json.Decoder(_WireArgs).decode
+_decode_node = msgspec.json.Decoder(_WireNode).decode
+_encode = msgspec.json.Encoder().encode
+_READ_ERRORS = (ExtenderInputError, msgspec.DecodeError)  # ValidationError is a DecodeError
+
+# -------------------------------------------------------------------------------- helpers
+
+
+def _new_histogram(registry: CollectorRegistry) -> Histogram:
+    return Histogram(
+        HISTOGRAM_NAME,
+        "Latency of kube-scheduler extender requests served by pykueue.",
+        ["verb", "mode"],
+        registry=registry,
+        buckets=_BUCKETS,
+    )
+
+
+def _histogram(request: Request) -> Histogram:
+    """The latency histogram of this app, registered on first use in the app's registry
+    (``app.api.health.metrics_registry``, served at ``/metrics``)."""
+    state = request.app.state
+    hist = getattr(state, "extender_histogram", None)
+    if hist is None:
+        try:
+            hist = _new_histogram(metrics_registry(request.app))
+        except ValueError:  # the name is taken there (a registry shared by two apps)
+            state.extender_metrics_registry = CollectorRegistry()
+            hist = _new_histogram(state.extender_metrics_registry)
+        state.extender_histogram = hist
+    return hist
+
+
+def _gpu_resource(request: Request) -> str:
+    settings = getattr(request.app.state, "settings", None)
+    return getattr(getattr(settings, "extender", None), "gpu_resource", DEFAULT_GPU_RESOURCE)
+
+
+def _extender_state(request: Request) -> ExtenderState | None:
+    """The reconciler's state when present and synced, else ``None``."""
+    state = getattr(request.app.state, "extender_state", None)
+    if state is None or not state.synced():
+        return None
+    return state
+
+
+def _json(content: Any, status_code: int = 200) -> Response:
+    return Response(_encode(content), status_code=status_code, media_type=_JSON)
+
+
+class _Parsed:
+    """A parsed request: the pod, the candidate names, and in full mode the raw Node objects
+    by name and a ``NodeIndex`` of them."""
+
+    __slots__ = ("pod", "names", "objects", "index")
+
+    def __init__(
+        self,
+        pod: PodFacts,
+        names: list[str],
+        objects: dict[str, msgspec.Raw] | None = None,
+        index: NodeIndex | None = None,
+    ) -> None:
+        self.pod = pod
+        self.names = names
+        self.objects = objects
+        self.index = index
+
+    @property
+    def mode(self) -> str:
+        return "names" if self.objects is None else "nodes"
+
+
+def _parse(body: bytes, gpu_resource: str) -> _Parsed:
+    """Parse ``ExtenderArgs``. Raises ``ExtenderInputError`` or ``msgspec.DecodeError``."""
+    args = _decode_args(body)
+    pod = pod_facts(args.Pod, gpu_resource)
+    if args.NodeNames is not None:
+        return _Parsed(pod, args.NodeNames)
+    if args.Nodes is None:
+        raise ExtenderInputError("ExtenderArgs needs NodeNames or Nodes")
+    objects: dict[str, msgspec.Raw] = {}
+    facts: list[NodeFacts] = []
+    for i, raw in enumerate(args.Nodes.items or ()):
+        try:
+            n = _decode_node(raw)
+        except msgspec.DecodeError as exc:
+            raise ExtenderInputError(f"Nodes.items[{i}]: {exc}") from exc
+        name = n.metadata.name
+        if not name:
+            raise ExtenderInputError(f"Nodes.items[{i}].metadata.name must be a non-empty string")
+        taints = tuple((t.key, t.value, t.effect) for t in n.spec.taints) if n.spec.taints else ()
+        gpu = n.status.allocatable.get(gpu_resource)
+        facts.append(make_node_facts(name, n.metadata.labels, taints, gpu, gpu_resource))
+        objects[name] = raw
+    return _Parsed(pod, list(objects), objects, NodeIndex(facts))
+
+
+async def _read(request: Request) -> _Parsed | Response:
+    """The parsed request, or a 400 response saying what is malformed."""
+    try:
+        return _parse(await request.body(), _gpu_resource(request))
+    except Exception as exc:  # anything unreadable in the request is the caller's error
+        if not isinstance(exc, _READ_ERRORS):
+            log.warning("unreadable extender request", exc_info=exc)
+        return _json({"detail": f"malformed ExtenderArgs: {exc}"}, 400)
+
+
+def _decide(req: _Parsed, state: ExtenderState | None) -> FilterDecision:
+    if state is None:
+        return filter_unsynced(req.pod, req.names)
+    pod = req.pod
+    view = state.workload_for_pod(pod.namespace, pod.job_name) if pod.job_name else None
+    index = req.index if req.index is not None else state.node_index()
+    return filter_pod(pod, view, req.names, index, state.flavors())
+
+
+def _free_gpus(req: _Parsed, state: ExtenderState | None) -> Mapping[str, int]:
+    """Free GPUs per candidate node: the watched nodes (names mode), or the request's Node
+    objects minus the GPUs the state knows are used there (full mode)."""
+    if req.index is None:
+        return state.free_gpus() if state is not None else {}
+    used = state.gpu_used if state is not None else (lambda _name: 0)
+    free: dict[str, int] = {}
+    for name in req.names:
+        facts = req.index.get(name)
+        if facts is not None:
+            free[name] = facts.gpus - used(name)
+    return free
+
+
+_BAD_REQUEST = {400: {"description": "malformed ExtenderArgs", "content": {_JSON: {}}}}
+
+# -------------------------------------------------------------------------------- routes
+
+
+async def _serve(
+    request: Request, verb: str, answer: Callable[[Request, _Parsed], Response]
+) -> Response:
+    """Read the request (400 when malformed), ``answer`` it, and time it in the histogram."""
+    start = time.perf_counter()
+    mode = "invalid"
+    try:
+        req = await _read(request)
+        if isinstance(req, Response):
+            return req
+        mode = req.mode
+        return answer(request, req)
+    finally:
+        _histogram(request).labels(verb, mode).observe(time.perf_counter() - start)
+
+
+def _answer_filter(request: Request, req: _Parsed) -> Response:
+    try:
+        d = _decide(req, _extender_state(request))
+    except Exception as exc:  # never 5xx: answer an Error the scheduler reports
+        log.exception("extender filter failed for pod %s", req.pod.key)
+        why = f"pykueue extender internal error: {type(exc).__name__}: {exc}"
+        return _json(_WireFilterResult(None, None, {}, {}, why))
+    if req.objects is None:
+        return _json(_WireFilterResult(None, d.passing, d.failed, d.unresolvable))
+    objects = req.objects
+    items = _WireNodeList(items=[objects[n] for n in d.passing])
+    return _json(_WireFilterResult(items, None, d.failed, d.unresolvable))
+
+
+def _answer_prioritize(request: Request, req: _Parsed) -> Response:
+    state = getattr(request.app.state, "extender_state", None)
+    try:
+        scores = gpu_scores(req.pod.gpus, req.names, _free_gpus(req, state))
+    except Exception:  # the scheduler ignores prioritize failures; give no scores
+        log.exception("extender prioritize failed for pod %s", req.pod.key)
+        return _json([])
+    return _json([_WireHostPriority(h, s) for h, s in scores.items()])
+
+
+@router.post(
+    "/filter",
+    responses={200: {"model": ExtenderFilterResult}, **_BAD_REQUEST},
+    response_class=Response,
+)
+async def filter_nodes(request: Request) -> Response:
+    """``ExtenderArgs`` -> ``ExtenderFilterResult``; passing nodes are returned explicitly
+    (``NodeNames`` or ``Nodes.items``, as the request came)."""
+    return await _serve(request, "filter", _answer_filter)
+
+
+@router.post(
+    "/prioritize",
+    responses={200: {"model": HostPriorityList}, **_BAD_REQUEST},
+    response_class=Response,
+)
+async def prioritize_nodes(request: Request) -> Response:
+    """``ExtenderArgs`` -> ``HostPriorityList``: 0-10 per node, GPU bin packing."""
+    return await _serve(request, "prioritize", _answer_prioritize)

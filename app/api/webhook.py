@@ -1,7 +1,298 @@
-"""HTTP adapter: webhook endpoints (thin: parse -> call pure function -> build response)."""
+"""HTTP adapter: the admission webhook for ``batch/v1`` Jobs (mutating and validating).
+
+Thin: parse the ``admission.k8s.io/v1`` AdmissionReview, call the pure rules of
+``app.core.webhook_rules``, build the response review (echoing apiVersion, kind and uid).
+
+- ``POST /mutate-batch-v1-job``: CREATE of a queued Job -> allowed with a base64 JSONPatch
+  (``patchType: JSONPatch``) setting ``/spec/suspend`` to true; anything else -> allowed, no patch.
+- ``POST /validate-batch-v1-job``: CREATE and UPDATE rules (queue-name label, who unsuspends);
+  a violation -> ``allowed: false``, status 403 Forbidden, message naming the fields.
+
+The API server appends ``?timeout=Ns``: routing is on the path only. Errors never become a 5xx:
+a body that is not JSON or not an AdmissionReview -> HTTP 400 ``{"error": ..., "details": [...]}``;
+a review whose object cannot be read -> ``allowed: false`` with status code 400 naming the field;
+an unexpected exception -> ``allowed: false`` with status code 500 (fail closed) and a logged
+traceback. One structured log line (JSON) per review: uid, namespace, name, operation, dryRun,
+user, decision, code, latency_ms; never object bodies.
+
+Inputs from ``app.state``: ``settings`` (``Settings.webhook``), optional ``admission_lookup``
+(``AdmissionLookup``: is a Job's Workload admitted?) and ``default_queue_lookup``
+(``DefaultQueueLookup``). Without ``admission_lookup`` every Workload counts as not admitted, so
+only pykueue's own identities may unsuspend a queued Job (conservative: fail closed). Without
+``default_queue_lookup`` there is no LocalQueue defaulting and label removal is not limited by it.
+Metric: histogram ``pykueue_webhook_request_duration_seconds{path, decision}`` in the app registry.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import base64
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
 
+from fastapi import APIRouter, Request, Response
+from prometheus_client import Histogram
+from pydantic import ValidationError
+
+from app.api.health import metrics_registry
+from app.core.webhook_rules import (
+    DEFAULT_LOCAL_QUEUE,
+    UnreadableObjectError,
+    WebhookPolicy,
+    is_batch_job,
+    mutate,
+    read_job,
+    read_labels,
+    read_name,
+    read_queue_name,
+    read_suspend,
+    validate_create,
+    validate_update,
+)
+from app.models.admissionreview import (
+    AdmissionRequest,
+    AdmissionResponse,
+    AdmissionReview,
+    Status,
+)
+
+MUTATE_PATH = "/mutate-batch-v1-job"
+VALIDATE_PATH = "/validate-batch-v1-job"
+
+# Decisions (the ``decision`` label and log field).
+ALLOWED = "allowed"  # allowed, no patch
+PATCHED = "patched"  # allowed with a JSONPatch
+DENIED = "denied"  # a rule refused it (status 403)
+INVALID = "invalid"  # the review's object could not be read (status 400 inside the review)
+BAD_REQUEST = "bad_request"  # body not JSON / not an AdmissionReview (HTTP 400)
+ERROR = "error"  # unexpected exception (status 500 inside the review, fail closed)
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+
+logger = logging.getLogger("pykueue.webhook")
 router = APIRouter()
+
+
+class _Outcome:
+    """What a decision function returns: the response body plus log/metric fields."""
+
+    __slots__ = ("response", "decision")
+
+    def __init__(self, response: AdmissionResponse, decision: str) -> None:
+        self.response = response
+        self.decision = decision
+
+
+def request_duration(app: Any) -> Histogram:
+    """The app's ``pykueue_webhook_request_duration_seconds`` histogram, created on first use."""
+    histogram = getattr(app.state, "webhook_request_duration", None)
+    if histogram is None:
+        histogram = Histogram(
+            "pykueue_webhook_request_duration_seconds",
+            "Time to answer one admission webhook request, by path and decision.",
+            ["path", "decision"],
+            buckets=_LATENCY_BUCKETS,
+            registry=metrics_registry(app),
+        )
+        app.state.webhook_request_duration = histogram
+    return histogram
+
+
+def _policy(state: Any) -> WebhookPolicy:
+    settings = getattr(state, "settings", None)
+    if settings is None:
+        return WebhookPolicy()
+    return WebhookPolicy(
+        queue_name_label=settings.webhook.queue_name_label,
+        controller_usernames=frozenset(settings.webhook.controller_usernames),
+    )
+
+
+def _lookup(state: Any, attribute: str, method: str, *args: str) -> bool | None:
+    """Ask an optional lookup on ``app.state``; None when absent or when it fails."""
+    provider = getattr(state, attribute, None)
+    if provider is None:
+        return None
+    try:
+        answer = getattr(provider, method)(*args)
+    except Exception:
+        logger.exception("webhook: %s.%s failed; treating the answer as unknown", attribute, method)
+        return None
+    return answer if isinstance(answer, bool) else None
+
+
+def _is_job_review(req: AdmissionRequest) -> bool:
+    """True for a review about a batch Job (by ``request.kind``, else by the object's own kind)."""
+    kind = req.kind or req.request_kind
+    if kind is not None and kind.kind:
+        return kind.group == "batch" and kind.kind == "Job"
+    return not isinstance(req.object, dict) or is_batch_job(req.object)
+
+
+def _allow(req: AdmissionRequest) -> _Outcome:
+    return _Outcome(AdmissionResponse(uid=req.uid, allowed=True), ALLOWED)
+
+
+def _deny(req: AdmissionRequest, code: int, reason: str, message: str, decision: str) -> _Outcome:
+    status = Status(status="Failure", code=code, reason=reason, message=message)
+    return _Outcome(AdmissionResponse(uid=req.uid, allowed=False, status=status), decision)
+
+
+def _read(value: object, where: str) -> dict[str, Any]:
+    """The Job at ``where`` (``request.object``), checked for every field the rules read, so
+    UnreadableObjectError names the full path (``request.oldObject.spec.suspend``)."""
+    try:
+        job = read_job(value)
+        read_labels(job)
+        read_suspend(job)
+    except UnreadableObjectError as exc:
+        raise UnreadableObjectError(
+            ".".join(filter(None, (where, exc.field))), exc.problem
+        ) from None
+    return job  # type: ignore[return-value]
+
+
+def _decide_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
+    if req.operation != "CREATE" or not _is_job_review(req):
+        return _allow(req)
+    policy = _policy(state)
+    job = _read(req.object, "request.object")
+    default_queue = None
+    if not read_queue_name(job, policy.queue_name_label):
+        has_default = _lookup(
+            state, "default_queue_lookup", "has_default_local_queue", req.namespace
+        )
+        default_queue = DEFAULT_LOCAL_QUEUE if has_default else None
+    patch = mutate(
+        job, req.operation, queue_name_label=policy.queue_name_label, default_queue=default_queue
+    )
+    if not patch:
+        return _allow(req)
+    encoded = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode("ascii")
+    response = AdmissionResponse(uid=req.uid, allowed=True, patch=encoded, patch_type="JSONPatch")
+    return _Outcome(response, PATCHED)
+
+
+def _decide_validation(req: AdmissionRequest, state: Any) -> _Outcome:
+    if req.operation not in ("CREATE", "UPDATE") or req.sub_resource or not _is_job_review(req):
+        return _allow(req)
+    policy = _policy(state)
+    username = req.user_info.username
+    job = _read(req.object, "request.object")
+    if req.operation == "CREATE":
+        errors = validate_create(job, username, policy)
+    else:
+        old_job = _read(req.old_object, "request.oldObject")
+        name = req.name or read_name(job)
+        admitted = _lookup(state, "admission_lookup", "is_admitted", req.namespace, name)
+        has_default = _lookup(
+            state, "default_queue_lookup", "has_default_local_queue", req.namespace
+        )
+        errors = validate_update(
+            old_job, job, username, admitted, policy, default_local_queue_exists=has_default
+        )
+    if errors:
+        return _deny(req, 403, "Forbidden", "; ".join(errors), DENIED)
+    return _allow(req)
+
+
+def _bad_request(error: str, exc: ValidationError | None) -> Response:
+    details = []
+    if exc is not None:
+        details = [
+            {"loc": ".".join(str(p) for p in e["loc"]), "msg": e["msg"], "type": e["type"]}
+            for e in exc.errors(include_url=False, include_input=False, include_context=False)
+        ]
+    body = json.dumps({"error": error, "details": details})
+    return Response(body, status_code=400, media_type="application/json")
+
+
+def _parse(body: bytes) -> tuple[AdmissionReview | None, Response | None]:
+    """The review in ``body``, or the HTTP 400 response saying why there is none."""
+    try:
+        review = AdmissionReview.model_validate_json(body)
+    except ValidationError as exc:
+        if any(e["type"] == "json_invalid" for e in exc.errors(include_url=False)):
+            return None, _bad_request("request body is not JSON", exc)
+        return None, _bad_request("request body is not an admission.k8s.io/v1 AdmissionReview", exc)
+    if review.request is None:
+        return None, _bad_request(
+            "request body is not an admission.k8s.io/v1 AdmissionReview: request is missing", None
+        )
+    return review, None
+
+
+def _object_label(req: AdmissionRequest) -> str:
+    """The Job's name for logs: ``request.name``, else ``metadata.name``, else ``generateName*``."""
+    if req.name:
+        return req.name
+    metadata = req.object.get("metadata") if isinstance(req.object, dict) else None
+    if isinstance(metadata, dict):
+        if isinstance(metadata.get("name"), str) and metadata["name"]:
+            return metadata["name"]
+        if isinstance(metadata.get("generateName"), str):
+            return metadata["generateName"] + "*"
+    return ""
+
+
+async def _serve(
+    request: Request, path: str, decide: Callable[[AdmissionRequest, Any], _Outcome]
+) -> Response:
+    started = time.perf_counter()
+    review, bad = _parse(await request.body())
+    fields: dict[str, Any] = {"path": path}
+    if bad is not None:
+        decision, code, response = BAD_REQUEST, 400, bad
+    else:
+        assert review is not None and review.request is not None
+        req = review.request
+        fields.update(
+            uid=req.uid,
+            namespace=req.namespace,
+            name=_object_label(req),
+            operation=req.operation,
+            dryRun=bool(req.dry_run),
+            user=req.user_info.username,
+        )
+        try:
+            outcome = decide(req, request.app.state)
+        except UnreadableObjectError as exc:
+            message = f"cannot read the Job: {exc}"
+            outcome = _deny(req, 400, "BadRequest", message, INVALID)
+        except Exception:
+            logger.exception("webhook: unexpected error on review uid=%s", req.uid)
+            message = "internal error in pykueue's admission webhook; see its log"
+            outcome = _deny(req, 500, "InternalError", message, ERROR)
+        answer = AdmissionReview(
+            api_version=review.api_version, kind=review.kind, response=outcome.response
+        )
+        decision = outcome.decision
+        code = outcome.response.status.code if outcome.response.status else 200
+        if outcome.response.status is not None:
+            fields["message"] = (outcome.response.status.message or "")[:500]
+        response = Response(
+            answer.model_dump_json(by_alias=True, exclude_none=True), media_type="application/json"
+        )
+    elapsed = time.perf_counter() - started
+    request_duration(request.app).labels(path, decision).observe(elapsed)
+    fields.update(decision=decision, code=code, latency_ms=round(elapsed * 1000, 3))
+    logger.info(json.dumps({"event": "admission_review", **fields}))
+    return response
+
+
+async def mutate_batch_v1_job(request: Request) -> Response:
+    """Mutating webhook for batch/v1 Jobs: suspend queued Jobs on CREATE (JSONPatch)."""
+    return await _serve(request, MUTATE_PATH, _decide_mutation)
+
+
+async def validate_batch_v1_job(request: Request) -> Response:
+    """Validating webhook for batch/v1 Jobs: queue-name label and unsuspend rules."""
+    return await _serve(request, VALIDATE_PATH, _decide_validation)
+
+
+# Plain Starlette routes: the endpoints read the raw body themselves, so FastAPI's dependency
+# solving and body parsing would only add latency on the API server's critical path.
+router.add_route(MUTATE_PATH, mutate_batch_v1_job, methods=["POST"], include_in_schema=False)
+router.add_route(VALIDATE_PATH, validate_batch_v1_job, methods=["POST"], include_in_schema=False)

@@ -1,0 +1,301 @@
+"""Who may read the status API: bearer tokens checked the Kubernetes way.
+
+A request carries ``Authorization: Bearer <token>`` (e.g. from ``kubectl create token``).
+The token is authenticated with a TokenReview (``authentication.k8s.io/v1``) and the user
+authorised with a SubjectAccessReview (``authorization.k8s.io/v1``) for the Kueue object the
+view shows: ClusterQueue views need ``get`` on ``clusterqueues.kueue.x-k8s.io``, namespace
+views ``get`` on ``localqueues.kueue.x-k8s.io`` in that namespace (issue 8). This is what
+the API server itself does for a webhook-authenticated, webhook-authorised client.
+
+The checks sit behind ``AccessReviewer`` (two async methods) with three implementations:
+
+- ``KubeAccessReviewer``: the real reviews through kubernetes-asyncio
+  (``AuthenticationV1Api.create_token_review``,
+  ``AuthorizationV1Api.create_subject_access_review``). pykueue's identity needs ``create`` on
+  ``tokenreviews`` and ``subjectaccessreviews`` (ClusterRole ``system:auth-delegator``).
+- ``StaticAccessReviewer``: a table of tokens and RBAC-like grants, in process. Tests use it;
+  it is a faithful implementation of the protocol, not a mock of the API server.
+- ``CachedAccessReviewer``: wraps another one and keeps answers for ``ttl`` seconds (default
+  10 s), at most ``max_entries`` of each kind (least recently used dropped first). Tokens are
+  cached under their SHA-256, never in clear. Failures to reach the API server are not
+  cached.
+
+Errors: the reviewers raise ``ReviewUnavailable`` when the API server cannot answer (the
+HTTP side answers 503); a rejected token is a result (``TokenResult.user is None``), not an
+exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kubernetes_asyncio import client as k8s
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+
+
+class ReviewUnavailable(Exception):
+    """The TokenReview or SubjectAccessReview could not be made (API server unreachable,
+    pykueue not allowed to create reviews, timeout). Retry later."""
+
+
+@dataclass(frozen=True, slots=True)
+class UserInfo:
+    """An authenticated user (Kubernetes ``UserInfo``)."""
+
+    username: str
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenResult:
+    """Outcome of a TokenReview: ``user`` when authenticated, else ``error`` says why."""
+
+    user: UserInfo | None
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceAccess:
+    """What a request needs (SubjectAccessReview ``resourceAttributes``); ``namespace`` None
+    for cluster-scoped objects, ``name`` None for "any object of the kind"."""
+
+    verb: str
+    group: str
+    resource: str
+    namespace: str | None = None
+    name: str | None = None
+
+    def describe(self) -> str:
+        """Kubernetes' wording, e.g. 'get resource "localqueues" in API group
+        "kueue.x-k8s.io" in the namespace "team-a"'."""
+        what = f'{self.verb} resource "{self.resource}" in API group "{self.group}"'
+        if self.name:
+            what = f'{self.verb} resource "{self.resource}" named "{self.name}" in API group ' \
+                   f'"{self.group}"'
+        if self.namespace is not None:
+            return f'{what} in the namespace "{self.namespace}"'
+        return f"{what} at the cluster scope"
+
+
+@dataclass(frozen=True, slots=True)
+class AccessDecision:
+    """Outcome of a SubjectAccessReview; ``reason`` from the authorizer (may be empty)."""
+
+    allowed: bool
+    reason: str = ""
+
+
+class AccessReviewer(Protocol):
+    """Authenticates bearer tokens and authorises users (see the module doc)."""
+
+    async def authenticate(self, token: str) -> TokenResult:
+        """Check ``token``; raise ``ReviewUnavailable`` when it cannot be checked."""
+        ...
+
+    async def authorize(self, user: UserInfo, access: ResourceAccess) -> AccessDecision:
+        """May ``user`` do ``access``? Raise ``ReviewUnavailable`` when it cannot be asked."""
+        ...
+
+
+def cluster_queue_access(name: str | None = None) -> ResourceAccess:
+    """``get`` on ClusterQueue ``name`` (any when None)."""
+    return ResourceAccess("get", KUEUE_GROUP, "clusterqueues", None, name)
+
+
+def local_queue_access(namespace: str, name: str | None = None) -> ResourceAccess:
+    """``get`` on LocalQueue ``name`` (any when None) in ``namespace``."""
+    return ResourceAccess("get", KUEUE_GROUP, "localqueues", namespace, name)
+
+
+# ------------------------------------------------------------------------------ Kubernetes
+
+
+class KubeAccessReviewer:
+    """TokenReview + SubjectAccessReview through a kubernetes-asyncio ``ApiClient``.
+
+    ``audiences``: TokenReview ``spec.audiences`` (None: the API server's own audiences, which
+    is what ``kubectl create token`` issues for).
+    """
+
+    def __init__(self, api_client: Any, audiences: Iterable[str] | None = None) -> None:
+        self._authn = k8s.AuthenticationV1Api(api_client)
+        self._authz = k8s.AuthorizationV1Api(api_client)
+        self._audiences = list(audiences) if audiences else None
+
+    async def authenticate(self, token: str) -> TokenResult:
+        body = k8s.V1TokenReview(spec=k8s.V1TokenReviewSpec(token=token,
+                                                             audiences=self._audiences))
+        try:
+            review = await self._authn.create_token_review(body)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure means "cannot check now"
+            raise ReviewUnavailable(f"TokenReview failed: {_api_error(exc)}") from exc
+        st = review.status
+        if st is None or not st.authenticated or st.user is None:
+            return TokenResult(None, (st.error if st is not None else "") or "")
+        u = st.user
+        extra = {k: tuple(v or ()) for k, v in (u.extra or {}).items()}
+        return TokenResult(UserInfo(u.username or "", u.uid or "", tuple(u.groups or ()), extra))
+
+    async def authorize(self, user: UserInfo, access: ResourceAccess) -> AccessDecision:
+        attrs = k8s.V1ResourceAttributes(verb=access.verb, group=access.group,
+                                         resource=access.resource, namespace=access.namespace,
+                                         name=access.name)
+        spec = k8s.V1SubjectAccessReviewSpec(
+            user=user.username, uid=user.uid or None, groups=list(user.groups) or None,
+            extra={k: list(v) for k, v in user.extra.items()} or None,
+            resource_attributes=attrs,
+        )
+        try:
+            review = await self._authz.create_subject_access_review(
+                k8s.V1SubjectAccessReview(spec=spec))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise ReviewUnavailable(f"SubjectAccessReview failed: {_api_error(exc)}") from exc
+        st = review.status
+        if st is None:
+            return AccessDecision(False, "no status in the SubjectAccessReview")
+        return AccessDecision(bool(st.allowed) and not st.denied,
+                              st.reason or st.evaluation_error or "")
+
+
+def _api_error(exc: Exception) -> str:
+    status = getattr(exc, "status", None)
+    reason = getattr(exc, "reason", None)
+    if status is not None:
+        return f"HTTP {status} {reason or ''}".strip()
+    return f"{type(exc).__name__}: {exc}"
+
+
+# ------------------------------------------------------------------------------ static table
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """An RBAC-like rule: ``subject`` (a username, or ``group:<name>``) may ``verbs`` on
+    ``resources`` of ``group``; ``namespace`` None = every namespace and cluster scope;
+    ``names`` empty = every object."""
+
+    subject: str
+    verbs: tuple[str, ...]
+    group: str
+    resources: tuple[str, ...]
+    namespace: str | None = None
+    names: tuple[str, ...] = ()
+
+    def allows(self, user: UserInfo, access: ResourceAccess) -> bool:
+        """True when this rule covers ``user`` doing ``access`` (RBAC rule matching)."""
+        if self.subject.startswith("group:"):
+            if self.subject[len("group:"):] not in user.groups:
+                return False
+        elif self.subject != user.username:
+            return False
+        if access.verb not in self.verbs and "*" not in self.verbs:
+            return False
+        if self.group not in (access.group, "*"):
+            return False
+        if access.resource not in self.resources and "*" not in self.resources:
+            return False
+        if self.namespace is not None and access.namespace != self.namespace:
+            return False
+        return not self.names or access.name in self.names
+
+
+class StaticAccessReviewer:
+    """``AccessReviewer`` from a table: ``tokens`` maps a token to its user; ``grants`` say
+    who may do what. Counts its calls (``authentications``, ``authorizations``)."""
+
+    def __init__(self, tokens: Mapping[str, UserInfo], grants: Iterable[Grant] = ()) -> None:
+        self.tokens = dict(tokens)
+        self.grants = tuple(grants)
+        self.authentications = 0
+        self.authorizations = 0
+
+    async def authenticate(self, token: str) -> TokenResult:
+        self.authentications += 1
+        user = self.tokens.get(token)
+        if user is None:
+            return TokenResult(None, "unknown token")
+        return TokenResult(user)
+
+    async def authorize(self, user: UserInfo, access: ResourceAccess) -> AccessDecision:
+        self.authorizations += 1
+        for g in self.grants:
+            if g.allows(user, access):
+                return AccessDecision(True, f"allowed by grant to {g.subject}")
+        return AccessDecision(False, "")
+
+
+# ------------------------------------------------------------------------------ cache
+
+
+class _TTLCache:
+    """Bounded LRU mapping whose entries expire ``ttl`` seconds after they were stored."""
+
+    def __init__(self, ttl: float, max_entries: int, clock: Callable[[], float]) -> None:
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self.clock = clock
+        self._data: OrderedDict[Any, tuple[float, Any]] = OrderedDict()
+
+    def get(self, key: Any) -> Any | None:
+        hit = self._data.get(key)
+        if hit is None:
+            return None
+        expires, value = hit
+        if self.clock() >= expires:
+            del self._data[key]
+            return None
+        self._data.move_to_end(key)
+        return value
+
+    def put(self, key: Any, value: Any) -> None:
+        self._data[key] = (self.clock() + self.ttl, value)
+        self._data.move_to_end(key)
+        while len(self._data) > self.max_entries:
+            self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+
+class CachedAccessReviewer:
+    """Caches another reviewer's answers (see the module doc). ``clock``: monotonic seconds."""
+
+    def __init__(self, inner: AccessReviewer, *, ttl: float = 10.0, max_entries: int = 1024,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if ttl <= 0 or max_entries < 1:
+            raise ValueError("ttl must be > 0 and max_entries >= 1")
+        self.inner = inner
+        self._tokens = _TTLCache(ttl, max_entries, clock)
+        self._decisions = _TTLCache(ttl, max_entries, clock)
+
+    async def authenticate(self, token: str) -> TokenResult:
+        key = hashlib.sha256(token.encode()).digest()
+        hit = self._tokens.get(key)
+        if hit is not None:
+            return hit
+        result = await self.inner.authenticate(token)
+        self._tokens.put(key, result)
+        return result
+
+    async def authorize(self, user: UserInfo, access: ResourceAccess) -> AccessDecision:
+        key = (user.username, user.uid, user.groups,
+               tuple(sorted((k, v) for k, v in user.extra.items())), access)
+        hit = self._decisions.get(key)
+        if hit is not None:
+            return hit
+        decision = await self.inner.authorize(user, access)
+        self._decisions.put(key, decision)
+        return decision

@@ -1,0 +1,254 @@
+"""TLS material for pykueue's HTTPS listener: a private CA and a serving certificate.
+
+``ensure_certs(out_dir)`` writes, under ``out_dir``:
+
+- ``ca.crt`` / ``ca.key``: a self-signed CA (ECDSA P-256, ``basicConstraints CA:TRUE,
+  pathlen:0``, keyCertSign + cRLSign), valid ``ca_days`` (default 3650 days). Its PEM goes,
+  base64-encoded, into the webhook configurations' ``caBundle`` (hack/render_webhooks.py).
+- ``tls.crt`` / ``tls.key``: the serving certificate signed by that CA (ECDSA P-256,
+  serverAuth), valid ``cert_days`` (default 365 days), with SANs ``127.0.0.1``, ``::1``,
+  ``localhost`` and the in-cluster Service names of ``pykueue-webhook-service`` in
+  ``pykueue-system`` (short, ``.ns``, ``.ns.svc``, ``.ns.svc.cluster.local``), plus any extra.
+  kube-apiserver (Go) checks SANs only, never the CN.
+
+Idempotent: a readable CA that is valid for at least ``renew_before_days`` more days is kept
+(so caBundles already registered stay valid); the serving certificate is kept when it is
+signed by that CA, has every wanted SAN and is valid long enough; anything else is (re)made.
+Keys are written with mode 0600, every file atomically (write + rename).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+SERVICE_NAME = "pykueue-webhook-service"
+SERVICE_NAMESPACE = "pykueue-system"
+
+
+def default_hosts(service: str = SERVICE_NAME, namespace: str = SERVICE_NAMESPACE) -> list[str]:
+    """SANs of the serving certificate: loopback (lab) and the in-cluster Service names."""
+    return [
+        "127.0.0.1",
+        "::1",
+        "localhost",
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.cluster.local",
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class CertPaths:
+    """Where the four PEM files are; ``created`` lists the ones (re)written by this call."""
+
+    ca_cert: Path
+    ca_key: Path
+    cert: Path
+    key: Path
+    created: tuple[str, ...] = ()
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _write(path: Path, data: bytes, *, private: bool) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(tmp, path)
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _san_entries(hosts: Iterable[str]) -> list[x509.GeneralName]:
+    entries: list[x509.GeneralName] = []
+    for host in dict.fromkeys(hosts):  # de-duplicate, keep order
+        try:
+            entries.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            entries.append(x509.DNSName(host))
+    return entries
+
+
+def _load(cert_path: Path, key_path: Path) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """Load a certificate and its EC key; ValueError when unreadable or not a matching pair."""
+    cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+    key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{key_path}: not an EC private key")
+    if cert.public_key() != key.public_key():
+        raise ValueError(f"{cert_path} does not match {key_path}")
+    return cert, key
+
+
+def _valid_for(cert: x509.Certificate, days: int, now: dt.datetime) -> bool:
+    return cert.not_valid_before_utc <= now and cert.not_valid_after_utc - now >= dt.timedelta(
+        days=days
+    )
+
+
+def _is_ca(cert: x509.Certificate) -> bool:
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return False
+
+
+def cert_hosts(cert: x509.Certificate) -> set[str]:
+    """The DNS names and IP addresses (as strings) in ``cert``'s subjectAltName."""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    ips = {str(ip) for ip in san.get_values_for_type(x509.IPAddress)}
+    return set(san.get_values_for_type(x509.DNSName)) | ips
+
+
+def _normal_host(host: str) -> str:
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host
+
+
+def _key_usage(*, signs_certificates: bool) -> x509.KeyUsage:
+    """digitalSignature (ECDSA TLS), plus keyCertSign and cRLSign for the CA."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=signs_certificates,
+        crl_sign=signs_certificates,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+def _make_ca(now: dt.datetime, days: int) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pykueue-ca")])
+    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_key_usage(signs_certificates=True), critical=True)
+        .add_extension(ski, critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return cert, key
+
+
+def _make_serving(
+    ca_cert: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+    hosts: Sequence[str],
+    now: dt.datetime,
+    days: int,
+) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVICE_NAME)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_key_usage(signs_certificates=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(_san_entries(hosts)), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return cert, key
+
+
+def ensure_certs(
+    out_dir: Path,
+    *,
+    hosts: Sequence[str] | None = None,
+    ca_days: int = 3650,
+    cert_days: int = 365,
+    renew_before_days: int = 30,
+    force: bool = False,
+    now: dt.datetime | None = None,
+) -> CertPaths:
+    """Create or refresh the CA and serving certificate in ``out_dir`` (see module docstring).
+
+    ``hosts``: SANs (IP literals become IP SANs), default ``default_hosts()``. ``force``: make a
+    new CA and certificate even when the existing ones are good. ``now``: the clock (UTC).
+    Returns the paths and which files were written. Raises OSError when ``out_dir`` cannot be
+    written.
+    """
+    now = now or _now()
+    wanted = list(hosts) if hosts is not None else default_hosts()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = CertPaths(
+        out_dir / "ca.crt", out_dir / "ca.key", out_dir / "tls.crt", out_dir / "tls.key"
+    )
+    created: list[str] = []
+
+    ca: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None = None
+    if not force:
+        try:
+            ca = _load(paths.ca_cert, paths.ca_key)
+        except (OSError, ValueError, TypeError):
+            ca = None
+        if ca is not None and not (_is_ca(ca[0]) and _valid_for(ca[0], renew_before_days, now)):
+            ca = None
+    if ca is None:
+        ca = _make_ca(now, ca_days)
+        _write(paths.ca_key, _key_pem(ca[1]), private=True)
+        _write(paths.ca_cert, ca[0].public_bytes(serialization.Encoding.PEM), private=False)
+        created += ["ca.crt", "ca.key"]
+    ca_cert, ca_key = ca
+
+    keep = False
+    if not created and not force:
+        try:
+            leaf, _ = _load(paths.cert, paths.key)
+            leaf.verify_directly_issued_by(ca_cert)
+            keep = {_normal_host(h) for h in wanted} <= cert_hosts(leaf) and _valid_for(
+                leaf, renew_before_days, now
+            )
+        except (OSError, ValueError, TypeError, InvalidSignature):
+            keep = False
+    if not keep:
+        leaf, leaf_key = _make_serving(ca_cert, ca_key, wanted, now, cert_days)
+        _write(paths.key, _key_pem(leaf_key), private=True)
+        _write(paths.cert, leaf.public_bytes(serialization.Encoding.PEM), private=False)
+        created += ["tls.crt", "tls.key"]
+    return CertPaths(paths.ca_cert, paths.ca_key, paths.cert, paths.key, tuple(created))

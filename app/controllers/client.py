@@ -1,0 +1,306 @@
+"""The Kubernetes API client of the controllers: raw JSON over kubernetes-asyncio's ApiClient.
+
+Objects are plain ``dict``s exactly as the API server sends them (so fields pykueue does not
+know survive a write-back, and CRDs and built-in kinds are handled alike). Every request goes
+through a token bucket (``ClientSettings.qps`` requests/second, ``burst`` at once; client-go's
+rate limiter) and gets ``ClientSettings.request_timeout_seconds`` unless it is a watch.
+Errors are raised as ``app.controllers.errors`` types (NotFound, Conflict, Gone, Throttled,
+Retryable, Permanent).
+
+Connection: ``ClientSettings.kubeconfig`` if set; otherwise in-cluster (service account) when
+``KUBERNETES_SERVICE_HOST`` is set; otherwise ``$KUBECONFIG`` / ``~/.kube/config``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from app.config import ClientSettings
+from app.controllers.errors import ApiError, from_exception, from_status
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A REST resource: ``group`` ("" for core), ``version``, ``plural``, scope and ``kind``."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        """``group/version`` (or ``v1`` for the core group) as written in ``apiVersion``."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None,
+             subresource: str | None = None) -> str:
+        """URL path, e.g. ``/apis/batch/v1/namespaces/ns/jobs/j/status``."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{name}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSION = "v1beta2"
+RESOURCE_FLAVORS = Resource(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", "ResourceFlavor", False)
+CLUSTER_QUEUES = Resource(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", "ClusterQueue", False)
+LOCAL_QUEUES = Resource(KUEUE_GROUP, KUEUE_VERSION, "localqueues", "LocalQueue")
+WORKLOADS = Resource(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload")
+WORKLOAD_PRIORITY_CLASSES = Resource(
+    KUEUE_GROUP, KUEUE_VERSION, "workloadpriorityclasses", "WorkloadPriorityClass", False
+)
+JOBS = Resource("batch", "v1", "jobs", "Job")
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
+PODS = Resource("", "v1", "pods", "Pod")
+NODES = Resource("", "v1", "nodes", "Node", False)
+EVENTS = Resource("", "v1", "events", "Event")
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
+
+
+class TokenBucket:
+    """client-go's token-bucket rate limiter: ``qps`` tokens/second, at most ``burst`` saved.
+
+    ``acquire()`` waits (FIFO) until a token is available. ``clock`` returns seconds
+    (monotonic); ``sleep`` is awaited for waits (both injectable for tests).
+    """
+
+    def __init__(self, qps: float, burst: int,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+        if qps <= 0 or burst < 1:
+            raise ValueError("qps must be > 0 and burst >= 1")
+        self.qps = qps
+        self.burst = burst
+        self._clock = clock
+        self._sleep = sleep
+        self._tokens = float(burst)
+        self._last = clock()
+        self._lock = asyncio.Lock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+        self._last = now
+
+    def try_acquire(self) -> bool:
+        """Take a token if one is available now; never waits."""
+        self._refill()
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return True
+        return False
+
+    async def acquire(self) -> None:
+        """Wait for and take one token."""
+        async with self._lock:
+            while not self.try_acquire():
+                await self._sleep((1 - self._tokens) / self.qps)
+
+
+class RateLimitedApiClient(k8s_client.ApiClient):
+    """kubernetes-asyncio ``ApiClient`` whose every call takes a token and has a timeout.
+
+    Used by typed API classes too (e.g. the Lease lock of leader election), so all of this
+    process's traffic shares one budget.
+    """
+
+    def __init__(self, configuration: k8s_client.Configuration, bucket: TokenBucket,
+                 default_timeout: float) -> None:
+        super().__init__(configuration)
+        self.bucket = bucket
+        self.default_timeout = default_timeout
+        self.user_agent = "pykueue/0.1.0"
+
+    async def call_api(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        await self.bucket.acquire()
+        if kwargs.get("_request_timeout") is None:
+            kwargs["_request_timeout"] = self.default_timeout
+        return await super().call_api(*args, **kwargs)
+
+
+async def load_configuration(settings: ClientSettings) -> k8s_client.Configuration:
+    """Build a client ``Configuration`` (see the module doc for the lookup order)."""
+    cfg = k8s_client.Configuration()
+    if settings.kubeconfig is not None:
+        await k8s_config.load_kube_config(config_file=str(settings.kubeconfig),
+                                          client_configuration=cfg, persist_config=False)
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        k8s_config.load_incluster_config(client_configuration=cfg)
+    else:
+        await k8s_config.load_kube_config(client_configuration=cfg, persist_config=False)
+    return cfg
+
+
+class KubeClient:
+    """Raw-JSON access to the API server. Every method raises ``ApiError`` subclasses.
+
+    ``writes`` counts successful mutating requests (POST/PUT/PATCH/DELETE) for tests and
+    metrics.
+    """
+
+    def __init__(self, api: RateLimitedApiClient, settings: ClientSettings) -> None:
+        self.api = api
+        self.settings = settings
+        self.writes = 0
+
+    @classmethod
+    async def from_settings(cls, settings: ClientSettings) -> KubeClient:
+        """Connect as described in the module doc; the caller must ``await close()``."""
+        cfg = await load_configuration(settings)
+        cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize, settings.burst + 16)
+        bucket = TokenBucket(settings.qps, settings.burst)
+        return cls(RateLimitedApiClient(cfg, bucket, settings.request_timeout_seconds), settings)
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    # ------------------------------------------------------------------ raw requests
+
+    async def _send(self, method: str, path: str, *, query: dict[str, Any] | None = None,
+                    body: Any = None, content_type: str = JSON,
+                    timeout: Any = None) -> aiohttp.ClientResponse:
+        params = [(k, _qv(v)) for k, v in (query or {}).items() if v is not None]
+        try:
+            return await self.api.call_api(
+                path, method, query_params=params,
+                header_params={"Accept": JSON, "Content-Type": content_type},
+                body=body, auth_settings=["BearerToken"], _preload_content=False,
+                _request_timeout=timeout,
+            )
+        except ApiError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped into a typed error
+            raise from_exception(exc) from exc
+
+    async def request(self, method: str, path: str, *, query: dict[str, Any] | None = None,
+                      body: Any = None, content_type: str = JSON) -> dict[str, Any]:
+        """Send one request and return the decoded JSON body (``{}`` when empty)."""
+        resp = await self._send(method, path, query=query, body=body, content_type=content_type)
+        try:
+            data = await resp.read()
+        except Exception as exc:  # noqa: BLE001
+            raise from_exception(exc) from exc
+        finally:
+            resp.release()
+        if not 200 <= resp.status <= 299:
+            raise from_status(resp.status, data)
+        if method != "GET":
+            self.writes += 1
+        return json.loads(data) if data else {}
+
+    # ------------------------------------------------------------------ verbs
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None,
+                  subresource: str | None = None) -> dict[str, Any]:
+        return await self.request("GET", res.path(namespace, name, subresource))
+
+    async def list(self, res: Resource, namespace: str | None = None, *,
+                   label_selector: str | None = None, field_selector: str | None = None,
+                   page_size: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """List every object (following ``continue``); returns (items, list resourceVersion)."""
+        items: list[dict[str, Any]] = []
+        cont: str | None = None
+        while True:
+            page = await self.request("GET", res.path(namespace), query={
+                "labelSelector": label_selector, "fieldSelector": field_selector,
+                "limit": page_size, "continue": cont,
+            })
+            for it in page.get("items") or []:
+                it.setdefault("apiVersion", res.api_version)
+                it.setdefault("kind", res.kind)
+                items.append(it)
+            meta = page.get("metadata") or {}
+            cont = meta.get("continue")
+            if not cont:
+                return items, str(meta.get("resourceVersion", ""))
+
+    async def watch(self, res: Resource, namespace: str | None = None, *,
+                    resource_version: str, label_selector: str | None = None,
+                    timeout_seconds: int = 300) -> AsyncIterator[dict[str, Any]]:
+        """Yield raw watch events ``{"type": ..., "object": {...}}`` until the server ends
+        the stream (after about ``timeout_seconds``). Bookmarks are requested and yielded.
+        Raises ``Gone`` when ``resource_version`` is too old (HTTP 410 at start)."""
+        timeout = aiohttp.ClientTimeout(total=None,
+                                        sock_connect=self.settings.request_timeout_seconds,
+                                        sock_read=timeout_seconds + 30)
+        resp = await self._send("GET", res.path(namespace), query={
+            "watch": True, "resourceVersion": resource_version,
+            "allowWatchBookmarks": True, "labelSelector": label_selector,
+            "timeoutSeconds": timeout_seconds,
+        }, timeout=timeout)
+        try:
+            if resp.status != 200:
+                raise from_status(resp.status, await resp.read())
+            while True:
+                try:
+                    line = await resp.content.readline()
+                except Exception as exc:  # noqa: BLE001
+                    raise from_exception(exc) from exc
+                if not line:
+                    return
+                line = line.strip()
+                if line:
+                    yield json.loads(line)
+        finally:
+            resp.close()
+
+    async def create(self, res: Resource, body: dict[str, Any],
+                     namespace: str | None = None) -> dict[str, Any]:
+        ns = namespace or (body.get("metadata") or {}).get("namespace")
+        return await self.request("POST", res.path(ns), body=body)
+
+    async def replace(self, res: Resource, body: dict[str, Any],
+                      subresource: str | None = None) -> dict[str, Any]:
+        """PUT the object (optimistic concurrency on ``metadata.resourceVersion``)."""
+        meta = body["metadata"]
+        return await self.request("PUT", res.path(meta.get("namespace"), meta["name"], subresource),
+                                  body=body)
+
+    async def patch(self, res: Resource, name: str, patch: Any, namespace: str | None = None, *,
+                    content_type: str = MERGE_PATCH,
+                    subresource: str | None = None) -> dict[str, Any]:
+        """PATCH (merge by default; ``JSON_PATCH`` for a list of operations)."""
+        return await self.request("PATCH", res.path(namespace, name, subresource), body=patch,
+                                  content_type=content_type)
+
+    async def delete(self, res: Resource, name: str, namespace: str | None = None, *,
+                     uid: str | None = None, resource_version: str | None = None,
+                     propagation: str | None = "Background") -> dict[str, Any]:
+        """DELETE with optional preconditions (``uid``, ``resource_version``)."""
+        body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
+        pre = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
+        if pre:
+            body["preconditions"] = pre
+        if propagation:
+            body["propagationPolicy"] = propagation
+        return await self.request("DELETE", res.path(namespace, name), body=body)
+
+
+def _qv(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)

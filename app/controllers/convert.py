@@ -1,0 +1,174 @@
+"""CRD objects (plain JSON dicts from the watch) -> the core's configuration dataclasses.
+
+Kueue v1beta2 field names (reference section 1): ResourceFlavor ``spec.nodeLabels``,
+``nodeTaints``, ``tolerations``; ClusterQueue ``spec.resourceGroups``, ``cohortName`` (the
+pre-v1beta2 ``cohort`` accepted as a deprecated alias), ``queueingStrategy``,
+``namespaceSelector`` (unset = no namespace, ``{}`` = all), ``preemption``,
+``flavorFungibility``, ``stopPolicy``; LocalQueue ``spec.clusterQueue``; WorkloadPriorityClass
+``value``. Quantities are parsed once here into exact integers (``app.core.quantity``).
+
+A ClusterQueue that cannot be parsed (a malformed quantity, say) is returned as an empty spec
+plus a ``ConfigProblem`` naming the field, so it is inactive rather than crashing anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app.core.quantity import QuantityError, parse_quantity
+from app.core.spec import (
+    BorrowWithinCohort,
+    ClusterQueueSpec,
+    ConfigProblem,
+    FlavorFungibility,
+    FlavorQuotas,
+    FungibilityPolicy,
+    FungibilityPreference,
+    LabelSelector,
+    LabelSelectorRequirement,
+    LocalQueue,
+    PreemptionPolicy,
+    QueueingStrategy,
+    ReclaimWithinCohort,
+    ResourceFlavor,
+    ResourceGroup,
+    ResourceQuota,
+    StopPolicy,
+    WithinClusterQueue,
+)
+from app.core.types import ClusterQueueName, CohortName, FlavorName, ResourceName
+from app.core.workload import Taint, Toleration
+
+Obj = Mapping[str, Any]
+
+
+def _name(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
+def toleration(t: Obj) -> Toleration:
+    """core/v1 Toleration dict -> ``Toleration`` (empty operator = ``Equal``)."""
+    return Toleration(key=str(t.get("key") or ""), operator=str(t.get("operator") or "Equal"),
+                      value=str(t.get("value") or ""), effect=str(t.get("effect") or ""))
+
+
+def resource_flavor(obj: Obj) -> ResourceFlavor:
+    """ResourceFlavor object -> ``ResourceFlavor``."""
+    spec = obj.get("spec") or {}
+    return ResourceFlavor(
+        name=FlavorName(_name(obj)),
+        node_labels=dict(spec.get("nodeLabels") or {}),
+        node_taints=tuple(Taint(key=str(t.get("key", "")), value=str(t.get("value") or ""),
+                                effect=str(t.get("effect") or "NoSchedule"))
+                          for t in spec.get("nodeTaints") or []),
+        tolerations=tuple(toleration(t) for t in spec.get("tolerations") or []),
+    )
+
+
+def label_selector(sel: Obj | None) -> LabelSelector | None:
+    """metav1 LabelSelector dict -> ``LabelSelector``; ``None`` stays ``None`` (no match)."""
+    if sel is None:
+        return None
+    return LabelSelector(
+        match_labels=dict(sel.get("matchLabels") or {}),
+        match_expressions=tuple(
+            LabelSelectorRequirement(key=str(e.get("key", "")), operator=str(e.get("operator", "")),
+                                     values=tuple(e.get("values") or ()))
+            for e in sel.get("matchExpressions") or []),
+    )
+
+
+def cohort_of(spec: Obj) -> tuple[str | None, str | None]:
+    """(cohort, warning): ``cohortName``, else the deprecated ``cohort`` with a warning."""
+    name = spec.get("cohortName") or None
+    alias = spec.get("cohort") or None
+    if alias and not name:
+        return alias, ("spec.cohort is deprecated in kueue.x-k8s.io/v1beta2; "
+                       "use spec.cohortName")
+    return name, None
+
+
+def _quota(r: Obj, where: str) -> ResourceQuota:
+    res = str(r.get("name", ""))
+
+    def amount(field: str) -> int | None:
+        v = r.get(field)
+        return None if v is None else parse_quantity(v, res, field=f"{where}.{field}")
+
+    return ResourceQuota(name=ResourceName(res), nominal=amount("nominalQuota") or 0,
+                         borrowing_limit=amount("borrowingLimit"),
+                         lending_limit=amount("lendingLimit"))
+
+
+def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
+    """ClusterQueue object -> (spec, parse problem or None). Enum values are passed through
+    as written so ``validate_cluster_queue`` can name an unsupported one."""
+    name = ClusterQueueName(_name(obj))
+    spec = obj.get("spec") or {}
+    try:
+        groups = []
+        for gi, g in enumerate(spec.get("resourceGroups") or []):
+            flavors = []
+            for fi, f in enumerate(g.get("flavors") or []):
+                where = f"spec.resourceGroups[{gi}].flavors[{fi}]"
+                flavors.append(FlavorQuotas(
+                    name=FlavorName(str(f.get("name", ""))),
+                    resources=tuple(_quota(r, f"{where}.resources[{ri}]")
+                                    for ri, r in enumerate(f.get("resources") or []))))
+            groups.append(ResourceGroup(
+                covered_resources=tuple(ResourceName(str(r))
+                                        for r in g.get("coveredResources") or []),
+                flavors=tuple(flavors)))
+    except QuantityError as exc:
+        return ClusterQueueSpec(name=name), ConfigProblem(
+            "InvalidSpec", exc.field, f"Can't admit new workloads: {exc}")
+    cohort, _ = cohort_of(spec)
+    pre = spec.get("preemption") or {}
+    bwc = pre.get("borrowWithinCohort") or {}
+    ff = spec.get("flavorFungibility") or {}
+    return ClusterQueueSpec(
+        name=name,
+        resource_groups=tuple(groups),
+        cohort=CohortName(cohort) if cohort else None,
+        queueing_strategy=_enum(QueueingStrategy, spec.get("queueingStrategy"),
+                                QueueingStrategy.BEST_EFFORT_FIFO),
+        namespace_selector=label_selector(spec.get("namespaceSelector")),
+        preemption=PreemptionPolicy(
+            within_cluster_queue=_enum(WithinClusterQueue, pre.get("withinClusterQueue"),
+                                       WithinClusterQueue.NEVER),
+            reclaim_within_cohort=_enum(ReclaimWithinCohort, pre.get("reclaimWithinCohort"),
+                                        ReclaimWithinCohort.NEVER),
+            borrow_within_cohort=_enum(BorrowWithinCohort, bwc.get("policy"),
+                                       BorrowWithinCohort.NEVER),
+            max_priority_threshold=bwc.get("maxPriorityThreshold"),
+        ),
+        flavor_fungibility=FlavorFungibility(
+            when_can_borrow=_enum(FungibilityPolicy, ff.get("whenCanBorrow"),
+                                  FungibilityPolicy.MAY_STOP_SEARCH),
+            when_can_preempt=_enum(FungibilityPolicy, ff.get("whenCanPreempt"),
+                                   FungibilityPolicy.TRY_NEXT_FLAVOR),
+            preference=_enum(FungibilityPreference, ff.get("preference"), None),
+        ),
+        stop_policy=_enum(StopPolicy, spec.get("stopPolicy"), StopPolicy.NONE),
+    ), None
+
+
+def _enum(enum: Any, value: Any, default: Any) -> Any:
+    """The enum member for ``value``; an unknown string is kept as is (validation names it)."""
+    if value is None or value == "":
+        return default
+    return enum._value2member_map_.get(value, value)
+
+
+def local_queue(obj: Obj) -> LocalQueue:
+    """LocalQueue object -> ``LocalQueue``."""
+    meta = obj.get("metadata") or {}
+    return LocalQueue(namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
+                      cluster_queue=ClusterQueueName(
+                          str((obj.get("spec") or {}).get("clusterQueue", ""))))
+
+
+def priority_class_value(obj: Obj) -> int:
+    """WorkloadPriorityClass / PriorityClass ``value`` (0 when missing)."""
+    return int(obj.get("value") or 0)

@@ -1,0 +1,107 @@
+"""Kubernetes Events (core/v1) on Jobs, Workloads and queues, best effort.
+
+``EventRecorder.emit(obj, type, reason, message)`` queues an Event about ``obj`` (a dict with
+``apiVersion``, ``kind``, ``metadata``); a background task writes them so the caller never
+waits on the API server. An identical (object, reason, message) within ``dedupe_seconds`` is
+dropped (client-go's event correlator does the same, by aggregation), so a Job that waits for
+quota says why once, not every cycle. Failures are logged and dropped. ``kubectl describe job``
+lists these Events (``involvedObject`` is the Job, source component ``pykueue``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from app.controllers.client import EVENTS, KubeClient
+from app.controllers.errors import from_exception
+from app.controllers.workloads import rfc3339
+
+log = logging.getLogger(__name__)
+
+NORMAL, WARNING = "Normal", "Warning"
+Obj = dict[str, Any]
+
+
+class EventRecorder:
+    """Writes Events asynchronously; see the module doc. ``component``: ``source.component``."""
+
+    def __init__(self, client: KubeClient | None, *, component: str = "pykueue",
+                 instance: str = "", dedupe_seconds: float = 300.0, max_pending: int = 1000,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.client = client
+        self.component = component
+        self.instance = instance
+        self.dedupe_seconds = dedupe_seconds
+        self.clock = clock
+        self._recent: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+        self._queue: asyncio.Queue[Obj] = asyncio.Queue(maxsize=max_pending)
+        self._task: asyncio.Task[None] | None = None
+        self.sent = 0
+        self.dropped = 0
+        self.enabled = True
+
+    def emit(self, obj: Mapping[str, Any], etype: str, reason: str, message: str) -> bool:
+        """Queue an Event about ``obj``; returns False when deduplicated or dropped."""
+        if not self.enabled:
+            return False
+        meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+        key = (uid, reason, message)
+        now = self.clock()
+        last = self._recent.get(key)
+        if last is not None and now - last < self.dedupe_seconds:
+            return False
+        self._recent[key] = now
+        self._recent.move_to_end(key)
+        while len(self._recent) > 10000:
+            self._recent.popitem(last=False)
+        ns = meta.get("namespace") or "default"
+        stamp = rfc3339(now)
+        event: Obj = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:16]}",
+                         "namespace": ns},
+            "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+                               "name": meta.get("name"), "namespace": meta.get("namespace"),
+                               "uid": meta.get("uid")},
+            "type": etype, "reason": reason, "message": message[:1024],
+            "source": {"component": self.component},
+            "reportingComponent": self.component, "reportingInstance": self.instance,
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+        }
+        try:
+            self._queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.dropped += 1
+            return False
+        return True
+
+    async def _run(self) -> None:
+        assert self.client is not None
+        while True:
+            ev = await self._queue.get()
+            try:
+                await self.client.create(EVENTS, ev)
+                self.sent += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - events are best effort
+                self.dropped += 1
+                log.debug("event %s dropped: %s", ev.get("reason"), from_exception(exc))
+
+    def start(self) -> None:
+        if self.client is not None and self._task is None:
+            self._task = asyncio.create_task(self._run(), name="event-recorder")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+

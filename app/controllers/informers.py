@@ -1,0 +1,275 @@
+"""List + watch into in-memory stores, one informer per kind (client-go's reflector/informer).
+
+Each ``Informer`` lists its kind (paged), fills its ``Store`` and then watches from the list's
+resourceVersion with bookmarks. It keeps the latest resourceVersion seen (events and
+bookmarks), re-watches from it when the server ends a stream, relists when the API server
+answers 410 Gone (the version is too old), and backs off exponentially on errors (the API
+server restarting, a CRD not installed yet). After a relist it tells its handlers what
+changed (ADDED / MODIFIED / DELETED), so nothing is missed across a gap.
+
+Handlers are synchronous ``(event_type, old, new) -> None`` callables; they must only update
+stores / caches and signal a wake-up (design.md: "Watch handlers only update stores").
+``synced`` is set after the first complete list; ``InformerSet.wait_synced()`` is the barrier
+before any decision.
+
+Objects are plain ``dict``s as the API server sends them, minus ``metadata.managedFields``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from app.controllers.client import KubeClient, Resource
+from app.controllers.errors import ApiError, Backoff, Gone, from_exception, from_status
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Handler = Callable[[str, Obj | None, Obj | None], None]
+
+ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+
+
+def object_key(obj: Obj) -> str:
+    """``namespace/name`` for namespaced objects, ``name`` for cluster-scoped ones."""
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{ns}/{meta['name']}" if ns else str(meta["name"])
+
+
+def resource_version(obj: Obj | None) -> str:
+    """``metadata.resourceVersion`` or ``""``."""
+    return str(((obj or {}).get("metadata") or {}).get("resourceVersion", ""))
+
+
+class Store:
+    """Objects of one kind by ``object_key``. Read-only for everyone but its informer."""
+
+    def __init__(self, resource: Resource) -> None:
+        self.resource = resource
+        self._items: dict[str, Obj] = {}
+
+    def get(self, key: str) -> Obj | None:
+        return self._items.get(key)
+
+    def get_by(self, name: str, namespace: str | None = None) -> Obj | None:
+        return self._items.get(f"{namespace}/{name}" if namespace else name)
+
+    def list(self) -> list[Obj]:
+        return list(self._items.values())
+
+    def keys(self) -> list[str]:
+        return list(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator[Obj]:
+        return iter(list(self._items.values()))
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    # --- used by the informer (and by writers that want to see their own write early) ---
+
+    def put(self, obj: Obj) -> Obj | None:
+        """Insert or replace; returns the old object. Ignores an older resourceVersion of a
+        known object (a write's response racing the watch)."""
+        key = object_key(obj)
+        old = self._items.get(key)
+        if old is not None and _rv_older(resource_version(obj), resource_version(old)):
+            return old
+        self._items[key] = obj
+        return old
+
+    def remove(self, key: str) -> Obj | None:
+        return self._items.pop(key, None)
+
+    def replace_all(self, objs: Iterable[Obj]) -> dict[str, Obj]:
+        """Replace the whole content; returns the previous content."""
+        old = self._items
+        self._items = {object_key(o): o for o in objs}
+        return old
+
+
+def _rv_older(a: str, b: str) -> bool:
+    """True when resourceVersion ``a`` is known to be older than ``b`` (both integers)."""
+    try:
+        return int(a) < int(b)
+    except ValueError:
+        return False
+
+
+def _strip(obj: Obj) -> Obj:
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
+class Informer:
+    """List + watch one kind into ``store``; call handlers on every change.
+
+    ``namespace``: only that namespace (None = all); ``label_selector``: server-side filter.
+    ``watch_timeout_seconds``: asked per watch request (randomised by up to +50% so many
+    informers do not reconnect together). Counters for tests/metrics: ``lists``, ``relists``
+    (lists after the first), ``watches`` (watch requests), ``errors``.
+    """
+
+    def __init__(self, client: KubeClient, resource: Resource, *,
+                 namespace: str | None = None, label_selector: str | None = None,
+                 watch_timeout_seconds: int = 300, backoff: Backoff | None = None) -> None:
+        self.client = client
+        self.resource = resource
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.backoff = backoff or Backoff(base=0.2, cap=10.0)
+        self.store = Store(resource)
+        self.synced = asyncio.Event()
+        self.resource_version = ""
+        self.handlers: list[Handler] = []
+        self.lists = 0
+        self.relists = 0
+        self.watches = 0
+        self.errors = 0
+        self.last_error: ApiError | None = None
+
+    @property
+    def name(self) -> str:
+        return self.resource.plural
+
+    def add_handler(self, handler: Handler) -> None:
+        self.handlers.append(handler)
+
+    def _emit(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        for h in self.handlers:
+            try:
+                h(etype, old, new)
+            except Exception:  # noqa: BLE001 - a handler bug must not stop the watch
+                log.exception("informer %s: handler failed on %s", self.name, etype)
+
+    async def relist(self) -> None:
+        """List everything, replace the store and emit the differences."""
+        items, rv = await self.client.list(self.resource, self.namespace,
+                                           label_selector=self.label_selector)
+        self.lists += 1
+        if self.synced.is_set():
+            self.relists += 1
+        old = self.store.replace_all(_strip(o) for o in items)
+        for key, obj in list(self.store._items.items()):  # noqa: SLF001 - own store
+            prev = old.pop(key, None)
+            if prev is None:
+                self._emit(ADDED, None, obj)
+            elif resource_version(prev) != resource_version(obj):
+                self._emit(MODIFIED, prev, obj)
+        for prev in old.values():
+            self._emit(DELETED, prev, None)
+        self.resource_version = rv
+        self.synced.set()
+
+    def _apply(self, event: Obj) -> None:
+        etype = event.get("type")
+        obj = event.get("object") or {}
+        if etype == "BOOKMARK":
+            self.resource_version = resource_version(obj) or self.resource_version
+            return
+        if etype == "ERROR":
+            raise from_status(int(obj.get("code") or 500), json.dumps(obj))
+        if etype not in (ADDED, MODIFIED, DELETED):
+            return
+        obj = _strip(obj)
+        obj.setdefault("apiVersion", self.resource.api_version)
+        obj.setdefault("kind", self.resource.kind)
+        rv = resource_version(obj)
+        if etype == DELETED:
+            old = self.store.remove(object_key(obj))
+            self._emit(DELETED, old or obj, None)
+        else:
+            key = object_key(obj)
+            old = self.store.get(key)
+            if old is not None and _rv_older(rv, resource_version(old)):
+                # A writer already stored the response of a later write: never go back in
+                # time; the event of that write follows and is announced then.
+                self.resource_version = rv or self.resource_version
+                return
+            self.store._items[key] = obj  # noqa: SLF001 - the watch is authoritative
+            self._emit(ADDED if old is None else MODIFIED, old, obj)
+        if rv:
+            self.resource_version = rv
+
+    async def _watch_once(self) -> None:
+        timeout = int(self.watch_timeout_seconds * (1 + random.random() / 2))
+        self.watches += 1
+        async for event in self.client.watch(self.resource, self.namespace,
+                                             resource_version=self.resource_version,
+                                             label_selector=self.label_selector,
+                                             timeout_seconds=timeout):
+            self._apply(event)
+            self.backoff.reset()
+
+    async def run(self) -> None:
+        """Run until cancelled: list, then watch; relist on Gone; back off on errors."""
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self.relist()
+                    need_list = False
+                    self.backoff.reset()
+                await self._watch_once()
+            except asyncio.CancelledError:
+                raise
+            except Gone:
+                log.info("informer %s: resourceVersion %s expired; relisting", self.name,
+                         self.resource_version)
+                need_list = True
+            except Exception as exc:  # noqa: BLE001
+                err = from_exception(exc)
+                self.errors += 1
+                self.last_error = err
+                delay = self.backoff.next()
+                log.warning("informer %s: %s; retrying in %.2fs", self.name, err, delay)
+                await asyncio.sleep(delay)
+
+
+class InformerSet:
+    """A named group of informers run together; ``wait_synced`` is the decision barrier."""
+
+    def __init__(self) -> None:
+        self.informers: dict[str, Informer] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def add(self, key: str, informer: Informer) -> Informer:
+        self.informers[key] = informer
+        return informer
+
+    def __getitem__(self, key: str) -> Informer:
+        return self.informers[key]
+
+    def store(self, key: str) -> Store:
+        return self.informers[key].store
+
+    @property
+    def synced(self) -> bool:
+        return all(i.synced.is_set() for i in self.informers.values())
+
+    async def wait_synced(self, timeout: float | None = None) -> None:
+        """Wait until every informer has listed once (``asyncio.TimeoutError`` on timeout)."""
+        await asyncio.wait_for(
+            asyncio.gather(*(i.synced.wait() for i in self.informers.values())), timeout)
+
+    def start(self) -> None:
+        for key, inf in self.informers.items():
+            self._tasks.append(asyncio.create_task(inf.run(), name=f"informer-{key}"))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()

@@ -1,0 +1,193 @@
+"""``Manager``: the reconciler of one pykueue process, started by ``app.main``'s lifespan.
+
+It owns the API client, the informers (ResourceFlavor, ClusterQueue, LocalQueue, Workload,
+WorkloadPriorityClass, PriorityClass, Namespace, Jobs with the queue-name label, Nodes and
+Pods for the extender), Lease leader election, the Job controller, the scheduling loop
+(with the admission core ``app.core.scheduler.Cluster``), the queue status writer and the
+Event recorder. Every replica watches and serves; only the leader writes.
+
+What the HTTP side gets (put into ``app.state`` by ``app.main``):
+
+- ``admission_lookup`` / ``default_queue_lookup``: ``StoreAdmissionLookup`` (webhook),
+- ``extender_state``: ``StoreExtenderState`` (scheduler extender),
+- ``ready()``: ``(ok, message)`` for ``/readyz`` (ok once every informer has listed),
+- ``cluster``: the core, for the status API (read it on the event loop only).
+
+Usage::
+
+    m = Manager(settings)
+    await m.start()          # returns at once; informers list in the background
+    await m.wait_ready(60)   # optional: wait for the first sync
+    ...
+    await m.stop()           # cancels everything, gives the Lease up, closes the client
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from app.config import Settings
+from app.controllers.client import NODES, PODS, KubeClient
+from app.controllers.context import CQ, JOB, LQ, NS, RF, WL, Context, build_informers
+from app.controllers.events import EventRecorder
+from app.controllers.informers import Informer
+from app.controllers.jobs import JobController
+from app.controllers.leader import LeaderElector
+from app.controllers.nodestore import NodeStore
+from app.controllers.scheduler import SchedulerLoop
+from app.controllers.status import StatusWriter
+from app.controllers.views import StoreAdmissionLookup, StoreExtenderState
+from app.core.scheduler import Cluster
+
+log = logging.getLogger(__name__)
+
+NODE, POD = "node", "pod"
+
+
+class Manager:
+    """The reconciler of one process; see the module doc.
+
+    ``client``: an existing ``KubeClient`` (else one is built from ``settings.client`` and
+    closed by ``stop``); ``identity``: leader-election identity; ``clock``: seconds since the
+    epoch (condition timestamps, core time); ``metrics``: an
+    ``app.controllers.metrics.MetricsRecorder`` for Kueue's counters (optional).
+    """
+
+    def __init__(self, settings: Settings, *, client: KubeClient | None = None,
+                 identity: str | None = None, clock: Callable[[], float] = time.time,
+                 watch_nodes: bool = True, metrics: Any = None) -> None:
+        self.settings = settings
+        self._given_client = client
+        self.identity = identity
+        self.clock = clock
+        self.watch_nodes = watch_nodes
+        self.metrics = metrics
+        self.ctx: Context | None = None
+        self.cluster = Cluster()
+        self.jobs: JobController | None = None
+        self.scheduler: SchedulerLoop | None = None
+        self.status: StatusWriter | None = None
+        self.admission_lookup: StoreAdmissionLookup | None = None
+        self.extender_state: StoreExtenderState | None = None
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Build and start every component (returns without waiting for the first sync)."""
+        if self._started:
+            return
+        self._started = True
+        s = self.settings
+        client = self._given_client or await KubeClient.from_settings(s.client)
+        informers = build_informers(client, s.scheduling.watch_timeout_seconds)
+        if self.watch_nodes:
+            informers.add(NODE, Informer(client, NODES,
+                                         watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
+            informers.add(POD, Informer(client, PODS,
+                                        watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
+        leader = LeaderElector(client, s.leader_election, self.identity)
+        recorder = EventRecorder(client, instance=leader.identity, clock=self.clock)
+        ctx = Context(settings=s, client=client, informers=informers, leader=leader,
+                      recorder=recorder, clock=self.clock)
+        self.ctx = ctx
+        self.jobs = JobController(ctx, workers=s.scheduling.job_workers)
+        self.scheduler = SchedulerLoop(ctx, self.jobs, self.cluster, metrics=self.metrics)
+        self.status = StatusWriter(ctx)
+        self.admission_lookup = StoreAdmissionLookup(ctx)
+        self.extender_state = StoreExtenderState(ctx, NodeStore(s.extender.gpu_resource))
+        self._wire()
+        informers.start()
+        recorder.start()
+        self.jobs.start()
+        self.scheduler.start()
+        self.status.start()
+        self._tasks = [asyncio.create_task(leader.run(), name="leader-election"),
+                       asyncio.create_task(self._activate(), name="leader-activation")]
+
+    def _wire(self) -> None:
+        ctx, sched, jobs, status, ext = (self.ctx, self.scheduler, self.jobs, self.status,
+                                         self.extender_state)
+        assert ctx and sched and jobs and status and ext
+        inf = ctx.informers
+
+        def owners(etype: str, old: Any, new: Any) -> None:
+            obj = new or old
+            ctx.owners.update(new, f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
+
+        for h in (sched.on_flavor, status.on_queue, ext.on_flavor):
+            inf[RF].add_handler(h)
+        for h in (sched.on_cluster_queue, status.on_queue):
+            inf[CQ].add_handler(h)
+        for h in (sched.on_local_queue, status.on_queue):
+            inf[LQ].add_handler(h)
+        inf[NS].add_handler(sched.on_namespace)
+        for h in (owners, sched.on_workload, jobs.on_workload, status.on_workload):
+            inf[WL].add_handler(h)
+        inf[JOB].add_handler(jobs.on_job)
+        if NODE in inf.informers:
+            inf[NODE].add_handler(ext.on_node)
+            inf[POD].add_handler(ext.on_pod)
+
+    async def _activate(self) -> None:
+        """Whenever this process leads and is synced: re-examine every Job and Workload."""
+        ctx = self.ctx
+        assert ctx is not None and self.jobs is not None and self.status is not None
+        await ctx.informers.wait_synced()
+        log.info("reconciler: informers synced (%s)",
+                 ", ".join(f"{k}={len(i.store)}" for k, i in ctx.informers.informers.items()))
+        while True:
+            await ctx.leader.leading.wait()
+            log.info("reconciler: leading as %s", ctx.leader.identity)
+            self.jobs.enqueue_all()
+            self.status.stats.dirty_all = True
+            ctx.wake()
+            while ctx.leader.is_leader:
+                await asyncio.sleep(0.2)
+
+    async def stop(self) -> None:
+        """Stop every task, release the Lease, close the client (idempotent)."""
+        if not self._started or self.ctx is None:
+            return
+        self._started = False
+        ctx = self.ctx
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        for comp in (self.scheduler, self.status, self.jobs):
+            if comp is not None:
+                await comp.stop()
+        await ctx.informers.stop()
+        await ctx.recorder.stop()
+        with contextlib.suppress(Exception):
+            await ctx.leader.release()
+        if self._given_client is None:
+            await ctx.client.close()
+
+    # ------------------------------------------------------------------ readiness
+
+    def ready(self) -> tuple[bool, str]:
+        """``/readyz`` check: ready once every informer has listed."""
+        if self.ctx is None:
+            return False, "reconciler not started"
+        waiting = [k for k, i in self.ctx.informers.informers.items() if not i.synced.is_set()]
+        if waiting:
+            return False, "reconciler: waiting for informers: " + ", ".join(waiting)
+        role = "leader" if self.ctx.leader.is_leader else "follower"
+        return True, f"reconciler: synced ({role} {self.ctx.leader.identity})"
+
+    async def wait_ready(self, timeout: float | None = None) -> None:
+        """Wait until every informer has synced (``asyncio.TimeoutError`` on timeout)."""
+        assert self.ctx is not None, "start() first"
+        await self.ctx.informers.wait_synced(timeout)
+
+    @property
+    def is_leader(self) -> bool:
+        return bool(self.ctx and self.ctx.leader.is_leader)

@@ -1,0 +1,204 @@
+"""What the scheduler extender reads: Nodes in memory, GPU usage per node, and the
+``ExtenderState`` protocol the reconciler implements.
+
+- ``NodeStore``: plain store fed by a Node watch (``add`` / ``update`` / ``delete``) and a Pod
+  watch (``upsert_pod`` / ``delete_pod``, for the GPUs requested by pods bound to each node).
+  No I/O here: the informers (``app.controllers.informers``) call these methods.
+- ``ExtenderState``: what ``app.api.extender`` asks per request; the app finds it at
+  ``app.state.extender_state``. ``InMemoryExtenderState`` is the plain implementation used by
+  unit tests and the benchmark; the reconciler may use it too, feeding it from its stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from app.core.extender_rules import (
+    FlavorView,
+    NodeIndex,
+    PodWorkloadView,
+    node_facts,
+    pod_facts,
+)
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@runtime_checkable
+class ExtenderState(Protocol):
+    """What the extender needs from the reconciler's caches. All calls are synchronous and
+    cheap (dict lookups): they run on the event loop inside a 2 ms budget."""
+
+    def synced(self) -> bool:
+        """True once every informer has listed (design.md: nothing decided before sync)."""
+        ...
+
+    def workload_for_pod(self, namespace: str, job_name: str) -> PodWorkloadView | None:
+        """The Workload of batch/v1 Job ``namespace/job_name``; ``None`` when pykueue does not
+        manage that Job. A managed Job without a Workload yet gives a non-admitted view."""
+        ...
+
+    def flavors(self) -> tuple[FlavorView, ...]:
+        """Every ResourceFlavor known (used to name the flavor of a rejected node)."""
+        ...
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        """The core/v1 Node object last seen by the watch, or ``None``."""
+        ...
+
+    def node_index(self) -> NodeIndex:
+        """The watched nodes as a ``NodeIndex`` (labels, hard taints, allocatable GPUs)."""
+        ...
+
+    def gpu_used(self, node_name: str) -> int:
+        """GPUs (count) requested by non-terminal pods bound to ``node_name``."""
+        ...
+
+    def free_gpus(self) -> Mapping[str, int]:
+        """Node name -> allocatable GPUs minus ``gpu_used`` (may be negative), known nodes only."""
+        ...
+
+
+class NodeStore:
+    """Nodes by name (raw objects and parsed ``NodeFacts``) and GPU usage per node.
+
+    ``gpu_resource``: the extended resource counted (``nvidia.com/gpu``). Malformed objects
+    raise ``app.core.extender_rules.ExtenderInputError`` and leave the store unchanged.
+    """
+
+    def __init__(self, gpu_resource: str = "nvidia.com/gpu") -> None:
+        self.gpu_resource = gpu_resource
+        self._objects: dict[str, dict[str, Any]] = {}
+        self._index = NodeIndex()
+        self._pods: dict[str, tuple[str, int]] = {}  # pod uid -> (node, gpus)
+        self._used: dict[str, int] = {}
+        self._free: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    @property
+    def index(self) -> NodeIndex:
+        """The nodes as a ``NodeIndex``."""
+        return self._index
+
+    def add(self, node: dict[str, Any]) -> None:
+        """A Node ADDED event (same as ``update``)."""
+        self.update(node)
+
+    def update(self, node: dict[str, Any]) -> None:
+        """A Node ADDED/MODIFIED event: store the object and its facts."""
+        facts = node_facts(node, self.gpu_resource)
+        self._objects[facts.name] = node
+        self._index.upsert(facts)
+        self._free[facts.name] = facts.gpus - self._used.get(facts.name, 0)
+
+    def delete(self, node: dict[str, Any] | str) -> None:
+        """A Node DELETED event (object or name); unknown names are ignored."""
+        name = node if isinstance(node, str) else (node.get("metadata") or {}).get("name", "")
+        self._objects.pop(name, None)
+        self._index.remove(name)
+        self._free.pop(name, None)
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        """The last Node object seen under ``name``."""
+        return self._objects.get(name)
+
+    @staticmethod
+    def _pod_key(pod: Mapping[str, Any]) -> str:
+        meta = pod.get("metadata") or {}
+        return str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+
+    def upsert_pod(self, pod: dict[str, Any]) -> None:
+        """A Pod ADDED/MODIFIED event: count its GPUs on ``spec.nodeName`` while it is bound and
+        not Succeeded/Failed."""
+        key = self._pod_key(pod)
+        self._release(key)
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        if not node or phase in TERMINAL_PHASES:
+            return
+        gpus = pod_facts(pod, self.gpu_resource).gpus
+        if gpus:
+            self._pods[key] = (node, gpus)
+            self._adjust(node, gpus)
+
+    def delete_pod(self, pod: dict[str, Any]) -> None:
+        """A Pod DELETED event."""
+        self._release(self._pod_key(pod))
+
+    def _release(self, key: str) -> None:
+        prev = self._pods.pop(key, None)
+        if prev is not None:
+            self._adjust(prev[0], -prev[1])
+
+    def _adjust(self, node: str, delta: int) -> None:
+        used = self._used.get(node, 0) + delta
+        if used:
+            self._used[node] = used
+        else:
+            self._used.pop(node, None)
+        facts = self._index.get(node)
+        if facts is not None:
+            self._free[node] = facts.gpus - used
+
+    def gpu_used(self, node_name: str) -> int:
+        """GPUs (count) requested by bound, non-terminal pods on ``node_name``."""
+        return self._used.get(node_name, 0)
+
+    def free_gpus(self) -> Mapping[str, int]:
+        """Node name -> allocatable minus used GPUs (count), known nodes only. Read-only view."""
+        return self._free
+
+
+class NodeStoreBacked:
+    """The node half of ``ExtenderState``, served from ``self.nodes`` (a ``NodeStore``).
+    Mix into any ``ExtenderState`` implementation that keeps its nodes in a ``NodeStore``."""
+
+    nodes: NodeStore
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        return self.nodes.node(name)
+
+    def node_index(self) -> NodeIndex:
+        return self.nodes.index
+
+    def gpu_used(self, node_name: str) -> int:
+        return self.nodes.gpu_used(node_name)
+
+    def free_gpus(self) -> Mapping[str, int]:
+        return self.nodes.free_gpus()
+
+
+@dataclass
+class InMemoryExtenderState(NodeStoreBacked):
+    """A plain ``ExtenderState``: a ``NodeStore`` plus Workload views keyed by
+    ``(namespace, job name)`` and the known flavors. ``is_synced`` starts True so tests and the
+    benchmark need no ceremony; a reconciler sets it False until its informers have listed."""
+
+    nodes: NodeStore = field(default_factory=NodeStore)
+    workloads: dict[tuple[str, str], PodWorkloadView] = field(default_factory=dict)
+    known_flavors: tuple[FlavorView, ...] = ()
+    is_synced: bool = True
+
+    def set_workload(self, namespace: str, job_name: str, view: PodWorkloadView | None) -> None:
+        """Record (or with ``None`` forget) the Workload of Job ``namespace/job_name``."""
+        if view is None:
+            self.workloads.pop((namespace, job_name), None)
+        else:
+            self.workloads[(namespace, job_name)] = view
+
+    def set_flavors(self, flavors: Sequence[FlavorView]) -> None:
+        """Replace the known ResourceFlavors."""
+        self.known_flavors = tuple(flavors)
+
+    def synced(self) -> bool:
+        return self.is_synced
+
+    def workload_for_pod(self, namespace: str, job_name: str) -> PodWorkloadView | None:
+        return self.workloads.get((namespace, job_name))
+
+    def flavors(self) -> tuple[FlavorView, ...]:
+        return self.known_flavors

@@ -1,0 +1,457 @@
+"""The scheduling loop: feed the core from the watches, run cycles, apply decisions.
+
+Feeding (informer handlers, synchronous, no I/O): ResourceFlavors, ClusterQueues,
+LocalQueues and Namespaces are mirrored into ``app.core.scheduler.Cluster``; every Workload
+object is turned into a domain ``Workload`` (``workload_from_object`` plus its eviction and
+reservation times) and added / updated / finished / deleted. A restart therefore rebuilds
+usage from ``Workload.status.admission`` during the first list, and no cycle runs before
+every informer has synced.
+
+Cycles run when woken (a watch event, a write of ours) after a short debounce, and at least
+every ``Settings.scheduling.cycle_interval_seconds``; a cycle that decided something is
+followed at once by another (Kueue's KeepGoing). Only the leader runs cycles.
+
+Applying decisions (Kueue's scheduler ``admit``; design.md "assume, persist, forget"):
+
+- ``Admit``: the core has already *assumed* the Workload (its whole usage is reserved in
+  memory). Persist ``status.admission`` + QuotaReserved/Admitted with the object's
+  resourceVersion; on success the Job controller starts the Job. On 409 the Workload changed
+  under us: forget at once and let the next cycle re-decide on the new version. On an
+  ambiguous failure (timeout, 5xx) re-read the object first: if the admission landed, keep it;
+  otherwise keep the reservation for a backoff, then forget (so a failing API server does
+  not make the loop spin). Never a half-admitted Job: the Job is started only after the
+  Workload's admission is stored, and a Job running without one is stopped.
+- ``Preempt``: each new victim gets Evicted=True (reason Preempted) and Preempted=True (the
+  victim's reason, a message naming the preemptor); the core keeps counting the victim until
+  its Job has stopped and the Job controller clears its admission. A failed write cancels the
+  eviction in the core.
+- ``Pending``: QuotaReserved=False with the core's reason and message, coalesced per Workload
+  and written only when different from the object's, plus a Warning Event on the Job.
+
+Writes for one Workload are serialised (a lock per key), so an eviction cannot overtake the
+admission it undoes (KQ-29).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from app.controllers.client import WORKLOADS
+from app.controllers.context import JOB, WL, Context
+from app.controllers.convert import cluster_queue, local_queue, resource_flavor
+from app.controllers.errors import ApiError, Conflict, NotFound, from_exception
+from app.controllers.events import NORMAL, WARNING
+from app.controllers.informers import DELETED
+from app.controllers.jobs import JobController
+from app.controllers.workloads import (
+    EVICTED,
+    QUOTA_RESERVED,
+    condition,
+    has_admission,
+    is_active,
+    is_evicted,
+    is_finished,
+    owner_job,
+    with_admission,
+    with_eviction,
+    with_pending,
+)
+from app.core.decisions import Admit, Decision, Pending, Preempt, Victim
+from app.core.scheduler import Cluster
+from app.core.types import ClusterQueueName, FlavorName, WorkloadKey
+from app.core.workload import Workload, WorkloadSpecError, workload_from_object
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+
+
+def _ts(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def domain_workload(obj: Mapping[str, Any]) -> Workload:
+    """Workload object -> domain ``Workload`` including ``evicted_at`` (Evicted=True
+    lastTransitionTime) and ``quota_reserved_at`` (QuotaReserved=True lastTransitionTime).
+    Raises ``WorkloadSpecError`` naming a bad field."""
+    wl = workload_from_object(obj)
+    ev = condition(obj, EVICTED)
+    qr = condition(obj, QUOTA_RESERVED)
+    evicted_at = _ts(ev.get("lastTransitionTime")) if ev and ev.get("status") == "True" else None
+    reserved_at = _ts(qr.get("lastTransitionTime")) if qr and qr.get("status") == "True" else None
+    return replace(wl, evicted_at=evicted_at, quota_reserved_at=reserved_at)
+
+
+def _key(obj: Mapping[str, Any]) -> WorkloadKey:
+    meta = obj["metadata"]
+    return WorkloadKey(f"{meta['namespace']}/{meta['name']}")
+
+
+class SchedulerLoop:
+    """Feeds ``cluster`` from the informers and applies its decisions (see the module doc).
+
+    Counters for tests/metrics: ``cycles``, ``admitted``, ``forgotten``, ``evictions``,
+    ``pending_writes``.
+    """
+
+    def __init__(self, ctx: Context, jobs: JobController, cluster: Cluster | None = None, *,
+                 max_inflight: int = 32, metrics: Any = None) -> None:
+        self.ctx = ctx
+        self.metrics = metrics
+        self.jobs = jobs
+        self.cluster = cluster or Cluster()
+        self.cycles = 0
+        self.admitted = 0
+        self.forgotten = 0
+        self.evictions = 0
+        self.pending_writes = 0
+        self._sem = asyncio.Semaphore(max_inflight)
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._pending: dict[WorkloadKey, Pending] = {}
+        self._pending_kick = asyncio.Event()
+        self._loops: list[asyncio.Task[None]] = []
+        self._backoff: dict[WorkloadKey, int] = {}
+        self.bad_workloads: dict[WorkloadKey, str] = {}
+
+    # ================================================================== feeding (handlers)
+
+    def on_flavor(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        if etype == DELETED:
+            self.cluster.delete_flavor(FlavorName(old["metadata"]["name"]))  # type: ignore[index]
+        elif new is not None:
+            self.cluster.add_flavor(resource_flavor(new))
+        self.ctx.wake()
+
+    def on_cluster_queue(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        if etype == DELETED:
+            self.cluster.delete_cluster_queue(
+                ClusterQueueName(old["metadata"]["name"]))  # type: ignore[index]
+        elif new is not None:
+            spec, _ = cluster_queue(new)
+            self.cluster.add_cluster_queue(spec)
+        self.ctx.wake()
+
+    def on_local_queue(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        if etype == DELETED:
+            m = old["metadata"]  # type: ignore[index]
+            self.cluster.delete_local_queue(f"{m['namespace']}/{m['name']}")
+        elif new is not None:
+            self.cluster.add_local_queue(local_queue(new))
+        self.ctx.wake()
+
+    def on_namespace(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        if etype == DELETED:
+            self.cluster.delete_namespace(old["metadata"]["name"])  # type: ignore[index]
+        elif new is not None:
+            self.cluster.set_namespace(new["metadata"]["name"],
+                                       new["metadata"].get("labels") or {})
+        self.ctx.wake()
+
+    def on_workload(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        obj = new or old
+        if obj is None:
+            return
+        key = _key(obj)
+        self.ctx.wake()
+        if etype == DELETED or new is None:
+            self.cluster.delete_workload(key)
+            self._pending.pop(key, None)
+            return
+        if is_finished(new):
+            info = self.cluster.workload(key)
+            if self.metrics is not None and info is not None and info.cluster_queue \
+                    and info.state != "pending" and not (old is not None and is_finished(old)):
+                self.metrics.finished(info.cluster_queue, namespace=key.split("/", 1)[0],
+                                      local_queue=(new.get("spec") or {}).get("queueName", ""))
+            self.cluster.finish(key)
+            self._pending.pop(key, None)
+            return
+        if not is_active(new) and not has_admission(new):
+            self.cluster.delete_workload(key)
+            return
+        try:
+            wl = domain_workload(new)
+        except WorkloadSpecError as exc:
+            self.bad_workloads[key] = str(exc)
+            self.cluster.delete_workload(key)
+            return
+        self.bad_workloads.pop(key, None)
+        self.cluster.update_workload(wl)
+        if not is_active(new) and has_admission(new) and not is_evicted(new) \
+                and self.ctx.may_write and self.cluster.evict(key, self.ctx.clock()):
+            self._spawn(self._evict(key, "Deactivated", "The workload is deactivated", None,
+                                    None))
+
+    # ================================================================== loop
+
+    async def run(self) -> None:
+        """Cycle forever (cancel to stop); see the module doc."""
+        s = self.ctx.settings.scheduling
+        await self.ctx.informers.wait_synced()
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.ctx.wake_event.wait(), s.cycle_interval_seconds)
+            await asyncio.sleep(0.005)  # debounce a burst of events into one cycle
+            self.ctx.wake_event.clear()
+            if not self.ctx.may_write:
+                continue
+            try:
+                for _ in range(1000):
+                    if not self.run_cycle():
+                        break
+                    await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a core bug must not kill the loop
+                log.exception("scheduling cycle failed")
+                await asyncio.sleep(1)
+
+    def run_cycle(self) -> int:
+        """One core cycle; schedules the writes; returns the number of decisions."""
+        t0 = time.perf_counter()
+        decisions = self.cluster.schedule(self.ctx.clock())
+        self.cycles += 1
+        if decisions and self.metrics is not None:
+            self.metrics.admission_attempt(any(isinstance(d, Admit) for d in decisions),
+                                           time.perf_counter() - t0)
+        for d in decisions:
+            self.apply(d)
+        return len(decisions)
+
+    def apply(self, d: Decision) -> None:
+        if isinstance(d, Admit):
+            self.ctx.inflight.add(str(d.workload))
+            self._spawn(self._admit(d))
+        elif isinstance(d, Preempt):
+            for v in d.victims:
+                self._spawn(self._evict(v.workload, "Preempted", v.message, v, d))
+        elif isinstance(d, Pending):
+            self._pending[d.workload] = d
+            self._pending_kick.set()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _lock(self, key: str) -> asyncio.Lock:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        return lock
+
+    def _release_lock(self, key: str) -> None:
+        lock = self._locks.get(key)
+        if lock is not None and not lock.locked():
+            self._locks.pop(key, None)
+
+    # ================================================================== admission
+
+    async def _admit(self, d: Admit) -> None:
+        key = d.workload
+        ctx = self.ctx
+        try:
+            async with self._sem, self._lock(key):
+                obj = ctx.store(WL).get(key)
+                if obj is None or not ctx.leader.is_leader:
+                    self._forget(key)
+                    return
+                if has_admission(obj):
+                    return  # already stored (e.g. by a previous leader)
+                body = with_admission(obj, d.admission, ctx.clock())
+                try:
+                    out = await ctx.client.replace(WORKLOADS, body, subresource="status")
+                except Conflict:
+                    self._forget(key)  # changed under us: re-decide on the new version
+                    return
+                except NotFound:
+                    self._forget(key)
+                    return
+                except Exception as exc:  # noqa: BLE001 - ambiguous: did it land?
+                    await self._after_failed_admit(key, from_exception(exc))
+                    return
+                ctx.store(WL).put(out)
+                self.admitted += 1
+                self._backoff.pop(key, None)
+                self._announce_admission(out, d)
+                if self.metrics is not None:
+                    wait = ctx.clock() - domain_workload(obj).queue_order_time
+                    self.metrics.admitted(d.cluster_queue, wait, namespace=key.split("/", 1)[0],
+                                          local_queue=(obj.get("spec") or {}).get("queueName",
+                                                                                  ""))
+        finally:
+            ctx.inflight.discard(str(key))
+            self._release_lock(key)
+        owner = owner_job(out)
+        if owner is not None:
+            self.jobs.queue.add(f"job:{key.split('/', 1)[0]}/{owner[0]}")
+
+    def _announce_admission(self, wl: Obj, d: Admit) -> None:
+        msg = f"Quota reserved in ClusterQueue {d.cluster_queue}"
+        self.ctx.recorder.emit(wl, NORMAL, "QuotaReserved", msg)
+        self.ctx.recorder.emit(wl, NORMAL, "Admitted",
+                               f"Admitted by ClusterQueue {d.cluster_queue}")
+
+    async def _after_failed_admit(self, key: WorkloadKey, err: ApiError) -> None:
+        ctx = self.ctx
+        n = self._backoff.get(key, 0)
+        self._backoff[key] = n + 1
+        s = ctx.settings.scheduling
+        delay = min(s.requeue_backoff_max_seconds, s.requeue_backoff_seconds * 2 ** min(n, 20))
+        log.warning("admission of %s failed (%s); checking, then retrying in %.1fs", key, err,
+                    delay)
+        try:
+            ns, name = key.split("/", 1)
+            live = await ctx.client.get(WORKLOADS, name, ns)
+        except NotFound:
+            self._forget(key)
+            return
+        except Exception:  # noqa: BLE001 - unknown: keep the reservation, look again later
+            live = None
+        if live is not None:
+            ctx.store(WL).put(live)
+            if has_admission(live):
+                self.cluster.update_workload(domain_workload(live))
+                return
+        # Keep the quota reserved during the backoff, then give it back and re-decide.
+        asyncio.get_running_loop().call_later(delay, self._forget, key)
+
+    def _forget(self, key: WorkloadKey) -> None:
+        if self.cluster.forget(key):
+            self.forgotten += 1
+        self.ctx.wake()
+
+    # ================================================================== eviction
+
+    async def _evict(self, key: WorkloadKey, reason: str, message: str, victim: Victim | None,
+                     d: Preempt | None) -> None:
+        ctx = self.ctx
+        ok = False
+        try:
+            async with self._sem, self._lock(key):
+                for _attempt in range(3):
+                    obj = ctx.store(WL).get(key)
+                    if obj is None or not ctx.leader.is_leader:
+                        break
+                    if is_evicted(obj):
+                        ok = True
+                        break
+                    body = with_eviction(obj, reason, message, ctx.clock(),
+                                         preempted_reason=victim.reason if victim else None)
+                    try:
+                        out = await ctx.client.replace(WORKLOADS, body, subresource="status")
+                    except Conflict:
+                        ns, name = key.split("/", 1)
+                        ctx.store(WL).put(await ctx.client.get(WORKLOADS, name, ns))
+                        continue
+                    ctx.store(WL).put(out)
+                    ok = True
+                    self.evictions += 1
+                    self._announce_eviction(out, reason, message, d)
+                    self._count_eviction(out, reason, victim, d)
+                    break
+        except Exception as exc:  # noqa: BLE001
+            log.warning("eviction of %s failed: %s", key, from_exception(exc))
+        finally:
+            self._release_lock(key)
+        if not ok:
+            self.cluster.cancel_eviction(key)
+            self.ctx.wake()
+            return
+        obj = ctx.store(WL).get(key)
+        owner = owner_job(obj) if obj else None
+        ns = key.split("/", 1)[0]
+        self.jobs.queue.add(f"job:{ns}/{owner[0]}" if owner else f"wl:{key}")
+
+    def _count_eviction(self, wl: Obj, reason: str, victim: Victim | None,
+                        d: Preempt | None) -> None:
+        if self.metrics is None:
+            return
+        adm = (wl.get("status") or {}).get("admission") or {}
+        self.metrics.evicted(str(adm.get("clusterQueue", "")), reason,
+                             namespace=wl["metadata"]["namespace"],
+                             local_queue=(wl.get("spec") or {}).get("queueName", ""))
+        if victim is not None and d is not None:
+            self.metrics.preempted(d.cluster_queue, str(victim.reason))
+
+    def _announce_eviction(self, wl: Obj, reason: str, message: str, d: Preempt | None) -> None:
+        rec = self.ctx.recorder
+        rec.emit(wl, NORMAL, f"EvictedDueTo{reason}", message)
+        if d is not None:
+            rec.emit(wl, NORMAL, "Preempted", message)
+            pre = self.ctx.store(WL).get(d.preemptor)
+            if pre is not None:
+                rec.emit(pre, NORMAL, "PreemptedWorkload",
+                         f"Preempted {_key(wl)} to accommodate this workload")
+
+    # ================================================================== pending
+
+    async def _pending_writer(self) -> None:
+        """Write coalesced QuotaReserved=False conditions (latest decision per Workload)."""
+        ctx = self.ctx
+        while True:
+            if not self._pending:
+                self._pending_kick.clear()
+                await self._pending_kick.wait()
+            key, d = next(iter(self._pending.items()))
+            del self._pending[key]
+            if not ctx.may_write:
+                continue
+            try:
+                async with self._lock(key):
+                    await self._write_pending(key, d)
+            except asyncio.CancelledError:
+                raise
+            except Conflict:
+                if key not in self._pending:
+                    self._pending[key] = d  # retry on the fresh object the watch brings
+                await asyncio.sleep(0.05)
+            except Exception as exc:  # noqa: BLE001
+                log.info("pending status of %s not written: %s", key, from_exception(exc))
+            finally:
+                self._release_lock(key)
+
+    async def _write_pending(self, key: WorkloadKey, d: Pending) -> None:
+        ctx = self.ctx
+        obj = ctx.store(WL).get(key)
+        info = self.cluster.workload(key)
+        if obj is None or has_admission(obj) or is_finished(obj) or info is None \
+                or info.state != "pending" or str(key) in ctx.inflight:
+            return
+        reason = d.reason.condition_reason
+        body, changed = with_pending(obj, reason, d.message, ctx.clock())
+        if not changed:
+            return
+        out = await ctx.client.replace(WORKLOADS, body, subresource="status")
+        ctx.store(WL).put(out)
+        self.pending_writes += 1
+        owner = owner_job(obj)
+        target = ctx.store(JOB).get(f"{key.split('/', 1)[0]}/{owner[0]}") if owner else obj
+        if target is not None:
+            ctx.recorder.emit(target, WARNING, reason, d.message)
+
+    # ================================================================== lifecycle
+
+    def start(self) -> None:
+        self._loops = [asyncio.create_task(self.run(), name="scheduler-loop"),
+                       asyncio.create_task(self._pending_writer(), name="pending-writer")]
+
+    async def stop(self) -> None:
+        tasks = [*self._loops, *self._tasks]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._loops.clear()

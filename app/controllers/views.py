@@ -1,0 +1,128 @@
+"""Read-only views of the reconciler's stores for the HTTP side (``app.state``).
+
+- ``StoreAdmissionLookup`` (``app.core.webhook_rules.AdmissionLookup`` and
+  ``DefaultQueueLookup``): is a Job's Workload admitted; does a namespace have a LocalQueue
+  named ``default``.
+- ``StoreExtenderState`` (``app.controllers.nodestore.ExtenderState``): Nodes and GPU usage
+  from a ``NodeStore`` fed by the Node and Pod informers, and the Workload of a pod's Job from
+  the Job and Workload stores.
+
+All calls are synchronous dict lookups (the extender answers within a 2 ms budget); a
+Workload's view is cached per resourceVersion.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.controllers.context import JOB, LQ, RF, WL, Context
+from app.controllers.convert import toleration
+from app.controllers.nodestore import InMemoryExtenderState, NodeStore
+from app.controllers.workloads import QUOTA_RESERVED, condition, has_admission, is_evicted
+from app.core.extender_rules import FlavorView, PodWorkloadView, view_from_workload
+from app.core.workload import WorkloadSpecError, workload_from_object, workload_name_for_job
+
+Obj = dict[str, Any]
+
+
+class StoreAdmissionLookup:
+    """Answers the webhook from the Job, Workload and LocalQueue stores."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def _workload(self, namespace: str, job_name: str) -> Obj | None:
+        job = self.ctx.store(JOB).get(f"{namespace}/{job_name}")
+        if job is None:
+            return None
+        name = workload_name_for_job(job_name, job["metadata"].get("uid", ""))
+        return self.ctx.store(WL).get(f"{namespace}/{name}")
+
+    def is_admitted(self, namespace: str, job_name: str) -> bool | None:
+        """True: the Job's Workload holds an admission and is not being evicted; False: it
+        exists and does not; None: unknown (not synced, no Workload yet)."""
+        if not self.ctx.synced:
+            return None
+        wl = self._workload(namespace, job_name)
+        if wl is None:
+            return None
+        return has_admission(wl) and not is_evicted(wl)
+
+    def has_default_local_queue(self, namespace: str) -> bool | None:
+        if not self.ctx.synced:
+            return None
+        return self.ctx.store(LQ).get(f"{namespace}/default") is not None
+
+
+class StoreExtenderState(InMemoryExtenderState):
+    """``ExtenderState`` over the reconciler's stores (see the module doc): the Node part is
+    the plain ``InMemoryExtenderState``'s; Workloads and flavors come from the stores."""
+
+    def __init__(self, ctx: Context, nodes: NodeStore) -> None:
+        super().__init__(nodes=nodes)
+        self.ctx = ctx
+        self._flavors: tuple[FlavorView, ...] | None = None
+        self._views: dict[str, tuple[str, PodWorkloadView]] = {}
+
+    # handlers
+    def on_flavor(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        self._flavors = None
+        self._views.clear()
+
+    def on_node(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        if new is None:
+            self.nodes.delete(old or "")
+        else:
+            self.nodes.update(new)
+
+    def on_pod(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        if new is None:
+            if old is not None:
+                self.nodes.delete_pod(old)
+        else:
+            self.nodes.upsert_pod(new)
+
+    # ExtenderState
+    def synced(self) -> bool:
+        return self.ctx.synced
+
+    def flavors(self) -> tuple[FlavorView, ...]:
+        if self._flavors is None:
+            out = []
+            for o in self.ctx.store(RF):
+                spec = o.get("spec") or {}
+                out.append(FlavorView.of(o["metadata"]["name"], spec.get("nodeLabels") or {},
+                                         [toleration(t) for t in spec.get("tolerations") or []]))
+            self._flavors = tuple(out)
+        return self._flavors
+
+    def workload_for_pod(self, namespace: str, job_name: str) -> PodWorkloadView | None:
+        job = self.ctx.store(JOB).get(f"{namespace}/{job_name}")
+        if job is None:
+            return None
+        name = workload_name_for_job(job_name, job["metadata"].get("uid", ""))
+        key = f"{namespace}/{name}"
+        wl = self.ctx.store(WL).get(key)
+        if wl is None:
+            return PodWorkloadView(key, False, "its Workload has not been created yet")
+        rv = str(wl["metadata"].get("resourceVersion", ""))
+        hit = self._views.get(key)
+        if hit is not None and hit[0] == rv:
+            return hit[1]
+        view = self._view(key, wl)
+        if len(self._views) > 50000:
+            self._views.clear()
+        self._views[key] = (rv, view)
+        return view
+
+    def _view(self, key: str, wl: Obj) -> PodWorkloadView:
+        if is_evicted(wl):
+            ev = condition(wl, "Evicted") or {}
+            return PodWorkloadView(key, False, f"it is being evicted: {ev.get('message', '')}")
+        try:
+            domain = workload_from_object(wl)
+        except WorkloadSpecError as exc:
+            return PodWorkloadView(key, False, f"its Workload is invalid: {exc}")
+        qr = condition(wl, QUOTA_RESERVED) or {}
+        reason = str(qr.get("message") or "waiting for quota")
+        return view_from_workload(domain, {f.name: f for f in self.flavors()}, reason)

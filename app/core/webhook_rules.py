@@ -1,0 +1,351 @@
+"""Admission rules for ``batch/v1`` Jobs: a pure mutation and pure validations (no I/O).
+
+The HTTP adapter (``app.api.webhook``) parses the AdmissionReview, calls these functions on the
+raw Job objects (``dict`` as decoded from JSON) and builds the response. Rules, after Kueue's Job
+webhook (``pkg/controller/jobs/job/job_webhook.go``, shared/reference/kueue-semantics.md 4.1, 4.2):
+
+- Mutation (CREATE only): a Job with a non-empty ``kueue.x-k8s.io/queue-name`` label and
+  ``spec.suspend`` not true gets a JSONPatch (RFC 6902) setting ``/spec/suspend`` to true, so it
+  is stored suspended and creates no pods until pykueue admits its Workload. Optionally (Kueue
+  LocalQueue defaulting) an unlabelled Job is labelled with the namespace's ``default``
+  LocalQueue. Idempotent: applying the patch and mutating again yields no patch.
+- Validation on CREATE: the queue-name label is a DNS-1123 subdomain; a labelled Job is created
+  suspended (unless by pykueue's own identity).
+- Validation on UPDATE: the queue-name label cannot be added, changed or removed while the Job is
+  not suspended; it cannot be removed where the namespace has a ``default`` LocalQueue; only
+  pykueue's identity may flip ``spec.suspend`` from true to false on a queued Job whose Workload
+  is not admitted.
+
+Malformed objects raise ``UnreadableObjectError`` naming the field (e.g. ``spec.suspend``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+# Kueue LocalQueue defaulting: a LocalQueue with this name in a namespace captures unlabelled Jobs.
+DEFAULT_LOCAL_QUEUE = "default"
+
+# A JSONPatch operation: {"op": "add", "path": "/spec/suspend", "value": true}.
+JsonPatchOp = dict[str, Any]
+
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
+_DNS1123_SUBDOMAIN_MAX = 253
+
+
+class UnreadableObjectError(ValueError):
+    """A Job object (or part of it) does not have the shape the rules need.
+
+    ``field`` is a dotted path inside the object (``""`` for the object itself, ``spec.suspend``,
+    ``metadata.labels[kueue.x-k8s.io/queue-name]``); ``problem`` says what is wrong.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field or '<object>'}: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookPolicy:
+    """What the rules need from the settings (``Settings.webhook``), as plain data.
+
+    ``controller_usernames``: the identities of pykueue itself (e.g.
+    ``system:serviceaccount:pykueue-system:pykueue``), the only ones that may unsuspend a queued
+    Job whose Workload is not admitted.
+    """
+
+    queue_name_label: str = QUEUE_NAME_LABEL
+    controller_usernames: frozenset[str] = field(default_factory=frozenset)
+
+
+class AdmissionLookup(Protocol):
+    """Answers whether the Workload of a Job is admitted (provided by the reconciler).
+
+    ``is_admitted(namespace, job_name)``: True when the Job's Workload has ``status.admission``
+    and the Admitted condition; False when it exists and is not admitted; None when unknown
+    (no Workload yet, caches not synced). The webhook treats None as "not admitted".
+    """
+
+    def is_admitted(self, namespace: str, job_name: str) -> bool | None: ...
+
+
+class DefaultQueueLookup(Protocol):
+    """Answers whether a namespace has a LocalQueue named ``default`` that captures its Jobs.
+
+    ``has_default_local_queue(namespace)``: True / False, or None when unknown. The provider
+    returns False for namespaces outside ``managedJobsNamespaceSelector`` (Kueue KQ-23).
+    """
+
+    def has_default_local_queue(self, namespace: str) -> bool | None: ...
+
+
+# ----------------------------------------------------------------------------------------------
+# JSON Pointer (RFC 6901)
+
+
+def escape_pointer_token(token: str) -> str:
+    """Escape one JSON Pointer reference token: ``~`` -> ``~0``, then ``/`` -> ``~1``."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def json_pointer(*tokens: str) -> str:
+    """Join reference tokens into a JSON Pointer: ``("metadata", "labels", "a/b")`` ->
+    ``/metadata/labels/a~1b``."""
+    return "".join("/" + escape_pointer_token(t) for t in tokens)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading a Job object
+
+
+def _json_type(value: object) -> str:
+    """The JSON type name of a decoded value, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _optional_object(value: object, where: str) -> Mapping[str, Any] | None:
+    """``value`` as a mapping, None when absent/null; UnreadableObjectError for other types."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise UnreadableObjectError(where, f"expected an object, got {_json_type(value)}")
+    return value
+
+
+def read_job(obj: object) -> Mapping[str, Any]:
+    """Return ``obj`` as a Job object, or raise UnreadableObjectError (field ``""``)."""
+    if not isinstance(obj, Mapping):
+        raise UnreadableObjectError("", f"expected a Job object, got {_json_type(obj)}")
+    return obj
+
+
+def read_labels(job: Mapping[str, Any]) -> Mapping[str, str]:
+    """``metadata.labels`` of ``job`` (empty when absent); every value must be a string."""
+    metadata = _optional_object(job.get("metadata"), "metadata")
+    if metadata is None:
+        return {}
+    labels = _optional_object(metadata.get("labels"), "metadata.labels")
+    if labels is None:
+        return {}
+    for key, value in labels.items():
+        if not isinstance(value, str):
+            raise UnreadableObjectError(
+                f"metadata.labels[{key}]", f"expected a string, got {_json_type(value)}"
+            )
+    return labels
+
+
+def read_queue_name(job: Mapping[str, Any], label: str = QUEUE_NAME_LABEL) -> str:
+    """The LocalQueue name from the queue-name label; ``""`` when absent (an unmanaged Job)."""
+    return read_labels(job).get(label, "")
+
+
+def read_suspend(job: Mapping[str, Any]) -> bool:
+    """``spec.suspend`` (batch/v1 Job); absent or null means false."""
+    spec = _optional_object(job.get("spec"), "spec")
+    if spec is None:
+        return False
+    suspend = spec.get("suspend")
+    if suspend is None:
+        return False
+    if not isinstance(suspend, bool):
+        raise UnreadableObjectError(
+            "spec.suspend", f"expected a boolean, got {_json_type(suspend)}"
+        )
+    return suspend
+
+
+def read_name(job: Mapping[str, Any]) -> str:
+    """``metadata.name`` (``""`` when absent, e.g. with ``generateName`` before create)."""
+    metadata = _optional_object(job.get("metadata"), "metadata") or {}
+    name = metadata.get("name")
+    return name if isinstance(name, str) else ""
+
+
+def is_batch_job(job: Mapping[str, Any]) -> bool:
+    """False when the object declares another kind/apiVersion than ``batch/*`` ``Job``."""
+    kind = job.get("kind")
+    api_version = job.get("apiVersion")
+    if kind is not None and kind != "Job":
+        return False
+    return api_version is None or (
+        isinstance(api_version, str) and api_version.startswith("batch/")
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Mutation
+
+
+def _set_label_op(job: Mapping[str, Any], label: str, value: str) -> JsonPatchOp:
+    """A JSONPatch op that sets ``metadata.labels[label]``, adding missing parent maps whole."""
+    metadata = _optional_object(job.get("metadata"), "metadata")
+    if metadata is None:
+        return {"op": "add", "path": "/metadata", "value": {"labels": {label: value}}}
+    if _optional_object(metadata.get("labels"), "metadata.labels") is None:
+        return {"op": "add", "path": "/metadata/labels", "value": {label: value}}
+    return {"op": "add", "path": json_pointer("metadata", "labels", label), "value": value}
+
+
+def _suspend_op(job: Mapping[str, Any]) -> JsonPatchOp:
+    """A JSONPatch op that sets ``spec.suspend`` to true (``add`` replaces an existing member)."""
+    if _optional_object(job.get("spec"), "spec") is None:
+        return {"op": "add", "path": "/spec", "value": {"suspend": True}}
+    return {"op": "add", "path": json_pointer("spec", "suspend"), "value": True}
+
+
+def mutate(
+    job: object,
+    operation: str,
+    *,
+    queue_name_label: str = QUEUE_NAME_LABEL,
+    default_queue: str | None = None,
+) -> list[JsonPatchOp]:
+    """The JSONPatch for a Job under admission; ``[]`` when nothing changes.
+
+    ``operation``: the AdmissionReview operation; only ``CREATE`` mutates (a Job's pod template
+    is immutable after create). ``default_queue``: the LocalQueue to label an unlabelled Job
+    with (Kueue LocalQueue defaulting), None to leave unlabelled Jobs alone.
+    Raises UnreadableObjectError when the object, ``metadata``, ``metadata.labels`` or
+    ``spec.suspend`` has the wrong JSON type. Idempotent: after applying the returned patch,
+    ``mutate`` returns ``[]``. Rule: Kueue ``WorkloadShouldBeSuspended`` (suspend on create).
+    """
+    if operation != "CREATE":
+        return []
+    job = read_job(job)
+    if not is_batch_job(job):
+        return []
+    patch: list[JsonPatchOp] = []
+    if not read_queue_name(job, queue_name_label):
+        if not default_queue:
+            return []
+        patch.append(_set_label_op(job, queue_name_label, default_queue))
+    if not read_suspend(job):
+        patch.append(_suspend_op(job))
+    return patch
+
+
+# ----------------------------------------------------------------------------------------------
+# Validation
+
+
+def _label_field(label: str) -> str:
+    return f"metadata.labels[{label}]"
+
+
+def _queue_name_format_errors(queue: str, label: str) -> list[str]:
+    """Errors for a queue-name label value that is not a DNS-1123 subdomain (LocalQueue name)."""
+    if not queue or (len(queue) <= _DNS1123_SUBDOMAIN_MAX and _DNS1123_SUBDOMAIN.fullmatch(queue)):
+        return []
+    return [
+        f"{_label_field(label)}: {queue!r} is not a valid LocalQueue name: it must be a DNS-1123 "
+        "subdomain (lowercase letters, digits, '-' and '.', starting and ending with a letter or "
+        f"digit, at most {_DNS1123_SUBDOMAIN_MAX} characters)"
+    ]
+
+
+def _controllers(policy: WebhookPolicy) -> str:
+    return ", ".join(sorted(policy.controller_usernames)) or "<none configured>"
+
+
+def validate_create(job: object, username: str, policy: WebhookPolicy) -> list[str]:
+    """Errors (each naming a field and saying why) for creating ``job``; ``[]`` to allow.
+
+    A queued Job (non-empty queue-name label) must have a valid LocalQueue name and be created
+    suspended: the mutating webhook has run before validation, so an unsuspended queued Job
+    means the MutatingWebhookConfiguration is missing. pykueue's own identities are exempt from
+    the suspend rule. Raises UnreadableObjectError. Rule: Kueue ``ValidateJobOnCreate``.
+    """
+    job = read_job(job)
+    if not is_batch_job(job):
+        return []
+    label = policy.queue_name_label
+    queue = read_queue_name(job, label)
+    errors = _queue_name_format_errors(queue, label)
+    if queue and not read_suspend(job) and username not in policy.controller_usernames:
+        errors.append(
+            f"spec.suspend: must be true when a Job queued in LocalQueue {queue!r} is created "
+            f"(only pykueue admits it); pykueue's mutating webhook /mutate-batch-v1-job sets it, "
+            "so check that its MutatingWebhookConfiguration is installed"
+        )
+    return errors
+
+
+def validate_update(
+    old_job: object,
+    new_job: object,
+    username: str,
+    workload_admitted: bool | None,
+    policy: WebhookPolicy,
+    *,
+    default_local_queue_exists: bool | None = None,
+) -> list[str]:
+    """Errors (each naming a field and saying why) for updating ``old_job`` to ``new_job``.
+
+    ``username``: the requester (AdmissionReview ``userInfo.username``). ``workload_admitted``:
+    whether the Job's Workload is admitted; None (unknown) counts as not admitted.
+    ``default_local_queue_exists``: whether the namespace has a ``default`` LocalQueue; None
+    (unknown) counts as no, because without LocalQueue defaulting an unlabelled Job escapes
+    nothing it could not escape at create. Raises UnreadableObjectError.
+    Rules: Kueue ``ValidateJobOnUpdate`` (queue-name immutable while not suspended; not
+    removable with a default LocalQueue) and pykueue's "only the admitter unsuspends".
+    """
+    old_job, new_job = read_job(old_job), read_job(new_job)
+    if not is_batch_job(new_job):
+        return []
+    label = policy.queue_name_label
+    where = _label_field(label)
+    old_queue, new_queue = read_queue_name(old_job, label), read_queue_name(new_job, label)
+    old_suspended, new_suspended = read_suspend(old_job), read_suspend(new_job)
+    errors: list[str] = []
+    if new_queue != old_queue:
+        errors += _queue_name_format_errors(new_queue, label)
+        if not new_suspended:
+            if not old_queue:
+                change = f"cannot be added ({new_queue!r})"
+                fix = "set spec.suspend: true in the same update"
+            elif not new_queue:
+                change = f"cannot be removed (was {old_queue!r})"
+                fix = "suspend the Job first"
+            else:
+                change = f"is immutable: cannot change {old_queue!r} to {new_queue!r}"
+                fix = "suspend the Job first"
+            errors.append(f"{where}: {change} while the Job is not suspended; {fix}")
+        if old_queue and not new_queue and default_local_queue_exists:
+            errors.append(
+                f"{where}: cannot be removed (was {old_queue!r}): the namespace has a LocalQueue "
+                f"named {DEFAULT_LOCAL_QUEUE!r}, which queues every unlabelled Job"
+            )
+    queued_in = new_queue or old_queue
+    if (
+        queued_in
+        and old_suspended
+        and not new_suspended
+        and username not in policy.controller_usernames
+        and workload_admitted is not True
+    ):
+        known = "is not admitted" if workload_admitted is False else "is not known to be admitted"
+        errors.append(
+            f"spec.suspend: only pykueue ({_controllers(policy)}) may set it to false on a Job "
+            f"queued in LocalQueue {queued_in!r} whose Workload {known} (requested by "
+            f"{username or '<anonymous>'!r}); pykueue unsuspends the Job when it admits it"
+        )
+    return errors

@@ -1,0 +1,352 @@
+"""``pykueue status``: the queue status API (``app.api.status``) as tables in a terminal.
+
+``fetch(client, namespace, limit)`` reads one snapshot over HTTPS: without a namespace every
+ClusterQueue and the head of each one's pending list; with one, that namespace's LocalQueues
+and theirs. ``render(snapshot)`` draws it with rich: a table of queues with a usage bar per
+flavor and resource (``█`` within nominal quota, ``▓`` borrowed beyond it, ``░`` free), then
+the pending Workloads with their position and the reason they wait. ``--output json`` prints
+the snapshot itself (the API's JSON, unchanged).
+
+Connection (first found wins):
+
+- server: ``--server``, ``$PYKUEUE_URL``, else ``https://<PYKUEUE_SERVER__HOST>:<PORT>`` of the
+  local settings (127.0.0.1:9443 by default);
+- token: ``--token``, ``$PYKUEUE_TOKEN``, else the current user's ``token`` / ``tokenFile`` of
+  the kubeconfig (``--kubeconfig``, ``$KUBECONFIG``, ``~/.kube/config``); exec plugins are not
+  run: use ``kubectl create token NAME`` then;
+- CA: ``--ca-file``, else ``PYKUEUE_SERVER__CA_FILE`` (certs/out/ca.crt) when it exists, else
+  the system trust store.
+
+Errors: ``StatusError`` (HTTP status and the API's message) and ``ConfigError`` (no token,
+unreadable kubeconfig); the command maps them to exit codes 1 and 2.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from app.core.quantity import QuantityError, parse_quantity
+
+BAR_WIDTH = 20
+Snapshot = dict[str, Any]
+
+
+class ConfigError(Exception):
+    """The command cannot connect as asked (no token, bad kubeconfig or CA file)."""
+
+
+class StatusError(Exception):
+    """The status API answered with an error; ``status`` is the HTTP code."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+# ------------------------------------------------------------------------------ connection
+
+
+def _kubeconfig_paths(explicit: Path | None) -> list[Path]:
+    if explicit is not None:
+        return [explicit]
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return [Path(p) for p in env.split(os.pathsep) if p]
+    return [Path.home() / ".kube" / "config"]
+
+
+def token_from_kubeconfig(path: Path | None = None) -> str | None:
+    """The bearer token of the current context's user (``token`` or ``tokenFile``), or None
+    when there is no kubeconfig or its user has no token. Raises ``ConfigError`` when the
+    file cannot be read or the user authenticates otherwise (exec plugin, client cert)."""
+    for p in _kubeconfig_paths(path):
+        if not p.is_file():
+            continue
+        try:
+            cfg = yaml.safe_load(p.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read kubeconfig {p}: {exc}") from exc
+        current = cfg.get("current-context")
+        ctx = next((c.get("context") or {} for c in cfg.get("contexts") or []
+                    if c.get("name") == current), None)
+        if ctx is None:
+            return None
+        user = next((u.get("user") or {} for u in cfg.get("users") or []
+                     if u.get("name") == ctx.get("user")), {})
+        if user.get("token"):
+            return str(user["token"])
+        if user.get("tokenFile"):
+            try:
+                return Path(user["tokenFile"]).read_text().strip()
+            except OSError as exc:
+                raise ConfigError(f"cannot read tokenFile of kubeconfig {p}: {exc}") from exc
+        if user.get("exec") or user.get("client-certificate") or \
+                user.get("client-certificate-data"):
+            raise ConfigError(
+                f"the kubeconfig user {ctx.get('user')!r} has no bearer token (exec plugin or "
+                "client certificate); pass --token \"$(kubectl create token NAME -n NS)\"")
+        return None
+    return None
+
+
+def default_server() -> str:
+    """``https://host:port`` of the local ``pykueue serve`` settings."""
+    from app.config import Settings
+
+    s = Settings().server
+    host = "127.0.0.1" if s.host in ("0.0.0.0", "::", "") else s.host
+    return f"https://{host}:{s.port}"
+
+
+def default_ca() -> Path | None:
+    """The CA of the local serving certificate when it exists."""
+    from app.config import Settings
+
+    ca = Settings().server.ca_file
+    return ca if ca.is_file() else None
+
+
+class StatusClient:
+    """GETs on the status API with a bearer token. ``transport``: an httpx transport to use
+    instead of the network (tests pass ``httpx.ASGITransport``)."""
+
+    def __init__(self, server: str, token: str, *, ca_file: Path | None = None,
+                 transport: httpx.BaseTransport | None = None, timeout: float = 10.0) -> None:
+        if ca_file is not None and not ca_file.is_file():
+            raise ConfigError(f"CA file {ca_file} not found")
+        verify: Any = ssl.create_default_context(cafile=str(ca_file)) if ca_file else True
+        self._http = httpx.Client(base_url=server.rstrip("/"), verify=verify,
+                                  headers={"Authorization": f"Bearer {token}"},
+                                  transport=transport, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def get(self, path: str, **params: Any) -> dict[str, Any]:
+        """The decoded JSON of ``GET path``; ``StatusError`` on an HTTP error."""
+        r = self._http.get(path, params={k: v for k, v in params.items() if v is not None})
+        if r.status_code != 200:
+            try:
+                detail = r.json().get("detail")
+            except ValueError:
+                detail = None
+            if not isinstance(detail, str):
+                detail = r.text.strip() or r.reason_phrase
+            raise StatusError(r.status_code, detail)
+        return r.json()
+
+
+# ------------------------------------------------------------------------------ snapshot
+
+
+def fetch(client: StatusClient, namespace: str | None, limit: int) -> Snapshot:
+    """One snapshot (see the module doc); ``limit``: pending Workloads per queue."""
+    if namespace is None:
+        cqs = client.get("/api/v1/clusterqueues")["items"]
+        pending = {cq["name"]: client.get(f"/api/v1/clusterqueues/{cq['name']}/pending",
+                                          limit=limit)
+                   for cq in cqs}
+        return {"clusterQueues": cqs, "pending": pending}
+    lqs = client.get(f"/api/v1/namespaces/{namespace}/localqueues")["items"]
+    pending = {lq["name"]: client.get(
+        f"/api/v1/namespaces/{namespace}/localqueues/{lq['name']}/pending", limit=limit)
+        for lq in lqs}
+    return {"namespace": namespace, "localQueues": lqs, "pending": pending}
+
+
+# ------------------------------------------------------------------------------ rendering
+
+
+def _amount(q: str | None, resource: str) -> int | None:
+    if q is None:
+        return None
+    try:
+        return parse_quantity(q, resource)
+    except QuantityError:
+        return None
+
+
+def usage_bar(used: int, nominal: int, width: int = BAR_WIDTH) -> Text:
+    """``width`` cells: ``█`` used within nominal, ``▓`` used beyond it (borrowed), ``░``
+    unused nominal. Scaled to max(used, nominal); all ``░`` when both are 0."""
+    scale = max(used, nominal)
+    if scale <= 0:
+        return Text("░" * width, style="dim")
+    within = min(used, nominal)
+    n_within = round(within * width / scale)
+    n_over = round(used * width / scale) - n_within
+    n_free = width - n_within - n_over
+    bar = Text()
+    bar.append("█" * n_within, style="green")
+    bar.append("▓" * n_over, style="magenta")
+    bar.append("░" * n_free, style="dim")
+    return bar
+
+
+def _quota_line(r: dict[str, Any]) -> Text:
+    res = r["resource"]
+    used = _amount(r["used"], res) or 0
+    nominal = _amount(r["nominalQuota"], res) or 0
+    line = usage_bar(used, nominal)
+    line.append(f" {r['used']}/{r['nominalQuota']}")
+    extras = []
+    if r.get("borrowed") not in (None, "0"):
+        extras.append(f"borrowed {r['borrowed']}")
+    if r.get("lent") not in (None, "0"):
+        extras.append(f"lent {r['lent']}")
+    if r.get("borrowingLimit") is not None:
+        extras.append(f"borrowingLimit {r['borrowingLimit']}")
+    extras.append(f"available {r['available']}")
+    line.append("  " + ", ".join(extras), style="cyan")
+    return line
+
+
+def _age(created: str, now: float) -> str:
+    try:
+        t = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return "?"
+    s = max(0, int(now - t))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"
+
+
+def _reason(w: dict[str, Any]) -> Text:
+    t = Text()
+    if w.get("reason"):
+        t.append(w["reason"], style="yellow")
+        if w.get("message"):
+            t.append(": ")
+    t.append(w.get("message") or ("" if w.get("reason") else "waiting for a scheduling cycle"))
+    return t
+
+
+def _pending_table(title: str, page: dict[str, Any], now: float, *,
+                   in_local_queue: bool = False) -> Table:
+    """Pending Workloads of one page. ``Pos``: 0-based position in the ClusterQueue (0 is
+    next); ``In LQ``: in the LocalQueue (namespace view)."""
+    meta = page.get("metadata") or {}
+    more = meta.get("remainingItemCount") or 0
+    caption = f"{more} more not shown (use --limit)" if more else None
+    t = Table(title=title, caption=caption, title_justify="left", expand=False)
+    t.add_column("Pos", justify="right")
+    if in_local_queue:
+        t.add_column("In LQ", justify="right")
+    for col in ("Workload", "LocalQueue"):
+        t.add_column(col)
+    t.add_column("Prio", justify="right")
+    t.add_column("Age", justify="right")
+    t.add_column("Why it waits", overflow="fold", ratio=1)
+    for w in page.get("items") or []:
+        pos = [str(w["positionInClusterQueue"])]
+        if in_local_queue:
+            pos.append(str(w["positionInLocalQueue"]))
+        t.add_row(*pos, f"{w['namespace']}/{w['name']}", w["localQueueName"],
+                  str(w["priority"]), _age(w["created"], now), _reason(w))
+    return t
+
+
+Row = dict[str, Any]
+
+
+def _queue_table(title: str, columns: tuple[str, ...], last: str, queues: list[Row],
+                 head: Callable[[Row], list[Any]], rows_of: Callable[[Row], list[Row]],
+                 cell: Callable[[Row], Text]) -> Table:
+    """One row per flavor-resource of each queue: the queue's own ``columns`` (``head(q)``)
+    on its first row only, then Flavor, Resource and ``last`` (``cell(r)`` for each of
+    ``rows_of(q)``)."""
+    t = Table(title=title, title_justify="left")
+    for col in (*columns, "Flavor", "Resource", last):
+        t.add_column(col)
+    for q in queues:
+        first = head(q)
+        for i, r in enumerate(rows_of(q) or [None]):
+            cells: list[Any] = first if i == 0 else [""] * len(first)
+            if r is None:
+                t.add_row(*cells, "-", "-", "-")
+            else:
+                t.add_row(*cells, r["flavor"], r["resource"], cell(r))
+    return t
+
+
+def _active(q: dict[str, Any]) -> Text:
+    return Text("yes", style="green") if q["active"] else Text(f"no: {q['reason']}", style="red")
+
+
+def _counts(q: dict[str, Any]) -> list[str]:
+    return [f"{q['pendingWorkloads']} ({q['inadmissibleWorkloads']} inadmissible)",
+            str(q["admittedWorkloads"])]
+
+
+def render(snap: Snapshot, now: float | None = None) -> RenderableType:
+    """The tables of a snapshot (see the module doc)."""
+    now = time.time() if now is None else now
+    parts: list[RenderableType] = []
+    if "clusterQueues" in snap:
+        parts.append(_queue_table(
+            "ClusterQueues",
+            ("ClusterQueue", "Cohort", "Strategy", "Active", "Pending", "Admitted"),
+            "Usage (used/nominal)", snap["clusterQueues"],
+            lambda q: [q["name"], q.get("cohort") or "-", q["queueingStrategy"], _active(q),
+                       *_counts(q)],
+            lambda q: q["resources"], _quota_line))
+        titles = {name: f"Pending in ClusterQueue {name}" for name in snap["pending"]}
+        in_lq = False
+    else:
+        ns = snap["namespace"]
+        parts.append(_queue_table(
+            f"LocalQueues in namespace {ns}",
+            ("LocalQueue", "ClusterQueue", "Active", "Pending", "Admitted"),
+            "Used", snap["localQueues"],
+            lambda q: [q["name"], q["clusterQueue"], _active(q), *_counts(q)],
+            lambda q: q["usage"], lambda u: Text(u["used"])))
+        titles = {name: f"Pending in LocalQueue {ns}/{name}" for name in snap["pending"]}
+        in_lq = True
+    for name, page in snap["pending"].items():
+        if page.get("items"):
+            parts.append(_pending_table(titles[name], page, now, in_local_queue=in_lq))
+    if not any(p.get("items") for p in snap["pending"].values()):
+        parts.append(Text("No pending Workloads.", style="green"))
+    return Group(*parts)
+
+
+@dataclass
+class Options:
+    """What ``pykueue status`` was asked for (resolved connection settings)."""
+
+    server: str
+    token: str
+    ca_file: Path | None
+    namespace: str | None
+    limit: int
+
+
+def resolve(server: str | None, token: str | None, kubeconfig: Path | None,
+            ca_file: Path | None, namespace: str | None, limit: int) -> Options:
+    """Apply the defaults of the module doc; ``ConfigError`` when no token is found."""
+    tok = token or os.environ.get("PYKUEUE_TOKEN") or token_from_kubeconfig(kubeconfig)
+    if not tok:
+        raise ConfigError("no bearer token: pass --token, set PYKUEUE_TOKEN, or use a "
+                          "kubeconfig whose user has a token (e.g. --token \"$(kubectl create "
+                          "token NAME -n NAMESPACE)\")")
+    return Options(server or os.environ.get("PYKUEUE_URL") or default_server(), tok,
+                   ca_file if ca_file is not None else default_ca(), namespace, limit)

@@ -1,0 +1,355 @@
+#!/usr/bin/env python3
+"""The seed scenario, played on the lab and narrated as it happens (`make run`).
+
+Two teams share 8 A100s and 8 L4s. Each team's ClusterQueue (manifests/samples/gpu) is
+guaranteed 4 GPUs per model and may borrow 4 more in the cohort ``ai-platform``; inference may
+reclaim what it lent (``reclaimWithinCohort: Any``).
+
+0. Without pykueue: two unlabelled Jobs (4 + 6 pods x 1 A100 GPU) get partially placed.
+1. inference submits serve-4, research train-6: serve-4 runs whole, train-6 waits whole.
+2. serve-4 finishes: train-6 starts by itself, borrowing 2 A100s from inference.
+3. inference submits serve-4b: it reclaims, train-6 is evicted whole and requeued.
+4. research submits eval-4a and eval-4b (any GPU): A100 for the first, L4 for the second.
+5. Everything finishes, train-6 runs when A100 quota frees, the queues end empty.
+
+Every step waits for pykueue's real decisions (read from the API server) and prints them with
+the ``pykueue status`` table. ``Scenario(..., check=True)`` raises ``ScenarioError`` when an
+outcome differs from the expected one; tests/e2e runs it that way.
+
+    python hack/scenario.py            # expects `hack/lab.py up` and `hack/lab.py pykueue-up`
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "hack"))
+
+import lab as labmod  # noqa: E402
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+A100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+DURATION = "lab.pykueue.dev/run-duration"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+class ScenarioError(AssertionError):
+    """An outcome of the scenario differs from what Kueue's rules lead to."""
+
+
+def job(name: str, ns: str, pods: int, *, queue: str | None = "team-queue",
+        node_selector: dict[str, str] | None = None, tolerate: bool = False,
+        duration: str = "15s") -> dict[str, Any]:
+    """A batch/v1 Job of ``pods`` pods, each requesting 1 ``nvidia.com/gpu``, running for
+    ``duration`` (the lab's kwok stage annotation)."""
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": "registry.example/train:latest",
+                        "resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "100m"},
+                                      "limits": {"nvidia.com/gpu": "1"}}}],
+    }
+    if node_selector:
+        spec["nodeSelector"] = dict(node_selector)
+    if tolerate:
+        spec["tolerations"] = [GPU_TOLERATION]
+    meta: dict[str, Any] = {"name": name, "namespace": ns}
+    if queue:
+        meta["labels"] = {QUEUE_LABEL: queue}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+        "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 30,
+                 "template": {"metadata": {"annotations": {DURATION: duration}}, "spec": spec}},
+    }
+
+
+class Scenario:
+    """The scenario against one lab. ``say`` prints narration; ``check`` makes it assert."""
+
+    def __init__(self, kubectl: Callable[..., subprocess.CompletedProcess[str]], *,
+                 status_cmd: list[str] | None = None, say: Callable[[str], None] = print,
+                 check: bool = True, timeout: float = 90.0) -> None:
+        self.kubectl = kubectl
+        self.status_cmd = status_cmd
+        self.say = say
+        self.check = check
+        self.timeout = timeout
+        self.outcomes: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ API helpers
+    def get(self, *args: str) -> dict[str, Any]:
+        r = self.kubectl("get", *args, "-o", "json", check=False)
+        if r.returncode != 0:
+            return {}
+        return json.loads(r.stdout)
+
+    def apply(self, obj: dict[str, Any]) -> None:
+        self.kubectl("apply", "-f", "-", input=json.dumps(obj))
+
+    def pods(self, ns: str, job_name: str) -> list[dict[str, Any]]:
+        return self.get("pods", "-n", ns, "-l", f"batch.kubernetes.io/job-name={job_name}").get(
+            "items", [])
+
+    def workload(self, ns: str, job_name: str) -> dict[str, Any] | None:
+        for wl in self.get("workloads.kueue.x-k8s.io", "-n", ns).get("items", []):
+            for ref in wl["metadata"].get("ownerReferences", []):
+                if ref.get("kind") == "Job" and ref.get("name") == job_name:
+                    return wl
+        return None
+
+    @staticmethod
+    def cond(obj: dict[str, Any] | None, ctype: str) -> dict[str, Any] | None:
+        if not obj:
+            return None
+        for c in obj.get("status", {}).get("conditions", []) or []:
+            if c.get("type") == ctype:
+                return c
+        return None
+
+    def is_true(self, obj: dict[str, Any] | None, ctype: str) -> bool:
+        c = self.cond(obj, ctype)
+        return bool(c and c.get("status") == "True")
+
+    def flavor(self, wl: dict[str, Any] | None) -> str | None:
+        adm = (wl or {}).get("status", {}).get("admission")
+        if not adm:
+            return None
+        return adm["podSetAssignments"][0].get("flavors", {}).get("nvidia.com/gpu")
+
+    def wait(self, what: str, fn: Callable[[], Any], timeout: float | None = None) -> Any:
+        deadline = time.monotonic() + (timeout or self.timeout)
+        last = None
+        while time.monotonic() < deadline:
+            last = fn()
+            if last:
+                return last
+            time.sleep(0.3)
+        raise ScenarioError(f"timed out waiting for {what} (last: {last!r})")
+
+    def expect(self, ok: bool, message: str) -> None:
+        if not ok and self.check:
+            raise ScenarioError(message)
+        if not ok:
+            self.say(f"   note: {message}")
+
+    def running(self, ns: str, job_name: str) -> list[dict[str, Any]]:
+        return [p for p in self.pods(ns, job_name) if p["status"].get("phase") == "Running"]
+
+    def show_status(self) -> None:
+        if not self.status_cmd:
+            return
+        r = subprocess.run(self.status_cmd, text=True, capture_output=True, timeout=30)
+        out = r.stdout.rstrip() if r.returncode == 0 else f"   (pykueue status: {r.stderr.strip()})"
+        self.say(out)
+
+    def decision(self, ns: str, job_name: str) -> str:
+        wl = self.workload(ns, job_name)
+        if not wl:
+            return f"{ns}/{job_name}: no Workload yet"
+        if self.is_true(wl, "Finished"):
+            return f"{ns}/{job_name}: finished"
+        if self.is_true(wl, "Admitted"):
+            return f"{ns}/{job_name}: admitted to {self.flavor(wl)}"
+        c = self.cond(wl, "QuotaReserved") or {}
+        return f"{ns}/{job_name}: waiting ({c.get('reason', '?')}): {c.get('message', '')}"
+
+    # ------------------------------------------------------------------ steps
+    def step0_without_pykueue(self) -> None:
+        ns = "no-queue"
+        self.say("\n== 0. Without pykueue: the default scheduler places pods one at a time")
+        self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        self.wait("default ServiceAccount", lambda: self.get("sa", "default", "-n", ns))
+        for name, pods in (("serve-4", 4), ("train-6", 6)):
+            self.apply(job(name, ns, pods, queue=None, node_selector=A100, tolerate=True,
+                           duration="10m"))
+        self.wait("8 A100 pods running", lambda: sum(
+            len(self.running(ns, j)) for j in ("serve-4", "train-6")) == 8)
+        time.sleep(1.0)
+        counts = {j: (len(self.running(ns, j)), len(self.pods(ns, j)))
+                  for j in ("serve-4", "train-6")}
+        for j, (run, total) in counts.items():
+            self.say(f"   {ns}/{j}: {run} of {total} pods Running, {total - run} Pending")
+        partial = [j for j, (run, total) in counts.items() if 0 < run < total]
+        self.outcomes["step0_partial"] = partial
+        self.expect(bool(partial), f"expected a partially placed Job, got {counts}")
+        self.say(f"   {', '.join(partial)} holds GPUs it cannot use: a partial gang, the "
+                 "hardware idles. Cleaning up.")
+        self.kubectl("delete", "namespace", ns, "--wait=false")
+        self.wait("the unmanaged pods gone", lambda: not self.get("pods", "-n", ns).get("items"),
+                  timeout=120)
+
+    def step1_submit(self) -> None:
+        self.say("\n== 1. inference submits serve-4, research submits train-6 (both on A100)")
+        self.apply(job("serve-4", "inference", 4, node_selector=A100, duration="12s"))
+        time.sleep(0.5)
+        self.apply(job("train-6", "research", 6, node_selector=A100, duration="25s"))
+        self.wait("serve-4 admitted and its 4 pods running",
+                  lambda: self.is_true(self.workload("inference", "serve-4"), "Admitted")
+                  and len(self.running("inference", "serve-4")) == 4)
+        wl = self.wait("train-6 pending with a reason", lambda: (
+            w if (w := self.workload("research", "train-6"))
+            and (c := self.cond(w, "QuotaReserved")) and c["status"] == "False" else None))
+        self.say("   " + self.decision("inference", "serve-4"))
+        self.say("   " + self.decision("research", "train-6"))
+        self.expect(self.flavor(self.workload("inference", "serve-4")) == "a100-flavor",
+                    "serve-4 should be on a100-flavor")
+        self.expect(not self.pods("research", "train-6"), "train-6 must have no pod while it waits")
+        self.expect("nvidia.com/gpu" in self.cond(wl, "QuotaReserved")["message"],
+                    "the pending reason should name nvidia.com/gpu")
+        self.show_status()
+
+    def step2_borrow(self) -> None:
+        self.say("\n== 2. serve-4 finishes; train-6 starts by itself, borrowing 2 A100s")
+        t0 = time.monotonic()
+        self.wait("serve-4 finished", lambda: self.is_true(
+            self.workload("inference", "serve-4"), "Finished"), timeout=120)
+        t_done = time.monotonic()
+        self.wait("train-6 admitted with 6 pods running",
+                  lambda: self.is_true(self.workload("research", "train-6"), "Admitted")
+                  and len(self.running("research", "train-6")) == 6)
+        self.outcomes["step2_start_delay"] = time.monotonic() - t_done
+        self.say(f"   {self.decision('research', 'train-6')} "
+                 f"({time.monotonic() - t_done:.1f}s after serve-4 finished, "
+                 f"{time.monotonic() - t0:.1f}s into the step)")
+        nodes = {p["spec"].get("nodeName") for p in self.running("research", "train-6")}
+        self.expect(nodes == {"a100-0"}, f"train-6 pods should be on a100-0, got {nodes}")
+        cq = self.get("clusterqueue", "research-cq")
+        borrowed = _flavor_usage(cq, "a100-flavor", "nvidia.com/gpu", "borrowed")
+        self.say(f"   research-cq borrows {borrowed} nvidia.com/gpu in a100-flavor")
+        self.expect(borrowed == "2", f"research-cq should borrow 2 A100s, status says {borrowed}")
+        self.show_status()
+
+    def step3_reclaim(self) -> None:
+        self.say("\n== 3. inference submits serve-4b: it reclaims the A100s it lent")
+        self.apply(job("serve-4b", "inference", 4, node_selector=A100, duration="20s"))
+        wl = self.wait("train-6 evicted", lambda: (
+            w if self.is_true(w := self.workload("research", "train-6"), "Evicted") else None))
+        ev = self.cond(wl, "Evicted") or {}
+        pre = self.cond(wl, "Preempted") or {}
+        self.say(f"   research/train-6 evicted: {ev.get('reason')}: {pre.get('reason', '')} "
+                 f"{pre.get('message', ev.get('message', ''))}")
+        self.wait("serve-4b admitted and running",
+                  lambda: self.is_true(self.workload("inference", "serve-4b"), "Admitted")
+                  and len(self.running("inference", "serve-4b")) == 4)
+        self.wait("train-6 pods gone and the Job suspended",
+                  lambda: not self.running("research", "train-6")
+                  and self.get("job", "train-6", "-n", "research")["spec"].get("suspend"))
+        self.say("   " + self.decision("inference", "serve-4b"))
+        self.say("   " + self.decision("research", "train-6"))
+        self.expect(ev.get("reason") == "Preempted", f"Evicted reason {ev.get('reason')}")
+        self.show_status()
+
+    def step4_fallback(self) -> None:
+        self.say("\n== 4. research submits eval-4a and eval-4b (any GPU model)")
+        self.apply(job("eval-4a", "research", 4, duration="10s"))
+        time.sleep(0.5)
+        self.apply(job("eval-4b", "research", 4, duration="10s"))
+        for name in ("eval-4a", "eval-4b"):
+            self.wait(f"{name} admitted and running",
+                      lambda n=name: self.is_true(self.workload("research", n), "Admitted")
+                      and len(self.running("research", n)) == 4)
+        fa = self.flavor(self.workload("research", "eval-4a"))
+        fb = self.flavor(self.workload("research", "eval-4b"))
+        nodes_b = {p["spec"].get("nodeName") for p in self.running("research", "eval-4b")}
+        self.say(f"   research/eval-4a: admitted to {fa}; research/eval-4b: admitted to {fb}, "
+                 f"pods on {', '.join(sorted(n for n in nodes_b if n))}")
+        self.expect(fa == "a100-flavor", f"eval-4a should get a100-flavor, got {fa}")
+        self.expect(fb == "l4-flavor", f"eval-4b should fall back to l4-flavor, got {fb}")
+        self.expect(nodes_b == {"l4-0"}, f"eval-4b pods should be on l4-0, got {nodes_b}")
+        self.show_status()
+
+    def step5_drain(self) -> None:
+        self.say("\n== 5. Everything finishes; train-6 runs when A100 quota frees")
+        self.wait("train-6 admitted again", lambda: self.is_true(
+            self.workload("research", "train-6"), "Admitted"), timeout=120)
+        self.say("   " + self.decision("research", "train-6"))
+        jobs = [("inference", "serve-4b"), ("research", "eval-4a"), ("research", "eval-4b"),
+                ("research", "train-6")]
+        for ns, name in jobs:
+            self.wait(f"{ns}/{name} complete", lambda ns=ns, name=name: any(
+                c["type"] == "Complete" and c["status"] == "True"
+                for c in self.get("job", name, "-n", ns).get("status", {}).get("conditions", [])),
+                timeout=150)
+        for cq in ("research-cq", "inference-cq"):
+            st = self.wait(f"{cq} empty", lambda cq=cq: (
+                s if (s := self.get("clusterqueue", cq).get("status", {}))
+                and not s.get("pendingWorkloads") and not s.get("admittedWorkloads")
+                and not s.get("reservingWorkloads") else None))
+            self.say(f"   {cq}: pending {st.get('pendingWorkloads', 0)}, "
+                     f"admitted {st.get('admittedWorkloads', 0)}")
+        self.show_status()
+
+    def run(self, *, with_step0: bool = True) -> dict[str, Any]:
+        if with_step0:
+            self.step0_without_pykueue()
+        self.step1_submit()
+        self.step2_borrow()
+        self.step3_reclaim()
+        self.step4_fallback()
+        self.step5_drain()
+        return self.outcomes
+
+
+def _flavor_usage(cq: dict[str, Any], flavor: str, resource: str, field: str) -> str | None:
+    for fu in cq.get("status", {}).get("flavorsUsage", []) or []:
+        if fu.get("name") == flavor:
+            for r in fu.get("resources", []):
+                if r.get("name") == resource:
+                    return str(r.get(field, "0"))
+    return None
+
+
+def viewer_token(lab: labmod.Lab) -> str:
+    """A token of a ServiceAccount allowed to read pykueue's status API (cluster-wide get)."""
+    labmod.kubectl(lab, "apply", "-f", str(ROOT / "hack" / "lab" / "status-viewer.yaml"))
+    return labmod.sa_token(lab, "pykueue-system", "pykueue-status-viewer", 3600)
+
+
+def prepare(lab: labmod.Lab) -> None:
+    """Apply the samples (seed, then the GPU variant of the same queues) and clear old runs."""
+    for ns in ("research", "inference"):
+        labmod.kubectl(lab, "delete", "jobs.batch", "--all", "-n", ns, "--ignore-not-found",
+                       "--wait=true", check=False)
+    labmod.kubectl(lab, "delete", "namespace", "no-queue", "--ignore-not-found", "--wait=true",
+                   check=False)
+    labmod.kubectl(lab, "apply", "-k", str(ROOT / "manifests" / "samples" / "seed"))
+    labmod.kubectl(lab, "apply", "-k", str(ROOT / "manifests" / "samples" / "gpu"))
+    for ns in ("research", "inference"):
+        labmod.kubectl(lab, "wait", "--for=jsonpath={.metadata.name}=default", "--timeout=60s",
+                       "sa/default", "-n", ns)
+
+
+def main() -> int:
+    lab = labmod.from_args(None, None, None)
+    prepare(lab)
+    token = viewer_token(lab)
+    status_cmd = [str(Path(sys.executable).parent / "pykueue"), "status",
+                  "--server", f"https://127.0.0.1:{labmod.PYKUEUE_PORT}",
+                  "--ca-file", str(ROOT / "certs" / "out" / "ca.crt"), "--token", token]
+
+    def kubectl(*args: str, input: str | None = None, check: bool = True):
+        return labmod.kubectl(lab, *args, input=input, check=check)
+
+    t0 = time.monotonic()
+    Scenario(kubectl, status_cmd=status_cmd, check=os.environ.get("SCENARIO_CHECK") == "1").run()
+    print(f"\n== Done in {time.monotonic() - t0:.0f}s. Explore:")
+    print(f"   export KUBECONFIG={lab.kubeconfig}; alias kubectl={lab.binary('kubectl')}")
+    print("   kubectl get cq,lq -A; kubectl get wl -A; kubectl describe job train-6 -n research")
+    print(f"   .venv/bin/pykueue status --server https://127.0.0.1:{labmod.PYKUEUE_PORT} "
+          "--ca-file certs/out/ca.crt --token \"$(python hack/lab.py sa-token pykueue-system "
+          "pykueue-status-viewer)\"")
+    print(f"   curl --cacert certs/out/ca.crt -H \"Authorization: Bearer $TOKEN\" "
+          f"https://127.0.0.1:{labmod.PYKUEUE_PORT}/api/v1/clusterqueues")
+    print("   make lab-down   # stops everything and removes the lab's state")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""`pykueue status` (app/cli.py + app/statuscli.py) against a real uvicorn server on a loopback
+port (TLS with a generated CA), serving the status API over the known Cluster of
+tests/status_scenario.py with the in-process token table."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+import yaml
+from typer.testing import CliRunner
+
+from app.certs import ensure_certs
+from app.cli import app as cli
+from app.config import Settings
+from app.main import create_app
+from app.statuscli import usage_bar
+from tests.pykueue_server import free_port
+from tests.status_scenario import build_cluster, reviewer
+
+
+class Server:
+    """The FastAPI app under uvicorn in a thread (stopped by ``stop``)."""
+
+    def __init__(self, certs: Path) -> None:
+        self.app = create_app(Settings(controllers_enabled=False))
+        self.app.state.cluster = build_cluster()
+        self.app.state.access_reviewer = reviewer()
+        self.port = free_port()
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
+                                ssl_certfile=str(certs / "tls.crt"),
+                                ssl_keyfile=str(certs / "tls.key"), log_level="warning",
+                                lifespan="off")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("certs")
+    ensure_certs(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(certs: Path) -> Iterator[Server]:
+    s = Server(certs)
+    s.start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def run(server: Server, certs: Path, tmp_path: Path):
+    """Invoke `pykueue status ...` with the server's URL and CA; no ambient token."""
+
+    def invoke(*args: str, token: str | None = "admin-token", env: dict | None = None,
+               ca: Path | None = certs / "ca.crt"):
+        full = ["status", "--server", server.url, *args]
+        if ca is not None:
+            full += ["--ca-file", str(ca)]
+        if token is not None:
+            full += ["--token", token]
+        base = {"COLUMNS": "260", "PYKUEUE_TOKEN": None, "PYKUEUE_URL": None,
+                "KUBECONFIG": str(tmp_path / "no-kubeconfig")}
+        return CliRunner().invoke(cli, full, env=base | (env or {}))
+
+    return invoke
+
+
+def api(server: Server, certs: Path, path: str, **params) -> dict:
+    ctx = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    r = httpx.get(server.url + path, params=params, verify=ctx,
+                  headers={"Authorization": "Bearer admin-token"})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+# ------------------------------------------------------------------------------ tables
+
+
+def test_cluster_queue_table_with_usage_bars_and_pending(run) -> None:
+    r = run()
+    assert r.exit_code == 0, r.output + r.stderr
+    out = r.stdout
+    for text in ("ClusterQueues", "inference-cq", "research-cq", "solo-cq", "StrictFIFO",
+                 "Pending in ClusterQueue research-cq", "Pending in ClusterQueue solo-cq"):
+        assert text in out, text
+    lines = out.splitlines()
+    research = next(ln for ln in lines if "research-cq" in ln and "nvidia.com/gpu" in ln)
+    # 6 GPUs used of nominal 4: 4/6 of the bar within nominal, 2/6 borrowed, nothing free.
+    assert str(usage_bar(6, 4)) in research
+    assert "6/4" in research and "borrowed 2" in research and "borrowingLimit 4" in research
+    assert "3 (3 inadmissible)" in research
+    inference = next(ln for ln in lines if "inference-cq" in ln and "nvidia.com/gpu" in ln)
+    assert str(usage_bar(2, 4)) in inference and "2/4" in inference and "lent 2" in inference
+    memory = next(ln for ln in lines if "memory" in ln)
+    assert "20Gi/32Gi" in memory and "available 12Gi" in memory
+    eval1 = next(ln for ln in lines if "research/eval-1" in ln)
+    assert "WaitingForQuota" in eval1 and "3 requested, 0 available" in eval1
+    assert eval1.split()[1] == "0"  # position 0 in the ClusterQueue
+    after = next(ln for ln in lines if "ns/after" in ln)
+    assert "waiting for a scheduling cycle" in after
+
+
+def test_namespace_view_lists_local_queues_and_their_pending(run) -> None:
+    r = run("-n", "research", token="research-token")
+    assert r.exit_code == 0, r.output + r.stderr
+    out = r.stdout
+    assert "LocalQueues in namespace research" in out
+    lq = next(ln for ln in out.splitlines() if "lq-research" in ln and "research-cq" in ln)
+    assert "2 (2 inadmissible)" in lq and "a100" in lq and "6" in lq
+    orphan = next(ln for ln in out.splitlines() if "lq-orphan" in ln)
+    assert "no: ClusterQueueDoesNotExist" in orphan
+    assert "Pending in LocalQueue research/lq-research" in out
+    assert "team-b/probe" not in out
+    train4 = next(ln for ln in out.splitlines() if "research/train-4" in ln)
+    assert train4.split()[1:4] == ["1", "│", "1"]  # position 1 in research-cq and in its LQ
+
+
+def test_limit_caps_each_pending_table_and_says_how_many_more(run) -> None:
+    r = run("--limit", "1")
+    assert r.exit_code == 0, r.output + r.stderr
+    assert "research/eval-1" in r.stdout and "research/train-4" not in r.stdout
+    assert "2 more not shown (use --limit)" in r.stdout
+
+
+# ------------------------------------------------------------------------------ json
+
+
+def test_json_output_is_the_apis_json(run, server, certs) -> None:
+    r = run("-o", "json")
+    assert r.exit_code == 0, r.output + r.stderr
+    snap = json.loads(r.stdout)
+    assert snap["clusterQueues"] == api(server, certs, "/api/v1/clusterqueues")["items"]
+    assert snap["pending"]["research-cq"] == api(
+        server, certs, "/api/v1/clusterqueues/research-cq/pending", limit=20)
+    r = run("-o", "json", "-n", "research", token="research-token")
+    snap = json.loads(r.stdout)
+    assert [lq["name"] for lq in snap["localQueues"]] == ["lq-orphan", "lq-research"]
+    assert [w["name"] for w in snap["pending"]["lq-research"]["items"]] == ["eval-1", "train-4"]
+
+
+def test_watch_redraws_until_stopped(run, server) -> None:
+    r = run("-o", "json", "--watch", "--interval", "0.1", "--iterations", "3")
+    assert r.exit_code == 0, r.output + r.stderr
+    docs = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+    assert len(docs) == 3 and all("clusterQueues" in d for d in docs)
+    r = run("--watch", "--interval", "0.1", "--iterations", "2")
+    assert r.exit_code == 0, r.output + r.stderr
+    assert "research-cq" in r.stdout
+
+
+# ------------------------------------------------------------------------------ access and errors
+
+
+def test_forbidden_namespace_exits_1_with_the_apis_message(run) -> None:
+    r = run("-n", "inference", token="research-token")
+    assert r.exit_code == 1
+    assert "HTTP 403" in r.stderr
+    assert 'cannot get resource "localqueues" in API group "kueue.x-k8s.io" in the namespace ' \
+           '"inference"' in r.stderr
+
+
+def test_rejected_token_exits_1(run) -> None:
+    r = run(token="wrong-token")
+    assert r.exit_code == 1
+    assert "HTTP 401" in r.stderr and "invalid bearer token" in r.stderr
+
+
+def test_no_token_anywhere_exits_2(run) -> None:
+    r = run(token=None)
+    assert r.exit_code == 2
+    assert "no bearer token" in r.stderr
+
+
+def test_token_from_env(run) -> None:
+    r = run("-n", "research", token=None, env={"PYKUEUE_TOKEN": "research-token"})
+    assert r.exit_code == 0, r.output + r.stderr
+
+
+def write_kubeconfig(path: Path, user: dict) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "lab",
+        "clusters": [{"name": "lab", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "viewer"}},
+                     {"name": "other", "context": {"cluster": "lab", "user": "admin"}}],
+        "users": [{"name": "viewer", "user": user},
+                  {"name": "admin", "user": {"token": "admin-token"}}],
+    }))
+    return path
+
+
+@pytest.mark.parametrize("how", ["token", "tokenFile"])
+def test_token_from_kubeconfig_current_context(run, tmp_path: Path, how: str) -> None:
+    user: dict = {"token": "research-token"}
+    if how == "tokenFile":
+        (tmp_path / "tok").write_text("research-token\n")
+        user = {"tokenFile": str(tmp_path / "tok")}
+    kc = write_kubeconfig(tmp_path / "kubeconfig", user)
+    # The current context's user (research viewer) is used: the cluster view is forbidden.
+    r = run("--kubeconfig", str(kc), token=None)
+    assert r.exit_code == 1 and "HTTP 403" in r.stderr
+    r = run("-n", "research", token=None, env={"KUBECONFIG": str(kc)})
+    assert r.exit_code == 0, r.output + r.stderr
+
+
+def test_kubeconfig_with_exec_plugin_asks_for_a_token(run, tmp_path: Path) -> None:
+    kc = write_kubeconfig(tmp_path / "kubeconfig", {"exec": {"command": "gke-auth"}})
+    r = run("--kubeconfig", str(kc), token=None)
+    assert r.exit_code == 2
+    assert "has no bearer token" in r.stderr and "kubectl create token" in r.stderr
+
+
+def test_server_certificate_from_another_ca_is_refused(run, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    ensure_certs(other)
+    r = run(ca=other / "ca.crt")
+    assert r.exit_code == 2
+    assert "cannot reach" in r.stderr and "CERTIFICATE_VERIFY_FAILED" in r.stderr
+
+
+def test_missing_ca_file_exits_2(run, tmp_path: Path) -> None:
+    r = run(ca=tmp_path / "absent.crt")
+    assert r.exit_code == 2 and "CA file" in r.stderr
+
+
+def test_nothing_listening_exits_2(run, certs) -> None:
+    r = CliRunner().invoke(cli, ["status", "--server", f"https://127.0.0.1:{free_port()}",
+                                 "--token", "admin-token", "--ca-file", str(certs / "ca.crt")])
+    assert r.exit_code == 2 and "cannot reach" in r.stderr
+
+
+def test_bad_output_format(run) -> None:
+    r = run("-o", "yaml")
+    assert r.exit_code == 2 and "must be table or json" in r.output + r.stderr
+
+
+# ------------------------------------------------------------------------------ bars and help
+
+
+@pytest.mark.parametrize(("used", "nominal", "bar"), [
+    pytest.param(0, 0, "░" * 20, id="no quota: empty"),
+    pytest.param(0, 4, "░" * 20, id="nothing used"),
+    pytest.param(2, 4, "█" * 10 + "░" * 10, id="half of nominal"),
+    pytest.param(4, 4, "█" * 20, id="exactly nominal"),
+    pytest.param(6, 4, "█" * 13 + "▓" * 7, id="borrowing: scaled to usage"),
+    pytest.param(1, 3, "█" * 7 + "░" * 13, id="rounds to the nearest cell"),
+])
+def test_usage_bar(used: int, nominal: int, bar: str) -> None:
+    assert str(usage_bar(used, nominal)) == bar
+
+
+def test_help_lists_the_commands_and_status_options() -> None:
+    r = CliRunner().invoke(cli, ["--help"], env={"COLUMNS": "120"})
+    assert r.exit_code == 0
+    assert "serve" in r.stdout and "status" in r.stdout
+    r = CliRunner().invoke(cli, ["status", "--help"], env={"COLUMNS": "120"})
+    for opt in ("--namespace", "--watch", "--output", "--server", "--token", "--ca-file",
+                "--kubeconfig", "--limit"):
+        assert opt in r.stdout, opt
+    assert "--iterations" not in r.stdout

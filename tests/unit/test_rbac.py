@@ -1,0 +1,159 @@
+"""Least privilege, checked against the code: every rule of pykueue's ClusterRole and Role is
+justified by a row of the table in docs/rbac.md, every row names a code path that really
+makes that API call (so the table cannot rot), and nothing is a wildcard, cluster-admin or a
+privilege-escalation verb. Reads the YAML under manifests/ directly (no cluster, no kubectl)."""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.rbactable import HEADER, NAMESPACE, SERVICE_ACCOUNT, Row, load_table
+
+ROOT = Path(__file__).resolve().parents[2]
+RBAC_KINDS = ("ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding")
+
+
+@functools.cache
+def rbac_objects() -> tuple[dict, ...]:
+    """Every RBAC object in any YAML file under manifests/ (so none can hide elsewhere)."""
+    out = []
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    for f in sorted((ROOT / "manifests").rglob("*.yaml")):
+        for doc in yaml.load_all(f.read_text(), Loader=loader):  # noqa: S506 - a safe loader
+            if isinstance(doc, dict) and doc.get("kind") in RBAC_KINDS:
+                out.append({**doc, "_file": str(f.relative_to(ROOT))})
+    return tuple(out)
+
+
+def granted() -> set[tuple[str, str, str, str]]:
+    """(scope, group, resource, verb) granted by pykueue's roles."""
+    out = set()
+    for obj in rbac_objects():
+        if obj["kind"] not in ("ClusterRole", "Role"):
+            continue
+        scope = "cluster" if obj["kind"] == "ClusterRole" else obj["metadata"]["namespace"]
+        for rule in obj.get("rules") or []:
+            for group in rule.get("apiGroups") or []:
+                for resource in rule.get("resources") or []:
+                    for verb in rule.get("verbs") or []:
+                        out.add((scope, group, resource, verb))
+    return out
+
+
+def needed() -> set[tuple[str, str, str, str]]:
+    return {(r.scope, r.group, r.resource, v) for r in load_table() for v in r.verbs}
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+# ---------------------------------------------------------------------------- the table itself
+
+
+def test_the_table_parses_and_is_not_empty():
+    rows = load_table()
+    assert len(rows) >= 10, rows
+    for r in rows:
+        assert r.verbs and r.calls and r.resource, r
+        assert r.scope in ("cluster", NAMESPACE), r
+
+
+def test_the_table_parser_reads_a_known_row():
+    text = ("| " + " | ".join(HEADER) + " |\n|---|---|---|---|---|---|\n"
+            "| cluster | batch | jobs | patch, update | app/x.py | `client.patch(JOBS` |\n"
+            "| ns | core | events | create | `app/y.py` | `post(res` + `post(EVENTS` |\n"
+            "\n| not | the | table | at | all | x |\n")
+    assert load_table(text) == [
+        Row("cluster", "batch", "jobs", ("patch", "update"), "app/x.py", ("client.patch(JOBS",)),
+        Row("ns", "", "events", ("create",), "app/y.py", ("post(res", "post(EVENTS")),
+    ]
+
+
+@pytest.mark.parametrize("row", load_table(), ids=lambda r: r.id)
+def test_each_row_names_a_code_path_that_makes_the_call(row):
+    path = ROOT / row.path
+    assert path.is_file(), f"{row.path} does not exist (docs/rbac.md is stale)"
+    code = _squash(path.read_text())
+    for call in row.calls:
+        assert _squash(call) in code, (
+            f"{row.path} no longer contains `{call}`: update docs/rbac.md and the roles")
+
+
+# ---------------------------------------------------------------------------- roles vs table
+
+
+def test_every_granted_permission_is_used_by_a_code_path():
+    unused = granted() - needed()
+    assert not unused, ("granted but no code path in docs/rbac.md needs it: "
+                        + ", ".join(f"{v} {g or 'core'}/{r} ({s})"
+                                    for s, g, r, v in sorted(unused)))
+
+
+def test_every_permission_the_code_needs_is_granted():
+    missing = needed() - granted()
+    assert not missing, ("docs/rbac.md lists a call the roles do not allow: "
+                         + ", ".join(f"{v} {g or 'core'}/{r} ({s})"
+                                     for s, g, r, v in sorted(missing)))
+
+
+@pytest.mark.parametrize("field", ["apiGroups", "resources", "verbs", "resourceNames",
+                                   "nonResourceURLs"])
+def test_no_wildcard(field):
+    for obj in rbac_objects():
+        for rule in obj.get("rules") or []:
+            values = rule.get(field) or []
+            assert not any("*" in v for v in values), f"{obj['_file']}: wildcard in {field}"
+
+
+def test_no_non_resource_urls_and_no_aggregation():
+    for obj in rbac_objects():
+        assert "aggregationRule" not in obj, obj["_file"]
+        for rule in obj.get("rules") or []:
+            assert not rule.get("nonResourceURLs"), obj["_file"]
+
+
+@pytest.mark.parametrize("verb", ["escalate", "bind", "impersonate", "deletecollection"])
+def test_no_escalation_or_bulk_verbs(verb):
+    assert not [g for g in granted() if g[3] == verb]
+
+
+@pytest.mark.parametrize("resource", ["secrets", "configmaps", "serviceaccounts/token",
+                                      "clusterroles", "roles", "clusterrolebindings",
+                                      "rolebindings", "pods/exec"])
+def test_sensitive_resources_are_not_granted(resource):
+    assert not [g for g in granted() if g[2] == resource]
+
+
+def test_bindings_bind_only_pykueue_roles_to_pykueue_service_account():
+    bindings = [o for o in rbac_objects() if o["kind"].endswith("Binding")]
+    roles = {(o["kind"], o["metadata"]["name"]) for o in rbac_objects()
+             if o["kind"] in ("ClusterRole", "Role")}
+    assert {b["kind"] for b in bindings} == {"ClusterRoleBinding", "RoleBinding"}
+    for b in bindings:
+        ref = b["roleRef"]
+        assert ref["name"] not in ("cluster-admin", "admin", "edit"), b["_file"]
+        assert (ref["kind"], ref["name"]) in roles, f"{b['_file']}: binds a role not ours"
+        assert b["subjects"] == [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT,
+                                  "namespace": NAMESPACE}], b["_file"]
+        if b["kind"] == "RoleBinding":
+            assert b["metadata"]["namespace"] == NAMESPACE
+            assert ref["kind"] == "Role", "a RoleBinding to a ClusterRole would widen it"
+
+
+def test_leases_only_in_pykueue_namespace():
+    leases = {g for g in granted() if g[2] == "leases"}
+    assert leases, "leader election needs leases"
+    assert {s for s, *_ in leases} == {NAMESPACE}
+
+
+def test_service_account_identity_matches_what_the_webhook_trusts():
+    from app.config import WebhookSettings
+
+    assert (f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
+            in WebhookSettings().controller_usernames)

@@ -1,0 +1,170 @@
+"""Serving the webhook: `pykueue serve` over TLS only, and the webhook configurations
+(manifests/webhook/ + hack/render_webhooks.py). No cluster: the server is a real subprocess on
+loopback and the manifests are checked as data."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from app.certs import ensure_certs
+from tests.pykueue_server import PykueueServer, free_port, pykueue_exe, serve_env, trust
+
+ROOT = Path(__file__).resolve().parents[2]
+LABEL = "kueue.x-k8s.io/queue-name"
+PATHS = {
+    "MutatingWebhookConfiguration": "/mutate-batch-v1-job",
+    "ValidatingWebhookConfiguration": "/validate-batch-v1-job",
+}
+OPERATIONS = {
+    "MutatingWebhookConfiguration": ["CREATE"],
+    "ValidatingWebhookConfiguration": ["CREATE", "UPDATE"],
+}
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("certs")
+    ensure_certs(out)
+    return out
+
+
+# ---------------------------------------------------------------------------------- manifests
+
+
+def documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+@pytest.mark.parametrize("template", ["webhooks.yaml", "webhooks-lab.yaml"])
+def test_webhook_configurations_follow_the_contract(template: str) -> None:
+    docs = documents(ROOT / "manifests" / "webhook" / template)
+    assert sorted(d["kind"] for d in docs) == sorted(PATHS)
+    for doc in docs:
+        assert doc["apiVersion"] == "admissionregistration.k8s.io/v1"
+        (webhook,) = doc["webhooks"]
+        assert webhook["admissionReviewVersions"] == ["v1"]
+        assert webhook["failurePolicy"] == "Fail"
+        assert webhook["sideEffects"] == "None"
+        assert webhook["timeoutSeconds"] == 5
+        assert webhook["objectSelector"] == {
+            "matchExpressions": [{"key": LABEL, "operator": "Exists"}]
+        }
+        (rule,) = webhook["rules"]
+        assert rule["operations"] == OPERATIONS[doc["kind"]]
+        assert (rule["apiGroups"], rule["apiVersions"], rule["resources"]) == (
+            ["batch"],
+            ["v1"],
+            ["jobs"],
+        )
+        client = webhook["clientConfig"]
+        assert "caBundle" not in client  # filled by hack/render_webhooks.py
+        if template == "webhooks.yaml":
+            assert client["service"] == {
+                "name": "pykueue-webhook-service",
+                "namespace": "pykueue-system",
+                "path": PATHS[doc["kind"]],
+                "port": 443,
+            }
+        else:
+            assert client["url"] == f"https://127.0.0.1:9443{PATHS[doc['kind']]}"
+
+
+@pytest.mark.parametrize(
+    ("variant", "extra", "url_prefix"),
+    [
+        pytest.param("lab", ["--port", "9555"], "https://127.0.0.1:9555", id="lab with a port"),
+        pytest.param("lab", [], "https://127.0.0.1:9443", id="lab default port"),
+        pytest.param("cluster", [], None, id="in-cluster service reference"),
+    ],
+)
+def test_render_fills_the_ca_bundle(
+    certs: Path, tmp_path: Path, variant: str, extra: list[str], url_prefix: str | None
+) -> None:
+    out = tmp_path / "webhooks.yaml"
+    subprocess.run(
+        [sys.executable, "hack/render_webhooks.py", "--variant", variant,
+         "--ca", str(certs / "ca.crt"), "--out", str(out), *extra],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    for doc in documents(out):
+        (webhook,) = doc["webhooks"]
+        client = webhook["clientConfig"]
+        assert base64.b64decode(client["caBundle"]) == (certs / "ca.crt").read_bytes()
+        if url_prefix:
+            assert client["url"] == url_prefix + PATHS[doc["kind"]]
+        else:
+            assert client["service"]["path"] == PATHS[doc["kind"]]
+
+
+def test_render_without_a_ca_says_what_to_do(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "hack/render_webhooks.py", "--ca", str(tmp_path / "missing.crt"),
+         "--out", str(tmp_path / "w.yaml")],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert "make certs" in r.stderr
+    assert not (tmp_path / "w.yaml").exists()
+
+
+# ---------------------------------------------------------------------------------- pykueue serve
+
+
+@pytest.fixture(scope="module")
+def server(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PykueueServer]:
+    process = PykueueServer(certs, tmp_path_factory.mktemp("serve") / "pykueue.log")
+    process.start()
+    yield process
+    process.stop()
+
+
+def test_serve_answers_a_review_over_tls_verified_by_the_ca(server: PykueueServer) -> None:
+    port, certs = server.port, server.certs
+    sent = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "tls-1",
+            "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+            "operation": "CREATE",
+            "namespace": "ns",
+            "object": {"metadata": {"labels": {LABEL: "lq"}}, "spec": {}},
+        },
+    }
+    for host in ("127.0.0.1", "localhost"):
+        r = httpx.post(
+            f"https://{host}:{port}/mutate-batch-v1-job?timeout=5s",
+            json=sent,
+            verify=trust(certs),
+        )
+        response = r.json()["response"]
+        assert response["uid"] == "tls-1"
+        assert json.loads(base64.b64decode(response["patch"])) == [
+            {"op": "add", "path": "/spec/suspend", "value": True}
+        ]
+
+
+def test_serve_has_no_plaintext_listener(server: PykueueServer) -> None:
+    port = server.port
+    with pytest.raises(httpx.HTTPError):  # the TLS listener drops a plaintext request
+        httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+
+
+def test_serve_refuses_to_start_without_certificates(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [pykueue_exe(), "serve"], env=serve_env(tmp_path, free_port()), cwd=ROOT,
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert "TLS file(s) not found" in r.stderr
+    assert "certs.generate" in r.stderr
