@@ -145,7 +145,8 @@ class Scenario:
     def show_status(self) -> None:
         if not self.status_cmd:
             return
-        r = subprocess.run(self.status_cmd, text=True, capture_output=True, timeout=30)
+        env = {**os.environ, "COLUMNS": os.environ.get("COLUMNS", "150")}
+        r = subprocess.run(self.status_cmd, text=True, capture_output=True, timeout=30, env=env)
         out = r.stdout.rstrip() if r.returncode == 0 else f"   (pykueue status: {r.stderr.strip()})"
         self.say(out)
 
