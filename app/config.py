@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -69,9 +69,20 @@ class LeaderElectionSettings(BaseModel):
     enabled: bool = False
     namespace: str = "pykueue-system"
     lease_name: str = "pykueue-leader"
-    lease_duration_seconds: float = Field(15.0, gt=0)
-    renew_deadline_seconds: float = Field(10.0, gt=0)
-    retry_period_seconds: float = Field(2.0, gt=0)
+    lease_duration_seconds: int = Field(15, ge=2, description="whole seconds (Lease int32)")
+    renew_deadline_seconds: float = Field(10.0, ge=1)
+    retry_period_seconds: float = Field(2.0, ge=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderElectionSettings:
+        """kubernetes-asyncio's election Config: lease > renew deadline > 1.2 x retry period."""
+        if self.lease_duration_seconds <= self.renew_deadline_seconds:
+            raise ValueError("leader_election: lease_duration_seconds must exceed "
+                             "renew_deadline_seconds")
+        if self.renew_deadline_seconds <= 1.2 * self.retry_period_seconds:
+            raise ValueError("leader_election: renew_deadline_seconds must exceed "
+                             "1.2 x retry_period_seconds")
+        return self
 
 
 class Settings(BaseSettings):

@@ -321,6 +321,19 @@ def up(lab: Lab, scheduler_config: Path) -> None:
     for b in (*COMPONENTS, "kubectl"):
         if not lab.binary(b).exists():
             raise SystemExit(f"lab: {lab.binary(b)} missing; run `make controlplane` first")
+    if not _pid(lab, "etcd") and not _pid(lab, "kube-apiserver"):
+        import socket
+
+        for port in (lab.etcd_port, lab.etcd_peer_port, lab.kwok_port, lab.apiserver_port):
+            with socket.socket() as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    raise SystemExit(
+                        f"lab: 127.0.0.1:{port} is in use by another program (another lab?); "
+                        "stop it or choose other ports with LAB_PORT_BASE"
+                    ) from None
     lab.state.mkdir(parents=True, exist_ok=True)
     _pki(lab)
     _kubeconfig(lab)

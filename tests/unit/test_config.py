@@ -1,0 +1,37 @@
+"""Settings: leader-election timings that kubernetes-asyncio's election would reject are refused
+at start-up with a message naming the field, instead of silently killing the election task."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from app.config import LeaderElectionSettings, Settings
+
+
+def test_defaults_are_valid_for_the_election_library() -> None:
+    s = LeaderElectionSettings()
+    assert s.lease_duration_seconds > s.renew_deadline_seconds > 1.2 * s.retry_period_seconds
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"lease_duration_seconds": 10, "renew_deadline_seconds": 10}, "lease_duration_seconds"),
+        ({"renew_deadline_seconds": 2, "retry_period_seconds": 2}, "renew_deadline_seconds"),
+        ({"retry_period_seconds": 0.5}, "retry_period_seconds"),
+        ({"lease_duration_seconds": 1}, "lease_duration_seconds"),
+    ],
+    ids=["lease-not-longer-than-renew", "renew-not-above-jitter", "retry-below-1s", "lease-1s"],
+)
+def test_bad_leader_election_timings_are_refused(kwargs: dict, field: str) -> None:
+    with pytest.raises(ValidationError, match=field):
+        LeaderElectionSettings(**kwargs)
+
+
+def test_settings_read_nested_groups_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYKUEUE_SERVER__PORT", "9555")
+    monkeypatch.setenv("PYKUEUE_LEADER_ELECTION__LEASE_DURATION_SECONDS", "20")
+    s = Settings()
+    assert s.server.port == 9555
+    assert s.leader_election.lease_duration_seconds == 20
