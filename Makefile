@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 KUBECTL := $(CURDIR)/.k8sbin/current/kubectl
 export KUBECONFIG := $(CURDIR)/.lab/kubeconfig
 
-.PHONY: help crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help bench-lab crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -44,8 +44,12 @@ webhooks: certs ## render the lab webhook configurations with caBundle into .lab
 
 bench: setup ## benchmarks (core cycle, simulator, webhook, extender); JSON on stdout
 	$(BIN)/python bench/core_cycle.py
+	$(BIN)/python bench/simulate.py
 	$(BIN)/python bench/webhook_latency.py
 	$(BIN)/python bench/extender_latency.py
+
+bench-lab: setup controlplane ## Kueue's baseline through the reconciler on a private lab; JSON on stdout
+	$(BIN)/python bench/lab_baseline.py
 
 lab-down: ## stop every lab process and remove its state
 	@if [ -x $(BIN)/python ]; then $(BIN)/python hack/lab.py down; else $(PY) hack/lab.py down; fi

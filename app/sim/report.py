@@ -277,7 +277,8 @@ def print_report(sim: Simulator, summary: Mapping[str, Any], *, max_queues: int 
     s = summary
     head = Table(title=f"pykueue simulate: {s['trace']}", show_header=False)
     head.add_row("Workloads / ClusterQueues", f"{s['workloads']} / {s['cluster_queue_count']}")
-    head.add_row("Makespan (virtual)", f"{s['makespan_s']:.3f} s")
+    head.add_row("Makespan (virtual)" if not s["unadmitted"]["count"]
+                 else "Virtual time at the end (not all finished)", f"{s['makespan_s']:.3f} s")
     head.add_row("Capacity bound", f"{s['capacity_bound_s']:.3f} s")
     head.add_row("Usage of nominal quota",
                  ", ".join(f"{k} {v:.1f}%" for k, v in s["usage_pct"].items()) or "-")
@@ -330,9 +331,13 @@ def print_report(sim: Simulator, summary: Mapping[str, Any], *, max_queues: int 
         qt.caption = tt.caption = f"{len(names) - max_queues} more ClusterQueues in --json"
     con.print(qt)
     con.print(tt)
-    for u in s["unadmitted"]["first"]:
+    shown = s["unadmitted"]["first"][:5]
+    for u in shown:
         con.print(f"[yellow]not finished[/]: {u['workload']} ({u['state']}, {u['reason']}): "
                   f"{u['message']}")
+    if s["unadmitted"]["count"] > len(shown):
+        con.print(f"... and {s['unadmitted']['count'] - len(shown)} more not finished "
+                  f"(--json lists {len(s['unadmitted']['first'])})")
 
 
 # ---- matplotlib ------------------------------------------------------------------------------
