@@ -95,6 +95,11 @@ class EventRecorder:
                 self.dropped += 1
                 log.debug("event %s dropped: %s", ev.get("reason"), from_exception(exc))
 
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The writer task, when running."""
+        return [self._task] if self._task is not None else []
+
     def start(self) -> None:
         if self.client is not None and self._task is None:
             self._task = asyncio.create_task(self._run(), name="event-recorder")

@@ -7,6 +7,13 @@ answers 410 Gone (the version is too old), and backs off exponentially on errors
 server restarting, a CRD not installed yet). After a relist it tells its handlers what
 changed (ADDED / MODIFIED / DELETED), so nothing is missed across a gap.
 
+What changed is judged against what the handlers were last *told* (per key, the object of
+the last event they got), not against the store: writers put their responses into the store
+early (``Store.put``), and when the watch breaks before it delivers the event of such a write
+(kube-apiserver restarting), the relist finds the store already at that resourceVersion. The
+handlers must still hear of it, or the scheduler never learns of a Workload just created, or
+keeps the quota of one just finished, and nothing wakes it up again.
+
 Handlers are synchronous ``(event_type, old, new) -> None`` callables; they must only update
 stores / caches and signal a wake-up (design.md: "Watch handlers only update stores").
 ``synced`` is set after the first complete list; ``InformerSet.wait_synced()`` is the barrier
@@ -139,6 +146,8 @@ class Informer:
         self.watches = 0
         self.errors = 0
         self.last_error: ApiError | None = None
+        # Per key: the object of the last event given to the handlers (DELETED drops it).
+        self._announced: dict[str, Obj] = {}
 
     @property
     def name(self) -> str:
@@ -148,6 +157,11 @@ class Informer:
         self.handlers.append(handler)
 
     def _emit(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        if etype == DELETED:
+            if old is not None:
+                self._announced.pop(object_key(old), None)
+        elif new is not None:
+            self._announced[object_key(new)] = new
         for h in self.handlers:
             try:
                 h(etype, old, new)
@@ -161,15 +175,18 @@ class Informer:
         self.lists += 1
         if self.synced.is_set():
             self.relists += 1
-        old = self.store.replace_all(_strip(o) for o in items)
+        self.store.replace_all(_strip(o) for o in items)
+        # Differences against what the handlers were told (see the module doc), not
+        # against the old store, which may already hold a writer's response.
         for key, obj in list(self.store._items.items()):  # noqa: SLF001 - own store
-            prev = old.pop(key, None)
-            if prev is None:
+            told = self._announced.get(key)
+            if told is None:
                 self._emit(ADDED, None, obj)
-            elif resource_version(prev) != resource_version(obj):
-                self._emit(MODIFIED, prev, obj)
-        for prev in old.values():
-            self._emit(DELETED, prev, None)
+            elif resource_version(told) != resource_version(obj):
+                self._emit(MODIFIED, told, obj)
+        for key, told in list(self._announced.items()):
+            if key not in self.store:
+                self._emit(DELETED, told, None)
         self.resource_version = rv
         self.synced.set()
 
@@ -199,7 +216,8 @@ class Informer:
                 self.resource_version = rv or self.resource_version
                 return
             self.store._items[key] = obj  # noqa: SLF001 - the watch is authoritative
-            self._emit(ADDED if old is None else MODIFIED, old, obj)
+            told = self._announced.get(key)
+            self._emit(ADDED if told is None else MODIFIED, told, obj)
         if rv:
             self.resource_version = rv
 
@@ -263,6 +281,11 @@ class InformerSet:
         """Wait until every informer has listed once (``asyncio.TimeoutError`` on timeout)."""
         await asyncio.wait_for(
             asyncio.gather(*(i.synced.wait() for i in self.informers.values())), timeout)
+
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The running informer tasks (one per informer, named ``informer-<key>``)."""
+        return list(self._tasks)
 
     def start(self) -> None:
         for key, inf in self.informers.items():

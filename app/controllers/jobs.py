@@ -308,6 +308,11 @@ class JobController:
         for wl in self.ctx.store(WL):
             self.on_workload("SYNC", None, wl)
 
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The running worker tasks."""
+        return list(self._tasks)
+
     def start(self) -> None:
         for i in range(self.workers):
             self._tasks.append(asyncio.create_task(self._worker(), name=f"job-worker-{i}"))

@@ -76,6 +76,8 @@ class Manager:
         self.extender_state: StoreExtenderState | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._started = False
+        # Background tasks that ended on their own (name -> why); /readyz fails while any.
+        self.dead_tasks: dict[str, str] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -110,6 +112,31 @@ class Manager:
         self.status.start()
         self._tasks = [asyncio.create_task(leader.run(), name="leader-election"),
                        asyncio.create_task(self._activate(), name="leader-activation")]
+        self._supervise()
+
+    def _supervise(self) -> None:
+        """Log the death of any long-running task and record it for ``ready()``.
+
+        Every one of them loops until cancelled, catching API errors itself; ending any other
+        way is a bug that would silently stop the reconciler (the election task alone may
+        return, when election is disabled)."""
+        ctx, jobs, sched, status = self.ctx, self.jobs, self.scheduler, self.status
+        assert ctx and jobs and sched and status
+        tasks = [*ctx.informers.tasks, *jobs.tasks, *sched.tasks, *status.tasks,
+                 *ctx.recorder.tasks, *self._tasks]
+        for task in tasks:
+            task.add_done_callback(self._on_task_done)
+
+    def _on_task_done(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled() or not self._started:
+            return
+        exc = task.exception()
+        if exc is None and task.get_name() == "leader-election":
+            return
+        why = f"{type(exc).__name__}: {exc}" if exc is not None else "returned"
+        self.dead_tasks[task.get_name()] = why
+        log.error("reconciler: background task %s died (%s)", task.get_name(), why,
+                  exc_info=exc)
 
     def _wire(self) -> None:
         ctx, sched, jobs, status, ext = (self.ctx, self.scheduler, self.jobs, self.status,
@@ -177,6 +204,9 @@ class Manager:
         """``/readyz`` check: ready once every informer has listed."""
         if self.ctx is None:
             return False, "reconciler not started"
+        if self.dead_tasks:
+            return False, "reconciler: background tasks died: " + ", ".join(
+                f"{k} ({v})" for k, v in sorted(self.dead_tasks.items()))
         waiting = [k for k, i in self.ctx.informers.informers.items() if not i.synced.is_set()]
         if waiting:
             return False, "reconciler: waiting for informers: " + ", ".join(waiting)

@@ -245,7 +245,14 @@ class SchedulerLoop:
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._write_done)
+
+    def _write_done(self, task: asyncio.Task[Any]) -> None:
+        """A write task ended: forget it; an escaped exception is a bug, never silent."""
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("scheduler write task failed", exc_info=task.exception())
+            self.ctx.wake()
 
     def _lock(self, key: str) -> asyncio.Lock:
         lock = self._locks.get(key)
@@ -324,7 +331,11 @@ class SchedulerLoop:
         if live is not None:
             ctx.store(WL).put(live)
             if has_admission(live):
+                # It landed: keep it, and start the Job (the success path would have).
                 self.cluster.update_workload(domain_workload(live))
+                owner = owner_job(live)
+                if owner is not None:
+                    self.jobs.queue.add(f"job:{ns}/{owner[0]}")
                 return
         # Keep the quota reserved during the backoff, then give it back and re-decide.
         asyncio.get_running_loop().call_later(delay, self._forget, key)
@@ -444,6 +455,11 @@ class SchedulerLoop:
             ctx.recorder.emit(target, WARNING, reason, d.message)
 
     # ================================================================== lifecycle
+
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The long-running tasks (scheduling loop, pending writer); not the per-write ones."""
+        return list(self._loops)
 
     def start(self) -> None:
         self._loops = [asyncio.create_task(self.run(), name="scheduler-loop"),

@@ -332,6 +332,11 @@ class StatusWriter:
                 self.stats.dirty_all = True
                 log.warning("queue status flush failed: %s", from_exception(exc))
 
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The flush task, when running."""
+        return [self._task] if self._task is not None else []
+
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self.run(), name="queue-status")

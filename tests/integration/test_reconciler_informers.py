@@ -110,6 +110,43 @@ async def test_informer_relists_after_410_when_the_apiserver_restarts(rlab: LabH
         rlab.kubectl("delete", "namespace", ns, "--wait=false")
 
 
+async def test_relist_announces_writes_that_were_put_in_the_store_but_never_watched(
+        rlab: LabHandle) -> None:
+    """Controllers put their writes' responses into the store at once (Store.put). If the
+    watch breaks before it delivers the event of such a write (kube-apiserver restarting),
+    the relist finds the store already at that resourceVersion; the handlers were never told
+    and must still hear of the create / update / delete (else the scheduler never sees a new
+    Workload, or keeps the quota of a finished one)."""
+    ns = namespace(rlab, "inf")
+    client = await _client(rlab)
+    try:
+        await client.create(CM, _cm("changed", ns))
+        await client.create(CM, _cm("removed", ns))
+        inf = Informer(client, CM, namespace=ns, watch_timeout_seconds=60)
+        seen: list[tuple[str, str, str]] = []
+        inf.add_handler(lambda t, o, n: seen.append(
+            (t, (n or o)["metadata"]["name"], ((n or o).get("data") or {}).get("v", ""))))
+        task = asyncio.create_task(inf.run())
+        await asyncio.wait_for(inf.synced.wait(), 30)
+        task.cancel()  # the watch is off the air from here on
+        await asyncio.gather(task, return_exceptions=True)
+        seen.clear()
+        # Writers store their responses (what JobController / SchedulerLoop do).
+        inf.store.put(await client.create(CM, _cm("created", ns)))
+        inf.store.put(await client.patch(CM, "changed", {"data": {"v": "2"}}, ns))
+        await client.delete(CM, "removed", ns)
+        inf.store.remove(f"{ns}/removed")
+        await inf.relist()  # what the informer does after 410 Gone
+        assert sorted(seen) == [("ADDED", "created", "1"), ("DELETED", "removed", "1"),
+                                ("MODIFIED", "changed", "2")]
+        seen.clear()
+        await inf.relist()  # nothing changed since: nothing to announce
+        assert seen == []
+    finally:
+        await client.close()
+        rlab.kubectl("delete", "namespace", ns, "--wait=false")
+
+
 async def test_informer_survives_the_apiserver_being_down(rlab: LabHandle) -> None:
     """Connection refused while kube-apiserver is down: back off, then carry on."""
     ns = namespace(rlab, "inf")

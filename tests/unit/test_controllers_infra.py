@@ -161,3 +161,18 @@ def test_watch_error_event_410_raises_gone() -> None:
     with pytest.raises(Gone):
         inf._apply({"type": "ERROR", "object": {"kind": "Status", "code": 410,
                                                 "reason": "Expired", "message": "too old"}})
+
+
+def test_the_event_of_a_writers_create_is_announced_as_added() -> None:
+    """A writer put its create's response into the store before the watch event came: the
+    handlers never saw the object, so the event is ADDED (old None), not MODIFIED."""
+    from app.controllers.informers import Informer
+
+    inf = Informer(None, JOBS)  # type: ignore[arg-type] - _apply needs no client
+    seen: list[tuple[str, object, int]] = []
+    inf.add_handler(lambda t, o, n: seen.append((t, o, (n or o)["v"])))
+    inf.store.put({"metadata": {"name": "a", "namespace": "n", "resourceVersion": "7"}, "v": 1})
+    inf._apply(_ev("ADDED", "7", 1))
+    inf._apply(_ev("MODIFIED", "8", 2))
+    assert [(t, o is None, v) for t, o, v in seen] == [("ADDED", True, 1), ("MODIFIED", False, 2)]
+    assert seen[1][1]["v"] == 1  # old = what the handlers were told before
