@@ -21,6 +21,8 @@ class ServerSettings(BaseModel):
     cert_file: Path = Path("certs/out/tls.crt")
     key_file: Path = Path("certs/out/tls.key")
     ca_file: Path = Path("certs/out/ca.crt")
+    # Request bodies above this many bytes get HTTP 413 (the API server sends at most ~3 MiB).
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
 
 
 class WebhookSettings(BaseModel):

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from app.api import extender, health, status, webhook
 from app.api.access import CachedAccessReviewer, KubeAccessReviewer
 from app.api.health import metrics_registry
+from app.api.limits import BodyLimitMiddleware
 from app.config import Settings
 from app.controllers.metrics import install as install_metrics
 from app.controllers.metrics import replica_role
@@ -65,4 +66,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                           False))))
     for module in (webhook, extender, status, health):
         app.include_router(module.router)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.server.max_body_bytes)
     return app

@@ -545,6 +545,8 @@ def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | Non
                     "--port", str(PYKUEUE_PORT), "--ca", str(ca), "--out", str(out)],
                    cwd=ROOT, check=True, capture_output=True, text=True)
     kubectl(lab, "apply", "-f", str(out))
+    # A viewer for the status API (`hack/lab.py sa-token pykueue-system pykueue-status-viewer`).
+    kubectl(lab, "apply", "-f", str(ROOT / "hack" / "lab" / "status-viewer.yaml"))
     _stop(lab, "kube-scheduler")
     _start_scheduler(lab, ROOT / "manifests" / "scheduler" / "kube-scheduler-config.yaml")
     print(f"lab: pykueue serving on https://127.0.0.1:{PYKUEUE_PORT} (logs {lab.logs}/pykueue.log)")
@@ -623,7 +625,11 @@ def main(argv: list[str] | None = None) -> int:
     elif a.verb == "pykueue-down":
         pykueue_down(lab)
     elif a.verb == "sa-token":
-        print(sa_token(lab, a.namespace, a.name))
+        try:
+            print(sa_token(lab, a.namespace, a.name))
+        except subprocess.CalledProcessError as exc:
+            print(f"lab: sa-token: {exc.stderr.strip() or exc}", file=sys.stderr)
+            return 1
     elif a.verb == "sa-kubeconfig":
         print(sa_kubeconfig(lab, Path(a.out).resolve() if a.out else None, a.duration))
     return 0

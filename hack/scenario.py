@@ -234,8 +234,8 @@ class Scenario:
             w if self.is_true(w := self.workload("research", "train-6"), "Evicted") else None))
         ev = self.cond(wl, "Evicted") or {}
         pre = self.cond(wl, "Preempted") or {}
-        self.say(f"   research/train-6 evicted: {ev.get('reason')}: {pre.get('reason', '')} "
-                 f"{pre.get('message', ev.get('message', ''))}")
+        self.say(f"   research/train-6 evicted whole ({ev.get('reason')}, "
+                 f"{pre.get('reason', '')}): {pre.get('message', ev.get('message', ''))}")
         self.wait("serve-4b admitted and running",
                   lambda: self.is_true(self.workload("inference", "serve-4b"), "Admitted")
                   and len(self.running("inference", "serve-4b")) == 4)
@@ -243,7 +243,7 @@ class Scenario:
                   lambda: not self.running("research", "train-6")
                   and self.get("job", "train-6", "-n", "research")["spec"].get("suspend"))
         self.say("   " + self.decision("inference", "serve-4b"))
-        self.say("   " + self.decision("research", "train-6"))
+        self.say("   " + self.decision("research", "train-6") + "  (requeued: it waits again)")
         self.expect(ev.get("reason") == "Preempted", f"Evicted reason {ev.get('reason')}")
         self.show_status()
 
@@ -341,13 +341,16 @@ def main() -> int:
     t0 = time.monotonic()
     Scenario(kubectl, status_cmd=status_cmd, check=os.environ.get("SCENARIO_CHECK") == "1").run()
     print(f"\n== Done in {time.monotonic() - t0:.0f}s. Explore:")
-    print(f"   export KUBECONFIG={lab.kubeconfig}; alias kubectl={lab.binary('kubectl')}")
-    print("   kubectl get cq,lq -A; kubectl get wl -A; kubectl describe job train-6 -n research")
-    print(f"   .venv/bin/pykueue status --server https://127.0.0.1:{labmod.PYKUEUE_PORT} "
-          "--ca-file certs/out/ca.crt --token \"$(python hack/lab.py sa-token pykueue-system "
+    print(f"   export KUBECONFIG={lab.kubeconfig}")
+    print("   .k8sbin/current/kubectl get cq,lq,wl -A")
+    print("   .k8sbin/current/kubectl describe job train-6 -n research")
+    print("   export TOKEN=\"$(.venv/bin/python hack/lab.py sa-token pykueue-system "
           "pykueue-status-viewer)\"")
-    print(f"   curl --cacert certs/out/ca.crt -H \"Authorization: Bearer $TOKEN\" "
+    print(f"   .venv/bin/pykueue status --server https://127.0.0.1:{labmod.PYKUEUE_PORT} "
+          "--ca-file certs/out/ca.crt --token \"$TOKEN\"")
+    print("   curl --cacert certs/out/ca.crt -H \"Authorization: Bearer $TOKEN\" "
           f"https://127.0.0.1:{labmod.PYKUEUE_PORT}/api/v1/clusterqueues")
+    print(f"   curl --cacert certs/out/ca.crt https://127.0.0.1:{labmod.PYKUEUE_PORT}/metrics")
     print("   make lab-down   # stops everything and removes the lab's state")
     return 0
 

@@ -30,6 +30,12 @@ Applying decisions (Kueue's scheduler ``admit``; design.md "assume, persist, for
 
 Writes for one Workload are serialised (a lock per key), so an eviction cannot overtake the
 admission it undoes (KQ-29).
+
+Our own successful writes are confirmed in the core at once (``_confirm``), not left to their
+watch events: a writer stores its response in the informer store, and the informer then
+skips any older event of that object, so when an admission is followed at once by an
+eviction and the quota release, the core may never see a version carrying the admission and
+would keep the Workload *assumed* (holding its quota) forever.
 """
 
 from __future__ import annotations
@@ -291,6 +297,7 @@ class SchedulerLoop:
                     await self._after_failed_admit(key, from_exception(exc))
                     return
                 ctx.store(WL).put(out)
+                self._confirm(key, out)
                 self.admitted += 1
                 self._backoff.pop(key, None)
                 self._announce_admission(out, d)
@@ -305,6 +312,28 @@ class SchedulerLoop:
         owner = owner_job(out)
         if owner is not None:
             self.jobs.queue.add(f"job:{key.split('/', 1)[0]}/{owner[0]}")
+
+    def _confirm(self, key: WorkloadKey, out: Obj) -> None:
+        """Feed the core the object our admission / eviction write of ``key`` returned, so
+        an assumed Workload is confirmed without waiting for the write's watch event (the
+        informer skips that event when a later write's response is already in the store; see
+        the module doc). Only while ``out`` is still the newest version known and the core
+        holds the Workload's quota: a newer version is announced by the informer anyway, and
+        a Workload the core no longer holds must not get its quota back from an old object.
+        A core eviction mark that ``out`` does not carry yet (the eviction write waits
+        behind this admission's lock) is kept, so the victim is not picked twice."""
+        if self.ctx.store(WL).get(key) is not out or not has_admission(out):
+            return
+        info = self.cluster.workload(key)
+        if info is None or info.state == "pending":
+            return
+        try:
+            wl = domain_workload(out)
+        except WorkloadSpecError:
+            return
+        if info.state == "evicting" and wl.evicted_at is None:
+            wl = replace(wl, evicted_at=self.ctx.clock())
+        self.cluster.update_workload(wl)
 
     def _announce_admission(self, wl: Obj, d: Admit) -> None:
         msg = f"Quota reserved in ClusterQueue {d.cluster_queue}"
@@ -369,6 +398,7 @@ class SchedulerLoop:
                         ctx.store(WL).put(await ctx.client.get(WORKLOADS, name, ns))
                         continue
                     ctx.store(WL).put(out)
+                    self._confirm(key, out)
                     ok = True
                     self.evictions += 1
                     self._announce_eviction(out, reason, message, d)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from app.controllers.client import KubeClient, Resource
+from app.controllers.context import WL
 from tests.integration.reconciler_support import (
     FLAVOR,
     ManagerThread,
@@ -193,6 +194,91 @@ def test_KQ_29_late_admission_write_never_leaves_the_preemptor_waiting(
         assert not sampler.violations, sampler.violations[:5]  # never W1 and W2 together
         assert admitted(wl(rlab, ns, "w2"))
         assert pending(wl(rlab, ns, "w1"))
+    finally:
+        mt.stop()
+        cleanup(rlab, ns, cq)
+
+
+class LaggingWatchClient(KubeClient):
+    """A real client whose Workload watch delivers every event ``lag`` seconds after the
+    server sent it (order kept): a loaded API server or controller. The controllers' own
+    writes are answered at once, so their responses reach the informer store first."""
+
+    lag = 0.0
+
+    async def watch(self, res: Resource, namespace: str | None = None,
+                    **kwargs: Any) -> Any:
+        if res.plural != "workloads" or not self.lag:
+            async for event in KubeClient.watch(self, res, namespace, **kwargs):
+                yield event
+            return
+        queue: asyncio.Queue[tuple[float, Any, BaseException | None]] = asyncio.Queue()
+
+        async def pump() -> None:
+            try:
+                async for event in KubeClient.watch(self, res, namespace, **kwargs):
+                    queue.put_nowait((time.monotonic(), event, None))
+                queue.put_nowait((time.monotonic(), None, None))
+            except Exception as exc:  # noqa: BLE001 - re-raised in order below
+                queue.put_nowait((time.monotonic(), None, exc))
+
+        task = asyncio.create_task(pump())
+        try:
+            while True:
+                received, event, exc = await queue.get()
+                await asyncio.sleep(max(0.0, received + self.lag - time.monotonic()))
+                if exc is not None:
+                    raise exc
+                if event is None:
+                    return
+                yield event
+        finally:
+            task.cancel()
+
+
+def test_KQ_29_admission_preempted_at_once_releases_its_quota_despite_skipped_events(
+        rlab: LabHandle) -> None:
+    """W1 admitted, then preempted by W2 before the watch shows W1's admission: the
+    eviction and release responses are stored first, so the informer skips the admission and
+    eviction events and announces only the released W1. The core must not keep W1 assumed
+    (holding its quota) because of that: W2 is admitted and W1 is pending again."""
+    ns = namespace(rlab, "kq29lag")
+    cq = unique("kq29lag-cq")
+    make_queue(rlab, cq, (ns,), cpu="4", preemption={"withinClusterQueue": "LowerPriority"})
+    lag = 3.0
+    settings = settings_for(rlab)
+
+    async def make_client() -> KubeClient:
+        base = await KubeClient.from_settings(settings.client)
+        client = LaggingWatchClient(base.api, base.settings)
+        client.lag = lag
+        return client
+
+    mt = ManagerThread(settings, client_factory=make_client).start()
+    seen: list[tuple[str, bool]] = []  # W1 versions announced to the handlers
+
+    def record(etype: str, old: dict | None, new: dict | None) -> None:
+        obj = new or old or {}
+        if obj.get("metadata", {}).get("namespace") == ns \
+                and obj["metadata"]["name"] == "w1":
+            seen.append((etype, bool((obj.get("status") or {}).get("admission"))))
+
+    mt.on_loop(lambda m: m.ctx.informers[WL].add_handler(record))
+    try:
+        with UsageSampler(rlab, {cq: {CPU: 4000}}, interval=0.05) as sampler:
+            apply(rlab, workload_manifest("w1", ns, "lq", cpu="4", priority=0))
+            # W2 reaches the core after W1 is admitted there, before W1's admission event.
+            time.sleep(lag / 2)
+            apply(rlab, workload_manifest("w2", ns, "lq", cpu="4", priority=10))
+            wait_for(lambda: evicted(wl(rlab, ns, "w1")), 20, "W1 evicted")
+            wait_for(lambda: admitted(wl(rlab, ns, "w2")), 4 * lag + 10, "W2 admitted")
+            time.sleep(0.5)
+        assert not sampler.violations, sampler.violations[:5]
+        assert pending(wl(rlab, ns, "w1"))
+        info = mt.on_loop(lambda m: m.scheduler.cluster.workload(f"{ns}/w1"))
+        assert (info.state, info.assumed) == ("pending", False)
+        assert seen and not any(adm for _, adm in seen), \
+            f"the race was not reproduced (an admitted W1 was announced): {seen}"
     finally:
         mt.stop()
         cleanup(rlab, ns, cq)
