@@ -22,6 +22,15 @@ still be in flight: acceptance KQ-29); only ``forget`` does.
 Anything that frees or adds capacity (finish, delete, eviction finished, forget, a
 ClusterQueue / flavor / namespace / LocalQueue change) returns the parked (inadmissible)
 Workloads of the affected cohort to their queues at the start of the next cycle.
+
+Versions: every change that can alter a nomination in a cohort (usage: assume, forget,
+finish, delete, evict, cancel_eviction, finish_eviction, an admitted Workload's update or
+rebuild; config: its ClusterQueues' add / update / delete) gives that cohort (or the
+cohort-less ClusterQueue) a new version, and config changes that can reach every
+ClusterQueue (flavors, namespaces, LocalQueues) a new global epoch. ``_version(name)``
+returns both; the scheduler memoizes nominations while it is unchanged. Pending Workloads
+arriving or leaving do not change it (they hold no quota and are never preemption
+candidates).
 """
 
 from __future__ import annotations
@@ -74,6 +83,9 @@ class _Record:
     before_assume: Workload | None = None
     last: tuple[PendingReason, str] | None = None
     shortfalls: tuple[QuotaShortfall, ...] = ()
+    # Scheduler cache: the nomination shape of ``shape_of`` (= ``wl.pod_sets`` when valid).
+    shape: tuple[object, ...] = ()
+    shape_of: tuple[object, ...] | None = None
 
     @property
     def lq_key(self) -> str:
@@ -182,6 +194,11 @@ class ClusterState:
         self._pending_by_lq: dict[str, dict[WorkloadKey, None]] = {}
         self._requeue: dict[ClusterQueueName, None] = {}
         self._orphan_news: dict[WorkloadKey, None] = {}
+        # Versions (see module docstring): values come from one increasing tick, so a scope
+        # that disappears and comes back never reuses an old version.
+        self._tick = 0
+        self._epoch = 0
+        self._scope_versions: dict[tuple[str, str], int] = {}
 
     # ---- ResourceFlavors ---------------------------------------------------------------------
     def add_flavor(self, flavor: ResourceFlavor) -> None:
@@ -199,6 +216,7 @@ class ClusterState:
         return True
 
     def _revalidate_all(self) -> None:
+        self._bump_all()
         for name, cq in self._cqs.items():
             problem = validate_cluster_queue(cq.spec, self._flavors)
             if problem != cq.problem:
@@ -246,6 +264,7 @@ class ClusterState:
     def _mark_cohort(self, name: ClusterQueueName) -> None:
         if not self.tree.has(name):
             return
+        self._bump(name)
         cohort = self.tree.cohort_of(name)
         if cohort is None:
             self._requeue[name] = None
@@ -256,6 +275,7 @@ class ClusterState:
     def add_local_queue(self, lq: LocalQueue) -> None:
         """Add or replace a LocalQueue; its pending Workloads are (re)routed."""
         self._lqs[lq.key] = lq
+        self._bump_all()
         self._reroute_lq(lq.key)
 
     update_local_queue = add_local_queue
@@ -264,19 +284,24 @@ class ClusterState:
         """Remove LocalQueue ``namespace/name``; its pending Workloads wait for it."""
         if self._lqs.pop(key, None) is None:
             return False
+        self._bump_all()
         self._reroute_lq(key)
         return True
 
     def set_namespace(self, name: str, labels: Mapping[str, str]) -> None:
         """Set a namespace's labels (for ClusterQueue ``namespaceSelector``); requeues all."""
         self._namespaces[name] = dict(labels)
+        self._bump_all()
         self._requeue.update(dict.fromkeys(self._cqs))
 
     add_namespace = update_namespace = set_namespace
 
     def delete_namespace(self, name: str) -> bool:
         """Forget a namespace's labels."""
-        return self._namespaces.pop(name, None) is not None
+        if self._namespaces.pop(name, None) is None:
+            return False
+        self._bump_all()
+        return True
 
     def namespace_matches(self, spec: ClusterQueueSpec, namespace: str) -> bool:
         """Kueue ``namespaceSelector``: None matches nothing, ``{}`` everything."""
@@ -307,6 +332,9 @@ class ClusterState:
             self.add_workload(wl)
             return
         if rec.state == ADMITTED:
+            # Any change of an admitted Workload (priority, reservation or eviction time) can
+            # change the preemption candidates of its cohort.
+            self._bump_cq(rec.cq)
             if wl.admission is None:
                 if rec.assumed:
                     # Our admission write has not landed yet: keep the reservation.
@@ -388,6 +416,7 @@ class ClusterState:
         if rec is None or rec.state != ADMITTED or rec.evicting:
             return False
         rec.wl = replace(rec.wl, evicted_at=now)
+        self._bump_cq(rec.cq)
         return True
 
     def cancel_eviction(self, key: WorkloadKey) -> bool:
@@ -396,6 +425,7 @@ class ClusterState:
         if rec is None or not rec.evicting:
             return False
         rec.wl = replace(rec.wl, evicted_at=None)
+        self._bump_cq(rec.cq)
         return True
 
     def finish_eviction(self, key: WorkloadKey, now: float | None = None) -> bool:
@@ -411,6 +441,35 @@ class ClusterState:
         self._route(rec)
         return True
 
+    # ---- versions ------------------------------------------------------------------------------
+    def _scope(self, name: ClusterQueueName) -> tuple[str, str]:
+        """The version scope of a ClusterQueue in the tree: its cohort, or itself."""
+        cohort = self.tree.cohort_of(name)
+        return ("cohort", cohort) if cohort is not None else ("cq", name)
+
+    def _bump(self, name: ClusterQueueName) -> None:
+        """New version for the scope of ClusterQueue ``name`` (which must be in the tree)."""
+        self._tick += 1
+        self._scope_versions[self._scope(name)] = self._tick
+
+    def _bump_cq(self, name: ClusterQueueName | None) -> None:
+        if name is not None and self.tree.has(name):
+            self._bump(name)
+
+    def _bump_all(self) -> None:
+        self._tick += 1
+        self._epoch = self._tick
+
+    def _version(self, name: ClusterQueueName) -> tuple[int, int]:
+        """``(global epoch, scope version)`` of ClusterQueue ``name`` (in the tree): equal
+        values mean nothing that a nomination in its cohort reads has changed."""
+        scope = self._scope(name)
+        v = self._scope_versions.get(scope)
+        if v is None:
+            self._tick += 1
+            v = self._scope_versions[scope] = self._tick
+        return self._epoch, v
+
     # ---- internals -----------------------------------------------------------------------------
     def _hold(self, rec: _Record, admission: Admission) -> None:
         rec.state, rec.cq = ADMITTED, admission.cluster_queue
@@ -419,6 +478,7 @@ class ClusterState:
         self._admitted_by_cq.setdefault(rec.cq, {})[rec.wl.key] = None
         if self.tree.has(rec.cq):
             self.tree.add_usage(rec.cq, rec.usage)
+            self._bump(rec.cq)
 
     def _release(self, rec: _Record) -> None:
         cq = rec.cq

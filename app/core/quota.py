@@ -224,6 +224,14 @@ class QuotaTree:
         """True when the ClusterQueue uses more than its nominal quota of ``fr``."""
         return self.borrowed(name, fr) > 0
 
+    def borrows(self, name: ClusterQueueName) -> bool:
+        """True when the ClusterQueue is in a cohort and uses more than its nominal quota of
+        some FlavorResource (``is_borrowing`` for any one)."""
+        node = self._cqs[name]
+        if node.parent is None:
+            return False
+        return any(v > node.subtree_quota(fr) for fr, v in node.usage.items())
+
     def _available(self, node: _Node, fr: FlavorResource) -> int:
         usage = node.usage.get(fr, 0)
         subtree = node.subtree_quota(fr)

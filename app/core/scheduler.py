@@ -43,7 +43,15 @@ The cycle (Kueue ``Scheduler.schedule``, reference 3.4):
 2. Heads: one per ClusterQueue with queued Workloads (cost O(active ClusterQueues), not
    O(pending Workloads)). An inactive ClusterQueue parks all its Workloads with its reason;
    a head whose namespace does not match the selector is parked (even under StrictFIFO).
-3. Nominate: flavor assignment for each head against usage at cycle start.
+3. Nominate: flavor assignment for each head against usage at cycle start. The outcome
+   (assignment, mode, reason, message, shortfalls) is a function of the ClusterQueue, the
+   head's shape (per pod set: name, count, requests, nodeSelector, affinity, tolerations;
+   order kept, it orders the message), its priority (and its queue-order time under
+   withinClusterQueue LowerOrNewerEqualPriority) and the state of the cohort; so it is
+   memoized per ClusterQueue and shape while the cohort's version (``ClusterState``
+   ``_version``) is unchanged: BestEffortFIFO re-nominates many parked Workloads of the
+   same shape after each release, and a cohort whose usage did not change gives each of
+   them the same answer without a new flavor assignment or preemption search.
 4. Order: not borrowing before borrowing, then higher priority, then earlier queue-order
    time, uid, key.
 5. Process in order against the live usage (earlier admissions of this cycle count):
@@ -63,12 +71,18 @@ already being evicted issues no new preemption (acceptance KQ-18, KQ-29).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from app.core.cluster import ClusterState, _Record
 from app.core.decisions import Admit, Decision, PendingReason, Preempt, Victim
 from app.core.flavors import Assignment, Mode, assign_flavors, shortfall
 from app.core.preemption import Candidate, Preemptor, Targets, find_targets
-from app.core.spec import ClusterQueueSpec, QueueingStrategy, ReclaimWithinCohort
+from app.core.spec import (
+    ClusterQueueSpec,
+    QueueingStrategy,
+    ReclaimWithinCohort,
+    WithinClusterQueue,
+)
 from app.core.types import ClusterQueueName, FlavorResource, WorkloadKey
 
 __all__ = ["Cluster"]
@@ -91,8 +105,21 @@ class _Entry:
         return (self.assignment.borrow, -wl.priority, wl.queue_order_time, wl.uid, wl.key)
 
 
+_NominationKey: TypeAlias = tuple[int, float | None, tuple[object, ...]]
+"""(priority, queue-order time or None when the policy ignores it, shape)."""
+
+
 class Cluster(ClusterState):
     """The admission core: ``ClusterState`` plus ``schedule(now)``. See the module docstring."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Per ClusterQueue: (version it was computed at, {nomination key: assignment}).
+        self._nominations: dict[
+            ClusterQueueName, tuple[tuple[int, int], dict[_NominationKey, Assignment]]
+        ] = {}
+        self._nomination_hits = 0
+        self._nomination_misses = 0
 
     def schedule(self, now: float) -> list[Decision]:
         """Run one scheduling cycle at time ``now`` (seconds) and return its decisions.
@@ -160,14 +187,37 @@ class Cluster(ClusterState):
         return out
 
     # ---- nomination ------------------------------------------------------------------------
-    def _candidates(self, name: ClusterQueueName) -> list[Candidate]:
-        cohort = self.tree.cohort_of(name)
-        cqs = self.tree.members(cohort) if cohort is not None else (name,)
+    def _candidates(self, p: Preemptor, spec: ClusterQueueSpec) -> list[Candidate]:
+        """Admitted Workloads that ``find_targets`` could find eligible for ``p`` (a superset:
+        it filters again). Skipped here, by the same rules (``preemption._eligible``): the
+        own ClusterQueue under withinClusterQueue Never, or those not below (not at most,
+        for LowerOrNewerEqualPriority) the preemptor's priority; other ClusterQueues unless
+        reclaimWithinCohort allows them and they borrow some flavor-resource (eligibility
+        needs one needing preemption); under LowerPriority their Workloads not below it."""
+        name, tree, pol = spec.name, self.tree, spec.preemption
+        within = pol.within_cluster_queue
+        # (ClusterQueue, highest candidate priority + 1 or None for any)
+        cqs: list[tuple[ClusterQueueName, int | None]] = []
+        if within == WithinClusterQueue.LOWER_PRIORITY:
+            cqs.append((name, p.priority))
+        elif within == WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY:
+            cqs.append((name, p.priority + 1))
+        cohort = tree.cohort_of(name)
+        if cohort is not None and pol.reclaim_within_cohort != ReclaimWithinCohort.NEVER:
+            below = (
+                p.priority if pol.reclaim_within_cohort == ReclaimWithinCohort.LOWER_PRIORITY
+                else None
+            )
+            for cq in tree.members(cohort):
+                if cq != name and tree.borrows(cq):
+                    cqs.append((cq, below))
         out = []
-        for cq in cqs:
+        for cq, below in cqs:
             for key in self._admitted_by_cq.get(cq, {}):
                 rec = self._wls[key]
                 wl = rec.wl
+                if below is not None and wl.priority >= below:
+                    continue
                 out.append(
                     Candidate(
                         key,
@@ -186,14 +236,53 @@ class Cluster(ClusterState):
         wl = rec.wl
         return Preemptor(wl.key, spec.name, wl.priority, wl.uid, wl.queue_order_time)
 
+    def _nomination_key(self, rec: _Record, spec: ClusterQueueSpec) -> _NominationKey:
+        """What a nomination of ``rec`` in ``spec`` reads of the Workload (see step 3)."""
+        wl = rec.wl
+        if rec.shape_of is not wl.pod_sets:
+            rec.shape = tuple(
+                (
+                    ps.name,
+                    ps.count,
+                    tuple(ps.requests.items()),
+                    tuple(ps.node_selector.items()),
+                    ps.affinity_terms,
+                    ps.tolerations,
+                )
+                for ps in wl.pod_sets
+            )
+            rec.shape_of = wl.pod_sets
+        order = (
+            wl.queue_order_time
+            if spec.preemption.within_cluster_queue
+            == WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY
+            else None
+        )
+        return (wl.priority, order, rec.shape)
+
     def _nominate(self, rec: _Record, spec: ClusterQueueSpec) -> Assignment:
+        """Flavor assignment of head ``rec`` in ``spec``, memoized (see step 3)."""
+        version = self._version(spec.name)
+        slot = self._nominations.get(spec.name)
+        if slot is None or slot[0] != version:
+            slot = self._nominations[spec.name] = (version, {})
+        key = self._nomination_key(rec, spec)
+        a = slot[1].get(key)
+        if a is not None:
+            self._nomination_hits += 1
+            return a
+        self._nomination_misses += 1
+        a = slot[1][key] = self._assign(rec, spec)
+        return a
+
+    def _assign(self, rec: _Record, spec: ClusterQueueSpec) -> Assignment:
         cands: list[Candidate] | None = None
         preemptor = self._preemptor(rec, spec)
 
         def oracle(fr: FlavorResource, amount: int) -> tuple[Mode, int]:
             nonlocal cands
             if cands is None:
-                cands = self._candidates(spec.name)
+                cands = self._candidates(preemptor, spec)
             t = find_targets(preemptor, spec, self.tree, cands, (fr,), {fr: amount})
             if t is None:
                 return Mode.NO_CANDIDATES, 0
@@ -291,11 +380,12 @@ class Cluster(ClusterState):
         self, e: _Entry, now: float, taken: set[WorkloadKey], held: list
     ) -> list[Decision]:
         a, rec, spec = e.assignment, e.rec, e.spec
+        preemptor = self._preemptor(rec, spec)
         targets: Targets | None = find_targets(
-            self._preemptor(rec, spec),
+            preemptor,
             spec,
             self.tree,
-            self._candidates(spec.name),
+            self._candidates(preemptor, spec),
             a.need_preemption,
             a.usage,
         )
