@@ -141,7 +141,11 @@ def build_app():
     state = InMemoryExtenderState(nodes=store, known_flavors=(a100, l4))
     state.set_workload("research", "train", PodWorkloadView(
         "research/job-train-abc12", True, "", {"main": (a100,)}))
-    app = create_app(Settings(controllers_enabled=False))
+    # Full Node objects for 5,000 nodes are ~12 MB: above the default 8 MiB body cap
+    # (Settings.server.max_body_bytes), which a cluster using nodeCacheCapable: false must raise.
+    settings = Settings(controllers_enabled=False)
+    settings.server.max_body_bytes = 64 * 1024 * 1024
+    app = create_app(settings)
     app.state.extender_state = state
     return app
 
