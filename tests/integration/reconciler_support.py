@@ -62,10 +62,21 @@ def rlab_fixture() -> Iterator[LabHandle]:
             handle.lab_cmd("down", check=False)
 
 
+_SA_KUBECONFIGS: dict[Path, Path] = {}
+
+
+def sa_kubeconfig(lab: LabHandle) -> Path:
+    """pykueue's ServiceAccount kubeconfig for ``lab`` (RBAC applied once per lab)."""
+    if lab.state not in _SA_KUBECONFIGS or not _SA_KUBECONFIGS[lab.state].exists():
+        _SA_KUBECONFIGS[lab.state] = lab.sa_kubeconfig()
+    return _SA_KUBECONFIGS[lab.state]
+
+
 def settings_for(lab: LabHandle, **scheduling: Any) -> Settings:
-    """Settings of an in-process Manager against ``lab``."""
+    """Settings of an in-process Manager against ``lab``, authenticated as pykueue's own
+    ServiceAccount bound to manifests/rbac (issue 10: a missing permission fails these tests)."""
     return Settings(
-        client=ClientSettings(kubeconfig=lab.kubeconfig, qps=200, burst=400),
+        client=ClientSettings(kubeconfig=sa_kubeconfig(lab), qps=200, burst=400),
         scheduling=SchedulingSettings(**{"status_flush_seconds": 0.2, **scheduling}),
         leader_election=LeaderElectionSettings(enabled=False),
     )
@@ -255,7 +266,7 @@ class Pykueue:
         self.log = log or Path(tempfile.gettempdir()) / f"pykueue-{port}.log"
         env = dict(os.environ)
         env.update({
-            "PYKUEUE_CLIENT__KUBECONFIG": str(lab.kubeconfig),
+            "PYKUEUE_CLIENT__KUBECONFIG": str(sa_kubeconfig(lab)),
             "PYKUEUE_CLIENT__QPS": "200", "PYKUEUE_CLIENT__BURST": "400",
             "PYKUEUE_SERVER__PORT": str(port),
             "PYKUEUE_SERVER__CERT_FILE": str(certs / "tls.crt"),

@@ -31,7 +31,9 @@ CM = Resource("", "v1", "configmaps", "ConfigMap")
 
 
 async def _client(lab: LabHandle) -> KubeClient:
-    return await KubeClient.from_settings(settings_for(lab).client)
+    # The informer tests write test objects (ConfigMaps...) themselves: the lab admin's client.
+    return await KubeClient.from_settings(
+        settings_for(lab).client.model_copy(update={"kubeconfig": lab.kubeconfig}))
 
 
 def _cm(name: str, ns: str, v: str = "1") -> dict:
