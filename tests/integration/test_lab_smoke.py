@@ -10,6 +10,8 @@ from pathlib import Path
 
 from tests.labfixture import LabHandle, start_lab, wait_for
 
+DURATION = "lab.pykueue.dev/run-duration"
+
 
 def _job(name: str, ns: str, *, parallelism: int, gpu: int = 0, tolerate_gpu: bool = False,
          duration: str = "1s") -> str:
@@ -25,7 +27,7 @@ def _job(name: str, ns: str, *, parallelism: int, gpu: int = 0, tolerate_gpu: bo
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": ns},
         "spec": {"parallelism": parallelism, "completions": parallelism, "backoffLimit": 0,
-                 "template": {"metadata": {"annotations": {"lab.pykueue.dev/run-duration": duration}},
+                 "template": {"metadata": {"annotations": {DURATION: duration}},
                               "spec": spec}},
     })
 
@@ -81,11 +83,13 @@ def test_gpu_job_lands_on_gpu_node_only_with_toleration(lab: LabHandle) -> None:
     assert notol["status"]["phase"] == "Pending"
     cond = next(c for c in notol["status"]["conditions"] if c["type"] == "PodScheduled")
     assert cond["reason"] == "Unschedulable"
-    assert "untolerated taint" in cond["message"] or "Insufficient nvidia.com/gpu" in cond["message"]
+    msg = cond["message"]
+    assert "untolerated taint" in msg or "Insufficient nvidia.com/gpu" in msg
     lab.kubectl("delete", "namespace", ns, "--wait=false")
 
 
-def test_second_lab_starts_and_tears_down_leaving_no_process(lab: LabHandle, tmp_path: Path) -> None:
+def test_second_lab_starts_and_tears_down_leaving_no_process(lab: LabHandle,
+                                                            tmp_path: Path) -> None:
     """A separate lab instance (own state and ports): every recorded pid is gone after down."""
     other, started = start_lab(tmp_path / "lab2", lab.port_base + 100, lab.bin_dir)
     assert started

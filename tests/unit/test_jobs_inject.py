@@ -55,7 +55,8 @@ def start(j: dict) -> dict:
     ("a", "b", "same"),
     [
         (T0_EQUAL, T0_NOOP, True),
-        ({"key": "k", "operator": "", "value": "v"}, {"key": "k", "operator": "Equal", "value": "v"},
+        ({"key": "k", "operator": "", "value": "v"},
+         {"key": "k", "operator": "Equal", "value": "v"},
          True),
         (GPU_TOL, {**GPU_TOL, "effect": "NoExecute"}, False),
         ({"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5},
