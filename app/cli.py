@@ -128,12 +128,13 @@ def status(
                 typer.echo(json.dumps(snap, indent=None if watch else 2))
             elif watch:
                 if live is None:
-                    live = Live(sc.render(snap), console=console, auto_refresh=False)
+                    live = Live(sc.render(snap, width=console.width), console=console,
+                                auto_refresh=False)
                     live.start()
                 else:
-                    live.update(sc.render(snap), refresh=True)
+                    live.update(sc.render(snap, width=console.width), refresh=True)
             else:
-                console.print(sc.render(snap))
+                console.print(sc.render(snap, width=console.width))
             if not watch or (iterations and n >= iterations):
                 break
             time.sleep(interval)

@@ -197,11 +197,11 @@ def usage_bar(used: int, nominal: int, width: int = BAR_WIDTH) -> Text:
     return bar
 
 
-def _quota_line(r: dict[str, Any]) -> Text:
+def _quota_line(r: dict[str, Any], bar_width: int = BAR_WIDTH) -> Text:
     res = r["resource"]
     used = _amount(r["used"], res) or 0
     nominal = _amount(r["nominalQuota"], res) or 0
-    line = usage_bar(used, nominal)
+    line = usage_bar(used, nominal, bar_width)
     line.append(f" {r['used']}/{r['nominalQuota']}")
     extras = []
     if r.get("borrowed") not in (None, "0"):
@@ -276,7 +276,8 @@ def _queue_table(title: str, columns: tuple[str, ...], last: str, queues: list[R
     ``rows_of(q)``)."""
     t = Table(title=title, title_justify="left")
     for col in (*columns, "Flavor", "Resource", last):
-        t.add_column(col)
+        # Names wrap rather than being cut with an ellipsis on narrow terminals.
+        t.add_column(col, overflow="fold")
     for q in queues:
         first = head(q)
         for i, r in enumerate(rows_of(q) or [None]):
@@ -297,9 +298,11 @@ def _counts(q: dict[str, Any]) -> list[str]:
             str(q["admittedWorkloads"])]
 
 
-def render(snap: Snapshot, now: float | None = None) -> RenderableType:
-    """The tables of a snapshot (see the module doc)."""
+def render(snap: Snapshot, now: float | None = None, width: int | None = None) -> RenderableType:
+    """The tables of a snapshot (see the module doc). ``width``: the terminal's columns; below
+    150 the usage bars shrink to 8 cells so names and figures keep their room."""
     now = time.time() if now is None else now
+    bar_width = BAR_WIDTH if width is None or width >= 150 else 8
     parts: list[RenderableType] = []
     if "clusterQueues" in snap:
         parts.append(_queue_table(
@@ -308,7 +311,7 @@ def render(snap: Snapshot, now: float | None = None) -> RenderableType:
             "Usage (used/nominal)", snap["clusterQueues"],
             lambda q: [q["name"], q.get("cohort") or "-", q["queueingStrategy"], _active(q),
                        *_counts(q)],
-            lambda q: q["resources"], _quota_line))
+            lambda q: q["resources"], lambda r: _quota_line(r, bar_width)))
         titles = {name: f"Pending in ClusterQueue {name}" for name in snap["pending"]}
         in_lq = False
     else:

@@ -5,6 +5,7 @@ tests/status_scenario.py with the in-process token table."""
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import threading
 import time
@@ -256,6 +257,16 @@ def test_nothing_listening_exits_2(run, certs) -> None:
 def test_bad_output_format(run) -> None:
     r = run("-o", "yaml")
     assert r.exit_code == 2 and "must be table or json" in r.output + r.stderr
+
+
+def test_narrow_terminal_keeps_names_whole_and_shrinks_the_bars(run) -> None:
+    """On a 100-column terminal names wrap instead of being cut with an ellipsis."""
+    r = run(env={"COLUMNS": "100"})
+    assert r.exit_code == 0, r.output + r.stderr
+    out = r.stdout
+    assert "…" not in out
+    bars = re.findall(r"[█▓░]+", out)
+    assert bars and all(len(b) == 8 for b in bars), bars  # 8-cell usage bars, not 20
 
 
 # ------------------------------------------------------------------------------ bars and help
