@@ -25,7 +25,6 @@ Usage::
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -47,6 +46,9 @@ from app.core.scheduler import Cluster
 log = logging.getLogger(__name__)
 
 NODE, POD = "node", "pod"
+
+STOP_BUDGET_SECONDS = 25.0
+STOP_STEP_SECONDS = 10.0
 
 
 class Manager:
@@ -184,19 +186,33 @@ class Manager:
             return
         self._started = False
         ctx = self.ctx
+        # Shutdown is bounded (a pod gets 30 s between SIGTERM and SIGKILL): each step gets what
+        # is left of STOP_BUDGET_SECONDS, at most STOP_STEP_SECONDS, and a step that does not
+        # finish in time (a request stuck in flight) is abandoned with a warning.
+        deadline = time.monotonic() + STOP_BUDGET_SECONDS
+
+        async def step(what: str, coro: Any) -> None:
+            left = max(0.5, min(STOP_STEP_SECONDS, deadline - time.monotonic()))
+            try:
+                await asyncio.wait_for(coro, left)
+            except TimeoutError:
+                log.warning("stop: %s did not finish within %.1fs; abandoned", what, left)
+            except Exception as exc:  # noqa: BLE001 - stopping must go on
+                log.warning("stop: %s failed: %s", what, exc)
+
         for t in self._tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await step("background tasks", asyncio.gather(*self._tasks, return_exceptions=True))
         self._tasks.clear()
-        for comp in (self.scheduler, self.status, self.jobs):
+        for name, comp in (("scheduler", self.scheduler), ("status", self.status),
+                           ("jobs", self.jobs)):
             if comp is not None:
-                await comp.stop()
-        await ctx.informers.stop()
-        await ctx.recorder.stop()
-        with contextlib.suppress(Exception):
-            await ctx.leader.release()
+                await step(name, comp.stop())
+        await step("informers", ctx.informers.stop())
+        await step("event recorder", ctx.recorder.stop())
+        await step("lease release", ctx.leader.release())
         if self._given_client is None:
-            await ctx.client.close()
+            await step("client", ctx.client.close())
 
     # ------------------------------------------------------------------ readiness
 
