@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -244,8 +245,12 @@ def _start(lab: Lab, name: str, args: list[str]) -> None:
     lab.pidfile(name).write_text(f"{proc.pid}\n")
 
 
-def _stop(lab: Lab, name: str, timeout: float = 10.0) -> None:
-    pid = _pid(lab, name)
+def _stop(lab: Lab, name: str, timeout: float = 10.0,
+          pid_of: Callable[[Lab, str], int | None] | None = None) -> None:
+    """SIGTERM the process group of ``name``, SIGKILL after ``timeout`` s; drop its pid file.
+    ``pid_of`` finds the live pid (default ``_pid``, which checks the binary's name)."""
+    find = pid_of or _pid
+    pid = find(lab, name)
     if pid:
         for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
             try:
@@ -253,9 +258,9 @@ def _stop(lab: Lab, name: str, timeout: float = 10.0) -> None:
             except ProcessLookupError:
                 break
             deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and _pid(lab, name):
+            while time.monotonic() < deadline and find(lab, name):
                 time.sleep(0.1)
-            if not _pid(lab, name):
+            if not find(lab, name):
                 break
     lab.pidfile(name).unlink(missing_ok=True)
 
@@ -554,19 +559,7 @@ def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | Non
 
 def pykueue_down(lab: Lab) -> None:
     """Stop pykueue, unregister its webhooks and give kube-scheduler its plain config."""
-    pid = _pykueue_pid(lab)
-    if pid:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and _pykueue_pid(lab):
-                time.sleep(0.1)
-            if not _pykueue_pid(lab):
-                break
-    lab.pidfile("pykueue").unlink(missing_ok=True)
+    _stop(lab, "pykueue", pid_of=lambda lab, _name: _pykueue_pid(lab))
     if _pid(lab, "kube-apiserver"):
         for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
             kubectl(lab, "delete", kind, "-l", "app.kubernetes.io/name=pykueue",
