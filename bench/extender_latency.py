@@ -10,6 +10,9 @@ when present, else a throwaway CA + certificate from ``app.certs.ensure_certs``.
 the client (``http.client``, one keep-alive connection, like kube-scheduler's extender client)
 and times each request from send to the last byte of the response.
 
+Per size and mode, ``floor`` first: ``POST /bench/echo`` (bench only) sends the largest request
+and gets it back unparsed through the same process, TLS and uvicorn stack: the latency no
+handler can go below (on this 2-core machine it decides whether a target is reachable).
 Scenarios per size: ``names`` (``nodeCacheCapable: true``, NodeNames only) and ``nodes`` (full
 Node objects of about 2 KB each, as kube-scheduler sends them); pods (2 GPUs):
 ``admitted-fit`` (Workload admitted to a100-flavor, candidates all a100 nodes: the usual case,
@@ -23,6 +26,7 @@ the histogram bucket holding the server's p99 (from ``/metrics``), and the load 
 from __future__ import annotations
 
 import argparse
+import gc
 import http.client
 import json
 import os
@@ -150,11 +154,40 @@ def build_app():
     return app
 
 
+FLOOR_PATH = "/bench/echo"
+
+
+def with_echo_floor(app):
+    """``app`` plus ``POST /bench/echo`` (bench only, raw ASGI): reads the whole body and sends
+    it back unparsed. Same process, TLS and uvicorn stack as the extender, no work: the floor
+    under any handler's latency for a request and response of that size."""
+
+    async def wrapped(scope, receive, send):
+        if scope["type"] != "http" or scope.get("path") != FLOOR_PATH:
+            await app(scope, receive, send)
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        body = b"".join(chunks)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    return wrapped
+
+
 def serve(port: int, cert: str, key: str) -> None:
     import uvicorn
 
     sys.path.insert(0, str(ROOT))
-    uvicorn.run(build_app(), host="127.0.0.1", port=port, ssl_certfile=cert, ssl_keyfile=key,
+    app = with_echo_floor(build_app())
+    gc.freeze()  # as pykueue does once its informers have synced (app.controllers.manager)
+    uvicorn.run(app, host="127.0.0.1", port=port, ssl_certfile=cert, ssl_keyfile=key,
                 http="httptools", loop="uvloop", access_log=False, log_level="warning")
 
 
@@ -245,8 +278,10 @@ def run(sizes: list[int], port: int, ca: str) -> dict[str, Any]:
     results = []
     for size in sizes:
         for mode in ("names", "nodes"):
-            for verb in ("filter", "prioritize"):
+            for verb in ("floor", "filter", "prioritize"):
                 for scenario in SCENARIOS:
+                    if verb == "floor" and scenario != "admitted-fit":
+                        continue  # one floor per size and mode: the largest request
                     if verb == "prioritize" and scenario != "admitted-fit":
                         continue  # the score does not depend on the Workload
                     p = pod_object(None if scenario == "unmanaged" else "train")
@@ -262,19 +297,21 @@ def run(sizes: list[int], port: int, ca: str) -> dict[str, Any]:
                                 "NodeNames": None}
                     body = json.dumps(args).encode()
                     count = 400 if mode == "names" else max(40, min(400, 200_000 // size))
+                    path = FLOOR_PATH if verb == "floor" else f"/scheduler/{verb}"
                     for _ in range(max(20, count // 10)):  # warm-up
-                        client.post(f"/scheduler/{verb}", body)
+                        client.post(path, body)
                     before = server_buckets(client, verb, mode)
                     samples = []
                     resp_size = 0
                     for _ in range(count):
-                        status, data, secs = client.post(f"/scheduler/{verb}", body)
+                        status, data, secs = client.post(path, body)
                         assert status == 200, data[:200]
                         samples.append(secs * 1000)
                         resp_size = len(data)
                     samples.sort()
                     results.append({
-                        "nodes": size, "mode": mode, "verb": verb, "pod": scenario,
+                        "nodes": size, "mode": mode, "verb": verb,
+                        "pod": "-" if verb == "floor" else scenario,
                         "requests": count, "p50_ms": pct(samples, 0.50),
                         "p99_ms": pct(samples, 0.99), "max_ms": round(samples[-1], 3),
                         "request_bytes": len(body), "response_bytes": resp_size,

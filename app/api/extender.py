@@ -196,6 +196,73 @@ class _Parsed:
         return "names" if self.objects is None else "nodes"
 
 
+class _FullModeCache:
+    """Facts of full-mode Node objects keyed by their exact JSON bytes, and the last
+    ``NodeIndex`` built from them.
+
+    kube-scheduler sends the same Node objects (same bytes) to every filter call until a node
+    changes, so a 5,000-node request costs one ``bytes`` copy + dict lookup per node instead of
+    a decode and a ``NodeFacts`` (and, when every node is the same as last time, no new
+    ``NodeIndex``: its per-selector answers stay cached). The facts are a pure function of the
+    bytes and ``gpu_resource``, so a hit is exact. Bounded by ``max_bytes`` of keys (bytes);
+    past it the cache starts over.
+    """
+
+    __slots__ = ("gpu_resource", "max_bytes", "_facts", "_size", "_last_facts", "_last_index")
+
+    def __init__(self, gpu_resource: str, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self.gpu_resource = gpu_resource
+        self.max_bytes = max_bytes
+        self._facts: dict[bytes, NodeFacts] = {}
+        self._size = 0
+        self._last_facts: list[NodeFacts] = []
+        self._last_index: NodeIndex | None = None
+
+    def __len__(self) -> int:
+        return len(self._facts)
+
+    def facts(self, raw: msgspec.Raw, i: int) -> NodeFacts:
+        """``NodeFacts`` of ``Nodes.items[i]``. Raises ``ExtenderInputError``."""
+        key = bytes(raw)
+        hit = self._facts.get(key)
+        if hit is not None:
+            return hit
+        try:
+            n = _decode_node(key)
+        except msgspec.DecodeError as exc:
+            raise ExtenderInputError(f"Nodes.items[{i}]: {exc}") from exc
+        name = n.metadata.name
+        if not name:
+            raise ExtenderInputError(f"Nodes.items[{i}].metadata.name must be a non-empty string")
+        taints = tuple((t.key, t.value, t.effect) for t in n.spec.taints) if n.spec.taints else ()
+        gpu = n.status.allocatable.get(self.gpu_resource)
+        facts = make_node_facts(name, n.metadata.labels, taints, gpu, self.gpu_resource)
+        if self._size + len(key) > self.max_bytes:
+            self._facts.clear()
+            self._size = 0
+        self._facts[key] = facts
+        self._size += len(key)
+        return facts
+
+    def index(self, facts: list[NodeFacts]) -> NodeIndex:
+        """A ``NodeIndex`` of ``facts``: the previous one when the nodes are the same objects
+        in the same order (identity comparison first, so this is cheap)."""
+        if self._last_index is None or facts != self._last_facts:
+            self._last_facts = facts
+            self._last_index = NodeIndex(facts)
+        return self._last_index
+
+
+_full_mode_caches: dict[str, _FullModeCache] = {}
+
+
+def _full_mode_cache(gpu_resource: str) -> _FullModeCache:
+    cache = _full_mode_caches.get(gpu_resource)
+    if cache is None:
+        cache = _full_mode_caches[gpu_resource] = _FullModeCache(gpu_resource)
+    return cache
+
+
 def _parse(body: bytes, gpu_resource: str) -> _Parsed:
     """Parse ``ExtenderArgs``. Raises ``ExtenderInputError`` or ``msgspec.DecodeError``."""
     args = _decode_args(body)
@@ -204,21 +271,14 @@ def _parse(body: bytes, gpu_resource: str) -> _Parsed:
         return _Parsed(pod, args.NodeNames)
     if args.Nodes is None:
         raise ExtenderInputError("ExtenderArgs needs NodeNames or Nodes")
+    cache = _full_mode_cache(gpu_resource)
     objects: dict[str, msgspec.Raw] = {}
     facts: list[NodeFacts] = []
     for i, raw in enumerate(args.Nodes.items or ()):
-        try:
-            n = _decode_node(raw)
-        except msgspec.DecodeError as exc:
-            raise ExtenderInputError(f"Nodes.items[{i}]: {exc}") from exc
-        name = n.metadata.name
-        if not name:
-            raise ExtenderInputError(f"Nodes.items[{i}].metadata.name must be a non-empty string")
-        taints = tuple((t.key, t.value, t.effect) for t in n.spec.taints) if n.spec.taints else ()
-        gpu = n.status.allocatable.get(gpu_resource)
-        facts.append(make_node_facts(name, n.metadata.labels, taints, gpu, gpu_resource))
-        objects[name] = raw
-    return _Parsed(pod, list(objects), objects, NodeIndex(facts))
+        f = cache.facts(raw, i)
+        facts.append(f)
+        objects[f.name] = raw
+    return _Parsed(pod, list(objects), objects, cache.index(facts))
 
 
 async def _read(request: Request) -> _Parsed | Response:

@@ -25,6 +25,7 @@ Usage::
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -171,6 +172,11 @@ class Manager:
         await ctx.informers.wait_synced()
         log.info("reconciler: informers synced (%s)",
                  ", ".join(f"{k}={len(i.store)}" for k, i in ctx.informers.informers.items()))
+        # The objects listed at start live as long as the process: take them out of the cyclic
+        # collector's generations so its full collections stop scanning them (those scans were
+        # the latency tail of the extender and webhook). Acyclic garbage is still freed by
+        # reference counting; only cycles among these objects would be kept.
+        gc.freeze()
         while True:
             await ctx.leader.leading.wait()
             log.info("reconciler: leading as %s", ctx.leader.identity)

@@ -513,9 +513,9 @@ def filter_pod(
     selector: Selector = tuple(sorted(required.items()))
     tolerations = pod.tolerations + tuple(t for f in assigned for t in f.tolerations)
     ok = index.schedulable(selector, tolerations)
+    if ok.issuperset(names):  # the usual case (the injected nodeSelector narrowed the list)
+        return FilterDecision(list(names))
     passing = list(filter(ok.__contains__, names))  # a C-level loop, no Python per node
-    if len(passing) == len(names):
-        return FilterDecision(passing)
     target = _flavor_list(f.name for f in assigned)
     failing = set(filterfalse(ok.__contains__, names))
     failed: dict[str, str] = {}

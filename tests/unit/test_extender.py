@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from app.config import Settings
 from app.controllers.nodestore import ExtenderState, InMemoryExtenderState, NodeStore
 from app.core.extender_rules import (
+    ExtenderInputError,
     FlavorView,
     NodeFacts,
     NodeIndex,
@@ -666,6 +667,39 @@ def test_fast_wire_structs_use_the_model_field_names():
              (api._WireHostPriority, models.HostPriority)]
     for fast, model in pairs:
         assert set(fast.__struct_fields__) == set(model.model_fields), fast.__name__
+
+
+async def test_full_mode_rereads_a_node_whose_object_changed(client):
+    """Full mode caches facts by a Node object's exact bytes: the same node sent again with a
+    new label must be decided on the new label, not the cached one."""
+    p = pod(job="train")
+    body = args(p, "nodes", ["a100-0"])
+    assert (await do_filter(client, body, "nodes")).passing == ["a100-0"]
+    changed = json.loads(json.dumps(body))
+    changed["Nodes"]["items"][0]["metadata"]["labels"]["pool"] = "l4"
+    out = await do_filter(client, changed, "nodes")
+    assert out.passing == [] and "a100-0" in out.failed
+    assert (await do_filter(client, body, "nodes")).passing == ["a100-0"]
+
+
+def test_full_mode_cache_hits_by_bytes_reuses_the_index_and_stays_bounded():
+    import msgspec
+
+    from app.api.extender import _FullModeCache
+
+    raws = [msgspec.Raw(json.dumps(n).encode()) for n in NODES]
+    cache = _FullModeCache(GPU, max_bytes=sum(len(r) for r in raws))
+    first = [cache.facts(r, i) for i, r in enumerate(raws)]
+    again = [cache.facts(msgspec.Raw(bytes(r)), i) for i, r in enumerate(raws)]
+    assert all(a is b for a, b in zip(first, again, strict=True))  # hits, by content
+    assert cache.index(first) is cache.index(again)  # same nodes: the index (and its caches) kept
+    assert cache.index(first[:-1]) is not cache.index(first)
+    assert len(cache) == len(raws)
+    extra = msgspec.Raw(json.dumps(node("extra-0", gpus=1)).encode())
+    assert cache.facts(extra, 0).gpus == 1
+    assert len(cache) == 1  # over max_bytes: started over instead of growing
+    with pytest.raises(ExtenderInputError, match=r"Nodes.items\[3\].metadata.name"):
+        cache.facts(msgspec.Raw(b'{"metadata": {}}'), 3)
 
 
 def test_in_memory_state_satisfies_the_protocol():
