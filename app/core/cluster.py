@@ -199,6 +199,7 @@ class ClusterState:
         self._tick = 0
         self._epoch = 0
         self._scope_versions: dict[tuple[str, str], int] = {}
+        self._scopes: dict[ClusterQueueName, tuple[str, str]] = {}  # _scope memo (tree shape)
 
     # ---- ResourceFlavors ---------------------------------------------------------------------
     def add_flavor(self, flavor: ResourceFlavor) -> None:
@@ -222,6 +223,7 @@ class ClusterState:
             if problem != cq.problem:
                 cq.problem = problem
                 self.tree.set_cluster_queue(name, cq.spec.cohort, self._quotas(cq))
+                self._scopes.clear()
             self._requeue[name] = None
 
     def _quotas(self, cq: _ClusterQueue) -> dict:
@@ -241,6 +243,7 @@ class ClusterState:
         cq = _ClusterQueue(spec, problem, old.queue if old is not None else PendingQueue())
         self._cqs[name] = cq
         self.tree.set_cluster_queue(name, spec.cohort, self._quotas(cq))
+        self._scopes.clear()
         if old is None:
             for key in self._admitted_by_cq.get(name, {}):
                 self.tree.add_usage(name, self._wls[key].usage)
@@ -257,6 +260,7 @@ class ClusterState:
         self._mark_cohort(name)
         cq = self._cqs.pop(name)
         self.tree.remove_cluster_queue(name)
+        self._scopes.clear()
         for key in [*cq.queue.active(), *cq.queue.parked()]:
             self._route(self._wls[key])
         return True
@@ -306,7 +310,11 @@ class ClusterState:
     def namespace_matches(self, spec: ClusterQueueSpec, namespace: str) -> bool:
         """Kueue ``namespaceSelector``: None matches nothing, ``{}`` everything."""
         sel = spec.namespace_selector
-        return sel is not None and sel.matches(self._namespaces.get(namespace, {}))
+        if sel is None:
+            return False
+        if not sel.match_labels and not sel.match_expressions:
+            return True  # {}: every namespace (the usual ClusterQueue)
+        return sel.matches(self._namespaces.get(namespace, {}))
 
     # ---- Workloads -----------------------------------------------------------------------------
     def add_workload(self, wl: Workload) -> None:
@@ -443,9 +451,14 @@ class ClusterState:
 
     # ---- versions ------------------------------------------------------------------------------
     def _scope(self, name: ClusterQueueName) -> tuple[str, str]:
-        """The version scope of a ClusterQueue in the tree: its cohort, or itself."""
-        cohort = self.tree.cohort_of(name)
-        return ("cohort", cohort) if cohort is not None else ("cq", name)
+        """The version scope of a ClusterQueue in the tree: its cohort, or itself (memoized
+        until the tree's shape changes)."""
+        scope = self._scopes.get(name)
+        if scope is None:
+            cohort = self.tree.cohort_of(name)
+            scope = ("cohort", cohort) if cohort is not None else ("cq", name)
+            self._scopes[name] = scope
+        return scope
 
     def _bump(self, name: ClusterQueueName) -> None:
         """New version for the scope of ClusterQueue ``name`` (which must be in the tree)."""
@@ -575,18 +588,6 @@ class ClusterState:
             return None
         rec.last = (reason, message)
         return Pending(rec.wl.key, rec.cq, reason, message, shortfalls, inadmissible)
-
-    def _apply_requeues(self) -> None:
-        """Return parked Workloads of marked ClusterQueues to their heaps (cycle start)."""
-        marked, self._requeue = self._requeue, {}
-        for name in marked:
-            cq = self._cqs.get(name)
-            if cq is None or not cq.active:
-                continue
-            spec = cq.spec
-            cq.queue.requeue_parked(
-                lambda k, spec=spec: self.namespace_matches(spec, self._wls[k].wl.namespace)
-            )
 
     # ---- read-only views -----------------------------------------------------------------------
     @property

@@ -10,9 +10,9 @@ Rules (Kueue ``pkg/cache/queue``, reference 3.2 and 3.3):
   next Workload becomes the head.
 - StrictFIFO: a head that does not fit stays the head and blocks the queue; only a
   namespace mismatch parks it.
-- Parked Workloads return to the heap on ``requeue_parked`` (the cluster calls it when
-  capacity changes in the cohort: a Workload finishes, is deleted or evicted, a queue or
-  flavor changes).
+- Parked Workloads return to the heap on ``requeue_parked`` / ``unpark`` (the cluster calls
+  them when capacity changes in the cohort: a Workload finishes, is deleted or evicted, a
+  queue or flavor changes; which ones return is the scheduler's choice, app.core.scheduler).
 
 Cost: ``push``/``remove``/``head`` are O(log n) amortised (lazy deletion); ``requeue_parked``
 is O(parked) once per event.
@@ -70,8 +70,9 @@ class PendingQueue:
 
     def park(self, wl: Workload) -> None:
         """Move ``wl`` to the inadmissible set (kept in queue order for the status view)."""
-        self._active.pop(wl.key, None)
-        self._parked[wl.key] = sort_key(wl)
+        key = wl.key
+        sk = self._active.pop(key, None)
+        self._parked[key] = sort_key(wl) if sk is None else sk
         if self.sticky == wl.key:
             self.sticky = None
 
@@ -108,6 +109,19 @@ class PendingQueue:
             heapq.heapify(self._heap)
             self._maybe_compact()
         return moved
+
+    def unpark(self, key: WorkloadKey) -> bool:
+        """Move one parked Workload back to the heap; False when ``key`` is not parked."""
+        sk = self._parked.pop(key, None)
+        if sk is None:
+            return False
+        self._active[key] = sk
+        heapq.heappush(self._heap, sk)
+        return True
+
+    def parked_order(self, key: WorkloadKey) -> SortKey | None:
+        """Queue-order key of a parked Workload (None when not parked)."""
+        return self._parked.get(key)
 
     def parked(self) -> Iterator[WorkloadKey]:
         """Parked keys (insertion order)."""

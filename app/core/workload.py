@@ -133,11 +133,16 @@ class Workload:
     # Seconds since the epoch of QuotaReserved=True (None: unknown, ``creation`` is used).
     # Preemption prefers the most recently admitted victims (Kueue CandidatesOrdering).
     quota_reserved_at: float | None = None
+    # ``namespace/name``, computed once (the scheduler reads it millions of times per run).
+    _key: WorkloadKey = field(default=WorkloadKey(""), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_key", WorkloadKey(f"{self.namespace}/{self.name}"))
 
     @property
     def key(self) -> WorkloadKey:
         """``namespace/name``."""
-        return WorkloadKey(f"{self.namespace}/{self.name}")
+        return self._key
 
     @property
     def queue_order_time(self) -> float:

@@ -159,3 +159,55 @@ def test_nil_namespace_selector_matches_no_namespace():
     s.submit(workload("w").cq("cq").pods(1, cpu=1))
     s.settle()
     assert s.pending("w") and s.c.workload(s.key("w")).reason.value == "NamespaceMismatch"
+
+
+# ---- nomination classes (scheduler step 1) -------------------------------------------------
+
+
+def _backlog(n: int) -> Sim:
+    """ClusterQueue ``cq`` (4 cpu, BestEffortFIFO) full with ``run``; ``n`` identical 1-cpu
+    Workloads parked behind it, and ``huge`` (higher priority, never fits) parked too."""
+    s = Sim(cluster_queue("cq").flavor("default-flavor", cpu=4))
+    s.submit(workload("run").cq("cq").pods(1, cpu=4))
+    s.settle()
+    s.submit(workload("huge").cq("cq").pods(1, cpu=8).priority(10),
+             *(workload(f"w{i:02d}").cq("cq").pods(1, cpu=1) for i in range(n)))
+    s.settle()
+    assert all(s.c.workload(s.key(f"w{i:02d}")).inadmissible for i in range(n))
+    return s
+
+
+def test_a_release_re_evaluates_one_workload_per_class_not_every_parked_one():
+    s = _backlog(40)
+    s.finish("run")
+    made = s.settle()
+    # 4 cpu freed: w00..w03 admitted in queue order, w04 found not to fit and parked again;
+    # huge (its own class) re-evaluated once. The other 35 keep their verdict unevaluated.
+    assert s.admits(made) == [s.key(f"w{i:02d}") for i in range(4)]
+    assert sorted(s.pendings(made)) == [s.key("huge"), s.key("w04")]
+    assert all(s.pending(f"w{i:02d}") for i in range(4, 40))
+    # ...and they still come, in order, as capacity returns.
+    s.finish("w00", "w01")
+    assert s.admits(s.settle()) == [s.key("w04"), s.key("w05")]
+
+
+def test_a_representative_that_leaves_unevaluated_hands_over_to_the_next():
+    s = _backlog(3)
+    s.finish("run")
+    first = s.cycle()  # one head per cycle: huge (higher priority) goes first and is parked
+    assert s.pendings(first).keys() == {s.key("huge")}
+    assert s.c.delete_workload(s.key("w00"))  # the class representative, never evaluated
+    s.settle()
+    assert s.admitted("w01") and s.admitted("w02")
+
+
+@pytest.mark.parametrize("strict", [True, False], ids=["StrictFIFO", "BestEffortFIFO"])
+def test_workloads_parked_by_namespace_all_come_back(strict):
+    cq = cluster_queue("cq").flavor("default-flavor", cpu=4).selector(team="y")
+    s = Sim(cq.strict_fifo() if strict else cq)
+    s.c.set_namespace("ns", {"team": "x"})
+    s.submit(*(workload(f"w{i}").cq("cq").pods(1, cpu=1) for i in range(3)))
+    s.settle()  # each parked: namespace mismatch (even under StrictFIFO)
+    assert all(s.c.workload(s.key(f"w{i}")).inadmissible for i in range(3))
+    s.c.set_namespace("ns", {"team": "y"})
+    assert sorted(s.admits(s.settle())) == [s.key(f"w{i}") for i in range(3)]
