@@ -99,11 +99,11 @@ class _WireNodeList(msgspec.Struct, omit_defaults=True):
 
 
 class _WireArgs(msgspec.Struct):
-    """``ExtenderArgs``."""
+    """``ExtenderArgs``. ``NodeNames`` stays raw (``_NamesCache`` decodes it)."""
 
     Pod: dict[str, Any]
     Nodes: _WireNodeList | None = None
-    NodeNames: list[str] | None = None
+    NodeNames: msgspec.Raw = msgspec.Raw()
 
 
 class _WireFilterResult(msgspec.Struct):
@@ -124,6 +124,7 @@ class _WireHostPriority(msgspec.Struct):
 
 
 _decode_args = msgspec.json.Decoder(_WireArgs).decode
+_decode_names = msgspec.json.Decoder(list[str] | None).decode
 _decode_node = msgspec.json.Decoder(_WireNode).decode
 _encode = msgspec.json.Encoder().encode
 _READ_ERRORS = (ExtenderInputError, msgspec.DecodeError)  # ValidationError is a DecodeError
@@ -263,12 +264,46 @@ def _full_mode_cache(gpu_resource: str) -> _FullModeCache:
     return cache
 
 
+class _NamesCache:
+    """The last ``NodeNames`` array: its exact bytes and the decoded list.
+
+    kube-scheduler sends the same candidate list for pod after pod (the pods of one Job, until
+    a node fills up); reusing the decoded strings skips the decode and, since Python caches a
+    string's hash, the hashing of every name in the set lookups that follow. The list is
+    shared between requests: read-only.
+    """
+
+    __slots__ = ("raw", "names")
+
+    def __init__(self) -> None:
+        self.raw = b""
+        self.names: list[str] | None = None
+
+    def decode(self, raw: msgspec.Raw) -> list[str] | None:
+        """``NodeNames`` as a list (None when absent or null). Raises ``ExtenderInputError``."""
+        key = bytes(raw)
+        if key == self.raw:
+            return self.names
+        if not key:
+            return None
+        try:
+            names = _decode_names(key)
+        except msgspec.DecodeError as exc:
+            raise ExtenderInputError(f"NodeNames: {exc}") from exc
+        self.raw, self.names = key, names
+        return names
+
+
+_names_cache = _NamesCache()
+
+
 def _parse(body: bytes, gpu_resource: str) -> _Parsed:
     """Parse ``ExtenderArgs``. Raises ``ExtenderInputError`` or ``msgspec.DecodeError``."""
     args = _decode_args(body)
     pod = pod_facts(args.Pod, gpu_resource)
-    if args.NodeNames is not None:
-        return _Parsed(pod, args.NodeNames)
+    names = _names_cache.decode(args.NodeNames)
+    if names is not None:
+        return _Parsed(pod, names)
     if args.Nodes is None:
         raise ExtenderInputError("ExtenderArgs needs NodeNames or Nodes")
     cache = _full_mode_cache(gpu_resource)

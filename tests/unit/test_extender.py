@@ -682,6 +682,22 @@ async def test_full_mode_rereads_a_node_whose_object_changed(client):
     assert (await do_filter(client, body, "nodes")).passing == ["a100-0"]
 
 
+async def test_names_mode_reuses_the_decoded_list_but_decides_per_pod(client):
+    """The last NodeNames array is kept decoded; a second pod with the same list is still
+    decided on its own Workload, and a different list is decoded afresh."""
+    from app.api.extender import _names_cache
+
+    admitted_pod = await do_filter(client, args(pod(job="train"), "names"), "names")
+    kept = _names_cache.names
+    unmanaged_pod = await do_filter(client, args(pod(job="unmanaged"), "names"), "names")
+    assert _names_cache.names is kept  # same bytes: not decoded again
+    assert admitted_pod.passing == ["a100-0", "a100-1", "a100-3"] and unmanaged_pod.passing == ALL
+    fewer = await do_filter(client, args(pod(job="train"), "names", ["a100-1", "l4-0"]), "names")
+    assert fewer.passing == ["a100-1"] and _names_cache.names == ["a100-1", "l4-0"]
+    assert (await client.post("/scheduler/filter", json={"Pod": pod(), "NodeNames": [1]})
+            ).status_code == 400
+
+
 def test_full_mode_cache_hits_by_bytes_reuses_the_index_and_stays_bounded():
     import msgspec
 
