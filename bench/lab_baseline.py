@@ -30,11 +30,12 @@ What it does, as Kueue's performance harness (test/performance/scheduler/runner)
 Prints one JSON document: ``wall_s`` (first create to last Finished), per class the average,
 p50 and p95 time to admission (creation to the last admission seen, as Kueue's recorder) and
 evictions, ``usage_pct`` (time-average of the ClusterQueues' usage from the admissions and
-finishes seen, over the nominal quota), ``pykueue`` {cpu_s, cpu_pct, peak_rss_mb},
-``harness`` {create lag p50/p99, requests, errors}, ``apiserver_requests`` (top verb/resource
-counts), ``other_cpu_s`` (CPU seconds of the lab's processes and of this harness over the same
-window: where the machine's time went), and the issue's targets: wall <= 175 s, time to
-admission small <= 100 s, medium <= 40 s, large <= 10 s, usage >= 50 %, RSS <= 300 MB.
+finishes seen, over the nominal quota), ``pykueue`` {cpu_s, cpu_pct, peak_rss_mb}, ``harness``
+{create lag p50/p99, requests, errors}, ``apiserver_requests`` (top verb/resource counts) and
+``apiserver_latency`` (their server-side mean and total time), ``other_cpu_s`` (CPU seconds of
+the lab's processes and of this harness over the same window: where the machine's time went),
+and the issue's targets: wall <= 175 s, time to admission small <= 100 s, medium <= 40 s, large
+<= 10 s, usage >= 50 %, RSS <= 300 MB.
 """
 
 from __future__ import annotations
@@ -438,21 +439,26 @@ async def harness(args: argparse.Namespace, kubeconfig: Path, trace: Trace, run_
 
 
 def apiserver_counts(args: argparse.Namespace, kubeconfig: Path) -> dict[tuple[str, str], float]:
-    """kube-apiserver's ``apiserver_request_total`` summed by (verb, resource[/subresource])."""
+    """kube-apiserver's ``apiserver_request_total`` summed by (verb, resource[/subresource]),
+    and under ("seconds", verb, resource) the ``apiserver_request_duration_seconds_sum``: the
+    time the API server spent serving those requests (server side)."""
     try:
         text = kubectl(args, kubeconfig, "get", "--raw", "/metrics")
     except (RuntimeError, subprocess.TimeoutExpired):
         return {}
-    out: dict[tuple[str, str], float] = {}
-    pat = re.compile(r'^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$')
+    out: dict[tuple[str, ...], float] = {}
+    pat = re.compile(r'^(apiserver_request_total|apiserver_request_duration_seconds_sum)'
+                     r'\{([^}]*)\} ([0-9.e+]+)$')
     for line in text.splitlines():
         m = pat.match(line)
         if not m:
             continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-        k = (labels.get("verb", ""), labels.get("resource", "") +
-             (f"/{labels['subresource']}" if labels.get("subresource") else ""))
-        out[k] = out.get(k, 0.0) + float(m.group(2))
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        k: tuple[str, ...] = (labels.get("verb", ""), labels.get("resource", "") +
+                              (f"/{labels['subresource']}" if labels.get("subresource") else ""))
+        if m.group(1) != "apiserver_request_total":
+            k = ("seconds", *k)
+        out[k] = out.get(k, 0.0) + float(m.group(3))
     return out
 
 
@@ -513,7 +519,9 @@ def summarize(r: Run, trace: Trace, prefix: str, completed: bool, sampler: ProcS
     usage = {res: round(100 * used.get(res, 0.0) / wall / n, 2) for res, n in nominal.items()
              if n and wall > 0}
     cpu = sampler.samples[-1][1] if sampler.samples else 0.0
-    diff = sorted(((after.get(k, 0) - before.get(k, 0), k) for k in after), reverse=True)
+    diff = sorted(((after.get(k, 0) - before.get(k, 0), k) for k in after if len(k) == 2),
+                  reverse=True)
+    served = {k[1:]: after[k] - before.get(k, 0) for k in after if len(k) == 3}
     rss_mb = round(sampler.rss_peak_kb / 1024, 1)
     out = {
         "completed": completed,
@@ -528,6 +536,12 @@ def summarize(r: Run, trace: Trace, prefix: str, completed: bool, sampler: ProcS
                     "requests": r.requests, "errors": len(r.errors),
                     "first_errors": r.errors[:5]},
         "apiserver_requests": {f"{v} {res}": int(n) for n, (v, res) in diff[:12] if n > 0},
+        # Server-side latency (apiserver_request_duration_seconds): mean ms per request and
+        # total seconds, for the same top entries (watches excluded: they last the whole run).
+        "apiserver_latency": {
+            f"{v} {res}": {"mean_ms": round(1000 * served[(v, res)] / n, 2),
+                           "total_s": round(served[(v, res)], 1)}
+            for n, (v, res) in diff[:12] if n > 0 and v != "WATCH" and (v, res) in served},
         "unfinished": [{"workload": st.key, "class": st.class_name, "last": st.last}
                        for st in r.states.values() if st.finished is None][:10],
     }

@@ -30,7 +30,7 @@ Simulation removes usage from the ``QuotaTree`` and restores it exactly before r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from app.core.decisions import PreemptionReason
@@ -98,33 +98,47 @@ def candidate_order(c: Candidate, preemptor_cq: ClusterQueueName) -> tuple[objec
     )
 
 
-def _eligible(
-    p: Preemptor,
-    spec: ClusterQueueSpec,
-    c: Candidate,
-    need: Iterable[FlavorResource],
-    tree: QuotaTree,
-) -> bool:
-    if not any(c.usage.get(fr, 0) > 0 for fr in need):
-        return False
-    if c.cluster_queue == p.cluster_queue:
-        policy = spec.preemption.within_cluster_queue
-        if policy == WithinClusterQueue.LOWER_PRIORITY:
-            return c.priority < p.priority
-        if policy == WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY:
-            return c.priority < p.priority or (
-                c.priority == p.priority and p.order_time < c.order_time
-            )
-        return False
-    cohort = tree.cohort_of(p.cluster_queue)
-    if cohort is None or not tree.has(c.cluster_queue) or tree.cohort_of(c.cluster_queue) != cohort:
-        return False
+def _eligibility(
+    p: Preemptor, spec: ClusterQueueSpec, need: tuple[FlavorResource, ...], tree: QuotaTree
+) -> Callable[[Candidate], bool]:
+    """The eligibility rule for candidates of one preemption search (Kueue
+    ``preemption.go`` candidate filters), with the per-ClusterQueue part (same cohort, the
+    ClusterQueue borrows a needed flavor-resource) computed once per ClusterQueue: the tree
+    does not change while candidates are filtered."""
+    own = p.cluster_queue
+    within = spec.preemption.within_cluster_queue
     reclaim = spec.preemption.reclaim_within_cohort
-    if reclaim == ReclaimWithinCohort.NEVER:
-        return False
-    if reclaim == ReclaimWithinCohort.LOWER_PRIORITY and not c.priority < p.priority:
-        return False
-    return any(tree.is_borrowing(c.cluster_queue, fr) for fr in need)
+    cohort = tree.cohort_of(own)
+    borrowing: dict[ClusterQueueName, bool] = {}
+
+    def other_borrows(cq: ClusterQueueName) -> bool:
+        v = borrowing.get(cq)
+        if v is None:
+            v = borrowing[cq] = (
+                tree.has(cq)
+                and tree.cohort_of(cq) == cohort
+                and any(tree.is_borrowing(cq, fr) for fr in need)
+            )
+        return v
+
+    def eligible(c: Candidate) -> bool:
+        if not any(c.usage.get(fr, 0) > 0 for fr in need):
+            return False
+        if c.cluster_queue == own:
+            if within == WithinClusterQueue.LOWER_PRIORITY:
+                return c.priority < p.priority
+            if within == WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY:
+                return c.priority < p.priority or (
+                    c.priority == p.priority and p.order_time < c.order_time
+                )
+            return False
+        if cohort is None or reclaim == ReclaimWithinCohort.NEVER:
+            return False
+        if reclaim == ReclaimWithinCohort.LOWER_PRIORITY and not c.priority < p.priority:
+            return False
+        return other_borrows(c.cluster_queue)
+
+    return eligible
 
 
 class _Search:
@@ -210,7 +224,7 @@ def find_targets(
     need_t = tuple(need)
     p = preemptor
     cands = sorted(
-        (c for c in candidates if _eligible(p, spec, c, need_t, tree)),
+        filter(_eligibility(p, spec, need_t, tree), candidates),
         key=lambda c: candidate_order(c, p.cluster_queue),
     )
     if not cands:

@@ -45,10 +45,14 @@ The cycle (Kueue ``Scheduler.schedule``, reference 3.4):
    at a given cohort version, so only the first of each class in queue order (its
    representative) returns; the others stay parked until the representative leaves the
    queue (admitted, deleted, moved), when the next one returns. A representative parked
-   again keeps its class parked until the next change. (Kueue re-evaluates every parked
-   Workload one head per cycle; this gives the same admissions without the O(parked)
-   re-evaluations per release: on the baseline scenario 1.3 million Pending decisions became
-   29,000, with the same admissions and preemptions at the same times.)
+   again keeps its class parked until the next change. Kueue re-evaluates every parked
+   Workload, one head per ClusterQueue per cycle: O(parked) evaluations per release. On
+   Kueue's baseline scenario both give the same admissions and preemptions at the same
+   times (1.3 million Pending decisions became 29,000). In general the queues of a cohort
+   can interleave differently within one instant: a queue no longer spends a cycle per
+   parked class-mate, so its next admissible Workload competes at once and the cycle's
+   order (step 4) decides, where Kueue lets the other queue go first (test
+   ``test_parked_class_mates_do_not_hold_their_queue_back_in_the_cohort``).
 2. Heads: one per ClusterQueue with queued Workloads (cost O(active ClusterQueues), not
    O(pending Workloads)). An inactive ClusterQueue parks all its Workloads with its reason;
    a head whose namespace does not match the selector is parked (even under StrictFIFO).
@@ -258,7 +262,7 @@ class Cluster(ClusterState):
     # ---- nomination ------------------------------------------------------------------------
     def _candidates(self, p: Preemptor, spec: ClusterQueueSpec) -> list[Candidate]:
         """Admitted Workloads that ``find_targets`` could find eligible for ``p`` (a superset:
-        it filters again). Skipped here, by the same rules (``preemption._eligible``): the
+        it filters again). Skipped here, by the same rules (``preemption._eligibility``): the
         own ClusterQueue under withinClusterQueue Never, or those not below (not at most,
         for LowerOrNewerEqualPriority) the preemptor's priority; other ClusterQueues unless
         reclaimWithinCohort allows them and they borrow some flavor-resource (eligibility

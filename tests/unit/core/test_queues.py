@@ -211,3 +211,26 @@ def test_workloads_parked_by_namespace_all_come_back(strict):
     assert all(s.c.workload(s.key(f"w{i}")).inadmissible for i in range(3))
     s.c.set_namespace("ns", {"team": "y"})
     assert sorted(s.admits(s.settle())) == [s.key(f"w{i}") for i in range(3)]
+
+
+def test_parked_class_mates_do_not_hold_their_queue_back_in_the_cohort():
+    """A deliberate difference from Kueue's one-head-per-cycle requeue (fresh-user check,
+    session 2): queue ``a`` has two identical parked Workloads that cannot fit; it no longer
+    spends a cycle re-parking the second one, so when 1 cpu frees up its small Workload
+    competes at once and, created earlier, wins over ``b``'s (Kueue: ``b-small`` wins because
+    ``a`` is busy re-evaluating ``a-big-2``)."""
+    s = Sim(
+        cluster_queue("a").cohort("pool").flavor("default-flavor", cpu=2),
+        cluster_queue("b").cohort("pool").flavor("default-flavor", cpu=2),
+        cluster_queue("c").cohort("pool").flavor("default-flavor", cpu=1),
+    )
+    s.submit(workload("hold-a").cq("a").pods(1, cpu=2), workload("hold-b").cq("b").pods(1, cpu=2),
+             workload("hold-c").cq("c").pods(1, cpu=1))
+    s.settle()
+    s.submit(workload("a-big-1").cq("a").pods(1, cpu=3), workload("a-big-2").cq("a").pods(1, cpu=3),
+             workload("b-big-1").cq("b").pods(1, cpu=3), workload("a-small").cq("a").pods(1, cpu=1),
+             workload("b-small").cq("b").pods(1, cpu=1))
+    assert s.admits(s.settle()) == []
+    s.finish("hold-c")
+    assert s.admits(s.settle()) == [s.key("a-small")]
+    assert s.pending("b-small") and s.pending("a-big-2")
