@@ -653,6 +653,10 @@ def with_nominal(trace: Trace, setting: str) -> Trace:
         amount = parse_quantity(qty, resource, field="--nominal")
     except QuantityError as exc:
         raise ValueError(f"--nominal {setting!r}: {exc.why}") from exc
+    names = sorted(str(spec.name) for spec in trace.cluster_queues)
+    if cq_name not in names:
+        raise ValueError(f"--nominal {setting!r}: no ClusterQueue {cq_name} in the trace "
+                         f"(it has {', '.join(names[:10])}{', ...' if len(names) > 10 else ''})")
     out, found = [], False
     for spec in trace.cluster_queues:
         if spec.name == cq_name:

@@ -292,7 +292,7 @@ def test_what_if_nominal_changes_one_quota() -> None:
     assert (after["classes"]["training"]["avg_time_to_admission_s"]
             < before["classes"]["training"]["avg_time_to_admission_s"])
     for bad, why in [("research:a100:cpu=6", "no quota for cpu"),
-                     ("nope:a100:nvidia.com/gpu=6", "no quota"),
+                     ("nope:a100:nvidia.com/gpu=6", "no ClusterQueue nope in the trace"),
                      ("research:a100=6", "expected CLUSTERQUEUE"),
                      ("research:a100:nvidia.com/gpu=lots", "research:a100")]:
         with pytest.raises(ValueError, match=why):
