@@ -67,7 +67,9 @@ def _nominals(trace: Trace) -> dict[ClusterQueueName, dict[FlavorResource, int]]
 def capacity_bound(trace: Trace) -> float:
     """Lower bound on the makespan from capacity alone, in seconds: for each cohort (or
     ClusterQueue without one) and resource, Σ request × pods × runtime of the Workloads
-    sent to its ClusterQueues / Σ their nominal quota of that resource; the largest."""
+    sent to its ClusterQueues / Σ their nominal quota of that resource; the largest.
+    A Workload asking more of a resource than its cohort's whole nominal quota can never run
+    and adds no work."""
     group: dict[ClusterQueueName, str] = {
         cq.name: (f"cohort/{cq.cohort}" if cq.cohort else f"cq/{cq.name}")
         for cq in trace.cluster_queues}
@@ -81,6 +83,8 @@ def capacity_bound(trace: Trace) -> float:
 
     def add(lq: str, pods: int, req: Mapping[str, int], runtime_us: int, n: int) -> None:
         g = group[lq_cq[lq]]
+        if any(v * pods > capacity.get((g, r), 0) for r, v in req.items() if v):
+            return  # can never be admitted
         for r, v in req.items():
             work[(g, r)] = work.get((g, r), 0) + v * pods * runtime_us * n
 

@@ -130,6 +130,27 @@ def test_small_trace_timeline_is_exactly_the_hand_computed_one() -> None:
         (2, "default/b1", [("default/a1", PreemptionReason.IN_COHORT_RECLAMATION)])]
 
 
+def test_capacity_bound_leaves_out_workloads_that_can_never_run() -> None:
+    """Fresh-user check, session 2: 8-cpu Workloads in a 4-cpu ClusterQueue never run, so
+    they must not push the bound above the makespan (200 x 1 cpu x 10 s on 4 cpu = 500 s)."""
+    text = """\
+flavors: [{name: default}]
+clusterQueues:
+  - name: team
+    resourceGroups:
+      - coveredResources: [cpu]
+        flavors: [{name: default, resources: [{name: cpu, nominalQuota: 4}]}]
+    workloads:
+      - {class: small, count: 200, interval: 0.1s, request: {cpu: 1}, runtime: 10s}
+      - {class: big, count: 3, interval: 1s, request: {cpu: 8}, runtime: 20s}
+"""
+    t = parse_trace(text, "never.yaml")
+    f = summarize(Simulator(t).run())
+    assert capacity_bound(t) == 500.0
+    assert 500.0 <= f["makespan_s"] < 501.0  # the bound holds (it was 560 s before)
+    assert f["classes"]["big"]["finished"] == 0
+
+
 def test_small_trace_figures() -> None:
     f = summarize(_small())
     assert f["makespan_s"] == 16
