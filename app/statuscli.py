@@ -197,7 +197,7 @@ def usage_bar(used: int, nominal: int, width: int = BAR_WIDTH) -> Text:
     return bar
 
 
-def _quota_line(r: dict[str, Any], bar_width: int = BAR_WIDTH) -> Text:
+def _quota_line(r: dict[str, Any], bar_width: int = BAR_WIDTH, wrap: bool = False) -> Text:
     res = r["resource"]
     used = _amount(r["used"], res) or 0
     nominal = _amount(r["nominalQuota"], res) or 0
@@ -211,7 +211,7 @@ def _quota_line(r: dict[str, Any], bar_width: int = BAR_WIDTH) -> Text:
     if r.get("borrowingLimit") is not None:
         extras.append(f"borrowingLimit {r['borrowingLimit']}")
     extras.append(f"available {r['available']}")
-    line.append("  " + ", ".join(extras), style="cyan")
+    line.append(("\n" if wrap else "  ") + ", ".join(extras), style="cyan")
     return line
 
 
@@ -270,20 +270,34 @@ Row = dict[str, Any]
 
 def _queue_table(title: str, columns: tuple[str, ...], last: str, queues: list[Row],
                  head: Callable[[Row], list[Any]], rows_of: Callable[[Row], list[Row]],
-                 cell: Callable[[Row], Text]) -> Table:
+                 cell: Callable[[Row], Text], compact: bool = False) -> Table:
     """One row per flavor-resource of each queue: the queue's own ``columns`` (``head(q)``)
     on its first row only, then Flavor, Resource and ``last`` (``cell(r)`` for each of
-    ``rows_of(q)``)."""
+    ``rows_of(q)``). ``compact`` (narrow terminals): three columns; the queue's name with its
+    other columns stacked under it as ``Column: value`` lines, then flavor and resource in
+    one cell, then ``last``."""
     t = Table(title=title, title_justify="left")
-    for col in (*columns, "Flavor", "Resource", last):
+    heads = (columns[0], "Flavor / resource", last) if compact else (
+        *columns, "Flavor", "Resource", last)
+    for col in heads:
         # Names wrap rather than being cut with an ellipsis on narrow terminals.
         t.add_column(col, overflow="fold")
     for q in queues:
         first = head(q)
-        for i, r in enumerate(rows_of(q) or [None]):
+        if compact:
+            stacked = Text(str(first[0]), style="bold")
+            for name, value in zip(columns[1:], first[1:], strict=True):
+                stacked.append(f"\n{name}: ", style="dim")
+                stacked.append(value if isinstance(value, Text) else Text(str(value)))
+            first = [stacked]
+        rows = rows_of(q) or [None]
+        for i, r in enumerate(rows):
             cells: list[Any] = first if i == 0 else [""] * len(first)
+            end = compact and i == len(rows) - 1  # a rule between queues when stacked
             if r is None:
-                t.add_row(*cells, "-", "-", "-")
+                t.add_row(*cells, *(["-"] if compact else ["-", "-"]), "-", end_section=end)
+            elif compact:
+                t.add_row(*cells, f"{r['flavor']}\n{r['resource']}", cell(r), end_section=end)
             else:
                 t.add_row(*cells, r["flavor"], r["resource"], cell(r))
     return t
@@ -300,9 +314,11 @@ def _counts(q: dict[str, Any]) -> list[str]:
 
 def render(snap: Snapshot, now: float | None = None, width: int | None = None) -> RenderableType:
     """The tables of a snapshot (see the module doc). ``width``: the terminal's columns; below
-    150 the usage bars shrink to 8 cells so names and figures keep their room."""
+    150 the usage bars shrink to 8 cells and the queue table stacks its columns (three
+    instead of nine) so names and headers stay whole."""
     now = time.time() if now is None else now
-    bar_width = BAR_WIDTH if width is None or width >= 150 else 8
+    narrow = width is not None and width < 150
+    bar_width = 8 if narrow else BAR_WIDTH
     parts: list[RenderableType] = []
     if "clusterQueues" in snap:
         parts.append(_queue_table(
@@ -311,7 +327,7 @@ def render(snap: Snapshot, now: float | None = None, width: int | None = None) -
             "Usage (used/nominal)", snap["clusterQueues"],
             lambda q: [q["name"], q.get("cohort") or "-", q["queueingStrategy"], _active(q),
                        *_counts(q)],
-            lambda q: q["resources"], lambda r: _quota_line(r, bar_width)))
+            lambda q: q["resources"], lambda r: _quota_line(r, bar_width, narrow), narrow))
         titles = {name: f"Pending in ClusterQueue {name}" for name in snap["pending"]}
         in_lq = False
     else:
@@ -321,7 +337,7 @@ def render(snap: Snapshot, now: float | None = None, width: int | None = None) -
             ("LocalQueue", "ClusterQueue", "Active", "Pending", "Admitted"),
             "Used", snap["localQueues"],
             lambda q: [q["name"], q["clusterQueue"], _active(q), *_counts(q)],
-            lambda q: q["usage"], lambda u: Text(u["used"])))
+            lambda q: q["usage"], lambda u: Text(u["used"]), narrow))
         titles = {name: f"Pending in LocalQueue {ns}/{name}" for name in snap["pending"]}
         in_lq = True
     for name, page in snap["pending"].items():

@@ -269,6 +269,22 @@ def test_narrow_terminal_keeps_names_whole_and_shrinks_the_bars(run) -> None:
     assert bars and all(len(b) == 8 for b in bars), bars  # 8-cell usage bars, not 20
 
 
+def test_80_column_terminal_stacks_the_queue_columns_and_keeps_headers_whole(run) -> None:
+    """Fresh-user check, session 2: at 80 columns the nine-column table cut its headers into
+    "Cluste" / "rQueue"; below 150 columns it now has three, the queue's fields stacked."""
+    r = run(env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output + r.stderr
+    out = r.stdout
+    assert all(len(line) <= 80 for line in out.splitlines()), max(map(len, out.splitlines()))
+    for whole in ("ClusterQueue", "Flavor / resource", "Usage (used/nominal)", "research-cq",
+                  "Strategy: BestEffortFIFO", "Pending: 3 (3 inadmissible)", "nvidia.com/gpu",
+                  "Cohort: ai"):
+        assert whole in out, whole
+    assert "Cluste " not in out and "…" not in out
+    wide = run(env={"COLUMNS": "200"}).stdout  # wide terminals keep one column per field
+    assert "Strategy: " not in wide and "│ BestEffortFIFO" in wide
+
+
 # ------------------------------------------------------------------------------ bars and help
 
 
