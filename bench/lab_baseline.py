@@ -438,7 +438,7 @@ async def harness(args: argparse.Namespace, kubeconfig: Path, trace: Trace, run_
     return out
 
 
-def apiserver_counts(args: argparse.Namespace, kubeconfig: Path) -> dict[tuple[str, str], float]:
+def apiserver_counts(args: argparse.Namespace, kubeconfig: Path) -> dict[tuple[str, ...], float]:
     """kube-apiserver's ``apiserver_request_total`` summed by (verb, resource[/subresource]),
     and under ("seconds", verb, resource) the ``apiserver_request_duration_seconds_sum``: the
     time the API server spent serving those requests (server side)."""

@@ -312,7 +312,7 @@ class ClusterState:
         sel = spec.namespace_selector
         if sel is None:
             return False
-        if not sel.match_labels and not sel.match_expressions:
+        if sel.selects_all:
             return True  # {}: every namespace (the usual ClusterQueue)
         return sel.matches(self._namespaces.get(namespace, {}))
 

@@ -10,18 +10,17 @@ Rules (Kueue ``pkg/cache/queue``, reference 3.2 and 3.3):
   next Workload becomes the head.
 - StrictFIFO: a head that does not fit stays the head and blocks the queue; only a
   namespace mismatch parks it.
-- Parked Workloads return to the heap on ``requeue_parked`` / ``unpark`` (the cluster calls
-  them when capacity changes in the cohort: a Workload finishes, is deleted or evicted, a
-  queue or flavor changes; which ones return is the scheduler's choice, app.core.scheduler).
+- Parked Workloads return to the heap on ``unpark`` (the cluster calls it when capacity
+  changes in the cohort: a Workload finishes, is deleted or evicted, a queue or flavor
+  changes; which ones return is the scheduler's choice, app.core.scheduler).
 
-Cost: ``push``/``remove``/``head`` are O(log n) amortised (lazy deletion); ``requeue_parked``
-is O(parked) once per event.
+Cost: ``push``/``remove``/``head``/``unpark`` are O(log n) amortised (lazy deletion).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from app.core.types import WorkloadKey
 from app.core.workload import Workload
@@ -97,19 +96,6 @@ class PendingQueue:
             heapq.heappop(heap)
         return None
 
-    def requeue_parked(self, accept: Callable[[WorkloadKey], bool]) -> int:
-        """Move parked Workloads for which ``accept(key)`` is true back to the heap."""
-        moved = 0
-        for key in [k for k in self._parked if accept(k)]:
-            sk = self._parked.pop(key)
-            self._active[key] = sk
-            self._heap.append(sk)
-            moved += 1
-        if moved:
-            heapq.heapify(self._heap)
-            self._maybe_compact()
-        return moved
-
     def unpark(self, key: WorkloadKey) -> bool:
         """Move one parked Workload back to the heap; False when ``key`` is not parked."""
         sk = self._parked.pop(key, None)
@@ -117,6 +103,7 @@ class PendingQueue:
             return False
         self._active[key] = sk
         heapq.heappush(self._heap, sk)
+        self._maybe_compact()
         return True
 
     def parked_order(self, key: WorkloadKey) -> SortKey | None:

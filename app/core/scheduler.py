@@ -216,7 +216,7 @@ class Cluster(ClusterState):
             spec, q = cq.spec, cq.queue
             sel = spec.namespace_selector
             keys = list(q.parked())
-            if sel is None or sel.match_labels or sel.match_expressions:
+            if sel is None or not sel.selects_all:
                 keys = [k for k in keys if self.namespace_matches(spec, self._wls[k].wl.namespace)]
             if spec.queueing_strategy == QueueingStrategy.STRICT_FIFO or len(keys) < 2:
                 for k in keys:

@@ -146,6 +146,11 @@ class LabelSelector:
     match_labels: Mapping[str, str] = field(default_factory=dict)
     match_expressions: tuple[LabelSelectorRequirement, ...] = ()
 
+    @property
+    def selects_all(self) -> bool:
+        """True for the empty selector (``{}``), which matches every label set."""
+        return not self.match_labels and not self.match_expressions
+
     def matches(self, labels: Mapping[str, str]) -> bool:
         """True when ``labels`` satisfy every matchLabels entry and every expression."""
         for k, v in self.match_labels.items():
