@@ -66,9 +66,11 @@ class ClientSettings(BaseModel):
 
 
 class LeaderElectionSettings(BaseModel):
-    """Lease-based leader election (coordination.k8s.io/v1)."""
+    """Lease-based leader election (coordination.k8s.io/v1). On by default, as in Kueue: only
+    the holder of the Lease writes; ``enabled: false`` is for a single replica you trust to be
+    alone (two unelected replicas would both admit)."""
 
-    enabled: bool = False
+    enabled: bool = True
     namespace: str = "pykueue-system"
     lease_name: str = "pykueue-leader"
     lease_duration_seconds: int = Field(15, ge=2, description="whole seconds (Lease int32)")

@@ -64,15 +64,17 @@ QUALIFIED_NAME = (
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
-# k8s.io/apimachinery resource.Quantity, any sign (status values).
+# k8s.io/apimachinery resource.Quantity, any sign (status values). The exponent is an integer
+# of at most two digits, as app.core.quantity reads it (Kubernetes refuses a fractional one;
+# a larger one is out of int64 range anyway, which the ClusterQueue policy checks exactly).
 QUANTITY = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]{1,2}))?$"
 )
 # The same without a minus sign: quotas and limits must be non-negative (Kueue webhook).
 NON_NEGATIVE_QUANTITY = (
     r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]{1,2}))?$"
 )
 QUALIFIED_NAME_MAX = 317  # 253 (DNS prefix) + "/" + 63
 NAME_MAX = 253
@@ -1388,9 +1390,31 @@ _LENDING_OVER = (
 )
 
 
+# app.core.quantity.MAX_AMOUNT (int64, Kueue resources.Amount) in each resource's unit.
+_INT64_MAX_OF = "quantity(r.name == 'cpu' ? '9223372036854775807m' : '9223372036854775807')"
+
+
+def _too_large(field: str) -> str:
+    return f"has(r.{field}) && quantity(string(r.{field})).isGreaterThan({_INT64_MAX_OF})"
+
+
+_ANY_TOO_LARGE = " || ".join(
+    _too_large(f) for f in ("nominalQuota", "borrowingLimit", "lendingLimit"))
+
+
 def cluster_queue_policy() -> list[dict[str, Any]]:
     """ValidatingAdmissionPolicy + binding for the ClusterQueue quota rules."""
     validations = [
+        {
+            "expression": f"!has({_QUOTAS}) || {_QUOTAS}.all(g, g.flavors.all(f, "
+            f"f.resources.all(r, !({_ANY_TOO_LARGE}))))",
+            "messageExpression": "'spec.resourceGroups[].flavors[].resources[]: nominalQuota, "
+            "borrowingLimit and lendingLimit must fit in int64 (milli-units for cpu): ' + "
+            f"{_QUOTAS}.map(g, g.flavors.map(f, f.resources.filter(r, {_ANY_TOO_LARGE})"
+            ".map(r, 'flavor ' + f.name + ' resource ' + r.name))).flatten().flatten()"
+            ".join('; ')",
+            "reason": "Invalid",
+        },
         {
             "expression": f"!has({_QUOTAS}) || {_QUOTAS}.all(g, g.flavors.all(f, "
             f"f.resources.all(r, !({_LENDING_OVER}))))",

@@ -330,7 +330,8 @@ def _decide(req: _Parsed, state: ExtenderState | None) -> FilterDecision:
     if state is None:
         return filter_unsynced(req.pod, req.names)
     pod = req.pod
-    view = state.workload_for_pod(pod.namespace, pod.job_name) if pod.job_name else None
+    view = (state.workload_for_pod(pod.namespace, pod.job_name, pod.job_uid)
+            if pod.job_name else None)
     index = req.index if req.index is not None else state.node_index()
     return filter_pod(pod, view, req.names, index, state.flavors())
 

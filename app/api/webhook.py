@@ -29,7 +29,7 @@ import base64
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -43,6 +43,7 @@ from app.core.webhook_rules import (
     WebhookPolicy,
     is_batch_job,
     mutate,
+    mutate_update,
     read_job,
     read_labels,
     read_name,
@@ -110,6 +111,11 @@ def _policy(state: Any) -> WebhookPolicy:
     )
 
 
+def _job_uid(job: Mapping[str, Any]) -> str:
+    uid = (job.get("metadata") or {}).get("uid")
+    return uid if isinstance(uid, str) else ""
+
+
 def _lookup(state: Any, attribute: str, method: str, *args: str) -> bool | None:
     """Ask an optional lookup on ``app.state``; None when absent or when it fails."""
     provider = getattr(state, attribute, None)
@@ -155,10 +161,14 @@ def _read(value: object, where: str) -> dict[str, Any]:
 
 
 def _decide_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
-    if req.operation != "CREATE" or not _is_job_review(req):
+    if req.operation not in ("CREATE", "UPDATE") or req.sub_resource \
+            or not _is_job_review(req):
         return _allow(req)
     policy = _policy(state)
     job = _read(req.object, "request.object")
+    if req.operation == "UPDATE":
+        old_job = _read(req.old_object, "request.oldObject")
+        return _patched(req, mutate_update(old_job, job, req.user_info.username, policy))
     default_queue = None
     if not read_queue_name(job, policy.queue_name_label):
         has_default = _lookup(
@@ -168,6 +178,10 @@ def _decide_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
     patch = mutate(
         job, req.operation, queue_name_label=policy.queue_name_label, default_queue=default_queue
     )
+    return _patched(req, patch)
+
+
+def _patched(req: AdmissionRequest, patch: list[Any]) -> _Outcome:
     if not patch:
         return _allow(req)
     encoded = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode("ascii")
@@ -186,7 +200,8 @@ def _decide_validation(req: AdmissionRequest, state: Any) -> _Outcome:
     else:
         old_job = _read(req.old_object, "request.oldObject")
         name = req.name or read_name(job)
-        admitted = _lookup(state, "admission_lookup", "is_admitted", req.namespace, name)
+        admitted = _lookup(state, "admission_lookup", "is_admitted", req.namespace, name,
+                           _job_uid(old_job) or _job_uid(job))
         has_default = _lookup(
             state, "default_queue_lookup", "has_default_local_queue", req.namespace
         )

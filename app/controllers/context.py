@@ -34,17 +34,23 @@ from app.core.workload import QUEUE_NAME_LABEL
 
 Obj = dict[str, Any]
 
+# Jobs with a non-empty queue-name label: an empty value is no queue, for the webhook too
+# (one rule everywhere; Kueue's QueueName "" is unmanaged). "k" selects the label's presence,
+# "k!=" (empty value) its non-empty values; together, present and non-empty.
+MANAGED_JOBS = f"{QUEUE_NAME_LABEL},{QUEUE_NAME_LABEL}!="
+
 # Informer keys.
 RF, CQ, LQ, WL, WPC, PC, NS, JOB = "rf", "cq", "lq", "wl", "wpc", "pc", "ns", "job"
 
 
 def build_informers(client: KubeClient, watch_timeout_seconds: int = 300) -> InformerSet:
-    """Informers for every kind the reconciler reads; Jobs only with the queue-name label."""
+    """Informers for every kind the reconciler reads; Jobs only with a non-empty queue-name
+    label (``MANAGED_JOBS``)."""
     infs = InformerSet()
     for key, res, selector in (
         (RF, RESOURCE_FLAVORS, None), (CQ, CLUSTER_QUEUES, None), (LQ, LOCAL_QUEUES, None),
         (WL, WORKLOADS, None), (WPC, WORKLOAD_PRIORITY_CLASSES, None),
-        (PC, PRIORITY_CLASSES, None), (NS, NAMESPACES, None), (JOB, JOBS, QUEUE_NAME_LABEL),
+        (PC, PRIORITY_CLASSES, None), (NS, NAMESPACES, None), (JOB, JOBS, MANAGED_JOBS),
     ):
         infs.add(key, Informer(client, res, label_selector=selector,
                                watch_timeout_seconds=watch_timeout_seconds))

@@ -7,8 +7,13 @@ pre-v1beta2 ``cohort`` accepted as a deprecated alias), ``queueingStrategy``,
 ``flavorFungibility``, ``stopPolicy``; LocalQueue ``spec.clusterQueue``; WorkloadPriorityClass
 ``value``. Quantities are parsed once here into exact integers (``app.core.quantity``).
 
-A ClusterQueue that cannot be parsed (a malformed quantity, say) is returned as an empty spec
-plus a ``ConfigProblem`` naming the field, so it is inactive rather than crashing anything.
+A ClusterQueue that cannot be parsed (a malformed quantity, say) is returned with no resource
+groups, its cohort and the rest of its spec, and a ``ConfigProblem`` naming the field, also in
+``ClusterQueueSpec.object_problem``: the core keeps it inactive in its cohort with the last
+readable quotas (``Cluster.add_cluster_queue``), rather than crashing anything or letting its
+usage leave the cohort. A ClusterQueue being deleted (``metadata.deletionTimestamp``, held by
+the ``kueue.x-k8s.io/resource-in-use`` finalizer while Workloads are admitted in it) is read
+the same way with reason ``Terminating``, as Kueue reports it.
 """
 
 from __future__ import annotations
@@ -106,8 +111,9 @@ def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
     as written so ``validate_cluster_queue`` can name an unsupported one."""
     name = ClusterQueueName(_name(obj))
     spec = obj.get("spec") or {}
+    problem: ConfigProblem | None = None
+    groups: list[ResourceGroup] = []
     try:
-        groups = []
         for gi, g in enumerate(spec.get("resourceGroups") or []):
             flavors = []
             for fi, f in enumerate(g.get("flavors") or []):
@@ -121,8 +127,11 @@ def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
                                         for r in g.get("coveredResources") or []),
                 flavors=tuple(flavors)))
     except QuantityError as exc:
-        return ClusterQueueSpec(name=name), ConfigProblem(
-            "InvalidSpec", exc.field, f"Can't admit new workloads: {exc}")
+        groups = []
+        problem = ConfigProblem("InvalidSpec", exc.field, f"Can't admit new workloads: {exc}")
+    if problem is None and (obj.get("metadata") or {}).get("deletionTimestamp"):
+        problem = ConfigProblem("Terminating", "metadata.deletionTimestamp",
+                                "Can't admit new workloads: clusterQueue is terminating")
     cohort, _ = cohort_of(spec)
     pre = spec.get("preemption") or {}
     bwc = pre.get("borrowWithinCohort") or {}
@@ -151,7 +160,8 @@ def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
             preference=_enum(FungibilityPreference, ff.get("preference"), None),
         ),
         stop_policy=_enum(StopPolicy, spec.get("stopPolicy"), StopPolicy.NONE),
-    ), None
+        object_problem=problem,
+    ), problem
 
 
 def _enum(enum: Any, value: Any, default: Any) -> Any:

@@ -29,7 +29,7 @@ from typing import Any
 
 from app.controllers.client import JOBS, MERGE_PATCH, WORKLOADS
 from app.controllers.context import JOB, PC, RF, WL, WPC, Context
-from app.controllers.errors import ApiError, Conflict, NotFound, Permanent
+from app.controllers.errors import Conflict, NotFound, Permanent
 from app.controllers.events import NORMAL, WARNING
 from app.controllers.informers import DELETED
 from app.controllers.workloads import (
@@ -41,10 +41,11 @@ from app.controllers.workloads import (
     with_finished,
     with_released,
 )
-from app.controllers.workqueue import WorkQueue
+from app.controllers.workqueue import WorkQueue, work
 from app.core.workload import (
     QUEUE_NAME_LABEL,
     WorkloadSpecError,
+    admission_mismatch,
     workload_from_job,
     workload_from_object,
     workload_name_for_job,
@@ -267,7 +268,9 @@ class JobController:
 
     Per Job (in order): deleted -> delete its Workloads (their quota returns); Complete/Failed
     -> Workload Finished (Succeeded/Failed); no Workload -> suspend a running Job, then create
-    the Workload once no pod is active; Workload admitted -> start the Job (inject, unsuspend);
+    the Workload once no pod is active; Workload admitted -> start the Job (inject, unsuspend),
+    unless its pods no longer match the admission (parallelism or requests changed): then stop
+    it and, once its pods are gone, replace the Workload (Kueue ``NoMatchingWorkload``);
     Workload evicted -> stop the Job (suspend, clear startTime, restore the template), then
     release the quota once no pod is left; Workload pending -> a running Job is stopped
     ("no Job left unsuspended without an admitted Workload"), a suspended Job whose spec
@@ -325,34 +328,16 @@ class JobController:
         self.queue.close()
 
     async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            try:
-                if not self.ctx.may_write:
-                    continue  # enqueue_all() runs again when we lead and are synced
-                self.reconciles += 1
-                kind, _, rest = key.partition(":")
-                ns, _, name = rest.partition("/")
-                if kind == "job":
-                    requeue = await self.reconcile_job(ns, name)
-                else:
-                    requeue = await self.reconcile_workload(ns, name)
-                if requeue:
-                    self.queue.add_after(key, requeue)
-                else:
-                    self.queue.forget(key)
-            except asyncio.CancelledError:
-                raise
-            except Conflict:
-                # Stale copy: the watch brings the new version and re-triggers; retry soon.
-                self.queue.add_rate_limited(key)
-            except Exception as exc:  # noqa: BLE001
-                delay = self.queue.add_rate_limited(key)
-                level = logging.WARNING if isinstance(exc, ApiError) else logging.ERROR
-                log.log(level, "reconcile %s failed (%s); retry in %.2fs", key, exc, delay,
-                        exc_info=not isinstance(exc, ApiError))
-            finally:
-                self.queue.done(key)
+        await work(self.queue, self._reconcile_key, may_write=lambda: self.ctx.may_write,
+                   log=log, what="reconcile")
+
+    async def _reconcile_key(self, key: str) -> float | None:
+        self.reconciles += 1
+        kind, _, rest = key.partition(":")
+        ns, _, name = rest.partition("/")
+        if kind == "job":
+            return await self.reconcile_job(ns, name)
+        return await self.reconcile_workload(ns, name)
 
     # ----------------------------------------------------------------- helpers
 
@@ -380,7 +365,7 @@ class JobController:
         """One pass over Job ``ns/name``; returns seconds to look again (or None)."""
         ctx = self.ctx
         job = ctx.store(JOB).get(f"{ns}/{name}")
-        if job is None:
+        if job is None or not queue_name(job):  # an empty queue name is no queue (MANAGED_JOBS)
             await self._job_gone(ns, name)
             return None
         uid = job["metadata"].get("uid", "")
@@ -398,6 +383,9 @@ class JobController:
         if is_finished(wl):
             return None
         if has_admission(wl) and not is_evicted(wl) and is_active(wl):
+            why = self._admission_mismatch(job, wl)
+            if why is not None:
+                return await self._stop_mismatched(job, wl, why)
             await self._start(job, wl)
             return None
         if has_admission(wl):  # evicted (or deactivated) while holding quota
@@ -409,6 +397,42 @@ class JobController:
             return None
         await self._maybe_rebuild(job, wl)
         return None
+
+    def _admission_mismatch(self, job: Obj, wl: Obj) -> str | None:
+        """Why the Job's pods no longer match its admitted Workload (``admission_mismatch``),
+        or None. A Job that cannot be read any more counts as not matching."""
+        wpc, pc = self._priority_maps()
+        try:
+            want = workload_from_job(job, priority_classes=wpc, pod_priority_classes=pc)
+            have = workload_from_object(wl)
+        except WorkloadSpecError as exc:
+            return f"the Job cannot be read: {exc}"
+        return admission_mismatch(want.pod_sets, have)
+
+    async def _stop_mismatched(self, job: Obj, wl: Obj, why: str) -> float | None:
+        """The Job was changed after admission (``spec.parallelism`` raised, say): stop it as
+        Kueue does (``NoMatchingWorkload``), and once none of its pods is left delete the old
+        Workload, whose quota then returns; the Job is queued again with a new Workload for
+        its new shape. The quota is held until the pods are gone, so the Job never runs more
+        than was admitted for longer than it takes to stop."""
+        ctx = self.ctx
+        meta = wl["metadata"]
+        if not is_suspended(job) or is_injected(job):
+            job = await self._stop(job, "No matching Workload; restoring pod templates "
+                                        f"according to existent Workload ({why})")
+            ctx.recorder.emit(wl, WARNING, "NoMatchingWorkload",
+                              f"The Job no longer matches its admission: {why}")
+        if active_pods(job) > 0:
+            return 1.0
+        try:
+            await ctx.client.delete(WORKLOADS, meta["name"], meta["namespace"],
+                                    uid=meta.get("uid"))
+        except NotFound:
+            pass
+        ctx.recorder.emit(job, NORMAL, "DeletedWorkload",
+                          f"Deleted not matching Workload: {meta['namespace']}/{meta['name']}")
+        ctx.wake()
+        return 0.5  # the watch removes it; then a Workload for the new shape is created
 
     async def _job_gone(self, ns: str, name: str) -> None:
         """The Job left the store (deleted, or its queue label removed): delete the Workloads

@@ -35,6 +35,7 @@ from app.config import Settings
 from app.controllers.client import NODES, PODS, KubeClient
 from app.controllers.context import CQ, JOB, LQ, NS, RF, WL, Context, build_informers
 from app.controllers.events import EventRecorder
+from app.controllers.finalizers import FinalizerController
 from app.controllers.informers import Informer
 from app.controllers.jobs import JobController
 from app.controllers.leader import LeaderElector
@@ -75,6 +76,7 @@ class Manager:
         self.jobs: JobController | None = None
         self.scheduler: SchedulerLoop | None = None
         self.status: StatusWriter | None = None
+        self.finalizers: FinalizerController | None = None
         self.admission_lookup: StoreAdmissionLookup | None = None
         self.extender_state: StoreExtenderState | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -105,6 +107,7 @@ class Manager:
         self.jobs = JobController(ctx, workers=s.scheduling.job_workers)
         self.scheduler = SchedulerLoop(ctx, self.jobs, self.cluster, metrics=self.metrics)
         self.status = StatusWriter(ctx)
+        self.finalizers = FinalizerController(ctx, lambda cq: len(self.cluster.admitted(cq)))
         self.admission_lookup = StoreAdmissionLookup(ctx)
         self.extender_state = StoreExtenderState(ctx, NodeStore(s.extender.gpu_resource))
         self._wire()
@@ -113,6 +116,7 @@ class Manager:
         self.jobs.start()
         self.scheduler.start()
         self.status.start()
+        self.finalizers.start()
         self._tasks = [asyncio.create_task(leader.run(), name="leader-election"),
                        asyncio.create_task(self._activate(), name="leader-activation")]
         self._supervise()
@@ -124,9 +128,9 @@ class Manager:
         way is a bug that would silently stop the reconciler (the election task alone may
         return, when election is disabled)."""
         ctx, jobs, sched, status = self.ctx, self.jobs, self.scheduler, self.status
-        assert ctx and jobs and sched and status
+        assert ctx and jobs and sched and status and self.finalizers
         tasks = [*ctx.informers.tasks, *jobs.tasks, *sched.tasks, *status.tasks,
-                 *ctx.recorder.tasks, *self._tasks]
+                 *self.finalizers.tasks, *ctx.recorder.tasks, *self._tasks]
         for task in tasks:
             task.add_done_callback(self._on_task_done)
 
@@ -142,23 +146,24 @@ class Manager:
                   exc_info=exc)
 
     def _wire(self) -> None:
-        ctx, sched, jobs, status, ext = (self.ctx, self.scheduler, self.jobs, self.status,
-                                         self.extender_state)
-        assert ctx and sched and jobs and status and ext
+        ctx, sched, jobs, status, ext, fin = (self.ctx, self.scheduler, self.jobs, self.status,
+                                              self.extender_state, self.finalizers)
+        assert ctx and sched and jobs and status and ext and fin
         inf = ctx.informers
 
         def owners(etype: str, old: Any, new: Any) -> None:
             obj = new or old
             ctx.owners.update(new, f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
 
-        for h in (sched.on_flavor, status.on_queue, ext.on_flavor):
+        for h in (sched.on_flavor, status.on_queue, ext.on_flavor, fin.on_flavor):
             inf[RF].add_handler(h)
-        for h in (sched.on_cluster_queue, status.on_queue):
+        for h in (sched.on_cluster_queue, status.on_queue, fin.on_cluster_queue):
             inf[CQ].add_handler(h)
         for h in (sched.on_local_queue, status.on_queue):
             inf[LQ].add_handler(h)
         inf[NS].add_handler(sched.on_namespace)
-        for h in (owners, sched.on_workload, jobs.on_workload, status.on_workload):
+        for h in (owners, sched.on_workload, jobs.on_workload, status.on_workload,
+                  fin.on_workload):
             inf[WL].add_handler(h)
         inf[JOB].add_handler(jobs.on_job)
         if NODE in inf.informers:
@@ -169,6 +174,7 @@ class Manager:
         """Whenever this process leads and is synced: re-examine every Job and Workload."""
         ctx = self.ctx
         assert ctx is not None and self.jobs is not None and self.status is not None
+        assert self.finalizers is not None
         await ctx.informers.wait_synced()
         log.info("reconciler: informers synced (%s)",
                  ", ".join(f"{k}={len(i.store)}" for k, i in ctx.informers.informers.items()))
@@ -181,6 +187,7 @@ class Manager:
             await ctx.leader.leading.wait()
             log.info("reconciler: leading as %s", ctx.leader.identity)
             self.jobs.enqueue_all()
+            self.finalizers.enqueue_all()
             self.status.stats.dirty_all = True
             ctx.wake()
             while ctx.leader.is_leader:
@@ -211,7 +218,7 @@ class Manager:
         await step("background tasks", asyncio.gather(*self._tasks, return_exceptions=True))
         self._tasks.clear()
         for name, comp in (("scheduler", self.scheduler), ("status", self.status),
-                           ("jobs", self.jobs)):
+                           ("finalizers", self.finalizers), ("jobs", self.jobs)):
             if comp is not None:
                 await step(name, comp.stop())
         await step("informers", ctx.informers.stop())

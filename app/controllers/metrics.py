@@ -173,7 +173,8 @@ class QueueCollector(Collector):
             g["pending"].add_metric([name, "inadmissible", role], v.pending_inadmissible)
             g["reserving"].add_metric([name, role], v.reserving)
             g["admitted"].add_metric([name, role], v.admitted)
-            current = "active" if v.status.active else "pending"
+            current = ("active" if v.status.active else
+                       "terminating" if v.status.reason == "Terminating" else "pending")
             for s in CQ_STATUSES:
                 g["cq_status"].add_metric([name, s, role], 1.0 if s == current else 0.0)
             cohort = v.status.cohort or ""

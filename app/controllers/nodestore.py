@@ -35,9 +35,12 @@ class ExtenderState(Protocol):
         """True once every informer has listed (design.md: nothing decided before sync)."""
         ...
 
-    def workload_for_pod(self, namespace: str, job_name: str) -> PodWorkloadView | None:
+    def workload_for_pod(self, namespace: str, job_name: str,
+                         job_uid: str = "") -> PodWorkloadView | None:
         """The Workload of batch/v1 Job ``namespace/job_name``; ``None`` when pykueue does not
-        manage that Job. A managed Job without a Workload yet gives a non-admitted view."""
+        manage that Job. A managed Job without a Workload yet gives a non-admitted view, and
+        so does a pod whose ``job_uid`` (when known) is not the managed Job's: a Job deleted
+        and created again under the same name is another Job."""
         ...
 
     def flavors(self) -> tuple[FlavorView, ...]:
@@ -197,7 +200,8 @@ class InMemoryExtenderState(NodeStoreBacked):
     def synced(self) -> bool:
         return self.is_synced
 
-    def workload_for_pod(self, namespace: str, job_name: str) -> PodWorkloadView | None:
+    def workload_for_pod(self, namespace: str, job_name: str,
+                         job_uid: str = "") -> PodWorkloadView | None:
         return self.workloads.get((namespace, job_name))
 
     def flavors(self) -> tuple[FlavorView, ...]:

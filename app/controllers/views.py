@@ -31,19 +31,22 @@ class StoreAdmissionLookup:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
 
-    def _workload(self, namespace: str, job_name: str) -> Obj | None:
-        job = self.ctx.store(JOB).get(f"{namespace}/{job_name}")
-        if job is None:
-            return None
-        name = workload_name_for_job(job_name, job["metadata"].get("uid", ""))
+    def _workload(self, namespace: str, job_name: str, job_uid: str = "") -> Obj | None:
+        if not job_uid:
+            job = self.ctx.store(JOB).get(f"{namespace}/{job_name}")
+            if job is None:
+                return None
+            job_uid = job["metadata"].get("uid", "")
+        name = workload_name_for_job(job_name, job_uid)
         return self.ctx.store(WL).get(f"{namespace}/{name}")
 
-    def is_admitted(self, namespace: str, job_name: str) -> bool | None:
-        """True: the Job's Workload holds an admission and is not being evicted; False: it
-        exists and does not; None: unknown (not synced, no Workload yet)."""
+    def is_admitted(self, namespace: str, job_name: str, job_uid: str = "") -> bool | None:
+        """True: the Workload of the Job (the one with ``job_uid`` when given, else the Job
+        in the store) holds an admission and is not being evicted; False: it exists and does
+        not; None: unknown (not synced, no Workload yet)."""
         if not self.ctx.synced:
             return None
-        wl = self._workload(namespace, job_name)
+        wl = self._workload(namespace, job_name, job_uid)
         if wl is None:
             return None
         return has_admission(wl) and not is_evicted(wl)
@@ -96,12 +99,17 @@ class StoreExtenderState(InMemoryExtenderState):
             self._flavors = tuple(out)
         return self._flavors
 
-    def workload_for_pod(self, namespace: str, job_name: str) -> PodWorkloadView | None:
+    def workload_for_pod(self, namespace: str, job_name: str,
+                         job_uid: str = "") -> PodWorkloadView | None:
         job = self.ctx.store(JOB).get(f"{namespace}/{job_name}")
         if job is None:
             return None
-        name = workload_name_for_job(job_name, job["metadata"].get("uid", ""))
+        uid = job["metadata"].get("uid", "")
+        name = workload_name_for_job(job_name, uid)
         key = f"{namespace}/{name}"
+        if job_uid and job_uid != uid:
+            return PodWorkloadView(key, False, f"it belongs to Job uid {job_uid}, not to the Job "
+                                               f"{namespace}/{job_name} pykueue knows (uid {uid})")
         wl = self.ctx.store(WL).get(key)
         if wl is None:
             return PodWorkloadView(key, False, "its Workload has not been created yet")

@@ -6,12 +6,18 @@
 - ``add_rate_limited(key)``: delayed add with per-key exponential backoff
   (``base * 2**failures`` capped at ``cap`` seconds); ``forget(key)`` resets it after success.
 - ``get()`` waits for a key; ``done(key)`` must follow every ``get``.
+
+``work(queue, reconcile, ...)`` is the worker loop every controller runs over its queue.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
+
+from app.controllers.errors import ApiError, Conflict
 
 
 class WorkQueue:
@@ -86,3 +92,33 @@ class WorkQueue:
         for h in self._timers:
             h.cancel()
         self._timers.clear()
+
+
+async def work(queue: WorkQueue, reconcile: Callable[[str], Awaitable[float | None]], *,
+               may_write: Callable[[], bool], log: logging.Logger, what: str) -> None:
+    """Process ``queue`` until cancelled: ``reconcile(key)`` returns seconds to look again (or
+    None to forget the key's backoff). Keys taken while ``may_write()`` is false are dropped:
+    the controller enqueues everything again when it leads and is synced. A ``Conflict``
+    (stale copy; the watch brings the new version) retries soon; any other error retries
+    with backoff and is logged (with a traceback when it is not an API error: a bug)."""
+    while True:
+        key = await queue.get()
+        try:
+            if not may_write():
+                continue
+            requeue = await reconcile(key)
+            if requeue:
+                queue.add_after(key, requeue)
+            else:
+                queue.forget(key)
+        except asyncio.CancelledError:
+            raise
+        except Conflict:
+            queue.add_rate_limited(key)
+        except Exception as exc:  # noqa: BLE001 - one object must not stop the others
+            delay = queue.add_rate_limited(key)
+            api = isinstance(exc, ApiError)
+            log.log(logging.WARNING if api else logging.ERROR, "%s %s failed (%s); retry in %.2fs",
+                    what, key, exc, delay, exc_info=not api)
+        finally:
+            queue.done(key)

@@ -227,16 +227,25 @@ class ClusterState:
             self._requeue[name] = None
 
     def _quotas(self, cq: _ClusterQueue) -> dict:
-        # An invalid ClusterQueue lends and admits nothing; a stopped one keeps its quota.
-        if cq.problem is None or cq.problem.reason == "Stopped":
+        # An invalid ClusterQueue lends and admits nothing; a stopped one keeps its quota, and
+        # so does one whose object became unreadable (its spec is the last readable one).
+        if cq.problem is None or cq.problem.reason == "Stopped" \
+                or cq.spec.object_problem is not None:
             return quotas_of(cq.spec)
         return {}
 
     # ---- ClusterQueues -------------------------------------------------------------------------
     def add_cluster_queue(self, spec: ClusterQueueSpec) -> None:
-        """Add or replace a ClusterQueue. An invalid spec makes it inactive (never raises)."""
+        """Add or replace a ClusterQueue. An invalid spec makes it inactive (never raises).
+
+        A spec with ``object_problem`` replacing a known ClusterQueue keeps that one's resource
+        groups and cohort (the last readable spec), so the usage of its admitted Workloads
+        stays in its cohort and nothing is lent or borrowed on the strength of unread quotas.
+        """
         name = spec.name
         old = self._cqs.get(name)
+        if spec.object_problem is not None and old is not None:
+            spec = replace(old.spec, object_problem=spec.object_problem)
         if old is not None:
             self._mark_cohort(name)
         problem = validate_cluster_queue(spec, self._flavors)

@@ -134,7 +134,9 @@ class PodFacts:
     """A Pod as the extender sees it (core/v1 Pod).
 
     ``job_name``: the owning batch/v1 Job (controller ownerReference of kind Job, else the
-    ``batch.kubernetes.io/job-name`` / ``job-name`` label), ``None`` when not a Job's pod.
+    ``batch.kubernetes.io/job-name`` / ``job-name`` label), ``None`` when not a Job's pod;
+    ``job_uid``: that Job's UID (the ownerReference's, else the
+    ``batch.kubernetes.io/controller-uid`` / ``controller-uid`` label), ``""`` when unknown.
     ``pod_set``: label ``kueue.x-k8s.io/podset`` (injected at admission). ``gpus``: the pod's
     effective request of the GPU resource as a count (max of the containers' sum and any
     init container; a limit stands in for a missing request).
@@ -143,6 +145,7 @@ class PodFacts:
     namespace: str
     name: str
     job_name: str | None = None
+    job_uid: str = ""
     pod_set: str | None = None
     queue_name: str | None = None
     tolerations: tuple[Toleration, ...] = ()
@@ -247,6 +250,22 @@ def _container_gpus(c: Any, gpu_resource: str, where: str) -> int:
     return 0 if raw is None else _count(raw, gpu_resource, f"{where}.resources")
 
 
+JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
+
+
+def job_uid_of(meta: Mapping[str, Any], labels: Mapping[str, str], job_name: str | None) -> str:
+    """The UID of the pod's Job ``job_name``: its ownerReference's, else the Job controller's
+    label; ``""`` when unknown."""
+    for ref in _list(meta.get("ownerReferences"), "Pod.metadata.ownerReferences"):
+        if isinstance(ref, Mapping) and ref.get("kind") == "Job" \
+                and ref.get("name") == job_name and isinstance(ref.get("uid"), str):
+            return ref["uid"]
+    for label in JOB_UID_LABELS:
+        if labels.get(label):
+            return labels[label]
+    return ""
+
+
 def job_name_of(meta: Mapping[str, Any], labels: Mapping[str, str]) -> str | None:
     """The batch/v1 Job owning a pod: controller ownerReference of kind Job, else the label."""
     refs = _list(meta.get("ownerReferences"), "Pod.metadata.ownerReferences")
@@ -288,9 +307,10 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
     return PodFacts(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or meta.get("generateName") or ""),
-        job_name=job_name_of(meta, labels),
+        job_name=(job_name := job_name_of(meta, labels)),
+        job_uid=job_uid_of(meta, labels, job_name) if job_name else "",
         pod_set=labels.get(PODSET_LABEL),
-        queue_name=labels.get(QUEUE_NAME_LABEL),
+        queue_name=labels.get(QUEUE_NAME_LABEL) or None,  # "" is no queue, as in the webhook
         tolerations=tolerations,
         gpus=max(main, init),
     )

@@ -106,7 +106,7 @@ def parse_exact(value: str | int, *, field: str = "quantity") -> Fraction:
         return num * _BINARY[suffix]
     if suffix[:1] in ("e", "E") and len(suffix) > 1:
         exp = int(suffix[1:])
-        if abs(exp) > 64:
+        if abs(exp) > 99:  # the CRD pattern allows two exponent digits
             raise QuantityError(field, value, "exponent out of range")
         return num * (Fraction(10) ** exp)
     return num * _DECIMAL[suffix]

@@ -179,13 +179,29 @@ class FlavorFungibility:
     preference: FungibilityPreference | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ConfigProblem:
+    """Why a ClusterQueue is inactive. ``reason``: Kueue ``Active`` condition reason
+    (``FlavorNotFound``, ``Stopped``, or ``InvalidSpec`` for what Kueue's webhook would
+    reject); ``field``: the offending field path; ``message``: for people, names the field."""
+
+    reason: str
+    field: str
+    message: str
+
+
 @dataclass(frozen=True)
 class ClusterQueueSpec:
     """Kueue v1beta2 ClusterQueue ``spec`` as the core needs it.
 
     ``namespace_selector``: ``None`` (Kueue: field unset) matches **no** namespace;
     ``LabelSelector()`` (``{}``) matches all. ``cohort``: ``spec.cohortName`` (``None``: no
-    borrowing or lending). Index helpers (``group_of``, ``quota``) are computed once.
+    borrowing or lending). ``object_problem``: set when the object itself stops the queue:
+    it could not be read (a malformed quantity, reason ``InvalidSpec``) or it is being deleted
+    (reason ``Terminating``); the ClusterQueue is then inactive with it, and ``Cluster`` keeps
+    the last readable spec's quotas and cohort so its admitted usage stays counted where it
+    was.
+    Index helpers (``group_of``, ``quota``) are computed once.
     """
 
     name: ClusterQueueName
@@ -196,6 +212,7 @@ class ClusterQueueSpec:
     preemption: PreemptionPolicy = field(default_factory=PreemptionPolicy)
     flavor_fungibility: FlavorFungibility = field(default_factory=FlavorFungibility)
     stop_policy: StopPolicy = StopPolicy.NONE
+    object_problem: ConfigProblem | None = None
 
     @cached_property
     def _group_index(self) -> dict[ResourceName, int]:
@@ -242,16 +259,6 @@ class LocalQueue:
         """``namespace/name``."""
         return f"{self.namespace}/{self.name}"
 
-
-@dataclass(frozen=True, slots=True)
-class ConfigProblem:
-    """Why a ClusterQueue is inactive. ``reason``: Kueue ``Active`` condition reason
-    (``FlavorNotFound``, ``Stopped``, or ``InvalidSpec`` for what Kueue's webhook would
-    reject); ``field``: the offending field path; ``message``: for people, names the field."""
-
-    reason: str
-    field: str
-    message: str
 
 
 def _problem(reason: str, where: str, why: str) -> ConfigProblem:
@@ -398,8 +405,11 @@ def validate_cluster_queue(
     not matching ``coveredResources``, negative quotas, ``borrowingLimit`` / ``lendingLimit``
     without a cohort, ``lendingLimit`` > ``nominalQuota``), enum values and cross-field rules
     (Kueue v1beta2 ClusterQueue CEL rules and webhook), ResourceFlavors that do not exist
-    (reason ``FlavorNotFound``), then ``stopPolicy`` (reason ``Stopped``). Never raises.
+    (reason ``FlavorNotFound``), then ``stopPolicy`` (reason ``Stopped``). An
+    ``object_problem`` (unreadable or terminating object) comes before all of them. Never raises.
     """
+    if spec.object_problem is not None:
+        return spec.object_problem
     bad = _groups_problem(spec) or _enum_problem(spec)
     if bad is not None:
         return bad

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from app.core.workload import WorkloadSpecError, job_pod_count
+
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 # Kueue LocalQueue defaulting: a LocalQueue with this name in a namespace captures unlabelled Jobs.
 DEFAULT_LOCAL_QUEUE = "default"
@@ -67,12 +69,14 @@ class WebhookPolicy:
 class AdmissionLookup(Protocol):
     """Answers whether the Workload of a Job is admitted (provided by the reconciler).
 
-    ``is_admitted(namespace, job_name)``: True when the Job's Workload has ``status.admission``
-    and the Admitted condition; False when it exists and is not admitted; None when unknown
-    (no Workload yet, caches not synced). The webhook treats None as "not admitted".
+    ``is_admitted(namespace, job_name, job_uid)``: True when the Workload of the Job with that
+    UID has ``status.admission`` and the Admitted condition; False when it exists and is not
+    admitted; None when unknown (no Workload yet, caches not synced). The webhook treats None
+    as "not admitted". ``job_uid`` matters: a Job deleted and created again under the same
+    name is another Job, and must not borrow its predecessor's admission.
     """
 
-    def is_admitted(self, namespace: str, job_name: str) -> bool | None: ...
+    def is_admitted(self, namespace: str, job_name: str, job_uid: str = "") -> bool | None: ...
 
 
 class DefaultQueueLookup(Protocol):
@@ -241,6 +245,41 @@ def mutate(
     if not read_suspend(job):
         patch.append(_suspend_op(job))
     return patch
+
+
+def _pod_count(job: Mapping[str, Any]) -> int | None:
+    """``min(parallelism, completions)`` (Kueue's podSet count), None when unreadable."""
+    try:
+        return job_pod_count(job)
+    except WorkloadSpecError:
+        return None
+
+
+def mutate_update(
+    old_job: object, new_job: object, username: str, policy: WebhookPolicy
+) -> list[JsonPatchOp]:
+    """The JSONPatch for updating a running queued Job; ``[]`` when nothing changes.
+
+    A queued Job (non-empty queue-name label) that runs (not suspended before nor after) and
+    whose pod count (``min(parallelism, completions)``) changes in this update is suspended in
+    the same write: Kubernetes lets a running Job's ``spec.parallelism`` change, and the Job
+    controller would create the extra pods before anyone could stop them. The change itself is
+    kept; pykueue then queues the Job again for its new shape, as Kueue does when a job no
+    longer matches its Workload (``NoMatchingWorkload``), only without the window in which
+    more pods run than were admitted. pykueue's own identities are exempt. Raises
+    UnreadableObjectError.
+    """
+    old_job, new_job = read_job(old_job), read_job(new_job)
+    if not is_batch_job(new_job) or username in policy.controller_usernames:
+        return []
+    if not read_queue_name(new_job, policy.queue_name_label):
+        return []
+    if read_suspend(old_job) or read_suspend(new_job):
+        return []
+    old, new = _pod_count(old_job), _pod_count(new_job)
+    if old is not None and old == new:
+        return []
+    return [_suspend_op(new_job)]
 
 
 # ----------------------------------------------------------------------------------------------

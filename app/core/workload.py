@@ -539,6 +539,36 @@ def workload_from_job(
     )
 
 
+def admission_mismatch(running: Sequence[PodSet], admitted: Workload) -> str | None:
+    """Why the pods a job would run now (``running``: its podSets as read from the job) no
+    longer match what its Workload was admitted for; None when they match.
+
+    Compared per podSet: the names, the pod ``count`` (against the admitted count of
+    ``admitted.admission`` when present, else the Workload's spec) and the per-pod
+    ``requests`` (milli-CPU, bytes, counts). Any difference counts, up or down, as Kueue's
+    ``EquivalentToWorkload`` (kueue-integrations.md 1.4): the job is stopped and queued
+    again for its new shape, so it never runs more than was admitted (issue 14: a running
+    Job's ``spec.parallelism`` can be raised). Never raises.
+    """
+    have = {ps.name: ps for ps in admitted.pod_sets}
+    counts = {ps.name: ps.count for ps in admitted.pod_sets}
+    if admitted.admission is not None:
+        counts.update({a.name: a.count for a in admitted.admission.pod_set_assignments})
+    want = {ps.name: ps for ps in running}
+    if set(want) != set(have):
+        return (f"podSets {sorted(want)} do not match the admitted podSets {sorted(have)}")
+    for name, ps in want.items():
+        if ps.count != counts[name]:
+            return f"podSet {name}: {ps.count} pods, admitted for {counts[name]}"
+        if dict(ps.requests) != dict(have[name].requests):
+            changed = sorted(set(ps.requests) ^ set(have[name].requests) | {
+                r for r in set(ps.requests) & set(have[name].requests)
+                if ps.requests[r] != have[name].requests[r]})
+            return (f"podSet {name}: per-pod requests of {', '.join(changed)} differ from "
+                    "the admitted ones")
+    return None
+
+
 def workload_object_for_job(
     job: Mapping[str, Any],
     *,

@@ -72,13 +72,21 @@ def sa_kubeconfig(lab: LabHandle) -> Path:
     return _SA_KUBECONFIGS[lab.state]
 
 
+# The in-process Managers of these tests share one Lease, as replicas of a Deployment would;
+# short timings so that a Manager started after one that died takes over within seconds.
+TEST_LEASE = LeaderElectionSettings(enabled=True, namespace="pykueue-system",
+                                    lease_name="pykueue-test-manager", lease_duration_seconds=4,
+                                    renew_deadline_seconds=3, retry_period_seconds=1)
+
+
 def settings_for(lab: LabHandle, **scheduling: Any) -> Settings:
     """Settings of an in-process Manager against ``lab``, authenticated as pykueue's own
-    ServiceAccount bound to manifests/rbac (issue 10: a missing permission fails these tests)."""
+    ServiceAccount bound to manifests/rbac (issue 10: a missing permission fails these tests),
+    with leader election on, as pykueue runs by default (``TEST_LEASE``)."""
     return Settings(
         client=ClientSettings(kubeconfig=sa_kubeconfig(lab), qps=200, burst=400),
         scheduling=SchedulingSettings(**{"status_flush_seconds": 0.2, **scheduling}),
-        leader_election=LeaderElectionSettings(enabled=False),
+        leader_election=TEST_LEASE,
     )
 
 
@@ -116,6 +124,9 @@ class ManagerThread:
             self.m = Manager(self.settings, client=client, **self.kwargs)
         self.call(self.m.start())
         self.call(self.m.wait_ready(ready_timeout), ready_timeout + 5)
+        if self.settings.leader_election.enabled:
+            wait_for(lambda: self.on_loop(lambda m: m.is_leader), ready_timeout,
+                     "the Manager leads (Lease taken)")
         return self
 
     def stop(self) -> None:
@@ -258,7 +269,7 @@ def restart_apiserver(lab: LabHandle, down_seconds: float = 2.0) -> None:
 class Pykueue:
     """``pykueue serve`` as a subprocess against ``lab`` (its own HTTPS port and certs)."""
 
-    def __init__(self, lab: LabHandle, certs: Path, port: int, *, leader_election: bool = False,
+    def __init__(self, lab: LabHandle, certs: Path, port: int, *, leader_election: bool = True,
                  lease_name: str = "pykueue-leader", extra_env: dict[str, str] | None = None,
                  log: Path | None = None) -> None:
         self.lab = lab
@@ -507,7 +518,13 @@ def reset_samples(lab: LabHandle, sample: str) -> None:
         lab.kubectl("delete", "jobs", "--all", "-n", ns, "--wait=true", check=False)
     wait_for(lambda: not [w for w in lab.get("workloads.kueue.x-k8s.io", "-A")["items"]
                           if w["metadata"]["namespace"] in teams], 60, "old Workloads gone")
-    lab.kubectl("delete", "clusterqueue", "research-cq", "inference-cq", "--ignore-not-found")
+    # The running reconciler lifts the resource-in-use finalizer once no Workload is admitted;
+    # wait for that with a bound instead of kubectl's unbounded wait.
+    lab.kubectl("delete", "clusterqueue", "research-cq", "inference-cq", "--ignore-not-found",
+                "--wait=false")
+    wait_for(lambda: not [c for c in lab.get("clusterqueues")["items"]
+                          if c["metadata"]["name"] in ("research-cq", "inference-cq")],
+             60, "sample ClusterQueues deleted")
     lab.kubectl("apply", "-k", str(ROOT / "manifests" / "samples" / sample))
 
 

@@ -368,6 +368,31 @@ INVALID = [
         "should match",
         id="LocalQueue clusterQueue not DNS-1123",
     ),
+    # Issue 14.4: quantities pykueue's reader refuses must not get past the API server.
+    *(
+        pytest.param(
+            _cq(resourceGroups=[_group(["nvidia.com/gpu"],
+                                       ("f", [("nvidia.com/gpu", {"nominalQuota": q})]))]),
+            field, message, id=f"nominalQuota {q}",
+        )
+        for q, field, message in (
+            ("1e1.5", "nominalQuota", "should match"),
+            ("1e100", "nominalQuota", "should match"),
+            ("1e1000", "nominalQuota", "should match"),
+            ("100E", "must fit in int64", "flavor f resource nvidia.com/gpu"),
+            ("9223372036854775808", "must fit in int64", "flavor f resource nvidia.com/gpu"),
+        )
+    ),
+    pytest.param(
+        _cq(resourceGroups=[
+            _group(["cpu"], ("f", [("cpu", {"nominalQuota": "9223372036854776"})]))]),
+        "must fit in int64", "flavor f resource cpu", id="cpu nominalQuota over int64 milli-CPU",
+    ),
+    pytest.param(
+        _cq(cohortName="co", resourceGroups=[_group(
+            ["memory"], ("f", [("memory", {"nominalQuota": "1Gi", "borrowingLimit": "8Ei"})]))]),
+        "must fit in int64", "flavor f resource memory", id="borrowingLimit over int64",
+    ),
 ]
 
 
@@ -520,7 +545,8 @@ def test_printer_columns_show_cohort_strategy_queue_and_admission(
         )
         assert r.returncode != 0 and "spec.queueName" in r.stderr
     finally:
-        crds.kubectl("delete", "cq", cq_name, "--ignore-not-found", check=False)
+        # --wait=false: a pykueue running in the lab holds a used queue with its finalizer.
+        crds.kubectl("delete", "cq", cq_name, "--ignore-not-found", "--wait=false", check=False)
 
 
 @pytest.mark.parametrize(

@@ -123,7 +123,7 @@ def test_KQ_12_lending_limit_no_preemption_when_the_preemptor_cannot_fit(
         cpu = next(r for f in st["flavorsReservation"] for r in f["resources"]
                    if r["name"] == "cpu")
         assert cpu["borrowed"] == "4"
-        assert reservation(rlab, l1).get(CPU) == "0"
+        wait_for(lambda: reservation(rlab, l1).get(CPU) == "0", 10, "lend1 status usage 0")
     finally:
         cleanup(rlab, ns, l1, l2)
 

@@ -114,8 +114,9 @@ def test_failed_job_finishes_its_workload_and_frees_quota(rlab: LabHandle, manag
                        and c["status"] == "True" and c, 90, "bad's Workload Finished")
         assert fin["reason"] == "Failed"
         wait_for(lambda: is_admitted(workload_of(rlab, ns, "after")), 30, "after admitted")
-        st = rlab.get("clusterqueue", cq)["status"]
-        assert st["admittedWorkloads"] == 1
+        # The ClusterQueue status is written coalesced, after the admission: wait for it.
+        st = wait_for(lambda: (s := rlab.get("clusterqueue", cq).get("status") or {})
+                      .get("admittedWorkloads") == 1 and s, 30, "admittedWorkloads 1")
         assert st["flavorsUsage"][0]["name"] == FLAVOR
     finally:
         rlab.kubectl("delete", "namespace", ns, "--wait=false")

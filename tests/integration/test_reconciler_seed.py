@@ -82,8 +82,11 @@ def test_seed_borrow_wait_start_on_finish_then_reclaim(rlab: LabHandle, manager)
         assert cpu == {"name": "cpu", "total": "8", "borrowed": "4"}
         active = cond(rlab.get("clusterqueue", "research-cq"), "Active")
         assert active and active["status"] == "True" and active["reason"] == "Ready"
-        lq = rlab.get("localqueue", "team-queue", "-n", "research")["status"]
-        assert (lq["pendingWorkloads"], lq["admittedWorkloads"]) == (1, 4)
+        # The LocalQueue's status is written after the ClusterQueue's: wait for it too.
+        wait_for(lambda: ((s := rlab.get("localqueue", "team-queue", "-n", "research")
+                           .get("status") or {}).get("pendingWorkloads"),
+                          s.get("admittedWorkloads")) == (1, 4), 10,
+                 "team-queue status 1 pending / 4 admitted")
 
         # r0 finishes; r4 starts by itself, quickly.
         wait_for(lambda: job_complete(rlab, "research", "r0"), 90, "r0 Complete")

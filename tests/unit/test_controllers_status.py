@@ -150,6 +150,19 @@ def test_malformed_quantity_makes_an_inactive_spec_naming_the_field() -> None:
     assert "resourceGroups[0].flavors[0].resources[0].nominalQuota" in problem.message
 
 
+@pytest.mark.parametrize("value", ["1e1.5", "1e1000", "100E"])
+def test_unreadable_quantity_keeps_the_cohort_and_carries_the_problem(value: str) -> None:
+    """Issue 14.4: the reader used to drop the cohort with the quotas, so the core saw an
+    active queue outside its cohort and the cohort over-admitted."""
+    bad = copy.deepcopy(CQ_OBJ)
+    bad["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] = value
+    spec, problem = cluster_queue(bad)
+    assert problem is not None and spec.object_problem == problem
+    assert spec.cohort == "ai-platform"
+    from app.core.spec import validate_cluster_queue
+    assert validate_cluster_queue(spec, {}) == problem
+
+
 def test_unset_namespace_selector_matches_nothing_and_other_kinds() -> None:
     spec, _ = cluster_queue({"metadata": {"name": "c"}, "spec": {}})
     assert spec.namespace_selector is None

@@ -380,7 +380,7 @@ async def test_filter_follows_node_label_changes_from_the_watch(client, state):
 
 async def test_internal_error_answers_200_with_error_field(app):
     class Broken(InMemoryExtenderState):
-        def workload_for_pod(self, namespace, job_name):
+        def workload_for_pod(self, namespace, job_name, job_uid=""):
             raise RuntimeError("cache corrupted")
 
         def free_gpus(self):

@@ -19,18 +19,22 @@ from app.api.access import (
     TokenResult,
     UserInfo,
 )
-from app.config import Settings
+from app.config import LeaderElectionSettings, Settings
 from app.core.quantity import parse_quantity
 from app.core.types import ClusterQueueName, WorkloadKey
 from app.main import create_app
 from tests.builders import workload
 from tests.status_scenario import ADMIN, build_cluster, reviewer
 
+# One replica without leader election: the metrics say replica_role="standalone".
+STANDALONE = Settings(controllers_enabled=False,
+                      leader_election=LeaderElectionSettings(enabled=False))
+
 ADMIN_H = {"Authorization": "Bearer admin-token"}
 
 
 def make_app(cluster=None, access=None):
-    app = create_app(Settings(controllers_enabled=False))
+    app = create_app(STANDALONE)
     app.state.cluster = build_cluster() if cluster is None else cluster
     app.state.access_reviewer = reviewer() if access is None else access
     return app
@@ -607,7 +611,7 @@ async def test_lifespan_serves_the_reconcilers_cluster(monkeypatch) -> None:
     import app.controllers.manager as manager_module
 
     monkeypatch.setattr(manager_module, "Manager", StubManager)
-    app = create_app(Settings())
+    app = create_app(Settings(leader_election=LeaderElectionSettings(enabled=False)))
     async with app.router.lifespan_context(app):
         manager = app.state.reconciler
         assert app.state.cluster is manager.cluster

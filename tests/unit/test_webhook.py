@@ -24,6 +24,7 @@ from app.core.webhook_rules import (
     escape_pointer_token,
     json_pointer,
     mutate,
+    mutate_update,
     read_suspend,
     validate_update,
 )
@@ -149,7 +150,7 @@ class Lookups:
         self.default_queue = default_queue
         self.asked: list[tuple[str, ...]] = []
 
-    def is_admitted(self, namespace: str, job_name: str) -> bool | None:
+    def is_admitted(self, namespace: str, job_name: str, job_uid: str = "") -> bool | None:
         self.asked.append((namespace, job_name))
         return self.admitted
 
@@ -158,7 +159,7 @@ class Lookups:
 
 
 class Broken:
-    def is_admitted(self, namespace: str, job_name: str) -> bool | None:
+    def is_admitted(self, namespace: str, job_name: str, job_uid: str = "") -> bool | None:
         raise RuntimeError("cache exploded")
 
     def has_default_local_queue(self, namespace: str) -> bool | None:
@@ -857,3 +858,54 @@ def test_garbage_never_gives_a_5xx_or_an_exception(
         if path == VALIDATE:
             assert "patch" not in response
         assert response.get("status", {}).get("code") != 500, response
+
+
+# ------------------------------------------------------- issue 14.1: scaling a running queued Job
+
+
+def _scaled(obj: dict[str, Any], parallelism: int | None = None,
+            completions: int | None = None) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    spec = out.setdefault("spec", {})
+    if parallelism is not None:
+        spec["parallelism"] = parallelism
+    spec.pop("completions", None)  # a non-Indexed Job without completions: count = parallelism
+    if completions is not None:
+        spec["completions"] = completions
+    return out
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "user", "suspends"),
+    [
+        pytest.param(_scaled(running("lq1"), 1), _scaled(running("lq1"), 64), "alice", True,
+                     id="raising parallelism of a running queued Job suspends it"),
+        pytest.param(_scaled(running("lq1"), 4), _scaled(running("lq1"), 2), "alice", True,
+                     id="lowering it too (the Workload no longer matches)"),
+        pytest.param(_scaled(running("lq1"), 4, 4), _scaled(running("lq1"), 8, 8), "alice", True,
+                     id="an elastic Indexed Job's completions and parallelism together"),
+        pytest.param(_scaled(running("lq1"), 4, 2), _scaled(running("lq1"), 8, 2), "alice", False,
+                     id="a count capped by completions does not change"),
+        pytest.param(_scaled(running("lq1"), 1), _scaled(running("lq1"), 64), CONTROLLER, False,
+                     id="pykueue itself may change it"),
+        pytest.param(_scaled(pending("lq1"), 1), _scaled(pending("lq1"), 64), "alice", False,
+                     id="a suspended Job is requeued with its new shape anyway"),
+        pytest.param(_scaled(running(None), 1), _scaled(running(None), 64), "alice", False,
+                     id="an unqueued Job is not pykueue's"),
+        pytest.param(_scaled(running(""), 1), _scaled(running(""), 64), "alice", False,
+                     id="an empty queue name is no queue"),
+        pytest.param(running("lq1"), running("lq1"), "alice", False, id="no change"),
+    ],
+)
+async def test_a_running_queued_job_whose_pod_count_changes_is_suspended_in_the_same_write(
+    old: dict[str, Any], new: dict[str, Any], user: str, suspends: bool
+) -> None:
+    assert (mutate_update(old, new, user, POLICY) == SUSPEND_TRUE) is suspends
+    app = make_app()
+    sent = review("UPDATE", new, old, user=user)
+    response = answer(await post(app, MUTATE, sent), sent)
+    assert response["allowed"] is True
+    if suspends:
+        assert decoded_patch(response) == SUSPEND_TRUE
+    else:
+        assert "patch" not in response

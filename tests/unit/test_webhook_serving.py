@@ -26,7 +26,7 @@ PATHS = {
     "ValidatingWebhookConfiguration": "/validate-batch-v1-job",
 }
 OPERATIONS = {
-    "MutatingWebhookConfiguration": ["CREATE"],
+    "MutatingWebhookConfiguration": ["CREATE", "UPDATE"],
     "ValidatingWebhookConfiguration": ["CREATE", "UPDATE"],
 }
 

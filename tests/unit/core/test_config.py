@@ -199,3 +199,49 @@ def test_missing_local_queue_or_cluster_queue_pends_with_misconfigured_reason():
     s.add_cq(cluster_queue("cq").flavor("default-flavor", cpu=4))
     s.settle()
     assert s.admitted("v") and s.pending("w")
+
+
+def _unreadable(name: str) -> ClusterQueueSpec:
+    """What the reader gives for a ClusterQueue whose quantity cannot be parsed (issue 14.4)."""
+    from app.core.spec import ConfigProblem
+
+    where = "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"
+    return ClusterQueueSpec(
+        ClusterQueueName(name), (), None, namespace_selector=LabelSelector(),
+        object_problem=ConfigProblem("InvalidSpec", where,
+                                   f"Can't admit new workloads: {where}: invalid quantity"))
+
+
+def test_unreadable_update_keeps_the_borrowers_usage_in_its_cohort():
+    s = Sim(
+        cluster_queue("research").cohort("ai").flavor("default-flavor", cpu=4, borrowing_limit=4),
+        cluster_queue("inference").cohort("ai").flavor("default-flavor", cpu=4, borrowing_limit=4),
+    )
+    s.submit(workload("train").cq("research").pods(6, cpu=1))
+    s.settle()
+    assert s.admitted("train") and s.usage("research") == 6000
+    s.c.update_cluster_queue(_unreadable("research"))
+    st = s.c.cluster_queue_status(ClusterQueueName("research"))
+    assert not st.active and st.reason == "InvalidSpec" and "nominalQuota" in st.message
+    s.submit(workload("serve").cq("inference").pods(4, cpu=1))
+    s.submit(workload("more").cq("research").pods(1, cpu=1))
+    s.settle()
+    # 6 of 8 in use: inference may take only the 2 left, research (inactive) nothing new.
+    assert s.admitted("train") and s.pending("serve") and s.pending("more")
+    assert s.usage("research") + s.usage("inference") <= 8000
+    s.submit(workload("small").cq("inference").pods(2, cpu=1))
+    s.settle()
+    assert s.admitted("small") and s.usage("research") + s.usage("inference") == 8000
+    s.c.update_cluster_queue(
+        cluster_queue("research").cohort("ai").flavor("default-flavor", cpu=4,
+                                                      borrowing_limit=4).build())
+    assert s.c.cluster_queue_status(ClusterQueueName("research")).active
+
+
+def test_unreadable_new_queue_is_inactive_and_admits_nothing():
+    s = Sim(cluster_queue("other").flavor("default-flavor", cpu=4))
+    s.add_cq(_unreadable("cq"))
+    s.submit(workload("w").cq("cq").pods(1, cpu=1))
+    ds = s.settle()
+    (p,) = [d for d in ds if isinstance(d, Pending)]
+    assert p.reason == PendingReason.CLUSTER_QUEUE_INACTIVE and "nominalQuota" in p.message
