@@ -1390,12 +1390,14 @@ _LENDING_OVER = (
 )
 
 
-# app.core.quantity.MAX_AMOUNT (int64, Kueue resources.Amount) in each resource's unit.
+# app.core.quantity.MAX_AMOUNT (int64, Kueue resources.Amount) in each resource's unit. The API
+# server's Quantity caps a binary-suffixed amount past int64 at the int64 maximum ("8Ei" reads
+# as 2^63-1), so an amount is refused from the maximum on: one unit stricter than the reader.
 _INT64_MAX_OF = "quantity(r.name == 'cpu' ? '9223372036854775807m' : '9223372036854775807')"
 
 
 def _too_large(field: str) -> str:
-    return f"has(r.{field}) && quantity(string(r.{field})).isGreaterThan({_INT64_MAX_OF})"
+    return f"has(r.{field}) && !quantity(string(r.{field})).isLessThan({_INT64_MAX_OF})"
 
 
 _ANY_TOO_LARGE = " || ".join(

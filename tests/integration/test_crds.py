@@ -381,6 +381,7 @@ INVALID = [
             ("1e1000", "nominalQuota", "should match"),
             ("100E", "must fit in int64", "flavor f resource nvidia.com/gpu"),
             ("9223372036854775808", "must fit in int64", "flavor f resource nvidia.com/gpu"),
+            ("8Ei", "must fit in int64", "flavor f resource nvidia.com/gpu"),
         )
     ),
     pytest.param(

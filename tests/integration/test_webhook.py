@@ -227,3 +227,25 @@ def test_with_pykueue_stopped_labelled_jobs_are_refused_and_unlabelled_created(
         assert get_job(lab, "open")["spec"]["suspend"] is False
     finally:
         pykueue.start()
+
+
+def test_scaling_a_running_queued_job_suspends_it_in_the_same_write(
+    lab: LabHandle, pykueue: PykueueServer
+) -> None:
+    """Issue 14.1: the tenant's ``spec.parallelism: 64`` lands with ``spec.suspend: true``, so
+    the Job controller never makes more pods than were admitted."""
+    body = job("scaler", "lq1")
+    del body["spec"]["completions"]  # a work-queue Job: its pod count is its parallelism
+    create(lab, body)
+    assert patch(lab, "scaler", {"spec": {"suspend": False}}, *AS_PYKUEUE).returncode == 0
+    wait_for(lambda: len(pods(lab, "scaler")) == 1, 60, "the admitted pod")
+    r = patch(lab, "scaler", {"spec": {"parallelism": 64}}, check=True)
+    stored = json.loads(lab.kubectl("get", "job", "scaler", "-n", NS, "-o", "json").stdout)
+    assert r.returncode == 0
+    assert (stored["spec"]["parallelism"], stored["spec"]["suspend"]) == (64, True)
+    # Suspended: its one pod goes and no other was ever created.
+    wait_for(lambda: not [p for p in pods(lab, "scaler")
+                          if not p["metadata"].get("deletionTimestamp")], 60, "pods gone")
+    created = [e for e in lab.get("events", "-n", NS)["items"]
+               if e["reason"] == "SuccessfulCreate" and e["involvedObject"]["name"] == "scaler"]
+    assert sum(e.get("count", 1) for e in created) == 1, created
