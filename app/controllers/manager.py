@@ -1,10 +1,12 @@
 """``Manager``: the reconciler of one pykueue process, started by ``app.main``'s lifespan.
 
 It owns the API client, the informers (ResourceFlavor, ClusterQueue, LocalQueue, Workload,
-WorkloadPriorityClass, PriorityClass, Namespace, Jobs with the queue-name label, Nodes and
-Pods for the extender), Lease leader election, the Job controller, the scheduling loop
-(with the admission core ``app.core.scheduler.Cluster``), the queue status writer and the
-Event recorder. Every replica watches and serves; only the leader writes.
+WorkloadPriorityClass, PriorityClass, Namespace, the managed objects of every registered job
+kind, Nodes and Pods for the extender), Lease leader election, the job framework's reconciler
+(``app.integrations.reconciler``), the scheduling loop (with the admission core
+``app.core.scheduler.Cluster``), the queue status writer, the finalizer controller and the
+Event recorder. Every replica watches and serves; only the leader writes. It is the
+composition root: the one module of ``app.controllers`` that imports ``app.integrations``.
 
 What the HTTP side gets (put into ``app.state`` by ``app.main``):
 
@@ -33,17 +35,19 @@ from typing import Any
 
 from app.config import Settings
 from app.controllers.client import NODES, PODS, KubeClient
-from app.controllers.context import CQ, JOB, LQ, NS, RF, WL, Context, build_informers
+from app.controllers.context import CQ, LQ, NS, RF, WL, Context, build_informers
 from app.controllers.events import EventRecorder
 from app.controllers.finalizers import FinalizerController
 from app.controllers.informers import Informer
-from app.controllers.jobs import JobController
 from app.controllers.leader import LeaderElector
 from app.controllers.nodestore import NodeStore
 from app.controllers.scheduler import SchedulerLoop
 from app.controllers.status import StatusWriter
 from app.controllers.views import StoreAdmissionLookup, StoreExtenderState
 from app.core.scheduler import Cluster
+from app.integrations import default_registry
+from app.integrations.framework import Registry
+from app.integrations.reconciler import JobReconciler
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +63,14 @@ class Manager:
     ``client``: an existing ``KubeClient`` (else one is built from ``settings.client`` and
     closed by ``stop``); ``identity``: leader-election identity; ``clock``: seconds since the
     epoch (condition timestamps, core time); ``metrics``: an
-    ``app.controllers.metrics.MetricsRecorder`` for Kueue's counters (optional).
+    ``app.controllers.metrics.MetricsRecorder`` for Kueue's counters (optional); ``registry``:
+    the job kinds to manage (default: ``app.integrations.BUILTIN_KINDS``).
     """
 
     def __init__(self, settings: Settings, *, client: KubeClient | None = None,
                  identity: str | None = None, clock: Callable[[], float] = time.time,
-                 watch_nodes: bool = True, metrics: Any = None) -> None:
+                 watch_nodes: bool = True, metrics: Any = None,
+                 registry: Registry | None = None) -> None:
         self.settings = settings
         self._given_client = client
         self.identity = identity
@@ -73,7 +79,8 @@ class Manager:
         self.metrics = metrics
         self.ctx: Context | None = None
         self.cluster = Cluster()
-        self.jobs: JobController | None = None
+        self.registry = registry if registry is not None else default_registry()
+        self.jobs: JobReconciler | None = None
         self.scheduler: SchedulerLoop | None = None
         self.status: StatusWriter | None = None
         self.finalizers: FinalizerController | None = None
@@ -93,7 +100,9 @@ class Manager:
         self._started = True
         s = self.settings
         client = self._given_client or await KubeClient.from_settings(s.client)
-        informers = build_informers(client, s.scheduling.watch_timeout_seconds)
+        informers = build_informers(
+            client, s.scheduling.watch_timeout_seconds,
+            job_kinds=[(k.key, k.resource, k.label_selector) for k in self.registry.kinds()])
         if self.watch_nodes:
             informers.add(NODE, Informer(client, NODES,
                                          watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
@@ -104,7 +113,7 @@ class Manager:
         ctx = Context(settings=s, client=client, informers=informers, leader=leader,
                       recorder=recorder, clock=self.clock)
         self.ctx = ctx
-        self.jobs = JobController(ctx, workers=s.scheduling.job_workers)
+        self.jobs = JobReconciler(ctx, self.registry, workers=s.scheduling.job_workers)
         self.scheduler = SchedulerLoop(ctx, self.jobs, self.cluster, metrics=self.metrics)
         self.status = StatusWriter(ctx)
         self.finalizers = FinalizerController(ctx, lambda cq: len(self.cluster.admitted(cq)))
@@ -151,10 +160,6 @@ class Manager:
         assert ctx and sched and jobs and status and ext and fin
         inf = ctx.informers
 
-        def owners(etype: str, old: Any, new: Any) -> None:
-            obj = new or old
-            ctx.owners.update(new, f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
-
         for h in (sched.on_flavor, status.on_queue, ext.on_flavor, fin.on_flavor):
             inf[RF].add_handler(h)
         for h in (sched.on_cluster_queue, status.on_queue, fin.on_cluster_queue):
@@ -162,10 +167,11 @@ class Manager:
         for h in (sched.on_local_queue, status.on_queue):
             inf[LQ].add_handler(h)
         inf[NS].add_handler(sched.on_namespace)
-        for h in (owners, sched.on_workload, jobs.on_workload, status.on_workload,
+        for h in (sched.on_workload, jobs.on_workload, status.on_workload,
                   fin.on_workload):
             inf[WL].add_handler(h)
-        inf[JOB].add_handler(jobs.on_job)
+        for kind in self.registry.kinds():
+            inf[kind.key].add_handler(jobs.on_object(kind))
         if NODE in inf.informers:
             inf[NODE].add_handler(ext.on_node)
             inf[POD].add_handler(ext.on_pod)

@@ -47,15 +47,14 @@ import time
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from app.controllers.client import WORKLOADS
-from app.controllers.context import JOB, WL, Context
+from app.controllers.context import WL, Context
 from app.controllers.convert import cluster_queue, local_queue, resource_flavor
 from app.controllers.errors import ApiError, Conflict, NotFound, from_exception
 from app.controllers.events import NORMAL, WARNING
 from app.controllers.informers import DELETED
-from app.controllers.jobs import JobController
 from app.controllers.workloads import (
     EVICTED,
     QUOTA_RESERVED,
@@ -64,7 +63,6 @@ from app.controllers.workloads import (
     is_active,
     is_evicted,
     is_finished,
-    owner_job,
     with_admission,
     with_eviction,
     with_pending,
@@ -105,6 +103,19 @@ def _key(obj: Mapping[str, Any]) -> WorkloadKey:
     return WorkloadKey(f"{meta['namespace']}/{meta['name']}")
 
 
+class OwnerNotifier(Protocol):
+    """The job framework's side of the loop (``app.integrations.reconciler.JobReconciler``):
+    the loop knows no job kind."""
+
+    def notify(self, workload: Obj | None, key: str) -> None:
+        """Workload ``key`` was admitted or evicted by the loop: reconcile its owner."""
+        ...
+
+    def owner_object(self, workload: Obj) -> Obj | None:
+        """The object that controls ``workload`` (Events about it go there), or None."""
+        ...
+
+
 class SchedulerLoop:
     """Feeds ``cluster`` from the informers and applies its decisions (see the module doc).
 
@@ -112,7 +123,7 @@ class SchedulerLoop:
     ``pending_writes``.
     """
 
-    def __init__(self, ctx: Context, jobs: JobController, cluster: Cluster | None = None, *,
+    def __init__(self, ctx: Context, jobs: OwnerNotifier, cluster: Cluster | None = None, *,
                  max_inflight: int = 32, metrics: Any = None) -> None:
         self.ctx = ctx
         self.metrics = metrics
@@ -309,9 +320,7 @@ class SchedulerLoop:
         finally:
             ctx.inflight.discard(str(key))
             self._release_lock(key)
-        owner = owner_job(out)
-        if owner is not None:
-            self.jobs.queue.add(f"job:{key.split('/', 1)[0]}/{owner[0]}")
+        self.jobs.notify(out, str(key))
 
     def _confirm(self, key: WorkloadKey, out: Obj) -> None:
         """Feed the core the object our admission / eviction write of ``key`` returned, so
@@ -362,9 +371,7 @@ class SchedulerLoop:
             if has_admission(live):
                 # It landed: keep it, and start the Job (the success path would have).
                 self.cluster.update_workload(domain_workload(live))
-                owner = owner_job(live)
-                if owner is not None:
-                    self.jobs.queue.add(f"job:{ns}/{owner[0]}")
+                self.jobs.notify(live, str(key))
                 return
         # Keep the quota reserved during the backoff, then give it back and re-decide.
         asyncio.get_running_loop().call_later(delay, self._forget, key)
@@ -412,10 +419,7 @@ class SchedulerLoop:
             self.cluster.cancel_eviction(key)
             self.ctx.wake()
             return
-        obj = ctx.store(WL).get(key)
-        owner = owner_job(obj) if obj else None
-        ns = key.split("/", 1)[0]
-        self.jobs.queue.add(f"job:{ns}/{owner[0]}" if owner else f"wl:{key}")
+        self.jobs.notify(ctx.store(WL).get(key), str(key))
 
     def _count_eviction(self, wl: Obj, reason: str, victim: Victim | None,
                         d: Preempt | None) -> None:
@@ -479,10 +483,8 @@ class SchedulerLoop:
         out = await ctx.client.replace(WORKLOADS, body, subresource="status")
         ctx.store(WL).put(out)
         self.pending_writes += 1
-        owner = owner_job(obj)
-        target = ctx.store(JOB).get(f"{key.split('/', 1)[0]}/{owner[0]}") if owner else obj
-        if target is not None:
-            ctx.recorder.emit(target, WARNING, reason, d.message)
+        target = self.jobs.owner_object(obj) or obj
+        ctx.recorder.emit(target, WARNING, reason, d.message)
 
     # ================================================================== lifecycle
 

@@ -78,15 +78,6 @@ def is_active(obj: Mapping[str, Any]) -> bool:
     return (obj.get("spec") or {}).get("active", True) is not False
 
 
-def owner_job(obj: Mapping[str, Any]) -> tuple[str, str] | None:
-    """(name, uid) of the controlling batch/v1 Job, or None for a Workload without a Job."""
-    for ref in ((obj.get("metadata") or {}).get("ownerReferences")) or []:
-        if ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch/") \
-                and ref.get("controller"):
-            return str(ref.get("name")), str(ref.get("uid", ""))
-    return None
-
-
 def set_condition(obj: Obj, ctype: str, status: str, reason: str, message: str,
                   now: float) -> bool:
     """Set one condition on ``obj`` in place; returns True when anything changed."""

@@ -16,7 +16,6 @@ from app.controllers.workloads import (
     admission_status,
     condition,
     is_evicted,
-    owner_job,
     set_condition,
     with_admission,
     with_eviction,
@@ -27,6 +26,7 @@ from app.controllers.workloads import (
 from app.controllers.workqueue import WorkQueue
 from app.core.spec import ReclaimWithinCohort, WithinClusterQueue
 from app.core.workload import Admission, PodSetAssignment
+from app.integrations import default_registry
 
 T0 = 1_700_000_000.0
 ADM = Admission("cq", (PodSetAssignment("main", {"cpu": "f", "memory": "f"},
@@ -101,10 +101,14 @@ def test_eviction_lifecycle_keeps_quota_until_released_then_requeues() -> None:
 def test_finished_and_owner() -> None:
     w = with_finished(workload(), "Failed", "BackoffLimitExceeded", T0)
     assert condition(w, "Finished")["reason"] == "Failed"
-    assert owner_job(w) is None
+    registry = default_registry()
+    assert registry.owner_of(w) is None
     w["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j",
                                          "uid": "ju", "controller": True}]
-    assert owner_job(w) == ("j", "ju")
+    owner = registry.owner_of(w)
+    assert owner is not None and (owner.kind.key, owner.name, owner.uid) == ("job", "j", "ju")
+    w["metadata"]["ownerReferences"][0]["controller"] = False
+    assert registry.owner_of(w) is None
 
 
 def test_domain_workload_carries_eviction_and_reservation_times() -> None:

@@ -1,4 +1,5 @@
-"""Job start/stop injection and exact restore (app.controllers.jobs, KQ-21, Kueue 4.4/4.5)."""
+"""Job start/stop injection and exact restore (app.integrations.batchjob and
+app.integrations.podsets, KQ-21, Kueue 4.4/4.5)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,19 @@ import json
 
 import pytest
 
-from app.controllers.jobs import (
+from app.integrations.batchjob.job import (
     ORIGINAL_ANNOTATION,
-    PODSET_LABEL,
-    InjectionConflict,
     active_pods,
     injected_job,
     is_injected,
     job_finished,
+    restored_job,
+)
+from app.integrations.podsets import (
+    PODSET_LABEL,
+    InjectionConflict,
     merge_tolerations,
     podset_scheduling,
-    restored_job,
     toleration_identity,
 )
 

@@ -1,0 +1,284 @@
+"""batch/v1 Job as a job kind (Kueue ``pkg/controller/jobs/job``, kueue-semantics.md 4.3-4.6).
+
+One podSet ``main``: the pod template, ``count = min(parallelism, completions)``
+(``app.core.workload.workload_from_job``). Suspend lever: ``spec.suspend``. Finished: the
+``Complete`` / ``Failed`` conditions.
+
+Start (``RunWithPodSetsInfo``): the flavors' nodeLabels merged into the template's
+nodeSelector, their tolerations appended, the pod label ``kueue.x-k8s.io/podset=main``, and
+``spec.suspend=false``, in one write. What the user wrote is kept on the Job itself, in the
+annotation ``ORIGINAL_ANNOTATION`` (JSON of the template's ``nodeSelector``, ``tolerations``
+and ``metadata.labels``, a key absent when the field was absent), written in the same update
+that unsuspends. Stop (``Job.Stop``, 4.5) sets ``spec.suspend=true`` and then restores exactly
+those fields and drops the annotation. Keeping the record on the Job (not only in the
+Workload) makes the restore independent of the Workload's fate (deleted, rebuilt) and of
+controller restarts; injecting from the record makes a repeated injection a no-op (KQ-21 step
+2).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from app.controllers.client import JOBS, MERGE_PATCH
+from app.controllers.errors import Permanent
+from app.controllers.events import NORMAL, WARNING
+from app.core.workload import (
+    QUEUE_NAME_LABEL,
+    Workload,
+    workload_from_job,
+    workload_name_for_job,
+    workload_object_for_job,
+)
+from app.integrations.podsets import (
+    PODSET_LABEL,
+    InjectionConflict,
+    merge_tolerations,
+    podset_assignments,
+    podset_scheduling,
+)
+
+if TYPE_CHECKING:
+    from app.controllers.context import Context
+
+Obj = dict[str, Any]
+
+ORIGINAL_ANNOTATION = "pykueue.dev/original-pod-scheduling"
+STOPPING_ANNOTATION = "kueue.x-k8s.io/stopping"
+# Jobs with a non-empty queue-name label: an empty value is no queue, for the webhook too
+# (one rule everywhere; Kueue's QueueName "" is unmanaged). "k" selects the label's presence,
+# "k!=" (empty value) its non-empty values; together, present and non-empty.
+MANAGED_JOBS = f"{QUEUE_NAME_LABEL},{QUEUE_NAME_LABEL}!="
+
+
+# ------------------------------------------------------------------------- inject / restore
+
+
+def _template(job: Obj) -> Obj:
+    return job.setdefault("spec", {}).setdefault("template", {})
+
+
+def record_original(job: Obj) -> Obj:
+    """The user's scheduling fields of the Job's pod template (or the stored record)."""
+    ann = ((job.get("metadata") or {}).get("annotations") or {}).get(ORIGINAL_ANNOTATION)
+    if ann:
+        return json.loads(ann)
+    tpl = job.get("spec", {}).get("template") or {}
+    spec = tpl.get("spec") or {}
+    rec: Obj = {}
+    if "nodeSelector" in spec and spec["nodeSelector"] is not None:
+        rec["nodeSelector"] = copy.deepcopy(spec["nodeSelector"])
+    if "tolerations" in spec and spec["tolerations"] is not None:
+        rec["tolerations"] = copy.deepcopy(spec["tolerations"])
+    labels = (tpl.get("metadata") or {}).get("labels")
+    if labels is not None:
+        rec["labels"] = copy.deepcopy(labels)
+    return rec
+
+
+def _apply_record(job: Obj, rec: Obj) -> None:
+    tpl = _template(job)
+    spec = tpl.setdefault("spec", {})
+    for field in ("nodeSelector", "tolerations"):
+        if field in rec:
+            spec[field] = copy.deepcopy(rec[field])
+        else:
+            spec.pop(field, None)
+    if "labels" in rec:
+        tpl.setdefault("metadata", {})["labels"] = copy.deepcopy(rec["labels"])
+    elif isinstance(tpl.get("metadata"), dict):
+        tpl["metadata"].pop("labels", None)
+        if not tpl["metadata"]:
+            del tpl["metadata"]
+
+
+def injected_job(job: Obj, pod_set: str, node_selector: Mapping[str, str],
+                 tolerations: Iterable[Mapping[str, Any]], *,
+                 inject_node_selector: bool = True) -> Obj:
+    """A copy of ``job`` started for ``pod_set``: suspend false, the template = the user's
+    record + the flavors' ``node_selector`` / ``tolerations`` + the podset label, and the
+    record stored in ``ORIGINAL_ANNOTATION``. Idempotent: injecting an injected Job again
+    gives the same object.
+
+    Raises ``InjectionConflict`` when ``node_selector`` contradicts the user's nodeSelector.
+    """
+    out = copy.deepcopy(job)
+    rec = record_original(out)
+    _apply_record(out, rec)
+    tpl = _template(out)
+    spec = tpl["spec"]
+    if inject_node_selector and node_selector:
+        user = dict(rec.get("nodeSelector") or {})
+        for k, v in node_selector.items():
+            if user.get(k, v) != v:
+                raise InjectionConflict(
+                    f"the Job's nodeSelector {k}={user[k]} contradicts the flavor's {k}={v}")
+        spec["nodeSelector"] = {**user, **node_selector}
+    extra = list(tolerations)
+    if extra:
+        spec["tolerations"] = merge_tolerations(rec.get("tolerations") or [], extra)
+    labels = dict(rec.get("labels") or {})
+    labels[PODSET_LABEL] = pod_set
+    tpl.setdefault("metadata", {})["labels"] = labels
+    meta = out.setdefault("metadata", {})
+    anns = dict(meta.get("annotations") or {})
+    anns[ORIGINAL_ANNOTATION] = json.dumps(rec, sort_keys=True, separators=(",", ":"))
+    anns.pop(STOPPING_ANNOTATION, None)
+    meta["annotations"] = anns
+    out["spec"]["suspend"] = False
+    return out
+
+
+def restored_job(job: Obj) -> Obj:
+    """A copy of ``job`` stopped: suspend true and, when a record exists, the template's
+    nodeSelector / tolerations / labels exactly as the user wrote them, record removed."""
+    out = copy.deepcopy(job)
+    out.setdefault("spec", {})["suspend"] = True
+    meta = out.setdefault("metadata", {})
+    anns = dict(meta.get("annotations") or {})
+    if ORIGINAL_ANNOTATION in anns:
+        _apply_record(out, json.loads(anns.pop(ORIGINAL_ANNOTATION)))
+    anns.pop(STOPPING_ANNOTATION, None)
+    if anns:
+        meta["annotations"] = anns
+    else:
+        meta.pop("annotations", None)
+    return out
+
+
+def is_injected(job: Obj) -> bool:
+    """True when the Job carries pykueue's record (it was started by pykueue)."""
+    return ORIGINAL_ANNOTATION in (((job.get("metadata") or {}).get("annotations")) or {})
+
+
+# ------------------------------------------------------------------------- Job state
+
+
+def is_suspended(job: Obj) -> bool:
+    return bool((job.get("spec") or {}).get("suspend"))
+
+
+def job_finished(job: Obj) -> tuple[bool, str, str]:
+    """(finished, reason, message) from the Job's ``Complete`` / ``Failed`` conditions:
+    reason ``Succeeded`` or ``Failed`` (Kueue's Finished reasons), message copied."""
+    for c in ((job.get("status") or {}).get("conditions")) or []:
+        if c.get("status") != "True":
+            continue
+        if c.get("type") == "Complete":
+            return True, "Succeeded", c.get("message") or "Job finished successfully"
+        if c.get("type") == "Failed":
+            return True, "Failed", c.get("message") or c.get("reason") or "Job failed"
+    return False, "", ""
+
+
+def active_pods(job: Obj) -> int:
+    """Pods of the Job still holding resources: ``status.active`` + ``status.terminating``."""
+    st = job.get("status") or {}
+    return int(st.get("active") or 0) + int(st.get("terminating") or 0)
+
+
+def queue_name(job: Obj) -> str:
+    return str(((job.get("metadata") or {}).get("labels") or {}).get(QUEUE_NAME_LABEL, ""))
+
+
+class BatchJob:
+    """batch/v1 Job (``JobKind``; module doc)."""
+
+    key = "job"
+    resource = JOBS
+    api_group = "batch"
+    kind = "Job"
+    label_selector: str | None = MANAGED_JOBS
+
+    def queue_name(self, obj: Mapping[str, Any]) -> str:
+        return queue_name(obj)
+
+    def workload_name(self, obj: Mapping[str, Any]) -> str:
+        meta = obj.get("metadata") or {}
+        return workload_name_for_job(str(meta.get("name", "")), str(meta.get("uid", "")))
+
+    def workload_object(self, obj: Mapping[str, Any], *, priority_classes: Mapping[str, int],
+                        pod_priority_classes: Mapping[str, int]) -> Obj:
+        return workload_object_for_job(obj, priority_classes=priority_classes,
+                                       pod_priority_classes=pod_priority_classes)
+
+    def desired(self, obj: Mapping[str, Any], *, priority_classes: Mapping[str, int],
+                pod_priority_classes: Mapping[str, int]) -> Workload:
+        return workload_from_job(obj, priority_classes=priority_classes,
+                                 pod_priority_classes=pod_priority_classes)
+
+    def is_suspended(self, obj: Mapping[str, Any]) -> bool:
+        return is_suspended(obj)  # type: ignore[arg-type]
+
+    def is_started(self, obj: Mapping[str, Any]) -> bool:
+        return is_injected(obj)  # type: ignore[arg-type]
+
+    def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
+        return job_finished(obj)  # type: ignore[arg-type]
+
+    def active_pods(self, obj: Mapping[str, Any]) -> int:
+        return active_pods(obj)  # type: ignore[arg-type]
+
+    async def _put(self, ctx: Context, job: Obj) -> Obj:
+        out = await ctx.client.replace(JOBS, job)
+        ctx.store(self.key).put(out)
+        return out
+
+    async def _clear_start_time(self, ctx: Context, job: Obj) -> Obj:
+        meta = job["metadata"]
+        out = await ctx.client.patch(JOBS, meta["name"], {"status": {"startTime": None}},
+                                     meta["namespace"], content_type=MERGE_PATCH,
+                                     subresource="status")
+        ctx.store(self.key).put(out)
+        return out
+
+    async def start(self, ctx: Context, obj: Obj, workload: Mapping[str, Any]) -> bool:
+        """Unsuspend with the admission's flavors injected (idempotent). Raises
+        ``InjectionConflict`` (a ``StartError``)."""
+        flavors = {o["metadata"]["name"]: o for o in ctx.store("rf")}
+        assigned = podset_assignments(workload)
+        pod_set = next(iter(assigned), "main")
+        selector, tolerations = podset_scheduling(assigned.get(pod_set, ()), flavors)
+        inject = ctx.settings.scheduling.inject_node_selector
+        desired = injected_job(obj, pod_set, selector, tolerations, inject_node_selector=inject)
+        if desired == obj:
+            return False
+        if (obj.get("status") or {}).get("startTime") and is_suspended(obj):
+            obj = await self._clear_start_time(ctx, obj)
+            desired = injected_job(obj, pod_set, selector, tolerations,
+                                   inject_node_selector=inject)
+        try:
+            await self._put(ctx, desired)
+        except Permanent as exc:
+            ctx.recorder.emit(obj, WARNING, "FailedToStart", exc.message)
+            raise
+        admission = (workload.get("status") or {}).get("admission") or {}
+        ctx.recorder.emit(obj, NORMAL, "Started",
+                          f"Admitted by clusterQueue {admission.get('clusterQueue', '')}")
+        return True
+
+    async def stop(self, ctx: Context, obj: Obj, why: str) -> Obj:
+        """Suspend, then (once suspended) clear startTime and restore the template.
+
+        Kubernetes allows changing a Job's pod template only while it is suspended and not
+        started, hence three writes (Kueue ``Job.Stop`` does the same)."""
+        job = obj
+        if not is_suspended(job):
+            first = copy.deepcopy(job)
+            first["spec"]["suspend"] = True
+            anns = first["metadata"].setdefault("annotations", {})
+            anns[STOPPING_ANNOTATION] = "true"
+            job = await self._put(ctx, first)
+            ctx.recorder.emit(job, NORMAL, "Stopped", why)
+        if (job.get("status") or {}).get("startTime"):
+            job = await self._clear_start_time(ctx, job)
+        restored = restored_job(job)
+        if restored != job:
+            job = await self._put(ctx, restored)
+        return job
+
+
+KIND = BatchJob()

@@ -1,0 +1,150 @@
+"""The job framework (Kueue's ``jobframework``): one ``JobKind`` adapter per job kind, a
+``Registry`` of them, and the rules every kind gets from the generic reconciler
+(``app.integrations.reconciler``).
+
+A kind says how to read its object (queue name, podSets, finished, active pods), how to name
+and build its Workload, and how to start it with an admission and stop it again (Kueue's
+GenericJob: ``IsSuspended``, ``Suspend``/``Stop``, ``RunWithPodSetsInfo``, ``Finished``,
+``PodSets``, ``PodsReady``). Everything else is the reconciler's, for every kind alike: one
+Workload per object, created once no pod runs; started only when admitted; stopped when it
+is not; stopped and re-queued when its pods no longer match the admission
+(``app.core.workload.admission_mismatch``, Kueue ``EquivalentToWorkload``); Finished when
+the object finishes; its Workloads deleted when it goes.
+
+Adding a kind = one folder under ``app/integrations/`` with a ``KIND`` object and one line in
+``app/integrations/__init__.py:BUILTIN_KINDS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from app.core.workload import Workload
+
+if TYPE_CHECKING:
+    from app.controllers.client import Resource
+    from app.controllers.context import Context
+
+Obj = dict[str, Any]
+
+
+class StartError(Exception):
+    """The admission cannot be applied to the object (e.g. a flavor's nodeLabels contradict
+    the object's own nodeSelector): permanent, the Workload is Finished with reason
+    ``FailedToStart`` (Kueue ``startJob``)."""
+
+
+class JobKind(Protocol):
+    """One job kind (Kueue's GenericJob). Object arguments are the API objects as dicts.
+
+    ``key``: informer/store key and work-queue prefix (``"job"``); ``resource``: its API
+    resource; ``api_group``/``kind``: what a Workload's controller ownerReference names;
+    ``label_selector``: which objects the informer lists (the managed ones).
+    """
+
+    key: str
+    resource: Resource
+    api_group: str
+    kind: str
+    label_selector: str | None
+
+    def queue_name(self, obj: Mapping[str, Any]) -> str:
+        """The LocalQueue name (``""``: not queued)."""
+        ...
+
+    def workload_name(self, obj: Mapping[str, Any]) -> str:
+        """The deterministic name of the object's Workload (Kueue's naming)."""
+        ...
+
+    def workload_object(self, obj: Mapping[str, Any], *, priority_classes: Mapping[str, int],
+                        pod_priority_classes: Mapping[str, int]) -> Obj:
+        """The Workload to create (owner reference to ``obj``). Raises
+        ``WorkloadSpecError`` naming the field that cannot be read."""
+        ...
+
+    def desired(self, obj: Mapping[str, Any], *, priority_classes: Mapping[str, int],
+                pod_priority_classes: Mapping[str, int]) -> Workload:
+        """The domain Workload the object needs now (podSets, queue, priority). Raises
+        ``WorkloadSpecError``."""
+        ...
+
+    def is_suspended(self, obj: Mapping[str, Any]) -> bool:
+        """True when the object makes no pods (its suspend lever is on)."""
+        ...
+
+    def is_started(self, obj: Mapping[str, Any]) -> bool:
+        """True when pykueue started it with an admission (its start record is on it)."""
+        ...
+
+    def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
+        """(finished, reason ``Succeeded``/``Failed``, message)."""
+        ...
+
+    def active_pods(self, obj: Mapping[str, Any]) -> int:
+        """Pods of the object still holding resources."""
+        ...
+
+    async def start(self, ctx: Context, obj: Obj, workload: Mapping[str, Any]) -> bool:
+        """Unsuspend ``obj`` with ``workload``'s admission applied to every podSet (flavor
+        nodeSelector/tolerations). Idempotent; returns True when it wrote. Raises
+        ``StartError`` (permanent)."""
+        ...
+
+    async def stop(self, ctx: Context, obj: Obj, why: str) -> Obj:
+        """Suspend ``obj`` and restore what the user wrote; returns the object as stored."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The object of a registered kind that controls a Workload."""
+
+    kind: JobKind
+    namespace: str
+    name: str
+    uid: str
+
+    @property
+    def key(self) -> str:
+        """``namespace/name`` of the object."""
+        return f"{self.namespace}/{self.name}"
+
+
+class Registry:
+    """The registered ``JobKind``s, found by key or by a Workload's controller ownerReference."""
+
+    def __init__(self, kinds: Iterable[JobKind] = ()) -> None:
+        self._by_key: dict[str, JobKind] = {}
+        self._by_gk: dict[tuple[str, str], JobKind] = {}
+        for k in kinds:
+            self.register(k)
+
+    def register(self, kind: JobKind) -> None:
+        """Add ``kind``. Raises ``ValueError`` when its key or group/kind is taken."""
+        if kind.key in self._by_key or (kind.api_group, kind.kind) in self._by_gk:
+            raise ValueError(f"job kind {kind.key} ({kind.api_group}/{kind.kind}) is "
+                             "registered twice")
+        self._by_key[kind.key] = kind
+        self._by_gk[(kind.api_group, kind.kind)] = kind
+
+    def kinds(self) -> tuple[JobKind, ...]:
+        return tuple(self._by_key.values())
+
+    def get(self, key: str) -> JobKind | None:
+        return self._by_key.get(key)
+
+    def owner_of(self, workload: Mapping[str, Any]) -> Owner | None:
+        """The registered object controlling ``workload`` (its controller ownerReference),
+        or None (a Workload created by someone else)."""
+        meta = workload.get("metadata") or {}
+        for ref in meta.get("ownerReferences") or []:
+            if not ref.get("controller"):
+                continue
+            group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+            kind = self._by_gk.get((group, str(ref.get("kind", ""))))
+            if kind is not None:
+                return Owner(kind, str(meta.get("namespace", "")), str(ref.get("name", "")),
+                             str(ref.get("uid", "")))
+        return None

@@ -1,0 +1,84 @@
+"""Applying an admission to pod templates, for every job kind (Kueue ``RunWithPodSetsInfo``,
+kueue-semantics.md 4.4): the ``nodeLabels`` of the flavors assigned to a podSet become its
+nodeSelector, their ``tolerations`` are appended without duplicates (a toleration with an empty
+operator equals one with ``Equal``, KQ-21 / kueue#11147), and the pod label
+``kueue.x-k8s.io/podset=<podSet>`` is added.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from app.integrations.framework import StartError
+
+Obj = dict[str, Any]
+
+PODSET_LABEL = "kueue.x-k8s.io/podset"
+
+
+class InjectionConflict(StartError, ValueError):
+    """The flavors' nodeLabels contradict the object's own nodeSelector (or each other).
+
+    Kueue treats this as a permanent start failure (Workload Finished, reason FailedToStart).
+    """
+
+
+# ------------------------------------------------------------------------- tolerations
+
+
+def toleration_identity(t: Mapping[str, Any]) -> tuple[str, str, str, str, Any]:
+    """Normalised identity of a core/v1 Toleration dict: (key, operator, value, effect,
+    tolerationSeconds); an empty/missing operator is ``Equal`` (kueue#11147)."""
+    return (
+        str(t.get("key") or ""),
+        str(t.get("operator") or "Equal"),
+        str(t.get("value") or ""),
+        str(t.get("effect") or ""),
+        t.get("tolerationSeconds"),
+    )
+
+
+def merge_tolerations(existing: Iterable[Mapping[str, Any]],
+                      extra: Iterable[Mapping[str, Any]]) -> list[Obj]:
+    """``existing`` unchanged, then each of ``extra`` not already present (by identity)."""
+    out = [dict(t) for t in existing]
+    seen = {toleration_identity(t) for t in out}
+    for t in extra:
+        ident = toleration_identity(t)
+        if ident not in seen:
+            seen.add(ident)
+            out.append({k: v for k, v in dict(t).items() if v not in (None, "")})
+    return out
+
+
+# ------------------------------------------------------------------------- flavors
+
+
+def podset_scheduling(flavor_names: Iterable[str],
+                      flavors: Mapping[str, Obj]) -> tuple[dict[str, str], list[Obj]]:
+    """Union of ``spec.nodeLabels`` and ``spec.tolerations`` of the named ResourceFlavors.
+
+    ``flavors``: ResourceFlavor objects (dicts) by name; a missing one contributes nothing.
+    Raises ``InjectionConflict`` when two flavors want different values for one label.
+    """
+    selector: dict[str, str] = {}
+    tolerations: list[Obj] = []
+    for name in dict.fromkeys(flavor_names):
+        spec = (flavors.get(name) or {}).get("spec") or {}
+        for k, v in (spec.get("nodeLabels") or {}).items():
+            if selector.get(k, v) != v:
+                raise InjectionConflict(
+                    f"flavors assigned to one podSet disagree on node label {k}: "
+                    f"{selector[k]!r} vs {v!r} (flavor {name})")
+            selector[k] = v
+        tolerations = merge_tolerations(tolerations, spec.get("tolerations") or [])
+    return selector, tolerations
+
+
+def podset_assignments(workload: Mapping[str, Any]) -> dict[str, list[str]]:
+    """podSet name -> the flavor names assigned to it in ``status.admission`` (one per
+    resource, in order; duplicates kept for ``podset_scheduling`` to fold)."""
+    admission = (workload.get("status") or {}).get("admission") or {}
+    return {str(a.get("name", "main")): list((a.get("flavors") or {}).values())
+            for a in admission.get("podSetAssignments") or []}

@@ -1,0 +1,366 @@
+"""The generic reconciler of the job framework: every registered ``JobKind`` with its
+Workloads (Kueue ``jobframework.ReconcileGenericJob``, kueue-integrations.md 1.3-1.4).
+
+Keys ``<kind key>:<ns>/<name>`` (``job:research/train``) and ``wl:<ns>/<name>`` go through one
+``WorkQueue`` processed by ``workers`` tasks; handlers on each kind's informer and on the
+Workload informer enqueue them. Writes happen only while ``ctx.may_write`` (leader and
+synced); on gaining leadership every object and Workload is enqueued again.
+
+Per object (in order): gone (deleted, or no longer queued) -> delete its Workloads (their quota
+returns); finished -> Workload Finished (Succeeded/Failed); no Workload -> stop a running
+object, then create the Workload once no pod is active; Workload admitted -> start the object
+with the admission, unless its pods no longer match the admission (another pod count or other
+requests): then stop it and, once its pods are gone, replace the Workload (Kueue
+``NoMatchingWorkload``); Workload evicted or deactivated -> stop the object, then release the
+quota once no pod is left; Workload pending -> a running object is stopped ("Not admitted by
+cluster queue"), a suspended one whose shape changed gets its Workload rebuilt in place.
+
+A Workload whose controller is no registered object (created by a user or another controller):
+an eviction releases its quota at once (it has no pods to wait for); its creator marks it
+Finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections import defaultdict
+from typing import Any
+
+from app.controllers.client import WORKLOADS
+from app.controllers.context import PC, WL, WPC, Context
+from app.controllers.errors import Conflict, NotFound, Permanent
+from app.controllers.events import NORMAL, WARNING
+from app.controllers.informers import DELETED
+from app.controllers.workloads import (
+    has_admission,
+    is_active,
+    is_evicted,
+    is_finished,
+    with_finished,
+    with_released,
+)
+from app.controllers.workqueue import WorkQueue, work
+from app.core.workload import WorkloadSpecError, admission_mismatch, workload_from_object
+from app.integrations.framework import JobKind, Owner, Registry, StartError
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+WL_PREFIX = "wl:"
+
+
+class OwnerIndex:
+    """Workload keys by the object that controls them (``<kind key>:<ns>/<name>``)."""
+
+    def __init__(self) -> None:
+        self._by_owner: dict[str, set[str]] = defaultdict(set)
+        self._owner_of: dict[str, str] = {}
+
+    def update(self, key: str, owner: Owner | None) -> None:
+        """Record (or with ``None`` forget) the owner of Workload ``key``."""
+        prev = self._owner_of.pop(key, None)
+        if prev is not None:
+            self._by_owner[prev].discard(key)
+            if not self._by_owner[prev]:
+                del self._by_owner[prev]
+        if owner is not None:
+            okey = f"{owner.kind.key}:{owner.key}"
+            self._owner_of[key] = okey
+            self._by_owner[okey].add(key)
+
+    def workloads_of(self, owner_key: str) -> set[str]:
+        return set(self._by_owner.get(owner_key, ()))
+
+
+class JobReconciler:
+    """Reconciles the objects of every kind in ``registry`` with their Workloads (module doc).
+    ``reconciles`` counts passes (tests and metrics)."""
+
+    def __init__(self, ctx: Context, registry: Registry, *, workers: int = 4) -> None:
+        self.ctx = ctx
+        self.registry = registry
+        self.queue = WorkQueue(base=ctx.settings.scheduling.requeue_backoff_seconds / 4,
+                               cap=ctx.settings.scheduling.requeue_backoff_max_seconds)
+        self.workers = workers
+        self.owners = OwnerIndex()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.reconciles = 0
+
+    # ----------------------------------------------------------------- wiring
+
+    def on_object(self, kind: JobKind) -> Any:
+        """The informer handler for ``kind``'s objects."""
+        def handler(etype: str, old: Obj | None, new: Obj | None) -> None:
+            obj = new or old
+            if obj is not None:
+                meta = obj["metadata"]
+                self.queue.add(f"{kind.key}:{meta['namespace']}/{meta['name']}")
+        return handler
+
+    def on_workload(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        obj = new or old
+        if obj is None:
+            return
+        meta = obj["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        owner = self.registry.owner_of(obj)
+        self.owners.update(key, owner if new is not None else None)
+        if owner is not None:
+            self.queue.add(f"{owner.kind.key}:{owner.key}")
+        elif etype != DELETED:
+            self.queue.add(f"{WL_PREFIX}{key}")
+
+    def notify(self, workload: Obj | None, key: str) -> None:
+        """Something happened to Workload ``key`` (admitted, evicted, failed to write):
+        reconcile its owner, or the Workload itself when no registered object owns it."""
+        owner = self.registry.owner_of(workload) if workload is not None else None
+        self.queue.add(f"{owner.kind.key}:{owner.key}" if owner else f"{WL_PREFIX}{key}")
+
+    def owner_object(self, workload: Obj) -> Obj | None:
+        """The stored object that controls ``workload`` (Events about it go there)."""
+        owner = self.registry.owner_of(workload)
+        return self.ctx.store(owner.kind.key).get(owner.key) if owner else None
+
+    def enqueue_all(self) -> None:
+        for kind in self.registry.kinds():
+            handler = self.on_object(kind)
+            for obj in self.ctx.store(kind.key):
+                handler("SYNC", None, obj)
+        for wl in self.ctx.store(WL):
+            self.on_workload("SYNC", None, wl)
+
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The running worker tasks."""
+        return list(self._tasks)
+
+    def start(self) -> None:
+        for i in range(self.workers):
+            self._tasks.append(asyncio.create_task(self._worker(), name=f"job-worker-{i}"))
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        self.queue.close()
+
+    async def _worker(self) -> None:
+        await work(self.queue, self._reconcile_key, may_write=lambda: self.ctx.may_write,
+                   log=log, what="reconcile")
+
+    async def _reconcile_key(self, key: str) -> float | None:
+        self.reconciles += 1
+        prefix, _, rest = key.partition(":")
+        ns, _, name = rest.partition("/")
+        kind = self.registry.get(prefix)
+        if kind is not None:
+            return await self.reconcile_object(kind, ns, name)
+        return await self.reconcile_workload(ns, name)
+
+    # ----------------------------------------------------------------- helpers
+
+    def _priority_maps(self) -> tuple[dict[str, int], dict[str, int]]:
+        wpc = {o["metadata"]["name"]: int(o.get("value") or 0) for o in self.ctx.store(WPC)}
+        pc = {o["metadata"]["name"]: int(o.get("value") or 0) for o in self.ctx.store(PC)}
+        return wpc, pc
+
+    async def _put_wl_status(self, wl: Obj) -> Obj:
+        out = await self.ctx.client.replace(WORKLOADS, wl, subresource="status")
+        self.ctx.store(WL).put(out)
+        return out
+
+    # ----------------------------------------------------------------- objects
+
+    async def reconcile_object(self, kind: JobKind, ns: str, name: str) -> float | None:
+        """One pass over ``kind``'s object ``ns/name``; returns seconds to look again."""
+        ctx = self.ctx
+        obj = ctx.store(kind.key).get(f"{ns}/{name}")
+        if obj is None or not kind.queue_name(obj):  # an empty queue name is no queue
+            await self._gone(kind, ns, name)
+            return None
+        wl = ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}")
+        finished, reason, message = kind.finished(obj)
+        if finished:
+            if wl is not None and not is_finished(wl):
+                await self._put_wl_status(with_finished(wl, reason, message, ctx.clock()))
+                ctx.recorder.emit(obj, NORMAL, "FinishedWorkload",
+                                  f"Workload '{ns}/{wl['metadata']['name']}' is declared finished")
+                ctx.wake()
+            return None
+        if wl is None:
+            return await self._without_workload(kind, obj)
+        if is_finished(wl):
+            return None
+        if has_admission(wl) and not is_evicted(wl) and is_active(wl):
+            why = self._admission_mismatch(kind, obj, wl)
+            if why is not None:
+                return await self._stop_mismatched(kind, obj, wl, why)
+            await self._start(kind, obj, wl)
+            return None
+        if has_admission(wl):  # evicted (or deactivated) while holding quota
+            return await self._stop_then_release(kind, obj, wl)
+        if f"{ns}/{wl['metadata']['name']}" in ctx.inflight:
+            return None  # its admission is being written right now
+        if not kind.is_suspended(obj) or kind.is_started(obj):
+            await kind.stop(ctx, obj, "Not admitted by cluster queue")
+            return None
+        await self._maybe_rebuild(kind, obj, wl)
+        return None
+
+    def _admission_mismatch(self, kind: JobKind, obj: Obj, wl: Obj) -> str | None:
+        """Why the object's pods no longer match its admitted Workload
+        (``admission_mismatch``), or None. An object that cannot be read any more counts as
+        not matching."""
+        wpc, pc = self._priority_maps()
+        try:
+            want = kind.desired(obj, priority_classes=wpc, pod_priority_classes=pc)
+            have = workload_from_object(wl)
+        except WorkloadSpecError as exc:
+            return f"the {kind.kind} cannot be read: {exc}"
+        return admission_mismatch(want.pod_sets, have)
+
+    async def _start(self, kind: JobKind, obj: Obj, wl: Obj) -> None:
+        ctx = self.ctx
+        try:
+            await kind.start(ctx, obj, wl)
+        except StartError as exc:
+            await self._put_wl_status(with_finished(wl, "FailedToStart", str(exc), ctx.clock()))
+            ctx.recorder.emit(obj, WARNING, "FailedToStart", str(exc))
+            ctx.wake()
+
+    async def _stop_mismatched(self, kind: JobKind, obj: Obj, wl: Obj,
+                               why: str) -> float | None:
+        """The object was changed after admission (a Job's ``spec.parallelism`` raised, say):
+        stop it as Kueue does (``NoMatchingWorkload``), and once none of its pods is left
+        delete the old Workload, whose quota then returns; the object is queued again with a
+        new Workload for its new shape. The quota is held until the pods are gone."""
+        ctx = self.ctx
+        meta = wl["metadata"]
+        if not kind.is_suspended(obj) or kind.is_started(obj):
+            obj = await kind.stop(ctx, obj, "No matching Workload; restoring pod templates "
+                                            f"according to existent Workload ({why})")
+            ctx.recorder.emit(wl, WARNING, "NoMatchingWorkload",
+                              f"The {kind.kind} no longer matches its admission: {why}")
+        if kind.active_pods(obj) > 0:
+            return 1.0
+        try:
+            await ctx.client.delete(WORKLOADS, meta["name"], meta["namespace"],
+                                    uid=meta.get("uid"))
+        except NotFound:
+            pass
+        ctx.recorder.emit(obj, NORMAL, "DeletedWorkload",
+                          f"Deleted not matching Workload: {meta['namespace']}/{meta['name']}")
+        ctx.wake()
+        return 0.5  # the watch removes it; then a Workload for the new shape is created
+
+    async def _gone(self, kind: JobKind, ns: str, name: str) -> None:
+        """The object left the store (deleted, or no longer queued): delete the Workloads it
+        controls if it is really gone (GET 404 or another uid)."""
+        keys = self.owners.workloads_of(f"{kind.key}:{ns}/{name}")
+        if not keys:
+            return
+        try:
+            live = await self.ctx.client.get(kind.resource, name, ns)
+        except NotFound:
+            live = None
+        for key in keys:
+            wl = self.ctx.store(WL).get(key)
+            if wl is None:
+                continue
+            owner = self.registry.owner_of(wl)
+            if live is not None and owner and owner.uid == live["metadata"].get("uid"):
+                continue  # the object exists but lost its label: leave its Workload alone
+            try:
+                await self.ctx.client.delete(WORKLOADS, wl["metadata"]["name"], ns,
+                                             uid=wl["metadata"].get("uid"))
+            except NotFound:
+                pass
+            self.ctx.wake()
+
+    async def _without_workload(self, kind: JobKind, obj: Obj) -> float | None:
+        ctx = self.ctx
+        if not kind.is_suspended(obj) or kind.is_started(obj):
+            await kind.stop(ctx, obj, "No matching Workload; restoring pod templates according "
+                                      "to existent Workload")
+            return None
+        if kind.active_pods(obj) > 0:
+            return 1.0  # wait for the pods of the stopped object to go
+        wpc, pc = self._priority_maps()
+        try:
+            body = kind.workload_object(obj, priority_classes=wpc, pod_priority_classes=pc)
+        except WorkloadSpecError as exc:
+            ctx.recorder.emit(obj, WARNING, "ErrWorkloadCompose", str(exc))
+            return 30.0
+        try:
+            out = await ctx.client.create(WORKLOADS, body)
+        except Conflict as exc:
+            if exc.already_exists:
+                return 0.5  # the watch has not shown it yet
+            raise
+        ctx.store(WL).put(out)
+        ctx.recorder.emit(obj, NORMAL, "CreatedWorkload",
+                          f"Created Workload: {out['metadata']['namespace']}/"
+                          f"{out['metadata']['name']}")
+        return None
+
+    async def _stop_then_release(self, kind: JobKind, obj: Obj, wl: Obj) -> float | None:
+        ctx = self.ctx
+        if not kind.is_suspended(obj) or kind.is_started(obj):
+            ev = next((c for c in (wl.get("status") or {}).get("conditions", [])
+                       if c.get("type") == "Evicted"), {})
+            obj = await kind.stop(ctx, obj, str(ev.get("message") or "Evicted"))
+        if kind.active_pods(obj) > 0:
+            return 1.0
+        await self._put_wl_status(with_released(wl, ctx.clock()))
+        ctx.wake()
+        return None
+
+    async def _maybe_rebuild(self, kind: JobKind, obj: Obj, wl: Obj) -> None:
+        """A suspended object whose shape no longer matches its pending Workload: update the
+        Workload's spec (queueName, podSets, priority) in place (Kueue: a stale Workload
+        without a quota reservation is updated, event ``UpdatedWorkload``)."""
+        wpc, pc = self._priority_maps()
+        try:
+            want = kind.desired(obj, priority_classes=wpc, pod_priority_classes=pc)
+            have = workload_from_object(wl)
+        except WorkloadSpecError as exc:
+            self.ctx.recorder.emit(obj, WARNING, "ErrWorkloadCompose", str(exc))
+            return
+        if (want.queue_name, want.priority, want.pod_sets) == \
+                (have.queue_name, have.priority, have.pod_sets):
+            return
+        body = kind.workload_object(obj, priority_classes=wpc, pod_priority_classes=pc)
+        updated = copy.deepcopy(wl)
+        updated["spec"] = {**(wl.get("spec") or {}), **body["spec"]}
+        if "priorityClassRef" not in body["spec"]:
+            updated["spec"].pop("priorityClassRef", None)
+            updated["spec"].pop("priority", None)
+        try:
+            out = await self.ctx.client.replace(WORKLOADS, updated)
+        except Permanent:
+            await self.ctx.client.delete(WORKLOADS, wl["metadata"]["name"],
+                                         wl["metadata"]["namespace"],
+                                         uid=wl["metadata"].get("uid"))
+            self.ctx.store(WL).remove(f"{wl['metadata']['namespace']}/{wl['metadata']['name']}")
+            return
+        self.ctx.store(WL).put(out)
+        self.ctx.recorder.emit(obj, NORMAL, "UpdatedWorkload",
+                               f"Updated not matching Workload for suspended {kind.kind.lower()}: "
+                               f"{wl['metadata']['namespace']}/{wl['metadata']['name']}")
+        self.ctx.wake()
+
+    # ----------------------------------------------------------------- Workload without owner
+
+    async def reconcile_workload(self, ns: str, name: str) -> float | None:
+        """A Workload no registered object controls: an eviction releases its quota at once
+        (it has no pods to wait for); its creator marks it Finished."""
+        wl = self.ctx.store(WL).get(f"{ns}/{name}")
+        if wl is None or self.registry.owner_of(wl) is not None or is_finished(wl):
+            return None
+        if has_admission(wl) and (is_evicted(wl) or not is_active(wl)):
+            await self._put_wl_status(with_released(wl, self.ctx.clock()))
+            self.ctx.wake()
+        return None

@@ -1,0 +1,126 @@
+"""The job framework's seam (issue 17): a kind is one object registered in a ``Registry``; the
+generic reconciler then creates its Workload with no other change. Proved with a test-only
+kind, ``Sleeper`` (``example.com/v1``), registered here."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from app.config import LeaderElectionSettings, Settings
+from app.controllers.client import Resource
+from app.controllers.leader import LeaderElector
+from app.controllers.manager import Manager
+from app.core.workload import (
+    Workload,
+    pod_set_from_template,
+    workload_from_object,
+)
+from app.integrations import BUILTIN_KINDS, default_registry
+from app.integrations.framework import Registry
+from tests.recording_client import OBJECTS, RecordingClient
+
+SLEEPERS = Resource("example.com", "v1", "sleepers", "Sleeper")
+
+
+class Sleeper:
+    """``spec.pods`` pods of ``spec.template``; ``spec.suspend`` is the lever."""
+
+    key = "sleeper"
+    resource = SLEEPERS
+    api_group = "example.com"
+    kind = "Sleeper"
+    label_selector = "kueue.x-k8s.io/queue-name"
+
+    def queue_name(self, obj: Mapping[str, Any]) -> str:
+        return obj["metadata"].get("labels", {}).get("kueue.x-k8s.io/queue-name", "")
+
+    def workload_name(self, obj: Mapping[str, Any]) -> str:
+        return f"sleeper-{obj['metadata']['name']}"
+
+    def desired(self, obj: Mapping[str, Any], **_: Any) -> Workload:
+        meta = obj["metadata"]
+        ps = pod_set_from_template("main", obj["spec"]["pods"], obj["spec"]["template"],
+                                   field="spec.template")
+        return Workload(meta["namespace"], self.workload_name(obj), self.queue_name(obj), (ps,))
+
+    def workload_object(self, obj: Mapping[str, Any], **_: Any) -> dict[str, Any]:
+        meta = obj["metadata"]
+        return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                "metadata": {"name": self.workload_name(obj), "namespace": meta["namespace"],
+                             "ownerReferences": [{"apiVersion": "example.com/v1",
+                                                  "kind": "Sleeper", "name": meta["name"],
+                                                  "uid": meta["uid"], "controller": True}]},
+                "spec": {"queueName": self.queue_name(obj), "podSets": [
+                    {"name": "main", "count": obj["spec"]["pods"],
+                     "template": obj["spec"]["template"]}]}}
+
+    def is_suspended(self, obj: Mapping[str, Any]) -> bool:
+        return bool(obj["spec"].get("suspend"))
+
+    def is_started(self, obj: Mapping[str, Any]) -> bool:
+        return False
+
+    def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
+        return False, "", ""
+
+    def active_pods(self, obj: Mapping[str, Any]) -> int:
+        return 0
+
+    async def start(self, ctx: Any, obj: dict[str, Any], workload: Mapping[str, Any]) -> bool:
+        await ctx.client.replace(SLEEPERS, {**obj, "spec": {**obj["spec"], "suspend": False}})
+        return True
+
+    async def stop(self, ctx: Any, obj: dict[str, Any], why: str) -> dict[str, Any]:
+        return await ctx.client.replace(SLEEPERS, {**obj, "spec": {**obj["spec"],
+                                                                   "suspend": True}})
+
+
+SLEEPER_OBJ = {"apiVersion": "example.com/v1", "kind": "Sleeper", "metadata": {
+    "name": "nap", "namespace": "research", "uid": "s1", "resourceVersion": "1",
+    "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+    "spec": {"suspend": True, "pods": 3, "template": {"spec": {"containers": [
+        {"name": "c", "resources": {"requests": {"cpu": "500m"}}}]}}}}
+
+
+def test_a_kind_registers_once() -> None:
+    reg = Registry([*BUILTIN_KINDS, Sleeper()])
+    assert [k.key for k in reg.kinds()] == ["job", "sleeper"]
+    with pytest.raises(ValueError, match="registered twice"):
+        reg.register(Sleeper())
+    wl = Sleeper().workload_object(SLEEPER_OBJ)
+    owner = reg.owner_of(wl)
+    assert owner is not None and (owner.kind.key, owner.key, owner.uid) == (
+        "sleeper", "research/nap", "s1")
+    assert default_registry().owner_of(wl) is None  # not a built-in kind
+
+
+async def test_a_registered_kind_gets_its_workload_from_the_generic_reconciler(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    async def lead(self: LeaderElector) -> None:
+        self._set(True)
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(LeaderElector, "run", lead)
+    client = RecordingClient({**OBJECTS, "sleepers": [SLEEPER_OBJ]})
+    settings = Settings(leader_election=LeaderElectionSettings(enabled=True))
+    m = Manager(settings, client=client, watch_nodes=False,  # type: ignore[arg-type]
+                registry=Registry([*BUILTIN_KINDS, Sleeper()]))
+    await m.start()
+    try:
+        await m.wait_ready(10)
+        for _ in range(100):
+            created = [b for v, r, b in client.bodies if (v, r) == ("create", "workloads")
+                       and b["metadata"]["name"] == "sleeper-nap"]
+            if created:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await m.stop()
+    assert created, client.writes
+    wl = workload_from_object(created[0])
+    assert (wl.queue_name, wl.pod_sets[0].count, dict(wl.pod_sets[0].requests)) == (
+        "lq", 3, {"cpu": 500})
