@@ -1,4 +1,5 @@
-"""HTTP adapter: the admission webhook for ``batch/v1`` Jobs (mutating and validating).
+"""HTTP adapter: the admission webhooks for ``batch/v1`` Jobs and plain Pods (mutating and
+validating).
 
 Thin: parse the ``admission.k8s.io/v1`` AdmissionReview, call the pure rules of
 ``app.core.webhook_rules``, build the response review (echoing apiVersion, kind and uid).
@@ -7,6 +8,8 @@ Thin: parse the ``admission.k8s.io/v1`` AdmissionReview, call the pure rules of
   (``patchType: JSONPatch``) setting ``/spec/suspend`` to true; anything else -> allowed, no patch.
 - ``POST /validate-batch-v1-job``: CREATE and UPDATE rules (queue-name label, who unsuspends);
   a violation -> ``allowed: false``, status 403 Forbidden, message naming the fields.
+- ``POST /mutate--v1-pod``, ``/validate--v1-pod``: plain Pods (``app.integrations.pod.rules``):
+  a queued Pod is gated at CREATE; only pykueue lifts the gate.
 
 The API server appends ``?timeout=Ns``: routing is on the path only. Errors never become a 5xx:
 a body that is not JSON or not an AdmissionReview -> HTTP 400 ``{"error": ..., "details": [...]}``;
@@ -52,6 +55,8 @@ from app.core.webhook_rules import (
     validate_create,
     validate_update,
 )
+from app.integrations import managed_kinds
+from app.integrations.pod.rules import mutate_pod, scheduling_gates, validate_pod
 from app.models.admissionreview import (
     AdmissionRequest,
     AdmissionResponse,
@@ -61,6 +66,8 @@ from app.models.admissionreview import (
 
 MUTATE_PATH = "/mutate-batch-v1-job"
 VALIDATE_PATH = "/validate-batch-v1-job"
+MUTATE_POD_PATH = "/mutate--v1-pod"
+VALIDATE_POD_PATH = "/validate--v1-pod"
 
 # Decisions (the ``decision`` label and log field).
 ALLOWED = "allowed"  # allowed, no patch
@@ -274,7 +281,7 @@ async def _serve(
         try:
             outcome = decide(req, request.app.state)
         except UnreadableObjectError as exc:
-            message = f"cannot read the Job: {exc}"
+            message = f"cannot read the object: {exc}"
             outcome = _deny(req, 400, "BadRequest", message, INVALID)
         except Exception:
             logger.exception("webhook: unexpected error on review uid=%s", req.uid)
@@ -307,7 +314,56 @@ async def validate_batch_v1_job(request: Request) -> Response:
     return await _serve(request, VALIDATE_PATH, _decide_validation)
 
 
+def _is_pod_review(req: AdmissionRequest) -> bool:
+    kind = req.kind or req.request_kind
+    if kind is not None and kind.kind:
+        return kind.group == "" and kind.kind == "Pod"
+    return isinstance(req.object, dict) and req.object.get("kind", "Pod") == "Pod"
+
+
+def _read_pod(value: object, where: str) -> dict[str, Any]:
+    try:
+        pod = read_job(value)
+        read_labels(pod)
+        scheduling_gates(pod)
+    except UnreadableObjectError as exc:
+        raise UnreadableObjectError(
+            ".".join(filter(None, (where, exc.field))), exc.problem
+        ) from None
+    return pod  # type: ignore[return-value]
+
+
+def _decide_pod_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
+    if req.operation != "CREATE" or req.sub_resource or not _is_pod_review(req):
+        return _allow(req)
+    pod = _read_pod(req.object, "request.object")
+    return _patched(req, mutate_pod(pod, req.operation, _policy(state), managed_kinds()))
+
+
+def _decide_pod_validation(req: AdmissionRequest, state: Any) -> _Outcome:
+    if req.operation not in ("CREATE", "UPDATE") or req.sub_resource or not _is_pod_review(req):
+        return _allow(req)
+    pod = _read_pod(req.object, "request.object")
+    old = _read_pod(req.old_object, "request.oldObject") if req.operation == "UPDATE" else None
+    errors = validate_pod(old, pod, req.user_info.username, _policy(state), managed_kinds())
+    if errors:
+        return _deny(req, 403, "Forbidden", "; ".join(errors), DENIED)
+    return _allow(req)
+
+
+async def mutate_v1_pod(request: Request) -> Response:
+    """Mutating webhook for Pods: gate queued plain Pods on CREATE (JSONPatch)."""
+    return await _serve(request, MUTATE_POD_PATH, _decide_pod_mutation)
+
+
+async def validate_v1_pod(request: Request) -> Response:
+    """Validating webhook for Pods: the admission gate and queue-name rules."""
+    return await _serve(request, VALIDATE_POD_PATH, _decide_pod_validation)
+
+
 # Plain Starlette routes: the endpoints read the raw body themselves, so FastAPI's dependency
 # solving and body parsing would only add latency on the API server's critical path.
 router.add_route(MUTATE_PATH, mutate_batch_v1_job, methods=["POST"], include_in_schema=False)
 router.add_route(VALIDATE_PATH, validate_batch_v1_job, methods=["POST"], include_in_schema=False)
+router.add_route(MUTATE_POD_PATH, mutate_v1_pod, methods=["POST"], include_in_schema=False)
+router.add_route(VALIDATE_POD_PATH, validate_v1_pod, methods=["POST"], include_in_schema=False)

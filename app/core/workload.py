@@ -428,15 +428,22 @@ def job_pod_count(job: Mapping[str, Any]) -> int:
     return count
 
 
-def workload_name_for_job(job_name: str, job_uid: str = "") -> str:
-    """Deterministic Workload name for a batch/v1 Job, as Kueue names it
-    (``jobframework.GetWorkloadNameForOwnerWithGVK``): ``job-<jobname>-<hash5>`` where the
-    prefix is truncated so the whole name is at most 253 characters and ``hash5`` is the first
-    5 hex digits of SHA-1 over ``"Job\\nbatch\\n<name>\\n<uid>"``.
+def workload_name_for_owner(kind: str, group: str, name: str, uid: str = "") -> str:
+    """Deterministic Workload name for an object of ``kind`` in API ``group`` (``""`` for the
+    core group), as Kueue names it (``jobframework.GetWorkloadNameForOwnerWithGVK``):
+    ``<lower(kind)>-<name>-<hash5>`` where the prefix is truncated so the whole name is at most
+    253 characters and ``hash5`` is the first 5 hex digits of SHA-1 over
+    ``"<kind>\\n<group>\\n<name>\\n<uid>"``.
     """
-    digest = hashlib.sha1(f"Job\nbatch\n{job_name}\n{job_uid}".encode()).hexdigest()
-    prefix = f"job-{job_name}"[: _WORKLOAD_NAME_MAX - 1 - _HASH_LEN]
+    digest = hashlib.sha1(f"{kind}\n{group}\n{name}\n{uid}".encode()).hexdigest()
+    prefix = f"{kind.lower()}-{name}"[: _WORKLOAD_NAME_MAX - 1 - _HASH_LEN]
     return f"{prefix}-{digest[:_HASH_LEN]}"
+
+
+def workload_name_for_job(job_name: str, job_uid: str = "") -> str:
+    """The Workload name of batch/v1 Job ``job_name`` (``workload_name_for_owner``):
+    ``job-<jobname>-<hash5>``."""
+    return workload_name_for_owner("Job", "batch", job_name, job_uid)
 
 
 def _check_dns_subdomain(value: str, field: str) -> None:

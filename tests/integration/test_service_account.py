@@ -47,7 +47,7 @@ DENIED = [
     ("delete", "", "nodes", "", None),
     ("update", "", "nodes", "", None),
     ("create", "", "pods", "", None),
-    ("delete", "", "pods", "", None),
+    ("deletecollection", "", "pods", "", None),
     ("get", "", "secrets", "", None),
     ("list", "", "secrets", "", NAMESPACE),
     ("create", "", "namespaces", "", None),

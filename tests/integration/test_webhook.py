@@ -249,3 +249,32 @@ def test_scaling_a_running_queued_job_suspends_it_in_the_same_write(
     created = [e for e in lab.get("events", "-n", NS)["items"]
                if e["reason"] == "SuccessfulCreate" and e["involvedObject"]["name"] == "scaler"]
     assert sum(e.get("count", 1) for e in created) == 1, created
+
+
+def _pod(name: str, queue: str | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": NS}
+    if queue is not None:
+        meta["labels"] = {LABEL: queue}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+
+
+def test_a_queued_pod_is_stored_gated_and_only_pykueue_lifts_the_gate(
+    lab: LabHandle, pykueue: PykueueServer
+) -> None:
+    """Issue 17: the Pod webhook gates a queued Pod; a tenant cannot ungate it."""
+    lab.apply(json.dumps(_pod("gated", "lq1")))
+    stored = lab.get("pod", "gated", "-n", NS)
+    assert [g["name"] for g in stored["spec"]["schedulingGates"]] == ["kueue.x-k8s.io/admission"]
+    assert stored["metadata"]["labels"]["kueue.x-k8s.io/managed"] == "true"
+    ungate = json.dumps([{"op": "remove", "path": "/spec/schedulingGates"}])
+    r = lab.kubectl("patch", "pod", "gated", "-n", NS, "--type=json", "-p", ungate, check=False)
+    denied(r, "spec.schedulingGates", "only pykueue may remove")
+    ok = lab.kubectl(*AS_PYKUEUE, "patch", "pod", "gated", "-n", NS, "--type=json", "-p",
+                     ungate, check=False)
+    assert ok.returncode == 0, ok.stderr
+    # An unqueued Pod is untouched, and a queue label cannot be added once it runs.
+    lab.apply(json.dumps(_pod("free", None)))
+    assert not lab.get("pod", "free", "-n", NS)["spec"].get("schedulingGates")
+    r = lab.kubectl("label", "pod", "free", "-n", NS, f"{LABEL}=lq1", check=False)
+    denied(r, f"metadata.labels[{LABEL}]", "cannot be added")

@@ -21,14 +21,18 @@ from tests.pykueue_server import PykueueServer, free_port, pykueue_exe, serve_en
 
 ROOT = Path(__file__).resolve().parents[2]
 LABEL = "kueue.x-k8s.io/queue-name"
-PATHS = {
-    "MutatingWebhookConfiguration": "/mutate-batch-v1-job",
-    "ValidatingWebhookConfiguration": "/validate-batch-v1-job",
+# (configuration kind, webhook name) -> (path, operations, (apiGroups, apiVersions, resources))
+WEBHOOKS = {
+    ("MutatingWebhookConfiguration", "mjob.pykueue.io"):
+        ("/mutate-batch-v1-job", ["CREATE", "UPDATE"], (["batch"], ["v1"], ["jobs"])),
+    ("ValidatingWebhookConfiguration", "vjob.pykueue.io"):
+        ("/validate-batch-v1-job", ["CREATE", "UPDATE"], (["batch"], ["v1"], ["jobs"])),
+    ("MutatingWebhookConfiguration", "mpod.pykueue.io"):
+        ("/mutate--v1-pod", ["CREATE"], ([""], ["v1"], ["pods"])),
+    ("ValidatingWebhookConfiguration", "vpod.pykueue.io"):
+        ("/validate--v1-pod", ["CREATE", "UPDATE"], ([""], ["v1"], ["pods"])),
 }
-OPERATIONS = {
-    "MutatingWebhookConfiguration": ["CREATE", "UPDATE"],
-    "ValidatingWebhookConfiguration": ["CREATE", "UPDATE"],
-}
+KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +52,12 @@ def documents(path: Path) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("template", ["webhooks.yaml", "webhooks-lab.yaml"])
 def test_webhook_configurations_follow_the_contract(template: str) -> None:
     docs = documents(ROOT / "manifests" / "webhook" / template)
-    assert sorted(d["kind"] for d in docs) == sorted(PATHS)
-    for doc in docs:
+    assert sorted(d["kind"] for d in docs) == sorted(KINDS)
+    seen = {(d["kind"], w["name"]) for d in docs for w in d["webhooks"]}
+    assert seen == set(WEBHOOKS)
+    for doc, webhook in ((d, w) for d in docs for w in d["webhooks"]):
+        path, operations, target = WEBHOOKS[(doc["kind"], webhook["name"])]
         assert doc["apiVersion"] == "admissionregistration.k8s.io/v1"
-        (webhook,) = doc["webhooks"]
         assert webhook["admissionReviewVersions"] == ["v1"]
         assert webhook["failurePolicy"] == "Fail"
         assert webhook["sideEffects"] == "None"
@@ -60,23 +66,23 @@ def test_webhook_configurations_follow_the_contract(template: str) -> None:
             "matchExpressions": [{"key": LABEL, "operator": "Exists"}]
         }
         (rule,) = webhook["rules"]
-        assert rule["operations"] == OPERATIONS[doc["kind"]]
-        assert (rule["apiGroups"], rule["apiVersions"], rule["resources"]) == (
-            ["batch"],
-            ["v1"],
-            ["jobs"],
-        )
+        assert rule["operations"] == operations
+        assert (rule["apiGroups"], rule["apiVersions"], rule["resources"]) == target
+        if target[2] == ["pods"]:  # never kube-system nor pykueue's own namespace
+            (expr,) = webhook["namespaceSelector"]["matchExpressions"]
+            assert expr == {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                            "values": ["kube-system", "pykueue-system"]}
         client = webhook["clientConfig"]
         assert "caBundle" not in client  # filled by hack/render_webhooks.py
         if template == "webhooks.yaml":
             assert client["service"] == {
                 "name": "pykueue-webhook-service",
                 "namespace": "pykueue-system",
-                "path": PATHS[doc["kind"]],
+                "path": path,
                 "port": 443,
             }
         else:
-            assert client["url"] == f"https://127.0.0.1:9443{PATHS[doc['kind']]}"
+            assert client["url"] == f"https://127.0.0.1:9443{path}"
 
 
 @pytest.mark.parametrize(
@@ -96,14 +102,16 @@ def test_render_fills_the_ca_bundle(
          "--ca", str(certs / "ca.crt"), "--out", str(out), *extra],
         cwd=ROOT, check=True, capture_output=True, text=True,
     )  # fmt: skip
-    for doc in documents(out):
-        (webhook,) = doc["webhooks"]
+    rendered = [(d, w) for d in documents(out) for w in d["webhooks"]]
+    assert len(rendered) == len(WEBHOOKS)
+    for doc, webhook in rendered:
+        path = WEBHOOKS[(doc["kind"], webhook["name"])][0]
         client = webhook["clientConfig"]
         assert base64.b64decode(client["caBundle"]) == (certs / "ca.crt").read_bytes()
         if url_prefix:
-            assert client["url"] == url_prefix + PATHS[doc["kind"]]
+            assert client["url"] == url_prefix + path
         else:
-            assert client["service"]["path"] == PATHS[doc["kind"]]
+            assert client["service"]["path"] == path
 
 
 def test_render_without_a_ca_says_what_to_do(tmp_path: Path) -> None:
