@@ -10,6 +10,8 @@ Thin: parse the ``admission.k8s.io/v1`` AdmissionReview, call the pure rules of
   a violation -> ``allowed: false``, status 403 Forbidden, message naming the fields.
 - ``POST /mutate--v1-pod``, ``/validate--v1-pod``: plain Pods (``app.integrations.pod.rules``):
   a queued Pod is gated at CREATE; only pykueue lifts the gate.
+- ``POST /mutate-apps-v1-deployment``, ``/validate-apps-v1-deployment``: a queued
+  Deployment's pod template gets the queue (``app.integrations.deployment.rules``).
 
 The API server appends ``?timeout=Ns``: routing is on the path only. Errors never become a 5xx:
 a body that is not JSON or not an AdmissionReview -> HTTP 400 ``{"error": ..., "details": [...]}``;
@@ -56,6 +58,7 @@ from app.core.webhook_rules import (
     validate_update,
 )
 from app.integrations import managed_kinds
+from app.integrations.deployment.rules import mutate_deployment, validate_deployment_update
 from app.integrations.pod.rules import mutate_pod, scheduling_gates, validate_pod
 from app.models.admissionreview import (
     AdmissionRequest,
@@ -68,6 +71,8 @@ MUTATE_PATH = "/mutate-batch-v1-job"
 VALIDATE_PATH = "/validate-batch-v1-job"
 MUTATE_POD_PATH = "/mutate--v1-pod"
 VALIDATE_POD_PATH = "/validate--v1-pod"
+MUTATE_DEPLOYMENT_PATH = "/mutate-apps-v1-deployment"
+VALIDATE_DEPLOYMENT_PATH = "/validate-apps-v1-deployment"
 
 # Decisions (the ``decision`` label and log field).
 ALLOWED = "allowed"  # allowed, no patch
@@ -314,41 +319,75 @@ async def validate_batch_v1_job(request: Request) -> Response:
     return await _serve(request, VALIDATE_PATH, _decide_validation)
 
 
-def _is_pod_review(req: AdmissionRequest) -> bool:
+def _is_review_of(req: AdmissionRequest, group: str, kind_name: str) -> bool:
     kind = req.kind or req.request_kind
     if kind is not None and kind.kind:
-        return kind.group == "" and kind.kind == "Pod"
-    return isinstance(req.object, dict) and req.object.get("kind", "Pod") == "Pod"
+        return kind.group == group and kind.kind == kind_name
+    return isinstance(req.object, dict) and req.object.get("kind", kind_name) == kind_name
 
 
-def _read_pod(value: object, where: str) -> dict[str, Any]:
+def _read_obj(value: object, where: str, *readers: Callable[[Any], Any]) -> dict[str, Any]:
+    """The object at ``where``, checked by ``readers`` so that an UnreadableObjectError names
+    the full path (``request.oldObject.spec.schedulingGates``)."""
     try:
-        pod = read_job(value)
-        read_labels(pod)
-        scheduling_gates(pod)
+        obj = read_job(value)
+        read_labels(obj)
+        for read in readers:
+            read(obj)
     except UnreadableObjectError as exc:
         raise UnreadableObjectError(
             ".".join(filter(None, (where, exc.field))), exc.problem
         ) from None
-    return pod  # type: ignore[return-value]
+    return obj  # type: ignore[return-value]
+
+
+def _objects(req: AdmissionRequest, *readers: Callable[[Any], Any]
+             ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """(old object or None on CREATE, new object)."""
+    new = _read_obj(req.object, "request.object", *readers)
+    old = (_read_obj(req.old_object, "request.oldObject", *readers)
+           if req.operation == "UPDATE" else None)
+    return old, new
+
+
+def _verdict(req: AdmissionRequest, errors: list[str]) -> _Outcome:
+    if errors:
+        return _deny(req, 403, "Forbidden", "; ".join(errors), DENIED)
+    return _allow(req)
 
 
 def _decide_pod_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
-    if req.operation != "CREATE" or req.sub_resource or not _is_pod_review(req):
+    if req.operation != "CREATE" or req.sub_resource or not _is_review_of(req, "", "Pod"):
         return _allow(req)
-    pod = _read_pod(req.object, "request.object")
+    _, pod = _objects(req, scheduling_gates)
     return _patched(req, mutate_pod(pod, req.operation, _policy(state), managed_kinds()))
 
 
 def _decide_pod_validation(req: AdmissionRequest, state: Any) -> _Outcome:
-    if req.operation not in ("CREATE", "UPDATE") or req.sub_resource or not _is_pod_review(req):
+    if req.operation not in ("CREATE", "UPDATE") or req.sub_resource \
+            or not _is_review_of(req, "", "Pod"):
         return _allow(req)
-    pod = _read_pod(req.object, "request.object")
-    old = _read_pod(req.old_object, "request.oldObject") if req.operation == "UPDATE" else None
-    errors = validate_pod(old, pod, req.user_info.username, _policy(state), managed_kinds())
-    if errors:
-        return _deny(req, 403, "Forbidden", "; ".join(errors), DENIED)
-    return _allow(req)
+    old, pod = _objects(req, scheduling_gates)
+    return _verdict(req, validate_pod(old, pod, req.user_info.username, _policy(state),
+                                      managed_kinds()))
+
+
+def _decide_deployment_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
+    if req.operation not in ("CREATE", "UPDATE") or req.sub_resource \
+            or not _is_review_of(req, "apps", "Deployment"):
+        return _allow(req)
+    _, dep = _objects(req)
+    return _patched(req, mutate_deployment(dep, req.operation, _policy(state)))
+
+
+def _decide_deployment_validation(req: AdmissionRequest, state: Any) -> _Outcome:
+    if req.operation != "UPDATE" or req.sub_resource \
+            or not _is_review_of(req, "apps", "Deployment"):
+        return _allow(req)
+    old, dep = _objects(req)
+    assert old is not None
+    return _verdict(req, validate_deployment_update(old, dep, req.user_info.username,
+                                                    _policy(state)))
 
 
 async def mutate_v1_pod(request: Request) -> Response:
@@ -361,9 +400,23 @@ async def validate_v1_pod(request: Request) -> Response:
     return await _serve(request, VALIDATE_POD_PATH, _decide_pod_validation)
 
 
+async def mutate_apps_v1_deployment(request: Request) -> Response:
+    """Mutating webhook for Deployments: the queue onto the pod template."""
+    return await _serve(request, MUTATE_DEPLOYMENT_PATH, _decide_deployment_mutation)
+
+
+async def validate_apps_v1_deployment(request: Request) -> Response:
+    """Validating webhook for Deployments: queue-name changes."""
+    return await _serve(request, VALIDATE_DEPLOYMENT_PATH, _decide_deployment_validation)
+
+
 # Plain Starlette routes: the endpoints read the raw body themselves, so FastAPI's dependency
 # solving and body parsing would only add latency on the API server's critical path.
 router.add_route(MUTATE_PATH, mutate_batch_v1_job, methods=["POST"], include_in_schema=False)
 router.add_route(VALIDATE_PATH, validate_batch_v1_job, methods=["POST"], include_in_schema=False)
 router.add_route(MUTATE_POD_PATH, mutate_v1_pod, methods=["POST"], include_in_schema=False)
 router.add_route(VALIDATE_POD_PATH, validate_v1_pod, methods=["POST"], include_in_schema=False)
+router.add_route(MUTATE_DEPLOYMENT_PATH, mutate_apps_v1_deployment, methods=["POST"],
+                 include_in_schema=False)
+router.add_route(VALIDATE_DEPLOYMENT_PATH, validate_apps_v1_deployment, methods=["POST"],
+                 include_in_schema=False)

@@ -31,6 +31,10 @@ WEBHOOKS = {
         ("/mutate--v1-pod", ["CREATE"], ([""], ["v1"], ["pods"])),
     ("ValidatingWebhookConfiguration", "vpod.pykueue.io"):
         ("/validate--v1-pod", ["CREATE", "UPDATE"], ([""], ["v1"], ["pods"])),
+    ("MutatingWebhookConfiguration", "mdeployment.pykueue.io"):
+        ("/mutate-apps-v1-deployment", ["CREATE", "UPDATE"], (["apps"], ["v1"], ["deployments"])),
+    ("ValidatingWebhookConfiguration", "vdeployment.pykueue.io"):
+        ("/validate-apps-v1-deployment", ["UPDATE"], (["apps"], ["v1"], ["deployments"])),
 }
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
@@ -68,7 +72,7 @@ def test_webhook_configurations_follow_the_contract(template: str) -> None:
         (rule,) = webhook["rules"]
         assert rule["operations"] == operations
         assert (rule["apiGroups"], rule["apiVersions"], rule["resources"]) == target
-        if target[2] == ["pods"]:  # never kube-system nor pykueue's own namespace
+        if target[2] != ["jobs"]:  # never kube-system nor pykueue's own namespace
             (expr,) = webhook["namespaceSelector"]["matchExpressions"]
             assert expr == {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                             "values": ["kube-system", "pykueue-system"]}

@@ -1,0 +1,66 @@
+"""Deployments (issue 17): the queue goes onto the pod template so every pod is a queued
+plain Pod; the queue name changes only while no replica is ready."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from app.core.webhook_rules import WebhookPolicy
+from app.integrations.deployment.rules import (
+    SUSPENDING_PARENT,
+    mutate_deployment,
+    validate_deployment_update,
+)
+from tests.unit.test_pod_integration import apply_patch
+
+POLICY = WebhookPolicy(controller_usernames=frozenset({"pykueue"}))
+QUEUE = "kueue.x-k8s.io/queue-name"
+
+
+def dep(queue: str | None = "lq", template_labels: dict | None = None, ready: int = 0,
+        **labels: str) -> dict[str, Any]:
+    tpl: dict[str, Any] = {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    if template_labels is not None:
+        tpl["metadata"] = {"labels": dict(template_labels)}
+    meta = {"name": "d", "namespace": "inference",
+            "labels": {**({QUEUE: queue} if queue is not None else {}), **labels}}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+            "spec": {"replicas": 3, "template": tpl}, "status": {"readyReplicas": ready}}
+
+
+@pytest.mark.parametrize("template_labels", [None, {"app": "serve"},
+                                             {"app": "serve", QUEUE: "other"}])
+def test_the_queue_goes_onto_the_template_and_wins(template_labels):
+    d = dep(template_labels=template_labels, **{"kueue.x-k8s.io/priority-class": "high"})
+    out = apply_patch(d, mutate_deployment(d, "CREATE", POLICY))
+    meta = out["spec"]["template"]["metadata"]
+    assert meta["labels"][QUEUE] == "lq" and meta["labels"]["kueue.x-k8s.io/managed"] == "true"
+    assert meta["labels"]["kueue.x-k8s.io/priority-class"] == "high"
+    assert meta["annotations"] == {SUSPENDING_PARENT: "deployment"}
+    if template_labels:
+        assert meta["labels"]["app"] == "serve"
+    assert mutate_deployment(out, "UPDATE", POLICY) == []  # idempotent
+
+
+def test_an_unqueued_deployment_is_untouched():
+    assert mutate_deployment(dep(None), "CREATE", POLICY) == []
+    assert mutate_deployment(dep(""), "CREATE", POLICY) == []
+
+
+def test_queue_name_changes_only_while_no_replica_is_ready():
+    old = dep(ready=0)
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"][QUEUE] = "other"
+    assert validate_deployment_update(old, new, "alice", POLICY) == []
+    busy = dep(ready=2)
+    moved = copy.deepcopy(busy)
+    moved["metadata"]["labels"][QUEUE] = "other"
+    (err,) = validate_deployment_update(busy, moved, "alice", POLICY)
+    assert "2 ready" in err and QUEUE in err
+    removed = copy.deepcopy(old)
+    del removed["metadata"]["labels"][QUEUE]
+    assert "cannot be removed" in validate_deployment_update(old, removed, "alice", POLICY)[0]
+    assert validate_deployment_update(busy, moved, "pykueue", POLICY) == []
