@@ -7,30 +7,15 @@ from __future__ import annotations
 import ssl
 import sys
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.labfixture import ROOT, LabHandle
+from tests.labfixture import ROOT
 
 sys.path.insert(0, str(ROOT / "hack"))
 import lab as labmod  # noqa: E402
 import scenario  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def pykueue_in_lab(lab: LabHandle) -> Iterator[labmod.Lab]:
-    """A fresh pykueue (counters at zero) under its ServiceAccount, webhooks and extender on."""
-    handle = labmod.from_args(str(lab.state), lab.port_base, str(lab.bin_dir))
-    labmod.pykueue_down(handle)
-    scenario.prepare(handle)
-    labmod.pykueue_up(handle)
-    try:
-        yield handle
-    finally:
-        labmod.pykueue_down(handle)
 
 
 def _metrics() -> dict[tuple[str, frozenset], float]:

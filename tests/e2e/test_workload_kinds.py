@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
@@ -14,23 +13,11 @@ from tests.labfixture import ROOT, LabHandle, wait_for
 
 sys.path.insert(0, str(ROOT / "hack"))
 import lab as labmod  # noqa: E402
-import scenario  # noqa: E402
 
 pytestmark = pytest.mark.lab
 GATE = "kueue.x-k8s.io/admission"
 QUEUE = "kueue.x-k8s.io/queue-name"
 
-
-@pytest.fixture(scope="module")
-def pykueue_in_lab(lab: LabHandle) -> Iterator[labmod.Lab]:
-    handle = labmod.from_args(str(lab.state), lab.port_base, str(lab.bin_dir))
-    labmod.pykueue_down(handle)
-    scenario.prepare(handle)
-    labmod.pykueue_up(handle)
-    try:
-        yield handle
-    finally:
-        labmod.pykueue_down(handle)
 
 
 def gpu_container(gpus: int = 1) -> dict:
