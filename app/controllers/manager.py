@@ -46,7 +46,7 @@ from app.controllers.status import StatusWriter
 from app.controllers.views import StoreAdmissionLookup, StoreExtenderState
 from app.core.scheduler import Cluster
 from app.integrations import default_registry
-from app.integrations.framework import Registry
+from app.integrations.framework import Registry, source_of
 from app.integrations.reconciler import JobReconciler
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,8 @@ class Manager:
         client = self._given_client or await KubeClient.from_settings(s.client)
         informers = build_informers(
             client, s.scheduling.watch_timeout_seconds,
-            job_kinds=[(k.key, k.resource, k.label_selector) for k in self.registry.kinds()])
+            job_kinds=[(k.key, k.resource, k.label_selector) for k in self.registry.kinds()
+                       if k.resource is not None])
         if self.watch_nodes:
             informers.add(NODE, Informer(client, NODES,
                                          watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
@@ -171,7 +172,7 @@ class Manager:
                   fin.on_workload):
             inf[WL].add_handler(h)
         for kind in self.registry.kinds():
-            inf[kind.key].add_handler(jobs.on_object(kind))
+            inf[source_of(kind)].add_handler(jobs.on_object(kind))
         if NODE in inf.informers:
             inf[NODE].add_handler(ext.on_node)
             inf[POD].add_handler(ext.on_pod)

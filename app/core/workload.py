@@ -546,7 +546,8 @@ def workload_from_job(
     )
 
 
-def admission_mismatch(running: Sequence[PodSet], admitted: Workload) -> str | None:
+def admission_mismatch(running: Sequence[PodSet], admitted: Workload, *,
+                       fewer_ok: bool = False) -> str | None:
     """Why the pods a job would run now (``running``: its podSets as read from the job) no
     longer match what its Workload was admitted for; None when they match.
 
@@ -555,17 +556,19 @@ def admission_mismatch(running: Sequence[PodSet], admitted: Workload) -> str | N
     ``requests`` (milli-CPU, bytes, counts). Any difference counts, up or down, as Kueue's
     ``EquivalentToWorkload`` (kueue-integrations.md 1.4): the job is stopped and queued
     again for its new shape, so it never runs more than was admitted (issue 14: a running
-    Job's ``spec.parallelism`` can be raised). Never raises.
+    Job's ``spec.parallelism`` can be raised). ``fewer_ok``: fewer pods than admitted match
+    (a pod group whose members finished or failed, Kueue's group equivalence); a podSet the
+    admission lacks never does. Never raises.
     """
     have = {ps.name: ps for ps in admitted.pod_sets}
     counts = {ps.name: ps.count for ps in admitted.pod_sets}
     if admitted.admission is not None:
         counts.update({a.name: a.count for a in admitted.admission.pod_set_assignments})
     want = {ps.name: ps for ps in running}
-    if set(want) != set(have):
+    if set(want) - set(have) or (not fewer_ok and set(want) != set(have)):
         return (f"podSets {sorted(want)} do not match the admitted podSets {sorted(have)}")
     for name, ps in want.items():
-        if ps.count != counts[name]:
+        if ps.count > counts[name] or (ps.count != counts[name] and not fewer_ok):
             return f"podSet {name}: {ps.count} pods, admitted for {counts[name]}"
         if dict(ps.requests) != dict(have[name].requests):
             changed = sorted(set(ps.requests) ^ set(have[name].requests) | {

@@ -3,20 +3,22 @@
 
 from __future__ import annotations
 
-from app.integrations import batchjob, pod
+from app.integrations import batchjob, pod, podgroup
 from app.integrations.framework import JobKind, Registry
 
 # Adding a job kind: its folder, and one line here.
 BUILTIN_KINDS: tuple[JobKind, ...] = (
     batchjob.KIND,
     pod.KIND,
+    podgroup.KIND,
 )
 
 
 def managed_kinds() -> frozenset[tuple[str, str]]:
     """(API group, kind) of every built-in kind: Pods such an object controls are its own
     business, not plain Pods (Kueue's "managed ancestor" rule)."""
-    return frozenset((k.api_group, k.kind) for k in BUILTIN_KINDS if k.kind != "Pod")
+    return frozenset((k.api_group, k.kind) for k in BUILTIN_KINDS
+                     if k.kind not in ("Pod", "PodGroup"))
 
 
 def default_registry() -> Registry:

@@ -40,12 +40,21 @@ class JobKind(Protocol):
     """One job kind (Kueue's GenericJob). Object arguments are the API objects as dicts.
 
     ``key``: informer/store key and work-queue prefix (``"job"``); ``resource``: its API
-    resource; ``api_group``/``kind``: what a Workload's controller ownerReference names;
+    resource (None: a kind made of other objects, such as a pod group, with no informer of
+    its own); ``api_group``/``kind``: what a Workload's controller ownerReference names;
     ``label_selector``: which objects the informer lists (the managed ones).
+
+    Optional, for kinds made of other objects (Kueue's ComposableJob): ``source`` (the store
+    whose events concern the kind, default ``key``), ``object_key(obj)`` (``ns/name`` of the
+    kind's object an event's object belongs to, or None), ``lookup(ctx, ns, name)`` (the
+    object, default the store's), ``group_workloads = True`` (its Workloads carry
+    ``GROUP_WORKLOAD_ANNOTATION`` instead of a controller ownerReference) and
+    ``fewer_pods_match = True`` (pods that finished or went count as still matching the
+    admission; only more pods, or other requests, do not).
     """
 
     key: str
-    resource: Resource
+    resource: Resource | None
     api_group: str
     kind: str
     label_selector: str | None
@@ -97,6 +106,31 @@ class JobKind(Protocol):
         ...
 
 
+GROUP_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/is-group-workload"
+
+
+def source_of(kind: JobKind) -> str:
+    """The store whose events concern ``kind`` (its own by default)."""
+    return str(getattr(kind, "source", kind.key))
+
+
+def object_key(kind: JobKind, obj: Mapping[str, Any]) -> str | None:
+    """``ns/name`` of ``kind``'s object that ``obj`` (from ``source_of(kind)``) belongs to."""
+    fn = getattr(kind, "object_key", None)
+    if fn is not None:
+        return fn(obj)  # type: ignore[no-any-return]
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def lookup(kind: JobKind, ctx: Context, ns: str, name: str) -> Obj | None:
+    """``kind``'s object ``ns/name`` as stored (or composed), or None."""
+    fn = getattr(kind, "lookup", None)
+    if fn is not None:
+        return fn(ctx, ns, name)  # type: ignore[no-any-return]
+    return ctx.store(kind.key).get(f"{ns}/{name}")
+
+
 @dataclass(frozen=True, slots=True)
 class Owner:
     """The object of a registered kind that controls a Workload."""
@@ -136,9 +170,14 @@ class Registry:
         return self._by_key.get(key)
 
     def owner_of(self, workload: Mapping[str, Any]) -> Owner | None:
-        """The registered object controlling ``workload`` (its controller ownerReference),
-        or None (a Workload created by someone else)."""
+        """The registered object controlling ``workload`` (its controller ownerReference, or
+        for a group Workload the group it is named after), or None (a Workload created by
+        someone else)."""
         meta = workload.get("metadata") or {}
+        if (meta.get("annotations") or {}).get(GROUP_WORKLOAD_ANNOTATION) == "true":
+            for k in self._by_key.values():
+                if getattr(k, "group_workloads", False):
+                    return Owner(k, str(meta.get("namespace", "")), str(meta.get("name", "")), "")
         for ref in meta.get("ownerReferences") or []:
             if not ref.get("controller"):
                 continue

@@ -43,7 +43,15 @@ from app.controllers.workloads import (
 )
 from app.controllers.workqueue import WorkQueue, work
 from app.core.workload import WorkloadSpecError, admission_mismatch, workload_from_object
-from app.integrations.framework import JobKind, Owner, Registry, StartError
+from app.integrations.framework import (
+    JobKind,
+    Owner,
+    Registry,
+    StartError,
+    lookup,
+    object_key,
+    source_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +101,10 @@ class JobReconciler:
     def on_object(self, kind: JobKind) -> Any:
         """The informer handler for ``kind``'s objects."""
         def handler(etype: str, old: Obj | None, new: Obj | None) -> None:
-            obj = new or old
-            if obj is not None:
-                meta = obj["metadata"]
-                self.queue.add(f"{kind.key}:{meta['namespace']}/{meta['name']}")
+            for obj in (old, new):
+                key = object_key(kind, obj) if obj is not None else None
+                if key is not None:
+                    self.queue.add(f"{kind.key}:{key}")
         return handler
 
     def on_workload(self, etype: str, old: Obj | None, new: Obj | None) -> None:
@@ -121,12 +129,12 @@ class JobReconciler:
     def owner_object(self, workload: Obj) -> Obj | None:
         """The stored object that controls ``workload`` (Events about it go there)."""
         owner = self.registry.owner_of(workload)
-        return self.ctx.store(owner.kind.key).get(owner.key) if owner else None
+        return lookup(owner.kind, self.ctx, owner.namespace, owner.name) if owner else None
 
     def enqueue_all(self) -> None:
         for kind in self.registry.kinds():
             handler = self.on_object(kind)
-            for obj in self.ctx.store(kind.key):
+            for obj in self.ctx.store(source_of(kind)):
                 handler("SYNC", None, obj)
         for wl in self.ctx.store(WL):
             self.on_workload("SYNC", None, wl)
@@ -177,7 +185,7 @@ class JobReconciler:
     async def reconcile_object(self, kind: JobKind, ns: str, name: str) -> float | None:
         """One pass over ``kind``'s object ``ns/name``; returns seconds to look again."""
         ctx = self.ctx
-        obj = ctx.store(kind.key).get(f"{ns}/{name}")
+        obj = lookup(kind, ctx, ns, name)
         if obj is None or not kind.queue_name(obj):  # an empty queue name is no queue
             await self._gone(kind, ns, name)
             return None
@@ -220,7 +228,8 @@ class JobReconciler:
             have = workload_from_object(wl)
         except WorkloadSpecError as exc:
             return f"the {kind.kind} cannot be read: {exc}"
-        return admission_mismatch(want.pod_sets, have)
+        return admission_mismatch(want.pod_sets, have,
+                                  fewer_ok=bool(getattr(kind, "fewer_pods_match", False)))
 
     async def _start(self, kind: JobKind, obj: Obj, wl: Obj) -> None:
         ctx = self.ctx
@@ -262,10 +271,12 @@ class JobReconciler:
         keys = self.owners.workloads_of(f"{kind.key}:{ns}/{name}")
         if not keys:
             return
-        try:
-            live = await self.ctx.client.get(kind.resource, name, ns)
-        except NotFound:
-            live = None
+        live = None
+        if kind.resource is not None:
+            try:
+                live = await self.ctx.client.get(kind.resource, name, ns)
+            except NotFound:
+                pass
         for key in keys:
             wl = self.ctx.store(WL).get(key)
             if wl is None:

@@ -85,3 +85,50 @@ def test_plain_pods_are_admitted_whole_wait_gated_and_free_quota_when_deleted(
     finally:
         rlab.kubectl("delete", "namespace", ns, "--wait=false")
         rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")
+
+
+def group_pod(name: str, ns: str, group: str, total: int, cpu: str = "1") -> dict:
+    """A member of a pod group as pykueue's webhook stores it (gate, role hash)."""
+    from app.integrations.pod.rules import role_hash
+
+    p = gated_pod(name, ns, "lq", cpu)
+    p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] = group
+    p["metadata"]["annotations"] = {"kueue.x-k8s.io/pod-group-total-count": str(total)}
+    p["metadata"]["annotations"]["kueue.x-k8s.io/role-hash"] = role_hash(p)
+    return p
+
+
+def group_workload(lab: LabHandle, ns: str, group: str) -> dict | None:
+    r = lab.kubectl("get", "workloads.kueue.x-k8s.io", group, "-n", ns, "-o", "json",
+                    check=False)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
+def test_pod_groups_are_admitted_whole_or_wait_whole(rlab: LabHandle, manager) -> None:
+    ns = namespace(rlab, "groups")
+    cq = unique("groups-cq")
+    make_queue(rlab, cq, (ns,), cpu="4")
+    try:
+        # 6 x 1 cpu in a 4-cpu queue: one Workload, never admitted, every pod gated.
+        apply(rlab, *[group_pod(f"big-{i}", ns, "big", 6) for i in range(6)])
+        qr = wait_for(lambda: (w := group_workload(rlab, ns, "big"))
+                      and (c := cond(w, "QuotaReserved")) and c["status"] == "False" and c,
+                      30, "group big pending")
+        assert "cpu" in qr["message"]
+        assert group_workload(rlab, ns, "big")["spec"]["podSets"][0]["count"] == 6
+        # A group missing a member gets no Workload, and says why on its pod.
+        apply(rlab, *[group_pod(f"short-{i}", ns, "short", 3) for i in range(2)])
+        wait_for(lambda: any(e["reason"] == "ErrWorkloadCompose" and "2 of 3" in e["message"]
+                             for e in rlab.get("events", "-n", ns)["items"]), 30,
+                 "short says it waits for its third pod")
+        assert group_workload(rlab, ns, "short") is None
+        # 3 x 1 cpu fits: all three ungated and placed together.
+        apply(rlab, *[group_pod(f"fit-{i}", ns, "fit", 3) for i in range(3)])
+        wait_for(lambda: is_admitted(group_workload(rlab, ns, "fit")), 30, "fit admitted")
+        wait_for(lambda: all(GATE not in gates(rlab, ns, f"fit-{i}")
+                             and rlab.get("pod", f"fit-{i}", "-n", ns)["spec"].get("nodeName")
+                             for i in range(3)), 60, "the three fit pods placed")
+        assert all(GATE in gates(rlab, ns, f"big-{i}") for i in range(6))
+    finally:
+        rlab.kubectl("delete", "namespace", ns, "--wait=false")
+        rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")

@@ -33,7 +33,7 @@ from app.core.workload import (
     workload_name_for_owner,
     workload_object_for_job,
 )
-from app.integrations.pod.rules import ADMISSION_GATE, MANAGED_LABEL, is_gated
+from app.integrations.pod.rules import ADMISSION_GATE, GROUP_LABEL, MANAGED_LABEL, is_gated
 from app.integrations.podsets import (
     PODSET_LABEL,
     InjectionConflict,
@@ -97,7 +97,10 @@ class PlainPod:
     label_selector: str | None = f"{MANAGED_LABEL}=true,{QUEUE_NAME_LABEL},{QUEUE_NAME_LABEL}!="
 
     def queue_name(self, obj: Mapping[str, Any]) -> str:
-        return str(((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_NAME_LABEL, ""))
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if labels.get(GROUP_LABEL):
+            return ""  # a member of a pod group: the group is queued, not the Pod
+        return str(labels.get(QUEUE_NAME_LABEL, ""))
 
     def workload_name(self, obj: Mapping[str, Any]) -> str:
         meta = obj.get("metadata") or {}

@@ -13,6 +13,10 @@ Validation (CREATE and UPDATE), for managed Pods:
   means the MutatingWebhookConfiguration is missing);
 - only pykueue's identities may remove the gate (Kueue leaves this to RBAC; a tenant who may
   edit Pods in a namespace could otherwise run a Pod that was never admitted);
+- a pod group (label ``kueue.x-k8s.io/pod-group-name`` with the annotation
+  ``kueue.x-k8s.io/pod-group-total-count``, an integer of at least 1) has both or neither,
+  a DNS-1123 group name, and keeps its group, count and role hash (``role_hash``, computed
+  here at CREATE: never taken from the user) for life;
 - the queue name may change only while the Pod is gated, cannot be removed from a gated Pod
   (nothing would lift the gate), and cannot be added to a Pod that already runs (it was never
   admitted).
@@ -20,6 +24,9 @@ Validation (CREATE and UPDATE), for managed Pods:
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +41,65 @@ from app.core.webhook_rules import (
 
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
 MANAGED_LABEL = "kueue.x-k8s.io/managed"
+GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+ROLE_HASH_ANNOTATION = "kueue.x-k8s.io/role-hash"
+_DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_SHAPE_FIELDS = ("nodeSelector", "affinity", "tolerations", "runtimeClassName", "priority",
+                 "priorityClassName", "topologySpreadConstraints", "overhead", "resourceClaims",
+                 "resources")
+
+
+def role_hash(pod: Mapping[str, Any]) -> str:
+    """8 hex digits naming the Pod's shape: what decides its quota and placement (containers'
+    and init containers' requests and ports, nodeSelector, affinity, tolerations, runtime
+    class, priority, spread constraints, overhead, claims, pod-level resources), as Kueue's
+    ``GenerateRoleHash``. pykueue always computes it (a user-written hash is replaced), so
+    pods with other requests can never share a podSet (kueue#13382)."""
+    spec = _spec(pod)
+
+    def containers(field: str) -> list[dict[str, Any]]:
+        return [{"requests": ((c.get("resources") or {}).get("requests") or {}),
+                 "ports": c.get("ports") or []}
+                for c in spec.get(field) or [] if isinstance(c, Mapping)]
+
+    shape = {"containers": containers("containers"), "initContainers": containers(
+        "initContainers"), **{f: spec.get(f) for f in _SHAPE_FIELDS if spec.get(f) is not None}}
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata") or {}
+    ann = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if ann is None:
+        return {}
+    if not isinstance(ann, Mapping):
+        raise UnreadableObjectError("metadata.annotations", "expected an object")
+    return ann
+
+
+def group_of(pod: Mapping[str, Any]) -> str:
+    """The Pod's group name (``kueue.x-k8s.io/pod-group-name``), ``""`` for a single Pod."""
+    return str(read_labels(pod).get(GROUP_LABEL, ""))
+
+
+def _group_errors(pod: Mapping[str, Any]) -> list[str]:
+    group = group_of(pod)
+    total = _annotations(pod).get(TOTAL_COUNT_ANNOTATION)
+    if not group and total is None:
+        return []
+    where_g = f"metadata.labels[{GROUP_LABEL}]"
+    where_t = f"metadata.annotations[{TOTAL_COUNT_ANNOTATION}]"
+    if not group:
+        return [f"{where_t}: set without the label {GROUP_LABEL}"]
+    errors = []
+    if len(group) > 253 or not _DNS1123.fullmatch(group):
+        errors.append(f"{where_g}: {group!r} is not a DNS-1123 subdomain")
+    if total is None:
+        errors.append(f"{where_t}: required with the label {GROUP_LABEL}")
+    elif not (isinstance(total, str) and total.isascii() and total.isdigit() and int(total) >= 1):
+        errors.append(f"{where_t}: must be an integer of at least 1, got {total!r}")
+    return errors
 
 
 def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -95,6 +161,16 @@ def mutate_pod(pod: Mapping[str, Any], operation: str, policy: WebhookPolicy,
         patch.append({"op": "add",
                       "path": f"/metadata/labels/{escape_pointer_token(MANAGED_LABEL)}",
                       "value": "true"})
+    if group_of(pod):
+        ann = _annotations(pod)
+        want = role_hash(pod)
+        if ann.get(ROLE_HASH_ANNOTATION) != want:
+            if "annotations" not in (pod.get("metadata") or {}):
+                patch.append({"op": "add", "path": "/metadata/annotations",
+                              "value": {ROLE_HASH_ANNOTATION: want}})
+            else:
+                patch.append({"op": "add", "path": "/metadata/annotations/"
+                              f"{escape_pointer_token(ROLE_HASH_ANNOTATION)}", "value": want})
     gates = scheduling_gates(pod)
     if ADMISSION_GATE not in gates:
         if "spec" not in pod:
@@ -121,6 +197,8 @@ def validate_pod(old: Mapping[str, Any] | None, new: Mapping[str, Any], username
     if managed is not None and managed != "true":
         errors.append(f"metadata.labels[{MANAGED_LABEL}]: the only allowed value is 'true'")
     new_managed = is_managed(new, policy, managed_kinds)
+    if new_managed:
+        errors += _group_errors(new)
     if old is None:
         if new_managed and not is_gated(new) and not ours:
             errors.append(f"spec.schedulingGates: a Pod queued in LocalQueue "
@@ -130,6 +208,17 @@ def validate_pod(old: Mapping[str, Any] | None, new: Mapping[str, Any], username
                           "MutatingWebhookConfiguration is installed)")
         return errors
     old_managed = is_managed(old, policy, managed_kinds)
+    if old_managed and not ours:
+        for what, before, after in (
+                (f"metadata.labels[{GROUP_LABEL}]", group_of(old), group_of(new)),
+                (f"metadata.annotations[{TOTAL_COUNT_ANNOTATION}]",
+                 _annotations(old).get(TOTAL_COUNT_ANNOTATION),
+                 _annotations(new).get(TOTAL_COUNT_ANNOTATION)),
+                (f"metadata.annotations[{ROLE_HASH_ANNOTATION}]",
+                 _annotations(old).get(ROLE_HASH_ANNOTATION),
+                 _annotations(new).get(ROLE_HASH_ANNOTATION))):
+            if before != after:
+                errors.append(f"{what}: is immutable (was {before!r})")
     old_q = read_queue_name(old, policy.queue_name_label)
     new_q = read_queue_name(new, policy.queue_name_label)
     if old_managed and is_gated(old) and not is_gated(new) and not ours:

@@ -1,0 +1,233 @@
+"""Pod groups as a job kind (Kueue ``pkg/controller/jobs/pod``, groups; kueue-integrations.md
+2.4-2.6): the gang guarantee for workloads that have no Job object.
+
+Managed Pods (``app.integrations.pod.rules``) with the label ``kueue.x-k8s.io/pod-group-name``
+and the annotation ``kueue.x-k8s.io/pod-group-total-count`` form one group; its object here is
+composed from the Pod store: ``{"group": <name>, "pods": [...]}`` plus the first member's
+``apiVersion``/``kind``/``metadata``, so that Events about the group land on that Pod.
+
+- Workload: named after the group, stamped ``kueue.x-k8s.io/is-group-workload: "true"``, every
+  member a non-controller owner (so it goes when the last member goes); one podSet per role
+  (``kueue.x-k8s.io/role-hash``, computed by the webhook) with the role's pod count and the
+  template of its first pod by name. It is created only once the group has its total count
+  of runnable pods (not Failed, and not deleting unbound); until then the reconciler reports
+  ``ErrWorkloadCompose`` on the pods with the count ("the group has 3 of 6 pods"). Pods that
+  disagree on queue or total count, or more runnable pods than the count, are refused the
+  same way: nothing is admitted for a group that does not hold together.
+- Start: every gated member ungated with its role's flavor, in one update each.
+- Stop: every member deleted, as Kueue does; the Workload is deleted with the last of them.
+- Finished: as many Succeeded pods as the total count, or no pod left running and some
+  Failed. Members that finish or go count as still matching the admission
+  (``fewer_pods_match``); more pods, or other shapes, do not.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from app.controllers.client import PODS
+from app.controllers.errors import NotFound
+from app.controllers.events import NORMAL
+from app.core.workload import (
+    QUEUE_NAME_LABEL,
+    Workload,
+    WorkloadSpecError,
+    workload_from_object,
+)
+from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION
+from app.integrations.pod.pod import KIND as POD_KIND
+from app.integrations.pod.pod import injected_pod
+from app.integrations.pod.rules import (
+    GROUP_LABEL,
+    ROLE_HASH_ANNOTATION,
+    TOTAL_COUNT_ANNOTATION,
+    is_gated,
+    role_hash,
+)
+from app.integrations.podsets import podset_assignments, podset_scheduling
+
+if TYPE_CHECKING:
+    from app.controllers.context import Context
+
+Obj = dict[str, Any]
+MAX_ROLES = 8  # Kueue: "pod group can't include more than 8 roles"
+
+
+def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return pod.get("metadata") or {}
+
+
+def _phase(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("status") or {}).get("phase", ""))
+
+
+def runnable(pod: Mapping[str, Any]) -> bool:
+    """Counts toward the group: not Failed, and not being deleted before it was ever bound."""
+    if _phase(pod) == "Failed":
+        return False
+    return not (_meta(pod).get("deletionTimestamp") and not (pod.get("spec") or {}).get(
+        "nodeName"))
+
+
+def _role(pod: Mapping[str, Any]) -> str:
+    return str((_meta(pod).get("annotations") or {}).get(ROLE_HASH_ANNOTATION) or role_hash(pod))
+
+
+class PodGroup:
+    """A group of Pods (``JobKind``; module doc). Composed from the ``qpod`` store."""
+
+    key = "podgroup"
+    resource = None
+    api_group = ""
+    kind = "PodGroup"
+    label_selector = None
+    source = POD_KIND.key
+    group_workloads = True
+    fewer_pods_match = True
+
+    # ---- composition
+    def object_key(self, pod: Mapping[str, Any]) -> str | None:
+        group = (_meta(pod).get("labels") or {}).get(GROUP_LABEL)
+        return f"{_meta(pod).get('namespace', '')}/{group}" if group else None
+
+    def lookup(self, ctx: Context, ns: str, name: str) -> Obj | None:
+        pods = sorted((p for p in ctx.store(POD_KIND.key)
+                       if _meta(p).get("namespace") == ns
+                       and (_meta(p).get("labels") or {}).get(GROUP_LABEL) == name),
+                      key=lambda p: str(_meta(p).get("name", "")))
+        if not pods:
+            return None
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": dict(_meta(pods[0])),
+                "group": name, "pods": pods}
+
+    def _members(self, obj: Mapping[str, Any]) -> list[Obj]:
+        return list(obj.get("pods") or [])
+
+    def queue_name(self, obj: Mapping[str, Any]) -> str:
+        for p in self._members(obj):
+            q = (_meta(p).get("labels") or {}).get(QUEUE_NAME_LABEL)
+            if q:
+                return str(q)
+        return ""
+
+    def workload_name(self, obj: Mapping[str, Any]) -> str:
+        return str(obj["group"])
+
+    def _compose(self, obj: Mapping[str, Any], priority_classes: Mapping[str, int],
+                 pod_priority_classes: Mapping[str, int], *, complete: bool) -> Obj:
+        """The group's Workload object. Raises ``WorkloadSpecError`` naming what does not
+        hold together (``complete``: the group must have its total count of pods)."""
+        pods = [p for p in self._members(obj) if runnable(p)]
+        where_t = f"metadata.annotations[{TOTAL_COUNT_ANNOTATION}]"
+        queues = {(_meta(p).get("labels") or {}).get(QUEUE_NAME_LABEL) for p in pods}
+        totals = {(_meta(p).get("annotations") or {}).get(TOTAL_COUNT_ANNOTATION) for p in pods}
+        if len(queues) > 1:
+            raise WorkloadSpecError(f"metadata.labels[{QUEUE_NAME_LABEL}]",
+                                    f"the pods of the group disagree: {sorted(map(str, queues))}")
+        if len(totals) > 1:
+            raise WorkloadSpecError(where_t, "the pods of the group disagree: "
+                                             f"{sorted(map(str, totals))}")
+        total = int(next(iter(totals)) or 0) if totals else 0
+        if len(pods) > total:
+            raise WorkloadSpecError(where_t, f"the group has {len(pods)} runnable pods, more "
+                                             f"than its total count {total}: delete the extra")
+        if complete and len(pods) < total:
+            raise WorkloadSpecError(where_t, f"the group has {len(pods)} of {total} pods: it "
+                                             "waits for the rest before it can be admitted")
+        roles: dict[str, list[Obj]] = defaultdict(list)
+        for p in pods:
+            roles[_role(p)].append(p)
+        if len(roles) > MAX_ROLES:
+            raise WorkloadSpecError(f"metadata.annotations[{ROLE_HASH_ANNOTATION}]",
+                                    f"a pod group can't include more than {MAX_ROLES} roles")
+        pod_sets = []
+        for name in sorted(roles):
+            first = POD_KIND.workload_object(roles[name][0], priority_classes=priority_classes,
+                                             pod_priority_classes=pod_priority_classes)
+            ps = first["spec"]["podSets"][0]
+            pod_sets.append({**ps, "name": name, "count": len(roles[name])})
+        body = POD_KIND.workload_object(pods[0], priority_classes=priority_classes,
+                                        pod_priority_classes=pod_priority_classes) if pods else {
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {}, "spec": {"queueName": ""}}
+        body["metadata"] = {
+            "name": obj["group"], "namespace": obj["metadata"]["namespace"],
+            "annotations": {GROUP_WORKLOAD_ANNOTATION: "true"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": _meta(p)["name"],
+                                 "uid": _meta(p).get("uid", ""), "controller": False,
+                                 "blockOwnerDeletion": True} for p in pods]}
+        body["spec"]["podSets"] = pod_sets
+        return body
+
+    def workload_object(self, obj: Mapping[str, Any], *, priority_classes: Mapping[str, int],
+                        pod_priority_classes: Mapping[str, int]) -> Obj:
+        return self._compose(obj, priority_classes, pod_priority_classes, complete=True)
+
+    def desired(self, obj: Mapping[str, Any], *, priority_classes: Mapping[str, int],
+                pod_priority_classes: Mapping[str, int]) -> Workload:
+        return workload_from_object(self._compose(obj, priority_classes, pod_priority_classes,
+                                                  complete=False))
+
+    # ---- state
+    def is_suspended(self, obj: Mapping[str, Any]) -> bool:
+        return any(is_gated(p) for p in self._members(obj) if runnable(p))
+
+    def is_started(self, obj: Mapping[str, Any]) -> bool:
+        return False
+
+    def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
+        pods = self._members(obj)
+        totals = {(_meta(p).get("annotations") or {}).get(TOTAL_COUNT_ANNOTATION) for p in pods}
+        total = int(next(iter(totals)) or 0) if len(totals) == 1 else 0
+        succeeded = sum(1 for p in pods if _phase(p) == "Succeeded")
+        if total and succeeded >= total:
+            return True, "Succeeded", f"{succeeded} pods of the group succeeded"
+        failed = [p for p in pods if _phase(p) == "Failed"]
+        if failed and all(_phase(p) in ("Succeeded", "Failed") for p in pods) \
+                and not any(is_gated(p) for p in pods):
+            return True, "Failed", f"{len(failed)} pods of the group failed"
+        return False, "", ""
+
+    def active_pods(self, obj: Mapping[str, Any]) -> int:
+        return sum(POD_KIND.active_pods(p) for p in self._members(obj))
+
+    # ---- writes
+    async def start(self, ctx: Context, obj: Obj, workload: Mapping[str, Any]) -> bool:
+        """Ungate every gated member with its role's flavor."""
+        flavors = {o["metadata"]["name"]: o for o in ctx.store("rf")}
+        assigned = podset_assignments(workload)
+        inject = ctx.settings.scheduling.inject_node_selector
+        wrote = False
+        for p in self._members(obj):
+            if not is_gated(p) or not runnable(p):
+                continue
+            role = _role(p)
+            selector, tolerations = podset_scheduling(assigned.get(role, ()), flavors)
+            out = await ctx.client.replace(PODS, injected_pod(p, role, selector, tolerations,
+                                                              inject_node_selector=inject))
+            ctx.store(POD_KIND.key).put(out)
+            wrote = True
+        if wrote:
+            admission = (workload.get("status") or {}).get("admission") or {}
+            ctx.recorder.emit(workload, NORMAL, "Started",
+                              f"Admitted by clusterQueue {admission.get('clusterQueue', '')}")
+        return wrote
+
+    async def stop(self, ctx: Context, obj: Obj, why: str) -> Obj:
+        """Delete every member not already going (Kueue stops a group so)."""
+        for p in self._members(obj):
+            meta = _meta(p)
+            if meta.get("deletionTimestamp") or _phase(p) in ("Succeeded", "Failed"):
+                continue
+            try:
+                await ctx.client.delete(PODS, meta["name"], meta["namespace"],
+                                        uid=meta.get("uid"))
+            except NotFound:
+                continue
+            ctx.recorder.emit(p, NORMAL, "Stopped", why)
+        return obj
+
+
+KIND = PodGroup()
