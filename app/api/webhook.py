@@ -12,6 +12,8 @@ Thin: parse the ``admission.k8s.io/v1`` AdmissionReview, call the pure rules of
   a queued Pod is gated at CREATE; only pykueue lifts the gate.
 - ``POST /mutate-apps-v1-deployment``, ``/validate-apps-v1-deployment``: a queued
   Deployment's pod template gets the queue (``app.integrations.deployment.rules``).
+- ``POST /mutate-apps-v1-statefulset``, ``/validate-apps-v1-statefulset``: likewise, and its
+  pods form one group sized by ``spec.replicas`` (``app.integrations.statefulset.rules``).
 
 The API server appends ``?timeout=Ns``: routing is on the path only. Errors never become a 5xx:
 a body that is not JSON or not an AdmissionReview -> HTTP 400 ``{"error": ..., "details": [...]}``;
@@ -60,6 +62,7 @@ from app.core.webhook_rules import (
 from app.integrations import managed_kinds
 from app.integrations.deployment.rules import mutate_deployment, validate_deployment_update
 from app.integrations.pod.rules import mutate_pod, scheduling_gates, validate_pod
+from app.integrations.statefulset.rules import mutate_statefulset, validate_statefulset_update
 from app.models.admissionreview import (
     AdmissionRequest,
     AdmissionResponse,
@@ -73,6 +76,8 @@ MUTATE_POD_PATH = "/mutate--v1-pod"
 VALIDATE_POD_PATH = "/validate--v1-pod"
 MUTATE_DEPLOYMENT_PATH = "/mutate-apps-v1-deployment"
 VALIDATE_DEPLOYMENT_PATH = "/validate-apps-v1-deployment"
+MUTATE_STATEFULSET_PATH = "/mutate-apps-v1-statefulset"
+VALIDATE_STATEFULSET_PATH = "/validate-apps-v1-statefulset"
 
 # Decisions (the ``decision`` label and log field).
 ALLOWED = "allowed"  # allowed, no patch
@@ -360,7 +365,18 @@ def _decide_pod_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
     if req.operation != "CREATE" or req.sub_resource or not _is_review_of(req, "", "Pod"):
         return _allow(req)
     _, pod = _objects(req, scheduling_gates)
-    return _patched(req, mutate_pod(pod, req.operation, _policy(state), managed_kinds()))
+    lookup = getattr(state, "admission_lookup", None)
+
+    def replicas(namespace: str, name: str) -> int | None:
+        try:
+            answer = lookup.statefulset_replicas(namespace, name) if lookup else None
+        except Exception:
+            logger.exception("webhook: statefulset_replicas failed; treating it as unknown")
+            return None
+        return answer if isinstance(answer, int) else None
+
+    return _patched(req, mutate_pod(pod, req.operation, _policy(state), managed_kinds(),
+                                    replicas))
 
 
 def _decide_pod_validation(req: AdmissionRequest, state: Any) -> _Outcome:
@@ -372,51 +388,54 @@ def _decide_pod_validation(req: AdmissionRequest, state: Any) -> _Outcome:
                                       managed_kinds()))
 
 
-def _decide_deployment_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
-    if req.operation not in ("CREATE", "UPDATE") or req.sub_resource \
-            or not _is_review_of(req, "apps", "Deployment"):
-        return _allow(req)
-    _, dep = _objects(req)
-    return _patched(req, mutate_deployment(dep, req.operation, _policy(state)))
+def _owner_decisions(kind: str, mutate: Callable[..., list[Any]],
+                     validate: Callable[..., list[str]],
+                     ) -> tuple[Callable[[AdmissionRequest, Any], _Outcome],
+                                Callable[[AdmissionRequest, Any], _Outcome]]:
+    """The mutation and validation deciders of an ``apps/v1`` owner of queued Pods
+    (Deployment, StatefulSet): ``mutate(obj, operation, policy)`` on CREATE/UPDATE,
+    ``validate(old, new, username, policy)`` on UPDATE."""
+    def mutation(req: AdmissionRequest, state: Any) -> _Outcome:
+        if req.operation not in ("CREATE", "UPDATE") or req.sub_resource \
+                or not _is_review_of(req, "apps", kind):
+            return _allow(req)
+        _, obj = _objects(req)
+        return _patched(req, mutate(obj, req.operation, _policy(state)))
 
+    def validation(req: AdmissionRequest, state: Any) -> _Outcome:
+        if req.operation != "UPDATE" or req.sub_resource or not _is_review_of(req, "apps", kind):
+            return _allow(req)
+        old, obj = _objects(req)
+        assert old is not None
+        return _verdict(req, validate(old, obj, req.user_info.username, _policy(state)))
 
-def _decide_deployment_validation(req: AdmissionRequest, state: Any) -> _Outcome:
-    if req.operation != "UPDATE" or req.sub_resource \
-            or not _is_review_of(req, "apps", "Deployment"):
-        return _allow(req)
-    old, dep = _objects(req)
-    assert old is not None
-    return _verdict(req, validate_deployment_update(old, dep, req.user_info.username,
-                                                    _policy(state)))
-
-
-async def mutate_v1_pod(request: Request) -> Response:
-    """Mutating webhook for Pods: gate queued plain Pods on CREATE (JSONPatch)."""
-    return await _serve(request, MUTATE_POD_PATH, _decide_pod_mutation)
-
-
-async def validate_v1_pod(request: Request) -> Response:
-    """Validating webhook for Pods: the admission gate and queue-name rules."""
-    return await _serve(request, VALIDATE_POD_PATH, _decide_pod_validation)
-
-
-async def mutate_apps_v1_deployment(request: Request) -> Response:
-    """Mutating webhook for Deployments: the queue onto the pod template."""
-    return await _serve(request, MUTATE_DEPLOYMENT_PATH, _decide_deployment_mutation)
-
-
-async def validate_apps_v1_deployment(request: Request) -> Response:
-    """Validating webhook for Deployments: queue-name changes."""
-    return await _serve(request, VALIDATE_DEPLOYMENT_PATH, _decide_deployment_validation)
+    return mutation, validation
 
 
 # Plain Starlette routes: the endpoints read the raw body themselves, so FastAPI's dependency
 # solving and body parsing would only add latency on the API server's critical path.
 router.add_route(MUTATE_PATH, mutate_batch_v1_job, methods=["POST"], include_in_schema=False)
 router.add_route(VALIDATE_PATH, validate_batch_v1_job, methods=["POST"], include_in_schema=False)
-router.add_route(MUTATE_POD_PATH, mutate_v1_pod, methods=["POST"], include_in_schema=False)
-router.add_route(VALIDATE_POD_PATH, validate_v1_pod, methods=["POST"], include_in_schema=False)
-router.add_route(MUTATE_DEPLOYMENT_PATH, mutate_apps_v1_deployment, methods=["POST"],
-                 include_in_schema=False)
-router.add_route(VALIDATE_DEPLOYMENT_PATH, validate_apps_v1_deployment, methods=["POST"],
-                 include_in_schema=False)
+
+
+def _endpoint(path: str, decide: Callable[[AdmissionRequest, Any], _Outcome]) -> Any:
+    async def endpoint(request: Request) -> Response:
+        return await _serve(request, path, decide)
+    return endpoint
+
+
+# Pods, Deployments and StatefulSets (app.integrations): path -> decider.
+_KIND_ROUTES: dict[str, Callable[[AdmissionRequest, Any], _Outcome]] = {
+    MUTATE_POD_PATH: _decide_pod_mutation,
+    VALIDATE_POD_PATH: _decide_pod_validation,
+}
+for _path_pair, _kind, _mutate, _validate in (
+        ((MUTATE_DEPLOYMENT_PATH, VALIDATE_DEPLOYMENT_PATH), "Deployment", mutate_deployment,
+         validate_deployment_update),
+        ((MUTATE_STATEFULSET_PATH, VALIDATE_STATEFULSET_PATH), "StatefulSet", mutate_statefulset,
+         validate_statefulset_update)):
+    _KIND_ROUTES.update(zip(_path_pair, _owner_decisions(_kind, _mutate, _validate),
+                            strict=True))
+for _path, _decide in _KIND_ROUTES.items():
+    router.add_route(_path, _endpoint(_path, _decide), methods=["POST"],
+                     include_in_schema=False)

@@ -75,6 +75,7 @@ WORKLOAD_PRIORITY_CLASSES = Resource(
 JOBS = Resource("batch", "v1", "jobs", "Job")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
 PODS = Resource("", "v1", "pods", "Pod")
+STATEFULSETS = Resource("apps", "v1", "statefulsets", "StatefulSet")
 NODES = Resource("", "v1", "nodes", "Node", False)
 EVENTS = Resource("", "v1", "events", "Event")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")

@@ -20,6 +20,7 @@ from app.controllers.client import (
     NAMESPACES,
     PRIORITY_CLASSES,
     RESOURCE_FLAVORS,
+    STATEFULSETS,
     WORKLOAD_PRIORITY_CLASSES,
     WORKLOADS,
     KubeClient,
@@ -28,12 +29,14 @@ from app.controllers.client import (
 from app.controllers.events import EventRecorder
 from app.controllers.informers import Informer, InformerSet, Store
 from app.controllers.leader import LeaderElector
+from app.core.workload import QUEUE_NAME_LABEL
 
 Obj = dict[str, Any]
 
 # Informer keys. JOB is the batch/v1 Job kind's (app.integrations.batchjob), whose store the
 # webhook and extender views read.
 RF, CQ, LQ, WL, WPC, PC, NS, JOB = "rf", "cq", "lq", "wl", "wpc", "pc", "ns", "job"
+STS = "sts"  # queued StatefulSets: the Pod webhook sizes their pods' group from spec.replicas
 
 
 def build_informers(client: KubeClient, watch_timeout_seconds: int = 300, *,
@@ -44,7 +47,8 @@ def build_informers(client: KubeClient, watch_timeout_seconds: int = 300, *,
     for key, res, selector in (
         (RF, RESOURCE_FLAVORS, None), (CQ, CLUSTER_QUEUES, None), (LQ, LOCAL_QUEUES, None),
         (WL, WORKLOADS, None), (WPC, WORKLOAD_PRIORITY_CLASSES, None),
-        (PC, PRIORITY_CLASSES, None), (NS, NAMESPACES, None), *job_kinds,
+        (PC, PRIORITY_CLASSES, None), (NS, NAMESPACES, None),
+        (STS, STATEFULSETS, QUEUE_NAME_LABEL), *job_kinds,
     ):
         infs.add(key, Informer(client, res, label_selector=selector,
                                watch_timeout_seconds=watch_timeout_seconds))

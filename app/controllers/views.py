@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.controllers.context import JOB, LQ, RF, WL, Context
+from app.controllers.context import JOB, LQ, RF, STS, WL, Context
 from app.controllers.convert import toleration
 from app.controllers.nodestore import InMemoryExtenderState, NodeStore
 from app.controllers.workloads import QUOTA_RESERVED, condition, has_admission, is_evicted
@@ -50,6 +50,17 @@ class StoreAdmissionLookup:
         if wl is None:
             return None
         return has_admission(wl) and not is_evicted(wl)
+
+    def statefulset_replicas(self, namespace: str, name: str) -> int | None:
+        """``spec.replicas`` of queued StatefulSet ``namespace/name`` (default 1), None when
+        unknown (not synced, or not queued)."""
+        if not self.ctx.synced:
+            return None
+        sts = self.ctx.store(STS).get(f"{namespace}/{name}")
+        if sts is None:
+            return None
+        value = (sts.get("spec") or {}).get("replicas", 1)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def has_default_local_queue(self, namespace: str) -> bool | None:
         if not self.ctx.synced:

@@ -26,6 +26,21 @@ def gpu_container(gpus: int = 1) -> dict:
                           "limits": {"nvidia.com/gpu": str(gpus)}}}
 
 
+def gpu_queue(lab: LabHandle, prefix: str, gpus: int) -> tuple[str, str]:
+    """A fresh namespace with LocalQueue ``lq`` to a new ClusterQueue of ``gpus`` A100s."""
+    ns, cq = f"{prefix}-{uuid.uuid4().hex[:6]}", f"{prefix}-cq-{uuid.uuid4().hex[:6]}"
+    lab.create_namespace(ns)
+    lab.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cq},
+         "spec": {"namespaceSelector": {}, "resourceGroups": [
+             {"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                 {"name": "a100-flavor", "resources": [
+                     {"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+         "metadata": {"name": "lq", "namespace": ns}, "spec": {"clusterQueue": cq}}]}))
+    return ns, cq
+
+
 def pods(lab: LabHandle, ns: str, selector: str) -> list[dict]:
     return lab.get("pods", "-n", ns, "-l", selector)["items"]
 
@@ -40,16 +55,7 @@ def gated(p: dict) -> bool:
 
 def test_a_deployment_and_a_plain_pod_are_queued_on_gpus(
         lab: LabHandle, pykueue_in_lab: labmod.Lab) -> None:
-    ns, cq = f"kinds-{uuid.uuid4().hex[:6]}", f"kinds-cq-{uuid.uuid4().hex[:6]}"
-    lab.create_namespace(ns)
-    lab.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cq},
-         "spec": {"namespaceSelector": {}, "resourceGroups": [
-             {"coveredResources": ["nvidia.com/gpu"], "flavors": [
-                 {"name": "a100-flavor", "resources": [
-                     {"name": "nvidia.com/gpu", "nominalQuota": 2}]}]}]}},
-        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-         "metadata": {"name": "lq", "namespace": ns}, "spec": {"clusterQueue": cq}}]}))
+    ns, cq = gpu_queue(lab, "kinds", 2)
     try:
         lab.apply(json.dumps({
             "apiVersion": "apps/v1", "kind": "Deployment",
@@ -82,6 +88,54 @@ def test_a_deployment_and_a_plain_pod_are_queued_on_gpus(
                  == "a100-0" and not gated(p), 90, "solo admitted onto a100-0")
         solo = lab.get("pod", "solo", "-n", ns)
         assert solo["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    finally:
+        lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+
+
+def test_a_statefulset_is_admitted_whole_or_waits_whole(
+        lab: LabHandle, pykueue_in_lab: labmod.Lab) -> None:
+    ns, cq = gpu_queue(lab, "sts", 4)
+
+    def statefulset(name: str, replicas: int) -> str:
+        return json.dumps({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": name, "namespace": ns, "labels": {QUEUE: "lq"}},
+            "spec": {"replicas": replicas, "serviceName": name,
+                     "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}},
+                                  "spec": {"containers": [gpu_container()]}}}})
+    try:
+        # 4 x 1 A100 in a 4-GPU queue: one group Workload for 4, its pods ungated as the
+        # StatefulSet creates them one by one, all on a100-0.
+        lab.apply(statefulset("train", 4))
+        wait_for(lambda: len([p for p in live(pods(lab, ns, "app=train"))
+                              if p["spec"].get("nodeName") == "a100-0"
+                              and p["status"].get("phase") == "Running"]) == 4, 120,
+                 "4 train pods Running on a100-0")
+        wl = lab.get("workloads.kueue.x-k8s.io", "statefulset-train", "-n", ns)
+        assert wl["spec"]["podSets"][0]["count"] == 4
+        # A second one does not fit: its first pod waits gated, its Workload says why.
+        lab.apply(statefulset("more", 2))
+        qr = wait_for(lambda: (w := lab.kubectl("get", "workloads.kueue.x-k8s.io",
+                                                "statefulset-more", "-n", ns, "-o", "json",
+                                                check=False)).returncode == 0
+                      and (c := next((c for c in json.loads(w.stdout)["status"].get(
+                          "conditions", []) if c["type"] == "QuotaReserved"), None))
+                      and c["status"] == "False" and c, 60, "statefulset-more pending")
+        assert "nvidia.com/gpu" in qr["message"]
+        assert all(gated(p) for p in live(pods(lab, ns, "app=more")))
+        # Scaling a queued StatefulSet N -> M is refused; through 0 it is allowed.
+        def scale(n: int, check: bool = True):
+            return lab.kubectl("patch", "statefulset", "train", "-n", ns, "--type=merge", "-p",
+                               json.dumps({"spec": {"replicas": n}}), check=check)
+
+        r = scale(3, check=False)
+        assert r.returncode != 0 and "scale it to 0 first" in r.stderr, r.stderr
+        scale(0)
+        wait_for(lambda: len([p for p in live(pods(lab, ns, "app=more"))
+                              if p["status"].get("phase") == "Running"]) == 2, 120,
+                 "more runs once train's quota is free")
     finally:
         lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
         lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)

@@ -64,3 +64,57 @@ def test_queue_name_changes_only_while_no_replica_is_ready():
     del removed["metadata"]["labels"][QUEUE]
     assert "cannot be removed" in validate_deployment_update(old, removed, "alice", POLICY)[0]
     assert validate_deployment_update(busy, moved, "pykueue", POLICY) == []
+
+
+# ---------------------------------------------------------------------------- StatefulSets
+
+
+def sts(replicas: int, *, ready: int = 0, current: int = 0, queue: str | None = "lq") -> dict:
+    d = dep(queue, ready=ready)
+    d["kind"] = "StatefulSet"
+    d["spec"]["replicas"] = replicas
+    d["status"]["replicas"] = current
+    return d
+
+
+def test_a_statefulset_scales_only_through_zero():
+    from app.integrations.statefulset.rules import validate_statefulset_update
+
+    assert "scale it to 0 first" in validate_statefulset_update(sts(4), sts(6), "alice",
+                                                                POLICY)[0]
+    assert validate_statefulset_update(sts(4), sts(0), "alice", POLICY) == []
+    assert "still in progress" in validate_statefulset_update(sts(0, current=2), sts(4),
+                                                              "alice", POLICY)[0]
+    assert validate_statefulset_update(sts(0), sts(4), "alice", POLICY) == []
+    assert validate_statefulset_update(sts(4, queue=None), sts(6, queue=None), "alice",
+                                       POLICY) == []
+
+
+def test_a_statefulset_pod_joins_its_group_sized_by_replicas():
+    from app.integrations import managed_kinds
+    from app.integrations.pod.rules import mutate_pod, validate_pod
+    from app.integrations.statefulset.rules import mutate_statefulset
+
+    s = sts(4)
+    s = apply_patch(s, mutate_statefulset(s, "CREATE", POLICY))
+    tpl = s["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "d-0", "namespace": "inference", **copy.deepcopy(tpl["metadata"]),
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                             "name": "d", "uid": "s", "controller": True}]},
+           "spec": copy.deepcopy(tpl["spec"])}
+    out = apply_patch(pod, mutate_pod(pod, "CREATE", POLICY, managed_kinds(),
+                                      lambda ns, name: 4 if (ns, name) == ("inference", "d")
+                                      else None))
+    assert out["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] == "statefulset-d"
+    ann = out["metadata"]["annotations"]
+    assert ann["kueue.x-k8s.io/pod-group-total-count"] == "4"
+    assert ann["kueue.x-k8s.io/pod-group-fast-admission"] == "true"
+    assert ann["kueue.x-k8s.io/role-hash"]
+    assert validate_pod(None, out, "system:serviceaccount:kube-system:statefulset-controller",
+                        POLICY, managed_kinds()) == []
+    unknown = apply_patch(pod, mutate_pod(pod, "CREATE", POLICY, managed_kinds(),
+                                          lambda ns, name: None))
+    assert "does not know StatefulSet" in " ".join(validate_pod(
+        None, unknown, "system:serviceaccount:kube-system:statefulset-controller", POLICY,
+        managed_kinds()))

@@ -35,6 +35,11 @@ WEBHOOKS = {
         ("/mutate-apps-v1-deployment", ["CREATE", "UPDATE"], (["apps"], ["v1"], ["deployments"])),
     ("ValidatingWebhookConfiguration", "vdeployment.pykueue.io"):
         ("/validate-apps-v1-deployment", ["UPDATE"], (["apps"], ["v1"], ["deployments"])),
+    ("MutatingWebhookConfiguration", "mstatefulset.pykueue.io"):
+        ("/mutate-apps-v1-statefulset", ["CREATE", "UPDATE"],
+         (["apps"], ["v1"], ["statefulsets"])),
+    ("ValidatingWebhookConfiguration", "vstatefulset.pykueue.io"):
+        ("/validate-apps-v1-statefulset", ["UPDATE"], (["apps"], ["v1"], ["statefulsets"])),
 }
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 

@@ -1,18 +1,9 @@
-"""apps/v1 Deployment (Kueue ``pkg/controller/jobs/deployment``, kueue-integrations.md 3.1),
-pure admission rules.
+"""apps/v1 Deployment (Kueue ``pkg/controller/jobs/deployment``, kueue-integrations.md 3.1).
 
-A Deployment labelled ``kueue.x-k8s.io/queue-name`` (non-empty) has that label, the label
-``kueue.x-k8s.io/managed: "true"``, its ``kueue.x-k8s.io/priority-class`` label (if any) and
-the annotation ``kueue.x-k8s.io/pod-suspending-parent: deployment`` set on its pod template,
-at CREATE and UPDATE. Its pods are then plain Pods (``app.integrations.pod``): each is gated at
-creation and admitted as its own Workload, so scaling up queues the new pods and scaling down
-(or a rollout) deletes pods, whose Workloads go with them and free their quota. No gang
-semantics, as in Kueue. The Deployment's label wins over a different one already on the
-template (Kueue overwrites it the same way).
-
-Validation (UPDATE): the queue name may change only while no replica is ready
-(``status.readyReplicas`` 0), since the change rolls every pod to the new queue; it may not be
-removed (the pod template keeps the queue). Pykueue's own identities are exempt.
+Its pod template gets the queue (``app.integrations.parents``), so every pod is a plain Pod
+(``app.integrations.pod``): each is gated at creation and admitted as its own Workload.
+Scaling up queues the new pods; scaling down (or a rollout) deletes pods, whose Workloads go
+with them and free their quota. No gang semantics, as in Kueue.
 """
 
 from __future__ import annotations
@@ -20,90 +11,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.core.webhook_rules import (
-    JsonPatchOp,
-    UnreadableObjectError,
-    WebhookPolicy,
-    escape_pointer_token,
-    read_labels,
-    read_queue_name,
-)
-from app.integrations.pod.rules import MANAGED_LABEL
+from app.core.webhook_rules import JsonPatchOp, WebhookPolicy
+from app.integrations.labels import SUSPENDING_PARENT
+from app.integrations.parents import queue_template_patch, validate_queue_change
 
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-SUSPENDING_PARENT = "kueue.x-k8s.io/pod-suspending-parent"
-
-
-def _obj(value: Any, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise UnreadableObjectError(where, "expected an object")
-    return value
-
-
-def _template_meta(dep: Mapping[str, Any]) -> tuple[Mapping[str, Any], bool, bool]:
-    """(template metadata, template present, metadata present). Raises
-    ``UnreadableObjectError``."""
-    spec = _obj(dep.get("spec"), "spec")
-    tpl = _obj(spec.get("template"), "spec.template")
-    meta = _obj(tpl.get("metadata"), "spec.template.metadata")
-    _obj(meta.get("labels"), "spec.template.metadata.labels")
-    _obj(meta.get("annotations"), "spec.template.metadata.annotations")
-    return meta, "template" in spec, "metadata" in tpl
+__all__ = ["SUSPENDING_PARENT", "mutate_deployment", "validate_deployment_update"]
 
 
 def mutate_deployment(dep: Mapping[str, Any], operation: str,
                       policy: WebhookPolicy) -> list[JsonPatchOp]:
-    """The JSONPatch that puts the queue on a queued Deployment's pod template (module doc);
-    ``[]`` when it is there already or the Deployment is not queued. Raises
-    ``UnreadableObjectError``."""
-    if operation not in ("CREATE", "UPDATE"):
-        return []
-    queue = read_queue_name(dep, policy.queue_name_label)
-    if not queue:
-        return []
-    want_labels = {policy.queue_name_label: queue, MANAGED_LABEL: "true"}
-    prio = read_labels(dep).get(PRIORITY_CLASS_LABEL)
-    if prio:
-        want_labels[PRIORITY_CLASS_LABEL] = prio
-    want_annotations = {SUSPENDING_PARENT: "deployment"}
-    meta, has_template, has_meta = _template_meta(dep)
-    if not has_template:
-        return []  # the API server refuses a Deployment without a template anyway
-    patch: list[JsonPatchOp] = []
-    base = "/spec/template/metadata"
-    if not has_meta:
-        return [{"op": "add", "path": base,
-                 "value": {"labels": want_labels, "annotations": want_annotations}}]
-    for field, want in (("labels", want_labels), ("annotations", want_annotations)):
-        have = meta.get(field)
-        if have is None:
-            patch.append({"op": "add", "path": f"{base}/{field}", "value": want})
-            continue
-        for k, v in want.items():
-            if have.get(k) != v:
-                patch.append({"op": "add", "path": f"{base}/{field}/{escape_pointer_token(k)}",
-                              "value": v})
-    return patch
+    """The queue onto a queued Deployment's pod template (``queue_template_patch``)."""
+    return queue_template_patch(dep, operation, policy, "deployment")
 
 
 def validate_deployment_update(old: Mapping[str, Any], new: Mapping[str, Any], username: str,
                                policy: WebhookPolicy) -> list[str]:
-    """Errors (naming the field) for updating a Deployment; ``[]`` to allow. Raises
-    ``UnreadableObjectError``."""
-    if username in policy.controller_usernames:
-        return []
-    old_q = read_queue_name(old, policy.queue_name_label)
-    new_q = read_queue_name(new, policy.queue_name_label)
-    if old_q == new_q or not old_q:
-        return []
-    ready = _obj(old.get("status"), "status").get("readyReplicas") or 0
-    where = f"metadata.labels[{policy.queue_name_label}]"
-    if not new_q:
-        return [f"{where}: cannot be removed from a queued Deployment (was {old_q!r}); its pods "
-                "keep the queue; delete and re-create the Deployment without it"]
-    if ready:
-        return [f"{where}: can change only while no replica is ready ({ready} ready): the "
-                f"change moves every pod from {old_q!r} to {new_q!r}"]
-    return []
+    """Queue-name changes of a Deployment (``validate_queue_change``)."""
+    return validate_queue_change(old, new, username, policy, "Deployment")

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from app.core.webhook_rules import (
@@ -38,12 +38,19 @@ from app.core.webhook_rules import (
     read_labels,
     read_queue_name,
 )
+from app.integrations.labels import (
+    ADMISSION_GATE,
+    GROUP_LABEL,
+    MANAGED_LABEL,
+    ROLE_HASH_ANNOTATION,
+    TOTAL_COUNT_ANNOTATION,
+)
+from app.integrations.statefulset.rules import group_patch, parent_statefulset
 
-ADMISSION_GATE = "kueue.x-k8s.io/admission"
-MANAGED_LABEL = "kueue.x-k8s.io/managed"
-GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
-TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
-ROLE_HASH_ANNOTATION = "kueue.x-k8s.io/role-hash"
+__all__ = ["ADMISSION_GATE", "GROUP_LABEL", "MANAGED_LABEL", "ROLE_HASH_ANNOTATION",
+           "TOTAL_COUNT_ANNOTATION", "group_of", "is_gated", "is_managed", "mutate_pod",
+           "role_hash", "scheduling_gates", "validate_pod"]
+
 _DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _SHAPE_FIELDS = ("nodeSelector", "affinity", "tolerations", "runtimeClassName", "priority",
                  "priorityClassName", "topologySpreadConstraints", "overhead", "resourceClaims",
@@ -149,19 +156,29 @@ def is_managed(pod: Mapping[str, Any], policy: WebhookPolicy,
 
 
 def mutate_pod(pod: Mapping[str, Any], operation: str, policy: WebhookPolicy,
-               managed_kinds: frozenset[tuple[str, str]]) -> list[JsonPatchOp]:
+               managed_kinds: frozenset[tuple[str, str]],
+               statefulset_replicas: Callable[[str, str], int | None] | None = None,
+               ) -> list[JsonPatchOp]:
     """The JSONPatch for a Pod under admission: on CREATE of a managed Pod, the managed label
-    and the admission gate (each only when missing: idempotent). Raises
+    and the admission gate (each only when missing: idempotent); for a member of a pod group
+    the role hash; for a StatefulSet's pod its group (``statefulset_replicas(namespace,
+    name)``: the StatefulSet's ``spec.replicas``, None when unknown). Raises
     ``UnreadableObjectError``. Rule: Kueue pod webhook ``Default``."""
     if operation != "CREATE" or not is_managed(pod, policy, managed_kinds):
         return []
     patch: list[JsonPatchOp] = []
+    sts = parent_statefulset(pod)
+    if sts is not None and statefulset_replicas is not None:
+        count = statefulset_replicas(str((pod.get("metadata") or {}).get("namespace", "")), sts)
+        if count is not None:
+            patch += group_patch(pod, count)
     labels = read_labels(pod)
     if labels.get(MANAGED_LABEL) != "true":
         patch.append({"op": "add",
                       "path": f"/metadata/labels/{escape_pointer_token(MANAGED_LABEL)}",
                       "value": "true"})
-    if group_of(pod):
+    if group_of(pod) or any(op["path"].endswith(escape_pointer_token(GROUP_LABEL))
+                            for op in patch):
         ann = _annotations(pod)
         want = role_hash(pod)
         if ann.get(ROLE_HASH_ANNOTATION) != want:
@@ -200,6 +217,11 @@ def validate_pod(old: Mapping[str, Any] | None, new: Mapping[str, Any], username
     if new_managed:
         errors += _group_errors(new)
     if old is None:
+        sts = parent_statefulset(new) if new_managed else None
+        if sts is not None and not group_of(new) and not ours:
+            errors.append(f"metadata.labels[{GROUP_LABEL}]: pykueue does not know StatefulSet "
+                          f"{sts!r} yet, so it cannot size the pod's group; the StatefulSet "
+                          "controller will create the pod again")
         if new_managed and not is_gated(new) and not ours:
             errors.append(f"spec.schedulingGates: a Pod queued in LocalQueue "
                           f"{read_queue_name(new, policy.queue_name_label)!r} must be created "

@@ -16,8 +16,13 @@ composed from the Pod store: ``{"group": <name>, "pods": [...]}`` plus the first
   same way: nothing is admitted for a group that does not hold together.
 - Start: every gated member ungated with its role's flavor, in one update each.
 - Stop: every member deleted, as Kueue does; the Workload is deleted with the last of them.
+- Fast admission (``kueue.x-k8s.io/pod-group-fast-admission: "true"``, a StatefulSet's
+  group): the Workload is built from the first pod with the whole count, without waiting for
+  the others, which their owner creates one by one once the first runs; they are ungated as
+  they come, against the quota already held.
 - Finished: as many Succeeded pods as the total count, or no pod left running and some
-  Failed. Members that finish or go count as still matching the admission
+  Failed; a serving group (``kueue.x-k8s.io/pod-group-serving: "true"``) never finishes.
+  Members that finish or go count as still matching the admission
   (``fewer_pods_match``); more pods, or other shapes, do not.
 """
 
@@ -37,15 +42,16 @@ from app.core.workload import (
     workload_from_object,
 )
 from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION
-from app.integrations.pod.pod import KIND as POD_KIND
-from app.integrations.pod.pod import injected_pod
-from app.integrations.pod.rules import (
+from app.integrations.labels import (
+    FAST_ADMISSION_ANNOTATION,
     GROUP_LABEL,
     ROLE_HASH_ANNOTATION,
+    SERVING_ANNOTATION,
     TOTAL_COUNT_ANNOTATION,
-    is_gated,
-    role_hash,
 )
+from app.integrations.pod.pod import KIND as POD_KIND
+from app.integrations.pod.pod import injected_pod
+from app.integrations.pod.rules import is_gated, role_hash
 from app.integrations.podsets import podset_assignments, podset_scheduling
 
 if TYPE_CHECKING:
@@ -69,6 +75,10 @@ def runnable(pod: Mapping[str, Any]) -> bool:
         return False
     return not (_meta(pod).get("deletionTimestamp") and not (pod.get("spec") or {}).get(
         "nodeName"))
+
+
+def _flag(pod: Mapping[str, Any], annotation: str) -> bool:
+    return (_meta(pod).get("annotations") or {}).get(annotation) == "true"
 
 
 def _role(pod: Mapping[str, Any]) -> str:
@@ -133,12 +143,23 @@ class PodGroup:
         if len(pods) > total:
             raise WorkloadSpecError(where_t, f"the group has {len(pods)} runnable pods, more "
                                              f"than its total count {total}: delete the extra")
+        if pods and _flag(pods[0], FAST_ADMISSION_ANNOTATION):
+            # Fast admission (a StatefulSet's group): the whole count from the first pod, since
+            # its other pods are created only once this one runs.
+            roles_fast = {_role(pods[0]): [pods[0]] * total}
+            return self._body(obj, pods, roles_fast, priority_classes, pod_priority_classes)
         if complete and len(pods) < total:
             raise WorkloadSpecError(where_t, f"the group has {len(pods)} of {total} pods: it "
                                              "waits for the rest before it can be admitted")
         roles: dict[str, list[Obj]] = defaultdict(list)
         for p in pods:
             roles[_role(p)].append(p)
+        return self._body(obj, pods, roles, priority_classes, pod_priority_classes)
+
+    def _body(self, obj: Mapping[str, Any], pods: list[Obj], roles: Mapping[str, list[Obj]],
+              priority_classes: Mapping[str, int],
+              pod_priority_classes: Mapping[str, int]) -> Obj:
+        """The Workload object of ``pods`` grouped by role (podSet name -> its pods)."""
         if len(roles) > MAX_ROLES:
             raise WorkloadSpecError(f"metadata.annotations[{ROLE_HASH_ANNOTATION}]",
                                     f"a pod group can't include more than {MAX_ROLES} roles")
@@ -154,10 +175,16 @@ class PodGroup:
             "metadata": {}, "spec": {"queueName": ""}}
         body["metadata"] = {
             "name": obj["group"], "namespace": obj["metadata"]["namespace"],
-            "annotations": {GROUP_WORKLOAD_ANNOTATION: "true"},
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": _meta(p)["name"],
-                                 "uid": _meta(p).get("uid", ""), "controller": False,
-                                 "blockOwnerDeletion": True} for p in pods]}
+            "annotations": {GROUP_WORKLOAD_ANNOTATION: "true"}}
+        if not (pods and _flag(pods[0], FAST_ADMISSION_ANNOTATION)):
+            # Owned by every member, so it goes when the last one goes. Not for a fast-admission
+            # group: its first pod alone would own it, and a restart of that pod would take the
+            # Workload (and the quota of the running others) with it; the reconciler deletes it
+            # once no member is left.
+            body["metadata"]["ownerReferences"] = [
+                {"apiVersion": "v1", "kind": "Pod", "name": _meta(p)["name"],
+                 "uid": _meta(p).get("uid", ""), "controller": False, "blockOwnerDeletion": True}
+                for p in pods]
         body["spec"]["podSets"] = pod_sets
         return body
 
@@ -179,6 +206,8 @@ class PodGroup:
 
     def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
         pods = self._members(obj)
+        if pods and _flag(pods[0], SERVING_ANNOTATION):
+            return False, "", ""  # a serving group (a StatefulSet's) never finishes
         totals = {(_meta(p).get("annotations") or {}).get(TOTAL_COUNT_ANNOTATION) for p in pods}
         total = int(next(iter(totals)) or 0) if len(totals) == 1 else 0
         succeeded = sum(1 for p in pods if _phase(p) == "Succeeded")

@@ -1,0 +1,107 @@
+"""apps/v1 StatefulSet (Kueue ``pkg/controller/jobs/statefulset``, kueue-integrations.md 3.2),
+pure admission rules.
+
+A queued StatefulSet's pod template gets the queue (``app.integrations.parents``, parent
+``statefulset``). Each of its pods is then created by the StatefulSet controller, and the Pod
+webhook makes it a member of the pod group ``statefulset-<name>`` sized by ``spec.replicas``
+(``group_patch``), with fast admission (the group's Workload is built from its first pod with
+the full count, since the StatefulSet creates its pods one by one and waits for each) and
+serving (the group never finishes). So the StatefulSet is admitted whole: all replicas' quota
+or none, its pods ungated as they come.
+
+Scaling follows Kueue: ``spec.replicas`` may go N -> 0 and 0 -> N, not N -> M with both above
+0 (the admitted group has a fixed size), and not 0 -> N while pods of the last size remain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app.core.webhook_rules import (
+    JsonPatchOp,
+    UnreadableObjectError,
+    WebhookPolicy,
+    escape_pointer_token,
+    read_queue_name,
+)
+from app.integrations.labels import (
+    FAST_ADMISSION_ANNOTATION,
+    GROUP_LABEL,
+    SERVING_ANNOTATION,
+    SUSPENDING_PARENT,
+    TOTAL_COUNT_ANNOTATION,
+)
+from app.integrations.parents import queue_template_patch, validate_queue_change
+
+
+def group_name(statefulset: str) -> str:
+    """The pod group (and Workload) name of StatefulSet ``statefulset``."""
+    return f"statefulset-{statefulset}"[:253]
+
+
+def replicas(sts: Mapping[str, Any]) -> int:
+    """``spec.replicas`` (default 1). Raises ``UnreadableObjectError``."""
+    spec = sts.get("spec") or {}
+    value = spec.get("replicas", 1) if isinstance(spec, Mapping) else None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise UnreadableObjectError("spec.replicas", "expected a non-negative integer")
+    return value
+
+
+def mutate_statefulset(sts: Mapping[str, Any], operation: str,
+                       policy: WebhookPolicy) -> list[JsonPatchOp]:
+    """The queue onto a queued StatefulSet's pod template (``queue_template_patch``)."""
+    return queue_template_patch(sts, operation, policy, "statefulset")
+
+
+def validate_statefulset_update(old: Mapping[str, Any], new: Mapping[str, Any], username: str,
+                                policy: WebhookPolicy) -> list[str]:
+    """Queue-name changes and scaling of a queued StatefulSet (module doc); ``[]`` to allow.
+    Raises ``UnreadableObjectError``."""
+    errors = validate_queue_change(old, new, username, policy, "StatefulSet")
+    if username in policy.controller_usernames or not read_queue_name(new, policy.queue_name_label):
+        return errors
+    before, after = replicas(old), replicas(new)
+    if before and after and before != after:
+        errors.append(f"spec.replicas: a queued StatefulSet is admitted as one group of {before}"
+                      f" pods: scale it to 0 first, then to {after}")
+    elif not before and after:
+        current = (old.get("status") or {}).get("replicas") or 0
+        if current:
+            errors.append(f"spec.replicas: scaling down is still in progress ({current} pods "
+                          "left): wait until they are gone")
+    return errors
+
+
+def parent_statefulset(pod: Mapping[str, Any]) -> str | None:
+    """The name of the StatefulSet that controls ``pod`` and queued it (its template carries
+    the suspending-parent annotation ``statefulset``), or None."""
+    meta = pod.get("metadata") or {}
+    if (meta.get("annotations") or {}).get(SUSPENDING_PARENT) != "statefulset":
+        return None
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") == \
+                "StatefulSet" and str(ref.get("apiVersion", "")).startswith("apps/"):
+            return str(ref.get("name", "")) or None
+    return None
+
+
+def group_patch(pod: Mapping[str, Any], count: int) -> list[JsonPatchOp]:
+    """The JSONPatch making a StatefulSet's pod a member of its group of ``count`` pods."""
+    sts = parent_statefulset(pod)
+    if sts is None:
+        return []
+    meta = pod.get("metadata") or {}
+    want = {TOTAL_COUNT_ANNOTATION: str(count), FAST_ADMISSION_ANNOTATION: "true",
+            SERVING_ANNOTATION: "true"}
+    patch: list[JsonPatchOp] = []
+    if (meta.get("labels") or {}).get(GROUP_LABEL) != group_name(sts):
+        patch.append({"op": "add", "path": f"/metadata/labels/{escape_pointer_token(GROUP_LABEL)}",
+                      "value": group_name(sts)})
+    have = meta.get("annotations") or {}
+    for k, v in want.items():
+        if have.get(k) != v:
+            patch.append({"op": "add",
+                          "path": f"/metadata/annotations/{escape_pointer_token(k)}", "value": v})
+    return patch
