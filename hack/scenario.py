@@ -11,6 +11,8 @@ reclaim what it lent (``reclaimWithinCohort: Any``).
 3. inference submits serve-4b: it reclaims, train-6 is evicted whole and requeued.
 4. research submits eval-4a and eval-4b (any GPU): A100 for the first, L4 for the second.
 5. Everything finishes, train-6 runs when A100 quota frees, the queues end empty.
+6. Not only Jobs: inference runs a Deployment (each pod queued on its own), research a
+   StatefulSet (its 4 pods admitted as one group); both land on their flavor's GPU node.
 
 Every step waits for pykueue's real decisions (read from the API server) and prints them with
 the ``pykueue status`` table. ``Scenario(..., check=True)`` raises ``ScenarioError`` when an
@@ -68,6 +70,14 @@ def job(name: str, ns: str, pods: int, *, queue: str | None = "team-queue",
         "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 30,
                  "template": {"metadata": {"annotations": {DURATION: duration}}, "spec": spec}},
     }
+
+
+def pod_template(app: str) -> dict[str, Any]:
+    """A pod template requesting 1 ``nvidia.com/gpu`` (for a Deployment or StatefulSet)."""
+    return {"metadata": {"labels": {"app": app}},
+            "spec": {"containers": [{"name": "main", "image": "registry.example/serve:latest",
+                                     "resources": {"requests": {"nvidia.com/gpu": "1"},
+                                                   "limits": {"nvidia.com/gpu": "1"}}}]}}
 
 
 class Scenario:
@@ -287,6 +297,48 @@ class Scenario:
                      f"admitted {st.get('admittedWorkloads', 0)}")
         self.show_status()
 
+    def step6_other_kinds(self) -> None:
+        self.say("\n== 6. Not only Jobs: a Deployment (inference) and a StatefulSet (research)")
+        self.apply({"apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": "chat", "namespace": "inference",
+                                 "labels": {QUEUE_LABEL: "team-queue"}},
+                    "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "chat"}},
+                             "template": pod_template("chat")}})
+        self.apply({"apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "metadata": {"name": "ring", "namespace": "research",
+                                 "labels": {QUEUE_LABEL: "team-queue"}},
+                    "spec": {"replicas": 4, "serviceName": "ring",
+                             "selector": {"matchLabels": {"app": "ring"}},
+                             "template": pod_template("ring")}})
+
+        def placed(ns: str, app: str, n: int) -> list[dict[str, Any]] | None:
+            pods = [p for p in self.get("pods", "-n", ns, "-l", f"app={app}").get("items", [])
+                    if p["status"].get("phase") == "Running"
+                    and not p["metadata"].get("deletionTimestamp")]
+            return pods if len(pods) == n else None
+
+        chat = self.wait("the 2 chat pods running", lambda: placed("inference", "chat", 2))
+        ring = self.wait("the 4 ring pods running", lambda: placed("research", "ring", 4),
+                         timeout=120)
+        wls = self.get("workloads.kueue.x-k8s.io", "-n", "inference").get("items", [])
+        chat_wls = [w for w in wls if w["metadata"]["name"].startswith("pod-chat-")]
+        ring_wl = self.get("workloads.kueue.x-k8s.io", "statefulset-ring", "-n", "research")
+        nodes = sorted({p["spec"]["nodeName"] for p in chat + ring})
+        self.say(f"   inference/chat: {len(chat_wls)} Workloads, one per pod; research/ring: "
+                 f"one Workload for {ring_wl['spec']['podSets'][0]['count']} pods, admitted "
+                 f"to {self.flavor(ring_wl)}; pods on {', '.join(nodes)}")
+        self.expect(len(chat_wls) == 2, f"chat should have 2 pod Workloads, got {len(chat_wls)}")
+        self.expect(ring_wl["spec"]["podSets"][0]["count"] == 4,
+                    "ring should be one Workload of 4 pods")
+        self.expect(nodes == ["a100-0"], f"chat and ring pods should be on a100-0, got {nodes}")
+        self.show_status()
+        self.kubectl("delete", "deployment", "chat", "-n", "inference", "--wait=false")
+        self.kubectl("delete", "statefulset", "ring", "-n", "research", "--wait=false")
+        for cq in ("research-cq", "inference-cq"):
+            self.wait(f"{cq} empty again", lambda cq=cq: not (
+                (s := self.get("clusterqueue", cq).get("status", {})).get("admittedWorkloads")
+                or s.get("reservingWorkloads")), timeout=120)
+
     def run(self, *, with_step0: bool = True) -> dict[str, Any]:
         if with_step0:
             self.step0_without_pykueue()
@@ -295,6 +347,7 @@ class Scenario:
         self.step3_reclaim()
         self.step4_fallback()
         self.step5_drain()
+        self.step6_other_kinds()
         return self.outcomes
 
 
@@ -318,6 +371,10 @@ def prepare(lab: labmod.Lab) -> None:
     for ns in ("research", "inference"):
         labmod.kubectl(lab, "delete", "jobs.batch", "--all", "-n", ns, "--ignore-not-found",
                        "--wait=true", check=False)
+    labmod.kubectl(lab, "delete", "deployment", "chat", "-n", "inference", "--ignore-not-found",
+                   "--wait=true", check=False)
+    labmod.kubectl(lab, "delete", "statefulset", "ring", "-n", "research", "--ignore-not-found",
+                   "--wait=true", check=False)
     labmod.kubectl(lab, "delete", "namespace", "no-queue", "--ignore-not-found", "--wait=true",
                    check=False)
     labmod.kubectl(lab, "apply", "-k", str(ROOT / "manifests" / "samples" / "seed"))

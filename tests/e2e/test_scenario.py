@@ -51,11 +51,11 @@ def test_seed_scenario_end_to_end(pykueue_in_lab: labmod.Lab) -> None:
     assert outcomes["step2_start_delay"] < 5.0, text
 
     m = _metrics()
-    # serve-4 and serve-4b for inference; train-6 twice (before and after its eviction),
-    # eval-4a and eval-4b for research.
-    assert _value(m, "kueue_admitted_workloads_total", cluster_queue="inference-cq") == 2
-    assert _value(m, "kueue_admitted_workloads_total", cluster_queue="research-cq") == 4
-    assert _value(m, "kueue_quota_reserved_workloads_total", cluster_queue="research-cq") == 4
+    # serve-4, serve-4b and the 2 pods of Deployment chat for inference; train-6 twice
+    # (before and after its eviction), eval-4a, eval-4b and StatefulSet ring for research.
+    assert _value(m, "kueue_admitted_workloads_total", cluster_queue="inference-cq") == 4
+    assert _value(m, "kueue_admitted_workloads_total", cluster_queue="research-cq") == 5
+    assert _value(m, "kueue_quota_reserved_workloads_total", cluster_queue="research-cq") == 5
     assert _value(m, "kueue_evicted_workloads_total", cluster_queue="research-cq",
                   reason="Preempted") == 1
     assert _value(m, "kueue_preempted_workloads_total", preempting_cluster_queue="inference-cq",
