@@ -39,6 +39,7 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
 PATH = "/mutate-batch-v1-job"
+POD_PATH = "/mutate--v1-pod"
 SERVER_LOG = OUT / "webhook-server.log"
 TIMEOUT_S = 5.0  # the webhook configuration's timeoutSeconds
 
@@ -95,6 +96,41 @@ def review_body(uid: str) -> bytes:
     return json.dumps(review, separators=(",", ":")).encode()
 
 
+def pod_review_body(uid: str) -> bytes:
+    """A CREATE AdmissionReview for a plain Pod labelled with a queue (gated by the webhook)."""
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "serve-1", "namespace": "team-a",
+                     "labels": {"kueue.x-k8s.io/queue-name": "team-queue", "app": "serve"}},
+        "spec": {"containers": [{
+            "name": "main", "image": "registry.example.com/serve:1.2.3",
+            "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "4", "memory": "16Gi"},
+                          "requests": {"nvidia.com/gpu": "1", "cpu": "4", "memory": "16Gi"}},
+            "terminationMessagePath": "/dev/termination-log",
+            "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent"}],
+            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst", "schedulerName": "default-scheduler",
+            "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority"},
+        "status": {},
+    }  # fmt: skip
+    review = {
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": "serve-1", "namespace": "team-a", "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+            "object": pod, "oldObject": None, "dryRun": False,
+        },
+    }  # fmt: skip
+    return json.dumps(review, separators=(",", ":")).encode()
+
+
+# The rows: (name, webhook path, review body builder).
+KINDS = {"job": (PATH, review_body), "pod": (POD_PATH, pod_review_body)}
+
+
 class Connection:
     """One keep-alive HTTP/1.1 connection over TLS; one request at a time."""
 
@@ -134,7 +170,7 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[rank - 1]
 
 
-def server_handler_ms(log: Path, offset: int) -> list[float]:
+def server_handler_ms(log: Path, offset: int, path: str = PATH) -> list[float]:
     """``latency_ms`` of the mutating reviews the server logged after byte ``offset`` (its
     time inside the handler, without transport and without waiting for the CPU before it)."""
     with open(log, "rb") as handle:
@@ -143,7 +179,7 @@ def server_handler_ms(log: Path, offset: int) -> list[float]:
     values = []
     for line in lines:
         start = line.find('{"event"')
-        if start >= 0 and PATH in line:
+        if start >= 0 and path in line:
             with contextlib.suppress(ValueError, KeyError):
                 values.append(float(json.loads(line[start:])["latency_ms"]))
     return sorted(values)
@@ -157,6 +193,7 @@ async def run_rate(
     duration: float,
     connections: int,
     server_log: Path | None = None,
+    kind: str = "job",
 ) -> dict[str, object]:
     """Send ``rate`` reviews/s for ``duration`` s, open loop; return the latency summary.
 
@@ -166,7 +203,8 @@ async def run_rate(
     pool: asyncio.Queue[Connection] = asyncio.Queue()
     for _ in range(connections):
         pool.put_nowait(await Connection.open(host, port, ctx))
-    template = review_body("__UID__")  # a fresh uid per request, without re-encoding the body
+    path, body_of = KINDS[kind]
+    template = body_of("__UID__")  # a fresh uid per request, without re-encoding the body
     latencies: list[float] = []
     lags: list[float] = []
     errors: dict[str, int] = {}
@@ -178,7 +216,7 @@ async def run_rate(
         uid = uuid.uuid4().hex
         try:
             request = template.replace(b"__UID__", uid.encode())
-            status, body = await asyncio.wait_for(conn.post(host, PATH, request), TIMEOUT_S)
+            status, body = await asyncio.wait_for(conn.post(host, path, request), TIMEOUT_S)
             latencies.append(time.perf_counter() - started)
             if status != 200:
                 errors[f"http {status}"] = errors.get(f"http {status}", 0) + 1
@@ -217,6 +255,7 @@ async def run_rate(
     lags.sort()
     ms = 1000.0
     summary: dict[str, object] = {
+        "kind": kind,
         "rate": rate,
         "duration_s": duration,
         "sent": total,
@@ -230,7 +269,7 @@ async def run_rate(
     }
     if server_log is not None:
         await asyncio.sleep(0.2)  # let the server flush its last lines
-        handler = server_handler_ms(server_log, log_offset)
+        handler = server_handler_ms(server_log, log_offset, path)
         summary["server_p50_ms"] = round(percentile(handler, 50), 3)
         summary["server_p99_ms"] = round(percentile(handler, 99), 3)
     return summary
@@ -277,22 +316,22 @@ async def main_async(
     host, port = parts.hostname or "127.0.0.1", parts.port or 443
     ctx = ssl.create_default_context(cafile=str(ca))
     results = []
-    for rate in args.rates:
-        results.append(
-            await run_rate(host, port, ctx, rate, args.duration, args.connections, server_log)
-        )
-        await asyncio.sleep(1.0)  # let the server drain between rates
-    at_500 = next((r for r in results if r["rate"] == 500), None)
+    for kind in args.kinds:
+        for rate in args.rates:
+            results.append(await run_rate(host, port, ctx, rate, args.duration,
+                                          args.connections, server_log, kind))
+            await asyncio.sleep(1.0)  # let the server drain between rates
+    at_500 = [r for r in results if r["rate"] == 500]
     return {
         "benchmark": "webhook_latency",
-        "url": url + PATH,
+        "urls": [url + KINDS[k][0] for k in args.kinds],
         "cpus": os.cpu_count(),
         "load_avg_1m_before": args.load_before,
         "connections": args.connections,
         "results": results,
-        "target_p99_le_5ms_at_500_zero_errors": None
-        if at_500 is None
-        else bool(at_500["p99_ms"] <= 5.0 and at_500["errors"] == 0),
+        "target_p99_le_5ms_at_500_zero_errors": {
+            str(r["kind"]): bool(r["p99_ms"] <= 5.0 and r["errors"] == 0) for r in at_500}
+        or None,
     }
 
 
@@ -303,6 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         "--rates", type=lambda s: [int(x) for x in s.split(",")], default=[200, 500, 1000]
     )
     parser.add_argument("--connections", type=int, default=16, help="keep-alive connections")
+    parser.add_argument("--kinds", type=lambda s: s.split(","), default=list(KINDS),
+                        help="rows to run: job, pod (comma-separated)")
     parser.add_argument("--url", help="an already running pykueue (https://host:port)")
     parser.add_argument("--ca", type=Path, default=ROOT / "certs/out/ca.crt", help="with --url")
     args = parser.parse_args(argv)
