@@ -701,10 +701,10 @@ async def test_names_mode_reuses_the_decoded_list_but_decides_per_pod(client):
 def test_full_mode_cache_hits_by_bytes_reuses_the_index_and_stays_bounded():
     import msgspec
 
-    from app.api.extender import _FullModeCache
+    from app.api.extender import _ENTRY_OVERHEAD, _FullModeCache
 
     raws = [msgspec.Raw(json.dumps(n).encode()) for n in NODES]
-    cache = _FullModeCache(GPU, max_bytes=sum(len(r) for r in raws))
+    cache = _FullModeCache(GPU, max_bytes=sum(len(r) + _ENTRY_OVERHEAD for r in raws))
     first = [cache.facts(r, i) for i, r in enumerate(raws)]
     again = [cache.facts(msgspec.Raw(bytes(r)), i) for i, r in enumerate(raws)]
     assert all(a is b for a, b in zip(first, again, strict=True))  # hits, by content
@@ -716,6 +716,24 @@ def test_full_mode_cache_hits_by_bytes_reuses_the_index_and_stays_bounded():
     assert len(cache) == 1  # over max_bytes: started over instead of growing
     with pytest.raises(ExtenderInputError, match=r"Nodes.items\[3\].metadata.name"):
         cache.facts(msgspec.Raw(b'{"metadata": {}}'), 3)
+
+
+async def test_full_mode_cache_is_bounded_by_entries_under_a_flood_of_tiny_distinct_nodes(client):
+    """Issue 14 item 2: POSTs of many tiny distinct Nodes (each far below the byte bound) left
+    1.8 M entries; now the default cache never holds more than its entry bound, and the
+    bytes it accounts stay under its byte bound."""
+    from app.api.extender import _full_mode_cache
+
+    cache = _full_mode_cache(GPU)
+    for batch in range(5):
+        items = [{"metadata": {"name": f"t{batch}-{i}"}} for i in range(8_000)]
+        r = await client.post("/scheduler/filter",
+                              json={"Pod": pod(job="unmanaged"), "Nodes": {"items": items}})
+        assert r.status_code == 200
+        assert len(r.json()["Nodes"]["items"]) == 8_000  # unmanaged pod: every node passes
+        assert len(cache) <= cache.max_entries <= 16_384
+        assert cache.size_bytes <= cache.max_bytes
+    assert len(cache) > 0  # still caching: the last request's nodes are there
 
 
 def test_in_memory_state_satisfies_the_protocol():
