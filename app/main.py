@@ -55,7 +55,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await manager.stop()
 
-    app = FastAPI(title="pykueue", version="0.1.0", lifespan=lifespan)
+    # The OpenAPI document and its UIs describe every endpoint to anyone: off unless enabled.
+    docs = settings.server.openapi
+    app = FastAPI(title="pykueue", version="0.1.0", lifespan=lifespan,
+                  openapi_url="/openapi.json" if docs else None,
+                  docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None)
     app.state.settings = settings
     # Queue metrics (app.controllers.metrics): gauges read app.state.cluster at scrape time;
     # the recorder is for the reconciler's counters.
@@ -66,5 +70,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                           False))))
     for module in (webhook, extender, status, health):
         app.include_router(module.router)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.server.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.server.max_body_bytes,
+                       body_timeout=settings.server.body_timeout_seconds)
     return app

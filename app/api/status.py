@@ -235,7 +235,9 @@ def _decode_token(token: str, scope: str) -> tuple[str, int]:
         key, index, where = data["k"], data["i"], data["s"]
         if not isinstance(key, str) or not isinstance(index, int) or index < 0:
             raise ValueError("bad fields")
-    except (binascii.Error, ValueError, KeyError, TypeError) as exc:
+    # RecursionError: json.loads of deeply nested arrays (issue 14 item 8); it is the
+    # caller's malformed token like any other, not a server error.
+    except (binascii.Error, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise HTTPException(400, "invalid continue token: pass metadata.continue of the "
                                  "previous page unchanged") from exc
     if where != scope:

@@ -4,6 +4,7 @@ paging, and 401/403/503. Expected figures are derived in the comments from the s
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
@@ -249,6 +250,9 @@ async def test_next_page_resumes_after_the_last_item_when_earlier_ones_leave() -
 @pytest.mark.parametrize(("params", "status", "detail"), [
     pytest.param({"continue": "not-a-token"}, 400, "invalid continue token",
                  id="garbage continue token is a 400"),
+    pytest.param({"continue": base64.urlsafe_b64encode(b"[" * 3_000).decode()}, 400,
+                 "invalid continue token",
+                 id="a token decoding to deeply nested JSON is a 400, not a 500 (issue 14)"),
     pytest.param({"limit": 0}, 422, None, id="limit below 1 is refused"),
     pytest.param({"limit": 1001}, 422, None, id="limit above 1000 is refused"),
 ])

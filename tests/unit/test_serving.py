@@ -1,0 +1,154 @@
+"""How `pykueue serve` treats slow, broken and weak clients (issue 14, items 6 and 8): a real
+`pykueue serve` subprocess on 127.0.0.1 and raw TLS sockets that trickle, stall or hang up.
+The timeouts are shortened to 1 s through the environment so each test waits for a real close
+within a bound, never sleeps and hopes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.certs import ensure_certs
+from tests.pykueue_server import PykueueServer, trust
+
+TIMEOUT = 1.0  # header and body timeouts given to the server under test (seconds)
+# A closed connection must be seen within the timeout plus this much (a loaded 2-core host).
+SLACK = 2.0
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("certs")
+    ensure_certs(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PykueueServer]:
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    srv = PykueueServer(certs, log, env=dict(os.environ))
+    srv.env.update(PYKUEUE_SERVER__HEADER_TIMEOUT_SECONDS=str(TIMEOUT),
+                   PYKUEUE_SERVER__BODY_TIMEOUT_SECONDS=str(TIMEOUT))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def tls_socket(server: PykueueServer, ctx: ssl.SSLContext | None = None) -> ssl.SSLSocket:
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    return (ctx or trust(server.certs)).wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def trickle_until_closed(sock: ssl.SSLSocket, chunks: Iterator[bytes], every: float,
+                         limit: float) -> tuple[float, bytes]:
+    """Send one chunk every ``every`` seconds until the server closes the connection; return
+    (seconds the connection lived, what the server sent). Gives up after ``limit`` seconds."""
+    start = time.monotonic()
+    received = b""
+    sock.settimeout(every)
+    while time.monotonic() - start < limit:
+        try:
+            sock.sendall(next(chunks))
+        except (OSError, StopIteration):
+            pass
+        try:
+            data = sock.recv(65536)
+        except TimeoutError:
+            continue
+        except OSError:
+            break
+        if not data:
+            break
+        received += data
+    return time.monotonic() - start, received
+
+
+def _forever(*parts: bytes) -> Iterator[bytes]:
+    yield from parts
+    while True:
+        yield b"X-Slow: 1\r\n"
+
+
+def test_headers_trickled_forever_are_cut_off_at_the_header_timeout(server):
+    with tls_socket(server) as s:
+        lived, got = trickle_until_closed(
+            s, _forever(b"GET /healthz HTTP/1.1\r\n", b"Host: x\r\n"), 0.2, 20)
+    assert got == b"" and lived < TIMEOUT + SLACK, (lived, got)
+
+
+def test_a_connection_idle_after_the_handshake_is_closed(server):
+    with tls_socket(server) as s:
+        lived, got = trickle_until_closed(s, iter(()), 0.2, 20)
+    assert got == b"" and lived < TIMEOUT + SLACK, (lived, got)
+
+
+def test_slow_headers_of_a_second_request_on_a_kept_alive_connection_are_cut_off(server):
+    with tls_socket(server) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = b""
+        while not first.endswith(b'{"status":"ok"}'):
+            first += s.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200"), first
+        lived, got = trickle_until_closed(s, _forever(b"GET /healthz HTTP/1.1\r\n"), 0.2, 20)
+    assert got == b"" and lived < TIMEOUT + SLACK, (lived, got)
+
+
+def test_a_body_at_one_byte_per_tick_gets_408_and_the_connection_closes(server):
+    head = (b"POST /scheduler/filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000\r\n\r\n")
+
+    def body() -> Iterator[bytes]:
+        yield head
+        while True:
+            yield b" "
+
+    with tls_socket(server) as s:
+        lived, got = trickle_until_closed(s, body(), 0.2, 20)
+    assert got.startswith(b"HTTP/1.1 408"), got
+    assert b"not complete within 1 seconds" in got
+    assert lived < TIMEOUT + SLACK, lived
+
+
+def test_a_client_gone_mid_body_is_one_log_line_not_a_traceback(server):
+    with tls_socket(server) as s:
+        s.sendall(b"POST /mutate-batch-v1-job HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{\"a\": 1")
+        time.sleep(0.3)  # let the server start reading the body before the hang-up
+    deadline = time.monotonic() + 10
+    while "client disconnected" not in server.log.read_text():
+        assert time.monotonic() < deadline, server.log.read_text()
+        time.sleep(0.1)
+    text = server.log.read_text()
+    lines = [ln for ln in text.splitlines() if "client disconnected" in ln]
+    assert len(lines) == 1 and "/mutate-batch-v1-job" in lines[0]
+    assert "Traceback" not in text and "Exception in ASGI application" not in text
+
+
+def test_tls12_allows_only_aead_suites(server):
+    cbc = ssl.create_default_context(cafile=str(server.certs / "ca.crt"))
+    cbc.maximum_version = ssl.TLSVersion.TLSv1_2
+    cbc.set_ciphers("ECDHE-ECDSA-AES128-SHA256:ECDHE-ECDSA-AES256-SHA384:"
+                    "ECDHE-RSA-AES128-SHA256:ECDHE-RSA-AES256-SHA384:"
+                    "ECDHE-ECDSA-AES128-SHA:ECDHE-RSA-AES128-SHA")
+    with pytest.raises(ssl.SSLError):
+        tls_socket(server, cbc).close()
+    aead = ssl.create_default_context(cafile=str(server.certs / "ca.crt"))
+    aead.maximum_version = ssl.TLSVersion.TLSv1_2
+    aead.set_ciphers("ECDHE+AESGCM")
+    with tls_socket(server, aead) as s:
+        assert s.version() == "TLSv1.2" and "GCM" in s.cipher()[0]
+
+
+def test_openapi_and_its_uis_are_off_by_default(server):
+    import httpx
+
+    ctx = trust(server.certs)
+    for path in ("/docs", "/redoc", "/openapi.json"):
+        assert httpx.get(server.url + path, verify=ctx).status_code == 404, path
+    assert httpx.get(server.url + "/healthz", verify=ctx).status_code == 200
