@@ -14,19 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from app.certs import ensure_certs
 from tests.pykueue_server import PykueueServer, trust
 
 TIMEOUT = 1.0  # header and body timeouts given to the server under test (seconds)
 # A closed connection must be seen within the timeout plus this much (a loaded 2-core host).
 SLACK = 2.0
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("certs")
-    ensure_certs(out)
-    return out
 
 
 @pytest.fixture(scope="module")
