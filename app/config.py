@@ -89,6 +89,25 @@ class ClientSettings(BaseModel):
     request_timeout_seconds: float = Field(10.0, gt=0)
 
 
+class AccessReviewSettings(BaseModel):
+    """TokenReviews and SubjectAccessReviews for the status API and /metrics
+    (app/api/access.py). They have an API client of their own: ``qps``/``burst`` bound what
+    they send to the API server, and a review that waits more than ``max_wait_seconds`` for
+    that budget fails (503) instead of queueing. Each client address may cause at most
+    ``per_client_qps`` (``per_client_burst`` at once) reviews; past that it gets 429. Answers
+    are cached ``ttl_seconds``, rejected tokens ``negative_ttl_seconds`` in a cache of their
+    own; ``max_entries`` per cache."""
+
+    qps: float = Field(20.0, gt=0)
+    burst: int = Field(40, ge=1)
+    max_wait_seconds: float = Field(1.0, gt=0)
+    per_client_qps: float = Field(2.0, gt=0)
+    per_client_burst: int = Field(20, ge=1)
+    ttl_seconds: float = Field(10.0, gt=0)
+    negative_ttl_seconds: float = Field(5.0, gt=0)
+    max_entries: int = Field(4096, ge=1)
+
+
 class LeaderElectionSettings(BaseModel):
     """Lease-based leader election (coordination.k8s.io/v1)."""
 
@@ -122,4 +141,5 @@ class Settings(BaseSettings):
     scheduling: SchedulingSettings = SchedulingSettings()
     client: ClientSettings = ClientSettings()
     leader_election: LeaderElectionSettings = LeaderElectionSettings()
+    access_review: AccessReviewSettings = AccessReviewSettings()
     controllers_enabled: bool = True

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app.api import extender, health, status, webhook
-from app.api.access import CachedAccessReviewer, KubeAccessReviewer
+from app.api.access import CachedAccessReviewer, ClientLimiter, KubeAccessReviewer
 from app.api.health import metrics_registry
 from app.api.limits import BodyLimitMiddleware
 from app.config import Settings
@@ -43,9 +43,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # with pykueue's own client (needs create on tokenreviews and subjectaccessreviews).
         app.state.cluster = manager.cluster
         app.state.cluster_ready = manager.ready
+        # Reviews have a client of their own (issue 14 item 3): a flood of tokens must not
+        # queue the controllers' requests, and the per-client limit answers 429 before any
+        # review is sent.
         assert manager.ctx is not None
+        ar = settings.access_review
+        review_api = manager.ctx.client.companion(ar.qps, ar.burst, max_wait=ar.max_wait_seconds)
         app.state.access_reviewer = CachedAccessReviewer(
-            KubeAccessReviewer(manager.ctx.client.api))
+            KubeAccessReviewer(review_api), ttl=ar.ttl_seconds,
+            negative_ttl=ar.negative_ttl_seconds, max_entries=ar.max_entries,
+            limiter=ClientLimiter(ar.per_client_qps, ar.per_client_burst))
         checks = getattr(app.state, "ready_checks", None)
         if checks is None:
             checks = app.state.ready_checks = []
@@ -54,6 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await manager.stop()
+            await review_api.close()
 
     # The OpenAPI document and its UIs describe every endpoint to anyone: off unless enabled.
     docs = settings.server.openapi

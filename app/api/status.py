@@ -25,8 +25,9 @@ Access (``app.api.access``): ``Authorization: Bearer <token>`` checked by
 need ``get`` on ``clusterqueues.kueue.x-k8s.io`` (with the name when one is in the path),
 namespace views ``get`` on ``localqueues.kueue.x-k8s.io`` in that namespace. Answers: 401
 (no token, or the token is rejected), 403 (naming the permission that is missing), 503 (no
-reviewer configured, or the API server cannot review now), then 404 / 400 / 422. Errors are
-FastAPI's ``{"detail": "<message>"}``.
+reviewer configured, or the API server cannot review now), 429 (this client address sent too
+many requests needing a review; ``Retry-After`` says when to retry), then 404 / 400 / 422.
+Errors are FastAPI's ``{"detail": "<message>"}``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -45,6 +47,7 @@ from app.api.access import (
     AccessReviewer,
     ResourceAccess,
     ReviewUnavailable,
+    TooManyReviews,
     UserInfo,
     cluster_queue_access,
     local_queue_access,
@@ -87,6 +90,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "Invalid continue token"},
     401: {"description": "No bearer token, or the token was rejected by the TokenReview"},
     403: {"description": "The user may not get the Kueue object behind this view"},
+    429: {"description": "Too many requests needing a token review from this address"},
     404: {"description": "No such ClusterQueue, LocalQueue or Workload in pykueue's state"},
     503: {"description": "pykueue is starting, or the API server cannot review tokens now"},
 }
@@ -108,15 +112,19 @@ async def authorize(request: Request, credentials: HTTPAuthorizationCredentials 
             401, "missing bearer token: send 'Authorization: Bearer <token>' "
                  "(for example a token from `kubectl create token <serviceaccount>`)",
             headers={"WWW-Authenticate": "Bearer"})
+    client = request.client.host if request.client else ""
     try:
-        result = await reviewer.authenticate(credentials.credentials)
+        result = await reviewer.authenticate(credentials.credentials, client=client)
         if result.user is None:
             why = f": {result.error}" if result.error else ""
             raise HTTPException(401, f"invalid bearer token: rejected by the TokenReview{why}",
                                 headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
-        decision = await reviewer.authorize(result.user, access)
+        decision = await reviewer.authorize(result.user, access, client=client)
     except ReviewUnavailable as exc:
         raise HTTPException(503, f"cannot check access now: {exc}") from exc
+    except TooManyReviews as exc:
+        raise HTTPException(429, str(exc), headers={
+            "Retry-After": str(max(1, math.ceil(exc.retry_after)))}) from exc
     if not decision.allowed:
         why = f": {decision.reason}" if decision.reason else ""
         raise HTTPException(

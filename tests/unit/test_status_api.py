@@ -588,10 +588,13 @@ class StubManager:
 
         from kubernetes_asyncio import client as k8s
 
+        from app.config import ClientSettings
+        from app.controllers.client import KubeClient, RateLimitedApiClient, TokenBucket
+
         cfg = k8s.Configuration()
         cfg.host = "https://127.0.0.1:1"  # nothing listens: reviews fail fast
-        self.api = k8s.ApiClient(cfg)
-        self.ctx = SimpleNamespace(client=SimpleNamespace(api=self.api))
+        self.api = RateLimitedApiClient(cfg, TokenBucket(10, 10), 1.0)
+        self.ctx = SimpleNamespace(client=KubeClient(self.api, ClientSettings()))
         self.cluster = build_cluster()
         self.admission_lookup = self.extender_state = None
         self.is_leader = False
