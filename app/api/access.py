@@ -46,6 +46,7 @@ from typing import Any, Protocol
 from kubernetes_asyncio import client as k8s
 
 KUEUE_GROUP = "kueue.x-k8s.io"
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 
 
 class ReviewUnavailable(Exception):
@@ -85,20 +86,32 @@ class TokenResult:
 @dataclass(frozen=True, slots=True)
 class ResourceAccess:
     """What a request needs (SubjectAccessReview ``resourceAttributes``); ``namespace`` None
-    for cluster-scoped objects, ``name`` None for "any object of the kind"."""
+    for cluster-scoped objects, ``name`` None for "any object of the kind", ``subresource``
+    e.g. ``pendingworkloads``. With ``path`` set it is a non-resource URL instead
+    (``nonResourceAttributes``: ``verb`` on ``path``; group and resource unused)."""
 
     verb: str
     group: str
     resource: str
     namespace: str | None = None
     name: str | None = None
+    subresource: str | None = None
+    path: str | None = None
+
+    @property
+    def rbac_resource(self) -> str:
+        """The resource as an RBAC rule names it: ``clusterqueues/pendingworkloads``."""
+        return f"{self.resource}/{self.subresource}" if self.subresource else self.resource
 
     def describe(self) -> str:
         """Kubernetes' wording, e.g. 'get resource "localqueues" in API group
-        "kueue.x-k8s.io" in the namespace "team-a"'."""
-        what = f'{self.verb} resource "{self.resource}" in API group "{self.group}"'
+        "kueue.x-k8s.io" in the namespace "team-a"'; 'get path "/metrics"'."""
+        if self.path is not None:
+            return f'{self.verb} path "{self.path}"'
+        res = self.rbac_resource
+        what = f'{self.verb} resource "{res}" in API group "{self.group}"'
         if self.name:
-            what = f'{self.verb} resource "{self.resource}" named "{self.name}" in API group ' \
+            what = f'{self.verb} resource "{res}" named "{self.name}" in API group ' \
                    f'"{self.group}"'
         if self.namespace is not None:
             return f'{what} in the namespace "{self.namespace}"'
@@ -138,6 +151,19 @@ def local_queue_access(namespace: str, name: str | None = None) -> ResourceAcces
     return ResourceAccess("get", KUEUE_GROUP, "localqueues", namespace, name)
 
 
+def pending_workloads_access(cluster_queue: str) -> ResourceAccess:
+    """``get`` on ``clusterqueues/pendingworkloads`` in ``visibility.kueue.x-k8s.io`` for
+    ``cluster_queue``: the permission Kueue's visibility API asks before it lists a
+    ClusterQueue's pending Workloads (which name Workloads of every namespace)."""
+    return ResourceAccess("get", VISIBILITY_GROUP, "clusterqueues", None, cluster_queue,
+                          subresource="pendingworkloads")
+
+
+def metrics_access() -> ResourceAccess:
+    """``get`` on the non-resource URL ``/metrics``, as Kueue's metrics endpoint asks."""
+    return ResourceAccess("get", "", "", path="/metrics")
+
+
 # ------------------------------------------------------------------------------ Kubernetes
 
 
@@ -171,13 +197,18 @@ class KubeAccessReviewer:
 
     async def authorize(self, user: UserInfo, access: ResourceAccess,
                         client: str = "") -> AccessDecision:
-        attrs = k8s.V1ResourceAttributes(verb=access.verb, group=access.group,
-                                         resource=access.resource, namespace=access.namespace,
-                                         name=access.name)
+        attrs = non_resource = None
+        if access.path is not None:
+            non_resource = k8s.V1NonResourceAttributes(path=access.path, verb=access.verb)
+        else:
+            attrs = k8s.V1ResourceAttributes(verb=access.verb, group=access.group,
+                                             resource=access.resource,
+                                             subresource=access.subresource,
+                                             namespace=access.namespace, name=access.name)
         spec = k8s.V1SubjectAccessReviewSpec(
             user=user.username, uid=user.uid or None, groups=list(user.groups) or None,
             extra={k: list(v) for k, v in user.extra.items()} or None,
-            resource_attributes=attrs,
+            resource_attributes=attrs, non_resource_attributes=non_resource,
         )
         try:
             review = await self._authz.create_subject_access_review(
@@ -207,8 +238,9 @@ def _api_error(exc: Exception) -> str:
 @dataclass(frozen=True, slots=True)
 class Grant:
     """An RBAC-like rule: ``subject`` (a username, or ``group:<name>``) may ``verbs`` on
-    ``resources`` of ``group``; ``namespace`` None = every namespace and cluster scope;
-    ``names`` empty = every object."""
+    ``resources`` of ``group`` (a subresource as ``clusterqueues/pendingworkloads``);
+    ``namespace`` None = every namespace and cluster scope; ``names`` empty = every object;
+    ``non_resource_urls``: the paths it allows (for non-resource accesses only)."""
 
     subject: str
     verbs: tuple[str, ...]
@@ -216,6 +248,7 @@ class Grant:
     resources: tuple[str, ...]
     namespace: str | None = None
     names: tuple[str, ...] = ()
+    non_resource_urls: tuple[str, ...] = ()
 
     def allows(self, user: UserInfo, access: ResourceAccess) -> bool:
         """True when this rule covers ``user`` doing ``access`` (RBAC rule matching)."""
@@ -226,9 +259,11 @@ class Grant:
             return False
         if access.verb not in self.verbs and "*" not in self.verbs:
             return False
+        if access.path is not None:
+            return access.path in self.non_resource_urls or "*" in self.non_resource_urls
         if self.group not in (access.group, "*"):
             return False
-        if access.resource not in self.resources and "*" not in self.resources:
+        if access.rbac_resource not in self.resources and "*" not in self.resources:
             return False
         if self.namespace is not None and access.namespace != self.namespace:
             return False

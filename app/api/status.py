@@ -22,9 +22,11 @@ API answers 503 (the core is still being filled from the first list).
 
 Access (``app.api.access``): ``Authorization: Bearer <token>`` checked by
 ``app.state.access_reviewer`` (TokenReview + SubjectAccessReview, cached). ClusterQueue views
-need ``get`` on ``clusterqueues.kueue.x-k8s.io`` (with the name when one is in the path),
-namespace views ``get`` on ``localqueues.kueue.x-k8s.io`` in that namespace. Answers: 401
-(no token, or the token is rejected), 403 (naming the permission that is missing), 503 (no
+need ``get`` on ``clusterqueues.kueue.x-k8s.io`` (with the name when one is in the path), the
+ClusterQueue pending list ``get`` on ``clusterqueues/pendingworkloads`` in
+``visibility.kueue.x-k8s.io`` instead (Kueue's visibility API permission), namespace views
+``get`` on ``localqueues.kueue.x-k8s.io`` in that namespace. Answers: 401 (no token, or the
+token is rejected), 403 (naming the permission that is missing), 503 (no
 reviewer configured, or the API server cannot review now), 429 (this client address sent too
 many requests needing a review; ``Retry-After`` says when to retry), then 404 / 400 / 422.
 Errors are FastAPI's ``{"detail": "<message>"}``.
@@ -51,6 +53,7 @@ from app.api.access import (
     UserInfo,
     cluster_queue_access,
     local_queue_access,
+    pending_workloads_access,
 )
 from app.controllers.statusview import (
     ClusterQueueView,
@@ -313,9 +316,10 @@ async def cluster_queue_pending(
     continue_: Continue = None,
 ) -> PendingWorkloadList:
     """Pending Workloads of a ClusterQueue in admission order, with positions, priority,
-    creation time and the reason each waits (with numbers). Paged. Needs `get` on that
-    clusterqueue."""
-    await authorize(request, credentials, cluster_queue_access(name))
+    creation time and the reason each waits (with numbers). Paged. Needs `get` on
+    `clusterqueues/pendingworkloads` in `visibility.kueue.x-k8s.io` for that ClusterQueue,
+    as Kueue's visibility API: the list names Workloads of every namespace."""
+    await authorize(request, credentials, pending_workloads_access(name))
     view = cluster_view(request)
     cq = ClusterQueueName(name)
     entries = view.pending(cq)

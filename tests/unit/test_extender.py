@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from app.config import Settings
+from app.config import ServerSettings, Settings
 from app.controllers.nodestore import ExtenderState, InMemoryExtenderState, NodeStore
 from app.core.extender_rules import (
     ExtenderInputError,
@@ -162,7 +162,8 @@ def state() -> InMemoryExtenderState:
 
 @pytest.fixture
 def app(state: InMemoryExtenderState):
-    application = create_app(Settings())
+    # /metrics read without a token here; its authorization is tested in test_health.
+    application = create_app(Settings(server=ServerSettings(metrics_auth=False)))
     application.state.extender_state = state
     return application
 

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.config import Settings
+from app.config import ServerSettings, Settings
 from app.controllers.metrics import (
     WAIT_BUCKETS,
     MetricsRecorder,
@@ -53,7 +53,7 @@ async def scrape(app) -> Samples:
 
 @pytest.fixture
 def app():
-    app = create_app(Settings(controllers_enabled=False))
+    app = create_app(Settings(controllers_enabled=False, server=ServerSettings(metrics_auth=False)))
     app.state.cluster = build_cluster()
     return app
 
@@ -149,7 +149,7 @@ async def test_gauges_follow_the_core_at_scrape_time(app) -> None:
 
 
 async def test_no_cluster_yet_means_no_queue_series() -> None:
-    app = create_app(Settings(controllers_enabled=False))
+    app = create_app(Settings(controllers_enabled=False, server=ServerSettings(metrics_auth=False)))
     s = await scrape(app)
     assert series(s, "kueue_pending_workloads") == []
     assert series(s, "kueue_cluster_queue_nominal_quota") == []

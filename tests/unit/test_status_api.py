@@ -400,7 +400,10 @@ ACCESS_TABLE = [
     ("research-token", WL, 200),
     ("research-token", LQS_INFERENCE, 403), ("research-token", WL_OTHER, 403),
     ("research-token", CQ, 403), ("research-token", CQ_PENDING, 403),
-    ("cq-research-token", CQ_ONE, 200), ("cq-research-token", CQ_PENDING, 200),
+    # The pending list names Workloads of every namespace: `get clusterqueues` is not enough,
+    # it needs Kueue's visibility permission (issue 14 item 7), and that alone.
+    ("cq-research-token", CQ_ONE, 200), ("cq-research-token", CQ_PENDING, 403),
+    ("pending-research-token", CQ_PENDING, 200), ("pending-research-token", CQ_ONE, 403),
     ("cq-research-token", CQ_OTHER, 403), ("cq-research-token", CQ, 403),
     ("cq-research-token", LQS_RESEARCH, 403),
     ("nobody-token", CQ, 403), ("nobody-token", LQS_RESEARCH, 403),
@@ -440,6 +443,9 @@ async def test_forbidden_names_the_missing_permission(client) -> None:
     r = await get(client, CQ_OTHER, "cq-research-token")
     assert 'cannot get resource "clusterqueues" named "inference-cq" in API group ' \
            '"kueue.x-k8s.io" at the cluster scope' in r.json()["detail"]
+    r = await get(client, CQ_PENDING, "cq-research-token")
+    assert 'cannot get resource "clusterqueues/pendingworkloads" named "research-cq" in API ' \
+           'group "visibility.kueue.x-k8s.io" at the cluster scope' in r.json()["detail"]
 
 
 async def test_access_is_checked_before_existence(client) -> None:
@@ -632,7 +638,7 @@ async def test_lifespan_serves_the_reconcilers_cluster(monkeypatch) -> None:
             assert r.status_code == 503 and "waiting for informers" in r.json()["detail"]
             # The reconciler gets the app's recorder; its counts and the gauges are served.
             manager.metrics.admitted("research-cq", 2.0)
-            metrics = (await c.get("/metrics")).text
+            metrics = (await c.get("/metrics", headers=ADMIN_H)).text
             assert 'kueue_pending_workloads{cluster_queue="research-cq",' \
                    'replica_role="standalone",status="inadmissible"} 3.0' in metrics
             assert 'kueue_admitted_workloads_total{cluster_queue="research-cq",' \
