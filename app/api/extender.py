@@ -16,6 +16,13 @@ cannot know a pod's Workload: pods carrying ``kueue.x-k8s.io/queue-name`` or
 synced"), other pods pass unchanged. Chosen so a restart never lets an admitted Job's pod land
 outside its flavor, while unmanaged pods are never held up by pykueue.
 
+Callers (issue 14 item 7): with ``Settings.server.client_ca_file`` set, both routes answer
+only a TLS client certificate that chains to that CA (checked in the handshake,
+``app.serving``) and whose subject common name is one of ``Settings.extender.client_names``
+(default ``system:kube-scheduler``; kube-scheduler presents it with the extender's
+``tlsConfig.certFile``/``keyFile``); anyone else gets 403 before the body is read. Without a
+client CA the routes are open to whoever reaches the port (the NetworkPolicy is the fence).
+
 Latency is observed in the histogram ``pykueue_extender_request_duration_seconds`` (labels
 ``verb``: filter/prioritize, ``mode``: names/nodes/invalid) in the app's registry
 (``app.state.metrics_registry``, exposed at ``/metrics``); should that registry already hold
@@ -373,7 +380,47 @@ def _free_gpus(req: _Parsed, state: ExtenderState | None) -> Mapping[str, int]:
     return free
 
 
-_BAD_REQUEST = {400: {"description": "malformed ExtenderArgs", "content": {_JSON: {}}}}
+_BAD_REQUEST = {400: {"description": "malformed ExtenderArgs", "content": {_JSON: {}}},
+                403: {"description": "not kube-scheduler's client certificate",
+                      "content": {_JSON: {}}}}
+
+
+def _common_name(rfc4514: str) -> str | None:
+    """The CN of an RFC 4514 distinguished name (``CN=system:kube-scheduler,O=...``), with
+    backslash escapes undone; None when there is none."""
+    rdn, out, esc = [], [], False
+    for ch in rfc4514 + ",":
+        if esc:
+            out.append(ch)
+            esc = False
+        elif ch == "\\":
+            esc = True
+        elif ch in ",+":
+            rdn.append("".join(out))
+            out = []
+        else:
+            out.append(ch)
+    for attr in rdn:
+        key, _, value = attr.partition("=")
+        if key.strip().upper() == "CN":
+            return value
+    return None
+
+
+def _refuse_caller(request: Request) -> Response | None:
+    """403 unless the caller may use the extender (see the module doc); None when it may."""
+    settings = getattr(request.app.state, "settings", None)
+    if settings is None or settings.server.client_ca_file is None:
+        return None
+    tls = (request.scope.get("extensions") or {}).get("tls") or {}
+    name = tls.get("client_cert_name")
+    cn = _common_name(name) if name else None
+    if cn is not None and cn in settings.extender.client_names:
+        return None
+    who = f'client certificate "{name}"' if name else "no client certificate"
+    return _json({"detail": f"the scheduler extender answers only kube-scheduler's client "
+                            f"certificate (common name in {settings.extender.client_names}); "
+                            f"got {who}"}, 403)
 
 # -------------------------------------------------------------------------------- routes
 
@@ -382,6 +429,9 @@ async def _serve(
     request: Request, verb: str, answer: Callable[[Request, _Parsed], Response]
 ) -> Response:
     """Read the request (400 when malformed), ``answer`` it, and time it in the histogram."""
+    refused = _refuse_caller(request)
+    if refused is not None:
+        return refused
     start = time.perf_counter()
     mode = "invalid"
     try:

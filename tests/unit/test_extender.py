@@ -746,7 +746,8 @@ def test_in_memory_state_satisfies_the_protocol():
 
 def render(path: Path) -> dict[str, Any]:
     text = string.Template(path.read_text()).substitute(
-        KUBECONFIG="/lab/kubeconfig", PYKUEUE_CA_FILE="/lab/certs/ca.crt")
+        KUBECONFIG="/lab/kubeconfig", PYKUEUE_CA_FILE="/lab/certs/ca.crt",
+        EXTENDER_CLIENT_CERT="/lab/certs/client.crt", EXTENDER_CLIENT_KEY="/lab/certs/client.key")
     return yaml.safe_load(text)
 
 
@@ -763,7 +764,9 @@ def test_scheduler_config_points_at_the_extender_routes(app):
     for verb in (ext["filterVerb"], ext["prioritizeVerb"]):
         assert f"/scheduler/{verb}" in routes
     assert ext["weight"] > 0 and ext["enableHTTPS"] is True
-    assert ext["tlsConfig"]["caFile"] == "/lab/certs/ca.crt"
+    assert ext["tlsConfig"] == {"insecure": False, "caFile": "/lab/certs/ca.crt",
+                                "certFile": "/lab/certs/client.crt",
+                                "keyFile": "/lab/certs/client.key"}
     assert ext["httpTimeout"] == "2s" and ext["nodeCacheCapable"] is True
     assert ext["managedResources"] == [{"name": GPU, "ignoredByScheduler": False}]
     assert ext["ignorable"] is False and not ext.get("bindVerb")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from app.certs import ensure_certs
 from tests.pykueue_server import PykueueServer, trust
 
 TIMEOUT = 1.0  # header and body timeouts given to the server under test (seconds)
@@ -144,3 +145,64 @@ def test_openapi_and_its_uis_are_off_by_default(server):
     for path in ("/docs", "/redoc", "/openapi.json"):
         assert httpx.get(server.url + path, verify=ctx).status_code == 404, path
     assert httpx.get(server.url + "/healthz", verify=ctx).status_code == 200
+
+
+# ------------------------------------------------------------------ extender callers (item 7)
+
+
+@pytest.fixture(scope="module")
+def mtls_server(certs: Path, tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[tuple[PykueueServer, Path]]:
+    """`pykueue serve` verifying client certificates against a CA of their own, with a
+    kube-scheduler certificate, an intruder's from the same CA and one from a foreign CA."""
+    from app.certs import ensure_client_cert
+
+    clients = tmp_path_factory.mktemp("clients")
+    ensure_certs(clients / "ca")
+    ensure_client_cert(clients / "ca", "scheduler", "system:kube-scheduler")
+    ensure_client_cert(clients / "ca", "intruder", "system:serviceaccount:evil:pod")
+    ensure_certs(clients / "foreign")
+    ensure_client_cert(clients / "foreign", "scheduler", "system:kube-scheduler")
+    srv = PykueueServer(certs, tmp_path_factory.mktemp("mtls") / "serve.log",
+                        env=dict(os.environ))
+    srv.env["PYKUEUE_SERVER__CLIENT_CA_FILE"] = str(clients / "ca" / "ca.crt")
+    srv.start()
+    yield srv, clients
+    srv.stop()
+
+
+def _filter(srv: PykueueServer, cert: Path | None) -> tuple[int, str]:
+    import httpx
+
+    ctx = trust(srv.certs)
+    if cert is not None:
+        ctx.load_cert_chain(str(cert.with_suffix(".crt")), str(cert.with_suffix(".key")))
+    body = {"Pod": {"metadata": {"name": "p", "namespace": "n"}, "spec": {"containers": []}},
+            "NodeNames": ["a", "b"]}
+    r = httpx.post(srv.url + "/scheduler/filter", json=body, verify=ctx)
+    return r.status_code, r.text
+
+
+def test_extender_answers_only_kube_schedulers_client_certificate(mtls_server):
+    srv, clients = mtls_server
+    status, text = _filter(srv, clients / "ca" / "scheduler")
+    assert status == 200 and '"NodeNames":["a","b"]' in text, text
+    status, text = _filter(srv, None)
+    assert status == 403 and "got no client certificate" in text, text
+    status, text = _filter(srv, clients / "ca" / "intruder")
+    assert status == 403 and "CN=system:serviceaccount:evil:pod" in text, text
+
+
+def test_a_client_certificate_of_another_ca_fails_the_handshake(mtls_server):
+    import httpx
+
+    srv, clients = mtls_server
+    with pytest.raises(httpx.HTTPError):
+        _filter(srv, clients / "foreign" / "scheduler")
+
+
+def test_callers_without_a_certificate_still_reach_the_other_routes(mtls_server):
+    import httpx
+
+    srv, _ = mtls_server
+    assert httpx.get(srv.url + "/healthz", verify=trust(srv.certs)).status_code == 200
