@@ -40,6 +40,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -284,30 +285,17 @@ def _lifetime(srv: Server, send: list[bytes], every: float, cap: float,
               tls: bool = True) -> dict[str, Any]:
     raw = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
     sock: socket.socket = srv.ctx.wrap_socket(raw, server_hostname="127.0.0.1") if tls else raw
-    start = time.monotonic()
-    got = b""
-    sock.settimeout(every)
-    chunks = iter(send)
+    from tests.pykueue_server import trickle_until_closed
+
+    def chunks() -> Iterator[bytes]:
+        yield from send
+        while send:
+            yield send[-1]
+
     try:
-        while time.monotonic() - start < cap:
-            chunk = next(chunks, send[-1] if send else None)
-            if chunk:
-                try:
-                    sock.sendall(chunk)
-                except OSError:
-                    break
-            try:
-                data = sock.recv(65536)
-            except TimeoutError:
-                continue
-            except OSError:
-                break
-            if not data:
-                break
-            got += data
+        lived, got = trickle_until_closed(sock, chunks(), every, cap)
     finally:
         sock.close()
-    lived = time.monotonic() - start
     return {"lived_s": round(lived, 1), "closed_by_server": lived < cap,
             "answer": got.split(b"\r\n", 1)[0].decode(errors="replace") or None}
 

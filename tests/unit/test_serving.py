@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from app.certs import ensure_certs
-from tests.pykueue_server import PykueueServer, trust
+from tests.pykueue_server import PykueueServer, trickle_until_closed, trust
 
 TIMEOUT = 1.0  # header and body timeouts given to the server under test (seconds)
 # A closed connection must be seen within the timeout plus this much (a loaded 2-core host).
@@ -36,30 +36,6 @@ def server(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Py
 def tls_socket(server: PykueueServer, ctx: ssl.SSLContext | None = None) -> ssl.SSLSocket:
     raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
     return (ctx or trust(server.certs)).wrap_socket(raw, server_hostname="127.0.0.1")
-
-
-def trickle_until_closed(sock: ssl.SSLSocket, chunks: Iterator[bytes], every: float,
-                         limit: float) -> tuple[float, bytes]:
-    """Send one chunk every ``every`` seconds until the server closes the connection; return
-    (seconds the connection lived, what the server sent). Gives up after ``limit`` seconds."""
-    start = time.monotonic()
-    received = b""
-    sock.settimeout(every)
-    while time.monotonic() - start < limit:
-        try:
-            sock.sendall(next(chunks))
-        except (OSError, StopIteration):
-            pass
-        try:
-            data = sock.recv(65536)
-        except TimeoutError:
-            continue
-        except OSError:
-            break
-        if not data:
-            break
-        received += data
-    return time.monotonic() - start, received
 
 
 def _forever(*parts: bytes) -> Iterator[bytes]:
