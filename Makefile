@@ -22,8 +22,8 @@ setup: $(BIN)/pykueue ## create .venv and install pykueue with its dev tools
 controlplane: ## build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok from Go modules (no-op when built)
 	bash hack/build-controlplane.sh
 
-certs: setup ## generate the CA and serving certificate into certs/out (kept while valid)
-	$(BIN)/python -m certs.generate --out certs/out
+certs: setup ## generate the CA, serving certificate and kube-scheduler's extender client certificate into certs/out (kept while valid)
+	$(BIN)/python -m certs.generate --out certs/out --client kube-scheduler-client=system:kube-scheduler
 
 lab-up: setup controlplane ## start the local control plane on 127.0.0.1 and print the nodes
 	$(BIN)/python hack/lab.py up

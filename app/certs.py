@@ -11,6 +11,10 @@
   ``pykueue-system`` (short, ``.ns``, ``.ns.svc``, ``.ns.svc.cluster.local``), plus any extra.
   kube-apiserver (Go) checks SANs only, never the CN.
 
+``ensure_client_cert(out_dir, name, common_name)`` adds ``<name>.crt`` / ``<name>.key``: a
+client certificate (clientAuth) signed by the same CA, e.g. for the lab's kube-scheduler to
+present to the extender when pykueue verifies client certificates (docs/security.md).
+
 Idempotent: a readable CA that is valid for at least ``renew_before_days`` more days is kept
 (so caBundles already registered stay valid); the serving certificate is kept when it is
 signed by that CA, has every wanted SAN and is valid long enough; anything else is (re)made.
@@ -166,18 +170,22 @@ def _make_ca(now: dt.datetime, days: int) -> tuple[x509.Certificate, ec.Elliptic
     return cert, key
 
 
-def _make_serving(
+def _make_leaf(
     ca_cert: x509.Certificate,
     ca_key: ec.EllipticCurvePrivateKey,
+    common_name: str,
+    usage: x509.ObjectIdentifier,
     hosts: Sequence[str],
     now: dt.datetime,
     days: int,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A certificate for ``common_name`` signed by the CA, extended key usage ``usage``
+    (serverAuth or clientAuth), SANs ``hosts`` (none when empty)."""
     key = ec.generate_private_key(ec.SECP256R1())
     ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
-    cert = (
+    builder = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVICE_NAME)]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -185,15 +193,41 @@ def _make_serving(
         .not_valid_after(min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(signs_certificates=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(_san_entries(hosts)), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), critical=False
         )
-        .sign(ca_key, hashes.SHA256())
     )
-    return cert, key
+    if hosts:
+        builder = builder.add_extension(x509.SubjectAlternativeName(_san_entries(hosts)),
+                                        critical=False)
+    return builder.sign(ca_key, hashes.SHA256()), key
+
+
+def ensure_client_cert(out_dir: Path, name: str, common_name: str, *, days: int = 365,
+                       renew_before_days: int = 30, now: dt.datetime | None = None) -> CertPaths:
+    """A client certificate (clientAuth) for ``common_name`` signed by the CA in ``out_dir``
+    (``ensure_certs`` first), written as ``<name>.crt`` / ``<name>.key`` and kept while it is
+    signed by that CA, names ``common_name`` and is valid long enough. E.g. the lab's
+    kube-scheduler presents ``system:kube-scheduler`` to the extender (docs/security.md).
+    Raises OSError/ValueError when the CA cannot be read."""
+    now = now or _now()
+    ca_cert, ca_key = _load(out_dir / "ca.crt", out_dir / "ca.key")
+    crt, key = out_dir / f"{name}.crt", out_dir / f"{name}.key"
+    try:
+        leaf, _ = _load(crt, key)
+        leaf.verify_directly_issued_by(ca_cert)
+        cns = leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        if [a.value for a in cns] == [common_name] and _valid_for(leaf, renew_before_days, now):
+            return CertPaths(out_dir / "ca.crt", out_dir / "ca.key", crt, key)
+    except (OSError, ValueError, TypeError, InvalidSignature):
+        pass
+    leaf, leaf_key = _make_leaf(ca_cert, ca_key, common_name, ExtendedKeyUsageOID.CLIENT_AUTH,
+                                (), now, days)
+    _write(key, _key_pem(leaf_key), private=True)
+    _write(crt, leaf.public_bytes(serialization.Encoding.PEM), private=False)
+    return CertPaths(out_dir / "ca.crt", out_dir / "ca.key", crt, key, (crt.name, key.name))
 
 
 def ensure_certs(
@@ -247,7 +281,8 @@ def ensure_certs(
         except (OSError, ValueError, TypeError, InvalidSignature):
             keep = False
     if not keep:
-        leaf, leaf_key = _make_serving(ca_cert, ca_key, wanted, now, cert_days)
+        leaf, leaf_key = _make_leaf(ca_cert, ca_key, SERVICE_NAME,
+                                    ExtendedKeyUsageOID.SERVER_AUTH, wanted, now, cert_days)
         _write(paths.key, _key_pem(leaf_key), private=True)
         _write(paths.cert, leaf.public_bytes(serialization.Encoding.PEM), private=False)
         created += ["tls.crt", "tls.key"]

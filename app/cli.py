@@ -33,6 +33,7 @@ def serve(
 
     from app.config import Settings
     from app.main import create_app
+    from app.serving import uvicorn_config
 
     settings = Settings()
     if host is not None or port is not None:
@@ -54,16 +55,7 @@ def serve(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    uvicorn.run(
-        create_app(settings),
-        host=settings.server.host,
-        port=settings.server.port,
-        ssl_certfile=str(settings.server.cert_file),
-        ssl_keyfile=str(settings.server.key_file),
-        log_level=log_level.lower(),
-        access_log=False,  # one structured line per admission review instead (app.api.webhook)
-        timeout_keep_alive=30,  # kube-apiserver reuses connections to the webhook
-    )
+    uvicorn.Server(uvicorn_config(create_app(settings), settings.server, log_level)).run()
 
 
 @app.command()

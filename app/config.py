@@ -23,6 +23,27 @@ class ServerSettings(BaseModel):
     ca_file: Path = Path("certs/out/ca.crt")
     # Request bodies above this many bytes get HTTP 413 (the API server sends at most ~3 MiB).
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    # Slow clients (issue 14 item 6; app/serving.py): request headers must be complete this
+    # many seconds after the connection (or the request's first byte), the body this many
+    # seconds after the headers (else 408), idle kept-alive connections close after
+    # keep_alive_seconds; past limit_concurrency connections or requests uvicorn answers 503.
+    # kube-apiserver gives a webhook at most 30 s and kube-scheduler an extender httpTimeout
+    # (2 s in manifests/scheduler), so no honest caller needs more.
+    header_timeout_seconds: float = Field(10.0, gt=0)
+    body_timeout_seconds: float = Field(10.0, gt=0)
+    keep_alive_seconds: int = Field(30, ge=1)
+    limit_concurrency: int = Field(256, ge=1)
+    # CA that signs the client certificates of pykueue's callers (kube-scheduler, optionally
+    # kube-apiserver). When set, the server asks for a client certificate and the scheduler
+    # extender answers only a verified one named in ExtenderSettings.client_names
+    # (docs/security.md). None: no client certificates; the extender is open to whoever can
+    # reach the port (the NetworkPolicy in manifests/manager is then the only fence).
+    client_ca_file: Path | None = None
+    # /docs, /redoc and /openapi.json: off unless enabled (they describe every endpoint).
+    openapi: bool = False
+    # /metrics needs a bearer token allowed to `get` the non-resource URL /metrics (a
+    # TokenReview and a SubjectAccessReview, as Kueue's metrics endpoint does). False: open.
+    metrics_auth: bool = True
 
 
 class WebhookSettings(BaseModel):
@@ -39,6 +60,9 @@ class ExtenderSettings(BaseModel):
     """kube-scheduler extender."""
 
     gpu_resource: str = "nvidia.com/gpu"
+    # With ServerSettings.client_ca_file set: the client-certificate common names the extender
+    # answers (kube-scheduler's own identity by default); others get 403.
+    client_names: list[str] = Field(default_factory=lambda: ["system:kube-scheduler"])
 
 
 class SchedulingSettings(BaseModel):
@@ -63,6 +87,25 @@ class ClientSettings(BaseModel):
     qps: float = Field(50.0, gt=0)
     burst: int = Field(100, ge=1)
     request_timeout_seconds: float = Field(10.0, gt=0)
+
+
+class AccessReviewSettings(BaseModel):
+    """TokenReviews and SubjectAccessReviews for the status API and /metrics
+    (app/api/access.py). They have an API client of their own: ``qps``/``burst`` bound what
+    they send to the API server, and a review that waits more than ``max_wait_seconds`` for
+    that budget fails (503) instead of queueing. Each client address may cause at most
+    ``per_client_qps`` (``per_client_burst`` at once) reviews; past that it gets 429. Answers
+    are cached ``ttl_seconds``, rejected tokens ``negative_ttl_seconds`` in a cache of their
+    own; ``max_entries`` per cache."""
+
+    qps: float = Field(20.0, gt=0)
+    burst: int = Field(40, ge=1)
+    max_wait_seconds: float = Field(1.0, gt=0)
+    per_client_qps: float = Field(2.0, gt=0)
+    per_client_burst: int = Field(20, ge=1)
+    ttl_seconds: float = Field(10.0, gt=0)
+    negative_ttl_seconds: float = Field(5.0, gt=0)
+    max_entries: int = Field(4096, ge=1)
 
 
 class LeaderElectionSettings(BaseModel):
@@ -100,4 +143,5 @@ class Settings(BaseSettings):
     scheduling: SchedulingSettings = SchedulingSettings()
     client: ClientSettings = ClientSettings()
     leader_election: LeaderElectionSettings = LeaderElectionSettings()
+    access_review: AccessReviewSettings = AccessReviewSettings()
     controllers_enabled: bool = True

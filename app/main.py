@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app.api import extender, health, status, webhook
-from app.api.access import CachedAccessReviewer, KubeAccessReviewer
+from app.api.access import CachedAccessReviewer, ClientLimiter, KubeAccessReviewer
 from app.api.health import metrics_registry
 from app.api.limits import BodyLimitMiddleware
 from app.config import Settings
@@ -43,9 +43,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # with pykueue's own client (needs create on tokenreviews and subjectaccessreviews).
         app.state.cluster = manager.cluster
         app.state.cluster_ready = manager.ready
+        # Reviews have a client of their own (issue 14 item 3): a flood of tokens must not
+        # queue the controllers' requests, and the per-client limit answers 429 before any
+        # review is sent.
         assert manager.ctx is not None
+        ar = settings.access_review
+        review_api = manager.ctx.client.companion(ar.qps, ar.burst, max_wait=ar.max_wait_seconds)
         app.state.access_reviewer = CachedAccessReviewer(
-            KubeAccessReviewer(manager.ctx.client.api))
+            KubeAccessReviewer(review_api), ttl=ar.ttl_seconds,
+            negative_ttl=ar.negative_ttl_seconds, max_entries=ar.max_entries,
+            limiter=ClientLimiter(ar.per_client_qps, ar.per_client_burst))
         checks = getattr(app.state, "ready_checks", None)
         if checks is None:
             checks = app.state.ready_checks = []
@@ -54,8 +61,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await manager.stop()
+            await review_api.close()
 
-    app = FastAPI(title="pykueue", version="0.1.0", lifespan=lifespan)
+    # The OpenAPI document and its UIs describe every endpoint to anyone: off unless enabled.
+    docs = settings.server.openapi
+    app = FastAPI(title="pykueue", version="0.1.0", lifespan=lifespan,
+                  openapi_url="/openapi.json" if docs else None,
+                  docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None)
     app.state.settings = settings
     # Queue metrics (app.controllers.metrics): gauges read app.state.cluster at scrape time;
     # the recorder is for the reconciler's counters.
@@ -66,5 +78,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                           False))))
     for module in (webhook, extender, status, health):
         app.include_router(module.router)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.server.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.server.max_body_bytes,
+                       body_timeout=settings.server.body_timeout_seconds)
     return app

@@ -123,7 +123,7 @@ def pod_object(job: str | None, gpus: int = 2) -> dict[str, Any]:
 
 def build_app():
     """The real app with an in-memory extender state of ``MAX_NODES`` nodes."""
-    from app.config import Settings
+    from app.config import ServerSettings, Settings
     from app.controllers.nodestore import InMemoryExtenderState, NodeStore
     from app.core.extender_rules import FlavorView, PodWorkloadView
     from app.core.workload import Toleration
@@ -147,7 +147,8 @@ def build_app():
         "research/job-train-abc12", True, "", {"main": (a100,)}))
     # Full Node objects for 5,000 nodes are ~12 MB: above the default 8 MiB body cap
     # (Settings.server.max_body_bytes), which a cluster using nodeCacheCapable: false must raise.
-    settings = Settings(controllers_enabled=False)
+    # /metrics is read without a token: the bench measures the extender, not access reviews.
+    settings = Settings(controllers_enabled=False, server=ServerSettings(metrics_auth=False))
     settings.server.max_body_bytes = 64 * 1024 * 1024
     app = create_app(settings)
     app.state.extender_state = state

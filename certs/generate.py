@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.certs import default_hosts, ensure_certs
+from app.certs import default_hosts, ensure_certs, ensure_client_cert
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,12 +27,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cert-days", type=int, default=365, help="serving cert validity")
     parser.add_argument("--ca-days", type=int, default=3650, help="CA validity")
     parser.add_argument("--force", action="store_true", help="make a new CA and certificate")
+    parser.add_argument(
+        "--client", action="append", default=[], metavar="NAME=COMMON_NAME",
+        help="also a client certificate NAME.crt/NAME.key for COMMON_NAME signed by the CA "
+             "(repeatable), e.g. kube-scheduler-client=system:kube-scheduler",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     hosts = default_hosts(args.service, args.namespace) + list(args.host)
     paths = ensure_certs(
         args.out, hosts=hosts, ca_days=args.ca_days, cert_days=args.cert_days, force=args.force
     )
-    written = ", ".join(paths.created) or "nothing (existing files are valid)"
+    created = list(paths.created)
+    for spec in args.client:
+        name, sep, cn = spec.partition("=")
+        if not (name and sep and cn):
+            parser.error(f"--client {spec!r}: want NAME=COMMON_NAME")
+        created += ensure_client_cert(args.out, name, cn).created
+    written = ", ".join(created) or "nothing (existing files are valid)"
     print(f"certs: {args.out}: wrote {written}")
     return 0
 

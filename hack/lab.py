@@ -297,12 +297,19 @@ def kubectl(lab: Lab, *args: str, input: str | None = None, check: bool = True):
     )
 
 
+EXTENDER_CLIENT = "kube-scheduler-client"  # certs/out/<this>.crt: kube-scheduler -> extender
+
+
 def _scheduler_config(lab: Lab, source: Path) -> Path:
-    """Copy a KubeSchedulerConfiguration, substituting ${KUBECONFIG} and ${PYKUEUE_CA_FILE}."""
+    """Copy a KubeSchedulerConfiguration, substituting ${KUBECONFIG}, ${PYKUEUE_CA_FILE} and
+    kube-scheduler's client certificate for the extender (${EXTENDER_CLIENT_CERT}/_KEY)."""
     text = source.read_text()
     text = text.replace("${KUBECONFIG}", str(lab.kubeconfig))
     ca = os.environ.get("PYKUEUE_CA_FILE", str(ROOT / "certs" / "out" / "ca.crt"))
     text = text.replace("${PYKUEUE_CA_FILE}", ca)
+    client = ROOT / "certs" / "out" / EXTENDER_CLIENT
+    text = text.replace("${EXTENDER_CLIENT_CERT}", f"{client}.crt")
+    text = text.replace("${EXTENDER_CLIENT_KEY}", f"{client}.key")
     out = lab.state / "kube-scheduler-config.yaml"
     out.write_text(text)
     return out
@@ -514,14 +521,16 @@ def _pykueue_pid(lab: Lab) -> int | None:
 def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | None = None) -> None:
     """Start pykueue in the lab as a real user would deploy it, on 127.0.0.1:PYKUEUE_PORT.
 
-    1. certificates (``certs/out``, kept while valid); 2. ``pykueue serve`` under its own
-    ServiceAccount (``--admin``: the lab admin) with logs in ``<state>/logs/pykueue.log``;
+    1. certificates (``certs/out``, kept while valid, with kube-scheduler's client certificate
+    for the extender, which pykueue verifies against the same CA); 2. ``pykueue serve`` under
+    its own ServiceAccount (``--admin``: the lab admin) with logs in ``<state>/logs/pykueue.log``;
     3. wait for ``/readyz``; 4. register the lab webhooks (caBundle = our CA);
     5. restart kube-scheduler with the extender (manifests/scheduler/kube-scheduler-config.yaml).
     A no-op for the process when it already runs.
     """
     py = sys.executable
-    subprocess.run([py, "-m", "certs.generate", "--out", str(ROOT / "certs" / "out")],
+    subprocess.run([py, "-m", "certs.generate", "--out", str(ROOT / "certs" / "out"),
+                    "--client", f"{EXTENDER_CLIENT}=system:kube-scheduler"],
                    cwd=ROOT, check=True, capture_output=True, text=True)
     ca = ROOT / "certs" / "out" / "ca.crt"
     if not _pykueue_pid(lab):
@@ -534,6 +543,8 @@ def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | Non
             "PYKUEUE_SERVER__CERT_FILE": str(ROOT / "certs" / "out" / "tls.crt"),
             "PYKUEUE_SERVER__KEY_FILE": str(ROOT / "certs" / "out" / "tls.key"),
             "PYKUEUE_SERVER__CA_FILE": str(ca),
+            # The extender answers only kube-scheduler's client certificate (made above).
+            "PYKUEUE_SERVER__CLIENT_CA_FILE": str(ca),
         })
         env.update(extra_env or {})
         lab.logs.mkdir(parents=True, exist_ok=True)

@@ -407,7 +407,8 @@ def main() -> int:
           "--ca-file certs/out/ca.crt --token \"$TOKEN\"")
     print("   curl --cacert certs/out/ca.crt -H \"Authorization: Bearer $TOKEN\" "
           f"https://127.0.0.1:{labmod.PYKUEUE_PORT}/api/v1/clusterqueues")
-    print(f"   curl --cacert certs/out/ca.crt https://127.0.0.1:{labmod.PYKUEUE_PORT}/metrics")
+    print("   curl --cacert certs/out/ca.crt -H \"Authorization: Bearer $TOKEN\" "
+          f"https://127.0.0.1:{labmod.PYKUEUE_PORT}/metrics")
     print("   make lab-down   # stops everything and removes the lab's state")
     return 0
 

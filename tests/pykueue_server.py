@@ -9,7 +9,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import httpx
@@ -99,3 +99,27 @@ class PykueueServer:
             self.proc.terminate()
             self.proc.wait(timeout=15)
         self.proc = None
+
+
+def trickle_until_closed(sock: socket.socket, chunks: Iterator[bytes], every: float,
+                         limit: float) -> tuple[float, bytes]:
+    """Send one chunk every ``every`` seconds until the server closes the connection; return
+    (seconds the connection lived, what the server sent). Gives up after ``limit`` seconds."""
+    start = time.monotonic()
+    received = b""
+    sock.settimeout(every)
+    while time.monotonic() - start < limit:
+        try:
+            sock.sendall(next(chunks))
+        except (OSError, StopIteration):
+            pass
+        try:
+            data = sock.recv(65536)
+        except TimeoutError:
+            continue
+        except OSError:
+            break
+        if not data:
+            break
+        received += data
+    return time.monotonic() - start, received

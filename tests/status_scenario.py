@@ -80,17 +80,22 @@ ADMIN = UserInfo("admin", "uid-admin", ("system:masters",))
 RESEARCH_VIEWER = UserInfo("system:serviceaccount:research:viewer", "uid-rv",
                            ("system:serviceaccounts", "system:serviceaccounts:research"))
 CQ_VIEWER = UserInfo("cq-viewer", "uid-cq")
+PENDING_VIEWER = UserInfo("pending-viewer", "uid-pending")
 NOBODY = UserInfo("nobody", "uid-nobody")
 
 TOKENS = {"admin-token": ADMIN, "research-token": RESEARCH_VIEWER,
-          "cq-research-token": CQ_VIEWER, "nobody-token": NOBODY}
+          "cq-research-token": CQ_VIEWER, "pending-research-token": PENDING_VIEWER,
+          "nobody-token": NOBODY}
 
 
 def reviewer() -> StaticAccessReviewer:
-    """admin: everything; research viewer: localqueues in ``research``; cq viewer:
-    ClusterQueue ``research-cq`` only; nobody: nothing."""
+    """admin: everything (with non-resource URLs); research viewer: localqueues in
+    ``research``; cq viewer: ClusterQueue ``research-cq`` only; pending viewer: the pending
+    Workloads of ``research-cq`` only (Kueue's visibility permission); nobody: nothing."""
     return StaticAccessReviewer(TOKENS, [
-        Grant("group:system:masters", ("*",), "*", ("*",)),
+        Grant("group:system:masters", ("*",), "*", ("*",), non_resource_urls=("*",)),
+        Grant(PENDING_VIEWER.username, ("get",), "visibility.kueue.x-k8s.io",
+              ("clusterqueues/pendingworkloads",), names=("research-cq",)),
         Grant(RESEARCH_VIEWER.username, ("get", "list", "watch"), GROUP, ("localqueues",),
               namespace="research"),
         Grant(CQ_VIEWER.username, ("get",), GROUP, ("clusterqueues",), names=("research-cq",)),

@@ -16,13 +16,21 @@ The checks sit behind ``AccessReviewer`` (two async methods) with three implemen
 - ``StaticAccessReviewer``: a table of tokens and RBAC-like grants, in process. Tests use it;
   it is a faithful implementation of the protocol, not a mock of the API server.
 - ``CachedAccessReviewer``: wraps another one and keeps answers for ``ttl`` seconds (default
-  10 s), at most ``max_entries`` of each kind (least recently used dropped first). Tokens are
-  cached under their SHA-256, never in clear. Failures to reach the API server are not
-  cached.
+  10 s), at most ``max_entries`` of each kind (least recently used dropped first). Rejected
+  tokens are kept apart, for ``negative_ttl`` seconds (default 5 s) in a cache of their own,
+  so a flood of random tokens cannot evict the tokens of real users (issue 14 item 3). Tokens
+  are cached under their SHA-256, never in clear. Failures to reach the API server are not
+  cached. With a ``ClientLimiter`` every review it would send (a cache miss) is charged to
+  the caller's address: past its budget it raises ``TooManyReviews`` (the HTTP side answers
+  429) without asking the API server.
+
+The reviews go through an API client of their own (``app.main``), with its own rate limit
+(``AccessReviewSettings``), so they never delay the controllers' requests or the Lease
+renewal (issue 14 item 3).
 
 Errors: the reviewers raise ``ReviewUnavailable`` when the API server cannot answer (the
-HTTP side answers 503); a rejected token is a result (``TokenResult.user is None``), not an
-exception.
+HTTP side answers 503) and ``TooManyReviews`` past a client's budget (429); a rejected token
+is a result (``TokenResult.user is None``), not an exception.
 """
 
 from __future__ import annotations
@@ -38,11 +46,23 @@ from typing import Any, Protocol
 from kubernetes_asyncio import client as k8s
 
 KUEUE_GROUP = "kueue.x-k8s.io"
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 
 
 class ReviewUnavailable(Exception):
     """The TokenReview or SubjectAccessReview could not be made (API server unreachable,
     pykueue not allowed to create reviews, timeout). Retry later."""
+
+
+class TooManyReviews(Exception):
+    """This client has sent more requests needing a review than its budget allows;
+    ``retry_after``: seconds until it may send one again."""
+
+    def __init__(self, client: str, retry_after: float) -> None:
+        super().__init__(f"too many requests from {client} needing a token review; retry in "
+                         f"{retry_after:.1f}s")
+        self.client = client
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,20 +86,32 @@ class TokenResult:
 @dataclass(frozen=True, slots=True)
 class ResourceAccess:
     """What a request needs (SubjectAccessReview ``resourceAttributes``); ``namespace`` None
-    for cluster-scoped objects, ``name`` None for "any object of the kind"."""
+    for cluster-scoped objects, ``name`` None for "any object of the kind", ``subresource``
+    e.g. ``pendingworkloads``. With ``path`` set it is a non-resource URL instead
+    (``nonResourceAttributes``: ``verb`` on ``path``; group and resource unused)."""
 
     verb: str
     group: str
     resource: str
     namespace: str | None = None
     name: str | None = None
+    subresource: str | None = None
+    path: str | None = None
+
+    @property
+    def rbac_resource(self) -> str:
+        """The resource as an RBAC rule names it: ``clusterqueues/pendingworkloads``."""
+        return f"{self.resource}/{self.subresource}" if self.subresource else self.resource
 
     def describe(self) -> str:
         """Kubernetes' wording, e.g. 'get resource "localqueues" in API group
-        "kueue.x-k8s.io" in the namespace "team-a"'."""
-        what = f'{self.verb} resource "{self.resource}" in API group "{self.group}"'
+        "kueue.x-k8s.io" in the namespace "team-a"'; 'get path "/metrics"'."""
+        if self.path is not None:
+            return f'{self.verb} path "{self.path}"'
+        res = self.rbac_resource
+        what = f'{self.verb} resource "{res}" in API group "{self.group}"'
         if self.name:
-            what = f'{self.verb} resource "{self.resource}" named "{self.name}" in API group ' \
+            what = f'{self.verb} resource "{res}" named "{self.name}" in API group ' \
                    f'"{self.group}"'
         if self.namespace is not None:
             return f'{what} in the namespace "{self.namespace}"'
@@ -97,12 +129,15 @@ class AccessDecision:
 class AccessReviewer(Protocol):
     """Authenticates bearer tokens and authorises users (see the module doc)."""
 
-    async def authenticate(self, token: str) -> TokenResult:
-        """Check ``token``; raise ``ReviewUnavailable`` when it cannot be checked."""
+    async def authenticate(self, token: str, client: str = "") -> TokenResult:
+        """Check ``token`` sent from ``client`` (its address; reviewers without per-client
+        limits ignore it); raise ``ReviewUnavailable`` when it cannot be checked."""
         ...
 
-    async def authorize(self, user: UserInfo, access: ResourceAccess) -> AccessDecision:
-        """May ``user`` do ``access``? Raise ``ReviewUnavailable`` when it cannot be asked."""
+    async def authorize(self, user: UserInfo, access: ResourceAccess,
+                        client: str = "") -> AccessDecision:
+        """May ``user`` do ``access``? Raise ``ReviewUnavailable`` when it cannot be asked.
+        ``client`` as for ``authenticate``."""
         ...
 
 
@@ -114,6 +149,19 @@ def cluster_queue_access(name: str | None = None) -> ResourceAccess:
 def local_queue_access(namespace: str, name: str | None = None) -> ResourceAccess:
     """``get`` on LocalQueue ``name`` (any when None) in ``namespace``."""
     return ResourceAccess("get", KUEUE_GROUP, "localqueues", namespace, name)
+
+
+def pending_workloads_access(cluster_queue: str) -> ResourceAccess:
+    """``get`` on ``clusterqueues/pendingworkloads`` in ``visibility.kueue.x-k8s.io`` for
+    ``cluster_queue``: the permission Kueue's visibility API asks before it lists a
+    ClusterQueue's pending Workloads (which name Workloads of every namespace)."""
+    return ResourceAccess("get", VISIBILITY_GROUP, "clusterqueues", None, cluster_queue,
+                          subresource="pendingworkloads")
+
+
+def metrics_access() -> ResourceAccess:
+    """``get`` on the non-resource URL ``/metrics``, as Kueue's metrics endpoint asks."""
+    return ResourceAccess("get", "", "", path="/metrics")
 
 
 # ------------------------------------------------------------------------------ Kubernetes
@@ -131,7 +179,7 @@ class KubeAccessReviewer:
         self._authz = k8s.AuthorizationV1Api(api_client)
         self._audiences = list(audiences) if audiences else None
 
-    async def authenticate(self, token: str) -> TokenResult:
+    async def authenticate(self, token: str, client: str = "") -> TokenResult:
         body = k8s.V1TokenReview(spec=k8s.V1TokenReviewSpec(token=token,
                                                              audiences=self._audiences))
         try:
@@ -147,14 +195,20 @@ class KubeAccessReviewer:
         extra = {k: tuple(v or ()) for k, v in (u.extra or {}).items()}
         return TokenResult(UserInfo(u.username or "", u.uid or "", tuple(u.groups or ()), extra))
 
-    async def authorize(self, user: UserInfo, access: ResourceAccess) -> AccessDecision:
-        attrs = k8s.V1ResourceAttributes(verb=access.verb, group=access.group,
-                                         resource=access.resource, namespace=access.namespace,
-                                         name=access.name)
+    async def authorize(self, user: UserInfo, access: ResourceAccess,
+                        client: str = "") -> AccessDecision:
+        attrs = non_resource = None
+        if access.path is not None:
+            non_resource = k8s.V1NonResourceAttributes(path=access.path, verb=access.verb)
+        else:
+            attrs = k8s.V1ResourceAttributes(verb=access.verb, group=access.group,
+                                             resource=access.resource,
+                                             subresource=access.subresource,
+                                             namespace=access.namespace, name=access.name)
         spec = k8s.V1SubjectAccessReviewSpec(
             user=user.username, uid=user.uid or None, groups=list(user.groups) or None,
             extra={k: list(v) for k, v in user.extra.items()} or None,
-            resource_attributes=attrs,
+            resource_attributes=attrs, non_resource_attributes=non_resource,
         )
         try:
             review = await self._authz.create_subject_access_review(
@@ -184,8 +238,9 @@ def _api_error(exc: Exception) -> str:
 @dataclass(frozen=True, slots=True)
 class Grant:
     """An RBAC-like rule: ``subject`` (a username, or ``group:<name>``) may ``verbs`` on
-    ``resources`` of ``group``; ``namespace`` None = every namespace and cluster scope;
-    ``names`` empty = every object."""
+    ``resources`` of ``group`` (a subresource as ``clusterqueues/pendingworkloads``);
+    ``namespace`` None = every namespace and cluster scope; ``names`` empty = every object;
+    ``non_resource_urls``: the paths it allows (for non-resource accesses only)."""
 
     subject: str
     verbs: tuple[str, ...]
@@ -193,6 +248,7 @@ class Grant:
     resources: tuple[str, ...]
     namespace: str | None = None
     names: tuple[str, ...] = ()
+    non_resource_urls: tuple[str, ...] = ()
 
     def allows(self, user: UserInfo, access: ResourceAccess) -> bool:
         """True when this rule covers ``user`` doing ``access`` (RBAC rule matching)."""
@@ -203,9 +259,11 @@ class Grant:
             return False
         if access.verb not in self.verbs and "*" not in self.verbs:
             return False
+        if access.path is not None:
+            return access.path in self.non_resource_urls or "*" in self.non_resource_urls
         if self.group not in (access.group, "*"):
             return False
-        if access.resource not in self.resources and "*" not in self.resources:
+        if access.rbac_resource not in self.resources and "*" not in self.resources:
             return False
         if self.namespace is not None and access.namespace != self.namespace:
             return False
@@ -222,14 +280,15 @@ class StaticAccessReviewer:
         self.authentications = 0
         self.authorizations = 0
 
-    async def authenticate(self, token: str) -> TokenResult:
+    async def authenticate(self, token: str, client: str = "") -> TokenResult:
         self.authentications += 1
         user = self.tokens.get(token)
         if user is None:
             return TokenResult(None, "unknown token")
         return TokenResult(user)
 
-    async def authorize(self, user: UserInfo, access: ResourceAccess) -> AccessDecision:
+    async def authorize(self, user: UserInfo, access: ResourceAccess,
+                        client: str = "") -> AccessDecision:
         self.authorizations += 1
         for g in self.grants:
             if g.allows(user, access):
@@ -270,32 +329,68 @@ class _TTLCache:
         return len(self._data)
 
 
+class ClientLimiter:
+    """A token bucket per client address: ``qps`` reviews per second, ``burst`` at once, at
+    most ``max_clients`` addresses tracked (least recently seen forgotten first, which only
+    ever gives a forgotten client a full bucket again). ``clock``: monotonic seconds."""
+
+    def __init__(self, qps: float, burst: int, *, max_clients: int = 4096,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if qps <= 0 or burst < 1 or max_clients < 1:
+            raise ValueError("qps must be > 0, burst and max_clients >= 1")
+        self.qps, self.burst, self.max_clients, self.clock = qps, burst, max_clients, clock
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # tokens, time
+
+    def take(self, client: str) -> None:
+        """Charge one review to ``client``; raise ``TooManyReviews`` when it has none left."""
+        now = self.clock()
+        tokens, last = self._buckets.pop(client, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - last) * self.qps)
+        if tokens < 1:
+            self._buckets[client] = (tokens, now)
+            raise TooManyReviews(client, (1 - tokens) / self.qps)
+        self._buckets[client] = (tokens - 1, now)
+        while len(self._buckets) > self.max_clients:
+            self._buckets.popitem(last=False)
+
+
 class CachedAccessReviewer:
-    """Caches another reviewer's answers (see the module doc). ``clock``: monotonic seconds."""
+    """Caches another reviewer's answers and limits reviews per client (see the module doc).
+    ``clock``: monotonic seconds."""
 
     def __init__(self, inner: AccessReviewer, *, ttl: float = 10.0, max_entries: int = 1024,
+                 negative_ttl: float = 5.0, limiter: ClientLimiter | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if ttl <= 0 or max_entries < 1:
-            raise ValueError("ttl must be > 0 and max_entries >= 1")
+        if ttl <= 0 or negative_ttl <= 0 or max_entries < 1:
+            raise ValueError("ttl and negative_ttl must be > 0 and max_entries >= 1")
         self.inner = inner
+        self.limiter = limiter
         self._tokens = _TTLCache(ttl, max_entries, clock)
+        self._rejected = _TTLCache(negative_ttl, max_entries, clock)
         self._decisions = _TTLCache(ttl, max_entries, clock)
 
-    async def authenticate(self, token: str) -> TokenResult:
+    def _charge(self, client: str) -> None:
+        if self.limiter is not None:
+            self.limiter.take(client)
+
+    async def authenticate(self, token: str, client: str = "") -> TokenResult:
         key = hashlib.sha256(token.encode()).digest()
-        hit = self._tokens.get(key)
+        hit = self._tokens.get(key) or self._rejected.get(key)
         if hit is not None:
             return hit
+        self._charge(client)
         result = await self.inner.authenticate(token)
-        self._tokens.put(key, result)
+        (self._tokens if result.user is not None else self._rejected).put(key, result)
         return result
 
-    async def authorize(self, user: UserInfo, access: ResourceAccess) -> AccessDecision:
+    async def authorize(self, user: UserInfo, access: ResourceAccess,
+                        client: str = "") -> AccessDecision:
         key = (user.username, user.uid, user.groups,
                tuple(sorted((k, v) for k, v in user.extra.items())), access)
         hit = self._decisions.get(key)
         if hit is not None:
             return hit
+        self._charge(client)
         decision = await self.inner.authorize(user, access)
         self._decisions.put(key, decision)
         return decision

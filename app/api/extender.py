@@ -16,6 +16,13 @@ cannot know a pod's Workload: pods carrying ``kueue.x-k8s.io/queue-name`` or
 synced"), other pods pass unchanged. Chosen so a restart never lets an admitted Job's pod land
 outside its flavor, while unmanaged pods are never held up by pykueue.
 
+Callers (issue 14 item 7): with ``Settings.server.client_ca_file`` set, both routes answer
+only a TLS client certificate that chains to that CA (checked in the handshake,
+``app.serving``) and whose subject common name is one of ``Settings.extender.client_names``
+(default ``system:kube-scheduler``; kube-scheduler presents it with the extender's
+``tlsConfig.certFile``/``keyFile``); anyone else gets 403 before the body is read. Without a
+client CA the routes are open to whoever reaches the port (the NetworkPolicy is the fence).
+
 Latency is observed in the histogram ``pykueue_extender_request_duration_seconds`` (labels
 ``verb``: filter/prioritize, ``mode``: names/nodes/invalid) in the app's registry
 (``app.state.metrics_registry``, exposed at ``/metrics``); should that registry already hold
@@ -197,6 +204,13 @@ class _Parsed:
         return "names" if self.objects is None else "nodes"
 
 
+# Bytes counted per cache entry on top of its key: the dict slot, the bytes object header and
+# the NodeFacts. tracemalloc measures about 280 bytes per entry in all for a node with only a
+# name; 600 leaves room for label and taint tuples. Without it a flood of tiny distinct nodes
+# fills memory while the key bytes stay under the bound (issue 14).
+_ENTRY_OVERHEAD = 600
+
+
 class _FullModeCache:
     """Facts of full-mode Node objects keyed by their exact JSON bytes, and the last
     ``NodeIndex`` built from them.
@@ -205,15 +219,24 @@ class _FullModeCache:
     changes, so a 5,000-node request costs one ``bytes`` copy + dict lookup per node instead of
     a decode and a ``NodeFacts`` (and, when every node is the same as last time, no new
     ``NodeIndex``: its per-selector answers stay cached). The facts are a pure function of the
-    bytes and ``gpu_resource``, so a hit is exact. Bounded by ``max_bytes`` of keys (bytes);
-    past it the cache starts over.
+    bytes and ``gpu_resource``, so a hit is exact.
+
+    Bounded twice (issue 14: tiny distinct Nodes must not grow it without limit): at most
+    ``max_entries`` entries and at most ``max_bytes`` bytes, counting each entry as its key
+    length plus ``_ENTRY_OVERHEAD``. Past either bound the cache starts over (the next request
+    of an unchanged cluster refills it), so its memory stays below about ``max_bytes``.
     """
 
-    __slots__ = ("gpu_resource", "max_bytes", "_facts", "_size", "_last_facts", "_last_index")
+    __slots__ = ("gpu_resource", "max_bytes", "max_entries", "_facts", "_size", "_last_facts",
+                 "_last_index")
 
-    def __init__(self, gpu_resource: str, max_bytes: int = 64 * 1024 * 1024) -> None:
+    def __init__(self, gpu_resource: str, max_bytes: int = 64 * 1024 * 1024,
+                 max_entries: int = 16_384) -> None:
+        if max_bytes < 1 or max_entries < 1:
+            raise ValueError("max_bytes and max_entries must be >= 1")
         self.gpu_resource = gpu_resource
         self.max_bytes = max_bytes
+        self.max_entries = max_entries
         self._facts: dict[bytes, NodeFacts] = {}
         self._size = 0
         self._last_facts: list[NodeFacts] = []
@@ -221,6 +244,11 @@ class _FullModeCache:
 
     def __len__(self) -> int:
         return len(self._facts)
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes accounted to the entries (key lengths + ``_ENTRY_OVERHEAD`` each)."""
+        return self._size
 
     def facts(self, raw: msgspec.Raw, i: int) -> NodeFacts:
         """``NodeFacts`` of ``Nodes.items[i]``. Raises ``ExtenderInputError``."""
@@ -238,11 +266,14 @@ class _FullModeCache:
         taints = tuple((t.key, t.value, t.effect) for t in n.spec.taints) if n.spec.taints else ()
         gpu = n.status.allocatable.get(self.gpu_resource)
         facts = make_node_facts(name, n.metadata.labels, taints, gpu, self.gpu_resource)
-        if self._size + len(key) > self.max_bytes:
+        cost = len(key) + _ENTRY_OVERHEAD
+        if cost > self.max_bytes:
+            return facts  # larger than the whole cache: answer it, keep nothing
+        if self._size + cost > self.max_bytes or len(self._facts) >= self.max_entries:
             self._facts.clear()
             self._size = 0
         self._facts[key] = facts
-        self._size += len(key)
+        self._size += cost
         return facts
 
     def index(self, facts: list[NodeFacts]) -> NodeIndex:
@@ -350,7 +381,47 @@ def _free_gpus(req: _Parsed, state: ExtenderState | None) -> Mapping[str, int]:
     return free
 
 
-_BAD_REQUEST = {400: {"description": "malformed ExtenderArgs", "content": {_JSON: {}}}}
+_BAD_REQUEST = {400: {"description": "malformed ExtenderArgs", "content": {_JSON: {}}},
+                403: {"description": "not kube-scheduler's client certificate",
+                      "content": {_JSON: {}}}}
+
+
+def _common_name(rfc4514: str) -> str | None:
+    """The CN of an RFC 4514 distinguished name (``CN=system:kube-scheduler,O=...``), with
+    backslash escapes undone; None when there is none."""
+    rdn, out, esc = [], [], False
+    for ch in rfc4514 + ",":
+        if esc:
+            out.append(ch)
+            esc = False
+        elif ch == "\\":
+            esc = True
+        elif ch in ",+":
+            rdn.append("".join(out))
+            out = []
+        else:
+            out.append(ch)
+    for attr in rdn:
+        key, _, value = attr.partition("=")
+        if key.strip().upper() == "CN":
+            return value
+    return None
+
+
+def _refuse_caller(request: Request) -> Response | None:
+    """403 unless the caller may use the extender (see the module doc); None when it may."""
+    settings = getattr(request.app.state, "settings", None)
+    if settings is None or settings.server.client_ca_file is None:
+        return None
+    tls = (request.scope.get("extensions") or {}).get("tls") or {}
+    name = tls.get("client_cert_name")
+    cn = _common_name(name) if name else None
+    if cn is not None and cn in settings.extender.client_names:
+        return None
+    who = f'client certificate "{name}"' if name else "no client certificate"
+    return _json({"detail": f"the scheduler extender answers only kube-scheduler's client "
+                            f"certificate (common name in {settings.extender.client_names}); "
+                            f"got {who}"}, 403)
 
 # -------------------------------------------------------------------------------- routes
 
@@ -359,6 +430,9 @@ async def _serve(
     request: Request, verb: str, answer: Callable[[Request, _Parsed], Response]
 ) -> Response:
     """Read the request (400 when malformed), ``answer`` it, and time it in the histogram."""
+    refused = _refuse_caller(request)
+    if refused is not None:
+        return refused
     start = time.perf_counter()
     mode = "invalid"
     try:

@@ -7,6 +7,11 @@
   "checks": [{"ok": bool, "message": str}, ...]}``. No checks registered means ready.
 - ``GET /metrics``: the text exposition of the per-app ``CollectorRegistry`` in
   ``app.state.metrics_registry`` (no global registry, so several apps can live in one process).
+  It names every namespace's LocalQueues and their counts, so, as Kueue's metrics endpoint,
+  it needs ``Authorization: Bearer <token>`` of a user allowed to ``get`` the non-resource URL
+  ``/metrics`` (TokenReview + SubjectAccessReview through ``app.state.access_reviewer``;
+  answers 401 / 403 / 429 / 503 as the status API, ``app.api.status.authorize``), unless
+  ``Settings.server.metrics_auth`` is false (issue 14 item 7).
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from app.api.access import metrics_access
+from app.api.status import Credentials, authorize
 
 router = APIRouter()
 
@@ -66,6 +74,9 @@ async def readyz(request: Request) -> JSONResponse:
 
 
 @router.get("/metrics")
-async def metrics(request: Request) -> Response:
-    """Prometheus text exposition of the app's registry."""
+async def metrics(request: Request, credentials: Credentials) -> Response:
+    """Prometheus text exposition of the app's registry (authorization: see the module doc)."""
+    settings = getattr(request.app.state, "settings", None)
+    if settings is None or settings.server.metrics_auth:
+        await authorize(request, credentials, metrics_access())
     return Response(generate_latest(metrics_registry(request.app)), media_type=CONTENT_TYPE_LATEST)

@@ -22,11 +22,14 @@ API answers 503 (the core is still being filled from the first list).
 
 Access (``app.api.access``): ``Authorization: Bearer <token>`` checked by
 ``app.state.access_reviewer`` (TokenReview + SubjectAccessReview, cached). ClusterQueue views
-need ``get`` on ``clusterqueues.kueue.x-k8s.io`` (with the name when one is in the path),
-namespace views ``get`` on ``localqueues.kueue.x-k8s.io`` in that namespace. Answers: 401
-(no token, or the token is rejected), 403 (naming the permission that is missing), 503 (no
-reviewer configured, or the API server cannot review now), then 404 / 400 / 422. Errors are
-FastAPI's ``{"detail": "<message>"}``.
+need ``get`` on ``clusterqueues.kueue.x-k8s.io`` (with the name when one is in the path), the
+ClusterQueue pending list ``get`` on ``clusterqueues/pendingworkloads`` in
+``visibility.kueue.x-k8s.io`` instead (Kueue's visibility API permission), namespace views
+``get`` on ``localqueues.kueue.x-k8s.io`` in that namespace. Answers: 401 (no token, or the
+token is rejected), 403 (naming the permission that is missing), 503 (no
+reviewer configured, or the API server cannot review now), 429 (this client address sent too
+many requests needing a review; ``Retry-After`` says when to retry), then 404 / 400 / 422.
+Errors are FastAPI's ``{"detail": "<message>"}``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -45,9 +49,11 @@ from app.api.access import (
     AccessReviewer,
     ResourceAccess,
     ReviewUnavailable,
+    TooManyReviews,
     UserInfo,
     cluster_queue_access,
     local_queue_access,
+    pending_workloads_access,
 )
 from app.controllers.statusview import (
     ClusterQueueView,
@@ -87,6 +93,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "Invalid continue token"},
     401: {"description": "No bearer token, or the token was rejected by the TokenReview"},
     403: {"description": "The user may not get the Kueue object behind this view"},
+    429: {"description": "Too many requests needing a token review from this address"},
     404: {"description": "No such ClusterQueue, LocalQueue or Workload in pykueue's state"},
     503: {"description": "pykueue is starting, or the API server cannot review tokens now"},
 }
@@ -108,15 +115,19 @@ async def authorize(request: Request, credentials: HTTPAuthorizationCredentials 
             401, "missing bearer token: send 'Authorization: Bearer <token>' "
                  "(for example a token from `kubectl create token <serviceaccount>`)",
             headers={"WWW-Authenticate": "Bearer"})
+    client = request.client.host if request.client else ""
     try:
-        result = await reviewer.authenticate(credentials.credentials)
+        result = await reviewer.authenticate(credentials.credentials, client=client)
         if result.user is None:
             why = f": {result.error}" if result.error else ""
             raise HTTPException(401, f"invalid bearer token: rejected by the TokenReview{why}",
                                 headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
-        decision = await reviewer.authorize(result.user, access)
+        decision = await reviewer.authorize(result.user, access, client=client)
     except ReviewUnavailable as exc:
         raise HTTPException(503, f"cannot check access now: {exc}") from exc
+    except TooManyReviews as exc:
+        raise HTTPException(429, str(exc), headers={
+            "Retry-After": str(max(1, math.ceil(exc.retry_after)))}) from exc
     if not decision.allowed:
         why = f": {decision.reason}" if decision.reason else ""
         raise HTTPException(
@@ -235,7 +246,9 @@ def _decode_token(token: str, scope: str) -> tuple[str, int]:
         key, index, where = data["k"], data["i"], data["s"]
         if not isinstance(key, str) or not isinstance(index, int) or index < 0:
             raise ValueError("bad fields")
-    except (binascii.Error, ValueError, KeyError, TypeError) as exc:
+    # RecursionError: json.loads of deeply nested arrays (issue 14 item 8); it is the
+    # caller's malformed token like any other, not a server error.
+    except (binascii.Error, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise HTTPException(400, "invalid continue token: pass metadata.continue of the "
                                  "previous page unchanged") from exc
     if where != scope:
@@ -303,9 +316,10 @@ async def cluster_queue_pending(
     continue_: Continue = None,
 ) -> PendingWorkloadList:
     """Pending Workloads of a ClusterQueue in admission order, with positions, priority,
-    creation time and the reason each waits (with numbers). Paged. Needs `get` on that
-    clusterqueue."""
-    await authorize(request, credentials, cluster_queue_access(name))
+    creation time and the reason each waits (with numbers). Paged. Needs `get` on
+    `clusterqueues/pendingworkloads` in `visibility.kueue.x-k8s.io` for that ClusterQueue,
+    as Kueue's visibility API: the list names Workloads of every namespace."""
+    await authorize(request, credentials, pending_workloads_access(name))
     view = cluster_view(request)
     cq = ClusterQueueName(name)
     entries = view.pending(cq)

@@ -26,7 +26,7 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from app.config import ClientSettings
-from app.controllers.errors import ApiError, from_exception, from_status
+from app.controllers.errors import ApiError, Throttled, from_exception, from_status
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -125,19 +125,30 @@ class TokenBucket:
 class RateLimitedApiClient(k8s_client.ApiClient):
     """kubernetes-asyncio ``ApiClient`` whose every call takes a token and has a timeout.
 
-    Used by typed API classes too (e.g. the Lease lock of leader election), so all of this
-    process's traffic shares one budget.
+    Used by typed API classes too. The controllers share one (``KubeClient.api``); traffic
+    that must not queue behind them gets a companion with a bucket and connection pool of its
+    own (``KubeClient.companion``): the Lease of leader election and the access reviews of the
+    status API (issue 14 item 3). ``max_wait``: seconds a call may wait for a token before it
+    fails with ``Throttled`` (None: wait as long as it takes).
     """
 
     def __init__(self, configuration: k8s_client.Configuration, bucket: TokenBucket,
-                 default_timeout: float) -> None:
+                 default_timeout: float, max_wait: float | None = None) -> None:
         super().__init__(configuration)
         self.bucket = bucket
         self.default_timeout = default_timeout
+        self.max_wait = max_wait
         self.user_agent = "pykueue/0.1.0"
 
     async def call_api(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-        await self.bucket.acquire()
+        if self.max_wait is None:
+            await self.bucket.acquire()
+        else:
+            try:
+                await asyncio.wait_for(self.bucket.acquire(), self.max_wait)
+            except TimeoutError:
+                raise Throttled(429, "TooManyRequests", f"client-side rate limit: no token "
+                                f"within {self.max_wait:g}s") from None
         if kwargs.get("_request_timeout") is None:
             kwargs["_request_timeout"] = self.default_timeout
         return await super().call_api(*args, **kwargs)
@@ -178,6 +189,16 @@ class KubeClient:
 
     async def close(self) -> None:
         await self.api.close()
+
+    def companion(self, qps: float, burst: int, *, max_wait: float | None = None,
+                  timeout: float | None = None) -> RateLimitedApiClient:
+        """A new ``RateLimitedApiClient`` to the same API server as the same identity, with a
+        token bucket (``qps``, ``burst``) and connection pool of its own, so its calls never
+        wait behind this client's. ``timeout``: per-request seconds (default: this client's).
+        The caller must ``await close()`` it."""
+        cfg = self.api.configuration
+        return RateLimitedApiClient(cfg, TokenBucket(qps, burst),
+                                    timeout or self.settings.request_timeout_seconds, max_wait)
 
     # ------------------------------------------------------------------ raw requests
 

@@ -40,7 +40,12 @@ def default_identity() -> str:
 class LeaderElector:
     """Runs the election loop until cancelled; ``is_leader`` tells whether to write.
 
-    ``client``: the process's ``KubeClient`` (its rate-limited ApiClient serves the Lease lock).
+    ``client``: the process's ``KubeClient``. The Lease lock does not use its shared,
+    rate-limited ApiClient but a companion with its own token bucket and connection pool
+    (``KubeClient.companion``, 5 requests/s, burst 10: a campaign makes about one request per
+    retry period), so a renewal never waits behind the controllers' or anyone's requests: a
+    queue there would cost the leadership (issue 14 item 3). Each request times out after the
+    renew deadline at most.
     """
 
     def __init__(self, client: KubeClient, settings: LeaderElectionSettings,
@@ -93,8 +98,10 @@ class LeaderElector:
         if not self.settings.enabled:
             return
         await self._ensure_namespace()
-        api: RateLimitedApiClient = self.client.api
         s = self.settings
+        api: RateLimitedApiClient = self.client.companion(
+            5.0, 10, timeout=min(s.renew_deadline_seconds,
+                                 self.client.settings.request_timeout_seconds))
 
         async def started() -> None:
             self._set(True)
@@ -122,6 +129,7 @@ class LeaderElector:
                 await asyncio.sleep(s.retry_period_seconds)
         finally:
             self._set(False)
+            await api.close()
 
     async def release(self) -> None:
         """Give the lease up on shutdown so a follower takes over at once (best effort).

@@ -18,10 +18,13 @@ import lab as labmod  # noqa: E402
 import scenario  # noqa: E402
 
 
-def _metrics() -> dict[tuple[str, frozenset], float]:
+def _metrics(lab: labmod.Lab) -> dict[tuple[str, frozenset], float]:
+    """The scrape, as Prometheus would: with a token allowed to get /metrics (issue 14)."""
     ctx = ssl.create_default_context(cafile=str(ROOT / "certs" / "out" / "ca.crt"))
     url = f"https://127.0.0.1:{labmod.PYKUEUE_PORT}/metrics"
-    with urllib.request.urlopen(url, context=ctx, timeout=10) as r:  # noqa: S310
+    req = urllib.request.Request(  # noqa: S310 - https to the lab's pykueue
+        url, headers={"Authorization": f"Bearer {scenario.viewer_token(lab)}"})
+    with urllib.request.urlopen(req, context=ctx, timeout=10) as r:  # noqa: S310
         text = r.read().decode()
     out: dict[tuple[str, frozenset], float] = {}
     for family in text_string_to_metric_families(text):
@@ -50,7 +53,7 @@ def test_seed_scenario_end_to_end(pykueue_in_lab: labmod.Lab) -> None:
     # Step 2: the waiting Job started by itself soon after the slot freed.
     assert outcomes["step2_start_delay"] < 5.0, text
 
-    m = _metrics()
+    m = _metrics(lab)
     # serve-4, serve-4b and the 2 pods of Deployment chat for inference; train-6 twice
     # (before and after its eviction), eval-4a, eval-4b and StatefulSet ring for research.
     assert _value(m, "kueue_admitted_workloads_total", cluster_queue="inference-cq") == 4

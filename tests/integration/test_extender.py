@@ -25,12 +25,13 @@ from typing import Any
 import pytest
 import uvicorn
 
-from app.certs import ensure_certs
-from app.config import Settings
+from app.certs import ensure_certs, ensure_client_cert
+from app.config import ServerSettings, Settings
 from app.controllers.nodestore import InMemoryExtenderState, NodeStore
 from app.core.extender_rules import FlavorView, PodWorkloadView
 from app.core.workload import Toleration
 from app.main import create_app
+from app.serving import uvicorn_config
 from tests.labfixture import LabHandle, wait_for
 
 pytestmark = pytest.mark.lab
@@ -55,15 +56,17 @@ def extender(lab: LabHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         InMemoryExtenderState]:
     tmp = tmp_path_factory.mktemp("extender")
     certs = ensure_certs(tmp / "certs", hosts=["127.0.0.1"])
+    client = ensure_client_cert(tmp / "certs", "scheduler", "system:kube-scheduler")
     state = InMemoryExtenderState(nodes=NodeStore(GPU), known_flavors=(A100, L4))
     for node in lab.get("nodes")["items"]:
         state.nodes.add(node)
-    app = create_app(Settings(controllers_enabled=False))
-    app.state.extender_state = state
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(
-        app, host="127.0.0.1", port=port, ssl_certfile=str(certs.cert),
-        ssl_keyfile=str(certs.key), log_level="warning", access_log=False))
+    # Served as `pykueue serve` serves it, answering only kube-scheduler's client certificate.
+    server_settings = ServerSettings(host="127.0.0.1", port=port, cert_file=certs.cert,
+                                     key_file=certs.key, client_ca_file=certs.ca_cert)
+    app = create_app(Settings(controllers_enabled=False, server=server_settings))
+    app.state.extender_state = state
+    server = uvicorn.Server(uvicorn_config(app, server_settings, "warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for(lambda: server.started, 30, "the extender's HTTPS listener")
@@ -72,7 +75,9 @@ def extender(lab: LabHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     config = tmp / "kube-scheduler-config.yaml"
     config.write_text(template.replace("https://127.0.0.1:9443/scheduler",
                                        f"https://127.0.0.1:{port}/scheduler")
-                      .replace("${PYKUEUE_CA_FILE}", str(certs.ca_cert)))
+                      .replace("${PYKUEUE_CA_FILE}", str(certs.ca_cert))
+                      .replace("${EXTENDER_CLIENT_CERT}", str(client.cert))
+                      .replace("${EXTENDER_CLIENT_KEY}", str(client.key)))
     lab.lab_cmd("scheduler", "--config", str(config))
     try:
         yield state

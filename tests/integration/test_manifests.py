@@ -63,7 +63,7 @@ def test_default_renders_every_part_of_the_installation(lab: LabHandle):
     kinds = {d["kind"] for d in render(lab, "manifests/default")}
     assert {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
             "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service",
-            "PodDisruptionBudget", "MutatingWebhookConfiguration",
+            "PodDisruptionBudget", "NetworkPolicy", "MutatingWebhookConfiguration",
             "ValidatingWebhookConfiguration"} <= kinds
 
 

@@ -59,13 +59,6 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("certs")
-    ensure_certs(out)
-    return out
-
-
-@pytest.fixture(scope="module")
 def server(certs: Path) -> Iterator[Server]:
     s = Server(certs)
     s.start()

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from app.config import Settings
+from app.config import ServerSettings, Settings
 from app.controllers.nodestore import ExtenderState, InMemoryExtenderState, NodeStore
 from app.core.extender_rules import (
     ExtenderInputError,
@@ -162,7 +162,8 @@ def state() -> InMemoryExtenderState:
 
 @pytest.fixture
 def app(state: InMemoryExtenderState):
-    application = create_app(Settings())
+    # /metrics read without a token here; its authorization is tested in test_health.
+    application = create_app(Settings(server=ServerSettings(metrics_auth=False)))
     application.state.extender_state = state
     return application
 
@@ -701,10 +702,10 @@ async def test_names_mode_reuses_the_decoded_list_but_decides_per_pod(client):
 def test_full_mode_cache_hits_by_bytes_reuses_the_index_and_stays_bounded():
     import msgspec
 
-    from app.api.extender import _FullModeCache
+    from app.api.extender import _ENTRY_OVERHEAD, _FullModeCache
 
     raws = [msgspec.Raw(json.dumps(n).encode()) for n in NODES]
-    cache = _FullModeCache(GPU, max_bytes=sum(len(r) for r in raws))
+    cache = _FullModeCache(GPU, max_bytes=sum(len(r) + _ENTRY_OVERHEAD for r in raws))
     first = [cache.facts(r, i) for i, r in enumerate(raws)]
     again = [cache.facts(msgspec.Raw(bytes(r)), i) for i, r in enumerate(raws)]
     assert all(a is b for a, b in zip(first, again, strict=True))  # hits, by content
@@ -718,6 +719,24 @@ def test_full_mode_cache_hits_by_bytes_reuses_the_index_and_stays_bounded():
         cache.facts(msgspec.Raw(b'{"metadata": {}}'), 3)
 
 
+async def test_full_mode_cache_is_bounded_by_entries_under_a_flood_of_tiny_distinct_nodes(client):
+    """Issue 14 item 2: POSTs of many tiny distinct Nodes (each far below the byte bound) left
+    1.8 M entries; now the default cache never holds more than its entry bound, and the
+    bytes it accounts stay under its byte bound."""
+    from app.api.extender import _full_mode_cache
+
+    cache = _full_mode_cache(GPU)
+    for batch in range(5):
+        items = [{"metadata": {"name": f"t{batch}-{i}"}} for i in range(8_000)]
+        r = await client.post("/scheduler/filter",
+                              json={"Pod": pod(job="unmanaged"), "Nodes": {"items": items}})
+        assert r.status_code == 200
+        assert len(r.json()["Nodes"]["items"]) == 8_000  # unmanaged pod: every node passes
+        assert len(cache) <= cache.max_entries <= 16_384
+        assert cache.size_bytes <= cache.max_bytes
+    assert len(cache) > 0  # still caching: the last request's nodes are there
+
+
 def test_in_memory_state_satisfies_the_protocol():
     assert isinstance(make_state(), ExtenderState)
 
@@ -727,7 +746,8 @@ def test_in_memory_state_satisfies_the_protocol():
 
 def render(path: Path) -> dict[str, Any]:
     text = string.Template(path.read_text()).substitute(
-        KUBECONFIG="/lab/kubeconfig", PYKUEUE_CA_FILE="/lab/certs/ca.crt")
+        KUBECONFIG="/lab/kubeconfig", PYKUEUE_CA_FILE="/lab/certs/ca.crt",
+        EXTENDER_CLIENT_CERT="/lab/certs/client.crt", EXTENDER_CLIENT_KEY="/lab/certs/client.key")
     return yaml.safe_load(text)
 
 
@@ -744,7 +764,9 @@ def test_scheduler_config_points_at_the_extender_routes(app):
     for verb in (ext["filterVerb"], ext["prioritizeVerb"]):
         assert f"/scheduler/{verb}" in routes
     assert ext["weight"] > 0 and ext["enableHTTPS"] is True
-    assert ext["tlsConfig"]["caFile"] == "/lab/certs/ca.crt"
+    assert ext["tlsConfig"] == {"insecure": False, "caFile": "/lab/certs/ca.crt",
+                                "certFile": "/lab/certs/client.crt",
+                                "keyFile": "/lab/certs/client.key"}
     assert ext["httpTimeout"] == "2s" and ext["nodeCacheCapable"] is True
     assert ext["managedResources"] == [{"name": GPU, "ignoredByScheduler": False}]
     assert ext["ignorable"] is False and not ext.get("bindVerb")

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from app.api.health import metrics_registry
-from app.config import Settings
+from app.config import ServerSettings, Settings
 from app.main import create_app
 
 
@@ -18,8 +18,9 @@ async def get(app: Any, path: str) -> httpx.Response:
         return await c.get(path)
 
 
-def app_with(checks: list[Any] | None) -> Any:
-    app = create_app(Settings(controllers_enabled=False))
+def app_with(checks: list[Any] | None, metrics_auth: bool = False) -> Any:
+    app = create_app(Settings(controllers_enabled=False,
+                              server=ServerSettings(metrics_auth=metrics_auth)))
     if checks is not None:
         app.state.ready_checks = checks
     return app
@@ -77,3 +78,32 @@ async def test_metrics_expose_the_apps_own_registry() -> None:
     assert r.headers["content-type"].startswith("text/plain")
     assert "pykueue_test_things_total 2.0" in r.text
     assert "pykueue_test_things" not in (await get(app_with(None), "/metrics")).text
+
+
+@pytest.mark.parametrize(("token", "status", "detail"), [
+    (None, 401, "missing bearer token"),
+    ("wrong-token", 401, "invalid bearer token"),
+    ("research-token", 403, 'cannot get path "/metrics"'),
+    ("admin-token", 200, None),
+])
+async def test_metrics_need_a_token_allowed_to_get_the_metrics_url(token, status, detail) -> None:
+    """Issue 14 item 7: /metrics names every namespace's queues; as Kueue's, it is served
+    only to a user allowed to `get` the non-resource URL /metrics (the default)."""
+    from tests.status_scenario import reviewer
+
+    app = app_with(None, metrics_auth=True)
+    app.state.access_reviewer = reviewer()
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://h") as c:
+        r = await c.get("/metrics", headers=headers)
+    assert r.status_code == status, r.text
+    if detail:
+        assert detail in r.json()["detail"]
+    else:
+        assert r.headers["content-type"].startswith("text/plain")
+
+
+async def test_metrics_without_a_reviewer_are_refused_by_default() -> None:
+    r = await get(create_app(Settings(controllers_enabled=False)), "/metrics")
+    assert r.status_code == 503 and "access review is not configured" in r.json()["detail"]

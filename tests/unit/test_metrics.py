@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.config import LeaderElectionSettings, Settings
+from app.config import LeaderElectionSettings, ServerSettings, Settings
 from app.controllers.metrics import (
     WAIT_BUCKETS,
     MetricsRecorder,
@@ -25,7 +25,8 @@ from tests.status_scenario import build_cluster
 
 # One replica without leader election: the metrics say replica_role="standalone".
 STANDALONE = Settings(controllers_enabled=False,
-                      leader_election=LeaderElectionSettings(enabled=False))
+                      leader_election=LeaderElectionSettings(enabled=False),
+                      server=ServerSettings(metrics_auth=False))
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 

@@ -18,8 +18,11 @@ ROOT = Path(__file__).resolve().parents[2]
 RBAC_KINDS = ("ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding")
 
 
+USERS_LABEL = "pykueue.dev/role-for"
+
+
 @functools.cache
-def rbac_objects() -> tuple[dict, ...]:
+def all_rbac_objects() -> tuple[dict, ...]:
     """Every RBAC object in any YAML file under manifests/ (so none can hide elsewhere)."""
     out = []
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -28,6 +31,20 @@ def rbac_objects() -> tuple[dict, ...]:
             if isinstance(doc, dict) and doc.get("kind") in RBAC_KINDS:
                 out.append({**doc, "_file": str(f.relative_to(ROOT))})
     return tuple(out)
+
+
+def _for_users(obj: dict) -> bool:
+    return (obj["metadata"].get("labels") or {}).get(USERS_LABEL) == "users"
+
+
+def rbac_objects() -> tuple[dict, ...]:
+    """pykueue's own RBAC objects: all but the roles for its users (user_roles.yaml)."""
+    return tuple(o for o in all_rbac_objects() if not _for_users(o))
+
+
+def user_roles() -> dict[str, list[dict]]:
+    """The ClusterRoles for pykueue's users, by name: their rules."""
+    return {o["metadata"]["name"]: o["rules"] for o in all_rbac_objects() if _for_users(o)}
 
 
 def granted() -> set[tuple[str, str, str, str]]:
@@ -105,7 +122,7 @@ def test_every_permission_the_code_needs_is_granted():
 @pytest.mark.parametrize("field", ["apiGroups", "resources", "verbs", "resourceNames",
                                    "nonResourceURLs"])
 def test_no_wildcard(field):
-    for obj in rbac_objects():
+    for obj in all_rbac_objects():
         for rule in obj.get("rules") or []:
             values = rule.get(field) or []
             assert not any("*" in v for v in values), f"{obj['_file']}: wildcard in {field}"
@@ -157,3 +174,47 @@ def test_service_account_identity_matches_what_the_webhook_trusts():
 
     assert (f"system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}"
             in WebhookSettings().controller_usernames)
+
+
+# ---------------------------------------------------------------------------- roles for users
+
+
+def _allows(rules: list[dict], access) -> bool:
+    """RBAC rule matching of an ``app.api.access.ResourceAccess`` (no wildcards: tested)."""
+    for rule in rules:
+        if access.verb not in rule.get("verbs", []):
+            continue
+        if access.path is not None:
+            if access.path in rule.get("nonResourceURLs", []):
+                return True
+        elif (access.group in rule.get("apiGroups", [])
+              and access.rbac_resource in rule.get("resources", [])):
+            return True
+    return False
+
+
+def test_user_roles_allow_exactly_what_the_status_api_and_metrics_ask():
+    """Each role grants the SubjectAccessReview its endpoints make (app/api/access.py), the
+    ClusterQueue viewer the pending list only through Kueue's visibility permission."""
+    from app.api import access as a
+
+    roles = user_roles()
+    assert set(roles) == {"pykueue-clusterqueue-viewer", "pykueue-localqueue-viewer",
+                          "pykueue-metrics-reader"}
+    cq, lq, metrics = (roles["pykueue-clusterqueue-viewer"], roles["pykueue-localqueue-viewer"],
+                       roles["pykueue-metrics-reader"])
+    assert _allows(cq, a.cluster_queue_access()) and _allows(cq, a.cluster_queue_access("x"))
+    assert _allows(cq, a.pending_workloads_access("x"))
+    assert not _allows(lq, a.pending_workloads_access("x"))
+    assert not _allows(metrics, a.pending_workloads_access("x"))
+    assert _allows(lq, a.local_queue_access("ns")) and not _allows(cq, a.local_queue_access("ns"))
+    assert _allows(metrics, a.metrics_access()) and not _allows(cq, a.metrics_access())
+    assert not _allows(cq, a.ResourceAccess("get", "kueue.x-k8s.io", "workloads"))
+
+
+def test_user_roles_are_read_only_and_not_bound_by_the_manifests():
+    for name, rules in user_roles().items():
+        for rule in rules:
+            assert set(rule["verbs"]) <= {"get", "list", "watch"}, name
+    refs = {o["roleRef"]["name"] for o in all_rbac_objects() if o["kind"].endswith("Binding")}
+    assert not refs & set(user_roles())

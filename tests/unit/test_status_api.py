@@ -4,6 +4,7 @@ paging, and 401/403/503. Expected figures are derived in the comments from the s
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
@@ -253,6 +254,9 @@ async def test_next_page_resumes_after_the_last_item_when_earlier_ones_leave() -
 @pytest.mark.parametrize(("params", "status", "detail"), [
     pytest.param({"continue": "not-a-token"}, 400, "invalid continue token",
                  id="garbage continue token is a 400"),
+    pytest.param({"continue": base64.urlsafe_b64encode(b"[" * 3_000).decode()}, 400,
+                 "invalid continue token",
+                 id="a token decoding to deeply nested JSON is a 400, not a 500 (issue 14)"),
     pytest.param({"limit": 0}, 422, None, id="limit below 1 is refused"),
     pytest.param({"limit": 1001}, 422, None, id="limit above 1000 is refused"),
 ])
@@ -400,7 +404,10 @@ ACCESS_TABLE = [
     ("research-token", WL, 200),
     ("research-token", LQS_INFERENCE, 403), ("research-token", WL_OTHER, 403),
     ("research-token", CQ, 403), ("research-token", CQ_PENDING, 403),
-    ("cq-research-token", CQ_ONE, 200), ("cq-research-token", CQ_PENDING, 200),
+    # The pending list names Workloads of every namespace: `get clusterqueues` is not enough,
+    # it needs Kueue's visibility permission (issue 14 item 7), and that alone.
+    ("cq-research-token", CQ_ONE, 200), ("cq-research-token", CQ_PENDING, 403),
+    ("pending-research-token", CQ_PENDING, 200), ("pending-research-token", CQ_ONE, 403),
     ("cq-research-token", CQ_OTHER, 403), ("cq-research-token", CQ, 403),
     ("cq-research-token", LQS_RESEARCH, 403),
     ("nobody-token", CQ, 403), ("nobody-token", LQS_RESEARCH, 403),
@@ -440,6 +447,9 @@ async def test_forbidden_names_the_missing_permission(client) -> None:
     r = await get(client, CQ_OTHER, "cq-research-token")
     assert 'cannot get resource "clusterqueues" named "inference-cq" in API group ' \
            '"kueue.x-k8s.io" at the cluster scope' in r.json()["detail"]
+    r = await get(client, CQ_PENDING, "cq-research-token")
+    assert 'cannot get resource "clusterqueues/pendingworkloads" named "research-cq" in API ' \
+           'group "visibility.kueue.x-k8s.io" at the cluster scope' in r.json()["detail"]
 
 
 async def test_access_is_checked_before_existence(client) -> None:
@@ -588,10 +598,13 @@ class StubManager:
 
         from kubernetes_asyncio import client as k8s
 
+        from app.config import ClientSettings
+        from app.controllers.client import KubeClient, RateLimitedApiClient, TokenBucket
+
         cfg = k8s.Configuration()
         cfg.host = "https://127.0.0.1:1"  # nothing listens: reviews fail fast
-        self.api = k8s.ApiClient(cfg)
-        self.ctx = SimpleNamespace(client=SimpleNamespace(api=self.api))
+        self.api = RateLimitedApiClient(cfg, TokenBucket(10, 10), 1.0)
+        self.ctx = SimpleNamespace(client=KubeClient(self.api, ClientSettings()))
         self.cluster = build_cluster()
         self.admission_lookup = self.extender_state = None
         self.is_leader = False
@@ -629,7 +642,7 @@ async def test_lifespan_serves_the_reconcilers_cluster(monkeypatch) -> None:
             assert r.status_code == 503 and "waiting for informers" in r.json()["detail"]
             # The reconciler gets the app's recorder; its counts and the gauges are served.
             manager.metrics.admitted("research-cq", 2.0)
-            metrics = (await c.get("/metrics")).text
+            metrics = (await c.get("/metrics", headers=ADMIN_H)).text
             assert 'kueue_pending_workloads{cluster_queue="research-cq",' \
                    'replica_role="standalone",status="inadmissible"} 3.0' in metrics
             assert 'kueue_admitted_workloads_total{cluster_queue="research-cq",' \

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.config import Settings, WebhookSettings
+from app.config import ServerSettings, Settings, WebhookSettings
 from app.core.webhook_rules import (
     QUEUE_NAME_LABEL,
     UnreadableObjectError,
@@ -168,7 +168,8 @@ class Broken:
 
 def make_app(admission: Any = None, default_queue: Any = None):
     settings = Settings(
-        controllers_enabled=False, webhook=WebhookSettings(controller_usernames=[CONTROLLER])
+        controllers_enabled=False, webhook=WebhookSettings(controller_usernames=[CONTROLLER]),
+        server=ServerSettings(metrics_auth=False),  # /metrics authorization: tested in test_health
     )
     app = create_app(settings)
     if admission is not None:

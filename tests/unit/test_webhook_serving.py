@@ -16,7 +16,6 @@ import httpx
 import pytest
 import yaml
 
-from app.certs import ensure_certs
 from tests.pykueue_server import PykueueServer, free_port, pykueue_exe, serve_env, trust
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,13 +41,6 @@ WEBHOOKS = {
         ("/validate-apps-v1-statefulset", ["UPDATE"], (["apps"], ["v1"], ["statefulsets"])),
 }
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("certs")
-    ensure_certs(out)
-    return out
 
 
 # ---------------------------------------------------------------------------------- manifests

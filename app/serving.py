@@ -1,0 +1,169 @@
+"""How `pykueue serve` listens: uvicorn with TLS hardened and slow connections closed.
+
+``uvicorn_config(app, server)`` builds the ``uvicorn.Config`` that ``app.cli.serve`` runs
+(issue 14, items 2, 6 and 8):
+
+- **TLS** (``tls_context``): TLS 1.2 and 1.3 only; for TLS 1.2 only ECDHE key exchange with
+  AEAD ciphers (AES-GCM, ChaCha20-Poly1305), no CBC suites (the TLS 1.3 suites are AEAD by
+  definition; OpenSSL's ``set_ciphers`` does not touch them). With ``server.client_ca_file``
+  the server asks every client for a certificate (``CERT_OPTIONAL``): a certificate that does
+  not chain to that CA fails the handshake, no certificate is allowed here and each route
+  decides (the scheduler extender requires one, ``app.api.extender``). Optional, not required,
+  because the status API's users and the probes present none.
+- **Header read timeout** (uvicorn has none of its own): a connection whose request headers are
+  not complete ``server.header_timeout_seconds`` after the connection was made, or after the
+  first byte of a request on a kept-alive connection, is closed (``GuardedHTTPProtocol``).
+  Idle kept-alive connections are closed by uvicorn after ``server.keep_alive_seconds``.
+  The body read timeout is ASGI middleware (``app.api.limits.BodyLimitMiddleware``).
+- **Concurrency**: past ``server.limit_concurrency`` open connections or running requests
+  uvicorn answers 503.
+- **Peer certificate to the app**: the ASGI TLS extension (``scope["extensions"]["tls"]``,
+  asgiref's "TLS extension": ``client_cert_chain`` PEM list, ``client_cert_name`` RFC 4514,
+  ``tls_version``) is filled per connection, since uvicorn does not provide it.
+
+Not bounded here: the TLS handshake itself, which asyncio gives 60 s (its default
+``ssl_handshake_timeout``; uvicorn does not pass another).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+from app.config import ServerSettings
+
+log = logging.getLogger(__name__)
+
+# ECDHE key exchange, AEAD only (Mozilla's "intermediate" TLS 1.2 list is this set).
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+_TLS_VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}
+
+Scope = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
+
+
+def tls_context(server: ServerSettings) -> ssl.SSLContext:
+    """The server's ``SSLContext`` (see the module doc). Raises ``OSError``/``ssl.SSLError``
+    when a certificate file cannot be read."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_ciphers(TLS12_CIPHERS)
+    ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
+    ctx.load_cert_chain(str(server.cert_file), str(server.key_file))
+    if server.client_ca_file is not None:
+        ctx.load_verify_locations(cafile=str(server.client_ca_file))
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx
+
+
+def _rfc4514(subject: tuple[tuple[tuple[str, str], ...], ...]) -> str:
+    """``getpeercert()["subject"]`` as an RFC 4514 string (most specific RDN first)."""
+    short = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
+             "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST"}
+
+    def esc(v: str) -> str:
+        out = "".join("\\" + c if c in ',+"\\<>;=' else c for c in v)
+        if out.startswith(("#", " ")):
+            out = "\\" + out
+        return out[:-1] + "\\ " if out.endswith(" ") else out
+
+    return ",".join("+".join(f"{short.get(k, k)}={esc(v)}" for k, v in rdn)
+                    for rdn in reversed(subject))
+
+
+def tls_extension(transport: asyncio.BaseTransport) -> dict[str, Any] | None:
+    """The ASGI TLS extension for a connection, or None when it is not TLS. Only a client
+    certificate the ``SSLContext`` verified appears (``getpeercert`` is empty otherwise)."""
+    obj = transport.get_extra_info("ssl_object")
+    if obj is None:
+        return None
+    peer = obj.getpeercert() or {}
+    der = obj.getpeercert(binary_form=True) if peer else None
+    return {
+        "server_cert": None,
+        "client_cert_chain": [ssl.DER_cert_to_PEM_cert(der)] if der else [],
+        "client_cert_name": _rfc4514(peer["subject"]) if peer.get("subject") else None,
+        "client_cert_error": None,
+        "tls_version": _TLS_VERSIONS.get(obj.version() or ""),
+        "cipher_suite": None,  # Python exposes the suite's name, not its IANA number
+    }
+
+
+def _with_tls(app: ASGIApp, tls: dict[str, Any]) -> ASGIApp:
+    async def wrapped(scope: Scope, receive: Any, send: Any) -> None:
+        scope.setdefault("extensions", {})["tls"] = tls
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+def guarded_protocol(header_timeout: float,
+                     base: type[asyncio.Protocol] = AutoHTTPProtocol) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol class ``base`` with a header read timeout (seconds) and the
+    ASGI TLS extension (see the module doc)."""
+    proto: Any = base
+
+    class GuardedHTTPProtocol(proto):  # type: ignore[misc, valid-type]
+        _pk_timer: asyncio.TimerHandle | None = None
+        _pk_seen: Any = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._pk_arm()  # idle after the handshake counts as waiting for headers
+            tls = tls_extension(transport)
+            if tls is not None:
+                self.app = _with_tls(self.app, tls)
+
+        def data_received(self, data: bytes) -> None:
+            if self._pk_timer is None and (self.cycle is None or self.cycle.response_complete):
+                self._pk_arm()  # first bytes of the next request on a kept-alive connection
+            super().data_received(data)
+            if self.cycle is not None and self.cycle is not self._pk_seen:
+                self._pk_seen = self.cycle  # a new request cycle: its headers are complete
+                self._pk_disarm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._pk_disarm()
+            super().connection_lost(exc)
+
+        def _pk_arm(self) -> None:
+            self._pk_disarm()
+            self._pk_timer = self.loop.call_later(header_timeout, self._pk_expire)
+
+        def _pk_disarm(self) -> None:
+            if self._pk_timer is not None:
+                self._pk_timer.cancel()
+                self._pk_timer = None
+
+        def _pk_expire(self) -> None:
+            self._pk_timer = None
+            if not self.transport.is_closing():
+                peer = f"{self.client[0]}:{self.client[1]}" if self.client else "?"
+                log.info("closing connection from %s: request headers not complete within "
+                         "%gs", peer, header_timeout)
+                self.transport.close()
+
+    return GuardedHTTPProtocol
+
+
+def uvicorn_config(app: Any, server: ServerSettings, log_level: str = "info") -> uvicorn.Config:
+    """The ``uvicorn.Config`` of `pykueue serve` for ``app`` (see the module doc)."""
+    return uvicorn.Config(
+        app,
+        host=server.host,
+        port=server.port,
+        http=guarded_protocol(server.header_timeout_seconds),
+        ssl_certfile=str(server.cert_file),  # uvicorn's is_ssl flag; the context is ours
+        ssl_keyfile=str(server.key_file),
+        ssl_context_factory=lambda _config, _default: tls_context(server),
+        log_level=log_level.lower(),
+        access_log=False,  # one structured line per admission review instead (app.api.webhook)
+        timeout_keep_alive=server.keep_alive_seconds,  # kube-apiserver reuses connections
+        limit_concurrency=server.limit_concurrency,
+    )

@@ -1,0 +1,184 @@
+"""How `pykueue serve` treats slow, broken and weak clients (issue 14, items 6 and 8): a real
+`pykueue serve` subprocess on 127.0.0.1 and raw TLS sockets that trickle, stall or hang up.
+The timeouts are shortened to 1 s through the environment so each test waits for a real close
+within a bound, never sleeps and hopes."""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.certs import ensure_certs
+from tests.pykueue_server import PykueueServer, trickle_until_closed, trust
+
+TIMEOUT = 1.0  # header and body timeouts given to the server under test (seconds)
+# A closed connection must be seen within the timeout plus this much (a loaded 2-core host).
+SLACK = 2.0
+
+
+@pytest.fixture(scope="module")
+def server(certs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PykueueServer]:
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    srv = PykueueServer(certs, log, env=dict(os.environ))
+    srv.env.update(PYKUEUE_SERVER__HEADER_TIMEOUT_SECONDS=str(TIMEOUT),
+                   PYKUEUE_SERVER__BODY_TIMEOUT_SECONDS=str(TIMEOUT))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def tls_socket(server: PykueueServer, ctx: ssl.SSLContext | None = None) -> ssl.SSLSocket:
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    return (ctx or trust(server.certs)).wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def _forever(*parts: bytes) -> Iterator[bytes]:
+    yield from parts
+    while True:
+        yield b"X-Slow: 1\r\n"
+
+
+def test_headers_trickled_forever_are_cut_off_at_the_header_timeout(server):
+    with tls_socket(server) as s:
+        lived, got = trickle_until_closed(
+            s, _forever(b"GET /healthz HTTP/1.1\r\n", b"Host: x\r\n"), 0.2, 20)
+    assert got == b"" and lived < TIMEOUT + SLACK, (lived, got)
+
+
+def test_a_connection_idle_after_the_handshake_is_closed(server):
+    with tls_socket(server) as s:
+        lived, got = trickle_until_closed(s, iter(()), 0.2, 20)
+    assert got == b"" and lived < TIMEOUT + SLACK, (lived, got)
+
+
+def test_slow_headers_of_a_second_request_on_a_kept_alive_connection_are_cut_off(server):
+    with tls_socket(server) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = b""
+        while not first.endswith(b'{"status":"ok"}'):
+            first += s.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200"), first
+        lived, got = trickle_until_closed(s, _forever(b"GET /healthz HTTP/1.1\r\n"), 0.2, 20)
+    assert got == b"" and lived < TIMEOUT + SLACK, (lived, got)
+
+
+def test_a_body_at_one_byte_per_tick_gets_408_and_the_connection_closes(server):
+    head = (b"POST /scheduler/filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000\r\n\r\n")
+
+    def body() -> Iterator[bytes]:
+        yield head
+        while True:
+            yield b" "
+
+    with tls_socket(server) as s:
+        lived, got = trickle_until_closed(s, body(), 0.2, 20)
+    assert got.startswith(b"HTTP/1.1 408"), got
+    assert b"not complete within 1 seconds" in got
+    assert lived < TIMEOUT + SLACK, lived
+
+
+def test_a_client_gone_mid_body_is_one_log_line_not_a_traceback(server):
+    with tls_socket(server) as s:
+        s.sendall(b"POST /mutate-batch-v1-job HTTP/1.1\r\nHost: x\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{\"a\": 1")
+        time.sleep(0.3)  # let the server start reading the body before the hang-up
+    deadline = time.monotonic() + 10
+    while "client disconnected" not in server.log.read_text():
+        assert time.monotonic() < deadline, server.log.read_text()
+        time.sleep(0.1)
+    text = server.log.read_text()
+    lines = [ln for ln in text.splitlines() if "client disconnected" in ln]
+    assert len(lines) == 1 and "/mutate-batch-v1-job" in lines[0]
+    assert "Traceback" not in text and "Exception in ASGI application" not in text
+
+
+def test_tls12_allows_only_aead_suites(server):
+    cbc = ssl.create_default_context(cafile=str(server.certs / "ca.crt"))
+    cbc.maximum_version = ssl.TLSVersion.TLSv1_2
+    cbc.set_ciphers("ECDHE-ECDSA-AES128-SHA256:ECDHE-ECDSA-AES256-SHA384:"
+                    "ECDHE-RSA-AES128-SHA256:ECDHE-RSA-AES256-SHA384:"
+                    "ECDHE-ECDSA-AES128-SHA:ECDHE-RSA-AES128-SHA")
+    with pytest.raises(ssl.SSLError):
+        tls_socket(server, cbc).close()
+    aead = ssl.create_default_context(cafile=str(server.certs / "ca.crt"))
+    aead.maximum_version = ssl.TLSVersion.TLSv1_2
+    aead.set_ciphers("ECDHE+AESGCM")
+    with tls_socket(server, aead) as s:
+        assert s.version() == "TLSv1.2" and "GCM" in s.cipher()[0]
+
+
+def test_openapi_and_its_uis_are_off_by_default(server):
+    import httpx
+
+    ctx = trust(server.certs)
+    for path in ("/docs", "/redoc", "/openapi.json"):
+        assert httpx.get(server.url + path, verify=ctx).status_code == 404, path
+    assert httpx.get(server.url + "/healthz", verify=ctx).status_code == 200
+
+
+# ------------------------------------------------------------------ extender callers (item 7)
+
+
+@pytest.fixture(scope="module")
+def mtls_server(certs: Path, tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[tuple[PykueueServer, Path]]:
+    """`pykueue serve` verifying client certificates against a CA of their own, with a
+    kube-scheduler certificate, an intruder's from the same CA and one from a foreign CA."""
+    from app.certs import ensure_client_cert
+
+    clients = tmp_path_factory.mktemp("clients")
+    ensure_certs(clients / "ca")
+    ensure_client_cert(clients / "ca", "scheduler", "system:kube-scheduler")
+    ensure_client_cert(clients / "ca", "intruder", "system:serviceaccount:evil:pod")
+    ensure_certs(clients / "foreign")
+    ensure_client_cert(clients / "foreign", "scheduler", "system:kube-scheduler")
+    srv = PykueueServer(certs, tmp_path_factory.mktemp("mtls") / "serve.log",
+                        env=dict(os.environ))
+    srv.env["PYKUEUE_SERVER__CLIENT_CA_FILE"] = str(clients / "ca" / "ca.crt")
+    srv.start()
+    yield srv, clients
+    srv.stop()
+
+
+def _filter(srv: PykueueServer, cert: Path | None) -> tuple[int, str]:
+    import httpx
+
+    ctx = trust(srv.certs)
+    if cert is not None:
+        ctx.load_cert_chain(str(cert.with_suffix(".crt")), str(cert.with_suffix(".key")))
+    body = {"Pod": {"metadata": {"name": "p", "namespace": "n"}, "spec": {"containers": []}},
+            "NodeNames": ["a", "b"]}
+    r = httpx.post(srv.url + "/scheduler/filter", json=body, verify=ctx)
+    return r.status_code, r.text
+
+
+def test_extender_answers_only_kube_schedulers_client_certificate(mtls_server):
+    srv, clients = mtls_server
+    status, text = _filter(srv, clients / "ca" / "scheduler")
+    assert status == 200 and '"NodeNames":["a","b"]' in text, text
+    status, text = _filter(srv, None)
+    assert status == 403 and "got no client certificate" in text, text
+    status, text = _filter(srv, clients / "ca" / "intruder")
+    assert status == 403 and "CN=system:serviceaccount:evil:pod" in text, text
+
+
+def test_a_client_certificate_of_another_ca_fails_the_handshake(mtls_server):
+    import httpx
+
+    srv, clients = mtls_server
+    with pytest.raises(httpx.HTTPError):
+        _filter(srv, clients / "foreign" / "scheduler")
+
+
+def test_callers_without_a_certificate_still_reach_the_other_routes(mtls_server):
+    import httpx
+
+    srv, _ = mtls_server
+    assert httpx.get(srv.url + "/healthz", verify=trust(srv.certs)).status_code == 200
