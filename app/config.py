@@ -54,6 +54,14 @@ class SchedulingSettings(BaseModel):
     job_workers: int = Field(4, ge=1)
     # Informers re-open their watch after about this long (seconds; +0-50% jitter).
     watch_timeout_seconds: int = Field(300, ge=5)
+    # ETA of pending Workloads (app/core/eta.py): a cohort is recomputed at most this often
+    # (seconds), each run stops after eta_budget_ms (the rest is "unknown"); the pending
+    # messages' "position N, expected start in ~T" is refreshed every eta_message_seconds and
+    # written only when its rounded text changed. eta_enabled=False drops all three.
+    eta_enabled: bool = True
+    eta_min_interval_seconds: float = Field(5.0, ge=0)
+    eta_budget_ms: float = Field(50.0, gt=0)
+    eta_message_seconds: float = Field(15.0, gt=0)
 
 
 class ClientSettings(BaseModel):

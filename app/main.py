@@ -43,6 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # with pykueue's own client (needs create on tokenreviews and subjectaccessreviews).
         app.state.cluster = manager.cluster
         app.state.cluster_ready = manager.ready
+        app.state.eta = getattr(getattr(manager, "scheduler", None), "eta", None)
         assert manager.ctx is not None
         app.state.access_reviewer = CachedAccessReviewer(
             KubeAccessReviewer(manager.ctx.client.api))

@@ -14,6 +14,9 @@ Pending lists are paged: ``limit`` (default 100, 1..1000) and ``continue`` (the 
 returned when that Workload is still pending, else at the same offset; Workloads that move
 between pages may be skipped or repeated (there is no snapshot, as in Kueue's visibility API).
 
+Pending Workloads carry ``eta`` (``app.core.eta`` through ``app.state.eta``, the scheduling
+loop's ``EtaBoard``; absent when ETAs are disabled).
+
 Served from memory, never a list call per request: ``app.state.cluster`` is the reconciler's
 admission core (``app.controllers.manager.Manager.cluster``), read through
 ``app.controllers.statusview.ClusterView`` on the event loop (every handler is ``async``).
@@ -34,6 +37,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -58,11 +62,13 @@ from app.controllers.statusview import (
 )
 from app.core.cluster import PendingWorkloadInfo
 from app.core.decisions import QuotaShortfall as CoreShortfall
+from app.core.eta import Eta as CoreEta
 from app.core.quantity import format_quantity
 from app.core.types import ClusterQueueName, FlavorResource
 from app.models.status import (
     ClusterQueueList,
     ClusterQueueSummary,
+    Eta,
     FlavorResourceQuota,
     ListMeta,
     LocalQueueList,
@@ -137,7 +143,7 @@ def cluster_view(request: Request) -> ClusterView:
         ok, message = ready()
         if not ok:
             raise HTTPException(503, f"pykueue is starting: {message}")
-    return ClusterView(cluster)
+    return ClusterView(cluster, eta=getattr(state, "eta", None))
 
 
 # ------------------------------------------------------------------------------ conversions
@@ -198,6 +204,19 @@ def shortfall(s: CoreShortfall) -> QuotaShortfall:
     )
 
 
+def eta(e: CoreEta | None, computed_at: float | None) -> Eta | None:
+    """Wire model of an ETA (None stays None: the server computes no ETAs); the wait is
+    counted from now."""
+    if e is None:
+        return None
+    wait = e.wait(time.time())
+    return Eta(start=None if e.start is None else rfc3339(e.start),
+               wait_seconds=None if wait is None else round(wait),
+               confidence=e.confidence,  # type: ignore[arg-type]
+               basis=e.basis,
+               computed_at=None if computed_at is None else rfc3339(computed_at))
+
+
 def pending_workload(p: PendingView) -> PendingWorkload:
     """Wire model of a pending Workload."""
     return PendingWorkload(
@@ -206,7 +225,7 @@ def pending_workload(p: PendingView) -> PendingWorkload:
         position_in_local_queue=p.position_in_local_queue, priority=p.priority,
         created=rfc3339(p.created), inadmissible=p.inadmissible, reason=p.reason,
         condition_reason=p.condition_reason, message=p.message,
-        shortfalls=[shortfall(s) for s in p.shortfalls],
+        shortfalls=[shortfall(s) for s in p.shortfalls], eta=eta(p.eta, p.eta_at),
     )
 
 
@@ -382,5 +401,6 @@ async def get_workload(
         condition_reason=None if reason is None else reason.condition_reason,
         message=info.message, shortfalls=[shortfall(s) for s in info.shortfalls],
         pod_set_assignments=assignments, usage=_usage_list(dict(v.usage)),
+        eta=eta(p.eta, p.eta_at) if p else None,
     )
 
