@@ -72,7 +72,9 @@ def status(
         "--namespace", "-n",
         help="Show this namespace's LocalQueues (needs get on localqueues there) instead of "
              "every ClusterQueue (needs get on clusterqueues).")] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+    output: Annotated[str, typer.Option(
+        "--output", "-o", help="table (one line per queue, GPUs first), wide (a row per "
+        "flavor and resource, with limits) or json.")] = "table",
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Redraw every --interval "
                                         "seconds until Ctrl-C.")] = False,
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between redraws with "
@@ -93,8 +95,9 @@ def status(
     iterations: Annotated[int, typer.Option(hidden=True, help="Stop --watch after N "
                                             "redraws.")] = 0,
 ) -> None:
-    """Show queues and who waits: ClusterQueue usage per flavor and resource, then the
-    pending Workloads in admission order with the reason each waits.
+    """Show queues and who waits: one line per ClusterQueue (GPUs first; -o wide: a row per
+    flavor and resource), then the pending Workloads in admission order with the reason
+    each waits and when it is expected to start.
 
     Talks to the status API of `pykueue serve` over HTTPS with a Kubernetes bearer token,
     e.g. `pykueue status --token "$(kubectl create token viewer -n team-a)" -n team-a`.
@@ -107,8 +110,9 @@ def status(
 
     from app import statuscli as sc
 
-    if output not in ("table", "json"):
-        raise typer.BadParameter("must be table or json", param_hint="--output")
+    if output not in ("table", "wide", "json"):
+        raise typer.BadParameter("must be table, wide or json", param_hint="--output")
+    wide = output == "wide"
     err = Console(stderr=True)
     try:
         opts = sc.resolve(server, token, kubeconfig, ca_file, namespace, limit)
@@ -128,13 +132,13 @@ def status(
                 typer.echo(json.dumps(snap, indent=None if watch else 2))
             elif watch:
                 if live is None:
-                    live = Live(sc.render(snap, width=console.width), console=console,
-                                auto_refresh=False)
+                    live = Live(sc.render(snap, width=console.width, wide=wide),
+                                console=console, auto_refresh=False)
                     live.start()
                 else:
-                    live.update(sc.render(snap, width=console.width), refresh=True)
+                    live.update(sc.render(snap, width=console.width, wide=wide), refresh=True)
             else:
-                console.print(sc.render(snap, width=console.width))
+                console.print(sc.render(snap, width=console.width, wide=wide))
             if not watch or (iterations and n >= iterations):
                 break
             time.sleep(interval)
