@@ -62,6 +62,10 @@ class SchedulingSettings(BaseModel):
     eta_min_interval_seconds: float = Field(5.0, ge=0)
     eta_budget_ms: float = Field(50.0, gt=0)
     eta_message_seconds: float = Field(15.0, gt=0)
+    # Dashboard history (app/controllers/history.py): a sample of every ClusterQueue this
+    # often (seconds), at most history_samples kept per ClusterQueue (default: 4 hours).
+    history_interval_seconds: float = Field(30.0, gt=0)
+    history_samples: int = Field(480, ge=1)
 
 
 class ClientSettings(BaseModel):

@@ -101,10 +101,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 # ------------------------------------------------------------------------------ access
 
 
-async def authorize(request: Request, credentials: HTTPAuthorizationCredentials | None,
-                    access: ResourceAccess) -> UserInfo:
-    """Authenticate the bearer token and check ``access``; raise the 401/403/503
-    ``HTTPException`` otherwise. Returns the user."""
+async def authenticate(request: Request, credentials: HTTPAuthorizationCredentials | None,
+                       ) -> tuple[AccessReviewer, UserInfo]:
+    """The reviewer and the user of the bearer token; raise the 401/503 ``HTTPException``
+    when there is no token, it is rejected, or it cannot be reviewed now."""
     reviewer: AccessReviewer | None = getattr(request.app.state, "access_reviewer", None)
     if reviewer is None:
         raise HTTPException(503, "status API access review is not configured "
@@ -116,19 +116,38 @@ async def authorize(request: Request, credentials: HTTPAuthorizationCredentials 
             headers={"WWW-Authenticate": "Bearer"})
     try:
         result = await reviewer.authenticate(credentials.credentials)
-        if result.user is None:
-            why = f": {result.error}" if result.error else ""
-            raise HTTPException(401, f"invalid bearer token: rejected by the TokenReview{why}",
-                                headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
-        decision = await reviewer.authorize(result.user, access)
+    except ReviewUnavailable as exc:
+        raise HTTPException(503, f"cannot check access now: {exc}") from exc
+    if result.user is None:
+        why = f": {result.error}" if result.error else ""
+        raise HTTPException(401, f"invalid bearer token: rejected by the TokenReview{why}",
+                            headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+    return reviewer, result.user
+
+
+async def allowed(reviewer: AccessReviewer, user: UserInfo, access: ResourceAccess) -> bool:
+    """Whether ``user`` has ``access`` (503 ``HTTPException`` when it cannot be checked)."""
+    try:
+        return (await reviewer.authorize(user, access)).allowed
+    except ReviewUnavailable as exc:
+        raise HTTPException(503, f"cannot check access now: {exc}") from exc
+
+
+async def authorize(request: Request, credentials: HTTPAuthorizationCredentials | None,
+                    access: ResourceAccess) -> UserInfo:
+    """Authenticate the bearer token and check ``access``; raise the 401/403/503
+    ``HTTPException`` otherwise. Returns the user."""
+    reviewer, user = await authenticate(request, credentials)
+    try:
+        decision = await reviewer.authorize(user, access)
     except ReviewUnavailable as exc:
         raise HTTPException(503, f"cannot check access now: {exc}") from exc
     if not decision.allowed:
         why = f": {decision.reason}" if decision.reason else ""
         raise HTTPException(
-            403, f'user "{result.user.username}" cannot {access.describe()}; the status API '
+            403, f'user "{user.username}" cannot {access.describe()}; the status API '
                  f"needs that permission for this view{why}")
-    return result.user
+    return user
 
 
 def cluster_view(request: Request) -> ClusterView:

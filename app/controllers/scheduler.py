@@ -62,6 +62,7 @@ from app.controllers.context import JOB, WL, Context
 from app.controllers.convert import cluster_queue, local_queue, resource_flavor
 from app.controllers.errors import ApiError, Conflict, NotFound, from_exception
 from app.controllers.events import NORMAL, WARNING
+from app.controllers.history import PreemptionLog, UsageHistory
 from app.controllers.informers import DELETED
 from app.controllers.jobs import JobController
 from app.controllers.workloads import (
@@ -167,6 +168,11 @@ class SchedulerLoop:
         self._eta_tail: dict[WorkloadKey, str] = {}
         self._evented: dict[WorkloadKey, str] = {}
         self.eta_message_refreshes = 0
+        # For the dashboard: usage rings per ClusterQueue (every replica samples) and the
+        # preemptions this replica decided as leader.
+        self.history = UsageHistory(capacity=s.history_samples,
+                                    interval_seconds=s.history_interval_seconds)
+        self.preemptions = PreemptionLog()
 
     # ================================================================== feeding (handlers)
 
@@ -283,6 +289,8 @@ class SchedulerLoop:
             self.ctx.inflight.add(str(d.workload))
             self._spawn(self._admit(d))
         elif isinstance(d, Preempt):
+            if d.victims:
+                self.preemptions.record(d, self.ctx.clock())
             for v in d.victims:
                 self._spawn(self._evict(v.workload, "Preempted", v.message, v, d))
         elif isinstance(d, Pending):
@@ -338,6 +346,16 @@ class SchedulerLoop:
             self.eta_message_refreshes += queued
             self._pending_kick.set()
         return queued
+
+    async def _history_sampler(self) -> None:
+        """Every ``history_interval_seconds``: a usage sample of every ClusterQueue."""
+        await self.ctx.informers.wait_synced()
+        while True:
+            try:
+                self.history.sample(self.cluster, self.ctx.clock())
+            except Exception:  # noqa: BLE001 - history is for display; never stop the loop
+                log.exception("history sample failed")
+            await asyncio.sleep(self.history.interval_seconds)
 
     async def _eta_refresher(self) -> None:
         """Every ``eta_message_seconds``: ``refresh_eta_messages`` (leader only)."""
@@ -603,6 +621,7 @@ class SchedulerLoop:
     def start(self) -> None:
         self._loops = [asyncio.create_task(self.run(), name="scheduler-loop"),
                        asyncio.create_task(self._pending_writer(), name="pending-writer")]
+        self._loops.append(asyncio.create_task(self._history_sampler(), name="history-sampler"))
         if self.eta is not None:
             self._loops.append(asyncio.create_task(self._eta_refresher(), name="eta-refresher"))
 
