@@ -7,55 +7,19 @@ from __future__ import annotations
 import json
 import re
 import ssl
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 import yaml
 from typer.testing import CliRunner
 
 from app.certs import ensure_certs
 from app.cli import app as cli
-from app.config import Settings
-from app.main import create_app
 from app.statuscli import eta_cell, summary, usage_bar
 from tests.pykueue_server import free_port
-from tests.status_scenario import build_cluster, reviewer
-
-
-class Server:
-    """The FastAPI app under uvicorn in a thread (stopped by ``stop``)."""
-
-    def __init__(self, certs: Path) -> None:
-        self.app = create_app(Settings(controllers_enabled=False))
-        self.app.state.cluster = build_cluster()
-        self.app.state.access_reviewer = reviewer()
-        self.port = free_port()
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
-                                ssl_certfile=str(certs / "tls.crt"),
-                                ssl_keyfile=str(certs / "tls.key"), log_level="warning",
-                                lifespan="off")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+from tests.status_server import Server
 
 
 @pytest.fixture(scope="module")
