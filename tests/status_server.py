@@ -5,6 +5,10 @@ tests that need a real HTTPS server (the CLI, the dashboard in a browser)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -12,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+import yaml
 
 from app.config import Settings
 from app.main import create_app
@@ -69,3 +74,33 @@ class Server:
             return fn()
 
         return asyncio.run_coroutine_threadsafe(run(), self.server.loop).result(timeout=10)
+
+
+def start_dashboard_command(server: Server, certs: Path, tmp_path: Path,
+                            ) -> tuple[subprocess.Popen, str]:
+    """`pykueue dashboard --port 0 --no-open` as a process, the token from a kubeconfig;
+    returns it and the URL it printed."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "current-context": "me", "contexts": [{"name": "me", "context": {"user": "me"}}],
+        "users": [{"name": "me", "user": {"token": "admin-token"}}]}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYKUEUE_")}
+    env["KUBECONFIG"] = str(kubeconfig)
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "pykueue"), "dashboard", "--port", "0", "--no-open",
+         "--server", server.url, "--ca-file", str(certs / "ca.crt")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        cwd=Path(__file__).resolve().parents[2])
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 30
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            break
+        lines.append(line)
+        m = re.search(r"(http://127\.0\.0\.1:\d+/dashboard)", line)
+        if m:
+            return proc, m.group(1)
+    proc.kill()
+    raise AssertionError(f"pykueue dashboard printed no URL: {''.join(lines)}")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import ssl
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -20,21 +19,6 @@ from app.cli import app as cli
 from app.statuscli import eta_cell, summary, usage_bar
 from tests.pykueue_server import free_port
 from tests.status_server import Server
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("certs")
-    ensure_certs(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def server(certs: Path) -> Iterator[Server]:
-    s = Server(certs)
-    s.start()
-    yield s
-    s.stop()
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from app.certs import ensure_certs
 from app.core.decisions import Admit
 from app.core.eta import EtaBoard
 from app.core.scheduler import Cluster
@@ -26,7 +25,7 @@ from app.core.spec import LocalQueue
 from app.core.types import ClusterQueueName, WorkloadKey
 from tests.browser import SKIP_REASON, Browser, chromium_path
 from tests.builders import Sim, cluster_queue, workload
-from tests.status_server import Server
+from tests.status_server import Server, start_dashboard_command
 
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason=SKIP_REASON)
 
@@ -48,13 +47,6 @@ def seed_like_cluster(now: float) -> Cluster:
         c.schedule(now - 20)
     assert c.workload(WorkloadKey("research/train-6")).state == "pending"
     return c
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("certs")
-    ensure_certs(out)
-    return out
 
 
 @pytest.fixture
@@ -119,3 +111,15 @@ def test_without_a_token_the_page_asks_to_sign_in_and_shows_no_data(server, brow
     assert "not signed in" in text and "train-6" not in text and "research-cq" not in text
     _open(browser, f"{server.url}/dashboard#token=forged")
     assert "invalid bearer token" in browser.wait_text("invalid bearer token")
+
+
+def test_pykueue_dashboard_shows_the_kubeconfig_users_view_without_a_token(
+        server, browser, certs, tmp_path):
+    proc, url = start_dashboard_command(server, certs, tmp_path)  # kubeconfig user: admin
+    try:
+        _open(browser, url)
+        text = browser.wait_text("research/train-6")
+        assert "admin · admin view" in text and "in ~9m (bounded)" in text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
