@@ -119,12 +119,13 @@ class Browser:
         raise AssertionError(f"{needle!r} not shown in {selector} within {timeout}s; "
                              f"shown: {shown[:2000]!r}")
 
-    def screenshot(self, path: Path) -> None:
-        """A PNG of the whole page."""
+    def screenshot(self, path: Path, max_height: int = 2000) -> None:
+        """A PNG of the page from its top, at most ``max_height`` pixels tall."""
         size = self.js("[document.documentElement.scrollWidth, "
                        "document.documentElement.scrollHeight]")
         r = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True,
-                      clip={"x": 0, "y": 0, "width": size[0], "height": size[1], "scale": 1})
+                      clip={"x": 0, "y": 0, "width": size[0],
+                            "height": min(size[1], max_height), "scale": 1})
         path.write_bytes(base64.b64decode(r["data"]))
 
     def close(self) -> None:

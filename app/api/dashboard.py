@@ -6,7 +6,8 @@
   (checked as the status API checks it: ``app.api.status.authenticate``, TokenReview +
   SubjectAccessReview, cached 10 s). With ``get clusterqueues`` (cluster-wide) the admin
   part: the cohort tree, per ClusterQueue per flavor and resource nominal / borrowed / lent /
-  used (GPUs first), counts, recent preemptions and the usage history. For everyone, the
+  used (GPUs first), counts, recent preemptions and the usage history (CPU in cores, memory
+  in GiB, the rest as counted). For everyone, the
   Workloads (pending and admitted) and LocalQueues of the namespaces where the user may
   ``get localqueues``, with position, reason and ETA. A namespace the user may not read is
   left out, not refused.
@@ -95,6 +96,16 @@ def _cohorts(cqs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for name, members in sorted(tree.items(), key=lambda kv: (kv[0] == "", kv[0]))]
 
 
+def _display(resource: str, amount: int) -> float:
+    """A chart value: CPU in cores (the core counts milli-CPU), memory in GiB (bytes),
+    anything else as counted."""
+    if resource == "cpu":
+        return amount / 1000
+    if resource == "memory" or resource.startswith("hugepages-"):
+        return round(amount / 2**30, 3)
+    return amount
+
+
 def _history(request: Request, names: list[ClusterQueueName]) -> dict[str, Any]:
     history = getattr(request.app.state, "history", None)
     if history is None:
@@ -110,7 +121,8 @@ def _history(request: Request, names: list[ClusterQueueName]) -> dict[str, Any]:
             "t": [round(s.t, 3) for s in samples],
             "pending": [s.pending for s in samples],
             "admitted": [s.admitted for s in samples],
-            "used": {f"{fr.flavor}/{fr.resource}": [s.used.get(fr, 0) for s in samples]
+            "used": {f"{fr.flavor}/{fr.resource}": [_display(fr.resource, s.used.get(fr, 0))
+                                                     for s in samples]
                      for fr in keys},
         }
     return out
