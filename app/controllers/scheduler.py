@@ -315,19 +315,19 @@ class SchedulerLoop:
         end = _ts(fin.get("lastTransitionTime")) or self.ctx.clock()
         self.eta.runtimes.observe(wl, end - wl.quota_reserved_at)
 
-    def refresh_eta_messages(self) -> int:
-        """Recompute the ETA tails of pending messages (cohorts cached by the board) and
-        queue a rewrite of each Workload whose tail changed; returns how many were queued.
-        Workloads the core has not yet given a Pending decision are left alone."""
+    def refresh_eta_messages(self, names: list[ClusterQueueName] | None = None) -> int:
+        """Recompute the ETA tails of pending messages of ClusterQueues ``names`` (all when
+        None; cohorts cached by the board) and queue a rewrite of each Workload whose tail
+        changed; returns how many were queued. Workloads the core has not yet given a
+        Pending decision are left alone."""
         if self.eta is None:
             return 0
         now, queued = self.ctx.clock(), 0
         c = self.cluster
-        for key in list(self._core_pending):
-            info = c.workload(key)
-            if info is None or info.state != "pending":
-                self._forget_pending(key)  # admitted since (or gone)
-        for name in c.cluster_queue_names():
+        if names is None:
+            self._forget_admitted()
+            names = c.cluster_queue_names()
+        for name in names:
             entries = c.pending_workloads(name)
             if not entries:
                 continue
@@ -346,6 +346,12 @@ class SchedulerLoop:
             self.eta_message_refreshes += queued
             self._pending_kick.set()
         return queued
+
+    def _forget_admitted(self) -> None:
+        for key in list(self._core_pending):
+            info = self.cluster.workload(key)
+            if info is None or info.state != "pending":
+                self._forget_pending(key)  # admitted since (or gone)
 
     async def _history_sampler(self) -> None:
         """Every ``history_interval_seconds``: a usage sample of every ClusterQueue."""
@@ -366,7 +372,12 @@ class SchedulerLoop:
             if not self.ctx.may_write:
                 continue
             try:
-                self.refresh_eta_messages()
+                self._forget_admitted()
+                # One ClusterQueue at a time (each ETA run is budgeted), yielding between
+                # them: many cohorts must not hold the event loop (extender, API) at once.
+                for name in self.cluster.cluster_queue_names():
+                    self.refresh_eta_messages([name])
+                    await asyncio.sleep(0)
             except Exception:  # noqa: BLE001 - an ETA bug must not stop the messages
                 log.exception("ETA refresh failed")
 
