@@ -298,11 +298,15 @@ def kubectl(lab: Lab, *args: str, input: str | None = None, check: bool = True):
 
 
 def _scheduler_config(lab: Lab, source: Path) -> Path:
-    """Copy a KubeSchedulerConfiguration, substituting ${KUBECONFIG} and ${PYKUEUE_CA_FILE}."""
+    """Copy a KubeSchedulerConfiguration, substituting ${KUBECONFIG}, ${PYKUEUE_CA_FILE} and
+    the extender's port (``PYKUEUE_PORT``)."""
     text = source.read_text()
     text = text.replace("${KUBECONFIG}", str(lab.kubeconfig))
     ca = os.environ.get("PYKUEUE_CA_FILE", str(ROOT / "certs" / "out" / "ca.crt"))
     text = text.replace("${PYKUEUE_CA_FILE}", ca)
+    # The extender is pykueue on PYKUEUE_PORT (the file says 9443, the default): a lab with
+    # another port (a second worktree) would otherwise ask someone else's pykueue, or none.
+    text = text.replace("https://127.0.0.1:9443/", f"https://127.0.0.1:{PYKUEUE_PORT}/")
     out = lab.state / "kube-scheduler-config.yaml"
     out.write_text(text)
     return out

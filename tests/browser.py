@@ -116,8 +116,9 @@ class Browser:
             if needle in shown:
                 return shown
             time.sleep(0.2)
+        page = shown if selector == "body" else self.text("body")
         raise AssertionError(f"{needle!r} not shown in {selector} within {timeout}s; "
-                             f"shown: {shown[:2000]!r}")
+                             f"shown there: {shown[:1000]!r}; the page: {page[:3000]!r}")
 
     def screenshot(self, path: Path, max_height: int = 2000) -> None:
         """A PNG of the page from its top, at most ``max_height`` pixels tall."""

@@ -77,25 +77,30 @@ class DashboardScenario(scenario.Scenario):
         self.admin, self.user = browsers
         self.tokens = admin_token, user_token
         self.url = f"https://127.0.0.1:{labmod.PYKUEUE_PORT}/dashboard"
+        # Workloads are named after their Job as Kueue names them: job-train-6-<hash>.
+        self.train6 = '[data-workload^="research/job-train-6-"]'
 
     def step1_submit(self) -> None:
         super().step1_submit()
         self.admin.open(f"{self.url}#token={self.tokens[0]}")
-        row = self.admin.wait_text("WaitingForQuota", '[data-workload="research/train-6"]')
+        row = self.admin.wait_text("WaitingForQuota", self.train6)
         assert "pending" in row and "nvidia.com/gpu" in row, row
-        eta = self.admin.text('[data-workload="research/train-6"] td.eta')
+        eta = self.admin.text(f"{self.train6} td.eta")
         assert re.fullmatch(r"(in ~\d+m|now) \(bounded\)", eta), eta
+        self.user.open("about:blank")
         self.user.open(f"{self.url}#token={self.tokens[1]}")
-        text = self.user.wait_text("research/train-6")
-        assert "user view" in text and "inference/serve-4" not in text, text
+        text = self.user.wait_text("research/job-train-6-")
+        assert "user view" in text and "inference/" not in text, text
         assert "Cohorts and ClusterQueues" not in text
 
     def step2_borrow(self) -> None:
         super().step2_borrow()
         # The admin page stayed open: it polls.
-        self.admin.wait_text("admitted", '[data-workload="research/train-6"]', timeout=20)
+        self.admin.wait_text("admitted", self.train6, timeout=20)
         cq = self.admin.wait_text("borrowed 2", '[data-cq="research-cq"]', timeout=20)
         assert "a100-flavor · nvidia.com/gpu" in cq and "used 6 / nominal 4" in cq, cq
+        assert self.admin.js("document.getElementById('error').hidden"), \
+            self.admin.text("#error")  # no script error on the way
 
 
 def test_dashboard_during_the_seed_scenario(pykueue_in_lab: labmod.Lab, browsers) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from app.controllers.history import UsageHistory
 from app.core.decisions import Admit
 from app.core.eta import EtaBoard
 from app.core.scheduler import Cluster
@@ -53,6 +54,8 @@ def seed_like_cluster(now: float) -> Cluster:
 def server(certs: Path) -> Iterator[Server]:
     s = Server(certs, seed_like_cluster(time.time()))
     s.app.state.eta = EtaBoard(min_interval=0.0)
+    s.app.state.history = UsageHistory()
+    s.app.state.history.sample(s.app.state.cluster, time.time() - 60)
     s.start()
     yield s
     s.stop()
@@ -88,6 +91,7 @@ def test_admin_sees_train6_waiting_with_reason_and_eta_then_admitted_borrowing(s
         c.finish(WorkloadKey("inference/serve-4"))
         assert [d.workload for d in c.schedule(time.time()) if isinstance(d, Admit)] == \
             ["research/train-6"]
+        server.app.state.history.sample(c, time.time())  # research-cq now has usage
 
     server.call(finish_serve4)
     # The page polls every 5 s: no reload.
@@ -95,6 +99,10 @@ def test_admin_sees_train6_waiting_with_reason_and_eta_then_admitted_borrowing(s
     research = browser.wait_text("borrowed 2", '[data-cq="research-cq"]')
     assert "used 6 / nominal 4 · borrowed 2" in research
     assert "lent 2" in browser.text('[data-cq="inference-cq"]')
+    # research-cq's chart got a usage series when it first used GPUs: redrawn, no script error.
+    browser.wait_text("used a100/nvidia.com/gpu", '[data-history="research-cq"]')
+    assert browser.js("document.querySelectorAll('[data-history=research-cq] canvas').length") == 1
+    assert browser.js("document.getElementById('error').hidden"), browser.text("#error")
 
 
 def test_research_user_sees_only_research_workloads(server, browser):
@@ -111,6 +119,11 @@ def test_without_a_token_the_page_asks_to_sign_in_and_shows_no_data(server, brow
     assert "not signed in" in text and "train-6" not in text and "research-cq" not in text
     _open(browser, f"{server.url}/dashboard#token=forged")
     assert "invalid bearer token" in browser.wait_text("invalid bearer token")
+    # Signing in with the form: the token pasted, then the admin view.
+    browser.js("document.getElementById('token').value = 'admin-token';"
+               "document.getElementById('signin-form').requestSubmit()")
+    assert "admin · admin view" in browser.wait_text("admin view")
+    assert not browser.js("document.getElementById('signin').checkVisibility()")
 
 
 def test_pykueue_dashboard_shows_the_kubeconfig_users_view_without_a_token(

@@ -7,6 +7,7 @@ const POLL_MS = 5000;
 const MAX_ROWS = 300;
 let etag = null;
 let data = null;
+let timer = null;
 const charts = new Map();
 
 function el(tag, attrs, ...children) {
@@ -122,17 +123,21 @@ function drawHistory(d) {
       cols.push(h.used[first]);
     }
     let c = charts.get(name);
-    if (c && c.series.length !== series.length) { c.destroy(); c.root.parentNode.remove(); c = null; }
+    if (c && c.plot.series.length !== series.length) {  // a resource appeared: new chart
+      c.plot.destroy();
+      c.box.remove();
+      c = null;
+    }
     if (!c) {
       const box = el("div", { class: "chart", "data-history": name }, el("h4", {}, name));
       wrap.append(box);
-      c = new uPlot({ width: 420, height: 160, series,
+      const plot = new uPlot({ width: 420, height: 160, series,
         scales: { x: { time: true } },
         axes: [{}, { label: "pending" }, { scale: "used", side: 1, label: "used" }] },
         cols, box);
-      charts.set(name, c);
+      charts.set(name, { plot, box });
     } else {
-      c.setData(cols);
+      c.plot.setData(cols);
     }
   }
 }
@@ -171,6 +176,7 @@ function render(d) {
 }
 
 async function poll() {
+  clearTimeout(timer);  // one polling loop, however poll() was called
   const headers = {};
   const t = token();
   if (t) headers.Authorization = `Bearer ${t}`;
@@ -180,10 +186,10 @@ async function poll() {
     if (r.status === 401) {
       sessionStorage.removeItem(TOKEN_KEY);
       etag = null;
-      show("admin", false); show("user", false); show("signin", true); show("signout", false);
       const body = await r.json().catch(() => ({}));
-      document.getElementById("signin-error").textContent = t ? (body.detail || "token refused") : "";
       document.getElementById("who").textContent = "not signed in";
+      document.getElementById("signin-error").textContent = t ? (body.detail || "token refused") : "";
+      show("admin", false); show("user", false); show("signout", false); show("signin", true);
       return;  // polling resumes after sign-in
     }
     if (r.status === 304 && data) {
@@ -202,7 +208,7 @@ async function poll() {
     document.getElementById("error").textContent = `cannot reach pykueue: ${e}`;
     show("error", true);
   }
-  setTimeout(poll, POLL_MS);
+  timer = setTimeout(poll, POLL_MS);
 }
 
 document.getElementById("signin-form").addEventListener("submit", (ev) => {
@@ -215,5 +221,9 @@ document.getElementById("signin-form").addEventListener("submit", (ev) => {
 document.getElementById("signout").addEventListener("click", () => {
   sessionStorage.removeItem(TOKEN_KEY);
   location.reload();
+});
+// A link with #token= opened in a tab already showing the page changes only the fragment.
+window.addEventListener("hashchange", () => {
+  if (location.hash.includes("token=")) { etag = null; poll(); }
 });
 poll();
