@@ -356,6 +356,10 @@ def main() -> int:
     print("   curl --cacert certs/out/ca.crt -H \"Authorization: Bearer $TOKEN\" "
           f"https://127.0.0.1:{labmod.PYKUEUE_PORT}/api/v1/clusterqueues")
     print(f"   curl --cacert certs/out/ca.crt https://127.0.0.1:{labmod.PYKUEUE_PORT}/metrics")
+    print(f"   https://127.0.0.1:{labmod.PYKUEUE_PORT}/dashboard#token=$TOKEN   (in a browser; "
+          "the CA is certs/out/ca.crt), or:")
+    print(f"   .venv/bin/pykueue dashboard --server https://127.0.0.1:{labmod.PYKUEUE_PORT} "
+          "--ca-file certs/out/ca.crt --token \"$TOKEN\"")
     print("   make lab-down   # stops everything and removes the lab's state")
     return 0
 

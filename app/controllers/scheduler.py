@@ -348,6 +348,8 @@ class SchedulerLoop:
         return queued
 
     def _forget_admitted(self) -> None:
+        if self.eta is not None:
+            self.eta.forget_missing(self.cluster.cluster_queue_names())
         for key in list(self._core_pending):
             info = self.cluster.workload(key)
             if info is None or info.state != "pending":

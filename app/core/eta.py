@@ -199,6 +199,7 @@ def estimate(
         seq += 1
         heapq.heappush(events, (at, seq, kind, key, source))
 
+    endless = 0  # runs with no known end: they hold their quota for the whole run
     for name in members:
         for key in sim.admitted(name):
             info = sim.workload(key)
@@ -214,6 +215,8 @@ def estimate(
             left, source = runtimes.remaining(wl, max(0.0, now - started))
             if left is not None:
                 push(now + left, _END, key, source)
+            else:
+                endless += 1
     sources: set[str] = set()  # the kinds of expected ends consumed so far
     t = now
     truncated = False
@@ -236,6 +239,8 @@ def estimate(
                     left, source = runtimes.remaining(wl, 0.0)
                     if left is not None:
                         push(t + left, _END, key, f"{source}:{runs[key]}")
+                    else:
+                        endless += 1
                 elif isinstance(d, Preempt):
                     for v in d.victims:
                         push(t, _EVICTED, v.workload, f"{LIMIT}:{runs.get(v.workload, 0)}")
@@ -263,7 +268,9 @@ def estimate(
             else:
                 runs[key] = runs.get(key, 0) + 1
                 sim.finish_eviction(key, t)
-    why = "budget exceeded" if truncated else ("no end known" if not events else "never admitted")
+    # Nothing left to happen: either a run ahead never ends in the model, or the Workload
+    # cannot be admitted however long it waits (inactive queue, more than the quota).
+    why = "budget exceeded" if truncated else ("no end known" if endless else "never admitted")
     for key in targets:
         run.etas[key] = Eta(None, UNKNOWN, why)
     run.truncated = truncated

@@ -135,6 +135,9 @@ def test_board_recomputes_only_on_change_and_not_more_often_than_min_interval():
     assert board.runs == 2
     board.for_cluster_queue(sim.c, CQ, T + 170)
     assert board.runs == 3
+    board.forget_missing([ClusterQueueName("other")])  # gpu was deleted: its cohort goes
+    board.for_cluster_queue(sim.c, CQ, T + 171)
+    assert board.runs == 4
 
 
 @pytest.mark.parametrize(("wait", "text"), [
@@ -146,3 +149,9 @@ def test_board_recomputes_only_on_change_and_not_more_often_than_min_interval():
 def test_eta_text_is_coarse(wait, text):
     assert eta_text(Eta(1000.0 + wait, BOUNDED, ""), 1000.0) == text
     assert eta_text(Eta(None, UNKNOWN, ""), 1000.0) == "start time unknown"
+
+
+def test_a_workload_larger_than_the_quota_is_never_admitted_and_says_so():
+    sim = _four_gpus(workload("a").pods(1, gpu=1).limit(600))
+    _pending(sim, workload("huge").pods(1, gpu=8).limit(60))
+    assert _etas(sim)["huge"] == Eta(None, UNKNOWN, "never admitted")
