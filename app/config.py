@@ -62,6 +62,10 @@ class SchedulingSettings(BaseModel):
     eta_min_interval_seconds: float = Field(5.0, ge=0)
     eta_budget_ms: float = Field(50.0, gt=0)
     eta_message_seconds: float = Field(15.0, gt=0)
+    # Project arrivals into the ETA (app.core.eta.ArrivalModel): the rate of each class
+    # (LocalQueue, priority, shape) over this many seconds of past arrivals, projected as far
+    # ahead; 0 = off (the default: bursty queues make projections wrong both ways).
+    eta_arrivals_window_seconds: float = Field(0.0, ge=0)
     # Dashboard history (app/controllers/history.py): a sample of every ClusterQueue this
     # often (seconds), at most history_samples kept per ClusterQueue (default: 4 hours).
     history_interval_seconds: float = Field(30.0, gt=0)

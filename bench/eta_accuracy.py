@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.core.eta import RuntimeModel, estimate  # noqa: E402
+from app.core.eta import ArrivalModel, RuntimeModel, estimate  # noqa: E402
 from app.core.types import WorkloadKey  # noqa: E402
 from app.sim.engine import Simulator  # noqa: E402
 from app.sim.trace import US, Submission, Trace, load_trace, parse_trace  # noqa: E402
@@ -53,8 +53,10 @@ class EtaProbe(Simulator):
     ``every``-th arrival still pending when its instant settles gets an ETA; finished runs
     teach ``model``."""
 
-    def __init__(self, trace: Trace, *, limit_of, every: int, model: RuntimeModel) -> None:
+    def __init__(self, trace: Trace, *, limit_of, every: int, model: RuntimeModel,
+                 arrivals: ArrivalModel | None = None) -> None:
         super().__init__(trace)
+        self.arrivals = arrivals
         self.limit_of = limit_of
         self.every = every
         self.model = model
@@ -65,7 +67,10 @@ class EtaProbe(Simulator):
 
     def _arrive(self, s: Submission) -> None:
         limit = self.limit_of(s)
-        super()._arrive(replace(s, workload=replace(s.workload, max_execution_seconds=limit)))
+        wl = replace(s.workload, max_execution_seconds=limit)
+        super()._arrive(replace(s, workload=wl))
+        if self.arrivals is not None:
+            self.arrivals.observe(wl)
         self.seen += 1
         if self.seen % self.every == 0:
             self.arrived.append(s.workload.key)
@@ -89,7 +94,7 @@ class EtaProbe(Simulator):
             if key in done:
                 continue
             run = estimate(self.cluster, info.cluster_queue, t / US, self.model,
-                           clock=time.perf_counter)
+                           clock=time.perf_counter, arrivals=self.arrivals)
             self.eta_ms.append(run.ms)
             for k in arrived:  # one run answers every sampled arrival of the cohort
                 e = run.etas.get(k)
@@ -98,8 +103,10 @@ class EtaProbe(Simulator):
                     done.add(k)
 
 
-def evaluate(trace: Trace, *, limit_of, every: int) -> dict:
-    sim = EtaProbe(trace, limit_of=limit_of, every=every, model=RuntimeModel()).run()
+def evaluate(trace: Trace, *, limit_of, every: int, arrivals: ArrivalModel | None = None,
+             ) -> dict:
+    sim = EtaProbe(trace, limit_of=limit_of, every=every, model=RuntimeModel(),
+                   arrivals=arrivals).run()
     errors, words = [], {"bounded": 0, "estimated": 0, "unknown": 0}
     late = early = 0
     for key, (start, word) in sim.etas.items():
@@ -189,10 +196,18 @@ def main() -> None:
             "limit=2x-median": evaluate(cut_trace(trace), limit_of=lambda s: cut,
                                         every=max(1, a.every // 25)),
             "learned": evaluate(trace, limit_of=lambda s: None, every=max(1, a.every // 25)),
+            "limit=runtime+arrivals": evaluate(
+                trace, limit_of=exact, every=max(1, a.every // 25),
+                arrivals=ArrivalModel(window_seconds=4 * 3600, horizon_seconds=4 * 3600)),
         }
     if a.only in (None, "baseline"):
         trace = load_trace(ROOT / "bench/scenarios/baseline.yaml")
-        out["baseline"] = {"limit=runtime": evaluate(trace, limit_of=exact, every=a.every)}
+        out["baseline"] = {
+            "limit=runtime": evaluate(trace, limit_of=exact, every=a.every),
+            "limit=runtime+arrivals": evaluate(
+                trace, limit_of=exact, every=a.every,
+                arrivals=ArrivalModel(window_seconds=30, horizon_seconds=120)),
+        }
     print(json.dumps(out, indent=2))
 
 

@@ -79,7 +79,7 @@ from app.controllers.workloads import (
     with_pending,
 )
 from app.core.decisions import Admit, Decision, Pending, Preempt, Victim
-from app.core.eta import UNKNOWN, EtaBoard, RuntimeModel, eta_text
+from app.core.eta import UNKNOWN, ArrivalModel, EtaBoard, RuntimeModel, eta_text
 from app.core.scheduler import Cluster
 from app.core.types import ClusterQueueName, FlavorName, WorkloadKey
 from app.core.workload import Workload, WorkloadSpecError, workload_from_object
@@ -160,8 +160,12 @@ class SchedulerLoop:
         s = ctx.settings.scheduling
         self.eta: EtaBoard | None = None
         if s.eta_enabled:
+            window = s.eta_arrivals_window_seconds
             self.eta = EtaBoard(RuntimeModel(), min_interval=s.eta_min_interval_seconds,
-                                budget_ms=s.eta_budget_ms, clock=time.perf_counter)
+                                budget_ms=s.eta_budget_ms, clock=time.perf_counter,
+                                arrivals=ArrivalModel(window_seconds=window,
+                                                      horizon_seconds=window)
+                                if window > 0 else None)
         # Per pending Workload: the core's last Pending (to rewrite with a new ETA), the ETA
         # tail last put in its message, and the core message last announced by an Event.
         self._core_pending: dict[WorkloadKey, Pending] = {}
@@ -242,6 +246,9 @@ class SchedulerLoop:
             self.cluster.delete_workload(key)
             return
         self.bad_workloads.pop(key, None)
+        if old is None and wl.admission is None and self.eta is not None \
+                and self.eta.arrivals is not None:
+            self.eta.arrivals.observe(wl)  # a new Workload: one more arrival of its class
         self.cluster.update_workload(wl)
         if not is_active(new) and has_admission(new) and not is_evicted(new) \
                 and self.ctx.may_write and self.cluster.evict(key, self.ctx.clock()):

@@ -626,6 +626,11 @@ class ClusterState:
                 out.add_workload(self._wls[key].wl)
         return out
 
+    def local_queues_of(self, names: Iterable[ClusterQueueName]) -> list[LocalQueue]:
+        """The LocalQueues pointing at ClusterQueues ``names``."""
+        wanted = set(names)
+        return [lq for lq in self._lqs.values() if lq.cluster_queue in wanted]
+
     # ---- read-only views -----------------------------------------------------------------------
     @property
     def flavors(self) -> Mapping[FlavorName, ResourceFlavor]:

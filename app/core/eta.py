@@ -35,7 +35,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from app.core.decisions import Admit, Preempt
 from app.core.scheduler import Cluster
@@ -43,6 +43,7 @@ from app.core.types import ClusterQueueName, WorkloadKey
 from app.core.workload import Workload
 
 __all__ = [
+    "ArrivalModel",
     "BOUNDED",
     "ESTIMATED",
     "UNKNOWN",
@@ -154,7 +155,7 @@ class EtaRun:
     generation: int = -1
 
 
-_END, _EVICTED = 0, 1
+_END, _EVICTED, _ARRIVE = 0, 1, 2
 
 
 def estimate(
@@ -166,6 +167,7 @@ def estimate(
     budget_ms: float | None = None,
     clock: Callable[[], float] | None = None,
     max_cycles_per_instant: int = 10_000,
+    arrivals: ArrivalModel | None = None,
 ) -> EtaRun:
     """ETA of every pending Workload of ``cluster_queue``'s cohort (see the module doc).
 
@@ -174,7 +176,9 @@ def estimate(
     unknown). ``budget_ms`` with ``clock`` (seconds, e.g. ``time.perf_counter``): stop
     after that much time, the rest ``unknown`` (``truncated``). An unknown ClusterQueue
     gives an empty run. Raises nothing for a core that keeps deciding at one instant past
-    ``max_cycles_per_instant``: the run stops there as truncated.
+    ``max_cycles_per_instant``: the run stops there as truncated. ``arrivals``: project
+    Workloads still to come (``ArrivalModel.future``) into the run, so later
+    higher-priority arrivals delay the ETA as they will; their basis gets ``+arrivals``.
     """
     t0 = clock() if clock is not None else 0.0
     deadline = None if budget_ms is None or clock is None else t0 + budget_ms / 1000.0
@@ -199,6 +203,12 @@ def estimate(
         seq += 1
         heapq.heappush(events, (at, seq, kind, key, source))
 
+    future: dict[WorkloadKey, Workload] = {}
+    if arrivals is not None:
+        lqs = {f"{lq.namespace}/{lq.name}" for lq in sim.local_queues_of(members)}
+        for wl in arrivals.future(now, lqs):
+            future[wl.key] = wl
+            push(wl.creation, _ARRIVE, wl.key, "")
     endless = 0  # runs with no known end: they hold their quota for the whole run
     for name in members:
         for key in sim.admitted(name):
@@ -230,7 +240,7 @@ def estimate(
                     wl = sim.domain_workload(key)
                     if key in targets:
                         del targets[key]
-                        run.etas[key] = _eta_at(t, sources)
+                        run.etas[key] = _eta_at(t, sources, bool(future))
                     if wl is None:
                         continue
                     sim.update_workload(wl)  # the admission "lands" (as in the simulator)
@@ -262,7 +272,9 @@ def estimate(
             source, _, gen = tag.partition(":")
             if int(gen or 0) != runs.get(key, 0):
                 continue  # the run this end belonged to was preempted
-            if kind == _END:
+            if kind == _ARRIVE:
+                sim.add_workload(future[key])
+            elif kind == _END:
                 sources.add(source)
                 sim.finish(key)
             else:
@@ -279,17 +291,74 @@ def estimate(
     return run
 
 
-def _eta_at(t: float, sources: set[str]) -> Eta:
+def _eta_at(t: float, sources: set[str], arrivals: bool = False) -> Eta:
+    more = "+arrivals" if arrivals else ""
     if LEARNED in sources:
         basis = f"{LIMIT}+{LEARNED}" if LIMIT in sources else LEARNED
-        return Eta(t, ESTIMATED, basis)
-    return Eta(t, BOUNDED, LIMIT)
+        return Eta(t, ESTIMATED, basis + more)
+    return Eta(t, BOUNDED, LIMIT + more)
+
+
+class ArrivalModel:
+    """Recent arrivals per class (LocalQueue, priority, shape), to project the next ones.
+
+    ``observe(wl)`` records a Workload's creation; ``future(now, local_queues)`` returns the
+    Workloads expected in ``[now, now + horizon_seconds]``: for each class with at least
+    ``min_samples`` arrivals in the last ``window_seconds``, one copy of its latest Workload
+    every ``1 / rate`` seconds (rate = (n - 1) / (last - first) over that window), at most
+    ``max_future`` in all, the soonest first. They are named ``~eta-N`` (never a real name)
+    and keep the latest one's time limit. Steady streams are what this predicts; a burst
+    that has ended still projects until its samples leave the window.
+    """
+
+    def __init__(self, *, window_seconds: float = 1800.0, horizon_seconds: float = 3600.0,
+                 min_samples: int = 3, max_future: int = 500, max_samples: int = 256) -> None:
+        self.window_seconds = window_seconds
+        self.horizon_seconds = horizon_seconds
+        self.min_samples = min_samples
+        self.max_future = max_future
+        self.max_samples = max_samples
+        self._classes: dict[tuple[object, ...], tuple[Workload, list[float]]] = {}
+
+    def observe(self, wl: Workload) -> None:
+        """Record the arrival of ``wl`` (at ``wl.creation``)."""
+        key = (wl.namespace, wl.queue_name, wl.priority, shape_key(wl))
+        got = self._classes.get(key)
+        times = got[1] if got is not None else []
+        times.append(wl.creation)
+        if len(times) > self.max_samples:
+            del times[0]
+        latest = wl if got is None or wl.creation >= got[0].creation else got[0]
+        self._classes[key] = (latest, times)
+
+    def future(self, now: float, local_queues: set[str]) -> list[Workload]:
+        """The projected arrivals of ``local_queues`` (``namespace/name``) after ``now``."""
+        out: list[Workload] = []
+        n = 0
+        for (ns, queue, _, _), (latest, times) in self._classes.items():
+            if f"{ns}/{queue}" not in local_queues:
+                continue
+            recent = sorted(x for x in times if now - self.window_seconds <= x <= now)
+            if len(recent) < self.min_samples or recent[-1] <= recent[0]:
+                continue
+            step = (recent[-1] - recent[0]) / (len(recent) - 1)
+            at = recent[-1] + step
+            while at <= now:
+                at += step
+            while at <= now + self.horizon_seconds and len(out) < 4 * self.max_future:
+                n += 1
+                out.append(replace(latest, name=f"~eta-{n}", uid=f"~eta-{n}", creation=at,
+                                   admission=None, evicted_at=None, quota_reserved_at=None))
+                at += step
+        out.sort(key=lambda w: w.creation)
+        return out[:self.max_future]
 
 
 class EtaBoard:
     """ETAs per cohort, cached; see the module doc for when a cohort is recomputed.
 
     ``runtimes``: the learned runtimes (shared with whoever observes finished runs);
+    ``arrivals``: an ``ArrivalModel`` to project arrivals into each run (None: none);
     ``min_interval`` / ``max_age``: seconds; ``budget_ms``: per cohort run; ``clock``:
     seconds for the budget (``time.perf_counter``), injected so the core reads no clock.
     ``runs`` and ``total_ms`` count the work done.
@@ -303,8 +372,10 @@ class EtaBoard:
         max_age: float = 60.0,
         budget_ms: float = 50.0,
         clock: Callable[[], float] | None = None,
+        arrivals: ArrivalModel | None = None,
     ) -> None:
         self.runtimes = runtimes or RuntimeModel()
+        self.arrivals = arrivals
         self.min_interval = min_interval
         self.max_age = max_age
         self.budget_ms = budget_ms
@@ -326,7 +397,7 @@ class EtaBoard:
             if fresh or 0 <= age < self.min_interval:
                 return cached
         run = estimate(state, name, now, self.runtimes, budget_ms=self.budget_ms,
-                       clock=self.clock)
+                       clock=self.clock, arrivals=self.arrivals)
         self.runs += 1
         self.total_ms += run.ms
         self._cache[scope] = run

@@ -10,6 +10,7 @@ from app.core.eta import (
     BOUNDED,
     ESTIMATED,
     UNKNOWN,
+    ArrivalModel,
     Eta,
     EtaBoard,
     RuntimeModel,
@@ -155,3 +156,21 @@ def test_a_workload_larger_than_the_quota_is_never_admitted_and_says_so():
     sim = _four_gpus(workload("a").pods(1, gpu=1).limit(600))
     _pending(sim, workload("huge").pods(1, gpu=8).limit(60))
     assert _etas(sim)["huge"] == Eta(None, UNKNOWN, "never admitted")
+
+
+def test_projected_higher_priority_arrivals_delay_the_eta():
+    # a (4 GPUs) runs until T+1200 at the latest; x (4 GPUs, priority 0) waits. A class of
+    # priority-10 4-GPU jobs (limit 300 s) arrived at T-2000, T-1000, T: the next one is due
+    # at T+1000, before a ends, so at T+1200 it goes first and x starts when it ends, T+1500.
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(1200))
+    _pending(sim, workload("x").pods(1, gpu=4).limit(60))
+    arrivals = ArrivalModel(window_seconds=5000, horizon_seconds=1500)
+    for i, at in enumerate((T - 2000, T - 1000, T)):
+        arrivals.observe(workload(f"hi-{i}").cq("gpu").priority(10).pods(1, gpu=4).limit(300)
+                         .build(creation=at))
+    assert [w.creation for w in arrivals.future(T + 100, {"ns/lq-gpu"})] == [T + 1000]
+    assert arrivals.future(T + 100, {"ns/other"}) == []
+    assert _etas(sim)["x"].start == T + 1200
+    run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
+    assert run.etas["ns/x"] == Eta(T + 1500, BOUNDED, "maximumExecutionTimeSeconds+arrivals")
+    assert set(run.etas) == {"ns/x"}  # projected arrivals get no ETA of their own
