@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 KUBECTL := $(CURDIR)/.k8sbin/current/kubectl
 export KUBECONFIG := $(CURDIR)/.lab/kubeconfig
 
-.PHONY: help bench-lab crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help browser bench-lab crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -42,9 +42,11 @@ pykueue-down: ## stop pykueue, unregister its webhooks, plain kube-scheduler aga
 webhooks: certs ## render the lab webhook configurations with caBundle into .lab/webhooks.yaml
 	$(BIN)/python hack/render_webhooks.py --variant lab --port 9443
 
-bench: setup ## benchmarks (core cycle, simulator, webhook, extender); JSON on stdout
+bench: setup ## benchmarks (core cycle, simulator, ETA, webhook, extender); JSON on stdout
 	$(BIN)/python bench/core_cycle.py
 	$(BIN)/python bench/simulate.py
+	$(BIN)/python bench/eta_cost.py
+	$(BIN)/python bench/eta_accuracy.py
 	$(BIN)/python bench/webhook_latency.py
 	$(BIN)/python bench/extender_latency.py
 
@@ -57,10 +59,17 @@ lab-down: ## stop every lab process and remove its state
 lab-status: ## show which lab processes run
 	$(BIN)/python hack/lab.py status
 
-test: setup controlplane ## all tests: unit, integration and e2e (starts the lab itself when it is not up)
+browser: ## Debian's chromium for the dashboard's browser tests (apt-get; a no-op when installed)
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	{ if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else echo "browser: chromium is missing and cannot be installed here (needs root and" \
+	    "apt-get); the dashboard's browser tests will skip"; fi; }
+
+test: setup controlplane browser ## all tests: unit, integration and e2e (starts the lab itself when it is not up)
 	$(BIN)/pytest -q tests
 
-test-unit: setup ## unit tests only (no cluster)
+test-unit: setup browser ## unit tests only (no cluster)
 	$(BIN)/pytest -q tests/unit
 
 lint: setup ## ruff, the import-linter contracts, and generated CRDs up to date

@@ -1,4 +1,4 @@
-"""The ``pykueue`` command line (typer): serve, status, simulate."""
+"""The ``pykueue`` command line (typer): serve, status, dashboard, simulate."""
 
 from __future__ import annotations
 
@@ -13,6 +13,19 @@ app = typer.Typer(
     help="pykueue: GPU job queueing with fair-share quotas for Kubernetes.", no_args_is_help=True,
     rich_markup_mode="markdown",  # docstring paragraphs reflow; `code` renders as code
 )
+
+
+# Connection options of the commands that talk to the status API (status, dashboard).
+ServerOpt = Annotated[str | None, typer.Option(
+    help="Status API URL (default: $PYKUEUE_URL, else https://127.0.0.1:9443 or what "
+         "PYKUEUE_SERVER__HOST / PORT say).")]
+TokenOpt = Annotated[str | None, typer.Option(
+    help="Bearer token (default: $PYKUEUE_TOKEN, else the kubeconfig user's token).")]
+KubeconfigOpt = Annotated[Path | None, typer.Option(
+    help="Kubeconfig to take the token from (default: $KUBECONFIG, ~/.kube/config).")]
+CaFileOpt = Annotated[Path | None, typer.Option(
+    help="CA bundle for the server certificate (default: PYKUEUE_SERVER__CA_FILE if it "
+         "exists, else the system trust store).")]
 
 
 @app.command()
@@ -64,29 +77,25 @@ def status(
         "--namespace", "-n",
         help="Show this namespace's LocalQueues (needs get on localqueues there) instead of "
              "every ClusterQueue (needs get on clusterqueues).")] = None,
-    output: Annotated[str, typer.Option("--output", "-o", help="table or json.")] = "table",
+    output: Annotated[str, typer.Option(
+        "--output", "-o", help="table (one line per queue, GPUs first), wide (a row per "
+        "flavor and resource, with limits) or json.")] = "table",
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Redraw every --interval "
                                         "seconds until Ctrl-C.")] = False,
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between redraws with "
                                             "--watch.")] = 2.0,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="Pending Workloads shown per "
                                        "queue.")] = 20,
-    server: Annotated[str | None, typer.Option(
-        help="Status API URL (default: $PYKUEUE_URL, else https://127.0.0.1:9443 or what "
-             "PYKUEUE_SERVER__HOST / PORT say).")] = None,
-    token: Annotated[str | None, typer.Option(
-        help="Bearer token (default: $PYKUEUE_TOKEN, else the kubeconfig user's token).")] = None,
-    kubeconfig: Annotated[Path | None, typer.Option(
-        help="Kubeconfig to take the token from (default: $KUBECONFIG, "
-             "~/.kube/config).")] = None,
-    ca_file: Annotated[Path | None, typer.Option(
-        help="CA bundle for the server certificate (default: PYKUEUE_SERVER__CA_FILE if it "
-             "exists, else the system trust store).")] = None,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    ca_file: CaFileOpt = None,
     iterations: Annotated[int, typer.Option(hidden=True, help="Stop --watch after N "
                                             "redraws.")] = 0,
 ) -> None:
-    """Show queues and who waits: ClusterQueue usage per flavor and resource, then the
-    pending Workloads in admission order with the reason each waits.
+    """Show queues and who waits: one line per ClusterQueue (GPUs first; -o wide: a row per
+    flavor and resource), then the pending Workloads in admission order with the reason
+    each waits and when it is expected to start.
 
     Talks to the status API of `pykueue serve` over HTTPS with a Kubernetes bearer token,
     e.g. `pykueue status --token "$(kubectl create token viewer -n team-a)" -n team-a`.
@@ -99,8 +108,9 @@ def status(
 
     from app import statuscli as sc
 
-    if output not in ("table", "json"):
-        raise typer.BadParameter("must be table or json", param_hint="--output")
+    if output not in ("table", "wide", "json"):
+        raise typer.BadParameter("must be table, wide or json", param_hint="--output")
+    wide = output == "wide"
     err = Console(stderr=True)
     try:
         opts = sc.resolve(server, token, kubeconfig, ca_file, namespace, limit)
@@ -120,13 +130,13 @@ def status(
                 typer.echo(json.dumps(snap, indent=None if watch else 2))
             elif watch:
                 if live is None:
-                    live = Live(sc.render(snap, width=console.width), console=console,
-                                auto_refresh=False)
+                    live = Live(sc.render(snap, width=console.width, wide=wide),
+                                console=console, auto_refresh=False)
                     live.start()
                 else:
-                    live.update(sc.render(snap, width=console.width), refresh=True)
+                    live.update(sc.render(snap, width=console.width, wide=wide), refresh=True)
             else:
-                console.print(sc.render(snap, width=console.width))
+                console.print(sc.render(snap, width=console.width, wide=wide))
             if not watch or (iterations and n >= iterations):
                 break
             time.sleep(interval)
@@ -146,6 +156,54 @@ def status(
 
 # Tests inject an httpx transport (e.g. httpx.ASGITransport / MockTransport of a real app).
 _status_transport: httpx.BaseTransport | None = None
+
+
+@app.command()
+def dashboard(
+    port: Annotated[int, typer.Option(help="Local port (127.0.0.1 only; 0: any free).")] = 8089,
+    open_browser: Annotated[bool, typer.Option("--open/--no-open",
+                                               help="Open the page in a browser.")] = True,
+    server: ServerOpt = None,
+    token: TokenOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+    ca_file: CaFileOpt = None,
+) -> None:
+    """Open the dashboard locally: a server on 127.0.0.1 that uses your kubeconfig's token
+    (as `kubectl proxy` does) to ask pykueue, so you see what you may see.
+
+    Serves the page at `http://127.0.0.1:PORT/dashboard` and forwards its requests to the
+    status API of `pykueue serve` with your token. Exit codes: 2 no token or bad CA file.
+    """
+    import threading
+    import webbrowser
+
+    import uvicorn
+
+    from app import statuscli as sc
+    from app.dashboard.local import create_local_app
+
+    try:
+        opts = sc.resolve(server, token, kubeconfig, ca_file, None, 1)
+        if opts.ca_file is not None and not opts.ca_file.is_file():
+            raise sc.ConfigError(f"CA file {opts.ca_file} not found")
+    except sc.ConfigError as exc:
+        typer.echo(f"pykueue dashboard: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+    local = create_local_app(opts.server, opts.token, ca_file=opts.ca_file)
+    config = uvicorn.Config(local, host="127.0.0.1", port=port, log_level="warning")
+    srv = uvicorn.Server(config)
+
+    def announce() -> None:
+        while not srv.started:
+            time.sleep(0.05)
+        bound = srv.servers[0].sockets[0].getsockname()[1] if srv.servers else port
+        url = f"http://127.0.0.1:{bound}/dashboard"
+        typer.echo(f"pykueue dashboard: {url} (asking {opts.server}; Ctrl-C to stop)")
+        if open_browser:
+            webbrowser.open(url)
+
+    threading.Thread(target=announce, daemon=True).start()
+    srv.run()
 
 
 @app.command()

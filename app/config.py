@@ -78,6 +78,22 @@ class SchedulingSettings(BaseModel):
     job_workers: int = Field(4, ge=1)
     # Informers re-open their watch after about this long (seconds; +0-50% jitter).
     watch_timeout_seconds: int = Field(300, ge=5)
+    # ETA of pending Workloads (app/core/eta.py): a cohort is recomputed at most this often
+    # (seconds), each run stops after eta_budget_ms (the rest is "unknown"); the pending
+    # messages' "position N, expected start in ~T" is refreshed every eta_message_seconds and
+    # written only when its rounded text changed. eta_enabled=False drops all three.
+    eta_enabled: bool = True
+    eta_min_interval_seconds: float = Field(5.0, ge=0)
+    eta_budget_ms: float = Field(50.0, gt=0)
+    eta_message_seconds: float = Field(15.0, gt=0)
+    # Project arrivals into the ETA (app.core.eta.ArrivalModel): the rate of each class
+    # (LocalQueue, priority, shape) over this many seconds of past arrivals, projected as far
+    # ahead; 0 = off (the default: bursty queues make projections wrong both ways).
+    eta_arrivals_window_seconds: float = Field(0.0, ge=0)
+    # Dashboard history (app/controllers/history.py): a sample of every ClusterQueue this
+    # often (seconds), at most history_samples kept per ClusterQueue (default: 4 hours).
+    history_interval_seconds: float = Field(30.0, gt=0)
+    history_samples: int = Field(480, ge=1)
 
 
 class ClientSettings(BaseModel):

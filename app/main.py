@@ -2,8 +2,9 @@
 
 One process serves, over HTTPS, the webhook (``/mutate-batch-v1-job``, ``/validate-batch-v1-job``),
 the scheduler extender (``/scheduler/filter``, ``/scheduler/prioritize``), the status API
-(``/api/v1/...``), health (``/healthz``, ``/readyz``) and ``/metrics``; the lifespan starts and
-stops the controllers (``app.controllers``) in the same event loop.
+(``/api/v1/...``), the dashboard (``/dashboard``), health (``/healthz``, ``/readyz``) and
+``/metrics``; the lifespan starts and stops the controllers (``app.controllers``) in the same
+event loop.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import extender, health, status, webhook
+from app.api import dashboard, extender, health, status, webhook
 from app.api.access import CachedAccessReviewer, ClientLimiter, KubeAccessReviewer
 from app.api.health import metrics_registry
 from app.api.limits import BodyLimitMiddleware
@@ -43,6 +44,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # with pykueue's own client (needs create on tokenreviews and subjectaccessreviews).
         app.state.cluster = manager.cluster
         app.state.cluster_ready = manager.ready
+        sched = getattr(manager, "scheduler", None)
+        app.state.eta = getattr(sched, "eta", None)
+        # Dashboard (app.api.dashboard): usage history and recent preemptions.
+        app.state.history = getattr(sched, "history", None)
+        app.state.preemptions = getattr(sched, "preemptions", None)
         # Reviews have a client of their own (issue 14 item 3): a flood of tokens must not
         # queue the controllers' requests, and the per-client limit answers 429 before any
         # review is sent.
@@ -76,8 +82,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         replica_role(settings.leader_election.enabled,
                      lambda: bool(getattr(getattr(app.state, "reconciler", None), "is_leader",
                                           False))))
-    for module in (webhook, extender, status, health):
+    for module in (webhook, extender, status, dashboard, health):
         app.include_router(module.router)
+    dashboard.mount_static(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.server.max_body_bytes,
                        body_timeout=settings.server.body_timeout_seconds)
     return app

@@ -2,10 +2,13 @@
 
 ``fetch(client, namespace, limit)`` reads one snapshot over HTTPS: without a namespace every
 ClusterQueue and the head of each one's pending list; with one, that namespace's LocalQueues
-and theirs. ``render(snapshot)`` draws it with rich: a table of queues with a usage bar per
-flavor and resource (``█`` within nominal quota, ``▓`` borrowed beyond it, ``░`` free), then
-the pending Workloads with their position and the reason they wait. ``--output json`` prints
-the snapshot itself (the API's JSON, unchanged).
+and theirs. ``render(snapshot)`` draws it with rich: one line per queue (``summary``: GPUs
+first, then the other resources, ``used/nominal`` per flavor and what it borrows; a usage bar
+for its first resource), or with ``wide=True`` (``-o wide``) the full table, one row per
+flavor and resource with a usage bar each (``█`` within nominal quota, ``▓`` borrowed beyond
+it, ``░`` free); then the pending Workloads with their position, the reason they wait and
+their expected start (the API's ``eta``). ``--output json`` prints the snapshot itself (the
+API's JSON, unchanged).
 
 Connection (first found wins):
 
@@ -240,6 +243,73 @@ def _reason(w: dict[str, Any]) -> Text:
     return t
 
 
+def _resource_order(resource: str) -> tuple[int, str]:
+    """GPUs (any resource named ``...gpu...``) first, then cpu, memory, the rest by name."""
+    r = resource.lower()
+    rank = 0 if "gpu" in r else 1 if r == "cpu" else 2 if r == "memory" else 3
+    return rank, resource
+
+
+def _short(resource: str) -> str:
+    """``nvidia.com/gpu`` -> ``gpu`` (the summary line has no room for the domain)."""
+    return resource.rsplit("/", 1)[-1]
+
+
+def summary(rows: list[dict[str, Any]], bar_width: int = 8) -> Text:
+    """One line for a queue's usage: a bar for its first resource (GPUs first), then per
+    resource ``gpu a100 6/4 (borrowing 2), l4 0/4 · cpu default 2/8``. Rows are the API's
+    ``resources`` of a ClusterQueue (with ``nominalQuota``) or ``usage`` of a LocalQueue
+    (``used`` only)."""
+    if not rows:
+        return Text("-")
+    ordered = sorted(rows, key=lambda r: (_resource_order(r["resource"]), r["flavor"]))
+    line = Text()
+    first = ordered[0]
+    if "nominalQuota" in first:
+        res = first["resource"]
+        line.append_text(usage_bar(_amount(first["used"], res) or 0,
+                                   _amount(first["nominalQuota"], res) or 0, bar_width))
+        line.append(" ")
+    by_resource: dict[str, list[str]] = {}
+    for r in ordered:
+        text = f"{r['flavor']} {r['used']}"
+        if "nominalQuota" in r:
+            text += f"/{r['nominalQuota']}"
+            if r.get("borrowed") not in (None, "0"):
+                text += f" (borrowing {r['borrowed']})"
+            elif r.get("lent") not in (None, "0"):
+                text += f" (lending {r['lent']})"
+        by_resource.setdefault(r["resource"], []).append(text)
+    line.append(" · ".join(f"{_short(res)} {', '.join(items)}"
+                           for res, items in by_resource.items()))
+    return line
+
+
+def eta_cell(w: dict[str, Any]) -> Text:
+    """``~12m``, ``now``, ``unknown`` (the API's ``eta``), with the confidence word when it
+    is only an estimate; ``-`` when the server computes no ETAs."""
+    e = w.get("eta")
+    if not e:
+        return Text("-", style="dim")
+    if e.get("confidence") == "unknown" or e.get("waitSeconds") is None:
+        return Text("unknown", style="dim")
+    wait = int(e["waitSeconds"])
+    text = "now" if wait < 30 else f"~{_duration(wait)}"
+    t = Text(text)
+    if e.get("confidence") == "estimated":
+        t.append(" est.", style="dim")
+    return t
+
+
+def _duration(s: int) -> str:
+    if s < 3600:
+        return f"{max(1, round(s / 60))}m"
+    if s < 172800:
+        h, m = divmod(round(s / 60), 60)
+        return f"{h}h{m:02d}m" if h < 10 and m else f"{round(s / 3600)}h"
+    return f"{round(s / 86400)}d"
+
+
 def _pending_table(title: str, page: dict[str, Any], now: float, *,
                    in_local_queue: bool = False) -> Table:
     """Pending Workloads of one page. ``Pos``: 0-based position in the ClusterQueue (0 is
@@ -252,16 +322,17 @@ def _pending_table(title: str, page: dict[str, Any], now: float, *,
     if in_local_queue:
         t.add_column("In LQ", justify="right")
     for col in ("Workload", "LocalQueue"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     t.add_column("Prio", justify="right")
     t.add_column("Age", justify="right")
+    t.add_column("Starts", justify="right")
     t.add_column("Why it waits", overflow="fold", ratio=1)
     for w in page.get("items") or []:
         pos = [str(w["positionInClusterQueue"])]
         if in_local_queue:
             pos.append(str(w["positionInLocalQueue"]))
         t.add_row(*pos, f"{w['namespace']}/{w['name']}", w["localQueueName"],
-                  str(w["priority"]), _age(w["created"], now), _reason(w))
+                  str(w["priority"]), _age(w["created"], now), eta_cell(w), _reason(w))
     return t
 
 
@@ -312,15 +383,54 @@ def _counts(q: dict[str, Any]) -> list[str]:
             str(q["admittedWorkloads"])]
 
 
-def render(snap: Snapshot, now: float | None = None, width: int | None = None) -> RenderableType:
-    """The tables of a snapshot (see the module doc). ``width``: the terminal's columns; below
-    150 the usage bars shrink to 8 cells and the queue table stacks its columns (three
-    instead of nine) so names and headers stay whole."""
+def _summary_table(snap: Snapshot) -> Table:
+    """The default view: one line per queue (``summary``)."""
+    if "clusterQueues" in snap:
+        t = Table(title="ClusterQueues", title_justify="left")
+        for col in ("ClusterQueue", "Cohort", "Pending", "Admitted"):
+            t.add_column(col, overflow="fold", justify="left" if col[0] == "C" else "right")
+        t.add_column("Usage: used/nominal (GPUs first)", overflow="fold")
+        for q in snap["clusterQueues"]:
+            name = Text(q["name"]) if q["active"] else Text(f"{q['name']} (inactive)",
+                                                            style="red")
+            t.add_row(name, q.get("cohort") or "-", _pending_count(q),
+                      str(q["admittedWorkloads"]), summary(q["resources"]))
+        return t
+    ns = snap["namespace"]
+    t = Table(title=f"LocalQueues in namespace {ns}", title_justify="left")
+    for col in ("LocalQueue", "ClusterQueue", "Pending", "Admitted"):
+        t.add_column(col, overflow="fold", justify="right" if col[0] in "PA" else "left")
+    t.add_column("Used (GPUs first)", overflow="fold")
+    for q in snap["localQueues"]:
+        name = Text(q["name"]) if q["active"] else Text(f"{q['name']} ({q['reason']})",
+                                                        style="red")
+        t.add_row(name, q["clusterQueue"], _pending_count(q), str(q["admittedWorkloads"]),
+                  summary(q["usage"]))
+    return t
+
+
+def _pending_count(q: dict[str, Any]) -> str:
+    n, parked = q["pendingWorkloads"], q["inadmissibleWorkloads"]
+    return f"{n} ({parked} inadm.)" if parked else str(n)
+
+
+def render(snap: Snapshot, now: float | None = None, width: int | None = None,
+           wide: bool = False) -> RenderableType:
+    """The tables of a snapshot (see the module doc): one line per queue, or with ``wide``
+    the full table. ``width``: the terminal's columns; in the wide view below 150 the usage
+    bars shrink to 8 cells and the queue table stacks its columns (three instead of nine) so
+    names and headers stay whole."""
     now = time.time() if now is None else now
     narrow = width is not None and width < 150
     bar_width = 8 if narrow else BAR_WIDTH
     parts: list[RenderableType] = []
-    if "clusterQueues" in snap:
+    if not wide:
+        parts.append(_summary_table(snap))
+        kind = "ClusterQueue" if "clusterQueues" in snap else f"LocalQueue {snap['namespace']}/"
+        sep = " " if "clusterQueues" in snap else ""
+        titles = {name: f"Pending in {kind}{sep}{name}" for name in snap["pending"]}
+        in_lq = "clusterQueues" not in snap
+    elif "clusterQueues" in snap:
         parts.append(_queue_table(
             "ClusterQueues",
             ("ClusterQueue", "Cohort", "Strategy", "Active", "Pending", "Admitted"),

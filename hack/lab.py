@@ -302,7 +302,8 @@ EXTENDER_CLIENT = "kube-scheduler-client"  # certs/out/<this>.crt: kube-schedule
 
 def _scheduler_config(lab: Lab, source: Path) -> Path:
     """Copy a KubeSchedulerConfiguration, substituting ${KUBECONFIG}, ${PYKUEUE_CA_FILE} and
-    kube-scheduler's client certificate for the extender (${EXTENDER_CLIENT_CERT}/_KEY)."""
+    kube-scheduler's client certificate for the extender (${EXTENDER_CLIENT_CERT}/_KEY) and
+    the extender's port (``PYKUEUE_PORT``)."""
     text = source.read_text()
     text = text.replace("${KUBECONFIG}", str(lab.kubeconfig))
     ca = os.environ.get("PYKUEUE_CA_FILE", str(ROOT / "certs" / "out" / "ca.crt"))
@@ -310,6 +311,9 @@ def _scheduler_config(lab: Lab, source: Path) -> Path:
     client = ROOT / "certs" / "out" / EXTENDER_CLIENT
     text = text.replace("${EXTENDER_CLIENT_CERT}", f"{client}.crt")
     text = text.replace("${EXTENDER_CLIENT_KEY}", f"{client}.key")
+    # The extender is pykueue on PYKUEUE_PORT (the file says 9443, the default): a lab with
+    # another port (a second worktree) would otherwise ask someone else's pykueue, or none.
+    text = text.replace("https://127.0.0.1:9443/", f"https://127.0.0.1:{PYKUEUE_PORT}/")
     out = lab.state / "kube-scheduler-config.yaml"
     out.write_text(text)
     return out

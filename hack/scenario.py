@@ -49,9 +49,11 @@ class ScenarioError(AssertionError):
 
 def job(name: str, ns: str, pods: int, *, queue: str | None = "team-queue",
         node_selector: dict[str, str] | None = None, tolerate: bool = False,
-        duration: str = "15s") -> dict[str, Any]:
+        duration: str = "15s", max_exec: int | None = None) -> dict[str, Any]:
     """A batch/v1 Job of ``pods`` pods, each requesting 1 ``nvidia.com/gpu``, running for
-    ``duration`` (the lab's kwok stage annotation)."""
+    ``duration`` (the lab's kwok stage annotation); ``max_exec``: its time limit in seconds
+    (label ``kueue.x-k8s.io/max-exec-time-seconds``: the Workload's
+    ``maximumExecutionTimeSeconds``, which bounds the ETA of those waiting for it)."""
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [{"name": "main", "image": "registry.example/train:latest",
@@ -65,6 +67,8 @@ def job(name: str, ns: str, pods: int, *, queue: str | None = "team-queue",
     meta: dict[str, Any] = {"name": name, "namespace": ns}
     if queue:
         meta["labels"] = {QUEUE_LABEL: queue}
+    if max_exec is not None:
+        meta.setdefault("labels", {})["kueue.x-k8s.io/max-exec-time-seconds"] = str(max_exec)
     return {
         "apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
         "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 30,
@@ -198,7 +202,8 @@ class Scenario:
 
     def step1_submit(self) -> None:
         self.say("\n== 1. inference submits serve-4, research submits train-6 (both on A100)")
-        self.apply(job("serve-4", "inference", 4, node_selector=A100, duration="12s"))
+        self.apply(job("serve-4", "inference", 4, node_selector=A100, duration="12s",
+                       max_exec=60))
         time.sleep(0.5)
         self.apply(job("train-6", "research", 6, node_selector=A100, duration="25s"))
         self.wait("serve-4 admitted and its 4 pods running",
@@ -409,6 +414,10 @@ def main() -> int:
           f"https://127.0.0.1:{labmod.PYKUEUE_PORT}/api/v1/clusterqueues")
     print("   curl --cacert certs/out/ca.crt -H \"Authorization: Bearer $TOKEN\" "
           f"https://127.0.0.1:{labmod.PYKUEUE_PORT}/metrics")
+    print(f"   https://127.0.0.1:{labmod.PYKUEUE_PORT}/dashboard#token=$TOKEN   (in a browser; "
+          "the CA is certs/out/ca.crt), or:")
+    print(f"   .venv/bin/pykueue dashboard --server https://127.0.0.1:{labmod.PYKUEUE_PORT} "
+          "--ca-file certs/out/ca.crt --token \"$TOKEN\"")
     print("   make lab-down   # stops everything and removes the lab's state")
     return 0
 

@@ -236,6 +236,7 @@ class WorkloadBuilder:
         self._priority = 0
         self._creation: float | None = None
         self._uid = ""
+        self._limit: float | None = None
         self._pod_sets: list[PodSet] = []
 
     def cq(self, name: str) -> WorkloadBuilder:
@@ -260,6 +261,11 @@ class WorkloadBuilder:
 
     def uid(self, uid: str) -> WorkloadBuilder:
         self._uid = uid
+        return self
+
+    def limit(self, seconds: float) -> WorkloadBuilder:
+        """``maximumExecutionTimeSeconds``."""
+        self._limit = seconds
         return self
 
     def pods(
@@ -306,6 +312,7 @@ class WorkloadBuilder:
             self._priority,
             self._creation if self._creation is not None else creation,
             self._uid or f"uid-{self._name}",
+            max_execution_seconds=self._limit,
         )
 
 

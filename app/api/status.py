@@ -14,6 +14,9 @@ Pending lists are paged: ``limit`` (default 100, 1..1000) and ``continue`` (the 
 returned when that Workload is still pending, else at the same offset; Workloads that move
 between pages may be skipped or repeated (there is no snapshot, as in Kueue's visibility API).
 
+Pending Workloads carry ``eta`` (``app.core.eta`` through ``app.state.eta``, the scheduling
+loop's ``EtaBoard``; absent when ETAs are disabled).
+
 Served from memory, never a list call per request: ``app.state.cluster`` is the reconciler's
 admission core (``app.controllers.manager.Manager.cluster``), read through
 ``app.controllers.statusview.ClusterView`` on the event loop (every handler is ``async``).
@@ -38,9 +41,10 @@ import base64
 import binascii
 import json
 import math
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, HTTPException, Query, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -64,11 +68,13 @@ from app.controllers.statusview import (
 )
 from app.core.cluster import PendingWorkloadInfo
 from app.core.decisions import QuotaShortfall as CoreShortfall
+from app.core.eta import Eta as CoreEta
 from app.core.quantity import format_quantity
 from app.core.types import ClusterQueueName, FlavorResource
 from app.models.status import (
     ClusterQueueList,
     ClusterQueueSummary,
+    Eta,
     FlavorResourceQuota,
     ListMeta,
     LocalQueueList,
@@ -89,6 +95,8 @@ MAX_LIMIT = 1000
 _bearer = HTTPBearer(auto_error=False, description="A Kubernetes bearer token "
                      "(e.g. `kubectl create token NAME`), checked with a TokenReview.")
 
+T = TypeVar("T")
+
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "Invalid continue token"},
     401: {"description": "No bearer token, or the token was rejected by the TokenReview"},
@@ -102,10 +110,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 # ------------------------------------------------------------------------------ access
 
 
-async def authorize(request: Request, credentials: HTTPAuthorizationCredentials | None,
-                    access: ResourceAccess) -> UserInfo:
-    """Authenticate the bearer token and check ``access``; raise the 401/403/503
-    ``HTTPException`` otherwise. Returns the user."""
+async def authenticate(request: Request, credentials: HTTPAuthorizationCredentials | None,
+                       ) -> tuple[AccessReviewer, UserInfo]:
+    """The reviewer and the user of the bearer token; raise the 401/503 ``HTTPException``
+    when there is no token, it is rejected, or it cannot be reviewed now."""
     reviewer: AccessReviewer | None = getattr(request.app.state, "access_reviewer", None)
     if reviewer is None:
         raise HTTPException(503, "status API access review is not configured "
@@ -116,24 +124,46 @@ async def authorize(request: Request, credentials: HTTPAuthorizationCredentials 
                  "(for example a token from `kubectl create token <serviceaccount>`)",
             headers={"WWW-Authenticate": "Bearer"})
     client = request.client.host if request.client else ""
+    result = await _reviewed(reviewer.authenticate(credentials.credentials, client=client))
+    if result.user is None:
+        why = f": {result.error}" if result.error else ""
+        raise HTTPException(401, f"invalid bearer token: rejected by the TokenReview{why}",
+                            headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+    return reviewer, result.user
+
+
+async def _reviewed(review: Awaitable[T]) -> T:
+    """``review``'s answer; 503 ``HTTPException`` when the API server cannot review now, 429
+    (with ``Retry-After``) when this address sends too many reviews."""
     try:
-        result = await reviewer.authenticate(credentials.credentials, client=client)
-        if result.user is None:
-            why = f": {result.error}" if result.error else ""
-            raise HTTPException(401, f"invalid bearer token: rejected by the TokenReview{why}",
-                                headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
-        decision = await reviewer.authorize(result.user, access, client=client)
+        return await review
     except ReviewUnavailable as exc:
         raise HTTPException(503, f"cannot check access now: {exc}") from exc
     except TooManyReviews as exc:
         raise HTTPException(429, str(exc), headers={
             "Retry-After": str(max(1, math.ceil(exc.retry_after)))}) from exc
+
+
+async def allowed(reviewer: AccessReviewer, user: UserInfo, access: ResourceAccess,
+                  client: str = "") -> bool:
+    """Whether ``user`` has ``access`` (503/429 ``HTTPException`` when it cannot be checked);
+    ``client``: the caller's address, for the per-address review limit."""
+    return (await _reviewed(reviewer.authorize(user, access, client=client))).allowed
+
+
+async def authorize(request: Request, credentials: HTTPAuthorizationCredentials | None,
+                    access: ResourceAccess) -> UserInfo:
+    """Authenticate the bearer token and check ``access``; raise the 401/403/429/503
+    ``HTTPException`` otherwise. Returns the user."""
+    reviewer, user = await authenticate(request, credentials)
+    client = request.client.host if request.client else ""
+    decision = await _reviewed(reviewer.authorize(user, access, client=client))
     if not decision.allowed:
         why = f": {decision.reason}" if decision.reason else ""
         raise HTTPException(
-            403, f'user "{result.user.username}" cannot {access.describe()}; the status API '
+            403, f'user "{user.username}" cannot {access.describe()}; the status API '
                  f"needs that permission for this view{why}")
-    return result.user
+    return user
 
 
 def cluster_view(request: Request) -> ClusterView:
@@ -148,7 +178,7 @@ def cluster_view(request: Request) -> ClusterView:
         ok, message = ready()
         if not ok:
             raise HTTPException(503, f"pykueue is starting: {message}")
-    return ClusterView(cluster)
+    return ClusterView(cluster, eta=getattr(state, "eta", None))
 
 
 # ------------------------------------------------------------------------------ conversions
@@ -209,6 +239,19 @@ def shortfall(s: CoreShortfall) -> QuotaShortfall:
     )
 
 
+def eta(e: CoreEta | None, computed_at: float | None) -> Eta | None:
+    """Wire model of an ETA (None stays None: the server computes no ETAs); the wait is
+    counted from now."""
+    if e is None:
+        return None
+    wait = e.wait(time.time())
+    return Eta(start=None if e.start is None else rfc3339(e.start),
+               wait_seconds=None if wait is None else round(wait),
+               confidence=e.confidence,  # type: ignore[arg-type]
+               basis=e.basis,
+               computed_at=None if computed_at is None else rfc3339(computed_at))
+
+
 def pending_workload(p: PendingView) -> PendingWorkload:
     """Wire model of a pending Workload."""
     return PendingWorkload(
@@ -217,7 +260,7 @@ def pending_workload(p: PendingView) -> PendingWorkload:
         position_in_local_queue=p.position_in_local_queue, priority=p.priority,
         created=rfc3339(p.created), inadmissible=p.inadmissible, reason=p.reason,
         condition_reason=p.condition_reason, message=p.message,
-        shortfalls=[shortfall(s) for s in p.shortfalls],
+        shortfalls=[shortfall(s) for s in p.shortfalls], eta=eta(p.eta, p.eta_at),
     )
 
 
@@ -396,5 +439,6 @@ async def get_workload(
         condition_reason=None if reason is None else reason.condition_reason,
         message=info.message, shortfalls=[shortfall(s) for s in info.shortfalls],
         pod_set_assignments=assignments, usage=_usage_list(dict(v.usage)),
+        eta=eta(p.eta, p.eta_at) if p else None,
     )
 

@@ -26,7 +26,15 @@ Applying decisions (Kueue's scheduler ``admit``; design.md "assume, persist, for
   its Job has stopped and the Job controller clears its admission. A failed write cancels the
   eviction in the core.
 - ``Pending``: QuotaReserved=False with the core's reason and message, coalesced per Workload
-  and written only when different from the object's, plus a Warning Event on the Job.
+  and written only when different from the object's, plus a Warning Event on the Job when
+  the core's message changed. The message ends with the Workload's place and ETA
+  (``position 3, expected start in ~12m``: ``app.core.eta``), refreshed every
+  ``eta_message_seconds``; the position is given for the first ``ETA_POSITIONS`` of a
+  ClusterQueue only and the ETA text is coarsely rounded, so a queue moving on rewrites few
+  messages (each rewrite is one status write, no Event).
+
+ETA: ``eta`` (an ``EtaBoard``) answers per cohort, cached; finished Workloads teach its
+``RuntimeModel`` (admission to Finished, per LocalQueue and shape).
 
 Writes for one Workload are serialised (a lock per key), so an eviction cannot overtake the
 admission it undoes (KQ-29).
@@ -54,6 +62,7 @@ from app.controllers.context import WL, Context
 from app.controllers.convert import cluster_queue, local_queue, resource_flavor
 from app.controllers.errors import ApiError, Conflict, NotFound, from_exception
 from app.controllers.events import NORMAL, WARNING
+from app.controllers.history import PreemptionLog, UsageHistory
 from app.controllers.informers import DELETED
 from app.controllers.workloads import (
     EVICTED,
@@ -68,6 +77,7 @@ from app.controllers.workloads import (
     with_pending,
 )
 from app.core.decisions import Admit, Decision, Pending, Preempt, Victim
+from app.core.eta import UNKNOWN, ArrivalModel, EtaBoard, RuntimeModel, eta_text
 from app.core.scheduler import Cluster
 from app.core.types import ClusterQueueName, FlavorName, WorkloadKey
 from app.core.workload import Workload, WorkloadSpecError, workload_from_object
@@ -75,6 +85,22 @@ from app.core.workload import Workload, WorkloadSpecError, workload_from_object
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
+
+# Pending messages name the position of the first ETA_POSITIONS Workloads of a ClusterQueue;
+# beyond, every admission would shift every message (one status write each).
+ETA_POSITIONS = 10
+
+
+def eta_suffix(position: int, eta: Any, now: float) -> str:
+    """The tail of a pending message: ``position 3, expected start in ~12m`` (1-based
+    position, given below ``ETA_POSITIONS``; the ETA text of ``app.core.eta.eta_text``,
+    left out when unknown). Empty when there is nothing to say."""
+    parts = []
+    if position < ETA_POSITIONS:
+        parts.append(f"position {position + 1}")
+    if eta is not None and eta.confidence != UNKNOWN:
+        parts.append(eta_text(eta, now))
+    return ", ".join(parts)
 
 
 def _ts(value: str | None) -> float | None:
@@ -142,6 +168,26 @@ class SchedulerLoop:
         self._loops: list[asyncio.Task[None]] = []
         self._backoff: dict[WorkloadKey, int] = {}
         self.bad_workloads: dict[WorkloadKey, str] = {}
+        s = ctx.settings.scheduling
+        self.eta: EtaBoard | None = None
+        if s.eta_enabled:
+            window = s.eta_arrivals_window_seconds
+            self.eta = EtaBoard(RuntimeModel(), min_interval=s.eta_min_interval_seconds,
+                                budget_ms=s.eta_budget_ms, clock=time.perf_counter,
+                                arrivals=ArrivalModel(window_seconds=window,
+                                                      horizon_seconds=window)
+                                if window > 0 else None)
+        # Per pending Workload: the core's last Pending (to rewrite with a new ETA), the ETA
+        # tail last put in its message, and the core message last announced by an Event.
+        self._core_pending: dict[WorkloadKey, Pending] = {}
+        self._eta_tail: dict[WorkloadKey, str] = {}
+        self._evented: dict[WorkloadKey, str] = {}
+        self.eta_message_refreshes = 0
+        # For the dashboard: usage rings per ClusterQueue (every replica samples) and the
+        # preemptions this replica decided as leader.
+        self.history = UsageHistory(capacity=s.history_samples,
+                                    interval_seconds=s.history_interval_seconds)
+        self.preemptions = PreemptionLog()
 
     # ================================================================== feeding (handlers)
 
@@ -186,15 +232,20 @@ class SchedulerLoop:
         if etype == DELETED or new is None:
             self.cluster.delete_workload(key)
             self._pending.pop(key, None)
+            self._forget_pending(key)
             return
         if is_finished(new):
             info = self.cluster.workload(key)
+            if info is not None and info.state != "pending" \
+                    and not (old is not None and is_finished(old)):
+                self._learn_runtime(key, new)
             if self.metrics is not None and info is not None and info.cluster_queue \
                     and info.state != "pending" and not (old is not None and is_finished(old)):
                 self.metrics.finished(info.cluster_queue, namespace=key.split("/", 1)[0],
                                       local_queue=(new.get("spec") or {}).get("queueName", ""))
             self.cluster.finish(key)
             self._pending.pop(key, None)
+            self._forget_pending(key)
             return
         if not is_active(new) and not has_admission(new):
             self.cluster.delete_workload(key)
@@ -206,6 +257,9 @@ class SchedulerLoop:
             self.cluster.delete_workload(key)
             return
         self.bad_workloads.pop(key, None)
+        if old is None and wl.admission is None and self.eta is not None \
+                and self.eta.arrivals is not None:
+            self.eta.arrivals.observe(wl)  # a new Workload: one more arrival of its class
         self.cluster.update_workload(wl)
         if not is_active(new) and has_admission(new) and not is_evicted(new) \
                 and self.ctx.may_write and self.cluster.evict(key, self.ctx.clock()):
@@ -253,11 +307,99 @@ class SchedulerLoop:
             self.ctx.inflight.add(str(d.workload))
             self._spawn(self._admit(d))
         elif isinstance(d, Preempt):
+            if d.victims:
+                self.preemptions.record(d, self.ctx.clock())
             for v in d.victims:
                 self._spawn(self._evict(v.workload, "Preempted", v.message, v, d))
         elif isinstance(d, Pending):
+            self._core_pending[d.workload] = d
             self._pending[d.workload] = d
             self._pending_kick.set()
+
+    # ================================================================== ETA
+
+    def _forget_pending(self, key: WorkloadKey) -> None:
+        self._core_pending.pop(key, None)
+        self._eta_tail.pop(key, None)
+        self._evented.pop(key, None)
+
+    def _learn_runtime(self, key: WorkloadKey, obj: Obj) -> None:
+        """Teach the ETA's RuntimeModel how long ``key`` ran: QuotaReserved=True to
+        Finished=True (the condition times; now when Finished has none)."""
+        wl = self.cluster.domain_workload(key)
+        if self.eta is None or wl is None or wl.quota_reserved_at is None:
+            return
+        fin = condition(obj, "Finished") or {}
+        end = _ts(fin.get("lastTransitionTime")) or self.ctx.clock()
+        self.eta.runtimes.observe(wl, end - wl.quota_reserved_at)
+
+    def refresh_eta_messages(self, names: list[ClusterQueueName] | None = None) -> int:
+        """Recompute the ETA tails of pending messages of ClusterQueues ``names`` (all when
+        None; cohorts cached by the board) and queue a rewrite of each Workload whose tail
+        changed; returns how many were queued. Workloads the core has not yet given a
+        Pending decision are left alone."""
+        if self.eta is None:
+            return 0
+        now, queued = self.ctx.clock(), 0
+        c = self.cluster
+        if names is None:
+            self._forget_admitted()
+            names = c.cluster_queue_names()
+        for name in names:
+            entries = c.pending_workloads(name)
+            if not entries:
+                continue
+            run = self.eta.for_cluster_queue(c, name, now)
+            for e in entries:
+                d = self._core_pending.get(e.workload)
+                if d is None:
+                    continue
+                tail = eta_suffix(e.position, run.etas.get(e.workload), now)
+                if tail != self._eta_tail.get(e.workload, ""):
+                    self._eta_tail[e.workload] = tail
+                    if e.workload not in self._pending:
+                        self._pending[e.workload] = d
+                        queued += 1
+        if queued:
+            self.eta_message_refreshes += queued
+            self._pending_kick.set()
+        return queued
+
+    def _forget_admitted(self) -> None:
+        if self.eta is not None:
+            self.eta.forget_missing(self.cluster.cluster_queue_names())
+        for key in list(self._core_pending):
+            info = self.cluster.workload(key)
+            if info is None or info.state != "pending":
+                self._forget_pending(key)  # admitted since (or gone)
+
+    async def _history_sampler(self) -> None:
+        """Every ``history_interval_seconds``: a usage sample of every ClusterQueue."""
+        await self.ctx.informers.wait_synced()
+        while True:
+            try:
+                self.history.sample(self.cluster, self.ctx.clock())
+            except Exception:  # noqa: BLE001 - history is for display; never stop the loop
+                log.exception("history sample failed")
+            await asyncio.sleep(self.history.interval_seconds)
+
+    async def _eta_refresher(self) -> None:
+        """Every ``eta_message_seconds``: ``refresh_eta_messages`` (leader only)."""
+        period = self.ctx.settings.scheduling.eta_message_seconds
+        await self.ctx.informers.wait_synced()
+        while True:
+            await asyncio.sleep(period)
+            if not self.ctx.may_write:
+                continue
+            try:
+                self._forget_admitted()
+                # One ClusterQueue at a time (each ETA run is budgeted), yielding between
+                # them: many cohorts must not hold the event loop (extender, API) at once.
+                for name in self.cluster.cluster_queue_names():
+                    self.refresh_eta_messages([name])
+                    await asyncio.sleep(0)
+            except Exception:  # noqa: BLE001 - an ETA bug must not stop the messages
+                log.exception("ETA refresh failed")
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -477,12 +619,17 @@ class SchedulerLoop:
                 or info.state != "pending" or str(key) in ctx.inflight:
             return
         reason = d.reason.condition_reason
-        body, changed = with_pending(obj, reason, d.message, ctx.clock())
+        tail = self._eta_tail.get(key, "")
+        message = f"{d.message}; {tail}" if tail else d.message
+        body, changed = with_pending(obj, reason, message, ctx.clock())
         if not changed:
             return
         out = await ctx.client.replace(WORKLOADS, body, subresource="status")
         ctx.store(WL).put(out)
         self.pending_writes += 1
+        if self._evented.get(key) == d.message:
+            return  # only the ETA tail changed: no new Event
+        self._evented[key] = d.message
         target = self.jobs.owner_object(obj) or obj
         ctx.recorder.emit(target, WARNING, reason, d.message)
 
@@ -496,6 +643,9 @@ class SchedulerLoop:
     def start(self) -> None:
         self._loops = [asyncio.create_task(self.run(), name="scheduler-loop"),
                        asyncio.create_task(self._pending_writer(), name="pending-writer")]
+        self._loops.append(asyncio.create_task(self._history_sampler(), name="history-sampler"))
+        if self.eta is not None:
+            self._loops.append(asyncio.create_task(self._eta_refresher(), name="eta-refresher"))
 
     async def stop(self) -> None:
         tasks = [*self._loops, *self._tasks]

@@ -12,13 +12,18 @@ admission write is still in flight); ``admitted`` = ``reserving`` minus in-fligh
 positions are 0-based in the ClusterQueue's order (and among the same LocalQueue's entries
 for ``position_in_local_queue``), as Kueue's visibility API.
 
+ETA: with an ``EtaBoard`` (``app.core.eta``; the scheduling loop's ``SchedulerLoop.eta``)
+and a clock, pending entries carry their estimated start (``PendingView.eta``); the board
+caches per cohort, so listing a queue costs at most one budgeted run every few seconds.
+
 Amounts are exact integers (milli-CPU for ``cpu``, bytes, counts). Not thread-safe: call on
 the event loop that feeds the core (the core is mutated by informer handlers there).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from app.core.cluster import (
@@ -30,6 +35,8 @@ from app.core.cluster import (
     admission_usage,
 )
 from app.core.decisions import QuotaShortfall
+from app.core.eta import Eta, EtaBoard
+from app.core.scheduler import Cluster
 from app.core.spec import LocalQueue
 from app.core.types import ClusterQueueName, FlavorResource, WorkloadKey
 
@@ -89,6 +96,8 @@ class PendingView:
     condition_reason: str | None
     message: str
     shortfalls: tuple[QuotaShortfall, ...]
+    eta: Eta | None = None
+    eta_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +142,19 @@ class ClusterView:
     of what it returns), except pending lists: O(n log n) in the ClusterQueue's pending count.
     """
 
-    def __init__(self, cluster: ClusterState) -> None:
+    def __init__(self, cluster: ClusterState, *, eta: EtaBoard | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.cluster = cluster
+        self.eta = eta
+        self.clock = clock
+
+    def _eta(self, key: WorkloadKey, cluster_queue: ClusterQueueName,
+             ) -> tuple[Eta | None, float | None]:
+        if self.eta is None or not isinstance(self.cluster, Cluster):
+            return None, None
+        now = self.clock()
+        run = self.eta.for_cluster_queue(self.cluster, cluster_queue, now)
+        return self.eta.eta(self.cluster, cluster_queue, key, now), run.computed_at
 
     # ---- what the core does not expose publicly (yet) ------------------------------------
     # TODO(core): replace with public accessors (``ClusterState.local_queues()`` and
@@ -218,11 +238,13 @@ class ClusterView:
         info = self.cluster.workload(entry.workload)
         shortfalls = info.shortfalls if info is not None else ()
         reason = entry.reason
+        eta, eta_at = self._eta(entry.workload, cluster_queue)
         return PendingView(
             entry.workload, ns, name, entry.local_queue, cluster_queue, entry.position,
             position_in_local_queue, entry.priority, created, entry.inadmissible,
             None if reason is None else reason.value,
             None if reason is None else reason.condition_reason, entry.message, shortfalls,
+            eta, eta_at,
         )
 
     def details(self, entries: list[PendingWorkloadInfo], cluster_queue: ClusterQueueName,

@@ -35,7 +35,7 @@ candidates).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from app.core.decisions import Pending, PendingReason, QuotaShortfall
@@ -200,6 +200,9 @@ class ClusterState:
         self._epoch = 0
         self._scope_versions: dict[tuple[str, str], int] = {}
         self._scopes: dict[ClusterQueueName, tuple[str, str]] = {}  # _scope memo (tree shape)
+        # Counts every change of queues or usage (pending ones included, unlike the versions):
+        # readers that cache a view of the state (the ETA) compare it to know if it moved.
+        self.generation = 0
 
     # ---- ResourceFlavors ---------------------------------------------------------------------
     def add_flavor(self, flavor: ResourceFlavor) -> None:
@@ -471,6 +474,7 @@ class ClusterState:
 
     def _bump(self, name: ClusterQueueName) -> None:
         """New version for the scope of ClusterQueue ``name`` (which must be in the tree)."""
+        self.generation += 1
         self._tick += 1
         self._scope_versions[self._scope(name)] = self._tick
 
@@ -479,6 +483,7 @@ class ClusterState:
             self._bump(name)
 
     def _bump_all(self) -> None:
+        self.generation += 1
         self._tick += 1
         self._epoch = self._tick
 
@@ -515,6 +520,7 @@ class ClusterState:
         rec.state, rec.cq, rec.usage = PENDING, None, {}
 
     def _unqueue(self, rec: _Record) -> None:
+        self.generation += 1
         if rec.cq is not None and rec.state == PENDING:
             cq = self._cqs.get(rec.cq)
             if cq is not None:
@@ -530,6 +536,7 @@ class ClusterState:
 
     def _route(self, rec: _Record) -> None:
         """Put a pending Workload in its ClusterQueue's heap (or mark it orphaned)."""
+        self.generation += 1
         key = rec.wl.key
         self._pending_by_lq.setdefault(rec.lq_key, {})[key] = None
         lq = self._lqs.get(rec.lq_key)
@@ -598,6 +605,41 @@ class ClusterState:
         rec.last = (reason, message)
         return Pending(rec.wl.key, rec.cq, reason, message, shortfalls, inadmissible)
 
+    # ---- copies --------------------------------------------------------------------------------
+    def scope_members(self, name: ClusterQueueName) -> tuple[ClusterQueueName, ...]:
+        """The ClusterQueues whose admissions can interact with ``name``'s: its cohort's
+        members, or ``(name,)`` without a cohort; ``()`` when unknown."""
+        if not self.tree.has(name):
+            return ()
+        cohort = self.tree.cohort_of(name)
+        return (name,) if cohort is None else tuple(self.tree.members(cohort))
+
+    def fork(self, names: Iterable[ClusterQueueName]) -> ClusterState:
+        """A new, independent state of the same class holding ClusterQueues ``names`` (pass
+        whole cohorts: ``scope_members``), every flavor, namespace and LocalQueue, the
+        Workloads admitted in them (assumed ones as admitted) and their pending Workloads.
+        Parked Workloads return to the heap (the copy re-evaluates them). Domain objects
+        are immutable, so they are shared, not copied. Cost O(Workloads of ``names``)."""
+        out = type(self)()
+        wanted = [n for n in names if n in self._cqs]
+        out._flavors = dict(self._flavors)
+        out._namespaces = {k: dict(v) for k, v in self._namespaces.items()}
+        out._lqs = dict(self._lqs)
+        for n in wanted:
+            out.add_cluster_queue(self._cqs[n].spec)
+        for n in wanted:
+            for key in self._admitted_by_cq.get(n, {}):
+                out.add_workload(self._wls[key].wl)
+            cq = self._cqs[n]
+            for key in [*cq.queue.active(), *cq.queue.parked()]:
+                out.add_workload(self._wls[key].wl)
+        return out
+
+    def local_queues_of(self, names: Iterable[ClusterQueueName]) -> list[LocalQueue]:
+        """The LocalQueues pointing at ClusterQueues ``names``."""
+        wanted = set(names)
+        return [lq for lq in self._lqs.values() if lq.cluster_queue in wanted]
+
     # ---- read-only views -----------------------------------------------------------------------
     @property
     def flavors(self) -> Mapping[FlavorName, ResourceFlavor]:
@@ -639,6 +681,11 @@ class ClusterState:
             message,
             rec.shortfalls,
         )
+
+    def domain_workload(self, key: WorkloadKey) -> Workload | None:
+        """The domain Workload last given (or assumed) for ``key``; None when unknown."""
+        rec = self._wls.get(key)
+        return None if rec is None else rec.wl
 
     def admitted(self, name: ClusterQueueName) -> list[WorkloadKey]:
         """Keys of Workloads holding quota in ClusterQueue ``name`` (admitted or evicting)."""

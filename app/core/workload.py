@@ -133,6 +133,9 @@ class Workload:
     # Seconds since the epoch of QuotaReserved=True (None: unknown, ``creation`` is used).
     # Preemption prefers the most recently admitted victims (Kueue CandidatesOrdering).
     quota_reserved_at: float | None = None
+    # ``spec.maximumExecutionTimeSeconds``: the run is stopped after this many seconds of
+    # admission (None: no limit). The core's decisions never read it; the ETA does.
+    max_execution_seconds: float | None = None
     # ``namespace/name``, computed once (the scheduler reads it millions of times per run).
     _key: WorkloadKey = field(default=WorkloadKey(""), init=False, repr=False, compare=False)
 
@@ -699,7 +702,8 @@ def workload_from_object(obj: Mapping[str, Any]) -> Workload:
     ``spec.priority`` (default 0), ``spec.podSets[]`` (``name`` default ``main``, ``count``
     default 1, per-pod requests from ``template`` as in ``pod_requests``) and
     ``status.admission`` when present (``resourceUsage`` parsed to exact amounts; ``count``
-    defaulting to the podSet's). Raises ``WorkloadSpecError`` naming the bad field.
+    defaulting to the podSet's) and ``spec.maximumExecutionTimeSeconds`` (an integer >= 1,
+    else None). Raises ``WorkloadSpecError`` naming the bad field.
     """
     if not isinstance(obj, Mapping):
         raise WorkloadSpecError(
@@ -735,4 +739,13 @@ def workload_from_object(obj: Mapping[str, Any]) -> Workload:
         creation=_creation_seconds(metadata),
         uid=_string(metadata.get("uid"), "metadata.uid"),
         admission=_admission(status.get("admission"), pod_sets),
+        max_execution_seconds=_max_execution(spec.get("maximumExecutionTimeSeconds")),
     )
+
+
+def _max_execution(value: Any) -> float | None:
+    # Kueue requires minimum 1; a wrong value is ignored (the ETA only loses a bound) rather
+    # than making the whole Workload unreadable.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return None
+    return float(value)

@@ -120,6 +120,24 @@ class QuotaShortfall(StatusModel):
     message: str
 
 
+class Eta(StatusModel):
+    """When a pending Workload is expected to start (``app.core.eta``: the admission core
+    run forward on a copy of its cohort).
+
+    ``start``: RFC 3339 UTC time (null when unknown); ``waitSeconds``: from now to ``start``
+    (0 when due); ``confidence``: ``bounded`` (every run that had to end first has a time
+    limit, ``maximumExecutionTimeSeconds``), ``estimated`` (some end was learned from
+    finished Workloads of the same LocalQueue and shape), ``unknown``; ``basis``: which of
+    those it rests on, or why it is unknown; ``computedAt``: when it was computed (recomputed
+    at most every few seconds)."""
+
+    start: str | None = None
+    wait_seconds: int | None = None
+    confidence: Literal["bounded", "estimated", "unknown"]
+    basis: str
+    computed_at: str | None = None
+
+
 class PendingWorkload(StatusModel):
     """A pending Workload in admission order.
 
@@ -142,6 +160,7 @@ class PendingWorkload(StatusModel):
     condition_reason: str | None = None
     message: str
     shortfalls: list[QuotaShortfall] = Field(default_factory=list)
+    eta: Eta | None = None
 
 
 class PendingWorkloadList(StatusModel):
@@ -184,7 +203,7 @@ class WorkloadStatus(StatusModel):
 
     ``state``: ``pending``, ``admitted`` or ``evicting`` (still holding quota);
     ``admissionInFlight``: admitted in memory, the status write not yet confirmed.
-    Positions, ``reason`` and ``message`` are set while pending.
+    Positions, ``reason``, ``message`` and ``eta`` are set while pending.
     """
 
     kind: Literal["WorkloadStatus"] = "WorkloadStatus"
@@ -205,3 +224,4 @@ class WorkloadStatus(StatusModel):
     shortfalls: list[QuotaShortfall] = Field(default_factory=list)
     pod_set_assignments: list[PodSetAssignment] = Field(default_factory=list)
     usage: list[ResourceUsage] = Field(default_factory=list)
+    eta: Eta | None = None

@@ -7,63 +7,18 @@ from __future__ import annotations
 import json
 import re
 import ssl
-import threading
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 import yaml
 from typer.testing import CliRunner
 
 from app.certs import ensure_certs
 from app.cli import app as cli
-from app.config import Settings
-from app.main import create_app
-from app.statuscli import usage_bar
+from app.statuscli import eta_cell, summary, usage_bar
 from tests.pykueue_server import free_port
-from tests.status_scenario import build_cluster, reviewer
-
-
-class Server:
-    """The FastAPI app under uvicorn in a thread (stopped by ``stop``)."""
-
-    def __init__(self, certs: Path) -> None:
-        self.app = create_app(Settings(controllers_enabled=False))
-        self.app.state.cluster = build_cluster()
-        self.app.state.access_reviewer = reviewer()
-        self.port = free_port()
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
-                                ssl_certfile=str(certs / "tls.crt"),
-                                ssl_keyfile=str(certs / "tls.key"), log_level="warning",
-                                lifespan="off")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def server(certs: Path) -> Iterator[Server]:
-    s = Server(certs)
-    s.start()
-    yield s
-    s.stop()
+from tests.status_server import Server
 
 
 @pytest.fixture
@@ -95,8 +50,8 @@ def api(server: Server, certs: Path, path: str, **params) -> dict:
 # ------------------------------------------------------------------------------ tables
 
 
-def test_cluster_queue_table_with_usage_bars_and_pending(run) -> None:
-    r = run()
+def test_wide_cluster_queue_table_with_usage_bars_and_pending(run) -> None:
+    r = run("-o", "wide")
     assert r.exit_code == 0, r.output + r.stderr
     out = r.stdout
     for text in ("ClusterQueues", "inference-cq", "research-cq", "solo-cq", "StrictFIFO",
@@ -119,8 +74,39 @@ def test_cluster_queue_table_with_usage_bars_and_pending(run) -> None:
     assert "waiting for a scheduling cycle" in after
 
 
+def test_default_view_is_one_line_per_cluster_queue_gpus_first(run) -> None:
+    r = run(env={"COLUMNS": "150"})
+    assert r.exit_code == 0, r.output + r.stderr
+    table = r.stdout.split("Pending in")[0].splitlines()
+    for name in ("inference-cq", "research-cq", "solo-cq"):
+        assert sum(name in ln for ln in table) == 1, name  # one line, no row per resource
+    research = next(ln for ln in table if "research-cq" in ln)
+    assert "3 (3 inadm.)" in research and "gpu a100 6/4 (borrowing 2)" in research
+    assert str(usage_bar(6, 4, 8)) in research
+    assert "gpu a100 2/4 (lending 2)" in next(ln for ln in table if "inference-cq" in ln)
+    solo = next(ln for ln in table if "solo-cq" in ln)
+    assert "cpu default-flavor 6/8 · memory default-flavor 20Gi/32Gi" in solo
+    assert not any("borrowingLimit" in ln for ln in table)  # limits are in -o wide
+    assert "Starts" in r.stdout  # the pending tables have the ETA column
+
+
+def test_summary_puts_gpus_first_and_eta_cell_says_how_sure() -> None:
+    rows = [{"flavor": "default", "resource": "cpu", "used": "2", "nominalQuota": "8"},
+            {"flavor": "l4", "resource": "nvidia.com/gpu", "used": "0", "nominalQuota": "4"},
+            {"flavor": "a100", "resource": "nvidia.com/gpu", "used": "6", "nominalQuota": "4",
+             "borrowed": "2"}]
+    line = str(summary(rows))
+    assert line == f"{usage_bar(6, 4, 8)} gpu a100 6/4 (borrowing 2), l4 0/4 · cpu default 2/8"
+    assert str(eta_cell({"eta": None})) == "-"
+    assert str(eta_cell({"eta": {"confidence": "unknown", "waitSeconds": None}})) == "unknown"
+    assert str(eta_cell({"eta": {"confidence": "bounded", "waitSeconds": 720}})) == "~12m"
+    assert str(eta_cell({"eta": {"confidence": "estimated", "waitSeconds": 5400}})) == \
+        "~1h30m est."
+    assert str(eta_cell({"eta": {"confidence": "bounded", "waitSeconds": 10}})) == "now"
+
+
 def test_namespace_view_lists_local_queues_and_their_pending(run) -> None:
-    r = run("-n", "research", token="research-token")
+    r = run("-n", "research", "-o", "wide", token="research-token")
     assert r.exit_code == 0, r.output + r.stderr
     out = r.stdout
     assert "LocalQueues in namespace research" in out
@@ -249,12 +235,12 @@ def test_nothing_listening_exits_2(run, certs) -> None:
 
 def test_bad_output_format(run) -> None:
     r = run("-o", "yaml")
-    assert r.exit_code == 2 and "must be table or json" in r.output + r.stderr
+    assert r.exit_code == 2 and "must be table, wide or json" in r.output + r.stderr
 
 
 def test_narrow_terminal_keeps_names_whole_and_shrinks_the_bars(run) -> None:
     """On a 100-column terminal names wrap instead of being cut with an ellipsis."""
-    r = run(env={"COLUMNS": "100"})
+    r = run("-o", "wide", env={"COLUMNS": "100"})
     assert r.exit_code == 0, r.output + r.stderr
     out = r.stdout
     assert "…" not in out
@@ -265,7 +251,7 @@ def test_narrow_terminal_keeps_names_whole_and_shrinks_the_bars(run) -> None:
 def test_80_column_terminal_stacks_the_queue_columns_and_keeps_headers_whole(run) -> None:
     """Fresh-user check, session 2: at 80 columns the nine-column table cut its headers into
     "Cluste" / "rQueue"; below 150 columns it now has three, the queue's fields stacked."""
-    r = run(env={"COLUMNS": "80"})
+    r = run("-o", "wide", env={"COLUMNS": "80"})
     assert r.exit_code == 0, r.output + r.stderr
     out = r.stdout
     assert all(len(line) <= 80 for line in out.splitlines()), max(map(len, out.splitlines()))
@@ -274,7 +260,7 @@ def test_80_column_terminal_stacks_the_queue_columns_and_keeps_headers_whole(run
                   "Cohort: ai"):
         assert whole in out, whole
     assert "Cluste " not in out and "…" not in out
-    wide = run(env={"COLUMNS": "200"}).stdout  # wide terminals keep one column per field
+    wide = run("-o", "wide", env={"COLUMNS": "200"}).stdout  # one column per field
     assert "Strategy: " not in wide and "│ BestEffortFIFO" in wide
 
 

@@ -5,6 +5,7 @@ paging, and 401/403/503. Expected figures are derived in the comments from the s
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
@@ -334,6 +335,7 @@ async def test_admitted_workload_shows_its_flavors_and_usage(client) -> None:
                                "flavors": {"nvidia.com/gpu": "a100"},
                                "resourceUsage": {"nvidia.com/gpu": "6"}}],
         "usage": [{"flavor": "a100", "resource": "nvidia.com/gpu", "used": "6"}],
+        "eta": None,
     }
 
 
@@ -647,3 +649,27 @@ async def test_lifespan_serves_the_reconcilers_cluster(monkeypatch) -> None:
                    'replica_role="standalone",status="inadmissible"} 3.0' in metrics
             assert 'kueue_admitted_workloads_total{cluster_queue="research-cq",' \
                    'priority_class="",replica_role="standalone"} 1.0' in metrics
+
+
+async def test_pending_workloads_carry_their_eta() -> None:
+    from app.api.status import rfc3339
+    from app.core.eta import EtaBoard
+    from tests.builders import Sim, cluster_queue
+
+    now = time.time()
+    sim = Sim(cluster_queue("gpu").flavor("a100", gpu=4).strict_fifo())
+    sim.c.add_workload(workload("a").cq("gpu").pods(1, gpu=4).limit(600).build(creation=now - 90))
+    assert sim.c.schedule(now - 60)  # admitted a minute ago, stopped 600 s after at the latest
+    sim.c.add_workload(workload("x").cq("gpu").pods(1, gpu=2).limit(60).build(creation=now - 10))
+    sim.c.schedule(now - 5)
+    app = make_app(sim.c)
+    app.state.eta = EtaBoard()
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://test") as c:
+        item = (await get(c, "/api/v1/clusterqueues/gpu/pending")).json()["items"][0]
+        one = (await get(c, "/api/v1/namespaces/ns/workloads/x")).json()
+    eta = item["eta"]
+    assert (eta["start"], eta["confidence"], eta["basis"]) == (
+        rfc3339(now - 60 + 600), "bounded", "maximumExecutionTimeSeconds")
+    assert 535 <= eta["waitSeconds"] <= 540
+    assert one["eta"]["start"] == eta["start"]

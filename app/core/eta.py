@@ -1,0 +1,454 @@
+"""When will a pending Workload start? Run the core forward on a copy of its cohort.
+
+``estimate(state, cluster_queue, now, runtimes)`` forks the cohort of ``cluster_queue``
+(``ClusterState.fork``: its ClusterQueues, their admitted and pending Workloads) and drives
+the copy with a virtual clock exactly as the simulator drives the core (``app/sim/engine.py``):
+cycles at an instant until nothing is decided, every Admit "written" at once, preemption
+victims stopping at once and queued again. So the answer follows the real rules (queue order,
+borrowing, lending limits, preemption), not a guess from the position in the queue.
+
+Each run ends at its *expected end*, from ``RuntimeModel.remaining``:
+
+- ``maximumExecutionTimeSeconds`` where set: admission time + the limit: a *bound* (Kueue
+  stops a Workload at its limit; pykueue does not enforce it yet, so the bound holds for
+  jobs that respect their limit);
+- else the decayed median of the runtimes of finished Workloads of the same LocalQueue and
+  shape (falling back to the LocalQueue's any-shape runtimes), among those that ran longer
+  than this one has run so far: an *estimate*;
+- else unknown: the run holds its quota for the rest of the simulation.
+
+Confidence of a Workload's ETA (``Eta.confidence``): ``bounded`` when every run that ended in
+the simulation before it started had a time limit, ``estimated`` when one of them ended at a
+learned runtime, ``unknown`` when it never starts in the simulation (a run ahead has no known
+end, the ClusterQueue is inactive, the budget ran out). Not modelled: Workloads that will
+arrive later (a higher-priority arrival delays the start), runs that end before their limit
+(a bounded ETA is then late, never early, when nothing arrives), eviction delays.
+
+Cost: O(cycles x cohort size); ``budget_ms`` stops the run (with an injected ``clock``, the
+core reads none) and the Workloads without a start are ``unknown``. ``EtaBoard`` caches the
+answer per cohort and recomputes it at most every ``min_interval`` seconds, and only when the
+state changed (``ClusterState.generation``) or ``max_age`` passed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from app.core.decisions import Admit, Preempt
+from app.core.scheduler import Cluster
+from app.core.types import ClusterQueueName, WorkloadKey
+from app.core.workload import Workload
+
+__all__ = [
+    "ArrivalModel",
+    "BOUNDED",
+    "ESTIMATED",
+    "UNKNOWN",
+    "Eta",
+    "EtaBoard",
+    "EtaRun",
+    "RuntimeModel",
+    "estimate",
+    "eta_text",
+    "shape_key",
+]
+
+BOUNDED, ESTIMATED, UNKNOWN = "bounded", "estimated", "unknown"
+LIMIT, LEARNED = "maximumExecutionTimeSeconds", "learned"
+
+
+@dataclass(frozen=True, slots=True)
+class Eta:
+    """Estimated start of one pending Workload.
+
+    ``start``: seconds since the epoch (None when ``unknown``); ``confidence``: ``bounded`` /
+    ``estimated`` / ``unknown`` (module docstring); ``basis``: which expected ends it rests
+    on: ``maximumExecutionTimeSeconds``, ``learned`` (decayed median of finished runs),
+    ``maximumExecutionTimeSeconds+learned``, or why it is unknown (``no end known``,
+    ``budget exceeded``, ``never admitted``)."""
+
+    start: float | None
+    confidence: str
+    basis: str
+
+    def wait(self, now: float) -> float | None:
+        """Seconds from ``now`` to the start (0 when due), None when unknown."""
+        return None if self.start is None else max(0.0, self.start - now)
+
+
+def shape_key(wl: Workload) -> tuple[object, ...]:
+    """What makes two Workloads "the same job" for runtime learning: per pod set its
+    name, count and per-pod requests."""
+    return tuple((ps.name, ps.count, tuple(sorted(ps.requests.items()))) for ps in wl.pod_sets)
+
+
+class RuntimeModel:
+    """Runtimes of finished Workloads per (LocalQueue, shape) and per LocalQueue.
+
+    ``observe`` records one finished run (seconds of admission); ``remaining`` answers how
+    long a run that has lasted ``elapsed`` seconds will still last, with its source. The
+    median is weighted by recency: the i-th newest sample weighs ``0.5 ** (i / half_life)``,
+    so a queue whose jobs got longer is followed within about ``half_life`` runs; at most
+    ``max_samples`` per key are kept (memory O(keys x max_samples)).
+    """
+
+    def __init__(self, *, half_life: float = 16.0, max_samples: int = 64) -> None:
+        self.half_life = half_life
+        self.max_samples = max_samples
+        self._by_shape: dict[tuple[str, tuple[object, ...]], list[float]] = {}
+        self._by_lq: dict[str, list[float]] = {}
+
+    def observe(self, wl: Workload, seconds: float) -> None:
+        """Record that ``wl`` ran ``seconds`` (negative values are ignored)."""
+        if seconds < 0 or math.isnan(seconds):
+            return
+        lq = f"{wl.namespace}/{wl.queue_name}"
+        for store, key in ((self._by_shape, (lq, shape_key(wl))), (self._by_lq, lq)):
+            samples = store.setdefault(key, [])  # type: ignore[attr-defined]
+            samples.append(float(seconds))
+            if len(samples) > self.max_samples:
+                del samples[0]
+
+    def samples(self, wl: Workload) -> list[float]:
+        """The samples used for ``wl``, oldest first: its shape's, else its LocalQueue's."""
+        lq = f"{wl.namespace}/{wl.queue_name}"
+        return self._by_shape.get((lq, shape_key(wl))) or self._by_lq.get(lq) or []
+
+    def remaining(self, wl: Workload, elapsed: float = 0.0) -> tuple[float | None, str]:
+        """``(seconds still to run or None, source)`` for ``wl`` after ``elapsed`` seconds
+        of admission. Source ``maximumExecutionTimeSeconds`` (limit - elapsed, at least 0),
+        ``learned`` (decayed median of the samples longer than ``elapsed``, minus
+        ``elapsed``), or ``""`` with None when neither is known (no samples, or it already
+        ran longer than every sample)."""
+        if wl.max_execution_seconds is not None:
+            return max(0.0, wl.max_execution_seconds - elapsed), LIMIT
+        samples = self.samples(wl)
+        n = len(samples)
+        kept = [(s, 0.5 ** ((n - 1 - i) / self.half_life))
+                for i, s in enumerate(samples) if s > elapsed]
+        if not kept:
+            return None, ""
+        kept.sort()
+        half = sum(w for _, w in kept) / 2
+        acc = 0.0
+        for s, w in kept:
+            acc += w
+            if acc >= half:
+                return s - elapsed, LEARNED
+        return kept[-1][0] - elapsed, LEARNED  # pragma: no cover - float rounding only
+
+
+@dataclass(slots=True)
+class EtaRun:
+    """One forward run over a cohort: ``etas`` per pending Workload, ``cycles`` run, ``ms``
+    spent (by the injected clock, 0 without one), ``truncated`` when the budget stopped
+    it, ``computed_at`` (the ``now`` it started from) and ``generation`` of the state."""
+
+    etas: dict[WorkloadKey, Eta] = field(default_factory=dict)
+    cycles: int = 0
+    ms: float = 0.0
+    truncated: bool = False
+    computed_at: float = 0.0
+    generation: int = -1
+
+
+_END, _EVICTED, _ARRIVE = 0, 1, 2
+
+
+def estimate(
+    state: Cluster,
+    cluster_queue: ClusterQueueName,
+    now: float,
+    runtimes: RuntimeModel,
+    *,
+    budget_ms: float | None = None,
+    clock: Callable[[], float] | None = None,
+    max_cycles_per_instant: int = 10_000,
+    arrivals: ArrivalModel | None = None,
+) -> EtaRun:
+    """ETA of every pending Workload of ``cluster_queue``'s cohort (see the module doc).
+
+    ``state`` is not modified (a fork is driven). ``now``: seconds since the epoch;
+    admitted Workloads' elapsed time is ``now - quota_reserved_at`` (``creation`` when
+    unknown). ``budget_ms`` with ``clock`` (seconds, e.g. ``time.perf_counter``): stop
+    after that much time, the rest ``unknown`` (``truncated``). An unknown ClusterQueue
+    gives an empty run. Raises nothing for a core that keeps deciding at one instant past
+    ``max_cycles_per_instant``: the run stops there as truncated. ``arrivals``: project
+    Workloads still to come (``ArrivalModel.future``) into the run, so later
+    higher-priority arrivals delay the ETA as they will; their basis gets ``+arrivals``.
+    """
+    t0 = clock() if clock is not None else 0.0
+    deadline = None if budget_ms is None or clock is None else t0 + budget_ms / 1000.0
+    run = EtaRun(computed_at=now, generation=state.generation)
+    members = state.scope_members(cluster_queue)
+    if not members:
+        return run
+    sim = state.fork(members)
+    assert isinstance(sim, Cluster)
+    targets: dict[WorkloadKey, None] = {}
+    for name in members:
+        for info in sim.pending_workloads(name):
+            targets[info.workload] = None
+    wls: dict[WorkloadKey, Workload] = {}
+    events: list[tuple[float, int, int, WorkloadKey, str]] = []
+    seq = 0
+    # Which runs end where: a key's generation guards against a stale end after eviction.
+    runs: dict[WorkloadKey, int] = {}
+
+    def push(at: float, kind: int, key: WorkloadKey, source: str) -> None:
+        nonlocal seq
+        seq += 1
+        heapq.heappush(events, (at, seq, kind, key, source))
+
+    future: dict[WorkloadKey, Workload] = {}
+    if arrivals is not None:
+        lqs = {f"{lq.namespace}/{lq.name}" for lq in sim.local_queues_of(members)}
+        for wl in arrivals.future(now, lqs):
+            future[wl.key] = wl
+            push(wl.creation, _ARRIVE, wl.key, "")
+    endless = 0  # runs with no known end: they hold their quota for the whole run
+    for name in members:
+        for key in sim.admitted(name):
+            info = sim.workload(key)
+            wl = sim.domain_workload(key)
+            if info is None or wl is None:
+                continue
+            wls[key] = wl
+            runs[key] = 0
+            if info.state == "evicting":
+                push(now, _EVICTED, key, LIMIT)
+                continue
+            started = wl.quota_reserved_at if wl.quota_reserved_at is not None else wl.creation
+            left, source = runtimes.remaining(wl, max(0.0, now - started))
+            if left is not None:
+                push(now + left, _END, key, source)
+            else:
+                endless += 1
+    sources: set[str] = set()  # the kinds of expected ends consumed so far
+    t = now
+    truncated = False
+    while targets:
+        for _ in range(max_cycles_per_instant):
+            ds = sim.schedule(t)
+            run.cycles += 1
+            for d in ds:
+                if isinstance(d, Admit):
+                    key = d.workload
+                    wl = sim.domain_workload(key)
+                    if key in targets:
+                        del targets[key]
+                        run.etas[key] = _eta_at(t, sources, bool(future))
+                    if wl is None:
+                        continue
+                    sim.update_workload(wl)  # the admission "lands" (as in the simulator)
+                    runs[key] = runs.get(key, 0) + 1
+                    wls[key] = wl
+                    left, source = runtimes.remaining(wl, 0.0)
+                    if left is not None:
+                        push(t + left, _END, key, f"{source}:{runs[key]}")
+                    else:
+                        endless += 1
+                elif isinstance(d, Preempt):
+                    for v in d.victims:
+                        push(t, _EVICTED, v.workload, f"{LIMIT}:{runs.get(v.workload, 0)}")
+            if not ds:
+                break
+            if deadline is not None and clock is not None and clock() > deadline:
+                break
+        else:
+            truncated = True
+            break
+        if deadline is not None and clock is not None and clock() > deadline:
+            truncated = True
+            break
+        if not events:
+            break
+        t = events[0][0]
+        while events and events[0][0] == t:
+            _, _, kind, key, tag = heapq.heappop(events)
+            source, _, gen = tag.partition(":")
+            if int(gen or 0) != runs.get(key, 0):
+                continue  # the run this end belonged to was preempted
+            if kind == _ARRIVE:
+                sim.add_workload(future[key])
+            elif kind == _END:
+                sources.add(source)
+                sim.finish(key)
+            else:
+                runs[key] = runs.get(key, 0) + 1
+                sim.finish_eviction(key, t)
+    # Nothing left to happen: either a run ahead never ends in the model, or the Workload
+    # cannot be admitted however long it waits (inactive queue, more than the quota).
+    why = "budget exceeded" if truncated else ("no end known" if endless else "never admitted")
+    for key in targets:
+        run.etas[key] = Eta(None, UNKNOWN, why)
+    run.truncated = truncated
+    if clock is not None:
+        run.ms = (clock() - t0) * 1000.0
+    return run
+
+
+def _eta_at(t: float, sources: set[str], arrivals: bool = False) -> Eta:
+    more = "+arrivals" if arrivals else ""
+    if LEARNED in sources:
+        basis = f"{LIMIT}+{LEARNED}" if LIMIT in sources else LEARNED
+        return Eta(t, ESTIMATED, basis + more)
+    return Eta(t, BOUNDED, LIMIT + more)
+
+
+class ArrivalModel:
+    """Recent arrivals per class (LocalQueue, priority, shape), to project the next ones.
+
+    ``observe(wl)`` records a Workload's creation; ``future(now, local_queues)`` returns the
+    Workloads expected in ``[now, now + horizon_seconds]``: for each class with at least
+    ``min_samples`` arrivals in the last ``window_seconds``, one copy of its latest Workload
+    every ``1 / rate`` seconds (rate = (n - 1) / (last - first) over that window), at most
+    ``max_future`` in all, the soonest first. They are named ``~eta-N`` (never a real name)
+    and keep the latest one's time limit. Steady streams are what this predicts; a burst
+    that has ended still projects until its samples leave the window.
+    """
+
+    def __init__(self, *, window_seconds: float = 1800.0, horizon_seconds: float = 3600.0,
+                 min_samples: int = 3, max_future: int = 500, max_samples: int = 256) -> None:
+        self.window_seconds = window_seconds
+        self.horizon_seconds = horizon_seconds
+        self.min_samples = min_samples
+        self.max_future = max_future
+        self.max_samples = max_samples
+        self._classes: dict[tuple[object, ...], tuple[Workload, list[float]]] = {}
+
+    def observe(self, wl: Workload) -> None:
+        """Record the arrival of ``wl`` (at ``wl.creation``)."""
+        key = (wl.namespace, wl.queue_name, wl.priority, shape_key(wl))
+        got = self._classes.get(key)
+        times = got[1] if got is not None else []
+        times.append(wl.creation)
+        if len(times) > self.max_samples:
+            del times[0]
+        latest = wl if got is None or wl.creation >= got[0].creation else got[0]
+        self._classes[key] = (latest, times)
+
+    def future(self, now: float, local_queues: set[str]) -> list[Workload]:
+        """The projected arrivals of ``local_queues`` (``namespace/name``) after ``now``."""
+        out: list[Workload] = []
+        n = 0
+        for (ns, queue, _, _), (latest, times) in self._classes.items():
+            if f"{ns}/{queue}" not in local_queues:
+                continue
+            recent = sorted(x for x in times if now - self.window_seconds <= x <= now)
+            if len(recent) < self.min_samples or recent[-1] <= recent[0]:
+                continue
+            step = (recent[-1] - recent[0]) / (len(recent) - 1)
+            at = recent[-1] + step
+            while at <= now:
+                at += step
+            while at <= now + self.horizon_seconds and len(out) < 4 * self.max_future:
+                n += 1
+                out.append(replace(latest, name=f"~eta-{n}", uid=f"~eta-{n}", creation=at,
+                                   admission=None, evicted_at=None, quota_reserved_at=None))
+                at += step
+        out.sort(key=lambda w: w.creation)
+        return out[:self.max_future]
+
+
+class EtaBoard:
+    """ETAs per cohort, cached; see the module doc for when a cohort is recomputed.
+
+    ``runtimes``: the learned runtimes (shared with whoever observes finished runs);
+    ``arrivals``: an ``ArrivalModel`` to project arrivals into each run (None: none);
+    ``min_interval`` / ``max_age``: seconds; ``budget_ms``: per cohort run; ``clock``:
+    seconds for the budget (``time.perf_counter``), injected so the core reads no clock.
+    ``runs`` and ``total_ms`` count the work done.
+    """
+
+    def __init__(
+        self,
+        runtimes: RuntimeModel | None = None,
+        *,
+        min_interval: float = 5.0,
+        max_age: float = 60.0,
+        budget_ms: float = 50.0,
+        clock: Callable[[], float] | None = None,
+        arrivals: ArrivalModel | None = None,
+    ) -> None:
+        self.runtimes = runtimes or RuntimeModel()
+        self.arrivals = arrivals
+        self.min_interval = min_interval
+        self.max_age = max_age
+        self.budget_ms = budget_ms
+        self.clock = clock
+        self.runs = 0
+        self.total_ms = 0.0
+        self._cache: dict[tuple[ClusterQueueName, ...], EtaRun] = {}
+
+    def for_cluster_queue(self, state: Cluster, name: ClusterQueueName, now: float) -> EtaRun:
+        """The (possibly cached) run covering ``name``'s cohort."""
+        members = state.scope_members(name)
+        if not members:
+            return EtaRun(computed_at=now)
+        scope = tuple(sorted(members))
+        cached = self._cache.get(scope)
+        if cached is not None:
+            age = now - cached.computed_at
+            fresh = cached.generation == state.generation and age < self.max_age
+            if fresh or 0 <= age < self.min_interval:
+                return cached
+        run = estimate(state, name, now, self.runtimes, budget_ms=self.budget_ms,
+                       clock=self.clock, arrivals=self.arrivals)
+        self.runs += 1
+        self.total_ms += run.ms
+        self._cache[scope] = run
+        return run
+
+    def eta(self, state: Cluster, name: ClusterQueueName, key: WorkloadKey,
+            now: float) -> Eta:
+        """ETA of pending ``key`` in ClusterQueue ``name`` (``unknown`` if not in the run:
+        it arrived after the cached run, within ``min_interval``)."""
+        got = self.for_cluster_queue(state, name, now).etas.get(key)
+        return got if got is not None else Eta(None, UNKNOWN, "not computed yet")
+
+    def forget_missing(self, names: Iterable[ClusterQueueName]) -> None:
+        """Drop cached cohorts that contain none of ``names`` (deleted queues)."""
+        keep = set(names)
+        for scope in [s for s in self._cache if not keep.intersection(s)]:
+            del self._cache[scope]
+
+
+def eta_text(eta: Eta, now: float) -> str:
+    """Short, coarsely rounded text for messages: ``expected start in ~12m``, ``expected
+    start now``, ``start time unknown``. The rounding (1 min below 5 min, then 5 min below
+    1 h, 15 min below 3 h, hours below 2 days, then days) keeps the text stable for
+    minutes, so a message carrying it is rewritten rarely."""
+    wait = eta.wait(now)
+    if wait is None:
+        return "start time unknown"
+    if wait < 30:
+        return "expected start now"
+    return f"expected start in ~{_round_duration(wait)}"
+
+
+def _round_duration(seconds: float) -> str:
+    m = seconds / 60
+    if m < 5:
+        return f"{max(1, round(m))}m"
+    if m < 60:
+        return f"{min(55, 5 * round(m / 5))}m" if round(m / 5) < 12 else "1h"
+    if m < 180:
+        q = 15 * round(m / 15)
+        h, mm = divmod(q, 60)
+        return f"{h}h" if mm == 0 else f"{h}h{mm:02d}m"
+    h = seconds / 3600
+    if h < 48:
+        return f"{round(h)}h"
+    return f"{round(h / 24)}d"
+
+
+def summary(etas: Mapping[WorkloadKey, Eta]) -> dict[str, int]:
+    """Counts per confidence word (for logs and the benchmark)."""
+    out = {BOUNDED: 0, ESTIMATED: 0, UNKNOWN: 0}
+    for e in etas.values():
+        out[e.confidence] += 1
+    return out

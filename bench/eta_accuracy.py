@@ -1,0 +1,215 @@
+"""Benchmark: how close is the ETA given at submission to the real start? JSON on stdout.
+
+Replays simulator traces (``app/sim/engine.py``, the core on a virtual clock). When a
+sampled Workload has arrived and the instant's cycles are over, and it is still pending,
+its ETA is computed from the simulator's own state (``app.core.eta.estimate`` on the live
+``Cluster``: the fork leaves it untouched); at the end it is compared with the Workload's
+real first admission. Error = |ETA wait - real wait| / real wait, over the Workloads that
+waited (those admitted at their arrival instant get no ETA: nothing to predict).
+
+Traces and runtime knowledge:
+
+- ``baseline``: Kueue's baseline scenario (bench/scenarios/baseline.yaml: 30 ClusterQueues,
+  15,000 Workloads arriving over a minute, preemption by priority). ``limit=runtime``: every
+  Workload's ``maximumExecutionTimeSeconds`` equals its runtime (all ETAs bounded).
+- ``gpu-teams``: generated here (seeded): one cohort of three GPU teams (research 8 GPUs,
+  training 16, inference 8, borrowing allowed), 600 Workloads of 1-8 GPUs arriving as a
+  Poisson stream over ~20 h, runtimes lognormal (median 20 min, sigma 1.2: a heavy tail,
+  p99 ~ 5 h). Variants: ``limit=runtime``; ``limit=2x-median`` (limits are what users write:
+  a runtime draw above the limit is cut at it, so each job still ends by its limit, but
+  most end well before); ``learned`` (no limits: the decayed median of the finished runs of
+  the same LocalQueue and shape, learned as the replay goes).
+
+Each variant prints the count of ETAs, the confidence words given, median / p90 error, and
+the cost of the ETA runs (median / max ms).
+
+    .venv/bin/python bench/eta_accuracy.py [--every 50] [--only gpu-teams]   (about 70 s)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.core.eta import ArrivalModel, RuntimeModel, estimate  # noqa: E402
+from app.core.types import WorkloadKey  # noqa: E402
+from app.sim.engine import Simulator  # noqa: E402
+from app.sim.trace import US, Submission, Trace, load_trace, parse_trace  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class EtaProbe(Simulator):
+    """The simulator, plus: Workloads get a time limit from ``limit_of`` at arrival; every
+    ``every``-th arrival still pending when its instant settles gets an ETA; finished runs
+    teach ``model``."""
+
+    def __init__(self, trace: Trace, *, limit_of, every: int, model: RuntimeModel,
+                 arrivals: ArrivalModel | None = None) -> None:
+        super().__init__(trace)
+        self.arrivals = arrivals
+        self.limit_of = limit_of
+        self.every = every
+        self.model = model
+        self.arrived: list[WorkloadKey] = []
+        self.seen = 0
+        self.etas: dict[WorkloadKey, tuple[float, str]] = {}
+        self.eta_ms: list[float] = []
+
+    def _arrive(self, s: Submission) -> None:
+        limit = self.limit_of(s)
+        wl = replace(s.workload, max_execution_seconds=limit)
+        super()._arrive(replace(s, workload=wl))
+        if self.arrivals is not None:
+            self.arrivals.observe(wl)
+        self.seen += 1
+        if self.seen % self.every == 0:
+            self.arrived.append(s.workload.key)
+
+    def _finish(self, t: int, key: WorkloadKey, run: int) -> None:
+        r = self.runs[key]
+        wl = self._wls.get(key)
+        if wl is not None and r.run == run and r.finished_us is None \
+                and r.last_admitted_us is not None:
+            self.model.observe(wl, (t - r.last_admitted_us) / US)
+        super()._finish(t, key, run)
+
+    def _sample(self, t: int) -> None:
+        super()._sample(t)
+        arrived, self.arrived = self.arrived, []
+        done: set = set()
+        for key in arrived:
+            info = self.cluster.workload(key)
+            if info is None or info.state != "pending" or info.cluster_queue is None:
+                continue
+            if key in done:
+                continue
+            run = estimate(self.cluster, info.cluster_queue, t / US, self.model,
+                           clock=time.perf_counter, arrivals=self.arrivals)
+            self.eta_ms.append(run.ms)
+            for k in arrived:  # one run answers every sampled arrival of the cohort
+                e = run.etas.get(k)
+                if e is not None and k not in self.etas:
+                    self.etas[k] = (e.start if e.start is not None else math.nan, e.confidence)
+                    done.add(k)
+
+
+def evaluate(trace: Trace, *, limit_of, every: int, arrivals: ArrivalModel | None = None,
+             ) -> dict:
+    sim = EtaProbe(trace, limit_of=limit_of, every=every, model=RuntimeModel(),
+                   arrivals=arrivals).run()
+    errors, words = [], {"bounded": 0, "estimated": 0, "unknown": 0}
+    late = early = 0
+    for key, (start, word) in sim.etas.items():
+        words[word] += 1
+        r = sim.runs[key]
+        if r.first_admitted_us is None or math.isnan(start):
+            continue
+        real = (r.first_admitted_us - r.created_us) / US
+        predicted = start - r.created_us / US
+        if real <= 0:
+            continue
+        errors.append(abs(predicted - real) / real)
+        late += predicted > real
+        early += predicted < real
+    errors.sort()
+    return {
+        "etas": len(sim.etas),
+        "confidence": words,
+        "compared": len(errors),
+        "median_rel_error": round(statistics.median(errors), 3) if errors else None,
+        "p90_rel_error": round(errors[int(0.9 * (len(errors) - 1))], 3) if errors else None,
+        "eta_later_than_real": late,
+        "eta_earlier_than_real": early,
+        "eta_run_ms": {"median": round(statistics.median(sim.eta_ms), 2) if sim.eta_ms else 0,
+                       "max": round(max(sim.eta_ms), 2) if sim.eta_ms else 0},
+    }
+
+
+def gpu_teams(seed: int = 15, n: int = 600) -> Trace:
+    """The generated GPU-team trace (see the module doc); the same ``seed`` gives the same
+    trace."""
+    rng = random.Random(seed)
+    teams = {"research": 8, "training": 16, "inference": 8}
+    cqs = []
+    for name, gpus in teams.items():
+        cqs.append(f"""
+      - name: {name}
+        namespace: {name}
+        preemption: {{withinClusterQueue: LowerPriority, reclaimWithinCohort: Any}}
+        resourceGroups:
+          - coveredResources: [nvidia.com/gpu]
+            flavors:
+              - name: a100
+                resources: [{{name: nvidia.com/gpu, nominalQuota: {gpus}, borrowingLimit: 8}}]""")
+    arrivals = []
+    t = 0.0
+    for i in range(n):
+        t += rng.expovariate(1 / 120)  # one every 2 min on average
+        team = rng.choices(list(teams), weights=(3, 2, 3))[0]
+        gpus = rng.choice((1, 1, 1, 2, 2, 4, 8))
+        runtime = max(30.0, rng.lognormvariate(math.log(1200), 1.2))
+        prio = 10 if team == "inference" else 0
+        arrivals.append(
+            f"  - {{at: {t:.1f}, name: {team}-{i}, class: g{gpus}, localQueue: {team}/{team}, "
+            f"request: {{nvidia.com/gpu: {gpus}}}, runtime: {runtime:.1f}, priority: {prio}}}")
+    text = ("name: gpu-teams\nflavors:\n  - name: a100\ncohorts:\n  - name: gpus\n"
+            "    clusterQueues:" + "".join(cqs) + "\narrivals:\n" + "\n".join(arrivals) + "\n")
+    return parse_trace(text, "gpu-teams")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--every", type=int, default=50,
+                    help="baseline: ETA for every N-th arrival (gpu-teams: every N/25-th)")
+    ap.add_argument("--only", choices=("baseline", "gpu-teams"))
+    a = ap.parse_args()
+    out: dict = {}
+
+    def exact(s: Submission) -> float:
+        return s.runtime_us / US
+
+    if a.only in (None, "gpu-teams"):
+        trace = gpu_teams()
+        median = statistics.median(s.runtime_us / US for s in trace.submissions())
+        cut = 2 * median
+
+        def cut_trace(tr: Trace) -> Trace:
+            # Each job is stopped at its limit (2 x the median runtime) as Kueue would.
+            subs = [replace(s, runtime_us=min(s.runtime_us, int(cut * US)))
+                    for s in tr.submissions()]
+            clone = replace(tr)  # a shallow copy whose submissions() returns the cut runs
+            clone.submissions = lambda: subs  # type: ignore[method-assign]
+            return clone
+
+        out["gpu-teams"] = {
+            "limit=runtime": evaluate(trace, limit_of=exact, every=max(1, a.every // 25)),
+            "limit=2x-median": evaluate(cut_trace(trace), limit_of=lambda s: cut,
+                                        every=max(1, a.every // 25)),
+            "learned": evaluate(trace, limit_of=lambda s: None, every=max(1, a.every // 25)),
+            "limit=runtime+arrivals": evaluate(
+                trace, limit_of=exact, every=max(1, a.every // 25),
+                arrivals=ArrivalModel(window_seconds=4 * 3600, horizon_seconds=4 * 3600)),
+        }
+    if a.only in (None, "baseline"):
+        trace = load_trace(ROOT / "bench/scenarios/baseline.yaml")
+        out["baseline"] = {
+            "limit=runtime": evaluate(trace, limit_of=exact, every=a.every),
+            "limit=runtime+arrivals": evaluate(
+                trace, limit_of=exact, every=a.every,
+                arrivals=ArrivalModel(window_seconds=30, horizon_seconds=120)),
+        }
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

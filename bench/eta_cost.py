@@ -1,0 +1,112 @@
+"""Benchmark: the cost of one ETA run (app/core/eta.py) at 1,000 pending / 500 running; JSON.
+
+Scenario: one cohort of 5 GPU ClusterQueues (220 GPUs nominal each, BestEffortFIFO,
+borrowing allowed), 500 running Workloads (1-4 GPUs, time limits 10 min - 4 h, admitted in
+the last hour) and 1,000 pending ones (1-8 GPUs, limits 10 min - 4 h; a quarter without a
+limit, estimated from learned runtimes). Measures the full run (no budget), then the run
+under the default budget (how many ETAs it answers), then ``EtaBoard`` called as the status
+API would, once per second for a minute with the state unchanged (cache hits).
+
+    .venv/bin/python bench/eta_cost.py [--pending 1000] [--running 500] [--budget-ms 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from app.core.eta import EtaBoard, RuntimeModel, estimate, summary  # noqa: E402
+from app.core.scheduler import Cluster  # noqa: E402
+from app.core.spec import (  # noqa: E402
+    ClusterQueueSpec,
+    FlavorQuotas,
+    LabelSelector,
+    LocalQueue,
+    ResourceFlavor,
+    ResourceGroup,
+    ResourceQuota,
+)
+from app.core.types import ClusterQueueName, CohortName, FlavorName, ResourceName  # noqa: E402
+from app.core.workload import PodSet, Workload  # noqa: E402
+
+GPU = ResourceName("nvidia.com/gpu")
+NOW = 1_000_000.0
+
+
+def build(n_pending: int, n_running: int, seed: int) -> tuple[Cluster, RuntimeModel]:
+    rng = random.Random(seed)
+    c = Cluster()
+    c.add_flavor(ResourceFlavor(FlavorName("a100")))
+    c.set_namespace("team", {})
+    names = [ClusterQueueName(f"team-{i}") for i in range(5)]
+    for name in names:
+        c.add_cluster_queue(ClusterQueueSpec(
+            name, cohort=CohortName("gpus"), namespace_selector=LabelSelector(),
+            resource_groups=(ResourceGroup((GPU,), (
+                FlavorQuotas(FlavorName("a100"), (ResourceQuota(GPU, 220),)),)),)))
+        c.add_local_queue(LocalQueue("team", name, name))
+    model = RuntimeModel()
+    for i in range(n_running + n_pending):
+        running = i < n_running
+        gpus = rng.choice((1, 1, 2, 4)) if running else rng.choice((1, 2, 4, 8))
+        limit = rng.choice((600, 1800, 3600, 14400))
+        q = names[i % 5]
+        wl = Workload("team", f"w{i}", q, (PodSet("main", 1, {GPU: gpus}),),
+                      creation=NOW - 3600 + i * 0.1, uid=f"u{i}",
+                      max_execution_seconds=None if (not running and i % 4 == 0) else limit)
+        c.add_workload(wl)
+        if running:
+            for _ in range(5):
+                if not c.schedule(NOW - 3600 + rng.random() * 3000):
+                    break
+        else:
+            for _ in range(3):
+                model.observe(wl, rng.lognormvariate(7, 1))
+    return c, model
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pending", type=int, default=1000)
+    ap.add_argument("--running", type=int, default=500)
+    ap.add_argument("--budget-ms", type=float, default=50.0)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    c, model = build(a.pending, a.running, a.seed)
+    cq = ClusterQueueName("team-0")
+    running = sum(len(c.admitted(n)) for n in c.scope_members(cq))
+    pending = sum(len(c.pending_workloads(n)) for n in c.scope_members(cq))
+    full = []
+    for _ in range(a.repeat):
+        run = estimate(c, cq, NOW, model, budget_ms=None, clock=time.perf_counter)
+        full.append(run.ms)
+    budgeted = estimate(c, cq, NOW, model, budget_ms=a.budget_ms, clock=time.perf_counter)
+    board = EtaBoard(model, budget_ms=a.budget_ms, clock=time.perf_counter)
+    t0 = time.perf_counter()
+    for s in range(60):
+        board.for_cluster_queue(c, cq, NOW + s)
+    board_ms = (time.perf_counter() - t0) * 1000
+    print(json.dumps({
+        "running": running,
+        "pending": pending,
+        "full_run": {"ms_median": round(statistics.median(full), 1),
+                     "ms_runs": [round(x, 1) for x in full], "cycles": run.cycles,
+                     "confidence": summary(run.etas)},
+        "budgeted_run": {"budget_ms": a.budget_ms, "ms": round(budgeted.ms, 1),
+                         "truncated": budgeted.truncated,
+                         "confidence": summary(budgeted.etas)},
+        "board_60_queries_1s_apart": {"recomputations": board.runs,
+                                      "total_ms": round(board_ms, 1)},
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""Issue 15 on the real API server: a waiting Workload's QuotaReserved message ends with its
+position and ETA ("position 1, expected start in ~5m"), computed from the running Workload's
+maximumExecutionTimeSeconds; the message is rewritten only when that text changes (more
+refreshes with the same text write nothing); a finished run teaches the learned runtimes."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.workload import Workload
+from tests.integration import reconciler_support as rs
+from tests.integration.reconciler_support import rlab_fixture  # noqa: F401 - fixture
+from tests.integration.test_reconciler_cases import admitted, cleanup
+from tests.labfixture import LabHandle, wait_for
+
+pytestmark = pytest.mark.lab
+
+
+def _limited(name: str, ns: str, seconds: int) -> dict:
+    obj = rs.workload_manifest(name, ns, "lq", cpu="2")
+    obj["spec"]["maximumExecutionTimeSeconds"] = seconds
+    return obj
+
+
+def test_pending_message_carries_position_and_eta_and_is_written_once(rlab: LabHandle) -> None:
+    mt = rs.ManagerThread(rs.settings_for(rlab, eta_message_seconds=0.5,
+                                    eta_min_interval_seconds=0.0)).start()
+    ns, cq = rs.namespace(rlab, "eta"), rs.unique("eta-cq")
+    rs.make_queue(rlab, cq, (ns,), cpu="2")
+    try:
+        rs.apply(rlab, _limited("runner", ns, 300))
+        wait_for(lambda: admitted(rs.wl(rlab, ns, "runner")), 30, "runner admitted")
+        rs.apply(rlab, rs.workload_manifest("waiter", ns, "lq", cpu="1"))
+
+        def message() -> str:
+            c = rs.cond(rs.wl(rlab, ns, "waiter"), "QuotaReserved") or {}
+            return c.get("message", "") if c.get("status") == "False" else ""
+
+        # runner ends at the latest 300 s after its admission: ~5m from now.
+        text = wait_for(lambda: (m := message()).endswith(
+            "; position 1, expected start in ~5m") and m, 30, "the ETA in the message")
+        assert "insufficient unused quota for cpu" in text
+        writes = mt.on_loop(lambda m: m.scheduler.pending_writes)
+        # Refreshing again with the same rounded text queues nothing, writes nothing.
+        for _ in range(3):
+            assert mt.on_loop(lambda m: m.scheduler.refresh_eta_messages()) == 0
+        assert mt.on_loop(lambda m: m.scheduler.pending_writes) == writes
+        assert message() == text
+
+        rs.finish_workload(rlab, ns, "runner")
+        wait_for(lambda: admitted(rs.wl(rlab, ns, "waiter")), 30, "waiter admitted")
+        # runner's run (admission to Finished) was learned for LocalQueue lq.
+        probe = Workload(ns, "probe", "lq", ())
+        samples = mt.on_loop(lambda m: m.scheduler.eta.runtimes.samples(probe))
+        assert len(samples) == 1 and 0 <= samples[0] < 120, samples
+    finally:
+        mt.stop()
+        cleanup(rlab, ns, cq)

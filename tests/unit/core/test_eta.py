@@ -1,0 +1,176 @@
+"""ETA of pending Workloads (app/core/eta.py): hand-computed cases on a 4-GPU ClusterQueue."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from app.core.eta import (
+    BOUNDED,
+    ESTIMATED,
+    UNKNOWN,
+    ArrivalModel,
+    Eta,
+    EtaBoard,
+    RuntimeModel,
+    estimate,
+    eta_text,
+)
+from app.core.types import ClusterQueueName
+from tests.builders import Sim, cluster_queue, workload
+
+T = 10_000.0  # when the running Workloads were admitted
+CQ = ClusterQueueName("gpu")
+
+
+def _four_gpus(*running, strict: bool = True) -> Sim:
+    """ClusterQueue ``gpu`` with 4 GPUs; ``running`` admitted at T (cycles at one instant)."""
+    b = cluster_queue("gpu").flavor("a100", gpu=4)
+    sim = Sim(b.strict_fifo() if strict else b)
+    for w in running:
+        sim.c.add_workload(w.cq("gpu").build(creation=T - 10))
+    for _ in range(10):
+        if not sim.c.schedule(T):
+            break
+    for w in running:
+        assert sim.admitted(w.build().name)
+    return sim
+
+
+def _pending(sim: Sim, *wls, at: float = T + 50) -> None:
+    for i, w in enumerate(wls):
+        sim.c.add_workload(w.cq("gpu").build(creation=at + i))
+    sim.c.schedule(T + 100)  # the real loop has already tried them: all wait
+
+
+def _etas(sim: Sim, runtimes: RuntimeModel | None = None, now: float = T + 100):
+    run = estimate(sim.c, CQ, now, runtimes or RuntimeModel())
+    return {k.split("/", 1)[1]: e for k, e in run.etas.items()}
+
+
+def test_time_limits_give_the_exact_start_in_queue_order_and_are_bounded():
+    # 4 GPUs: a (1 GPU, limit 600 s), b (1 GPU, 1200 s), c (2 GPUs, 3600 s) run since T.
+    # StrictFIFO x (2 GPUs, 900 s) then y (1 GPU): a ends at T+600 (1 free, x waits),
+    # b at T+1200 (2 free: x starts), x ends at T+2100 (2 free: y starts).
+    sim = _four_gpus(workload("a").pods(1, gpu=1).limit(600),
+                     workload("b").pods(1, gpu=1).limit(1200),
+                     workload("c").pods(1, gpu=2).limit(3600))
+    _pending(sim, workload("x").pods(1, gpu=2).limit(900), workload("y").pods(1, gpu=1).limit(60))
+    etas = _etas(sim)
+    assert etas["x"] == Eta(T + 1200, BOUNDED, "maximumExecutionTimeSeconds")
+    assert etas["y"] == Eta(T + 2100, BOUNDED, "maximumExecutionTimeSeconds")
+    # The state itself did not move.
+    assert sim.pending("x") and sim.pending("y") and sim.admitted("a")
+
+
+def test_best_effort_lets_a_small_job_start_at_the_first_free_gpu():
+    sim = _four_gpus(workload("a").pods(1, gpu=1).limit(600),
+                     workload("b").pods(1, gpu=1).limit(1200),
+                     workload("c").pods(1, gpu=2).limit(3600), strict=False)
+    _pending(sim, workload("x").pods(1, gpu=2).limit(900), workload("y").pods(1, gpu=1).limit(60))
+    etas = _etas(sim)
+    assert etas["y"].start == T + 600  # a's GPU; x needs two
+    assert etas["x"].start == T + 1200  # b's GPU + y's (ended at T+660)
+
+
+def test_a_learned_runtime_makes_the_eta_estimated():
+    # b has no limit; finished runs of its shape in its LocalQueue took 1000, 1500, 2000 s:
+    # the recency-weighted median is 1500, b has run 100 s: it ends at T+1500.
+    sim = _four_gpus(workload("a").pods(1, gpu=1).limit(600),
+                     workload("b").pods(1, gpu=1),
+                     workload("c").pods(1, gpu=2).limit(3600))
+    model = RuntimeModel()
+    for s in (1000, 1500, 2000):
+        model.observe(workload("old").cq("gpu").pods(1, gpu=1).build(), s)
+    _pending(sim, workload("x").pods(1, gpu=2).limit(900), workload("y").pods(1, gpu=1).limit(60))
+    etas = _etas(sim, model)
+    assert etas["x"] == Eta(T + 1500, ESTIMATED, "maximumExecutionTimeSeconds+learned")
+    assert etas["y"] == Eta(T + 2400, ESTIMATED, "maximumExecutionTimeSeconds+learned")
+
+
+def test_a_run_with_no_known_end_makes_what_needs_its_gpus_unknown():
+    # b (3 GPUs) has no limit and nothing was learned: x (2 GPUs) can only start with b's.
+    sim = _four_gpus(workload("a").pods(1, gpu=1).limit(600), workload("b").pods(1, gpu=3))
+    _pending(sim, workload("x").pods(1, gpu=2).limit(900))
+    assert _etas(sim)["x"] == Eta(None, UNKNOWN, "no end known")
+
+
+def test_the_budget_stops_the_run_and_the_rest_is_unknown():
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(600))
+    _pending(sim, *[workload(f"p{i}").pods(1, gpu=4).limit(60) for i in range(20)])
+    ticks = itertools.count()
+    run = estimate(sim.c, CQ, T + 100, RuntimeModel(), budget_ms=5.0,
+                   clock=lambda: next(ticks) * 0.001)  # each reading: 1 ms later
+    assert run.truncated
+    assert run.etas["ns/p0"].start == T + 600
+    assert run.etas["ns/p19"] == Eta(None, UNKNOWN, "budget exceeded")
+
+
+def test_runtime_model_conditions_on_the_time_already_run():
+    m = RuntimeModel()
+    wl = workload("w").cq("q").pods(1, gpu=1).build()
+    assert m.remaining(wl) == (None, "")
+    for s in (100, 200, 5000):
+        m.observe(wl, s)
+    assert m.remaining(wl, 0) == (200, "learned")
+    assert m.remaining(wl, 300) == (4700, "learned")  # only the 5000 s run lasted that long
+    assert m.remaining(wl, 6000) == (None, "")
+    limited = workload("v").pods(1, gpu=1).limit(100).build()
+    assert m.remaining(limited, 30) == (70, "maximumExecutionTimeSeconds")
+
+
+def test_board_recomputes_only_on_change_and_not_more_often_than_min_interval():
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(600))
+    _pending(sim, workload("x").pods(1, gpu=1).limit(60))
+    board = EtaBoard(min_interval=5.0, max_age=60.0)
+    first = board.for_cluster_queue(sim.c, CQ, T + 100)
+    assert board.for_cluster_queue(sim.c, CQ, T + 103) is first  # nothing changed
+    sim.c.add_workload(workload("y").cq("gpu").pods(1, gpu=1).build(creation=T + 101))
+    assert board.for_cluster_queue(sim.c, CQ, T + 104) is first  # changed, but within 5 s
+    assert board.eta(sim.c, CQ, sim.key("y"), T + 104) == Eta(None, UNKNOWN, "not computed yet")
+    assert board.eta(sim.c, CQ, sim.key("y"), T + 106) == Eta(T + 600, BOUNDED,
+                                                            "maximumExecutionTimeSeconds")
+    assert board.runs == 2
+    board.for_cluster_queue(sim.c, CQ, T + 150)  # unchanged and younger than max_age
+    assert board.runs == 2
+    board.for_cluster_queue(sim.c, CQ, T + 170)
+    assert board.runs == 3
+    board.forget_missing([ClusterQueueName("other")])  # gpu was deleted: its cohort goes
+    board.for_cluster_queue(sim.c, CQ, T + 171)
+    assert board.runs == 4
+
+
+@pytest.mark.parametrize(("wait", "text"), [
+    (0, "expected start now"), (29, "expected start now"), (100, "expected start in ~2m"),
+    (12 * 60 + 20, "expected start in ~10m"), (14 * 60, "expected start in ~15m"),
+    (59 * 60, "expected start in ~1h"), (95 * 60, "expected start in ~1h30m"),
+    (5 * 3600, "expected start in ~5h"), (80 * 3600, "expected start in ~3d"),
+])
+def test_eta_text_is_coarse(wait, text):
+    assert eta_text(Eta(1000.0 + wait, BOUNDED, ""), 1000.0) == text
+    assert eta_text(Eta(None, UNKNOWN, ""), 1000.0) == "start time unknown"
+
+
+def test_a_workload_larger_than_the_quota_is_never_admitted_and_says_so():
+    sim = _four_gpus(workload("a").pods(1, gpu=1).limit(600))
+    _pending(sim, workload("huge").pods(1, gpu=8).limit(60))
+    assert _etas(sim)["huge"] == Eta(None, UNKNOWN, "never admitted")
+
+
+def test_projected_higher_priority_arrivals_delay_the_eta():
+    # a (4 GPUs) runs until T+1200 at the latest; x (4 GPUs, priority 0) waits. A class of
+    # priority-10 4-GPU jobs (limit 300 s) arrived at T-2000, T-1000, T: the next one is due
+    # at T+1000, before a ends, so at T+1200 it goes first and x starts when it ends, T+1500.
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(1200))
+    _pending(sim, workload("x").pods(1, gpu=4).limit(60))
+    arrivals = ArrivalModel(window_seconds=5000, horizon_seconds=1500)
+    for i, at in enumerate((T - 2000, T - 1000, T)):
+        arrivals.observe(workload(f"hi-{i}").cq("gpu").priority(10).pods(1, gpu=4).limit(300)
+                         .build(creation=at))
+    assert [w.creation for w in arrivals.future(T + 100, {"ns/lq-gpu"})] == [T + 1000]
+    assert arrivals.future(T + 100, {"ns/other"}) == []
+    assert _etas(sim)["x"].start == T + 1200
+    run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
+    assert run.etas["ns/x"] == Eta(T + 1500, BOUNDED, "maximumExecutionTimeSeconds+arrivals")
+    assert set(run.etas) == {"ns/x"}  # projected arrivals get no ETA of their own

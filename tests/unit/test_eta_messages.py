@@ -1,0 +1,101 @@
+"""The scheduling loop's pending messages carry "position N, expected start in ~T"
+(app/controllers/scheduler.py, refresh_eta_messages + _write_pending), written only when
+the rounded text changes, with one Event per core message, not per ETA change."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from app.config import Settings
+from app.controllers.scheduler import SchedulerLoop, eta_suffix
+from app.core.decisions import Pending
+from app.core.eta import BOUNDED, Eta
+from tests.builders import Sim, cluster_queue, workload
+
+T = 1_000_000.0
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.objs: dict[str, dict[str, Any]] = {}
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.objs.get(key)
+
+    def put(self, obj: dict[str, Any]) -> None:
+        m = obj["metadata"]
+        self.objs[f"{m['namespace']}/{m['name']}"] = obj
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.writes: list[dict[str, Any]] = []
+
+    async def replace(self, resource: Any, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        self.writes.append(body)
+        return body
+
+
+def _loop() -> tuple[SchedulerLoop, SimpleNamespace, Sim]:
+    sim = Sim(cluster_queue("gpu").flavor("a100", gpu=4).strict_fifo())
+    sim.c.add_workload(workload("a").cq("gpu").pods(1, gpu=4).limit(600).build(creation=T - 5))
+    assert sim.c.schedule(T)
+    store, events = FakeStore(), []
+    ctx = SimpleNamespace(
+        settings=Settings(controllers_enabled=False), client=FakeClient(),
+        store=lambda kind: store, clock=lambda: clock[0], may_write=True, inflight=set(),
+        recorder=SimpleNamespace(emit=lambda obj, etype, reason, msg: events.append(msg)),
+        events=events)
+    clock = [T + 60.0]
+    ctx.set_clock = lambda t: clock.__setitem__(0, t)
+    framework = SimpleNamespace(owner_object=lambda wl: None, notify=lambda wl, key: None)
+    loop = SchedulerLoop(ctx, jobs=framework, cluster=sim.c)  # type: ignore[arg-type]
+    wl = workload("x").cq("gpu").pods(1, gpu=2).limit(60).build(creation=T + 30)
+    sim.c.add_workload(wl)
+    store.put({"metadata": {"namespace": "ns", "name": "x"}, "spec": {}, "status": {}})
+    return loop, ctx, sim
+
+
+def _message(ctx: SimpleNamespace) -> str:
+    conds = ctx.client.writes[-1]["status"]["conditions"]
+    return next(c["message"] for c in conds if c["type"] == "QuotaReserved")
+
+
+async def _flush(loop: SchedulerLoop) -> None:
+    while loop._pending:  # noqa: SLF001 - drive the writer's body without its task
+        key, d = next(iter(loop._pending.items()))  # noqa: SLF001
+        del loop._pending[key]  # noqa: SLF001
+        await loop._write_pending(key, d)  # noqa: SLF001
+
+
+async def test_eta_tail_is_written_when_its_rounded_text_changes_and_events_stay_one() -> None:
+    loop, ctx, sim = _loop()
+    decisions = [d for d in sim.c.schedule(T + 60) if isinstance(d, Pending)]
+    assert [d.workload for d in decisions] == ["ns/x"]
+    loop.apply(decisions[0])
+    await _flush(loop)
+    core = decisions[0].message
+    assert _message(ctx) == core and len(ctx.client.writes) == 1 and ctx.events == [core]
+
+    # a ends at T+600 at the latest: x starts then, 540 s after now -> "~10m".
+    assert loop.refresh_eta_messages() == 1
+    await _flush(loop)
+    assert _message(ctx) == f"{core}; position 1, expected start in ~10m"
+    assert len(ctx.client.writes) == 2 and ctx.events == [core]  # no second Event
+
+    ctx.set_clock(T + 120)  # 480 s left: still "~10m"
+    assert loop.refresh_eta_messages() == 0
+    ctx.set_clock(T + 370)  # 230 s left: "~4m"
+    assert loop.refresh_eta_messages() == 1
+    await _flush(loop)
+    assert _message(ctx) == f"{core}; position 1, expected start in ~4m"
+    assert len(ctx.client.writes) == 3 and ctx.events == [core]
+
+
+def test_eta_suffix_names_only_the_first_positions_and_leaves_out_unknown() -> None:
+    eta = Eta(T + 600, BOUNDED, "maximumExecutionTimeSeconds")
+    assert eta_suffix(2, eta, T) == "position 3, expected start in ~10m"
+    assert eta_suffix(10, eta, T) == "expected start in ~10m"
+    assert eta_suffix(0, None, T) == "position 1"
+    assert eta_suffix(12, Eta(None, "unknown", "no end known"), T) == ""
