@@ -301,19 +301,19 @@ EXTENDER_CLIENT = "kube-scheduler-client"  # certs/out/<this>.crt: kube-schedule
 
 
 def _scheduler_config(lab: Lab, source: Path) -> Path:
-    """Copy a KubeSchedulerConfiguration, substituting ${KUBECONFIG}, ${PYKUEUE_CA_FILE} and
+    """Copy a KubeSchedulerConfiguration, substituting ${KUBECONFIG}, ${PYKUEUE_CA_FILE},
     kube-scheduler's client certificate for the extender (${EXTENDER_CLIENT_CERT}/_KEY) and
-    the extender's port (``PYKUEUE_PORT``)."""
+    the extender's port (PYKUEUE_PORT)."""
     text = source.read_text()
     text = text.replace("${KUBECONFIG}", str(lab.kubeconfig))
     ca = os.environ.get("PYKUEUE_CA_FILE", str(ROOT / "certs" / "out" / "ca.crt"))
     text = text.replace("${PYKUEUE_CA_FILE}", ca)
     client = ROOT / "certs" / "out" / EXTENDER_CLIENT
+    # The template's extender URL is 127.0.0.1:9443; a lab with another PYKUEUE_PORT serves
+    # pykueue there, and 9443 may be another developer's pykueue.
+    text = text.replace("https://127.0.0.1:9443/", f"https://127.0.0.1:{PYKUEUE_PORT}/")
     text = text.replace("${EXTENDER_CLIENT_CERT}", f"{client}.crt")
     text = text.replace("${EXTENDER_CLIENT_KEY}", f"{client}.key")
-    # The extender is pykueue on PYKUEUE_PORT (the file says 9443, the default): a lab with
-    # another port (a second worktree) would otherwise ask someone else's pykueue, or none.
-    text = text.replace("https://127.0.0.1:9443/", f"https://127.0.0.1:{PYKUEUE_PORT}/")
     out = lab.state / "kube-scheduler-config.yaml"
     out.write_text(text)
     return out

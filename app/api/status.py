@@ -1,6 +1,7 @@
 """HTTP adapter: the queue status API (thin: authorise -> read the view -> build the response).
 
-Endpoints (JSON, models in ``app.models.status``; OpenAPI at ``/docs``):
+Endpoints (JSON, models in ``app.models.status``; OpenAPI at ``/docs`` when
+``Settings.server.openapi`` is on):
 
 - ``GET /api/v1/clusterqueues``                       every ClusterQueue
 - ``GET /api/v1/clusterqueues/{name}``                one ClusterQueue

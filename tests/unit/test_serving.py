@@ -182,3 +182,26 @@ def test_callers_without_a_certificate_still_reach_the_other_routes(mtls_server)
 
     srv, _ = mtls_server
     assert httpx.get(srv.url + "/healthz", verify=trust(srv.certs)).status_code == 200
+
+
+def test_the_uvicorn_config_carries_the_limits_of_the_settings(certs):
+    """What `pykueue serve` runs (app.serving.uvicorn_config): the settings' keep-alive and
+    concurrency limits, the guarded protocol and the hardened TLS context."""
+    import uvicorn
+
+    from app.config import ServerSettings
+    from app.serving import TLS12_CIPHERS, uvicorn_config
+
+    server = ServerSettings(cert_file=certs / "tls.crt", key_file=certs / "tls.key",
+                            keep_alive_seconds=7, limit_concurrency=9)
+    config = uvicorn_config(object(), server)
+    assert isinstance(config, uvicorn.Config)
+    assert (config.timeout_keep_alive, config.limit_concurrency) == (7, 9)
+    config.load()
+    assert config.http_protocol_class.__name__ == "GuardedHTTPProtocol"
+    assert config.ssl.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert config.ssl.verify_mode == ssl.CERT_NONE  # no client CA set: no certificate asked
+    tls12 = {c["name"] for c in config.ssl.get_ciphers() if c["protocol"] == "TLSv1.2"}
+    assert tls12 and all(("GCM" in n or "CHACHA20" in n) and n.startswith("ECDHE")
+                         for n in tls12), tls12
+    assert TLS12_CIPHERS == "ECDHE+AESGCM:ECDHE+CHACHA20"
