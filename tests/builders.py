@@ -20,6 +20,7 @@ from app.core.scheduler import Cluster
 from app.core.spec import (
     BorrowWithinCohort,
     ClusterQueueSpec,
+    CohortSpec,
     FlavorFungibility,
     FlavorQuotas,
     FungibilityPolicy,
@@ -126,6 +127,7 @@ class ClusterQueueBuilder:
         self._preemption = PreemptionPolicy()
         self._fungibility = FlavorFungibility()
         self._stop = StopPolicy.NONE
+        self._fair_weight_milli = 1000
 
     def cohort(self, name: str | None) -> ClusterQueueBuilder:
         self._cohort = name
@@ -206,6 +208,11 @@ class ClusterQueueBuilder:
         self._stop = StopPolicy(policy)
         return self
 
+    def fair_weight(self, w: float) -> ClusterQueueBuilder:
+        """``spec.fairSharing.weight`` (read only with fair sharing enabled)."""
+        self._fair_weight_milli = round(w * 1000)
+        return self
+
     def build(self) -> ClusterQueueSpec:
         return ClusterQueueSpec(
             ClusterQueueName(self._name),
@@ -216,12 +223,44 @@ class ClusterQueueBuilder:
             self._preemption,
             self._fungibility,
             self._stop,
+            fair_weight_milli=self._fair_weight_milli,
         )
 
 
 def cluster_queue(name: str) -> ClusterQueueBuilder:
     """Start a ClusterQueue (namespaceSelector ``{}``, BestEffortFIFO, no preemption)."""
     return ClusterQueueBuilder(name)
+
+
+class CohortBuilder(ClusterQueueBuilder):
+    """``cohort("team").parent("org").flavor("a100", gpu=4, lending_limit=2).weight(2)``: a
+    Kueue v1beta2 Cohort object (its ``flavor`` quotas are the cohort's own pool)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._parent: str | None = None
+        self._weight_milli = 1000
+
+    def parent(self, name: str | None) -> CohortBuilder:
+        self._parent = name
+        return self
+
+    def weight(self, w: float) -> CohortBuilder:
+        self._weight_milli = round(w * 1000)
+        return self
+
+    def build(self) -> CohortSpec:  # type: ignore[override]
+        return CohortSpec(
+            CohortName(self._name),
+            None if self._parent is None else CohortName(self._parent),
+            tuple(ResourceGroup(covered, tuple(fl)) for covered, fl in self._groups),
+            self._weight_milli,
+        )
+
+
+def cohort(name: str) -> CohortBuilder:
+    """Start a Cohort object (a root, no quota, weight 1)."""
+    return CohortBuilder(name)
 
 
 class WorkloadBuilder:
@@ -336,6 +375,7 @@ class Sim:
         ]
         flavors = [b for b in built if isinstance(b, ResourceFlavor)]
         cqs = [b for b in built if isinstance(b, ClusterQueueSpec)]
+        cohorts = [b for b in built if isinstance(b, CohortSpec)]
         names = {f.name for f in flavors}
         if default_flavor:
             for cq in cqs:
@@ -347,6 +387,8 @@ class Sim:
             self.c.add_flavor(f)
         for ns, labels in (namespaces or {"ns": {}}).items():
             self.c.set_namespace(ns, labels)
+        for co in cohorts:
+            self.c.add_cohort(co)
         for cq in cqs:
             self.add_cq(cq)
 

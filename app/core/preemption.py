@@ -8,8 +8,10 @@ Rules (Kueue ``pkg/scheduler/preemption``, reference 3.7):
 - Same ClusterQueue: ``withinClusterQueue`` — LowerPriority (candidate priority lower),
   LowerOrNewerEqualPriority (lower, or equal and the preemptor is older), Never.
 - Other ClusterQueues: ``reclaimWithinCohort`` — LowerPriority, Any, Never; only from a
-  ClusterQueue that borrows (usage > nominal) on a resource needing preemption, re-checked as
-  victims are removed (a queue back within its nominal is no longer a candidate).
+  ClusterQueue of the same cohort tree that borrows (usage > nominal) on a resource needing
+  preemption, and whose cohorts up to the lowest common ancestor with the preemptor borrow
+  too (Kueue's hierarchical reclaim, ``QuotaTree.reclaimable``), re-checked as victims are
+  removed (a queue back within its nominal is no longer a candidate).
 - ``borrowWithinCohort: LowerPriority`` lets the preemptor stay borrowing after reclaiming
   from other ClusterQueues, only from candidates of strictly lower priority and at most
   ``maxPriorityThreshold``; otherwise a reclaiming preemptor must end within its nominal.
@@ -114,11 +116,7 @@ def _eligibility(
     def other_borrows(cq: ClusterQueueName) -> bool:
         v = borrowing.get(cq)
         if v is None:
-            v = borrowing[cq] = (
-                tree.has(cq)
-                and tree.cohort_of(cq) == cohort
-                and any(tree.is_borrowing(cq, fr) for fr in need)
-            )
+            v = borrowing[cq] = tree.has(cq) and tree.reclaimable(own, cq, need)
         return v
 
     def eligible(c: Candidate) -> bool:
@@ -175,7 +173,7 @@ class _Search:
         fits = False
         for c in cands:
             if c.cluster_queue != own:
-                if not any(tree.is_borrowing(c.cluster_queue, fr) for fr in self.need):
+                if not tree.reclaimable(own, c.cluster_queue, self.need):
                     continue
                 if allow and not self.while_borrowing_ok(c):
                     continue

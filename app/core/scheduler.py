@@ -275,7 +275,7 @@ class Cluster(ClusterState):
             cqs.append((name, p.priority))
         elif within == WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY:
             cqs.append((name, p.priority + 1))
-        cohort = tree.cohort_of(name)
+        cohort = tree.root_of(name)  # reclaim reaches the whole tree (reclaimable filters)
         if cohort is not None and pol.reclaim_within_cohort != ReclaimWithinCohort.NEVER:
             below = (
                 p.priority if pol.reclaim_within_cohort == ReclaimWithinCohort.LOWER_PRIORITY
@@ -478,15 +478,14 @@ class Cluster(ClusterState):
         out: list[Decision] = []
         victims = []
         awaiting = []
-        cohort = spec.cohort
-        path = f"/{cohort}/{spec.name}" if cohort else f"/{spec.name}"
+        path = self.tree.path_of(spec.name)
         for t in targets.targets:
             c = t.candidate
             if c.evicting:
                 awaiting.append(c.key)
                 continue
             self.evict(c.key, now)
-            victim_path = f"/{cohort}/{c.cluster_queue}" if cohort else f"/{c.cluster_queue}"
+            victim_path = self.tree.path_of(c.cluster_queue)
             victims.append(
                 Victim(
                     c.key,
