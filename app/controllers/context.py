@@ -17,6 +17,7 @@ from typing import Any
 from app.config import Settings
 from app.controllers.client import (
     CLUSTER_QUEUES,
+    COHORTS,
     JOBS,
     LOCAL_QUEUES,
     NAMESPACES,
@@ -40,7 +41,7 @@ Obj = dict[str, Any]
 MANAGED_JOBS = f"{QUEUE_NAME_LABEL},{QUEUE_NAME_LABEL}!="
 
 # Informer keys.
-RF, CQ, LQ, WL, WPC, PC, NS, JOB = "rf", "cq", "lq", "wl", "wpc", "pc", "ns", "job"
+RF, CQ, CO, LQ, WL, WPC, PC, NS, JOB = "rf", "cq", "co", "lq", "wl", "wpc", "pc", "ns", "job"
 
 
 def build_informers(client: KubeClient, watch_timeout_seconds: int = 300) -> InformerSet:
@@ -48,7 +49,8 @@ def build_informers(client: KubeClient, watch_timeout_seconds: int = 300) -> Inf
     label (``MANAGED_JOBS``)."""
     infs = InformerSet()
     for key, res, selector in (
-        (RF, RESOURCE_FLAVORS, None), (CQ, CLUSTER_QUEUES, None), (LQ, LOCAL_QUEUES, None),
+        (RF, RESOURCE_FLAVORS, None), (CQ, CLUSTER_QUEUES, None), (CO, COHORTS, None),
+        (LQ, LOCAL_QUEUES, None),
         (WL, WORKLOADS, None), (WPC, WORKLOAD_PRIORITY_CLASSES, None),
         (PC, PRIORITY_CLASSES, None), (NS, NAMESPACES, None), (JOB, JOBS, MANAGED_JOBS),
     ):

@@ -1,8 +1,8 @@
 """``Manager``: the reconciler of one pykueue process, started by ``app.main``'s lifespan.
 
-It owns the API client, the informers (ResourceFlavor, ClusterQueue, LocalQueue, Workload,
-WorkloadPriorityClass, PriorityClass, Namespace, Jobs with the queue-name label, Nodes and
-Pods for the extender), Lease leader election, the Job controller, the scheduling loop
+It owns the API client, the informers (ResourceFlavor, ClusterQueue, Cohort, LocalQueue,
+Workload, WorkloadPriorityClass, PriorityClass, Namespace, Jobs with the queue-name label,
+Nodes and Pods for the extender), Lease leader election, the Job controller, the scheduling loop
 (with the admission core ``app.core.scheduler.Cluster``), the queue status writer and the
 Event recorder. Every replica watches and serves; only the leader writes.
 
@@ -33,7 +33,7 @@ from typing import Any
 
 from app.config import Settings
 from app.controllers.client import NODES, PODS, KubeClient
-from app.controllers.context import CQ, JOB, LQ, NS, RF, WL, Context, build_informers
+from app.controllers.context import CO, CQ, JOB, LQ, NS, RF, WL, Context, build_informers
 from app.controllers.events import EventRecorder
 from app.controllers.finalizers import FinalizerController
 from app.controllers.informers import Informer
@@ -159,6 +159,7 @@ class Manager:
             inf[RF].add_handler(h)
         for h in (sched.on_cluster_queue, status.on_queue, fin.on_cluster_queue):
             inf[CQ].add_handler(h)
+        inf[CO].add_handler(sched.on_cohort)
         for h in (sched.on_local_queue, status.on_queue):
             inf[LQ].add_handler(h)
         inf[NS].add_handler(sched.on_namespace)

@@ -145,6 +145,8 @@ class Simulator:
             c.add_flavor(f)
         for ns, labels in t.namespaces.items():
             c.set_namespace(ns, labels)
+        for co in t.cohorts:
+            c.add_cohort(co)
         for spec in t.cluster_queues:
             c.add_cluster_queue(spec)
             self.timelines[spec.name] = QueueTimeline(spec.name)

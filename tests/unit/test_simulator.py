@@ -440,3 +440,40 @@ def test_cli_bad_trace_exits_2_naming_the_line(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["simulate", str(trace)])
     assert r.exit_code == 2
     assert f"{trace}:2: queues: unknown field" in r.output
+
+
+HIERARCHY = """
+flavors: [{name: default}]
+cohorts:
+  - name: org
+    resourceGroups:
+      - coveredResources: [cpu]
+        flavors: [{name: default, resources: [{name: cpu, nominalQuota: 4}]}]
+  - name: team
+    parentName: org
+    fairSharing: {weight: 2}
+    clusterQueues:
+      - name: a
+        fairSharing: {weight: 0.5}
+        resourceGroups:
+          - coveredResources: [cpu]
+            flavors: [{name: default, resources: [{name: cpu, nominalQuota: 0}]}]
+        workloads: [{class: w, count: 1, request: {cpu: 4}, runtime: 10s}]
+"""
+
+
+def test_trace_cohort_objects_lend_their_quota_down_the_tree() -> None:
+    t = parse_trace(HIERARCHY, "tree.yaml")
+    assert [(c.name, c.parent, c.fair_weight_milli) for c in t.cohorts] == [
+        ("org", None, 1000), ("team", "org", 2000)]
+    assert t.cluster_queues[0].fair_weight_milli == 500
+    sim = Simulator(t).run()
+    # a's 4 CPUs come from org's own pool, two levels up: admitted at once.
+    assert sim.admits == 1 and sim.end_us == 10 * 1_000_000
+
+
+def test_trace_cohort_limits_need_a_parent() -> None:
+    bad = HIERARCHY.replace("nominalQuota: 4}", "nominalQuota: 4, borrowingLimit: 1}")
+    with pytest.raises(TraceError, match="Cohort org: .*borrowingLimit: must be nil when "
+                                         "parentName is empty"):
+        parse_trace(bad, "tree.yaml")
