@@ -167,12 +167,17 @@ def simulate(
         None, help="Preemption to quota release (e.g. 2s); default: the trace's evictionDelay."),
     until: str | None = typer.Option(None, help="Stop the virtual clock here (e.g. 10m)."),
     max_queues: int = typer.Option(40, help="ClusterQueue rows in the table."),
+    fair_sharing: bool = typer.Option(
+        False, "--fair-sharing", help="Enable fair sharing (Kueue's fairSharing, both "
+        "preemption strategies): weights order admission and choose victims."),
     nominal: list[str] = typer.Option(  # noqa: B008 - typer's idiom
         [], help="What if: CLUSTERQUEUE:FLAVOR:RESOURCE=QUANTITY (repeatable)."),
 ) -> None:
     """Simulate a trace through the admission core with a virtual clock ("what if")."""
     import json
 
+    from app.core.scheduler import Cluster
+    from app.core.spec import FairSharing
     from app.sim import Simulator, TraceError, load_trace, summarize, timelines
     from app.sim.report import plot as draw
     from app.sim.report import print_report
@@ -187,7 +192,8 @@ def simulate(
     except (TraceError, ValueError, OSError) as exc:
         typer.echo(f"pykueue simulate: {exc}", err=True)
         raise typer.Exit(code=2) from exc
-    sim = Simulator(parsed, eviction_delay_us=delay, until_us=stop).run()
+    core = Cluster(FairSharing()) if fair_sharing else None
+    sim = Simulator(parsed, cluster=core, eviction_delay_us=delay, until_us=stop).run()
     figures = summarize(sim)
     if output:
         with open(output, "w", encoding="utf-8") as f:

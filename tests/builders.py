@@ -21,6 +21,7 @@ from app.core.spec import (
     BorrowWithinCohort,
     ClusterQueueSpec,
     CohortSpec,
+    FairSharing,
     FlavorFungibility,
     FlavorQuotas,
     FungibilityPolicy,
@@ -363,11 +364,13 @@ class Sim:
 
     def __init__(
         self,
-        *items: ClusterQueueBuilder | FlavorBuilder | ClusterQueueSpec | ResourceFlavor,
+        *items: ClusterQueueBuilder | FlavorBuilder | ClusterQueueSpec | ResourceFlavor
+        | CohortSpec,
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
         default_flavor: bool = True,
+        fair_sharing: FairSharing | None = None,
     ) -> None:
-        self.c = Cluster()
+        self.c = Cluster(fair_sharing)
         self.now = 1000.0
         self.history: list[list[Decision]] = []
         built = [
@@ -427,6 +430,17 @@ class Sim:
                 return made
             made.extend(ds)
         raise AssertionError(f"no fixed point after {limit} cycles")
+
+    def settle_evictions(self, limit: int = 50) -> None:
+        """Settle, let every Workload being evicted stop, and repeat until none is."""
+        for _ in range(limit):
+            self.settle()
+            evicting = [k for k in self.c.workload_keys() if self.c.workload(k).state == "evicting"]
+            if not evicting:
+                return
+            for k in evicting:
+                self.c.finish_eviction(k, self.now)
+        raise AssertionError(f"still evicting after {limit} rounds")
 
     # -- lookups ---------------------------------------------------------------------------------
     @staticmethod

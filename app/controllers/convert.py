@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.core.quantity import QuantityError, parse_quantity
+from app.core.quantity import US, QuantityError, parse_duration_us, parse_quantity
+from app.core.scheduler import MIN_RUNTIME_ANNOTATION, RECLAIM_BACKOFF_ANNOTATION
 from app.core.spec import (
     BorrowWithinCohort,
     ClusterQueueSpec,
@@ -146,6 +147,25 @@ def _weight(spec: Obj) -> tuple[int, ConfigProblem | None]:
         return 1000, ConfigProblem("InvalidSpec", exc.field, f"Can't admit new workloads: {exc}")
 
 
+def _durations(obj: Obj) -> tuple[float | None, float | None, ConfigProblem | None]:
+    """(min runtime, reclaim backoff) in seconds from a ClusterQueue's pykueue annotations,
+    or the problem naming the unreadable one (a Go-style duration: ``90s``, ``5m``, ``1h``)."""
+    ann = (obj.get("metadata") or {}).get("annotations") or {}
+    out: list[float | None] = []
+    for key in (MIN_RUNTIME_ANNOTATION, RECLAIM_BACKOFF_ANNOTATION):
+        v = ann.get(key)
+        if v is None:
+            out.append(None)
+            continue
+        try:
+            out.append(parse_duration_us(v) / US)
+        except ValueError as exc:
+            return None, None, ConfigProblem(
+                "InvalidSpec", f"metadata.annotations[{key}]",
+                f"Can't admit new workloads: metadata.annotations[{key}]: {exc}")
+    return out[0], out[1], None
+
+
 # Admission Fair Sharing (Kueue ``spec.admissionScope``) is not built: a ClusterQueue asking
 # for it is refused (inactive, with this message) rather than admitted without it.
 _NO_AFS = ("Can't admit new workloads: spec.admissionScope.admissionMode "
@@ -163,7 +183,8 @@ def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
     spec = obj.get("spec") or {}
     groups, problem = _resource_groups(spec)
     weight, bad_weight = _weight(spec)
-    problem = problem or bad_weight
+    min_runtime, backoff, bad_duration = _durations(obj)
+    problem = problem or bad_weight or bad_duration
     mode = (spec.get("admissionScope") or {}).get("admissionMode")
     if problem is None and mode not in (None, "", "NoAdmissionFairSharing"):
         problem = ConfigProblem("InvalidSpec", "spec.admissionScope.admissionMode", _NO_AFS)
@@ -200,6 +221,8 @@ def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
         stop_policy=_enum(StopPolicy, spec.get("stopPolicy"), StopPolicy.NONE),
         object_problem=problem,
         fair_weight_milli=weight,
+        min_runtime_s=min_runtime,
+        reclaim_backoff_s=backoff,
     ), problem
 
 

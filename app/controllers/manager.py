@@ -72,7 +72,7 @@ class Manager:
         self.watch_nodes = watch_nodes
         self.metrics = metrics
         self.ctx: Context | None = None
-        self.cluster = Cluster()
+        self.cluster = Cluster(settings.fair_sharing.core())
         self.jobs: JobController | None = None
         self.scheduler: SchedulerLoop | None = None
         self.status: StatusWriter | None = None

@@ -221,6 +221,9 @@ class ClusterState:
         self._flavors: dict[FlavorName, ResourceFlavor] = {}
         self._cqs: dict[ClusterQueueName, _ClusterQueue] = {}
         self._cohorts: dict[CohortName, CohortSpec] = {}
+        # ClusterQueues with a minimum runtime before preemption (so the scheduler looks for
+        # protected victims only when one exists).
+        self._min_runtime_cqs: set[ClusterQueueName] = set()
         # Cohort -> the problem that disables its subtree (a cycle, an invalid Cohort on the
         # way to the root); recomputed by ``_rebuild_cohorts``.
         self._cohort_problems: dict[CohortName, ConfigProblem] = {}
@@ -295,6 +298,11 @@ class ClusterState:
         cq = _ClusterQueue(spec, problem, old.queue if old is not None else PendingQueue())
         self._cqs[name] = cq
         self.tree.set_cluster_queue(name, spec.cohort, self._quotas(cq))
+        self.tree.set_weight(name, spec.fair_weight_milli)
+        if spec.min_runtime_s:
+            self._min_runtime_cqs.add(name)
+        else:
+            self._min_runtime_cqs.discard(name)
         self._scopes.clear()
         if old is None:
             for key in self._admitted_by_cq.get(name, {}):
@@ -311,6 +319,7 @@ class ClusterState:
             return False
         self._mark_cohort(name)
         cq = self._cqs.pop(name)
+        self._min_runtime_cqs.discard(name)
         self.tree.remove_cluster_queue(name)
         self._scopes.clear()
         for key in [*cq.queue.active(), *cq.queue.parked()]:
@@ -387,6 +396,7 @@ class ClusterState:
             cyclic = problems.get(name) is not None and problems[name].reason == "CohortCycle"
             ok = name not in problems
             tree.set_cohort(name, None if cyclic else spec.parent, quotas_of(spec) if ok else {})
+            tree.set_weight(name, spec.fair_weight_milli, cohort=True)
         self._scopes.clear()
         self._revalidate_all()
 

@@ -64,6 +64,8 @@ class _Node:
     child_cohorts: dict[str, _Node] = field(default_factory=dict)
     # Cohorts only: declared by a Cohort object (kept while empty) rather than implicit.
     explicit: bool = False
+    # fairSharing.weight in milli-units (Kueue default 1).
+    weight_milli: int = 1000
     # Cohorts only: cached Σ children (subtree − local) + own nominal.
     subtree: dict[FlavorResource, int] = field(default_factory=dict)
 
@@ -161,6 +163,7 @@ class QuotaTree:
             return
         node.explicit = False
         node.quotas = {}
+        node.weight_milli = 1000
         self._detach(node)
         if self._cohorts.get(name) is node:
             if node.children or node.child_cohorts:
@@ -237,6 +240,65 @@ class QuotaTree:
             self._change(parent, fr, d)
 
     # ---- queries ---------------------------------------------------------------------------
+    # ---- fair sharing (Kueue pkg/cache/scheduler/fair_sharing.go, reference 3.8) -----------
+    def set_weight(self, name: str, weight_milli: int, cohort: bool = False) -> None:
+        """``fairSharing.weight`` (milli-units) of a ClusterQueue or, with ``cohort``, a
+        cohort node; unknown names are ignored."""
+        node = (self._cohorts if cohort else self._cqs).get(name)
+        if node is not None:
+            node.weight_milli = weight_milli
+
+    def _share(self, node: _Node) -> float:
+        """Dominant resource share of ``node`` within its parent: per resource name,
+        Σ flavors max(0, usage − subtree quota) × 1000 / Σ flavors potential_available of
+        the parent; the largest ratio, divided by the weight. 0 when not borrowing (or a
+        root); +inf when borrowing with weight 0."""
+        parent = node.parent
+        if parent is None:
+            return 0.0
+        borrowed: dict[str, int] = {}
+        for fr, u in node.usage.items():
+            b = u - node.subtree_quota(fr)
+            if b > 0:
+                borrowed[fr.resource] = borrowed.get(fr.resource, 0) + b
+        if not borrowed:
+            return 0.0
+        if node.weight_milli == 0:
+            return float("inf")
+        lendable: dict[str, int] = {}
+        for fr in parent.keys():
+            if fr.resource in borrowed:
+                lendable[fr.resource] = lendable.get(fr.resource, 0) + self._potential(parent, fr)
+        ratio = max(
+            (b * 1000 / lendable[r] if lendable.get(r) else float("inf"))
+            for r, b in borrowed.items()
+        )
+        return ratio * 1000 / node.weight_milli
+
+    def share(self, name: ClusterQueueName) -> float:
+        """The ClusterQueue's dominant resource share (see ``_share``); Kueue's
+        ``status.fairSharing.weightedShare`` is its ceiling."""
+        return self._share(self._cqs[name])
+
+    def path_shares(
+        self, name: ClusterQueueName, extra: Mapping[FlavorResource, int] | None = None
+    ) -> list[tuple[str, float]]:
+        """``[(node id, share)]`` from the ClusterQueue up to (not including) its root, with
+        ``extra`` usage added to the ClusterQueue while measuring (the tree is restored).
+        Node ids are ``cq:<name>`` / ``co:<name>``."""
+        if extra:
+            self.add_usage(name, extra)
+        try:
+            out = []
+            n: _Node | None = self._cqs[name]
+            while n is not None and n.parent is not None:
+                out.append((("co:" if n.is_cohort else "cq:") + n.name, self._share(n)))
+                n = n.parent
+            return out
+        finally:
+            if extra:
+                self.remove_usage(name, extra)
+
     def has(self, name: ClusterQueueName) -> bool:
         """True when the ClusterQueue has a node."""
         return name in self._cqs

@@ -229,6 +229,12 @@ class ClusterQueueSpec:
     # spec.fairSharing.weight in milli-units (Kueue default 1 = 1000); read only when fair
     # sharing is enabled. 0: the queue only gets capacity nobody else wants.
     fair_weight_milli: int = 1000
+    # pykueue annotations (Kueue's API has no field for them), in seconds; None = off.
+    # min_runtime_s: an admitted Workload of this queue is not preempted by reclaim or fair
+    # sharing until it has held its quota this long. reclaim_backoff_s: after a reclaim or
+    # fair-sharing preemption took Workloads of this queue, it does not borrow for this long.
+    min_runtime_s: float | None = None
+    reclaim_backoff_s: float | None = None
 
     @cached_property
     def _group_index(self) -> dict[ResourceName, int]:
@@ -255,6 +261,26 @@ class ClusterQueueSpec:
     def flavor_names(self) -> tuple[FlavorName, ...]:
         """Every flavor named in ``resourceGroups``, in order."""
         return tuple(f.name for g in self.resource_groups for f in g.flavors)
+
+
+class FairSharingStrategy(StrEnum):
+    """Kueue Configuration ``fairSharing.preemptionStrategies`` (reference 3.8)."""
+
+    LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
+    LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
+
+
+@dataclass(frozen=True, slots=True)
+class FairSharing:
+    """Fair sharing settings of the core (Kueue Configuration ``fairSharing``): when given to
+    ``Cluster``, the dominant resource share of each node of the cohort tree orders the heads
+    of a cycle and chooses preemption victims. ``strategies``: tried in order; Kueue allows
+    [S2-a], [S2-b] or [S2-a, S2-b] (the default)."""
+
+    strategies: tuple[FairSharingStrategy, ...] = (
+        FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
+        FairSharingStrategy.LESS_THAN_INITIAL_SHARE,
+    )
 
 
 @dataclass(frozen=True)

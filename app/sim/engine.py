@@ -30,6 +30,7 @@ divided by the group's nominal quota.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -41,7 +42,7 @@ from app.sim.trace import US, Submission, Trace
 
 __all__ = ["QueueTimeline", "SimulationError", "Simulator", "WorkloadRun"]
 
-_FINISH, _EVICTED = 0, 1
+_FINISH, _EVICTED, _WAKE = 0, 1, 2
 
 
 class SimulationError(RuntimeError):
@@ -137,6 +138,7 @@ class Simulator:
         self._admitted: dict[ClusterQueueName, int] = {}
         self._touched: dict[ClusterQueueName, None] = {}
         self._wls: dict = {}
+        self._wake_pushed = -1
 
     # ---- set-up ---------------------------------------------------------------------------
     def _configure(self) -> None:
@@ -185,6 +187,12 @@ class Simulator:
             else:
                 raise SimulationError(
                     f"the core still decided after {self.max_cycles} cycles at t={now}s")
+            wake = self.cluster.next_wakeup()
+            if wake is not None:
+                at = math.ceil(round(wake * US, 3))
+                if at > t and at != self._wake_pushed:
+                    self._wake_pushed = at
+                    self._push(at, _WAKE, WorkloadKey(""), 0)
             self._sample(t)
         self._close()
         self.cpu_seconds = time.process_time() - cpu0
@@ -198,6 +206,8 @@ class Simulator:
             any_ = True
             if kind == _FINISH:
                 self._finish(t, key, run)
+            elif kind == _WAKE:
+                pass  # a minimum runtime or reclaim backoff ended: the cycles re-decide
             else:
                 self._evicted(t, key, run)
         while self._next < len(subs) and subs[self._next].at_us == t:

@@ -49,7 +49,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -57,7 +56,7 @@ from typing import Any, NoReturn, TypeVar
 import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 
-from app.core.quantity import QuantityError, parse_quantity
+from app.core.quantity import US, QuantityError, parse_duration_us, parse_quantity
 from app.core.spec import (
     BorrowWithinCohort,
     ClusterQueueSpec,
@@ -95,9 +94,6 @@ __all__ = [
     "with_nominal",
 ]
 
-US = 1_000_000  # microseconds per second: the simulator's clock is integer microseconds
-_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(us|ms|s|m|h)?\s*")
-_UNIT_US = {"us": 1, "ms": 1_000, "s": US, "m": 60 * US, "h": 3600 * US, None: US}
 E = TypeVar("E", bound=StrEnum)
 
 
@@ -107,30 +103,6 @@ class TraceError(ValueError):
     def __init__(self, source: str, line: int, message: str) -> None:
         self.source, self.line, self.why = source, line, message
         super().__init__(f"{source}:{line}: {message}")
-
-
-def parse_duration_us(value: object) -> int:
-    """Seconds (int/float) or ``"<number><us|ms|s|m|h>"`` -> whole microseconds (>= 0).
-
-    Raises ``ValueError`` for anything else or for a fraction of a microsecond.
-    """
-    if isinstance(value, bool):
-        raise ValueError("a boolean is not a duration")
-    if isinstance(value, (int, float)):
-        text, unit = repr(value), None
-    elif isinstance(value, str) and (m := _DURATION.fullmatch(value)):
-        text, unit = m.group(1), m.group(2)
-    else:
-        raise ValueError(f"not a duration: {value!r} (e.g. 0.5, 200ms, 1.5s, 2m, 1h)")
-    try:
-        exact = Decimal(text) * _UNIT_US[unit]
-    except InvalidOperation as exc:
-        raise ValueError(f"not a duration: {value!r}") from exc
-    if exact < 0:
-        raise ValueError(f"must not be negative: {value!r}")
-    if exact != exact.to_integral_value():
-        raise ValueError(f"finer than a microsecond: {value!r}")
-    return int(exact)
 
 
 @dataclass(frozen=True, slots=True)

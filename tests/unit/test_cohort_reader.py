@@ -64,3 +64,18 @@ def test_admission_fair_sharing_is_refused_not_ignored():
     ok, none = cluster_queue({"metadata": {"name": "cq"}, "spec": {
         "admissionScope": {"admissionMode": "NoAdmissionFairSharing"}}})
     assert none is None and ok.object_problem is None
+
+
+def test_bounded_preemption_annotations_are_read_in_seconds():
+    spec, problem = cluster_queue({"metadata": {"name": "cq", "annotations": {
+        "pykueue.dev/min-runtime-before-preemption": "5m",
+        "pykueue.dev/reclaim-backoff": "90s"}}, "spec": {}})
+    assert problem is None
+    assert (spec.min_runtime_s, spec.reclaim_backoff_s) == (300.0, 90.0)
+
+
+def test_an_unreadable_annotation_makes_the_queue_inactive_naming_it():
+    _, problem = cluster_queue({"metadata": {"name": "cq", "annotations": {
+        "pykueue.dev/min-runtime-before-preemption": "five minutes"}}, "spec": {}})
+    assert problem is not None
+    assert problem.field == "metadata.annotations[pykueue.dev/min-runtime-before-preemption]"
