@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 
 from app.core.decisions import Admit, Decision, Pending, Preempt
 from app.core.scheduler import Cluster
-from app.core.types import ClusterQueueName, FlavorResource, WorkloadKey
+from app.core.types import ClusterQueueName, FlavorResource, ResourceName, WorkloadKey
 from app.sim.trace import US, Submission, Trace
 
 __all__ = ["QueueTimeline", "SimulationError", "Simulator", "WorkloadRun"]
@@ -324,6 +324,15 @@ class Simulator:
     def pending_count(self, name: ClusterQueueName) -> int:
         """Pending Workloads the simulator counts in ClusterQueue ``name``."""
         return self._pending[name]
+
+    def pending_demand(self, name: ClusterQueueName, resource: ResourceName) -> int:
+        """Σ requests of ``resource`` (all pods) of the pending Workloads of ``name``."""
+        total = 0
+        for p in self.cluster.pending_workloads(name):
+            wl = self._wls.get(p.workload)
+            if wl is not None:
+                total += sum(ps.total().get(resource, 0) for ps in wl.pod_sets)
+        return total
 
     def admitted_count(self, name: ClusterQueueName) -> int:
         """Workloads holding quota in ``name`` (admitted or being evicted)."""
