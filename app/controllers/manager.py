@@ -106,7 +106,7 @@ class Manager:
         self.ctx = ctx
         self.jobs = JobController(ctx, workers=s.scheduling.job_workers)
         self.scheduler = SchedulerLoop(ctx, self.jobs, self.cluster, metrics=self.metrics)
-        self.status = StatusWriter(ctx)
+        self.status = StatusWriter(ctx, cluster=self.cluster)
         self.finalizers = FinalizerController(ctx, lambda cq: len(self.cluster.admitted(cq)))
         self.admission_lookup = StoreAdmissionLookup(ctx)
         self.extender_state = StoreExtenderState(ctx, NodeStore(s.extender.gpu_resource))
@@ -159,7 +159,8 @@ class Manager:
             inf[RF].add_handler(h)
         for h in (sched.on_cluster_queue, status.on_queue, fin.on_cluster_queue):
             inf[CQ].add_handler(h)
-        inf[CO].add_handler(sched.on_cohort)
+        for h in (sched.on_cohort, status.on_queue):
+            inf[CO].add_handler(h)
         for h in (sched.on_local_queue, status.on_queue):
             inf[LQ].add_handler(h)
         inf[NS].add_handler(sched.on_namespace)

@@ -829,6 +829,11 @@ class ClusterState:
             evicting,
         )
 
+    def cohort_problem(self, cohort: CohortName | None) -> ConfigProblem | None:
+        """Why ClusterQueues of ``cohort`` are inactive because of the cohort tree (a cycle
+        of parentName, an invalid Cohort on the way to the root), or None."""
+        return None if cohort is None else self._cohort_problems.get(cohort)
+
     def cohort_names(self) -> list[CohortName]:
         """Every cohort: declared by a Cohort object or named by a ClusterQueue, sorted."""
         return sorted(set(self._cohorts) | set(self.tree.cohort_names()))

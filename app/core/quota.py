@@ -280,6 +280,10 @@ class QuotaTree:
         ``status.fairSharing.weightedShare`` is its ceiling."""
         return self._share(self._cqs[name])
 
+    def cohort_share(self, name: CohortName) -> float:
+        """A cohort's dominant resource share within its parent (0 for a root)."""
+        return self._share(self._cohorts[name])
+
     def path_shares(
         self, name: ClusterQueueName, extra: Mapping[FlavorResource, int] | None = None
     ) -> list[tuple[str, float]]:

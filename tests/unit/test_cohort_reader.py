@@ -79,3 +79,27 @@ def test_an_unreadable_annotation_makes_the_queue_inactive_naming_it():
         "pykueue.dev/min-runtime-before-preemption": "five minutes"}}, "spec": {}})
     assert problem is not None
     assert problem.field == "metadata.annotations[pykueue.dev/min-runtime-before-preemption]"
+
+
+def test_cohort_status_shows_subtree_usage_and_the_cycle():
+    from app.controllers.status import INT64_MAX, cohort_status, weighted_share
+    from tests.builders import Sim, cluster_queue, workload
+    from tests.builders import cohort as cohort_b
+
+    s = Sim(cohort_b("org").flavor("default", cpu=4),
+            cohort_b("team").parent("org"),
+            cluster_queue("a").cohort("team").flavor("default", cpu=2))
+    s.submit(workload("w").cq("a").pods(5, cpu=1))
+    s.settle()
+    obj = {"metadata": {"name": "team"}, "spec": {"parentName": "org"}}
+    st = cohort_status(obj, s.c.cohort_status(CohortName("team")), None, 100.0)
+    assert st["flavorsUsage"] == [{"name": "default", "resources": [
+        {"name": "cpu", "subtreeQuota": "2", "total": "5", "borrowed": "3"}]}]
+    assert st["conditions"][0]["status"] == "True" and "fairSharing" not in st
+    s.c.add_cohort(cohort_b("org").parent("team").build())
+    st = cohort_status(obj, s.c.cohort_status(CohortName("team")), 0.0, 101.0)
+    cond = st["conditions"][0]
+    assert (cond["status"], cond["reason"]) == ("False", "CohortCycle")
+    assert "team -> org -> team" in cond["message"] or "org -> team -> org" in cond["message"]
+    assert st["fairSharing"] == {"weightedShare": 0}
+    assert weighted_share(float("inf")) == INT64_MAX and weighted_share(250.2) == 251
