@@ -179,6 +179,7 @@ def simulate(
     from app.core.scheduler import Cluster
     from app.core.spec import FairSharing
     from app.sim import Simulator, TraceError, load_trace, summarize, timelines
+    from app.sim.fairness import TreeFairness
     from app.sim.report import plot as draw
     from app.sim.report import print_report
     from app.sim.trace import parse_duration_us, with_nominal
@@ -193,8 +194,17 @@ def simulate(
         typer.echo(f"pykueue simulate: {exc}", err=True)
         raise typer.Exit(code=2) from exc
     core = Cluster(FairSharing()) if fair_sharing else None
-    sim = Simulator(parsed, cluster=core, eviction_delay_us=delay, until_us=stop).run()
+    # With fair sharing: each queue's share of its cohort tree against its weighted fair share
+    # (app.sim.fairness; it samples pending demand at every instant, so only when asked).
+    fairness = TreeFairness() if fair_sharing else None
+    sim = Simulator(parsed, cluster=core, eviction_delay_us=delay, until_us=stop,
+                    on_cycle=fairness)
+    if fairness is not None:
+        fairness.bind(sim)
+    sim.run()
     figures = summarize(sim)
+    if fairness is not None:
+        figures["fair_share"] = fairness.report(sim.end_us)
     if output:
         with open(output, "w", encoding="utf-8") as f:
             json.dump({**figures, "timeline": timelines(sim)}, f)
@@ -203,6 +213,12 @@ def simulate(
                               indent=2))
     else:
         print_report(sim, figures, max_queues=max_queues)
+        for tree, rows in figures.get("fair_share", {}).items():
+            typer.echo(f"\nshare of {tree} (contended time) vs weighted fair share:")
+            for q, r in rows.items():
+                if not q.startswith("_"):
+                    typer.echo(f"  {q:<30} weight {r['weight']:<6g} share {r['share_pct']:5.1f}%"
+                               f"  fair {r['fair_share_pct']:5.1f}%  ({r['diff_points']:+.1f})")
     if plot:
         draw(sim, plot)
 

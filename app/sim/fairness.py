@@ -112,3 +112,47 @@ class FairnessProbe:
         out["_contended_s"] = {"seconds": round(contended / 1e6, 1),
                                "of_run_s": round(total / 1e6, 1)}
         return out
+
+
+@dataclass
+class TreeFairness:
+    """``FairnessProbe``s for every cohort tree of a simulation, one per (root cohort,
+    resource name), built at the first cycle from the core's tree (capacity: the root's
+    subtree quota summed over flavors; weights: each ClusterQueue's ``fairSharing.weight``).
+    Use as ``on_cycle`` after ``bind(sim)``; ``report(end_us)`` is keyed
+    ``"<root>/<resource>"``."""
+
+    sim: Any = None
+    probes: dict[str, FairnessProbe] = field(default_factory=dict)
+    built: bool = False
+
+    def bind(self, sim: Any) -> TreeFairness:
+        self.sim = sim
+        return self
+
+    def _build(self) -> None:
+        c = self.sim.cluster
+        tree = c.tree
+        for root in tree.cohort_names():
+            if tree.cohort_parent(root) is not None:
+                continue
+            members = tree.members(root)
+            caps: dict[str, int] = {}
+            for fr in tree.cohort_keys(root):
+                caps[fr.resource] = caps.get(fr.resource, 0) + tree.cohort_capacity(root, fr)
+            weights = {q: spec.fair_weight_milli for q in members
+                       if (spec := c.cluster_queue_spec(q)) is not None}
+            for res, cap in caps.items():
+                if cap > 0 and len(members) > 1:
+                    self.probes[f"{root}/{res}"] = FairnessProbe(
+                        members, weights, cap, ResourceName(res)).bind(self.sim)
+
+    def __call__(self, t_us: int, decisions: list) -> None:
+        if not self.built:
+            self.built = True
+            self._build()
+        for p in self.probes.values():
+            p(t_us, decisions)
+
+    def report(self, end_us: int) -> dict[str, dict[str, dict[str, float]]]:
+        return {k: p.report(end_us) for k, p in self.probes.items()}
