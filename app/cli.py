@@ -162,7 +162,8 @@ def simulate(
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
     timeline: bool = typer.Option(False, help="Include the per-queue timeline in --json."),
     output: str | None = typer.Option(None, help="Also write figures + timeline as JSON here."),
-    plot: str | None = typer.Option(None, help="Draw usage and queue length into FILE.png."),
+    plot: str | None = typer.Option(None, help="Draw usage and queue length into FILE.png "
+                                    "(with --fair-sharing also shares into FILE-shares.png)."),
     eviction_delay: str | None = typer.Option(
         None, help="Preemption to quota release (e.g. 2s); default: the trace's evictionDelay."),
     until: str | None = typer.Option(None, help="Stop the virtual clock here (e.g. 10m)."),
@@ -179,7 +180,7 @@ def simulate(
     from app.core.scheduler import Cluster
     from app.core.spec import FairSharing
     from app.sim import Simulator, TraceError, load_trace, summarize, timelines
-    from app.sim.fairness import TreeFairness
+    from app.sim.fairness import TreeFairness, plot_shares
     from app.sim.report import plot as draw
     from app.sim.report import print_report
     from app.sim.trace import parse_duration_us, with_nominal
@@ -221,6 +222,10 @@ def simulate(
                                f"  fair {r['fair_share_pct']:5.1f}%  ({r['diff_points']:+.1f})")
     if plot:
         draw(sim, plot)
+        if fairness is not None and fairness.probes:
+            shares = plot.removesuffix(".png") + "-shares.png"
+            plot_shares(fairness, shares, sim.end_us)
+            typer.echo(f"shares over time: {shares}")
 
 
 @app.callback()

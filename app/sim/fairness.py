@@ -156,3 +156,39 @@ class TreeFairness:
 
     def report(self, end_us: int) -> dict[str, dict[str, dict[str, float]]]:
         return {k: p.report(end_us) for k, p in self.probes.items()}
+
+
+def plot_shares(fairness: TreeFairness, path: str, end_us: int, *, points: int = 400) -> None:
+    """Draw, per cohort tree and resource, each queue's share (solid) and weighted fair
+    share (dashed) of the tree's capacity over time into ``path`` (PNG). Needs matplotlib
+    (``pip install 'pykueue[plot]'``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from app.core.quantity import US
+    from app.sim.report import bucket_means
+
+    probes = list(fairness.probes.items())
+    fig, axes = plt.subplots(max(1, len(probes)), 1, sharex=True,
+                             figsize=(11, 3.5 * max(1, len(probes))), squeeze=False)
+    end = max(end_us, 1)
+    xs = [(i + 0.5) * end / points / US for i in range(points)]
+    for ax, (label, p) in zip(axes[:, 0], probes, strict=False):
+        ts = [t for t, _, _ in p.samples]
+        fair = [fair_allocation(p.capacity, d, p.weights) for _, _, d in p.samples]
+        for q in p.queues:
+            share = [100 * u[q] / p.capacity for _, u, _ in p.samples]
+            line, = ax.plot(xs, bucket_means(ts, share, end, points), linewidth=1,
+                            label=f"{q} (w {p.weights[q] / 1000:g})")
+            ax.plot(xs, bucket_means(ts, [100 * f[q] / p.capacity for f in fair], end, points),
+                    linestyle="--", linewidth=1, color=line.get_color())
+        ax.set_ylabel(f"% of {label}")
+        ax.set_title(f"{label}: share (solid) vs weighted fair share (dashed)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small", ncol=3, loc="upper right")
+    axes[-1, 0].set_xlabel("virtual time (s)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
