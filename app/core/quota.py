@@ -383,19 +383,27 @@ class QuotaTree:
         may lose Workloads to ``own``'s reclaim only if it and every cohort between it and
         their lowest common ancestor borrow (usage > subtree quota) some flavor-resource of
         ``need``. In a flat cohort: ``other`` borrows one of them. False across trees."""
-        need_t = tuple(need)
+        need_t = need if isinstance(need, tuple) else tuple(need)
+        me, o = self._cqs[own], self._cqs[other]
+        if o is me or o.parent is None:
+            return False
+        u = o.usage
+        if not any(u.get(fr, 0) > o.subtree_quota(fr) for fr in need_t):
+            return False
+        if o.parent is me.parent:
+            return True  # siblings (every flat cohort): the common ancestor is their cohort
         ancestors = set()
-        n: _Node | None = self._cqs[own]
+        n: _Node | None = me
         while n is not None:
             ancestors.add(id(n))
             n = n.parent
-        n = self._cqs[other]
+        n = o.parent
         while n is not None and id(n) not in ancestors:
             u = n.usage
             if not any(u.get(fr, 0) > n.subtree_quota(fr) for fr in need_t):
                 return False
             n = n.parent
-        return n is not None and n is not self._cqs[own]
+        return n is not None
 
     def quota(self, name: ClusterQueueName, fr: FlavorResource) -> Quota | None:
         """The quota a ClusterQueue declares for ``fr`` (None: undeclared, nominal 0)."""
