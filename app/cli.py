@@ -212,18 +212,25 @@ def simulate(
     json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
     timeline: bool = typer.Option(False, help="Include the per-queue timeline in --json."),
     output: str | None = typer.Option(None, help="Also write figures + timeline as JSON here."),
-    plot: str | None = typer.Option(None, help="Draw usage and queue length into FILE.png."),
+    plot: str | None = typer.Option(None, help="Draw usage and queue length into FILE.png "
+                                    "(with --fair-sharing also shares into FILE-shares.png)."),
     eviction_delay: str | None = typer.Option(
         None, help="Preemption to quota release (e.g. 2s); default: the trace's evictionDelay."),
     until: str | None = typer.Option(None, help="Stop the virtual clock here (e.g. 10m)."),
     max_queues: int = typer.Option(40, help="ClusterQueue rows in the table."),
+    fair_sharing: bool = typer.Option(
+        False, "--fair-sharing", help="Enable fair sharing (Kueue's fairSharing, both "
+        "preemption strategies): weights order admission and choose victims."),
     nominal: list[str] = typer.Option(  # noqa: B008 - typer's idiom
         [], help="What if: CLUSTERQUEUE:FLAVOR:RESOURCE=QUANTITY (repeatable)."),
 ) -> None:
     """Simulate a trace through the admission core with a virtual clock ("what if")."""
     import json
 
+    from app.core.scheduler import Cluster
+    from app.core.spec import FairSharing
     from app.sim import Simulator, TraceError, load_trace, summarize, timelines
+    from app.sim.fairness import TreeFairness, plot_shares
     from app.sim.report import plot as draw
     from app.sim.report import print_report
     from app.sim.trace import parse_duration_us, with_nominal
@@ -237,8 +244,18 @@ def simulate(
     except (TraceError, ValueError, OSError) as exc:
         typer.echo(f"pykueue simulate: {exc}", err=True)
         raise typer.Exit(code=2) from exc
-    sim = Simulator(parsed, eviction_delay_us=delay, until_us=stop).run()
+    core = Cluster(FairSharing()) if fair_sharing else None
+    # With fair sharing: each queue's share of its cohort tree against its weighted fair share
+    # (app.sim.fairness; it samples pending demand at every instant, so only when asked).
+    fairness = TreeFairness() if fair_sharing else None
+    sim = Simulator(parsed, cluster=core, eviction_delay_us=delay, until_us=stop,
+                    on_cycle=fairness)
+    if fairness is not None:
+        fairness.bind(sim)
+    sim.run()
     figures = summarize(sim)
+    if fairness is not None:
+        figures["fair_share"] = fairness.report(sim.end_us)
     if output:
         with open(output, "w", encoding="utf-8") as f:
             json.dump({**figures, "timeline": timelines(sim)}, f)
@@ -247,8 +264,18 @@ def simulate(
                               indent=2))
     else:
         print_report(sim, figures, max_queues=max_queues)
+        for tree, rows in figures.get("fair_share", {}).items():
+            typer.echo(f"\nshare of {tree} (contended time) vs weighted fair share:")
+            for q, r in rows.items():
+                if not q.startswith("_"):
+                    typer.echo(f"  {q:<30} weight {r['weight']:<6g} share {r['share_pct']:5.1f}%"
+                               f"  fair {r['fair_share_pct']:5.1f}%  ({r['diff_points']:+.1f})")
     if plot:
         draw(sim, plot)
+        if fairness is not None and fairness.probes:
+            shares = plot.removesuffix(".png") + "-shares.png"
+            plot_shares(fairness, shares, sim.end_us)
+            typer.echo(f"shares over time: {shares}")
 
 
 @app.callback()

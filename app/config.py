@@ -12,6 +12,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.core.spec import FairSharing, FairSharingStrategy
+
 
 class ServerSettings(BaseModel):
     """HTTPS listener shared by the webhook, the extender, the status API and metrics."""
@@ -148,6 +150,38 @@ class LeaderElectionSettings(BaseModel):
         return self
 
 
+class FairSharingSettings(BaseModel):
+    """Kueue Configuration ``fairSharing``: off by default (classical borrowing, first come
+    first served, and classical preemption). When enabled, the dominant resource share of
+    each ClusterQueue and Cohort (``spec.fairSharing.weight``) orders the heads of a cycle
+    and chooses preemption victims (reason ``InCohortFairSharing``).
+    ``PYKUEUE_FAIR_SHARING__ENABLE=true``,
+    ``PYKUEUE_FAIR_SHARING__PREEMPTION_STRATEGIES='["LessThanInitialShare"]'``."""
+
+    enable: bool = False
+    preemption_strategies: list[str] = Field(
+        default_factory=lambda: ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
+    )
+
+    @model_validator(mode="after")
+    def _kueue_strategy_lists(self) -> FairSharingSettings:
+        # Kueue accepts exactly these lists (apis/config/v1beta2 validation).
+        allowed = (["LessThanOrEqualToFinalShare"], ["LessThanInitialShare"],
+                   ["LessThanOrEqualToFinalShare", "LessThanInitialShare"])
+        if self.preemption_strategies not in allowed:
+            raise ValueError(
+                f"fair_sharing.preemption_strategies must be one of {list(allowed)}, "
+                f"got {self.preemption_strategies}"
+            )
+        return self
+
+    def core(self) -> FairSharing | None:
+        """The core's ``FairSharing`` (None when disabled)."""
+        if not self.enable:
+            return None
+        return FairSharing(tuple(FairSharingStrategy(x) for x in self.preemption_strategies))
+
+
 class Settings(BaseSettings):
     """All settings of one pykueue process."""
 
@@ -160,4 +194,5 @@ class Settings(BaseSettings):
     client: ClientSettings = ClientSettings()
     leader_election: LeaderElectionSettings = LeaderElectionSettings()
     access_review: AccessReviewSettings = AccessReviewSettings()
+    fair_sharing: FairSharingSettings = FairSharingSettings()
     controllers_enabled: bool = True

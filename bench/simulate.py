@@ -9,7 +9,9 @@ Runs ``pykueue simulate`` in-process (``app.sim``) on bench/scenarios/<name>.yam
 one JSON document: per scenario ``cpu_s`` (CPU seconds of the simulation), ``makespan_s``
 (virtual time until the last Workload finished) against ``capacity_bound_s`` (66 s for the
 baseline) and its ratio, ``classes`` (average, p50, p95 time to admission per workload class,
-evictions), ``usage_pct`` (Kueue's ClusterQueue-class usage), decision counts, and whether
+evictions), ``usage_pct`` (Kueue's ClusterQueue-class usage), decision counts and
+``decision_hash`` (sha256 of every decision's time and repr, in order: equal hashes mean
+identical decisions), and whether
 the issue's targets are met:
 
 - baseline: <= 10 s CPU and makespan <= 1.25 x 66 s;
@@ -23,6 +25,7 @@ for the same scenarios are included for comparison (``kueue``).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -55,7 +58,13 @@ def run(name: str, budget: float) -> dict:
     limit = TARGETS[name]["cpu_s"] * budget
     start = time.process_time()
 
-    def guard(_t: int, _decisions: list) -> None:
+    digest = hashlib.sha256()
+
+    def guard(t: int, decisions: list) -> None:
+        # Every decision, in order, with its virtual time: a change of any admission,
+        # victim, reason or message changes the hash (the "decisions identical" check).
+        for d in decisions:
+            digest.update(f"{t} {d!r}\n".encode())
         if time.process_time() - start > limit:
             raise _Budget
 
@@ -81,6 +90,7 @@ def run(name: str, budget: float) -> dict:
         "cluster_queues": f["cluster_queue_count"],
         "cycles": f["cycles"],
         "decisions": f["decisions"],
+        "decision_hash": digest.hexdigest(),
         "classes": {k: {"avg_time_to_admission_s": c["avg_time_to_admission_s"],
                         "p50_time_to_admission_s": c["p50_time_to_admission_s"],
                         "p95_time_to_admission_s": c["p95_time_to_admission_s"],

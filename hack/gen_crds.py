@@ -527,12 +527,64 @@ def resource_group() -> Schema:
     )
 
 
-def _no_limit_without_cohort(limit: str) -> dict[str, str]:
-    """borrowingLimit / lendingLimit only with a cohort (Kueue: CEL + webhook)."""
+def resource_groups(desc: str) -> Schema:
+    """``spec.resourceGroups`` of a ClusterQueue or a Cohort (the same struct in Kueue)."""
+    return array(desc, resource_group(), maxItems=16, **{"x-kubernetes-list-type": "atomic"})
+
+
+def _groups_rules() -> list[dict[str, str]]:
+    """Kueue's resource-group rules shared by ClusterQueue and Cohort (CEL + webhook)."""
+    return [
+        rule(
+            "!has(self.resourceGroups) || self.resourceGroups.all(i, g, "
+            "self.resourceGroups.all(j, h, i == j || "
+            "!g.coveredResources.exists(r, r in h.coveredResources)))",
+            "a resource may appear in the coveredResources of only one resource group",
+            fieldPath=".resourceGroups",
+        ),
+        rule(
+            "!has(self.resourceGroups) || "
+            "self.resourceGroups.map(g, size(g.flavors)).sum() <= 256",
+            "at most 256 flavors across all resource groups",
+            fieldPath=".resourceGroups",
+        ),
+        rule(
+            "!has(self.resourceGroups) || "
+            "self.resourceGroups.map(g, size(g.coveredResources)).sum() <= 256",
+            "at most 256 covered resources across all resource groups",
+            fieldPath=".resourceGroups",
+        ),
+    ]
+
+
+def fair_sharing_weight(desc: str) -> Schema:
+    """``spec.fairSharing`` of a ClusterQueue or a Cohort (Kueue FairSharing.weight)."""
+    return obj(
+        desc,
+        {
+            "weight": quantity(
+                "Relative share of the parent cohort's unused quota when fair sharing is "
+                "enabled (pykueue setting PYKUEUE_FAIR_SHARING__ENABLE): a higher weight gets "
+                "more. 0 means the node only gets capacity nobody else wants and always "
+                "yields when borrowing. Default 1.",
+                non_negative=True,
+                default=1,
+            )
+        },
+    )
+
+
+def _no_limit_without_cohort(
+    limit: str,
+    has_parent: str = _HAS_COHORT,
+    why: str = "the ClusterQueue has no cohort (cohortName)",
+) -> dict[str, str]:
+    """borrowingLimit / lendingLimit only with a cohort (Kueue: CEL + webhook), or for a
+    Cohort only with a parent (Kueue's Cohort webhook)."""
     return rule(
-        f"{_HAS_COHORT} || !has(self.resourceGroups) || self.resourceGroups.all(g, "
+        f"{has_parent} || !has(self.resourceGroups) || self.resourceGroups.all(g, "
         f"g.flavors.all(f, f.resources.all(r, !has(r.{limit}))))",
-        f"{limit} must be unset when the ClusterQueue has no cohort (cohortName)",
+        f"{limit} must be unset when {why}",
         fieldPath=".resourceGroups",
     )
 
@@ -640,28 +692,15 @@ def cluster_queue_schema() -> Schema:
             ),
         },
     )
-    fair_sharing = obj(
-        "Weight of this queue when fair sharing is enabled.",
-        {
-            "weight": quantity(
-                "Relative share of the cohort's unused quota: a higher weight gets more. 0 means "
-                "the queue always yields when borrowing. Default 1.",
-                non_negative=True,
-                default=1,
-            )
-        },
-    )
+    fair_sharing = fair_sharing_weight("Weight of this queue when fair sharing is enabled.")
     spec = obj(
         "Quotas, cohort and policies of the ClusterQueue.",
         {
-            "resourceGroups": array(
+            "resourceGroups": resource_groups(
                 "Quota table: groups of resources with the flavors that provide them, at most 16. "
                 "A resource and a flavor may each appear in only one group; at most 256 flavors "
                 "and 256 covered resources in total. Requests for resources not listed here "
-                "cannot be admitted (a request of 0 is not a request).",
-                resource_group(),
-                maxItems=16,
-                **{"x-kubernetes-list-type": "atomic"},
+                "cannot be admitted (a request of 0 is not a request)."
             ),
             "cohortName": name_ref(
                 "Cohort this ClusterQueue belongs to. ClusterQueues of the same cohort lend "
@@ -704,6 +743,15 @@ def cluster_queue_schema() -> Schema:
                     )
                 },
                 required=["admissionMode"],
+                rules=[
+                    rule(
+                        "self.admissionMode == 'NoAdmissionFairSharing'",
+                        "admissionMode UsageBasedAdmissionFairSharing is not supported by "
+                        "pykueue yet (Admission Fair Sharing); remove admissionScope or use "
+                        "NoAdmissionFairSharing",
+                        fieldPath=".admissionMode",
+                    )
+                ],
             ),
         },
         rules=[
@@ -714,25 +762,7 @@ def cluster_queue_schema() -> Schema:
             ),
             _no_limit_without_cohort("borrowingLimit"),
             _no_limit_without_cohort("lendingLimit"),
-            rule(
-                "!has(self.resourceGroups) || self.resourceGroups.all(i, g, "
-                "self.resourceGroups.all(j, h, i == j || "
-                "!g.coveredResources.exists(r, r in h.coveredResources)))",
-                "a resource may appear in the coveredResources of only one resource group",
-                fieldPath=".resourceGroups",
-            ),
-            rule(
-                "!has(self.resourceGroups) || "
-                "self.resourceGroups.map(g, size(g.flavors)).sum() <= 256",
-                "at most 256 flavors across all resource groups",
-                fieldPath=".resourceGroups",
-            ),
-            rule(
-                "!has(self.resourceGroups) || "
-                "self.resourceGroups.map(g, size(g.coveredResources)).sum() <= 256",
-                "at most 256 covered resources across all resource groups",
-                fieldPath=".resourceGroups",
-            ),
+            *_groups_rules(),
         ],
     )
     usage = obj(
@@ -790,6 +820,98 @@ def cluster_queue_schema() -> Schema:
     return root(
         "ClusterQueue is a cluster-wide pool of quota: per flavor and resource, how much its "
         "workloads are guaranteed (nominalQuota) and may borrow from its cohort.",
+        spec=spec,
+        status=status,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Cohort
+# ---------------------------------------------------------------------------------------------
+
+
+def cohort_schema() -> Schema:
+    spec = obj(
+        "Place of the cohort in the cohort tree, its own quota and its fair-sharing weight.",
+        {
+            "parentName": name_ref(
+                "Parent cohort. Unset: a root. A parent with no Cohort object is an implicit "
+                "root with no quota. A cycle of parentName makes every ClusterQueue below it "
+                "inactive (condition Active=False, reason CohortCycle, naming the cycle)."
+            ),
+            "resourceGroups": resource_groups(
+                "The cohort's own quota: an extra pool, on top of its members' nominal quota, "
+                "that ClusterQueues and cohorts below it may borrow; at most 16 groups (same "
+                "rules as a ClusterQueue's). borrowingLimit / lendingLimit apply toward the "
+                "parent and need parentName; lendingLimit may exceed nominalQuota (it then "
+                "also lends what the members lend)."
+            ),
+            "fairSharing": fair_sharing_weight(
+                "Weight of this cohort among its parent's children when fair sharing is "
+                "enabled."
+            ),
+        },
+        rules=[
+            _no_limit_without_cohort(
+                "borrowingLimit", "has(self.parentName)", "the Cohort has no parentName"
+            ),
+            _no_limit_without_cohort(
+                "lendingLimit", "has(self.parentName)", "the Cohort has no parentName"
+            ),
+            *_groups_rules(),
+        ],
+    )
+    usage = obj(
+        "Quota and usage of one flavor in the cohort's subtree.",
+        {
+            "name": name_ref("ResourceFlavor name."),
+            "resources": list_map(
+                "Per resource.",
+                obj(
+                    "Quota and usage of one resource in the flavor.",
+                    {
+                        "name": resource_name("Resource name."),
+                        "subtreeQuota": quantity(
+                            "The cohort's own nominalQuota plus what its members lend it."
+                        ),
+                        "total": quantity(
+                            "Usage of every ClusterQueue below the cohort (canonical quantity)."
+                        ),
+                        "borrowed": quantity(
+                            "What the subtree takes from the parent cohort (0 for a root)."
+                        ),
+                    },
+                    required=["name"],
+                ),
+                maxItems=64,
+            ),
+        },
+        required=["name", "resources"],
+    )
+    status = obj(
+        "Observed state of the cohort, written by pykueue.",
+        {
+            "conditions": conditions(
+                "Conditions; type Active is False (reason CohortCycle or InvalidSpec) when the "
+                "cohort's subtree cannot admit."
+            ),
+            "flavorsUsage": list_map(
+                "Quota and usage per flavor of the subtree (pykueue addition).", usage, maxItems=64
+            ),
+            "fairSharing": obj(
+                "Fair sharing state.",
+                {
+                    "weightedShare": int64(
+                        "Dominant share of borrowed resources divided by the weight (0 when "
+                        "not borrowing)."
+                    )
+                },
+            ),
+        },
+    )
+    return root(
+        "Cohort groups ClusterQueues (their cohortName) and other cohorts (parentName) into a "
+        "tree that lends unused quota; it may carry quota of its own.",
         spec=spec,
         status=status,
     )
@@ -1308,6 +1430,23 @@ KINDS: list[dict[str, Any]] = [
                 ".status.admittedWorkloads",
                 "Admitted workloads that have not finished.",
                 "integer",
+            ),
+            AGE,
+        ],
+        "status": True,
+    },
+    {
+        "kind": "Cohort",
+        "plural": "cohorts",
+        "scope": "Cluster",
+        "shortNames": ["co"],
+        "schema": cohort_schema,
+        "columns": [
+            column("Parent", ".spec.parentName", "Parent cohort."),
+            column(
+                "Active",
+                '.status.conditions[?(@.type=="Active")].status',
+                "Whether the cohort's subtree can admit.",
             ),
             AGE,
         ],

@@ -20,6 +20,8 @@ from app.core.scheduler import Cluster
 from app.core.spec import (
     BorrowWithinCohort,
     ClusterQueueSpec,
+    CohortSpec,
+    FairSharing,
     FlavorFungibility,
     FlavorQuotas,
     FungibilityPolicy,
@@ -126,6 +128,7 @@ class ClusterQueueBuilder:
         self._preemption = PreemptionPolicy()
         self._fungibility = FlavorFungibility()
         self._stop = StopPolicy.NONE
+        self._fair_weight_milli = 1000
 
     def cohort(self, name: str | None) -> ClusterQueueBuilder:
         self._cohort = name
@@ -206,6 +209,11 @@ class ClusterQueueBuilder:
         self._stop = StopPolicy(policy)
         return self
 
+    def fair_weight(self, w: float) -> ClusterQueueBuilder:
+        """``spec.fairSharing.weight`` (read only with fair sharing enabled)."""
+        self._fair_weight_milli = round(w * 1000)
+        return self
+
     def build(self) -> ClusterQueueSpec:
         return ClusterQueueSpec(
             ClusterQueueName(self._name),
@@ -216,12 +224,44 @@ class ClusterQueueBuilder:
             self._preemption,
             self._fungibility,
             self._stop,
+            fair_weight_milli=self._fair_weight_milli,
         )
 
 
 def cluster_queue(name: str) -> ClusterQueueBuilder:
     """Start a ClusterQueue (namespaceSelector ``{}``, BestEffortFIFO, no preemption)."""
     return ClusterQueueBuilder(name)
+
+
+class CohortBuilder(ClusterQueueBuilder):
+    """``cohort("team").parent("org").flavor("a100", gpu=4, lending_limit=2).weight(2)``: a
+    Kueue v1beta2 Cohort object (its ``flavor`` quotas are the cohort's own pool)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self._parent: str | None = None
+        self._weight_milli = 1000
+
+    def parent(self, name: str | None) -> CohortBuilder:
+        self._parent = name
+        return self
+
+    def weight(self, w: float) -> CohortBuilder:
+        self._weight_milli = round(w * 1000)
+        return self
+
+    def build(self) -> CohortSpec:  # type: ignore[override]
+        return CohortSpec(
+            CohortName(self._name),
+            None if self._parent is None else CohortName(self._parent),
+            tuple(ResourceGroup(covered, tuple(fl)) for covered, fl in self._groups),
+            self._weight_milli,
+        )
+
+
+def cohort(name: str) -> CohortBuilder:
+    """Start a Cohort object (a root, no quota, weight 1)."""
+    return CohortBuilder(name)
 
 
 class WorkloadBuilder:
@@ -331,11 +371,13 @@ class Sim:
 
     def __init__(
         self,
-        *items: ClusterQueueBuilder | FlavorBuilder | ClusterQueueSpec | ResourceFlavor,
+        *items: ClusterQueueBuilder | FlavorBuilder | ClusterQueueSpec | ResourceFlavor
+        | CohortSpec,
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
         default_flavor: bool = True,
+        fair_sharing: FairSharing | None = None,
     ) -> None:
-        self.c = Cluster()
+        self.c = Cluster(fair_sharing)
         self.now = 1000.0
         self.history: list[list[Decision]] = []
         built = [
@@ -343,6 +385,7 @@ class Sim:
         ]
         flavors = [b for b in built if isinstance(b, ResourceFlavor)]
         cqs = [b for b in built if isinstance(b, ClusterQueueSpec)]
+        cohorts = [b for b in built if isinstance(b, CohortSpec)]
         names = {f.name for f in flavors}
         if default_flavor:
             for cq in cqs:
@@ -354,6 +397,8 @@ class Sim:
             self.c.add_flavor(f)
         for ns, labels in (namespaces or {"ns": {}}).items():
             self.c.set_namespace(ns, labels)
+        for co in cohorts:
+            self.c.add_cohort(co)
         for cq in cqs:
             self.add_cq(cq)
 
@@ -392,6 +437,17 @@ class Sim:
                 return made
             made.extend(ds)
         raise AssertionError(f"no fixed point after {limit} cycles")
+
+    def settle_evictions(self, limit: int = 50) -> None:
+        """Settle, let every Workload being evicted stop, and repeat until none is."""
+        for _ in range(limit):
+            self.settle()
+            evicting = [k for k in self.c.workload_keys() if self.c.workload(k).state == "evicting"]
+            if not evicting:
+                return
+            for k in evicting:
+                self.c.finish_eviction(k, self.now)
+        raise AssertionError(f"still evicting after {limit} rounds")
 
     # -- lookups ---------------------------------------------------------------------------------
     @staticmethod

@@ -16,6 +16,7 @@ from typing import Any
 from app.config import Settings
 from app.controllers.client import (
     CLUSTER_QUEUES,
+    COHORTS,
     LOCAL_QUEUES,
     NAMESPACES,
     PRIORITY_CLASSES,
@@ -35,7 +36,7 @@ Obj = dict[str, Any]
 
 # Informer keys. JOB is the batch/v1 Job kind's (app.integrations.batchjob), whose store the
 # webhook and extender views read.
-RF, CQ, LQ, WL, WPC, PC, NS, JOB = "rf", "cq", "lq", "wl", "wpc", "pc", "ns", "job"
+RF, CQ, CO, LQ, WL, WPC, PC, NS, JOB = "rf", "cq", "co", "lq", "wl", "wpc", "pc", "ns", "job"
 STS = "sts"  # queued StatefulSets: the Pod webhook sizes their pods' group from spec.replicas
 
 
@@ -45,7 +46,8 @@ def build_informers(client: KubeClient, watch_timeout_seconds: int = 300, *,
     resource, label selector) of each job kind (the managed objects only)."""
     infs = InformerSet()
     for key, res, selector in (
-        (RF, RESOURCE_FLAVORS, None), (CQ, CLUSTER_QUEUES, None), (LQ, LOCAL_QUEUES, None),
+        (RF, RESOURCE_FLAVORS, None), (CQ, CLUSTER_QUEUES, None), (CO, COHORTS, None),
+        (LQ, LOCAL_QUEUES, None),
         (WL, WORKLOADS, None), (WPC, WORKLOAD_PRIORITY_CLASSES, None),
         (PC, PRIORITY_CLASSES, None), (NS, NAMESPACES, None),
         (STS, STATEFULSETS, QUEUE_NAME_LABEL), *job_kinds,

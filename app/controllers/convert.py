@@ -5,7 +5,8 @@ Kueue v1beta2 field names (reference section 1): ResourceFlavor ``spec.nodeLabel
 pre-v1beta2 ``cohort`` accepted as a deprecated alias), ``queueingStrategy``,
 ``namespaceSelector`` (unset = no namespace, ``{}`` = all), ``preemption``,
 ``flavorFungibility``, ``stopPolicy``; LocalQueue ``spec.clusterQueue``; WorkloadPriorityClass
-``value``. Quantities are parsed once here into exact integers (``app.core.quantity``).
+``value``; Cohort ``spec.parentName``, ``resourceGroups``, ``fairSharing.weight``. Quantities
+are parsed once here into exact integers (``app.core.quantity``).
 
 A ClusterQueue that cannot be parsed (a malformed quantity, say) is returned with no resource
 groups, its cohort and the rest of its spec, and a ``ConfigProblem`` naming the field, also in
@@ -21,10 +22,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.core.quantity import QuantityError, parse_quantity
+from app.core.quantity import US, QuantityError, parse_duration_us, parse_quantity
+from app.core.scheduler import MIN_RUNTIME_ANNOTATION, RECLAIM_BACKOFF_ANNOTATION
 from app.core.spec import (
     BorrowWithinCohort,
     ClusterQueueSpec,
+    CohortSpec,
     ConfigProblem,
     FlavorFungibility,
     FlavorQuotas,
@@ -106,12 +109,9 @@ def _quota(r: Obj, where: str) -> ResourceQuota:
                          lending_limit=amount("lendingLimit"))
 
 
-def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
-    """ClusterQueue object -> (spec, parse problem or None). Enum values are passed through
-    as written so ``validate_cluster_queue`` can name an unsupported one."""
-    name = ClusterQueueName(_name(obj))
-    spec = obj.get("spec") or {}
-    problem: ConfigProblem | None = None
+def _resource_groups(spec: Obj) -> tuple[tuple[ResourceGroup, ...], ConfigProblem | None]:
+    """``spec.resourceGroups`` (ClusterQueue and Cohort share the struct) -> groups, or no
+    groups and the problem naming the first unreadable quantity."""
     groups: list[ResourceGroup] = []
     try:
         for gi, g in enumerate(spec.get("resourceGroups") or []):
@@ -127,8 +127,67 @@ def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
                                         for r in g.get("coveredResources") or []),
                 flavors=tuple(flavors)))
     except QuantityError as exc:
-        groups = []
-        problem = ConfigProblem("InvalidSpec", exc.field, f"Can't admit new workloads: {exc}")
+        return (), ConfigProblem("InvalidSpec", exc.field, f"Can't admit new workloads: {exc}")
+    return tuple(groups), None
+
+
+def fair_weight_milli(spec: Obj) -> int:
+    """``spec.fairSharing.weight`` (Kueue v1beta2, a Quantity, default 1) in milli-units;
+    ``QuantityError`` when malformed or negative."""
+    w = (spec.get("fairSharing") or {}).get("weight")
+    if w is None:
+        return 1000
+    return parse_quantity(w, "cpu", field="spec.fairSharing.weight")  # cpu: milli-units
+
+
+def _weight(spec: Obj) -> tuple[int, ConfigProblem | None]:
+    try:
+        return fair_weight_milli(spec), None
+    except QuantityError as exc:
+        return 1000, ConfigProblem("InvalidSpec", exc.field, f"Can't admit new workloads: {exc}")
+
+
+def _durations(obj: Obj) -> tuple[float | None, float | None, ConfigProblem | None]:
+    """(min runtime, reclaim backoff) in seconds from a ClusterQueue's pykueue annotations,
+    or the problem naming the unreadable one (a Go-style duration: ``90s``, ``5m``, ``1h``)."""
+    ann = (obj.get("metadata") or {}).get("annotations") or {}
+    out: list[float | None] = []
+    for key in (MIN_RUNTIME_ANNOTATION, RECLAIM_BACKOFF_ANNOTATION):
+        v = ann.get(key)
+        if v is None:
+            out.append(None)
+            continue
+        try:
+            out.append(parse_duration_us(v) / US)
+        except ValueError as exc:
+            return None, None, ConfigProblem(
+                "InvalidSpec", f"metadata.annotations[{key}]",
+                f"Can't admit new workloads: metadata.annotations[{key}]: {exc}")
+    return out[0], out[1], None
+
+
+# Admission Fair Sharing (Kueue ``spec.admissionScope``) is not built: a ClusterQueue asking
+# for it is refused (inactive, with this message) rather than admitted without it.
+_NO_AFS = ("Can't admit new workloads: spec.admissionScope.admissionMode "
+           "UsageBasedAdmissionFairSharing is not supported by pykueue yet (Admission Fair "
+           "Sharing between LocalQueues); remove spec.admissionScope or set admissionMode "
+           "NoAdmissionFairSharing")
+
+
+def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
+    """ClusterQueue object -> (spec, parse problem or None). Enum values are passed through
+    as written so ``validate_cluster_queue`` can name an unsupported one. A ClusterQueue
+    asking for Admission Fair Sharing (``spec.admissionScope.admissionMode:
+    UsageBasedAdmissionFairSharing``) is refused with a problem: pykueue does not build it."""
+    name = ClusterQueueName(_name(obj))
+    spec = obj.get("spec") or {}
+    groups, problem = _resource_groups(spec)
+    weight, bad_weight = _weight(spec)
+    min_runtime, backoff, bad_duration = _durations(obj)
+    problem = problem or bad_weight or bad_duration
+    mode = (spec.get("admissionScope") or {}).get("admissionMode")
+    if problem is None and mode not in (None, "", "NoAdmissionFairSharing"):
+        problem = ConfigProblem("InvalidSpec", "spec.admissionScope.admissionMode", _NO_AFS)
     if problem is None and (obj.get("metadata") or {}).get("deletionTimestamp"):
         problem = ConfigProblem("Terminating", "metadata.deletionTimestamp",
                                 "Can't admit new workloads: clusterQueue is terminating")
@@ -160,6 +219,28 @@ def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
             preference=_enum(FungibilityPreference, ff.get("preference"), None),
         ),
         stop_policy=_enum(StopPolicy, spec.get("stopPolicy"), StopPolicy.NONE),
+        object_problem=problem,
+        fair_weight_milli=weight,
+        min_runtime_s=min_runtime,
+        reclaim_backoff_s=backoff,
+    ), problem
+
+
+def cohort(obj: Obj) -> tuple[CohortSpec, ConfigProblem | None]:
+    """Cohort object (Kueue v1beta2 ``Cohort``: ``spec.parentName``, ``spec.resourceGroups``,
+    ``spec.fairSharing.weight``) -> (spec, parse problem or None). An unreadable quantity
+    gives no resource groups and the problem (the core then disables the cohort's subtree
+    with it rather than guess its quota)."""
+    spec = obj.get("spec") or {}
+    groups, problem = _resource_groups(spec)
+    weight, bad_weight = _weight(spec)
+    problem = problem or bad_weight
+    parent = spec.get("parentName") or None
+    return CohortSpec(
+        name=CohortName(_name(obj)),
+        parent=CohortName(str(parent)) if parent else None,
+        resource_groups=groups,
+        fair_weight_milli=weight,
         object_problem=problem,
     ), problem
 

@@ -1,12 +1,13 @@
 """``Manager``: the reconciler of one pykueue process, started by ``app.main``'s lifespan.
 
-It owns the API client, the informers (ResourceFlavor, ClusterQueue, LocalQueue, Workload,
-WorkloadPriorityClass, PriorityClass, Namespace, the managed objects of every registered job
-kind, Nodes and Pods for the extender), Lease leader election, the job framework's reconciler
-(``app.integrations.reconciler``), the scheduling loop (with the admission core
-``app.core.scheduler.Cluster``), the queue status writer, the finalizer controller and the
-Event recorder. Every replica watches and serves; only the leader writes. It is the
-composition root: the one module of ``app.controllers`` that imports ``app.integrations``.
+It owns the API client, the informers (ResourceFlavor, ClusterQueue, Cohort, LocalQueue,
+Workload, WorkloadPriorityClass, PriorityClass, Namespace, the managed objects of every
+registered job kind, Nodes and Pods for the extender), Lease leader election, the job
+framework's reconciler (``app.integrations.reconciler``), the scheduling loop (with the
+admission core ``app.core.scheduler.Cluster``), the queue status writer, the finalizer
+controller and the Event recorder. Every replica watches and serves; only the leader writes.
+It is the composition root: the one module of ``app.controllers`` that imports
+``app.integrations``.
 
 What the HTTP side gets (put into ``app.state`` by ``app.main``):
 
@@ -35,7 +36,7 @@ from typing import Any
 
 from app.config import Settings
 from app.controllers.client import NODES, PODS, KubeClient
-from app.controllers.context import CQ, LQ, NS, RF, WL, Context, build_informers
+from app.controllers.context import CO, CQ, LQ, NS, RF, WL, Context, build_informers
 from app.controllers.events import EventRecorder
 from app.controllers.finalizers import FinalizerController
 from app.controllers.informers import Informer
@@ -78,7 +79,7 @@ class Manager:
         self.watch_nodes = watch_nodes
         self.metrics = metrics
         self.ctx: Context | None = None
-        self.cluster = Cluster()
+        self.cluster = Cluster(settings.fair_sharing.core())
         self.registry = registry if registry is not None else default_registry()
         self.jobs: JobReconciler | None = None
         self.scheduler: SchedulerLoop | None = None
@@ -116,7 +117,7 @@ class Manager:
         self.ctx = ctx
         self.jobs = JobReconciler(ctx, self.registry, workers=s.scheduling.job_workers)
         self.scheduler = SchedulerLoop(ctx, self.jobs, self.cluster, metrics=self.metrics)
-        self.status = StatusWriter(ctx)
+        self.status = StatusWriter(ctx, cluster=self.cluster)
         self.finalizers = FinalizerController(ctx, lambda cq: len(self.cluster.admitted(cq)))
         self.admission_lookup = StoreAdmissionLookup(ctx)
         self.extender_state = StoreExtenderState(ctx, NodeStore(s.extender.gpu_resource))
@@ -165,6 +166,8 @@ class Manager:
             inf[RF].add_handler(h)
         for h in (sched.on_cluster_queue, status.on_queue, fin.on_cluster_queue):
             inf[CQ].add_handler(h)
+        for h in (sched.on_cohort, status.on_queue):
+            inf[CO].add_handler(h)
         for h in (sched.on_local_queue, status.on_queue):
             inf[LQ].add_handler(h)
         inf[NS].add_handler(sched.on_namespace)

@@ -59,7 +59,7 @@ from typing import Any, Protocol
 
 from app.controllers.client import WORKLOADS
 from app.controllers.context import WL, Context
-from app.controllers.convert import cluster_queue, local_queue, resource_flavor
+from app.controllers.convert import cluster_queue, cohort, local_queue, resource_flavor
 from app.controllers.errors import ApiError, Conflict, NotFound, from_exception
 from app.controllers.events import NORMAL, WARNING
 from app.controllers.history import PreemptionLog, UsageHistory
@@ -79,7 +79,7 @@ from app.controllers.workloads import (
 from app.core.decisions import Admit, Decision, Pending, Preempt, Victim
 from app.core.eta import UNKNOWN, ArrivalModel, EtaBoard, RuntimeModel, eta_text
 from app.core.scheduler import Cluster
-from app.core.types import ClusterQueueName, FlavorName, WorkloadKey
+from app.core.types import ClusterQueueName, CohortName, FlavorName, WorkloadKey
 from app.core.workload import Workload, WorkloadSpecError, workload_from_object
 
 log = logging.getLogger(__name__)
@@ -205,6 +205,14 @@ class SchedulerLoop:
         elif new is not None:
             spec, _ = cluster_queue(new)
             self.cluster.add_cluster_queue(spec)
+        self.ctx.wake()
+
+    def on_cohort(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        if etype == DELETED:
+            self.cluster.delete_cohort(CohortName(old["metadata"]["name"]))  # type: ignore[index]
+        elif new is not None:
+            spec, _ = cohort(new)
+            self.cluster.add_cohort(spec)
         self.ctx.wake()
 
     def on_local_queue(self, etype: str, old: Obj | None, new: Obj | None) -> None:

@@ -17,6 +17,10 @@ for queues whose status changed (and only on the leader), with a merge patch of 
 - LocalQueue: the same counters, ``flavorsReservation`` / ``flavorsUsage`` with ``total``
   only, condition ``Active`` (Ready "Can submit new workloads to localQueue",
   ClusterQueueDoesNotExist, ClusterQueueIsInactive, Stopped).
+- With the core given (``cluster``): a ClusterQueue below a cycle of Cohorts (or an invalid
+  Cohort) is ``Active=False`` with the core's reason (``CohortCycle``); with fair sharing on,
+  ``fairSharing.weightedShare``; and each Cohort object gets ``flavorsUsage`` (subtree quota,
+  usage, borrowed), ``Active`` and, with fair sharing, ``fairSharing.weightedShare``.
 """
 
 from __future__ import annotations
@@ -24,18 +28,22 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from app.controllers.client import CLUSTER_QUEUES, LOCAL_QUEUES, MERGE_PATCH
-from app.controllers.context import CQ, LQ, RF, Context
+from app.controllers.client import CLUSTER_QUEUES, COHORTS, LOCAL_QUEUES, MERGE_PATCH
+from app.controllers.context import CO, CQ, LQ, RF, Context
 from app.controllers.convert import cluster_queue, cohort_of, resource_flavor
 from app.controllers.errors import NotFound, from_exception
 from app.controllers.events import WARNING
 from app.controllers.workloads import ADMITTED, has_admission, is_finished, is_true, set_condition
+from app.core.cluster import CohortStatus
 from app.core.quantity import QuantityError, format_quantity, parse_quantity
+from app.core.scheduler import Cluster
 from app.core.spec import ClusterQueueSpec, ConfigProblem, validate_cluster_queue
+from app.core.types import CohortName
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +223,41 @@ def local_queue_status(obj: Obj, totals: _Totals, cq_obj: Obj | None, cq_active:
     return status
 
 
+INT64_MAX = 2**63 - 1
+
+
+def weighted_share(share: float) -> int:
+    """Kueue ``status.fairSharing.weightedShare``: ceil of the share, int64 max when
+    infinite (weight 0 while borrowing)."""
+    return INT64_MAX if math.isinf(share) else math.ceil(share)
+
+
+def cohort_status(obj: Obj, st: CohortStatus | None, share: float | None, now: float) -> Obj:
+    """The ``status`` to write for Cohort ``obj`` from the core's view of it: condition
+    ``Active``, per-flavor ``subtreeQuota`` / ``total`` / ``borrowed`` of its subtree, and
+    ``fairSharing.weightedShare`` when fair sharing is on (``share`` not None)."""
+    by_flavor: dict[str, list[Obj]] = {}
+    for r in st.resources if st is not None else ():
+        by_flavor.setdefault(r.flavor, []).append({
+            "name": r.resource,
+            "subtreeQuota": format_quantity(r.subtree_quota, r.resource),
+            "total": format_quantity(r.usage, r.resource),
+            "borrowed": format_quantity(r.borrowed, r.resource),
+        })
+    status: Obj = {
+        "flavorsUsage": [{"name": f, "resources": rs} for f, rs in by_flavor.items()],
+        "conditions": copy.deepcopy((obj.get("status") or {}).get("conditions") or []),
+    }
+    if share is not None:
+        status["fairSharing"] = {"weightedShare": weighted_share(share)}
+    holder = {"status": status, "metadata": obj.get("metadata") or {}}
+    if st is None or st.active:
+        set_condition(holder, "Active", "True", "Ready", "Cohort can lend and borrow", now)
+    else:
+        set_condition(holder, "Active", "False", st.reason, st.message, now)
+    return status
+
+
 def _same(current: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     cur = dict(current or {})
     return all(cur.get(k) == v for k, v in new.items())
@@ -226,9 +269,14 @@ def _same(current: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
 class StatusWriter:
     """Coalesces queue status writes (see the module doc). ``writes``: patches sent."""
 
-    def __init__(self, ctx: Context, stats: QueueStats | None = None) -> None:
+    def __init__(self, ctx: Context, stats: QueueStats | None = None,
+                 cluster: Cluster | None = None) -> None:
         self.ctx = ctx
         self.stats = stats or QueueStats()
+        # The admission core, for what only it knows: cohort-tree problems, Cohort status
+        # (subtree quota and usage), fair-sharing shares. None: ClusterQueues and
+        # LocalQueues only, from the stores.
+        self.cluster = cluster
         self.writes = 0
         self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
@@ -253,6 +301,8 @@ class StatusWriter:
             if obj is not None:
                 spec, bad = cluster_queue(obj)
                 out[name] = bad or validate_cluster_queue(spec, flavors)  # type: ignore[arg-type]
+                if out[name] is None and self.cluster is not None:
+                    out[name] = self.cluster.cohort_problem(spec.cohort)
         return out
 
     async def flush(self) -> int:
@@ -284,7 +334,12 @@ class StatusWriter:
                 ctx.recorder.emit(obj, WARNING, "DeprecatedField", warn)
             status = cluster_queue_status(obj, st.cq[name], st.pending_of_cq(name, lq_to_cq),
                                           problems.get(name), now)
+            core = self.cluster
+            if core is not None and core.fair_sharing is not None and core.tree.has(name):
+                status["fairSharing"] = {"weightedShare": weighted_share(core.tree.share(name))}
             n += await self._write(CLUSTER_QUEUES, obj, status)
+        if self.cluster is not None and cqs:
+            n += await self._flush_cohorts(now)
         for key in sorted(lqs):
             obj = ctx.store(LQ).get(key)
             if obj is None:
@@ -298,7 +353,21 @@ class StatusWriter:
             n += await self._write(LOCAL_QUEUES, obj, status)
         return n
 
-    async def _write(self, res: Any, obj: Obj, status: Obj) -> int:
+    async def _flush_cohorts(self, now: float) -> int:
+        """Write the status of every Cohort object whose view changed (any ClusterQueue
+        change can move a subtree's usage)."""
+        core = self.cluster
+        assert core is not None
+        n = 0
+        for obj in list(self.ctx.store(CO)):
+            name = CohortName(obj["metadata"]["name"])
+            share = (core.tree.cohort_share(name)
+                     if core.fair_sharing is not None and core.tree.has_cohort(name) else None)
+            status = cohort_status(obj, core.cohort_status(name), share, now)
+            n += await self._write(COHORTS, obj, status, CO)
+        return n
+
+    async def _write(self, res: Any, obj: Obj, status: Obj, store_key: str | None = None) -> int:
         if _same(obj.get("status"), status):
             return 0
         meta = obj["metadata"]
@@ -309,7 +378,7 @@ class StatusWriter:
         except NotFound:
             return 0
         key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
-        store = self.ctx.store(LQ if meta.get("namespace") else CQ)
+        store = self.ctx.store(store_key or (LQ if meta.get("namespace") else CQ))
         if store.get(key) is not None:
             store.put(out)
         self.writes += 1

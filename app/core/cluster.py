@@ -43,10 +43,12 @@ from app.core.queues import PendingQueue
 from app.core.quota import QuotaTree, quotas_of
 from app.core.spec import (
     ClusterQueueSpec,
+    CohortSpec,
     ConfigProblem,
     LocalQueue,
     ResourceFlavor,
     validate_cluster_queue,
+    validate_cohort,
 )
 from app.core.types import (
     ClusterQueueName,
@@ -141,6 +143,37 @@ class ClusterQueueStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class CohortResourceStatus:
+    """Quota and usage of one flavor-resource of a cohort's subtree. ``nominal``: the Cohort
+    object's own quota (0 if undeclared); ``subtree_quota``: own + what its children lend it
+    (Kueue SubtreeQuota); ``usage``: Σ usage of every ClusterQueue below it; ``borrowed``:
+    what the subtree takes from its parent (usage of its pool above ``subtree_quota``)."""
+
+    flavor: FlavorName
+    resource: ResourceName
+    nominal: int
+    subtree_quota: int
+    usage: int
+    borrowed: int
+
+
+@dataclass(frozen=True, slots=True)
+class CohortStatus:
+    """What the Cohort status shows: ``explicit`` (a Cohort object exists, else implicit),
+    ``parent``, ``active`` with a reason (``Ready``, ``CohortCycle``, ``InvalidSpec``) and a
+    message, the ClusterQueues of its subtree, and usage per flavor-resource."""
+
+    name: CohortName
+    explicit: bool
+    parent: CohortName | None
+    active: bool
+    reason: str
+    message: str
+    cluster_queues: tuple[ClusterQueueName, ...]
+    resources: tuple[CohortResourceStatus, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PendingWorkloadInfo:
     """A pending Workload in its ClusterQueue's order (``position`` 0 = next)."""
 
@@ -187,6 +220,13 @@ class ClusterState:
         self.tree = QuotaTree()
         self._flavors: dict[FlavorName, ResourceFlavor] = {}
         self._cqs: dict[ClusterQueueName, _ClusterQueue] = {}
+        self._cohorts: dict[CohortName, CohortSpec] = {}
+        # ClusterQueues with a minimum runtime before preemption (so the scheduler looks for
+        # protected victims only when one exists).
+        self._min_runtime_cqs: set[ClusterQueueName] = set()
+        # Cohort -> the problem that disables its subtree (a cycle, an invalid Cohort on the
+        # way to the root); recomputed by ``_rebuild_cohorts``.
+        self._cohort_problems: dict[CohortName, ConfigProblem] = {}
         self._lqs: dict[str, LocalQueue] = {}
         self._namespaces: dict[str, dict[str, str]] = {}
         self._wls: dict[WorkloadKey, _Record] = {}
@@ -219,10 +259,16 @@ class ClusterState:
         self._revalidate_all()
         return True
 
+    def _problem_of(self, spec: ClusterQueueSpec) -> ConfigProblem | None:
+        problem = validate_cluster_queue(spec, self._flavors)
+        if problem is None and spec.cohort is not None:
+            problem = self._cohort_problems.get(spec.cohort)
+        return problem
+
     def _revalidate_all(self) -> None:
         self._bump_all()
         for name, cq in self._cqs.items():
-            problem = validate_cluster_queue(cq.spec, self._flavors)
+            problem = self._problem_of(cq.spec)
             if problem != cq.problem:
                 cq.problem = problem
                 self.tree.set_cluster_queue(name, cq.spec.cohort, self._quotas(cq))
@@ -251,10 +297,15 @@ class ClusterState:
             spec = replace(old.spec, object_problem=spec.object_problem)
         if old is not None:
             self._mark_cohort(name)
-        problem = validate_cluster_queue(spec, self._flavors)
+        problem = self._problem_of(spec)
         cq = _ClusterQueue(spec, problem, old.queue if old is not None else PendingQueue())
         self._cqs[name] = cq
         self.tree.set_cluster_queue(name, spec.cohort, self._quotas(cq))
+        self.tree.set_weight(name, spec.fair_weight_milli)
+        if spec.min_runtime_s:
+            self._min_runtime_cqs.add(name)
+        else:
+            self._min_runtime_cqs.discard(name)
         self._scopes.clear()
         if old is None:
             for key in self._admitted_by_cq.get(name, {}):
@@ -271,17 +322,92 @@ class ClusterState:
             return False
         self._mark_cohort(name)
         cq = self._cqs.pop(name)
+        self._min_runtime_cqs.discard(name)
         self.tree.remove_cluster_queue(name)
         self._scopes.clear()
         for key in [*cq.queue.active(), *cq.queue.parked()]:
             self._route(self._wls[key])
         return True
 
+    # ---- Cohorts -------------------------------------------------------------------------------
+    def add_cohort(self, spec: CohortSpec) -> None:
+        """Add or replace a Cohort object (Kueue v1beta2 Cohort). Its parent, own quotas and
+        limits take effect at once; a cycle or an invalid spec makes every ClusterQueue
+        below it inactive with a reason naming it (never raises)."""
+        self._cohorts[spec.name] = spec
+        self._rebuild_cohorts()
+
+    update_cohort = add_cohort
+
+    def delete_cohort(self, name: CohortName) -> bool:
+        """Remove a Cohort object; its ClusterQueues stay in an implicit cohort of that
+        name (no own quota, no parent)."""
+        if self._cohorts.pop(name, None) is None:
+            return False
+        self._rebuild_cohorts()
+        return True
+
+    def _rebuild_cohorts(self) -> None:
+        """Apply every Cohort object to the tree: find cycles (Kueue: "a cycle disables every
+        member"), give cohorts of a cycle no parent, and re-validate every ClusterQueue."""
+        specs = self._cohorts
+        problems: dict[CohortName, ConfigProblem] = {}
+        for name in specs:
+            chain: list[CohortName] = []
+            n: CohortName | None = name
+            while n is not None and n in specs and n not in chain:
+                chain.append(n)
+                n = specs[n].parent
+            if n is not None and n in chain:
+                cycle = chain[chain.index(n):] + [n]
+                problems[name] = ConfigProblem(
+                    "CohortCycle",
+                    "spec.parentName",
+                    "Can't admit new workloads: cohort " + name + " is in or below a cycle of "
+                    "parentName: " + " -> ".join(cycle),
+                )
+        # An invalid Cohort spec disables its subtree too.
+        for name, spec in specs.items():
+            bad = validate_cohort(spec)
+            if bad is not None and name not in problems:
+                problems[name] = ConfigProblem(
+                    bad.reason, bad.field, f"{bad.message} (Cohort {name})"
+                )
+        # Descendants (through ClusterQueues' cohorts: walk each cohort's ancestors).
+        def inherited(name: CohortName) -> ConfigProblem | None:
+            seen: set[CohortName] = set()
+            n: CohortName | None = name
+            while n is not None and n not in seen:
+                if n in problems:
+                    return problems[n]
+                seen.add(n)
+                n = specs[n].parent if n in specs else None
+            return None
+
+        names = set(specs) | {cq.spec.cohort for cq in self._cqs.values() if cq.spec.cohort}
+        self._cohort_problems = {
+            n: p for n in names if (p := inherited(n)) is not None
+        }
+        tree = self.tree
+        for name in list(tree.cohort_names()):
+            if name not in specs:
+                tree.remove_cohort(name)
+        # Detach first so re-parenting in any order never makes a transient cycle.
+        for name in specs:
+            tree.set_cohort(name, None, {})
+        for name, spec in specs.items():
+            cyclic = problems.get(name) is not None and problems[name].reason == "CohortCycle"
+            ok = name not in problems
+            tree.set_cohort(name, None if cyclic else spec.parent, quotas_of(spec) if ok else {})
+            tree.set_weight(name, spec.fair_weight_milli, cohort=True)
+        self._scopes.clear()
+        self._revalidate_all()
+
     def _mark_cohort(self, name: ClusterQueueName) -> None:
         if not self.tree.has(name):
             return
         self._bump(name)
-        cohort = self.tree.cohort_of(name)
+        cohort = self.tree.root_of(name)
         if cohort is None:
             self._requeue[name] = None
         else:
@@ -467,7 +593,7 @@ class ClusterState:
         until the tree's shape changes)."""
         scope = self._scopes.get(name)
         if scope is None:
-            cohort = self.tree.cohort_of(name)
+            cohort = self.tree.root_of(name)  # the whole tree: usage anywhere changes it
             scope = ("cohort", cohort) if cohort is not None else ("cq", name)
             self._scopes[name] = scope
         return scope
@@ -748,6 +874,51 @@ class ClusterState:
             len(cq.queue),
             len(admitted),
             evicting,
+        )
+
+    def cohort_problem(self, cohort: CohortName | None) -> ConfigProblem | None:
+        """Why ClusterQueues of ``cohort`` are inactive because of the cohort tree (a cycle
+        of parentName, an invalid Cohort on the way to the root), or None."""
+        return None if cohort is None else self._cohort_problems.get(cohort)
+
+    def cohort_names(self) -> list[CohortName]:
+        """Every cohort: declared by a Cohort object or named by a ClusterQueue, sorted."""
+        return sorted(set(self._cohorts) | set(self.tree.cohort_names()))
+
+    def cohort_spec(self, name: CohortName) -> CohortSpec | None:
+        """The Cohort object last given for ``name`` (None: implicit or unknown)."""
+        return self._cohorts.get(name)
+
+    def cohort_status(self, name: CohortName) -> CohortStatus | None:
+        """Subtree quota and usage per flavor-resource of cohort ``name`` and its Active
+        state (None when no Cohort object or ClusterQueue names it)."""
+        spec = self._cohorts.get(name)
+        tree = self.tree
+        if spec is None and not tree.has_cohort(name):
+            return None
+        problem = self._cohort_problems.get(name)
+        resources = []
+        if tree.has_cohort(name):
+            for fr in tree.cohort_keys(name):
+                q = tree.cohort_quota(name, fr)
+                pool = tree.cohort_capacity(name, fr)
+                resources.append(CohortResourceStatus(
+                    fr.flavor, fr.resource,
+                    nominal=0 if q is None else q.nominal,
+                    subtree_quota=pool,
+                    usage=tree.subtree_usage(name, fr),
+                    borrowed=max(0, tree.cohort_usage(name, fr) - pool),
+                ))
+        reason, message = ("Ready", "") if problem is None else (problem.reason, problem.message)
+        return CohortStatus(
+            name,
+            spec is not None,
+            spec.parent if spec is not None else None,
+            problem is None,
+            reason,
+            message,
+            tree.members(name),
+            tuple(resources),
         )
 
     def local_queue_status(self, key: str) -> LocalQueueStatus | None:

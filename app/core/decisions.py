@@ -52,11 +52,13 @@ _CONDITION_REASON = {
 
 
 class PreemptionReason(StrEnum):
-    """Kueue v1beta2 ``Preempted`` condition reasons (classical preemption)."""
+    """Kueue v1beta2 ``Preempted`` condition reasons (classical preemption and fair
+    sharing)."""
 
     IN_CLUSTER_QUEUE = "InClusterQueue"
     IN_COHORT_RECLAMATION = "InCohortReclamation"
     IN_COHORT_RECLAIM_WHILE_BORROWING = "InCohortReclaimWhileBorrowing"
+    IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
 
 
 @dataclass(frozen=True, slots=True)

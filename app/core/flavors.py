@@ -252,10 +252,13 @@ class _Assigner:
         flavors: Mapping[FlavorName, ResourceFlavor],
         tree: QuotaTree,
         oracle: Oracle,
+        fair_sharing: bool = False,
     ) -> None:
         self.wl, self.spec, self.flavors, self.tree, self.oracle = wl, spec, flavors, tree, oracle
         self.acc: dict[FlavorResource, int] = {}
-        self.may_preempt_while_borrowing = (
+        # Kueue's flavor assigner asks the oracle while borrowing under fair sharing too: a
+        # borrower below its share may preempt one above it.
+        self.may_preempt_while_borrowing = fair_sharing or (
             spec.preemption.borrow_within_cohort != BorrowWithinCohort.NEVER
         )
 
@@ -369,10 +372,12 @@ def assign_flavors(
     flavors: Mapping[FlavorName, ResourceFlavor],
     tree: QuotaTree,
     oracle: Oracle,
+    fair_sharing: bool = False,
 ) -> Assignment:
     """Assign flavors to every pod set of ``wl`` in ClusterQueue ``spec`` against the current
-    usage in ``tree``; ``oracle(fr, amount)`` decides whether preemption could make room.
+    usage in ``tree``; ``oracle(fr, amount)`` decides whether preemption could make room
+    (asked while borrowing too when ``fair_sharing`` is on or borrowWithinCohort allows it).
 
     Returns an ``Assignment`` (never raises for Workload contents; ``spec`` must be valid).
     """
-    return _Assigner(wl, spec, flavors, tree, oracle).run()
+    return _Assigner(wl, spec, flavors, tree, oracle, fair_sharing).run()

@@ -8,8 +8,10 @@ Rules (Kueue ``pkg/scheduler/preemption``, reference 3.7):
 - Same ClusterQueue: ``withinClusterQueue`` — LowerPriority (candidate priority lower),
   LowerOrNewerEqualPriority (lower, or equal and the preemptor is older), Never.
 - Other ClusterQueues: ``reclaimWithinCohort`` — LowerPriority, Any, Never; only from a
-  ClusterQueue that borrows (usage > nominal) on a resource needing preemption, re-checked as
-  victims are removed (a queue back within its nominal is no longer a candidate).
+  ClusterQueue of the same cohort tree that borrows (usage > nominal) on a resource needing
+  preemption, and whose cohorts up to the lowest common ancestor with the preemptor borrow
+  too (Kueue's hierarchical reclaim, ``QuotaTree.reclaimable``), re-checked as victims are
+  removed (a queue back within its nominal is no longer a candidate).
 - ``borrowWithinCohort: LowerPriority`` lets the preemptor stay borrowing after reclaiming
   from other ClusterQueues, only from candidates of strictly lower priority and at most
   ``maxPriorityThreshold``; otherwise a reclaiming preemptor must end within its nominal.
@@ -25,6 +27,17 @@ Rules (Kueue ``pkg/scheduler/preemption``, reference 3.7):
 - Reasons: InClusterQueue (same ClusterQueue), InCohortReclamation, and
   InCohortReclaimWhileBorrowing (taken by the borrowing attempt).
 
+Fair sharing (``find_fair_targets``; Kueue ``preemption/fairsharing``, reference 3.8): the
+same eligible candidates (``borrowWithinCohort`` ignored); the next victim comes from the
+ClusterQueue reached by descending the tree from the root through the child with the highest
+dominant resource share (DRS) that still has candidates. Own-queue candidates are always
+taken; another queue's are taken unconditionally when the preemptor ends within its nominal
+quota, else only when the strategy holds at the lowest common ancestor: S2-a
+``LessThanOrEqualToFinalShare`` (preemptor's share after admission ≤ the target's share after
+the eviction) or S2-b ``LessThanInitialShare`` (< the target's share before it, one victim
+per queue). A queue that fails the test is pruned. Reason ``InCohortFairSharing``. Then the
+same fill-back as classical preemption.
+
 Simulation removes usage from the ``QuotaTree`` and restores it exactly before returning.
 """
 
@@ -38,6 +51,8 @@ from app.core.quota import QuotaTree
 from app.core.spec import (
     BorrowWithinCohort,
     ClusterQueueSpec,
+    FairSharing,
+    FairSharingStrategy,
     ReclaimWithinCohort,
     WithinClusterQueue,
 )
@@ -114,11 +129,7 @@ def _eligibility(
     def other_borrows(cq: ClusterQueueName) -> bool:
         v = borrowing.get(cq)
         if v is None:
-            v = borrowing[cq] = (
-                tree.has(cq)
-                and tree.cohort_of(cq) == cohort
-                and any(tree.is_borrowing(cq, fr) for fr in need)
-            )
+            v = borrowing[cq] = tree.has(cq) and tree.reclaimable(own, cq, need)
         return v
 
     def eligible(c: Candidate) -> bool:
@@ -175,7 +186,7 @@ class _Search:
         fits = False
         for c in cands:
             if c.cluster_queue != own:
-                if not any(tree.is_borrowing(c.cluster_queue, fr) for fr in self.need):
+                if not tree.reclaimable(own, c.cluster_queue, self.need):
                     continue
                 if allow and not self.while_borrowing_ok(c):
                     continue
@@ -191,8 +202,13 @@ class _Search:
             if self.fits(allow):
                 fits = True
                 break
+        return self.settle(removed, fits, allow)
+
+    def settle(self, removed: list[Target], fits: bool, allow: bool) -> list[Target] | None:
+        """Fill back (every victim but the last that is not needed returns), restore the
+        tree, and return the victims (None when the preemptor did not fit)."""
+        tree = self.tree
         if fits:
-            # Fill back: every victim but the last one that is not needed returns.
             for i in range(len(removed) - 2, -1, -1):
                 c = removed[i].candidate
                 tree.add_usage(c.cluster_queue, c.usage)
@@ -203,6 +219,20 @@ class _Search:
         for t in removed:
             tree.add_usage(t.candidate.cluster_queue, t.candidate.usage)
         return removed if fits else None
+
+
+def _eligible(
+    p: Preemptor,
+    spec: ClusterQueueSpec,
+    tree: QuotaTree,
+    candidates: Iterable[Candidate],
+    need: tuple[FlavorResource, ...],
+) -> list[Candidate]:
+    """The eligible candidates in Kueue's candidate order."""
+    return sorted(
+        filter(_eligibility(p, spec, need, tree), candidates),
+        key=lambda c: candidate_order(c, p.cluster_queue),
+    )
 
 
 def find_targets(
@@ -221,12 +251,8 @@ def find_targets(
     ``request``: the preemptor's whole usage per FlavorResource, which must not fit as
     things stand (the scheduler asks only then). ``tree`` is restored before returning.
     """
-    need_t = tuple(need)
-    p = preemptor
-    cands = sorted(
-        filter(_eligibility(p, spec, need_t, tree), candidates),
-        key=lambda c: candidate_order(c, p.cluster_queue),
-    )
+    p, need_t = preemptor, tuple(need)
+    cands = _eligible(p, spec, tree, candidates, need_t)
     if not cands:
         return None
     search = _Search(p, spec, tree, need_t, request)
@@ -245,4 +271,100 @@ def find_targets(
         found = search.attempt(cands, allow)
         if found:
             return Targets(tuple(found), allow)
+    return None
+
+
+def _sides(own: list[str], other: list[str]) -> tuple[str, str]:
+    """The children of the lowest common ancestor on each side of two node paths (each from
+    the ClusterQueue up to, not including, the root)."""
+    common = set(own) & set(other)
+    a = next((i for i, n in enumerate(own) if n in common), len(own))
+    b = next((i for i, n in enumerate(other) if n in common), len(other))
+    return own[a - 1], other[b - 1]
+
+
+class _FairSearch(_Search):
+    """One attempt of fair-sharing preemption under one strategy (see the module docstring)."""
+
+    def within_nominal(self) -> bool:
+        own, tree = self.p.cluster_queue, self.tree
+        return all(
+            tree.usage(own, fr) + self.request.get(fr, 0) <= tree.nominal(own, fr)
+            for fr in self.need
+        )
+
+    def target(self, pools: dict[ClusterQueueName, list[Candidate]]) -> ClusterQueueName:
+        """The queue reached from the root through the highest shares (ties: node name)."""
+        def descent(cq: ClusterQueueName) -> list[tuple[float, str]]:
+            return [(v, n) for n, v in reversed(self.tree.path_shares(cq))]
+
+        return max(pools, key=descent)
+
+    def run(
+        self, cands: list[Candidate], strategy: FairSharingStrategy
+    ) -> list[Target] | None:
+        tree, own = self.tree, self.p.cluster_queue
+        pools: dict[ClusterQueueName, list[Candidate]] = {}
+        for c in cands:
+            pools.setdefault(c.cluster_queue, []).append(c)
+        removed: list[Target] = []
+        fits = False
+        once = strategy == FairSharingStrategy.LESS_THAN_INITIAL_SHARE
+        while pools:
+            cq = self.target(pools)
+            c = pools[cq].pop(0)
+            if not pools[cq]:
+                del pools[cq]
+            if cq == own:
+                reason = PreemptionReason.IN_CLUSTER_QUEUE
+            elif not tree.reclaimable(own, cq, self.need):
+                continue  # back within its quota after earlier victims
+            elif self.within_nominal():
+                reason = PreemptionReason.IN_COHORT_RECLAMATION
+            else:
+                mine = tree.path_shares(own, self.request)
+                before = tree.path_shares(cq)
+                a, b = _sides([n for n, _ in mine], [n for n, _ in before])
+                share = dict(mine)[a]
+                if once:
+                    ok = share < dict(before)[b]
+                else:
+                    tree.remove_usage(cq, c.usage)
+                    ok = share <= dict(tree.path_shares(cq))[b]
+                    tree.add_usage(cq, c.usage)
+                if not ok:
+                    pools.pop(cq, None)  # its share is not above the preemptor's: prune
+                    continue
+                reason = PreemptionReason.IN_COHORT_FAIR_SHARING
+                if once:
+                    pools.pop(cq, None)
+            tree.remove_usage(cq, c.usage)
+            removed.append(Target(c, reason))
+            if self.fits(True):
+                fits = True
+                break
+        return self.settle(removed, fits, True)
+
+
+def find_fair_targets(
+    preemptor: Preemptor,
+    spec: ClusterQueueSpec,
+    tree: QuotaTree,
+    candidates: Iterable[Candidate],
+    need: Iterable[FlavorResource],
+    request: Mapping[FlavorResource, int],
+    fair: FairSharing,
+) -> Targets | None:
+    """Fair-sharing preemption (see the module docstring): the fewest victims found by the
+    first of ``fair.strategies`` that makes ``request`` fit, or None. Arguments as for
+    ``find_targets``; ``tree`` is restored before returning."""
+    p, need_t = preemptor, tuple(need)
+    cands = _eligible(p, spec, tree, candidates, need_t)
+    if not cands:
+        return None
+    search = _FairSearch(p, spec, tree, need_t, request)
+    for strategy in fair.strategies:
+        found = search.run(cands, strategy)
+        if found:
+            return Targets(tuple(found), True)
     return None

@@ -12,6 +12,9 @@ only ASCII digits are accepted and no surrounding whitespace; JSON numbers (``in
 ``float``) are read as the decimal literal they print as (``0.1`` -> ``"0.1"``), as the API
 server reads an unquoted quantity. Amounts above ``MAX_AMOUNT`` (int64, Kueue's
 ``resources.Amount``) are refused rather than saturated.
+
+Durations (``parse_duration_us``: seconds as numbers, or ``200ms``, ``1.5s``, ``5m``, ``1h``)
+are exact whole microseconds, for the simulator's clock and pykueue's duration annotations.
 """
 
 from __future__ import annotations
@@ -171,3 +174,32 @@ def format_quantity(amount: int, resource: str) -> str:
         if amount % mult == 0:
             return f"{amount // mult}{suffix}"
     return str(amount)
+
+
+US = 1_000_000  # microseconds per second: the simulator's clock is integer microseconds
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(us|ms|s|m|h)?\s*")
+_UNIT_US = {"us": 1, "ms": 1_000, "s": US, "m": 60 * US, "h": 3600 * US, None: US}
+
+
+def parse_duration_us(value: object) -> int:
+    """Seconds (int/float) or ``"<number><us|ms|s|m|h>"`` -> whole microseconds (>= 0).
+
+    Raises ``ValueError`` for anything else or for a fraction of a microsecond.
+    """
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a duration")
+    if isinstance(value, (int, float)):
+        text, unit = repr(value), None
+    elif isinstance(value, str) and (m := _DURATION.fullmatch(value)):
+        text, unit = m.group(1), m.group(2)
+    else:
+        raise ValueError(f"not a duration: {value!r} (e.g. 0.5, 200ms, 1.5s, 2m, 1h)")
+    try:
+        exact = Decimal(text) * _UNIT_US[unit]
+    except InvalidOperation as exc:
+        raise ValueError(f"not a duration: {value!r}") from exc
+    if exact < 0:
+        raise ValueError(f"must not be negative: {value!r}")
+    if exact != exact.to_integral_value():
+        raise ValueError(f"finer than a microsecond: {value!r}")
+    return int(exact)

@@ -15,9 +15,12 @@ Rules: Kueue v1beta2 ClusterQueue quotas and the hierarchical arithmetic of Kueu
 - ``potential_available(root)`` = subtree; ``(n)`` = local + potential(parent), capped at
   subtree + borrowingLimit.
 
-Cohorts are flat today (a ClusterQueue's ``cohortName``; no Cohort objects, no own quota, no
-parent), but nodes already carry ``parent`` and ``quotas`` so Kueue's hierarchical Cohort
-objects can be added by giving a cohort node a parent and quotas.
+Cohorts are hierarchical (Kueue v1beta2 Cohort ``spec.parentName`` and ``resourceGroups``):
+``set_cohort`` gives a cohort node a parent and its own quotas (an extra shared pool lendable
+to its subtree, with borrowing / lending limits toward its parent). A cohort named only by a
+ClusterQueue's ``cohortName`` (implicit) is a root with no quota, and disappears with its last
+member. The tree never holds a cycle: the caller (``ClusterState``) detects cycles and gives
+the cohorts of a cycle no parent.
 
 "borrowed" exists only where a cohort exists (acceptance KQ-02): max(0, usage − nominal).
 """
@@ -27,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from app.core.spec import ClusterQueueSpec
+from app.core.spec import ClusterQueueSpec, CohortSpec
 from app.core.types import ClusterQueueName, CohortName, FlavorResource
 
 
@@ -40,8 +43,8 @@ class Quota:
     lending_limit: int | None = None
 
 
-def quotas_of(spec: ClusterQueueSpec) -> dict[FlavorResource, Quota]:
-    """``{FlavorResource: Quota}`` declared by a ClusterQueue spec."""
+def quotas_of(spec: ClusterQueueSpec | CohortSpec) -> dict[FlavorResource, Quota]:
+    """``{FlavorResource: Quota}`` declared by a ClusterQueue or Cohort spec."""
     return {
         fr: Quota(rq.nominal, rq.borrowing_limit, rq.lending_limit)
         for fr, rq in spec.quotas.items()
@@ -55,7 +58,14 @@ class _Node:
     quotas: dict[FlavorResource, Quota] = field(default_factory=dict)
     usage: dict[FlavorResource, int] = field(default_factory=dict)
     parent: _Node | None = None
+    # ClusterQueue children and cohort children apart: a Cohort and a ClusterQueue may share a
+    # name (two kinds), and ``members`` lists ClusterQueues in the order they joined.
     children: dict[str, _Node] = field(default_factory=dict)
+    child_cohorts: dict[str, _Node] = field(default_factory=dict)
+    # Cohorts only: declared by a Cohort object (kept while empty) rather than implicit.
+    explicit: bool = False
+    # fairSharing.weight in milli-units (Kueue default 1).
+    weight_milli: int = 1000
     # Cohorts only: cached Σ children (subtree − local) + own nominal.
     subtree: dict[FlavorResource, int] = field(default_factory=dict)
 
@@ -104,16 +114,62 @@ class QuotaTree:
         if node is None:
             node = _Node(name, is_cohort=False)
             self._cqs[name] = node
+        self._attach(node, cohort, quotas)
+
+    def _attach(
+        self, node: _Node, parent: str | None, quotas: Mapping[FlavorResource, Quota]
+    ) -> None:
+        """Move ``node`` under cohort ``parent`` (None: a root) with ``quotas``; recompute."""
         self._detach(node)
         node.quotas = dict(quotas)
-        if cohort is not None:
-            parent = self._cohorts.get(cohort)
-            if parent is None:
-                parent = _Node(cohort, is_cohort=True)
-                self._cohorts[cohort] = parent
-            node.parent = parent
-            parent.children[name] = node
-            self._recompute(parent)
+        if parent is not None:
+            pn = self._cohort_node(parent)
+            node.parent = pn
+            (pn.child_cohorts if node.is_cohort else pn.children)[node.name] = node
+        if node.is_cohort:
+            self._recompute(node)  # its own quotas changed; recomputes its ancestors too
+        elif node.parent is not None:
+            self._recompute(node.parent)
+
+    def _cohort_node(self, name: str) -> _Node:
+        node = self._cohorts.get(name)
+        if node is None:
+            node = self._cohorts[name] = _Node(name, is_cohort=True)
+        return node
+
+    def set_cohort(
+        self,
+        name: CohortName,
+        parent: CohortName | None,
+        quotas: Mapping[FlavorResource, Quota],
+    ) -> None:
+        """Declare cohort ``name`` (a Cohort object): its parent (None: a root) and its own
+        quotas. Its children and their usage are kept. The caller must not create a cycle
+        (``ValueError`` if ``parent`` is ``name`` or one of its descendants)."""
+        node = self._cohort_node(name)
+        p = self._cohorts.get(parent) if parent is not None else None
+        while p is not None:
+            if p is node:
+                raise ValueError(f"cohort {parent} is {name} or below it: a cycle")
+            p = p.parent
+        node.explicit = True
+        self._attach(node, parent, quotas)
+
+    def remove_cohort(self, name: CohortName) -> None:
+        """Forget the Cohort object ``name``: its quotas and parent go; the node stays as an
+        implicit root while ClusterQueues or cohorts still name it."""
+        node = self._cohorts.get(name)
+        if node is None:
+            return
+        node.explicit = False
+        node.quotas = {}
+        node.weight_milli = 1000
+        self._detach(node)
+        if self._cohorts.get(name) is node:
+            if node.children or node.child_cohorts:
+                self._recompute(node)
+            else:
+                del self._cohorts[name]
 
     def remove_cluster_queue(self, name: ClusterQueueName) -> None:
         """Remove a ClusterQueue node (and its usage) from the tree; no-op if absent."""
@@ -125,17 +181,19 @@ class QuotaTree:
         parent = node.parent
         if parent is None:
             return
-        del parent.children[node.name]
+        del (parent.child_cohorts if node.is_cohort else parent.children)[node.name]
         node.parent = None
-        if parent.children or parent.quotas:
+        if parent.children or parent.child_cohorts or parent.quotas or parent.explicit:
             self._recompute(parent)
         else:
+            # An implicit cohort goes with its last child (and leaves its own parent).
             del self._cohorts[parent.name]
+            self._detach(parent)
 
     def _recompute(self, cohort: _Node) -> None:
         subtree: dict[FlavorResource, int] = {fr: q.nominal for fr, q in cohort.quotas.items()}
         usage: dict[FlavorResource, int] = {}
-        for child in cohort.children.values():
+        for child in (*cohort.children.values(), *cohort.child_cohorts.values()):
             for fr in child.keys():
                 lq = child.local_quota(fr)
                 subtree[fr] = subtree.get(fr, 0) + child.subtree_quota(fr) - lq
@@ -145,7 +203,7 @@ class QuotaTree:
         cohort.subtree = subtree
         cohort.usage = usage
         if cohort.parent is not None:
-            # Hierarchy-ready: a cohort with a parent is itself a child of that parent.
+            # A cohort with a parent is itself a child of that parent.
             self._recompute(cohort.parent)
 
     # ---- usage -----------------------------------------------------------------------------
@@ -182,6 +240,69 @@ class QuotaTree:
             self._change(parent, fr, d)
 
     # ---- queries ---------------------------------------------------------------------------
+    # ---- fair sharing (Kueue pkg/cache/scheduler/fair_sharing.go, reference 3.8) -----------
+    def set_weight(self, name: str, weight_milli: int, cohort: bool = False) -> None:
+        """``fairSharing.weight`` (milli-units) of a ClusterQueue or, with ``cohort``, a
+        cohort node; unknown names are ignored."""
+        node = (self._cohorts if cohort else self._cqs).get(name)
+        if node is not None:
+            node.weight_milli = weight_milli
+
+    def _share(self, node: _Node) -> float:
+        """Dominant resource share of ``node`` within its parent: per resource name,
+        Σ flavors max(0, usage − subtree quota) × 1000 / Σ flavors potential_available of
+        the parent; the largest ratio, divided by the weight. 0 when not borrowing (or a
+        root); +inf when borrowing with weight 0."""
+        parent = node.parent
+        if parent is None:
+            return 0.0
+        borrowed: dict[str, int] = {}
+        for fr, u in node.usage.items():
+            b = u - node.subtree_quota(fr)
+            if b > 0:
+                borrowed[fr.resource] = borrowed.get(fr.resource, 0) + b
+        if not borrowed:
+            return 0.0
+        if node.weight_milli == 0:
+            return float("inf")
+        lendable: dict[str, int] = {}
+        for fr in parent.keys():
+            if fr.resource in borrowed:
+                lendable[fr.resource] = lendable.get(fr.resource, 0) + self._potential(parent, fr)
+        ratio = max(
+            (b * 1000 / lendable[r] if lendable.get(r) else float("inf"))
+            for r, b in borrowed.items()
+        )
+        return ratio * 1000 / node.weight_milli
+
+    def share(self, name: ClusterQueueName) -> float:
+        """The ClusterQueue's dominant resource share (see ``_share``); Kueue's
+        ``status.fairSharing.weightedShare`` is its ceiling."""
+        return self._share(self._cqs[name])
+
+    def cohort_share(self, name: CohortName) -> float:
+        """A cohort's dominant resource share within its parent (0 for a root)."""
+        return self._share(self._cohorts[name])
+
+    def path_shares(
+        self, name: ClusterQueueName, extra: Mapping[FlavorResource, int] | None = None
+    ) -> list[tuple[str, float]]:
+        """``[(node id, share)]`` from the ClusterQueue up to (not including) its root, with
+        ``extra`` usage added to the ClusterQueue while measuring (the tree is restored).
+        Node ids are ``cq:<name>`` / ``co:<name>``."""
+        if extra:
+            self.add_usage(name, extra)
+        try:
+            out = []
+            n: _Node | None = self._cqs[name]
+            while n is not None and n.parent is not None:
+                out.append((("co:" if n.is_cohort else "cq:") + n.name, self._share(n)))
+                n = n.parent
+            return out
+        finally:
+            if extra:
+                self.remove_usage(name, extra)
+
     def has(self, name: ClusterQueueName) -> bool:
         """True when the ClusterQueue has a node."""
         return name in self._cqs
@@ -192,9 +313,97 @@ class QuotaTree:
         return None if parent is None else CohortName(parent.name)
 
     def members(self, cohort: CohortName) -> tuple[ClusterQueueName, ...]:
-        """ClusterQueues of a cohort, in the order they joined."""
+        """ClusterQueues of a cohort's whole subtree: its own in the order they joined, then
+        those of each child cohort (depth first, in the order the children joined)."""
         node = self._cohorts.get(cohort)
-        return () if node is None else tuple(ClusterQueueName(n) for n in node.children)
+        if node is None:
+            return ()
+        if not node.child_cohorts:
+            return tuple(ClusterQueueName(n) for n in node.children)
+        out: list[ClusterQueueName] = []
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            out.extend(ClusterQueueName(c) for c in n.children)
+            stack.extend(reversed(n.child_cohorts.values()))
+        return tuple(out)
+
+    def root_of(self, name: ClusterQueueName) -> CohortName | None:
+        """The root cohort of a ClusterQueue's tree (its cohort when flat), or None."""
+        node = self._cqs[name].parent
+        if node is None:
+            return None
+        while node.parent is not None:
+            node = node.parent
+        return CohortName(node.name)
+
+    def path_of(self, name: ClusterQueueName) -> str:
+        """``/root/.../cohort/cq``: a ClusterQueue's path in its tree (Kueue's preemption
+        messages name the preemptor's and the preemptee's paths)."""
+        parts = [name]
+        n = self._cqs[name].parent
+        while n is not None:
+            parts.append(n.name)
+            n = n.parent
+        return "/" + "/".join(reversed(parts))
+
+    def cohort_names(self) -> list[CohortName]:
+        """Every cohort node (declared or implicit), sorted."""
+        return sorted(CohortName(n) for n in self._cohorts)
+
+    def has_cohort(self, name: CohortName) -> bool:
+        """True when cohort ``name`` has a node (declared, or named by a member)."""
+        return name in self._cohorts
+
+    def cohort_parent(self, name: CohortName) -> CohortName | None:
+        """The parent of cohort ``name`` in the tree (None: a root or unknown)."""
+        node = self._cohorts.get(name)
+        return None if node is None or node.parent is None else CohortName(node.parent.name)
+
+    def cohort_quota(self, name: CohortName, fr: FlavorResource) -> Quota | None:
+        """The quota a Cohort object declares for ``fr`` (None: undeclared)."""
+        node = self._cohorts.get(name)
+        return None if node is None else node.quotas.get(fr)
+
+    def cohort_keys(self, name: CohortName) -> list[FlavorResource]:
+        """FlavorResources a cohort has quota or usage for (its subtree's), in first-seen
+        order."""
+        node = self._cohorts.get(name)
+        return [] if node is None else list(node.keys())
+
+    def subtree_usage(self, name: CohortName, fr: FlavorResource) -> int:
+        """Σ usage of ``fr`` by every ClusterQueue below cohort ``name`` (their whole usage,
+        including what their local quota covers)."""
+        return sum(self._cqs[m].usage.get(fr, 0) for m in self.members(name))
+
+    def reclaimable(
+        self, own: ClusterQueueName, other: ClusterQueueName, need: Iterable[FlavorResource]
+    ) -> bool:
+        """Kueue's hierarchical reclaim rule: ClusterQueue ``other`` (in ``own``'s tree)
+        may lose Workloads to ``own``'s reclaim only if it and every cohort between it and
+        their lowest common ancestor borrow (usage > subtree quota) some flavor-resource of
+        ``need``. In a flat cohort: ``other`` borrows one of them. False across trees."""
+        need_t = need if isinstance(need, tuple) else tuple(need)
+        me, o = self._cqs[own], self._cqs[other]
+        if o is me or o.parent is None:
+            return False
+        u = o.usage
+        if not any(u.get(fr, 0) > o.subtree_quota(fr) for fr in need_t):
+            return False
+        if o.parent is me.parent:
+            return True  # siblings (every flat cohort): the common ancestor is their cohort
+        ancestors = set()
+        n: _Node | None = me
+        while n is not None:
+            ancestors.add(id(n))
+            n = n.parent
+        n = o.parent
+        while n is not None and id(n) not in ancestors:
+            u = n.usage
+            if not any(u.get(fr, 0) > n.subtree_quota(fr) for fr in need_t):
+                return False
+            n = n.parent
+        return n is not None
 
     def quota(self, name: ClusterQueueName, fr: FlavorResource) -> Quota | None:
         """The quota a ClusterQueue declares for ``fr`` (None: undeclared, nominal 0)."""

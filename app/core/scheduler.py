@@ -83,27 +83,51 @@ already being evicted issues no new preemption (acceptance KQ-18, KQ-29).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TypeAlias
 
 from app.core.cluster import ClusterState, _Record
-from app.core.decisions import Admit, Decision, PendingReason, Preempt, Victim
+from app.core.decisions import Admit, Decision, PendingReason, Preempt, PreemptionReason, Victim
 from app.core.flavors import Assignment, Mode, assign_flavors, shortfall
-from app.core.preemption import Candidate, Preemptor, Targets, find_targets
+from app.core.preemption import (
+    Candidate,
+    Preemptor,
+    Targets,
+    find_fair_targets,
+    find_targets,
+)
 from app.core.spec import (
     ClusterQueueSpec,
+    FairSharing,
     QueueingStrategy,
     ReclaimWithinCohort,
     WithinClusterQueue,
 )
 from app.core.types import ClusterQueueName, FlavorResource, WorkloadKey
 
-__all__ = ["Cluster"]
+__all__ = ["Cluster", "MIN_RUNTIME_ANNOTATION", "RECLAIM_BACKOFF_ANNOTATION"]
+
+# pykueue's ClusterQueue annotations for bounded preemption (named in Pending messages; read
+# by app/controllers/convert.py).
+MIN_RUNTIME_ANNOTATION = "pykueue.dev/min-runtime-before-preemption"
+RECLAIM_BACKOFF_ANNOTATION = "pykueue.dev/reclaim-backoff"
+
+
+def _duration(seconds: float) -> str:
+    """``4m12s`` / ``1h0m5s`` / ``9s``: whole seconds, rounded up."""
+    s = max(0, math.ceil(seconds - 1e-9))
+    h, rest = divmod(s, 3600)
+    m, sec = divmod(rest, 60)
+    if h:
+        return f"{h}h{m}m{sec}s"
+    return f"{m}m{sec}s" if m else f"{sec}s"
 
 _REASON_TEXT = {
     "InClusterQueue": "prioritization in the ClusterQueue",
     "InCohortReclamation": "reclamation within the cohort",
     "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
+    "InCohortFairSharing": "fair sharing within the cohort",
 }
 
 
@@ -125,8 +149,17 @@ _NominationKey: TypeAlias = tuple[int, float | None, tuple[object, ...]]
 class Cluster(ClusterState):
     """The admission core: ``ClusterState`` plus ``schedule(now)``. See the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, fair_sharing: FairSharing | None = None) -> None:
         super().__init__()
+        # Kueue Configuration fairSharing: None = classical ordering and preemption.
+        self.fair_sharing = fair_sharing
+        # Bounded preemption (pykueue annotations, see ``ClusterQueueSpec``): the time of the
+        # cycle being run, when the next protection or backoff expires (every ClusterQueue
+        # is then requeued and every memo dropped), and per ClusterQueue the end of its
+        # reclaim backoff.
+        self._now = 0.0
+        self._wake_at: float | None = None
+        self._no_borrow_until: dict[ClusterQueueName, float] = {}
         # Per BestEffortFIFO ClusterQueue: representative -> its parked class-mates, latest
         # in queue order first (see step 1 of the module docstring).
         self._followers: dict[ClusterQueueName, dict[WorkloadKey, list[WorkloadKey]]] = {}
@@ -146,6 +179,14 @@ class Cluster(ClusterState):
         until the next event.
         """
         out: list[Decision] = []
+        self._now = now
+        if self._wake_at is not None and now >= self._wake_at:
+            self._wake_at = None
+            self._no_borrow_until = {k: v for k, v in self._no_borrow_until.items() if v > now}
+            for until in self._no_borrow_until.values():
+                self._wake(until)
+            self._bump_all()
+            self._requeue.update(dict.fromkeys(self._cqs))
         self._apply_requeues()
         if self._followers:
             self._release_followers()
@@ -193,16 +234,104 @@ class Cluster(ClusterState):
                 continue
             entries.append(_Entry(rec, cq.spec, self._nominate(rec, cq.spec)))
 
-        entries.sort(key=_Entry.order)
         taken: set[WorkloadKey] = set()
         held: list[tuple[ClusterQueueName, dict[FlavorResource, int]]] = []
         try:
-            for e in entries:
-                out.extend(self._process(e, now, taken, held))
+            if self.fair_sharing is None:
+                entries.sort(key=_Entry.order)
+                for e in entries:
+                    out.extend(self._process(e, now, taken, held))
+            else:
+                while entries:
+                    e = self._fair_next(entries)
+                    entries.remove(e)
+                    out.extend(self._process(e, now, taken, held))
         finally:
             for name, usage in held:
                 self.tree.remove_usage(name, usage)
         return out
+
+    # ---- bounded preemption ------------------------------------------------------------------
+    def next_wakeup(self) -> float | None:
+        """When a minimum runtime or a reclaim backoff that held a decision back expires
+        (seconds), or None: a driver that only runs cycles on events must run one then."""
+        return self._wake_at
+
+    def _wake(self, at: float) -> None:
+        if self._wake_at is None or at < self._wake_at:
+            self._wake_at = at
+
+    def _protected_until(self, cq: ClusterQueueName, reserved_at: float) -> float | None:
+        """When a Workload of ``cq`` admitted at ``reserved_at`` may be preempted by reclaim
+        or fair sharing, if that is after the current cycle (else None)."""
+        mr = self._cqs[cq].spec.min_runtime_s if cq in self._cqs else None
+        if mr is None or reserved_at + mr <= self._now:
+            return None
+        return reserved_at + mr
+
+    def _protection_hint(self, e: _Entry) -> str:
+        """``"; preemption possible in 4m12s (...)"`` when victims exist but a minimum runtime
+        protects them, else ""."""
+        a, spec = e.assignment, e.spec
+        if not self._min_runtime_cqs or spec.preemption.reclaim_within_cohort \
+                == ReclaimWithinCohort.NEVER:
+            return ""
+        p = self._preemptor(e.rec, spec)
+        need = tuple(fr for fr, v in a.usage.items() if v > self.tree.available(spec.name, fr))
+        if not need:
+            return ""
+        t = self._find_targets(p, spec, self._candidates(p, spec, protect=False), need,
+                               dict(a.usage))
+        if t is None:
+            return ""
+        until = [u for x in t.targets
+                 if (u := self._protected_until(x.candidate.cluster_queue,
+                                                x.candidate.reserved_at)) is not None]
+        if not until:
+            return ""
+        when = max(until)
+        self._wake(when)
+        return (f"; preemption possible in {_duration(when - self._now)} (its victims are "
+                f"within their ClusterQueue's {MIN_RUNTIME_ANNOTATION})")
+
+    # ---- fair sharing order ------------------------------------------------------------------
+    def _fair_next(self, entries: list[_Entry]) -> _Entry:
+        """The next head under fair sharing (Kueue's fair sharing iterator, reference 3.8):
+        in each cohort tree a tournament from the leaves up, where at each cohort the child
+        entries compare by not borrowing first, then the lower share of the child node with
+        the entry's usage added, then priority and time; across trees (and queues without a
+        cohort) the classical order. Shares are measured against the live usage, so each
+        admission of the cycle moves the next pick."""
+        tree = self.tree
+        paths: dict[int, list[str]] = {}
+        shares: dict[int, dict[str, float]] = {}
+        roots: dict[str | None, list[_Entry]] = {}
+        for e in entries:
+            ps = tree.path_shares(e.spec.name, e.assignment.usage)
+            paths[id(e)] = [n for n, _ in reversed(ps)]  # from below the root down to the CQ
+            shares[id(e)] = dict(ps)
+            roots.setdefault(tree.root_of(e.spec.name), []).append(e)
+
+        def pick(group: list[_Entry], depth: int) -> _Entry:
+            children: dict[str, list[_Entry]] = {}
+            for e in group:
+                children.setdefault(paths[id(e)][depth], []).append(e)
+            winners = []
+            for node, members in children.items():
+                w = members[0] if len(members) == 1 else pick(members, depth + 1)
+                winners.append((node, w))
+
+            def key(nw: tuple[str, _Entry]) -> tuple[object, ...]:
+                node, w = nw
+                wl = w.rec.wl
+                return (w.assignment.borrow > 0, shares[id(w)][node], -wl.priority,
+                        wl.queue_order_time, wl.uid, wl.key)
+
+            return min(winners, key=key)[1]
+
+        best = [min(g, key=_Entry.order) if root is None else pick(g, 0)
+                for root, g in roots.items()]
+        return min(best, key=_Entry.order)
 
     # ---- requeue -----------------------------------------------------------------------------
     def _apply_requeues(self) -> None:
@@ -260,13 +389,17 @@ class Cluster(ClusterState):
                 del self._followers[name]
 
     # ---- nomination ------------------------------------------------------------------------
-    def _candidates(self, p: Preemptor, spec: ClusterQueueSpec) -> list[Candidate]:
+    def _candidates(
+        self, p: Preemptor, spec: ClusterQueueSpec, protect: bool = True
+    ) -> list[Candidate]:
         """Admitted Workloads that ``find_targets`` could find eligible for ``p`` (a superset:
         it filters again). Skipped here, by the same rules (``preemption._eligibility``): the
         own ClusterQueue under withinClusterQueue Never, or those not below (not at most,
         for LowerOrNewerEqualPriority) the preemptor's priority; other ClusterQueues unless
         reclaimWithinCohort allows them and they borrow some flavor-resource (eligibility
-        needs one needing preemption); under LowerPriority their Workloads not below it."""
+        needs one needing preemption); under LowerPriority their Workloads not below it.
+        With ``protect``, other queues' Workloads still within their queue's minimum runtime
+        (the next expiry is remembered for ``next_wakeup``)."""
         name, tree, pol = spec.name, self.tree, spec.preemption
         within = pol.within_cluster_queue
         # (ClusterQueue, highest candidate priority + 1 or None for any)
@@ -275,7 +408,7 @@ class Cluster(ClusterState):
             cqs.append((name, p.priority))
         elif within == WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY:
             cqs.append((name, p.priority + 1))
-        cohort = tree.cohort_of(name)
+        cohort = tree.root_of(name)  # reclaim reaches the whole tree (reclaimable filters)
         if cohort is not None and pol.reclaim_within_cohort != ReclaimWithinCohort.NEVER:
             below = (
                 p.priority if pol.reclaim_within_cohort == ReclaimWithinCohort.LOWER_PRIORITY
@@ -286,10 +419,17 @@ class Cluster(ClusterState):
                     cqs.append((cq, below))
         out = []
         for cq, below in cqs:
+            mr = self._cqs[cq].spec.min_runtime_s if protect and cq != name else None
             for key in self._admitted_by_cq.get(cq, {}):
                 rec = self._wls[key]
                 wl = rec.wl
                 if below is not None and wl.priority >= below:
+                    continue
+                reserved = (
+                    wl.quota_reserved_at if wl.quota_reserved_at is not None else wl.creation
+                )
+                if mr is not None and not rec.evicting and reserved + mr > self._now:
+                    self._wake(reserved + mr)  # protected until then
                     continue
                 out.append(
                     Candidate(
@@ -297,13 +437,26 @@ class Cluster(ClusterState):
                         cq,
                         wl.priority,
                         wl.uid,
-                        wl.quota_reserved_at if wl.quota_reserved_at is not None else wl.creation,
+                        reserved,
                         wl.creation,
                         rec.usage,
                         rec.evicting,
                     )
                 )
         return out
+
+    def _find_targets(
+        self,
+        p: Preemptor,
+        spec: ClusterQueueSpec,
+        cands: list[Candidate],
+        need: tuple[FlavorResource, ...],
+        request: dict[FlavorResource, int],
+    ) -> Targets | None:
+        """Classical or, with fair sharing on, fair-sharing victim search."""
+        if self.fair_sharing is None:
+            return find_targets(p, spec, self.tree, cands, need, request)
+        return find_fair_targets(p, spec, self.tree, cands, need, request, self.fair_sharing)
 
     def _preemptor(self, rec: _Record, spec: ClusterQueueSpec) -> Preemptor:
         wl = rec.wl
@@ -356,7 +509,7 @@ class Cluster(ClusterState):
             nonlocal cands
             if cands is None:
                 cands = self._candidates(preemptor, spec)
-            t = find_targets(preemptor, spec, self.tree, cands, (fr,), {fr: amount})
+            t = self._find_targets(preemptor, spec, cands, (fr,), {fr: amount})
             if t is None:
                 return Mode.NO_CANDIDATES, 0
             tree = self.tree
@@ -369,7 +522,9 @@ class Cluster(ClusterState):
                 return Mode.RECLAIM, borrow
             return Mode.PREEMPT, borrow
 
-        return assign_flavors(rec.wl, spec, self._flavors, self.tree, oracle)
+        return assign_flavors(
+            rec.wl, spec, self._flavors, self.tree, oracle, self.fair_sharing is not None
+        )
 
     # ---- processing ------------------------------------------------------------------------
     def _not_admitted(self, e: _Entry, park: bool) -> None:
@@ -407,7 +562,11 @@ class Cluster(ClusterState):
         park = e.spec.queueing_strategy != QueueingStrategy.STRICT_FIFO
         self._not_admitted(e, park=True)
         return self._set_pending(
-            e.rec, PendingReason.WAITING_FOR_QUOTA, a.message, a.shortfalls, inadmissible=park
+            e.rec,
+            PendingReason.WAITING_FOR_QUOTA,
+            a.message + self._protection_hint(e),
+            a.shortfalls,
+            inadmissible=park,
         )
 
     def _process(
@@ -422,6 +581,19 @@ class Cluster(ClusterState):
                 a.reason or PendingReason.WAITING_FOR_QUOTA,
                 a.message,
                 a.shortfalls,
+                inadmissible=park,
+            )
+            return [d] if d else []
+        until = self._no_borrow_until.get(spec.name) if self._no_borrow_until else None
+        if until is not None and until > now and a.borrow > 0:
+            self._not_admitted(e, park=True)
+            self._wake(until)
+            d = self._set_pending(
+                rec,
+                PendingReason.WAITING_FOR_QUOTA,
+                f"ClusterQueue {spec.name} may not borrow for another "
+                f"{_duration(until - now)}: its workloads were just preempted to give quota "
+                f"back ({RECLAIM_BACKOFF_ANNOTATION})",
                 inadmissible=park,
             )
             return [d] if d else []
@@ -454,13 +626,8 @@ class Cluster(ClusterState):
     ) -> list[Decision]:
         a, rec, spec = e.assignment, e.rec, e.spec
         preemptor = self._preemptor(rec, spec)
-        targets: Targets | None = find_targets(
-            preemptor,
-            spec,
-            self.tree,
-            self._candidates(preemptor, spec),
-            a.need_preemption,
-            a.usage,
+        targets = self._find_targets(
+            preemptor, spec, self._candidates(preemptor, spec), a.need_preemption, a.usage
         )
         if targets is None:
             d = self._no_candidates(e, held)
@@ -478,15 +645,20 @@ class Cluster(ClusterState):
         out: list[Decision] = []
         victims = []
         awaiting = []
-        cohort = spec.cohort
-        path = f"/{cohort}/{spec.name}" if cohort else f"/{spec.name}"
+        path = self.tree.path_of(spec.name)
         for t in targets.targets:
             c = t.candidate
             if c.evicting:
                 awaiting.append(c.key)
                 continue
             self.evict(c.key, now)
-            victim_path = f"/{cohort}/{c.cluster_queue}" if cohort else f"/{c.cluster_queue}"
+            backoff = self._cqs[c.cluster_queue].spec.reclaim_backoff_s
+            if backoff and t.reason != PreemptionReason.IN_CLUSTER_QUEUE:
+                end = now + backoff
+                self._no_borrow_until[c.cluster_queue] = max(
+                    end, self._no_borrow_until.get(c.cluster_queue, 0.0))
+                self._wake(end)
+            victim_path = self.tree.path_of(c.cluster_queue)
             victims.append(
                 Victim(
                     c.key,

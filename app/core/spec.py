@@ -1,13 +1,14 @@
-"""Configuration the admission core reads: ResourceFlavor, ClusterQueue, LocalQueue.
+"""Configuration the admission core reads: ResourceFlavor, ClusterQueue, Cohort, LocalQueue.
 
 Plain frozen dataclasses mirroring Kueue v1beta2 ``spec`` fields (reference section 1), with
 amounts already parsed to integers (milli-CPU for ``cpu``, bytes, counts; see
 ``app.core.quantity``). The reconciler converts the CRD objects into these; tests build them
 with ``tests/builders.py``.
 
-``validate_cluster_queue`` returns the first configuration problem of a ClusterQueue (a
-``ConfigProblem`` naming the field) or ``None``: the core keeps an invalid ClusterQueue
-*inactive* instead of raising, and its Workloads stay pending with that reason.
+``validate_cluster_queue`` / ``validate_cohort`` return the first configuration problem of a
+ClusterQueue / Cohort (a ``ConfigProblem`` naming the field) or ``None``: the core keeps an
+invalid ClusterQueue (or every ClusterQueue below an invalid Cohort) *inactive* instead of
+raising, and its Workloads stay pending with that reason.
 """
 
 from __future__ import annotations
@@ -117,6 +118,18 @@ class ResourceGroup:
     flavors: tuple[FlavorQuotas, ...]
 
 
+def quotas_by_flavor_resource(
+    groups: tuple[ResourceGroup, ...],
+) -> dict[FlavorResource, ResourceQuota]:
+    """``{FlavorResource: ResourceQuota}`` over resource groups (first occurrence wins)."""
+    out: dict[FlavorResource, ResourceQuota] = {}
+    for g in groups:
+        for f in g.flavors:
+            for rq in f.resources:
+                out.setdefault(FlavorResource(f.name, rq.name), rq)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class LabelSelectorRequirement:
     """``matchExpressions[]`` of a metav1 LabelSelector (In, NotIn, Exists, DoesNotExist)."""
@@ -213,6 +226,15 @@ class ClusterQueueSpec:
     flavor_fungibility: FlavorFungibility = field(default_factory=FlavorFungibility)
     stop_policy: StopPolicy = StopPolicy.NONE
     object_problem: ConfigProblem | None = None
+    # spec.fairSharing.weight in milli-units (Kueue default 1 = 1000); read only when fair
+    # sharing is enabled. 0: the queue only gets capacity nobody else wants.
+    fair_weight_milli: int = 1000
+    # pykueue annotations (Kueue's API has no field for them), in seconds; None = off.
+    # min_runtime_s: an admitted Workload of this queue is not preempted by reclaim or fair
+    # sharing until it has held its quota this long. reclaim_backoff_s: after a reclaim or
+    # fair-sharing preemption took Workloads of this queue, it does not borrow for this long.
+    min_runtime_s: float | None = None
+    reclaim_backoff_s: float | None = None
 
     @cached_property
     def _group_index(self) -> dict[ResourceName, int]:
@@ -225,12 +247,7 @@ class ClusterQueueSpec:
     @cached_property
     def quotas(self) -> dict[FlavorResource, ResourceQuota]:
         """``{FlavorResource: ResourceQuota}`` over all groups (first occurrence wins)."""
-        out: dict[FlavorResource, ResourceQuota] = {}
-        for g in self.resource_groups:
-            for f in g.flavors:
-                for rq in f.resources:
-                    out.setdefault(FlavorResource(f.name, rq.name), rq)
-        return out
+        return quotas_by_flavor_resource(self.resource_groups)
 
     def group_of(self, resource: ResourceName) -> ResourceGroup | None:
         """The resource group covering ``resource``, or None."""
@@ -244,6 +261,47 @@ class ClusterQueueSpec:
     def flavor_names(self) -> tuple[FlavorName, ...]:
         """Every flavor named in ``resourceGroups``, in order."""
         return tuple(f.name for g in self.resource_groups for f in g.flavors)
+
+
+class FairSharingStrategy(StrEnum):
+    """Kueue Configuration ``fairSharing.preemptionStrategies`` (reference 3.8)."""
+
+    LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
+    LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
+
+
+@dataclass(frozen=True, slots=True)
+class FairSharing:
+    """Fair sharing settings of the core (Kueue Configuration ``fairSharing``): when given to
+    ``Cluster``, the dominant resource share of each node of the cohort tree orders the heads
+    of a cycle and chooses preemption victims. ``strategies``: tried in order; Kueue allows
+    [S2-a], [S2-b] or [S2-a, S2-b] (the default)."""
+
+    strategies: tuple[FairSharingStrategy, ...] = (
+        FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
+        FairSharingStrategy.LESS_THAN_INITIAL_SHARE,
+    )
+
+
+@dataclass(frozen=True)
+class CohortSpec:
+    """Kueue v1beta2 Cohort ``spec`` (reference 1.3): ``parent`` = ``spec.parentName`` (None:
+    a root; a parent with no Cohort object is an implicit root with no quota);
+    ``resource_groups``: the cohort's own quota, an extra pool lendable to its subtree, with
+    ``borrowingLimit`` / ``lendingLimit`` toward its parent (only with a parent);
+    ``fair_weight_milli``: ``spec.fairSharing.weight`` in milli-units (default 1 = 1000).
+    ``object_problem``: the object could not be read (its quotas are then not used)."""
+
+    name: CohortName
+    parent: CohortName | None = None
+    resource_groups: tuple[ResourceGroup, ...] = ()
+    fair_weight_milli: int = 1000
+    object_problem: ConfigProblem | None = None
+
+    @cached_property
+    def quotas(self) -> dict[FlavorResource, ResourceQuota]:
+        """``{FlavorResource: ResourceQuota}`` over all groups (first occurrence wins)."""
+        return quotas_by_flavor_resource(self.resource_groups)
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,19 +392,23 @@ def _enum_problem(spec: ClusterQueueSpec) -> ConfigProblem | None:
     return None
 
 
-def _quota_problem(spec: ClusterQueueSpec, where: str, rq: ResourceQuota) -> ConfigProblem | None:
+def _quota_problem(
+    has_parent: bool, where: str, rq: ResourceQuota, parent_field: str = "cohortName"
+) -> ConfigProblem | None:
     if rq.nominal < 0:
         return _problem("InvalidSpec", f"{where}.nominalQuota", "must not be negative")
     for name, limit in (("borrowingLimit", rq.borrowing_limit), ("lendingLimit", rq.lending_limit)):
         if limit is None:
             continue
-        if spec.cohort is None:
+        if not has_parent:
             return _problem(
-                "InvalidSpec", f"{where}.{name}", "must be nil when cohortName is empty"
+                "InvalidSpec", f"{where}.{name}", f"must be nil when {parent_field} is empty"
             )
         if limit < 0:
             return _problem("InvalidSpec", f"{where}.{name}", "must not be negative")
-    if rq.lending_limit is not None and rq.lending_limit > rq.nominal:
+    # Kueue checks lendingLimit <= nominalQuota for ClusterQueues only (reference 1.3).
+    if parent_field == "cohortName" and rq.lending_limit is not None \
+            and rq.lending_limit > rq.nominal:
         return _problem(
             "InvalidSpec",
             f"{where}.lendingLimit",
@@ -355,10 +417,12 @@ def _quota_problem(spec: ClusterQueueSpec, where: str, rq: ResourceQuota) -> Con
     return None
 
 
-def _groups_problem(spec: ClusterQueueSpec) -> ConfigProblem | None:
+def _groups_problem(
+    groups: tuple[ResourceGroup, ...], has_parent: bool, parent_field: str = "cohortName"
+) -> ConfigProblem | None:
     covered_by: dict[ResourceName, int] = {}
     flavor_in: dict[FlavorName, int] = {}
-    for gi, g in enumerate(spec.resource_groups):
+    for gi, g in enumerate(groups):
         gw = f"spec.resourceGroups[{gi}]"
         if not g.covered_resources:
             return _problem("InvalidSpec", f"{gw}.coveredResources", "must not be empty")
@@ -390,7 +454,7 @@ def _groups_problem(spec: ClusterQueueSpec) -> ConfigProblem | None:
                     f"{list(g.covered_resources)} in order, got {list(names)}",
                 )
             for qi, rq in enumerate(f.resources):
-                bad = _quota_problem(spec, f"{fw}.resources[{qi}]", rq)
+                bad = _quota_problem(has_parent, f"{fw}.resources[{qi}]", rq, parent_field)
                 if bad is not None:
                     return bad
     return None
@@ -410,7 +474,7 @@ def validate_cluster_queue(
     """
     if spec.object_problem is not None:
         return spec.object_problem
-    bad = _groups_problem(spec) or _enum_problem(spec)
+    bad = _groups_problem(spec.resource_groups, spec.cohort is not None) or _enum_problem(spec)
     if bad is not None:
         return bad
     for gi, g in enumerate(spec.resource_groups):
@@ -429,3 +493,16 @@ def validate_cluster_queue(
             f"(spec.stopPolicy: {spec.stop_policy})",
         )
     return None
+
+
+def validate_cohort(spec: CohortSpec) -> ConfigProblem | None:
+    """The first problem of a Cohort spec, or None (Kueue v1beta2 Cohort webhook: resource
+    groups as for a ClusterQueue, ``borrowingLimit`` / ``lendingLimit`` only with
+    ``parentName``, no ``lendingLimit`` ≤ ``nominalQuota`` check). A parent chain that loops
+    is not a spec problem: ``ClusterState`` names the cycle. Flavors are not checked: a
+    cohort's quota for an unknown flavor is never assigned. Never raises."""
+    if spec.object_problem is not None:
+        return spec.object_problem
+    if spec.fair_weight_milli < 0:
+        return _problem("InvalidSpec", "spec.fairSharing.weight", "must not be negative")
+    return _groups_problem(spec.resource_groups, spec.parent is not None, "parentName")

@@ -30,18 +30,19 @@ divided by the group's nominal quota.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from app.core.decisions import Admit, Decision, Pending, Preempt
 from app.core.scheduler import Cluster
-from app.core.types import ClusterQueueName, FlavorResource, WorkloadKey
+from app.core.types import ClusterQueueName, FlavorResource, ResourceName, WorkloadKey
 from app.sim.trace import US, Submission, Trace
 
 __all__ = ["QueueTimeline", "SimulationError", "Simulator", "WorkloadRun"]
 
-_FINISH, _EVICTED = 0, 1
+_FINISH, _EVICTED, _WAKE = 0, 1, 2
 
 
 class SimulationError(RuntimeError):
@@ -137,6 +138,7 @@ class Simulator:
         self._admitted: dict[ClusterQueueName, int] = {}
         self._touched: dict[ClusterQueueName, None] = {}
         self._wls: dict = {}
+        self._wake_pushed = -1
 
     # ---- set-up ---------------------------------------------------------------------------
     def _configure(self) -> None:
@@ -145,6 +147,8 @@ class Simulator:
             c.add_flavor(f)
         for ns, labels in t.namespaces.items():
             c.set_namespace(ns, labels)
+        for co in t.cohorts:
+            c.add_cohort(co)
         for spec in t.cluster_queues:
             c.add_cluster_queue(spec)
             self.timelines[spec.name] = QueueTimeline(spec.name)
@@ -183,6 +187,12 @@ class Simulator:
             else:
                 raise SimulationError(
                     f"the core still decided after {self.max_cycles} cycles at t={now}s")
+            wake = self.cluster.next_wakeup()
+            if wake is not None:
+                at = math.ceil(round(wake * US, 3))
+                if at > t and at != self._wake_pushed:
+                    self._wake_pushed = at
+                    self._push(at, _WAKE, WorkloadKey(""), 0)
             self._sample(t)
         self._close()
         self.cpu_seconds = time.process_time() - cpu0
@@ -196,6 +206,8 @@ class Simulator:
             any_ = True
             if kind == _FINISH:
                 self._finish(t, key, run)
+            elif kind == _WAKE:
+                pass  # a minimum runtime or reclaim backoff ended: the cycles re-decide
             else:
                 self._evicted(t, key, run)
         while self._next < len(subs) and subs[self._next].at_us == t:
@@ -312,6 +324,15 @@ class Simulator:
     def pending_count(self, name: ClusterQueueName) -> int:
         """Pending Workloads the simulator counts in ClusterQueue ``name``."""
         return self._pending[name]
+
+    def pending_demand(self, name: ClusterQueueName, resource: ResourceName) -> int:
+        """Σ requests of ``resource`` (all pods) of the pending Workloads of ``name``."""
+        total = 0
+        for p in self.cluster.pending_workloads(name):
+            wl = self._wls.get(p.workload)
+            if wl is not None:
+                total += sum(ps.total().get(resource, 0) for ps in wl.pod_sets)
+        return total
 
     def admitted_count(self, name: ClusterQueueName) -> int:
         """Workloads holding quota in ``name`` (admitted or being evicted)."""

@@ -13,7 +13,10 @@ strings ``"200ms"``, ``"1.5s"``, ``"2m"``, ``"1h"``; amounts are Kubernetes quan
     cohorts:                        # ClusterQueues grouped by cohort
       - name: cohort                # with count N: cohort-0 .. cohort-<N-1>
         count: 5
-        clusterQueues: [<clusterQueue>, ...]
+        clusterQueues: [<clusterQueue>, ...]   # optional
+        parentName: org             # optional: a Kueue v1beta2 Cohort object (see below)
+        resourceGroups: [...]       # optional: the cohort's own quota (Kueue's form)
+        fairSharing: {weight: 2}    # optional, default 1
     clusterQueues: [<clusterQueue>, ...]   # outside `cohorts` (may name `cohort:`)
     localQueues:                    # extra LocalQueues (every ClusterQueue has its own)
       - {namespace: ml, name: train, clusterQueue: research}
@@ -25,8 +28,11 @@ strings ``"200ms"``, ``"1.5s"``, ``"2m"``, ``"1h"``; amounts are Kubernetes quan
     <clusterQueue>: name, count (replicas), namespace (of its own LocalQueue, default
       "default"; the LocalQueue is named like the ClusterQueue), queueingStrategy,
       namespaceSelector (default {} = all namespaces), preemption, flavorFungibility,
-      stopPolicy, resourceGroups (Kueue's form), workloads: [<workloadClass>, ...]
-      submitted to its own LocalQueue.
+      stopPolicy, resourceGroups (Kueue's form), fairSharing {weight}, workloads:
+      [<workloadClass>, ...] submitted to its own LocalQueue.
+
+A `cohorts` entry with ``parentName``, ``resourceGroups`` or ``fairSharing`` is a Cohort
+object (``Trace.cohorts``); one with only a name and ClusterQueues is an implicit cohort.
     <workloadClass>: class (name), count, interval, start, request {resource: per-pod
       amount}, pods (default 1), runtime, priority (default 0).
 
@@ -43,7 +49,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -51,10 +56,11 @@ from typing import Any, NoReturn, TypeVar
 import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 
-from app.core.quantity import QuantityError, parse_quantity
+from app.core.quantity import US, QuantityError, parse_duration_us, parse_quantity
 from app.core.spec import (
     BorrowWithinCohort,
     ClusterQueueSpec,
+    CohortSpec,
     FlavorFungibility,
     FlavorQuotas,
     FungibilityPolicy,
@@ -71,6 +77,7 @@ from app.core.spec import (
     StopPolicy,
     WithinClusterQueue,
     validate_cluster_queue,
+    validate_cohort,
 )
 from app.core.types import ClusterQueueName, CohortName, FlavorName, ResourceName
 from app.core.workload import PodSet, Taint, Toleration, Workload
@@ -87,9 +94,6 @@ __all__ = [
     "with_nominal",
 ]
 
-US = 1_000_000  # microseconds per second: the simulator's clock is integer microseconds
-_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(us|ms|s|m|h)?\s*")
-_UNIT_US = {"us": 1, "ms": 1_000, "s": US, "m": 60 * US, "h": 3600 * US, None: US}
 E = TypeVar("E", bound=StrEnum)
 
 
@@ -99,30 +103,6 @@ class TraceError(ValueError):
     def __init__(self, source: str, line: int, message: str) -> None:
         self.source, self.line, self.why = source, line, message
         super().__init__(f"{source}:{line}: {message}")
-
-
-def parse_duration_us(value: object) -> int:
-    """Seconds (int/float) or ``"<number><us|ms|s|m|h>"`` -> whole microseconds (>= 0).
-
-    Raises ``ValueError`` for anything else or for a fraction of a microsecond.
-    """
-    if isinstance(value, bool):
-        raise ValueError("a boolean is not a duration")
-    if isinstance(value, (int, float)):
-        text, unit = repr(value), None
-    elif isinstance(value, str) and (m := _DURATION.fullmatch(value)):
-        text, unit = m.group(1), m.group(2)
-    else:
-        raise ValueError(f"not a duration: {value!r} (e.g. 0.5, 200ms, 1.5s, 2m, 1h)")
-    try:
-        exact = Decimal(text) * _UNIT_US[unit]
-    except InvalidOperation as exc:
-        raise ValueError(f"not a duration: {value!r}") from exc
-    if exact < 0:
-        raise ValueError(f"must not be negative: {value!r}")
-    if exact != exact.to_integral_value():
-        raise ValueError(f"finer than a microsecond: {value!r}")
-    return int(exact)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +161,7 @@ class Trace:
     flavors: list[ResourceFlavor] = field(default_factory=list)
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
     cluster_queues: list[ClusterQueueSpec] = field(default_factory=list)
+    cohorts: list[CohortSpec] = field(default_factory=list)
     cq_class: dict[ClusterQueueName, str] = field(default_factory=dict)
     local_queues: list[LocalQueue] = field(default_factory=list)
     classes: list[WorkloadClass] = field(default_factory=list)
@@ -346,7 +327,9 @@ def _shown(n: _N) -> str:
 _TOP = ("name", "evictionDelay", "flavors", "namespaces", "cohorts", "clusterQueues",
         "localQueues", "workloads", "arrivals")
 _CQ = ("name", "count", "cohort", "namespace", "queueingStrategy", "namespaceSelector",
-       "preemption", "flavorFungibility", "stopPolicy", "resourceGroups", "workloads")
+       "preemption", "flavorFungibility", "stopPolicy", "resourceGroups", "fairSharing",
+       "workloads")
+_COHORT = ("name", "count", "clusterQueues", "parentName", "resourceGroups", "fairSharing")
 _CLASS = ("class", "count", "interval", "start", "request", "pods", "runtime", "priority",
           "localQueue")
 _ARRIVAL = ("at", "name", "class", "localQueue", "request", "pods", "runtime", "priority")
@@ -378,12 +361,15 @@ class _Parser:
             t.namespaces[self.name(m["name"], "namespace")] = (
                 m["labels"].labels() if "labels" in m else {})
         for cn in top["cohorts"].seq() if "cohorts" in top else []:
-            m = cn.map(("name", "count", "clusterQueues"), ("name", "clusterQueues"))
+            m = cn.map(_COHORT, ("name",))
             count = m["count"].int(1) if "count" in m else 1
             base = m["name"].str()
+            explicit = any(k in m for k in ("parentName", "resourceGroups", "fairSharing"))
             for c in range(count):
                 cohort = self.replica_name(m["name"], base, {"c": c}, count > 1, "c")
-                for qn in m["clusterQueues"].seq():
+                if explicit:
+                    t.cohorts.append(self.cohort(m, cohort, cn))
+                for qn in m["clusterQueues"].seq() if "clusterQueues" in m else []:
                     self.cluster_queue(t, qn, CohortName(cohort), c, count > 1)
         for qn in top["clusterQueues"].seq() if "clusterQueues" in top else []:
             self.cluster_queue(t, qn, None, 0, False)
@@ -443,6 +429,30 @@ class _Parser:
         return Toleration(*(m[f].str() if f in m else d for f, d in
                             (("key", ""), ("operator", "Equal"), ("value", ""), ("effect", ""))))
 
+    # ---- Cohort ---------------------------------------------------------------------------
+    def weight(self, m: dict[str, _N]) -> int:
+        """``fairSharing.weight`` in milli-units (default 1 = 1000)."""
+        if "fairSharing" not in m:
+            return 1000
+        fm = m["fairSharing"].map(("weight",))
+        return fm["weight"].quantity("cpu") if "weight" in fm else 1000  # cpu: milli-units
+
+    def cohort(self, m: dict[str, _N], name: str, n: _N) -> CohortSpec:
+        self.name(_Named(m["name"], name), "cohort")
+        self.unique(m["name"], "Cohort", name)
+        spec = CohortSpec(
+            CohortName(name),
+            CohortName(self.name(m["parentName"], "cohort")) if "parentName" in m else None,
+            tuple(self.resource_group(g) for g in m["resourceGroups"].seq())
+            if "resourceGroups" in m else (),
+            self.weight(m),
+        )
+        problem = validate_cohort(spec)
+        if problem is not None:
+            why = problem.message.removeprefix("Can't admit new workloads: ")
+            n.fail(f"Cohort {name}: {why}")
+        return spec
+
     # ---- ClusterQueue ---------------------------------------------------------------------
     def cluster_queue(self, t: Trace, n: _N, cohort: CohortName | None, c: int,
                       cohort_replicated: bool) -> None:
@@ -474,6 +484,7 @@ class _Parser:
                 else LabelSelector(),
                 pre, fung,
                 m["stopPolicy"].enum(StopPolicy) if "stopPolicy" in m else StopPolicy.NONE,
+                fair_weight_milli=self.weight(m),
             )
             problem = validate_cluster_queue(spec, self.flavors)
             if problem is not None and problem.reason != "Stopped":

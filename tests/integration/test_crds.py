@@ -28,6 +28,7 @@ SAMPLES = ROOT / "manifests" / "samples"
 KINDS = {
     "resourceflavors": ["rf", "flavor", "flavors"],
     "clusterqueues": ["cq"],
+    "cohorts": ["co"],
     "localqueues": ["lq", "queue", "queues"],
     "workloads": ["wl", "kwl", "kueueworkload", "kueueworkloads"],
     "workloadpriorityclasses": ["wpc"],
@@ -393,6 +394,18 @@ INVALID = [
         _cq(cohortName="co", resourceGroups=[_group(
             ["memory"], ("f", [("memory", {"nominalQuota": "1Gi", "borrowingLimit": "8Ei"})]))]),
         "must fit in int64", "flavor f resource memory", id="borrowingLimit over int64",
+    ),
+    pytest.param(
+        _cq(admissionScope={"admissionMode": "UsageBasedAdmissionFairSharing"}),
+        "spec.admissionScope.admissionMode", "not supported by pykueue yet",
+        id="Admission Fair Sharing refused, not ignored",
+    ),
+    pytest.param(
+        {"apiVersion": V, "kind": "Cohort", "metadata": {"name": "crdtest-root"}, "spec": {
+            "resourceGroups": [_group(["cpu"], ("f", [("cpu", {"nominalQuota": 4,
+                                                                "borrowingLimit": 1})]))]}},
+        "spec.resourceGroups", "borrowingLimit must be unset when the Cohort has no parentName",
+        id="Cohort borrowingLimit without parentName",
     ),
 ]
 

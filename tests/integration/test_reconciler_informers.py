@@ -133,7 +133,7 @@ async def test_relist_announces_writes_that_were_put_in_the_store_but_never_watc
         task.cancel()  # the watch is off the air from here on
         await asyncio.gather(task, return_exceptions=True)
         seen.clear()
-        # Writers store their responses (what JobController / SchedulerLoop do).
+        # Writers store their responses (what the job reconciler / SchedulerLoop do).
         inf.store.put(await client.create(CM, _cm("created", ns)))
         inf.store.put(await client.patch(CM, "changed", {"data": {"v": "2"}}, ns))
         await client.delete(CM, "removed", ns)

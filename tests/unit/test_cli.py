@@ -288,3 +288,15 @@ def test_help_lists_the_commands_and_status_options() -> None:
                 "--kubeconfig", "--limit"):
         assert opt in r.stdout, opt
     assert "--iterations" not in r.stdout
+
+
+def test_simulate_fair_sharing_reports_shares_against_fair_shares() -> None:
+    scenario = Path(__file__).parents[2] / "bench" / "scenarios" / "fair-teams.yaml"
+    r = CliRunner().invoke(cli, ["simulate", str(scenario), "--fair-sharing", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.output)["fair_share"]["org/nvidia.com/gpu"]
+    assert {q: v["weight"] for q, v in rows.items() if not q.startswith("_")} == {
+        "team-a": 1.0, "team-b": 1.0, "team-c": 2.0}
+    assert all(abs(v["diff_points"]) <= 5 for q, v in rows.items() if not q.startswith("_"))
+    plain = CliRunner().invoke(cli, ["simulate", str(scenario), "--json"])
+    assert "fair_share" not in json.loads(plain.output)

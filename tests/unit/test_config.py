@@ -35,3 +35,20 @@ def test_settings_read_nested_groups_from_the_environment(monkeypatch: pytest.Mo
     s = Settings()
     assert s.server.port == 9555
     assert s.leader_election.lease_duration_seconds == 20
+
+
+def test_fair_sharing_is_off_by_default_and_enabled_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert Settings().fair_sharing.core() is None
+    monkeypatch.setenv("PYKUEUE_FAIR_SHARING__ENABLE", "true")
+    monkeypatch.setenv("PYKUEUE_FAIR_SHARING__PREEMPTION_STRATEGIES", '["LessThanInitialShare"]')
+    core = Settings().fair_sharing.core()
+    assert core is not None and [s.value for s in core.strategies] == ["LessThanInitialShare"]
+
+
+def test_fair_sharing_strategy_lists_are_kueues(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYKUEUE_FAIR_SHARING__PREEMPTION_STRATEGIES",
+                       '["LessThanInitialShare", "LessThanOrEqualToFinalShare"]')
+    with pytest.raises(ValidationError, match="preemption_strategies must be one of"):
+        Settings()

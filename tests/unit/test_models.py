@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from app.models.clusterqueue import ClusterQueue, ClusterQueueSpec
+from app.models.cohort import Cohort
 from app.models.common import KubeObject, LabelSelector, WireModel
 from app.models.job import Job
 from app.models.localqueue import LocalQueue
@@ -30,6 +31,7 @@ CRDS = ROOT / "manifests" / "crds"
 MODELS: dict[str, type[KubeObject]] = {
     "ResourceFlavor": ResourceFlavor,
     "ClusterQueue": ClusterQueue,
+    "Cohort": Cohort,
     "LocalQueue": LocalQueue,
     "Workload": Workload,
     "WorkloadPriorityClass": WorkloadPriorityClass,
@@ -654,7 +656,7 @@ def _undescribed(schema: dict, path: str) -> list[str]:
 
 @pytest.mark.parametrize("kind", sorted(CRD_SCHEMAS))
 def test_every_crd_field_has_a_description(kind: str) -> None:
-    assert len(CRD_SCHEMAS) == 5
+    assert len(CRD_SCHEMAS) == 6
     assert _undescribed(CRD_SCHEMAS[kind], kind) == []
 
 

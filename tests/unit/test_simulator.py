@@ -440,3 +440,71 @@ def test_cli_bad_trace_exits_2_naming_the_line(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["simulate", str(trace)])
     assert r.exit_code == 2
     assert f"{trace}:2: queues: unknown field" in r.output
+
+
+HIERARCHY = """
+flavors: [{name: default}]
+cohorts:
+  - name: org
+    resourceGroups:
+      - coveredResources: [cpu]
+        flavors: [{name: default, resources: [{name: cpu, nominalQuota: 4}]}]
+  - name: team
+    parentName: org
+    fairSharing: {weight: 2}
+    clusterQueues:
+      - name: a
+        fairSharing: {weight: 0.5}
+        resourceGroups:
+          - coveredResources: [cpu]
+            flavors: [{name: default, resources: [{name: cpu, nominalQuota: 0}]}]
+        workloads: [{class: w, count: 1, request: {cpu: 4}, runtime: 10s}]
+"""
+
+
+def test_trace_cohort_objects_lend_their_quota_down_the_tree() -> None:
+    t = parse_trace(HIERARCHY, "tree.yaml")
+    assert [(c.name, c.parent, c.fair_weight_milli) for c in t.cohorts] == [
+        ("org", None, 1000), ("team", "org", 2000)]
+    assert t.cluster_queues[0].fair_weight_milli == 500
+    sim = Simulator(t).run()
+    # a's 4 CPUs come from org's own pool, two levels up: admitted at once.
+    assert sim.admits == 1 and sim.end_us == 10 * 1_000_000
+
+
+def test_trace_cohort_limits_need_a_parent() -> None:
+    bad = HIERARCHY.replace("nominalQuota: 4}", "nominalQuota: 4, borrowingLimit: 1}")
+    with pytest.raises(TraceError, match="Cohort org: .*borrowingLimit: must be nil when "
+                                         "parentName is empty"):
+        parse_trace(bad, "tree.yaml")
+
+
+def test_fair_allocation_is_weighted_max_min() -> None:
+    from app.sim.fairness import fair_allocation
+
+    w = {"a": 1000, "b": 1000, "c": 2000}
+    assert fair_allocation(16, {"a": 40, "b": 40, "c": 40}, w) == {"a": 4, "b": 4, "c": 8}
+    # a wants only 2: the rest is split 1:2 between b and c.
+    got = fair_allocation(16, {"a": 2, "b": 40, "c": 40}, w)
+    assert got["a"] == 2 and abs(got["b"] - 14 / 3) < 1e-9 and abs(got["c"] - 28 / 3) < 1e-9
+    # weight 0 gets only what nobody else wants
+    assert fair_allocation(4, {"a": 3, "z": 5}, {"a": 1000, "z": 0}) == {"a": 3, "z": 1}
+
+
+def test_fair_teams_scenario_meets_its_fair_shares_with_fair_sharing_only() -> None:
+    from app.core.scheduler import Cluster
+    from app.core.spec import FairSharing
+    from app.core.types import ResourceName
+    from app.sim.fairness import FairnessProbe
+
+    def shares(fair: bool) -> dict:
+        t = load_trace(Path(__file__).parents[2] / "bench" / "scenarios" / "fair-teams.yaml")
+        probe = FairnessProbe([q.name for q in t.cluster_queues],
+                              {q.name: q.fair_weight_milli for q in t.cluster_queues},
+                              16, ResourceName("nvidia.com/gpu"))
+        sim = Simulator(t, cluster=Cluster(FairSharing() if fair else None), on_cycle=probe)
+        probe.bind(sim).sim.run()
+        return {q: v for q, v in probe.report(sim.end_us).items() if not q.startswith("_")}
+
+    assert all(abs(v["diff_points"]) <= 5 for v in shares(True).values())
+    assert any(abs(v["diff_points"]) > 5 for v in shares(False).values())

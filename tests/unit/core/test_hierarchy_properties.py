@@ -1,0 +1,110 @@
+"""Property tests (hypothesis) for hierarchical cohorts and fair sharing.
+
+Invariants, with arithmetic written here rather than read from ``app.core.quota``:
+
+- no subtree exceeds its quota: the ClusterQueues of the whole tree use at most the tree's
+  total nominal quota (Cohorts' own pools included), and the ClusterQueues below any node
+  with a ``borrowingLimit`` use at most that subtree's total nominal plus the limit;
+- fair sharing never preempts a queue below its share: for a fair-sharing victim, its
+  queue's dominant resource share before the cycle is at least the preemptor queue's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.core.decisions import Admit, Preempt
+from app.core.spec import FairSharing
+from app.core.types import ClusterQueueName
+from tests.builders import Sim, cluster_queue, cohort, workload
+
+PROPS = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@st.composite
+def trees(draw):
+    """org (own pool) -> A, B (own pools, optional limits); CQs under org, A and B."""
+    items, nominal, limits = [], {}, {}
+    nominal["org"] = draw(st.integers(0, 4))
+    items.append(cohort("org").flavor("default", cpu=nominal["org"]))
+    for co in ("A", "B"):
+        n = draw(st.integers(0, 4))
+        bl = draw(st.none() | st.integers(0, 3))
+        ll = draw(st.none() | st.integers(0, 4))
+        items.append(cohort(co).parent("org").flavor("default", cpu=n, borrowing_limit=bl,
+                                                       lending_limit=ll))
+        nominal[co], limits[co] = n, bl
+    cqs = {}
+    for i in range(draw(st.integers(2, 5))):
+        parent = draw(st.sampled_from(["org", "A", "B"]))
+        n = draw(st.integers(0, 4))
+        bl = draw(st.none() | st.integers(0, 3))
+        ll = draw(st.none() | st.integers(0, n))
+        name = f"q{i}"
+        items.append(cluster_queue(name).cohort(parent).flavor(
+            "default", cpu=n, borrowing_limit=bl, lending_limit=ll).preemption(
+            within="LowerPriority", reclaim=draw(st.sampled_from(["Never", "Any"]))))
+        nominal[name], limits[name], cqs[name] = n, bl, parent
+    return items, nominal, limits, cqs
+
+
+jobs = st.lists(st.tuples(st.integers(0, 4), st.integers(1, 4), st.integers(0, 2)),
+                min_size=1, max_size=14)
+
+
+def _check_quota(s: Sim, nominal, limits, cqs) -> None:
+    use = {q: s.usage(q, "default") // 1000 for q in cqs}
+    assert sum(use.values()) <= sum(nominal.values())
+    for q, bl in limits.items():
+        if bl is None:
+            continue
+        members = [q] if q in cqs else [c for c, p in cqs.items() if p == q]
+        own = nominal[q] + sum(nominal[c] for c in members if c != q)
+        assert sum(use[c] for c in members) <= own + bl, (q, use)
+
+
+@PROPS
+@given(trees(), jobs, st.booleans())
+def test_no_subtree_exceeds_its_quota(tree, stream, fair):
+    items, nominal, limits, cqs = tree
+    s = Sim(*items, fair_sharing=FairSharing() if fair else None)
+    names = sorted(cqs)
+    for i, (qi, cpus, prio) in enumerate(stream):
+        s.submit(workload(f"w{i}").cq(names[qi % len(names)]).pods(1, cpu=cpus).priority(prio))
+        s.settle_evictions()
+        _check_quota(s, nominal, limits, cqs)
+
+
+@PROPS
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 3)), min_size=2, max_size=16),
+       st.lists(st.sampled_from([0, 1, 2, 3]), min_size=3, max_size=3),
+       st.integers(2, 8))
+def test_fair_sharing_never_preempts_a_queue_below_its_share(stream, weights, donor):
+    qs = [replace(cluster_queue(f"t{i}").cohort("org").flavor("default", cpu=i % 2)
+                  .preemption(reclaim="Any").build(), fair_weight_milli=w * 1000)
+          for i, w in enumerate(weights)]
+    s = Sim(*qs, cluster_queue("donor").cohort("org").flavor("default", cpu=donor),
+            fair_sharing=FairSharing())
+    tree = s.c.tree
+    for i, (qi, cpus) in enumerate(stream):
+        s.submit(workload(f"w{i}").cq(f"t{qi}").pods(1, cpu=cpus))
+        for _ in range(40):
+            before = {q.name: tree.share(q.name) for q in qs}
+            ds = s.cycle()
+            for d in ds:
+                if isinstance(d, Admit):
+                    break  # later decisions of the cycle saw other usage
+                if isinstance(d, Preempt):
+                    for v in d.victims:
+                        if v.reason.value == "InCohortFairSharing":
+                            assert before[ClusterQueueName(v.cluster_queue)] >= \
+                                before[d.cluster_queue], (before, d)
+            evicting = [k for k in s.c.workload_keys()
+                        if s.c.workload(k).state == "evicting"]
+            for k in evicting:
+                s.c.finish_eviction(k, s.now)
+            if not ds and not evicting:
+                break
