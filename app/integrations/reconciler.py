@@ -6,14 +6,16 @@ Keys ``<kind key>:<ns>/<name>`` (``job:research/train``) and ``wl:<ns>/<name>`` 
 Workload informer enqueue them. Writes happen only while ``ctx.may_write`` (leader and
 synced); on gaining leadership every object and Workload is enqueued again.
 
-Per object (in order): gone (deleted, or no longer queued) -> delete its Workloads (their quota
-returns); finished -> Workload Finished (Succeeded/Failed); no Workload -> stop a running
-object, then create the Workload once no pod is active; Workload admitted -> start the object
-with the admission, unless its pods no longer match the admission (another pod count or other
-requests): then stop it and, once its pods are gone, replace the Workload (Kueue
-``NoMatchingWorkload``); Workload evicted or deactivated -> stop the object, then release the
-quota once no pod is left; Workload pending -> a running object is stopped ("Not admitted by
-cluster queue"), a suspended one whose shape changed gets its Workload rebuilt in place.
+Per object (in order): gone (deleted, or no longer queued) -> delete its Workloads (their
+quota returns); a Workload of its name that another object owns -> left alone, the object
+waits (``WorkloadNameConflict``); finished -> Workload Finished (Succeeded/Failed); no
+Workload -> stop a running object, then create the Workload once no pod is active; Workload
+admitted -> start the object with the admission, unless its pods no longer match the
+admission (another pod count or other requests, or the object cannot be read): then stop it
+and, once its pods are gone, replace the Workload (Kueue ``NoMatchingWorkload``); Workload
+evicted or deactivated -> stop the object, then release the quota once no pod is left;
+Workload pending -> a running object is stopped ("Not admitted by cluster queue"), a
+suspended one whose shape changed gets its Workload rebuilt in place.
 
 A Workload whose controller is no registered object (created by a user or another controller):
 an eviction releases its quota at once (it has no pods to wait for); its creator marks it
@@ -190,6 +192,13 @@ class JobReconciler:
             await self._gone(kind, ns, name)
             return None
         wl = ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}")
+        if wl is not None and not self._owns(kind, obj, ns, name, wl):
+            # The name is taken by a Workload of another object (a pod group named like a
+            # Job's Workload, say): never finish, stop, start or delete for it.
+            ctx.recorder.emit(obj, WARNING, "WorkloadNameConflict",
+                              f"Workload {ns}/{wl['metadata']['name']} belongs to another "
+                              f"object; this {kind.kind} is not queued until it is gone")
+            return 30.0
         finished, reason, message = kind.finished(obj)
         if finished:
             if wl is not None and not is_finished(wl):
@@ -217,6 +226,15 @@ class JobReconciler:
             return None
         await self._maybe_rebuild(kind, obj, wl)
         return None
+
+    def _owns(self, kind: JobKind, obj: Obj, ns: str, name: str, wl: Obj) -> bool:
+        """True when ``wl`` is the Workload of ``kind``'s object ``ns/name`` (its controller
+        ownerReference, or its group stamp, names this object and UID)."""
+        owner = self.registry.owner_of(wl)
+        if owner is None or owner.kind is not kind or owner.key != f"{ns}/{name}":
+            return False
+        uid = str((obj.get("metadata") or {}).get("uid", ""))
+        return not owner.uid or owner.uid == uid
 
     def _admission_mismatch(self, kind: JobKind, obj: Obj, wl: Obj) -> str | None:
         """Why the object's pods no longer match its admitted Workload

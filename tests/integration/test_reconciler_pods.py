@@ -132,3 +132,30 @@ def test_pod_groups_are_admitted_whole_or_wait_whole(rlab: LabHandle, manager) -
     finally:
         rlab.kubectl("delete", "namespace", ns, "--wait=false")
         rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")
+
+
+def test_a_pod_group_named_like_a_jobs_workload_gets_nothing_of_it(
+        rlab: LabHandle, manager) -> None:
+    """Attack found in review: a group named after an admitted Job's Workload used to finish
+    that Workload (its quota released while the Job ran). Now the group just waits."""
+    from tests.integration.reconciler_support import job_manifest, workload_of
+
+    ns = namespace(rlab, "clash")
+    cq = unique("clash-cq")
+    make_queue(rlab, cq, (ns,), cpu="4")
+    try:
+        apply(rlab, job_manifest("victim", ns, "lq", parallelism=2, cpu="1", duration="600s"))
+        wl = wait_for(lambda: (w := workload_of(rlab, ns, "victim")) and is_admitted(w) and w,
+                      30, "victim admitted")
+        name = wl["metadata"]["name"]
+        apply(rlab, group_pod("thief", ns, name, 1))
+        wait_for(lambda: any(e["reason"] == "WorkloadNameConflict"
+                             for e in rlab.get("events", "-n", ns)["items"]), 30,
+                 "the group says the name is taken")
+        after = workload_of(rlab, ns, "victim")
+        assert is_admitted(after) and not cond(after, "Finished"), after["status"]
+        assert after["metadata"]["uid"] == wl["metadata"]["uid"]
+        assert GATE in gates(rlab, ns, "thief")
+    finally:
+        rlab.kubectl("delete", "namespace", ns, "--wait=false")
+        rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")

@@ -118,3 +118,18 @@ def test_a_statefulset_pod_joins_its_group_sized_by_replicas():
     assert "does not know StatefulSet" in " ".join(validate_pod(
         None, unknown, "system:serviceaccount:kube-system:statefulset-controller", POLICY,
         managed_kinds()))
+
+
+def test_a_queued_statefulsets_pod_shape_cannot_change():
+    from app.integrations.statefulset.rules import validate_statefulset_update
+
+    old = sts(4)
+    old["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"nvidia.com/gpu": "1"}}
+    bigger = copy.deepcopy(old)
+    bigger["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"][
+        "nvidia.com/gpu"] = "2"
+    assert "shape" in validate_statefulset_update(old, bigger, "alice", POLICY)[0]
+    image = copy.deepcopy(old)
+    image["spec"]["template"]["spec"]["containers"][0]["image"] = "other"
+    assert validate_statefulset_update(old, image, "alice", POLICY) == []

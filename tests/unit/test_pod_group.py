@@ -103,4 +103,4 @@ def test_the_webhook_computes_the_role_hash_and_keeps_the_group_for_life():
     assert any("required with the label" in e
                for e in validate_pod(None, no_count, "alice", POLICY, managed_kinds()))
     zero = member("a", total="0")
-    assert any("at least 1" in e for e in validate_pod(None, zero, "alice", POLICY, KINDS))
+    assert any("from 1 to 100000" in e for e in validate_pod(None, zero, "alice", POLICY, KINDS))

@@ -40,9 +40,11 @@ from app.core.webhook_rules import (
 )
 from app.integrations.labels import (
     ADMISSION_GATE,
+    FAST_ADMISSION_ANNOTATION,
     GROUP_LABEL,
     MANAGED_LABEL,
     ROLE_HASH_ANNOTATION,
+    SERVING_ANNOTATION,
     TOTAL_COUNT_ANNOTATION,
 )
 from app.integrations.statefulset.rules import group_patch, parent_statefulset
@@ -90,6 +92,28 @@ def group_of(pod: Mapping[str, Any]) -> str:
     return str(read_labels(pod).get(GROUP_LABEL, ""))
 
 
+MAX_GROUP_COUNT = 100_000  # far above any real group; bounds the integer the rules parse
+
+
+def group_total(pod: Mapping[str, Any]) -> int | None:
+    """The Pod's ``pod-group-total-count`` as an integer in [1, MAX_GROUP_COUNT], None when
+    absent or not such an integer (short strings only: never a huge int parse)."""
+    total = _annotations(pod).get(TOTAL_COUNT_ANNOTATION)
+    if not (isinstance(total, str) and 0 < len(total) <= 6 and total.isascii()
+            and total.isdigit()):
+        return None
+    value = int(total)
+    return value if 1 <= value <= MAX_GROUP_COUNT else None
+
+
+def _owner_refs(pod: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
+    meta = pod.get("metadata") or {}
+    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    return sorted((str(r.get("apiVersion", "")), str(r.get("kind", "")), str(r.get("name", "")),
+                   str(r.get("uid", ""))) for r in refs or []
+                  if isinstance(r, Mapping) and r.get("controller"))
+
+
 def _group_errors(pod: Mapping[str, Any]) -> list[str]:
     group = group_of(pod)
     total = _annotations(pod).get(TOTAL_COUNT_ANNOTATION)
@@ -104,8 +128,9 @@ def _group_errors(pod: Mapping[str, Any]) -> list[str]:
         errors.append(f"{where_g}: {group!r} is not a DNS-1123 subdomain")
     if total is None:
         errors.append(f"{where_t}: required with the label {GROUP_LABEL}")
-    elif not (isinstance(total, str) and total.isascii() and total.isdigit() and int(total) >= 1):
-        errors.append(f"{where_t}: must be an integer of at least 1, got {total!r}")
+    elif group_total(pod) is None:
+        shown = total if not isinstance(total, str) or len(total) <= 20 else total[:20] + "..."
+        errors.append(f"{where_t}: must be an integer from 1 to {MAX_GROUP_COUNT}, got {shown!r}")
     return errors
 
 
@@ -216,6 +241,12 @@ def validate_pod(old: Mapping[str, Any] | None, new: Mapping[str, Any], username
     new_managed = is_managed(new, policy, managed_kinds)
     if new_managed:
         errors += _group_errors(new)
+    reserved = [a for a in (FAST_ADMISSION_ANNOTATION, SERVING_ANNOTATION)
+                if a in _annotations(new)]
+    if reserved and not ours and parent_statefulset(new) is None \
+            and _annotations(new).get(reserved[0]) != (_annotations(old or {}).get(reserved[0])):
+        errors.append(f"metadata.annotations[{reserved[0]}]: set by pykueue on a StatefulSet's "
+                      "pods only (its group is admitted from its first pod)")
     if old is None:
         sts = parent_statefulset(new) if new_managed else None
         if sts is not None and not group_of(new) and not ours:
@@ -229,8 +260,17 @@ def validate_pod(old: Mapping[str, Any] | None, new: Mapping[str, Any], username
                           "webhook /mutate--v1-pod adds it: check that its "
                           "MutatingWebhookConfiguration is installed)")
         return errors
-    old_managed = is_managed(old, policy, managed_kinds)
+    # A Pod pykueue queued keeps its managed label for life, and that label (not the mutable
+    # ownerReferences, which a tenant can edit) decides that the Pod's rules apply.
+    old_managed = is_managed(old, policy, managed_kinds) or \
+        read_labels(old).get(MANAGED_LABEL) == "true"
     if old_managed and not ours:
+        if read_labels(old).get(MANAGED_LABEL) == "true" and managed != "true":
+            errors.append(f"metadata.labels[{MANAGED_LABEL}]: cannot be removed from a queued "
+                          "Pod (pykueue would lose sight of it)")
+        if _owner_refs(old) != _owner_refs(new):
+            errors.append("metadata.ownerReferences: the controller of a queued Pod cannot be "
+                          "changed")
         for what, before, after in (
                 (f"metadata.labels[{GROUP_LABEL}]", group_of(old), group_of(new)),
                 (f"metadata.annotations[{TOTAL_COUNT_ANNOTATION}]",

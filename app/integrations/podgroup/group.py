@@ -39,6 +39,7 @@ from app.core.workload import (
     QUEUE_NAME_LABEL,
     Workload,
     WorkloadSpecError,
+    pod_requests,
     workload_from_object,
 )
 from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION
@@ -51,7 +52,7 @@ from app.integrations.labels import (
 )
 from app.integrations.pod.pod import KIND as POD_KIND
 from app.integrations.pod.pod import injected_pod
-from app.integrations.pod.rules import is_gated, role_hash
+from app.integrations.pod.rules import group_total, is_gated, role_hash
 from app.integrations.podsets import podset_assignments, podset_scheduling
 
 if TYPE_CHECKING:
@@ -139,14 +140,24 @@ class PodGroup:
         if len(totals) > 1:
             raise WorkloadSpecError(where_t, "the pods of the group disagree: "
                                              f"{sorted(map(str, totals))}")
-        total = int(next(iter(totals)) or 0) if totals else 0
+        total = (group_total(pods[0]) or 0) if pods else 0
+        if pods and not total:
+            raise WorkloadSpecError(where_t, "not an integer from 1 to 100000")
         if len(pods) > total:
             raise WorkloadSpecError(where_t, f"the group has {len(pods)} runnable pods, more "
                                              f"than its total count {total}: delete the extra")
         if pods and _flag(pods[0], FAST_ADMISSION_ANNOTATION):
             # Fast admission (a StatefulSet's group): the whole count from the first pod, since
-            # its other pods are created only once this one runs.
-            roles_fast = {_role(pods[0]): [pods[0]] * total}
+            # its other pods are created only once this one runs; so every member must have the
+            # first pod's shape, or it would run on the first pod's quota.
+            first = _role(pods[0])
+            odd = sorted(str(_meta(p).get("name")) for p in pods if _role(p) != first)
+            if odd:
+                raise WorkloadSpecError(f"metadata.annotations[{ROLE_HASH_ANNOTATION}]",
+                                        f"pods {', '.join(odd)} differ in shape from the "
+                                        "group's first pod")
+            roles_fast = {first: [pods[0]] * total}
+            self._same_requests({first: pods})
             return self._body(obj, pods, roles_fast, priority_classes, pod_priority_classes)
         if complete and len(pods) < total:
             raise WorkloadSpecError(where_t, f"the group has {len(pods)} of {total} pods: it "
@@ -154,7 +165,21 @@ class PodGroup:
         roles: dict[str, list[Obj]] = defaultdict(list)
         for p in pods:
             roles[_role(p)].append(p)
+        self._same_requests(roles)
         return self._body(obj, pods, roles, priority_classes, pod_priority_classes)
+
+    @staticmethod
+    def _same_requests(roles: Mapping[str, list[Obj]]) -> None:
+        """Every member of a role requests what its first does now (a Pod resized in place
+        keeps its role hash). Raises ``WorkloadSpecError`` naming the Pod that differs."""
+        for role, members in roles.items():
+            want = pod_requests(members[0].get("spec") or {})
+            for p in members[1:]:
+                if pod_requests(p.get("spec") or {}) != want:
+                    raise WorkloadSpecError(
+                        "spec.containers[].resources",
+                        f"pod {_meta(p).get('name')} of role {role} requests other resources "
+                        f"than pod {_meta(members[0]).get('name')}")
 
     def _body(self, obj: Mapping[str, Any], pods: list[Obj], roles: Mapping[str, list[Obj]],
               priority_classes: Mapping[str, int],
@@ -208,8 +233,8 @@ class PodGroup:
         pods = self._members(obj)
         if pods and _flag(pods[0], SERVING_ANNOTATION):
             return False, "", ""  # a serving group (a StatefulSet's) never finishes
-        totals = {(_meta(p).get("annotations") or {}).get(TOTAL_COUNT_ANNOTATION) for p in pods}
-        total = int(next(iter(totals)) or 0) if len(totals) == 1 else 0
+        totals = {group_total(p) for p in pods}
+        total = (next(iter(totals)) or 0) if len(totals) == 1 else 0
         succeeded = sum(1 for p in pods if _phase(p) == "Succeeded")
         if total and succeeded >= total:
             return True, "Succeeded", f"{succeeded} pods of the group succeeded"
@@ -230,9 +255,9 @@ class PodGroup:
         inject = ctx.settings.scheduling.inject_node_selector
         wrote = False
         for p in self._members(obj):
-            if not is_gated(p) or not runnable(p):
-                continue
             role = _role(p)
+            if not is_gated(p) or not runnable(p) or role not in assigned:
+                continue  # a member of a role the admission lacks waits (and is a mismatch)
             selector, tolerations = podset_scheduling(assigned.get(role, ()), flavors)
             out = await ctx.client.replace(PODS, injected_pod(p, role, selector, tolerations,
                                                               inject_node_selector=inject))

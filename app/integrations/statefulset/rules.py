@@ -10,7 +10,8 @@ serving (the group never finishes). So the StatefulSet is admitted whole: all re
 or none, its pods ungated as they come.
 
 Scaling follows Kueue: ``spec.replicas`` may go N -> 0 and 0 -> N, not N -> M with both above
-0 (the admitted group has a fixed size), and not 0 -> N while pods of the last size remain.
+0 (the admitted group has a fixed size), and not 0 -> N while pods of the last size remain;
+the pods' shape (``role_hash`` of the template) cannot change while queued, as in Kueue.
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ def validate_statefulset_update(old: Mapping[str, Any], new: Mapping[str, Any], 
     if username in policy.controller_usernames or not read_queue_name(new, policy.queue_name_label):
         return errors
     before, after = replicas(old), replicas(new)
+    if _shape(old) != _shape(new):
+        errors.append("spec.template.spec: the pods' shape (requests, ports, nodeSelector, "
+                      "affinity, tolerations, priority, ...) cannot change while the "
+                      "StatefulSet is queued: its group was admitted for the old one")
     if before and after and before != after:
         errors.append(f"spec.replicas: a queued StatefulSet is admitted as one group of {before}"
                       f" pods: scale it to 0 first, then to {after}")
@@ -72,6 +77,14 @@ def validate_statefulset_update(old: Mapping[str, Any], new: Mapping[str, Any], 
             errors.append(f"spec.replicas: scaling down is still in progress ({current} pods "
                           "left): wait until they are gone")
     return errors
+
+
+def _shape(sts: Mapping[str, Any]) -> str:
+    """The role hash of the StatefulSet's pod template (what its group was admitted for)."""
+    from app.integrations.pod.rules import role_hash  # pod.rules imports this module
+
+    tpl = (sts.get("spec") or {}).get("template") or {}
+    return role_hash({"spec": tpl.get("spec") or {}})
 
 
 def parent_statefulset(pod: Mapping[str, Any]) -> str | None:
