@@ -268,9 +268,11 @@ def validate_pod(old: Mapping[str, Any] | None, new: Mapping[str, Any], username
         if read_labels(old).get(MANAGED_LABEL) == "true" and managed != "true":
             errors.append(f"metadata.labels[{MANAGED_LABEL}]: cannot be removed from a queued "
                           "Pod (pykueue would lose sight of it)")
-        if _owner_refs(old) != _owner_refs(new):
-            errors.append("metadata.ownerReferences: the controller of a queued Pod cannot be "
-                          "changed")
+        if set(_owner_refs(new)) - set(_owner_refs(old)):
+            # Adding one could make the Pod look like another kind's (a Job's) and lift these
+            # rules; removing one (orphaning by the garbage collector) stays allowed.
+            errors.append("metadata.ownerReferences: a controller reference cannot be added to "
+                          "a queued Pod")
         for what, before, after in (
                 (f"metadata.labels[{GROUP_LABEL}]", group_of(old), group_of(new)),
                 (f"metadata.annotations[{TOTAL_COUNT_ANNOTATION}]",
