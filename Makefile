@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 KUBECTL := $(CURDIR)/.k8sbin/current/kubectl
 export KUBECONFIG := $(CURDIR)/.lab/kubeconfig
 
-.PHONY: help bench-lab kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help bench-lab bench-versus kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -53,6 +53,9 @@ bench-lab: setup controlplane ## Kueue's baseline through the reconciler on a pr
 
 kueue: ## build Kueue v0.17.1 (manager, minimalkueue, perf runner, checker) from Go modules into ~/.cache/pykueue/kueue (no-op when built; ~12 min cold)
 	bash hack/build-kueue.sh
+
+bench-versus: setup controlplane kueue ## Kueue's perf runner vs minimalkueue, Kueue's manager and pykueue, each on a fresh lab; table + JSON
+	$(BIN)/python bench/versus.py $(VERSUS_ARGS)
 
 lab-down: ## stop every lab process and remove its state
 	@if [ -x $(BIN)/python ]; then $(BIN)/python hack/lab.py down; else $(PY) hack/lab.py down; fi
