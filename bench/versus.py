@@ -16,13 +16,9 @@ after the run), the controller started before the runner and stopped after it:
   (config/components/crd/bases);
 * ``kueue``: the full manager ``cmd/kueue`` with Kueue's shipped configuration
   (config/components/manager/controller_manager_config.yaml: QPS 50, burst 100, leader election
-  on), out of cluster: internal cert management off, its webhooks served on 127.0.0.1 with a
-  certificate made here (certs/generate.py) and registered as in Kueue's manifests
-  (config/components/webhook/manifests.yaml, the kueue.x-k8s.io and batch rules) with
-  ``url: https://127.0.0.1:<port>``; integrations: batch/job only (the others' CRDs are absent).
-  Kueue reads its metrics certificate from /etc/kueue/metrics/certs whenever internal cert
-  management is off, so it runs in a private mount namespace (``unshare -m``, needs root) where
-  /etc is an overlay holding that certificate; the host's /etc is not touched;
+  on) and its webhooks, out of cluster as hack/kueue_lab.py runs it (internal cert management
+  off, webhooks on 127.0.0.1, integrations batch/job only, VisibilityOnDemand off, a private
+  mount namespace for /etc/kueue/metrics/certs: needs root);
 * ``kueue-qps1000``: the same with ``clientConnection: {qps: 1000, burst: 2000}``;
 * ``pykueue``: ``pykueue serve`` with its defaults (client QPS 50 / burst 100, leader election
   on) under its ServiceAccount, its webhooks and the kube-scheduler extender registered
@@ -57,7 +53,6 @@ logs, the runner's summary.yaml and the CSVs stay under ``<out>/<run>/``.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import re
@@ -73,34 +68,14 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-KUEUE_VERSION = "v0.17.1"
+sys.path.insert(0, str(ROOT / "hack"))
+
+from kueue_lab import KUEUE_VERSION, KueueLab, bin_dir, module_dir  # noqa: E402
+
 RUNS = ("minimalkueue", "kueue", "kueue-qps1000", "pykueue", "pykueue-qps1000")
 DEFAULT_RUNS = ("minimalkueue", "kueue", "kueue-qps1000", "pykueue")
 # Kueue's baseline rangespec (test/performance/scheduler/configs/baseline/rangespec.yaml).
 THRESHOLDS = {"wall_s": 425.0, "usage_pct": 55.0, "large": 11.0, "medium": 90.0, "small": 260.0}
-
-
-# ---- locations -------------------------------------------------------------------------------
-
-def kueue_module_dir() -> Path:
-    """Kueue's module directory in the Go module cache (the runner's PROJECT_DIR)."""
-    r = subprocess.run(["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kueue"],
-                       cwd=ROOT / "hack" / "tools" / "kueue", text=True, capture_output=True,
-                       env={**os.environ, "GOFLAGS": "-mod=mod"}, timeout=300)
-    d = r.stdout.strip()
-    if r.returncode != 0 or not d:
-        raise SystemExit(f"versus: cannot find sigs.k8s.io/kueue in the module cache: {r.stderr}")
-    return Path(d)
-
-
-def kueue_bin_dir() -> Path:
-    cache = os.environ.get("PYKUEUE_KUEUE_CACHE") or str(
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pykueue" / "kueue")
-    d = Path(cache) / KUEUE_VERSION
-    for b in ("kueue", "minimalkueue", "runner", "checker.test"):
-        if not (d / b).exists():
-            raise SystemExit(f"versus: {d / b} missing; run `make kueue` first")
-    return d
 
 
 # ---- processes -------------------------------------------------------------------------------
@@ -188,31 +163,14 @@ class VersusRun:
         self.out = args.out / name
         self.bin_dir = args.bin_dir
         self.kubeconfig = self.state / "kubeconfig"
-        self.ctrl_port = self.port_base + 5  # webhooks (both) / pykueue's listener
-        self.health_port = self.port_base + 6
-        self.visibility_port = self.port_base + 7
-        self.env = {**os.environ, "LAB_STATE_DIR": str(self.state),
-                    "LAB_PORT_BASE": str(self.port_base), "LAB_BIN_DIR": str(self.bin_dir),
-                    "PYKUEUE_PORT": str(self.ctrl_port)}
+        self.kl = KueueLab(self.state, self.port_base, self.bin_dir)
+        self.env = self.kl.env  # one environment for the lab, the controller and the runner
+        self.env["PYKUEUE_PORT"] = str(self.kl.webhook_port)
+        self.lab, self.kubectl = self.kl.lab, self.kl.kubectl
 
     def log(self, msg: str) -> None:
         print(f"versus [{time.strftime('%H:%M:%S')}] {self.name}: {msg}", file=sys.stderr,
               flush=True)
-
-    def lab(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run([sys.executable, str(ROOT / "hack" / "lab.py"), *cmd], env=self.env,
-                           text=True, capture_output=True, timeout=900, cwd=ROOT)
-        if check and r.returncode != 0:
-            raise RuntimeError(f"lab {' '.join(cmd)}: {r.stdout}\n{r.stderr}")
-        return r
-
-    def kubectl(self, *cmd: str, input: str | None = None, check: bool = True,
-                timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        r = subprocess.run([str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig),
-                            *cmd], input=input, text=True, capture_output=True, timeout=timeout)
-        if check and r.returncode != 0:
-            raise RuntimeError(f"kubectl {' '.join(cmd)}: {r.stderr.strip()}")
-        return r
 
     # -- the lab and its CRDs
 
@@ -223,11 +181,7 @@ class VersusRun:
         self.lab("up")
         if self.name.startswith("pykueue"):
             return
-        # Kueue's CRDs instead of pykueue's (same group and names), and no pykueue VAP.
-        self.kubectl("delete", "-k", str(ROOT / "manifests" / "crds"), "--ignore-not-found",
-                     "--wait=true")
-        self.kubectl("create", "-f", str(self.kdir / "config" / "components" / "crd" / "bases"))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=120s", "crd", "--all")
+        self.kl.use_kueue_crds(self.kdir)
 
     # -- the controllers
 
@@ -236,7 +190,8 @@ class VersusRun:
             return self.popen([str(self.kbin / "minimalkueue"), "--kubeconfig",
                                str(self.kubeconfig)], "minimalkueue")
         if self.name.startswith("kueue"):
-            return self.start_kueue(qps=1000 if self.name.endswith("qps1000") else None)
+            return self.kl.start_manager(self.kdir, self.kbin, self.out,
+                                         qps=1000 if self.name.endswith("qps1000") else None)
         extra = {}
         if self.name.endswith("qps1000"):
             extra = {"PYKUEUE_CLIENT__QPS": "1000", "PYKUEUE_CLIENT__BURST": "2000"}
@@ -250,102 +205,6 @@ class VersusRun:
         log = open(self.out / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=self.out, env=self.env)
-
-    def start_kueue(self, qps: int | None) -> subprocess.Popen[bytes]:
-        certs = self.state / "kueue-certs"
-        subprocess.run([sys.executable, "-m", "certs.generate", "--out", str(certs), "--host",
-                        "127.0.0.1", "--service", "kueue-webhook-service", "--namespace",
-                        "kueue-system"], cwd=ROOT, check=True, capture_output=True, timeout=120)
-        # /etc/kueue/metrics/certs inside the private mount namespace: an overlay's upper layer.
-        upper, work = self.state / "etc-upper", self.state / "etc-work"
-        mcerts = upper / "kueue" / "metrics" / "certs"
-        mcerts.mkdir(parents=True, exist_ok=True)
-        work.mkdir(parents=True, exist_ok=True)
-        for f in ("tls.crt", "tls.key", "ca.crt"):
-            shutil.copy(certs / f, mcerts / f)
-        shipped = yaml.safe_load(
-            (self.kdir / "config/components/manager/controller_manager_config.yaml").read_text())
-        cfg = dict(shipped)
-        cfg.update({
-            "namespace": "kueue-system",
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health_port}"},
-            "metrics": {"bindAddress": "0"},
-            "webhook": {"port": self.ctrl_port, "host": "127.0.0.1", "certDir": str(certs)},
-            "internalCertManagement": {"enable": False},
-            # Out of cluster controller-runtime cannot guess the Lease's namespace.
-            "leaderElection": {**shipped.get("leaderElection", {}),
-                               "resourceNamespace": "kueue-system"},
-            "visibilityServer": {"bindPort": self.visibility_port},
-            # The on-demand visibility API server reads its certificate from /visibility (no
-            # option); it serves pending-workload listings only, not scheduling: off here.
-            "featureGates": {"VisibilityOnDemand": False},
-            "integrations": {"frameworks": ["batch/job"]},
-        })
-        if qps:
-            cfg["clientConnection"] = {"qps": qps, "burst": 2 * qps}
-        (self.out / "kueue-config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
-        self.kubectl("create", "namespace", "kueue-system", check=False)
-        script = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={work} /etc"
-                  f" && exec {self.kbin / 'kueue'} --config {self.out / 'kueue-config.yaml'}"
-                  f" --kubeconfig {self.kubeconfig}"
-                  f" --visibility-server-port {self.visibility_port}")
-        proc = self.popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
-                          "kueue")
-        self.wait_http(f"http://127.0.0.1:{self.health_port}/readyz", proc, 120)
-        self.kubectl("apply", "-f", "-", input=self.kueue_webhooks(certs / "ca.crt"))
-        # The webhooks answer (a server-side dry run through the mutating webhook).
-        probe = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-                 "metadata": {"name": "versus-probe"}}
-        deadline = time.monotonic() + 60
-        while True:
-            r = self.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(probe),
-                             check=False)
-            if r.returncode == 0:
-                break
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"Kueue's webhooks do not answer: {r.stderr.strip()}")
-            time.sleep(1)
-        return proc
-
-    def kueue_webhooks(self, ca: Path) -> str:
-        """Kueue's webhook configurations (its kueue.x-k8s.io and batch rules) pointed at
-        127.0.0.1 with our CA, as the kustomize overlay would name them."""
-        bundle = base64.b64encode(ca.read_bytes()).decode()
-        docs = [d for d in yaml.safe_load_all(
-            (self.kdir / "config/components/webhook/manifests.yaml").read_text()) if d]
-        for d in docs:
-            d["metadata"]["name"] = "kueue-" + d["metadata"]["name"]
-            keep = []
-            for w in d.get("webhooks", []):
-                groups = {g for r in w.get("rules", []) for g in r.get("apiGroups", [])}
-                if not groups & {"kueue.x-k8s.io", "batch"}:
-                    continue
-                path = w["clientConfig"]["service"]["path"]
-                w["clientConfig"] = {"url": f"https://127.0.0.1:{self.ctrl_port}{path}",
-                                     "caBundle": bundle}
-                keep.append(w)
-            d["webhooks"] = keep
-        text = yaml.safe_dump_all(docs, sort_keys=False)
-        (self.out / "kueue-webhooks.yaml").write_text(text)
-        return text
-
-    def wait_http(self, url: str, proc: subprocess.Popen[bytes], timeout: float) -> None:
-        import urllib.request
-
-        deadline = time.monotonic() + timeout
-        last = ""
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                tail = (self.out / "kueue.log").read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"the controller exited ({proc.returncode}):\n{tail}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310 - local probe
-                    if r.status == 200:
-                        return
-            except Exception as exc:  # noqa: BLE001 - not up yet
-                last = str(exc)
-            time.sleep(0.5)
-        raise RuntimeError(f"{url} not ready after {timeout:.0f}s ({last})")
 
     # -- measurements
 
@@ -602,8 +461,9 @@ def main() -> None:
                     "(default: Kueue's baseline generator.yaml)")
     ap.add_argument("--rangespec", type=Path, help="the checker's thresholds "
                     "(default: Kueue's baseline rangespec.yaml)")
-    ap.add_argument("--timeout", default="15m", help="the runner's --timeout (recording)")
-    ap.add_argument("--hard-timeout", type=float, default=1500.0,
+    ap.add_argument("--timeout", default="40m", help="the runner's --timeout (recording; "
+                    "Kueue's in-cluster target uses 15m, too short on a loaded 2-core machine)")
+    ap.add_argument("--hard-timeout", type=float, default=3000.0,
                     help="seconds after which the runner is interrupted")
     ap.add_argument("--port-base", type=int, default=int(os.environ.get("VERSUS_PORT_BASE",
                                                                         20440)),
@@ -613,11 +473,15 @@ def main() -> None:
     ap.add_argument("--bin-dir", type=Path, default=ROOT / ".k8sbin" / "current")
     ap.add_argument("--keep", action="store_true", help="keep each lab (debugging)")
     args = ap.parse_args()
+    # Stopped with SIGTERM or SIGINT (also when started in the background), each run's
+    # `finally` still stops its runner, its controller and its lab.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     runs = [r.strip() for r in args.runs.split(",") if r.strip()]
     for r in runs:
         if r not in RUNS:
             raise SystemExit(f"versus: unknown run {r!r}; choose from {', '.join(RUNS)}")
-    kdir, kbin = kueue_module_dir(), kueue_bin_dir()
+    kdir, kbin = module_dir(), bin_dir()
     base = kdir / "test" / "performance" / "scheduler" / "configs" / "baseline"
     args.generator = (args.generator or base / "generator.yaml").resolve()
     args.rangespec = (args.rangespec or base / "rangespec.yaml").resolve()
