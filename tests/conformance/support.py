@@ -161,6 +161,26 @@ class Scope:
         time.sleep(seconds)
         return self.pending(name, timeout=1)
 
+    def reserved(self, cq: str, flavor: str, resource: str, total: int, borrowed: int) -> None:
+        """Wait until ClusterQueue ``cq`` reports ``total`` and ``borrowed`` (integer units:
+        milli-cpu, bytes) of ``resource`` in ``flavor`` in ``status.flavorsReservation``. The
+        status trails the admissions (Kueue writes it asynchronously)."""
+        from app.core.quantity import parse_quantity
+
+        def now_is() -> tuple[int, int] | None:
+            q = usage(self.cq(cq), flavor, resource)
+            return None if q is None else (parse_quantity(q["total"], resource),
+                                           parse_quantity(q.get("borrowed", "0"), resource))
+        last: list[tuple[int, int] | None] = [None]
+
+        def ok() -> bool:
+            last[0] = now_is()
+            return last[0] == (total, borrowed)
+        try:
+            wait_for(ok, 30, f"{cq} {flavor}/{resource} reserved {total}, borrowed {borrowed}")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last seen (total, borrowed) = {last[0]}") from None
+
     def flavors_of(self, name: str) -> dict[str, str]:
         w = self.wl(name)
         return dict(w["status"]["admission"]["podSetAssignments"][0]["flavors"])

@@ -9,14 +9,7 @@ from __future__ import annotations
 
 import time
 
-from app.core.quantity import parse_quantity
-from tests.conformance.support import Target, cond, is_true, usage
-
-
-def _cpu(q: dict | None) -> tuple[int, int]:
-    """(total, borrowed) milli-cpu of a flavorsReservation entry."""
-    assert q is not None
-    return parse_quantity(q["total"], "cpu"), parse_quantity(q.get("borrowed", "0"), "cpu")
+from tests.conformance.support import Target, cond, is_true
 
 
 def test_borrowing_stops_at_borrowing_limit(target: Target) -> None:
@@ -32,8 +25,7 @@ def test_borrowing_stops_at_borrowing_limit(target: Target) -> None:
     s.workload("r3", "research", {"cpu": "1"})  # 7 > 4 + borrowingLimit 2, though inference
     w = s.stays_pending("r3")                   # has 2 more idle
     assert cond(w, "QuotaReserved")["reason"] == target.pending_reason("no-fit"), w["status"]
-    total, borrowed = _cpu(usage(s.cq("research"), f, "cpu"))
-    assert (total, borrowed) == (6000, 2000)
+    s.reserved("research", f, "cpu", 6000, 2000)
     # When r1 finishes, r3 is admitted without any other event.
     s.finish("r1")
     s.admitted("r3")
@@ -53,14 +45,14 @@ def test_reclaim_within_cohort_any_evicts_the_borrower(target: Target) -> None:
     time.sleep(1.1)
     s.workload("r2", "research", {"cpu": "2"})  # borrows 2 of inference's idle quota
     s.admitted("r2")
-    assert _cpu(usage(s.cq("research"), f, "cpu")) == (6000, 2000)
+    s.reserved("research", f, "cpu", 6000, 2000)
     s.workload("i1", "inference", {"cpu": "4"}, priority=0)  # needs its nominal back
     s.preempted("r2", "InCohortReclamation", "InCohortReclaimWhileBorrowing")
     s.admitted("i1")
     assert is_true(s.wl("r1"), "Admitted") and not is_true(s.wl("r1"), "Evicted")
     s.pending("r2")  # requeued, waits for quota
-    assert _cpu(usage(s.cq("research"), f, "cpu")) == (4000, 0)
-    assert _cpu(usage(s.cq("inference"), f, "cpu")) == (4000, 0)
+    s.reserved("research", f, "cpu", 4000, 0)
+    s.reserved("inference", f, "cpu", 4000, 0)
 
 
 def test_flavor_fallback_a100_then_l4(target: Target) -> None:
