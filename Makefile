@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 KUBECTL := $(CURDIR)/.k8sbin/current/kubectl
 export KUBECONFIG := $(CURDIR)/.lab/kubeconfig
 
-.PHONY: help browser bench-lab crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help browser bench-lab bench-versus kueue conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -52,6 +52,18 @@ bench: setup ## benchmarks (core cycle, simulator, ETA, webhook, extender); JSON
 
 bench-lab: setup controlplane ## Kueue's baseline through the reconciler on a private lab; JSON on stdout
 	$(BIN)/python bench/lab_baseline.py
+
+kueue: ## build Kueue v0.17.1 (manager, minimalkueue, perf runner, checker) from Go modules into ~/.cache/pykueue/kueue (no-op when built; ~12 min cold)
+	bash hack/build-kueue.sh
+
+bench-versus: setup controlplane kueue ## Kueue's perf runner vs minimalkueue, Kueue's manager and pykueue, each on a fresh lab; table + JSON
+	$(BIN)/python bench/versus.py $(VERSUS_ARGS)
+
+conformance: setup controlplane ## the conformance suite (API only) against pykueue on a private lab (also in make test)
+	PYKUEUE_CONFORMANCE_TARGET=pykueue $(BIN)/pytest -q tests/conformance
+
+conformance-kueue: setup controlplane kueue ## the same suite against real Kueue v0.17.1 (manager + webhooks) on a private lab; needs root
+	PYKUEUE_CONFORMANCE_TARGET=kueue $(BIN)/pytest -q tests/conformance
 
 lab-down: ## stop every lab process and remove its state
 	@if [ -x $(BIN)/python ]; then $(BIN)/python hack/lab.py down; else $(PY) hack/lab.py down; fi

@@ -1,0 +1,508 @@
+#!/usr/bin/env python3
+"""pykueue side by side with real Kueue: Kueue's own scheduler-performance runner against each
+controller on a fresh lab API server (issue 16, part 2).
+
+    make kueue && make bench-versus
+    .venv/bin/python bench/versus.py --runs minimalkueue,pykueue      # a subset
+    .venv/bin/python bench/versus.py --generator G.yaml --timeout 30m # another generator config
+
+The runs, sequential, each on its own private lab (hack/lab.py: etcd + kube-apiserver + ...,
+state ``<state-root>/<run>``, ports from ``--port-base``, 10 apart per run; stopped and removed
+after the run), the controller started before the runner and stopped after it:
+
+* ``minimalkueue``: Kueue's ``test/performance/scheduler/minimalkueue`` (the core controllers and
+  the scheduler, no webhooks, client QPS 50 / burst 100 hard-coded) as Kueue's CI runs it, but
+  against the lab's API server instead of envtest's, with Kueue's CRDs
+  (config/components/crd/bases);
+* ``kueue``: the full manager ``cmd/kueue`` with Kueue's shipped configuration
+  (config/components/manager/controller_manager_config.yaml: QPS 50, burst 100, leader election
+  on) and its webhooks, out of cluster as hack/kueue_lab.py runs it (internal cert management
+  off, webhooks on 127.0.0.1, integrations batch/job only, VisibilityOnDemand off, a private
+  mount namespace for /etc/kueue/metrics/certs: needs root);
+* ``kueue-qps1000``: the same with ``clientConnection: {qps: 1000, burst: 2000}``;
+* ``pykueue``: ``pykueue serve`` with its defaults (client QPS 50 / burst 100, leader election
+  on) under its ServiceAccount, its webhooks and the kube-scheduler extender registered
+  (``hack/lab.py pykueue-up``); ``pykueue-qps1000``: the same with client QPS 1000 / burst 2000.
+
+Kueue's runner (``test/performance/scheduler/runner``, built by ``make kueue``) is pointed at the
+lab's admin kubeconfig with ``--generatorConfig`` (default: Kueue's
+test/performance/scheduler/configs/baseline/generator.yaml from the module cache: 5 cohorts x 6
+ClusterQueues, 15,000 Workloads) and ``--qps 1000 --burst 2000`` (as Kueue's in-cluster target).
+It creates the objects, plays the Workloads' owner (finishes each after its runtime, clears an
+evicted one's admission) and records, from the Workloads' and ClusterQueues' watch events, the
+summary Kueue's checker reads. Measured here per run:
+
+* ``wall_s``: from the runner's start to its "Recorder done" (every Workload finished); the
+  checker's ``maxWallMs`` is checked against it (Kueue checks minimalkueue's lifetime, which spans
+  the same interval);
+* per Workload class: the runner's average time to admission and evictions; the ClusterQueue
+  usage as the checker computes it (cpuUsed / (nominal x elapsed));
+* the controller's CPU seconds (utime + stime of its process tree, sampled from /proc every second,
+  read at "Recorder done") and peak RSS (VmHWM);
+* ``apiserver_request_total`` by verb (and by verb + resource) over the same window: every client's
+  requests, the runner's included (the same ones in every run, but for evictions);
+* the machine's load average at the start and end of each run (the machine is shared);
+* Kueue's checker (``go test -c`` of test/performance/scheduler/checker) run on the summary with a
+  cmdStats file written from those numbers and Kueue's baseline rangespec.yaml; and the same
+  thresholds, pass/fail per threshold, printed in the table.
+
+Prints the table, then one JSON document (also written to ``<out>/summary.json``); each run's
+logs, the runner's summary.yaml and the CSVs stay under ``<out>/<run>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "hack"))
+
+from kueue_lab import KUEUE_VERSION, KueueLab, bin_dir, module_dir  # noqa: E402
+
+RUNS = ("minimalkueue", "kueue", "kueue-qps1000", "pykueue", "pykueue-qps1000")
+DEFAULT_RUNS = ("minimalkueue", "kueue", "kueue-qps1000", "pykueue")
+# Kueue's baseline rangespec (test/performance/scheduler/configs/baseline/rangespec.yaml).
+THRESHOLDS = {"wall_s": 425.0, "usage_pct": 55.0, "large": 11.0, "medium": 90.0, "small": 260.0}
+
+
+# ---- processes -------------------------------------------------------------------------------
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its descendants (from /proc/*/stat)."""
+    children: dict[int, list[int]] = {}
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            ppid = int((p / "stat").read_text().rsplit(") ", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(p.name))
+    out, todo = [], [pid]
+    while todo:
+        q = todo.pop()
+        out.append(q)
+        todo.extend(children.get(q, []))
+    return out
+
+
+class Sampler(threading.Thread):
+    """CPU seconds (utime + stime) and peak RSS (VmHWM) of a process tree, every second."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.cpu: dict[int, float] = {}
+        self.hwm_kb: dict[int, int] = {}
+        self.stop = threading.Event()
+        self.cpu0 = self.total_cpu()
+
+    def sample(self) -> None:
+        for p in tree_pids(self.pid):
+            try:
+                f = Path(f"/proc/{p}/stat").read_text().rsplit(") ", 1)[1].split()
+                self.cpu[p] = (int(f[11]) + int(f[12])) / self.tick
+                for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        self.hwm_kb[p] = max(self.hwm_kb.get(p, 0), int(line.split()[1]))
+            except (OSError, IndexError, ValueError):
+                continue
+
+    def total_cpu(self) -> float:
+        self.sample()
+        return sum(self.cpu.values())
+
+    def peak_rss_mb(self) -> float:
+        return round(sum(self.hwm_kb.values()) / 1024, 1)
+
+    def run(self) -> None:
+        while not self.stop.wait(1.0):
+            self.sample()
+
+
+def stop_process(proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+# ---- one run ---------------------------------------------------------------------------------
+
+class VersusRun:
+    def __init__(self, args: argparse.Namespace, name: str, index: int, kdir: Path,
+                 kbin: Path) -> None:
+        self.args, self.name, self.kdir, self.kbin = args, name, kdir, kbin
+        self.port_base = args.port_base + 10 * index
+        self.state = args.state_root / name
+        self.out = args.out / name
+        self.bin_dir = args.bin_dir
+        self.kubeconfig = self.state / "kubeconfig"
+        self.kl = KueueLab(self.state, self.port_base, self.bin_dir)
+        self.env = self.kl.env  # one environment for the lab, the controller and the runner
+        self.env["PYKUEUE_PORT"] = str(self.kl.webhook_port)
+        self.lab, self.kubectl = self.kl.lab, self.kl.kubectl
+
+    def log(self, msg: str) -> None:
+        print(f"versus [{time.strftime('%H:%M:%S')}] {self.name}: {msg}", file=sys.stderr,
+              flush=True)
+
+    # -- the lab and its CRDs
+
+    def lab_up(self) -> None:
+        self.lab("down", check=False)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.log(f"lab up (state {self.state}, ports {self.port_base}..{self.port_base + 7})")
+        self.lab("up")
+        if self.name.startswith("pykueue"):
+            return
+        self.kl.use_kueue_crds(self.kdir)
+
+    # -- the controllers
+
+    def start_controller(self) -> subprocess.Popen[bytes] | int:
+        if self.name == "minimalkueue":
+            return self.popen([str(self.kbin / "minimalkueue"), "--kubeconfig",
+                               str(self.kubeconfig)], "minimalkueue")
+        if self.name.startswith("kueue"):
+            return self.kl.start_manager(self.kdir, self.kbin, self.out,
+                                         qps=1000 if self.name.endswith("qps1000") else None)
+        extra = {}
+        if self.name.endswith("qps1000"):
+            extra = {"PYKUEUE_CLIENT__QPS": "1000", "PYKUEUE_CLIENT__BURST": "2000"}
+        self.env.update(extra)
+        self.lab("pykueue-up")
+        pid = int((self.state / "pids" / "pykueue.pid").read_text().strip())
+        shutil.copy(ROOT / "certs" / "out" / "ca.crt", self.out / "pykueue-ca.crt")
+        return pid
+
+    def popen(self, cmd: list[str], name: str) -> subprocess.Popen[bytes]:
+        log = open(self.out / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=self.out, env=self.env)
+
+    # -- measurements
+
+    def apiserver_counts(self) -> dict[tuple[str, str], float]:
+        r = self.kubectl("get", "--raw", "/metrics", check=False, timeout=60)
+        out: dict[tuple[str, str], float] = {}
+        pat = re.compile(r'^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$')
+        for line in r.stdout.splitlines():
+            m = pat.match(line)
+            if not m:
+                continue
+            lb = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            res = lb.get("resource", "") + (f"/{lb['subresource']}" if lb.get("subresource")
+                                            else "")
+            k = (lb.get("verb", ""), res)
+            out[k] = out.get(k, 0.0) + float(m.group(2))
+        return out
+
+    def run(self) -> dict[str, Any]:
+        t_setup = time.monotonic()
+        result: dict[str, Any] = {"run": self.name, "load_before": loadavg()}
+        controller: subprocess.Popen[bytes] | int | None = None
+        runner: subprocess.Popen[bytes] | None = None
+        sampler: Sampler | None = None
+        try:
+            self.lab_up()
+            self.log("starting the controller")
+            controller = self.start_controller()
+            pid = controller if isinstance(controller, int) else controller.pid
+            time.sleep(3)  # leader election, caches
+            sampler = Sampler(pid)
+            sampler.start()
+            before = self.apiserver_counts()
+            cpu0 = sampler.total_cpu()
+            result["setup_s"] = round(time.monotonic() - t_setup, 1)
+            self.log(f"runner starts (load {loadavg()})")
+            runner_out = self.out / "runner"
+            runner_out.mkdir(parents=True, exist_ok=True)
+            self.env.update({"PROJECT_DIR": f"{self.kdir}/", "KUBECONFIG": str(self.kubeconfig)})
+            t0 = time.monotonic()
+            runner = self.popen([str(self.kbin / "runner"), "--o", str(runner_out),
+                                 "--generatorConfig", str(self.args.generator),
+                                 "--qps", "1000", "--burst", "2000",
+                                 "--timeout", self.args.timeout, "--zap-log-level", "info"],
+                                "runner")
+            log = self.out / "runner.log"
+            done_at = gen_at = None
+            after: dict[tuple[str, str], float] = {}
+            cpu1 = 0.0
+            while runner.poll() is None:
+                time.sleep(0.5)
+                text = log.read_text(errors="replace") if log.exists() else ""
+                if gen_at is None and "Generator done" in text:
+                    gen_at = time.monotonic() - t0
+                if done_at is None and "Recorder done" in text:
+                    done_at = time.monotonic() - t0
+                    cpu1 = sampler.total_cpu()
+                    after = self.apiserver_counts()
+                    self.log(f"recorder done after {done_at:.0f}s; runner cleans up")
+                if time.monotonic() - t0 > self.args.hard_timeout:
+                    self.log("hard timeout: stopping the runner")
+                    stop_process(runner, signal.SIGINT)
+            if done_at is None:
+                done_at = time.monotonic() - t0
+                cpu1 = sampler.total_cpu()
+                after = self.apiserver_counts()
+            result["runner_rc"] = runner.returncode
+            result["wall_s"] = round(done_at, 1)
+            result["generation_s"] = round(gen_at, 1) if gen_at else None
+            result["controller"] = {"cpu_s": round(cpu1 - cpu0, 1),
+                                    "peak_rss_mb": sampler.peak_rss_mb()}
+            result["load_after"] = loadavg()
+            diff = {k: int(after.get(k, 0) - before.get(k, 0)) for k in after}
+            verbs: dict[str, int] = {}
+            for (v, _res), n in diff.items():
+                if n > 0:
+                    verbs[v] = verbs.get(v, 0) + n
+            result["api_requests_by_verb"] = dict(sorted(verbs.items(), key=lambda kv: -kv[1]))
+            top = sorted(((n, f"{v} {res}") for (v, res), n in diff.items() if n > 0),
+                         reverse=True)[:12]
+            result["api_requests_top"] = {k: n for n, k in top}
+            result.update(self.read_summary(runner_out / "summary.yaml"))
+            result["checker"] = self.checker(runner_out, result)
+        except Exception as exc:  # noqa: BLE001 - one failed run must not hide the others
+            result["error"] = f"{type(exc).__name__}: {exc}"
+            self.log(f"FAILED: {result['error']}")
+        finally:
+            if sampler is not None:
+                sampler.stop.set()
+            if runner is not None:
+                stop_process(runner, signal.SIGINT)
+            if isinstance(controller, subprocess.Popen):
+                stop_process(controller)
+            elif isinstance(controller, int):
+                self.lab("pykueue-down", check=False)
+            if not self.args.keep:
+                self.lab("down", check=False)
+        self.log(f"done in {time.monotonic() - t_setup:.0f}s")
+        return result
+
+    def read_summary(self, path: Path) -> dict[str, Any]:
+        if not path.exists():
+            return {"summary": None}
+        s = yaml.safe_load(path.read_text()) or {}
+        classes = {}
+        for c, w in sorted((s.get("workloadClasses") or {}).items()):
+            classes[c] = {"count": w.get("count"),
+                          "avg_time_to_admission_s": round(w.get("averageTimeToAdmissionMs", 0)
+                                                           / 1000, 2),
+                          "avg_time_to_finish_s": round(w.get("averageTimeToFinishMs", 0) / 1000,
+                                                        2),
+                          "evictions": w.get("totalEvictions", 0)}
+        usage = {}
+        for c, q in (s.get("clusterQueueClasses") or {}).items():
+            from datetime import datetime
+
+            def ts(v: Any) -> float:
+                return (v if isinstance(v, datetime) else
+                        datetime.fromisoformat(str(v).replace("Z", "+00:00"))).timestamp()
+
+            elapsed_ms = (ts(q["lastEventTime"]) - ts(q["firstEventTime"])) * 1000
+            nominal = q.get("nominalQuota") or 0
+            usage[c] = (round(q.get("cpuUsed", 0) * 100 / (nominal * elapsed_ms), 2)
+                        if nominal and elapsed_ms else None)
+        return {"classes": classes, "usage_pct": usage,
+                "evictions": sum(c["evictions"] or 0 for c in classes.values()),
+                "dropped_workload_events": s.get("droppedWorkloadEvents")}
+
+    def checker(self, runner_out: Path, result: dict[str, Any]) -> dict[str, Any]:
+        """Kueue's checker on the runner's summary, with a cmdStats file from our numbers."""
+        rng = self.args.rangespec
+        summary = runner_out / "summary.yaml"
+        if not summary.exists() or not rng.exists():
+            return {"ran": False}
+        cpu_ms = int(result["controller"]["cpu_s"] * 1000)
+        stats = {"wallMs": int(result["wall_s"] * 1000), "userMs": cpu_ms, "sysMs": 0,
+                 "maxrss": int(result["controller"]["peak_rss_mb"] * 1024)}
+        stats_file = runner_out / "controller.stats.yaml"
+        stats_file.write_text(yaml.safe_dump(stats))
+        r = subprocess.run([str(self.kbin / "checker.test"), "-test.v", "--summary", str(summary),
+                            "--cmdStats", str(stats_file), "--range", str(rng)],
+                           env={**os.environ, "PROJECT_DIR": f"{self.kdir}/"}, text=True,
+                           capture_output=True, timeout=120)
+        (self.out / "checker.log").write_text(r.stdout + r.stderr)
+        fails = [line.strip() for line in r.stdout.splitlines()
+                 if "is greater than" in line or "is less then" in line or "is more then" in line]
+        return {"ran": True, "passed": r.returncode == 0, "failures": fails}
+
+
+# ---- the table -------------------------------------------------------------------------------
+
+def verdicts(r: dict[str, Any]) -> dict[str, bool | None]:
+    cls = r.get("classes") or {}
+    usage = (r.get("usage_pct") or {}).get("cq")
+    out: dict[str, bool | None] = {
+        "wall": r.get("wall_s") is not None and r["wall_s"] <= THRESHOLDS["wall_s"],
+        "usage": None if usage is None else usage >= THRESHOLDS["usage_pct"]}
+    for c in ("large", "medium", "small"):
+        v = (cls.get(c) or {}).get("avg_time_to_admission_s")
+        out[c] = None if v is None else v <= THRESHOLDS[c]
+    return out
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    def f(v: Any, nd: int = 1) -> str:
+        if v is None:
+            return "-"
+        return f"{v:.{nd}f}" if isinstance(v, float) else str(v)
+
+    def mark(ok: bool | None) -> str:
+        return "-" if ok is None else ("pass" if ok else "FAIL")
+
+    head = ["run", "wall s", "adm small s", "adm medium s", "adm large s", "usage %", "evict",
+            "ctrl CPU s", "peak RSS MB", "API req", "load 1m start/end", "thresholds"]
+    rows = [head]
+    for r in results:
+        if "error" in r and "wall_s" not in r:
+            rows.append([r["run"], f"error: {r['error'][:80]}"] + [""] * (len(head) - 2))
+            continue
+        cls = r.get("classes") or {}
+        v = verdicts(r)
+        rows.append([
+            r["run"], f(r.get("wall_s")),
+            *(f((cls.get(c) or {}).get("avg_time_to_admission_s"), 2)
+              for c in ("small", "medium", "large")),
+            f((r.get("usage_pct") or {}).get("cq"), 1), f(r.get("evictions")),
+            f((r.get("controller") or {}).get("cpu_s")),
+            f((r.get("controller") or {}).get("peak_rss_mb")),
+            str(sum((r.get("api_requests_by_verb") or {}).values())),
+            f"{r.get('load_before', '').split(' ')[0]}/{r.get('load_after', '-').split(' ')[0]}",
+            " ".join(f"{k}:{mark(ok)}" for k, ok in v.items()),
+        ])
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+             for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.append("")
+    lines.append("API requests by verb (every client, the runner's included; "
+                 "'Recorder done' window):")
+    for r in results:
+        if r.get("api_requests_by_verb"):
+            lines.append(f"  {r['run']}: " + ", ".join(
+                f"{k} {n}" for k, n in r["api_requests_by_verb"].items()))
+    ratios = ratios_of(results)
+    if ratios:
+        lines.append("")
+        lines.append("Ratios pykueue / Kueue (same settings):")
+        for k, v in ratios.items():
+            lines.append(f"  {k}: " + ", ".join(f"{m} {x}" for m, x in v.items()))
+    lines.append("")
+    lines.append("Kueue's checker (checker.test on the runner's summary, baseline rangespec):")
+    for r in results:
+        c = r.get("checker") or {}
+        if c.get("ran"):
+            lines.append(f"  {r['run']}: {'PASS' if c['passed'] else 'FAIL'}"
+                         + (f" ({'; '.join(c['failures'])})" if c.get("failures") else ""))
+    return "\n".join(lines)
+
+
+def ratios_of(results: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    by = {r["run"]: r for r in results if "wall_s" in r}
+    out = {}
+    for p, k in (("pykueue", "kueue"), ("pykueue", "minimalkueue"),
+                 ("pykueue-qps1000", "kueue-qps1000")):
+        if p not in by or k not in by:
+            continue
+        a, b = by[p], by[k]
+
+        def ratio(x: float | None, y: float | None) -> float | None:
+            return round(x / y, 2) if x is not None and y else None
+
+        ca, cb = a.get("classes") or {}, b.get("classes") or {}
+        out[f"{p}/{k}"] = {
+            "wall": ratio(a.get("wall_s"), b.get("wall_s")),
+            **{f"adm_{c}": ratio((ca.get(c) or {}).get("avg_time_to_admission_s"),
+                                 (cb.get(c) or {}).get("avg_time_to_admission_s"))
+               for c in ("small", "medium", "large")},
+            "evictions": ratio(a.get("evictions"), b.get("evictions")),
+            "cpu": ratio((a.get("controller") or {}).get("cpu_s"),
+                         (b.get("controller") or {}).get("cpu_s")),
+            "rss": ratio((a.get("controller") or {}).get("peak_rss_mb"),
+                         (b.get("controller") or {}).get("peak_rss_mb")),
+            "api_requests": ratio(sum((a.get("api_requests_by_verb") or {}).values()),
+                                  sum((b.get("api_requests_by_verb") or {}).values())),
+        }
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", default=",".join(DEFAULT_RUNS),
+                    help=f"comma-separated, in order, from {', '.join(RUNS)}")
+    ap.add_argument("--generator", type=Path, help="the runner's generator config "
+                    "(default: Kueue's baseline generator.yaml)")
+    ap.add_argument("--rangespec", type=Path, help="the checker's thresholds "
+                    "(default: Kueue's baseline rangespec.yaml)")
+    ap.add_argument("--timeout", default="40m", help="the runner's --timeout (recording; "
+                    "Kueue's in-cluster target uses 15m, too short on a loaded 2-core machine)")
+    ap.add_argument("--hard-timeout", type=float, default=3000.0,
+                    help="seconds after which the runner is interrupted")
+    ap.add_argument("--port-base", type=int, default=int(os.environ.get("VERSUS_PORT_BASE",
+                                                                        20440)),
+                    help="first run's lab ports (each run +10)")
+    ap.add_argument("--state-root", type=Path, default=Path("/tmp/pykueue-versus"))
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "versus")
+    ap.add_argument("--bin-dir", type=Path, default=ROOT / ".k8sbin" / "current")
+    ap.add_argument("--keep", action="store_true", help="keep each lab (debugging)")
+    args = ap.parse_args()
+    # Stopped with SIGTERM or SIGINT (also when started in the background), each run's
+    # `finally` still stops its runner, its controller and its lab.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    for r in runs:
+        if r not in RUNS:
+            raise SystemExit(f"versus: unknown run {r!r}; choose from {', '.join(RUNS)}")
+    kdir, kbin = module_dir(), bin_dir()
+    base = kdir / "test" / "performance" / "scheduler" / "configs" / "baseline"
+    args.generator = (args.generator or base / "generator.yaml").resolve()
+    args.rangespec = (args.rangespec or base / "rangespec.yaml").resolve()
+    args.bin_dir = args.bin_dir.resolve()
+    args.out = args.out.resolve()
+    args.out.mkdir(parents=True, exist_ok=True)
+    print(f"versus: Kueue {KUEUE_VERSION} from {kdir}; binaries {kbin}; runs {', '.join(runs)}; "
+          f"load {loadavg()} on {os.cpu_count()} CPUs", file=sys.stderr, flush=True)
+    results = []
+    for i, name in enumerate(runs):
+        results.append(VersusRun(args, name, i, kdir, kbin).run())
+        (args.out / "summary.json").write_text(json.dumps(results, indent=2) + "\n")
+    summary = {"kueue_version": KUEUE_VERSION, "generator": str(args.generator),
+               "thresholds": THRESHOLDS, "cpus": os.cpu_count(), "runs": results,
+               "verdicts": {r["run"]: verdicts(r) for r in results if "wall_s" in r},
+               "ratios": ratios_of(results)}
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(table(results))
+    print()
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()

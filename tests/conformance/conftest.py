@@ -1,0 +1,90 @@
+"""The conformance suite's target: a private lab running pykueue or real Kueue.
+
+``PYKUEUE_CONFORMANCE_TARGET=pykueue`` (the default, part of ``make test``): a lab of its own
+(hack/lab.py) with ``pykueue serve`` deployed as a user would (``hack/lab.py pykueue-up``: its
+ServiceAccount, webhooks, kube-scheduler extender). ``=kueue`` (``make conformance-kueue``, needs
+``make kueue`` and root): the same lab with Kueue v0.17.1's CRDs and manager
+(``hack/kueue_lab.py up``). The tests talk to the API server only.
+
+State in ``<tmp>/pykueue-conformance-<target>``; ports from ``CONFORMANCE_PORT_BASE`` (default:
+the first free block of 10 from 20540); the lab is stopped at the end unless ``LAB_KEEP`` is set.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conformance.support import Target
+from tests.labfixture import ROOT, LabHandle
+
+TARGETS = ("pykueue", "kueue")
+
+
+def _free_base(start: int) -> int:
+    for base in range(start, start + 400, 10):
+        ok = True
+        for port in range(base, base + 8):
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError(f"no free block of ports from {start}")
+
+
+def _run(cmd: list[str], env: dict[str, str]) -> None:
+    r = subprocess.run(cmd, env=env, cwd=ROOT, text=True, capture_output=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stdout}\n{r.stderr}")
+
+
+@pytest.fixture(scope="session")
+def target() -> Iterator[Target]:
+    name = os.environ.get("PYKUEUE_CONFORMANCE_TARGET", "pykueue")
+    if name not in TARGETS:
+        raise pytest.UsageError(f"PYKUEUE_CONFORMANCE_TARGET={name!r}: one of {TARGETS}")
+    state = Path(tempfile.gettempdir()) / f"pykueue-conformance-{name}"
+    base = int(os.environ.get("CONFORMANCE_PORT_BASE") or _free_base(20540))
+    bins = Path(os.environ.get("LAB_BIN_DIR", ROOT / ".k8sbin" / "current")).resolve()
+    env = {**os.environ, "LAB_STATE_DIR": str(state), "LAB_PORT_BASE": str(base),
+           "LAB_BIN_DIR": str(bins), "PYKUEUE_PORT": str(base + 5)}
+    lab = LabHandle(state=state, port_base=base, bin_dir=bins)
+    lab.lab_cmd("down", check=False)
+    py = sys.executable
+    if name == "pykueue":
+        _run([py, str(ROOT / "hack" / "lab.py"), "up"], env)
+        _run([py, str(ROOT / "hack" / "lab.py"), "pykueue-up"], env)
+        down = [py, str(ROOT / "hack" / "lab.py"), "down"]
+    else:
+        _run([py, str(ROOT / "hack" / "kueue_lab.py"), "up"], env)
+        down = [py, str(ROOT / "hack" / "kueue_lab.py"), "down"]
+    try:
+        yield Target(name, lab)
+    finally:
+        if not os.environ.get("LAB_KEEP"):
+            subprocess.run(down, env=env, cwd=ROOT, capture_output=True, timeout=300)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under plain ``make test`` (no PYKUEUE_CONFORMANCE_TARGET set) only the seed story runs,
+    to keep within make test's time budget; ``make conformance`` / ``conformance-kueue`` set
+    the target and run every scenario."""
+    if os.environ.get("PYKUEUE_CONFORMANCE_TARGET"):
+        return
+    skip = pytest.mark.skip(reason="`make conformance` runs it (make test's time budget)")
+    for item in items:
+        if "conformance" in Path(str(item.fspath)).parts and \
+                Path(str(item.fspath)).name != "test_seed_story.py":
+            item.add_marker(skip)

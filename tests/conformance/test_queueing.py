@@ -1,0 +1,103 @@
+"""Queueing strategy, priorities, lendingLimit and inactive queues as conformance scenarios
+(API only, Workloads without Jobs; the expected values are Kueue v0.17.1's)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from tests.conformance.support import Target, cond
+from tests.labfixture import wait_for
+
+
+def test_strict_fifo_blocks_behind_its_head_best_effort_does_not(target: Target) -> None:
+    s = target.scope("fifo")
+    f = s.flavor("default")
+    for strategy, cq in (("StrictFIFO", "strict"), ("BestEffortFIFO", "besteffort")):
+        s.cluster_queue(cq, [(f, {"cpu": {"nominalQuota": "4"}})], strategy=strategy)
+        s.workload(f"{cq}-1", cq, {"cpu": "3"})
+        s.admitted(f"{cq}-1")
+        s.workload(f"{cq}-2", cq, {"cpu": "3"})  # the head: does not fit
+        # Queue order is the creation time, whole seconds in the API; equal times are
+        # unordered (Kueue and pykueue): one second later, -3 is behind -2 for sure.
+        time.sleep(1.1)
+        s.workload(f"{cq}-3", cq, {"cpu": "1"})  # would fit
+    s.admitted("besteffort-3")
+    s.stays_pending("strict-3")
+    s.stays_pending("strict-2", 0.5)
+    s.finish("strict-1")  # the head goes first, then the one behind it
+    s.admitted("strict-2")
+    s.admitted("strict-3")
+
+
+def test_within_cluster_queue_lower_priority_preempts_only_lower(target: Target) -> None:
+    s = target.scope("prio")
+    f = s.flavor("default")
+    s.cluster_queue("cq", [(f, {"cpu": {"nominalQuota": "4"}})], within="LowerPriority")
+    s.workload("low", "cq", {"cpu": "4"}, priority=0)
+    s.admitted("low")
+    s.workload("high", "cq", {"cpu": "4"}, priority=100)
+    s.preempted("low", "InClusterQueue")
+    s.admitted("high")
+    s.pending("low")
+    # Equal priority never preempts.
+    s.workload("peer", "cq", {"cpu": "1"}, priority=100)
+    s.stays_pending("peer")
+    assert cond(s.wl("high"), "Evicted") is None or \
+        cond(s.wl("high"), "Evicted")["status"] == "False"
+
+
+def test_lending_limit_caps_what_others_borrow(target: Target) -> None:
+    s = target.scope("lend")
+    f = s.flavor("default")
+    s.cluster_queue("lender", [(f, {"cpu": {"nominalQuota": "4", "lendingLimit": "1"}})],
+                    cohort="co")
+    s.cluster_queue("borrower", [(f, {"cpu": {"nominalQuota": "2"}})], cohort="co")
+    s.workload("b1", "borrower", {"cpu": "3"})  # 2 own + 1 lent: the lender's limit
+    s.admitted("b1")
+    s.reserved("borrower", f, "cpu", 3000, 1000)
+    s.workload("b2", "borrower", {"cpu": "1"})  # the lender has 3 idle, but lends only 1
+    s.stays_pending("b2")
+    s.workload("l1", "lender", {"cpu": "3"})  # the lender's own 3 not lent are there
+    s.admitted("l1")
+
+
+def test_inactive_queues_hold_workloads_and_say_why(target: Target) -> None:
+    s = target.scope("inactive")
+    f = s.flavor("default")
+    s.cluster_queue("held", [(f, {"cpu": {"nominalQuota": "4"}})], stop_policy="Hold",
+                    wait_active=False)
+
+    def inactive(reason: str, get) -> dict | None:  # noqa: ANN001 - a getter
+        c = cond(get(), "Active")
+        return c if c and c["status"] == "False" and c["reason"] == reason else None
+
+    wait_for(lambda: inactive("Stopped", lambda: s.cq("held")), 30, "held CQ Active=False")
+    s.workload("w1", "held", {"cpu": "1"})
+    w = s.stays_pending("w1")
+    assert cond(w, "QuotaReserved")["reason"] == target.pending_reason("cq-stopped"), \
+        w["status"]
+    s.lab.kubectl("patch", "clusterqueue.kueue.x-k8s.io", s.n("held"), "--type=merge",
+                  "-p", json.dumps({"spec": {"stopPolicy": "None"}}))
+    s.admitted("w1")
+
+    # A ClusterQueue naming a flavor that does not exist is inactive, and so is a LocalQueue
+    # naming a ClusterQueue that does not exist.
+    s.lab.apply(json.dumps({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+                            "metadata": {"name": s.n("noflavor")}, "spec": {
+                                "namespaceSelector": {}, "resourceGroups": [{
+                                    "coveredResources": ["cpu"], "flavors": [{
+                                        "name": s.n("missing"), "resources": [
+                                            {"name": "cpu", "nominalQuota": "1"}]}]}]}}))
+    wait_for(lambda: inactive("FlavorNotFound", lambda: s.cq("noflavor")), 30,
+             "noflavor CQ Active=False FlavorNotFound")
+    s.lab.apply(json.dumps({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                            "metadata": {"name": "lq-orphan", "namespace": s.ns},
+                            "spec": {"clusterQueue": s.n("nowhere")}}))
+    wait_for(lambda: inactive("ClusterQueueDoesNotExist", lambda: s.lab.get(
+        "localqueue.kueue.x-k8s.io", "-n", s.ns, "lq-orphan")), 30,
+        "orphan LQ Active=False ClusterQueueDoesNotExist")
+    s.workload("w2", "orphan", {"cpu": "1"})
+    w = s.stays_pending("w2")
+    assert cond(w, "QuotaReserved")["reason"] == target.pending_reason("cq-missing"), \
+        w["status"]
