@@ -264,6 +264,14 @@ class VersusRun:
                     cpu1 = sampler.total_cpu()
                     after = self.apiserver_counts()
                     self.log(f"recorder done after {done_at:.0f}s; runner cleans up")
+                if done_at is None and self.controller_gone(controller):
+                    # e.g. Kueue's manager exits when it loses its Lease: the runner would
+                    # wait for its recording timeout; a run without its controller is void.
+                    result["error"] = (f"the controller exited {time.monotonic() - t0:.0f}s "
+                                       "into the run (see its log)")
+                    self.log(result["error"])
+                    stop_process(runner, signal.SIGINT)
+                    break
                 if time.monotonic() - t0 > self.args.hard_timeout:
                     self.log("hard timeout: stopping the runner")
                     stop_process(runner, signal.SIGINT)
@@ -287,7 +295,8 @@ class VersusRun:
                          reverse=True)[:12]
             result["api_requests_top"] = {k: n for n, k in top}
             result.update(self.read_summary(runner_out / "summary.yaml"))
-            result["checker"] = self.checker(runner_out, result)
+            result["checker"] = (self.checker(runner_out, result) if "error" not in result
+                                 else {"ran": False})
         except Exception as exc:  # noqa: BLE001 - one failed run must not hide the others
             result["error"] = f"{type(exc).__name__}: {exc}"
             self.log(f"FAILED: {result['error']}")
@@ -304,6 +313,16 @@ class VersusRun:
                 self.lab("down", check=False)
         self.log(f"done in {time.monotonic() - t_setup:.0f}s")
         return result
+
+    @staticmethod
+    def controller_gone(controller: subprocess.Popen[bytes] | int) -> bool:
+        if isinstance(controller, subprocess.Popen):
+            return controller.poll() is not None
+        try:
+            stat = Path(f"/proc/{controller}/stat").read_text()
+        except OSError:
+            return True
+        return stat.split(") ", 1)[-1].startswith("Z")
 
     def read_summary(self, path: Path) -> dict[str, Any]:
         if not path.exists():
@@ -381,7 +400,7 @@ def table(results: list[dict[str, Any]]) -> str:
             "ctrl CPU s", "peak RSS MB", "API req", "load 1m start/end", "thresholds"]
     rows = [head]
     for r in results:
-        if "error" in r and "wall_s" not in r:
+        if "error" in r:
             rows.append([r["run"], f"error: {r['error'][:80]}"] + [""] * (len(head) - 2))
             continue
         cls = r.get("classes") or {}
@@ -425,7 +444,7 @@ def table(results: list[dict[str, Any]]) -> str:
 
 
 def ratios_of(results: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
-    by = {r["run"]: r for r in results if "wall_s" in r}
+    by = {r["run"]: r for r in results if "wall_s" in r and "error" not in r}
     out = {}
     for p, k in (("pykueue", "kueue"), ("pykueue", "minimalkueue"),
                  ("pykueue-qps1000", "kueue-qps1000")):
@@ -496,7 +515,8 @@ def main() -> None:
         (args.out / "summary.json").write_text(json.dumps(results, indent=2) + "\n")
     summary = {"kueue_version": KUEUE_VERSION, "generator": str(args.generator),
                "thresholds": THRESHOLDS, "cpus": os.cpu_count(), "runs": results,
-               "verdicts": {r["run"]: verdicts(r) for r in results if "wall_s" in r},
+               "verdicts": {r["run"]: verdicts(r) for r in results
+                            if "wall_s" in r and "error" not in r},
                "ratios": ratios_of(results)}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(table(results))

@@ -6,8 +6,9 @@ ServiceAccount, webhooks, kube-scheduler extender). ``=kueue`` (``make conforman
 ``make kueue`` and root): the same lab with Kueue v0.17.1's CRDs and manager
 (``hack/kueue_lab.py up``). The tests talk to the API server only.
 
-State in ``<tmp>/pykueue-conformance-<target>``; ports from ``CONFORMANCE_PORT_BASE`` (default:
-the first free block of 10 from 20540); the lab is stopped at the end unless ``LAB_KEEP`` is set.
+State in ``<tmp>/pykueue-conformance-<target>-<port base>``; ports from
+``CONFORMANCE_PORT_BASE`` (default: the first free block of 10 from 20540); the lab is stopped
+at the end unless ``LAB_KEEP`` is set.
 """
 
 from __future__ import annotations
@@ -55,8 +56,10 @@ def target() -> Iterator[Target]:
     name = os.environ.get("PYKUEUE_CONFORMANCE_TARGET", "pykueue")
     if name not in TARGETS:
         raise pytest.UsageError(f"PYKUEUE_CONFORMANCE_TARGET={name!r}: one of {TARGETS}")
-    state = Path(tempfile.gettempdir()) / f"pykueue-conformance-{name}"
     base = int(os.environ.get("CONFORMANCE_PORT_BASE") or _free_base(20540))
+    # One state folder per port block: two checkouts running the suite at once (free blocks
+    # differ) never stop each other's lab.
+    state = Path(tempfile.gettempdir()) / f"pykueue-conformance-{name}-{base}"
     bins = Path(os.environ.get("LAB_BIN_DIR", ROOT / ".k8sbin" / "current")).resolve()
     env = {**os.environ, "LAB_STATE_DIR": str(state), "LAB_PORT_BASE": str(base),
            "LAB_BIN_DIR": str(bins), "PYKUEUE_PORT": str(base + 5)}
