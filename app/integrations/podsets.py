@@ -76,6 +76,16 @@ def podset_scheduling(flavor_names: Iterable[str],
     return selector, tolerations
 
 
+def admitted_scheduling(ctx: Any, workload: Mapping[str, Any]
+                        ) -> dict[str, tuple[dict[str, str], list[Obj]]]:
+    """podSet name -> (nodeSelector, tolerations) of the flavors ``workload``'s admission
+    assigned to it, read from the ResourceFlavors in ``ctx``'s store. Raises
+    ``InjectionConflict``."""
+    flavors = {o["metadata"]["name"]: o for o in ctx.store("rf")}
+    return {name: podset_scheduling(names, flavors)
+            for name, names in podset_assignments(workload).items()}
+
+
 def podset_assignments(workload: Mapping[str, Any]) -> dict[str, list[str]]:
     """podSet name -> the flavor names assigned to it in ``status.admission`` (one per
     resource, in order; duplicates kept for ``podset_scheduling`` to fold)."""

@@ -36,9 +36,8 @@ from app.core.workload import (
 from app.integrations.podsets import (
     PODSET_LABEL,
     InjectionConflict,
+    admitted_scheduling,
     merge_tolerations,
-    podset_assignments,
-    podset_scheduling,
 )
 
 if TYPE_CHECKING:
@@ -238,10 +237,9 @@ class BatchJob:
     async def start(self, ctx: Context, obj: Obj, workload: Mapping[str, Any]) -> bool:
         """Unsuspend with the admission's flavors injected (idempotent). Raises
         ``InjectionConflict`` (a ``StartError``)."""
-        flavors = {o["metadata"]["name"]: o for o in ctx.store("rf")}
-        assigned = podset_assignments(workload)
-        pod_set = next(iter(assigned), "main")
-        selector, tolerations = podset_scheduling(assigned.get(pod_set, ()), flavors)
+        scheduling = admitted_scheduling(ctx, workload)
+        pod_set = next(iter(scheduling), "main")
+        selector, tolerations = scheduling.get(pod_set, ({}, []))
         inject = ctx.settings.scheduling.inject_node_selector
         desired = injected_job(obj, pod_set, selector, tolerations, inject_node_selector=inject)
         if desired == obj:

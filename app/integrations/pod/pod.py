@@ -37,9 +37,8 @@ from app.integrations.pod.rules import ADMISSION_GATE, GROUP_LABEL, MANAGED_LABE
 from app.integrations.podsets import (
     PODSET_LABEL,
     InjectionConflict,
+    admitted_scheduling,
     merge_tolerations,
-    podset_assignments,
-    podset_scheduling,
 )
 
 if TYPE_CHECKING:
@@ -145,10 +144,9 @@ class PlainPod:
         """Ungate with the admission's flavor applied (one update; a no-op once ungated)."""
         if not is_gated(obj):
             return False
-        flavors = {o["metadata"]["name"]: o for o in ctx.store("rf")}
-        assigned = podset_assignments(workload)
-        pod_set = next(iter(assigned), "main")
-        selector, tolerations = podset_scheduling(assigned.get(pod_set, ()), flavors)
+        scheduling = admitted_scheduling(ctx, workload)
+        pod_set = next(iter(scheduling), "main")
+        selector, tolerations = scheduling.get(pod_set, ({}, []))
         desired = injected_pod(obj, pod_set, selector, tolerations,
                                inject_node_selector=ctx.settings.scheduling.inject_node_selector)
         out = await ctx.client.replace(PODS, desired)

@@ -53,7 +53,7 @@ from app.integrations.labels import (
 from app.integrations.pod.pod import KIND as POD_KIND
 from app.integrations.pod.pod import injected_pod
 from app.integrations.pod.rules import group_total, is_gated, role_hash
-from app.integrations.podsets import podset_assignments, podset_scheduling
+from app.integrations.podsets import admitted_scheduling
 
 if TYPE_CHECKING:
     from app.controllers.context import Context
@@ -250,15 +250,14 @@ class PodGroup:
     # ---- writes
     async def start(self, ctx: Context, obj: Obj, workload: Mapping[str, Any]) -> bool:
         """Ungate every gated member with its role's flavor."""
-        flavors = {o["metadata"]["name"]: o for o in ctx.store("rf")}
-        assigned = podset_assignments(workload)
+        scheduling = admitted_scheduling(ctx, workload)
         inject = ctx.settings.scheduling.inject_node_selector
         wrote = False
         for p in self._members(obj):
             role = _role(p)
-            if not is_gated(p) or not runnable(p) or role not in assigned:
+            if not is_gated(p) or not runnable(p) or role not in scheduling:
                 continue  # a member of a role the admission lacks waits (and is a mismatch)
-            selector, tolerations = podset_scheduling(assigned.get(role, ()), flavors)
+            selector, tolerations = scheduling[role]
             out = await ctx.client.replace(PODS, injected_pod(p, role, selector, tolerations,
                                                               inject_node_selector=inject))
             ctx.store(POD_KIND.key).put(out)
