@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.core.spec import FairSharing, FairSharingStrategy
@@ -49,9 +49,12 @@ class ServerSettings(BaseModel):
 
 
 class WebhookSettings(BaseModel):
-    """Mutating / validating webhook for batch/v1 Jobs."""
+    """The admission webhooks. The queue label is Kueue's ``kueue.x-k8s.io/queue-name``, fixed
+    (the webhook configurations' objectSelectors, the informers and the extender read it), so
+    an old ``queue_name_label`` setting is refused rather than half applied."""
 
-    queue_name_label: str = "kueue.x-k8s.io/queue-name"
+    model_config = ConfigDict(extra="forbid")
+
     # Usernames allowed to flip spec.suspend to false on a managed Job (pykueue's own identity).
     controller_usernames: list[str] = Field(
         default_factory=lambda: ["system:serviceaccount:pykueue-system:pykueue"]

@@ -122,10 +122,7 @@ def _policy(state: Any) -> WebhookPolicy:
     settings = getattr(state, "settings", None)
     if settings is None:
         return WebhookPolicy()
-    return WebhookPolicy(
-        queue_name_label=settings.webhook.queue_name_label,
-        controller_usernames=frozenset(settings.webhook.controller_usernames),
-    )
+    return WebhookPolicy(controller_usernames=frozenset(settings.webhook.controller_usernames))
 
 
 def _job_uid(job: Mapping[str, Any]) -> str:

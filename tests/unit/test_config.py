@@ -52,3 +52,14 @@ def test_fair_sharing_strategy_lists_are_kueues(monkeypatch: pytest.MonkeyPatch)
                        '["LessThanInitialShare", "LessThanOrEqualToFinalShare"]')
     with pytest.raises(ValidationError, match="preemption_strategies must be one of"):
         Settings()
+
+
+def test_the_queue_label_is_kueues_and_an_old_setting_for_it_is_refused(monkeypatch) -> None:
+    """Issue 17: the label was a setting the webhook honoured and the informers did not."""
+    import pydantic
+
+    from app.config import Settings
+
+    monkeypatch.setenv("PYKUEUE_WEBHOOK__QUEUE_NAME_LABEL", "example.com/queue")
+    with pytest.raises(pydantic.ValidationError, match="queue_name_label"):
+        Settings()
