@@ -476,6 +476,10 @@ def status(lab: Lab) -> int:
         pid = _pid(lab, name)
         print(f"{name:26s} {'running pid ' + str(pid) if pid else 'stopped'}")
         bad += pid is None
+    # pykueue is optional in a lab (make pykueue-up): shown, not counted as missing.
+    pid = _pykueue_pid(lab)
+    print(f"{'pykueue':26s} "
+          f"{'running pid ' + str(pid) if pid else 'not started (make pykueue-up)'}")
     return 1 if bad else 0
 
 

@@ -337,6 +337,7 @@ class Scenario:
                     "ring should be one Workload of 4 pods")
         self.expect(nodes == ["a100-0"], f"chat and ring pods should be on a100-0, got {nodes}")
         self.show_status()
+        self.say("   (chat and ring are deleted now, so that the queues end empty)")
         self.kubectl("delete", "deployment", "chat", "-n", "inference", "--wait=false")
         self.kubectl("delete", "statefulset", "ring", "-n", "research", "--wait=false")
         for cq in ("research-cq", "inference-cq"):
