@@ -79,20 +79,27 @@ def review_body(uid: str) -> bytes:
         },
         "status": {},
     }  # fmt: skip
+    return _review(uid, "batch", "Job", "jobs", job, "alice",
+                   requestKind={"group": "batch", "version": "v1", "kind": "Job"},
+                   requestResource={"group": "batch", "version": "v1", "resource": "jobs"},
+                   options={"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"})
+
+
+def _review(uid: str, group: str, kind: str, resource: str, obj: dict, username: str,
+            **extra: object) -> bytes:
+    """The encoded CREATE AdmissionReview of ``obj`` (``extra``: more request fields)."""
+    meta = obj["metadata"]
     review = {
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {
             "uid": uid,
-            "kind": {"group": "batch", "version": "v1", "kind": "Job"},
-            "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
-            "requestKind": {"group": "batch", "version": "v1", "kind": "Job"},
-            "requestResource": {"group": "batch", "version": "v1", "resource": "jobs"},
-            "name": "train-1", "namespace": "team-a", "operation": "CREATE",
-            "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
-            "object": job, "oldObject": None, "dryRun": False,
-            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+            "kind": {"group": group, "version": "v1", "kind": kind},
+            "resource": {"group": group, "version": "v1", "resource": resource},
+            "name": meta["name"], "namespace": meta["namespace"], "operation": "CREATE",
+            "userInfo": {"username": username, "groups": ["system:authenticated"]},
+            "object": obj, "oldObject": None, "dryRun": False, **extra,
         },
-    }  # fmt: skip
+    }
     return json.dumps(review, separators=(",", ":")).encode()
 
 
@@ -113,18 +120,8 @@ def pod_review_body(uid: str) -> bytes:
             "enableServiceLinks": True, "preemptionPolicy": "PreemptLowerPriority"},
         "status": {},
     }  # fmt: skip
-    review = {
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": uid,
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "name": "serve-1", "namespace": "team-a", "operation": "CREATE",
-            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
-            "object": pod, "oldObject": None, "dryRun": False,
-        },
-    }  # fmt: skip
-    return json.dumps(review, separators=(",", ":")).encode()
+    return _review(uid, "", "Pod", "pods", pod,
+                   "system:serviceaccount:kube-system:replicaset-controller")
 
 
 # The rows: (name, webhook path, review body builder).
