@@ -124,9 +124,9 @@ def pod_object(job: str | None, gpus: int = 2) -> dict[str, Any]:
 def build_app():
     """The real app with an in-memory extender state of ``MAX_NODES`` nodes."""
     from app.config import ServerSettings, Settings
-    from app.controllers.nodestore import InMemoryExtenderState, NodeStore
-    from app.core.extender_rules import FlavorView, PodWorkloadView
     from app.core.workload import Toleration
+    from app.extender.nodestore import InMemoryExtenderState, NodeStore
+    from app.extender.rules import FlavorView, PodWorkloadView
     from app.main import create_app
 
     a100 = FlavorView.of("a100-flavor", {"pool": "a100"},

@@ -2,7 +2,7 @@
 validating).
 
 Thin: parse the ``admission.k8s.io/v1`` AdmissionReview, call the pure rules of
-``app.core.webhook_rules``, build the response review (echoing apiVersion, kind and uid).
+``app.integrations.webhook``, build the response review (echoing apiVersion, kind and uid).
 
 - ``POST /mutate-batch-v1-job``: CREATE of a queued Job -> allowed with a base64 JSONPatch
   (``patchType: JSONPatch``) setting ``/spec/suspend`` to true; anything else -> allowed, no patch.
@@ -44,7 +44,11 @@ from prometheus_client import Histogram
 from pydantic import ValidationError
 
 from app.api.health import metrics_registry
-from app.core.webhook_rules import (
+from app.integrations import managed_kinds
+from app.integrations.deployment.rules import mutate_deployment, validate_deployment_update
+from app.integrations.pod.rules import mutate_pod, scheduling_gates, validate_pod
+from app.integrations.statefulset.rules import mutate_statefulset, validate_statefulset_update
+from app.integrations.webhook import (
     DEFAULT_LOCAL_QUEUE,
     UnreadableObjectError,
     WebhookPolicy,
@@ -59,10 +63,6 @@ from app.core.webhook_rules import (
     validate_create,
     validate_update,
 )
-from app.integrations import managed_kinds
-from app.integrations.deployment.rules import mutate_deployment, validate_deployment_update
-from app.integrations.pod.rules import mutate_pod, scheduling_gates, validate_pod
-from app.integrations.statefulset.rules import mutate_statefulset, validate_statefulset_update
 from app.models.admissionreview import (
     AdmissionRequest,
     AdmissionResponse,

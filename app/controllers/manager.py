@@ -41,11 +41,11 @@ from app.controllers.events import EventRecorder
 from app.controllers.finalizers import FinalizerController
 from app.controllers.informers import Informer
 from app.controllers.leader import LeaderElector
-from app.controllers.nodestore import NodeStore
 from app.controllers.scheduler import SchedulerLoop
 from app.controllers.status import StatusWriter
 from app.controllers.views import StoreAdmissionLookup, StoreExtenderState
 from app.core.scheduler import Cluster
+from app.extender.nodestore import NodeStore
 from app.integrations import default_registry
 from app.integrations.framework import Registry, source_of
 from app.integrations.reconciler import JobReconciler

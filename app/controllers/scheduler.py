@@ -59,7 +59,6 @@ from typing import Any, Protocol
 
 from app.controllers.client import WORKLOADS
 from app.controllers.context import WL, Context
-from app.controllers.convert import cluster_queue, cohort, local_queue, resource_flavor
 from app.controllers.errors import ApiError, Conflict, NotFound, from_exception
 from app.controllers.events import NORMAL, WARNING
 from app.controllers.history import PreemptionLog, UsageHistory
@@ -80,7 +79,10 @@ from app.core.decisions import Admit, Decision, Pending, Preempt, Victim
 from app.core.eta import UNKNOWN, ArrivalModel, EtaBoard, RuntimeModel, eta_text
 from app.core.scheduler import Cluster
 from app.core.types import ClusterQueueName, CohortName, FlavorName, WorkloadKey
-from app.core.workload import Workload, WorkloadSpecError, workload_from_object
+from app.core.workload import Workload
+from app.wire.fields import WorkloadSpecError
+from app.wire.queues import cluster_queue, cohort, local_queue, resource_flavor
+from app.wire.workload import workload_from_object
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +197,14 @@ class SchedulerLoop:
         if etype == DELETED:
             self.cluster.delete_flavor(FlavorName(old["metadata"]["name"]))  # type: ignore[index]
         elif new is not None:
-            self.cluster.add_flavor(resource_flavor(new))
+            try:
+                self.cluster.add_flavor(resource_flavor(new))
+            except WorkloadSpecError as exc:
+                # The CRD refuses such a flavor; one written before it is read as absent, so
+                # the ClusterQueues naming it stay inactive rather than admit onto it.
+                log.warning("ResourceFlavor %s is unreadable, treated as absent: %s",
+                            new["metadata"]["name"], exc)
+                self.cluster.delete_flavor(FlavorName(new["metadata"]["name"]))
         self.ctx.wake()
 
     def on_cluster_queue(self, etype: str, old: Obj | None, new: Obj | None) -> None:

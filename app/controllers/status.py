@@ -35,7 +35,6 @@ from typing import Any
 
 from app.controllers.client import CLUSTER_QUEUES, COHORTS, LOCAL_QUEUES, MERGE_PATCH
 from app.controllers.context import CO, CQ, LQ, RF, Context
-from app.controllers.convert import cluster_queue, cohort_of, resource_flavor
 from app.controllers.errors import NotFound, from_exception
 from app.controllers.events import WARNING
 from app.controllers.workloads import ADMITTED, has_admission, is_finished, is_true, set_condition
@@ -44,6 +43,8 @@ from app.core.quantity import QuantityError, format_quantity, parse_quantity
 from app.core.scheduler import Cluster
 from app.core.spec import ClusterQueueSpec, ConfigProblem, validate_cluster_queue
 from app.core.types import CohortName
+from app.wire.fields import WorkloadSpecError
+from app.wire.queues import cluster_queue, cohort_of, resource_flavor
 
 log = logging.getLogger(__name__)
 
@@ -294,7 +295,13 @@ class StatusWriter:
 
     def problems(self, names: set[str]) -> dict[str, ConfigProblem | None]:
         """Configuration problem (or None) of the named ClusterQueues that exist."""
-        flavors = {o["metadata"]["name"]: resource_flavor(o) for o in self.ctx.store(RF)}
+        flavors = {}
+        for o in self.ctx.store(RF):
+            try:
+                flavors[o["metadata"]["name"]] = resource_flavor(o)
+            except WorkloadSpecError:
+                continue  # read as absent, as the scheduler does
+
         out: dict[str, ConfigProblem | None] = {}
         for name in names:
             obj = self.ctx.store(CQ).get(name)

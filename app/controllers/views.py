@@ -1,9 +1,9 @@
 """Read-only views of the reconciler's stores for the HTTP side (``app.state``).
 
-- ``StoreAdmissionLookup`` (``app.core.webhook_rules.AdmissionLookup`` and
+- ``StoreAdmissionLookup`` (``app.integrations.webhook.AdmissionLookup`` and
   ``DefaultQueueLookup``): is a Job's Workload admitted; does a namespace have a LocalQueue
   named ``default``.
-- ``StoreExtenderState`` (``app.controllers.nodestore.ExtenderState``): Nodes and GPU usage
+- ``StoreExtenderState`` (``app.extender.nodestore.ExtenderState``): Nodes and GPU usage
   from a ``NodeStore`` fed by the Node and Pod informers, and the Workload of a pod's Job from
   the Job and Workload stores.
 
@@ -13,16 +13,19 @@ Workload's view is cached per resourceVersion.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from app.controllers.context import JOB, LQ, RF, STS, WL, Context
-from app.controllers.convert import toleration
-from app.controllers.nodestore import InMemoryExtenderState, NodeStore
 from app.controllers.workloads import QUOTA_RESERVED, condition, has_admission, is_evicted
-from app.core.extender_rules import FlavorView, PodWorkloadView, view_from_workload
-from app.core.workload import WorkloadSpecError, workload_from_object, workload_name_for_job
+from app.extender.nodestore import InMemoryExtenderState, NodeStore
+from app.extender.rules import FlavorView, PodWorkloadView, view_from_workload
+from app.wire.fields import WorkloadSpecError
+from app.wire.queues import resource_flavor
+from app.wire.workload import workload_from_object, workload_name_for_job
 
 Obj = dict[str, Any]
+log = logging.getLogger(__name__)
 
 
 class StoreAdmissionLookup:
@@ -104,9 +107,13 @@ class StoreExtenderState(InMemoryExtenderState):
         if self._flavors is None:
             out = []
             for o in self.ctx.store(RF):
-                spec = o.get("spec") or {}
-                out.append(FlavorView.of(o["metadata"]["name"], spec.get("nodeLabels") or {},
-                                         [toleration(t) for t in spec.get("tolerations") or []]))
+                try:
+                    rf = resource_flavor(o)
+                except WorkloadSpecError as exc:
+                    log.warning("ResourceFlavor %s is unreadable, no node is its: %s",
+                                o["metadata"]["name"], exc)
+                    continue
+                out.append(FlavorView.of(rf.name, rf.node_labels, rf.tolerations))
             self._flavors = tuple(out)
         return self._flavors
 

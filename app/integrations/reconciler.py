@@ -44,7 +44,7 @@ from app.controllers.workloads import (
     with_released,
 )
 from app.controllers.workqueue import WorkQueue, work
-from app.core.workload import WorkloadSpecError, admission_mismatch, workload_from_object
+from app.core.workload import admission_mismatch
 from app.integrations.framework import (
     JobKind,
     Owner,
@@ -54,6 +54,8 @@ from app.integrations.framework import (
     object_key,
     source_of,
 )
+from app.wire.fields import WorkloadSpecError
+from app.wire.workload import workload_from_object
 
 log = logging.getLogger(__name__)
 

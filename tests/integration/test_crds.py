@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from app.core.workload import workload_from_job, workload_from_object, workload_object_for_job
+from app.wire.workload import workload_from_job, workload_from_object, workload_object_for_job
 from tests.labfixture import LabHandle, wait_for
 
 pytestmark = pytest.mark.lab

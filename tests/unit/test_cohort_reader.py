@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from app.controllers.convert import cluster_queue, cohort
 from app.core.scheduler import Cluster
 from app.core.spec import ResourceFlavor
 from app.core.types import ClusterQueueName, CohortName, FlavorName, FlavorResource, ResourceName
+from app.wire.queues import cluster_queue, cohort
 
 GPU = ResourceName("nvidia.com/gpu")
 

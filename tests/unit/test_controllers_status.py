@@ -9,7 +9,6 @@ import copy
 
 import pytest
 
-from app.controllers.convert import cluster_queue, cohort_of, local_queue, resource_flavor
 from app.controllers.scheduler import domain_workload
 from app.controllers.status import QueueStats, cluster_queue_status, local_queue_status
 from app.controllers.workloads import (
@@ -27,6 +26,7 @@ from app.controllers.workqueue import WorkQueue
 from app.core.spec import ReclaimWithinCohort, WithinClusterQueue
 from app.core.workload import Admission, PodSetAssignment
 from app.integrations import default_registry
+from app.wire.queues import cluster_queue, cohort_of, local_queue, resource_flavor
 
 T0 = 1_700_000_000.0
 ADM = Admission("cq", (PodSetAssignment("main", {"cpu": "f", "memory": "f"},

@@ -10,18 +10,17 @@ from typing import Any
 
 import pytest
 
-from app.core.workload import (
-    JOB_UID_LABEL,
-    NodeSelectorRequirement,
-    Toleration,
-    WorkloadSpecError,
-    pod_requests,
+from app.core.workload import NodeSelectorRequirement, Toleration
+from app.models.workload import Workload as WorkloadModel
+from app.wire.fields import WorkloadSpecError
+from app.wire.names import JOB_UID_LABEL
+from app.wire.podtemplate import pod_requests
+from app.wire.workload import (
     workload_from_job,
     workload_from_object,
     workload_name_for_job,
     workload_object_for_job,
 )
-from app.models.workload import Workload as WorkloadModel
 
 MI = 2**20
 GI = 2**30

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from app.core.workload import WorkloadSpecError, workload_from_object
 from app.integrations import managed_kinds
 from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION
 from app.integrations.pod.rules import (
@@ -21,6 +20,8 @@ from app.integrations.pod.rules import (
     validate_pod,
 )
 from app.integrations.podgroup.group import KIND
+from app.wire.fields import WorkloadSpecError
+from app.wire.workload import workload_from_object
 from tests.unit.test_pod_integration import KINDS, POLICY, apply_patch
 
 QUEUE = "kueue.x-k8s.io/queue-name"

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.config import ServerSettings, Settings, WebhookSettings
-from app.core.webhook_rules import (
+from app.integrations.webhook import (
     QUEUE_NAME_LABEL,
     UnreadableObjectError,
     WebhookPolicy,

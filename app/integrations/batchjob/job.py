@@ -26,19 +26,10 @@ from typing import TYPE_CHECKING, Any
 from app.controllers.client import JOBS, MERGE_PATCH
 from app.controllers.errors import Permanent
 from app.controllers.events import NORMAL, WARNING
-from app.core.workload import (
-    QUEUE_NAME_LABEL,
-    Workload,
-    workload_from_job,
-    workload_name_for_job,
-    workload_object_for_job,
-)
-from app.integrations.podsets import (
-    PODSET_LABEL,
-    InjectionConflict,
-    admitted_scheduling,
-    merge_tolerations,
-)
+from app.core.workload import Workload
+from app.integrations.podsets import InjectionConflict, admitted_scheduling, merge_tolerations
+from app.wire.names import PODSET_LABEL, QUEUE_NAME_LABEL
+from app.wire.workload import workload_from_job, workload_name_for_job, workload_object_for_job
 
 if TYPE_CHECKING:
     from app.controllers.context import Context

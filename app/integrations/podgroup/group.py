@@ -35,25 +35,23 @@ from typing import TYPE_CHECKING, Any
 from app.controllers.client import PODS
 from app.controllers.errors import NotFound
 from app.controllers.events import NORMAL
-from app.core.workload import (
-    QUEUE_NAME_LABEL,
-    Workload,
-    WorkloadSpecError,
-    pod_requests,
-    workload_from_object,
-)
+from app.core.workload import Workload
 from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION
-from app.integrations.labels import (
-    FAST_ADMISSION_ANNOTATION,
-    GROUP_LABEL,
-    ROLE_HASH_ANNOTATION,
-    SERVING_ANNOTATION,
-    TOTAL_COUNT_ANNOTATION,
-)
 from app.integrations.pod.pod import KIND as POD_KIND
 from app.integrations.pod.pod import injected_pod
 from app.integrations.pod.rules import group_total, is_gated, role_hash
 from app.integrations.podsets import admitted_scheduling
+from app.wire.fields import WorkloadSpecError
+from app.wire.names import (
+    FAST_ADMISSION_ANNOTATION,
+    GROUP_LABEL,
+    QUEUE_NAME_LABEL,
+    ROLE_HASH_ANNOTATION,
+    SERVING_ANNOTATION,
+    TOTAL_COUNT_ANNOTATION,
+)
+from app.wire.podtemplate import pod_requests
+from app.wire.workload import workload_from_object
 
 if TYPE_CHECKING:
     from app.controllers.context import Context

@@ -19,21 +19,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.core.webhook_rules import (
+from app.integrations.parents import queue_template_patch, validate_queue_change
+from app.integrations.webhook import (
     JsonPatchOp,
     UnreadableObjectError,
     WebhookPolicy,
     escape_pointer_token,
     read_queue_name,
 )
-from app.integrations.labels import (
+from app.wire.names import (
     FAST_ADMISSION_ANNOTATION,
     GROUP_LABEL,
     SERVING_ANNOTATION,
     SUSPENDING_PARENT,
     TOTAL_COUNT_ANNOTATION,
 )
-from app.integrations.parents import queue_template_patch, validate_queue_change
 
 
 def group_name(statefulset: str) -> str:

@@ -46,7 +46,9 @@ from app.core.spec import (
     WithinClusterQueue,
 )
 from app.core.types import ClusterQueueName, CohortName, FlavorName, ResourceName
-from app.core.workload import Taint, Toleration
+from app.core.workload import Taint
+from app.wire.fields import WorkloadSpecError, mapping, sequence, string
+from app.wire.podtemplate import tolerations
 
 Obj = Mapping[str, Any]
 
@@ -55,22 +57,36 @@ def _name(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("name", ""))
 
 
-def toleration(t: Obj) -> Toleration:
-    """core/v1 Toleration dict -> ``Toleration`` (empty operator = ``Equal``)."""
-    return Toleration(key=str(t.get("key") or ""), operator=str(t.get("operator") or "Equal"),
-                      value=str(t.get("value") or ""), effect=str(t.get("effect") or ""))
+def taints(value: Any, field: str) -> tuple[Taint, ...]:
+    """A ResourceFlavor's ``spec.nodeTaints`` (core/v1 Taint: ``key`` required, ``effect``
+    one of NoSchedule, PreferNoSchedule, NoExecute; default NoSchedule as the CRD's) ->
+    ``Taint``s. Raises ``WorkloadSpecError`` naming ``<field>[i].<key>``."""
+    out = []
+    for i, t in enumerate(sequence(value, field)):
+        where = f"{field}[{i}]"
+        t = mapping(t, where, required=True)
+        key = string(t.get("key"), f"{where}.key")
+        if not key:
+            raise WorkloadSpecError(f"{where}.key", "required")
+        effect = string(t.get("effect"), f"{where}.effect", default="NoSchedule")
+        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise WorkloadSpecError(f"{where}.effect", "must be NoSchedule, PreferNoSchedule or "
+                                    f"NoExecute, got {effect!r}")
+        out.append(Taint(key=key, value=string(t.get("value"), f"{where}.value"), effect=effect))
+    return tuple(out)
 
 
 def resource_flavor(obj: Obj) -> ResourceFlavor:
-    """ResourceFlavor object -> ``ResourceFlavor``."""
-    spec = obj.get("spec") or {}
+    """ResourceFlavor object (Kueue v1beta2 ``spec.nodeLabels``, ``nodeTaints``,
+    ``tolerations``) -> ``ResourceFlavor``. Raises ``WorkloadSpecError`` naming the field
+    of a label, taint or toleration the API server should have refused."""
+    spec = mapping(obj.get("spec"), "spec")
+    labels = mapping(spec.get("nodeLabels"), "spec.nodeLabels")
     return ResourceFlavor(
         name=FlavorName(_name(obj)),
-        node_labels=dict(spec.get("nodeLabels") or {}),
-        node_taints=tuple(Taint(key=str(t.get("key", "")), value=str(t.get("value") or ""),
-                                effect=str(t.get("effect") or "NoSchedule"))
-                          for t in spec.get("nodeTaints") or []),
-        tolerations=tuple(toleration(t) for t in spec.get("tolerations") or []),
+        node_labels={str(k): string(v, f"spec.nodeLabels[{k}]") for k, v in labels.items()},
+        node_taints=taints(spec.get("nodeTaints"), "spec.nodeTaints"),
+        tolerations=tolerations(spec.get("tolerations"), "spec.tolerations"),
     )
 
 

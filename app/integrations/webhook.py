@@ -26,9 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.core.workload import WorkloadSpecError, job_pod_count
+from app.wire.fields import WorkloadSpecError
+from app.wire.names import QUEUE_NAME_LABEL
+from app.wire.workload import job_pod_count
 
-QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 # Kueue LocalQueue defaulting: a LocalQueue with this name in a namespace captures unlabelled Jobs.
 DEFAULT_LOCAL_QUEUE = "default"
 
