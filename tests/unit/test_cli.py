@@ -14,9 +14,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from app.certs import ensure_certs
 from app.cli import app as cli
 from app.statuscli import eta_cell, summary, usage_bar
+from certs.pki import ensure_certs
 from tests.pykueue_server import free_port
 from tests.status_server import Server
 

@@ -193,7 +193,8 @@ def _ignored(path: str) -> bool:
 
 @pytest.mark.parametrize("path", [".venv/bin/python", ".lab/kubeconfig", ".git/config",
                                   "certs/out/tls.key", ".k8sbin/current/kubectl",
-                                  "app/__pycache__/cli.cpython-311.pyc", "tests/conftest.py"])
+                                  "app/__pycache__/cli.cpython-311.pyc", "tests/conftest.py",
+                                  "certs/pki.py"])
 def test_dockerignore_keeps_out(path):
     assert _ignored(path), f"{path} would be sent to the build context"
 
