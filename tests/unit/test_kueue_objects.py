@@ -268,7 +268,7 @@ REALISTIC = [
                 "fairSharing": {"weightedShare": 0},
             },
         },
-        id="ClusterQueue with every modelled field, status and an unknown spec field",
+        id="ClusterQueue with the fields pykueue reads, status and an unknown spec field",
     ),
     pytest.param(
         {
@@ -431,7 +431,7 @@ REALISTIC = [
                 },
             },
         },
-        id="admitted Workload with full status and pod fields pykueue does not model",
+        id="admitted Workload with full status and pod fields pykueue does not read",
     ),
     pytest.param(
         {
