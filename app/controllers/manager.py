@@ -198,7 +198,7 @@ class Manager:
             log.info("reconciler: leading as %s", ctx.leader.identity)
             self.jobs.enqueue_all()
             self.finalizers.enqueue_all()
-            self.status.stats.dirty_all = True
+            self.status.dirty_all = True
             ctx.wake()
             while ctx.leader.is_leader:
                 await asyncio.sleep(0.2)

@@ -776,6 +776,14 @@ class ClusterState:
         """Known ClusterQueue names, sorted."""
         return sorted(self._cqs)
 
+    def local_queue(self, key: str) -> LocalQueue | None:
+        """LocalQueue ``namespace/name`` as last given (None when unknown)."""
+        return self._lqs.get(key)
+
+    def local_queue_keys(self) -> list[str]:
+        """Known LocalQueue keys (``namespace/name``), sorted."""
+        return sorted(self._lqs)
+
     def cluster_queue_spec(self, name: ClusterQueueName) -> ClusterQueueSpec | None:
         """The spec last given for ``name``."""
         cq = self._cqs.get(name)

@@ -109,7 +109,7 @@ from app.core.types import ClusterQueueName, FlavorResource, WorkloadKey
 __all__ = ["Cluster", "MIN_RUNTIME_ANNOTATION", "RECLAIM_BACKOFF_ANNOTATION"]
 
 # pykueue's ClusterQueue annotations for bounded preemption (named in Pending messages; read
-# by app/controllers/convert.py).
+# by app/wire/queues.py).
 MIN_RUNTIME_ANNOTATION = "pykueue.dev/min-runtime-before-preemption"
 RECLAIM_BACKOFF_ANNOTATION = "pykueue.dev/reclaim-backoff"
 

@@ -1,5 +1,5 @@
 """The wire readers for Cohort objects, ``fairSharing.weight`` and the refused
-``admissionScope`` (app/controllers/convert.py)."""
+``admissionScope`` (app/wire/queues.py)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.controllers import convert
+from app.wire import queues as convert
 from app.core.quantity import parse_quantity
 from app.core.spec import (
     BorrowWithinCohort,
