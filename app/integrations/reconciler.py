@@ -28,6 +28,7 @@ import asyncio
 import copy
 import logging
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from app.controllers.client import WORKLOADS
@@ -248,6 +249,10 @@ class JobReconciler:
             have = workload_from_object(wl)
         except WorkloadSpecError as exc:
             return f"the {kind.kind} cannot be read: {exc}"
+        if kind.is_suspended(obj) and not kind.is_started(obj):
+            # Not started yet: it matches the Workload's spec (a partial admission's count
+            # is applied when it starts), as Kueue's EquivalentToWorkload for a suspended job.
+            have = replace(have, admission=None)
         return admission_mismatch(want.pod_sets, have,
                                   fewer_ok=bool(getattr(kind, "fewer_pods_match", False)))
 

@@ -133,3 +133,34 @@ def test_maximum_execution_time_deactivates_the_workload_and_stops_its_job(
     finally:
         rlab.kubectl("delete", "namespace", ns, "--wait=false")
         rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")
+
+
+def test_KQ_25_partial_admission_runs_fewer_pods_and_restores_parallelism_on_eviction(
+        rlab: LabHandle, manager) -> None:
+    ns = namespace(rlab, "partial")
+    cq = unique("partial-cq")
+    make_queue(rlab, cq, (ns,), cpu="4")
+    try:
+        j = job_manifest("wide", ns, "lq", parallelism=6, duration="600s")
+        j["metadata"]["annotations"] = {"kueue.x-k8s.io/job-min-parallelism": "3"}
+        apply(rlab, j)
+        w = wait_for(lambda: (x := workload_of(rlab, ns, "wide")) and is_admitted(x) and x,
+                     30, "wide admitted partially")
+        assert (w["spec"]["podSets"][0]["count"], w["spec"]["podSets"][0]["minCount"]) == (6, 3)
+        psa = w["status"]["admission"]["podSetAssignments"][0]
+        assert (psa["count"], psa["resourceUsage"]["cpu"]) == (4, "4")
+        wait_for(lambda: len(job_pods(rlab, ns, "wide")) == 4, 30, "4 pods, not 6")
+        assert job_obj(rlab, ns, "wide")["spec"]["parallelism"] == 4
+        # Evicted (the queue drained): suspended with the user's parallelism back.
+        _stop(rlab, "clusterqueue", cq, "HoldAndDrain")
+        wait_for(lambda: _suspended_and_podless(rlab, ns, "wide"), 60, "wide stopped")
+        wait_for(lambda: job_obj(rlab, ns, "wide")["spec"]["parallelism"] == 6, 30,
+                 "parallelism 6 restored")
+        _stop(rlab, "clusterqueue", cq, "None")
+        w = wait_for(lambda: (x := workload_of(rlab, ns, "wide")) and is_admitted(x) and x,
+                     60, "wide admitted again")
+        assert w["status"]["admission"]["podSetAssignments"][0]["count"] == 4
+        assert w["spec"]["podSets"][0]["count"] == 6  # the same Workload, not rebuilt
+    finally:
+        rlab.kubectl("delete", "namespace", ns, "--wait=false")
+        rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")
