@@ -135,6 +135,13 @@ class Store:
             self._reindex(key, old, obj)
         return old
 
+    def set(self, key: str, obj: Obj) -> None:
+        """Store ``obj`` under ``key`` whatever its resourceVersion (the watch's event)."""
+        old = self._items.get(key)
+        self._items[key] = obj
+        if self._indexes:
+            self._reindex(key, old, obj)
+
     def remove(self, key: str) -> Obj | None:
         old = self._items.pop(key, None)
         if old is not None and self._indexes:
@@ -262,7 +269,7 @@ class Informer:
                 # time; the event of that write follows and is announced then.
                 self.resource_version = rv or self.resource_version
                 return
-            self.store._items[key] = obj  # noqa: SLF001 - the watch is authoritative
+            self.store.set(key, obj)  # the watch is authoritative
             told = self._announced.get(key)
             self._emit(ADDED if told is None else MODIFIED, told, obj)
         if rv:

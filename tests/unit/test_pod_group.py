@@ -228,3 +228,22 @@ async def test_trim_deletes_the_excess_with_an_event_and_returns_the_rest():
     assert [p["metadata"]["name"] for p in out["pods"]] == ["a", "b", "c"]
     assert deleted == [("ns", "d", "u-d")]
     assert events == [("d", "ExcessPodDeleted", "Excess pod deleted")]
+
+
+def test_the_group_index_follows_the_informers_watch_events():
+    from types import SimpleNamespace
+
+    from app.controllers.client import PODS
+    from app.controllers.informers import Informer
+
+    inf = Informer(None, PODS)  # type: ignore[arg-type]  # _apply never calls the client
+    ctx = SimpleNamespace(store=lambda key: inf.store)
+    assert KIND.lookup(ctx, "ns", "g") is None  # the index exists from here on
+    for name in ("a", "b"):
+        inf._apply({"type": "ADDED", "object": member(name)})
+    assert [p["metadata"]["name"] for p in KIND.lookup(ctx, "ns", "g")["pods"]] == ["a", "b"]
+    moved = member("a", group="h")
+    inf._apply({"type": "MODIFIED", "object": moved})
+    inf._apply({"type": "DELETED", "object": member("b")})
+    assert KIND.lookup(ctx, "ns", "g") is None
+    assert [p["metadata"]["name"] for p in KIND.lookup(ctx, "ns", "h")["pods"]] == ["a"]
