@@ -210,6 +210,9 @@ def test_with_a_workload_each_role_keeps_its_podset_count():
     # A member of a role the Workload lacks is not excess (it is the mismatch rule's).
     odd = member("odd", cpu="7")
     assert KIND.excess(group(*pods[:2], odd), wl) == []
+    # Nor is anything when the Workload was built for another total count (stale).
+    bigger = [member(n, total="5") for n in "abcde"]
+    assert KIND.excess(group(*bigger), wl) == []
 
 
 async def test_trim_deletes_the_excess_with_an_event_and_returns_the_rest():

@@ -135,20 +135,27 @@ class PodGroup:
         ``removeExcessPods``): without ``workload``, those beyond the total count (only when
         the members agree on queue and count: otherwise the group is refused whole); with
         it, per podSet (role), those beyond the podSet's count (members of a role the
-        Workload lacks are left to the mismatch rule). Kueue keeps ungated pods first, then
-        older ones (``creationTimestamp``; name breaks ties here), and deletes the rest."""
+        Workload lacks are left to the mismatch rule; nothing when the Workload's total is
+        not the members' total count: it is stale, the mismatch rule replaces it). Kueue
+        keeps ungated pods first, then older ones (``creationTimestamp``; name breaks ties
+        here), and deletes the rest."""
         pods = [p for p in self._members(obj) if runnable(p)]
+        labels = {(_meta(p).get("labels") or {}).get(QUEUE_NAME_LABEL) for p in pods}
+        totals = {group_total(p) for p in pods}
+        if len(labels) != 1 or len(totals) != 1 or not (total := next(iter(totals))):
+            return []
         if workload is None:
-            labels = {(_meta(p).get("labels") or {}).get(QUEUE_NAME_LABEL) for p in pods}
-            totals = {group_total(p) for p in pods}
-            if len(labels) != 1 or len(totals) != 1 or not (total := next(iter(totals))):
-                return []
             return _by_keep_order(pods)[total:]
+        pod_sets = (workload.get("spec") or {}).get("podSets") or []
+        counts = [ps.get("count", 1) for ps in pod_sets]
+        if not all(isinstance(c, int) for c in counts) or sum(counts) != total:
+            # The Workload was built for another total count (a StatefulSet scaled 0 -> M
+            # before its group's old Workload went): not this group's size to trim to.
+            return []
         extra: list[Obj] = []
-        for ps in (workload.get("spec") or {}).get("podSets") or []:
+        for ps, count in zip(pod_sets, counts, strict=True):
             role = [p for p in pods if _role(p) == ps.get("name")]
-            count = ps.get("count", 1)
-            if isinstance(count, int) and len(role) > count:
+            if len(role) > count:
                 extra += _by_keep_order(role)[count:]
         return extra
 
