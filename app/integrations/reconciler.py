@@ -54,6 +54,7 @@ from app.integrations.framework import (
     lookup,
     object_key,
     source_of,
+    trim,
 )
 from app.wire.fields import WorkloadSpecError
 from app.wire.workload import workload_from_object
@@ -210,10 +211,13 @@ class JobReconciler:
                                   f"Workload '{ns}/{wl['metadata']['name']}' is declared finished")
                 ctx.wake()
             return None
+        if wl is not None and is_finished(wl):
+            return None
+        # Members beyond the group's count go first (Kueue deletes excess pods and admits
+        # the rest, rather than refusing the whole group).
+        obj = await trim(kind, ctx, obj, wl)
         if wl is None:
             return await self._without_workload(kind, obj)
-        if is_finished(wl):
-            return None
         if has_admission(wl) and not is_evicted(wl) and is_active(wl):
             why = self._admission_mismatch(kind, obj, wl)
             if why is not None:
