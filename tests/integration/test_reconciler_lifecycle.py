@@ -58,7 +58,7 @@ def test_cluster_queue_hold_and_drain_evicts_and_restart_requeues(rlab: LabHandl
         _stop(rlab, "clusterqueue", cq, "Hold")
         apply(rlab, job_manifest("new", ns, "lq", parallelism=1, duration="600s"))
         w = wait_for(lambda: (x := workload_of(rlab, ns, "new")) and _status(
-            cond(x, "QuotaReserved")) == ("False", "Suspended") and x, 30, "new held")
+            cond(x, "QuotaReserved")) == ("False", "Inadmissible") and x, 30, "new held")
         assert "stopPolicy" in cond(w, "QuotaReserved")["message"]
         active = cond(rlab.get("clusterqueue", cq), "Active")
         wait_for(lambda: _status(cond(rlab.get("clusterqueue", cq), "Active"))
@@ -98,7 +98,7 @@ def test_local_queue_hold_and_drain_stops_only_its_own_jobs(rlab: LabHandle, man
                      and cond(x, "Requeued") and x, 60, "theirs released")
         assert _status(cond(w, "Evicted")) == ("True", "LocalQueueStopped")
         wait_for(lambda: _status(cond(workload_of(rlab, ns, "theirs"), "QuotaReserved"))
-                 == ("False", "Suspended"), 30, "theirs waits: its LocalQueue is stopped")
+                 == ("False", "Inadmissible"), 30, "theirs waits: its LocalQueue is stopped")
         assert is_admitted(workload_of(rlab, ns, "mine"))
         wait_for(lambda: _status(cond(rlab.get("localqueue", "other", "-n", ns), "Active"))
                  == ("False", "Stopped"), 30, "LocalQueue Active=False Stopped")
