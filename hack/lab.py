@@ -538,13 +538,19 @@ def sa_kubeconfig(lab: Lab, out: Path | None = None, seconds: int = 86400) -> Pa
 PYKUEUE_PORT = int(os.environ.get("PYKUEUE_PORT", "9443"))
 
 
-def _pykueue_pid(lab: Lab) -> int | None:
+def _started_pid(lab: Lab, name: str) -> int | None:
+    """The pid in ``name``'s pid file while that process lives (not a zombie), whatever it
+    runs: unlike ``_pid`` it holds from fork on, before the child has exec'd its binary."""
     try:
-        pid = int(lab.pidfile("pykueue").read_text().strip())
+        pid = int(lab.pidfile(name).read_text().strip())
         stat = Path(f"/proc/{pid}/stat").read_text()
     except (OSError, ValueError):
         return None
     return None if stat.split(") ", 1)[-1].startswith("Z") else pid
+
+
+def _pykueue_pid(lab: Lab) -> int | None:
+    return _started_pid(lab, "pykueue")
 
 
 def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | None = None) -> None:

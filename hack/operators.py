@@ -356,7 +356,8 @@ def _port_free(port: int) -> bool:
 
 
 def _wait_ready(lab: labmod.Lab, name: str, url: str, timeout: float) -> None:
-    labmod._wait_http(url, None, name, timeout, lab, alive=lambda: bool(labmod._pid(lab, name)))
+    labmod._wait_http(url, None, name, timeout, lab,
+                      alive=lambda: bool(labmod._started_pid(lab, name)))
 
 
 def _select(names: list[str] | None, *, built_only: bool) -> list[Operator]:
