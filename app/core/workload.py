@@ -602,7 +602,6 @@ def workload_object_for_job(
     wl = workload_from_job(
         job, priority_classes=priority_classes, pod_priority_classes=pod_priority_classes
     )
-    metadata = job["metadata"]
     _, ref = job_priority(
         job, priority_classes=priority_classes, pod_priority_classes=pod_priority_classes
     )
@@ -620,12 +619,33 @@ def workload_object_for_job(
         template["metadata"] = tmeta
     else:
         template.pop("metadata", None)
-    spec: dict[str, Any] = {
-        "queueName": wl.queue_name,
-        "podSets": [{"name": MAIN_POD_SET, "count": wl.pod_sets[0].count, "template": template}],
-    }
+    pod_sets = [{"name": MAIN_POD_SET, "count": wl.pod_sets[0].count, "template": template}]
+    return workload_object_for_owner(job, wl, ref, pod_sets, kind="Job",
+                                     api_version="batch/v1", finalizers=finalizers)
+
+
+def workload_object_for_owner(
+    owner: Mapping[str, Any],
+    wl: Workload,
+    ref: Mapping[str, str] | None,
+    pod_sets: Sequence[Mapping[str, Any]],
+    *,
+    kind: str,
+    api_version: str,
+    finalizers: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The Workload object JSON (kueue.x-k8s.io/v1beta2) of ``owner``, an object of ``kind``
+    (``api_version`` when the object does not say): name and namespace from ``wl``, label
+    ``kueue.x-k8s.io/job-uid`` and a controller ownerReference when the owner has a uid,
+    ``finalizers``; ``spec``: ``queueName``, ``podSets`` as given (``[{name, count,
+    template}]``), ``priority`` and ``priorityClassRef`` when ``ref`` is set,
+    ``maximumExecutionTimeSeconds`` from the owner's ``kueue.x-k8s.io/max-exec-time-seconds``
+    label. Raises ``WorkloadSpecError`` naming that label when it is not a positive integer.
+    """
+    metadata = owner["metadata"]
+    spec: dict[str, Any] = {"queueName": wl.queue_name, "podSets": [dict(p) for p in pod_sets]}
     if ref is not None:
-        spec["priorityClassRef"] = ref
+        spec["priorityClassRef"] = dict(ref)
         spec["priority"] = wl.priority
     labels = _mapping(metadata.get("labels"), "metadata.labels")
     max_exec = labels.get(MAX_EXEC_TIME_LABEL)
@@ -645,8 +665,8 @@ def workload_object_for_job(
         wl_meta["labels"] = {JOB_UID_LABEL: uid}
         wl_meta["ownerReferences"] = [
             {
-                "apiVersion": job.get("apiVersion", "batch/v1"),
-                "kind": "Job",
+                "apiVersion": owner.get("apiVersion", api_version),
+                "kind": kind,
                 "name": metadata["name"],
                 "uid": uid,
                 "controller": True,
