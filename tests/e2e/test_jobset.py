@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -62,6 +63,18 @@ def jobset(name: str, ns: str, *shape: tuple[str, int, int]) -> str:
                        "spec": {"replicatedJobs": [rjob(*s) for s in shape]}})
 
 
+@contextmanager
+def queue(lab: LabHandle, prefix: str, gpus: int) -> Iterator[str]:
+    """A fresh namespace with LocalQueue ``lq`` to a new ClusterQueue of ``gpus`` A100s
+    (``gpu_queue``), both deleted afterwards."""
+    ns, cq = gpu_queue(lab, prefix, gpus)
+    try:
+        yield ns
+    finally:
+        lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+
+
 def workload(lab: LabHandle, ns: str, name: str) -> dict | None:
     for w in lab.get("workloads.kueue.x-k8s.io", "-n", ns)["items"]:
         if any(r["kind"] == "JobSet" and r["name"] == name
@@ -77,8 +90,7 @@ def condition(obj: dict | None, kind: str) -> dict | None:
 
 def test_a_jobset_is_admitted_whole_and_its_pods_land_on_the_flavor_node(
         lab: LabHandle, pykueue_with_jobset: labmod.Lab) -> None:
-    ns, cq = gpu_queue(lab, "jobset", 4)
-    try:
+    with queue(lab, "jobset", 4) as ns:
         # 1 Job of 2 pods + 2 Jobs of 1 pod = 4 GPUs: the whole 4-GPU queue.
         lab.apply(jobset("train", ns, ("leader", 1, 2), ("workers", 2, 1)))
         wl = wait_for(lambda: (w := workload(lab, ns, "train"))
@@ -98,21 +110,20 @@ def test_a_jobset_is_admitted_whole_and_its_pods_land_on_the_flavor_node(
         assert all(p["spec"]["nodeSelector"] == A100 for p in pods)
         assert sorted(p["metadata"]["labels"]["kueue.x-k8s.io/podset"] for p in pods) == [
             "leader", "leader", "workers", "workers"]
+        r = lab.kubectl("label", "jobset", "train", "-n", ns, "--overwrite", f"{QUEUE}=other",
+                        check=False)
+        assert r.returncode != 0 and "while the JobSet is not suspended" in r.stderr, r.stderr
         js = lab.get("jobset", "train", "-n", ns)
         for rj in js["spec"]["replicatedJobs"]:
             assert rj["template"]["spec"]["template"]["spec"]["nodeSelector"] == A100
         # JobSet completes (kwok ends Job pods after 2 s); its Workload finishes.
         wait_for(lambda: (c := condition(workload(lab, ns, "train"), "Finished"))
                  and c["status"] == "True", 90, "train's Workload Finished")
-    finally:
-        lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
 
 
 def test_a_jobset_that_does_not_fit_waits_whole_with_no_pod(
         lab: LabHandle, pykueue_with_jobset: labmod.Lab) -> None:
-    ns, cq = gpu_queue(lab, "jobset-wait", 4)
-    try:
+    with queue(lab, "jobset-wait", 4) as ns:
         # 2 x 2 + 1 x 2 = 6 GPUs > 4: nothing may run, not even the replicatedJob that fits.
         lab.apply(jobset("big", ns, ("leader", 2, 2), ("workers", 1, 2)))
         qr = wait_for(lambda: (c := condition(workload(lab, ns, "big"), "QuotaReserved"))
@@ -123,10 +134,7 @@ def test_a_jobset_that_does_not_fit_waits_whole_with_no_pod(
         assert lab.get("jobs", "-n", ns)["items"] == [] or all(
             j["spec"].get("suspend") for j in lab.get("jobs", "-n", ns)["items"])
         assert lab.get("pods", "-n", ns)["items"] == []
-        # Moving a waiting (suspended) JobSet to another queue is allowed; a running one not.
+        # Moving a waiting (suspended) JobSet to another queue is allowed.
         r = lab.kubectl("label", "jobset", "big", "-n", ns, "--overwrite", f"{QUEUE}=other",
                         check=False)
         assert r.returncode == 0, r.stderr
-    finally:
-        lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
