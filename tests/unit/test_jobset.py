@@ -175,6 +175,10 @@ def test_validation_queue_name_immutable_while_running() -> None:
         .startswith("spec.suspend: must be true")
     assert validate_jobset(None, jobset(rjob("a", 1, 1), suspend=False),
                            "system:serviceaccount:p:p", POLICY) == []
+    nine = jobset(*[rjob(f"r{i}", 1, 1) for i in range(9)])
+    assert validate_jobset(None, nine, "alice", POLICY) == [
+        "spec.replicatedJobs: 9 replicatedJobs; a queued JobSet may have at most 8 (one "
+        "Workload podSet each)"]
     assert "not a valid LocalQueue name" in validate_jobset(
         None, jobset(rjob("a", 1, 1), queue="Bad_Q"), "alice", POLICY)[0]
 

@@ -55,6 +55,7 @@ from app.integrations.batchjob.job import (
     queue_name,
     restored_job,
 )
+from app.integrations.jobset.rules import MAX_POD_SETS  # Workload spec.podSets maxItems
 from app.integrations.podsets import admitted_scheduling, write_start
 
 if TYPE_CHECKING:
@@ -64,7 +65,6 @@ Obj = dict[str, Any]
 
 GROUP, VERSION = "jobset.x-k8s.io", "v1alpha2"
 JOBSETS = Resource(GROUP, VERSION, "jobsets", "JobSet")
-MAX_POD_SETS = 8  # Workload spec.podSets maxItems (Kueue v1beta2)
 
 
 def replicated_jobs(js: Mapping[str, Any]) -> list[Mapping[str, Any]]:

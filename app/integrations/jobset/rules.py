@@ -6,7 +6,9 @@ kueue-integrations.md 1.6):
   ``spec.suspend`` not true gets ``spec.suspend: true`` (Kueue ``WorkloadShouldBeSuspended``),
   so JobSet creates no Job until pykueue admits its Workload.
 - Validation, CREATE: the queue name is a DNS-1123 subdomain; a queued JobSet is created
-  suspended (unless by pykueue itself), which catches a missing mutating webhook.
+  suspended (unless by pykueue itself), which catches a missing mutating webhook, and has at
+  most 8 replicatedJobs (a Workload holds at most 8 podSets; Kueue v1beta2 ``podSets``
+  maxItems), so it is refused at once rather than left without a Workload.
 - Validation, UPDATE: the queue name is immutable while the JobSet is not suspended (Kueue: it
   may change only when the new object is suspended), and keeps its format.
 
@@ -29,6 +31,7 @@ from app.core.webhook_rules import (
 )
 
 MUTATE_PATH = "/mutate-jobset-x-k8s-io-v1alpha2-jobset"
+MAX_POD_SETS = 8
 
 
 def mutate_jobset(js: object, operation: str, policy: WebhookPolicy) -> list[JsonPatchOp]:
@@ -52,6 +55,11 @@ def validate_jobset(old: Mapping[str, Any] | None, new: object, username: str,
     queue = read_queue_name(obj, label)
     if old is None:
         errors = _queue_name_format_errors(queue, label)
+        rjobs = (obj.get("spec") or {}).get("replicatedJobs") if isinstance(
+            obj.get("spec"), Mapping) else None
+        if queue and isinstance(rjobs, list) and len(rjobs) > MAX_POD_SETS:
+            errors.append(f"spec.replicatedJobs: {len(rjobs)} replicatedJobs; a queued JobSet "
+                          f"may have at most {MAX_POD_SETS} (one Workload podSet each)")
         if queue and not read_suspend(obj) and username not in policy.controller_usernames:
             errors.append(f"spec.suspend: must be true when a JobSet queued in LocalQueue "
                           f"{queue!r} is created (only pykueue admits it); pykueue's mutating "
