@@ -346,30 +346,33 @@ class SchedulerLoop:
         Requeued False) with the message, plus a Warning Event on its owner; or, once its
         claims can be counted again, Requeued=True (``DRAResourcesResolved``)."""
         ctx = self.ctx
-        async with self._sem, self._lock(key):
-            obj = ctx.store(WL).get(key)
-            if obj is None or has_admission(obj) or is_finished(obj) or not ctx.may_write:
-                return
-            message = self.dra_inadmissible.get(key)
-            if message is not None:
-                body, changed = with_inadmissible(obj, INADMISSIBLE, message, ctx.clock())
-            elif _dra_blocked(obj):
-                body, changed = with_requeued(obj, "DRAResourcesResolved",
-                                              "The DRA resource claims can be counted",
-                                              ctx.clock())
-            else:
-                return
-            if not changed:
-                return
-            try:
-                out = await ctx.client.replace(WORKLOADS, body, subresource="status")
-            except (Conflict, NotFound):
-                return  # the watch brings the new version, which is judged again
-            ctx.store(WL).put(out)
-            if message is not None:
-                ctx.recorder.emit(self.jobs.owner_object(obj) or obj, WARNING, INADMISSIBLE,
-                                  message)
-            ctx.wake()
+        try:
+            async with self._sem, self._lock(key):
+                obj = ctx.store(WL).get(key)
+                if obj is None or is_finished(obj) or not ctx.may_write:
+                    return
+                message = self.dra_inadmissible.get(key)
+                if message is not None and not has_admission(obj):
+                    body, changed = with_inadmissible(obj, INADMISSIBLE, message, ctx.clock())
+                elif message is None and _dra_blocked(obj):  # (also once admitted meanwhile)
+                    body, changed = with_requeued(obj, "DRAResourcesResolved",
+                                                  "The DRA resource claims can be counted",
+                                                  ctx.clock())
+                else:
+                    return
+                if not changed:
+                    return
+                try:
+                    out = await ctx.client.replace(WORKLOADS, body, subresource="status")
+                except (Conflict, NotFound):
+                    return  # the watch brings the new version, which is judged again
+                ctx.store(WL).put(out)
+                if message is not None:
+                    ctx.recorder.emit(self.jobs.owner_object(obj) or obj, WARNING, INADMISSIBLE,
+                                      message)
+                ctx.wake()
+        finally:
+            self._release_lock(key)
 
     # ================================================================== loop
 
