@@ -20,6 +20,7 @@ from app.wire.dra import (
 )
 from app.wire.fields import WorkloadSpecError
 from app.wire.workload import workload_from_object
+from tests.unit.test_eta_messages import FakeClient, FakeStore
 
 CLASSES = {"gpu.example.com": "example.com/gpu", "a100.example.com": "example.com/gpu",
            "nic.example.com": "example.com/nic"}
@@ -255,3 +256,69 @@ def test_mappings_from_the_environment_and_from_a_file(
     monkeypatch.setenv("PYKUEUE_CONFIG_FILE", str(tmp_path / "missing.yaml"))
     with pytest.raises(ValueError, match="not a readable file"):
         Settings()
+
+
+# ------------------------------------------------------------ the scheduling loop's feed
+# (app/controllers/scheduler.py: what the core is given and what is written; the API server
+# side is tested on the lab by tests/integration/test_reconciler_dra.py)
+
+class _Store(FakeStore):
+    def list(self) -> list[dict[str, Any]]:
+        return list(self.objs.values())
+
+
+def _feed_loop() -> tuple[Any, Any, dict[str, _Store]]:
+    from types import SimpleNamespace
+
+    from app.controllers.context import RCT, WL
+    from app.controllers.scheduler import SchedulerLoop
+
+    stores = {WL: _Store(), RCT: _Store()}
+    settings = Settings(controllers_enabled=False, resources=ResourcesSettings(
+        deviceClassMappings=[mapping("example.com/gpu", "gpu.example.com")]))
+    events: list[str] = []
+    ctx = SimpleNamespace(
+        settings=settings, client=FakeClient(), store=lambda kind: stores[kind],
+        informers=SimpleNamespace(informers=stores), clock=lambda: 1_000_000.0,
+        may_write=True, inflight=set(), wake=lambda: None, events=events,
+        recorder=SimpleNamespace(emit=lambda obj, etype, reason, msg: events.append(reason)))
+    jobs = SimpleNamespace(owner_object=lambda wl: None, notify=lambda wl, key: None)
+    return SchedulerLoop(ctx, jobs=jobs), ctx, stores  # type: ignore[arg-type]
+
+
+async def _drain(loop: Any) -> None:
+    import asyncio
+
+    while loop._tasks:  # noqa: SLF001 - the loop's write tasks
+        await asyncio.gather(*list(loop._tasks))  # noqa: SLF001
+
+
+def _conds(obj: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in obj["status"]["conditions"]}
+
+
+async def test_the_loop_keeps_an_uncountable_workload_out_and_takes_it_back_once_countable(
+) -> None:
+    from app.controllers.context import WL
+
+    loop, ctx, stores = _feed_loop()
+    obj = workload_obj(3, tmpl("two-gpus"))
+    stores[WL].put(obj)
+    loop.on_workload("ADDED", None, obj)
+    assert loop.cluster.workload("ns/w") is None
+    assert "ResourceClaimTemplate ns/two-gpus not found" in loop.dra_inadmissible["ns/w"]
+    await _drain(loop)
+    assert _conds(ctx.client.writes[-1]) == {"QuotaReserved": ("False", "Inadmissible"),
+                                             "Requeued": ("False", "Inadmissible")}
+    assert ctx.events == ["Inadmissible"]
+    # The template appears: the Workload is read again, 2 devices per pod, Requeued=True.
+    stores["rct"].put({**rct(exactly(count=2)), "metadata": {"name": "two-gpus",
+                                                             "namespace": "ns"}})
+    loop.on_claim_template("ADDED", None, stores["rct"].get("ns/two-gpus"))
+    wl = loop.cluster.domain_workload("ns/w")
+    assert wl is not None and dict(wl.pod_sets[0].requests) == {"cpu": 1000,
+                                                                "example.com/gpu": 2}
+    assert "ns/w" not in loop.dra_inadmissible
+    await _drain(loop)
+    assert _conds(ctx.client.writes[-1])["Requeued"] == ("True", "DRAResourcesResolved")
+    assert ctx.events == ["Inadmissible"]  # no second Event
