@@ -1,18 +1,27 @@
 """Typed settings for `pykueue serve` (pydantic-settings), grouped as in design.md.
 
 Every value can be set from the environment with the prefix ``PYKUEUE_`` and ``__`` between
-group and field, e.g. ``PYKUEUE_SERVER__PORT=9443`` or ``PYKUEUE_CLIENT__QPS=50``.
+group and field, e.g. ``PYKUEUE_SERVER__PORT=9443`` or ``PYKUEUE_CLIENT__QPS=50``, or in a YAML
+file named by ``PYKUEUE_CONFIG_FILE`` with the same groups (``server: {port: 9443}``; the
+environment wins over the file). docs/dra.md shows the ``resources`` group.
 No module globals: ``create_app(settings)`` receives one ``Settings`` instance.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
 
 from app.core.spec import FairSharing, FairSharingStrategy
 from app.wire.queues import label_selector
@@ -188,6 +197,89 @@ class FairSharingSettings(BaseModel):
         return FairSharing(tuple(FairSharingStrategy(x) for x in self.preemption_strategies))
 
 
+# Kubernetes qualified name (apimachinery IsQualifiedName): [DNS-subdomain prefix "/"] name of at
+# most 63 characters, alphanumeric at both ends, '-', '_', '.' inside.
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+MAX_DEVICE_CLASS_MAPPINGS = 16
+MAX_DEVICE_CLASSES_PER_MAPPING = 8
+
+
+def _check_qualified_name(value: str, what: str) -> None:
+    prefix, _, name = value.rpartition("/")
+    if len(value) > 253 or not name or len(name) > 63 or not _QUALIFIED_NAME.fullmatch(name) \
+            or ("/" in value and (not prefix or not _DNS_SUBDOMAIN.fullmatch(prefix))):
+        raise ValueError(f"{what} {value!r} is not a qualified name ([prefix/]name: name at "
+                         "most 63 alphanumerics, '-', '_', '.'; prefix a DNS subdomain)")
+
+
+class DeviceClassMapping(BaseModel):
+    """Kueue Configuration ``resources.deviceClassMappings[]`` (config v1beta2): the quota
+    resource ``name`` that devices of the DeviceClasses ``deviceClassNames`` are charged as."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    name: str
+    device_class_names: list[str] = Field(alias="deviceClassNames")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        _check_qualified_name(v, "deviceClassMappings[].name")
+        return v
+
+    @field_validator("device_class_names")
+    @classmethod
+    def _classes(cls, v: list[str]) -> list[str]:
+        if not v or len(v) > MAX_DEVICE_CLASSES_PER_MAPPING:
+            raise ValueError(f"deviceClassNames must list 1 to {MAX_DEVICE_CLASSES_PER_MAPPING} "
+                             f"DeviceClass names, got {len(v)}")
+        for c in v:
+            if len(c) > 253 or not _DNS_SUBDOMAIN.fullmatch(c):
+                raise ValueError(f"deviceClassNames: {c!r} is not a DeviceClass name "
+                                 "(a DNS subdomain of at most 253 characters)")
+        return v
+
+
+class ResourcesSettings(BaseModel):
+    """Kueue Configuration ``resources``: ``deviceClassMappings`` map DRA DeviceClasses to the
+    quota resource their devices are charged as (issue 21, docs/dra.md). At most 16 mappings,
+    at most 8 DeviceClasses each, a DeviceClass in one mapping only (Kueue v0.17.1 config
+    validation). Empty (the default): ResourceClaims are not read and a Workload whose pods
+    reference a ResourceClaimTemplate is inadmissible. File / env::
+
+        resources:
+          deviceClassMappings:
+          - {name: example.com/gpu, deviceClassNames: [gpu.example.com]}
+
+        PYKUEUE_RESOURCES__DEVICE_CLASS_MAPPINGS='[{"name": "example.com/gpu",
+                                                   "deviceClassNames": ["gpu.example.com"]}]'
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    device_class_mappings: list[DeviceClassMapping] = Field(
+        default_factory=list, alias="deviceClassMappings")
+
+    @model_validator(mode="after")
+    def _one_name_per_class(self) -> ResourcesSettings:
+        if len(self.device_class_mappings) > MAX_DEVICE_CLASS_MAPPINGS:
+            raise ValueError(f"resources.deviceClassMappings: at most "
+                             f"{MAX_DEVICE_CLASS_MAPPINGS} mappings, got "
+                             f"{len(self.device_class_mappings)}")
+        seen: dict[str, str] = {}
+        for m in self.device_class_mappings:
+            for c in m.device_class_names:
+                if c in seen:
+                    raise ValueError(f"resources.deviceClassMappings: DeviceClass {c!r} is "
+                                     f"mapped more than once ({seen[c]!r}, {m.name!r}); a "
+                                     "DeviceClass maps to one resource name")
+                seen[c] = m.name
+        return self
+
+    def device_classes(self) -> dict[str, str]:
+        """DeviceClass name -> quota resource name (empty when DRA is not configured)."""
+        return {c: m.name for m in self.device_class_mappings for c in m.device_class_names}
 class JobsSettings(BaseModel):
     """Which jobs pykueue manages (Kueue Configuration ``manageJobsWithoutQueueName``,
     ``managedJobsNamespaceSelector`` and the ``LocalQueueDefaulting`` feature; kueue-semantics
@@ -239,5 +331,21 @@ class Settings(BaseSettings):
     leader_election: LeaderElectionSettings = LeaderElectionSettings()
     access_review: AccessReviewSettings = AccessReviewSettings()
     fair_sharing: FairSharingSettings = FairSharingSettings()
+    resources: ResourcesSettings = ResourcesSettings()
     jobs: JobsSettings = JobsSettings()
     controllers_enabled: bool = True
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments, then the environment, then the YAML file ``PYKUEUE_CONFIG_FILE``."""
+        sources = [init_settings, env_settings, dotenv_settings]
+        path = os.environ.get("PYKUEUE_CONFIG_FILE")
+        if path:
+            if not Path(path).is_file():
+                raise ValueError(f"PYKUEUE_CONFIG_FILE={path!r} is not a readable file")
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+        return (*sources, file_secret_settings)

@@ -9,6 +9,7 @@ managing fake nodes with the stages in hack/lab/stages.yaml. State lives in a gi
     python hack/lab.py up        # start (a no-op when already up), create nodes, apply CRDs
     python hack/lab.py down      # stop every process it started and remove the state (idempotent)
     python hack/lab.py status    # which components run (exit 1 if any is down)
+    python hack/lab.py dra       # (re)publish the DRA DeviceClass and ResourceSlices (up does it)
     python hack/lab.py scheduler --config FILE   # restart kube-scheduler with another config
     python hack/lab.py sa-token NAMESPACE NAME   # print a token of a ServiceAccount
     python hack/lab.py sa-kubeconfig [--out F]   # pykueue's SA + RBAC; kubeconfig with its token
@@ -242,6 +243,46 @@ def kubectl(lab: Lab, *args: str, input: str | None = None, check: bool = True):
     )
 
 
+# DRA (issue 21): no device driver runs in the lab, so this plays the driver's part of
+# publishing ResourceSlices: DRA_DEVICES devices of DeviceClass DRA_CLASS per kwok GPU node, each
+# with the node's GPU model as attribute `model`. Kubernetes >= 1.34 serves resource.k8s.io/v1
+# by default (DRA is GA, its gate locked on); kube-scheduler's DynamicResources plugin allocates
+# the claims and kube-controller-manager's resource-claim controller makes them from templates,
+# so no flag is needed. docs/dra.md.
+DRA_CLASS = "gpu.example.com"
+DRA_DEVICES = {"a100-0": "NVIDIA-A100-SXM4-80GB", "l4-0": "NVIDIA-L4"}
+DRA_PER_NODE = 8
+
+
+def dra_objects() -> list[dict]:
+    """The DeviceClass ``gpu.example.com`` (devices of driver ``gpu.example.com``) and one
+    ResourceSlice per GPU node (pool = node, devices ``gpu-0``..``gpu-7``)."""
+    objs: list[dict] = [{
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": DRA_CLASS},
+        "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRA_CLASS}'"}}]},
+    }]
+    for node, model in DRA_DEVICES.items():
+        objs.append({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{DRA_CLASS}"},
+            "spec": {
+                "driver": DRA_CLASS, "nodeName": node,
+                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": f"gpu-{i}",
+                             "attributes": {"model": {"string": model}, "index": {"int": i}}}
+                            for i in range(DRA_PER_NODE)],
+            },
+        })
+    return objs
+
+
+def dra_up(lab: Lab) -> None:
+    """Apply ``dra_objects`` (idempotent: server-side apply)."""
+    doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": dra_objects()})
+    kubectl(lab, "apply", "--server-side", "--force-conflicts", "-f", "-", input=doc)
+
+
 EXTENDER_CLIENT = "kube-scheduler-client"  # certs/out/<this>.crt: kube-scheduler -> extender
 
 
@@ -383,6 +424,7 @@ def up(lab: Lab, scheduler_config: Path) -> None:
         if time.monotonic() > deadline:
             raise SystemExit(f"lab: creating nodes failed: {r.stderr}")
         time.sleep(1)
+    dra_up(lab)
     crds = ROOT / "manifests" / "crds"
     if (crds / "kustomization.yaml").exists():
         kubectl(lab, "apply", "--server-side", "--force-conflicts", "-k", str(crds))
@@ -568,6 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         default=str(ROOT / "manifests" / "scheduler" / "kube-scheduler-config-plain.yaml"),
     )
     sub.add_parser("down")
+    sub.add_parser("dra", help="(re)publish the DRA DeviceClass and ResourceSlices")
     sub.add_parser("status")
     s = sub.add_parser("scheduler")
     s.add_argument("--config", required=True)
@@ -591,6 +634,8 @@ def main(argv: list[str] | None = None) -> int:
         up(lab, Path(a.scheduler_config))
     elif a.verb == "down":
         down(lab)
+    elif a.verb == "dra":
+        dra_up(lab)
     elif a.verb == "status":
         return status(lab)
     elif a.verb == "scheduler":

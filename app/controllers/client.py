@@ -82,6 +82,8 @@ NODES = Resource("", "v1", "nodes", "Node", False)
 EVENTS = Resource("", "v1", "events", "Event")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
+RESOURCE_CLAIM_TEMPLATES = Resource("resource.k8s.io", "v1", "resourceclaimtemplates",
+                                    "ResourceClaimTemplate")
 
 
 class TokenBucket:

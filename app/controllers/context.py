@@ -38,6 +38,7 @@ Obj = dict[str, Any]
 # webhook and extender views read.
 RF, CQ, CO, LQ, WL, WPC, PC, NS, JOB = "rf", "cq", "co", "lq", "wl", "wpc", "pc", "ns", "job"
 STS = "sts"  # queued StatefulSets: the Pod webhook sizes their pods' group from spec.replicas
+RCT = "rct"  # ResourceClaimTemplates, watched only with resources.deviceClassMappings (DRA)
 
 
 def build_informers(client: KubeClient, watch_timeout_seconds: int = 300, *,

@@ -2,7 +2,8 @@
 
 It owns the API client, the informers (ResourceFlavor, ClusterQueue, Cohort, LocalQueue,
 Workload, WorkloadPriorityClass, PriorityClass, Namespace, the managed objects of every
-registered job kind, Nodes and Pods for the extender), Lease leader election, the job
+registered job kind, Nodes and Pods for the extender, ResourceClaimTemplates when
+``resources.deviceClassMappings`` is set), Lease leader election, the job
 framework's reconciler (``app.integrations.reconciler``), the scheduling loop (with the
 admission core ``app.core.scheduler.Cluster``), the queue status writer, the finalizer
 controller and the Event recorder. Every replica watches and serves; only the leader writes.
@@ -35,8 +36,8 @@ from collections.abc import Callable
 from typing import Any
 
 from app.config import Settings
-from app.controllers.client import NODES, PODS, KubeClient
-from app.controllers.context import CO, CQ, LQ, NS, RF, WL, Context, build_informers
+from app.controllers.client import NODES, PODS, RESOURCE_CLAIM_TEMPLATES, KubeClient
+from app.controllers.context import CO, CQ, LQ, NS, RCT, RF, WL, Context, build_informers
 from app.controllers.errors import NotFound
 from app.controllers.events import EventRecorder
 from app.controllers.finalizers import FinalizerController
@@ -148,6 +149,10 @@ class Manager:
                                          watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
             informers.add(POD, Informer(client, PODS,
                                         watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
+        if s.resources.device_classes():
+            # DRA (issue 21): the pods' ResourceClaimTemplates are counted in quota.
+            informers.add(RCT, Informer(client, RESOURCE_CLAIM_TEMPLATES,
+                                        watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
         leader = LeaderElector(client, s.leader_election, self.identity)
         recorder = EventRecorder(client, instance=leader.identity, clock=self.clock)
         ctx = Context(settings=s, client=client, informers=informers, leader=leader,
@@ -209,6 +214,8 @@ class Manager:
         for h in (sched.on_local_queue, status.on_queue):
             inf[LQ].add_handler(h)
         inf[NS].add_handler(sched.on_namespace)
+        if RCT in inf.informers:
+            inf[RCT].add_handler(sched.on_claim_template)
         for h in (sched.on_workload, jobs.on_workload, status.on_workload,
                   fin.on_workload):
             inf[WL].add_handler(h)

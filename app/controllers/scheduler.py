@@ -7,6 +7,15 @@ reservation times) and added / updated / finished / deleted. A restart therefore
 usage from ``Workload.status.admission`` during the first list, and no cycle runs before
 every informer has synced.
 
+DRA (issue 21, docs/dra.md): a pending Workload's podSets get the devices its pods claim
+through ResourceClaimTemplates (``app.wire.dra``, renamed by ``resources.deviceClassMappings``)
+added to their per-pod requests before the core sees it, as Kueue's Workload controller does
+while a Workload is pending (an admitted one is counted by its ``status.admission``). Claims
+that cannot be counted keep the Workload out of the core with QuotaReserved=False and
+Requeued=False, reason ``Inadmissible``, the message naming the claim; a change of a
+ResourceClaimTemplate re-reads the pending Workloads of its namespace that name it, and one
+that becomes countable gets Requeued=True (``DRAResourcesResolved``, Kueue #15888).
+
 Cycles run when woken (a watch event, a write of ours) after a short debounce, and at least
 every ``Settings.scheduling.cycle_interval_seconds``; a cycle that decided something is
 followed at once by another (Kueue's KeepGoing). Only the leader runs cycles.
@@ -60,7 +69,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from app.controllers.client import WORKLOADS
-from app.controllers.context import WL, Context
+from app.controllers.context import RCT, WL, Context
 from app.controllers.errors import ApiError, Conflict, NotFound, from_exception
 from app.controllers.events import NORMAL, WARNING
 from app.controllers.history import PreemptionLog, UsageHistory
@@ -69,6 +78,7 @@ from app.controllers.workloads import (
     DEACTIVATION_TARGET,
     EVICTED,
     QUOTA_RESERVED,
+    REQUEUED,
     condition,
     execution_deadline,
     has_admission,
@@ -78,13 +88,16 @@ from app.controllers.workloads import (
     set_condition,
     with_admission,
     with_eviction,
+    with_inadmissible,
     with_pending,
+    with_requeued,
 )
 from app.core.decisions import Admit, Decision, Pending, PendingReason, Preempt, Victim
 from app.core.eta import UNKNOWN, ArrivalModel, EtaBoard, RuntimeModel, eta_text
 from app.core.scheduler import Cluster
 from app.core.types import ClusterQueueName, CohortName, FlavorName, WorkloadKey
 from app.core.workload import Workload
+from app.wire.dra import INADMISSIBLE, DraInadmissible, claim_template_names, with_claim_requests
 from app.wire.fields import WorkloadSpecError
 from app.wire.queues import cluster_queue, cohort, local_queue, resource_flavor
 from app.wire.workload import workload_from_object
@@ -129,6 +142,13 @@ def domain_workload(obj: Mapping[str, Any]) -> Workload:
     evicted_at = _ts(ev.get("lastTransitionTime")) if ev and ev.get("status") == "True" else None
     reserved_at = _ts(qr.get("lastTransitionTime")) if qr and qr.get("status") == "True" else None
     return replace(wl, evicted_at=evicted_at, quota_reserved_at=reserved_at)
+
+
+def _dra_blocked(obj: Mapping[str, Any]) -> bool:
+    """Requeued=False with reason Inadmissible: set by ``_write_dra``, cleared when the
+    Workload's claims can be counted."""
+    c = condition(obj, REQUEUED)
+    return bool(c) and c.get("status") == "False" and c.get("reason") == INADMISSIBLE
 
 
 def _key(obj: Mapping[str, Any]) -> WorkloadKey:
@@ -178,6 +198,11 @@ class SchedulerLoop:
         self._loops: list[asyncio.Task[None]] = []
         self._backoff: dict[WorkloadKey, int] = {}
         self.bad_workloads: dict[WorkloadKey, str] = {}
+        # DRA: DeviceClass -> quota resource; pending Workloads whose claims cannot be
+        # counted (key -> message), kept out of the core.
+        self.device_classes = ctx.settings.resources.device_classes()
+        self.dra_inadmissible: dict[WorkloadKey, str] = {}
+        self._dra_unwritten: set[WorkloadKey] = set()
         s = ctx.settings.scheduling
         self.eta: EtaBoard | None = None
         if s.eta_enabled:
@@ -279,11 +304,20 @@ class SchedulerLoop:
             return
         try:
             wl = domain_workload(new)
+            if wl.admission is None:
+                wl = with_claim_requests(wl, new, self._claim_template, self.device_classes)
+        except DraInadmissible as exc:
+            self.cluster.delete_workload(key)
+            self.dra_inadmissible[key] = str(exc)
+            self._dra_verdict(key)
+            return
         except WorkloadSpecError as exc:
             self.bad_workloads[key] = str(exc)
             self.cluster.delete_workload(key)
             return
         self.bad_workloads.pop(key, None)
+        if self.dra_inadmissible.pop(key, None) is not None or _dra_blocked(new):
+            self._dra_verdict(key)
         if old is None and wl.admission is None and self.eta is not None \
                 and self.eta.arrivals is not None:
             self.eta.arrivals.observe(wl)  # a new Workload: one more arrival of its class
@@ -301,6 +335,63 @@ class SchedulerLoop:
                 message = f"The workload is deactivated due to {target.get('message', '')}"
             self._spawn(self._evict(key, reason, message, None, None))
 
+    def _claim_template(self, namespace: str, name: str) -> Obj | None:
+        if RCT not in self.ctx.informers.informers:
+            return None
+        return self.ctx.store(RCT).get(f"{namespace}/{name}")
+
+    def on_claim_template(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        """A ResourceClaimTemplate changed: re-read the pending Workloads of its namespace
+        whose pods name it (their device counts or admissibility may change)."""
+        obj = new or old
+        if obj is None:
+            return
+        ns, name = obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+        for wl in self.ctx.store(WL).list():
+            if wl["metadata"].get("namespace") == ns and not has_admission(wl) \
+                    and name in claim_template_names(wl):
+                self.on_workload("MODIFIED", wl, wl)
+
+    def _dra_verdict(self, key: WorkloadKey) -> None:
+        """Write ``key``'s DRA verdict now, or once this replica leads (``run``)."""
+        if self.ctx.may_write:
+            self._spawn(self._write_dra(key))
+        else:
+            self._dra_unwritten.add(key)
+
+    async def _write_dra(self, key: WorkloadKey) -> None:
+        """Write the DRA verdict of pending Workload ``key``: Inadmissible (QuotaReserved and
+        Requeued False) with the message, plus a Warning Event on its owner; or, once its
+        claims can be counted again, Requeued=True (``DRAResourcesResolved``)."""
+        ctx = self.ctx
+        try:
+            async with self._sem, self._lock(key):
+                obj = ctx.store(WL).get(key)
+                if obj is None or is_finished(obj) or not ctx.may_write:
+                    return
+                message = self.dra_inadmissible.get(key)
+                if message is not None and not has_admission(obj):
+                    body, changed = with_inadmissible(obj, INADMISSIBLE, message, ctx.clock())
+                elif message is None and _dra_blocked(obj):  # (also once admitted meanwhile)
+                    body, changed = with_requeued(obj, "DRAResourcesResolved",
+                                                  "The DRA resource claims can be counted",
+                                                  ctx.clock())
+                else:
+                    return
+                if not changed:
+                    return
+                try:
+                    out = await ctx.client.replace(WORKLOADS, body, subresource="status")
+                except (Conflict, NotFound):
+                    return  # the watch brings the new version, which is judged again
+                ctx.store(WL).put(out)
+                if message is not None:
+                    ctx.recorder.emit(self.jobs.owner_object(obj) or obj, WARNING, INADMISSIBLE,
+                                      message)
+                ctx.wake()
+        finally:
+            self._release_lock(key)
+
     # ================================================================== loop
 
     async def run(self) -> None:
@@ -314,6 +405,8 @@ class SchedulerLoop:
             self.ctx.wake_event.clear()
             if not self.ctx.may_write:
                 continue
+            while self._dra_unwritten:
+                self._spawn(self._write_dra(self._dra_unwritten.pop()))
             try:
                 for _ in range(1000):
                     if not self.run_cycle():

@@ -191,6 +191,23 @@ def with_pending(wl: Obj, reason: str, message: str, now: float, *,
     return out, changed
 
 
+def with_inadmissible(wl: Obj, reason: str, message: str, now: float) -> tuple[Obj, bool]:
+    """QuotaReserved=False and Requeued=False, both with ``reason`` (Kueue's ``Inadmissible``
+    for a Workload whose DRA claims it cannot count: it stays out of the queue until its
+    spec, templates or mappings change); (object, changed)."""
+    out = copy.deepcopy(wl)
+    changed = set_condition(out, QUOTA_RESERVED, "False", reason, message, now)
+    changed = set_condition(out, REQUEUED, "False", reason, message, now) or changed
+    return out, changed
+
+
+def with_requeued(wl: Obj, reason: str, message: str, now: float) -> tuple[Obj, bool]:
+    """Requeued=True with ``reason`` (``DRAResourcesResolved``: its claims can be counted
+    again, Kueue #15888); (object, changed)."""
+    out = copy.deepcopy(wl)
+    return out, set_condition(out, REQUEUED, "True", reason, message, now)
+
+
 def with_eviction(wl: Obj, reason: str, message: str, now: float, *,
                   preempted_reason: str | None = None) -> Obj:
     """Evicted=True (``reason``: Preempted, ClusterQueueStopped, ...) and, for a

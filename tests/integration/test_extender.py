@@ -79,6 +79,7 @@ def extender(lab: LabHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterat
                       .replace("${EXTENDER_CLIENT_CERT}", str(client.cert))
                       .replace("${EXTENDER_CLIENT_KEY}", str(client.key)))
     lab.lab_cmd("scheduler", "--config", str(config))
+    state.scheduler_config = config  # type: ignore[attr-defined] - for the DRA test below
     try:
         yield state
     finally:
@@ -98,10 +99,20 @@ def namespace(lab: LabHandle) -> Iterator[str]:
 
 
 def job(namespace: str, name: str, *, pods: int = 2, gpus: int = 1,
-        pykueue_labels: bool = True) -> str:
+        pykueue_labels: bool = True, claim_template: str | None = None) -> str:
     """A running batch/v1 Job whose pods request ``gpus`` GPUs each and tolerate the GPU taint
-    (as pykueue injects from the flavor); no nodeSelector."""
+    (as pykueue injects from the flavor); no nodeSelector. With ``claim_template`` the GPUs
+    come from DRA instead: each pod claims that ResourceClaimTemplate."""
     labels = {"kueue.x-k8s.io/podset": "main"} if pykueue_labels else {}
+    requests = {"cpu": "100m", GPU: str(gpus)} if claim_template is None else {"cpu": "100m"}
+    resources: dict[str, Any] = {"requests": requests}
+    claims: dict[str, Any] = {}
+    if claim_template is None:
+        resources["limits"] = {GPU: str(gpus)}
+    else:
+        resources["claims"] = [{"name": "gpu"}]
+        claims = {"resourceClaims": [{"name": "gpu",
+                                      "resourceClaimTemplateName": claim_template}]}
     return json.dumps({
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "namespace": namespace},
@@ -113,8 +124,8 @@ def job(namespace: str, name: str, *, pods: int = 2, gpus: int = 1,
                     "restartPolicy": "Never",
                     "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
                     "containers": [{"name": "main", "image": "busybox",
-                                    "resources": {"requests": {"cpu": "100m", GPU: str(gpus)},
-                                                  "limits": {GPU: str(gpus)}}}],
+                                    "resources": resources}],
+                    **claims,
                 },
             },
         },
@@ -143,6 +154,51 @@ def test_admitted_job_pods_land_only_on_nodes_of_their_flavor(lab, extender, nam
         f"{namespace}/job-train-abcde", True, "", {"main": (flavor,)}))
     lab.apply(job(namespace, "train", pods=3))
     assert bound_nodes(lab, namespace, "train", 3) == {node}
+
+
+@pytest.mark.parametrize(("flavor", "node"), [(A100, "a100-0"), (L4, "l4-0")],
+                         ids=["dra-a100-job-on-a100-0", "dra-l4-job-on-l4-0"])
+def test_dra_job_pods_land_on_their_flavor_with_claims_allocated_there(lab, extender,
+                                                                       namespace, flavor, node):
+    """Issue 21: GPUs claimed through DRA (the lab's DeviceClass gpu.example.com, 8 devices
+    on each GPU node) are pinned to the flavor's node as extended-resource GPUs are, and
+    kube-scheduler allocates each pod's claim from that node's ResourceSlice."""
+    # The shipped configuration calls the extender only for pods requesting nvidia.com/gpu
+    # (managedResources), which DRA pods do not: for them pykueue's injected nodeSelector is
+    # the fence (docs/dra.md). Here kube-scheduler calls the extender for every pod, to show
+    # its rules pin DRA pods as they pin extended-resource ones.
+    config = extender.scheduler_config
+    every_pod = config.with_name("kube-scheduler-config-every-pod.yaml")
+    text = config.read_text()
+    managed = "  managedResources:\n  - name: nvidia.com/gpu\n    ignoredByScheduler: false\n"
+    assert managed in text
+    every_pod.write_text(text.replace(managed, ""))
+    lab.lab_cmd("scheduler", "--config", str(every_pod))
+    try:
+        _dra_job_lands_on(lab, extender, namespace, flavor, node)
+    finally:
+        lab.lab_cmd("scheduler", "--config", str(config))
+
+
+def _dra_job_lands_on(lab, extender, namespace, flavor, node) -> None:
+    lab.lab_cmd("dra")
+    lab.apply(json.dumps({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "two-gpus", "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "gpus", "exactly": {"deviceClassName": "gpu.example.com", "count": 2}}]}}}}))
+    extender.set_workload(namespace, "dra", PodWorkloadView(
+        f"{namespace}/job-dra-abcde", True, "", {"main": (flavor,)}))
+    lab.apply(job(namespace, "dra", pods=3, claim_template="two-gpus"))
+    assert bound_nodes(lab, namespace, "dra", 3) == {node}
+    pools = set()
+    for p in pods_of(lab, namespace, "dra"):
+        (st,) = wait_for(lambda p=p: lab.get("pod", p["metadata"]["name"], "-n", namespace)
+                         ["status"].get("resourceClaimStatuses"), 30, "claim status")
+        claim = lab.get("resourceclaims.resource.k8s.io", st["resourceClaimName"], "-n",
+                        namespace)
+        pools |= {r["pool"] for r in claim["status"]["allocation"]["devices"]["results"]}
+    assert pools == {node}
 
 
 def test_not_admitted_job_pods_stay_pending_with_the_extender_reason(lab, extender, namespace):
