@@ -70,10 +70,8 @@ class PendingQueue:
         for h in self._lq_heaps.values():
             heapq.heapify(h)
 
-    def _heap_push(self, sk: SortKey) -> None:
-        heapq.heappush(self._heap, sk)
-        if self.usage_of is not None:
-            heapq.heappush(self._lq_heaps.setdefault(self._lq_of[sk[3]], []), sk)
+    def _lq_push(self, sk: SortKey) -> None:
+        heapq.heappush(self._lq_heaps.setdefault(self._lq_of[sk[3]], []), sk)
 
     def __len__(self) -> int:
         return len(self._active) + len(self._parked)
@@ -102,7 +100,9 @@ class PendingQueue:
         if self._active.get(wl.key) == k:
             return
         self._active[wl.key] = k
-        self._heap_push(k)
+        heapq.heappush(self._heap, k)
+        if self.usage_of is not None:
+            self._lq_push(k)
         self._maybe_compact()
 
     def park(self, wl: Workload) -> None:
@@ -163,7 +163,9 @@ class PendingQueue:
         if sk is None:
             return False
         self._active[key] = sk
-        self._heap_push(sk)
+        heapq.heappush(self._heap, sk)
+        if self.usage_of is not None:
+            self._lq_push(sk)
         self._maybe_compact()
         return True
 

@@ -364,12 +364,15 @@ class Cluster(ClusterState):
             # Under Admission Fair Sharing the LocalQueue orders the queue: each LocalQueue
             # gets its own representative, or one queue's parked class-mates would wait
             # behind another queue's.
-            afs = name in self._afs_cqs
             classes: dict[object, list[WorkloadKey]] = {}
-            for k in keys:
-                rec = self._wls[k]
-                ck: object = self._nomination_key(rec, spec)
-                classes.setdefault((rec.lq_key, ck) if afs else ck, []).append(k)
+            if name in self._afs_cqs:
+                for k in keys:
+                    rec = self._wls[k]
+                    classes.setdefault((rec.lq_key, self._nomination_key(rec, spec)),
+                                       []).append(k)
+            else:
+                for k in keys:
+                    classes.setdefault(self._nomination_key(self._wls[k], spec), []).append(k)
             followers: dict[WorkloadKey, list[WorkloadKey]] = {}
             order = q.parked_order
             for members in classes.values():
