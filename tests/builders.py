@@ -335,6 +335,10 @@ class WorkloadBuilder:
         self._pod_sets[-1] = replace(self._pod_sets[-1], **changes)  # type: ignore[arg-type]
         return self
 
+    def min_count(self, n: int) -> WorkloadBuilder:
+        """The last pod set may be admitted with ``n`` pods or more (partial admission)."""
+        return self._last(min_count=n)
+
     def node_selector(self, **labels: str) -> WorkloadBuilder:
         return self._last(node_selector=dict(labels))
 
@@ -427,7 +431,7 @@ class Sim:
         """LocalQueue ``namespace/name`` of ClusterQueue ``cq`` with ``spec.fairSharing.weight``
         ``weight`` (Admission Fair Sharing)."""
         ns, name = key.split("/", 1)
-        lq = LocalQueue(ns, name, ClusterQueueName(cq), round(weight * 1000))
+        lq = LocalQueue(ns, name, ClusterQueueName(cq), fair_weight_milli=round(weight * 1000))
         self.c.add_local_queue(lq)
         return lq
 

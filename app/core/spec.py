@@ -358,13 +358,16 @@ class CohortSpec:
 
 @dataclass(frozen=True, slots=True)
 class LocalQueue:
-    """Kueue v1beta2 LocalQueue: ``namespace/name`` pointing at ``spec.clusterQueue``;
-    ``fair_weight_milli``: ``spec.fairSharing.weight`` in milli-units (default 1 = 1000),
-    its weight in Admission Fair Sharing (0: its Workloads go after every other queue's)."""
+    """Kueue v1beta2 LocalQueue: ``namespace/name`` pointing at ``spec.clusterQueue``.
+    ``stop_policy`` (Kueue LocalQueue ``spec.stopPolicy``): ``Hold`` admits none of its
+    Workloads; ``HoldAndDrain`` also evicts its admitted ones (reason ``LocalQueueStopped``).
+    ``fair_weight_milli``: ``spec.fairSharing.weight`` in milli-units (default 1 = 1000), its
+    weight in Admission Fair Sharing (0: its Workloads go after every other queue's)."""
 
     namespace: str
     name: str
     cluster_queue: ClusterQueueName
+    stop_policy: StopPolicy = StopPolicy.NONE
     fair_weight_milli: int = 1000
 
     @property

@@ -194,6 +194,12 @@ def _durations(obj: Obj) -> tuple[float | None, float | None, ConfigProblem | No
     return out[0], out[1], None
 
 
+# Admission checks are not built: a ClusterQueue requiring one is inactive with this message
+# rather than admitting without the check.
+_NO_CHECKS = ("Can't admit new workloads: {field} is not supported by pykueue yet "
+              "(AdmissionChecks); remove it, or use Kueue where a check must gate admission")
+
+
 def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
     """ClusterQueue object -> (spec, parse problem or None). Enum values are passed through
     as written so ``validate_cluster_queue`` can name an unsupported one (e.g. an unknown
@@ -206,6 +212,10 @@ def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
     weight, bad_weight = _weight(spec)
     min_runtime, backoff, bad_duration = _durations(obj)
     problem = problem or bad_weight or bad_duration
+    if problem is None and (spec.get("admissionChecks") or spec.get("admissionChecksStrategy")):
+        field = "spec.admissionChecks" if spec.get("admissionChecks") \
+            else "spec.admissionChecksStrategy"
+        problem = ConfigProblem("InvalidSpec", field, _NO_CHECKS.format(field=field))
     mode = (spec.get("admissionScope") or {}).get("admissionMode")
     if problem is None and (obj.get("metadata") or {}).get("deletionTimestamp"):
         problem = ConfigProblem("Terminating", "metadata.deletionTimestamp",
@@ -273,18 +283,23 @@ def _enum(enum: Any, value: Any, default: Any) -> Any:
 
 
 def local_queue(obj: Obj) -> LocalQueue:
-    """LocalQueue object (Kueue v1beta2 ``spec.clusterQueue``, ``spec.fairSharing.weight``:
-    its weight under Admission Fair Sharing, a Quantity, default 1) -> ``LocalQueue``.
+    """LocalQueue object (Kueue v1beta2 ``spec.clusterQueue``, ``spec.stopPolicy``,
+    ``spec.fairSharing.weight``: its weight under Admission Fair Sharing, a Quantity, default
+    1) -> ``LocalQueue``. A ``stopPolicy`` value the CRD would refuse reads as ``Hold``: a
+    queue asked to stop in a way pykueue cannot read admits nothing rather than everything.
     Raises ``WorkloadSpecError`` naming ``spec.fairSharing.weight`` when the weight is
     malformed or negative (the CRD refuses both)."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
+    stop = spec.get("stopPolicy") or StopPolicy.NONE
+    policy = StopPolicy._value2member_map_.get(stop, StopPolicy.HOLD)
     try:
         weight = fair_weight_milli(spec)
     except QuantityError as exc:
         raise WorkloadSpecError(exc.field, exc.why) from exc
     return LocalQueue(namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
                       cluster_queue=ClusterQueueName(str(spec.get("clusterQueue", ""))),
+                      stop_policy=policy,  # type: ignore[arg-type]
                       fair_weight_milli=weight)
 
 

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 import yaml
 
-from app.wire import queues as convert
 from app.core.quantity import parse_quantity
 from app.core.spec import (
     BorrowWithinCohort,
@@ -33,6 +32,7 @@ from app.core.spec import (
     WithinClusterQueue,
     validate_cluster_queue,
 )
+from app.wire import queues as convert
 from app.wire.workload import workload_from_job, workload_from_object
 from tests import crdschema
 
@@ -237,9 +237,6 @@ REALISTIC = [
                     "reclaimWithinCohort": "LowerPriority",
                     "withinClusterQueue": "LowerOrNewerEqualPriority",
                     "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 100},
-                },
-                "admissionChecksStrategy": {
-                    "admissionChecks": [{"name": "prov", "onFlavors": ["default-flavor"]}]
                 },
                 "stopPolicy": "Hold",
                 "fairSharing": {"weight": "2"},
