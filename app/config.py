@@ -23,7 +23,9 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from app.core.spec import FairSharing, FairSharingStrategy
+from app.core.quantity import US, parse_duration_us
+from app.core.spec import AdmissionFairSharing, FairSharing, FairSharingStrategy
+from app.core.types import ResourceName
 from app.wire.queues import label_selector
 
 
@@ -280,6 +282,51 @@ class ResourcesSettings(BaseModel):
     def device_classes(self) -> dict[str, str]:
         """DeviceClass name -> quota resource name (empty when DRA is not configured)."""
         return {c: m.name for m in self.device_class_mappings for c in m.device_class_names}
+
+
+class AdmissionFairSharingSettings(BaseModel):
+    """Kueue Configuration ``admissionFairSharing`` (Admission Fair Sharing): off by default.
+    When enabled, a ClusterQueue with ``spec.admissionScope.admissionMode:
+    UsageBasedAdmissionFairSharing`` orders its Workloads by their LocalQueues' decayed
+    recent usage (``app.core.spec.AdmissionFairSharing``); without it such a ClusterQueue
+    admits first come, first served, as in Kueue. ``usage_half_life_time``: Kueue
+    ``usageHalfLifeTime`` (a Go-style duration such as ``168h``, ``30m``, ``90s``, or seconds;
+    ``0`` keeps no history); ``usage_sampling_interval``: ``usageSamplingInterval`` (> 0,
+    default ``5m``); ``resource_weights``: ``resourceWeights`` ({resource: weight >= 0},
+    default 1 each). ``PYKUEUE_ADMISSION_FAIR_SHARING__ENABLE=true``,
+    ``PYKUEUE_ADMISSION_FAIR_SHARING__USAGE_HALF_LIFE_TIME=168h``,
+    ``PYKUEUE_ADMISSION_FAIR_SHARING__RESOURCE_WEIGHTS='{"cpu": 2, "memory": 1}'``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enable: bool = False
+    usage_half_life_time: str | float = "0s"
+    usage_sampling_interval: str | float = "5m"
+    resource_weights: dict[str, float] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _kueue_rules(self) -> AdmissionFairSharingSettings:
+        self.core_config()  # Kueue's validation (apis/config validateAdmissionFairSharing)
+        return self
+
+    def core_config(self) -> AdmissionFairSharing:
+        """The core's ``AdmissionFairSharing``; ``ValueError`` naming the field when a
+        duration is malformed, the interval is not positive or a weight is negative."""
+        def seconds(value: str | float, name: str) -> float:
+            try:
+                return parse_duration_us(value) / US
+            except ValueError as exc:
+                raise ValueError(f"admission_fair_sharing.{name}: {exc}") from exc
+
+        return AdmissionFairSharing(
+            half_life_s=seconds(self.usage_half_life_time, "usage_half_life_time"),
+            sampling_s=seconds(self.usage_sampling_interval, "usage_sampling_interval"),
+            resource_weights={ResourceName(k): float(v) for k, v in self.resource_weights.items()},
+        )
+
+    def core(self) -> AdmissionFairSharing | None:
+        """The core's ``AdmissionFairSharing`` (None when disabled)."""
+        return self.core_config() if self.enable else None
 class JobsSettings(BaseModel):
     """Which jobs pykueue manages (Kueue Configuration ``manageJobsWithoutQueueName``,
     ``managedJobsNamespaceSelector`` and the ``LocalQueueDefaulting`` feature; kueue-semantics
@@ -332,6 +379,7 @@ class Settings(BaseSettings):
     access_review: AccessReviewSettings = AccessReviewSettings()
     fair_sharing: FairSharingSettings = FairSharingSettings()
     resources: ResourcesSettings = ResourcesSettings()
+    admission_fair_sharing: AdmissionFairSharingSettings = AdmissionFairSharingSettings()
     jobs: JobsSettings = JobsSettings()
     controllers_enabled: bool = True
 

@@ -745,20 +745,15 @@ def cluster_queue_schema() -> Schema:
                 {
                     "admissionMode": enum(
                         "UsageBasedAdmissionFairSharing orders pending workloads by their "
-                        "LocalQueue's recent usage; NoAdmissionFairSharing does not.",
+                        "LocalQueue's recent usage (decayed with a half-life, divided by the "
+                        "LocalQueue's fairSharing.weight; lower first) when pykueue's "
+                        "admission fair sharing is enabled (PYKUEUE_ADMISSION_FAIR_SHARING__"
+                        "ENABLE, Kueue's Configuration admissionFairSharing); "
+                        "NoAdmissionFairSharing does not.",
                         ["UsageBasedAdmissionFairSharing", "NoAdmissionFairSharing"],
                     )
                 },
                 required=["admissionMode"],
-                rules=[
-                    rule(
-                        "self.admissionMode == 'NoAdmissionFairSharing'",
-                        "admissionMode UsageBasedAdmissionFairSharing is not supported by "
-                        "pykueue yet (Admission Fair Sharing); remove admissionScope or use "
-                        "NoAdmissionFairSharing",
-                        fieldPath=".admissionMode",
-                    )
-                ],
             ),
         },
         rules=[

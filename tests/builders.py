@@ -18,6 +18,8 @@ from app.core.decisions import Admit, Decision, Pending, Preempt
 from app.core.quantity import parse_quantity
 from app.core.scheduler import Cluster
 from app.core.spec import (
+    AdmissionFairSharing,
+    AdmissionMode,
     BorrowWithinCohort,
     ClusterQueueSpec,
     CohortSpec,
@@ -129,6 +131,7 @@ class ClusterQueueBuilder:
         self._fungibility = FlavorFungibility()
         self._stop = StopPolicy.NONE
         self._fair_weight_milli = 1000
+        self._admission_mode = AdmissionMode.NONE
 
     def cohort(self, name: str | None) -> ClusterQueueBuilder:
         self._cohort = name
@@ -214,6 +217,13 @@ class ClusterQueueBuilder:
         self._fair_weight_milli = round(w * 1000)
         return self
 
+    def admission_fair_sharing(self, mode: str = "UsageBasedAdmissionFairSharing",
+                               ) -> ClusterQueueBuilder:
+        """``spec.admissionScope.admissionMode`` (used when the core has an
+        ``AdmissionFairSharing`` config)."""
+        self._admission_mode = AdmissionMode._value2member_map_.get(mode, mode)  # type: ignore
+        return self
+
     def build(self) -> ClusterQueueSpec:
         return ClusterQueueSpec(
             ClusterQueueName(self._name),
@@ -225,6 +235,7 @@ class ClusterQueueBuilder:
             self._fungibility,
             self._stop,
             fair_weight_milli=self._fair_weight_milli,
+            admission_mode=self._admission_mode,
         )
 
 
@@ -380,8 +391,9 @@ class Sim:
         namespaces: Mapping[str, Mapping[str, str]] | None = None,
         default_flavor: bool = True,
         fair_sharing: FairSharing | None = None,
+        admission_fair_sharing: AdmissionFairSharing | None = None,
     ) -> None:
-        self.c = Cluster(fair_sharing)
+        self.c = Cluster(fair_sharing, admission_fair_sharing)
         self.now = 1000.0
         self.history: list[list[Decision]] = []
         built = [
@@ -414,6 +426,14 @@ class Sim:
         for ns in namespaces:
             self.c.add_local_queue(LocalQueue(ns, f"lq-{spec.name}", spec.name))
         return spec
+
+    def add_lq(self, key: str, cq: str, weight: float = 1.0) -> LocalQueue:
+        """LocalQueue ``namespace/name`` of ClusterQueue ``cq`` with ``spec.fairSharing.weight``
+        ``weight`` (Admission Fair Sharing)."""
+        ns, name = key.split("/", 1)
+        lq = LocalQueue(ns, name, ClusterQueueName(cq), fair_weight_milli=round(weight * 1000))
+        self.c.add_local_queue(lq)
+        return lq
 
     def tick(self, dt: float = 1.0) -> float:
         self.now += dt

@@ -147,6 +147,11 @@ def cluster_queue_access(name: str | None = None) -> ResourceAccess:
     return ResourceAccess("get", KUEUE_GROUP, "clusterqueues", None, name)
 
 
+def cohort_access(name: str | None = None) -> ResourceAccess:
+    """``get`` on Cohort ``name`` (any when None): cluster-scoped, as ClusterQueues."""
+    return ResourceAccess("get", KUEUE_GROUP, "cohorts", None, name)
+
+
 def local_queue_access(namespace: str, name: str | None = None) -> ResourceAccess:
     """``get`` on LocalQueue ``name`` (any when None) in ``namespace``."""
     return ResourceAccess("get", KUEUE_GROUP, "localqueues", namespace, name)

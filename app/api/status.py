@@ -6,6 +6,8 @@ Endpoints (JSON, models in ``app.models.status``; OpenAPI at ``/docs`` when
 - ``GET /api/v1/clusterqueues``                       every ClusterQueue
 - ``GET /api/v1/clusterqueues/{name}``                one ClusterQueue
 - ``GET /api/v1/clusterqueues/{name}/pending``        its pending Workloads, admission order
+- ``GET /api/v1/cohorts``                             every cohort of the tree
+- ``GET /api/v1/cohorts/{name}``                      one cohort
 - ``GET /api/v1/namespaces/{ns}/localqueues``         the namespace's LocalQueues
 - ``GET /api/v1/namespaces/{ns}/localqueues/{name}/pending``  pending Workloads of one
 - ``GET /api/v1/namespaces/{ns}/workloads/{name}``    where one Workload stands
@@ -27,6 +29,7 @@ API answers 503 (the core is still being filled from the first list).
 Access (``app.api.access``): ``Authorization: Bearer <token>`` checked by
 ``app.state.access_reviewer`` (TokenReview + SubjectAccessReview, cached). ClusterQueue views
 need ``get`` on ``clusterqueues.kueue.x-k8s.io`` (with the name when one is in the path), the
+cohort views ``get`` on ``cohorts.kueue.x-k8s.io`` (cluster-scoped, as ClusterQueues), the
 ClusterQueue pending list ``get`` on ``clusterqueues/pendingworkloads`` in
 ``visibility.kueue.x-k8s.io`` instead (Kueue's visibility API permission), namespace views
 ``get`` on ``localqueues.kueue.x-k8s.io`` in that namespace. Answers: 401 (no token, or the
@@ -57,12 +60,15 @@ from app.api.access import (
     TooManyReviews,
     UserInfo,
     cluster_queue_access,
+    cohort_access,
     local_queue_access,
     pending_workloads_access,
 )
+from app.controllers.status import weighted_share
 from app.controllers.statusview import (
     ClusterQueueView,
     ClusterView,
+    CohortView,
     LocalQueueView,
     PendingView,
     local_queue_positions_of,
@@ -71,10 +77,13 @@ from app.core.cluster import PendingWorkloadInfo
 from app.core.decisions import QuotaShortfall as CoreShortfall
 from app.core.eta import Eta as CoreEta
 from app.core.quantity import format_quantity
-from app.core.types import ClusterQueueName, FlavorResource
+from app.core.types import ClusterQueueName, CohortName, FlavorResource
 from app.models.status import (
     ClusterQueueList,
     ClusterQueueSummary,
+    CohortList,
+    CohortResource,
+    CohortSummary,
     Eta,
     FlavorResourceQuota,
     ListMeta,
@@ -103,7 +112,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "No bearer token, or the token was rejected by the TokenReview"},
     403: {"description": "The user may not get the Kueue object behind this view"},
     429: {"description": "Too many requests needing a token review from this address"},
-    404: {"description": "No such ClusterQueue, LocalQueue or Workload in pykueue's state"},
+    404: {"description": "No such ClusterQueue, cohort, LocalQueue or Workload in pykueue's "
+               "state"},
     503: {"description": "pykueue is starting, or the API server cannot review tokens now"},
 }
 
@@ -226,6 +236,26 @@ def cluster_queue_summary(v: ClusterQueueView) -> ClusterQueueSummary:
             ) for r in st.resources
         ],
     )
+
+
+def cohort_summary(v: CohortView) -> CohortSummary:
+    """Wire model of a cohort view."""
+    st = v.status
+    resources = []
+    for r in st.resources:
+        borrowing, lending = v.limits.get(FlavorResource(r.flavor, r.resource), (None, None))
+        resources.append(CohortResource(
+            flavor=r.flavor, resource=r.resource, nominal_quota=_qs(r.nominal, r.resource),
+            borrowing_limit=_q(borrowing, r.resource), lending_limit=_q(lending, r.resource),
+            subtree_quota=_qs(r.subtree_quota, r.resource), used=_qs(r.usage, r.resource),
+            borrowed=_qs(r.borrowed, r.resource)))
+    return CohortSummary(
+        name=st.name, parent=st.parent, explicit=st.explicit, active=st.active,
+        reason=st.reason, message=st.message, cohorts=list(v.child_cohorts),
+        cluster_queues=list(v.cluster_queues), subtree_cluster_queues=list(st.cluster_queues),
+        fair_sharing_weight=format_quantity(v.weight_milli, "cpu"),  # milli-units
+        weighted_share=None if v.weighted_share is None else weighted_share(v.weighted_share),
+        resources=resources)
 
 
 def shortfall(s: CoreShortfall) -> QuotaShortfall:
@@ -373,6 +403,29 @@ async def cluster_queue_pending(
     lqpos = local_queue_positions_of(entries)
     items = [pending_workload(p) for p in view.details(list(chunk), cq, lqpos)]
     return PendingWorkloadList(metadata=meta, items=items)
+
+
+@router.get("/cohorts", response_model=CohortList, responses=_ERRORS)
+async def list_cohorts(request: Request, credentials: Credentials) -> CohortList:
+    """Every cohort of the tree (Cohort objects and cohorts named only by ClusterQueues):
+    parent, whether its ClusterQueues can admit (or the cycle or invalid spec that stops
+    them), direct members, every ClusterQueue of its subtree, fair sharing weight and share,
+    and per flavor and resource its own quota, limits, subtree quota, usage and what it
+    borrows from its parent. Needs `get` on cohorts."""
+    await authorize(request, credentials, cohort_access())
+    view = cluster_view(request)
+    return CohortList(items=[cohort_summary(v) for v in view.cohorts()])
+
+
+@router.get("/cohorts/{name}", response_model=CohortSummary, responses=_ERRORS)
+async def get_cohort(request: Request, name: str, credentials: Credentials) -> CohortSummary:
+    """One cohort (see the list). Needs `get` on that cohort."""
+    await authorize(request, credentials, cohort_access(name))
+    v = cluster_view(request).cohort(CohortName(name))
+    if v is None:
+        raise HTTPException(404, f'cohort "{name}" not found (no Cohort object or '
+                                 "ClusterQueue names it)")
+    return cohort_summary(v)
 
 
 @router.get("/namespaces/{namespace}/localqueues", response_model=LocalQueueList,

@@ -244,7 +244,7 @@ def simulate(
     except (TraceError, ValueError, OSError) as exc:
         typer.echo(f"pykueue simulate: {exc}", err=True)
         raise typer.Exit(code=2) from exc
-    core = Cluster(FairSharing()) if fair_sharing else None
+    core = Cluster(FairSharing(), parsed.admission_fair_sharing) if fair_sharing else None
     # With fair sharing: each queue's share of its cohort tree against its weighted fair share
     # (app.sim.fairness; it samples pending demand at every instant, so only when asked).
     fairness = TreeFairness() if fair_sharing else None

@@ -1,14 +1,18 @@
 """``pykueue status``: the queue status API (``app.api.status``) as tables in a terminal.
 
 ``fetch(client, namespace, limit)`` reads one snapshot over HTTPS: without a namespace every
-ClusterQueue and the head of each one's pending list; with one, that namespace's LocalQueues
-and theirs. ``render(snapshot)`` draws it with rich: one line per queue (``summary``: GPUs
-first, then the other resources, ``used/nominal`` per flavor and what it borrows; a usage bar
-for its first resource), or with ``wide=True`` (``-o wide``) the full table, one row per
-flavor and resource with a usage bar each (``█`` within nominal quota, ``▓`` borrowed beyond
-it, ``░`` free); then the pending Workloads with their position, the reason they wait and
-their expected start (the API's ``eta``). ``--output json`` prints the snapshot itself (the
-API's JSON, unchanged).
+ClusterQueue, the head of each one's pending list and the cohort tree (``cohorts``: the API's
+list, or None when the token may not read cohorts: that section is then left out); with one,
+that namespace's LocalQueues and theirs. ``render(snapshot)`` draws it with rich: one line per
+queue (``summary``: GPUs first, then the other resources, ``used/nominal`` per flavor and what
+it borrows; a usage bar for its first resource), or with ``wide=True`` (``-o wide``) the full
+table, one row per flavor and resource with a usage bar each (``█`` within nominal quota, ``▓``
+borrowed beyond it, ``░`` free); then the pending Workloads with their position, the reason
+they wait and their expected start (the API's ``eta``); then, when there are cohorts, the
+cohort tree (``cohort_tree``: each cohort with its parent above it, its ClusterQueues below,
+its subtree ``used/subtree quota`` per flavor and what it borrows from its parent, its weight
+and weighted share under fair sharing, and why it is inactive). ``--output json`` prints the
+snapshot itself (the API's JSON, unchanged).
 
 Connection (first found wins):
 
@@ -40,6 +44,7 @@ import yaml
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
+from rich.tree import Tree
 
 from app.core.quantity import QuantityError, parse_quantity
 
@@ -163,7 +168,13 @@ def fetch(client: StatusClient, namespace: str | None, limit: int) -> Snapshot:
         pending = {cq["name"]: client.get(f"/api/v1/clusterqueues/{cq['name']}/pending",
                                           limit=limit)
                    for cq in cqs}
-        return {"clusterQueues": cqs, "pending": pending}
+        try:
+            cohorts: list[dict[str, Any]] | None = client.get("/api/v1/cohorts")["items"]
+        except StatusError as exc:
+            if exc.status != 403:
+                raise
+            cohorts = None  # a ClusterQueue viewer without `get cohorts`: no tree section
+        return {"clusterQueues": cqs, "pending": pending, "cohorts": cohorts}
     lqs = client.get(f"/api/v1/namespaces/{namespace}/localqueues")["items"]
     pending = {lq["name"]: client.get(
         f"/api/v1/namespaces/{namespace}/localqueues/{lq['name']}/pending", limit=limit)
@@ -409,6 +420,59 @@ def _summary_table(snap: Snapshot) -> Table:
     return t
 
 
+def _cohort_label(c: Row) -> Text:
+    """``name  gpu a100 8/10 (borrowing 2) · weight 2, share 0`` for one cohort: its
+    subtree's usage against its subtree quota (``summary``), its own quota when it has
+    one, fair sharing figures when the server has fair sharing on, and why it is inactive."""
+    label = Text(c["name"], style="bold")
+    if not c.get("explicit", True):
+        label.append(" (implicit)", style="dim")
+    if not c["active"]:
+        label.append(f" inactive: {c['reason']}", style="red")
+    rows = [{"flavor": r["flavor"], "resource": r["resource"], "used": r["used"],
+             "nominalQuota": r["subtreeQuota"], "borrowed": r["borrowed"]}
+            for r in c.get("resources") or []]
+    if rows:
+        label.append("  ")
+        label.append_text(summary(rows))
+    own = [f"{_short(r['resource'])} {r['flavor']} {r['nominalQuota']}"
+           for r in c.get("resources") or [] if r["nominalQuota"] != "0"]
+    if own:
+        label.append(f"  own quota {', '.join(own)}", style="cyan")
+    if c.get("weightedShare") is not None:
+        label.append(f"  weight {c['fairSharingWeight']}, share {c['weightedShare']}",
+                     style="cyan")
+    if not c["active"] and c.get("message"):
+        label.append(f"\n{c['message']}", style="red")
+    return label
+
+
+def cohort_tree(cohorts: list[Row]) -> Tree:
+    """The cohort forest: roots (no parent, or a parent nobody declares) with their child
+    cohorts and ClusterQueues below; cohorts only reachable through a cycle of parentName
+    are listed at the top level with the cycle."""
+    by_name = {c["name"]: c for c in cohorts}
+    tree = Tree(Text("Cohorts", style="bold"), guide_style="dim")
+    seen: set[str] = set()
+
+    def add(parent: Tree, c: Row) -> None:
+        seen.add(c["name"])
+        node = parent.add(_cohort_label(c))
+        for child in c.get("cohorts") or []:
+            if child in by_name and child not in seen:
+                add(node, by_name[child])
+        for cq in c.get("clusterQueues") or []:
+            node.add(Text(f"ClusterQueue {cq}"))
+
+    for c in cohorts:
+        if c.get("parent") is None or c["parent"] not in by_name:
+            add(tree, c)
+    for c in cohorts:
+        if c["name"] not in seen:
+            add(tree, c)
+    return tree
+
+
 def _pending_count(q: dict[str, Any]) -> str:
     n, parked = q["pendingWorkloads"], q["inadmissibleWorkloads"]
     return f"{n} ({parked} inadm.)" if parked else str(n)
@@ -455,6 +519,8 @@ def render(snap: Snapshot, now: float | None = None, width: int | None = None,
             parts.append(_pending_table(titles[name], page, now, in_local_queue=in_lq))
     if not any(p.get("items") for p in snap["pending"].values()):
         parts.append(Text("No pending Workloads.", style="green"))
+    if snap.get("cohorts"):
+        parts.append(cohort_tree(snap["cohorts"]))
     return Group(*parts)
 
 

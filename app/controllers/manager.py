@@ -109,7 +109,8 @@ class Manager:
         self.watch_nodes = watch_nodes
         self.metrics = metrics
         self.ctx: Context | None = None
-        self.cluster = Cluster(settings.fair_sharing.core())
+        self.cluster = Cluster(settings.fair_sharing.core(),
+                               settings.admission_fair_sharing.core())
         self.registry = registry if registry is not None else default_registry()
         self.jobs: JobReconciler | None = None
         self.scheduler: SchedulerLoop | None = None
@@ -209,7 +210,7 @@ class Manager:
             inf[RF].add_handler(h)
         for h in (sched.on_cluster_queue, status.on_queue, fin.on_cluster_queue):
             inf[CQ].add_handler(h)
-        for h in (sched.on_cohort, status.on_queue):
+        for h in (sched.on_cohort, status.on_cohort):
             inf[CO].add_handler(h)
         for h in (sched.on_local_queue, status.on_queue):
             inf[LQ].add_handler(h)

@@ -99,7 +99,13 @@ from app.core.types import ClusterQueueName, CohortName, FlavorName, WorkloadKey
 from app.core.workload import Workload
 from app.wire.dra import INADMISSIBLE, DraInadmissible, claim_template_names, with_claim_requests
 from app.wire.fields import WorkloadSpecError
-from app.wire.queues import cluster_queue, cohort, local_queue, resource_flavor
+from app.wire.queues import (
+    cluster_queue,
+    cohort,
+    consumed_from_status,
+    local_queue,
+    resource_flavor,
+)
 from app.wire.workload import workload_from_object
 
 log = logging.getLogger(__name__)
@@ -262,7 +268,21 @@ class SchedulerLoop:
             m = old["metadata"]  # type: ignore[index]
             self.cluster.delete_local_queue(f"{m['namespace']}/{m['name']}")
         elif new is not None:
-            self.cluster.add_local_queue(local_queue(new))
+            try:
+                lq = local_queue(new)
+            except WorkloadSpecError as exc:
+                # The CRD refuses such a weight; one written before it keeps the default 1.
+                log.warning("LocalQueue %s/%s: %s; using weight 1", new["metadata"].get(
+                    "namespace"), new["metadata"]["name"], exc)
+                lq = local_queue({**new, "spec": {**(new.get("spec") or {}),
+                                                  "fairSharing": {}}})
+            self.cluster.add_local_queue(lq)
+            if self.cluster.admission_fair_sharing is not None:
+                # After a restart, the history persisted in the status (Kueue seeds its
+                # ledger the same way); ignored once the core has its own.
+                consumed = consumed_from_status(new)
+                if consumed is not None:
+                    self.cluster.seed_local_queue_usage(lq.key, consumed)
         self.ctx.wake()
 
     def on_namespace(self, etype: str, old: Obj | None, new: Obj | None) -> None:

@@ -16,9 +16,16 @@ only on the leader), a merge patch of the ``status`` subresource:
   fair sharing on, ``fairSharing.weightedShare``.
 - LocalQueue: the same counters, ``flavorsReservation`` / ``flavorsUsage`` with ``total``
   only (in its ClusterQueue's flavor order), condition ``Active`` (Ready "Can submit new
-  workloads to localQueue", ClusterQueueDoesNotExist, ClusterQueueIsInactive, Stopped).
+  workloads to localQueue", ClusterQueueDoesNotExist, ClusterQueueIsInactive, Stopped) and,
+  when its ClusterQueue uses Admission Fair Sharing, ``fairSharing.admissionFairSharingStatus``
+  (``consumedResources``, ``lastUpdate``: the core's ledger, rewritten after each sample).
 - Cohort objects: ``flavorsUsage`` (subtree quota, usage, borrowed), ``Active`` and, with
-  fair sharing, ``fairSharing.weightedShare``.
+  fair sharing, ``fairSharing.weightedShare``; rewritten when a ClusterQueue's status is
+  and when a Cohort object changes (a Cohort with no ClusterQueue yet gets its status too).
+
+A ClusterQueue asking for Admission Fair Sharing while pykueue's ``admission_fair_sharing``
+setting is off admits first come, first served as Kueue does then; a Warning Event
+``AdmissionFairSharingDisabled`` on it says so.
 """
 
 from __future__ import annotations
@@ -35,12 +42,12 @@ from app.controllers.context import CO, CQ, LQ, Context
 from app.controllers.errors import NotFound, from_exception
 from app.controllers.events import WARNING
 from app.controllers.statusview import ClusterQueueView, ClusterView, LocalQueueView
-from app.controllers.workloads import set_condition
-from app.core.cluster import CohortStatus, FlavorResourceStatus
+from app.controllers.workloads import rfc3339, set_condition
+from app.core.cluster import CohortStatus, FlavorResourceStatus, LocalQueueFairSharing
 from app.core.quantity import format_quantity
 from app.core.scheduler import Cluster
 from app.core.types import ClusterQueueName, CohortName, FlavorResource
-from app.wire.queues import cohort_of
+from app.wire.queues import cohort_of, consumed_resources
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +99,11 @@ def cluster_queue_status(obj: Obj, view: ClusterQueueView, now: float) -> Obj:
 
 
 def local_queue_status(obj: Obj, view: LocalQueueView, cq: ClusterQueueView | None,
-                       now: float) -> Obj:
+                       now: float, afs: LocalQueueFairSharing | None = None) -> Obj:
     """The ``status`` to write for LocalQueue ``obj`` from the core's view of it and of its
-    ClusterQueue (``cq``, None when that does not exist)."""
+    ClusterQueue (``cq``, None when that does not exist); ``afs``: its Admission Fair
+    Sharing ledger when its ClusterQueue uses it (Kueue
+    ``status.fairSharing.admissionFairSharingStatus``)."""
     resources = cq.resources if cq is not None else ()
     shown = {FlavorResource(r.flavor, r.resource) for r in resources}
     extra = tuple(FlavorResourceStatus(fr.flavor, fr.resource, 0, None, None, v, 0, 0, 0)
@@ -107,6 +116,11 @@ def local_queue_status(obj: Obj, view: LocalQueueView, cq: ClusterQueueView | No
         "flavorsUsage": _flavor_list(resources + extra, view.usage, borrowed=False),
         "conditions": _conditions(obj),
     }
+    if afs is not None:
+        status["fairSharing"] = {"admissionFairSharingStatus": {
+            "consumedResources": consumed_resources(afs.consumed),
+            "lastUpdate": rfc3339(afs.last_update if afs.last_update is not None else now),
+        }}
     holder = {"status": status, "metadata": obj.get("metadata") or {}}
     set_condition(holder, "Active", "True" if view.active else "False", view.reason,
                   view.message, now)
@@ -114,6 +128,10 @@ def local_queue_status(obj: Obj, view: LocalQueueView, cq: ClusterQueueView | No
 
 
 INT64_MAX = 2**63 - 1
+_AFS_OFF = ("spec.admissionScope.admissionMode UsageBasedAdmissionFairSharing has no effect: "
+            "Admission Fair Sharing is not enabled in pykueue's configuration "
+            "(PYKUEUE_ADMISSION_FAIR_SHARING__ENABLE, Kueue's admissionFairSharing); workloads "
+            "are admitted in plain queue order")
 
 
 def weighted_share(share: float) -> int:
@@ -177,6 +195,10 @@ class StatusWriter:
         self.dirty_cqs: set[str] = set()
         self.dirty_lqs: set[str] = set()
         self.dirty_all = True
+        # A Cohort object changed: rewrite every Cohort status even when no ClusterQueue's is.
+        self.dirty_cohorts = True
+        # Admission Fair Sharing: the ledger time last written per LocalQueue.
+        self._afs_written: dict[str, float | None] = {}
         self._task: asyncio.Task[None] | None = None
 
     # handlers
@@ -201,9 +223,28 @@ class StatusWriter:
             return
         self.dirty_all = True
 
+    def on_cohort(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        """A Cohort object changed: every queue and every Cohort status is rewritten at the
+        next flush (a new Cohort gets its status even before a ClusterQueue joins it)."""
+        if old is not None and new is not None and _same_but_status(old, new):
+            return
+        self.dirty_all = True
+        self.dirty_cohorts = True
+
+    def mark_fair_sharing(self) -> None:
+        """Mark the LocalQueues whose Admission Fair Sharing ledger was folded since their
+        status was written (a sample happens without any Workload event)."""
+        core = self.cluster
+        if core.admission_fair_sharing is None:
+            return
+        for key in core.local_queue_keys():
+            st = core.local_queue_fair_sharing(key)
+            if st is not None and self._afs_written.get(key, -1.0) != st.last_update:
+                self.dirty_lqs.add(key)
+
     @property
     def dirty(self) -> bool:
-        return self.dirty_all or bool(self.dirty_cqs or self.dirty_lqs)
+        return self.dirty_all or self.dirty_cohorts or bool(self.dirty_cqs or self.dirty_lqs)
 
     async def flush(self) -> int:
         """Write every changed queue status now; returns the number of writes."""
@@ -231,11 +272,15 @@ class StatusWriter:
             _, warn = cohort_of(obj.get("spec") or {})
             if warn:
                 ctx.recorder.emit(obj, WARNING, "DeprecatedField", warn)
+            mode = ((obj.get("spec") or {}).get("admissionScope") or {}).get("admissionMode")
+            if mode == "UsageBasedAdmissionFairSharing" and core.admission_fair_sharing is None:
+                ctx.recorder.emit(obj, WARNING, "AdmissionFairSharingDisabled", _AFS_OFF)
             status = cluster_queue_status(obj, v, now)
             if core.fair_sharing is not None and core.tree.has(name):
                 status["fairSharing"] = {"weightedShare": weighted_share(core.tree.share(name))}
             n += await self._write(CLUSTER_QUEUES, obj, status)
-        if cqs:
+        if cqs or self.dirty_cohorts:
+            self.dirty_cohorts = False
             n += await self._flush_cohorts(now)
         pending_by_cq: dict = {}
         for key in sorted(lqs):
@@ -246,8 +291,11 @@ class StatusWriter:
                 continue
             if lv.cluster_queue not in cq_views:
                 cq_views[lv.cluster_queue] = view.cluster_queue(lv.cluster_queue)
-            status = local_queue_status(obj, lv, cq_views[lv.cluster_queue], now)
+            afs = core.local_queue_fair_sharing(key)
+            status = local_queue_status(obj, lv, cq_views[lv.cluster_queue], now, afs)
             n += await self._write(LOCAL_QUEUES, obj, status)
+            if afs is not None:
+                self._afs_written[key] = afs.last_update
         return n
 
     async def _flush_cohorts(self, now: float) -> int:
@@ -287,6 +335,7 @@ class StatusWriter:
             if not self.ctx.may_write:
                 self.dirty_all = True
                 continue
+            self.mark_fair_sharing()
             if not self.dirty:
                 continue
             try:

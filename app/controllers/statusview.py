@@ -2,8 +2,9 @@
 
 ``ClusterView(cluster)`` turns the live ``app.core.scheduler.Cluster`` (the reconciler's
 ``Manager.cluster``, exposed to the HTTP side as ``app.state.cluster``) into plain frozen
-records: ClusterQueues with quota and usage per flavor-resource, pending Workloads in
-admission order with their positions, LocalQueues, one Workload. Both ``app.api.status``
+records: ClusterQueues with quota and usage per flavor-resource, cohorts (subtree quota,
+usage, borrowed, members, parent, weighted share), pending Workloads in admission order with
+their positions, LocalQueues, one Workload. Both ``app.api.status``
 and ``app.controllers.metrics`` read through it, so the API and ``/metrics`` always agree.
 
 Rules: what is shown follows Kueue v1beta2 status (reference 5.2, 5.3): ``pending`` = queued
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from app.core.cluster import (
     ClusterQueueStatus,
     ClusterState,
+    CohortStatus,
     FlavorResourceStatus,
     PendingWorkloadInfo,
     WorkloadInfo,
@@ -38,7 +40,7 @@ from app.core.decisions import QuotaShortfall
 from app.core.eta import Eta, EtaBoard
 from app.core.scheduler import Cluster
 from app.core.spec import LocalQueue, StopPolicy
-from app.core.types import ClusterQueueName, FlavorResource, WorkloadKey
+from app.core.types import ClusterQueueName, CohortName, FlavorResource, WorkloadKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,30 @@ class ClusterQueueView:
     @property
     def resources(self) -> tuple[FlavorResourceStatus, ...]:
         return self.status.resources
+
+
+@dataclass(frozen=True, slots=True)
+class CohortView:
+    """A cohort of the tree (a Cohort object, or implicit: named only by ClusterQueues).
+
+    ``status``: the core's (``parent``, ``active`` with ``reason`` / ``message``, every
+    ClusterQueue of its subtree, per flavor-resource its own ``nominal``, ``subtree_quota``,
+    subtree ``usage`` and what the subtree ``borrowed`` from its parent); ``limits``: per
+    flavor-resource its ``(borrowingLimit, lendingLimit)`` toward the parent (None: unset);
+    ``child_cohorts`` / ``cluster_queues``: its direct members; ``weight_milli``:
+    ``fairSharing.weight`` in milli-units; ``weighted_share``: its dominant resource share
+    when fair sharing is enabled (None otherwise; infinite for weight 0 while borrowing)."""
+
+    status: CohortStatus
+    limits: Mapping[FlavorResource, tuple[int | None, int | None]]
+    child_cohorts: tuple[CohortName, ...]
+    cluster_queues: tuple[ClusterQueueName, ...]
+    weight_milli: int
+    weighted_share: float | None
+
+    @property
+    def name(self) -> CohortName:
+        return self.status.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +229,35 @@ class ClusterView:
             if v is not None:
                 out.append(v)
         return out
+
+    # ---- cohorts -------------------------------------------------------------------------
+    def cohort_names(self) -> list[CohortName]:
+        """Every cohort (Cohort objects and cohorts named by ClusterQueues), sorted."""
+        return self.cluster.cohort_names()
+
+    def cohort(self, name: CohortName) -> CohortView | None:
+        """One cohort (None when neither a Cohort object nor a ClusterQueue names it)."""
+        c = self.cluster
+        st = c.cohort_status(name)
+        if st is None:
+            return None
+        tree = c.tree
+        limits: dict[FlavorResource, tuple[int | None, int | None]] = {}
+        for r in st.resources:
+            fr = FlavorResource(r.flavor, r.resource)
+            q = tree.cohort_quota(name, fr)
+            limits[fr] = (None, None) if q is None else (q.borrowing_limit, q.lending_limit)
+        cohorts, cqs = tree.cohort_children(name)
+        spec = c.cohort_spec(name)
+        weight = spec.fair_weight_milli if spec is not None else tree.cohort_weight(name)
+        share = None
+        if isinstance(c, Cluster) and c.fair_sharing is not None and tree.has_cohort(name):
+            share = tree.cohort_share(name)
+        return CohortView(st, limits, cohorts, cqs, weight, share)
+
+    def cohorts(self) -> list[CohortView]:
+        """Every cohort, sorted by name."""
+        return [v for n in self.cohort_names() if (v := self.cohort(n)) is not None]
 
     # ---- pending Workloads ---------------------------------------------------------------
     def pending(self, name: ClusterQueueName) -> list[PendingWorkloadInfo] | None:

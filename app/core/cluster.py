@@ -23,6 +23,19 @@ Anything that frees or adds capacity (finish, delete, eviction finished, forget,
 ClusterQueue / flavor / namespace / LocalQueue change) returns the parked (inadmissible)
 Workloads of the affected cohort to their queues at the start of the next cycle.
 
+Admission Fair Sharing (``AdmissionFairSharing`` given to the constructor, ClusterQueues with
+``admission_mode`` UsageBasedAdmissionFairSharing; Kueue ``pkg/cache/queue/afs``,
+``pkg/controller/core/localqueue_controller.go``): per LocalQueue of such a ClusterQueue a
+ledger of consumed resources (per resource name, in the core's units, floats) and the time
+it was last folded. At the start of a cycle every ledger whose last fold is a sampling
+interval old is folded with the usage its LocalQueue holds now (``consumed = consumed x (1
+- a) + held x a``, ``a = 1 - 0.5^(elapsed / half-life)``; a half-life of 0 resets it); an
+admission folds its LocalQueue's ledger the same way and adds the entry penalty (its usage x
+``1 - 0.5^(sampling / half-life)``), which ``forget`` takes back. The queue orders by the
+LocalQueue's ``Σ resource weight x consumed (Kubernetes units) / LocalQueue weight``.
+Kueue keeps the entry penalty apart until the admission is written and folds it then; the
+core folds it at once (its admission writes are confirmed or forgotten within a cycle).
+
 Versions: every change that can alter a nomination in a cohort (usage: assume, forget,
 finish, delete, evict, cancel_eviction, finish_eviction, an admitted Workload's update or
 rebuild; config: its ClusterQueues' add / update / delete) gives that cohort (or the
@@ -35,13 +48,17 @@ candidates).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from app.core.decisions import Pending, PendingReason, QuotaShortfall
+from app.core.quantity import is_milli
 from app.core.queues import PendingQueue
 from app.core.quota import QuotaTree, quotas_of
 from app.core.spec import (
+    AdmissionFairSharing,
+    AdmissionMode,
     ClusterQueueSpec,
     CohortSpec,
     ConfigProblem,
@@ -89,6 +106,8 @@ class _Record:
     # Scheduler cache: the nomination shape of ``shape_of`` (= ``wl.pod_sets`` when valid).
     shape: tuple[object, ...] = ()
     shape_of: tuple[object, ...] | None = None
+    # Admission Fair Sharing: the entry penalty its assumption added (``forget`` removes it).
+    afs_penalty: dict[ResourceName, float] | None = None
 
     @property
     def lq_key(self) -> str:
@@ -108,6 +127,31 @@ class _ClusterQueue:
     @property
     def active(self) -> bool:
         return self.problem is None
+
+
+@dataclass
+class _LqLedger:
+    """Admission Fair Sharing ledger of one LocalQueue: decayed consumed resources (core
+    units: milli-CPU, bytes, counts; floats) and when they were last folded (None: seeded
+    from the LocalQueue's status, stamped at the next cycle)."""
+
+    consumed: dict[ResourceName, float] = field(default_factory=dict)
+    last: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LocalQueueFairSharing:
+    """A LocalQueue's Admission Fair Sharing state (Kueue LocalQueue
+    ``status.fairSharing.admissionFairSharingStatus``): ``consumed`` per resource in the
+    core's units (milli-CPU, bytes, counts; decayed, so fractional), ``last_update`` (seconds;
+    None before its first fold) and ``usage``, the value its ClusterQueue orders by (lower
+    first; infinite for weight 0)."""
+
+    key: str
+    cluster_queue: ClusterQueueName
+    consumed: Mapping[ResourceName, float]
+    last_update: float | None
+    usage: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +261,18 @@ class ClusterState:
     """State and mutations of the core; see the module docstring. Methods never raise for
     unknown names: they return False (or None) so a watch replay cannot crash the core."""
 
-    def __init__(self) -> None:
+    def __init__(self, admission_fair_sharing: AdmissionFairSharing | None = None) -> None:
+        # Kueue Configuration admissionFairSharing (None: off; see the module docstring):
+        # the ClusterQueues using it, each LocalQueue's ledger, the usage its admitted
+        # Workloads hold per resource (LocalQueues of those ClusterQueues only), the ordering
+        # value per LocalQueue (dropped when its ledger or weight changes) and the time of
+        # the next due fold.
+        self.admission_fair_sharing = admission_fair_sharing
+        self._afs_cqs: set[ClusterQueueName] = set()
+        self._afs_ledgers: dict[str, _LqLedger] = {}
+        self._afs_held: dict[str, dict[ResourceName, int]] = {}
+        self._afs_values: dict[str, float] = {}
+        self._afs_next: float | None = None
         self.tree = QuotaTree()
         self._flavors: dict[FlavorName, ResourceFlavor] = {}
         self._cqs: dict[ClusterQueueName, _ClusterQueue] = {}
@@ -315,6 +370,7 @@ class ClusterState:
         else:
             self._draining_cqs.discard(name)
         self._scopes.clear()
+        self._set_fair_sharing(cq)
         if old is None:
             for key in self._admitted_by_cq.get(name, {}):
                 self.tree.add_usage(name, self._wls[key].usage)
@@ -331,6 +387,9 @@ class ClusterState:
         self._mark_cohort(name)
         cq = self._cqs.pop(name)
         self._min_runtime_cqs.discard(name)
+        if name in self._afs_cqs:
+            self._afs_cqs.discard(name)
+            self._afs_rebuild_held()
         self._draining_cqs.discard(name)
         self.tree.remove_cluster_queue(name)
         self._scopes.clear()
@@ -424,8 +483,15 @@ class ClusterState:
 
     # ---- LocalQueues and namespaces ------------------------------------------------------------
     def add_local_queue(self, lq: LocalQueue) -> None:
-        """Add or replace a LocalQueue; its pending Workloads are (re)routed."""
+        """Add or replace a LocalQueue; its pending Workloads are (re)routed. The same
+        LocalQueue again (a status-only update) changes nothing."""
+        old = self._lqs.get(lq.key)
+        if old == lq:
+            return
         self._lqs[lq.key] = lq
+        self._afs_values.pop(lq.key, None)
+        if self._afs_cqs and (old is None or old.cluster_queue != lq.cluster_queue):
+            self._afs_rebuild_held()
         if lq.stop_policy == StopPolicy.HOLD_AND_DRAIN:
             self._draining_lqs.add(lq.key)
         else:
@@ -439,6 +505,11 @@ class ClusterState:
         """Remove LocalQueue ``namespace/name``; its pending Workloads wait for it."""
         if self._lqs.pop(key, None) is None:
             return False
+        # Kueue drops a deleted LocalQueue's fair sharing history.
+        self._afs_ledgers.pop(key, None)
+        self._afs_values.pop(key, None)
+        if self._afs_cqs:
+            self._afs_rebuild_held()
         self._draining_lqs.discard(key)
         self._bump_all()
         self._reroute_lq(key)
@@ -550,8 +621,13 @@ class ClusterState:
         self._unqueue(rec)
         rec.before_assume = rec.wl
         rec.wl = replace(rec.wl, admission=admission, quota_reserved_at=now, evicted_at=None)
+        afs = admission.cluster_queue in self._afs_cqs
+        if afs:
+            self._afs_fold(rec.lq_key, now)  # the usage held until now, before this one
         self._hold(rec, admission)
         rec.assumed = True
+        if afs:
+            self._afs_penalize(rec)
         return True
 
     def forget(self, key: WorkloadKey) -> bool:
@@ -559,6 +635,13 @@ class ClusterState:
         rec = self._wls.get(key)
         if rec is None or not rec.assumed:
             return False
+        if rec.afs_penalty:
+            ledger = self._afs_ledgers.get(rec.lq_key)
+            if ledger is not None:
+                for r, v in rec.afs_penalty.items():
+                    ledger.consumed[r] = max(0.0, ledger.consumed.get(r, 0.0) - v)
+                self._afs_values.pop(rec.lq_key, None)
+        rec.afs_penalty = None
         self._release(rec)
         rec.wl = rec.before_assume or replace(rec.wl, admission=None, quota_reserved_at=None)
         rec.assumed, rec.before_assume = False, None
@@ -620,6 +703,150 @@ class ClusterState:
         self._route(rec)
         return True
 
+    # ---- Admission Fair Sharing ----------------------------------------------------------------
+    def _set_fair_sharing(self, cq: _ClusterQueue) -> None:
+        """Turn Admission Fair Sharing on or off for ``cq`` after a spec change."""
+        name = cq.spec.name
+        on = (self.admission_fair_sharing is not None
+              and cq.spec.admission_mode == AdmissionMode.USAGE_BASED)
+        if on == (name in self._afs_cqs):
+            return
+        if on:
+            self._afs_cqs.add(name)
+        else:
+            self._afs_cqs.discard(name)
+        q = cq.queue
+        lq_of = {k: self._wls[k].lq_key for k in (*q.active(), *q.parked())}
+        q.set_fair_sharing(self._afs_value if on else None, lq_of)
+        self._afs_rebuild_held()
+        self._afs_next = 0.0  # stamp the new ledgers at the next cycle
+
+    def _afs_rebuild_held(self) -> None:
+        """Recount the usage held per LocalQueue of the fair-sharing ClusterQueues."""
+        self._afs_held = {}
+        for cq in self._afs_cqs:
+            for key in self._admitted_by_cq.get(cq, {}):
+                self._afs_add_held(self._wls[key], 1)
+
+    def _afs_add_held(self, rec: _Record, sign: int) -> None:
+        held = self._afs_held.setdefault(rec.lq_key, {})
+        for fr, v in rec.usage.items():
+            held[fr.resource] = held.get(fr.resource, 0) + sign * v
+
+    def _afs_fold(self, lq: str, now: float) -> None:
+        """Fold LocalQueue ``lq``'s ledger with the usage it holds, up to ``now``."""
+        cfg = self.admission_fair_sharing
+        assert cfg is not None
+        ledger = self._afs_ledgers.get(lq)
+        if ledger is None:
+            ledger = self._afs_ledgers[lq] = _LqLedger(last=now)
+        if ledger.last is None:
+            ledger.last = now
+            return
+        elapsed = now - ledger.last
+        if elapsed <= 0:
+            return
+        if cfg.half_life_s == 0:
+            ledger.consumed = {}  # Kueue: a half-life of 0 keeps no history
+        else:
+            a = cfg.alpha(elapsed)
+            held = self._afs_held.get(lq, {})
+            ledger.consumed = {r: ledger.consumed.get(r, 0.0) * (1 - a) + held.get(r, 0) * a
+                               for r in {*ledger.consumed, *held}}
+        ledger.last = now
+        self._afs_values.pop(lq, None)
+
+    def _afs_penalize(self, rec: _Record) -> None:
+        """Add the entry penalty of just-assumed ``rec`` to its LocalQueue's ledger."""
+        cfg = self.admission_fair_sharing
+        assert cfg is not None
+        a = cfg.alpha(cfg.sampling_s)
+        if a == 0:
+            return
+        penalty: dict[ResourceName, float] = {}
+        for fr, v in rec.usage.items():
+            penalty[fr.resource] = penalty.get(fr.resource, 0.0) + v * a
+        ledger = self._afs_ledgers[rec.lq_key]
+        for r, v in penalty.items():
+            ledger.consumed[r] = ledger.consumed.get(r, 0.0) + v
+        rec.afs_penalty = penalty
+        self._afs_values.pop(rec.lq_key, None)
+
+    def _afs_sample(self, now: float) -> None:
+        """Fold every LocalQueue ledger of a fair-sharing ClusterQueue whose last fold is a
+        sampling interval old (Kueue's LocalQueue reconciler, every
+        ``usageSamplingInterval``); cost O(those LocalQueues), only when one is due."""
+        cfg = self.admission_fair_sharing
+        if cfg is None or not self._afs_cqs or (self._afs_next is not None
+                                                 and now < self._afs_next):
+            return
+        nxt: float | None = None
+        for key, lq in self._lqs.items():
+            if lq.cluster_queue not in self._afs_cqs:
+                continue
+            ledger = self._afs_ledgers.get(key)
+            if ledger is None or ledger.last is None or now - ledger.last >= cfg.sampling_s:
+                self._afs_fold(key, now)
+                ledger = self._afs_ledgers[key]
+            due = (ledger.last or now) + cfg.sampling_s
+            nxt = due if nxt is None else min(nxt, due)
+        self._afs_next = nxt
+
+    def _afs_wakeup(self) -> float | None:
+        """When the next fold is due, if one can change a ledger other than by the decay
+        every LocalQueue shares (some LocalQueue holds usage), else None."""
+        if self._afs_next is None or not any(
+                v for held in self._afs_held.values() for v in held.values()):
+            return None
+        return self._afs_next
+
+    def _afs_value(self, lq: str) -> float:
+        """What a fair-sharing ClusterQueue orders LocalQueue ``lq`` by (Kueue
+        ``CalculateUsage``): ``Σ weight(resource) x consumed`` in Kubernetes units (cores,
+        bytes, counts) divided by the LocalQueue's weight; infinite for weight 0."""
+        v = self._afs_values.get(lq)
+        if v is not None:
+            return v
+        cfg = self.admission_fair_sharing
+        ledger = self._afs_ledgers.get(lq)
+        total = 0.0
+        if cfg is not None and ledger is not None:
+            weights = cfg.resource_weights
+            for r in sorted(ledger.consumed):
+                amount = ledger.consumed[r] / 1000 if is_milli(r) else ledger.consumed[r]
+                total += weights.get(r, 1.0) * amount
+        spec = self._lqs.get(lq)
+        w = (spec.fair_weight_milli if spec is not None else 1000) / 1000
+        v = math.inf if w <= 0 else total / w
+        self._afs_values[lq] = v
+        return v
+
+    def seed_local_queue_usage(self, key: str, consumed: Mapping[ResourceName, float]) -> bool:
+        """Start LocalQueue ``key``'s Admission Fair Sharing ledger from its persisted status
+        (``status.fairSharing.admissionFairSharingStatus.consumedResources``, in the core's
+        units) when the core has none yet, as Kueue seeds it after a restart; False when a
+        ledger exists (the core's own history wins)."""
+        if key in self._afs_ledgers:
+            return False
+        self._afs_ledgers[key] = _LqLedger({r: float(v) for r, v in consumed.items()}, None)
+        self._afs_values.pop(key, None)
+        self._afs_next = 0.0
+        return True
+
+    def local_queue_fair_sharing(self, key: str) -> LocalQueueFairSharing | None:
+        """Admission Fair Sharing state of LocalQueue ``key`` (None unless its ClusterQueue
+        uses it)."""
+        lq = self._lqs.get(key)
+        if lq is None or lq.cluster_queue not in self._afs_cqs:
+            return None
+        ledger = self._afs_ledgers.get(key) or _LqLedger()
+        return LocalQueueFairSharing(key, lq.cluster_queue, dict(ledger.consumed), ledger.last,
+                                     self._afs_value(key))
+
+    def uses_admission_fair_sharing(self, name: ClusterQueueName) -> bool:
+        """True when ClusterQueue ``name`` orders its Workloads by LocalQueue usage."""
+        return name in self._afs_cqs
+
     # ---- versions ------------------------------------------------------------------------------
     def _scope(self, name: ClusterQueueName) -> tuple[str, str]:
         """The version scope of a ClusterQueue in the tree: its cohort, or itself (memoized
@@ -662,6 +889,8 @@ class ClusterState:
         rec.usage = admission_usage(admission)
         rec.last, rec.shortfalls = None, ()
         self._admitted_by_cq.setdefault(rec.cq, {})[rec.wl.key] = None
+        if rec.cq in self._afs_cqs:
+            self._afs_add_held(rec, 1)
         if self.tree.has(rec.cq):
             self.tree.add_usage(rec.cq, rec.usage)
             self._bump(rec.cq)
@@ -673,6 +902,9 @@ class ClusterState:
         members.pop(rec.wl.key, None)
         if not members:
             self._admitted_by_cq.pop(cq, None)
+        if cq in self._afs_cqs:
+            self._afs_add_held(rec, -1)
+        rec.afs_penalty = None
         if self.tree.has(cq):
             self.tree.remove_usage(cq, rec.usage)
             self._mark_cohort(cq)
@@ -778,6 +1010,9 @@ class ClusterState:
         Parked Workloads return to the heap (the copy re-evaluates them). Domain objects
         are immutable, so they are shared, not copied. Cost O(Workloads of ``names``)."""
         out = type(self)()
+        out.admission_fair_sharing = self.admission_fair_sharing
+        out._afs_ledgers = {k: _LqLedger(dict(v.consumed), v.last)
+                            for k, v in self._afs_ledgers.items()}
         wanted = [n for n in names if n in self._cqs]
         out._flavors = dict(self._flavors)
         out._namespaces = {k: dict(v) for k, v in self._namespaces.items()}

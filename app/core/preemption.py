@@ -19,8 +19,9 @@ Rules (Kueue ``pkg/scheduler/preemption``, reference 3.7):
   candidate, or borrowWithinCohort is Never and the ClusterQueue is not under nominal on
   every resource needing preemption; only "no" when borrowWithinCohort is Never (and it is
   under nominal); else "yes" then "no".
-- Candidate order: already being evicted first, other ClusterQueues before the own, lower
-  priority, most recently admitted, uid, key.
+- Candidate order: already being evicted first, other ClusterQueues before the own, (with
+  Admission Fair Sharing in the preemptor's ClusterQueue: its Workloads from the LocalQueue
+  with the higher usage first), lower priority, most recently admitted, uid, key.
 - Fewest victims: remove candidates in that order until the preemptor fits, then walk the
   chosen ones backwards (all but the last) and put back each one whose return still lets it
   fit. The result is minimal: no victim can be spared (acceptance KQ-14, KQ-15).
@@ -72,6 +73,9 @@ class Candidate:
     order_time: float
     usage: Mapping[FlavorResource, int]
     evicting: bool = False
+    # Admission Fair Sharing usage of its LocalQueue (only for candidates of the preemptor's
+    # own ClusterQueue when that uses it; else 0).
+    lq_usage: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +106,12 @@ class Targets:
 
 
 def candidate_order(c: Candidate, preemptor_cq: ClusterQueueName) -> tuple[object, ...]:
-    """Kueue's CandidatesOrdering as a sort key (smaller = evicted first)."""
+    """Kueue's CandidatesOrdering as a sort key (smaller = evicted first); Admission Fair
+    Sharing's rule (higher LocalQueue usage first) for the preemptor's own ClusterQueue."""
     return (
         not c.evicting,
         c.cluster_queue == preemptor_cq,
+        -c.lq_usage,
         c.priority,
         -c.reserved_at,
         c.uid,

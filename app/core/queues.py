@@ -11,6 +11,14 @@ Rules (Kueue ``pkg/cache/queue``, reference 3.2 and 3.3):
   and the next Workload becomes the head.
 - StrictFIFO: a head that does not fit stays the head and blocks the queue; only a
   namespace mismatch parks it.
+- Admission Fair Sharing (Kueue ``admissionScope: UsageBasedAdmissionFairSharing``,
+  ``pkg/cache/queue/cluster_queue.go`` ``queueOrderingFunc``): the queue is given
+  ``usage_of(local queue key) -> float`` and orders by (that LocalQueue's usage, the key
+  above): lower usage first. All Workloads of one LocalQueue share its usage, so each
+  LocalQueue keeps a heap of its own and the head is the best of the LocalQueues' heads
+  (O(LocalQueues) per ``head``); usage can change between calls (every admission, every
+  sample) without re-sorting anything. The sticky preemptor still comes first (Kueue puts
+  the usage before it: see docs/fair-sharing.md).
 - Parked Workloads return to the heap on ``unpark`` (the cluster calls it when capacity
   changes in the cohort: a Workload finishes, is deleted or evicted, a queue or flavor
   changes; which ones return is the scheduler's choice, app.core.scheduler).
@@ -21,7 +29,7 @@ Cost: ``push``/``remove``/``head``/``unpark`` are O(log n) amortised (lazy delet
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from app.core.types import WorkloadKey
 from app.core.workload import Workload
@@ -42,6 +50,28 @@ class PendingQueue:
         self._active: dict[WorkloadKey, SortKey] = {}
         self._parked: dict[WorkloadKey, SortKey] = {}
         self.sticky: WorkloadKey | None = None
+        # Admission Fair Sharing (None: off): usage of a LocalQueue key, each pending
+        # Workload's LocalQueue and one heap per LocalQueue (lazy deletion as ``_heap``).
+        self.usage_of: Callable[[str], float] | None = None
+        self._lq_of: dict[WorkloadKey, str] = {}
+        self._lq_heaps: dict[str, list[SortKey]] = {}
+
+    def set_fair_sharing(self, usage_of: Callable[[str], float] | None,
+                         lq_of: Mapping[WorkloadKey, str]) -> None:
+        """Order by LocalQueue usage (``usage_of``), or not (None). ``lq_of``: the LocalQueue
+        key of every Workload in the queue (active and parked)."""
+        self.usage_of = usage_of
+        self._lq_of, self._lq_heaps = {}, {}
+        if usage_of is None:
+            return
+        self._lq_of = {k: lq_of[k] for k in (*self._active, *self._parked)}
+        for k, sk in self._active.items():
+            self._lq_heaps.setdefault(self._lq_of[k], []).append(sk)
+        for h in self._lq_heaps.values():
+            heapq.heapify(h)
+
+    def _lq_push(self, sk: SortKey) -> None:
+        heapq.heappush(self._lq_heaps.setdefault(self._lq_of[sk[3]], []), sk)
 
     def __len__(self) -> int:
         return len(self._active) + len(self._parked)
@@ -62,15 +92,24 @@ class PendingQueue:
         """Insert or re-order ``wl`` in the heap (un-parking it if parked)."""
         k = sort_key(wl)
         self._parked.pop(wl.key, None)
+        if self.usage_of is not None:
+            lq = f"{wl.namespace}/{wl.queue_name}"
+            if self._lq_of.get(wl.key) != lq:
+                self._lq_of[wl.key] = lq
+                self._active.pop(wl.key, None)  # its entry in the old LocalQueue's heap is stale
         if self._active.get(wl.key) == k:
             return
         self._active[wl.key] = k
         heapq.heappush(self._heap, k)
+        if self.usage_of is not None:
+            self._lq_push(k)
         self._maybe_compact()
 
     def park(self, wl: Workload) -> None:
         """Move ``wl`` to the inadmissible set (kept in queue order for the status view)."""
         key = wl.key
+        if self.usage_of is not None:
+            self._lq_of.setdefault(key, f"{wl.namespace}/{wl.queue_name}")
         sk = self._active.pop(key, None)
         self._parked[key] = sort_key(wl) if sk is None else sk
         if self.sticky == wl.key:
@@ -82,6 +121,8 @@ class PendingQueue:
             self.sticky = None
         found = self._active.pop(key, None) is not None
         found = self._parked.pop(key, None) is not None or found
+        if self.usage_of is not None:
+            self._lq_of.pop(key, None)
         return found
 
     def head(self) -> WorkloadKey | None:
@@ -89,6 +130,8 @@ class PendingQueue:
         if self.sticky is not None and self.sticky in self._active:
             return self.sticky
         self.sticky = None
+        if self.usage_of is not None:
+            return self._fair_head(self.usage_of)
         heap = self._heap
         while heap:
             k = heap[0]
@@ -97,6 +140,23 @@ class PendingQueue:
             heapq.heappop(heap)
         return None
 
+    def _fair_head(self, usage_of: Callable[[str], float]) -> WorkloadKey | None:
+        """The head under Admission Fair Sharing: min over LocalQueues of (usage, its head's
+        key)."""
+        best: tuple[float, SortKey] | None = None
+        active, lq_of = self._active, self._lq_of
+        for lq in list(self._lq_heaps):
+            heap = self._lq_heaps[lq]
+            while heap and (active.get(heap[0][3]) != heap[0] or lq_of.get(heap[0][3]) != lq):
+                heapq.heappop(heap)
+            if not heap:
+                del self._lq_heaps[lq]
+                continue
+            cand = (usage_of(lq), heap[0])
+            if best is None or cand < best:
+                best = cand
+        return None if best is None else best[1][3]
+
     def unpark(self, key: WorkloadKey) -> bool:
         """Move one parked Workload back to the heap; False when ``key`` is not parked."""
         sk = self._parked.pop(key, None)
@@ -104,6 +164,8 @@ class PendingQueue:
             return False
         self._active[key] = sk
         heapq.heappush(self._heap, sk)
+        if self.usage_of is not None:
+            self._lq_push(sk)
         self._maybe_compact()
         return True
 
@@ -125,7 +187,12 @@ class PendingQueue:
         status API match the order the scheduler admits in."""
         items = [(k, False) for k in self._active.values()]
         items += [(k, True) for k in self._parked.values()]
-        items.sort()
+        usage_of = self.usage_of
+        if usage_of is None:
+            items.sort()
+        else:
+            usage = {lq: usage_of(lq) for lq in set(self._lq_of.values())}
+            items.sort(key=lambda it: (usage[self._lq_of[it[0][3]]], it))
         out = [(k[3], parked) for k, parked in items]
         if self.sticky is not None and self.sticky in self._active:
             out.remove((self.sticky, False))
@@ -136,3 +203,5 @@ class PendingQueue:
         if len(self._heap) > 64 and len(self._heap) > 2 * len(self._active):
             self._heap = [k for k in self._heap if self._active.get(k[3]) == k]
             heapq.heapify(self._heap)
+            if self.usage_of is not None:
+                self.set_fair_sharing(self.usage_of, self._lq_of)

@@ -360,6 +360,22 @@ class QuotaTree:
         node = self._cohorts.get(name)
         return None if node is None or node.parent is None else CohortName(node.parent.name)
 
+    def cohort_children(
+        self, name: CohortName,
+    ) -> tuple[tuple[CohortName, ...], tuple[ClusterQueueName, ...]]:
+        """(child cohorts, ClusterQueues directly in cohort ``name``), each in the order
+        they joined; empty for an unknown cohort."""
+        node = self._cohorts.get(name)
+        if node is None:
+            return (), ()
+        return (tuple(CohortName(n) for n in node.child_cohorts),
+                tuple(ClusterQueueName(n) for n in node.children))
+
+    def cohort_weight(self, name: CohortName) -> int:
+        """``fairSharing.weight`` of cohort ``name`` in milli-units (1000 when unknown)."""
+        node = self._cohorts.get(name)
+        return 1000 if node is None else node.weight_milli
+
     def cohort_quota(self, name: CohortName, fr: FlavorResource) -> Quota | None:
         """The quota a Cohort object declares for ``fr`` (None: undeclared)."""
         node = self._cohorts.get(name)

@@ -98,6 +98,7 @@ from app.core.preemption import (
     find_targets,
 )
 from app.core.spec import (
+    AdmissionFairSharing,
     ClusterQueueSpec,
     FairSharing,
     QueueingStrategy,
@@ -150,8 +151,11 @@ _NominationKey: TypeAlias = tuple[int, float | None, tuple[object, ...]]
 class Cluster(ClusterState):
     """The admission core: ``ClusterState`` plus ``schedule(now)``. See the module docstring."""
 
-    def __init__(self, fair_sharing: FairSharing | None = None) -> None:
-        super().__init__()
+    def __init__(self, fair_sharing: FairSharing | None = None,
+                 admission_fair_sharing: AdmissionFairSharing | None = None) -> None:
+        # admission_fair_sharing: Kueue Configuration admissionFairSharing (None: off), used
+        # by ClusterQueues whose admissionScope asks for it (app.core.cluster).
+        super().__init__(admission_fair_sharing)
         # Kueue Configuration fairSharing: None = classical ordering and preemption.
         self.fair_sharing = fair_sharing
         # Bounded preemption (pykueue annotations, see ``ClusterQueueSpec``): the time of the
@@ -181,6 +185,8 @@ class Cluster(ClusterState):
         """
         out: list[Decision] = []
         self._now = now
+        if self._afs_cqs:
+            self._afs_sample(now)
         if self._wake_at is not None and now >= self._wake_at:
             self._wake_at = None
             self._no_borrow_until = {k: v for k, v in self._no_borrow_until.items() if v > now}
@@ -254,9 +260,13 @@ class Cluster(ClusterState):
 
     # ---- bounded preemption ------------------------------------------------------------------
     def next_wakeup(self) -> float | None:
-        """When a minimum runtime or a reclaim backoff that held a decision back expires
-        (seconds), or None: a driver that only runs cycles on events must run one then."""
-        return self._wake_at
+        """When a minimum runtime or a reclaim backoff that held a decision back expires, or
+        an Admission Fair Sharing sample is due (seconds), or None: a driver that only runs
+        cycles on events must run one then."""
+        afs = self._afs_wakeup() if self._afs_cqs else None
+        if afs is None or (self._wake_at is not None and self._wake_at <= afs):
+            return self._wake_at
+        return afs
 
     def _wake(self, at: float) -> None:
         if self._wake_at is None or at < self._wake_at:
@@ -352,9 +362,18 @@ class Cluster(ClusterState):
                 for k in keys:
                     q.unpark(k)
                 continue
-            classes: dict[_NominationKey, list[WorkloadKey]] = {}
-            for k in keys:
-                classes.setdefault(self._nomination_key(self._wls[k], spec), []).append(k)
+            # Under Admission Fair Sharing the LocalQueue orders the queue: each LocalQueue
+            # gets its own representative, or one queue's parked class-mates would wait
+            # behind another queue's.
+            classes: dict[object, list[WorkloadKey]] = {}
+            if name in self._afs_cqs:
+                for k in keys:
+                    rec = self._wls[k]
+                    classes.setdefault((rec.lq_key, self._nomination_key(rec, spec)),
+                                       []).append(k)
+            else:
+                for k in keys:
+                    classes.setdefault(self._nomination_key(self._wls[k], spec), []).append(k)
             followers: dict[WorkloadKey, list[WorkloadKey]] = {}
             order = q.parked_order
             for members in classes.values():
@@ -421,6 +440,7 @@ class Cluster(ClusterState):
         out = []
         for cq, below in cqs:
             mr = self._cqs[cq].spec.min_runtime_s if protect and cq != name else None
+            afs = cq == name and cq in self._afs_cqs
             for key in self._admitted_by_cq.get(cq, {}):
                 rec = self._wls[key]
                 wl = rec.wl
@@ -442,6 +462,7 @@ class Cluster(ClusterState):
                         wl.creation,
                         rec.usage,
                         rec.evicting,
+                        self._afs_value(rec.lq_key) if afs else 0.0,
                     )
                 )
         return out

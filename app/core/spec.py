@@ -66,6 +66,15 @@ class FungibilityPreference(StrEnum):
     PREEMPTION_OVER_BORROWING = "PreemptionOverBorrowing"
 
 
+class AdmissionMode(StrEnum):
+    """ClusterQueue ``spec.admissionScope.admissionMode`` (Kueue v1beta2 ``AdmissionScope``):
+    UsageBasedAdmissionFairSharing orders the ClusterQueue's Workloads by their LocalQueues'
+    recent usage (``AdmissionFairSharing``); unset means NoAdmissionFairSharing."""
+
+    USAGE_BASED = "UsageBasedAdmissionFairSharing"
+    NONE = "NoAdmissionFairSharing"
+
+
 class StopPolicy(StrEnum):
     """ClusterQueue ``spec.stopPolicy``: anything but None makes the ClusterQueue inactive."""
 
@@ -235,6 +244,9 @@ class ClusterQueueSpec:
     # fair-sharing preemption took Workloads of this queue, it does not borrow for this long.
     min_runtime_s: float | None = None
     reclaim_backoff_s: float | None = None
+    # spec.admissionScope.admissionMode: Admission Fair Sharing between its LocalQueues when
+    # UsageBasedAdmissionFairSharing and the core has an ``AdmissionFairSharing`` config.
+    admission_mode: AdmissionMode = AdmissionMode.NONE
 
     @cached_property
     def _group_index(self) -> dict[ResourceName, int]:
@@ -283,6 +295,46 @@ class FairSharing:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class AdmissionFairSharing:
+    """Kueue Configuration ``admissionFairSharing`` (Kueue v1beta2 ``AdmissionFairSharing``,
+    reference 1.10 and 3.8; ``pkg/util/admissionfairsharing``): in a ClusterQueue with
+    ``admissionScope.admissionMode: UsageBasedAdmissionFairSharing`` each LocalQueue's
+    consumed resources are an exponentially decayed average of what its admitted Workloads
+    hold, and the LocalQueue with the lowest ``Σ resource weight x consumed / LocalQueue
+    weight`` goes first.
+
+    ``half_life_s``: ``usageHalfLifeTime`` in seconds (>= 0; 0: no history, usage is reset
+    at every sample and admissions add no entry penalty); ``sampling_s``:
+    ``usageSamplingInterval`` (> 0, Kueue default 5 minutes): how often the consumed
+    resources are folded with the current usage, each fold weighing the current usage by
+    ``1 - 0.5^(elapsed / half_life)``; each admission adds at once an entry penalty of its
+    usage times ``1 - 0.5^(sampling / half_life)``, so a flood of Workloads cannot all pass
+    before the next sample. ``resource_weights``: per resource name (default 1), applied to
+    amounts in Kubernetes units (cores, bytes, counts)."""
+
+    half_life_s: float
+    sampling_s: float = 300.0
+    resource_weights: Mapping[ResourceName, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.half_life_s >= 0:
+            raise ValueError("admissionFairSharing.usageHalfLifeTime must not be negative")
+        if not self.sampling_s > 0:
+            raise ValueError("admissionFairSharing.usageSamplingInterval must be greater than 0")
+        for r, w in self.resource_weights.items():
+            if not w >= 0:
+                raise ValueError(f"admissionFairSharing.resourceWeights[{r}] must not be "
+                                 "negative")
+
+    def alpha(self, elapsed_s: float) -> float:
+        """Weight of the newest usage after ``elapsed_s`` seconds: ``1 - 0.5^(elapsed /
+        half_life)`` (0 when the half-life is 0, Kueue ``calculateAlphaRate``)."""
+        if self.half_life_s == 0:
+            return 0.0
+        return 1.0 - 0.5 ** (max(0.0, elapsed_s) / self.half_life_s)
+
+
 @dataclass(frozen=True)
 class CohortSpec:
     """Kueue v1beta2 Cohort ``spec`` (reference 1.3): ``parent`` = ``spec.parentName`` (None:
@@ -308,12 +360,15 @@ class CohortSpec:
 class LocalQueue:
     """Kueue v1beta2 LocalQueue: ``namespace/name`` pointing at ``spec.clusterQueue``.
     ``stop_policy`` (Kueue LocalQueue ``spec.stopPolicy``): ``Hold`` admits none of its
-    Workloads; ``HoldAndDrain`` also evicts its admitted ones (reason ``LocalQueueStopped``)."""
+    Workloads; ``HoldAndDrain`` also evicts its admitted ones (reason ``LocalQueueStopped``).
+    ``fair_weight_milli``: ``spec.fairSharing.weight`` in milli-units (default 1 = 1000), its
+    weight in Admission Fair Sharing (0: its Workloads go after every other queue's)."""
 
     namespace: str
     name: str
     cluster_queue: ClusterQueueName
     stop_policy: StopPolicy = StopPolicy.NONE
+    fair_weight_milli: int = 1000
 
     @property
     def key(self) -> str:
@@ -355,6 +410,7 @@ def _enum_problem(spec: ClusterQueueSpec) -> ConfigProblem | None:
             FungibilityPolicy,
         ),
         ("spec.stopPolicy", spec.stop_policy, StopPolicy),
+        ("spec.admissionScope.admissionMode", spec.admission_mode, AdmissionMode),
     )
     for where, value, enum in checks:
         if value not in {e.value for e in enum}:

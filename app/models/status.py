@@ -35,7 +35,18 @@ class ListMeta(StatusModel):
     total_items: int = 0
 
 
-class FlavorResourceQuota(StatusModel):
+class QuotaLimits(StatusModel):
+    """A flavor-resource's configured quota: ``nominalQuota`` and the ``borrowingLimit`` /
+    ``lendingLimit`` toward the parent cohort (null: unset)."""
+
+    flavor: str
+    resource: str
+    nominal_quota: str
+    borrowing_limit: str | None = None
+    lending_limit: str | None = None
+
+
+class FlavorResourceQuota(QuotaLimits):
     """Quota and usage of one resource in one ResourceFlavor of a ClusterQueue.
 
     ``used``: held by Workloads admitted or being admitted; ``borrowed``: the part of
@@ -43,11 +54,6 @@ class FlavorResourceQuota(StatusModel):
     use by other cohort members; ``available``: what it could still admit now.
     """
 
-    flavor: str
-    resource: str
-    nominal_quota: str
-    borrowing_limit: str | None = None
-    lending_limit: str | None = None
     used: str
     borrowed: str
     lent: str
@@ -95,6 +101,51 @@ class ClusterQueueList(StatusModel):
 
     kind: Literal["ClusterQueueList"] = "ClusterQueueList"
     items: list[ClusterQueueSummary]
+
+
+class CohortResource(QuotaLimits):
+    """Quota and usage of one resource in one ResourceFlavor of a cohort's subtree.
+
+    ``nominalQuota``: the Cohort object's own quota ("0" when it declares none);
+    ``borrowingLimit`` / ``lendingLimit``: its limits toward its parent (null: unset);
+    ``subtreeQuota``: its own quota plus what its members lend it (Kueue SubtreeQuota);
+    ``used``: held by every ClusterQueue below it; ``borrowed``: what the subtree takes from
+    its parent beyond ``subtreeQuota``.
+    """
+
+    subtree_quota: str
+    used: str
+    borrowed: str
+
+
+class CohortSummary(StatusModel):
+    """A cohort of the tree (Kueue v1beta2 Cohort; ``explicit`` false when only
+    ClusterQueues' ``cohortName`` names it): ``parent`` (null: a root), whether its
+    ClusterQueues can admit (``active``; ``reason`` ``CohortCycle`` or ``InvalidSpec`` with a
+    ``message`` otherwise), its direct members (``cohorts``, ``clusterQueues``) and every
+    ClusterQueue of its subtree, ``fairSharingWeight``, ``weightedShare`` (Kueue
+    ``status.fairSharing.weightedShare``; null when fair sharing is off) and quota and usage
+    per flavor and resource."""
+
+    name: str
+    parent: str | None = None
+    explicit: bool
+    active: bool
+    reason: str
+    message: str
+    cohorts: list[str]
+    cluster_queues: list[str]
+    subtree_cluster_queues: list[str]
+    fair_sharing_weight: str
+    weighted_share: int | None = None
+    resources: list[CohortResource]
+
+
+class CohortList(StatusModel):
+    """``GET /api/v1/cohorts``."""
+
+    kind: Literal["CohortList"] = "CohortList"
+    items: list[CohortSummary]
 
 
 class QuotaShortfall(StatusModel):

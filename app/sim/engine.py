@@ -94,7 +94,8 @@ DecisionLog = list[tuple[int, Decision]]
 class Simulator:
     """Run ``trace`` through the core; see the module docstring.
 
-    ``cluster``: the core to drive (a fresh ``Cluster`` by default; tests pass their own);
+    ``cluster``: the core to drive (by default a fresh ``Cluster`` with the trace's
+    ``admissionFairSharing``; tests pass their own);
     ``eviction_delay_us``: overrides the trace's ``evictionDelay``; ``record_decisions``:
     keep ``(time_us, decision)`` of every decision in ``decisions``; ``until_us``: stop
     before the first instant after it; ``max_cycles_per_instant``: guard against a core
@@ -116,7 +117,8 @@ class Simulator:
         on_cycle: Callable[[int, list[Decision]], None] | None = None,
     ) -> None:
         self.trace = trace
-        self.cluster = cluster if cluster is not None else Cluster()
+        self.cluster = cluster if cluster is not None else Cluster(
+            admission_fair_sharing=trace.admission_fair_sharing)
         self.eviction_delay_us = (trace.eviction_delay_us if eviction_delay_us is None
                                   else eviction_delay_us)
         self.record = record_decisions

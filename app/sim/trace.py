@@ -19,7 +19,11 @@ strings ``"200ms"``, ``"1.5s"``, ``"2m"``, ``"1h"``; amounts are Kubernetes quan
         fairSharing: {weight: 2}    # optional, default 1
     clusterQueues: [<clusterQueue>, ...]   # outside `cohorts` (may name `cohort:`)
     localQueues:                    # extra LocalQueues (every ClusterQueue has its own)
-      - {namespace: ml, name: train, clusterQueue: research}
+      - {namespace: ml, name: train, clusterQueue: research, fairSharing: {weight: 2}}
+    admissionFairSharing:           # optional: Kueue Configuration admissionFairSharing,
+      usageHalfLifeTime: 30m        # used by ClusterQueues with admissionScope
+      usageSamplingInterval: 1m     # (default 5m)
+      resourceWeights: {cpu: 1}     # optional, default 1
     workloads: [<workloadClass>, ...]      # with `localQueue: namespace/name`
     arrivals:                       # explicit arrivals
       - {at: 1s, name: big, localQueue: ml/train, request: {nvidia.com/gpu: 4},
@@ -28,8 +32,9 @@ strings ``"200ms"``, ``"1.5s"``, ``"2m"``, ``"1h"``; amounts are Kubernetes quan
     <clusterQueue>: name, count (replicas), namespace (of its own LocalQueue, default
       "default"; the LocalQueue is named like the ClusterQueue), queueingStrategy,
       namespaceSelector ({} = all namespaces; unset = none, as Kueue), preemption,
-      flavorFungibility, stopPolicy, resourceGroups (Kueue's form), fairSharing {weight}, workloads:
-      [<workloadClass>, ...] submitted to its own LocalQueue.
+      flavorFungibility, stopPolicy, resourceGroups (Kueue's form), fairSharing {weight},
+      admissionScope {admissionMode} (Admission Fair Sharing, with `admissionFairSharing`),
+      workloads: [<workloadClass>, ...] submitted to its own LocalQueue.
 
 A `cohorts` entry with ``parentName``, ``resourceGroups`` or ``fairSharing`` is a Cohort
 object (``Trace.cohorts``); one with only a name and ClusterQueues is an implicit cohort.
@@ -58,6 +63,7 @@ from yaml.constructor import ConstructorError, SafeConstructor
 
 from app.core.quantity import US, QuantityError, parse_duration_us, parse_quantity
 from app.core.spec import (
+    AdmissionFairSharing,
     ClusterQueueSpec,
     CohortSpec,
     ConfigProblem,
@@ -153,6 +159,7 @@ class Trace:
     cohorts: list[CohortSpec] = field(default_factory=list)
     cq_class: dict[ClusterQueueName, str] = field(default_factory=dict)
     local_queues: list[LocalQueue] = field(default_factory=list)
+    admission_fair_sharing: AdmissionFairSharing | None = None
     classes: list[WorkloadClass] = field(default_factory=list)
     arrivals: list[Arrival] = field(default_factory=list)
 
@@ -349,10 +356,11 @@ def _shown(n: _N) -> str:
 # ---- the parser -------------------------------------------------------------------------------
 
 _TOP = ("name", "evictionDelay", "flavors", "namespaces", "cohorts", "clusterQueues",
-        "localQueues", "workloads", "arrivals")
+        "localQueues", "admissionFairSharing", "workloads", "arrivals")
 _CQ = ("name", "count", "cohort", "namespace", "queueingStrategy", "namespaceSelector",
        "preemption", "flavorFungibility", "stopPolicy", "resourceGroups", "fairSharing",
-       "workloads")
+       "admissionScope", "workloads")
+_AFS = ("usageHalfLifeTime", "usageSamplingInterval", "resourceWeights")
 _COHORT = ("name", "count", "clusterQueues", "parentName", "resourceGroups", "fairSharing")
 _CLASS = ("class", "count", "interval", "start", "request", "pods", "runtime", "priority",
           "localQueue")
@@ -374,6 +382,7 @@ _SPEC = {
                    "borrowWithinCohort": {"policy": None, "maxPriorityThreshold": None}},
     "flavorFungibility": {"whenCanBorrow": None, "whenCanPreempt": None, "preference": None},
     "fairSharing": {"weight": None}, "parentName": None,
+    "admissionScope": {"admissionMode": None},
 }
 
 
@@ -415,13 +424,21 @@ class _Parser:
         for qn in top["clusterQueues"].seq() if "clusterQueues" in top else []:
             self.cluster_queue(t, qn, None, 0, False)
         for ln in top["localQueues"].seq() if "localQueues" in top else []:
-            m = ln.map(("namespace", "name", "clusterQueue"), ("name", "clusterQueue"))
+            m = ln.map(("namespace", "name", "clusterQueue", "fairSharing"),
+                       ("name", "clusterQueue"))
             ns = self.name(m["namespace"], "namespace") if "namespace" in m else "default"
             cq = m["clusterQueue"].str()
             if cq not in self.cq_lines:
                 m["clusterQueue"].fail(f"ClusterQueue {cq!r} is not defined in this trace")
-            lq = LocalQueue(ns, self.name(m["name"], "LocalQueue"), ClusterQueueName(cq))
+            obj = {"metadata": {"namespace": ns, "name": self.name(m["name"], "LocalQueue")},
+                   "spec": {"clusterQueue": cq, **self.spec(m, ("fairSharing",))}}
+            try:
+                lq = wire.local_queue(obj)
+            except WorkloadSpecError as exc:
+                ln.at(exc.field).fail(str(exc).removeprefix(f"{exc.field}: "))
             self.add_local_queue(t, lq, ln)
+        if "admissionFairSharing" in top:
+            t.admission_fair_sharing = self.admission_fair_sharing(top["admissionFairSharing"])
         for wn in top["workloads"].seq() if "workloads" in top else []:
             t.classes.append(self.workload_class(wn, None, ""))
         for i, an in enumerate(top["arrivals"].seq() if "arrivals" in top else []):
@@ -429,6 +446,26 @@ class _Parser:
         for ns in {lq.namespace for lq in t.local_queues}:
             t.namespaces.setdefault(ns, {})
         return t
+
+    def admission_fair_sharing(self, n: _N) -> AdmissionFairSharing:
+        """Kueue Configuration ``admissionFairSharing`` (``usageHalfLifeTime`` required,
+        ``usageSamplingInterval`` default 5m, ``resourceWeights`` {resource: weight >= 0})."""
+        m = n.map(_AFS, ("usageHalfLifeTime",))
+        weights: dict[ResourceName, float] = {}
+        if "resourceWeights" in m:
+            raw = m["resourceWeights"].value()
+            if not isinstance(raw, dict):
+                m["resourceWeights"].fail("expected a mapping {resource: weight}")
+            for r, w in raw.items():
+                if isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0:
+                    m["resourceWeights"].fail(f"{r}: expected a number >= 0, got {w!r}")
+                weights[ResourceName(str(r))] = float(w)
+        sampling = m["usageSamplingInterval"].duration_us() if "usageSamplingInterval" in m \
+            else 300 * US
+        if sampling <= 0:
+            m["usageSamplingInterval"].fail("must be greater than 0")
+        return AdmissionFairSharing(m["usageHalfLifeTime"].duration_us() / US, sampling / US,
+                                    weights)
 
     # ---- names and replicas ---------------------------------------------------------------
     def replica_name(self, n: _N, base: str, idx: dict[str, int], suffix: bool, key: str) -> str:
@@ -512,7 +549,7 @@ class _Parser:
         self.check_flavors(m)
         spec_obj = self.spec(m, ("queueingStrategy", "stopPolicy", "resourceGroups",
                                  "namespaceSelector", "preemption", "flavorFungibility",
-                                 "fairSharing"))
+                                 "fairSharing", "admissionScope"))
         if cohort is not None:
             spec_obj["cohortName"] = str(cohort)
         for q in range(count):

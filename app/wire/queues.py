@@ -4,7 +4,8 @@ Kueue v1beta2 field names (reference section 1): ResourceFlavor ``spec.nodeLabel
 ``nodeTaints``, ``tolerations``; ClusterQueue ``spec.resourceGroups``, ``cohortName`` (the
 pre-v1beta2 ``cohort`` accepted as a deprecated alias), ``queueingStrategy``,
 ``namespaceSelector`` (unset = no namespace, ``{}`` = all), ``preemption``,
-``flavorFungibility``, ``stopPolicy``; LocalQueue ``spec.clusterQueue``; WorkloadPriorityClass
+``flavorFungibility``, ``stopPolicy``, ``admissionScope``; LocalQueue ``spec.clusterQueue``,
+``fairSharing.weight``; WorkloadPriorityClass
 ``value``; Cohort ``spec.parentName``, ``resourceGroups``, ``fairSharing.weight``. Quantities
 are parsed once here into exact integers (``app.core.quantity``).
 
@@ -19,12 +20,23 @@ the same way with reason ``Terminating``, as Kueue reports it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from app.core.quantity import US, QuantityError, parse_duration_us, parse_quantity
+from app.core.quantity import (
+    US,
+    QuantityError,
+    format_quantity,
+    is_bytes,
+    is_milli,
+    parse_duration_us,
+    parse_exact,
+    parse_quantity,
+)
 from app.core.scheduler import MIN_RUNTIME_ANNOTATION, RECLAIM_BACKOFF_ANNOTATION
 from app.core.spec import (
+    AdmissionMode,
     BorrowWithinCohort,
     ClusterQueueSpec,
     CohortSpec,
@@ -182,14 +194,6 @@ def _durations(obj: Obj) -> tuple[float | None, float | None, ConfigProblem | No
     return out[0], out[1], None
 
 
-# Admission Fair Sharing (Kueue ``spec.admissionScope``) is not built: a ClusterQueue asking
-# for it is refused (inactive, with this message) rather than admitted without it.
-_NO_AFS = ("Can't admit new workloads: spec.admissionScope.admissionMode "
-           "UsageBasedAdmissionFairSharing is not supported by pykueue yet (Admission Fair "
-           "Sharing between LocalQueues); remove spec.admissionScope or set admissionMode "
-           "NoAdmissionFairSharing")
-
-
 # Admission checks are not built: a ClusterQueue requiring one is inactive with this message
 # rather than admitting without the check.
 _NO_CHECKS = ("Can't admit new workloads: {field} is not supported by pykueue yet "
@@ -198,9 +202,10 @@ _NO_CHECKS = ("Can't admit new workloads: {field} is not supported by pykueue ye
 
 def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
     """ClusterQueue object -> (spec, parse problem or None). Enum values are passed through
-    as written so ``validate_cluster_queue`` can name an unsupported one. A ClusterQueue
-    asking for Admission Fair Sharing (``spec.admissionScope.admissionMode:
-    UsageBasedAdmissionFairSharing``) is refused with a problem: pykueue does not build it."""
+    as written so ``validate_cluster_queue`` can name an unsupported one (e.g. an unknown
+    ``spec.admissionScope.admissionMode``; UsageBasedAdmissionFairSharing takes effect when
+    pykueue's ``admission_fair_sharing`` setting is enabled, as Kueue's Configuration
+    ``admissionFairSharing``)."""
     name = ClusterQueueName(_name(obj))
     spec = obj.get("spec") or {}
     groups, problem = _resource_groups(spec)
@@ -212,8 +217,6 @@ def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
             else "spec.admissionChecksStrategy"
         problem = ConfigProblem("InvalidSpec", field, _NO_CHECKS.format(field=field))
     mode = (spec.get("admissionScope") or {}).get("admissionMode")
-    if problem is None and mode not in (None, "", "NoAdmissionFairSharing"):
-        problem = ConfigProblem("InvalidSpec", "spec.admissionScope.admissionMode", _NO_AFS)
     if problem is None and (obj.get("metadata") or {}).get("deletionTimestamp"):
         problem = ConfigProblem("Terminating", "metadata.deletionTimestamp",
                                 "Can't admit new workloads: clusterQueue is terminating")
@@ -249,6 +252,7 @@ def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
         fair_weight_milli=weight,
         min_runtime_s=min_runtime,
         reclaim_backoff_s=backoff,
+        admission_mode=_enum(AdmissionMode, mode, AdmissionMode.NONE),
     ), problem
 
 
@@ -279,16 +283,60 @@ def _enum(enum: Any, value: Any, default: Any) -> Any:
 
 
 def local_queue(obj: Obj) -> LocalQueue:
-    """LocalQueue object (Kueue v1beta2 ``spec.clusterQueue``, ``spec.stopPolicy``) ->
-    ``LocalQueue``. A ``stopPolicy`` value the CRD would refuse reads as ``Hold``: a queue
-    asked to stop in a way pykueue cannot read admits nothing rather than everything."""
+    """LocalQueue object (Kueue v1beta2 ``spec.clusterQueue``, ``spec.stopPolicy``,
+    ``spec.fairSharing.weight``: its weight under Admission Fair Sharing, a Quantity, default
+    1) -> ``LocalQueue``. A ``stopPolicy`` value the CRD would refuse reads as ``Hold``: a
+    queue asked to stop in a way pykueue cannot read admits nothing rather than everything.
+    Raises ``WorkloadSpecError`` naming ``spec.fairSharing.weight`` when the weight is
+    malformed or negative (the CRD refuses both)."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     stop = spec.get("stopPolicy") or StopPolicy.NONE
     policy = StopPolicy._value2member_map_.get(stop, StopPolicy.HOLD)
+    try:
+        weight = fair_weight_milli(spec)
+    except QuantityError as exc:
+        raise WorkloadSpecError(exc.field, exc.why) from exc
     return LocalQueue(namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
                       cluster_queue=ClusterQueueName(str(spec.get("clusterQueue", ""))),
-                      stop_policy=policy)  # type: ignore[arg-type]
+                      stop_policy=policy,  # type: ignore[arg-type]
+                      fair_weight_milli=weight)
+
+
+def consumed_resources(consumed: Mapping[ResourceName, float]) -> dict[str, str]:
+    """The core's decayed consumed resources (``LocalQueueFairSharing.consumed``: milli-CPU,
+    bytes, counts; floats) -> Kueue LocalQueue
+    ``status.fairSharing.admissionFairSharingStatus.consumedResources`` (a ResourceList):
+    rounded down to a milli-unit of the resource's Kubernetes unit (whole bytes), as Kueue's
+    ``MulByFloat`` rounds down."""
+    out: dict[str, str] = {}
+    for r in sorted(consumed):
+        v = max(0.0, consumed[r])
+        if is_milli(r) or is_bytes(r):
+            out[r] = format_quantity(math.floor(v), r)
+        else:
+            milli = math.floor(v * 1000)
+            out[r] = format_quantity(milli // 1000, r) if milli % 1000 == 0 else f"{milli}m"
+    return out
+
+
+def consumed_from_status(obj: Obj) -> dict[ResourceName, float] | None:
+    """A LocalQueue's persisted ``status.fairSharing.admissionFairSharingStatus
+    .consumedResources`` in the core's units (None when absent or unreadable: the history
+    then starts empty, as for a new LocalQueue)."""
+    st = (((obj.get("status") or {}).get("fairSharing") or {})
+          .get("admissionFairSharingStatus") or {})
+    raw = st.get("consumedResources")
+    if not isinstance(raw, Mapping):
+        return None
+    out: dict[ResourceName, float] = {}
+    try:
+        for r, v in raw.items():
+            exact = parse_exact(v, field=f"consumedResources[{r}]")
+            out[ResourceName(str(r))] = float(exact * 1000 if is_milli(str(r)) else exact)
+    except QuantityError:
+        return None
+    return out
 
 
 def priority_class_value(obj: Obj) -> int:

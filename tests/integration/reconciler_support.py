@@ -444,9 +444,10 @@ FLAVOR = "rec-default"
 def make_queue(lab: LabHandle, cq: str, namespaces: tuple[str, ...], *, cpu: str = "4",
                memory: str | None = None, cohort: str | None = None,
                borrowing_limit: str | None = None, lending_limit: str | None = None,
-               preemption: dict | None = None, lq: str = "lq") -> None:
+               preemption: dict | None = None, lq: str = "lq",
+               extra: dict | None = None) -> None:
     """A ResourceFlavor ``rec-default`` (no labels), ClusterQueue ``cq`` covering cpu (and
-    memory) on it, and LocalQueue ``lq`` in each namespace."""
+    memory) on it (``extra``: more of its spec), and LocalQueue ``lq`` in each namespace."""
     res: list[dict] = [{"name": "cpu", "nominalQuota": cpu}]
     if memory:
         res.append({"name": "memory", "nominalQuota": memory})
@@ -464,6 +465,7 @@ def make_queue(lab: LabHandle, cq: str, namespaces: tuple[str, ...], *, cpu: str
         spec["cohortName"] = cohort
     if preemption:
         spec["preemption"] = preemption
+    spec.update(extra or {})
     objs: list[dict] = [
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
          "metadata": {"name": FLAVOR}},

@@ -402,9 +402,9 @@ INVALID = [
         "must fit in int64", "flavor f resource memory", id="borrowingLimit over int64",
     ),
     pytest.param(
-        _cq(admissionScope={"admissionMode": "UsageBasedAdmissionFairSharing"}),
-        "spec.admissionScope.admissionMode", "not supported by pykueue yet",
-        id="Admission Fair Sharing refused, not ignored",
+        _cq(admissionScope={"admissionMode": "Sometimes"}),
+        "spec.admissionScope.admissionMode", "Unsupported value",
+        id="unknown Admission Fair Sharing mode",
     ),
     pytest.param(
         {"apiVersion": V, "kind": "Cohort", "metadata": {"name": "crdtest-root"}, "spec": {

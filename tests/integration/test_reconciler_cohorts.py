@@ -62,6 +62,26 @@ def test_reclaim_from_a_grandchild_through_two_cohort_levels(rlab: LabHandle, ma
         rlab.kubectl("delete", "cohort", org, research, vision, "--wait=false")
 
 
+def test_a_cohort_without_cluster_queues_gets_its_status_when_it_changes(
+        rlab: LabHandle, manager) -> None:
+    lone, parent = unique("lone"), unique("lone-parent")
+    apply(rlab, _cohort(lone))
+    try:
+        def active() -> dict | None:
+            st = rlab.get("cohort", lone).get("status") or {}
+            return next((c for c in st.get("conditions") or [] if c["type"] == "Active"), None)
+
+        wait_for(lambda: (active() or {}).get("status") == "True", 20,
+                 "a new Cohort with no ClusterQueue gets Active=True")
+        # A change of the Cohort object alone (no ClusterQueue anywhere in its tree) is
+        # written too: a parent cycle makes it inactive.
+        apply(rlab, _cohort(parent, lone), _cohort(lone, parent))
+        wait_for(lambda: (active() or {}).get("reason") == "CohortCycle", 20,
+                 "the cycle is written to the Cohort's status")
+    finally:
+        rlab.kubectl("delete", "cohort", lone, parent, "--wait=false")
+
+
 def test_fair_sharing_preempts_the_queue_above_its_share(rlab: LabHandle) -> None:
     ns = namespace(rlab, "fair")
     co, a, b, donor = unique("fair"), unique("team-a"), unique("team-b"), unique("donor")

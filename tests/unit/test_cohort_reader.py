@@ -1,12 +1,21 @@
-"""The wire readers for Cohort objects, ``fairSharing.weight`` and the refused
-``admissionScope`` (app/wire/queues.py)."""
+"""The wire readers for Cohort objects, ``fairSharing.weight``, ``admissionScope`` and the
+LocalQueue's Admission Fair Sharing weight and status (app/wire/queues.py)."""
 
 from __future__ import annotations
 
+import pytest
+
 from app.core.scheduler import Cluster
-from app.core.spec import ResourceFlavor
+from app.core.spec import AdmissionMode, ResourceFlavor, validate_cluster_queue
 from app.core.types import ClusterQueueName, CohortName, FlavorName, FlavorResource, ResourceName
-from app.wire.queues import cluster_queue, cohort
+from app.wire.fields import WorkloadSpecError
+from app.wire.queues import (
+    cluster_queue,
+    cohort,
+    consumed_from_status,
+    consumed_resources,
+    local_queue,
+)
 
 GPU = ResourceName("nvidia.com/gpu")
 
@@ -56,14 +65,43 @@ def test_cluster_queue_weight_is_read_in_milli_units():
     assert problem is None and spec.fair_weight_milli == 3000
 
 
-def test_admission_fair_sharing_is_refused_not_ignored():
+def test_admission_scope_is_read_and_an_unknown_mode_is_named():
     spec, problem = cluster_queue({"metadata": {"name": "cq"}, "spec": {
         "admissionScope": {"admissionMode": "UsageBasedAdmissionFairSharing"}}})
-    assert problem is not None and problem.field == "spec.admissionScope.admissionMode"
-    assert "not supported by pykueue" in problem.message
+    assert problem is None and spec.admission_mode == AdmissionMode.USAGE_BASED
     ok, none = cluster_queue({"metadata": {"name": "cq"}, "spec": {
         "admissionScope": {"admissionMode": "NoAdmissionFairSharing"}}})
-    assert none is None and ok.object_problem is None
+    assert none is None and ok.admission_mode == AdmissionMode.NONE
+    bad, _ = cluster_queue({"metadata": {"name": "cq"}, "spec": {
+        "admissionScope": {"admissionMode": "Sometimes"}}})
+    problem = validate_cluster_queue(bad, {})
+    assert problem is not None and problem.field == "spec.admissionScope.admissionMode"
+    assert "'Sometimes'" in problem.message
+
+
+def test_local_queue_weight_is_read_and_a_bad_one_is_named():
+    lq = local_queue({"metadata": {"namespace": "a", "name": "team"}, "spec": {
+        "clusterQueue": "cq", "fairSharing": {"weight": "2.5"}}})
+    assert (lq.key, lq.cluster_queue, lq.fair_weight_milli) == ("a/team", "cq", 2500)
+    assert local_queue({"metadata": {"namespace": "a", "name": "t"},
+                        "spec": {"clusterQueue": "cq"}}).fair_weight_milli == 1000
+    with pytest.raises(WorkloadSpecError, match=r"spec\.fairSharing\.weight"):
+        local_queue({"metadata": {"namespace": "a", "name": "t"},
+                     "spec": {"clusterQueue": "cq", "fairSharing": {"weight": "-1"}}})
+
+
+def test_consumed_resources_round_trip_through_the_local_queue_status():
+    consumed = {ResourceName("cpu"): 1500.9, ResourceName("memory"): 1073741824.7,
+                GPU: 1.25, ResourceName("pods"): 3.0}
+    wire = consumed_resources(consumed)
+    assert wire == {"cpu": "1500m", "memory": "1Gi", "nvidia.com/gpu": "1250m", "pods": "3"}
+    back = consumed_from_status({"status": {"fairSharing": {"admissionFairSharingStatus": {
+        "consumedResources": wire, "lastUpdate": "2026-12-01T00:00:00Z"}}}})
+    assert back == {ResourceName("cpu"): 1500.0, ResourceName("memory"): 1073741824.0,
+                    GPU: 1.25, ResourceName("pods"): 3.0}
+    assert consumed_from_status({"status": {}}) is None
+    assert consumed_from_status({"status": {"fairSharing": {"admissionFairSharingStatus": {
+        "consumedResources": {"cpu": "lots"}}}}}) is None
 
 
 def test_bounded_preemption_annotations_are_read_in_seconds():

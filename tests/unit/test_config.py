@@ -47,6 +47,33 @@ def test_fair_sharing_is_off_by_default_and_enabled_from_the_environment(
     assert core is not None and [s.value for s in core.strategies] == ["LessThanInitialShare"]
 
 
+def test_admission_fair_sharing_is_off_by_default_and_read_as_kueues_configuration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert Settings().admission_fair_sharing.core() is None
+    monkeypatch.setenv("PYKUEUE_ADMISSION_FAIR_SHARING__ENABLE", "true")
+    monkeypatch.setenv("PYKUEUE_ADMISSION_FAIR_SHARING__USAGE_HALF_LIFE_TIME", "168h")
+    monkeypatch.setenv("PYKUEUE_ADMISSION_FAIR_SHARING__RESOURCE_WEIGHTS",
+                       '{"cpu": 2, "memory": 1}')
+    core = Settings().admission_fair_sharing.core()
+    assert core is not None
+    assert (core.half_life_s, core.sampling_s) == (168 * 3600, 300)  # sampling: Kueue's 5m
+    assert dict(core.resource_weights) == {"cpu": 2.0, "memory": 1.0}
+
+
+@pytest.mark.parametrize(("env", "value", "match"), [
+    ("USAGE_SAMPLING_INTERVAL", "0s", "usageSamplingInterval must be greater than 0"),
+    ("USAGE_HALF_LIFE_TIME", "a week", "usage_half_life_time: not a duration"),
+    ("RESOURCE_WEIGHTS", '{"cpu": -1}', "resourceWeights.cpu. must not be negative"),
+])
+def test_admission_fair_sharing_settings_follow_kueues_validation(
+    monkeypatch: pytest.MonkeyPatch, env: str, value: str, match: str,
+) -> None:
+    monkeypatch.setenv(f"PYKUEUE_ADMISSION_FAIR_SHARING__{env}", value)
+    with pytest.raises(ValidationError, match=match):
+        Settings()
+
+
 def test_fair_sharing_strategy_lists_are_kueues(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYKUEUE_FAIR_SHARING__PREEMPTION_STRATEGIES",
                        '["LessThanInitialShare", "LessThanOrEqualToFinalShare"]')

@@ -25,9 +25,10 @@ from app.controllers.workloads import (
     with_released,
 )
 from app.controllers.workqueue import WorkQueue
+from app.core.cluster import LocalQueueFairSharing
 from app.core.scheduler import Cluster
 from app.core.spec import ReclaimWithinCohort, WithinClusterQueue
-from app.core.types import ClusterQueueName, WorkloadKey
+from app.core.types import ClusterQueueName, ResourceName, WorkloadKey
 from app.core.workload import Admission, PodSetAssignment
 from app.integrations import default_registry
 from app.wire.queues import cluster_queue, cohort_of, local_queue, resource_flavor
@@ -277,6 +278,17 @@ def test_local_queue_status_and_active_reasons() -> None:
     view.cluster.add_local_queue(local_queue(stopped_lq))
     stopped = local_queue_status(stopped_lq, view.local_queue("ns", "lq"), None, T0)
     assert stopped["conditions"][0]["reason"] == "Stopped"
+
+
+def test_local_queue_status_carries_the_admission_fair_sharing_ledger() -> None:
+    view = _core(None, _admitted("a", "cq", "2"))
+    afs = LocalQueueFairSharing("ns/lq", ClusterQueueName("cq"),
+                                {ResourceName("cpu"): 1234.9}, T0 - 60, 1.2349)
+    st = local_queue_status(LQ, view.local_queue("ns", "lq"), view.cluster_queue("cq"), T0, afs)
+    assert st["fairSharing"] == {"admissionFairSharingStatus": {
+        "consumedResources": {"cpu": "1234m"}, "lastUpdate": "2023-11-14T22:12:20Z"}}
+    plain = local_queue_status(LQ, view.local_queue("ns", "lq"), view.cluster_queue("cq"), T0)
+    assert "fairSharing" not in plain
 
 
 # ------------------------------------------------------------------------------- work queue

@@ -204,6 +204,8 @@ def test_user_roles_allow_exactly_what_the_status_api_and_metrics_ask():
     cq, lq, metrics = (roles["pykueue-clusterqueue-viewer"], roles["pykueue-localqueue-viewer"],
                        roles["pykueue-metrics-reader"])
     assert _allows(cq, a.cluster_queue_access()) and _allows(cq, a.cluster_queue_access("x"))
+    assert _allows(cq, a.cohort_access()) and _allows(cq, a.cohort_access("x"))
+    assert not _allows(lq, a.cohort_access())
     assert _allows(cq, a.pending_workloads_access("x"))
     assert not _allows(lq, a.pending_workloads_access("x"))
     assert not _allows(metrics, a.pending_workloads_access("x"))

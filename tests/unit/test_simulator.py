@@ -305,6 +305,28 @@ def test_large_scenario_has_1000_queues_and_50000_workloads() -> None:
     assert t.workload_count() == 50_000
 
 
+def test_admission_fair_sharing_scenario_serves_the_teams_behind_a_flood() -> None:
+    trace = load_trace(ROOT / "bench" / "scenarios" / "afs-teams.yaml")
+    assert trace.admission_fair_sharing is not None
+    assert trace.admission_fair_sharing.half_life_s == 1800
+    weights = {lq.key: lq.fair_weight_milli for lq in trace.local_queues}
+    assert weights["team-c/jobs"] == 2000
+
+    def wait_of(t) -> dict[str, float]:
+        sim = Simulator(t).run()
+        waits: dict[str, list[float]] = {}
+        for key, r in sim.runs.items():
+            waits.setdefault(key.split("/", 1)[0], []).append(
+                (r.last_admitted_us - r.created_us) / US)
+        return {lq: sum(w) / len(w) for lq, w in waits.items()}
+
+    fair, fifo = wait_of(trace), wait_of(replace(trace, admission_fair_sharing=None))
+    # First come, first served, B's jobs wait hours behind A's flood; with AFS minutes.
+    assert fifo["team-b"] > 4 * 3600
+    assert fair["team-b"] < 15 * 60
+    assert fair["team-c"] < fifo["team-c"] / 4
+
+
 def test_what_if_nominal_changes_one_quota() -> None:
     t = load_trace(ROOT / "bench" / "scenarios" / "research-gpus.yaml")
     gpu = FlavorResource(FlavorName("a100"), ResourceName("nvidia.com/gpu"))
@@ -374,6 +396,14 @@ BAD = [
      "request: {cpu: 1}, runtime: 1s}\n", 12, "Workload default/w would be created twice"),
     ("local queue to unknown ClusterQueue", _cq() + "localQueues:\n  - {name: lq, "
      "clusterQueue: nope}\n", 11, "ClusterQueue 'nope' is not defined"),
+    ("bad admission mode", _cq("    admissionScope: {admissionMode: Sometimes}\n"), 5,
+     "admissionScope.admissionMode: unsupported value 'Sometimes'"),
+    ("negative LocalQueue weight", _cq() + "localQueues:\n  - {name: lq, clusterQueue: q, "
+     "fairSharing: {weight: -1}}\n", 11, "fairSharing.weight"),
+    ("admission fair sharing without a half-life", _cq() + "admissionFairSharing:\n"
+     "  usageSamplingInterval: 1m\n", 11, "missing required field 'usageHalfLifeTime'"),
+    ("negative resource weight", _cq() + "admissionFairSharing:\n  usageHalfLifeTime: 1h\n"
+     "  resourceWeights: {cpu: -2}\n", 12, "cpu: expected a number >= 0"),
     ("cohort given twice", "flavors: [{name: default}]\ncohorts:\n  - name: ai\n"
      "    clusterQueues:\n      - name: q\n        cohort: ml\n        resourceGroups: []\n",
      6, "takes its cohort from there"),

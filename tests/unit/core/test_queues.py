@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.core.queues import PendingQueue
 from app.core.spec import LocalQueue
@@ -234,3 +236,49 @@ def test_parked_class_mates_do_not_hold_their_queue_back_in_the_cohort():
     s.finish("hold-c")
     assert s.admits(s.settle()) == [s.key("a-small")]
     assert s.pending("b-small") and s.pending("a-big-2")
+
+
+# ---- Admission Fair Sharing ordering (property) -------------------------------------------------
+
+_OPS = st.lists(st.tuples(
+    st.sampled_from(["push", "park", "unpark", "remove", "move", "usage"]),
+    st.integers(0, 11),      # workload
+    st.integers(0, 2),       # LocalQueue (for push / move) or usage value
+    st.integers(0, 3),       # priority
+), max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_OPS)
+def test_fair_sharing_head_is_the_lowest_usage_local_queues_first_workload(ops):
+    """Whatever the pushes, parks, removals, LocalQueue moves and usage changes, the head is
+    min over queued Workloads of (its LocalQueue's usage, queue order key), and ``ordered``
+    lists every Workload in that order."""
+    usage = {f"ns/lq{i}": 0.0 for i in range(3)}
+    q = PendingQueue()
+    q.set_fair_sharing(lambda lq: usage[lq], {})
+    wls: dict[str, object] = {}
+    for op, i, j, prio in ops:
+        name = f"w{i}"
+        if op in ("push", "move"):
+            wl = workload(name).queue(f"lq{j}").priority(prio).created(i).build()
+            wls[wl.key] = wl
+            q.push(wl)
+        elif op == "park" and f"ns/{name}" in wls:
+            q.park(wls[f"ns/{name}"])
+        elif op == "unpark":
+            q.unpark(f"ns/{name}")
+        elif op == "remove":
+            q.remove(f"ns/{name}")
+            wls.pop(f"ns/{name}", None)
+        elif op == "usage":
+            usage[f"ns/lq{j}"] = float(prio)
+        active = [k for k in wls if k in q and not q.is_parked(k)]
+
+        def key(k):
+            wl = wls[k]
+            return (usage[f"{wl.namespace}/{wl.queue_name}"], -wl.priority, wl.creation,
+                    wl.uid, wl.key)
+
+        assert q.head() == (min(active, key=key) if active else None)
+        assert [k for k, _ in q.ordered()] == sorted((k for k in wls if k in q), key=key)

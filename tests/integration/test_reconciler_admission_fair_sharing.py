@@ -1,0 +1,66 @@
+"""Admission Fair Sharing on the real API server with Job-less Workloads (the test plays
+their creator and marks them Finished): a reconciler with ``admission_fair_sharing`` enabled
+gives the CPU that team A's flood frees to team B, which shares A's ClusterQueue, and writes
+each LocalQueue's ``status.fairSharing.admissionFairSharingStatus``."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.config import AdmissionFairSharingSettings
+from tests.integration.reconciler_support import (
+    ManagerThread,
+    apply,
+    finish_workload,
+    make_queue,
+    namespace,
+    rlab_fixture,  # noqa: F401 - fixture
+    settings_for,
+    unique,
+    wl,
+    workload_manifest,
+)
+from tests.integration.test_reconciler_cases import admitted, cleanup
+from tests.labfixture import LabHandle, wait_for
+
+pytestmark = pytest.mark.lab
+
+
+def _consumed(lab: LabHandle, ns: str, lq: str) -> dict:
+    st = lab.get("localqueue", lq, "-n", ns).get("status") or {}
+    afs = (st.get("fairSharing") or {}).get("admissionFairSharingStatus") or {}
+    return afs.get("consumedResources") or {}
+
+
+def test_a_flood_from_one_local_queue_does_not_starve_another(rlab: LabHandle) -> None:
+    ns = namespace(rlab, "afs")
+    cq = unique("shared")
+    make_queue(rlab, cq, (ns,), cpu="2", lq="qa",
+               extra={"admissionScope": {"admissionMode": "UsageBasedAdmissionFairSharing"}})
+    apply(rlab, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                 "metadata": {"name": "qb", "namespace": ns}, "spec": {"clusterQueue": cq}})
+    settings = settings_for(rlab).model_copy(update={
+        "admission_fair_sharing": AdmissionFairSharingSettings(
+            enable=True, usage_half_life_time="10m", usage_sampling_interval="1m")})
+    mt = ManagerThread(settings).start()
+    try:
+        apply(rlab, *[workload_manifest(f"a{i}", ns, "qa", cpu="1") for i in range(6)])
+        wait_for(lambda: admitted(wl(rlab, ns, "a0")) and admitted(wl(rlab, ns, "a1")), 30,
+                 "team A's first two take the 2 CPUs")
+        wait_for(lambda: _consumed(rlab, ns, "qa").get("cpu") not in (None, "0"), 20,
+                 "qa status: consumedResources charged by A's admissions")
+        apply(rlab, workload_manifest("b0", ns, "qb", cpu="1"),
+              workload_manifest("b1", ns, "qb", cpu="1"))
+        for done, now_in in (("a0", "b0"), ("a1", "b1")):
+            finish_workload(rlab, ns, done)
+            wait_for(lambda n=now_in: admitted(wl(rlab, ns, n)), 30,
+                     f"the CPU {done} frees goes to team B's {now_in}")
+        # A's flood (a2..a5) waited behind B although it was created first.
+        assert not any(admitted(wl(rlab, ns, f"a{i}")) for i in range(2, 6))
+        wait_for(lambda: _consumed(rlab, ns, "qb").get("cpu") not in (None, "0"), 20,
+                 "qb status: consumedResources charged by B's admissions")
+        lq = rlab.get("localqueue", "qa", "-n", ns)
+        assert lq["status"]["fairSharing"]["admissionFairSharingStatus"]["lastUpdate"]
+    finally:
+        mt.stop()
+        cleanup(rlab, ns, cq)
