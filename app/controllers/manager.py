@@ -36,7 +36,7 @@ from typing import Any
 
 from app.config import Settings
 from app.controllers.client import NODES, PODS, KubeClient
-from app.controllers.context import CO, CQ, LQ, NS, RF, WL, Context, build_informers
+from app.controllers.context import AC, CO, CQ, LQ, NS, RF, WL, Context, build_informers
 from app.controllers.events import EventRecorder
 from app.controllers.finalizers import FinalizerController
 from app.controllers.informers import Informer
@@ -171,6 +171,10 @@ class Manager:
         for h in (sched.on_local_queue, status.on_queue):
             inf[LQ].add_handler(h)
         inf[NS].add_handler(sched.on_namespace)
+        inf[AC].add_handler(sched.on_admission_check)
+        # An AdmissionCheck's status (its Active condition) is what matters: every change
+        # rewrites the ClusterQueue statuses (old=None: not skipped as status-only).
+        inf[AC].add_handler(lambda etype, old, new: status.on_queue(etype, None, new or old))
         for h in (sched.on_workload, jobs.on_workload, status.on_workload,
                   fin.on_workload):
             inf[WL].add_handler(h)

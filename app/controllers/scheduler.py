@@ -54,7 +54,6 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime
 from typing import Any, Protocol
 
 from app.controllers.client import WORKLOADS
@@ -63,7 +62,9 @@ from app.controllers.errors import ApiError, Conflict, NotFound, from_exception
 from app.controllers.events import NORMAL, WARNING
 from app.controllers.history import PreemptionLog, UsageHistory
 from app.controllers.informers import DELETED
+from app.controllers.lifecycle import Lifecycle, backoff_held, deactivation_cause
 from app.controllers.workloads import (
+    ADMITTED,
     EVICTED,
     QUOTA_RESERVED,
     condition,
@@ -71,17 +72,20 @@ from app.controllers.workloads import (
     is_active,
     is_evicted,
     is_finished,
+    is_true,
     with_admission,
     with_eviction,
     with_pending,
 )
+from app.controllers.workloads import parse_time as _ts
 from app.core.decisions import Admit, Decision, Pending, Preempt, Victim
 from app.core.eta import UNKNOWN, ArrivalModel, EtaBoard, RuntimeModel, eta_text
 from app.core.scheduler import Cluster
+from app.core.spec import checks_for_flavors
 from app.core.types import ClusterQueueName, CohortName, FlavorName, WorkloadKey
 from app.core.workload import Workload
 from app.wire.fields import WorkloadSpecError
-from app.wire.queues import cluster_queue, cohort, local_queue, resource_flavor
+from app.wire.queues import admission_check, cluster_queue, cohort, local_queue, resource_flavor
 from app.wire.workload import workload_from_object
 
 log = logging.getLogger(__name__)
@@ -103,15 +107,6 @@ def eta_suffix(position: int, eta: Any, now: float) -> str:
     if eta is not None and eta.confidence != UNKNOWN:
         parts.append(eta_text(eta, now))
     return ", ".join(parts)
-
-
-def _ts(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def domain_workload(obj: Mapping[str, Any]) -> Workload:
@@ -190,6 +185,10 @@ class SchedulerLoop:
         self.history = UsageHistory(capacity=s.history_samples,
                                     interval_seconds=s.history_interval_seconds)
         self.preemptions = PreemptionLog()
+        # Admission checks and waitForPodsReady (app/controllers/lifecycle.py); cycles held
+        # by waitForPodsReady.blockAdmission.
+        self.lifecycle = Lifecycle(self)
+        self.blocked_cycles = 0
 
     # ================================================================== feeding (handlers)
 
@@ -224,6 +223,15 @@ class SchedulerLoop:
             self.cluster.add_cohort(spec)
         self.ctx.wake()
 
+    def on_admission_check(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        """An AdmissionCheck changed: ClusterQueues naming it are re-validated (Kueue: a
+        missing or inactive check makes them inactive)."""
+        if etype == DELETED:
+            self.cluster.delete_admission_check(admission_check(old)[0])  # type: ignore[arg-type]
+        elif new is not None:
+            self.cluster.set_admission_check(*admission_check(new))
+        self.ctx.wake()
+
     def on_local_queue(self, etype: str, old: Obj | None, new: Obj | None) -> None:
         if etype == DELETED:
             m = old["metadata"]  # type: ignore[index]
@@ -250,6 +258,7 @@ class SchedulerLoop:
             self.cluster.delete_workload(key)
             self._pending.pop(key, None)
             self._forget_pending(key)
+            self.lifecycle.forget(key)
             return
         if is_finished(new):
             info = self.cluster.workload(key)
@@ -263,9 +272,12 @@ class SchedulerLoop:
             self.cluster.finish(key)
             self._pending.pop(key, None)
             self._forget_pending(key)
+            self.lifecycle.forget(key)
             return
-        if not is_active(new) and not has_admission(new):
+        if (not is_active(new) and not has_admission(new)) or backoff_held(new):
+            # Deactivated, or waiting out a requeue backoff (Requeued=False): not queued.
             self.cluster.delete_workload(key)
+            self.lifecycle.observe(new)
             return
         try:
             wl = domain_workload(new)
@@ -274,14 +286,19 @@ class SchedulerLoop:
             self.cluster.delete_workload(key)
             return
         self.bad_workloads.pop(key, None)
+        if wl.admission is None and wl.evicted_at is not None \
+                and self.ctx.settings.wait_for_pods_ready.requeuing_strategy.timestamp \
+                == "Creation" and (condition(new, EVICTED) or {}).get("reason") \
+                == "PodsReadyTimeout":
+            wl = replace(wl, evicted_at=None)  # requeuingStrategy.timestamp: Creation
         if old is None and wl.admission is None and self.eta is not None \
                 and self.eta.arrivals is not None:
             self.eta.arrivals.observe(wl)  # a new Workload: one more arrival of its class
         self.cluster.update_workload(wl)
         if not is_active(new) and has_admission(new) and not is_evicted(new) \
                 and self.ctx.may_write and self.cluster.evict(key, self.ctx.clock()):
-            self._spawn(self._evict(key, "Deactivated", "The workload is deactivated", None,
-                                    None))
+            self._spawn(self._evict(key, *deactivation_cause(new), None, None))
+        self.lifecycle.observe(new)
 
     # ================================================================== loop
 
@@ -308,7 +325,14 @@ class SchedulerLoop:
                 await asyncio.sleep(1)
 
     def run_cycle(self) -> int:
-        """One core cycle; schedules the writes; returns the number of decisions."""
+        """One core cycle; schedules the writes; returns the number of decisions. With
+        waitForPodsReady.blockAdmission no cycle runs while an admitted Workload's pods are
+        not all Ready (Kueue: admission waits for them; the Workload becoming ready or being
+        evicted wakes the loop)."""
+        wfpr = self.ctx.settings.wait_for_pods_ready
+        if wfpr.enable and wfpr.block_admission and self.lifecycle.not_ready:
+            self.blocked_cycles += 1
+            return 0
         t0 = time.perf_counter()
         decisions = self.cluster.schedule(self.ctx.clock())
         self.cycles += 1
@@ -454,7 +478,11 @@ class SchedulerLoop:
                     return
                 if has_admission(obj):
                     return  # already stored (e.g. by a previous leader)
-                body = with_admission(obj, d.admission, ctx.clock())
+                spec = self.cluster.cluster_queue_spec(d.cluster_queue)
+                checks = () if spec is None or not spec.admission_checks else \
+                    checks_for_flavors(spec, {f for psa in d.admission.pod_set_assignments
+                                              for f in psa.flavors.values()})
+                body = with_admission(obj, d.admission, ctx.clock(), checks)
                 try:
                     out = await ctx.client.replace(WORKLOADS, body, subresource="status")
                 except Conflict:
@@ -506,8 +534,9 @@ class SchedulerLoop:
     def _announce_admission(self, wl: Obj, d: Admit) -> None:
         msg = f"Quota reserved in ClusterQueue {d.cluster_queue}"
         self.ctx.recorder.emit(wl, NORMAL, "QuotaReserved", msg)
-        self.ctx.recorder.emit(wl, NORMAL, "Admitted",
-                               f"Admitted by ClusterQueue {d.cluster_queue}")
+        if is_true(wl, ADMITTED):  # else when its admission checks are Ready (lifecycle)
+            self.ctx.recorder.emit(wl, NORMAL, "Admitted",
+                                   f"Admitted by ClusterQueue {d.cluster_queue}")
 
     async def _after_failed_admit(self, key: WorkloadKey, err: ApiError) -> None:
         ctx = self.ctx
@@ -543,7 +572,8 @@ class SchedulerLoop:
     # ================================================================== eviction
 
     async def _evict(self, key: WorkloadKey, reason: str, message: str, victim: Victim | None,
-                     d: Preempt | None) -> None:
+                     d: Preempt | None, *,
+                     requeue_state: Mapping[str, Any] | None = None) -> None:
         ctx = self.ctx
         ok = False
         try:
@@ -556,7 +586,8 @@ class SchedulerLoop:
                         ok = True
                         break
                     body = with_eviction(obj, reason, message, ctx.clock(),
-                                         preempted_reason=victim.reason if victim else None)
+                                         preempted_reason=victim.reason if victim else None,
+                                         requeue_state=requeue_state)
                     try:
                         out = await ctx.client.replace(WORKLOADS, body, subresource="status")
                     except Conflict:

@@ -25,6 +25,7 @@ from typing import Any
 from app.core.quantity import US, QuantityError, parse_duration_us, parse_quantity
 from app.core.scheduler import MIN_RUNTIME_ANNOTATION, RECLAIM_BACKOFF_ANNOTATION
 from app.core.spec import (
+    AdmissionCheckRef,
     BorrowWithinCohort,
     ClusterQueueSpec,
     CohortSpec,
@@ -239,7 +240,30 @@ def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
         fair_weight_milli=weight,
         min_runtime_s=min_runtime,
         reclaim_backoff_s=backoff,
+        admission_checks=_admission_checks(spec),
     ), problem
+
+
+def _admission_checks(spec: Obj) -> tuple[AdmissionCheckRef, ...]:
+    """``spec.admissionChecksStrategy.admissionChecks[]`` (Kueue v1beta2; the v1beta1
+    ``spec.admissionChecks`` list is not in the v1beta2 schema) -> refs, in order."""
+    strategy = spec.get("admissionChecksStrategy") or {}
+    return tuple(
+        AdmissionCheckRef(name=str(c.get("name", "")),
+                          on_flavors=tuple(FlavorName(str(f)) for f in c.get("onFlavors") or ()))
+        for c in strategy.get("admissionChecks") or () if isinstance(c, Mapping))
+
+
+def admission_check(obj: Obj) -> tuple[str, bool]:
+    """AdmissionCheck object (Kueue v1beta2: ``spec.controllerName``, ``spec.parameters``,
+    ``status.conditions[type=Active]``) -> (name, active). The check is active only while its
+    ``Active`` condition is True: the controller named by ``controllerName`` sets it, and
+    until it does, ClusterQueues naming the check admit nothing (Kueue's rule)."""
+    meta = obj.get("metadata") or {}
+    conds = (obj.get("status") or {}).get("conditions") or []
+    active = any(isinstance(c, Mapping) and c.get("type") == "Active"
+                 and c.get("status") == "True" for c in conds)
+    return str(meta.get("name", "")), active
 
 
 def cohort(obj: Obj) -> tuple[CohortSpec, ConfigProblem | None]:
