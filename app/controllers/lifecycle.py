@@ -148,6 +148,12 @@ class Lifecycle:
         if t is not None:
             t.cancel()
 
+    def observe_all(self) -> None:
+        """``observe`` every stored Workload (on gaining leadership: a follower kept no
+        timers and wrote nothing)."""
+        for obj in list(self.ctx.store("wl")):
+            self.observe(obj)
+
     def observe(self, obj: Mapping[str, Any]) -> None:
         """Look at one Workload (a watch event or a timer) and start what it needs: one
         write at a time per Workload; the result comes back as an event."""

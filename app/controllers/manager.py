@@ -202,6 +202,7 @@ class Manager:
             log.info("reconciler: leading as %s", ctx.leader.identity)
             self.jobs.enqueue_all()
             self.finalizers.enqueue_all()
+            self.scheduler.lifecycle.observe_all()  # timers: a new leader starts them again
             self.status.dirty_all = True
             ctx.wake()
             while ctx.leader.is_leader:
