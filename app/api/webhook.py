@@ -14,6 +14,9 @@ Thin: parse the ``admission.k8s.io/v1`` AdmissionReview, call the pure rules of
   Deployment's pod template gets the queue (``app.integrations.deployment.rules``).
 - ``POST /mutate-apps-v1-statefulset``, ``/validate-apps-v1-statefulset``: likewise, and its
   pods form one group sized by ``spec.replicas`` (``app.integrations.statefulset.rules``).
+- ``POST /validate-apps-v1-statefulset-scale``: UPDATE of ``statefulsets/scale`` (a Scale has
+  no labels, so its webhook has no objectSelector; the StatefulSet is found by name in the
+  store of queued ones): the same replicas rule.
 
 The API server appends ``?timeout=Ns``: routing is on the path only. Errors never become a 5xx:
 a body that is not JSON or not an AdmissionReview -> HTTP 400 ``{"error": ..., "details": [...]}``;
@@ -47,7 +50,12 @@ from app.api.health import metrics_registry
 from app.integrations import managed_kinds
 from app.integrations.deployment.rules import mutate_deployment, validate_deployment_update
 from app.integrations.pod.rules import mutate_pod, scheduling_gates, validate_pod
-from app.integrations.statefulset.rules import mutate_statefulset, validate_statefulset_update
+from app.integrations.statefulset.rules import (
+    mutate_statefulset,
+    scale_replicas,
+    validate_statefulset_scale,
+    validate_statefulset_update,
+)
 from app.integrations.webhook import (
     DEFAULT_LOCAL_QUEUE,
     UnreadableObjectError,
@@ -78,6 +86,7 @@ MUTATE_DEPLOYMENT_PATH = "/mutate-apps-v1-deployment"
 VALIDATE_DEPLOYMENT_PATH = "/validate-apps-v1-deployment"
 MUTATE_STATEFULSET_PATH = "/mutate-apps-v1-statefulset"
 VALIDATE_STATEFULSET_PATH = "/validate-apps-v1-statefulset"
+VALIDATE_STATEFULSET_SCALE_PATH = "/validate-apps-v1-statefulset-scale"
 
 # Decisions (the ``decision`` label and log field).
 ALLOWED = "allowed"  # allowed, no patch
@@ -385,6 +394,25 @@ def _decide_pod_validation(req: AdmissionRequest, state: Any) -> _Outcome:
                                       managed_kinds()))
 
 
+def _decide_statefulset_scale(req: AdmissionRequest, state: Any) -> _Outcome:
+    resource = req.resource
+    if req.operation != "UPDATE" or req.sub_resource != "scale" or resource is None \
+            or (resource.group, resource.resource) != ("apps", "statefulsets"):
+        return _allow(req)
+    old, new = _objects(req, lambda o: scale_replicas(o, "spec"),
+                        lambda o: scale_replicas(o, "status"))
+    assert old is not None
+    lookup = getattr(state, "admission_lookup", None)
+    try:
+        sts = lookup.queued_statefulset(req.namespace, req.name) if lookup else None
+    except Exception:
+        logger.exception("webhook: queued_statefulset failed; treating it as unknown")
+        sts = None
+    return _verdict(req, validate_statefulset_scale(
+        old, new, sts if isinstance(sts, dict) else None, req.user_info.username,
+        _policy(state)))
+
+
 def _owner_decisions(kind: str, mutate: Callable[..., list[Any]],
                      validate: Callable[..., list[str]],
                      ) -> tuple[Callable[[AdmissionRequest, Any], _Outcome],
@@ -425,6 +453,7 @@ def _endpoint(path: str, decide: Callable[[AdmissionRequest, Any], _Outcome]) ->
 _KIND_ROUTES: dict[str, Callable[[AdmissionRequest, Any], _Outcome]] = {
     MUTATE_POD_PATH: _decide_pod_mutation,
     VALIDATE_POD_PATH: _decide_pod_validation,
+    VALIDATE_STATEFULSET_SCALE_PATH: _decide_statefulset_scale,
 }
 for _path_pair, _kind, _mutate, _validate in (
         ((MUTATE_DEPLOYMENT_PATH, VALIDATE_DEPLOYMENT_PATH), "Deployment", mutate_deployment,

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.controllers.client import WORKLOADS
@@ -56,7 +56,6 @@ from app.controllers.workloads import (
     rfc3339,
     with_backoff_finished,
     with_checks_admitted,
-    with_deactivation_target,
 )
 from app.core.types import WorkloadKey
 
@@ -181,8 +180,9 @@ class Lifecycle:
         rejected = [c for c in checks if c.get("state") == "Rejected"]
         retry = [c for c in checks if c.get("state") == "Retry"]
         if rejected:
-            self._run(key, self._deactivate(key, "AdmissionCheck",
-                                            checks_message(rejected, "Rejected"), rejected))
+            self._deactivate(key, "AdmissionCheck", checks_message(rejected, "Rejected"),
+                             lambda o: any(c.get("state") == "Rejected"
+                                           for c in check_states(o)))
             return
         if retry:
             self._evict_for_retry(key, retry, now)
@@ -246,9 +246,9 @@ class Lifecycle:
         rs = self.cfg.requeuing_strategy
         count = int(((obj.get("status") or {}).get("requeueState") or {}).get("count") or 0)
         if rs.backoff_limit_count is not None and count + 1 > rs.backoff_limit_count:
-            self._run(key, self._deactivate(key, "RequeuingLimitExceeded",
-                                            "exceeding the maximum number of re-queuing "
-                                            "retries", []))
+            self._deactivate(key, "RequeuingLimitExceeded",
+                             "exceeding the maximum number of re-queuing retries",
+                             lambda o: has_admission(o) and not is_evicted(o))
             return
         if not self.loop.cluster.evict(key, now):
             return
@@ -273,16 +273,40 @@ class Lifecycle:
 
     def _evict(self, key: WorkloadKey, reason: str, message: str,
                requeue_state: Mapping[str, Any]) -> None:
+        self._in_loop(key, self.loop._evict(key, reason, message, None, None,
+                                            requeue_state=requeue_state))
+
+    def _deactivate(self, key: WorkloadKey, reason: str, message: str,
+                    still: Callable[[Obj], bool]) -> None:
+        """DeactivationTarget then ``spec.active: false`` (the loop's ``_deactivate``; the
+        deactivated Workload is then evicted, ``DeactivatedDueTo<reason>``)."""
+        async def run() -> bool:
+            if not await self.loop._deactivate(key, reason, message, still):
+                return False
+            self.deactivations += 1
+            obj = self.ctx.store("wl").get(key)
+            if reason == "AdmissionCheck" and obj is not None:
+                self.ctx.recorder.emit(obj, WARNING, "AdmissionCheckRejected",
+                                       f"Deactivated due to {message}")
+            return True
+        self._in_loop(key, run())
+
+    def _in_loop(self, key: WorkloadKey, coro: Any) -> None:
+        """Run one of the loop's writes (which takes the Workload's lock itself; True when it
+        wrote) for ``key``, then look at the Workload again: at once, or a second later when
+        the write did not happen (so a failing API server is not hammered)."""
         self._busy.add(key)
 
         async def run() -> None:
+            ok = False
             try:
-                await self.loop._evict(key, reason, message, None, None,
-                                       requeue_state=requeue_state)
+                ok = bool(await coro)
             finally:
                 self._busy.discard(key)
                 obj = self.ctx.store("wl").get(key)
-                if obj is not None:
+                if not ok:
+                    self._later(key, 1.0)
+                elif obj is not None:
                     self.observe(obj)
         self.loop._spawn(run())
 
@@ -305,24 +329,6 @@ class Lifecycle:
         cq = out["status"]["admission"]["clusterQueue"]
         self.ctx.recorder.emit(out, NORMAL, "Admitted", f"Admitted by ClusterQueue {cq}")
 
-    async def _deactivate(self, key: WorkloadKey, reason: str, message: str,
-                          rejected: list[Obj]) -> None:
-        """DeactivationTarget, then ``spec.active: false`` (Kueue: two writes; the
-        deactivated Workload is then evicted by the loop, ``DeactivatedDueTo<reason>``)."""
-        obj = self.ctx.store("wl").get(key)
-        if obj is None or not is_active(obj):
-            return
-        now = self.ctx.clock()
-        if not is_true(obj, "DeactivationTarget"):
-            obj = await self._put_status(with_deactivation_target(obj, reason, message, now))
-        body = {**obj, "spec": {**(obj.get("spec") or {}), "active": False}}
-        out = await self.ctx.client.replace(WORKLOADS, body)
-        self.ctx.store("wl").put(out)
-        self.deactivations += 1
-        if rejected:
-            self.ctx.recorder.emit(out, WARNING, "AdmissionCheckRejected",
-                                   f"Deactivated due to {message}")
-
     async def _backoff_finished(self, key: WorkloadKey) -> None:
         obj = self.ctx.store("wl").get(key)
         if obj is None or not backoff_held(obj):
@@ -330,15 +336,4 @@ class Lifecycle:
         await self._put_status(with_backoff_finished(obj, self.ctx.clock()))
         self.backoffs_finished += 1
         self.ctx.wake()
-
-
-def deactivation_cause(obj: Mapping[str, Any]) -> tuple[str, str]:
-    """(eviction reason, message) for a deactivated Workload (Kueue): ``Deactivated`` /
-    "The workload is deactivated", or with a DeactivationTarget condition
-    ``DeactivatedDueTo<its reason>`` / "The workload is deactivated due to <its message>"."""
-    dt = condition(obj, "DeactivationTarget")
-    if dt is not None and dt.get("status") == "True":
-        return (f"DeactivatedDueTo{dt.get('reason')}",
-                f"The workload is deactivated due to {dt.get('message')}")
-    return "Deactivated", "The workload is deactivated"
 

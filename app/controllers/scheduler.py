@@ -50,9 +50,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import heapq
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
@@ -62,23 +64,26 @@ from app.controllers.errors import ApiError, Conflict, NotFound, from_exception
 from app.controllers.events import NORMAL, WARNING
 from app.controllers.history import PreemptionLog, UsageHistory
 from app.controllers.informers import DELETED
-from app.controllers.lifecycle import Lifecycle, backoff_held, deactivation_cause
+from app.controllers.lifecycle import Lifecycle, backoff_held
 from app.controllers.workloads import (
     ADMITTED,
+    DEACTIVATION_TARGET,
     EVICTED,
     QUOTA_RESERVED,
     condition,
+    execution_deadline,
     has_admission,
     is_active,
     is_evicted,
     is_finished,
     is_true,
+    set_condition,
     with_admission,
     with_eviction,
     with_pending,
 )
 from app.controllers.workloads import parse_time as _ts
-from app.core.decisions import Admit, Decision, Pending, Preempt, Victim
+from app.core.decisions import Admit, Decision, Pending, PendingReason, Preempt, Victim
 from app.core.eta import UNKNOWN, ArrivalModel, EtaBoard, RuntimeModel, eta_text
 from app.core.scheduler import Cluster
 from app.core.spec import checks_for_flavors
@@ -162,6 +167,9 @@ class SchedulerLoop:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pending: dict[WorkloadKey, Pending] = {}
         self._pending_kick = asyncio.Event()
+        # maximumExecutionTimeSeconds: (deadline, key) heap; the latest deadline per key.
+        self._deadlines: list[tuple[float, WorkloadKey]] = []
+        self._deadline_of: dict[WorkloadKey, float] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._backoff: dict[WorkloadKey, int] = {}
         self.bad_workloads: dict[WorkloadKey, str] = {}
@@ -256,6 +264,7 @@ class SchedulerLoop:
         self.ctx.wake()
         if etype == DELETED or new is None:
             self.cluster.delete_workload(key)
+            self._deadline_of.pop(key, None)
             self._pending.pop(key, None)
             self._forget_pending(key)
             self.lifecycle.forget(key)
@@ -270,6 +279,7 @@ class SchedulerLoop:
                 self.metrics.finished(info.cluster_queue, namespace=key.split("/", 1)[0],
                                       local_queue=(new.get("spec") or {}).get("queueName", ""))
             self.cluster.finish(key)
+            self._deadline_of.pop(key, None)
             self._pending.pop(key, None)
             self._forget_pending(key)
             self.lifecycle.forget(key)
@@ -295,9 +305,18 @@ class SchedulerLoop:
                 and self.eta.arrivals is not None:
             self.eta.arrivals.observe(wl)  # a new Workload: one more arrival of its class
         self.cluster.update_workload(wl)
+        deadline = execution_deadline(new)
+        if deadline is not None and self._deadline_of.get(key) != deadline:
+            self._deadline_of[key] = deadline
+            heapq.heappush(self._deadlines, (deadline, key))
         if not is_active(new) and has_admission(new) and not is_evicted(new) \
                 and self.ctx.may_write and self.cluster.evict(key, self.ctx.clock()):
-            self._spawn(self._evict(key, *deactivation_cause(new), None, None))
+            reason, message = "Deactivated", "The workload is deactivated"
+            target = condition(new, DEACTIVATION_TARGET)
+            if target is not None and target.get("status") == "True":
+                reason = f"DeactivatedDueTo{target.get('reason', '')}"
+                message = f"The workload is deactivated due to {target.get('message', '')}"
+            self._spawn(self._evict(key, reason, message, None, None))
         self.lifecycle.observe(new)
 
     # ================================================================== loop
@@ -341,7 +360,11 @@ class SchedulerLoop:
                                            time.perf_counter() - t0)
         for d in decisions:
             self.apply(d)
-        return len(decisions)
+        self._expire(self.ctx.clock())
+        drained = self.cluster.drain(self.ctx.clock())
+        for key, reason, message in drained:
+            self._spawn(self._evict(key, reason, message, None, None))
+        return len(decisions) + len(drained)
 
     def apply(self, d: Decision) -> None:
         if isinstance(d, Admit):
@@ -356,6 +379,61 @@ class SchedulerLoop:
             self._core_pending[d.workload] = d
             self._pending[d.workload] = d
             self._pending_kick.set()
+
+    # ================================================================== max execution time
+
+    def _expire(self, now: float) -> None:
+        """Deactivate the admitted Workloads past their ``maximumExecutionTimeSeconds``
+        (Kueue: DeactivationTarget reason MaximumExecutionTimeExceeded, then
+        ``spec.active: false``, evicted ``DeactivatedDueToMaximumExecutionTimeExceeded``)."""
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            deadline, key = heapq.heappop(heap)
+            if self._deadline_of.get(key) != deadline:
+                continue  # superseded by a newer admission's deadline
+            del self._deadline_of[key]
+            self._spawn(self._deactivate(key, "MaximumExecutionTimeExceeded",
+                                         "exceeding the maximum execution time"))
+
+    async def _deactivate(self, key: WorkloadKey, reason: str, message: str,
+                          still: Callable[[Obj], bool] | None = None) -> bool:
+        """DeactivationTarget=True (``reason``) in status, then ``spec.active: false``; the
+        Workload event that follows evicts it (``on_workload``). ``still(obj)``: the cause
+        still holds on the stored object (default: past its maximum execution time).
+        Returns True when it deactivated."""
+        if still is None:
+            def still(o: Obj) -> bool:
+                deadline = execution_deadline(o)
+                return deadline is not None and deadline <= self.ctx.clock()
+        ctx = self.ctx
+        ns, name = key.split("/", 1)
+        try:
+            async with self._sem, self._lock(key):
+                for _attempt in range(3):
+                    obj = ctx.store(WL).get(key)
+                    if obj is None or not ctx.leader.is_leader or not is_active(obj) \
+                            or not still(obj):
+                        return False
+                    body = copy.deepcopy(obj)
+                    set_condition(body, DEACTIVATION_TARGET, "True", reason, message,
+                                  ctx.clock())
+                    try:
+                        out = await ctx.client.replace(WORKLOADS, body, subresource="status")
+                        out = copy.deepcopy(out)
+                        out.setdefault("spec", {})["active"] = False
+                        out = await ctx.client.replace(WORKLOADS, out)
+                    except Conflict:
+                        ctx.store(WL).put(await ctx.client.get(WORKLOADS, name, ns))
+                        continue
+                    ctx.store(WL).put(out)
+                    ctx.recorder.emit(out, NORMAL, "Deactivated",
+                                      f"The workload is deactivated due to {message}")
+                    return True
+        except Exception as exc:  # noqa: BLE001
+            log.warning("deactivation of %s failed: %s", key, from_exception(exc))
+        finally:
+            self._release_lock(key)
+        return False
 
     # ================================================================== ETA
 
@@ -573,7 +651,7 @@ class SchedulerLoop:
 
     async def _evict(self, key: WorkloadKey, reason: str, message: str, victim: Victim | None,
                      d: Preempt | None, *,
-                     requeue_state: Mapping[str, Any] | None = None) -> None:
+                     requeue_state: Mapping[str, Any] | None = None) -> bool:
         ctx = self.ctx
         ok = False
         try:
@@ -608,8 +686,9 @@ class SchedulerLoop:
         if not ok:
             self.cluster.cancel_eviction(key)
             self.ctx.wake()
-            return
+            return False
         self.jobs.notify(ctx.store(WL).get(key), str(key))
+        return True
 
     def _count_eviction(self, wl: Obj, reason: str, victim: Victim | None,
                         d: Preempt | None) -> None:
@@ -669,7 +748,9 @@ class SchedulerLoop:
         reason = d.reason.condition_reason
         tail = self._eta_tail.get(key, "")
         message = f"{d.message}; {tail}" if tail else d.message
-        body, changed = with_pending(obj, reason, message, ctx.clock())
+        queued = d.reason not in (PendingReason.CLUSTER_QUEUE_INACTIVE,
+                                  PendingReason.LOCAL_QUEUE_STOPPED)
+        body, changed = with_pending(obj, reason, message, ctx.clock(), queued=queued)
         if not changed:
             return
         out = await ctx.client.replace(WORKLOADS, body, subresource="status")

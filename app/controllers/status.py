@@ -108,12 +108,8 @@ def local_queue_status(obj: Obj, view: LocalQueueView, cq: ClusterQueueView | No
         "conditions": _conditions(obj),
     }
     holder = {"status": status, "metadata": obj.get("metadata") or {}}
-    stop = (obj.get("spec") or {}).get("stopPolicy") or "None"
-    if stop != "None":
-        set_condition(holder, "Active", "False", "Stopped", "LocalQueue is stopped", now)
-    else:
-        set_condition(holder, "Active", "True" if view.active else "False", view.reason,
-                      view.message, now)
+    set_condition(holder, "Active", "True" if view.active else "False", view.reason,
+                  view.message, now)
     return status
 
 

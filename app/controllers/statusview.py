@@ -37,7 +37,7 @@ from app.core.cluster import (
 from app.core.decisions import QuotaShortfall
 from app.core.eta import Eta, EtaBoard
 from app.core.scheduler import Cluster
-from app.core.spec import LocalQueue
+from app.core.spec import LocalQueue, StopPolicy
 from app.core.types import ClusterQueueName, FlavorResource, WorkloadKey
 
 
@@ -282,7 +282,9 @@ class ClusterView:
         c = self.cluster
         st = c.local_queue_status(lq.key)
         cq = c.cluster_queue_status(lq.cluster_queue)
-        if cq is None:
+        if lq.stop_policy != StopPolicy.NONE:
+            active, reason, message = False, "Stopped", "LocalQueue is stopped"
+        elif cq is None:
             active, reason = False, "ClusterQueueDoesNotExist"
             message = f"Can't submit new workloads to clusterQueue: {lq.cluster_queue} " \
                       "doesn't exist"

@@ -54,6 +54,11 @@ class StoreAdmissionLookup:
             return None
         return has_admission(wl) and not is_evicted(wl)
 
+    def queued_statefulset(self, namespace: str, name: str) -> Obj | None:
+        """Queued StatefulSet ``namespace/name`` as stored, None when not queued or not
+        synced (the webhook of its ``scale`` subresource reads it)."""
+        return self.ctx.store(STS).get(f"{namespace}/{name}") if self.ctx.synced else None
+
     def statefulset_replicas(self, namespace: str, name: str) -> int | None:
         """``spec.replicas`` of queued StatefulSet ``namespace/name`` (default 1), None when
         unknown (not synced, or not queued)."""

@@ -31,15 +31,14 @@ ADMITTED = "Admitted"
 EVICTED = "Evicted"
 PREEMPTED = "Preempted"
 REQUEUED = "Requeued"
+DEACTIVATION_TARGET = "DeactivationTarget"
+STOPPED_REASONS = frozenset({"ClusterQueueStopped", "LocalQueueStopped"})
 FINISHED = "Finished"
 PODS_READY = "PodsReady"
-DEACTIVATION_TARGET = "DeactivationTarget"
 
 # Eviction reasons after which the Workload waits out a backoff (``status.requeueState``)
 # with Requeued=False before it queues again (Kueue workload controller).
 BACKOFF_REASONS = frozenset({"PodsReadyTimeout", "AdmissionCheck"})
-# Kueue: Requeued=True at release only after these evictions; the backoff reasons wait.
-_REQUEUED_AT_ONCE_NOT = BACKOFF_REASONS
 
 MAX_MESSAGE = 32768
 
@@ -50,14 +49,30 @@ def rfc3339(ts: float) -> str:
 
 
 def parse_time(value: Any) -> float | None:
-    """metav1.Time (``2024-01-02T03:04:05Z``) -> seconds since the epoch; None when unset or
-    unreadable."""
-    if not value:
+    """metav1.Time (``2024-01-02T03:04:05Z``) -> seconds since the epoch; None when absent
+    or unreadable."""
+    if not isinstance(value, str) or not value:
         return None
     try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
+
+
+def execution_deadline(wl: Mapping[str, Any]) -> float | None:
+    """When an admitted Workload exceeds ``spec.maximumExecutionTimeSeconds`` (seconds since
+    the epoch): Admitted=True time + the limit - ``status.accumulatedPastExecutionTimeSeconds``
+    (Kueue v1beta2 Workload); None without a limit or when not admitted."""
+    limit = (wl.get("spec") or {}).get("maximumExecutionTimeSeconds")
+    adm = condition(wl, ADMITTED)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1 or adm is None \
+            or adm.get("status") != "True" or not has_admission(wl):
+        return None
+    since = parse_time(adm.get("lastTransitionTime"))
+    if since is None:
+        return None
+    past = (wl.get("status") or {}).get("accumulatedPastExecutionTimeSeconds") or 0
+    return since + limit - (past if isinstance(past, int) else 0)
 
 
 def conditions(obj: Mapping[str, Any]) -> list[Obj]:
@@ -208,13 +223,29 @@ def with_admission(wl: Obj, admission: Admission, now: float,
     sync_admitted(out, now)
     _reset_previous(out, EVICTED, now)
     _reset_previous(out, PREEMPTED, now)
+    _restarted(out, now)
     return out
 
 
-def with_pending(wl: Obj, reason: str, message: str, now: float) -> tuple[Obj, bool]:
-    """QuotaReserved=False with the core's ``reason`` / ``message``; (object, changed)."""
+def _restarted(out: Obj, now: float) -> bool:
+    """A Workload a stop policy drained (Requeued=False ``ClusterQueueStopped`` /
+    ``LocalQueueStopped``) is queued or admitted again: Requeued=True ``...Restarted``."""
+    req = condition(out, REQUEUED) or {}
+    if req.get("status") != "False" or req.get("reason") not in STOPPED_REASONS:
+        return False
+    again = str(req["reason"]).replace("Stopped", "Restarted")
+    return set_condition(out, REQUEUED, "True", again, "The queue was restarted", now)
+
+
+def with_pending(wl: Obj, reason: str, message: str, now: float, *,
+                 queued: bool = True) -> tuple[Obj, bool]:
+    """QuotaReserved=False with the core's ``reason`` / ``message``; (object, changed).
+    ``queued``: its queue takes it again (not stopped nor inactive), so a Workload a stop
+    policy drained gets Requeued=True ``ClusterQueueRestarted`` / ``LocalQueueRestarted``."""
     out = copy.deepcopy(wl)
     changed = set_condition(out, QUOTA_RESERVED, "False", reason, message, now)
+    if queued:
+        changed = _restarted(out, now) or changed
     return out, changed
 
 
@@ -224,11 +255,16 @@ def with_eviction(wl: Obj, reason: str, message: str, now: float, *,
     """Evicted=True (``reason``: Preempted, ClusterQueueStopped, ...) and, for a
     preemption, Preempted=True with ``preempted_reason`` (InClusterQueue,
     InCohortReclamation, ...). Admission checks not Pending are reset to Pending (a Retry
-    one counts a retry), a DeactivationTarget condition is consumed, and ``requeue_state``
-    (``{count, requeueAt}``) replaces ``status.requeueState`` when given (Kueue ``Evict``).
+    one counts a retry), a deactivation consumes the DeactivationTarget condition, and
+    ``requeue_state`` (``{count, requeueAt}``) replaces ``status.requeueState`` when given
+    (Kueue ``Evict``).
     The quota stays held until ``with_released``."""
     out = copy.deepcopy(wl)
     set_condition(out, EVICTED, "True", reason, message, now)
+    if reason.startswith("Deactivated"):  # the request is carried out: Kueue drops it
+        st = out.get("status") or {}
+        st["conditions"] = [c for c in st.get("conditions") or []
+                            if c.get("type") != DEACTIVATION_TARGET]
     if preempted_reason:
         set_condition(out, PREEMPTED, "True", preempted_reason, message, now)
     for c in check_states(out):
@@ -238,19 +274,8 @@ def with_eviction(wl: Obj, reason: str, message: str, now: float, *,
             c["retryCount"] = int(c.get("retryCount") or 0) + 1
         c.update(state="Pending", lastTransitionTime=rfc3339(now),
                  message=f"Reset to Pending after eviction. Previously: {c.get('state')}")
-    st = out.setdefault("status", {})
-    st["conditions"] = [c for c in conditions(out) if c.get("type") != DEACTIVATION_TARGET]
     if requeue_state is not None:
-        st["requeueState"] = dict(requeue_state)
-    return out
-
-
-def with_deactivation_target(wl: Obj, reason: str, message: str, now: float) -> Obj:
-    """DeactivationTarget=True (Kueue: the request to set ``spec.active=false``; reasons
-    ``RequeuingLimitExceeded``, ``AdmissionCheck``); its reason and message become the cause
-    in the eviction that follows (``DeactivatedDueTo<reason>``)."""
-    out = copy.deepcopy(wl)
-    set_condition(out, DEACTIVATION_TARGET, "True", reason, message, now)
+        out.setdefault("status", {})["requeueState"] = dict(requeue_state)
     return out
 
 
@@ -305,9 +330,15 @@ def with_pods_ready(wl: Obj, ready: bool, now: float) -> tuple[Obj, bool]:
 def with_released(wl: Obj, now: float) -> Obj:
     """The evicted Workload's Job has stopped: clear ``admission``, QuotaReserved=False,
     Admitted=False (``sync_admitted``: NoReservation...), PodsReady=False (WaitForStart) when
-    present, and Requeued with the eviction's reason: True, except after a
-    ``BACKOFF_REASONS`` eviction, which waits out its backoff with Requeued=False (Kueue)."""
+    present, and Requeued with the eviction's reason: True, or False after a stop policy's
+    drain (Kueue keeps it out of the queue until the queue restarts) or a ``BACKOFF_REASONS``
+    eviction (it waits out its backoff)."""
     out = copy.deepcopy(wl)
+    adm = condition(out, ADMITTED) or {}
+    since = parse_time(adm.get("lastTransitionTime")) if adm.get("status") == "True" else None
+    if since is not None:  # Kueue accumulates the admitted time across admissions
+        past = int((out.get("status") or {}).get("accumulatedPastExecutionTimeSeconds") or 0)
+        out["status"]["accumulatedPastExecutionTimeSeconds"] = past + max(0, int(now - since))
     out.setdefault("status", {}).pop("admission", None)
     ev = condition(out, EVICTED) or {}
     msg = str(ev.get("message") or "The workload was evicted")
@@ -317,8 +348,10 @@ def with_released(wl: Obj, now: float) -> Obj:
     if condition(out, PODS_READY) is not None:
         set_condition(out, PODS_READY, "False", "WaitForStart",
                       POD_READY_MESSAGES["WaitForStart"], now)
-    set_condition(out, REQUEUED, "False" if reason in _REQUEUED_AT_ONCE_NOT else "True",
-                  reason, msg, now)
+    # Kueue keeps a Workload drained by a stop policy, or waiting out a backoff, out of the
+    # queue (Requeued=False with the eviction's reason).
+    held = reason in STOPPED_REASONS or reason in BACKOFF_REASONS
+    set_condition(out, REQUEUED, "False" if held else "True", reason, msg, now)
     return out
 
 

@@ -35,6 +35,7 @@ class PendingReason(StrEnum):
     CLUSTER_QUEUE_INACTIVE = "ClusterQueueInactive"
     LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"
     CLUSTER_QUEUE_NOT_FOUND = "ClusterQueueNotFound"
+    LOCAL_QUEUE_STOPPED = "LocalQueueStopped"
 
     @property
     def condition_reason(self) -> str:
@@ -48,6 +49,7 @@ _CONDITION_REASON = {
     PendingReason.LOCAL_QUEUE_NOT_FOUND: "Misconfigured",
     PendingReason.CLUSTER_QUEUE_NOT_FOUND: "Misconfigured",
     PendingReason.CLUSTER_QUEUE_INACTIVE: "Suspended",
+    PendingReason.LOCAL_QUEUE_STOPPED: "Suspended",
 }
 
 

@@ -72,6 +72,8 @@ class PodSet:
     ``requests``: per-pod effective requests ``{resource: amount}`` (milli-CPU, bytes, counts),
     already combining containers, init containers, sidecars and pod overhead.
     ``affinity_terms``: required node-affinity terms, ORed; each term's requirements ANDed.
+    ``min_count``: the fewest pods it may be admitted with (Kueue ``podSets[].minCount``,
+    partial admission); None: all ``count`` or nothing.
     """
 
     name: str
@@ -80,6 +82,7 @@ class PodSet:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     affinity_terms: tuple[tuple[NodeSelectorRequirement, ...], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
+    min_count: int | None = None
 
     def total(self) -> dict[ResourceName, int]:
         """Requests of all ``count`` pods: ``{resource: amount * count}``."""

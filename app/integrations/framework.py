@@ -50,7 +50,9 @@ class JobKind(Protocol):
     object, default the store's), ``group_workloads = True`` (its Workloads carry
     ``GROUP_WORKLOAD_ANNOTATION`` instead of a controller ownerReference) and
     ``fewer_pods_match = True`` (pods that finished or went count as still matching the
-    admission; only more pods, or other requests, do not).
+    admission; only more pods, or other requests, do not) and ``trim(ctx, obj, workload)``
+    (delete the members the object may not have, e.g. a pod group's excess pods; returns the
+    object without them).
     """
 
     key: str
@@ -141,6 +143,14 @@ def lookup(kind: JobKind, ctx: Context, ns: str, name: str) -> Obj | None:
     if fn is not None:
         return fn(ctx, ns, name)  # type: ignore[no-any-return]
     return ctx.store(kind.key).get(f"{ns}/{name}")
+
+
+async def trim(kind: JobKind, ctx: Context, obj: Obj, workload: Mapping[str, Any] | None) -> Obj:
+    """``kind.trim`` when the kind has one (module doc of ``JobKind``), else ``obj``."""
+    fn = getattr(kind, "trim", None)
+    if fn is None:
+        return obj
+    return await fn(ctx, obj, workload)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ import asyncio
 import copy
 import logging
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from app.controllers.client import WORKLOADS
@@ -57,6 +58,7 @@ from app.integrations.framework import (
     object_key,
     pods_ready,
     source_of,
+    trim,
 )
 from app.wire.fields import WorkloadSpecError
 from app.wire.workload import workload_from_object
@@ -213,10 +215,13 @@ class JobReconciler:
                                   f"Workload '{ns}/{wl['metadata']['name']}' is declared finished")
                 ctx.wake()
             return None
+        if wl is not None and is_finished(wl):
+            return None
+        # Members beyond the group's count go first (Kueue deletes excess pods and admits
+        # the rest, rather than refusing the whole group).
+        obj = await trim(kind, ctx, obj, wl)
         if wl is None:
             return await self._without_workload(kind, obj)
-        if is_finished(wl):
-            return None
         if has_admission(wl) and not is_evicted(wl) and is_active(wl):
             why = self._admission_mismatch(kind, obj, wl)
             if why is not None:
@@ -259,6 +264,10 @@ class JobReconciler:
             have = workload_from_object(wl)
         except WorkloadSpecError as exc:
             return f"the {kind.kind} cannot be read: {exc}"
+        if kind.is_suspended(obj) and not kind.is_started(obj):
+            # Not started yet: it matches the Workload's spec (a partial admission's count
+            # is applied when it starts), as Kueue's EquivalentToWorkload for a suspended job.
+            have = replace(have, admission=None)
         return admission_mismatch(want.pod_sets, have,
                                   fewer_ok=bool(getattr(kind, "fewer_pods_match", False)))
 

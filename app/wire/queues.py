@@ -293,11 +293,16 @@ def _enum(enum: Any, value: Any, default: Any) -> Any:
 
 
 def local_queue(obj: Obj) -> LocalQueue:
-    """LocalQueue object -> ``LocalQueue``."""
+    """LocalQueue object (Kueue v1beta2 ``spec.clusterQueue``, ``spec.stopPolicy``) ->
+    ``LocalQueue``. A ``stopPolicy`` value the CRD would refuse reads as ``Hold``: a queue
+    asked to stop in a way pykueue cannot read admits nothing rather than everything."""
     meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    stop = spec.get("stopPolicy") or StopPolicy.NONE
+    policy = StopPolicy._value2member_map_.get(stop, StopPolicy.HOLD)
     return LocalQueue(namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
-                      cluster_queue=ClusterQueueName(
-                          str((obj.get("spec") or {}).get("clusterQueue", ""))))
+                      cluster_queue=ClusterQueueName(str(spec.get("clusterQueue", ""))),
+                      stop_policy=policy)  # type: ignore[arg-type]
 
 
 def priority_class_value(obj: Obj) -> int:

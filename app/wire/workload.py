@@ -13,6 +13,7 @@ import copy
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +26,7 @@ from app.wire.names import (
     KUEUE_GROUP,
     MAIN_POD_SET,
     MAX_EXEC_TIME_LABEL,
+    MIN_PARALLELISM_ANNOTATION,
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
     WORKLOAD_API_VERSION,
@@ -145,6 +147,25 @@ def _job_basics(job: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str,
     return metadata, template, queue
 
 
+def job_min_count(job: Mapping[str, Any], count: int, *, strict: bool = False) -> int | None:
+    """The podSet ``minCount`` of a Job (Kueue partial admission): its annotation
+    ``kueue.x-k8s.io/job-min-parallelism``; None when absent. Raises ``WorkloadSpecError``
+    naming the annotation when it is not an integer > 0, or (``strict``, Kueue's create-time
+    rule) not below the pod ``count``; without ``strict`` a minimum >= ``count`` is None
+    (all pods or none: the Job was resized after creation, as Kueue allows)."""
+    meta = mapping(job.get("metadata"), "metadata")
+    anns = mapping(meta.get("annotations"), "metadata.annotations")
+    raw = anns.get(MIN_PARALLELISM_ANNOTATION)
+    if raw is None:
+        return None
+    where = f"metadata.annotations[{MIN_PARALLELISM_ANNOTATION}]"
+    if not isinstance(raw, str) or not raw.isascii() or not raw.isdigit() or int(raw) < 1 \
+            or (strict and int(raw) >= count):
+        raise WorkloadSpecError(where, f"must be an integer greater than 0 and less than the "
+                                f"Job's pod count {count}, got {raw!r}")
+    return int(raw) if int(raw) < count else None
+
+
 def workload_from_job(
     job: Mapping[str, Any],
     *,
@@ -165,9 +186,11 @@ def workload_from_job(
     priority, _ = job_priority(
         job, priority_classes=priority_classes, pod_priority_classes=pod_priority_classes
     )
-    pod_set = pod_set_from_template(
-        MAIN_POD_SET, job_pod_count(job), template, field="spec.template"
-    )
+    count = job_pod_count(job)
+    pod_set = pod_set_from_template(MAIN_POD_SET, count, template, field="spec.template")
+    min_count = job_min_count(job, count)
+    if min_count is not None:
+        pod_set = replace(pod_set, min_count=min_count)
     return Workload(
         namespace=string(metadata.get("namespace"), "metadata.namespace"),
         name=workload_name_for_job(metadata["name"], string(metadata.get("uid"), "metadata.uid")),
@@ -220,6 +243,8 @@ def workload_object_for_job(
         "queueName": wl.queue_name,
         "podSets": [{"name": MAIN_POD_SET, "count": wl.pod_sets[0].count, "template": template}],
     }
+    if wl.pod_sets[0].min_count is not None:
+        spec["podSets"][0]["minCount"] = wl.pod_sets[0].min_count
     if ref is not None:
         spec["priorityClassRef"] = ref
         spec["priority"] = wl.priority
@@ -317,14 +342,16 @@ def workload_from_object(obj: Mapping[str, Any]) -> Workload:
     for i, ps in enumerate(raw_sets):
         where = f"spec.podSets[{i}]"
         ps = mapping(ps, where, required=True)
-        pod_sets.append(
-            pod_set_from_template(
-                string(ps.get("name"), f"{where}.name", default=MAIN_POD_SET),
-                integer(ps.get("count"), f"{where}.count", default=1, minimum=0),
-                ps.get("template"),
-                field=f"{where}.template",
-            )
+        built = pod_set_from_template(
+            string(ps.get("name"), f"{where}.name", default=MAIN_POD_SET),
+            integer(ps.get("count"), f"{where}.count", default=1, minimum=0),
+            ps.get("template"),
+            field=f"{where}.template",
         )
+        if ps.get("minCount") is not None:
+            built = replace(built, min_count=integer(ps.get("minCount"), f"{where}.minCount",
+                                                     default=1, minimum=1))
+        pod_sets.append(built)
     status = mapping(obj.get("status"), "status")
     return Workload(
         namespace=string(metadata.get("namespace"), "metadata.namespace"),

@@ -1,22 +1,14 @@
-"""The Workload lifecycle after quota reservation on the real control plane (issue 19 items 1
-and 4): admission checks driven by the test itself, as an external check controller would
-(Kueue's contract: any controller may own a check), and waitForPodsReady with a node that
-cannot take the last pod of a Job (cordoned), evicted whole, requeued with backoff, admitted
-again once the node returns, or deactivated past the backoff limit."""
+"""Workload lifecycle rules on the real API server with real Jobs and an in-process
+reconciler (issue 19): stop policies (Kueue ClusterQueue and LocalQueue ``spec.stopPolicy``)
+and ``maximumExecutionTimeSeconds``."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import time
-from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 
-from app.config import RequeuingStrategySettings, WaitForPodsReadySettings
 from tests.integration.reconciler_support import (
-    ManagerThread,
     apply,
     cond,
     is_admitted,
@@ -27,7 +19,6 @@ from tests.integration.reconciler_support import (
     manager_fixture,  # noqa: F401 - fixture
     namespace,
     rlab_fixture,  # noqa: F401 - fixture
-    settings_for,
     unique,
     workload_of,
 )
@@ -35,240 +26,141 @@ from tests.labfixture import LabHandle, wait_for
 
 pytestmark = pytest.mark.lab
 
-V = "kueue.x-k8s.io/v1beta2"
+
+def _status(c: dict | None) -> tuple[str, str] | None:
+    return None if c is None else (c["status"], c["reason"])
 
 
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _stop(lab: LabHandle, kind: str, name: str, policy: str, ns: str | None = None) -> None:
+    args = ["patch", kind, name, "--type=merge", "-p",
+            json.dumps({"spec": {"stopPolicy": policy}})]
+    lab.kubectl(*args, *(["-n", ns] if ns else []))
 
 
-def set_check_active(lab: LabHandle, name: str, active: bool) -> None:
-    """Play the check's controller: its Active condition."""
-    cond_ = {"type": "Active", "status": "True" if active else "False",
-             "reason": "Active" if active else "Inactive", "message": "set by the test",
-             "lastTransitionTime": _now()}
-    lab.kubectl("patch", "admissionchecks.kueue.x-k8s.io", name, "--subresource=status",
-                "--type=merge", "-p", json.dumps({"status": {"conditions": [cond_]}}))
+def _suspended_and_podless(lab: LabHandle, ns: str, job: str) -> bool:
+    return bool(job_obj(lab, ns, job)["spec"].get("suspend")) and not [
+        p for p in job_pods(lab, ns, job) if not p["metadata"].get("deletionTimestamp")]
 
 
-def set_check_state(lab: LabHandle, wl: dict, check: str, state: str, message: str = "",
-                    **extra: object) -> None:
-    """Play the check's controller on one Workload: its entry in status.admissionChecks
-    (a JSON merge patch replaces the list, so the other entries are sent as they are)."""
-    entries = [dict(c) for c in wl["status"]["admissionChecks"]]
-    for c in entries:
-        if c["name"] == check:
-            c.update(state=state, message=message, lastTransitionTime=_now(), **extra)
-    lab.kubectl("patch", "workloads.kueue.x-k8s.io", wl["metadata"]["name"], "-n",
-                wl["metadata"]["namespace"], "--subresource=status", "--type=merge", "-p",
-                json.dumps({"status": {"admissionChecks": entries}}))
-
-
-def cq_active(lab: LabHandle, cq: str) -> dict | None:
-    return cond(lab.get("clusterqueue", cq), "Active")
-
-
-def checks_of(wl: dict | None) -> list[tuple[str, str]]:
-    return [(c["name"], c["state"]) for c in ((wl or {}).get("status") or {}).get(
-        "admissionChecks") or []]
-
-
-def reserved(wl: dict | None) -> bool:
-    c = cond(wl or {}, "QuotaReserved")
-    return bool(wl and wl["status"].get("admission") and c and c["status"] == "True")
-
-
-def test_admission_check_gates_admission_retry_requeues_rejected_deactivates(
-        rlab: LabHandle, manager) -> None:
-    ns = namespace(rlab, "acheck")
-    cq, ac = unique("ac-cq"), unique("prov")
-    apply(rlab, {"apiVersion": V, "kind": "AdmissionCheck", "metadata": {"name": ac},
-                 "spec": {"controllerName": "example.com/test-controller"}})
-    make_queue(rlab, cq, (ns,), cpu="2")
-    rlab.kubectl("patch", "clusterqueue", cq, "--type=merge", "-p", json.dumps(
-        {"spec": {"admissionChecksStrategy": {"admissionChecks": [{"name": ac}]}}}))
+def test_cluster_queue_hold_and_drain_evicts_and_restart_requeues(rlab: LabHandle,
+                                                                  manager) -> None:
+    ns = namespace(rlab, "stop")
+    cq = unique("stop-cq")
+    make_queue(rlab, cq, (ns,), cpu="4")
     try:
-        # The check has no Active condition yet: the queue is inactive and says why.
-        c = wait_for(lambda: (a := cq_active(rlab, cq)) and a["reason"] ==
-                     "AdmissionCheckInactive" and a, 30, "ClusterQueue inactive")
-        assert c["status"] == "False" and ac in c["message"]
-        apply(rlab, job_manifest("gated", ns, "lq", parallelism=2, cpu="500m",
-                                 duration="600s"))
-        wait_for(lambda: (q := cond(workload_of(rlab, ns, "gated") or {}, "QuotaReserved"))
-                 and q["status"] == "False", 30, "gated pending on the inactive queue")
-        assert not reserved(workload_of(rlab, ns, "gated"))
-
-        set_check_active(rlab, ac, True)
-        wait_for(lambda: cq_active(rlab, cq)["status"] == "True", 30, "ClusterQueue active")
-        wl = wait_for(lambda: (w := workload_of(rlab, ns, "gated")) and reserved(w)
-                      and checks_of(w) and w, 30, "gated reserves quota with a Pending check")
-        assert checks_of(wl) == [(ac, "Pending")]
-        assert not is_admitted(wl)
-        # Reserved but not admitted: the Job is not started (the admission write notifies
-        # the Job's reconciler at once; looked at again a second later).
-        time.sleep(1)
-        assert job_obj(rlab, ns, "gated")["spec"]["suspend"] is True
-        assert not job_pods(rlab, ns, "gated")
-
-        # Retry with a delay: evicted (quota released), checks reset, queued again only after
-        # the delay, then reserved again.
-        t_retry = time.time()
-        set_check_state(rlab, wl, ac, "Retry", "no capacity yet", requeueAfterSeconds=4)
-        ev = wait_for(lambda: (w := workload_of(rlab, ns, "gated")) and not
-                      w["status"].get("admission") and (e := cond(w, "Evicted"))
-                      and e["status"] == "True" and w, 30, "gated evicted and released")
-        e = cond(ev, "Evicted")
-        assert e["reason"] == "AdmissionCheck"
-        assert e["message"] == \
-            f'Evicted due to AdmissionCheck in Retry state: "{ac}" (no capacity yet)'
-        entry = ev["status"]["admissionChecks"][0]
-        assert (entry["state"], entry["retryCount"]) == ("Pending", 1)
-        again = wait_for(lambda: (w := workload_of(rlab, ns, "gated")) and reserved(w) and w,
-                         40, "gated reserved again after the retry delay")
-        assert time.time() - t_retry >= 3.0  # requeueAfterSeconds 4, second-precision times
-        assert cond(again, "Requeued")["reason"] == "BackoffFinished"
-        assert job_obj(rlab, ns, "gated")["spec"]["suspend"] is True
-
-        # Ready: admitted, the Job starts.
-        set_check_state(rlab, again, ac, "Ready", "provisioned")
-        wait_for(lambda: is_admitted(workload_of(rlab, ns, "gated")), 30, "gated admitted")
-        wait_for(lambda: job_obj(rlab, ns, "gated")["spec"]["suspend"] is False, 30,
-                 "gated started")
-
-        # Rejected: deactivated, never admitted, its quota returns.
-        apply(rlab, job_manifest("nope", ns, "lq", parallelism=1, cpu="500m",
-                                 duration="600s"))
-        wl2 = wait_for(lambda: (w := workload_of(rlab, ns, "nope")) and reserved(w)
-                       and checks_of(w) and w, 30, "nope reserves quota")
-        set_check_state(rlab, wl2, ac, "Rejected", "never")
-        gone = wait_for(lambda: (w := workload_of(rlab, ns, "nope")) and
-                        w["spec"].get("active") is False and not w["status"].get("admission")
-                        and w, 30, "nope deactivated and released")
-        e = cond(gone, "Evicted")
-        assert (e["status"], e["reason"]) == ("True", "DeactivatedDueToAdmissionCheck")
-        assert "Rejected" in e["message"]
-        assert job_obj(rlab, ns, "nope")["spec"]["suspend"] is True
-        assert not job_pods(rlab, ns, "nope")
-
-        # The check going away makes the queue inactive again, naming it.
-        rlab.kubectl("delete", "admissionchecks.kueue.x-k8s.io", ac)
-        wait_for(lambda: cq_active(rlab, cq)["reason"] == "AdmissionCheckNotFound", 30,
-                 "ClusterQueue inactive: check not found")
+        apply(rlab, job_manifest("run", ns, "lq", parallelism=2, duration="600s"))
+        wait_for(lambda: is_admitted(workload_of(rlab, ns, "run")), 30, "run admitted")
+        wait_for(lambda: len(job_pods(rlab, ns, "run")) == 2, 30, "run's 2 pods")
+        # Hold: the running Job keeps running, a new one waits with the reason.
+        _stop(rlab, "clusterqueue", cq, "Hold")
+        apply(rlab, job_manifest("new", ns, "lq", parallelism=1, duration="600s"))
+        w = wait_for(lambda: (x := workload_of(rlab, ns, "new")) and _status(
+            cond(x, "QuotaReserved")) == ("False", "Suspended") and x, 30, "new held")
+        assert "stopPolicy" in cond(w, "QuotaReserved")["message"]
+        active = cond(rlab.get("clusterqueue", cq), "Active")
+        wait_for(lambda: _status(cond(rlab.get("clusterqueue", cq), "Active"))
+                 == ("False", "Stopped"), 30, "ClusterQueue Active=False Stopped")
+        assert is_admitted(workload_of(rlab, ns, "run")) and active is not None
+        # HoldAndDrain: the running Job is stopped, its Workload evicted and not requeued.
+        _stop(rlab, "clusterqueue", cq, "HoldAndDrain")
+        wait_for(lambda: _suspended_and_podless(rlab, ns, "run"), 60, "run suspended, no pods")
+        w = wait_for(lambda: (x := workload_of(rlab, ns, "run")) and not is_admitted(x)
+                     and _status(cond(x, "Requeued")) is not None and x, 60, "run released")
+        assert _status(cond(w, "Evicted")) == ("True", "ClusterQueueStopped")
+        assert _status(cond(w, "Requeued")) == ("False", "ClusterQueueStopped")
+        # Restart: both are admitted again, the drained one Requeued=True.
+        _stop(rlab, "clusterqueue", cq, "None")
+        wait_for(lambda: is_admitted(workload_of(rlab, ns, "run"))
+                 and is_admitted(workload_of(rlab, ns, "new")), 60, "both admitted again")
+        assert _status(cond(workload_of(rlab, ns, "run"), "Requeued"))[0] == "True"
     finally:
         rlab.kubectl("delete", "namespace", ns, "--wait=false")
         rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")
-        rlab.kubectl("delete", "admissionchecks.kueue.x-k8s.io", ac, "--ignore-not-found")
 
 
-POOL = "lab.pykueue.dev/ready-pool"
-
-
-@pytest.fixture(name="pool")
-def pool_fixture(rlab: LabHandle) -> Iterator[tuple[str, str]]:
-    """A flavor on nodes cpu-0 and cpu-1 (labelled for the test), with cpu-1 cordoned;
-    yields (ResourceFlavor name, the cordoned node). Uncordoned and unlabelled after."""
-    value = unique("p")
-    rf = unique("ready-rf")
-    rlab.kubectl("label", "node", "cpu-0", "cpu-1", f"{POOL}={value}", "--overwrite")
-    rlab.kubectl("cordon", "cpu-1")
-    apply(rlab, {"apiVersion": V, "kind": "ResourceFlavor", "metadata": {"name": rf},
-                 "spec": {"nodeLabels": {POOL: value}}})
+def test_local_queue_hold_and_drain_stops_only_its_own_jobs(rlab: LabHandle, manager) -> None:
+    ns = namespace(rlab, "lqstop")
+    cq = unique("lqstop-cq")
+    make_queue(rlab, cq, (ns,), cpu="4")
+    apply(rlab, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                 "metadata": {"name": "other", "namespace": ns}, "spec": {"clusterQueue": cq}})
     try:
-        yield rf, "cpu-1"
+        apply(rlab, job_manifest("mine", ns, "lq", duration="600s"),
+              job_manifest("theirs", ns, "other", duration="600s"))
+        wait_for(lambda: is_admitted(workload_of(rlab, ns, "mine"))
+                 and is_admitted(workload_of(rlab, ns, "theirs")), 30, "both admitted")
+        _stop(rlab, "localqueue", "other", "HoldAndDrain", ns)
+        wait_for(lambda: _suspended_and_podless(rlab, ns, "theirs"), 60, "theirs stopped")
+        w = wait_for(lambda: (x := workload_of(rlab, ns, "theirs")) and not is_admitted(x)
+                     and cond(x, "Requeued") and x, 60, "theirs released")
+        assert _status(cond(w, "Evicted")) == ("True", "LocalQueueStopped")
+        wait_for(lambda: _status(cond(workload_of(rlab, ns, "theirs"), "QuotaReserved"))
+                 == ("False", "Suspended"), 30, "theirs waits: its LocalQueue is stopped")
+        assert is_admitted(workload_of(rlab, ns, "mine"))
+        wait_for(lambda: _status(cond(rlab.get("localqueue", "other", "-n", ns), "Active"))
+                 == ("False", "Stopped"), 30, "LocalQueue Active=False Stopped")
+        _stop(rlab, "localqueue", "other", "None", ns)
+        wait_for(lambda: is_admitted(workload_of(rlab, ns, "theirs")), 60, "theirs again")
     finally:
-        rlab.kubectl("uncordon", "cpu-1")
-        rlab.kubectl("label", "node", "cpu-0", "cpu-1", f"{POOL}-")
+        rlab.kubectl("delete", "namespace", ns, "--wait=false")
+        rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")
 
 
-def _pool_queue(lab: LabHandle, rf: str, ns: str) -> str:
-    cq = unique("ready-cq")
-    apply(lab,
-          {"apiVersion": V, "kind": "ClusterQueue", "metadata": {"name": cq},
-           "spec": {"namespaceSelector": {}, "resourceGroups": [
-               {"coveredResources": ["cpu"], "flavors": [
-                   {"name": rf, "resources": [{"name": "cpu", "nominalQuota": "32"}]}]}]}},
-          {"apiVersion": V, "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": ns},
-           "spec": {"clusterQueue": cq}})
-    return cq
-
-
-@contextlib.contextmanager
-def pods_ready_run(lab: LabHandle, rf: str, **wfpr: object) -> Iterator[tuple[str,
-                                                                           ManagerThread]]:
-    """A namespace with LocalQueue ``lq`` -> a ClusterQueue of 32 cpu on flavor ``rf``, a
-    reconciler with waitForPodsReady enabled with ``wfpr``, and Job ``gang``: 4 pods x 5 cpu
-    (cpu-0, 16 cpu, takes 3; the 4th needs the cordoned cpu-1). Yields (namespace, manager);
-    all removed after."""
-    ns = namespace(lab, "ready")
-    cq = _pool_queue(lab, rf, ns)
-    settings = settings_for(lab)
-    settings.wait_for_pods_ready = WaitForPodsReadySettings(enable=True, **wfpr)
-    mt = ManagerThread(settings).start()
+def test_maximum_execution_time_deactivates_the_workload_and_stops_its_job(
+        rlab: LabHandle, manager) -> None:
+    ns = namespace(rlab, "maxexec")
+    cq = unique("maxexec-cq")
+    make_queue(rlab, cq, (ns,), cpu="4")
     try:
-        apply(lab, job_manifest("gang", ns, "lq", parallelism=4, cpu="5", duration="600s"))
-        yield ns, mt
+        apply(rlab, job_manifest("limited", ns, "lq", parallelism=2, duration="600s",
+                                 labels={"kueue.x-k8s.io/max-exec-time-seconds": "3"}))
+        w = wait_for(lambda: (x := workload_of(rlab, ns, "limited")) and is_admitted(x) and x,
+                     30, "limited admitted")
+        assert w["spec"]["maximumExecutionTimeSeconds"] == 3
+        wait_for(lambda: len(job_pods(rlab, ns, "limited")) == 2, 30, "limited's pods")
+        w = wait_for(lambda: (x := workload_of(rlab, ns, "limited"))
+                     and x["spec"].get("active") is False and not is_admitted(x)
+                     and cond(x, "Requeued") and x, 60, "deactivated and released")
+        assert _status(cond(w, "Evicted")) == (
+            "True", "DeactivatedDueToMaximumExecutionTimeExceeded")
+        assert cond(w, "DeactivationTarget") is None  # carried out, then dropped
+        assert w["status"]["accumulatedPastExecutionTimeSeconds"] >= 3
+        wait_for(lambda: _suspended_and_podless(rlab, ns, "limited"), 60, "its Job stopped")
+        # Another Job takes the quota; the deactivated one is never admitted again.
+        apply(rlab, job_manifest("next", ns, "lq", parallelism=4, duration="600s"))
+        wait_for(lambda: is_admitted(workload_of(rlab, ns, "next")), 30, "next admitted")
+        assert not is_admitted(workload_of(rlab, ns, "limited"))
     finally:
-        mt.stop()
-        lab.kubectl("delete", "namespace", ns, "--wait=false")
-        lab.kubectl("delete", "clusterqueue", cq, "--wait=false")
+        rlab.kubectl("delete", "namespace", ns, "--wait=false")
+        rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")
 
 
-def test_pods_ready_timeout_evicts_whole_requeues_and_admits_when_the_node_returns(
-        rlab: LabHandle, pool: tuple[str, str]) -> None:
-    rf, node = pool
-    with pods_ready_run(rlab, rf, timeout_seconds=8,
-                        requeuing_strategy=RequeuingStrategySettings(
-                            backoff_base_seconds=1, backoff_max_seconds=2)) as (ns, mt):
-        wl = wait_for(lambda: (w := workload_of(rlab, ns, "gang")) and is_admitted(w)
-                      and cond(w, "PodsReady") and w, 60, "gang admitted, PodsReady written")
-        pr = cond(wl, "PodsReady")
-        assert (pr["status"], pr["reason"], pr["message"]) == (
-            "False", "WaitForStart", "Not all pods are ready or succeeded")
-        pods = wait_for(lambda: (ps := job_pods(rlab, ns, "gang")) and len(ps) == 4 and
-                        sum(p["status"].get("phase") == "Running" for p in ps) == 3 and ps,
-                        60, "3 of 4 pods running")
-        assert all(p["spec"].get("nodeName") in (None, "cpu-0") for p in pods)
-        t_admit = time.time()
-        ev = wait_for(lambda: (w := workload_of(rlab, ns, "gang")) and
-                      (e := cond(w, "Evicted")) and e["status"] == "True" and w, 60,
-                      "gang evicted for PodsReadyTimeout")
-        assert time.time() - t_admit >= 4  # not before the timeout (8 s from admission)
-        e = cond(ev, "Evicted")
-        assert (e["reason"], e["message"]) == ("PodsReadyTimeout",
-                                               f"Exceeded the PodsReady timeout {ns}/"
-                                               f"{ev['metadata']['name']}")
-        assert ev["status"]["requeueState"]["count"] >= 1
-        # Evicted whole: the Job is suspended and every pod goes, then the quota returns.
-        wait_for(lambda: job_obj(rlab, ns, "gang")["spec"]["suspend"] is True, 30,
-                 "gang suspended")
-        wait_for(lambda: not job_pods(rlab, ns, "gang") or
-                 is_admitted(workload_of(rlab, ns, "gang")), 60, "gang's pods gone")
-
-        # The node returns: the next admission gets all 4 pods Ready.
-        rlab.kubectl("uncordon", node)
-        ready = wait_for(lambda: (w := workload_of(rlab, ns, "gang")) and is_admitted(w)
-                         and (p := cond(w, "PodsReady")) and p["status"] == "True" and w,
-                         120, "gang admitted again with every pod Ready")
-        assert cond(ready, "PodsReady")["reason"] == "Started"
-        assert ready["status"]["requeueState"]["count"] >= 1
-        assert cond(ready, "Evicted")["status"] == "False"  # reset at the new reservation
-        pods = job_pods(rlab, ns, "gang")
-        assert len(pods) == 4 and all(p["status"].get("phase") == "Running" for p in pods)
-        assert mt.on_loop(lambda m: m.scheduler.lifecycle.timeouts) >= 1
-
-
-def test_pods_ready_timeout_past_the_backoff_limit_deactivates(
-        rlab: LabHandle, pool: tuple[str, str]) -> None:
-    rf, _ = pool
-    with pods_ready_run(rlab, rf, timeout_seconds=4,
-                        requeuing_strategy=RequeuingStrategySettings(
-                            backoff_limit_count=0, backoff_base_seconds=1)) as (ns, _mt):
-        wl = wait_for(lambda: (w := workload_of(rlab, ns, "gang")) and
-                      w["spec"].get("active") is False and not w["status"].get("admission")
-                      and w, 90, "gang deactivated and released")
-        e = cond(wl, "Evicted")
-        assert (e["status"], e["reason"], e["message"]) == (
-            "True", "DeactivatedDueToRequeuingLimitExceeded",
-            "The workload is deactivated due to exceeding the maximum number of re-queuing "
-            "retries")
-        assert job_obj(rlab, ns, "gang")["spec"]["suspend"] is True
+def test_KQ_25_partial_admission_runs_fewer_pods_and_restores_parallelism_on_eviction(
+        rlab: LabHandle, manager) -> None:
+    ns = namespace(rlab, "partial")
+    cq = unique("partial-cq")
+    make_queue(rlab, cq, (ns,), cpu="4")
+    try:
+        j = job_manifest("wide", ns, "lq", parallelism=6, duration="600s")
+        j["metadata"]["annotations"] = {"kueue.x-k8s.io/job-min-parallelism": "3"}
+        apply(rlab, j)
+        w = wait_for(lambda: (x := workload_of(rlab, ns, "wide")) and is_admitted(x) and x,
+                     30, "wide admitted partially")
+        assert (w["spec"]["podSets"][0]["count"], w["spec"]["podSets"][0]["minCount"]) == (6, 3)
+        psa = w["status"]["admission"]["podSetAssignments"][0]
+        assert (psa["count"], psa["resourceUsage"]["cpu"]) == (4, "4")
+        wait_for(lambda: len(job_pods(rlab, ns, "wide")) == 4, 30, "4 pods, not 6")
+        assert job_obj(rlab, ns, "wide")["spec"]["parallelism"] == 4
+        # Evicted (the queue drained): suspended with the user's parallelism back.
+        _stop(rlab, "clusterqueue", cq, "HoldAndDrain")
+        wait_for(lambda: _suspended_and_podless(rlab, ns, "wide"), 60, "wide stopped")
+        wait_for(lambda: job_obj(rlab, ns, "wide")["spec"]["parallelism"] == 6, 30,
+                 "parallelism 6 restored")
+        _stop(rlab, "clusterqueue", cq, "None")
+        w = wait_for(lambda: (x := workload_of(rlab, ns, "wide")) and is_admitted(x) and x,
+                     60, "wide admitted again")
+        assert w["status"]["admission"]["podSetAssignments"][0]["count"] == 4
+        assert w["spec"]["podSets"][0]["count"] == 6  # the same Workload, not rebuilt
+    finally:
+        rlab.kubectl("delete", "namespace", ns, "--wait=false")
+        rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")

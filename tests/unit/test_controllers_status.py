@@ -15,6 +15,7 @@ from app.controllers.statusview import ClusterView
 from app.controllers.workloads import (
     admission_status,
     condition,
+    execution_deadline,
     is_evicted,
     set_condition,
     with_admission,
@@ -272,8 +273,9 @@ def test_local_queue_status_and_active_reasons() -> None:
     view.cluster.delete_cluster_queue(ClusterQueueName("cq"))
     missing = local_queue_status(LQ, view.local_queue("ns", "lq"), None, T0)
     assert missing["conditions"][0]["reason"] == "ClusterQueueDoesNotExist"
-    stopped = local_queue_status({**LQ, "spec": {"clusterQueue": "cq", "stopPolicy": "Hold"}},
-                                 view.local_queue("ns", "lq"), None, T0)
+    stopped_lq = {**LQ, "spec": {"clusterQueue": "cq", "stopPolicy": "Hold"}}
+    view.cluster.add_local_queue(local_queue(stopped_lq))
+    stopped = local_queue_status(stopped_lq, view.local_queue("ns", "lq"), None, T0)
     assert stopped["conditions"][0]["reason"] == "Stopped"
 
 
@@ -300,3 +302,17 @@ async def test_workqueue_dedupes_and_requeues_a_key_added_while_processing() -> 
     q.forget("c")
     assert q.failures("c") == 0
     q.close()
+
+
+def test_execution_deadline_counts_time_admitted_before() -> None:
+    w = _admitted("a", "cq", "1")
+    w["spec"]["maximumExecutionTimeSeconds"] = 60
+    w["status"]["conditions"][1]["lastTransitionTime"] = "2023-11-14T22:13:20Z"  # T0
+    assert execution_deadline(w) == T0 + 60
+    w["status"]["accumulatedPastExecutionTimeSeconds"] = 45
+    assert execution_deadline(w) == T0 + 15
+    released = with_released(w, T0 + 10)
+    assert released["status"]["accumulatedPastExecutionTimeSeconds"] == 55
+    assert execution_deadline(released) is None  # not admitted: no deadline
+    del w["spec"]["maximumExecutionTimeSeconds"]
+    assert execution_deadline(w) is None

@@ -12,7 +12,6 @@ from app.controllers.lifecycle import (
     backoff_held,
     backoff_seconds,
     checks_message,
-    deactivation_cause,
     pods_ready_deadline,
     retry_requeue_at,
 )
@@ -21,10 +20,10 @@ from app.controllers.statusview import ClusterView
 from app.controllers.workloads import (
     condition,
     rfc3339,
+    set_condition,
     with_admission,
     with_backoff_finished,
     with_checks_admitted,
-    with_deactivation_target,
     with_eviction,
     with_pods_ready,
     with_released,
@@ -136,15 +135,13 @@ def test_retry_eviction_resets_checks_and_waits_out_its_delay() -> None:
     assert "requeueAt" not in done["status"]["requeueState"]
 
 
-def test_deactivation_target_names_the_eviction_cause() -> None:
-    w = with_deactivation_target(workload(), "AdmissionCheck",
-                                 'AdmissionCheck in Rejected state: "prov"', T0)
-    assert deactivation_cause(w) == (
-        "DeactivatedDueToAdmissionCheck",
-        'The workload is deactivated due to AdmissionCheck in Rejected state: "prov"')
-    assert deactivation_cause(workload()) == ("Deactivated", "The workload is deactivated")
-    ev = with_eviction(w, *deactivation_cause(w), T0 + 1)
-    assert condition(ev, "DeactivationTarget") is None  # consumed by the eviction
+def test_deactivation_consumes_the_deactivation_target() -> None:
+    w = workload()
+    set_condition(w, "DeactivationTarget", "True", "AdmissionCheck",
+                  'AdmissionCheck in Rejected state: "prov"', T0)
+    assert condition(w, "DeactivationTarget")["status"] == "True"
+    ev = with_eviction(w, "DeactivatedDueToAdmissionCheck", "m", T0 + 1)
+    assert condition(ev, "DeactivationTarget") is None
 
 
 def test_pods_ready_condition_and_deadlines() -> None:
