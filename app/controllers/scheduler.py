@@ -345,26 +345,48 @@ class SchedulerLoop:
 
     def run_cycle(self) -> int:
         """One core cycle; schedules the writes; returns the number of decisions. With
-        waitForPodsReady.blockAdmission no cycle runs while an admitted Workload's pods are
-        not all Ready (Kueue: admission waits for them; the Workload becoming ready or being
-        evicted wakes the loop)."""
+        waitForPodsReady.blockAdmission no admission is made while an admitted Workload's
+        pods are not all Ready (``_hold``; the Workload becoming ready or being evicted
+        wakes the loop)."""
         wfpr = self.ctx.settings.wait_for_pods_ready
-        if wfpr.enable and wfpr.block_admission and self.lifecycle.not_ready:
-            self.blocked_cycles += 1
-            return 0
         t0 = time.perf_counter()
         decisions = self.cluster.schedule(self.ctx.clock())
         self.cycles += 1
         if decisions and self.metrics is not None:
             self.metrics.admission_attempt(any(isinstance(d, Admit) for d in decisions),
                                            time.perf_counter() - t0)
+        if wfpr.enable and wfpr.block_admission:
+            decisions = self._block(decisions)
         for d in decisions:
             self.apply(d)
         self._expire(self.ctx.clock())
         drained = self.cluster.drain(self.ctx.clock())
         for key, reason, message in drained:
             self._spawn(self._evict(key, reason, message, None, None))
-        return len(decisions) + len(drained)
+        # A held admission is no decision: the loop does not go on at once (it would only
+        # hold it again).
+        held = sum(1 for d in decisions if isinstance(d, Pending)
+                   and d.reason is PendingReason.WAITING_FOR_PODS_READY)
+        return len(decisions) - held + len(drained)
+
+    def _block(self, decisions: list[Decision]) -> list[Decision]:
+        """waitForPodsReady.blockAdmission (Kueue's scheduler waits for every admitted
+        Workload to be PodsReady before the next admission): while one is not (or an
+        admission is being written), each Admit of the cycle is undone in the core and
+        becomes QuotaReserved=False reason WaitingForPodsReady; otherwise only the first
+        Admit goes ahead."""
+        waiting = bool(self.lifecycle.not_ready or self.ctx.inflight)
+        out: list[Decision] = []
+        for d in decisions:
+            if isinstance(d, Admit) and waiting:
+                self.cluster.forget(d.workload)
+                self.blocked_cycles += 1
+                d = Pending(d.workload, d.cluster_queue, PendingReason.WAITING_FOR_PODS_READY,
+                            "waiting for all admitted workloads to be in PodsReady condition")
+            elif isinstance(d, Admit):
+                waiting = True
+            out.append(d)
+        return out
 
     def apply(self, d: Decision) -> None:
         if isinstance(d, Admit):
@@ -574,6 +596,7 @@ class SchedulerLoop:
                     return
                 ctx.store(WL).put(out)
                 self._confirm(key, out)
+                self.lifecycle.observe(out)  # waitForPodsReady: not ready from now on
                 self.admitted += 1
                 self._backoff.pop(key, None)
                 self._announce_admission(out, d)

@@ -36,6 +36,9 @@ class PendingReason(StrEnum):
     LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"
     CLUSTER_QUEUE_NOT_FOUND = "ClusterQueueNotFound"
     LOCAL_QUEUE_STOPPED = "LocalQueueStopped"
+    # waitForPodsReady.blockAdmission: it fits, but an admitted Workload is not ready yet
+    # (decided by the scheduling loop, not the core).
+    WAITING_FOR_PODS_READY = "WaitingForPodsReady"
 
     @property
     def condition_reason(self) -> str:

@@ -272,3 +272,25 @@ def test_pods_ready_timeout_past_the_backoff_limit_deactivates(
             "The workload is deactivated due to exceeding the maximum number of re-queuing "
             "retries")
         assert job_obj(rlab, ns, "gang")["spec"]["suspend"] is True
+
+
+def test_block_admission_holds_the_next_admission_until_the_gang_is_ready(
+        rlab: LabHandle, pool: tuple[str, str]) -> None:
+    rf, node = pool
+    with pods_ready_run(rlab, rf, timeout_seconds=120, block_admission=True) as (ns, mt):
+        wait_for(lambda: is_admitted(workload_of(rlab, ns, "gang")), 60, "gang admitted")
+        # It fits (32 cpu, gang holds 20), but gang's 4th pod cannot start: it waits.
+        apply(rlab, job_manifest("small", ns, "lq", parallelism=1, cpu="1", duration="600s"))
+        q = wait_for(lambda: (c := cond(workload_of(rlab, ns, "small") or {}, "QuotaReserved"))
+                     and c["reason"] == "WaitingForPodsReady" and c, 60,
+                     "small held: WaitingForPodsReady")
+        assert q["status"] == "False"
+        assert q["message"].startswith(
+            "waiting for all admitted workloads to be in PodsReady condition")
+        assert job_obj(rlab, ns, "small")["spec"]["suspend"] is True
+        rlab.kubectl("uncordon", node)
+        wait_for(lambda: (p := cond(workload_of(rlab, ns, "gang"), "PodsReady"))
+                 and p["status"] == "True", 60, "gang ready")
+        wait_for(lambda: is_admitted(workload_of(rlab, ns, "small")), 60,
+                 "small admitted once gang is ready")
+        assert mt.on_loop(lambda m: m.scheduler.blocked_cycles) >= 1

@@ -5,6 +5,8 @@ tests/integration/test_reconciler_lifecycle.py."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from app.config import Settings, WaitForPodsReadySettings
@@ -32,6 +34,8 @@ from app.core.scheduler import Cluster
 from app.core.spec import checks_for_flavors
 from app.core.types import FlavorName
 from app.integrations.batchjob.job import pods_ready
+from app.integrations.framework import StartError
+from app.integrations.podsets import admitted_scheduling
 from app.wire.queues import admission_check, cluster_queue, local_queue, resource_flavor
 from tests.unit.test_controllers_status import ADM, T0, workload
 
@@ -197,3 +201,35 @@ def test_settings_default_and_recovery_timeout() -> None:
                                     recovery_timeout_seconds=30).recovery_seconds == 30
     with pytest.raises(ValueError, match="timestamp"):
         WaitForPodsReadySettings(requeuing_strategy={"timestamp": "Later"})
+
+
+class _Flavors:
+    """The one thing ``admitted_scheduling`` reads from a Context: the ResourceFlavors."""
+
+    def store(self, key: str) -> list[dict]:
+        assert key == "rf"
+        return [{"metadata": {"name": "f"}, "spec": {"nodeLabels": {"pool": "a"}}}]
+
+
+def _checked(*updates: dict) -> dict:
+    w = with_admission(workload(), ADM, T0, ("prov",))
+    w["status"]["admissionChecks"][0].update(state="Ready", podSetUpdates=list(updates))
+    return w
+
+
+def test_check_pod_set_updates_join_the_flavor_scheduling() -> None:
+    tol = {"key": "prov", "operator": "Exists", "effect": "NoSchedule"}
+    got = admitted_scheduling(_Flavors(), _checked(
+        {"name": "main", "nodeSelector": {"zone": "z1"}, "tolerations": [tol]},
+        {"name": "other", "nodeSelector": {"zone": "z9"}}))
+    assert got == {"main": ({"pool": "a", "zone": "z1"}, [tol])}
+
+
+@pytest.mark.parametrize(("update", "words"), [
+    ({"name": "main", "nodeSelector": {"pool": "b"}}, "already has pool=a"),
+    ({"name": "main", "labels": {"x": "y"}}, "labels (podSetUpdates): not supported"),
+])
+def test_check_pod_set_updates_that_cannot_be_honoured_fail_the_start(update: dict,
+                                                                      words: str) -> None:
+    with pytest.raises(StartError, match=re.escape(words)):
+        admitted_scheduling(_Flavors(), _checked(update))
