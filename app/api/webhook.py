@@ -192,16 +192,24 @@ def _decide_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
     if req.operation == "UPDATE":
         old_job = _read(req.old_object, "request.oldObject")
         return _patched(req, mutate_update(old_job, job, req.user_info.username, policy))
-    default_queue = None
-    if not read_queue_name(job, policy.queue_name_label):
-        has_default = _lookup(
-            state, "default_queue_lookup", "has_default_local_queue", req.namespace
-        )
+    default_queue, manage = None, False
+    jobs = _jobs_settings(state)
+    if not read_queue_name(job, policy.queue_name_label) and jobs is not None \
+            and (jobs.local_queue_defaulting or jobs.manage_jobs_without_queue_name) \
+            and _lookup(state, "default_queue_lookup", "namespace_managed", req.namespace):
+        # Kueue: only in namespaces managedJobsNamespaceSelector matches (KQ-23).
+        has_default = jobs.local_queue_defaulting and _lookup(
+            state, "default_queue_lookup", "has_default_local_queue", req.namespace)
         default_queue = DEFAULT_LOCAL_QUEUE if has_default else None
-    patch = mutate(
-        job, req.operation, queue_name_label=policy.queue_name_label, default_queue=default_queue
-    )
+        manage = jobs.manage_jobs_without_queue_name
+    patch = mutate(job, req.operation, queue_name_label=policy.queue_name_label,
+                   default_queue=default_queue, manage_unlabelled=manage)
     return _patched(req, patch)
+
+
+def _jobs_settings(state: Any) -> Any:
+    settings = getattr(state, "settings", None)
+    return None if settings is None else settings.jobs
 
 
 def _patched(req: AdmissionRequest, patch: list[Any]) -> _Outcome:
@@ -225,7 +233,8 @@ def _decide_validation(req: AdmissionRequest, state: Any) -> _Outcome:
         name = req.name or read_name(job)
         admitted = _lookup(state, "admission_lookup", "is_admitted", req.namespace, name,
                            _job_uid(old_job) or _job_uid(job))
-        has_default = _lookup(
+        jobs = _jobs_settings(state)
+        has_default = (jobs is None or jobs.local_queue_defaulting) and _lookup(
             state, "default_queue_lookup", "has_default_local_queue", req.namespace
         )
         errors = validate_update(

@@ -47,7 +47,7 @@ from app.controllers.views import StoreAdmissionLookup, StoreExtenderState
 from app.core.scheduler import Cluster
 from app.extender.nodestore import NodeStore
 from app.integrations import default_registry
-from app.integrations.framework import Registry, source_of
+from app.integrations.framework import JobKind, Registry, source_of
 from app.integrations.reconciler import JobReconciler
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,14 @@ class Manager:
 
     # ------------------------------------------------------------------ lifecycle
 
+    def _selector(self, kind: JobKind) -> str | None:
+        """The kind's informer label selector; none (every object) for a kind that takes
+        part in ``jobs.manage_jobs_without_queue_name`` when that is on."""
+        if self.settings.jobs.manage_jobs_without_queue_name \
+                and getattr(kind, "manages_unlabelled", False):
+            return None
+        return kind.label_selector
+
     async def start(self) -> None:
         """Build and start every component (returns without waiting for the first sync)."""
         if self._started:
@@ -103,7 +111,7 @@ class Manager:
         client = self._given_client or await KubeClient.from_settings(s.client)
         informers = build_informers(
             client, s.scheduling.watch_timeout_seconds,
-            job_kinds=[(k.key, k.resource, k.label_selector) for k in self.registry.kinds()
+            job_kinds=[(k.key, k.resource, self._selector(k)) for k in self.registry.kinds()
                        if k.resource is not None])
         if self.watch_nodes:
             informers.add(NODE, Informer(client, NODES,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from app.controllers.context import JOB, LQ, RF, STS, WL, Context
+from app.controllers.context import JOB, LQ, NS, RF, STS, WL, Context
 from app.controllers.workloads import QUOTA_RESERVED, condition, has_admission, is_evicted
 from app.extender.nodestore import InMemoryExtenderState, NodeStore
 from app.extender.rules import FlavorView, PodWorkloadView, view_from_workload
@@ -69,6 +69,17 @@ class StoreAdmissionLookup:
             return None
         value = (sts.get("spec") or {}).get("replicas", 1)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def namespace_managed(self, namespace: str) -> bool | None:
+        """Whether Jobs of ``namespace`` are managed (``settings.jobs``
+        ``managed_jobs_namespace_selector`` against the Namespace's labels); None when
+        unknown (not synced, or the Namespace not seen)."""
+        if not self.ctx.synced:
+            return None
+        ns = self.ctx.store(NS).get(namespace)
+        if ns is None:
+            return None
+        return self.ctx.settings.jobs.namespace_managed(ns["metadata"].get("labels") or {})
 
     def has_default_local_queue(self, namespace: str) -> bool | None:
         if not self.ctx.synced:

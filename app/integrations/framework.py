@@ -191,6 +191,15 @@ class Registry:
     def get(self, key: str) -> JobKind | None:
         return self._by_key.get(key)
 
+    def controlled_by_a_kind(self, obj: Mapping[str, Any]) -> bool:
+        """True when ``obj``'s controller ownerReference names a registered kind (Kueue's
+        "managed ancestor": such an object is its owner's business)."""
+        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+            group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+            if ref.get("controller") and (group, str(ref.get("kind", ""))) in self._by_gk:
+                return True
+        return False
+
     def owner_of(self, workload: Mapping[str, Any]) -> Owner | None:
         """The registered object controlling ``workload`` (its controller ownerReference, or
         for a group Workload the group it is named after), or None (a Workload created by

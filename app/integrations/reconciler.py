@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import Any
 
 from app.controllers.client import WORKLOADS
-from app.controllers.context import PC, WL, WPC, Context
+from app.controllers.context import NS, PC, WL, WPC, Context
 from app.controllers.errors import Conflict, NotFound, Permanent
 from app.controllers.events import NORMAL, WARNING
 from app.controllers.informers import DELETED
@@ -196,7 +196,8 @@ class JobReconciler:
         """One pass over ``kind``'s object ``ns/name``; returns seconds to look again."""
         ctx = self.ctx
         obj = lookup(kind, ctx, ns, name)
-        if obj is None or not kind.queue_name(obj):  # an empty queue name is no queue
+        # An empty queue name is no queue, unless unlabelled jobs are managed.
+        if obj is None or not (kind.queue_name(obj) or self._manages_unlabelled(kind, obj, ns)):
             await self._gone(kind, ns, name)
             return None
         wl = ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}")
@@ -235,7 +236,14 @@ class JobReconciler:
             await self._start(kind, obj, wl)
             await self._sync_pods_ready(kind, obj, wl)
             return None
-        if has_admission(wl):  # evicted (or deactivated) while holding quota
+        if has_admission(wl) and not is_evicted(wl):
+            # Deactivated, its eviction not written yet: stop the object now, release the
+            # quota only after Evicted=True (Kueue: the release follows the eviction, so a
+            # deactivated Workload always shows why it lost its quota).
+            if not kind.is_suspended(obj) or kind.is_started(obj):
+                await kind.stop(ctx, obj, "The workload is deactivated")
+            return 1.0
+        if has_admission(wl):  # evicted while holding quota
             return await self._stop_then_release(kind, obj, wl)
         if f"{ns}/{wl['metadata']['name']}" in ctx.inflight:
             return None  # its admission is being written right now
@@ -244,6 +252,21 @@ class JobReconciler:
             return None
         await self._maybe_rebuild(kind, obj, wl)
         return None
+
+    def _manages_unlabelled(self, kind: JobKind, obj: Obj, ns: str) -> bool:
+        """Kueue ``manageJobsWithoutQueueName``: a job without a queue name is queued (its
+        Workload waits for a LocalQueue) when the setting is on, its kind takes part
+        (``manages_unlabelled``), its namespace matches ``managedJobsNamespaceSelector`` and
+        no other job kind controls it (Kueue's managed-ancestor rule)."""
+        jobs = self.ctx.settings.jobs
+        if not jobs.manage_jobs_without_queue_name or not getattr(kind, "manages_unlabelled",
+                                                                  False):
+            return False
+        namespace = self.ctx.store(NS).get(ns)
+        if namespace is None or not jobs.namespace_managed(
+                namespace["metadata"].get("labels") or {}):
+            return False
+        return not self.registry.controlled_by_a_kind(obj)
 
     def _owns(self, kind: JobKind, obj: Obj, ns: str, name: str, wl: Obj) -> bool:
         """True when ``wl`` is the Workload of ``kind``'s object ``ns/name`` (its controller

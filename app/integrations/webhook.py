@@ -223,12 +223,15 @@ def mutate(
     *,
     queue_name_label: str = QUEUE_NAME_LABEL,
     default_queue: str | None = None,
+    manage_unlabelled: bool = False,
 ) -> list[JsonPatchOp]:
     """The JSONPatch for a Job under admission; ``[]`` when nothing changes.
 
     ``operation``: the AdmissionReview operation; only ``CREATE`` mutates (a Job's pod template
     is immutable after create). ``default_queue``: the LocalQueue to label an unlabelled Job
-    with (Kueue LocalQueue defaulting), None to leave unlabelled Jobs alone.
+    with (Kueue LocalQueue defaulting), None to leave unlabelled Jobs alone, unless
+    ``manage_unlabelled`` (Kueue ``manageJobsWithoutQueueName``): then it is suspended
+    without a label (its Workload waits for a LocalQueue).
     Raises UnreadableObjectError when the object, ``metadata``, ``metadata.labels`` or
     ``spec.suspend`` has the wrong JSON type. Idempotent: after applying the returned patch,
     ``mutate`` returns ``[]``. Rule: Kueue ``WorkloadShouldBeSuspended`` (suspend on create).
@@ -240,9 +243,10 @@ def mutate(
         return []
     patch: list[JsonPatchOp] = []
     if not read_queue_name(job, queue_name_label):
-        if not default_queue:
+        if default_queue:
+            patch.append(_set_label_op(job, queue_name_label, default_queue))
+        elif not manage_unlabelled:
             return []
-        patch.append(_set_label_op(job, queue_name_label, default_queue))
     if not read_suspend(job):
         patch.append(_suspend_op(job))
     return patch

@@ -240,9 +240,10 @@ def workload_object_for_job(
     else:
         template.pop("metadata", None)
     spec: dict[str, Any] = {
-        "queueName": wl.queue_name,
         "podSets": [{"name": MAIN_POD_SET, "count": wl.pod_sets[0].count, "template": template}],
     }
+    if wl.queue_name:  # omitted when empty, as Kueue (manageJobsWithoutQueueName)
+        spec = {"queueName": wl.queue_name, **spec}
     if wl.pod_sets[0].min_count is not None:
         spec["podSets"][0]["minCount"] = wl.pod_sets[0].min_count
     if ref is not None:

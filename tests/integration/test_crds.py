@@ -328,6 +328,12 @@ INVALID = [
         id="unknown taint effect",
     ),
     pytest.param(
+        _rf(nodeLabels={"pool": "a"}, topologyName="default"),
+        "spec.topologyName",
+        "does not implement Topology-Aware Scheduling",
+        id="topologyName refused (no TAS)",
+    ),
+    pytest.param(
         _rf(tolerations=[{"key": f"k{i}", "operator": "Exists"} for i in range(9)]),
         "spec.tolerations",
         "at most 8",

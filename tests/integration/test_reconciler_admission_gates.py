@@ -282,8 +282,8 @@ def test_block_admission_holds_the_next_admission_until_the_gang_is_ready(
         # It fits (32 cpu, gang holds 20), but gang's 4th pod cannot start: it waits.
         apply(rlab, job_manifest("small", ns, "lq", parallelism=1, cpu="1", duration="600s"))
         q = wait_for(lambda: (c := cond(workload_of(rlab, ns, "small") or {}, "QuotaReserved"))
-                     and c["reason"] == "WaitingForPodsReady" and c, 60,
-                     "small held: WaitingForPodsReady")
+                     and c["reason"] == "Waiting" and c, 60,
+                     "small held: waiting for pods ready")
         assert q["status"] == "False"
         assert q["message"].startswith(
             "waiting for all admitted workloads to be in PodsReady condition")

@@ -8,7 +8,9 @@ import json
 
 import pytest
 
+from app.config import JobsSettings
 from tests.integration.reconciler_support import (
+    ManagerThread,
     apply,
     cond,
     is_admitted,
@@ -19,6 +21,7 @@ from tests.integration.reconciler_support import (
     manager_fixture,  # noqa: F401 - fixture
     namespace,
     rlab_fixture,  # noqa: F401 - fixture
+    settings_for,
     unique,
     workload_of,
 )
@@ -55,7 +58,7 @@ def test_cluster_queue_hold_and_drain_evicts_and_restart_requeues(rlab: LabHandl
         _stop(rlab, "clusterqueue", cq, "Hold")
         apply(rlab, job_manifest("new", ns, "lq", parallelism=1, duration="600s"))
         w = wait_for(lambda: (x := workload_of(rlab, ns, "new")) and _status(
-            cond(x, "QuotaReserved")) == ("False", "Suspended") and x, 30, "new held")
+            cond(x, "QuotaReserved")) == ("False", "Inadmissible") and x, 30, "new held")
         assert "stopPolicy" in cond(w, "QuotaReserved")["message"]
         active = cond(rlab.get("clusterqueue", cq), "Active")
         wait_for(lambda: _status(cond(rlab.get("clusterqueue", cq), "Active"))
@@ -95,7 +98,7 @@ def test_local_queue_hold_and_drain_stops_only_its_own_jobs(rlab: LabHandle, man
                      and cond(x, "Requeued") and x, 60, "theirs released")
         assert _status(cond(w, "Evicted")) == ("True", "LocalQueueStopped")
         wait_for(lambda: _status(cond(workload_of(rlab, ns, "theirs"), "QuotaReserved"))
-                 == ("False", "Suspended"), 30, "theirs waits: its LocalQueue is stopped")
+                 == ("False", "Inadmissible"), 30, "theirs waits: its LocalQueue is stopped")
         assert is_admitted(workload_of(rlab, ns, "mine"))
         wait_for(lambda: _status(cond(rlab.get("localqueue", "other", "-n", ns), "Active"))
                  == ("False", "Stopped"), 30, "LocalQueue Active=False Stopped")
@@ -163,4 +166,38 @@ def test_KQ_25_partial_admission_runs_fewer_pods_and_restores_parallelism_on_evi
         assert w["spec"]["podSets"][0]["count"] == 6  # the same Workload, not rebuilt
     finally:
         rlab.kubectl("delete", "namespace", ns, "--wait=false")
+        rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")
+
+
+def test_manage_jobs_without_queue_name_queues_unlabelled_jobs_of_managed_namespaces(
+        rlab: LabHandle) -> None:
+    """Kueue manageJobsWithoutQueueName + managedJobsNamespaceSelector: an unlabelled Job in
+    a managed namespace gets a Workload that waits for a LocalQueue; one elsewhere none."""
+    settings = settings_for(rlab)
+    settings.jobs = JobsSettings(manage_jobs_without_queue_name=True,
+                                 managed_jobs_namespace_selector={
+                                     "matchLabels": {"pykueue-test/managed": "yes"}})
+    managed, other = namespace(rlab, "managed"), namespace(rlab, "unmanaged")
+    rlab.kubectl("label", "namespace", managed, "pykueue-test/managed=yes")
+    cq = unique("unlabelled-cq")
+    make_queue(rlab, cq, (managed,), cpu="4")
+    mt = ManagerThread(settings).start()
+    try:
+        for ns in (managed, other):
+            j = job_manifest("plain", ns, "x", duration="600s")
+            del j["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]
+            apply(rlab, j)
+        w = wait_for(lambda: (x := workload_of(rlab, managed, "plain")) and cond(
+            x, "QuotaReserved") and x, 30, "a Workload for the unlabelled Job")
+        assert w["spec"].get("queueName", "") == ""
+        assert "doesn't exist" in cond(w, "QuotaReserved")["message"]
+        # Labelled while suspended: it moves to the LocalQueue and is admitted.
+        rlab.kubectl("label", "job", "plain", "-n", managed, "kueue.x-k8s.io/queue-name=lq")
+        wait_for(lambda: is_admitted(workload_of(rlab, managed, "plain")), 30, "admitted")
+        wait_for(lambda: len(job_pods(rlab, managed, "plain")) == 1, 30, "its pod runs")
+        assert workload_of(rlab, other, "plain") is None  # not a managed namespace
+        assert job_obj(rlab, other, "plain")["spec"]["suspend"] is True  # left as created
+    finally:
+        mt.stop()
+        rlab.kubectl("delete", "namespace", managed, other, "--wait=false")
         rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")

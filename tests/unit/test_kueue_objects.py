@@ -238,9 +238,6 @@ REALISTIC = [
                     "withinClusterQueue": "LowerOrNewerEqualPriority",
                     "borrowWithinCohort": {"policy": "LowerPriority", "maxPriorityThreshold": 100},
                 },
-                "admissionChecksStrategy": {
-                    "admissionChecks": [{"name": "prov", "onFlavors": ["default-flavor"]}]
-                },
                 "stopPolicy": "Hold",
                 "fairSharing": {"weight": "2"},
                 "concurrentAdmissionPolicy": {"migration": {"mode": "TryPreferredFlavors"}},

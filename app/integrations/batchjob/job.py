@@ -227,6 +227,8 @@ class BatchJob:
     api_group = "batch"
     kind = "Job"
     label_selector: str | None = MANAGED_JOBS
+    # Kueue manageJobsWithoutQueueName: unlabelled Jobs are queued too when it is on.
+    manages_unlabelled = True
 
     def queue_name(self, obj: Mapping[str, Any]) -> str:
         return queue_name(obj)

@@ -513,12 +513,8 @@ def test_kq21_flavor_own_tolerations_cover_its_taints(own_toleration, assigned):
         assert s.reason("j") == PendingReason.NO_MATCHING_FLAVOR
 
 
-# ---- KQ-23 / KQ-25: features out of scope of the core for now ------------------------------
-@pytest.mark.skip(reason="KQ-23: default LocalQueue is a webhook feature pykueue does not have yet")
-def test_kq23_default_local_queue_respects_managed_namespaces():
-    raise AssertionError("not implemented")
-
-
+# ---- KQ-25: partial admission (KQ-23, the default LocalQueue, is a webhook rule:
+# tests/unit/test_webhook.py::test_KQ_23_default_local_queue_respects_managed_namespaces) ----
 def _admitted_count(s: Sim, name: str) -> int:
     info = s.c.workload(s.key(name))
     assert info is not None and info.admission is not None, name
