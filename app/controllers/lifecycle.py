@@ -56,7 +56,9 @@ from app.controllers.workloads import (
     rfc3339,
     with_backoff_finished,
     with_checks_admitted,
+    with_checks_synced,
 )
+from app.core.spec import checks_for_flavors
 from app.core.types import WorkloadKey
 
 if TYPE_CHECKING:
@@ -176,6 +178,10 @@ class Lifecycle:
             return
         if not has_admission(obj) or is_evicted(obj) or not is_active(obj):
             return
+        want = self._checks_for(obj)
+        if want is not None and set(want) != {c.get("name") for c in check_states(obj)}:
+            self._run(key, self._sync_checks(key, want))
+            return
         checks = check_states(obj)
         rejected = [c for c in checks if c.get("state") == "Rejected"]
         retry = [c for c in checks if c.get("state") == "Retry"]
@@ -193,6 +199,16 @@ class Lifecycle:
             return
         if self.cfg.enable:
             self._pods_ready_timeout(key, obj, now)
+
+    def _checks_for(self, obj: Mapping[str, Any]) -> tuple[str, ...] | None:
+        """The checks the Workload's ClusterQueue asks of its admitted flavors now (Kueue
+        ``AdmissionChecksForWorkload``), sorted; None when the ClusterQueue is unknown."""
+        adm = (obj.get("status") or {}).get("admission") or {}
+        spec = self.loop.cluster.cluster_queue_spec(adm.get("clusterQueue", ""))
+        if spec is None:
+            return None
+        return checks_for_flavors(spec, {f for psa in adm.get("podSetAssignments") or []
+                                         for f in (psa.get("flavors") or {}).values()})
 
     def _track_ready(self, key: WorkloadKey, obj: Mapping[str, Any]) -> None:
         pr = condition(obj, PODS_READY)
@@ -328,6 +344,15 @@ class Lifecycle:
         self.loop.jobs.notify(out, str(key))
         cq = out["status"]["admission"]["clusterQueue"]
         self.ctx.recorder.emit(out, NORMAL, "Admitted", f"Admitted by ClusterQueue {cq}")
+
+    async def _sync_checks(self, key: WorkloadKey, want: tuple[str, ...]) -> None:
+        obj = self.ctx.store("wl").get(key)
+        if obj is None or not has_admission(obj) or is_evicted(obj):
+            return
+        body, changed = with_checks_synced(obj, want, self.ctx.clock())
+        if changed:
+            out = await self._put_status(body)
+            self.loop.jobs.notify(out, str(key))
 
     async def _backoff_finished(self, key: WorkloadKey) -> None:
         obj = self.ctx.store("wl").get(key)

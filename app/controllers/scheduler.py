@@ -221,6 +221,13 @@ class SchedulerLoop:
         elif new is not None:
             spec, _ = cluster_queue(new)
             self.cluster.add_cluster_queue(spec)
+            if old is not None and (old.get("spec") or {}).get("admissionChecksStrategy") \
+                    != (new.get("spec") or {}).get("admissionChecksStrategy"):
+                # Its Workloads holding quota get the queue's checks now (Kueue syncs them).
+                store = self.ctx.store(WL)
+                for key in self.cluster.admitted(spec.name):
+                    if (obj := store.get(key)) is not None:
+                        self.lifecycle.observe(obj)
         self.ctx.wake()
 
     def on_cohort(self, etype: str, old: Obj | None, new: Obj | None) -> None:

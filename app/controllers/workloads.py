@@ -208,6 +208,17 @@ def _sync_checks(out: Obj, checks: tuple[str, ...], now: float) -> None:
                              for n in sorted(checks)]
 
 
+def with_checks_synced(wl: Obj, checks: tuple[str, ...], now: float) -> tuple[Obj, bool]:
+    """The ClusterQueue's checks for the Workload's flavors changed since its reservation:
+    ``status.admissionChecks`` = ``checks`` (``_sync_checks``) and Admitted re-synced (a new
+    Pending check un-admits it, a removed one may admit it); (object, changed)."""
+    out = copy.deepcopy(wl)
+    before = check_states(out)
+    _sync_checks(out, checks, now)
+    changed = check_states(out) != before
+    return out, sync_admitted(out, now) or changed
+
+
 def with_admission(wl: Obj, admission: Admission, now: float,
                    checks: tuple[str, ...] = ()) -> Obj:
     """Quota reserved in ``admission.cluster_queue``; Admitted=True at once when the

@@ -150,10 +150,24 @@ def test_admission_check_gates_admission_retry_requeues_rejected_deactivates(
         assert job_obj(rlab, ns, "nope")["spec"]["suspend"] is True
         assert not job_pods(rlab, ns, "nope")
 
-        # The check going away makes the queue inactive again, naming it.
+        # A reserved Workload waiting on the check; the check goes away: the queue is
+        # inactive naming it (what holds quota keeps it); the queue drops the check: the
+        # Workload's entries follow the queue and it is admitted.
+        apply(rlab, job_manifest("late", ns, "lq", parallelism=1, cpu="500m",
+                                 duration="600s"))
+        wait_for(lambda: checks_of(w := workload_of(rlab, ns, "late")) and reserved(w), 30,
+                 "late reserves quota with a Pending check")
         rlab.kubectl("delete", "admissionchecks.kueue.x-k8s.io", ac)
         wait_for(lambda: cq_active(rlab, cq)["reason"] == "AdmissionCheckNotFound", 30,
                  "ClusterQueue inactive: check not found")
+        assert reserved(workload_of(rlab, ns, "late"))
+        rlab.kubectl("patch", "clusterqueue", cq, "--type=merge", "-p",
+                     json.dumps({"spec": {"admissionChecksStrategy": None}}))
+        late = wait_for(lambda: (w := workload_of(rlab, ns, "late")) and is_admitted(w) and w,
+                        30, "late admitted once its queue asks for no check")
+        assert checks_of(late) == []
+        wait_for(lambda: job_obj(rlab, ns, "late")["spec"]["suspend"] is False, 30,
+                 "late started")
     finally:
         rlab.kubectl("delete", "namespace", ns, "--wait=false")
         rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")

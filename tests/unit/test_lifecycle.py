@@ -26,6 +26,7 @@ from app.controllers.workloads import (
     with_admission,
     with_backoff_finished,
     with_checks_admitted,
+    with_checks_synced,
     with_eviction,
     with_pods_ready,
     with_released,
@@ -114,6 +115,20 @@ def test_reservation_with_checks_is_not_admitted_until_all_are_ready() -> None:
     plain = with_admission(ready, ADM, T0 + 2)
     assert "admissionChecks" not in plain["status"]
     assert condition(plain, "Admitted")["status"] == "True"
+
+
+def test_checks_follow_the_queue_after_the_reservation() -> None:
+    w = with_admission(workload(), ADM, T0, ("prov",))
+    added, changed = with_checks_synced(w, ("b", "prov"), T0 + 1)
+    assert changed and [c["name"] for c in added["status"]["admissionChecks"]] == ["b", "prov"]
+    assert condition(added, "Admitted") is None
+    dropped, changed = with_checks_synced(added, (), T0 + 2)
+    assert changed and "admissionChecks" not in dropped["status"]
+    assert condition(dropped, "Admitted")["status"] == "True"
+    # An admitted Workload gets a new check: Admitted=False UnsatisfiedChecks (Kueue).
+    again, _ = with_checks_synced(dropped, ("prov",), T0 + 3)
+    assert (condition(again, "Admitted")["status"], condition(again, "Admitted")["reason"]) == \
+        ("False", "UnsatisfiedChecks")
 
 
 def test_retry_eviction_resets_checks_and_waits_out_its_delay() -> None:
