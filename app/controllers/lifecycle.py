@@ -133,6 +133,8 @@ class Lifecycle:
         self.ctx = loop.ctx
         self.cfg = loop.ctx.settings.wait_for_pods_ready
         self.not_ready: set[WorkloadKey] = set()
+        # Holding quota, admission checks not all Ready: not Admitted (queue status counts).
+        self.awaiting_checks: set[WorkloadKey] = set()
         self._timers: dict[WorkloadKey, asyncio.TimerHandle] = {}
         self._busy: set[WorkloadKey] = set()
         self.deactivations = 0
@@ -145,6 +147,7 @@ class Lifecycle:
     def forget(self, key: WorkloadKey) -> None:
         """``key`` is gone or finished: drop its timer and readiness."""
         self.not_ready.discard(key)
+        self.awaiting_checks.discard(key)
         t = self._timers.pop(key, None)
         if t is not None:
             t.cancel()
@@ -211,6 +214,10 @@ class Lifecycle:
                                          for f in (psa.get("flavors") or {}).values()})
 
     def _track_ready(self, key: WorkloadKey, obj: Mapping[str, Any]) -> None:
+        if has_admission(obj) and not is_true(obj, ADMITTED) and not is_evicted(obj):
+            self.awaiting_checks.add(key)
+        else:
+            self.awaiting_checks.discard(key)
         pr = condition(obj, PODS_READY)
         waiting = (self.cfg.enable and has_admission(obj) and is_true(obj, ADMITTED)
                    and not is_evicted(obj) and is_active(obj)
@@ -344,6 +351,7 @@ class Lifecycle:
         self.loop.jobs.notify(out, str(key))
         cq = out["status"]["admission"]["clusterQueue"]
         self.ctx.recorder.emit(out, NORMAL, "Admitted", f"Admitted by ClusterQueue {cq}")
+        self.loop.count_admitted(out, cq)
 
     async def _sync_checks(self, key: WorkloadKey, want: tuple[str, ...]) -> None:
         obj = self.ctx.store("wl").get(key)

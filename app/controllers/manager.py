@@ -125,7 +125,8 @@ class Manager:
         self.ctx = ctx
         self.jobs = JobReconciler(ctx, self.registry, workers=s.scheduling.job_workers)
         self.scheduler = SchedulerLoop(ctx, self.jobs, self.cluster, metrics=self.metrics)
-        self.status = StatusWriter(ctx, cluster=self.cluster)
+        self.status = StatusWriter(ctx, cluster=self.cluster,
+                                   awaiting_checks=self.scheduler.lifecycle.awaiting_checks)
         self.finalizers = FinalizerController(ctx, lambda cq: len(self.cluster.admitted(cq)))
         self.admission_lookup = StoreAdmissionLookup(ctx)
         self.extender_state = StoreExtenderState(ctx, NodeStore(s.extender.gpu_resource))

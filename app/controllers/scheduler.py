@@ -607,15 +607,25 @@ class SchedulerLoop:
                 self.admitted += 1
                 self._backoff.pop(key, None)
                 self._announce_admission(out, d)
-                if self.metrics is not None:
-                    wait = ctx.clock() - domain_workload(obj).queue_order_time
-                    self.metrics.admitted(d.cluster_queue, wait, namespace=key.split("/", 1)[0],
-                                          local_queue=(obj.get("spec") or {}).get("queueName",
-                                                                                  ""))
+                if is_true(out, ADMITTED):  # else once its admission checks are Ready
+                    self.count_admitted(obj, d.cluster_queue)
         finally:
             ctx.inflight.discard(str(key))
             self._release_lock(key)
         self.jobs.notify(out, str(key))
+
+    def count_admitted(self, wl: Obj, cluster_queue: str) -> None:
+        """``kueue_admitted_workloads_total`` and the admission wait (from the queue-order
+        time of ``wl``, best the object as it was before its reservation) for a Workload
+        Admitted=True in ``cluster_queue`` now."""
+        if self.metrics is None:
+            return
+        try:
+            wait = self.ctx.clock() - domain_workload(wl).queue_order_time
+        except WorkloadSpecError:
+            return
+        self.metrics.admitted(cluster_queue, wait, namespace=wl["metadata"]["namespace"],
+                              local_queue=(wl.get("spec") or {}).get("queueName", ""))
 
     def _confirm(self, key: WorkloadKey, out: Obj) -> None:
         """Feed the core the object our admission / eviction write of ``key`` returned, so

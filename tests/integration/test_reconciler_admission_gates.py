@@ -104,6 +104,10 @@ def test_admission_check_gates_admission_retry_requeues_rejected_deactivates(
                       and checks_of(w) and w, 30, "gated reserves quota with a Pending check")
         assert checks_of(wl) == [(ac, "Pending")]
         assert not is_admitted(wl)
+        # Kueue's queue status: reserving, not admitted.
+        wait_for(lambda: ((s := rlab.get("clusterqueue", cq).get("status") or {})
+                          .get("reservingWorkloads"), s.get("admittedWorkloads")) == (1, 0),
+                 30, "ClusterQueue status: 1 reserving, 0 admitted")
         # Reserved but not admitted: the Job is not started (the admission write notifies
         # the Job's reconciler at once; looked at again a second later).
         time.sleep(1)

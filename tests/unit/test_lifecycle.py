@@ -17,6 +17,7 @@ from app.controllers.lifecycle import (
     pods_ready_deadline,
     retry_requeue_at,
 )
+from app.controllers.scheduler import domain_workload
 from app.controllers.status import cluster_queue_status
 from app.controllers.statusview import ClusterView
 from app.controllers.workloads import (
@@ -38,7 +39,7 @@ from app.integrations.batchjob.job import pods_ready
 from app.integrations.framework import StartError
 from app.integrations.podsets import admitted_scheduling
 from app.wire.queues import admission_check, cluster_queue, local_queue, resource_flavor
-from tests.unit.test_controllers_status import ADM, T0, workload
+from tests.unit.test_controllers_status import ADM, ADM_1CPU, T0, workload
 
 
 def _cq(checks: list[dict] | None = None) -> dict:
@@ -97,6 +98,18 @@ def test_a_queue_naming_a_missing_or_inactive_check_is_inactive_and_says_which()
     assert active()["reason"] == "Ready"
     c.delete_admission_check("prov")
     assert active()["reason"] == "AdmissionCheckNotFound"
+
+
+def test_queue_status_counts_a_workload_awaiting_checks_as_reserving_only() -> None:
+    c = Cluster()
+    c.add_flavor(resource_flavor({"metadata": {"name": "f"}, "spec": {}}))
+    c.add_cluster_queue(cluster_queue(_cq())[0])
+    w = with_admission(workload(), ADM_1CPU, T0, ("prov",))
+    c.update_workload(domain_workload(w))
+    for awaiting, admitted in ((frozenset({"ns/w"}), 0), (frozenset(), 1)):
+        st = cluster_queue_status(_cq(), ClusterView(c, awaiting_checks=awaiting)
+                                  .cluster_queue("cq"), T0)
+        assert (st["reservingWorkloads"], st["admittedWorkloads"]) == (1, admitted)
 
 
 def test_reservation_with_checks_is_not_admitted_until_all_are_ready() -> None:
