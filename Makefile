@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 KUBECTL := $(CURDIR)/.k8sbin/current/kubectl
 export KUBECONFIG := $(CURDIR)/.lab/kubeconfig
 
-.PHONY: help browser bench-lab bench-versus kueue conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help browser bench-lab bench-versus kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -53,6 +53,15 @@ bench: setup ## benchmarks (core cycle, simulator, ETA, webhook, extender); JSON
 bench-lab: setup controlplane ## Kueue's baseline through the reconciler on a private lab; JSON on stdout
 	$(BIN)/python bench/lab_baseline.py
 
+operators: ## build JobSet, training-operator, mpi-operator, KubeRay from Go modules into ~/.cache/pykueue/operators, with their CRDs (no-op when built)
+	bash hack/build-operators.sh
+
+operators-up: lab-up operators ## install the operators' CRDs into the lab and start them out of cluster (logs in the lab's logs/)
+	$(BIN)/python hack/lab.py operators-up
+
+operators-down: ## stop the operators and unregister their webhooks
+	$(BIN)/python hack/lab.py operators-down
+
 kueue: ## build Kueue v0.17.1 (manager, minimalkueue, perf runner, checker) from Go modules into ~/.cache/pykueue/kueue (no-op when built; ~12 min cold)
 	bash hack/build-kueue.sh
 
@@ -78,7 +87,7 @@ browser: ## Debian's chromium for the dashboard's browser tests (apt-get; a no-o
 	  else echo "browser: chromium is missing and cannot be installed here (needs root and" \
 	    "apt-get); the dashboard's browser tests will skip"; fi; }
 
-test: setup controlplane browser ## all tests: unit, integration and e2e (starts the lab itself when it is not up)
+test: setup controlplane operators browser ## all tests: unit, integration and e2e (starts the lab itself when it is not up; the operators' tests start them)
 	$(BIN)/pytest -q tests
 
 test-unit: setup browser ## unit tests only (no cluster)

@@ -12,6 +12,8 @@ managing fake nodes with the stages in hack/lab/stages.yaml. State lives in a gi
     python hack/lab.py scheduler --config FILE   # restart kube-scheduler with another config
     python hack/lab.py sa-token NAMESPACE NAME   # print a token of a ServiceAccount
     python hack/lab.py sa-kubeconfig [--out F]   # pykueue's SA + RBAC; kubeconfig with its token
+    python hack/lab.py operators-up [NAME...]    # JobSet, training-, mpi-operator, KubeRay
+    python hack/lab.py operators-down [NAME...]  # (hack/operators.py; make operators builds)
 
 Options (before the verb): --state-dir DIR, --port-base N (etcd N, N+1; apiserver N+3).
 Env: LAB_STATE_DIR, LAB_PORT_BASE, LAB_BIN_DIR.
@@ -161,14 +163,18 @@ def _pid(lab: Lab, name: str) -> int | None:
     return pid
 
 
-def _start(lab: Lab, name: str, args: list[str]) -> None:
+def _start(lab: Lab, name: str, args: list[str], *, exe: Path | None = None,
+           env: dict[str, str] | None = None) -> None:
+    """Start ``exe`` (default: the lab binary ``name``) in its own session, logs in
+    ``<logs>/<name>.log``; a no-op when ``name`` already runs."""
     if _pid(lab, name):
         return
     lab.logs.mkdir(parents=True, exist_ok=True)
     lab.pidfile(name).parent.mkdir(parents=True, exist_ok=True)
     log = open(lab.logs / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
     proc = subprocess.Popen(
-        [str(lab.binary(name)), *args],
+        [str(exe or lab.binary(name)), *args],
+        env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -204,10 +210,16 @@ def _ssl_context(lab: Lab) -> ssl.SSLContext:
     return ctx
 
 
-def _wait_http(url: str, ctx: ssl.SSLContext | None, what: str, timeout: float, lab: Lab) -> None:
+def _wait_http(url: str, ctx: ssl.SSLContext | None, what: str, timeout: float, lab: Lab,
+               alive: Callable[[], bool] | None = None) -> None:
+    """Poll ``url`` until HTTP 200; SystemExit after ``timeout`` s, or at once (with the tail of
+    ``<logs>/<what>.log``) when ``alive`` says the process serving it has exited."""
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
+        if alive and not alive():
+            tail = (lab.logs / f"{what}.log").read_text(errors="replace")[-2000:]
+            raise SystemExit(f"lab: {what} exited; last log lines:\n{tail}")
         try:
             with urllib.request.urlopen(url, context=ctx, timeout=3) as r:  # noqa: S310
                 if r.status == 200:
@@ -387,13 +399,18 @@ def up(lab: Lab, scheduler_config: Path) -> None:
 
 
 def down(lab: Lab) -> None:
-    """Stop pykueue and every component (reverse order), remove the state folder. Idempotent."""
+    """Stop pykueue, the operators and every component (reverse order), remove the state folder.
+    Idempotent."""
+    import operators
+
     pid = _pykueue_pid(lab)
     if pid:
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    for name in operators.OPERATORS:
+        _stop(lab, name)
     for name in reversed(COMPONENTS):
         _stop(lab, name)
     if lab.state.exists():
@@ -413,6 +430,10 @@ def status(lab: Lab) -> int:
     pid = _pykueue_pid(lab)
     print(f"{'pykueue':26s} "
           f"{'running pid ' + str(pid) if pid else 'not started (make pykueue-up)'}")
+    import operators  # optional too (make operators-up)
+
+    for name, state in operators.status(lab):
+        print(f"{name:26s} {state}")
     return 1 if bad else 0
 
 
@@ -450,13 +471,19 @@ def sa_kubeconfig(lab: Lab, out: Path | None = None, seconds: int = 86400) -> Pa
 PYKUEUE_PORT = int(os.environ.get("PYKUEUE_PORT", "9443"))
 
 
-def _pykueue_pid(lab: Lab) -> int | None:
+def _started_pid(lab: Lab, name: str) -> int | None:
+    """The pid in ``name``'s pid file while that process lives (not a zombie), whatever it
+    runs: unlike ``_pid`` it holds from fork on, before the child has exec'd its binary."""
     try:
-        pid = int(lab.pidfile("pykueue").read_text().strip())
+        pid = int(lab.pidfile(name).read_text().strip())
         stat = Path(f"/proc/{pid}/stat").read_text()
     except (OSError, ValueError):
         return None
     return None if stat.split(") ", 1)[-1].startswith("Z") else pid
+
+
+def _pykueue_pid(lab: Lab) -> int | None:
+    return _started_pid(lab, "pykueue")
 
 
 def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | None = None) -> None:
@@ -553,6 +580,11 @@ def main(argv: list[str] | None = None) -> int:
     pu = sub.add_parser("pykueue-up", help="start pykueue, register webhooks and extender")
     pu.add_argument("--admin", action="store_true", help="run with the admin kubeconfig")
     sub.add_parser("pykueue-down", help="stop pykueue and unregister it")
+    ou = sub.add_parser("operators-up", help="install the operators' CRDs and start them "
+                        "(hack/operators.py; default: every built one)")
+    ou.add_argument("names", nargs="*")
+    od = sub.add_parser("operators-down", help="stop the operators, unregister their webhooks")
+    od.add_argument("names", nargs="*")
     a = p.parse_args(argv)
     lab = from_args(a.state_dir, a.port_base, a.bin_dir)
     if a.verb == "up":
@@ -569,6 +601,10 @@ def main(argv: list[str] | None = None) -> int:
         pykueue_up(lab, admin=a.admin)
     elif a.verb == "pykueue-down":
         pykueue_down(lab)
+    elif a.verb in ("operators-up", "operators-down"):
+        import operators
+
+        (operators.up if a.verb == "operators-up" else operators.down)(lab, a.names or None)
     elif a.verb == "sa-token":
         try:
             print(sa_token(lab, a.namespace, a.name))

@@ -79,6 +79,10 @@ class RecordingClient:
     async def get(self, res: Resource, name: str, *_: Any, **__: Any):
         raise NotFound(404, "not found")
 
+    async def request(self, method: str, path: str, **_: Any):
+        """Discovery and other raw paths: nothing is served (optional kinds are left out)."""
+        raise NotFound(404, f"{method} {path}: not found")
+
     async def close(self) -> None:
         return None
 

@@ -17,6 +17,9 @@ Thin: parse the ``admission.k8s.io/v1`` AdmissionReview, call the pure rules of
 - ``POST /validate-apps-v1-statefulset-scale``: UPDATE of ``statefulsets/scale`` (a Scale has
   no labels, so its webhook has no objectSelector; the StatefulSet is found by name in the
   store of queued ones): the same replicas rule.
+- ``POST /mutate-jobset-x-k8s-io-v1alpha2-jobset``, ``/validate-jobset-x-k8s-io-v1alpha2-jobset``:
+  a queued JobSet is created suspended; its queue name is immutable while it runs
+  (``app.integrations.jobset.rules``).
 
 The API server appends ``?timeout=Ns``: routing is on the path only. Errors never become a 5xx:
 a body that is not JSON or not an AdmissionReview -> HTTP 400 ``{"error": ..., "details": [...]}``;
@@ -49,6 +52,8 @@ from pydantic import ValidationError
 from app.api.health import metrics_registry
 from app.integrations import managed_kinds
 from app.integrations.deployment.rules import mutate_deployment, validate_deployment_update
+from app.integrations.jobset.rules import MUTATE_PATH as MUTATE_JOBSET_PATH
+from app.integrations.jobset.rules import mutate_jobset, validate_jobset
 from app.integrations.pod.rules import mutate_pod, scheduling_gates, validate_pod
 from app.integrations.statefulset.rules import (
     mutate_statefulset,
@@ -87,6 +92,7 @@ VALIDATE_DEPLOYMENT_PATH = "/validate-apps-v1-deployment"
 MUTATE_STATEFULSET_PATH = "/mutate-apps-v1-statefulset"
 VALIDATE_STATEFULSET_PATH = "/validate-apps-v1-statefulset"
 VALIDATE_STATEFULSET_SCALE_PATH = "/validate-apps-v1-statefulset-scale"
+VALIDATE_JOBSET_PATH = "/validate-jobset-x-k8s-io-v1alpha2-jobset"
 
 # Decisions (the ``decision`` label and log field).
 ALLOWED = "allowed"  # allowed, no patch
@@ -446,6 +452,25 @@ def _owner_decisions(kind: str, mutate: Callable[..., list[Any]],
     return mutation, validation
 
 
+def _is_jobset_review(req: AdmissionRequest, operations: tuple[str, ...]) -> bool:
+    return (req.operation in operations and not req.sub_resource
+            and _is_review_of(req, "jobset.x-k8s.io", "JobSet"))
+
+
+def _decide_jobset_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
+    if not _is_jobset_review(req, ("CREATE",)):
+        return _allow(req)
+    _, js = _objects(req)
+    return _patched(req, mutate_jobset(js, req.operation, _policy(state)))
+
+
+def _decide_jobset_validation(req: AdmissionRequest, state: Any) -> _Outcome:
+    if not _is_jobset_review(req, ("CREATE", "UPDATE")):
+        return _allow(req)
+    old, js = _objects(req)
+    return _verdict(req, validate_jobset(old, js, req.user_info.username, _policy(state)))
+
+
 # Plain Starlette routes: the endpoints read the raw body themselves, so FastAPI's dependency
 # solving and body parsing would only add latency on the API server's critical path.
 router.add_route(MUTATE_PATH, mutate_batch_v1_job, methods=["POST"], include_in_schema=False)
@@ -463,6 +488,8 @@ _KIND_ROUTES: dict[str, Callable[[AdmissionRequest, Any], _Outcome]] = {
     MUTATE_POD_PATH: _decide_pod_mutation,
     VALIDATE_POD_PATH: _decide_pod_validation,
     VALIDATE_STATEFULSET_SCALE_PATH: _decide_statefulset_scale,
+    MUTATE_JOBSET_PATH: _decide_jobset_mutation,
+    VALIDATE_JOBSET_PATH: _decide_jobset_validation,
 }
 for _path_pair, _kind, _mutate, _validate in (
         ((MUTATE_DEPLOYMENT_PATH, VALIDATE_DEPLOYMENT_PATH), "Deployment", mutate_deployment,

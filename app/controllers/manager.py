@@ -37,6 +37,7 @@ from typing import Any
 from app.config import Settings
 from app.controllers.client import NODES, PODS, KubeClient
 from app.controllers.context import AC, CO, CQ, LQ, NS, RF, WL, Context, build_informers
+from app.controllers.errors import NotFound
 from app.controllers.events import EventRecorder
 from app.controllers.finalizers import FinalizerController
 from app.controllers.informers import Informer
@@ -51,6 +52,34 @@ from app.integrations.framework import JobKind, Registry, source_of
 from app.integrations.reconciler import JobReconciler
 
 log = logging.getLogger(__name__)
+
+
+async def served_kinds(client: KubeClient, registry: Registry) -> Registry:
+    """``registry`` without the optional kinds (``optional = True``: a CRD such as JobSet's)
+    whose resource the API server does not serve, each left out with one log line, as Kueue
+    skips an integration whose CRD is absent at start-up (kueue-integrations.md 1.7). Asked
+    once, through discovery (``GET /apis/<group>/<version>``); an error other than 404 keeps
+    the kind (its informer then retries). A CRD installed later needs a restart."""
+    kept = []
+    for kind in registry.kinds():
+        res = kind.resource
+        if getattr(kind, "optional", False) and res is not None:
+            try:
+                doc = await client.request("GET", f"/apis/{res.group}/{res.version}")
+                served = any(r.get("name") == res.plural for r in doc.get("resources") or [])
+            except NotFound:
+                served = False
+            except Exception as exc:  # noqa: BLE001 - unknown: keep it, the informer retries
+                log.warning("reconciler: cannot tell whether %s is served (%s); managing it",
+                            res.api_version, exc)
+                served = True
+            if not served:
+                log.info("reconciler: %s %s not served by the API server (its CRD is not "
+                         "installed): %s objects are not managed", res.plural, res.api_version,
+                         kind.kind)
+                continue
+        kept.append(kind)
+    return Registry(kept)
 
 NODE, POD = "node", "pod"
 
@@ -109,6 +138,7 @@ class Manager:
         self._started = True
         s = self.settings
         client = self._given_client or await KubeClient.from_settings(s.client)
+        self.registry = await served_kinds(client, self.registry)
         informers = build_informers(
             client, s.scheduling.watch_timeout_seconds,
             job_kinds=[(k.key, k.resource, self._selector(k)) for k in self.registry.kinds()

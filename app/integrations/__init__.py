@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from app.integrations import batchjob, pod, podgroup
+from app.integrations import batchjob, jobset, pod, podgroup
 from app.integrations.framework import JobKind, Registry
 
 # Adding a job kind: its folder, and one line here.
@@ -11,6 +11,7 @@ BUILTIN_KINDS: tuple[JobKind, ...] = (
     batchjob.KIND,
     pod.KIND,
     podgroup.KIND,
+    jobset.KIND,
 )
 
 

@@ -7,9 +7,11 @@ operator equals one with ``Equal``, KQ-21 / kueue#11147), and the pod label
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from app.controllers.errors import Permanent
+from app.controllers.events import NORMAL, WARNING
 from app.integrations.framework import StartError
 
 Obj = dict[str, Any]
@@ -120,3 +122,18 @@ def podset_assignments(workload: Mapping[str, Any]) -> dict[str, list[str]]:
     admission = (workload.get("status") or {}).get("admission") or {}
     return {str(a.get("name", "main")): list((a.get("flavors") or {}).values())
             for a in admission.get("podSetAssignments") or []}
+
+
+async def write_start(ctx: Any, obj: Obj, desired: Obj, workload: Mapping[str, Any],
+                      put: Callable[[Any, Obj], Awaitable[Obj]]) -> None:
+    """Write ``desired`` (``obj`` started with ``workload``'s admission) with ``put``, then the
+    event ``Started`` (Kueue's message); a ``Permanent`` refusal gets the event
+    ``FailedToStart`` and is re-raised (the reconciler finishes the Workload)."""
+    try:
+        await put(ctx, desired)
+    except Permanent as exc:
+        ctx.recorder.emit(obj, WARNING, "FailedToStart", exc.message)
+        raise
+    admission = (workload.get("status") or {}).get("admission") or {}
+    ctx.recorder.emit(obj, NORMAL, "Started",
+                      f"Admitted by clusterQueue {admission.get('clusterQueue', '')}")

@@ -80,7 +80,7 @@ def workload_name_for_job(job_name: str, job_uid: str = "") -> str:
     return workload_name_for_owner("Job", "batch", job_name, job_uid)
 
 
-def _check_dns_subdomain(value: str, field: str) -> None:
+def check_dns_subdomain(value: str, field: str) -> None:
     if len(value) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(value):
         raise WorkloadSpecError(
             field, f"{value!r} is not a DNS-1123 subdomain (lower case, digits, '-', '.')"
@@ -121,7 +121,7 @@ def job_priority(
     return 0, None
 
 
-def _creation_seconds(metadata: Mapping[str, Any]) -> float:
+def creation_seconds(metadata: Mapping[str, Any]) -> float:
     stamp = string(metadata.get("creationTimestamp"), "metadata.creationTimestamp")
     if not stamp:
         return 0.0
@@ -143,7 +143,7 @@ def _job_basics(job: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str,
     labels = mapping(metadata.get("labels"), "metadata.labels")
     queue = string(labels.get(QUEUE_NAME_LABEL), f"metadata.labels[{QUEUE_NAME_LABEL}]")
     if queue:
-        _check_dns_subdomain(queue, f"metadata.labels[{QUEUE_NAME_LABEL}]")
+        check_dns_subdomain(queue, f"metadata.labels[{QUEUE_NAME_LABEL}]")
     return metadata, template, queue
 
 
@@ -197,7 +197,7 @@ def workload_from_job(
         queue_name=queue,
         pod_sets=(pod_set,),
         priority=priority,
-        creation=_creation_seconds(metadata),
+        creation=creation_seconds(metadata),
     )
 
 
@@ -221,7 +221,6 @@ def workload_object_for_job(
     wl = workload_from_job(
         job, priority_classes=priority_classes, pod_priority_classes=pod_priority_classes
     )
-    metadata = job["metadata"]
     _, ref = job_priority(
         job, priority_classes=priority_classes, pod_priority_classes=pod_priority_classes
     )
@@ -239,15 +238,39 @@ def workload_object_for_job(
         template["metadata"] = tmeta
     else:
         template.pop("metadata", None)
-    spec: dict[str, Any] = {
-        "podSets": [{"name": MAIN_POD_SET, "count": wl.pod_sets[0].count, "template": template}],
-    }
-    if wl.queue_name:  # omitted when empty, as Kueue (manageJobsWithoutQueueName)
-        spec = {"queueName": wl.queue_name, **spec}
+    pod_set: dict[str, Any] = {"name": MAIN_POD_SET, "count": wl.pod_sets[0].count,
+                                "template": template}
     if wl.pod_sets[0].min_count is not None:
-        spec["podSets"][0]["minCount"] = wl.pod_sets[0].min_count
+        pod_set["minCount"] = wl.pod_sets[0].min_count
+    return workload_object_for_owner(job, wl, ref, [pod_set], kind="Job",
+                                     api_version="batch/v1", finalizers=finalizers)
+
+
+def workload_object_for_owner(
+    owner: Mapping[str, Any],
+    wl: Workload,
+    ref: Mapping[str, str] | None,
+    pod_sets: Sequence[Mapping[str, Any]],
+    *,
+    kind: str,
+    api_version: str,
+    finalizers: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The Workload object JSON (kueue.x-k8s.io/v1beta2) of ``owner``, an object of ``kind``
+    (``api_version`` when the object does not say): name and namespace from ``wl``, label
+    ``kueue.x-k8s.io/job-uid`` and a controller ownerReference when the owner has a uid,
+    ``finalizers``; ``spec``: ``queueName`` (omitted when empty, as Kueue), ``podSets`` as
+    given (``[{name, count, template[, minCount]}]``), ``priority`` and ``priorityClassRef``
+    when ``ref`` is set, ``maximumExecutionTimeSeconds`` from the owner's
+    ``kueue.x-k8s.io/max-exec-time-seconds`` label. Raises ``WorkloadSpecError`` naming that
+    label when it is not a positive integer.
+    """
+    metadata = owner["metadata"]
+    spec: dict[str, Any] = {"podSets": [dict(p) for p in pod_sets]}
+    if wl.queue_name:  # omitted when empty (manageJobsWithoutQueueName)
+        spec = {"queueName": wl.queue_name, **spec}
     if ref is not None:
-        spec["priorityClassRef"] = ref
+        spec["priorityClassRef"] = dict(ref)
         spec["priority"] = wl.priority
     labels = mapping(metadata.get("labels"), "metadata.labels")
     max_exec = labels.get(MAX_EXEC_TIME_LABEL)
@@ -267,8 +290,8 @@ def workload_object_for_job(
         wl_meta["labels"] = {JOB_UID_LABEL: uid}
         wl_meta["ownerReferences"] = [
             {
-                "apiVersion": job.get("apiVersion", "batch/v1"),
-                "kind": "Job",
+                "apiVersion": owner.get("apiVersion", api_version),
+                "kind": kind,
                 "name": metadata["name"],
                 "uid": uid,
                 "controller": True,
@@ -360,7 +383,7 @@ def workload_from_object(obj: Mapping[str, Any]) -> Workload:
         queue_name=string(spec.get("queueName"), "spec.queueName"),
         pod_sets=tuple(pod_sets),
         priority=integer(spec.get("priority"), "spec.priority", default=0),
-        creation=_creation_seconds(metadata),
+        creation=creation_seconds(metadata),
         uid=string(metadata.get("uid"), "metadata.uid"),
         admission=_admission(status.get("admission"), pod_sets),
         max_execution_seconds=_max_execution(spec.get("maximumExecutionTimeSeconds")),

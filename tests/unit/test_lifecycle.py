@@ -37,6 +37,7 @@ from app.core.spec import checks_for_flavors
 from app.core.types import FlavorName
 from app.integrations.batchjob.job import pods_ready
 from app.integrations.framework import StartError
+from app.integrations.jobset.jobset import jobset_pods_ready
 from app.integrations.podsets import admitted_scheduling
 from app.wire.queues import admission_check, cluster_queue, local_queue, resource_flavor
 from tests.unit.test_controllers_status import ADM, ADM_1CPU, T0, workload
@@ -261,3 +262,15 @@ def test_check_pod_set_updates_that_cannot_be_honoured_fail_the_start(update: di
                                                                       words: str) -> None:
     with pytest.raises(StartError, match=re.escape(words)):
         admitted_scheduling(_Flavors(), _checked(update))
+
+
+@pytest.mark.parametrize(("spec", "status", "ready"), [
+    ({"replicatedJobs": [{"name": "w", "replicas": 2}, {"name": "d"}]},
+     {"replicatedJobsStatus": [{"name": "w", "ready": 1, "succeeded": 1}, {"name": "d",
+                                                                           "ready": 1}]}, True),
+    ({"replicatedJobs": [{"name": "w", "replicas": 2}]},
+     {"replicatedJobsStatus": [{"name": "w", "ready": 1, "active": 2}]}, False),
+    ({"replicatedJobs": [{"name": "w", "replicas": 1}]}, {}, False),
+])
+def test_jobset_pods_ready_as_kueue(spec: dict, status: dict, ready: bool) -> None:
+    assert jobset_pods_ready({"spec": spec, "status": status}) is ready

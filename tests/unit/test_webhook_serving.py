@@ -42,6 +42,12 @@ WEBHOOKS = {
     ("ValidatingWebhookConfiguration", "vstatefulset-scale.pykueue.io"):
         ("/validate-apps-v1-statefulset-scale", ["UPDATE"],
          (["apps"], ["v1"], ["statefulsets/scale"])),
+    ("MutatingWebhookConfiguration", "mjobset.pykueue.io"):
+        ("/mutate-jobset-x-k8s-io-v1alpha2-jobset", ["CREATE"],
+         (["jobset.x-k8s.io"], ["v1alpha2"], ["jobsets"])),
+    ("ValidatingWebhookConfiguration", "vjobset.pykueue.io"):
+        ("/validate-jobset-x-k8s-io-v1alpha2-jobset", ["CREATE", "UPDATE"],
+         (["jobset.x-k8s.io"], ["v1alpha2"], ["jobsets"])),
 }
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 

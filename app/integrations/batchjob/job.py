@@ -25,10 +25,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from app.controllers.client import JOBS, MERGE_PATCH
-from app.controllers.errors import Permanent
-from app.controllers.events import NORMAL, WARNING
+from app.controllers.events import NORMAL
 from app.core.workload import Workload
-from app.integrations.podsets import InjectionConflict, admitted_scheduling, merge_tolerations
+from app.integrations.podsets import (
+    InjectionConflict,
+    admitted_scheduling,
+    merge_tolerations,
+    write_start,
+)
 from app.wire.names import PODSET_LABEL, QUEUE_NAME_LABEL
 from app.wire.workload import (
     job_pod_count,
@@ -185,16 +189,18 @@ def is_suspended(job: Obj) -> bool:
     return bool((job.get("spec") or {}).get("suspend"))
 
 
-def job_finished(job: Obj) -> tuple[bool, str, str]:
-    """(finished, reason, message) from the Job's ``Complete`` / ``Failed`` conditions:
-    reason ``Succeeded`` or ``Failed`` (Kueue's Finished reasons), message copied."""
+def job_finished(job: Mapping[str, Any], *, complete: str = "Complete", kind: str = "Job"
+                 ) -> tuple[bool, str, str]:
+    """(finished, reason, message) from the object's ``complete`` / ``Failed`` conditions:
+    reason ``Succeeded`` or ``Failed`` (Kueue's Finished reasons), message copied (else one
+    naming ``kind``)."""
     for c in ((job.get("status") or {}).get("conditions")) or []:
         if c.get("status") != "True":
             continue
-        if c.get("type") == "Complete":
-            return True, "Succeeded", c.get("message") or "Job finished successfully"
+        if c.get("type") == complete:
+            return True, "Succeeded", c.get("message") or f"{kind} finished successfully"
         if c.get("type") == "Failed":
-            return True, "Failed", c.get("message") or c.get("reason") or "Job failed"
+            return True, "Failed", c.get("message") or c.get("reason") or f"{kind} failed"
     return False, "", ""
 
 
@@ -301,14 +307,7 @@ class BatchJob:
             obj = await self._clear_start_time(ctx, obj)
             desired = injected_job(obj, pod_set, selector, tolerations,
                                    inject_node_selector=inject, parallelism=count)
-        try:
-            await self._put(ctx, desired)
-        except Permanent as exc:
-            ctx.recorder.emit(obj, WARNING, "FailedToStart", exc.message)
-            raise
-        admission = (workload.get("status") or {}).get("admission") or {}
-        ctx.recorder.emit(obj, NORMAL, "Started",
-                          f"Admitted by clusterQueue {admission.get('clusterQueue', '')}")
+        await write_start(ctx, obj, desired, workload, self._put)
         return True
 
     async def stop(self, ctx: Context, obj: Obj, why: str) -> Obj:

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Build the training operators GPU teams submit through (issue 18) from the Go module proxy, the way
+# hack/build-controlplane.sh builds Kubernetes: one tool module per operator under hack/tools/
+# (their Kubernetes and controller-runtime versions differ, so one module would move some of them
+# off the versions they were released with), binaries cached per version under
+# ~/.cache/pykueue/operators/<name>-<version>/, next to the CRDs copied out of the same module zip.
+#
+#   jobset             sigs.k8s.io/jobset                          JobSet
+#   training-operator  github.com/kubeflow/training-operator        PyTorchJob TFJob XGBoostJob PaddleJob JAXJob
+#   mpi-operator       github.com/kubeflow/mpi-operator              MPIJob kubeflow.org/v2beta1
+#   kuberay            github.com/ray-project/kuberay/ray-operator  RayJob RayCluster RayService
+#
+# Versions come from the go.mod files. A no-op for an operator whose folder already holds its
+# binary and its crds/. Arguments: the operator names to build (default: all four).
+# The training-operator's module also ships a v1 mpijobs.kubeflow.org CRD that collides with the
+# mpi-operator's v2beta1 one (the version Kueue manages): it is not copied.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+TOOLS="$ROOT/hack/tools"
+CACHE="${PYKUEUE_OPERATORS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pykueue/operators}"
+export CGO_ENABLED=0 GOFLAGS=-mod=mod
+
+declare -A MOD=(
+  [jobset]=sigs.k8s.io/jobset
+  [training-operator]=github.com/kubeflow/training-operator
+  [mpi-operator]=github.com/kubeflow/mpi-operator
+  [kuberay]=github.com/ray-project/kuberay/ray-operator
+)
+declare -A MAIN=(
+  [jobset]=sigs.k8s.io/jobset
+  [training-operator]=github.com/kubeflow/training-operator/cmd/training-operator.v1
+  [mpi-operator]=github.com/kubeflow/mpi-operator/cmd/mpi-operator
+  [kuberay]=github.com/ray-project/kuberay/ray-operator
+)
+# CRD files inside each module zip (globs relative to the module root).
+declare -A CRDS=(
+  [jobset]="config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
+  [training-operator]="manifests/base/crds/kubeflow.org_pytorchjobs.yaml manifests/base/crds/kubeflow.org_tfjobs.yaml manifests/base/crds/kubeflow.org_xgboostjobs.yaml manifests/base/crds/kubeflow.org_paddlejobs.yaml manifests/base/crds/kubeflow.org_jaxjobs.yaml"
+  [mpi-operator]="manifests/base/kubeflow.org_mpijobs.yaml"
+  [kuberay]="config/crd/bases/ray.io_rayjobs.yaml config/crd/bases/ray.io_rayclusters.yaml config/crd/bases/ray.io_rayservices.yaml"
+)
+
+version() { # the operator module's version pinned in its tool module's go.mod
+  awk -v m="$2" '$1=="require" && $2==m{print $3} $1==m{print $2}' "$TOOLS/$1/go.mod" | head -1
+}
+
+ldflags() { # the version strings each project's own Makefile stamps
+  local v=$2
+  case $1 in
+    jobset) echo "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$v" ;;
+    mpi-operator) echo "-s -w -X github.com/kubeflow/mpi-operator/pkg/version.Version=$v" ;;
+    *) echo "-s -w" ;;
+  esac
+}
+
+names=("$@")
+[[ ${#names[@]} -gt 0 ]] || names=(jobset training-operator mpi-operator kuberay)
+for n in "${names[@]}"; do
+  [[ -n "${MOD[$n]:-}" ]] || { echo "operators: unknown operator '$n' (one of: ${!MOD[*]})" >&2; exit 2; }
+  v="$(version "$n" "${MOD[$n]}")"
+  out="$CACHE/$n-$v"
+  if [[ -x "$out/$n" && -d "$out/crds" ]]; then
+    echo "operators: $n $v up to date in $out"
+    continue
+  fi
+  mkdir -p "$out"
+  start=$(date +%s)
+  echo "operators: building $n $v"
+  (cd "$TOOLS/$n" && go build -trimpath -ldflags "$(ldflags "$n" "$v")" -o "$out/$n.tmp" "${MAIN[$n]}")
+  dir="$(cd "$TOOLS/$n" && go list -m -f '{{.Dir}}' "${MOD[$n]}")"
+  rm -rf "$out/crds.tmp" && mkdir -p "$out/crds.tmp"
+  for f in ${CRDS[$n]}; do cp "$dir/$f" "$out/crds.tmp/"; done
+  chmod u+w "$out"/crds.tmp/*  # the module cache is read-only
+  rm -rf "$out/crds" && mv "$out/crds.tmp" "$out/crds"
+  mv "$out/$n.tmp" "$out/$n"
+  echo "operators: built $n $v in $(( $(date +%s) - start ))s into $out"
+done

@@ -1,0 +1,140 @@
+"""Issue 18, JobSet through pykueue with the real JobSet operator (v0.11.1, ``make operators``):
+a queued JobSet is created suspended by pykueue's webhook, admitted whole (one Workload, one
+podSet per replicatedJob), its pods land on the flavor's node; one that does not fit waits whole
+with no Job and no pod. Skipped with the reason when the operator is not built."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_workload_kinds import gpu_container, gpu_queue
+from tests.labfixture import ROOT, LabHandle, wait_for
+
+sys.path.insert(0, str(ROOT / "hack"))
+import lab as labmod  # noqa: E402
+import operators as ops  # noqa: E402
+
+pytestmark = pytest.mark.lab
+QUEUE = "kueue.x-k8s.io/queue-name"
+A100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+
+
+@pytest.fixture(scope="module")
+def jobset_operator(lab: LabHandle) -> Iterator[None]:
+    """JobSet's CRD and controller in the lab, before pykueue starts (pykueue manages JobSets
+    only when their CRD is served at its start)."""
+    op = ops.OPERATORS["jobset"]
+    if not op.built:
+        pytest.skip(f"jobset {op.version} not built ({op.binary} missing): run `make operators`")
+    handle = labmod.from_args(str(lab.state), lab.port_base, str(lab.bin_dir))
+    running = bool(labmod._pid(handle, "jobset"))
+    r = lab.lab_cmd("operators-up", "jobset", check=False)
+    assert r.returncode == 0, f"operators-up jobset failed:\n{r.stdout}\n{r.stderr}"
+    try:
+        yield
+    finally:
+        if not running:
+            lab.lab_cmd("operators-down", "jobset", check=False)
+
+
+@pytest.fixture(scope="module")
+def pykueue_with_jobset(jobset_operator: None, pykueue_in_lab: labmod.Lab) -> labmod.Lab:
+    return pykueue_in_lab
+
+
+def jobset(name: str, ns: str, *shape: tuple[str, int, int]) -> str:
+    """A JobSet queued in ``lq``: per (replicatedJob, replicas, pods per Job), Jobs of 1-GPU
+    pods that tolerate the GPU taint and run 2 s."""
+    def rjob(rj: str, replicas: int, pods: int) -> dict[str, Any]:
+        pod = {"metadata": {"annotations": {"lab.pykueue.dev/run-duration": "2s"}},
+               "spec": {"restartPolicy": "Never", "containers": [gpu_container()],
+                        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                                         "effect": "NoSchedule"}]}}
+        return {"name": rj, "replicas": replicas, "template": {"spec": {
+            "parallelism": pods, "completions": pods, "backoffLimit": 0, "template": pod}}}
+    return json.dumps({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                       "metadata": {"name": name, "namespace": ns, "labels": {QUEUE: "lq"}},
+                       "spec": {"replicatedJobs": [rjob(*s) for s in shape]}})
+
+
+@contextmanager
+def queue(lab: LabHandle, prefix: str, gpus: int) -> Iterator[str]:
+    """A fresh namespace with LocalQueue ``lq`` to a new ClusterQueue of ``gpus`` A100s
+    (``gpu_queue``), both deleted afterwards."""
+    ns, cq = gpu_queue(lab, prefix, gpus)
+    try:
+        yield ns
+    finally:
+        lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+
+
+def workload(lab: LabHandle, ns: str, name: str) -> dict | None:
+    for w in lab.get("workloads.kueue.x-k8s.io", "-n", ns)["items"]:
+        if any(r["kind"] == "JobSet" and r["name"] == name
+               for r in w["metadata"].get("ownerReferences") or []):
+            return w
+    return None
+
+
+def condition(obj: dict | None, kind: str) -> dict | None:
+    return next((c for c in ((obj or {}).get("status") or {}).get("conditions") or []
+                 if c["type"] == kind), None)
+
+
+def test_a_jobset_is_admitted_whole_and_its_pods_land_on_the_flavor_node(
+        lab: LabHandle, pykueue_with_jobset: labmod.Lab) -> None:
+    with queue(lab, "jobset", 4) as ns:
+        # 1 Job of 2 pods + 2 Jobs of 1 pod = 4 GPUs: the whole 4-GPU queue.
+        lab.apply(jobset("train", ns, ("leader", 1, 2), ("workers", 2, 1)))
+        wl = wait_for(lambda: (w := workload(lab, ns, "train"))
+                      and (c := condition(w, "Admitted")) and c["status"] == "True" and w,
+                      60, "train's Workload admitted")
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
+            ("leader", 2), ("workers", 2)]
+        assert [a["flavors"]["nvidia.com/gpu"] for a in
+                wl["status"]["admission"]["podSetAssignments"]] == ["a100-flavor"] * 2
+
+        def running() -> list[dict]:
+            return [p for p in lab.get("pods", "-n", ns)["items"]
+                    if p["status"].get("phase") in ("Running", "Succeeded")]
+
+        pods = wait_for(lambda: len(r := running()) == 4 and r, 90, "4 pods of train running")
+        assert {p["spec"]["nodeName"] for p in pods} == {"a100-0"}
+        assert all(p["spec"]["nodeSelector"] == A100 for p in pods)
+        assert sorted(p["metadata"]["labels"]["kueue.x-k8s.io/podset"] for p in pods) == [
+            "leader", "leader", "workers", "workers"]
+        r = lab.kubectl("label", "jobset", "train", "-n", ns, "--overwrite", f"{QUEUE}=other",
+                        check=False)
+        assert r.returncode != 0 and "while the JobSet is not suspended" in r.stderr, r.stderr
+        js = lab.get("jobset", "train", "-n", ns)
+        for rj in js["spec"]["replicatedJobs"]:
+            assert rj["template"]["spec"]["template"]["spec"]["nodeSelector"] == A100
+        # JobSet completes (kwok ends Job pods after 2 s); its Workload finishes.
+        wait_for(lambda: (c := condition(workload(lab, ns, "train"), "Finished"))
+                 and c["status"] == "True", 90, "train's Workload Finished")
+
+
+def test_a_jobset_that_does_not_fit_waits_whole_with_no_pod(
+        lab: LabHandle, pykueue_with_jobset: labmod.Lab) -> None:
+    with queue(lab, "jobset-wait", 4) as ns:
+        # 2 x 2 + 1 x 2 = 6 GPUs > 4: nothing may run, not even the replicatedJob that fits.
+        lab.apply(jobset("big", ns, ("leader", 2, 2), ("workers", 1, 2)))
+        qr = wait_for(lambda: (c := condition(workload(lab, ns, "big"), "QuotaReserved"))
+                      and c["status"] == "False" and c, 60, "big's Workload pending")
+        assert "nvidia.com/gpu" in qr["message"], qr
+        js = lab.get("jobset", "big", "-n", ns)
+        assert js["spec"]["suspend"] is True  # set by pykueue's webhook at create
+        assert lab.get("jobs", "-n", ns)["items"] == [] or all(
+            j["spec"].get("suspend") for j in lab.get("jobs", "-n", ns)["items"])
+        assert lab.get("pods", "-n", ns)["items"] == []
+        # Moving a waiting (suspended) JobSet to another queue is allowed.
+        r = lab.kubectl("label", "jobset", "big", "-n", ns, "--overwrite", f"{QUEUE}=other",
+                        check=False)
+        assert r.returncode == 0, r.stderr

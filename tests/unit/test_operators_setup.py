@@ -1,0 +1,54 @@
+"""hack/operators.py without a cluster: versions come from the tool modules, ports stay in the
+lab's block, and the webhook certificate is one the training-operator's cert-controller v0.12
+keeps (its checks, read from the module: RSA CA key in PKCS#1, CA valid for the DNS name
+``training-operator-ca``, leaf for ``training-operator.kubeflow.svc`` with serverAuth) and the
+API server accepts at https://127.0.0.1."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from tests.labfixture import ROOT
+
+sys.path.insert(0, str(ROOT / "hack"))
+import lab as labmod  # noqa: E402
+import operators as ops  # noqa: E402
+
+
+def test_versions_come_from_each_tool_module() -> None:
+    assert {n: o.version for n, o in ops.OPERATORS.items()} == {
+        "jobset": "v0.11.1", "training-operator": "v1.9.3", "mpi-operator": "v0.8.0",
+        "kuberay": "v1.6.0"}
+    assert ops.OPERATORS["kuberay"].folder.name == "kuberay-v1.6.0"
+
+
+def test_ports_stay_in_the_labs_block() -> None:
+    lab = labmod.Lab(state=Path("/nonexistent"), port_base=18440, bin_dir=Path("/nonexistent"))
+    ports = ops.ports(lab)
+    own = {k: v for k, v in ports.items() if k != "mpi-health"}
+    assert sorted(own.values()) == list(range(18460, 18465))
+    assert ports["mpi-health"] == 8080
+
+
+def test_webhook_certificate_satisfies_the_training_operators_rotator(tmp_path: Path) -> None:
+    lab = labmod.Lab(state=tmp_path, port_base=18440, bin_dir=tmp_path)
+    d = ops.certs(lab)
+    assert (d / "ca.key").read_text().startswith("-----BEGIN RSA PRIVATE KEY-----")  # PKCS#1
+    ca = x509.load_pem_x509_certificate((d / "ca.crt").read_bytes())
+    leaf = x509.load_pem_x509_certificate((d / "tls.crt").read_bytes())
+    ca_sans = ca.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert ca_sans.get_values_for_type(x509.DNSName) == ["training-operator-ca"]
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    sans = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "training-operator.kubeflow.svc" in sans.get_values_for_type(x509.DNSName)
+    assert ipaddress.ip_address("127.0.0.1") in sans.get_values_for_type(x509.IPAddress)
+    eku = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.SERVER_AUTH in eku
+    leaf.verify_directly_issued_by(ca)
+    before = (d / "tls.crt").read_bytes()
+    assert ops.certs(lab) == d and (d / "tls.crt").read_bytes() == before  # made once per lab
