@@ -15,16 +15,21 @@ the state of its check in ``status.admissionChecks``):
   lastTransitionTime + ``requeueAfterSeconds`` of its Retry checks; at once when unset) with
   Requeued=False, then queues again;
 - a Rejected entry deactivates it (DeactivationTarget, then ``spec.active: false``, then the
-  eviction ``DeactivatedDueToAdmissionCheck``).
+  eviction ``DeactivatedDueToAdmissionCheck``);
+- the entries follow the ClusterQueue's ``admissionChecksStrategy`` while the quota is held
+  (Kueue ``syncAdmissionCheckConditions``); ``awaiting_checks`` lists the Workloads holding
+  quota that are not Admitted yet (the queue status counts them as reserving only).
 
 waitForPodsReady (``Settings.wait_for_pods_ready``): an admitted Workload whose PodsReady
 condition (written by the job framework's reconciler) is not True ``timeout_seconds`` after
 Admitted turned True, or ``recovery_seconds`` after PodsReady turned False with
 WaitForRecovery, is evicted whole with reason ``PodsReadyTimeout`` ("Exceeded the PodsReady
-timeout ns/name") and ``requeueState`` {count + 1, requeueAt = now + base * 2^count capped};
+timeout ns/name") and ``requeueState`` {count + 1, requeueAt = now + base * 2^count, capped};
 once ``count`` would exceed ``backoff_limit_count`` it is deactivated instead (reason
 ``RequeuingLimitExceeded``). ``not_ready`` lists the admitted Workloads whose pods are not
-Ready yet (``block_admission`` holds every admission while it is not empty).
+Ready yet (``block_admission`` holds every admission while it is not empty). Both backoffs
+keep the Workload out of the core (Requeued=False) until ``requeueAt``; then Requeued=True
+(BackoffFinished) and it queues again.
 
 Timers: a Workload that will need a decision later (a timeout, a backoff's end) is looked at
 again then (``loop.call_later``), and on any event of it sooner.

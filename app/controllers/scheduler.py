@@ -15,7 +15,9 @@ Applying decisions (Kueue's scheduler ``admit``; design.md "assume, persist, for
 
 - ``Admit``: the core has already *assumed* the Workload (its whole usage is reserved in
   memory). Persist ``status.admission`` + QuotaReserved/Admitted with the object's
-  resourceVersion; on success the Job controller starts the Job. On 409 the Workload changed
+  resourceVersion (Admitted waits for the queue's admission checks, and with
+  waitForPodsReady.blockAdmission the admission itself waits: ``app.controllers.lifecycle``);
+  on success the Job controller starts the Job. On 409 the Workload changed
   under us: forget at once and let the next cycle re-decide on the new version. On an
   ambiguous failure (timeout, 5xx) re-read the object first: if the admission landed, keep it;
   otherwise keep the reservation for a backoff, then forget (so a failing API server does
