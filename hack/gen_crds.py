@@ -1256,6 +1256,12 @@ def workload_schema() -> Schema:
                         ),
                         "lastTransitionTime": timestamp("When state last changed."),
                         "message": string("Details.", maxLength=32768),
+                        "requeueAfterSeconds": int32(
+                            "With state Retry: seconds after lastTransitionTime before the "
+                            "workload is queued again.",
+                            minimum=0,
+                        ),
+                        "retryCount": int32("Times this check was retried.", minimum=0),
                         "podSetUpdates": array(
                             "Changes the check asks for in the pod templates.",
                             obj(
@@ -1342,6 +1348,52 @@ def workload_schema() -> Schema:
 # ---------------------------------------------------------------------------------------------
 # WorkloadPriorityClass
 # ---------------------------------------------------------------------------------------------
+
+
+def admission_check_schema() -> Schema:
+    """Kueue v1beta2 AdmissionCheck: an extra gate between quota reservation and admission,
+    run by the controller named in controllerName (pykueue only reads it)."""
+    spec = obj(
+        "Which controller runs this check and with what parameters.",
+        {
+            "controllerName": string(
+                "Name of the controller that runs this check and sets its Active condition "
+                "and the check's state on each Workload (Pending, Ready, Retry, Rejected). "
+                "Immutable.",
+                maxLength=253,
+                **{"x-kubernetes-validations": [rule("self == oldSelf", "field is immutable")]},
+            ),
+            "parameters": obj(
+                "An object with the check's parameters, read by its controller.",
+                {
+                    "apiGroup": string("API group of the parameters object.", maxLength=253,
+                                       pattern=r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+                                       r"(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+                    "kind": string("Kind of the parameters object.", maxLength=63,
+                                   pattern=r"^(?i)[a-z]([-a-z0-9]*[a-z0-9])?$"),
+                    "name": name_ref("Name of the parameters object."),
+                },
+                required=["apiGroup", "kind", "name"],
+            ),
+        },
+        required=["controllerName"],
+    )
+    status = obj(
+        "State of the check.",
+        {
+            "conditions": conditions(
+                "Active=True when its controller runs it; a ClusterQueue naming a check that "
+                "is not Active is inactive (reason AdmissionCheckInactive)."
+            ),
+        },
+    )
+    return root(
+        "AdmissionCheck: a condition, run by an external controller, that a Workload must "
+        "pass after its quota is reserved and before it is admitted.",
+        spec=spec,
+        status=status,
+        required=["spec"],
+    )
 
 
 def workload_priority_class_schema() -> Schema:
@@ -1502,6 +1554,23 @@ KINDS: list[dict[str, Any]] = [
         ],
         "status": True,
         "selectableFields": [{"jsonPath": ".status.admission.clusterQueue"}],
+    },
+    {
+        "kind": "AdmissionCheck",
+        "plural": "admissionchecks",
+        "scope": "Cluster",
+        "shortNames": ["ac"],
+        "schema": admission_check_schema,
+        "columns": [
+            column("Controller", ".spec.controllerName", "Controller that runs the check."),
+            column(
+                "Active",
+                '.status.conditions[?(@.type=="Active")].status',
+                "Whether the check's controller runs it.",
+            ),
+            AGE,
+        ],
+        "status": True,
     },
     {
         "kind": "WorkloadPriorityClass",

@@ -69,6 +69,8 @@ KUEUE_VERSION = "v1beta2"
 RESOURCE_FLAVORS = Resource(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", "ResourceFlavor", False)
 CLUSTER_QUEUES = Resource(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", "ClusterQueue", False)
 COHORTS = Resource(KUEUE_GROUP, KUEUE_VERSION, "cohorts", "Cohort", False)
+ADMISSION_CHECKS = Resource(KUEUE_GROUP, KUEUE_VERSION, "admissionchecks", "AdmissionCheck",
+                            False)
 LOCAL_QUEUES = Resource(KUEUE_GROUP, KUEUE_VERSION, "localqueues", "LocalQueue")
 WORKLOADS = Resource(KUEUE_GROUP, KUEUE_VERSION, "workloads", "Workload")
 WORKLOAD_PRIORITY_CLASSES = Resource(

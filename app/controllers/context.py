@@ -15,6 +15,7 @@ from typing import Any
 
 from app.config import Settings
 from app.controllers.client import (
+    ADMISSION_CHECKS,
     CLUSTER_QUEUES,
     COHORTS,
     LOCAL_QUEUES,
@@ -37,6 +38,7 @@ Obj = dict[str, Any]
 # Informer keys. JOB is the batch/v1 Job kind's (app.integrations.batchjob), whose store the
 # webhook and extender views read.
 RF, CQ, CO, LQ, WL, WPC, PC, NS, JOB = "rf", "cq", "co", "lq", "wl", "wpc", "pc", "ns", "job"
+AC = "ac"  # AdmissionChecks: ClusterQueues naming a missing or inactive one admit nothing
 STS = "sts"  # queued StatefulSets: the Pod webhook sizes their pods' group from spec.replicas
 RCT = "rct"  # ResourceClaimTemplates, watched only with resources.deviceClassMappings (DRA)
 
@@ -48,7 +50,7 @@ def build_informers(client: KubeClient, watch_timeout_seconds: int = 300, *,
     infs = InformerSet()
     for key, res, selector in (
         (RF, RESOURCE_FLAVORS, None), (CQ, CLUSTER_QUEUES, None), (CO, COHORTS, None),
-        (LQ, LOCAL_QUEUES, None),
+        (LQ, LOCAL_QUEUES, None), (AC, ADMISSION_CHECKS, None),
         (WL, WORKLOADS, None), (WPC, WORKLOAD_PRIORITY_CLASSES, None),
         (PC, PRIORITY_CLASSES, None), (NS, NAMESPACES, None),
         (STS, STATEFULSETS, QUEUE_NAME_LABEL), *job_kinds,

@@ -37,7 +37,7 @@ from typing import Any
 
 from app.config import Settings
 from app.controllers.client import NODES, PODS, RESOURCE_CLAIM_TEMPLATES, KubeClient
-from app.controllers.context import CO, CQ, LQ, NS, RCT, RF, WL, Context, build_informers
+from app.controllers.context import AC, CO, CQ, LQ, NS, RCT, RF, WL, Context, build_informers
 from app.controllers.errors import NotFound
 from app.controllers.events import EventRecorder
 from app.controllers.finalizers import FinalizerController
@@ -161,7 +161,8 @@ class Manager:
         self.ctx = ctx
         self.jobs = JobReconciler(ctx, self.registry, workers=s.scheduling.job_workers)
         self.scheduler = SchedulerLoop(ctx, self.jobs, self.cluster, metrics=self.metrics)
-        self.status = StatusWriter(ctx, cluster=self.cluster)
+        self.status = StatusWriter(ctx, cluster=self.cluster,
+                                   awaiting_checks=self.scheduler.lifecycle.awaiting_checks)
         self.finalizers = FinalizerController(ctx, lambda cq: len(self.cluster.admitted(cq)))
         self.admission_lookup = StoreAdmissionLookup(ctx)
         self.extender_state = StoreExtenderState(ctx, NodeStore(s.extender.gpu_resource))
@@ -217,6 +218,10 @@ class Manager:
         inf[NS].add_handler(sched.on_namespace)
         if RCT in inf.informers:
             inf[RCT].add_handler(sched.on_claim_template)
+        inf[AC].add_handler(sched.on_admission_check)
+        # An AdmissionCheck's status (its Active condition) is what matters: every change
+        # rewrites the ClusterQueue statuses (old=None: not skipped as status-only).
+        inf[AC].add_handler(lambda etype, old, new: status.on_queue(etype, None, new or old))
         for h in (sched.on_workload, jobs.on_workload, status.on_workload,
                   fin.on_workload):
             inf[WL].add_handler(h)
@@ -244,6 +249,7 @@ class Manager:
             log.info("reconciler: leading as %s", ctx.leader.identity)
             self.jobs.enqueue_all()
             self.finalizers.enqueue_all()
+            self.scheduler.lifecycle.observe_all()  # timers: a new leader starts them again
             self.status.dirty_all = True
             ctx.wake()
             while ctx.leader.is_leader:

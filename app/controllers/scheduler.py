@@ -24,7 +24,9 @@ Applying decisions (Kueue's scheduler ``admit``; design.md "assume, persist, for
 
 - ``Admit``: the core has already *assumed* the Workload (its whole usage is reserved in
   memory). Persist ``status.admission`` + QuotaReserved/Admitted with the object's
-  resourceVersion; on success the Job controller starts the Job. On 409 the Workload changed
+  resourceVersion (Admitted waits for the queue's admission checks, and with
+  waitForPodsReady.blockAdmission the admission itself waits: ``app.controllers.lifecycle``);
+  on success the Job controller starts the Job. On 409 the Workload changed
   under us: forget at once and let the next cycle re-decide on the new version. On an
   ambiguous failure (timeout, 5xx) re-read the object first: if the admission landed, keep it;
   otherwise keep the reservation for a backoff, then forget (so a failing API server does
@@ -63,9 +65,8 @@ import copy
 import heapq
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import datetime
 from typing import Any, Protocol
 
 from app.controllers.client import WORKLOADS
@@ -74,7 +75,9 @@ from app.controllers.errors import ApiError, Conflict, NotFound, from_exception
 from app.controllers.events import NORMAL, WARNING
 from app.controllers.history import PreemptionLog, UsageHistory
 from app.controllers.informers import DELETED
+from app.controllers.lifecycle import Lifecycle, backoff_held
 from app.controllers.workloads import (
+    ADMITTED,
     DEACTIVATION_TARGET,
     EVICTED,
     QUOTA_RESERVED,
@@ -85,6 +88,7 @@ from app.controllers.workloads import (
     is_active,
     is_evicted,
     is_finished,
+    is_true,
     set_condition,
     with_admission,
     with_eviction,
@@ -92,14 +96,17 @@ from app.controllers.workloads import (
     with_pending,
     with_requeued,
 )
+from app.controllers.workloads import parse_time as _ts
 from app.core.decisions import Admit, Decision, Pending, PendingReason, Preempt, Victim
 from app.core.eta import UNKNOWN, ArrivalModel, EtaBoard, RuntimeModel, eta_text
 from app.core.scheduler import Cluster
+from app.core.spec import checks_for_flavors
 from app.core.types import ClusterQueueName, CohortName, FlavorName, WorkloadKey
 from app.core.workload import Workload
 from app.wire.dra import INADMISSIBLE, DraInadmissible, claim_template_names, with_claim_requests
 from app.wire.fields import WorkloadSpecError
 from app.wire.queues import (
+    admission_check,
     cluster_queue,
     cohort,
     consumed_from_status,
@@ -127,15 +134,6 @@ def eta_suffix(position: int, eta: Any, now: float) -> str:
     if eta is not None and eta.confidence != UNKNOWN:
         parts.append(eta_text(eta, now))
     return ", ".join(parts)
-
-
-def _ts(value: str | None) -> float | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def domain_workload(obj: Mapping[str, Any]) -> Workload:
@@ -229,6 +227,10 @@ class SchedulerLoop:
         self.history = UsageHistory(capacity=s.history_samples,
                                     interval_seconds=s.history_interval_seconds)
         self.preemptions = PreemptionLog()
+        # Admission checks and waitForPodsReady (app/controllers/lifecycle.py); cycles held
+        # by waitForPodsReady.blockAdmission.
+        self.lifecycle = Lifecycle(self)
+        self.blocked_cycles = 0
 
     # ================================================================== feeding (handlers)
 
@@ -253,6 +255,13 @@ class SchedulerLoop:
         elif new is not None:
             spec, _ = cluster_queue(new)
             self.cluster.add_cluster_queue(spec)
+            if old is not None and (old.get("spec") or {}).get("admissionChecksStrategy") \
+                    != (new.get("spec") or {}).get("admissionChecksStrategy"):
+                # Its Workloads holding quota get the queue's checks now (Kueue syncs them).
+                store = self.ctx.store(WL)
+                for key in self.cluster.admitted(spec.name):
+                    if (obj := store.get(key)) is not None:
+                        self.lifecycle.observe(obj)
         self.ctx.wake()
 
     def on_cohort(self, etype: str, old: Obj | None, new: Obj | None) -> None:
@@ -261,6 +270,15 @@ class SchedulerLoop:
         elif new is not None:
             spec, _ = cohort(new)
             self.cluster.add_cohort(spec)
+        self.ctx.wake()
+
+    def on_admission_check(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        """An AdmissionCheck changed: ClusterQueues naming it are re-validated (Kueue: a
+        missing or inactive check makes them inactive)."""
+        if etype == DELETED:
+            self.cluster.delete_admission_check(admission_check(old)[0])  # type: ignore[arg-type]
+        elif new is not None:
+            self.cluster.set_admission_check(*admission_check(new))
         self.ctx.wake()
 
     def on_local_queue(self, etype: str, old: Obj | None, new: Obj | None) -> None:
@@ -304,6 +322,7 @@ class SchedulerLoop:
             self._deadline_of.pop(key, None)
             self._pending.pop(key, None)
             self._forget_pending(key)
+            self.lifecycle.forget(key)
             return
         if is_finished(new):
             info = self.cluster.workload(key)
@@ -318,9 +337,12 @@ class SchedulerLoop:
             self._deadline_of.pop(key, None)
             self._pending.pop(key, None)
             self._forget_pending(key)
+            self.lifecycle.forget(key)
             return
-        if not is_active(new) and not has_admission(new):
+        if (not is_active(new) and not has_admission(new)) or backoff_held(new):
+            # Deactivated, or waiting out a requeue backoff (Requeued=False): not queued.
             self.cluster.delete_workload(key)
+            self.lifecycle.observe(new)
             return
         try:
             wl = domain_workload(new)
@@ -338,6 +360,11 @@ class SchedulerLoop:
         self.bad_workloads.pop(key, None)
         if self.dra_inadmissible.pop(key, None) is not None or _dra_blocked(new):
             self._dra_verdict(key)
+        if wl.admission is None and wl.evicted_at is not None \
+                and self.ctx.settings.wait_for_pods_ready.requeuing_strategy.timestamp \
+                == "Creation" and (condition(new, EVICTED) or {}).get("reason") \
+                == "PodsReadyTimeout":
+            wl = replace(wl, evicted_at=None)  # requeuingStrategy.timestamp: Creation
         if old is None and wl.admission is None and self.eta is not None \
                 and self.eta.arrivals is not None:
             self.eta.arrivals.observe(wl)  # a new Workload: one more arrival of its class
@@ -354,6 +381,7 @@ class SchedulerLoop:
                 reason = f"DeactivatedDueTo{target.get('reason', '')}"
                 message = f"The workload is deactivated due to {target.get('message', '')}"
             self._spawn(self._evict(key, reason, message, None, None))
+        self.lifecycle.observe(new)
 
     def _claim_template(self, namespace: str, name: str) -> Obj | None:
         if RCT not in self.ctx.informers.informers:
@@ -439,20 +467,49 @@ class SchedulerLoop:
                 await asyncio.sleep(1)
 
     def run_cycle(self) -> int:
-        """One core cycle; schedules the writes; returns the number of decisions."""
+        """One core cycle; schedules the writes; returns the number of decisions. With
+        waitForPodsReady.blockAdmission no admission is made while an admitted Workload's
+        pods are not all Ready (``_hold``; the Workload becoming ready or being evicted
+        wakes the loop)."""
+        wfpr = self.ctx.settings.wait_for_pods_ready
         t0 = time.perf_counter()
         decisions = self.cluster.schedule(self.ctx.clock())
         self.cycles += 1
         if decisions and self.metrics is not None:
             self.metrics.admission_attempt(any(isinstance(d, Admit) for d in decisions),
                                            time.perf_counter() - t0)
+        if wfpr.enable and wfpr.block_admission:
+            decisions = self._block(decisions)
         for d in decisions:
             self.apply(d)
         self._expire(self.ctx.clock())
         drained = self.cluster.drain(self.ctx.clock())
         for key, reason, message in drained:
             self._spawn(self._evict(key, reason, message, None, None))
-        return len(decisions) + len(drained)
+        # A held admission is no decision: the loop does not go on at once (it would only
+        # hold it again).
+        held = sum(1 for d in decisions if isinstance(d, Pending)
+                   and d.reason is PendingReason.WAITING_FOR_PODS_READY)
+        return len(decisions) - held + len(drained)
+
+    def _block(self, decisions: list[Decision]) -> list[Decision]:
+        """waitForPodsReady.blockAdmission (Kueue's scheduler waits for every admitted
+        Workload to be PodsReady before the next admission): while one is not (or an
+        admission is being written), each Admit of the cycle is undone in the core and
+        becomes QuotaReserved=False reason WaitingForPodsReady; otherwise only the first
+        Admit goes ahead."""
+        waiting = bool(self.lifecycle.not_ready or self.ctx.inflight)
+        out: list[Decision] = []
+        for d in decisions:
+            if isinstance(d, Admit) and waiting:
+                self.cluster.forget(d.workload)
+                self.blocked_cycles += 1
+                d = Pending(d.workload, d.cluster_queue, PendingReason.WAITING_FOR_PODS_READY,
+                            "waiting for all admitted workloads to be in PodsReady condition")
+            elif isinstance(d, Admit):
+                waiting = True
+            out.append(d)
+        return out
 
     def apply(self, d: Decision) -> None:
         if isinstance(d, Admit):
@@ -483,9 +540,16 @@ class SchedulerLoop:
             self._spawn(self._deactivate(key, "MaximumExecutionTimeExceeded",
                                          "exceeding the maximum execution time"))
 
-    async def _deactivate(self, key: WorkloadKey, reason: str, message: str) -> None:
+    async def _deactivate(self, key: WorkloadKey, reason: str, message: str,
+                          still: Callable[[Obj], bool] | None = None) -> bool:
         """DeactivationTarget=True (``reason``) in status, then ``spec.active: false``; the
-        Workload event that follows evicts it (``on_workload``)."""
+        Workload event that follows evicts it (``on_workload``). ``still(obj)``: the cause
+        still holds on the stored object (default: past its maximum execution time).
+        Returns True when it deactivated."""
+        if still is None:
+            def still(o: Obj) -> bool:
+                deadline = execution_deadline(o)
+                return deadline is not None and deadline <= self.ctx.clock()
         ctx = self.ctx
         ns, name = key.split("/", 1)
         try:
@@ -493,9 +557,8 @@ class SchedulerLoop:
                 for _attempt in range(3):
                     obj = ctx.store(WL).get(key)
                     if obj is None or not ctx.leader.is_leader or not is_active(obj) \
-                            or execution_deadline(obj) is None \
-                            or execution_deadline(obj) > ctx.clock():  # type: ignore[operator]
-                        return
+                            or not still(obj):
+                        return False
                     body = copy.deepcopy(obj)
                     set_condition(body, DEACTIVATION_TARGET, "True", reason, message,
                                   ctx.clock())
@@ -510,11 +573,12 @@ class SchedulerLoop:
                     ctx.store(WL).put(out)
                     ctx.recorder.emit(out, NORMAL, "Deactivated",
                                       f"The workload is deactivated due to {message}")
-                    return
+                    return True
         except Exception as exc:  # noqa: BLE001
             log.warning("deactivation of %s failed: %s", key, from_exception(exc))
         finally:
             self._release_lock(key)
+        return False
 
     # ================================================================== ETA
 
@@ -637,7 +701,11 @@ class SchedulerLoop:
                     return
                 if has_admission(obj):
                     return  # already stored (e.g. by a previous leader)
-                body = with_admission(obj, d.admission, ctx.clock())
+                spec = self.cluster.cluster_queue_spec(d.cluster_queue)
+                checks = () if spec is None or not spec.admission_checks else \
+                    checks_for_flavors(spec, {f for psa in d.admission.pod_set_assignments
+                                              for f in psa.flavors.values()})
+                body = with_admission(obj, d.admission, ctx.clock(), checks)
                 try:
                     out = await ctx.client.replace(WORKLOADS, body, subresource="status")
                 except Conflict:
@@ -651,18 +719,29 @@ class SchedulerLoop:
                     return
                 ctx.store(WL).put(out)
                 self._confirm(key, out)
+                self.lifecycle.observe(out)  # waitForPodsReady: not ready from now on
                 self.admitted += 1
                 self._backoff.pop(key, None)
                 self._announce_admission(out, d)
-                if self.metrics is not None:
-                    wait = ctx.clock() - domain_workload(obj).queue_order_time
-                    self.metrics.admitted(d.cluster_queue, wait, namespace=key.split("/", 1)[0],
-                                          local_queue=(obj.get("spec") or {}).get("queueName",
-                                                                                  ""))
+                if is_true(out, ADMITTED):  # else once its admission checks are Ready
+                    self.count_admitted(obj, d.cluster_queue)
         finally:
             ctx.inflight.discard(str(key))
             self._release_lock(key)
         self.jobs.notify(out, str(key))
+
+    def count_admitted(self, wl: Obj, cluster_queue: str) -> None:
+        """``kueue_admitted_workloads_total`` and the admission wait (from the queue-order
+        time of ``wl``, best the object as it was before its reservation) for a Workload
+        Admitted=True in ``cluster_queue`` now."""
+        if self.metrics is None:
+            return
+        try:
+            wait = self.ctx.clock() - domain_workload(wl).queue_order_time
+        except WorkloadSpecError:
+            return
+        self.metrics.admitted(cluster_queue, wait, namespace=wl["metadata"]["namespace"],
+                              local_queue=(wl.get("spec") or {}).get("queueName", ""))
 
     def _confirm(self, key: WorkloadKey, out: Obj) -> None:
         """Feed the core the object our admission / eviction write of ``key`` returned, so
@@ -689,8 +768,9 @@ class SchedulerLoop:
     def _announce_admission(self, wl: Obj, d: Admit) -> None:
         msg = f"Quota reserved in ClusterQueue {d.cluster_queue}"
         self.ctx.recorder.emit(wl, NORMAL, "QuotaReserved", msg)
-        self.ctx.recorder.emit(wl, NORMAL, "Admitted",
-                               f"Admitted by ClusterQueue {d.cluster_queue}")
+        if is_true(wl, ADMITTED):  # else when its admission checks are Ready (lifecycle)
+            self.ctx.recorder.emit(wl, NORMAL, "Admitted",
+                                   f"Admitted by ClusterQueue {d.cluster_queue}")
 
     async def _after_failed_admit(self, key: WorkloadKey, err: ApiError) -> None:
         ctx = self.ctx
@@ -726,7 +806,8 @@ class SchedulerLoop:
     # ================================================================== eviction
 
     async def _evict(self, key: WorkloadKey, reason: str, message: str, victim: Victim | None,
-                     d: Preempt | None) -> None:
+                     d: Preempt | None, *,
+                     requeue_state: Mapping[str, Any] | None = None) -> bool:
         ctx = self.ctx
         ok = False
         try:
@@ -739,7 +820,8 @@ class SchedulerLoop:
                         ok = True
                         break
                     body = with_eviction(obj, reason, message, ctx.clock(),
-                                         preempted_reason=victim.reason if victim else None)
+                                         preempted_reason=victim.reason if victim else None,
+                                         requeue_state=requeue_state)
                     try:
                         out = await ctx.client.replace(WORKLOADS, body, subresource="status")
                     except Conflict:
@@ -760,8 +842,9 @@ class SchedulerLoop:
         if not ok:
             self.cluster.cancel_eviction(key)
             self.ctx.wake()
-            return
+            return False
         self.jobs.notify(ctx.store(WL).get(key), str(key))
+        return True
 
     def _count_eviction(self, wl: Obj, reason: str, victim: Victim | None,
                         d: Preempt | None) -> None:

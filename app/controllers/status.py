@@ -34,7 +34,7 @@ import asyncio
 import copy
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from app.controllers.client import CLUSTER_QUEUES, COHORTS, LOCAL_QUEUES, MERGE_PATCH
@@ -46,7 +46,7 @@ from app.controllers.workloads import rfc3339, set_condition
 from app.core.cluster import CohortStatus, FlavorResourceStatus, LocalQueueFairSharing
 from app.core.quantity import format_quantity
 from app.core.scheduler import Cluster
-from app.core.types import ClusterQueueName, CohortName, FlavorResource
+from app.core.types import ClusterQueueName, CohortName, FlavorResource, WorkloadKey
 from app.wire.queues import cohort_of, consumed_resources
 
 log = logging.getLogger(__name__)
@@ -187,10 +187,13 @@ class StatusWriter:
     ``dirty_cqs`` / ``dirty_lqs``: queues to rewrite at the next flush (``dirty_all``: every
     queue, after a queue event or a lost write)."""
 
-    def __init__(self, ctx: Context, cluster: Cluster) -> None:
+    def __init__(self, ctx: Context, cluster: Cluster, *,
+                 awaiting_checks: Collection[WorkloadKey] = frozenset()) -> None:
+        """``awaiting_checks``: the live set of Workloads holding quota whose admission
+        checks are not all Ready (``Lifecycle.awaiting_checks``): reserving, not admitted."""
         self.ctx = ctx
         self.cluster = cluster
-        self.view = ClusterView(cluster)
+        self.view = ClusterView(cluster, awaiting_checks=awaiting_checks)
         self.writes = 0
         self.dirty_cqs: set[str] = set()
         self.dirty_lqs: set[str] = set()

@@ -24,7 +24,7 @@ the event loop that feeds the core (the core is mutated by informer handlers the
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from app.core.cluster import (
@@ -169,10 +169,14 @@ class ClusterView:
     """
 
     def __init__(self, cluster: ClusterState, *, eta: EtaBoard | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 awaiting_checks: Collection[WorkloadKey] = frozenset()) -> None:
         self.cluster = cluster
         self.eta = eta
         self.clock = clock
+        # Workloads holding quota whose admission checks are not all Ready yet: reserving,
+        # not admitted (Kueue counts them in reservingWorkloads only).
+        self.awaiting_checks = awaiting_checks
 
     def _eta(self, key: WorkloadKey, cluster_queue: ClusterQueueName,
              ) -> tuple[Eta | None, float | None]:
@@ -213,7 +217,7 @@ class ClusterView:
             if info is None:
                 continue
             reserving += 1
-            if info.assumed or info.admission is None:
+            if info.assumed or info.admission is None or key in self.awaiting_checks:
                 continue
             admitted += 1
             for fr, v in admission_usage(info.admission).items():
@@ -366,7 +370,7 @@ class ClusterView:
                 continue
             reserving += 1
             info = c.workload(key)
-            if info is not None and not info.assumed:
+            if info is not None and not info.assumed and key not in self.awaiting_checks:
                 admitted += 1
         usage = dict(st.usage) if st is not None else {}
         return LocalQueueView(lq.namespace, lq.name, lq.cluster_queue, active, reason, message,

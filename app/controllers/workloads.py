@@ -34,6 +34,11 @@ REQUEUED = "Requeued"
 DEACTIVATION_TARGET = "DeactivationTarget"
 STOPPED_REASONS = frozenset({"ClusterQueueStopped", "LocalQueueStopped"})
 FINISHED = "Finished"
+PODS_READY = "PodsReady"
+
+# Eviction reasons after which the Workload waits out a backoff (``status.requeueState``)
+# with Requeued=False before it queues again (Kueue workload controller).
+BACKOFF_REASONS = frozenset({"PodsReadyTimeout", "AdmissionCheck"})
 
 MAX_MESSAGE = 32768
 
@@ -43,8 +48,9 @@ def rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _seconds(value: Any) -> float | None:
-    """metav1.Time -> seconds since the epoch (None when absent or unreadable)."""
+def parse_time(value: Any) -> float | None:
+    """metav1.Time (``2024-01-02T03:04:05Z``) -> seconds since the epoch; None when absent
+    or unreadable."""
     if not isinstance(value, str) or not value:
         return None
     try:
@@ -62,7 +68,7 @@ def execution_deadline(wl: Mapping[str, Any]) -> float | None:
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1 or adm is None \
             or adm.get("status") != "True" or not has_admission(wl):
         return None
-    since = _seconds(adm.get("lastTransitionTime"))
+    since = parse_time(adm.get("lastTransitionTime"))
     if since is None:
         return None
     past = (wl.get("status") or {}).get("accumulatedPastExecutionTimeSeconds") or 0
@@ -155,14 +161,77 @@ def _reset_previous(out: Obj, ctype: str, now: float) -> None:
                       now)
 
 
-def with_admission(wl: Obj, admission: Admission, now: float) -> Obj:
-    """Quota reserved and admitted in ``admission.cluster_queue`` (no admission checks)."""
+def check_states(obj: Mapping[str, Any]) -> list[Obj]:
+    """``status.admissionChecks`` (Kueue v1beta2 AdmissionCheckState entries)."""
+    return [c for c in ((obj.get("status") or {}).get("admissionChecks") or [])
+            if isinstance(c, Mapping)]
+
+
+def all_checks_ready(obj: Mapping[str, Any]) -> bool:
+    """Every admission check of the Workload is Ready (True when it has none)."""
+    return all(c.get("state") == "Ready" for c in check_states(obj))
+
+
+def sync_admitted(out: Obj, now: float) -> bool:
+    """Kueue ``SyncAdmittedCondition`` in place: Admitted=True exactly when quota is reserved
+    and every admission check is Ready. A Workload never admitted gets no Admitted condition
+    while it waits; one that was gets False with reason NoReservation,
+    NoReservationUnsatisfiedChecks or UnsatisfiedChecks. Returns True when it changed."""
+    reserved = has_admission(out) and is_true(out, QUOTA_RESERVED)
+    ready = all_checks_ready(out)
+    admitted = is_true(out, ADMITTED)
+    if admitted == (reserved and ready):
+        return False
+    if reserved and ready:
+        return set_condition(out, ADMITTED, "True", ADMITTED, "The workload is admitted", now)
+    if not reserved and not ready:
+        reason, msg = ("NoReservationUnsatisfiedChecks",
+                       "The workload has no reservation and not all checks ready")
+    elif not reserved:
+        reason, msg = "NoReservation", "The workload has no reservation"
+    else:
+        reason, msg = "UnsatisfiedChecks", "The workload has not all checks ready"
+    return set_condition(out, ADMITTED, "False", reason, msg, now)
+
+
+def _sync_checks(out: Obj, checks: tuple[str, ...], now: float) -> None:
+    """``status.admissionChecks`` = one entry per name of ``checks`` (Kueue
+    ``syncAdmissionCheckConditions``): existing entries kept, new ones Pending, others
+    dropped, sorted by name."""
+    st = out.setdefault("status", {})
+    have = {c.get("name"): c for c in check_states(out)}
+    if not checks:
+        st.pop("admissionChecks", None)
+        return
+    st["admissionChecks"] = [have.get(n) or {"name": n, "state": "Pending", "message": "",
+                                             "lastTransitionTime": rfc3339(now)}
+                             for n in sorted(checks)]
+
+
+def with_checks_synced(wl: Obj, checks: tuple[str, ...], now: float) -> tuple[Obj, bool]:
+    """The ClusterQueue's checks for the Workload's flavors changed since its reservation:
+    ``status.admissionChecks`` = ``checks`` (``_sync_checks``) and Admitted re-synced (a new
+    Pending check un-admits it, a removed one may admit it); (object, changed)."""
+    out = copy.deepcopy(wl)
+    before = check_states(out)
+    _sync_checks(out, checks, now)
+    changed = check_states(out) != before
+    return out, sync_admitted(out, now) or changed
+
+
+def with_admission(wl: Obj, admission: Admission, now: float,
+                   checks: tuple[str, ...] = ()) -> Obj:
+    """Quota reserved in ``admission.cluster_queue``; Admitted=True at once when the
+    ClusterQueue has no admission checks for the chosen flavors (``checks``: their names),
+    else each check gets a Pending entry in ``status.admissionChecks`` and the Workload is
+    Admitted only when all are Ready (``sync_admitted``, Kueue v1beta2)."""
     out = copy.deepcopy(wl)
     out.setdefault("status", {})["admission"] = admission_status(admission)
     cq = admission.cluster_queue
     set_condition(out, QUOTA_RESERVED, "True", QUOTA_RESERVED,
                   f"Quota reserved in ClusterQueue {cq}", now)
-    set_condition(out, ADMITTED, "True", ADMITTED, "The workload is admitted", now)
+    _sync_checks(out, checks, now)
+    sync_admitted(out, now)
     _reset_previous(out, EVICTED, now)
     _reset_previous(out, PREEMPTED, now)
     _restarted(out, now)
@@ -209,10 +278,15 @@ def with_requeued(wl: Obj, reason: str, message: str, now: float) -> tuple[Obj, 
 
 
 def with_eviction(wl: Obj, reason: str, message: str, now: float, *,
-                  preempted_reason: str | None = None) -> Obj:
+                  preempted_reason: str | None = None,
+                  requeue_state: Mapping[str, Any] | None = None) -> Obj:
     """Evicted=True (``reason``: Preempted, ClusterQueueStopped, ...) and, for a
     preemption, Preempted=True with ``preempted_reason`` (InClusterQueue,
-    InCohortReclamation, ...). The quota stays held until ``with_released``."""
+    InCohortReclamation, ...). Admission checks not Pending are reset to Pending (a Retry
+    one counts a retry), a deactivation consumes the DeactivationTarget condition, and
+    ``requeue_state`` (``{count, requeueAt}``) replaces ``status.requeueState`` when given
+    (Kueue ``Evict``).
+    The quota stays held until ``with_released``."""
     out = copy.deepcopy(wl)
     set_condition(out, EVICTED, "True", reason, message, now)
     if reason.startswith("Deactivated"):  # the request is carried out: Kueue drops it
@@ -221,31 +295,91 @@ def with_eviction(wl: Obj, reason: str, message: str, now: float, *,
                             if c.get("type") != DEACTIVATION_TARGET]
     if preempted_reason:
         set_condition(out, PREEMPTED, "True", preempted_reason, message, now)
+    for c in check_states(out):
+        if c.get("state") == "Pending":
+            continue
+        if c.get("state") == "Retry":
+            c["retryCount"] = int(c.get("retryCount") or 0) + 1
+        c.update(state="Pending", lastTransitionTime=rfc3339(now),
+                 message=f"Reset to Pending after eviction. Previously: {c.get('state')}")
+    if requeue_state is not None:
+        out.setdefault("status", {})["requeueState"] = dict(requeue_state)
     return out
+
+
+def with_checks_admitted(wl: Obj, now: float) -> tuple[Obj, bool]:
+    """Every admission check turned Ready: Admitted=True (``sync_admitted``); (object,
+    changed)."""
+    out = copy.deepcopy(wl)
+    return out, sync_admitted(out, now)
+
+
+def with_backoff_finished(wl: Obj, now: float) -> Obj:
+    """The requeue backoff is over: ``requeueState.requeueAt`` cleared and Requeued=True
+    (reason BackoffFinished); the Workload queues again."""
+    out = copy.deepcopy(wl)
+    rs = (out.get("status") or {}).get("requeueState")
+    if isinstance(rs, dict):
+        rs.pop("requeueAt", None)
+    set_condition(out, REQUEUED, "True", "BackoffFinished", "The workload backoff was finished",
+                  now)
+    return out
+
+
+POD_READY_MESSAGES = {
+    "Started": "All pods reached readiness and the workload is running",
+    "Recovered": "All pods reached readiness and the workload is running",
+    "WaitForStart": "Not all pods are ready or succeeded",
+    "WaitForRecovery": "At least one pod has failed, waiting for recovery",
+}
+
+
+def pods_ready_condition(wl: Mapping[str, Any], ready: bool) -> tuple[str, str]:
+    """(status, reason) of the PodsReady condition for an admitted Workload whose pods are
+    (``ready``) or are not all Ready (Kueue ``generatePodsReadyCondition``): True Started,
+    or Recovered after a recovery; False WaitForStart before they first were, WaitForRecovery
+    after (a pod failed)."""
+    c = condition(wl, PODS_READY)
+    if ready:
+        recovering = c is not None and c.get("reason") in ("WaitForRecovery", "Recovered")
+        return "True", "Recovered" if recovering else "Started"
+    if c is not None and (c.get("status") == "True" or c.get("reason") == "WaitForRecovery"):
+        return "False", "WaitForRecovery"
+    return "False", "WaitForStart"
+
+
+def with_pods_ready(wl: Obj, ready: bool, now: float) -> tuple[Obj, bool]:
+    """The PodsReady condition for ``ready`` (``pods_ready_condition``); (object, changed)."""
+    out = copy.deepcopy(wl)
+    status, reason = pods_ready_condition(wl, ready)
+    return out, set_condition(out, PODS_READY, status, reason, POD_READY_MESSAGES[reason], now)
 
 
 def with_released(wl: Obj, now: float) -> Obj:
     """The evicted Workload's Job has stopped: clear ``admission``, QuotaReserved=False,
-    Admitted=False (NoReservation) and Requeued with the eviction's reason: True, or False
-    after a stop policy's drain (Kueue keeps it out of the queue until the queue restarts)."""
+    Admitted=False (``sync_admitted``: NoReservation...), PodsReady=False (WaitForStart) when
+    present, and Requeued with the eviction's reason: True, or False after a stop policy's
+    drain (Kueue keeps it out of the queue until the queue restarts) or a ``BACKOFF_REASONS``
+    eviction (it waits out its backoff)."""
     out = copy.deepcopy(wl)
     adm = condition(out, ADMITTED) or {}
-    since = _seconds(adm.get("lastTransitionTime")) if adm.get("status") == "True" else None
+    since = parse_time(adm.get("lastTransitionTime")) if adm.get("status") == "True" else None
     if since is not None:  # Kueue accumulates the admitted time across admissions
         past = int((out.get("status") or {}).get("accumulatedPastExecutionTimeSeconds") or 0)
         out["status"]["accumulatedPastExecutionTimeSeconds"] = past + max(0, int(now - since))
     out.setdefault("status", {}).pop("admission", None)
     ev = condition(out, EVICTED) or {}
     msg = str(ev.get("message") or "The workload was evicted")
-    set_condition(out, QUOTA_RESERVED, "False", "Pending", msg, now)
-    if condition(out, ADMITTED) is not None:
-        set_condition(out, ADMITTED, "False", "NoReservation", "The workload has no reservation",
-                      now)
     reason = str(ev.get("reason") or "Evicted")
-    # Kueue keeps a Workload drained by a stop policy out of the queue (Requeued=False with
-    # the eviction's reason) until its queue restarts.
-    requeued = "False" if reason in STOPPED_REASONS else "True"
-    set_condition(out, REQUEUED, requeued, reason, msg, now)
+    set_condition(out, QUOTA_RESERVED, "False", "Pending", msg, now)
+    sync_admitted(out, now)
+    if condition(out, PODS_READY) is not None:
+        set_condition(out, PODS_READY, "False", "WaitForStart",
+                      POD_READY_MESSAGES["WaitForStart"], now)
+    # Kueue keeps a Workload drained by a stop policy, or waiting out a backoff, out of the
+    # queue (Requeued=False with the eviction's reason).
+    held = reason in STOPPED_REASONS or reason in BACKOFF_REASONS
+    set_condition(out, REQUEUED, "False" if held else "True", reason, msg, now)
     return out
 
 

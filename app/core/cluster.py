@@ -65,6 +65,7 @@ from app.core.spec import (
     LocalQueue,
     ResourceFlavor,
     StopPolicy,
+    admission_checks_problem,
     validate_cluster_queue,
     validate_cohort,
 )
@@ -79,6 +80,11 @@ from app.core.types import (
 from app.core.workload import Admission, Workload
 
 PENDING, ADMITTED, ORPHAN = "pending", "admitted", "orphan"
+
+# Inactive for these reasons a ClusterQueue admits nothing new but keeps its quota in its
+# cohort (its admitted Workloads still run): a stop, or an admission check missing or inactive
+# (checks gate admission, not capacity).
+_KEEPS_QUOTA = frozenset({"Stopped", "AdmissionCheckNotFound", "AdmissionCheckInactive"})
 
 
 def admission_usage(admission: Admission) -> dict[FlavorResource, int]:
@@ -287,6 +293,8 @@ class ClusterState:
         # way to the root); recomputed by ``_rebuild_cohorts``.
         self._cohort_problems: dict[CohortName, ConfigProblem] = {}
         self._lqs: dict[str, LocalQueue] = {}
+        # AdmissionCheck name -> Active (Kueue v1beta2 AdmissionCheck ``Active`` condition).
+        self._checks: dict[str, bool] = {}
         self._namespaces: dict[str, dict[str, str]] = {}
         self._wls: dict[WorkloadKey, _Record] = {}
         self._admitted_by_cq: dict[ClusterQueueName, dict[WorkloadKey, None]] = {}
@@ -318,8 +326,26 @@ class ClusterState:
         self._revalidate_all()
         return True
 
+    # ---- AdmissionChecks ---------------------------------------------------------------------
+    def set_admission_check(self, name: str, active: bool) -> None:
+        """Add or update AdmissionCheck ``name`` (``active``: its Active condition is True);
+        the ClusterQueues naming it are re-validated (Kueue: a ClusterQueue naming a missing
+        or inactive check is inactive)."""
+        if self._checks.get(name) is not active:
+            self._checks[name] = active
+            self._revalidate_all()
+
+    def delete_admission_check(self, name: str) -> bool:
+        """Remove AdmissionCheck ``name``; ClusterQueues naming it become inactive."""
+        if self._checks.pop(name, None) is None:
+            return False
+        self._revalidate_all()
+        return True
+
     def _problem_of(self, spec: ClusterQueueSpec) -> ConfigProblem | None:
         problem = validate_cluster_queue(spec, self._flavors)
+        if problem is None and spec.admission_checks:
+            problem = admission_checks_problem(spec, self._checks)
         if problem is None and spec.cohort is not None:
             problem = self._cohort_problems.get(spec.cohort)
         return problem
@@ -337,7 +363,7 @@ class ClusterState:
     def _quotas(self, cq: _ClusterQueue) -> dict:
         # An invalid ClusterQueue lends and admits nothing; a stopped one keeps its quota, and
         # so does one whose object became unreadable (its spec is the last readable one).
-        if cq.problem is None or cq.problem.reason == "Stopped" \
+        if cq.problem is None or cq.problem.reason in _KEEPS_QUOTA \
                 or cq.spec.object_problem is not None:
             return quotas_of(cq.spec)
         return {}
@@ -1017,6 +1043,7 @@ class ClusterState:
         out._flavors = dict(self._flavors)
         out._namespaces = {k: dict(v) for k, v in self._namespaces.items()}
         out._lqs = dict(self._lqs)
+        out._checks = dict(self._checks)
         for n in wanted:
             out.add_cluster_queue(self._cqs[n].spec)
         for n in wanted:

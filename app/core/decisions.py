@@ -36,6 +36,9 @@ class PendingReason(StrEnum):
     LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"
     CLUSTER_QUEUE_NOT_FOUND = "ClusterQueueNotFound"
     LOCAL_QUEUE_STOPPED = "LocalQueueStopped"
+    # waitForPodsReady.blockAdmission: it fits, but an admitted Workload is not ready yet
+    # (decided by the scheduling loop, not the core).
+    WAITING_FOR_PODS_READY = "WaitingForPodsReady"
 
     @property
     def condition_reason(self) -> str:
@@ -44,7 +47,11 @@ class PendingReason(StrEnum):
         the Workload has no usable queue (its LocalQueue or ClusterQueue is missing,
         inactive or stopped: Kueue's workload controller), ``Pending`` for every other cause
         (the scheduler's: no fit, namespace mismatch, ...). The cause itself stays in
-        ``PendingReason`` (the status API's ``reason``) and in the message."""
+        ``PendingReason`` (the status API's ``reason``) and in the message. Held by
+        waitForPodsReady.blockAdmission: ``Waiting`` (Kueue's legacy reason; with its
+        UnadmittedWorkloadsObservability gate, WaitingForPodsReady)."""
+        if self is PendingReason.WAITING_FOR_PODS_READY:
+            return "Waiting"
         return "Inadmissible" if self in _NO_QUEUE else "Pending"
 
 

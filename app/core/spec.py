@@ -13,7 +13,7 @@ raising, and its Workloads stay pending with that reason.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -212,6 +212,16 @@ class ConfigProblem:
     message: str
 
 
+@dataclass(frozen=True, slots=True)
+class AdmissionCheckRef:
+    """One entry of a ClusterQueue's ``spec.admissionChecksStrategy.admissionChecks``
+    (Kueue v1beta2): the AdmissionCheck's ``name`` and the flavors it runs for
+    (``on_flavors``; empty: every flavor of the ClusterQueue)."""
+
+    name: str
+    on_flavors: tuple[FlavorName, ...] = ()
+
+
 @dataclass(frozen=True)
 class ClusterQueueSpec:
     """Kueue v1beta2 ClusterQueue ``spec`` as the core needs it.
@@ -247,6 +257,9 @@ class ClusterQueueSpec:
     # spec.admissionScope.admissionMode: Admission Fair Sharing between its LocalQueues when
     # UsageBasedAdmissionFairSharing and the core has an ``AdmissionFairSharing`` config.
     admission_mode: AdmissionMode = AdmissionMode.NONE
+    # spec.admissionChecksStrategy.admissionChecks: the checks a Workload reserving quota here
+    # must pass before it is Admitted (``checks_for_flavors``).
+    admission_checks: tuple[AdmissionCheckRef, ...] = ()
 
     @cached_property
     def _group_index(self) -> dict[ResourceName, int]:
@@ -565,3 +578,34 @@ def validate_cohort(spec: CohortSpec) -> ConfigProblem | None:
     if spec.fair_weight_milli < 0:
         return _problem("InvalidSpec", "spec.fairSharing.weight", "must not be negative")
     return _groups_problem(spec.resource_groups, spec.parent is not None, "parentName")
+
+
+def admission_checks_problem(spec: ClusterQueueSpec,
+                             checks: Mapping[str, bool]) -> ConfigProblem | None:
+    """Why the AdmissionChecks ``spec`` names make it inactive, or None. ``checks``: every
+    AdmissionCheck known, name -> its ``Active`` condition is True. Kueue v1beta2
+    (``pkg/cache/scheduler/clusterqueue.go``): a check that does not exist gives reason
+    ``AdmissionCheckNotFound`` ("references missing AdmissionCheck(s): a,b"), one that is not
+    Active ``AdmissionCheckInactive``; missing ones are named first. Never raises."""
+    missing = sorted({c.name for c in spec.admission_checks if c.name not in checks})
+    if missing:
+        return ConfigProblem(
+            "AdmissionCheckNotFound", "spec.admissionChecksStrategy.admissionChecks",
+            f"Can't admit new workloads: references missing AdmissionCheck(s): "
+            f"{','.join(missing)}.")
+    inactive = sorted({c.name for c in spec.admission_checks if not checks[c.name]})
+    if inactive:
+        return ConfigProblem(
+            "AdmissionCheckInactive", "spec.admissionChecksStrategy.admissionChecks",
+            f"Can't admit new workloads: references inactive AdmissionCheck(s): "
+            f"{','.join(inactive)}.")
+    return None
+
+
+def checks_for_flavors(spec: ClusterQueueSpec, flavors: Iterable[FlavorName]) -> tuple[str, ...]:
+    """The AdmissionChecks a Workload admitted on ``flavors`` in ``spec`` must pass, sorted by
+    name (Kueue ``AdmissionChecksForWorkload``): every check whose ``onFlavors`` is empty or
+    names one of ``flavors``."""
+    used = set(flavors)
+    return tuple(sorted({c.name for c in spec.admission_checks
+                         if not c.on_flavors or used.intersection(c.on_flavors)}))

@@ -97,6 +97,11 @@ class JobKind(Protocol):
         """Pods of the object still holding resources."""
         ...
 
+    def pods_ready(self, obj: Mapping[str, Any]) -> bool:
+        """True when every pod of the admitted object is Ready (or succeeded): Kueue's
+        ``PodsReady``, read for waitForPodsReady (the Workload's ``PodsReady`` condition)."""
+        ...
+
     async def start(self, ctx: Context, obj: Obj, workload: Mapping[str, Any]) -> bool:
         """Unsuspend ``obj`` with ``workload``'s admission applied to every podSet (flavor
         nodeSelector/tolerations). Idempotent; returns True when it wrote. Raises
@@ -123,6 +128,13 @@ def object_key(kind: JobKind, obj: Mapping[str, Any]) -> str | None:
         return fn(obj)  # type: ignore[no-any-return]
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def pods_ready(kind: JobKind, obj: Mapping[str, Any]) -> bool:
+    """``kind.pods_ready(obj)``; a kind without the method counts as ready (it is never timed
+    out by waitForPodsReady)."""
+    fn = getattr(kind, "pods_ready", None)
+    return True if fn is None else bool(fn(obj))
 
 
 def lookup(kind: JobKind, ctx: Context, ns: str, name: str) -> Obj | None:

@@ -83,8 +83,37 @@ def admitted_scheduling(ctx: Any, workload: Mapping[str, Any]
     assigned to it, read from the ResourceFlavors in ``ctx``'s store. Raises
     ``InjectionConflict``."""
     flavors = {o["metadata"]["name"]: o for o in ctx.store("rf")}
-    return {name: podset_scheduling(names, flavors)
-            for name, names in podset_assignments(workload).items()}
+    out = {name: podset_scheduling(names, flavors)
+           for name, names in podset_assignments(workload).items()}
+    for name, (selector, tolerations) in out.items():
+        _check_updates(workload, name, selector, tolerations)
+    return out
+
+
+def _check_updates(workload: Mapping[str, Any], pod_set: str, selector: dict[str, str],
+                   tolerations: list[Obj]) -> None:
+    """Merge into ``selector`` / ``tolerations`` (in place) the ``podSetUpdates`` the
+    Workload's admission checks ask for ``pod_set`` (Kueue v1beta2
+    ``status.admissionChecks[].podSetUpdates[]``: additive only; a nodeSelector key with
+    another value is a permanent start failure, as in Kueue). ``labels`` and
+    ``annotations`` updates are refused the same way: pykueue does not apply them to pod
+    templates yet, and running the pods without them would break the check's contract."""
+    for check in (workload.get("status") or {}).get("admissionChecks") or []:
+        for psu in check.get("podSetUpdates") or []:
+            if not isinstance(psu, Mapping) or psu.get("name") != pod_set:
+                continue
+            unsupported = [f for f in ("labels", "annotations") if psu.get(f)]
+            if unsupported:
+                raise InjectionConflict(
+                    f"admission check {check.get('name')} asks for podSet {pod_set} "
+                    f"{' and '.join(unsupported)} (podSetUpdates): not supported by pykueue")
+            for k, v in (psu.get("nodeSelector") or {}).items():
+                if selector.get(k, v) != v:
+                    raise InjectionConflict(
+                        f"admission check {check.get('name')} asks for node label {k}={v} "
+                        f"in podSet {pod_set}, which already has {k}={selector[k]}")
+                selector[k] = v
+            tolerations[:] = merge_tolerations(tolerations, psu.get("tolerations") or [])
 
 
 def podset_assignments(workload: Mapping[str, Any]) -> dict[str, list[str]]:

@@ -37,11 +37,14 @@ from app.controllers.errors import Conflict, NotFound, Permanent
 from app.controllers.events import NORMAL, WARNING
 from app.controllers.informers import DELETED
 from app.controllers.workloads import (
+    ADMITTED,
     has_admission,
     is_active,
     is_evicted,
     is_finished,
+    is_true,
     with_finished,
+    with_pods_ready,
     with_released,
 )
 from app.controllers.workqueue import WorkQueue, work
@@ -53,6 +56,7 @@ from app.integrations.framework import (
     StartError,
     lookup,
     object_key,
+    pods_ready,
     source_of,
     trim,
 )
@@ -223,9 +227,23 @@ class JobReconciler:
             why = self._admission_mismatch(kind, obj, wl)
             if why is not None:
                 return await self._stop_mismatched(kind, obj, wl, why)
+            if not is_true(wl, ADMITTED):
+                # Quota reserved, admission checks not all Ready: the object waits (Kueue
+                # starts a job only once its Workload is Admitted).
+                if not kind.is_suspended(obj) or kind.is_started(obj):
+                    await kind.stop(ctx, obj, "Not admitted by cluster queue")
+                return None
             await self._start(kind, obj, wl)
+            await self._sync_pods_ready(kind, obj, wl)
             return None
-        if has_admission(wl):  # evicted (or deactivated) while holding quota
+        if has_admission(wl) and not is_evicted(wl):
+            # Deactivated, its eviction not written yet: stop the object now, release the
+            # quota only after Evicted=True (Kueue: the release follows the eviction, so a
+            # deactivated Workload always shows why it lost its quota).
+            if not kind.is_suspended(obj) or kind.is_started(obj):
+                await kind.stop(ctx, obj, "The workload is deactivated")
+            return 1.0
+        if has_admission(wl):  # evicted while holding quota
             return await self._stop_then_release(kind, obj, wl)
         if f"{ns}/{wl['metadata']['name']}" in ctx.inflight:
             return None  # its admission is being written right now
@@ -284,6 +302,15 @@ class JobReconciler:
             await self._put_wl_status(with_finished(wl, "FailedToStart", str(exc), ctx.clock()))
             ctx.recorder.emit(obj, WARNING, "FailedToStart", str(exc))
             ctx.wake()
+
+    async def _sync_pods_ready(self, kind: JobKind, obj: Obj, wl: Obj) -> None:
+        """waitForPodsReady: write the Workload's PodsReady condition from the object's pods
+        (Kueue's job reconciler, ``generatePodsReadyCondition``; ``framework.pods_ready``)."""
+        if not self.ctx.settings.wait_for_pods_ready.enable:
+            return
+        body, changed = with_pods_ready(wl, pods_ready(kind, obj), self.ctx.clock())
+        if changed:
+            await self._put_wl_status(body)
 
     async def _stop_mismatched(self, kind: JobKind, obj: Obj, wl: Obj,
                                why: str) -> float | None:

@@ -36,6 +36,7 @@ from app.core.quantity import (
 )
 from app.core.scheduler import MIN_RUNTIME_ANNOTATION, RECLAIM_BACKOFF_ANNOTATION
 from app.core.spec import (
+    AdmissionCheckRef,
     AdmissionMode,
     BorrowWithinCohort,
     ClusterQueueSpec,
@@ -194,10 +195,6 @@ def _durations(obj: Obj) -> tuple[float | None, float | None, ConfigProblem | No
     return out[0], out[1], None
 
 
-# Admission checks are not built: a ClusterQueue requiring one is inactive with this message
-# rather than admitting without the check.
-_NO_CHECKS = ("Can't admit new workloads: {field} is not supported by pykueue yet "
-              "(AdmissionChecks); remove it, or use Kueue where a check must gate admission")
 
 
 def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
@@ -212,10 +209,6 @@ def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
     weight, bad_weight = _weight(spec)
     min_runtime, backoff, bad_duration = _durations(obj)
     problem = problem or bad_weight or bad_duration
-    if problem is None and (spec.get("admissionChecks") or spec.get("admissionChecksStrategy")):
-        field = "spec.admissionChecks" if spec.get("admissionChecks") \
-            else "spec.admissionChecksStrategy"
-        problem = ConfigProblem("InvalidSpec", field, _NO_CHECKS.format(field=field))
     mode = (spec.get("admissionScope") or {}).get("admissionMode")
     if problem is None and (obj.get("metadata") or {}).get("deletionTimestamp"):
         problem = ConfigProblem("Terminating", "metadata.deletionTimestamp",
@@ -253,7 +246,30 @@ def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
         min_runtime_s=min_runtime,
         reclaim_backoff_s=backoff,
         admission_mode=_enum(AdmissionMode, mode, AdmissionMode.NONE),
+        admission_checks=_admission_checks(spec),
     ), problem
+
+
+def _admission_checks(spec: Obj) -> tuple[AdmissionCheckRef, ...]:
+    """``spec.admissionChecksStrategy.admissionChecks[]`` (Kueue v1beta2; the v1beta1
+    ``spec.admissionChecks`` list is not in the v1beta2 schema) -> refs, in order."""
+    strategy = spec.get("admissionChecksStrategy") or {}
+    return tuple(
+        AdmissionCheckRef(name=str(c.get("name", "")),
+                          on_flavors=tuple(FlavorName(str(f)) for f in c.get("onFlavors") or ()))
+        for c in strategy.get("admissionChecks") or () if isinstance(c, Mapping))
+
+
+def admission_check(obj: Obj) -> tuple[str, bool]:
+    """AdmissionCheck object (Kueue v1beta2: ``spec.controllerName``, ``spec.parameters``,
+    ``status.conditions[type=Active]``) -> (name, active). The check is active only while its
+    ``Active`` condition is True: the controller named by ``controllerName`` sets it, and
+    until it does, ClusterQueues naming the check admit nothing (Kueue's rule)."""
+    meta = obj.get("metadata") or {}
+    conds = (obj.get("status") or {}).get("conditions") or []
+    active = any(isinstance(c, Mapping) and c.get("type") == "Active"
+                 and c.get("status") == "True" for c in conds)
+    return str(meta.get("name", "")), active
 
 
 def cohort(obj: Obj) -> tuple[CohortSpec, ConfigProblem | None]:

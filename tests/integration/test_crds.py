@@ -32,6 +32,7 @@ KINDS = {
     "localqueues": ["lq", "queue", "queues"],
     "workloads": ["wl", "kwl", "kueueworkload", "kueueworkloads"],
     "workloadpriorityclasses": ["wpc"],
+    "admissionchecks": ["ac"],
 }
 V = "kueue.x-k8s.io/v1beta2"
 

@@ -210,6 +210,17 @@ def active_pods(job: Obj) -> int:
     return int(st.get("active") or 0) + int(st.get("terminating") or 0)
 
 
+def pods_ready(job: Obj) -> bool:
+    """Kueue ``Job.PodsReady``: ``status.ready`` + ``status.succeeded`` (+ succeeded pods not
+    yet counted) reach the Job's pod count, min(parallelism, completions)."""
+    spec, st = job.get("spec") or {}, job.get("status") or {}
+    count = int(spec.get("parallelism") if spec.get("parallelism") is not None else 1)
+    if spec.get("completions") is not None:
+        count = min(count, int(spec["completions"]))
+    uncounted = len(((st.get("uncountedTerminatedPods") or {}).get("succeeded")) or [])
+    return int(st.get("ready") or 0) + int(st.get("succeeded") or 0) + uncounted >= count
+
+
 def queue_name(job: Obj) -> str:
     return str(((job.get("metadata") or {}).get("labels") or {}).get(QUEUE_NAME_LABEL, ""))
 
@@ -263,6 +274,9 @@ class BatchJob:
 
     def active_pods(self, obj: Mapping[str, Any]) -> int:
         return active_pods(obj)  # type: ignore[arg-type]
+
+    def pods_ready(self, obj: Mapping[str, Any]) -> bool:
+        return pods_ready(obj)  # type: ignore[arg-type]
 
     async def _put(self, ctx: Context, job: Obj) -> Obj:
         out = await ctx.client.replace(JOBS, job)

@@ -233,6 +233,19 @@ def active_jobs(js: Mapping[str, Any]) -> int:
                for s in ((js.get("status") or {}).get("replicatedJobsStatus")) or [])
 
 
+def jobset_pods_ready(js: Mapping[str, Any]) -> bool:
+    """Kueue ``JobSet.PodsReady``: the child Jobs ready or succeeded
+    (``status.replicatedJobsStatus[].ready + succeeded``) are all the replicas of every
+    replicatedJob (``spec.replicatedJobs[].replicas``, default 1)."""
+    replicas = sum(int(rj.get("replicas") if rj.get("replicas") is not None else 1)
+                   for rj in ((js.get("spec") or {}).get("replicatedJobs")) or []
+                   if isinstance(rj, Mapping))
+    ready = sum(int(s.get("ready") or 0) + int(s.get("succeeded") or 0)
+                for s in ((js.get("status") or {}).get("replicatedJobsStatus")) or []
+                if isinstance(s, Mapping))
+    return replicas == ready
+
+
 class JobSet:
     """jobset.x-k8s.io/v1alpha2 JobSet (``JobKind``; module doc). ``optional``: its CRD may be
     absent; the reconciler then leaves the kind out at start-up."""
@@ -254,6 +267,7 @@ class JobSet:
     is_started = staticmethod(is_injected)
     finished = staticmethod(jobset_finished)
     active_pods = staticmethod(active_jobs)
+    pods_ready = staticmethod(jobset_pods_ready)
 
     async def _put(self, ctx: Context, js: Obj) -> Obj:
         out = await ctx.client.replace(JOBSETS, js)

@@ -77,6 +77,12 @@ def injected_pod(pod: Obj, pod_set: str, node_selector: Mapping[str, str],
     return out
 
 
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    """The pod's ``Ready`` condition is True."""
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in ((pod.get("status") or {}).get("conditions")) or [])
+
+
 class PlainPod:
     """core/v1 Pod (``JobKind``; module doc)."""
 
@@ -130,6 +136,10 @@ class PlainPod:
         if self.finished(obj)[0]:
             return 0
         return 0 if is_gated(obj) and not (obj.get("spec") or {}).get("nodeName") else 1
+
+    def pods_ready(self, obj: Mapping[str, Any]) -> bool:
+        """Kueue ``Pod.PodsReady``: the pod's ``Ready`` condition is True."""
+        return pod_ready(obj)
 
     async def start(self, ctx: Context, obj: Obj, workload: Mapping[str, Any]) -> bool:
         """Ungate with the admission's flavor applied (one update; a no-op once ungated)."""

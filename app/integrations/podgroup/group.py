@@ -42,7 +42,7 @@ from app.controllers.events import NORMAL
 from app.core.workload import Workload
 from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION
 from app.integrations.pod.pod import KIND as POD_KIND
-from app.integrations.pod.pod import injected_pod
+from app.integrations.pod.pod import injected_pod, pod_ready
 from app.integrations.pod.rules import group_total, is_gated, role_hash
 from app.integrations.podsets import admitted_scheduling
 from app.wire.fields import WorkloadSpecError
@@ -298,6 +298,13 @@ class PodGroup:
 
     def active_pods(self, obj: Mapping[str, Any]) -> int:
         return sum(POD_KIND.active_pods(p) for p in self._members(obj))
+
+    def pods_ready(self, obj: Mapping[str, Any]) -> bool:
+        """Kueue ``Pod.PodsReady`` for a group: the group has its total count of pods and
+        every one is Ready."""
+        pods = self._members(obj)
+        total = (group_total(pods[0]) or 0) if pods else 0
+        return bool(pods) and len(pods) >= total and all(pod_ready(p) for p in pods)
 
     # ---- writes
     async def start(self, ctx: Context, obj: Obj, workload: Mapping[str, Any]) -> bool:
