@@ -296,33 +296,6 @@ class AdmissionFairSharingSettings(BaseModel):
     default 1 each). ``PYKUEUE_ADMISSION_FAIR_SHARING__ENABLE=true``,
     ``PYKUEUE_ADMISSION_FAIR_SHARING__USAGE_HALF_LIFE_TIME=168h``,
     ``PYKUEUE_ADMISSION_FAIR_SHARING__RESOURCE_WEIGHTS='{"cpu": 2, "memory": 1}'``."""
-class RequeuingStrategySettings(BaseModel):
-    """Kueue Configuration ``waitForPodsReady.requeuingStrategy``: how a Workload evicted for
-    ``PodsReadyTimeout`` is queued again. ``timestamp``: ``Eviction`` (default: it queues by
-    its eviction time, behind what arrived meanwhile) or ``Creation`` (by its creation time).
-    Backoff: requeueAt = eviction + base * 2^(n-1) seconds, at most ``backoff_max_seconds``, n
-    = ``status.requeueState.count``; past ``backoff_limit_count`` requeues (None: no limit)
-    the Workload is deactivated (``spec.active: false``, reason RequeuingLimitExceeded)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    timestamp: Literal["Eviction", "Creation"] = "Eviction"
-    backoff_limit_count: int | None = Field(None, ge=0)
-    backoff_base_seconds: int = Field(60, ge=0)
-    backoff_max_seconds: int = Field(3600, ge=0)
-
-
-class WaitForPodsReadySettings(BaseModel):
-    """Kueue Configuration ``waitForPodsReady`` (reference 3.9, 3.10): an admitted Workload
-    whose pods are not all Ready within ``timeout_seconds`` of its admission (or within
-    ``recovery_timeout_seconds`` of a pod failing after they were: default the timeout) is
-    evicted whole (reason ``PodsReadyTimeout``) and queued again with the backoff of
-    ``requeuing_strategy``; the Workload's ``PodsReady`` condition says where it stands.
-    ``block_admission``: no new admission while an admitted Workload is not ready yet.
-    Off unless ``enable`` (Kueue v0.19+ turns it on by default with a 30-minute timeout;
-    pykueue keeps the pre-0.19 default: a cluster whose pods cannot start in 30 minutes
-    should say so itself). ``PYKUEUE_WAIT_FOR_PODS_READY__ENABLE=true``,
-    ``PYKUEUE_WAIT_FOR_PODS_READY__TIMEOUT_SECONDS=300``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -354,6 +327,39 @@ class WaitForPodsReadySettings(BaseModel):
     def core(self) -> AdmissionFairSharing | None:
         """The core's ``AdmissionFairSharing`` (None when disabled)."""
         return self.core_config() if self.enable else None
+
+
+class RequeuingStrategySettings(BaseModel):
+    """Kueue Configuration ``waitForPodsReady.requeuingStrategy``: how a Workload evicted for
+    ``PodsReadyTimeout`` is queued again. ``timestamp``: ``Eviction`` (default: it queues by
+    its eviction time, behind what arrived meanwhile) or ``Creation`` (by its creation time).
+    Backoff: requeueAt = eviction + base * 2^(n-1) seconds, at most ``backoff_max_seconds``, n
+    = ``status.requeueState.count``; past ``backoff_limit_count`` requeues (None: no limit)
+    the Workload is deactivated (``spec.active: false``, reason RequeuingLimitExceeded)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timestamp: Literal["Eviction", "Creation"] = "Eviction"
+    backoff_limit_count: int | None = Field(None, ge=0)
+    backoff_base_seconds: int = Field(60, ge=0)
+    backoff_max_seconds: int = Field(3600, ge=0)
+
+
+class WaitForPodsReadySettings(BaseModel):
+    """Kueue Configuration ``waitForPodsReady`` (reference 3.9, 3.10): an admitted Workload
+    whose pods are not all Ready within ``timeout_seconds`` of its admission (or within
+    ``recovery_timeout_seconds`` of a pod failing after they were: default the timeout) is
+    evicted whole (reason ``PodsReadyTimeout``) and queued again with the backoff of
+    ``requeuing_strategy``; the Workload's ``PodsReady`` condition says where it stands.
+    ``block_admission``: no new admission while an admitted Workload is not ready yet.
+    Off unless ``enable`` (Kueue v0.19+ turns it on by default with a 30-minute timeout;
+    pykueue keeps the pre-0.19 default: a cluster whose pods cannot start in 30 minutes
+    should say so itself). ``PYKUEUE_WAIT_FOR_PODS_READY__ENABLE=true``,
+    ``PYKUEUE_WAIT_FOR_PODS_READY__TIMEOUT_SECONDS=300``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enable: bool = False
     timeout_seconds: float = Field(1800.0, gt=0)
     recovery_timeout_seconds: float | None = Field(None, gt=0)
     block_admission: bool = False
