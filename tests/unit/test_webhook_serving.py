@@ -39,6 +39,12 @@ WEBHOOKS = {
          (["apps"], ["v1"], ["statefulsets"])),
     ("ValidatingWebhookConfiguration", "vstatefulset.pykueue.io"):
         ("/validate-apps-v1-statefulset", ["UPDATE"], (["apps"], ["v1"], ["statefulsets"])),
+    ("MutatingWebhookConfiguration", "mjobset.pykueue.io"):
+        ("/mutate-jobset-x-k8s-io-v1alpha2-jobset", ["CREATE"],
+         (["jobset.x-k8s.io"], ["v1alpha2"], ["jobsets"])),
+    ("ValidatingWebhookConfiguration", "vjobset.pykueue.io"):
+        ("/validate-jobset-x-k8s-io-v1alpha2-jobset", ["CREATE", "UPDATE"],
+         (["jobset.x-k8s.io"], ["v1alpha2"], ["jobsets"])),
 }
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
