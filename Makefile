@@ -94,7 +94,7 @@ test-unit: setup browser ## unit tests only (no cluster)
 	$(BIN)/pytest -q tests/unit
 
 lint: setup ## ruff, the import-linter contracts, and generated CRDs up to date
-	$(BIN)/ruff check app tests hack bench
+	$(BIN)/ruff check app tests hack bench certs
 	$(BIN)/lint-imports
 	$(BIN)/python hack/gen_crds.py --check
 

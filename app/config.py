@@ -7,12 +7,15 @@ No module globals: ``create_app(settings)`` receives one ``Settings`` instance.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.core.spec import FairSharing, FairSharingStrategy
+from app.wire.queues import label_selector
 
 
 class ServerSettings(BaseModel):
@@ -185,6 +188,44 @@ class FairSharingSettings(BaseModel):
         return FairSharing(tuple(FairSharingStrategy(x) for x in self.preemption_strategies))
 
 
+class JobsSettings(BaseModel):
+    """Which jobs pykueue manages (Kueue Configuration ``manageJobsWithoutQueueName``,
+    ``managedJobsNamespaceSelector`` and the ``LocalQueueDefaulting`` feature; kueue-semantics
+    4.1, 4.7, acceptance KQ-23).
+
+    ``local_queue_defaulting``: a Job created without the queue-name label in a namespace that
+    has a LocalQueue named ``default`` gets ``kueue.x-k8s.io/queue-name: default``.
+    ``manage_jobs_without_queue_name``: other unlabelled Jobs are suspended and get a Workload
+    with no queue (pending "LocalQueue  doesn't exist") instead of running unqueued. Both act
+    only in namespaces matching ``managed_jobs_namespace_selector`` (a LabelSelector; default:
+    every namespace but kube-system and pykueue-system), and both need the Job webhooks to see
+    unlabelled Jobs: install ``manifests/webhook/unlabelled-jobs`` (docs/webhook.md), which
+    widens their objectSelector. ``PYKUEUE_JOBS__LOCAL_QUEUE_DEFAULTING=true``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    local_queue_defaulting: bool = False
+    manage_jobs_without_queue_name: bool = False
+    managed_jobs_namespace_selector: dict[str, Any] = Field(default_factory=lambda: {
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                              "values": ["kube-system", "pykueue-system"]}]})
+
+    @model_validator(mode="after")
+    def _readable_selector(self) -> JobsSettings:
+        sel = label_selector(self.managed_jobs_namespace_selector)
+        for i, e in enumerate(sel.match_expressions if sel is not None else ()):
+            if e.operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+                raise ValueError(f"jobs.managed_jobs_namespace_selector.matchExpressions[{i}]"
+                                 f".operator: unsupported operator {e.operator!r} (one of In, "
+                                 "NotIn, Exists, DoesNotExist)")
+        return self
+
+    def namespace_managed(self, labels: Mapping[str, str]) -> bool:
+        """Whether a namespace with ``labels`` is managed (``managed_jobs_namespace_selector``)."""
+        sel = label_selector(self.managed_jobs_namespace_selector)
+        return sel is not None and sel.matches(labels)
+
+
 class Settings(BaseSettings):
     """All settings of one pykueue process."""
 
@@ -198,4 +239,5 @@ class Settings(BaseSettings):
     leader_election: LeaderElectionSettings = LeaderElectionSettings()
     access_review: AccessReviewSettings = AccessReviewSettings()
     fair_sharing: FairSharingSettings = FairSharingSettings()
+    jobs: JobsSettings = JobsSettings()
     controllers_enabled: bool = True

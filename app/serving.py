@@ -1,6 +1,6 @@
 """How `pykueue serve` listens: uvicorn with TLS hardened and slow connections closed.
 
-``uvicorn_config(app, server)`` builds the ``uvicorn.Config`` that ``app.cli.serve`` runs
+``uvicorn_config(app, server)`` builds the ``uvicorn.Config`` that ``app.cli.main.serve`` runs
 (issue 14, items 2, 6 and 8):
 
 - **TLS** (``tls_context``): TLS 1.2 and 1.3 only; for TLS 1.2 only ECDHE key exchange with

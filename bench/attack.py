@@ -64,7 +64,7 @@ class Server:
     """`pykueue serve` from ``source`` (a directory holding ``app``) with ``env`` added."""
 
     def __init__(self, name: str, source: Path, env: dict[str, str]) -> None:
-        from app.certs import ensure_certs
+        from certs.pki import ensure_certs
 
         self.certs = ensure_certs(OUT / "certs")
         self.port = free_port()

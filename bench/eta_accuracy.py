@@ -147,6 +147,7 @@ def gpu_teams(seed: int = 15, n: int = 600) -> Trace:
       - name: {name}
         namespace: {name}
         preemption: {{withinClusterQueue: LowerPriority, reclaimWithinCohort: Any}}
+        namespaceSelector: {{}}
         resourceGroups:
           - coveredResources: [nvidia.com/gpu]
             flavors:

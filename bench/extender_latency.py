@@ -6,7 +6,7 @@ Starts ``pykueue``'s app (``create_app``) under uvicorn (httptools, uvloop) in a
 process on 127.0.0.1 over TLS, with an ``InMemoryExtenderState`` of 10,000 nodes (5,000
 ``pool=a100`` tainted ``pool=a100:NoSchedule`` with 8 GPUs, 5,000 ``pool=l4`` with 4 GPUs, a
 third of them with GPUs in use). Serving certificate: ``certs/out/{tls.crt,tls.key,ca.crt}``
-when present, else a throwaway CA + certificate from ``app.certs.ensure_certs``. This process is
+when present, else a throwaway CA + certificate from ``certs.pki.ensure_certs``. This process is
 the client (``http.client``, one keep-alive connection, like kube-scheduler's extender client)
 and times each request from send to the last byte of the response.
 
@@ -124,9 +124,9 @@ def pod_object(job: str | None, gpus: int = 2) -> dict[str, Any]:
 def build_app():
     """The real app with an in-memory extender state of ``MAX_NODES`` nodes."""
     from app.config import ServerSettings, Settings
-    from app.controllers.nodestore import InMemoryExtenderState, NodeStore
-    from app.core.extender_rules import FlavorView, PodWorkloadView
     from app.core.workload import Toleration
+    from app.extender.nodestore import InMemoryExtenderState, NodeStore
+    from app.extender.rules import FlavorView, PodWorkloadView
     from app.main import create_app
 
     a100 = FlavorView.of("a100-flavor", {"pool": "a100"},
@@ -194,7 +194,7 @@ def serve(port: int, cert: str, key: str) -> None:
 
 def throwaway_certs(directory: Path) -> tuple[str, str, str]:
     """(ca, cert, key) paths of a fresh CA and serving certificate for 127.0.0.1."""
-    from app.certs import ensure_certs
+    from certs.pki import ensure_certs
 
     paths = ensure_certs(directory, hosts=["127.0.0.1"], ca_days=1, cert_days=1,
                          renew_before_days=0)
@@ -364,7 +364,7 @@ def main() -> None:
             cert_source = "certs/out"
         else:
             ca, cert, key = throwaway_certs(Path(tmp))
-            cert_source = "throwaway (app.certs.ensure_certs)"
+            cert_source = "throwaway (certs.pki.ensure_certs)"
         port = free_port()
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--cert", cert,

@@ -275,7 +275,7 @@ async def run_rate(
 def start_server() -> tuple[subprocess.Popen[bytes], str, Path]:
     """Start ``pykueue serve`` on a free loopback port with fresh certificates."""
     sys.path.insert(0, str(ROOT))
-    from app.certs import ensure_certs
+    from certs.pki import ensure_certs
 
     certs = OUT / "certs"
     ensure_certs(certs)

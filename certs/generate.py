@@ -2,7 +2,7 @@
 
 Idempotent: an existing valid CA is kept (registered caBundles stay valid) and the serving
 certificate is only remade when it is missing, not signed by that CA, lacks a wanted SAN or
-expires within 30 days. The logic lives in ``app.certs``; see certs/README.md.
+expires within 30 days. The logic lives in ``certs.pki``; see certs/README.md.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.certs import default_hosts, ensure_certs, ensure_client_cert
+from certs.pki import default_hosts, ensure_certs, ensure_client_cert
 
 
 def main(argv: list[str] | None = None) -> int:

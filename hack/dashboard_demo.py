@@ -22,13 +22,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.certs import ensure_certs  # noqa: E402
 from app.controllers.history import PreemptionLog, UsageHistory  # noqa: E402
 from app.core.decisions import Admit, Preempt  # noqa: E402
 from app.core.eta import EtaBoard, RuntimeModel  # noqa: E402
 from app.core.scheduler import Cluster  # noqa: E402
 from app.core.spec import LocalQueue  # noqa: E402
 from app.core.types import ClusterQueueName, WorkloadKey  # noqa: E402
+from certs.pki import ensure_certs  # noqa: E402
 from tests.builders import Sim, cluster_queue, workload  # noqa: E402
 from tests.status_server import Server  # noqa: E402
 

@@ -408,11 +408,18 @@ def resource_flavor_schema() -> Schema:
                 **{"x-kubernetes-list-type": "atomic"},
             ),
             "topologyName": name_ref(
-                "Topology (Topology-Aware Scheduling) the nodes of this flavor form; needs at "
-                "least one nodeLabel. pykueue accepts but does not use it yet."
+                "Topology (Topology-Aware Scheduling) the nodes of this flavor form. Refused: "
+                "pykueue does not implement Topology-Aware Scheduling, and a flavor whose "
+                "workloads would be placed without it must not look as if it had it."
             ),
         },
         rules=[
+            rule(
+                "!has(self.topologyName)",
+                "topologyName is not supported: pykueue does not implement Topology-Aware "
+                "Scheduling; remove spec.topologyName",
+                fieldPath=".topologyName",
+            ),
             rule(
                 "!has(self.topologyName) || (has(self.nodeLabels) && size(self.nodeLabels) > 0)",
                 "at least one nodeLabel is required when topologyName is set",

@@ -22,8 +22,6 @@ Env: LAB_STATE_DIR, LAB_PORT_BASE, LAB_BIN_DIR.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import ipaddress
 import json
 import os
 import signal
@@ -87,94 +85,29 @@ class Lab:
         return self.bin_dir / name
 
 
-# ---------------------------------------------------------------- PKI (cryptography)
+# ---------------------------------------------------------------- PKI (certs/pki.py)
+
+# kube-apiserver's serving names: loopback (the lab) and the in-cluster ones (10.0.0.1: the
+# first address of the default service CIDR, the `kubernetes` Service).
+APISERVER_HOSTS = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                   "kubernetes.default.svc.cluster.local", "127.0.0.1", "10.0.0.1")
 
 
 def _pki(lab: Lab) -> None:
-    """Create CA, serving cert, client certs, and the service-account key pair (once)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec, rsa
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    """Create CA, serving certs (kube-apiserver, kwok), the admin's client cert (group
+    system:masters) and the service-account key pair (once), with pykueue's one generator."""
+    if str(ROOT) not in sys.path:  # run as `python hack/lab.py`: certs/ is at the repo root
+        sys.path.insert(0, str(ROOT))
+    from certs.pki import ensure_ca, ensure_leaf, ensure_signing_key_pair
 
     d = lab.pki
     if (d / "done").exists():
         return
-    d.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC)
-    pem = serialization.Encoding.PEM
-
-    def write_key(path: Path, key) -> None:
-        path.write_bytes(
-            key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-        )
-        path.chmod(0o600)
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "pykueue-lab-ca")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=365))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    (d / "ca.crt").write_bytes(ca.public_bytes(pem))
-    write_key(d / "ca.key", ca_key)
-
-    def issue(name: str, cn: str, orgs: list[str], server: bool) -> None:
-        key = ec.generate_private_key(ec.SECP256R1())
-        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-        attrs += [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in orgs]
-        b = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name(attrs))
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=365))
-            .add_extension(
-                x509.ExtendedKeyUsage(
-                    [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
-                ),
-                critical=False,
-            )
-        )
-        if server:
-            b = b.add_extension(
-                x509.SubjectAlternativeName(
-                    [
-                        x509.DNSName("localhost"),
-                        x509.DNSName("kubernetes"),
-                        x509.DNSName("kubernetes.default"),
-                        x509.DNSName("kubernetes.default.svc"),
-                        x509.DNSName("kubernetes.default.svc.cluster.local"),
-                        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                        x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
-                    ]
-                ),
-                critical=False,
-            )
-        cert = b.sign(ca_key, hashes.SHA256())
-        (d / f"{name}.crt").write_bytes(cert.public_bytes(pem))
-        write_key(d / f"{name}.key", key)
-
-    issue("apiserver", "kube-apiserver", [], server=True)
-    issue("admin", "lab-admin", ["system:masters"], server=False)
-    issue("kwok", "kwok", [], server=True)
-    sa = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    write_key(d / "sa.key", sa)
-    (d / "sa.pub").write_bytes(
-        sa.public_key().public_bytes(pem, serialization.PublicFormat.SubjectPublicKeyInfo)
-    )
+    ensure_ca(d, common_name="pykueue-lab-ca")
+    ensure_leaf(d, "apiserver", "kube-apiserver", server=True, hosts=APISERVER_HOSTS)
+    ensure_leaf(d, "admin", "lab-admin", server=False, organizations=["system:masters"])
+    ensure_leaf(d, "kwok", "kwok", server=True, hosts=APISERVER_HOSTS)
+    ensure_signing_key_pair(d, "sa")
     (d / "done").write_text("ok\n")
 
 

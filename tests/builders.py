@@ -324,6 +324,10 @@ class WorkloadBuilder:
         self._pod_sets[-1] = replace(self._pod_sets[-1], **changes)  # type: ignore[arg-type]
         return self
 
+    def min_count(self, n: int) -> WorkloadBuilder:
+        """The last pod set may be admitted with ``n`` pods or more (partial admission)."""
+        return self._last(min_count=n)
+
     def node_selector(self, **labels: str) -> WorkloadBuilder:
         return self._last(node_selector=dict(labels))
 

@@ -45,7 +45,8 @@ from typing import Any, Protocol
 
 from kubernetes_asyncio import client as k8s
 
-KUEUE_GROUP = "kueue.x-k8s.io"
+from app.wire.names import KUEUE_GROUP
+
 VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
 
 

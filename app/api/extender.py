@@ -1,6 +1,6 @@
 """HTTP adapter: kube-scheduler extender (``POST /scheduler/filter``, ``/scheduler/prioritize``).
 
-Thin: parse ``ExtenderArgs`` -> facts -> ``app.core.extender_rules`` -> ``ExtenderFilterResult``
+Thin: parse ``ExtenderArgs`` -> facts -> ``app.extender.rules`` -> ``ExtenderFilterResult``
 / ``HostPriorityList`` (Go field casing, controlplane.md 5.2; models in
 ``app.models.extender``). Both request modes: ``NodeNames`` (``nodeCacheCapable: true``; nodes
 come from the Node watch behind ``app.state.extender_state``) and full ``Nodes`` objects
@@ -41,8 +41,8 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import CollectorRegistry, Histogram
 
 from app.api.health import metrics_registry
-from app.controllers.nodestore import ExtenderState
-from app.core.extender_rules import (
+from app.extender.nodestore import ExtenderState
+from app.extender.rules import (
     ExtenderInputError,
     FilterDecision,
     NodeFacts,

@@ -2,7 +2,7 @@
 validating).
 
 Thin: parse the ``admission.k8s.io/v1`` AdmissionReview, call the pure rules of
-``app.core.webhook_rules``, build the response review (echoing apiVersion, kind and uid).
+``app.integrations.webhook``, build the response review (echoing apiVersion, kind and uid).
 
 - ``POST /mutate-batch-v1-job``: CREATE of a queued Job -> allowed with a base64 JSONPatch
   (``patchType: JSONPatch``) setting ``/spec/suspend`` to true; anything else -> allowed, no patch.
@@ -14,6 +14,9 @@ Thin: parse the ``admission.k8s.io/v1`` AdmissionReview, call the pure rules of
   Deployment's pod template gets the queue (``app.integrations.deployment.rules``).
 - ``POST /mutate-apps-v1-statefulset``, ``/validate-apps-v1-statefulset``: likewise, and its
   pods form one group sized by ``spec.replicas`` (``app.integrations.statefulset.rules``).
+- ``POST /validate-apps-v1-statefulset-scale``: UPDATE of ``statefulsets/scale`` (a Scale has
+  no labels, so its webhook has no objectSelector; the StatefulSet is found by name in the
+  store of queued ones): the same replicas rule.
 - ``POST /mutate-jobset-x-k8s-io-v1alpha2-jobset``, ``/validate-jobset-x-k8s-io-v1alpha2-jobset``:
   a queued JobSet is created suspended; its queue name is immutable while it runs
   (``app.integrations.jobset.rules``).
@@ -47,7 +50,18 @@ from prometheus_client import Histogram
 from pydantic import ValidationError
 
 from app.api.health import metrics_registry
-from app.core.webhook_rules import (
+from app.integrations import managed_kinds
+from app.integrations.deployment.rules import mutate_deployment, validate_deployment_update
+from app.integrations.jobset.rules import MUTATE_PATH as MUTATE_JOBSET_PATH
+from app.integrations.jobset.rules import mutate_jobset, validate_jobset
+from app.integrations.pod.rules import mutate_pod, scheduling_gates, validate_pod
+from app.integrations.statefulset.rules import (
+    mutate_statefulset,
+    scale_replicas,
+    validate_statefulset_scale,
+    validate_statefulset_update,
+)
+from app.integrations.webhook import (
     DEFAULT_LOCAL_QUEUE,
     UnreadableObjectError,
     WebhookPolicy,
@@ -62,12 +76,6 @@ from app.core.webhook_rules import (
     validate_create,
     validate_update,
 )
-from app.integrations import managed_kinds
-from app.integrations.deployment.rules import mutate_deployment, validate_deployment_update
-from app.integrations.jobset.rules import MUTATE_PATH as MUTATE_JOBSET_PATH
-from app.integrations.jobset.rules import mutate_jobset, validate_jobset
-from app.integrations.pod.rules import mutate_pod, scheduling_gates, validate_pod
-from app.integrations.statefulset.rules import mutate_statefulset, validate_statefulset_update
 from app.models.admissionreview import (
     AdmissionRequest,
     AdmissionResponse,
@@ -83,6 +91,7 @@ MUTATE_DEPLOYMENT_PATH = "/mutate-apps-v1-deployment"
 VALIDATE_DEPLOYMENT_PATH = "/validate-apps-v1-deployment"
 MUTATE_STATEFULSET_PATH = "/mutate-apps-v1-statefulset"
 VALIDATE_STATEFULSET_PATH = "/validate-apps-v1-statefulset"
+VALIDATE_STATEFULSET_SCALE_PATH = "/validate-apps-v1-statefulset-scale"
 VALIDATE_JOBSET_PATH = "/validate-jobset-x-k8s-io-v1alpha2-jobset"
 
 # Decisions (the ``decision`` label and log field).
@@ -189,16 +198,24 @@ def _decide_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
     if req.operation == "UPDATE":
         old_job = _read(req.old_object, "request.oldObject")
         return _patched(req, mutate_update(old_job, job, req.user_info.username, policy))
-    default_queue = None
-    if not read_queue_name(job, policy.queue_name_label):
-        has_default = _lookup(
-            state, "default_queue_lookup", "has_default_local_queue", req.namespace
-        )
+    default_queue, manage = None, False
+    jobs = _jobs_settings(state)
+    if not read_queue_name(job, policy.queue_name_label) and jobs is not None \
+            and (jobs.local_queue_defaulting or jobs.manage_jobs_without_queue_name) \
+            and _lookup(state, "default_queue_lookup", "namespace_managed", req.namespace):
+        # Kueue: only in namespaces managedJobsNamespaceSelector matches (KQ-23).
+        has_default = jobs.local_queue_defaulting and _lookup(
+            state, "default_queue_lookup", "has_default_local_queue", req.namespace)
         default_queue = DEFAULT_LOCAL_QUEUE if has_default else None
-    patch = mutate(
-        job, req.operation, queue_name_label=policy.queue_name_label, default_queue=default_queue
-    )
+        manage = jobs.manage_jobs_without_queue_name
+    patch = mutate(job, req.operation, queue_name_label=policy.queue_name_label,
+                   default_queue=default_queue, manage_unlabelled=manage)
     return _patched(req, patch)
+
+
+def _jobs_settings(state: Any) -> Any:
+    settings = getattr(state, "settings", None)
+    return None if settings is None else settings.jobs
 
 
 def _patched(req: AdmissionRequest, patch: list[Any]) -> _Outcome:
@@ -222,7 +239,8 @@ def _decide_validation(req: AdmissionRequest, state: Any) -> _Outcome:
         name = req.name or read_name(job)
         admitted = _lookup(state, "admission_lookup", "is_admitted", req.namespace, name,
                            _job_uid(old_job) or _job_uid(job))
-        has_default = _lookup(
+        jobs = _jobs_settings(state)
+        has_default = (jobs is None or jobs.local_queue_defaulting) and _lookup(
             state, "default_queue_lookup", "has_default_local_queue", req.namespace
         )
         errors = validate_update(
@@ -391,6 +409,25 @@ def _decide_pod_validation(req: AdmissionRequest, state: Any) -> _Outcome:
                                       managed_kinds()))
 
 
+def _decide_statefulset_scale(req: AdmissionRequest, state: Any) -> _Outcome:
+    resource = req.resource
+    if req.operation != "UPDATE" or req.sub_resource != "scale" or resource is None \
+            or (resource.group, resource.resource) != ("apps", "statefulsets"):
+        return _allow(req)
+    old, new = _objects(req, lambda o: scale_replicas(o, "spec"),
+                        lambda o: scale_replicas(o, "status"))
+    assert old is not None
+    lookup = getattr(state, "admission_lookup", None)
+    try:
+        sts = lookup.queued_statefulset(req.namespace, req.name) if lookup else None
+    except Exception:
+        logger.exception("webhook: queued_statefulset failed; treating it as unknown")
+        sts = None
+    return _verdict(req, validate_statefulset_scale(
+        old, new, sts if isinstance(sts, dict) else None, req.user_info.username,
+        _policy(state)))
+
+
 def _owner_decisions(kind: str, mutate: Callable[..., list[Any]],
                      validate: Callable[..., list[str]],
                      ) -> tuple[Callable[[AdmissionRequest, Any], _Outcome],
@@ -450,6 +487,7 @@ def _endpoint(path: str, decide: Callable[[AdmissionRequest, Any], _Outcome]) ->
 _KIND_ROUTES: dict[str, Callable[[AdmissionRequest, Any], _Outcome]] = {
     MUTATE_POD_PATH: _decide_pod_mutation,
     VALIDATE_POD_PATH: _decide_pod_validation,
+    VALIDATE_STATEFULSET_SCALE_PATH: _decide_statefulset_scale,
     MUTATE_JOBSET_PATH: _decide_jobset_mutation,
     VALIDATE_JOBSET_PATH: _decide_jobset_validation,
 }

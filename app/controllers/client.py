@@ -27,6 +27,7 @@ from kubernetes_asyncio import config as k8s_config
 
 from app.config import ClientSettings
 from app.controllers.errors import ApiError, Throttled, from_exception, from_status
+from app.wire.names import KUEUE_GROUP
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -63,7 +64,7 @@ class Resource:
         return base
 
 
-KUEUE_GROUP = "kueue.x-k8s.io"
+
 KUEUE_VERSION = "v1beta2"
 RESOURCE_FLAVORS = Resource(KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", "ResourceFlavor", False)
 CLUSTER_QUEUES = Resource(KUEUE_GROUP, KUEUE_VERSION, "clusterqueues", "ClusterQueue", False)

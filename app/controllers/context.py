@@ -30,7 +30,7 @@ from app.controllers.client import (
 from app.controllers.events import EventRecorder
 from app.controllers.informers import Informer, InformerSet, Store
 from app.controllers.leader import LeaderElector
-from app.core.workload import QUEUE_NAME_LABEL
+from app.wire.names import QUEUE_NAME_LABEL
 
 Obj = dict[str, Any]
 

@@ -31,10 +31,11 @@ from app.controllers.context import CQ, RF, Context
 from app.controllers.errors import NotFound
 from app.controllers.workqueue import WorkQueue, work
 from app.core.types import ClusterQueueName
+from app.wire.names import RESOURCE_IN_USE_FINALIZER as RESOURCE_IN_USE
 
 log = logging.getLogger(__name__)
 
-RESOURCE_IN_USE = "kueue.x-k8s.io/resource-in-use"
+
 Obj = dict[str, Any]
 
 

@@ -55,11 +55,50 @@ def resource_version(obj: Obj | None) -> str:
 
 
 class Store:
-    """Objects of one kind by ``object_key``. Read-only for everyone but its informer."""
+    """Objects of one kind by ``object_key``. Read-only for everyone but its informer.
+
+    Secondary indexes (``index``): ``name -> (key function, index value -> object keys)``,
+    kept up to date by every ``put``/``remove``/``replace_all`` (the informer's events and the
+    writers that put their own write early alike), so ``by_index`` costs the size of its
+    answer, not of the store.
+    """
 
     def __init__(self, resource: Resource) -> None:
         self.resource = resource
         self._items: dict[str, Obj] = {}
+        self._indexes: dict[str, tuple[Callable[[Obj], str | None], dict[str, set[str]]]] = {}
+
+    def index(self, name: str, key_fn: Callable[[Obj], str | None]) -> None:
+        """Keep index ``name``: ``key_fn(obj)`` is the object's index value (None: not
+        indexed). Built from the current content once (O(store)); later calls with the same
+        ``name`` are no-ops."""
+        if name in self._indexes:
+            return
+        buckets: dict[str, set[str]] = {}
+        for key, obj in self._items.items():
+            value = key_fn(obj)
+            if value is not None:
+                buckets.setdefault(value, set()).add(key)
+        self._indexes[name] = (key_fn, buckets)
+
+    def by_index(self, name: str, value: str) -> list[Obj]:
+        """The objects whose index ``name`` value is ``value`` (any order). Raises
+        ``KeyError`` when the index was never created (``index``)."""
+        keys = self._indexes[name][1].get(value, ())
+        return [self._items[k] for k in keys]
+
+    def _reindex(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        for key_fn, buckets in self._indexes.values():
+            before = key_fn(old) if old is not None else None
+            after = key_fn(new) if new is not None else None
+            if before == after:
+                continue
+            if before is not None and (bucket := buckets.get(before)) is not None:
+                bucket.discard(key)
+                if not bucket:
+                    del buckets[before]
+            if after is not None:
+                buckets.setdefault(after, set()).add(key)
 
     def get(self, key: str) -> Obj | None:
         return self._items.get(key)
@@ -92,15 +131,30 @@ class Store:
         if old is not None and _rv_older(resource_version(obj), resource_version(old)):
             return old
         self._items[key] = obj
+        if self._indexes:
+            self._reindex(key, old, obj)
         return old
 
+    def set(self, key: str, obj: Obj) -> None:
+        """Store ``obj`` under ``key`` whatever its resourceVersion (the watch's event)."""
+        old = self._items.get(key)
+        self._items[key] = obj
+        if self._indexes:
+            self._reindex(key, old, obj)
+
     def remove(self, key: str) -> Obj | None:
-        return self._items.pop(key, None)
+        old = self._items.pop(key, None)
+        if old is not None and self._indexes:
+            self._reindex(key, old, None)
+        return old
 
     def replace_all(self, objs: Iterable[Obj]) -> dict[str, Obj]:
-        """Replace the whole content; returns the previous content."""
+        """Replace the whole content (indexes rebuilt); returns the previous content."""
         old = self._items
         self._items = {object_key(o): o for o in objs}
+        indexes, self._indexes = self._indexes, {}
+        for name, (key_fn, _) in indexes.items():
+            self.index(name, key_fn)
         return old
 
 
@@ -215,7 +269,7 @@ class Informer:
                 # time; the event of that write follows and is announced then.
                 self.resource_version = rv or self.resource_version
                 return
-            self.store._items[key] = obj  # noqa: SLF001 - the watch is authoritative
+            self.store.set(key, obj)  # the watch is authoritative
             told = self._announced.get(key)
             self._emit(ADDED if told is None else MODIFIED, told, obj)
         if rv:

@@ -42,13 +42,13 @@ from app.controllers.events import EventRecorder
 from app.controllers.finalizers import FinalizerController
 from app.controllers.informers import Informer
 from app.controllers.leader import LeaderElector
-from app.controllers.nodestore import NodeStore
 from app.controllers.scheduler import SchedulerLoop
 from app.controllers.status import StatusWriter
 from app.controllers.views import StoreAdmissionLookup, StoreExtenderState
 from app.core.scheduler import Cluster
+from app.extender.nodestore import NodeStore
 from app.integrations import default_registry
-from app.integrations.framework import Registry, source_of
+from app.integrations.framework import JobKind, Registry, source_of
 from app.integrations.reconciler import JobReconciler
 
 log = logging.getLogger(__name__)
@@ -123,6 +123,14 @@ class Manager:
 
     # ------------------------------------------------------------------ lifecycle
 
+    def _selector(self, kind: JobKind) -> str | None:
+        """The kind's informer label selector; none (every object) for a kind that takes
+        part in ``jobs.manage_jobs_without_queue_name`` when that is on."""
+        if self.settings.jobs.manage_jobs_without_queue_name \
+                and getattr(kind, "manages_unlabelled", False):
+            return None
+        return kind.label_selector
+
     async def start(self) -> None:
         """Build and start every component (returns without waiting for the first sync)."""
         if self._started:
@@ -133,7 +141,7 @@ class Manager:
         self.registry = await served_kinds(client, self.registry)
         informers = build_informers(
             client, s.scheduling.watch_timeout_seconds,
-            job_kinds=[(k.key, k.resource, k.label_selector) for k in self.registry.kinds()
+            job_kinds=[(k.key, k.resource, self._selector(k)) for k in self.registry.kinds()
                        if k.resource is not None])
         if self.watch_nodes:
             informers.add(NODE, Informer(client, NODES,
@@ -228,7 +236,7 @@ class Manager:
             log.info("reconciler: leading as %s", ctx.leader.identity)
             self.jobs.enqueue_all()
             self.finalizers.enqueue_all()
-            self.status.stats.dirty_all = True
+            self.status.dirty_all = True
             ctx.wake()
             while ctx.leader.is_leader:
                 await asyncio.sleep(0.2)

@@ -50,6 +50,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import heapq
 import logging
 import time
 from collections.abc import Mapping
@@ -59,28 +61,33 @@ from typing import Any, Protocol
 
 from app.controllers.client import WORKLOADS
 from app.controllers.context import WL, Context
-from app.controllers.convert import cluster_queue, cohort, local_queue, resource_flavor
 from app.controllers.errors import ApiError, Conflict, NotFound, from_exception
 from app.controllers.events import NORMAL, WARNING
 from app.controllers.history import PreemptionLog, UsageHistory
 from app.controllers.informers import DELETED
 from app.controllers.workloads import (
+    DEACTIVATION_TARGET,
     EVICTED,
     QUOTA_RESERVED,
     condition,
+    execution_deadline,
     has_admission,
     is_active,
     is_evicted,
     is_finished,
+    set_condition,
     with_admission,
     with_eviction,
     with_pending,
 )
-from app.core.decisions import Admit, Decision, Pending, Preempt, Victim
+from app.core.decisions import Admit, Decision, Pending, PendingReason, Preempt, Victim
 from app.core.eta import UNKNOWN, ArrivalModel, EtaBoard, RuntimeModel, eta_text
 from app.core.scheduler import Cluster
 from app.core.types import ClusterQueueName, CohortName, FlavorName, WorkloadKey
-from app.core.workload import Workload, WorkloadSpecError, workload_from_object
+from app.core.workload import Workload
+from app.wire.fields import WorkloadSpecError
+from app.wire.queues import cluster_queue, cohort, local_queue, resource_flavor
+from app.wire.workload import workload_from_object
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +172,9 @@ class SchedulerLoop:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pending: dict[WorkloadKey, Pending] = {}
         self._pending_kick = asyncio.Event()
+        # maximumExecutionTimeSeconds: (deadline, key) heap; the latest deadline per key.
+        self._deadlines: list[tuple[float, WorkloadKey]] = []
+        self._deadline_of: dict[WorkloadKey, float] = {}
         self._loops: list[asyncio.Task[None]] = []
         self._backoff: dict[WorkloadKey, int] = {}
         self.bad_workloads: dict[WorkloadKey, str] = {}
@@ -195,7 +205,14 @@ class SchedulerLoop:
         if etype == DELETED:
             self.cluster.delete_flavor(FlavorName(old["metadata"]["name"]))  # type: ignore[index]
         elif new is not None:
-            self.cluster.add_flavor(resource_flavor(new))
+            try:
+                self.cluster.add_flavor(resource_flavor(new))
+            except WorkloadSpecError as exc:
+                # The CRD refuses such a flavor; one written before it is read as absent, so
+                # the ClusterQueues naming it stay inactive rather than admit onto it.
+                log.warning("ResourceFlavor %s is unreadable, treated as absent: %s",
+                            new["metadata"]["name"], exc)
+                self.cluster.delete_flavor(FlavorName(new["metadata"]["name"]))
         self.ctx.wake()
 
     def on_cluster_queue(self, etype: str, old: Obj | None, new: Obj | None) -> None:
@@ -239,6 +256,7 @@ class SchedulerLoop:
         self.ctx.wake()
         if etype == DELETED or new is None:
             self.cluster.delete_workload(key)
+            self._deadline_of.pop(key, None)
             self._pending.pop(key, None)
             self._forget_pending(key)
             return
@@ -252,6 +270,7 @@ class SchedulerLoop:
                 self.metrics.finished(info.cluster_queue, namespace=key.split("/", 1)[0],
                                       local_queue=(new.get("spec") or {}).get("queueName", ""))
             self.cluster.finish(key)
+            self._deadline_of.pop(key, None)
             self._pending.pop(key, None)
             self._forget_pending(key)
             return
@@ -269,10 +288,18 @@ class SchedulerLoop:
                 and self.eta.arrivals is not None:
             self.eta.arrivals.observe(wl)  # a new Workload: one more arrival of its class
         self.cluster.update_workload(wl)
+        deadline = execution_deadline(new)
+        if deadline is not None and self._deadline_of.get(key) != deadline:
+            self._deadline_of[key] = deadline
+            heapq.heappush(self._deadlines, (deadline, key))
         if not is_active(new) and has_admission(new) and not is_evicted(new) \
                 and self.ctx.may_write and self.cluster.evict(key, self.ctx.clock()):
-            self._spawn(self._evict(key, "Deactivated", "The workload is deactivated", None,
-                                    None))
+            reason, message = "Deactivated", "The workload is deactivated"
+            target = condition(new, DEACTIVATION_TARGET)
+            if target is not None and target.get("status") == "True":
+                reason = f"DeactivatedDueTo{target.get('reason', '')}"
+                message = f"The workload is deactivated due to {target.get('message', '')}"
+            self._spawn(self._evict(key, reason, message, None, None))
 
     # ================================================================== loop
 
@@ -308,7 +335,11 @@ class SchedulerLoop:
                                            time.perf_counter() - t0)
         for d in decisions:
             self.apply(d)
-        return len(decisions)
+        self._expire(self.ctx.clock())
+        drained = self.cluster.drain(self.ctx.clock())
+        for key, reason, message in drained:
+            self._spawn(self._evict(key, reason, message, None, None))
+        return len(decisions) + len(drained)
 
     def apply(self, d: Decision) -> None:
         if isinstance(d, Admit):
@@ -323,6 +354,54 @@ class SchedulerLoop:
             self._core_pending[d.workload] = d
             self._pending[d.workload] = d
             self._pending_kick.set()
+
+    # ================================================================== max execution time
+
+    def _expire(self, now: float) -> None:
+        """Deactivate the admitted Workloads past their ``maximumExecutionTimeSeconds``
+        (Kueue: DeactivationTarget reason MaximumExecutionTimeExceeded, then
+        ``spec.active: false``, evicted ``DeactivatedDueToMaximumExecutionTimeExceeded``)."""
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            deadline, key = heapq.heappop(heap)
+            if self._deadline_of.get(key) != deadline:
+                continue  # superseded by a newer admission's deadline
+            del self._deadline_of[key]
+            self._spawn(self._deactivate(key, "MaximumExecutionTimeExceeded",
+                                         "exceeding the maximum execution time"))
+
+    async def _deactivate(self, key: WorkloadKey, reason: str, message: str) -> None:
+        """DeactivationTarget=True (``reason``) in status, then ``spec.active: false``; the
+        Workload event that follows evicts it (``on_workload``)."""
+        ctx = self.ctx
+        ns, name = key.split("/", 1)
+        try:
+            async with self._sem, self._lock(key):
+                for _attempt in range(3):
+                    obj = ctx.store(WL).get(key)
+                    if obj is None or not ctx.leader.is_leader or not is_active(obj) \
+                            or execution_deadline(obj) is None \
+                            or execution_deadline(obj) > ctx.clock():  # type: ignore[operator]
+                        return
+                    body = copy.deepcopy(obj)
+                    set_condition(body, DEACTIVATION_TARGET, "True", reason, message,
+                                  ctx.clock())
+                    try:
+                        out = await ctx.client.replace(WORKLOADS, body, subresource="status")
+                        out = copy.deepcopy(out)
+                        out.setdefault("spec", {})["active"] = False
+                        out = await ctx.client.replace(WORKLOADS, out)
+                    except Conflict:
+                        ctx.store(WL).put(await ctx.client.get(WORKLOADS, name, ns))
+                        continue
+                    ctx.store(WL).put(out)
+                    ctx.recorder.emit(out, NORMAL, "Deactivated",
+                                      f"The workload is deactivated due to {message}")
+                    return
+        except Exception as exc:  # noqa: BLE001
+            log.warning("deactivation of %s failed: %s", key, from_exception(exc))
+        finally:
+            self._release_lock(key)
 
     # ================================================================== ETA
 
@@ -629,7 +708,9 @@ class SchedulerLoop:
         reason = d.reason.condition_reason
         tail = self._eta_tail.get(key, "")
         message = f"{d.message}; {tail}" if tail else d.message
-        body, changed = with_pending(obj, reason, message, ctx.clock())
+        queued = d.reason not in (PendingReason.CLUSTER_QUEUE_INACTIVE,
+                                  PendingReason.LOCAL_QUEUE_STOPPED)
+        body, changed = with_pending(obj, reason, message, ctx.clock(), queued=queued)
         if not changed:
             return
         out = await ctx.client.replace(WORKLOADS, body, subresource="status")

@@ -1,26 +1,24 @@
-"""ClusterQueue and LocalQueue status, coalesced (Kueue v1beta2, reference 1.2, 1.4, 5.2).
+"""ClusterQueue, LocalQueue and Cohort status, coalesced (Kueue v1beta2, reference 1.2, 1.4,
+5.2), written from the admission core's one usage tally (``app.controllers.statusview``
+``ClusterView``, which the status API and the metrics read too): the CRD status, the API and
+``/metrics`` cannot disagree, and a flush parses no object.
 
-``QueueStats`` is fed by the Workload informer handler and keeps, per Workload, its
-contribution (pending in a LocalQueue, or reserving/admitted in a ClusterQueue with its
-usage per flavor and resource); totals are updated incrementally, so a flush costs
-O(queues x flavors), not O(workloads). Finished Workloads count nowhere.
+``StatusWriter`` marks queues dirty from Workload and queue events and writes, at most every
+``Settings.scheduling.status_flush_seconds`` and only for queues whose status changed (and
+only on the leader), a merge patch of the ``status`` subresource:
 
-``StatusWriter`` writes, at most every ``Settings.scheduling.status_flush_seconds`` and only
-for queues whose status changed (and only on the leader), with a merge patch of the
-``status`` subresource:
-
-- ClusterQueue: ``pendingWorkloads``, ``reservingWorkloads``, ``admittedWorkloads``,
-  ``flavorsReservation`` / ``flavorsUsage`` (every flavor and resource of the spec, then any
-  other in use; ``total`` and ``borrowed`` = usage above nominalQuota, always 0 without a
-  cohort), condition ``Active`` (Ready "Can admit new workloads", or the configuration
-  problem's reason and message).
+- ClusterQueue: ``pendingWorkloads`` (queued + inadmissible), ``reservingWorkloads`` (holding
+  quota, admission writes in flight included), ``admittedWorkloads`` (admission stored),
+  ``flavorsReservation`` / ``flavorsUsage`` (reserving / admitted usage; every flavor and
+  resource of the spec, then any other in use; ``borrowed`` = usage above nominalQuota,
+  always 0 without a cohort), condition ``Active`` (Ready "Can admit new workloads", or the
+  core's reason and message: a configuration problem, ``Stopped``, a cohort cycle) and, with
+  fair sharing on, ``fairSharing.weightedShare``.
 - LocalQueue: the same counters, ``flavorsReservation`` / ``flavorsUsage`` with ``total``
-  only, condition ``Active`` (Ready "Can submit new workloads to localQueue",
-  ClusterQueueDoesNotExist, ClusterQueueIsInactive, Stopped).
-- With the core given (``cluster``): a ClusterQueue below a cycle of Cohorts (or an invalid
-  Cohort) is ``Active=False`` with the core's reason (``CohortCycle``); with fair sharing on,
-  ``fairSharing.weightedShare``; and each Cohort object gets ``flavorsUsage`` (subtree quota,
-  usage, borrowed), ``Active`` and, with fair sharing, ``fairSharing.weightedShare``.
+  only (in its ClusterQueue's flavor order), condition ``Active`` (Ready "Can submit new
+  workloads to localQueue", ClusterQueueDoesNotExist, ClusterQueueIsInactive, Stopped).
+- Cohort objects: ``flavorsUsage`` (subtree quota, usage, borrowed), ``Active`` and, with
+  fair sharing, ``fairSharing.weightedShare``.
 """
 
 from __future__ import annotations
@@ -29,197 +27,89 @@ import asyncio
 import copy
 import logging
 import math
-from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
 from app.controllers.client import CLUSTER_QUEUES, COHORTS, LOCAL_QUEUES, MERGE_PATCH
-from app.controllers.context import CO, CQ, LQ, RF, Context
-from app.controllers.convert import cluster_queue, cohort_of, resource_flavor
+from app.controllers.context import CO, CQ, LQ, Context
 from app.controllers.errors import NotFound, from_exception
 from app.controllers.events import WARNING
-from app.controllers.workloads import ADMITTED, has_admission, is_finished, is_true, set_condition
-from app.core.cluster import CohortStatus
-from app.core.quantity import QuantityError, format_quantity, parse_quantity
+from app.controllers.statusview import ClusterQueueView, ClusterView, LocalQueueView
+from app.controllers.workloads import set_condition
+from app.core.cluster import CohortStatus, FlavorResourceStatus
+from app.core.quantity import format_quantity
 from app.core.scheduler import Cluster
-from app.core.spec import ClusterQueueSpec, ConfigProblem, validate_cluster_queue
-from app.core.types import CohortName
+from app.core.types import ClusterQueueName, CohortName, FlavorResource
+from app.wire.queues import cohort_of
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-Usage = dict[tuple[str, str], int]  # (flavor, resource) -> amount
-
-
-def workload_usage(wl: Mapping[str, Any]) -> Usage:
-    """Sum of ``status.admission.podSetAssignments[].resourceUsage`` by (flavor, resource)."""
-    out: Usage = defaultdict(int)
-    adm = (wl.get("status") or {}).get("admission") or {}
-    for psa in adm.get("podSetAssignments") or []:
-        flavors = psa.get("flavors") or {}
-        for res, q in (psa.get("resourceUsage") or {}).items():
-            flavor = flavors.get(res)
-            if flavor is None:
-                continue
-            try:
-                out[(flavor, res)] += parse_quantity(q, res)
-            except QuantityError:
-                continue
-    return dict(out)
-
-
-class _Totals:
-    __slots__ = ("pending", "reserving", "admitted", "reserved", "used")
-
-    def __init__(self) -> None:
-        self.pending = 0
-        self.reserving = 0
-        self.admitted = 0
-        self.reserved: Usage = defaultdict(int)
-        self.used: Usage = defaultdict(int)
-
-    def add(self, c: _Contribution, sign: int) -> None:
-        if c.pending:
-            self.pending += sign
-            return
-        self.reserving += sign
-        for k, v in c.usage.items():
-            self.reserved[k] += sign * v
-        if c.admitted:
-            self.admitted += sign
-            for k, v in c.usage.items():
-                self.used[k] += sign * v
-
-
-class _Contribution:
-    __slots__ = ("lq", "cq", "pending", "admitted", "usage")
-
-    def __init__(self, lq: str, cq: str, pending: bool, admitted: bool, usage: Usage) -> None:
-        self.lq, self.cq, self.pending, self.admitted, self.usage = lq, cq, pending, admitted, usage
-
-
-class QueueStats:
-    """Incremental per-queue counters and usage (see the module doc). ``dirty_cqs`` /
-    ``dirty_lqs``: queues to rewrite at the next flush."""
-
-    def __init__(self) -> None:
-        self._by_wl: dict[str, _Contribution] = {}
-        self.cq: dict[str, _Totals] = defaultdict(_Totals)
-        self.lq: dict[str, _Totals] = defaultdict(_Totals)
-        self.dirty_cqs: set[str] = set()
-        self.dirty_lqs: set[str] = set()
-        self.dirty_all = True
-
-    @staticmethod
-    def contribution(wl: Mapping[str, Any]) -> _Contribution | None:
-        if is_finished(wl):
-            return None
-        meta = wl.get("metadata") or {}
-        lq = f"{meta.get('namespace')}/{(wl.get('spec') or {}).get('queueName', '')}"
-        if has_admission(wl):
-            cq = str(wl["status"]["admission"].get("clusterQueue", ""))
-            return _Contribution(lq, cq, False, is_true(wl, ADMITTED), workload_usage(wl))
-        if (wl.get("spec") or {}).get("active", True) is False:
-            return None
-        return _Contribution(lq, "", True, False, {})
-
-    def update(self, key: str, wl: Mapping[str, Any] | None) -> None:
-        """Record the Workload ``key``'s current object (``None`` when deleted)."""
-        old = self._by_wl.pop(key, None)
-        if old is not None:
-            self._apply(old, -1)
-        new = self.contribution(wl) if wl is not None else None
-        if new is not None:
-            self._by_wl[key] = new
-            self._apply(new, +1)
-
-    def _apply(self, c: _Contribution, sign: int) -> None:
-        # A pending Workload counts in its LocalQueue's ClusterQueue: the flush maps dirty
-        # LocalQueues to their ClusterQueues.
-        self.lq[c.lq].add(c, sign)
-        self.dirty_lqs.add(c.lq)
-        if c.cq:
-            self.cq[c.cq].add(c, sign)
-            self.dirty_cqs.add(c.cq)
-
-    def pending_of_cq(self, cq: str, lq_to_cq: Mapping[str, str]) -> int:
-        return sum(t.pending for lq, t in self.lq.items() if lq_to_cq.get(lq) == cq)
 
 
 # ----------------------------------------------------------------------------- builders
 
 
-def _flavor_list(spec: ClusterQueueSpec, usage: Usage, nominal: Mapping[tuple[str, str], int],
-                 *, borrowed: bool, cohort: bool) -> list[Obj]:
-    order: list[tuple[str, str]] = []
-    for g in spec.resource_groups:
-        for f in g.flavors:
-            for rq in f.resources:
-                order.append((f.name, rq.name))
-    for k in sorted(usage):
-        if k not in order and usage[k]:
-            order.append(k)
+def _flavor_list(resources: tuple[FlavorResourceStatus, ...],
+                 usage: Mapping[FlavorResource, int] | None, *, borrowed: bool,
+                 cohort: bool = False) -> list[Obj]:
+    """Kueue's ``[{name: flavor, resources: [{name, total[, borrowed]}]}]`` in the order of
+    ``resources`` (the core's: the spec's, then others in use). ``usage``: the totals to show
+    (None: each entry's own usage); ``borrowed``: add the usage above nominal, 0 outside a
+    ``cohort`` (Kueue ClusterQueue ``flavorsReservation[].resources[].borrowed``)."""
     by_flavor: dict[str, list[Obj]] = {}
-    for flavor, res in order:
-        total = max(0, usage.get((flavor, res), 0))
-        entry: Obj = {"name": res, "total": format_quantity(total, res)}
+    for r in resources:
+        total = r.usage if usage is None else usage.get(FlavorResource(r.flavor, r.resource), 0)
+        entry: Obj = {"name": r.resource, "total": format_quantity(max(0, total), r.resource)}
         if borrowed:
-            over = max(0, total - nominal.get((flavor, res), 0)) if cohort else 0
-            entry["borrowed"] = format_quantity(over, res)
-        by_flavor.setdefault(flavor, []).append(entry)
+            over = max(0, total - r.nominal) if cohort else 0
+            entry["borrowed"] = format_quantity(over, r.resource)
+        by_flavor.setdefault(r.flavor, []).append(entry)
     return [{"name": f, "resources": rs} for f, rs in by_flavor.items()]
 
 
-def cluster_queue_status(obj: Obj, totals: _Totals, pending: int,
-                         problem: ConfigProblem | None, now: float) -> Obj:
-    """The ``status`` to write for ClusterQueue ``obj`` (conditions merged into the current)."""
-    spec, parse_problem = cluster_queue(obj)
-    problem = parse_problem or problem
-    nominal = {(fr.flavor, fr.resource): q.nominal for fr, q in spec.quotas.items()}
-    cohort = spec.cohort is not None
+def _conditions(obj: Obj) -> list[Obj]:
+    return copy.deepcopy((obj.get("status") or {}).get("conditions") or [])
+
+
+def cluster_queue_status(obj: Obj, view: ClusterQueueView, now: float) -> Obj:
+    """The ``status`` to write for ClusterQueue ``obj`` from the core's view of it
+    (conditions merged into the current ones)."""
+    st = view.status
+    cohort = st.cohort is not None
     status: Obj = {
-        "pendingWorkloads": pending,
-        "reservingWorkloads": totals.reserving,
-        "admittedWorkloads": totals.admitted,
-        "flavorsReservation": _flavor_list(spec, totals.reserved, nominal, borrowed=True,
-                                           cohort=cohort),
-        "flavorsUsage": _flavor_list(spec, totals.used, nominal, borrowed=True, cohort=cohort),
-        "conditions": copy.deepcopy((obj.get("status") or {}).get("conditions") or []),
+        "pendingWorkloads": st.pending,
+        "reservingWorkloads": view.reserving,
+        "admittedWorkloads": view.admitted,
+        "flavorsReservation": _flavor_list(st.resources, None, borrowed=True, cohort=cohort),
+        "flavorsUsage": _flavor_list(st.resources, view.admitted_usage, borrowed=True,
+                                     cohort=cohort),
+        "conditions": _conditions(obj),
     }
     holder = {"status": status, "metadata": obj.get("metadata") or {}}
-    if problem is None:
-        set_condition(holder, "Active", "True", "Ready", "Can admit new workloads", now)
-    else:
-        set_condition(holder, "Active", "False", problem.reason, problem.message, now)
+    set_condition(holder, "Active", "True" if st.active else "False", st.reason, st.message, now)
     return status
 
 
-def local_queue_status(obj: Obj, totals: _Totals, cq_obj: Obj | None, cq_active: bool,
-                       cq_spec: ClusterQueueSpec | None, now: float) -> Obj:
-    """The ``status`` to write for LocalQueue ``obj``."""
-    spec = cq_spec or ClusterQueueSpec(name="")  # type: ignore[arg-type]
+def local_queue_status(obj: Obj, view: LocalQueueView, cq: ClusterQueueView | None,
+                       now: float) -> Obj:
+    """The ``status`` to write for LocalQueue ``obj`` from the core's view of it and of its
+    ClusterQueue (``cq``, None when that does not exist)."""
+    resources = cq.resources if cq is not None else ()
+    shown = {FlavorResource(r.flavor, r.resource) for r in resources}
+    extra = tuple(FlavorResourceStatus(fr.flavor, fr.resource, 0, None, None, v, 0, 0, 0)
+                  for fr, v in sorted(view.usage.items()) if fr not in shown and v)
     status: Obj = {
-        "pendingWorkloads": totals.pending,
-        "reservingWorkloads": totals.reserving,
-        "admittedWorkloads": totals.admitted,
-        "flavorsReservation": _flavor_list(spec, totals.reserved, {}, borrowed=False,
-                                           cohort=False),
-        "flavorsUsage": _flavor_list(spec, totals.used, {}, borrowed=False, cohort=False),
-        "conditions": copy.deepcopy((obj.get("status") or {}).get("conditions") or []),
+        "pendingWorkloads": view.pending,
+        "reservingWorkloads": view.reserving,
+        "admittedWorkloads": view.admitted,
+        "flavorsReservation": _flavor_list(resources + extra, view.usage, borrowed=False),
+        "flavorsUsage": _flavor_list(resources + extra, view.usage, borrowed=False),
+        "conditions": _conditions(obj),
     }
     holder = {"status": status, "metadata": obj.get("metadata") or {}}
-    stop = (obj.get("spec") or {}).get("stopPolicy") or "None"
-    if stop != "None":
-        set_condition(holder, "Active", "False", "Stopped", "LocalQueue is stopped", now)
-    elif cq_obj is None:
-        set_condition(holder, "Active", "False", "ClusterQueueDoesNotExist",
-                      "Can't submit new workloads to clusterQueue", now)
-    elif not cq_active:
-        set_condition(holder, "Active", "False", "ClusterQueueIsInactive",
-                      "Can't submit new workloads to clusterQueue", now)
-    else:
-        set_condition(holder, "Active", "True", "Ready", "Can submit new workloads to localQueue",
-                      now)
+    set_condition(holder, "Active", "True" if view.active else "False", view.reason,
+                  view.message, now)
     return status
 
 
@@ -258,6 +148,14 @@ def cohort_status(obj: Obj, st: CohortStatus | None, share: float | None, now: f
     return status
 
 
+def _same_but_status(old: Obj, new: Obj) -> bool:
+    """True when only ``status`` (and bookkeeping metadata) differs between two versions."""
+    om, nm = old.get("metadata") or {}, new.get("metadata") or {}
+    return (old.get("spec") == new.get("spec")
+            and all(om.get(k) == nm.get(k) for k in ("labels", "annotations",
+                                                    "deletionTimestamp", "finalizers")))
+
+
 def _same(current: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
     cur = dict(current or {})
     return all(cur.get(k) == v for k, v in new.items())
@@ -267,89 +165,88 @@ def _same(current: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
 
 
 class StatusWriter:
-    """Coalesces queue status writes (see the module doc). ``writes``: patches sent."""
+    """Coalesces queue status writes (see the module doc). ``writes``: patches sent.
+    ``dirty_cqs`` / ``dirty_lqs``: queues to rewrite at the next flush (``dirty_all``: every
+    queue, after a queue event or a lost write)."""
 
-    def __init__(self, ctx: Context, stats: QueueStats | None = None,
-                 cluster: Cluster | None = None) -> None:
+    def __init__(self, ctx: Context, cluster: Cluster) -> None:
         self.ctx = ctx
-        self.stats = stats or QueueStats()
-        # The admission core, for what only it knows: cohort-tree problems, Cohort status
-        # (subtree quota and usage), fair-sharing shares. None: ClusterQueues and
-        # LocalQueues only, from the stores.
         self.cluster = cluster
+        self.view = ClusterView(cluster)
         self.writes = 0
+        self.dirty_cqs: set[str] = set()
+        self.dirty_lqs: set[str] = set()
+        self.dirty_all = True
         self._task: asyncio.Task[None] | None = None
-        self._kick = asyncio.Event()
 
     # handlers
     def on_workload(self, etype: str, old: Obj | None, new: Obj | None) -> None:
-        obj = new or old
-        if obj is None:
-            return
-        meta = obj["metadata"]
-        self.stats.update(f"{meta['namespace']}/{meta['name']}", new)
+        """A Workload changed: its LocalQueue and the ClusterQueue of its admission (old
+        and new) are rewritten at the next flush."""
+        for obj in (old, new):
+            if obj is None:
+                continue
+            ns = (obj.get("metadata") or {}).get("namespace", "")
+            queue = (obj.get("spec") or {}).get("queueName")
+            if queue:
+                self.dirty_lqs.add(f"{ns}/{queue}")
+            cq = ((obj.get("status") or {}).get("admission") or {}).get("clusterQueue")
+            if cq:
+                self.dirty_cqs.add(str(cq))
 
     def on_queue(self, etype: str, old: Obj | None, new: Obj | None) -> None:
-        self.stats.dirty_all = True
+        """A queue, Cohort or ResourceFlavor changed: every queue is rewritten at the next
+        flush, except after a change of ``status`` only (this writer's own patches)."""
+        if old is not None and new is not None and _same_but_status(old, new):
+            return
+        self.dirty_all = True
 
-    def problems(self, names: set[str]) -> dict[str, ConfigProblem | None]:
-        """Configuration problem (or None) of the named ClusterQueues that exist."""
-        flavors = {o["metadata"]["name"]: resource_flavor(o) for o in self.ctx.store(RF)}
-        out: dict[str, ConfigProblem | None] = {}
-        for name in names:
-            obj = self.ctx.store(CQ).get(name)
-            if obj is not None:
-                spec, bad = cluster_queue(obj)
-                out[name] = bad or validate_cluster_queue(spec, flavors)  # type: ignore[arg-type]
-                if out[name] is None and self.cluster is not None:
-                    out[name] = self.cluster.cohort_problem(spec.cohort)
-        return out
+    @property
+    def dirty(self) -> bool:
+        return self.dirty_all or bool(self.dirty_cqs or self.dirty_lqs)
 
     async def flush(self) -> int:
         """Write every changed queue status now; returns the number of writes."""
-        ctx = self.ctx
-        st = self.stats
+        ctx, view = self.ctx, self.view
         now = ctx.clock()
-        if st.dirty_all:
-            cqs = set(ctx.store(CQ).keys())
-            lqs = set(ctx.store(LQ).keys())
+        if self.dirty_all:
+            cqs, lqs = set(ctx.store(CQ).keys()), set(ctx.store(LQ).keys())
         else:
-            cqs, lqs = set(st.dirty_cqs), set(st.dirty_lqs)
-        st.dirty_all = False
-        st.dirty_cqs.clear()
-        st.dirty_lqs.clear()
-        lq_to_cq = {f"{o['metadata']['namespace']}/{o['metadata']['name']}":
-                    str((o.get("spec") or {}).get("clusterQueue", "")) for o in ctx.store(LQ)}
-        for name, lq in lq_to_cq.items():
-            if name in lqs:
-                cqs.add(lq)
-        problems = self.problems(cqs | {lq_to_cq.get(k, "") for k in lqs})
+            cqs, lqs = set(self.dirty_cqs), set(self.dirty_lqs)
+        self.dirty_all = False
+        self.dirty_cqs.clear()
+        self.dirty_lqs.clear()
+        for key in lqs:  # a pending Workload counts in its LocalQueue's ClusterQueue
+            lq = self.cluster.local_queue(key)
+            if lq is not None:
+                cqs.add(lq.cluster_queue)
+        core = self.cluster
+        cq_views: dict[str, ClusterQueueView | None] = {}
         n = 0
         for name in sorted(cqs):
             obj = ctx.store(CQ).get(name)
-            if obj is None:
+            v = cq_views[name] = view.cluster_queue(ClusterQueueName(name))
+            if obj is None or v is None:
                 continue
             _, warn = cohort_of(obj.get("spec") or {})
             if warn:
                 ctx.recorder.emit(obj, WARNING, "DeprecatedField", warn)
-            status = cluster_queue_status(obj, st.cq[name], st.pending_of_cq(name, lq_to_cq),
-                                          problems.get(name), now)
-            core = self.cluster
-            if core is not None and core.fair_sharing is not None and core.tree.has(name):
+            status = cluster_queue_status(obj, v, now)
+            if core.fair_sharing is not None and core.tree.has(name):
                 status["fairSharing"] = {"weightedShare": weighted_share(core.tree.share(name))}
             n += await self._write(CLUSTER_QUEUES, obj, status)
-        if self.cluster is not None and cqs:
+        if cqs:
             n += await self._flush_cohorts(now)
+        pending_by_cq: dict = {}
         for key in sorted(lqs):
             obj = ctx.store(LQ).get(key)
-            if obj is None:
+            ns, _, name = key.partition("/")
+            lv = view.local_queue(ns, name, pending_by_cq)
+            if obj is None or lv is None:
                 continue
-            cq_name = (obj.get("spec") or {}).get("clusterQueue", "")
-            cq_obj = ctx.store(CQ).get(cq_name)
-            cq_spec = cluster_queue(cq_obj)[0] if cq_obj is not None else None
-            status = local_queue_status(obj, st.lq[key], cq_obj,
-                                        cq_obj is not None and problems.get(cq_name) is None,
-                                        cq_spec, now)
+            if lv.cluster_queue not in cq_views:
+                cq_views[lv.cluster_queue] = view.cluster_queue(lv.cluster_queue)
+            status = local_queue_status(obj, lv, cq_views[lv.cluster_queue], now)
             n += await self._write(LOCAL_QUEUES, obj, status)
         return n
 
@@ -357,7 +254,6 @@ class StatusWriter:
         """Write the status of every Cohort object whose view changed (any ClusterQueue
         change can move a subtree's usage)."""
         core = self.cluster
-        assert core is not None
         n = 0
         for obj in list(self.ctx.store(CO)):
             name = CohortName(obj["metadata"]["name"])
@@ -389,16 +285,16 @@ class StatusWriter:
         while True:
             await asyncio.sleep(interval)
             if not self.ctx.may_write:
-                self.stats.dirty_all = True
+                self.dirty_all = True
                 continue
-            if not (self.stats.dirty_all or self.stats.dirty_cqs or self.stats.dirty_lqs):
+            if not self.dirty:
                 continue
             try:
                 await self.flush()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001
-                self.stats.dirty_all = True
+                self.dirty_all = True
                 log.warning("queue status flush failed: %s", from_exception(exc))
 
     @property

@@ -37,7 +37,7 @@ from app.core.cluster import (
 from app.core.decisions import QuotaShortfall
 from app.core.eta import Eta, EtaBoard
 from app.core.scheduler import Cluster
-from app.core.spec import LocalQueue
+from app.core.spec import LocalQueue, StopPolicy
 from app.core.types import ClusterQueueName, FlavorResource, WorkloadKey
 
 
@@ -156,20 +156,16 @@ class ClusterView:
         run = self.eta.for_cluster_queue(self.cluster, cluster_queue, now)
         return self.eta.eta(self.cluster, cluster_queue, key, now), run.computed_at
 
-    # ---- what the core does not expose publicly (yet) ------------------------------------
-    # TODO(core): replace with public accessors (``ClusterState.local_queues()`` and
-    # ``created`` / ``queue_name`` / ``priority`` on ``WorkloadInfo`` and
-    # ``PendingWorkloadInfo``); asked of the lead. Only these two functions read private state.
     def _local_queues(self) -> list[LocalQueue]:
-        lqs: Mapping[str, LocalQueue] = self.cluster._lqs  # noqa: SLF001 - see TODO above
-        return [lqs[k] for k in sorted(lqs)]
+        c = self.cluster
+        return [lq for k in c.local_queue_keys() if (lq := c.local_queue(k)) is not None]
 
     def _spec_of(self, key: WorkloadKey) -> tuple[str, int, float] | None:
         """(queue name, priority, creation) of a known Workload."""
-        rec = self.cluster._wls.get(key)  # noqa: SLF001 - see TODO above
-        if rec is None:
+        wl = self.cluster.domain_workload(key)
+        if wl is None:
             return None
-        return rec.wl.queue_name, rec.wl.priority, rec.wl.creation
+        return wl.queue_name, wl.priority, wl.creation
 
     # ---- ClusterQueues -------------------------------------------------------------------
     def cluster_queue_names(self) -> list[ClusterQueueName]:
@@ -259,10 +255,16 @@ class ClusterView:
 
     # ---- LocalQueues ---------------------------------------------------------------------
     def _local_queue(self, namespace: str, name: str) -> LocalQueue | None:
-        for lq in self._local_queues():
-            if lq.namespace == namespace and lq.name == name:
-                return lq
-        return None
+        return self.cluster.local_queue(f"{namespace}/{name}")
+
+    def local_queue(self, namespace: str, name: str,
+                    pending_by_cq: dict[ClusterQueueName, list[PendingWorkloadInfo]] | None = None,
+                    ) -> LocalQueueView | None:
+        """One LocalQueue (None when unknown). ``pending_by_cq``: a cache of pending lists
+        shared by calls in one pass (each ClusterQueue's list is built once)."""
+        lq = self._local_queue(namespace, name)
+        return None if lq is None else self._local_queue_view(lq, {} if pending_by_cq is None
+                                                              else pending_by_cq)
 
     def local_queues(self, namespace: str | None = None) -> list[LocalQueueView]:
         """LocalQueues of ``namespace`` (every namespace when None), sorted by key."""
@@ -280,7 +282,9 @@ class ClusterView:
         c = self.cluster
         st = c.local_queue_status(lq.key)
         cq = c.cluster_queue_status(lq.cluster_queue)
-        if cq is None:
+        if lq.stop_policy != StopPolicy.NONE:
+            active, reason, message = False, "Stopped", "LocalQueue is stopped"
+        elif cq is None:
             active, reason = False, "ClusterQueueDoesNotExist"
             message = f"Can't submit new workloads to clusterQueue: {lq.cluster_queue} " \
                       "doesn't exist"

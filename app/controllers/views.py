@@ -1,9 +1,9 @@
 """Read-only views of the reconciler's stores for the HTTP side (``app.state``).
 
-- ``StoreAdmissionLookup`` (``app.core.webhook_rules.AdmissionLookup`` and
+- ``StoreAdmissionLookup`` (``app.integrations.webhook.AdmissionLookup`` and
   ``DefaultQueueLookup``): is a Job's Workload admitted; does a namespace have a LocalQueue
   named ``default``.
-- ``StoreExtenderState`` (``app.controllers.nodestore.ExtenderState``): Nodes and GPU usage
+- ``StoreExtenderState`` (``app.extender.nodestore.ExtenderState``): Nodes and GPU usage
   from a ``NodeStore`` fed by the Node and Pod informers, and the Workload of a pod's Job from
   the Job and Workload stores.
 
@@ -13,16 +13,19 @@ Workload's view is cached per resourceVersion.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from app.controllers.context import JOB, LQ, RF, STS, WL, Context
-from app.controllers.convert import toleration
-from app.controllers.nodestore import InMemoryExtenderState, NodeStore
+from app.controllers.context import JOB, LQ, NS, RF, STS, WL, Context
 from app.controllers.workloads import QUOTA_RESERVED, condition, has_admission, is_evicted
-from app.core.extender_rules import FlavorView, PodWorkloadView, view_from_workload
-from app.core.workload import WorkloadSpecError, workload_from_object, workload_name_for_job
+from app.extender.nodestore import InMemoryExtenderState, NodeStore
+from app.extender.rules import FlavorView, PodWorkloadView, view_from_workload
+from app.wire.fields import WorkloadSpecError
+from app.wire.queues import resource_flavor
+from app.wire.workload import workload_from_object, workload_name_for_job
 
 Obj = dict[str, Any]
+log = logging.getLogger(__name__)
 
 
 class StoreAdmissionLookup:
@@ -51,6 +54,11 @@ class StoreAdmissionLookup:
             return None
         return has_admission(wl) and not is_evicted(wl)
 
+    def queued_statefulset(self, namespace: str, name: str) -> Obj | None:
+        """Queued StatefulSet ``namespace/name`` as stored, None when not queued or not
+        synced (the webhook of its ``scale`` subresource reads it)."""
+        return self.ctx.store(STS).get(f"{namespace}/{name}") if self.ctx.synced else None
+
     def statefulset_replicas(self, namespace: str, name: str) -> int | None:
         """``spec.replicas`` of queued StatefulSet ``namespace/name`` (default 1), None when
         unknown (not synced, or not queued)."""
@@ -61,6 +69,17 @@ class StoreAdmissionLookup:
             return None
         value = (sts.get("spec") or {}).get("replicas", 1)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def namespace_managed(self, namespace: str) -> bool | None:
+        """Whether Jobs of ``namespace`` are managed (``settings.jobs``
+        ``managed_jobs_namespace_selector`` against the Namespace's labels); None when
+        unknown (not synced, or the Namespace not seen)."""
+        if not self.ctx.synced:
+            return None
+        ns = self.ctx.store(NS).get(namespace)
+        if ns is None:
+            return None
+        return self.ctx.settings.jobs.namespace_managed(ns["metadata"].get("labels") or {})
 
     def has_default_local_queue(self, namespace: str) -> bool | None:
         if not self.ctx.synced:
@@ -104,9 +123,13 @@ class StoreExtenderState(InMemoryExtenderState):
         if self._flavors is None:
             out = []
             for o in self.ctx.store(RF):
-                spec = o.get("spec") or {}
-                out.append(FlavorView.of(o["metadata"]["name"], spec.get("nodeLabels") or {},
-                                         [toleration(t) for t in spec.get("tolerations") or []]))
+                try:
+                    rf = resource_flavor(o)
+                except WorkloadSpecError as exc:
+                    log.warning("ResourceFlavor %s is unreadable, no node is its: %s",
+                                o["metadata"]["name"], exc)
+                    continue
+                out.append(FlavorView.of(rf.name, rf.node_labels, rf.tolerations))
             self._flavors = tuple(out)
         return self._flavors
 

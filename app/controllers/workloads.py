@@ -31,6 +31,8 @@ ADMITTED = "Admitted"
 EVICTED = "Evicted"
 PREEMPTED = "Preempted"
 REQUEUED = "Requeued"
+DEACTIVATION_TARGET = "DeactivationTarget"
+STOPPED_REASONS = frozenset({"ClusterQueueStopped", "LocalQueueStopped"})
 FINISHED = "Finished"
 
 MAX_MESSAGE = 32768
@@ -39,6 +41,32 @@ MAX_MESSAGE = 32768
 def rfc3339(ts: float) -> str:
     """Seconds since the epoch -> ``2024-01-02T03:04:05Z`` (metav1.Time, second precision)."""
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _seconds(value: Any) -> float | None:
+    """metav1.Time -> seconds since the epoch (None when absent or unreadable)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def execution_deadline(wl: Mapping[str, Any]) -> float | None:
+    """When an admitted Workload exceeds ``spec.maximumExecutionTimeSeconds`` (seconds since
+    the epoch): Admitted=True time + the limit - ``status.accumulatedPastExecutionTimeSeconds``
+    (Kueue v1beta2 Workload); None without a limit or when not admitted."""
+    limit = (wl.get("spec") or {}).get("maximumExecutionTimeSeconds")
+    adm = condition(wl, ADMITTED)
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1 or adm is None \
+            or adm.get("status") != "True" or not has_admission(wl):
+        return None
+    since = _seconds(adm.get("lastTransitionTime"))
+    if since is None:
+        return None
+    past = (wl.get("status") or {}).get("accumulatedPastExecutionTimeSeconds") or 0
+    return since + limit - (past if isinstance(past, int) else 0)
 
 
 def conditions(obj: Mapping[str, Any]) -> list[Obj]:
@@ -137,13 +165,29 @@ def with_admission(wl: Obj, admission: Admission, now: float) -> Obj:
     set_condition(out, ADMITTED, "True", ADMITTED, "The workload is admitted", now)
     _reset_previous(out, EVICTED, now)
     _reset_previous(out, PREEMPTED, now)
+    _restarted(out, now)
     return out
 
 
-def with_pending(wl: Obj, reason: str, message: str, now: float) -> tuple[Obj, bool]:
-    """QuotaReserved=False with the core's ``reason`` / ``message``; (object, changed)."""
+def _restarted(out: Obj, now: float) -> bool:
+    """A Workload a stop policy drained (Requeued=False ``ClusterQueueStopped`` /
+    ``LocalQueueStopped``) is queued or admitted again: Requeued=True ``...Restarted``."""
+    req = condition(out, REQUEUED) or {}
+    if req.get("status") != "False" or req.get("reason") not in STOPPED_REASONS:
+        return False
+    again = str(req["reason"]).replace("Stopped", "Restarted")
+    return set_condition(out, REQUEUED, "True", again, "The queue was restarted", now)
+
+
+def with_pending(wl: Obj, reason: str, message: str, now: float, *,
+                 queued: bool = True) -> tuple[Obj, bool]:
+    """QuotaReserved=False with the core's ``reason`` / ``message``; (object, changed).
+    ``queued``: its queue takes it again (not stopped nor inactive), so a Workload a stop
+    policy drained gets Requeued=True ``ClusterQueueRestarted`` / ``LocalQueueRestarted``."""
     out = copy.deepcopy(wl)
     changed = set_condition(out, QUOTA_RESERVED, "False", reason, message, now)
+    if queued:
+        changed = _restarted(out, now) or changed
     return out, changed
 
 
@@ -154,6 +198,10 @@ def with_eviction(wl: Obj, reason: str, message: str, now: float, *,
     InCohortReclamation, ...). The quota stays held until ``with_released``."""
     out = copy.deepcopy(wl)
     set_condition(out, EVICTED, "True", reason, message, now)
+    if reason.startswith("Deactivated"):  # the request is carried out: Kueue drops it
+        st = out.get("status") or {}
+        st["conditions"] = [c for c in st.get("conditions") or []
+                            if c.get("type") != DEACTIVATION_TARGET]
     if preempted_reason:
         set_condition(out, PREEMPTED, "True", preempted_reason, message, now)
     return out
@@ -161,8 +209,14 @@ def with_eviction(wl: Obj, reason: str, message: str, now: float, *,
 
 def with_released(wl: Obj, now: float) -> Obj:
     """The evicted Workload's Job has stopped: clear ``admission``, QuotaReserved=False,
-    Admitted=False (NoReservation) and Requeued=True with the eviction's reason."""
+    Admitted=False (NoReservation) and Requeued with the eviction's reason: True, or False
+    after a stop policy's drain (Kueue keeps it out of the queue until the queue restarts)."""
     out = copy.deepcopy(wl)
+    adm = condition(out, ADMITTED) or {}
+    since = _seconds(adm.get("lastTransitionTime")) if adm.get("status") == "True" else None
+    if since is not None:  # Kueue accumulates the admitted time across admissions
+        past = int((out.get("status") or {}).get("accumulatedPastExecutionTimeSeconds") or 0)
+        out["status"]["accumulatedPastExecutionTimeSeconds"] = past + max(0, int(now - since))
     out.setdefault("status", {}).pop("admission", None)
     ev = condition(out, EVICTED) or {}
     msg = str(ev.get("message") or "The workload was evicted")
@@ -170,7 +224,11 @@ def with_released(wl: Obj, now: float) -> Obj:
     if condition(out, ADMITTED) is not None:
         set_condition(out, ADMITTED, "False", "NoReservation", "The workload has no reservation",
                       now)
-    set_condition(out, REQUEUED, "True", str(ev.get("reason") or "Evicted"), msg, now)
+    reason = str(ev.get("reason") or "Evicted")
+    # Kueue keeps a Workload drained by a stop policy out of the queue (Requeued=False with
+    # the eviction's reason) until its queue restarts.
+    requeued = "False" if reason in STOPPED_REASONS else "True"
+    set_condition(out, REQUEUED, requeued, reason, msg, now)
     return out
 
 

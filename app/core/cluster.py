@@ -47,6 +47,7 @@ from app.core.spec import (
     ConfigProblem,
     LocalQueue,
     ResourceFlavor,
+    StopPolicy,
     validate_cluster_queue,
     validate_cohort,
 )
@@ -224,6 +225,9 @@ class ClusterState:
         # ClusterQueues with a minimum runtime before preemption (so the scheduler looks for
         # protected victims only when one exists).
         self._min_runtime_cqs: set[ClusterQueueName] = set()
+        # ClusterQueues / LocalQueues whose stopPolicy is HoldAndDrain (``drain``).
+        self._draining_cqs: set[ClusterQueueName] = set()
+        self._draining_lqs: set[str] = set()
         # Cohort -> the problem that disables its subtree (a cycle, an invalid Cohort on the
         # way to the root); recomputed by ``_rebuild_cohorts``.
         self._cohort_problems: dict[CohortName, ConfigProblem] = {}
@@ -306,6 +310,10 @@ class ClusterState:
             self._min_runtime_cqs.add(name)
         else:
             self._min_runtime_cqs.discard(name)
+        if spec.stop_policy == StopPolicy.HOLD_AND_DRAIN:
+            self._draining_cqs.add(name)
+        else:
+            self._draining_cqs.discard(name)
         self._scopes.clear()
         if old is None:
             for key in self._admitted_by_cq.get(name, {}):
@@ -323,6 +331,7 @@ class ClusterState:
         self._mark_cohort(name)
         cq = self._cqs.pop(name)
         self._min_runtime_cqs.discard(name)
+        self._draining_cqs.discard(name)
         self.tree.remove_cluster_queue(name)
         self._scopes.clear()
         for key in [*cq.queue.active(), *cq.queue.parked()]:
@@ -417,6 +426,10 @@ class ClusterState:
     def add_local_queue(self, lq: LocalQueue) -> None:
         """Add or replace a LocalQueue; its pending Workloads are (re)routed."""
         self._lqs[lq.key] = lq
+        if lq.stop_policy == StopPolicy.HOLD_AND_DRAIN:
+            self._draining_lqs.add(lq.key)
+        else:
+            self._draining_lqs.discard(lq.key)
         self._bump_all()
         self._reroute_lq(lq.key)
 
@@ -426,6 +439,7 @@ class ClusterState:
         """Remove LocalQueue ``namespace/name``; its pending Workloads wait for it."""
         if self._lqs.pop(key, None) is None:
             return False
+        self._draining_lqs.discard(key)
         self._bump_all()
         self._reroute_lq(key)
         return True
@@ -565,6 +579,25 @@ class ClusterState:
         self._bump_cq(rec.cq)
         return True
 
+    def drain(self, now: float) -> list[tuple[WorkloadKey, str, str]]:
+        """Admitted Workloads that a ``HoldAndDrain`` stop policy evicts (Kueue ClusterQueue
+        and LocalQueue ``spec.stopPolicy``): each is marked evicting at ``now`` (``evict``)
+        and returned once as ``(key, reason, message)`` with reason ``ClusterQueueStopped`` or
+        ``LocalQueueStopped``. O(admitted Workloads of draining queues)."""
+        out: list[tuple[WorkloadKey, str, str]] = []
+        for name in sorted(self._draining_cqs):
+            for key in list(self._admitted_by_cq.get(name, {})):
+                if self.evict(key, now):
+                    out.append((key, "ClusterQueueStopped",
+                                f"The ClusterQueue {name} is stopped (HoldAndDrain)"))
+        for lq_key in sorted(self._draining_lqs):
+            lq = self._lqs[lq_key]
+            for key in list(self._admitted_by_cq.get(lq.cluster_queue, {})):
+                if self._wls[key].lq_key == lq.key and self.evict(key, now):
+                    out.append((key, "LocalQueueStopped",
+                                f"The LocalQueue {lq.name} is stopped (HoldAndDrain)"))
+        return out
+
     def cancel_eviction(self, key: WorkloadKey) -> bool:
         """Undo ``evict`` (the eviction write failed); the Workload stays admitted."""
         rec = self._wls.get(key)
@@ -666,21 +699,12 @@ class ClusterState:
         key = rec.wl.key
         self._pending_by_lq.setdefault(rec.lq_key, {})[key] = None
         lq = self._lqs.get(rec.lq_key)
-        target = None if lq is None else lq.cluster_queue
+        target = None if lq is None or lq.stop_policy != StopPolicy.NONE else lq.cluster_queue
         if target is None or target not in self._cqs:
             if rec.cq is not None and rec.cq in self._cqs and rec.state == PENDING:
                 self._cqs[rec.cq].queue.remove(key)
             rec.state, rec.cq = ORPHAN, None
-            if lq is None:
-                why = (
-                    PendingReason.LOCAL_QUEUE_NOT_FOUND,
-                    f"LocalQueue {rec.wl.queue_name} doesn't exist in namespace {rec.wl.namespace}",
-                )
-            else:
-                why = (
-                    PendingReason.CLUSTER_QUEUE_NOT_FOUND,
-                    f"ClusterQueue {lq.cluster_queue} doesn't exist",
-                )
+            why = self._orphan_reason(rec)
             if rec.last != why:
                 self._orphan_news[key] = None
             return
@@ -704,11 +728,18 @@ class ClusterState:
                     self._route(rec)
 
     def _orphan_reason(self, rec: _Record) -> tuple[PendingReason, str]:
+        """Why a pending Workload is in no ClusterQueue's heap: its LocalQueue is missing or
+        stopped (Kueue LocalQueue ``stopPolicy``), or its ClusterQueue is missing."""
         lq = self._lqs.get(rec.lq_key)
         if lq is None:
             return (
                 PendingReason.LOCAL_QUEUE_NOT_FOUND,
                 f"LocalQueue {rec.wl.queue_name} doesn't exist in namespace {rec.wl.namespace}",
+            )
+        if lq.stop_policy != StopPolicy.NONE:
+            return (
+                PendingReason.LOCAL_QUEUE_STOPPED,
+                f"LocalQueue {lq.name} is stopped (spec.stopPolicy: {lq.stop_policy})",
             )
         return (
             PendingReason.CLUSTER_QUEUE_NOT_FOUND,
@@ -775,6 +806,14 @@ class ClusterState:
     def cluster_queue_names(self) -> list[ClusterQueueName]:
         """Known ClusterQueue names, sorted."""
         return sorted(self._cqs)
+
+    def local_queue(self, key: str) -> LocalQueue | None:
+        """LocalQueue ``namespace/name`` as last given (None when unknown)."""
+        return self._lqs.get(key)
+
+    def local_queue_keys(self) -> list[str]:
+        """Known LocalQueue keys (``namespace/name``), sorted."""
+        return sorted(self._lqs)
 
     def cluster_queue_spec(self, name: ClusterQueueName) -> ClusterQueueSpec | None:
         """The spec last given for ``name``."""

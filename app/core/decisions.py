@@ -35,20 +35,25 @@ class PendingReason(StrEnum):
     CLUSTER_QUEUE_INACTIVE = "ClusterQueueInactive"
     LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"
     CLUSTER_QUEUE_NOT_FOUND = "ClusterQueueNotFound"
+    LOCAL_QUEUE_STOPPED = "LocalQueueStopped"
 
     @property
     def condition_reason(self) -> str:
-        """Kueue v1beta2 QuotaReserved=False reason for this cause."""
-        return _CONDITION_REASON.get(self, self.value)
+        """Kueue v1beta2's QuotaReserved=False reason for this cause, exactly as Kueue v0.17.1
+        writes it (checked by tests/conformance against real Kueue): ``Inadmissible`` when
+        the Workload has no usable queue (its LocalQueue or ClusterQueue is missing,
+        inactive or stopped: Kueue's workload controller), ``Pending`` for every other cause
+        (the scheduler's: no fit, namespace mismatch, ...). The cause itself stays in
+        ``PendingReason`` (the status API's ``reason``) and in the message."""
+        return "Inadmissible" if self in _NO_QUEUE else "Pending"
 
 
-_CONDITION_REASON = {
-    PendingReason.NAMESPACE_MISMATCH: "Misconfigured",
-    PendingReason.RESOURCE_NOT_COVERED: "Misconfigured",
-    PendingReason.LOCAL_QUEUE_NOT_FOUND: "Misconfigured",
-    PendingReason.CLUSTER_QUEUE_NOT_FOUND: "Misconfigured",
-    PendingReason.CLUSTER_QUEUE_INACTIVE: "Suspended",
-}
+_NO_QUEUE = frozenset({
+    PendingReason.LOCAL_QUEUE_NOT_FOUND,
+    PendingReason.CLUSTER_QUEUE_NOT_FOUND,
+    PendingReason.CLUSTER_QUEUE_INACTIVE,
+    PendingReason.LOCAL_QUEUE_STOPPED,
+})
 
 
 class PreemptionReason(StrEnum):

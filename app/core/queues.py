@@ -5,9 +5,10 @@ Rules (Kueue ``pkg/cache/queue``, reference 3.2 and 3.3):
 - Order: higher priority first, then earlier queue-order timestamp (creation, or eviction
   time of a Workload evicted back to pending), then uid, then ``namespace/name``; a total
   order, so the same input always gives the same head.
-- BestEffortFIFO: a head that issued preemptions stays the head ("sticky") until it is
-  admitted, parked or removed; a head that does not fit is *parked* as inadmissible and the
-  next Workload becomes the head.
+- A head that issued preemptions stays the head ("sticky", either strategy) until it is
+  admitted, parked or removed, so a later higher-priority arrival cannot take the capacity
+  its victims free. BestEffortFIFO: a head that does not fit is *parked* as inadmissible
+  and the next Workload becomes the head.
 - StrictFIFO: a head that does not fit stays the head and blocks the queue; only a
   namespace mismatch parks it.
 - Parked Workloads return to the heap on ``unpark`` (the cluster calls it when capacity
@@ -119,11 +120,17 @@ class PendingQueue:
         return iter(list(self._active))
 
     def ordered(self) -> list[tuple[WorkloadKey, bool]]:
-        """All pending keys in queue order with ``parked`` flags (O(n log n), for status)."""
+        """All pending keys in queue order with ``parked`` flags (O(n log n), for status).
+        The sticky preemptor comes first, as ``head`` evaluates it first: positions in the
+        status API match the order the scheduler admits in."""
         items = [(k, False) for k in self._active.values()]
         items += [(k, True) for k in self._parked.values()]
         items.sort()
-        return [(k[3], parked) for k, parked in items]
+        out = [(k[3], parked) for k, parked in items]
+        if self.sticky is not None and self.sticky in self._active:
+            out.remove((self.sticky, False))
+            out.insert(0, (self.sticky, False))
+        return out
 
     def _maybe_compact(self) -> None:
         if len(self._heap) > 64 and len(self._heap) > 2 * len(self._active):

@@ -84,7 +84,7 @@ already being evicted issues no new preemption (acceptance KQ-18, KQ-29).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeAlias
 
 from app.core.cluster import ClusterState, _Record
@@ -105,11 +105,12 @@ from app.core.spec import (
     WithinClusterQueue,
 )
 from app.core.types import ClusterQueueName, FlavorResource, WorkloadKey
+from app.core.workload import Workload
 
 __all__ = ["Cluster", "MIN_RUNTIME_ANNOTATION", "RECLAIM_BACKOFF_ANNOTATION"]
 
 # pykueue's ClusterQueue annotations for bounded preemption (named in Pending messages; read
-# by app/controllers/convert.py).
+# by app/wire/queues.py).
 MIN_RUNTIME_ANNOTATION = "pykueue.dev/min-runtime-before-preemption"
 RECLAIM_BACKOFF_ANNOTATION = "pykueue.dev/reclaim-backoff"
 
@@ -474,6 +475,7 @@ class Cluster(ClusterState):
                     tuple(ps.node_selector.items()),
                     ps.affinity_terms,
                     ps.tolerations,
+                    ps.min_count,
                 )
                 for ps in wl.pod_sets
             )
@@ -502,6 +504,31 @@ class Cluster(ClusterState):
         return a
 
     def _assign(self, rec: _Record, spec: ClusterQueueSpec) -> Assignment:
+        """Flavor assignment of ``rec`` in ``spec``; with partial admission (a podSet with
+        ``min_count``, Kueue PartialAdmission) and neither Fit nor preemption targets for
+        the full count, the largest count down to ``min_count`` that gets one (binary
+        search, Kueue ``flavorassigner/podset_reducer.go``); its ``admission`` carries the
+        reduced count."""
+        full = self._assign_shape(rec, spec, rec.wl)
+        reducible = [i for i, ps in enumerate(rec.wl.pod_sets)
+                     if ps.min_count is not None and ps.min_count < ps.count]
+        if full.mode >= Mode.PREEMPT or not reducible:
+            return full
+        i = reducible[0]  # Kueue allows minCount on one podSet only (a CRD rule)
+        ps = rec.wl.pod_sets[i]
+        lo, hi, best = ps.min_count or 1, ps.count - 1, None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            sets = list(rec.wl.pod_sets)
+            sets[i] = replace(ps, count=mid)
+            a = self._assign_shape(rec, spec, replace(rec.wl, pod_sets=tuple(sets)))
+            if a.mode >= Mode.PREEMPT:
+                best, lo = a, mid + 1
+            else:
+                hi = mid - 1
+        return best if best is not None else full
+
+    def _assign_shape(self, rec: _Record, spec: ClusterQueueSpec, wl: Workload) -> Assignment:
         cands: list[Candidate] | None = None
         preemptor = self._preemptor(rec, spec)
 
@@ -523,7 +550,7 @@ class Cluster(ClusterState):
             return Mode.PREEMPT, borrow
 
         return assign_flavors(
-            rec.wl, spec, self._flavors, self.tree, oracle, self.fair_sharing is not None
+            wl, spec, self._flavors, self.tree, oracle, self.fair_sharing is not None
         )
 
     # ---- processing ------------------------------------------------------------------------

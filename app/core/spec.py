@@ -306,11 +306,14 @@ class CohortSpec:
 
 @dataclass(frozen=True, slots=True)
 class LocalQueue:
-    """Kueue v1beta2 LocalQueue: ``namespace/name`` pointing at ``spec.clusterQueue``."""
+    """Kueue v1beta2 LocalQueue: ``namespace/name`` pointing at ``spec.clusterQueue``.
+    ``stop_policy`` (Kueue LocalQueue ``spec.stopPolicy``): ``Hold`` admits none of its
+    Workloads; ``HoldAndDrain`` also evicts its admitted ones (reason ``LocalQueueStopped``)."""
 
     namespace: str
     name: str
     cluster_queue: ClusterQueueName
+    stop_policy: StopPolicy = StopPolicy.NONE
 
     @property
     def key(self) -> str:

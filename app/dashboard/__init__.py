@@ -1,6 +1,6 @@
 """The dashboard's browser side: ``static/`` (index.html, app.js, app.css and vendored uPlot)
 served by ``pykueue serve`` at ``/dashboard`` (``app.api.dashboard``) and by
-``pykueue dashboard`` on localhost (``app.dashboard.local``)."""
+``pykueue dashboard`` on localhost (``app.cli.dashboard``)."""
 
 from pathlib import Path
 

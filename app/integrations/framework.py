@@ -50,7 +50,9 @@ class JobKind(Protocol):
     object, default the store's), ``group_workloads = True`` (its Workloads carry
     ``GROUP_WORKLOAD_ANNOTATION`` instead of a controller ownerReference) and
     ``fewer_pods_match = True`` (pods that finished or went count as still matching the
-    admission; only more pods, or other requests, do not).
+    admission; only more pods, or other requests, do not) and ``trim(ctx, obj, workload)``
+    (delete the members the object may not have, e.g. a pod group's excess pods; returns the
+    object without them).
     """
 
     key: str
@@ -131,6 +133,14 @@ def lookup(kind: JobKind, ctx: Context, ns: str, name: str) -> Obj | None:
     return ctx.store(kind.key).get(f"{ns}/{name}")
 
 
+async def trim(kind: JobKind, ctx: Context, obj: Obj, workload: Mapping[str, Any] | None) -> Obj:
+    """``kind.trim`` when the kind has one (module doc of ``JobKind``), else ``obj``."""
+    fn = getattr(kind, "trim", None)
+    if fn is None:
+        return obj
+    return await fn(ctx, obj, workload)  # type: ignore[no-any-return]
+
+
 @dataclass(frozen=True, slots=True)
 class Owner:
     """The object of a registered kind that controls a Workload."""
@@ -168,6 +178,15 @@ class Registry:
 
     def get(self, key: str) -> JobKind | None:
         return self._by_key.get(key)
+
+    def controlled_by_a_kind(self, obj: Mapping[str, Any]) -> bool:
+        """True when ``obj``'s controller ownerReference names a registered kind (Kueue's
+        "managed ancestor": such an object is its owner's business)."""
+        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+            group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+            if ref.get("controller") and (group, str(ref.get("kind", ""))) in self._by_gk:
+                return True
+        return False
 
     def owner_of(self, workload: Mapping[str, Any]) -> Owner | None:
         """The registered object controlling ``workload`` (its controller ownerReference, or

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.core.webhook_rules import (
+from app.integrations.webhook import (
     JsonPatchOp,
     UnreadableObjectError,
     WebhookPolicy,
@@ -25,7 +25,7 @@ from app.core.webhook_rules import (
     read_labels,
     read_queue_name,
 )
-from app.integrations.labels import MANAGED_LABEL, PRIORITY_CLASS_LABEL, SUSPENDING_PARENT
+from app.wire.names import MANAGED_LABEL, PRIORITY_CLASS_LABEL, SUSPENDING_PARENT
 
 
 def _obj(value: Any, where: str) -> Mapping[str, Any]:

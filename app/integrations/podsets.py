@@ -16,7 +16,6 @@ from app.integrations.framework import StartError
 
 Obj = dict[str, Any]
 
-PODSET_LABEL = "kueue.x-k8s.io/podset"
 
 
 class InjectionConflict(StartError, ValueError):

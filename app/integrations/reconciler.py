@@ -28,10 +28,11 @@ import asyncio
 import copy
 import logging
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from app.controllers.client import WORKLOADS
-from app.controllers.context import PC, WL, WPC, Context
+from app.controllers.context import NS, PC, WL, WPC, Context
 from app.controllers.errors import Conflict, NotFound, Permanent
 from app.controllers.events import NORMAL, WARNING
 from app.controllers.informers import DELETED
@@ -44,7 +45,7 @@ from app.controllers.workloads import (
     with_released,
 )
 from app.controllers.workqueue import WorkQueue, work
-from app.core.workload import WorkloadSpecError, admission_mismatch, workload_from_object
+from app.core.workload import admission_mismatch
 from app.integrations.framework import (
     JobKind,
     Owner,
@@ -53,7 +54,10 @@ from app.integrations.framework import (
     lookup,
     object_key,
     source_of,
+    trim,
 )
+from app.wire.fields import WorkloadSpecError
+from app.wire.workload import workload_from_object
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +192,8 @@ class JobReconciler:
         """One pass over ``kind``'s object ``ns/name``; returns seconds to look again."""
         ctx = self.ctx
         obj = lookup(kind, ctx, ns, name)
-        if obj is None or not kind.queue_name(obj):  # an empty queue name is no queue
+        # An empty queue name is no queue, unless unlabelled jobs are managed.
+        if obj is None or not (kind.queue_name(obj) or self._manages_unlabelled(kind, obj, ns)):
             await self._gone(kind, ns, name)
             return None
         wl = ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}")
@@ -207,10 +212,13 @@ class JobReconciler:
                                   f"Workload '{ns}/{wl['metadata']['name']}' is declared finished")
                 ctx.wake()
             return None
+        if wl is not None and is_finished(wl):
+            return None
+        # Members beyond the group's count go first (Kueue deletes excess pods and admits
+        # the rest, rather than refusing the whole group).
+        obj = await trim(kind, ctx, obj, wl)
         if wl is None:
             return await self._without_workload(kind, obj)
-        if is_finished(wl):
-            return None
         if has_admission(wl) and not is_evicted(wl) and is_active(wl):
             why = self._admission_mismatch(kind, obj, wl)
             if why is not None:
@@ -226,6 +234,21 @@ class JobReconciler:
             return None
         await self._maybe_rebuild(kind, obj, wl)
         return None
+
+    def _manages_unlabelled(self, kind: JobKind, obj: Obj, ns: str) -> bool:
+        """Kueue ``manageJobsWithoutQueueName``: a job without a queue name is queued (its
+        Workload waits for a LocalQueue) when the setting is on, its kind takes part
+        (``manages_unlabelled``), its namespace matches ``managedJobsNamespaceSelector`` and
+        no other job kind controls it (Kueue's managed-ancestor rule)."""
+        jobs = self.ctx.settings.jobs
+        if not jobs.manage_jobs_without_queue_name or not getattr(kind, "manages_unlabelled",
+                                                                  False):
+            return False
+        namespace = self.ctx.store(NS).get(ns)
+        if namespace is None or not jobs.namespace_managed(
+                namespace["metadata"].get("labels") or {}):
+            return False
+        return not self.registry.controlled_by_a_kind(obj)
 
     def _owns(self, kind: JobKind, obj: Obj, ns: str, name: str, wl: Obj) -> bool:
         """True when ``wl`` is the Workload of ``kind``'s object ``ns/name`` (its controller
@@ -246,6 +269,10 @@ class JobReconciler:
             have = workload_from_object(wl)
         except WorkloadSpecError as exc:
             return f"the {kind.kind} cannot be read: {exc}"
+        if kind.is_suspended(obj) and not kind.is_started(obj):
+            # Not started yet: it matches the Workload's spec (a partial admission's count
+            # is applied when it starts), as Kueue's EquivalentToWorkload for a suspended job.
+            have = replace(have, admission=None)
         return admission_mismatch(want.pod_sets, have,
                                   fewer_ok=bool(getattr(kind, "fewer_pods_match", False)))
 

@@ -27,8 +27,8 @@ strings ``"200ms"``, ``"1.5s"``, ``"2m"``, ``"1h"``; amounts are Kubernetes quan
 
     <clusterQueue>: name, count (replicas), namespace (of its own LocalQueue, default
       "default"; the LocalQueue is named like the ClusterQueue), queueingStrategy,
-      namespaceSelector (default {} = all namespaces), preemption, flavorFungibility,
-      stopPolicy, resourceGroups (Kueue's form), fairSharing {weight}, workloads:
+      namespaceSelector ({} = all namespaces; unset = none, as Kueue), preemption,
+      flavorFungibility, stopPolicy, resourceGroups (Kueue's form), fairSharing {weight}, workloads:
       [<workloadClass>, ...] submitted to its own LocalQueue.
 
 A `cohorts` entry with ``parentName``, ``resourceGroups`` or ``fairSharing`` is a Cohort
@@ -58,29 +58,18 @@ from yaml.constructor import ConstructorError, SafeConstructor
 
 from app.core.quantity import US, QuantityError, parse_duration_us, parse_quantity
 from app.core.spec import (
-    BorrowWithinCohort,
     ClusterQueueSpec,
     CohortSpec,
-    FlavorFungibility,
-    FlavorQuotas,
-    FungibilityPolicy,
-    FungibilityPreference,
-    LabelSelector,
-    LabelSelectorRequirement,
+    ConfigProblem,
     LocalQueue,
-    PreemptionPolicy,
-    QueueingStrategy,
-    ReclaimWithinCohort,
     ResourceFlavor,
-    ResourceGroup,
-    ResourceQuota,
-    StopPolicy,
-    WithinClusterQueue,
     validate_cluster_queue,
     validate_cohort,
 )
 from app.core.types import ClusterQueueName, CohortName, FlavorName, ResourceName
-from app.core.workload import PodSet, Taint, Toleration, Workload
+from app.core.workload import PodSet, Workload
+from app.wire import queues as wire
+from app.wire.fields import WorkloadSpecError
 
 __all__ = [
     "Arrival",
@@ -302,6 +291,41 @@ class _N:
             out[key] = str(raw)
         return out
 
+    def plain(self, shape: Any) -> Any:
+        """The node as plain JSON values, every mapping key checked against ``shape``: a dict
+        (allowed keys -> their shapes), a one-element list (a list of that shape), ``ANY``
+        (a mapping of strings, e.g. labels) or ``None`` (a scalar)."""
+        if isinstance(shape, dict):
+            m = self.map(tuple(shape))
+            return {k: v.plain(shape[k]) for k, v in m.items()}
+        if isinstance(shape, list):
+            return [x.plain(shape[0]) for x in self.seq()]
+        if shape is ANY:
+            return self.labels()
+        if not isinstance(self.node, yaml.ScalarNode):
+            self.fail(f"expected a value, got {_kind(self.node)}")
+        return self.value()
+
+    def at(self, path: str) -> _N:
+        """The deepest node on a wire field path (``spec.resourceGroups[0].flavors[1].name``,
+        the ``spec.`` prefix dropped), for the line of a reader's error."""
+        here = self
+        for part in re.findall(r"[^.\[\]]+|\[\d+\]", path.removeprefix("spec.")):
+            node = here.node
+            if part.startswith("[") and isinstance(node, yaml.SequenceNode):
+                i = int(part[1:-1])
+                if i >= len(node.value):
+                    break
+                here = _N(node.value[i], here.src, f"{here.path}{part}")
+            elif isinstance(node, yaml.MappingNode):
+                hit = [v for k, v in node.value if getattr(k, "value", None) == part]
+                if not hit:
+                    break
+                here = _N(hit[0], here.src, f"{here.path}.{part}" if here.path else part)
+            else:
+                break
+        return here
+
     def enum(self, kind: type[E]) -> E:
         v = self.str()
         try:
@@ -334,6 +358,23 @@ _CLASS = ("class", "count", "interval", "start", "request", "pods", "runtime", "
           "localQueue")
 _ARRIVAL = ("at", "name", "class", "localQueue", "request", "pods", "runtime", "priority")
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+ANY = object()  # plain(): a mapping of string values
+# Kueue v1beta2 shapes of the queue objects' fields a trace may write (plain() checks keys).
+_TOLERATION = {"key": None, "operator": None, "value": None, "effect": None}
+_FLAVOR = {"name": None, "nodeLabels": ANY, "nodeTaints": [{"key": None, "value": None,
+                                                           "effect": None}],
+           "tolerations": [_TOLERATION]}
+_GROUPS = [{"coveredResources": [None], "flavors": [{"name": None, "resources": [
+    {"name": None, "nominalQuota": None, "borrowingLimit": None, "lendingLimit": None}]}]}]
+_SPEC = {
+    "queueingStrategy": None, "stopPolicy": None, "resourceGroups": _GROUPS,
+    "namespaceSelector": {"matchLabels": ANY, "matchExpressions": [
+        {"key": None, "operator": None, "values": [None]}]},
+    "preemption": {"withinClusterQueue": None, "reclaimWithinCohort": None,
+                   "borrowWithinCohort": {"policy": None, "maxPriorityThreshold": None}},
+    "flavorFungibility": {"whenCanBorrow": None, "whenCanPreempt": None, "preference": None},
+    "fairSharing": {"weight": None}, "parentName": None,
+}
 
 
 class _Parser:
@@ -407,51 +448,55 @@ class _Parser:
 
     # ---- ResourceFlavor -------------------------------------------------------------------
     def flavor(self, n: _N) -> ResourceFlavor:
-        m = n.map(("name", "nodeLabels", "nodeTaints", "tolerations"), ("name",))
+        m = n.map(tuple(_FLAVOR), ("name",))
         name = self.name(m["name"], "ResourceFlavor")
         self.unique(m["name"], "ResourceFlavor", name)
-        taints = tuple(
-            Taint(tm["key"].str(), tm["value"].str() if "value" in tm else "",
-                  tm["effect"].str() if "effect" in tm else "NoSchedule")
-            for tm in (x.map(("key", "value", "effect"), ("key",))
-                       for x in (m["nodeTaints"].seq() if "nodeTaints" in m else []))
-        )
-        flavor = ResourceFlavor(
-            FlavorName(name), m["nodeLabels"].labels() if "nodeLabels" in m else {}, taints,
-            tuple(self.toleration(x) for x in (m["tolerations"].seq()
-                                               if "tolerations" in m else [])),
-        )
+        spec = {k: v.plain(_FLAVOR[k]) for k, v in m.items() if k != "name"}
+        try:
+            flavor = wire.resource_flavor({"metadata": {"name": name}, "spec": spec})
+        except WorkloadSpecError as exc:
+            n.at(exc.field).fail(str(exc).removeprefix(f"{exc.field}: "))
         self.flavors[flavor.name] = flavor
         return flavor
 
-    def toleration(self, n: _N) -> Toleration:
-        m = n.map(("key", "operator", "value", "effect"))
-        return Toleration(*(m[f].str() if f in m else d for f, d in
-                            (("key", ""), ("operator", "Equal"), ("value", ""), ("effect", ""))))
+    def read(self, n: _N, reader: Any, obj: dict[str, Any], what: str) -> Any:
+        """``reader(obj)`` (an ``app.wire.queues`` reader); its problem fails the trace at
+        the line of the field it names."""
+        spec, problem = reader(obj)
+        if problem is not None:
+            n.at(problem.field).fail(f"{_why(problem)} ({what})")
+        return spec
+
+    def spec(self, m: dict[str, _N], keys: tuple[str, ...]) -> dict[str, Any]:
+        return {k: m[k].plain(_SPEC[k]) for k in keys if k in m}
 
     # ---- Cohort ---------------------------------------------------------------------------
-    def weight(self, m: dict[str, _N]) -> int:
-        """``fairSharing.weight`` in milli-units (default 1 = 1000)."""
-        if "fairSharing" not in m:
-            return 1000
-        fm = m["fairSharing"].map(("weight",))
-        return fm["weight"].quantity("cpu") if "weight" in fm else 1000  # cpu: milli-units
-
     def cohort(self, m: dict[str, _N], name: str, n: _N) -> CohortSpec:
         self.name(_Named(m["name"], name), "cohort")
         self.unique(m["name"], "Cohort", name)
-        spec = CohortSpec(
-            CohortName(name),
-            CohortName(self.name(m["parentName"], "cohort")) if "parentName" in m else None,
-            tuple(self.resource_group(g) for g in m["resourceGroups"].seq())
-            if "resourceGroups" in m else (),
-            self.weight(m),
-        )
+        if "parentName" in m:
+            self.name(m["parentName"], "cohort")
+        self.check_flavors(m)
+        obj = {"metadata": {"name": name},
+               "spec": self.spec(m, ("parentName", "resourceGroups", "fairSharing"))}
+        spec = self.read(n, wire.cohort, obj, f"Cohort {name}")
         problem = validate_cohort(spec)
         if problem is not None:
-            why = problem.message.removeprefix("Can't admit new workloads: ")
-            n.fail(f"Cohort {name}: {why}")
+            n.at(problem.field).fail(f"{_why(problem)} (Cohort {name})")
         return spec
+
+    def check_flavors(self, m: dict[str, _N]) -> None:
+        """Every flavor a ``resourceGroups`` names is defined under ``flavors``."""
+        for g in m["resourceGroups"].seq() if "resourceGroups" in m else []:
+            gm = g.map(tuple(_GROUPS[0]), tuple(_GROUPS[0]))
+            for fn in gm["flavors"].seq():
+                fm = fn.map(("name", "resources"), ("name", "resources"))
+                if fm["name"].str() not in self.flavors:
+                    fm["name"].fail(f"ResourceFlavor {fm['name'].str()!r} is not defined "
+                                    "under `flavors`")
+                for rn in fm["resources"].seq():
+                    rn.map(tuple(_GROUPS[0]["flavors"][0]["resources"][0]),
+                           ("name", "nominalQuota"))
 
     # ---- ClusterQueue ---------------------------------------------------------------------
     def cluster_queue(self, t: Trace, n: _N, cohort: CohortName | None, c: int,
@@ -464,10 +509,12 @@ class _Parser:
         count = m["count"].int(1) if "count" in m else 1
         base = m["name"].str()
         ns = self.name(m["namespace"], "namespace") if "namespace" in m else "default"
-        groups = tuple(self.resource_group(g) for g in m["resourceGroups"].seq())
-        pre = self.preemption(m["preemption"]) if "preemption" in m else PreemptionPolicy()
-        fung = (self.fungibility(m["flavorFungibility"]) if "flavorFungibility" in m
-                else FlavorFungibility())
+        self.check_flavors(m)
+        spec_obj = self.spec(m, ("queueingStrategy", "stopPolicy", "resourceGroups",
+                                 "namespaceSelector", "preemption", "flavorFungibility",
+                                 "fairSharing"))
+        if cohort is not None:
+            spec_obj["cohortName"] = str(cohort)
         for q in range(count):
             if "{" in base:
                 name = self.replica_name(m["name"], base, {"c": c, "q": q}, False, "q")
@@ -476,20 +523,12 @@ class _Parser:
                     f"-{q}" if count > 1 else "")
             self.name(_Named(m["name"], name), "ClusterQueue")
             self.unique(m["name"], "ClusterQueue", name)
-            spec = ClusterQueueSpec(
-                ClusterQueueName(name), groups, cohort,
-                m["queueingStrategy"].enum(QueueingStrategy) if "queueingStrategy" in m
-                else QueueingStrategy.BEST_EFFORT_FIFO,
-                self.selector(m["namespaceSelector"]) if "namespaceSelector" in m
-                else LabelSelector(),
-                pre, fung,
-                m["stopPolicy"].enum(StopPolicy) if "stopPolicy" in m else StopPolicy.NONE,
-                fair_weight_milli=self.weight(m),
-            )
+            spec = self.read(n, wire.cluster_queue,
+                             {"metadata": {"name": name}, "spec": spec_obj},
+                             f"ClusterQueue {name}")
             problem = validate_cluster_queue(spec, self.flavors)
             if problem is not None and problem.reason != "Stopped":
-                why = problem.message.removeprefix("Can't admit new workloads: ")
-                n.fail(f"ClusterQueue {name}: {why}")
+                n.at(problem.field).fail(f"{_why(problem)} (ClusterQueue {name})")
             t.cluster_queues.append(spec)
             t.cq_class[spec.name] = base.split("{")[0].rstrip("-") or base
             self.cq_lines[name] = n
@@ -502,71 +541,6 @@ class _Parser:
         self.unique(n, "LocalQueue", lq.key)
         self.lq_lines[lq.key] = n
         t.local_queues.append(lq)
-
-    def resource_group(self, n: _N) -> ResourceGroup:
-        m = n.map(("coveredResources", "flavors"), ("coveredResources", "flavors"))
-        covered = tuple(ResourceName(x.str()) for x in m["coveredResources"].seq())
-        flavors = []
-        for fn in m["flavors"].seq():
-            fm = fn.map(("name", "resources"), ("name", "resources"))
-            fname = fm["name"].str()
-            if fname not in self.flavors:
-                fm["name"].fail(f"ResourceFlavor {fname!r} is not defined under `flavors`")
-            quotas = []
-            for rn in fm["resources"].seq():
-                rm = rn.map(("name", "nominalQuota", "borrowingLimit", "lendingLimit"),
-                            ("name", "nominalQuota"))
-                r = rm["name"].str()
-                quotas.append(ResourceQuota(
-                    ResourceName(r), rm["nominalQuota"].quantity(r),
-                    rm["borrowingLimit"].quantity(r) if "borrowingLimit" in rm else None,
-                    rm["lendingLimit"].quantity(r) if "lendingLimit" in rm else None,
-                ))
-            flavors.append(FlavorQuotas(FlavorName(fname), tuple(quotas)))
-        return ResourceGroup(covered, tuple(flavors))
-
-    def preemption(self, n: _N) -> PreemptionPolicy:
-        m = n.map(("withinClusterQueue", "reclaimWithinCohort", "borrowWithinCohort"))
-        borrow, threshold = BorrowWithinCohort.NEVER, None
-        if "borrowWithinCohort" in m:
-            bm = m["borrowWithinCohort"].map(("policy", "maxPriorityThreshold"))
-            if "policy" in bm:
-                borrow = bm["policy"].enum(BorrowWithinCohort)
-            if "maxPriorityThreshold" in bm:
-                threshold = bm["maxPriorityThreshold"].int()
-        return PreemptionPolicy(
-            m["withinClusterQueue"].enum(WithinClusterQueue) if "withinClusterQueue" in m
-            else WithinClusterQueue.NEVER,
-            m["reclaimWithinCohort"].enum(ReclaimWithinCohort) if "reclaimWithinCohort" in m
-            else ReclaimWithinCohort.NEVER,
-            borrow, threshold,
-        )
-
-    def fungibility(self, n: _N) -> FlavorFungibility:
-        m = n.map(("whenCanBorrow", "whenCanPreempt", "preference"))
-        d = FlavorFungibility()
-        return FlavorFungibility(
-            m["whenCanBorrow"].enum(FungibilityPolicy) if "whenCanBorrow" in m
-            else d.when_can_borrow,
-            m["whenCanPreempt"].enum(FungibilityPolicy) if "whenCanPreempt" in m
-            else d.when_can_preempt,
-            m["preference"].enum(FungibilityPreference) if "preference" in m else None,
-        )
-
-    def selector(self, n: _N) -> LabelSelector:
-        m = n.map(("matchLabels", "matchExpressions"))
-        exprs = []
-        for en in m["matchExpressions"].seq() if "matchExpressions" in m else []:
-            em = en.map(("key", "operator", "values"), ("key", "operator"))
-            op = em["operator"].str()
-            if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
-                em["operator"].fail(f"unsupported operator {op!r} "
-                                    "(one of In, NotIn, Exists, DoesNotExist)")
-            exprs.append(LabelSelectorRequirement(
-                em["key"].str(), op,
-                tuple(v.str() for v in em["values"].seq()) if "values" in em else ()))
-        return LabelSelector(m["matchLabels"].labels() if "matchLabels" in m else {},
-                             tuple(exprs))
 
     # ---- workloads ------------------------------------------------------------------------
     def requests(self, n: _N) -> dict[ResourceName, int]:
@@ -617,6 +591,13 @@ class _Parser:
             requests=self.requests(m["request"]), runtime_us=m["runtime"].duration_us(),
             priority=m["priority"].int() if "priority" in m else 0, line=n.line,
         )
+
+
+def _why(problem: ConfigProblem) -> str:
+    """A reader's problem message without the prefix and the field path the trace error
+    already shows."""
+    why = problem.message.removeprefix("Can't admit new workloads: ")
+    return why.removeprefix(f"{problem.field}: ")
 
 
 class _Named(_N):

@@ -20,12 +20,12 @@ from tests.labfixture import LabHandle, wait_for
 GROUP = "kueue.x-k8s.io/v1beta2"
 
 # QuotaReserved=False reasons: Kueue v0.17.1's (scheduler.go: "Pending" for any Workload that
-# does not fit; workload_controller.go: "Inadmissible" for a missing or inactive queue) and
-# pykueue's, which differ (docs/architecture.md, "Differences from Kueue v0.17.1").
+# does not fit; workload_controller.go: "Inadmissible" for a missing or inactive queue), which
+# pykueue writes too (docs/architecture.md, "Differences from Kueue v0.17.1").
 PENDING_REASONS = {
-    "no-fit": {"kueue": "Pending", "pykueue": "WaitingForQuota"},
-    "cq-stopped": {"kueue": "Inadmissible", "pykueue": "Suspended"},
-    "cq-missing": {"kueue": "Inadmissible", "pykueue": "Misconfigured"},
+    "no-fit": {"kueue": "Pending", "pykueue": "Pending"},
+    "cq-stopped": {"kueue": "Inadmissible", "pykueue": "Inadmissible"},
+    "cq-missing": {"kueue": "Inadmissible", "pykueue": "Inadmissible"},
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from app.core.workload import workload_from_job, workload_from_object, workload_object_for_job
+from app.wire.workload import workload_from_job, workload_from_object, workload_object_for_job
 from tests.labfixture import LabHandle, wait_for
 
 pytestmark = pytest.mark.lab
@@ -325,6 +325,12 @@ INVALID = [
         "spec.nodeTaints[0].effect",
         "Unsupported value",
         id="unknown taint effect",
+    ),
+    pytest.param(
+        _rf(nodeLabels={"pool": "a"}, topologyName="default"),
+        "spec.topologyName",
+        "does not implement Topology-Aware Scheduling",
+        id="topologyName refused (no TAS)",
     ),
     pytest.param(
         _rf(tolerations=[{"key": f"k{i}", "operator": "Exists"} for i in range(9)]),

@@ -25,13 +25,13 @@ from typing import Any
 import pytest
 import uvicorn
 
-from app.certs import ensure_certs, ensure_client_cert
 from app.config import ServerSettings, Settings
-from app.controllers.nodestore import InMemoryExtenderState, NodeStore
-from app.core.extender_rules import FlavorView, PodWorkloadView
 from app.core.workload import Toleration
+from app.extender.nodestore import InMemoryExtenderState, NodeStore
+from app.extender.rules import FlavorView, PodWorkloadView
 from app.main import create_app
 from app.serving import uvicorn_config
+from certs.pki import ensure_certs, ensure_client_cert
 from tests.labfixture import LabHandle, wait_for
 
 pytestmark = pytest.mark.lab

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from app.core.workload import workload_name_for_job
+from app.wire.workload import workload_name_for_job
 from tests.integration.reconciler_support import (
     FLAVOR,
     apply,

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from app.core.workload import workload_name_for_owner
+from app.wire.workload import workload_name_for_owner
 from tests.integration.reconciler_support import (
     apply,
     cond,

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from app.certs import ensure_certs
+from certs.pki import ensure_certs
 from tests.labfixture import LabHandle, wait_for
 from tests.pykueue_server import PykueueServer
 

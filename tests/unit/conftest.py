@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.certs import ensure_certs
+from certs.pki import ensure_certs
 from tests.status_server import Server
 
 

@@ -7,14 +7,8 @@ import copy
 from dataclasses import replace
 
 from app.core.types import ClusterQueueName, FlavorName, ResourceName
-from app.core.workload import (
-    Admission,
-    PodSetAssignment,
-    admission_mismatch,
-    workload_from_job,
-    workload_from_object,
-    workload_object_for_job,
-)
+from app.core.workload import Admission, PodSetAssignment, admission_mismatch
+from app.wire.workload import workload_from_job, workload_from_object, workload_object_for_job
 from tests.unit.test_job_to_workload import container, job
 
 GPU = ResourceName("nvidia.com/gpu")

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.workload import WorkloadSpecError, admission_mismatch, workload_from_object
-from app.integrations.labels import FAST_ADMISSION_ANNOTATION
+from app.core.workload import admission_mismatch
 from app.integrations.pod.rules import ROLE_HASH_ANNOTATION, role_hash, validate_pod
 from app.integrations.podgroup.group import KIND
+from app.wire.fields import WorkloadSpecError
+from app.wire.names import FAST_ADMISSION_ANNOTATION
+from app.wire.workload import workload_from_object
 from tests.unit.test_pod_group import group, member
 from tests.unit.test_pod_integration import KINDS, POLICY
 
@@ -92,7 +94,7 @@ def test_a_member_resized_in_place_no_longer_matches():
     """Same role hash (set at creation), other requests now: the group must not match."""
     import pytest
 
-    from app.core.workload import WorkloadSpecError
+    from app.wire.fields import WorkloadSpecError
 
     a, b = member("a", total="2"), member("b", total="2")
     b["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "8"

@@ -1,4 +1,4 @@
-"""The certificate generator (app.certs, certs/generate.py): SANs, chain, idempotency, TLS."""
+"""The certificate generator (certs/pki.py, certs/generate.py): SANs, chain, idempotency, TLS."""
 
 from __future__ import annotations
 
@@ -15,7 +15,14 @@ import pytest
 from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store
 
-from app.certs import cert_hosts, default_hosts, ensure_certs
+from certs.pki import (
+    cert_hosts,
+    default_hosts,
+    ensure_ca,
+    ensure_certs,
+    ensure_leaf,
+    ensure_signing_key_pair,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 IN_CLUSTER = [
@@ -193,3 +200,66 @@ def test_python_tls_handshake_with_the_generated_files(out: Path) -> None:
     finally:
         thread.join(timeout=5)
         listener.close()
+
+
+# --- the lab's PKI (hack/lab.py) comes from the same generator -------------------------------
+
+
+def test_lab_client_certificate_carries_the_groups_kubernetes_reads(tmp_path: Path) -> None:
+    """kube-apiserver maps a client certificate's CN to the user and each O to a group
+    (Kubernetes "X509 client certificates"): the lab's admin is in system:masters."""
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    ensure_ca(tmp_path, common_name="pykueue-lab-ca")
+    paths = ensure_leaf(tmp_path, "admin", "lab-admin", server=False,
+                        organizations=["system:masters"])
+    assert paths.created == ("admin.crt", "admin.key")
+    leaf = load(paths.cert)
+    leaf.verify_directly_issued_by(load(tmp_path / "ca.crt"))
+    assert [a.value for a in leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)] == [
+        "lab-admin"]
+    assert [a.value for a in leaf.subject.get_attributes_for_oid(
+        NameOID.ORGANIZATION_NAME)] == ["system:masters"]
+    usages = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usages) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert (tmp_path / "admin.key").stat().st_mode & 0o777 == 0o600
+    # kept while current; another group is another subject, so it is remade
+    assert ensure_leaf(tmp_path, "admin", "lab-admin", server=False,
+                       organizations=["system:masters"]).created == ()
+    assert ensure_leaf(tmp_path, "admin", "lab-admin", server=False).created == (
+        "admin.crt", "admin.key")
+
+
+def test_lab_serving_certificate_names_the_in_cluster_api_server(tmp_path: Path) -> None:
+    hosts = ("localhost", "kubernetes.default.svc", "127.0.0.1", "10.0.0.1")
+    ensure_ca(tmp_path)
+    paths = ensure_leaf(tmp_path, "apiserver", "kube-apiserver", server=True, hosts=hosts)
+    assert cert_hosts(load(paths.cert)) == set(hosts)
+    assert ensure_leaf(tmp_path, "apiserver", "kube-apiserver", server=True,
+                       hosts=hosts).created == ()
+    # a wanted SAN the certificate lacks makes a new one
+    more = ensure_leaf(tmp_path, "apiserver", "kube-apiserver", server=True,
+                       hosts=(*hosts, "10.96.0.1"))
+    assert more.created == ("apiserver.crt", "apiserver.key")
+
+
+def test_leaf_without_a_ca_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        ensure_leaf(tmp_path, "x", "x", server=False)
+
+
+def test_service_account_key_pair_is_made_once(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    priv, pub = ensure_signing_key_pair(tmp_path, "sa")
+    before = contents(tmp_path)
+    key = serialization.load_pem_private_key(priv.read_bytes(), password=None)
+    assert key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ) == pub.read_bytes()
+    assert priv.stat().st_mode & 0o777 == 0o600
+    assert ensure_signing_key_pair(tmp_path, "sa") == (priv, pub)
+    assert contents(tmp_path) == before
+    pub.write_bytes(b"not a key")  # a pair that does not match is remade
+    ensure_signing_key_pair(tmp_path, "sa")
+    assert contents(tmp_path)["sa.pub"] != b"not a key"

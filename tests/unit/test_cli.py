@@ -1,5 +1,5 @@
-"""`pykueue status` (app/cli.py + app/statuscli.py) against a real uvicorn server on a loopback
-port (TLS with a generated CA), serving the status API over the known Cluster of
+"""`pykueue status` (app/cli/main.py + app/cli/status.py) against a real uvicorn server on a
+loopback port (TLS with a generated CA), serving the status API over the known Cluster of
 tests/status_scenario.py with the in-process token table."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from app.certs import ensure_certs
 from app.cli import app as cli
-from app.statuscli import eta_cell, summary, usage_bar
+from app.cli.status import eta_cell, summary, usage_bar
+from certs.pki import ensure_certs
 from tests.pykueue_server import free_port
 from tests.status_server import Server
 

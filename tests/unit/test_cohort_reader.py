@@ -1,12 +1,12 @@
 """The wire readers for Cohort objects, ``fairSharing.weight`` and the refused
-``admissionScope`` (app/controllers/convert.py)."""
+``admissionScope`` (app/wire/queues.py)."""
 
 from __future__ import annotations
 
-from app.controllers.convert import cluster_queue, cohort
 from app.core.scheduler import Cluster
 from app.core.spec import ResourceFlavor
 from app.core.types import ClusterQueueName, CohortName, FlavorName, FlavorResource, ResourceName
+from app.wire.queues import cluster_queue, cohort
 
 GPU = ResourceName("nvidia.com/gpu")
 

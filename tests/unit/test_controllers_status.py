@@ -9,12 +9,13 @@ import copy
 
 import pytest
 
-from app.controllers.convert import cluster_queue, cohort_of, local_queue, resource_flavor
 from app.controllers.scheduler import domain_workload
-from app.controllers.status import QueueStats, cluster_queue_status, local_queue_status
+from app.controllers.status import cluster_queue_status, local_queue_status
+from app.controllers.statusview import ClusterView
 from app.controllers.workloads import (
     admission_status,
     condition,
+    execution_deadline,
     is_evicted,
     set_condition,
     with_admission,
@@ -24,9 +25,12 @@ from app.controllers.workloads import (
     with_released,
 )
 from app.controllers.workqueue import WorkQueue
+from app.core.scheduler import Cluster
 from app.core.spec import ReclaimWithinCohort, WithinClusterQueue
+from app.core.types import ClusterQueueName, WorkloadKey
 from app.core.workload import Admission, PodSetAssignment
 from app.integrations import default_registry
+from app.wire.queues import cluster_queue, cohort_of, local_queue, resource_flavor
 
 T0 = 1_700_000_000.0
 ADM = Admission("cq", (PodSetAssignment("main", {"cpu": "f", "memory": "f"},
@@ -200,57 +204,79 @@ def _cq(cohort: str | None) -> dict:
     return {"metadata": {"name": "cq", "generation": 1}, "spec": spec}
 
 
+LQ = {"metadata": {"name": "lq", "namespace": "ns"}, "spec": {"clusterQueue": "cq"}}
+
+
+def _core(cohort: str | None, *workloads: dict, assumed: tuple[dict, ...] = ()) -> ClusterView:
+    """The admission core fed as the reconciler feeds it (the wire readers and
+    ``domain_workload``); ``assumed``: admissions decided but not yet written."""
+    c = Cluster()
+    c.add_flavor(resource_flavor({"metadata": {"name": "f"}, "spec": {}}))
+    c.add_cluster_queue(cluster_queue(_cq(cohort))[0])
+    c.add_local_queue(local_queue(LQ))
+    c.set_namespace("ns", {})
+    for w in workloads:
+        c.update_workload(domain_workload(w))
+    for w in assumed:
+        wl = domain_workload(w)
+        c.update_workload(wl)
+        assert c.assume(wl.key, ADM_1CPU, T0)
+    return ClusterView(c)
+
+
+ADM_1CPU = Admission("cq", (PodSetAssignment("main", {"cpu": "f"}, {"cpu": 1000}, 1),))
+
+
 @pytest.mark.parametrize(("cohort", "borrowed"), [("co", "1"), (None, "0")],
                          ids=["in-a-cohort-reports-borrowed", "KQ-02-no-cohort-never-borrowed"])
 def test_cluster_queue_status_counts_and_borrowed(cohort: str | None, borrowed: str) -> None:
-    stats = QueueStats()
-    stats.update("ns/a", _admitted("a", "cq", "2"))
-    stats.update("ns/b", _admitted("b", "cq", "1", admitted=False))
-    stats.update("ns/p", workload())
-    st = cluster_queue_status(_cq(cohort), stats.cq["cq"], stats.pending_of_cq(
-        "cq", {"ns/lq": "cq"}), None, T0)
+    pending = workload()
+    pending["metadata"]["name"] = "p"
+    b = workload()
+    b["metadata"]["name"] = "b"
+    view = _core(cohort, _admitted("a", "cq", "2"), pending, assumed=(b,))
+    st = cluster_queue_status(_cq(cohort), view.cluster_queue("cq"), T0)
     assert (st["pendingWorkloads"], st["reservingWorkloads"], st["admittedWorkloads"]) == (1, 2, 1)
     assert st["flavorsReservation"] == [{"name": "f", "resources": [
         {"name": "cpu", "total": "3", "borrowed": borrowed}]}]
-    assert st["flavorsUsage"][0]["resources"][0]["total"] == "2"
+    assert st["flavorsUsage"][0]["resources"][0]["total"] == "2"  # the admission in flight
     active = st["conditions"][0]
     assert (active["type"], active["status"], active["reason"]) == ("Active", "True", "Ready")
 
 
-def test_stats_are_incremental_and_finished_counts_nowhere() -> None:
-    stats = QueueStats()
+def test_finished_workloads_count_nowhere_in_the_one_tally() -> None:
     a = _admitted("a", "cq", "2")
-    stats.update("ns/a", a)
-    assert stats.cq["cq"].reserved[("f", "cpu")] == 2000
-    stats.update("ns/a", with_finished(a, "Succeeded", "", T0))
-    assert stats.cq["cq"].reserving == 0 and stats.cq["cq"].reserved[("f", "cpu")] == 0
-    stats.update("ns/a", None)
-    assert stats.cq["cq"].reserving == 0
+    view = _core(None, a)
+    assert view.cluster_queue("cq").status.resources[0].usage == 2000
+    view.cluster.finish(WorkloadKey("ns/a"))
+    st = cluster_queue_status(_cq(None), view.cluster_queue("cq"), T0)
+    assert st["reservingWorkloads"] == 0
+    assert st["flavorsReservation"][0]["resources"][0]["total"] == "0"
 
 
 def test_KQ_07_status_keeps_usage_of_a_resource_no_longer_declared() -> None:
-    stats = QueueStats()
     w = _admitted("a", "cq", "2")
     psa = w["status"]["admission"]["podSetAssignments"][0]
     psa["flavors"]["memory"] = "f"
     psa["resourceUsage"]["memory"] = "2Gi"
-    stats.update("ns/a", w)
-    st = cluster_queue_status(_cq("co"), stats.cq["cq"], 0, None, T0)
+    st = cluster_queue_status(_cq("co"), _core("co", w).cluster_queue("cq"), T0)
     res = {r["name"]: r for r in st["flavorsReservation"][0]["resources"]}
     assert res["memory"] == {"name": "memory", "total": "2Gi", "borrowed": "2Gi"}
 
 
 def test_local_queue_status_and_active_reasons() -> None:
-    stats = QueueStats()
-    stats.update("ns/a", _admitted("a", "cq", "2"))
-    lq = {"metadata": {"name": "lq", "namespace": "ns"}, "spec": {"clusterQueue": "cq"}}
-    spec, _ = cluster_queue(_cq(None))
-    st = local_queue_status(lq, stats.lq["ns/lq"], _cq(None), True, spec, T0)
+    view = _core(None, _admitted("a", "cq", "2"))
+    st = local_queue_status(LQ, view.local_queue("ns", "lq"), view.cluster_queue("cq"), T0)
     assert st["admittedWorkloads"] == 1
     assert st["flavorsUsage"] == [{"name": "f", "resources": [{"name": "cpu", "total": "2"}]}]
     assert st["conditions"][0]["reason"] == "Ready"
-    missing = local_queue_status(lq, stats.lq["ns/lq"], None, False, None, T0)
+    view.cluster.delete_cluster_queue(ClusterQueueName("cq"))
+    missing = local_queue_status(LQ, view.local_queue("ns", "lq"), None, T0)
     assert missing["conditions"][0]["reason"] == "ClusterQueueDoesNotExist"
+    stopped_lq = {**LQ, "spec": {"clusterQueue": "cq", "stopPolicy": "Hold"}}
+    view.cluster.add_local_queue(local_queue(stopped_lq))
+    stopped = local_queue_status(stopped_lq, view.local_queue("ns", "lq"), None, T0)
+    assert stopped["conditions"][0]["reason"] == "Stopped"
 
 
 # ------------------------------------------------------------------------------- work queue
@@ -276,3 +302,17 @@ async def test_workqueue_dedupes_and_requeues_a_key_added_while_processing() -> 
     q.forget("c")
     assert q.failures("c") == 0
     q.close()
+
+
+def test_execution_deadline_counts_time_admitted_before() -> None:
+    w = _admitted("a", "cq", "1")
+    w["spec"]["maximumExecutionTimeSeconds"] = 60
+    w["status"]["conditions"][1]["lastTransitionTime"] = "2023-11-14T22:13:20Z"  # T0
+    assert execution_deadline(w) == T0 + 60
+    w["status"]["accumulatedPastExecutionTimeSeconds"] = 45
+    assert execution_deadline(w) == T0 + 15
+    released = with_released(w, T0 + 10)
+    assert released["status"]["accumulatedPastExecutionTimeSeconds"] == 55
+    assert execution_deadline(released) is None  # not admitted: no deadline
+    del w["spec"]["maximumExecutionTimeSeconds"]
+    assert execution_deadline(w) is None

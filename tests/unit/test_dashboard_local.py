@@ -1,4 +1,4 @@
-"""`pykueue dashboard` (app/dashboard/local.py, app/cli.py): the localhost server forwards the
+"""`pykueue dashboard` (app/cli/dashboard.py, app/cli/main.py): the localhost server forwards the
 page's API requests to pykueue over HTTPS with the user's token, so the browser needs none;
 the command itself, run as a process, takes the token from the kubeconfig."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 
-from app.dashboard.local import create_local_app
+from app.cli.dashboard import create_local_app
 from tests.pykueue_server import free_port
 from tests.status_server import Server, start_dashboard_command
 

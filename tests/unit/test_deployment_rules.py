@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from app.core.webhook_rules import WebhookPolicy
 from app.integrations.deployment.rules import (
     SUSPENDING_PARENT,
     mutate_deployment,
     validate_deployment_update,
 )
+from app.integrations.webhook import WebhookPolicy
 from tests.unit.test_pod_integration import apply_patch
 
 POLICY = WebhookPolicy(controller_usernames=frozenset({"pykueue"}))

@@ -193,12 +193,13 @@ def _ignored(path: str) -> bool:
 
 @pytest.mark.parametrize("path", [".venv/bin/python", ".lab/kubeconfig", ".git/config",
                                   "certs/out/tls.key", ".k8sbin/current/kubectl",
-                                  "app/__pycache__/cli.cpython-311.pyc", "tests/conftest.py"])
+                                  "app/__pycache__/cli.cpython-311.pyc", "tests/conftest.py",
+                                  "certs/pki.py"])
 def test_dockerignore_keeps_out(path):
     assert _ignored(path), f"{path} would be sent to the build context"
 
 
-@pytest.mark.parametrize("path", ["pyproject.toml", "README.md", "app/cli.py",
+@pytest.mark.parametrize("path", ["pyproject.toml", "README.md", "app/cli/main.py",
                                   "app/core/quantity.py"])
 def test_dockerignore_keeps_what_the_wheel_needs(path):
     assert not _ignored(path), f"{path} is needed by the build stage but ignored"

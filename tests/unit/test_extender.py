@@ -21,8 +21,10 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from app.config import ServerSettings, Settings
-from app.controllers.nodestore import ExtenderState, InMemoryExtenderState, NodeStore
-from app.core.extender_rules import (
+from app.core.types import ClusterQueueName, FlavorName, ResourceName
+from app.core.workload import Admission, PodSet, PodSetAssignment, Taint, Toleration, Workload
+from app.extender.nodestore import ExtenderState, InMemoryExtenderState, NodeStore
+from app.extender.rules import (
     ExtenderInputError,
     FlavorView,
     NodeFacts,
@@ -32,8 +34,6 @@ from app.core.extender_rules import (
     filter_pod,
     view_from_workload,
 )
-from app.core.types import ClusterQueueName, FlavorName, ResourceName
-from app.core.workload import Admission, PodSet, PodSetAssignment, Taint, Toleration, Workload
 from app.main import create_app
 from app.models.extender import ExtenderFilterResult, HostPriorityList
 

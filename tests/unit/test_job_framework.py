@@ -14,13 +14,11 @@ from app.config import LeaderElectionSettings, Settings
 from app.controllers.client import Resource
 from app.controllers.leader import LeaderElector
 from app.controllers.manager import Manager
-from app.core.workload import (
-    Workload,
-    pod_set_from_template,
-    workload_from_object,
-)
+from app.core.workload import Workload
 from app.integrations import BUILTIN_KINDS, default_registry
 from app.integrations.framework import Registry
+from app.wire.podtemplate import pod_set_from_template
+from app.wire.workload import workload_from_object
 from tests.recording_client import OBJECTS, RecordingClient
 
 SLEEPERS = Resource("example.com", "v1", "sleepers", "Sleeper")

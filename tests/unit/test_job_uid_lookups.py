@@ -9,10 +9,10 @@ from types import SimpleNamespace
 from app.controllers.client import JOBS, WORKLOADS
 from app.controllers.context import JOB, WL
 from app.controllers.informers import Store
-from app.controllers.nodestore import NodeStore
 from app.controllers.views import StoreAdmissionLookup, StoreExtenderState
-from app.core.extender_rules import pod_facts
-from app.core.workload import workload_name_for_job
+from app.extender.nodestore import NodeStore
+from app.extender.rules import pod_facts
+from app.wire.workload import workload_name_for_job
 
 NS = "research"
 
@@ -77,8 +77,8 @@ def test_the_job_uid_label_stands_in_for_a_missing_owner_reference():
 
 def test_an_empty_queue_name_is_no_queue_in_the_extender_as_in_the_webhook():
     """Issue 14.8: one rule for ``kueue.x-k8s.io/queue-name: ""`` (unmanaged) everywhere."""
-    from app.core.webhook_rules import read_queue_name
     from app.integrations.batchjob.job import MANAGED_JOBS
+    from app.integrations.webhook import read_queue_name
 
     pod = _pod("x")
     pod["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": ""}

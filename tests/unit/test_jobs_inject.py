@@ -17,12 +17,12 @@ from app.integrations.batchjob.job import (
     restored_job,
 )
 from app.integrations.podsets import (
-    PODSET_LABEL,
     InjectionConflict,
     merge_tolerations,
     podset_scheduling,
     toleration_identity,
 )
+from app.wire.names import PODSET_LABEL
 
 GPU_TOL = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 T0_EQUAL = {"key": "t0", "operator": "Equal", "value": "v0", "effect": "NoSchedule"}

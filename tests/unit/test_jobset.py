@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 
-from app.core.webhook_rules import WebhookPolicy
-from app.core.workload import WorkloadSpecError, workload_name_for_owner
 from app.integrations import default_registry
 from app.integrations.batchjob.job import ORIGINAL_ANNOTATION
 from app.integrations.jobset.jobset import (
@@ -27,6 +25,9 @@ from app.integrations.jobset.jobset import (
 )
 from app.integrations.jobset.rules import mutate_jobset, validate_jobset
 from app.integrations.podsets import InjectionConflict
+from app.integrations.webhook import WebhookPolicy
+from app.wire.fields import WorkloadSpecError
+from app.wire.workload import workload_name_for_owner
 from tests.unit.test_webhook import answer, make_app, post, review
 
 QUEUE = "kueue.x-k8s.io/queue-name"

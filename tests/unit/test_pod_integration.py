@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from app.core.webhook_rules import WebhookPolicy
-from app.core.workload import workload_from_object
 from app.integrations import managed_kinds
 from app.integrations.pod.pod import KIND, injected_pod
 from app.integrations.pod.rules import ADMISSION_GATE, MANAGED_LABEL, mutate_pod, validate_pod
 from app.integrations.podsets import InjectionConflict
+from app.integrations.webhook import WebhookPolicy
+from app.wire.workload import workload_from_object
 
 CONTROLLER = "system:serviceaccount:pykueue-system:pykueue"
 POLICY = WebhookPolicy(controller_usernames=frozenset({CONTROLLER}))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.certs import ensure_certs
+from certs.pki import ensure_certs
 from tests.pykueue_server import PykueueServer, trickle_until_closed, trust
 
 TIMEOUT = 1.0  # header and body timeouts given to the server under test (seconds)
@@ -131,7 +131,7 @@ def mtls_server(certs: Path, tmp_path_factory: pytest.TempPathFactory
                 ) -> Iterator[tuple[PykueueServer, Path]]:
     """`pykueue serve` verifying client certificates against a CA of their own, with a
     kube-scheduler certificate, an intruder's from the same CA and one from a foreign CA."""
-    from app.certs import ensure_client_cert
+    from certs.pki import ensure_client_cert
 
     clients = tmp_path_factory.mktemp("clients")
     ensure_certs(clients / "ca")

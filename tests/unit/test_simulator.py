@@ -38,6 +38,7 @@ cohorts:
   - name: ai
     clusterQueues:
       - name: team-a
+        namespaceSelector: {}
         resourceGroups:
           - coveredResources: [cpu]
             flavors:
@@ -45,6 +46,7 @@ cohorts:
                 resources: [{name: cpu, nominalQuota: 4, borrowingLimit: 4}]
       - name: team-b
         preemption: {reclaimWithinCohort: Any, withinClusterQueue: LowerPriority}
+        namespaceSelector: {}
         resourceGroups:
           - coveredResources: [cpu]
             flavors:
@@ -137,6 +139,7 @@ def test_capacity_bound_leaves_out_workloads_that_can_never_run() -> None:
 flavors: [{name: default}]
 clusterQueues:
   - name: team
+    namespaceSelector: {}
     resourceGroups:
       - coveredResources: [cpu]
         flavors: [{name: default, resources: [{name: cpu, nominalQuota: 4}]}]
@@ -350,7 +353,7 @@ BAD = [
     ("bad quantity", _cq(quota="{name: cpu, nominalQuota: 4x}"), 9,
      "nominalQuota: invalid quantity '4x'"),
     ("negative quota", _cq(quota="{name: cpu, nominalQuota: -1}"), 9, "must not be negative"),
-    ("core validation", _cq(quota="{name: cpu, nominalQuota: 4, borrowingLimit: 1}"), 4,
+    ("core validation", _cq(quota="{name: cpu, nominalQuota: 4, borrowingLimit: 1}"), 9,
      "borrowingLimit: must be nil when cohortName is empty"),
     ("duplicate ClusterQueue", _cq() + _cq().split("clusterQueues:\n")[1], 10,
      "ClusterQueue 'q' is defined twice (first at line 4)"),
@@ -455,6 +458,7 @@ cohorts:
     clusterQueues:
       - name: a
         fairSharing: {weight: 0.5}
+        namespaceSelector: {}
         resourceGroups:
           - coveredResources: [cpu]
             flavors: [{name: default, resources: [{name: cpu, nominalQuota: 0}]}]
@@ -474,8 +478,8 @@ def test_trace_cohort_objects_lend_their_quota_down_the_tree() -> None:
 
 def test_trace_cohort_limits_need_a_parent() -> None:
     bad = HIERARCHY.replace("nominalQuota: 4}", "nominalQuota: 4, borrowingLimit: 1}")
-    with pytest.raises(TraceError, match="Cohort org: .*borrowingLimit: must be nil when "
-                                         "parentName is empty"):
+    with pytest.raises(TraceError, match=r"borrowingLimit: must be nil when "
+                                         r"parentName is empty \(Cohort org\)"):
         parse_trace(bad, "tree.yaml")
 
 

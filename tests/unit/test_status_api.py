@@ -148,8 +148,7 @@ async def test_cluster_queue_pending_in_admission_order_with_reasons_and_numbers
     ]
     first = items[0]
     assert (first["clusterQueue"], first["inadmissible"], first["reason"],
-            first["conditionReason"]) == ("research-cq", True, "WaitingForQuota",
-                                          "WaitingForQuota")
+            first["conditionReason"]) == ("research-cq", True, "WaitingForQuota", "Pending")
     core = client.app.state.cluster.workload(WorkloadKey("research/eval-1"))
     assert first["message"] == core.message
     assert "3 requested, 0 available" in first["message"]
@@ -359,7 +358,7 @@ async def test_workload_without_a_cluster_queue_says_so(client) -> None:
     body = (await get(client, "/api/v1/namespaces/research/workloads/lost")).json()
     assert (body["state"], body["clusterQueue"], body["positionInClusterQueue"],
             body["reason"], body["conditionReason"]) == \
-        ("pending", None, None, "ClusterQueueNotFound", "Misconfigured")
+        ("pending", None, None, "ClusterQueueNotFound", "Inadmissible")
     assert body["message"] == "ClusterQueue missing-cq doesn't exist"
 
 

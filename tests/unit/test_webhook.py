@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.config import ServerSettings, Settings, WebhookSettings
-from app.core.webhook_rules import (
+from app.config import JobsSettings, ServerSettings, Settings, WebhookSettings
+from app.integrations.webhook import (
     QUEUE_NAME_LABEL,
     UnreadableObjectError,
     WebhookPolicy,
@@ -145,10 +145,15 @@ def decoded_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
 class Lookups:
     """Plain AdmissionLookup + DefaultQueueLookup with fixed answers (what the reconciler gives)."""
 
-    def __init__(self, admitted: bool | None = None, default_queue: bool | None = None) -> None:
+    def __init__(self, admitted: bool | None = None, default_queue: bool | None = None,
+                 managed: bool | None = True) -> None:
         self.admitted = admitted
         self.default_queue = default_queue
+        self.managed = managed
         self.asked: list[tuple[str, ...]] = []
+
+    def namespace_managed(self, namespace: str) -> bool | None:
+        return self.managed
 
     def is_admitted(self, namespace: str, job_name: str, job_uid: str = "") -> bool | None:
         self.asked.append((namespace, job_name))
@@ -166,10 +171,13 @@ class Broken:
         raise RuntimeError("cache exploded")
 
 
-def make_app(admission: Any = None, default_queue: Any = None):
+def make_app(admission: Any = None, default_queue: Any = None,
+             jobs: JobsSettings | None = None):
+    """The app with LocalQueue defaulting on unless ``jobs`` says otherwise."""
     settings = Settings(
         controllers_enabled=False, webhook=WebhookSettings(controller_usernames=[CONTROLLER]),
         server=ServerSettings(metrics_auth=False),  # /metrics authorization: tested in test_health
+        jobs=jobs or JobsSettings(local_queue_defaulting=True),
     )
     app = create_app(settings)
     if admission is not None:
@@ -417,6 +425,39 @@ async def test_mutating_review_does_not_default_without_a_known_default_queue(
     sent = review("CREATE", job(queue=None, suspend=False))
     response = answer(await post(app, MUTATE, sent), sent)
     assert "patch" not in response
+
+
+async def test_KQ_23_default_local_queue_respects_managed_namespaces() -> None:
+    """KQ-23: a namespace managedJobsNamespaceSelector excludes keeps its unlabelled Jobs as
+    sent even with a LocalQueue named default; a managed one gets the label and suspend."""
+    sent = review("CREATE", job(queue=None, suspend=False))
+    unmanaged = make_app(default_queue=Lookups(default_queue=True, managed=False))
+    assert "patch" not in answer(await post(unmanaged, MUTATE, sent), sent)
+    managed = make_app(default_queue=Lookups(default_queue=True, managed=True))
+    patched = apply_patch(sent["request"]["object"],
+                          decoded_patch(answer(await post(managed, MUTATE, sent), sent)))
+    assert patched["metadata"]["labels"][QUEUE_NAME_LABEL] == "default"
+    assert patched["spec"]["suspend"] is True
+
+
+async def test_defaulting_is_behind_its_setting() -> None:
+    sent = review("CREATE", job(queue=None, suspend=False))
+    off = make_app(default_queue=Lookups(default_queue=True), jobs=JobsSettings())
+    assert "patch" not in answer(await post(off, MUTATE, sent), sent)
+
+
+@pytest.mark.parametrize(("managed", "suspended"), [(True, True), (False, False), (None, False)],
+                         ids=["managed namespace", "excluded namespace", "unknown namespace"])
+async def test_manage_jobs_without_queue_name_suspends_unlabelled_jobs(
+        managed: bool | None, suspended: bool) -> None:
+    app = make_app(default_queue=Lookups(default_queue=False, managed=managed),
+                   jobs=JobsSettings(manage_jobs_without_queue_name=True))
+    sent = review("CREATE", job(queue=None, suspend=False))
+    response = answer(await post(app, MUTATE, sent), sent)
+    patched = apply_patch(sent["request"]["object"], decoded_patch(response)) \
+        if "patch" in response else sent["request"]["object"]
+    assert patched["spec"]["suspend"] is suspended
+    assert QUEUE_NAME_LABEL not in (patched["metadata"].get("labels") or {})
 
 
 def test_KQ_22_labelled_job_without_suspend_is_stored_suspended() -> None:

@@ -39,6 +39,9 @@ WEBHOOKS = {
          (["apps"], ["v1"], ["statefulsets"])),
     ("ValidatingWebhookConfiguration", "vstatefulset.pykueue.io"):
         ("/validate-apps-v1-statefulset", ["UPDATE"], (["apps"], ["v1"], ["statefulsets"])),
+    ("ValidatingWebhookConfiguration", "vstatefulset-scale.pykueue.io"):
+        ("/validate-apps-v1-statefulset-scale", ["UPDATE"],
+         (["apps"], ["v1"], ["statefulsets/scale"])),
     ("MutatingWebhookConfiguration", "mjobset.pykueue.io"):
         ("/mutate-jobset-x-k8s-io-v1alpha2-jobset", ["CREATE"],
          (["jobset.x-k8s.io"], ["v1alpha2"], ["jobsets"])),
@@ -69,9 +72,13 @@ def test_webhook_configurations_follow_the_contract(template: str) -> None:
         assert webhook["failurePolicy"] == "Fail"
         assert webhook["sideEffects"] == "None"
         assert webhook["timeoutSeconds"] == 5
-        assert webhook["objectSelector"] == {
-            "matchExpressions": [{"key": LABEL, "operator": "Exists"}]
-        }
+        if target[2] == ["statefulsets/scale"]:
+            # A Scale object has no labels: an objectSelector would never match it.
+            assert "objectSelector" not in webhook
+        else:
+            assert webhook["objectSelector"] == {
+                "matchExpressions": [{"key": LABEL, "operator": "Exists"}]
+            }
         (rule,) = webhook["rules"]
         assert rule["operations"] == operations
         assert (rule["apiGroups"], rule["apiVersions"], rule["resources"]) == target

@@ -21,23 +21,24 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from app.controllers.client import JOBS, MERGE_PATCH
 from app.controllers.events import NORMAL
-from app.core.workload import (
-    QUEUE_NAME_LABEL,
-    Workload,
-    workload_from_job,
-    workload_name_for_job,
-    workload_object_for_job,
-)
+from app.core.workload import Workload
 from app.integrations.podsets import (
-    PODSET_LABEL,
     InjectionConflict,
     admitted_scheduling,
     merge_tolerations,
     write_start,
+)
+from app.wire.names import PODSET_LABEL, QUEUE_NAME_LABEL
+from app.wire.workload import (
+    job_pod_count,
+    workload_from_job,
+    workload_name_for_job,
+    workload_object_for_job,
 )
 
 if TYPE_CHECKING:
@@ -79,6 +80,8 @@ def record_original(job: Obj) -> Obj:
 
 
 def _apply_record(job: Obj, rec: Obj) -> None:
+    if "parallelism" in rec:  # partial admission changed it
+        job.setdefault("spec", {})["parallelism"] = rec["parallelism"]
     tpl = _template(job)
     spec = tpl.setdefault("spec", {})
     for field in ("nodeSelector", "tolerations"):
@@ -96,17 +99,22 @@ def _apply_record(job: Obj, rec: Obj) -> None:
 
 def injected_job(job: Obj, pod_set: str, node_selector: Mapping[str, str],
                  tolerations: Iterable[Mapping[str, Any]], *,
-                 inject_node_selector: bool = True) -> Obj:
+                 inject_node_selector: bool = True, parallelism: int | None = None) -> Obj:
     """A copy of ``job`` started for ``pod_set``: suspend false, the template = the user's
     record + the flavors' ``node_selector`` / ``tolerations`` + the podset label, and the
-    record stored in ``ORIGINAL_ANNOTATION``. Idempotent: injecting an injected Job again
-    gives the same object.
+    record stored in ``ORIGINAL_ANNOTATION``. ``parallelism``: the count of a partial
+    admission (Kueue sets ``spec.parallelism`` to it; the user's value joins the record).
+    Idempotent: injecting an injected Job again gives the same object.
 
     Raises ``InjectionConflict`` when ``node_selector`` contradicts the user's nodeSelector.
     """
     out = copy.deepcopy(job)
     rec = record_original(out)
+    if parallelism is not None and "parallelism" not in rec:
+        rec["parallelism"] = (out.get("spec") or {}).get("parallelism", 1)
     _apply_record(out, rec)
+    if parallelism is not None:
+        out["spec"]["parallelism"] = parallelism
     tpl = _template(out)
     spec = tpl["spec"]
     if inject_node_selector and node_selector:
@@ -146,6 +154,27 @@ def restored_job(job: Obj) -> Obj:
     else:
         meta.pop("annotations", None)
     return out
+
+
+def recorded_parallelism(job: Mapping[str, Any]) -> int | None:
+    """The user's ``spec.parallelism`` kept in the record when a partial admission changed
+    it; None otherwise."""
+    ann = ((job.get("metadata") or {}).get("annotations") or {}).get(ORIGINAL_ANNOTATION)
+    if not ann:
+        return None
+    value = json.loads(ann).get("parallelism")
+    return value if isinstance(value, int) else None
+
+
+def partial_count(workload: Mapping[str, Any]) -> int | None:
+    """The admitted pod count when the Workload (podSet ``minCount``) was admitted with
+    fewer pods than its ``count`` (Kueue partial admission); None otherwise."""
+    sets = (workload.get("spec") or {}).get("podSets") or []
+    psas = ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []
+    if not sets or not psas or sets[0].get("minCount") is None:
+        return None
+    admitted = psas[0].get("count")
+    return admitted if isinstance(admitted, int) and admitted < sets[0].get("count", 1) else None
 
 
 def is_injected(job: Obj) -> bool:
@@ -193,6 +222,8 @@ class BatchJob:
     api_group = "batch"
     kind = "Job"
     label_selector: str | None = MANAGED_JOBS
+    # Kueue manageJobsWithoutQueueName: unlabelled Jobs are queued too when it is on.
+    manages_unlabelled = True
 
     def queue_name(self, obj: Mapping[str, Any]) -> str:
         return queue_name(obj)
@@ -208,8 +239,18 @@ class BatchJob:
 
     def desired(self, obj: Mapping[str, Any], *, priority_classes: Mapping[str, int],
                 pod_priority_classes: Mapping[str, int]) -> Workload:
-        return workload_from_job(obj, priority_classes=priority_classes,
-                                 pod_priority_classes=pod_priority_classes)
+        """The Job's Workload; for a Job started by a partial admission, the user's Job
+        (its recorded ``parallelism``) with the pods it runs now as the podSet count."""
+        original = recorded_parallelism(obj)
+        if original is None:
+            return workload_from_job(obj, priority_classes=priority_classes,
+                                     pod_priority_classes=pod_priority_classes)
+        user = copy.deepcopy(dict(obj))
+        user["spec"]["parallelism"] = original
+        wl = workload_from_job(user, priority_classes=priority_classes,
+                               pod_priority_classes=pod_priority_classes)
+        running = replace(wl.pod_sets[0], count=job_pod_count(obj))
+        return replace(wl, pod_sets=(running, *wl.pod_sets[1:]))
 
     def is_suspended(self, obj: Mapping[str, Any]) -> bool:
         return is_suspended(obj)  # type: ignore[arg-type]
@@ -243,13 +284,15 @@ class BatchJob:
         pod_set = next(iter(scheduling), "main")
         selector, tolerations = scheduling.get(pod_set, ({}, []))
         inject = ctx.settings.scheduling.inject_node_selector
-        desired = injected_job(obj, pod_set, selector, tolerations, inject_node_selector=inject)
+        count = partial_count(workload)
+        desired = injected_job(obj, pod_set, selector, tolerations, inject_node_selector=inject,
+                               parallelism=count)
         if desired == obj:
             return False
         if (obj.get("status") or {}).get("startTime") and is_suspended(obj):
             obj = await self._clear_start_time(ctx, obj)
             desired = injected_job(obj, pod_set, selector, tolerations,
-                                   inject_node_selector=inject)
+                                   inject_node_selector=inject, parallelism=count)
         await write_start(ctx, obj, desired, workload, self._put)
         return True
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.core.webhook_rules import JsonPatchOp, WebhookPolicy
-from app.integrations.labels import SUSPENDING_PARENT
 from app.integrations.parents import queue_template_patch, validate_queue_change
+from app.integrations.webhook import JsonPatchOp, WebhookPolicy
+from app.wire.names import SUSPENDING_PARENT
 
 __all__ = ["SUSPENDING_PARENT", "mutate_deployment", "validate_deployment_update"]
 

@@ -28,23 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.controllers.client import Resource
 from app.controllers.events import NORMAL
-from app.core.workload import (  # the shared field readers of the core's Job parsing
-    QUEUE_NAME_LABEL,
-    PodSet,
-    Workload,
-    WorkloadSpecError,
-    _check_dns_subdomain,
-    _creation_seconds,
-    _int,
-    _mapping,
-    _sequence,
-    _string,
-    job_pod_count,
-    job_priority,
-    pod_set_from_template,
-    workload_name_for_owner,
-    workload_object_for_owner,
-)
+from app.core.workload import PodSet, Workload
 from app.integrations.batchjob.job import (
     MANAGED_JOBS,
     ORIGINAL_ANNOTATION,
@@ -57,6 +41,17 @@ from app.integrations.batchjob.job import (
 )
 from app.integrations.jobset.rules import MAX_POD_SETS  # Workload spec.podSets maxItems
 from app.integrations.podsets import admitted_scheduling, write_start
+from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, string
+from app.wire.names import QUEUE_NAME_LABEL
+from app.wire.podtemplate import pod_set_from_template
+from app.wire.workload import (
+    check_dns_subdomain,
+    creation_seconds,
+    job_pod_count,
+    job_priority,
+    workload_name_for_owner,
+    workload_object_for_owner,
+)
 
 if TYPE_CHECKING:
     from app.controllers.context import Context
@@ -70,8 +65,8 @@ JOBSETS = Resource(GROUP, VERSION, "jobsets", "JobSet")
 def replicated_jobs(js: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """``spec.replicatedJobs`` checked: 1..8 entries, each with a ``name`` and a
     ``template.spec.template``. Raises ``WorkloadSpecError`` naming the field."""
-    spec = _mapping(js.get("spec"), "spec", required=True)
-    rjobs = list(_sequence(spec.get("replicatedJobs"), "spec.replicatedJobs"))
+    spec = mapping(js.get("spec"), "spec", required=True)
+    rjobs = list(sequence(spec.get("replicatedJobs"), "spec.replicatedJobs"))
     if not rjobs:
         raise WorkloadSpecError("spec.replicatedJobs", "required (at least one)")
     if len(rjobs) > MAX_POD_SETS:
@@ -80,19 +75,19 @@ def replicated_jobs(js: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     out = []
     for i, rj in enumerate(rjobs):
         where = f"spec.replicatedJobs[{i}]"
-        rj = _mapping(rj, where, required=True)
-        if not _string(rj.get("name"), f"{where}.name"):
+        rj = mapping(rj, where, required=True)
+        if not string(rj.get("name"), f"{where}.name"):
             raise WorkloadSpecError(f"{where}.name", "required")
-        job_spec = _mapping(_mapping(rj.get("template"), f"{where}.template", required=True)
+        job_spec = mapping(mapping(rj.get("template"), f"{where}.template", required=True)
                             .get("spec"), f"{where}.template.spec", required=True)
-        _mapping(job_spec.get("template"), f"{where}.template.spec.template", required=True)
+        mapping(job_spec.get("template"), f"{where}.template.spec.template", required=True)
         out.append(rj)
     return out
 
 
 def _pod_count(rj: Mapping[str, Any], where: str) -> int:
     """``replicas x min(parallelism, completions)`` of one replicatedJob."""
-    replicas = _int(rj.get("replicas"), f"{where}.replicas", default=1, minimum=0)
+    replicas = integer(rj.get("replicas"), f"{where}.replicas", default=1, minimum=0)
     try:
         per_job = job_pod_count(rj["template"])
     except WorkloadSpecError as exc:
@@ -135,17 +130,17 @@ def workload_from_jobset(js: Mapping[str, Any], *, priority_classes: Mapping[str
     """The domain Workload a JobSet needs (module doc). Raises ``WorkloadSpecError``."""
     if not isinstance(js, Mapping):
         raise WorkloadSpecError("<jobset>", f"expected a JobSet object, got {type(js).__name__}")
-    meta = _mapping(js.get("metadata"), "metadata", required=True)
-    if not _string(meta.get("name"), "metadata.name"):
+    meta = mapping(js.get("metadata"), "metadata", required=True)
+    if not string(meta.get("name"), "metadata.name"):
         raise WorkloadSpecError("metadata.name", "required")
     where = f"metadata.labels[{QUEUE_NAME_LABEL}]"
-    queue = _string(_mapping(meta.get("labels"), "metadata.labels").get(QUEUE_NAME_LABEL), where)
+    queue = string(mapping(meta.get("labels"), "metadata.labels").get(QUEUE_NAME_LABEL), where)
     if queue:
-        _check_dns_subdomain(queue, where)
+        check_dns_subdomain(queue, where)
     priority, _ = _priority(js, priority_classes, pod_priority_classes)
-    return Workload(namespace=_string(meta.get("namespace"), "metadata.namespace"),
+    return Workload(namespace=string(meta.get("namespace"), "metadata.namespace"),
                     name=workload_name(js), queue_name=queue, pod_sets=pod_sets(js),
-                    priority=priority, creation=_creation_seconds(meta))
+                    priority=priority, creation=creation_seconds(meta))
 
 
 def workload_object_for_jobset(js: Mapping[str, Any], *, priority_classes: Mapping[str, int]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.core.webhook_rules import (
+from app.integrations.webhook import (
     JsonPatchOp,
     WebhookPolicy,
     _queue_name_format_errors,

@@ -30,7 +30,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from app.core.webhook_rules import (
+from app.integrations.statefulset.rules import group_patch, parent_statefulset
+from app.integrations.webhook import (
     JsonPatchOp,
     UnreadableObjectError,
     WebhookPolicy,
@@ -38,7 +39,7 @@ from app.core.webhook_rules import (
     read_labels,
     read_queue_name,
 )
-from app.integrations.labels import (
+from app.wire.names import (
     ADMISSION_GATE,
     FAST_ADMISSION_ANNOTATION,
     GROUP_LABEL,
@@ -47,7 +48,6 @@ from app.integrations.labels import (
     SERVING_ANNOTATION,
     TOTAL_COUNT_ANNOTATION,
 )
-from app.integrations.statefulset.rules import group_patch, parent_statefulset
 
 __all__ = ["ADMISSION_GATE", "GROUP_LABEL", "MANAGED_LABEL", "ROLE_HASH_ANNOTATION",
            "TOTAL_COUNT_ANNOTATION", "group_of", "is_gated", "is_managed", "mutate_pod",

@@ -12,8 +12,12 @@ composed from the Pod store: ``{"group": <name>, "pods": [...]}`` plus the first
   template of its first pod by name. It is created only once the group has its total count
   of runnable pods (not Failed, and not deleting unbound); until then the reconciler reports
   ``ErrWorkloadCompose`` on the pods with the count ("the group has 3 of 6 pods"). Pods that
-  disagree on queue or total count, or more runnable pods than the count, are refused the
-  same way: nothing is admitted for a group that does not hold together.
+  disagree on queue or total count are refused the same way: nothing is admitted for a group
+  that does not hold together.
+- Excess pods (``excess``/``trim``, Kueue ``ConstructComposableWorkload`` and
+  ``FindMatchingWorkloads``): runnable pods beyond the total count (no Workload yet), or beyond
+  their role's podSet count (a Workload), are deleted, event ``ExcessPodDeleted``; the rest
+  is admitted. Kept first: ungated pods, then the oldest (``creationTimestamp``, then name).
 - Start: every gated member ungated with its role's flavor, in one update each.
 - Stop: every member deleted, as Kueue does; the Workload is deleted with the last of them.
 - Fast admission (``kueue.x-k8s.io/pod-group-fast-admission: "true"``, a StatefulSet's
@@ -35,31 +39,30 @@ from typing import TYPE_CHECKING, Any
 from app.controllers.client import PODS
 from app.controllers.errors import NotFound
 from app.controllers.events import NORMAL
-from app.core.workload import (
-    QUEUE_NAME_LABEL,
-    Workload,
-    WorkloadSpecError,
-    pod_requests,
-    workload_from_object,
-)
+from app.core.workload import Workload
 from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION
-from app.integrations.labels import (
-    FAST_ADMISSION_ANNOTATION,
-    GROUP_LABEL,
-    ROLE_HASH_ANNOTATION,
-    SERVING_ANNOTATION,
-    TOTAL_COUNT_ANNOTATION,
-)
 from app.integrations.pod.pod import KIND as POD_KIND
 from app.integrations.pod.pod import injected_pod
 from app.integrations.pod.rules import group_total, is_gated, role_hash
 from app.integrations.podsets import admitted_scheduling
+from app.wire.fields import WorkloadSpecError
+from app.wire.names import (
+    FAST_ADMISSION_ANNOTATION,
+    GROUP_LABEL,
+    QUEUE_NAME_LABEL,
+    ROLE_HASH_ANNOTATION,
+    SERVING_ANNOTATION,
+    TOTAL_COUNT_ANNOTATION,
+)
+from app.wire.podtemplate import pod_requests
+from app.wire.workload import workload_from_object
 
 if TYPE_CHECKING:
     from app.controllers.context import Context
 
 Obj = dict[str, Any]
 MAX_ROLES = 8  # Kueue: "pod group can't include more than 8 roles"
+GROUP_INDEX = "podgroup"  # qpod store index: ``namespace/group name`` -> member keys
 
 
 def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -80,6 +83,12 @@ def runnable(pod: Mapping[str, Any]) -> bool:
 
 def _flag(pod: Mapping[str, Any], annotation: str) -> bool:
     return (_meta(pod).get("annotations") or {}).get(annotation) == "true"
+
+
+def _by_keep_order(pods: list[Obj]) -> list[Obj]:
+    """``pods`` in the order Kueue keeps them: ungated first, then the oldest."""
+    return sorted(pods, key=lambda p: (is_gated(p), str(_meta(p).get("creationTimestamp", "")),
+                                       str(_meta(p).get("name", ""))))
 
 
 def _role(pod: Mapping[str, Any]) -> str:
@@ -104,9 +113,12 @@ class PodGroup:
         return f"{_meta(pod).get('namespace', '')}/{group}" if group else None
 
     def lookup(self, ctx: Context, ns: str, name: str) -> Obj | None:
-        pods = sorted((p for p in ctx.store(POD_KIND.key)
-                       if _meta(p).get("namespace") == ns
-                       and (_meta(p).get("labels") or {}).get(GROUP_LABEL) == name),
+        """The group ``ns/name`` composed from its members (sorted by name), or None. Reads
+        the qpod store's ``GROUP_INDEX`` (created on first use, then kept by the store on
+        every event), so a lookup costs the group's size, not the store's."""
+        store = ctx.store(POD_KIND.key)
+        store.index(GROUP_INDEX, self.object_key)
+        pods = sorted(store.by_index(GROUP_INDEX, f"{ns}/{name}"),
                       key=lambda p: str(_meta(p).get("name", "")))
         if not pods:
             return None
@@ -115,6 +127,46 @@ class PodGroup:
 
     def _members(self, obj: Mapping[str, Any]) -> list[Obj]:
         return list(obj.get("pods") or [])
+
+    def excess(self, obj: Mapping[str, Any], workload: Mapping[str, Any] | None) -> list[Obj]:
+        """The runnable members beyond what the group may have (Kueue v0.17.1 pod groups,
+        ``removeExcessPods``): without ``workload``, those beyond the total count (only when
+        the members agree on queue and count: otherwise the group is refused whole); with
+        it, per podSet (role), those beyond the podSet's count (members of a role the
+        Workload lacks are left to the mismatch rule; nothing when the Workload's total is
+        not the members' total count: it is stale, the mismatch rule replaces it). Kueue
+        keeps ungated pods first, then older ones (``creationTimestamp``; name breaks ties
+        here), and deletes the rest."""
+        pods = [p for p in self._members(obj) if runnable(p)]
+        labels = {(_meta(p).get("labels") or {}).get(QUEUE_NAME_LABEL) for p in pods}
+        totals = {group_total(p) for p in pods}
+        if len(labels) != 1 or len(totals) != 1 or not (total := next(iter(totals))):
+            return []
+        if workload is None:
+            return _by_keep_order(pods)[total:]
+        pod_sets = (workload.get("spec") or {}).get("podSets") or []
+        counts = [ps.get("count", 1) for ps in pod_sets]
+        if not all(isinstance(c, int) for c in counts) or sum(counts) != total:
+            # The Workload was built for another total count (a StatefulSet scaled 0 -> M
+            # before its group's old Workload went): not this group's size to trim to.
+            return []
+        extra: list[Obj] = []
+        for ps, count in zip(pod_sets, counts, strict=True):
+            role = [p for p in pods if _role(p) == ps.get("name")]
+            if len(role) > count:
+                extra += _by_keep_order(role)[count:]
+        return extra
+
+    async def trim(self, ctx: Context, obj: Obj, workload: Mapping[str, Any] | None) -> Obj:
+        """Delete ``excess`` members (event ``ExcessPodDeleted`` on each); returns the group
+        without them."""
+        extra = self.excess(obj, workload)
+        if not extra:
+            return obj
+        await _delete_members(ctx, [p for p in extra if not _meta(p).get("deletionTimestamp")],
+                              "ExcessPodDeleted", "Excess pod deleted")
+        gone = {id(p) for p in extra}
+        return {**obj, "pods": [p for p in self._members(obj) if id(p) not in gone]}
 
     def queue_name(self, obj: Mapping[str, Any]) -> str:
         for p in self._members(obj):
@@ -270,17 +322,22 @@ class PodGroup:
 
     async def stop(self, ctx: Context, obj: Obj, why: str) -> Obj:
         """Delete every member not already going (Kueue stops a group so)."""
-        for p in self._members(obj):
-            meta = _meta(p)
-            if meta.get("deletionTimestamp") or _phase(p) in ("Succeeded", "Failed"):
-                continue
-            try:
-                await ctx.client.delete(PODS, meta["name"], meta["namespace"],
-                                        uid=meta.get("uid"))
-            except NotFound:
-                continue
-            ctx.recorder.emit(p, NORMAL, "Stopped", why)
+        await _delete_members(ctx, [p for p in self._members(obj)
+                                    if not _meta(p).get("deletionTimestamp")
+                                    and _phase(p) not in ("Succeeded", "Failed")],
+                              "Stopped", why)
         return obj
+
+
+async def _delete_members(ctx: Context, pods: list[Obj], reason: str, message: str) -> None:
+    """Delete ``pods`` (this uid only), a Normal event ``reason`` on each one deleted."""
+    for p in pods:
+        meta = _meta(p)
+        try:
+            await ctx.client.delete(PODS, meta["name"], meta["namespace"], uid=meta.get("uid"))
+        except NotFound:
+            continue
+        ctx.recorder.emit(p, NORMAL, reason, message)
 
 
 KIND = PodGroup()

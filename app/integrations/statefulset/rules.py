@@ -11,7 +11,9 @@ or none, its pods ungated as they come.
 
 Scaling follows Kueue: ``spec.replicas`` may go N -> 0 and 0 -> N, not N -> M with both above
 0 (the admitted group has a fixed size), and not 0 -> N while pods of the last size remain;
-the pods' shape (``role_hash`` of the template) cannot change while queued, as in Kueue.
+the pods' shape (``role_hash`` of the template) cannot change while queued, as in Kueue. The
+same replicas rule holds for the ``scale`` subresource (``validate_statefulset_scale``), which
+Kueue's webhook does not see.
 """
 
 from __future__ import annotations
@@ -19,21 +21,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.core.webhook_rules import (
+from app.integrations.parents import queue_template_patch, validate_queue_change
+from app.integrations.webhook import (
     JsonPatchOp,
     UnreadableObjectError,
     WebhookPolicy,
     escape_pointer_token,
     read_queue_name,
 )
-from app.integrations.labels import (
+from app.wire.names import (
     FAST_ADMISSION_ANNOTATION,
     GROUP_LABEL,
     SERVING_ANNOTATION,
     SUSPENDING_PARENT,
     TOTAL_COUNT_ANNOTATION,
 )
-from app.integrations.parents import queue_template_patch, validate_queue_change
 
 
 def group_name(statefulset: str) -> str:
@@ -63,20 +65,54 @@ def validate_statefulset_update(old: Mapping[str, Any], new: Mapping[str, Any], 
     errors = validate_queue_change(old, new, username, policy, "StatefulSet")
     if username in policy.controller_usernames or not read_queue_name(new, policy.queue_name_label):
         return errors
-    before, after = replicas(old), replicas(new)
     if _shape(old) != _shape(new):
         errors.append("spec.template.spec: the pods' shape (requests, ports, nodeSelector, "
                       "affinity, tolerations, priority, ...) cannot change while the "
                       "StatefulSet is queued: its group was admitted for the old one")
-    if before and after and before != after:
-        errors.append(f"spec.replicas: a queued StatefulSet is admitted as one group of {before}"
-                      f" pods: scale it to 0 first, then to {after}")
-    elif not before and after:
-        current = (old.get("status") or {}).get("replicas") or 0
-        if current:
-            errors.append(f"spec.replicas: scaling down is still in progress ({current} pods "
-                          "left): wait until they are gone")
+    errors += _scaling_errors(replicas(old), replicas(new),
+                              (old.get("status") or {}).get("replicas") or 0)
     return errors
+
+
+def _scaling_errors(before: int, after: int, current: object) -> list[str]:
+    """Kueue v0.17.1's replicas rule for a queued StatefulSet (``ValidateUpdate``): N -> 0
+    and 0 -> N only, and 0 -> N only once no pod of the last size is left (``current``:
+    ``status.replicas``)."""
+    if before and after and before != after:
+        return [f"spec.replicas: a queued StatefulSet is admitted as one group of {before} "
+                f"pods: scale it to 0 first, then to {after}"]
+    if not before and after and current:
+        return [f"spec.replicas: scaling down is still in progress ({current} pods left): "
+                "wait until they are gone"]
+    return []
+
+
+def scale_replicas(scale: Mapping[str, Any], part: str) -> int:
+    """``<part>.replicas`` of an autoscaling/v1 Scale (``part``: ``spec`` or ``status``;
+    absent = 0, as the API omits a zero). Raises ``UnreadableObjectError``."""
+    section = scale.get(part) or {}
+    value = section.get("replicas", 0) if isinstance(section, Mapping) else None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise UnreadableObjectError(f"{part}.replicas", "expected a non-negative integer")
+    return value
+
+
+def validate_statefulset_scale(old: Mapping[str, Any], new: Mapping[str, Any],
+                               statefulset: Mapping[str, Any] | None, username: str,
+                               policy: WebhookPolicy) -> list[str]:
+    """An UPDATE of StatefulSet ``statefulsets/scale`` (``kubectl scale``, an autoscaler):
+    ``old``/``new`` the Scale objects, ``statefulset`` the StatefulSet as pykueue's store holds
+    it (None: not queued, or not known yet: allowed, and the reconciler's mismatch rule still
+    keeps the group within its admission). A queued one gets the same replicas rule as an
+    update of ``spec.replicas`` (``_scaling_errors``). Kueue v0.17.1 registers its webhook
+    on ``statefulsets`` only, so there a scale bypasses the rule; pykueue closes that gap
+    rather than follow a scale the admitted group cannot take. ``[]`` to allow. Raises
+    ``UnreadableObjectError``."""
+    if statefulset is None or username in policy.controller_usernames \
+            or not read_queue_name(statefulset, policy.queue_name_label):
+        return []
+    return _scaling_errors(scale_replicas(old, "spec"), scale_replicas(new, "spec"),
+                           scale_replicas(old, "status"))
 
 
 def _shape(sts: Mapping[str, Any]) -> str:

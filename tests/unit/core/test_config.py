@@ -138,7 +138,7 @@ def test_invalid_cluster_queue_is_inactive_and_its_workloads_pend_with_the_field
     assert not st.active and st.reason == reason and field in st.message
     (p,) = [d for d in ds if isinstance(d, Pending)]
     assert p.reason == PendingReason.CLUSTER_QUEUE_INACTIVE and field in p.message
-    assert p.reason.condition_reason == "Suspended" and p.inadmissible
+    assert p.reason.condition_reason == "Inadmissible" and p.inadmissible
     assert s.pending("w")
     (info,) = s.c.pending_workloads(ClusterQueueName("cq"))
     assert info.reason == PendingReason.CLUSTER_QUEUE_INACTIVE and field in info.message
@@ -189,7 +189,7 @@ def test_missing_local_queue_or_cluster_queue_pends_with_misconfigured_reason():
     (p,) = s.cycle()
     assert (
         p.reason == PendingReason.LOCAL_QUEUE_NOT_FOUND
-        and p.reason.condition_reason == "Misconfigured"
+        and p.reason.condition_reason == "Inadmissible"
     )
     assert s.cycle() == []
     s.c.delete_cluster_queue(ClusterQueueName("cq"))

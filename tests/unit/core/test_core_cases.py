@@ -513,15 +513,54 @@ def test_kq21_flavor_own_tolerations_cover_its_taints(own_toleration, assigned):
         assert s.reason("j") == PendingReason.NO_MATCHING_FLAVOR
 
 
-# ---- KQ-23 / KQ-25: features out of scope of the core for now ------------------------------
-@pytest.mark.skip(reason="KQ-23: default LocalQueue is a webhook feature pykueue does not have yet")
-def test_kq23_default_local_queue_respects_managed_namespaces():
-    raise AssertionError("not implemented")
+# ---- KQ-25: partial admission (KQ-23, the default LocalQueue, is a webhook rule:
+# tests/unit/test_webhook.py::test_KQ_23_default_local_queue_respects_managed_namespaces) ----
+def _admitted_count(s: Sim, name: str) -> int:
+    info = s.c.workload(s.key(name))
+    assert info is not None and info.admission is not None, name
+    return info.admission.pod_set_assignments[0].count
 
 
-@pytest.mark.skip(reason="KQ-25: partial admission (minCount) is out of scope of the core for now")
-def test_kq25_partial_admission_parallelism_rewrite():
-    raise AssertionError("not implemented")
+def test_kq25_a_partial_admission_takes_the_largest_count_that_fits():
+    """Case A: 10 pods x 1 cpu, min 9, in a 9-cpu queue: admitted with 9 (usage 9000m)."""
+    s = Sim(cluster_queue("cq").flavor("default", cpu=9, memory="36Gi"))
+    s.submit(workload("j").cq("cq").pods(10, cpu=1).min_count(9))
+    s.settle()
+    assert s.admitted("j") and _admitted_count(s, "j") == 9
+    assert s.usage("cq", "default") == 9000
+
+
+def test_kq25_b_evicted_partial_workload_asks_for_all_again_and_never_exceeds_quota():
+    """Case B: min 8, admitted with 9; after eviction it asks for 10 again and is admitted
+    with 9 once the quota is free; usage never above 9000m."""
+    s = Sim(cluster_queue("cq").flavor("default", cpu=9))
+    (j,) = s.submit(workload("j").cq("cq").pods(10, cpu=1).min_count(8))
+    s.settle()
+    assert _admitted_count(s, "j") == 9
+    assert s.c.evict(j.key, s.now) and s.c.finish_eviction(j.key, s.now)
+    assert s.c.domain_workload(j.key).pod_sets[0].count == 10  # the spec is untouched
+    s.settle()
+    assert _admitted_count(s, "j") == 9 and s.usage("cq", "default") == 9000
+
+
+def test_partial_admission_binary_search_stops_at_min_count():
+    s = Sim(cluster_queue("cq").flavor("default", cpu=4))
+    s.submit(workload("big").cq("cq").pods(10, cpu=1).min_count(5),
+             workload("fits").cq("cq").pods(3, cpu=1).min_count(1))
+    s.settle()
+    assert not s.admitted("big")  # 4 < 5: all-or-nothing below the minimum
+    assert s.reason("big") is not None
+    assert _admitted_count(s, "fits") == 3  # fits whole: not reduced
+
+
+def test_partial_admission_prefers_preemption_of_the_full_count():
+    """Kueue reduces only when the full count gets neither Fit nor preemption targets."""
+    s = Sim(cluster_queue("cq").flavor("default", cpu=4).preemption(within="LowerPriority"))
+    s.submit(workload("low").cq("cq").pods(4, cpu=1).priority(0))
+    s.settle()
+    s.submit(workload("high").cq("cq").pods(4, cpu=1).min_count(1).priority(10))
+    ds = s.cycle()
+    assert any(isinstance(d, Preempt) for d in ds)  # preempts for all 4, not 0 -> admit 1
 
 
 # ---- KQ-29 (the core part) -----------------------------------------------------------------

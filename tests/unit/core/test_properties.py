@@ -202,6 +202,19 @@ def test_property_capacity_lending_gang_strict_fifo_and_victims_hold_every_cycle
     run(specs, ops)
 
 
+def test_a_sticky_preemptor_is_the_strict_fifo_head_in_the_reported_order_too():
+    """Found by the property above: a preemptor waits for its victim while a higher-priority
+    Workload arrives; the scheduler admits the preemptor first (it stays the head), and the
+    queue order the status API reports must say so (position 0), or the check fails."""
+    specs = [cluster_queue("cq0").strict_fifo().flavor("f0", cpu=3)
+             .preemption(within="LowerPriority").build()]
+    ops = [("submit", 0, 1, 3, -1, False), ("cycle",), ("submit", 0, 1, 1, 0, False),
+           ("submit", 0, 1, 1, 0, False), ("cycle",), ("submit", 0, 1, 1, 1, False),
+           ("finish_eviction", 0), ("cycle",)]
+    sim = run(specs, ops).sim
+    assert sim.c.workload(WorkloadKey("ns/w2")).state == "admitted"
+
+
 @settings(max_examples=1000, deadline=None, suppress_health_check=list(HealthCheck))
 @given(cluster_queues(), st.lists(OP, max_size=25))
 def test_property_same_input_same_decisions(specs, ops):

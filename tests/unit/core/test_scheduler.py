@@ -80,7 +80,7 @@ def test_pending_decisions_are_emitted_only_when_the_reason_changes():
     s.submit(workload("w").cq("cq").pods(1, cpu=2))
     (p,) = s.cycle()
     assert isinstance(p, Pending) and p.reason == PendingReason.WAITING_FOR_QUOTA
-    assert p.reason.condition_reason == "WaitingForQuota"
+    assert p.reason.condition_reason == "Pending"
     assert [s.cycle() for _ in range(3)] == [[], [], []]
 
 

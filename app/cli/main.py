@@ -106,7 +106,7 @@ def status(
     from rich.console import Console
     from rich.live import Live
 
-    from app import statuscli as sc
+    from app.cli import status as sc
 
     if output not in ("table", "wide", "json"):
         raise typer.BadParameter("must be table, wide or json", param_hint="--output")
@@ -179,8 +179,8 @@ def dashboard(
 
     import uvicorn
 
-    from app import statuscli as sc
-    from app.dashboard.local import create_local_app
+    from app.cli import status as sc
+    from app.cli.dashboard import create_local_app
 
     try:
         opts = sc.resolve(server, token, kubeconfig, ca_file, None, 1)

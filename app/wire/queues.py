@@ -46,7 +46,9 @@ from app.core.spec import (
     WithinClusterQueue,
 )
 from app.core.types import ClusterQueueName, CohortName, FlavorName, ResourceName
-from app.core.workload import Taint, Toleration
+from app.core.workload import Taint
+from app.wire.fields import WorkloadSpecError, mapping, sequence, string
+from app.wire.podtemplate import tolerations
 
 Obj = Mapping[str, Any]
 
@@ -55,22 +57,36 @@ def _name(obj: Obj) -> str:
     return str((obj.get("metadata") or {}).get("name", ""))
 
 
-def toleration(t: Obj) -> Toleration:
-    """core/v1 Toleration dict -> ``Toleration`` (empty operator = ``Equal``)."""
-    return Toleration(key=str(t.get("key") or ""), operator=str(t.get("operator") or "Equal"),
-                      value=str(t.get("value") or ""), effect=str(t.get("effect") or ""))
+def taints(value: Any, field: str) -> tuple[Taint, ...]:
+    """A ResourceFlavor's ``spec.nodeTaints`` (core/v1 Taint: ``key`` required, ``effect``
+    one of NoSchedule, PreferNoSchedule, NoExecute; default NoSchedule as the CRD's) ->
+    ``Taint``s. Raises ``WorkloadSpecError`` naming ``<field>[i].<key>``."""
+    out = []
+    for i, t in enumerate(sequence(value, field)):
+        where = f"{field}[{i}]"
+        t = mapping(t, where, required=True)
+        key = string(t.get("key"), f"{where}.key")
+        if not key:
+            raise WorkloadSpecError(f"{where}.key", "required")
+        effect = string(t.get("effect"), f"{where}.effect", default="NoSchedule")
+        if effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise WorkloadSpecError(f"{where}.effect", "must be NoSchedule, PreferNoSchedule or "
+                                    f"NoExecute, got {effect!r}")
+        out.append(Taint(key=key, value=string(t.get("value"), f"{where}.value"), effect=effect))
+    return tuple(out)
 
 
 def resource_flavor(obj: Obj) -> ResourceFlavor:
-    """ResourceFlavor object -> ``ResourceFlavor``."""
-    spec = obj.get("spec") or {}
+    """ResourceFlavor object (Kueue v1beta2 ``spec.nodeLabels``, ``nodeTaints``,
+    ``tolerations``) -> ``ResourceFlavor``. Raises ``WorkloadSpecError`` naming the field
+    of a label, taint or toleration the API server should have refused."""
+    spec = mapping(obj.get("spec"), "spec")
+    labels = mapping(spec.get("nodeLabels"), "spec.nodeLabels")
     return ResourceFlavor(
         name=FlavorName(_name(obj)),
-        node_labels=dict(spec.get("nodeLabels") or {}),
-        node_taints=tuple(Taint(key=str(t.get("key", "")), value=str(t.get("value") or ""),
-                                effect=str(t.get("effect") or "NoSchedule"))
-                          for t in spec.get("nodeTaints") or []),
-        tolerations=tuple(toleration(t) for t in spec.get("tolerations") or []),
+        node_labels={str(k): string(v, f"spec.nodeLabels[{k}]") for k, v in labels.items()},
+        node_taints=taints(spec.get("nodeTaints"), "spec.nodeTaints"),
+        tolerations=tolerations(spec.get("tolerations"), "spec.tolerations"),
     )
 
 
@@ -174,6 +190,12 @@ _NO_AFS = ("Can't admit new workloads: spec.admissionScope.admissionMode "
            "NoAdmissionFairSharing")
 
 
+# Admission checks are not built: a ClusterQueue requiring one is inactive with this message
+# rather than admitting without the check.
+_NO_CHECKS = ("Can't admit new workloads: {field} is not supported by pykueue yet "
+              "(AdmissionChecks); remove it, or use Kueue where a check must gate admission")
+
+
 def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
     """ClusterQueue object -> (spec, parse problem or None). Enum values are passed through
     as written so ``validate_cluster_queue`` can name an unsupported one. A ClusterQueue
@@ -185,6 +207,10 @@ def cluster_queue(obj: Obj) -> tuple[ClusterQueueSpec, ConfigProblem | None]:
     weight, bad_weight = _weight(spec)
     min_runtime, backoff, bad_duration = _durations(obj)
     problem = problem or bad_weight or bad_duration
+    if problem is None and (spec.get("admissionChecks") or spec.get("admissionChecksStrategy")):
+        field = "spec.admissionChecks" if spec.get("admissionChecks") \
+            else "spec.admissionChecksStrategy"
+        problem = ConfigProblem("InvalidSpec", field, _NO_CHECKS.format(field=field))
     mode = (spec.get("admissionScope") or {}).get("admissionMode")
     if problem is None and mode not in (None, "", "NoAdmissionFairSharing"):
         problem = ConfigProblem("InvalidSpec", "spec.admissionScope.admissionMode", _NO_AFS)
@@ -253,11 +279,16 @@ def _enum(enum: Any, value: Any, default: Any) -> Any:
 
 
 def local_queue(obj: Obj) -> LocalQueue:
-    """LocalQueue object -> ``LocalQueue``."""
+    """LocalQueue object (Kueue v1beta2 ``spec.clusterQueue``, ``spec.stopPolicy``) ->
+    ``LocalQueue``. A ``stopPolicy`` value the CRD would refuse reads as ``Hold``: a queue
+    asked to stop in a way pykueue cannot read admits nothing rather than everything."""
     meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    stop = spec.get("stopPolicy") or StopPolicy.NONE
+    policy = StopPolicy._value2member_map_.get(stop, StopPolicy.HOLD)
     return LocalQueue(namespace=str(meta.get("namespace", "")), name=str(meta.get("name", "")),
-                      cluster_queue=ClusterQueueName(
-                          str((obj.get("spec") or {}).get("clusterQueue", ""))))
+                      cluster_queue=ClusterQueueName(str(spec.get("clusterQueue", ""))),
+                      stop_policy=policy)  # type: ignore[arg-type]
 
 
 def priority_class_value(obj: Obj) -> int:

@@ -26,9 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.core.workload import WorkloadSpecError, job_pod_count
+from app.wire.fields import WorkloadSpecError
+from app.wire.names import MAX_EXEC_TIME_LABEL, MIN_PARALLELISM_ANNOTATION, QUEUE_NAME_LABEL
+from app.wire.workload import job_min_count, job_pod_count
 
-QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 # Kueue LocalQueue defaulting: a LocalQueue with this name in a namespace captures unlabelled Jobs.
 DEFAULT_LOCAL_QUEUE = "default"
 
@@ -222,12 +223,15 @@ def mutate(
     *,
     queue_name_label: str = QUEUE_NAME_LABEL,
     default_queue: str | None = None,
+    manage_unlabelled: bool = False,
 ) -> list[JsonPatchOp]:
     """The JSONPatch for a Job under admission; ``[]`` when nothing changes.
 
     ``operation``: the AdmissionReview operation; only ``CREATE`` mutates (a Job's pod template
     is immutable after create). ``default_queue``: the LocalQueue to label an unlabelled Job
-    with (Kueue LocalQueue defaulting), None to leave unlabelled Jobs alone.
+    with (Kueue LocalQueue defaulting), None to leave unlabelled Jobs alone, unless
+    ``manage_unlabelled`` (Kueue ``manageJobsWithoutQueueName``): then it is suspended
+    without a label (its Workload waits for a LocalQueue).
     Raises UnreadableObjectError when the object, ``metadata``, ``metadata.labels`` or
     ``spec.suspend`` has the wrong JSON type. Idempotent: after applying the returned patch,
     ``mutate`` returns ``[]``. Rule: Kueue ``WorkloadShouldBeSuspended`` (suspend on create).
@@ -239,9 +243,10 @@ def mutate(
         return []
     patch: list[JsonPatchOp] = []
     if not read_queue_name(job, queue_name_label):
-        if not default_queue:
+        if default_queue:
+            patch.append(_set_label_op(job, queue_name_label, default_queue))
+        elif not manage_unlabelled:
             return []
-        patch.append(_set_label_op(job, queue_name_label, default_queue))
     if not read_suspend(job):
         patch.append(_suspend_op(job))
     return patch
@@ -276,6 +281,8 @@ def mutate_update(
         return []
     if read_suspend(old_job) or read_suspend(new_job):
         return []
+    if MIN_PARALLELISM_ANNOTATION in ((new_job.get("metadata") or {}).get("annotations") or {}):
+        return []  # partial admission: Kueue refuses the change (validate_update)
     old, new = _pod_count(old_job), _pod_count(new_job)
     if old is not None and old == new:
         return []
@@ -325,6 +332,28 @@ def validate_create(job: object, username: str, policy: WebhookPolicy) -> list[s
             f"(only pykueue admits it); pykueue's mutating webhook /mutate-batch-v1-job sets it, "
             "so check that its MutatingWebhookConfiguration is installed"
         )
+    if queue:
+        errors += _workload_field_errors(job)
+    return errors
+
+
+def _workload_field_errors(job: Mapping[str, Any]) -> list[str]:
+    """What the Job's Workload could not be built from (Kueue ``ValidateJobOnCreate``): the
+    ``kueue.x-k8s.io/job-min-parallelism`` annotation (an integer in (0, pod count)) and the
+    ``kueue.x-k8s.io/max-exec-time-seconds`` label (an integer > 0)."""
+    count = _pod_count(job)
+    if count is None:
+        return []
+    errors = []
+    try:
+        job_min_count(job, count, strict=True)
+    except WorkloadSpecError as exc:
+        errors.append(str(exc))
+    raw = ((job.get("metadata") or {}).get("labels") or {}).get(MAX_EXEC_TIME_LABEL)
+    if raw is not None and not (isinstance(raw, str) and raw.isascii() and raw.isdigit()
+                                and int(raw) > 0):
+        errors.append(f"metadata.labels[{MAX_EXEC_TIME_LABEL}]: must be an integer greater "
+                      f"than 0, got {raw!r}")
     return errors
 
 
@@ -374,6 +403,19 @@ def validate_update(
                 f"named {DEFAULT_LOCAL_QUEUE!r}, which queues every unlabelled Job"
             )
     queued_in = new_queue or old_queue
+    if (
+        queued_in
+        and not old_suspended
+        and not new_suspended
+        and MIN_PARALLELISM_ANNOTATION in ((new_job.get("metadata") or {}).get("annotations")
+                                           or {})
+        and (old_job.get("spec") or {}).get("parallelism")
+        != (new_job.get("spec") or {}).get("parallelism")
+        and username not in policy.controller_usernames
+    ):
+        errors.append(
+            "spec.parallelism: is immutable while a Job with partial admission "
+            f"({MIN_PARALLELISM_ANNOTATION}) runs; suspend it first")
     if (
         queued_in
         and old_suspended

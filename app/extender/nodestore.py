@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from app.core.extender_rules import (
+from app.extender.rules import (
     FlavorView,
     NodeIndex,
     PodWorkloadView,
@@ -68,7 +68,7 @@ class NodeStore:
     """Nodes by name (raw objects and parsed ``NodeFacts``) and GPU usage per node.
 
     ``gpu_resource``: the extended resource counted (``nvidia.com/gpu``). Malformed objects
-    raise ``app.core.extender_rules.ExtenderInputError`` and leave the store unchanged.
+    raise ``app.extender.rules.ExtenderInputError`` and leave the store unchanged.
     """
 
     def __init__(self, gpu_resource: str = "nvidia.com/gpu") -> None:

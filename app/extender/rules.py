@@ -35,9 +35,10 @@ from typing import Any
 from app.core.quantity import QuantityError, parse_quantity
 from app.core.workload import Taint, Toleration
 from app.core.workload import Workload as DomainWorkload
+from app.wire.fields import WorkloadSpecError
+from app.wire.names import PODSET_LABEL, QUEUE_NAME_LABEL
+from app.wire.podtemplate import tolerations
 
-PODSET_LABEL = "kueue.x-k8s.io/podset"
-QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 MAX_SCORE = 10
@@ -190,17 +191,6 @@ def _count(value: Any, resource: str, where: str) -> int:
         raise ExtenderInputError(str(exc)) from exc
 
 
-def parse_toleration(obj: Any, where: str) -> Toleration:
-    """core/v1 Toleration dict -> ``Toleration`` (``operator`` defaults to ``Equal``)."""
-    t = _mapping(obj, where)
-    return Toleration(
-        key=str(t.get("key") or ""),
-        operator=str(t.get("operator") or "Equal"),
-        value=str(t.get("value") or ""),
-        effect=str(t.get("effect") or ""),
-    )
-
-
 @lru_cache(maxsize=1024)
 def _hard_taints(taints: tuple[tuple[str, str, str], ...]) -> tuple[Taint, ...]:
     """The NoSchedule/NoExecute taints of ``(key, value, effect)`` triples, shared between
@@ -289,10 +279,10 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
     meta = _mapping(pod.get("metadata"), "Pod.metadata")
     labels = _str_map(meta.get("labels"), "Pod.metadata.labels")
     spec = _mapping(pod.get("spec"), "Pod.spec")
-    tolerations = tuple(
-        parse_toleration(t, f"Pod.spec.tolerations[{i}]")
-        for i, t in enumerate(_list(spec.get("tolerations"), "Pod.spec.tolerations"))
-    )
+    try:
+        tols = tolerations(spec.get("tolerations"), "Pod.spec.tolerations")
+    except WorkloadSpecError as exc:
+        raise ExtenderInputError(str(exc)) from exc
     main = sum(
         _container_gpus(c, gpu_resource, f"Pod.spec.containers[{i}]")
         for i, c in enumerate(_list(spec.get("containers"), "Pod.spec.containers"))
@@ -311,7 +301,7 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
         job_uid=job_uid_of(meta, labels, job_name) if job_name else "",
         pod_set=labels.get(PODSET_LABEL),
         queue_name=labels.get(QUEUE_NAME_LABEL) or None,  # "" is no queue, as in the webhook
-        tolerations=tolerations,
+        tolerations=tols,
         gpus=max(main, init),
     )
 

@@ -1,0 +1,29 @@
+"""Kueue's API names: group, version, labels, annotations, scheduling gate and finalizers
+(Kueue v1beta2, ``pkg/constants`` and ``pkg/controller/jobs/pod/constants``;
+kueue-integrations.md 2.1), one place for the readers, the job kinds and the controllers."""
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+WORKLOAD_API_VERSION = "kueue.x-k8s.io/v1beta2"
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+MAX_EXEC_TIME_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
+MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+RESOURCE_IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
+MAIN_POD_SET = "main"
+
+# Labels the Job controller puts on the pod template; they differ per Job object, so Kueue
+# drops them from the Workload's copy of the template (reference 4.3).
+JOB_CONTROLLER_LABELS = frozenset(
+    {"controller-uid", "batch.kubernetes.io/controller-uid", "job-name"}
+)
+
+ADMISSION_GATE = "kueue.x-k8s.io/admission"
+MANAGED_LABEL = "kueue.x-k8s.io/managed"
+GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+TOTAL_COUNT_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
+ROLE_HASH_ANNOTATION = "kueue.x-k8s.io/role-hash"
+FAST_ADMISSION_ANNOTATION = "kueue.x-k8s.io/pod-group-fast-admission"
+SERVING_ANNOTATION = "kueue.x-k8s.io/pod-group-serving"
+SUSPENDING_PARENT = "kueue.x-k8s.io/pod-suspending-parent"
+PODSET_LABEL = "kueue.x-k8s.io/podset"
