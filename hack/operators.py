@@ -376,15 +376,28 @@ def _select(names: list[str] | None, *, built_only: bool) -> list[Operator]:
 # ---------------------------------------------------------------- verbs
 
 
-def install_crds(lab: labmod.Lab, ops: list[Operator]) -> None:
+def install_crds(lab: labmod.Lab, ops: list[Operator], timeout: float = 90) -> None:
     """Apply each operator's CRDs (server-side: they exceed the client-side annotation limit)
-    and wait until they are Established."""
-    files = [str(f) for o in ops for f in o.crds()]
+    and wait until each is Established. Raises SystemExit naming the CRD and what kubectl said.
+    CRD names follow the files' kubebuilder names ``<group>_<plural>.yaml``."""
+    files = [f for o in ops for f in o.crds()]
     if not files:
         return
-    args = [a for f in files for a in ("-f", f)]
-    labmod.kubectl(lab, "apply", "--server-side", "--force-conflicts", *args)
-    labmod.kubectl(lab, "wait", "--for=condition=Established", "--timeout=60s", *args)
+    labmod.kubectl(lab, "apply", "--server-side", "--force-conflicts",
+                   *[a for f in files for a in ("-f", str(f))])
+    deadline = time.monotonic() + timeout
+    for f in files:
+        group, _, plural = f.stem.partition("_")
+        name = f"{plural}.{group}"
+        while True:
+            r = labmod.kubectl(lab, "get", "crd", name, "-o", "jsonpath={.status.conditions"
+                               "[?(@.type==\"Established\")].status}", check=False)
+            if r.returncode == 0 and r.stdout.strip() == "True":
+                break
+            if time.monotonic() > deadline:
+                raise SystemExit(f"operators: CRD {name} not Established after {timeout:.0f}s "
+                                 f"({(r.stderr or r.stdout).strip() or 'no condition yet'})")
+            time.sleep(0.3)
 
 
 def up(lab: labmod.Lab, names: list[str] | None = None, timeout: float = 120) -> list[str]:
