@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from app.integrations import batchjob, jobset, kubeflow, mpijob, pod, podgroup
+from app.integrations import batchjob, jobset, kubeflow, mpijob, pod, podgroup, ray
 from app.integrations.crdrules import CrdRules
 from app.integrations.framework import JobKind, Registry
 
@@ -15,6 +15,7 @@ BUILTIN_KINDS: tuple[JobKind, ...] = (
     jobset.KIND,
     *kubeflow.KINDS,
     mpijob.KIND,
+    *ray.KINDS,
 )
 
 # The webhook rules of the operators' kinds that carry them (``rules``: ``CrdRules``), served by

@@ -210,6 +210,15 @@ class TemplatedKind:
             mapping(self.template_of(obj, t), t.field, required=True)
         return ts
 
+    def spec_errors(self, obj: Mapping[str, Any]) -> list[str]:
+        """Why the object cannot have a Workload (``[]``: it can), for the webhook to refuse it
+        at create rather than leave it waiting without one."""
+        try:
+            self.checked_templates(obj)
+        except WorkloadSpecError as exc:
+            return [str(exc)]
+        return []
+
     def is_suspended(self, obj: Mapping[str, Any]) -> bool:
         """True when the lever at ``suspend`` is true."""
         return get_in(obj, self.suspend) is True

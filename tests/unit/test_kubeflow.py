@@ -222,6 +222,9 @@ def test_validation_queue_name_immutable_while_running() -> None:
                           "system:serviceaccount:p:p", POLICY) == []
     assert RULES.validate(None, job(queue="", suspend=False, Worker=replica(1)), "alice",
                           POLICY) == []
+    assert RULES.validate(None, job(Chief=replica(1)), "alice", POLICY) == [
+        "spec.pytorchReplicaSpecs: replica type(s) Chief unknown: a PyTorchJob has Master, "
+        "Worker"]
     assert "not a valid LocalQueue name" in RULES.validate(
         None, job(queue="Bad_Q", Worker=replica(1)), "alice", POLICY)[0]
 

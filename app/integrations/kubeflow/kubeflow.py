@@ -34,7 +34,8 @@ class KubeflowJob(TemplatedKind):
     """One Kubeflow job kind (module doc): ``kind``, its ``plural``, the ``field`` under
     ``spec`` holding its replica specs, the replica types in Kueue's ``order``, the API
     ``version``; ``rules``: its webhook's (``app.integrations.crdrules``, lever
-    ``spec.runPolicy.suspend``)."""
+    ``spec.runPolicy.suspend``; what cannot have a Workload, e.g. an unknown replica type, is
+    refused at create)."""
 
     api_group = GROUP
     suspend = SUSPEND
@@ -46,7 +47,7 @@ class KubeflowJob(TemplatedKind):
         self.resource = Resource(GROUP, version, plural, kind)
         self.field = field
         self.order = order
-        self.rules = CrdRules(GROUP, version, plural, kind, SUSPEND)
+        self.rules = CrdRules(GROUP, version, plural, kind, SUSPEND, extra_create=self.spec_errors)
 
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         """One per replica type present, in ``order``. Raises ``WorkloadSpecError``."""
