@@ -84,6 +84,15 @@ def rayjob(name: str, ns: str, workers: int) -> str:
                                            "rayStartParams": {}, "template": worker}]}}})
 
 
+def placed(lab: LabHandle, ns: str, workers: int) -> dict[str, list[dict]] | None:
+    """Running pods by ``ray.io/node-type`` once the head and ``workers`` workers run."""
+    by: dict[str, list[dict]] = {}
+    for p in lab.get("pods", "-n", ns)["items"]:
+        if p["spec"].get("nodeName") and p["status"].get("phase") == "Running":
+            by.setdefault(p["metadata"]["labels"].get("ray.io/node-type", ""), []).append(p)
+    return by if len(by.get("head", [])) == 1 and len(by.get("worker", [])) == workers else None
+
+
 def test_a_rayjob_is_admitted_whole_and_its_pods_land_on_the_flavor_nodes(
         lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
     with ray_queue(lab, "ray", 2) as ns:
@@ -97,17 +106,7 @@ def test_a_rayjob_is_admitted_whole_and_its_pods_land_on_the_flavor_nodes(
         assert flavors == {"head": {"cpu": "default-flavor"},
                            "gpu": {"nvidia.com/gpu": "a100-flavor"},
                            "submitter": {"cpu": "default-flavor", "memory": "default-flavor"}}
-
-        def placed() -> dict[str, list[dict]] | None:
-            by: dict[str, list[dict]] = {}
-            for p in lab.get("pods", "-n", ns)["items"]:
-                if p["spec"].get("nodeName") and p["status"].get("phase") == "Running":
-                    by.setdefault(p["metadata"]["labels"].get("ray.io/node-type", ""),
-                                  []).append(p)
-            return by if len(by.get("head", [])) == 1 and len(by.get("worker", [])) == 2 \
-                else None
-
-        by = wait_for(placed, 90, "tune's head and 2 workers running")
+        by = wait_for(lambda: placed(lab, ns, 2), 90, "tune's head and 2 workers running")
         landed_on_a100(by["worker"], ["gpu", "gpu"])
         assert by["head"][0]["spec"]["nodeName"] in ("cpu-0", "cpu-1")
         assert by["head"][0]["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "head"
@@ -135,3 +134,21 @@ def test_a_rayjob_that_does_not_fit_waits_whole_with_no_pod(
         assert lab.get("rayjob", "big", "-n", ns)["spec"]["suspend"] is True
         assert lab.get("rayclusters", "-n", ns)["items"] == []
         assert lab.get("pods", "-n", ns)["items"] == []
+
+
+def test_a_raycluster_is_admitted_whole_and_its_pods_land_on_the_flavor_nodes(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    """A RayCluster queued on its own: head + 2 GPU workers, one Workload (no submitter)."""
+    with ray_queue(lab, "raycluster", 2) as ns:
+        job = json.loads(rayjob("c", ns, 2))
+        lab.apply(json.dumps({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                              "metadata": job["metadata"],
+                              "spec": job["spec"]["rayClusterSpec"]}))
+        wl = wait_for(lambda: (w := owned_workload(lab, ns, "RayCluster", "c"))
+                      and (c := condition(w, "Admitted")) and c["status"] == "True" and w,
+                      60, "c's Workload admitted")
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
+            ("head", 1), ("gpu", 2)]
+        by = wait_for(lambda: placed(lab, ns, 2), 90, "c's head and 2 workers running")
+        landed_on_a100(by["worker"], ["gpu", "gpu"])
+        assert by["head"][0]["spec"]["nodeName"] in ("cpu-0", "cpu-1")

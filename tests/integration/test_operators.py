@@ -41,10 +41,10 @@ def operators_running(lab: LabHandle, names: list[str]) -> Iterator[tuple[set[st
         names.remove("mpi-operator")
         busy = (f"port {ops.MPI_HEALTH_PORT} is taken (mpi-operator v0.8.0 hard-codes its "
                 "health port; another lab on this machine runs one)")
-    if names:
-        r = lab.lab_cmd("operators-up", *names, check=False)
-        assert r.returncode == 0, f"operators-up failed:\n{r.stdout}\n{r.stderr}"
-    try:
+    try:  # operators-up may fail half-way (8080 taken meanwhile): stop what it started
+        if names:
+            r = lab.lab_cmd("operators-up", *names, check=False)
+            assert r.returncode == 0, f"operators-up failed:\n{r.stdout}\n{r.stderr}"
         yield set(names), busy
     finally:
         started = [n for n in names if n not in running]
