@@ -166,3 +166,31 @@ def test_an_mpijob_that_does_not_fit_waits_whole_with_no_pod(
     with queue(lab, "mpi-wait", 2) as ns:
         lab.apply(mpijob("big", ns, 3))  # 3 GPU workers > 2
         waits_whole(lab, ns, "MPIJob", "big", "mpijob")
+
+
+def test_an_evicted_pytorchjob_is_stopped_whole_restored_and_runs_again(
+        lab: LabHandle, pykueue_with_kubeflow: tuple[set[str], str]) -> None:
+    """Deactivating its Workload evicts it: pykueue suspends it with its templates as
+    submitted, the training-operator deletes every pod, the quota is released; active again, it
+    is re-admitted and its pods run on a100-0 again."""
+    need(pykueue_with_kubeflow, "training-operator")
+    with queue(lab, "pytorch-evict", 2) as ns:
+        manifest = pytorchjob("ev", ns, 1)
+        lab.apply(manifest)
+        submitted = json.loads(manifest)["spec"]["pytorchReplicaSpecs"]
+        wl = admitted(lab, ns, "PyTorchJob", "ev")
+        running_pods(lab, ns, 2)
+        name = wl["metadata"]["name"]
+        lab.kubectl("patch", "workloads.kueue.x-k8s.io", name, "-n", ns, "--type=merge", "-p",
+                    '{"spec": {"active": false}}')
+        stopped = wait_for(lambda: (j := lab.get("pytorchjob", "ev", "-n", ns))["spec"][
+            "runPolicy"].get("suspend") is True and j, 60, "ev suspended")
+        assert stopped["spec"]["pytorchReplicaSpecs"] == submitted
+        wait_for(lambda: not lab.get("pods", "-n", ns)["items"], 60, "ev's pods deleted")
+        wait_for(lambda: not ((owned_workload(lab, ns, "PyTorchJob", "ev") or {}).get("status")
+                              or {}).get("admission"), 60, "ev's quota released")
+        ev = condition(owned_workload(lab, ns, "PyTorchJob", "ev"), "Evicted")
+        assert ev and ev["status"] == "True" and ev["reason"] == "Deactivated", ev
+        lab.kubectl("patch", "workloads.kueue.x-k8s.io", name, "-n", ns, "--type=merge", "-p",
+                    '{"spec": {"active": true}}')
+        landed_on_a100(running_pods(lab, ns, 2), ["master", "worker"])
