@@ -152,3 +152,33 @@ def test_a_raycluster_is_admitted_whole_and_its_pods_land_on_the_flavor_nodes(
         by = wait_for(lambda: placed(lab, ns, 2), 90, "c's head and 2 workers running")
         landed_on_a100(by["worker"], ["gpu", "gpu"])
         assert by["head"][0]["spec"]["nodeName"] in ("cpu-0", "cpu-1")
+
+
+def test_an_evicted_rayjob_is_stopped_whole_and_its_default_submitter_removed(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    """Deactivating its Workload evicts it: pykueue suspends it with its spec as submitted
+    (the default submitter template it wrote removed), KubeRay deletes its RayCluster and pods,
+    the quota is released."""
+    with ray_queue(lab, "ray-evict", 2) as ns:
+        manifest = rayjob("ev", ns, 1)
+        lab.apply(manifest)
+        wl = wait_for(lambda: (w := owned_workload(lab, ns, "RayJob", "ev"))
+                      and (c := condition(w, "Admitted")) and c["status"] == "True" and w,
+                      60, "ev's Workload admitted")
+        wait_for(lambda: placed(lab, ns, 1), 90, "ev's head and worker running")
+        lab.kubectl("patch", "workloads.kueue.x-k8s.io", wl["metadata"]["name"], "-n", ns,
+                    "--type=merge", "-p", '{"spec": {"active": false}}')
+        stopped = wait_for(lambda: (j := lab.get("rayjob", "ev", "-n", ns))["spec"].get(
+            "suspend") is True and j, 60, "ev suspended")
+        # The pod templates as submitted (KubeRay and the CRD add defaults elsewhere).
+        sent = json.loads(manifest)["spec"]["rayClusterSpec"]
+        got = stopped["spec"]["rayClusterSpec"]
+        assert got["headGroupSpec"]["template"] == sent["headGroupSpec"]["template"]
+        assert [g["template"] for g in got["workerGroupSpecs"]] == [
+            g["template"] for g in sent["workerGroupSpecs"]]
+        assert "submitterPodTemplate" not in stopped["spec"]
+        wait_for(lambda: not lab.get("pods", "-n", ns)["items"]
+                 and not lab.get("rayclusters", "-n", ns)["items"], 90,
+                 "ev's RayCluster and pods deleted")
+        wait_for(lambda: not ((owned_workload(lab, ns, "RayJob", "ev") or {}).get("status")
+                              or {}).get("admission"), 60, "ev's quota released")
