@@ -234,18 +234,15 @@ class TemplatedKind:
                   pod_priority_classes: Mapping[str, int] | None) -> tuple[int, dict | None]:
         """``job_priority`` on a Job-shaped view whose template carries the priority class the
         kind names, else the first template's that names one."""
-        first = self.template_of(obj, templates[0])
         name, where = self.priority_class(obj)
-        for t in templates if not name else ():
+        first = ({"spec": {"priorityClassName": name}} if name
+                 else self.template_of(obj, templates[0]))
+        for t in () if name else templates:
             tpl = self.template_of(obj, t)
-            name = string(mapping(tpl.get("spec"), f"{t.field}.spec").get("priorityClassName"),
-                          f"{t.field}.spec.priorityClassName")
-            if name:
+            if string(mapping(tpl.get("spec"), f"{t.field}.spec").get("priorityClassName"),
+                      f"{t.field}.spec.priorityClassName"):
                 first, where = tpl, f"{t.field}.spec.priorityClassName"
                 break
-        else:
-            if name:
-                first = {"spec": {"priorityClassName": name}}
         view = {"metadata": obj.get("metadata") or {}, "spec": {"template": first}}
         try:
             return job_priority(view, priority_classes=priority_classes,
