@@ -14,8 +14,10 @@ import base64
 import contextlib
 import itertools
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -40,7 +42,8 @@ class Browser:
         path = chromium_path()
         if path is None:
             raise RuntimeError(SKIP_REASON)
-        self._profile = tempfile.TemporaryDirectory(prefix="pykueue-chromium-")
+        self._profile = tempfile.TemporaryDirectory(prefix="pykueue-chromium-",
+                                                    ignore_cleanup_errors=True)
         # Its log goes to a file: a pipe nobody drains would block it once full.
         self._log = Path(self._profile.name) / "chromium.log"
         self.proc = subprocess.Popen(
@@ -48,7 +51,8 @@ class Browser:
              "--ignore-certificate-errors", "--remote-debugging-port=0",
              f"--user-data-dir={self._profile.name}", f"--window-size={width},{height}",
              "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=self._log.open("w"))
+            stdout=subprocess.DEVNULL, stderr=self._log.open("w"),
+            start_new_session=True)  # its helpers share the group: close() stops them all
         browser_ws = self._devtools_url()
         port = re.search(r":(\d+)/", browser_ws).group(1)  # type: ignore[union-attr]
         page_ws = self._page_ws(int(port))
@@ -133,10 +137,16 @@ class Browser:
         try:
             self._stack.close()
         finally:
-            self.proc.terminate()
+            # Chromium's helper processes may still write into the profile after the main
+            # one exits; stop the whole process group before removing it.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-            self._profile.cleanup()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            shutil.rmtree(self._profile.name, ignore_errors=True)

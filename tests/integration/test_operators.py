@@ -72,9 +72,25 @@ def need(operators: set[str], name: str) -> None:
         pytest.skip(f"{name} {op.version} not built ({op.binary} missing): run `make operators`")
 
 
+CREATED: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _cleanup(lab: LabHandle) -> Iterator[None]:
+    """Each test's namespace goes with its pods before the next test: the samples hold GPUs
+    on a100-0 / l4-0 (RayCluster workers run until deleted) that later tests need free."""
+    yield
+    while CREATED:
+        ns = CREATED.pop()
+        lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        wait_for(lambda ns=ns: not lab.get("pods", "-n", ns)["items"], 120,
+                 f"the pods of {ns} gone")
+
+
 def _namespace(lab: LabHandle, prefix: str) -> str:
     ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
     lab.create_namespace(ns)
+    CREATED.append(ns)
     return ns
 
 
