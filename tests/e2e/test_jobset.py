@@ -66,13 +66,21 @@ def jobset(name: str, ns: str, *shape: tuple[str, int, int]) -> str:
 @contextmanager
 def queue(lab: LabHandle, prefix: str, gpus: int) -> Iterator[str]:
     """A fresh namespace with LocalQueue ``lq`` to a new ClusterQueue of ``gpus`` A100s
-    (``gpu_queue``), both deleted afterwards."""
+    (``gpu_queue``), both deleted afterwards (``drop``)."""
     ns, cq = gpu_queue(lab, prefix, gpus)
     try:
         yield ns
     finally:
-        lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+        drop(lab, ns, cq)
+
+
+def drop(lab: LabHandle, ns: str, cq: str) -> None:
+    """Delete namespace ``ns`` and ClusterQueue ``cq``, and wait for the namespace's pods to
+    go: operator pods (PyTorchJob replicas, Ray workers) run until deleted and hold a100-0's
+    GPUs that later tests need."""
+    lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+    wait_for(lambda: not lab.get("pods", "-n", ns)["items"], 120, f"the pods of {ns} gone")
 
 
 def owned_workload(lab: LabHandle, ns: str, kind: str, name: str) -> dict | None:

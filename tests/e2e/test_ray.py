@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_jobset import QUEUE, condition, landed_on_a100, owned_workload
+from tests.e2e.test_jobset import QUEUE, condition, drop, landed_on_a100, owned_workload
 from tests.e2e.test_kubeflow import GPU_TOLERATION
 from tests.e2e.test_workload_kinds import gpu_container
 from tests.integration.test_operators import operators_running
@@ -61,8 +61,7 @@ def ray_queue(lab: LabHandle, prefix: str, gpus: int) -> Iterator[str]:
     try:
         yield ns
     finally:
-        lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+        drop(lab, ns, cq)
 
 
 def rayjob(name: str, ns: str, workers: int) -> str:
