@@ -17,9 +17,11 @@ Thin: parse the ``admission.k8s.io/v1`` AdmissionReview, call the pure rules of
 - ``POST /validate-apps-v1-statefulset-scale``: UPDATE of ``statefulsets/scale`` (a Scale has
   no labels, so its webhook has no objectSelector; the StatefulSet is found by name in the
   store of queued ones): the same replicas rule.
-- ``POST /mutate-jobset-x-k8s-io-v1alpha2-jobset``, ``/validate-jobset-x-k8s-io-v1alpha2-jobset``:
-  a queued JobSet is created suspended; its queue name is immutable while it runs
-  (``app.integrations.jobset.rules``).
+- ``POST /mutate-<group>-<version>-<kind>``, ``/validate-...`` for each operator kind (its
+  ``rules``, ``app.integrations.CRD_RULES``: JobSet, PyTorchJob, TFJob, XGBoostJob, PaddleJob,
+  JAXJob, MPIJob, e.g. ``/mutate-jobset-x-k8s-io-v1alpha2-jobset``,
+  ``/mutate-kubeflow-org-v1-pytorchjob``): a queued object is created suspended; its queue
+  name is immutable while it runs (``app.integrations.crdrules`` with the kind's lever).
 
 The API server appends ``?timeout=Ns``: routing is on the path only. Errors never become a 5xx:
 a body that is not JSON or not an AdmissionReview -> HTTP 400 ``{"error": ..., "details": [...]}``;
@@ -50,10 +52,9 @@ from prometheus_client import Histogram
 from pydantic import ValidationError
 
 from app.api.health import metrics_registry
-from app.integrations import managed_kinds
+from app.integrations import CRD_RULES, managed_kinds
+from app.integrations.crdrules import CrdRules
 from app.integrations.deployment.rules import mutate_deployment, validate_deployment_update
-from app.integrations.jobset.rules import MUTATE_PATH as MUTATE_JOBSET_PATH
-from app.integrations.jobset.rules import mutate_jobset, validate_jobset
 from app.integrations.pod.rules import mutate_pod, scheduling_gates, validate_pod
 from app.integrations.statefulset.rules import (
     mutate_statefulset,
@@ -92,7 +93,6 @@ VALIDATE_DEPLOYMENT_PATH = "/validate-apps-v1-deployment"
 MUTATE_STATEFULSET_PATH = "/mutate-apps-v1-statefulset"
 VALIDATE_STATEFULSET_PATH = "/validate-apps-v1-statefulset"
 VALIDATE_STATEFULSET_SCALE_PATH = "/validate-apps-v1-statefulset-scale"
-VALIDATE_JOBSET_PATH = "/validate-jobset-x-k8s-io-v1alpha2-jobset"
 
 # Decisions (the ``decision`` label and log field).
 ALLOWED = "allowed"  # allowed, no patch
@@ -452,23 +452,27 @@ def _owner_decisions(kind: str, mutate: Callable[..., list[Any]],
     return mutation, validation
 
 
-def _is_jobset_review(req: AdmissionRequest, operations: tuple[str, ...]) -> bool:
-    return (req.operation in operations and not req.sub_resource
-            and _is_review_of(req, "jobset.x-k8s.io", "JobSet"))
+def _crd_decisions(rules: CrdRules) -> tuple[Callable[[AdmissionRequest, Any], _Outcome],
+                                              Callable[[AdmissionRequest, Any], _Outcome]]:
+    """(mutation, validation) deciders of an operator's kind (``app.integrations.crdrules``):
+    the mutation on CREATE, the validation on CREATE and UPDATE of the kind itself."""
+    def of_kind(req: AdmissionRequest, operations: tuple[str, ...]) -> bool:
+        return (req.operation in operations and not req.sub_resource
+                and _is_review_of(req, rules.group, rules.kind))
 
+    def mutation(req: AdmissionRequest, state: Any) -> _Outcome:
+        if not of_kind(req, ("CREATE",)):
+            return _allow(req)
+        _, obj = _objects(req)
+        return _patched(req, rules.mutate(obj, req.operation, _policy(state)))
 
-def _decide_jobset_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
-    if not _is_jobset_review(req, ("CREATE",)):
-        return _allow(req)
-    _, js = _objects(req)
-    return _patched(req, mutate_jobset(js, req.operation, _policy(state)))
+    def validation(req: AdmissionRequest, state: Any) -> _Outcome:
+        if not of_kind(req, ("CREATE", "UPDATE")):
+            return _allow(req)
+        old, obj = _objects(req)
+        return _verdict(req, rules.validate(old, obj, req.user_info.username, _policy(state)))
 
-
-def _decide_jobset_validation(req: AdmissionRequest, state: Any) -> _Outcome:
-    if not _is_jobset_review(req, ("CREATE", "UPDATE")):
-        return _allow(req)
-    old, js = _objects(req)
-    return _verdict(req, validate_jobset(old, js, req.user_info.username, _policy(state)))
+    return mutation, validation
 
 
 # Plain Starlette routes: the endpoints read the raw body themselves, so FastAPI's dependency
@@ -488,8 +492,6 @@ _KIND_ROUTES: dict[str, Callable[[AdmissionRequest, Any], _Outcome]] = {
     MUTATE_POD_PATH: _decide_pod_mutation,
     VALIDATE_POD_PATH: _decide_pod_validation,
     VALIDATE_STATEFULSET_SCALE_PATH: _decide_statefulset_scale,
-    MUTATE_JOBSET_PATH: _decide_jobset_mutation,
-    VALIDATE_JOBSET_PATH: _decide_jobset_validation,
 }
 for _path_pair, _kind, _mutate, _validate in (
         ((MUTATE_DEPLOYMENT_PATH, VALIDATE_DEPLOYMENT_PATH), "Deployment", mutate_deployment,
@@ -497,6 +499,9 @@ for _path_pair, _kind, _mutate, _validate in (
         ((MUTATE_STATEFULSET_PATH, VALIDATE_STATEFULSET_PATH), "StatefulSet", mutate_statefulset,
          validate_statefulset_update)):
     _KIND_ROUTES.update(zip(_path_pair, _owner_decisions(_kind, _mutate, _validate),
+                            strict=True))
+for _rules in CRD_RULES:
+    _KIND_ROUTES.update(zip((_rules.mutate_path, _rules.validate_path), _crd_decisions(_rules),
                             strict=True))
 for _path, _decide in _KIND_ROUTES.items():
     router.add_route(_path, _endpoint(_path, _decide), methods=["POST"],

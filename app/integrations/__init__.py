@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from app.integrations import batchjob, jobset, pod, podgroup
+from app.integrations import batchjob, jobset, kubeflow, mpijob, pod, podgroup, ray
+from app.integrations.crdrules import CrdRules
 from app.integrations.framework import JobKind, Registry
 
 # Adding a job kind: its folder, and one line here.
@@ -12,7 +13,15 @@ BUILTIN_KINDS: tuple[JobKind, ...] = (
     pod.KIND,
     podgroup.KIND,
     jobset.KIND,
+    *kubeflow.KINDS,
+    mpijob.KIND,
+    *ray.KINDS,
 )
+
+# The webhook rules of the operators' kinds that carry them (``rules``: ``CrdRules``), served by
+# ``app.api.webhook`` at each one's ``mutate_path`` / ``validate_path``.
+CRD_RULES: tuple[CrdRules, ...] = tuple(r for k in BUILTIN_KINDS
+                                        if isinstance(r := getattr(k, "rules", None), CrdRules))
 
 
 def managed_kinds() -> frozenset[tuple[str, str]]:

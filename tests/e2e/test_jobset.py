@@ -66,21 +66,50 @@ def jobset(name: str, ns: str, *shape: tuple[str, int, int]) -> str:
 @contextmanager
 def queue(lab: LabHandle, prefix: str, gpus: int) -> Iterator[str]:
     """A fresh namespace with LocalQueue ``lq`` to a new ClusterQueue of ``gpus`` A100s
-    (``gpu_queue``), both deleted afterwards."""
+    (``gpu_queue``), both deleted afterwards (``drop``)."""
     ns, cq = gpu_queue(lab, prefix, gpus)
     try:
         yield ns
     finally:
-        lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+        drop(lab, ns, cq)
 
 
-def workload(lab: LabHandle, ns: str, name: str) -> dict | None:
+def drop(lab: LabHandle, ns: str, cq: str) -> None:
+    """Delete namespace ``ns`` and ClusterQueue ``cq``, and wait for the namespace's pods to
+    go: operator pods (PyTorchJob replicas, Ray workers) run until deleted and hold a100-0's
+    GPUs that later tests need."""
+    lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+    wait_for(lambda: not lab.get("pods", "-n", ns)["items"], 120, f"the pods of {ns} gone")
+
+
+def owned_workload(lab: LabHandle, ns: str, kind: str, name: str) -> dict | None:
+    """The Workload in ``ns`` owned by the ``kind`` object ``name``, or None."""
     for w in lab.get("workloads.kueue.x-k8s.io", "-n", ns)["items"]:
-        if any(r["kind"] == "JobSet" and r["name"] == name
+        if any(r["kind"] == kind and r["name"] == name
                for r in w["metadata"].get("ownerReferences") or []):
             return w
     return None
+
+
+def workload(lab: LabHandle, ns: str, name: str) -> dict | None:
+    return owned_workload(lab, ns, "JobSet", name)
+
+
+def landed_on_a100(pods: list[dict], podsets: list[str]) -> None:
+    """Every pod on a100-0 with the A100 flavor's nodeSelector; their podset labels, sorted,
+    are ``podsets``."""
+    assert {p["spec"]["nodeName"] for p in pods} == {"a100-0"}
+    assert all(p["spec"]["nodeSelector"] == A100 for p in pods)
+    assert sorted(p["metadata"]["labels"]["kueue.x-k8s.io/podset"] for p in pods) == podsets
+
+
+def queue_change_refused(lab: LabHandle, ns: str, kind: str, name: str) -> None:
+    """pykueue's webhook refuses to move the running ``kind`` object ``name`` to another
+    queue."""
+    r = lab.kubectl("label", kind.lower(), name, "-n", ns, "--overwrite", f"{QUEUE}=other",
+                    check=False)
+    assert r.returncode != 0 and f"while the {kind} is not suspended" in r.stderr, r.stderr
 
 
 def condition(obj: dict | None, kind: str) -> dict | None:
@@ -106,13 +135,8 @@ def test_a_jobset_is_admitted_whole_and_its_pods_land_on_the_flavor_node(
                     if p["status"].get("phase") in ("Running", "Succeeded")]
 
         pods = wait_for(lambda: len(r := running()) == 4 and r, 90, "4 pods of train running")
-        assert {p["spec"]["nodeName"] for p in pods} == {"a100-0"}
-        assert all(p["spec"]["nodeSelector"] == A100 for p in pods)
-        assert sorted(p["metadata"]["labels"]["kueue.x-k8s.io/podset"] for p in pods) == [
-            "leader", "leader", "workers", "workers"]
-        r = lab.kubectl("label", "jobset", "train", "-n", ns, "--overwrite", f"{QUEUE}=other",
-                        check=False)
-        assert r.returncode != 0 and "while the JobSet is not suspended" in r.stderr, r.stderr
+        landed_on_a100(pods, ["leader", "leader", "workers", "workers"])
+        queue_change_refused(lab, ns, "JobSet", "train")
         js = lab.get("jobset", "train", "-n", ns)
         for rj in js["spec"]["replicatedJobs"]:
             assert rj["template"]["spec"]["template"]["spec"]["nodeSelector"] == A100

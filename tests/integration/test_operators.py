@@ -12,6 +12,7 @@ import json
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -26,29 +27,38 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 LAB_NODES = {"a100-0", "l4-0", "cpu-0", "cpu-1"}
 
 
-@pytest.fixture(scope="module")
-def operators(lab: LabHandle) -> Iterator[set[str]]:
-    """The built operators, started in the lab (stopped again when this module started them)."""
-    names = ops.built()
-    if not names:
-        yield set()
-        return
+@contextmanager
+def operators_running(lab: LabHandle, names: list[str]) -> Iterator[tuple[set[str], str]]:
+    """The built operators among ``names`` running in the lab: (those running, why the
+    mpi-operator is left out or ""); the ones started here are stopped again afterwards."""
+    names = [n for n in names if ops.OPERATORS[n].built]
     handle = ops.labmod.Lab(state=lab.state, port_base=lab.port_base, bin_dir=lab.bin_dir)
     running = {n for n in names if ops.labmod._pid(handle, n)}
+    busy = ""
     if "mpi-operator" in names and "mpi-operator" not in running \
             and not ops._port_free(ops.MPI_HEALTH_PORT):
         # Its health port is fixed: another lab on this machine runs one (see hack/operators.py).
         names.remove("mpi-operator")
-        MPI_BUSY.append(f"port {ops.MPI_HEALTH_PORT} is taken (mpi-operator v0.8.0 hard-codes its "
-                        "health port; another lab on this machine runs one)")
-    r = lab.lab_cmd("operators-up", *names, check=False)
-    assert r.returncode == 0, f"operators-up failed:\n{r.stdout}\n{r.stderr}"
-    try:
-        yield set(names)
+        busy = (f"port {ops.MPI_HEALTH_PORT} is taken (mpi-operator v0.8.0 hard-codes its "
+                "health port; another lab on this machine runs one)")
+    try:  # operators-up may fail half-way (8080 taken meanwhile): stop what it started
+        if names:
+            r = lab.lab_cmd("operators-up", *names, check=False)
+            assert r.returncode == 0, f"operators-up failed:\n{r.stdout}\n{r.stderr}"
+        yield set(names), busy
     finally:
         started = [n for n in names if n not in running]
         if started:
             lab.lab_cmd("operators-down", *started, check=False)
+
+
+@pytest.fixture(scope="module")
+def operators(lab: LabHandle) -> Iterator[set[str]]:
+    """The built operators, started in the lab (stopped again when this module started them)."""
+    with operators_running(lab, ops.built()) as (names, busy):
+        if busy:
+            MPI_BUSY.append(busy)
+        yield names
 
 
 MPI_BUSY: list[str] = []

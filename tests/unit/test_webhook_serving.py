@@ -16,6 +16,7 @@ import httpx
 import pytest
 import yaml
 
+from app.integrations import CRD_RULES
 from tests.pykueue_server import PykueueServer, free_port, pykueue_exe, serve_env, trust
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +50,13 @@ WEBHOOKS = {
         ("/validate-jobset-x-k8s-io-v1alpha2-jobset", ["CREATE", "UPDATE"],
          (["jobset.x-k8s.io"], ["v1alpha2"], ["jobsets"])),
 }
+# The operators' kinds served by the shared rules (app.integrations.crdrules): one pair each.
+for _r in CRD_RULES:
+    _target = ([_r.group], [_r.version], [_r.plural])
+    WEBHOOKS[("MutatingWebhookConfiguration", f"m{_r.kind.lower()}.pykueue.io")] = (
+        _r.mutate_path, ["CREATE"], _target)
+    WEBHOOKS[("ValidatingWebhookConfiguration", f"v{_r.kind.lower()}.pykueue.io")] = (
+        _r.validate_path, ["CREATE", "UPDATE"], _target)
 KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 

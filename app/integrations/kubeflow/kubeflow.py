@@ -1,0 +1,95 @@
+"""Kubeflow's training jobs as job kinds (Kueue ``pkg/controller/jobs/kubeflow``: the shared
+``kubeflowjob`` and one folder per kind, kueue-integrations.md 6.1 and 6.2): PyTorchJob, TFJob,
+XGBoostJob, PaddleJob and JAXJob (``kubeflow.org/v1``, training-operator), and MPIJob
+(``kubeflow.org/v2beta1``, mpi-operator), which has the same shape.
+
+PodSets: one per replica type present in ``spec.<kind>ReplicaSpecs``, in the kind's fixed order
+(PyTorchJob, XGBoostJob, PaddleJob ``Master, Worker``; TFJob ``Chief, Master, PS, Worker,
+Evaluator``; JAXJob ``Worker``; MPIJob ``Launcher, Worker``), named after it lower-cased,
+``count = replicas`` (default 1). A replica type outside that order is refused (Kueue would
+leave its pods out of the Workload, so they would run on no quota). Suspend lever:
+``spec.runPolicy.suspend``. Finished: the condition ``Succeeded`` or ``Failed``. Active: the sum
+of ``status.replicaStatuses[*].active``. Priority: ``spec.runPolicy.schedulingPolicy
+.priorityClass``, else the first replica template (in order) with a ``priorityClassName``.
+Start and stop: ``app.integrations.templated`` (each podSet's flavor into its replica type's
+``template``); the operators re-read the templates when they create pods after a resume.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app.controllers.client import Resource
+from app.integrations.batchjob.job import job_finished
+from app.integrations.crdrules import CrdRules
+from app.integrations.templated import Template, TemplatedKind
+from app.wire.fields import WorkloadSpecError, integer, mapping, string
+
+GROUP = "kubeflow.org"
+SUSPEND = ("spec", "runPolicy", "suspend")
+
+
+class KubeflowJob(TemplatedKind):
+    """One Kubeflow job kind (module doc): ``kind``, its ``plural``, the ``field`` under
+    ``spec`` holding its replica specs, the replica types in Kueue's ``order``, the API
+    ``version``; ``rules``: its webhook's (``app.integrations.crdrules``, lever
+    ``spec.runPolicy.suspend``; what cannot have a Workload, e.g. an unknown replica type, is
+    refused at create)."""
+
+    api_group = GROUP
+    suspend = SUSPEND
+
+    def __init__(self, kind: str, plural: str, field: str, order: tuple[str, ...],
+                 version: str = "v1") -> None:
+        self.kind = kind
+        self.key = kind.lower()
+        self.resource = Resource(GROUP, version, plural, kind)
+        self.field = field
+        self.order = order
+        self.rules = CrdRules(GROUP, version, plural, kind, SUSPEND, extra_create=self.spec_errors)
+
+    def templates(self, obj: Mapping[str, Any]) -> list[Template]:
+        """One per replica type present, in ``order``. Raises ``WorkloadSpecError``."""
+        where = f"spec.{self.field}"
+        specs = mapping(mapping(obj.get("spec"), "spec", required=True).get(self.field), where,
+                        required=True)
+        unknown = sorted(str(k) for k in specs if k not in self.order)
+        if unknown:
+            raise WorkloadSpecError(where, f"replica type(s) {', '.join(unknown)} unknown: a "
+                                    f"{self.kind} has {', '.join(self.order)}")
+        out = []
+        for rtype in self.order:
+            if rtype not in specs:
+                continue
+            spec = mapping(specs[rtype], f"{where}.{rtype}", required=True)
+            count = integer(spec.get("replicas"), f"{where}.{rtype}.replicas", default=1,
+                            minimum=0)
+            out.append(Template(rtype.lower(), count, ("spec", self.field, rtype, "template"),
+                                rtype))
+        return out
+
+    def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
+        """(finished, ``Succeeded``/``Failed``, message) from those conditions."""
+        return job_finished(obj, complete="Succeeded", kind=self.kind)
+
+    def active_pods(self, obj: Mapping[str, Any]) -> int:
+        """Active pods over all replica types (``status.replicaStatuses[*].active``)."""
+        statuses = (obj.get("status") or {}).get("replicaStatuses") or {}
+        return sum(int((s or {}).get("active") or 0) for s in statuses.values()
+                   if isinstance(s, Mapping))
+
+    def priority_class(self, obj: Mapping[str, Any]) -> tuple[str, str]:
+        """``spec.runPolicy.schedulingPolicy.priorityClass`` (read first, as Kueue)."""
+        where = "spec.runPolicy.schedulingPolicy.priorityClass"
+        run = mapping(mapping(obj.get("spec"), "spec").get("runPolicy"), "spec.runPolicy")
+        policy = mapping(run.get("schedulingPolicy"), "spec.runPolicy.schedulingPolicy")
+        return string(policy.get("priorityClass"), where), where
+
+
+PYTORCHJOB = KubeflowJob("PyTorchJob", "pytorchjobs", "pytorchReplicaSpecs", ("Master", "Worker"))
+TFJOB = KubeflowJob("TFJob", "tfjobs", "tfReplicaSpecs",
+                    ("Chief", "Master", "PS", "Worker", "Evaluator"))
+XGBOOSTJOB = KubeflowJob("XGBoostJob", "xgboostjobs", "xgbReplicaSpecs", ("Master", "Worker"))
+PADDLEJOB = KubeflowJob("PaddleJob", "paddlejobs", "paddleReplicaSpecs", ("Master", "Worker"))
+JAXJOB = KubeflowJob("JAXJob", "jaxjobs", "jaxReplicaSpecs", ("Worker",))

@@ -1,0 +1,223 @@
+"""KubeRay's RayJob and RayCluster (``ray.io/v1``) as job kinds (Kueue
+``pkg/controller/jobs/rayjob``, ``jobs/raycluster``, kueue-integrations.md 7), on the shared base
+of the operators' kinds (``app.integrations.templated``).
+
+PodSets: ``head`` (count 1) first, then one per worker group named after ``groupName``
+lower-cased, ``count = replicas`` (default 1) ``x numOfHosts`` (when above 1);
+``minReplicas``/``maxReplicas`` are ignored, as Kueue does. A RayJob in ``K8sJobMode`` (the CRD
+default) adds ``submitter`` (count 1): ``spec.submitterPodTemplate``, else KubeRay's default
+(one container ``ray-job-submitter`` with the head's image, requests 500m CPU / 200Mi, limits
+1 CPU / 1Gi, ``restartPolicy: Never``); when started with the default, pykueue writes it,
+with the flavor, into ``spec.submitterPodTemplate`` (so the flavor reaches the submitter Job:
+kueue#12567, as Kueue HEAD does) and removes it again on stop.
+
+Refused (``WorkloadSpecError`` naming the field; the webhook refuses them at create): a worker
+group named ``head`` (or ``submitter`` in K8sJobMode), more than 7 worker groups, in-tree
+autoscaling (``enableInTreeAutoscaling``: Kueue admits it only with elastic Workload slices,
+which pykueue does not build), a RayJob with ``clusterSelector`` (it runs on an existing
+cluster, which Kueue does not queue) or without ``rayClusterSpec``, a RayJob whose cluster
+outlives it (``shutdownAfterJobFinishes`` not true: Kueue's rule, or its quota would be held by
+an idle cluster), and ``SidecarMode`` (the submitter runs in the head pod, whose podSet would
+not count it).
+
+Suspend lever: ``spec.suspend`` (both). Finished: a RayJob when ``status.jobDeploymentStatus`` is
+``Complete`` or ``Failed``, succeeded only when ``status.jobStatus`` is ``SUCCEEDED``; a
+RayCluster never. Active: a RayJob unless its deployment status is ``Suspended`` or new; a
+RayCluster while ``status.state`` is ``ready``. A RayCluster controlled by a RayJob or
+RayService (KubeRay copies the RayJob's labels, queue name included, onto it) is its owner's
+business: it has no queue of its own (Kueue's managed-ancestor rule).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from app.controllers.client import Resource
+from app.integrations.batchjob.job import queue_name
+from app.integrations.crdrules import CrdRules
+from app.integrations.templated import Obj, Path, Template, TemplatedKind, get_in, set_in
+from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, string
+
+GROUP, VERSION = "ray.io", "v1"
+SUSPEND = ("spec", "suspend")
+MAX_WORKER_GROUPS = 7
+K8S_JOB_MODE = "K8sJobMode"
+SUBMITTER = "submitter"
+DEFAULT_SUBMITTER_ANNOTATION = "pykueue.dev/default-submitter"
+"""On a RayJob started with KubeRay's default submitter template, which pykueue wrote into
+``spec.submitterPodTemplate`` (removed again on stop)."""
+
+
+def cluster_templates(obj: Mapping[str, Any], at: Path, *, reserved: tuple[str, ...] = ("head",)
+                      ) -> list[Template]:
+    """``head`` and the worker groups of the RayClusterSpec at ``at`` (module doc). Raises
+    ``WorkloadSpecError`` naming the field."""
+    where = ".".join(str(p) for p in at)
+    spec = mapping(get_in(obj, at), where, required=True)
+    if spec.get("enableInTreeAutoscaling") is True:
+        raise WorkloadSpecError(f"{where}.enableInTreeAutoscaling", "in-tree autoscaling needs "
+                                "elastic Workload slices, which pykueue does not build: set it "
+                                "false (the worker groups' replicas are admitted as written)")
+    head = mapping(spec.get("headGroupSpec"), f"{where}.headGroupSpec", required=True)
+    mapping(head.get("template"), f"{where}.headGroupSpec.template", required=True)
+    out = [Template("head", 1, (*at, "headGroupSpec", "template"), "head")]
+    groups = sequence(spec.get("workerGroupSpecs"), f"{where}.workerGroupSpecs")
+    if len(groups) > MAX_WORKER_GROUPS:
+        raise WorkloadSpecError(f"{where}.workerGroupSpecs", f"{len(groups)} worker groups: at "
+                                f"most {MAX_WORKER_GROUPS} (a Workload holds 8 podSets, one is "
+                                "the head)")
+    for i, wg in enumerate(groups):
+        w = f"{where}.workerGroupSpecs[{i}]"
+        wg = mapping(wg, w, required=True)
+        name = string(wg.get("groupName"), f"{w}.groupName")
+        if not name:
+            raise WorkloadSpecError(f"{w}.groupName", "required")
+        if name.lower() in reserved:
+            raise WorkloadSpecError(f"{w}.groupName", f"{name!r} is the name of another podSet "
+                                    f"({', '.join(reserved)})")
+        count = integer(wg.get("replicas"), f"{w}.replicas", default=1, minimum=0)
+        hosts = integer(wg.get("numOfHosts"), f"{w}.numOfHosts", default=1, minimum=0)
+        out.append(Template(name.lower(), count * hosts if hosts > 1 else count,
+                            (*at, "workerGroupSpecs", i, "template"), name))
+    return out
+
+
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return mapping(obj.get("spec"), "spec", required=True)
+
+
+def submission_mode(obj: Mapping[str, Any]) -> str:
+    """``spec.submissionMode`` (the CRD's default ``K8sJobMode`` when absent)."""
+    return string(_spec(obj).get("submissionMode"), "spec.submissionMode") or K8S_JOB_MODE
+
+
+def default_submitter(obj: Mapping[str, Any]) -> Obj:
+    """KubeRay v1.6.0's default submitter pod template (``GetSubmitterTemplate``)."""
+    first = get_in(obj, ("spec", "rayClusterSpec", "headGroupSpec", "template", "spec",
+                         "containers", 0))
+    image = first.get("image", "") if isinstance(first, Mapping) else ""
+    return {"spec": {"restartPolicy": "Never", "containers": [{
+        "name": "ray-job-submitter", "image": image,
+        "resources": {"requests": {"cpu": "500m", "memory": "200Mi"},
+                      "limits": {"cpu": "1", "memory": "1Gi"}}}]}}
+
+
+def owned_by_ray(obj: Mapping[str, Any]) -> bool:
+    """True when a RayJob or RayService controls ``obj`` (KubeRay made it)."""
+    return any(r.get("controller") and str(r.get("apiVersion", "")).startswith(f"{GROUP}/")
+               and r.get("kind") in ("RayJob", "RayService")
+               for r in (obj.get("metadata") or {}).get("ownerReferences") or []
+               if isinstance(r, Mapping))
+
+
+class _RayKind(TemplatedKind):
+    """A ray.io/v1 kind: ``kind``, its ``plural``; its webhook's rules refuse at create what
+    it cannot queue (``spec_errors``) and leave alone what ``belongs_elsewhere``."""
+
+    api_group = GROUP
+    suspend = SUSPEND
+
+    def __init__(self, kind: str, plural: str,
+                 belongs_elsewhere: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
+        self.kind = kind
+        self.key = kind.lower()
+        self.resource = Resource(GROUP, VERSION, plural, kind)
+        self.rules = CrdRules(GROUP, VERSION, plural, kind, SUSPEND, extra_create=self.spec_errors,
+                              belongs_elsewhere=belongs_elsewhere)
+
+
+class RayJob(_RayKind):
+    """ray.io/v1 RayJob (``JobKind``; module doc)."""
+
+    def templates(self, obj: Mapping[str, Any]) -> list[Template]:
+        spec = _spec(obj)
+        if mapping(spec.get("clusterSelector"), "spec.clusterSelector"):
+            raise WorkloadSpecError("spec.clusterSelector", "a RayJob on an existing RayCluster "
+                                    "is not queued (Kueue skips it): remove the queue-name "
+                                    "label, or the clusterSelector and give a rayClusterSpec")
+        if spec.get("shutdownAfterJobFinishes") is not True:
+            raise WorkloadSpecError("spec.shutdownAfterJobFinishes", "must be true for a queued "
+                                    "RayJob (Kueue), or its RayCluster would hold the quota "
+                                    "after the job ends")
+        mode = submission_mode(obj)
+        if mode == "SidecarMode":
+            raise WorkloadSpecError("spec.submissionMode", "SidecarMode is not supported: its "
+                                    "submitter container in the head pod would use no quota; "
+                                    "use K8sJobMode or HTTPMode")
+        k8s_job = mode == K8S_JOB_MODE
+        out = cluster_templates(obj, ("spec", "rayClusterSpec"),
+                                reserved=("head", SUBMITTER) if k8s_job else ("head",))
+        if k8s_job:
+            out.append(Template(SUBMITTER, 1, ("spec", "submitterPodTemplate"), SUBMITTER))
+        return out
+
+    def template_of(self, obj: Mapping[str, Any], t: Template) -> Any:
+        got = get_in(obj, t.path)
+        if got is None and t.name == SUBMITTER:
+            return default_submitter(obj)
+        return got
+
+    def injected(self, obj: Mapping[str, Any], scheduling: Mapping[str, tuple[Mapping[str, str],
+                 list[Obj]]], *, inject_node_selector: bool = True) -> Obj:
+        """As the base, with KubeRay's default submitter template written first (module
+        doc)."""
+        ts = self.checked_templates(obj)
+        if any(t.name == SUBMITTER for t in ts) and get_in(obj, ts[-1].path) is None:
+            obj = copy.deepcopy(dict(obj))
+            set_in(obj, ts[-1].path, default_submitter(obj))
+            meta = obj.setdefault("metadata", {})
+            meta["annotations"] = {**(meta.get("annotations") or {}),
+                                   DEFAULT_SUBMITTER_ANNOTATION: "true"}
+        return super().injected(obj, scheduling, inject_node_selector=inject_node_selector)
+
+    def restored(self, obj: Mapping[str, Any]) -> Obj:
+        out = super().restored(obj)
+        anns = (out.get("metadata") or {}).get("annotations") or {}
+        if anns.get(DEFAULT_SUBMITTER_ANNOTATION) == "true":
+            out["spec"].pop("submitterPodTemplate", None)
+            rest = {k: v for k, v in anns.items() if k != DEFAULT_SUBMITTER_ANNOTATION}
+            if rest:
+                out["metadata"]["annotations"] = rest
+            else:
+                out["metadata"].pop("annotations", None)
+        return out
+
+    def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
+        """``Complete``/``Failed`` deployment; succeeded iff ``jobStatus`` is SUCCEEDED."""
+        status = obj.get("status") or {}
+        deployment = status.get("jobDeploymentStatus") or ""
+        if deployment not in ("Complete", "Failed"):
+            return False, "", ""
+        job_status = status.get("jobStatus") or ""
+        message = status.get("message") or f"RayJob {deployment.lower()} (job {job_status})"
+        return True, "Succeeded" if job_status == "SUCCEEDED" else "Failed", message
+
+    def active_pods(self, obj: Mapping[str, Any]) -> int:
+        """1 while KubeRay may hold pods (any deployment status but new and Suspended: Kueue
+        ``IsActive``), else 0."""
+        deployment = (obj.get("status") or {}).get("jobDeploymentStatus") or ""
+        return 0 if deployment in ("", "Suspended") else 1
+
+
+class RayCluster(_RayKind):
+    """ray.io/v1 RayCluster (``JobKind``; module doc): never finishes; deleting it ends it."""
+
+    def queue_name(self, obj: Mapping[str, Any]) -> str:  # type: ignore[override]
+        """The queue label, except on a cluster a RayJob or RayService controls."""
+        return "" if owned_by_ray(obj) else queue_name(obj)
+
+    def templates(self, obj: Mapping[str, Any]) -> list[Template]:
+        return cluster_templates(obj, ("spec",))
+
+    def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
+        return False, "", ""
+
+    def active_pods(self, obj: Mapping[str, Any]) -> int:
+        """1 while ``status.state`` is ``ready`` (Kueue ``IsActive``), else 0."""
+        return 1 if (obj.get("status") or {}).get("state") == "ready" else 0
+
+
+RAYJOB = RayJob("RayJob", "rayjobs")
+RAYCLUSTER = RayCluster("RayCluster", "rayclusters", belongs_elsewhere=owned_by_ray)

@@ -1,0 +1,196 @@
+"""Issue 18, Kubeflow's jobs through pykueue with the real operators: PyTorchJob
+(training-operator v1.9.3) and MPIJob v2beta1 (mpi-operator v0.8.0), ``make operators``. A
+queued job is created suspended by pykueue's webhook (``spec.runPolicy.suspend``), admitted
+whole (one Workload, one podSet per replica type), and its pods land on the flavor's node; one
+that does not fit waits whole with no pod. Skipped with the reason when an operator is not
+built, or (MPIJob) when another lab holds port 8080, which mpi-operator hard-codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_jobset import (
+    QUEUE,
+    condition,
+    landed_on_a100,
+    owned_workload,
+    queue,
+    queue_change_refused,
+)
+from tests.e2e.test_workload_kinds import gpu_container
+from tests.integration.test_operators import operators_running
+from tests.labfixture import ROOT, LabHandle, wait_for
+
+sys.path.insert(0, str(ROOT / "hack"))
+import lab as labmod  # noqa: E402
+import operators as ops  # noqa: E402
+
+pytestmark = pytest.mark.lab
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@pytest.fixture(scope="module")
+def kubeflow_operators(lab: LabHandle) -> Iterator[tuple[set[str], str]]:
+    """The training-operator and (when port 8080 is free) the mpi-operator in the lab, before
+    pykueue starts (pykueue manages a kind only when its CRD is served at its start)."""
+    with operators_running(lab, ["training-operator", "mpi-operator"]) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def pykueue_with_kubeflow(kubeflow_operators: tuple[set[str], str],
+                          pykueue_in_lab: labmod.Lab) -> tuple[set[str], str]:
+    return kubeflow_operators
+
+
+def need(operators: tuple[set[str], str], name: str) -> None:
+    """Skip with the reason unless operator ``name`` runs."""
+    running, busy = operators
+    if name in running:
+        return
+    op = ops.OPERATORS[name]
+    if not op.built:
+        pytest.skip(f"{name} {op.version} not built ({op.binary} missing): run `make operators`")
+    pytest.skip(busy)
+
+
+def template(gpus: int, *, restart: str = "OnFailure", name: str = "c") -> dict[str, Any]:
+    """A pod template of one container ``name`` asking ``gpus`` GPUs (none: no request at all,
+    so its podSet needs no quota), tolerating the GPU taint, ending after 2 s where kwok ends
+    pods (those of Jobs)."""
+    c = gpu_container(gpus) if gpus else {"name": name, "image": "busybox"}
+    c["name"] = name
+    return {"metadata": {"annotations": {"lab.pykueue.dev/run-duration": "2s"}},
+            "spec": {"restartPolicy": restart, "containers": [c],
+                     "tolerations": [GPU_TOLERATION]}}
+
+
+def pytorchjob(name: str, ns: str, workers: int) -> str:
+    """A PyTorchJob queued in ``lq``: Master 1 + Worker ``workers``, 1 GPU each."""
+    def replica(n: int) -> dict[str, Any]:
+        return {"replicas": n, "restartPolicy": "OnFailure",
+                "template": template(1, name="pytorch")}
+    return json.dumps({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                       "metadata": {"name": name, "namespace": ns, "labels": {QUEUE: "lq"}},
+                       "spec": {"pytorchReplicaSpecs": {"Master": replica(1),
+                                                        "Worker": replica(workers)}}})
+
+
+def mpijob(name: str, ns: str, workers: int) -> str:
+    """An MPIJob v2beta1 queued in ``lq``: a launcher asking no GPU + ``workers`` 1-GPU
+    workers."""
+    return json.dumps({
+        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+        "metadata": {"name": name, "namespace": ns, "labels": {QUEUE: "lq"}},
+        "spec": {"slotsPerWorker": 1, "runPolicy": {"cleanPodPolicy": "None"},
+                 "mpiReplicaSpecs": {
+                     "Launcher": {"replicas": 1,
+                                  "template": template(0, restart="Never", name="launcher")},
+                     "Worker": {"replicas": workers, "template": template(1, name="worker")}}}})
+
+
+def admitted(lab: LabHandle, ns: str, kind: str, name: str) -> dict:
+    return wait_for(lambda: (w := owned_workload(lab, ns, kind, name))
+                    and (c := condition(w, "Admitted")) and c["status"] == "True" and w,
+                    60, f"{kind} {name}'s Workload admitted")
+
+
+def running_pods(lab: LabHandle, ns: str, n: int) -> list[dict]:
+    def running() -> list[dict]:
+        return [p for p in lab.get("pods", "-n", ns)["items"]
+                if p["status"].get("phase") in ("Running", "Succeeded")]
+    return wait_for(lambda: len(r := running()) >= n and r, 90, f"{n} pods running in {ns}")
+
+
+def waits_whole(lab: LabHandle, ns: str, kind: str, name: str, resource: str) -> None:
+    """The object's Workload is pending on GPUs, the object suspended, no pod exists."""
+    qr = wait_for(lambda: (c := condition(owned_workload(lab, ns, kind, name), "QuotaReserved"))
+                  and c["status"] == "False" and c, 60, f"{kind} {name}'s Workload pending")
+    assert "nvidia.com/gpu" in qr["message"], qr
+    obj = lab.get(resource, name, "-n", ns)
+    assert obj["spec"]["runPolicy"]["suspend"] is True  # set by pykueue's webhook at create
+    assert lab.get("pods", "-n", ns)["items"] == []
+
+
+def test_a_pytorchjob_is_admitted_whole_and_its_pods_land_on_the_flavor_node(
+        lab: LabHandle, pykueue_with_kubeflow: tuple[set[str], str]) -> None:
+    need(pykueue_with_kubeflow, "training-operator")
+    with queue(lab, "pytorch", 4) as ns:
+        lab.apply(pytorchjob("ddp", ns, 3))  # Master 1 + Worker 3 = the whole 4-GPU queue
+        wl = admitted(lab, ns, "PyTorchJob", "ddp")
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
+            ("master", 1), ("worker", 3)]
+        assert [a["flavors"]["nvidia.com/gpu"] for a in
+                wl["status"]["admission"]["podSetAssignments"]] == ["a100-flavor"] * 2
+        pods = running_pods(lab, ns, 4)
+        assert len(pods) == 4
+        landed_on_a100(pods, ["master", "worker", "worker", "worker"])
+        queue_change_refused(lab, ns, "PyTorchJob", "ddp")
+
+
+def test_a_pytorchjob_that_does_not_fit_waits_whole_with_no_pod(
+        lab: LabHandle, pykueue_with_kubeflow: tuple[set[str], str]) -> None:
+    need(pykueue_with_kubeflow, "training-operator")
+    with queue(lab, "pytorch-wait", 3) as ns:
+        # Master 1 + Worker 3 = 4 GPUs > 3: nothing may run, not even the master that fits.
+        lab.apply(pytorchjob("big", ns, 3))
+        waits_whole(lab, ns, "PyTorchJob", "big", "pytorchjob")
+
+
+def test_an_mpijob_is_admitted_whole_and_runs_to_succeeded(
+        lab: LabHandle, pykueue_with_kubeflow: tuple[set[str], str]) -> None:
+    need(pykueue_with_kubeflow, "mpi-operator")
+    with queue(lab, "mpi", 2) as ns:
+        lab.apply(mpijob("pi", ns, 2))
+        wl = admitted(lab, ns, "MPIJob", "pi")
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
+            ("launcher", 1), ("worker", 2)]
+        pods = running_pods(lab, ns, 3)
+        workers = [p for p in pods if p["metadata"]["labels"].get(
+            "training.kubeflow.org/job-role") == "worker"]
+        assert len(workers) == 2
+        landed_on_a100(workers, ["worker", "worker"])
+        # The launcher's Job pod ends after 2 s: the MPIJob succeeds, its Workload finishes.
+        wait_for(lambda: (c := condition(owned_workload(lab, ns, "MPIJob", "pi"), "Finished"))
+                 and c["status"] == "True", 90, "pi's Workload Finished")
+
+
+def test_an_mpijob_that_does_not_fit_waits_whole_with_no_pod(
+        lab: LabHandle, pykueue_with_kubeflow: tuple[set[str], str]) -> None:
+    need(pykueue_with_kubeflow, "mpi-operator")
+    with queue(lab, "mpi-wait", 2) as ns:
+        lab.apply(mpijob("big", ns, 3))  # 3 GPU workers > 2
+        waits_whole(lab, ns, "MPIJob", "big", "mpijob")
+
+
+def test_an_evicted_pytorchjob_is_stopped_whole_restored_and_runs_again(
+        lab: LabHandle, pykueue_with_kubeflow: tuple[set[str], str]) -> None:
+    """Deactivating its Workload evicts it: pykueue suspends it with its templates as
+    submitted, the training-operator deletes every pod, the quota is released; active again, it
+    is re-admitted and its pods run on a100-0 again."""
+    need(pykueue_with_kubeflow, "training-operator")
+    with queue(lab, "pytorch-evict", 2) as ns:
+        manifest = pytorchjob("ev", ns, 1)
+        lab.apply(manifest)
+        submitted = json.loads(manifest)["spec"]["pytorchReplicaSpecs"]
+        wl = admitted(lab, ns, "PyTorchJob", "ev")
+        running_pods(lab, ns, 2)
+        name = wl["metadata"]["name"]
+        lab.kubectl("patch", "workloads.kueue.x-k8s.io", name, "-n", ns, "--type=merge", "-p",
+                    '{"spec": {"active": false}}')
+        stopped = wait_for(lambda: (j := lab.get("pytorchjob", "ev", "-n", ns))["spec"][
+            "runPolicy"].get("suspend") is True and j, 60, "ev suspended")
+        assert stopped["spec"]["pytorchReplicaSpecs"] == submitted
+        wait_for(lambda: not lab.get("pods", "-n", ns)["items"], 60, "ev's pods deleted")
+        wait_for(lambda: not ((owned_workload(lab, ns, "PyTorchJob", "ev") or {}).get("status")
+                              or {}).get("admission"), 60, "ev's quota released")
+        ev = condition(owned_workload(lab, ns, "PyTorchJob", "ev"), "Evicted")
+        assert ev and ev["status"] == "True" and ev["reason"] == "Deactivated", ev
+        lab.kubectl("patch", "workloads.kueue.x-k8s.io", name, "-n", ns, "--type=merge", "-p",
+                    '{"spec": {"active": true}}')
+        landed_on_a100(running_pods(lab, ns, 2), ["master", "worker"])

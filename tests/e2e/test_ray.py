@@ -1,0 +1,183 @@
+"""Issue 18, KubeRay's RayJob through pykueue with the real operator (KubeRay v1.6.0,
+``make operators``): a queued RayJob is created suspended by pykueue's webhook
+(``spec.suspend``), admitted whole (one Workload: head, each worker group, the submitter), and
+its RayCluster's pods land on the flavors' nodes (GPU workers on a100-0, the head on a CPU
+node); one that does not fit waits whole with no RayCluster and no pod. Skipped with the reason
+when the operator is not built."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_jobset import QUEUE, condition, drop, landed_on_a100, owned_workload
+from tests.e2e.test_kubeflow import GPU_TOLERATION
+from tests.e2e.test_workload_kinds import gpu_container
+from tests.integration.test_operators import operators_running
+from tests.labfixture import LabHandle, wait_for
+
+pytestmark = pytest.mark.lab
+
+
+@pytest.fixture(scope="module")
+def kuberay(lab: LabHandle) -> Iterator[set[str]]:
+    """KubeRay in the lab, before pykueue starts (pykueue manages RayJobs only when their CRD
+    is served at its start)."""
+    with operators_running(lab, ["kuberay"]) as (running, _):
+        yield running
+
+
+@pytest.fixture(scope="module")
+def pykueue_with_kuberay(kuberay: set[str], pykueue_in_lab: Any) -> set[str]:
+    if "kuberay" not in kuberay:
+        pytest.skip("kuberay v1.6.0 not built: run `make operators`")
+    return kuberay
+
+
+@contextmanager
+def ray_queue(lab: LabHandle, prefix: str, gpus: int) -> Iterator[str]:
+    """A fresh namespace with LocalQueue ``lq`` to a new ClusterQueue of ``gpus`` A100s and
+    CPU/memory on default-flavor (for the head and KubeRay's default submitter: 500m, 200Mi),
+    both deleted afterwards."""
+    ns, cq = f"{prefix}-{uuid.uuid4().hex[:6]}", f"{prefix}-cq-{uuid.uuid4().hex[:6]}"
+    lab.create_namespace(ns)
+    lab.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cq},
+         "spec": {"namespaceSelector": {}, "resourceGroups": [
+             {"coveredResources": ["cpu", "memory"], "flavors": [
+                 {"name": "default-flavor", "resources": [
+                     {"name": "cpu", "nominalQuota": "4"},
+                     {"name": "memory", "nominalQuota": "8Gi"}]}]},
+             {"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                 {"name": "a100-flavor", "resources": [
+                     {"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}},
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+         "metadata": {"name": "lq", "namespace": ns}, "spec": {"clusterQueue": cq}}]}))
+    try:
+        yield ns
+    finally:
+        drop(lab, ns, cq)
+
+
+def rayjob(name: str, ns: str, workers: int) -> str:
+    """A RayJob queued in ``lq``: a head asking 1 CPU (no GPU) and a worker group ``gpu`` of
+    ``workers`` 1-GPU pods; KubeRay's default submitter."""
+    image = "rayproject/ray:2.46.0"
+    head = {"spec": {"containers": [{"name": "ray-head", "image": image,
+                                     "resources": {"requests": {"cpu": "1"}}}]}}
+    worker = {"spec": {"containers": [{**gpu_container(1), "name": "ray-worker", "image": image}],
+                       "tolerations": [GPU_TOLERATION]}}
+    return json.dumps({
+        "apiVersion": "ray.io/v1", "kind": "RayJob",
+        "metadata": {"name": name, "namespace": ns, "labels": {QUEUE: "lq"}},
+        "spec": {"entrypoint": "python -c 'print(1)'", "shutdownAfterJobFinishes": True,
+                 "rayClusterSpec": {
+                     "headGroupSpec": {"rayStartParams": {}, "template": head},
+                     "workerGroupSpecs": [{"groupName": "gpu", "replicas": workers,
+                                           "minReplicas": 0, "maxReplicas": workers,
+                                           "rayStartParams": {}, "template": worker}]}}})
+
+
+def placed(lab: LabHandle, ns: str, workers: int) -> dict[str, list[dict]] | None:
+    """Running pods by ``ray.io/node-type`` once the head and ``workers`` workers run."""
+    by: dict[str, list[dict]] = {}
+    for p in lab.get("pods", "-n", ns)["items"]:
+        if p["spec"].get("nodeName") and p["status"].get("phase") == "Running":
+            by.setdefault(p["metadata"]["labels"].get("ray.io/node-type", ""), []).append(p)
+    return by if len(by.get("head", [])) == 1 and len(by.get("worker", [])) == workers else None
+
+
+def test_a_rayjob_is_admitted_whole_and_its_pods_land_on_the_flavor_nodes(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    with ray_queue(lab, "ray", 2) as ns:
+        lab.apply(rayjob("tune", ns, 2))
+        wl = wait_for(lambda: (w := owned_workload(lab, ns, "RayJob", "tune"))
+                      and (c := condition(w, "Admitted")) and c["status"] == "True" and w,
+                      60, "tune's Workload admitted")
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
+            ("head", 1), ("gpu", 2), ("submitter", 1)]
+        flavors = {a["name"]: a["flavors"] for a in wl["status"]["admission"]["podSetAssignments"]}
+        assert flavors == {"head": {"cpu": "default-flavor"},
+                           "gpu": {"nvidia.com/gpu": "a100-flavor"},
+                           "submitter": {"cpu": "default-flavor", "memory": "default-flavor"}}
+        by = wait_for(lambda: placed(lab, ns, 2), 90, "tune's head and 2 workers running")
+        landed_on_a100(by["worker"], ["gpu", "gpu"])
+        assert by["head"][0]["spec"]["nodeName"] in ("cpu-0", "cpu-1")
+        assert by["head"][0]["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "head"
+        # KubeRay's default submitter template was written with its podSet label.
+        job = lab.get("rayjob", "tune", "-n", ns)
+        assert job["spec"]["submitterPodTemplate"]["metadata"]["labels"] == {
+            "kueue.x-k8s.io/podset": "submitter"}
+        # The RayCluster KubeRay made carries the RayJob's queue label but no Workload of its
+        # own: it is the RayJob's (Kueue's managed-ancestor rule).
+        (cluster,) = lab.get("rayclusters", "-n", ns)["items"]
+        assert cluster["metadata"]["labels"][QUEUE] == "lq"
+        assert [w["metadata"]["name"] for w in
+                lab.get("workloads.kueue.x-k8s.io", "-n", ns)["items"]] == [
+            wl["metadata"]["name"]]
+
+
+def test_a_rayjob_that_does_not_fit_waits_whole_with_no_pod(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    with ray_queue(lab, "ray-wait", 2) as ns:
+        lab.apply(rayjob("big", ns, 3))  # 3 GPU workers > 2
+        qr = wait_for(lambda: (c := condition(owned_workload(lab, ns, "RayJob", "big"),
+                                              "QuotaReserved"))
+                      and c["status"] == "False" and c, 60, "big's Workload pending")
+        assert "nvidia.com/gpu" in qr["message"], qr
+        assert lab.get("rayjob", "big", "-n", ns)["spec"]["suspend"] is True
+        assert lab.get("rayclusters", "-n", ns)["items"] == []
+        assert lab.get("pods", "-n", ns)["items"] == []
+
+
+def test_a_raycluster_is_admitted_whole_and_its_pods_land_on_the_flavor_nodes(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    """A RayCluster queued on its own: head + 2 GPU workers, one Workload (no submitter)."""
+    with ray_queue(lab, "raycluster", 2) as ns:
+        job = json.loads(rayjob("c", ns, 2))
+        lab.apply(json.dumps({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                              "metadata": job["metadata"],
+                              "spec": job["spec"]["rayClusterSpec"]}))
+        wl = wait_for(lambda: (w := owned_workload(lab, ns, "RayCluster", "c"))
+                      and (c := condition(w, "Admitted")) and c["status"] == "True" and w,
+                      60, "c's Workload admitted")
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
+            ("head", 1), ("gpu", 2)]
+        by = wait_for(lambda: placed(lab, ns, 2), 90, "c's head and 2 workers running")
+        landed_on_a100(by["worker"], ["gpu", "gpu"])
+        assert by["head"][0]["spec"]["nodeName"] in ("cpu-0", "cpu-1")
+
+
+def test_an_evicted_rayjob_is_stopped_whole_and_its_default_submitter_removed(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    """Deactivating its Workload evicts it: pykueue suspends it with its spec as submitted
+    (the default submitter template it wrote removed), KubeRay deletes its RayCluster and pods,
+    the quota is released."""
+    with ray_queue(lab, "ray-evict", 2) as ns:
+        manifest = rayjob("ev", ns, 1)
+        lab.apply(manifest)
+        wl = wait_for(lambda: (w := owned_workload(lab, ns, "RayJob", "ev"))
+                      and (c := condition(w, "Admitted")) and c["status"] == "True" and w,
+                      60, "ev's Workload admitted")
+        wait_for(lambda: placed(lab, ns, 1), 90, "ev's head and worker running")
+        lab.kubectl("patch", "workloads.kueue.x-k8s.io", wl["metadata"]["name"], "-n", ns,
+                    "--type=merge", "-p", '{"spec": {"active": false}}')
+        stopped = wait_for(lambda: (j := lab.get("rayjob", "ev", "-n", ns))["spec"].get(
+            "suspend") is True and j, 60, "ev suspended")
+        # The pod templates as submitted (KubeRay and the CRD add defaults elsewhere).
+        sent = json.loads(manifest)["spec"]["rayClusterSpec"]
+        got = stopped["spec"]["rayClusterSpec"]
+        assert got["headGroupSpec"]["template"] == sent["headGroupSpec"]["template"]
+        assert [g["template"] for g in got["workerGroupSpecs"]] == [
+            g["template"] for g in sent["workerGroupSpecs"]]
+        assert "submitterPodTemplate" not in stopped["spec"]
+        wait_for(lambda: not lab.get("pods", "-n", ns)["items"]
+                 and not lab.get("rayclusters", "-n", ns)["items"], 90,
+                 "ev's RayCluster and pods deleted")
+        wait_for(lambda: not ((owned_workload(lab, ns, "RayJob", "ev") or {}).get("status")
+                              or {}).get("admission"), 60, "ev's quota released")

@@ -1,0 +1,184 @@
+"""KubeRay's RayJob and RayCluster as job kinds (issue 18; Kueue ``jobs/rayjob``,
+``jobs/raycluster``): podSets head, worker groups (replicas x numOfHosts) and the RayJob's
+submitter, KubeRay's default submitter written on start and removed on stop, what is refused
+and why, finished and active, the managed-ancestor rule for a RayJob's RayCluster, the webhook
+rules and their HTTP routes."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from app.integrations.batchjob.job import ORIGINAL_ANNOTATION
+from app.integrations.ray.ray import (
+    DEFAULT_SUBMITTER_ANNOTATION,
+    RAYCLUSTER,
+    RAYJOB,
+    default_submitter,
+)
+from app.wire.fields import WorkloadSpecError
+from tests.unit.test_jobset import A100, POLICY, QUEUE
+from tests.unit.test_webhook import answer, make_app, post, review
+
+IMAGE = "rayproject/ray:2.46.0"
+
+
+def group(name: str, replicas: int | None = 2, gpu: int = 1, **extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"groupName": name, "template": {"spec": {"containers": [
+        {"name": "w", "image": IMAGE,
+         "resources": {"requests": {"nvidia.com/gpu": str(gpu)}}}]}}, **extra}
+    if replicas is not None:
+        out["replicas"] = replicas
+    return out
+
+
+def cluster_spec(*groups: dict[str, Any]) -> dict[str, Any]:
+    return {"headGroupSpec": {"template": {"spec": {"containers": [
+        {"name": "ray-head", "image": IMAGE, "resources": {"requests": {"cpu": "1"}}}]}}},
+        "workerGroupSpecs": list(groups)}
+
+
+def rayjob(*groups: dict[str, Any], suspend: bool | None = True, **spec: Any) -> dict[str, Any]:
+    s: dict[str, Any] = {"entrypoint": "python x.py", "shutdownAfterJobFinishes": True,
+                         "rayClusterSpec": cluster_spec(*groups), **spec}
+    if suspend is not None:
+        s["suspend"] = suspend
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob",
+            "metadata": {"name": "tune", "namespace": "ns", "uid": "u-1",
+                         "labels": {QUEUE: "lq"}}, "spec": s}
+
+
+def raycluster(*groups: dict[str, Any], owner: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "rc", "namespace": "ns", "uid": "u-2",
+                            "labels": {QUEUE: "lq"}}
+    if owner:
+        meta["ownerReferences"] = [{"apiVersion": "ray.io/v1", "kind": owner, "name": "tune",
+                                    "uid": "u-1", "controller": True}]
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": meta,
+            "spec": {**cluster_spec(*groups), "suspend": True}}
+
+
+def test_podsets_head_worker_groups_and_the_submitter() -> None:
+    wl = RAYJOB.desired(rayjob(group("GPU", 2, numOfHosts=2), group("small", None)))
+    assert [(ps.name, ps.count) for ps in wl.pod_sets] == [
+        ("head", 1), ("gpu", 4), ("small", 1), ("submitter", 1)]
+    assert wl.pod_sets[0].requests == {"cpu": 1000}
+    # KubeRay's default submitter: 500m CPU and 200Mi.
+    assert wl.pod_sets[3].requests == {"cpu": 500, "memory": 200 * 2**20}
+    assert wl.name.startswith("rayjob-tune-")
+    http = RAYJOB.desired(rayjob(group("gpu"), submissionMode="HTTPMode"))
+    assert [ps.name for ps in http.pod_sets] == ["head", "gpu"]
+    own = RAYJOB.desired(rayjob(group("gpu"), submitterPodTemplate={"spec": {"containers": [
+        {"name": "s", "resources": {"requests": {"cpu": "2"}}}]}}))
+    assert own.pod_sets[2].requests == {"cpu": 2000}
+    rc = RAYCLUSTER.desired(raycluster(group("gpu", 3)))
+    assert [(ps.name, ps.count) for ps in rc.pod_sets] == [("head", 1), ("gpu", 3)]
+
+
+@pytest.mark.parametrize(("obj", "field"), [
+    (rayjob(group("head")), "spec.rayClusterSpec.workerGroupSpecs[0].groupName"),
+    (rayjob(group("Submitter")), "spec.rayClusterSpec.workerGroupSpecs[0].groupName"),
+    (rayjob(*[group(f"g{i}") for i in range(8)]), "spec.rayClusterSpec.workerGroupSpecs"),
+    (rayjob(group("gpu"), shutdownAfterJobFinishes=False), "spec.shutdownAfterJobFinishes"),
+    (rayjob(group("gpu"), clusterSelector={"ray.io/cluster": "x"}), "spec.clusterSelector"),
+    (rayjob(group("gpu"), submissionMode="SidecarMode"), "spec.submissionMode"),
+    (rayjob(group("gpu", -1)), "spec.rayClusterSpec.workerGroupSpecs[0].replicas"),
+    ({**rayjob(), "spec": {"shutdownAfterJobFinishes": True}}, "spec.rayClusterSpec"),
+])
+def test_refused_rayjobs_name_the_field(obj: dict[str, Any], field: str) -> None:
+    with pytest.raises(WorkloadSpecError) as err:
+        RAYJOB.desired(obj)
+    assert err.value.field == field
+    assert RAYJOB.rules.validate(None, obj, "alice", POLICY)[0].startswith(field)
+
+
+def test_in_tree_autoscaling_is_refused() -> None:
+    rc = raycluster(group("gpu"))
+    rc["spec"]["enableInTreeAutoscaling"] = True
+    with pytest.raises(WorkloadSpecError) as err:
+        RAYCLUSTER.desired(rc)
+    assert err.value.field == "spec.enableInTreeAutoscaling"
+
+
+def test_start_writes_the_default_submitter_with_its_flavor_and_stop_removes_it() -> None:
+    job = rayjob(group("gpu"))
+    started = RAYJOB.injected(job, {"gpu": A100, "submitter": ({"pool": "cpu"}, [])})
+    assert started["spec"]["suspend"] is False
+    sub = started["spec"]["submitterPodTemplate"]
+    assert sub["spec"]["containers"] == default_submitter(job)["spec"]["containers"]
+    assert sub["spec"]["containers"][0]["image"] == IMAGE
+    assert sub["spec"]["nodeSelector"] == {"pool": "cpu"}
+    assert sub["metadata"]["labels"] == {"kueue.x-k8s.io/podset": "submitter"}
+    worker = started["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]
+    assert worker["spec"]["nodeSelector"] == A100[0]
+    assert worker["spec"]["tolerations"] == A100[1]
+    assert started["metadata"]["annotations"][DEFAULT_SUBMITTER_ANNOTATION] == "true"
+    assert RAYJOB.is_started(started) and not RAYJOB.is_suspended(started)
+    assert RAYJOB.injected(started, {"gpu": A100, "submitter": ({"pool": "cpu"}, [])}) == \
+        started
+    stopped = RAYJOB.restored(started)
+    assert stopped["spec"] == job["spec"]
+    assert ORIGINAL_ANNOTATION not in stopped["metadata"].get("annotations", {})
+    assert DEFAULT_SUBMITTER_ANNOTATION not in stopped["metadata"].get("annotations", {})
+    # A submitter the user wrote stays (its fields restored), and no marker is set.
+    own = rayjob(group("gpu"), submitterPodTemplate={"spec": {"containers": [{"name": "s"}]}})
+    started = RAYJOB.injected(own, {"submitter": ({"pool": "cpu"}, [])})
+    assert DEFAULT_SUBMITTER_ANNOTATION not in started["metadata"]["annotations"]
+    assert RAYJOB.restored(started)["spec"] == own["spec"]
+
+
+def test_finished_and_active() -> None:
+    job = rayjob(group("gpu"))
+    assert RAYJOB.finished(job) == (False, "", "")
+    assert RAYJOB.active_pods(job) == 0
+    job["status"] = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}
+    assert RAYJOB.active_pods(job) == 1 and not RAYJOB.finished(job)[0]
+    job["status"] = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED"}
+    assert RAYJOB.finished(job)[:2] == (True, "Succeeded")
+    job["status"] = {"jobDeploymentStatus": "Failed", "jobStatus": "FAILED", "message": "boom"}
+    assert RAYJOB.finished(job) == (True, "Failed", "boom")
+    job["status"] = {"jobDeploymentStatus": "Suspended"}
+    assert RAYJOB.active_pods(job) == 0
+    rc = raycluster(group("gpu"))
+    assert RAYCLUSTER.finished(rc) == (False, "", "")
+    rc["status"] = {"state": "ready"}
+    assert RAYCLUSTER.active_pods(rc) == 1
+
+
+def test_a_rayjobs_raycluster_belongs_to_the_rayjob() -> None:
+    """KubeRay copies the RayJob's labels (queue name included) onto its RayCluster: neither
+    the reconciler nor the webhook queues it again."""
+    owned = raycluster(group("gpu"), owner="RayJob")
+    owned["spec"]["suspend"] = False
+    assert RAYCLUSTER.queue_name(owned) == ""
+    assert RAYCLUSTER.rules.mutate(owned, "CREATE", POLICY) == []
+    assert RAYCLUSTER.rules.validate(None, owned, "alice", POLICY) == []
+    alone = copy.deepcopy(owned)
+    del alone["metadata"]["ownerReferences"]
+    assert RAYCLUSTER.queue_name(alone) == "lq"
+    assert RAYCLUSTER.rules.mutate(alone, "CREATE", POLICY) == [
+        {"op": "add", "path": "/spec/suspend", "value": True}]
+
+
+RAYJOB_KIND = {"group": "ray.io", "version": "v1", "kind": "RayJob"}
+
+
+async def test_routes_answer_reviews() -> None:
+    app = make_app()
+    sent = review("CREATE", rayjob(group("gpu"), suspend=None), kind=RAYJOB_KIND)
+    resp = answer(await post(app, "/mutate-ray-io-v1-rayjob", sent), sent)
+    assert json.loads(base64.b64decode(resp["patch"])) == [
+        {"op": "add", "path": "/spec/suspend", "value": True}]
+    sent = review("CREATE", rayjob(group("gpu"), shutdownAfterJobFinishes=False),
+                  kind=RAYJOB_KIND)
+    resp = answer(await post(app, "/validate-ray-io-v1-rayjob", sent), sent)
+    assert resp["allowed"] is False and resp["status"]["code"] == 403
+    assert "spec.shutdownAfterJobFinishes" in resp["status"]["message"]
+    sent = review("CREATE", {"metadata": {"labels": {QUEUE: "lq"}}, "spec": {"suspend": 1}},
+                  kind=RAYJOB_KIND)
+    resp = answer(await post(app, "/mutate-ray-io-v1-rayjob", sent), sent)
+    assert resp["allowed"] is False and 400 <= resp["status"]["code"] < 500
