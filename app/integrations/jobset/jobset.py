@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.controllers.client import Resource
+from app.controllers.errors import Permanent
 from app.controllers.events import NORMAL
 from app.core.workload import PodSet, Workload
 from app.integrations.batchjob.job import (
@@ -162,9 +163,15 @@ def workload_object_for_jobset(js: Mapping[str, Any], *, priority_classes: Mappi
 
 
 def _records(js: Mapping[str, Any]) -> dict[str, str]:
-    """replicatedJob name -> the stored record (JSON text) of its pod template, or {}."""
+    """replicatedJob name -> the stored record (JSON text) of its pod template, or {} (also
+    when the annotation is unreadable: it is on the tenant's JobSet, which the tenant may
+    edit; each record is read by ``read_record``, which ignores a bad one)."""
     ann = ((js.get("metadata") or {}).get("annotations") or {}).get(ORIGINAL_ANNOTATION)
-    return json.loads(ann) if ann else {}
+    try:
+        out = json.loads(ann) if isinstance(ann, str) and ann else {}
+    except (ValueError, RecursionError):
+        return {}
+    return {k: v for k, v in out.items() if isinstance(v, str)} if isinstance(out, dict) else {}
 
 
 def _view(rj: Mapping[str, Any], record: str | None) -> Obj:
@@ -199,14 +206,15 @@ def injected_jobset(js: Mapping[str, Any], scheduling: Mapping[str, tuple[Mappin
     return out
 
 
-def restored_jobset(js: Mapping[str, Any]) -> Obj:
-    """A copy of ``js`` stopped: ``spec.suspend=true`` and, where recorded, each pod template's
-    nodeSelector / tolerations / labels as the user wrote them; the record removed."""
+def restored_jobset(js: Mapping[str, Any], *, restore: bool = True) -> Obj:
+    """A copy of ``js`` stopped: ``spec.suspend=true`` and, where recorded (and ``restore``),
+    each pod template's nodeSelector / tolerations / labels as the user wrote them; the
+    record removed (``restore=False``: only removed, for a record the API server refuses)."""
     out = copy.deepcopy(dict(js))
     out.setdefault("spec", {})["suspend"] = True
-    stored = _records(out)
-    if not stored:
+    if ORIGINAL_ANNOTATION not in ((out.get("metadata") or {}).get("annotations") or {}):
         return out
+    stored = _records(out) if restore else {}
     for rj in out["spec"].get("replicatedJobs") or []:
         record = stored.get(str(rj.get("name")))
         if record is not None:
@@ -276,7 +284,11 @@ class JobSet:
         restored = restored_jobset(obj)
         if restored == obj:
             return obj
-        out = await self._put(ctx, restored)
+        try:
+            out = await self._put(ctx, restored)
+        except Permanent:
+            # A record the API server refuses (the tenant may edit it): suspend regardless.
+            out = await self._put(ctx, restored_jobset(obj, restore=False))
         if not is_suspended(obj):
             ctx.recorder.emit(out, NORMAL, "Stopped", why)
         return out
