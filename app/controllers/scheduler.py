@@ -375,13 +375,16 @@ class SchedulerLoop:
         Workload event that follows evicts it (``on_workload``)."""
         ctx = self.ctx
         ns, name = key.split("/", 1)
+        done = False
         try:
             async with self._sem, self._lock(key):
                 for _attempt in range(3):
                     obj = ctx.store(WL).get(key)
-                    if obj is None or not ctx.leader.is_leader or not is_active(obj) \
-                            or execution_deadline(obj) is None \
+                    if obj is None or not is_active(obj) or execution_deadline(obj) is None \
                             or execution_deadline(obj) > ctx.clock():  # type: ignore[operator]
+                        done = True  # gone, already inactive, or given more time
+                        return
+                    if not ctx.leader.is_leader:
                         return
                     body = copy.deepcopy(obj)
                     set_condition(body, DEACTIVATION_TARGET, "True", reason, message,
@@ -397,11 +400,18 @@ class SchedulerLoop:
                     ctx.store(WL).put(out)
                     ctx.recorder.emit(out, NORMAL, "Deactivated",
                                       f"The workload is deactivated due to {message}")
+                    done = True
                     return
         except Exception as exc:  # noqa: BLE001
             log.warning("deactivation of %s failed: %s", key, from_exception(exc))
         finally:
             self._release_lock(key)
+            if not done and key not in self._deadline_of:
+                # Try again later: nothing else re-arms the limit of a running Workload (no
+                # event need come), and a failed write must not let it run unbounded.
+                retry = ctx.clock() + ctx.settings.scheduling.requeue_backoff_seconds
+                self._deadline_of[key] = retry
+                heapq.heappush(self._deadlines, (retry, key))
 
     # ================================================================== ETA
 
