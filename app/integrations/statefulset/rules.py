@@ -38,7 +38,6 @@ from app.wire.names import (
     TOTAL_COUNT_ANNOTATION,
 )
 
-
 GROUP_NAME_MAX = 63  # it is a label value (kueue.x-k8s.io/pod-group-name)
 
 
