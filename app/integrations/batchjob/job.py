@@ -204,6 +204,18 @@ def partial_count(workload: Mapping[str, Any]) -> int | None:
     return admitted if isinstance(admitted, int) and admitted < sets[0].get("count", 1) else None
 
 
+def refused_as_immutable(exc: Exception) -> bool:
+    """True when the API server refused a write because a field is immutable at this moment
+    (apimachinery's "field is immutable", on the whole ``spec.template``: a Job's template
+    before its suspension settled), which a retry cures; any other refusal of a restore is
+    the record's content (a cause naming a field inside the template)."""
+    causes = (getattr(exc, "details", None) or {}).get("causes") or []
+    return "field is immutable" in str(exc) or any(
+        isinstance(c, Mapping) and (c.get("field") in ("spec.template", "spec.replicatedJobs")
+                                    or "field is immutable" in str(c.get("message", "")))
+        for c in causes)
+
+
 def is_injected(job: Obj) -> bool:
     """True when the Job carries pykueue's record (it was started by pykueue)."""
     return ORIGINAL_ANNOTATION in (((job.get("metadata") or {}).get("annotations")) or {})
@@ -342,7 +354,9 @@ class BatchJob:
         if restored != job:
             try:
                 job = await self._put(ctx, restored)
-            except Permanent:
+            except Permanent as exc:
+                if refused_as_immutable(exc):
+                    raise  # the Job controller has not settled the suspension yet: retry
                 # The record (the tenant's to edit) holds what the API server refuses (a bad
                 # toleration, say): drop it unapplied rather than never finish the stop.
                 job = await self._put(ctx, restored_job(job, restore=False))

@@ -38,6 +38,7 @@ from app.integrations.batchjob.job import (
     is_suspended,
     job_finished,
     queue_name,
+    refused_as_immutable,
     restored_job,
 )
 from app.integrations.jobset.rules import MAX_POD_SETS  # Workload spec.podSets maxItems
@@ -286,7 +287,9 @@ class JobSet:
             return obj
         try:
             out = await self._put(ctx, restored)
-        except Permanent:
+        except Permanent as exc:
+            if refused_as_immutable(exc):
+                raise
             # A record the API server refuses (the tenant may edit it): suspend regardless.
             out = await self._put(ctx, restored_jobset(obj, restore=False))
         if not is_suspended(obj):
