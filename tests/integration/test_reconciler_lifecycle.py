@@ -282,3 +282,29 @@ def test_a_refused_deactivation_is_retried_until_the_time_limit_holds(
                      policy, "--ignore-not-found", check=False)
         rlab.kubectl("delete", "namespace", ns, "--wait=false")
         rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")
+
+
+def test_a_job_suspended_and_unlabelled_in_one_write_gives_its_quota_back(
+        rlab: LabHandle, manager) -> None:
+    """A tenant suspends its running Job and removes its queue name in the same update (the
+    webhook allows that: the Job is suspended). The Job is no longer queued, so its admitted
+    Workload must not keep the quota once the pods are gone: it would be held forever (the
+    Job's events no longer reach pykueue), and a preemptor could never get it back."""
+    ns = namespace(rlab, "unlabel")
+    other = namespace(rlab, "unlabel-next")
+    cq = unique("unlabel-cq")
+    make_queue(rlab, cq, (ns, other), cpu="2")
+    try:
+        apply(rlab, job_manifest("hog", ns, "lq", parallelism=2, duration="600s"))
+        wait_for(lambda: is_admitted(workload_of(rlab, ns, "hog")), 30, "hog admitted")
+        wait_for(lambda: len(job_pods(rlab, ns, "hog")) == 2, 30, "hog's pods")
+        rlab.kubectl("patch", "job", "hog", "-n", ns, "--type=merge", "-p", json.dumps(
+            {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": None}},
+             "spec": {"suspend": True}}))
+        apply(rlab, job_manifest("next", other, "lq", parallelism=2, duration="600s"))
+        wait_for(lambda: is_admitted(workload_of(rlab, other, "next")), 60,
+                 "the other namespace's Job admitted on the returned quota")
+        assert workload_of(rlab, ns, "hog") is None
+    finally:
+        rlab.kubectl("delete", "namespace", ns, other, "--wait=false")
+        rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")
