@@ -213,6 +213,17 @@ def _decide_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
     return _patched(req, patch)
 
 
+def _controlled_by_managed_kind(obj: Any) -> bool:
+    """True when ``obj``'s controller ownerReference is an object of a job kind pykueue
+    manages (Kueue's managed ancestor: a JobSet's child Job is the JobSet's business)."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
+    kinds = managed_kinds()
+    return any(isinstance(r, dict) and r.get("controller") is True and (
+        str(r.get("apiVersion", "")).rpartition("/")[0], str(r.get("kind", ""))) in kinds
+        for r in refs or [] if isinstance(refs, list))
+
+
 def _jobs_settings(state: Any) -> Any:
     settings = getattr(state, "settings", None)
     return None if settings is None else settings.jobs
@@ -243,8 +254,13 @@ def _decide_validation(req: AdmissionRequest, state: Any) -> _Outcome:
         has_default = (jobs is None or jobs.local_queue_defaulting) and _lookup(
             state, "default_queue_lookup", "has_default_local_queue", req.namespace
         )
+        manages = bool(jobs is not None and jobs.manage_jobs_without_queue_name
+                       and _lookup(state, "default_queue_lookup", "namespace_managed",
+                                   req.namespace)
+                       and not _controlled_by_managed_kind(old_job))
         errors = validate_update(
-            old_job, job, username, admitted, policy, default_local_queue_exists=has_default
+            old_job, job, username, admitted, policy, default_local_queue_exists=has_default,
+            manages_unlabelled=manages,
         )
     if errors:
         return _deny(req, 403, "Forbidden", "; ".join(errors), DENIED)

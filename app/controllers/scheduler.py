@@ -546,18 +546,22 @@ class SchedulerLoop:
         Workload event that follows evicts it (``on_workload``). ``still(obj)``: the cause
         still holds on the stored object (default: past its maximum execution time).
         Returns True when it deactivated."""
+        retry_limit = still is None  # the time limit is re-armed until it holds
         if still is None:
             def still(o: Obj) -> bool:
                 deadline = execution_deadline(o)
                 return deadline is not None and deadline <= self.ctx.clock()
         ctx = self.ctx
         ns, name = key.split("/", 1)
+        done = False
         try:
             async with self._sem, self._lock(key):
                 for _attempt in range(3):
                     obj = ctx.store(WL).get(key)
-                    if obj is None or not ctx.leader.is_leader or not is_active(obj) \
-                            or not still(obj):
+                    if obj is None or not is_active(obj) or not still(obj):
+                        done = True  # gone, already inactive, or the cause is over
+                        return False
+                    if not ctx.leader.is_leader:
                         return False
                     body = copy.deepcopy(obj)
                     set_condition(body, DEACTIVATION_TARGET, "True", reason, message,
@@ -573,11 +577,18 @@ class SchedulerLoop:
                     ctx.store(WL).put(out)
                     ctx.recorder.emit(out, NORMAL, "Deactivated",
                                       f"The workload is deactivated due to {message}")
+                    done = True
                     return True
         except Exception as exc:  # noqa: BLE001
             log.warning("deactivation of %s failed: %s", key, from_exception(exc))
         finally:
             self._release_lock(key)
+            if not done and retry_limit and key not in self._deadline_of:
+                # Try again later: nothing else re-arms the limit of a running Workload (no
+                # event need come), and a failed write must not let it run unbounded.
+                retry = ctx.clock() + ctx.settings.scheduling.requeue_backoff_seconds
+                self._deadline_of[key] = retry
+                heapq.heappush(self._deadlines, (retry, key))
         return False
 
     # ================================================================== ETA

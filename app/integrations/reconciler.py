@@ -198,8 +198,7 @@ class JobReconciler:
         obj = lookup(kind, ctx, ns, name)
         # An empty queue name is no queue, unless unlabelled jobs are managed.
         if obj is None or not (kind.queue_name(obj) or self._manages_unlabelled(kind, obj, ns)):
-            await self._gone(kind, ns, name)
-            return None
+            return await self._gone(kind, ns, name)
         wl = ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}")
         if wl is not None and not self._owns(kind, obj, ns, name, wl):
             # The name is taken by a Workload of another object (a pod group named like a
@@ -337,12 +336,18 @@ class JobReconciler:
         ctx.wake()
         return 0.5  # the watch removes it; then a Workload for the new shape is created
 
-    async def _gone(self, kind: JobKind, ns: str, name: str) -> None:
+    async def _gone(self, kind: JobKind, ns: str, name: str) -> float | None:
         """The object left the store (deleted, or no longer queued): delete the Workloads it
-        controls if it is really gone (GET 404 or another uid)."""
+        controls once it is really gone (GET 404 or another uid), or no longer queued and
+        stopped (suspended, no active pod: nothing holds the quota any more, and no event of
+        it reaches pykueue again, so its Workload would keep the quota, even through a
+        preemption, forever). One that runs unqueued (its label removed behind the webhook's
+        back) keeps its Workload, which accounts for its pods; returns seconds to look
+        again then."""
         keys = self.owners.workloads_of(f"{kind.key}:{ns}/{name}")
         if not keys:
-            return
+            return None
+        again: float | None = None
         live = None
         if kind.resource is not None:
             try:
@@ -355,13 +360,19 @@ class JobReconciler:
                 continue
             owner = self.registry.owner_of(wl)
             if live is not None and owner and owner.uid == live["metadata"].get("uid"):
-                continue  # the object exists but lost its label: leave its Workload alone
+                if not kind.is_suspended(live):
+                    again = 30.0  # runs without its label: its Workload accounts for it
+                    continue
+                if kind.active_pods(live) > 0:
+                    again = 1.0  # stopped: its pods are going
+                    continue
             try:
                 await self.ctx.client.delete(WORKLOADS, wl["metadata"]["name"], ns,
                                              uid=wl["metadata"].get("uid"))
             except NotFound:
                 pass
             self.ctx.wake()
+        return again
 
     async def _without_workload(self, kind: JobKind, obj: Obj) -> float | None:
         ctx = self.ctx

@@ -98,9 +98,19 @@ def set_in(obj: Obj, path: Path, value: Any) -> None:
 
 
 def _records(obj: Mapping[str, Any]) -> dict[str, str]:
-    """Template key -> the stored record (JSON text) of its pod template, or {}."""
+    """Template key -> the stored record (JSON text) of its pod template, or {} when there is
+    none or it cannot be read: the annotation sits on the tenant's object, so a garbled one is
+    ignored (nothing to restore) rather than make every stop fail and keep the quota."""
     ann = ((obj.get("metadata") or {}).get("annotations") or {}).get(ORIGINAL_ANNOTATION)
-    return json.loads(ann) if ann else {}
+    if not isinstance(ann, str) or not ann:
+        return {}
+    try:
+        records = json.loads(ann)
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(records, dict):
+        return {}
+    return {k: v for k, v in records.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _view(template: Mapping[str, Any], record: str | None) -> Obj:

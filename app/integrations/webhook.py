@@ -365,6 +365,7 @@ def validate_update(
     policy: WebhookPolicy,
     *,
     default_local_queue_exists: bool | None = None,
+    manages_unlabelled: bool = False,
 ) -> list[str]:
     """Errors (each naming a field and saying why) for updating ``old_job`` to ``new_job``.
 
@@ -372,7 +373,9 @@ def validate_update(
     whether the Job's Workload is admitted; None (unknown) counts as not admitted.
     ``default_local_queue_exists``: whether the namespace has a ``default`` LocalQueue; None
     (unknown) counts as no, because without LocalQueue defaulting an unlabelled Job escapes
-    nothing it could not escape at create. Raises UnreadableObjectError.
+    nothing it could not escape at create. ``manages_unlabelled``: an unlabelled Job is queued
+    too (Kueue ``manageJobsWithoutQueueName`` in a managed namespace, no managed owner), so
+    only pykueue may unsuspend it. Raises UnreadableObjectError.
     Rules: Kueue ``ValidateJobOnUpdate`` (queue-name immutable while not suspended; not
     removable with a default LocalQueue) and pykueue's "only the admitter unsuspends".
     """
@@ -417,16 +420,18 @@ def validate_update(
             "spec.parallelism: is immutable while a Job with partial admission "
             f"({MIN_PARALLELISM_ANNOTATION}) runs; suspend it first")
     if (
-        queued_in
+        (queued_in or manages_unlabelled)
         and old_suspended
         and not new_suspended
         and username not in policy.controller_usernames
         and workload_admitted is not True
     ):
         known = "is not admitted" if workload_admitted is False else "is not known to be admitted"
+        where_q = f"in LocalQueue {queued_in!r}" if queued_in else \
+            "without a queue name (manageJobsWithoutQueueName)"
         errors.append(
             f"spec.suspend: only pykueue ({_controllers(policy)}) may set it to false on a Job "
-            f"queued in LocalQueue {queued_in!r} whose Workload {known} (requested by "
+            f"queued {where_q} whose Workload {known} (requested by "
             f"{username or '<anonymous>'!r}); pykueue unsuspends the Job when it admits it"
         )
     return errors

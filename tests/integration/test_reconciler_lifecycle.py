@@ -201,3 +201,110 @@ def test_manage_jobs_without_queue_name_queues_unlabelled_jobs_of_managed_namesp
         mt.stop()
         rlab.kubectl("delete", "namespace", managed, other, "--wait=false")
         rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")
+
+
+@pytest.mark.parametrize("record", ["not-json", "[1]", '{"tolerations": 5}',
+                                    '{"parallelism": "9"}',
+                                    '{"tolerations": [{"operator": "Bogus"}]}'])
+def test_a_tampered_start_record_does_not_keep_the_quota_past_the_time_limit(
+        rlab: LabHandle, manager, record: str) -> None:
+    """The tenant owns the Job, so it can overwrite pykueue's start record
+    (``pykueue.dev/original-pod-scheduling``) while the Job runs. The time limit still stops
+    the Job and its quota still returns (an unreadable record is ignored, not a stuck stop
+    that keeps the quota, and so another namespace's Workload, forever)."""
+    ns = namespace(rlab, "tamper")
+    other = namespace(rlab, "tamper-next")
+    cq = unique("tamper-cq")
+    make_queue(rlab, cq, (ns, other), cpu="2")
+    try:
+        apply(rlab, job_manifest("limited", ns, "lq", parallelism=2, duration="600s",
+                                 labels={"kueue.x-k8s.io/max-exec-time-seconds": "4"}))
+        wait_for(lambda: is_admitted(workload_of(rlab, ns, "limited")), 30, "limited admitted")
+        wait_for(lambda: len(job_pods(rlab, ns, "limited")) == 2, 30, "limited's pods")
+        rlab.kubectl("annotate", "job", "limited", "-n", ns, "--overwrite",
+                     f"pykueue.dev/original-pod-scheduling={record}")
+        apply(rlab, job_manifest("next", other, "lq", parallelism=2, duration="600s"))
+        wait_for(lambda: _suspended_and_podless(rlab, ns, "limited"), 60, "limited stopped")
+        wait_for(lambda: is_admitted(workload_of(rlab, other, "next")), 60,
+                 "the other namespace's Job admitted on the returned quota")
+        assert not is_admitted(workload_of(rlab, ns, "limited"))
+    finally:
+        rlab.kubectl("delete", "namespace", ns, other, "--wait=false")
+        rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")
+
+
+def test_a_refused_deactivation_is_retried_until_the_time_limit_holds(
+        rlab: LabHandle, manager) -> None:
+    """The write of ``spec.active: false`` fails (here an admission policy refuses it for a
+    while; in life an API server hiccup or three conflicts): the limit is tried again, not
+    forgotten, so the Job does not run unbounded once writes succeed again."""
+    ns = namespace(rlab, "maxexec-retry")
+    cq = unique("maxexec-retry-cq")
+    policy = unique("deny-deactivate")
+    make_queue(rlab, cq, (ns,), cpu="4")
+    vap = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+           "metadata": {"name": policy}, "spec": {
+               "failurePolicy": "Fail",
+               "matchConstraints": {"resourceRules": [{
+                   "apiGroups": ["kueue.x-k8s.io"], "apiVersions": ["*"],
+                   "operations": ["UPDATE"], "resources": ["workloads"]}]},
+               "validations": [{"expression": "!has(object.spec.active) || object.spec.active",
+                                "message": "lab: deactivation refused"}]}}
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1",
+               "kind": "ValidatingAdmissionPolicyBinding", "metadata": {"name": policy},
+               "spec": {"policyName": policy, "validationActions": ["Deny"],
+                        "matchResources": {"namespaceSelector": {"matchLabels": {
+                            "kubernetes.io/metadata.name": ns}}}}}
+
+    def refused(name: str) -> bool:
+        return rlab.kubectl("patch", "workloads.kueue.x-k8s.io", name, "-n", ns,
+                            "--dry-run=server", "--type=merge", "-p",
+                            '{"spec": {"active": false}}', check=False).returncode != 0
+
+    try:
+        apply(rlab, vap, binding)
+        apply(rlab, job_manifest("limited", ns, "lq", duration="600s",
+                                 labels={"kueue.x-k8s.io/max-exec-time-seconds": "6"}))
+        w = wait_for(lambda: (x := workload_of(rlab, ns, "limited")) and is_admitted(x) and x,
+                     30, "limited admitted")
+        name = w["metadata"]["name"]
+        wait_for(lambda: refused(name), 30, "the policy refuses deactivation")
+        wait_for(lambda: _status(cond(workload_of(rlab, ns, "limited"), "DeactivationTarget"))
+                 == ("True", "MaximumExecutionTimeExceeded"), 60, "deactivation attempted")
+        assert workload_of(rlab, ns, "limited")["spec"].get("active") is not False
+        rlab.kubectl("delete", "validatingadmissionpolicybinding", policy)
+        rlab.kubectl("delete", "validatingadmissionpolicy", policy)
+        wait_for(lambda: workload_of(rlab, ns, "limited")["spec"].get("active") is False, 60,
+                 "deactivated once the write is allowed again")
+        wait_for(lambda: _suspended_and_podless(rlab, ns, "limited"), 60, "its Job stopped")
+    finally:
+        rlab.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy",
+                     policy, "--ignore-not-found", check=False)
+        rlab.kubectl("delete", "namespace", ns, "--wait=false")
+        rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")
+
+
+def test_a_job_suspended_and_unlabelled_in_one_write_gives_its_quota_back(
+        rlab: LabHandle, manager) -> None:
+    """A tenant suspends its running Job and removes its queue name in the same update (the
+    webhook allows that: the Job is suspended). The Job is no longer queued, so its admitted
+    Workload must not keep the quota once the pods are gone: it would be held forever (the
+    Job's events no longer reach pykueue), and a preemptor could never get it back."""
+    ns = namespace(rlab, "unlabel")
+    other = namespace(rlab, "unlabel-next")
+    cq = unique("unlabel-cq")
+    make_queue(rlab, cq, (ns, other), cpu="2")
+    try:
+        apply(rlab, job_manifest("hog", ns, "lq", parallelism=2, duration="600s"))
+        wait_for(lambda: is_admitted(workload_of(rlab, ns, "hog")), 30, "hog admitted")
+        wait_for(lambda: len(job_pods(rlab, ns, "hog")) == 2, 30, "hog's pods")
+        rlab.kubectl("patch", "job", "hog", "-n", ns, "--type=merge", "-p", json.dumps(
+            {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": None}},
+             "spec": {"suspend": True}}))
+        apply(rlab, job_manifest("next", other, "lq", parallelism=2, duration="600s"))
+        wait_for(lambda: is_admitted(workload_of(rlab, other, "next")), 60,
+                 "the other namespace's Job admitted on the returned quota")
+        assert workload_of(rlab, ns, "hog") is None
+    finally:
+        rlab.kubectl("delete", "namespace", ns, other, "--wait=false")
+        rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")

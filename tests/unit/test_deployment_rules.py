@@ -133,3 +133,20 @@ def test_a_queued_statefulsets_pod_shape_cannot_change():
     image = copy.deepcopy(old)
     image["spec"]["template"]["spec"]["containers"][0]["image"] = "other"
     assert validate_statefulset_update(old, image, "alice", POLICY) == []
+
+
+@pytest.mark.parametrize("name", ["d", "s" * 51, "s" * 52, "a" * 41 + "." + "b" * 10,
+                                  "a" * 40 + "-." + "b" * 10])
+def test_a_statefulset_group_name_is_always_a_valid_label_value(name: str) -> None:
+    """Kubernetes allows StatefulSet names up to 52 characters; ``statefulset-<name>`` would
+    then exceed a label value's 63 and every pod of the StatefulSet would be refused."""
+    import re
+
+    from app.integrations.statefulset.rules import group_name
+
+    group = group_name(name)
+    assert len(group) <= 63
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*",
+                        group)
+    assert group == f"statefulset-{name}" or len(f"statefulset-{name}") > 63
+    assert group_name(name + "x") != group

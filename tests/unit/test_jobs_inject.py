@@ -14,6 +14,8 @@ from app.integrations.batchjob.job import (
     injected_job,
     is_injected,
     job_finished,
+    read_record,
+    recorded_parallelism,
     restored_job,
 )
 from app.integrations.podsets import (
@@ -177,3 +179,21 @@ def test_job_finished(conditions: list, expected: tuple) -> None:
 def test_active_pods_counts_terminating() -> None:
     assert active_pods({"status": {"active": 2, "terminating": 1}}) == 3
     assert active_pods({}) == 0
+
+
+@pytest.mark.parametrize("ann", ["not json", "[1]", "5", '{"tolerations": 5}',
+                                 '{"nodeSelector": []}', '{"parallelism": "9"}',
+                                 '{"parallelism": -1}', '{"parallelism": true}'])
+def test_a_record_the_tenant_garbled_is_ignored_not_raised(ann: str) -> None:
+    """``ORIGINAL_ANNOTATION`` is on the tenant's own Job: stop, start and the partial
+    admission's reader treat an unreadable record as none (a raise would keep an evicted
+    Job's quota forever)."""
+    j = job(tolerations=[{"key": "a", "operator": "Exists"}], suspend=False)
+    j["metadata"]["annotations"] = {ORIGINAL_ANNOTATION: ann}
+    assert read_record(ann) is None and recorded_parallelism(j) is None
+    stopped = restored_job(j)
+    assert stopped["spec"]["suspend"] is True
+    assert ORIGINAL_ANNOTATION not in (stopped["metadata"].get("annotations") or {})
+    assert stopped["spec"]["template"] == j["spec"]["template"]
+    started = injected_job(j, "main", {}, [])
+    assert started["spec"]["suspend"] is False

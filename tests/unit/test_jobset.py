@@ -215,3 +215,16 @@ async def test_a_kind_whose_crd_is_not_served_is_left_out(caplog: pytest.LogCapt
     assert "jobset" not in [k.key for k in kept.kinds()]
     assert "job" in [k.key for k in kept.kinds()]
     assert any("jobsets jobset.x-k8s.io/v1alpha2 not served" in r.message for r in caplog.records)
+
+
+@pytest.mark.parametrize("ann", ["not json", "[1]", '{"workers": 5}', '{"workers": "{"}',
+                                 '{"workers": "{\\"tolerations\\": 5}"}'])
+def test_stop_suspends_whatever_the_tenant_wrote_into_the_start_record(ann: str) -> None:
+    """The record is on the tenant's JobSet: an unreadable one is dropped unapplied, never an
+    exception (which would leave an evicted or expired JobSet running)."""
+    js = jobset(rjob("workers", 2, 4), suspend=False)
+    js["metadata"]["annotations"] = {ORIGINAL_ANNOTATION: ann}
+    stopped = restored_jobset(js)
+    assert stopped["spec"]["suspend"] is True
+    assert ORIGINAL_ANNOTATION not in (stopped["metadata"].get("annotations") or {})
+    assert stopped["spec"]["replicatedJobs"] == js["spec"]["replicatedJobs"]

@@ -951,3 +951,31 @@ async def test_a_running_queued_job_whose_pod_count_changes_is_suspended_in_the_
         assert decoded_patch(response) == SUSPEND_TRUE
     else:
         assert "patch" not in response
+
+
+@pytest.mark.parametrize(("managed", "refused"), [(True, True), (False, False), (None, False)],
+                         ids=["managed namespace", "excluded namespace", "unknown namespace"])
+async def test_manage_jobs_without_queue_name_unlabelled_job_is_not_unsuspended_by_a_tenant(
+        managed: bool | None, refused: bool) -> None:
+    """An unlabelled Job that ``manageJobsWithoutQueueName`` suspended is queued like a
+    labelled one: only pykueue unsuspends it (it was never admitted), else the tenant's
+    patch runs its pods until the reconciler stops the Job again."""
+    lookups = Lookups(admitted=False, default_queue=False, managed=managed)
+    app = make_app(admission=lookups, default_queue=lookups,
+                   jobs=JobsSettings(manage_jobs_without_queue_name=True))
+    sent = review("UPDATE", job(queue=None, suspend=False), job(queue=None, suspend=True))
+    response = answer(await post(app, VALIDATE, sent), sent)
+    assert response["allowed"] is not refused
+    if refused:
+        assert "spec.suspend" in response["status"]["message"]
+    # pykueue's own start is allowed; a Job another controller owns is its business.
+    ours = review("UPDATE", job(queue=None, suspend=False), job(queue=None, suspend=True),
+                  user=CONTROLLER)
+    assert answer(await post(app, VALIDATE, ours), ours)["allowed"] is True
+    child_old, child_new = job(queue=None, suspend=True), job(queue=None, suspend=False)
+    for j in (child_old, child_new):
+        j["metadata"]["ownerReferences"] = [{"apiVersion": "jobset.x-k8s.io/v1alpha2",
+                                             "kind": "JobSet", "name": "js", "uid": "u",
+                                             "controller": True}]
+    child = review("UPDATE", child_new, child_old)
+    assert answer(await post(app, VALIDATE, child), child)["allowed"] is True

@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from app.controllers.client import JOBS, MERGE_PATCH
+from app.controllers.errors import Permanent
 from app.controllers.events import NORMAL
 from app.core.workload import Workload
 from app.integrations.podsets import (
@@ -61,11 +62,35 @@ def _template(job: Obj) -> Obj:
     return job.setdefault("spec", {}).setdefault("template", {})
 
 
+_RECORD_TYPES: dict[str, type] = {"nodeSelector": dict, "tolerations": list, "labels": dict,
+                                   "parallelism": int}
+
+
+def read_record(text: object) -> Obj | None:
+    """The start record stored in ``ORIGINAL_ANNOTATION`` (``text``: the annotation's value),
+    or None when it is not one: not JSON, not an object, or a field of the wrong type. The
+    annotation sits on the tenant's own object, which the tenant may edit at any time, so
+    an unreadable record is ignored (nothing to restore) rather than make every stop fail:
+    a stop that raises would keep an evicted or expired job's quota forever."""
+    if not isinstance(text, str):
+        return None
+    try:
+        rec = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(rec, dict) or any(
+            k in rec and (not isinstance(rec[k], t) or isinstance(rec[k], bool))
+            for k, t in _RECORD_TYPES.items()) or rec.get("parallelism", 0) < 0:
+        return None
+    return rec
+
+
 def record_original(job: Obj) -> Obj:
-    """The user's scheduling fields of the Job's pod template (or the stored record)."""
+    """The user's scheduling fields of the Job's pod template (or the stored record, when
+    readable: ``read_record``)."""
     ann = ((job.get("metadata") or {}).get("annotations") or {}).get(ORIGINAL_ANNOTATION)
-    if ann:
-        return json.loads(ann)
+    if ann and (rec := read_record(ann)) is not None:
+        return rec
     tpl = job.get("spec", {}).get("template") or {}
     spec = tpl.get("spec") or {}
     rec: Obj = {}
@@ -139,15 +164,17 @@ def injected_job(job: Obj, pod_set: str, node_selector: Mapping[str, str],
     return out
 
 
-def restored_job(job: Obj) -> Obj:
-    """A copy of ``job`` stopped: suspend true and, when a record exists, the template's
-    nodeSelector / tolerations / labels exactly as the user wrote them, record removed."""
+def restored_job(job: Obj, *, restore: bool = True) -> Obj:
+    """A copy of ``job`` stopped: suspend true and, when a record exists (and ``restore``),
+    the template's nodeSelector / tolerations / labels exactly as the user wrote them, record
+    removed (``restore=False``: only removed, for a record the API server refuses)."""
     out = copy.deepcopy(job)
     out.setdefault("spec", {})["suspend"] = True
     meta = out.setdefault("metadata", {})
     anns = dict(meta.get("annotations") or {})
-    if ORIGINAL_ANNOTATION in anns:
-        _apply_record(out, json.loads(anns.pop(ORIGINAL_ANNOTATION)))
+    if ORIGINAL_ANNOTATION in anns and (rec := read_record(anns.pop(ORIGINAL_ANNOTATION))) \
+            is not None and restore:
+        _apply_record(out, rec)
     anns.pop(STOPPING_ANNOTATION, None)
     if anns:
         meta["annotations"] = anns
@@ -162,8 +189,8 @@ def recorded_parallelism(job: Mapping[str, Any]) -> int | None:
     ann = ((job.get("metadata") or {}).get("annotations") or {}).get(ORIGINAL_ANNOTATION)
     if not ann:
         return None
-    value = json.loads(ann).get("parallelism")
-    return value if isinstance(value, int) else None
+    value = (read_record(ann) or {}).get("parallelism")
+    return value if isinstance(value, int) and value >= 0 else None
 
 
 def partial_count(workload: Mapping[str, Any]) -> int | None:
@@ -175,6 +202,18 @@ def partial_count(workload: Mapping[str, Any]) -> int | None:
         return None
     admitted = psas[0].get("count")
     return admitted if isinstance(admitted, int) and admitted < sets[0].get("count", 1) else None
+
+
+def refused_as_immutable(exc: Exception) -> bool:
+    """True when the API server refused a write because a field is immutable at this moment
+    (apimachinery's "field is immutable", on the whole ``spec.template``: a Job's template
+    before its suspension settled), which a retry cures; any other refusal of a restore is
+    the record's content (a cause naming a field inside the template)."""
+    causes = (getattr(exc, "details", None) or {}).get("causes") or []
+    return "field is immutable" in str(exc) or any(
+        isinstance(c, Mapping) and (c.get("field") in ("spec.template", "spec.replicatedJobs")
+                                    or "field is immutable" in str(c.get("message", "")))
+        for c in causes)
 
 
 def is_injected(job: Obj) -> bool:
@@ -327,7 +366,14 @@ class BatchJob:
             job = await self._clear_start_time(ctx, job)
         restored = restored_job(job)
         if restored != job:
-            job = await self._put(ctx, restored)
+            try:
+                job = await self._put(ctx, restored)
+            except Permanent as exc:
+                if refused_as_immutable(exc):
+                    raise  # the Job controller has not settled the suspension yet: retry
+                # The record (the tenant's to edit) holds what the API server refuses (a bad
+                # toleration, say): drop it unapplied rather than never finish the stop.
+                job = await self._put(ctx, restored_job(job, restore=False))
         return job
 
 

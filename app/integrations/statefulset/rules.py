@@ -18,6 +18,7 @@ Kueue's webhook does not see.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,10 +38,19 @@ from app.wire.names import (
     TOTAL_COUNT_ANNOTATION,
 )
 
+GROUP_NAME_MAX = 63  # it is a label value (kueue.x-k8s.io/pod-group-name)
+
 
 def group_name(statefulset: str) -> str:
-    """The pod group (and Workload) name of StatefulSet ``statefulset``."""
-    return f"statefulset-{statefulset}"[:253]
+    """The pod group (and Workload) name of StatefulSet ``statefulset``:
+    ``statefulset-<name>``, or when that exceeds a label value's 63 characters (a name of
+    52, which Kubernetes allows) ``statefulset-<name cut>-<8 hex of its sha256>``, so that
+    its pods are not refused for the label pykueue gives them."""
+    name = f"statefulset-{statefulset}"
+    if len(name) <= GROUP_NAME_MAX:
+        return name
+    digest = hashlib.sha256(statefulset.encode()).hexdigest()[:8]
+    return f"{name[:GROUP_NAME_MAX - 9].rstrip('.-')}-{digest}"
 
 
 def replicas(sts: Mapping[str, Any]) -> int:
