@@ -151,7 +151,8 @@ def restored(obj: Mapping[str, Any], templates: list[Template], suspend: Path) -
     out = copy.deepcopy(dict(obj))
     set_in(out, suspend, True)
     stored = _records(out)
-    if not stored:
+    if not stored and ORIGINAL_ANNOTATION not in ((out.get("metadata") or {})
+                                                  .get("annotations") or {}):
         return out
     for t in templates:
         record = stored.get(t.key)
