@@ -309,7 +309,8 @@ class Cluster(ClusterState):
     def _fair_next(self, entries: list[_Entry]) -> _Entry:
         """The next head under fair sharing (Kueue's fair sharing iterator, reference 3.8):
         in each cohort tree a tournament from the leaves up, where at each cohort the child
-        entries compare by not borrowing first, then the lower share of the child node with
+        entries compare by a sticky preemptor (one that issued preemptions) first, then not
+        borrowing, then the lower share of the child node with
         the entry's usage added, then priority and time; across trees (and queues without a
         cohort) the classical order. Shares are measured against the live usage, so each
         admission of the cycle moves the next pick."""
@@ -335,7 +336,11 @@ class Cluster(ClusterState):
             def key(nw: tuple[str, _Entry]) -> tuple[object, ...]:
                 node, w = nw
                 wl = w.rec.wl
-                return (w.assignment.borrow > 0, shares[id(w)][node], -wl.priority,
+                # A preemptor whose victims are gone takes the capacity they freed first:
+                # else a queue with a lower share takes it, the preemptor preempts again,
+                # and fair sharing can evict the same Workloads in a loop.
+                return (self._cqs[w.spec.name].queue.sticky != wl.key,
+                        w.assignment.borrow > 0, shares[id(w)][node], -wl.priority,
                         wl.queue_order_time, wl.uid, wl.key)
 
             return min(winners, key=key)[1]

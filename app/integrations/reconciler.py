@@ -286,7 +286,8 @@ class JobReconciler:
             have = workload_from_object(wl)
         except WorkloadSpecError as exc:
             return f"the {kind.kind} cannot be read: {exc}"
-        if kind.is_suspended(obj) and not kind.is_started(obj):
+        if kind.is_suspended(obj) and not kind.is_started(obj) \
+                and getattr(kind, "partial_admission", False):
             # Not started yet: it matches the Workload's spec (a partial admission's count
             # is applied when it starts), as Kueue's EquivalentToWorkload for a suspended job.
             have = replace(have, admission=None)

@@ -108,3 +108,22 @@ def test_fair_sharing_never_preempts_a_queue_below_its_share(stream, weights, do
                 s.c.finish_eviction(k, s.now)
             if not ds and not evicting:
                 break
+
+
+def test_a_preemptor_takes_what_its_victims_free_before_a_lower_share_queue():
+    """Found by test_no_subtree_exceeds_its_quota: q0's w3 (priority 1) preempts its own w1;
+    when w1 is gone, q1's w2 (lower share) took the freed capacity, w1 then preempted w2 by
+    fair sharing, and so on forever while w3 waited. The preemptor goes first now."""
+    s = Sim(cohort("org").flavor("default", cpu=0),
+            cohort("B").parent("org").flavor("default", cpu=4),
+            cluster_queue("q0").cohort("org").flavor("default", cpu=0).preemption(
+                within="LowerPriority", reclaim="Any"),
+            cluster_queue("q1").cohort("org").flavor("default", cpu=0).preemption(
+                within="LowerPriority", reclaim="Never"),
+            fair_sharing=FairSharing())
+    for name, q, cpus, prio in (("w0", "q0", 1, 0), ("w1", "q0", 1, 0), ("w2", "q1", 3, 0),
+                                ("w3", "q0", 3, 1)):
+        s.submit(workload(name).cq(q).pods(1, cpu=cpus).priority(prio))
+        s.settle_evictions()
+    assert s.admitted("w3") and s.admitted("w0")
+    assert not s.admitted("w2") and not s.admitted("w1")
