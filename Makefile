@@ -4,7 +4,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 KUBECTL := $(CURDIR)/.k8sbin/current/kubectl
-export KUBECONFIG := $(CURDIR)/.lab/kubeconfig
+# The lab's kubeconfig, where hack/lab.py puts it (LAB_STATE_DIR moves the lab's state).
+export KUBECONFIG := $(abspath $(or $(LAB_STATE_DIR),$(CURDIR)/.lab))/kubeconfig
 
 .PHONY: help browser bench-lab bench-versus kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 

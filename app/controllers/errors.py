@@ -81,7 +81,9 @@ def from_status(status: int, body: bytes | str | None) -> ApiError:
                 reason = str(data.get("reason", ""))
                 message = str(data.get("message", ""))
                 details = data.get("details") or {}
-    message = message[:2000]
+    if len(message) > 2000:
+        # An Invalid's message echoes the whole object before the reason: keep both ends.
+        message = f"{message[:600]} ... {message[-1200:]}"
     if status == 404:
         return NotFound(status, reason or "NotFound", message, details)
     if status == 409:

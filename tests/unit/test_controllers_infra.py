@@ -176,3 +176,14 @@ def test_the_event_of_a_writers_create_is_announced_as_added() -> None:
     inf._apply(_ev("MODIFIED", "8", 2))
     assert [(t, o is None, v) for t, o, v in seen] == [("ADDED", True, 1), ("MODIFIED", False, 2)]
     assert seen[1][1]["v"] == 1  # old = what the handlers were told before
+
+
+def test_a_long_invalid_message_keeps_its_reason_at_the_end():
+    """The API server's Invalid echoes the whole object before saying what is wrong; the
+    error keeps the end, so a log line still says why (found by a fresh user's make run)."""
+    body = json.dumps({"kind": "Status", "reason": "Invalid", "message":
+                       "Job.batch \"x\" is invalid: spec.template: Invalid value: " + "x" * 5000
+                       + ": field is immutable"})
+    err = from_status(422, body)
+    assert err.message.endswith("field is immutable") and len(err.message) < 2000
+    assert err.message.startswith('Job.batch "x" is invalid')
