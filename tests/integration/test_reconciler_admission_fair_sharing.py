@@ -51,10 +51,12 @@ def test_a_flood_from_one_local_queue_does_not_starve_another(rlab: LabHandle) -
                  "qa status: consumedResources charged by A's admissions")
         apply(rlab, workload_manifest("b0", ns, "qb", cpu="1"),
               workload_manifest("b1", ns, "qb", cpu="1"))
-        for done, now_in in (("a0", "b0"), ("a1", "b1")):
+        # b0 and b1 are created in one request: the same creationTimestamp second, so which
+        # of them goes first is their uid's order; what matters is that B goes before A.
+        for done, n_b in (("a0", 1), ("a1", 2)):
             finish_workload(rlab, ns, done)
-            wait_for(lambda n=now_in: admitted(wl(rlab, ns, n)), 30,
-                     f"the CPU {done} frees goes to team B's {now_in}")
+            wait_for(lambda n=n_b: sum(admitted(wl(rlab, ns, b)) for b in ("b0", "b1")) == n,
+                     30, f"the CPU {done} frees goes to team B ({n_b} of b0, b1 admitted)")
         # A's flood (a2..a5) waited behind B although it was created first.
         assert not any(admitted(wl(rlab, ns, f"a{i}")) for i in range(2, 6))
         wait_for(lambda: _consumed(rlab, ns, "qb").get("cpu") not in (None, "0"), 20,
