@@ -143,6 +143,8 @@ class Manager:
         s = self.settings
         client = self._given_client or await KubeClient.from_settings(s.client)
         self.registry = await served_kinds(client, self.registry)
+        log.info("reconciler: managing %s (settings.integrations.frameworks)",
+                 ", ".join(k.kind for k in self.registry.kinds()) or "no job kind")
         informers = build_informers(
             client, s.scheduling.watch_timeout_seconds,
             job_kinds=[(k.key, k.resource, self._selector(k)) for k in self.registry.kinds()

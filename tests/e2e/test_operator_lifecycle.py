@@ -24,6 +24,7 @@ or (MPIJob) when another lab holds port 8080, which mpi-operator hard-codes.
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,7 +37,10 @@ from tests.e2e.test_jobset import A100, QUEUE, condition, drop, jobset, owned_wo
 from tests.e2e.test_kubeflow import admitted, mpijob, need, pytorchjob, template
 from tests.e2e.test_ray import cpu_and_gpu_groups, rayjob
 from tests.integration.test_operators import operators_running
-from tests.labfixture import LabHandle, wait_for
+from tests.labfixture import ROOT, LabHandle, wait_for
+
+sys.path.insert(0, str(ROOT / "hack"))
+import lab as labmod  # noqa: E402
 
 pytestmark = pytest.mark.lab
 DURATION = "lab.pykueue.dev/run-duration"
@@ -115,7 +119,8 @@ CASES = [
     Case("RayCluster", "raycluster", "kuberay", SPEC, raycluster, 3),  # head + 2 workers
     Case("RayJob", "rayjob", "kuberay", SPEC, rayjob_lasting, 3),  # head + 2 (+ submitter)
 ]
-FINISHING = [c for c in CASES if c.kind in ("JobSet", "MPIJob")]
+BY_KIND = {c.kind: c for c in CASES}
+FINISHING = [BY_KIND["JobSet"], BY_KIND["MPIJob"]]
 
 
 def ids(case: Case) -> str:
@@ -270,3 +275,33 @@ def test_finishing_frees_the_quota(
         # B fits only once A's quota is back: admitted no earlier than A finished.
         assert condition(b, "Admitted")["lastTransitionTime"] >= finished["lastTransitionTime"]
         runs(lab, ns_b, case)
+
+
+def test_a_kind_left_out_of_integrations_frameworks_runs_unqueued(
+        lab: LabHandle, pykueue_with_operators: tuple[set[str], str]) -> None:
+    """pykueue restarted with ``integrations.frameworks`` naming batch/job, pod and JobSet only
+    (Kueue's Configuration): a labelled PyTorchJob passes the webhooks unchanged (not
+    suspended), gets no Workload and its pods run at once; a labelled JobSet is still queued.
+    Last in the module: it restarts pykueue as the other tests had it afterwards."""
+    need(pykueue_with_operators, "training-operator")
+    need(pykueue_with_operators, "jobset")
+    handle = labmod.from_args(str(lab.state), lab.port_base, str(lab.bin_dir))
+    labmod.pykueue_down(handle)
+    try:
+        labmod.pykueue_up(handle, extra_env={"PYKUEUE_INTEGRATIONS__FRAMEWORKS": json.dumps(
+            ["batch/job", "pod", "jobset.x-k8s.io/jobset"])})
+        with queues(lab, "lc-off", cohort=False) as (ns_a, ns_b):
+            lab.apply(pytorchjob("free", ns_a, 1))
+            running = wait_for(lambda: len(r := [
+                p for p in lab.get("pods", "-n", ns_a)["items"]
+                if p["status"].get("phase") == "Running"]) == 2 and r, 90,
+                "free's 2 pods running")
+            assert all("nodeSelector" not in p["spec"] for p in running)  # no flavor injected
+            assert not BY_KIND["PyTorchJob"].suspended(lab.get("pytorchjob", "free", "-n", ns_a))
+            assert lab.get("workloads.kueue.x-k8s.io", "-n", ns_a)["items"] == []
+            lab.apply(json.dumps(lasting(BY_KIND["JobSet"].make("queued", ns_b), "1h")))
+            admitted(lab, ns_b, "JobSet", "queued")
+            runs(lab, ns_b, BY_KIND["JobSet"])
+    finally:
+        labmod.pykueue_down(handle)
+        labmod.pykueue_up(handle)
