@@ -410,6 +410,60 @@ class JobsSettings(BaseModel):
         return sel is not None and sel.matches(labels)
 
 
+# Kueue's ``integrations.frameworks`` names (Kueue v1beta2 Configuration, "Integrations"):
+# the job kinds pykueue can manage. ``app.integrations.framework_of`` names each built-in kind
+# by one of these (a unit test checks that both lists agree).
+KUEUE_FRAMEWORKS: tuple[str, ...] = (
+    "batch/job", "pod", "deployment", "statefulset", "jobset.x-k8s.io/jobset",
+    "kubeflow.org/pytorchjob", "kubeflow.org/tfjob", "kubeflow.org/xgboostjob",
+    "kubeflow.org/paddlejob", "kubeflow.org/jaxjob", "kubeflow.org/mpijob", "ray.io/rayjob",
+    "ray.io/raycluster")
+
+# Kueue refuses a framework whose dependency is not listed: Deployments and StatefulSets are
+# queued through their Pods (Kueue's ``DependencyList: ["pod"]`` of those integrations).
+_FRAMEWORK_NEEDS: dict[str, str] = {"deployment": "pod", "statefulset": "pod"}
+
+
+class IntegrationsSettings(BaseModel):
+    """Which job kinds this process manages (Kueue v1beta2 Configuration
+    ``integrations.frameworks``).
+
+    ``frameworks``: Kueue's framework names (``KUEUE_FRAMEWORKS``; default: all of them). The
+    Manager watches and reconciles only the kinds listed (Pods and pod groups are both
+    ``"pod"``), and the admission webhooks of a kind not listed allow every request unchanged,
+    as Kueue registers no webhook for a disabled integration. An unknown name, or
+    ``deployment``/``statefulset`` without ``pod``, is refused at start-up with the known names.
+    A listed operator kind whose CRD is not installed is still skipped with one log line
+    (``app.controllers.manager.served_kinds``).
+    ``PYKUEUE_INTEGRATIONS__FRAMEWORKS='["batch/job","pod"]'`` or in the YAML file::
+
+        integrations:
+          frameworks: [batch/job, kubeflow.org/pytorchjob]
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    frameworks: list[str] = Field(default_factory=lambda: list(KUEUE_FRAMEWORKS))
+
+    @field_validator("frameworks")
+    @classmethod
+    def _known(cls, value: list[str]) -> list[str]:
+        unknown = [n for n in value if n not in KUEUE_FRAMEWORKS]
+        if unknown:
+            raise ValueError(f"integrations.frameworks: unknown framework(s) "
+                             f"{', '.join(map(repr, unknown))}; known: "
+                             f"{', '.join(KUEUE_FRAMEWORKS)}")
+        for name, needs in _FRAMEWORK_NEEDS.items():
+            if name in value and needs not in value:
+                raise ValueError(f"integrations.frameworks: {name!r} needs {needs!r} listed "
+                                 f"too (Kueue queues its pods through the {needs} integration)")
+        return list(dict.fromkeys(value))
+
+    def enabled(self, framework: str) -> bool:
+        """True when ``framework`` (a ``KUEUE_FRAMEWORKS`` name) is listed."""
+        return framework in self.frameworks
+
+
 class Settings(BaseSettings):
     """All settings of one pykueue process."""
 
@@ -427,6 +481,7 @@ class Settings(BaseSettings):
     admission_fair_sharing: AdmissionFairSharingSettings = AdmissionFairSharingSettings()
     wait_for_pods_ready: WaitForPodsReadySettings = WaitForPodsReadySettings()
     jobs: JobsSettings = JobsSettings()
+    integrations: IntegrationsSettings = IntegrationsSettings()
     controllers_enabled: bool = True
 
     @classmethod

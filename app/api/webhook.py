@@ -351,14 +351,31 @@ async def _serve(
     return response
 
 
+def _gated(framework: str, decide: Callable[[AdmissionRequest, Any], _Outcome]
+           ) -> Callable[[AdmissionRequest, Any], _Outcome]:
+    """``decide``, unless ``settings.integrations.frameworks`` does not list ``framework``
+    (a Kueue name): then every request is allowed unchanged, as Kueue registers no webhook
+    for an integration it does not manage (its objects are not queued at all)."""
+    def gated(req: AdmissionRequest, state: Any) -> _Outcome:
+        settings = getattr(state, "settings", None)
+        if settings is not None and not settings.integrations.enabled(framework):
+            return _allow(req)
+        return decide(req, state)
+    return gated
+
+
+_gated_job_mutation = _gated("batch/job", _decide_mutation)
+_gated_job_validation = _gated("batch/job", _decide_validation)
+
+
 async def mutate_batch_v1_job(request: Request) -> Response:
     """Mutating webhook for batch/v1 Jobs: suspend queued Jobs on CREATE (JSONPatch)."""
-    return await _serve(request, MUTATE_PATH, _decide_mutation)
+    return await _serve(request, MUTATE_PATH, _gated_job_mutation)
 
 
 async def validate_batch_v1_job(request: Request) -> Response:
     """Validating webhook for batch/v1 Jobs: queue-name label and unsuspend rules."""
-    return await _serve(request, VALIDATE_PATH, _decide_validation)
+    return await _serve(request, VALIDATE_PATH, _gated_job_validation)
 
 
 def _is_review_of(req: AdmissionRequest, group: str, kind_name: str) -> bool:
@@ -503,22 +520,25 @@ def _endpoint(path: str, decide: Callable[[AdmissionRequest, Any], _Outcome]) ->
     return endpoint
 
 
-# Pods, Deployments and StatefulSets (app.integrations): path -> decider.
-_KIND_ROUTES: dict[str, Callable[[AdmissionRequest, Any], _Outcome]] = {
-    MUTATE_POD_PATH: _decide_pod_mutation,
-    VALIDATE_POD_PATH: _decide_pod_validation,
-    VALIDATE_STATEFULSET_SCALE_PATH: _decide_statefulset_scale,
+# Pods, Deployments, StatefulSets and the operators' kinds (app.integrations): path ->
+# (Kueue framework name, decider).
+_KIND_ROUTES: dict[str, tuple[str, Callable[[AdmissionRequest, Any], _Outcome]]] = {
+    MUTATE_POD_PATH: ("pod", _decide_pod_mutation),
+    VALIDATE_POD_PATH: ("pod", _decide_pod_validation),
+    VALIDATE_STATEFULSET_SCALE_PATH: ("statefulset", _decide_statefulset_scale),
 }
 for _path_pair, _kind, _mutate, _validate in (
         ((MUTATE_DEPLOYMENT_PATH, VALIDATE_DEPLOYMENT_PATH), "Deployment", mutate_deployment,
          validate_deployment_update),
         ((MUTATE_STATEFULSET_PATH, VALIDATE_STATEFULSET_PATH), "StatefulSet", mutate_statefulset,
          validate_statefulset_update)):
-    _KIND_ROUTES.update(zip(_path_pair, _owner_decisions(_kind, _mutate, _validate),
-                            strict=True))
+    for _path, _decide in zip(_path_pair, _owner_decisions(_kind, _mutate, _validate),
+                              strict=True):
+        _KIND_ROUTES[_path] = (_kind.lower(), _decide)
 for _rules in CRD_RULES:
-    _KIND_ROUTES.update(zip((_rules.mutate_path, _rules.validate_path), _crd_decisions(_rules),
-                            strict=True))
-for _path, _decide in _KIND_ROUTES.items():
-    router.add_route(_path, _endpoint(_path, _decide), methods=["POST"],
+    for _path, _decide in zip((_rules.mutate_path, _rules.validate_path),
+                              _crd_decisions(_rules), strict=True):
+        _KIND_ROUTES[_path] = (f"{_rules.group}/{_rules.kind.lower()}", _decide)
+for _path, (_framework, _decide) in _KIND_ROUTES.items():
+    router.add_route(_path, _endpoint(_path, _gated(_framework, _decide)), methods=["POST"],
                      include_in_schema=False)

@@ -95,7 +95,8 @@ class Manager:
     closed by ``stop``); ``identity``: leader-election identity; ``clock``: seconds since the
     epoch (condition timestamps, core time); ``metrics``: an
     ``app.controllers.metrics.MetricsRecorder`` for Kueue's counters (optional); ``registry``:
-    the job kinds to manage (default: ``app.integrations.BUILTIN_KINDS``).
+    the job kinds to manage (default: the ``app.integrations.BUILTIN_KINDS`` that
+    ``settings.integrations.frameworks`` lists).
     """
 
     def __init__(self, settings: Settings, *, client: KubeClient | None = None,
@@ -111,7 +112,8 @@ class Manager:
         self.ctx: Context | None = None
         self.cluster = Cluster(settings.fair_sharing.core(),
                                settings.admission_fair_sharing.core())
-        self.registry = registry if registry is not None else default_registry()
+        self.registry = registry if registry is not None else default_registry(
+            settings.integrations.frameworks)
         self.jobs: JobReconciler | None = None
         self.scheduler: SchedulerLoop | None = None
         self.status: StatusWriter | None = None
@@ -141,6 +143,8 @@ class Manager:
         s = self.settings
         client = self._given_client or await KubeClient.from_settings(s.client)
         self.registry = await served_kinds(client, self.registry)
+        log.info("reconciler: managing %s (settings.integrations.frameworks)",
+                 ", ".join(k.kind for k in self.registry.kinds()) or "no job kind")
         informers = build_informers(
             client, s.scheduling.watch_timeout_seconds,
             job_kinds=[(k.key, k.resource, self._selector(k)) for k in self.registry.kinds()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from app.integrations import batchjob, jobset, kubeflow, mpijob, pod, podgroup, ray
 from app.integrations.crdrules import CrdRules
 from app.integrations.framework import JobKind, Registry
@@ -31,6 +33,15 @@ def managed_kinds() -> frozenset[tuple[str, str]]:
                      if k.kind not in ("Pod", "PodGroup"))
 
 
-def default_registry() -> Registry:
-    """A registry of the built-in kinds (a new one per Manager: tests register their own)."""
-    return Registry(BUILTIN_KINDS)
+def framework_of(kind: JobKind) -> str:
+    """Kueue's ``integrations.frameworks`` name of ``kind`` (``app.config.KUEUE_FRAMEWORKS``):
+    ``<API group>/<kind lower-cased>`` (``"batch/job"``, ``"kubeflow.org/pytorchjob"``); Pods
+    and pod groups (core group) are both ``"pod"``, as in Kueue's pod integration."""
+    return "pod" if not kind.api_group else f"{kind.api_group}/{kind.kind.lower()}"
+
+
+def default_registry(frameworks: Iterable[str] | None = None) -> Registry:
+    """A registry of the built-in kinds (a new one per Manager: tests register their own);
+    with ``frameworks`` (Kueue names, ``framework_of``), only the kinds those name."""
+    wanted = None if frameworks is None else frozenset(frameworks)
+    return Registry(k for k in BUILTIN_KINDS if wanted is None or framework_of(k) in wanted)

@@ -39,6 +39,17 @@ def pykueue_with_kuberay(kuberay: set[str], pykueue_in_lab: Any) -> set[str]:
     return kuberay
 
 
+def cpu_and_gpu_groups(gpus: int) -> list[dict[str, Any]]:
+    """A ClusterQueue's resourceGroups: 4 CPUs / 8Gi on default-flavor, ``gpus`` A100s."""
+    return [{"coveredResources": ["cpu", "memory"], "flavors": [
+                {"name": "default-flavor", "resources": [
+                    {"name": "cpu", "nominalQuota": "4"},
+                    {"name": "memory", "nominalQuota": "8Gi"}]}]},
+            {"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                {"name": "a100-flavor", "resources": [
+                    {"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]
+
+
 @contextmanager
 def ray_queue(lab: LabHandle, prefix: str, gpus: int) -> Iterator[str]:
     """A fresh namespace with LocalQueue ``lq`` to a new ClusterQueue of ``gpus`` A100s and
@@ -48,14 +59,7 @@ def ray_queue(lab: LabHandle, prefix: str, gpus: int) -> Iterator[str]:
     lab.create_namespace(ns)
     lab.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cq},
-         "spec": {"namespaceSelector": {}, "resourceGroups": [
-             {"coveredResources": ["cpu", "memory"], "flavors": [
-                 {"name": "default-flavor", "resources": [
-                     {"name": "cpu", "nominalQuota": "4"},
-                     {"name": "memory", "nominalQuota": "8Gi"}]}]},
-             {"coveredResources": ["nvidia.com/gpu"], "flavors": [
-                 {"name": "a100-flavor", "resources": [
-                     {"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}},
+         "spec": {"namespaceSelector": {}, "resourceGroups": cpu_and_gpu_groups(gpus)}},
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
          "metadata": {"name": "lq", "namespace": ns}, "spec": {"clusterQueue": cq}}]}))
     try:
