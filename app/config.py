@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,7 +24,7 @@ from pydantic_settings import (
 )
 
 from app.core.quantity import US, parse_duration_us
-from app.core.spec import AdmissionFairSharing, FairSharing, FairSharingStrategy
+from app.core.spec import AdmissionFairSharing, FairSharing, FairSharingStrategy, LabelSelector
 from app.core.types import ResourceName
 from app.wire.queues import label_selector
 
@@ -394,20 +394,23 @@ class JobsSettings(BaseModel):
         "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                               "values": ["kube-system", "pykueue-system"]}]})
 
+    _selector: LabelSelector | None = PrivateAttr(default=None)
+
     @model_validator(mode="after")
     def _readable_selector(self) -> JobsSettings:
+        # Read once here; the webhook and the reconciler ask for every unlabelled Job.
         sel = label_selector(self.managed_jobs_namespace_selector)
         for i, e in enumerate(sel.match_expressions if sel is not None else ()):
             if e.operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
                 raise ValueError(f"jobs.managed_jobs_namespace_selector.matchExpressions[{i}]"
                                  f".operator: unsupported operator {e.operator!r} (one of In, "
                                  "NotIn, Exists, DoesNotExist)")
+        self._selector = sel
         return self
 
     def namespace_managed(self, labels: Mapping[str, str]) -> bool:
         """Whether a namespace with ``labels`` is managed (``managed_jobs_namespace_selector``)."""
-        sel = label_selector(self.managed_jobs_namespace_selector)
-        return sel is not None and sel.matches(labels)
+        return self._selector is not None and self._selector.matches(labels)
 
 
 # Kueue's ``integrations.frameworks`` names (Kueue v1beta2 Configuration, "Integrations"):

@@ -178,15 +178,7 @@ def _deny(req: AdmissionRequest, code: int, reason: str, message: str, decision:
 def _read(value: object, where: str) -> dict[str, Any]:
     """The Job at ``where`` (``request.object``), checked for every field the rules read, so
     UnreadableObjectError names the full path (``request.oldObject.spec.suspend``)."""
-    try:
-        job = read_job(value)
-        read_labels(job)
-        read_suspend(job)
-    except UnreadableObjectError as exc:
-        raise UnreadableObjectError(
-            ".".join(filter(None, (where, exc.field))), exc.problem
-        ) from None
-    return job  # type: ignore[return-value]
+    return _read_obj(value, where, read_suspend)
 
 
 def _decide_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
