@@ -18,8 +18,8 @@ from app.controllers.lifecycle import (
     pods_ready_deadline,
     retry_requeue_at,
 )
-from app.controllers.scheduler import domain_workload
 from app.controllers.metrics import QueueCollector
+from app.controllers.scheduler import domain_workload
 from app.controllers.status import cluster_queue_status, local_queue_status
 from app.controllers.statusview import ClusterView
 from app.controllers.workloads import (
@@ -122,7 +122,7 @@ def test_queue_status_counts_a_workload_awaiting_checks_as_reserving_only() -> N
         assert lq["flavorsUsage"][0]["resources"][0]["total"] == ("1" if admitted else "0")
         # /metrics reads the same set.
         registry = CollectorRegistry()
-        registry.register(QueueCollector(lambda: c, awaiting_checks=lambda: awaiting))
+        registry.register(QueueCollector(lambda: c, awaiting_checks=lambda a=awaiting: a))
         assert registry.get_sample_value(
             "kueue_admitted_active_workloads",
             {"cluster_queue": "cq", "replica_role": "standalone"}) == admitted
