@@ -138,6 +138,9 @@ class _Entry:
     rec: _Record
     spec: ClusterQueueSpec
     assignment: Assignment
+    # Preemption targets chosen at nomination, against the cycle's starting usage (Kueue
+    # ``getAssignments``): None when the assignment needs none or none were found.
+    targets: Targets | None = None
 
     def order(self) -> tuple[object, ...]:
         wl = self.rec.wl
@@ -240,8 +243,11 @@ class Cluster(ClusterState):
                     out.append(d)
                 continue
             entries.append(_Entry(rec, cq.spec, self._nominate(rec, cq.spec)))
+        for e in entries:
+            if e.assignment.mode in (Mode.PREEMPT, Mode.RECLAIM):
+                e.targets = self._entry_targets(e)
 
-        taken: set[WorkloadKey] = set()
+        taken: dict[WorkloadKey, Candidate] = {}
         held: list[tuple[ClusterQueueName, dict[FlavorResource, int]]] = []
         try:
             if self.fair_sharing is None:
@@ -623,7 +629,7 @@ class Cluster(ClusterState):
         )
 
     def _process(
-        self, e: _Entry, now: float, taken: set[WorkloadKey], held: list
+        self, e: _Entry, now: float, taken: dict[WorkloadKey, Candidate], held: list
     ) -> list[Decision]:
         a, rec, spec = e.assignment, e.rec, e.spec
         park = spec.queueing_strategy != QueueingStrategy.STRICT_FIFO
@@ -674,14 +680,34 @@ class Cluster(ClusterState):
         self.assume(key, admission, now)
         return [Admit(key, spec.name, admission, dict(a.usage), borrowing=a.borrow > 0)]
 
+    def _entry_targets(self, e: _Entry) -> Targets | None:
+        """The fewest victims for head ``e`` against the current usage (called at
+        nomination, before any decision of the cycle)."""
+        p = self._preemptor(e.rec, e.spec)
+        return self._find_targets(
+            p, e.spec, self._candidates(p, e.spec), e.assignment.need_preemption,
+            e.assignment.usage,
+        )
+
+    def _fits_after(
+        self, name: ClusterQueueName, usage: dict[FlavorResource, int], gone: list[Candidate]
+    ) -> bool:
+        """Whether ``usage`` fits ClusterQueue ``name`` once every Workload of ``gone`` has
+        released its quota (Kueue ``scheduler.fits``); the tree is restored."""
+        tree = self.tree
+        for c in gone:
+            tree.remove_usage(c.cluster_queue, c.usage)
+        try:
+            return all(v <= tree.available(name, fr) for fr, v in usage.items())
+        finally:
+            for c in gone:
+                tree.add_usage(c.cluster_queue, c.usage)
+
     def _preempt(
-        self, e: _Entry, now: float, taken: set[WorkloadKey], held: list
+        self, e: _Entry, now: float, taken: dict[WorkloadKey, Candidate], held: list
     ) -> list[Decision]:
         a, rec, spec = e.assignment, e.rec, e.spec
-        preemptor = self._preemptor(rec, spec)
-        targets = self._find_targets(
-            preemptor, spec, self._candidates(preemptor, spec), a.need_preemption, a.usage
-        )
+        targets = e.targets
         if targets is None:
             d = self._no_candidates(e, held)
             return [d] if d else []
@@ -694,7 +720,20 @@ class Cluster(ClusterState):
                 "preemption targets overlap with another workload's this cycle; will retry",
             )
             return [d] if d else []
-        taken.update(keys)
+        if not self._fits_after(spec.name, a.usage, [*taken.values(),
+                                                      *(t.candidate for t in targets.targets)]):
+            # Kueue ``fits``: the targets were chosen against the cycle's starting usage; an
+            # earlier admission or preemptor of this cycle took what they would free. Kueue
+            # skips the preemptor (retried next cycle) rather than preempting more.
+            self._not_admitted(e, park=False)
+            d = self._set_pending(
+                rec,
+                PendingReason.WAITING_FOR_QUOTA,
+                "no longer fits after processing another workload this cycle; will retry",
+            )
+            return [d] if d else []
+        for t in targets.targets:
+            taken[t.candidate.key] = t.candidate
         out: list[Decision] = []
         victims = []
         awaiting = []
@@ -734,7 +773,12 @@ class Cluster(ClusterState):
                 )
             )
         self._cqs[spec.name].queue.sticky = rec.wl.key
-        self._hold_for(e, held)
+        # Kueue adds the preemptor's whole usage to the cycle's snapshot (``cq.AddUsage``):
+        # its victims are still counted, so nothing else of the cohort takes the room they
+        # free while they stop.
+        usage = dict(a.usage)
+        self.tree.add_usage(spec.name, usage)
+        held.append((spec.name, usage))
         n = len(keys)
         d = self._set_pending(
             rec,
