@@ -111,3 +111,30 @@ def test_every_victim_of_a_cycle_is_needed_against_the_usage_the_cycle_started_f
             start.tree.remove_usage(cq, usage[v.workload])
         for k in gone:
             start.tree.add_usage(start._wls[k].wl.admission.cluster_queue, usage[k])
+
+
+def test_a_lender_admitting_from_its_queue_keeps_its_nominal_room_and_nothing_is_reclaimed():
+    """pykueue's rule (not Kueue's; docs/architecture.md): while q0 admits its queue one head
+    per cycle, the rest of its nominal quota is not lent to q1 in the same cycle, so q0 never
+    has to reclaim it by evicting what q1 just started."""
+    s = Sim(*_queues(2, [4, 4]))
+    s.submit(*[workload(f"r{i}").cq("q1").pods(1, cpu=1) for i in range(4)])
+    s.settle()
+    s.submit(*[workload(f"b{i}").cq("q1").pods(1, cpu=1) for i in range(4)])
+    s.submit(*[workload(f"a{i}").cq("q0").pods(1, cpu=1) for i in range(4)])
+    s.settle()
+    assert s.evictions() == []
+    assert s.usage("q0") == 4000 and s.usage("q1") == 4000
+    # Once q0's queue is empty its unused quota is lent again.
+    s.finish("a0", "a1")
+    s.settle()
+    assert s.usage("q1") == 6000 and s.evictions() == []
+
+
+def test_a_lender_whose_head_does_not_fit_lends_its_room():
+    s = Sim(*_queues(2, [4, 4]))
+    s.submit(*[workload(f"r{i}").cq("q1").pods(1, cpu=1) for i in range(4)])
+    s.settle()
+    s.submit(workload("big").cq("q0").pods(1, cpu=9), workload("b").cq("q1").pods(1, cpu=1))
+    s.settle()
+    assert s.admitted("b") and s.pending("big")
