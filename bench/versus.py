@@ -152,6 +152,42 @@ def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+class Tracer(threading.Thread):
+    """One watch (``kubectl get --raw <path>``) copied to ``out``, each line prefixed with its
+    arrival time; resumed from the last resourceVersion when the server ends it (it does,
+    e.g. when a CRD is updated)."""
+
+    def __init__(self, kubectl: list[str], path: str, out: Path) -> None:
+        super().__init__(daemon=True)
+        self.kubectl, self.path, self.f = kubectl, path, out.open("w")
+        self.proc: subprocess.Popen[str] | None = None
+        self.done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        rv = ""
+        while not self.done.is_set():
+            url = self.path + (f"&resourceVersion={rv}" if rv else "")
+            self.proc = subprocess.Popen([*self.kubectl, url], stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                                         text=True, start_new_session=True)
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.f.write(f"{time.time():.3f} {line}")
+                m = re.search(r'"resourceVersion":"(\d+)"', line)
+                if m and '"type":"ERROR"' not in line:
+                    rv = max(rv, m.group(1), key=lambda v: int(v or 0))
+            self.proc.wait()
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        self.done.set()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+        self.join(10)
+        self.f.close()
+
+
 # ---- one run ---------------------------------------------------------------------------------
 
 class VersusRun:
@@ -208,6 +244,17 @@ class VersusRun:
 
     # -- measurements
 
+    def start_trace(self) -> list[Tracer]:
+        """``--trace``: every Workload change into ``workloads.jsonl`` and every Event of
+        reason Preempted into ``events.jsonl`` (watch events, one a line, each prefixed with
+        the Unix time it arrived), for bench/evictions.py; the same watches for every
+        controller."""
+        kubectl = [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig),
+                   "get", "--raw"]
+        return [Tracer(kubectl, path, self.out / f"{name}.jsonl") for name, path in (
+            ("workloads", "/apis/kueue.x-k8s.io/v1beta2/workloads?watch=true"),
+            ("events", "/api/v1/events?watch=true&fieldSelector=reason%3DPreempted"))]
+
     def apiserver_counts(self) -> dict[tuple[str, str], float]:
         r = self.kubectl("get", "--raw", "/metrics", check=False, timeout=60)
         out: dict[tuple[str, str], float] = {}
@@ -228,6 +275,7 @@ class VersusRun:
         result: dict[str, Any] = {"run": self.name, "load_before": loadavg()}
         controller: subprocess.Popen[bytes] | int | None = None
         runner: subprocess.Popen[bytes] | None = None
+        tracers: list[Tracer] = []
         sampler: Sampler | None = None
         try:
             self.lab_up()
@@ -237,6 +285,7 @@ class VersusRun:
             time.sleep(3)  # leader election, caches
             sampler = Sampler(pid)
             sampler.start()
+            tracers = self.start_trace() if self.args.trace else []
             before = self.apiserver_counts()
             cpu0 = sampler.total_cpu()
             result["setup_s"] = round(time.monotonic() - t_setup, 1)
@@ -303,6 +352,8 @@ class VersusRun:
         finally:
             if sampler is not None:
                 sampler.stop.set()
+            for t in tracers:
+                t.close()
             if runner is not None:
                 stop_process(runner, signal.SIGINT)
             if isinstance(controller, subprocess.Popen):
@@ -491,6 +542,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "versus")
     ap.add_argument("--bin-dir", type=Path, default=ROOT / ".k8sbin" / "current")
     ap.add_argument("--keep", action="store_true", help="keep each lab (debugging)")
+    ap.add_argument("--trace", action="store_true", help="record every Workload change and "
+                    "Preempted Event of each run under <out>/<run>/ (bench/evictions.py)")
     args = ap.parse_args()
     # Stopped with SIGTERM or SIGINT (also when started in the background), each run's
     # `finally` still stops its runner, its controller and its lab.

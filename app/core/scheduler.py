@@ -65,14 +65,22 @@ The cycle (Kueue ``Scheduler.schedule``, reference 3.4):
    ``_version``) is unchanged: BestEffortFIFO re-nominates many parked Workloads of the
    same shape after each release, and a cohort whose usage did not change gives each of
    them the same answer without a new flavor assignment or preemption search.
+   A head that needs preemption gets its fewest victims here too, against the usage the
+   cycle starts from (Kueue ``getAssignments`` -> ``GetTargets``).
 4. Order: not borrowing before borrowing, then higher priority, then earlier queue-order
    time, uid, key.
 5. Process in order against the live usage (earlier admissions of this cycle count):
-   Fit ⇒ re-check it still fits, assume, Admit; Preempt/Reclaim ⇒ choose the fewest
-   victims now (not overlapping another preemptor's this cycle), mark new ones evicting,
-   Preempt, and keep the capacity for the preemptor for the rest of the cycle; NoCandidates
-   ⇒ Pending, and unless reclaimWithinCohort is Any the ClusterQueue holds its unused
-   nominal headroom for the rest of the cycle (acceptance KQ-09); NoFit ⇒ Pending.
+   Fit ⇒ re-check it still fits, assume, Admit; then, pykueue's rule (not Kueue's), a
+   ClusterQueue below its nominal quota with Workloads still queued keeps that unused
+   nominal quota from the rest of the cycle, so borrowers do not take what its next head
+   would reclaim by eviction one cycle later (``_keep_nominal_for_queue``); Preempt/Reclaim
+   ⇒ its targets from step 3, skipped (retried next cycle, no new victims) when they
+   overlap another preemptor's of this cycle or no longer make room once this cycle's
+   earlier admissions and preemptors are counted (Kueue ``fits``); else mark new ones
+   evicting, Preempt, and hold the preemptor's whole usage for the rest of the cycle;
+   NoCandidates ⇒ Pending, and unless reclaimWithinCohort is Any the ClusterQueue holds
+   its unused nominal headroom for the rest of the cycle (acceptance KQ-09); NoFit ⇒
+   Pending.
    A head that does not fit stays the head under StrictFIFO and is parked under
    BestEffortFIFO. A preemptor stays the head (sticky) until admitted.
 
@@ -138,6 +146,9 @@ class _Entry:
     rec: _Record
     spec: ClusterQueueSpec
     assignment: Assignment
+    # Preemption targets chosen at nomination, against the cycle's starting usage (Kueue
+    # ``getAssignments``): None when the assignment needs none or none were found.
+    targets: Targets | None = None
 
     def order(self) -> tuple[object, ...]:
         wl = self.rec.wl
@@ -240,8 +251,11 @@ class Cluster(ClusterState):
                     out.append(d)
                 continue
             entries.append(_Entry(rec, cq.spec, self._nominate(rec, cq.spec)))
+        for e in entries:
+            if e.assignment.mode in (Mode.PREEMPT, Mode.RECLAIM):
+                e.targets = self._entry_targets(e)
 
-        taken: set[WorkloadKey] = set()
+        taken: dict[WorkloadKey, Candidate] = {}
         held: list[tuple[ClusterQueueName, dict[FlavorResource, int]]] = []
         try:
             if self.fair_sharing is None:
@@ -608,6 +622,38 @@ class Cluster(ClusterState):
             tree.add_usage(name, keep)
             held.append((name, keep))
 
+    def _keep_nominal_for_queue(self, e: _Entry, held: list) -> None:
+        """pykueue, not Kueue: after admitting the head of a ClusterQueue that still has
+        Workloads queued and is below its nominal quota, keep that unused nominal quota from
+        the rest of the cycle, so borrowers of the cohort do not take it.
+
+        Why: one head per ClusterQueue is admitted per cycle. Kueue v0.17.1 lends the rest of
+        a lender's nominal quota to borrowers in the same cycle, and the lender's next head,
+        within its nominal, reclaims it one cycle later by evicting what was just admitted
+        (reclaimWithinCohort). On Kueue's performance baseline that lend-then-reclaim was most
+        of pykueue's evictions (issue 16, bench/evictions.py: small<-small reclamation of
+        Workloads admitted under a second earlier). Kept only while the ClusterQueue admits
+        (a cycle in which its head does not fit holds nothing, so quota it cannot use is lent
+        the next cycle) and only when it could reclaim (reclaimWithinCohort not Never); not
+        under fair sharing, whose order is by share."""
+        spec = e.spec
+        name = spec.name
+        if (self.fair_sharing is not None
+                or spec.preemption.reclaim_within_cohort == ReclaimWithinCohort.NEVER
+                or not len(self._cqs[name].queue)):
+            return
+        tree = self.tree
+        if tree.root_of(name) is None:
+            return
+        keep = {}
+        for fr in e.assignment.usage:
+            room = tree.nominal(name, fr) - tree.usage(name, fr)
+            if room > 0:
+                keep[fr] = room
+        if keep:
+            tree.add_usage(name, keep)
+            held.append((name, keep))
+
     def _no_candidates(self, e: _Entry, held: list) -> Decision | None:
         if e.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort.ANY:
             self._hold_for(e, held)
@@ -623,7 +669,7 @@ class Cluster(ClusterState):
         )
 
     def _process(
-        self, e: _Entry, now: float, taken: set[WorkloadKey], held: list
+        self, e: _Entry, now: float, taken: dict[WorkloadKey, Candidate], held: list
     ) -> list[Decision]:
         a, rec, spec = e.assignment, e.rec, e.spec
         park = spec.queueing_strategy != QueueingStrategy.STRICT_FIFO
@@ -672,16 +718,37 @@ class Cluster(ClusterState):
         admission = a.admission(spec.name)
         key = rec.wl.key
         self.assume(key, admission, now)
+        self._keep_nominal_for_queue(e, held)
         return [Admit(key, spec.name, admission, dict(a.usage), borrowing=a.borrow > 0)]
 
+    def _entry_targets(self, e: _Entry) -> Targets | None:
+        """The fewest victims for head ``e`` against the current usage (called at
+        nomination, before any decision of the cycle)."""
+        p = self._preemptor(e.rec, e.spec)
+        return self._find_targets(
+            p, e.spec, self._candidates(p, e.spec), e.assignment.need_preemption,
+            e.assignment.usage,
+        )
+
+    def _fits_after(
+        self, name: ClusterQueueName, usage: dict[FlavorResource, int], gone: list[Candidate]
+    ) -> bool:
+        """Whether ``usage`` fits ClusterQueue ``name`` once every Workload of ``gone`` has
+        released its quota (Kueue ``scheduler.fits``); the tree is restored."""
+        tree = self.tree
+        for c in gone:
+            tree.remove_usage(c.cluster_queue, c.usage)
+        try:
+            return all(v <= tree.available(name, fr) for fr, v in usage.items())
+        finally:
+            for c in gone:
+                tree.add_usage(c.cluster_queue, c.usage)
+
     def _preempt(
-        self, e: _Entry, now: float, taken: set[WorkloadKey], held: list
+        self, e: _Entry, now: float, taken: dict[WorkloadKey, Candidate], held: list
     ) -> list[Decision]:
         a, rec, spec = e.assignment, e.rec, e.spec
-        preemptor = self._preemptor(rec, spec)
-        targets = self._find_targets(
-            preemptor, spec, self._candidates(preemptor, spec), a.need_preemption, a.usage
-        )
+        targets = e.targets
         if targets is None:
             d = self._no_candidates(e, held)
             return [d] if d else []
@@ -694,7 +761,20 @@ class Cluster(ClusterState):
                 "preemption targets overlap with another workload's this cycle; will retry",
             )
             return [d] if d else []
-        taken.update(keys)
+        if not self._fits_after(spec.name, a.usage, [*taken.values(),
+                                                      *(t.candidate for t in targets.targets)]):
+            # Kueue ``fits``: the targets were chosen against the cycle's starting usage; an
+            # earlier admission or preemptor of this cycle took what they would free. Kueue
+            # skips the preemptor (retried next cycle) rather than preempting more.
+            self._not_admitted(e, park=False)
+            d = self._set_pending(
+                rec,
+                PendingReason.WAITING_FOR_QUOTA,
+                "no longer fits after processing another workload this cycle; will retry",
+            )
+            return [d] if d else []
+        for t in targets.targets:
+            taken[t.candidate.key] = t.candidate
         out: list[Decision] = []
         victims = []
         awaiting = []
@@ -734,7 +814,12 @@ class Cluster(ClusterState):
                 )
             )
         self._cqs[spec.name].queue.sticky = rec.wl.key
-        self._hold_for(e, held)
+        # Kueue adds the preemptor's whole usage to the cycle's snapshot (``cq.AddUsage``):
+        # its victims are still counted, so nothing else of the cohort takes the room they
+        # free while they stop.
+        usage = dict(a.usage)
+        self.tree.add_usage(spec.name, usage)
+        held.append((spec.name, usage))
         n = len(keys)
         d = self._set_pending(
             rec,
