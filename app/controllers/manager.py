@@ -168,8 +168,9 @@ class Manager:
         self.status = StatusWriter(ctx, cluster=self.cluster,
                                    awaiting_checks=self.scheduler.lifecycle.awaiting_checks)
         self.finalizers = FinalizerController(ctx, lambda cq: len(self.cluster.admitted(cq)))
-        self.admission_lookup = StoreAdmissionLookup(ctx)
-        self.extender_state = StoreExtenderState(ctx, NodeStore(s.extender.gpu_resource))
+        self.admission_lookup = StoreAdmissionLookup(ctx, self.registry)
+        self.extender_state = StoreExtenderState(ctx, NodeStore(s.extender.gpu_resource),
+                                                 self.registry)
         self._wire()
         informers.start()
         recorder.start()
