@@ -490,8 +490,8 @@ def main() -> int:
         return labmod.kubectl(lab, *args, input=input, check=check)
 
     t0 = time.monotonic()
-    # Step 7 needs the training-operator (`make run` starts it before pykueue, which manages
-    # a kind only when its CRD is served at its start).
+    # Step 7 needs the training-operator (`make run` starts it before pykueue, so that
+    # pykueue manages PyTorchJobs from its start, not from its next discovery poll).
     operators = bool(labmod._pid(lab, "training-operator"))
     Scenario(kubectl, status_cmd=status_cmd, check=os.environ.get("SCENARIO_CHECK") == "1").run(
         with_operators=operators)

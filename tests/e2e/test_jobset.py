@@ -27,8 +27,8 @@ A100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
 
 @pytest.fixture(scope="module")
 def jobset_operator(lab: LabHandle) -> Iterator[None]:
-    """JobSet's CRD and controller in the lab, before pykueue starts (pykueue manages JobSets
-    only when their CRD is served at its start)."""
+    """JobSet's CRD and controller in the lab, before pykueue starts (a CRD installed later is
+    picked up only at pykueue's next discovery poll, up to 2 min later)."""
     op = ops.OPERATORS["jobset"]
     if not op.built:
         pytest.skip(f"jobset {op.version} not built ({op.binary} missing): run `make operators`")

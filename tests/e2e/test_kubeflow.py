@@ -37,7 +37,8 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 @pytest.fixture(scope="module")
 def kubeflow_operators(lab: LabHandle) -> Iterator[tuple[set[str], str]]:
     """The training-operator and (when port 8080 is free) the mpi-operator in the lab, before
-    pykueue starts (pykueue manages a kind only when its CRD is served at its start)."""
+    pykueue starts (a CRD installed later is picked up only at pykueue's next discovery poll,
+    up to 2 min later)."""
     with operators_running(lab, ["training-operator", "mpi-operator"]) as started:
         yield started
 

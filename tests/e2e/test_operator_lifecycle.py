@@ -133,8 +133,9 @@ def ids(case: Case) -> str:
 
 @pytest.fixture(scope="module")
 def lifecycle_operators(lab: LabHandle) -> Iterator[tuple[set[str], str]]:
-    """Every built operator in the lab, before pykueue starts (pykueue manages a kind only
-    when its CRD is served at its start); mpi-operator left out when port 8080 is taken."""
+    """Every built operator in the lab, before pykueue starts (a CRD installed later is
+    picked up only at pykueue's next discovery poll); mpi-operator left out when port 8080 is
+    taken."""
     with operators_running(lab, ["jobset", "training-operator", "mpi-operator",
                                  "kuberay"]) as started:
         yield started
