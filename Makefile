@@ -30,7 +30,8 @@ lab-up: setup controlplane ## start the local control plane on 127.0.0.1 and pri
 	$(BIN)/python hack/lab.py up
 	$(KUBECTL) get nodes -o wide
 
-run: lab-up ## the main job: lab + pykueue (webhook, extender) + the seed scenario, narrated
+run: lab-up operators ## the main job: lab + operators + pykueue (webhook, extender) + the seed scenario, narrated
+	$(BIN)/python hack/lab.py operators-up --skip-busy
 	$(BIN)/python hack/lab.py pykueue-up
 	$(BIN)/python hack/scenario.py
 

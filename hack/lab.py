@@ -626,6 +626,8 @@ def main(argv: list[str] | None = None) -> int:
     ou = sub.add_parser("operators-up", help="install the operators' CRDs and start them "
                         "(hack/operators.py; default: every built one)")
     ou.add_argument("names", nargs="*")
+    ou.add_argument("--skip-busy", action="store_true", help="leave mpi-operator out (one "
+                    "line) when its hard-coded port 8080 is taken, instead of failing")
     od = sub.add_parser("operators-down", help="stop the operators, unregister their webhooks")
     od.add_argument("names", nargs="*")
     a = p.parse_args(argv)
@@ -649,7 +651,10 @@ def main(argv: list[str] | None = None) -> int:
     elif a.verb in ("operators-up", "operators-down"):
         import operators
 
-        (operators.up if a.verb == "operators-up" else operators.down)(lab, a.names or None)
+        if a.verb == "operators-up":
+            operators.up(lab, a.names or None, skip_busy=a.skip_busy)
+        else:
+            operators.down(lab, a.names or None)
     elif a.verb == "sa-token":
         try:
             print(sa_token(lab, a.namespace, a.name))

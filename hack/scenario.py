@@ -13,6 +13,11 @@ reclaim what it lent (``reclaimWithinCohort: Any``).
 5. Everything finishes, train-6 runs when A100 quota frees, the queues end empty.
 6. Not only Jobs: inference runs a Deployment (each pod queued on its own), research a
    StatefulSet (its 4 pods admitted as one group); both land on their flavor's GPU node.
+7. Training operators (when the lab runs Kubeflow's training-operator: `make run` starts
+   it): research submits PyTorchJob ddp (master + 3 workers, 1 A100 each), admitted whole
+   with its pods on a100-0, and ddp-wide (master + 4 workers), which waits whole since 9
+   A100s exceed research's 8; ddp succeeds (the operator's decision), ddp-wide starts by
+   itself.
 
 Every step waits for pykueue's real decisions (read from the API server) and prints them with
 the ``pykueue status`` table. ``Scenario(..., check=True)`` raises ``ScenarioError`` when an
@@ -76,6 +81,21 @@ def job(name: str, ns: str, pods: int, *, queue: str | None = "team-queue",
     }
 
 
+def pytorchjob(name: str, ns: str, workers: int, *, duration: str) -> dict[str, Any]:
+    """A kubeflow.org/v1 PyTorchJob queued in ``team-queue``: Master 1 + Worker ``workers``,
+    each pod 1 A100 GPU (the A100 nodeSelector), succeeding after ``duration`` (the lab's kwok
+    stage ends any pod with the annotation; the training-operator then marks the job
+    Succeeded once its master has)."""
+    def replica(n: int) -> dict[str, Any]:
+        tpl = job("x", ns, 1, node_selector=A100, duration=duration)["spec"]["template"]
+        tpl["spec"]["containers"][0]["name"] = "pytorch"  # the training-operator's rule
+        tpl["spec"]["restartPolicy"] = "OnFailure"
+        return {"replicas": n, "restartPolicy": "OnFailure", "template": tpl}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": ns, "labels": {QUEUE_LABEL: "team-queue"}},
+            "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(workers)}}}
+
+
 def pod_template(app: str) -> dict[str, Any]:
     """A pod template requesting 1 ``nvidia.com/gpu`` (for a Deployment or StatefulSet)."""
     return {"metadata": {"labels": {"app": app}},
@@ -111,10 +131,11 @@ class Scenario:
         return self.get("pods", "-n", ns, "-l", f"batch.kubernetes.io/job-name={job_name}").get(
             "items", [])
 
-    def workload(self, ns: str, job_name: str) -> dict[str, Any] | None:
+    def workload(self, ns: str, job_name: str, kind: str = "Job") -> dict[str, Any] | None:
+        """The Workload a ``kind`` object ``ns/job_name`` controls, or None."""
         for wl in self.get("workloads.kueue.x-k8s.io", "-n", ns).get("items", []):
             for ref in wl["metadata"].get("ownerReferences", []):
-                if ref.get("kind") == "Job" and ref.get("name") == job_name:
+                if ref.get("kind") == kind and ref.get("name") == job_name:
                     return wl
         return None
 
@@ -164,8 +185,8 @@ class Scenario:
         out = r.stdout.rstrip() if r.returncode == 0 else f"   (pykueue status: {r.stderr.strip()})"
         self.say(out)
 
-    def decision(self, ns: str, job_name: str) -> str:
-        wl = self.workload(ns, job_name)
+    def decision(self, ns: str, job_name: str, kind: str = "Job") -> str:
+        wl = self.workload(ns, job_name, kind)
         if not wl:
             return f"{ns}/{job_name}: no Workload yet"
         if self.is_true(wl, "Finished"):
@@ -345,7 +366,69 @@ class Scenario:
                 (s := self.get("clusterqueue", cq).get("status", {})).get("admittedWorkloads")
                 or s.get("reservingWorkloads")), timeout=120)
 
-    def run(self, *, with_step0: bool = True) -> dict[str, Any]:
+    def step7_training_operator(self) -> None:
+        self.say("\n== 7. Training operators: research submits PyTorchJobs ddp (master + 3 "
+                 "workers) and ddp-wide (master + 4 workers), 1 A100 per pod")
+        self.apply(pytorchjob("ddp", "research", 3, duration="15s"))
+        time.sleep(0.5)
+        self.apply(pytorchjob("ddp-wide", "research", 4, duration="10s"))
+
+        def pods(name: str) -> list[dict[str, Any]]:
+            return [p for p in self.get("pods", "-n", "research", "-l",
+                                        f"training.kubeflow.org/job-name={name}").get("items", [])
+                    if not p["metadata"].get("deletionTimestamp")]
+
+        def running(name: str, n: int) -> list[dict[str, Any]] | None:
+            r = [p for p in pods(name) if p["status"].get("phase") == "Running"]
+            return r if len(r) == n else None
+
+        ddp = self.wait("ddp admitted and its 4 pods running", lambda: self.is_true(
+            self.workload("research", "ddp", "PyTorchJob"), "Admitted") and running("ddp", 4))
+        wl = self.wait("ddp-wide pending with a reason", lambda: (
+            w if (w := self.workload("research", "ddp-wide", "PyTorchJob"))
+            and (c := self.cond(w, "QuotaReserved")) and c["status"] == "False" else None))
+        roles = sorted(p["metadata"]["labels"].get("training.kubeflow.org/replica-type", "?")
+                       for p in ddp)
+        nodes = sorted({p["spec"].get("nodeName") for p in ddp})
+        adm = self.workload("research", "ddp", "PyTorchJob")["status"]["admission"]
+        sets = ", ".join(f"{a['name']} x{a.get('count', '?')} on {a['flavors']['nvidia.com/gpu']}"
+                         for a in adm["podSetAssignments"])
+        self.say(f"   research/ddp: admitted whole ({sets}); pods {', '.join(roles)} on "
+                 f"{', '.join(nodes)}")
+        self.say("   " + self.decision("research", "ddp-wide", "PyTorchJob"))
+        self.expect(nodes == ["a100-0"], f"ddp's pods should be on a100-0, got {nodes}")
+        self.expect(not pods("ddp-wide"), "ddp-wide must have no pod while it waits (gang)")
+        self.expect("nvidia.com/gpu" in self.cond(wl, "QuotaReserved")["message"],
+                    "ddp-wide's pending reason should name nvidia.com/gpu")
+        self.show_status()
+        done = self.wait("ddp Succeeded", lambda: (
+            j if self.is_true(j := self.get("pytorchjob", "ddp", "-n", "research"), "Succeeded")
+            else None), timeout=120)
+        t_done = time.monotonic()
+        wide = self.wait("ddp-wide admitted and its 5 pods running", lambda: self.is_true(
+            self.workload("research", "ddp-wide", "PyTorchJob"), "Admitted")
+            and running("ddp-wide", 5))
+        self.outcomes["step7_start_delay"] = time.monotonic() - t_done
+        msg = (self.cond(done, "Succeeded") or {}).get("message", "")
+        self.say(f"   research/ddp: Succeeded, the training-operator's decision from its pods "
+                 f"({msg!r}); its Workload "
+                 f"{self.decision('research', 'ddp', 'PyTorchJob').split(': ', 1)[1]}")
+        self.say(f"   research/ddp-wide: started by itself "
+                 f"{time.monotonic() - t_done:.1f}s later, 5 pods on "
+                 f"{', '.join(sorted({p['spec'].get('nodeName') for p in wide}))}")
+        self.wait("ddp-wide Succeeded", lambda: self.is_true(
+            self.get("pytorchjob", "ddp-wide", "-n", "research"), "Succeeded"), timeout=120)
+        st = self.wait("research-cq empty", lambda: (
+            s if not (s := self.get("clusterqueue", "research-cq").get("status", {})).get(
+                "admittedWorkloads") and not s.get("pendingWorkloads")
+            and not s.get("reservingWorkloads") else None), timeout=120)
+        self.say(f"   ddp-wide Succeeded; research-cq: pending {st.get('pendingWorkloads', 0)}, "
+                 f"admitted {st.get('admittedWorkloads', 0)}")
+        self.show_status()
+
+    def run(self, *, with_step0: bool = True, with_operators: bool = False) -> dict[str, Any]:
+        """Play the steps; ``with_operators``: also step 7 (needs the training-operator
+        running in the lab and pykueue started after it)."""
         if with_step0:
             self.step0_without_pykueue()
         self.step1_submit()
@@ -354,6 +437,8 @@ class Scenario:
         self.step4_fallback()
         self.step5_drain()
         self.step6_other_kinds()
+        if with_operators:
+            self.step7_training_operator()
         return self.outcomes
 
 
@@ -383,6 +468,9 @@ def prepare(lab: labmod.Lab) -> None:
                    "--wait=true", check=False)
     labmod.kubectl(lab, "delete", "namespace", "no-queue", "--ignore-not-found", "--wait=true",
                    check=False)
+    if labmod.kubectl(lab, "get", "crd", "pytorchjobs.kubeflow.org", check=False).returncode == 0:
+        labmod.kubectl(lab, "delete", "pytorchjobs.kubeflow.org", "--all", "-n", "research",
+                       "--ignore-not-found", "--wait=true", check=False)
     labmod.kubectl(lab, "apply", "-k", str(ROOT / "manifests" / "samples" / "seed"))
     labmod.kubectl(lab, "apply", "-k", str(ROOT / "manifests" / "samples" / "gpu"))
     for ns in ("research", "inference"):
@@ -402,7 +490,14 @@ def main() -> int:
         return labmod.kubectl(lab, *args, input=input, check=check)
 
     t0 = time.monotonic()
-    Scenario(kubectl, status_cmd=status_cmd, check=os.environ.get("SCENARIO_CHECK") == "1").run()
+    # Step 7 needs the training-operator (`make run` starts it before pykueue, so that
+    # pykueue manages PyTorchJobs from its start, not from its next discovery poll).
+    operators = bool(labmod._pid(lab, "training-operator"))
+    Scenario(kubectl, status_cmd=status_cmd, check=os.environ.get("SCENARIO_CHECK") == "1").run(
+        with_operators=operators)
+    if not operators:
+        print("\n== 7. Skipped: the training-operator is not running in this lab (`make run` "
+              "starts it: `make operators` builds it, `hack/lab.py operators-up` starts it)")
     print(f"\n== Done in {time.monotonic() - t0:.0f}s. Explore:")
     print(f"   export KUBECONFIG={lab.kubeconfig}")
     print("   .k8sbin/current/kubectl get cq,lq,wl -A")

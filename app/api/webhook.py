@@ -70,6 +70,7 @@ from app.integrations.webhook import (
     is_batch_job,
     mutate,
     mutate_update,
+    queue_name_errors,
     read_job,
     read_labels,
     read_name,
@@ -188,12 +189,17 @@ def _decide_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
         return _allow(req)
     policy = _policy(state)
     job = _read(req.object, "request.object")
+    if _has_managed_ancestor(state, job):
+        # Kueue WorkloadShouldBeSuspended: a job an ancestor queues (a JobSet's Job) is left
+        # to that ancestor and its operator, its queue label notwithstanding.
+        return _allow(req)
     if req.operation == "UPDATE":
         old_job = _read(req.old_object, "request.oldObject")
         return _patched(req, mutate_update(old_job, job, req.user_info.username, policy))
     default_queue, manage = None, False
     jobs = _jobs_settings(state)
     if not read_queue_name(job, policy.queue_name_label) and jobs is not None \
+            and not _controlled_by_managed_kind(job, state) \
             and (jobs.local_queue_defaulting or jobs.manage_jobs_without_queue_name) \
             and _lookup(state, "default_queue_lookup", "namespace_managed", req.namespace):
         # Kueue: only in namespaces managedJobsNamespaceSelector matches (KQ-23).
@@ -206,12 +212,37 @@ def _decide_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
     return _patched(req, patch)
 
 
-def _controlled_by_managed_kind(obj: Any) -> bool:
+def _managed_kinds(state: Any) -> frozenset[tuple[str, str]]:
+    """(API group, kind) of the job kinds pykueue manages: the reconciler's (enabled and
+    served), else those ``settings.integrations.frameworks`` enables (Kueue counts only
+    enabled integrations as managed owners)."""
+    kinds = getattr(getattr(state, "admission_lookup", None), "managed_kinds", None)
+    answer = kinds() if callable(kinds) else None
+    if isinstance(answer, frozenset):
+        return answer
+    settings = getattr(state, "settings", None)
+    return managed_kinds(settings.integrations.frameworks if settings is not None else None)
+
+
+def _has_managed_ancestor(state: Any, job: dict[str, Any]) -> bool:
+    """True when an ancestor queues ``job`` (the reconciler's stores; unknown counts as no:
+    the Job is then queued as its own, as before the stores sync)."""
+    ask = getattr(getattr(state, "admission_lookup", None), "has_managed_ancestor", None)
+    if ask is None:
+        return False
+    try:
+        return ask(job) is True
+    except Exception:
+        logger.exception("webhook: has_managed_ancestor failed; treating the Job as its own")
+        return False
+
+
+def _controlled_by_managed_kind(obj: Any, state: Any) -> bool:
     """True when ``obj``'s controller ownerReference is an object of a job kind pykueue
-    manages (Kueue's managed ancestor: a JobSet's child Job is the JobSet's business)."""
+    manages (Kueue ``IsOwnerManagedByKueueForObject``: enabled kinds only)."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
-    kinds = managed_kinds()
+    kinds = _managed_kinds(state)
     return any(isinstance(r, dict) and r.get("controller") is True and (
         str(r.get("apiVersion", "")).rpartition("/")[0], str(r.get("kind", ""))) in kinds
         for r in refs or [] if isinstance(refs, list))
@@ -236,7 +267,11 @@ def _decide_validation(req: AdmissionRequest, state: Any) -> _Outcome:
     policy = _policy(state)
     username = req.user_info.username
     job = _read(req.object, "request.object")
-    if req.operation == "CREATE":
+    if _has_managed_ancestor(state, job):
+        # Its ancestor's operator creates and resumes it (a JobSet resumes its Jobs once
+        # admitted): only the label's format is pykueue's business (Kueue ValidateJobOnCreate).
+        errors = queue_name_errors(job, policy)
+    elif req.operation == "CREATE":
         errors = validate_create(job, username, policy)
     else:
         old_job = _read(req.old_object, "request.oldObject")
@@ -250,7 +285,7 @@ def _decide_validation(req: AdmissionRequest, state: Any) -> _Outcome:
         manages = bool(jobs is not None and jobs.manage_jobs_without_queue_name
                        and _lookup(state, "default_queue_lookup", "namespace_managed",
                                    req.namespace)
-                       and not _controlled_by_managed_kind(old_job))
+                       and not _controlled_by_managed_kind(old_job, state))
         errors = validate_update(
             old_job, job, username, admitted, policy, default_local_queue_exists=has_default,
             manages_unlabelled=manages,
@@ -430,7 +465,7 @@ def _decide_pod_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
             return None
         return answer if isinstance(answer, int) else None
 
-    return _patched(req, mutate_pod(pod, req.operation, _policy(state), managed_kinds(),
+    return _patched(req, mutate_pod(pod, req.operation, _policy(state), _managed_kinds(state),
                                     replicas))
 
 
@@ -440,7 +475,7 @@ def _decide_pod_validation(req: AdmissionRequest, state: Any) -> _Outcome:
         return _allow(req)
     old, pod = _objects(req, scheduling_gates)
     return _verdict(req, validate_pod(old, pod, req.user_info.username, _policy(state),
-                                      managed_kinds()))
+                                      _managed_kinds(state)))
 
 
 def _decide_statefulset_scale(req: AdmissionRequest, state: Any) -> _Outcome:

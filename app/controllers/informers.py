@@ -321,6 +321,12 @@ class InformerSet:
         self.informers[key] = informer
         return informer
 
+    def adopt(self, key: str, informer: Informer, task: asyncio.Task[None]) -> None:
+        """Add an informer already running in ``task`` (started after ``start``, e.g. for a
+        CRD installed later); ``stop`` stops it with the others."""
+        self.informers[key] = informer
+        self._tasks.append(task)
+
     def __getitem__(self, key: str) -> Informer:
         return self.informers[key]
 

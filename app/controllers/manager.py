@@ -55,34 +55,46 @@ from app.integrations.reconciler import JobReconciler
 log = logging.getLogger(__name__)
 
 
+async def is_served(client: KubeClient, kind: JobKind) -> bool | None:
+    """Whether the API server serves ``kind``'s resource, through discovery (``GET
+    /apis/<group>/<version>``): True / False, None when it cannot tell (an error other than
+    404)."""
+    res = kind.resource
+    if res is None:
+        return True
+    try:
+        doc = await client.request("GET", f"/apis/{res.group}/{res.version}")
+    except NotFound:
+        return False
+    except Exception as exc:  # noqa: BLE001 - unknown: the caller decides
+        log.warning("reconciler: cannot tell whether %s is served (%s)", res.api_version, exc)
+        return None
+    return any(r.get("name") == res.plural for r in doc.get("resources") or [])
+
+
 async def served_kinds(client: KubeClient, registry: Registry) -> Registry:
     """``registry`` without the optional kinds (``optional = True``: a CRD such as JobSet's)
     whose resource the API server does not serve, each left out with one log line, as Kueue
-    skips an integration whose CRD is absent at start-up (kueue-integrations.md 1.7). Asked
-    once, through discovery (``GET /apis/<group>/<version>``); an error other than 404 keeps
-    the kind (its informer then retries). A CRD installed later needs a restart."""
+    defers an integration whose CRD is absent at start-up (kueue-integrations.md 1.7; the
+    Manager then waits for it: ``Manager._await_crds``). An unknown answer keeps the kind (its
+    informer then retries)."""
     kept = []
     for kind in registry.kinds():
         res = kind.resource
-        if getattr(kind, "optional", False) and res is not None:
-            try:
-                doc = await client.request("GET", f"/apis/{res.group}/{res.version}")
-                served = any(r.get("name") == res.plural for r in doc.get("resources") or [])
-            except NotFound:
-                served = False
-            except Exception as exc:  # noqa: BLE001 - unknown: keep it, the informer retries
-                log.warning("reconciler: cannot tell whether %s is served (%s); managing it",
-                            res.api_version, exc)
-                served = True
-            if not served:
-                log.info("reconciler: %s %s not served by the API server (its CRD is not "
-                         "installed): %s objects are not managed", res.plural, res.api_version,
-                         kind.kind)
-                continue
+        if getattr(kind, "optional", False) and res is not None \
+                and await is_served(client, kind) is False:
+            log.info("reconciler: %s %s not served by the API server (its CRD is not "
+                     "installed): %s objects are not managed until it is", res.plural,
+                     res.api_version, kind.kind)
+            continue
         kept.append(kind)
     return Registry(kept)
 
 NODE, POD = "node", "pod"
+CRD_WATCH = "crd-watch"
+# Kueue's wait for an integration's API: exponential backoff from 1 s to 2 min.
+CRD_POLL_SECONDS = 1.0
+CRD_POLL_MAX_SECONDS = 120.0
 
 STOP_BUDGET_SECONDS = 25.0
 STOP_STEP_SECONDS = 10.0
@@ -142,7 +154,9 @@ class Manager:
         self._started = True
         s = self.settings
         client = self._given_client or await KubeClient.from_settings(s.client)
+        wanted = self.registry.kinds()
         self.registry = await served_kinds(client, self.registry)
+        awaited = [k for k in wanted if k not in self.registry.kinds()]
         log.info("reconciler: managing %s (settings.integrations.frameworks)",
                  ", ".join(k.kind for k in self.registry.kinds()) or "no job kind")
         informers = build_informers(
@@ -168,8 +182,9 @@ class Manager:
         self.status = StatusWriter(ctx, cluster=self.cluster,
                                    awaiting_checks=self.scheduler.lifecycle.awaiting_checks)
         self.finalizers = FinalizerController(ctx, lambda cq: len(self.cluster.admitted(cq)))
-        self.admission_lookup = StoreAdmissionLookup(ctx)
-        self.extender_state = StoreExtenderState(ctx, NodeStore(s.extender.gpu_resource))
+        self.admission_lookup = StoreAdmissionLookup(ctx, self.registry)
+        self.extender_state = StoreExtenderState(ctx, NodeStore(s.extender.gpu_resource),
+                                                 self.registry)
         self._wire()
         informers.start()
         recorder.start()
@@ -179,6 +194,8 @@ class Manager:
         self.finalizers.start()
         self._tasks = [asyncio.create_task(leader.run(), name="leader-election"),
                        asyncio.create_task(self._activate(), name="leader-activation")]
+        if awaited:
+            self._tasks.append(asyncio.create_task(self._await_crds(awaited), name=CRD_WATCH))
         self._supervise()
 
     def _supervise(self) -> None:
@@ -198,8 +215,8 @@ class Manager:
         if task.cancelled() or not self._started:
             return
         exc = task.exception()
-        if exc is None and task.get_name() == "leader-election":
-            return
+        if exc is None and task.get_name() in ("leader-election", CRD_WATCH):
+            return  # both may end: election disabled; every awaited CRD installed
         why = f"{type(exc).__name__}: {exc}" if exc is not None else "returned"
         self.dead_tasks[task.get_name()] = why
         log.error("reconciler: background task %s died (%s)", task.get_name(), why,
@@ -258,6 +275,42 @@ class Manager:
             ctx.wake()
             while ctx.leader.is_leader:
                 await asyncio.sleep(0.2)
+
+    async def _await_crds(self, kinds: list[JobKind]) -> None:
+        """Start managing each of ``kinds`` (optional kinds whose CRD was not served at start)
+        once the API server serves it: Kueue v0.17 waits for an integration's API the same way
+        (kueue-integrations.md 1.7: its RESTMapper polled with exponential backoff from 1 s to
+        2 min, then the controller started and the integration enabled). Asked through
+        discovery at ``CRD_POLL_SECONDS`` doubling up to ``CRD_POLL_MAX_SECONDS``."""
+        pending, delay = list(kinds), CRD_POLL_SECONDS
+        while pending:
+            await asyncio.sleep(delay)
+            for kind in list(pending):
+                if await is_served(self.ctx.client, kind):  # type: ignore[union-attr]
+                    await self._add_kind(kind)
+                    pending.remove(kind)
+            delay = min(delay * 2, CRD_POLL_MAX_SECONDS)
+
+    async def _add_kind(self, kind: JobKind) -> None:
+        """Watch and reconcile ``kind`` from now on: its informer lists first, then joins the
+        set (so the stores stay synced for the webhook and extender meanwhile), the registry
+        takes the kind (the webhook's managed-owner rules and Workload owners see it) and its
+        objects are queued for the reconciler; one log line."""
+        ctx, jobs = self.ctx, self.jobs
+        assert ctx is not None and jobs is not None and kind.resource is not None
+        inf = Informer(ctx.client, kind.resource, label_selector=self._selector(kind),
+                       watch_timeout_seconds=self.settings.scheduling.watch_timeout_seconds)
+        task = asyncio.create_task(inf.run(), name=f"informer-{kind.key}")
+        task.add_done_callback(self._on_task_done)
+        await inf.synced.wait()
+        # No await from here on: no event falls between the store's listing and the handler.
+        ctx.informers.adopt(kind.key, inf, task)
+        self.registry.register(kind)
+        inf.add_handler(jobs.on_object(kind))
+        jobs.enqueue_all()
+        log.info("reconciler: %s %s now served (its CRD was installed): managing %s objects "
+                 "(%d listed)", kind.resource.plural, kind.resource.api_version, kind.kind,
+                 len(inf.store.list()))
 
     async def stop(self) -> None:
         """Stop every task, release the Lease, close the client (idempotent)."""

@@ -20,6 +20,7 @@ from app.controllers.context import JOB, LQ, NS, RF, STS, WL, Context
 from app.controllers.workloads import QUOTA_RESERVED, condition, has_admission, is_evicted
 from app.extender.nodestore import InMemoryExtenderState, NodeStore
 from app.extender.rules import FlavorView, PodWorkloadView, view_from_workload
+from app.integrations.framework import Registry, lookup
 from app.wire.fields import WorkloadSpecError
 from app.wire.queues import resource_flavor
 from app.wire.workload import workload_from_object, workload_name_for_job
@@ -28,11 +29,37 @@ Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 
 
-class StoreAdmissionLookup:
-    """Answers the webhook from the Job, Workload and LocalQueue stores."""
+def has_managed_ancestor(ctx: Context, registry: Registry, obj: Obj) -> bool:
+    """Whether an ancestor queues ``obj`` (``Registry.managed_ancestor`` over the stores;
+    Kueue v0.17 ``FindAncestorJobManagedByKueue``). An ancestor the stores have not shown yet
+    does not count."""
+    return registry.managed_ancestor(
+        obj, lambda kind, ns, name: lookup(kind, ctx, ns, name),
+        manage_unlabelled=ctx.settings.jobs.manage_jobs_without_queue_name) is not None
 
-    def __init__(self, ctx: Context) -> None:
+
+class StoreAdmissionLookup:
+    """Answers the webhook from the Job, Workload and LocalQueue stores; ``registry``: the
+    kinds the reconciler manages (enabled and served), for the managed-ancestor rule."""
+
+    def __init__(self, ctx: Context, registry: Registry | None = None) -> None:
         self.ctx = ctx
+        self.registry = registry
+
+    def managed_kinds(self) -> frozenset[tuple[str, str]] | None:
+        """(API group, kind) of the job kinds managed now (Kueue: enabled integrations whose
+        API is served; Pods excluded), None when no registry was given."""
+        if self.registry is None:
+            return None
+        return frozenset((k.api_group, k.kind) for k in self.registry.kinds()
+                         if not getattr(k, "top_level", False))
+
+    def has_managed_ancestor(self, obj: Obj) -> bool | None:
+        """Whether an ancestor queues ``obj`` (``has_managed_ancestor``), None when unknown
+        (not synced, no registry)."""
+        if not self.ctx.synced or self.registry is None:
+            return None
+        return has_managed_ancestor(self.ctx, self.registry, obj)
 
     def _workload(self, namespace: str, job_name: str, job_uid: str = "") -> Obj | None:
         if not job_uid:
@@ -91,9 +118,10 @@ class StoreExtenderState(InMemoryExtenderState):
     """``ExtenderState`` over the reconciler's stores (see the module doc): the Node part is
     the plain ``InMemoryExtenderState``'s; Workloads and flavors come from the stores."""
 
-    def __init__(self, ctx: Context, nodes: NodeStore) -> None:
+    def __init__(self, ctx: Context, nodes: NodeStore, registry: Registry | None = None) -> None:
         super().__init__(nodes=nodes)
         self.ctx = ctx
+        self.registry = registry
         self._flavors: tuple[FlavorView, ...] | None = None
         self._views: dict[str, tuple[str, PodWorkloadView]] = {}
 
@@ -138,6 +166,8 @@ class StoreExtenderState(InMemoryExtenderState):
         job = self.ctx.store(JOB).get(f"{namespace}/{job_name}")
         if job is None:
             return None
+        if self.registry is not None and has_managed_ancestor(self.ctx, self.registry, job):
+            return None  # its ancestor's (a JobSet's Job): placed as that ancestor admitted
         uid = job["metadata"].get("uid", "")
         name = workload_name_for_job(job_name, uid)
         key = f"{namespace}/{name}"

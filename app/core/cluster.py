@@ -621,10 +621,9 @@ class ClusterState:
             rec.wl = wl
             self._hold(rec, wl.admission)
             return
-        old = rec.wl
+        if (rec.wl.queue_name, rec.wl.namespace) != (wl.queue_name, wl.namespace):
+            self._unqueue(rec)  # from its old LocalQueue: rec.lq_key follows rec.wl
         rec.wl = wl
-        if (old.queue_name, old.namespace) != (wl.queue_name, wl.namespace):
-            self._unqueue(rec)
         self._route(rec)
 
     def delete_workload(self, key: WorkloadKey) -> bool:

@@ -26,11 +26,14 @@ CRD_RULES: tuple[CrdRules, ...] = tuple(r for k in BUILTIN_KINDS
                                         if isinstance(r := getattr(k, "rules", None), CrdRules))
 
 
-def managed_kinds() -> frozenset[tuple[str, str]]:
-    """(API group, kind) of every built-in kind: Pods such an object controls are its own
-    business, not plain Pods (Kueue's "managed ancestor" rule)."""
+def managed_kinds(frameworks: Iterable[str] | None = None) -> frozenset[tuple[str, str]]:
+    """(API group, kind) of every built-in kind, or with ``frameworks`` (Kueue names,
+    ``framework_of``) of those it enables: Pods such an object controls are its own business,
+    not plain Pods (Kueue's "managed ancestor" rule, which counts enabled kinds only)."""
+    wanted = None if frameworks is None else frozenset(frameworks)
     return frozenset((k.api_group, k.kind) for k in BUILTIN_KINDS
-                     if k.kind not in ("Pod", "PodGroup"))
+                     if not getattr(k, "top_level", False)
+                     and (wanted is None or framework_of(k) in wanted))
 
 
 def framework_of(kind: JobKind) -> str:

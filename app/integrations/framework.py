@@ -17,7 +17,7 @@ Adding a kind = one folder under ``app/integrations/`` with a ``KIND`` object an
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -114,6 +114,9 @@ class JobKind(Protocol):
 
 
 GROUP_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/is-group-workload"
+# How far up the controller ownerReferences an ancestor is looked for (Kueue's
+# ``managedOwnersChainLimit``).
+ANCESTOR_DEPTH = 10
 
 
 def source_of(kind: JobKind) -> str:
@@ -190,6 +193,46 @@ class Registry:
 
     def get(self, key: str) -> JobKind | None:
         return self._by_key.get(key)
+
+    def kind_of_controller(self, obj: Mapping[str, Any]) -> tuple[JobKind, str] | None:
+        """(registered kind, name) of ``obj``'s controller ownerReference when it names a
+        registered kind, else None (Kueue ``getJobTypeForOwner``: enabled kinds only)."""
+        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+            if not isinstance(ref, Mapping) or ref.get("controller") is not True:
+                continue
+            group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+            kind = self._by_gk.get((group, str(ref.get("kind", ""))))
+            return (kind, str(ref.get("name", ""))) if kind is not None else None
+        return None
+
+    def managed_ancestor(self, obj: Mapping[str, Any],
+                         get: Callable[[JobKind, str, str], Mapping[str, Any] | None], *,
+                         manage_unlabelled: bool = False
+                         ) -> tuple[JobKind, Mapping[str, Any]] | None:
+        """The top-most ancestor of ``obj`` that queues it, as (its kind, the object), or None:
+        ``obj`` is then its own job. Rule: Kueue v0.17 ``FindAncestorJobManagedByKueue``:
+        follow controller ownerReferences while they name a registered (enabled) kind, at most
+        ``ANCESTOR_DEPTH`` levels (and never round a cycle); an ancestor counts when it has a
+        queue name or ``manage_unlabelled`` (``manageJobsWithoutQueueName``). ``get(kind,
+        namespace, name)`` reads an ancestor (None: unknown, the walk stops there). Kueue also
+        walks through kinds it knows but has disabled; pykueue cannot read those and stops."""
+        ns = str((obj.get("metadata") or {}).get("namespace", ""))
+        seen = {str((obj.get("metadata") or {}).get("uid", ""))}
+        top: tuple[JobKind, Mapping[str, Any]] | None = None
+        cur = obj
+        for _ in range(ANCESTOR_DEPTH):
+            found = self.kind_of_controller(cur)
+            if found is None:
+                break
+            parent = get(found[0], ns, found[1])
+            uid = str(((parent or {}).get("metadata") or {}).get("uid", ""))
+            if parent is None or uid in seen:
+                break
+            seen.add(uid)
+            if manage_unlabelled or found[0].queue_name(parent):
+                top = (found[0], parent)
+            cur = parent
+        return top
 
     def controlled_by_a_kind(self, obj: Mapping[str, Any]) -> bool:
         """True when ``obj``'s controller ownerReference names a registered kind (Kueue's

@@ -28,6 +28,7 @@ import asyncio
 import copy
 import logging
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -196,6 +197,13 @@ class JobReconciler:
         """One pass over ``kind``'s object ``ns/name``; returns seconds to look again."""
         ctx = self.ctx
         obj = lookup(kind, ctx, ns, name)
+        if obj is not None and not getattr(kind, "top_level", False):
+            ancestor = await self._managed_ancestor(obj)
+            if ancestor is not None:
+                # Its ancestor's business (a JobSet's Job carrying the queue label of its
+                # template): no Workload of its own, ever.
+                again = await self._gone(kind, ns, name)
+                return await self._child(kind, obj, *ancestor) or again
         # An empty queue name is no queue, unless unlabelled jobs are managed.
         if obj is None or not (kind.queue_name(obj) or self._manages_unlabelled(kind, obj, ns)):
             return await self._gone(kind, ns, name)
@@ -250,6 +258,45 @@ class JobReconciler:
             await kind.stop(ctx, obj, "Not admitted by cluster queue")
             return None
         await self._maybe_rebuild(kind, obj, wl)
+        return None
+
+    async def _managed_ancestor(self, obj: Obj) -> tuple[JobKind, Mapping[str, Any]] | None:
+        """``Registry.managed_ancestor`` over the stores (Kueue v0.17
+        ``FindAncestorJobManagedByKueue``). A controller the store has not shown yet (it is
+        created just before its children) is read from the API server once, so a child is
+        never taken for a job of its own in that window."""
+        manage = self.ctx.settings.jobs.manage_jobs_without_queue_name
+        fetched: dict[str, Mapping[str, Any] | None] = {}
+
+        def get(kind: JobKind, ns: str, name: str) -> Mapping[str, Any] | None:
+            key = f"{kind.key}:{ns}/{name}"
+            return fetched[key] if key in fetched else lookup(kind, self.ctx, ns, name)
+
+        found = self.registry.kind_of_controller(obj)
+        if found is not None and found[0].resource is not None:
+            ns = str(obj["metadata"].get("namespace", ""))
+            if lookup(found[0], self.ctx, ns, found[1]) is None:
+                try:
+                    fetched[f"{found[0].key}:{ns}/{found[1]}"] = await self.ctx.client.get(
+                        found[0].resource, found[1], ns)
+                except NotFound:
+                    fetched[f"{found[0].key}:{ns}/{found[1]}"] = None
+        return self.registry.managed_ancestor(obj, get, manage_unlabelled=manage)
+
+    async def _child(self, kind: JobKind, obj: Obj, parent_kind: JobKind,
+                     parent: Mapping[str, Any]) -> float | None:
+        """A job whose ancestor ``parent`` queues it (Kueue v0.17 ``shouldSuspendChildJob``):
+        while it runs unfinished and the ancestor's Workload is missing, finished or not
+        admitted, it is suspended (event ``Suspended``); otherwise left to its ancestor's
+        operator."""
+        finished, _, _ = kind.finished(obj)
+        if finished or kind.is_suspended(obj):
+            return None
+        ns = str(obj["metadata"].get("namespace", ""))
+        wl = self.ctx.store(WL).get(f"{ns}/{parent_kind.workload_name(parent)}")
+        if wl is not None and not is_finished(wl) and is_true(wl, ADMITTED):
+            return None
+        await kind.stop(self.ctx, obj, "Kueue managed child job suspended")
         return None
 
     def _manages_unlabelled(self, kind: JobKind, obj: Obj, ns: str) -> bool:

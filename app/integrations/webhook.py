@@ -342,6 +342,17 @@ def validate_create(job: object, username: str, policy: WebhookPolicy) -> list[s
     return errors
 
 
+def queue_name_errors(job: object, policy: WebhookPolicy) -> list[str]:
+    """Errors for a Job's queue-name label that is not a valid LocalQueue name, ``[]`` to
+    allow (what a Job an ancestor queues is still checked for: Kueue ``ValidateJobOnCreate``
+    and ``ValidateJobOnUpdate`` run for every Job). Raises UnreadableObjectError."""
+    job = read_job(job)
+    if not is_batch_job(job):
+        return []
+    return _queue_name_format_errors(read_queue_name(job, policy.queue_name_label),
+                                     policy.queue_name_label)
+
+
 def _workload_field_errors(job: Mapping[str, Any]) -> list[str]:
     """What the Job's Workload could not be built from (Kueue ``ValidateJobOnCreate``): the
     ``kueue.x-k8s.io/job-min-parallelism`` annotation (an integer in (0, pod count)) and the

@@ -27,8 +27,8 @@ A100 = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
 
 @pytest.fixture(scope="module")
 def jobset_operator(lab: LabHandle) -> Iterator[None]:
-    """JobSet's CRD and controller in the lab, before pykueue starts (pykueue manages JobSets
-    only when their CRD is served at its start)."""
+    """JobSet's CRD and controller in the lab, before pykueue starts (a CRD installed later is
+    picked up only at pykueue's next discovery poll, up to 2 min later)."""
     op = ops.OPERATORS["jobset"]
     if not op.built:
         pytest.skip(f"jobset {op.version} not built ({op.binary} missing): run `make operators`")
@@ -162,3 +162,34 @@ def test_a_jobset_that_does_not_fit_waits_whole_with_no_pod(
         r = lab.kubectl("label", "jobset", "big", "-n", ns, "--overwrite", f"{QUEUE}=other",
                         check=False)
         assert r.returncode == 0, r.stderr
+
+
+def test_a_jobset_whose_job_template_carries_the_queue_label_is_queued_once(
+        lab: LabHandle, pykueue_with_jobset: labmod.Lab) -> None:
+    """Breaker finding N2, Kueue's managed-ancestor rule (v0.17 FindAncestorJobManagedByKueue):
+    a queued JobSet whose replicatedJob template also carries the queue label makes child
+    Jobs with that label; they are the JobSet's business: pykueue neither suspends nor queues
+    them (one Workload, the JobSet's), the JobSet controller resumes them once the JobSet is
+    admitted, and the JobSet completes."""
+    with queue(lab, "jobset-label", 2) as ns:
+        sent = json.loads(jobset("tagged", ns, ("w", 1, 2)))
+        sent["spec"]["replicatedJobs"][0]["template"]["metadata"] = {"labels": {QUEUE: "lq"}}
+        sent["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"][
+            "annotations"]["lab.pykueue.dev/run-duration"] = "5s"
+        lab.apply(json.dumps(sent))
+        wait_for(lambda: (c := condition(workload(lab, ns, "tagged"), "Admitted"))
+                 and c["status"] == "True", 60, "tagged's Workload admitted")
+        pods = wait_for(lambda: len(r := [p for p in lab.get("pods", "-n", ns)["items"]
+                                          if p["status"].get("phase") == "Running"]) == 2
+                        and r, 90, "the 2 pods of tagged running")
+        landed_on_a100(pods, ["w", "w"])
+        jobs = lab.get("jobs", "-n", ns)["items"]
+        assert [j["metadata"]["labels"].get(QUEUE) for j in jobs] == ["lq"]  # the case
+        assert jobs[0]["spec"]["suspend"] is False  # resumed by the JobSet controller
+        # pykueue never stopped it (its stop leaves this annotation) nor queued it.
+        assert "kueue.x-k8s.io/stopping" not in (jobs[0]["metadata"].get("annotations") or {})
+        wls = lab.get("workloads.kueue.x-k8s.io", "-n", ns)["items"]
+        assert [r["kind"] for w in wls for r in w["metadata"]["ownerReferences"]] == ["JobSet"]
+        wait_for(lambda: (c := condition(workload(lab, ns, "tagged"), "Finished"))
+                 and c["status"] == "True", 90, "tagged's Workload Finished")
+        assert len(lab.get("workloads.kueue.x-k8s.io", "-n", ns)["items"]) == 1

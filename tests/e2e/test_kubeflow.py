@@ -37,7 +37,8 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 @pytest.fixture(scope="module")
 def kubeflow_operators(lab: LabHandle) -> Iterator[tuple[set[str], str]]:
     """The training-operator and (when port 8080 is free) the mpi-operator in the lab, before
-    pykueue starts (pykueue manages a kind only when its CRD is served at its start)."""
+    pykueue starts (a CRD installed later is picked up only at pykueue's next discovery poll,
+    up to 2 min later)."""
     with operators_running(lab, ["training-operator", "mpi-operator"]) as started:
         yield started
 
@@ -59,13 +60,14 @@ def need(operators: tuple[set[str], str], name: str) -> None:
     pytest.skip(busy)
 
 
-def template(gpus: int, *, restart: str = "OnFailure", name: str = "c") -> dict[str, Any]:
+def template(gpus: int, *, restart: str = "OnFailure", name: str = "c",
+             duration: str = "1h") -> dict[str, Any]:
     """A pod template of one container ``name`` asking ``gpus`` GPUs (none: no request at all,
-    so its podSet needs no quota), tolerating the GPU taint, ending after 2 s where kwok ends
-    pods (those of Jobs)."""
+    so its podSet needs no quota), tolerating the GPU taint, whose pods the lab's kwok ends
+    (Succeeded) after ``duration`` (Go duration; whatever owns them)."""
     c = gpu_container(gpus) if gpus else {"name": name, "image": "busybox"}
     c["name"] = name
-    return {"metadata": {"annotations": {"lab.pykueue.dev/run-duration": "2s"}},
+    return {"metadata": {"annotations": {"lab.pykueue.dev/run-duration": duration}},
             "spec": {"restartPolicy": restart, "containers": [c],
                      "tolerations": [GPU_TOLERATION]}}
 
@@ -82,15 +84,16 @@ def pytorchjob(name: str, ns: str, workers: int) -> str:
 
 
 def mpijob(name: str, ns: str, workers: int) -> str:
-    """An MPIJob v2beta1 queued in ``lq``: a launcher asking no GPU + ``workers`` 1-GPU
-    workers."""
+    """An MPIJob v2beta1 queued in ``lq``: a launcher asking no GPU that ends after 2 s (the
+    MPIJob then succeeds) + ``workers`` 1-GPU workers lasting an hour."""
     return json.dumps({
         "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
         "metadata": {"name": name, "namespace": ns, "labels": {QUEUE: "lq"}},
         "spec": {"slotsPerWorker": 1, "runPolicy": {"cleanPodPolicy": "None"},
                  "mpiReplicaSpecs": {
                      "Launcher": {"replicas": 1,
-                                  "template": template(0, restart="Never", name="launcher")},
+                                  "template": template(0, restart="Never", name="launcher",
+                                                    duration="2s")},
                      "Worker": {"replicas": workers, "template": template(1, name="worker")}}}})
 
 

@@ -10,11 +10,13 @@ RayCluster" pages):
   object borrows all the lender's GPUs, the lender (``reclaimWithinCohort: Any``) submits, the
   borrower is evicted whole (suspended, every pod gone, its pod templates as submitted) and is
   re-admitted when the lender's object is deleted;
-- finishing frees the quota, for the kinds whose operator finishes under kwok: JobSet and
-  MPIJob (their pods belong to Jobs, which the lab's kwok stage ends after the pod's
-  ``lab.pykueue.dev/run-duration``). PyTorchJob and TFJob pods belong to the job itself, not to
-  a Job, so kwok never ends them and they cannot finish; a RayJob's status comes from the Ray
-  head's dashboard, which kwok's pods do not serve; a RayCluster never finishes.
+- finishing frees the quota, for the kinds whose operator finishes under kwok: PyTorchJob,
+  TFJob, MPIJob and JobSet. The lab's kwok stage ends every pod carrying
+  ``lab.pykueue.dev/run-duration`` (Succeeded) after that duration, whatever owns it, so the
+  operator itself decides the job succeeded (its own condition), pykueue marks the Workload
+  Finished and the waiting object starts by itself. A RayJob cannot finish under kwok: KubeRay
+  reads the job's status from the Ray head's dashboard, which kwok's pods do not serve; a
+  RayCluster never finishes (stopping it frees the quota: the started-by-itself case).
 
 The pods of A and of the borrower last an hour (``run-duration: 1h``) so that only the step
 under test frees their quota. Each case skips with the reason when its operator is not built,
@@ -88,7 +90,8 @@ def rayjob_lasting(name: str, ns: str) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Case:
     """One kind: ``make(name, ns)`` a queued object asking 2 GPUs in all that runs ``pods``
-    pods; ``lever``: the path of its suspend field; ``operator``: hack/operators.py's name."""
+    pods; ``lever``: the path of its suspend field; ``operator``: hack/operators.py's name;
+    ``done``: the condition its operator sets when it succeeds (none: it cannot on the lab)."""
 
     kind: str
     resource: str
@@ -96,6 +99,7 @@ class Case:
     lever: tuple[str, ...]
     make: Callable[[str, str], dict[str, Any]]
     pods: int
+    done: str = ""
 
     def manifest(self, name: str, ns: str, duration: str) -> str:
         return json.dumps(lasting(self.make(name, ns), duration))
@@ -110,17 +114,17 @@ class Case:
 RUN_POLICY, SPEC = ("spec", "runPolicy", "suspend"), ("spec", "suspend")
 CASES = [
     Case("PyTorchJob", "pytorchjob", "training-operator", RUN_POLICY,
-         lambda n, ns: json.loads(pytorchjob(n, ns, 1)), 2),  # Master 1 + Worker 1
-    Case("TFJob", "tfjob", "training-operator", RUN_POLICY, tfjob, 2),
-    Case("MPIJob", "mpijob", "mpi-operator", RUN_POLICY,
-         lambda n, ns: json.loads(mpijob(n, ns, 2)), 3),  # launcher (no GPU) + 2 workers
-    Case("JobSet", "jobset", "jobset", SPEC,
-         lambda n, ns: json.loads(jobset(n, ns, ("w", 1, 2))), 2),  # 1 Job of 2 pods
+         lambda n, ns: json.loads(pytorchjob(n, ns, 1)), 2, "Succeeded"),  # Master 1 + Worker 1
+    Case("TFJob", "tfjob", "training-operator", RUN_POLICY, tfjob, 2, "Succeeded"),
+    Case("MPIJob", "mpijob", "mpi-operator", RUN_POLICY,  # launcher (no GPU) + 2 workers
+         lambda n, ns: json.loads(mpijob(n, ns, 2)), 3, "Succeeded"),
+    Case("JobSet", "jobset", "jobset", SPEC,  # 1 Job of 2 pods
+         lambda n, ns: json.loads(jobset(n, ns, ("w", 1, 2))), 2, "Completed"),
     Case("RayCluster", "raycluster", "kuberay", SPEC, raycluster, 3),  # head + 2 workers
     Case("RayJob", "rayjob", "kuberay", SPEC, rayjob_lasting, 3),  # head + 2 (+ submitter)
 ]
 BY_KIND = {c.kind: c for c in CASES}
-FINISHING = [BY_KIND["JobSet"], BY_KIND["MPIJob"]]
+FINISHING = [c for c in CASES if c.done]
 
 
 def ids(case: Case) -> str:
@@ -129,8 +133,9 @@ def ids(case: Case) -> str:
 
 @pytest.fixture(scope="module")
 def lifecycle_operators(lab: LabHandle) -> Iterator[tuple[set[str], str]]:
-    """Every built operator in the lab, before pykueue starts (pykueue manages a kind only
-    when its CRD is served at its start); mpi-operator left out when port 8080 is taken."""
+    """Every built operator in the lab, before pykueue starts (a CRD installed later is
+    picked up only at pykueue's next discovery poll); mpi-operator left out when port 8080 is
+    taken."""
     with operators_running(lab, ["jobset", "training-operator", "mpi-operator",
                                  "kuberay"]) as started:
         yield started
@@ -264,13 +269,17 @@ def test_finishing_frees_the_quota(
         lab: LabHandle, pykueue_with_operators: tuple[set[str], str], case: Case) -> None:
     need(pykueue_with_operators, case.operator)
     with queues(lab, "lc-finish", cohort=False) as (ns_a, ns_b):
-        lab.apply(case.manifest("a", ns_a, "3s"))
+        # A's pods end 10 s after they start: time enough to see B wait whole behind it.
+        lab.apply(case.manifest("a", ns_a, "10s"))
         admitted(lab, ns_a, case.kind, "a")
         lab.apply(case.manifest("b", ns_b, "1h"))
+        waits_whole(lab, ns_b, case, "b")
         finished = wait_for(lambda: (c := condition(owned_workload(lab, ns_a, case.kind, "a"),
                                                     "Finished")) and c["status"] == "True"
                             and c, 90, "a's Workload Finished")
         assert finished["reason"] == "Succeeded", finished
+        # The operator decided it, from its pods' phases: its own success condition is True.
+        assert condition(lab.get(case.resource, "a", "-n", ns_a), case.done)["status"] == "True"
         b = admitted(lab, ns_b, case.kind, "b")
         # B fits only once A's quota is back: admitted no earlier than A finished.
         assert condition(b, "Admitted")["lastTransitionTime"] >= finished["lastTransitionTime"]
@@ -291,7 +300,7 @@ def test_a_kind_left_out_of_integrations_frameworks_runs_unqueued(
         labmod.pykueue_up(handle, extra_env={"PYKUEUE_INTEGRATIONS__FRAMEWORKS": json.dumps(
             ["batch/job", "pod", "jobset.x-k8s.io/jobset"])})
         with queues(lab, "lc-off", cohort=False) as (ns_a, ns_b):
-            lab.apply(pytorchjob("free", ns_a, 1))
+            lab.apply(json.dumps(lasting(json.loads(pytorchjob("free", ns_a, 1)), "1h")))
             running = wait_for(lambda: len(r := [
                 p for p in lab.get("pods", "-n", ns_a)["items"]
                 if p["status"].get("phase") == "Running"]) == 2 and r, 90,

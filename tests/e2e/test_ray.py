@@ -26,8 +26,8 @@ pytestmark = pytest.mark.lab
 
 @pytest.fixture(scope="module")
 def kuberay(lab: LabHandle) -> Iterator[set[str]]:
-    """KubeRay in the lab, before pykueue starts (pykueue manages RayJobs only when their CRD
-    is served at its start)."""
+    """KubeRay in the lab, before pykueue starts (a CRD installed later is picked up only at
+    pykueue's next discovery poll, up to 2 min later)."""
     with operators_running(lab, ["kuberay"]) as (running, _):
         yield running
 

@@ -1,20 +1,25 @@
 """Issue 8 e2e: `make run`'s scenario as a test on the real lab, every step asserted from the
 API (hack/scenario.py with check=True), then /metrics parsed with the Prometheus text parser and
-its counters checked against what the scenario did."""
+its counters checked against what the scenario did. As `make run`, with the training-operator
+started before pykueue when it is built (step 7, issue 18)."""
 
 from __future__ import annotations
 
 import ssl
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.labfixture import ROOT
+from tests.integration.test_operators import operators_running
+from tests.labfixture import ROOT, LabHandle
 
 sys.path.insert(0, str(ROOT / "hack"))
 import lab as labmod  # noqa: E402
+import operators as ops  # noqa: E402
 import scenario  # noqa: E402
 
 
@@ -39,26 +44,50 @@ def _value(metrics: dict, name: str, **labels: str) -> float:
     return sum(v for (n, ls), v in metrics.items() if n == name and want <= ls)
 
 
-def test_seed_scenario_end_to_end(pykueue_in_lab: labmod.Lab) -> None:
-    lab = pykueue_in_lab
+@pytest.fixture(scope="module")
+def training_operator(lab: LabHandle) -> Iterator[bool]:
+    """The training-operator in the lab before pykueue starts, as `make run` has it (step 7);
+    False when it is not built (step 7 is then left out, as `make run` does)."""
+    if not ops.OPERATORS["training-operator"].built:
+        yield False
+        return
+    with operators_running(lab, ["training-operator"]) as (started, _):
+        yield "training-operator" in started
+
+
+@pytest.fixture(scope="module")
+def pykueue_with_training_operator(training_operator: bool,
+                                   pykueue_in_lab: labmod.Lab) -> tuple[labmod.Lab, bool]:
+    return pykueue_in_lab, training_operator
+
+
+def test_seed_scenario_end_to_end(pykueue_with_training_operator: tuple[labmod.Lab, bool]
+                                  ) -> None:
+    lab, operators = pykueue_with_training_operator
     lines: list[str] = []
 
     def kubectl(*args: str, input: str | None = None, check: bool = True):
         return labmod.kubectl(lab, *args, input=input, check=check)
 
-    outcomes = scenario.Scenario(kubectl, say=lines.append, check=True, timeout=120).run()
+    outcomes = scenario.Scenario(kubectl, say=lines.append, check=True, timeout=120).run(
+        with_operators=operators)
     text = "\n".join(lines)
     # Step 0 showed the partial placement the seed warns of.
     assert outcomes["step0_partial"], text
     # Step 2: the waiting Job started by itself soon after the slot freed.
     assert outcomes["step2_start_delay"] < 5.0, text
+    if operators:  # step 7: ddp-wide started by itself once ddp succeeded
+        assert outcomes["step7_start_delay"] < 10.0, text
 
     m = _metrics(lab)
     # serve-4, serve-4b and the 2 pods of Deployment chat for inference; train-6 twice
-    # (before and after its eviction), eval-4a, eval-4b and StatefulSet ring for research.
+    # (before and after its eviction), eval-4a, eval-4b and StatefulSet ring for research,
+    # and with the operator the PyTorchJobs ddp and ddp-wide.
+    research = 5 + (2 if operators else 0)
     assert _value(m, "kueue_admitted_workloads_total", cluster_queue="inference-cq") == 4
-    assert _value(m, "kueue_admitted_workloads_total", cluster_queue="research-cq") == 5
-    assert _value(m, "kueue_quota_reserved_workloads_total", cluster_queue="research-cq") == 5
+    assert _value(m, "kueue_admitted_workloads_total", cluster_queue="research-cq") == research
+    assert _value(m, "kueue_quota_reserved_workloads_total",
+                  cluster_queue="research-cq") == research
     assert _value(m, "kueue_evicted_workloads_total", cluster_queue="research-cq",
                   reason="Preempted") == 1
     assert _value(m, "kueue_preempted_workloads_total", preempting_cluster_queue="inference-cq",

@@ -104,7 +104,9 @@ def _container(name: str, gpu: int = 0) -> dict[str, Any]:
 
 
 def _pod_template(container: str, gpu: int = 0, *, restart: str = "Never",
-                  duration: str = "2s") -> dict[str, Any]:
+                  duration: str = "1h") -> dict[str, Any]:
+    """One container's pod template; the lab's kwok ends its pods (Succeeded) after
+    ``duration``, whatever owns them."""
     spec: dict[str, Any] = {"restartPolicy": restart, "containers": [_container(container, gpu)]}
     if gpu:
         spec["tolerations"] = [GPU_TOLERATION]
@@ -149,7 +151,7 @@ def test_jobset_runs_its_replicated_jobs_to_completed(lab: LabHandle, operators:
     def rjob(name: str, replicas: int, parallelism: int, gpu: int) -> dict[str, Any]:
         return {"name": name, "replicas": replicas, "template": {"spec": {
             "parallelism": parallelism, "completions": parallelism, "backoffLimit": 0,
-            "template": _pod_template(name, gpu)}}}
+            "template": _pod_template(name, gpu, duration="2s")}}}
 
     lab.apply(json.dumps({
         "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",

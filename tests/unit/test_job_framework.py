@@ -98,26 +98,40 @@ def test_a_kind_registers_once() -> None:
     assert default_registry().owner_of(wl) is None  # not a built-in kind
 
 
-async def test_a_registered_kind_gets_its_workload_from_the_generic_reconciler(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def leading_manager(monkeypatch: pytest.MonkeyPatch, client: RecordingClient,
+                    registry: Registry) -> Manager:
+    """A Manager on ``client`` with ``registry`` that leads at once (election always won)."""
     async def lead(self: LeaderElector) -> None:
         self._set(True)
         await asyncio.Event().wait()
 
     monkeypatch.setattr(LeaderElector, "run", lead)
-    client = RecordingClient({**OBJECTS, "sleepers": [SLEEPER_OBJ]})
     settings = Settings(leader_election=LeaderElectionSettings(enabled=True))
-    m = Manager(settings, client=client, watch_nodes=False,  # type: ignore[arg-type]
-                registry=Registry([*BUILTIN_KINDS, Sleeper()]))
+    return Manager(settings, client=client, watch_nodes=False,  # type: ignore[arg-type]
+                   registry=registry)
+
+
+async def created_workloads(client: RecordingClient, name: str,
+                            seconds: float = 5.0) -> list[dict[str, Any]]:
+    """The Workloads named ``name`` the client was asked to create, waiting up to
+    ``seconds`` for the first."""
+    for _ in range(int(seconds / 0.05)):
+        created = [b for v, r, b in client.bodies if (v, r) == ("create", "workloads")
+                   and b["metadata"]["name"] == name]
+        if created:
+            return created
+        await asyncio.sleep(0.05)
+    return []
+
+
+async def test_a_registered_kind_gets_its_workload_from_the_generic_reconciler(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    client = RecordingClient({**OBJECTS, "sleepers": [SLEEPER_OBJ]})
+    m = leading_manager(monkeypatch, client, Registry([*BUILTIN_KINDS, Sleeper()]))
     await m.start()
     try:
         await m.wait_ready(10)
-        for _ in range(100):
-            created = [b for v, r, b in client.bodies if (v, r) == ("create", "workloads")
-                       and b["metadata"]["name"] == "sleeper-nap"]
-            if created:
-                break
-            await asyncio.sleep(0.05)
+        created = await created_workloads(client, "sleeper-nap")
     finally:
         await m.stop()
     assert created, client.writes

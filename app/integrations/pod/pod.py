@@ -90,6 +90,8 @@ class PlainPod:
     resource = PODS
     api_group = ""
     kind = "Pod"
+    # Kueue ``TopLevelJob``: never a managed ancestor's child (the webhook decides that).
+    top_level = True
     label_selector: str | None = f"{MANAGED_LABEL}=true,{QUEUE_NAME_LABEL},{QUEUE_NAME_LABEL}!="
 
     def queue_name(self, obj: Mapping[str, Any]) -> str:

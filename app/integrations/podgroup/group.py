@@ -102,6 +102,8 @@ class PodGroup:
     resource = None
     api_group = ""
     kind = "PodGroup"
+    # Kueue ``TopLevelJob``: never a managed ancestor's child (the webhook decides that).
+    top_level = True
     label_selector = None
     source = POD_KIND.key
     group_workloads = True

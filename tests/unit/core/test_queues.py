@@ -282,3 +282,18 @@ def test_fair_sharing_head_is_the_lowest_usage_local_queues_first_workload(ops):
 
         assert q.head() == (min(active, key=key) if active else None)
         assert [k for k, _ in q.ordered()] == sorted((k for k in wls if k in q), key=key)
+
+
+def test_a_pending_workload_moved_to_another_local_queue_leaves_the_old_one_for_good():
+    """A pending Workload whose queue name changes is forgotten by its old LocalQueue: once
+    it is deleted, deleting that old LocalQueue has nothing left to reroute (it raised
+    KeyError on the lab when a namespace went with its queues) and counts it no more."""
+    s = Sim(cluster_queue("a").flavor("default-flavor", cpu=1),
+            cluster_queue("b").flavor("default-flavor", cpu=1))
+    (wl,) = s.submit(workload("big").cq("a").pods(1, cpu=5))  # never fits
+    s.settle()
+    s.c.update_workload(replace(wl, queue_name="lq-b"))
+    assert [s.c.local_queue_status(f"ns/lq-{q}").pending for q in "ab"] == [0, 1]
+    s.c.delete_workload(wl.key)
+    assert s.c.delete_local_queue("ns/lq-a")  # no KeyError
+    assert s.c.delete_local_queue("ns/lq-b")

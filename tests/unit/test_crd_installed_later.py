@@ -1,0 +1,76 @@
+"""A CRD installed after pykueue starts (Kueue v0.17: an integration whose API is absent at
+start is set up once it appears, kueue-integrations.md 1.7): the Manager asks discovery with a
+growing delay, then lists and watches the kind, registers it and reconciles its objects, with
+one log line. No restart."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from app.controllers import manager as manager_mod
+from app.controllers.errors import NotFound
+from app.controllers.manager import CRD_WATCH
+from app.integrations import batchjob
+from app.integrations.framework import Registry
+from tests.recording_client import OBJECTS, RecordingClient
+from tests.unit.test_job_framework import (
+    SLEEPER_OBJ,
+    SLEEPERS,
+    Sleeper,
+    created_workloads,
+    leading_manager,
+)
+
+
+class OptionalSleeper(Sleeper):
+    optional = True  # its CRD may be absent, as JobSet's
+
+
+class LateCrdClient(RecordingClient):
+    """Discovery serves ``example.com/v1`` only once ``installed`` is set; counts the asks."""
+
+    def __init__(self, objects: dict[str, list[dict[str, Any]]]) -> None:
+        super().__init__(objects)
+        self.installed = False
+        self.asks = 0
+
+    async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        if path == "/apis/example.com/v1":
+            self.asks += 1
+            if self.installed:
+                return {"resources": [{"name": SLEEPERS.plural}]}
+        raise NotFound(404, f"{method} {path}: not found")
+
+
+async def test_a_kind_whose_crd_appears_later_is_managed_without_a_restart(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(manager_mod, "CRD_POLL_SECONDS", 0.05)
+    caplog.set_level(logging.INFO, logger="app.controllers.manager")
+    client = LateCrdClient({**OBJECTS, SLEEPERS.plural: [SLEEPER_OBJ]})
+    m = leading_manager(monkeypatch, client, Registry([batchjob.KIND, OptionalSleeper()]))
+    await m.start()
+    try:
+        await m.wait_ready(10)
+        assert [k.key for k in m.registry.kinds()] == ["job"]  # not served at start
+        for _ in range(10):  # it keeps asking, with a growing delay
+            await asyncio.sleep(0.1)
+        asked = client.asks
+        assert 2 <= asked <= 5, asked  # 0.05 s doubling: not a busy loop
+        assert not any(b["metadata"]["name"] == "sleeper-nap" for _, _, b in client.bodies
+                       if isinstance(b, dict) and "metadata" in b)
+        client.installed = True
+        assert await created_workloads(client, "sleeper-nap"), client.writes
+        assert [k.key for k in m.registry.kinds()] == ["job", "sleeper"]
+        assert m.ctx is not None and m.ctx.store("sleeper").get("research/nap") is not None
+        ok, why = m.ready()
+        assert ok, why
+        assert CRD_WATCH not in m.dead_tasks  # ending once every CRD came is normal
+    finally:
+        await m.stop()
+    lines = [r.getMessage() for r in caplog.records if "now served" in r.getMessage()]
+    assert lines == ["reconciler: sleepers example.com/v1 now served (its CRD was installed): "
+                     "managing Sleeper objects (1 listed)"]
