@@ -81,13 +81,15 @@ def target() -> Iterator[Target]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under plain ``make test`` (no PYKUEUE_CONFORMANCE_TARGET set) only the seed story runs,
-    to keep within make test's time budget; ``make conformance`` / ``conformance-kueue`` set
-    the target and run every scenario."""
+    """Under plain ``make test`` (no PYKUEUE_CONFORMANCE_TARGET set) only the seed story and
+    the scenarios marked ``make_test`` run (about a minute against pykueue), to keep within
+    make test's time budget; ``make conformance`` / ``conformance-kueue`` set the target and
+    run every scenario."""
     if os.environ.get("PYKUEUE_CONFORMANCE_TARGET"):
         return
     skip = pytest.mark.skip(reason="`make conformance` runs it (make test's time budget)")
     for item in items:
         if "conformance" in Path(str(item.fspath)).parts and \
-                Path(str(item.fspath)).name != "test_seed_story.py":
+                Path(str(item.fspath)).name != "test_seed_story.py" and \
+                item.get_closest_marker("make_test") is None:
             item.add_marker(skip)
