@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from app.core.quantity import parse_quantity
 from tests.conformance.support import Target, cond, is_true, usage
 
@@ -26,6 +28,7 @@ def _usage_of(w: dict) -> dict[str, int]:
     return {r: parse_quantity(q, r) for r, q in (psa.get("resourceUsage") or {}).items()}
 
 
+@pytest.mark.make_test
 def test_kq01_zero_request_for_an_uncovered_resource_does_not_block(target: Target) -> None:
     s = target.scope("kq01")
     f = s.flavor("default")
@@ -72,6 +75,7 @@ def test_kq02_a_queue_without_cohort_never_reports_borrowed(target: Target) -> N
     s.stays_pending("w2", 0.5)
 
 
+@pytest.mark.make_test
 def test_kq04_sidecars_count_with_the_containers_init_containers_by_max(
         target: Target) -> None:
     s = target.scope("kq04")
@@ -149,6 +153,7 @@ def test_kq07_a_resource_removed_from_a_lender_stays_counted(target: Target) -> 
     s.reserved("cq2", f, "cpu", 1000, 0)
 
 
+@pytest.mark.make_test
 def test_kq07_variant_the_lender_reclaims_the_removed_resource(target: Target) -> None:
     s = target.scope("kq07r")
     f = s.flavor("default")
@@ -187,7 +192,13 @@ def _kq09(target: Target, strategy: str) -> None:
     if strategy == "BestEffortFIFO":
         s.admitted("a-3")  # S-2 is parked: it holds nothing back
         return
-    s.stays_pending("a-3", 3.0)  # CQ-S's 2 idle cpu are held for its StrictFIFO head
+    if target.name == "pykueue":
+        # Target-specific: S-2's reservation holds for a cycle in which it is nominated
+        # (Kueue v0.17.1 scheduler.go, resourcesToReserve). pykueue's StrictFIFO head is
+        # nominated in every cycle, so A-3 waits; Kueue's head is back in its heap only after
+        # its own failed attempt, and in our runs against v0.17.1 A-3 was admitted in a cycle
+        # without S-2 (docs/architecture.md, "Differences ... found by the conformance suite").
+        s.stays_pending("a-3", 3.0)  # CQ-S's 2 idle cpu are held for its StrictFIFO head
     s.finish("s-1")
     s.admitted("s-2")
     s.admitted("a-3")
@@ -262,6 +273,7 @@ def test_kq12_no_preemption_when_the_preemptor_could_never_fit(target: Target) -
         parse_quantity(usage(s.cq("lend1"), f, "cpu")["total"], "cpu") == 0
 
 
+@pytest.mark.make_test
 def test_kq14_unset_borrowing_limit_is_unlimited_when_preempting(target: Target) -> None:
     s = target.scope("kq14")
     f = s.flavor("default")
@@ -279,6 +291,7 @@ def test_kq14_unset_borrowing_limit_is_unlimited_when_preempting(target: Target)
     s.reserved("d1", f, "cpu", 8000, 2000)
 
 
+@pytest.mark.make_test
 def test_kq15_a_zero_request_at_nominal_does_not_disable_reclaim(target: Target) -> None:
     s = target.scope("kq15")
     f = s.flavor("default")
@@ -299,6 +312,7 @@ def test_kq15_a_zero_request_at_nominal_does_not_disable_reclaim(target: Target)
     s.stays_admitted("c1-low", "c2-high")
 
 
+@pytest.mark.make_test
 def test_kq17_an_unschedulable_pending_workload_does_not_block_reclaim(
         target: Target) -> None:
     s = target.scope("kq17")
@@ -377,6 +391,7 @@ def test_kq19_preference_preemption_over_borrowing(target: Target) -> None:
     _kq19(target, "PreemptionOverBorrowing")
 
 
+@pytest.mark.make_test
 def test_kq19_preference_borrowing_over_preemption(target: Target) -> None:
     _kq19(target, "BorrowingOverPreemption")
 
