@@ -1,13 +1,13 @@
-"""The acceptance cases that need a Job (../shared/acceptance/core-cases.md: KQ-21, KQ-22,
-KQ-24, KQ-25) as conformance scenarios: batch/v1 Jobs created through the API, the webhooks and
-Job controller of the target (pykueue, or Kueue v0.17.1 with its batch/job integration) acting
-on them. The expected values are the case's and Kueue v0.17.1's.
+"""The acceptance cases that need a Job (../shared/acceptance/core-cases.md: KQ-21 to KQ-25)
+as conformance scenarios: batch/v1 Jobs created through the API, the webhooks and Job
+controller of the target (pykueue, or Kueue v0.17.1 with its batch/job integration) acting on
+them. The expected values are the case's and Kueue v0.17.1's.
 
-Not here: KQ-23 and KQ-24's step 3 need a default LocalQueue with ``manageJobsWithoutQueueName``
-and ``managedJobsNamespaceSelector`` configured (the conformance labs run both systems with
-their shipped configuration; tests/unit/test_webhook.py and
-tests/integration/test_reconciler_lifecycle.py cover them for pykueue), and KQ-21's step 2
-needs a controller restart.
+KQ-23 and KQ-24's step 3 run with LocalQueue defaulting on (Kueue v0.17.1: GA, locked on;
+pykueue: ``jobs.local_queue_defaulting`` and the unlabelled-jobs webhooks, which the conformance
+fixture turns on) and each system's default managedJobsNamespaceSelector (both exclude
+kube-system); ``manageJobsWithoutQueueName`` stays off in both. Not here: KQ-21's step 2 (it
+needs a controller restart).
 """
 
 from __future__ import annotations
@@ -188,3 +188,55 @@ def test_kq25_partial_admission_sets_and_restores_parallelism(target: Target) ->
     assert w["status"]["admission"]["podSetAssignments"][0]["count"] == 9
     _running(s, "b")
     s.reserved("b", f, "cpu", 9000, 0)
+
+
+def test_kq23_a_default_local_queue_does_not_capture_jobs_of_unmanaged_namespaces(
+        target: Target) -> None:
+    s = target.scope("kq23")
+    f = s.flavor("default")
+    s.cluster_queue("cq", [(f, {"cpu": {"nominalQuota": "4"}})])
+    # kube-system is outside both systems' default managedJobsNamespaceSelector.
+    for ns in ("kube-system", s.ns):
+        s.lab.apply(json.dumps({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                                "metadata": {"name": "default", "namespace": ns},
+                                "spec": {"clusterQueue": s.n("cq")}}))
+    unmanaged = Scope(target, "kube-system")
+    u = create_job(unmanaged, f"{s.ns}-u", {"cpu": "1"}, suspend=False)
+    try:
+        if target.name == "kueue":
+            # Target-specific: Kueue v0.17.1 predates kueue#13375 and labels U for the
+            # namespace's default LocalQueue although its reconciler ignores the namespace
+            # (the bug the case describes). pykueue follows the fix (docs/architecture.md).
+            assert u["metadata"]["labels"][QUEUE_LABEL] == "default", u["metadata"]
+        else:
+            assert QUEUE_LABEL not in u["metadata"].get("labels", {}), u["metadata"]
+            assert u["spec"]["suspend"] is False
+        m = create_job(s, "m", {"cpu": "1"}, suspend=False)
+        assert m["metadata"]["labels"][QUEUE_LABEL] == "default", m["metadata"]
+        assert m["spec"]["suspend"] is True
+        s.admitted(workload_of_job(s, "m"))
+        if target.name == "pykueue":
+            wait_for(lambda: _pods(unmanaged, f"{s.ns}-u"), 30, "pods of the unmanaged Job")
+            assert not [w for w in s.lab.get("workloads.kueue.x-k8s.io", "-n", "kube-system")
+                        ["items"] if w["metadata"]["name"].find(f"{s.ns}-u") >= 0]
+    finally:
+        s.lab.kubectl("delete", "job", "-n", "kube-system", f"{s.ns}-u", "--wait=false",
+                      check=False)
+        s.lab.kubectl("delete", "localqueue.kueue.x-k8s.io", "-n", "kube-system", "default",
+                      "--wait=false", check=False)
+
+
+def test_kq24_the_queue_label_is_not_removable_where_a_default_local_queue_exists(
+        target: Target) -> None:
+    s = target.scope("kq24d")
+    f = s.flavor("default")
+    s.cluster_queue("cq", [(f, {"cpu": {"nominalQuota": "1"}})])
+    s.lab.apply(json.dumps({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+                            "metadata": {"name": "default", "namespace": s.ns},
+                            "spec": {"clusterQueue": s.n("cq")}}))
+    create_job(s, "j", {"cpu": "2"}, queue="default")  # never fits: stays suspended
+    s.stays_pending(workload_of_job(s, "j"), 0.5)
+    r = s.lab.kubectl("patch", "jobs.batch", "j", "-n", s.ns, "--type=merge", "-p",
+                      json.dumps({"metadata": {"labels": {QUEUE_LABEL: None}}}), check=False)
+    assert r.returncode != 0, "queue label removed where a default LocalQueue exists"
+    assert get_job(s, "j")["metadata"]["labels"][QUEUE_LABEL] == "default"
