@@ -1,6 +1,7 @@
 """API-only helpers for the conformance suite: objects, conditions, and the owner's part.
 
-Workloads here have no Job: the suite plays their owner, as Kueue's performance runner does.
+Workloads made by ``Scope.workload`` have no Job: the suite plays their owner, as Kueue's
+performance runner does (Jobs, ``create_job``, are owned by the target's Job controller).
 Kueue releases an evicted Workload's quota only when its owner clears the admission
 (``finish_eviction``: QuotaReserved=False reason Pending, no ``status.admission``); a Workload
 that ran is finished by its owner with a Finished condition (``finish``).
