@@ -46,6 +46,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.cluster_ready = manager.ready
         sched = getattr(manager, "scheduler", None)
         app.state.eta = getattr(sched, "eta", None)
+        # Holding quota, admission checks not all Ready: the status API and /metrics count
+        # them as reserving, not admitted (as the CRD status writer does).
+        lifecycle = getattr(sched, "lifecycle", None)
+        app.state.awaiting_checks = (lifecycle.awaiting_checks if lifecycle is not None
+                                     else frozenset())
         # Dashboard (app.api.dashboard): usage history and recent preemptions.
         app.state.history = getattr(sched, "history", None)
         app.state.preemptions = getattr(sched, "preemptions", None)
@@ -81,7 +86,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics_registry(app), lambda: getattr(app.state, "cluster", None),
         replica_role(settings.leader_election.enabled,
                      lambda: bool(getattr(getattr(app.state, "reconciler", None), "is_leader",
-                                          False))))
+                                          False))),
+        lambda: getattr(app.state, "awaiting_checks", frozenset()))
     for module in (webhook, extender, status, dashboard, health):
         app.include_router(module.router)
     dashboard.mount_static(app)

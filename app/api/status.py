@@ -189,7 +189,8 @@ def cluster_view(request: Request) -> ClusterView:
         ok, message = ready()
         if not ok:
             raise HTTPException(503, f"pykueue is starting: {message}")
-    return ClusterView(cluster, eta=getattr(state, "eta", None))
+    return ClusterView(cluster, eta=getattr(state, "eta", None),
+                       awaiting_checks=getattr(state, "awaiting_checks", frozenset()))
 
 
 # ------------------------------------------------------------------------------ conversions
@@ -470,7 +471,8 @@ async def get_workload(
     """Where one Workload stands: state, ClusterQueue, flavors and usage once admitted;
     position and reason while pending. Needs `get` on localqueues in the namespace."""
     await authorize(request, credentials, local_queue_access(namespace))
-    v = cluster_view(request).workload(namespace, name)
+    view = cluster_view(request)
+    v = view.workload(namespace, name)
     if v is None:
         raise HTTPException(404, f'Workload "{name}" not found in namespace "{namespace}" '
                                  "(pykueue forgets finished and deleted Workloads)")
@@ -486,6 +488,8 @@ async def get_workload(
         name=v.name, namespace=v.namespace, local_queue_name=v.local_queue,
         cluster_queue=info.cluster_queue, state=info.state, priority=v.priority,
         created=rfc3339(v.created), admission_in_flight=info.assumed,
+        awaiting_admission_checks=info.admission is not None
+        and f"{namespace}/{name}" in view.awaiting_checks,
         inadmissible=info.inadmissible,
         position_in_cluster_queue=p.position if p else None,
         position_in_local_queue=p.position_in_local_queue if p else None,

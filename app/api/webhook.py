@@ -62,6 +62,7 @@ from app.integrations.statefulset.rules import (
     validate_statefulset_scale,
     validate_statefulset_update,
 )
+from app.integrations.unsupported import unsupported_errors
 from app.integrations.webhook import (
     DEFAULT_LOCAL_QUEUE,
     UnreadableObjectError,
@@ -347,11 +348,19 @@ def _gated(framework: str, decide: Callable[[AdmissionRequest, Any], _Outcome]
            ) -> Callable[[AdmissionRequest, Any], _Outcome]:
     """``decide``, unless ``settings.integrations.frameworks`` does not list ``framework``
     (a Kueue name): then every request is allowed unchanged, as Kueue registers no webhook
-    for an integration it does not manage (its objects are not queued at all)."""
+    for an integration it does not manage (its objects are not queued at all). A queued
+    object carrying a Kueue key pykueue does not implement is refused first
+    (``app.integrations.unsupported``), by the mutating webhook too, since some kinds have
+    no validating webhook on CREATE."""
     def gated(req: AdmissionRequest, state: Any) -> _Outcome:
         settings = getattr(state, "settings", None)
         if settings is not None and not settings.integrations.enabled(framework):
             return _allow(req)
+        if req.operation in ("CREATE", "UPDATE") and not req.sub_resource:
+            old, new = _objects(req)
+            errors = unsupported_errors(old, new)
+            if errors:
+                return _deny(req, 403, "Forbidden", "; ".join(errors), DENIED)
         return decide(req, state)
     return gated
 

@@ -30,7 +30,7 @@ Wait-time histograms use Kueue's buckets: 1, 2.5, 5, 10, ... 10240 seconds.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -40,7 +40,7 @@ from prometheus_client.registry import Collector
 from app.controllers.statusview import ClusterView
 from app.core.cluster import ClusterState
 from app.core.quantity import is_milli
-from app.core.types import FlavorResource
+from app.core.types import FlavorResource, WorkloadKey
 
 STANDALONE, LEADER, FOLLOWER = "standalone", "leader", "follower"
 
@@ -85,9 +85,13 @@ class QueueCollector(Collector):
     """
 
     def __init__(self, source: Callable[[], ClusterState | None],
-                 role: RoleFn = lambda: STANDALONE) -> None:
+                 role: RoleFn = lambda: STANDALONE,
+                 awaiting_checks: Callable[[], Collection[WorkloadKey]] = frozenset) -> None:
         self.source = source
         self.role = role
+        # Workloads holding quota whose admission checks are not all Ready: reserving, not
+        # admitted (Kueue counts them in reserving_active_workloads only).
+        self.awaiting_checks = awaiting_checks
 
     def describe(self) -> Iterable[Any]:
         return []  # dynamic: do not collect at registration
@@ -162,7 +166,7 @@ class QueueCollector(Collector):
                 "flavor and resource", labels=fr_labels),
         }
         if cluster is not None:
-            self._fill(ClusterView(cluster), role, g)
+            self._fill(ClusterView(cluster, awaiting_checks=self.awaiting_checks()), role, g)
         return list(g.values())
 
     @staticmethod
@@ -323,8 +327,10 @@ class MetricsRecorder:
 
 
 def install(registry: CollectorRegistry, source: Callable[[], ClusterState | None],
-            role: RoleFn = lambda: STANDALONE) -> MetricsRecorder:
-    """Register ``QueueCollector(source, role)`` on ``registry`` and return a
+            role: RoleFn = lambda: STANDALONE,
+            awaiting_checks: Callable[[], Collection[WorkloadKey]] = frozenset,
+            ) -> MetricsRecorder:
+    """Register ``QueueCollector(source, role, awaiting_checks)`` on ``registry`` and return a
     ``MetricsRecorder`` on it (call once per registry: names can be registered only once)."""
-    registry.register(QueueCollector(source, role))
+    registry.register(QueueCollector(source, role, awaiting_checks))
     return MetricsRecorder(registry, role)

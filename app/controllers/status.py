@@ -113,7 +113,7 @@ def local_queue_status(obj: Obj, view: LocalQueueView, cq: ClusterQueueView | No
         "reservingWorkloads": view.reserving,
         "admittedWorkloads": view.admitted,
         "flavorsReservation": _flavor_list(resources + extra, view.usage, borrowed=False),
-        "flavorsUsage": _flavor_list(resources + extra, view.usage, borrowed=False),
+        "flavorsUsage": _flavor_list(resources + extra, view.admitted_usage, borrowed=False),
         "conditions": _conditions(obj),
     }
     if afs is not None:

@@ -131,7 +131,9 @@ class LocalQueueView:
     """A LocalQueue: its ClusterQueue, whether it can take Workloads, counts and usage.
 
     ``reason``: Kueue LocalQueue ``Active`` reason (``Ready``, ``ClusterQueueDoesNotExist``,
-    ``ClusterQueueIsInactive``). ``usage``: quota held by its Workloads per flavor-resource.
+    ``ClusterQueueIsInactive``). ``usage``: quota held by its Workloads per flavor-resource
+    (Kueue ``flavorsReservation``); ``admitted_usage``: that of its admitted Workloads only
+    (Kueue ``flavorsUsage``: not in-flight admissions, not those awaiting admission checks).
     ``pending_inadmissible``: pending but not queued (parked, or no ClusterQueue to queue in).
     """
 
@@ -146,6 +148,7 @@ class LocalQueueView:
     reserving: int
     admitted: int
     usage: Mapping[FlavorResource, int]
+    admitted_usage: Mapping[FlavorResource, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,17 +367,22 @@ class ClusterView:
                 and p.workload.split("/", 1)[0] == lq.namespace)
         inadmissible = max(0, pending - queued)
         reserving = admitted = 0
+        admitted_usage: dict[FlavorResource, int] = {}
         for key in c.admitted(lq.cluster_queue):
             spec = self._spec_of(key)
             if spec is None or spec[0] != lq.name or key.split("/", 1)[0] != lq.namespace:
                 continue
             reserving += 1
             info = c.workload(key)
-            if info is not None and not info.assumed and key not in self.awaiting_checks:
-                admitted += 1
+            if (info is None or info.assumed or info.admission is None
+                    or key in self.awaiting_checks):
+                continue
+            admitted += 1
+            for fr, v in admission_usage(info.admission).items():
+                admitted_usage[fr] = admitted_usage.get(fr, 0) + v
         usage = dict(st.usage) if st is not None else {}
         return LocalQueueView(lq.namespace, lq.name, lq.cluster_queue, active, reason, message,
-                              pending, inadmissible, reserving, admitted, usage)
+                              pending, inadmissible, reserving, admitted, usage, admitted_usage)
 
     # ---- one Workload --------------------------------------------------------------------
     def workload(self, namespace: str, name: str) -> WorkloadView | None:

@@ -26,9 +26,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.wire.fields import WorkloadSpecError
-from app.wire.names import MAX_EXEC_TIME_LABEL, MIN_PARALLELISM_ANNOTATION, QUEUE_NAME_LABEL
-from app.wire.workload import job_min_count, job_pod_count
+from app.wire.fields import WorkloadSpecError, go_bool
+from app.wire.names import (
+    COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION,
+    MAX_EXEC_TIME_LABEL,
+    MIN_PARALLELISM_ANNOTATION,
+    QUEUE_NAME_LABEL,
+)
+from app.wire.workload import completions_follow_parallelism, job_min_count, job_pod_count
 
 # Kueue LocalQueue defaulting: a LocalQueue with this name in a namespace captures unlabelled Jobs.
 DEFAULT_LOCAL_QUEUE = "default"
@@ -354,6 +359,35 @@ def _workload_field_errors(job: Mapping[str, Any]) -> list[str]:
                                 and int(raw) > 0):
         errors.append(f"metadata.labels[{MAX_EXEC_TIME_LABEL}]: must be an integer greater "
                       f"than 0, got {raw!r}")
+    return errors + _completions_sync_errors(job)
+
+
+_SYNC_FIELD = f"metadata.annotations[{COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION}]"
+
+
+def _completions_sync_errors(job: Mapping[str, Any]) -> list[str]:
+    """Kueue ``validateSyncCompletionCreate``: ``job-completions-equal-parallelism`` is a
+    boolean; when true the Job is Indexed and its ``completions`` equals its ``parallelism``
+    (both default 1), because a partial admission then changes both together."""
+    raw = ((job.get("metadata") or {}).get("annotations") or {}).get(
+        COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION)
+    if raw is None:
+        return []
+    try:
+        enabled = go_bool(raw, _SYNC_FIELD)
+    except WorkloadSpecError as exc:
+        return [str(exc)]
+    if not enabled:
+        return []
+    spec = job.get("spec") or {}
+    errors = []
+    if spec.get("completionMode") != "Indexed":
+        errors.append(f"{_SYNC_FIELD}: should not be enabled for NonIndexed jobs")
+    parallelism = spec.get("parallelism") if spec.get("parallelism") is not None else 1
+    completions = spec.get("completions") if spec.get("completions") is not None else 1
+    if parallelism != completions:
+        errors.append(f"spec.completions: should be equal to parallelism ({parallelism}) when "
+                      f"{COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION} is true, got {completions}")
     return errors
 
 
@@ -419,6 +453,13 @@ def validate_update(
         errors.append(
             "spec.parallelism: is immutable while a Job with partial admission "
             f"({MIN_PARALLELISM_ANNOTATION}) runs; suspend it first")
+    if (
+        queued_in
+        and not old_suspended
+        and not new_suspended
+        and completions_follow_parallelism(old_job) != completions_follow_parallelism(new_job)
+    ):
+        errors.append(f"{_SYNC_FIELD}: is immutable while the Job is not suspended")
     if (
         (queued_in or manages_unlabelled)
         and old_suspended

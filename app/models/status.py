@@ -253,8 +253,10 @@ class WorkloadStatus(StatusModel):
     """``GET /api/v1/namespaces/{ns}/workloads/{name}``: where one Workload stands.
 
     ``state``: ``pending``, ``admitted`` or ``evicting`` (still holding quota);
-    ``admissionInFlight``: admitted in memory, the status write not yet confirmed.
-    Positions, ``reason``, ``message`` and ``eta`` are set while pending.
+    ``admissionInFlight``: admitted in memory, the status write not yet confirmed;
+    ``awaitingAdmissionChecks``: holding quota (Kueue QuotaReserved) while the ClusterQueue's
+    admission checks are not all Ready, so not Admitted yet. Positions, ``reason``,
+    ``message`` and ``eta`` are set while pending.
     """
 
     kind: Literal["WorkloadStatus"] = "WorkloadStatus"
@@ -266,6 +268,7 @@ class WorkloadStatus(StatusModel):
     priority: int
     created: str
     admission_in_flight: bool
+    awaiting_admission_checks: bool = False
     inadmissible: bool
     position_in_cluster_queue: int | None = None
     position_in_local_queue: int | None = None

@@ -62,6 +62,21 @@ def integer(value: Any, field: str, *, default: int, minimum: int | None = None)
     return value
 
 
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_GO_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+
+
+def go_bool(value: Any, field: str) -> bool:
+    """A boolean annotation read as Go's ``strconv.ParseBool`` reads it (Kueue parses its
+    boolean annotations so): ``1 t T TRUE true True`` / ``0 f F FALSE false False``;
+    anything else raises ``WorkloadSpecError`` naming ``field``."""
+    if value in _GO_TRUE:
+        return True
+    if value in _GO_FALSE:
+        return False
+    raise WorkloadSpecError(field, f"must be a boolean (true or false), got {value!r}")
+
+
 def resource_list(value: Any, field: str) -> dict[ResourceName, int]:
     """Parse a core/v1 ResourceList ``{name: quantity}`` into exact integer amounts."""
     out: dict[ResourceName, int] = {}

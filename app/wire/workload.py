@@ -19,8 +19,17 @@ from typing import Any
 
 from app.core.types import ClusterQueueName, FlavorName, ResourceName
 from app.core.workload import Admission, PodSet, PodSetAssignment, Workload
-from app.wire.fields import WorkloadSpecError, integer, mapping, resource_list, sequence, string
+from app.wire.fields import (
+    WorkloadSpecError,
+    go_bool,
+    integer,
+    mapping,
+    resource_list,
+    sequence,
+    string,
+)
 from app.wire.names import (
+    COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION,
     JOB_CONTROLLER_LABELS,
     JOB_UID_LABEL,
     KUEUE_GROUP,
@@ -396,3 +405,15 @@ def _max_execution(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         return None
     return float(value)
+
+
+def completions_follow_parallelism(job: Mapping[str, Any]) -> bool:
+    """Whether the Job asks that a partial admission set ``spec.completions`` with
+    ``spec.parallelism`` (Kueue ``kueue.x-k8s.io/job-completions-equal-parallelism: "true"``,
+    read as Go's ParseBool; an unreadable value, which the webhook refuses, counts as no)."""
+    raw = ((job.get("metadata") or {}).get("annotations") or {}).get(
+        COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION)
+    try:
+        return raw is not None and go_bool(raw, "")
+    except WorkloadSpecError:
+        return False

@@ -138,14 +138,21 @@ def test_maximum_execution_time_deactivates_the_workload_and_stops_its_job(
         rlab.kubectl("delete", "clusterqueue", cq, "--wait=false")
 
 
+@pytest.mark.parametrize("synced", [False, True], ids=["parallelism", "completions-too"])
 def test_KQ_25_partial_admission_runs_fewer_pods_and_restores_parallelism_on_eviction(
-        rlab: LabHandle, manager) -> None:
+        rlab: LabHandle, manager, synced: bool) -> None:
+    """With ``job-completions-equal-parallelism`` (an Indexed Job) the API server must take
+    completions changed with parallelism at the start and back at the stop."""
     ns = namespace(rlab, "partial")
     cq = unique("partial-cq")
     make_queue(rlab, cq, (ns,), cpu="4")
     try:
         j = job_manifest("wide", ns, "lq", parallelism=6, duration="600s")
         j["metadata"]["annotations"] = {"kueue.x-k8s.io/job-min-parallelism": "3"}
+        if synced:
+            j["metadata"]["annotations"][
+                "kueue.x-k8s.io/job-completions-equal-parallelism"] = "true"
+            j["spec"]["completionMode"] = "Indexed"
         apply(rlab, j)
         w = wait_for(lambda: (x := workload_of(rlab, ns, "wide")) and is_admitted(x) and x,
                      30, "wide admitted partially")
@@ -153,12 +160,14 @@ def test_KQ_25_partial_admission_runs_fewer_pods_and_restores_parallelism_on_evi
         psa = w["status"]["admission"]["podSetAssignments"][0]
         assert (psa["count"], psa["resourceUsage"]["cpu"]) == (4, "4")
         wait_for(lambda: len(job_pods(rlab, ns, "wide")) == 4, 30, "4 pods, not 6")
-        assert job_obj(rlab, ns, "wide")["spec"]["parallelism"] == 4
+        spec = job_obj(rlab, ns, "wide")["spec"]
+        assert (spec["parallelism"], spec["completions"]) == (4, 4 if synced else 6)
         # Evicted (the queue drained): suspended with the user's parallelism back.
         _stop(rlab, "clusterqueue", cq, "HoldAndDrain")
         wait_for(lambda: _suspended_and_podless(rlab, ns, "wide"), 60, "wide stopped")
         wait_for(lambda: job_obj(rlab, ns, "wide")["spec"]["parallelism"] == 6, 30,
                  "parallelism 6 restored")
+        assert job_obj(rlab, ns, "wide")["spec"]["completions"] == 6
         _stop(rlab, "clusterqueue", cq, "None")
         w = wait_for(lambda: (x := workload_of(rlab, ns, "wide")) and is_admitted(x) and x,
                      60, "wide admitted again")

@@ -65,7 +65,8 @@ async def test_a_token_flood_from_one_address_gets_429_and_others_are_served() -
     inner = reviewer()
     app = create_app(Settings(controllers_enabled=False))
     app.state.cluster = build_cluster()
-    app.state.access_reviewer = CachedAccessReviewer(inner, limiter=ClientLimiter(1.0, 5))
+    # One token per 100 s: no refill while 50 requests are answered on a loaded machine.
+    app.state.access_reviewer = CachedAccessReviewer(inner, limiter=ClientLimiter(0.01, 5))
 
     def client(ip: str) -> httpx.AsyncClient:
         return httpx.AsyncClient(transport=httpx.ASGITransport(app=app, client=(ip, 5555)),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from app.config import Settings, WaitForPodsReadySettings
 from app.controllers.lifecycle import (
@@ -17,8 +18,9 @@ from app.controllers.lifecycle import (
     pods_ready_deadline,
     retry_requeue_at,
 )
+from app.controllers.metrics import QueueCollector
 from app.controllers.scheduler import domain_workload
-from app.controllers.status import cluster_queue_status
+from app.controllers.status import cluster_queue_status, local_queue_status
 from app.controllers.statusview import ClusterView
 from app.controllers.workloads import (
     condition,
@@ -40,7 +42,7 @@ from app.integrations.framework import StartError
 from app.integrations.jobset.jobset import jobset_pods_ready
 from app.integrations.podsets import admitted_scheduling
 from app.wire.queues import admission_check, cluster_queue, local_queue, resource_flavor
-from tests.unit.test_controllers_status import ADM, ADM_1CPU, T0, workload
+from tests.unit.test_controllers_status import ADM, ADM_1CPU, LQ, T0, workload
 
 
 def _cq(checks: list[dict] | None = None) -> dict:
@@ -105,12 +107,28 @@ def test_queue_status_counts_a_workload_awaiting_checks_as_reserving_only() -> N
     c = Cluster()
     c.add_flavor(resource_flavor({"metadata": {"name": "f"}, "spec": {}}))
     c.add_cluster_queue(cluster_queue(_cq())[0])
+    c.add_local_queue(local_queue(LQ))
     w = with_admission(workload(), ADM_1CPU, T0, ("prov",))
     c.update_workload(domain_workload(w))
     for awaiting, admitted in ((frozenset({"ns/w"}), 0), (frozenset(), 1)):
         st = cluster_queue_status(_cq(), ClusterView(c, awaiting_checks=awaiting)
                                   .cluster_queue("cq"), T0)
         assert (st["reservingWorkloads"], st["admittedWorkloads"]) == (1, admitted)
+        # The LocalQueue: reserved quota in flavorsReservation, flavorsUsage only once admitted.
+        view = ClusterView(c, awaiting_checks=awaiting)
+        lq = local_queue_status(LQ, view.local_queue("ns", "lq"), view.cluster_queue("cq"), T0)
+        assert (lq["reservingWorkloads"], lq["admittedWorkloads"]) == (1, admitted)
+        assert lq["flavorsReservation"][0]["resources"][0]["total"] == "1"
+        assert lq["flavorsUsage"][0]["resources"][0]["total"] == ("1" if admitted else "0")
+        # /metrics reads the same set.
+        registry = CollectorRegistry()
+        registry.register(QueueCollector(lambda: c, awaiting_checks=lambda a=awaiting: a))
+        assert registry.get_sample_value(
+            "kueue_admitted_active_workloads",
+            {"cluster_queue": "cq", "replica_role": "standalone"}) == admitted
+        assert registry.get_sample_value(
+            "kueue_reserving_active_workloads",
+            {"cluster_queue": "cq", "replica_role": "standalone"}) == 1
 
 
 def test_reservation_with_checks_is_not_admitted_until_all_are_ready() -> None:

@@ -13,7 +13,11 @@ import pytest
 from app.integrations.batchjob.job import KIND, injected_job, partial_count, restored_job
 from app.integrations.webhook import WebhookPolicy, mutate_update, validate_create, validate_update
 from app.wire.fields import WorkloadSpecError
-from app.wire.names import MIN_PARALLELISM_ANNOTATION, QUEUE_NAME_LABEL
+from app.wire.names import (
+    COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION,
+    MIN_PARALLELISM_ANNOTATION,
+    QUEUE_NAME_LABEL,
+)
 from app.wire.workload import workload_from_job, workload_from_object, workload_object_for_job
 
 POLICY = WebhookPolicy(controller_usernames=frozenset({"pykueue"}))
@@ -85,3 +89,57 @@ def test_a_running_partial_job_desires_its_running_pods_with_the_users_shape() -
     desired = KIND.desired(started, priority_classes={}, pod_priority_classes={})
     assert desired.pod_sets[0].count == 9  # what runs, matched against the admission
     assert desired.pod_sets[0].min_count == 9  # read from the user's Job (10 pods)
+
+
+# ---- kueue.x-k8s.io/job-completions-equal-parallelism (Kueue v0.17 job_controller.go and
+# job_webhook.go validateSyncCompletionCreate / validatePartialAdmissionUpdate)
+
+
+def synced_job(value: str = "true", mode: str | None = "Indexed", **kw) -> dict:
+    j = job(**kw)
+    j["metadata"]["annotations"][COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION] = value
+    if mode is not None:
+        j["spec"]["completionMode"] = mode
+    return j
+
+
+def test_partial_start_sets_completions_with_parallelism_and_stop_restores_both() -> None:
+    started = injected_job(synced_job(), "main", {}, [], parallelism=9)
+    assert (started["spec"]["parallelism"], started["spec"]["completions"]) == (9, 9)
+    desired = KIND.desired(started, priority_classes={}, pod_priority_classes={})
+    assert (desired.pod_sets[0].count, desired.pod_sets[0].min_count) == (9, 9)
+    stopped = restored_job(started)
+    assert (stopped["spec"]["parallelism"], stopped["spec"]["completions"]) == (10, 10)
+    # Without the annotation (or "false") completions stay the user's.
+    plain = injected_job(synced_job("false"), "main", {}, [], parallelism=9)
+    assert (plain["spec"]["parallelism"], plain["spec"]["completions"]) == (9, 10)
+
+
+@pytest.mark.parametrize(("value", "mode", "parallelism", "completions", "expect"), [
+    ("true", "Indexed", 10, 10, None),
+    ("T", "Indexed", 10, 10, None),
+    ("false", None, 10, 3, None),
+    ("yes", "Indexed", 10, 10, "must be a boolean"),
+    ("true", None, 10, 10, "NonIndexed"),
+    ("true", "NonIndexed", 10, 10, "NonIndexed"),
+    ("true", "Indexed", 10, 3, "spec.completions: should be equal to parallelism"),
+])
+def test_webhook_validates_the_completions_sync_annotation(value, mode, parallelism, completions,
+                                                           expect) -> None:
+    j = synced_job(value, mode)
+    j["spec"]["parallelism"], j["spec"]["completions"] = parallelism, completions
+    errors = [e for e in validate_create(j, "alice", POLICY)
+              if COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION in e or "spec.completions" in e]
+    if expect is None:
+        assert errors == []
+    else:
+        assert any(expect in e for e in errors), errors
+
+
+def test_completions_sync_is_immutable_while_the_job_runs() -> None:
+    old, new = synced_job(suspend=False), synced_job("false", suspend=False)
+    errors = validate_update(old, new, "alice", True, POLICY)
+    assert any(COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION in e and "immutable" in e
+               for e in errors), errors
+    old["spec"]["suspend"] = new["spec"]["suspend"] = True
+    assert validate_update(old, new, "alice", False, POLICY) == []

@@ -328,7 +328,8 @@ async def test_admitted_workload_shows_its_flavors_and_usage(client) -> None:
         "kind": "WorkloadStatus", "name": "train-6", "namespace": "research",
         "localQueueName": "lq-research", "clusterQueue": "research-cq", "state": "admitted",
         "priority": 0, "created": "1970-01-01T00:16:41Z", "admissionInFlight": False,
-        "inadmissible": False, "positionInClusterQueue": None, "positionInLocalQueue": None,
+        "awaitingAdmissionChecks": False, "inadmissible": False,
+        "positionInClusterQueue": None, "positionInLocalQueue": None,
         "reason": None, "conditionReason": None, "message": "", "shortfalls": [],
         "podSetAssignments": [{"name": "main", "count": 6,
                                "flavors": {"nvidia.com/gpu": "a100"},
@@ -342,6 +343,19 @@ async def test_workload_with_admission_in_flight(client) -> None:
     body = (await get(client, "/api/v1/namespaces/inference/workloads/serve-2")).json()
     assert (body["state"], body["admissionInFlight"], body["clusterQueue"]) == \
         ("admitted", True, "inference-cq")
+
+
+async def test_workload_awaiting_admission_checks_is_reserving_not_admitted(client) -> None:
+    before = (await get(client, "/api/v1/clusterqueues/research-cq")).json()
+    client.app.state.awaiting_checks = {WorkloadKey("research/train-6")}
+    body = (await get(client, "/api/v1/namespaces/research/workloads/train-6")).json()
+    assert (body["state"], body["awaitingAdmissionChecks"]) == ("admitted", True)
+    after = (await get(client, "/api/v1/clusterqueues/research-cq")).json()
+    assert after["reservingWorkloads"] == before["reservingWorkloads"]
+    assert after["admittedWorkloads"] == before["admittedWorkloads"] - 1
+    metrics = (await get(client, "/metrics")).text
+    assert f'kueue_admitted_active_workloads{{cluster_queue="research-cq",' \
+        f'replica_role="standalone"}} {after["admittedWorkloads"]}.0' in metrics
 
 
 async def test_pending_workload_shows_position_and_reason(client) -> None:

@@ -36,6 +36,7 @@ from app.integrations.podsets import (
 )
 from app.wire.names import PODSET_LABEL, QUEUE_NAME_LABEL
 from app.wire.workload import (
+    completions_follow_parallelism,
     job_pod_count,
     workload_from_job,
     workload_name_for_job,
@@ -104,9 +105,16 @@ def record_original(job: Obj) -> Obj:
     return rec
 
 
+def _set_parallelism(job: Obj, value: int) -> None:
+    spec = job.setdefault("spec", {})
+    spec["parallelism"] = value
+    if completions_follow_parallelism(job):
+        spec["completions"] = value
+
+
 def _apply_record(job: Obj, rec: Obj) -> None:
     if "parallelism" in rec:  # partial admission changed it
-        job.setdefault("spec", {})["parallelism"] = rec["parallelism"]
+        _set_parallelism(job, rec["parallelism"])
     tpl = _template(job)
     spec = tpl.setdefault("spec", {})
     for field in ("nodeSelector", "tolerations"):
@@ -128,7 +136,8 @@ def injected_job(job: Obj, pod_set: str, node_selector: Mapping[str, str],
     """A copy of ``job`` started for ``pod_set``: suspend false, the template = the user's
     record + the flavors' ``node_selector`` / ``tolerations`` + the podset label, and the
     record stored in ``ORIGINAL_ANNOTATION``. ``parallelism``: the count of a partial
-    admission (Kueue sets ``spec.parallelism`` to it; the user's value joins the record).
+    admission (Kueue sets ``spec.parallelism`` to it, and ``spec.completions`` too under
+    ``job-completions-equal-parallelism``; the user's value joins the record).
     Idempotent: injecting an injected Job again gives the same object.
 
     Raises ``InjectionConflict`` when ``node_selector`` contradicts the user's nodeSelector.
@@ -139,7 +148,7 @@ def injected_job(job: Obj, pod_set: str, node_selector: Mapping[str, str],
         rec["parallelism"] = (out.get("spec") or {}).get("parallelism", 1)
     _apply_record(out, rec)
     if parallelism is not None:
-        out["spec"]["parallelism"] = parallelism
+        _set_parallelism(out, parallelism)
     tpl = _template(out)
     spec = tpl["spec"]
     if inject_node_selector and node_selector:
@@ -300,7 +309,7 @@ class BatchJob:
             return workload_from_job(obj, priority_classes=priority_classes,
                                      pod_priority_classes=pod_priority_classes)
         user = copy.deepcopy(dict(obj))
-        user["spec"]["parallelism"] = original
+        _set_parallelism(user, original)
         wl = workload_from_job(user, priority_classes=priority_classes,
                                pod_priority_classes=pod_priority_classes)
         running = replace(wl.pod_sets[0], count=job_pod_count(obj))

@@ -1,0 +1,93 @@
+"""Kueue labels and annotations a user may write that pykueue does not implement.
+
+A queued object (one whose ``kueue.x-k8s.io/queue-name`` label is set) that carries one of
+them is refused by pykueue's webhooks with a message naming the field, instead of being
+queued as if the key were absent (Kueue would act on it):
+
+- label ``kueue.x-k8s.io/prebuilt-workload-name`` (Kueue v1beta2 jobframework: the object
+  adopts an existing Workload of that name); pykueue always creates the Workload itself.
+- annotation ``kueue.x-k8s.io/elastic-job: "true"`` (Kueue ``ElasticJobsViaWorkloadSlices``:
+  a resize becomes a new Workload slice); pykueue builds no slices.
+- Topology Aware Scheduling annotations on any pod template or Pod
+  (``kueue.x-k8s.io/podset-required-topology``, ``-preferred-topology``,
+  ``-unconstrained-topology``, ``-slice-required-topology``, ``-slice-size``,
+  ``-group-name``); pykueue has no topology cache (a ResourceFlavor's ``topologyName`` is
+  refused too).
+
+On UPDATE only keys the old object did not carry (at the same place) are refused, so an
+object created before pykueue was installed can still be changed or cleaned up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from app.wire.names import QUEUE_NAME_LABEL
+
+PREBUILT_WORKLOAD_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
+ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
+TAS_ANNOTATIONS = tuple(f"kueue.x-k8s.io/podset-{s}" for s in (
+    "required-topology", "preferred-topology", "unconstrained-topology",
+    "slice-required-topology", "slice-size", "group-name"))
+
+_WHY_TAS = ("Topology Aware Scheduling is not supported by pykueue (no topology cache; "
+            "ResourceFlavor topologyName is refused too): remove the annotation")
+_WHY_PREBUILT = ("pykueue does not adopt prebuilt Workloads: it creates the object's Workload "
+                 "itself; remove the label")
+_WHY_ELASTIC = ("elastic jobs (Kueue ElasticJobsViaWorkloadSlices) are not supported by "
+                "pykueue: remove the annotation or set it to \"false\"")
+# Pod templates sit at most a few levels deep (JobSet: spec.replicatedJobs[].template.spec.
+# template); the bound keeps a hostile, deeply nested body cheap to walk.
+_MAX_DEPTH = 16
+
+
+def _metadata(obj: Any, path: str, depth: int) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Every ``metadata`` object in ``obj`` with its JSON path (``spec.template.metadata``)."""
+    if depth > _MAX_DEPTH:
+        return
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            where = f"{path}.{k}" if path else str(k)
+            if k == "metadata" and isinstance(v, Mapping):
+                yield where, v
+            elif isinstance(v, (Mapping, list)):
+                yield from _metadata(v, where, depth + 1)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _metadata(v, f"{path}[{i}]", depth + 1)
+
+
+def _found(obj: Mapping[str, Any]) -> dict[str, str]:
+    """``{field path: why}`` of the unsupported keys ``obj`` carries."""
+    out: dict[str, str] = {}
+    for where, meta in _metadata(obj, "", 0):
+        labels = meta.get("labels")
+        if isinstance(labels, Mapping) and labels.get(PREBUILT_WORKLOAD_LABEL):
+            out[f"{where}.labels[{PREBUILT_WORKLOAD_LABEL}]"] = _WHY_PREBUILT
+        anns = meta.get("annotations")
+        if not isinstance(anns, Mapping):
+            continue
+        for key in TAS_ANNOTATIONS:
+            if key in anns:
+                out[f"{where}.annotations[{key}]"] = _WHY_TAS
+        if str(anns.get(ELASTIC_JOB_ANNOTATION, "")).lower() in ("true", "t", "1"):
+            out[f"{where}.annotations[{ELASTIC_JOB_ANNOTATION}]"] = _WHY_ELASTIC
+    return out
+
+
+def is_queued(obj: Mapping[str, Any]) -> bool:
+    """The object's own ``kueue.x-k8s.io/queue-name`` label is set (non-empty)."""
+    labels = (obj.get("metadata") or {}).get("labels") if isinstance(obj, Mapping) else None
+    return isinstance(labels, Mapping) and bool(labels.get(QUEUE_NAME_LABEL))
+
+
+def unsupported_errors(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
+    """Errors (``<field path>: <why>``) for the unsupported Kueue keys a queued ``new``
+    object carries and ``old`` (the stored object on UPDATE, None on CREATE) did not; [] for
+    an object that is not queued."""
+    if not is_queued(new):
+        return []
+    before = _found(old) if isinstance(old, Mapping) else {}
+    return [f"{where}: {why}" for where, why in sorted(_found(new).items())
+            if where not in before]

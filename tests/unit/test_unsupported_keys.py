@@ -1,0 +1,120 @@
+"""Kueue labels and annotations pykueue does not implement are refused with a message, never
+accepted and ignored (``app.integrations.unsupported``): AdmissionReviews over the real ASGI
+app for a Job (mutating and validating), a JobSet's nested pod template and a Pod."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import httpx
+import pytest
+
+from app.integrations.unsupported import (
+    ELASTIC_JOB_ANNOTATION,
+    PREBUILT_WORKLOAD_LABEL,
+    TAS_ANNOTATIONS,
+    unsupported_errors,
+)
+from tests.unit.test_webhook import MUTATE, VALIDATE, answer, job, make_app, review
+
+TAS = TAS_ANNOTATIONS[0]  # kueue.x-k8s.io/podset-required-topology
+
+
+def with_template_annotation(obj: dict[str, Any], key: str, value: str) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["spec"]["template"].setdefault("metadata", {}).setdefault("annotations", {})[key] = value
+    return out
+
+
+def with_meta(obj: dict[str, Any], where: str, key: str, value: str) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"].setdefault(where, {})[key] = value
+    return out
+
+
+@pytest.fixture
+async def client():
+    transport = httpx.ASGITransport(app=make_app())
+    async with httpx.AsyncClient(transport=transport, base_url="http://webhook") as c:
+        yield c
+
+
+async def _decide(client: httpx.AsyncClient, path: str, sent: dict[str, Any]) -> dict[str, Any]:
+    return answer(await client.post(path, json=sent), sent)
+
+
+@pytest.mark.parametrize(("obj", "field", "why"), [
+    (with_template_annotation(job(), TAS, "cloud.provider.com/rack"),
+     f"spec.template.metadata.annotations[{TAS}]", "Topology Aware Scheduling"),
+    (with_meta(job(), "labels", PREBUILT_WORKLOAD_LABEL, "wl-1"),
+     f"metadata.labels[{PREBUILT_WORKLOAD_LABEL}]", "prebuilt Workloads"),
+    (with_meta(job(), "annotations", ELASTIC_JOB_ANNOTATION, "true"),
+     f"metadata.annotations[{ELASTIC_JOB_ANNOTATION}]", "elastic jobs"),
+])
+async def test_a_queued_job_with_an_unsupported_key_is_refused_naming_it(
+        client, obj: dict[str, Any], field: str, why: str) -> None:
+    for path in (MUTATE, VALIDATE):
+        response = await _decide(client, path, review("CREATE", obj))
+        assert response["allowed"] is False
+        assert response["status"]["code"] == 403
+        assert field in response["status"]["message"] and why in response["status"]["message"]
+
+
+async def test_unqueued_objects_elastic_false_and_keys_already_stored_are_allowed(client) -> None:
+    tas = with_template_annotation(job(suspend=True), TAS, "rack")
+    unqueued = with_template_annotation(job(queue=None), TAS, "rack")
+    assert (await _decide(client, VALIDATE, review("CREATE", unqueued)))["allowed"] is True
+    off = with_meta(job(suspend=True), "annotations", ELASTIC_JOB_ANNOTATION, "false")
+    assert (await _decide(client, VALIDATE, review("CREATE", off)))["allowed"] is True
+    # Stored before pykueue ran: an update that keeps the key passes (other rules apply).
+    relabelled = with_meta(tas, "labels", "team", "a")
+    sent = review("UPDATE", relabelled, old=tas)
+    assert (await _decide(client, VALIDATE, sent))["allowed"] is True
+    # ... one that adds it does not.
+    sent = review("UPDATE", tas, old=job(suspend=True))
+    assert (await _decide(client, VALIDATE, sent))["allowed"] is False
+
+
+def _jobset(annotations: dict[str, str]) -> dict[str, Any]:
+    pod_template = {"metadata": {"annotations": annotations}, "spec": {
+        "restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "js", "namespace": "ns",
+                         "labels": {"kueue.x-k8s.io/queue-name": "lq1"}},
+            "spec": {"suspend": True, "replicatedJobs": [
+                {"name": "workers", "replicas": 1,
+                 "template": {"spec": {"template": pod_template}}}]}}
+
+
+async def test_a_jobset_with_a_topology_annotation_deep_in_a_template_is_refused(client) -> None:
+    sent = review("CREATE", _jobset({TAS_ANNOTATIONS[1]: "rack"}),
+                  kind={"group": "jobset.x-k8s.io", "version": "v1alpha2", "kind": "JobSet"})
+    response = await _decide(client, "/validate-jobset-x-k8s-io-v1alpha2-jobset", sent)
+    assert response["allowed"] is False
+    assert ("spec.replicatedJobs[0].template.spec.template.metadata.annotations"
+            f"[{TAS_ANNOTATIONS[1]}]") in response["status"]["message"]
+    fine = review("CREATE", _jobset({"team": "a"}),
+                  kind={"group": "jobset.x-k8s.io", "version": "v1alpha2", "kind": "JobSet"})
+    assert (await _decide(client, "/validate-jobset-x-k8s-io-v1alpha2-jobset", fine))[
+        "allowed"] is True
+
+
+async def test_a_queued_pod_with_a_topology_annotation_is_refused(client) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "p", "namespace": "ns",
+                        "labels": {"kueue.x-k8s.io/queue-name": "lq1"},
+                        "annotations": {TAS_ANNOTATIONS[2]: "true"}},
+           "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    sent = review("CREATE", pod, kind={"group": "", "version": "v1", "kind": "Pod"})
+    response = await _decide(client, "/mutate--v1-pod", sent)
+    assert response["allowed"] is False
+    assert f"metadata.annotations[{TAS_ANNOTATIONS[2]}]" in response["status"]["message"]
+
+
+def test_the_walk_is_bounded_on_a_deeply_nested_body() -> None:
+    deep: dict[str, Any] = {"metadata": {"annotations": {TAS: "x"}}}
+    for _ in range(200):
+        deep = {"a": [deep]}
+    obj = {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "lq"}}, "spec": deep}
+    assert unsupported_errors(None, obj) == []  # beyond any pod template: not walked
