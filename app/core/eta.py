@@ -45,6 +45,7 @@ from app.core.workload import Workload
 __all__ = [
     "ArrivalModel",
     "BOUNDED",
+    "OUTPACED",
     "ESTIMATED",
     "UNKNOWN",
     "Eta",
@@ -58,6 +59,7 @@ __all__ = [
 
 BOUNDED, ESTIMATED, UNKNOWN = "bounded", "estimated", "unknown"
 LIMIT, LEARNED = "maximumExecutionTimeSeconds", "learned"
+OUTPACED = "outpaced by higher-priority arrivals"
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,10 +190,10 @@ def estimate(
         return run
     sim = state.fork(members)
     assert isinstance(sim, Cluster)
-    targets: dict[WorkloadKey, None] = {}
+    targets: dict[WorkloadKey, int] = {}  # pending Workload -> its priority
     for name in members:
         for info in sim.pending_workloads(name):
-            targets[info.workload] = None
+            targets[info.workload] = info.priority
     wls: dict[WorkloadKey, Workload] = {}
     events: list[tuple[float, int, int, WorkloadKey, str]] = []
     seq = 0
@@ -204,11 +206,18 @@ def estimate(
         heapq.heappush(events, (at, seq, kind, key, source))
 
     future: dict[WorkloadKey, Workload] = {}
-    if arrivals is not None:
+    horizon_end = now
+    if arrivals is not None and targets:
+        # Only classes that would go ahead of some pending Workload: above the lowest
+        # pending priority (a lower or equal one queues behind all of them).
         lqs = {f"{lq.namespace}/{lq.name}" for lq in sim.local_queues_of(members)}
-        for wl in arrivals.future(now, lqs):
+        for wl in arrivals.future(now, lqs, above_priority=min(targets.values())):
             future[wl.key] = wl
             push(wl.creation, _ARRIVE, wl.key, "")
+        horizon_end = now + arrivals.horizon_seconds
+    # The highest priority among projected Workloads admitted so far: a target of lower
+    # priority admitted after one of them owes its ETA to the projection ("+arrivals").
+    ahead = -math.inf
     endless = 0  # runs with no known end: they hold their quota for the whole run
     for name in members:
         for key in sim.admitted(name):
@@ -239,10 +248,13 @@ def estimate(
                     key = d.workload
                     wl = sim.domain_workload(key)
                     if key in targets:
-                        del targets[key]
-                        run.etas[key] = _eta_at(t, sources, bool(future))
+                        prio = targets.pop(key)
+                        run.etas[key] = _eta_at(t, sources, ahead > prio,
+                                                future and t > horizon_end)
                     if wl is None:
                         continue
+                    if key in future:
+                        ahead = max(ahead, wl.priority)
                     sim.update_workload(wl)  # the admission "lands" (as in the simulator)
                     runs[key] = runs.get(key, 0) + 1
                     wls[key] = wl
@@ -291,33 +303,54 @@ def estimate(
     return run
 
 
-def _eta_at(t: float, sources: set[str], arrivals: bool = False) -> Eta:
-    more = "+arrivals" if arrivals else ""
+def _eta_at(t: float, sources: set[str], arrivals: bool = False,
+            past_horizon: bool = False) -> Eta:
+    """The Eta of a start at ``t`` after the expected ends ``sources``; ``arrivals``: a
+    projected higher-priority Workload went ahead of it; ``past_horizon``: it starts after
+    the projection stopped."""
+    if arrivals and past_horizon:
+        # It starts only once the projection stops: the answer would be the horizon, not
+        # the queue. Higher-priority arrivals outpace the quota as far as the model knows.
+        return Eta(None, UNKNOWN, OUTPACED)
     if LEARNED in sources:
         basis = f"{LIMIT}+{LEARNED}" if LIMIT in sources else LEARNED
-        return Eta(t, ESTIMATED, basis + more)
-    return Eta(t, BOUNDED, LIMIT + more)
+    else:
+        basis = LIMIT
+    if arrivals:  # a projection went ahead of it: an estimate, whatever the limits
+        return Eta(t, ESTIMATED, basis + "+arrivals")
+    return Eta(t, BOUNDED if basis == LIMIT else ESTIMATED, basis)
 
 
 class ArrivalModel:
     """Recent arrivals per class (LocalQueue, priority, shape), to project the next ones.
 
-    ``observe(wl)`` records a Workload's creation; ``future(now, local_queues)`` returns the
-    Workloads expected in ``[now, now + horizon_seconds]``: for each class with at least
-    ``min_samples`` arrivals in the last ``window_seconds``, one copy of its latest Workload
-    every ``1 / rate`` seconds (rate = (n - 1) / (last - first) over that window), at most
-    ``max_future`` in all, the soonest first. They are named ``~eta-N`` (never a real name)
-    and keep the latest one's time limit. Steady streams are what this predicts; a burst
-    that has ended still projects until its samples leave the window.
+    ``observe(wl)`` records a Workload's creation. ``future(now, local_queues,
+    above_priority)`` returns the Workloads expected in ``(now, now + horizon_seconds]`` from
+    the classes of priority strictly above ``above_priority`` (only they go ahead of a
+    pending Workload of that priority: an equal-priority arrival is younger, so it queues
+    behind it in Kueue's order, priority then creation). Per class with at least
+    ``min_samples`` arrivals in the last ``window_seconds``: rate = (n - 1) / (last - first);
+    one copy of its latest Workload every ``1 / rate`` seconds. A class whose last arrival is
+    older than ``stale_gaps`` mean gaps has stopped (a burst that ended projects nothing;
+    a Poisson stream leaves such a gap about 5% of the time at 3). At most ``max_future`` in
+    all, the soonest first. They are named ``~eta-N`` (never a real Kubernetes name) and keep
+    the latest one's time limit.
+
+    The model is stationary: a stream goes on at its recent rate for the whole horizon.
+    What it cannot know is when a burst will end, so ``estimate`` turns a start that lands
+    after the horizon, behind projected arrivals, into ``unknown`` ("outpaced by
+    arrivals") instead of a number that only says when the projection stopped.
     """
 
     def __init__(self, *, window_seconds: float = 1800.0, horizon_seconds: float = 3600.0,
-                 min_samples: int = 3, max_future: int = 500, max_samples: int = 256) -> None:
+                 min_samples: int = 3, max_future: int = 2000, max_samples: int = 256,
+                 stale_gaps: float = 3.0) -> None:
         self.window_seconds = window_seconds
         self.horizon_seconds = horizon_seconds
         self.min_samples = min_samples
         self.max_future = max_future
         self.max_samples = max_samples
+        self.stale_gaps = stale_gaps
         self._classes: dict[tuple[object, ...], tuple[Workload, list[float]]] = {}
 
     def observe(self, wl: Workload) -> None:
@@ -331,27 +364,38 @@ class ArrivalModel:
         latest = wl if got is None or wl.creation >= got[0].creation else got[0]
         self._classes[key] = (latest, times)
 
-    def future(self, now: float, local_queues: set[str]) -> list[Workload]:
-        """The projected arrivals of ``local_queues`` (``namespace/name``) after ``now``."""
-        out: list[Workload] = []
-        n = 0
+    def future(self, now: float, local_queues: set[str],
+               above_priority: int | None = None) -> list[Workload]:
+        """The projected arrivals of ``local_queues`` (``namespace/name``) after ``now``,
+        of priority above ``above_priority`` (None: every class)."""
+        end = now + self.horizon_seconds
+        streams: list[tuple[float, int, float, Workload]] = []  # (next at, i, step, latest)
         for (ns, queue, _, _), (latest, times) in self._classes.items():
             if f"{ns}/{queue}" not in local_queues:
+                continue
+            if above_priority is not None and latest.priority <= above_priority:
                 continue
             recent = sorted(x for x in times if now - self.window_seconds <= x <= now)
             if len(recent) < self.min_samples or recent[-1] <= recent[0]:
                 continue
             step = (recent[-1] - recent[0]) / (len(recent) - 1)
-            at = recent[-1] + step
-            while at <= now:
-                at += step
-            while at <= now + self.horizon_seconds and len(out) < 4 * self.max_future:
-                n += 1
-                out.append(replace(latest, name=f"~eta-{n}", uid=f"~eta-{n}", creation=at,
-                                   admission=None, evicted_at=None, quota_reserved_at=None))
-                at += step
-        out.sort(key=lambda w: w.creation)
-        return out[:self.max_future]
+            if now - recent[-1] > self.stale_gaps * step:
+                continue  # the stream stopped
+            at = recent[-1] + step * (math.floor((now - recent[-1]) / step) + 1)  # > now
+            streams.append((at, len(streams), step, latest))
+        # Soonest first across the classes, so the cap cuts the far end of the horizon and
+        # never a whole class.
+        heapq.heapify(streams)
+        out: list[Workload] = []
+        while streams and len(out) < self.max_future:
+            at, i, step, latest = streams[0]
+            if at > end:
+                break
+            n = len(out) + 1
+            out.append(replace(latest, name=f"~eta-{n}", uid=f"~eta-{n}", creation=at,
+                               admission=None, evicted_at=None, quota_reserved_at=None))
+            heapq.heapreplace(streams, (at + step, i, step, latest))
+        return out
 
 
 class EtaBoard:

@@ -9,6 +9,7 @@ import pytest
 from app.core.eta import (
     BOUNDED,
     ESTIMATED,
+    OUTPACED,
     UNKNOWN,
     ArrivalModel,
     Eta,
@@ -172,5 +173,56 @@ def test_projected_higher_priority_arrivals_delay_the_eta():
     assert arrivals.future(T + 100, {"ns/other"}) == []
     assert _etas(sim)["x"].start == T + 1200
     run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
-    assert run.etas["ns/x"] == Eta(T + 1500, BOUNDED, "maximumExecutionTimeSeconds+arrivals")
+    # A projection is a guess, so the ETA it shapes is estimated, not bounded.
+    assert run.etas["ns/x"] == Eta(T + 1500, ESTIMATED, "maximumExecutionTimeSeconds+arrivals")
     assert set(run.etas) == {"ns/x"}  # projected arrivals get no ETA of their own
+
+
+def _stream(arrivals: ArrivalModel, name: str, prio: int, times, gpu: int = 4,
+            limit: int = 300) -> None:
+    for i, at in enumerate(times):
+        arrivals.observe(workload(f"{name}-{i}").cq("gpu").priority(prio).pods(1, gpu=gpu)
+                         .limit(limit).build(creation=at))
+
+
+def test_only_live_streams_above_the_priority_are_projected_soonest_first():
+    arrivals = ArrivalModel(window_seconds=5000, horizon_seconds=1000, max_future=5)
+    _stream(arrivals, "hi", 10, (T - 200, T - 100, T))          # every 100 s, live
+    _stream(arrivals, "eq", 0, (T - 20, T - 10, T))             # priority 0: not ahead of 0
+    _stream(arrivals, "gone", 20, (T - 4000, T - 3900, T - 3800))  # last gap 3800 > 3 x 100
+    _stream(arrivals, "mid", 5, (T - 600, T - 300, T), gpu=2)   # every 300 s
+    got = arrivals.future(T + 50, {"ns/lq-gpu"}, above_priority=0)
+    # The cap (5) keeps the soonest of both live classes, not the first class's whole run.
+    assert [(w.creation, w.priority) for w in got] == [
+        (T + 100, 10), (T + 200, 10), (T + 300, 10), (T + 300, 5), (T + 400, 10)]
+    assert all(w.name.startswith("~eta-") and w.admission is None for w in got)
+    assert 0 in {w.priority for w in arrivals.future(T, {"ns/lq-gpu"})}  # no filter
+
+
+def test_a_start_only_after_the_projection_ends_is_unknown_outpaced():
+    # x (priority 0) waits for 4 GPUs held by a until T+1200; priority-10 4-GPU jobs of
+    # 300 s arrive every 100 s: each takes the GPUs first, so in the model x would start
+    # only when the projection stops (the horizon), which says nothing about the queue.
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(1200))
+    _pending(sim, workload("x").pods(1, gpu=4).limit(60))
+    arrivals = ArrivalModel(window_seconds=5000, horizon_seconds=2000)
+    _stream(arrivals, "hi", 10, (T - 100, T))
+    _stream(arrivals, "hi", 10, (T + 100,))
+    run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
+    assert run.etas["ns/x"] == Eta(None, UNKNOWN, OUTPACED)
+    # Without a projection it is the bound of a's limit.
+    assert _etas(sim)["x"] == Eta(T + 1200, BOUNDED, "maximumExecutionTimeSeconds")
+
+
+def test_lower_priority_projections_do_not_touch_a_higher_priority_eta():
+    # y (priority 20) is ahead of every projected priority-10 job: its ETA stays bounded,
+    # while x (priority 0) behind them gets "+arrivals".
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(1200))
+    _pending(sim, workload("y").pods(1, gpu=4).priority(20).limit(100),
+             workload("x").pods(1, gpu=4).limit(60))
+    arrivals = ArrivalModel(window_seconds=5000, horizon_seconds=1500)
+    _stream(arrivals, "hi", 10, (T - 2000, T - 1000, T))  # next at T+1000, 300 s each
+    run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
+    etas = {k.split("/", 1)[1]: e for k, e in run.etas.items()}
+    assert etas["y"] == Eta(T + 1200, BOUNDED, "maximumExecutionTimeSeconds")
+    assert etas["x"] == Eta(T + 1600, ESTIMATED, "maximumExecutionTimeSeconds+arrivals")
