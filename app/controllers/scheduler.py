@@ -671,6 +671,11 @@ class SchedulerLoop:
                 # One ClusterQueue at a time (each ETA run is budgeted), yielding between
                 # them: many cohorts must not hold the event loop (extender, API) at once.
                 for name in self.cluster.cluster_queue_names():
+                    # The cohort's run in slices of eta_budget_ms, each on the state
+                    # forked when it started, until it is whole (at most the board's
+                    # max_slices), then the messages from it.
+                    while not self.eta.advance(self.cluster, name, self.ctx.clock()):
+                        await asyncio.sleep(0)
                     self.refresh_eta_messages([name])
                     await asyncio.sleep(0)
             except Exception:  # noqa: BLE001 - an ETA bug must not stop the messages

@@ -19,15 +19,20 @@ Each run ends at its *expected end*, from ``RuntimeModel.remaining``:
 
 Confidence of a Workload's ETA (``Eta.confidence``): ``bounded`` when every run that ended in
 the simulation before it started had a time limit, ``estimated`` when one of them ended at a
-learned runtime, ``unknown`` when it never starts in the simulation (a run ahead has no known
-end, the ClusterQueue is inactive, the budget ran out). Not modelled: Workloads that will
-arrive later (a higher-priority arrival delays the start), runs that end before their limit
-(a bounded ETA is then late, never early, when nothing arrives), eviction delays.
+learned runtime or a projected arrival went ahead of it, ``unknown`` when it never starts in
+the simulation (a run ahead has no known end, the ClusterQueue is inactive, the budget ran
+out, projected arrivals outpace it). Workloads that will arrive later are modelled only with
+an ``ArrivalModel`` (``+arrivals``, see there). Not modelled: runs that end before their
+limit (a bounded ETA is then late, never early, when nothing arrives), eviction delays.
 
-Cost: O(cycles x cohort size); ``budget_ms`` stops the run (with an injected ``clock``, the
-core reads none) and the Workloads without a start are ``unknown``. ``EtaBoard`` caches the
-answer per cohort and recomputes it at most every ``min_interval`` seconds, and only when the
-state changed (``ClusterState.generation``) or ``max_age`` passed.
+Cost: O(cycles x cohort size). ``estimate`` is one slice: ``budget_ms`` stops the run (with
+an injected ``clock``, the core reads none) and the Workloads without a start are
+``unknown``. ``ForwardRun`` is the same run in slices: it stops when a slice's budget is
+spent and resumes where it was, on the cohort forked when it started, so every pending
+Workload gets its ETA after a bounded number of slices while the caller yields between
+them. ``EtaBoard`` caches the answer per cohort, recomputes it at most every
+``min_interval`` seconds and only when the state changed (``ClusterState.generation``) or
+``max_age`` passed, and resumes a run one slice per call (at most ``max_slices``).
 """
 
 from __future__ import annotations
@@ -45,12 +50,14 @@ from app.core.workload import Workload
 __all__ = [
     "ArrivalModel",
     "BOUNDED",
+    "COMPUTING",
     "OUTPACED",
     "ESTIMATED",
     "UNKNOWN",
     "Eta",
     "EtaBoard",
     "EtaRun",
+    "ForwardRun",
     "RuntimeModel",
     "estimate",
     "eta_text",
@@ -146,8 +153,9 @@ class RuntimeModel:
 @dataclass(slots=True)
 class EtaRun:
     """One forward run over a cohort: ``etas`` per pending Workload, ``cycles`` run, ``ms``
-    spent (by the injected clock, 0 without one), ``truncated`` when the budget stopped
-    it, ``computed_at`` (the ``now`` it started from) and ``generation`` of the state."""
+    spent (by the injected clock, 0 without one; summed over slices), ``truncated`` when the
+    budget stopped it, ``computed_at`` (the ``now`` it started from), ``generation`` of the
+    state it forked, ``slices`` it took (``ForwardRun.advance`` calls)."""
 
     etas: dict[WorkloadKey, Eta] = field(default_factory=dict)
     cycles: int = 0
@@ -155,9 +163,186 @@ class EtaRun:
     truncated: bool = False
     computed_at: float = 0.0
     generation: int = -1
+    slices: int = 0
 
 
 _END, _EVICTED, _ARRIVE = 0, 1, 2
+COMPUTING = "computing"
+
+
+class ForwardRun:
+    """A forward run over ``cluster_queue``'s cohort that can stop and resume (slices).
+
+    The cohort is forked at construction: the run answers for the state at that moment,
+    whatever happens to ``state`` between slices. ``advance(budget_ms, clock)`` drives it
+    until every pending Workload has a start, nothing is left to happen, or the slice's
+    budget is spent (checked after each core cycle, so a slice overruns by at most one
+    cycle); it returns ``done``. ``result()`` is the run so far: Workloads without a start
+    yet are ``unknown`` (``computing`` while the run goes on; once done, why: see
+    ``estimate``). ETAs already given never change in later slices: the virtual clock only
+    moves forward. ``finish()`` ends it where it is (``truncated``: the rest get
+    ``budget exceeded``).
+    """
+
+    def __init__(self, state: Cluster, cluster_queue: ClusterQueueName, now: float,
+                 runtimes: RuntimeModel, *, arrivals: ArrivalModel | None = None,
+                 max_cycles_per_instant: int = 10_000) -> None:
+        self.run = EtaRun(computed_at=now, generation=state.generation)
+        self.done = False
+        self.runtimes = runtimes
+        self.max_cycles_per_instant = max_cycles_per_instant
+        members = state.scope_members(cluster_queue)
+        self._targets: dict[WorkloadKey, int] = {}  # pending Workload -> its priority
+        self._events: list[tuple[float, int, int, WorkloadKey, str]] = []
+        self._seq = 0
+        # Which runs end where: a key's generation guards against a stale end after eviction.
+        self._runs: dict[WorkloadKey, int] = {}
+        self._future: dict[WorkloadKey, Workload] = {}
+        self._horizon_end = now
+        # The highest priority among projected Workloads admitted so far: a target of lower
+        # priority admitted after one of them owes its ETA to the projection ("+arrivals").
+        self._ahead = -math.inf
+        self._endless = 0  # runs with no known end: they hold their quota for the whole run
+        self._sources: set[str] = set()  # the kinds of expected ends consumed so far
+        self._t = now
+        self._in_instant = True  # cycles at ``_t`` still to run
+        self._instant_cycles = 0
+        if not members:
+            self.done = True
+            return
+        sim = state.fork(members)
+        assert isinstance(sim, Cluster)
+        self._sim = sim
+        for name in members:
+            for info in sim.pending_workloads(name):
+                self._targets[info.workload] = info.priority
+        if arrivals is not None and self._targets:
+            # Only classes that would go ahead of some pending Workload: above the lowest
+            # pending priority (a lower or equal one queues behind all of them).
+            lqs = {f"{lq.namespace}/{lq.name}" for lq in sim.local_queues_of(members)}
+            for wl in arrivals.future(now, lqs, above_priority=min(self._targets.values())):
+                self._future[wl.key] = wl
+                self._push(wl.creation, _ARRIVE, wl.key, "")
+            self._horizon_end = now + arrivals.horizon_seconds
+        for name in members:
+            for key in sim.admitted(name):
+                info = sim.workload(key)
+                wl = sim.domain_workload(key)
+                if info is None or wl is None:
+                    continue
+                self._runs[key] = 0
+                if info.state == "evicting":
+                    self._push(now, _EVICTED, key, LIMIT)
+                    continue
+                started = wl.quota_reserved_at if wl.quota_reserved_at is not None \
+                    else wl.creation
+                left, source = runtimes.remaining(wl, max(0.0, now - started))
+                if left is not None:
+                    self._push(now + left, _END, key, source)
+                else:
+                    self._endless += 1
+
+    def _push(self, at: float, kind: int, key: WorkloadKey, source: str) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (at, self._seq, kind, key, source))
+
+    def advance(self, budget_ms: float | None = None,
+                clock: Callable[[], float] | None = None) -> bool:
+        """Run one slice (no budget or no clock: to the end); returns ``done``."""
+        if self.done:
+            return True
+        t0 = clock() if clock is not None else 0.0
+        deadline = None if budget_ms is None or clock is None else t0 + budget_ms / 1000.0
+        self.run.slices += 1
+        try:
+            while not self.done:
+                if not self._targets:
+                    self.done = True
+                elif self._in_instant:
+                    self._cycle()
+                elif not self._events:
+                    self.done = True
+                else:
+                    self._next_instant()
+                if deadline is not None and clock is not None and clock() > deadline:
+                    break
+        finally:
+            if clock is not None:
+                self.run.ms += (clock() - t0) * 1000.0
+        return self.done
+
+    def _cycle(self) -> None:
+        sim, t, targets = self._sim, self._t, self._targets
+        ds = sim.schedule(t)
+        self.run.cycles += 1
+        self._instant_cycles += 1
+        for d in ds:
+            if isinstance(d, Admit):
+                key = d.workload
+                wl = sim.domain_workload(key)
+                if key in targets:
+                    prio = targets.pop(key)
+                    self.run.etas[key] = _eta_at(t, self._sources, self._ahead > prio,
+                                                 bool(self._future) and t > self._horizon_end)
+                if wl is None:
+                    continue
+                if key in self._future:
+                    self._ahead = max(self._ahead, wl.priority)
+                sim.update_workload(wl)  # the admission "lands" (as in the simulator)
+                gen = self._runs[key] = self._runs.get(key, 0) + 1
+                left, source = self.runtimes.remaining(wl, 0.0)
+                if left is not None:
+                    self._push(t + left, _END, key, f"{source}:{gen}")
+                else:
+                    self._endless += 1
+            elif isinstance(d, Preempt):
+                for v in d.victims:
+                    self._push(t, _EVICTED, v.workload,
+                               f"{LIMIT}:{self._runs.get(v.workload, 0)}")
+        if not ds:
+            self._in_instant = False
+        elif self._instant_cycles >= self.max_cycles_per_instant:
+            self.finish()  # a core that never settles at one instant: stop as truncated
+
+    def _next_instant(self) -> None:
+        events, sim = self._events, self._sim
+        t = self._t = events[0][0]
+        while events and events[0][0] == t:
+            _, _, kind, key, tag = heapq.heappop(events)
+            source, _, gen = tag.partition(":")
+            if int(gen or 0) != self._runs.get(key, 0):
+                continue  # the run this end belonged to was preempted
+            if kind == _ARRIVE:
+                sim.add_workload(self._future[key])
+            elif kind == _END:
+                self._sources.add(source)
+                sim.finish(key)
+            else:
+                self._runs[key] = self._runs.get(key, 0) + 1
+                sim.finish_eviction(key, t)
+        self._in_instant = True
+        self._instant_cycles = 0
+
+    def finish(self) -> None:
+        """Stop here: the Workloads without a start get ``budget exceeded``."""
+        if not self.done:
+            self.done = self.run.truncated = True
+
+    def result(self) -> EtaRun:
+        """The run so far (see the class doc); a new ``EtaRun`` sharing nothing mutable."""
+        out = replace(self.run, etas=dict(self.run.etas))
+        if not self.done:
+            why = COMPUTING
+        elif self.run.truncated:
+            why = "budget exceeded"
+        else:
+            # Nothing left to happen: either a run ahead never ends in the model, or the
+            # Workload cannot be admitted however long it waits (inactive queue, more than
+            # the quota).
+            why = "no end known" if self._endless else "never admitted"
+        for key in self._targets:
+            out.etas[key] = Eta(None, UNKNOWN, why)
+        return out
 
 
 def estimate(
@@ -171,136 +356,27 @@ def estimate(
     max_cycles_per_instant: int = 10_000,
     arrivals: ArrivalModel | None = None,
 ) -> EtaRun:
-    """ETA of every pending Workload of ``cluster_queue``'s cohort (see the module doc).
+    """ETA of every pending Workload of ``cluster_queue``'s cohort in one slice (see the
+    module doc and ``ForwardRun``).
 
     ``state`` is not modified (a fork is driven). ``now``: seconds since the epoch;
     admitted Workloads' elapsed time is ``now - quota_reserved_at`` (``creation`` when
     unknown). ``budget_ms`` with ``clock`` (seconds, e.g. ``time.perf_counter``): stop
-    after that much time, the rest ``unknown`` (``truncated``). An unknown ClusterQueue
-    gives an empty run. Raises nothing for a core that keeps deciding at one instant past
-    ``max_cycles_per_instant``: the run stops there as truncated. ``arrivals``: project
-    Workloads still to come (``ArrivalModel.future``) into the run, so later
-    higher-priority arrivals delay the ETA as they will; their basis gets ``+arrivals``.
+    after that much time, the rest ``unknown`` (``budget exceeded``, ``truncated``). An
+    unknown ClusterQueue gives an empty run. Raises nothing for a core that keeps deciding
+    at one instant past ``max_cycles_per_instant``: the run stops there as truncated.
+    ``arrivals``: project Workloads still to come (``ArrivalModel.future``) into the run,
+    so later higher-priority arrivals delay the ETA as they will; the basis of an ETA they
+    delayed gets ``+arrivals``.
     """
     t0 = clock() if clock is not None else 0.0
-    deadline = None if budget_ms is None or clock is None else t0 + budget_ms / 1000.0
-    run = EtaRun(computed_at=now, generation=state.generation)
-    members = state.scope_members(cluster_queue)
-    if not members:
-        return run
-    sim = state.fork(members)
-    assert isinstance(sim, Cluster)
-    targets: dict[WorkloadKey, int] = {}  # pending Workload -> its priority
-    for name in members:
-        for info in sim.pending_workloads(name):
-            targets[info.workload] = info.priority
-    wls: dict[WorkloadKey, Workload] = {}
-    events: list[tuple[float, int, int, WorkloadKey, str]] = []
-    seq = 0
-    # Which runs end where: a key's generation guards against a stale end after eviction.
-    runs: dict[WorkloadKey, int] = {}
-
-    def push(at: float, kind: int, key: WorkloadKey, source: str) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(events, (at, seq, kind, key, source))
-
-    future: dict[WorkloadKey, Workload] = {}
-    horizon_end = now
-    if arrivals is not None and targets:
-        # Only classes that would go ahead of some pending Workload: above the lowest
-        # pending priority (a lower or equal one queues behind all of them).
-        lqs = {f"{lq.namespace}/{lq.name}" for lq in sim.local_queues_of(members)}
-        for wl in arrivals.future(now, lqs, above_priority=min(targets.values())):
-            future[wl.key] = wl
-            push(wl.creation, _ARRIVE, wl.key, "")
-        horizon_end = now + arrivals.horizon_seconds
-    # The highest priority among projected Workloads admitted so far: a target of lower
-    # priority admitted after one of them owes its ETA to the projection ("+arrivals").
-    ahead = -math.inf
-    endless = 0  # runs with no known end: they hold their quota for the whole run
-    for name in members:
-        for key in sim.admitted(name):
-            info = sim.workload(key)
-            wl = sim.domain_workload(key)
-            if info is None or wl is None:
-                continue
-            wls[key] = wl
-            runs[key] = 0
-            if info.state == "evicting":
-                push(now, _EVICTED, key, LIMIT)
-                continue
-            started = wl.quota_reserved_at if wl.quota_reserved_at is not None else wl.creation
-            left, source = runtimes.remaining(wl, max(0.0, now - started))
-            if left is not None:
-                push(now + left, _END, key, source)
-            else:
-                endless += 1
-    sources: set[str] = set()  # the kinds of expected ends consumed so far
-    t = now
-    truncated = False
-    while targets:
-        for _ in range(max_cycles_per_instant):
-            ds = sim.schedule(t)
-            run.cycles += 1
-            for d in ds:
-                if isinstance(d, Admit):
-                    key = d.workload
-                    wl = sim.domain_workload(key)
-                    if key in targets:
-                        prio = targets.pop(key)
-                        run.etas[key] = _eta_at(t, sources, ahead > prio,
-                                                future and t > horizon_end)
-                    if wl is None:
-                        continue
-                    if key in future:
-                        ahead = max(ahead, wl.priority)
-                    sim.update_workload(wl)  # the admission "lands" (as in the simulator)
-                    runs[key] = runs.get(key, 0) + 1
-                    wls[key] = wl
-                    left, source = runtimes.remaining(wl, 0.0)
-                    if left is not None:
-                        push(t + left, _END, key, f"{source}:{runs[key]}")
-                    else:
-                        endless += 1
-                elif isinstance(d, Preempt):
-                    for v in d.victims:
-                        push(t, _EVICTED, v.workload, f"{LIMIT}:{runs.get(v.workload, 0)}")
-            if not ds:
-                break
-            if deadline is not None and clock is not None and clock() > deadline:
-                break
-        else:
-            truncated = True
-            break
-        if deadline is not None and clock is not None and clock() > deadline:
-            truncated = True
-            break
-        if not events:
-            break
-        t = events[0][0]
-        while events and events[0][0] == t:
-            _, _, kind, key, tag = heapq.heappop(events)
-            source, _, gen = tag.partition(":")
-            if int(gen or 0) != runs.get(key, 0):
-                continue  # the run this end belonged to was preempted
-            if kind == _ARRIVE:
-                sim.add_workload(future[key])
-            elif kind == _END:
-                sources.add(source)
-                sim.finish(key)
-            else:
-                runs[key] = runs.get(key, 0) + 1
-                sim.finish_eviction(key, t)
-    # Nothing left to happen: either a run ahead never ends in the model, or the Workload
-    # cannot be admitted however long it waits (inactive queue, more than the quota).
-    why = "budget exceeded" if truncated else ("no end known" if endless else "never admitted")
-    for key in targets:
-        run.etas[key] = Eta(None, UNKNOWN, why)
-    run.truncated = truncated
+    fr = ForwardRun(state, cluster_queue, now, runtimes, arrivals=arrivals,
+                    max_cycles_per_instant=max_cycles_per_instant)
+    if not fr.advance(budget_ms, clock):
+        fr.finish()
     if clock is not None:
-        run.ms = (clock() - t0) * 1000.0
-    return run
+        fr.run.ms = (clock() - t0) * 1000.0  # the fork counts too
+    return fr.result()
 
 
 def _eta_at(t: float, sources: set[str], arrivals: bool = False,
@@ -403,9 +479,16 @@ class EtaBoard:
 
     ``runtimes``: the learned runtimes (shared with whoever observes finished runs);
     ``arrivals``: an ``ArrivalModel`` to project arrivals into each run (None: none);
-    ``min_interval`` / ``max_age``: seconds; ``budget_ms``: per cohort run; ``clock``:
-    seconds for the budget (``time.perf_counter``), injected so the core reads no clock.
-    ``runs`` and ``total_ms`` count the work done.
+    ``min_interval`` / ``max_age``: seconds; ``budget_ms``: per slice of a cohort's run;
+    ``max_slices``: a run still going after that many slices is ended (the rest ``budget
+    exceeded``), so a full answer costs at most ``max_slices x budget_ms`` (plus the fork);
+    ``clock``: seconds for the budget (``time.perf_counter``), injected so the core reads no
+    clock. ``runs`` (runs started), ``slices`` and ``total_ms`` count the work done.
+
+    A run that does not finish within one slice is kept and resumed by the next call for
+    its cohort (``advance``, or ``for_cluster_queue``: one slice per call at most), on the
+    state forked when it started; meanwhile answers come from it where it has got and from
+    the previous finished run for the rest.
     """
 
     def __init__(
@@ -415,6 +498,7 @@ class EtaBoard:
         min_interval: float = 5.0,
         max_age: float = 60.0,
         budget_ms: float = 50.0,
+        max_slices: int = 400,
         clock: Callable[[], float] | None = None,
         arrivals: ArrivalModel | None = None,
     ) -> None:
@@ -423,29 +507,71 @@ class EtaBoard:
         self.min_interval = min_interval
         self.max_age = max_age
         self.budget_ms = budget_ms
+        self.max_slices = max_slices
         self.clock = clock
         self.runs = 0
+        self.slices = 0
         self.total_ms = 0.0
         self._cache: dict[tuple[ClusterQueueName, ...], EtaRun] = {}
+        self._running: dict[tuple[ClusterQueueName, ...], ForwardRun] = {}
+
+    def _current(self, cached: EtaRun | None, state: Cluster, now: float) -> bool:
+        if cached is None:
+            return False
+        age = now - cached.computed_at
+        fresh = cached.generation == state.generation and age < self.max_age
+        return fresh or 0 <= age < self.min_interval
+
+    def advance(self, state: Cluster, name: ClusterQueueName, now: float) -> bool:
+        """One slice of ``name``'s cohort's run when its cached answer is out of date
+        (starting a run on the state as it is now if none is going); True when the cached
+        answer is complete and current (nothing was left to do, or this slice ended it)."""
+        members = state.scope_members(name)
+        if not members:
+            return True
+        scope = tuple(sorted(members))
+        fr = self._running.get(scope)
+        if fr is None:
+            if self._current(self._cache.get(scope), state, now):
+                return True
+            t0 = self.clock() if self.clock is not None else 0.0
+            fr = ForwardRun(state, name, now, self.runtimes, arrivals=self.arrivals)
+            if self.clock is not None:
+                fr.run.ms += (self.clock() - t0) * 1000.0  # the fork
+            self._running[scope] = fr
+            self.runs += 1
+        before = fr.run.ms
+        done = fr.advance(self.budget_ms, self.clock)
+        self.slices += 1
+        if not done and fr.run.slices >= self.max_slices:
+            fr.finish()
+            done = True
+        self.total_ms += fr.run.ms - before
+        if done:
+            self._cache[scope] = fr.result()
+            del self._running[scope]
+        return done
 
     def for_cluster_queue(self, state: Cluster, name: ClusterQueueName, now: float) -> EtaRun:
-        """The (possibly cached) run covering ``name``'s cohort."""
+        """The best answer covering ``name``'s cohort after at most one slice of work: the
+        finished run, or while one is going its ETAs so far over the previous finished
+        run's (``computing`` where neither has one)."""
+        self.advance(state, name, now)
         members = state.scope_members(name)
         if not members:
             return EtaRun(computed_at=now)
         scope = tuple(sorted(members))
         cached = self._cache.get(scope)
+        fr = self._running.get(scope)
+        if fr is None:
+            return cached if cached is not None else EtaRun(computed_at=now)
+        out = fr.result()
         if cached is not None:
-            age = now - cached.computed_at
-            fresh = cached.generation == state.generation and age < self.max_age
-            if fresh or 0 <= age < self.min_interval:
-                return cached
-        run = estimate(state, name, now, self.runtimes, budget_ms=self.budget_ms,
-                       clock=self.clock, arrivals=self.arrivals)
-        self.runs += 1
-        self.total_ms += run.ms
-        self._cache[scope] = run
-        return run
+            for key, e in out.etas.items():
+                old = cached.etas.get(key)
+                if e.basis == COMPUTING and old is not None:
+                    out.etas[key] = old
+        return out
 
     def eta(self, state: Cluster, name: ClusterQueueName, key: WorkloadKey,
             now: float) -> Eta:
@@ -457,8 +583,9 @@ class EtaBoard:
     def forget_missing(self, names: Iterable[ClusterQueueName]) -> None:
         """Drop cached cohorts that contain none of ``names`` (deleted queues)."""
         keep = set(names)
-        for scope in [s for s in self._cache if not keep.intersection(s)]:
-            del self._cache[scope]
+        for store in (self._cache, self._running):
+            for scope in [s for s in store if not keep.intersection(s)]:
+                del store[scope]
 
 
 def eta_text(eta: Eta, now: float) -> str:

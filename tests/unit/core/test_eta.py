@@ -8,12 +8,14 @@ import pytest
 
 from app.core.eta import (
     BOUNDED,
+    COMPUTING,
     ESTIMATED,
     OUTPACED,
     UNKNOWN,
     ArrivalModel,
     Eta,
     EtaBoard,
+    ForwardRun,
     RuntimeModel,
     estimate,
     eta_text,
@@ -105,6 +107,64 @@ def test_the_budget_stops_the_run_and_the_rest_is_unknown():
                    clock=lambda: next(ticks) * 0.001)  # each reading: 1 ms later
     assert run.truncated
     assert run.etas["ns/p0"].start == T + 600
+    assert run.etas["ns/p19"] == Eta(None, UNKNOWN, "budget exceeded")
+
+
+def test_slices_resume_where_they_stopped_on_the_state_forked_at_the_start():
+    # 20 4-GPU jobs of 60 s behind a (ends T+600): p_i starts at T+600+60i. With a 5 ms
+    # budget (each clock reading 1 ms later) one slice answers a few; resumed slices answer
+    # the rest, equal to the unbudgeted run, although the live state changed meanwhile.
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(600))
+    _pending(sim, *[workload(f"p{i}").pods(1, gpu=4).limit(60) for i in range(20)])
+    full = estimate(sim.c, CQ, T + 100, RuntimeModel())
+    ticks = itertools.count()
+    fr = ForwardRun(sim.c, CQ, T + 100, RuntimeModel())
+    assert not fr.advance(5.0, lambda: next(ticks) * 0.001)
+    first = fr.result()
+    given = {k for k, e in first.etas.items() if e.start is not None}
+    assert given and len(given) < 20
+    assert all(first.etas[k] == full.etas[k] for k in given)
+    assert first.etas["ns/p19"] == Eta(None, UNKNOWN, COMPUTING)
+    sim.c.add_workload(workload("late").cq("gpu").priority(99).pods(1, gpu=4).limit(9)
+                       .build(creation=T + 101))  # after the fork: not in this run
+    while not fr.advance(5.0, lambda: next(ticks) * 0.001):
+        assert fr.run.slices < 50
+    assert fr.run.slices > 2
+    assert fr.result().etas == full.etas
+    assert fr.result().etas["ns/p19"].start == T + 600 + 60 * 19
+
+
+def test_board_resumes_a_run_one_slice_per_call_and_answers_meanwhile():
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(600))
+    _pending(sim, *[workload(f"p{i}").pods(1, gpu=4).limit(60) for i in range(20)])
+    ticks = itertools.count()
+    board = EtaBoard(budget_ms=5.0, clock=lambda: next(ticks) * 0.001)
+    partial = board.for_cluster_queue(sim.c, CQ, T + 100)  # one slice
+    assert partial.etas["ns/p0"].start == T + 600
+    assert partial.etas["ns/p19"].basis == COMPUTING
+    assert board.runs == 1 and board.slices == 1
+    while not board.advance(sim.c, CQ, T + 100):
+        pass
+    whole = board.for_cluster_queue(sim.c, CQ, T + 100)
+    assert board.runs == 1 and board.slices > 2
+    assert whole.etas["ns/p19"] == Eta(T + 600 + 60 * 19, BOUNDED, "maximumExecutionTimeSeconds")
+    # A new run (state changed, min_interval passed): the rest comes from the last whole run.
+    sim.c.add_workload(workload("q").cq("gpu").pods(1, gpu=4).limit(60).build(creation=T + 101))
+    again = board.for_cluster_queue(sim.c, CQ, T + 110)
+    assert board.runs == 2
+    assert again.etas["ns/p19"] == whole.etas["ns/p19"]
+    assert again.etas["ns/q"].basis == COMPUTING
+
+
+def test_board_ends_a_run_after_max_slices():
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(600))
+    _pending(sim, *[workload(f"p{i}").pods(1, gpu=4).limit(60) for i in range(20)])
+    ticks = itertools.count()
+    board = EtaBoard(budget_ms=2.0, max_slices=2, clock=lambda: next(ticks) * 0.001)
+    assert not board.advance(sim.c, CQ, T + 100)
+    assert board.advance(sim.c, CQ, T + 100)  # the second and last slice
+    run = board.for_cluster_queue(sim.c, CQ, T + 100)
+    assert run.truncated and run.slices == 2
     assert run.etas["ns/p19"] == Eta(None, UNKNOWN, "budget exceeded")
 
 
