@@ -155,7 +155,9 @@ class EtaRun:
     """One forward run over a cohort: ``etas`` per pending Workload, ``cycles`` run, ``ms``
     spent (by the injected clock, 0 without one; summed over slices), ``truncated`` when the
     budget stopped it, ``computed_at`` (the ``now`` it started from), ``generation`` of the
-    state it forked, ``slices`` it took (``ForwardRun.advance`` calls)."""
+    state it forked, ``slices`` it took (``ForwardRun.advance`` calls), ``valid_until``:
+    the first expected end or arrival after ``computed_at`` (None: none): if the state has
+    not changed by then, that end did not come as expected and the run is out of date."""
 
     etas: dict[WorkloadKey, Eta] = field(default_factory=dict)
     cycles: int = 0
@@ -164,6 +166,7 @@ class EtaRun:
     computed_at: float = 0.0
     generation: int = -1
     slices: int = 0
+    valid_until: float | None = None
 
 
 _END, _EVICTED, _ARRIVE = 0, 1, 2
@@ -307,6 +310,8 @@ class ForwardRun:
     def _next_instant(self) -> None:
         events, sim = self._events, self._sim
         t = self._t = events[0][0]
+        if self.run.valid_until is None and t > self.run.computed_at:
+            self.run.valid_until = t
         while events and events[0][0] == t:
             _, _, kind, key, tag = heapq.heappop(events)
             source, _, gen = tag.partition(":")
@@ -519,7 +524,10 @@ class EtaBoard:
         if cached is None:
             return False
         age = now - cached.computed_at
-        fresh = cached.generation == state.generation and age < self.max_age
+        # An expected end that passed with nothing changed did not happen: the ETAs behind
+        # it are in the past ("now") although nothing can start; run again.
+        due = cached.valid_until is not None and now >= cached.valid_until
+        fresh = cached.generation == state.generation and age < self.max_age and not due
         return fresh or 0 <= age < self.min_interval
 
     def advance(self, state: Cluster, name: ClusterQueueName, now: float) -> bool:
@@ -590,14 +598,18 @@ class EtaBoard:
 
 def eta_text(eta: Eta, now: float) -> str:
     """Short, coarsely rounded text for messages: ``expected start in ~12m``, ``expected
-    start now``, ``start time unknown``. The rounding (1 min below 5 min, then 5 min below
-    1 h, 15 min below 3 h, hours below 2 days, then days) keeps the text stable for
+    start in under a minute``, ``expected start now`` (due: the start time has come),
+    ``start time unknown``. The rounding (under a minute, 1 min below 5 min, then 5 min
+    below 1 h, 15 min below 3 h, hours below 2 days, then days) keeps the text stable for
     minutes, so a message carrying it is rewritten rarely."""
     wait = eta.wait(now)
     if wait is None:
         return "start time unknown"
-    if wait < 30:
+    if wait < 1:
         return "expected start now"
+    if wait < 60:
+        # Not "now": a Workload 40 s away (e.g. behind a run about to end) is not starting.
+        return "expected start in under a minute"
     return f"expected start in ~{_round_duration(wait)}"
 
 

@@ -156,6 +156,24 @@ def test_board_resumes_a_run_one_slice_per_call_and_answers_meanwhile():
     assert again.etas["ns/q"].basis == COMPUTING
 
 
+def test_board_runs_again_when_an_expected_end_passed_and_nothing_changed():
+    # a (no limit) is expected to run 300 s (learned): x's ETA is T+300. At T+400 a has not
+    # ended and nothing changed: the cached T+300 would read "now"; the board runs again and
+    # a, older than every run of its kind, has no known end: x's start is unknown, and why.
+    sim = _four_gpus(workload("a").pods(1, gpu=4))
+    _pending(sim, workload("x").pods(1, gpu=4).limit(60))
+    model = RuntimeModel()
+    model.observe(workload("a").cq("gpu").pods(1, gpu=4).build(), 300)
+    board = EtaBoard(model, min_interval=5.0, max_age=3600.0)
+    first = board.for_cluster_queue(sim.c, CQ, T + 100)
+    assert first.etas["ns/x"] == Eta(T + 300, ESTIMATED, "learned")
+    assert first.valid_until == T + 300
+    assert board.for_cluster_queue(sim.c, CQ, T + 200) is first  # before the expected end
+    later = board.for_cluster_queue(sim.c, CQ, T + 400)
+    assert board.runs == 2
+    assert later.etas["ns/x"] == Eta(None, UNKNOWN, "no end known")
+
+
 def test_board_ends_a_run_after_max_slices():
     sim = _four_gpus(workload("a").pods(1, gpu=4).limit(600))
     _pending(sim, *[workload(f"p{i}").pods(1, gpu=4).limit(60) for i in range(20)])
@@ -203,7 +221,8 @@ def test_board_recomputes_only_on_change_and_not_more_often_than_min_interval():
 
 
 @pytest.mark.parametrize(("wait", "text"), [
-    (0, "expected start now"), (29, "expected start now"), (100, "expected start in ~2m"),
+    (0, "expected start now"), (29, "expected start in under a minute"),
+    (59, "expected start in under a minute"), (100, "expected start in ~2m"),
     (12 * 60 + 20, "expected start in ~10m"), (14 * 60, "expected start in ~15m"),
     (59 * 60, "expected start in ~1h"), (95 * 60, "expected start in ~1h30m"),
     (5 * 3600, "expected start in ~5h"), (80 * 3600, "expected start in ~3d"),
