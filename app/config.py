@@ -107,7 +107,8 @@ class SchedulingSettings(BaseModel):
     eta_message_seconds: float = Field(15.0, gt=0)
     # Project arrivals into the ETA (app.core.eta.ArrivalModel): the rate of each class
     # (LocalQueue, priority, shape) over this many seconds of past arrivals, projected as far
-    # ahead; 0 = off (the default: bursty queues make projections wrong both ways).
+    # ahead, only classes above the lowest pending priority; a start after that horizon is
+    # "unknown" (outpaced). 0 = off (the default: each run carries the projected Workloads).
     eta_arrivals_window_seconds: float = Field(0.0, ge=0)
     # Dashboard history (app/controllers/history.py): a sample of every ClusterQueue this
     # often (seconds), at most history_samples kept per ClusterQueue (default: 4 hours).
