@@ -542,6 +542,11 @@ class EtaBoard:
         if fr is None:
             if self._current(self._cache.get(scope), state, now):
                 return True
+            # A cohort that gained or lost a ClusterQueue is a new scope: its old run and
+            # answer are dropped rather than kept forever.
+            for store in (self._cache, self._running):
+                for old in [o for o in store if o != scope and set(o) & set(scope)]:
+                    del store[old]
             t0 = self.clock() if self.clock is not None else 0.0
             fr = ForwardRun(state, name, now, self.runtimes, arrivals=self.arrivals)
             if self.clock is not None:

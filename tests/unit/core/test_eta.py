@@ -174,6 +174,20 @@ def test_board_runs_again_when_an_expected_end_passed_and_nothing_changed():
     assert later.etas["ns/x"] == Eta(None, UNKNOWN, "no end known")
 
 
+def test_board_drops_the_run_of_a_cohort_that_gained_a_cluster_queue():
+    b = cluster_queue("gpu").flavor("a100", gpu=4).cohort("c")
+    sim = Sim(b.strict_fifo())
+    sim.c.add_workload(workload("a").cq("gpu").pods(1, gpu=4).limit(600).build(creation=T))
+    sim.c.schedule(T)
+    _pending(sim, *[workload(f"p{i}").pods(1, gpu=4).limit(60) for i in range(20)])
+    ticks = itertools.count()
+    board = EtaBoard(budget_ms=2.0, clock=lambda: next(ticks) * 0.001)
+    assert not board.advance(sim.c, CQ, T + 100)  # a run for the scope (gpu,) is going
+    sim.c.add_cluster_queue(cluster_queue("cpu").flavor("a100", gpu=0).cohort("c").build())
+    board.advance(sim.c, CQ, T + 100)  # the scope is now (cpu, gpu)
+    assert set(board._running) | set(board._cache) == {("cpu", "gpu")}  # (gpu,) dropped
+
+
 def test_board_ends_a_run_after_max_slices():
     sim = _four_gpus(workload("a").pods(1, gpu=4).limit(600))
     _pending(sim, *[workload(f"p{i}").pods(1, gpu=4).limit(60) for i in range(20)])
