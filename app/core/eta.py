@@ -31,7 +31,8 @@ an injected ``clock``, the core reads none) and the Workloads without a start ar
 spent and resumes where it was, on the cohort forked when it started, so every pending
 Workload gets its ETA after a bounded number of slices while the caller yields between
 them. ``EtaBoard`` caches the answer per cohort, recomputes it at most every
-``min_interval`` seconds and only when the state changed (``ClusterState.generation``) or
+``min_interval`` seconds and only when the state changed (``ClusterState.generation``),
+the run's first expected end passed with nothing changed (``EtaRun.valid_until``), or
 ``max_age`` passed, and resumes a run one slice per call (at most ``max_slices``).
 """
 
