@@ -20,9 +20,9 @@ Traces and runtime knowledge:
   most end well before); ``learned`` (no limits: the decayed median of the finished runs of
   the same LocalQueue and shape, learned as the replay goes).
 
-``+arrivals`` variants project arrivals into each run (``ArrivalModel``, window = horizon:
-30 s on the baseline, 4 h on gpu-teams, as ``scheduling.eta_arrivals_window_seconds``
-would): the streams of higher priority than some pending Workload go on at their recent
+``+arrivals`` variants project arrivals into each run (``ArrivalModel``, window 30 s on the
+baseline, 4 h on gpu-teams, horizon twice that, as ``scheduling.eta_arrivals_window_seconds``
+does): the streams of higher priority than some pending Workload go on at their recent
 rate; a start that lands only after the horizon is ``unknown`` ("outpaced"). Compare the
 ``unknown`` count with the errors: on the baseline the small jobs (lowest priority) wait
 for the higher-priority streams to end, which no model of the past can date.
@@ -223,14 +223,14 @@ def main() -> None:
         if a.arrivals:
             out["gpu-teams"]["limit=runtime+arrivals"] = evaluate(
                 trace, limit_of=exact, every=max(1, a.every // 25),
-                arrivals=ArrivalModel(window_seconds=4 * 3600, horizon_seconds=4 * 3600))
+                arrivals=ArrivalModel(window_seconds=4 * 3600, horizon_seconds=8 * 3600))
     if a.only in (None, "baseline"):
         trace = load_trace(ROOT / "bench/scenarios/baseline.yaml")
         out["baseline"] = {"limit=runtime": evaluate(trace, limit_of=exact, every=a.every)}
         if a.arrivals:
             out["baseline"]["limit=runtime+arrivals"] = evaluate(
                 trace, limit_of=exact, every=a.every,
-                arrivals=ArrivalModel(window_seconds=30, horizon_seconds=30))
+                arrivals=ArrivalModel(window_seconds=30, horizon_seconds=60))
     print(json.dumps(out, indent=2))
 
 

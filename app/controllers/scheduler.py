@@ -213,8 +213,11 @@ class SchedulerLoop:
             window = s.eta_arrivals_window_seconds
             self.eta = EtaBoard(RuntimeModel(), min_interval=s.eta_min_interval_seconds,
                                 budget_ms=s.eta_budget_ms, clock=time.perf_counter,
+                                # Twice the window: a queue that keeps up with
+                                # its arrivals gets numbers for long waits; one
+                                # outpaced by them is "unknown" at any horizon.
                                 arrivals=ArrivalModel(window_seconds=window,
-                                                      horizon_seconds=window)
+                                                      horizon_seconds=2 * window)
                                 if window > 0 else None)
         # Per pending Workload: the core's last Pending (to rewrite with a new ETA), the ETA
         # tail last put in its message, and the core message last announced by an Event.

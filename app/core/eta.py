@@ -224,10 +224,13 @@ class ForwardRun:
             # Only classes that would go ahead of some pending Workload: above the lowest
             # pending priority (a lower or equal one queues behind all of them).
             lqs = {f"{lq.namespace}/{lq.name}" for lq in sim.local_queues_of(members)}
-            for wl in arrivals.future(now, lqs, above_priority=min(self._targets.values())):
+            projected = arrivals.future(now, lqs, above_priority=min(self._targets.values()))
+            for wl in projected:
                 self._future[wl.key] = wl
                 self._push(wl.creation, _ARRIVE, wl.key, "")
             self._horizon_end = now + arrivals.horizon_seconds
+            if len(projected) >= arrivals.max_future:  # capped: the projection ends sooner
+                self._horizon_end = projected[-1].creation
         for name in members:
             for key in sim.admitted(name):
                 info = sim.workload(key)

@@ -307,6 +307,19 @@ def test_a_start_only_after_the_projection_ends_is_unknown_outpaced():
     assert _etas(sim)["x"] == Eta(T + 1200, BOUNDED, "maximumExecutionTimeSeconds")
 
 
+def test_a_capped_projection_ends_at_its_last_arrival():
+    # The same stream, capped at 3 projected jobs (T+200, T+300, T+400) with a long horizon:
+    # x would start at T+2100 only because the cap stopped the stream: unknown, outpaced.
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(1200))
+    _pending(sim, workload("x").pods(1, gpu=4).limit(60))
+    arrivals = ArrivalModel(window_seconds=5000, horizon_seconds=100_000, max_future=3)
+    _stream(arrivals, "hi", 10, (T - 100, T, T + 100))
+    assert [w.creation for w in arrivals.future(T + 100, {"ns/lq-gpu"})] == [
+        T + 200, T + 300, T + 400]
+    run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
+    assert run.etas["ns/x"] == Eta(None, UNKNOWN, OUTPACED)
+
+
 def test_lower_priority_projections_do_not_touch_a_higher_priority_eta():
     # y (priority 20) is ahead of every projected priority-10 job: its ETA stays bounded,
     # while x (priority 0) behind them gets "+arrivals".
