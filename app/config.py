@@ -106,8 +106,9 @@ class SchedulingSettings(BaseModel):
     eta_budget_ms: float = Field(50.0, gt=0)
     eta_message_seconds: float = Field(15.0, gt=0)
     # Project arrivals into the ETA (app.core.eta.ArrivalModel): the rate of each class
-    # (LocalQueue, priority, shape) over this many seconds of past arrivals, projected as far
-    # ahead; 0 = off (the default: bursty queues make projections wrong both ways).
+    # (LocalQueue, priority, shape) over this many seconds of past arrivals, projected twice
+    # as far ahead, only classes above the lowest pending priority; a start after that is
+    # "unknown" (outpaced). 0 = off (the default: each run carries the projected Workloads).
     eta_arrivals_window_seconds: float = Field(0.0, ge=0)
     # Dashboard history (app/controllers/history.py): a sample of every ClusterQueue this
     # often (seconds), at most history_samples kept per ClusterQueue (default: 4 hours).

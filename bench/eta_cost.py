@@ -3,9 +3,12 @@
 Scenario: one cohort of 5 GPU ClusterQueues (220 GPUs nominal each, BestEffortFIFO,
 borrowing allowed), 500 running Workloads (1-4 GPUs, time limits 10 min - 4 h, admitted in
 the last hour) and 1,000 pending ones (1-8 GPUs, limits 10 min - 4 h; a quarter without a
-limit, estimated from learned runtimes). Measures the full run (no budget), then the run
-under the default budget (how many ETAs it answers), then ``EtaBoard`` called as the status
-API would, once per second for a minute with the state unchanged (cache hits).
+limit, estimated from learned runtimes). Measures the full run (no budget), then one run
+under the default budget (how many ETAs a single slice answers), then the run in slices
+(``EtaBoard.advance`` until whole, as the ETA refresher does: slices, the longest slice,
+CPU and wall time to the full answer, and that it equals the unbudgeted one), then
+``EtaBoard`` called as the status API would, once per second for a minute with the state
+unchanged (cache hits).
 
     .venv/bin/python bench/eta_cost.py [--pending 1000] [--running 500] [--budget-ms 50]
 """
@@ -89,6 +92,18 @@ def main() -> None:
         run = estimate(c, cq, NOW, model, budget_ms=None, clock=time.perf_counter)
         full.append(run.ms)
     budgeted = estimate(c, cq, NOW, model, budget_ms=a.budget_ms, clock=time.perf_counter)
+    sliced = EtaBoard(model, budget_ms=a.budget_ms, clock=time.perf_counter)
+    slice_ms: list[float] = []
+    w0, c0 = time.perf_counter(), time.process_time()
+    while True:
+        s0 = time.perf_counter()
+        whole = sliced.advance(c, cq, NOW)
+        slice_ms.append((time.perf_counter() - s0) * 1000)
+        if whole:
+            break
+    sliced_wall = (time.perf_counter() - w0) * 1000
+    sliced_cpu = (time.process_time() - c0) * 1000
+    answer = sliced.for_cluster_queue(c, cq, NOW)
     board = EtaBoard(model, budget_ms=a.budget_ms, clock=time.perf_counter)
     t0 = time.perf_counter()
     for s in range(60):
@@ -103,6 +118,13 @@ def main() -> None:
         "budgeted_run": {"budget_ms": a.budget_ms, "ms": round(budgeted.ms, 1),
                          "truncated": budgeted.truncated,
                          "confidence": summary(budgeted.etas)},
+        "sliced_run": {"budget_ms_per_slice": a.budget_ms, "slices": sliced.slices,
+                       "longest_slice_ms": round(max(slice_ms), 1),
+                       "first_slice_ms_with_fork": round(slice_ms[0], 1),
+                       "total_wall_ms": round(sliced_wall, 1),
+                       "total_cpu_ms": round(sliced_cpu, 1),
+                       "confidence": summary(answer.etas),
+                       "same_as_full_run": answer.etas == run.etas},
         "board_60_queries_1s_apart": {"recomputations": board.runs,
                                       "total_ms": round(board_ms, 1)},
     }, indent=2))

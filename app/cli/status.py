@@ -297,15 +297,19 @@ def summary(rows: list[dict[str, Any]], bar_width: int = 8) -> Text:
 
 
 def eta_cell(w: dict[str, Any]) -> Text:
-    """``~12m``, ``now``, ``unknown`` (the API's ``eta``), with the confidence word when it
-    is only an estimate; ``-`` when the server computes no ETAs."""
+    """``~12m``, ``~40s``, ``now`` (due), ``unknown (why)`` (the API's ``eta``), with the
+    confidence word when it is only an estimate; ``-`` when the server computes no ETAs."""
     e = w.get("eta")
     if not e:
         return Text("-", style="dim")
     if e.get("confidence") == "unknown" or e.get("waitSeconds") is None:
-        return Text("unknown", style="dim")
+        # Say why (e.g. "no end known": a run ahead has no limit and outlived every
+        # finished run of its kind), so "unknown" is not mistaken for "soon".
+        why = e.get("basis")
+        return Text(f"unknown ({why})" if why else "unknown", style="dim")
     wait = int(e["waitSeconds"])
-    text = "now" if wait < 30 else f"~{_duration(wait)}"
+    # "now" only when due: a start 40 s away is "~40s", not "now".
+    text = "now" if wait < 1 else f"~{wait}s" if wait < 60 else f"~{_duration(wait)}"
     t = Text(text)
     if e.get("confidence") == "estimated":
         t.append(" est.", style="dim")
@@ -321,13 +325,20 @@ def _duration(s: int) -> str:
     return f"{round(s / 86400)}d"
 
 
+# Human-facing positions count from 1 everywhere (this table, the Pending message, the
+# dashboard); the API keeps Kueue's 0-based positionInClusterQueue / positionInLocalQueue.
+POS_LEGEND = "Pos 1 = next to be admitted (API positionInClusterQueue + 1)"
+
+
 def _pending_table(title: str, page: dict[str, Any], now: float, *,
                    in_local_queue: bool = False) -> Table:
-    """Pending Workloads of one page. ``Pos``: 0-based position in the ClusterQueue (0 is
-    next); ``In LQ``: in the LocalQueue (namespace view)."""
+    """Pending Workloads of one page. ``Pos``: place in the ClusterQueue counted from 1 (1
+    is next), as in the Pending message's ``position N``: the API's 0-based
+    ``positionInClusterQueue`` + 1; ``In LQ``: the same in the LocalQueue (namespace view).
+    The caption says so."""
     meta = page.get("metadata") or {}
     more = meta.get("remainingItemCount") or 0
-    caption = f"{more} more not shown (use --limit)" if more else None
+    caption = POS_LEGEND + (f"; {more} more not shown (use --limit)" if more else "")
     t = Table(title=title, caption=caption, title_justify="left", expand=False)
     t.add_column("Pos", justify="right")
     if in_local_queue:
@@ -339,9 +350,9 @@ def _pending_table(title: str, page: dict[str, Any], now: float, *,
     t.add_column("Starts", justify="right")
     t.add_column("Why it waits", overflow="fold", ratio=1)
     for w in page.get("items") or []:
-        pos = [str(w["positionInClusterQueue"])]
+        pos = [str(w["positionInClusterQueue"] + 1)]
         if in_local_queue:
-            pos.append(str(w["positionInLocalQueue"]))
+            pos.append(str(w["positionInLocalQueue"] + 1))
         t.add_row(*pos, f"{w['namespace']}/{w['name']}", w["localQueueName"],
                   str(w["priority"]), _age(w["created"], now), eta_cell(w), _reason(w))
     return t
@@ -474,8 +485,9 @@ def cohort_tree(cohorts: list[Row]) -> Tree:
 
 
 def _pending_count(q: dict[str, Any]) -> str:
+    # Spelled out: "inadm." puzzled a first-time reader (parked until something changes).
     n, parked = q["pendingWorkloads"], q["inadmissibleWorkloads"]
-    return f"{n} ({parked} inadm.)" if parked else str(n)
+    return f"{n} ({parked} inadmissible)" if parked else str(n)
 
 
 def render(snap: Snapshot, now: float | None = None, width: int | None = None,

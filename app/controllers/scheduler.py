@@ -213,8 +213,11 @@ class SchedulerLoop:
             window = s.eta_arrivals_window_seconds
             self.eta = EtaBoard(RuntimeModel(), min_interval=s.eta_min_interval_seconds,
                                 budget_ms=s.eta_budget_ms, clock=time.perf_counter,
+                                # Twice the window: a queue that keeps up with
+                                # its arrivals gets numbers for long waits; one
+                                # outpaced by them is "unknown" at any horizon.
                                 arrivals=ArrivalModel(window_seconds=window,
-                                                      horizon_seconds=window)
+                                                      horizon_seconds=2 * window)
                                 if window > 0 else None)
         # Per pending Workload: the core's last Pending (to rewrite with a new ETA), the ETA
         # tail last put in its message, and the core message last announced by an Event.
@@ -671,6 +674,11 @@ class SchedulerLoop:
                 # One ClusterQueue at a time (each ETA run is budgeted), yielding between
                 # them: many cohorts must not hold the event loop (extender, API) at once.
                 for name in self.cluster.cluster_queue_names():
+                    # The cohort's run in slices of eta_budget_ms, each on the state
+                    # forked when it started, until it is whole (at most the board's
+                    # max_slices), then the messages from it.
+                    while not self.eta.advance(self.cluster, name, self.ctx.clock()):
+                        await asyncio.sleep(0)
                     self.refresh_eta_messages([name])
                     await asyncio.sleep(0)
             except Exception:  # noqa: BLE001 - an ETA bug must not stop the messages

@@ -37,7 +37,7 @@ from app.core.cluster import (
     admission_usage,
 )
 from app.core.decisions import QuotaShortfall
-from app.core.eta import Eta, EtaBoard
+from app.core.eta import UNKNOWN, Eta, EtaBoard, EtaRun
 from app.core.scheduler import Cluster
 from app.core.spec import LocalQueue, StopPolicy
 from app.core.types import ClusterQueueName, CohortName, FlavorResource, WorkloadKey
@@ -180,14 +180,21 @@ class ClusterView:
         # Workloads holding quota whose admission checks are not all Ready yet: reserving,
         # not admitted (Kueue counts them in reservingWorkloads only).
         self.awaiting_checks = awaiting_checks
+        self._eta_runs: dict[ClusterQueueName, EtaRun] = {}
 
     def _eta(self, key: WorkloadKey, cluster_queue: ClusterQueueName,
              ) -> tuple[Eta | None, float | None]:
         if self.eta is None or not isinstance(self.cluster, Cluster):
             return None, None
-        now = self.clock()
-        run = self.eta.for_cluster_queue(self.cluster, cluster_queue, now)
-        return self.eta.eta(self.cluster, cluster_queue, key, now), run.computed_at
+        # One answer per ClusterQueue per view (a view serves one request): the board does
+        # at most one slice of a cohort's run per call, so a long list costs one slice.
+        run = self._eta_runs.get(cluster_queue)
+        if run is None:
+            run = self._eta_runs[cluster_queue] = self.eta.for_cluster_queue(
+                self.cluster, cluster_queue, self.clock())
+        got = run.etas.get(key)
+        return (got if got is not None else Eta(None, UNKNOWN, "not computed yet"),
+                run.computed_at)
 
     def _local_queues(self) -> list[LocalQueue]:
         c = self.cluster

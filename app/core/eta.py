@@ -19,15 +19,21 @@ Each run ends at its *expected end*, from ``RuntimeModel.remaining``:
 
 Confidence of a Workload's ETA (``Eta.confidence``): ``bounded`` when every run that ended in
 the simulation before it started had a time limit, ``estimated`` when one of them ended at a
-learned runtime, ``unknown`` when it never starts in the simulation (a run ahead has no known
-end, the ClusterQueue is inactive, the budget ran out). Not modelled: Workloads that will
-arrive later (a higher-priority arrival delays the start), runs that end before their limit
-(a bounded ETA is then late, never early, when nothing arrives), eviction delays.
+learned runtime or a projected arrival went ahead of it, ``unknown`` when it never starts in
+the simulation (a run ahead has no known end, the ClusterQueue is inactive, the budget ran
+out, projected arrivals outpace it). Workloads that will arrive later are modelled only with
+an ``ArrivalModel`` (``+arrivals``, see there). Not modelled: runs that end before their
+limit (a bounded ETA is then late, never early, when nothing arrives), eviction delays.
 
-Cost: O(cycles x cohort size); ``budget_ms`` stops the run (with an injected ``clock``, the
-core reads none) and the Workloads without a start are ``unknown``. ``EtaBoard`` caches the
-answer per cohort and recomputes it at most every ``min_interval`` seconds, and only when the
-state changed (``ClusterState.generation``) or ``max_age`` passed.
+Cost: O(cycles x cohort size). ``estimate`` is one slice: ``budget_ms`` stops the run (with
+an injected ``clock``, the core reads none) and the Workloads without a start are
+``unknown``. ``ForwardRun`` is the same run in slices: it stops when a slice's budget is
+spent and resumes where it was, on the cohort forked when it started, so every pending
+Workload gets its ETA after a bounded number of slices while the caller yields between
+them. ``EtaBoard`` caches the answer per cohort, recomputes it at most every
+``min_interval`` seconds and only when the state changed (``ClusterState.generation``),
+the run's first expected end passed with nothing changed (``EtaRun.valid_until``), or
+``max_age`` passed, and resumes a run one slice per call (at most ``max_slices``).
 """
 
 from __future__ import annotations
@@ -45,11 +51,14 @@ from app.core.workload import Workload
 __all__ = [
     "ArrivalModel",
     "BOUNDED",
+    "COMPUTING",
+    "OUTPACED",
     "ESTIMATED",
     "UNKNOWN",
     "Eta",
     "EtaBoard",
     "EtaRun",
+    "ForwardRun",
     "RuntimeModel",
     "estimate",
     "eta_text",
@@ -58,6 +67,7 @@ __all__ = [
 
 BOUNDED, ESTIMATED, UNKNOWN = "bounded", "estimated", "unknown"
 LIMIT, LEARNED = "maximumExecutionTimeSeconds", "learned"
+OUTPACED = "outpaced by higher-priority arrivals"
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +154,11 @@ class RuntimeModel:
 @dataclass(slots=True)
 class EtaRun:
     """One forward run over a cohort: ``etas`` per pending Workload, ``cycles`` run, ``ms``
-    spent (by the injected clock, 0 without one), ``truncated`` when the budget stopped
-    it, ``computed_at`` (the ``now`` it started from) and ``generation`` of the state."""
+    spent (by the injected clock, 0 without one; summed over slices), ``truncated`` when the
+    budget stopped it, ``computed_at`` (the ``now`` it started from), ``generation`` of the
+    state it forked, ``slices`` it took (``ForwardRun.advance`` calls), ``valid_until``:
+    the first expected end or arrival after ``computed_at`` (None: none): if the state has
+    not changed by then, that end did not come as expected and the run is out of date."""
 
     etas: dict[WorkloadKey, Eta] = field(default_factory=dict)
     cycles: int = 0
@@ -153,9 +166,192 @@ class EtaRun:
     truncated: bool = False
     computed_at: float = 0.0
     generation: int = -1
+    slices: int = 0
+    valid_until: float | None = None
 
 
 _END, _EVICTED, _ARRIVE = 0, 1, 2
+COMPUTING = "computing"
+
+
+class ForwardRun:
+    """A forward run over ``cluster_queue``'s cohort that can stop and resume (slices).
+
+    The cohort is forked at construction: the run answers for the state at that moment,
+    whatever happens to ``state`` between slices. ``advance(budget_ms, clock)`` drives it
+    until every pending Workload has a start, nothing is left to happen, or the slice's
+    budget is spent (checked after each core cycle, so a slice overruns by at most one
+    cycle); it returns ``done``. ``result()`` is the run so far: Workloads without a start
+    yet are ``unknown`` (``computing`` while the run goes on; once done, why: see
+    ``estimate``). ETAs already given never change in later slices: the virtual clock only
+    moves forward. ``finish()`` ends it where it is (``truncated``: the rest get
+    ``budget exceeded``).
+    """
+
+    def __init__(self, state: Cluster, cluster_queue: ClusterQueueName, now: float,
+                 runtimes: RuntimeModel, *, arrivals: ArrivalModel | None = None,
+                 max_cycles_per_instant: int = 10_000) -> None:
+        self.run = EtaRun(computed_at=now, generation=state.generation)
+        self.done = False
+        self.runtimes = runtimes
+        self.max_cycles_per_instant = max_cycles_per_instant
+        members = state.scope_members(cluster_queue)
+        self._targets: dict[WorkloadKey, int] = {}  # pending Workload -> its priority
+        self._events: list[tuple[float, int, int, WorkloadKey, str]] = []
+        self._seq = 0
+        # Which runs end where: a key's generation guards against a stale end after eviction.
+        self._runs: dict[WorkloadKey, int] = {}
+        self._future: dict[WorkloadKey, Workload] = {}
+        self._horizon_end = now
+        # The highest priority among projected Workloads admitted so far: a target of lower
+        # priority admitted after one of them owes its ETA to the projection ("+arrivals").
+        self._ahead = -math.inf
+        self._endless = 0  # runs with no known end: they hold their quota for the whole run
+        self._sources: set[str] = set()  # the kinds of expected ends consumed so far
+        self._t = now
+        self._in_instant = True  # cycles at ``_t`` still to run
+        self._instant_cycles = 0
+        if not members:
+            self.done = True
+            return
+        sim = state.fork(members)
+        assert isinstance(sim, Cluster)
+        self._sim = sim
+        for name in members:
+            for info in sim.pending_workloads(name):
+                self._targets[info.workload] = info.priority
+        if arrivals is not None and self._targets:
+            # Only classes that would go ahead of some pending Workload: above the lowest
+            # pending priority (a lower or equal one queues behind all of them).
+            lqs = {f"{lq.namespace}/{lq.name}" for lq in sim.local_queues_of(members)}
+            projected = arrivals.future(now, lqs, above_priority=min(self._targets.values()))
+            for wl in projected:
+                self._future[wl.key] = wl
+                self._push(wl.creation, _ARRIVE, wl.key, "")
+            self._horizon_end = now + arrivals.horizon_seconds
+            if len(projected) >= arrivals.max_future:  # capped: the projection ends sooner
+                self._horizon_end = projected[-1].creation
+        for name in members:
+            for key in sim.admitted(name):
+                info = sim.workload(key)
+                wl = sim.domain_workload(key)
+                if info is None or wl is None:
+                    continue
+                self._runs[key] = 0
+                if info.state == "evicting":
+                    self._push(now, _EVICTED, key, LIMIT)
+                    continue
+                started = wl.quota_reserved_at if wl.quota_reserved_at is not None \
+                    else wl.creation
+                left, source = runtimes.remaining(wl, max(0.0, now - started))
+                if left is not None:
+                    self._push(now + left, _END, key, source)
+                else:
+                    self._endless += 1
+
+    def _push(self, at: float, kind: int, key: WorkloadKey, source: str) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (at, self._seq, kind, key, source))
+
+    def advance(self, budget_ms: float | None = None,
+                clock: Callable[[], float] | None = None) -> bool:
+        """Run one slice (no budget or no clock: to the end); returns ``done``."""
+        if self.done:
+            return True
+        t0 = clock() if clock is not None else 0.0
+        deadline = None if budget_ms is None or clock is None else t0 + budget_ms / 1000.0
+        self.run.slices += 1
+        try:
+            while not self.done:
+                if not self._targets:
+                    self.done = True
+                elif self._in_instant:
+                    self._cycle()
+                elif not self._events:
+                    self.done = True
+                else:
+                    self._next_instant()
+                if deadline is not None and clock is not None and clock() > deadline:
+                    break
+        finally:
+            if clock is not None:
+                self.run.ms += (clock() - t0) * 1000.0
+        return self.done
+
+    def _cycle(self) -> None:
+        sim, t, targets = self._sim, self._t, self._targets
+        ds = sim.schedule(t)
+        self.run.cycles += 1
+        self._instant_cycles += 1
+        for d in ds:
+            if isinstance(d, Admit):
+                key = d.workload
+                wl = sim.domain_workload(key)
+                if key in targets:
+                    prio = targets.pop(key)
+                    self.run.etas[key] = _eta_at(t, self._sources, self._ahead > prio,
+                                                 bool(self._future) and t > self._horizon_end)
+                if wl is None:
+                    continue
+                if key in self._future:
+                    self._ahead = max(self._ahead, wl.priority)
+                sim.update_workload(wl)  # the admission "lands" (as in the simulator)
+                gen = self._runs[key] = self._runs.get(key, 0) + 1
+                left, source = self.runtimes.remaining(wl, 0.0)
+                if left is not None:
+                    self._push(t + left, _END, key, f"{source}:{gen}")
+                else:
+                    self._endless += 1
+            elif isinstance(d, Preempt):
+                for v in d.victims:
+                    self._push(t, _EVICTED, v.workload,
+                               f"{LIMIT}:{self._runs.get(v.workload, 0)}")
+        if not ds:
+            self._in_instant = False
+        elif self._instant_cycles >= self.max_cycles_per_instant:
+            self.finish()  # a core that never settles at one instant: stop as truncated
+
+    def _next_instant(self) -> None:
+        events, sim = self._events, self._sim
+        t = self._t = events[0][0]
+        if self.run.valid_until is None and t > self.run.computed_at:
+            self.run.valid_until = t
+        while events and events[0][0] == t:
+            _, _, kind, key, tag = heapq.heappop(events)
+            source, _, gen = tag.partition(":")
+            if int(gen or 0) != self._runs.get(key, 0):
+                continue  # the run this end belonged to was preempted
+            if kind == _ARRIVE:
+                sim.add_workload(self._future[key])
+            elif kind == _END:
+                self._sources.add(source)
+                sim.finish(key)
+            else:
+                self._runs[key] = self._runs.get(key, 0) + 1
+                sim.finish_eviction(key, t)
+        self._in_instant = True
+        self._instant_cycles = 0
+
+    def finish(self) -> None:
+        """Stop here: the Workloads without a start get ``budget exceeded``."""
+        if not self.done:
+            self.done = self.run.truncated = True
+
+    def result(self) -> EtaRun:
+        """The run so far (see the class doc); a new ``EtaRun`` sharing nothing mutable."""
+        out = replace(self.run, etas=dict(self.run.etas))
+        if not self.done:
+            why = COMPUTING
+        elif self.run.truncated:
+            why = "budget exceeded"
+        else:
+            # Nothing left to happen: either a run ahead never ends in the model, or the
+            # Workload cannot be admitted however long it waits (inactive queue, more than
+            # the quota).
+            why = "no end known" if self._endless else "never admitted"
+        for key in self._targets:
+            out.etas[key] = Eta(None, UNKNOWN, why)
+        return out
 
 
 def estimate(
@@ -169,155 +365,77 @@ def estimate(
     max_cycles_per_instant: int = 10_000,
     arrivals: ArrivalModel | None = None,
 ) -> EtaRun:
-    """ETA of every pending Workload of ``cluster_queue``'s cohort (see the module doc).
+    """ETA of every pending Workload of ``cluster_queue``'s cohort in one slice (see the
+    module doc and ``ForwardRun``).
 
     ``state`` is not modified (a fork is driven). ``now``: seconds since the epoch;
     admitted Workloads' elapsed time is ``now - quota_reserved_at`` (``creation`` when
     unknown). ``budget_ms`` with ``clock`` (seconds, e.g. ``time.perf_counter``): stop
-    after that much time, the rest ``unknown`` (``truncated``). An unknown ClusterQueue
-    gives an empty run. Raises nothing for a core that keeps deciding at one instant past
-    ``max_cycles_per_instant``: the run stops there as truncated. ``arrivals``: project
-    Workloads still to come (``ArrivalModel.future``) into the run, so later
-    higher-priority arrivals delay the ETA as they will; their basis gets ``+arrivals``.
+    after that much time, the rest ``unknown`` (``budget exceeded``, ``truncated``). An
+    unknown ClusterQueue gives an empty run. Raises nothing for a core that keeps deciding
+    at one instant past ``max_cycles_per_instant``: the run stops there as truncated.
+    ``arrivals``: project Workloads still to come (``ArrivalModel.future``) into the run,
+    so later higher-priority arrivals delay the ETA as they will; the basis of an ETA they
+    delayed gets ``+arrivals``.
     """
     t0 = clock() if clock is not None else 0.0
-    deadline = None if budget_ms is None or clock is None else t0 + budget_ms / 1000.0
-    run = EtaRun(computed_at=now, generation=state.generation)
-    members = state.scope_members(cluster_queue)
-    if not members:
-        return run
-    sim = state.fork(members)
-    assert isinstance(sim, Cluster)
-    targets: dict[WorkloadKey, None] = {}
-    for name in members:
-        for info in sim.pending_workloads(name):
-            targets[info.workload] = None
-    wls: dict[WorkloadKey, Workload] = {}
-    events: list[tuple[float, int, int, WorkloadKey, str]] = []
-    seq = 0
-    # Which runs end where: a key's generation guards against a stale end after eviction.
-    runs: dict[WorkloadKey, int] = {}
-
-    def push(at: float, kind: int, key: WorkloadKey, source: str) -> None:
-        nonlocal seq
-        seq += 1
-        heapq.heappush(events, (at, seq, kind, key, source))
-
-    future: dict[WorkloadKey, Workload] = {}
-    if arrivals is not None:
-        lqs = {f"{lq.namespace}/{lq.name}" for lq in sim.local_queues_of(members)}
-        for wl in arrivals.future(now, lqs):
-            future[wl.key] = wl
-            push(wl.creation, _ARRIVE, wl.key, "")
-    endless = 0  # runs with no known end: they hold their quota for the whole run
-    for name in members:
-        for key in sim.admitted(name):
-            info = sim.workload(key)
-            wl = sim.domain_workload(key)
-            if info is None or wl is None:
-                continue
-            wls[key] = wl
-            runs[key] = 0
-            if info.state == "evicting":
-                push(now, _EVICTED, key, LIMIT)
-                continue
-            started = wl.quota_reserved_at if wl.quota_reserved_at is not None else wl.creation
-            left, source = runtimes.remaining(wl, max(0.0, now - started))
-            if left is not None:
-                push(now + left, _END, key, source)
-            else:
-                endless += 1
-    sources: set[str] = set()  # the kinds of expected ends consumed so far
-    t = now
-    truncated = False
-    while targets:
-        for _ in range(max_cycles_per_instant):
-            ds = sim.schedule(t)
-            run.cycles += 1
-            for d in ds:
-                if isinstance(d, Admit):
-                    key = d.workload
-                    wl = sim.domain_workload(key)
-                    if key in targets:
-                        del targets[key]
-                        run.etas[key] = _eta_at(t, sources, bool(future))
-                    if wl is None:
-                        continue
-                    sim.update_workload(wl)  # the admission "lands" (as in the simulator)
-                    runs[key] = runs.get(key, 0) + 1
-                    wls[key] = wl
-                    left, source = runtimes.remaining(wl, 0.0)
-                    if left is not None:
-                        push(t + left, _END, key, f"{source}:{runs[key]}")
-                    else:
-                        endless += 1
-                elif isinstance(d, Preempt):
-                    for v in d.victims:
-                        push(t, _EVICTED, v.workload, f"{LIMIT}:{runs.get(v.workload, 0)}")
-            if not ds:
-                break
-            if deadline is not None and clock is not None and clock() > deadline:
-                break
-        else:
-            truncated = True
-            break
-        if deadline is not None and clock is not None and clock() > deadline:
-            truncated = True
-            break
-        if not events:
-            break
-        t = events[0][0]
-        while events and events[0][0] == t:
-            _, _, kind, key, tag = heapq.heappop(events)
-            source, _, gen = tag.partition(":")
-            if int(gen or 0) != runs.get(key, 0):
-                continue  # the run this end belonged to was preempted
-            if kind == _ARRIVE:
-                sim.add_workload(future[key])
-            elif kind == _END:
-                sources.add(source)
-                sim.finish(key)
-            else:
-                runs[key] = runs.get(key, 0) + 1
-                sim.finish_eviction(key, t)
-    # Nothing left to happen: either a run ahead never ends in the model, or the Workload
-    # cannot be admitted however long it waits (inactive queue, more than the quota).
-    why = "budget exceeded" if truncated else ("no end known" if endless else "never admitted")
-    for key in targets:
-        run.etas[key] = Eta(None, UNKNOWN, why)
-    run.truncated = truncated
+    fr = ForwardRun(state, cluster_queue, now, runtimes, arrivals=arrivals,
+                    max_cycles_per_instant=max_cycles_per_instant)
+    if not fr.advance(budget_ms, clock):
+        fr.finish()
     if clock is not None:
-        run.ms = (clock() - t0) * 1000.0
-    return run
+        fr.run.ms = (clock() - t0) * 1000.0  # the fork counts too
+    return fr.result()
 
 
-def _eta_at(t: float, sources: set[str], arrivals: bool = False) -> Eta:
-    more = "+arrivals" if arrivals else ""
+def _eta_at(t: float, sources: set[str], arrivals: bool = False,
+            past_horizon: bool = False) -> Eta:
+    """The Eta of a start at ``t`` after the expected ends ``sources``; ``arrivals``: a
+    projected higher-priority Workload went ahead of it; ``past_horizon``: it starts after
+    the projection stopped."""
+    if arrivals and past_horizon:
+        # It starts only once the projection stops: the answer would be the horizon, not
+        # the queue. Higher-priority arrivals outpace the quota as far as the model knows.
+        return Eta(None, UNKNOWN, OUTPACED)
     if LEARNED in sources:
         basis = f"{LIMIT}+{LEARNED}" if LIMIT in sources else LEARNED
-        return Eta(t, ESTIMATED, basis + more)
-    return Eta(t, BOUNDED, LIMIT + more)
+    else:
+        basis = LIMIT
+    if arrivals:  # a projection went ahead of it: an estimate, whatever the limits
+        return Eta(t, ESTIMATED, basis + "+arrivals")
+    return Eta(t, BOUNDED if basis == LIMIT else ESTIMATED, basis)
 
 
 class ArrivalModel:
     """Recent arrivals per class (LocalQueue, priority, shape), to project the next ones.
 
-    ``observe(wl)`` records a Workload's creation; ``future(now, local_queues)`` returns the
-    Workloads expected in ``[now, now + horizon_seconds]``: for each class with at least
-    ``min_samples`` arrivals in the last ``window_seconds``, one copy of its latest Workload
-    every ``1 / rate`` seconds (rate = (n - 1) / (last - first) over that window), at most
-    ``max_future`` in all, the soonest first. They are named ``~eta-N`` (never a real name)
-    and keep the latest one's time limit. Steady streams are what this predicts; a burst
-    that has ended still projects until its samples leave the window.
+    ``observe(wl)`` records a Workload's creation. ``future(now, local_queues,
+    above_priority)`` returns the Workloads expected in ``(now, now + horizon_seconds]`` from
+    the classes of priority strictly above ``above_priority`` (only they go ahead of a
+    pending Workload of that priority: an equal-priority arrival is younger, so it queues
+    behind it in Kueue's order, priority then creation). Per class with at least
+    ``min_samples`` arrivals in the last ``window_seconds``: rate = (n - 1) / (last - first);
+    one copy of its latest Workload every ``1 / rate`` seconds. A class whose last arrival is
+    older than ``stale_gaps`` mean gaps has stopped (a burst that ended projects nothing;
+    a Poisson stream leaves such a gap about 5% of the time at 3). At most ``max_future`` in
+    all, the soonest first. They are named ``~eta-N`` (never a real Kubernetes name) and keep
+    the latest one's time limit.
+
+    The model is stationary: a stream goes on at its recent rate for the whole horizon.
+    What it cannot know is when a burst will end, so ``estimate`` turns a start that lands
+    after the horizon, behind projected arrivals, into ``unknown`` ("outpaced by
+    arrivals") instead of a number that only says when the projection stopped.
     """
 
     def __init__(self, *, window_seconds: float = 1800.0, horizon_seconds: float = 3600.0,
-                 min_samples: int = 3, max_future: int = 500, max_samples: int = 256) -> None:
+                 min_samples: int = 3, max_future: int = 2000, max_samples: int = 256,
+                 stale_gaps: float = 3.0) -> None:
         self.window_seconds = window_seconds
         self.horizon_seconds = horizon_seconds
         self.min_samples = min_samples
         self.max_future = max_future
         self.max_samples = max_samples
+        self.stale_gaps = stale_gaps
         self._classes: dict[tuple[object, ...], tuple[Workload, list[float]]] = {}
 
     def observe(self, wl: Workload) -> None:
@@ -331,27 +449,38 @@ class ArrivalModel:
         latest = wl if got is None or wl.creation >= got[0].creation else got[0]
         self._classes[key] = (latest, times)
 
-    def future(self, now: float, local_queues: set[str]) -> list[Workload]:
-        """The projected arrivals of ``local_queues`` (``namespace/name``) after ``now``."""
-        out: list[Workload] = []
-        n = 0
+    def future(self, now: float, local_queues: set[str],
+               above_priority: int | None = None) -> list[Workload]:
+        """The projected arrivals of ``local_queues`` (``namespace/name``) after ``now``,
+        of priority above ``above_priority`` (None: every class)."""
+        end = now + self.horizon_seconds
+        streams: list[tuple[float, int, float, Workload]] = []  # (next at, i, step, latest)
         for (ns, queue, _, _), (latest, times) in self._classes.items():
             if f"{ns}/{queue}" not in local_queues:
+                continue
+            if above_priority is not None and latest.priority <= above_priority:
                 continue
             recent = sorted(x for x in times if now - self.window_seconds <= x <= now)
             if len(recent) < self.min_samples or recent[-1] <= recent[0]:
                 continue
             step = (recent[-1] - recent[0]) / (len(recent) - 1)
-            at = recent[-1] + step
-            while at <= now:
-                at += step
-            while at <= now + self.horizon_seconds and len(out) < 4 * self.max_future:
-                n += 1
-                out.append(replace(latest, name=f"~eta-{n}", uid=f"~eta-{n}", creation=at,
-                                   admission=None, evicted_at=None, quota_reserved_at=None))
-                at += step
-        out.sort(key=lambda w: w.creation)
-        return out[:self.max_future]
+            if now - recent[-1] > self.stale_gaps * step:
+                continue  # the stream stopped
+            at = recent[-1] + step * (math.floor((now - recent[-1]) / step) + 1)  # > now
+            streams.append((at, len(streams), step, latest))
+        # Soonest first across the classes, so the cap cuts the far end of the horizon and
+        # never a whole class.
+        heapq.heapify(streams)
+        out: list[Workload] = []
+        while streams and len(out) < self.max_future:
+            at, i, step, latest = streams[0]
+            if at > end:
+                break
+            n = len(out) + 1
+            out.append(replace(latest, name=f"~eta-{n}", uid=f"~eta-{n}", creation=at,
+                               admission=None, evicted_at=None, quota_reserved_at=None))
+            heapq.heapreplace(streams, (at + step, i, step, latest))
+        return out
 
 
 class EtaBoard:
@@ -359,9 +488,16 @@ class EtaBoard:
 
     ``runtimes``: the learned runtimes (shared with whoever observes finished runs);
     ``arrivals``: an ``ArrivalModel`` to project arrivals into each run (None: none);
-    ``min_interval`` / ``max_age``: seconds; ``budget_ms``: per cohort run; ``clock``:
-    seconds for the budget (``time.perf_counter``), injected so the core reads no clock.
-    ``runs`` and ``total_ms`` count the work done.
+    ``min_interval`` / ``max_age``: seconds; ``budget_ms``: per slice of a cohort's run;
+    ``max_slices``: a run still going after that many slices is ended (the rest ``budget
+    exceeded``), so a full answer costs at most ``max_slices x budget_ms`` (plus the fork);
+    ``clock``: seconds for the budget (``time.perf_counter``), injected so the core reads no
+    clock. ``runs`` (runs started), ``slices`` and ``total_ms`` count the work done.
+
+    A run that does not finish within one slice is kept and resumed by the next call for
+    its cohort (``advance``, or ``for_cluster_queue``: one slice per call at most), on the
+    state forked when it started; meanwhile answers come from it where it has got and from
+    the previous finished run for the rest.
     """
 
     def __init__(
@@ -371,6 +507,7 @@ class EtaBoard:
         min_interval: float = 5.0,
         max_age: float = 60.0,
         budget_ms: float = 50.0,
+        max_slices: int = 400,
         clock: Callable[[], float] | None = None,
         arrivals: ArrivalModel | None = None,
     ) -> None:
@@ -379,29 +516,79 @@ class EtaBoard:
         self.min_interval = min_interval
         self.max_age = max_age
         self.budget_ms = budget_ms
+        self.max_slices = max_slices
         self.clock = clock
         self.runs = 0
+        self.slices = 0
         self.total_ms = 0.0
         self._cache: dict[tuple[ClusterQueueName, ...], EtaRun] = {}
+        self._running: dict[tuple[ClusterQueueName, ...], ForwardRun] = {}
+
+    def _current(self, cached: EtaRun | None, state: Cluster, now: float) -> bool:
+        if cached is None:
+            return False
+        age = now - cached.computed_at
+        # An expected end that passed with nothing changed did not happen: the ETAs behind
+        # it are in the past ("now") although nothing can start; run again.
+        due = cached.valid_until is not None and now >= cached.valid_until
+        fresh = cached.generation == state.generation and age < self.max_age and not due
+        return fresh or 0 <= age < self.min_interval
+
+    def advance(self, state: Cluster, name: ClusterQueueName, now: float) -> bool:
+        """One slice of ``name``'s cohort's run when its cached answer is out of date
+        (starting a run on the state as it is now if none is going); True when the cached
+        answer is complete and current (nothing was left to do, or this slice ended it)."""
+        members = state.scope_members(name)
+        if not members:
+            return True
+        scope = tuple(sorted(members))
+        fr = self._running.get(scope)
+        if fr is None:
+            if self._current(self._cache.get(scope), state, now):
+                return True
+            # A cohort that gained or lost a ClusterQueue is a new scope: its old run and
+            # answer are dropped rather than kept forever.
+            for store in (self._cache, self._running):
+                for old in [o for o in store if o != scope and set(o) & set(scope)]:
+                    del store[old]
+            t0 = self.clock() if self.clock is not None else 0.0
+            fr = ForwardRun(state, name, now, self.runtimes, arrivals=self.arrivals)
+            if self.clock is not None:
+                fr.run.ms += (self.clock() - t0) * 1000.0  # the fork
+            self._running[scope] = fr
+            self.runs += 1
+        before = fr.run.ms
+        done = fr.advance(self.budget_ms, self.clock)
+        self.slices += 1
+        if not done and fr.run.slices >= self.max_slices:
+            fr.finish()
+            done = True
+        self.total_ms += fr.run.ms - before
+        if done:
+            self._cache[scope] = fr.result()
+            del self._running[scope]
+        return done
 
     def for_cluster_queue(self, state: Cluster, name: ClusterQueueName, now: float) -> EtaRun:
-        """The (possibly cached) run covering ``name``'s cohort."""
+        """The best answer covering ``name``'s cohort after at most one slice of work: the
+        finished run, or while one is going its ETAs so far over the previous finished
+        run's (``computing`` where neither has one)."""
+        self.advance(state, name, now)
         members = state.scope_members(name)
         if not members:
             return EtaRun(computed_at=now)
         scope = tuple(sorted(members))
         cached = self._cache.get(scope)
+        fr = self._running.get(scope)
+        if fr is None:
+            return cached if cached is not None else EtaRun(computed_at=now)
+        out = fr.result()
         if cached is not None:
-            age = now - cached.computed_at
-            fresh = cached.generation == state.generation and age < self.max_age
-            if fresh or 0 <= age < self.min_interval:
-                return cached
-        run = estimate(state, name, now, self.runtimes, budget_ms=self.budget_ms,
-                       clock=self.clock, arrivals=self.arrivals)
-        self.runs += 1
-        self.total_ms += run.ms
-        self._cache[scope] = run
-        return run
+            for key, e in out.etas.items():
+                old = cached.etas.get(key)
+                if e.basis == COMPUTING and old is not None:
+                    out.etas[key] = old
+        return out
 
     def eta(self, state: Cluster, name: ClusterQueueName, key: WorkloadKey,
             now: float) -> Eta:
@@ -413,20 +600,25 @@ class EtaBoard:
     def forget_missing(self, names: Iterable[ClusterQueueName]) -> None:
         """Drop cached cohorts that contain none of ``names`` (deleted queues)."""
         keep = set(names)
-        for scope in [s for s in self._cache if not keep.intersection(s)]:
-            del self._cache[scope]
+        for store in (self._cache, self._running):
+            for scope in [s for s in store if not keep.intersection(s)]:
+                del store[scope]
 
 
 def eta_text(eta: Eta, now: float) -> str:
     """Short, coarsely rounded text for messages: ``expected start in ~12m``, ``expected
-    start now``, ``start time unknown``. The rounding (1 min below 5 min, then 5 min below
-    1 h, 15 min below 3 h, hours below 2 days, then days) keeps the text stable for
+    start in under a minute``, ``expected start now`` (due: the start time has come),
+    ``start time unknown``. The rounding (under a minute, 1 min below 5 min, then 5 min
+    below 1 h, 15 min below 3 h, hours below 2 days, then days) keeps the text stable for
     minutes, so a message carrying it is rewritten rarely."""
     wait = eta.wait(now)
     if wait is None:
         return "start time unknown"
-    if wait < 30:
+    if wait < 1:
         return "expected start now"
+    if wait < 60:
+        # Not "now": a Workload 40 s away (e.g. behind a run about to end) is not starting.
+        return "expected start in under a minute"
     return f"expected start in ~{_round_duration(wait)}"
 
 

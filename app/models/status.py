@@ -178,9 +178,12 @@ class Eta(StatusModel):
     ``start``: RFC 3339 UTC time (null when unknown); ``waitSeconds``: from now to ``start``
     (0 when due); ``confidence``: ``bounded`` (every run that had to end first has a time
     limit, ``maximumExecutionTimeSeconds``), ``estimated`` (some end was learned from
-    finished Workloads of the same LocalQueue and shape), ``unknown``; ``basis``: which of
-    those it rests on, or why it is unknown; ``computedAt``: when it was computed (recomputed
-    at most every few seconds)."""
+    finished Workloads of the same LocalQueue and shape, or projected arrivals went ahead:
+    basis ``...+arrivals``), ``unknown``; ``basis``: which of those it rests on, or why it
+    is unknown (``no end known``, ``never admitted``, ``budget exceeded``, ``computing``,
+    ``outpaced by higher-priority arrivals``, ``not computed yet``); ``computedAt``: when it
+    was computed (recomputed at most every few seconds, and once an expected end has passed
+    with nothing changed)."""
 
     start: str | None = None
     wait_seconds: int | None = None
@@ -195,7 +198,9 @@ class PendingWorkload(StatusModel):
     ``reason``: pykueue's cause (``WaitingForQuota``, ``NoMatchingFlavor``, ...; null before
     its first scheduling cycle); ``conditionReason``: the Kueue QuotaReserved=False reason
     written on the object; ``message`` says why with numbers; ``inadmissible``: parked until
-    something changes in its cohort.
+    something changes in its cohort. ``positionInClusterQueue`` / ``positionInLocalQueue``:
+    0-based as Kueue's visibility API (0 = next); the texts for people (the message's
+    ``position N``, ``pykueue status``, the dashboard) count from 1.
     """
 
     name: str

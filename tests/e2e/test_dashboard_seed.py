@@ -86,7 +86,7 @@ class DashboardScenario(scenario.Scenario):
         row = self.admin.wait_text("WaitingForQuota", self.train6)
         assert "pending" in row and "nvidia.com/gpu" in row, row
         eta = self.admin.text(f"{self.train6} td.eta")
-        assert re.fullmatch(r"(in ~\d+m|now) \(bounded\)", eta), eta
+        assert re.fullmatch(r"(in ~\d+[ms]|now) \(bounded\)", eta), eta
         self.user.open("about:blank")
         self.user.open(f"{self.url}#token={self.tokens[1]}")
         text = self.user.wait_text("research/job-train-6-")

@@ -69,7 +69,8 @@ def test_wide_cluster_queue_table_with_usage_bars_and_pending(run) -> None:
     assert "20Gi/32Gi" in memory and "available 12Gi" in memory
     eval1 = next(ln for ln in lines if "research/eval-1" in ln)
     assert "WaitingForQuota" in eval1 and "3 requested, 0 available" in eval1
-    assert eval1.split()[1] == "0"  # position 0 in the ClusterQueue
+    assert eval1.split()[1] == "1"  # next in the ClusterQueue: API position 0, shown as 1
+    assert "Pos 1 = next to be admitted (API positionInClusterQueue + 1)" in out
     after = next(ln for ln in lines if "ns/after" in ln)
     assert "waiting for a scheduling cycle" in after
 
@@ -81,7 +82,7 @@ def test_default_view_is_one_line_per_cluster_queue_gpus_first(run) -> None:
     for name in ("inference-cq", "research-cq", "solo-cq"):
         assert sum(name in ln for ln in table) == 1, name  # one line, no row per resource
     research = next(ln for ln in table if "research-cq" in ln)
-    assert "3 (3 inadm.)" in research and "gpu a100 6/4 (borrowing 2)" in research
+    assert "3 (3 inadmissible)" in research and "gpu a100 6/4 (borrowing 2)" in research
     assert str(usage_bar(6, 4, 8)) in research
     assert "gpu a100 2/4 (lending 2)" in next(ln for ln in table if "inference-cq" in ln)
     solo = next(ln for ln in table if "solo-cq" in ln)
@@ -102,7 +103,11 @@ def test_summary_puts_gpus_first_and_eta_cell_says_how_sure() -> None:
     assert str(eta_cell({"eta": {"confidence": "bounded", "waitSeconds": 720}})) == "~12m"
     assert str(eta_cell({"eta": {"confidence": "estimated", "waitSeconds": 5400}})) == \
         "~1h30m est."
-    assert str(eta_cell({"eta": {"confidence": "bounded", "waitSeconds": 10}})) == "now"
+    assert str(eta_cell({"eta": {"confidence": "bounded", "waitSeconds": 0}})) == "now"
+    # Under a minute is not "now" (a Workload behind a run about to end is not starting).
+    assert str(eta_cell({"eta": {"confidence": "estimated", "waitSeconds": 13}})) == "~13s est."
+    assert str(eta_cell({"eta": {"confidence": "unknown", "waitSeconds": None,
+                                 "basis": "no end known"}})) == "unknown (no end known)"
 
 
 def test_namespace_view_lists_local_queues_and_their_pending(run) -> None:
@@ -117,7 +122,7 @@ def test_namespace_view_lists_local_queues_and_their_pending(run) -> None:
     assert "Pending in LocalQueue research/lq-research" in out
     assert "team-b/probe" not in out
     train4 = next(ln for ln in out.splitlines() if "research/train-4" in ln)
-    assert train4.split()[1:4] == ["1", "│", "1"]  # position 1 in research-cq and in its LQ
+    assert train4.split()[1:4] == ["2", "│", "2"]  # API position 1 in research-cq and its LQ
 
 
 def test_limit_caps_each_pending_table_and_says_how_many_more(run) -> None:

@@ -38,7 +38,8 @@ function show(id, on) { document.getElementById(id).hidden = !on; }
 function untilText(iso) {
   if (!iso) return null;
   const s = (Date.parse(iso) - Date.now()) / 1000;
-  if (s < 30) return "now";
+  if (s < 1) return "now";  // due; a start 40 s away is not "now"
+  if (s < 60) return `in ~${Math.round(s)}s`;
   if (s < 3600) return `in ~${Math.max(1, Math.round(s / 60))}m`;
   if (s < 172800) {
     const m = Math.round(s / 60), h = Math.floor(m / 60), r = m % 60;
@@ -156,7 +157,8 @@ function drawWorkloads(d) {
     body.append(el("tr", { "data-workload": `${w.namespace}/${w.name}` },
       el("td", {}, `${w.namespace}/${w.name}`), el("td", {}, w.localQueue),
       el("td", {}, w.clusterQueue), el("td", { class: `state-${pending ? "pending" : "admitted"}` }, w.state),
-      el("td", {}, pending ? String(w.position) : "-"),
+      // 1 = next, as the Pending message and `pykueue status`; the API's position is 0-based.
+      el("td", {}, pending ? String(w.position + 1) : "-"),
       el("td", { class: "eta" }, pending ? etaText(w.eta) : "-"),
       el("td", { class: "msg" }, why)));
   }

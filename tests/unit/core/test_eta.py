@@ -8,11 +8,14 @@ import pytest
 
 from app.core.eta import (
     BOUNDED,
+    COMPUTING,
     ESTIMATED,
+    OUTPACED,
     UNKNOWN,
     ArrivalModel,
     Eta,
     EtaBoard,
+    ForwardRun,
     RuntimeModel,
     estimate,
     eta_text,
@@ -107,6 +110,96 @@ def test_the_budget_stops_the_run_and_the_rest_is_unknown():
     assert run.etas["ns/p19"] == Eta(None, UNKNOWN, "budget exceeded")
 
 
+def test_slices_resume_where_they_stopped_on_the_state_forked_at_the_start():
+    # 20 4-GPU jobs of 60 s behind a (ends T+600): p_i starts at T+600+60i. With a 5 ms
+    # budget (each clock reading 1 ms later) one slice answers a few; resumed slices answer
+    # the rest, equal to the unbudgeted run, although the live state changed meanwhile.
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(600))
+    _pending(sim, *[workload(f"p{i}").pods(1, gpu=4).limit(60) for i in range(20)])
+    full = estimate(sim.c, CQ, T + 100, RuntimeModel())
+    ticks = itertools.count()
+    fr = ForwardRun(sim.c, CQ, T + 100, RuntimeModel())
+    assert not fr.advance(5.0, lambda: next(ticks) * 0.001)
+    first = fr.result()
+    given = {k for k, e in first.etas.items() if e.start is not None}
+    assert given and len(given) < 20
+    assert all(first.etas[k] == full.etas[k] for k in given)
+    assert first.etas["ns/p19"] == Eta(None, UNKNOWN, COMPUTING)
+    sim.c.add_workload(workload("late").cq("gpu").priority(99).pods(1, gpu=4).limit(9)
+                       .build(creation=T + 101))  # after the fork: not in this run
+    while not fr.advance(5.0, lambda: next(ticks) * 0.001):
+        assert fr.run.slices < 50
+    assert fr.run.slices > 2
+    assert fr.result().etas == full.etas
+    assert fr.result().etas["ns/p19"].start == T + 600 + 60 * 19
+
+
+def test_board_resumes_a_run_one_slice_per_call_and_answers_meanwhile():
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(600))
+    _pending(sim, *[workload(f"p{i}").pods(1, gpu=4).limit(60) for i in range(20)])
+    ticks = itertools.count()
+    board = EtaBoard(budget_ms=5.0, clock=lambda: next(ticks) * 0.001)
+    partial = board.for_cluster_queue(sim.c, CQ, T + 100)  # one slice
+    assert partial.etas["ns/p0"].start == T + 600
+    assert partial.etas["ns/p19"].basis == COMPUTING
+    assert board.runs == 1 and board.slices == 1
+    while not board.advance(sim.c, CQ, T + 100):
+        pass
+    whole = board.for_cluster_queue(sim.c, CQ, T + 100)
+    assert board.runs == 1 and board.slices > 2
+    assert whole.etas["ns/p19"] == Eta(T + 600 + 60 * 19, BOUNDED, "maximumExecutionTimeSeconds")
+    # A new run (state changed, min_interval passed): the rest comes from the last whole run.
+    sim.c.add_workload(workload("q").cq("gpu").pods(1, gpu=4).limit(60).build(creation=T + 101))
+    again = board.for_cluster_queue(sim.c, CQ, T + 110)
+    assert board.runs == 2
+    assert again.etas["ns/p19"] == whole.etas["ns/p19"]
+    assert again.etas["ns/q"].basis == COMPUTING
+
+
+def test_board_runs_again_when_an_expected_end_passed_and_nothing_changed():
+    # a (no limit) is expected to run 300 s (learned): x's ETA is T+300. At T+400 a has not
+    # ended and nothing changed: the cached T+300 would read "now"; the board runs again and
+    # a, older than every run of its kind, has no known end: x's start is unknown, and why.
+    sim = _four_gpus(workload("a").pods(1, gpu=4))
+    _pending(sim, workload("x").pods(1, gpu=4).limit(60))
+    model = RuntimeModel()
+    model.observe(workload("a").cq("gpu").pods(1, gpu=4).build(), 300)
+    board = EtaBoard(model, min_interval=5.0, max_age=3600.0)
+    first = board.for_cluster_queue(sim.c, CQ, T + 100)
+    assert first.etas["ns/x"] == Eta(T + 300, ESTIMATED, "learned")
+    assert first.valid_until == T + 300
+    assert board.for_cluster_queue(sim.c, CQ, T + 200) is first  # before the expected end
+    later = board.for_cluster_queue(sim.c, CQ, T + 400)
+    assert board.runs == 2
+    assert later.etas["ns/x"] == Eta(None, UNKNOWN, "no end known")
+
+
+def test_board_drops_the_run_of_a_cohort_that_gained_a_cluster_queue():
+    b = cluster_queue("gpu").flavor("a100", gpu=4).cohort("c")
+    sim = Sim(b.strict_fifo())
+    sim.c.add_workload(workload("a").cq("gpu").pods(1, gpu=4).limit(600).build(creation=T))
+    sim.c.schedule(T)
+    _pending(sim, *[workload(f"p{i}").pods(1, gpu=4).limit(60) for i in range(20)])
+    ticks = itertools.count()
+    board = EtaBoard(budget_ms=2.0, clock=lambda: next(ticks) * 0.001)
+    assert not board.advance(sim.c, CQ, T + 100)  # a run for the scope (gpu,) is going
+    sim.c.add_cluster_queue(cluster_queue("cpu").flavor("a100", gpu=0).cohort("c").build())
+    board.advance(sim.c, CQ, T + 100)  # the scope is now (cpu, gpu)
+    assert set(board._running) | set(board._cache) == {("cpu", "gpu")}  # (gpu,) dropped
+
+
+def test_board_ends_a_run_after_max_slices():
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(600))
+    _pending(sim, *[workload(f"p{i}").pods(1, gpu=4).limit(60) for i in range(20)])
+    ticks = itertools.count()
+    board = EtaBoard(budget_ms=2.0, max_slices=2, clock=lambda: next(ticks) * 0.001)
+    assert not board.advance(sim.c, CQ, T + 100)
+    assert board.advance(sim.c, CQ, T + 100)  # the second and last slice
+    run = board.for_cluster_queue(sim.c, CQ, T + 100)
+    assert run.truncated and run.slices == 2
+    assert run.etas["ns/p19"] == Eta(None, UNKNOWN, "budget exceeded")
+
+
 def test_runtime_model_conditions_on_the_time_already_run():
     m = RuntimeModel()
     wl = workload("w").cq("q").pods(1, gpu=1).build()
@@ -142,7 +235,8 @@ def test_board_recomputes_only_on_change_and_not_more_often_than_min_interval():
 
 
 @pytest.mark.parametrize(("wait", "text"), [
-    (0, "expected start now"), (29, "expected start now"), (100, "expected start in ~2m"),
+    (0, "expected start now"), (29, "expected start in under a minute"),
+    (59, "expected start in under a minute"), (100, "expected start in ~2m"),
     (12 * 60 + 20, "expected start in ~10m"), (14 * 60, "expected start in ~15m"),
     (59 * 60, "expected start in ~1h"), (95 * 60, "expected start in ~1h30m"),
     (5 * 3600, "expected start in ~5h"), (80 * 3600, "expected start in ~3d"),
@@ -172,5 +266,69 @@ def test_projected_higher_priority_arrivals_delay_the_eta():
     assert arrivals.future(T + 100, {"ns/other"}) == []
     assert _etas(sim)["x"].start == T + 1200
     run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
-    assert run.etas["ns/x"] == Eta(T + 1500, BOUNDED, "maximumExecutionTimeSeconds+arrivals")
+    # A projection is a guess, so the ETA it shapes is estimated, not bounded.
+    assert run.etas["ns/x"] == Eta(T + 1500, ESTIMATED, "maximumExecutionTimeSeconds+arrivals")
     assert set(run.etas) == {"ns/x"}  # projected arrivals get no ETA of their own
+
+
+def _stream(arrivals: ArrivalModel, name: str, prio: int, times, gpu: int = 4,
+            limit: int = 300) -> None:
+    for i, at in enumerate(times):
+        arrivals.observe(workload(f"{name}-{i}").cq("gpu").priority(prio).pods(1, gpu=gpu)
+                         .limit(limit).build(creation=at))
+
+
+def test_only_live_streams_above_the_priority_are_projected_soonest_first():
+    arrivals = ArrivalModel(window_seconds=5000, horizon_seconds=1000, max_future=5)
+    _stream(arrivals, "hi", 10, (T - 200, T - 100, T))          # every 100 s, live
+    _stream(arrivals, "eq", 0, (T - 20, T - 10, T))             # priority 0: not ahead of 0
+    _stream(arrivals, "gone", 20, (T - 4000, T - 3900, T - 3800))  # last gap 3800 > 3 x 100
+    _stream(arrivals, "mid", 5, (T - 600, T - 300, T), gpu=2)   # every 300 s
+    got = arrivals.future(T + 50, {"ns/lq-gpu"}, above_priority=0)
+    # The cap (5) keeps the soonest of both live classes, not the first class's whole run.
+    assert [(w.creation, w.priority) for w in got] == [
+        (T + 100, 10), (T + 200, 10), (T + 300, 10), (T + 300, 5), (T + 400, 10)]
+    assert all(w.name.startswith("~eta-") and w.admission is None for w in got)
+    assert 0 in {w.priority for w in arrivals.future(T, {"ns/lq-gpu"})}  # no filter
+
+
+def test_a_start_only_after_the_projection_ends_is_unknown_outpaced():
+    # x (priority 0) waits for 4 GPUs held by a until T+1200; priority-10 4-GPU jobs of
+    # 300 s arrive every 100 s: each takes the GPUs first, so in the model x would start
+    # only when the projection stops (the horizon), which says nothing about the queue.
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(1200))
+    _pending(sim, workload("x").pods(1, gpu=4).limit(60))
+    arrivals = ArrivalModel(window_seconds=5000, horizon_seconds=2000)
+    _stream(arrivals, "hi", 10, (T - 100, T))
+    _stream(arrivals, "hi", 10, (T + 100,))
+    run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
+    assert run.etas["ns/x"] == Eta(None, UNKNOWN, OUTPACED)
+    # Without a projection it is the bound of a's limit.
+    assert _etas(sim)["x"] == Eta(T + 1200, BOUNDED, "maximumExecutionTimeSeconds")
+
+
+def test_a_capped_projection_ends_at_its_last_arrival():
+    # The same stream, capped at 3 projected jobs (T+200, T+300, T+400) with a long horizon:
+    # x would start at T+2100 only because the cap stopped the stream: unknown, outpaced.
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(1200))
+    _pending(sim, workload("x").pods(1, gpu=4).limit(60))
+    arrivals = ArrivalModel(window_seconds=5000, horizon_seconds=100_000, max_future=3)
+    _stream(arrivals, "hi", 10, (T - 100, T, T + 100))
+    assert [w.creation for w in arrivals.future(T + 100, {"ns/lq-gpu"})] == [
+        T + 200, T + 300, T + 400]
+    run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
+    assert run.etas["ns/x"] == Eta(None, UNKNOWN, OUTPACED)
+
+
+def test_lower_priority_projections_do_not_touch_a_higher_priority_eta():
+    # y (priority 20) is ahead of every projected priority-10 job: its ETA stays bounded,
+    # while x (priority 0) behind them gets "+arrivals".
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(1200))
+    _pending(sim, workload("y").pods(1, gpu=4).priority(20).limit(100),
+             workload("x").pods(1, gpu=4).limit(60))
+    arrivals = ArrivalModel(window_seconds=5000, horizon_seconds=1500)
+    _stream(arrivals, "hi", 10, (T - 2000, T - 1000, T))  # next at T+1000, 300 s each
+    run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
+    etas = {k.split("/", 1)[1]: e for k, e in run.etas.items()}
+    assert etas["y"] == Eta(T + 1200, BOUNDED, "maximumExecutionTimeSeconds")
+    assert etas["x"] == Eta(T + 1600, ESTIMATED, "maximumExecutionTimeSeconds+arrivals")
