@@ -114,6 +114,15 @@ class JobKind(Protocol):
 
 
 GROUP_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/is-group-workload"
+
+
+def _controller_uid(obj: Mapping[str, Any]) -> str:
+    """The uid ``obj``'s controller ownerReference names ("" when none): an ancestor read by
+    name is ``obj``'s only when its uid is this one (a forged reference names another)."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return str(ref.get("uid") or "")
+    return ""
 # How far up the controller ownerReferences an ancestor is looked for (Kueue's
 # ``managedOwnersChainLimit``).
 ANCESTOR_DEPTH = 10
@@ -226,8 +235,8 @@ class Registry:
                 break
             parent = get(found[0], ns, found[1])
             uid = str(((parent or {}).get("metadata") or {}).get("uid", ""))
-            if parent is None or uid in seen:
-                break
+            if parent is None or uid in seen or _controller_uid(cur) not in ("", uid):
+                break  # unknown, a cycle, or a namesake of the owner the reference names
             seen.add(uid)
             if manage_unlabelled or found[0].queue_name(parent):
                 top = (found[0], parent)

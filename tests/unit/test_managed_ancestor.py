@@ -248,3 +248,13 @@ async def test_the_reconciler_queues_the_child_of_an_unqueued_owner_as_its_own(
     bodies = await _writes(monkeypatch, {}, suspend=True)
     created = [b["metadata"]["name"] for v, r, b in bodies if (v, r) == ("create", "workloads")]
     assert len(created) == 1 and created[0].startswith("job-nap-0-"), bodies
+
+
+def test_an_owner_reference_whose_uid_is_not_the_owners_is_no_managed_ancestor() -> None:
+    """breaker5: the walk read the owner by name only; a Job naming an admitted JobSet with
+    any uid was taken for its child (not suspended, no Workload, pods not held)."""
+    reg = default_registry()
+    forged = owned(job("evil", queue="lq", suspend=False), "jobset.x-k8s.io/v1alpha2",
+                   "JobSet", "train", uid="not-the-jobsets")
+    assert reg.managed_ancestor(forged, getter(js(uid="p1"))) is None
+    assert reg.managed_ancestor(child(), getter(js(uid="p1"))) is not None  # uid p1: its own
