@@ -258,3 +258,17 @@ def test_an_owner_reference_whose_uid_is_not_the_owners_is_no_managed_ancestor()
                    "JobSet", "train", uid="not-the-jobsets")
     assert reg.managed_ancestor(forged, getter(js(uid="p1"))) is None
     assert reg.managed_ancestor(child(), getter(js(uid="p1"))) is not None  # uid p1: its own
+
+
+@pytest.mark.xfail(strict=True, reason="breaker5, not fixed: a tenant names its own admitted "
+                   "JobSet (real uid) as controller of any Job; Kueue's rule trusts it, so the "
+                   "Job runs with no admission of its own (needs the operator's identity)")
+async def test_a_tenant_cannot_run_an_unadmitted_job_under_its_admitted_jobsets_name() -> None:
+    lookup = _lookup(js())  # JobSet train (uid p1) queued; its Workload admitted
+    app = make_app(admission=lookup)
+    evil = owned(job("evil", queue="lq", suspend=False), "jobset.x-k8s.io/v1alpha2",
+                 "JobSet", "train", uid="p1")
+    evil["spec"]["parallelism"] = evil["spec"]["completions"] = 100
+    sent = review("CREATE", evil, user="alice")  # the tenant, not the JobSet controller
+    got = answer(await post(app, "/validate-batch-v1-job", sent), sent)
+    assert got["allowed"] is False
