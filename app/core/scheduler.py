@@ -635,7 +635,8 @@ class Cluster(ClusterState):
         Workloads admitted under a second earlier). Kept only while the ClusterQueue admits
         (a cycle in which its head does not fit holds nothing, so quota it cannot use is lent
         the next cycle) and only when it could reclaim (reclaimWithinCohort not Never); not
-        under fair sharing, whose order is by share."""
+        under fair sharing, whose order is by share. At most what its queued (not parked)
+        Workloads request is kept (breaker5: more starved borrowers for ever)."""
         spec = e.spec
         name = spec.name
         if (self.fair_sharing is not None
@@ -650,6 +651,18 @@ class Cluster(ClusterState):
             room = tree.nominal(name, fr) - tree.usage(name, fr)
             if room > 0:
                 keep[fr] = room
+        # No more than its queued (not parked) Workloads request: room none of them would use
+        # is lent, or a lender admitting every cycle would starve the cohort's borrowers.
+        demand: dict[FlavorResource, int] = dict.fromkeys(keep, 0)
+        for key in self._cqs[name].queue.active():
+            if all(demand[fr] >= keep[fr] for fr in keep):
+                break
+            for ps in self._wls[key].wl.pod_sets:
+                for resource, amount in ps.total().items():
+                    for fr in keep:
+                        if fr.resource == resource:
+                            demand[fr] += amount
+        keep = {fr: min(v, demand[fr]) for fr, v in keep.items() if demand[fr] > 0}
         if keep:
             tree.add_usage(name, keep)
             held.append((name, keep))
