@@ -72,8 +72,9 @@ The cycle (Kueue ``Scheduler.schedule``, reference 3.4):
 5. Process in order against the live usage (earlier admissions of this cycle count):
    Fit ⇒ re-check it still fits, assume, Admit; then, pykueue's rule (not Kueue's), a
    ClusterQueue below its nominal quota with Workloads still queued keeps that unused
-   nominal quota from the rest of the cycle, so borrowers do not take what its next head
-   would reclaim by eviction one cycle later (``_keep_nominal_for_queue``); Preempt/Reclaim
+   nominal quota (at most what they request) from the rest of the cycle, so borrowers do
+   not take what its next head would reclaim by eviction one cycle later
+   (``_keep_nominal_for_queue``); Preempt/Reclaim
    ⇒ its targets from step 3, skipped (retried next cycle, no new victims) when they
    overlap another preemptor's of this cycle or no longer make room once this cycle's
    earlier admissions and preemptors are counted (Kueue ``fits``); else mark new ones
