@@ -221,12 +221,15 @@ class Registry:
         """The top-most ancestor of ``obj`` that queues it, as (its kind, the object), or None:
         ``obj`` is then its own job. Rule: Kueue v0.17 ``FindAncestorJobManagedByKueue``:
         follow controller ownerReferences while they name a registered (enabled) kind, at most
-        ``ANCESTOR_DEPTH`` levels (and never round a cycle); an ancestor counts when it has a
-        queue name or ``manage_unlabelled`` (``manageJobsWithoutQueueName``). ``get(kind,
+        ``ANCESTOR_DEPTH`` levels (and never round a cycle; one back to ``obj`` itself means
+        no ancestor, or two Jobs controlling each other would each wait for the other's
+        Workload); an ancestor counts when it has a queue name or ``manage_unlabelled``
+        (``manageJobsWithoutQueueName``). ``get(kind,
         namespace, name)`` reads an ancestor (None: unknown, the walk stops there). Kueue also
         walks through kinds it knows but has disabled; pykueue cannot read those and stops."""
         ns = str((obj.get("metadata") or {}).get("namespace", ""))
-        seen = {str((obj.get("metadata") or {}).get("uid", ""))}
+        own_uid = str((obj.get("metadata") or {}).get("uid", ""))
+        seen = {own_uid}
         top: tuple[JobKind, Mapping[str, Any]] | None = None
         cur = obj
         for _ in range(ANCESTOR_DEPTH):
@@ -235,6 +238,8 @@ class Registry:
                 break
             parent = get(found[0], ns, found[1])
             uid = str(((parent or {}).get("metadata") or {}).get("uid", ""))
+            if own_uid and uid == own_uid:
+                return None  # a cycle through obj itself: no ancestor (Kueue: an error)
             if parent is None or uid in seen or _controller_uid(cur) not in ("", uid):
                 break  # unknown, a cycle, or a namesake of the owner the reference names
             seen.add(uid)

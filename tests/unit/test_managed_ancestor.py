@@ -272,3 +272,17 @@ async def test_a_tenant_cannot_run_an_unadmitted_job_under_its_admitted_jobsets_
     sent = review("CREATE", evil, user="alice")  # the tenant, not the JobSet controller
     got = answer(await post(app, "/validate-batch-v1-job", sent), sent)
     assert got["allowed"] is False
+
+
+def test_two_jobs_that_control_each_other_are_each_their_own() -> None:
+    """breaker5: Job a controlled by Job b and b by a (a tenant's ownerReferences edit) made
+    each the other's child: neither had a Workload and each was suspended for ever because
+    the other's Workload did not exist. A walk that comes back to the object itself finds no
+    ancestor (Kueue: cyclic ownership is an error, the Job is not a child)."""
+    reg = default_registry()
+    a = owned(job("a", queue="lq"), "batch/v1", "Job", "b", uid="ub")
+    a["metadata"]["uid"] = "ua"
+    b = owned(job("b", queue="lq"), "batch/v1", "Job", "a", uid="ua")
+    b["metadata"]["uid"] = "ub"
+    assert reg.managed_ancestor(a, getter(a, b)) is None
+    assert reg.managed_ancestor(b, getter(a, b)) is None
