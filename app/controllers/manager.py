@@ -95,6 +95,8 @@ CRD_WATCH = "crd-watch"
 # Kueue's wait for an integration's API: exponential backoff from 1 s to 2 min.
 CRD_POLL_SECONDS = 1.0
 CRD_POLL_MAX_SECONDS = 120.0
+# How long a newly served kind's first list may take before it is asked again at the next poll.
+CRD_SYNC_TIMEOUT_SECONDS = 30.0
 
 STOP_BUDGET_SECONDS = 25.0
 STOP_STEP_SECONDS = 10.0
@@ -286,23 +288,34 @@ class Manager:
         while pending:
             await asyncio.sleep(delay)
             for kind in list(pending):
-                if await is_served(self.ctx.client, kind):  # type: ignore[union-attr]
-                    await self._add_kind(kind)
+                served = await is_served(self.ctx.client, kind)  # type: ignore[union-attr]
+                if served and await self._add_kind(kind):
                     pending.remove(kind)
             delay = min(delay * 2, CRD_POLL_MAX_SECONDS)
 
-    async def _add_kind(self, kind: JobKind) -> None:
+    async def _add_kind(self, kind: JobKind) -> bool:
         """Watch and reconcile ``kind`` from now on: its informer lists first, then joins the
         set (so the stores stay synced for the webhook and extender meanwhile), the registry
         takes the kind (the webhook's managed-owner rules and Workload owners see it) and its
-        objects are queued for the reconciler; one log line."""
+        objects are queued for the reconciler; one log line. False (informer stopped, asked
+        again at the next poll) when the list does not succeed within
+        ``CRD_SYNC_TIMEOUT_SECONDS`` (CRD removed again, list forbidden), so one such kind
+        does not keep the others waiting."""
         ctx, jobs = self.ctx, self.jobs
         assert ctx is not None and jobs is not None and kind.resource is not None
         inf = Informer(ctx.client, kind.resource, label_selector=self._selector(kind),
                        watch_timeout_seconds=self.settings.scheduling.watch_timeout_seconds)
         task = asyncio.create_task(inf.run(), name=f"informer-{kind.key}")
         task.add_done_callback(self._on_task_done)
-        await inf.synced.wait()
+        try:
+            await asyncio.wait_for(inf.synced.wait(), CRD_SYNC_TIMEOUT_SECONDS)
+        except TimeoutError:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            log.warning("reconciler: %s %s served but not listed within %.0f s: %s objects are "
+                        "not managed yet", kind.resource.plural, kind.resource.api_version,
+                        CRD_SYNC_TIMEOUT_SECONDS, kind.kind)
+            return False
         # No await from here on: no event falls between the store's listing and the handler.
         ctx.informers.adopt(kind.key, inf, task)
         self.registry.register(kind)
@@ -311,6 +324,7 @@ class Manager:
         log.info("reconciler: %s %s now served (its CRD was installed): managing %s objects "
                  "(%d listed)", kind.resource.plural, kind.resource.api_version, kind.kind,
                  len(inf.store.list()))
+        return True
 
     async def stop(self) -> None:
         """Stop every task, release the Lease, close the client (idempotent)."""

@@ -72,8 +72,9 @@ The cycle (Kueue ``Scheduler.schedule``, reference 3.4):
 5. Process in order against the live usage (earlier admissions of this cycle count):
    Fit ⇒ re-check it still fits, assume, Admit; then, pykueue's rule (not Kueue's), a
    ClusterQueue below its nominal quota with Workloads still queued keeps that unused
-   nominal quota from the rest of the cycle, so borrowers do not take what its next head
-   would reclaim by eviction one cycle later (``_keep_nominal_for_queue``); Preempt/Reclaim
+   nominal quota (at most what they request) from the rest of the cycle, so borrowers do
+   not take what its next head would reclaim by eviction one cycle later
+   (``_keep_nominal_for_queue``); Preempt/Reclaim
    ⇒ its targets from step 3, skipped (retried next cycle, no new victims) when they
    overlap another preemptor's of this cycle or no longer make room once this cycle's
    earlier admissions and preemptors are counted (Kueue ``fits``); else mark new ones
@@ -635,7 +636,8 @@ class Cluster(ClusterState):
         Workloads admitted under a second earlier). Kept only while the ClusterQueue admits
         (a cycle in which its head does not fit holds nothing, so quota it cannot use is lent
         the next cycle) and only when it could reclaim (reclaimWithinCohort not Never); not
-        under fair sharing, whose order is by share."""
+        under fair sharing, whose order is by share. At most what its queued (not parked)
+        Workloads request is kept (breaker5: more starved borrowers for ever)."""
         spec = e.spec
         name = spec.name
         if (self.fair_sharing is not None
@@ -650,6 +652,18 @@ class Cluster(ClusterState):
             room = tree.nominal(name, fr) - tree.usage(name, fr)
             if room > 0:
                 keep[fr] = room
+        # No more than its queued (not parked) Workloads request: room none of them would use
+        # is lent, or a lender admitting every cycle would starve the cohort's borrowers.
+        demand: dict[FlavorResource, int] = dict.fromkeys(keep, 0)
+        for key in self._cqs[name].queue.active():
+            if all(demand[fr] >= keep[fr] for fr in keep):
+                break
+            for ps in self._wls[key].wl.pod_sets:
+                for resource, amount in ps.total().items():
+                    for fr in keep:
+                        if fr.resource == resource:
+                            demand[fr] += amount
+        keep = {fr: min(v, demand[fr]) for fr, v in keep.items() if demand[fr] > 0}
         if keep:
             tree.add_usage(name, keep)
             held.append((name, keep))

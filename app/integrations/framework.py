@@ -114,6 +114,15 @@ class JobKind(Protocol):
 
 
 GROUP_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/is-group-workload"
+
+
+def _controller_uid(obj: Mapping[str, Any]) -> str:
+    """The uid ``obj``'s controller ownerReference names ("" when none): an ancestor read by
+    name is ``obj``'s only when its uid is this one (a forged reference names another)."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return str(ref.get("uid") or "")
+    return ""
 # How far up the controller ownerReferences an ancestor is looked for (Kueue's
 # ``managedOwnersChainLimit``).
 ANCESTOR_DEPTH = 10
@@ -212,12 +221,15 @@ class Registry:
         """The top-most ancestor of ``obj`` that queues it, as (its kind, the object), or None:
         ``obj`` is then its own job. Rule: Kueue v0.17 ``FindAncestorJobManagedByKueue``:
         follow controller ownerReferences while they name a registered (enabled) kind, at most
-        ``ANCESTOR_DEPTH`` levels (and never round a cycle); an ancestor counts when it has a
-        queue name or ``manage_unlabelled`` (``manageJobsWithoutQueueName``). ``get(kind,
+        ``ANCESTOR_DEPTH`` levels (and never round a cycle; one back to ``obj`` itself means
+        no ancestor, or two Jobs controlling each other would each wait for the other's
+        Workload); an ancestor counts when it has a queue name or ``manage_unlabelled``
+        (``manageJobsWithoutQueueName``). ``get(kind,
         namespace, name)`` reads an ancestor (None: unknown, the walk stops there). Kueue also
         walks through kinds it knows but has disabled; pykueue cannot read those and stops."""
         ns = str((obj.get("metadata") or {}).get("namespace", ""))
-        seen = {str((obj.get("metadata") or {}).get("uid", ""))}
+        own_uid = str((obj.get("metadata") or {}).get("uid", ""))
+        seen = {own_uid}
         top: tuple[JobKind, Mapping[str, Any]] | None = None
         cur = obj
         for _ in range(ANCESTOR_DEPTH):
@@ -226,8 +238,10 @@ class Registry:
                 break
             parent = get(found[0], ns, found[1])
             uid = str(((parent or {}).get("metadata") or {}).get("uid", ""))
-            if parent is None or uid in seen:
-                break
+            if own_uid and uid == own_uid:
+                return None  # a cycle through obj itself: no ancestor (Kueue: an error)
+            if parent is None or uid in seen or _controller_uid(cur) not in ("", uid):
+                break  # unknown, a cycle, or a namesake of the owner the reference names
             seen.add(uid)
             if manage_unlabelled or found[0].queue_name(parent):
                 top = (found[0], parent)

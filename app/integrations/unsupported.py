@@ -14,8 +14,9 @@ queued as if the key were absent (Kueue would act on it):
   ``-group-name``); pykueue has no topology cache (a ResourceFlavor's ``topologyName`` is
   refused too).
 
-On UPDATE only keys the old object did not carry (at the same place) are refused, so an
-object created before pykueue was installed can still be changed or cleaned up.
+On UPDATE only keys the old object did not carry (at the same place) while queued are
+refused, so an object created before pykueue was installed can still be changed or cleaned
+up; one stored unqueued that is given a queue name is checked as on CREATE.
 """
 
 from __future__ import annotations
@@ -84,10 +85,10 @@ def is_queued(obj: Mapping[str, Any]) -> bool:
 
 def unsupported_errors(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
     """Errors (``<field path>: <why>``) for the unsupported Kueue keys a queued ``new``
-    object carries and ``old`` (the stored object on UPDATE, None on CREATE) did not; [] for
-    an object that is not queued."""
+    object carries and ``old`` (the stored object on UPDATE, None on CREATE) did not carry
+    while queued; [] for an object that is not queued."""
     if not is_queued(new):
         return []
-    before = _found(old) if isinstance(old, Mapping) else {}
+    before = _found(old) if isinstance(old, Mapping) and is_queued(old) else {}
     return [f"{where}: {why}" for where, why in sorted(_found(new).items())
             if where not in before]

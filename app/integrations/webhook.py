@@ -376,12 +376,16 @@ def _workload_field_errors(job: Mapping[str, Any]) -> list[str]:
 _SYNC_FIELD = f"metadata.annotations[{COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION}]"
 
 
+def _sync_annotation(job: Mapping[str, Any]) -> Any:
+    return ((job.get("metadata") or {}).get("annotations") or {}).get(
+        COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION)
+
+
 def _completions_sync_errors(job: Mapping[str, Any]) -> list[str]:
     """Kueue ``validateSyncCompletionCreate``: ``job-completions-equal-parallelism`` is a
     boolean; when true the Job is Indexed and its ``completions`` equals its ``parallelism``
     (both default 1), because a partial admission then changes both together."""
-    raw = ((job.get("metadata") or {}).get("annotations") or {}).get(
-        COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION)
+    raw = _sync_annotation(job)
     if raw is None:
         return []
     try:
@@ -422,7 +426,8 @@ def validate_update(
     too (Kueue ``manageJobsWithoutQueueName`` in a managed namespace, no managed owner), so
     only pykueue may unsuspend it. Raises UnreadableObjectError.
     Rules: Kueue ``ValidateJobOnUpdate`` (queue-name immutable while not suspended; not
-    removable with a default LocalQueue) and pykueue's "only the admitter unsuspends".
+    removable with a default LocalQueue), ``job-completions-equal-parallelism`` checked as
+    at create when an update changes it, and pykueue's "only the admitter unsuspends".
     """
     old_job, new_job = read_job(old_job), read_job(new_job)
     if not is_batch_job(new_job):
@@ -471,6 +476,10 @@ def validate_update(
         and completions_follow_parallelism(old_job) != completions_follow_parallelism(new_job)
     ):
         errors.append(f"{_SYNC_FIELD}: is immutable while the Job is not suspended")
+    if queued_in and _sync_annotation(old_job) != _sync_annotation(new_job):
+        # Kueue validates it on UPDATE as on CREATE; added later to a NonIndexed Job, the
+        # partial start that sets completions would be refused by the API server.
+        errors += _completions_sync_errors(new_job)
     if (
         (queued_in or manages_unlabelled)
         and old_suspended

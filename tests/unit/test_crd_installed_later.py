@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from app.controllers import manager as manager_mod
-from app.controllers.errors import NotFound
+from app.controllers.errors import ApiError, NotFound
 from app.controllers.manager import CRD_WATCH
 from app.integrations import batchjob
 from app.integrations.framework import Registry
@@ -74,3 +74,51 @@ async def test_a_kind_whose_crd_appears_later_is_managed_without_a_restart(
     lines = [r.getMessage() for r in caplog.records if "now served" in r.getMessage()]
     assert lines == ["reconciler: sleepers example.com/v1 now served (its CRD was installed): "
                      "managing Sleeper objects (1 listed)"]
+
+
+class OptionalNapper(OptionalSleeper):
+    key = "napper"
+    api_group = "example.org"
+    kind = "Napper"
+
+
+class ForbiddenSleepersClient(LateCrdClient):
+    """Both CRDs served once installed; listing sleepers is forbidden (403), nappers fine."""
+
+    async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        if path == "/apis/example.org/v1" and self.installed:
+            self.asks += 1
+            return {"resources": [{"name": "nappers"}]}
+        return await super().request(method, path)
+
+    async def list(self, res: Any, namespace: str | None = None, **kw: Any):
+        if res.plural == SLEEPERS.plural and self.installed:
+            raise ApiError(403, "sleepers is forbidden")
+        return await super().list(res, namespace, **kw)
+
+
+async def test_a_served_kind_that_cannot_be_listed_does_not_keep_the_others_waiting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """breaker5: ``_await_crds`` waited for each served kind's first list in turn; one whose
+    list never succeeds (forbidden, CRD removed again) kept every other awaited kind
+    unmanaged for ever."""
+    from app.controllers.client import Resource
+    monkeypatch.setattr(manager_mod, "CRD_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(manager_mod, "CRD_SYNC_TIMEOUT_SECONDS", 0.3)
+    napper = OptionalNapper()
+    napper.resource = Resource("example.org", "v1", "nappers", "Napper")  # type: ignore[misc]
+    client = ForbiddenSleepersClient({**OBJECTS, SLEEPERS.plural: [SLEEPER_OBJ]})
+    m = leading_manager(monkeypatch, client,
+                        Registry([batchjob.KIND, OptionalSleeper(), napper]))
+    await m.start()
+    try:
+        await m.wait_ready(10)
+        client.installed = True
+        for _ in range(60):
+            await asyncio.sleep(0.05)
+            if "napper" in [k.key for k in m.registry.kinds()]:
+                break
+        assert [k.key for k in m.registry.kinds()] == ["job", "napper"]
+        assert not [t for t in m.dead_tasks if "sleeper" in t]
+    finally:
+        await m.stop()

@@ -248,3 +248,41 @@ async def test_the_reconciler_queues_the_child_of_an_unqueued_owner_as_its_own(
     bodies = await _writes(monkeypatch, {}, suspend=True)
     created = [b["metadata"]["name"] for v, r, b in bodies if (v, r) == ("create", "workloads")]
     assert len(created) == 1 and created[0].startswith("job-nap-0-"), bodies
+
+
+def test_an_owner_reference_whose_uid_is_not_the_owners_is_no_managed_ancestor() -> None:
+    """breaker5: the walk read the owner by name only; a Job naming an admitted JobSet with
+    any uid was taken for its child (not suspended, no Workload, pods not held)."""
+    reg = default_registry()
+    forged = owned(job("evil", queue="lq", suspend=False), "jobset.x-k8s.io/v1alpha2",
+                   "JobSet", "train", uid="not-the-jobsets")
+    assert reg.managed_ancestor(forged, getter(js(uid="p1"))) is None
+    assert reg.managed_ancestor(child(), getter(js(uid="p1"))) is not None  # uid p1: its own
+
+
+@pytest.mark.xfail(strict=True, reason="breaker5, not fixed: a tenant names its own admitted "
+                   "JobSet (real uid) as controller of any Job; Kueue's rule trusts it, so the "
+                   "Job runs with no admission of its own (needs the operator's identity)")
+async def test_a_tenant_cannot_run_an_unadmitted_job_under_its_admitted_jobsets_name() -> None:
+    lookup = _lookup(js())  # JobSet train (uid p1) queued; its Workload admitted
+    app = make_app(admission=lookup)
+    evil = owned(job("evil", queue="lq", suspend=False), "jobset.x-k8s.io/v1alpha2",
+                 "JobSet", "train", uid="p1")
+    evil["spec"]["parallelism"] = evil["spec"]["completions"] = 100
+    sent = review("CREATE", evil, user="alice")  # the tenant, not the JobSet controller
+    got = answer(await post(app, "/validate-batch-v1-job", sent), sent)
+    assert got["allowed"] is False
+
+
+def test_two_jobs_that_control_each_other_are_each_their_own() -> None:
+    """breaker5: Job a controlled by Job b and b by a (a tenant's ownerReferences edit) made
+    each the other's child: neither had a Workload and each was suspended for ever because
+    the other's Workload did not exist. A walk that comes back to the object itself finds no
+    ancestor (Kueue: cyclic ownership is an error, the Job is not a child)."""
+    reg = default_registry()
+    a = owned(job("a", queue="lq"), "batch/v1", "Job", "b", uid="ub")
+    a["metadata"]["uid"] = "ua"
+    b = owned(job("b", queue="lq"), "batch/v1", "Job", "a", uid="ua")
+    b["metadata"]["uid"] = "ub"
+    assert reg.managed_ancestor(a, getter(a, b)) is None
+    assert reg.managed_ancestor(b, getter(a, b)) is None

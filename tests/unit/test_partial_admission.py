@@ -143,3 +143,25 @@ def test_completions_sync_is_immutable_while_the_job_runs() -> None:
                for e in errors), errors
     old["spec"]["suspend"] = new["spec"]["suspend"] = True
     assert validate_update(old, new, "alice", False, POLICY) == []
+
+
+@pytest.mark.parametrize(("value", "mode", "expect"), [
+    ("true", "NonIndexed", "NonIndexed"),
+    ("yes", "Indexed", "must be a boolean"),
+])
+def test_completions_sync_added_to_a_suspended_job_is_validated_as_at_create(
+        value, mode, expect) -> None:
+    """breaker5: the annotation was validated at CREATE only; added later to a suspended
+    NonIndexed Job, its partial start (completions set with parallelism) was refused by the API
+    server (completions immutable) and the Workload finished, instead of a 4xx naming it."""
+    old = job(minimum="2")
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"][COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION] = value
+    new["spec"]["completionMode"] = mode
+    errors = validate_update(old, new, "alice", False, POLICY)
+    assert any(expect in e for e in errors), errors
+    # pykueue's own start and stop writes of a valid one pass.
+    ok = synced_job(minimum="2")
+    started = injected_job(ok, "main", {}, [], parallelism=5)
+    assert validate_update(ok, started, "pykueue", True, POLICY) == []
+    assert validate_update(started, restored_job(started), "pykueue", True, POLICY) == []

@@ -118,3 +118,20 @@ def test_the_walk_is_bounded_on_a_deeply_nested_body() -> None:
         deep = {"a": [deep]}
     obj = {"metadata": {"labels": {"kueue.x-k8s.io/queue-name": "lq"}}, "spec": deep}
     assert unsupported_errors(None, obj) == []  # beyond any pod template: not walked
+
+
+async def test_a_key_stored_unqueued_is_refused_when_the_object_becomes_queued(client) -> None:
+    """breaker5: the 'already stored' exemption is for keys a queued object carried; created
+    unqueued (allowed: not pykueue's) and then given a queue name in a later UPDATE, the
+    object would be queued with the key ignored."""
+    unqueued = with_template_annotation(job(queue=None, suspend=True), TAS, "rack")
+    assert (await _decide(client, VALIDATE, review("CREATE", unqueued)))["allowed"] is True
+    queued = with_template_annotation(job(suspend=True), TAS, "rack")
+    for path in (MUTATE, VALIDATE):
+        response = await _decide(client, path, review("UPDATE", queued, old=unqueued))
+        assert response["allowed"] is False, path
+        assert f"spec.template.metadata.annotations[{TAS}]" in response["status"]["message"]
+    # An object queued when stored keeps its exemption.
+    relabelled = with_meta(queued, "labels", "team", "a")
+    assert (await _decide(client, VALIDATE, review("UPDATE", relabelled, old=queued)))[
+        "allowed"] is True

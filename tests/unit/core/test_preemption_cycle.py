@@ -138,3 +138,26 @@ def test_a_lender_whose_head_does_not_fit_lends_its_room():
     s.submit(workload("big").cq("q0").pods(1, cpu=9), workload("b").cq("q1").pods(1, cpu=1))
     s.settle()
     assert s.admitted("b") and s.pending("big")
+
+
+def test_a_borrower_is_not_starved_by_a_lender_that_admits_every_cycle():
+    """breaker5: q0 uses 1 of its 4 CPU, admitting one short 1-CPU Workload per cycle from a
+    queue that never empties (each finishes before the next cycle). The unused nominal room it
+    keeps while it admits must not keep q1's 1-CPU borrower out for ever: it keeps what its
+    queued Workloads request (2), not all its room (3)."""
+    s = Sim(*_queues(2, [4, 4]))
+    s.submit(*[workload(f"r{i}").cq("q1").pods(1, cpu=1) for i in range(4)])
+    s.settle()
+    s.submit(workload("b").cq("q1").pods(1, cpu=1))
+    s.submit(*[workload(f"a{i}").cq("q0").pods(1, cpu=1) for i in range(3)])
+    done: set[str] = set()
+    for i in range(3, 40):
+        s.cycle()
+        if s.admitted("b"):
+            break
+        for name in [f"a{j}" for j in range(i) if f"a{j}" not in done]:
+            if s.admitted(name):
+                s.finish(name)
+                done.add(name)
+        s.submit(workload(f"a{i}").cq("q0").pods(1, cpu=1))
+    assert s.admitted("b"), (s.usage("q0"), s.usage("q1"))
