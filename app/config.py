@@ -73,6 +73,13 @@ class WebhookSettings(BaseModel):
     controller_usernames: list[str] = Field(
         default_factory=lambda: ["system:serviceaccount:pykueue-system:pykueue"]
     )
+    # Identities allowed to create running, resume, or resize a running Job that a queued
+    # ancestor owns (a JobSet's Job, an MPIJob's launcher, a RayJob's submitter): the
+    # operators' service accounts. Empty (the default) = anyone, as Kueue (its
+    # managed-ancestor rule trusts the ownerReference). Set it where tenants can write
+    # ownerReferences, above all with jobs.manage_jobs_without_queue_name: otherwise a tenant
+    # naming its own admitted JobSet as a Job's controller runs that Job unadmitted.
+    child_job_creators: list[str] = Field(default_factory=list)
 
 
 class ExtenderSettings(BaseModel):

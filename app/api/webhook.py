@@ -85,6 +85,8 @@ from app.models.admissionreview import (
     AdmissionReview,
     Status,
 )
+from app.wire.fields import WorkloadSpecError
+from app.wire.workload import job_pod_count
 
 MUTATE_PATH = "/mutate-batch-v1-job"
 VALIDATE_PATH = "/validate-batch-v1-job"
@@ -269,8 +271,9 @@ def _decide_validation(req: AdmissionRequest, state: Any) -> _Outcome:
     job = _read(req.object, "request.object")
     if _has_managed_ancestor(state, job):
         # Its ancestor's operator creates and resumes it (a JobSet resumes its Jobs once
-        # admitted): only the label's format is pykueue's business (Kueue ValidateJobOnCreate).
-        errors = queue_name_errors(job, policy)
+        # admitted): only the label's format is pykueue's business (Kueue ValidateJobOnCreate),
+        # and, when configured, who may make it run.
+        errors = queue_name_errors(job, policy) + _child_runner_errors(req, state, job)
     elif req.operation == "CREATE":
         errors = validate_create(job, username, policy)
     else:
@@ -293,6 +296,42 @@ def _decide_validation(req: AdmissionRequest, state: Any) -> _Outcome:
     if errors:
         return _deny(req, 403, "Forbidden", "; ".join(errors), DENIED)
     return _allow(req)
+
+
+def _child_runner_errors(req: AdmissionRequest, state: Any, job: dict[str, Any]) -> list[str]:
+    """With ``webhook.child_job_creators`` set, only those identities (and pykueue's) may
+    create a running Job that a queued ancestor owns, resume one, resize a running one, or
+    make a running Job such a child: the ancestor's admission covers the pods its operator
+    creates, not Jobs a tenant hangs under it."""
+    settings = getattr(state, "settings", None)
+    allowed = set(settings.webhook.child_job_creators) if settings is not None else set()
+    username = req.user_info.username
+    if not allowed or username in allowed or username in _policy(state).controller_usernames:
+        return []
+    if read_suspend(job):
+        return []
+    if req.operation == "UPDATE":
+        old = _read(req.old_object, "request.oldObject")
+        if (not read_suspend(old) and _has_managed_ancestor(state, old)
+                and _pods(old) == _pods(job)):
+            return []  # a running child changed otherwise (labels, annotations)
+    return [f"spec.suspend: a Job owned by a queued {_ancestor_phrase(job)} runs only when "
+            f"its operator ({', '.join(sorted(allowed))}) creates or resumes it "
+            "(webhook.child_job_creators); create it suspended or submit it queued on its own"]
+
+
+def _pods(job: dict[str, Any]) -> int | None:
+    try:
+        return job_pod_count(job)
+    except WorkloadSpecError:
+        return None
+
+
+def _ancestor_phrase(job: dict[str, Any]) -> str:
+    for ref in (job.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            return f"{ref.get('kind', 'object')} {ref.get('name', '')!r}"
+    return "object"
 
 
 def _bad_request(error: str, exc: ValidationError | None) -> Response:

@@ -260,18 +260,52 @@ def test_an_owner_reference_whose_uid_is_not_the_owners_is_no_managed_ancestor()
     assert reg.managed_ancestor(child(), getter(js(uid="p1"))) is not None  # uid p1: its own
 
 
-@pytest.mark.xfail(strict=True, reason="breaker5, not fixed: a tenant names its own admitted "
-                   "JobSet (real uid) as controller of any Job; Kueue's rule trusts it, so the "
-                   "Job runs with no admission of its own (needs the operator's identity)")
+def _guarded_app(lookup: StoreAdmissionLookup, creators: list[str]):
+    """The webhook app with ``webhook.child_job_creators`` = ``creators``."""
+    app = create_app(Settings(
+        controllers_enabled=False, server=ServerSettings(metrics_auth=False),
+        webhook=WebhookSettings(controller_usernames=[CONTROLLER],
+                                child_job_creators=creators)))
+    app.state.admission_lookup = lookup
+    return app
+
+
+JOBSET_CONTROLLER = "system:serviceaccount:jobset-system:jobset-controller-manager"
+
+
 async def test_a_tenant_cannot_run_an_unadmitted_job_under_its_admitted_jobsets_name() -> None:
-    lookup = _lookup(js())  # JobSet train (uid p1) queued; its Workload admitted
-    app = make_app(admission=lookup)
+    """breaker5: a tenant names its own admitted JobSet (real uid) as the controller of any
+    Job; Kueue's rule trusts the ownerReference, so the Job runs with no admission of its own.
+    With ``webhook.child_job_creators`` listing the JobSet controller, only it may create such
+    a Job running, resume it or resize it; the default stays Kueue's (anyone)."""
     evil = owned(job("evil", queue="lq", suspend=False), "jobset.x-k8s.io/v1alpha2",
                  "JobSet", "train", uid="p1")
     evil["spec"]["parallelism"] = evil["spec"]["completions"] = 100
+    guarded = _guarded_app(_lookup(js()), [JOBSET_CONTROLLER])
     sent = review("CREATE", evil, user="alice")  # the tenant, not the JobSet controller
-    got = answer(await post(app, "/validate-batch-v1-job", sent), sent)
+    got = answer(await post(guarded, "/validate-batch-v1-job", sent), sent)
     assert got["allowed"] is False
+    assert "child_job_creators" in got["status"]["message"]
+    assert "JobSet 'train'" in got["status"]["message"]
+    by_operator = review("CREATE", evil, user=JOBSET_CONTROLLER)
+    assert answer(await post(guarded, "/validate-batch-v1-job", by_operator),
+                  by_operator)["allowed"] is True
+    # Resumed or resized by the tenant: refused; a label change of a running child: fine.
+    suspended = {**evil, "spec": {**evil["spec"], "suspend": True}}
+    for old, new in ((suspended, evil),
+                     (evil, {**evil, "spec": {**evil["spec"], "parallelism": 200,
+                                              "completions": 200}})):
+        sent = review("UPDATE", new, old=old, user="alice")
+        assert answer(await post(guarded, "/validate-batch-v1-job", sent),
+                      sent)["allowed"] is False
+    relabelled = {**evil, "metadata": {**evil["metadata"],
+                                       "labels": {**evil["metadata"]["labels"], "x": "y"}}}
+    sent = review("UPDATE", relabelled, old=evil, user="alice")
+    assert answer(await post(guarded, "/validate-batch-v1-job", sent), sent)["allowed"] is True
+    # Unset (the default): Kueue's behaviour, the Job is its ancestor's.
+    open_app = make_app(admission=_lookup(js()))
+    sent = review("CREATE", evil, user="alice")
+    assert answer(await post(open_app, "/validate-batch-v1-job", sent), sent)["allowed"] is True
 
 
 def test_two_jobs_that_control_each_other_are_each_their_own() -> None:
