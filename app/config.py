@@ -112,6 +112,11 @@ class SchedulingSettings(BaseModel):
     eta_min_interval_seconds: float = Field(5.0, ge=0)
     eta_budget_ms: float = Field(50.0, gt=0)
     eta_message_seconds: float = Field(15.0, gt=0)
+    # A pending Workload's QuotaReserved=False message is rewritten at once when it changes
+    # materially (reason or words: app/controllers/pacing.py), but when only its numbers or
+    # its ETA tail change, at most this often per Workload (seconds; the newest text is
+    # written when the interval ends). 0 = every change, as before issue 16.
+    pending_message_refresh_seconds: float = Field(60.0, ge=0)
     # Project arrivals into the ETA (app.core.eta.ArrivalModel): the rate of each class
     # (LocalQueue, priority, shape) over this many seconds of past arrivals, projected twice
     # as far ahead, only classes above the lowest pending priority; a start after that is

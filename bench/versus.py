@@ -245,15 +245,15 @@ class VersusRun:
     # -- measurements
 
     def start_trace(self) -> list[Tracer]:
-        """``--trace``: every Workload change into ``workloads.jsonl`` and every Event of
-        reason Preempted into ``events.jsonl`` (watch events, one a line, each prefixed with
-        the Unix time it arrived), for bench/evictions.py; the same watches for every
-        controller."""
+        """``--trace``: every Workload change into ``workloads.jsonl`` and every Event
+        (created or patched) into ``events.jsonl`` (watch events, one a line, each prefixed
+        with the Unix time it arrived), for bench/evictions.py and bench/writes.py; the same
+        watches for every controller."""
         kubectl = [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig),
                    "get", "--raw"]
         return [Tracer(kubectl, path, self.out / f"{name}.jsonl") for name, path in (
             ("workloads", "/apis/kueue.x-k8s.io/v1beta2/workloads?watch=true"),
-            ("events", "/api/v1/events?watch=true&fieldSelector=reason%3DPreempted"))]
+            ("events", "/api/v1/events?watch=true"))]
 
     def apiserver_counts(self) -> dict[tuple[str, str], float]:
         r = self.kubectl("get", "--raw", "/metrics", check=False, timeout=60)
@@ -343,6 +343,8 @@ class VersusRun:
             top = sorted(((n, f"{v} {res}") for (v, res), n in diff.items() if n > 0),
                          reverse=True)[:12]
             result["api_requests_top"] = {k: n for n, k in top}
+            result["api_requests_by_resource"] = {f"{v} {res}": n for (v, res), n in
+                                                  sorted(diff.items()) if n > 0}
             result.update(self.read_summary(runner_out / "summary.yaml"))
             result["checker"] = (self.checker(runner_out, result) if "error" not in result
                                  else {"ran": False})
@@ -543,7 +545,7 @@ def main() -> None:
     ap.add_argument("--bin-dir", type=Path, default=ROOT / ".k8sbin" / "current")
     ap.add_argument("--keep", action="store_true", help="keep each lab (debugging)")
     ap.add_argument("--trace", action="store_true", help="record every Workload change and "
-                    "Preempted Event of each run under <out>/<run>/ (bench/evictions.py)")
+                    "Event of each run under <out>/<run>/ (bench/evictions.py, bench/writes.py)")
     args = ap.parse_args()
     # Stopped with SIGTERM or SIGINT (also when started in the background), each run's
     # `finally` still stops its runner, its controller and its lab.

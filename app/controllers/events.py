@@ -4,7 +4,11 @@
 ``apiVersion``, ``kind``, ``metadata``); a background task writes them so the caller never
 waits on the API server. An identical (object, reason, message) within ``dedupe_seconds`` is
 dropped (client-go's event correlator does the same, by aggregation), so a Job that waits for
-quota says why once, not every cycle. Failures are logged and dropped. ``kubectl describe job``
+quota says why once, not every cycle. Beyond that, Events about one object with one reason
+are rate-limited by a token bucket (``burst`` at once, then one per ``refill_seconds``):
+client-go's ``EventSourceObjectSpamFilter`` defaults (25, one per 5 minutes), which Kueue's
+recorder goes through, so a Workload preempted or re-queued over and over cannot flood the
+API server (issue 16). Failures are logged and dropped. ``kubectl describe job``
 lists these Events (``involvedObject`` is the Job, source component ``pykueue``).
 """
 
@@ -33,6 +37,7 @@ class EventRecorder:
 
     def __init__(self, client: KubeClient | None, *, component: str = "pykueue",
                  instance: str = "", dedupe_seconds: float = 300.0, max_pending: int = 1000,
+                 burst: int = 25, refill_seconds: float = 300.0,
                  clock: Callable[[], float] = time.time) -> None:
         self.client = client
         self.component = component
@@ -40,14 +45,19 @@ class EventRecorder:
         self.dedupe_seconds = dedupe_seconds
         self.clock = clock
         self._recent: OrderedDict[tuple[str, str, str], float] = OrderedDict()
+        # (object, reason) -> (tokens, when counted): the spam filter's buckets.
+        self.burst, self.refill_seconds = burst, refill_seconds
+        self._buckets: OrderedDict[tuple[str, str], tuple[float, float]] = OrderedDict()
         self._queue: asyncio.Queue[Obj] = asyncio.Queue(maxsize=max_pending)
         self._task: asyncio.Task[None] | None = None
         self.sent = 0
         self.dropped = 0
+        self.rate_limited = 0
         self.enabled = True
 
     def emit(self, obj: Mapping[str, Any], etype: str, reason: str, message: str) -> bool:
-        """Queue an Event about ``obj``; returns False when deduplicated or dropped."""
+        """Queue an Event about ``obj``; returns False when deduplicated, rate-limited
+        (``rate_limited`` counts those) or dropped."""
         if not self.enabled:
             return False
         meta = obj.get("metadata") or {}
@@ -56,6 +66,9 @@ class EventRecorder:
         now = self.clock()
         last = self._recent.get(key)
         if last is not None and now - last < self.dedupe_seconds:
+            return False
+        if not self._take_token((uid, reason), now):
+            self.rate_limited += 1
             return False
         self._recent[key] = now
         self._recent.move_to_end(key)
@@ -80,6 +93,21 @@ class EventRecorder:
         except asyncio.QueueFull:
             self.dropped += 1
             return False
+        return True
+
+    def _take_token(self, key: tuple[str, str], now: float) -> bool:
+        """One token of ``key``'s bucket (full at ``burst``, one more per
+        ``refill_seconds``); False when empty."""
+        tokens, since = self._buckets.get(key, (float(self.burst), now))
+        if self.refill_seconds > 0:
+            tokens = min(float(self.burst), tokens + (now - since) / self.refill_seconds)
+        if tokens < 1:
+            self._buckets[key] = (tokens, now)
+            return False
+        self._buckets[key] = (tokens - 1, now)
+        self._buckets.move_to_end(key)
+        while len(self._buckets) > 10000:
+            self._buckets.popitem(last=False)
         return True
 
     async def _run(self) -> None:

@@ -38,11 +38,13 @@ Applying decisions (Kueue's scheduler ``admit``; design.md "assume, persist, for
   eviction in the core.
 - ``Pending``: QuotaReserved=False with the core's reason and message, coalesced per Workload
   and written only when different from the object's, plus a Warning Event on the Job when
-  the core's message changed. The message ends with the Workload's place and ETA
+  the reason or the wording changed. The message ends with the Workload's place and ETA
   (``position 3, expected start in ~12m``: ``app.core.eta``), refreshed every
   ``eta_message_seconds``; the position is given for the first ``ETA_POSITIONS`` of a
-  ClusterQueue only and the ETA text is coarsely rounded, so a queue moving on rewrites few
-  messages (each rewrite is one status write, no Event).
+  ClusterQueue only and the ETA text is coarsely rounded. A change of numbers or of the ETA
+  tail alone is written at most every ``pending_message_refresh_seconds`` per Workload
+  (``app.controllers.pacing``; the newest text when the interval ends), so a queue moving
+  on does not rewrite every head at each admission (issue 16).
 
 ETA: ``eta`` (an ``EtaBoard``) answers per cohort, cached; finished Workloads teach its
 ``RuntimeModel`` (admission to Finished, per LocalQueue and shape).
@@ -64,6 +66,7 @@ import contextlib
 import copy
 import heapq
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -76,6 +79,7 @@ from app.controllers.events import NORMAL, WARNING
 from app.controllers.history import PreemptionLog, UsageHistory
 from app.controllers.informers import DELETED
 from app.controllers.lifecycle import Lifecycle, backoff_held
+from app.controllers.pacing import REFRESH, pending_change, skeleton
 from app.controllers.workloads import (
     ADMITTED,
     DEACTIVATION_TARGET,
@@ -220,11 +224,16 @@ class SchedulerLoop:
                                                       horizon_seconds=2 * window)
                                 if window > 0 else None)
         # Per pending Workload: the core's last Pending (to rewrite with a new ETA), the ETA
-        # tail last put in its message, and the core message last announced by an Event.
+        # tail last put in its message, the (reason, wording) last announced by an Event,
+        # when its pending message was last written, and when a refresh held back by
+        # ``pending_message_refresh_seconds`` is due.
         self._core_pending: dict[WorkloadKey, Pending] = {}
         self._eta_tail: dict[WorkloadKey, str] = {}
-        self._evented: dict[WorkloadKey, str] = {}
+        self._evented: dict[WorkloadKey, tuple[str, str]] = {}
+        self._pending_written: dict[WorkloadKey, float] = {}
+        self._deferred: dict[WorkloadKey, float] = {}
         self.eta_message_refreshes = 0
+        self.pending_deferred = 0
         # For the dashboard: usage rings per ClusterQueue (every replica samples) and the
         # preemptions this replica decided as leader.
         self.history = UsageHistory(capacity=s.history_samples,
@@ -600,6 +609,8 @@ class SchedulerLoop:
         self._core_pending.pop(key, None)
         self._eta_tail.pop(key, None)
         self._evented.pop(key, None)
+        self._pending_written.pop(key, None)
+        self._deferred.pop(key, None)
 
     def _learn_runtime(self, key: WorkloadKey, obj: Obj) -> None:
         """Teach the ETA's RuntimeModel how long ``key`` ran: QuotaReserved=True to
@@ -889,12 +900,18 @@ class SchedulerLoop:
     # ================================================================== pending
 
     async def _pending_writer(self) -> None:
-        """Write coalesced QuotaReserved=False conditions (latest decision per Workload)."""
+        """Write coalesced QuotaReserved=False conditions (latest decision per Workload), and
+        the refreshes held back by ``pending_message_refresh_seconds`` when they fall due."""
         ctx = self.ctx
         while True:
             if not self._pending:
                 self._pending_kick.clear()
-                await self._pending_kick.wait()
+                wait = self._next_deferred()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._pending_kick.wait(), wait)
+                self.requeue_deferred()
+                if not self._pending:
+                    continue
             key, d = next(iter(self._pending.items()))
             del self._pending[key]
             if not ctx.may_write:
@@ -913,7 +930,33 @@ class SchedulerLoop:
             finally:
                 self._release_lock(key)
 
+    def _next_deferred(self) -> float | None:
+        """Seconds until the first held-back pending refresh is due (None: none)."""
+        if not self._deferred:
+            return None
+        return max(0.0, min(self._deferred.values()) - self.ctx.clock())
+
+    def requeue_deferred(self) -> int:
+        """Queue for writing the held-back pending refreshes that are due (their newest core
+        decision); returns how many."""
+        if not self._deferred:
+            return 0
+        now, n = self.ctx.clock(), 0
+        for key, due in list(self._deferred.items()):
+            if due > now:
+                continue
+            del self._deferred[key]
+            d = self._core_pending.get(key)
+            if d is not None and key not in self._pending:
+                self._pending[key] = d
+                n += 1
+        return n
+
     async def _write_pending(self, key: WorkloadKey, d: Pending) -> None:
+        """QuotaReserved=False for ``d``: written at once when it changes the condition
+        materially, a refresh (numbers, ETA tail) at most every
+        ``pending_message_refresh_seconds`` per Workload (``app.controllers.pacing``); a
+        Warning Event when the reason or the wording is new."""
         ctx = self.ctx
         obj = ctx.store(WL).get(key)
         info = self.cluster.workload(key)
@@ -925,15 +968,28 @@ class SchedulerLoop:
         message = f"{d.message}; {tail}" if tail else d.message
         queued = d.reason not in (PendingReason.CLUSTER_QUEUE_INACTIVE,
                                   PendingReason.LOCAL_QUEUE_STOPPED)
-        body, changed = with_pending(obj, reason, message, ctx.clock(), queued=queued)
+        now = ctx.clock()
+        body, changed = with_pending(obj, reason, message, now, queued=queued)
         if not changed:
+            self._deferred.pop(key, None)
             return
+        if pending_change(condition(obj, QUOTA_RESERVED), reason, message) == REFRESH:
+            due = self._pending_written.get(key, -math.inf) \
+                + ctx.settings.scheduling.pending_message_refresh_seconds
+            if now < due:
+                if key not in self._deferred:
+                    self.pending_deferred += 1
+                self._deferred[key] = due
+                return
         out = await ctx.client.replace(WORKLOADS, body, subresource="status")
         ctx.store(WL).put(out)
         self.pending_writes += 1
-        if self._evented.get(key) == d.message:
-            return  # only the ETA tail changed: no new Event
-        self._evented[key] = d.message
+        self._pending_written[key] = now
+        self._deferred.pop(key, None)
+        said = (reason, skeleton(d.message))
+        if self._evented.get(key) == said:
+            return  # only numbers or the ETA tail changed: no new Event
+        self._evented[key] = said
         target = self.jobs.owner_object(obj) or obj
         ctx.recorder.emit(target, WARNING, reason, d.message)
 

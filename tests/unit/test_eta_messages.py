@@ -37,13 +37,17 @@ class FakeClient:
         return body
 
 
-def _loop() -> tuple[SchedulerLoop, SimpleNamespace, Sim]:
+def _loop(refresh_seconds: float = 0.0) -> tuple[SchedulerLoop, SimpleNamespace, Sim]:
+    """A loop with pending Workload ns/x behind a; ``refresh_seconds``: the setting
+    ``pending_message_refresh_seconds`` (0: every change written at once)."""
     sim = Sim(cluster_queue("gpu").flavor("a100", gpu=4).strict_fifo())
     sim.c.add_workload(workload("a").cq("gpu").pods(1, gpu=4).limit(600).build(creation=T - 5))
     assert sim.c.schedule(T)
     store, events = FakeStore(), []
     ctx = SimpleNamespace(
-        settings=Settings(controllers_enabled=False), client=FakeClient(),
+        settings=Settings(controllers_enabled=False,
+                          scheduling={"pending_message_refresh_seconds": refresh_seconds}),
+        client=FakeClient(),
         store=lambda kind: store, clock=lambda: clock[0], may_write=True, inflight=set(),
         recorder=SimpleNamespace(emit=lambda obj, etype, reason, msg: events.append(msg)),
         events=events)

@@ -1,0 +1,61 @@
+"""How often the controllers rewrite what they have already said (issue 16: fewer API writes
+per admission): pure rules, no I/O.
+
+Pending messages. The core's QuotaReserved=False message carries live numbers ("6 requested,
+2 available ... cohort ai: 14 of 16 in use") and the loop appends the ETA tail
+(``position 3, expected start in ~12m``), so on a busy cohort every admission changes the
+message of every head. Kueue v0.17.1 rewrites the condition only when its message changes
+(``UnsetQuotaReservationWithCondition``); pykueue keeps that, and paces the changes that say
+nothing new:
+
+* ``MATERIAL``: the condition is not yet QuotaReserved=False, its reason changed, or the words
+  of the message changed (``skeleton``: the core message without its ETA tail, every number
+  and quantity masked) -> written at once;
+* ``REFRESH``: only numbers or the ETA tail changed -> written at most once per
+  ``Settings.scheduling.pending_message_refresh_seconds`` per Workload, the newest text when
+  the interval ends (``SchedulerLoop._write_pending``);
+* ``SAME``: the message is the one stored.
+
+Events about a pending Workload follow the material changes only (one Warning Event per
+reason and wording, not per number).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+MATERIAL, REFRESH, SAME = "material", "refresh", "same"
+
+# A number with an optional fraction, exponent and Kubernetes quantity suffix ("500m",
+# "1.5Gi", "2e3", "12"): masked as one token so "500m" -> "2" is a number change.
+_NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?:[KMGTPE]i?|[kmun])?")
+# The loop's ETA tail (``app.controllers.scheduler.eta_suffix``) after the core message.
+_TAIL = re.compile(r"; (?:position \d+|expected start |start time unknown)")
+
+
+def split_tail(message: str) -> tuple[str, str]:
+    """(core message, ETA tail) of a pending message as the loop writes it (``core; tail``);
+    the tail is empty when there is none."""
+    m = _TAIL.search(message)
+    return (message[:m.start()], message[m.start() + 2:]) if m else (message, "")
+
+
+def skeleton(message: str) -> str:
+    """The words of a pending message: the core message without its ETA tail, every number
+    replaced by ``#``. Two messages with the same skeleton say the same thing about why the
+    Workload waits."""
+    return _NUMBER.sub("#", split_tail(message)[0])
+
+
+def pending_change(current: Mapping[str, Any] | None, reason: str, message: str) -> str:
+    """How QuotaReserved=False ``reason`` / ``message`` differs from ``current`` (the
+    Workload's QuotaReserved condition, None when absent): ``MATERIAL``, ``REFRESH`` or
+    ``SAME`` (see the module doc)."""
+    if current is None or current.get("status") != "False" or current.get("reason") != reason:
+        return MATERIAL
+    old = str(current.get("message") or "")
+    if old == message:
+        return SAME
+    return REFRESH if skeleton(old) == skeleton(message) else MATERIAL
