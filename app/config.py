@@ -112,6 +112,11 @@ class SchedulingSettings(BaseModel):
     eta_min_interval_seconds: float = Field(5.0, ge=0)
     eta_budget_ms: float = Field(50.0, gt=0)
     eta_message_seconds: float = Field(15.0, gt=0)
+    # Share of each eta_message_seconds period the background ETA refresh may compute (the
+    # forward runs of every cohort, in eta_budget_ms slices): a cohort with thousands of
+    # pending Workloads would otherwise keep a core busy. A run left unfinished resumes in the
+    # next period, ClusterQueues taken in turn.
+    eta_refresh_share: float = Field(0.1, gt=0, le=1)
     # A pending Workload's QuotaReserved=False message is rewritten at once when it changes
     # materially (reason or words: app/controllers/pacing.py), but when only its numbers or
     # its ETA tail change, at most this often per Workload (seconds; the newest text is

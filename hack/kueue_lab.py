@@ -98,6 +98,18 @@ class KueueLab:
     def use_kueue_crds(self, kdir: Path) -> None:
         """Replace pykueue's CRDs and ValidatingAdmissionPolicy (applied by `lab up`) with
         Kueue's CRDs."""
+        # A CRD deleted while its storage is still initializing keeps its cleanup finalizer
+        # for minutes ("could not list instances: storage is (re)initializing", retried with
+        # backoff): wait until every one of pykueue's kinds can be listed first.
+        self.kubectl("wait", "--for=condition=Established", "--timeout=120s", "crd", "--all")
+        kinds = self.kubectl("get", "crd", "-o", "name").stdout.split()
+        resources = ",".join(k.removeprefix("customresourcedefinition.apiextensions.k8s.io/")
+                             for k in kinds if k.endswith(".kueue.x-k8s.io"))
+        deadline = time.monotonic() + 120
+        while resources and self.kubectl("get", resources, "-A", check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         self.kubectl("delete", "-k", str(ROOT / "manifests" / "crds"), "--ignore-not-found",
                      "--wait=true")
         self.kubectl("create", "-f", str(kdir / "config" / "components" / "crd" / "bases"))

@@ -673,27 +673,47 @@ class SchedulerLoop:
             await asyncio.sleep(self.history.interval_seconds)
 
     async def _eta_refresher(self) -> None:
-        """Every ``eta_message_seconds``: ``refresh_eta_messages`` (leader only)."""
-        period = self.ctx.settings.scheduling.eta_message_seconds
+        """Every ``eta_message_seconds``: ``refresh_eta_messages`` (leader only), computing
+        for at most ``eta_refresh_share`` of the period (``refresh_eta_period``)."""
+        sched = self.ctx.settings.scheduling
         await self.ctx.informers.wait_synced()
+        start = 0
         while True:
-            await asyncio.sleep(period)
+            await asyncio.sleep(sched.eta_message_seconds)
             if not self.ctx.may_write:
                 continue
             try:
-                self._forget_admitted()
-                # One ClusterQueue at a time (each ETA run is budgeted), yielding between
-                # them: many cohorts must not hold the event loop (extender, API) at once.
-                for name in self.cluster.cluster_queue_names():
-                    # The cohort's run in slices of eta_budget_ms, each on the state
-                    # forked when it started, until it is whole (at most the board's
-                    # max_slices), then the messages from it.
-                    while not self.eta.advance(self.cluster, name, self.ctx.clock()):
-                        await asyncio.sleep(0)
-                    self.refresh_eta_messages([name])
-                    await asyncio.sleep(0)
+                start = await self.refresh_eta_period(
+                    start, sched.eta_message_seconds * sched.eta_refresh_share)
             except Exception:  # noqa: BLE001 - an ETA bug must not stop the messages
                 log.exception("ETA refresh failed")
+
+    async def refresh_eta_period(self, start: int, budget_s: float) -> int:
+        """One refresh: from the ``start``-th ClusterQueue on (round robin), advance each
+        cohort's ETA run in slices until it is whole, then rewrite that queue's messages;
+        stop once ``budget_s`` seconds of computing are spent (the run resumes next time).
+        Yields to the event loop between slices. Returns where the next refresh starts."""
+        self._forget_admitted()
+        names = self.cluster.cluster_queue_names()
+        if not names:
+            return 0
+        spent = 0.0
+        for i in range(len(names)):
+            name = names[(start + i) % len(names)]
+            while True:
+                t0 = time.perf_counter()
+                whole = self.eta.advance(self.cluster, name, self.ctx.clock())
+                spent += time.perf_counter() - t0
+                if whole:
+                    break
+                if spent >= budget_s:
+                    return (start + i) % len(names)  # this queue first next time
+                await asyncio.sleep(0)
+            self.refresh_eta_messages([name])
+            await asyncio.sleep(0)
+            if spent >= budget_s:
+                return (start + i + 1) % len(names)
+        return start
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

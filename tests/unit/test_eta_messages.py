@@ -103,3 +103,34 @@ def test_eta_suffix_names_only_the_first_positions_and_leaves_out_unknown() -> N
     assert eta_suffix(10, eta, T) == "expected start in ~10m"
     assert eta_suffix(0, None, T) == "position 1"
     assert eta_suffix(12, Eta(None, "unknown", "no end known"), T) == ""
+
+
+async def test_the_background_refresh_stops_at_its_share_and_resumes_where_it_stopped() -> None:
+    """``refresh_eta_period`` computes for at most its budget per period (a cohort with
+    thousands pending kept a core busy): over budget it returns the ClusterQueue to resume
+    with; with room it finishes every queue's run and rewrites their messages."""
+    sim = Sim(cluster_queue("gpu").flavor("a100", gpu=4).strict_fifo(),
+              cluster_queue("cpu").flavor("c", cpu=4))
+    sim.c.add_workload(workload("a").cq("gpu").pods(1, gpu=4).limit(600).build(creation=T - 5))
+    assert sim.c.schedule(T)
+    for i in range(40):
+        sim.c.add_workload(workload(f"w{i}").cq("gpu").pods(1, gpu=1).limit(60)
+                           .build(creation=T + i))
+    store = FakeStore()
+    ctx = SimpleNamespace(
+        settings=Settings(controllers_enabled=False,
+                          scheduling={"eta_budget_ms": 0.001, "eta_min_interval_seconds": 0}),
+        client=FakeClient(), store=lambda kind: store, clock=lambda: T + 60, may_write=True,
+        inflight=set(), recorder=SimpleNamespace(emit=lambda *a: None))
+    framework = SimpleNamespace(owner_object=lambda wl: None, notify=lambda wl, key: None)
+    loop = SchedulerLoop(ctx, jobs=framework, cluster=sim.c)  # type: ignore[arg-type]
+    names = sim.c.cluster_queue_names()
+    first = names.index("gpu")
+    # No budget: one slice of gpu's run, which is not whole: gpu again next time.
+    assert await loop.refresh_eta_period(first, 0.0) == first
+    # A queue whose run is whole after one slice (nothing pending): the next queue is next.
+    other = names.index("cpu")
+    assert await loop.refresh_eta_period(other, 0.0) == (other + 1) % len(names)
+    # Room enough: every run whole, back to where it started.
+    assert await loop.refresh_eta_period(first, 60.0) == first
+    assert loop.eta.advance(sim.c, "gpu", T + 60)  # whole: nothing left to compute
