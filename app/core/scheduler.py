@@ -758,6 +758,12 @@ class Cluster(ClusterState):
             for c in gone:
                 tree.add_usage(c.cluster_queue, c.usage)
 
+    def _retry_next_cycle(self, e: _Entry, message: str) -> list[Decision]:
+        """A preemptor skipped this cycle (not parked): pending, waiting for quota."""
+        self._not_admitted(e, park=False)
+        d = self._set_pending(e.rec, PendingReason.WAITING_FOR_QUOTA, message)
+        return [d] if d else []
+
     def _preempt(
         self, e: _Entry, now: float, taken: dict[WorkloadKey, Candidate], held: list
     ) -> list[Decision]:
@@ -768,25 +774,15 @@ class Cluster(ClusterState):
             return [d] if d else []
         keys = [t.candidate.key for t in targets.targets]
         if any(k in taken for k in keys):
-            self._not_admitted(e, park=False)
-            d = self._set_pending(
-                rec,
-                PendingReason.WAITING_FOR_QUOTA,
-                "preemption targets overlap with another workload's this cycle; will retry",
-            )
-            return [d] if d else []
+            return self._retry_next_cycle(
+                e, "preemption targets overlap with another workload's this cycle; will retry")
         if not self._fits_after(spec.name, a.usage, [*taken.values(),
                                                       *(t.candidate for t in targets.targets)]):
             # Kueue ``fits``: the targets were chosen against the cycle's starting usage; an
             # earlier admission or preemptor of this cycle took what they would free. Kueue
             # skips the preemptor (retried next cycle) rather than preempting more.
-            self._not_admitted(e, park=False)
-            d = self._set_pending(
-                rec,
-                PendingReason.WAITING_FOR_QUOTA,
-                "no longer fits after processing another workload this cycle; will retry",
-            )
-            return [d] if d else []
+            return self._retry_next_cycle(
+                e, "no longer fits after processing another workload this cycle; will retry")
         for t in targets.targets:
             taken[t.candidate.key] = t.candidate
         out: list[Decision] = []
