@@ -70,6 +70,7 @@ from app.integrations.webhook import (
     is_batch_job,
     mutate,
     mutate_update,
+    pod_count,
     queue_name_errors,
     read_job,
     read_labels,
@@ -85,8 +86,6 @@ from app.models.admissionreview import (
     AdmissionReview,
     Status,
 )
-from app.wire.fields import WorkloadSpecError
-from app.wire.workload import job_pod_count
 
 MUTATE_PATH = "/mutate-batch-v1-job"
 VALIDATE_PATH = "/validate-batch-v1-job"
@@ -313,18 +312,11 @@ def _child_runner_errors(req: AdmissionRequest, state: Any, job: dict[str, Any])
     if req.operation == "UPDATE":
         old = _read(req.old_object, "request.oldObject")
         if (not read_suspend(old) and _has_managed_ancestor(state, old)
-                and _pods(old) == _pods(job)):
+                and pod_count(old) == pod_count(job)):
             return []  # a running child changed otherwise (labels, annotations)
     return [f"spec.suspend: a Job owned by a queued {_ancestor_phrase(job)} runs only when "
             f"its operator ({', '.join(sorted(allowed))}) creates or resumes it "
             "(webhook.child_job_creators); create it suspended or submit it queued on its own"]
-
-
-def _pods(job: dict[str, Any]) -> int | None:
-    try:
-        return job_pod_count(job)
-    except WorkloadSpecError:
-        return None
 
 
 def _ancestor_phrase(job: dict[str, Any]) -> str:

@@ -257,7 +257,7 @@ def mutate(
     return patch
 
 
-def _pod_count(job: Mapping[str, Any]) -> int | None:
+def pod_count(job: Mapping[str, Any]) -> int | None:
     """``min(parallelism, completions)`` (Kueue's podSet count), None when unreadable."""
     try:
         return job_pod_count(job)
@@ -288,7 +288,7 @@ def mutate_update(
         return []
     if MIN_PARALLELISM_ANNOTATION in ((new_job.get("metadata") or {}).get("annotations") or {}):
         return []  # partial admission: Kueue refuses the change (validate_update)
-    old, new = _pod_count(old_job), _pod_count(new_job)
+    old, new = pod_count(old_job), pod_count(new_job)
     if old is not None and old == new:
         return []
     return [_suspend_op(new_job)]
@@ -357,7 +357,7 @@ def _workload_field_errors(job: Mapping[str, Any]) -> list[str]:
     """What the Job's Workload could not be built from (Kueue ``ValidateJobOnCreate``): the
     ``kueue.x-k8s.io/job-min-parallelism`` annotation (an integer in (0, pod count)) and the
     ``kueue.x-k8s.io/max-exec-time-seconds`` label (an integer > 0)."""
-    count = _pod_count(job)
+    count = pod_count(job)
     if count is None:
         return []
     errors = []
