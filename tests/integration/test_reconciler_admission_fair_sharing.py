@@ -32,6 +32,12 @@ def _consumed(lab: LabHandle, ns: str, lq: str) -> dict:
     return afs.get("consumedResources") or {}
 
 
+def _admitted_if(lab: LabHandle, ns: str, names: list[str], n: int) -> list[str] | None:
+    """The admitted ones among ``names`` when there are exactly ``n`` of them, else None."""
+    got = [name for name in names if admitted(wl(lab, ns, name))]
+    return got if len(got) == n else None
+
+
 def test_a_flood_from_one_local_queue_does_not_starve_another(rlab: LabHandle) -> None:
     ns = namespace(rlab, "afs")
     cq = unique("shared")
@@ -44,21 +50,24 @@ def test_a_flood_from_one_local_queue_does_not_starve_another(rlab: LabHandle) -
             enable=True, usage_half_life_time="10m", usage_sampling_interval="1m")})
     mt = ManagerThread(settings).start()
     try:
-        apply(rlab, *[workload_manifest(f"a{i}", ns, "qa", cpu="1") for i in range(6)])
-        wait_for(lambda: admitted(wl(rlab, ns, "a0")) and admitted(wl(rlab, ns, "a1")), 30,
-                 "team A's first two take the 2 CPUs")
+        team_a = [f"a{i}" for i in range(6)]
+        apply(rlab, *[workload_manifest(a, ns, "qa", cpu="1") for a in team_a])
+        # The six are created within about one creationTimestamp second, so which two go
+        # first is their arrival or uid order; the test follows whichever two were admitted.
+        first = wait_for(lambda: _admitted_if(rlab, ns, team_a, 2), 30,
+                         "two of team A's six take the 2 CPUs")
         wait_for(lambda: _consumed(rlab, ns, "qa").get("cpu") not in (None, "0"), 20,
                  "qa status: consumedResources charged by A's admissions")
         apply(rlab, workload_manifest("b0", ns, "qb", cpu="1"),
               workload_manifest("b1", ns, "qb", cpu="1"))
         # b0 and b1 are created in one request: the same creationTimestamp second, so which
         # of them goes first is their uid's order; what matters is that B goes before A.
-        for done, n_b in (("a0", 1), ("a1", 2)):
+        for done, n_b in zip(first, (1, 2), strict=True):
             finish_workload(rlab, ns, done)
             wait_for(lambda n=n_b: sum(admitted(wl(rlab, ns, b)) for b in ("b0", "b1")) == n,
                      30, f"the CPU {done} frees goes to team B ({n_b} of b0, b1 admitted)")
-        # A's flood (a2..a5) waited behind B although it was created first.
-        assert not any(admitted(wl(rlab, ns, f"a{i}")) for i in range(2, 6))
+        # A's flood (the other four) waited behind B although it was created first.
+        assert not any(admitted(wl(rlab, ns, a)) for a in team_a if a not in first)
         wait_for(lambda: _consumed(rlab, ns, "qb").get("cpu") not in (None, "0"), 20,
                  "qb status: consumedResources charged by B's admissions")
         lq = rlab.get("localqueue", "qa", "-n", ns)
