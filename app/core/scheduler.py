@@ -93,6 +93,7 @@ already being evicted issues no new preemption (acceptance KQ-18, KQ-29).
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import TypeAlias
 
@@ -133,6 +134,27 @@ def _duration(seconds: float) -> str:
     if h:
         return f"{h}h{m}m{sec}s"
     return f"{m}m{sec}s" if m else f"{sec}s"
+
+KEEP_PEAK_WINDOW_S = 5.0
+"""How long a ClusterQueue's usage peak, and its queued requests beyond it, justify keeping its
+unused nominal quota from borrowers while it admits (``Cluster._keep_nominal_for_queue``;
+seconds). A few seconds: above the arrival period of the classes of Kueue's performance
+baseline (largest 1.2 s) with a loaded controller's cycle delays; and the longest a borrower
+waits for room its lender does not use."""
+
+
+def _window_max_add(
+    window: deque[tuple[float, int]], now: float, value: int, width: float
+) -> None:
+    """Add sample ``value`` at ``now`` to ``window`` (times increasing, values decreasing) and
+    drop samples older than ``width`` seconds, so that ``window[0][1]`` is the highest value
+    of the last ``width`` seconds (sliding-window maximum; amortized O(1))."""
+    while window and window[-1][1] <= value:
+        window.pop()
+    window.append((now, value))
+    while window[0][0] < now - width:
+        window.popleft()
+
 
 _REASON_TEXT = {
     "InClusterQueue": "prioritization in the ClusterQueue",
@@ -186,6 +208,14 @@ class Cluster(ClusterState):
         ] = {}
         self._nomination_hits = 0
         self._nomination_misses = 0
+        # ``_keep_nominal_for_queue``: per ClusterQueue and flavor-resource, its usage after
+        # each admission in the last KEEP_PEAK_WINDOW_S seconds as a window maximum (times and
+        # values, values decreasing); and since when it has, in every cycle it admitted, kept
+        # room for its queue beyond that recent usage.
+        self._usage_peaks: dict[
+            ClusterQueueName, dict[FlavorResource, deque[tuple[float, int]]]
+        ] = {}
+        self._keep_over_since: dict[ClusterQueueName, float] = {}
 
     def schedule(self, now: float) -> list[Decision]:
         """Run one scheduling cycle at time ``now`` (seconds) and return its decisions.
@@ -625,8 +655,9 @@ class Cluster(ClusterState):
 
     def _keep_nominal_for_queue(self, e: _Entry, held: list) -> None:
         """pykueue, not Kueue: after admitting the head of a ClusterQueue that still has
-        Workloads queued and is below its nominal quota, keep that unused nominal quota from
-        the rest of the cycle, so borrowers of the cohort do not take it.
+        Workloads queued and is below its nominal quota, keep part of that unused nominal
+        quota from the rest of the cycle, so borrowers of the cohort do not take what its
+        next heads would reclaim by eviction a cycle or two later.
 
         Why: one head per ClusterQueue is admitted per cycle. Kueue v0.17.1 lends the rest of
         a lender's nominal quota to borrowers in the same cycle, and the lender's next head,
@@ -636,34 +667,61 @@ class Cluster(ClusterState):
         Workloads admitted under a second earlier). Kept only while the ClusterQueue admits
         (a cycle in which its head does not fit holds nothing, so quota it cannot use is lent
         the next cycle) and only when it could reclaim (reclaimWithinCohort not Never); not
-        under fair sharing, whose order is by share. At most what its queued (not parked)
-        Workloads request is kept (breaker5: more starved borrowers for ever)."""
+        under fair sharing, whose order is by share.
+
+        How much, per flavor and resource (core units), at most the room
+        ``nominal - usage``:
+
+        * up to the highest usage the ClusterQueue had after an admission within the last
+          ``KEEP_PEAK_WINDOW_S`` seconds (room it really used that recently: its arrivals
+          often come right after a cycle, when its queue is short, so its queued requests
+          alone under-state what it reclaims next; issue 16: capping at them tripled the
+          evictions on the baseline);
+        * or, for at most ``KEEP_PEAK_WINDOW_S`` seconds of consecutive admitting cycles,
+          up to what its queued (not parked) Workloads request (a queue being drained, its
+          usage not yet grown to it). Past that the queued part lapses until a cycle in
+          which it keeps nothing beyond its recent usage, so a lender admitting every cycle
+          from a queue it never grows into (breaker5: each Workload finishes before the next
+          is admitted) holds room it never uses for at most that long, and the cohort's
+          borrowers are admitted."""
         spec = e.spec
         name = spec.name
+        tree = self.tree
+        now = self._now
+        peaks = self._usage_peaks.setdefault(name, {})
+        for fr in e.assignment.usage:
+            _window_max_add(peaks.setdefault(fr, deque()), now, tree.usage(name, fr),
+                            KEEP_PEAK_WINDOW_S)
         if (self.fair_sharing is not None
                 or spec.preemption.reclaim_within_cohort == ReclaimWithinCohort.NEVER
-                or not len(self._cqs[name].queue)):
+                or not len(self._cqs[name].queue)
+                or tree.root_of(name) is None):
+            self._keep_over_since.pop(name, None)
             return
-        tree = self.tree
-        if tree.root_of(name) is None:
-            return
-        keep = {}
+        room: dict[FlavorResource, int] = {}
+        keep: dict[FlavorResource, int] = {}
         for fr in e.assignment.usage:
-            room = tree.nominal(name, fr) - tree.usage(name, fr)
-            if room > 0:
-                keep[fr] = room
-        # No more than its queued (not parked) Workloads request: room none of them would use
-        # is lent, or a lender admitting every cycle would starve the cohort's borrowers.
-        demand: dict[FlavorResource, int] = dict.fromkeys(keep, 0)
+            r = tree.nominal(name, fr) - tree.usage(name, fr)
+            if r > 0:
+                room[fr] = r
+                used = peaks[fr][0][1] - tree.usage(name, fr)
+                if used > 0:
+                    keep[fr] = min(r, used)
+        # The queued part, while this run of admitting cycles is younger than the window.
+        demand: dict[FlavorResource, int] = dict.fromkeys(room, 0)
         for key in self._cqs[name].queue.active():
-            if all(demand[fr] >= keep[fr] for fr in keep):
+            if all(demand[fr] >= room[fr] for fr in room):
                 break
             for ps in self._wls[key].wl.pod_sets:
                 for resource, amount in ps.total().items():
-                    for fr in keep:
+                    for fr in room:
                         if fr.resource == resource:
                             demand[fr] += amount
-        keep = {fr: min(v, demand[fr]) for fr, v in keep.items() if demand[fr] > 0}
+        beyond = {fr: min(room[fr], v) for fr, v in demand.items() if v > keep.get(fr, 0)}
+        if not beyond:
+            self._keep_over_since.pop(name, None)
+        elif now - self._keep_over_since.setdefault(name, now) <= KEEP_PEAK_WINDOW_S:
+            keep.update(beyond)
         if keep:
             tree.add_usage(name, keep)
             held.append((name, keep))

@@ -8,11 +8,12 @@ preemptors of one cohort evicting in the same cycle, each for capacity another h
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core.decisions import Preempt
-from app.core.scheduler import Cluster
+from app.core.scheduler import KEEP_PEAK_WINDOW_S, Cluster
 from app.core.types import ClusterQueueName, WorkloadKey
 from tests.builders import Sim, cluster_queue, workload
 
@@ -161,3 +162,66 @@ def test_a_borrower_is_not_starved_by_a_lender_that_admits_every_cycle():
                 done.add(name)
         s.submit(workload(f"a{i}").cq("q0").pods(1, cpu=1))
     assert s.admitted("b"), (s.usage("q0"), s.usage("q1"))
+
+
+def _add(s: Sim, *wls) -> None:
+    """Submit without advancing the clock (arrivals between two cycles)."""
+    for w in wls:
+        s.c.add_workload(w.build(creation=s.now))
+
+
+@pytest.mark.parametrize(("borrower_cpu", "queued"), [(1, 3), (1, 4), (2, 3), (2, 4), (3, 4)])
+def test_a_borrower_waits_at_most_the_window_for_a_lender_that_admits_every_cycle(
+    borrower_cpu, queued
+):
+    """breaker5's pattern, any borrower size or queue length: q0 admits one short 1-CPU
+    Workload per cycle (each finishes before the next) from a queue that never empties, so
+    its usage stays at 1 of its 4 CPU. Room kept for its queue beyond what it used lapses
+    after KEEP_PEAK_WINDOW_S (capping the room at its queued requests did not: q1's borrower
+    waited for ever unless it fitted beside them)."""
+    s = Sim(*_queues(2, [4, 4]))
+    _add(s, *[workload(f"r{i}").cq("q1").pods(1, cpu=1) for i in range(4)])
+    s.settle()
+    _add(s, workload("b").cq("q1").pods(1, cpu=borrower_cpu))
+    _add(s, *[workload(f"a{i}").cq("q0").pods(1, cpu=1) for i in range(queued)])
+    start, waiting = s.now, [f"a{i}" for i in range(queued)]
+    for i in range(queued, 40):
+        s.cycle()
+        if s.admitted("b"):
+            break
+        running = [a for a in waiting if s.admitted(a)]
+        assert len(running) == 1
+        s.finish(*running)
+        waiting.remove(running[0])
+        waiting.append(f"a{i}")
+        _add(s, workload(f"a{i}").cq("q0").pods(1, cpu=1))
+    assert s.admitted("b"), (s.usage("q0"), s.usage("q1"))
+    assert s.now - start <= KEEP_PEAK_WINDOW_S + 2
+    assert s.evictions() == []
+
+
+def test_a_lender_keeps_the_room_it_used_just_before_when_its_next_arrival_is_not_queued_yet():
+    """The baseline's pattern (issue 16): q0's large Workload (its whole nominal) finishes,
+    q0 admits a small one with one more queued, and its next large arrives right after that
+    cycle. Room kept up to what q0 used within the window is not lent, so the large fits
+    without reclaiming; kept only up to the one queued small (1 CPU), 2 CPU went to q1's
+    borrower and the large evicted it one cycle later."""
+    s = Sim(*_queues(2, [4, 4]))
+    _add(s, workload("big").cq("q0").pods(1, cpu=4), workload("r").cq("q1").pods(1, cpu=4))
+    s.settle()
+    _add(s, *[workload(f"b{i}").cq("q1").pods(1, cpu=1) for i in range(4)])
+    s.finish("big")
+    _add(s, workload("s0").cq("q0").pods(1, cpu=1), workload("s1").cq("q0").pods(1, cpu=1))
+    s.cycle()
+    assert s.admitted("s0") and not s.admitted("b0")
+    s.finish("s0")
+    _add(s, workload("big2").cq("q0").pods(1, cpu=4))
+    s.cycle()
+    s.finish("s1")
+    s.settle()
+    assert s.admitted("big2")
+    assert s.evictions() == []
+    # Once q0 stops admitting, its room is lent.
+    s.finish("big2")
+    s.settle()
+    assert all(s.admitted(f"b{i}") for i in range(4))
