@@ -72,8 +72,9 @@ The cycle (Kueue ``Scheduler.schedule``, reference 3.4):
 5. Process in order against the live usage (earlier admissions of this cycle count):
    Fit ⇒ re-check it still fits, assume, Admit; then, pykueue's rule (not Kueue's), a
    ClusterQueue below its nominal quota with Workloads still queued keeps that unused
-   nominal quota (at most what they request) from the rest of the cycle, so borrowers do
-   not take what its next head would reclaim by eviction one cycle later
+   nominal quota (up to the usage it reached in the last few seconds, and up to what its
+   queue requests for at most that long in a row) from the rest of the cycle, so borrowers
+   do not take what its next heads would reclaim by eviction a cycle later
    (``_keep_nominal_for_queue``); Preempt/Reclaim
    ⇒ its targets from step 3, skipped (retried next cycle, no new victims) when they
    overlap another preemptor's of this cycle or no longer make room once this cycle's
@@ -94,6 +95,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TypeAlias
 
@@ -216,6 +218,20 @@ class Cluster(ClusterState):
             ClusterQueueName, dict[FlavorResource, deque[tuple[float, int]]]
         ] = {}
         self._keep_over_since: dict[ClusterQueueName, float] = {}
+
+    def fork(self, names: Iterable[ClusterQueueName]) -> ClusterState:
+        """``ClusterState.fork`` plus what ``_keep_nominal_for_queue`` remembers of ``names``
+        (recent usage peaks, since when room was kept for the queue), so a projection from
+        the fork (``app.core.eta``) keeps and lends as this state would."""
+        names = tuple(names)
+        out = super().fork(names)
+        if isinstance(out, Cluster):
+            for n in names:
+                if n in self._usage_peaks:
+                    out._usage_peaks[n] = {fr: deque(w) for fr, w in self._usage_peaks[n].items()}
+                if n in self._keep_over_since:
+                    out._keep_over_since[n] = self._keep_over_since[n]
+        return out
 
     def schedule(self, now: float) -> list[Decision]:
         """Run one scheduling cycle at time ``now`` (seconds) and return its decisions.
@@ -682,8 +698,9 @@ class Cluster(ClusterState):
           usage not yet grown to it). Past that the queued part lapses until a cycle in
           which it keeps nothing beyond its recent usage, so a lender admitting every cycle
           from a queue it never grows into (breaker5: each Workload finishes before the next
-          is admitted) holds room it never uses for at most that long, and the cohort's
-          borrowers are admitted."""
+          is admitted) holds room it does not use for at most about twice the window (its
+          peak ageing out, then the queued part lapsing), and the cohort's borrowers are
+          admitted. Room it keeps using stays kept (Kueue's lender would reclaim it)."""
         spec = e.spec
         name = spec.name
         tree = self.tree

@@ -212,6 +212,10 @@ def test_a_lender_keeps_the_room_it_used_just_before_when_its_next_arrival_is_no
     _add(s, *[workload(f"b{i}").cq("q1").pods(1, cpu=1) for i in range(4)])
     s.finish("big")
     _add(s, workload("s0").cq("q0").pods(1, cpu=1), workload("s1").cq("q0").pods(1, cpu=1))
+    # A fork (the ETA projection's) remembers the peak too and decides the same.
+    fork = s.c.fork(s.c.cluster_queue_names())
+    assert isinstance(fork, Cluster)
+    assert Sim.admits(fork.schedule(s.now + 1)) == ["ns/s0"]
     s.cycle()
     assert s.admitted("s0") and not s.admitted("b0")
     s.finish("s0")
