@@ -144,8 +144,9 @@ def test_a_lender_whose_head_does_not_fit_lends_its_room():
 def test_a_borrower_is_not_starved_by_a_lender_that_admits_every_cycle():
     """breaker5: q0 uses 1 of its 4 CPU, admitting one short 1-CPU Workload per cycle from a
     queue that never empties (each finishes before the next cycle). The unused nominal room it
-    keeps while it admits must not keep q1's 1-CPU borrower out for ever: it keeps what its
-    queued Workloads request (2), not all its room (3)."""
+    keeps while it admits must not keep q1's 1-CPU borrower out for ever: it keeps no more
+    than its queued Workloads request (2), not all its room (3), and that only for
+    KEEP_PEAK_WINDOW_S (the next test: any borrower size)."""
     s = Sim(*_queues(2, [4, 4]))
     s.submit(*[workload(f"r{i}").cq("q1").pods(1, cpu=1) for i in range(4)])
     s.settle()
