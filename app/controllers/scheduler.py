@@ -217,11 +217,7 @@ class SchedulerLoop:
             window = s.eta_arrivals_window_seconds
             self.eta = EtaBoard(RuntimeModel(), min_interval=s.eta_min_interval_seconds,
                                 budget_ms=s.eta_budget_ms, clock=time.perf_counter,
-                                # Twice the window: a queue that keeps up with
-                                # its arrivals gets numbers for long waits; one
-                                # outpaced by them is "unknown" at any horizon.
-                                arrivals=ArrivalModel(window_seconds=window,
-                                                      horizon_seconds=2 * window)
+                                arrivals=ArrivalModel(window_seconds=window)
                                 if window > 0 else None)
         # Per pending Workload: the core's last Pending (to rewrite with a new ETA), the ETA
         # tail last put in its message, the (reason, wording) last announced by an Event,
@@ -695,7 +691,7 @@ class SchedulerLoop:
         share, period = sched.eta_refresh_share, sched.eta_message_seconds
         start, credit, last = 0, share * period, loop.time()
         next_period = last + period
-        arrivals_wait: float | None = None  # seconds until an arrived queue is due
+        arrivals_at: float | None = None  # loop time an owed queue is due (None: look now)
         while True:
             now = loop.time()
             credit, last = min(share * period, credit + share * (now - last)), now
@@ -703,13 +699,14 @@ class SchedulerLoop:
             if self._eta_arrived:
                 # Owed a refresh: when its run may start and a slice's budget is earned.
                 need = max(0.0, (sched.eta_budget_ms / 1000.0 - credit) / share)
-                wait = min(wait, max(need, arrivals_wait or 0.0))
+                due = 0.0 if arrivals_at is None else arrivals_at - now
+                wait = min(wait, max(need, due))
             if wait > 0:
                 self._eta_kick.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._eta_kick.wait(), wait)
                 if self._eta_kick.is_set():
-                    arrivals_wait = None  # a new arrival: look again when it is due
+                    arrivals_at = None  # a new arrival: see when it is due
                 continue
             if not self.ctx.may_write:
                 self._eta_arrived.clear()
@@ -721,8 +718,9 @@ class SchedulerLoop:
                     next_period = loop.time() + period
                     start = await self.refresh_eta_period(start, credit)
                 if self._eta_arrived:
-                    arrivals_wait = await self.refresh_eta_arrivals(
+                    wait_s = await self.refresh_eta_arrivals(
                         credit - (time.perf_counter() - t0))
+                    arrivals_at = None if wait_s is None else loop.time() + wait_s
             except Exception:  # noqa: BLE001 - an ETA bug must not stop the messages
                 log.exception("ETA refresh failed")
                 self._eta_arrived.clear()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -190,18 +191,34 @@ async def test_a_new_pending_workload_gets_its_eta_at_the_next_run_its_arrival_t
     assert await loop.refresh_eta_arrivals(1.0) is None and loop.eta.runs == 2
 
 
-async def test_the_refresher_is_woken_by_an_arrival_between_its_periods() -> None:
+async def _until(check: Any, timeout: float = 10.0) -> None:
+    """Wait for ``check()`` to hold (polling the event loop), at most ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+async def test_the_refresher_is_woken_by_arrivals_between_its_periods() -> None:
     """The background refresher (``_eta_refresher``) with an hour-long period: a new
-    pending Workload still gets its ETA tail without waiting for the period."""
-    loop, ctx, sim = _loop(strict=False, eta_min_interval_seconds=0, eta_message_seconds=3600)
+    pending Workload gets its ETA tail without waiting for the period, and one that
+    arrives right after a run gets it once ``eta_min_interval_seconds`` has passed."""
+    loop, ctx, sim = _loop(strict=False, eta_min_interval_seconds=0.3,
+                           eta_message_seconds=3600)
+    t0 = time.monotonic()
+    ctx.clock = lambda: T + 60 + (time.monotonic() - t0)  # the real time, from T+60
     task = asyncio.create_task(loop._eta_refresher())  # noqa: SLF001
     try:
         _arrive(loop, ctx, sim, "y", T + 60)
-        for _ in range(1000):  # wait for the state, not for a guessed time
-            if "ns/y" in loop._eta_tail:  # noqa: SLF001
-                break
-            await asyncio.sleep(0.005)
+        await _until(lambda: "ns/y" in loop._eta_tail)  # noqa: SLF001
         assert loop._eta_tail["ns/y"] == "position 2, expected start in ~10m"  # noqa: SLF001
+        ran = loop.eta.runs
+        _arrive(loop, ctx, sim, "z", ctx.clock())
+        await _until(lambda: "ns/z" in loop._eta_tail)  # noqa: SLF001
+        # One more run, not before the interval since the last one.
+        assert loop.eta.runs == ran + 1
+        assert loop.eta.for_cluster_queue(sim.c, "gpu", ctx.clock()).computed_at \
+            >= T + 60 + 0.3
         assert not loop._eta_arrived  # noqa: SLF001
     finally:
         task.cancel()
