@@ -31,7 +31,8 @@ about 2t (early for t < 25 s, late after 30 s); the medium jobs' ETAs are exact.
 
 Each variant prints the count of ETAs, the confidence words given, median / p90 error over
 the ETAs given, the median counting each ``unknown`` as a miss (null when half or more are
-unknown), and the cost of the ETA runs (median / max ms).
+unknown), that median per workload class (baseline: small, medium, large; gpu-teams: g1,
+g2, g4, g8 GPUs), and the cost of the ETA runs (median / max ms, unbudgeted).
 
     .venv/bin/python bench/eta_accuracy.py [--every 50] [--only gpu-teams] [--no-arrivals]
         [--window 3600]
@@ -122,6 +123,7 @@ def evaluate(trace: Trace, *, limit_of, every: int, arrivals: ArrivalModel | Non
     sim = EtaProbe(trace, limit_of=limit_of, every=every, model=RuntimeModel(),
                    arrivals=arrivals).run()
     errors, words = [], {"bounded": 0, "estimated": 0, "unknown": 0}
+    by_class: dict[str, list[float]] = {}  # workload class -> errors, unknown as inf
     late = early = unknown_waited = 0
     for key, (start, word) in sim.etas.items():
         words[word] += 1
@@ -129,13 +131,16 @@ def evaluate(trace: Trace, *, limit_of, every: int, arrivals: ArrivalModel | Non
         if r.first_admitted_us is None:
             continue
         if math.isnan(start):
-            unknown_waited += r.first_admitted_us > r.created_us
+            if r.first_admitted_us > r.created_us:
+                unknown_waited += 1
+                by_class.setdefault(r.class_name, []).append(math.inf)
             continue
         real = (r.first_admitted_us - r.created_us) / US
         predicted = start - r.created_us / US
         if real <= 0:
             continue
         errors.append(abs(predicted - real) / real)
+        by_class.setdefault(r.class_name, []).append(errors[-1])
         late += predicted > real
         early += predicted < real
     errors.sort()
@@ -152,6 +157,9 @@ def evaluate(trace: Trace, *, limit_of, every: int, arrivals: ArrivalModel | Non
         "unknown_that_waited": unknown_waited,
         "median_rel_error_unknown_as_miss": (
             round(strict, 3) if strict is not None and math.isfinite(strict) else None),
+        "median_by_class_unknown_as_miss": {
+            k: (round(m, 3) if math.isfinite(m := statistics.median(v)) else None)
+            for k, v in sorted(by_class.items())},
         "eta_later_than_real": late,
         "eta_earlier_than_real": early,
         "eta_run_ms": {"median": round(statistics.median(sim.eta_ms), 2) if sim.eta_ms else 0,

@@ -741,7 +741,8 @@ class SchedulerLoop:
             whole, spent = await self._eta_whole(name, spent, budget_s)
             if not whole:
                 return (start + i) % len(names)  # this queue first next time
-            self._eta_arrived.discard(name)
+            if self.eta.due_at(self.cluster, name, self.ctx.clock()) is None:
+                self._eta_arrived.discard(name)  # its run covers every Workload there
             self.refresh_eta_messages([name])
             await asyncio.sleep(0)
             if spent >= budget_s:
@@ -751,26 +752,27 @@ class SchedulerLoop:
     async def refresh_eta_arrivals(self, budget_s: float) -> float | None:
         """The ClusterQueues where a Workload became pending since their last ETA run
         (``apply``): each whose cohort's run may start now (``EtaBoard.due_at``) is computed
-        in slices until whole (or ``budget_s`` seconds spent: it stays owed) and its
-        messages rewritten. Returns the seconds until the next owed queue is due, None
-        when none is owed. Nothing is computed without budget."""
+        in slices until its answer covers the state as it is (a run that was going when the
+        Workload came is finished first, then a new one started once the board allows),
+        its messages rewritten after each whole run; ``budget_s`` seconds spent: the rest
+        stays owed. Returns the seconds until the next owed queue is due (0: owed now,
+        out of budget), None when none is owed. Nothing is computed without budget."""
         spent, wait = 0.0, None
         for name in sorted(self._eta_arrived):
-            now = self.ctx.clock()
-            due = self.eta.due_at(self.cluster, name, now)
-            if due is not None and due > now:
-                wait = due - now if wait is None else min(wait, due - now)
-                continue
-            if due is not None:
-                if spent >= budget_s:
-                    wait = 0.0
-                    continue
+            while True:
+                now = self.ctx.clock()
+                due = self.eta.due_at(self.cluster, name, now)
+                if due is None:
+                    self._eta_arrived.discard(name)
+                    self.refresh_eta_messages([name])
+                    break
+                if due > now or spent >= budget_s:
+                    left = max(0.0, due - now)
+                    wait = left if wait is None else min(wait, left)
+                    break
                 whole, spent = await self._eta_whole(name, spent, budget_s)
-                if not whole:
-                    wait = 0.0
-                    continue
-            self._eta_arrived.discard(name)
-            self.refresh_eta_messages([name])
+                if whole:
+                    self.refresh_eta_messages([name])
         return wait
 
     async def _eta_whole(self, name: ClusterQueueName, spent: float,

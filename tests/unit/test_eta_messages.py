@@ -191,6 +191,19 @@ async def test_a_new_pending_workload_gets_its_eta_at_the_next_run_its_arrival_t
     assert await loop.refresh_eta_arrivals(1.0) is None and loop.eta.runs == 2
 
 
+async def test_an_arrival_during_a_sliced_run_gets_the_next_run_not_the_stale_one() -> None:
+    """The cohort's run was going (in slices) when y became pending: that run, forked
+    before y, is finished and a new one started, so y is not left "not computed yet"."""
+    loop, ctx, sim = _loop(strict=False, eta_min_interval_seconds=0, eta_budget_ms=0.001)
+    for i in range(5):
+        _arrive(loop, ctx, sim, f"w{i}", T + 60)
+    assert not loop.eta.advance(sim.c, "gpu", T + 60)  # one slice of a run: not whole
+    _arrive(loop, ctx, sim, "y", T + 60)
+    assert await loop.refresh_eta_arrivals(60.0) is None
+    assert loop.eta.runs == 2
+    assert loop._eta_tail["ns/y"] == "position 7, expected start in ~10m"  # noqa: SLF001
+
+
 async def _until(check: Any, timeout: float = 10.0) -> None:
     """Wait for ``check()`` to hold (polling the event loop), at most ``timeout`` s."""
     deadline = time.monotonic() + timeout
