@@ -126,7 +126,7 @@ class SchedulingSettings(BaseModel):
     # (LocalQueue, priority, shape) over this many seconds of past arrivals, each stream
     # projected for as long as it has gone on (a gap longer than this window ends it), only
     # classes above the lowest pending priority. Without it the ETA knows only the present:
-    # on Kueue's baseline it was early for 246 of 252 Workloads (bench/eta_accuracy.py).
+    # on Kueue's baseline it was early for 270 of 275 Workloads (bench/eta_accuracy.py).
     # 0 = off (each run then carries no projected Workloads).
     eta_arrivals_window_seconds: float = Field(3600.0, ge=0)
     # Dashboard history (app/controllers/history.py): a sample of every ClusterQueue this
