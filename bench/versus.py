@@ -39,6 +39,13 @@ summary Kueue's checker reads. Measured here per run:
   usage as the checker computes it (cpuUsed / (nominal x elapsed));
 * the controller's CPU seconds (utime + stime of its process tree, sampled from /proc every second,
   read at "Recorder done") and peak RSS (VmHWM);
+* the machine's busy CPU seconds over the same window (``/proc/stat``: every process, the lab's
+  etcd and kube-apiserver, the runner and the controller) and its share of the machine
+  (busy / (wall x CPUs)): near 1.0 the run is bound by the machine, not by the controller,
+  and no controller can finish sooner than (busy - its own CPU) / CPUs; the runner's own
+  CPU seconds likewise, and the lab's etcd and kube-apiserver's: ``others_bound_s`` =
+  (etcd + kube-apiserver + runner CPU) / CPUs is a floor on the wall of any controller that
+  makes the same requests, on this machine;
 * ``apiserver_request_total`` by verb (and by verb + resource) over the same window: every client's
   requests, the runner's included (the same ones in every run, but for evictions);
 * the machine's load average at the start and end of each run (the machine is shared);
@@ -97,6 +104,15 @@ def tree_pids(pid: int) -> list[int]:
         out.append(q)
         todo.extend(children.get(q, []))
     return out
+
+
+def machine_busy_cpu() -> float:
+    """Busy CPU seconds of the whole machine since boot: /proc/stat's first line, every field
+    but idle and iowait (guest time is already counted in user)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    jiffies = [int(x) for x in fields[:8]]
+    busy = sum(jiffies) - jiffies[3] - jiffies[4]
+    return busy / os.sysconf("SC_CLK_TCK")
 
 
 class Sampler(threading.Thread):
@@ -288,6 +304,7 @@ class VersusRun:
             tracers = self.start_trace() if self.args.trace else []
             before = self.apiserver_counts()
             cpu0 = sampler.total_cpu()
+            busy0 = machine_busy_cpu()
             result["setup_s"] = round(time.monotonic() - t_setup, 1)
             self.log(f"runner starts (load {loadavg()})")
             runner_out = self.out / "runner"
@@ -299,10 +316,14 @@ class VersusRun:
                                  "--qps", "1000", "--burst", "2000",
                                  "--timeout", self.args.timeout, "--zap-log-level", "info"],
                                 "runner")
+            runner_sampler = Sampler(runner.pid)
+            runner_sampler.start()
+            server = self.server_samplers()
             log = self.out / "runner.log"
             done_at = gen_at = None
             after: dict[tuple[str, str], float] = {}
-            cpu1 = 0.0
+            cpu1 = busy1 = runner_cpu = 0.0
+            server_cpu: dict[str, float] = {}
             while runner.poll() is None:
                 time.sleep(0.5)
                 text = log.read_text(errors="replace") if log.exists() else ""
@@ -311,6 +332,8 @@ class VersusRun:
                 if done_at is None and "Recorder done" in text:
                     done_at = time.monotonic() - t0
                     cpu1 = sampler.total_cpu()
+                    busy1, runner_cpu = machine_busy_cpu(), runner_sampler.total_cpu()
+                    server_cpu = {n: sm.total_cpu() - sm.cpu0 for n, sm in server.items()}
                     after = self.apiserver_counts()
                     self.log(f"recorder done after {done_at:.0f}s; runner cleans up")
                 if done_at is None and self.controller_gone(controller):
@@ -327,12 +350,27 @@ class VersusRun:
             if done_at is None:
                 done_at = time.monotonic() - t0
                 cpu1 = sampler.total_cpu()
+                busy1, runner_cpu = machine_busy_cpu(), runner_sampler.total_cpu()
+                server_cpu = {n: sm.total_cpu() - sm.cpu0 for n, sm in server.items()}
                 after = self.apiserver_counts()
+            runner_sampler.stop.set()
+            for sm in server.values():
+                sm.stop.set()
             result["runner_rc"] = runner.returncode
             result["wall_s"] = round(done_at, 1)
             result["generation_s"] = round(gen_at, 1) if gen_at else None
             result["controller"] = {"cpu_s": round(cpu1 - cpu0, 1),
                                     "peak_rss_mb": sampler.peak_rss_mb()}
+            busy = busy1 - busy0
+            result["machine"] = {
+                "busy_cpu_s": round(busy, 1),
+                "busy_share": round(busy / (done_at * (os.cpu_count() or 1)), 2),
+                "runner_cpu_s": round(runner_cpu - runner_sampler.cpu0, 1),
+                **{f"{n}_cpu_s": round(v, 1) for n, v in server_cpu.items()},
+                # No controller could end this run sooner than the API server's, etcd's and
+                # the runner's own work spread over every CPU of the machine.
+                "others_bound_s": round((sum(server_cpu.values()) + runner_cpu
+                                         - runner_sampler.cpu0) / (os.cpu_count() or 1), 1)}
             result["load_after"] = loadavg()
             diff = {k: int(after.get(k, 0) - before.get(k, 0)) for k in after}
             verbs: dict[str, int] = {}
@@ -366,6 +404,18 @@ class VersusRun:
                 self.lab("down", check=False)
         self.log(f"done in {time.monotonic() - t_setup:.0f}s")
         return result
+
+    def server_samplers(self) -> dict[str, Sampler]:
+        """CPU samplers of the lab's etcd and kube-apiserver (their pid files), started."""
+        out: dict[str, Sampler] = {}
+        for name in ("etcd", "kube-apiserver"):
+            try:
+                pid = int((self.state / "pids" / f"{name}.pid").read_text().strip())
+            except (OSError, ValueError):
+                continue
+            out[name.replace("-", "_")] = sm = Sampler(pid)
+            sm.start()
+        return out
 
     @staticmethod
     def controller_gone(controller: subprocess.Popen[bytes] | int) -> bool:
@@ -450,7 +500,8 @@ def table(results: list[dict[str, Any]]) -> str:
         return "-" if ok is None else ("pass" if ok else "FAIL")
 
     head = ["run", "wall s", "adm small s", "adm medium s", "adm large s", "usage %", "evict",
-            "ctrl CPU s", "peak RSS MB", "API req", "load 1m start/end", "thresholds"]
+            "ctrl CPU s", "peak RSS MB", "busy CPU s (share)", "runner CPU s", "API req",
+            "load 1m start/end", "thresholds"]
     rows = [head]
     for r in results:
         if "error" in r:
@@ -465,6 +516,9 @@ def table(results: list[dict[str, Any]]) -> str:
             f((r.get("usage_pct") or {}).get("cq"), 1), f(r.get("evictions")),
             f((r.get("controller") or {}).get("cpu_s")),
             f((r.get("controller") or {}).get("peak_rss_mb")),
+            (f"{m['busy_cpu_s']:.0f} ({m['busy_share']:.2f})"
+             if (m := r.get("machine")) else "-"),
+            f((r.get("machine") or {}).get("runner_cpu_s")),
             str(sum((r.get("api_requests_by_verb") or {}).values())),
             f"{r.get('load_before', '').split(' ')[0]}/{r.get('load_after', '-').split(' ')[0]}",
             " ".join(f"{k}:{mark(ok)}" for k, ok in v.items()),

@@ -168,6 +168,13 @@ class Scenario:
             time.sleep(0.3)
         raise ScenarioError(f"timed out waiting for {what} (last: {last!r})")
 
+    def wait_admitted(self, ns: str, name: str, kind: str = "Job") -> dict[str, Any]:
+        """Wait until the Workload of ``kind`` ``ns/name`` is admitted; returns it. The steps
+        submit the next object only then when the story needs this one to go first: the
+        core orders Workloads of one creationTimestamp second by uid (Kueue's rule)."""
+        return self.wait(f"{ns}/{name} admitted", lambda: (
+            w if self.is_true(w := self.workload(ns, name, kind), "Admitted") else None))
+
     def expect(self, ok: bool, message: str) -> None:
         if not ok and self.check:
             raise ScenarioError(message)
@@ -225,7 +232,9 @@ class Scenario:
         self.say("\n== 1. inference submits serve-4, research submits train-6 (both on A100)")
         self.apply(job("serve-4", "inference", 4, node_selector=A100, duration="12s",
                        max_exec=60))
-        time.sleep(0.5)
+        # train-6 only once serve-4 holds its quota: pending together, the core's queue order
+        # (and which ClusterQueue's head it takes first) would decide, not the story.
+        self.wait_admitted("inference", "serve-4")
         self.apply(job("train-6", "research", 6, node_selector=A100, duration="25s"))
         self.wait("serve-4 admitted and its 4 pods running",
                   lambda: self.is_true(self.workload("inference", "serve-4"), "Admitted")
@@ -241,6 +250,9 @@ class Scenario:
         self.expect("nvidia.com/gpu" in self.cond(wl, "QuotaReserved")["message"],
                     "the pending reason should name nvidia.com/gpu")
         self.show_status()
+        self.say("   Starts is train-6's expected start (ETA), \"bounded\": serve-4's time limit "
+                 "(60 s, maximumExecutionTimeSeconds)\n   is the latest it can end; it will "
+                 "end sooner (it runs 12 s), so train-6 starts before its ETA.")
 
     def step2_borrow(self) -> None:
         self.say("\n== 2. serve-4 finishes; train-6 starts by itself, borrowing 2 A100s")
@@ -286,7 +298,9 @@ class Scenario:
     def step4_fallback(self) -> None:
         self.say("\n== 4. research submits eval-4a and eval-4b (any GPU model)")
         self.apply(job("eval-4a", "research", 4, duration="10s"))
-        time.sleep(0.5)
+        # eval-4b only once eval-4a is admitted: two Workloads created within one
+        # creationTimestamp second are ordered by uid, so "the first gets A100" would be luck.
+        self.wait_admitted("research", "eval-4a")
         self.apply(job("eval-4b", "research", 4, duration="10s"))
         for name in ("eval-4a", "eval-4b"):
             self.wait(f"{name} admitted and running",
@@ -370,7 +384,8 @@ class Scenario:
         self.say("\n== 7. Training operators: research submits PyTorchJobs ddp (master + 3 "
                  "workers) and ddp-wide (master + 4 workers), 1 A100 per pod")
         self.apply(pytorchjob("ddp", "research", 3, duration="15s"))
-        time.sleep(0.5)
+        # ddp-wide only once ddp is admitted (same creationTimestamp second: uid order).
+        self.wait_admitted("research", "ddp", "PyTorchJob")
         self.apply(pytorchjob("ddp-wide", "research", 4, duration="10s"))
 
         def pods(name: str) -> list[dict[str, Any]]:
@@ -502,8 +517,11 @@ def main() -> int:
     print(f"   export KUBECONFIG={lab.kubeconfig}")
     print("   .k8sbin/current/kubectl get cq,lq,wl -A")
     print("   .k8sbin/current/kubectl describe job train-6 -n research")
-    print("   export TOKEN=\"$(.venv/bin/python hack/lab.py sa-token pykueue-system "
-          "pykueue-status-viewer)\"")
+    # hack/lab.py finds a moved lab by LAB_STATE_DIR / LAB_PORT_BASE, not by KUBECONFIG.
+    moved = " ".join(f"{k}={os.environ[k]}" for k in ("LAB_STATE_DIR", "LAB_PORT_BASE")
+                     if os.environ.get(k))
+    print(f"   export TOKEN=\"$({moved + ' ' if moved else ''}.venv/bin/python hack/lab.py "
+          "sa-token pykueue-system pykueue-status-viewer)\"")
     print(f"   .venv/bin/pykueue status --server https://127.0.0.1:{labmod.PYKUEUE_PORT} "
           "--ca-file certs/out/ca.crt --token \"$TOKEN\"")
     print("   curl --cacert certs/out/ca.crt -H \"Authorization: Bearer $TOKEN\" "

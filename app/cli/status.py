@@ -2,7 +2,8 @@
 
 ``fetch(client, namespace, limit)`` reads one snapshot over HTTPS: without a namespace every
 ClusterQueue, the head of each one's pending list and the cohort tree (``cohorts``: the API's
-list, or None when the token may not read cohorts: that section is then left out); with one,
+list, or None when the token may not read cohorts: ``forbidden`` then maps ``cohorts`` to the
+API's 403 message, and the tables say the tree is not shown and why); with one,
 that namespace's LocalQueues and theirs. ``render(snapshot)`` draws it with rich: one line per
 queue (``summary``: GPUs first, then the other resources, ``used/nominal`` per flavor and what
 it borrows; a usage bar for its first resource), or with ``wide=True`` (``-o wide``) the full
@@ -168,13 +169,16 @@ def fetch(client: StatusClient, namespace: str | None, limit: int) -> Snapshot:
         pending = {cq["name"]: client.get(f"/api/v1/clusterqueues/{cq['name']}/pending",
                                           limit=limit)
                    for cq in cqs}
+        snap: Snapshot = {"clusterQueues": cqs, "pending": pending, "cohorts": None}
         try:
-            cohorts: list[dict[str, Any]] | None = client.get("/api/v1/cohorts")["items"]
+            snap["cohorts"] = client.get("/api/v1/cohorts")["items"]
         except StatusError as exc:
             if exc.status != 403:
                 raise
-            cohorts = None  # a ClusterQueue viewer without `get cohorts`: no tree section
-        return {"clusterQueues": cqs, "pending": pending, "cohorts": cohorts}
+            # A ClusterQueue viewer without `get cohorts`: no tree, and the output says so
+            # (an empty section would read as "no cohorts").
+            snap["forbidden"] = {"cohorts": exc.message}
+        return snap
     lqs = client.get(f"/api/v1/namespaces/{namespace}/localqueues")["items"]
     pending = {lq["name"]: client.get(
         f"/api/v1/namespaces/{namespace}/localqueues/{lq['name']}/pending", limit=limit)
@@ -490,6 +494,10 @@ def _pending_count(q: dict[str, Any]) -> str:
     return f"{n} ({parked} inadmissible)" if parked else str(n)
 
 
+# The sections a ``forbidden`` list of a snapshot leaves out, as the note names them.
+_SECTIONS = {"cohorts": "cohort tree"}
+
+
 def render(snap: Snapshot, now: float | None = None, width: int | None = None,
            wide: bool = False) -> RenderableType:
     """The tables of a snapshot (see the module doc): one line per queue, or with ``wide``
@@ -533,6 +541,11 @@ def render(snap: Snapshot, now: float | None = None, width: int | None = None,
         parts.append(Text("No pending Workloads.", style="green"))
     if snap.get("cohorts"):
         parts.append(cohort_tree(snap["cohorts"]))
+    for what, detail in (snap.get("forbidden") or {}).items():
+        parts.append(Text(f"The {_SECTIONS.get(what, what)} is not shown: the status API "
+                          f"refused it (HTTP 403: {detail}). The ClusterRole "
+                          "pykueue-clusterqueue-viewer (manifests/rbac/user_roles.yaml) "
+                          "grants it.", style="yellow"))
     return Group(*parts)
 
 

@@ -77,12 +77,16 @@ class PreemptionReason(StrEnum):
 class QuotaShortfall:
     """The numbers behind "insufficient quota" for one flavor-resource of one pod set.
 
-    Amounts in the resource's unit (milli-CPU, bytes, counts). ``requested``: what the
-    Workload needs of it (its earlier pod sets included); ``available``: what the
-    ClusterQueue can take now; ``maximum``: what it could take if the cohort were idle;
-    ``borrowing_limit`` None = unlimited; ``limit``: what binds, one of ``nominalQuota``
-    (no cohort), ``borrowingLimit``, ``cohort`` (the cohort's unused quota),
-    ``maximumCapacity`` (request above ``maximum``).
+    Amounts in the resource's unit (milli-CPU, bytes, counts), all of pod set ``pod_set``
+    (the one the message names): ``requested``: what the pod set needs of it;
+    ``earlier``: what the Workload's earlier pod sets already take of it (Kueue assigns a
+    Workload's pod sets in order, each counting the ones before); ``available``: what the
+    ClusterQueue can take now, less ``earlier`` (at least 0); ``maximum``: what it could
+    take if the cohort were idle, less ``earlier``; ``borrowing_limit`` None = unlimited;
+    ``limit``: what binds, one of ``nominalQuota`` (no cohort), ``borrowingLimit``,
+    ``cohort`` (the cohort's unused quota), ``maximumCapacity`` (request above
+    ``maximum``). ``nominal``, ``usage``, ``borrowed`` and the cohort's numbers are the
+    ClusterQueue's and the cohort's.
     """
 
     pod_set: str
@@ -99,6 +103,9 @@ class QuotaShortfall:
     cohort: str | None = None
     cohort_capacity: int = 0
     cohort_usage: int = 0
+    # Out of the repr: a Workload of one pod set (0) keeps the decision hash of
+    # bench/simulate.py; ``describe`` (in every Pending's message) says it when it is not 0.
+    earlier: int = field(default=0, repr=False)
 
     def describe(self) -> str:
         """One sentence with the numbers, e.g. "insufficient unused quota for nvidia.com/gpu
@@ -115,15 +122,23 @@ class QuotaShortfall:
                 f", borrowingLimit {bl}; cohort {self.cohort}: "
                 f"{q(self.cohort_usage)} of {q(self.cohort_capacity)} in use"
             )
+
+        def split(of: int) -> str:
+            # The ClusterQueue's amount this pod set's number was cut from.
+            if not self.earlier:
+                return ""
+            return f" ({q(self.earlier)} of the {q(of)} taken by the workload's earlier pod sets)"
+
         if self.limit == "maximumCapacity":
             return (
                 f"insufficient quota for {r} in flavor {self.flavor}: {q(self.requested)} "
-                f"requested > maximum capacity {q(self.maximum)} ({where})"
+                f"requested > maximum capacity {q(self.maximum)}"
+                f"{split(self.maximum + self.earlier)} ({where})"
             )
         return (
             f"insufficient unused quota for {r} in flavor {self.flavor}: "
-            f"{q(self.requested)} requested, {q(self.available)} available, "
-            f"limited by {self.limit} ({where})"
+            f"{q(self.requested)} requested, {q(self.available)} available"
+            f"{split(self.available + self.earlier)}, limited by {self.limit} ({where})"
         )
 
 

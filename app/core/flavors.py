@@ -168,18 +168,22 @@ class Assignment:
 
 
 def shortfall(
-    tree: QuotaTree, spec: ClusterQueueSpec, pod_set: str, fr: FlavorResource, requested: int
+    tree: QuotaTree, spec: ClusterQueueSpec, pod_set: str, fr: FlavorResource, requested: int,
+    earlier: int = 0,
 ) -> QuotaShortfall:
-    """The numbers of one flavor-resource of ``spec`` against ``requested`` (for messages)."""
+    """The numbers of one flavor-resource of ``spec`` against ``requested`` by pod set
+    ``pod_set`` when the Workload's earlier pod sets take ``earlier`` of it (for messages:
+    the numbers are the pod set's, see ``QuotaShortfall``)."""
     cq = spec.name
     available = tree.available(cq, fr)
     maximum = tree.potential_available(cq, fr)
+    total, requested = requested + earlier, requested
     quota = tree.quota(cq, fr)
     nominal = 0 if quota is None else quota.nominal
     bl = None if quota is None else quota.borrowing_limit
     usage = tree.usage(cq, fr)
     cohort = tree.cohort_of(cq)
-    if requested > maximum:
+    if total > maximum:
         limit = "maximumCapacity"
     elif cohort is None:
         limit = "nominalQuota"
@@ -192,8 +196,8 @@ def shortfall(
         flavor=fr.flavor,
         resource=fr.resource,
         requested=requested,
-        available=available,
-        maximum=maximum,
+        available=max(0, available - earlier),
+        maximum=max(0, maximum - earlier),
         nominal=nominal,
         usage=usage,
         borrowed=tree.borrowed(cq, fr),
@@ -202,6 +206,7 @@ def shortfall(
         cohort=cohort,
         cohort_capacity=0 if cohort is None else tree.cohort_capacity(cohort, fr),
         cohort_usage=0 if cohort is None else tree.cohort_usage(cohort, fr),
+        earlier=earlier,
     )
 
 
@@ -270,7 +275,7 @@ class _Assigner:
         if val <= available:
             t.borrow = max(t.borrow, borrow)
             return
-        sf = shortfall(tree, self.spec, ps.name, fr, val)
+        sf = shortfall(tree, self.spec, ps.name, fr, amount, earlier=val - amount)
         t.shortfalls.append(sf)
         if sf.limit == "maximumCapacity":
             mode, reason = Mode.NO_FIT, PendingReason.EXCEEDS_MAX_QUOTA

@@ -151,8 +151,9 @@ class CohortList(StatusModel):
 class QuotaShortfall(StatusModel):
     """The numbers behind "insufficient quota" for one flavor-resource of a pod set.
 
-    ``requested``: what the Workload needs of it; ``available``: what the ClusterQueue can
-    take now; ``maximum``: what it could take with an idle cohort; ``limitedBy``: which limit
+    ``requested``: what the pod set ``podSet`` needs of it; ``available``: what the
+    ClusterQueue can take now for that pod set (less what the Workload's earlier pod sets
+    take of it); ``maximum``: the same with an idle cohort; ``limitedBy``: which limit
     binds (``nominalQuota``, ``borrowingLimit``, ``cohort``, ``maximumCapacity``).
     """
 

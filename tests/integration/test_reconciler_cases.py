@@ -199,6 +199,10 @@ def test_KQ_29_late_admission_write_never_leaves_the_preemptor_waiting(
         cleanup(rlab, ns, cq)
 
 
+# Attempts at reproducing the lagging-watch race before the test says it could not.
+ATTEMPTS = 3
+
+
 class LaggingWatchClient(KubeClient):
     """A real client whose Workload watch delivers every event ``lag`` seconds after the
     server sent it (order kept): a loaded API server or controller. The controllers' own
@@ -241,10 +245,14 @@ def test_KQ_29_admission_preempted_at_once_releases_its_quota_despite_skipped_ev
     """W1 admitted, then preempted by W2 before the watch shows W1's admission: the
     eviction and release responses are stored first, so the informer skips the admission and
     eviction events and announces only the released W1. The core must not keep W1 assumed
-    (holding its quota) because of that: W2 is admitted and W1 is pending again."""
-    ns = namespace(rlab, "kq29lag")
-    cq = unique("kq29lag-cq")
-    make_queue(rlab, cq, (ns,), cpu="4", preemption={"withinClusterQueue": "LowerPriority"})
+    (holding its quota) because of that: W2 is admitted and W1 is pending again.
+
+    The race needs W2 created before W1's admission write and seen by the core after W1's
+    admission there: W2 is created half the watch lag after W1. Under load the create can
+    land too late (the watch then shows W1 admitted) or be seen too early (W1 never
+    admitted); such an attempt still checks the outcome (W2 admitted, W1 pending, the quota
+    never exceeded), and the race is tried again in a fresh namespace, up to ``ATTEMPTS``
+    times."""
     lag = 3.0
     settings = settings_for(rlab)
 
@@ -255,30 +263,50 @@ def test_KQ_29_admission_preempted_at_once_releases_its_quota_despite_skipped_ev
         return client
 
     mt = ManagerThread(settings, client_factory=make_client).start()
-    seen: list[tuple[str, bool]] = []  # W1 versions announced to the handlers
+    seen: dict[str, list[tuple[str, bool]]] = {}  # W1 versions announced, per namespace
 
     def record(etype: str, old: dict | None, new: dict | None) -> None:
         obj = new or old or {}
-        if obj.get("metadata", {}).get("namespace") == ns \
-                and obj["metadata"]["name"] == "w1":
-            seen.append((etype, bool((obj.get("status") or {}).get("admission"))))
+        meta = obj.get("metadata", {})
+        if meta.get("namespace") in seen and meta.get("name") == "w1":
+            seen[meta["namespace"]].append(
+                (etype, bool((obj.get("status") or {}).get("admission"))))
 
     mt.on_loop(lambda m: m.ctx.informers[WL].add_handler(record))
+    attempts: list[list[tuple[str, bool]]] = []
     try:
-        with UsageSampler(rlab, {cq: {CPU: 4000}}, interval=0.05) as sampler:
-            apply(rlab, workload_manifest("w1", ns, "lq", cpu="4", priority=0))
-            # W2 reaches the core after W1 is admitted there, before W1's admission event.
-            time.sleep(lag / 2)
-            apply(rlab, workload_manifest("w2", ns, "lq", cpu="4", priority=10))
-            wait_for(lambda: evicted(wl(rlab, ns, "w1")), 20, "W1 evicted")
-            wait_for(lambda: admitted(wl(rlab, ns, "w2")), 4 * lag + 10, "W2 admitted")
-            time.sleep(0.5)
-        assert not sampler.violations, sampler.violations[:5]
-        assert pending(wl(rlab, ns, "w1"))
-        info = mt.on_loop(lambda m: m.scheduler.cluster.workload(f"{ns}/w1"))
-        assert (info.state, info.assumed) == ("pending", False)
-        assert seen and not any(adm for _, adm in seen), \
-            f"the race was not reproduced (an admitted W1 was announced): {seen}"
+        for _ in range(ATTEMPTS):
+            ns = namespace(rlab, "kq29lag")
+            cq = unique("kq29lag-cq")
+            seen[ns] = []
+            make_queue(rlab, cq, (ns,), cpu="4",
+                       preemption={"withinClusterQueue": "LowerPriority"})
+            try:
+                with UsageSampler(rlab, {cq: {CPU: 4000}}, interval=0.05) as sampler:
+                    apply(rlab, workload_manifest("w1", ns, "lq", cpu="4", priority=0))
+                    # W2 reaches the core after W1 is admitted there, before W1's admission
+                    # event (when the create is not late).
+                    time.sleep(lag / 2)
+                    apply(rlab, workload_manifest("w2", ns, "lq", cpu="4", priority=10))
+                    wait_for(lambda ns=ns: admitted(wl(rlab, ns, "w2")), 4 * lag + 10,
+                             "W2 admitted")
+                    w1 = wait_for(lambda ns=ns: (w := wl(rlab, ns, "w1")) and pending(w) and w,
+                                  20, "W1 pending")
+                    time.sleep(0.5)
+                assert not sampler.violations, sampler.violations[:5]
+                assert pending(wl(rlab, ns, "w1"))
+                info = mt.on_loop(lambda m, ns=ns: m.scheduler.cluster.workload(f"{ns}/w1"))
+                assert (info.state, info.assumed) == ("pending", False)
+            finally:
+                cleanup(rlab, ns, cq)
+            attempts.append(seen[ns])
+            # Reproduced: W1 was admitted, then evicted, and the informer never announced it
+            # admitted. (W2 seen too early: W1 never admitted, not evicted; too late: an
+            # admitted W1 announced.)
+            if evicted(w1) and seen[ns] and not any(adm for _, adm in seen[ns]):
+                break
+        else:
+            raise AssertionError(f"the race was not reproduced in {ATTEMPTS} attempts (an "
+                                 f"admitted W1 was announced each time): {attempts}")
     finally:
         mt.stop()
-        cleanup(rlab, ns, cq)

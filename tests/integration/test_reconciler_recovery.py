@@ -29,6 +29,7 @@ from tests.integration.reconciler_support import (
     unique,
 )
 from tests.labfixture import LabHandle, wait_for
+from tests.pykueue_server import free_port
 
 pytestmark = pytest.mark.lab
 
@@ -91,7 +92,9 @@ def test_kill_9_in_the_middle_of_submissions(rlab: LabHandle, certs) -> None:
     cq = unique("crash-cq")
     make_queue(rlab, cq, (ns,), cpu="10")
     names = [f"j{i:03d}" for i in range(N_CRASH)]
-    port = 19443
+    # A free port, not a fixed one: other labs on the machine may hold 1944x. p2 takes the
+    # same port once p1 is gone.
+    port = free_port()
     p1 = Pykueue(rlab, certs, port).start()
     p2 = None
     try:
@@ -171,8 +174,8 @@ def test_two_replicas_only_the_leader_writes_and_the_other_takes_over(rlab: LabH
     cq = unique("ha-cq")
     lease = unique("pykueue-ha")
     make_queue(rlab, cq, (ns,), cpu="4")
-    a = Pykueue(rlab, certs, 19444, leader_election=True, lease_name=lease).start()
-    b = Pykueue(rlab, certs, 19445, leader_election=True, lease_name=lease).start()
+    a = Pykueue(rlab, certs, free_port(), leader_election=True, lease_name=lease).start()
+    b = Pykueue(rlab, certs, free_port(), leader_election=True, lease_name=lease).start()
     procs = {a.proc.pid: a, b.proc.pid: b}
     try:
         a.wait_ready(90)

@@ -171,13 +171,23 @@ def test_status_draws_the_cohort_tree(server, certs, tmp_path) -> None:
     assert "CohortCycle" in loop
 
 
-def test_status_without_get_cohorts_leaves_the_tree_out(server, certs, tmp_path) -> None:
+def test_status_without_get_cohorts_says_the_tree_is_left_out(server, certs, tmp_path) -> None:
+    """Without `get cohorts` the tree is left out, and said to be (an absent section reads
+    as "no cohorts"): the table view names the refusal, the JSON has ``forbidden``."""
     r = run_status(server, certs, tmp_path, token="queue-admin-token")
     assert r.exit_code == 0, r.output
     assert "research-cq" in r.stdout and "Cohorts" not in r.stdout
+    note = " ".join(r.stdout[r.stdout.index("The cohort tree is not shown"):].split())
+    assert note.startswith("The cohort tree is not shown: the status API refused it (HTTP "
+                           '403: user "queue-admin" cannot'), note
+    assert "pykueue-clusterqueue-viewer" in note
     r = run_status(server, certs, tmp_path, "-o", "json", token="queue-admin-token")
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["cohorts"] is None
+    snap = json.loads(r.stdout)
+    assert snap["cohorts"] is None and "cohorts" in snap["forbidden"]["cohorts"]
     r = run_status(server, certs, tmp_path, "-o", "json")
-    assert [c["name"] for c in json.loads(r.stdout)["cohorts"]] == \
-        ["ai", "loop-a", "loop-b", "org"]
+    snap = json.loads(r.stdout)
+    assert [c["name"] for c in snap["cohorts"]] == ["ai", "loop-a", "loop-b", "org"]
+    assert "forbidden" not in snap
+    r = run_status(server, certs, tmp_path)
+    assert "not shown" not in r.stdout

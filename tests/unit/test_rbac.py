@@ -220,3 +220,21 @@ def test_user_roles_are_read_only_and_not_bound_by_the_manifests():
             assert set(rule["verbs"]) <= {"get", "list", "watch"}, name
     refs = {o["roleRef"]["name"] for o in all_rbac_objects() if o["kind"].endswith("Binding")}
     assert not refs & set(user_roles())
+
+
+def test_the_lab_status_viewer_may_read_everything_pykueue_status_shows():
+    """hack/lab/status-viewer.yaml (the token `make run` prints for `pykueue status` and the
+    e2e scrape) grants every SubjectAccessReview of the ClusterQueue view: the queues, their
+    pending lists, the cohort tree (it lacked ``cohorts``, so `pykueue status` showed no
+    tree in the lab), LocalQueues and /metrics."""
+    from app.api import access as a
+
+    docs = [d for d in yaml.safe_load_all((ROOT / "hack" / "lab" / "status-viewer.yaml")
+                                          .read_text()) if d]
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    rules = role["rules"]
+    for access in (a.cluster_queue_access(), a.cluster_queue_access("x"), a.cohort_access(),
+                   a.cohort_access("x"), a.pending_workloads_access("x"),
+                   a.local_queue_access("ns"), a.local_queue_access("ns", "x"),
+                   a.metrics_access()):
+        assert _allows(rules, access), access

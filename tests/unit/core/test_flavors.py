@@ -199,3 +199,29 @@ def test_exceeds_max_quota_vs_waiting_for_quota_messages_carry_the_numbers():
     )
     assert sf.limit == "cohort" and sf.borrowing_limit == 2
     assert "6 requested, 5 available" in six.message and "borrowingLimit 2" in six.message
+
+
+def test_a_later_pod_sets_shortfall_gives_that_pod_sets_numbers():
+    """A PyTorchJob-like Workload, master 1 + worker 4 GPUs, in a queue of 5 with 3 free:
+    the worker does not fit. The message names pod set worker, so its numbers are the
+    worker's: 4 requested, 2 available (the master takes 1 of the 3), not "5 requested, 3
+    available"."""
+    s = Sim(cluster_queue("cq").flavor("a100", gpu=5))
+    s.submit(workload("run").cq("cq").pods(2, gpu=1))
+    s.settle()
+    s.submit(workload("ddp").cq("cq").pods(1, gpu=1, name="master").pods(4, gpu=1, name="worker"))
+    s.settle()
+    info = s.c.workload(s.key("ddp"))
+    (sf,) = info.shortfalls
+    assert (sf.pod_set, sf.requested, sf.available, sf.earlier) == ("worker", 4, 2, 1)
+    assert "pod set worker: insufficient unused quota for nvidia.com/gpu in flavor a100: " \
+        "4 requested, 2 available (1 of the 3 taken by the workload's earlier pod sets), " \
+        "limited by nominalQuota" in info.message, info.message
+    # Over the maximum capacity, the same split: 2 + 4 > 5.
+    s.submit(workload("wide").cq("cq").pods(2, gpu=1, name="master").pods(4, gpu=1, name="worker"))
+    s.settle()
+    wide = s.c.workload(s.key("wide"))
+    (sf,) = wide.shortfalls
+    assert (sf.requested, sf.maximum, sf.limit) == (4, 3, "maximumCapacity")
+    assert "4 requested > maximum capacity 3 (2 of the 5 taken by the workload's earlier " \
+        "pod sets)" in wide.message, wide.message
