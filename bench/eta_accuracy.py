@@ -20,20 +20,33 @@ Traces and runtime knowledge:
   most end well before); ``learned`` (no limits: the decayed median of the finished runs of
   the same LocalQueue and shape, learned as the replay goes).
 
-``+arrivals`` variants project arrivals into each run (``ArrivalModel``, window 30 s on the
-baseline, 4 h on gpu-teams, horizon twice that, as ``scheduling.eta_arrivals_window_seconds``
-does): the streams of higher priority than some pending Workload go on at their recent
-rate; a start that lands only after the horizon is ``unknown`` ("outpaced"). Compare the
-``unknown`` count with the errors: on the baseline the small jobs (lowest priority) wait
-for the higher-priority streams to end, which no model of the past can date.
+``+arrivals`` variants (what pykueue does by default) project arrivals into each run
+(``ArrivalModel`` with the default ``scheduling.eta_arrivals_window_seconds``, 3600 s, on
+both traces: nothing is tuned per trace): the streams of higher priority than some pending
+Workload go on at their recent rate for as long as each has gone on, then stop, and the
+run goes on until every Workload has a start. On the baseline the small jobs (lowest
+priority) wait for the higher-priority streams to end (at 50 and 60 s), which no model of
+the past can date exactly: the ETA of a small job submitted at t says those streams end at
+about 2t (early for t < 25 s, late after 30 s); the medium jobs' ETAs are exact.
+
+Last results (a random 1 in 50 / 1 in 2 of the arrivals, every one that waited, ``unknown``
+counted as a miss; median / p90): gpu-teams limit=runtime 0.225 / 0.62 without projection,
+0.217 / 0.63 with it (0 unknown; the former fixed horizon: 12 unknown, 0.19); baseline
+limit=runtime 0.83 / 0.97 without (early for 270 of 275), 0.35 / 0.88 with it (0 unknown;
+medium 0.00, small 0.51; the former fixed horizon: 200 of 275 unknown). The issue's target
+(median within 25 %) is met on gpu-teams, not on the baseline: its small jobs wait for
+bursts to end, which the model dates at twice their age when seen.
+More in docs/status.md ("ETA").
 
 Each variant prints the count of ETAs, the confidence words given, median / p90 error over
 the ETAs given, the median counting each ``unknown`` as a miss (null when half or more are
-unknown), and the cost of the ETA runs (median / max ms).
+unknown), that median per workload class (baseline: small, medium, large; gpu-teams: g1,
+g2, g4, g8 GPUs), and the cost of the ETA runs (median / max ms, unbudgeted).
 
     .venv/bin/python bench/eta_accuracy.py [--every 50] [--only gpu-teams] [--no-arrivals]
+        [--window 3600]
     (about 70 s on a quiet machine with --no-arrivals; the baseline's +arrivals run is
-    the slow one: each ETA run carries ~500 projected Workloads per cohort)
+    the slow one: each ETA run carries up to ~600 projected Workloads per cohort)
 """
 
 from __future__ import annotations
@@ -50,6 +63,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from app.config import SchedulingSettings  # noqa: E402
 from app.core.eta import ArrivalModel, RuntimeModel, estimate  # noqa: E402
 from app.core.types import WorkloadKey  # noqa: E402
 from app.sim.engine import Simulator  # noqa: E402
@@ -59,9 +73,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class EtaProbe(Simulator):
-    """The simulator, plus: Workloads get a time limit from ``limit_of`` at arrival; every
-    ``every``-th arrival still pending when its instant settles gets an ETA; finished runs
-    teach ``model``."""
+    """The simulator, plus: Workloads get a time limit from ``limit_of`` at arrival; each
+    arrival is sampled with probability ``1 / every`` (seeded: the same Workloads in every
+    variant) and, if still pending when its instant settles, gets an ETA; finished runs
+    teach ``model``. Random, not every N-th: the baseline's arrivals follow a fixed pattern
+    (0.1 / 0.5 / 1.2 s per class), and every 50th arrival over-sampled the medium class
+    (95 of 252 Workloads that waited, against ~22% of them)."""
 
     def __init__(self, trace: Trace, *, limit_of, every: int, model: RuntimeModel,
                  arrivals: ArrivalModel | None = None) -> None:
@@ -69,6 +86,7 @@ class EtaProbe(Simulator):
         self.arrivals = arrivals
         self.limit_of = limit_of
         self.every = every
+        self.rng = random.Random(f"eta-sample-{every}")
         self.model = model
         self.arrived: list[WorkloadKey] = []
         self.seen = 0
@@ -82,7 +100,7 @@ class EtaProbe(Simulator):
         if self.arrivals is not None:
             self.arrivals.observe(wl)
         self.seen += 1
-        if self.seen % self.every == 0:
+        if self.rng.random() * self.every < 1:
             self.arrived.append(s.workload.key)
 
     def _finish(self, t: int, key: WorkloadKey, run: int) -> None:
@@ -118,6 +136,7 @@ def evaluate(trace: Trace, *, limit_of, every: int, arrivals: ArrivalModel | Non
     sim = EtaProbe(trace, limit_of=limit_of, every=every, model=RuntimeModel(),
                    arrivals=arrivals).run()
     errors, words = [], {"bounded": 0, "estimated": 0, "unknown": 0}
+    by_class: dict[str, list[float]] = {}  # workload class -> errors, unknown as inf
     late = early = unknown_waited = 0
     for key, (start, word) in sim.etas.items():
         words[word] += 1
@@ -125,13 +144,16 @@ def evaluate(trace: Trace, *, limit_of, every: int, arrivals: ArrivalModel | Non
         if r.first_admitted_us is None:
             continue
         if math.isnan(start):
-            unknown_waited += r.first_admitted_us > r.created_us
+            if r.first_admitted_us > r.created_us:
+                unknown_waited += 1
+                by_class.setdefault(r.class_name, []).append(math.inf)
             continue
         real = (r.first_admitted_us - r.created_us) / US
         predicted = start - r.created_us / US
         if real <= 0:
             continue
         errors.append(abs(predicted - real) / real)
+        by_class.setdefault(r.class_name, []).append(errors[-1])
         late += predicted > real
         early += predicted < real
     errors.sort()
@@ -148,6 +170,9 @@ def evaluate(trace: Trace, *, limit_of, every: int, arrivals: ArrivalModel | Non
         "unknown_that_waited": unknown_waited,
         "median_rel_error_unknown_as_miss": (
             round(strict, 3) if strict is not None and math.isfinite(strict) else None),
+        "median_by_class_unknown_as_miss": {
+            k: (round(m, 3) if math.isfinite(m := statistics.median(v)) else None)
+            for k, v in sorted(by_class.items())},
         "eta_later_than_real": late,
         "eta_earlier_than_real": early,
         "eta_run_ms": {"median": round(statistics.median(sim.eta_ms), 2) if sim.eta_ms else 0,
@@ -191,15 +216,29 @@ def gpu_teams(seed: int = 15, n: int = 600) -> Trace:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--every", type=int, default=50,
-                    help="baseline: ETA for every N-th arrival (gpu-teams: every N/25-th)")
+                    help="baseline: ETA for 1 in N arrivals, sampled at random (gpu-teams: "
+                         "1 in N/25)")
     ap.add_argument("--only", choices=("baseline", "gpu-teams"))
     ap.add_argument("--no-arrivals", dest="arrivals", action="store_false",
                     help="skip the variants with projected arrivals (ArrivalModel, slow)")
+    ap.add_argument("--window", type=float,
+                    default=SchedulingSettings().eta_arrivals_window_seconds,
+                    help="ArrivalModel window, seconds (default: the setting's default)")
     a = ap.parse_args()
     out: dict = {}
 
     def exact(s: Submission) -> float:
         return s.runtime_us / US
+
+    def variants(trace: Trace, every: int, **limits) -> dict:
+        """Each ``name=limit_of`` without projected arrivals, then with them (the setting's
+        default window, the same for every trace: nothing here is tuned per trace)."""
+        got = {name: evaluate(trace, limit_of=lim, every=every) for name, lim in limits.items()}
+        if a.arrivals and a.window > 0:
+            for name, lim in limits.items():
+                got[f"{name}+arrivals"] = evaluate(trace, limit_of=lim, every=every,
+                                                   arrivals=ArrivalModel(window_seconds=a.window))
+        return got
 
     if a.only in (None, "gpu-teams"):
         trace = gpu_teams()
@@ -214,23 +253,14 @@ def main() -> None:
             clone.submissions = lambda: subs  # type: ignore[method-assign]
             return clone
 
-        out["gpu-teams"] = {
-            "limit=runtime": evaluate(trace, limit_of=exact, every=max(1, a.every // 25)),
-            "limit=2x-median": evaluate(cut_trace(trace), limit_of=lambda s: cut,
-                                        every=max(1, a.every // 25)),
-            "learned": evaluate(trace, limit_of=lambda s: None, every=max(1, a.every // 25)),
-        }
-        if a.arrivals:
-            out["gpu-teams"]["limit=runtime+arrivals"] = evaluate(
-                trace, limit_of=exact, every=max(1, a.every // 25),
-                arrivals=ArrivalModel(window_seconds=4 * 3600, horizon_seconds=8 * 3600))
+        every = max(1, a.every // 25)
+        out["gpu-teams"] = variants(trace, every, **{"limit=runtime": exact,
+                                                     "learned": lambda s: None})
+        out["gpu-teams"].update(variants(cut_trace(trace), every,
+                                         **{"limit=2x-median": lambda s: cut}))
     if a.only in (None, "baseline"):
         trace = load_trace(ROOT / "bench/scenarios/baseline.yaml")
-        out["baseline"] = {"limit=runtime": evaluate(trace, limit_of=exact, every=a.every)}
-        if a.arrivals:
-            out["baseline"]["limit=runtime+arrivals"] = evaluate(
-                trace, limit_of=exact, every=a.every,
-                arrivals=ArrivalModel(window_seconds=30, horizon_seconds=60))
+        out["baseline"] = variants(trace, a.every, **{"limit=runtime": exact})
     print(json.dumps(out, indent=2))
 
 

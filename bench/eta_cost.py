@@ -10,7 +10,14 @@ CPU and wall time to the full answer, and that it equals the unbudgeted one), th
 ``EtaBoard`` called as the status API would, once per second for a minute with the state
 unchanged (cache hits).
 
+``with_arrivals``: the same, with projected arrivals (``ArrivalModel``, the default window
+``scheduling.eta_arrivals_window_seconds``): besides the scenario's Workloads (priority 0:
+never projected, nothing pending is below them), each ClusterQueue has had a priority-10
+stream of 2-GPU jobs (30 min limit) every ``--arrivals-every`` seconds for the last hour,
+so each stream is projected an hour ahead (``ArrivalModel``: as long as it has gone on).
+
     .venv/bin/python bench/eta_cost.py [--pending 1000] [--running 500] [--budget-ms 50]
+        [--arrivals-every 60]
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.core.eta import EtaBoard, RuntimeModel, estimate, summary  # noqa: E402
+from app.config import SchedulingSettings  # noqa: E402
+from app.core.eta import ArrivalModel, EtaBoard, RuntimeModel, estimate, summary  # noqa: E402
 from app.core.scheduler import Cluster  # noqa: E402
 from app.core.spec import (  # noqa: E402
     ClusterQueueSpec,
@@ -75,24 +83,29 @@ def build(n_pending: int, n_running: int, seed: int) -> tuple[Cluster, RuntimeMo
     return c, model
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pending", type=int, default=1000)
-    ap.add_argument("--running", type=int, default=500)
-    ap.add_argument("--budget-ms", type=float, default=50.0)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=1)
-    a = ap.parse_args()
-    c, model = build(a.pending, a.running, a.seed)
-    cq = ClusterQueueName("team-0")
-    running = sum(len(c.admitted(n)) for n in c.scope_members(cq))
-    pending = sum(len(c.pending_workloads(n)) for n in c.scope_members(cq))
+def stream_arrivals(names: list[ClusterQueueName], every: float) -> ArrivalModel:
+    """The ``with_arrivals`` model: one priority-10 stream per ClusterQueue over the last
+    hour (see the module doc)."""
+    model = ArrivalModel(window_seconds=SchedulingSettings().eta_arrivals_window_seconds)
+    for name in names:
+        for i in range(int(3600 // every)):
+            model.observe(Workload("team", f"hi-{name}-{i}", name, (PodSet("main", 1, {GPU: 2}),),
+                                   creation=NOW - 3600 + (i + 1) * every, uid=f"hi-{name}-{i}",
+                                   priority=10, max_execution_seconds=1800))
+    return model
+
+
+def measure(c: Cluster, cq: ClusterQueueName, model: RuntimeModel, a: argparse.Namespace,
+            arrivals: ArrivalModel | None = None) -> dict:
+    """The four measurements of the module doc, as a JSON-ready dict."""
     full = []
     for _ in range(a.repeat):
-        run = estimate(c, cq, NOW, model, budget_ms=None, clock=time.perf_counter)
+        run = estimate(c, cq, NOW, model, budget_ms=None, clock=time.perf_counter,
+                       arrivals=arrivals)
         full.append(run.ms)
-    budgeted = estimate(c, cq, NOW, model, budget_ms=a.budget_ms, clock=time.perf_counter)
-    sliced = EtaBoard(model, budget_ms=a.budget_ms, clock=time.perf_counter)
+    budgeted = estimate(c, cq, NOW, model, budget_ms=a.budget_ms, clock=time.perf_counter,
+                        arrivals=arrivals)
+    sliced = EtaBoard(model, budget_ms=a.budget_ms, clock=time.perf_counter, arrivals=arrivals)
     slice_ms: list[float] = []
     w0, c0 = time.perf_counter(), time.process_time()
     while True:
@@ -104,14 +117,12 @@ def main() -> None:
     sliced_wall = (time.perf_counter() - w0) * 1000
     sliced_cpu = (time.process_time() - c0) * 1000
     answer = sliced.for_cluster_queue(c, cq, NOW)
-    board = EtaBoard(model, budget_ms=a.budget_ms, clock=time.perf_counter)
+    board = EtaBoard(model, budget_ms=a.budget_ms, clock=time.perf_counter, arrivals=arrivals)
     t0 = time.perf_counter()
     for s in range(60):
         board.for_cluster_queue(c, cq, NOW + s)
     board_ms = (time.perf_counter() - t0) * 1000
-    print(json.dumps({
-        "running": running,
-        "pending": pending,
+    return {
         "full_run": {"ms_median": round(statistics.median(full), 1),
                      "ms_runs": [round(x, 1) for x in full], "cycles": run.cycles,
                      "confidence": summary(run.etas)},
@@ -127,7 +138,32 @@ def main() -> None:
                        "same_as_full_run": answer.etas == run.etas},
         "board_60_queries_1s_apart": {"recomputations": board.runs,
                                       "total_ms": round(board_ms, 1)},
-    }, indent=2))
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pending", type=int, default=1000)
+    ap.add_argument("--running", type=int, default=500)
+    ap.add_argument("--budget-ms", type=float, default=50.0)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--arrivals-every", type=float, default=60.0,
+                    help="seconds between a queue's priority-10 arrivals (0: no with_arrivals)")
+    a = ap.parse_args()
+    c, model = build(a.pending, a.running, a.seed)
+    cq = ClusterQueueName("team-0")
+    running = sum(len(c.admitted(n)) for n in c.scope_members(cq))
+    pending = sum(len(c.pending_workloads(n)) for n in c.scope_members(cq))
+    out = {"running": running, "pending": pending, **measure(c, cq, model, a)}
+    if a.arrivals_every > 0:
+        arrivals = stream_arrivals(sorted(c.scope_members(cq)), a.arrivals_every)
+        lqs = {f"team/{n}" for n in c.scope_members(cq)}
+        out["with_arrivals"] = {
+            "window_seconds": arrivals.window_seconds,
+            "projected": len(arrivals.future(NOW, lqs, above_priority=0)),
+            **measure(c, cq, model, a, arrivals)}
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

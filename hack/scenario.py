@@ -250,6 +250,9 @@ class Scenario:
         self.expect("nvidia.com/gpu" in self.cond(wl, "QuotaReserved")["message"],
                     "the pending reason should name nvidia.com/gpu")
         self.show_status()
+        self.say("   Starts is train-6's expected start (ETA), \"bounded\": serve-4's time limit "
+                 "(60 s, maximumExecutionTimeSeconds)\n   is the latest it can end; it will "
+                 "end sooner (it runs 12 s), so train-6 starts before its ETA.")
 
     def step2_borrow(self) -> None:
         self.say("\n== 2. serve-4 finishes; train-6 starts by itself, borrowing 2 A100s")
@@ -514,8 +517,11 @@ def main() -> int:
     print(f"   export KUBECONFIG={lab.kubeconfig}")
     print("   .k8sbin/current/kubectl get cq,lq,wl -A")
     print("   .k8sbin/current/kubectl describe job train-6 -n research")
-    print("   export TOKEN=\"$(.venv/bin/python hack/lab.py sa-token pykueue-system "
-          "pykueue-status-viewer)\"")
+    # hack/lab.py finds a moved lab by LAB_STATE_DIR / LAB_PORT_BASE, not by KUBECONFIG.
+    moved = " ".join(f"{k}={os.environ[k]}" for k in ("LAB_STATE_DIR", "LAB_PORT_BASE")
+                     if os.environ.get(k))
+    print(f"   export TOKEN=\"$({moved + ' ' if moved else ''}.venv/bin/python hack/lab.py "
+          "sa-token pykueue-system pykueue-status-viewer)\"")
     print(f"   .venv/bin/pykueue status --server https://127.0.0.1:{labmod.PYKUEUE_PORT} "
           "--ca-file certs/out/ca.crt --token \"$TOKEN\"")
     print("   curl --cacert certs/out/ca.crt -H \"Authorization: Bearer $TOKEN\" "

@@ -217,11 +217,7 @@ class SchedulerLoop:
             window = s.eta_arrivals_window_seconds
             self.eta = EtaBoard(RuntimeModel(), min_interval=s.eta_min_interval_seconds,
                                 budget_ms=s.eta_budget_ms, clock=time.perf_counter,
-                                # Twice the window: a queue that keeps up with
-                                # its arrivals gets numbers for long waits; one
-                                # outpaced by them is "unknown" at any horizon.
-                                arrivals=ArrivalModel(window_seconds=window,
-                                                      horizon_seconds=2 * window)
+                                arrivals=ArrivalModel(window_seconds=window)
                                 if window > 0 else None)
         # Per pending Workload: the core's last Pending (to rewrite with a new ETA), the ETA
         # tail last put in its message, the (reason, wording) last announced by an Event,
@@ -233,6 +229,11 @@ class SchedulerLoop:
         self._pending_written: dict[WorkloadKey, float] = {}
         self._deferred: dict[WorkloadKey, float] = {}
         self.eta_message_refreshes = 0
+        # ClusterQueues where a Workload became pending since their ETA run: the refresher
+        # computes them as soon as the board allows (``refresh_eta_arrivals``), woken by
+        # ``_eta_kick``, so a new Workload is not "not computed yet" for a whole period.
+        self._eta_arrived: set[ClusterQueueName] = set()
+        self._eta_kick = asyncio.Event()
         self.pending_deferred = 0
         # For the dashboard: usage rings per ClusterQueue (every replica samples) and the
         # preemptions this replica decided as leader.
@@ -533,6 +534,10 @@ class SchedulerLoop:
             for v in d.victims:
                 self._spawn(self._evict(v.workload, "Preempted", v.message, v, d))
         elif isinstance(d, Pending):
+            if d.workload not in self._core_pending and d.cluster_queue is not None \
+                    and self.eta is not None:
+                self._eta_arrived.add(d.cluster_queue)  # new here: its ETA soon
+                self._eta_kick.set()
             self._core_pending[d.workload] = d
             self._pending[d.workload] = d
             self._pending_kick.set()
@@ -673,20 +678,53 @@ class SchedulerLoop:
             await asyncio.sleep(self.history.interval_seconds)
 
     async def _eta_refresher(self) -> None:
-        """Every ``eta_message_seconds``: ``refresh_eta_messages`` (leader only), computing
-        for at most ``eta_refresh_share`` of the period (``refresh_eta_period``)."""
+        """Every ``eta_message_seconds``: ``refresh_eta_period`` (leader only); between
+        periods, woken by a new pending Workload: ``refresh_eta_arrivals`` once its
+        cohort's run may start (``EtaBoard.due_at``: at most every
+        ``eta_min_interval_seconds``). Both draw on one budget: ``eta_refresh_share`` of
+        the time (credit earned at that share of each second, at most one period's
+        worth banked), so arrivals never make the refresher compute more than the
+        period alone may."""
         sched = self.ctx.settings.scheduling
         await self.ctx.informers.wait_synced()
-        start = 0
+        loop = asyncio.get_running_loop()
+        share, period = sched.eta_refresh_share, sched.eta_message_seconds
+        start, credit, last = 0, share * period, loop.time()
+        next_period = last + period
+        arrivals_at: float | None = None  # loop time an owed queue is due (None: look now)
         while True:
-            await asyncio.sleep(sched.eta_message_seconds)
-            if not self.ctx.may_write:
+            now = loop.time()
+            credit, last = min(share * period, credit + share * (now - last)), now
+            wait = next_period - now
+            if self._eta_arrived:
+                # Owed a refresh: when its run may start and a slice's budget is earned.
+                need = max(0.0, (sched.eta_budget_ms / 1000.0 - credit) / share)
+                due = 0.0 if arrivals_at is None else arrivals_at - now
+                wait = min(wait, max(need, due))
+            if wait > 0:
+                self._eta_kick.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._eta_kick.wait(), wait)
+                if self._eta_kick.is_set():
+                    arrivals_at = None  # a new arrival: see when it is due
                 continue
+            if not self.ctx.may_write:
+                self._eta_arrived.clear()
+                next_period = loop.time() + period
+                continue
+            t0 = time.perf_counter()
             try:
-                start = await self.refresh_eta_period(
-                    start, sched.eta_message_seconds * sched.eta_refresh_share)
+                if loop.time() >= next_period:
+                    next_period = loop.time() + period
+                    start = await self.refresh_eta_period(start, credit)
+                if self._eta_arrived:
+                    wait_s = await self.refresh_eta_arrivals(
+                        credit - (time.perf_counter() - t0))
+                    arrivals_at = None if wait_s is None else loop.time() + wait_s
             except Exception:  # noqa: BLE001 - an ETA bug must not stop the messages
                 log.exception("ETA refresh failed")
+                self._eta_arrived.clear()
+            credit -= time.perf_counter() - t0
 
     async def refresh_eta_period(self, start: int, budget_s: float) -> int:
         """One refresh: from the ``start``-th ClusterQueue on (round robin), advance each
@@ -700,20 +738,55 @@ class SchedulerLoop:
         spent = 0.0
         for i in range(len(names)):
             name = names[(start + i) % len(names)]
-            while True:
-                t0 = time.perf_counter()
-                whole = self.eta.advance(self.cluster, name, self.ctx.clock())
-                spent += time.perf_counter() - t0
-                if whole:
-                    break
-                if spent >= budget_s:
-                    return (start + i) % len(names)  # this queue first next time
-                await asyncio.sleep(0)
+            whole, spent = await self._eta_whole(name, spent, budget_s)
+            if not whole:
+                return (start + i) % len(names)  # this queue first next time
+            if self.eta.due_at(self.cluster, name, self.ctx.clock()) is None:
+                self._eta_arrived.discard(name)  # its run covers every Workload there
             self.refresh_eta_messages([name])
             await asyncio.sleep(0)
             if spent >= budget_s:
                 return (start + i + 1) % len(names)
         return start
+
+    async def refresh_eta_arrivals(self, budget_s: float) -> float | None:
+        """The ClusterQueues where a Workload became pending since their last ETA run
+        (``apply``): each whose cohort's run may start now (``EtaBoard.due_at``) is computed
+        in slices until its answer covers the state as it is (a run that was going when the
+        Workload came is finished first, then a new one started once the board allows),
+        its messages rewritten after each whole run; ``budget_s`` seconds spent: the rest
+        stays owed. Returns the seconds until the next owed queue is due (0: owed now,
+        out of budget), None when none is owed. Nothing is computed without budget."""
+        spent, wait = 0.0, None
+        for name in sorted(self._eta_arrived):
+            while True:
+                now = self.ctx.clock()
+                due = self.eta.due_at(self.cluster, name, now)
+                if due is None:
+                    self._eta_arrived.discard(name)
+                    self.refresh_eta_messages([name])
+                    break
+                if due > now or spent >= budget_s:
+                    left = max(0.0, due - now)
+                    wait = left if wait is None else min(wait, left)
+                    break
+                whole, spent = await self._eta_whole(name, spent, budget_s)
+                if whole:
+                    self.refresh_eta_messages([name])
+        return wait
+
+    async def _eta_whole(self, name: ClusterQueueName, spent: float,
+                         budget_s: float) -> tuple[bool, float]:
+        """Advance ``name``'s cohort's ETA run one slice at a time (yielding between them)
+        until it is whole or ``spent`` reaches ``budget_s`` (at least one slice); returns
+        (whole, spent)."""
+        while True:
+            t0 = time.perf_counter()
+            whole = self.eta.advance(self.cluster, name, self.ctx.clock())
+            spent += time.perf_counter() - t0
+            if whole or spent >= budget_s:
+                return whole, spent
+            await asyncio.sleep(0)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

@@ -119,6 +119,13 @@ async def work(queue: WorkQueue, reconcile: Callable[[str], Awaitable[float | No
             delay = queue.add_rate_limited(key)
             api = isinstance(exc, ApiError)
             log.log(logging.WARNING if api else logging.ERROR, "%s %s failed (%s); retry in %.2fs",
-                    what, key, exc, delay, exc_info=not api)
+                    what, key, _short(exc), delay, exc_info=not api)
         finally:
             queue.done(key)
+
+
+def _short(exc: BaseException, limit: int = 400) -> str:
+    """``exc`` as text, cut at ``limit`` characters: an API server's 422 quotes the whole
+    object it refused (a pod template is kilobytes), which would bury the log."""
+    text = str(exc)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

@@ -21,9 +21,11 @@ Confidence of a Workload's ETA (``Eta.confidence``): ``bounded`` when every run 
 the simulation before it started had a time limit, ``estimated`` when one of them ended at a
 learned runtime or a projected arrival went ahead of it, ``unknown`` when it never starts in
 the simulation (a run ahead has no known end, the ClusterQueue is inactive, the budget ran
-out, projected arrivals outpace it). Workloads that will arrive later are modelled only with
-an ``ArrivalModel`` (``+arrivals``, see there). Not modelled: runs that end before their
-limit (a bounded ETA is then late, never early, when nothing arrives), eviction delays.
+out, more projected arrivals went ahead than ``ArrivalModel.max_future`` lets the run
+carry). Workloads that will arrive later are modelled only with an ``ArrivalModel``
+(``+arrivals``: each stream of higher priority goes on at its recent rate for as long as it
+has been going, see there). Not modelled: runs that end before their limit (a bounded ETA
+is then late, never early, when nothing arrives), eviction delays.
 
 Cost: O(cycles x cohort size). ``estimate`` is one slice: ``budget_ms`` stops the run (with
 an injected ``clock``, the core reads none) and the Workloads without a start are
@@ -202,7 +204,9 @@ class ForwardRun:
         # Which runs end where: a key's generation guards against a stale end after eviction.
         self._runs: dict[WorkloadKey, int] = {}
         self._future: dict[WorkloadKey, Workload] = {}
-        self._horizon_end = now
+        # Past this instant the projection was cut by ``max_future`` (not by the streams'
+        # own horizons): a start behind projected arrivals after it would only date the cut.
+        self._horizon_end = math.inf
         # The highest priority among projected Workloads admitted so far: a target of lower
         # priority admitted after one of them owes its ETA to the projection ("+arrivals").
         self._ahead = -math.inf
@@ -228,7 +232,6 @@ class ForwardRun:
             for wl in projected:
                 self._future[wl.key] = wl
                 self._push(wl.creation, _ARRIVE, wl.key, "")
-            self._horizon_end = now + arrivals.horizon_seconds
             if len(projected) >= arrivals.max_future:  # capped: the projection ends sooner
                 self._horizon_end = projected[-1].creation
         for name in members:
@@ -392,9 +395,9 @@ def _eta_at(t: float, sources: set[str], arrivals: bool = False,
             past_horizon: bool = False) -> Eta:
     """The Eta of a start at ``t`` after the expected ends ``sources``; ``arrivals``: a
     projected higher-priority Workload went ahead of it; ``past_horizon``: it starts after
-    the projection stopped."""
+    the projection was cut short (``ArrivalModel.max_future``)."""
     if arrivals and past_horizon:
-        # It starts only once the projection stops: the answer would be the horizon, not
+        # It starts only once the cut projection stops: the answer would date the cut, not
         # the queue. Higher-priority arrivals outpace the quota as far as the model knows.
         return Eta(None, UNKNOWN, OUTPACED)
     if LEARNED in sources:
@@ -410,52 +413,62 @@ class ArrivalModel:
     """Recent arrivals per class (LocalQueue, priority, shape), to project the next ones.
 
     ``observe(wl)`` records a Workload's creation. ``future(now, local_queues,
-    above_priority)`` returns the Workloads expected in ``(now, now + horizon_seconds]`` from
-    the classes of priority strictly above ``above_priority`` (only they go ahead of a
-    pending Workload of that priority: an equal-priority arrival is younger, so it queues
-    behind it in Kueue's order, priority then creation). Per class with at least
-    ``min_samples`` arrivals in the last ``window_seconds``: rate = (n - 1) / (last - first);
-    one copy of its latest Workload every ``1 / rate`` seconds. A class whose last arrival is
-    older than ``stale_gaps`` mean gaps has stopped (a burst that ended projects nothing;
-    a Poisson stream leaves such a gap about 5% of the time at 3). At most ``max_future`` in
-    all, the soonest first. They are named ``~eta-N`` (never a real Kubernetes name) and keep
-    the latest one's time limit.
+    above_priority)`` returns the Workloads expected after ``now`` from the classes of
+    priority strictly above ``above_priority`` (only they go ahead of a pending Workload of
+    that priority: an equal-priority arrival is younger, so it queues behind it in Kueue's
+    order, priority then creation).
 
-    The model is stationary: a stream goes on at its recent rate for the whole horizon.
-    What it cannot know is when a burst will end, so ``estimate`` turns a start that lands
-    after the horizon, behind projected arrivals, into ``unknown`` ("outpaced by
-    arrivals") instead of a number that only says when the projection stopped.
+    Rate: per class with at least ``min_samples`` arrivals in the last ``window_seconds``,
+    (n - 1) / (last - first); one copy of its latest Workload every ``1 / rate`` seconds. A
+    class whose last arrival is older than ``stale_gaps`` mean gaps has stopped (a burst
+    that ended projects nothing; a Poisson stream leaves such a gap about 5% of the time at
+    3).
+
+    Horizon: a stream is projected for as long as it has been going (its *age*: since the
+    first arrival after a gap longer than ``window_seconds``), then stops. Nothing says
+    when a stream will end; "as long again as it has lasted" is the median guess when
+    nothing else is known (Gott's delta-t argument, the Lindy rule: seen at a random moment
+    of its life, a stream is as likely to be in its first half as in its second). After
+    every stream's horizon the run goes on with no arrivals, so every Workload gets a
+    start: a young burst is expected to end soon, a stream that has gone on all day to go
+    on for a day. At most ``max_future`` projected in all, the soonest first (the cost of
+    each run); a start behind projected arrivals after that cut is ``unknown``
+    (``OUTPACED``). They are named ``~eta-N`` (never a real Kubernetes name) and keep the
+    latest one's time limit.
     """
 
-    def __init__(self, *, window_seconds: float = 1800.0, horizon_seconds: float = 3600.0,
+    def __init__(self, *, window_seconds: float = 3600.0,
                  min_samples: int = 3, max_future: int = 2000, max_samples: int = 256,
                  stale_gaps: float = 3.0) -> None:
         self.window_seconds = window_seconds
-        self.horizon_seconds = horizon_seconds
         self.min_samples = min_samples
         self.max_future = max_future
         self.max_samples = max_samples
         self.stale_gaps = stale_gaps
-        self._classes: dict[tuple[object, ...], tuple[Workload, list[float]]] = {}
+        # class -> (latest Workload, recent arrival times, start of the stream)
+        self._classes: dict[tuple[object, ...], tuple[Workload, list[float], float]] = {}
 
     def observe(self, wl: Workload) -> None:
         """Record the arrival of ``wl`` (at ``wl.creation``)."""
         key = (wl.namespace, wl.queue_name, wl.priority, shape_key(wl))
         got = self._classes.get(key)
         times = got[1] if got is not None else []
+        since = got[2] if got is not None else wl.creation
+        if times and wl.creation - max(times) > self.window_seconds:
+            # Nothing for a whole window: the stream had ended, this one starts afresh.
+            since = wl.creation
         times.append(wl.creation)
         if len(times) > self.max_samples:
             del times[0]
         latest = wl if got is None or wl.creation >= got[0].creation else got[0]
-        self._classes[key] = (latest, times)
+        self._classes[key] = (latest, times, min(since, wl.creation))
 
     def future(self, now: float, local_queues: set[str],
                above_priority: int | None = None) -> list[Workload]:
         """The projected arrivals of ``local_queues`` (``namespace/name``) after ``now``,
         of priority above ``above_priority`` (None: every class)."""
-        end = now + self.horizon_seconds
-        streams: list[tuple[float, int, float, Workload]] = []  # (next at, i, step, latest)
-        for (ns, queue, _, _), (latest, times) in self._classes.items():
+        streams: list[tuple[float, int, float, float, Workload]] = []
+        for (ns, queue, _, _), (latest, times, since) in self._classes.items():
             if f"{ns}/{queue}" not in local_queues:
                 continue
             if above_priority is not None and latest.priority <= above_priority:
@@ -467,19 +480,21 @@ class ArrivalModel:
             if now - recent[-1] > self.stale_gaps * step:
                 continue  # the stream stopped
             at = recent[-1] + step * (math.floor((now - recent[-1]) / step) + 1)  # > now
-            streams.append((at, len(streams), step, latest))
+            end = now + (now - since)  # as long again as it has been going
+            streams.append((at, len(streams), step, end, latest))
         # Soonest first across the classes, so the cap cuts the far end of the horizon and
         # never a whole class.
         heapq.heapify(streams)
         out: list[Workload] = []
         while streams and len(out) < self.max_future:
-            at, i, step, latest = streams[0]
+            at, i, step, end, latest = streams[0]
             if at > end:
-                break
+                heapq.heappop(streams)  # this stream's projection is over
+                continue
             n = len(out) + 1
             out.append(replace(latest, name=f"~eta-{n}", uid=f"~eta-{n}", creation=at,
                                admission=None, evicted_at=None, quota_reserved_at=None))
-            heapq.heapreplace(streams, (at + step, i, step, latest))
+            heapq.heapreplace(streams, (at + step, i, step, end, latest))
         return out
 
 
@@ -533,6 +548,26 @@ class EtaBoard:
         due = cached.valid_until is not None and now >= cached.valid_until
         fresh = cached.generation == state.generation and age < self.max_age and not due
         return fresh or 0 <= age < self.min_interval
+
+    def due_at(self, state: Cluster, name: ClusterQueueName, now: float) -> float | None:
+        """When ``name``'s cohort's answer can next be brought up to date (seconds since the
+        epoch, as ``now``): None when the cached run already answers for the state as it is
+        (``ClusterState.generation``) or ``name`` is unknown; ``now`` when a run is going or
+        a new one may start; else ``computed_at + min_interval`` of the cached run (the rate
+        limit: the state changed less than ``min_interval`` after it started). ``advance``
+        at that time does a slice. For a caller that wants a new pending Workload's ETA
+        promptly (``SchedulerLoop``)."""
+        members = state.scope_members(name)
+        if not members:
+            return None
+        scope = tuple(sorted(members))
+        cached = self._cache.get(scope)
+        if scope in self._running or not self._current(cached, state, now):
+            return now
+        assert cached is not None  # _current is False without one
+        if cached.generation == state.generation:
+            return None
+        return max(now, cached.computed_at + self.min_interval)
 
     def advance(self, state: Cluster, name: ClusterQueueName, now: float) -> bool:
         """One slice of ``name``'s cohort's run when its cached answer is out of date

@@ -4,6 +4,9 @@ the rounded text changes, with one Event per core message, not per ETA change.""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -37,20 +40,24 @@ class FakeClient:
         return body
 
 
-def _loop(refresh_seconds: float = 0.0) -> tuple[SchedulerLoop, SimpleNamespace, Sim]:
+def _loop(refresh_seconds: float = 0.0, *, strict: bool = True, **scheduling: Any,
+          ) -> tuple[SchedulerLoop, SimpleNamespace, Sim]:
     """A loop with pending Workload ns/x behind a; ``refresh_seconds``: the setting
-    ``pending_message_refresh_seconds`` (0: every change written at once)."""
-    sim = Sim(cluster_queue("gpu").flavor("a100", gpu=4).strict_fifo())
+    ``pending_message_refresh_seconds`` (0: every change written at once); ``strict``:
+    StrictFIFO, else BestEffortFIFO; ``scheduling``: more ``Settings.scheduling`` values."""
+    queue = cluster_queue("gpu").flavor("a100", gpu=4)
+    sim = Sim(queue.strict_fifo() if strict else queue)
     sim.c.add_workload(workload("a").cq("gpu").pods(1, gpu=4).limit(600).build(creation=T - 5))
     assert sim.c.schedule(T)
     store, events = FakeStore(), []
     ctx = SimpleNamespace(
         settings=Settings(controllers_enabled=False,
-                          scheduling={"pending_message_refresh_seconds": refresh_seconds}),
+                          scheduling={"pending_message_refresh_seconds": refresh_seconds,
+                                      **scheduling}),
         client=FakeClient(),
         store=lambda kind: store, clock=lambda: clock[0], may_write=True, inflight=set(),
         recorder=SimpleNamespace(emit=lambda obj, etype, reason, msg: events.append(msg)),
-        events=events)
+        events=events, informers=SimpleNamespace(wait_synced=_synced))
     clock = [T + 60.0]
     ctx.set_clock = lambda t: clock.__setitem__(0, t)
     framework = SimpleNamespace(owner_object=lambda wl: None, notify=lambda wl, key: None)
@@ -59,6 +66,10 @@ def _loop(refresh_seconds: float = 0.0) -> tuple[SchedulerLoop, SimpleNamespace,
     sim.c.add_workload(wl)
     store.put({"metadata": {"namespace": "ns", "name": "x"}, "spec": {}, "status": {}})
     return loop, ctx, sim
+
+
+async def _synced() -> None:
+    return None
 
 
 def _message(ctx: SimpleNamespace) -> str:
@@ -134,3 +145,95 @@ async def test_the_background_refresh_stops_at_its_share_and_resumes_where_it_st
     # Room enough: every run whole, back to where it started.
     assert await loop.refresh_eta_period(first, 60.0) == first
     assert loop.eta.advance(sim.c, "gpu", T + 60)  # whole: nothing left to compute
+
+
+def _arrive(loop: SchedulerLoop, ctx: SimpleNamespace, sim: Sim, name: str, at: float) -> None:
+    """Workload ``name`` (1 GPU, 60 s) is created at ``at`` and the loop's cycles leave it
+    pending (``apply`` of the Pending decisions, as the scheduling loop does)."""
+    sim.c.add_workload(workload(name).cq("gpu").pods(1, gpu=1).limit(60).build(creation=at))
+    ctx.store(None).put({"metadata": {"namespace": "ns", "name": name}, "spec": {},
+                         "status": {}})
+    for _ in range(10):  # BestEffortFIFO: one head per cycle, the others parked in turn
+        decisions = sim.c.schedule(at)
+        if not decisions:
+            break
+        for d in decisions:
+            assert isinstance(d, Pending)
+            loop.apply(d)
+
+
+async def test_a_new_pending_workload_gets_its_eta_at_the_next_run_its_arrival_triggers() -> None:
+    """A Workload that becomes pending makes its ClusterQueue owed a refresh
+    (``refresh_eta_arrivals``), computed as soon as the board's rate limit
+    (``eta_min_interval_seconds``) allows, not at the next ``eta_message_seconds`` period."""
+    loop, ctx, sim = _loop(strict=False, eta_min_interval_seconds=5)
+    _arrive(loop, ctx, sim, "x2", T + 60)  # x (created T+30) and x2 become pending
+    assert loop._eta_arrived == {"gpu"}  # noqa: SLF001
+    assert await loop.refresh_eta_arrivals(1.0) is None  # never computed: at once
+    # a (4 GPUs) ends by T+600: x, x2 (and later y) start then, ~9 min from now.
+    assert loop._eta_tail["ns/x2"] == "position 2, expected start in ~10m"  # noqa: SLF001
+    ctx.set_clock(T + 62)
+    _arrive(loop, ctx, sim, "y", T + 62)
+    # The cohort ran at T+60: the next run may start at T+65.
+    assert await loop.refresh_eta_arrivals(1.0) == 3.0
+    assert loop.eta.eta(sim.c, "gpu", "ns/y", T + 62).basis == "not computed yet"
+    assert "ns/y" not in loop._eta_tail  # noqa: SLF001
+    # Nothing is computed without budget, even when due: still owed, due now.
+    ctx.set_clock(T + 65)
+    assert await loop.refresh_eta_arrivals(0.0) == 0.0
+    assert await loop.refresh_eta_arrivals(1.0) is None
+    assert loop._eta_tail["ns/y"] == "position 3, expected start in ~10m"  # noqa: SLF001
+    assert "ns/y" in loop._pending  # noqa: SLF001 - its message is queued for a rewrite
+    # A Workload already pending (a second Pending decision) owes nothing.
+    for d in sim.c.schedule(T + 66):
+        if isinstance(d, Pending):
+            loop.apply(d)
+    assert await loop.refresh_eta_arrivals(1.0) is None and loop.eta.runs == 2
+
+
+async def test_an_arrival_during_a_sliced_run_gets_the_next_run_not_the_stale_one() -> None:
+    """The cohort's run was going (in slices) when y became pending: that run, forked
+    before y, is finished and a new one started, so y is not left "not computed yet"."""
+    loop, ctx, sim = _loop(strict=False, eta_min_interval_seconds=0, eta_budget_ms=0.001)
+    for i in range(5):
+        _arrive(loop, ctx, sim, f"w{i}", T + 60)
+    assert not loop.eta.advance(sim.c, "gpu", T + 60)  # one slice of a run: not whole
+    _arrive(loop, ctx, sim, "y", T + 60)
+    assert await loop.refresh_eta_arrivals(60.0) is None
+    assert loop.eta.runs == 2
+    assert loop._eta_tail["ns/y"] == "position 7, expected start in ~10m"  # noqa: SLF001
+
+
+async def _until(check: Any, timeout: float = 10.0) -> None:
+    """Wait for ``check()`` to hold (polling the event loop), at most ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+async def test_the_refresher_is_woken_by_arrivals_between_its_periods() -> None:
+    """The background refresher (``_eta_refresher``) with an hour-long period: a new
+    pending Workload gets its ETA tail without waiting for the period, and one that
+    arrives right after a run gets it once ``eta_min_interval_seconds`` has passed."""
+    loop, ctx, sim = _loop(strict=False, eta_min_interval_seconds=0.3,
+                           eta_message_seconds=3600)
+    t0 = time.monotonic()
+    ctx.clock = lambda: T + 60 + (time.monotonic() - t0)  # the real time, from T+60
+    task = asyncio.create_task(loop._eta_refresher())  # noqa: SLF001
+    try:
+        _arrive(loop, ctx, sim, "y", T + 60)
+        await _until(lambda: "ns/y" in loop._eta_tail)  # noqa: SLF001
+        assert loop._eta_tail["ns/y"] == "position 2, expected start in ~10m"  # noqa: SLF001
+        ran = loop.eta.runs
+        _arrive(loop, ctx, sim, "z", ctx.clock())
+        await _until(lambda: "ns/z" in loop._eta_tail)  # noqa: SLF001
+        # One more run, not before the interval since the last one.
+        assert loop.eta.runs == ran + 1
+        assert loop.eta.for_cluster_queue(sim.c, "gpu", ctx.clock()).computed_at \
+            >= T + 60 + 0.3
+        assert not loop._eta_arrived  # noqa: SLF001
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

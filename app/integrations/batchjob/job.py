@@ -25,7 +25,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from app.controllers.client import JOBS, MERGE_PATCH
-from app.controllers.errors import Permanent
+from app.controllers.errors import Conflict, Permanent
 from app.controllers.events import NORMAL
 from app.core.workload import Workload
 from app.integrations.podsets import (
@@ -383,7 +383,10 @@ class BatchJob:
                 job = await self._put(ctx, restored)
             except Permanent as exc:
                 if refused_as_immutable(exc):
-                    raise  # the Job controller has not settled the suspension yet: retry
+                    # The Job controller has not settled the suspension yet: re-read and
+                    # retry quietly (a Conflict), as for a stale resourceVersion.
+                    raise Conflict(409, "NotSettled", "the Job's suspension is not settled "
+                                   "yet; its pod template is restored on retry") from exc
                 # The record (the tenant's to edit) holds what the API server refuses (a bad
                 # toleration, say): drop it unapplied rather than never finish the stop.
                 job = await self._put(ctx, restored_job(job, restore=False))

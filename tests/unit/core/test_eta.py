@@ -234,6 +234,24 @@ def test_board_recomputes_only_on_change_and_not_more_often_than_min_interval():
     assert board.runs == 4
 
 
+def test_board_due_at_says_when_a_changed_cohort_may_be_computed_again():
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(600))
+    _pending(sim, workload("x").pods(1, gpu=1).limit(60))
+    board = EtaBoard(min_interval=5.0)
+    assert board.due_at(sim.c, CQ, T + 100) == T + 100  # never computed
+    assert board.advance(sim.c, CQ, T + 100)
+    assert board.due_at(sim.c, CQ, T + 101) is None  # answers for the state as it is
+    sim.c.add_workload(workload("y").cq("gpu").pods(1, gpu=1).limit(60).build(creation=T + 101))
+    assert board.due_at(sim.c, CQ, T + 102) == T + 105  # changed, but ran 2 s ago
+    assert board.eta(sim.c, CQ, sim.key("y"), T + 102).basis == "not computed yet"
+    assert board.due_at(sim.c, CQ, T + 105) == T + 105
+    assert board.advance(sim.c, CQ, T + 105)
+    assert board.eta(sim.c, CQ, sim.key("y"), T + 105) == Eta(
+        T + 600, BOUNDED, "maximumExecutionTimeSeconds")
+    assert board.due_at(sim.c, CQ, T + 106) is None
+    assert board.due_at(sim.c, ClusterQueueName("nope"), T) is None
+
+
 @pytest.mark.parametrize(("wait", "text"), [
     (0, "expected start now"), (29, "expected start in under a minute"),
     (59, "expected start in under a minute"), (100, "expected start in ~2m"),
@@ -254,15 +272,17 @@ def test_a_workload_larger_than_the_quota_is_never_admitted_and_says_so():
 
 def test_projected_higher_priority_arrivals_delay_the_eta():
     # a (4 GPUs) runs until T+1200 at the latest; x (4 GPUs, priority 0) waits. A class of
-    # priority-10 4-GPU jobs (limit 300 s) arrived at T-2000, T-1000, T: the next one is due
-    # at T+1000, before a ends, so at T+1200 it goes first and x starts when it ends, T+1500.
+    # priority-10 4-GPU jobs (limit 300 s) arrived at T-2000, T-1000, T: at T+100 it has
+    # gone on for 2,100 s, so it is projected to T+2200: due at T+1000 and T+2000. At T+1200
+    # the first goes first, and x starts when it ends, T+1500.
     sim = _four_gpus(workload("a").pods(1, gpu=4).limit(1200))
     _pending(sim, workload("x").pods(1, gpu=4).limit(60))
-    arrivals = ArrivalModel(window_seconds=5000, horizon_seconds=1500)
+    arrivals = ArrivalModel(window_seconds=5000)
     for i, at in enumerate((T - 2000, T - 1000, T)):
         arrivals.observe(workload(f"hi-{i}").cq("gpu").priority(10).pods(1, gpu=4).limit(300)
                          .build(creation=at))
-    assert [w.creation for w in arrivals.future(T + 100, {"ns/lq-gpu"})] == [T + 1000]
+    assert [w.creation for w in arrivals.future(T + 100, {"ns/lq-gpu"})] == [
+        T + 1000, T + 2000]
     assert arrivals.future(T + 100, {"ns/other"}) == []
     assert _etas(sim)["x"].start == T + 1200
     run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
@@ -278,42 +298,59 @@ def _stream(arrivals: ArrivalModel, name: str, prio: int, times, gpu: int = 4,
                          .limit(limit).build(creation=at))
 
 
-def test_only_live_streams_above_the_priority_are_projected_soonest_first():
-    arrivals = ArrivalModel(window_seconds=5000, horizon_seconds=1000, max_future=5)
+def test_only_live_streams_above_the_priority_are_projected_each_as_long_as_it_went_on():
+    arrivals = ArrivalModel(window_seconds=5000, max_future=4)
     _stream(arrivals, "hi", 10, (T - 200, T - 100, T))          # every 100 s, live
     _stream(arrivals, "eq", 0, (T - 20, T - 10, T))             # priority 0: not ahead of 0
     _stream(arrivals, "gone", 20, (T - 4000, T - 3900, T - 3800))  # last gap 3800 > 3 x 100
     _stream(arrivals, "mid", 5, (T - 600, T - 300, T), gpu=2)   # every 300 s
+    # At T+50, hi has gone on for 250 s (projected to T+300), mid for 650 s (to T+700).
     got = arrivals.future(T + 50, {"ns/lq-gpu"}, above_priority=0)
-    # The cap (5) keeps the soonest of both live classes, not the first class's whole run.
+    # The cap (4) keeps the soonest of both live classes, not the first class's whole run.
     assert [(w.creation, w.priority) for w in got] == [
-        (T + 100, 10), (T + 200, 10), (T + 300, 10), (T + 300, 5), (T + 400, 10)]
+        (T + 100, 10), (T + 200, 10), (T + 300, 10), (T + 300, 5)]
     assert all(w.name.startswith("~eta-") and w.admission is None for w in got)
+    uncapped = ArrivalModel(window_seconds=5000)
+    _stream(uncapped, "hi", 10, (T - 200, T - 100, T))
+    _stream(uncapped, "mid", 5, (T - 600, T - 300, T), gpu=2)
+    assert [(w.creation, w.priority) for w in uncapped.future(T + 50, {"ns/lq-gpu"})] == [
+        (T + 100, 10), (T + 200, 10), (T + 300, 10), (T + 300, 5), (T + 600, 5)]
     assert 0 in {w.priority for w in arrivals.future(T, {"ns/lq-gpu"})}  # no filter
 
 
-def test_a_start_only_after_the_projection_ends_is_unknown_outpaced():
+def test_a_stream_that_paused_for_a_whole_window_starts_its_age_afresh():
+    arrivals = ArrivalModel(window_seconds=1000)
+    _stream(arrivals, "hi", 10, (T - 5000, T - 4900, T - 4800, T - 200, T - 100, T))
+    # Gone on since T-200 (the gap before it was longer than the window): 250 s at T+50,
+    # so projected to T+300 (not for the 5,050 s since its first arrival).
+    assert [w.creation for w in arrivals.future(T + 50, {"ns/lq-gpu"})] == [
+        T + 100, T + 200, T + 300]
+
+
+def test_a_start_after_the_streams_horizon_is_dated_with_no_further_arrivals():
     # x (priority 0) waits for 4 GPUs held by a until T+1200; priority-10 4-GPU jobs of
-    # 300 s arrive every 100 s: each takes the GPUs first, so in the model x would start
-    # only when the projection stops (the horizon), which says nothing about the queue.
+    # 300 s arrive every 100 s since T-100: at T+100 the stream has gone on for 200 s, so
+    # two more (T+200, T+300), each taking the GPUs before x (T+1200-1500, T+1500-1800).
+    # Then no more arrive in the model and x starts: T+1800, estimated, not "unknown".
     sim = _four_gpus(workload("a").pods(1, gpu=4).limit(1200))
     _pending(sim, workload("x").pods(1, gpu=4).limit(60))
-    arrivals = ArrivalModel(window_seconds=5000, horizon_seconds=2000)
+    arrivals = ArrivalModel(window_seconds=5000)
     _stream(arrivals, "hi", 10, (T - 100, T))
     _stream(arrivals, "hi", 10, (T + 100,))
     run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
-    assert run.etas["ns/x"] == Eta(None, UNKNOWN, OUTPACED)
+    assert run.etas["ns/x"] == Eta(T + 1800, ESTIMATED, "maximumExecutionTimeSeconds+arrivals")
     # Without a projection it is the bound of a's limit.
     assert _etas(sim)["x"] == Eta(T + 1200, BOUNDED, "maximumExecutionTimeSeconds")
 
 
 def test_a_capped_projection_ends_at_its_last_arrival():
-    # The same stream, capped at 3 projected jobs (T+200, T+300, T+400) with a long horizon:
-    # x would start at T+2100 only because the cap stopped the stream: unknown, outpaced.
+    # The stream has gone on since T-1000 (projected to T+1200), capped at 3 projected jobs
+    # (T+200, T+300, T+400): x would start at T+2100 only because the cap stopped the
+    # stream: unknown, outpaced.
     sim = _four_gpus(workload("a").pods(1, gpu=4).limit(1200))
     _pending(sim, workload("x").pods(1, gpu=4).limit(60))
-    arrivals = ArrivalModel(window_seconds=5000, horizon_seconds=100_000, max_future=3)
-    _stream(arrivals, "hi", 10, (T - 100, T, T + 100))
+    arrivals = ArrivalModel(window_seconds=5000, max_future=3)
+    _stream(arrivals, "hi", 10, [T - 1000 + 100 * i for i in range(12)])
     assert [w.creation for w in arrivals.future(T + 100, {"ns/lq-gpu"})] == [
         T + 200, T + 300, T + 400]
     run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
@@ -326,7 +363,7 @@ def test_lower_priority_projections_do_not_touch_a_higher_priority_eta():
     sim = _four_gpus(workload("a").pods(1, gpu=4).limit(1200))
     _pending(sim, workload("y").pods(1, gpu=4).priority(20).limit(100),
              workload("x").pods(1, gpu=4).limit(60))
-    arrivals = ArrivalModel(window_seconds=5000, horizon_seconds=1500)
+    arrivals = ArrivalModel(window_seconds=5000)
     _stream(arrivals, "hi", 10, (T - 2000, T - 1000, T))  # next at T+1000, 300 s each
     run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
     etas = {k.split("/", 1)[1]: e for k, e in run.etas.items()}
