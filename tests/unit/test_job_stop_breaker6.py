@@ -4,7 +4,8 @@ released, and a preemptor of another team waiting for it would wait for ever).
 
 The refusals are the API server's ``metav1.Status`` bodies (reason Invalid, with
 ``details.causes``) as kube-apiserver writes them for a batch/v1 Job update, parsed by
-``app.controllers.errors.from_status`` as the client does."""
+``app.controllers.errors.from_status`` as the client does; their text was taken from the
+lab's kube-apiserver v1.36.3 (``kubectl replace -v=8`` / a PUT through ``kubectl proxy``)."""
 
 from __future__ import annotations
 
@@ -26,19 +27,26 @@ def _status(message: str, causes: list[dict[str, str]]) -> bytes:
                                    "causes": causes}, "code": 422}).encode()
 
 
+# kube-apiserver v1.36.3 (the lab's), PUT of a suspended Job whose template labels hold
+# {"x": "field is immutable"} (a cause per label rule; the second one cut here).
+_LABEL_RULE = ("a valid label must be an empty string or consist of alphanumeric characters, "
+               "'-', '_' or '.', and must start and end with an alphanumeric character (e.g. "
+               "'MyValue',  or 'my_value',  or '12345', regex used for validation is "
+               "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
 SPOOFED = from_status(422, _status(
-    'Job.batch "train" is invalid: spec.template.metadata.labels: Invalid value: '
-    '"field is immutable": a valid label must be an empty string or consist of alphanumeric '
-    "characters, '-', '_' or '.'",
-    [{"reason": "FieldValueInvalid", "field": "spec.template.metadata.labels",
-      "message": 'Invalid value: "field is immutable": a valid label must be an empty string '
-                 "or consist of alphanumeric characters, '-', '_' or '.'"}]))
+    'Job.batch "train" is invalid: spec.template.labels: Invalid value: "field is immutable": '
+    + _LABEL_RULE,
+    [{"reason": "FieldValueInvalid", "field": "spec.template.labels",
+      "message": 'Invalid value: "field is immutable": ' + _LABEL_RULE}]))
 
+# The same server, PUT of a started Job (status.startTime set) with another nodeSelector: one
+# cause on the whole template, quoting it (shortened here).
 NOT_SETTLED = from_status(422, _status(
-    'Job.batch "train" is invalid: spec.template: Invalid value: {"metadata":{}}: '
-    "field is immutable",
+    'Job.batch "train" is invalid: spec.template: Invalid value: {"labels":{"app":"t"},'
+    '"Spec":{"SchedulingGroup":null}}: field is immutable',
     [{"reason": "FieldValueInvalid", "field": "spec.template",
-      "message": 'Invalid value: {"metadata":{}}: field is immutable'}]))
+      "message": 'Invalid value: {"labels":{"app":"t"},"Spec":{"SchedulingGroup":null}}: '
+                 "field is immutable"}]))
 
 
 def test_only_the_whole_templates_refusal_reads_as_not_settled() -> None:
