@@ -74,3 +74,42 @@ def test_arrival_classes_older_than_the_window_are_forgotten() -> None:
     for i in range(3000):
         am.observe(workload(f"x{i}").pods(1, cpu=f"{5000 + i}m").build(creation=later + 10))
     assert len(am.future(later + 10, {"ns/lq"})) > 0
+
+
+def test_an_eta_past_year_9999_is_answered_not_a_500(certs) -> None:
+    """A tenant queues 125 Workloads, each the whole ClusterQueue for the largest
+    maximumExecutionTimeSeconds (int32: 68 years), so they run one after another in the
+    projection; another team's Workload behind them starts after year 9999. Its LocalQueue's
+    pending list (``GET /api/v1/namespaces/ns/localqueues/lq-q/pending`` over TLS) answered
+    500 (``datetime`` out of range); the time is capped at 9999-12-31T23:59:59Z."""
+    import ssl
+
+    import httpx
+
+    from tests.status_server import Server
+
+    now = time.time()
+    s = Sim(cluster_queue("q").flavor("default-flavor", cpu=1))
+    for i in range(125):
+        s.c.add_workload(workload(f"t{i}").cq("q").pods(1, cpu=1).limit(2147483647)
+                         .build(creation=now - 200 + i * 0.01))
+    s.c.add_workload(workload("other").cq("q").pods(1, cpu=1).limit(60)
+                     .build(creation=now - 1))
+    for _ in range(300):
+        if not s.c.schedule(now):
+            break
+    server = Server(certs, cluster=s.c)
+    server.app.state.eta = EtaBoard(RuntimeModel())
+    server.start()
+    try:
+        r = httpx.get(server.url + "/api/v1/namespaces/ns/localqueues/lq-q/pending",
+                      params={"limit": 1000},
+                      verify=ssl.create_default_context(cafile=str(certs / "ca.crt")),
+                      headers={"Authorization": "Bearer admin-token"})
+    finally:
+        server.stop()
+    assert r.status_code == 200, r.text
+    last = r.json()["items"][-1]
+    assert last["name"] == "other"
+    assert last["eta"]["start"] == "9999-12-31T23:59:59Z"
+    assert last["eta"]["waitSeconds"] > 250 * 365 * 86400
