@@ -198,3 +198,24 @@ def test_a_projection_from_a_fork_leaves_the_live_kept_room_memory_alone():
         a, b = plain.cycle(), forked.cycle()
         assert Sim.admits(a) == Sim.admits(b)
         assert plain.evictions(a) == forked.evictions(b)
+
+
+def test_a_fork_orders_by_fair_sharing_as_the_live_state() -> None:
+    """Fair sharing on: q0 borrows 3 CPU of lender q2's 4, q1 none; one CPU is left and both
+    heads borrow. By share q1 goes first; by the classical order q0's older head would. The
+    fork (the ETA's projection) must admit what the live state admits."""
+    from app.core.spec import FairSharing
+
+    s = Sim(cluster_queue("q0").cohort("co").flavor("default-flavor", cpu=0),
+            cluster_queue("q1").cohort("co").flavor("default-flavor", cpu=0),
+            cluster_queue("q2").cohort("co").flavor("default-flavor", cpu=4),
+            fair_sharing=FairSharing())
+    s.c.add_workload(workload("run").cq("q0").pods(1, cpu=3).build(creation=s.now))
+    s.settle()
+    s.c.add_workload(workload("a").cq("q0").pods(1, cpu=1).build(creation=s.now + 1))
+    s.c.add_workload(workload("b").cq("q1").pods(1, cpu=1).build(creation=s.now + 2))
+    fork = s.c.fork(s.c.cluster_queue_names())
+    assert isinstance(fork, Cluster)
+    assert fork.fair_sharing == s.c.fair_sharing
+    assert Sim.admits(fork.schedule(s.now + 3)) == Sim.admits(s.c.schedule(s.now + 3)) \
+        == ["ns/b"]
