@@ -205,8 +205,15 @@ def _qs(amount: int, resource: str) -> str:
 
 
 def rfc3339(seconds: float) -> str:
-    """Seconds since the epoch as an RFC 3339 UTC time (``2026-01-02T03:04:05Z``)."""
-    t = datetime.fromtimestamp(seconds, UTC)
+    """Seconds since the epoch as an RFC 3339 UTC time (``2026-01-02T03:04:05Z``); a time
+    past year 9999 as ``9999-12-31T23:59:59Z`` (before year 1: ``0001-01-01T00:00:00Z``).
+    An ETA can be that far: a tenant's queue of ~120 Workloads each with the largest
+    ``maximumExecutionTimeSeconds`` (int32, 68 years) run one after another puts every
+    Workload behind them past year 9999, and the pending lists answered 500 (breaker6)."""
+    try:
+        t = datetime.fromtimestamp(seconds, UTC)
+    except (ValueError, OverflowError, OSError):
+        return "9999-12-31T23:59:59Z" if seconds > 0 else "0001-01-01T00:00:00Z"
     if t.microsecond:
         return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -3,7 +3,8 @@
 ``fetch(client, namespace, limit)`` reads one snapshot over HTTPS: without a namespace every
 ClusterQueue, the head of each one's pending list and the cohort tree (``cohorts``: the API's
 list, or None when the token may not read cohorts: ``forbidden`` then maps ``cohorts`` to the
-API's 403 message, and the tables say the tree is not shown and why); with one,
+API's 403 message, and the tables say the tree is not shown and why; likewise ``pending``
+when the token may read ClusterQueues but not their pending lists); with one,
 that namespace's LocalQueues and theirs. ``render(snapshot)`` draws it with rich: one line per
 queue (``summary``: GPUs first, then the other resources, ``used/nominal`` per flavor and what
 it borrows; a usage bar for its first resource), or with ``wide=True`` (``-o wide``) the full
@@ -166,10 +167,19 @@ def fetch(client: StatusClient, namespace: str | None, limit: int) -> Snapshot:
     """One snapshot (see the module doc); ``limit``: pending Workloads per queue."""
     if namespace is None:
         cqs = client.get("/api/v1/clusterqueues")["items"]
-        pending = {cq["name"]: client.get(f"/api/v1/clusterqueues/{cq['name']}/pending",
-                                          limit=limit)
-                   for cq in cqs}
-        snap: Snapshot = {"clusterQueues": cqs, "pending": pending, "cohorts": None}
+        snap: Snapshot = {"clusterQueues": cqs, "pending": {}, "cohorts": None}
+        for cq in cqs:
+            try:
+                snap["pending"][cq["name"]] = client.get(
+                    f"/api/v1/clusterqueues/{cq['name']}/pending", limit=limit)
+            except StatusError as exc:
+                if exc.status != 403:
+                    raise
+                # `get clusterqueues` without the visibility API's
+                # `clusterqueues/pendingworkloads` (Kueue grants them apart): the queues are
+                # shown, their pending lists said to be refused (breaker6: the whole command
+                # failed on the first list).
+                snap.setdefault("forbidden", {}).setdefault("pending", exc.message)
         try:
             snap["cohorts"] = client.get("/api/v1/cohorts")["items"]
         except StatusError as exc:
@@ -177,7 +187,7 @@ def fetch(client: StatusClient, namespace: str | None, limit: int) -> Snapshot:
                 raise
             # A ClusterQueue viewer without `get cohorts`: no tree, and the output says so
             # (an empty section would read as "no cohorts").
-            snap["forbidden"] = {"cohorts": exc.message}
+            snap.setdefault("forbidden", {})["cohorts"] = exc.message
         return snap
     lqs = client.get(f"/api/v1/namespaces/{namespace}/localqueues")["items"]
     pending = {lq["name"]: client.get(
@@ -495,7 +505,7 @@ def _pending_count(q: dict[str, Any]) -> str:
 
 
 # The sections a ``forbidden`` list of a snapshot leaves out, as the note names them.
-_SECTIONS = {"cohorts": "cohort tree"}
+_SECTIONS = {"cohorts": "cohort tree is", "pending": "pending lists of the ClusterQueues are"}
 
 
 def render(snap: Snapshot, now: float | None = None, width: int | None = None,
@@ -537,12 +547,13 @@ def render(snap: Snapshot, now: float | None = None, width: int | None = None,
     for name, page in snap["pending"].items():
         if page.get("items"):
             parts.append(_pending_table(titles[name], page, now, in_local_queue=in_lq))
-    if not any(p.get("items") for p in snap["pending"].values()):
+    if not any(p.get("items") for p in snap["pending"].values()) \
+            and "pending" not in (snap.get("forbidden") or {}):
         parts.append(Text("No pending Workloads.", style="green"))
     if snap.get("cohorts"):
         parts.append(cohort_tree(snap["cohorts"]))
     for what, detail in (snap.get("forbidden") or {}).items():
-        parts.append(Text(f"The {_SECTIONS.get(what, what)} is not shown: the status API "
+        parts.append(Text(f"The {_SECTIONS.get(what, what + ' is')} not shown: the status API "
                           f"refused it (HTTP 403: {detail}). The ClusterRole "
                           "pykueue-clusterqueue-viewer (manifests/rbac/user_roles.yaml) "
                           "grants it.", style="yellow"))

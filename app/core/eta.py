@@ -447,6 +447,11 @@ class ArrivalModel:
         self.stale_gaps = stale_gaps
         # class -> (latest Workload, recent arrival times, start of the stream)
         self._classes: dict[tuple[object, ...], tuple[Workload, list[float], float]] = {}
+        # Forgetting ended classes (``_forget_ended``): the newest arrival seen, and the
+        # size and newest arrival at the last sweep.
+        self._newest = -math.inf
+        self._swept_size = 0
+        self._swept_at = -math.inf
 
     def observe(self, wl: Workload) -> None:
         """Record the arrival of ``wl`` (at ``wl.creation``)."""
@@ -462,6 +467,22 @@ class ArrivalModel:
             del times[0]
         latest = wl if got is None or wl.creation >= got[0].creation else got[0]
         self._classes[key] = (latest, times, min(since, wl.creation))
+        self._newest = max(self._newest, wl.creation)
+        if len(self._classes) > 2 * self._swept_size + 64 \
+                or self._newest - self._swept_at > self.window_seconds:
+            self._forget_ended()
+
+    def _forget_ended(self) -> None:
+        """Drop the classes with no arrival in the last ``window_seconds`` before the newest
+        one seen: they project nothing (``future`` reads only the window) and their next
+        arrival starts a new stream anyway (``observe``), so forgetting them changes no
+        projection. Without it a tenant creating Workloads of ever new shapes grows the
+        model, and the Workloads it keeps, for ever (breaker6). Run when the number of
+        classes doubled or a window passed since the last sweep: amortized O(1) per
+        ``observe``."""
+        cutoff = self._newest - self.window_seconds
+        self._classes = {k: v for k, v in self._classes.items() if max(v[1]) >= cutoff}
+        self._swept_size, self._swept_at = len(self._classes), self._newest
 
     def future(self, now: float, local_queues: set[str],
                above_priority: int | None = None) -> list[Workload]:

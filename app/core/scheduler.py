@@ -220,12 +220,16 @@ class Cluster(ClusterState):
         self._keep_over_since: dict[ClusterQueueName, float] = {}
 
     def fork(self, names: Iterable[ClusterQueueName]) -> ClusterState:
-        """``ClusterState.fork`` plus what ``_keep_nominal_for_queue`` remembers of ``names``
-        (recent usage peaks, since when room was kept for the queue), so a projection from
-        the fork (``app.core.eta``) keeps and lends as this state would."""
+        """``ClusterState.fork`` plus the fair sharing configuration and what
+        ``_keep_nominal_for_queue`` remembers of ``names`` (recent usage peaks, since when
+        room was kept for the queue), so a projection from the fork (``app.core.eta``)
+        orders, keeps and lends as this state would."""
         names = tuple(names)
         out = super().fork(names)
         if isinstance(out, Cluster):
+            # The same ordering and preemption (breaker6: the fork, built by ``type(self)()``,
+            # ran classical ordering under fair sharing, so the ETA projected other starts).
+            out.fair_sharing = self.fair_sharing
             for n in names:
                 if n in self._usage_peaks:
                     out._usage_peaks[n] = {fr: deque(w) for fr, w in self._usage_peaks[n].items()}

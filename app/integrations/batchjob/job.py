@@ -213,16 +213,31 @@ def partial_count(workload: Mapping[str, Any]) -> int | None:
     return admitted if isinstance(admitted, int) and admitted < sets[0].get("count", 1) else None
 
 
+_WHOLE_TEMPLATE = ("spec.template", "spec.replicatedJobs")
+_IMMUTABLE = "field is immutable"
+
+
 def refused_as_immutable(exc: Exception) -> bool:
     """True when the API server refused a write because a field is immutable at this moment
     (apimachinery's "field is immutable", on the whole ``spec.template``: a Job's template
     before its suspension settled), which a retry cures; any other refusal of a restore is
-    the record's content (a cause naming a field inside the template)."""
+    the record's content (a cause naming a field inside the template).
+
+    Read from the Status' causes (``details.causes``, which a 422 Invalid carries): a cause
+    whose field is exactly the whole template. Not from the text: a refusal quotes the values
+    it refused, and the record is the tenant's to edit, so a label or toleration reading
+    "field is immutable" made every restore look unsettled and the stop (and the quota
+    release behind it) was retried for ever (breaker6). Without causes, the message must be
+    the whole template's refusal: ``spec.template: Invalid value: ...: field is immutable``."""
     causes = (getattr(exc, "details", None) or {}).get("causes") or []
-    return "field is immutable" in str(exc) or any(
-        isinstance(c, Mapping) and (c.get("field") in ("spec.template", "spec.replicatedJobs")
-                                    or "field is immutable" in str(c.get("message", "")))
-        for c in causes)
+    if causes:
+        return any(isinstance(c, Mapping) and c.get("field") in _WHOLE_TEMPLATE
+                   and str(c.get("message", "")).rstrip().endswith(_IMMUTABLE)
+                   for c in causes)
+    text = str(getattr(exc, "message", "") or exc).rstrip()
+    return text.endswith(_IMMUTABLE) and any(
+        text.split(" is invalid: ", 1)[-1].startswith(f"{f}: Invalid value: ")
+        for f in _WHOLE_TEMPLATE)
 
 
 def is_injected(job: Obj) -> bool:
