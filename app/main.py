@@ -46,6 +46,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.cluster_ready = manager.ready
         sched = getattr(manager, "scheduler", None)
         app.state.eta = getattr(sched, "eta", None)
+        # The scheduler's ETA refresher computes the runs within eta_refresh_share; status
+        # reads then only read them (a read that computed would let any caller spend the
+        # controller's loop outside that share).
+        app.state.eta_refreshed = app.state.eta is not None
         # Holding quota, admission checks not all Ready: the status API and /metrics count
         # them as reserving, not admitted (as the CRD status writer does).
         lifecycle = getattr(sched, "lifecycle", None)

@@ -190,7 +190,8 @@ def cluster_view(request: Request) -> ClusterView:
         if not ok:
             raise HTTPException(503, f"pykueue is starting: {message}")
     return ClusterView(cluster, eta=getattr(state, "eta", None),
-                       awaiting_checks=getattr(state, "awaiting_checks", frozenset()))
+                       awaiting_checks=getattr(state, "awaiting_checks", frozenset()),
+                       eta_advance=not getattr(state, "eta_refreshed", False))
 
 
 # ------------------------------------------------------------------------------ conversions

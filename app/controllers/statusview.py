@@ -173,9 +173,12 @@ class ClusterView:
 
     def __init__(self, cluster: ClusterState, *, eta: EtaBoard | None = None,
                  clock: Callable[[], float] = time.time,
-                 awaiting_checks: Collection[WorkloadKey] = frozenset()) -> None:
+                 awaiting_checks: Collection[WorkloadKey] = frozenset(),
+                 eta_advance: bool = True) -> None:
         self.cluster = cluster
         self.eta = eta
+        # False when a background refresher computes the ETA runs: the view only reads them.
+        self.eta_advance = eta_advance
         self.clock = clock
         # Workloads holding quota whose admission checks are not all Ready yet: reserving,
         # not admitted (Kueue counts them in reservingWorkloads only).
@@ -191,7 +194,7 @@ class ClusterView:
         run = self._eta_runs.get(cluster_queue)
         if run is None:
             run = self._eta_runs[cluster_queue] = self.eta.for_cluster_queue(
-                self.cluster, cluster_queue, self.clock())
+                self.cluster, cluster_queue, self.clock(), advance=self.eta_advance)
         got = run.etas.get(key)
         return (got if got is not None else Eta(None, UNKNOWN, "not computed yet"),
                 run.computed_at)

@@ -625,11 +625,14 @@ class EtaBoard:
             del self._running[scope]
         return done
 
-    def for_cluster_queue(self, state: Cluster, name: ClusterQueueName, now: float) -> EtaRun:
+    def for_cluster_queue(self, state: Cluster, name: ClusterQueueName, now: float,
+                          advance: bool = True) -> EtaRun:
         """The best answer covering ``name``'s cohort after at most one slice of work: the
         finished run, or while one is going its ETAs so far over the previous finished
-        run's (``computing`` where neither has one)."""
-        self.advance(state, name, now)
+        run's (``computing`` where neither has one). ``advance=False``: no work at all, only
+        what was computed (a reader beside a background refresher)."""
+        if advance:
+            self.advance(state, name, now)
         members = state.scope_members(name)
         if not members:
             return EtaRun(computed_at=now)
