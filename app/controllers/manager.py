@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.config import Settings
+from app.controllers.aio import wait_event
 from app.controllers.client import NODES, PODS, RESOURCE_CLAIM_TEMPLATES, KubeClient
 from app.controllers.context import AC, CO, CQ, LQ, NS, RCT, RF, WL, Context, build_informers
 from app.controllers.errors import NotFound
@@ -307,9 +308,7 @@ class Manager:
                        watch_timeout_seconds=self.settings.scheduling.watch_timeout_seconds)
         task = asyncio.create_task(inf.run(), name=f"informer-{kind.key}")
         task.add_done_callback(self._on_task_done)
-        try:
-            await asyncio.wait_for(inf.synced.wait(), CRD_SYNC_TIMEOUT_SECONDS)
-        except TimeoutError:
+        if not await wait_event(inf.synced, CRD_SYNC_TIMEOUT_SECONDS):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             log.warning("reconciler: %s %s served but not listed within %.0f s: %s objects are "

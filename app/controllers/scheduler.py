@@ -71,6 +71,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
+from app.controllers.aio import wait_event
 from app.controllers.client import WORKLOADS
 from app.controllers.context import RCT, WL, Context
 from app.controllers.errors import ApiError, Conflict, NotFound, from_exception
@@ -119,22 +120,6 @@ from app.wire.queues import (
 from app.wire.workload import workload_from_object
 
 log = logging.getLogger(__name__)
-
-
-async def _wait_event(event: asyncio.Event, timeout: float | None) -> bool:
-    """Wait until ``event`` is set or ``timeout`` seconds pass (None: no limit); True when
-    set. Not ``asyncio.wait_for(event.wait(), timeout)``: on Python 3.11 that returns
-    normally, swallowing the cancellation, when the event is set in the same loop iteration
-    as the task is cancelled (gh-86296, fixed in 3.12), so a loop woken by a busy event (a new
-    Workload, a kick) could ignore ``stop`` and run on for ever (breaker6)."""
-    if event.is_set():
-        return True
-    waiter = asyncio.ensure_future(event.wait())
-    try:
-        done, _ = await asyncio.wait({waiter}, timeout=timeout)
-    finally:
-        waiter.cancel()
-    return bool(done)
 
 Obj = dict[str, Any]
 
@@ -475,7 +460,7 @@ class SchedulerLoop:
         s = self.ctx.settings.scheduling
         await self.ctx.informers.wait_synced()
         while True:
-            await _wait_event(self.ctx.wake_event, s.cycle_interval_seconds)
+            await wait_event(self.ctx.wake_event, s.cycle_interval_seconds)
             await asyncio.sleep(0.005)  # debounce a burst of events into one cycle
             self.ctx.wake_event.clear()
             if not self.ctx.may_write:
@@ -717,7 +702,7 @@ class SchedulerLoop:
                 wait = min(wait, max(need, due))
             if wait > 0:
                 self._eta_kick.clear()
-                await _wait_event(self._eta_kick, wait)
+                await wait_event(self._eta_kick, wait)
                 if self._eta_kick.is_set():
                     arrivals_at = None  # a new arrival: see when it is due
                 continue
@@ -1013,7 +998,7 @@ class SchedulerLoop:
             if not self._pending:
                 self._pending_kick.clear()
                 wait = self._next_deferred()
-                await _wait_event(self._pending_kick, wait)
+                await wait_event(self._pending_kick, wait)
                 self.requeue_deferred()
                 if not self._pending:
                     continue
