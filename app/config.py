@@ -129,6 +129,11 @@ class SchedulingSettings(BaseModel):
     # on Kueue's baseline it was early for 270 of 275 Workloads (bench/eta_accuracy.py).
     # 0 = off (each run then carries no projected Workloads).
     eta_arrivals_window_seconds: float = Field(3600.0, ge=0)
+    # Give a start that rests on projected arrivals Gott's 50% interval (app.core.eta
+    # RangedRun: the run again with each stream ending at a third and at three times its
+    # age; the status API's eta.range, the CLI and the dashboard). Up to two more runs per
+    # cohort, within the same slices and refresh share; false = the point estimate only.
+    eta_ranges: bool = True
     # Dashboard history (app/controllers/history.py): a sample of every ClusterQueue this
     # often (seconds), at most history_samples kept per ClusterQueue (default: 4 hours).
     history_interval_seconds: float = Field(30.0, gt=0)

@@ -55,6 +55,7 @@ import argparse
 import json
 import math
 import random
+import re
 import statistics
 import sys
 import time
@@ -67,7 +68,7 @@ from app.config import SchedulingSettings  # noqa: E402
 from app.core.eta import ArrivalModel, RuntimeModel, estimate  # noqa: E402
 from app.core.types import WorkloadKey  # noqa: E402
 from app.sim.engine import Simulator  # noqa: E402
-from app.sim.trace import US, Submission, Trace, load_trace, parse_trace  # noqa: E402
+from app.sim.trace import US, Submission, Trace, parse_trace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +91,8 @@ class EtaProbe(Simulator):
         self.model = model
         self.arrived: list[WorkloadKey] = []
         self.seen = 0
-        self.etas: dict[WorkloadKey, tuple[float, str]] = {}
+        # key -> (start, confidence, earliest, latest); NaN: none (latest: no later bound)
+        self.etas: dict[WorkloadKey, tuple[float, str, float, float]] = {}
         self.eta_ms: list[float] = []
 
     def _arrive(self, s: Submission) -> None:
@@ -127,7 +129,12 @@ class EtaProbe(Simulator):
             for k in arrived:  # one run answers every sampled arrival of the cohort
                 e = run.etas.get(k)
                 if e is not None and k not in self.etas:
-                    self.etas[k] = (e.start if e.start is not None else math.nan, e.confidence)
+                    nan = math.nan
+                    self.etas[k] = (
+                        e.start if e.start is not None else nan, e.confidence,
+                        e.earliest if e.earliest is not None else nan,
+                        e.latest if e.latest is not None else
+                        (math.inf if e.earliest is not None else nan))
                     done.add(k)
 
 
@@ -138,7 +145,8 @@ def evaluate(trace: Trace, *, limit_of, every: int, arrivals: ArrivalModel | Non
     errors, words = [], {"bounded": 0, "estimated": 0, "unknown": 0}
     by_class: dict[str, list[float]] = {}  # workload class -> errors, unknown as inf
     late = early = unknown_waited = 0
-    for key, (start, word) in sim.etas.items():
+    inside = ranged = 0  # Gott's 50% interval: how often the real start falls inside
+    for key, (start, word, lo, hi) in sim.etas.items():
         words[word] += 1
         r = sim.runs[key]
         if r.first_admitted_us is None:
@@ -152,6 +160,9 @@ def evaluate(trace: Trace, *, limit_of, every: int, arrivals: ArrivalModel | Non
         predicted = start - r.created_us / US
         if real <= 0:
             continue
+        if not math.isnan(lo):
+            ranged += 1
+            inside += lo - 1e-6 <= r.first_admitted_us / US <= hi + 1e-6
         errors.append(abs(predicted - real) / real)
         by_class.setdefault(r.class_name, []).append(errors[-1])
         late += predicted > real
@@ -173,6 +184,8 @@ def evaluate(trace: Trace, *, limit_of, every: int, arrivals: ArrivalModel | Non
         "median_by_class_unknown_as_miss": {
             k: (round(m, 3) if math.isfinite(m := statistics.median(v)) else None)
             for k, v in sorted(by_class.items())},
+        "ranges": ranged,
+        "range_coverage": round(inside / ranged, 3) if ranged else None,
         "eta_later_than_real": late,
         "eta_earlier_than_real": early,
         "eta_run_ms": {"median": round(statistics.median(sim.eta_ms), 2) if sim.eta_ms else 0,
@@ -213,12 +226,40 @@ def gpu_teams(seed: int = 15, n: int = 600) -> Trace:
     return parse_trace(text, "gpu-teams")
 
 
+HELD_OUT_COUNTS = {"small": 500, "medium": 60, "large": 70}
+
+
+def baseline_variant(counts: dict[str, int] | None = None) -> Trace:
+    """Kueue's baseline scenario, or (``counts``: class -> Workloads per ClusterQueue) the
+    same with other stream lengths: a class's stream lasts ``count x interval``. The
+    held-out variant (``HELD_OUT_COUNTS``) ends the small stream at 50 s (was 35 s), the
+    medium at 30 s (was 50 s) and the large at 84 s (was 60 s): the order of the ends
+    changes, so a model fitted to the baseline's ends would show it."""
+    text = (ROOT / "bench/scenarios/baseline.yaml").read_text()
+    for cls, n in (counts or {}).items():
+        text, k = re.subn(rf"(class: {cls}, count: )\d+", rf"\g<1>{n}", text)
+        assert k == 1, cls
+    name = "baseline" if not counts else "baseline-held-out"
+    return parse_trace(text, name)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--every", type=int, default=50,
                     help="baseline: ETA for 1 in N arrivals, sampled at random (gpu-teams: "
                          "1 in N/25)")
-    ap.add_argument("--only", choices=("baseline", "gpu-teams"))
+    ap.add_argument("--only", choices=("baseline", "gpu-teams", "held-out"),
+                    help="one trace family; held-out: the traces nothing was developed on "
+                         "(gpu-teams with --held-out-seed, the baseline with other stream "
+                         "lengths: baseline_variant)")
+    ap.add_argument("--held-out", action="store_true",
+                    help="also run the held-out traces (see --only held-out)")
+    ap.add_argument("--held-out-seed", type=int, default=16,
+                    help="seed of the held-out gpu-teams trace (the developed one is 15)")
+    ap.add_argument("--projected-only", action="store_true",
+                    help="only the variants with projected arrivals (pykueue's default)")
+    ap.add_argument("--limit-runtime-only", action="store_true",
+                    help="only the limit=runtime variants (the ones the target is about)")
     ap.add_argument("--no-arrivals", dest="arrivals", action="store_false",
                     help="skip the variants with projected arrivals (ArrivalModel, slow)")
     ap.add_argument("--window", type=float,
@@ -233,34 +274,44 @@ def main() -> None:
     def variants(trace: Trace, every: int, **limits) -> dict:
         """Each ``name=limit_of`` without projected arrivals, then with them (the setting's
         default window, the same for every trace: nothing here is tuned per trace)."""
-        got = {name: evaluate(trace, limit_of=lim, every=every) for name, lim in limits.items()}
+        got = {} if a.projected_only else {
+            name: evaluate(trace, limit_of=lim, every=every) for name, lim in limits.items()}
         if a.arrivals and a.window > 0:
             for name, lim in limits.items():
                 got[f"{name}+arrivals"] = evaluate(trace, limit_of=lim, every=every,
                                                    arrivals=ArrivalModel(window_seconds=a.window))
         return got
 
+    every_gpu = max(1, a.every // 25)
     if a.only in (None, "gpu-teams"):
         trace = gpu_teams()
-        median = statistics.median(s.runtime_us / US for s in trace.submissions())
-        cut = 2 * median
+        if a.limit_runtime_only:
+            out["gpu-teams"] = variants(trace, every_gpu, **{"limit=runtime": exact})
+        else:
+            median = statistics.median(s.runtime_us / US for s in trace.submissions())
+            cut = 2 * median
 
-        def cut_trace(tr: Trace) -> Trace:
-            # Each job is stopped at its limit (2 x the median runtime) as Kueue would.
-            subs = [replace(s, runtime_us=min(s.runtime_us, int(cut * US)))
-                    for s in tr.submissions()]
-            clone = replace(tr)  # a shallow copy whose submissions() returns the cut runs
-            clone.submissions = lambda: subs  # type: ignore[method-assign]
-            return clone
+            def cut_trace(tr: Trace) -> Trace:
+                # Each job is stopped at its limit (2 x the median runtime) as Kueue would.
+                subs = [replace(s, runtime_us=min(s.runtime_us, int(cut * US)))
+                        for s in tr.submissions()]
+                clone = replace(tr)  # a shallow copy whose submissions() returns the cut runs
+                clone.submissions = lambda: subs  # type: ignore[method-assign]
+                return clone
 
-        every = max(1, a.every // 25)
-        out["gpu-teams"] = variants(trace, every, **{"limit=runtime": exact,
-                                                     "learned": lambda s: None})
-        out["gpu-teams"].update(variants(cut_trace(trace), every,
-                                         **{"limit=2x-median": lambda s: cut}))
+            out["gpu-teams"] = variants(trace, every_gpu, **{"limit=runtime": exact,
+                                                             "learned": lambda s: None})
+            out["gpu-teams"].update(variants(cut_trace(trace), every_gpu,
+                                             **{"limit=2x-median": lambda s: cut}))
     if a.only in (None, "baseline"):
-        trace = load_trace(ROOT / "bench/scenarios/baseline.yaml")
-        out["baseline"] = variants(trace, a.every, **{"limit=runtime": exact})
+        out["baseline"] = variants(baseline_variant(), a.every, **{"limit=runtime": exact})
+    if a.only == "held-out" or a.held_out:
+        # Only limit=runtime: the traces exist to check that a change is not fitted to the
+        # developed ones, on the variant the target is about.
+        out[f"gpu-teams-seed{a.held_out_seed}"] = variants(
+            gpu_teams(seed=a.held_out_seed), every_gpu, **{"limit=runtime": exact})
+        out["baseline-held-out"] = variants(baseline_variant(HELD_OUT_COUNTS), a.every,
+                                            **{"limit=runtime": exact})
     print(json.dumps(out, indent=2))
 
 

@@ -62,8 +62,14 @@ def _gpu_first(resource: str) -> tuple[int, str]:
 def _eta(e: Eta | None) -> dict[str, Any] | None:
     if e is None:
         return None
-    return {"start": None if e.start is None else rfc3339(e.start),
-            "confidence": e.confidence, "basis": e.basis}
+    out: dict[str, Any] = {"start": None if e.start is None else rfc3339(e.start),
+                           "confidence": e.confidence, "basis": e.basis}
+    if e.start is not None and e.earliest is not None:
+        # Gott's 50% interval (app.core.eta.Eta): absolute times, so the ETag stays put
+        # between recomputations.
+        out["earliest"] = rfc3339(e.earliest)
+        out["latest"] = None if e.latest is None else rfc3339(e.latest)
+    return out
 
 
 def _cluster_queues(view: ClusterView) -> list[dict[str, Any]]:

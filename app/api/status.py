@@ -85,6 +85,7 @@ from app.models.status import (
     CohortResource,
     CohortSummary,
     Eta,
+    EtaRange,
     FlavorResourceQuota,
     ListMeta,
     LocalQueueList,
@@ -284,12 +285,20 @@ def eta(e: CoreEta | None, computed_at: float | None) -> Eta | None:
     counted from now."""
     if e is None:
         return None
-    wait = e.wait(time.time())
+    now = time.time()
+    wait = e.wait(now)
+    span = None
+    if e.start is not None and e.earliest is not None:
+        span = EtaRange(
+            earliest=rfc3339(e.earliest), earliest_wait_seconds=round(max(0.0, e.earliest - now)),
+            latest=None if e.latest is None else rfc3339(e.latest),
+            latest_wait_seconds=None if e.latest is None else round(max(0.0, e.latest - now)))
     return Eta(start=None if e.start is None else rfc3339(e.start),
                wait_seconds=None if wait is None else round(wait),
                confidence=e.confidence,  # type: ignore[arg-type]
                basis=e.basis,
-               computed_at=None if computed_at is None else rfc3339(computed_at))
+               computed_at=None if computed_at is None else rfc3339(computed_at),
+               range=span)
 
 
 def pending_workload(p: PendingView) -> PendingWorkload:

@@ -312,7 +312,9 @@ def summary(rows: list[dict[str, Any]], bar_width: int = 8) -> Text:
 
 def eta_cell(w: dict[str, Any]) -> Text:
     """``~12m``, ``~40s``, ``now`` (due), ``unknown (why)`` (the API's ``eta``), with the
-    confidence word when it is only an estimate; ``-`` when the server computes no ETAs."""
+    confidence word when it is only an estimate and Gott's 50% interval when the API gives
+    one (``~12m (5m-40m) est.``; ``5m-?`` when it has no later bound); ``-`` when the server
+    computes no ETAs."""
     e = w.get("eta")
     if not e:
         return Text("-", style="dim")
@@ -324,10 +326,20 @@ def eta_cell(w: dict[str, Any]) -> Text:
     wait = int(e["waitSeconds"])
     # "now" only when due: a start 40 s away is "~40s", not "now".
     text = "now" if wait < 1 else f"~{wait}s" if wait < 60 else f"~{_duration(wait)}"
+    span = e.get("range")
+    if span:
+        late = span.get("latestWaitSeconds")
+        text += (f" ({_wait_text(int(span['earliestWaitSeconds']))}-"
+                 f"{'?' if late is None else _wait_text(int(late))})")
     t = Text(text)
     if e.get("confidence") == "estimated":
         t.append(" est.", style="dim")
     return t
+
+
+def _wait_text(s: int) -> str:
+    """A wait without the ``~``: ``now``, ``40s``, ``12m``, ``3h05m``."""
+    return "now" if s < 1 else f"{s}s" if s < 60 else _duration(s)
 
 
 def _duration(s: int) -> str:

@@ -218,7 +218,7 @@ class SchedulerLoop:
             self.eta = EtaBoard(RuntimeModel(), min_interval=s.eta_min_interval_seconds,
                                 budget_ms=s.eta_budget_ms, clock=time.perf_counter,
                                 arrivals=ArrivalModel(window_seconds=window)
-                                if window > 0 else None)
+                                if window > 0 else None, ranges=s.eta_ranges)
         # Per pending Workload: the core's last Pending (to rewrite with a new ETA), the ETA
         # tail last put in its message, the (reason, wording) last announced by an Event,
         # when its pending message was last written, and when a refresh held back by

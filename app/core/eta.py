@@ -61,6 +61,9 @@ __all__ = [
     "EtaBoard",
     "EtaRun",
     "ForwardRun",
+    "GOTT_EARLY",
+    "GOTT_LATE",
+    "RangedRun",
     "RuntimeModel",
     "estimate",
     "eta_text",
@@ -80,11 +83,24 @@ class Eta:
     ``estimated`` / ``unknown`` (module docstring); ``basis``: which expected ends it rests
     on: ``maximumExecutionTimeSeconds``, ``learned`` (decayed median of finished runs),
     ``maximumExecutionTimeSeconds+learned``, or why it is unknown (``no end known``,
-    ``budget exceeded``, ``never admitted``)."""
+    ``budget exceeded``, ``never admitted``).
+
+    ``earliest`` / ``latest``: Gott's 50% interval of the start (seconds since the epoch),
+    only for a start that rests on projected arrivals (``basis`` ends ``+arrivals``): the
+    start had every higher-priority stream lasted a third of its age more (``earliest``)
+    or three times its age more (``latest``) instead of as long again (``start``). Gott's
+    delta-t argument gives those ends even odds of bracketing a stream's real end, so the
+    real start falls inside about half the time when one stream decides it
+    (``RangedRun``). ``earliest`` None: no range (the start rests on no projection, or the
+    range was not computed); ``latest`` None with ``earliest`` set: no later bound (the
+    longer projection left it without a start within the run's budget or the
+    ``ArrivalModel.max_future`` cut)."""
 
     start: float | None
     confidence: str
     basis: str
+    earliest: float | None = None
+    latest: float | None = None
 
     def wait(self, now: float) -> float | None:
         """Seconds from ``now`` to the start (0 when due), None when unknown."""
@@ -173,6 +189,10 @@ class EtaRun:
 
 
 _END, _EVICTED, _ARRIVE = 0, 1, 2
+# Gott's delta-t argument: seen at a uniformly random moment of its life, a stream that has
+# lasted ``a`` has spent between a quarter and three quarters of it with probability 1/2,
+# so it goes on for between a/3 and 3a more (the median: a more).
+GOTT_EARLY, GOTT_LATE = 1.0 / 3.0, 3.0
 COMPUTING = "computing"
 
 
@@ -192,8 +212,9 @@ class ForwardRun:
 
     def __init__(self, state: Cluster, cluster_queue: ClusterQueueName, now: float,
                  runtimes: RuntimeModel, *, arrivals: ArrivalModel | None = None,
-                 max_cycles_per_instant: int = 10_000) -> None:
+                 max_cycles_per_instant: int = 10_000, horizon: float = 1.0) -> None:
         self.run = EtaRun(computed_at=now, generation=state.generation)
+        self.projected = 0  # how many projected arrivals the run carries
         self.done = False
         self.runtimes = runtimes
         self.max_cycles_per_instant = max_cycles_per_instant
@@ -228,7 +249,9 @@ class ForwardRun:
             # Only classes that would go ahead of some pending Workload: above the lowest
             # pending priority (a lower or equal one queues behind all of them).
             lqs = {f"{lq.namespace}/{lq.name}" for lq in sim.local_queues_of(members)}
-            projected = arrivals.future(now, lqs, above_priority=min(self._targets.values()))
+            projected = arrivals.future(now, lqs, above_priority=min(self._targets.values()),
+                                        horizon=horizon)
+            self.projected = len(projected)
             for wl in projected:
                 self._future[wl.key] = wl
                 self._push(wl.creation, _ARRIVE, wl.key, "")
@@ -251,6 +274,15 @@ class ForwardRun:
                     self._push(now + left, _END, key, source)
                 else:
                     self._endless += 1
+
+    def restrict(self, keys: Iterable[WorkloadKey]) -> None:
+        """Answer only for ``keys`` (of the pending Workloads): the run is done once they
+        have a start, so a run that needs few answers stops early. Call before ``advance``;
+        the others are left out of ``result``."""
+        keep = set(keys)
+        self._targets = {k: p for k, p in self._targets.items() if k in keep}
+        if not self._targets:
+            self.done = True
 
     def _push(self, at: float, kind: int, key: WorkloadKey, source: str) -> None:
         self._seq += 1
@@ -357,6 +389,96 @@ class ForwardRun:
         return out
 
 
+class RangedRun:
+    """A ``ForwardRun`` at Gott's median horizon and, when it projects arrivals, the same
+    run at the ends of Gott's 50% interval, giving each start that rests on projected
+    arrivals an ``earliest`` / ``latest`` (``Eta``).
+
+    The three runs fork the cohort at construction (the same moment: their answers are
+    comparable); the early (``GOTT_EARLY``) and late (``GOTT_LATE``) runs go only after the
+    median run is done, restricted to its ``+arrivals`` Workloads (``ForwardRun.restrict``),
+    so they stop once those have a start. Same interface as ``ForwardRun`` (``run``,
+    ``done``, ``advance``, ``finish``, ``result``): ``advance`` spends one slice's budget
+    across the phases, ``run.ms`` and ``run.slices`` count all of them, so a caller's cap on
+    slices (``EtaBoard.max_slices``) bounds the three together. ``result`` answers from the
+    median run as soon as it is done (ranges once both ends are); ``finish`` ends it where
+    it is: the median run's unanswered Workloads get ``budget exceeded``, the ends' missing
+    answers leave no range (early) or no later bound (late). A start outside its interval
+    (the core is not monotone in the arrivals: a projected Workload can preempt or free
+    room) widens the interval to contain it.
+    """
+
+    def __init__(self, state: Cluster, cluster_queue: ClusterQueueName, now: float,
+                 runtimes: RuntimeModel, *, arrivals: ArrivalModel | None = None,
+                 max_cycles_per_instant: int = 10_000) -> None:
+        self.median = ForwardRun(state, cluster_queue, now, runtimes, arrivals=arrivals,
+                                 max_cycles_per_instant=max_cycles_per_instant)
+        self.run = self.median.run
+        self.ends: list[ForwardRun] = []
+        if arrivals is not None and self.median.projected:
+            self.ends = [ForwardRun(state, cluster_queue, now, runtimes, arrivals=arrivals,
+                                    max_cycles_per_instant=max_cycles_per_instant,
+                                    horizon=h) for h in (GOTT_EARLY, GOTT_LATE)]
+        self._restricted = False
+        self.done = self.median.done and not self.ends
+
+    def _phase(self) -> ForwardRun | None:
+        if not self.median.done:
+            return self.median
+        if not self._restricted:
+            self._restricted = True
+            want = [k for k, e in self.median.run.etas.items()
+                    if e.start is not None and e.basis.endswith("+arrivals")]
+            for fr in self.ends:
+                fr.restrict(want)
+        return next((fr for fr in self.ends if not fr.done), None)
+
+    def advance(self, budget_ms: float | None = None,
+                clock: Callable[[], float] | None = None) -> bool:
+        """One slice across the phases (no budget or no clock: to the end); ``done``."""
+        if self.done:
+            return True
+        t0 = clock() if clock is not None else 0.0
+        self.run.slices += 1
+        while (fr := self._phase()) is not None:
+            left = None
+            if budget_ms is not None and clock is not None:
+                left = budget_ms - (clock() - t0) * 1000.0
+                if left <= 0:
+                    break
+            before_ms = fr.run.ms
+            fr.advance(left, clock)
+            if fr is not self.median:
+                self.run.ms += fr.run.ms - before_ms
+            else:
+                self.run.slices -= 1  # counted above, once per call
+            if not fr.done:
+                break
+        self.done = self._phase() is None
+        return self.done
+
+    def finish(self) -> None:
+        """Stop here (see the class doc)."""
+        self.median.finish()
+        for fr in self.ends:
+            fr.finish()
+        self.done = True
+
+    def result(self) -> EtaRun:
+        """The median run's answer, with ranges once both ends are done."""
+        out = self.median.result()
+        if not self.ends or not all(fr.done for fr in self.ends):
+            return out
+        early, late = (fr.run.etas for fr in self.ends)
+        for key, e in out.etas.items():
+            lo, hi = early.get(key), late.get(key)
+            if e.start is None or lo is None or lo.start is None:
+                continue
+            latest = None if hi is None or hi.start is None else max(hi.start, e.start)
+            out.etas[key] = replace(e, earliest=min(lo.start, e.start), latest=latest)
+        return out
+
+
 def estimate(
     state: Cluster,
     cluster_queue: ClusterQueueName,
@@ -367,6 +489,7 @@ def estimate(
     clock: Callable[[], float] | None = None,
     max_cycles_per_instant: int = 10_000,
     arrivals: ArrivalModel | None = None,
+    ranges: bool = True,
 ) -> EtaRun:
     """ETA of every pending Workload of ``cluster_queue``'s cohort in one slice (see the
     module doc and ``ForwardRun``).
@@ -379,11 +502,17 @@ def estimate(
     at one instant past ``max_cycles_per_instant``: the run stops there as truncated.
     ``arrivals``: project Workloads still to come (``ArrivalModel.future``) into the run,
     so later higher-priority arrivals delay the ETA as they will; the basis of an ETA they
-    delayed gets ``+arrivals``.
+    delayed gets ``+arrivals`` and, with ``ranges``, Gott's 50% interval (``RangedRun``,
+    ``Eta.earliest`` / ``latest``; the budget covers the three runs).
     """
     t0 = clock() if clock is not None else 0.0
-    fr = ForwardRun(state, cluster_queue, now, runtimes, arrivals=arrivals,
-                    max_cycles_per_instant=max_cycles_per_instant)
+    fr: ForwardRun | RangedRun
+    if ranges:
+        fr = RangedRun(state, cluster_queue, now, runtimes, arrivals=arrivals,
+                       max_cycles_per_instant=max_cycles_per_instant)
+    else:
+        fr = ForwardRun(state, cluster_queue, now, runtimes, arrivals=arrivals,
+                        max_cycles_per_instant=max_cycles_per_instant)
     if not fr.advance(budget_ms, clock):
         fr.finish()
     if clock is not None:
@@ -485,9 +614,11 @@ class ArrivalModel:
         self._swept_size, self._swept_at = len(self._classes), self._newest
 
     def future(self, now: float, local_queues: set[str],
-               above_priority: int | None = None) -> list[Workload]:
+               above_priority: int | None = None, horizon: float = 1.0) -> list[Workload]:
         """The projected arrivals of ``local_queues`` (``namespace/name``) after ``now``,
-        of priority above ``above_priority`` (None: every class)."""
+        of priority above ``above_priority`` (None: every class); each stream goes on for
+        ``horizon`` times its age (1: the median guess; ``GOTT_EARLY`` / ``GOTT_LATE``: the
+        ends of Gott's 50% interval)."""
         streams: list[tuple[float, int, float, float, Workload]] = []
         for (ns, queue, _, _), (latest, times, since) in self._classes.items():
             if f"{ns}/{queue}" not in local_queues:
@@ -501,7 +632,7 @@ class ArrivalModel:
             if now - recent[-1] > self.stale_gaps * step:
                 continue  # the stream stopped
             at = recent[-1] + step * (math.floor((now - recent[-1]) / step) + 1)  # > now
-            end = now + (now - since)  # as long again as it has been going
+            end = now + horizon * (now - since)  # by default as long again as it has gone on
             streams.append((at, len(streams), step, end, latest))
         # Soonest first across the classes, so the cap cuts the far end of the horizon and
         # never a whole class.
@@ -528,7 +659,9 @@ class EtaBoard:
     ``max_slices``: a run still going after that many slices is ended (the rest ``budget
     exceeded``), so a full answer costs at most ``max_slices x budget_ms`` (plus the fork);
     ``clock``: seconds for the budget (``time.perf_counter``), injected so the core reads no
-    clock. ``runs`` (runs started), ``slices`` and ``total_ms`` count the work done.
+    clock; ``ranges``: give starts that rest on projected arrivals Gott's 50% interval
+    (``RangedRun``: up to two more runs per cohort, within the same ``max_slices``).
+    ``runs`` (runs started), ``slices`` and ``total_ms`` count the work done.
 
     A run that does not finish within one slice is kept and resumed by the next call for
     its cohort (``advance``, or ``for_cluster_queue``: one slice per call at most), on the
@@ -546,8 +679,10 @@ class EtaBoard:
         max_slices: int = 400,
         clock: Callable[[], float] | None = None,
         arrivals: ArrivalModel | None = None,
+        ranges: bool = True,
     ) -> None:
         self.runtimes = runtimes or RuntimeModel()
+        self.ranges = ranges
         self.arrivals = arrivals
         self.min_interval = min_interval
         self.max_age = max_age
@@ -558,7 +693,7 @@ class EtaBoard:
         self.slices = 0
         self.total_ms = 0.0
         self._cache: dict[tuple[ClusterQueueName, ...], EtaRun] = {}
-        self._running: dict[tuple[ClusterQueueName, ...], ForwardRun] = {}
+        self._running: dict[tuple[ClusterQueueName, ...], ForwardRun | RangedRun] = {}
 
     def _current(self, cached: EtaRun | None, state: Cluster, now: float) -> bool:
         if cached is None:
@@ -608,7 +743,9 @@ class EtaBoard:
                 for old in [o for o in store if o != scope and set(o) & set(scope)]:
                     del store[old]
             t0 = self.clock() if self.clock is not None else 0.0
-            fr = ForwardRun(state, name, now, self.runtimes, arrivals=self.arrivals)
+            fr = RangedRun(state, name, now, self.runtimes, arrivals=self.arrivals) \
+                if self.ranges else ForwardRun(state, name, now, self.runtimes,
+                                               arrivals=self.arrivals)
             if self.clock is not None:
                 fr.run.ms += (self.clock() - t0) * 1000.0  # the fork
             self._running[scope] = fr

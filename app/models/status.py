@@ -172,6 +172,23 @@ class QuotaShortfall(StatusModel):
     message: str
 
 
+class EtaRange(StatusModel):
+    """Gott's 50% interval of an ETA that rests on projected arrivals (``app.core.eta.Eta``
+    ``earliest`` / ``latest``): the start had each higher-priority stream gone on for a
+    third of its age (``earliest``) or three times its age (``latest``) instead of as long
+    again as it has (``eta.start``). About half of real starts fall inside when one
+    stream's end decides them; a guess at when a burst ends, not a bound.
+
+    ``earliest`` / ``latest``: RFC 3339 UTC; ``earliestWaitSeconds`` /
+    ``latestWaitSeconds``: from now (0 when due). ``latest`` null: no later bound (the
+    longer projection gave no start within the run's budget or the projection's cap)."""
+
+    earliest: str
+    earliest_wait_seconds: int
+    latest: str | None = None
+    latest_wait_seconds: int | None = None
+
+
 class Eta(StatusModel):
     """When a pending Workload is expected to start (``app.core.eta``: the admission core
     run forward on a copy of its cohort).
@@ -184,13 +201,15 @@ class Eta(StatusModel):
     is unknown (``no end known``, ``never admitted``, ``budget exceeded``, ``computing``,
     ``outpaced by higher-priority arrivals``, ``not computed yet``); ``computedAt``: when it
     was computed (recomputed at most every few seconds, and once an expected end has passed
-    with nothing changed)."""
+    with nothing changed); ``range``: Gott's 50% interval of a start that rests on
+    projected arrivals (``EtaRange``; null otherwise, and while it is being computed)."""
 
     start: str | None = None
     wait_seconds: int | None = None
     confidence: Literal["bounded", "estimated", "unknown"]
     basis: str
     computed_at: str | None = None
+    range: EtaRange | None = None
 
 
 class PendingWorkload(StatusModel):

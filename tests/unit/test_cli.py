@@ -108,6 +108,12 @@ def test_summary_puts_gpus_first_and_eta_cell_says_how_sure() -> None:
     assert str(eta_cell({"eta": {"confidence": "estimated", "waitSeconds": 13}})) == "~13s est."
     assert str(eta_cell({"eta": {"confidence": "unknown", "waitSeconds": None,
                                  "basis": "no end known"}})) == "unknown (no end known)"
+    # Gott's 50% interval, when the API gives one; "?" when it has no later bound.
+    ranged = {"confidence": "estimated", "waitSeconds": 720,
+              "range": {"earliestWaitSeconds": 300, "latestWaitSeconds": 2400}}
+    assert str(eta_cell({"eta": ranged})) == "~12m (5m-40m) est."
+    ranged["range"] = {"earliestWaitSeconds": 40, "latestWaitSeconds": None}
+    assert str(eta_cell({"eta": ranged})) == "~12m (40s-?) est."
 
 
 def test_namespace_view_lists_local_queues_and_their_pending(run) -> None:

@@ -12,6 +12,7 @@ the latest 540 s from now, then train-6 fits by borrowing 2 of inference's: its 
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 
 from app.controllers.history import UsageHistory
 from app.core.decisions import Admit
-from app.core.eta import EtaBoard
+from app.core.eta import ArrivalModel, EtaBoard
 from app.core.scheduler import Cluster
 from app.core.spec import LocalQueue
 from app.core.types import ClusterQueueName, WorkloadKey
@@ -56,6 +57,24 @@ def server(certs: Path) -> Iterator[Server]:
     s.app.state.eta = EtaBoard(min_interval=0.0)
     s.app.state.history = UsageHistory()
     s.app.state.history.sample(s.app.state.cluster, time.time() - 60)
+    s.start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def stream_server(certs: Path) -> Iterator[Server]:
+    """The same state, and inference has been sending a priority-10 job of 4 GPUs (300 s
+    limit) every 300 s for the last 50 min: projected ahead of train-6 for 50 min more
+    (Gott's median), 17 min to 150 min more at the ends of the 50% interval."""
+    now = time.time()
+    s = Server(certs, seed_like_cluster(now))
+    arrivals = ArrivalModel(window_seconds=3600)
+    for i in range(11):
+        arrivals.observe(workload(f"inference/hi-{i}").queue("inference").priority(10)
+                         .pods(4, gpu=1).limit(300).build(creation=now - 3000 + 300 * i))
+    s.app.state.eta = EtaBoard(min_interval=0.0, arrivals=arrivals)
+    s.app.state.history = UsageHistory()
     s.start()
     yield s
     s.stop()
@@ -136,3 +155,20 @@ def test_pykueue_dashboard_shows_the_kubeconfig_users_view_without_a_token(
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_user_sees_the_range_of_an_eta_that_rests_on_projected_arrivals(stream_server, browser):
+    def board_eta():
+        st = stream_server.app.state
+        run = st.eta.for_cluster_queue(st.cluster, ClusterQueueName("research-cq"), time.time())
+        return run.etas[WorkloadKey("research/train-6")]
+
+    eta = stream_server.call(board_eta)
+    assert eta.basis.endswith("+arrivals") and eta.earliest is not None
+    assert eta.earliest <= eta.start and (eta.latest is None or eta.start <= eta.latest)
+    _open(browser, f"{stream_server.url}/dashboard#token=research-token")
+    row = browser.wait_text("likely", '[data-workload="research/train-6"]')
+    assert "(estimated), likely " in row and " to " in row, row
+    # The interval reads as waits from now, the same as the ETA itself.
+    assert re.search(r"in ~\d+[mh]\S* \(estimated\), likely (now|\d+\S*) to (\?|\d+\S*)",
+                     row), row

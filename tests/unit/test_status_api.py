@@ -686,3 +686,44 @@ async def test_pending_workloads_carry_their_eta() -> None:
         rfc3339(now - 60 + 600), "bounded", "maximumExecutionTimeSeconds")
     assert 535 <= eta["waitSeconds"] <= 540
     assert one["eta"]["start"] == eta["start"]
+
+
+async def test_an_eta_behind_projected_arrivals_carries_gotts_interval() -> None:
+    # x (priority 0) waits behind a priority-10 stream of 4-GPU, 300 s jobs that has gone on
+    # for 3,000 s: Gott's median, 3,000 s more (x starts after the last one, 3,300 s from
+    # the last arrival); the 50% interval, 1,000 s more (1,200 s) to 9,000 s more (9,300 s).
+    from app.api.status import rfc3339
+    from app.core.eta import ArrivalModel, EtaBoard
+    from tests.builders import Sim, cluster_queue
+
+    now = time.time()
+    t0 = now - 2  # the last arrival, admitted at once
+    sim = Sim(cluster_queue("gpu").flavor("a100", gpu=4).strict_fifo())
+    sim.c.add_workload(workload("hi").cq("gpu").priority(10).pods(1, gpu=4).limit(300)
+                       .build(creation=t0))
+    assert sim.c.schedule(t0)
+    sim.c.add_workload(workload("x").cq("gpu").pods(1, gpu=4).limit(60).build(creation=t0 + 1))
+    sim.c.schedule(t0 + 1)
+    arrivals = ArrivalModel(window_seconds=6000)
+    for i in range(11):
+        arrivals.observe(workload(f"hi-{i}").cq("gpu").priority(10).pods(1, gpu=4).limit(300)
+                         .build(creation=t0 - 3000 + 300 * i))
+    app = make_app(sim.c)
+    app.state.eta = EtaBoard(arrivals=arrivals)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                 base_url="http://test") as c:
+        eta = (await get(c, "/api/v1/namespaces/ns/workloads/x")).json()["eta"]
+    assert eta["basis"] == "maximumExecutionTimeSeconds+arrivals"
+    # The board ran at its own "now", a few ms after t0 + 2: compare to the second.
+    assert abs(parse_time(eta["start"]) - (t0 + 3300)) < 1.5
+    span = eta["range"]
+    assert abs(parse_time(span["earliest"]) - (t0 + 1200)) < 1.5
+    assert abs(parse_time(span["latest"]) - (t0 + 9300)) < 1.5
+    assert abs(span["earliestWaitSeconds"] - (t0 + 1200 - now)) <= 2
+    assert abs(span["latestWaitSeconds"] - (t0 + 9300 - now)) <= 2
+    assert rfc3339(parse_time(eta["start"])) == eta["start"]
+
+
+def parse_time(s: str) -> float:
+    from datetime import datetime
+    return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()

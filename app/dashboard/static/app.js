@@ -51,7 +51,14 @@ function untilText(iso) {
 function etaText(eta) {
   if (!eta) return "-";
   if (eta.confidence === "unknown" || !eta.start) return `unknown (${eta.basis})`;
-  return `${untilText(eta.start)} (${eta.confidence})`;
+  let text = `${untilText(eta.start)} (${eta.confidence})`;
+  if (eta.earliest) {
+    // Gott's 50% interval of a start that rests on projected arrivals (docs/status.md).
+    const lo = untilText(eta.earliest).replace(/^in ~/, "");
+    const hi = eta.latest ? untilText(eta.latest).replace(/^in ~/, "") : "?";
+    text += `, likely ${lo} to ${hi}`;
+  }
+  return text;
 }
 
 function bar(r) {

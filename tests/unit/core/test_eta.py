@@ -16,6 +16,7 @@ from app.core.eta import (
     Eta,
     EtaBoard,
     ForwardRun,
+    RangedRun,
     RuntimeModel,
     estimate,
     eta_text,
@@ -286,8 +287,12 @@ def test_projected_higher_priority_arrivals_delay_the_eta():
     assert arrivals.future(T + 100, {"ns/other"}) == []
     assert _etas(sim)["x"].start == T + 1200
     run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
-    # A projection is a guess, so the ETA it shapes is estimated, not bounded.
-    assert run.etas["ns/x"] == Eta(T + 1500, ESTIMATED, "maximumExecutionTimeSeconds+arrivals")
+    # A projection is a guess, so the ETA it shapes is estimated, not bounded. Gott's 50%
+    # interval: the stream goes on for 700 s more (to T+800: no arrival, x starts at a's
+    # end, T+1200) to 6,300 s more (the T+1000 job goes first, x at T+1500, before the
+    # T+2000 one arrives).
+    assert run.etas["ns/x"] == Eta(T + 1500, ESTIMATED, "maximumExecutionTimeSeconds+arrivals",
+                                   earliest=T + 1200, latest=T + 1500)
     assert set(run.etas) == {"ns/x"}  # projected arrivals get no ETA of their own
 
 
@@ -338,7 +343,9 @@ def test_a_start_after_the_streams_horizon_is_dated_with_no_further_arrivals():
     _stream(arrivals, "hi", 10, (T - 100, T))
     _stream(arrivals, "hi", 10, (T + 100,))
     run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
-    assert run.etas["ns/x"] == Eta(T + 1800, ESTIMATED, "maximumExecutionTimeSeconds+arrivals")
+    # Range: 67 s more (no arrival: a's end) to 600 s more (six jobs: T+1200+6x300).
+    assert run.etas["ns/x"] == Eta(T + 1800, ESTIMATED, "maximumExecutionTimeSeconds+arrivals",
+                                   earliest=T + 1200, latest=T + 3000)
     # Without a projection it is the bound of a's limit.
     assert _etas(sim)["x"] == Eta(T + 1200, BOUNDED, "maximumExecutionTimeSeconds")
 
@@ -368,4 +375,73 @@ def test_lower_priority_projections_do_not_touch_a_higher_priority_eta():
     run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
     etas = {k.split("/", 1)[1]: e for k, e in run.etas.items()}
     assert etas["y"] == Eta(T + 1200, BOUNDED, "maximumExecutionTimeSeconds")
-    assert etas["x"] == Eta(T + 1600, ESTIMATED, "maximumExecutionTimeSeconds+arrivals")
+    assert etas["x"] == Eta(T + 1600, ESTIMATED, "maximumExecutionTimeSeconds+arrivals",
+                            earliest=T + 1300, latest=T + 1600)
+
+
+def _saturating_stream(age: float = 3000.0) -> tuple[Sim, ArrivalModel]:
+    """4 GPUs kept busy by a priority-10 stream of 4-GPU, 300 s jobs, one every 300 s for
+    ``age`` seconds up to T (the last admitted at T); x (priority 0) pending behind it."""
+    times = [T - age + 300 * i for i in range(int(age // 300) + 1)]
+    sim = _four_gpus(workload("hi-last").priority(10).pods(1, gpu=4).limit(300))
+    _pending(sim, workload("x").pods(1, gpu=4).limit(60), at=T + 1)
+    arrivals = ArrivalModel(window_seconds=2 * age)
+    _stream(arrivals, "hi", 10, times)
+    return sim, arrivals
+
+
+def test_gotts_interval_brackets_the_start_behind_a_stream_that_keeps_the_quota_busy():
+    # The stream has gone on for 3,000 s at T: Gott's median, 3,000 s more (last projected
+    # job at T+3000, so x starts at T+3300); the 50% interval, 1,000 s more (last at T+900:
+    # x at T+1200) to 9,000 s more (last at T+9000: x at T+9300).
+    sim, arrivals = _saturating_stream()
+    run = estimate(sim.c, CQ, T + 2, RuntimeModel(), arrivals=arrivals)
+    assert run.etas["ns/x"] == Eta(T + 3300, ESTIMATED, "maximumExecutionTimeSeconds+arrivals",
+                                   earliest=T + 1200, latest=T + 9300)
+    # Without ranges: the same point, no interval (one run instead of three).
+    plain = estimate(sim.c, CQ, T + 2, RuntimeModel(), arrivals=arrivals, ranges=False)
+    assert plain.etas["ns/x"] == Eta(T + 3300, ESTIMATED, "maximumExecutionTimeSeconds+arrivals")
+
+
+def test_a_start_that_rests_on_no_projection_gets_no_interval():
+    # Nothing projected (no stream): one run, no range; a bounded start beside a projected
+    # one keeps none either.
+    sim = _four_gpus(workload("a").pods(1, gpu=4).limit(1200))
+    _pending(sim, workload("y").pods(1, gpu=4).priority(20).limit(100),
+             workload("x").pods(1, gpu=4).limit(60))
+    assert _etas(sim)["y"] == Eta(T + 1200, BOUNDED, "maximumExecutionTimeSeconds")
+    arrivals = ArrivalModel(window_seconds=5000)
+    _stream(arrivals, "hi", 10, (T - 2000, T - 1000, T))
+    run = estimate(sim.c, CQ, T + 100, RuntimeModel(), arrivals=arrivals)
+    assert run.etas["ns/y"].earliest is None and run.etas["ns/y"].latest is None
+
+
+def test_the_late_end_cut_by_the_projection_cap_leaves_no_later_bound():
+    # Capped at 12 projected jobs: the median run (10 jobs, to T+3000) fits; the late one
+    # (30 jobs) is cut, so x's start there would date the cut: no later bound.
+    sim, _ = _saturating_stream()
+    arrivals = ArrivalModel(window_seconds=6000, max_future=12)
+    _stream(arrivals, "hi", 10, [T - 3000 + 300 * i for i in range(11)])
+    e = estimate(sim.c, CQ, T + 2, RuntimeModel(), arrivals=arrivals).etas["ns/x"]
+    assert (e.start, e.earliest, e.latest) == (T + 3300, T + 1200, None)
+
+
+def test_board_gives_the_interval_within_the_same_slice_cap():
+    # The three runs share max_slices: with slices too small for the ends, the point
+    # estimate is there and the interval is not; with enough, both.
+    sim, arrivals = _saturating_stream()
+    ticks = itertools.count()
+    board = EtaBoard(budget_ms=1.5, max_slices=400, clock=lambda: next(ticks) * 0.001,
+                     arrivals=arrivals)
+    while not board.advance(sim.c, CQ, T + 2):
+        pass
+    whole = board.for_cluster_queue(sim.c, CQ, T + 2, advance=False)
+    assert whole.etas["ns/x"].earliest == T + 1200 and whole.etas["ns/x"].latest == T + 9300
+    assert not whole.truncated
+    ticks = itertools.count()
+    fr = RangedRun(sim.c, CQ, T + 2, RuntimeModel(), arrivals=arrivals)
+    while not fr.median.done:
+        fr.advance(1.5, lambda: next(ticks) * 0.001)
+    fr.finish()  # the cap reached while the ends were going
+    e = fr.result().etas["ns/x"]
+    assert (e.start, e.earliest, e.latest) == (T + 3300, None, None)
