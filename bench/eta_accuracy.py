@@ -256,6 +256,9 @@ def main() -> None:
                     help="also run the held-out traces (see --only held-out)")
     ap.add_argument("--held-out-seed", type=int, default=16,
                     help="seed of the held-out gpu-teams trace (the developed one is 15)")
+    ap.add_argument("--pool-shapes", action="store_true",
+                    help="ArrivalModel(pool_shapes=True): a stream per (LocalQueue, "
+                         "priority) whose arrivals take the shapes of its recent mix")
     ap.add_argument("--projected-only", action="store_true",
                     help="only the variants with projected arrivals (pykueue's default)")
     ap.add_argument("--limit-runtime-only", action="store_true",
@@ -278,8 +281,9 @@ def main() -> None:
             name: evaluate(trace, limit_of=lim, every=every) for name, lim in limits.items()}
         if a.arrivals and a.window > 0:
             for name, lim in limits.items():
+                model = ArrivalModel(window_seconds=a.window, pool_shapes=a.pool_shapes)
                 got[f"{name}+arrivals"] = evaluate(trace, limit_of=lim, every=every,
-                                                   arrivals=ArrivalModel(window_seconds=a.window))
+                                                   arrivals=model)
         return got
 
     every_gpu = max(1, a.every // 25)

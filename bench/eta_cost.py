@@ -14,7 +14,9 @@ unchanged (cache hits).
 ``scheduling.eta_arrivals_window_seconds``): besides the scenario's Workloads (priority 0:
 never projected, nothing pending is below them), each ClusterQueue has had a priority-10
 stream of 2-GPU jobs (30 min limit) every ``--arrivals-every`` seconds for the last hour,
-so each stream is projected an hour ahead (``ArrivalModel``: as long as it has gone on).
+so each stream is projected an hour ahead (``ArrivalModel``: as long as it has gone on),
+and the ETAs behind it get Gott's 50% interval (``RangedRun``: the run again with the
+streams ending 20 min and 3 h ahead; ``full_run.ms_median_without_ranges``: without).
 
     .venv/bin/python bench/eta_cost.py [--pending 1000] [--running 500] [--budget-ms 50]
         [--arrivals-every 60]
@@ -98,7 +100,10 @@ def stream_arrivals(names: list[ClusterQueueName], every: float) -> ArrivalModel
 def measure(c: Cluster, cq: ClusterQueueName, model: RuntimeModel, a: argparse.Namespace,
             arrivals: ArrivalModel | None = None) -> dict:
     """The four measurements of the module doc, as a JSON-ready dict."""
-    full = []
+    full, plain = [], []
+    for _ in range(a.repeat if arrivals is not None else 0):
+        plain.append(estimate(c, cq, NOW, model, clock=time.perf_counter, arrivals=arrivals,
+                              ranges=False).ms)
     for _ in range(a.repeat):
         run = estimate(c, cq, NOW, model, budget_ms=None, clock=time.perf_counter,
                        arrivals=arrivals)
@@ -125,7 +130,12 @@ def measure(c: Cluster, cq: ClusterQueueName, model: RuntimeModel, a: argparse.N
     return {
         "full_run": {"ms_median": round(statistics.median(full), 1),
                      "ms_runs": [round(x, 1) for x in full], "cycles": run.cycles,
-                     "confidence": summary(run.etas)},
+                     "confidence": summary(run.etas),
+                     # Gott's 50% interval (RangedRun): the ETAs that got one, and the run
+                     # without them (the point estimate only) for the cost of the ranges.
+                     "with_range": sum(e.earliest is not None for e in run.etas.values()),
+                     "ms_median_without_ranges": (round(statistics.median(plain), 1)
+                                                  if plain else None)},
         "budgeted_run": {"budget_ms": a.budget_ms, "ms": round(budgeted.ms, 1),
                          "truncated": budgeted.truncated,
                          "confidence": summary(budgeted.etas)},

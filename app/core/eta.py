@@ -564,12 +564,20 @@ class ArrivalModel:
     each run); a start behind projected arrivals after that cut is ``unknown``
     (``OUTPACED``). They are named ``~eta-N`` (never a real Kubernetes name) and keep the
     latest one's time limit.
+
+    ``pool_shapes``: a stream is a (LocalQueue, priority), not a class: its rate and age
+    come from all its recent arrivals, and each shape seen in the window arrives at its
+    share of that rate (a team's 8-GPU job, rare in itself, is projected once the team's
+    stream has ``min_samples`` arrivals; its age is the stream's, not restarted after each
+    long gap between 8-GPU jobs). Off by default: measured in bench/eta_accuracy.py
+    (``--pool-shapes``, docs/status.md).
     """
 
     def __init__(self, *, window_seconds: float = 3600.0,
                  min_samples: int = 3, max_future: int = 2000, max_samples: int = 256,
-                 stale_gaps: float = 3.0) -> None:
+                 stale_gaps: float = 3.0, pool_shapes: bool = False) -> None:
         self.window_seconds = window_seconds
+        self.pool_shapes = pool_shapes
         self.min_samples = min_samples
         self.max_future = max_future
         self.max_samples = max_samples
@@ -620,20 +628,35 @@ class ArrivalModel:
         ``horizon`` times its age (1: the median guess; ``GOTT_EARLY`` / ``GOTT_LATE``: the
         ends of Gott's 50% interval)."""
         streams: list[tuple[float, int, float, float, Workload]] = []
-        for (ns, queue, _, _), (latest, times, since) in self._classes.items():
+        # Streams: a class each, or with ``pool_shapes`` a (LocalQueue, priority) each whose
+        # arrivals take the shapes of its recent mix.
+        groups: dict[tuple[object, ...], list[tuple[Workload, list[float], float]]] = {}
+        for (ns, queue, prio, shape), (latest, times, since) in self._classes.items():
             if f"{ns}/{queue}" not in local_queues:
                 continue
             if above_priority is not None and latest.priority <= above_priority:
                 continue
             recent = sorted(x for x in times if now - self.window_seconds <= x <= now)
-            if len(recent) < self.min_samples or recent[-1] <= recent[0]:
+            if not recent:
                 continue
-            step = (recent[-1] - recent[0]) / (len(recent) - 1)
-            if now - recent[-1] > self.stale_gaps * step:
+            key = (ns, queue, prio) if self.pool_shapes else (ns, queue, prio, shape)
+            groups.setdefault(key, []).append((latest, recent, since))
+        for members in groups.values():
+            merged = sorted(x for _, recent, _ in members for x in recent)
+            if len(merged) < self.min_samples or merged[-1] <= merged[0]:
+                continue
+            step = (merged[-1] - merged[0]) / (len(merged) - 1)
+            if now - merged[-1] > self.stale_gaps * step:
                 continue  # the stream stopped
-            at = recent[-1] + step * (math.floor((now - recent[-1]) / step) + 1)  # > now
+            # The stream's age: its longest-running class (a rare shape's own age restarts
+            # after each window-long gap although the stream went on).
+            since = min(m[2] for m in members)
             end = now + horizon * (now - since)  # by default as long again as it has gone on
-            streams.append((at, len(streams), step, end, latest))
+            for latest, recent, _ in members:
+                # Each shape at its share of the stream's rate, in phase with its last.
+                own = step * len(merged) / len(recent)
+                at = recent[-1] + own * (math.floor((now - recent[-1]) / own) + 1)  # > now
+                streams.append((at, len(streams), own, end, latest))
         # Soonest first across the classes, so the cap cuts the far end of the horizon and
         # never a whole class.
         heapq.heapify(streams)

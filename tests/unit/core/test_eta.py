@@ -445,3 +445,22 @@ def test_board_gives_the_interval_within_the_same_slice_cap():
     fr.finish()  # the cap reached while the ends were going
     e = fr.result().etas["ns/x"]
     assert (e.start, e.earliest, e.latest) == (T + 3300, None, None)
+
+
+def test_pooled_shapes_project_a_rare_shape_at_its_share_of_its_queues_stream():
+    # One LocalQueue, priority 10: 1-GPU jobs at T-600, T-400, T-200 and 4-GPU jobs at
+    # T-500, T-100. Per class the 4-GPU one has too few arrivals (2 < 3) to be projected;
+    # pooled, the stream is 5 arrivals every 125 s since T-600 (projected to T+600), each
+    # shape at its share: 1-GPU every 208.3 s after T-200, 4-GPU every 312.5 s after T-100.
+    def observe(model: ArrivalModel) -> ArrivalModel:
+        _stream(model, "one", 10, (T - 600, T - 400, T - 200), gpu=1)
+        _stream(model, "four", 10, (T - 500, T - 100), gpu=4)
+        return model
+
+    apart = observe(ArrivalModel(window_seconds=5000))
+    assert [(round(w.creation - T, 1), w.pod_sets[0].requests["nvidia.com/gpu"])
+            for w in apart.future(T, {"ns/lq-gpu"})] == [(200.0, 1), (400.0, 1), (600.0, 1)]
+    pooled = observe(ArrivalModel(window_seconds=5000, pool_shapes=True))
+    assert [(round(w.creation - T, 1), w.pod_sets[0].requests["nvidia.com/gpu"])
+            for w in pooled.future(T, {"ns/lq-gpu"})] == [(8.3, 1), (212.5, 4), (216.7, 1),
+                                                           (425.0, 1), (525.0, 4)]
