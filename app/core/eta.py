@@ -789,7 +789,8 @@ class EtaBoard:
                           advance: bool = True) -> EtaRun:
         """The best answer covering ``name``'s cohort after at most one slice of work: the
         finished run, or while one is going its ETAs so far over the previous finished
-        run's (``computing`` where neither has one). ``advance=False``: no work at all, only
+        run's (``computing`` where neither has one; the previous one, with its range, for a
+        start whose range is not computed yet). ``advance=False``: no work at all, only
         what was computed (a reader beside a background refresher)."""
         if advance:
             self.advance(state, name, now)
@@ -805,7 +806,13 @@ class EtaBoard:
         if cached is not None:
             for key, e in out.etas.items():
                 old = cached.etas.get(key)
-                if e.basis == COMPUTING and old is not None:
+                if old is None:
+                    continue
+                # Still computing; or a start behind projections whose range is still being
+                # computed (``RangedRun``'s ends): the previous whole answer, point and range
+                # together, rather than a point whose range blinks out on every new run.
+                if e.basis == COMPUTING or (e.earliest is None and old.earliest is not None
+                                            and e.basis.endswith("+arrivals")):
                     out.etas[key] = old
         return out
 

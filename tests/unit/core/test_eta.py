@@ -464,3 +464,25 @@ def test_pooled_shapes_project_a_rare_shape_at_its_share_of_its_queues_stream():
     assert [(round(w.creation - T, 1), w.pod_sets[0].requests["nvidia.com/gpu"])
             for w in pooled.future(T, {"ns/lq-gpu"})] == [(8.3, 1), (212.5, 4), (216.7, 1),
                                                            (425.0, 1), (525.0, 4)]
+
+
+def test_board_keeps_the_previous_range_while_the_new_ends_are_computed():
+    sim, arrivals = _saturating_stream()
+    ticks = itertools.count()
+    board = EtaBoard(budget_ms=1.5, min_interval=0.0, clock=lambda: next(ticks) * 0.001,
+                     arrivals=arrivals)
+    while not board.advance(sim.c, CQ, T + 2):
+        pass
+    first = board.for_cluster_queue(sim.c, CQ, T + 2, advance=False).etas["ns/x"]
+    assert first.earliest == T + 1200
+    sim.c.add_workload(workload("y").cq("gpu").pods(1, gpu=1).limit(60).build(creation=T + 3))
+    board.advance(sim.c, CQ, T + 4)  # a new run: its median phase, then the ends
+    fr = next(iter(board._running.values()))
+    while not fr.median.done:
+        board.advance(sim.c, CQ, T + 4)
+    assert not fr.done  # the ends are still to run
+    assert board.for_cluster_queue(sim.c, CQ, T + 4, advance=False).etas["ns/x"] == first
+    while not board.advance(sim.c, CQ, T + 4):
+        pass
+    again = board.for_cluster_queue(sim.c, CQ, T + 4, advance=False).etas
+    assert again["ns/x"].earliest is not None and "ns/y" in again
