@@ -440,12 +440,14 @@ class RangedRun:
             return True
         t0 = clock() if clock is not None else 0.0
         self.run.slices += 1
+        first = True
         while (fr := self._phase()) is not None:
             left = None
             if budget_ms is not None and clock is not None:
                 left = budget_ms - (clock() - t0) * 1000.0
-                if left <= 0:
-                    break
+                if left <= 0 and not first:
+                    break  # the first phase always gets its step, as ForwardRun's slices do
+            first = False
             before_ms = fr.run.ms
             fr.advance(left, clock)
             if fr is not self.median:

@@ -486,3 +486,22 @@ def test_board_keeps_the_previous_range_while_the_new_ends_are_computed():
         pass
     again = board.for_cluster_queue(sim.c, CQ, T + 4, advance=False).etas
     assert again["ns/x"].earliest is not None and "ns/y" in again
+
+
+def test_a_ranged_run_makes_progress_in_every_slice_however_small_its_budget():
+    # As ForwardRun: at least one step per slice, so a run with nothing to do is whole after
+    # one (the refresher moves on to the next queue) and a long one never stalls.
+    ticks = itertools.count()
+
+    def clock() -> float:
+        return next(ticks) * 1.0  # each reading a second later: every budget is spent
+
+    idle = _four_gpus(workload("a").pods(1, gpu=4).limit(600))
+    assert RangedRun(idle.c, CQ, T + 100, RuntimeModel()).advance(0.001, clock)
+    sim, arrivals = _saturating_stream()
+    fr = RangedRun(sim.c, CQ, T + 2, RuntimeModel(), arrivals=arrivals)
+    slices = 0
+    while not fr.advance(0.001, clock):
+        slices += 1
+        assert slices < 10_000
+    assert fr.result().etas["ns/x"].earliest == T + 1200
