@@ -115,7 +115,8 @@ class SchedulingSettings(BaseModel):
     # Share of each eta_message_seconds period the background ETA refresh may compute (the
     # forward runs of every cohort, in eta_budget_ms slices): a cohort with thousands of
     # pending Workloads would otherwise keep a core busy. A run left unfinished resumes in the
-    # next period, ClusterQueues taken in turn.
+    # next period, ClusterQueues taken in turn. The share is of what the rest of the
+    # controller leaves idle, never below a quarter of it (app.controllers.pacing.RefreshCredit).
     eta_refresh_share: float = Field(0.1, gt=0, le=1)
     # A pending Workload's QuotaReserved=False message is rewritten at once when it changes
     # materially (reason or words: app/controllers/pacing.py), but when only its numbers or

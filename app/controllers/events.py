@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -76,9 +76,11 @@ class EventRecorder:
             self._recent.popitem(last=False)
         ns = meta.get("namespace") or "default"
         stamp = rfc3339(now)
+        # A random 64-bit suffix names the Event uniquely (client-go: name + hex time);
+        # not uuid4, which reads os.urandom per Event.
         event: Obj = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:16]}",
+            "metadata": {"name": f"{meta.get('name', 'object')}.{random.getrandbits(64):016x}",
                          "namespace": ns},
             "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
                                "name": meta.get("name"), "namespace": meta.get("namespace"),

@@ -59,3 +59,49 @@ def pending_change(current: Mapping[str, Any] | None, reason: str, message: str)
     if old == message:
         return SAME
     return REFRESH if skeleton(old) == skeleton(message) else MATERIAL
+
+
+class RefreshCredit:
+    """CPU credit of a background refresher that gives way to the rest of the process
+    (the ETA refresher: ``SchedulerLoop._eta_refresher``).
+
+    Credit (seconds of computing) is earned at ``share`` x what the rest of the process
+    leaves idle, never below ``share x floor``: over each interval between two ``earn``
+    calls, ``other`` = (process CPU seconds - the refresher's own spent seconds) / wall
+    seconds, clamped to [0, 1], and the rate is ``share x max(floor, 1 - other)``. On a
+    quiet controller that is about ``share`` of the time; while admissions keep it busy (an
+    admission storm, when every ETA is stale within seconds anyway) it falls to
+    ``share x floor``, so estimates never take CPU from admissions beyond that. At most
+    ``cap`` seconds are banked. Pure: the caller passes the clocks.
+
+    ``share`` (0, 1], ``floor`` [0, 1], ``cap`` seconds; ``ValueError`` otherwise."""
+
+    def __init__(self, share: float, cap: float, *, floor: float = 0.25,
+                 wall: float = 0.0, cpu: float = 0.0) -> None:
+        if not 0 < share <= 1 or not 0 <= floor <= 1 or cap < 0:
+            raise ValueError(f"share {share} must be in (0, 1], floor {floor} in [0, 1], "
+                             f"cap {cap} >= 0")
+        self.share, self.floor, self.cap = share, floor, cap
+        self.credit = cap
+        self.rate = share
+        self._wall, self._cpu, self._own = wall, cpu, 0.0
+
+    def earn(self, wall: float, cpu: float) -> float:
+        """Add the credit earned since the last call (``wall``: a monotonic clock, ``cpu``:
+        the process's CPU seconds, e.g. ``time.process_time()``); returns the credit."""
+        dt = wall - self._wall
+        if dt > 0:
+            other = (cpu - self._cpu - self._own) / dt
+            self.rate = self.share * max(self.floor, 1.0 - min(1.0, max(0.0, other)))
+            self.credit = min(self.cap, self.credit + self.rate * dt)
+            self._wall, self._cpu, self._own = wall, cpu, 0.0
+        return self.credit
+
+    def spend(self, seconds: float) -> None:
+        """The refresher computed ``seconds`` (not counted as the rest's CPU)."""
+        self.credit -= seconds
+        self._own += seconds
+
+    def seconds_until(self, amount: float) -> float:
+        """Seconds until ``amount`` of credit is banked at the current rate (0: it is)."""
+        return max(0.0, (amount - self.credit) / self.rate)

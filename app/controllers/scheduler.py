@@ -79,7 +79,7 @@ from app.controllers.events import NORMAL, WARNING
 from app.controllers.history import PreemptionLog, UsageHistory
 from app.controllers.informers import DELETED
 from app.controllers.lifecycle import Lifecycle, backoff_held
-from app.controllers.pacing import REFRESH, pending_change, skeleton
+from app.controllers.pacing import REFRESH, RefreshCredit, pending_change, skeleton
 from app.controllers.workloads import (
     ADMITTED,
     DEACTIVATION_TARGET,
@@ -680,24 +680,26 @@ class SchedulerLoop:
         """Every ``eta_message_seconds``: ``refresh_eta_period`` (leader only); between
         periods, woken by a new pending Workload: ``refresh_eta_arrivals`` once its
         cohort's run may start (``EtaBoard.due_at``: at most every
-        ``eta_min_interval_seconds``). Both draw on one budget: ``eta_refresh_share`` of
-        the time (credit earned at that share of each second, at most one period's
-        worth banked), so arrivals never make the refresher compute more than the
-        period alone may."""
+        ``eta_min_interval_seconds``). Both draw on one budget
+        (``app.controllers.pacing.RefreshCredit``): ``eta_refresh_share`` of what the rest
+        of the controller leaves idle (at least a quarter of the share; at most one
+        period's worth banked), so arrivals never make the refresher compute more than the
+        period alone may, and an admission storm keeps most of the CPU."""
         sched = self.ctx.settings.scheduling
         await self.ctx.informers.wait_synced()
         loop = asyncio.get_running_loop()
         share, period = sched.eta_refresh_share, sched.eta_message_seconds
-        start, credit, last = 0, share * period, loop.time()
-        next_period = last + period
+        budget = RefreshCredit(share, share * period, wall=loop.time(), cpu=time.process_time())
+        start = 0
+        next_period = loop.time() + period
         arrivals_at: float | None = None  # loop time an owed queue is due (None: look now)
         while True:
             now = loop.time()
-            credit, last = min(share * period, credit + share * (now - last)), now
+            credit = budget.earn(now, time.process_time())
             wait = next_period - now
             if self._eta_arrived:
                 # Owed a refresh: when its run may start and a slice's budget is earned.
-                need = max(0.0, (sched.eta_budget_ms / 1000.0 - credit) / share)
+                need = budget.seconds_until(sched.eta_budget_ms / 1000.0)
                 due = 0.0 if arrivals_at is None else arrivals_at - now
                 wait = min(wait, max(need, due))
             if wait > 0:
@@ -722,7 +724,7 @@ class SchedulerLoop:
             except Exception:  # noqa: BLE001 - an ETA bug must not stop the messages
                 log.exception("ETA refresh failed")
                 self._eta_arrived.clear()
-            credit -= time.perf_counter() - t0
+            budget.spend(time.perf_counter() - t0)
 
     async def refresh_eta_period(self, start: int, budget_s: float) -> int:
         """One refresh: from the ``start``-th ClusterQueue on (round robin), advance each

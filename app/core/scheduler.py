@@ -235,7 +235,22 @@ class Cluster(ClusterState):
                     out._usage_peaks[n] = {fr: deque(w) for fr, w in self._usage_peaks[n].items()}
                 if n in self._keep_over_since:
                     out._keep_over_since[n] = self._keep_over_since[n]
+                # A lender whose reclaim backoff runs does not lend in the projection either.
+                if n in self._no_borrow_until:
+                    out._no_borrow_until[n] = self._no_borrow_until[n]
         return out
+
+    def delete_cluster_queue(self, name: ClusterQueueName) -> bool:
+        """``ClusterState.delete_cluster_queue`` plus forgetting the scheduler's per-queue
+        memory of ``name`` (usage peaks, kept-room run, reclaim backoff, memoized
+        nominations, parked class-mates): a ClusterQueue created again under the name starts
+        afresh, and deleted queues hold no memory."""
+        if not super().delete_cluster_queue(name):
+            return False
+        for memo in (self._usage_peaks, self._keep_over_since, self._no_borrow_until,
+                     self._nominations, self._followers):
+            memo.pop(name, None)
+        return True
 
     def schedule(self, now: float) -> list[Decision]:
         """Run one scheduling cycle at time ``now`` (seconds) and return its decisions.

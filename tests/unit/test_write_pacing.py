@@ -134,3 +134,30 @@ def test_events_about_one_object_and_reason_are_rate_limited() -> None:
 def test_the_default_bucket_is_client_gos() -> None:
     rec = EventRecorder(None)
     assert (rec.burst, rec.refill_seconds) == (25, 300.0)
+
+
+def test_refresh_credit_gives_way_to_a_busy_controller() -> None:
+    """The ETA refresher earns ``share`` of the time on a quiet controller and ``share x
+    floor`` while the rest of the process keeps a CPU busy; its own computing does not
+    count as the rest's."""
+    from app.controllers.pacing import RefreshCredit
+
+    quiet = RefreshCredit(0.1, 1.5, wall=0.0, cpu=0.0)
+    quiet.spend(1.5)
+    assert quiet.earn(10.0, 0.0) == pytest.approx(1.0)  # 0.1 x 10 s
+    busy = RefreshCredit(0.1, 1.5, wall=0.0, cpu=0.0)
+    busy.spend(1.5)
+    busy.earn(10.0, 10.0)
+    # The rest used 10 - 1.5 = 8.5 of 10 s: rate 0.1 x max(0.25, 0.15) = 0.025.
+    assert busy.rate == pytest.approx(0.025)
+    assert busy.credit == pytest.approx(0.25)
+    # Half busy: half the share; the refresher's own 1 s of CPU is not the rest's.
+    half = RefreshCredit(0.1, 1.5, wall=0.0, cpu=0.0)
+    half.spend(1.0)
+    half.earn(10.0, 6.0)
+    assert half.rate == pytest.approx(0.05)
+    assert half.seconds_until(half.credit + 0.5) == pytest.approx(10.0)
+    # Never more than the cap.
+    assert RefreshCredit(0.1, 1.5).earn(1e6, 0.0) == 1.5
+    with pytest.raises(ValueError, match="share"):
+        RefreshCredit(0.0, 1.0)

@@ -94,3 +94,28 @@ def _borrow_evict_rounds(s: Sim) -> int:
         s.finish(f"o{i}")
         s.settle()
     return evictions
+
+
+def test_a_fork_keeps_the_reclaim_backoff_of_the_live_state() -> None:
+    """An ETA projection (``Cluster.fork``) made while a reclaim backoff runs must not let the
+    reclaimed queue borrow before the live state would."""
+    s = Sim(*_cqs(backoff=120.0))
+    assert _borrow_evict_rounds(s) == 1
+    fork = s.c.fork(s.c.cluster_queue_names())
+    live = s.c.schedule(s.now + 1)
+    projected = fork.schedule(s.now + 1)
+    assert Sim.admits(projected) == Sim.admits(live) == []
+    assert fork.next_wakeup() == s.c.next_wakeup()
+
+
+def test_a_cluster_queue_created_again_forgets_the_reclaim_backoff() -> None:
+    """Deleting a ClusterQueue drops the scheduler's memory of it: created again under the
+    same name it may borrow at once (its backoff belonged to the deleted queue)."""
+    s = Sim(*_cqs(backoff=120.0))
+    assert _borrow_evict_rounds(s) == 1
+    assert s.pending("b2")
+    borrower = _cqs(backoff=120.0)[0]
+    s.c.delete_cluster_queue(borrower.name)
+    s.c.add_cluster_queue(borrower)
+    s.settle()
+    assert s.admitted("b1")
