@@ -133,8 +133,11 @@ class SchedulingSettings(BaseModel):
     # Give a start that rests on projected arrivals Gott's 50% interval (app.core.eta
     # RangedRun: the run again with each stream ending at a third and at three times its
     # age; the status API's eta.range, the CLI and the dashboard). Up to two more runs per
-    # cohort, within the same slices and refresh share; false = the point estimate only.
-    eta_ranges: bool = True
+    # cohort, within the same slices and refresh share (3-7x the CPU of the point estimate:
+    # an answer takes that much longer to become whole). Off by default: on a trace of
+    # day-long Poisson streams (gpu-teams) the interval held only 12-17% of real starts
+    # (docs/status.md); true = add it.
+    eta_ranges: bool = False
     # Dashboard history (app/controllers/history.py): a sample of every ClusterQueue this
     # often (seconds), at most history_samples kept per ClusterQueue (default: 4 hours).
     history_interval_seconds: float = Field(30.0, gt=0)

@@ -167,8 +167,8 @@ def test_user_sees_the_range_of_an_eta_that_rests_on_projected_arrivals(stream_s
     assert eta.basis.endswith("+arrivals") and eta.earliest is not None
     assert eta.earliest <= eta.start and (eta.latest is None or eta.start <= eta.latest)
     _open(browser, f"{stream_server.url}/dashboard#token=research-token")
-    row = browser.wait_text("likely", '[data-workload="research/train-6"]')
-    assert "(estimated), likely " in row and " to " in row, row
+    row = browser.wait_text("range", '[data-workload="research/train-6"]')
+    assert "(estimated), range " in row and " to " in row, row
     # The interval reads as waits from now, the same as the ETA itself.
-    assert re.search(r"in ~\d+[mh]\S* \(estimated\), likely (now|\d+\S*) to (\?|\d+\S*)",
+    assert re.search(r"in ~\d+[mh]\S* \(estimated\), range (now|\d+\S*) to (\?|\d+\S*)",
                      row), row

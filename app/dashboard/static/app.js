@@ -56,7 +56,7 @@ function etaText(eta) {
     // Gott's 50% interval of a start that rests on projected arrivals (docs/status.md).
     const lo = untilText(eta.earliest).replace(/^in ~/, "");
     const hi = eta.latest ? untilText(eta.latest).replace(/^in ~/, "") : "?";
-    text += `, likely ${lo} to ${hi}`;
+    text += `, range ${lo} to ${hi}`;
   }
   return text;
 }
