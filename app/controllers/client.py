@@ -29,7 +29,13 @@ from kubernetes_asyncio import config as k8s_config
 from yarl import URL
 
 from app.config import ClientSettings
-from app.controllers.errors import ApiError, Throttled, from_exception, from_status
+from app.controllers.errors import (
+    ApiError,
+    Retryable,
+    Throttled,
+    from_exception,
+    from_status,
+)
 from app.wire.names import KUEUE_GROUP
 
 JSON = "application/json"
@@ -221,9 +227,12 @@ def _no_env_lookups(rest: Any, host: str) -> None:
         proxy, auth = get_env_proxy_for_url(URL(host))
     except LookupError:
         return
-    rest.proxy = str(proxy)
+    # Credentials stay in the proxy URL: aiohttp then sends Proxy-Authorization both on the
+    # CONNECT of an https API server and on each request to a plain-http one (a
+    # Proxy-Authorization in proxy_headers reaches only the CONNECT: breaker7).
     if auth is not None:
-        rest.proxy_headers = {**(rest.proxy_headers or {}), "Proxy-Authorization": auth.encode()}
+        proxy = proxy.with_user(auth.login).with_password(auth.password)
+    rest.proxy = str(proxy)
 
 
 async def load_configuration(settings: ClientSettings) -> k8s_client.Configuration:
@@ -300,7 +309,7 @@ class KubeClient:
             raise from_status(resp.status, data)
         if method != "GET":
             self.writes += 1
-        return _decode(data) if data else {}
+        return _decode_body(resp.status, data) if data else {}
 
     # ------------------------------------------------------------------ verbs
 
@@ -354,7 +363,7 @@ class KubeClient:
                     return
                 line = line.strip()
                 if line:
-                    yield _decode(line)
+                    yield _decode_body(resp.status, line)
         finally:
             resp.close()
 
@@ -400,6 +409,17 @@ def _encode(body: Any) -> bytes | None:
     if body is None or isinstance(body, bytes):
         return body
     return _encoder.encode(body)
+
+
+def _decode_body(status: int, data: bytes) -> Any:
+    """Decode a successful response's JSON body or watch line. Anything else (an HTML page
+    from a proxy or a wrong host answering 200) raises ``Retryable`` rather than a raw
+    ``msgspec.DecodeError`` that callers handling ``ApiError`` would not expect."""
+    try:
+        return _decode(data)
+    except msgspec.DecodeError as exc:
+        raise Retryable(status, "InvalidResponse",
+                        f"response is not JSON ({exc}): {data[:200]!r}") from exc
 
 
 def _qv(v: Any) -> str:

@@ -156,6 +156,16 @@ def strict_heads(sim: Sim, specs: list[ClusterQueueSpec]) -> dict[str, str | Non
     return heads
 
 
+def submit_op(sim: Sim, i: int, op: tuple, n_queues: int) -> WorkloadKey:
+    """Submit the ``i``-th op ``("submit", cq, pods, cpu, priority, second pod set)``."""
+    _, cq, pods, cpu, prio, two = op
+    b = workload(f"w{i}").cq(f"cq{cq % n_queues}").pods(pods, cpu=cpu).priority(prio)
+    if two:
+        b = b.pods(1, cpu=1, name="second")
+    (wl,) = sim.submit(b)
+    return wl.key
+
+
 def run(specs: list[ClusterQueueSpec], ops: list, check: bool = True) -> Run:
     sim = Sim(*specs)
     decisions = []
@@ -163,12 +173,7 @@ def run(specs: list[ClusterQueueSpec], ops: list, check: bool = True) -> Run:
     for i, op in enumerate(ops):
         kind = op[0]
         if kind == "submit":
-            _, cq, pods, cpu, prio, two = op
-            b = workload(f"w{i}").cq(f"cq{cq % len(specs)}").pods(pods, cpu=cpu).priority(prio)
-            if two:
-                b = b.pods(1, cpu=1, name="second")
-            (wl,) = sim.submit(b)
-            names.append(wl.key)
+            names.append(submit_op(sim, i, op, len(specs)))
         elif kind == "cycle":
             heads = strict_heads(sim, specs) if check else {}
             infos = {k: sim.c.workload(k) for k in names} if check else {}
