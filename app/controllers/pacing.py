@@ -22,6 +22,7 @@ reason and wording, not per number).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -103,5 +104,10 @@ class RefreshCredit:
         self._own += seconds
 
     def seconds_until(self, amount: float) -> float:
-        """Seconds until ``amount`` of credit is banked at the current rate (0: it is)."""
-        return max(0.0, (amount - self.credit) / self.rate)
+        """Seconds until ``amount`` of credit (at most ``cap``: no more is ever banked) is
+        banked at the current rate (0: it is; ``inf`` at a zero rate, ``floor`` 0 on a busy
+        process)."""
+        short = min(amount, self.cap) - self.credit
+        if short <= 0:
+            return 0.0
+        return short / self.rate if self.rate > 0 else math.inf

@@ -76,3 +76,21 @@ async def test_the_refresher_is_charged_its_own_slices_not_the_others_work(
     # Its own computing (the slices, plus the messages written after each whole run) is
     # charged; the storm's 10 ms turns at its yields are not.
     assert sum(charged) < 2 * computed[0] + 0.01, (sum(charged), computed[0], len(charged))
+
+
+def test_refresh_credit_never_waits_for_ever_nor_divides_by_zero() -> None:
+    """``floor`` 0 on a fully busy process: rate 0, ``seconds_until`` is ``inf`` (not a
+    ZeroDivisionError in the refresher); an amount over the cap (an ``eta_budget_ms``
+    larger than ``eta_refresh_share x eta_message_seconds``) is due once the cap is banked,
+    not never (arrivals would wait for the period)."""
+    c = RefreshCredit(0.5, 1.0, floor=0.0, wall=0.0, cpu=0.0)
+    c.spend(1.0)
+    c.earn(10.0, 11.0)  # the rest: 10 of 10 s
+    assert c.rate == 0.0 and c.seconds_until(0.1) == float("inf")
+    small = RefreshCredit(0.01, 0.01, wall=0.0, cpu=0.0)  # 1 s periods at 1 %
+    assert small.seconds_until(0.05) == 0.0  # a 50 ms slice: the full bank is enough
+    small.spend(0.01)
+    small.earn(0.5, 0.0)
+    assert small.seconds_until(0.05) == pytest.approx(0.5)
+    # Clocks that stand still or step back earn nothing and change nothing.
+    assert small.earn(0.5, 0.0) == small.earn(0.4, 0.0) == pytest.approx(0.005)
