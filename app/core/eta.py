@@ -188,7 +188,11 @@ class EtaRun:
     valid_until: float | None = None
 
 
-_END, _EVICTED, _ARRIVE = 0, 1, 2
+_END, _EVICTED, _ARRIVE, _WAKE = 0, 1, 2, 3
+# A run whose cycles at the core's wake-ups (``Cluster.next_wakeup``) admit nothing this many
+# times in a row stops waking there (a wake-up that recurs without changing anything, e.g.
+# Admission Fair Sharing's decay, must not keep a run going until its budget).
+_MAX_IDLE_WAKES = 3
 # Gott's delta-t argument: seen at a uniformly random moment of its life, a stream that has
 # lasted ``a`` has spent between a quarter and three quarters of it with probability 1/2,
 # so it goes on for between a/3 and 3a more (the median: a more).
@@ -236,6 +240,12 @@ class ForwardRun:
         self._t = now
         self._in_instant = True  # cycles at ``_t`` still to run
         self._instant_cycles = 0
+        # The core's own timers (reclaim backoff, minimum runtime: ``Cluster.next_wakeup``)
+        # end in the projection too: an instant there runs a cycle, as the live loop does
+        # (breaker7: a queue in its reclaim backoff with nothing else to come was "never
+        # admitted", though the live state admits it when the backoff ends).
+        self._wake_only = False
+        self._idle_wakes = 0
         if not members:
             self.done = True
             return
@@ -343,16 +353,36 @@ class ForwardRun:
                                f"{LIMIT}:{self._runs.get(v.workload, 0)}")
         if not ds:
             self._in_instant = False
-        elif self._instant_cycles >= self.max_cycles_per_instant:
+            if self._wake_only and self._instant_cycles == 1:
+                self._idle_wakes += 1
+            self._push_wake(t)
+        else:
+            self._idle_wakes = 0
+        if ds and self._instant_cycles >= self.max_cycles_per_instant:
             self.finish()  # a core that never settles at one instant: stop as truncated
+
+    def _push_wake(self, t: float) -> None:
+        """After a cycle that changed nothing at ``t``: an instant at the core's next
+        wake-up, unless another event comes first (its cycle looks again) or the wake-ups
+        stopped changing anything (``_MAX_IDLE_WAKES``)."""
+        at = self._sim.next_wakeup()
+        if at is None or at <= t or self._idle_wakes >= _MAX_IDLE_WAKES:
+            return
+        if self._events and self._events[0][0] <= at:
+            return
+        self._push(at, _WAKE, WorkloadKey(""), "")
 
     def _next_instant(self) -> None:
         events, sim = self._events, self._sim
         t = self._t = events[0][0]
         if self.run.valid_until is None and t > self.run.computed_at:
             self.run.valid_until = t
+        self._wake_only = True
         while events and events[0][0] == t:
             _, _, kind, key, tag = heapq.heappop(events)
+            if kind == _WAKE:
+                continue  # only the cycle at ``t``
+            self._wake_only = False
             source, _, gen = tag.partition(":")
             if int(gen or 0) != self._runs.get(key, 0):
                 continue  # the run this end belonged to was preempted

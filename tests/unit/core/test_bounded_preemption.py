@@ -119,3 +119,35 @@ def test_a_cluster_queue_created_again_forgets_the_reclaim_backoff() -> None:
     s.c.add_cluster_queue(borrower)
     s.settle()
     assert s.admitted("b1")
+
+
+def test_the_eta_projection_admits_when_the_reclaim_backoff_ends() -> None:
+    """breaker7: the ETA fork carries the backoff, and its run wakes when it ends as the live
+    loop does (``Cluster.next_wakeup``): the borrower's head starts then, not "never
+    admitted" for want of another event in the projection."""
+    from app.core.eta import BOUNDED, RuntimeModel, estimate
+
+    s = Sim(*_cqs(backoff=120.0))
+    assert _borrow_evict_rounds(s) == 1
+    wake = s.c.next_wakeup()
+    assert wake is not None and wake > s.now
+    run = estimate(s.c, "borrower", s.now, RuntimeModel())
+    b1 = run.etas[s.key("b1")]
+    assert (b1.start, b1.confidence) == (wake, BOUNDED)
+    s.now = wake
+    s.settle()
+    assert s.admitted("b1")  # the live state agrees
+
+
+def test_the_eta_projection_preempts_when_the_victims_min_runtime_ends() -> None:
+    from app.core.eta import RuntimeModel, estimate
+
+    s = Sim(*_cqs(min_runtime=300.0))
+    s.submit(workload("young").cq("borrower").pods(4, cpu=1))
+    s.cycle()
+    reserved = s.now
+    s.submit(workload("mine").cq("owner").pods(1, cpu=4))
+    s.cycle()
+    assert s.pending("mine") and s.c.next_wakeup() == reserved + 300
+    e = estimate(s.c, "owner", s.now, RuntimeModel()).etas[s.key("mine")]
+    assert e.start == reserved + 300, e
