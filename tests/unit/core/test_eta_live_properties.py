@@ -1,7 +1,7 @@
 """breaker7, property test (hypothesis): a ``bounded`` ETA is the start the live core gives
 when every Workload runs exactly to its ``maximumExecutionTimeSeconds`` and evictions end
 at once (the ETA run's own model), over random cohorts with bounded preemption (minimum
-runtime, reclaim backoff), with and without fair sharing, and random running and pending
+runtime, reclaim backoff), a ClusterQueue deleted and created again, and random running and pending
 Workloads. The live side is the core run forward by hand: ends, evictions and the core's
 wake-ups (``next_wakeup``)."""
 
@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core.decisions import Admit, Preempt
 from app.core.eta import BOUNDED, RuntimeModel, estimate
 from app.core.spec import ClusterQueueSpec, FairSharing
-from app.core.types import WorkloadKey
-from tests.builders import Sim, workload
+from app.core.types import ClusterQueueName, WorkloadKey
+from tests.builders import Sim, cluster_queue, workload
 from tests.unit.core.test_properties import cluster_queues
 
 PROPS = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
@@ -32,7 +33,10 @@ def scenes(draw):
                      reclaim_backoff_s=draw(st.sampled_from([None, 70.0]))) for s in specs]
     first = draw(st.lists(WL, max_size=5))
     second = draw(st.lists(WL, min_size=1, max_size=5))
-    return specs, first, second, draw(st.booleans())
+    recreate = draw(st.none() | st.integers(0, 3))
+    # Fair sharing left out: see the xfail below (the fork re-evaluates a parked Workload
+    # the live core leaves parked).
+    return specs, first, second, False, recreate
 
 
 def _submit(sim: Sim, specs: list[ClusterQueueSpec], tag: str, wls) -> None:
@@ -79,12 +83,16 @@ def _live(sim: Sim, t: float, ends: dict[WorkloadKey, float]) -> dict[WorkloadKe
 @PROPS
 @given(scenes())
 def test_property_a_bounded_eta_is_the_live_start(scene):
-    specs, first, second, fair = scene
+    specs, first, second, fair, recreate = scene
     sim = Sim(*specs, fair_sharing=FairSharing() if fair else None)
     ends: dict[WorkloadKey, float] = {}
     _submit(sim, specs, "r", first)
     _step(sim, sim.tick(), ends, {})
     sim.tick(20.0)
+    if recreate is not None:  # a ClusterQueue deleted and created again (its memory gone)
+        spec = specs[recreate % len(specs)]
+        assert sim.c.delete_cluster_queue(spec.name)
+        sim.c.add_cluster_queue(spec)
     _submit(sim, specs, "p", second)
     now = sim.tick()
     _step(sim, now, ends, {})
@@ -95,3 +103,28 @@ def test_property_a_bounded_eta_is_the_live_start(scene):
     for key, e in etas.items():
         if e.confidence == BOUNDED:
             assert starts.get(key) == e.start, (key, e, starts.get(key))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "breaker7: under fair sharing the ETA fork re-evaluates parked Workloads; the live core "
+    "parked p0 (no fair-sharing victim while cq2 held only p2) and p3's admission later in "
+    "the same cycle raised cq2's share without requeueing p0, so the projection preempts "
+    "p2 at once (bounded ETA = now) while the live core starts p0 only at p2's end "
+    "(+30 s); found by the property above with fair sharing drawn. Which side matches "
+    "Kueue (requeue of inadmissible Workloads when a cohort-mate's share rises) is for "
+    "the lead to decide"))
+def test_fair_sharing_a_bounded_eta_is_the_live_start_after_a_share_rise() -> None:
+    specs = [cluster_queue("cq0").cohort("co").flavor("f0", cpu=6).flavor("f1", cpu=2)
+             .preemption(reclaim="Any").build(),
+             cluster_queue("cq1").flavor("f0", cpu=0).flavor("f1", cpu=0).build(),
+             cluster_queue("cq2").cohort("co").flavor("f0", cpu=4).flavor("f1", cpu=4).build()]
+    sim = Sim(*specs, fair_sharing=FairSharing())
+    ends: dict[WorkloadKey, float] = {}
+    _submit(sim, specs, "p", [(0, 3, 3, 0, 30), (1, 1, 1, 0, 30), (2, 2, 3, 0, 30),
+                              (2, 2, 3, 0, 30)])
+    now = sim.tick()
+    _step(sim, now, ends, {})
+    assert sim.pending("p0") and sim.admitted("p2") and sim.admitted("p3")
+    e = estimate(sim.c, ClusterQueueName("cq0"), now, RuntimeModel()).etas[sim.key("p0")]
+    assert e.confidence == BOUNDED
+    assert _live(sim, now, ends)[sim.key("p0")] == e.start
