@@ -205,7 +205,8 @@ class _ParkedClasses:
     ``_release_followers`` consumes from the front; every key whose parked state changes in
     the meantime is in the queue's ``parked_changes``, so the next sync re-files only those
     keys (a key's class can change only through ``push``: a new Workload version or
-    LocalQueue). A class is re-sorted never: a key is inserted in order (``insort``).
+    LocalQueue). No class is ever re-sorted: a re-filed key is inserted in order
+    (``insort``), and only a full regrouping (a new ``queue`` or ``context``) sorts.
     ``context`` = (withinClusterQueue policy, Admission Fair Sharing on): what the class
     of every key depends on besides the Workload; when it changes the grouping is redone
     from scratch.
