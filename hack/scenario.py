@@ -311,6 +311,9 @@ class Scenario:
         nodes_b = {p["spec"].get("nodeName") for p in self.running("research", "eval-4b")}
         self.say(f"   research/eval-4a: admitted to {fa}; research/eval-4b: admitted to {fb}, "
                  f"pods on {', '.join(sorted(n for n in nodes_b if n))}")
+        self.say("   (train-6 is ahead of both in research-cq but needs 6 A100s; the queue is "
+                 "BestEffortFIFO, so Workloads behind a head that does not fit go first when "
+                 "they do: StrictFIFO would hold them)")
         self.expect(fa == "a100-flavor", f"eval-4a should get a100-flavor, got {fa}")
         self.expect(fb == "l4-flavor", f"eval-4b should fall back to l4-flavor, got {fb}")
         self.expect(nodes_b == {"l4-0"}, f"eval-4b pods should be on l4-0, got {nodes_b}")

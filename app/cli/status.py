@@ -275,6 +275,11 @@ def _resource_order(resource: str) -> tuple[int, str]:
     return rank, resource
 
 
+def _gpus_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The API's per flavor-resource rows, GPUs first (``_resource_order``), then by flavor."""
+    return sorted(rows, key=lambda r: (_resource_order(r["resource"]), r["flavor"]))
+
+
 def _short(resource: str) -> str:
     """``nvidia.com/gpu`` -> ``gpu`` (the summary line has no room for the domain)."""
     return resource.rsplit("/", 1)[-1]
@@ -287,7 +292,7 @@ def summary(rows: list[dict[str, Any]], bar_width: int = 8) -> Text:
     (``used`` only)."""
     if not rows:
         return Text("-")
-    ordered = sorted(rows, key=lambda r: (_resource_order(r["resource"]), r["flavor"]))
+    ordered = _gpus_first(rows)
     line = Text()
     first = ordered[0]
     if "nominalQuota" in first:
@@ -543,7 +548,8 @@ def render(snap: Snapshot, now: float | None = None, width: int | None = None,
             "Usage (used/nominal)", snap["clusterQueues"],
             lambda q: [q["name"], q.get("cohort") or "-", q["queueingStrategy"], _active(q),
                        *_counts(q)],
-            lambda q: q["resources"], lambda r: _quota_line(r, bar_width, narrow), narrow))
+            lambda q: _gpus_first(q["resources"]),
+            lambda r: _quota_line(r, bar_width, narrow), narrow))
         titles = {name: f"Pending in ClusterQueue {name}" for name in snap["pending"]}
         in_lq = False
     else:
@@ -553,7 +559,7 @@ def render(snap: Snapshot, now: float | None = None, width: int | None = None,
             ("LocalQueue", "ClusterQueue", "Active", "Pending", "Admitted"),
             "Used", snap["localQueues"],
             lambda q: [q["name"], q["clusterQueue"], _active(q), *_counts(q)],
-            lambda q: q["usage"], lambda u: Text(u["used"]), narrow))
+            lambda q: _gpus_first(q["usage"]), lambda u: Text(u["used"]), narrow))
         titles = {name: f"Pending in LocalQueue {ns}/{name}" for name in snap["pending"]}
         in_lq = True
     for name, page in snap["pending"].items():

@@ -530,6 +530,9 @@ class SchedulerLoop:
 
     def apply(self, d: Decision) -> None:
         if isinstance(d, Admit):
+            # Its pending message, ETA tail and pacing end here: if it is evicted or its
+            # write fails it is pending anew, and an ETA from before would be stale.
+            self._forget_pending(d.workload)
             self.ctx.inflight.add(str(d.workload))
             self._spawn(self._admit(d))
         elif isinstance(d, Preempt):

@@ -22,6 +22,10 @@ Rules (Kueue ``pkg/cache/queue``, reference 3.2 and 3.3):
 - Parked Workloads return to the heap on ``unpark`` (the cluster calls it when capacity
   changes in the cohort: a Workload finishes, is deleted or evicted, a queue or flavor
   changes; which ones return is the scheduler's choice, app.core.scheduler).
+- Parked changes (``watch_parked``): once asked, the queue records every key that entered
+  or left the parked set (``park``, ``unpark``, ``push`` or ``remove`` of a parked key)
+  until ``parked_changes`` hands the record over, so the scheduler can keep its grouping of
+  the parked Workloads up to date in O(changes) instead of regrouping all of them.
 
 Cost: ``push``/``remove``/``head``/``unpark`` are O(log n) amortised (lazy deletion).
 """
@@ -55,6 +59,8 @@ class PendingQueue:
         self.usage_of: Callable[[str], float] | None = None
         self._lq_of: dict[WorkloadKey, str] = {}
         self._lq_heaps: dict[str, list[SortKey]] = {}
+        # Keys that entered or left ``_parked`` since ``parked_changes`` (None: not recorded).
+        self._parked_log: set[WorkloadKey] | None = None
 
     def set_fair_sharing(self, usage_of: Callable[[str], float] | None,
                          lq_of: Mapping[WorkloadKey, str]) -> None:
@@ -84,6 +90,25 @@ class PendingQueue:
         """Workloads in the heap (not parked)."""
         return len(self._active)
 
+    @property
+    def parked_count(self) -> int:
+        """Workloads in the parked (inadmissible) set."""
+        return len(self._parked)
+
+    def watch_parked(self, on: bool = True) -> None:
+        """Start (``on``) or stop recording the keys whose parked state changes; starting
+        clears the record."""
+        self._parked_log = set() if on else None
+
+    def parked_changes(self) -> set[WorkloadKey]:
+        """The keys that entered or left the parked set (or were parked again) since the
+        last call or ``watch_parked()``, and a fresh record; empty when not watching."""
+        log = self._parked_log
+        if log is None:
+            return set()
+        self._parked_log = set()
+        return log
+
     def is_parked(self, key: WorkloadKey) -> bool:
         """True when ``key`` is parked as inadmissible."""
         return key in self._parked
@@ -91,7 +116,8 @@ class PendingQueue:
     def push(self, wl: Workload) -> None:
         """Insert or re-order ``wl`` in the heap (un-parking it if parked)."""
         k = sort_key(wl)
-        self._parked.pop(wl.key, None)
+        if self._parked.pop(wl.key, None) is not None and self._parked_log is not None:
+            self._parked_log.add(wl.key)
         if self.usage_of is not None:
             lq = f"{wl.namespace}/{wl.queue_name}"
             if self._lq_of.get(wl.key) != lq:
@@ -112,6 +138,8 @@ class PendingQueue:
             self._lq_of.setdefault(key, f"{wl.namespace}/{wl.queue_name}")
         sk = self._active.pop(key, None)
         self._parked[key] = sort_key(wl) if sk is None else sk
+        if self._parked_log is not None:
+            self._parked_log.add(key)
         if self.sticky == wl.key:
             self.sticky = None
 
@@ -120,7 +148,10 @@ class PendingQueue:
         if self.sticky == key:
             self.sticky = None
         found = self._active.pop(key, None) is not None
-        found = self._parked.pop(key, None) is not None or found
+        if self._parked.pop(key, None) is not None:
+            found = True
+            if self._parked_log is not None:
+                self._parked_log.add(key)
         if self.usage_of is not None:
             self._lq_of.pop(key, None)
         return found
@@ -162,6 +193,8 @@ class PendingQueue:
         sk = self._parked.pop(key, None)
         if sk is None:
             return False
+        if self._parked_log is not None:
+            self._parked_log.add(key)
         self._active[key] = sk
         heapq.heappush(self._heap, sk)
         if self.usage_of is not None:

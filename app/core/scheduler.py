@@ -53,6 +53,12 @@ The cycle (Kueue ``Scheduler.schedule``, reference 3.4):
    parked class-mate, so its next admissible Workload competes at once and the cycle's
    order (step 4) decides, where Kueue lets the other queue go first (test
    ``test_parked_class_mates_do_not_hold_their_queue_back_in_the_cohort``).
+   Cost: a BestEffortFIFO ClusterQueue whose selector selects every namespace keeps its
+   parked Workloads grouped by class across requeues (``_ParkedClasses``): a requeue
+   classifies only the keys that entered or left the parked set since the previous one
+   (``PendingQueue.parked_changes``), and returns one representative per class, so it costs
+   O(changes x log(class size) + classes), not O(parked x log(parked)) (issue 16). The
+   outcome is exactly the full regrouping's (test ``test_requeue_classes_properties``).
 2. Heads: one per ClusterQueue with queued Workloads (cost O(active ClusterQueues), not
    O(pending Workloads)). An inactive ClusterQueue parks all its Workloads with its reason;
    a head whose namespace does not match the selector is parked (even under StrictFIFO).
@@ -94,6 +100,7 @@ already being evicted issues no new preemption (acceptance KQ-18, KQ-29).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -109,6 +116,7 @@ from app.core.preemption import (
     find_fair_targets,
     find_targets,
 )
+from app.core.queues import PendingQueue, SortKey
 from app.core.spec import (
     AdmissionFairSharing,
     ClusterQueueSpec,
@@ -184,6 +192,32 @@ _NominationKey: TypeAlias = tuple[int, float | None, tuple[object, ...]]
 """(priority, queue-order time or None when the policy ignores it, shape)."""
 
 
+@dataclass(slots=True)
+class _ParkedClasses:
+    """The parked Workloads of one BestEffortFIFO ClusterQueue grouped by nomination class
+    (step 1), kept from one requeue to the next.
+
+    Invariant, true right after each requeue's sync (``Cluster._sync_classes``) when
+    ``queue`` and ``context`` still hold: ``classes[c]`` lists the queue-order keys
+    (``PendingQueue`` sort keys, ascending) of exactly the parked Workloads of class ``c``,
+    and ``of[k]`` is the (class, sort key) under which parked ``k`` was filed. Between
+    requeues the lists are the followers lists (``Cluster._followers``), which
+    ``_release_followers`` consumes from the front; every key whose parked state changes in
+    the meantime is in the queue's ``parked_changes``, so the next sync re-files only those
+    keys (a key's class can change only through ``push``: a new Workload version or
+    LocalQueue). No class is ever re-sorted: a re-filed key is inserted in order
+    (``insort``), and only a full regrouping (a new ``queue`` or ``context``) sorts.
+    ``context`` = (withinClusterQueue policy, Admission Fair Sharing on): what the class
+    of every key depends on besides the Workload; when it changes the grouping is redone
+    from scratch.
+    """
+
+    queue: PendingQueue
+    context: tuple[object, ...]
+    classes: dict[object, list[SortKey]]
+    of: dict[WorkloadKey, tuple[object, SortKey]]
+
+
 class Cluster(ClusterState):
     """The admission core: ``ClusterState`` plus ``schedule(now)``. See the module docstring."""
 
@@ -201,9 +235,11 @@ class Cluster(ClusterState):
         self._now = 0.0
         self._wake_at: float | None = None
         self._no_borrow_until: dict[ClusterQueueName, float] = {}
-        # Per BestEffortFIFO ClusterQueue: representative -> its parked class-mates, latest
-        # in queue order first (see step 1 of the module docstring).
-        self._followers: dict[ClusterQueueName, dict[WorkloadKey, list[WorkloadKey]]] = {}
+        # Per BestEffortFIFO ClusterQueue: representative -> the queue-order keys of its
+        # parked class-mates, earliest first (see step 1 of the module docstring); and the
+        # parked Workloads grouped by class across requeues (``_ParkedClasses``).
+        self._followers: dict[ClusterQueueName, dict[WorkloadKey, list[SortKey]]] = {}
+        self._parked_classes: dict[ClusterQueueName, _ParkedClasses] = {}
         # Per ClusterQueue: (version it was computed at, {nomination key: assignment}).
         self._nominations: dict[
             ClusterQueueName, tuple[tuple[int, int], dict[_NominationKey, Assignment]]
@@ -248,7 +284,7 @@ class Cluster(ClusterState):
         if not super().delete_cluster_queue(name):
             return False
         for memo in (self._usage_peaks, self._keep_over_since, self._no_borrow_until,
-                     self._nominations, self._followers):
+                     self._nominations, self._followers, self._parked_classes):
             memo.pop(name, None)
         return True
 
@@ -432,7 +468,15 @@ class Cluster(ClusterState):
     # ---- requeue -----------------------------------------------------------------------------
     def _apply_requeues(self) -> None:
         """Step 1: parked Workloads of marked ClusterQueues return to their heaps; under
-        BestEffortFIFO one representative per nomination class (see the module docstring)."""
+        BestEffortFIFO one representative per nomination class (see the module docstring).
+
+        Which keys are grouped: the parked Workloads whose namespace the selector matches
+        (the others stay parked), by ``_class_of``. StrictFIFO, or fewer than two such
+        keys: all of them return and the followers of the previous grouping are kept as
+        they are (their members are no longer parked; ``_release_followers`` skips them
+        unless parked again). Under a selector that selects every namespace (the usual
+        ClusterQueue) the grouping is kept across requeues (``_ParkedClasses``) and synced
+        with the queue's parked changes; else it is redone from scratch."""
         marked, self._requeue = self._requeue, {}
         for name in marked:
             cq = self._cqs.get(name)
@@ -440,38 +484,99 @@ class Cluster(ClusterState):
                 continue
             spec, q = cq.spec, cq.queue
             sel = spec.namespace_selector
-            keys = list(q.parked())
-            if sel is None or not sel.selects_all:
-                keys = [k for k in keys if self.namespace_matches(spec, self._wls[k].wl.namespace)]
-            if spec.queueing_strategy == QueueingStrategy.STRICT_FIFO or len(keys) < 2:
-                for k in keys:
-                    q.unpark(k)
-                continue
-            # Under Admission Fair Sharing the LocalQueue orders the queue: each LocalQueue
-            # gets its own representative, or one queue's parked class-mates would wait
-            # behind another queue's.
-            classes: dict[object, list[WorkloadKey]] = {}
-            if name in self._afs_cqs:
-                for k in keys:
-                    rec = self._wls[k]
-                    classes.setdefault((rec.lq_key, self._nomination_key(rec, spec)),
-                                       []).append(k)
+            afs = name in self._afs_cqs
+            if spec.queueing_strategy != QueueingStrategy.STRICT_FIFO and sel is not None \
+                    and sel.selects_all and q.parked_count >= 2:
+                pc = self._parked_classes.get(name)
+                context = (spec.preemption.within_cluster_queue, afs)
+                if pc is None or pc.queue is not q or pc.context != context:
+                    q.watch_parked()
+                    pc = self._parked_classes[name] = _ParkedClasses(q, context, {}, {})
+                    self._file(pc, spec, afs, q.parked())
+                else:
+                    self._sync_classes(pc, spec, afs)
+                classes = pc.classes
             else:
-                for k in keys:
-                    classes.setdefault(self._nomination_key(self._wls[k], spec), []).append(k)
-            followers: dict[WorkloadKey, list[WorkloadKey]] = {}
-            order = q.parked_order
-            for members in classes.values():
-                if len(members) > 1:
-                    members.sort(key=order, reverse=True)  # latest first: pop() gives the next
-                rep = members.pop()
+                # Not kept: a later requeue regroups from scratch.
+                if self._parked_classes.pop(name, None) is not None:
+                    q.watch_parked(False)
+                keys = list(q.parked())
+                if sel is None or not sel.selects_all:
+                    keys = [k for k in keys
+                            if self.namespace_matches(spec, self._wls[k].wl.namespace)]
+                if spec.queueing_strategy == QueueingStrategy.STRICT_FIFO or len(keys) < 2:
+                    for k in keys:
+                        q.unpark(k)
+                    continue
+                pc = None
+                classes = self._group(spec, afs, q, keys)
+            followers: dict[WorkloadKey, list[SortKey]] = {}
+            for c, members in list(classes.items()):
+                rep = members.pop(0)[3]
                 q.unpark(rep)
                 if members:
                     followers[rep] = members
+                else:
+                    del classes[c]
+                if pc is not None:
+                    del pc.of[rep]
+            if pc is not None:
+                q.parked_changes()  # only the representatives just returned: not filed
             if followers:
                 self._followers[name] = followers
             else:
                 self._followers.pop(name, None)
+
+    def _class_of(self, rec: _Record, spec: ClusterQueueSpec, afs: bool) -> object:
+        """The nomination class of parked ``rec`` (step 1): its nomination key and, under
+        Admission Fair Sharing, its LocalQueue (the LocalQueue orders the queue there: each
+        gets its own representative, or one queue's parked class-mates would wait behind
+        another queue's)."""
+        key = self._nomination_key(rec, spec)
+        return (rec.lq_key, key) if afs else key
+
+    def _group(self, spec: ClusterQueueSpec, afs: bool, q: PendingQueue,
+               keys: Iterable[WorkloadKey]) -> dict[object, list[SortKey]]:
+        """Parked ``keys`` by class, each class's queue-order keys ascending."""
+        classes: dict[object, list[SortKey]] = {}
+        wls, order = self._wls, q.parked_order
+        for k in keys:
+            classes.setdefault(self._class_of(wls[k], spec, afs), []).append(order(k))
+        for members in classes.values():
+            members.sort()
+        return classes
+
+    def _file(self, pc: _ParkedClasses, spec: ClusterQueueSpec, afs: bool,
+              keys: Iterable[WorkloadKey]) -> None:
+        """File every parked key of ``keys`` in ``pc`` from scratch."""
+        pc.classes = self._group(spec, afs, pc.queue, keys)
+        pc.of = {sk[3]: (c, sk) for c, members in pc.classes.items() for sk in members}
+
+    def _sync_classes(self, pc: _ParkedClasses, spec: ClusterQueueSpec, afs: bool) -> None:
+        """Bring ``pc`` back to its invariant: each key whose parked state changed since the
+        last requeue leaves the list it was filed in (if ``_release_followers`` has not
+        taken it already) and, if parked now, is filed again under its current class and
+        queue-order key. O(changes x log(class size))."""
+        q, classes, of, wls = pc.queue, pc.classes, pc.of, self._wls
+        for k in q.parked_changes():
+            filed = of.pop(k, None)
+            if filed is not None:
+                members = classes.get(filed[0])
+                if members is not None:
+                    i = bisect_left(members, filed[1])
+                    if i < len(members) and members[i] == filed[1]:
+                        del members[i]
+            sk = q.parked_order(k)
+            if sk is not None:
+                c = self._class_of(wls[k], spec, afs)
+                members = classes.get(c)
+                if members is None:
+                    classes[c] = [sk]
+                else:
+                    insort(members, sk)
+                of[k] = (c, sk)
+        for c in [c for c, members in classes.items() if not members]:
+            del classes[c]
 
     def _release_followers(self) -> None:
         """A representative that left its queue (admitted, deleted, moved) hands over to the
@@ -485,7 +590,7 @@ class Cluster(ClusterState):
             for rep in [r for r in followers if r not in q]:
                 members = followers.pop(rep)
                 while members:
-                    nxt = members.pop()
+                    nxt = members.pop(0)[3]
                     if q.unpark(nxt):
                         if members:
                             followers[nxt] = members

@@ -311,3 +311,22 @@ def test_simulate_fair_sharing_reports_shares_against_fair_shares() -> None:
     assert all(abs(v["diff_points"]) <= 5 for q, v in rows.items() if not q.startswith("_"))
     plain = CliRunner().invoke(cli, ["simulate", str(scenario), "--json"])
     assert "fair_share" not in json.loads(plain.output)
+
+
+def test_wide_view_lists_gpus_first_whatever_the_api_order(run) -> None:
+    """``-o wide``: a ClusterQueue's rows GPUs first, then cpu and memory, as the default
+    view, whatever order the API gives them in (fresh7: cpu and memory came first)."""
+    from rich.console import Console
+
+    from app.cli.status import render
+
+    snap = json.loads(run("-o", "json").stdout)
+    research = next(q for q in snap["clusterQueues"] if q["name"] == "research-cq")
+    solo = next(q for q in snap["clusterQueues"] if q["name"] == "solo-cq")
+    research["resources"] = [*solo["resources"], *research["resources"]]  # cpu, memory, gpu
+    console = Console(width=260, record=True)
+    console.print(render(snap, wide=True))
+    lines = console.export_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if "research-cq" in ln)
+    rows = lines[start:start + 3]
+    assert "nvidia.com/gpu" in rows[0] and " cpu " in rows[1] and "memory" in rows[2], rows

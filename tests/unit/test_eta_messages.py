@@ -12,7 +12,7 @@ from typing import Any
 
 from app.config import Settings
 from app.controllers.scheduler import SchedulerLoop, eta_suffix
-from app.core.decisions import Pending
+from app.core.decisions import Admit, Pending
 from app.core.eta import BOUNDED, Eta
 from tests.builders import Sim, cluster_queue, workload
 
@@ -237,3 +237,33 @@ async def test_the_refresher_is_woken_by_arrivals_between_its_periods() -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_a_workload_pending_again_after_its_admission_carries_no_eta_from_before() -> None:
+    """``make run`` step 3: train-6, admitted and then evicted, showed the ETA tail computed
+    while it first waited ("expected start in under a minute") while the status API said
+    "not computed yet". An admission ends the Workload's pending message state."""
+    loop, ctx, sim = _loop()
+    loop.apply(next(d for d in sim.c.schedule(T + 60) if isinstance(d, Pending)))
+    await _flush(loop)
+    assert loop.refresh_eta_messages() == 1
+    await _flush(loop)
+    assert _message(ctx).endswith("; position 1, expected start in ~10m")
+    # a finishes; x is admitted (its admission write is left out here).
+    sim.c.finish(sim.key("a"))
+    admits = [d for d in sim.c.schedule(T + 70) if isinstance(d, Admit)]
+    assert [d.workload for d in admits] == ["ns/x"]
+    spawned: list[Any] = []
+    loop._spawn = lambda coro: (spawned.append(coro), coro.close())  # noqa: SLF001
+    loop.apply(admits[0])
+    # The write failed; an older Workload now needs the whole queue: x waits again.
+    sim.c.add_workload(workload("older").cq("gpu").pods(1, gpu=4).limit(60)
+                       .build(creation=T + 10))
+    sim.c.forget(sim.key("x"))
+    ctx.inflight.discard("ns/x")  # as the failed ``_admit`` does
+    again = [d for t in (71, 72) for d in sim.c.schedule(T + t)
+             if isinstance(d, Pending) and d.workload == "ns/x"]  # older first, then x
+    assert again
+    loop.apply(again[0])
+    await _flush(loop)
+    assert "expected start" not in _message(ctx), _message(ctx)

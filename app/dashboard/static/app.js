@@ -112,10 +112,17 @@ function drawPreemptions(d) {
     body.append(el("tr", {}, el("td", { colspan: "4", class: "dim" }, "none recently")));
   }
   for (const p of d.preemptions) {
-    body.append(el("tr", {}, el("td", {}, p.time), el("td", {}, p.preemptor),
+    // Local time as the page's "updated" stamp; the API's RFC 3339 time on hover.
+    const t = Date.parse(p.time);
+    body.append(el("tr", {}, el("td", { title: p.time },
+      Number.isNaN(t) ? p.time : new Date(t).toLocaleString()), el("td", {}, p.preemptor),
       el("td", {}, p.clusterQueue),
       el("td", {}, p.victims.map((v) => `${v.workload} (${v.reason})`).join(", "))));
   }
+}
+
+function zeroBased(u, min, max) {
+  return [0, Math.max(1, max || 0)];
 }
 
 function drawHistory(d) {
@@ -140,8 +147,11 @@ function drawHistory(d) {
       const box = el("div", { class: "chart", "data-history": name }, el("h4", {}, name));
       wrap.append(box);
       const plot = new uPlot({ width: 420, height: 160, series,
-        scales: { x: { time: true } },
-        axes: [{}, { label: "pending" }, { scale: "used", side: 1, label: "used" }] },
+        // Counts from 0, at least 0..1 (an empty queue is not drawn on 0..100); x ticks
+        // spaced for the 420 px width; the right axis is named by its legend entry
+        // ("used <resource>"), as a rotated label there reads upside down.
+        scales: { x: { time: true }, y: { range: zeroBased }, used: { range: zeroBased } },
+        axes: [{ space: 90 }, { label: "pending" }, { scale: "used", side: 1 }] },
         cols, box);
       charts.set(name, { plot, box });
     } else {
