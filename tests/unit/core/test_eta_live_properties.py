@@ -110,9 +110,11 @@ def test_property_a_bounded_eta_is_the_live_start(scene):
     "parked p0 (no fair-sharing victim while cq2 held only p2) and p3's admission later in "
     "the same cycle raised cq2's share without requeueing p0, so the projection preempts "
     "p2 at once (bounded ETA = now) while the live core starts p0 only at p2's end "
-    "(+30 s); found by the property above with fair sharing drawn. Which side matches "
-    "Kueue (requeue of inadmissible Workloads when a cohort-mate's share rises) is for "
-    "the lead to decide"))
+    "(+30 s); found by the property above with fair sharing drawn. The live core is "
+    "Kueue's: v0.17.1 requeues inadmissible Workloads when quota frees (finish, eviction, "
+    "delete: workload_controller.go Update -> QueueAssociatedInadmissibleWorkloadsAfter), "
+    "not on an admission (Pending -> QuotaReserved only moves the Workload into the cache). "
+    "To fix: ClusterState.fork keeps parked Workloads parked"))
 def test_fair_sharing_a_bounded_eta_is_the_live_start_after_a_share_rise() -> None:
     specs = [cluster_queue("cq0").cohort("co").flavor("f0", cpu=6).flavor("f1", cpu=2)
              .preemption(reclaim="Any").build(),
