@@ -1032,8 +1032,11 @@ class ClusterState:
         """A new, independent state of the same class holding ClusterQueues ``names`` (pass
         whole cohorts: ``scope_members``), every flavor, namespace and LocalQueue, the
         Workloads admitted in them (assumed ones as admitted) and their pending Workloads.
-        Parked Workloads return to the heap (the copy re-evaluates them). Domain objects
-        are immutable, so they are shared, not copied. Cost O(Workloads of ``names``)."""
+        Parked (inadmissible) Workloads stay parked, and only the requeues this state owes
+        are owed by the copy: like the live state (and Kueue v0.17.1, which requeues
+        inadmissible Workloads when quota frees, not when another is admitted) the copy
+        looks at them again at its next free. Domain objects are immutable, so they are
+        shared, not copied. Cost O(Workloads of ``names``)."""
         out = type(self)()
         out.admission_fair_sharing = self.admission_fair_sharing
         out._afs_ledgers = {k: _LqLedger(dict(v.consumed), v.last)
@@ -1051,6 +1054,11 @@ class ClusterState:
             cq = self._cqs[n]
             for key in [*cq.queue.active(), *cq.queue.parked()]:
                 out.add_workload(self._wls[key].wl)
+            fq = out._cqs[n].queue
+            for key in cq.queue.parked():
+                if key in fq:
+                    fq.park(self._wls[key].wl)
+        out._requeue = {n: None for n in wanted if n in self._requeue}
         return out
 
     def local_queues_of(self, names: Iterable[ClusterQueueName]) -> list[LocalQueue]:

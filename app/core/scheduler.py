@@ -266,6 +266,9 @@ class Cluster(ClusterState):
             # The same ordering and preemption (breaker6: the fork, built by ``type(self)()``,
             # ran classical ordering under fair sharing, so the ETA projected other starts).
             out.fair_sharing = self.fair_sharing
+            # Parked Workloads stay parked in the fork (``ClusterState.fork``): the timer
+            # that requeues them when a backoff or minimum runtime ends comes along.
+            out._wake_at = self._wake_at
             for n in names:
                 if n in self._usage_peaks:
                     out._usage_peaks[n] = {fr: deque(w) for fr, w in self._usage_peaks[n].items()}

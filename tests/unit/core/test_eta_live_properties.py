@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -34,9 +33,7 @@ def scenes(draw):
     first = draw(st.lists(WL, max_size=5))
     second = draw(st.lists(WL, min_size=1, max_size=5))
     recreate = draw(st.none() | st.integers(0, 3))
-    # Fair sharing left out: see the xfail below (the fork re-evaluates a parked Workload
-    # the live core leaves parked).
-    return specs, first, second, False, recreate
+    return specs, first, second, draw(st.booleans()), recreate
 
 
 def _submit(sim: Sim, specs: list[ClusterQueueSpec], tag: str, wls) -> None:
@@ -105,17 +102,12 @@ def test_property_a_bounded_eta_is_the_live_start(scene):
             assert starts.get(key) == e.start, (key, e, starts.get(key))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "breaker7: under fair sharing the ETA fork re-evaluates parked Workloads; the live core "
-    "parked p0 (no fair-sharing victim while cq2 held only p2) and p3's admission later in "
-    "the same cycle raised cq2's share without requeueing p0, so the projection preempts "
-    "p2 at once (bounded ETA = now) while the live core starts p0 only at p2's end "
-    "(+30 s); found by the property above with fair sharing drawn. The live core is "
-    "Kueue's: v0.17.1 requeues inadmissible Workloads when quota frees (finish, eviction, "
-    "delete: workload_controller.go Update -> QueueAssociatedInadmissibleWorkloadsAfter), "
-    "not on an admission (Pending -> QuotaReserved only moves the Workload into the cache). "
-    "To fix: ClusterState.fork keeps parked Workloads parked"))
 def test_fair_sharing_a_bounded_eta_is_the_live_start_after_a_share_rise() -> None:
+    """breaker7: p0 is parked (no fair-sharing victim while cq2 holds only p2); p3's
+    admission later in the same cycle raises cq2's share without requeueing p0 (Kueue
+    v0.17.1 requeues inadmissible Workloads when quota frees, not on an admission). The
+    ETA's fork re-evaluated parked Workloads and preempted p2 at once (ETA now); the live
+    core starts p0 at p2's end (+30 s). The fork keeps them parked."""
     specs = [cluster_queue("cq0").cohort("co").flavor("f0", cpu=6).flavor("f1", cpu=2)
              .preemption(reclaim="Any").build(),
              cluster_queue("cq1").flavor("f0", cpu=0).flavor("f1", cpu=0).build(),
