@@ -27,6 +27,9 @@ order):
 * ``victim_fresh``: the victim got its quota at most ``--fresh`` seconds before (second
   resolution of lastTransitionTime);
 * ``victim_again``: the victim had been evicted before;
+* ``victim_after_preemptor``: the victim got its quota after the preemptor (of higher
+  priority) was created (watch arrival times): admitted while the preemptor already
+  waited, or before the controller had seen it;
 * ``preemptor_not_admitted``: the preemptor was never admitted afterwards;
 * else ``plain``.
 Also the reason split (InClusterQueue / InCohortReclamation / ...), classes of victim and
@@ -45,7 +48,9 @@ from typing import Any
 
 UID_RE = re.compile(r"UID: ([0-9a-f-]{36})")
 FLAGS = ("fit_by_borrowing", "excess_victim", "repeat_round", "concurrent_cohort",
-         "victim_fresh", "victim_again", "preemptor_not_admitted")
+         "victim_fresh", "victim_again", "victim_after_preemptor", "preemptor_not_admitted")
+# Seconds from the first Workload event: when in the run the evictions happen.
+WHEN = ((10.0, "0-10s"), (60.0, "10-60s"), (float("inf"), "60s+"))
 
 
 def ts(v: str | None) -> float | None:
@@ -97,8 +102,13 @@ def analyse(run_dir: Path, nominal: int, borrowing_limit: int, round_gap: int,
     evictions: list[dict[str, Any]] = []
     cq_count: Counter[str] = Counter()
     seq = 0
-    for _t, ev in events(run_dir / "workloads.jsonl"):
+    first_t: float | None = None
+    seen_at: dict[str, float] = {}  # uid -> watch arrival of its first event
+    held_at: dict[str, float] = {}  # uid -> watch arrival of its latest admission
+    for t, ev in events(run_dir / "workloads.jsonl"):
         seq += 1
+        if t is not None:
+            first_t = t if first_t is None else first_t
         obj = ev["object"]
         md = obj["metadata"]
         uid = md["uid"]
@@ -111,6 +121,8 @@ def analyse(run_dir: Path, nominal: int, borrowing_limit: int, round_gap: int,
                          "prio": obj["spec"].get("priority", 0), "req": cpu(obj),
                          "evicted": 0}
             cq_count[cq] += 0
+            if t is not None:
+                seen_at[uid] = t
         wi = info[uid]
         # eviction (before applying this event's usage change: a victim holds its quota
         # until its owner clears the admission)
@@ -129,6 +141,8 @@ def analyse(run_dir: Path, nominal: int, borrowing_limit: int, round_gap: int,
                     "victim_reserved_at": ts(qr.get("lastTransitionTime"))
                     if qr.get("status") == "True" else None,
                     "victim_evicted_before": wi["evicted"],
+                    "victim_held_at": held_at.get(uid),
+                    "t": None if t is None or first_t is None else t - first_t,
                     "usage": dict(usage),
                 })
                 wi["evicted"] += 1
@@ -138,6 +152,8 @@ def analyse(run_dir: Path, nominal: int, borrowing_limit: int, round_gap: int,
         if hold and uid not in holds:
             holds[uid] = (cq, wi["req"])
             usage[cq] += wi["req"]
+            if t is not None:
+                held_at[uid] = t
             admitted_after[uid].append(seq)
         elif not hold and uid in holds:
             c, r = holds.pop(uid)
@@ -161,7 +177,10 @@ def analyse(run_dir: Path, nominal: int, borrowing_limit: int, round_gap: int,
     flags_count: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
     pairs: Counter[str] = Counter()
+    when: Counter[str] = Counter()
     for e in evictions:
+        if e["t"] is not None:
+            when[next(name for edge, name in WHEN if e["t"] < edge)] += 1
         p = info.get(e["preemptor"] or "", {})
         v = info[e["victim"]]
         reasons[e["reason"]] += 1
@@ -192,6 +211,10 @@ def analyse(run_dir: Path, nominal: int, borrowing_limit: int, round_gap: int,
             flags.add("victim_fresh")
         if e["victim_evicted_before"]:
             flags.add("victim_again")
+        created = seen_at.get(e["preemptor"] or "")
+        if created is not None and e["victim_held_at"] is not None \
+                and e["victim_held_at"] > created:
+            flags.add("victim_after_preemptor")
         for f in flags:
             flags_count[f] += 1
         out_classes[next((f for f in FLAGS if f in flags), "plain")] += 1
@@ -200,7 +223,7 @@ def analyse(run_dir: Path, nominal: int, borrowing_limit: int, round_gap: int,
     return {"run": run_dir.name, "workloads": len(info), "evictions": len(evictions),
             "preemptors": len(by_preemptor), "reasons": dict(reasons),
             "primary_class": dict(out_classes), "flags": dict(flags_count),
-            "pairs": dict(pairs.most_common()),
+            "pairs": dict(pairs.most_common()), "when": dict(when),
             "victims_per_preemptor": dict(sorted(victims.items())),
             "rounds_per_preemptor": dict(sorted(rounds.items())),
             "evicted_more_than_once": sum(1 for w in info.values() if w["evicted"] > 1)}
@@ -222,7 +245,7 @@ def main() -> None:
     print("".ljust(34) + "".join(r["run"].rjust(width) for r in res))
     for k in keys:
         print(k.ljust(34) + "".join(str(r[k]).rjust(width) for r in res))
-    for group in ("reasons", "primary_class", "flags", "victims_per_preemptor",
+    for group in ("when", "reasons", "primary_class", "flags", "victims_per_preemptor",
                   "rounds_per_preemptor", "pairs"):
         names = sorted({n for r in res for n in r[group]}, key=str)
         print(f"-- {group}")

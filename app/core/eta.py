@@ -120,12 +120,17 @@ class RuntimeModel:
     long a run that has lasted ``elapsed`` seconds will still last, with its source. The
     median is weighted by recency: the i-th newest sample weighs ``0.5 ** (i / half_life)``,
     so a queue whose jobs got longer is followed within about ``half_life`` runs; at most
-    ``max_samples`` per key are kept (memory O(keys x max_samples)).
+    ``max_samples`` per key are kept, and at most ``max_keys`` keys of each kind (shapes,
+    LocalQueues), the least recently observed forgotten first: memory O(max_keys x
+    max_samples) however many shapes tenants submit.
     """
 
-    def __init__(self, *, half_life: float = 16.0, max_samples: int = 64) -> None:
+    def __init__(self, *, half_life: float = 16.0, max_samples: int = 64,
+                 max_keys: int = 4096) -> None:
         self.half_life = half_life
         self.max_samples = max_samples
+        self.max_keys = max_keys
+        # Insertion order = observation order (an observed key moves to the end).
         self._by_shape: dict[tuple[str, tuple[object, ...]], list[float]] = {}
         self._by_lq: dict[str, list[float]] = {}
 
@@ -135,10 +140,13 @@ class RuntimeModel:
             return
         lq = f"{wl.namespace}/{wl.queue_name}"
         for store, key in ((self._by_shape, (lq, shape_key(wl))), (self._by_lq, lq)):
-            samples = store.setdefault(key, [])  # type: ignore[attr-defined]
+            samples = store.pop(key, None) or []  # type: ignore[attr-defined]
+            store[key] = samples  # type: ignore[index]
             samples.append(float(seconds))
             if len(samples) > self.max_samples:
                 del samples[0]
+            if len(store) > self.max_keys:
+                del store[next(iter(store))]  # type: ignore[arg-type]
 
     def samples(self, wl: Workload) -> list[float]:
         """The samples used for ``wl``, oldest first: its shape's, else its LocalQueue's."""

@@ -93,6 +93,22 @@ def test_a_learned_runtime_makes_the_eta_estimated():
     assert etas["y"] == Eta(T + 2400, ESTIMATED, "maximumExecutionTimeSeconds+learned")
 
 
+def test_runtime_memory_is_bounded_however_many_shapes_are_submitted():
+    # A tenant submitting a new shape per Workload (1001m, 1002m, ... CPU) keeps at most
+    # max_keys shapes; the least recently observed go first, a recently observed one stays.
+    model = RuntimeModel(max_keys=8)
+    kept = workload("kept").cq("gpu").pods(1, gpu=1).build()
+    model.observe(kept, 100)
+    for i in range(50):
+        model.observe(workload(f"w{i}").cq("gpu").pods(1, cpu=f"{1001 + i}m").build(), 10)
+        if i % 4 == 0:
+            model.observe(kept, 100)
+    assert len(model._by_shape) == 8 and len(model._by_lq) == 1
+    assert model.samples(kept) == [100.0] * 14
+    first = workload("w0").cq("gpu").pods(1, cpu="1001m").build()
+    assert model.samples(first) == next(iter(model._by_lq.values()))  # shape forgotten
+
+
 def test_a_run_with_no_known_end_makes_what_needs_its_gpus_unknown():
     # b (3 GPUs) has no limit and nothing was learned: x (2 GPUs) can only start with b's.
     sim = _four_gpus(workload("a").pods(1, gpu=1).limit(600), workload("b").pods(1, gpu=3))
