@@ -194,6 +194,7 @@ class SchedulerLoop:
         self.admitted = 0
         self.forgotten = 0
         self.evictions = 0
+        self.evictions_dropped = 0  # not written: their preemptor no longer waited
         self.pending_writes = 0
         self._sem = asyncio.Semaphore(max_inflight)
         self._locks: dict[str, asyncio.Lock] = {}
@@ -961,6 +962,9 @@ class SchedulerLoop:
                     if is_evicted(obj):
                         ok = True
                         break
+                    if d is not None and not self._still_preempting(d):
+                        self.evictions_dropped += 1
+                        break
                     body = with_eviction(obj, reason, message, ctx.clock(),
                                          preempted_reason=victim.reason if victim else None,
                                          requeue_state=requeue_state)
@@ -987,6 +991,15 @@ class SchedulerLoop:
             return False
         self.jobs.notify(ctx.store(WL).get(key), str(key))
         return True
+
+    def _still_preempting(self, d: Preempt) -> bool:
+        """Whether ``d``'s preemptor still waits for the room its victims free: not when it
+        was admitted meanwhile (quota freed by others while this write waited for the
+        write slots, e.g. at a low client QPS), finished or deleted. Kueue v0.17.1 issues a
+        cycle's preemptions before its next cycle, so it has no such window; an eviction
+        whose preemptor no longer waits would only throw the victim's work away."""
+        info = self.cluster.workload(d.preemptor)
+        return info is not None and info.state == "pending"
 
     def _count_eviction(self, wl: Obj, reason: str, victim: Victim | None,
                         d: Preempt | None) -> None:
