@@ -52,6 +52,9 @@ class Browser:
              f"--user-data-dir={self._profile.name}", f"--window-size={width},{height}",
              "about:blank"],
             stdout=subprocess.DEVNULL, stderr=self._log.open("w"),
+            # Its singleton socket directory goes under TMPDIR: inside the profile, it is
+            # removed with it instead of piling up in /tmp run after run.
+            env={**os.environ, "TMPDIR": self._profile.name},
             start_new_session=True)  # its helpers share the group: close() stops them all
         browser_ws = self._devtools_url()
         port = re.search(r":(\d+)/", browser_ws).group(1)  # type: ignore[union-attr]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from tests.conformance.support import Target, cond
 from tests.labfixture import wait_for
 
@@ -101,3 +103,43 @@ def test_inactive_queues_hold_workloads_and_say_why(target: Target) -> None:
     w = s.stays_pending("w2")
     assert cond(w, "QuotaReserved")["reason"] == target.pending_reason("cq-missing"), \
         w["status"]
+
+
+@pytest.mark.make_test
+def test_a_high_priority_arrival_into_a_full_cohort_evicts_queue_mates_and_a_borrower(
+        target: Target) -> None:
+    """The preemption behind most of the side-by-side run's evictions (issue 16; Kueue's
+    performance generator: small and medium Workloads fill the cohort, then a large one of
+    higher priority arrives in a ClusterQueue that holds some of them). Kueue v0.17.1's
+    classical preemption (preemption.go): the preemptor's queue is below its nominal quota and
+    borrowWithinCohort is unset, so the only attempt is without borrowing; candidates are
+    tried other ClusterQueues' borrowers first, then lower priority, then the most recently
+    admitted; a candidate whose ClusterQueue no longer borrows is skipped; then the targets are
+    filled back where the preemptor still fits. Here: the borrower's newest Workload and both
+    of the preemptor's queue-mates go; the borrower's older Workload and the third queue's
+    stay."""
+    s = target.scope("fullcohort")
+    f = s.flavor("default")
+    for cq in ("a", "b", "c"):
+        s.cluster_queue(cq, [(f, {"cpu": {"nominalQuota": "4", "borrowingLimit": "20"}})],
+                        cohort="co", within="LowerPriority", reclaim="Any")
+    for name in ("a-s1", "a-s2"):
+        s.workload(name, "a", {"cpu": "1"}, priority=50)
+        s.admitted(name)
+    s.workload("b1", "b", {"cpu": "4"}, priority=50)
+    s.admitted("b1")
+    time.sleep(1.1)  # reservation times are whole seconds: b2 is the more recent
+    s.workload("b2", "b", {"cpu": "3"}, priority=50)  # borrows 3 of a's and c's idle quota
+    s.admitted("b2")
+    s.workload("c1", "c", {"cpu": "3"}, priority=50)
+    s.admitted("c1")
+    s.reserved("b", f, "cpu", 7000, 3000)  # the cohort: 2 + 7 + 3 = 12 of 12
+    s.workload("large", "a", {"cpu": "4"}, priority=200)
+    s.preempted("b2", "InCohortReclamation")
+    for name in ("a-s1", "a-s2"):
+        s.preempted(name, "InClusterQueue")
+    s.admitted("large")
+    s.stays_admitted("b1", "c1")
+    s.pending("b2")  # 3 more would need 15 of 12; one of a's small ones may borrow the last 1
+    s.reserved("b", f, "cpu", 4000, 0)
+    s.reserved("c", f, "cpu", 3000, 0)
