@@ -123,6 +123,11 @@ class SchedulingSettings(BaseModel):
     # its ETA tail change, at most this often per Workload (seconds; the newest text is
     # written when the interval ends). 0 = every change, as before issue 16.
     pending_message_refresh_seconds: float = Field(60.0, ge=0)
+    # A new pending Workload's first QuotaReserved=False message waits up to this long
+    # (seconds) for its ETA when its cohort's ETA run may start at once (a quiet cohort), so
+    # that the message carries "expected start in ~T" from the start instead of gaining it at
+    # the next refresh, pending_message_refresh_seconds later. 0 = written at once.
+    pending_message_eta_grace_seconds: float = Field(1.0, ge=0)
     # Project arrivals into the ETA (app.core.eta.ArrivalModel): the rate of each class
     # (LocalQueue, priority, shape) over this many seconds of past arrivals, each stream
     # projected for as long as it has gone on (a gap longer than this window ends it), only

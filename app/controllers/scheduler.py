@@ -229,6 +229,8 @@ class SchedulerLoop:
         self._evented: dict[WorkloadKey, tuple[str, str]] = {}
         self._pending_written: dict[WorkloadKey, float] = {}
         self._deferred: dict[WorkloadKey, float] = {}
+        # When the core first said each Workload is pending (its first message's ETA grace).
+        self._pending_since: dict[WorkloadKey, float] = {}
         self.eta_message_refreshes = 0
         # ClusterQueues where a Workload became pending since their ETA run: the refresher
         # computes them as soon as the board allows (``refresh_eta_arrivals``), woken by
@@ -542,10 +544,11 @@ class SchedulerLoop:
             for v in d.victims:
                 self._spawn(self._evict(v.workload, "Preempted", v.message, v, d))
         elif isinstance(d, Pending):
-            if d.workload not in self._core_pending and d.cluster_queue is not None \
-                    and self.eta is not None:
-                self._eta_arrived.add(d.cluster_queue)  # new here: its ETA soon
-                self._eta_kick.set()
+            if d.workload not in self._core_pending:
+                self._pending_since.setdefault(d.workload, self.ctx.clock())
+                if d.cluster_queue is not None and self.eta is not None:
+                    self._eta_arrived.add(d.cluster_queue)  # new here: its ETA soon
+                    self._eta_kick.set()
             self._core_pending[d.workload] = d
             self._pending[d.workload] = d
             self._pending_kick.set()
@@ -624,6 +627,7 @@ class SchedulerLoop:
         self._evented.pop(key, None)
         self._pending_written.pop(key, None)
         self._deferred.pop(key, None)
+        self._pending_since.pop(key, None)
 
     def _learn_runtime(self, key: WorkloadKey, obj: Obj) -> None:
         """Teach the ETA's RuntimeModel how long ``key`` ran: QuotaReserved=True to
@@ -1076,6 +1080,25 @@ class SchedulerLoop:
                 n += 1
         return n
 
+    def _await_first_eta(self, key: WorkloadKey, d: Pending, obj: Obj, now: float) -> bool:
+        """Hold back ``key``'s first QuotaReserved=False message (none written yet) for at
+        most ``pending_message_eta_grace_seconds`` after it became pending, when its cohort's
+        ETA run may start now: the refresher then queues the message again with its ETA tail
+        (``refresh_eta_messages``), or the grace ends and it is written without. Returns
+        whether it was held back. Not for a cohort whose run must wait for
+        ``eta_min_interval_seconds`` (a burst): its messages go out at once, as before."""
+        grace = self.ctx.settings.scheduling.pending_message_eta_grace_seconds
+        since = self._pending_since.get(key)
+        current = condition(obj, QUOTA_RESERVED)
+        if self.eta is None or grace <= 0 or since is None or now >= since + grace \
+                or d.cluster_queue is None or d.cluster_queue not in self._eta_arrived \
+                or (current is not None and current.get("status") == "False"):
+            return False
+        if self.eta.due_at(self.cluster, d.cluster_queue, now) != now:
+            return False
+        self._deferred[key] = since + grace
+        return True
+
     async def _write_pending(self, key: WorkloadKey, d: Pending) -> None:
         """QuotaReserved=False for ``d``: written at once when it changes the condition
         materially, a refresh (numbers, ETA tail) at most every
@@ -1096,6 +1119,8 @@ class SchedulerLoop:
         body, changed = with_pending(obj, reason, message, now, queued=queued)
         if not changed:
             self._deferred.pop(key, None)
+            return
+        if not tail and queued and self._await_first_eta(key, d, obj, now):
             return
         if pending_change(condition(obj, QUOTA_RESERVED), reason, message) == REFRESH:
             due = self._pending_written.get(key, -math.inf) \

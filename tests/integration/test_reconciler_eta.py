@@ -43,9 +43,9 @@ def test_pending_message_carries_position_and_eta_and_is_written_once(rlab: LabH
         text = wait_for(lambda: (m := message()).endswith(
             "; position 1, expected start in ~5m") and m, 30, "the ETA in the message")
         assert "insufficient unused quota for cpu" in text
-        # The first message went out without the tail; the tail, found by a refresh within
-        # 5 s of that write, was held back until the 5 s had passed, then written (unless a
-        # refresh came between the decision and its first write: then one write said all).
+        # The first message waited for the cohort's ETA run (pending_message_eta_grace_seconds,
+        # the cohort quiet): one write said all. Had the run come after the grace, the tail
+        # would have been held back until 5 s after the first write, then written.
         writes = mt.on_loop(lambda m: m.scheduler.pending_writes)
         assert mt.on_loop(lambda m: m.scheduler.pending_deferred) >= 1 or writes == 1
         # Refreshing again with the same rounded text queues nothing, writes nothing.

@@ -53,6 +53,7 @@ def _loop(refresh_seconds: float = 0.0, *, strict: bool = True, **scheduling: An
     ctx = SimpleNamespace(
         settings=Settings(controllers_enabled=False,
                           scheduling={"pending_message_refresh_seconds": refresh_seconds,
+                                      "pending_message_eta_grace_seconds": 0.0,
                                       **scheduling}),
         client=FakeClient(),
         store=lambda kind: store, clock=lambda: clock[0], may_write=True, inflight=set(),
@@ -106,6 +107,52 @@ async def test_eta_tail_is_written_when_its_rounded_text_changes_and_events_stay
     await _flush(loop)
     assert _message(ctx) == f"{core}; position 1, expected start in ~4m"
     assert len(ctx.client.writes) == 3 and ctx.events == [core]
+
+
+async def test_the_first_message_waits_briefly_for_its_eta_and_carries_it() -> None:
+    # A quiet cohort (no ETA run yet): x's first message is held back for the grace, the
+    # refresher's run then queues it with its tail: one write, one Event.
+    loop, ctx, sim = _loop(pending_message_eta_grace_seconds=1.0)
+    d = next(d for d in sim.c.schedule(T + 60) if isinstance(d, Pending))
+    loop.apply(d)
+    await _flush(loop)
+    assert ctx.client.writes == [] and loop._next_deferred() == 1.0  # noqa: SLF001
+    assert loop.refresh_eta_messages() == 1
+    await _flush(loop)
+    assert _message(ctx) == f"{d.message}; position 1, expected start in ~10m"
+    assert len(ctx.client.writes) == 1 and ctx.events == [d.message]
+
+
+async def test_the_first_message_goes_out_without_an_eta_when_the_grace_ends() -> None:
+    loop, ctx, sim = _loop(pending_message_eta_grace_seconds=1.0)
+    d = next(d for d in sim.c.schedule(T + 60) if isinstance(d, Pending))
+    loop.apply(d)
+    await _flush(loop)
+    assert ctx.client.writes == []
+    ctx.set_clock(T + 60.5)
+    assert loop.requeue_deferred() == 0  # not due yet
+    ctx.set_clock(T + 61.0)
+    assert loop.requeue_deferred() == 1
+    await _flush(loop)
+    assert _message(ctx) == d.message and len(ctx.client.writes) == 1
+
+
+async def test_the_first_message_is_not_held_when_the_cohorts_eta_must_wait() -> None:
+    # The cohort's run was computed a second ago: the next may start only after
+    # eta_min_interval_seconds, so a newcomer's first message goes out at once, without.
+    loop, ctx, sim = _loop(strict=False, pending_message_eta_grace_seconds=1.0)
+    d = next(d for d in sim.c.schedule(T + 60) if isinstance(d, Pending))
+    loop.apply(d)
+    await _flush(loop)
+    assert loop.refresh_eta_messages() == 1
+    await _flush(loop)
+    ctx.set_clock(T + 61)
+    sim.c.add_workload(workload("y").cq("gpu").pods(1, gpu=1).limit(60).build(creation=T + 61))
+    ctx.store(None).put({"metadata": {"namespace": "ns", "name": "y"}, "spec": {}, "status": {}})
+    dy = next(x for x in sim.c.schedule(T + 61) if isinstance(x, Pending) and x.workload == "ns/y")
+    loop.apply(dy)
+    await _flush(loop)
+    assert _message(ctx) == dy.message and len(ctx.client.writes) == 2
 
 
 def test_eta_suffix_names_only_the_first_positions_and_leaves_out_unknown() -> None:
