@@ -96,5 +96,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
     dashboard.mount_static(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.server.max_body_bytes,
-                       body_timeout=settings.server.body_timeout_seconds)
+                       body_timeout=settings.server.body_timeout_seconds,
+                       in_flight_bytes=settings.server.max_body_bytes_in_flight)
     return app

@@ -10,6 +10,16 @@
   (``Settings.server.body_timeout_seconds``) gets HTTP 408 and the connection is closed, so a
   client sending 1 byte every 10 s cannot hold a connection and a task. (The header read
   timeout is in ``app.serving``: uvicorn has none.)
+- **bodies in flight** (memory across requests): the bytes of every body being read or
+  handled at once, beyond the first ``FREE_BYTES_PER_REQUEST`` (64 KiB) of each, stay under
+  ``in_flight_bytes`` (``Settings.server.max_body_bytes_in_flight``); a body that would pass
+  it gets HTTP 503 with ``Retry-After: 1`` and the connection is closed. Without it anyone
+  reaching the port could hold ``limit_concurrency`` x ``max_body_bytes`` (2 GiB) in memory:
+  100 unauthenticated webhook POSTs of 8 MiB, each one byte short, took `pykueue serve` from
+  117 MiB to 1.1 GiB RSS (breaker8), past the Deployment's 512 MiB limit. A body is charged
+  as it arrives (and by its ``Content-Length`` up front) and released when its request ends.
+  Reviews of ordinary objects fit in the free part, so a flood of large bodies does not
+  refuse them.
 - **disconnect**: a client that goes away before its body is complete is logged in one INFO
   line, not a traceback; nothing is answered (nobody is listening).
 
@@ -34,6 +44,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 log = logging.getLogger(__name__)
 
+FREE_BYTES_PER_REQUEST = 64 * 1024  # of each body, not charged to the in-flight budget
+
 
 class BodyTooLarge(BaseException):  # noqa: N818 - not an Exception: handlers must not swallow it
     """The body passed ``max_bytes`` (answered 413)."""
@@ -41,6 +53,10 @@ class BodyTooLarge(BaseException):  # noqa: N818 - not an Exception: handlers mu
 
 class BodyTimeout(BaseException):  # noqa: N818
     """The body was not complete within ``body_timeout`` seconds (answered 408)."""
+
+
+class BodyOverBudget(BaseException):  # noqa: N818
+    """Bodies in flight would pass ``in_flight_bytes`` (answered 503)."""
 
 
 class ClientGone(BaseException):  # noqa: N818
@@ -53,21 +69,39 @@ def _client(scope: Scope) -> str:
 
 
 class BodyLimitMiddleware:
-    """Bound HTTP request bodies by ``max_bytes`` (bytes, 413) and ``body_timeout`` (seconds
-    after the headers, 408; None: no limit), and log a client that disconnects mid-body in one
-    line (see the module doc)."""
+    """Bound HTTP request bodies by ``max_bytes`` (bytes, 413), ``body_timeout`` (seconds
+    after the headers, 408; None: no limit) and, together, by ``in_flight_bytes`` (bytes
+    beyond the first 64 KiB of each, 503; None: no limit), and log a client that disconnects
+    mid-body in one line (see the module doc)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, body_timeout: float | None = None) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, body_timeout: float | None = None,
+                 in_flight_bytes: int | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.body_timeout = body_timeout
+        self.in_flight_bytes = in_flight_bytes
+        self.charged = 0  # bytes charged by the requests now running (one event loop)
 
-    async def _answer(self, send: Send, status: int, detail: str, close: bool = False) -> None:
+    def _charge(self, held: int, wanted: int) -> int:
+        """Raise this request's charge from ``held`` to ``wanted`` bytes (beyond its free
+        part); the new charge, or ``BodyOverBudget`` (nothing changed) past the budget."""
+        wanted = max(held, wanted - FREE_BYTES_PER_REQUEST)
+        if self.in_flight_bytes is None or wanted == held:
+            return held
+        if self.charged - held + wanted > self.in_flight_bytes:
+            raise BodyOverBudget
+        self.charged += wanted - held
+        return wanted
+
+    async def _answer(self, send: Send, status: int, detail: str, close: bool = False,
+                      retry_after: bool = False) -> None:
         body = json.dumps({"detail": detail}).encode()
         headers = [(b"content-type", b"application/json"),
                    (b"content-length", str(len(body)).encode())]
         if close:  # the rest of the body may still be on its way: do not read it as a request
             headers.append((b"connection", b"close"))
+        if retry_after:
+            headers.append((b"retry-after", b"1"))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -76,23 +110,25 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         too_big = f"request body larger than {self.max_bytes} bytes"
+        announced = 0
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
-                    over = int(value) > self.max_bytes
+                    announced = int(value)
                 except ValueError:
-                    over = False
-                if over:
+                    announced = 0
+                if announced > self.max_bytes:
                     await self._answer(send, 413, too_big)
                     return
         loop = asyncio.get_running_loop()
         deadline = None if self.body_timeout is None else loop.time() + self.body_timeout
         seen = 0
+        held = 0  # this request's share of self.charged
         complete = False
         started = False
 
         async def limited_receive() -> Message:
-            nonlocal seen, complete
+            nonlocal seen, complete, held
             if complete or deadline is None:
                 message = await receive()
             else:
@@ -104,6 +140,7 @@ class BodyLimitMiddleware:
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
                     raise BodyTooLarge
+                held = self._charge(held, seen)
                 complete = complete or not message.get("more_body", False)
             elif message["type"] == "http.disconnect" and not complete:
                 raise ClientGone
@@ -116,10 +153,18 @@ class BodyLimitMiddleware:
             await send(message)
 
         try:
+            held = self._charge(held, announced)
             await self.app(scope, limited_receive, tracking_send)
         except BodyTooLarge:
             if not started:
                 await self._answer(send, 413, too_big)
+        except BodyOverBudget:
+            log.info("%s %s from %s: request bodies in flight would pass %d bytes: 503",
+                     scope.get("method"), scope.get("path"), _client(scope),
+                     self.in_flight_bytes)
+            if not started:
+                await self._answer(send, 503, "too many request bodies in flight; retry "
+                                              "later", close=True, retry_after=True)
         except BodyTimeout:
             log.info("%s %s from %s: body not complete within %gs (%d bytes read): 408",
                      scope.get("method"), scope.get("path"), _client(scope), self.body_timeout,
@@ -130,3 +175,5 @@ class BodyLimitMiddleware:
         except ClientGone:
             log.info("%s %s from %s: client disconnected after %d bytes of its body",
                      scope.get("method"), scope.get("path"), _client(scope), seen)
+        finally:
+            self.charged -= held
