@@ -39,6 +39,18 @@ class ServerSettings(BaseModel):
     ca_file: Path = Path("certs/out/ca.crt")
     # Request bodies above this many bytes get HTTP 413 (the API server sends at most ~3 MiB).
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    # All request bodies being read or handled at once, beyond the first 64 KiB of each
+    # (app/api/limits.py): past this many bytes a body gets HTTP 503 with Retry-After, so
+    # limit_concurrency bodies of max_body_bytes (2 GiB) cannot be held in memory at once
+    # (the Deployment's limit is 512 MiB). Admission reviews of ordinary objects fit the
+    # free 64 KiB and are never refused by it.
+    max_body_bytes_in_flight: int = Field(24 * 1024 * 1024, ge=1024)
+    # Webhook bodies over 64 KiB are parsed and judged one at a time and, together, in at most
+    # this share of the event loop's time (app/api/limits.py LoopShare); one that would wait
+    # more than large_body_max_wait_seconds for its turn gets HTTP 503 (kube-apiserver gives
+    # a webhook timeoutSeconds, 5 s in manifests/webhook). Ordinary reviews are not paced.
+    large_body_loop_share: float = Field(0.25, gt=0, le=1)
+    large_body_max_wait_seconds: float = Field(2.0, gt=0)
     # Slow clients (issue 14 item 6; app/serving.py): request headers must be complete this
     # many seconds after the connection (or the request's first byte), the body this many
     # seconds after the headers (else 408), idle kept-alive connections close after

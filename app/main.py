@@ -17,7 +17,7 @@ from fastapi import FastAPI
 from app.api import dashboard, extender, health, status, webhook
 from app.api.access import CachedAccessReviewer, ClientLimiter, KubeAccessReviewer
 from app.api.health import metrics_registry
-from app.api.limits import BodyLimitMiddleware
+from app.api.limits import BodyLimitMiddleware, LoopShare
 from app.config import Settings
 from app.controllers.metrics import install as install_metrics
 from app.controllers.metrics import replica_role
@@ -84,6 +84,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   openapi_url="/openapi.json" if docs else None,
                   docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None)
     app.state.settings = settings
+    app.state.large_body_pacer = LoopShare(settings.server.large_body_loop_share,
+                                           settings.server.large_body_max_wait_seconds)
     # Queue metrics (app.controllers.metrics): gauges read app.state.cluster at scrape time;
     # the recorder is for the reconciler's counters.
     app.state.metrics_recorder = install_metrics(
@@ -96,5 +98,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
     dashboard.mount_static(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.server.max_body_bytes,
-                       body_timeout=settings.server.body_timeout_seconds)
+                       body_timeout=settings.server.body_timeout_seconds,
+                       in_flight_bytes=settings.server.max_body_bytes_in_flight)
     return app

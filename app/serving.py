@@ -16,7 +16,13 @@
   Idle kept-alive connections are closed by uvicorn after ``server.keep_alive_seconds``.
   The body read timeout is ASGI middleware (``app.api.limits.BodyLimitMiddleware``).
 - **Concurrency**: past ``server.limit_concurrency`` open connections or running requests
-  uvicorn answers 503.
+  uvicorn answers 503. Idle connections (no request under way: after the handshake, while
+  headers trickle in, or kept alive between requests) do not get to hold those slots: once
+  the open connections come within ``IDLE_HEADROOM`` of the limit, each new connection closes
+  the longest-idle ones to keep that headroom. Without it (breaker8) 300 anonymous clients
+  that only opened TLS connections, reconnecting when closed, held all 256 slots for as long
+  as they liked: every webhook call got 503 (labelled Job creation refused cluster-wide, fail
+  closed), the extender too, and ``/healthz`` (the liveness probe) 503.
 - **Peer certificate to the app**: the ASGI TLS extension (``scope["extensions"]["tls"]``,
   asgiref's "TLS extension": ``client_cert_chain`` PEM list, ``client_cert_name`` RFC 4514,
   ``tls_version``) is filled per connection, since uvicorn does not provide it.
@@ -43,6 +49,9 @@ log = logging.getLogger(__name__)
 # ECDHE key exchange, AEAD only (Mozilla's "intermediate" TLS 1.2 list is this set).
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 _TLS_VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}
+
+# Connections kept free for newcomers below ``limit_concurrency`` (at most a quarter of it).
+IDLE_HEADROOM = 16
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
@@ -108,19 +117,24 @@ def guarded_protocol(header_timeout: float,
     """uvicorn's HTTP protocol class ``base`` with a header read timeout (seconds) and the
     ASGI TLS extension (see the module doc)."""
     proto: Any = base
+    _evicted = [0, float("-inf")]  # idle connections closed since the last log line, its time
 
     class GuardedHTTPProtocol(proto):  # type: ignore[misc, valid-type]
         _pk_timer: asyncio.TimerHandle | None = None
         _pk_seen: Any = None
+        _pk_last = 0.0  # loop time of the connection or of its last bytes
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            self._pk_last = self.loop.time()
             self._pk_arm()  # idle after the handshake counts as waiting for headers
+            self._pk_make_room()
             tls = tls_extension(transport)
             if tls is not None:
                 self.app = _with_tls(self.app, tls)
 
         def data_received(self, data: bytes) -> None:
+            self._pk_last = self.loop.time()
             if self._pk_timer is None and (self.cycle is None or self.cycle.response_complete):
                 self._pk_arm()  # first bytes of the next request on a kept-alive connection
             super().data_received(data)
@@ -131,6 +145,37 @@ def guarded_protocol(header_timeout: float,
         def connection_lost(self, exc: Exception | None) -> None:
             self._pk_disarm()
             super().connection_lost(exc)
+
+        def _pk_idle(self) -> bool:
+            """No request under way and nothing left to write."""
+            cycle = getattr(self, "cycle", None)
+            return (cycle is None or bool(cycle.response_complete)) \
+                and not self.transport.is_closing() \
+                and self.transport.get_write_buffer_size() == 0
+
+        def _pk_make_room(self) -> None:
+            """Close the longest-idle other connections so that ``IDLE_HEADROOM`` slots
+            below ``limit_concurrency`` stay free (see the module doc)."""
+            limit = self.limit_concurrency
+            if limit is None:
+                return
+            excess = len(self.connections) - (limit - min(IDLE_HEADROOM, max(1, limit // 4)))
+            if excess <= 0:
+                return
+            idle = sorted((p for p in self.connections
+                           if p is not self and getattr(p, "_pk_idle", lambda: False)()),
+                          key=lambda p: getattr(p, "_pk_last", 0.0))
+            for p in idle[:excess]:
+                # abort, not close: a TLS close waits up to 30 s for the peer's close_notify,
+                # and the slot stays taken until connection_lost.
+                p.transport.abort()
+            _evicted[0] += len(idle[:excess])
+            now = self.loop.time()
+            if now - _evicted[1] >= 10:  # one line per 10 s: a flood must not flood the log
+                log.info("closed %d idle connections to keep %d of %d slots free (%d open)",
+                         _evicted[0], min(IDLE_HEADROOM, max(1, limit // 4)), limit,
+                         len(self.connections))
+                _evicted[:] = [0, now]
 
         def _pk_arm(self) -> None:
             self._pk_disarm()

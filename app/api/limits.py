@@ -10,6 +10,19 @@
   (``Settings.server.body_timeout_seconds``) gets HTTP 408 and the connection is closed, so a
   client sending 1 byte every 10 s cannot hold a connection and a task. (The header read
   timeout is in ``app.serving``: uvicorn has none.)
+- **bodies in flight** (memory across requests): the bytes of every body being read or
+  handled at once, beyond the first ``FREE_BYTES_PER_REQUEST`` (64 KiB) of each, stay under
+  ``in_flight_bytes`` (``Settings.server.max_body_bytes_in_flight``); a body that would pass
+  it gets HTTP 503 with ``Retry-After: 1`` and the connection is closed. Without it anyone
+  reaching the port could hold ``limit_concurrency`` x ``max_body_bytes`` (2 GiB) in memory:
+  100 unauthenticated webhook POSTs of 8 MiB, each one byte short, took `pykueue serve` from
+  117 MiB to 1.1 GiB RSS (breaker8), past the Deployment's 512 MiB limit. A body is charged
+  as it arrives (and by its ``Content-Length`` up front) and released when its request ends.
+  Reviews of ordinary objects fit in the free part, so a flood of large bodies does not
+  refuse them.
+- **loop share** (``LoopShare``, used by ``app.api.webhook``): a body over 64 KiB is parsed
+  and judged one at a time and, together, in at most ``Settings.server.large_body_loop_share``
+  of the event loop's time; one that would wait over ``large_body_max_wait_seconds`` gets 503.
 - **disconnect**: a client that goes away before its body is complete is logged in one INFO
   line, not a traceback; nothing is answered (nobody is listening).
 
@@ -22,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -34,6 +48,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 log = logging.getLogger(__name__)
 
+FREE_BYTES_PER_REQUEST = 64 * 1024  # of each body, not charged to the in-flight budget
+
 
 class BodyTooLarge(BaseException):  # noqa: N818 - not an Exception: handlers must not swallow it
     """The body passed ``max_bytes`` (answered 413)."""
@@ -41,6 +57,10 @@ class BodyTooLarge(BaseException):  # noqa: N818 - not an Exception: handlers mu
 
 class BodyTimeout(BaseException):  # noqa: N818
     """The body was not complete within ``body_timeout`` seconds (answered 408)."""
+
+
+class BodyOverBudget(BaseException):  # noqa: N818
+    """Bodies in flight would pass ``in_flight_bytes`` (answered 503)."""
 
 
 class ClientGone(BaseException):  # noqa: N818
@@ -53,21 +73,39 @@ def _client(scope: Scope) -> str:
 
 
 class BodyLimitMiddleware:
-    """Bound HTTP request bodies by ``max_bytes`` (bytes, 413) and ``body_timeout`` (seconds
-    after the headers, 408; None: no limit), and log a client that disconnects mid-body in one
-    line (see the module doc)."""
+    """Bound HTTP request bodies by ``max_bytes`` (bytes, 413), ``body_timeout`` (seconds
+    after the headers, 408; None: no limit) and, together, by ``in_flight_bytes`` (bytes
+    beyond the first 64 KiB of each, 503; None: no limit), and log a client that disconnects
+    mid-body in one line (see the module doc)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, body_timeout: float | None = None) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, body_timeout: float | None = None,
+                 in_flight_bytes: int | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.body_timeout = body_timeout
+        self.in_flight_bytes = in_flight_bytes
+        self.charged = 0  # bytes charged by the requests now running (one event loop)
 
-    async def _answer(self, send: Send, status: int, detail: str, close: bool = False) -> None:
+    def _charge(self, held: int, wanted: int) -> int:
+        """Raise this request's charge from ``held`` to ``wanted`` bytes (beyond its free
+        part); the new charge, or ``BodyOverBudget`` (nothing changed) past the budget."""
+        wanted = max(held, wanted - FREE_BYTES_PER_REQUEST)
+        if self.in_flight_bytes is None or wanted == held:
+            return held
+        if self.charged - held + wanted > self.in_flight_bytes:
+            raise BodyOverBudget
+        self.charged += wanted - held
+        return wanted
+
+    async def _answer(self, send: Send, status: int, detail: str, close: bool = False,
+                      retry_after: bool = False) -> None:
         body = json.dumps({"detail": detail}).encode()
         headers = [(b"content-type", b"application/json"),
                    (b"content-length", str(len(body)).encode())]
         if close:  # the rest of the body may still be on its way: do not read it as a request
             headers.append((b"connection", b"close"))
+        if retry_after:
+            headers.append((b"retry-after", b"1"))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -76,23 +114,25 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         too_big = f"request body larger than {self.max_bytes} bytes"
+        announced = 0
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
-                    over = int(value) > self.max_bytes
+                    announced = int(value)
                 except ValueError:
-                    over = False
-                if over:
+                    announced = 0
+                if announced > self.max_bytes:
                     await self._answer(send, 413, too_big)
                     return
         loop = asyncio.get_running_loop()
         deadline = None if self.body_timeout is None else loop.time() + self.body_timeout
         seen = 0
+        held = 0  # this request's share of self.charged
         complete = False
         started = False
 
         async def limited_receive() -> Message:
-            nonlocal seen, complete
+            nonlocal seen, complete, held
             if complete or deadline is None:
                 message = await receive()
             else:
@@ -104,6 +144,7 @@ class BodyLimitMiddleware:
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
                     raise BodyTooLarge
+                held = self._charge(held, seen)
                 complete = complete or not message.get("more_body", False)
             elif message["type"] == "http.disconnect" and not complete:
                 raise ClientGone
@@ -116,10 +157,18 @@ class BodyLimitMiddleware:
             await send(message)
 
         try:
+            held = self._charge(held, announced)
             await self.app(scope, limited_receive, tracking_send)
         except BodyTooLarge:
             if not started:
                 await self._answer(send, 413, too_big)
+        except BodyOverBudget:
+            log.info("%s %s from %s: request bodies in flight would pass %d bytes: 503",
+                     scope.get("method"), scope.get("path"), _client(scope),
+                     self.in_flight_bytes)
+            if not started:
+                await self._answer(send, 503, "too many request bodies in flight; retry "
+                                              "later", close=True, retry_after=True)
         except BodyTimeout:
             log.info("%s %s from %s: body not complete within %gs (%d bytes read): 408",
                      scope.get("method"), scope.get("path"), _client(scope), self.body_timeout,
@@ -130,3 +179,54 @@ class BodyLimitMiddleware:
         except ClientGone:
             log.info("%s %s from %s: client disconnected after %d bytes of its body",
                      scope.get("method"), scope.get("path"), _client(scope), seen)
+        finally:
+            self.charged -= held
+
+
+class LoopBusy(Exception):  # noqa: N818 - an answer (503), not a failure
+    """A large body would wait longer than ``LoopShare.max_wait`` for its turn."""
+
+
+class LoopShare:
+    """Paces work on a large request body (parse and rules: synchronous, on the event loop the
+    controllers share) so that such work takes at most ``share`` of the loop's time: after
+    one piece that ran ``t`` seconds, the next large body starts no sooner than
+    ``t * (1 / share - 1)`` seconds later, one at a time. A body that would wait more than
+    ``max_wait`` seconds raises ``LoopBusy`` (the caller answers 503).
+
+    Why (breaker8): an AdmissionReview of ~6 MB of small objects costs ~0.7-1 s of the loop
+    and needs no credentials; 12-30 of them in flight ran back to back, delaying a normal
+    Workload's admission from 0.07 s to 7-10 s and the leader's Lease renewal to 9.5 s of its
+    10 s deadline. Paced, one piece still holds the loop for its own duration (bounded by
+    ``max_body_bytes``), but pieces no longer queue up behind each other on the loop. Bodies
+    up to ``FREE_BYTES_PER_REQUEST`` (every ordinary review) are not paced."""
+
+    def __init__(self, share: float, max_wait: float) -> None:
+        self.share = share
+        self.max_wait = max_wait
+        self._lock = asyncio.Lock()
+        self._free_at = 0.0  # loop time before which the next large body does not start
+
+    async def run(self, size: int, work: Callable[[], Any]) -> Any:
+        """``work()``'s result; paced when ``size`` (bytes) is over the free part."""
+        if size <= FREE_BYTES_PER_REQUEST:
+            return work()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.max_wait
+        try:
+            await asyncio.wait_for(self._lock.acquire(), self.max_wait)
+        except TimeoutError:
+            raise LoopBusy from None
+        try:
+            if self._free_at > deadline:
+                raise LoopBusy
+            if self._free_at > loop.time():
+                await asyncio.sleep(self._free_at - loop.time())
+            started = time.perf_counter()
+            try:
+                return work()
+            finally:
+                spent = time.perf_counter() - started
+                self._free_at = loop.time() + spent * (1 / self.share - 1)
+        finally:
+            self._lock.release()

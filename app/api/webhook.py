@@ -52,6 +52,7 @@ from prometheus_client import Histogram
 from pydantic import ValidationError
 
 from app.api.health import metrics_registry
+from app.api.limits import LoopBusy, LoopShare
 from app.integrations import CRD_RULES, managed_kinds
 from app.integrations.crdrules import CrdRules
 from app.integrations.deployment.rules import mutate_deployment, validate_deployment_update
@@ -104,6 +105,7 @@ DENIED = "denied"  # a rule refused it (status 403)
 INVALID = "invalid"  # the review's object could not be read (status 400 inside the review)
 BAD_REQUEST = "bad_request"  # body not JSON / not an AdmissionReview (HTTP 400)
 ERROR = "error"  # unexpected exception (status 500 inside the review, fail closed)
+BUSY = "busy"  # a large body waited too long for its share of the loop (HTTP 503)
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 
@@ -369,7 +371,30 @@ async def _serve(
     request: Request, path: str, decide: Callable[[AdmissionRequest, Any], _Outcome]
 ) -> Response:
     started = time.perf_counter()
-    review, bad = _parse(await request.body())
+    body = await request.body()
+    pacer: LoopShare | None = getattr(request.app.state, "large_body_pacer", None)
+    if pacer is None:
+        return _answer(request, path, decide, body, started)
+    try:
+        # A large body's parse holds the loop the controllers share: paced (breaker8).
+        response: Response = await pacer.run(
+            len(body), lambda: _answer(request, path, decide, body, started))
+    except LoopBusy:
+        elapsed = time.perf_counter() - started
+        request_duration(request.app).labels(path, BUSY).observe(elapsed)
+        logger.info(json.dumps({"event": "admission_review", "path": path, "decision": BUSY,
+                                "code": 503, "bytes": len(body),
+                                "latency_ms": round(elapsed * 1000, 3)}))
+        return Response(json.dumps({"error": "too many large admission reviews; retry later"}),
+                        status_code=503, media_type="application/json",
+                        headers={"Retry-After": "1"})
+    return response
+
+
+def _answer(request: Request, path: str, decide: Callable[[AdmissionRequest, Any], _Outcome],
+            body: bytes, started: float) -> Response:
+    """The response to the review in ``body`` (synchronous: parse, rules, log line)."""
+    review, bad = _parse(body)
     fields: dict[str, Any] = {"path": path}
     if bad is not None:
         decision, code, response = BAD_REQUEST, 400, bad

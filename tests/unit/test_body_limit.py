@@ -43,3 +43,131 @@ async def test_body_under_the_limit_is_handled_normally() -> None:
         h = await c.get("/healthz")
     assert r.status_code == 400  # the webhook's own answer to garbage, not 413
     assert h.status_code == 200
+
+
+def _budget_app(budget: int):
+    settings = Settings(controllers_enabled=False, server=ServerSettings(
+        max_body_bytes=1024 * 1024, max_body_bytes_in_flight=budget))
+    return create_app(settings)
+
+
+async def test_bodies_in_flight_past_the_budget_get_503_and_small_ones_still_pass() -> None:
+    """breaker8: 100 unauthenticated 8 MiB webhook POSTs held one byte short took pykueue to
+    1.1 GiB RSS. Bodies held at once are bounded (beyond 64 KiB each): past the budget a body
+    gets 503 with Retry-After, a small one is still answered, and the budget is given back
+    when the holding request ends."""
+    import asyncio
+
+    from app.api.limits import FREE_BYTES_PER_REQUEST
+
+    app = _budget_app(100_000)
+    transport = httpx.ASGITransport(app=app)
+    release = asyncio.Event()
+    sent = asyncio.Event()
+
+    async def held_body():
+        yield b"a" * (FREE_BYTES_PER_REQUEST + 90_000)  # charges 90,000 of the 100,000
+        sent.set()
+        await release.wait()
+        yield b"a"
+
+    async with httpx.AsyncClient(transport=transport, base_url="https://t") as c:
+        holder = asyncio.create_task(c.post("/mutate-batch-v1-job", content=held_body()))
+        await sent.wait()
+        await asyncio.sleep(0)  # let the app read the first chunk
+        big = await c.post("/validate-batch-v1-job",
+                           content=b"a" * (FREE_BYTES_PER_REQUEST + 20_000))
+        small = await c.post("/validate-batch-v1-job", content=b"not json")
+        release.set()
+        held = await holder
+        again = await c.post("/validate-batch-v1-job",
+                             content=b"a" * (FREE_BYTES_PER_REQUEST + 20_000))
+    assert big.status_code == 503, big.text
+    assert big.headers["retry-after"] == "1" and "in flight" in big.json()["detail"]
+    assert small.status_code == 400  # the webhook's own answer: not charged, not refused
+    assert held.status_code == 400  # the holder was served (its body is not JSON)
+    assert again.status_code == 400  # the budget came back
+
+
+def _large_review(containers: int) -> bytes:
+    """An AdmissionReview of a queued Job with ``containers`` small containers (about 60
+    bytes each on the wire, and costly to parse)."""
+    import json
+
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "x", "namespace": "a",
+                        "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+           "spec": {"suspend": True, "template": {"spec": {"containers": [
+               {"name": f"c{i}", "resources": {"requests": {"cpu": "1"}}}
+               for i in range(containers)]}}}}
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                       "request": {"uid": "u", "operation": "CREATE", "object": job,
+                                   "kind": {"group": "batch", "version": "v1", "kind": "Job"}}
+                       }).encode()
+
+
+async def _longest_gap(app, bodies: list[bytes]) -> tuple[float, list[httpx.Response]]:
+    """Post ``bodies`` at once to the Job mutating webhook; the longest time (s) the event
+    loop went without running a 5 ms ticker meanwhile, and the answers."""
+    import asyncio
+    import time
+
+    longest = 0.0
+    done = False
+
+    async def ticker() -> None:
+        nonlocal longest
+        last = time.monotonic()
+        while not done:
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            longest, last = max(longest, now - last), now
+
+    tick = asyncio.create_task(ticker())
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="https://t", timeout=60) as c:
+        answers = await asyncio.gather(*(c.post("/mutate-batch-v1-job", content=b)
+                                         for b in bodies))
+    done = True
+    await tick
+    return longest, list(answers)
+
+
+def _paced_app(share: float, max_wait: float):
+    return create_app(Settings(controllers_enabled=False, server=ServerSettings(
+        large_body_loop_share=share, large_body_max_wait_seconds=max_wait)))
+
+
+async def test_large_reviews_do_not_hold_the_event_loop_back_to_back() -> None:
+    """breaker8: 12-30 unauthenticated 6 MB reviews in flight ran back to back on the loop the
+    controllers share (admission 0.07 s -> 7-10 s, Lease renewal gap 9.5 s of 10 s). Paced,
+    five at once hold the loop no longer at a stretch than one does, and all are answered."""
+    body = _large_review(20_000)
+    one, _ = await _longest_gap(_paced_app(0.25, 30), [body])
+    five, answers = await _longest_gap(_paced_app(0.25, 30), [body] * 5)
+    assert [r.status_code for r in answers] == [200] * 5
+    # Unpaced, five held it ~8x as long as one (0.65 s vs 0.08 s here); paced 2-3x (the
+    # test's own client shares the loop and encodes the five bodies).
+    assert five < 4 * one, f"one review held the loop {one:.2f}s, five at once {five:.2f}s"
+
+
+async def test_a_large_review_that_would_wait_too_long_gets_503_and_small_ones_pass() -> None:
+    large = _large_review(20_000)
+    small = _large_review(10)
+    _, answers = await _longest_gap(_paced_app(0.1, 0.05), [large, large, large, small])
+    codes = [r.status_code for r in answers]
+    assert codes[3] == 200  # an ordinary review is never paced
+    assert 503 in codes[:3] and 200 in codes[:3], codes
+    busy = next(r for r in answers if r.status_code == 503)
+    assert busy.headers["retry-after"] == "1"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "breaker8, open: a webhook body is parsed on the event loop the controllers share. Pacing "
+    "(LoopShare) stops large reviews from running back to back, but one 6 MB AdmissionReview "
+    "of 100,000 small containers (no credentials needed) still holds the loop ~0.7-1 s by "
+    "itself; needs a cheaper parse or parsing off the loop"))
+async def test_a_large_admission_review_does_not_block_the_event_loop() -> None:
+    longest, answers = await _longest_gap(_app(8 * 1024 * 1024), [_large_review(100_000)])
+    assert answers[0].status_code == 200
+    assert longest < 0.1, f"event loop blocked {longest:.2f}s by one review"

@@ -205,3 +205,76 @@ def test_the_uvicorn_config_carries_the_limits_of_the_settings(certs):
     assert tls12 and all(("GCM" in n or "CHACHA20" in n) and n.startswith("ECDHE")
                          for n in tls12), tls12
     assert TLS12_CIPHERS == "ECDHE+AESGCM:ECDHE+CHACHA20"
+
+
+# ------------------------------------------------------------- idle connections (breaker8)
+
+
+@pytest.fixture(scope="module")
+def small_server(certs: Path, tmp_path_factory: pytest.TempPathFactory
+                 ) -> Iterator[PykueueServer]:
+    """`pykueue serve` with limit_concurrency 20 and timeouts long enough that no idle
+    connection is cut by them during a test."""
+    srv = PykueueServer(certs, tmp_path_factory.mktemp("small") / "serve.log",
+                        env=dict(os.environ))
+    srv.env.update(PYKUEUE_SERVER__LIMIT_CONCURRENCY="20",
+                   PYKUEUE_SERVER__HEADER_TIMEOUT_SECONDS="60",
+                   PYKUEUE_SERVER__BODY_TIMEOUT_SECONDS="60")
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def _request(s: ssl.SSLSocket, raw: bytes) -> bytes:
+    s.sendall(raw)
+    s.settimeout(10)
+    got = b""
+    while b"\r\n\r\n" not in got:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def _closed(socks: list[ssl.SSLSocket], within: float) -> int:
+    """How many of ``socks`` the server closes (EOF or reset) within ``within`` seconds."""
+    import select
+
+    open_, closed = list(socks), 0
+    deadline = time.monotonic() + within
+    while open_ and time.monotonic() < deadline:
+        ready, _, _ = select.select(open_, [], [], max(0.0, deadline - time.monotonic()))
+        for s in ready:  # readable: a close, or TLS records without data (session tickets)
+            s.settimeout(0.05)
+            try:
+                gone = s.recv(1) == b""
+            except TimeoutError:
+                continue
+            except (ConnectionError, ssl.SSLError):
+                gone = True
+            open_.remove(s)
+            closed += gone
+    return closed
+
+
+def test_idle_connections_cannot_hold_every_slot(small_server):
+    """breaker8: 300 anonymous clients that only opened TLS connections (reconnecting when
+    closed) held uvicorn's 256 slots: every webhook call, the extender and /healthz got 503.
+    Idle connections now give way to newcomers; a request under way is never cut."""
+    busy = tls_socket(small_server)
+    busy.sendall(b"POST /mutate-batch-v1-job HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                 b"application/json\r\nContent-Length: 10\r\n\r\n{\"a\"")  # body under way
+    time.sleep(0.2)  # its headers are read: a request cycle exists
+    idle = [tls_socket(small_server) for _ in range(40)]
+    try:
+        with tls_socket(small_server) as s:
+            answer = _request(s, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+        answer = _request(busy, b':1}\r\n\r')  # the rest of its body: 10 bytes in all
+        assert answer.startswith(b"HTTP/1.1 400"), answer[:200]  # not JSON: the webhook's 400
+        assert _closed(idle, within=5) >= 20
+    finally:
+        busy.close()
+        for s in idle:
+            s.close()
