@@ -214,7 +214,10 @@ class LoopShare:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.max_wait
         try:
-            await asyncio.wait_for(self._lock.acquire(), self.max_wait)
+            # asyncio.timeout, not wait_for: an acquire that completes as the time runs out
+            # must not leave the lock held with nobody to release it.
+            async with asyncio.timeout(self.max_wait):
+                await self._lock.acquire()
         except TimeoutError:
             raise LoopBusy from None
         try:
