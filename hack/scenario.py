@@ -184,11 +184,21 @@ class Scenario:
     def running(self, ns: str, job_name: str) -> list[dict[str, Any]]:
         return [p for p in self.pods(ns, job_name) if p["status"].get("phase") == "Running"]
 
-    def show_status(self) -> None:
+    def show_status(self, *, eta: bool = False) -> None:
+        """Print ``pykueue status``; ``eta``: first wait (up to 15 s) until no ETA reads "not
+        computed yet" (a cohort's ETA is recomputed at most every eta_min_interval_seconds,
+        5 s: a Workload that came right after a run waits for the next)."""
         if not self.status_cmd:
             return
         env = {**os.environ, "COLUMNS": os.environ.get("COLUMNS", "150")}
-        r = subprocess.run(self.status_cmd, text=True, capture_output=True, timeout=30, env=env)
+        deadline = time.monotonic() + 15
+        while True:
+            r = subprocess.run(self.status_cmd, text=True, capture_output=True, timeout=30,
+                               env=env)
+            if not eta or r.returncode != 0 or "not computed yet" not in r.stdout \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         out = r.stdout.rstrip() if r.returncode == 0 else f"   (pykueue status: {r.stderr.strip()})"
         self.say(out)
 
@@ -249,7 +259,7 @@ class Scenario:
         self.expect(not self.pods("research", "train-6"), "train-6 must have no pod while it waits")
         self.expect("nvidia.com/gpu" in self.cond(wl, "QuotaReserved")["message"],
                     "the pending reason should name nvidia.com/gpu")
-        self.show_status()
+        self.show_status(eta=True)
         self.say("   Starts is train-6's expected start (ETA), \"bounded\": serve-4's time limit "
                  "(60 s, maximumExecutionTimeSeconds)\n   is the latest it can end; it will "
                  "end sooner (it runs 12 s), so train-6 starts before its ETA.")
@@ -293,7 +303,7 @@ class Scenario:
         self.say("   " + self.decision("inference", "serve-4b"))
         self.say("   " + self.decision("research", "train-6") + "  (requeued: it waits again)")
         self.expect(ev.get("reason") == "Preempted", f"Evicted reason {ev.get('reason')}")
-        self.show_status()
+        self.show_status(eta=True)
 
     def step4_fallback(self) -> None:
         self.say("\n== 4. research submits eval-4a and eval-4b (any GPU model)")
@@ -317,7 +327,10 @@ class Scenario:
         self.expect(fa == "a100-flavor", f"eval-4a should get a100-flavor, got {fa}")
         self.expect(fb == "l4-flavor", f"eval-4b should fall back to l4-flavor, got {fb}")
         self.expect(nodes_b == {"l4-0"}, f"eval-4b pods should be on l4-0, got {nodes_b}")
-        self.show_status()
+        self.show_status(eta=True)
+        self.say("   (train-6's start may read \"unknown (no end known)\": it needs A100s that "
+                 "eval-4a holds, and eval-4a has\n   no time limit and no finished run of "
+                 "its shape to learn from yet; docs/status.md, \"ETA\")")
 
     def step5_drain(self) -> None:
         self.say("\n== 5. Everything finishes; train-6 runs when A100 quota frees")
@@ -535,7 +548,8 @@ def main() -> int:
           "the CA is certs/out/ca.crt), or:")
     print(f"   .venv/bin/pykueue dashboard --server https://127.0.0.1:{labmod.PYKUEUE_PORT} "
           "--ca-file certs/out/ca.crt --token \"$TOKEN\"")
-    print("   make lab-down   # stops everything and removes the lab's state")
+    print(f"   {moved + ' ' if moved else ''}make lab-down   # stops everything and removes "
+          "the lab's state")
     return 0
 
 
