@@ -92,6 +92,12 @@ class WebhookSettings(BaseModel):
     # ownerReferences, above all with jobs.manage_jobs_without_queue_name: otherwise a tenant
     # naming its own admitted JobSet as a Job's controller runs that Job unadmitted.
     child_job_creators: list[str] = Field(default_factory=list)
+    # The client-certificate common names the admission webhook routes answer (kube-apiserver
+    # presents one when its AdmissionConfiguration names a kubeconfig for pykueue's Service;
+    # docs/security.md "mTLS"). Needs server.client_ca_file. Empty (the default, as Kueue's
+    # webhook server): no certificate required, the NetworkPolicy is the fence; a forged
+    # AdmissionReview only ever gets an answer about the object it forged.
+    client_names: list[str] = Field(default_factory=list)
 
 
 class ExtenderSettings(BaseModel):
@@ -532,6 +538,14 @@ class Settings(BaseSettings):
     jobs: JobsSettings = JobsSettings()
     integrations: IntegrationsSettings = IntegrationsSettings()
     controllers_enabled: bool = True
+
+    @model_validator(mode="after")
+    def _webhook_callers_need_a_client_ca(self) -> Settings:
+        if self.webhook.client_names and self.server.client_ca_file is None:
+            raise ValueError("webhook.client_names needs server.client_ca_file: without a CA "
+                             "no client certificate is asked for, so every webhook call "
+                             "would be refused")
+        return self
 
     @classmethod
     def settings_customise_sources(

@@ -18,8 +18,11 @@ long its creation took (the Job webhooks' latency).
   containers (6 MB) for ``--seconds`` (60). Reports the answer codes and the longest gap
   between renewals of the leader's Lease (read every 0.25 s; renew deadline 10 s).
 
-No credentials are used against pykueue: the webhook routes take none (the NetworkPolicy is
-their fence, docs/security.md).
+The lab's pykueue answers its webhook routes only to kube-apiserver's client certificate
+(``webhook.client_names``): the bench presents that certificate (the lab's
+``webhook-client``), so it measures what a caller that gets past that check (or any caller of
+a deployment without the setting) can do; without it every POST is a 403 before its body
+is read.
 """
 
 from __future__ import annotations
@@ -58,6 +61,9 @@ def insecure() -> ssl.SSLContext:
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
+    pki = from_args(None, None, None).pki
+    if (pki / "webhook-client.crt").exists():
+        ctx.load_cert_chain(str(pki / "webhook-client.crt"), str(pki / "webhook-client.key"))
     return ctx
 
 

@@ -112,6 +112,36 @@ def _pki(lab: Lab) -> None:
     (d / "done").write_text("ok\n")
 
 
+# kube-apiserver -> pykueue's webhooks: the client certificate the API server presents (lab CA),
+# and the common name pykueue's webhook routes answer (webhook.client_names).
+WEBHOOK_CLIENT = "kube-apiserver-webhook-client"
+
+
+def _admission_config(lab: Lab) -> Path:
+    """kube-apiserver's ``--admission-control-config-file``: its webhook admission plugins
+    present the lab CA's ``webhook-client`` certificate (CN ``WEBHOOK_CLIENT``) to every
+    webhook that asks for one (kubeconfig user ``*``)."""
+    from certs.pki import ensure_leaf
+
+    ensure_leaf(lab.pki, "webhook-client", WEBHOOK_CLIENT, server=False)
+    kubeconfig = lab.state / "webhook-client.kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config",
+        "users": [{"name": "*", "user": {
+            "client-certificate": str(lab.pki / "webhook-client.crt"),
+            "client-key": str(lab.pki / "webhook-client.key")}}],
+    }, indent=2) + "\n")
+    plugin = {"apiVersion": "apiserver.config.k8s.io/v1", "kind": "WebhookAdmissionConfiguration",
+              "kubeConfigFile": str(kubeconfig)}
+    config = lab.state / "admission-config.yaml"
+    config.write_text(json.dumps({
+        "apiVersion": "apiserver.config.k8s.io/v1", "kind": "AdmissionConfiguration",
+        "plugins": [{"name": name, "configuration": plugin}
+                    for name in ("ValidatingAdmissionWebhook", "MutatingAdmissionWebhook")],
+    }, indent=2) + "\n")
+    return config
+
+
 def _kubeconfig(lab: Lab) -> None:
     cfg = {
         "apiVersion": "v1",
@@ -377,6 +407,7 @@ def up(lab: Lab, scheduler_config: Path) -> None:
             "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,DefaultTolerationSeconds,"
             "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,"
             "ResourceQuota,Priority",
+            f"--admission-control-config-file={_admission_config(lab)}",
             "--allow-privileged=true",
             "--profiling=false",
             "--v=1",
@@ -556,6 +587,13 @@ def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | Non
             # The extender answers only kube-scheduler's client certificate (made above).
             "PYKUEUE_SERVER__CLIENT_CA_FILE": str(ca),
         })
+        if (lab.pki / "webhook-client.crt").exists():
+            # The webhooks answer only kube-apiserver's certificate (lab CA, _admission_config):
+            # both CAs are trusted for client certificates, each route checks its names.
+            bundle = lab.state / "client-ca.crt"
+            bundle.write_text(ca.read_text() + (lab.pki / "ca.crt").read_text())
+            env.update({"PYKUEUE_SERVER__CLIENT_CA_FILE": str(bundle),
+                        "PYKUEUE_WEBHOOK__CLIENT_NAMES": json.dumps([WEBHOOK_CLIENT])})
         env.update(extra_env or {})
         lab.logs.mkdir(parents=True, exist_ok=True)
         lab.pidfile("pykueue").parent.mkdir(parents=True, exist_ok=True)

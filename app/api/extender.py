@@ -40,6 +40,7 @@ import msgspec
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CollectorRegistry, Histogram
 
+from app.api.callers import refuse_unless_named
 from app.api.health import metrics_registry
 from app.extender.nodestore import ExtenderState
 from app.extender.rules import (
@@ -386,42 +387,13 @@ _BAD_REQUEST = {400: {"description": "malformed ExtenderArgs", "content": {_JSON
                       "content": {_JSON: {}}}}
 
 
-def _common_name(rfc4514: str) -> str | None:
-    """The CN of an RFC 4514 distinguished name (``CN=system:kube-scheduler,O=...``), with
-    backslash escapes undone; None when there is none."""
-    rdn, out, esc = [], [], False
-    for ch in rfc4514 + ",":
-        if esc:
-            out.append(ch)
-            esc = False
-        elif ch == "\\":
-            esc = True
-        elif ch in ",+":
-            rdn.append("".join(out))
-            out = []
-        else:
-            out.append(ch)
-    for attr in rdn:
-        key, _, value = attr.partition("=")
-        if key.strip().upper() == "CN":
-            return value
-    return None
-
-
 def _refuse_caller(request: Request) -> Response | None:
     """403 unless the caller may use the extender (see the module doc); None when it may."""
     settings = getattr(request.app.state, "settings", None)
     if settings is None or settings.server.client_ca_file is None:
         return None
-    tls = (request.scope.get("extensions") or {}).get("tls") or {}
-    name = tls.get("client_cert_name")
-    cn = _common_name(name) if name else None
-    if cn is not None and cn in settings.extender.client_names:
-        return None
-    who = f'client certificate "{name}"' if name else "no client certificate"
-    return _json({"detail": f"the scheduler extender answers only kube-scheduler's client "
-                            f"certificate (common name in {settings.extender.client_names}); "
-                            f"got {who}"}, 403)
+    return refuse_unless_named(request, settings.extender.client_names,
+                               "the scheduler extender (kube-scheduler's)")
 
 # -------------------------------------------------------------------------------- routes
 

@@ -30,6 +30,12 @@ an unexpected exception -> ``allowed: false`` with status code 500 (fail closed)
 traceback. One structured log line (JSON) per review: uid, namespace, name, operation, dryRun,
 user, decision, code, latency_ms; never object bodies.
 
+Callers: with ``Settings.webhook.client_names`` set (it needs ``server.client_ca_file``), every
+route answers only a verified TLS client certificate whose common name is listed (the one
+kube-apiserver presents through its AdmissionConfiguration); anyone else gets HTTP 403 before
+the body is read (decision ``forbidden``). Unset (the default, as Kueue): open to whoever
+reaches the port.
+
 Inputs from ``app.state``: ``settings`` (``Settings.webhook``), optional ``admission_lookup``
 (``AdmissionLookup``: is a Job's Workload admitted?) and ``default_queue_lookup``
 (``DefaultQueueLookup``). Without ``admission_lookup`` every Workload counts as not admitted, so
@@ -51,6 +57,7 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import Histogram
 from pydantic import ValidationError
 
+from app.api.callers import refuse_unless_named
 from app.api.health import metrics_registry
 from app.api.limits import LoopBusy, LoopShare
 from app.integrations import CRD_RULES, managed_kinds
@@ -106,6 +113,7 @@ INVALID = "invalid"  # the review's object could not be read (status 400 inside 
 BAD_REQUEST = "bad_request"  # body not JSON / not an AdmissionReview (HTTP 400)
 ERROR = "error"  # unexpected exception (status 500 inside the review, fail closed)
 BUSY = "busy"  # a large body waited too long for its share of the loop (HTTP 503)
+FORBIDDEN = "forbidden"  # not kube-apiserver's client certificate (HTTP 403, body unread)
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 
@@ -367,10 +375,25 @@ def _object_label(req: AdmissionRequest) -> str:
     return ""
 
 
+def _refuse_caller(request: Request) -> Response | None:
+    """403 before the body is read unless the caller presented a verified client certificate
+    named in ``webhook.client_names`` (when that list is set); None when it may call."""
+    settings = getattr(request.app.state, "settings", None)
+    if settings is None or not settings.webhook.client_names:
+        return None
+    return refuse_unless_named(request, settings.webhook.client_names,
+                               "the admission webhook (kube-apiserver's)")
+
+
 async def _serve(
     request: Request, path: str, decide: Callable[[AdmissionRequest, Any], _Outcome]
 ) -> Response:
     started = time.perf_counter()
+    refused = _refuse_caller(request)
+    if refused is not None:
+        request_duration(request.app).labels(path, FORBIDDEN).observe(
+            time.perf_counter() - started)
+        return refused
     body = await request.body()
     pacer: LoopShare | None = getattr(request.app.state, "large_body_pacer", None)
     if pacer is None:

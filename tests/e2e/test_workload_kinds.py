@@ -139,3 +139,57 @@ def test_a_statefulset_is_admitted_whole_or_waits_whole(
     finally:
         lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
         lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+
+
+def test_only_the_api_servers_certificate_reaches_the_webhooks(
+        lab: LabHandle, pykueue_in_lab: labmod.Lab) -> None:
+    """The lab's kube-apiserver presents its webhook client certificate (AdmissionConfiguration)
+    and pykueue answers only it: a labelled Job created through the API server is stored
+    suspended, while a forged review sent straight to the port (pykueue's own identity
+    lifting a Pod's gate) gets 403 with or without another certificate of the same CA."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    ns, cq = gpu_queue(lab, "callers", 1)
+    try:
+        lab.apply(json.dumps({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "j", "namespace": ns, "labels": {QUEUE: "lq"}},
+            "spec": {"suspend": False, "template": {"spec": {
+                "restartPolicy": "Never", "containers": [gpu_container()]}}}}))
+        job = lab.get("job", "j", "-n", ns)
+        assert job["metadata"]["labels"][QUEUE] == "lq"
+        pod = {"metadata": {"name": "p", "namespace": ns, "labels": {QUEUE: "lq"}},
+               "spec": {"containers": [gpu_container()]}}
+        forged = json.dumps({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "forged", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "operation": "UPDATE", "namespace": ns, "name": "p",
+                "userInfo": {"username": "system:serviceaccount:pykueue-system:pykueue"},
+                "object": pod,
+                "oldObject": {**pod, "spec": {**pod["spec"], "schedulingGates": [{"name": GATE}]}},
+            }}).encode()
+        pki = pykueue_in_lab.pki
+        for cert in (None, "admin"):
+            ctx = ssl.create_default_context(cafile=str(ROOT / "certs" / "out" / "ca.crt"))
+            if cert:
+                ctx.load_cert_chain(str(pki / f"{cert}.crt"), str(pki / f"{cert}.key"))
+            req = urllib.request.Request(
+                f"https://127.0.0.1:{labmod.PYKUEUE_PORT}/validate--v1-pod", data=forged,
+                headers={"Content-Type": "application/json"}, method="POST")
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(req, context=ctx, timeout=10)
+            assert err.value.code == 403, (cert, err.value.code)
+            assert "kube-apiserver" in err.value.read().decode()
+        # The API server's own calls pass (the webhooks fail closed, so a refused call would
+        # have failed the create): the Job was queued and is admitted.
+        wait_for(lambda: any(c["type"] == "Admitted" and c["status"] == "True"
+                             for w in lab.get("workloads.kueue.x-k8s.io", "-n", ns)["items"]
+                             for c in (w.get("status") or {}).get("conditions", [])), 60,
+                 "the Job's Workload admitted")
+    finally:
+        lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)

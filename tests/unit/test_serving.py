@@ -137,11 +137,13 @@ def mtls_server(certs: Path, tmp_path_factory: pytest.TempPathFactory
     ensure_certs(clients / "ca")
     ensure_client_cert(clients / "ca", "scheduler", "system:kube-scheduler")
     ensure_client_cert(clients / "ca", "intruder", "system:serviceaccount:evil:pod")
+    ensure_client_cert(clients / "ca", "apiserver", WEBHOOK_CLIENT)
     ensure_certs(clients / "foreign")
     ensure_client_cert(clients / "foreign", "scheduler", "system:kube-scheduler")
     srv = PykueueServer(certs, tmp_path_factory.mktemp("mtls") / "serve.log",
                         env=dict(os.environ))
     srv.env["PYKUEUE_SERVER__CLIENT_CA_FILE"] = str(clients / "ca" / "ca.crt")
+    srv.env["PYKUEUE_WEBHOOK__CLIENT_NAMES"] = f'["{WEBHOOK_CLIENT}"]'
     srv.start()
     yield srv, clients
     srv.stop()
@@ -167,6 +169,60 @@ def test_extender_answers_only_kube_schedulers_client_certificate(mtls_server):
     assert status == 403 and "got no client certificate" in text, text
     status, text = _filter(srv, clients / "ca" / "intruder")
     assert status == 403 and "CN=system:serviceaccount:evil:pod" in text, text
+
+
+WEBHOOK_CLIENT = "kube-apiserver-webhook-client"
+# A review as a caller that is not kube-apiserver would forge it: pykueue's own identity lifting
+# a Pod's admission gate.
+FORGED = {
+    "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+    "request": {
+        "uid": "forged-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "operation": "UPDATE", "namespace": "team-a", "name": "p",
+        "userInfo": {"username": "system:serviceaccount:pykueue-system:pykueue"},
+        "object": {"metadata": {"name": "p", "namespace": "team-a",
+                                "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+                   "spec": {"containers": [{"name": "c", "image": "x"}]}},
+        "oldObject": {"metadata": {"name": "p", "namespace": "team-a",
+                                   "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+                      "spec": {"containers": [{"name": "c", "image": "x"}],
+                               "schedulingGates": [{"name": "kueue.x-k8s.io/admission"}]}},
+    },
+}
+
+
+def _review(srv: PykueueServer, cert: Path | None) -> tuple[int, dict]:
+    import httpx
+
+    ctx = trust(srv.certs)
+    if cert is not None:
+        ctx.load_cert_chain(str(cert.with_suffix(".crt")), str(cert.with_suffix(".key")))
+    r = httpx.post(srv.url + "/validate--v1-pod?timeout=5s", json=FORGED, verify=ctx)
+    return r.status_code, r.json()
+
+
+def test_webhooks_answer_only_the_api_servers_client_certificate(mtls_server):
+    """webhook.client_names set: a forged review from a caller without kube-apiserver's
+    certificate gets 403 and no answer about the object; kube-apiserver's gets the review."""
+    srv, clients = mtls_server
+    for cert, who in ((None, "got no client certificate"),
+                      (clients / "ca" / "intruder", "CN=system:serviceaccount:evil:pod"),
+                      (clients / "ca" / "scheduler", "CN=system:kube-scheduler")):
+        status, body = _review(srv, cert)
+        assert status == 403 and who in body["detail"], (cert, status, body)
+        assert "response" not in body
+    status, body = _review(srv, clients / "ca" / "apiserver")
+    assert status == 200 and body["response"]["uid"] == "forged-1", body
+
+
+def test_webhook_client_names_without_a_client_ca_are_refused():
+    from pydantic import ValidationError
+
+    from app.config import Settings
+
+    with pytest.raises(ValidationError, match="webhook.client_names needs server.client_ca_file"):
+        Settings(webhook={"client_names": [WEBHOOK_CLIENT]})
 
 
 def test_a_client_certificate_of_another_ca_fails_the_handshake(mtls_server):
