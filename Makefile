@@ -7,7 +7,7 @@ KUBECTL := $(CURDIR)/.k8sbin/current/kubectl
 # The lab's kubeconfig, where hack/lab.py puts it (LAB_STATE_DIR moves the lab's state).
 export KUBECONFIG := $(abspath $(or $(LAB_STATE_DIR),$(CURDIR)/.lab))/kubeconfig
 
-.PHONY: help browser bench-lab bench-versus kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help browser faults bench-lab bench-versus kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -75,6 +75,9 @@ conformance: setup controlplane ## the conformance suite (API only) against pyku
 
 conformance-kueue: setup controlplane kueue ## the same suite against real Kueue v0.17.1 (manager + webhooks) on a private lab; needs root
 	PYKUEUE_CONFORMANCE_TARGET=kueue $(BIN)/pytest -q tests/conformance
+
+faults: setup controlplane ## fault injection, long version (apiserver kill -9, etcd SIGSTOP 15 s, leader kill -9, 5,000 updates of a Job), invariants every 100 ms; prints the table
+	PYKUEUE_FAULTS=long $(BIN)/pytest -q -s tests/integration/test_faults.py
 
 lab-down: ## stop every lab process and remove its state
 	@if [ -x $(BIN)/python ]; then $(BIN)/python hack/lab.py down; else $(PY) hack/lab.py down; fi

@@ -74,6 +74,10 @@ class ServerSettings(BaseModel):
     metrics_auth: bool = True
 
 
+# etcd's default --max-request-bytes: the largest object kube-apiserver can store by default.
+MAX_OBJECT_BYTES = 1536 * 1024
+
+
 class WebhookSettings(BaseModel):
     """The admission webhooks. The queue label is Kueue's ``kueue.x-k8s.io/queue-name``, fixed
     (the webhook configurations' objectSelectors, the informers and the extender read it), so
@@ -98,6 +102,11 @@ class WebhookSettings(BaseModel):
     # webhook server): no certificate required, the NetworkPolicy is the fence; a forged
     # AdmissionReview only ever gets an answer about the object it forged.
     client_names: list[str] = Field(default_factory=list)
+    # An AdmissionReview whose object (or oldObject) spans more JSON bytes than this is refused
+    # (status 413 in the review) after a scan of its envelope, without parsing the object on
+    # the event loop the controllers share. The default is etcd's default --max-request-bytes
+    # (1.5 MiB): no larger object can be stored. Raise it with your etcd's limit.
+    max_object_bytes: int = Field(MAX_OBJECT_BYTES, ge=64 * 1024)
 
 
 class ExtenderSettings(BaseModel):

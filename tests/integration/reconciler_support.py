@@ -243,11 +243,14 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def restart_apiserver(lab: LabHandle, down_seconds: float = 2.0) -> None:
+def restart_apiserver(lab: LabHandle, down_seconds: float = 2.0, *, kill9: bool = False) -> None:
     """Stop kube-apiserver (SIGTERM, SIGKILL after 5 s: its graceful shutdown can hang on
-    open watches), stay down ``down_seconds``, and start it again with ``lab up``."""
+    open watches; ``kill9``: SIGKILL at once), stay down ``down_seconds``, and start it again
+    with ``lab up``."""
     pid = int((lab.state / "pids" / "kube-apiserver.pid").read_text())
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 10.0)):
+    signals = ((signal.SIGKILL, 10.0),) if kill9 else ((signal.SIGTERM, 5.0),
+                                                        (signal.SIGKILL, 10.0))
+    for sig, wait in signals:
         try:
             os.killpg(pid, sig)
         except ProcessLookupError:
