@@ -240,7 +240,16 @@ def test_job_pods_ready_as_kueue(status: dict, spec: dict, ready: bool) -> None:
     assert pods_ready({"spec": spec, "status": status}) is ready
 
 
-def test_settings_default_and_recovery_timeout() -> None:
+def test_settings_default_and_recovery_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On by default with Kueue v0.19's values (apis/config/v1beta2 SetDefaults_Configuration).
+    d = Settings().wait_for_pods_ready
+    rs = d.requeuing_strategy
+    assert (d.enable, d.timeout_seconds, d.recovery_seconds, d.block_admission) == (
+        True, 1800, 1800, False)
+    assert (rs.timestamp, rs.backoff_base_seconds, rs.backoff_max_seconds,
+            rs.backoff_limit_count) == ("Eviction", 60, 3600, None)
+    # Kueue v0.17.1's default (no waitForPodsReady section): off.
+    monkeypatch.setenv("PYKUEUE_WAIT_FOR_PODS_READY__ENABLE", "false")
     assert Settings().wait_for_pods_ready.enable is False
     s = WaitForPodsReadySettings(enable=True, timeout_seconds=120)
     assert s.recovery_seconds == 120
