@@ -11,8 +11,9 @@ node taken by someone else) decides what fits:
   (``status.rayClusterStatus.state``) and a RayCluster (``status.state``), admitted while
   their node is taken, are evicted whole with reason ``PodsReadyTimeout`` after the timeout
   and queued again (``requeueState.count``); once the node is free each is admitted again and
-  its Workload gets ``PodsReady=True``. Kinds whose operator is not running are skipped with
-  the reason;
+  its Workload gets ``PodsReady=True`` (all but the RayJob: under kwok KubeRay never refreshes
+  a RayJob's copy of its cluster's state, as it asks the Ray dashboard first). Kinds whose
+  operator is not running are skipped with the reason;
 - two 4-GPU gangs (batch Jobs of 4 one-GPU pods) on two 4-GPU nodes fragmented by a running
   one-GPU pod: 7 GPUs free for 8 pods, so one gang sits half-placed; it is evicted after the
   timeout and queued again, the other runs and finishes, then the first runs.
@@ -221,6 +222,10 @@ def test_each_operator_kind_is_timed_out_until_its_pods_are_ready(
         for k, w in seen.items():
             assert condition(w, "PodsReady")["status"] == "False", (k, w["status"])
         free()
+        # A RayJob's PodsReady is its copy of its cluster's state, which KubeRay refreshes only
+        # after asking the Ray head's dashboard for the job, which kwok's pods do not serve:
+        # under kwok it never reads ready (its cluster does: the RayCluster case).
+        keys.discard("RayJob/rayjob")
         ready = gather(lab, ns, keys, pods_ready, 120, "admitted again with PodsReady=True")
         for k, w in ready.items():
             assert w["status"]["requeueState"]["count"] >= 1, k
