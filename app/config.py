@@ -413,14 +413,17 @@ class WaitForPodsReadySettings(BaseModel):
     evicted whole (reason ``PodsReadyTimeout``) and queued again with the backoff of
     ``requeuing_strategy``; the Workload's ``PodsReady`` condition says where it stands.
     ``block_admission``: no new admission while an admitted Workload is not ready yet.
-    Off unless ``enable`` (Kueue v0.19+ turns it on by default with a 30-minute timeout;
-    pykueue keeps the pre-0.19 default: a cluster whose pods cannot start in 30 minutes
-    should say so itself). ``PYKUEUE_WAIT_FOR_PODS_READY__ENABLE=true``,
-    ``PYKUEUE_WAIT_FOR_PODS_READY__TIMEOUT_SECONDS=300``."""
+    On by default, with Kueue v0.19's defaults (Kueue v0.19 ``apis/config/v1beta2``
+    ``SetDefaults_Configuration``: timeout 30m, recoveryTimeout = timeout, blockAdmission
+    false, requeuingStrategy {Eviction, backoffBaseSeconds 60, backoffMaxSeconds 3600,
+    backoffLimitCount unset}): a gang half-placed on fragmented nodes is evicted whole and
+    queued again rather than holding its quota while the hardware idles. Kueue v0.17.1's
+    default is off (no ``waitForPodsReady`` section): ``PYKUEUE_WAIT_FOR_PODS_READY__ENABLE=
+    false`` gives it. ``PYKUEUE_WAIT_FOR_PODS_READY__TIMEOUT_SECONDS=300``."""
 
     model_config = ConfigDict(extra="forbid")
 
-    enable: bool = False
+    enable: bool = True
     timeout_seconds: float = Field(1800.0, gt=0)
     recovery_timeout_seconds: float | None = Field(None, gt=0)
     block_admission: bool = False

@@ -244,9 +244,11 @@ class VersusRun:
         if self.name.startswith("kueue"):
             return self.kl.start_manager(self.kdir, self.kbin, self.out,
                                          qps=1000 if self.name.endswith("qps1000") else None)
-        extra = {}
+        # Kueue v0.17.1 runs without waitForPodsReady (no section in its shipped
+        # configuration); pykueue's default is on (Kueue v0.19's): off here, so both do alike.
+        extra = {"PYKUEUE_WAIT_FOR_PODS_READY__ENABLE": "false"}
         if self.name.endswith("qps1000"):
-            extra = {"PYKUEUE_CLIENT__QPS": "1000", "PYKUEUE_CLIENT__BURST": "2000"}
+            extra.update({"PYKUEUE_CLIENT__QPS": "1000", "PYKUEUE_CLIENT__BURST": "2000"})
         self.env.update(extra)
         self.lab("pykueue-up")
         pid = int((self.state / "pids" / "pykueue.pid").read_text().strip())

@@ -18,7 +18,8 @@ What running Kueue's manager outside a cluster needs, and how it is given here:
   (config/components/webhook/manifests.yaml, the rules for kueue.x-k8s.io and batch) are
   registered with ``url: https://127.0.0.1:<port><path>`` and that CA;
 * a configuration file: Kueue's shipped one (config/components/manager/controller_manager_config
-  .yaml) with internal cert management off, the Lease's namespace given (controller-runtime
+  .yaml) with internal cert management off, waitForPodsReady as asked (off unless
+  ``--wait-for-pods-ready-timeout``), the Lease's namespace given (controller-runtime
   cannot guess it out of cluster), metrics off, integrations batch/job only (the other
   frameworks' CRDs are absent) and the VisibilityOnDemand feature off (its API server reads its
   certificate from /visibility, a path with no option);
@@ -115,10 +116,18 @@ class KueueLab:
         self.kubectl("create", "-f", str(kdir / "config" / "components" / "crd" / "bases"))
         self.kubectl("wait", "--for=condition=Established", "--timeout=120s", "crd", "--all")
 
-    def manager_config(self, kdir: Path, certs: Path, qps: int | None = None) -> dict:
+    def manager_config(self, kdir: Path, certs: Path, qps: int | None = None,
+                       pods_ready_timeout: float | None = None) -> dict:
+        """Kueue's shipped configuration with the changes of the module doc.
+        ``pods_ready_timeout`` (seconds): a ``waitForPodsReady`` section with that timeout
+        (Kueue v0.17.1 defaults the rest); None: no section, so waitForPodsReady is off (in
+        v0.17.1's v1beta2 Configuration the section's presence turns it on)."""
         shipped = yaml.safe_load(
             (kdir / "config/components/manager/controller_manager_config.yaml").read_text())
         cfg = dict(shipped)
+        cfg.pop("waitForPodsReady", None)
+        if pods_ready_timeout is not None:
+            cfg["waitForPodsReady"] = {"timeout": f"{pods_ready_timeout:g}s"}
         cfg.update({
             "namespace": NAMESPACE,
             "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health_port}"},
@@ -154,10 +163,11 @@ class KueueLab:
             d["webhooks"] = keep
         return yaml.safe_dump_all(docs, sort_keys=False)
 
-    def start_manager(self, kdir: Path, kbin: Path, out: Path,
-                      qps: int | None = None) -> subprocess.Popen[bytes]:
-        """Start Kueue's manager (log ``out/kueue.log``), register its webhooks, and return
-        once they answer. The process leads its own process group."""
+    def start_manager(self, kdir: Path, kbin: Path, out: Path, qps: int | None = None,
+                      pods_ready_timeout: float | None = None) -> subprocess.Popen[bytes]:
+        """Start Kueue's manager (log ``out/kueue.log``; configuration ``manager_config``),
+        register its webhooks, and return once they answer. The process leads its own process
+        group."""
         out.mkdir(parents=True, exist_ok=True)
         certs = self.state / "kueue-certs"
         subprocess.run([sys.executable, "-m", "certs.generate", "--out", str(certs), "--host",
@@ -170,7 +180,8 @@ class KueueLab:
         for f in ("tls.crt", "tls.key", "ca.crt"):
             shutil.copy(certs / f, mcerts / f)
         config = out / "kueue-config.yaml"
-        config.write_text(yaml.safe_dump(self.manager_config(kdir, certs, qps), sort_keys=False))
+        config.write_text(yaml.safe_dump(self.manager_config(kdir, certs, qps, pods_ready_timeout),
+                                         sort_keys=False))
         self.kubectl("create", "namespace", NAMESPACE, check=False)
         script = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={work} /etc"
                   f" && exec {kbin / 'kueue'} --config {config} --kubeconfig {self.kubeconfig}")
@@ -227,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("verb", choices=("up", "down", "status"))
     p.add_argument("--qps", type=int, help="the manager's client QPS (default: Kueue's, 50)")
+    p.add_argument("--wait-for-pods-ready-timeout", type=float, metavar="SECONDS",
+                   help="turn waitForPodsReady on with this timeout (default: off, as Kueue "
+                        "v0.17.1 ships it)")
     a = p.parse_args(argv)
     state = Path(os.environ.get("LAB_STATE_DIR") or ROOT / ".lab-kueue").resolve()
     port = int(os.environ.get("LAB_PORT_BASE") or 20640)
@@ -257,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     kdir, kbin = module_dir(), bin_dir()
     print(kl.lab("up").stdout.strip())
     kl.use_kueue_crds(kdir)
-    proc = kl.start_manager(kdir, kbin, state / "logs", qps=a.qps)
+    proc = kl.start_manager(kdir, kbin, state / "logs", qps=a.qps,
+                            pods_ready_timeout=a.wait_for_pods_ready_timeout)
     (state / "pids").mkdir(parents=True, exist_ok=True)
     (state / "pids" / "kueue-manager.pid").write_text(f"{proc.pid}\n")
     print(f"kueue: manager {KUEUE_VERSION} pid {proc.pid}, webhooks on "

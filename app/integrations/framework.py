@@ -142,13 +142,6 @@ def object_key(kind: JobKind, obj: Mapping[str, Any]) -> str | None:
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
-def pods_ready(kind: JobKind, obj: Mapping[str, Any]) -> bool:
-    """``kind.pods_ready(obj)``; a kind without the method counts as ready (it is never timed
-    out by waitForPodsReady)."""
-    fn = getattr(kind, "pods_ready", None)
-    return True if fn is None else bool(fn(obj))
-
-
 def lookup(kind: JobKind, ctx: Context, ns: str, name: str) -> Obj | None:
     """``kind``'s object ``ns/name`` as stored (or composed), or None."""
     fn = getattr(kind, "lookup", None)
@@ -180,6 +173,22 @@ class Owner:
         return f"{self.namespace}/{self.name}"
 
 
+def required_members() -> frozenset[str]:
+    """The attributes and methods ``JobKind`` declares, which every kind must define itself:
+    none has a default (a kind without ``pods_ready`` would otherwise count as always ready
+    and never be timed out by waitForPodsReady). The optional ones are read with ``getattr``
+    and documented on ``JobKind``."""
+    return frozenset(n for n in (*JobKind.__annotations__, *vars(JobKind))
+                     if not n.startswith("_"))
+
+
+def missing_members(kind: object) -> list[str]:
+    """The ``required_members`` that ``kind`` lacks (sorted; methods must be callable)."""
+    methods = {n for n, v in vars(JobKind).items() if callable(v)}
+    return sorted(n for n in required_members()
+                  if not hasattr(kind, n) or (n in methods and not callable(getattr(kind, n))))
+
+
 class Registry:
     """The registered ``JobKind``s, found by key or by a Workload's controller ownerReference."""
 
@@ -190,7 +199,12 @@ class Registry:
             self.register(k)
 
     def register(self, kind: JobKind) -> None:
-        """Add ``kind``. Raises ``ValueError`` when its key or group/kind is taken."""
+        """Add ``kind``. Raises ``TypeError`` naming what it lacks of ``JobKind``
+        (``missing_members``), ``ValueError`` when its key or group/kind is taken."""
+        missing = missing_members(kind)
+        if missing:
+            raise TypeError(f"job kind {getattr(kind, 'key', kind)!r} does not define "
+                            f"{', '.join(missing)} (JobKind)")
         if kind.key in self._by_key or (kind.api_group, kind.kind) in self._by_gk:
             raise ValueError(f"job kind {kind.key} ({kind.api_group}/{kind.kind}) is "
                              "registered twice")

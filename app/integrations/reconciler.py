@@ -57,7 +57,6 @@ from app.integrations.framework import (
     StartError,
     lookup,
     object_key,
-    pods_ready,
     source_of,
     trim,
 )
@@ -352,10 +351,10 @@ class JobReconciler:
 
     async def _sync_pods_ready(self, kind: JobKind, obj: Obj, wl: Obj) -> None:
         """waitForPodsReady: write the Workload's PodsReady condition from the object's pods
-        (Kueue's job reconciler, ``generatePodsReadyCondition``; ``framework.pods_ready``)."""
+        (Kueue's job reconciler, ``generatePodsReadyCondition``; ``JobKind.pods_ready``)."""
         if not self.ctx.settings.wait_for_pods_ready.enable:
             return
-        body, changed = with_pods_ready(wl, pods_ready(kind, obj), self.ctx.clock())
+        body, changed = with_pods_ready(wl, bool(kind.pods_ready(obj)), self.ctx.clock())
         if changed:
             await self._put_wl_status(body)
 

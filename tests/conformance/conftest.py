@@ -28,6 +28,24 @@ from tests.conformance.support import Target
 from tests.labfixture import ROOT, LabHandle
 
 TARGETS = ("pykueue", "kueue")
+# waitForPodsReady, set for both targets so that no result depends on a default (pykueue's is
+# on, as Kueue v0.19's; Kueue v0.17.1's is off): off, as Kueue v0.17.1 ships it. The suite's
+# own Workloads have no pods (it plays their owner), so a timeout would only evict them.
+# None: off; seconds: on with that timeout in both.
+PODS_READY_TIMEOUT: float | None = None
+
+
+def pods_ready_settings(name: str) -> tuple[dict[str, str], list[str]]:
+    """(pykueue's environment, ``hack/kueue_lab.py up`` arguments) for target ``name`` that set
+    waitForPodsReady to ``PODS_READY_TIMEOUT``."""
+    if PODS_READY_TIMEOUT is None:
+        env = {"PYKUEUE_WAIT_FOR_PODS_READY__ENABLE": "false"}
+        args: list[str] = []  # Kueue v0.17.1: no waitForPodsReady section is off
+    else:
+        env = {"PYKUEUE_WAIT_FOR_PODS_READY__ENABLE": "true",
+               "PYKUEUE_WAIT_FOR_PODS_READY__TIMEOUT_SECONDS": f"{PODS_READY_TIMEOUT:g}"}
+        args = ["--wait-for-pods-ready-timeout", f"{PODS_READY_TIMEOUT:g}"]
+    return (env, []) if name == "pykueue" else ({}, args)
 
 
 def _free_base(start: int) -> int:
@@ -84,17 +102,18 @@ def target() -> Iterator[Target]:
     lab = LabHandle(state=state, port_base=base, bin_dir=bins)
     lab.lab_cmd("down", check=False)
     py = sys.executable
+    wfpr_env, wfpr_args = pods_ready_settings(name)
     if name == "pykueue":
         _run([py, str(ROOT / "hack" / "lab.py"), "up"], env)
         # Kueue v0.17.1's LocalQueueDefaulting is GA and locked on; pykueue's is a setting,
         # off by default, that needs the Job webhooks to see unlabelled Jobs
         # (manifests/overlays/unlabelled-jobs): both on here, so the targets compare alike.
         _run([py, str(ROOT / "hack" / "lab.py"), "pykueue-up"],
-             {**env, "PYKUEUE_JOBS__LOCAL_QUEUE_DEFAULTING": "true"})
+             {**env, "PYKUEUE_JOBS__LOCAL_QUEUE_DEFAULTING": "true", **wfpr_env})
         _job_webhooks_see_unlabelled_jobs(lab)
         down = [py, str(ROOT / "hack" / "lab.py"), "down"]
     else:
-        _run([py, str(ROOT / "hack" / "kueue_lab.py"), "up"], env)
+        _run([py, str(ROOT / "hack" / "kueue_lab.py"), "up", *wfpr_args], env)
         down = [py, str(ROOT / "hack" / "kueue_lab.py"), "down"]
     try:
         yield Target(name, lab)

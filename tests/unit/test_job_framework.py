@@ -16,7 +16,7 @@ from app.controllers.leader import LeaderElector
 from app.controllers.manager import Manager
 from app.core.workload import Workload
 from app.integrations import BUILTIN_KINDS, default_registry
-from app.integrations.framework import Registry
+from app.integrations.framework import Registry, missing_members, required_members
 from app.wire.podtemplate import pod_set_from_template
 from app.wire.workload import workload_from_object
 from tests.recording_client import OBJECTS, RecordingClient
@@ -68,6 +68,9 @@ class Sleeper:
     def active_pods(self, obj: Mapping[str, Any]) -> int:
         return 0
 
+    def pods_ready(self, obj: Mapping[str, Any]) -> bool:
+        return not obj["spec"].get("suspend")
+
     async def start(self, ctx: Any, obj: dict[str, Any], workload: Mapping[str, Any]) -> bool:
         await ctx.client.replace(SLEEPERS, {**obj, "spec": {**obj["spec"], "suspend": False}})
         return True
@@ -96,6 +99,29 @@ def test_a_kind_registers_once() -> None:
     assert owner is not None and (owner.kind.key, owner.key, owner.uid) == (
         "sleeper", "research/nap", "s1")
     assert default_registry().owner_of(wl) is None  # not a built-in kind
+
+
+def test_every_builtin_kind_defines_every_jobkind_member_itself() -> None:
+    """No member of ``JobKind`` has a default: a kind that forgot ``pods_ready`` used to count
+    as always ready (never timed out by waitForPodsReady)."""
+    assert {"pods_ready", "finished", "active_pods", "start", "stop"} <= required_members()
+    for kind in BUILTIN_KINDS:
+        assert missing_members(kind) == [], kind.key
+        assert callable(kind.pods_ready), kind.key
+
+
+def test_a_kind_without_pods_ready_is_refused() -> None:
+    class Forgetful(Sleeper):
+        pods_ready = None  # type: ignore[assignment]
+
+    class Bare:
+        key, resource, api_group, kind, label_selector = "bare", None, "example.org", "Bare", None
+
+    with pytest.raises(TypeError, match=r"job kind 'sleeper' does not define pods_ready"):
+        Registry([Forgetful()])
+    with pytest.raises(TypeError, match=r"'bare' does not define active_pods, desired, "
+                                        r"finished, is_started"):
+        Registry([Bare()])  # type: ignore[list-item]
 
 
 def leading_manager(monkeypatch: pytest.MonkeyPatch, client: RecordingClient,

@@ -160,6 +160,20 @@ def test_finished_from_succeeded_or_failed_and_active_pods() -> None:
     assert PYTORCHJOB.active_pods(obj) == 4
 
 
+@pytest.mark.parametrize("kind", [PYTORCHJOB, TFJOB, JAXJOB, MPIJOB], ids=lambda k: k.key)
+def test_pods_ready_is_the_operators_running_condition(kind: Any) -> None:
+    """Kueue v0.17.1 ``KubeflowJob.PodsReady`` / ``MPIJob.PodsReady``: condition ``Running``
+    True (replica counts alone do not say it)."""
+    obj = {"status": {"replicaStatuses": {"Worker": {"active": 2}}}}
+    assert kind.pods_ready(obj) is False
+    obj["status"]["conditions"] = [{"type": "Created", "status": "True"},
+                                   {"type": "Running", "status": "False", "reason": "Suspended"}]
+    assert kind.pods_ready(obj) is False
+    obj["status"]["conditions"][1] = {"type": "Running", "status": "True"}
+    assert kind.pods_ready(obj) is True
+    assert kind.pods_ready({}) is False
+
+
 def test_template_field_names_list_indexes() -> None:
     t = Template("w", 1, ("spec", "workerGroupSpecs", 0, "template"), "w")
     assert t.field == "spec.workerGroupSpecs[0].template"

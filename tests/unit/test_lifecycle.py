@@ -6,6 +6,7 @@ tests/integration/test_reconciler_lifecycle.py."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -240,7 +241,16 @@ def test_job_pods_ready_as_kueue(status: dict, spec: dict, ready: bool) -> None:
     assert pods_ready({"spec": spec, "status": status}) is ready
 
 
-def test_settings_default_and_recovery_timeout() -> None:
+def test_settings_default_and_recovery_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    # On by default with Kueue v0.19's values (apis/config/v1beta2 SetDefaults_Configuration).
+    d = Settings().wait_for_pods_ready
+    rs = d.requeuing_strategy
+    assert (d.enable, d.timeout_seconds, d.recovery_seconds, d.block_admission) == (
+        True, 1800, 1800, False)
+    assert (rs.timestamp, rs.backoff_base_seconds, rs.backoff_max_seconds,
+            rs.backoff_limit_count) == ("Eviction", 60, 3600, None)
+    # Kueue v0.17.1's default (no waitForPodsReady section): off.
+    monkeypatch.setenv("PYKUEUE_WAIT_FOR_PODS_READY__ENABLE", "false")
     assert Settings().wait_for_pods_ready.enable is False
     s = WaitForPodsReadySettings(enable=True, timeout_seconds=120)
     assert s.recovery_seconds == 120
@@ -292,3 +302,36 @@ def test_check_pod_set_updates_that_cannot_be_honoured_fail_the_start(update: di
 ])
 def test_jobset_pods_ready_as_kueue(spec: dict, status: dict, ready: bool) -> None:
     assert jobset_pods_ready({"spec": spec, "status": status}) is ready
+
+
+def test_the_conformance_suite_sets_wait_for_pods_ready_for_both_targets(tmp_path: Path) -> None:
+    """Neither target runs on its default (pykueue's is on, Kueue v0.17.1's off): the suite
+    gives pykueue the setting and Kueue's manager a configuration with or without the section
+    (in v0.17.1's Configuration v1beta2 its presence turns waitForPodsReady on)."""
+    import sys
+
+    import yaml
+
+    from tests.conformance import conftest as conformance
+    from tests.labfixture import ROOT
+    sys.path.insert(0, str(ROOT / "hack"))
+    import kueue_lab
+
+    shipped = tmp_path / "config" / "components" / "manager"
+    shipped.mkdir(parents=True)
+    (shipped / "controller_manager_config.yaml").write_text(yaml.safe_dump(
+        {"apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+         "waitForPodsReady": {"timeout": "5m"}, "leaderElection": {}}))
+    kl = kueue_lab.KueueLab(tmp_path / "state", 20640, tmp_path / "bin")
+    assert "waitForPodsReady" not in kl.manager_config(tmp_path, tmp_path)
+    assert kl.manager_config(tmp_path, tmp_path, pods_ready_timeout=20)["waitForPodsReady"] == {
+        "timeout": "20s"}
+
+    env, args = conformance.pods_ready_settings("pykueue")
+    assert conformance.pods_ready_settings("kueue")[0] == {} and args == []
+    if conformance.PODS_READY_TIMEOUT is None:
+        assert env == {"PYKUEUE_WAIT_FOR_PODS_READY__ENABLE": "false"}
+        assert conformance.pods_ready_settings("kueue")[1] == []
+    else:
+        assert env["PYKUEUE_WAIT_FOR_PODS_READY__ENABLE"] == "true"
+        assert conformance.pods_ready_settings("kueue")[1][0] == "--wait-for-pods-ready-timeout"

@@ -149,6 +149,25 @@ def test_finished_and_active() -> None:
     assert RAYCLUSTER.active_pods(rc) == 1
 
 
+def test_pods_ready_is_the_clusters_ready_state() -> None:
+    """Kueue v0.17.1 ``RayJob.PodsReady`` (``status.rayClusterStatus.state``) and
+    ``RayCluster.PodsReady`` (``status.state``): ``ready``."""
+    job = rayjob(group("gpu"))
+    assert RAYJOB.pods_ready(job) is False
+    job["status"] = {"jobDeploymentStatus": "Initializing", "rayClusterStatus": {}}
+    assert RAYJOB.pods_ready(job) is False
+    job["status"]["rayClusterStatus"]["state"] = "ready"
+    assert RAYJOB.pods_ready(job) is True
+    job["status"] = {"state": "ready"}  # a RayCluster's field, not a RayJob's
+    assert RAYJOB.pods_ready(job) is False
+    rc = raycluster(group("gpu"))
+    assert RAYCLUSTER.pods_ready(rc) is False
+    rc["status"] = {"state": "suspended"}
+    assert RAYCLUSTER.pods_ready(rc) is False
+    rc["status"] = {"state": "ready"}
+    assert RAYCLUSTER.pods_ready(rc) is True
+
+
 def test_a_rayjobs_raycluster_belongs_to_the_rayjob() -> None:
     """KubeRay copies the RayJob's labels (queue name included) onto its RayCluster: neither
     the reconciler nor the webhook queues it again."""

@@ -9,7 +9,10 @@ Evaluator``; JAXJob ``Worker``; MPIJob ``Launcher, Worker``), named after it low
 ``count = replicas`` (default 1). A replica type outside that order is refused (Kueue would
 leave its pods out of the Workload, so they would run on no quota). Suspend lever:
 ``spec.runPolicy.suspend``. Finished: the condition ``Succeeded`` or ``Failed``. Active: the sum
-of ``status.replicaStatuses[*].active``. Priority: ``spec.runPolicy.schedulingPolicy
+of ``status.replicaStatuses[*].active``. Pods ready (waitForPodsReady): the condition ``Running``
+is True, which the operator sets from its pods (the training-operator once the Master or Chief
+runs, or the workers when there is none; the mpi-operator once the launcher and every worker
+run). Priority: ``spec.runPolicy.schedulingPolicy
 .priorityClass``, else the first replica template (in order) with a ``priorityClassName``.
 Start and stop: ``app.integrations.templated`` (each podSet's flavor into its replica type's
 ``template``); the operators re-read the templates when they create pods after a resume.
@@ -78,6 +81,13 @@ class KubeflowJob(TemplatedKind):
         statuses = (obj.get("status") or {}).get("replicaStatuses") or {}
         return sum(int((s or {}).get("active") or 0) for s in statuses.values()
                    if isinstance(s, Mapping))
+
+    def pods_ready(self, obj: Mapping[str, Any]) -> bool:
+        """True when the condition ``Running`` is True (Kueue v0.17.1 ``KubeflowJob.PodsReady``
+        and ``MPIJob.PodsReady``: the operator's ``JobRunning``)."""
+        return any(isinstance(c, Mapping) and c.get("type") == "Running"
+                   and c.get("status") == "True"
+                   for c in (obj.get("status") or {}).get("conditions") or [])
 
     def priority_class(self, obj: Mapping[str, Any]) -> tuple[str, str]:
         """``spec.runPolicy.schedulingPolicy.priorityClass`` (read first, as Kueue)."""

@@ -23,9 +23,11 @@ not count it).
 Suspend lever: ``spec.suspend`` (both). Finished: a RayJob when ``status.jobDeploymentStatus`` is
 ``Complete`` or ``Failed``, succeeded only when ``status.jobStatus`` is ``SUCCEEDED``; a
 RayCluster never. Active: a RayJob unless its deployment status is ``Suspended`` or new; a
-RayCluster while ``status.state`` is ``ready``. A RayCluster controlled by a RayJob or
-RayService (KubeRay copies the RayJob's labels, queue name included, onto it) is its owner's
-business: it has no queue of its own (Kueue's managed-ancestor rule).
+RayCluster while ``status.state`` is ``ready``. Pods ready (waitForPodsReady): a RayJob when its
+cluster's state (``status.rayClusterStatus.state``) is ``ready``, a RayCluster when its
+``status.state`` is (KubeRay sets ``ready`` once the cluster's pods run). A RayCluster
+controlled by a RayJob or RayService (KubeRay copies the RayJob's labels, queue name included,
+onto it) is its owner's business: it has no queue of its own (Kueue's managed-ancestor rule).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ GROUP, VERSION = "ray.io", "v1"
 SUSPEND = ("spec", "suspend")
 MAX_WORKER_GROUPS = 7
 K8S_JOB_MODE = "K8sJobMode"
+READY = "ready"  # KubeRay ClusterState once the cluster's pods run
 SUBMITTER = "submitter"
 DEFAULT_SUBMITTER_ANNOTATION = "pykueue.dev/default-submitter"
 """On a RayJob started with KubeRay's default submitter template, which pykueue wrote into
@@ -200,6 +203,11 @@ class RayJob(_RayKind):
         deployment = (obj.get("status") or {}).get("jobDeploymentStatus") or ""
         return 0 if deployment in ("", "Suspended") else 1
 
+    def pods_ready(self, obj: Mapping[str, Any]) -> bool:
+        """``status.rayClusterStatus.state`` is ``ready`` (Kueue v0.17.1 ``RayJob.PodsReady``)."""
+        cluster = (obj.get("status") or {}).get("rayClusterStatus") or {}
+        return isinstance(cluster, Mapping) and cluster.get("state") == READY
+
 
 class RayCluster(_RayKind):
     """ray.io/v1 RayCluster (``JobKind``; module doc): never finishes; deleting it ends it."""
@@ -216,7 +224,11 @@ class RayCluster(_RayKind):
 
     def active_pods(self, obj: Mapping[str, Any]) -> int:
         """1 while ``status.state`` is ``ready`` (Kueue ``IsActive``), else 0."""
-        return 1 if (obj.get("status") or {}).get("state") == "ready" else 0
+        return 1 if self.pods_ready(obj) else 0
+
+    def pods_ready(self, obj: Mapping[str, Any]) -> bool:
+        """``status.state`` is ``ready`` (Kueue v0.17.1 ``RayCluster.PodsReady``)."""
+        return (obj.get("status") or {}).get("state") == READY
 
 
 RAYJOB = RayJob("RayJob", "rayjobs")
