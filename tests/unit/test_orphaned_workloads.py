@@ -17,6 +17,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.config import Settings
 from app.controllers.client import JOBS, PODS, WORKLOADS
 from app.controllers.context import POD, WL
 from app.controllers.informers import Store
@@ -226,3 +227,25 @@ def test_no_workload_whose_owner_is_gone_holds_quota_past_one_resync_after_its_p
         asyncio.run(rec.reconcile_workload(NS, wl_name))
         orphaned = not sc["owned"] and sc["labelled"]
         assert (finished_reason(ctx, wl_name) == OWNER_NOT_FOUND) == orphaned, sc
+
+
+def test_a_failed_pytorchjob_keeps_its_quota_while_its_pods_run() -> None:
+    """Failed with ``cleanPodPolicy: None``: its pods run on, so its Workload is not Finished
+    (its quota kept) until they end; the kind's status saying 0 active does not count."""
+    rec, ctx = reconciler()
+    ctx.settings = Settings()  # type: ignore[attr-defined]
+    obj = owner("pytorchjob", "ddp", "u9")
+    obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
+    obj["spec"] = {"runPolicy": {"suspend": False}, "pytorchReplicaSpecs": {}}
+    obj["status"] = {"conditions": [{"type": "Failed", "status": "True", "message": "x"}],
+                     "replicaStatuses": {"Worker": {"active": 0}}}
+    ctx.store("pytorchjob").put(obj)
+    wl = workload("pytorchjob", "ddp", "u9", owned=True, labelled=True)
+    ctx.store(WL).put(wl)
+    running = pod("pytorchjob", "ddp", "u9", 0, phase="Running", owner_ref=True)
+    ctx.store(POD).put(running)
+    assert asyncio.run(rec.reconcile_object(PYTORCHJOB, NS, "ddp")) is not None
+    assert finished_reason(ctx, wl["metadata"]["name"]) is None
+    ctx.store(POD).remove(f"{NS}/{running['metadata']['name']}")
+    assert asyncio.run(rec.reconcile_object(PYTORCHJOB, NS, "ddp")) is None
+    assert finished_reason(ctx, wl["metadata"]["name"]) == "Failed"
