@@ -222,6 +222,17 @@ class JobReconciler:
         ns = str((obj.get("metadata") or {}).get("namespace", ""))
         return max(active, len(pods_of(kind, self._pods(ns), obj)))
 
+    def _holds_pods(self, kind: JobKind, obj: Obj, what: str) -> bool:
+        """True when the object still has pods holding resources (``_pods_left``): its
+        quota stays, and an Event ``WaitingForPods`` says so (deduplicated by the
+        recorder). ``what``: what waits for them."""
+        left = self._pods_left(kind, obj)
+        if left > 0:
+            self.ctx.recorder.emit(obj, NORMAL, "WaitingForPods",
+                                   f"{left} pod(s) of the {kind.kind} still run or are being "
+                                   f"killed: {what} once they are gone")
+        return left > 0
+
     async def _put_wl_status(self, wl: Obj) -> Obj:
         out = await self.ctx.client.replace(WORKLOADS, wl, subresource="status")
         self.ctx.store(WL).put(out)
@@ -254,7 +265,7 @@ class JobReconciler:
         finished, reason, message = kind.finished(obj)
         if finished:
             if wl is not None and not is_finished(wl):
-                if self._pods_left(kind, obj) > 0:
+                if self._holds_pods(kind, obj, "its Workload is Finished"):
                     # Its pods still run (a Kubeflow job Failed with cleanPodPolicy None
                     # leaves them): they hold the GPUs, so the Workload keeps the quota.
                     return PODS_POLL
@@ -412,7 +423,7 @@ class JobReconciler:
                                             f"according to existent Workload ({why})")
             ctx.recorder.emit(wl, WARNING, "NoMatchingWorkload",
                               f"The {kind.kind} no longer matches its admission: {why}")
-        if self._pods_left(kind, obj) > 0:
+        if self._holds_pods(kind, obj, "its Workload is replaced"):
             return PODS_POLL
         try:
             await ctx.client.delete(WORKLOADS, meta["name"], meta["namespace"],
@@ -498,7 +509,7 @@ class JobReconciler:
             ev = next((c for c in (wl.get("status") or {}).get("conditions", [])
                        if c.get("type") == "Evicted"), {})
             obj = await kind.stop(ctx, obj, str(ev.get("message") or "Evicted"))
-        if self._pods_left(kind, obj) > 0:
+        if self._holds_pods(kind, obj, "its quota is released"):
             return PODS_POLL
         await self._put_wl_status(with_released(wl, ctx.clock()))
         ctx.wake()

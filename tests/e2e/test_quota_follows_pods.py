@@ -144,42 +144,79 @@ def test_a_pod_group_deleted_with_cascade_orphan_frees_its_quota(
         assert not lab.get("pods", "-n", ns)["items"] or running(lab, ns) == 0
 
 
+HOLD = "lab.pykueue.dev/hold"  # a finalizer of the test's: the pod stays until it goes
+
+
 def test_a_raised_pytorchjob_is_requeued_without_failing_and_never_runs_on_released_quota(
         lab: LabHandle, pykueue_with_operators: tuple[set[str], str]) -> None:
     """Worker replicas 1 -> 5 on an admitted PyTorchJob (Master 1 + Worker 1 = 2 GPUs, in a
-    6-GPU queue): pykueue stops it (``spec.runPolicy.suspend``), waits for every pod to be
-    gone, replaces the Workload and starts it again with 6 pods. Before: a pod killed by the
-    stop (exit 137) made the training-operator declare the job Failed, pykueue finished the
-    Workload and released the quota while the pods kept Running."""
+    6-GPU queue, restartPolicy Never): pykueue stops it (``spec.runPolicy.suspend``); the
+    training-operator deletes its pods. The master pod is held (a finalizer, as a slow
+    kubelet would) after the kill marked it Failed (exit 137). pykueue waits for it (Event
+    ``WaitingForPods``) with the old admission; once it is gone the Workload is replaced and
+    the job runs again with 6 pods. Before: pykueue restarted the job while the killed master
+    was still there (the operator's status said 0 active), the training-operator declared the
+    job Failed, pykueue finished the Workload and released the quota: 5 GPU pods Running on
+    none."""
     need(pykueue_with_operators, "training-operator")
     with queue(lab, "raise", 6) as ns:
-        lab.apply(pytorchjob("ddp", ns, 1))
+        # restartPolicy Never: one failed pod fails the job (OnFailure would restart it).
+        manifest = json.loads(pytorchjob("ddp", ns, 1))
+        for rs in manifest["spec"]["pytorchReplicaSpecs"].values():
+            rs["restartPolicy"] = "Never"
+        lab.apply(json.dumps(manifest))
         wait_for(lambda: (w := owned_workload(lab, ns, "PyTorchJob", "ddp"))
                  and (c := condition(w, "Admitted")) and c["status"] == "True", 90,
                  "ddp admitted")
         wait_for(lambda: running(lab, ns) == 2, 90, "ddp's 2 pods Running")
-        lab.kubectl("patch", "pytorchjob", "ddp", "-n", ns, "--type=merge", "-p", json.dumps(
-            {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 5}}}}))
-        samples: list[tuple[int, int, bool]] = []
-
-        def settled() -> bool:
-            pj = lab.get("pytorchjob", "ddp", "-n", ns)
-            failed = condition(pj, "Failed")
-            assert not (failed and failed["status"] == "True"), failed
-            # Workloads read before and after the pods: a change between the reads (the
-            # new admission, the old Workload deleted) is never taken for a violation.
-            before = lab.get(WL, "-n", ns)["items"]
-            n = running(lab, ns)
-            after = lab.get(WL, "-n", ns)["items"]
-            held = max(sum(quota_held(w) for w in wls) for wls in (before, after))
-            stopping = any(quota_held(w) == 2 for w in before + after)  # the old admission
-            samples.append((n, held, stopping))
-            # Quota is never released while pods run; more pods than admitted only while
-            # the old Workload (its stop) is still there.
-            assert held > 0 or n == 0, samples
-            assert n <= held or stopping, samples
-            return n == 6 and held == 6
-        wait_for(settled, 150, "ddp running again with 6 pods on a 6-pod admission")
+        lab.kubectl("patch", "pod", "ddp-master-0", "-n", ns, "--type=merge", "-p",
+                    json.dumps({"metadata": {"finalizers": [HOLD]}}))
+        try:
+            held_master(lab, ns)
+        finally:
+            lab.kubectl("patch", "pod", "ddp-master-0", "-n", ns, "--type=json", "-p",
+                        '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False)
+        wait_for(lambda: invariants(lab, ns) == (6, 6), 150,
+                 "ddp running again with 6 pods on a 6-pod admission")
         wl = owned_workload(lab, ns, "PyTorchJob", "ddp")
         assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
             ("master", 1), ("worker", 5)]
+
+
+def held_master(lab: LabHandle, ns: str) -> None:
+    """Raise ddp's workers to 5 and wait for pykueue to wait for the held master pod."""
+    lab.kubectl("patch", "pytorchjob", "ddp", "-n", ns, "--type=merge", "-p", json.dumps(
+        {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 5}}}}))
+
+    def waiting() -> bool:
+        invariants(lab, ns)
+        return any(e["involvedObject"].get("name") == "ddp" for e in lab.get(
+            "events", "-n", ns, "--field-selector", "reason=WaitingForPods")["items"])
+    wait_for(waiting, 90, "pykueue waiting for ddp's killed master pod")
+    master = lab.get("pod", "ddp-master-0", "-n", ns)
+    assert master["metadata"].get("deletionTimestamp") and master["status"]["phase"] in (
+        "Running", "Failed"), master["status"]
+    assert any(quota_held(w) == 2 for w in lab.get(WL, "-n", ns)["items"])
+
+
+SAMPLES: list[tuple[int, int, bool]] = []
+
+
+def invariants(lab: LabHandle, ns: str) -> tuple[int, int]:
+    """(GPU pods Running, pods the namespace's Workloads hold quota for), asserting that ddp
+    is not Failed, that no pod runs on released quota, and that more pods than admitted run
+    only while the old admission (2 pods) is still there, i.e. during the stop."""
+    pj = lab.get("pytorchjob", "ddp", "-n", ns)
+    failed = condition(pj, "Failed")
+    assert not (failed and failed["status"] == "True"), (failed, SAMPLES[-5:])
+    # Workloads read before and after the pods: a change between the reads (the new
+    # admission, the old Workload deleted) is never taken for a violation.
+    before = lab.get(WL, "-n", ns)["items"]
+    n = running(lab, ns)
+    after = lab.get(WL, "-n", ns)["items"]
+    held = max(sum(quota_held(w) for w in wls) for wls in (before, after))
+    stopping = any(quota_held(w) == 2 for w in before + after)
+    SAMPLES.append((n, held, stopping))
+    assert held > 0 or n == 0, SAMPLES[-5:]
+    assert n <= held or stopping, SAMPLES[-5:]
+    return n, held
