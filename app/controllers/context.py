@@ -41,6 +41,9 @@ RF, CQ, CO, LQ, WL, WPC, PC, NS, JOB = "rf", "cq", "co", "lq", "wl", "wpc", "pc"
 AC = "ac"  # AdmissionChecks: ClusterQueues naming a missing or inactive one admit nothing
 STS = "sts"  # queued StatefulSets: the Pod webhook sizes their pods' group from spec.replicas
 RCT = "rct"  # ResourceClaimTemplates, watched only with resources.deviceClassMappings (DRA)
+# Every Pod, watched with the Nodes for the scheduler extender; the job reconciler reads it
+# too (the pods a job still runs hold its quota).
+POD = "pod"
 
 
 def build_informers(client: KubeClient, watch_timeout_seconds: int = 300, *,

@@ -38,7 +38,19 @@ from typing import Any
 from app.config import Settings
 from app.controllers.aio import wait_event
 from app.controllers.client import NODES, PODS, RESOURCE_CLAIM_TEMPLATES, KubeClient
-from app.controllers.context import AC, CO, CQ, LQ, NS, RCT, RF, WL, Context, build_informers
+from app.controllers.context import (
+    AC,
+    CO,
+    CQ,
+    LQ,
+    NS,
+    POD,
+    RCT,
+    RF,
+    WL,
+    Context,
+    build_informers,
+)
 from app.controllers.errors import NotFound
 from app.controllers.events import EventRecorder
 from app.controllers.finalizers import FinalizerController
@@ -91,7 +103,7 @@ async def served_kinds(client: KubeClient, registry: Registry) -> Registry:
         kept.append(kind)
     return Registry(kept)
 
-NODE, POD = "node", "pod"
+NODE = "node"
 CRD_WATCH = "crd-watch"
 # Kueue's wait for an integration's API: exponential backoff from 1 s to 2 min.
 CRD_POLL_SECONDS = 1.0

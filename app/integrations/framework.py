@@ -53,6 +53,13 @@ class JobKind(Protocol):
     admission; only more pods, or other requests, do not) and ``trim(ctx, obj, workload)``
     (delete the members the object may not have, e.g. a pod group's excess pods; returns the
     object without them).
+
+    Optional, for kinds whose operator labels the pods it makes: ``pod_labels = (name label,
+    uid label)``, the labels naming the object (and its uid, ``""`` when the operator writes
+    none) on each of its pods (``pods_of``). The reconciler then counts the object's pods
+    from the Pod store as well as from its status, so its quota is released only once they
+    are gone or terminal, and it finds the pods of a Workload whose owner went
+    (``pods_of_workload``: ``kubectl delete --cascade=orphan``).
     """
 
     key: str
@@ -156,6 +163,77 @@ async def trim(kind: JobKind, ctx: Context, obj: Obj, workload: Mapping[str, Any
     if fn is None:
         return obj
     return await fn(ctx, obj, workload)  # type: ignore[no-any-return]
+
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def pod_holds(pod: Mapping[str, Any]) -> bool:
+    """True while ``pod`` (core/v1) may still hold its node's resources: its phase is not
+    ``Succeeded``/``Failed``, or it is being deleted (a pod killed by a stop shows ``Failed``
+    until it is removed; its job must not be started again before, or its operator counts
+    that failure against the new run)."""
+    meta = pod.get("metadata") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    return phase not in TERMINAL_PHASES or bool(meta.get("deletionTimestamp"))
+
+
+def pod_labels(kind: JobKind) -> tuple[str, str]:
+    """``kind.pod_labels`` (name label, uid label), or ``("", "")`` (its pods unknown)."""
+    labels = getattr(kind, "pod_labels", None)
+    return (str(labels[0]), str(labels[1])) if labels else ("", "")
+
+
+def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str) -> bool:
+    """True when ``pod`` is one of the pods of ``kind``'s object ``name`` with ``uid``: its
+    name label names it, and its uid label (else a controller ownerReference of ``kind``,
+    when it has one: an orphaned pod has none) names ``uid``."""
+    name_label, uid_label = pod_labels(kind)
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if not name_label or labels.get(name_label) != name:
+        return False
+    if uid_label and labels.get(uid_label):
+        return bool(labels[uid_label] == uid)
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True \
+                and ref.get("kind") == kind.kind \
+                and str(ref.get("apiVersion", "")).rpartition("/")[0] == kind.api_group:
+            return bool(ref.get("uid") == uid)
+    return True
+
+
+def pods_of(kind: JobKind, pods: Iterable[Mapping[str, Any]],
+            obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The pods among ``pods`` (one namespace's) of ``kind``'s object ``obj`` that still hold
+    resources (``pod_holds``); ``[]`` for a kind without ``pod_labels``."""
+    meta = obj.get("metadata") or {}
+    name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
+    return [p for p in pods if pod_of(kind, p, name, uid) and pod_holds(p)]
+
+
+def pods_of_workload(kinds: Iterable[JobKind], pods: Iterable[Mapping[str, Any]],
+                     workload: Mapping[str, Any], uid: str) -> list[Mapping[str, Any]]:
+    """The pods among ``pods`` (the Workload's namespace's) still holding resources of the
+    object with ``uid`` whose Workload is ``workload``, of whichever kind in ``kinds``: a
+    pod's name label names an object of that kind whose Workload name (Kueue's, a hash of
+    kind, name and uid) is ``workload``'s. For a Workload whose owner went with its owner
+    reference (``kubectl delete --cascade=orphan``), so only its uid is known."""
+    meta = workload.get("metadata") or {}
+    wl_name, ns = str(meta.get("name", "")), str(meta.get("namespace", ""))
+    labelled = [(k, pod_labels(k)[0]) for k in kinds if pod_labels(k)[0]]
+    out = []
+    for pod in pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        for kind, label in labelled:
+            name = labels.get(label)
+            if name and kind.workload_name({"metadata": {"name": name, "uid": uid,
+                                                         "namespace": ns}}) == wl_name \
+                    and pod_of(kind, pod, name, uid):
+                if pod_holds(pod):
+                    out.append(pod)
+                break
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,9 +17,18 @@ evicted or deactivated -> stop the object, then release the quota once no pod is
 Workload pending -> a running object is stopped ("Not admitted by cluster queue"), a
 suspended one whose shape changed gets its Workload rebuilt in place.
 
+Quota follows the pods: it is released (Workload finished, released or deleted) only once
+the object's pods are gone or terminal, counted from the object's status and, for a kind with
+``pod_labels``, from the Pod store too (a stopped operator's status may say 0 active while its
+pods still run or are being killed).
+
 A Workload whose controller is no registered object (created by a user or another controller):
 an eviction releases its quota at once (it has no pods to wait for); its creator marks it
-Finished.
+Finished. One that pykueue created for an object that went with its owner reference (label
+``kueue.x-k8s.io/job-uid``, no ownerReference: ``kubectl delete --cascade=orphan``) is
+Finished with reason ``OwnerNotFound`` (Kueue v0.17.1 ``FinishOrphanedWorkloads``) once no
+object of that uid exists (kueue#12820: not while it is being deleted) and none of its pods
+holds resources any more (pykueue's addition: Kueue finishes it at once).
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from dataclasses import replace
 from typing import Any
 
 from app.controllers.client import WORKLOADS
-from app.controllers.context import NS, PC, WL, WPC, Context
+from app.controllers.context import NS, PC, POD, WL, WPC, Context
 from app.controllers.errors import Conflict, NotFound, Permanent
 from app.controllers.events import NORMAL, WARNING
 from app.controllers.informers import DELETED
@@ -57,16 +66,25 @@ from app.integrations.framework import (
     StartError,
     lookup,
     object_key,
+    pod_labels,
+    pods_of,
+    pods_of_workload,
     source_of,
     trim,
 )
 from app.wire.fields import WorkloadSpecError
+from app.wire.names import JOB_UID_LABEL
 from app.wire.workload import workload_from_object
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 WL_PREFIX = "wl:"
+NS_INDEX, UID_INDEX = "namespace", "uid"
+OWNER_NOT_FOUND = "OwnerNotFound"  # Kueue v1beta2 WorkloadFinishedReasonOwnerNotFound
+# Seconds between looks at a job whose pods still hold its quota (the Pod store's events do
+# not reach the reconciler).
+PODS_POLL = 1.0
 
 
 class OwnerIndex:
@@ -185,6 +203,35 @@ class JobReconciler:
         pc = {o["metadata"]["name"]: int(o.get("value") or 0) for o in self.ctx.store(PC)}
         return wpc, pc
 
+    def _pods(self, ns: str) -> list[Obj]:
+        """The pods of namespace ``ns`` from the Pod store, or ``[]`` when this process
+        watches no pods (then only the objects' status counts)."""
+        if POD not in self.ctx.informers.informers:
+            return []
+        store = self.ctx.store(POD)
+        store.index(NS_INDEX, lambda p: str((p.get("metadata") or {}).get("namespace", "")))
+        return store.by_index(NS_INDEX, ns)
+
+    def _pods_left(self, kind: JobKind, obj: Obj) -> int:
+        """The object's pods still holding resources: its status's count
+        (``kind.active_pods``) or, when more, the Pod store's (``framework.pods_of``)."""
+        active = kind.active_pods(obj)
+        if not pod_labels(kind)[0]:
+            return active
+        ns = str((obj.get("metadata") or {}).get("namespace", ""))
+        return max(active, len(pods_of(kind, self._pods(ns), obj)))
+
+    def _holds_pods(self, kind: JobKind, obj: Obj, what: str) -> bool:
+        """True when the object still has pods holding resources (``_pods_left``): its
+        quota stays, and an Event ``WaitingForPods`` says so (deduplicated by the
+        recorder). ``what``: what waits for them."""
+        left = self._pods_left(kind, obj)
+        if left > 0:
+            self.ctx.recorder.emit(obj, NORMAL, "WaitingForPods",
+                                   f"{left} pod(s) of the {kind.kind} still run or are being "
+                                   f"killed: {what} once they are gone")
+        return left > 0
+
     async def _put_wl_status(self, wl: Obj) -> Obj:
         out = await self.ctx.client.replace(WORKLOADS, wl, subresource="status")
         self.ctx.store(WL).put(out)
@@ -217,6 +264,10 @@ class JobReconciler:
         finished, reason, message = kind.finished(obj)
         if finished:
             if wl is not None and not is_finished(wl):
+                if self._holds_pods(kind, obj, "its Workload is Finished"):
+                    # Its pods still run (a Kubeflow job Failed with cleanPodPolicy None
+                    # leaves them): they hold the GPUs, so the Workload keeps the quota.
+                    return PODS_POLL
                 await self._put_wl_status(with_finished(wl, reason, message, ctx.clock()))
                 ctx.recorder.emit(obj, NORMAL, "FinishedWorkload",
                                   f"Workload '{ns}/{wl['metadata']['name']}' is declared finished")
@@ -371,8 +422,8 @@ class JobReconciler:
                                             f"according to existent Workload ({why})")
             ctx.recorder.emit(wl, WARNING, "NoMatchingWorkload",
                               f"The {kind.kind} no longer matches its admission: {why}")
-        if kind.active_pods(obj) > 0:
-            return 1.0
+        if self._holds_pods(kind, obj, "its Workload is replaced"):
+            return PODS_POLL
         try:
             await ctx.client.delete(WORKLOADS, meta["name"], meta["namespace"],
                                     uid=meta.get("uid"))
@@ -410,9 +461,13 @@ class JobReconciler:
                 if not kind.is_suspended(live):
                     again = 30.0  # runs without its label: its Workload accounts for it
                     continue
-                if kind.active_pods(live) > 0:
-                    again = 1.0  # stopped: its pods are going
+                if self._pods_left(kind, live) > 0:
+                    again = PODS_POLL  # stopped: its pods are going
                     continue
+            elif owner is not None and pod_labels(kind)[0] and pods_of(
+                    kind, self._pods(ns), {"metadata": {"name": name, "uid": owner.uid}}):
+                again = PODS_POLL  # gone, its pods orphaned: they still hold the quota
+                continue
             try:
                 await self.ctx.client.delete(WORKLOADS, wl["metadata"]["name"], ns,
                                              uid=wl["metadata"].get("uid"))
@@ -427,8 +482,8 @@ class JobReconciler:
             await kind.stop(ctx, obj, "No matching Workload; restoring pod templates according "
                                       "to existent Workload")
             return None
-        if kind.active_pods(obj) > 0:
-            return 1.0  # wait for the pods of the stopped object to go
+        if self._pods_left(kind, obj) > 0:
+            return PODS_POLL  # wait for the pods of the stopped object to go
         wpc, pc = self._priority_maps()
         try:
             body = kind.workload_object(obj, priority_classes=wpc, pod_priority_classes=pc)
@@ -453,8 +508,8 @@ class JobReconciler:
             ev = next((c for c in (wl.get("status") or {}).get("conditions", [])
                        if c.get("type") == "Evicted"), {})
             obj = await kind.stop(ctx, obj, str(ev.get("message") or "Evicted"))
-        if kind.active_pods(obj) > 0:
-            return 1.0
+        if self._holds_pods(kind, obj, "its quota is released"):
+            return PODS_POLL
         await self._put_wl_status(with_released(wl, ctx.clock()))
         ctx.wake()
         return None
@@ -497,11 +552,55 @@ class JobReconciler:
 
     async def reconcile_workload(self, ns: str, name: str) -> float | None:
         """A Workload no registered object controls: an eviction releases its quota at once
-        (it has no pods to wait for); its creator marks it Finished."""
+        (it has no pods to wait for); its creator marks it Finished. An orphaned one (module
+        doc, ``_orphaned``) is Finished here once its object and its pods are gone."""
         wl = self.ctx.store(WL).get(f"{ns}/{name}")
         if wl is None or self.registry.owner_of(wl) is not None or is_finished(wl):
             return None
+        uid = self._orphaned(wl)
+        if uid:
+            return await self._finish_orphan(wl, uid)
         if has_admission(wl) and (is_evicted(wl) or not is_active(wl)):
             await self._put_wl_status(with_released(wl, self.ctx.clock()))
             self.ctx.wake()
+        return None
+
+    @staticmethod
+    def _orphaned(wl: Obj) -> str:
+        """The uid of the object a Workload was made for when that object went with its
+        owner reference, else ``""``. Rule (Kueue v0.17.1 ``isOrphanedWorkload`` with
+        ``FinishOrphanedWorkloads``): no ownerReference at all, the label
+        ``kueue.x-k8s.io/job-uid`` set, not being deleted. A Workload created without an
+        owner and that label (Kueue's performance runner's) is not orphaned."""
+        meta = wl.get("metadata") or {}
+        if meta.get("ownerReferences") or meta.get("deletionTimestamp"):
+            return ""
+        return str((meta.get("labels") or {}).get(JOB_UID_LABEL) or "")
+
+    def _object_with_uid(self, ns: str, uid: str) -> Obj | None:
+        """The stored object of a registered kind in ``ns`` whose uid is ``uid``, or None."""
+        for kind in self.registry.kinds():
+            if kind.resource is None or source_of(kind) not in self.ctx.informers.informers:
+                continue
+            store = self.ctx.store(source_of(kind))
+            store.index(UID_INDEX, lambda o: str((o.get("metadata") or {}).get("uid", "")))
+            for obj in store.by_index(UID_INDEX, uid):
+                if (obj.get("metadata") or {}).get("namespace") == ns:
+                    return obj
+        return None
+
+    async def _finish_orphan(self, wl: Obj, uid: str) -> float | None:
+        """Finish orphaned ``wl`` (reason ``OwnerNotFound``) once no object with ``uid``
+        exists and none of its pods holds resources; else look again in ``PODS_POLL``."""
+        ns = str(wl["metadata"].get("namespace", ""))
+        if self._object_with_uid(ns, uid) is not None:
+            return PODS_POLL  # still there, being deleted (kueue#12820): not finished yet
+        if pods_of_workload(self.registry.kinds(), self._pods(ns), wl, uid):
+            return PODS_POLL  # its orphaned pods still run on the GPUs it accounts for
+        message = "The workload's owner no longer exists"
+        await self._put_wl_status(with_finished(wl, OWNER_NOT_FOUND, message, self.ctx.clock()))
+        self.ctx.recorder.emit(wl, NORMAL, "FinishedWorkload",
+                               f"Workload '{ns}/{wl['metadata']['name']}' is declared "
+                               f"finished: {message}")
+        self.ctx.wake()
         return None

@@ -85,11 +85,13 @@ def pytorchjob(name: str, ns: str, workers: int) -> str:
 
 def mpijob(name: str, ns: str, workers: int) -> str:
     """An MPIJob v2beta1 queued in ``lq``: a launcher asking no GPU that ends after 2 s (the
-    MPIJob then succeeds) + ``workers`` 1-GPU workers lasting an hour."""
+    MPIJob then succeeds) + ``workers`` 1-GPU workers lasting an hour, deleted by the
+    mpi-operator when the MPIJob succeeds (``cleanPodPolicy: Running``: with ``None`` they
+    would keep running, and pykueue keeps the quota while they do)."""
     return json.dumps({
         "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
         "metadata": {"name": name, "namespace": ns, "labels": {QUEUE: "lq"}},
-        "spec": {"slotsPerWorker": 1, "runPolicy": {"cleanPodPolicy": "None"},
+        "spec": {"slotsPerWorker": 1, "runPolicy": {"cleanPodPolicy": "Running"},
                  "mpiReplicaSpecs": {
                      "Launcher": {"replicas": 1,
                                   "template": template(0, restart="Never", name="launcher",

@@ -302,6 +302,8 @@ class BatchJob:
     # started matches its Workload's spec, not the smaller admission). Kinds without it must
     # match the admission itself, or a Workload edited to a small minCount would start all.
     partial_admission = True
+    # The Job controller's labels on every pod it makes (Kubernetes >= 1.27).
+    pod_labels = ("batch.kubernetes.io/job-name", "batch.kubernetes.io/controller-uid")
 
     def queue_name(self, obj: Mapping[str, Any]) -> str:
         return queue_name(obj)

@@ -98,6 +98,8 @@ class JobSet(TemplatedKind):
     kind = "JobSet"
     suspend = ("spec", "suspend")
     rules = RULES
+    # JobSet v0.11 labels its child Jobs' pods with both.
+    pod_labels = ("jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/jobset-uid")
 
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         """One per replicatedJob (module doc). Raises ``WorkloadSpecError``."""

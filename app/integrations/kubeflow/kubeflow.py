@@ -42,6 +42,9 @@ class KubeflowJob(TemplatedKind):
 
     api_group = GROUP
     suspend = SUSPEND
+    # training-operator v1.9 and mpi-operator v0.8 label every pod with the job's name (no
+    # uid label: a pod's controller ownerReference gives it while the job exists).
+    pod_labels = ("training.kubeflow.org/job-name", "")
 
     def __init__(self, kind: str, plural: str, field: str, order: tuple[str, ...],
                  version: str = "v1") -> None:

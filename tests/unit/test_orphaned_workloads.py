@@ -1,0 +1,251 @@
+"""Quota follows the pods (job framework): a Workload whose object went with its owner
+reference (``kubectl delete --cascade=orphan``) is Finished ``OwnerNotFound`` (Kueue v0.17.1
+``FinishOrphanedWorkloads``) once its object is gone and its orphaned pods are gone or terminal;
+one created without an owner (Kueue's performance runner) is left alone; a finished job's
+Workload keeps its quota while its pods still run.
+
+The property: whatever the mix of Workloads, owners and pods, one reconcile pass finishes
+exactly the orphaned Workloads with nothing left running, and once the pods are gone the next
+pass (one resync) finishes the rest."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.config import Settings
+from app.controllers.client import JOBS, PODS, WORKLOADS
+from app.controllers.context import POD, WL
+from app.controllers.informers import Store
+from app.integrations import default_registry
+from app.integrations.batchjob.job import KIND as JOB
+from app.integrations.framework import pods_of, pods_of_workload
+from app.integrations.jobset.jobset import JOBSETS
+from app.integrations.jobset.jobset import KIND as JOBSET
+from app.integrations.kubeflow.kubeflow import PYTORCHJOB
+from app.integrations.reconciler import OWNER_NOT_FOUND, JobReconciler
+from app.wire.names import JOB_UID_LABEL
+
+NS = "team-a"
+KINDS = {"job": (JOB, JOBS), "jobset": (JOBSET, JOBSETS),
+         "pytorchjob": (PYTORCHJOB, PYTORCHJOB.resource)}
+
+
+class _Informer:
+    def __init__(self, resource: Any) -> None:
+        self.store = Store(resource)
+
+
+class _Informers:
+    def __init__(self, keys: dict[str, Any]) -> None:
+        self.informers = {k: _Informer(r) for k, r in keys.items()}
+
+    def store(self, key: str) -> Store:
+        return self.informers[key].store
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.status_writes: list[dict[str, Any]] = []
+
+    async def replace(self, res: Any, body: dict[str, Any], **_: Any) -> dict[str, Any]:
+        self.status_writes.append(body)
+        out = copy.deepcopy(body)
+        meta = out["metadata"]
+        meta["resourceVersion"] = str(int(meta.get("resourceVersion", "1")) + 1)
+        return out
+
+
+class _Recorder:
+    def emit(self, *_: Any) -> bool:
+        return True
+
+
+class _Ctx:
+    def __init__(self) -> None:
+        keys = {WL: WORKLOADS, POD: PODS, **{k: r for k, (_, r) in KINDS.items()}}
+        self.informers = _Informers(keys)
+        self.client = _Client()
+        self.recorder = _Recorder()
+        self.clock = lambda: 1_000_000.0
+
+    def store(self, key: str) -> Store:
+        return self.informers.store(key)
+
+    def wake(self) -> None:
+        pass
+
+
+def reconciler() -> tuple[JobReconciler, _Ctx]:
+    ctx = _Ctx()
+    rec = JobReconciler.__new__(JobReconciler)
+    rec.ctx, rec.registry = ctx, default_registry()  # type: ignore[assignment]
+    return rec, ctx
+
+
+def owner(kind_key: str, name: str, uid: str, *, deleting: bool = False) -> dict[str, Any]:
+    kind = KINDS[kind_key][0]
+    meta: dict[str, Any] = {"name": name, "namespace": NS, "uid": uid, "resourceVersion": "1"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-03T14:00:00Z"
+        meta["finalizers"] = ["orphan"]
+    return {"apiVersion": kind.resource.api_version, "kind": kind.kind, "metadata": meta}
+
+
+def workload(kind_key: str, name: str, uid: str, *, owned: bool, labelled: bool
+             ) -> dict[str, Any]:
+    kind = KINDS[kind_key][0]
+    meta: dict[str, Any] = {
+        "name": kind.workload_name({"metadata": {"name": name, "uid": uid}}),
+        "namespace": NS, "uid": f"wl-{uid}", "resourceVersion": "1"}
+    if labelled:
+        meta["labels"] = {JOB_UID_LABEL: uid}
+    if owned:
+        meta["ownerReferences"] = [{"apiVersion": kind.resource.api_version,
+                                    "kind": kind.kind, "name": name, "uid": uid,
+                                    "controller": True}]
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": meta,
+            "spec": {"queueName": "lq", "podSets": []},
+            "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": []},
+                       "conditions": [{"type": "QuotaReserved", "status": "True"},
+                                      {"type": "Admitted", "status": "True"}]}}
+
+
+def pod(kind_key: str, name: str, uid: str, i: int, *, phase: str, deleting: bool = False,
+        owner_ref: bool = False) -> dict[str, Any]:
+    """A pod of ``kind_key``'s object as its operator labels it (an orphaned pod has no
+    ownerReference any more)."""
+    labels = {"job": {"batch.kubernetes.io/job-name": name,
+                      "batch.kubernetes.io/controller-uid": uid},
+              "jobset": {"jobset.sigs.k8s.io/jobset-name": name,
+                         "jobset.sigs.k8s.io/jobset-uid": uid},
+              "pytorchjob": {"training.kubeflow.org/job-name": name}}[kind_key]
+    meta: dict[str, Any] = {"name": f"{name}-{uid}-{i}", "namespace": NS, "labels": labels,
+                            "uid": f"pod-{uid}-{i}", "resourceVersion": "1"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-03T14:00:00Z"
+    if owner_ref:
+        kind = KINDS[kind_key][0]
+        meta["ownerReferences"] = [{"apiVersion": kind.resource.api_version,
+                                    "kind": kind.kind, "name": name, "uid": uid,
+                                    "controller": True}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "status": {"phase": phase}}
+
+
+def finished_reason(ctx: _Ctx, wl_name: str) -> str | None:
+    for body in ctx.client.status_writes:
+        if body["metadata"]["name"] == wl_name:
+            for c in body["status"]["conditions"]:
+                if c["type"] == "Finished" and c["status"] == "True":
+                    return str(c["reason"])
+    return None
+
+
+def test_an_orphan_is_finished_once_its_pods_are_gone() -> None:
+    rec, ctx = reconciler()
+    wl = workload("job", "train", "u1", owned=False, labelled=True)
+    ctx.store(WL).put(wl)
+    running = pod("job", "train", "u1", 0, phase="Running")
+    ctx.store(POD).put(running)
+    assert asyncio.run(rec.reconcile_workload(NS, wl["metadata"]["name"])) is not None
+    assert finished_reason(ctx, wl["metadata"]["name"]) is None  # the pod holds the GPUs
+    ctx.store(POD).put({**running, "status": {"phase": "Failed"},
+                        "metadata": {**running["metadata"], "resourceVersion": "2"}})
+    assert asyncio.run(rec.reconcile_workload(NS, wl["metadata"]["name"])) is None
+    assert finished_reason(ctx, wl["metadata"]["name"]) == OWNER_NOT_FOUND
+
+
+def test_a_workload_created_without_owner_or_job_uid_is_left_alone() -> None:
+    rec, ctx = reconciler()
+    wl = workload("job", "perf", "u2", owned=False, labelled=False)
+    ctx.store(WL).put(wl)
+    assert asyncio.run(rec.reconcile_workload(NS, wl["metadata"]["name"])) is None
+    assert ctx.client.status_writes == []
+
+
+def test_pods_of_matches_by_name_and_uid_not_by_name_alone() -> None:
+    other = pod("pytorchjob", "ddp", "old", 0, phase="Running", owner_ref=True)
+    mine = pod("pytorchjob", "ddp", "new", 1, phase="Running", owner_ref=True)
+    orphan = pod("pytorchjob", "ddp", "old", 2, phase="Running")
+    obj = owner("pytorchjob", "ddp", "new")
+    assert [p["metadata"]["name"] for p in pods_of(PYTORCHJOB, [other, mine], obj)] == [
+        mine["metadata"]["name"]]
+    old_wl = workload("pytorchjob", "ddp", "old", owned=False, labelled=True)
+    assert [p["metadata"]["name"] for p in pods_of_workload(
+        [JOB, JOBSET, PYTORCHJOB], [other, mine, orphan], old_wl, "old")] == [
+        other["metadata"]["name"], orphan["metadata"]["name"]]
+
+
+PHASES = st.sampled_from(["Pending", "Running", "Succeeded", "Failed"])
+SCENARIO = st.fixed_dictionaries({
+    "kind": st.sampled_from(sorted(KINDS)),
+    "owned": st.booleans(),
+    "labelled": st.booleans(),
+    "owner": st.sampled_from(["gone", "deleting", "other-uid"]),
+    "pods": st.lists(st.tuples(PHASES, st.booleans(), st.booleans()), max_size=3),
+})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(SCENARIO, min_size=1, max_size=4))
+def test_no_workload_whose_owner_is_gone_holds_quota_past_one_resync_after_its_pods(
+        scenarios: list[dict[str, Any]]) -> None:
+    rec, ctx = reconciler()
+    expect: dict[str, bool] = {}
+    for i, sc in enumerate(scenarios):
+        name, uid = f"j{i}", f"uid-{i}"
+        wl = workload(sc["kind"], name, uid, owned=sc["owned"], labelled=sc["labelled"])
+        ctx.store(WL).put(wl)
+        if sc["owner"] == "deleting":
+            ctx.store(sc["kind"]).put(owner(sc["kind"], name, uid, deleting=True))
+        elif sc["owner"] == "other-uid":  # same name, created again
+            ctx.store(sc["kind"]).put(owner(sc["kind"], name, f"new-{uid}"))
+        holding = False
+        for j, (phase, deleting, other) in enumerate(sc["pods"]):
+            p = pod(sc["kind"], name, f"new-{uid}" if other else uid, j, phase=phase,
+                    deleting=deleting, owner_ref=other)
+            ctx.store(POD).put(p)
+            holding |= not other and (phase in ("Pending", "Running") or deleting)
+        orphan = not sc["owned"] and sc["labelled"] and sc["owner"] != "deleting"
+        expect[wl["metadata"]["name"]] = orphan
+        again = asyncio.run(rec.reconcile_workload(NS, wl["metadata"]["name"]))
+        got = finished_reason(ctx, wl["metadata"]["name"])
+        assert got == (OWNER_NOT_FOUND if orphan and not holding else None), sc
+        if orphan and holding:
+            assert again is not None, sc  # looked at again: the quota is not forgotten
+    # Every pod and deleting owner gone: one more pass (one resync) finishes every orphan.
+    for key in [POD, *KINDS]:
+        for obj_key in ctx.store(key).keys():
+            ctx.store(key).remove(obj_key)
+    for i, sc in enumerate(scenarios):
+        wl_name = KINDS[sc["kind"]][0].workload_name({"metadata": {"name": f"j{i}",
+                                                                   "uid": f"uid-{i}"}})
+        asyncio.run(rec.reconcile_workload(NS, wl_name))
+        orphaned = not sc["owned"] and sc["labelled"]
+        assert (finished_reason(ctx, wl_name) == OWNER_NOT_FOUND) == orphaned, sc
+
+
+def test_a_failed_pytorchjob_keeps_its_quota_while_its_pods_run() -> None:
+    """Failed with ``cleanPodPolicy: None``: its pods run on, so its Workload is not Finished
+    (its quota kept) until they end; the kind's status saying 0 active does not count."""
+    rec, ctx = reconciler()
+    ctx.settings = Settings()  # type: ignore[attr-defined]
+    obj = owner("pytorchjob", "ddp", "u9")
+    obj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "lq"}
+    obj["spec"] = {"runPolicy": {"suspend": False}, "pytorchReplicaSpecs": {}}
+    obj["status"] = {"conditions": [{"type": "Failed", "status": "True", "message": "x"}],
+                     "replicaStatuses": {"Worker": {"active": 0}}}
+    ctx.store("pytorchjob").put(obj)
+    wl = workload("pytorchjob", "ddp", "u9", owned=True, labelled=True)
+    ctx.store(WL).put(wl)
+    running = pod("pytorchjob", "ddp", "u9", 0, phase="Running", owner_ref=True)
+    ctx.store(POD).put(running)
+    assert asyncio.run(rec.reconcile_object(PYTORCHJOB, NS, "ddp")) is not None
+    assert finished_reason(ctx, wl["metadata"]["name"]) is None
+    ctx.store(POD).remove(f"{NS}/{running['metadata']['name']}")
+    assert asyncio.run(rec.reconcile_object(PYTORCHJOB, NS, "ddp")) is None
+    assert finished_reason(ctx, wl["metadata"]["name"]) == "Failed"
