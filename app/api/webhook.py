@@ -68,6 +68,7 @@ from app.integrations.webhook import (
     DEFAULT_LOCAL_QUEUE,
     UnreadableObjectError,
     WebhookPolicy,
+    empty_queue_name_errors,
     is_batch_job,
     mutate,
     mutate_update,
@@ -441,15 +442,17 @@ def _gated(framework: str, decide: Callable[[AdmissionRequest, Any], _Outcome]
     (a Kueue name): then every request is allowed unchanged, as Kueue registers no webhook
     for an integration it does not manage (its objects are not queued at all). A queued
     object carrying a Kueue key pykueue does not implement is refused first
-    (``app.integrations.unsupported``), by the mutating webhook too, since some kinds have
-    no validating webhook on CREATE."""
+    (``app.integrations.unsupported``), and so is an empty queue name
+    (``empty_queue_name_errors``), by the mutating webhook too, since some kinds have no
+    validating webhook on CREATE."""
     def gated(req: AdmissionRequest, state: Any) -> _Outcome:
         settings = getattr(state, "settings", None)
         if settings is not None and not settings.integrations.enabled(framework):
             return _allow(req)
         if req.operation in ("CREATE", "UPDATE") and not req.sub_resource:
             old, new = _objects(req)
-            errors = unsupported_errors(old, new)
+            errors = empty_queue_name_errors(old, new, _policy(state).queue_name_label) \
+                + unsupported_errors(old, new)
             if errors:
                 return _deny(req, 403, "Forbidden", "; ".join(errors), DENIED)
         return decide(req, state)

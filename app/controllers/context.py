@@ -41,6 +41,10 @@ RF, CQ, CO, LQ, WL, WPC, PC, NS, JOB = "rf", "cq", "co", "lq", "wl", "wpc", "pc"
 AC = "ac"  # AdmissionChecks: ClusterQueues naming a missing or inactive one admit nothing
 STS = "sts"  # queued StatefulSets: the Pod webhook sizes their pods' group from spec.replicas
 RCT = "rct"  # ResourceClaimTemplates, watched only with resources.deviceClassMappings (DRA)
+# batch Jobs without a queue-name label, watched while the Job kind's informer lists only
+# labelled ones: a managed ancestor's (a JobSet's) children are held to its admission.
+CHILD_JOBS = "jobchild"
+UNLABELLED = f"!{QUEUE_NAME_LABEL}"
 
 
 def build_informers(client: KubeClient, watch_timeout_seconds: int = 300, *,

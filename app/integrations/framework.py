@@ -116,7 +116,7 @@ class JobKind(Protocol):
 GROUP_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/is-group-workload"
 
 
-def _controller_uid(obj: Mapping[str, Any]) -> str:
+def controller_uid(obj: Mapping[str, Any]) -> str:
     """The uid ``obj``'s controller ownerReference names ("" when none): an ancestor read by
     name is ``obj``'s only when its uid is this one (a forged reference names another)."""
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
@@ -240,7 +240,7 @@ class Registry:
             uid = str(((parent or {}).get("metadata") or {}).get("uid", ""))
             if own_uid and uid == own_uid:
                 return None  # a cycle through obj itself: no ancestor (Kueue: an error)
-            if parent is None or uid in seen or _controller_uid(cur) not in ("", uid):
+            if parent is None or uid in seen or controller_uid(cur) not in ("", uid):
                 break  # unknown, a cycle, or a namesake of the owner the reference names
             seen.add(uid)
             if manage_unlabelled or found[0].queue_name(parent):
