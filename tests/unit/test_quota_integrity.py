@@ -26,7 +26,8 @@ from app.integrations.ray.ray import RAYCLUSTER, RAYJOB
 from app.integrations.webhook import validate_update
 from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL
 from tests.recording_client import OBJECTS, RecordingClient
-from tests.unit.test_jobset import A100, QUEUE, jobset as make_jobset, rjob
+from tests.unit.test_jobset import A100, QUEUE, rjob
+from tests.unit.test_jobset import jobset as make_jobset
 from tests.unit.test_ray import group, raycluster, rayjob
 from tests.unit.test_webhook import CONTROLLER, POLICY, answer, job, make_app, post, review
 
