@@ -55,11 +55,12 @@ from app.integrations.framework import (
     Owner,
     Registry,
     StartError,
-    controller_uid,
+    child_share,
     lookup,
     object_key,
     pods_ready,
     source_of,
+    stored_ancestor,
     trim,
 )
 from app.wire.fields import WorkloadSpecError
@@ -69,10 +70,6 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 WL_PREFIX = "wl:"
-
-
-def _no_children(obj: Mapping[str, Any]) -> dict[str, int]:
-    return {}
 
 
 class OwnerIndex:
@@ -286,9 +283,7 @@ class JobReconciler:
         obj = self.ctx.store(CHILD_JOBS).get(f"{ns}/{name}")
         if kind is None or obj is None:
             return None
-        ancestor = self.registry.managed_ancestor(
-            obj, lambda k, n, nm: lookup(k, self.ctx, n, nm),
-            manage_unlabelled=self.ctx.settings.jobs.manage_jobs_without_queue_name)
+        ancestor = stored_ancestor(self.ctx, self.registry, obj)
         if ancestor is None:
             return None
         return await self._child(kind, obj, *ancestor)
@@ -349,11 +344,9 @@ class JobReconciler:
         meta = job["metadata"]
         try:
             have = job_pod_count(job)
-            share = getattr(parent_kind, "child_jobs", _no_children)(parent) \
-                if controller_uid(job) == (parent.get("metadata") or {}).get("uid") else {}
+            allowed = child_share(parent_kind, parent, job)
         except WorkloadSpecError:
             return  # the ancestor's own reconcile stops it: it no longer matches
-        allowed = share.get(str(meta.get("name", "")), 0)
         if have <= allowed:
             return
         body = copy.deepcopy(job)

@@ -309,3 +309,23 @@ async def test_an_update_that_empties_the_queue_name_is_refused_one_stored_so_is
     changed["metadata"]["annotations"] = {"note": "x"}
     sent = review("UPDATE", changed, stored)
     assert answer(await post(app, "/validate-batch-v1-job", sent), sent)["allowed"] is True
+
+
+async def test_the_job_webhook_refuses_raising_a_labelled_child_beyond_its_share() -> None:
+    from tests.unit.test_managed_ancestor import _lookup, owned
+
+    js = make_jobset(rjob("workers", 2, 1), suspend=False)
+    js["metadata"].update(namespace=NS, uid="p1")
+    app = make_app(admission=_lookup(js))
+    running = owned(job("train-workers-0", queue="lq", suspend=False),
+                    "jobset.x-k8s.io/v1alpha2", "JobSet", "train", uid="p1")
+    running["spec"]["parallelism"] = running["spec"]["completions"] = 1
+    raised = copy.deepcopy(running)
+    raised["spec"]["parallelism"] = raised["spec"]["completions"] = 6
+    sent = review("UPDATE", raised, old=running, user="alice")
+    got = answer(await post(app, "/validate-batch-v1-job", sent), sent)
+    assert got["allowed"] is False
+    assert "at most 1 pod(s)" in got["status"]["message"], got
+    for old, new, user in ((running, raised, CONTROLLER), (raised, running, "alice")):
+        sent = review("UPDATE", new, old=old, user=user)
+        assert answer(await post(app, "/validate-batch-v1-job", sent), sent)["allowed"] is True
