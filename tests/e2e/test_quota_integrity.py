@@ -28,6 +28,8 @@ from tests.labfixture import LabHandle, wait_for
 
 pytestmark = pytest.mark.lab
 TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+# The lab's pods of a Job succeed after 3 s unless they say how long they run (hack/lab).
+LONG = {"annotations": {"lab.pykueue.dev/run-duration": "1h"}}
 VALIDATING = "pykueue-validating-webhook-configuration"
 
 
@@ -101,9 +103,10 @@ def test_raycluster_autoscaling_on_update_is_refused_and_an_unreadable_one_is_st
 
 def _long_jobset(name: str, ns: str, replicas: int) -> str:
     """A JobSet queued in ``lq``: replicatedJob ``workers`` of ``replicas`` Jobs of one 1-GPU
-    pod that runs until deleted."""
-    pod = {"spec": {"restartPolicy": "Never", "containers": [gpu_container()],
-                    "tolerations": [TOLERATION]}}
+    pod that runs an hour."""
+    pod = {"metadata": LONG, "spec": {"restartPolicy": "Never",
+                                      "containers": [gpu_container()],
+                                      "tolerations": [TOLERATION]}}
     return json.dumps({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
                        "metadata": {"name": name, "namespace": ns, "labels": {QUEUE: "lq"}},
                        "spec": {"replicatedJobs": [{"name": "workers", "replicas": replicas,
@@ -142,7 +145,7 @@ def test_a_jobset_child_job_scaled_directly_is_set_back_to_its_share(
 def _job(name: str, ns: str, labels: dict[str, str]) -> str:
     return json.dumps({"apiVersion": "batch/v1", "kind": "Job",
                        "metadata": {"name": name, "namespace": ns, "labels": labels},
-                       "spec": {"template": {"spec": {
+                       "spec": {"template": {"metadata": LONG, "spec": {
                            "restartPolicy": "Never", "containers": [gpu_container()],
                            "tolerations": [TOLERATION]}}}})
 
