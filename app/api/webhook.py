@@ -77,6 +77,7 @@ from app.integrations.webhook import (
     DEFAULT_LOCAL_QUEUE,
     UnreadableObjectError,
     WebhookPolicy,
+    empty_queue_name_errors,
     is_batch_job,
     mutate,
     mutate_update,
@@ -285,7 +286,8 @@ def _decide_validation(req: AdmissionRequest, state: Any) -> _Outcome:
         # Its ancestor's operator creates and resumes it (a JobSet resumes its Jobs once
         # admitted): only the label's format is pykueue's business (Kueue ValidateJobOnCreate),
         # and, when configured, who may make it run.
-        errors = queue_name_errors(job, policy) + _child_runner_errors(req, state, job)
+        errors = queue_name_errors(job, policy) + _child_runner_errors(req, state, job) \
+            + _child_share_errors(req, state, job)
     elif req.operation == "CREATE":
         errors = validate_create(job, username, policy)
     else:
@@ -330,6 +332,31 @@ def _child_runner_errors(req: AdmissionRequest, state: Any, job: dict[str, Any])
     return [f"spec.suspend: a Job owned by a queued {_ancestor_phrase(job)} runs only when "
             f"its operator ({', '.join(sorted(allowed))}) creates or resumes it "
             "(webhook.child_job_creators); create it suspended or submit it queued on its own"]
+
+
+def _child_share_errors(req: AdmissionRequest, state: Any, job: dict[str, Any]) -> list[str]:
+    """An UPDATE (by anyone but pykueue) that raises a running child Job's pod count above
+    its share of its managed ancestor's admission (``child_job_share``: a JobSet's Job its
+    replicatedJob's pods per Job) is refused; the operators never change it. Unknown shares
+    pass (the reconciler sets a Job beyond its share back)."""
+    if req.operation != "UPDATE" or read_suspend(job) \
+            or req.user_info.username in _policy(state).controller_usernames:
+        return []
+    ask = getattr(getattr(state, "admission_lookup", None), "child_job_share", None)
+    try:
+        share = ask(job) if ask is not None else None
+    except Exception:
+        logger.exception("webhook: child_job_share failed; treating it as unknown")
+        share = None
+    old = _read(req.old_object, "request.oldObject")
+    have, before = pod_count(job), pod_count(old)
+    if not isinstance(share, int) or have is None or have <= share \
+            or (before is not None and have <= before):
+        return []
+    return [f"spec.parallelism: a Job of {_ancestor_phrase(job)} runs at most {share} pod(s) "
+            f"at once, its share of that object's admission, not {have}; resize the "
+            f"{_ancestor_phrase(job).split(' ')[0]} itself (it is queued again for its new "
+            "shape)"]
 
 
 def _ancestor_phrase(job: dict[str, Any]) -> str:
@@ -527,15 +554,17 @@ def _gated(framework: str, decide: Callable[[AdmissionRequest, Any], _Outcome]
     (a Kueue name): then every request is allowed unchanged, as Kueue registers no webhook
     for an integration it does not manage (its objects are not queued at all). A queued
     object carrying a Kueue key pykueue does not implement is refused first
-    (``app.integrations.unsupported``), by the mutating webhook too, since some kinds have
-    no validating webhook on CREATE."""
+    (``app.integrations.unsupported``), and so is an empty queue name
+    (``empty_queue_name_errors``), by the mutating webhook too, since some kinds have no
+    validating webhook on CREATE."""
     def gated(req: AdmissionRequest, state: Any) -> _Outcome:
         settings = getattr(state, "settings", None)
         if settings is not None and not settings.integrations.enabled(framework):
             return _allow(req)
         if req.operation in ("CREATE", "UPDATE") and not req.sub_resource:
             old, new = _objects(req)
-            errors = unsupported_errors(old, new)
+            errors = empty_queue_name_errors(old, new, _policy(state).queue_name_label) \
+                + unsupported_errors(old, new)
             if errors:
                 return _deny(req, 403, "Forbidden", "; ".join(errors), DENIED)
         return decide(req, state)

@@ -44,6 +44,10 @@ RCT = "rct"  # ResourceClaimTemplates, watched only with resources.deviceClassMa
 # Every Pod, watched with the Nodes for the scheduler extender; the job reconciler reads it
 # too (the pods a job still runs hold its quota).
 POD = "pod"
+# batch Jobs without a queue-name label, watched while the Job kind's informer lists only
+# labelled ones: a managed ancestor's (a JobSet's) children are held to its admission.
+CHILD_JOBS = "jobchild"
+UNLABELLED = f"!{QUEUE_NAME_LABEL}"
 
 
 def build_informers(client: KubeClient, watch_timeout_seconds: int = 300, *,

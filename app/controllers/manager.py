@@ -37,16 +37,19 @@ from typing import Any
 
 from app.config import Settings
 from app.controllers.aio import wait_event
-from app.controllers.client import NODES, PODS, RESOURCE_CLAIM_TEMPLATES, KubeClient
+from app.controllers.client import JOBS, NODES, PODS, RESOURCE_CLAIM_TEMPLATES, KubeClient
 from app.controllers.context import (
     AC,
+    CHILD_JOBS,
     CO,
     CQ,
+    JOB,
     LQ,
     NS,
     POD,
     RCT,
     RF,
+    UNLABELLED,
     WL,
     Context,
     build_informers,
@@ -178,6 +181,12 @@ class Manager:
             client, s.scheduling.watch_timeout_seconds,
             job_kinds=[(k.key, k.resource, self._selector(k)) for k in self.registry.kinds()
                        if k.resource is not None])
+        job_kind = self.registry.get(JOB)
+        if job_kind is not None and self._selector(job_kind) is not None:
+            # Unlabelled Jobs too (a JobSet's children): held to their ancestor's admission.
+            informers.add(CHILD_JOBS, Informer(
+                client, JOBS, label_selector=UNLABELLED,
+                watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
         if self.watch_nodes:
             informers.add(NODE, Informer(client, NODES,
                                          watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
@@ -263,6 +272,8 @@ class Manager:
             inf[WL].add_handler(h)
         for kind in self.registry.kinds():
             inf[source_of(kind)].add_handler(jobs.on_object(kind))
+        if CHILD_JOBS in inf.informers:
+            inf[CHILD_JOBS].add_handler(jobs.on_child_job)
         if NODE in inf.informers:
             inf[NODE].add_handler(ext.on_node)
             inf[POD].add_handler(ext.on_pod)

@@ -20,7 +20,7 @@ from app.controllers.context import JOB, LQ, NS, RF, STS, WL, Context
 from app.controllers.workloads import QUOTA_RESERVED, condition, has_admission, is_evicted
 from app.extender.nodestore import InMemoryExtenderState, NodeStore
 from app.extender.rules import FlavorView, PodWorkloadView, view_from_workload
-from app.integrations.framework import Registry, lookup
+from app.integrations.framework import Registry, child_share, stored_ancestor
 from app.wire.fields import WorkloadSpecError
 from app.wire.queues import resource_flavor
 from app.wire.workload import workload_from_object, workload_name_for_job
@@ -33,9 +33,7 @@ def has_managed_ancestor(ctx: Context, registry: Registry, obj: Obj) -> bool:
     """Whether an ancestor queues ``obj`` (``Registry.managed_ancestor`` over the stores;
     Kueue v0.17 ``FindAncestorJobManagedByKueue``). An ancestor the stores have not shown yet
     does not count."""
-    return registry.managed_ancestor(
-        obj, lambda kind, ns, name: lookup(kind, ctx, ns, name),
-        manage_unlabelled=ctx.settings.jobs.manage_jobs_without_queue_name) is not None
+    return stored_ancestor(ctx, registry, obj) is not None
 
 
 class StoreAdmissionLookup:
@@ -60,6 +58,19 @@ class StoreAdmissionLookup:
         if not self.ctx.synced or self.registry is None:
             return None
         return has_managed_ancestor(self.ctx, self.registry, obj)
+
+    def child_job_share(self, job: Obj) -> int | None:
+        """Pods the managed ancestor of batch Job ``job`` gives it (``child_share``), None
+        when it has none, or unknown (not synced, the ancestor unreadable)."""
+        if not self.ctx.synced or self.registry is None:
+            return None
+        found = stored_ancestor(self.ctx, self.registry, job)
+        if found is None:
+            return None
+        try:
+            return child_share(found[0], found[1], job)
+        except WorkloadSpecError:
+            return None
 
     def _workload(self, namespace: str, job_name: str, job_uid: str = "") -> Obj | None:
         if not job_uid:

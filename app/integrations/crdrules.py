@@ -11,7 +11,11 @@ kinds share; the only thing that differs between them is where the suspend lever
   suspended (unless by pykueue itself), which catches a missing mutating webhook; a kind may
   add its own checks (``extra_create``: e.g. too many podSets for one Workload).
 - Validation, UPDATE: the queue name is immutable while the object is not suspended (Kueue:
-  it may change only when the new object is suspended), and keeps its format.
+  it may change only when the new object is suspended), and keeps its format; a queued
+  object cannot be changed into one ``extra_create`` refuses (Kueue's Ray webhooks run their
+  create checks on update: in-tree autoscaling turned on after the start); the queue name
+  cannot be removed while pykueue's start record is on the object (its templates carry the
+  admission's scheduling).
 
 Malformed objects raise ``UnreadableObjectError`` naming the field.
 """
@@ -28,6 +32,7 @@ from app.integrations.webhook import (
     WebhookPolicy,
     _json_type,
     _queue_name_format_errors,
+    injected_label_removal_errors,
     json_pointer,
     read_job,
     read_queue_name,
@@ -109,6 +114,19 @@ class CrdRules:
             return []
         return [lever_op(o, self.suspend)]
 
+    def _new_spec_errors(self, old: Mapping[str, Any], old_queue: str,
+                         new: Mapping[str, Any]) -> list[str]:
+        """``extra_create``'s errors of the queued object after an UPDATE that it did not
+        have before (Kueue's Ray webhooks run their create checks on every update, e.g.
+        ``enableInTreeAutoscaling``): a queued object cannot be changed into one pykueue
+        refuses at create, since its reconcile could then no longer read it. Errors the
+        stored object already had (created before pykueue ran, or unqueued then) do not
+        block other changes to it."""
+        if self.extra_create is None:
+            return []
+        had = set(self.extra_create(old)) if old_queue else set()
+        return [e for e in self.extra_create(new) if e not in had]
+
     def validate(self, old: Mapping[str, Any] | None, new: object, username: str,
                  policy: WebhookPolicy) -> list[str]:
         """Errors (each naming the field and saying why) for creating (``old`` None) or
@@ -130,10 +148,14 @@ class CrdRules:
                               f"pykueue's mutating webhook {self.mutate_path} sets it, so "
                               "check that its MutatingWebhookConfiguration is installed")
             return errors
-        before = read_queue_name(read_job(old), label)
+        prior = read_job(old)
+        before = read_queue_name(prior, label)
+        errors = self._new_spec_errors(prior, before, o) if queue else []
         if before == queue:
-            return []
-        errors = _queue_name_format_errors(queue, label)
+            return errors
+        errors += _queue_name_format_errors(queue, label)
+        errors += injected_label_removal_errors(prior, before, queue, username, policy,
+                                                self.kind)
         if not read_lever(o, self.suspend):
             errors.append(f"metadata.labels[{label}]: cannot change {before!r} to {queue!r} "
                           f"while the {self.kind} is not suspended; set {self.lever}: true in "

@@ -123,13 +123,37 @@ class JobKind(Protocol):
 GROUP_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/is-group-workload"
 
 
-def _controller_uid(obj: Mapping[str, Any]) -> str:
+def controller_uid(obj: Mapping[str, Any]) -> str:
     """The uid ``obj``'s controller ownerReference names ("" when none): an ancestor read by
     name is ``obj``'s only when its uid is this one (a forged reference names another)."""
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
         if isinstance(ref, Mapping) and ref.get("controller") is True:
             return str(ref.get("uid") or "")
     return ""
+def stored_ancestor(ctx: Context, registry: Registry, obj: Mapping[str, Any]
+                    ) -> tuple[JobKind, Mapping[str, Any]] | None:
+    """``registry.managed_ancestor`` of ``obj`` read from the stores only (an ancestor they
+    have not shown yet does not count), with ``manageJobsWithoutQueueName`` from the
+    settings."""
+    return registry.managed_ancestor(
+        obj, lambda kind, ns, name: lookup(kind, ctx, ns, name),
+        manage_unlabelled=ctx.settings.jobs.manage_jobs_without_queue_name)
+
+
+def child_share(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[str, Any]) -> int:
+    """Pods the batch Job ``job`` may run at once under its managed ancestor ``parent``'s
+    admission: its share in ``parent_kind.child_jobs(parent)`` (the Jobs the ancestor's
+    operator makes, by name) when ``parent`` is its direct controller, else 0 (a Job hung
+    under the ancestor, or under another of its objects, is in no podSet). Raises
+    ``WorkloadSpecError`` when the ancestor cannot be read."""
+    meta = parent.get("metadata") or {}
+    if controller_uid(job) != meta.get("uid"):
+        return 0
+    children = getattr(parent_kind, "child_jobs", None)
+    share = children(parent) if children is not None else {}
+    return int(share.get(str((job.get("metadata") or {}).get("name", "")), 0))
+
+
 # How far up the controller ownerReferences an ancestor is looked for (Kueue's
 # ``managedOwnersChainLimit``).
 ANCESTOR_DEPTH = 10
@@ -332,7 +356,7 @@ class Registry:
             uid = str(((parent or {}).get("metadata") or {}).get("uid", ""))
             if own_uid and uid == own_uid:
                 return None  # a cycle through obj itself: no ancestor (Kueue: an error)
-            if parent is None or uid in seen or _controller_uid(cur) not in ("", uid):
+            if parent is None or uid in seen or controller_uid(cur) not in ("", uid):
                 break  # unknown, a cycle, or a namesake of the owner the reference names
             seen.add(uid)
             if manage_unlabelled or found[0].queue_name(parent):

@@ -41,8 +41,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from app.controllers.client import WORKLOADS
-from app.controllers.context import NS, PC, POD, WL, WPC, Context
+from app.controllers.client import JOBS, WORKLOADS
+from app.controllers.context import CHILD_JOBS, JOB, NS, PC, POD, WL, WPC, Context
 from app.controllers.errors import Conflict, NotFound, Permanent
 from app.controllers.events import NORMAL, WARNING
 from app.controllers.informers import DELETED
@@ -64,17 +64,19 @@ from app.integrations.framework import (
     Owner,
     Registry,
     StartError,
+    child_share,
     lookup,
     object_key,
     pod_labels,
     pods_of,
     pods_of_workload,
     source_of,
+    stored_ancestor,
     trim,
 )
 from app.wire.fields import WorkloadSpecError
 from app.wire.names import JOB_UID_LABEL
-from app.wire.workload import workload_from_object
+from app.wire.workload import job_pod_count, workload_from_object
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +150,14 @@ class JobReconciler:
         elif etype != DELETED:
             self.queue.add(f"{WL_PREFIX}{key}")
 
+    def on_child_job(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        """The handler of the unlabelled batch Jobs' informer (``CHILD_JOBS``): one with a
+        controller may be a managed ancestor's child."""
+        obj = new or old
+        meta = (obj or {}).get("metadata") or {}
+        if meta.get("ownerReferences"):
+            self.queue.add(f"{CHILD_JOBS}:{meta.get('namespace', '')}/{meta.get('name', '')}")
+
     def notify(self, workload: Obj | None, key: str) -> None:
         """Something happened to Workload ``key`` (admitted, evicted, failed to write):
         reconcile its owner, or the Workload itself when no registered object owns it."""
@@ -166,6 +176,9 @@ class JobReconciler:
                 handler("SYNC", None, obj)
         for wl in self.ctx.store(WL):
             self.on_workload("SYNC", None, wl)
+        if CHILD_JOBS in self.ctx.informers.informers:
+            for job in self.ctx.store(CHILD_JOBS):
+                self.on_child_job("SYNC", None, job)
 
     @property
     def tasks(self) -> list[asyncio.Task[None]]:
@@ -194,6 +207,8 @@ class JobReconciler:
         kind = self.registry.get(prefix)
         if kind is not None:
             return await self.reconcile_object(kind, ns, name)
+        if prefix == CHILD_JOBS:
+            return await self.reconcile_child_job(ns, name)
         return await self.reconcile_workload(ns, name)
 
     # ----------------------------------------------------------------- helpers
@@ -310,6 +325,19 @@ class JobReconciler:
         await self._maybe_rebuild(kind, obj, wl)
         return None
 
+    async def reconcile_child_job(self, ns: str, name: str) -> float | None:
+        """An unlabelled batch Job (``CHILD_JOBS``): when an ancestor queues it, the rules
+        of a child (``_child``), as for a labelled one. The ancestor is looked for in the
+        stores only (no API read per unlabelled Job's event)."""
+        kind = self.registry.get(JOB)
+        obj = self.ctx.store(CHILD_JOBS).get(f"{ns}/{name}")
+        if kind is None or obj is None:
+            return None
+        ancestor = stored_ancestor(self.ctx, self.registry, obj)
+        if ancestor is None:
+            return None
+        return await self._child(kind, obj, *ancestor)
+
     async def _managed_ancestor(self, obj: Obj) -> tuple[JobKind, Mapping[str, Any]] | None:
         """``Registry.managed_ancestor`` over the stores (Kueue v0.17
         ``FindAncestorJobManagedByKueue``). A controller the store has not shown yet (it is
@@ -345,9 +373,44 @@ class JobReconciler:
         ns = str(obj["metadata"].get("namespace", ""))
         wl = self.ctx.store(WL).get(f"{ns}/{parent_kind.workload_name(parent)}")
         if wl is not None and not is_finished(wl) and is_true(wl, ADMITTED):
+            if kind.key == JOB:
+                await self._hold_to_share(obj, parent_kind, parent)
             return None
         await kind.stop(self.ctx, obj, "Kueue managed child job suspended")
         return None
+
+    async def _hold_to_share(self, job: Obj, parent_kind: JobKind,
+                             parent: Mapping[str, Any]) -> None:
+        """A running batch Job of an admitted ancestor runs at most the pods the ancestor's
+        admission gives it (``child_jobs`` of the ancestor's kind: a JobSet's
+        ``<jobset>-<replicatedJob>-<i>`` its replicatedJob's pods per Job, an MPIJob's
+        launcher and a RayJob's submitter their podSet's count; a Job the ancestor's operator
+        does not make, or one it controls through another object, none): a higher
+        ``spec.parallelism`` (raised by a tenant: the operators never change it) is set back
+        to that share, and the Job controller deletes the pods beyond it. Goes beyond Kueue
+        v0.17.1 (``shouldSuspendChildJob`` leaves an admitted ancestor's children alone);
+        parallelism rather than suspend, because the ancestor's operator resumes a child it
+        finds suspended (jobset v0.11.1 ``resumeJobsIfNecessary``)."""
+        meta = job["metadata"]
+        try:
+            have = job_pod_count(job)
+            allowed = child_share(parent_kind, parent, job)
+        except WorkloadSpecError:
+            return  # the ancestor's own reconcile stops it: it no longer matches
+        if have <= allowed:
+            return
+        body = copy.deepcopy(job)
+        body["spec"]["parallelism"] = allowed
+        written = await self.ctx.client.replace(JOBS, body)
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        for store in (JOB, CHILD_JOBS):
+            if store in self.ctx.informers.informers and self.ctx.store(store).get(key):
+                self.ctx.store(store).put(written)
+        self.ctx.recorder.emit(written, WARNING, "ExceedsAncestorAdmission",
+                               f"spec.parallelism {job['spec'].get('parallelism')} runs {have} "
+                               f"pods, more than the {allowed} its {parent_kind.kind} "
+                               f"{meta.get('namespace')}/{parent['metadata'].get('name')} was "
+                               f"admitted for: set back to {allowed}")
 
     def _manages_unlabelled(self, kind: JobKind, obj: Obj, ns: str) -> bool:
         """Kueue ``manageJobsWithoutQueueName``: a job without a queue name is queued (its

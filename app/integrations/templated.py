@@ -203,6 +203,18 @@ class TemplatedKind:
         none, e.g. RayJob's submitter)."""
         return get_in(obj, t.path)
 
+    def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
+        """The batch Jobs the kind's operator makes for ``obj``, by name, with the pods each
+        may run at once under ``obj``'s admission (``{}``: it makes none; a Job it controls
+        then runs no pod). Raises ``WorkloadSpecError``."""
+        return {}
+
+    def _podset_child(self, obj: Mapping[str, Any], podset: str, name: str) -> dict[str, int]:
+        """``{name: count of podSet podset}`` when ``obj`` has that podSet, else ``{}``."""
+        meta = obj.get("metadata") or {}
+        return {f"{meta.get('name', '')}{name}": t.count for t in self.templates(obj)
+                if t.name == podset}
+
     def priority_class(self, obj: Mapping[str, Any]) -> tuple[str, str]:
         """(PriorityClass name, its field) the kind reads before its templates', or ("", "")."""
         return "", ""
@@ -311,9 +323,24 @@ class TemplatedKind:
         return injected(obj, self.checked_templates(obj), self.suspend, scheduling,
                         inject_node_selector=inject_node_selector)
 
+    def layout(self, obj: Mapping[str, Any]) -> list[Template]:
+        """Where the object's templates are, for a stop: ``templates(obj)`` unless a kind
+        can locate them without its refusals (``RayCluster``: in-tree autoscaling turned on
+        after the start). Raises ``WorkloadSpecError``."""
+        return self.templates(obj)
+
     def restored(self, obj: Mapping[str, Any]) -> Obj:
-        """``obj`` suspended with its templates as the user wrote them."""
-        return restored(obj, self.templates(obj), self.suspend)
+        """``obj`` suspended with its templates as the user wrote them. An object whose
+        templates can no longer be located (changed after its start into a shape pykueue
+        cannot read) is suspended all the same, its record kept for a later stop: a stop
+        that raised would leave it running on an admission it no longer matches."""
+        try:
+            layout = self.layout(obj)
+        except WorkloadSpecError:
+            out = copy.deepcopy(dict(obj))
+            set_in(out, self.suspend, True)
+            return out
+        return restored(obj, layout, self.suspend)
 
     async def _put(self, ctx: Context, obj: Obj) -> Obj:
         out = await ctx.client.replace(self.resource, obj)

@@ -12,7 +12,8 @@ webhook (``pkg/controller/jobs/job/job_webhook.go``, shared/reference/kueue-sema
 - Validation on CREATE: the queue-name label is a DNS-1123 subdomain; a labelled Job is created
   suspended (unless by pykueue's own identity).
 - Validation on UPDATE: the queue-name label cannot be added, changed or removed while the Job is
-  not suspended; it cannot be removed where the namespace has a ``default`` LocalQueue; only
+  not suspended; it cannot be removed where the namespace has a ``default`` LocalQueue, nor
+  while the Job carries the scheduling its admission injected; only
   pykueue's identity may flip ``spec.suspend`` from true to false on a queued Job whose Workload
   is not admitted.
 
@@ -31,6 +32,8 @@ from app.wire.names import (
     COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION,
     MAX_EXEC_TIME_LABEL,
     MIN_PARALLELISM_ANNOTATION,
+    ORIGINAL_ANNOTATION,
+    PODSET_LABEL,
     QUEUE_NAME_LABEL,
 )
 from app.wire.workload import completions_follow_parallelism, job_min_count, job_pod_count
@@ -313,6 +316,57 @@ def _queue_name_format_errors(queue: str, label: str) -> list[str]:
     ]
 
 
+def empty_queue_name_errors(old: Mapping[str, Any] | None, new: Mapping[str, Any],
+                            label: str = QUEUE_NAME_LABEL) -> list[str]:
+    """Errors for a queue-name label present with an empty value on ``new``, at CREATE
+    (``old`` None) or when an UPDATE empties it; ``[]`` otherwise. Kueue v0.17.1 validates
+    the label's value, when the label is present, as a DNS-1123 subdomain
+    (``jobframework.ValidateQueueName`` in every kind's ``ValidateJobOnCreate``), which ""
+    is not: an empty name is refused rather than read as "not queued" (absent). An object
+    stored with it before (pykueue read it as unqueued) may still be changed otherwise."""
+    value = read_labels(new).get(label)
+    if value != "" or (old is not None and read_labels(old).get(label) == ""):
+        return []
+    return [f"{_label_field(label)}: must not be empty: \"\" is not a valid LocalQueue name "
+            "(a DNS-1123 subdomain, as Kueue requires); name a LocalQueue, or remove the "
+            "label to leave the object unqueued"]
+
+
+def carries_injection(obj: Mapping[str, Any]) -> bool:
+    """True when pykueue started ``obj`` with an admission and has not stopped it since: its
+    start record (``ORIGINAL_ANNOTATION``) is on it, or (a Job) its pod template carries the
+    ``kueue.x-k8s.io/podset`` label the start injects, which a tenant cannot take off a
+    started Job's immutable template even after dropping the record."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    anns = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if isinstance(anns, Mapping) and ORIGINAL_ANNOTATION in anns:
+        return True
+    tpl = (obj.get("spec") or {}).get("template") if isinstance(obj.get("spec"), Mapping) \
+        else None
+    labels = ((tpl.get("metadata") or {}).get("labels") or {}) if isinstance(tpl, Mapping) \
+        else {}
+    return isinstance(labels, Mapping) and PODSET_LABEL in labels
+
+
+def injected_label_removal_errors(old: Mapping[str, Any], old_queue: str, new_queue: str,
+                                  username: str, policy: WebhookPolicy, what: str) -> list[str]:
+    """Errors for removing the queue name from an object (``what``: its kind) that still
+    carries the scheduling its admission injected (``carries_injection``), by anyone but
+    pykueue; ``[]`` otherwise. Unqueued, the object would leave pykueue's sight with its
+    admission's nodeSelector and tolerations and could be resumed on the flavor's nodes with
+    no quota; pykueue's stop removes the injection (and the record), after which the label
+    may go. Goes beyond Kueue v0.17.1, which lets the label go whenever the job is
+    suspended."""
+    if not old_queue or new_queue or username in policy.controller_usernames \
+            or not carries_injection(old):
+        return []
+    return [f"{_label_field(policy.queue_name_label)}: cannot be removed (was {old_queue!r}) "
+            f"while the {what} carries the scheduling pykueue injected when it admitted it "
+            f"(annotation {ORIGINAL_ANNOTATION}): unqueued, it would run with its admission's "
+            "nodeSelector and tolerations on no quota; delete it, or remove the label once "
+            "pykueue has stopped it (the annotation is gone then)"]
+
+
 def _controllers(policy: WebhookPolicy) -> str:
     return ", ".join(sorted(policy.controller_usernames)) or "<none configured>"
 
@@ -450,6 +504,8 @@ def validate_update(
                 change = f"is immutable: cannot change {old_queue!r} to {new_queue!r}"
                 fix = "suspend the Job first"
             errors.append(f"{where}: {change} while the Job is not suspended; {fix}")
+        errors += injected_label_removal_errors(old_job, old_queue, new_queue, username,
+                                                policy, "Job")
         if old_queue and not new_queue and default_local_queue_exists:
             errors.append(
                 f"{where}: cannot be removed (was {old_queue!r}): the namespace has a LocalQueue "

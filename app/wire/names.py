@@ -28,3 +28,6 @@ FAST_ADMISSION_ANNOTATION = "kueue.x-k8s.io/pod-group-fast-admission"
 SERVING_ANNOTATION = "kueue.x-k8s.io/pod-group-serving"
 SUSPENDING_PARENT = "kueue.x-k8s.io/pod-suspending-parent"
 PODSET_LABEL = "kueue.x-k8s.io/podset"
+# pykueue's start record on a started object: what the user wrote in each pod template before
+# the admission's flavors were injected (app.integrations.batchjob.job).
+ORIGINAL_ANNOTATION = "pykueue.dev/original-pod-scheduling"

@@ -255,8 +255,6 @@ MUTATION_CASES = [
                  id="queued job with suspend null is suspended"),
     pytest.param(job(suspend=True), "CREATE", [], id="already suspended job is left alone"),
     pytest.param(job(queue=None, suspend=False), "CREATE", [], id="unlabelled job is left alone"),
-    pytest.param(job(queue="", suspend=False), "CREATE", [],
-                 id="empty queue-name label means unmanaged"),
     pytest.param(
         job(queue=None, labels={"example.com/queue": "gpu"}), "CREATE", [],
         id="another label with a slash is not the queue-name label",
@@ -513,7 +511,7 @@ VALIDATION_CASES = [
                  [LABEL, "cannot be removed", "not suspended"],
                  id="KQ-24 1: removing the queue of a running job is refused"),
     pytest.param(running("lq1"), running(""), "alice", Lookups(admitted=True), False,
-                 [LABEL, "cannot be removed"],
+                 [LABEL, "must not be empty"],
                  id="KQ-24 1: emptying the queue label of a running job is refused"),
     pytest.param(pending("lq1"), pending("lq2"), "alice", None, True, [],
                  id="KQ-24 2: changing the queue of a suspended job is allowed"),

@@ -34,7 +34,7 @@ from app.integrations.podsets import (
     merge_tolerations,
     write_start,
 )
-from app.wire.names import PODSET_LABEL, QUEUE_NAME_LABEL
+from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL, QUEUE_NAME_LABEL
 from app.wire.workload import (
     completions_follow_parallelism,
     job_pod_count,
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 
 Obj = dict[str, Any]
 
-ORIGINAL_ANNOTATION = "pykueue.dev/original-pod-scheduling"
 STOPPING_ANNOTATION = "kueue.x-k8s.io/stopping"
 # Jobs with a non-empty queue-name label: an empty value is no queue, for the webhook too
 # (one rule everywhere; Kueue's QueueName "" is unmanaged). "k" selects the label's presence,

@@ -108,6 +108,20 @@ class JobSet(TemplatedKind):
                          str(rj["name"]))
                 for i, rj in enumerate(replicated_jobs(obj))]
 
+    def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
+        """``<jobset>-<replicatedJob>-<index>`` for each index below ``replicas`` (jobset
+        v0.11.1 ``GenJobName``), each with its replicatedJob's ``min(parallelism,
+        completions)``. Raises ``WorkloadSpecError``."""
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        out: dict[str, int] = {}
+        for i, rj in enumerate(replicated_jobs(obj)):
+            where = f"spec.replicatedJobs[{i}]"
+            replicas = integer(rj.get("replicas"), f"{where}.replicas", default=1, minimum=0)
+            per_job = _pod_count(rj, where) // replicas if replicas else 0
+            for index in range(replicas):
+                out[f"{name}-{rj['name']}-{index}"] = per_job
+        return out
+
     def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
         """(finished, ``Succeeded``/``Failed``, message) from the conditions ``Completed`` /
         ``Failed`` (Kueue ``JobSet.Finished``)."""

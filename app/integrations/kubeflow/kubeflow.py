@@ -75,6 +75,13 @@ class KubeflowJob(TemplatedKind):
                                 rtype))
         return out
 
+    def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
+        """MPIJob: its launcher, the Job ``<name>-launcher`` (mpi-operator v0.8.0
+        ``newLauncherJob``), with the ``launcher`` podSet's count; the training-operator's
+        kinds make no Job. Raises ``WorkloadSpecError``."""
+        return self._podset_child(obj, "launcher", "-launcher") if "Launcher" in self.order \
+            else {}
+
     def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
         """(finished, ``Succeeded``/``Failed``, message) from those conditions."""
         return job_finished(obj, complete="Succeeded", kind=self.kind)

@@ -53,13 +53,15 @@ DEFAULT_SUBMITTER_ANNOTATION = "pykueue.dev/default-submitter"
 ``spec.submitterPodTemplate`` (removed again on stop)."""
 
 
-def cluster_templates(obj: Mapping[str, Any], at: Path, *, reserved: tuple[str, ...] = ("head",)
-                      ) -> list[Template]:
+def cluster_templates(obj: Mapping[str, Any], at: Path, *, reserved: tuple[str, ...] = ("head",),
+                      strict: bool = True) -> list[Template]:
     """``head`` and the worker groups of the RayClusterSpec at ``at`` (module doc). Raises
-    ``WorkloadSpecError`` naming the field."""
+    ``WorkloadSpecError`` naming the field. ``strict=False``: where the templates are, without
+    the refusals of what pykueue does not queue (autoscaling, group count, reserved names),
+    so that a stop can restore an object changed into one of those after it started."""
     where = ".".join(str(p) for p in at)
     spec = mapping(get_in(obj, at), where, required=True)
-    if spec.get("enableInTreeAutoscaling") is True:
+    if strict and spec.get("enableInTreeAutoscaling") is True:
         raise WorkloadSpecError(f"{where}.enableInTreeAutoscaling", "in-tree autoscaling needs "
                                 "elastic Workload slices, which pykueue does not build: set it "
                                 "false (the worker groups' replicas are admitted as written)")
@@ -67,7 +69,7 @@ def cluster_templates(obj: Mapping[str, Any], at: Path, *, reserved: tuple[str, 
     mapping(head.get("template"), f"{where}.headGroupSpec.template", required=True)
     out = [Template("head", 1, (*at, "headGroupSpec", "template"), "head")]
     groups = sequence(spec.get("workerGroupSpecs"), f"{where}.workerGroupSpecs")
-    if len(groups) > MAX_WORKER_GROUPS:
+    if strict and len(groups) > MAX_WORKER_GROUPS:
         raise WorkloadSpecError(f"{where}.workerGroupSpecs", f"{len(groups)} worker groups: at "
                                 f"most {MAX_WORKER_GROUPS} (a Workload holds 8 podSets, one is "
                                 "the head)")
@@ -77,7 +79,7 @@ def cluster_templates(obj: Mapping[str, Any], at: Path, *, reserved: tuple[str, 
         name = string(wg.get("groupName"), f"{w}.groupName")
         if not name:
             raise WorkloadSpecError(f"{w}.groupName", "required")
-        if name.lower() in reserved:
+        if strict and name.lower() in reserved:
             raise WorkloadSpecError(f"{w}.groupName", f"{name!r} is the name of another podSet "
                                     f"({', '.join(reserved)})")
         count = integer(wg.get("replicas"), f"{w}.replicas", default=1, minimum=0)
@@ -156,6 +158,19 @@ class RayJob(_RayKind):
             out.append(Template(SUBMITTER, 1, ("spec", "submitterPodTemplate"), SUBMITTER))
         return out
 
+    def layout(self, obj: Mapping[str, Any]) -> list[Template]:
+        """Where the templates are (``cluster_templates`` not strict, the submitter's in
+        K8sJobMode), for a stop."""
+        out = cluster_templates(obj, ("spec", "rayClusterSpec"), strict=False)
+        if submission_mode(obj) == K8S_JOB_MODE:
+            out.append(Template(SUBMITTER, 1, ("spec", "submitterPodTemplate"), SUBMITTER))
+        return out
+
+    def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
+        """In K8sJobMode its submitter, a Job named after the RayJob (KubeRay v1.6.0), with
+        the ``submitter`` podSet's count (1). Raises ``WorkloadSpecError``."""
+        return self._podset_child(obj, SUBMITTER, "")
+
     def template_of(self, obj: Mapping[str, Any], t: Template) -> Any:
         got = get_in(obj, t.path)
         if got is None and t.name == SUBMITTER:
@@ -218,6 +233,9 @@ class RayCluster(_RayKind):
 
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         return cluster_templates(obj, ("spec",))
+
+    def layout(self, obj: Mapping[str, Any]) -> list[Template]:
+        return cluster_templates(obj, ("spec",), strict=False)
 
     def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
         return False, "", ""

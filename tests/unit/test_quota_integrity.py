@@ -1,0 +1,331 @@
+"""Quota integrity (a tenant with ``edit`` rights and full rights on the operator kinds):
+in-tree autoscaling turned on by UPDATE is refused as at create, and an object whose
+templates pykueue can no longer read is stopped all the same; a managed ancestor's child Job
+runs no more pods than the ancestor was admitted for; the queue label cannot be removed while
+the admission's scheduling is injected; an empty queue name is refused at create by every
+kind's webhooks (Kueue v0.17.1 ``ValidateQueueName``)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from app.config import JobsSettings, LeaderElectionSettings, Settings
+from app.controllers.client import JOBS
+from app.controllers.context import CHILD_JOBS, UNLABELLED
+from app.controllers.leader import LeaderElector
+from app.controllers.manager import Manager
+from app.integrations import CRD_RULES, batchjob, jobset, mpijob, ray
+from app.integrations.framework import Registry
+from app.integrations.kubeflow.kubeflow import PYTORCHJOB
+from app.integrations.ray.ray import RAYCLUSTER, RAYJOB
+from app.integrations.webhook import validate_update
+from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL
+from tests.recording_client import OBJECTS, RecordingClient
+from tests.unit.test_jobset import A100, QUEUE, rjob
+from tests.unit.test_jobset import jobset as make_jobset
+from tests.unit.test_ray import group, raycluster, rayjob
+from tests.unit.test_webhook import CONTROLLER, POLICY, answer, job, make_app, post, review
+
+NS = "ns"
+
+
+def _review(rules: Any, operation: str, obj: dict[str, Any], old: dict[str, Any] | None = None,
+            user: str = "alice") -> dict[str, Any]:
+    group_, _, version = obj["apiVersion"].rpartition("/")
+    sent = review(operation, obj, old, user=user,
+                  kind={"group": group_, "version": version, "kind": obj["kind"]})
+    sent["request"]["resource"] = {"group": group_, "version": version,
+                                   "resource": rules.plural}
+    return sent
+
+
+def _started(kind: Any, obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as pykueue starts it on A100s: every podSet gets the flavor."""
+    names = [t.name for t in kind.templates(obj)]
+    return kind.injected(obj, {n: A100 for n in names})
+
+
+# ----------------------------------------------------------------- 1. Ray autoscaling
+
+
+async def test_in_tree_autoscaling_turned_on_by_update_is_refused_as_at_create() -> None:
+    app = make_app()
+    running = _started(RAYCLUSTER, raycluster(group("gpu", 5)))
+    scaled = copy.deepcopy(running)
+    scaled["spec"]["enableInTreeAutoscaling"] = True
+    sent = _review(RAYCLUSTER.rules, "UPDATE", scaled, running)
+    got = answer(await post(app, RAYCLUSTER.rules.validate_path, sent), sent)
+    assert got["allowed"] is False
+    assert "spec.enableInTreeAutoscaling" in got["status"]["message"]
+    # Unqueued, or already so when stored (pykueue's rule then does not lock it): allowed.
+    for old, new in ((_unqueued(running), _unqueued(scaled)), (scaled, scaled)):
+        sent = _review(RAYCLUSTER.rules, "UPDATE", new, old)
+        assert answer(await post(app, RAYCLUSTER.rules.validate_path, sent), sent)["allowed"]
+    # The same rule for a RayJob's cluster spec.
+    job_ = _started(RAYJOB, rayjob(group("gpu", 2), suspend=False))
+    auto = copy.deepcopy(job_)
+    auto["spec"]["rayClusterSpec"]["enableInTreeAutoscaling"] = True
+    sent = _review(RAYJOB.rules, "UPDATE", auto, job_)
+    got = answer(await post(app, RAYJOB.rules.validate_path, sent), sent)
+    assert got["allowed"] is False and "enableInTreeAutoscaling" in got["status"]["message"]
+
+
+def _unqueued(obj: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"]["labels"] = {}
+    out["metadata"].get("annotations", {}).pop(ORIGINAL_ANNOTATION, None)
+    return out
+
+
+def test_an_object_changed_into_one_pykueue_cannot_read_is_stopped_all_the_same() -> None:
+    """The stop read the templates through the same refusal as the Workload
+    (``enableInTreeAutoscaling``), so it raised like the mismatch it was to answer, every
+    reconcile failed and the RayCluster kept running 8 workers on an admission of 5."""
+    running = _started(RAYCLUSTER, raycluster(group("gpu", 5)))
+    running["spec"]["suspend"] = False
+    tampered = copy.deepcopy(running)
+    tampered["spec"]["enableInTreeAutoscaling"] = True
+    tampered["spec"]["workerGroupSpecs"][0]["replicas"] = 8
+    stopped = RAYCLUSTER.restored(tampered)
+    assert stopped["spec"]["suspend"] is True
+    sent = raycluster(group("gpu", 5))
+    assert stopped["spec"]["workerGroupSpecs"][0]["template"] == \
+        sent["spec"]["workerGroupSpecs"][0]["template"]
+    assert ORIGINAL_ANNOTATION not in (stopped["metadata"].get("annotations") or {})
+    # A shape no kind can locate any more: suspended, its record kept for a later stop.
+    torch = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+             "metadata": {"name": "ddp", "namespace": NS, "uid": "t1",
+                          "labels": {QUEUE: "lq"}},
+             "spec": {"runPolicy": {"suspend": True}, "pytorchReplicaSpecs": {
+                 "Worker": {"replicas": 2, "template": group("w")["template"]}}}}
+    started = _started(PYTORCHJOB, torch)
+    started["spec"]["pytorchReplicaSpecs"]["Sidecar"] = {"replicas": 4}
+    stopped = PYTORCHJOB.restored(started)
+    assert stopped["spec"]["runPolicy"]["suspend"] is True
+    assert ORIGINAL_ANNOTATION in stopped["metadata"]["annotations"]
+
+
+# ----------------------------------------------------------------- 2. managed ancestors
+
+
+def test_each_ancestor_kind_names_the_jobs_its_operator_makes_and_their_share() -> None:
+    js = make_jobset(rjob("driver", None, None), rjob("workers", 2, 3, completions=2))
+    assert jobset.KIND.child_jobs(js) == {"train-driver-0": 1, "train-workers-0": 2,
+                                          "train-workers-1": 2}
+    mpi = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+           "metadata": {"name": "pi", "namespace": NS, "uid": "m1", "labels": {QUEUE: "lq"}},
+           "spec": {"mpiReplicaSpecs": {"Launcher": {"replicas": 1, "template": {}},
+                                        "Worker": {"replicas": 4, "template": {}}}}}
+    assert mpijob.KIND.child_jobs(mpi) == {"pi-launcher": 1}
+    assert RAYJOB.child_jobs(rayjob(group("gpu"))) == {"tune": 1}
+    assert RAYJOB.child_jobs(rayjob(group("gpu"), submissionMode="HTTPMode")) == {}
+    assert PYTORCHJOB.child_jobs({}) == {} and RAYCLUSTER.child_jobs({}) == {}
+    assert ray.KINDS and batchjob.KIND
+
+
+def _admitted_workload(owner: dict[str, Any], name: str) -> dict[str, Any]:
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {
+        "name": name, "namespace": NS, "uid": "w1", "resourceVersion": "1",
+        "ownerReferences": [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                             "name": owner["metadata"]["name"],
+                             "uid": owner["metadata"]["uid"], "controller": True}]},
+        "spec": {"queueName": "lq", "podSets": [{"name": "workers", "count": 2, "template": {
+            "spec": {"containers": [{"name": "c"}]}}}]},
+        "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+            {"name": "workers", "count": 2, "flavors": {"cpu": "default-flavor"}}]},
+            "conditions": [{"type": t, "status": "True", "reason": t, "message": "",
+                            "lastTransitionTime": "2026-12-01T06:00:00Z"}
+                           for t in ("QuotaReserved", "Admitted")]}}
+
+
+def _child_job(name: str, parallelism: int, owner: dict[str, Any],
+               labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": name, "namespace": NS, "uid": f"c-{name}", "resourceVersion": "1",
+        "labels": labels or {}, "ownerReferences": [
+            {"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+             "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+             "controller": True}]},
+        "spec": {"suspend": False, "parallelism": parallelism, "completions": parallelism,
+                 "completionMode": "Indexed", "template": {"spec": {
+                     "restartPolicy": "Never", "containers": [{"name": "c"}]}}}}
+
+
+class _ServesJobSets(RecordingClient):
+    """Discovery answers for JobSets (an optional kind is left out unless served)."""
+
+    async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        if path == f"/apis/{jobset.JOBSETS.api_version}":
+            return {"resources": [{"name": jobset.JOBSETS.plural}]}
+        return await super().request(method, path)
+
+
+def _leading(monkeypatch: pytest.MonkeyPatch, client: RecordingClient,
+             jobs: JobsSettings | None = None) -> Manager:
+    async def lead(self: LeaderElector) -> None:
+        self._set(True)
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(LeaderElector, "run", lead)
+    settings = Settings(leader_election=LeaderElectionSettings(enabled=True),
+                        jobs=jobs or JobsSettings())
+    return Manager(settings, client=client, watch_nodes=False,  # type: ignore[arg-type]
+                   registry=Registry([batchjob.KIND, jobset.KIND]))
+
+
+async def test_a_child_job_scaled_beyond_its_ancestors_admission_is_set_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """JobSet ``train`` admitted for 2 Jobs of 1 pod: its child ``train-workers-0`` raised to
+    parallelism 6 is set back to 1; a Job hung under it that its operator does not make
+    gets 0; a child within its share is left alone."""
+    js = make_jobset(rjob("workers", 2, 1), suspend=False)
+    js["metadata"]["namespace"] = NS
+    wl = _admitted_workload(js, jobset.KIND.workload_name(js))
+    scaled = _child_job("train-workers-0", 6, js)
+    forged = _child_job("train-extra", 2, js, labels={QUEUE: "lq"})
+    fine = _child_job("train-workers-1", 1, js)
+    client = _ServesJobSets({**OBJECTS, "jobsets": [js], "workloads": [wl],
+                              JOBS.plural: [scaled, forged, fine]})
+    m = _leading(monkeypatch, client)
+    await m.start()
+    try:
+        await m.wait_ready(10)
+        assert m.ctx is not None
+        assert m.ctx.informers.informers[CHILD_JOBS].label_selector == UNLABELLED
+        for _ in range(100):
+            written = {b["metadata"]["name"]: b["spec"]["parallelism"]
+                       for v, r, b in client.bodies if (v, r) == ("replace", "jobs")}
+            if len(written) >= 2:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await m.stop()
+    assert written == {"train-workers-0": 1, "train-extra": 0}, client.bodies
+
+
+def test_the_unlabelled_jobs_informer_is_not_needed_when_every_job_is_listed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    m = _leading(monkeypatch, RecordingClient(), JobsSettings(manage_jobs_without_queue_name=True))
+    assert m._selector(batchjob.KIND) is None  # the Job informer lists every Job then
+
+
+# ----------------------------------------------------------------- 3. queue-label escape
+
+
+def _running_started_job() -> dict[str, Any]:
+    started = job("train", queue="lq", suspend=False)
+    started["metadata"]["annotations"] = {ORIGINAL_ANNOTATION: "{}"}
+    started["spec"]["template"].setdefault("metadata", {})["labels"] = {PODSET_LABEL: "main"}
+    started["spec"]["template"]["spec"]["nodeSelector"] = dict(A100[0])
+    return started
+
+
+@pytest.mark.parametrize("drop_record", [False, True], ids=["record kept", "record dropped"])
+def test_removing_the_queue_label_of_a_job_carrying_its_admissions_scheduling_is_refused(
+        drop_record: bool) -> None:
+    old = _running_started_job()
+    if drop_record:  # a first write took the record off; the template still says podset
+        old["metadata"]["annotations"] = {}
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {}
+    new["spec"]["suspend"] = True
+    errors = validate_update(old, new, "alice", True, POLICY)
+    assert errors and "cannot be removed" in errors[0] and "injected" in errors[0], errors
+    assert validate_update(old, new, CONTROLLER, True, POLICY) == []
+    # Once pykueue stopped it (template restored, record gone), the label may go.
+    stopped = job("train", queue="lq", suspend=True)
+    unlabelled = job("train", queue=None, suspend=True)
+    assert validate_update(stopped, unlabelled, "alice", None, POLICY) == []
+
+
+async def test_removing_the_queue_label_of_a_started_operator_object_is_refused() -> None:
+    app = make_app()
+    running = _started(RAYCLUSTER, raycluster(group("gpu", 2)))
+    running["spec"]["suspend"] = False
+    escaped = copy.deepcopy(running)
+    escaped["metadata"]["labels"] = {}
+    escaped["spec"]["suspend"] = True
+    sent = _review(RAYCLUSTER.rules, "UPDATE", escaped, running)
+    got = answer(await post(app, RAYCLUSTER.rules.validate_path, sent), sent)
+    assert got["allowed"] is False and ORIGINAL_ANNOTATION in got["status"]["message"]
+
+
+# ----------------------------------------------------------------- 4. empty queue name
+
+
+def _empty(obj: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["metadata"]["labels"] = {QUEUE: ""}
+    return out
+
+
+def _kind_cases() -> list[tuple[str, dict[str, Any], dict[str, str]]]:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": NS},
+           "spec": {"containers": [{"name": "c"}]}}
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": "d", "namespace": NS},
+           "spec": {"template": {"spec": {"containers": [{"name": "c"}]}}}}
+    sts = {**copy.deepcopy(dep), "kind": "StatefulSet"}
+    cases = [("/mutate-batch-v1-job", job("j", queue=None), {"group": "batch", "version": "v1"}),
+             ("/validate-batch-v1-job", job("j", queue=None), {"group": "batch", "version": "v1"}),
+             ("/mutate--v1-pod", pod, {"group": "", "version": "v1"}),
+             ("/validate--v1-pod", pod, {"group": "", "version": "v1"}),
+             ("/mutate-apps-v1-deployment", dep, {"group": "apps", "version": "v1"}),
+             ("/mutate-apps-v1-statefulset", sts, {"group": "apps", "version": "v1"})]
+    for rules in CRD_RULES:
+        obj = {"apiVersion": f"{rules.group}/{rules.version}", "kind": rules.kind,
+               "metadata": {"name": "x", "namespace": NS}, "spec": {}}
+        for path in (rules.mutate_path, rules.validate_path):
+            cases.append((path, obj, {"group": rules.group, "version": rules.version}))
+    return cases
+
+
+async def test_an_empty_queue_name_is_refused_at_create_by_every_kinds_webhooks() -> None:
+    app = make_app()
+    for path, obj, gv in _kind_cases():
+        sent = review("CREATE", _empty(obj), user="alice", kind={**gv, "kind": obj["kind"]})
+        got = answer(await post(app, path, sent), sent)
+        assert got["allowed"] is False, path
+        assert f"metadata.labels[{QUEUE}]: must not be empty" in got["status"]["message"], path
+        # Without the label: not refused for it.
+        sent = review("CREATE", obj, user="alice", kind={**gv, "kind": obj["kind"]})
+        got = answer(await post(app, path, sent), sent)
+        assert "must not be empty" not in json.dumps(got), path
+
+
+async def test_an_update_that_empties_the_queue_name_is_refused_one_stored_so_is_not() -> None:
+    app = make_app()
+    old = job("j", queue="lq", suspend=True)
+    sent = review("UPDATE", _empty(old), old)
+    got = answer(await post(app, "/validate-batch-v1-job", sent), sent)
+    assert got["allowed"] is False and "must not be empty" in got["status"]["message"]
+    stored = _empty(old)
+    changed = copy.deepcopy(stored)
+    changed["metadata"]["annotations"] = {"note": "x"}
+    sent = review("UPDATE", changed, stored)
+    assert answer(await post(app, "/validate-batch-v1-job", sent), sent)["allowed"] is True
+
+
+async def test_the_job_webhook_refuses_raising_a_labelled_child_beyond_its_share() -> None:
+    from tests.unit.test_managed_ancestor import _lookup, owned
+
+    js = make_jobset(rjob("workers", 2, 1), suspend=False)
+    js["metadata"].update(namespace=NS, uid="p1")
+    app = make_app(admission=_lookup(js))
+    running = owned(job("train-workers-0", queue="lq", suspend=False),
+                    "jobset.x-k8s.io/v1alpha2", "JobSet", "train", uid="p1")
+    running["spec"]["parallelism"] = running["spec"]["completions"] = 1
+    raised = copy.deepcopy(running)
+    raised["spec"]["parallelism"] = raised["spec"]["completions"] = 6
+    sent = review("UPDATE", raised, old=running, user="alice")
+    got = answer(await post(app, "/validate-batch-v1-job", sent), sent)
+    assert got["allowed"] is False
+    assert "at most 1 pod(s)" in got["status"]["message"], got
+    for old, new, user in ((running, raised, CONTROLLER), (raised, running, "alice")):
+        sent = review("UPDATE", new, old=old, user=user)
+        assert answer(await post(app, "/validate-batch-v1-job", sent), sent)["allowed"] is True
