@@ -302,12 +302,16 @@ class JobReconciler:
     def _manages_unlabelled(self, kind: JobKind, obj: Obj, ns: str) -> bool:
         """Kueue ``manageJobsWithoutQueueName``: a job without a queue name is queued (its
         Workload waits for a LocalQueue) when the setting is on, its kind takes part
-        (``manages_unlabelled``), its namespace matches ``managedJobsNamespaceSelector`` and
-        no other job kind controls it (Kueue's managed-ancestor rule)."""
+        (``manages_unlabelled``; and ``takes_unlabelled(obj)`` when the kind has it), its
+        namespace matches ``managedJobsNamespaceSelector`` and no other job kind controls it
+        (Kueue's managed-ancestor rule)."""
         jobs = self.ctx.settings.jobs
         if not jobs.manage_jobs_without_queue_name or not getattr(kind, "manages_unlabelled",
                                                                   False):
             return False
+        takes = getattr(kind, "takes_unlabelled", None)
+        if takes is not None and not takes(obj):
+            return False  # e.g. a Pod the webhook did not mark, or a pod group's member
         namespace = self.ctx.store(NS).get(ns)
         if namespace is None or not jobs.namespace_managed(
                 namespace["metadata"].get("labels") or {}):
