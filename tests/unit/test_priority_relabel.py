@@ -14,7 +14,7 @@ import pytest
 from app.controllers.client import JOBS, WORKLOAD_PRIORITY_CLASSES, WORKLOADS
 from app.integrations import default_registry
 from app.integrations.batchjob.job import KIND as JOB_KIND
-from tests.recording_client import NS, OBJECTS, RecordingClient
+from tests.recording_client import OBJECTS, RecordingClient
 from tests.unit.test_job_framework import leading_manager
 
 LABEL = "kueue.x-k8s.io/priority-class"
