@@ -72,6 +72,7 @@ from app.integrations.webhook import (
     mutate,
     mutate_update,
     pod_count,
+    priority_class_label_errors,
     queue_name_errors,
     read_job,
     read_labels,
@@ -310,6 +311,9 @@ def _decide_validation(req: AdmissionRequest, state: Any) -> _Outcome:
             old_job, job, username, admitted, policy, default_local_queue_exists=has_default,
             manages_unlabelled=manages,
         )
+        if manages or read_queue_name(old_job, policy.queue_name_label) \
+                or read_queue_name(job, policy.queue_name_label):
+            errors += priority_class_label_errors(old_job, job, read_suspend(job))
     if errors:
         return _deny(req, 403, "Forbidden", "; ".join(errors), DENIED)
     return _allow(req)

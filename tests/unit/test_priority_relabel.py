@@ -1,5 +1,5 @@
 """Relabelling ``kueue.x-k8s.io/priority-class`` on a queued Job re-resolves its Workload's
-priority, pending or admitted (Kueue v0.17.1 ``UpdateWorkloadPriority``: a Workload without a
+priority, pending or admitted (before: an admitted Workload kept its old priority) (Kueue v0.17.1 ``UpdateWorkloadPriority``: a Workload without a
 class, or with a WorkloadPriorityClass, follows the job's label; one whose priority came from
 a pod PriorityClass keeps it)."""
 
@@ -16,6 +16,7 @@ from app.integrations import default_registry
 from app.integrations.batchjob.job import KIND as JOB_KIND
 from tests.recording_client import OBJECTS, RecordingClient
 from tests.unit.test_job_framework import leading_manager
+from tests.unit.test_webhook import Lookups, answer, make_app, post, review
 
 LABEL = "kueue.x-k8s.io/priority-class"
 WPCS = [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
@@ -78,3 +79,26 @@ async def test_a_class_added_to_a_pending_job_gives_its_workload_a_priority(
         monkeypatch: pytest.MonkeyPatch) -> None:
     writes = await _priority_writes(monkeypatch, _job("high"), _workload(None, admitted=False))
     assert writes and writes[0]["priority"] == 1000
+
+
+def _labelled(label: str | None, *, suspend: bool) -> dict[str, Any]:
+    job = _job(label)
+    job["spec"]["suspend"] = suspend
+    return job
+
+
+@pytest.mark.parametrize(("before", "after", "suspend", "allowed"), [
+    (None, "high", True, True),  # added while suspended
+    ("low", "high", False, True),  # changed while running: the Workload follows
+    (None, "high", False, False),  # added to a running Job
+    ("low", None, True, False),  # removed
+])
+async def test_the_priority_class_label_rules_of_kueue(
+        before: str | None, after: str | None, suspend: bool, allowed: bool) -> None:
+    """Kueue v0.17.1 ``ValidateUpdateForWorkloadPriorityClassName`` on the Job webhook."""
+    app = make_app(admission=Lookups(admitted=not suspend))
+    sent = review("UPDATE", _labelled(after, suspend=suspend), _labelled(before, suspend=suspend))
+    response = answer(await post(app, "/validate-batch-v1-job", sent), sent)
+    assert response["allowed"] is allowed, response
+    if not allowed:
+        assert LABEL in response["status"]["message"]
