@@ -1,7 +1,8 @@
 """Relabelling ``kueue.x-k8s.io/priority-class`` on a queued Job re-resolves its Workload's
-priority, pending or admitted (before: an admitted Workload kept its old priority) (Kueue v0.17.1 ``UpdateWorkloadPriority``: a Workload without a
-class, or with a WorkloadPriorityClass, follows the job's label; one whose priority came from
-a pod PriorityClass keeps it)."""
+priority, pending or admitted (before: an admitted Workload kept its old priority). Kueue
+v0.17.1 ``UpdateWorkloadPriority``: a Workload without a class, or with a
+WorkloadPriorityClass, follows the job's label; one whose priority came from a pod
+PriorityClass keeps it."""
 
 from __future__ import annotations
 
