@@ -17,13 +17,24 @@ import logging
 from typing import Any
 
 from app.controllers.context import JOB, LQ, NS, RF, STS, WL, Context
-from app.controllers.workloads import QUOTA_RESERVED, condition, has_admission, is_evicted
+from app.controllers.workloads import (
+    ADMITTED,
+    QUOTA_RESERVED,
+    condition,
+    has_admission,
+    is_evicted,
+    is_true,
+)
 from app.extender.nodestore import InMemoryExtenderState, NodeStore
-from app.extender.rules import FlavorView, PodWorkloadView, view_from_workload
-from app.integrations.framework import Registry, lookup
+from app.extender.rules import FlavorView, PodFacts, PodWorkloadView, view_from_workload
+from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION, Registry, lookup
 from app.wire.fields import WorkloadSpecError
 from app.wire.queues import resource_flavor
-from app.wire.workload import workload_from_object, workload_name_for_job
+from app.wire.workload import (
+    workload_from_object,
+    workload_name_for_job,
+    workload_name_for_owner,
+)
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -114,6 +125,12 @@ class StoreAdmissionLookup:
         return self.ctx.store(LQ).get(f"{namespace}/default") is not None
 
 
+def _admitted(wl: Obj | None) -> bool:
+    """``wl`` is Admitted, holds its admission and is not being evicted."""
+    return wl is not None and has_admission(wl) and not is_evicted(wl) \
+        and is_true(wl, ADMITTED)
+
+
 class StoreExtenderState(InMemoryExtenderState):
     """``ExtenderState`` over the reconciler's stores (see the module doc): the Node part is
     the plain ``InMemoryExtenderState``'s; Workloads and flavors come from the stores."""
@@ -160,6 +177,41 @@ class StoreExtenderState(InMemoryExtenderState):
                 out.append(FlavorView.of(rf.name, rf.node_labels, rf.tolerations))
             self._flavors = tuple(out)
         return self._flavors
+
+    def pod_admitted(self, pod: PodFacts) -> bool:
+        """``ExtenderState.pod_admitted`` over the stores. A pod controlled by a registered
+        kind: that object (same uid) or its top-most queued ancestor has an admitted
+        Workload; an object the stores do not hold (not queued, or not listed) covers
+        nothing. Any other pod (bare, a ReplicaSet's, a StatefulSet's): its own Workload
+        (controller uid = the pod's) or its pod group's (the pod's uid among its owners)."""
+        ns = pod.namespace
+        if pod.controller is not None and self.registry is not None:
+            group, kind_name, name, uid = pod.controller
+            kind = self.registry.kind_for(group, kind_name)
+            if kind is not None and not getattr(kind, "top_level", False):
+                owner = lookup(kind, self.ctx, ns, name)
+                if owner is None or (uid and owner["metadata"].get("uid") != uid):
+                    return False
+                top = self.registry.managed_ancestor(
+                    owner, lambda k, n, m: lookup(k, self.ctx, n, m),
+                    manage_unlabelled=self.ctx.settings.jobs.manage_jobs_without_queue_name)
+                kind, obj = top if top is not None else (kind, owner)
+                return _admitted(self.ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}"))
+        if pod.group:
+            # A group Workload (stamped, so never a Job's named like the group): members of a
+            # managed namespace are gated at creation and only pykueue lifts the gate, so a
+            # member the scheduler sees was admitted (a fast-admission group, a
+            # StatefulSet's, names no member as owner).
+            wl = self.ctx.store(WL).get(f"{ns}/{pod.group}")
+            return _admitted(wl) and ((wl or {}).get("metadata", {}).get(
+                "annotations") or {}).get(GROUP_WORKLOAD_ANNOTATION) == "true"
+        if not pod.uid:
+            return False
+        wl = self.ctx.store(WL).get(
+            f"{ns}/{workload_name_for_owner('Pod', '', pod.name, pod.uid)}")
+        refs = (wl or {}).get("metadata", {}).get("ownerReferences") or []
+        return _admitted(wl) and any(r.get("uid") == pod.uid and r.get("kind") == "Pod"
+                                     for r in refs)
 
     def workload_for_pod(self, namespace: str, job_name: str,
                          job_uid: str = "") -> PodWorkloadView | None:
