@@ -9,9 +9,9 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from app.main import create_app
 from app.config import ExtenderSettings, ServerSettings, Settings
 from app.extender.nodestore import InMemoryExtenderState
+from app.main import create_app
 from tests.unit.test_extender import ALL, MODES, args, do_filter, make_state, pod
 
 
