@@ -165,3 +165,18 @@ def test_only_marked_pods_outside_a_group_are_queued_on_their_own() -> None:
     assert not POD_KIND.takes_unlabelled(member)
     assert PodGroup().takes_unlabelled({"pods": [member]})
     assert not PodGroup().takes_unlabelled({"pods": [_pod()]})
+
+
+async def test_a_pod_claiming_a_managed_owner_cannot_name_its_node() -> None:
+    """Such a Pod is left ungated for its owner (Kueue); with ``spec.nodeName`` it would skip
+    kube-scheduler and the extender, which checks its owner's admission."""
+    app = make_app(default_queue=Lookups(managed=True), jobs=ON)
+    owned = _pod(ownerReferences=[{"apiVersion": "batch/v1", "kind": "Job", "name": "j",
+                                   "uid": "u", "controller": True}])
+    owned["spec"]["nodeName"] = "a100-0"
+    sent = review("CREATE", owned, kind=POD_KIND_REF)
+    response = answer(await post(app, "/validate--v1-pod", sent), sent)
+    assert response["allowed"] is False and "spec.nodeName" in response["status"]["message"]
+    del owned["spec"]["nodeName"]
+    sent = review("CREATE", owned, kind=POD_KIND_REF)
+    assert answer(await post(app, "/validate--v1-pod", sent), sent)["allowed"] is True

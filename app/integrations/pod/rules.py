@@ -270,6 +270,13 @@ def validate_pod(old: Mapping[str, Any] | None, new: Mapping[str, Any], username
         errors.append(f"metadata.annotations[{reserved[0]}]: set by pykueue on a StatefulSet's "
                       "pods only (its group is admitted from its first pod)")
     if old is None:
+        if manage_unlabelled and not ours and _spec(new).get("nodeName") \
+                and controlled_by(new, managed_kinds):
+            # Left ungated for its owner (Kueue's rule), it would skip kube-scheduler and the
+            # extender; no job kind's controller names the node of the pods it creates.
+            errors.append("spec.nodeName: a Pod whose controller is a job kind pykueue "
+                          "manages cannot be created with its node set (it would run outside "
+                          "any admission); let kube-scheduler place it")
         sts = parent_statefulset(new) if new_managed else None
         if sts is not None and not group_of(new) and not ours:
             errors.append(f"metadata.labels[{GROUP_LABEL}]: pykueue does not know StatefulSet "
