@@ -6,12 +6,22 @@ test_unlabelled_pods.py."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import httpx
 import pytest
 
 from app.config import ExtenderSettings, ServerSettings, Settings
-from app.extender.nodestore import InMemoryExtenderState
+from app.controllers.client import JOBS
+from app.controllers.context import JOB, WL
+from app.controllers.informers import Store
+from app.controllers.views import StoreExtenderState
+from app.extender.nodestore import InMemoryExtenderState, NodeStore
+from app.extender.rules import PodFacts
+from app.integrations import default_registry, jobset
+from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION
 from app.main import create_app
+from app.wire.workload import workload_name_for_owner
 from tests.unit.test_extender import ALL, MODES, args, do_filter, make_state, pod
 
 
@@ -61,3 +71,61 @@ async def test_before_sync_an_unqueued_gpu_pod_waits_only_with_the_setting(on: b
     state.is_synced = False
     out = await _filter(state, pod("bare", podset=None), "names", on=on)
     assert out.passing == ([] if on else ALL)
+
+
+# ------------------------------------------------- StoreExtenderState.pod_admitted (stores)
+
+def _admitted_wl(name: str, **meta: object) -> dict:
+    return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": "1", **meta},
+            "spec": {"queueName": "lq", "podSets": []},
+            "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": []},
+                       "conditions": [{"type": "QuotaReserved", "status": "True"},
+                                      {"type": "Admitted", "status": "True"}]}}
+
+
+def _store_state(*objects: tuple[str, dict]) -> StoreExtenderState:
+    stores: dict[str, Store] = {}
+    for key, obj in objects:
+        stores.setdefault(key, Store(JOBS)).put(obj)
+    ctx = SimpleNamespace(store=lambda k: stores.get(k) or Store(JOBS), synced=True,
+                          settings=Settings())
+    return StoreExtenderState(ctx, NodeStore("nvidia.com/gpu"),  # type: ignore[arg-type]
+                              default_registry())
+
+
+def _facts(name: str = "p", uid: str = "pu", owner: tuple[str, str, str, str] | None = None,
+           group: str | None = None) -> PodFacts:
+    return PodFacts("ns", name, uid=uid, controller=owner, group=group)
+
+
+def test_a_plain_pod_is_covered_by_its_own_admitted_workload_only() -> None:
+    wl = _admitted_wl(workload_name_for_owner("Pod", "", "p", "pu"), ownerReferences=[
+        {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pu", "controller": True}])
+    state = _store_state((WL, wl))
+    assert state.pod_admitted(_facts())
+    assert not state.pod_admitted(_facts(uid="other"))  # another pod of that name
+    rs = ("apps", "ReplicaSet", "web-1", "r1")  # a Deployment's pod: its own Workload too
+    assert state.pod_admitted(_facts(owner=rs))
+
+
+def test_a_group_member_needs_an_admitted_group_workload() -> None:
+    group = _admitted_wl("g", annotations={GROUP_WORKLOAD_ANNOTATION: "true"})
+    jobs_wl = _admitted_wl("job-train-abcde")  # a Job's Workload, named as a group
+    state = _store_state((WL, group), (WL, jobs_wl))
+    assert state.pod_admitted(_facts(group="g"))
+    assert not state.pod_admitted(_facts(group="job-train-abcde"))
+
+
+def test_a_pod_of_a_queued_owner_is_covered_by_the_owners_or_ancestors_admission() -> None:
+    train = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {
+        "name": "train", "namespace": "ns", "uid": "js1", "resourceVersion": "1",
+        "labels": {"kueue.x-k8s.io/queue-name": "lq"}}}
+    child = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "train-w-0", "namespace": "ns", "uid": "j1", "resourceVersion": "1",
+        "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                             "name": "train", "uid": "js1", "controller": True}]}}
+    wl = _admitted_wl(jobset.KIND.workload_name(train))
+    state = _store_state((jobset.KIND.key, train), (JOB, child), (WL, wl))
+    assert state.pod_admitted(_facts(owner=("batch", "Job", "train-w-0", "j1")))
+    assert not state.pod_admitted(_facts(owner=("batch", "Job", "train-w-0", "forged")))
+    assert not state.pod_admitted(_facts(owner=("batch", "Job", "unknown", "j9")))
