@@ -29,6 +29,7 @@ from app.extender.nodestore import InMemoryExtenderState, NodeStore
 from app.extender.rules import FlavorView, PodFacts, PodWorkloadView, view_from_workload
 from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION, Registry, lookup
 from app.wire.fields import WorkloadSpecError
+from app.wire.names import QUEUE_NAME_LABEL
 from app.wire.queues import resource_flavor
 from app.wire.workload import (
     workload_from_object,
@@ -178,6 +179,18 @@ class StoreExtenderState(InMemoryExtenderState):
             self._flavors = tuple(out)
         return self._flavors
 
+    def _queued(self, job: Obj) -> bool:
+        """The stored Job is queued: labelled, or unlabelled in a namespace
+        ``jobs.manage_jobs_without_queue_name`` manages (with that setting the store holds
+        every Job, those pykueue leaves alone too: their pods are not its business)."""
+        meta = job.get("metadata") or {}
+        if (meta.get("labels") or {}).get(QUEUE_NAME_LABEL):
+            return True
+        jobs = self.ctx.settings.jobs
+        ns = self.ctx.store(NS).get(str(meta.get("namespace", "")))
+        return jobs.manage_jobs_without_queue_name and ns is not None \
+            and jobs.namespace_managed(ns["metadata"].get("labels") or {})
+
     def pod_admitted(self, pod: PodFacts) -> bool:
         """``ExtenderState.pod_admitted`` over the stores. A pod controlled by a registered
         kind: that object (same uid) or its top-most queued ancestor has an admitted
@@ -216,7 +229,7 @@ class StoreExtenderState(InMemoryExtenderState):
     def workload_for_pod(self, namespace: str, job_name: str,
                          job_uid: str = "") -> PodWorkloadView | None:
         job = self.ctx.store(JOB).get(f"{namespace}/{job_name}")
-        if job is None:
+        if job is None or not self._queued(job):
             return None
         if self.registry is not None and has_managed_ancestor(self.ctx, self.registry, job):
             return None  # its ancestor's (a JobSet's Job): placed as that ancestor admitted

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from app.config import ExtenderSettings, ServerSettings, Settings
+from app.config import ExtenderSettings, JobsSettings, ServerSettings, Settings
 from app.controllers.client import JOBS
-from app.controllers.context import JOB, WL
+from app.controllers.context import JOB, NS, WL
 from app.controllers.informers import Store
 from app.controllers.views import StoreExtenderState
 from app.extender.nodestore import InMemoryExtenderState, NodeStore
@@ -129,3 +129,22 @@ def test_a_pod_of_a_queued_owner_is_covered_by_the_owners_or_ancestors_admission
     assert state.pod_admitted(_facts(owner=("batch", "Job", "train-w-0", "j1")))
     assert not state.pod_admitted(_facts(owner=("batch", "Job", "train-w-0", "forged")))
     assert not state.pod_admitted(_facts(owner=("batch", "Job", "unknown", "j9")))
+
+
+def test_a_job_pykueue_leaves_alone_is_no_queued_jobs_pod() -> None:
+    """With ``manage_jobs_without_queue_name`` the Job store holds every Job: one in a
+    namespace outside the selector is not queued, so its pods get no Workload view (before:
+    "its Workload has not been created yet", every node withheld)."""
+    unqueued = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "svc", "namespace": "kube-system", "uid": "j1", "resourceVersion": "1"}}
+    system = {"metadata": {"name": "kube-system", "resourceVersion": "1",
+                           "labels": {"kubernetes.io/metadata.name": "kube-system"}}}
+    state = _store_state((JOB, unqueued), (NS, system))
+    state.ctx.settings = Settings(jobs=JobsSettings(manage_jobs_without_queue_name=True))
+    assert state.workload_for_pod("kube-system", "svc", "j1") is None
+    queued = {**unqueued, "metadata": {**unqueued["metadata"], "namespace": "ns"}}
+    state = _store_state((JOB, queued), (NS, {"metadata": {"name": "ns",
+                                                           "resourceVersion": "1"}}))
+    state.ctx.settings = Settings(jobs=JobsSettings(manage_jobs_without_queue_name=True))
+    view = state.workload_for_pod("ns", "svc", "j1")
+    assert view is not None and not view.admitted
