@@ -195,8 +195,8 @@ class StoreExtenderState(InMemoryExtenderState):
         """``ExtenderState.pod_admitted`` over the stores. A pod controlled by a registered
         kind: that object (same uid) or its top-most queued ancestor has an admitted
         Workload; an object the stores do not hold (not queued, or not listed) covers
-        nothing. Any other pod (bare, a ReplicaSet's, a StatefulSet's): its own Workload
-        (controller uid = the pod's) or its pod group's (the pod's uid among its owners)."""
+        nothing. Any other pod (bare, a ReplicaSet's, a StatefulSet's): its pod group's
+        admitted group Workload, else its own Workload (controller uid = the pod's)."""
         ns = pod.namespace
         if pod.controller is not None and self.registry is not None:
             group, kind_name, name, uid = pod.controller
