@@ -4,8 +4,9 @@ the Job/Pod/Deployment/StatefulSet webhooks seeing unlabelled objects (the unlab
 overlay; ``hack/render_webhooks.py --unlabelled`` here) and
 ``extender.flavor_nodes_for_admitted_only`` on. Before: a bare 2-GPU Pod with the A100
 flavor's nodeSelector and toleration, one with ``nodeName: a100-0`` and a Deployment's pod
-ran on a100-0 with usage 0. Also: a relabelled ``kueue.x-k8s.io/priority-class`` moves the
-Workload's priority, pending and admitted."""
+ran on a100-0 with usage 0. Now they are gated (the ``nodeName`` one refused at create), and
+so are an unlabelled StatefulSet's pods, as one group. Also: a relabelled
+``kueue.x-k8s.io/priority-class`` moves the Workload's priority, pending and admitted."""
 
 from __future__ import annotations
 
@@ -98,6 +99,21 @@ def test_no_unqueued_pod_reaches_a_flavor_gpu(lab: LabHandle,
         web = wait_for(lambda: lab.get("pods", "-n", ns, "-l", "app=web")["items"], 60,
                        "the Deployment's pod")[0]
         assert gated(web) and web["metadata"]["labels"][MANAGED] == "true"
+        #    An unlabelled StatefulSet: its pods form one gated group, waiting as one.
+        lab.apply(json.dumps({
+            "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "ring",
+                                                                           "namespace": ns},
+            "spec": {"replicas": 2, "serviceName": "ring",
+                     "selector": {"matchLabels": {"app": "ring"}},
+                     "template": {"metadata": {"labels": {"app": "ring"}},
+                                  "spec": gpu_pod("x", ns, gpus=1)["spec"]}}}))
+        ring = wait_for(lambda: lab.get("pods", "-n", ns, "-l", "app=ring")["items"], 60,
+                        "the StatefulSet's first pod")[0]
+        assert gated(ring) and ring["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] \
+            == "statefulset-ring"
+        wait_for(lambda: "doesn't exist" in reserved_message(json.loads(lab.kubectl(
+            "get", "workloads.kueue.x-k8s.io", "statefulset-ring", "-n", ns, "-o", "json",
+            check=False).stdout or "{}")), 30, "the StatefulSet's group Workload pending")
         # 4. A namespace pykueue does not manage (kube-system, for cluster services): the
         #    extender keeps flavor nodes for admitted pods.
         lab.apply(json.dumps(gpu_pod(sys_pod, "kube-system")))
