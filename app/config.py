@@ -116,6 +116,12 @@ class ExtenderSettings(BaseModel):
     # With ServerSettings.client_ca_file set: the client-certificate common names the extender
     # answers (kube-scheduler's own identity by default); others get 403.
     client_names: list[str] = Field(default_factory=lambda: ["system:kube-scheduler"])
+    # On: a GPU pod that no admitted Workload covers (an unqueued one: bare, a Deployment's,
+    # a Job's pykueue does not queue, in any namespace) is refused on every node of a
+    # ResourceFlavor (docs/security.md, "Keeping every unqueued pod off flavor GPUs"). Off
+    # by default: such pods are scheduled as kube-scheduler alone would (Kueue has no
+    # extender; pykueue's own choice). PYKUEUE_EXTENDER__FLAVOR_NODES_FOR_ADMITTED_ONLY.
+    flavor_nodes_for_admitted_only: bool = False
 
 
 class SchedulingSettings(BaseModel):

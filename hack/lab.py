@@ -559,13 +559,16 @@ def _pykueue_pid(lab: Lab) -> int | None:
     return _started_pid(lab, "pykueue")
 
 
-def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | None = None) -> None:
+def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | None = None,
+               unlabelled: bool = False) -> None:
     """Start pykueue in the lab as a real user would deploy it, on 127.0.0.1:PYKUEUE_PORT.
 
     1. certificates (``certs/out``, kept while valid, with kube-scheduler's client certificate
     for the extender, which pykueue verifies against the same CA); 2. ``pykueue serve`` under
     its own ServiceAccount (``--admin``: the lab admin) with logs in ``<state>/logs/pykueue.log``;
-    3. wait for ``/readyz``; 4. register the lab webhooks (caBundle = our CA);
+    3. wait for ``/readyz``; 4. register the lab webhooks (caBundle = our CA; ``unlabelled``:
+    those of Jobs, Pods, Deployments and StatefulSets see unlabelled objects, as the overlay
+    manifests/overlays/unlabelled-jobs, for ``PYKUEUE_JOBS__MANAGE_JOBS_WITHOUT_QUEUE_NAME``);
     5. restart kube-scheduler with the extender (manifests/scheduler/kube-scheduler-config.yaml).
     A no-op for the process when it already runs.
     """
@@ -606,7 +609,8 @@ def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | Non
     _wait_http(f"https://127.0.0.1:{PYKUEUE_PORT}/readyz", ctx, "pykueue", 90, lab)
     out = lab.state / "webhooks.yaml"
     subprocess.run([py, str(ROOT / "hack" / "render_webhooks.py"), "--variant", "lab",
-                    "--port", str(PYKUEUE_PORT), "--ca", str(ca), "--out", str(out)],
+                    "--port", str(PYKUEUE_PORT), "--ca", str(ca), "--out", str(out),
+                    *(["--unlabelled"] if unlabelled else [])],
                    cwd=ROOT, check=True, capture_output=True, text=True)
     kubectl(lab, "apply", "-f", str(out))
     # A viewer for the status API (`hack/lab.py sa-token pykueue-system pykueue-status-viewer`).

@@ -50,6 +50,7 @@ from app.extender.rules import (
     NodeIndex,
     PodFacts,
     filter_pod,
+    filter_unadmitted,
     filter_unsynced,
     gpu_scores,
     make_node_facts,
@@ -358,13 +359,18 @@ async def _read(request: Request) -> _Parsed | Response:
         return _json({"detail": f"malformed ExtenderArgs: {exc}"}, 400)
 
 
-def _decide(req: _Parsed, state: ExtenderState | None) -> FilterDecision:
+def _decide(req: _Parsed, state: ExtenderState | None,
+            admitted_only: bool = False) -> FilterDecision:
+    """``admitted_only``: ``extender.flavor_nodes_for_admitted_only`` (``filter_unadmitted``
+    for a pod no pykueue Workload view covers and ``pod_admitted`` does not vouch for)."""
     if state is None:
-        return filter_unsynced(req.pod, req.names)
+        return filter_unsynced(req.pod, req.names, admitted_only=admitted_only)
     pod = req.pod
     view = (state.workload_for_pod(pod.namespace, pod.job_name, pod.job_uid)
             if pod.job_name else None)
     index = req.index if req.index is not None else state.node_index()
+    if view is None and admitted_only and not state.pod_admitted(pod):
+        return filter_unadmitted(pod, req.names, index, state.flavors())
     return filter_pod(pod, view, req.names, index, state.flavors())
 
 
@@ -419,7 +425,9 @@ async def _serve(
 
 def _answer_filter(request: Request, req: _Parsed) -> Response:
     try:
-        d = _decide(req, _extender_state(request))
+        settings = getattr(request.app.state, "settings", None)
+        d = _decide(req, _extender_state(request), settings is not None
+                    and settings.extender.flavor_nodes_for_admitted_only)
     except Exception as exc:  # never 5xx: answer an Error the scheduler reports
         log.exception("extender filter failed for pod %s", req.pod.key)
         why = f"pykueue extender internal error: {type(exc).__name__}: {exc}"

@@ -82,6 +82,7 @@ from app.integrations.webhook import (
     mutate,
     mutate_update,
     pod_count,
+    priority_class_label_errors,
     queue_name_errors,
     read_job,
     read_labels,
@@ -268,6 +269,22 @@ def _jobs_settings(state: Any) -> Any:
     return None if settings is None else settings.jobs
 
 
+def _manages_unlabelled_in(state: Any, namespace: str) -> bool:
+    """Whether objects without a queue name are queued in ``namespace``
+    (``jobs.manage_jobs_without_queue_name`` and ``managed_jobs_namespace_selector``), for the
+    Pod, Deployment and StatefulSet webhooks. A namespace the stores do not know (not synced,
+    or created a moment ago) is judged by the one label every Namespace carries,
+    ``kubernetes.io/metadata.name``: exact for the default selector (by name), and for a
+    selector on other labels the answer is "not managed" until the Namespace is seen."""
+    jobs = _jobs_settings(state)
+    if jobs is None or not jobs.manage_jobs_without_queue_name:
+        return False
+    known = _lookup(state, "default_queue_lookup", "namespace_managed", namespace)
+    if known is None:
+        return bool(jobs.namespace_managed({"kubernetes.io/metadata.name": namespace}))
+    return known
+
+
 def _patched(req: AdmissionRequest, patch: list[Any]) -> _Outcome:
     if not patch:
         return _allow(req)
@@ -307,6 +324,9 @@ def _decide_validation(req: AdmissionRequest, state: Any) -> _Outcome:
             old_job, job, username, admitted, policy, default_local_queue_exists=has_default,
             manages_unlabelled=manages,
         )
+        if manages or read_queue_name(old_job, policy.queue_name_label) \
+                or read_queue_name(job, policy.queue_name_label):
+            errors += priority_class_label_errors(old_job, job, read_suspend(job))
     if errors:
         return _deny(req, 403, "Forbidden", "; ".join(errors), DENIED)
     return _allow(req)
@@ -636,8 +656,9 @@ def _decide_pod_mutation(req: AdmissionRequest, state: Any) -> _Outcome:
             return None
         return answer if isinstance(answer, int) else None
 
-    return _patched(req, mutate_pod(pod, req.operation, _policy(state), _managed_kinds(state),
-                                    replicas))
+    return _patched(req, mutate_pod(
+        pod, req.operation, _policy(state), _managed_kinds(state), replicas,
+        manage_unlabelled=_manages_unlabelled_in(state, req.namespace)))
 
 
 def _decide_pod_validation(req: AdmissionRequest, state: Any) -> _Outcome:
@@ -645,8 +666,9 @@ def _decide_pod_validation(req: AdmissionRequest, state: Any) -> _Outcome:
             or not _is_review_of(req, "", "Pod"):
         return _allow(req)
     old, pod = _objects(req, scheduling_gates)
-    return _verdict(req, validate_pod(old, pod, req.user_info.username, _policy(state),
-                                      _managed_kinds(state)))
+    return _verdict(req, validate_pod(
+        old, pod, req.user_info.username, _policy(state), _managed_kinds(state),
+        manage_unlabelled=old is None and _manages_unlabelled_in(state, req.namespace)))
 
 
 def _decide_statefulset_scale(req: AdmissionRequest, state: Any) -> _Outcome:
@@ -673,14 +695,17 @@ def _owner_decisions(kind: str, mutate: Callable[..., list[Any]],
                      ) -> tuple[Callable[[AdmissionRequest, Any], _Outcome],
                                 Callable[[AdmissionRequest, Any], _Outcome]]:
     """The mutation and validation deciders of an ``apps/v1`` owner of queued Pods
-    (Deployment, StatefulSet): ``mutate(obj, operation, policy)`` on CREATE/UPDATE,
+    (Deployment, StatefulSet): ``mutate(obj, operation, policy, manage_unlabelled=...)`` on
+    CREATE/UPDATE,
     ``validate(old, new, username, policy)`` on UPDATE."""
     def mutation(req: AdmissionRequest, state: Any) -> _Outcome:
         if req.operation not in ("CREATE", "UPDATE") or req.sub_resource \
                 or not _is_review_of(req, "apps", kind):
             return _allow(req)
         _, obj = _objects(req)
-        return _patched(req, mutate(obj, req.operation, _policy(state)))
+        return _patched(req, mutate(obj, req.operation, _policy(state),
+                                    manage_unlabelled=_manages_unlabelled_in(state,
+                                                                             req.namespace)))
 
     def validation(req: AdmissionRequest, state: Any) -> _Outcome:
         if req.operation != "UPDATE" or req.sub_resource or not _is_review_of(req, "apps", kind):

@@ -39,7 +39,7 @@ Obj = dict[str, Any]
 # webhook and extender views read.
 RF, CQ, CO, LQ, WL, WPC, PC, NS, JOB = "rf", "cq", "co", "lq", "wl", "wpc", "pc", "ns", "job"
 AC = "ac"  # AdmissionChecks: ClusterQueues naming a missing or inactive one admit nothing
-STS = "sts"  # queued StatefulSets: the Pod webhook sizes their pods' group from spec.replicas
+STS = "sts"  # queued (or all) StatefulSets: Pod webhook sizes their pods' group from spec.replicas
 RCT = "rct"  # ResourceClaimTemplates, watched only with resources.deviceClassMappings (DRA)
 # Every Pod, watched with the Nodes for the scheduler extender; the job reconciler reads it
 # too (the pods a job still runs hold its quota).
@@ -51,16 +51,19 @@ UNLABELLED = f"!{QUEUE_NAME_LABEL}"
 
 
 def build_informers(client: KubeClient, watch_timeout_seconds: int = 300, *,
-                    job_kinds: Iterable[tuple[str, Resource, str | None]] = ()) -> InformerSet:
+                    job_kinds: Iterable[tuple[str, Resource, str | None]] = (),
+                    every_statefulset: bool = False) -> InformerSet:
     """Informers for every Kueue kind the reconciler reads, plus ``job_kinds``: (store key,
-    resource, label selector) of each job kind (the managed objects only)."""
+    resource, label selector) of each job kind (the managed objects only).
+    ``every_statefulset``: the StatefulSet store holds unlabelled ones too (their pods are
+    queued with ``jobs.manage_jobs_without_queue_name``)."""
     infs = InformerSet()
     for key, res, selector in (
         (RF, RESOURCE_FLAVORS, None), (CQ, CLUSTER_QUEUES, None), (CO, COHORTS, None),
         (LQ, LOCAL_QUEUES, None), (AC, ADMISSION_CHECKS, None),
         (WL, WORKLOADS, None), (WPC, WORKLOAD_PRIORITY_CLASSES, None),
         (PC, PRIORITY_CLASSES, None), (NS, NAMESPACES, None),
-        (STS, STATEFULSETS, QUEUE_NAME_LABEL), *job_kinds,
+        (STS, STATEFULSETS, None if every_statefulset else QUEUE_NAME_LABEL), *job_kinds,
     ):
         infs.add(key, Informer(client, res, label_selector=selector,
                                watch_timeout_seconds=watch_timeout_seconds))

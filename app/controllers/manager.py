@@ -158,11 +158,12 @@ class Manager:
     # ------------------------------------------------------------------ lifecycle
 
     def _selector(self, kind: JobKind) -> str | None:
-        """The kind's informer label selector; none (every object) for a kind that takes
-        part in ``jobs.manage_jobs_without_queue_name`` when that is on."""
+        """The kind's informer label selector; for a kind that takes part in
+        ``jobs.manage_jobs_without_queue_name`` when that is on, its ``unlabelled_selector``
+        (a Pod: those the webhook marked managed), by default none (every object)."""
         if self.settings.jobs.manage_jobs_without_queue_name \
                 and getattr(kind, "manages_unlabelled", False):
-            return None
+            return getattr(kind, "unlabelled_selector", None)
         return kind.label_selector
 
     async def start(self) -> None:
@@ -180,7 +181,8 @@ class Manager:
         informers = build_informers(
             client, s.scheduling.watch_timeout_seconds,
             job_kinds=[(k.key, k.resource, self._selector(k)) for k in self.registry.kinds()
-                       if k.resource is not None])
+                       if k.resource is not None],
+            every_statefulset=s.jobs.manage_jobs_without_queue_name)
         job_kind = self.registry.get(JOB)
         if job_kind is not None and self._selector(job_kind) is not None:
             # Unlabelled Jobs too (a JobSet's children): held to their ancestor's admission.

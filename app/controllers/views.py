@@ -17,13 +17,31 @@ import logging
 from typing import Any
 
 from app.controllers.context import JOB, LQ, NS, RF, STS, WL, Context
-from app.controllers.workloads import QUOTA_RESERVED, condition, has_admission, is_evicted
+from app.controllers.workloads import (
+    ADMITTED,
+    QUOTA_RESERVED,
+    condition,
+    has_admission,
+    is_evicted,
+    is_true,
+)
 from app.extender.nodestore import InMemoryExtenderState, NodeStore
-from app.extender.rules import FlavorView, PodWorkloadView, view_from_workload
-from app.integrations.framework import Registry, child_share, stored_ancestor
+from app.extender.rules import FlavorView, PodFacts, PodWorkloadView, view_from_workload
+from app.integrations.framework import (
+    GROUP_WORKLOAD_ANNOTATION,
+    Registry,
+    child_share,
+    lookup,
+    stored_ancestor,
+)
 from app.wire.fields import WorkloadSpecError
+from app.wire.names import QUEUE_NAME_LABEL
 from app.wire.queues import resource_flavor
-from app.wire.workload import workload_from_object, workload_name_for_job
+from app.wire.workload import (
+    workload_from_object,
+    workload_name_for_job,
+    workload_name_for_owner,
+)
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -125,6 +143,12 @@ class StoreAdmissionLookup:
         return self.ctx.store(LQ).get(f"{namespace}/default") is not None
 
 
+def _admitted(wl: Obj | None) -> bool:
+    """``wl`` is Admitted, holds its admission and is not being evicted."""
+    return wl is not None and has_admission(wl) and not is_evicted(wl) \
+        and is_true(wl, ADMITTED)
+
+
 class StoreExtenderState(InMemoryExtenderState):
     """``ExtenderState`` over the reconciler's stores (see the module doc): the Node part is
     the plain ``InMemoryExtenderState``'s; Workloads and flavors come from the stores."""
@@ -172,10 +196,57 @@ class StoreExtenderState(InMemoryExtenderState):
             self._flavors = tuple(out)
         return self._flavors
 
+    def _queued(self, job: Obj) -> bool:
+        """The stored Job is queued: labelled, or unlabelled in a namespace
+        ``jobs.manage_jobs_without_queue_name`` manages (with that setting the store holds
+        every Job, those pykueue leaves alone too: their pods are not its business)."""
+        meta = job.get("metadata") or {}
+        if (meta.get("labels") or {}).get(QUEUE_NAME_LABEL):
+            return True
+        jobs = self.ctx.settings.jobs
+        ns = self.ctx.store(NS).get(str(meta.get("namespace", "")))
+        return jobs.manage_jobs_without_queue_name and ns is not None \
+            and jobs.namespace_managed(ns["metadata"].get("labels") or {})
+
+    def pod_admitted(self, pod: PodFacts) -> bool:
+        """``ExtenderState.pod_admitted`` over the stores. A pod controlled by a registered
+        kind: that object (same uid) or its top-most queued ancestor has an admitted
+        Workload; an object the stores do not hold (not queued, or not listed) covers
+        nothing. Any other pod (bare, a ReplicaSet's, a StatefulSet's): its pod group's
+        admitted group Workload, else its own Workload (controller uid = the pod's)."""
+        ns = pod.namespace
+        if pod.controller is not None and self.registry is not None:
+            group, kind_name, name, uid = pod.controller
+            kind = self.registry.kind_for(group, kind_name)
+            if kind is not None and not getattr(kind, "top_level", False):
+                owner = lookup(kind, self.ctx, ns, name)
+                if owner is None or (uid and owner["metadata"].get("uid") != uid):
+                    return False
+                top = self.registry.managed_ancestor(
+                    owner, lambda k, n, m: lookup(k, self.ctx, n, m),
+                    manage_unlabelled=self.ctx.settings.jobs.manage_jobs_without_queue_name)
+                kind, obj = top if top is not None else (kind, owner)
+                return _admitted(self.ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}"))
+        if pod.group:
+            # A group Workload (stamped, so never a Job's named like the group): members of a
+            # managed namespace are gated at creation and only pykueue lifts the gate, so a
+            # member the scheduler sees was admitted (a fast-admission group, a
+            # StatefulSet's, names no member as owner).
+            wl = self.ctx.store(WL).get(f"{ns}/{pod.group}")
+            return _admitted(wl) and ((wl or {}).get("metadata", {}).get(
+                "annotations") or {}).get(GROUP_WORKLOAD_ANNOTATION) == "true"
+        if not pod.uid:
+            return False
+        wl = self.ctx.store(WL).get(
+            f"{ns}/{workload_name_for_owner('Pod', '', pod.name, pod.uid)}")
+        refs = (wl or {}).get("metadata", {}).get("ownerReferences") or []
+        return _admitted(wl) and any(r.get("uid") == pod.uid and r.get("kind") == "Pod"
+                                     for r in refs)
+
     def workload_for_pod(self, namespace: str, job_name: str,
                          job_uid: str = "") -> PodWorkloadView | None:
         job = self.ctx.store(JOB).get(f"{namespace}/{job_name}")
-        if job is None:
+        if job is None or not self._queued(job):
             return None
         if self.registry is not None and has_managed_ancestor(self.ctx, self.registry, job):
             return None  # its ancestor's (a JobSet's Job): placed as that ancestor admitted

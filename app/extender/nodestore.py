@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 from app.extender.rules import (
     FlavorView,
     NodeIndex,
+    PodFacts,
     PodWorkloadView,
     node_facts,
     pod_facts,
@@ -45,6 +46,12 @@ class ExtenderState(Protocol):
 
     def flavors(self) -> tuple[FlavorView, ...]:
         """Every ResourceFlavor known (used to name the flavor of a rejected node)."""
+        ...
+
+    def pod_admitted(self, pod: PodFacts) -> bool:
+        """True when an admitted Workload covers ``pod`` (its own, its pod group's, or that of
+        the queued object, or top-most queued ancestor, controlling it, checked by uid);
+        asked only with ``extender.flavor_nodes_for_admitted_only``."""
         ...
 
     def node(self, name: str) -> dict[str, Any] | None:
@@ -185,6 +192,7 @@ class InMemoryExtenderState(NodeStoreBacked):
     workloads: dict[tuple[str, str], PodWorkloadView] = field(default_factory=dict)
     known_flavors: tuple[FlavorView, ...] = ()
     is_synced: bool = True
+    admitted_pods: set[str] = field(default_factory=set)  # "ns/name" of covered pods
 
     def set_workload(self, namespace: str, job_name: str, view: PodWorkloadView | None) -> None:
         """Record (or with ``None`` forget) the Workload of Job ``namespace/job_name``."""
@@ -206,3 +214,6 @@ class InMemoryExtenderState(NodeStoreBacked):
 
     def flavors(self) -> tuple[FlavorView, ...]:
         return self.known_flavors
+
+    def pod_admitted(self, pod: PodFacts) -> bool:
+        return pod.key in self.admitted_pods

@@ -36,7 +36,7 @@ from app.core.quantity import QuantityError, parse_quantity
 from app.core.workload import Taint, Toleration
 from app.core.workload import Workload as DomainWorkload
 from app.wire.fields import WorkloadSpecError
-from app.wire.names import PODSET_LABEL, QUEUE_NAME_LABEL
+from app.wire.names import GROUP_LABEL, PODSET_LABEL, QUEUE_NAME_LABEL
 from app.wire.podtemplate import tolerations
 
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
@@ -140,7 +140,9 @@ class PodFacts:
     ``batch.kubernetes.io/controller-uid`` / ``controller-uid`` label), ``""`` when unknown.
     ``pod_set``: label ``kueue.x-k8s.io/podset`` (injected at admission). ``gpus``: the pod's
     effective request of the GPU resource as a count (max of the containers' sum and any
-    init container; a limit stands in for a missing request).
+    init container; a limit stands in for a missing request). ``uid``; ``controller``: its
+    controller ownerReference as (API group, kind, name, uid), None when it has none;
+    ``group``: label ``kueue.x-k8s.io/pod-group-name`` (for ``filter_unadmitted``).
     """
 
     namespace: str
@@ -151,6 +153,9 @@ class PodFacts:
     queue_name: str | None = None
     tolerations: tuple[Toleration, ...] = ()
     gpus: int = 0
+    uid: str = ""
+    controller: tuple[str, str, str, str] | None = None
+    group: str | None = None
 
     @property
     def key(self) -> str:
@@ -274,6 +279,16 @@ def job_name_of(meta: Mapping[str, Any], labels: Mapping[str, str]) -> str | Non
     return None
 
 
+def controller_of(meta: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
+    """The pod's controller ownerReference as (API group, kind, name, uid), or None."""
+    for i, ref in enumerate(_list(meta.get("ownerReferences"), "Pod.metadata.ownerReferences")):
+        ref = _mapping(ref, f"Pod.metadata.ownerReferences[{i}]")
+        if ref.get("controller") is True:
+            return (str(ref.get("apiVersion", "")).rpartition("/")[0], str(ref.get("kind", "")),
+                    str(ref.get("name", "")), str(ref.get("uid", "")))
+    return None
+
+
 def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
     """Read a core/v1 Pod dict. Raises ``ExtenderInputError`` for wrong shapes."""
     meta = _mapping(pod.get("metadata"), "Pod.metadata")
@@ -303,6 +318,9 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
         queue_name=labels.get(QUEUE_NAME_LABEL) or None,  # "" is no queue, as in the webhook
         tolerations=tols,
         gpus=max(main, init),
+        uid=str(meta.get("uid") or ""),
+        controller=controller_of(meta),
+        group=labels.get(GROUP_LABEL) or None,
     )
 
 
@@ -464,16 +482,37 @@ def _flavor_list(flavors: Iterable[str]) -> str:
     return ("flavor " if len(names) == 1 else "flavors ") + " and ".join(names)
 
 
-def filter_unsynced(pod: PodFacts, names: Sequence[str]) -> FilterDecision:
+def filter_unsynced(pod: PodFacts, names: Sequence[str], *,
+                    admitted_only: bool = False) -> FilterDecision:
     """Decide without pykueue state (not started or not synced).
 
     A pod carrying ``kueue.x-k8s.io/queue-name`` or ``kueue.x-k8s.io/podset`` may belong to a
     managed Workload whose flavor is unknown yet: every node is unresolvable with
-    ``NOT_SYNCED_REASON``. Any other pod passes everywhere.
+    ``NOT_SYNCED_REASON``. Any other pod passes everywhere, unless ``admitted_only``
+    (``extender.flavor_nodes_for_admitted_only``: which nodes are a flavor's is not known yet
+    either).
     """
-    if pod.queue_name is None and pod.pod_set is None:
+    if pod.queue_name is None and pod.pod_set is None and not admitted_only:
         return FilterDecision(list(names))
     return FilterDecision([], unresolvable=dict.fromkeys(names, NOT_SYNCED_REASON))
+
+
+def filter_unadmitted(pod: PodFacts, names: Sequence[str], index: NodeIndex,
+                      flavors: tuple[FlavorView, ...]) -> FilterDecision:
+    """A GPU pod that no admitted pykueue Workload covers, with
+    ``extender.flavor_nodes_for_admitted_only``: every node of a ResourceFlavor (one carrying
+    all of a flavor's nodeLabels, ``NodeIndex.flavor_members``) is unresolvable (preempting
+    pods there would not help), so that quota-managed GPUs run admitted pods only; other
+    nodes pass."""
+    members = index.flavor_members(flavors)
+    owner = {n: f for f, nodes in members.items() for n in nodes}
+    passing = [n for n in names if n not in owner]
+    unresolvable = {
+        n: f"node(s) of flavor {owner[n]} run only pods of admitted Workloads "
+           f"(pykueue extender.flavor_nodes_for_admitted_only): pod {pod.key} has none; "
+           "queue it (label kueue.x-k8s.io/queue-name)"
+        for n in names if n in owner}
+    return FilterDecision(passing, unresolvable=unresolvable)
 
 
 def _withheld(names: Sequence[str], why: str) -> FilterDecision:

@@ -319,6 +319,10 @@ class Registry:
     def get(self, key: str) -> JobKind | None:
         return self._by_key.get(key)
 
+    def kind_for(self, api_group: str, kind: str) -> JobKind | None:
+        """The registered kind of objects ``api_group``/``kind``, or None."""
+        return self._by_gk.get((api_group, kind))
+
     def kind_of_controller(self, obj: Mapping[str, Any]) -> tuple[JobKind, str] | None:
         """(registered kind, name) of ``obj``'s controller ownerReference when it names a
         registered kind, else None (Kueue ``getJobTypeForOwner``: enabled kinds only)."""

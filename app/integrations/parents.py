@@ -48,16 +48,21 @@ def _template_meta(dep: Mapping[str, Any]) -> tuple[Mapping[str, Any], bool, boo
 
 
 def queue_template_patch(dep: Mapping[str, Any], operation: str, policy: WebhookPolicy,
-                         parent: str) -> list[JsonPatchOp]:
+                         parent: str, *, manage_unlabelled: bool = False) -> list[JsonPatchOp]:
     """The JSONPatch that puts the queue on a queued owner's pod template (module doc), with
     ``parent`` (``deployment``, ``statefulset``) as the suspending parent; ``[]`` when it is
-    there already or the owner is not queued. Raises ``UnreadableObjectError``."""
+    there already or the owner is not queued. ``manage_unlabelled``
+    (``jobs.manage_jobs_without_queue_name`` in a managed namespace): an owner without a
+    queue name gets the same minus the queue label, as Kueue's ``WorkloadShouldBeSuspended``
+    (its pods then wait for one). Raises ``UnreadableObjectError``."""
     if operation not in ("CREATE", "UPDATE"):
         return []
     queue = read_queue_name(dep, policy.queue_name_label)
-    if not queue:
+    if not queue and not manage_unlabelled:
         return []
-    want_labels = {policy.queue_name_label: queue, MANAGED_LABEL: "true"}
+    want_labels = {MANAGED_LABEL: "true"}
+    if queue:
+        want_labels[policy.queue_name_label] = queue
     prio = read_labels(dep).get(PRIORITY_CLASS_LABEL)
     if prio:
         want_labels[PRIORITY_CLASS_LABEL] = prio

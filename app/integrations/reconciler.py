@@ -15,7 +15,8 @@ admission (another pod count or other requests, or the object cannot be read): t
 and, once its pods are gone, replace the Workload (Kueue ``NoMatchingWorkload``); Workload
 evicted or deactivated -> stop the object, then release the quota once no pod is left;
 Workload pending -> a running object is stopped ("Not admitted by cluster queue"), a
-suspended one whose shape changed gets its Workload rebuilt in place.
+suspended one whose shape changed gets its Workload rebuilt in place. Pending or admitted, a
+changed ``kueue.x-k8s.io/priority-class`` label re-resolves the Workload's priority.
 
 Quota follows the pods: it is released (Workload finished, released or deleted) only once
 the object's pods are gone or terminal, counted from the object's status and, for a kind with
@@ -75,9 +76,10 @@ from app.integrations.framework import (
     trim,
 )
 from app.wire.fields import WorkloadSpecError
-from app.wire.names import JOB_UID_LABEL
+from app.wire.names import JOB_UID_LABEL, KUEUE_GROUP, PRIORITY_CLASS_LABEL
 from app.wire.workload import job_pod_count, workload_from_object
 
+WPC_REF = (KUEUE_GROUP, "WorkloadPriorityClass")  # a priorityClassRef to a WorkloadPriorityClass
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
@@ -295,6 +297,7 @@ class JobReconciler:
         obj = await trim(kind, ctx, obj, wl)
         if wl is None:
             return await self._without_workload(kind, obj)
+        wl = await self._sync_priority(kind, obj, wl)
         if has_admission(wl) and not is_evicted(wl) and is_active(wl):
             why = self._admission_mismatch(kind, obj, wl)
             if why is not None:
@@ -415,12 +418,16 @@ class JobReconciler:
     def _manages_unlabelled(self, kind: JobKind, obj: Obj, ns: str) -> bool:
         """Kueue ``manageJobsWithoutQueueName``: a job without a queue name is queued (its
         Workload waits for a LocalQueue) when the setting is on, its kind takes part
-        (``manages_unlabelled``), its namespace matches ``managedJobsNamespaceSelector`` and
-        no other job kind controls it (Kueue's managed-ancestor rule)."""
+        (``manages_unlabelled``; and ``takes_unlabelled(obj)`` when the kind has it), its
+        namespace matches ``managedJobsNamespaceSelector`` and no other job kind controls it
+        (Kueue's managed-ancestor rule)."""
         jobs = self.ctx.settings.jobs
         if not jobs.manage_jobs_without_queue_name or not getattr(kind, "manages_unlabelled",
                                                                   False):
             return False
+        takes = getattr(kind, "takes_unlabelled", None)
+        if takes is not None and not takes(obj):
+            return False  # e.g. a Pod the webhook did not mark, or a pod group's member
         namespace = self.ctx.store(NS).get(ns)
         if namespace is None or not jobs.namespace_managed(
                 namespace["metadata"].get("labels") or {}):
@@ -576,6 +583,42 @@ class JobReconciler:
         await self._put_wl_status(with_released(wl, ctx.clock()))
         ctx.wake()
         return None
+
+    async def _sync_priority(self, kind: JobKind, obj: Obj, wl: Obj) -> Obj:
+        """The Workload with its priority re-resolved when the object's
+        ``kueue.x-k8s.io/priority-class`` label no longer names its ``priorityClassRef``
+        (Kueue v0.17.1 ``UpdateWorkloadPriority``, pending or admitted: only a Workload
+        without a class or with a WorkloadPriorityClass; one whose priority came from a pod
+        PriorityClass keeps it). Event ``UpdatedWorkload``. Returns ``wl`` unchanged when
+        nothing changed or the class cannot be read (event ``ErrWorkloadCompose``)."""
+        label = str(((obj.get("metadata") or {}).get("labels") or {}).get(
+            PRIORITY_CLASS_LABEL) or "")
+        ref = (wl.get("spec") or {}).get("priorityClassRef")
+        if ref is not None and (ref.get("group"), ref.get("kind")) != WPC_REF:
+            return wl
+        if label == str((ref or {}).get("name") or ""):
+            return wl
+        wpc, pc = self._priority_maps()
+        try:
+            spec = kind.workload_object(obj, priority_classes=wpc,
+                                        pod_priority_classes=pc)["spec"]
+        except WorkloadSpecError as exc:
+            self.ctx.recorder.emit(obj, WARNING, "ErrWorkloadCompose", str(exc))
+            return wl
+        updated = copy.deepcopy(wl)
+        for field in ("priorityClassRef", "priority"):
+            if field in spec:
+                updated["spec"][field] = spec[field]
+            else:
+                updated["spec"].pop(field, None)
+        out = await self.ctx.client.replace(WORKLOADS, updated)
+        self.ctx.store(WL).put(out)
+        meta = wl["metadata"]
+        self.ctx.recorder.emit(obj, NORMAL, "UpdatedWorkload",
+                               f"Updated workload priority class: {meta['namespace']}/"
+                               f"{meta['name']}")
+        self.ctx.wake()
+        return out
 
     async def _maybe_rebuild(self, kind: JobKind, obj: Obj, wl: Obj) -> None:
         """A suspended object whose shape no longer matches its pending Workload: update the

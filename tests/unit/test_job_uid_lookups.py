@@ -20,7 +20,8 @@ NS = "research"
 def _ctx(job_uid: str, *, admitted: bool = True) -> SimpleNamespace:
     jobs, wls = Store(JOBS), Store(WORKLOADS)
     jobs.put({"metadata": {"namespace": NS, "name": "train", "uid": job_uid,
-                           "resourceVersion": "1"}})
+                           "resourceVersion": "1",
+                           "labels": {"kueue.x-k8s.io/queue-name": "lq"}}})
     status = {}
     if admitted:
         status = {"admission": {"clusterQueue": "cq", "podSetAssignments": [

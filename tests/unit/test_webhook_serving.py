@@ -136,6 +136,34 @@ def test_render_fills_the_ca_bundle(
             assert client["service"]["path"] == path
 
 
+@pytest.mark.parametrize("variant", ["lab", "cluster"])
+def test_render_unlabelled_lets_the_job_and_pod_webhooks_see_unlabelled_objects(
+        certs: Path, tmp_path: Path, variant: str) -> None:
+    """``--unlabelled`` (jobs.manage_jobs_without_queue_name): the Job, Pod, Deployment and
+    StatefulSet webhooks have no objectSelector and skip the system namespaces; the others
+    keep theirs."""
+    out = tmp_path / "webhooks.yaml"
+    subprocess.run([sys.executable, "hack/render_webhooks.py", "--variant", variant,
+                    "--ca", str(certs / "ca.crt"), "--out", str(out), "--unlabelled"],
+                   cwd=ROOT, check=True, capture_output=True, text=True)
+    hooks = {w["name"]: w for d in documents(out) for w in d["webhooks"]}
+    subprocess.run([sys.executable, "hack/render_webhooks.py", "--variant", variant,
+                    "--ca", str(certs / "ca.crt"), "--out", str(tmp_path / "plain.yaml")],
+                   cwd=ROOT, check=True, capture_output=True, text=True)
+    plain = {w["name"]: w for d in documents(tmp_path / "plain.yaml") for w in d["webhooks"]}
+    wide = {f"{v}{k}.pykueue.io" for v in "mv" for k in ("job", "pod", "deployment",
+                                                         "statefulset")}
+    assert wide <= set(hooks)
+    for name, webhook in hooks.items():
+        if name not in wide:  # the scale webhook never had one (a Scale carries no labels)
+            assert webhook == plain[name], name
+        else:
+            assert "objectSelector" not in webhook
+            assert webhook["namespaceSelector"]["matchExpressions"] == [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                 "values": ["kube-system", "pykueue-system"]}]
+
+
 def test_render_without_a_ca_says_what_to_do(tmp_path: Path) -> None:
     r = subprocess.run(
         [sys.executable, "hack/render_webhooks.py", "--ca", str(tmp_path / "missing.crt"),

@@ -18,10 +18,11 @@ from app.wire.names import SUSPENDING_PARENT
 __all__ = ["SUSPENDING_PARENT", "mutate_deployment", "validate_deployment_update"]
 
 
-def mutate_deployment(dep: Mapping[str, Any], operation: str,
-                      policy: WebhookPolicy) -> list[JsonPatchOp]:
+def mutate_deployment(dep: Mapping[str, Any], operation: str, policy: WebhookPolicy, *,
+                      manage_unlabelled: bool = False) -> list[JsonPatchOp]:
     """The queue onto a queued Deployment's pod template (``queue_template_patch``)."""
-    return queue_template_patch(dep, operation, policy, "deployment")
+    return queue_template_patch(dep, operation, policy, "deployment",
+                                manage_unlabelled=manage_unlabelled)
 
 
 def validate_deployment_update(old: Mapping[str, Any], new: Mapping[str, Any], username: str,

@@ -93,6 +93,16 @@ class PlainPod:
     # Kueue ``TopLevelJob``: never a managed ancestor's child (the webhook decides that).
     top_level = True
     label_selector: str | None = f"{MANAGED_LABEL}=true,{QUEUE_NAME_LABEL},{QUEUE_NAME_LABEL}!="
+    # Kueue manageJobsWithoutQueueName: the webhook marks an unlabelled Pod of a managed
+    # namespace managed and gates it; the informer then lists every marked Pod.
+    manages_unlabelled = True
+    unlabelled_selector = f"{MANAGED_LABEL}=true"
+
+    def takes_unlabelled(self, obj: Mapping[str, Any]) -> bool:
+        """An unlabelled Pod is queued on its own only when the webhook marked it managed and
+        it is not a member of a pod group (the group is queued)."""
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        return labels.get(MANAGED_LABEL) == "true" and not labels.get(GROUP_LABEL)
 
     def queue_name(self, obj: Mapping[str, Any]) -> str:
         labels = (obj.get("metadata") or {}).get("labels") or {}

@@ -7,6 +7,16 @@ gets the label ``kueue.x-k8s.io/managed: "true"`` and the scheduling gate
 ``kueue.x-k8s.io/admission``, so kube-scheduler does not place it until pykueue admits its
 Workload and removes the gate.
 
+With ``jobs.manage_jobs_without_queue_name`` (Kueue ``manageJobsWithoutQueueName``) a Pod
+*without* the queue label is managed the same way when its namespace matches
+``managed_jobs_namespace_selector`` and no managed job kind controls it (Kueue's pod webhook
+``Default``: kube-system and pykueue-system are outside the default selector; a Job's,
+JobSet's, ... pods are their owner's business). Its Workload has no queue name and waits
+("LocalQueue  doesn't exist") until the Pod is labelled. Nothing else is exempt, as in Kueue:
+a DaemonSet's or a ReplicaSet's pods in a managed namespace are gated too. A Pod created
+with ``spec.nodeName`` (which skips kube-scheduler) gets the gate too, and the API server
+refuses a gated Pod that names its node: so it is never created.
+
 Validation (CREATE and UPDATE), for managed Pods:
 - ``kueue.x-k8s.io/managed`` may only be ``"true"``;
 - a queued Pod must be created with the gate (the mutating webhook adds it; a Pod without it
@@ -174,22 +184,28 @@ def controlled_by(pod: Mapping[str, Any], managed_kinds: frozenset[tuple[str, st
 
 
 def is_managed(pod: Mapping[str, Any], policy: WebhookPolicy,
-               managed_kinds: frozenset[tuple[str, str]]) -> bool:
-    """A queued Pod that no managed job kind controls (module doc)."""
-    return bool(read_queue_name(pod, policy.queue_name_label)) and \
-        not controlled_by(pod, managed_kinds)
+               managed_kinds: frozenset[tuple[str, str]], *,
+               manage_unlabelled: bool = False) -> bool:
+    """A queued Pod that no managed job kind controls; with ``manage_unlabelled`` (the
+    setting is on and the Pod's namespace is managed) also one without a queue name
+    (module doc)."""
+    if controlled_by(pod, managed_kinds):
+        return False
+    return manage_unlabelled or bool(read_queue_name(pod, policy.queue_name_label))
 
 
 def mutate_pod(pod: Mapping[str, Any], operation: str, policy: WebhookPolicy,
                managed_kinds: frozenset[tuple[str, str]],
                statefulset_replicas: Callable[[str, str], int | None] | None = None,
-               ) -> list[JsonPatchOp]:
+               *, manage_unlabelled: bool = False) -> list[JsonPatchOp]:
     """The JSONPatch for a Pod under admission: on CREATE of a managed Pod, the managed label
     and the admission gate (each only when missing: idempotent); for a member of a pod group
     the role hash; for a StatefulSet's pod its group (``statefulset_replicas(namespace,
-    name)``: the StatefulSet's ``spec.replicas``, None when unknown). Raises
+    name)``: the StatefulSet's ``spec.replicas``, None when unknown). ``manage_unlabelled``:
+    a Pod without a queue name is managed too (``is_managed``). Raises
     ``UnreadableObjectError``. Rule: Kueue pod webhook ``Default``."""
-    if operation != "CREATE" or not is_managed(pod, policy, managed_kinds):
+    if operation != "CREATE" or not is_managed(pod, policy, managed_kinds,
+                                               manage_unlabelled=manage_unlabelled):
         return []
     patch: list[JsonPatchOp] = []
     sts = parent_statefulset(pod)
@@ -198,7 +214,11 @@ def mutate_pod(pod: Mapping[str, Any], operation: str, policy: WebhookPolicy,
         if count is not None:
             patch += group_patch(pod, count)
     labels = read_labels(pod)
-    if labels.get(MANAGED_LABEL) != "true":
+    if not (pod.get("metadata") or {}).get("labels") and not any(
+            op["path"].startswith("/metadata/labels/") for op in patch):
+        # An unlabelled Pod (jobs.manage_jobs_without_queue_name) may have no labels at all.
+        patch.append({"op": "add", "path": "/metadata/labels", "value": {MANAGED_LABEL: "true"}})
+    elif labels.get(MANAGED_LABEL) != "true":
         patch.append({"op": "add",
                       "path": f"/metadata/labels/{escape_pointer_token(MANAGED_LABEL)}",
                       "value": "true"})
@@ -229,16 +249,18 @@ def mutate_pod(pod: Mapping[str, Any], operation: str, policy: WebhookPolicy,
 
 def validate_pod(old: Mapping[str, Any] | None, new: Mapping[str, Any], username: str,
                  policy: WebhookPolicy,
-                 managed_kinds: frozenset[tuple[str, str]]) -> list[str]:
+                 managed_kinds: frozenset[tuple[str, str]], *,
+                 manage_unlabelled: bool = False) -> list[str]:
     """Errors (each naming a field) for creating (``old`` None) or updating a Pod; ``[]`` to
-    allow. Raises ``UnreadableObjectError``."""
+    allow. ``manage_unlabelled``: as ``mutate_pod``'s (an unlabelled Pod of a managed
+    namespace must be created gated). Raises ``UnreadableObjectError``."""
     ours = username in policy.controller_usernames
     label = f"metadata.labels[{policy.queue_name_label}]"
     errors: list[str] = []
     managed = read_labels(new).get(MANAGED_LABEL)
     if managed is not None and managed != "true":
         errors.append(f"metadata.labels[{MANAGED_LABEL}]: the only allowed value is 'true'")
-    new_managed = is_managed(new, policy, managed_kinds)
+    new_managed = is_managed(new, policy, managed_kinds, manage_unlabelled=manage_unlabelled)
     if new_managed:
         errors += _group_errors(new)
     reserved = [a for a in (FAST_ADMISSION_ANNOTATION, SERVING_ANNOTATION)
@@ -248,17 +270,27 @@ def validate_pod(old: Mapping[str, Any] | None, new: Mapping[str, Any], username
         errors.append(f"metadata.annotations[{reserved[0]}]: set by pykueue on a StatefulSet's "
                       "pods only (its group is admitted from its first pod)")
     if old is None:
+        if manage_unlabelled and not ours and _spec(new).get("nodeName") \
+                and controlled_by(new, managed_kinds):
+            # Left ungated for its owner (Kueue's rule), it would skip kube-scheduler and the
+            # extender; no job kind's controller names the node of the pods it creates.
+            errors.append("spec.nodeName: a Pod whose controller is a job kind pykueue "
+                          "manages cannot be created with its node set (it would run outside "
+                          "any admission); let kube-scheduler place it")
         sts = parent_statefulset(new) if new_managed else None
         if sts is not None and not group_of(new) and not ours:
             errors.append(f"metadata.labels[{GROUP_LABEL}]: pykueue does not know StatefulSet "
                           f"{sts!r} yet, so it cannot size the pod's group; the StatefulSet "
                           "controller will create the pod again")
         if new_managed and not is_gated(new) and not ours:
-            errors.append(f"spec.schedulingGates: a Pod queued in LocalQueue "
-                          f"{read_queue_name(new, policy.queue_name_label)!r} must be created "
-                          f"with the scheduling gate {ADMISSION_GATE} (pykueue's mutating "
-                          "webhook /mutate--v1-pod adds it: check that its "
-                          "MutatingWebhookConfiguration is installed)")
+            queue = read_queue_name(new, policy.queue_name_label)
+            which = (f"queued in LocalQueue {queue!r}" if queue else f"without {label} in a "
+                     "namespace pykueue manages (jobs.manage_jobs_without_queue_name)")
+            errors.append(f"spec.schedulingGates: a Pod {which} must be created with the "
+                          f"scheduling gate {ADMISSION_GATE} (pykueue's mutating webhook "
+                          "/mutate--v1-pod adds it: check that its "
+                          "MutatingWebhookConfiguration is installed"
+                          + ("" if queue else " and sees unlabelled Pods") + ")")
         return errors
     # A Pod pykueue queued keeps its managed label for life, and that label (not the mutable
     # ownerReferences, which a tenant can edit) decides that the Pod's rules apply.

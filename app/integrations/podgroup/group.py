@@ -49,6 +49,7 @@ from app.wire.fields import WorkloadSpecError
 from app.wire.names import (
     FAST_ADMISSION_ANNOTATION,
     GROUP_LABEL,
+    MANAGED_LABEL,
     QUEUE_NAME_LABEL,
     ROLE_HASH_ANNOTATION,
     SERVING_ANNOTATION,
@@ -108,6 +109,13 @@ class PodGroup:
     source = POD_KIND.key
     group_workloads = True
     fewer_pods_match = True
+    manages_unlabelled = True  # a group of unlabelled managed Pods (Kueue, as the Pod kind)
+
+    def takes_unlabelled(self, obj: Mapping[str, Any]) -> bool:
+        """A group of Pods without a queue name is queued when its members are marked
+        managed (the webhook did so in a managed namespace)."""
+        return any((_meta(p).get("labels") or {}).get(MANAGED_LABEL) == "true"
+                   for p in self._members(obj))
 
     # ---- composition
     def object_key(self, pod: Mapping[str, Any]) -> str | None:

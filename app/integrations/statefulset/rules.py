@@ -62,10 +62,11 @@ def replicas(sts: Mapping[str, Any]) -> int:
     return value
 
 
-def mutate_statefulset(sts: Mapping[str, Any], operation: str,
-                       policy: WebhookPolicy) -> list[JsonPatchOp]:
+def mutate_statefulset(sts: Mapping[str, Any], operation: str, policy: WebhookPolicy, *,
+                       manage_unlabelled: bool = False) -> list[JsonPatchOp]:
     """The queue onto a queued StatefulSet's pod template (``queue_template_patch``)."""
-    return queue_template_patch(sts, operation, policy, "statefulset")
+    return queue_template_patch(sts, operation, policy, "statefulset",
+                                manage_unlabelled=manage_unlabelled)
 
 
 def validate_statefulset_update(old: Mapping[str, Any], new: Mapping[str, Any], username: str,

@@ -1,0 +1,150 @@
+"""``extender.flavor_nodes_for_admitted_only``: a GPU pod no admitted Workload covers is
+refused on every ResourceFlavor's nodes (unresolvable), and passes elsewhere; off by default
+(such a pod is scheduled as kube-scheduler alone would). The other half of keeping unqueued
+pods off quota-managed GPUs (docs/security.md); the webhook half is tested in
+test_unlabelled_pods.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import httpx
+import pytest
+
+from app.config import ExtenderSettings, JobsSettings, ServerSettings, Settings
+from app.controllers.client import JOBS
+from app.controllers.context import JOB, NS, WL
+from app.controllers.informers import Store
+from app.controllers.views import StoreExtenderState
+from app.extender.nodestore import InMemoryExtenderState, NodeStore
+from app.extender.rules import PodFacts
+from app.integrations import default_registry, jobset
+from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION
+from app.main import create_app
+from app.wire.workload import workload_name_for_owner
+from tests.unit.test_extender import ALL, MODES, args, do_filter, make_state, pod
+
+
+def _app(state: InMemoryExtenderState, on: bool):
+    app = create_app(Settings(server=ServerSettings(metrics_auth=False),
+                              extender=ExtenderSettings(flavor_nodes_for_admitted_only=on)))
+    app.state.extender_state = state
+    return app
+
+
+async def _filter(state: InMemoryExtenderState, p: dict, mode: str, on: bool = True):
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=_app(state, on)),
+                                 base_url="http://test") as c:
+        return await do_filter(c, args(p, mode), mode)
+
+
+@MODES
+async def test_an_unqueued_gpu_pod_is_kept_off_every_flavor_node(mode: str) -> None:
+    out = await _filter(make_state(), pod("bare", podset=None), mode)
+    assert out.passing == ["cpu-0"]  # the only node no flavor's nodeLabels select
+    assert set(out.unresolvable) == set(ALL) - {"cpu-0"} and not out.failed
+    assert "node(s) of flavor a100-flavor run only pods of admitted Workloads" in \
+        out.unresolvable["a100-0"]
+    assert "research/bare has none" in out.unresolvable["l4-0"]
+
+
+@MODES
+async def test_off_by_default_and_a_covered_pod_passes(mode: str) -> None:
+    assert (await _filter(make_state(), pod("bare", podset=None), mode, on=False)).passing \
+        == ALL
+    state = make_state()
+    state.admitted_pods.add("research/bare")
+    assert (await _filter(state, pod("bare", podset=None), mode)).passing == ALL
+
+
+@MODES
+async def test_a_managed_jobs_pod_keeps_its_own_rules(mode: str) -> None:
+    """A pod of a Job pykueue queues is judged by its Workload, as before."""
+    out = await _filter(make_state(), pod(job="waiting"), mode)
+    assert out.passing == [] and set(out.unresolvable) == set(ALL)
+    assert "is not admitted" in out.unresolvable["cpu-0"]
+
+
+@pytest.mark.parametrize("on", [True, False])
+async def test_before_sync_an_unqueued_gpu_pod_waits_only_with_the_setting(on: bool) -> None:
+    state = make_state()
+    state.is_synced = False
+    out = await _filter(state, pod("bare", podset=None), "names", on=on)
+    assert out.passing == ([] if on else ALL)
+
+
+# ------------------------------------------------- StoreExtenderState.pod_admitted (stores)
+
+def _admitted_wl(name: str, **meta: object) -> dict:
+    return {"metadata": {"namespace": "ns", "name": name, "resourceVersion": "1", **meta},
+            "spec": {"queueName": "lq", "podSets": []},
+            "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": []},
+                       "conditions": [{"type": "QuotaReserved", "status": "True"},
+                                      {"type": "Admitted", "status": "True"}]}}
+
+
+def _store_state(*objects: tuple[str, dict]) -> StoreExtenderState:
+    stores: dict[str, Store] = {}
+    for key, obj in objects:
+        stores.setdefault(key, Store(JOBS)).put(obj)
+    ctx = SimpleNamespace(store=lambda k: stores.get(k) or Store(JOBS), synced=True,
+                          settings=Settings())
+    return StoreExtenderState(ctx, NodeStore("nvidia.com/gpu"),  # type: ignore[arg-type]
+                              default_registry())
+
+
+def _facts(name: str = "p", uid: str = "pu", owner: tuple[str, str, str, str] | None = None,
+           group: str | None = None) -> PodFacts:
+    return PodFacts("ns", name, uid=uid, controller=owner, group=group)
+
+
+def test_a_plain_pod_is_covered_by_its_own_admitted_workload_only() -> None:
+    wl = _admitted_wl(workload_name_for_owner("Pod", "", "p", "pu"), ownerReferences=[
+        {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pu", "controller": True}])
+    state = _store_state((WL, wl))
+    assert state.pod_admitted(_facts())
+    assert not state.pod_admitted(_facts(uid="other"))  # another pod of that name
+    rs = ("apps", "ReplicaSet", "web-1", "r1")  # a Deployment's pod: its own Workload too
+    assert state.pod_admitted(_facts(owner=rs))
+
+
+def test_a_group_member_needs_an_admitted_group_workload() -> None:
+    group = _admitted_wl("g", annotations={GROUP_WORKLOAD_ANNOTATION: "true"})
+    jobs_wl = _admitted_wl("job-train-abcde")  # a Job's Workload, named as a group
+    state = _store_state((WL, group), (WL, jobs_wl))
+    assert state.pod_admitted(_facts(group="g"))
+    assert not state.pod_admitted(_facts(group="job-train-abcde"))
+
+
+def test_a_pod_of_a_queued_owner_is_covered_by_the_owners_or_ancestors_admission() -> None:
+    train = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {
+        "name": "train", "namespace": "ns", "uid": "js1", "resourceVersion": "1",
+        "labels": {"kueue.x-k8s.io/queue-name": "lq"}}}
+    child = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "train-w-0", "namespace": "ns", "uid": "j1", "resourceVersion": "1",
+        "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                             "name": "train", "uid": "js1", "controller": True}]}}
+    wl = _admitted_wl(jobset.KIND.workload_name(train))
+    state = _store_state((jobset.KIND.key, train), (JOB, child), (WL, wl))
+    assert state.pod_admitted(_facts(owner=("batch", "Job", "train-w-0", "j1")))
+    assert not state.pod_admitted(_facts(owner=("batch", "Job", "train-w-0", "forged")))
+    assert not state.pod_admitted(_facts(owner=("batch", "Job", "unknown", "j9")))
+
+
+def test_a_job_pykueue_leaves_alone_is_no_queued_jobs_pod() -> None:
+    """With ``manage_jobs_without_queue_name`` the Job store holds every Job: one in a
+    namespace outside the selector is not queued, so its pods get no Workload view (before:
+    "its Workload has not been created yet", every node withheld)."""
+    unqueued = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "svc", "namespace": "kube-system", "uid": "j1", "resourceVersion": "1"}}
+    system = {"metadata": {"name": "kube-system", "resourceVersion": "1",
+                           "labels": {"kubernetes.io/metadata.name": "kube-system"}}}
+    state = _store_state((JOB, unqueued), (NS, system))
+    state.ctx.settings = Settings(jobs=JobsSettings(manage_jobs_without_queue_name=True))
+    assert state.workload_for_pod("kube-system", "svc", "j1") is None
+    queued = {**unqueued, "metadata": {**unqueued["metadata"], "namespace": "ns"}}
+    state = _store_state((JOB, queued), (NS, {"metadata": {"name": "ns",
+                                                           "resourceVersion": "1"}}))
+    state.ctx.settings = Settings(jobs=JobsSettings(manage_jobs_without_queue_name=True))
+    view = state.workload_for_pod("ns", "svc", "j1")
+    assert view is not None and not view.admitted
