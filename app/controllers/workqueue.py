@@ -10,11 +10,11 @@
 Fair turns: keys are served round-robin across *lanes* (``lane_of(key)``, by default the
 key's namespace, ``namespace_of``), first-come-first-served within a lane. One namespace that
 queues thousands of keys (a flood of Jobs) therefore delays another namespace's key by at most
-one key per other busy lane, not by the whole backlog: with ``L`` lanes holding keys, the key
-at position ``p`` of its lane is served within ``(p + 1) * L`` gets. client-go's workqueue is
-one FIFO; Kueue's controllers keep it (their queues are drained by more workers at a higher
-client QPS); the order of the queue changes no decision of the core, which orders Workloads by
-itself (priority, creation time).
+one key per other busy lane, not by the whole backlog: with ``L`` lanes holding keys (and no
+other lane joining), the key at position ``p`` of its lane is served within ``(p + 1) * L``
+gets. client-go's workqueue, which Kueue's controllers use, is one FIFO. The order of the
+queue changes no decision of the core, which orders Workloads itself (priority, creation
+time).
 
 ``work(queue, reconcile, ...)`` is the worker loop every controller runs over its queue.
 """
