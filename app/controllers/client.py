@@ -36,6 +36,7 @@ from app.controllers.errors import (
     from_exception,
     from_status,
 )
+from app.controllers.workqueue import Lanes
 from app.wire.names import KUEUE_GROUP
 
 JSON = "application/json"
@@ -98,9 +99,15 @@ RESOURCE_CLAIM_TEMPLATES = Resource("resource.k8s.io", "v1", "resourceclaimtempl
 
 
 class TokenBucket:
-    """client-go's token-bucket rate limiter: ``qps`` tokens/second, at most ``burst`` saved.
+    """client-go's token-bucket rate limiter: ``qps`` tokens/second, at most ``burst`` saved,
+    handed out in fair turns across lanes.
 
-    ``acquire()`` waits (FIFO) until a token is available. ``clock`` returns seconds
+    ``acquire(lane)`` waits until a token is available. Waiters are served round-robin across
+    lanes (``app.controllers.workqueue.Lanes``), first come first served within a lane: the
+    client passes the namespace of each request (``lane_of_path``), so one namespace's
+    backlog of writes takes every other token at most while another namespace waits, not all
+    of them (client-go's limiter is one FIFO for the whole process; with one lane this one is
+    too). A caller arriving while others wait queues behind them. ``clock`` returns seconds
     (monotonic); ``sleep`` is awaited for waits (both injectable for tests).
     """
 
@@ -115,7 +122,8 @@ class TokenBucket:
         self._sleep = sleep
         self._tokens = float(burst)
         self._last = clock()
-        self._lock = asyncio.Lock()
+        self._waiters: Lanes[asyncio.Future[None]] = Lanes()
+        self._pump: asyncio.Task[None] | None = None
 
     def _refill(self) -> None:
         now = self._clock()
@@ -123,18 +131,56 @@ class TokenBucket:
         self._last = now
 
     def try_acquire(self) -> bool:
-        """Take a token if one is available now; never waits."""
+        """Take a token if one is available now; never waits (nor queues)."""
         self._refill()
         if self._tokens >= 1:
             self._tokens -= 1
             return True
         return False
 
-    async def acquire(self) -> None:
-        """Wait for and take one token."""
-        async with self._lock:
+    @property
+    def waiting(self) -> int:
+        """Callers waiting for a token (cancelled ones until their turn comes)."""
+        return len(self._waiters)
+
+    async def acquire(self, lane: str = "") -> None:
+        """Wait for and take one token, in ``lane``'s turn (see the class doc)."""
+        if not self._waiters and self.try_acquire():
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.push(lane, fut)
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.create_task(self._hand_out(), name="token-bucket")
+        try:
+            await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                # Granted as the caller was cancelled: the token goes back.
+                self._tokens = min(float(self.burst), self._tokens + 1)
+            raise
+
+    async def _hand_out(self) -> None:
+        """Give tokens to the waiters in turn as tokens come (the turn is chosen when the
+        token is there, so a lane that starts waiting meanwhile is not passed over); ends
+        when none waits."""
+        while self._waiters:
             while not self.try_acquire():
                 await self._sleep((1 - self._tokens) / self.qps)
+            while self._waiters:
+                fut = self._waiters.pop()
+                if not fut.done():  # else cancelled while waiting
+                    fut.set_result(None)
+                    break
+            else:
+                self._tokens = min(float(self.burst), self._tokens + 1)  # nobody left
+            await asyncio.sleep(0)  # let the granted caller go before the next grant
+
+
+def lane_of_path(path: str) -> str:
+    """The namespace of a request path (``/apis/g/v/namespaces/<ns>/...``), ``""`` for a
+    cluster-scoped or all-namespaces one: the request's lane in ``TokenBucket``."""
+    _, sep, rest = path.partition("/namespaces/")
+    return rest.partition("/")[0] if sep else ""
 
 
 class RateLimitedApiClient(k8s_client.ApiClient):
@@ -170,7 +216,7 @@ class RateLimitedApiClient(k8s_client.ApiClient):
         configuration's hook) without its per-call sanitising and re-encoding of the body:
         ``data`` is the encoded body. Returns the unread response (the caller releases it);
         aiohttp's exceptions pass through."""
-        await self._token()
+        await self._token(lane_of_path(path))
         headers = {"Accept": JSON, "Content-Type": content_type}
         headers.update(self.default_headers)
         await self.update_params_for_auth(headers, params, ["BearerToken"])
@@ -191,12 +237,12 @@ class RateLimitedApiClient(k8s_client.ApiClient):
             timeout=t if isinstance(t, aiohttp.ClientTimeout) else aiohttp.ClientTimeout(total=t),
             **kwargs)
 
-    async def _token(self) -> None:
+    async def _token(self, lane: str = "") -> None:
         if self.max_wait is None:
-            await self.bucket.acquire()
+            await self.bucket.acquire(lane)
         else:
             try:
-                await asyncio.wait_for(self.bucket.acquire(), self.max_wait)
+                await asyncio.wait_for(self.bucket.acquire(lane), self.max_wait)
             except TimeoutError:
                 raise Throttled(429, "TooManyRequests", f"client-side rate limit: no token "
                                 f"within {self.max_wait:g}s") from None

@@ -8,7 +8,10 @@ quota says why once, not every cycle. Beyond that, Events about one object with 
 are rate-limited by a token bucket (``burst`` at once, then one per ``refill_seconds``):
 client-go's ``EventSourceObjectSpamFilter`` defaults (25, one per 5 minutes), which Kueue's
 recorder goes through, so a Workload preempted or re-queued over and over cannot flood the
-API server (issue 16). Failures are logged and dropped. ``kubectl describe job``
+API server (issue 16). Failures are logged and dropped. Queued Events are written in fair turns
+per namespace (``app.controllers.workqueue.Lanes``), and when ``max_pending`` are queued the
+oldest Event of the namespace with the most queued goes: one namespace's flood of Jobs delays
+and drops its own Events, not another team's. ``kubectl describe job``
 lists these Events (``involvedObject`` is the Job, source component ``pykueue``).
 """
 
@@ -25,6 +28,7 @@ from typing import Any
 from app.controllers.client import EVENTS, KubeClient
 from app.controllers.errors import from_exception
 from app.controllers.workloads import rfc3339
+from app.controllers.workqueue import Lanes
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +52,9 @@ class EventRecorder:
         # (object, reason) -> (tokens, when counted): the spam filter's buckets.
         self.burst, self.refill_seconds = burst, refill_seconds
         self._buckets: OrderedDict[tuple[str, str], tuple[float, float]] = OrderedDict()
-        self._queue: asyncio.Queue[Obj] = asyncio.Queue(maxsize=max_pending)
+        self.max_pending = max_pending
+        self._queue: Lanes[Obj] = Lanes()
+        self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.sent = 0
         self.dropped = 0
@@ -56,8 +62,9 @@ class EventRecorder:
         self.enabled = True
 
     def emit(self, obj: Mapping[str, Any], etype: str, reason: str, message: str) -> bool:
-        """Queue an Event about ``obj``; returns False when deduplicated, rate-limited
-        (``rate_limited`` counts those) or dropped."""
+        """Queue an Event about ``obj``; returns False when deduplicated or rate-limited
+        (``rate_limited`` counts those). A full queue drops an older Event instead
+        (``dropped``; see the module doc)."""
         if not self.enabled:
             return False
         meta = obj.get("metadata") or {}
@@ -90,11 +97,11 @@ class EventRecorder:
             "reportingComponent": self.component, "reportingInstance": self.instance,
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
         }
-        try:
-            self._queue.put_nowait(event)
-        except asyncio.QueueFull:
+        if len(self._queue) >= self.max_pending:
+            self._queue.drop_oldest_of_longest()
             self.dropped += 1
-            return False
+        self._queue.push(ns, event)
+        self._ready.set()
         return True
 
     def _take_token(self, key: tuple[str, str], now: float) -> bool:
@@ -115,7 +122,10 @@ class EventRecorder:
     async def _run(self) -> None:
         assert self.client is not None
         while True:
-            ev = await self._queue.get()
+            while not self._queue:
+                self._ready.clear()
+                await self._ready.wait()
+            ev = self._queue.pop()
             try:
                 await self.client.create(EVENTS, ev)
                 self.sent += 1

@@ -7,6 +7,15 @@
   (``base * 2**failures`` capped at ``cap`` seconds); ``forget(key)`` resets it after success.
 - ``get()`` waits for a key; ``done(key)`` must follow every ``get``.
 
+Fair turns: keys are served round-robin across *lanes* (``lane_of(key)``, by default the
+key's namespace, ``namespace_of``), first-come-first-served within a lane. One namespace that
+queues thousands of keys (a flood of Jobs) therefore delays another namespace's key by at most
+one key per other busy lane, not by the whole backlog: with ``L`` lanes holding keys (and no
+other lane joining), the key at position ``p`` of its lane is served within ``(p + 1) * L``
+gets. client-go's workqueue, which Kueue's controllers use, is one FIFO. The order of the
+queue changes no decision of the core, which orders Workloads itself (priority, creation
+time).
+
 ``work(queue, reconcile, ...)`` is the worker loop every controller runs over its queue.
 """
 
@@ -16,17 +25,87 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
 
 from app.controllers.errors import ApiError, Conflict
 
+T = TypeVar("T")
+
+
+def namespace_of(key: str) -> str:
+    """The namespace of an object key: ``ns`` of ``ns/name`` and of ``<prefix>:ns/name``
+    (``job:team-a/train``); ``""`` for a cluster-scoped key (``cq-a``)."""
+    rest = key.partition(":")[2] if ":" in key.partition("/")[0] else key
+    ns, sep, _ = rest.partition("/")
+    return ns if sep else ""
+
+
+class Lanes(Generic[T]):
+    """Items in round-robin lanes: ``push(lane, item)`` appends to ``lane``; ``pop()`` takes
+    the oldest item of the lane whose turn it is, then that lane goes to the back of the turn
+    order. A lane that empties leaves the turn order and joins at the back when it gets an
+    item again. One lane behaves as a FIFO. Not thread-safe (one event loop)."""
+
+    def __init__(self) -> None:
+        self._lanes: dict[str, deque[T]] = {}
+        self._turns: deque[str] = deque()
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    def push(self, lane: str, item: T) -> None:
+        q = self._lanes.get(lane)
+        if q is None:
+            q = self._lanes[lane] = deque()
+            self._turns.append(lane)
+        q.append(item)
+        self._size += 1
+
+    def pop(self) -> T:
+        """The next item in turn; ``IndexError`` when empty."""
+        if not self._turns:
+            raise IndexError("pop from empty Lanes")
+        lane = self._turns.popleft()
+        q = self._lanes[lane]
+        item = q.popleft()
+        self._size -= 1
+        if q:
+            self._turns.append(lane)
+        else:
+            del self._lanes[lane]
+        return item
+
+    def lane_sizes(self) -> dict[str, int]:
+        """Items per non-empty lane."""
+        return {lane: len(q) for lane, q in self._lanes.items()}
+
+    def drop_oldest_of_longest(self) -> tuple[str, T]:
+        """Remove the oldest item of the longest lane (a bounded buffer makes room this way,
+        so a full buffer costs the tenant that filled it); returns (lane, item). ``IndexError``
+        when empty."""
+        if not self._lanes:
+            raise IndexError("drop from empty Lanes")
+        lane = max(self._lanes, key=lambda name: len(self._lanes[name]))
+        q = self._lanes[lane]
+        item = q.popleft()
+        self._size -= 1
+        if not q:
+            del self._lanes[lane]
+            self._turns.remove(lane)
+        return lane, item
+
 
 class WorkQueue:
-    """Keys (strings) to reconcile; see the module doc. ``base``/``cap`` in seconds."""
+    """Keys (strings) to reconcile; see the module doc. ``base``/``cap`` in seconds;
+    ``lane_of(key)``: the key's lane for fair turns (default ``namespace_of``)."""
 
-    def __init__(self, *, base: float = 0.05, cap: float = 30.0) -> None:
+    def __init__(self, *, base: float = 0.05, cap: float = 30.0,
+                 lane_of: Callable[[str], str] = namespace_of) -> None:
         self.base = base
         self.cap = cap
-        self._queue: deque[str] = deque()
+        self.lane_of = lane_of
+        self._queue: Lanes[str] = Lanes()
         self._dirty: set[str] = set()
         self._processing: set[str] = set()
         self._failures: dict[str, int] = {}
@@ -36,14 +115,21 @@ class WorkQueue:
     def __len__(self) -> int:
         return len(self._queue)
 
+    def lane_sizes(self) -> dict[str, int]:
+        """Queued keys per lane (metrics, tests)."""
+        return self._queue.lane_sizes()
+
+    def _push(self, key: str) -> None:
+        self._queue.push(self.lane_of(key), key)
+        self._ready.set()
+
     def add(self, key: str) -> None:
         if key in self._dirty:
             return
         self._dirty.add(key)
         if key in self._processing:
             return
-        self._queue.append(key)
-        self._ready.set()
+        self._push(key)
 
     def add_after(self, key: str, seconds: float) -> None:
         if seconds <= 0:
@@ -73,20 +159,27 @@ class WorkQueue:
     def forget(self, key: str) -> None:
         self._failures.pop(key, None)
 
+    def get_nowait(self) -> str | None:
+        """The next key in turn, or None when none is queued (``done`` must follow)."""
+        if not self._queue:
+            return None
+        key = self._queue.pop()
+        self._dirty.discard(key)
+        self._processing.add(key)
+        return key
+
     async def get(self) -> str:
         while not self._queue:
             self._ready.clear()
             await self._ready.wait()
-        key = self._queue.popleft()
-        self._dirty.discard(key)
-        self._processing.add(key)
+        key = self.get_nowait()
+        assert key is not None
         return key
 
     def done(self, key: str) -> None:
         self._processing.discard(key)
         if key in self._dirty:
-            self._queue.append(key)
-            self._ready.set()
+            self._push(key)
 
     def close(self) -> None:
         for h in self._timers:

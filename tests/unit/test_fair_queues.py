@@ -1,0 +1,232 @@
+"""Fair turns per namespace in pykueue's own queues: the reconcile work queue, the client's
+token bucket and the Event writer (``app.controllers.workqueue.Lanes``). One tenant's flood
+must not delay another team's key by the whole backlog; nothing is lost, served twice at once,
+and the backoff semantics stay client-go's."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.controllers.client import TokenBucket, lane_of_path
+from app.controllers.events import EventRecorder
+from app.controllers.workqueue import Lanes, WorkQueue, namespace_of
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# ---------------------------------------------------------------- lanes and keys
+
+@pytest.mark.parametrize(("key", "ns"), [
+    ("job:team-a/train", "team-a"), ("team-b/wl-1", "team-b"), ("wl:x/y", "x"),
+    ("pytorchjob:ns/name", "ns"), ("cq-a", ""), ("", ""),
+])
+def test_namespace_of_reads_the_key(key, ns) -> None:
+    assert namespace_of(key) == ns
+
+
+@pytest.mark.parametrize(("path", "lane"), [
+    ("/apis/kueue.x-k8s.io/v1beta2/namespaces/team-a/workloads/w/status", "team-a"),
+    ("/apis/batch/v1/namespaces/team-b/jobs", "team-b"),
+    ("/apis/kueue.x-k8s.io/v1beta2/clusterqueues/cq/status", ""),
+    ("/apis/batch/v1/jobs", ""),
+])
+def test_lane_of_path_is_the_request_namespace(path, lane) -> None:
+    assert lane_of_path(path) == lane
+
+
+def test_one_lane_is_a_fifo_and_a_new_lane_joins_at_the_back() -> None:
+    q: Lanes[str] = Lanes()
+    for i in range(3):
+        q.push("a", f"a{i}")
+    q.push("b", "b0")
+    assert [q.pop() for _ in range(4)] == ["a0", "b0", "a1", "a2"]
+    with pytest.raises(IndexError):
+        q.pop()
+
+
+def test_drop_oldest_of_longest_costs_the_lane_that_filled_the_buffer() -> None:
+    q: Lanes[str] = Lanes()
+    for i in range(3):
+        q.push("a", f"a{i}")
+    q.push("b", "b0")
+    assert q.drop_oldest_of_longest() == ("a", "a0")
+    assert q.lane_sizes() == {"a": 2, "b": 1}
+    assert sorted(q.pop() for _ in range(3)) == ["a1", "a2", "b0"]
+
+
+# ---------------------------------------------------------------- the work queue
+
+@settings(max_examples=200, deadline=None)
+@given(flood=st.integers(1, 400), other_at=st.integers(0, 400), tenants=st.integers(1, 5))
+def test_another_namespace_is_served_within_a_bounded_number_of_gets(flood, other_at,
+                                                                    tenants) -> None:
+    """``flood`` keys of team-a (and some of ``tenants - 1`` other flooding namespaces) are
+    queued, team-b's one key arrives after ``other_at`` gets: it is served within as many
+    gets as there are namespaces with keys, however long the backlog."""
+    async def go() -> int:
+        q = WorkQueue()
+        for i in range(flood):
+            for t in range(tenants):
+                q.add(f"job:flood-{t}/j{i}")
+        served = 0
+        for _ in range(min(other_at, flood * tenants - 1)):
+            q.done(await q.get())
+            served += 1
+        q.add("job:team-b/probe")
+        n = 0
+        while True:
+            key = await q.get()
+            q.done(key)
+            n += 1
+            if key == "job:team-b/probe":
+                return n
+    assert run(go()) <= tenants + 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "get", "done", "fail"]),
+                              st.integers(0, 3), st.integers(0, 5)), max_size=120))
+def test_no_key_is_lost_or_served_twice_at_once(ops) -> None:
+    """Random adds, gets, dones and failures (``add_rate_limited``) over keys of four
+    namespaces: a key is never handed to two workers at once, never queued twice, and every
+    key added is served after its last add (the queue drains to nothing outstanding)."""
+    async def go() -> None:
+        q = WorkQueue(base=0.0001, cap=0.001)
+        processing: set[str] = set()
+        pending: set[str] = set()  # added and not served since
+        for op, ns, name in ops:
+            key = f"job:ns{ns}/j{name}"
+            if op == "add":
+                q.add(key)
+                pending.add(key)
+            elif op == "get" and len(q):
+                got = await q.get()
+                assert got not in processing
+                processing.add(got)
+                pending.discard(got)
+            elif op in ("done", "fail") and processing:
+                got = sorted(processing)[name % len(processing)]
+                if op == "fail":
+                    q.add_rate_limited(got)
+                    pending.add(got)
+                processing.discard(got)
+                q.done(got)
+            counts = Counter(k for lane in q._queue._lanes.values() for k in lane)
+            assert all(c == 1 for c in counts.values())
+            assert not set(counts) & processing
+        for got in sorted(processing):
+            q.done(got)
+        served: set[str] = set()
+        for _ in range(200):
+            if not pending - served:
+                break
+            if not len(q):
+                await asyncio.sleep(0.002)  # the rate-limited adds fire
+                continue
+            got = await q.get()
+            served.add(got)
+            q.done(got)
+        assert pending <= served
+        q.close()
+    run(go())
+
+
+def test_backoff_doubles_per_failure_up_to_the_cap_and_forget_resets_it() -> None:
+    async def go() -> None:
+        q = WorkQueue(base=0.05, cap=0.3)
+        delays = [q.add_rate_limited("job:a/x") for _ in range(5)]
+        assert delays == pytest.approx([0.05, 0.1, 0.2, 0.3, 0.3])
+        assert q.failures("job:a/x") == 5
+        q.forget("job:a/x")
+        assert q.failures("job:a/x") == 0
+        assert q.add_rate_limited("job:a/x") == pytest.approx(0.05)
+        assert len(q) == 0  # delayed, not queued yet
+        await asyncio.sleep(0.08)
+        assert q.get_nowait() == "job:a/x"
+        q.close()
+    run(go())
+
+
+def test_a_key_added_while_processed_is_queued_again_once_done() -> None:
+    async def go() -> None:
+        q = WorkQueue()
+        q.add("job:a/x")
+        key = await q.get()
+        q.add(key)
+        q.add(key)
+        assert len(q) == 0
+        q.done(key)
+        assert len(q) == 1 and q.get_nowait() == key
+    run(go())
+
+
+# ---------------------------------------------------------------- the client's token bucket
+
+def test_token_bucket_serves_waiting_lanes_in_turn() -> None:
+    """With team-a's 20 requests waiting for tokens, team-b's request, arriving last, gets
+    the second token handed out, not the 21st."""
+    async def go() -> list[str]:
+        now = [0.0]
+
+        async def sleep(d: float) -> None:
+            now[0] += d
+            await asyncio.sleep(0)
+
+        bucket = TokenBucket(qps=8, burst=1, clock=lambda: now[0], sleep=sleep)
+        order: list[str] = []
+
+        async def one(lane: str, tag: str) -> None:
+            await bucket.acquire(lane)
+            order.append(tag)
+
+        assert bucket.try_acquire()
+        tasks = [asyncio.create_task(one("team-a", f"a{i}")) for i in range(20)]
+        await asyncio.sleep(0)
+        tasks.append(asyncio.create_task(one("team-b", "b")))
+        await asyncio.gather(*tasks)
+        assert now[0] == pytest.approx(21 / 8)  # the rate is unchanged
+        return order
+    order = run(go())
+    assert order.index("b") <= 1
+    assert [t for t in order if t != "b"] == [f"a{i}" for i in range(20)]
+
+
+def test_a_cancelled_waiter_gives_its_turn_and_token_to_the_next() -> None:
+    async def go() -> None:
+        bucket = TokenBucket(qps=50, burst=1)
+        assert bucket.try_acquire()
+        gone = asyncio.create_task(bucket.acquire("team-a"))
+        await asyncio.sleep(0)
+        gone.cancel()
+        await asyncio.gather(gone, return_exceptions=True)
+        await asyncio.wait_for(bucket.acquire("team-b"), 1.0)
+        assert bucket.waiting == 0
+    run(go())
+
+
+# ---------------------------------------------------------------- the Event writer
+
+def test_a_full_event_queue_drops_the_flooding_namespaces_events_not_anothers() -> None:
+    async def go() -> None:
+        rec = EventRecorder(None, max_pending=10)
+
+        def job(ns: str, name: str) -> dict:
+            return {"apiVersion": "batch/v1", "kind": "Job",
+                    "metadata": {"namespace": ns, "name": name, "uid": f"{ns}-{name}"}}
+
+        for i in range(30):
+            rec.emit(job("team-a", f"j{i}"), "Normal", "CreatedWorkload", "m")
+        assert rec.emit(job("team-b", "probe"), "Normal", "CreatedWorkload", "m")
+        sizes = rec._queue.lane_sizes()
+        assert sizes["team-b"] == 1 and sizes["team-a"] == 9
+        assert rec.dropped == 21
+        first_two = [rec._queue.pop()["metadata"]["namespace"] for _ in range(2)]
+        assert "team-b" in first_two
+    run(go())
