@@ -13,7 +13,13 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_workload_kinds import gpu_container, gpu_queue
+from tests.e2e.test_workload_kinds import (
+    LONG,
+    TOLERATION,
+    gpu_container,
+    gpu_queue,
+    running_pods,
+)
 from tests.labfixture import ROOT, LabHandle, wait_for
 
 sys.path.insert(0, str(ROOT / "hack"))
@@ -193,3 +199,44 @@ def test_a_jobset_whose_job_template_carries_the_queue_label_is_queued_once(
         wait_for(lambda: (c := condition(workload(lab, ns, "tagged"), "Finished"))
                  and c["status"] == "True", 90, "tagged's Workload Finished")
         assert len(lab.get("workloads.kueue.x-k8s.io", "-n", ns)["items"]) == 1
+
+
+def admitted(lab: LabHandle, ns: str, kind: str, name: str) -> dict | None:
+    """The Workload of the ``kind`` object ``name`` once Admitted, else None."""
+    w = owned_workload(lab, ns, kind, name)
+    c = condition(w, "Admitted")
+    return w if c and c["status"] == "True" else None
+
+
+def _long_jobset(name: str, ns: str, replicas: int) -> str:
+    """A JobSet queued in ``lq``: replicatedJob ``workers`` of ``replicas`` Jobs of one 1-GPU
+    pod that runs an hour."""
+    pod = {"metadata": LONG, "spec": {"restartPolicy": "Never",
+                                      "containers": [gpu_container()],
+                                      "tolerations": [TOLERATION]}}
+    return json.dumps({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                       "metadata": {"name": name, "namespace": ns, "labels": {QUEUE: "lq"}},
+                       "spec": {"replicatedJobs": [{"name": "workers", "replicas": replicas,
+                                                    "template": {"spec": {
+                                                        "parallelism": 1, "completions": 1,
+                                                        "backoffLimit": 0, "template": pod}}}]}})
+
+
+def test_a_jobset_child_job_scaled_directly_is_set_back_to_its_share(
+        lab: LabHandle, pykueue_with_jobset: labmod.Lab) -> None:
+    """Before: child ``train-workers-0`` patched to parallelism/completions 6 ran 6 GPU pods
+    (7 for the JobSet) on an admission of 2. After: its parallelism is set back to 1."""
+    with queue(lab, "js-scale", 2) as ns:
+        lab.apply(_long_jobset("train", ns, 2))
+        wait_for(lambda: admitted(lab, ns, "JobSet", "train"), 60, "train admitted")
+        wait_for(lambda: running_pods(lab, ns, "train-workers-0") == 1, 90,
+                 "train-workers-0's pod")
+        lab.kubectl("patch", "job", "train-workers-0", "-n", ns, "--type=merge", "-p",
+                    '{"spec": {"parallelism": 6, "completions": 6}}')
+        wait_for(lambda: lab.get("job", "train-workers-0", "-n", ns)["spec"]["parallelism"] == 1,
+                 30, "train-workers-0's parallelism set back to its share (1)")
+        wait_for(lambda: running_pods(lab, ns, "train-workers-0") == 1, 60,
+                 "train-workers-0 back to one pod")
+        events = lab.get("events", "-n", ns, "--field-selector",
+                         "involvedObject.name=train-workers-0")["items"]
+        assert any(e["reason"] == "ExceedsAncestorAdmission" for e in events), events

@@ -15,9 +15,16 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_jobset import QUEUE, condition, drop, landed_on_a100, owned_workload
+from tests.e2e.test_jobset import (
+    QUEUE,
+    admitted,
+    condition,
+    drop,
+    landed_on_a100,
+    owned_workload,
+)
 from tests.e2e.test_kubeflow import GPU_TOLERATION
-from tests.e2e.test_workload_kinds import gpu_container
+from tests.e2e.test_workload_kinds import gpu_container, live
 from tests.integration.test_operators import operators_running
 from tests.labfixture import LabHandle, wait_for
 
@@ -185,3 +192,50 @@ def test_an_evicted_rayjob_is_stopped_whole_and_its_default_submitter_removed(
                  "ev's RayCluster and pods deleted")
         wait_for(lambda: not ((owned_workload(lab, ns, "RayJob", "ev") or {}).get("status")
                               or {}).get("admission"), 60, "ev's quota released")
+
+
+VALIDATING = "pykueue-validating-webhook-configuration"
+
+
+@contextmanager
+def webhook_removed(lab: LabHandle, name: str) -> Iterator[None]:
+    """pykueue's validating webhook ``name`` unregistered for the block (a webhook bypassed
+    or down), then registered again as it was."""
+    config = lab.get("validatingwebhookconfiguration", VALIDATING)
+    index = next(i for i, w in enumerate(config["webhooks"]) if w["name"] == name)
+    entry = config["webhooks"][index]
+    lab.kubectl("patch", "validatingwebhookconfiguration", VALIDATING, "--type=json", "-p",
+                json.dumps([{"op": "remove", "path": f"/webhooks/{index}"}]))
+    try:
+        yield
+    finally:
+        lab.kubectl("patch", "validatingwebhookconfiguration", VALIDATING, "--type=json", "-p",
+                    json.dumps([{"op": "add", "path": f"/webhooks/{index}", "value": entry}]))
+
+
+def test_raycluster_autoscaling_on_update_is_refused_and_an_unreadable_one_is_stopped(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    """Before: the UPDATE was accepted, every reconcile then failed ("in-tree autoscaling
+    needs elastic Workload slices") and a raise to 4 workers ran 4 GPU pods on an admission
+    of 2. After: refused; behind the webhook's back, the RayCluster is stopped."""
+    with ray_queue(lab, "rc-auto", 2) as ns:
+        job = json.loads(rayjob("c", ns, 2))
+        lab.apply(json.dumps({"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                              "metadata": job["metadata"], "spec": job["spec"]["rayClusterSpec"]}))
+        wait_for(lambda: admitted(lab, ns, "RayCluster", "c"), 60, "c admitted")
+        wait_for(lambda: placed(lab, ns, 2), 90, "c's head and 2 workers running")
+        r = lab.kubectl("patch", "raycluster", "c", "-n", ns, "--type=merge", "-p",
+                        '{"spec": {"enableInTreeAutoscaling": true}}', check=False)
+        assert r.returncode != 0 and "spec.enableInTreeAutoscaling" in r.stderr, r.stderr
+        with webhook_removed(lab, "vraycluster.pykueue.io"):
+            lab.kubectl("patch", "raycluster", "c", "-n", ns, "--type=json", "-p", json.dumps([
+                {"op": "add", "path": "/spec/enableInTreeAutoscaling", "value": True},
+                {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 4},
+                {"op": "replace", "path": "/spec/workerGroupSpecs/0/maxReplicas", "value": 4}]))
+            wait_for(lambda: lab.get("raycluster", "c", "-n", ns)["spec"].get("suspend"), 60,
+                     "c suspended by pykueue")
+        wait_for(lambda: not [p for p in live(lab.get("pods", "-n", ns)["items"])
+                              if p["metadata"]["labels"].get("ray.io/node-type") == "worker"],
+                 90, "c's workers gone")
+        wait_for(lambda: not admitted(lab, ns, "RayCluster", "c"), 60,
+                 "c's admission for 2 workers released")

@@ -52,6 +52,27 @@ def live(items: list[dict]) -> list[dict]:
 def gated(p: dict) -> bool:
     return GATE in [g["name"] for g in p["spec"].get("schedulingGates") or []]
 
+# The lab's pods of a Job succeed after 3 s unless they say how long they run (hack/lab).
+LONG = {"annotations": {"lab.pykueue.dev/run-duration": "1h"}}
+TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def running_pods(lab: LabHandle, ns: str, job: str) -> int:
+    """Live Pending or Running pods of Job ``job``."""
+    return len([p for p in live(lab.get("pods", "-n", ns, "-l",
+                                        f"batch.kubernetes.io/job-name={job}")["items"])
+                if p["status"].get("phase") in ("Pending", "Running")])
+
+
+def long_job(name: str, ns: str, labels: dict[str, str]) -> str:
+    """A Job of one 1-GPU pod that runs an hour, with ``labels``."""
+    return json.dumps({"apiVersion": "batch/v1", "kind": "Job",
+                       "metadata": {"name": name, "namespace": ns, "labels": labels},
+                       "spec": {"template": {"metadata": LONG, "spec": {
+                           "restartPolicy": "Never", "containers": [gpu_container()],
+                           "tolerations": [TOLERATION]}}}})
+
+
 
 def test_a_deployment_and_a_plain_pod_are_queued_on_gpus(
         lab: LabHandle, pykueue_in_lab: labmod.Lab) -> None:
@@ -193,3 +214,36 @@ def test_only_the_api_servers_certificate_reaches_the_webhooks(
     finally:
         lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
         lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+def test_the_queue_label_of_a_job_carrying_its_admissions_scheduling_stays(
+        lab: LabHandle, pykueue_in_lab: labmod.Lab) -> None:
+    """Before: ``suspend: true`` + label removed in one write, then ``suspend: false``: the
+    Job ran with the A100 nodeSelector and toleration pykueue had injected, usage 0. After:
+    the first write is refused; the Job keeps running admitted."""
+    ns, cq = gpu_queue(lab, "escape", 1)
+    try:
+        lab.apply(long_job("run", ns, {QUEUE: "lq"}))
+        wait_for(lambda: running_pods(lab, ns, "run") == 1
+                 and lab.get("job", "run", "-n", ns)["spec"].get("suspend") is False, 60,
+                 "run admitted and running")
+        r = lab.kubectl("patch", "job", "run", "-n", ns, "--type=merge", "-p", json.dumps(
+            {"metadata": {"labels": {QUEUE: None}}, "spec": {"suspend": True}}), check=False)
+        assert r.returncode != 0 and "pykueue injected" in r.stderr, r.stderr
+        job = lab.get("job", "run", "-n", ns)
+        assert job["metadata"]["labels"][QUEUE] == "lq" and job["spec"]["suspend"] is False
+    finally:
+        lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+
+
+def test_an_empty_queue_name_is_refused_at_create(lab: LabHandle,
+                                                  pykueue_in_lab: labmod.Lab) -> None:
+    """Before: a Job labelled ``queue-name: ""`` was created and ran unqueued. After: refused
+    (Kueue: the label's value must be a DNS-1123 subdomain)."""
+    ns = "empty-queue"
+    lab.create_namespace(ns)
+    try:
+        r = lab.kubectl("create", "-f", "-", input=long_job("e", ns, {QUEUE: ""}), check=False)
+        assert r.returncode != 0 and "must not be empty" in r.stderr, r.stderr
+        assert lab.get("jobs", "-n", ns)["items"] == []
+    finally:
+        lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
