@@ -42,7 +42,9 @@ class JobKind(Protocol):
     ``key``: informer/store key and work-queue prefix (``"job"``); ``resource``: its API
     resource (None: a kind made of other objects, such as a pod group, with no informer of
     its own); ``api_group``/``kind``: what a Workload's controller ownerReference names;
-    ``label_selector``: which objects the informer lists (the managed ones).
+    ``label_selector``: which objects the informer lists (the managed ones). Every member
+    declared below is required, with no default (``Registry.register`` refuses a kind lacking
+    one: ``missing_members``).
 
     Optional, for kinds made of other objects (Kueue's ComposableJob): ``source`` (the store
     whose events concern the kind, default ``key``), ``object_key(obj)`` (``ns/name`` of the
