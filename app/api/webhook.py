@@ -475,11 +475,21 @@ def _object_label(req: AdmissionRequest) -> str:
 def _refuse_caller(request: Request) -> Response | None:
     """403 before the body is read unless the caller presented a verified client certificate
     named in ``webhook.client_names`` (when that list is set); None when it may call."""
-    settings = getattr(request.app.state, "settings", None)
-    if settings is None or not settings.webhook.client_names:
+    names = _webhook_setting(request, "client_names", [])
+    if not names:
         return None
-    return refuse_unless_named(request, settings.webhook.client_names,
-                               "the admission webhook (kube-apiserver's)")
+    return refuse_unless_named(request, names, "the admission webhook (kube-apiserver's)")
+
+
+def _webhook_setting(request: Request, name: str, default: Any) -> Any:
+    """``settings.webhook.<name>``, or ``default`` without settings. Settings that cannot be
+    read are a bug: the review's own rules then fail closed on them (status 500 inside)."""
+    settings = getattr(request.app.state, "settings", None)
+    try:
+        return default if settings is None else getattr(settings.webhook, name)
+    except Exception:
+        logger.exception("webhook: settings.webhook.%s cannot be read", name)
+        return default
 
 
 async def _serve(
@@ -515,8 +525,7 @@ def _answer(request: Request, path: str, decide: Callable[[AdmissionRequest, Any
             body: bytes, started: float) -> Response:
     """The response to the review in ``body`` (synchronous: parse, rules, log line)."""
     fields: dict[str, Any] = {"path": path}
-    settings = getattr(request.app.state, "settings", None)
-    limit = settings.webhook.max_object_bytes if settings is not None else MAX_OBJECT_BYTES
+    limit = _webhook_setting(request, "max_object_bytes", MAX_OBJECT_BYTES)
     oversized = _oversized(body, limit) if len(body) > limit else None
     review, bad = (None, None) if oversized is not None else _parse(body)
     if oversized is not None:
