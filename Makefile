@@ -7,7 +7,7 @@ KUBECTL := $(CURDIR)/.k8sbin/current/kubectl
 # The lab's kubeconfig, where hack/lab.py puts it (LAB_STATE_DIR moves the lab's state).
 export KUBECONFIG := $(abspath $(or $(LAB_STATE_DIR),$(CURDIR)/.lab))/kubeconfig
 
-.PHONY: help browser faults bench-lab bench-versus kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help browser faults bench-lab bench-flood bench-versus kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -66,6 +66,9 @@ operators-down: ## stop the operators and unregister their webhooks
 
 kueue: ## build Kueue v0.17.1 (manager, minimalkueue, perf runner, checker) from Go modules into ~/.cache/pykueue/kueue (no-op when built; ~12 min cold)
 	bash hack/build-kueue.sh
+
+bench-flood: setup controlplane ## one tenant's flood of 3,000 Jobs vs another team's probe Job on a private lab; JSON on stdout
+	$(BIN)/python bench/flood.py $(FLOOD_ARGS)
 
 bench-versus: setup controlplane kueue ## Kueue's perf runner vs minimalkueue, Kueue's manager and pykueue, each on a fresh lab; table + JSON
 	$(BIN)/python bench/versus.py $(VERSUS_ARGS)

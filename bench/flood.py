@@ -373,8 +373,8 @@ def main() -> None:
     ap.add_argument("--drain-timeout", type=float, default=300.0,
                     help="seconds to wait after the creates for team-a's Workloads")
     ap.add_argument("--lab-state", type=Path, default=OUT / "lab")
-    ap.add_argument("--port-base", type=int,
-                    default=int(os.environ.get("LAB_PORT_BASE", "16940")))
+    ap.add_argument("--port-base", type=int, default=16940,
+                    help="the private lab's ports (not your lab's: it is taken down at the end)")
     ap.add_argument("--bin-dir", type=Path, default=ROOT / ".k8sbin" / "current")
     ap.add_argument("--source", type=Path, help="run pykueue's `app` from this directory")
     ap.add_argument("--label", default=None, help="name of the JSON file under bench/out/flood")

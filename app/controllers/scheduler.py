@@ -101,6 +101,7 @@ from app.controllers.workloads import (
     with_requeued,
 )
 from app.controllers.workloads import parse_time as _ts
+from app.controllers.workqueue import FairMap
 from app.core.decisions import Admit, Decision, Pending, PendingReason, Preempt, Victim
 from app.core.eta import UNKNOWN, ArrivalModel, EtaBoard, RuntimeModel, eta_text
 from app.core.scheduler import Cluster
@@ -199,7 +200,9 @@ class SchedulerLoop:
         self._sem = asyncio.Semaphore(max_inflight)
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._pending: dict[WorkloadKey, Pending] = {}
+        # Pending decisions to write (the latest per Workload), taken in namespace turns so a
+        # namespace's flood of pending Workloads does not hold back another team's message.
+        self._pending: FairMap[Pending] = FairMap()
         self._pending_kick = asyncio.Event()
         # maximumExecutionTimeSeconds: (deadline, key) heap; the latest deadline per key.
         self._deadlines: list[tuple[float, WorkloadKey]] = []
@@ -1040,8 +1043,7 @@ class SchedulerLoop:
                 self.requeue_deferred()
                 if not self._pending:
                     continue
-            key, d = next(iter(self._pending.items()))
-            del self._pending[key]
+            key, d = self._pending.pop_next()
             if not ctx.may_write:
                 continue
             try:

@@ -96,6 +96,44 @@ class Lanes(Generic[T]):
         return lane, item
 
 
+class FairMap(Generic[T]):
+    """A map of object keys to their latest value, taken in fair turns: ``m[key] = v`` sets
+    the value (a new key joins the back of its lane, ``lane_of(key)``, default
+    ``namespace_of``; a known key keeps its place, as in a dict); ``pop_next()`` takes the
+    oldest key of the lane whose turn it is, with its value (``Lanes`` order)."""
+
+    def __init__(self, lane_of: Callable[[str], str] = namespace_of) -> None:
+        self.lane_of = lane_of
+        self._values: dict[str, T] = {}
+        self._order: Lanes[str] = Lanes()
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+    def __setitem__(self, key: str, value: T) -> None:
+        if key not in self._values:
+            self._order.push(self.lane_of(key), key)
+        self._values[key] = value
+
+    def get(self, key: str) -> T | None:
+        return self._values.get(key)
+
+    def pop(self, key: str, default: T | None = None) -> T | None:
+        """Remove ``key`` (its place in its lane is skipped when its turn comes)."""
+        return self._values.pop(key, default)
+
+    def pop_next(self) -> tuple[str, T]:
+        """The next key in turn and its value, removed; ``KeyError`` when empty."""
+        while self._order:
+            key = self._order.pop()
+            if key in self._values:
+                return key, self._values.pop(key)
+        raise KeyError("pop_next from an empty FairMap")
+
+
 class WorkQueue:
     """Keys (strings) to reconcile; see the module doc. ``base``/``cap`` in seconds;
     ``lane_of(key)``: the key's lane for fair turns (default ``namespace_of``)."""

@@ -80,8 +80,7 @@ def _message(ctx: SimpleNamespace) -> str:
 
 async def _flush(loop: SchedulerLoop) -> None:
     while loop._pending:  # noqa: SLF001 - drive the writer's body without its task
-        key, d = next(iter(loop._pending.items()))  # noqa: SLF001
-        del loop._pending[key]  # noqa: SLF001
+        key, d = loop._pending.pop_next()  # noqa: SLF001
         await loop._write_pending(key, d)  # noqa: SLF001
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from app.controllers.client import TokenBucket, lane_of_path
 from app.controllers.events import EventRecorder
-from app.controllers.workqueue import Lanes, WorkQueue, namespace_of
+from app.controllers.workqueue import FairMap, Lanes, WorkQueue, namespace_of
 
 
 def run(coro):
@@ -165,6 +165,27 @@ def test_a_key_added_while_processed_is_queued_again_once_done() -> None:
         q.done(key)
         assert len(q) == 1 and q.get_nowait() == key
     run(go())
+
+
+# ---------------------------------------------------------------- pending messages to write
+
+def test_pending_messages_are_taken_in_namespace_turns_with_their_latest_value() -> None:
+    """The scheduling loop's pending writer (``SchedulerLoop._pending``): team-b's message is
+    the second written however many of team-a's wait; a key set again keeps its place and
+    its latest value; a key removed is skipped."""
+    m: FairMap[str] = FairMap()
+    for i in range(50):
+        m[f"team-a/w{i}"] = "old"
+    m["team-b/probe"] = "b"
+    m["team-a/w0"] = "new"
+    assert m.pop("team-a/w1") == "old"
+    taken = [m.pop_next() for _ in range(3)]
+    assert taken == [("team-a/w0", "new"), ("team-b/probe", "b"), ("team-a/w2", "old")]
+    assert len(m) == 47 and "team-a/w1" not in m
+    while m:
+        m.pop_next()
+    with pytest.raises(KeyError):
+        m.pop_next()
 
 
 # ---------------------------------------------------------------- the client's token bucket
