@@ -240,3 +240,45 @@ def test_a_jobset_child_job_scaled_directly_is_set_back_to_its_share(
         events = lab.get("events", "-n", ns, "--field-selector",
                          "involvedObject.name=train-workers-0")["items"]
         assert any(e["reason"] == "ExceedsAncestorAdmission" for e in events), events
+
+
+def test_the_jobset_operator_killed_and_restarted_keeps_the_quota(
+        lab: LabHandle, pykueue_with_jobset: labmod.Lab) -> None:
+    """A fault of the fault suite (tests/integration/test_faults.py) that needs a real
+    operator: JobSet A runs on the queue's 2 GPUs and B waits; the JobSet operator is killed
+    with ``kill -9`` and A deleted meanwhile, so pykueue admits B with no operator to make its
+    Jobs; once the operator is back B runs to completion. The GPUs of bound pods never exceed
+    the quota (sampled every 100 ms)."""
+    import os
+    import signal
+    import time
+
+    from tests.integration.test_faults import PodSampler
+
+    handle = labmod.from_args(str(lab.state), lab.port_base, str(lab.bin_dir))
+    with queue(lab, "jsfault", 2) as ns:
+        lab.apply(jobset("a", ns, ("w", 1, 2)).replace('"2s"', '"1h"'))
+        wait_for(lambda: running_pods(lab, ns, "a-w-0") == 2, 90, "A's 2 pods")
+        lab.apply(jobset("b", ns, ("w", 1, 2)))
+        wait_for(lambda: condition(workload(lab, ns, "b"), "QuotaReserved") is not None, 60,
+                 "B's Workload pending")
+        with PodSampler(lab, ns, 2, resource="nvidia.com/gpu", jobs_gate=False) as sampler:
+            pid = labmod._pid(handle, "jobset")
+            assert pid is not None, "the JobSet operator is not running"
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: labmod._pid(handle, "jobset") is None, 30, "the operator gone")
+            lab.kubectl("delete", "jobset", "a", "-n", ns, "--wait=false")
+            wait_for(lambda: (condition(workload(lab, ns, "b"), "Admitted") or {})
+                     .get("status") == "True", 90, "B admitted while the operator is down")
+            assert running_pods(lab, ns, "b-w-0") == 0  # nobody makes B's Jobs yet
+            t0 = time.monotonic()
+            r = lab.lab_cmd("operators-up", "jobset", check=False)
+            assert r.returncode == 0, r.stdout + r.stderr
+            wait_for(lambda: (condition(lab.get("jobset", "b", "-n", ns), "Completed") or {})
+                     .get("status") == "True", 120, "B completed after the restart")
+            recovery = time.monotonic() - t0
+        assert sampler.samples > 10, "the sampler did not run"
+        assert not sampler.violations, sampler.violations[:5]
+        assert sampler.peak <= 2
+        print(f"\njobset operator kill -9 + restart: B completed {recovery:.1f} s after the "
+              f"restart; {sampler.samples} samples, peak {sampler.peak} GPUs")

@@ -81,17 +81,20 @@ def fault_table() -> Iterator[None]:
 
 
 class PodSampler:
-    """Every ``interval`` s, through the API: the CPU (milli) requested by the bound, not yet
-    terminated pods of namespace ``ns``, and whether each unsuspended, unfinished Job has a
-    Workload holding an admission. Records violations of ``quota_milli`` and of the gate."""
+    """Every ``interval`` s, through the API: the amount of ``resource`` (milli-CPU for cpu,
+    counts for GPUs) requested by the bound, not yet terminated pods of namespace ``ns``, and
+    (``jobs_gate``) whether each unsuspended, unfinished Job has a Workload holding an
+    admission. Records violations of ``quota`` and of the gate."""
 
-    def __init__(self, lab: LabHandle, ns: str, quota_milli: int, interval: float = 0.1) -> None:
+    def __init__(self, lab: LabHandle, ns: str, quota: int, interval: float = 0.1, *,
+                 resource: str = "cpu", jobs_gate: bool = True) -> None:
         from kubernetes import client, config
 
         api = config.new_client_from_config(config_file=str(lab.kubeconfig))
         self.core, self.batch = client.CoreV1Api(api), client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
-        self.ns, self.quota, self.interval = ns, quota_milli, interval
+        self.ns, self.quota, self.interval = ns, quota, interval
+        self.resource, self.jobs_gate = resource, jobs_gate
         self.samples, self.peak = 0, 0
         self.violations: list[str] = []
         self._stop = threading.Event()
@@ -113,10 +116,13 @@ class PodSampler:
                 continue
             for c in p.spec.containers:
                 req = (c.resources.requests or {}) if c.resources else {}
-                running += parse_quantity(req.get("cpu", "0"), "cpu")
+                running += parse_quantity(req.get(self.resource, "0"), self.resource)
         self.peak = max(self.peak, running)
         if running > self.quota:
-            self.violations.append(f"pods request {running}m CPU > quota {self.quota}m")
+            self.violations.append(f"pods request {running} {self.resource} > quota {self.quota}")
+        if not self.jobs_gate:
+            self.samples += 1
+            return
         jobs = self.batch.list_namespaced_job(self.ns).items
         wls = self.custom.list_namespaced_custom_object(
             "kueue.x-k8s.io", "v1beta2", self.ns, "workloads")["items"]
