@@ -31,7 +31,7 @@ lab-up: setup controlplane ## start the local control plane on 127.0.0.1 and pri
 	$(KUBECTL) get nodes -o wide
 
 run: lab-up operators ## the main job: lab + operators + pykueue (webhook, extender) + the seed scenario, narrated
-	$(BIN)/python hack/lab.py operators-up --skip-busy
+	$(BIN)/python hack/lab.py operators-up --skip-busy $(RUN_OPERATORS)
 	$(BIN)/python hack/lab.py pykueue-up
 	$(BIN)/python hack/scenario.py
 
@@ -42,7 +42,7 @@ pykueue-down: ## stop pykueue, unregister its webhooks, plain kube-scheduler aga
 	$(BIN)/python hack/lab.py pykueue-down
 
 webhooks: certs ## render the lab webhook configurations with caBundle into .lab/webhooks.yaml
-	$(BIN)/python hack/render_webhooks.py --variant lab --port 9443
+	$(BIN)/python hack/render_webhooks.py --variant lab --port $${PYKUEUE_PORT:-9443}
 
 bench: setup ## benchmarks (core cycle, simulator, ETA, webhook, extender); JSON on stdout
 	$(BIN)/python bench/core_cycle.py
