@@ -83,6 +83,12 @@ def cluster_templates(obj: Mapping[str, Any], at: Path, *, reserved: tuple[str, 
             raise WorkloadSpecError(f"{w}.groupName", f"{name!r} is the name of another podSet "
                                     f"({', '.join(reserved)})")
         count = integer(wg.get("replicas"), f"{w}.replicas", default=1, minimum=0)
+        # KubeRay v1.6.0 runs replicas clamped to [minReplicas, maxReplicas]
+        # (GetWorkerGroupDesiredReplicas): replicas 1 with minReplicas 4 ran 4 GPU workers on
+        # an admission of 1 (breaker9).
+        low = integer(wg.get("minReplicas"), f"{w}.minReplicas", default=0, minimum=0)
+        high = integer(wg.get("maxReplicas"), f"{w}.maxReplicas", default=2**31 - 1, minimum=0)
+        count = low if count < low else min(count, high)
         hosts = integer(wg.get("numOfHosts"), f"{w}.numOfHosts", default=1, minimum=0)
         out.append(Template(name.lower(), count * hosts if hosts > 1 else count,
                             (*at, "workerGroupSpecs", i, "template"), name))
