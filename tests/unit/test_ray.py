@@ -79,6 +79,18 @@ def test_podsets_head_worker_groups_and_the_submitter() -> None:
     assert [(ps.name, ps.count) for ps in rc.pod_sets] == [("head", 1), ("gpu", 3)]
 
 
+def test_a_worker_group_counts_the_replicas_kuberay_runs() -> None:
+    """breaker9 on the lab: a queued RayCluster with replicas 1 and minReplicas 4 was admitted
+    for 1 GPU worker and ran 4: KubeRay clamps replicas to [minReplicas, maxReplicas]."""
+    rc = RAYCLUSTER.desired(raycluster(group("a", 1, minReplicas=4, maxReplicas=4),
+                                       group("b", 6, minReplicas=0, maxReplicas=2),
+                                       group("c", 3, minReplicas=1)))
+    assert [(ps.name, ps.count) for ps in rc.pod_sets] == [("head", 1), ("a", 4), ("b", 2),
+                                                           ("c", 3)]
+    wl = RAYJOB.desired(rayjob(group("gpu", 1, minReplicas=3, numOfHosts=2)))
+    assert [(ps.name, ps.count) for ps in wl.pod_sets][:2] == [("head", 1), ("gpu", 6)]
+
+
 @pytest.mark.parametrize(("obj", "field"), [
     (rayjob(group("head")), "spec.rayClusterSpec.workerGroupSpecs[0].groupName"),
     (rayjob(group("Submitter")), "spec.rayClusterSpec.workerGroupSpecs[0].groupName"),

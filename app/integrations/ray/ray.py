@@ -3,8 +3,10 @@
 of the operators' kinds (``app.integrations.templated``).
 
 PodSets: ``head`` (count 1) first, then one per worker group named after ``groupName``
-lower-cased, ``count = replicas`` (default 1) ``x numOfHosts`` (when above 1);
-``minReplicas``/``maxReplicas`` are ignored, as Kueue does. A RayJob in ``K8sJobMode`` (the CRD
+lower-cased, ``count = replicas`` (default 1) clamped to ``[minReplicas, maxReplicas]`` as
+KubeRay v1.6.0 runs it (``GetWorkerGroupDesiredReplicas``; Kueue ignores the bounds, so
+replicas 1 with minReplicas 4 ran 4 workers on an admission of 1) ``x numOfHosts`` (when
+above 1). A RayJob in ``K8sJobMode`` (the CRD
 default) adds ``submitter`` (count 1): ``spec.submitterPodTemplate``, else KubeRay's default
 (one container ``ray-job-submitter`` with the head's image, requests 500m CPU / 200Mi, limits
 1 CPU / 1Gi, ``restartPolicy: Never``); when started with the default, pykueue writes it,
@@ -83,6 +85,12 @@ def cluster_templates(obj: Mapping[str, Any], at: Path, *, reserved: tuple[str, 
             raise WorkloadSpecError(f"{w}.groupName", f"{name!r} is the name of another podSet "
                                     f"({', '.join(reserved)})")
         count = integer(wg.get("replicas"), f"{w}.replicas", default=1, minimum=0)
+        # KubeRay v1.6.0 runs replicas clamped to [minReplicas, maxReplicas]
+        # (GetWorkerGroupDesiredReplicas): replicas 1 with minReplicas 4 ran 4 GPU workers on
+        # an admission of 1 (breaker9).
+        low = integer(wg.get("minReplicas"), f"{w}.minReplicas", default=0, minimum=0)
+        high = integer(wg.get("maxReplicas"), f"{w}.maxReplicas", default=2**31 - 1, minimum=0)
+        count = low if count < low else min(count, high)
         hosts = integer(wg.get("numOfHosts"), f"{w}.numOfHosts", default=1, minimum=0)
         out.append(Template(name.lower(), count * hosts if hosts > 1 else count,
                             (*at, "workerGroupSpecs", i, "template"), name))
