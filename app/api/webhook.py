@@ -81,6 +81,7 @@ from app.integrations.webhook import (
     is_batch_job,
     mutate,
     mutate_update,
+    owner_label_errors,
     pod_count,
     priority_class_label_errors,
     queue_name_errors,
@@ -103,6 +104,8 @@ MUTATE_PATH = "/mutate-batch-v1-job"
 VALIDATE_PATH = "/validate-batch-v1-job"
 MUTATE_POD_PATH = "/mutate--v1-pod"
 VALIDATE_POD_PATH = "/validate--v1-pod"
+# Every pod of an admitted job (objectSelector kueue.x-k8s.io/podset): its controller's labels stay.
+VALIDATE_POD_OWNER_PATH = "/validate--v1-pod-owner"
 MUTATE_DEPLOYMENT_PATH = "/mutate-apps-v1-deployment"
 VALIDATE_DEPLOYMENT_PATH = "/validate-apps-v1-deployment"
 MUTATE_STATEFULSET_PATH = "/mutate-apps-v1-statefulset"
@@ -680,6 +683,13 @@ def _decide_pod_validation(req: AdmissionRequest, state: Any) -> _Outcome:
         manage_unlabelled=old is None and _manages_unlabelled_in(state, req.namespace)))
 
 
+def _decide_pod_owner_labels(req: AdmissionRequest, state: Any) -> _Outcome:
+    if req.operation != "UPDATE" or req.sub_resource or not _is_review_of(req, "", "Pod"):
+        return _allow(req)
+    old, pod = _objects(req)
+    return _verdict(req, owner_label_errors(old, pod, req.user_info.username, _policy(state)))
+
+
 def _decide_statefulset_scale(req: AdmissionRequest, state: Any) -> _Outcome:
     resource = req.resource
     if req.operation != "UPDATE" or req.sub_resource != "scale" or resource is None \
@@ -783,3 +793,7 @@ for _rules in CRD_RULES:
 for _path, (_framework, _decide) in _KIND_ROUTES.items():
     router.add_route(_path, _endpoint(_path, _gated(_framework, _decide)), methods=["POST"],
                      include_in_schema=False)
+# Not gated by integrations.frameworks: a pod of any admitted job, whatever made it.
+router.add_route(VALIDATE_POD_OWNER_PATH, _endpoint(VALIDATE_POD_OWNER_PATH,
+                                                    _decide_pod_owner_labels),
+                 methods=["POST"], include_in_schema=False)

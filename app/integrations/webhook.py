@@ -571,3 +571,36 @@ def priority_class_label_errors(old: Mapping[str, Any], new: Mapping[str, Any],
     if before and not after:
         return [f"{where}: a WorkloadPriorityClass cannot be removed (was {before!r})"]
     return []
+
+
+# The labels by which a pod's controller (the Job controller, JobSet, the Kubeflow operators,
+# KubeRay) selects its pods, and pykueue's podSet label. Removing one from a running pod of an
+# admitted job releases the pod from its controller, which then makes a replacement: the
+# released pod keeps running outside the admission.
+OWNER_SELECTOR_LABELS = frozenset({
+    "batch.kubernetes.io/controller-uid", "controller-uid", "batch.kubernetes.io/job-name",
+    "job-name", PODSET_LABEL})
+OWNER_SELECTOR_PREFIXES = ("jobset.sigs.k8s.io/", "training.kubeflow.org/", "ray.io/")
+
+
+def owner_label_errors(old_pod: Mapping[str, Any] | None, new_pod: Mapping[str, Any],
+                       username: str, policy: WebhookPolicy) -> list[str]:
+    """Why an UPDATE of a Pod that carries ``kueue.x-k8s.io/podset`` (a pod of an admitted
+    job) is refused: it removes or changes a label its controller selects it by
+    (``OWNER_SELECTOR_LABELS``, ``OWNER_SELECTOR_PREFIXES``). Adding labels is allowed, and
+    pykueue's own identity may change any. Beyond Kueue, which leaves pod labels to RBAC."""
+    if old_pod is None or username in policy.controller_usernames:
+        return []
+    old = (old_pod.get("metadata") or {}).get("labels") or {}
+    new = (new_pod.get("metadata") or {}).get("labels") or {}
+    if not isinstance(old, Mapping) or PODSET_LABEL not in old:
+        return []
+    new = new if isinstance(new, Mapping) else {}
+    changed = sorted(k for k, v in old.items()
+                     if (k in OWNER_SELECTOR_LABELS or k.startswith(OWNER_SELECTOR_PREFIXES))
+                     and new.get(k) != v)
+    if not changed:
+        return []
+    return [f"metadata.labels: {', '.join(changed)} cannot be removed or changed on a pod of an "
+            f"admitted job (its controller would release the pod and start another, running "
+            f"more pods than were admitted); only {_controllers(policy)} may"]

@@ -247,3 +247,29 @@ def test_an_empty_queue_name_is_refused_at_create(lab: LabHandle,
         assert lab.get("jobs", "-n", ns)["items"] == []
     finally:
         lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_a_running_pod_of_an_admitted_job_cannot_be_released_from_it(
+        lab: LabHandle, pykueue_in_lab: labmod.Lab) -> None:
+    """Before (breaker9): removing the Job's selector labels from its running pod made the Job
+    controller release the pod and create another, 4 GPU pods on an admission of 2. After:
+    the Pod webhook for pods of admitted jobs (``kueue.x-k8s.io/podset``) refuses it."""
+    ns, cq = gpu_queue(lab, "owner", 1)
+    try:
+        lab.apply(long_job("j", ns, {QUEUE: "lq"}))
+        wait_for(lambda: running_pods(lab, ns, "j") == 1
+                 and all(p["status"].get("phase") == "Running"
+                         for p in pods(lab, ns, "batch.kubernetes.io/job-name=j")), 90,
+                 "the Job's pod Running")
+        (pod,) = pods(lab, ns, "batch.kubernetes.io/job-name=j")
+        r = lab.kubectl("label", "pod", pod["metadata"]["name"], "-n", ns,
+                        "batch.kubernetes.io/controller-uid-", "controller-uid-", "job-name-",
+                        "batch.kubernetes.io/job-name-", check=False)
+        assert r.returncode != 0 and "cannot be removed or changed" in r.stderr, r.stderr
+        r = lab.kubectl("label", "pod", pod["metadata"]["name"], "-n", ns, "team=a")
+        assert r.returncode == 0  # adding a label is fine
+        assert [p["metadata"]["name"] for p in live(lab.get("pods", "-n", ns)["items"])] \
+            == [pod["metadata"]["name"]]
+    finally:
+        lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)

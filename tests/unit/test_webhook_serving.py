@@ -31,6 +31,8 @@ WEBHOOKS = {
         ("/mutate--v1-pod", ["CREATE"], ([""], ["v1"], ["pods"])),
     ("ValidatingWebhookConfiguration", "vpod.pykueue.io"):
         ("/validate--v1-pod", ["CREATE", "UPDATE"], ([""], ["v1"], ["pods"])),
+    ("ValidatingWebhookConfiguration", "vpodowner.pykueue.io"):
+        ("/validate--v1-pod-owner", ["UPDATE"], ([""], ["v1"], ["pods"])),
     ("MutatingWebhookConfiguration", "mdeployment.pykueue.io"):
         ("/mutate-apps-v1-deployment", ["CREATE", "UPDATE"], (["apps"], ["v1"], ["deployments"])),
     ("ValidatingWebhookConfiguration", "vdeployment.pykueue.io"):
@@ -83,6 +85,10 @@ def test_webhook_configurations_follow_the_contract(template: str) -> None:
         if target[2] == ["statefulsets/scale"]:
             # A Scale object has no labels: an objectSelector would never match it.
             assert "objectSelector" not in webhook
+        elif webhook["name"] == "vpodowner.pykueue.io":  # every pod of an admitted job
+            assert webhook["objectSelector"] == {
+                "matchExpressions": [{"key": "kueue.x-k8s.io/podset", "operator": "Exists"}]
+            }
         else:
             assert webhook["objectSelector"] == {
                 "matchExpressions": [{"key": LABEL, "operator": "Exists"}]

@@ -1,0 +1,80 @@
+"""A pod of an admitted job keeps the labels its controller selects it by: removing
+``batch.kubernetes.io/controller-uid`` (and the other selector labels) from a running pod made
+the Job controller release it and start a replacement, 4 GPU pods for an admission of 2
+(breaker9). The rule (``owner_label_errors``) and the route ``/validate--v1-pod-owner``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from app.config import Settings
+from app.integrations.webhook import WebhookPolicy, owner_label_errors
+from app.main import create_app
+
+PYKUEUE = "system:serviceaccount:pykueue-system:pykueue"
+TENANT = "system:serviceaccount:team-a:dev"
+JOB_LABELS = {"batch.kubernetes.io/controller-uid": "u1", "controller-uid": "u1",
+              "batch.kubernetes.io/job-name": "train", "job-name": "train",
+              "kueue.x-k8s.io/podset": "main", "app": "train"}
+
+
+def pod(labels: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "train-x", "namespace": "team-a", "labels": labels},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}}
+
+
+def without(*keys: str) -> dict[str, str]:
+    return {k: v for k, v in JOB_LABELS.items() if k not in keys}
+
+
+POLICY = WebhookPolicy(controller_usernames=frozenset({PYKUEUE}))
+
+
+@pytest.mark.parametrize("new_labels", [
+    without("batch.kubernetes.io/controller-uid", "controller-uid", "job-name",
+            "batch.kubernetes.io/job-name"),
+    without("controller-uid"),
+    {**JOB_LABELS, "batch.kubernetes.io/job-name": "other"},
+    without("kueue.x-k8s.io/podset"),
+])
+def test_removing_or_changing_a_selector_label_is_refused(new_labels: dict[str, str]) -> None:
+    errors = owner_label_errors(pod(JOB_LABELS), pod(new_labels), TENANT, POLICY)
+    assert errors and "cannot be removed or changed on a pod of an admitted job" in errors[0]
+
+
+def test_operator_labels_are_guarded_too() -> None:
+    labels = {"kueue.x-k8s.io/podset": "worker", "training.kubeflow.org/job-name": "ddp",
+              "ray.io/cluster": "rc", "jobset.sigs.k8s.io/jobset-name": "js"}
+    for key in ("training.kubeflow.org/job-name", "ray.io/cluster",
+                "jobset.sigs.k8s.io/jobset-name"):
+        new = {k: v for k, v in labels.items() if k != key}
+        assert owner_label_errors(pod(labels), pod(new), TENANT, POLICY), key
+
+
+def test_other_changes_and_pykueue_and_unadmitted_pods_pass() -> None:
+    assert owner_label_errors(pod(JOB_LABELS), pod({**JOB_LABELS, "extra": "1"}), TENANT,
+                              POLICY) == []
+    assert owner_label_errors(pod(JOB_LABELS), pod(without("app")), TENANT, POLICY) == []
+    assert owner_label_errors(pod(JOB_LABELS), pod(without("controller-uid")), PYKUEUE,
+                              POLICY) == []
+    plain = {k: v for k, v in JOB_LABELS.items() if k != "kueue.x-k8s.io/podset"}
+    assert owner_label_errors(pod(plain), pod({}), TENANT, POLICY) == []
+
+
+async def test_the_route_answers_a_review() -> None:
+    app = create_app(Settings(controllers_enabled=False))
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u", "operation": "UPDATE", "namespace": "team-a", "name": "train-x",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "userInfo": {"username": TENANT},
+        "object": pod(without("controller-uid")), "oldObject": pod(JOB_LABELS)}}
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="https://t") as c:
+        r = await c.post("/validate--v1-pod-owner", json=review)
+    response = r.json()["response"]
+    assert r.status_code == 200 and response["allowed"] is False
+    assert response["status"]["code"] == 403 and "controller-uid" in response["status"]["message"]
