@@ -8,7 +8,7 @@ quota says why once, not every cycle. Beyond that, Events about one object with 
 are rate-limited by a token bucket (``burst`` at once, then one per ``refill_seconds``):
 client-go's ``EventSourceObjectSpamFilter`` defaults (25, one per 5 minutes), which Kueue's
 recorder goes through, so a Workload preempted or re-queued over and over cannot flood the
-API server (issue 16). Failures are logged and dropped. Queued Events are written in fair turns
+API server. Failures are logged and dropped. Queued Events are written in fair turns
 per namespace (``app.controllers.workqueue.Lanes``), and when ``max_pending`` are queued the
 oldest Event of the namespace with the most queued goes: one namespace's flood of Jobs delays
 and drops its own Events, not another team's. ``kubectl describe job``

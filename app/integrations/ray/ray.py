@@ -86,8 +86,7 @@ def cluster_templates(obj: Mapping[str, Any], at: Path, *, reserved: tuple[str, 
                                     f"({', '.join(reserved)})")
         count = integer(wg.get("replicas"), f"{w}.replicas", default=1, minimum=0)
         # KubeRay v1.6.0 runs replicas clamped to [minReplicas, maxReplicas]
-        # (GetWorkerGroupDesiredReplicas): replicas 1 with minReplicas 4 ran 4 GPU workers on
-        # an admission of 1 (breaker9).
+        # (GetWorkerGroupDesiredReplicas): the podSet counts what will run, not what is asked.
         low = integer(wg.get("minReplicas"), f"{w}.minReplicas", default=0, minimum=0)
         high = integer(wg.get("maxReplicas"), f"{w}.maxReplicas", default=2**31 - 1, minimum=0)
         count = low if count < low else min(count, high)
