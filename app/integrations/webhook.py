@@ -588,14 +588,14 @@ def owner_label_errors(old_pod: Mapping[str, Any] | None, new_pod: Mapping[str, 
     """Why an UPDATE of a Pod that carries ``kueue.x-k8s.io/podset`` (a pod of an admitted
     job) is refused: it removes or changes a label its controller selects it by
     (``OWNER_SELECTOR_LABELS``, ``OWNER_SELECTOR_PREFIXES``). Adding labels is allowed, and
-    pykueue's own identity may change any. Beyond Kueue, which leaves pod labels to RBAC."""
+    pykueue's own identity may change any. Beyond Kueue, which leaves pod labels to RBAC.
+    Raises ``UnreadableObjectError`` (``read_labels``)."""
     if old_pod is None or username in policy.controller_usernames:
         return []
-    old = (old_pod.get("metadata") or {}).get("labels") or {}
-    new = (new_pod.get("metadata") or {}).get("labels") or {}
-    if not isinstance(old, Mapping) or PODSET_LABEL not in old:
+    old = read_labels(old_pod)
+    if PODSET_LABEL not in old:
         return []
-    new = new if isinstance(new, Mapping) else {}
+    new = read_labels(new_pod)
     changed = sorted(k for k, v in old.items()
                      if (k in OWNER_SELECTOR_LABELS or k.startswith(OWNER_SELECTOR_PREFIXES))
                      and new.get(k) != v)
