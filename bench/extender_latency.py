@@ -126,7 +126,7 @@ def build_app():
     from app.config import ServerSettings, Settings
     from app.core.workload import Toleration
     from app.extender.nodestore import InMemoryExtenderState, NodeStore
-    from app.extender.rules import FlavorView, PodWorkloadView
+    from app.extender.placement import FlavorView, PodWorkloadView
     from app.main import create_app
 
     a100 = FlavorView.of("a100-flavor", {"pool": "a100"},

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from app.controllers.client import (
+from app.kube.client import (
     CLUSTER_QUEUES,
     JOBS,
     LOCAL_QUEUES,
@@ -16,7 +16,7 @@ from app.controllers.client import (
     RESOURCE_FLAVORS,
     Resource,
 )
-from app.controllers.errors import NotFound
+from app.kube.errors import NotFound
 
 NS = "research"
 OBJECTS: dict[str, list[dict[str, Any]]] = {

@@ -31,7 +31,7 @@ from fastapi.staticfiles import StaticFiles
 
 from app.api.access import cluster_queue_access, local_queue_access
 from app.api.status import Credentials, allowed, authenticate, cluster_view, rfc3339
-from app.controllers.statusview import ClusterView, local_queue_positions_of
+from app.controllers.cluster_view import ClusterView, local_queue_positions_of
 from app.core.eta import Eta
 from app.core.quantity import format_quantity
 from app.core.types import ClusterQueueName

@@ -1,6 +1,6 @@
 """HTTP adapter: kube-scheduler extender (``POST /scheduler/filter``, ``/scheduler/prioritize``).
 
-Thin: parse ``ExtenderArgs`` -> facts -> ``app.extender.rules`` -> ``ExtenderFilterResult``
+Thin: parse ``ExtenderArgs`` -> facts -> ``app.extender.placement`` -> ``ExtenderFilterResult``
 / ``HostPriorityList`` (Go field casing, controlplane.md 5.2; models in
 ``app.models.extender``). Both request modes: ``NodeNames`` (``nodeCacheCapable: true``; nodes
 come from the Node watch behind ``app.state.extender_state``) and full ``Nodes`` objects
@@ -43,7 +43,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from app.api.callers import refuse_unless_named
 from app.api.health import metrics_registry
 from app.extender.nodestore import ExtenderState
-from app.extender.rules import (
+from app.extender.placement import (
     ExtenderInputError,
     FilterDecision,
     NodeFacts,

@@ -22,7 +22,7 @@ loop's ``EtaBoard``; absent when ETAs are disabled).
 
 Served from memory, never a list call per request: ``app.state.cluster`` is the reconciler's
 admission core (``app.controllers.manager.Manager.cluster``), read through
-``app.controllers.statusview.ClusterView`` on the event loop (every handler is ``async``).
+``app.controllers.cluster_view.ClusterView`` on the event loop (every handler is ``async``).
 Optional ``app.state.cluster_ready``: a ``() -> (ok, message)`` callable; while not ok the
 API answers 503 (the core is still being filled from the first list).
 
@@ -64,8 +64,7 @@ from app.api.access import (
     local_queue_access,
     pending_workloads_access,
 )
-from app.controllers.status import weighted_share
-from app.controllers.statusview import (
+from app.controllers.cluster_view import (
     ClusterQueueView,
     ClusterView,
     CohortView,
@@ -73,6 +72,7 @@ from app.controllers.statusview import (
     PendingView,
     local_queue_positions_of,
 )
+from app.controllers.queue_status import weighted_share
 from app.core.cluster import PendingWorkloadInfo
 from app.core.decisions import QuotaShortfall as CoreShortfall
 from app.core.eta import Eta as CoreEta

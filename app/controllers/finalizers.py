@@ -26,17 +26,17 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from app.controllers.client import CLUSTER_QUEUES, MERGE_PATCH, RESOURCE_FLAVORS, Resource
-from app.controllers.context import CQ, RF, Context
-from app.controllers.errors import NotFound
-from app.controllers.workqueue import WorkQueue, work
 from app.core.types import ClusterQueueName
+from app.kube.client import CLUSTER_QUEUES, MERGE_PATCH, RESOURCE_FLAVORS, Resource
+from app.kube.context import CQ, RF, Context
+from app.kube.errors import NotFound
+from app.kube.workqueue import WorkQueue, work
+from app.wire.fields import Obj
 from app.wire.names import RESOURCE_IN_USE_FINALIZER as RESOURCE_IN_USE
 
 log = logging.getLogger(__name__)
 
 
-Obj = dict[str, Any]
 
 
 def finalizer_patch(obj: Mapping[str, Any], want: bool) -> Obj | None:

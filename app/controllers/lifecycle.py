@@ -42,10 +42,13 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from app.controllers.client import WORKLOADS
-from app.controllers.errors import Conflict, NotFound, from_exception
-from app.controllers.events import NORMAL, WARNING
-from app.controllers.workloads import (
+from app.core.spec import checks_for_flavors
+from app.core.types import WorkloadKey
+from app.kube.client import WORKLOADS
+from app.kube.errors import Conflict, NotFound, from_exception
+from app.kube.events import NORMAL, WARNING
+from app.wire.fields import Obj
+from app.wire.workload_status import (
     ADMITTED,
     BACKOFF_REASONS,
     PODS_READY,
@@ -63,15 +66,12 @@ from app.controllers.workloads import (
     with_checks_admitted,
     with_checks_synced,
 )
-from app.core.spec import checks_for_flavors
-from app.core.types import WorkloadKey
 
 if TYPE_CHECKING:
     from app.controllers.scheduler import SchedulerLoop
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 
 def checks_message(checks: list[Obj], state: str) -> str:

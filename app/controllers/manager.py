@@ -36,9 +36,18 @@ from collections.abc import Callable
 from typing import Any
 
 from app.config import Settings
-from app.controllers.aio import wait_event
-from app.controllers.client import JOBS, NODES, PODS, RESOURCE_CLAIM_TEMPLATES, KubeClient
-from app.controllers.context import (
+from app.controllers.admission_lookup import StoreAdmissionLookup, StoreExtenderState
+from app.controllers.finalizers import FinalizerController
+from app.controllers.queue_status import StatusWriter
+from app.controllers.scheduler import SchedulerLoop
+from app.core.scheduler import Cluster
+from app.extender.nodestore import NodeStore
+from app.integrations import default_registry
+from app.integrations.framework import JobKind, Registry, source_of
+from app.integrations.reconciler import JobReconciler
+from app.kube.aio import wait_event
+from app.kube.client import JOBS, NODES, PODS, RESOURCE_CLAIM_TEMPLATES, KubeClient
+from app.kube.context import (
     AC,
     CHILD_JOBS,
     CO,
@@ -54,19 +63,10 @@ from app.controllers.context import (
     Context,
     build_informers,
 )
-from app.controllers.errors import NotFound
-from app.controllers.events import EventRecorder
-from app.controllers.finalizers import FinalizerController
-from app.controllers.informers import Informer
-from app.controllers.leader import LeaderElector
-from app.controllers.scheduler import SchedulerLoop
-from app.controllers.status import StatusWriter
-from app.controllers.views import StoreAdmissionLookup, StoreExtenderState
-from app.core.scheduler import Cluster
-from app.extender.nodestore import NodeStore
-from app.integrations import default_registry
-from app.integrations.framework import JobKind, Registry, source_of
-from app.integrations.reconciler import JobReconciler
+from app.kube.errors import NotFound
+from app.kube.events import EventRecorder
+from app.kube.informers import Informer
+from app.kube.leader import LeaderElector
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from app.controllers.statusview import ClusterView
+from app.controllers.cluster_view import ClusterView
 from app.core.cluster import ClusterState
 from app.core.quantity import is_milli
 from app.core.types import FlavorResource, WorkloadKey

@@ -71,16 +71,34 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
-from app.controllers.aio import wait_event
-from app.controllers.client import WORKLOADS
-from app.controllers.context import RCT, WL, Context
-from app.controllers.errors import ApiError, Conflict, NotFound, from_exception
-from app.controllers.events import NORMAL, WARNING
 from app.controllers.history import PreemptionLog, UsageHistory
-from app.controllers.informers import DELETED
 from app.controllers.lifecycle import Lifecycle, backoff_held
 from app.controllers.pacing import REFRESH, RefreshCredit, pending_change, skeleton
-from app.controllers.workloads import (
+from app.core.decisions import Admit, Decision, Pending, PendingReason, Preempt, Victim
+from app.core.eta import UNKNOWN, ArrivalModel, EtaBoard, RuntimeModel, eta_text
+from app.core.scheduler import Cluster
+from app.core.spec import checks_for_flavors
+from app.core.types import ClusterQueueName, CohortName, FlavorName, WorkloadKey
+from app.core.workload import Workload
+from app.kube.aio import wait_event
+from app.kube.client import WORKLOADS
+from app.kube.context import RCT, WL, Context
+from app.kube.errors import ApiError, Conflict, NotFound, from_exception
+from app.kube.events import NORMAL, WARNING
+from app.kube.informers import DELETED
+from app.kube.workqueue import FairMap
+from app.wire.dra import INADMISSIBLE, DraInadmissible, claim_template_names, with_claim_requests
+from app.wire.fields import Obj, WorkloadSpecError
+from app.wire.queues import (
+    admission_check,
+    cluster_queue,
+    cohort,
+    consumed_from_status,
+    local_queue,
+    resource_flavor,
+)
+from app.wire.workload import workload_from_object
+from app.wire.workload_status import (
     ADMITTED,
     DEACTIVATION_TARGET,
     EVICTED,
@@ -100,29 +118,10 @@ from app.controllers.workloads import (
     with_pending,
     with_requeued,
 )
-from app.controllers.workloads import parse_time as _ts
-from app.controllers.workqueue import FairMap
-from app.core.decisions import Admit, Decision, Pending, PendingReason, Preempt, Victim
-from app.core.eta import UNKNOWN, ArrivalModel, EtaBoard, RuntimeModel, eta_text
-from app.core.scheduler import Cluster
-from app.core.spec import checks_for_flavors
-from app.core.types import ClusterQueueName, CohortName, FlavorName, WorkloadKey
-from app.core.workload import Workload
-from app.wire.dra import INADMISSIBLE, DraInadmissible, claim_template_names, with_claim_requests
-from app.wire.fields import WorkloadSpecError
-from app.wire.queues import (
-    admission_check,
-    cluster_queue,
-    cohort,
-    consumed_from_status,
-    local_queue,
-    resource_flavor,
-)
-from app.wire.workload import workload_from_object
+from app.wire.workload_status import parse_time as _ts
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 # Pending messages name the position of the first ETA_POSITIONS Workloads of a ClusterQueue;
 # beyond, every admission would shift every message (one status write each).

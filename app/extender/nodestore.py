@@ -3,7 +3,7 @@
 
 - ``NodeStore``: plain store fed by a Node watch (``add`` / ``update`` / ``delete``) and a Pod
   watch (``upsert_pod`` / ``delete_pod``, for the GPUs requested by pods bound to each node).
-  No I/O here: the informers (``app.controllers.informers``) call these methods.
+  No I/O here: the informers (``app.kube.informers``) call these methods.
 - ``ExtenderState``: what ``app.api.extender`` asks per request; the app finds it at
   ``app.state.extender_state``. ``InMemoryExtenderState`` is the plain implementation used by
   unit tests and the benchmark; the reconciler may use it too, feeding it from its stores.
@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from app.extender.rules import (
+from app.extender.placement import (
     FlavorView,
     NodeIndex,
     PodFacts,
@@ -75,7 +75,7 @@ class NodeStore:
     """Nodes by name (raw objects and parsed ``NodeFacts``) and GPU usage per node.
 
     ``gpu_resource``: the extended resource counted (``nvidia.com/gpu``). Malformed objects
-    raise ``app.extender.rules.ExtenderInputError`` and leave the store unchanged.
+    raise ``app.extender.placement.ExtenderInputError`` and leave the store unchanged.
     """
 
     def __init__(self, gpu_resource: str = "nvidia.com/gpu") -> None:

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.core.workload import Workload
+from app.wire.fields import Obj
 
 if TYPE_CHECKING:
-    from app.controllers.client import Resource
-    from app.controllers.context import Context
+    from app.kube.client import Resource
+    from app.kube.context import Context
 
-Obj = dict[str, Any]
 
 
 class StartError(Exception):

@@ -10,12 +10,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from app.controllers.errors import Permanent
-from app.controllers.events import NORMAL, WARNING
 from app.integrations.framework import StartError
-
-Obj = dict[str, Any]
-
+from app.kube.errors import Permanent
+from app.kube.events import NORMAL, WARNING
+from app.wire.fields import Obj
 
 
 class InjectionConflict(StartError, ValueError):

@@ -42,23 +42,6 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from app.controllers.client import JOBS, WORKLOADS
-from app.controllers.context import CHILD_JOBS, JOB, NS, PC, POD, WL, WPC, Context
-from app.controllers.errors import Conflict, NotFound, Permanent
-from app.controllers.events import NORMAL, WARNING
-from app.controllers.informers import DELETED
-from app.controllers.workloads import (
-    ADMITTED,
-    has_admission,
-    is_active,
-    is_evicted,
-    is_finished,
-    is_true,
-    with_finished,
-    with_pods_ready,
-    with_released,
-)
-from app.controllers.workqueue import WorkQueue, work
 from app.core.workload import admission_mismatch
 from app.integrations.framework import (
     JobKind,
@@ -75,14 +58,30 @@ from app.integrations.framework import (
     stored_ancestor,
     trim,
 )
-from app.wire.fields import WorkloadSpecError
+from app.kube.client import JOBS, WORKLOADS
+from app.kube.context import CHILD_JOBS, JOB, NS, PC, POD, WL, WPC, Context
+from app.kube.errors import Conflict, NotFound, Permanent
+from app.kube.events import NORMAL, WARNING
+from app.kube.informers import DELETED
+from app.kube.workqueue import WorkQueue, work
+from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import JOB_UID_LABEL, KUEUE_GROUP, PRIORITY_CLASS_LABEL
 from app.wire.workload import job_pod_count, workload_from_object
+from app.wire.workload_status import (
+    ADMITTED,
+    has_admission,
+    is_active,
+    is_evicted,
+    is_finished,
+    is_true,
+    with_finished,
+    with_pods_ready,
+    with_released,
+)
 
 WPC_REF = (KUEUE_GROUP, "WorkloadPriorityClass")  # a priorityClassRef to a WorkloadPriorityClass
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 WL_PREFIX = "wl:"
 NS_INDEX, UID_INDEX = "namespace", "uid"
 OWNER_NOT_FOUND = "OwnerNotFound"  # Kueue v1beta2 WorkloadFinishedReasonOwnerNotFound

@@ -27,7 +27,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from app.controllers.events import NORMAL
 from app.core.workload import Workload
 from app.integrations.batchjob.job import (
     MANAGED_JOBS,
@@ -38,7 +37,8 @@ from app.integrations.batchjob.job import (
     restored_job,
 )
 from app.integrations.podsets import admitted_scheduling, write_start
-from app.wire.fields import WorkloadSpecError, mapping, string
+from app.kube.events import NORMAL
+from app.wire.fields import Obj, WorkloadSpecError, mapping, string
 from app.wire.names import QUEUE_NAME_LABEL
 from app.wire.podtemplate import pod_set_from_template
 from app.wire.workload import (
@@ -50,10 +50,9 @@ from app.wire.workload import (
 )
 
 if TYPE_CHECKING:
-    from app.controllers.client import Resource
-    from app.controllers.context import Context
+    from app.kube.client import Resource
+    from app.kube.context import Context
 
-Obj = dict[str, Any]
 MAX_POD_SETS = 8  # Kueue v1beta2 Workload spec.podSets maxItems
 Path = tuple[str | int, ...]
 

@@ -3,7 +3,7 @@
 Go's ``encoding/json`` without struct tags: keys are the Go field names (``Pod``, ``Nodes``,
 ``NodeNames``, ``FailedNodes``, ``FailedAndUnresolvableNodes``, ``Error``, ``Host``,
 ``Score``). Embedded ``v1.Pod`` / ``v1.Node`` objects keep normal Kubernetes JSON and are held
-as plain dicts: only a few fields are read (see ``app.extender.rules``).
+as plain dicts: only a few fields are read (see ``app.extender.placement``).
 Reference: controlplane.md section 5.2.
 """
 

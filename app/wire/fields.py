@@ -13,6 +13,9 @@ from typing import Any
 from app.core.quantity import QuantityError, parse_quantity
 from app.core.types import ResourceName
 
+Obj = dict[str, Any]
+"""A Kubernetes object or any JSON object as the API server returns it, decoded."""
+
 
 class WorkloadSpecError(ValueError):
     """A Job or Workload object cannot be turned into a domain Workload.

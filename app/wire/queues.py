@@ -60,10 +60,8 @@ from app.core.spec import (
 )
 from app.core.types import ClusterQueueName, CohortName, FlavorName, ResourceName
 from app.core.workload import Taint
-from app.wire.fields import WorkloadSpecError, mapping, sequence, string
+from app.wire.fields import Obj, WorkloadSpecError, mapping, sequence, string
 from app.wire.podtemplate import tolerations
-
-Obj = Mapping[str, Any]
 
 
 def _name(obj: Obj) -> str:

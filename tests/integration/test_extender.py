@@ -28,7 +28,7 @@ import uvicorn
 from app.config import ServerSettings, Settings
 from app.core.workload import Toleration
 from app.extender.nodestore import InMemoryExtenderState, NodeStore
-from app.extender.rules import FlavorView, PodWorkloadView
+from app.extender.placement import FlavorView, PodWorkloadView
 from app.main import create_app
 from app.serving import uvicorn_config
 from certs.pki import ensure_certs, ensure_client_cert

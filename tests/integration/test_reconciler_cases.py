@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from app.controllers.client import KubeClient, Resource
-from app.controllers.context import WL
+from app.kube.client import KubeClient, Resource
+from app.kube.context import WL
 from tests.integration.reconciler_support import (
     FLAVOR,
     ManagerThread,

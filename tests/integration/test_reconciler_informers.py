@@ -7,14 +7,14 @@ import asyncio
 
 import pytest
 
-from app.controllers.client import (
+from app.kube.client import (
     RESOURCE_FLAVORS,
     WORKLOADS,
     KubeClient,
     Resource,
 )
-from app.controllers.errors import Conflict, NotFound
-from app.controllers.informers import Informer
+from app.kube.errors import Conflict, NotFound
+from app.kube.informers import Informer
 from tests.integration.reconciler_support import (
     async_wait,
     namespace,

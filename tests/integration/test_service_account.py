@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from app.config import ClientSettings, LeaderElectionSettings, SchedulingSettings, Settings
-from app.controllers.client import NODES, KubeClient
-from app.controllers.errors import Permanent
-from app.controllers.leader import LeaderElector
+from app.kube.client import NODES, KubeClient
+from app.kube.errors import Permanent
+from app.kube.leader import LeaderElector
 from tests.integration.reconciler_support import (
     ManagerThread,
     Pykueue,

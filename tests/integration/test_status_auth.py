@@ -20,9 +20,9 @@ from kubernetes_asyncio import client as k8s_client
 
 from app.api.access import CachedAccessReviewer, KubeAccessReviewer
 from app.config import ClientSettings, Settings
-from app.controllers.client import load_configuration
 from app.core.spec import LocalQueue
 from app.core.types import ClusterQueueName
+from app.kube.client import load_configuration
 from app.main import create_app
 from tests.builders import workload
 from tests.labfixture import LabHandle

@@ -22,8 +22,8 @@ from app.api.access import (
     UserInfo,
 )
 from app.config import ClientSettings, LeaderElectionSettings, Settings
-from app.controllers.client import KubeClient, TokenBucket
-from app.controllers.leader import LeaderElector
+from app.kube.client import KubeClient, TokenBucket
+from app.kube.leader import LeaderElector
 from app.main import create_app
 from tests.status_scenario import build_cluster, reviewer
 from tests.unit.test_status_api import CQ, Clock
@@ -110,7 +110,7 @@ class StubManager:
 def _client(host: str, qps: float, burst: int) -> KubeClient:
     from kubernetes_asyncio import client as k8s
 
-    from app.controllers.client import RateLimitedApiClient
+    from app.kube.client import RateLimitedApiClient
 
     cfg = k8s.Configuration()
     cfg.host = host

@@ -20,14 +20,14 @@ from aiohttp import web
 from kubernetes_asyncio import client as k8s_client
 
 from app.config import ClientSettings
-from app.controllers.client import (
+from app.kube.client import (
     JSON_PATCH,
     WORKLOADS,
     KubeClient,
     RateLimitedApiClient,
     TokenBucket,
 )
-from app.controllers.errors import Permanent, Retryable
+from app.kube.errors import Permanent, Retryable
 from certs.pki import ensure_client_cert
 
 

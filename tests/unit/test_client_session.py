@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio import client as k8s_client
 
-from app.controllers.client import RateLimitedApiClient, TokenBucket, _decode, _encode
+from app.kube.client import RateLimitedApiClient, TokenBucket, _decode, _encode
 
 HOST = "https://10.0.0.1:6443"
 

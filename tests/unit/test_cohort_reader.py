@@ -120,7 +120,7 @@ def test_an_unreadable_annotation_makes_the_queue_inactive_naming_it():
 
 
 def test_cohort_status_shows_subtree_usage_and_the_cycle():
-    from app.controllers.status import INT64_MAX, cohort_status, weighted_share
+    from app.controllers.queue_status import INT64_MAX, cohort_status, weighted_share
     from tests.builders import Sim, cluster_queue, workload
     from tests.builders import cohort as cohort_b
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from app.controllers.client import JOBS, NAMESPACES, WORKLOADS, TokenBucket
-from app.controllers.errors import (
+from app.kube.client import JOBS, NAMESPACES, WORKLOADS, TokenBucket
+from app.kube.errors import (
     Backoff,
     Conflict,
     Gone,
@@ -19,7 +19,7 @@ from app.controllers.errors import (
     from_exception,
     from_status,
 )
-from app.controllers.informers import Store, object_key
+from app.kube.informers import Store, object_key
 
 
 def _status(code: int, reason: str) -> bytes:
@@ -137,7 +137,7 @@ def _ev(etype: str, rv: str, v: int) -> dict:
 
 
 def test_watch_events_never_take_the_store_back_behind_a_writers_response() -> None:
-    from app.controllers.informers import Informer
+    from app.kube.informers import Informer
 
     inf = Informer(None, JOBS)  # type: ignore[arg-type] - _apply needs no client
     seen: list[tuple[str, int]] = []
@@ -155,7 +155,7 @@ def test_watch_events_never_take_the_store_back_behind_a_writers_response() -> N
 
 
 def test_watch_error_event_410_raises_gone() -> None:
-    from app.controllers.informers import Informer
+    from app.kube.informers import Informer
 
     inf = Informer(None, JOBS)  # type: ignore[arg-type]
     with pytest.raises(Gone):
@@ -166,7 +166,7 @@ def test_watch_error_event_410_raises_gone() -> None:
 def test_the_event_of_a_writers_create_is_announced_as_added() -> None:
     """A writer put its create's response into the store before the watch event came: the
     handlers never saw the object, so the event is ADDED (old None), not MODIFIED."""
-    from app.controllers.informers import Informer
+    from app.kube.informers import Informer
 
     inf = Informer(None, JOBS)  # type: ignore[arg-type] - _apply needs no client
     seen: list[tuple[str, object, int]] = []

@@ -9,10 +9,18 @@ import copy
 
 import pytest
 
+from app.controllers.cluster_view import ClusterView
+from app.controllers.queue_status import cluster_queue_status, local_queue_status
 from app.controllers.scheduler import domain_workload
-from app.controllers.status import cluster_queue_status, local_queue_status
-from app.controllers.statusview import ClusterView
-from app.controllers.workloads import (
+from app.core.cluster import LocalQueueFairSharing
+from app.core.scheduler import Cluster
+from app.core.spec import ReclaimWithinCohort, WithinClusterQueue
+from app.core.types import ClusterQueueName, ResourceName, WorkloadKey
+from app.core.workload import Admission, PodSetAssignment
+from app.integrations import default_registry
+from app.kube.workqueue import WorkQueue
+from app.wire.queues import cluster_queue, cohort_of, local_queue, resource_flavor
+from app.wire.workload_status import (
     admission_status,
     condition,
     execution_deadline,
@@ -24,14 +32,6 @@ from app.controllers.workloads import (
     with_pending,
     with_released,
 )
-from app.controllers.workqueue import WorkQueue
-from app.core.cluster import LocalQueueFairSharing
-from app.core.scheduler import Cluster
-from app.core.spec import ReclaimWithinCohort, WithinClusterQueue
-from app.core.types import ClusterQueueName, ResourceName, WorkloadKey
-from app.core.workload import Admission, PodSetAssignment
-from app.integrations import default_registry
-from app.wire.queues import cluster_queue, cohort_of, local_queue, resource_flavor
 
 T0 = 1_700_000_000.0
 ADM = Admission("cq", (PodSetAssignment("main", {"cpu": "f", "memory": "f"},

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from app.controllers import manager as manager_mod
-from app.controllers.errors import ApiError, NotFound
 from app.controllers.manager import CRD_WATCH
 from app.integrations import batchjob
 from app.integrations.framework import Registry
+from app.kube.errors import ApiError, NotFound
 from tests.recording_client import OBJECTS, RecordingClient
 from tests.unit.test_job_framework import (
     SLEEPER_OBJ,
@@ -102,7 +102,7 @@ async def test_a_served_kind_that_cannot_be_listed_does_not_keep_the_others_wait
     """breaker5: ``_await_crds`` waited for each served kind's first list in turn; one whose
     list never succeeds (forbidden, CRD removed again) kept every other awaited kind
     unmanaged for ever."""
-    from app.controllers.client import Resource
+    from app.kube.client import Resource
     monkeypatch.setattr(manager_mod, "CRD_POLL_SECONDS", 0.05)
     monkeypatch.setattr(manager_mod, "CRD_SYNC_TIMEOUT_SECONDS", 0.3)
     napper = OptionalNapper()

@@ -270,8 +270,8 @@ class _Store(FakeStore):
 def _feed_loop() -> tuple[Any, Any, dict[str, _Store]]:
     from types import SimpleNamespace
 
-    from app.controllers.context import RCT, WL
     from app.controllers.scheduler import SchedulerLoop
+    from app.kube.context import RCT, WL
 
     stores = {WL: _Store(), RCT: _Store()}
     settings = Settings(controllers_enabled=False, resources=ResourcesSettings(
@@ -299,7 +299,7 @@ def _conds(obj: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 async def test_the_loop_keeps_an_uncountable_workload_out_and_takes_it_back_once_countable(
 ) -> None:
-    from app.controllers.context import WL
+    from app.kube.context import WL
 
     loop, ctx, stores = _feed_loop()
     obj = workload_obj(3, tmpl("two-gpus"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from app.controllers.statusview import ClusterView
+from app.controllers.cluster_view import ClusterView
 from app.core.eta import ArrivalModel, EtaBoard, RuntimeModel
 from tests.builders import Sim, cluster_queue, workload
 

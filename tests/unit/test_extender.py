@@ -24,7 +24,7 @@ from app.config import ServerSettings, Settings
 from app.core.types import ClusterQueueName, FlavorName, ResourceName
 from app.core.workload import Admission, PodSet, PodSetAssignment, Taint, Toleration, Workload
 from app.extender.nodestore import ExtenderState, InMemoryExtenderState, NodeStore
-from app.extender.rules import (
+from app.extender.placement import (
     ExtenderInputError,
     FlavorView,
     NodeFacts,

@@ -12,14 +12,14 @@ import httpx
 import pytest
 
 from app.config import ExtenderSettings, JobsSettings, ServerSettings, Settings
-from app.controllers.client import JOBS
-from app.controllers.context import JOB, NS, WL
-from app.controllers.informers import Store
-from app.controllers.views import StoreExtenderState
+from app.controllers.admission_lookup import StoreExtenderState
 from app.extender.nodestore import InMemoryExtenderState, NodeStore
-from app.extender.rules import PodFacts
+from app.extender.placement import PodFacts
 from app.integrations import default_registry, jobset
 from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION
+from app.kube.client import JOBS
+from app.kube.context import JOB, NS, WL
+from app.kube.informers import Store
 from app.main import create_app
 from app.wire.workload import workload_name_for_owner
 from tests.unit.test_extender import ALL, MODES, args, do_filter, make_state, pod

@@ -1,5 +1,5 @@
 """Fair turns per namespace in pykueue's own queues: the reconcile work queue, the client's
-token bucket and the Event writer (``app.controllers.workqueue.Lanes``). One tenant's flood
+token bucket and the Event writer (``app.kube.workqueue.Lanes``). One tenant's flood
 must not delay another team's key by the whole backlog; nothing is lost, served twice at once,
 and the backoff semantics stay client-go's."""
 
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.controllers.client import TokenBucket, lane_of_path
-from app.controllers.events import EventRecorder
-from app.controllers.workqueue import FairMap, Lanes, WorkQueue, namespace_of
+from app.kube.client import TokenBucket, lane_of_path
+from app.kube.events import EventRecorder
+from app.kube.workqueue import FairMap, Lanes, WorkQueue, namespace_of
 
 
 def run(coro):

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from app.config import LeaderElectionSettings, Settings
-from app.controllers.client import Resource
-from app.controllers.leader import LeaderElector
 from app.controllers.manager import Manager
 from app.core.workload import Workload
 from app.integrations import BUILTIN_KINDS, default_registry
 from app.integrations.framework import Registry, missing_members, required_members
+from app.kube.client import Resource
+from app.kube.leader import LeaderElector
 from app.wire.podtemplate import pod_set_from_template
 from app.wire.workload import workload_from_object
 from tests.recording_client import OBJECTS, RecordingClient

@@ -4,7 +4,7 @@ released, and a preemptor of another team waiting for it would wait for ever).
 
 The refusals are the API server's ``metav1.Status`` bodies (reason Invalid, with
 ``details.causes``) as kube-apiserver writes them for a batch/v1 Job update, parsed by
-``app.controllers.errors.from_status`` as the client does; their text was taken from the
+``app.kube.errors.from_status`` as the client does; their text was taken from the
 lab's kube-apiserver v1.36.3 (``kubectl replace -v=8`` / a PUT through ``kubectl proxy``)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from app.controllers.errors import Conflict, Permanent, from_status
 from app.integrations.batchjob.job import KIND, ORIGINAL_ANNOTATION, refused_as_immutable
+from app.kube.errors import Conflict, Permanent, from_status
 from tests.unit.test_job_stop_retry import _Client, _Ctx
 
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from app.controllers.errors import Conflict, Permanent
-from app.controllers.workqueue import _short
 from app.integrations.batchjob.job import KIND, ORIGINAL_ANNOTATION
+from app.kube.errors import Conflict, Permanent
+from app.kube.workqueue import _short
 
 
 class _Store:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from app.controllers.client import JOBS, WORKLOADS
-from app.controllers.context import JOB, WL
-from app.controllers.informers import Store
-from app.controllers.views import StoreAdmissionLookup, StoreExtenderState
+from app.controllers.admission_lookup import StoreAdmissionLookup, StoreExtenderState
 from app.extender.nodestore import NodeStore
-from app.extender.rules import pod_facts
+from app.extender.placement import pod_facts
+from app.kube.client import JOBS, WORKLOADS
+from app.kube.context import JOB, WL
+from app.kube.informers import Store
 from app.wire.workload import workload_name_for_job
 
 NS = "research"

@@ -10,8 +10,8 @@ import asyncio
 import pytest
 
 from app.config import LeaderElectionSettings, Settings
-from app.controllers.leader import LeaderElector
 from app.controllers.manager import Manager
+from app.kube.leader import LeaderElector
 from tests.recording_client import RecordingClient
 
 

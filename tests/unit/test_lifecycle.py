@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from app.config import Settings, WaitForPodsReadySettings
+from app.controllers.cluster_view import ClusterView
 from app.controllers.lifecycle import (
     backoff_held,
     backoff_seconds,
@@ -20,10 +21,17 @@ from app.controllers.lifecycle import (
     retry_requeue_at,
 )
 from app.controllers.metrics import QueueCollector
+from app.controllers.queue_status import cluster_queue_status, local_queue_status
 from app.controllers.scheduler import domain_workload
-from app.controllers.status import cluster_queue_status, local_queue_status
-from app.controllers.statusview import ClusterView
-from app.controllers.workloads import (
+from app.core.scheduler import Cluster
+from app.core.spec import checks_for_flavors
+from app.core.types import FlavorName
+from app.integrations.batchjob.job import pods_ready
+from app.integrations.framework import StartError
+from app.integrations.jobset.jobset import jobset_pods_ready
+from app.integrations.podsets import admitted_scheduling
+from app.wire.queues import admission_check, cluster_queue, local_queue, resource_flavor
+from app.wire.workload_status import (
     condition,
     rfc3339,
     set_condition,
@@ -35,14 +43,6 @@ from app.controllers.workloads import (
     with_pods_ready,
     with_released,
 )
-from app.core.scheduler import Cluster
-from app.core.spec import checks_for_flavors
-from app.core.types import FlavorName
-from app.integrations.batchjob.job import pods_ready
-from app.integrations.framework import StartError
-from app.integrations.jobset.jobset import jobset_pods_ready
-from app.integrations.podsets import admitted_scheduling
-from app.wire.queues import admission_check, cluster_queue, local_queue, resource_flavor
 from tests.unit.test_controllers_status import ADM, ADM_1CPU, LQ, T0, workload
 
 

@@ -19,13 +19,13 @@ from app.config import (
     Settings,
     WebhookSettings,
 )
-from app.controllers.client import JOBS, WORKLOADS
-from app.controllers.context import JOB, WL
-from app.controllers.informers import Store
-from app.controllers.views import StoreAdmissionLookup, StoreExtenderState
+from app.controllers.admission_lookup import StoreAdmissionLookup, StoreExtenderState
 from app.extender.nodestore import NodeStore
 from app.integrations import BUILTIN_KINDS, batchjob, default_registry, jobset, managed_kinds
 from app.integrations.framework import Registry
+from app.kube.client import JOBS, WORKLOADS
+from app.kube.context import JOB, WL
+from app.kube.informers import Store
 from app.main import create_app
 from tests.recording_client import OBJECTS, RecordingClient
 from tests.unit.test_job_framework import SLEEPER_OBJ, SLEEPERS, Sleeper, leading_manager

@@ -18,9 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.config import Settings
-from app.controllers.client import JOBS, PODS, WORKLOADS
-from app.controllers.context import POD, WL
-from app.controllers.informers import Store
 from app.integrations import default_registry
 from app.integrations.batchjob.job import KIND as JOB
 from app.integrations.framework import pods_of, pods_of_workload
@@ -28,6 +25,9 @@ from app.integrations.jobset.jobset import JOBSETS
 from app.integrations.jobset.jobset import KIND as JOBSET
 from app.integrations.kubeflow.kubeflow import PYTORCHJOB
 from app.integrations.reconciler import OWNER_NOT_FOUND, JobReconciler
+from app.kube.client import JOBS, PODS, WORKLOADS
+from app.kube.context import POD, WL
+from app.kube.informers import Store
 from app.wire.names import JOB_UID_LABEL
 
 NS = "team-a"

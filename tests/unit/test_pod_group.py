@@ -122,8 +122,8 @@ class _CountingKeyFn:
 
 
 def _pods_store(n_groups: int, size: int):
-    from app.controllers.client import PODS
-    from app.controllers.informers import Store
+    from app.kube.client import PODS
+    from app.kube.informers import Store
 
     store = Store(PODS)
     store.replace_all(member(f"g{g}-{i}", group=f"g{g}", total=str(size))
@@ -237,8 +237,8 @@ async def test_trim_deletes_the_excess_with_an_event_and_returns_the_rest():
 def test_the_group_index_follows_the_informers_watch_events():
     from types import SimpleNamespace
 
-    from app.controllers.client import PODS
-    from app.controllers.informers import Informer
+    from app.kube.client import PODS
+    from app.kube.informers import Informer
 
     inf = Informer(None, PODS)  # type: ignore[arg-type]  # _apply never calls the client
     ctx = SimpleNamespace(store=lambda key: inf.store)

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from app.controllers.client import JOBS, WORKLOAD_PRIORITY_CLASSES, WORKLOADS
 from app.integrations import default_registry
 from app.integrations.batchjob.job import KIND as JOB_KIND
+from app.kube.client import JOBS, WORKLOAD_PRIORITY_CLASSES, WORKLOADS
 from tests.recording_client import OBJECTS, RecordingClient
 from tests.unit.test_job_framework import leading_manager
 from tests.unit.test_webhook import Lookups, answer, make_app, post, review

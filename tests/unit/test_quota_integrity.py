@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 
 from app.config import JobsSettings, LeaderElectionSettings, Settings
-from app.controllers.client import JOBS
-from app.controllers.context import CHILD_JOBS, UNLABELLED
-from app.controllers.leader import LeaderElector
 from app.controllers.manager import Manager
 from app.integrations import CRD_RULES, batchjob, jobset, mpijob, ray
 from app.integrations.framework import Registry
 from app.integrations.kubeflow.kubeflow import PYTORCHJOB
 from app.integrations.ray.ray import RAYCLUSTER, RAYJOB
 from app.integrations.webhook import validate_update
+from app.kube.client import JOBS
+from app.kube.context import CHILD_JOBS, UNLABELLED
+from app.kube.leader import LeaderElector
 from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL
 from tests.recording_client import OBJECTS, RecordingClient
 from tests.unit.test_jobset import A100, QUEUE, rjob

@@ -614,7 +614,7 @@ class StubManager:
         from kubernetes_asyncio import client as k8s
 
         from app.config import ClientSettings
-        from app.controllers.client import KubeClient, RateLimitedApiClient, TokenBucket
+        from app.kube.client import KubeClient, RateLimitedApiClient, TokenBucket
 
         cfg = k8s.Configuration()
         cfg.host = "https://127.0.0.1:1"  # nothing listens: reviews fail fast

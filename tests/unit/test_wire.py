@@ -10,7 +10,7 @@ import pytest
 from app.core.scheduler import Cluster
 from app.core.types import ClusterQueueName, FlavorName, ResourceName
 from app.core.workload import PodSet, Toleration, Workload
-from app.extender.rules import ExtenderInputError, pod_facts
+from app.extender.placement import ExtenderInputError, pod_facts
 from app.sim import Simulator, TraceError, parse_trace
 from app.wire.fields import WorkloadSpecError
 from app.wire.podtemplate import tolerations

@@ -3,16 +3,16 @@ it changes materially, a change of numbers or of the ETA tail at most every
 ``pending_message_refresh_seconds`` per Workload (the newest text when the interval ends), a
 Warning Event only for a new reason or wording (app/controllers/pacing.py,
 SchedulerLoop._write_pending), and Events per object and reason are rate-limited as
-client-go's spam filter does (app/controllers/events.py)."""
+client-go's spam filter does (app/kube/events.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.controllers.events import EventRecorder
 from app.controllers.pacing import MATERIAL, REFRESH, SAME, pending_change, skeleton, split_tail
 from app.core.decisions import Pending, PendingReason
 from app.core.types import ClusterQueueName, WorkloadKey
+from app.kube.events import EventRecorder
 from tests.unit.test_eta_messages import T, _flush, _loop, _message
 
 KEY = WorkloadKey("ns/x")

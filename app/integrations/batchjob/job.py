@@ -24,9 +24,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from app.controllers.client import JOBS, MERGE_PATCH
-from app.controllers.errors import Conflict, Permanent
-from app.controllers.events import NORMAL
 from app.core.workload import Workload
 from app.integrations.podsets import (
     InjectionConflict,
@@ -34,6 +31,10 @@ from app.integrations.podsets import (
     merge_tolerations,
     write_start,
 )
+from app.kube.client import JOBS, MERGE_PATCH
+from app.kube.errors import Conflict, Permanent
+from app.kube.events import NORMAL
+from app.wire.fields import Obj
 from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL, QUEUE_NAME_LABEL
 from app.wire.workload import (
     completions_follow_parallelism,
@@ -44,9 +45,8 @@ from app.wire.workload import (
 )
 
 if TYPE_CHECKING:
-    from app.controllers.context import Context
+    from app.kube.context import Context
 
-Obj = dict[str, Any]
 
 STOPPING_ANNOTATION = "kueue.x-k8s.io/stopping"
 # Jobs with a non-empty queue-name label: an empty value is no queue, for the webhook too

@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.controllers.client import Resource
 from app.integrations.batchjob.job import job_finished
 from app.integrations.crdrules import CrdRules
 from app.integrations.templated import Template, TemplatedKind
+from app.kube.client import Resource
 from app.wire.fields import WorkloadSpecError, integer, mapping, string
 
 GROUP = "kubeflow.org"

@@ -23,19 +23,19 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from app.controllers.client import PODS
-from app.controllers.errors import NotFound
-from app.controllers.events import NORMAL
 from app.core.workload import Workload
 from app.integrations.pod.rules import ADMISSION_GATE, GROUP_LABEL, MANAGED_LABEL, is_gated
 from app.integrations.podsets import InjectionConflict, admitted_scheduling, merge_tolerations
+from app.kube.client import PODS
+from app.kube.errors import NotFound
+from app.kube.events import NORMAL
+from app.wire.fields import Obj
 from app.wire.names import PODSET_LABEL, QUEUE_NAME_LABEL
 from app.wire.workload import workload_from_job, workload_name_for_owner, workload_object_for_job
 
 if TYPE_CHECKING:
-    from app.controllers.context import Context
+    from app.kube.context import Context
 
-Obj = dict[str, Any]
 
 
 def _as_job(pod: Mapping[str, Any]) -> Obj:

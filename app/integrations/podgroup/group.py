@@ -36,16 +36,16 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from app.controllers.client import PODS
-from app.controllers.errors import NotFound
-from app.controllers.events import NORMAL
 from app.core.workload import Workload
 from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION
 from app.integrations.pod.pod import KIND as POD_KIND
 from app.integrations.pod.pod import injected_pod, pod_ready
 from app.integrations.pod.rules import group_total, is_gated, role_hash
 from app.integrations.podsets import admitted_scheduling
-from app.wire.fields import WorkloadSpecError
+from app.kube.client import PODS
+from app.kube.errors import NotFound
+from app.kube.events import NORMAL
+from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import (
     FAST_ADMISSION_ANNOTATION,
     GROUP_LABEL,
@@ -59,9 +59,8 @@ from app.wire.podtemplate import pod_requests
 from app.wire.workload import workload_from_object
 
 if TYPE_CHECKING:
-    from app.controllers.context import Context
+    from app.kube.context import Context
 
-Obj = dict[str, Any]
 MAX_ROLES = 8  # Kueue: "pod group can't include more than 8 roles"
 GROUP_INDEX = "podgroup"  # qpod store index: ``namespace/group name`` -> member keys
 

@@ -38,10 +38,10 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from app.controllers.client import Resource
 from app.integrations.batchjob.job import queue_name
 from app.integrations.crdrules import CrdRules
 from app.integrations.templated import Obj, Path, Template, TemplatedKind, get_in, set_in
+from app.kube.client import Resource
 from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, string
 
 GROUP, VERSION = "ray.io", "v1"

@@ -1,5 +1,5 @@
 """ClusterQueue, LocalQueue and Cohort status, coalesced (Kueue v1beta2, reference 1.2, 1.4,
-5.2), written from the admission core's one usage tally (``app.controllers.statusview``
+5.2), written from the admission core's one usage tally (``app.controllers.cluster_view``
 ``ClusterView``, which the status API and the metrics read too): the CRD status, the API and
 ``/metrics`` cannot disagree, and a flush parses no object.
 
@@ -37,21 +37,21 @@ import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from app.controllers.client import CLUSTER_QUEUES, COHORTS, LOCAL_QUEUES, MERGE_PATCH
-from app.controllers.context import CO, CQ, LQ, Context
-from app.controllers.errors import NotFound, from_exception
-from app.controllers.events import WARNING
-from app.controllers.statusview import ClusterQueueView, ClusterView, LocalQueueView
-from app.controllers.workloads import rfc3339, set_condition
+from app.controllers.cluster_view import ClusterQueueView, ClusterView, LocalQueueView
 from app.core.cluster import CohortStatus, FlavorResourceStatus, LocalQueueFairSharing
 from app.core.quantity import format_quantity
 from app.core.scheduler import Cluster
 from app.core.types import ClusterQueueName, CohortName, FlavorResource, WorkloadKey
+from app.kube.client import CLUSTER_QUEUES, COHORTS, LOCAL_QUEUES, MERGE_PATCH
+from app.kube.context import CO, CQ, LQ, Context
+from app.kube.errors import NotFound, from_exception
+from app.kube.events import WARNING
+from app.wire.fields import Obj
 from app.wire.queues import cohort_of, consumed_resources
+from app.wire.workload_status import rfc3339, set_condition
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 
 
 # ----------------------------------------------------------------------------- builders

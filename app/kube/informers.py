@@ -29,14 +29,13 @@ import json
 import logging
 import random
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
-from app.controllers.client import KubeClient, Resource
-from app.controllers.errors import ApiError, Backoff, Gone, from_exception, from_status
+from app.kube.client import KubeClient, Resource
+from app.kube.errors import ApiError, Backoff, Gone, from_exception, from_status
+from app.wire.fields import Obj
 
 log = logging.getLogger(__name__)
 
-Obj = dict[str, Any]
 Handler = Callable[[str, Obj | None, Obj | None], None]
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"

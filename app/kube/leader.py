@@ -25,8 +25,8 @@ from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
 from app.config import LeaderElectionSettings
-from app.controllers.client import LEASES, NAMESPACES, KubeClient, RateLimitedApiClient
-from app.controllers.errors import Conflict, from_exception
+from app.kube.client import LEASES, NAMESPACES, KubeClient, RateLimitedApiClient
+from app.kube.errors import Conflict, from_exception
 
 log = logging.getLogger(__name__)
 

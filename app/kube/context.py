@@ -11,10 +11,9 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from app.config import Settings
-from app.controllers.client import (
+from app.kube.client import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
     COHORTS,
@@ -28,12 +27,10 @@ from app.controllers.client import (
     KubeClient,
     Resource,
 )
-from app.controllers.events import EventRecorder
-from app.controllers.informers import Informer, InformerSet, Store
-from app.controllers.leader import LeaderElector
+from app.kube.events import EventRecorder
+from app.kube.informers import Informer, InformerSet, Store
+from app.kube.leader import LeaderElector
 from app.wire.names import QUEUE_NAME_LABEL
-
-Obj = dict[str, Any]
 
 # Informer keys. JOB is the batch/v1 Job kind's (app.integrations.batchjob), whose store the
 # webhook and extender views read.

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-from app.controllers.errors import ApiError, Conflict
+from app.kube.errors import ApiError, Conflict
 
 T = TypeVar("T")
 

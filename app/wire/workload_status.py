@@ -23,8 +23,7 @@ from typing import Any
 
 from app.core.quantity import format_quantity
 from app.core.workload import Admission
-
-Obj = dict[str, Any]
+from app.wire.fields import Obj
 
 QUOTA_RESERVED = "QuotaReserved"
 ADMITTED = "Admitted"

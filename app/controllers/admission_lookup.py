@@ -14,19 +14,9 @@ Workload's view is cached per resourceVersion.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-from app.controllers.context import JOB, LQ, NS, RF, STS, WL, Context
-from app.controllers.workloads import (
-    ADMITTED,
-    QUOTA_RESERVED,
-    condition,
-    has_admission,
-    is_evicted,
-    is_true,
-)
 from app.extender.nodestore import InMemoryExtenderState, NodeStore
-from app.extender.rules import FlavorView, PodFacts, PodWorkloadView, view_from_workload
+from app.extender.placement import FlavorView, PodFacts, PodWorkloadView, view_from_workload
 from app.integrations.framework import (
     GROUP_WORKLOAD_ANNOTATION,
     Registry,
@@ -34,7 +24,8 @@ from app.integrations.framework import (
     lookup,
     stored_ancestor,
 )
-from app.wire.fields import WorkloadSpecError
+from app.kube.context import JOB, LQ, NS, RF, STS, WL, Context
+from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import QUEUE_NAME_LABEL
 from app.wire.queues import resource_flavor
 from app.wire.workload import (
@@ -42,8 +33,15 @@ from app.wire.workload import (
     workload_name_for_job,
     workload_name_for_owner,
 )
+from app.wire.workload_status import (
+    ADMITTED,
+    QUOTA_RESERVED,
+    condition,
+    has_admission,
+    is_evicted,
+    is_true,
+)
 
-Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 
 

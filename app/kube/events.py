@@ -9,7 +9,7 @@ are rate-limited by a token bucket (``burst`` at once, then one per ``refill_sec
 client-go's ``EventSourceObjectSpamFilter`` defaults (25, one per 5 minutes), which Kueue's
 recorder goes through, so a Workload preempted or re-queued over and over cannot flood the
 API server. Failures are logged and dropped. Queued Events are written in fair turns
-per namespace (``app.controllers.workqueue.Lanes``), and when ``max_pending`` are queued the
+per namespace (``app.kube.workqueue.Lanes``), and when ``max_pending`` are queued the
 oldest Event of the namespace with the most queued goes: one namespace's flood of Jobs delays
 and drops its own Events, not another team's. ``kubectl describe job``
 lists these Events (``involvedObject`` is the Job, source component ``pykueue``).
@@ -25,15 +25,15 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from app.controllers.client import EVENTS, KubeClient
-from app.controllers.errors import from_exception
-from app.controllers.workloads import rfc3339
-from app.controllers.workqueue import Lanes
+from app.kube.client import EVENTS, KubeClient
+from app.kube.errors import from_exception
+from app.kube.workqueue import Lanes
+from app.wire.fields import Obj
+from app.wire.workload_status import rfc3339
 
 log = logging.getLogger(__name__)
 
 NORMAL, WARNING = "Normal", "Warning"
-Obj = dict[str, Any]
 
 
 class EventRecorder:

@@ -4,7 +4,7 @@ Objects are plain ``dict``s exactly as the API server sends them (so fields pyku
 know survive a write-back, and CRDs and built-in kinds are handled alike). Every request goes
 through a token bucket (``ClientSettings.qps`` requests/second, ``burst`` at once; client-go's
 rate limiter) and gets ``ClientSettings.request_timeout_seconds`` unless it is a watch.
-Errors are raised as ``app.controllers.errors`` types (NotFound, Conflict, Gone, Throttled,
+Errors are raised as ``app.kube.errors`` types (NotFound, Conflict, Gone, Throttled,
 Retryable, Permanent).
 
 Connection: ``ClientSettings.kubeconfig`` if set; otherwise in-cluster (service account) when
@@ -29,14 +29,14 @@ from kubernetes_asyncio import config as k8s_config
 from yarl import URL
 
 from app.config import ClientSettings
-from app.controllers.errors import (
+from app.kube.errors import (
     ApiError,
     Retryable,
     Throttled,
     from_exception,
     from_status,
 )
-from app.controllers.workqueue import Lanes
+from app.kube.workqueue import Lanes
 from app.wire.names import KUEUE_GROUP
 
 JSON = "application/json"
@@ -103,7 +103,7 @@ class TokenBucket:
     handed out in fair turns across lanes.
 
     ``acquire(lane)`` waits until a token is available. Waiters are served round-robin across
-    lanes (``app.controllers.workqueue.Lanes``), first come first served within a lane: the
+    lanes (``app.kube.workqueue.Lanes``), first come first served within a lane: the
     client passes the namespace of each request (``lane_of_path``), so one namespace's
     backlog of writes takes every other token at most while another namespace waits, not all
     of them (client-go's limiter is one FIFO for the whole process; with one lane this one is
