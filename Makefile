@@ -7,7 +7,7 @@ KUBECTL := $(CURDIR)/.k8sbin/current/kubectl
 # The lab's kubeconfig, where hack/lab.py puts it (LAB_STATE_DIR moves the lab's state).
 export KUBECONFIG := $(abspath $(or $(LAB_STATE_DIR),$(CURDIR)/.lab))/kubeconfig
 
-.PHONY: help browser faults bench-lab bench-flood bench-versus kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help browser faults bench-lab bench-flood bench-versus bench-versus-large bench-cq-scaling kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -69,6 +69,12 @@ kueue: ## build Kueue v0.17.1 (manager, minimalkueue, perf runner, checker) from
 
 bench-flood: setup controlplane ## one tenant's flood of 3,000 Jobs vs another team's probe Job on a private lab; JSON on stdout
 	$(BIN)/python bench/flood.py $(FLOOD_ARGS)
+
+bench-versus-large: setup controlplane kueue ## Kueue's large-scale scenario (1,000 ClusterQueues, 50,000 Workloads) with its CI thresholds, same runner; long (about an hour per target)
+	$(BIN)/python bench/versus.py --generator bench/scenarios/versus-large.yaml --rangespec bench/scenarios/versus-large-rangespec.yaml $(VERSUS_ARGS)
+
+bench-cq-scaling: setup ## simulator: CPU per admission at 30, 300, 1,000, 3,000 ClusterQueues (same Workloads per queue); JSON on stdout
+	$(BIN)/python bench/cq_scaling.py
 
 bench-versus: setup controlplane kueue ## Kueue's perf runner vs minimalkueue, Kueue's manager and pykueue, each on a fresh lab; table + JSON
 	$(BIN)/python bench/versus.py $(VERSUS_ARGS)
