@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Build real Kueue from the Go module proxy for the side-by-side benchmark (make bench-versus):
-# the manager (cmd/kueue), Kueue's scheduler performance harness (minimalkueue, the runner) and the
-# checker's test binary (go test -c), into ~/.cache/pykueue/kueue/<version>/.
+# Build real Kueue from the Go module proxy for the side-by-side benchmark (make bench-versus)
+# and the kueuectl tests: the manager (cmd/kueue), its kubectl plugin (cmd/kueuectl), Kueue's
+# scheduler performance harness (minimalkueue, the runner) and the checker's test binary
+# (go test -c), into ~/.cache/pykueue/kueue/<version>/.
 # The version comes from hack/tools/kueue/go.mod. A no-op when every binary is there.
 # Not part of `make test`: about 12 minutes cold on 2 cores.
 # The runner and the checker read files below PROJECT_DIR (they panic when it is unset): run them
@@ -16,18 +17,19 @@ export CGO_ENABLED=0 GOFLAGS=-mod=mod
 PERF=sigs.k8s.io/kueue/test/performance/scheduler
 declare -A PKG=(
   [kueue]=sigs.k8s.io/kueue/cmd/kueue
+  [kueuectl]=sigs.k8s.io/kueue/cmd/kueuectl
   [minimalkueue]=$PERF/minimalkueue
   [runner]=$PERF/runner
 )
 missing=0
-for b in kueue minimalkueue runner checker.test; do [[ -x "$OUT/$b" ]] || missing=1; done
+for b in kueue kueuectl minimalkueue runner checker.test; do [[ -x "$OUT/$b" ]] || missing=1; done
 if [[ $missing == 0 ]]; then
   echo "kueue: up to date in $OUT"
 else
   mkdir -p "$OUT"
   start=$(date +%s)
   LDF="-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$V"
-  for b in kueue minimalkueue runner; do
+  for b in kueue kueuectl minimalkueue runner; do
     if [[ ! -x "$OUT/$b" ]]; then
       echo "kueue: building $b $V"
       (cd "$TOOL" && go build -trimpath -ldflags "$LDF" -o "$OUT/$b.tmp" "${PKG[$b]}") && mv "$OUT/$b.tmp" "$OUT/$b"
