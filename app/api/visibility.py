@@ -47,6 +47,7 @@ ownerReferences; without it the core's creation time and no owners).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -426,7 +427,6 @@ def store_meta_of(request: Request, view: ClusterView) -> MetaOf:
 
 def _answer(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn ``StatusError`` raised by an endpoint into its ``Status`` response."""
-    import functools
 
     @functools.wraps(fn)
     async def wrapped(*args: Any, **kwargs: Any) -> Any:
