@@ -30,9 +30,9 @@ sys.path.insert(0, str(ROOT))
 
 from app.api.access import Grant, StaticAccessReviewer  # noqa: E402
 from app.config import LeaderElectionSettings, Settings, VisibilitySettings  # noqa: E402
-from app.main import create_app  # noqa: E402
 from app.core.spec import LocalQueue  # noqa: E402
 from app.core.types import ClusterQueueName  # noqa: E402
+from app.main import create_app  # noqa: E402
 from certs.pki import ensure_ca, ensure_leaf  # noqa: E402
 from tests.builders import Sim, cluster_queue, workload  # noqa: E402
 
