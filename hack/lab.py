@@ -597,7 +597,8 @@ def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | Non
     its own ServiceAccount (``--admin``: the lab admin) with logs in ``<state>/logs/pykueue.log``;
     3. wait for ``/readyz``; 4. register the lab webhooks (caBundle = our CA; ``unlabelled``:
     those of Jobs, Pods, Deployments and StatefulSets see unlabelled objects, as the overlay
-    manifests/overlays/unlabelled-jobs, for ``PYKUEUE_JOBS__MANAGE_JOBS_WITHOUT_QUEUE_NAME``);
+    manifests/overlays/unlabelled-jobs, for ``PYKUEUE_JOBS__MANAGE_JOBS_WITHOUT_QUEUE_NAME``)
+    and the visibility API's APIServices (``_visibility_up``, waited for Available);
     5. restart kube-scheduler with the extender (manifests/scheduler/kube-scheduler-config.yaml).
     A no-op for the process when it already runs.
     """
