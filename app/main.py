@@ -18,6 +18,7 @@ from app.api import dashboard, extender, health, status, visibility, webhook
 from app.api.access import CachedAccessReviewer, ClientLimiter, KubeAccessReviewer
 from app.api.health import metrics_registry
 from app.api.limits import BodyLimitMiddleware, LoopShare
+from app.api.requestheader import RequestHeaderAuth
 from app.config import Settings
 from app.controllers.metrics import install as install_metrics
 from app.controllers.metrics import replica_role
@@ -104,7 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # The request-header (front-proxy) CA: from the file setting here, or loaded from
         # kube-system/extension-apiserver-authentication by `pykueue serve` and set on
         # app.state.visibility_auth before serving (it must be trusted by the TLS context).
-        app.state.visibility_auth = visibility.RequestHeaderAuth.from_settings(
+        app.state.visibility_auth = RequestHeaderAuth.from_settings(
             settings.visibility)
     dashboard.mount_static(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.server.max_body_bytes,

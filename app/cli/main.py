@@ -73,7 +73,7 @@ def serve(
     if settings.visibility.enabled:
         import asyncio
 
-        from app.api.visibility import request_header_auth_from_cluster
+        from app.api.requestheader import request_header_auth_from_cluster
 
         auth = app.state.visibility_auth
         if auth is None:

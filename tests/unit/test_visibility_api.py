@@ -17,8 +17,9 @@ import pytest
 from starlette.datastructures import Headers
 
 from app.api.access import Grant, StaticAccessReviewer, UserInfo
+from app.api.requestheader import RequestHeaderAuth
 from app.api.status import rfc3339
-from app.api.visibility import Page, RequestHeaderAuth, StatusError
+from app.api.visibility import Page, StatusError
 from app.config import LeaderElectionSettings, Settings, VisibilitySettings
 from app.main import create_app
 from certs.pki import ensure_ca, ensure_leaf
