@@ -178,10 +178,9 @@ class Page:
             if raw is None or raw == "":
                 values[key] = 0
                 continue
-            try:
-                values[key] = int(raw, 10)
-            except ValueError:
-                values[key] = -1
+            # Unsigned decimal digits only: int() alone would also take "1_000" and spaces,
+            # and Kueue's own server fails on a negative limit rather than refusing it.
+            values[key] = int(raw) if raw.isascii() and raw.isdigit() else -1
             if values[key] < 0 or values[key] > 2**63 - 1:
                 raise StatusError(400, "BadRequest", f'{key}: Invalid value: "{raw}": must be '
                                   "a non-negative integer")

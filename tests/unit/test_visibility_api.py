@@ -165,7 +165,8 @@ async def test_local_queue_lists_only_its_own_workloads_and_pages(client) -> Non
 
 
 @pytest.mark.parametrize("query", [{"limit": "x"}, {"limit": "-1"}, {"offset": "-3"},
-                                   {"offset": "1.5"}])
+                                   {"offset": "1.5"}, {"limit": "1_000"}, {"limit": " 5"},
+                                   {"offset": str(2**63)}])
 def test_page_refuses_what_is_not_a_non_negative_integer(query) -> None:
     with pytest.raises(StatusError) as e:
         Page.parse(query)
