@@ -182,6 +182,29 @@ class SchedulingSettings(BaseModel):
     history_samples: int = Field(480, ge=1)
 
 
+class VisibilitySettings(BaseModel):
+    """Kueue's visibility API (``visibility.kueue.x-k8s.io``, app/api/visibility.py), served
+    through the Kubernetes aggregation layer: kube-apiserver authenticates the user and proxies
+    the request with its front-proxy client certificate and the user in request headers.
+
+    ``requestheader_client_ca_file``: the CA of that certificate (kube-apiserver's
+    ``--requestheader-client-ca-file``). None (the default, as Kueue's visibility server):
+    read at start, with the header names and allowed names, from the ConfigMap
+    ``kube-system/extension-apiserver-authentication`` that kube-apiserver publishes (needs
+    the Role ``extension-apiserver-authentication-reader`` there). With a file, the other
+    fields are used as given: ``requestheader_allowed_names`` empty = any common name
+    (Kubernetes' meaning of an empty ``--requestheader-allowed-names``).
+    ``enabled: false``: the routes answer 404 and nothing is read at start."""
+
+    enabled: bool = True
+    requestheader_client_ca_file: Path | None = None
+    requestheader_allowed_names: list[str] = Field(default_factory=list)
+    requestheader_username_headers: list[str] = Field(default_factory=lambda: ["X-Remote-User"])
+    requestheader_group_headers: list[str] = Field(default_factory=lambda: ["X-Remote-Group"])
+    requestheader_extra_headers_prefix: list[str] = Field(
+        default_factory=lambda: ["X-Remote-Extra-"])
+
+
 class ClientSettings(BaseModel):
     """Kubernetes API client: kubeconfig, rate limits and timeouts."""
 
@@ -549,6 +572,7 @@ class Settings(BaseSettings):
     client: ClientSettings = ClientSettings()
     leader_election: LeaderElectionSettings = LeaderElectionSettings()
     access_review: AccessReviewSettings = AccessReviewSettings()
+    visibility: VisibilitySettings = VisibilitySettings()
     fair_sharing: FairSharingSettings = FairSharingSettings()
     resources: ResourcesSettings = ResourcesSettings()
     admission_fair_sharing: AdmissionFairSharingSettings = AdmissionFairSharingSettings()

@@ -14,13 +14,15 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from app.api import dashboard, extender, health, status, webhook
+from app.api import dashboard, extender, health, status, visibility, webhook
 from app.api.access import CachedAccessReviewer, ClientLimiter, KubeAccessReviewer
 from app.api.health import metrics_registry
 from app.api.limits import BodyLimitMiddleware, LoopShare
+from app.api.requestheader import RequestHeaderAuth
 from app.config import Settings
 from app.controllers.metrics import install as install_metrics
 from app.controllers.metrics import replica_role
+from app.kube.context import WL
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -44,6 +46,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # with pykueue's own client (needs create on tokenreviews and subjectaccessreviews).
         app.state.cluster = manager.cluster
         app.state.cluster_ready = manager.ready
+        # Visibility API (app.api.visibility): creation times and owners of the Workloads.
+        app.state.workload_store = manager.ctx.store(WL) if manager.ctx is not None else None
         sched = getattr(manager, "scheduler", None)
         app.state.eta = getattr(sched, "eta", None)
         # The scheduler's ETA refresher computes the runs within eta_refresh_share; status
@@ -96,6 +100,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lambda: getattr(app.state, "awaiting_checks", frozenset()))
     for module in (webhook, extender, status, dashboard, health):
         app.include_router(module.router)
+    if settings.visibility.enabled:
+        app.include_router(visibility.router)
+        # The request-header (front-proxy) CA: from the file setting here, or loaded from
+        # kube-system/extension-apiserver-authentication by `pykueue serve` and set on
+        # app.state.visibility_auth before serving (it must be trusted by the TLS context).
+        app.state.visibility_auth = RequestHeaderAuth.from_settings(
+            settings.visibility)
     dashboard.mount_static(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.server.max_body_bytes,
                        body_timeout=settings.server.body_timeout_seconds,

@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
 import uvicorn
@@ -57,9 +57,11 @@ Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
 
 
-def tls_context(server: ServerSettings) -> ssl.SSLContext:
-    """The server's ``SSLContext`` (see the module doc). Raises ``OSError``/``ssl.SSLError``
-    when a certificate file cannot be read."""
+def tls_context(server: ServerSettings, client_cas: Sequence[str] = ()) -> ssl.SSLContext:
+    """The server's ``SSLContext`` (see the module doc). ``client_cas``: more CAs (PEM) whose
+    client certificates are accepted, e.g. kube-apiserver's front-proxy CA for the visibility
+    API (which checks the issuer itself). Raises ``OSError``/``ssl.SSLError`` when a
+    certificate cannot be read."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_ciphers(TLS12_CIPHERS)
@@ -67,6 +69,9 @@ def tls_context(server: ServerSettings) -> ssl.SSLContext:
     ctx.load_cert_chain(str(server.cert_file), str(server.key_file))
     if server.client_ca_file is not None:
         ctx.load_verify_locations(cafile=str(server.client_ca_file))
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+    for pem in client_cas:
+        ctx.load_verify_locations(cadata=pem)
         ctx.verify_mode = ssl.CERT_OPTIONAL
     return ctx
 
@@ -197,8 +202,10 @@ def guarded_protocol(header_timeout: float,
     return GuardedHTTPProtocol
 
 
-def uvicorn_config(app: Any, server: ServerSettings, log_level: str = "info") -> uvicorn.Config:
-    """The ``uvicorn.Config`` of `pykueue serve` for ``app`` (see the module doc)."""
+def uvicorn_config(app: Any, server: ServerSettings, log_level: str = "info",
+                   client_cas: Sequence[str] = ()) -> uvicorn.Config:
+    """The ``uvicorn.Config`` of `pykueue serve` for ``app`` (see the module doc);
+    ``client_cas`` as for ``tls_context``."""
     return uvicorn.Config(
         app,
         host=server.host,
@@ -206,7 +213,7 @@ def uvicorn_config(app: Any, server: ServerSettings, log_level: str = "info") ->
         http=guarded_protocol(server.header_timeout_seconds),
         ssl_certfile=str(server.cert_file),  # uvicorn's is_ssl flag; the context is ours
         ssl_keyfile=str(server.key_file),
-        ssl_context_factory=lambda _config, _default: tls_context(server),
+        ssl_context_factory=lambda _config, _default: tls_context(server, client_cas),
         log_level=log_level.lower(),
         access_log=False,  # one structured line per admission review instead (app.api.webhook)
         timeout_keep_alive=server.keep_alive_seconds,  # kube-apiserver reuses connections

@@ -112,6 +112,24 @@ def _pki(lab: Lab) -> None:
     (d / "done").write_text("ok\n")
 
 
+# kube-apiserver -> aggregated API servers (pykueue's visibility API): the front-proxy CA
+# (kube-apiserver's --requestheader-client-ca-file, published in the ConfigMap
+# kube-system/extension-apiserver-authentication) and the client certificate kube-apiserver
+# presents when it proxies a request (--proxy-client-cert-file), CN FRONT_PROXY_CLIENT.
+FRONT_PROXY_CLIENT = "front-proxy-client"
+
+
+def _front_proxy_pki(lab: Lab) -> Path:
+    """The front-proxy CA and kube-apiserver's proxy client certificate in
+    ``<pki>/front-proxy/`` (kept while valid); returns that folder."""
+    from certs.pki import ensure_ca, ensure_leaf
+
+    d = lab.pki / "front-proxy"
+    ensure_ca(d, common_name="pykueue-lab-front-proxy-ca")
+    ensure_leaf(d, "front-proxy-client", FRONT_PROXY_CLIENT, server=False)
+    return d
+
+
 # kube-apiserver -> pykueue's webhooks: the client certificate the API server presents (lab CA),
 # and the common name pykueue's webhook routes answer (webhook.client_names).
 WEBHOOK_CLIENT = "kube-apiserver-webhook-client"
@@ -368,6 +386,7 @@ def up(lab: Lab, scheduler_config: Path) -> None:
                     ) from None
     lab.state.mkdir(parents=True, exist_ok=True)
     _pki(lab)
+    front_proxy = _front_proxy_pki(lab)
     _kubeconfig(lab)
     pki = lab.pki
     _start(
@@ -408,6 +427,16 @@ def up(lab: Lab, scheduler_config: Path) -> None:
             "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,"
             "ResourceQuota,Priority",
             f"--admission-control-config-file={_admission_config(lab)}",
+            # The aggregation layer (APIService v1beta2.visibility.kueue.x-k8s.io -> pykueue):
+            # kube-apiserver authenticates the user, then proxies with its front-proxy client
+            # certificate and the user in X-Remote-* headers.
+            f"--requestheader-client-ca-file={front_proxy / 'ca.crt'}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={front_proxy / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={front_proxy / 'front-proxy-client.key'}",
             "--allow-privileged=true",
             "--profiling=false",
             "--v=1",
@@ -568,7 +597,8 @@ def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | Non
     its own ServiceAccount (``--admin``: the lab admin) with logs in ``<state>/logs/pykueue.log``;
     3. wait for ``/readyz``; 4. register the lab webhooks (caBundle = our CA; ``unlabelled``:
     those of Jobs, Pods, Deployments and StatefulSets see unlabelled objects, as the overlay
-    manifests/overlays/unlabelled-jobs, for ``PYKUEUE_JOBS__MANAGE_JOBS_WITHOUT_QUEUE_NAME``);
+    manifests/overlays/unlabelled-jobs, for ``PYKUEUE_JOBS__MANAGE_JOBS_WITHOUT_QUEUE_NAME``)
+    and the visibility API's APIServices (``_visibility_up``, waited for Available);
     5. restart kube-scheduler with the extender (manifests/scheduler/kube-scheduler-config.yaml).
     A no-op for the process when it already runs.
     """
@@ -613,6 +643,7 @@ def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | Non
                     *(["--unlabelled"] if unlabelled else [])],
                    cwd=ROOT, check=True, capture_output=True, text=True)
     kubectl(lab, "apply", "-f", str(out))
+    _visibility_up(lab, ca)
     # A viewer for the status API (`hack/lab.py sa-token pykueue-system pykueue-status-viewer`).
     kubectl(lab, "apply", "-f", str(ROOT / "hack" / "lab" / "status-viewer.yaml"))
     _stop(lab, "kube-scheduler")
@@ -620,10 +651,48 @@ def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | Non
     print(f"lab: pykueue serving on https://127.0.0.1:{PYKUEUE_PORT} (logs {lab.logs}/pykueue.log)")
 
 
+VISIBILITY_APISERVICES = ROOT / "manifests" / "visibility" / "apiservices.yaml"
+
+
+def _visibility_up(lab: Lab, ca: Path) -> None:
+    """Register Kueue's visibility API with kube-apiserver's aggregation layer, pointing at
+    the pykueue process on 127.0.0.1:PYKUEUE_PORT: the APIServices of manifests/visibility
+    (caBundle: our CA, port: PYKUEUE_PORT) and, in place of the Deployment's Service, an
+    ExternalName Service ``localhost`` of the same name (kube-apiserver refuses loopback
+    endpoints, and without --enable-aggregator-routing it dials an ExternalName Service's
+    name at the APIService's port). kube-apiserver verifies pykueue's certificate for
+    ``pykueue-webhook-service.pykueue-system.svc``, one of its SANs."""
+    import base64
+
+    import yaml
+
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {
+        "name": "pykueue-webhook-service", "namespace": PYKUEUE_NAMESPACE,
+        "labels": {"app.kubernetes.io/name": "pykueue"}},
+        "spec": {"type": "ExternalName", "externalName": "localhost"}}
+    docs = [d for d in yaml.safe_load_all(VISIBILITY_APISERVICES.read_text()) if d]
+    for d in docs:
+        d["spec"]["caBundle"] = base64.b64encode(ca.read_bytes()).decode()
+        d["spec"]["service"]["port"] = PYKUEUE_PORT
+    kubectl(lab, "apply", "-f", "-", input=json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": [service, *docs]}))
+    for d in docs:
+        kubectl(lab, "wait", "--for=condition=Available", "--timeout=60s",
+                f"apiservice/{d['metadata']['name']}")
+
+
+def _visibility_down(lab: Lab) -> None:
+    """Unregister the visibility API: an APIService whose server is gone makes discovery
+    fail, which holds namespace deletion (kube-controller-manager) until it answers."""
+    kubectl(lab, "delete", "apiservice", "-l", "app.kubernetes.io/name=pykueue",
+            "--ignore-not-found", check=False)
+
+
 def pykueue_down(lab: Lab) -> None:
     """Stop pykueue, unregister its webhooks and give kube-scheduler its plain config."""
     _stop(lab, "pykueue", pid_of=lambda lab, _name: _pykueue_pid(lab))
     if _pid(lab, "kube-apiserver"):
+        _visibility_down(lab)
         for kind in ("mutatingwebhookconfiguration", "validatingwebhookconfiguration"):
             kubectl(lab, "delete", kind, "-l", "app.kubernetes.io/name=pykueue",
                     "--ignore-not-found", check=False)

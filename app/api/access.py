@@ -165,6 +165,14 @@ def pending_workloads_access(cluster_queue: str) -> ResourceAccess:
                           subresource="pendingworkloads")
 
 
+def local_queue_pending_workloads_access(namespace: str, local_queue: str) -> ResourceAccess:
+    """``get`` on ``localqueues/pendingworkloads`` in ``visibility.kueue.x-k8s.io`` for
+    ``local_queue`` in ``namespace``: what Kueue's visibility API asks before it lists a
+    LocalQueue's pending Workloads."""
+    return ResourceAccess("get", VISIBILITY_GROUP, "localqueues", namespace, local_queue,
+                          subresource="pendingworkloads")
+
+
 def metrics_access() -> ResourceAccess:
     """``get`` on the non-resource URL ``/metrics``, as Kueue's metrics endpoint asks."""
     return ResourceAccess("get", "", "", path="/metrics")

@@ -68,7 +68,20 @@ def serve(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    uvicorn.Server(uvicorn_config(create_app(settings), settings.server, log_level)).run()
+    app = create_app(settings)
+    client_cas: list[str] = []
+    if settings.visibility.enabled:
+        import asyncio
+
+        from app.api.requestheader import request_header_auth_from_cluster
+
+        auth = app.state.visibility_auth
+        if auth is None:
+            auth = app.state.visibility_auth = asyncio.run(
+                request_header_auth_from_cluster(settings))
+        if auth is not None:
+            client_cas.append(auth.ca_pem)
+    uvicorn.Server(uvicorn_config(app, settings.server, log_level, client_cas)).run()
 
 
 @app.command()

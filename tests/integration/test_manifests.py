@@ -64,7 +64,7 @@ def test_default_renders_every_part_of_the_installation(lab: LabHandle):
     assert {"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole",
             "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "Service",
             "PodDisruptionBudget", "NetworkPolicy", "MutatingWebhookConfiguration",
-            "ValidatingWebhookConfiguration"} <= kinds
+            "ValidatingWebhookConfiguration", "APIService"} <= kinds
 
 
 def test_every_rendered_manifest_passes_server_side_dry_run(prepared: LabHandle):
@@ -110,8 +110,9 @@ def test_cert_manager_overlay_passes_dry_run_except_cert_manager_kinds(prepared:
     theirs = [d for d in docs if d["apiVersion"].startswith(CERT_MANAGER_GROUP)]
     assert {d["kind"] for d in theirs} == {"Issuer", "Certificate"}
     accepted = dry_run(prepared, ours)
-    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        obj = next(v for k, v in accepted.items() if k.startswith(kind + "/"))
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+                 "APIService/v1beta2.visibility", "APIService/v1beta1.visibility"):
+        obj = next(v for k, v in accepted.items() if k.startswith(kind))
         assert obj["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
             "pykueue-system/pykueue-serving-cert")
 
@@ -133,6 +134,14 @@ def test_cert_manager_certificate_covers_the_service_and_feeds_the_mounted_secre
             assert d["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == inject
 
 
+def name_of(d: dict) -> str:
+    return d["metadata"]["name"]
+
+
+def ns_of(d: dict) -> str:
+    return d["metadata"]["namespace"]
+
+
 def test_webhooks_point_at_the_service_that_selects_the_deployment(lab: LabHandle):
     docs = render(lab, "manifests/default")
     svc = next(d for d in docs if d["kind"] == "Service")
@@ -144,6 +153,12 @@ def test_webhooks_point_at_the_service_that_selects_the_deployment(lab: LabHandl
     container_ports = {p["name"]: p["containerPort"]
                        for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]}
     assert container_ports[https["targetPort"]] == 9443
+    # Kueue's visibility API: the APIServices go to the same Service and port.
+    apiservices = [d for d in docs if d["kind"] == "APIService"]
+    assert {d["spec"]["version"] for d in apiservices} == {"v1beta2", "v1beta1"}
+    for d in apiservices:
+        assert d["spec"]["service"] == {"name": name_of(svc), "namespace": ns_of(svc),
+                                        "port": 443}
     webhooks = [w for d in docs if d["kind"].endswith("WebhookConfiguration")
                 for w in d["webhooks"]]
     assert webhooks

@@ -93,7 +93,8 @@ class StubManager:
 
     def __init__(self, settings: Settings, **kwargs: Any) -> None:
         self.client = _client("https://127.0.0.1:1", qps=0.001, burst=5)
-        self.ctx = type("Ctx", (), {"client": self.client})()
+        self.ctx = type("Ctx", (), {"client": self.client,
+                                    "store": staticmethod(lambda key: None)})()
         self.cluster = build_cluster()
         self.admission_lookup = self.extender_state = None
         self.is_leader = False

@@ -147,8 +147,28 @@ def test_sensitive_resources_are_not_granted(resource):
     assert not [g for g in granted() if g[2] == resource]
 
 
+# The one built-in role pykueue is bound to: get/list/watch of the ConfigMap
+# kube-system/extension-apiserver-authentication only (kube-apiserver's request-header CA, which
+# the visibility API needs as every aggregated API server; Kueue binds the same).
+AUTH_READER = {"kind": "RoleBinding", "namespace": "kube-system",
+               "role": ("Role", "extension-apiserver-authentication-reader")}
+
+
+def _auth_reader(b: dict) -> bool:
+    return (b["kind"] == AUTH_READER["kind"]
+            and b["metadata"]["namespace"] == AUTH_READER["namespace"]
+            and (b["roleRef"]["kind"], b["roleRef"]["name"]) == AUTH_READER["role"])
+
+
+def test_the_extension_apiserver_authentication_reader_binding():
+    (b,) = [o for o in rbac_objects() if o["kind"].endswith("Binding") and _auth_reader(o)]
+    assert b["subjects"] == [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT,
+                              "namespace": NAMESPACE}]
+
+
 def test_bindings_bind_only_pykueue_roles_to_pykueue_service_account():
-    bindings = [o for o in rbac_objects() if o["kind"].endswith("Binding")]
+    bindings = [o for o in rbac_objects() if o["kind"].endswith("Binding")
+                and not _auth_reader(o)]
     roles = {(o["kind"], o["metadata"]["name"]) for o in rbac_objects()
              if o["kind"] in ("ClusterRole", "Role")}
     assert {b["kind"] for b in bindings} == {"ClusterRoleBinding", "RoleBinding"}
@@ -200,7 +220,17 @@ def test_user_roles_allow_exactly_what_the_status_api_and_metrics_ask():
 
     roles = user_roles()
     assert set(roles) == {"pykueue-clusterqueue-viewer", "pykueue-localqueue-viewer",
-                          "pykueue-metrics-reader"}
+                          "pykueue-metrics-reader", "pykueue-pending-workloads-cq-viewer",
+                          "pykueue-pending-workloads-lq-viewer"}
+    cqp, lqp = (roles["pykueue-pending-workloads-cq-viewer"],
+                roles["pykueue-pending-workloads-lq-viewer"])
+    # Kueue's visibility API (app/api/visibility.py): exactly one subresource each.
+    assert _allows(cqp, a.pending_workloads_access("x"))
+    assert not _allows(cqp, a.local_queue_pending_workloads_access("ns", "x"))
+    assert _allows(lqp, a.local_queue_pending_workloads_access("ns", "x"))
+    assert not _allows(lqp, a.pending_workloads_access("x"))
+    assert not _allows(lqp, a.local_queue_access("ns"))
+    assert not _allows(cqp, a.cluster_queue_access())
     cq, lq, metrics = (roles["pykueue-clusterqueue-viewer"], roles["pykueue-localqueue-viewer"],
                        roles["pykueue-metrics-reader"])
     assert _allows(cq, a.cluster_queue_access()) and _allows(cq, a.cluster_queue_access("x"))

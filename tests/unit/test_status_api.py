@@ -614,12 +614,14 @@ class StubManager:
         from kubernetes_asyncio import client as k8s
 
         from app.config import ClientSettings
-        from app.kube.client import KubeClient, RateLimitedApiClient, TokenBucket
+        from app.kube.client import WORKLOADS, KubeClient, RateLimitedApiClient, TokenBucket
+        from app.kube.informers import Store
 
         cfg = k8s.Configuration()
         cfg.host = "https://127.0.0.1:1"  # nothing listens: reviews fail fast
         self.api = RateLimitedApiClient(cfg, TokenBucket(10, 10), 1.0)
-        self.ctx = SimpleNamespace(client=KubeClient(self.api, ClientSettings()))
+        self.ctx = SimpleNamespace(client=KubeClient(self.api, ClientSettings()),
+                                   store=lambda key: Store(WORKLOADS))
         self.cluster = build_cluster()
         self.admission_lookup = self.extender_state = None
         self.is_leader = False
