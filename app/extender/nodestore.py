@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -200,10 +200,6 @@ class InMemoryExtenderState(NodeStoreBacked):
             self.workloads.pop((namespace, job_name), None)
         else:
             self.workloads[(namespace, job_name)] = view
-
-    def set_flavors(self, flavors: Sequence[FlavorView]) -> None:
-        """Replace the known ResourceFlavors."""
-        self.known_flavors = tuple(flavors)
 
     def synced(self) -> bool:
         return self.is_synced
