@@ -10,8 +10,7 @@ borrowing, lending limits, preemption), not a guess from the position in the que
 Each run ends at its *expected end*, from ``RuntimeModel.remaining``:
 
 - ``maximumExecutionTimeSeconds`` where set: admission time + the limit: a *bound* (Kueue
-  stops a Workload at its limit; pykueue does not enforce it yet, so the bound holds for
-  jobs that respect their limit);
+  and pykueue deactivate a Workload at its limit: docs/lifecycle.md);
 - else the decayed median of the runtimes of finished Workloads of the same LocalQueue and
   shape (falling back to the LocalQueue's any-shape runtimes), among those that ran longer
   than this one has run so far: an *estimate*;

@@ -5,8 +5,9 @@
   watch (``upsert_pod`` / ``delete_pod``, for the GPUs requested by pods bound to each node).
   No I/O here: the informers (``app.kube.informers``) call these methods.
 - ``ExtenderState``: what ``app.api.extender`` asks per request; the app finds it at
-  ``app.state.extender_state``. ``InMemoryExtenderState`` is the plain implementation used by
-  unit tests and the benchmark; the reconciler may use it too, feeding it from its stores.
+  ``app.state.extender_state``. ``InMemoryExtenderState`` is the plain implementation (unit
+  tests, ``bench/extender_latency.py``); the reconciler's ``StoreExtenderState``
+  (``app.controllers.admission_lookup``) extends it with lookups in the informers' stores.
 """
 
 from __future__ import annotations
