@@ -51,7 +51,7 @@ class ServerSettings(BaseModel):
     # a webhook timeoutSeconds, 5 s in manifests/webhook). Ordinary reviews are not paced.
     large_body_loop_share: float = Field(0.25, gt=0, le=1)
     large_body_max_wait_seconds: float = Field(2.0, gt=0)
-    # Slow clients (issue 14 item 6; app/serving.py): request headers must be complete this
+    # Slow clients (app/serving.py): request headers must be complete this
     # many seconds after the connection (or the request's first byte), the body this many
     # seconds after the headers (else 408), idle kept-alive connections close after
     # keep_alive_seconds; past limit_concurrency connections or requests uvicorn answers 503.
@@ -154,7 +154,8 @@ class SchedulingSettings(BaseModel):
     # A pending Workload's QuotaReserved=False message is rewritten at once when it changes
     # materially (reason or words: app/controllers/pacing.py), but when only its numbers or
     # its ETA tail change, at most this often per Workload (seconds; the newest text is
-    # written when the interval ends). 0 = every change, as before issue 16.
+    # written when the interval ends). 0 = every change (Kueue v0.17.1 rewrites on every
+    # message change, UnsetQuotaReservationWithCondition).
     pending_message_refresh_seconds: float = Field(60.0, ge=0)
     # A new pending Workload's first QuotaReserved=False message waits up to this long
     # (seconds) for its ETA when its cohort's ETA run may start at once (a quiet cohort), so
@@ -164,17 +165,16 @@ class SchedulingSettings(BaseModel):
     # Project arrivals into the ETA (app.core.eta.ArrivalModel): the rate of each class
     # (LocalQueue, priority, shape) over this many seconds of past arrivals, each stream
     # projected for as long as it has gone on (a gap longer than this window ends it), only
-    # classes above the lowest pending priority. Without it the ETA knows only the present:
-    # on Kueue's baseline it was early for 270 of 275 Workloads (bench/eta_accuracy.py).
+    # classes above the lowest pending priority. Without it the ETA knows only the present
+    # and is early whenever more higher-priority work keeps coming (docs/benchmarks.md, ETA).
     # 0 = off (each run then carries no projected Workloads).
     eta_arrivals_window_seconds: float = Field(3600.0, ge=0)
     # Give a start that rests on projected arrivals Gott's 50% interval (app.core.eta
     # RangedRun: the run again with each stream ending at a third and at three times its
     # age; the status API's eta.range, the CLI and the dashboard). Up to two more runs per
-    # cohort, within the same slices and refresh share (3-7x the CPU of the point estimate:
-    # an answer takes that much longer to become whole). Off by default: on a trace of
-    # day-long Poisson streams (gpu-teams) the interval held only 12-17% of real starts
-    # (docs/status.md); true = add it.
+    # cohort, within the same slices and refresh share, so an answer takes longer to become
+    # whole. Off by default: on day-long Poisson streams the interval rarely holds the real
+    # start (docs/benchmarks.md, ETA); true = add it.
     eta_ranges: bool = False
     # Dashboard history (app/controllers/history.py): a sample of every ClusterQueue this
     # often (seconds), at most history_samples kept per ClusterQueue (default: 4 hours).
@@ -335,7 +335,7 @@ class DeviceClassMapping(BaseModel):
 
 class ResourcesSettings(BaseModel):
     """Kueue Configuration ``resources``: ``deviceClassMappings`` map DRA DeviceClasses to the
-    quota resource their devices are charged as (issue 21, docs/dra.md). At most 16 mappings,
+    quota resource their devices are charged as (docs/dra.md). At most 16 mappings,
     at most 8 DeviceClasses each, a DeviceClass in one mapping only (Kueue v0.17.1 config
     validation). Empty (the default): ResourceClaims are not read and a Workload whose pods
     reference a ResourceClaimTemplate is inadmissible. File / env::

@@ -1,10 +1,10 @@
 """The FastAPI application: ``create_app(settings)`` wires the HTTP adapters and the lifespan.
 
-One process serves, over HTTPS, the webhook (``/mutate-batch-v1-job``, ``/validate-batch-v1-job``),
-the scheduler extender (``/scheduler/filter``, ``/scheduler/prioritize``), the status API
-(``/api/v1/...``), the dashboard (``/dashboard``), health (``/healthz``, ``/readyz``) and
-``/metrics``; the lifespan starts and stops the controllers (``app.controllers``) in the same
-event loop.
+One process serves, over HTTPS, the webhooks of every job kind
+(``/mutate-<group>-<version>-<kind>``, ``/validate-...``: docs/webhook.md), the scheduler
+extender (``/scheduler/filter``, ``/scheduler/prioritize``), the status API (``/api/v1/...``),
+the dashboard (``/dashboard``), health (``/healthz``, ``/readyz``) and ``/metrics``; the
+lifespan starts and stops the controllers (``app.controllers``) in the same event loop.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Dashboard (app.api.dashboard): usage history and recent preemptions.
         app.state.history = getattr(sched, "history", None)
         app.state.preemptions = getattr(sched, "preemptions", None)
-        # Reviews have a client of their own (issue 14 item 3): a flood of tokens must not
+        # Reviews have a client of their own: a flood of tokens must not
         # queue the controllers' requests, and the per-client limit answers 429 before any
         # review is sent.
         assert manager.ctx is not None

@@ -1,7 +1,6 @@
 """How `pykueue serve` listens: uvicorn with TLS hardened and slow connections closed.
 
-``uvicorn_config(app, server)`` builds the ``uvicorn.Config`` that ``app.cli.main.serve`` runs
-(issue 14, items 2, 6 and 8):
+``uvicorn_config(app, server)`` builds the ``uvicorn.Config`` that ``app.cli.main.serve`` runs:
 
 - **TLS** (``tls_context``): TLS 1.2 and 1.3 only; for TLS 1.2 only ECDHE key exchange with
   AEAD ciphers (AES-GCM, ChaCha20-Poly1305), no CBC suites (the TLS 1.3 suites are AEAD by
@@ -19,9 +18,9 @@
   uvicorn answers 503. Idle connections (no request under way: after the handshake, while
   headers trickle in, or kept alive between requests) do not get to hold those slots: once
   the open connections come within ``IDLE_HEADROOM`` of the limit, each new connection closes
-  the longest-idle ones to keep that headroom. Without it (breaker8) 300 anonymous clients
-  that only opened TLS connections, reconnecting when closed, held all 256 slots for as long
-  as they liked: every webhook call got 503 (labelled Job creation refused cluster-wide, fail
+  the longest-idle ones to keep that headroom. Without it a few hundred anonymous clients
+  that only open TLS connections, reconnecting when closed, hold every slot for as long as
+  they like: every webhook call gets 503 (labelled Job creation refused cluster-wide, fail
   closed), the extender too, and ``/healthz`` (the liveness probe) 503.
 - **Peer certificate to the app**: the ASGI TLS extension (``scope["extensions"]["tls"]``,
   asgiref's "TLS extension": ``client_cert_chain`` PEM list, ``client_cert_name`` RFC 4514,

@@ -15,7 +15,7 @@ if any) and exits 1 when they differ. The Pending decisions are expected to diff
 re-evaluations is the point); their counts are printed.
 
 What it shows and what not: pykueue with and without its shortcut, in pykueue's core. It says
-nothing about pykueue against Kueue itself (``make bench-versus``, docs/architecture.md).
+nothing about pykueue against Kueue itself (``make bench-versus``, docs/benchmarks.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A request carries ``Authorization: Bearer <token>`` (e.g. from ``kubectl create 
 The token is authenticated with a TokenReview (``authentication.k8s.io/v1``) and the user
 authorised with a SubjectAccessReview (``authorization.k8s.io/v1``) for the Kueue object the
 view shows: ClusterQueue views need ``get`` on ``clusterqueues.kueue.x-k8s.io``, namespace
-views ``get`` on ``localqueues.kueue.x-k8s.io`` in that namespace (issue 8). This is what
+views ``get`` on ``localqueues.kueue.x-k8s.io`` in that namespace. This is what
 the API server itself does for a webhook-authenticated, webhook-authorised client.
 
 The checks sit behind ``AccessReviewer`` (two async methods) with three implementations:
@@ -18,7 +18,7 @@ The checks sit behind ``AccessReviewer`` (two async methods) with three implemen
 - ``CachedAccessReviewer``: wraps another one and keeps answers for ``ttl`` seconds (default
   10 s), at most ``max_entries`` of each kind (least recently used dropped first). Rejected
   tokens are kept apart, for ``negative_ttl`` seconds (default 5 s) in a cache of their own,
-  so a flood of random tokens cannot evict the tokens of real users (issue 14 item 3). Tokens
+  so a flood of random tokens cannot evict the tokens of real users. Tokens
   are cached under their SHA-256, never in clear. Failures to reach the API server are not
   cached. With a ``ClientLimiter`` every review it would send (a cache miss) is charged to
   the caller's address: past its budget it raises ``TooManyReviews`` (the HTTP side answers
@@ -26,7 +26,7 @@ The checks sit behind ``AccessReviewer`` (two async methods) with three implemen
 
 The reviews go through an API client of their own (``app.main``), with its own rate limit
 (``AccessReviewSettings``), so they never delay the controllers' requests or the Lease
-renewal (issue 14 item 3).
+renewal.
 
 Errors: the reviewers raise ``ReviewUnavailable`` when the API server cannot answer (the
 HTTP side answers 503) and ``TooManyReviews`` past a client's budget (429); a rejected token

@@ -16,7 +16,7 @@ cannot know a pod's Workload: pods carrying ``kueue.x-k8s.io/queue-name`` or
 synced"), other pods pass unchanged. Chosen so a restart never lets an admitted Job's pod land
 outside its flavor, while unmanaged pods are never held up by pykueue.
 
-Callers (issue 14 item 7): with ``Settings.server.client_ca_file`` set, both routes answer
+Callers: with ``Settings.server.client_ca_file`` set, both routes answer
 only a TLS client certificate that chains to that CA (checked in the handshake,
 ``app.serving``) and whose subject common name is one of ``Settings.extender.client_names``
 (default ``system:kube-scheduler``; kube-scheduler presents it with the extender's
@@ -209,7 +209,7 @@ class _Parsed:
 # Bytes counted per cache entry on top of its key: the dict slot, the bytes object header and
 # the NodeFacts. tracemalloc measures about 280 bytes per entry in all for a node with only a
 # name; 600 leaves room for label and taint tuples. Without it a flood of tiny distinct nodes
-# fills memory while the key bytes stay under the bound (issue 14).
+# fills memory while the key bytes stay under the bound.
 _ENTRY_OVERHEAD = 600
 
 
@@ -223,7 +223,7 @@ class _FullModeCache:
     ``NodeIndex``: its per-selector answers stay cached). The facts are a pure function of the
     bytes and ``gpu_resource``, so a hit is exact.
 
-    Bounded twice (issue 14: tiny distinct Nodes must not grow it without limit): at most
+    Bounded twice, so that tiny distinct Nodes cannot grow it without limit: at most
     ``max_entries`` entries and at most ``max_bytes`` bytes, counting each entry as its key
     length plus ``_ENTRY_OVERHEAD``. Past either bound the cache starts over (the next request
     of an unchanged cluster refills it), so its memory stays below about ``max_bytes``.

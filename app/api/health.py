@@ -11,7 +11,7 @@
   it needs ``Authorization: Bearer <token>`` of a user allowed to ``get`` the non-resource URL
   ``/metrics`` (TokenReview + SubjectAccessReview through ``app.state.access_reviewer``;
   answers 401 / 403 / 429 / 503 as the status API, ``app.api.status.authorize``), unless
-  ``Settings.server.metrics_auth`` is false (issue 14 item 7).
+  ``Settings.server.metrics_auth`` is false.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ASGI middleware that bounds how a request body is read (issue 14, items 6 and 8):
+"""ASGI middleware that bounds how a request body is read, in bytes and seconds:
 
 - **size**: a body over ``max_bytes`` gets HTTP 413 with a JSON error before it is buffered, so
   one large POST cannot exhaust pykueue's memory. The API server never sends an
@@ -14,9 +14,9 @@
   handled at once, beyond the first ``FREE_BYTES_PER_REQUEST`` (64 KiB) of each, stay under
   ``in_flight_bytes`` (``Settings.server.max_body_bytes_in_flight``); a body that would pass
   it gets HTTP 503 with ``Retry-After: 1`` and the connection is closed. Without it anyone
-  reaching the port could hold ``limit_concurrency`` x ``max_body_bytes`` (2 GiB) in memory:
-  100 unauthenticated webhook POSTs of 8 MiB, each one byte short, took `pykueue serve` from
-  117 MiB to 1.1 GiB RSS (breaker8), past the Deployment's 512 MiB limit. A body is charged
+  reaching the port could hold ``limit_concurrency`` x ``max_body_bytes`` (2 GiB) in memory
+  with unauthenticated bodies each one byte short, past the Deployment's 512 MiB limit
+  (measured: docs/benchmarks.md, "HTTP limits"). A body is charged
   as it arrives (and by its ``Content-Length`` up front) and released when its request ends.
   Reviews of ordinary objects fit in the free part, so a flood of large bodies does not
   refuse them.
@@ -194,12 +194,13 @@ class LoopShare:
     ``t * (1 / share - 1)`` seconds later, one at a time. A body that would wait more than
     ``max_wait`` seconds raises ``LoopBusy`` (the caller answers 503).
 
-    Why (breaker8): an AdmissionReview of ~6 MB of small objects costs ~0.7-1 s of the loop
-    and needs no credentials; 12-30 of them in flight ran back to back, delaying a normal
-    Workload's admission from 0.07 s to 7-10 s and the leader's Lease renewal to 9.5 s of its
-    10 s deadline. Paced, one piece still holds the loop for its own duration (bounded by
-    ``max_body_bytes``), but pieces no longer queue up behind each other on the loop. Bodies
-    up to ``FREE_BYTES_PER_REQUEST`` (every ordinary review) are not paced."""
+    Why: parsing and judging a multi-megabyte AdmissionReview of small objects holds the loop
+    for most of a second and needs no credentials; unpaced, a few dozen in flight run back to
+    back and delay every admission and the leader's Lease renewal toward its deadline
+    (measured: docs/benchmarks.md, "HTTP limits"). Paced, one piece still holds the loop for
+    its own duration (bounded by ``max_body_bytes``), but pieces do not queue up behind each
+    other on the loop. Bodies up to ``FREE_BYTES_PER_REQUEST`` (every ordinary review) are not
+    paced."""
 
     def __init__(self, share: float, max_wait: float) -> None:
         self.share = share

@@ -211,7 +211,7 @@ def rfc3339(seconds: float) -> str:
     past year 9999 as ``9999-12-31T23:59:59Z`` (before year 1: ``0001-01-01T00:00:00Z``).
     An ETA can be that far: a tenant's queue of ~120 Workloads each with the largest
     ``maximumExecutionTimeSeconds`` (int32, 68 years) run one after another puts every
-    Workload behind them past year 9999, and the pending lists answered 500 (breaker6)."""
+    Workload behind them past year 9999; the pending lists must still answer 200."""
     try:
         t = datetime.fromtimestamp(seconds, UTC)
     except (ValueError, OverflowError, OSError):
@@ -338,7 +338,7 @@ def _decode_token(token: str, scope: str) -> tuple[str, int]:
         key, index, where = data["k"], data["i"], data["s"]
         if not isinstance(key, str) or not isinstance(index, int) or index < 0:
             raise ValueError("bad fields")
-    # RecursionError: json.loads of deeply nested arrays (issue 14 item 8); it is the
+    # RecursionError: json.loads of deeply nested arrays; it is the
     # caller's malformed token like any other, not a server error.
     except (binascii.Error, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise HTTPException(400, "invalid continue token: pass metadata.continue of the "

@@ -177,8 +177,8 @@ def fetch(client: StatusClient, namespace: str | None, limit: int) -> Snapshot:
                     raise
                 # `get clusterqueues` without the visibility API's
                 # `clusterqueues/pendingworkloads` (Kueue grants them apart): the queues are
-                # shown, their pending lists said to be refused (breaker6: the whole command
-                # failed on the first list).
+                # shown, their pending lists said to be refused, rather than the whole
+                # command failing on the first list.
                 snap.setdefault("forbidden", {}).setdefault("pending", exc.message)
         try:
             snap["cohorts"] = client.get("/api/v1/cohorts")["items"]

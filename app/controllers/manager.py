@@ -195,7 +195,7 @@ class Manager:
             informers.add(POD, Informer(client, PODS,
                                         watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
         if s.resources.device_classes():
-            # DRA (issue 21): the pods' ResourceClaimTemplates are counted in quota.
+            # DRA (docs/dra.md): the pods' ResourceClaimTemplates are counted in quota.
             informers.add(RCT, Informer(client, RESOURCE_CLAIM_TEMPLATES,
                                         watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
         leader = LeaderElector(client, s.leader_election, self.identity)

@@ -1,5 +1,5 @@
-"""How often the controllers rewrite what they have already said (issue 16: fewer API writes
-per admission): pure rules, no I/O.
+"""How often the controllers rewrite what they have already said, to keep API writes per
+admission low: pure rules, no I/O.
 
 Pending messages. The core's QuotaReserved=False message carries live numbers ("6 requested,
 2 available ... cohort ai: 14 of 16 in use") and the loop appends the ETA tail

@@ -10,8 +10,7 @@ borrowing, lending limits, preemption), not a guess from the position in the que
 Each run ends at its *expected end*, from ``RuntimeModel.remaining``:
 
 - ``maximumExecutionTimeSeconds`` where set: admission time + the limit: a *bound* (Kueue
-  stops a Workload at its limit; pykueue does not enforce it yet, so the bound holds for
-  jobs that respect their limit);
+  and pykueue deactivate a Workload at its limit: docs/lifecycle.md);
 - else the decayed median of the runtimes of finished Workloads of the same LocalQueue and
   shape (falling back to the LocalQueue's any-shape runtimes), among those that ran longer
   than this one has run so far: an *estimate*;
@@ -249,9 +248,9 @@ class ForwardRun:
         self._in_instant = True  # cycles at ``_t`` still to run
         self._instant_cycles = 0
         # The core's own timers (reclaim backoff, minimum runtime: ``Cluster.next_wakeup``)
-        # end in the projection too: an instant there runs a cycle, as the live loop does
-        # (breaker7: a queue in its reclaim backoff with nothing else to come was "never
-        # admitted", though the live state admits it when the backoff ends).
+        # end in the projection too: an instant there runs a cycle, as the live loop does, so
+        # a queue in its reclaim backoff with nothing else to come is admitted when the
+        # backoff ends rather than "never".
         self._wake_only = False
         self._idle_wakes = 0
         if not members:
@@ -609,8 +608,8 @@ class ArrivalModel:
     come from all its recent arrivals, and each shape seen in the window arrives at its
     share of that rate (a team's 8-GPU job, rare in itself, is projected once the team's
     stream has ``min_samples`` arrivals; its age is the stream's, not restarted after each
-    long gap between 8-GPU jobs). Off by default: measured in bench/eta_accuracy.py
-    (``--pool-shapes``, docs/status.md).
+    long gap between 8-GPU jobs). Off by default (bench/eta_accuracy.py ``--pool-shapes``;
+    results in docs/benchmarks.md, ETA).
     """
 
     def __init__(self, *, window_seconds: float = 3600.0,
@@ -654,7 +653,7 @@ class ArrivalModel:
         one seen: they project nothing (``future`` reads only the window) and their next
         arrival starts a new stream anyway (``observe``), so forgetting them changes no
         projection. Without it a tenant creating Workloads of ever new shapes grows the
-        model, and the Workloads it keeps, for ever (breaker6). Run when the number of
+        model, and the Workloads it keeps, for ever. Run when the number of
         classes doubled or a window passed since the last sweep: amortized O(1) per
         ``observe``."""
         cutoff = self._newest - self.window_seconds

@@ -163,8 +163,8 @@ def admission_mismatch(running: Sequence[PodSet], admitted: Workload, *,
     ``admitted.admission`` when present, else the Workload's spec) and the per-pod
     ``requests`` (milli-CPU, bytes, counts). Any difference counts, up or down, as Kueue's
     ``EquivalentToWorkload`` (kueue-integrations.md 1.4): the job is stopped and queued
-    again for its new shape, so it never runs more than was admitted (issue 14: a running
-    Job's ``spec.parallelism`` can be raised). ``fewer_ok``: fewer pods than admitted match
+    again for its new shape, so it never runs more than was admitted (a running Job's
+    ``spec.parallelism`` can be raised). ``fewer_ok``: fewer pods than admitted match
     (a pod group whose members finished or failed, Kueue's group equivalence); a podSet the
     admission lacks never does. Never raises.
     """

@@ -5,13 +5,14 @@
   watch (``upsert_pod`` / ``delete_pod``, for the GPUs requested by pods bound to each node).
   No I/O here: the informers (``app.kube.informers``) call these methods.
 - ``ExtenderState``: what ``app.api.extender`` asks per request; the app finds it at
-  ``app.state.extender_state``. ``InMemoryExtenderState`` is the plain implementation used by
-  unit tests and the benchmark; the reconciler may use it too, feeding it from its stores.
+  ``app.state.extender_state``. ``InMemoryExtenderState`` is the plain implementation (unit
+  tests, ``bench/extender_latency.py``); the reconciler's ``StoreExtenderState``
+  (``app.controllers.admission_lookup``) extends it with lookups in the informers' stores.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -200,10 +201,6 @@ class InMemoryExtenderState(NodeStoreBacked):
             self.workloads.pop((namespace, job_name), None)
         else:
             self.workloads[(namespace, job_name)] = view
-
-    def set_flavors(self, flavors: Sequence[FlavorView]) -> None:
-        """Replace the known ResourceFlavors."""
-        self.known_flavors = tuple(flavors)
 
     def synced(self) -> bool:
         return self.is_synced

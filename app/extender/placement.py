@@ -4,7 +4,7 @@ Pure and synchronous (standard library and ``app.core`` only). The HTTP adapter
 (``app.api.extender``) parses ``ExtenderArgs``, builds the facts below and calls
 ``filter_pod`` / ``gpu_scores``; the reconciler supplies ``PodWorkloadView`` and ``FlavorView``.
 
-Rules (issue 7; Kueue v1beta2 ``startJob``/``RunWithPodSetsInfo`` injects the same
+Rules (Kueue v1beta2 ``startJob``/``RunWithPodSetsInfo`` injects the same
 constraints into the pod template, kueue-semantics.md 4.4):
 
 - A pod no pykueue Workload owns (``view is None``): every candidate node passes, unchanged.

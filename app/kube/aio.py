@@ -10,8 +10,7 @@ async def wait_event(event: asyncio.Event, timeout: float | None) -> bool:
     set. Not ``asyncio.wait_for(event.wait(), timeout)``: on Python 3.11 that returns
     normally, swallowing the cancellation, when the event is set in the same loop iteration
     as the task is cancelled (gh-86296, fixed in 3.12), so a loop woken by a busy event (a new
-    Workload, a kick, an informer's first list) could ignore ``stop`` and run on for ever
-    (breaker6)."""
+    Workload, a kick, an informer's first list) could ignore ``stop`` and run on for ever."""
     if event.is_set():
         return True
     waiter = asyncio.ensure_future(event.wait())

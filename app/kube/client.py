@@ -42,7 +42,6 @@ from app.wire.names import KUEUE_GROUP
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
-STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +188,7 @@ class RateLimitedApiClient(k8s_client.ApiClient):
     Used by typed API classes too. The controllers share one (``KubeClient.api``); traffic
     that must not queue behind them gets a companion with a bucket and connection pool of its
     own (``KubeClient.companion``): the Lease of leader election and the access reviews of the
-    status API (issue 14 item 3). ``max_wait``: seconds a call may wait for a token before it
+    status API. ``max_wait``: seconds a call may wait for a token before it
     fails with ``Throttled`` (None: wait as long as it takes).
     """
 
@@ -253,12 +252,12 @@ def _no_env_lookups(rest: Any, host: str) -> None:
     environment once, here, instead of per request.
 
     With ``trust_env`` aiohttp looks up the proxy variables and parses ``~/.netrc`` in a
-    worker thread for every request (two thread hand-offs per request: about a fifth of the
-    controller's CPU under Kueue's performance runner, issue 16). The variables do not change
+    worker thread for every request (two thread hand-offs per request, a large share of the
+    controller's CPU: docs/benchmarks.md, "Controller CPU"). The variables do not change
     while the process runs, so the proxy for the API server (``HTTPS_PROXY`` / ``NO_PROXY``,
     as client-go's ``http.ProxyFromEnvironment``) is resolved once and given per request;
     netrc credentials are not used (client-go has none; the API server authenticates by the
-    bearer token or client certificate). A proxy set in the configuration wins, as before.
+    bearer token or client certificate). A proxy set in the configuration wins.
     The connector (pool and TLS context) is kept.
     """
     old: aiohttp.ClientSession = rest.pool_manager
@@ -275,7 +274,7 @@ def _no_env_lookups(rest: Any, host: str) -> None:
         return
     # Credentials stay in the proxy URL: aiohttp then sends Proxy-Authorization both on the
     # CONNECT of an https API server and on each request to a plain-http one (a
-    # Proxy-Authorization in proxy_headers reaches only the CONNECT: breaker7).
+    # Proxy-Authorization in proxy_headers reaches only the CONNECT).
     if auth is not None:
         proxy = proxy.with_user(auth.login).with_password(auth.password)
     rest.proxy = str(proxy)

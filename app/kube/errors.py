@@ -26,8 +26,6 @@ from typing import Any
 class ApiError(Exception):
     """Base of the typed API errors. ``status``: HTTP status (0 for transport errors)."""
 
-    retryable: bool = False
-
     def __init__(self, status: int, reason: str = "", message: str = "",
                  details: dict[str, Any] | None = None) -> None:
         self.status = status
@@ -56,8 +54,6 @@ class Gone(ApiError):
 
 class Retryable(ApiError):
     """5xx, timeouts and connection errors: retry the same request after a backoff."""
-
-    retryable = True
 
 
 class Throttled(Retryable):

@@ -56,7 +56,6 @@ class EventRecorder:
         self._queue: Lanes[Obj] = Lanes()
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.sent = 0
         self.dropped = 0
         self.rate_limited = 0
         self.enabled = True
@@ -128,7 +127,6 @@ class EventRecorder:
             ev = self._queue.pop()
             try:
                 await self.client.create(EVENTS, ev)
-                self.sent += 1
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - events are best effort

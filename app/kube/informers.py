@@ -102,9 +102,6 @@ class Store:
     def get(self, key: str) -> Obj | None:
         return self._items.get(key)
 
-    def get_by(self, name: str, namespace: str | None = None) -> Obj | None:
-        return self._items.get(f"{namespace}/{name}" if namespace else name)
-
     def list(self) -> list[Obj]:
         return list(self._items.values())
 

@@ -19,7 +19,6 @@ import math
 import os
 import socket
 import uuid
-from collections.abc import Callable
 
 from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
@@ -44,7 +43,7 @@ class LeaderElector:
     rate-limited ApiClient but a companion with its own token bucket and connection pool
     (``KubeClient.companion``, 5 requests/s, burst 10: a campaign makes about one request per
     retry period), so a renewal never waits behind the controllers' or anyone's requests: a
-    queue there would cost the leadership (issue 14 item 3). Each request times out after the
+    queue there would cost the leadership. Each request times out after the
     renew deadline at most.
     """
 
@@ -55,17 +54,12 @@ class LeaderElector:
         self.identity = identity or default_identity()
         self.leading = asyncio.Event()
         self.transitions = 0
-        self._on_change: list[Callable[[bool], None]] = []
         if not settings.enabled:
             self.leading.set()
 
     @property
     def is_leader(self) -> bool:
         return self.leading.is_set()
-
-    def on_change(self, cb: Callable[[bool], None]) -> None:
-        """Call ``cb(is_leader)`` on every gain or loss of leadership."""
-        self._on_change.append(cb)
 
     def _set(self, leader: bool) -> None:
         if leader == self.is_leader:
@@ -77,11 +71,6 @@ class LeaderElector:
         self.transitions += 1
         log.info("leader election: %s %s leadership", self.identity,
                  "acquired" if leader else "lost")
-        for cb in self._on_change:
-            try:
-                cb(leader)
-            except Exception:  # noqa: BLE001
-                log.exception("leader election: on_change callback failed")
 
     async def _ensure_namespace(self) -> None:
         try:

@@ -24,9 +24,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-ADMISSION_API_VERSION = "admission.k8s.io/v1"
-ADMISSION_REVIEW_KIND = "AdmissionReview"
-
 
 class _Wire(BaseModel):
     """Base: camelCase on the wire, snake_case in Python, unknown keys ignored."""

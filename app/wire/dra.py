@@ -1,5 +1,5 @@
 """Dynamic Resource Allocation (resource.k8s.io/v1): the devices a pod claims through
-ResourceClaimTemplates, counted as quota resources (issue 21, docs/dra.md).
+ResourceClaimTemplates, counted as quota resources (docs/dra.md).
 
 Rules: Kueue v0.17.1 (``pkg/dra/claims.go``, ``mapper.go``; reference kueue-integrations.md 9):
 

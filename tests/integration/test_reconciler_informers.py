@@ -61,14 +61,14 @@ async def test_informer_lists_then_watches_every_change(rlab: LabHandle) -> None
         await client.delete(CM, "pre-0", ns)
         await async_wait(lambda: ("DELETED", "pre-0") in seen, 10, "the delete event")
         assert ("ADDED", "live") in seen and ("MODIFIED", "live") in seen
-        assert inf.store.get_by("live", ns)["data"] == {"v": "2"}
-        assert inf.store.get_by("pre-0", ns) is None
+        assert inf.store.get(f"{ns}/live")["data"] == {"v": "2"}
+        assert inf.store.get(f"{ns}/pre-0") is None
         assert int(inf.resource_version) > rv_after_list
         # The server ends each watch after ~3-4.5 s; the informer re-watches from its rv
         # without relisting and misses nothing.
         await async_wait(lambda: inf.watches >= 2, 15, "a second watch request")
         await client.create(CM, _cm("after-rewatch", ns))
-        await async_wait(lambda: inf.store.get_by("after-rewatch", ns), 10, "event after rewatch")
+        await async_wait(lambda: inf.store.get(f"{ns}/after-rewatch"), 10, "event after rewatch")
         assert inf.relists == 0
         task.cancel()
     finally:
@@ -97,15 +97,15 @@ async def test_informer_relists_after_410_when_the_apiserver_restarts(rlab: LabH
         await asyncio.get_running_loop().run_in_executor(None, restart_apiserver, rlab, 1.0)
         seen.clear()
         task = asyncio.create_task(inf.run())
-        await async_wait(lambda: inf.store.get_by("born", ns), 60, "the relisted store")
+        await async_wait(lambda: inf.store.get(f"{ns}/born"), 60, "the relisted store")
         assert inf.relists >= 1
-        assert inf.store.get_by("doomed", ns) is None
+        assert inf.store.get(f"{ns}/doomed") is None
         assert ("DELETED", "doomed") in seen and ("ADDED", "born") in seen
         assert ("ADDED", "keep") not in seen  # unchanged objects are not re-announced
         assert int(inf.resource_version) > int(old_rv)
         # And it keeps watching after the relist.
         await client.create(CM, _cm("later", ns))
-        await async_wait(lambda: inf.store.get_by("later", ns), 15, "event after relist")
+        await async_wait(lambda: inf.store.get(f"{ns}/later"), 15, "event after relist")
         task.cancel()
     finally:
         await client.close()
@@ -159,7 +159,7 @@ async def test_informer_survives_the_apiserver_being_down(rlab: LabHandle) -> No
         await asyncio.wait_for(inf.synced.wait(), 30)
         await asyncio.get_running_loop().run_in_executor(None, restart_apiserver, rlab, 4.0)
         await client.create(CM, _cm("back", ns))
-        await async_wait(lambda: inf.store.get_by("back", ns), 60, "event after the outage")
+        await async_wait(lambda: inf.store.get(f"{ns}/back"), 60, "event after the outage")
         assert inf.errors >= 1 or inf.relists >= 1
         task.cancel()
     finally:
