@@ -4,10 +4,12 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 KUBECTL := $(CURDIR)/.k8sbin/current/kubectl
+HELM_VERSION := $(shell awk '$$1=="require" && $$2=="helm.sh/helm/v4"{print $$3}' hack/tools/helm/go.mod)
+HELM := $(or $(PYKUEUE_HELM_CACHE),$(HOME)/.cache/pykueue/helm)/$(HELM_VERSION)/helm
 # The lab's kubeconfig, where hack/lab.py puts it (LAB_STATE_DIR moves the lab's state).
 export KUBECONFIG := $(abspath $(or $(LAB_STATE_DIR),$(CURDIR)/.lab))/kubeconfig
 
-.PHONY: help browser faults bench-lab bench-flood bench-versus bench-versus-large bench-cq-scaling kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help helm chart chart-lint release-manifest browser faults bench-lab bench-flood bench-versus bench-versus-large bench-cq-scaling kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -106,6 +108,26 @@ test: setup controlplane operators browser ## all tests: unit, integration and e
 
 test-unit: setup browser ## unit tests only (no cluster)
 	$(BIN)/pytest -q tests/unit
+
+helm: ## build Helm v4 (helm.sh/helm/v4/cmd/helm) from Go modules into ~/.cache/pykueue/helm (no-op when built)
+	bash hack/build-helm.sh
+
+chart: setup controlplane ## regenerate charts/pykueue's templates and values.yaml from the kustomize build of manifests/
+	KUBECTL=$(KUBECTL) $(BIN)/python hack/gen_chart.py
+
+chart-lint: setup controlplane helm ## the chart up to date with manifests/, `helm lint`, `helm template` (default values and every option)
+	KUBECTL=$(KUBECTL) $(BIN)/python hack/gen_chart.py --check
+	$(HELM) lint --strict charts/pykueue
+	$(HELM) template pykueue charts/pykueue >/dev/null
+	$(HELM) template pykueue charts/pykueue --set certManager.enable=true --set webhook.caBundle=Cg== >/dev/null
+
+release-manifest: controlplane ## dist/pykueue.yaml and dist/pykueue-cert-manager.yaml: the one-file installs (`kubectl apply --server-side -f`)
+	@mkdir -p dist
+	{ echo "# pykueue $$(awk -F'"' '/^version/{print $$2}' pyproject.toml): kubectl kustomize manifests/default (README.md, Install)"; \
+	  $(KUBECTL) kustomize manifests/default; } > dist/pykueue.yaml
+	{ echo "# pykueue $$(awk -F'"' '/^version/{print $$2}' pyproject.toml) with cert-manager: kubectl kustomize manifests/overlays/cert-manager (README.md, Install)"; \
+	  $(KUBECTL) kustomize manifests/overlays/cert-manager; } > dist/pykueue-cert-manager.yaml
+	@echo "release-manifest: dist/pykueue.yaml dist/pykueue-cert-manager.yaml"
 
 lint: setup ## ruff, the import-linter contracts, and generated CRDs up to date
 	$(BIN)/ruff check app tests hack bench certs
