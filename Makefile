@@ -103,7 +103,7 @@ browser: ## Debian's chromium for the dashboard's browser tests (apt-get; a no-o
 	  else echo "browser: chromium is missing and cannot be installed here (needs root and" \
 	    "apt-get); the dashboard's browser tests will skip"; fi; }
 
-test: setup controlplane operators browser ## all tests: unit, integration and e2e (starts the lab itself when it is not up; the operators' tests start them)
+test: setup controlplane operators helm browser ## all tests: unit, integration and e2e (starts the lab itself when it is not up; the operators' tests start them)
 	$(BIN)/pytest -q tests
 
 test-unit: setup browser ## unit tests only (no cluster)
