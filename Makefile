@@ -122,12 +122,7 @@ chart-lint: setup controlplane helm ## the chart up to date with manifests/, `he
 	$(HELM) template pykueue charts/pykueue --set certManager.enable=true --set webhook.caBundle=Cg== >/dev/null
 
 release-manifest: controlplane ## dist/pykueue.yaml and dist/pykueue-cert-manager.yaml: the one-file installs (`kubectl apply --server-side -f`)
-	@mkdir -p dist
-	{ echo "# pykueue $$(awk -F'"' '/^version/{print $$2}' pyproject.toml): kubectl kustomize manifests/default (README.md, Install)"; \
-	  $(KUBECTL) kustomize manifests/default; } > dist/pykueue.yaml
-	{ echo "# pykueue $$(awk -F'"' '/^version/{print $$2}' pyproject.toml) with cert-manager: kubectl kustomize manifests/overlays/cert-manager (README.md, Install)"; \
-	  $(KUBECTL) kustomize manifests/overlays/cert-manager; } > dist/pykueue-cert-manager.yaml
-	@echo "release-manifest: dist/pykueue.yaml dist/pykueue-cert-manager.yaml"
+	KUBECTL=$(KUBECTL) bash hack/release-manifest.sh
 
 lint: setup ## ruff, the import-linter contracts, and generated CRDs up to date
 	$(BIN)/ruff check app tests hack bench certs
