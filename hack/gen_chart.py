@@ -164,8 +164,9 @@ def template(doc: dict[str, Any], inject_ca: str) -> str:
         doc["metadata"].setdefault("annotations", {})["helm.sh/resource-policy"] = "keep"
         return dump(doc)
     if kind == "ConfigMap" and name == CONFIGMAP:
-        doc["data"]["config.yaml"] = _scalar("toYaml .Values.config | quote")
-        return dump(doc)
+        doc["data"]["config.yaml"] = _scalar("CONFIG")
+        return dump(doc).replace("config.yaml: {{ CONFIG }}",
+                                 "config.yaml: |\n    {{- toYaml .Values.config | nindent 4 }}")
     if kind == "Deployment":
         spec = doc["spec"]
         spec["replicas"] = _scalar(".Values.replicaCount")
