@@ -211,3 +211,16 @@ def test_ca_bundle_value_fills_every_webhook():
 def test_namespace_can_be_left_to_the_user(built):
     docs = by_key(chart("--set", "namespace.create=false"))
     assert set(built) - set(docs) == {("Namespace", "", "pykueue-system")}
+
+
+def test_every_webhook_belongs_to_a_kueue_framework_or_guards_every_kind():
+    """The chart leaves out the webhooks of a disabled framework: each webhook of
+    manifests/webhook must name one of Kueue's frameworks (the pod-owner guard: none)."""
+    sys.path.insert(0, str(ROOT / "hack"))
+    import gen_chart
+
+    docs = yaml.safe_load_all((ROOT / "manifests/webhook/webhooks.yaml").read_text())
+    seen = {w["name"]: gen_chart.webhook_framework(w) for d in docs for w in d["webhooks"]}
+    assert seen.pop("vpodowner.pykueue.io") is None
+    assert set(seen.values()) == set(KUEUE_FRAMEWORKS)
+    assert seen["vstatefulset-scale.pykueue.io"] == "statefulset"
