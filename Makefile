@@ -124,10 +124,15 @@ chart-lint: setup controlplane helm ## the chart up to date with manifests/, `he
 release-manifest: controlplane ## dist/pykueue.yaml and dist/pykueue-cert-manager.yaml: the one-file installs (`kubectl apply --server-side -f`)
 	KUBECTL=$(KUBECTL) bash hack/release-manifest.sh
 
-lint: setup ## ruff, the import-linter contracts, and generated CRDs up to date
+lint: setup ## ruff, the import-linter contracts, generated CRDs and chart up to date, helm lint (when built)
 	$(BIN)/ruff check app tests hack bench certs
 	$(BIN)/lint-imports
 	$(BIN)/python hack/gen_crds.py --check
+	@# The chart checks when their tools are there (`make chart-lint` builds them).
+	@if [ -x $(KUBECTL) ]; then KUBECTL=$(KUBECTL) $(BIN)/python hack/gen_chart.py --check; \
+	else echo "lint: $(KUBECTL) missing (make controlplane): charts/pykueue not checked"; fi
+	@if [ -x $(HELM) ]; then $(HELM) lint --strict --quiet charts/pykueue; \
+	else echo "lint: $(HELM) missing (make helm): helm lint skipped"; fi
 
 crds: setup ## regenerate manifests/crds from hack/gen_crds.py
 	$(BIN)/python hack/gen_crds.py
