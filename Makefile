@@ -4,10 +4,12 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 KUBECTL := $(CURDIR)/.k8sbin/current/kubectl
+HELM_VERSION := $(shell awk '$$1=="require" && $$2=="helm.sh/helm/v4"{print $$3}' hack/tools/helm/go.mod)
+HELM := $(or $(PYKUEUE_HELM_CACHE),$(HOME)/.cache/pykueue/helm)/$(HELM_VERSION)/helm
 # The lab's kubeconfig, where hack/lab.py puts it (LAB_STATE_DIR moves the lab's state).
 export KUBECONFIG := $(abspath $(or $(LAB_STATE_DIR),$(CURDIR)/.lab))/kubeconfig
 
-.PHONY: help browser faults bench-lab bench-flood bench-versus bench-versus-large bench-cq-scaling kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help helm chart chart-lint release-manifest browser faults bench-lab bench-flood bench-versus bench-versus-large bench-cq-scaling kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -101,16 +103,36 @@ browser: ## Debian's chromium for the dashboard's browser tests (apt-get; a no-o
 	  else echo "browser: chromium is missing and cannot be installed here (needs root and" \
 	    "apt-get); the dashboard's browser tests will skip"; fi; }
 
-test: setup controlplane operators browser ## all tests: unit, integration and e2e (starts the lab itself when it is not up; the operators' tests start them)
+test: setup controlplane operators helm browser ## all tests: unit, integration and e2e (starts the lab itself when it is not up; the operators' tests start them)
 	$(BIN)/pytest -q tests
 
 test-unit: setup browser ## unit tests only (no cluster)
 	$(BIN)/pytest -q tests/unit
 
-lint: setup ## ruff, the import-linter contracts, and generated CRDs up to date
+helm: ## build Helm v4 (helm.sh/helm/v4/cmd/helm) from Go modules into ~/.cache/pykueue/helm (no-op when built)
+	bash hack/build-helm.sh
+
+chart: setup controlplane ## regenerate charts/pykueue's templates and values.yaml from the kustomize build of manifests/
+	KUBECTL=$(KUBECTL) $(BIN)/python hack/gen_chart.py
+
+chart-lint: setup controlplane helm ## the chart up to date with manifests/, `helm lint`, `helm template` (default values and every option)
+	KUBECTL=$(KUBECTL) $(BIN)/python hack/gen_chart.py --check
+	$(HELM) lint --strict charts/pykueue
+	$(HELM) template pykueue charts/pykueue >/dev/null
+	$(HELM) template pykueue charts/pykueue --set certManager.enable=true --set webhook.caBundle=Cg== >/dev/null
+
+release-manifest: controlplane ## dist/pykueue.yaml and dist/pykueue-cert-manager.yaml: the one-file installs (`kubectl apply --server-side -f`)
+	KUBECTL=$(KUBECTL) bash hack/release-manifest.sh
+
+lint: setup ## ruff, the import-linter contracts, generated CRDs and chart up to date, helm lint (when built)
 	$(BIN)/ruff check app tests hack bench certs
 	$(BIN)/lint-imports
 	$(BIN)/python hack/gen_crds.py --check
+	@# The chart checks when their tools are there (`make chart-lint` builds them).
+	@if [ -x $(KUBECTL) ]; then KUBECTL=$(KUBECTL) $(BIN)/python hack/gen_chart.py --check; \
+	else echo "lint: $(KUBECTL) missing (make controlplane): charts/pykueue not checked"; fi
+	@if [ -x $(HELM) ]; then $(HELM) lint --strict --quiet charts/pykueue; \
+	else echo "lint: $(HELM) missing (make helm): helm lint skipped"; fi
 
 crds: setup ## regenerate manifests/crds from hack/gen_crds.py
 	$(BIN)/python hack/gen_crds.py
