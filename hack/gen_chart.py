@@ -69,6 +69,7 @@ FILES = {
     "NetworkPolicy": "manager.yaml",
     "MutatingWebhookConfiguration": "webhooks.yaml",
     "ValidatingWebhookConfiguration": "webhooks.yaml",
+    "APIService": "visibility.yaml",
     "Issuer": "cert-manager.yaml",
     "Certificate": "cert-manager.yaml",
 }
@@ -196,6 +197,14 @@ def template(doc: dict[str, Any], inject_ca: str) -> str:
                 out += f'{{{{- if has "{fw}" .Values.config.integrations.frameworks }}}}\n'
                 out += item + "{{- end }}\n"
         return out
+    if kind == "APIService":
+        # Kueue's visibility API: the same CA as the webhooks (value or cert-manager).
+        spec = doc.pop("spec")
+        spec["caBundle"] = "-"
+        out = dump(doc)  # metadata is the last key: the annotations go on at its end
+        out += ("  {{- if .Values.certManager.enable }}\n  annotations:\n"
+                f"    {INJECT_CA}: {inject_ca}\n  {{{{- end }}}}\n")
+        return out + optional(dump({"spec": spec}), "caBundle", ".Values.webhook.caBundle")
     if doc["apiVersion"].startswith(CERT_MANAGER_GROUP):
         return "{{- if .Values.certManager.enable }}\n" + dump(doc) + "{{- end }}\n"
     return dump(doc)
