@@ -9,7 +9,7 @@ HELM := $(or $(PYKUEUE_HELM_CACHE),$(HOME)/.cache/pykueue/helm)/$(HELM_VERSION)/
 # The lab's kubeconfig, where hack/lab.py puts it (LAB_STATE_DIR moves the lab's state).
 export KUBECONFIG := $(abspath $(or $(LAB_STATE_DIR),$(CURDIR)/.lab))/kubeconfig
 
-.PHONY: help helm chart chart-lint release-manifest browser faults bench-lab bench-flood bench-versus bench-versus-large bench-cq-scaling kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help kueuectl helm chart chart-lint release-manifest browser faults bench-lab bench-flood bench-versus bench-versus-large bench-cq-scaling kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -66,6 +66,9 @@ operators-up: lab-up operators ## install the operators' CRDs into the lab and s
 operators-down: ## stop the operators and unregister their webhooks
 	$(BIN)/python hack/lab.py operators-down
 
+kueuectl: ## build only Kueue's kubectl plugin kueuectl v0.17.1 into ~/.cache/pykueue/kueue (no-op when built; part of make test)
+	bash hack/build-kueue.sh kueuectl
+
 kueue: ## build Kueue v0.17.1 (manager, minimalkueue, perf runner, checker) from Go modules into ~/.cache/pykueue/kueue (no-op when built; ~12 min cold)
 	bash hack/build-kueue.sh
 
@@ -103,7 +106,7 @@ browser: ## Debian's chromium for the dashboard's browser tests (apt-get; a no-o
 	  else echo "browser: chromium is missing and cannot be installed here (needs root and" \
 	    "apt-get); the dashboard's browser tests will skip"; fi; }
 
-test: setup controlplane operators helm browser ## all tests: unit, integration and e2e (starts the lab itself when it is not up; the operators' tests start them)
+test: setup controlplane operators helm kueuectl browser ## all tests: unit, integration and e2e (starts the lab itself when it is not up; the operators' tests start them)
 	$(BIN)/pytest -q tests
 
 test-unit: setup browser ## unit tests only (no cluster)
