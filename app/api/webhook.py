@@ -249,7 +249,7 @@ async def _serve(
     if pacer is None:
         return _answer(request, path, decide, body, started)
     try:
-        # A large body's parse holds the loop the controllers share: paced (breaker8).
+        # A large body's parse holds the loop the controllers share: paced.
         response: Response = await pacer.run(
             len(body), lambda: _answer(request, path, decide, body, started))
     except LoopBusy:

@@ -17,6 +17,10 @@ kinds share; the only thing that differs between them is where the suspend lever
   cannot be removed while pykueue's start record is on the object (its templates carry the
   admission's scheduling).
 
+Routes (``CrdRules.routes``): ``mutate_path`` and ``validate_path``, Kueue's
+``/mutate-<group with - for .>-<version>-<kind lower-cased>`` and ``/validate-...``, enabled by
+the framework ``<group>/<kind lower-cased>``.
+
 Malformed objects raise ``UnreadableObjectError`` naming the field.
 """
 

@@ -16,6 +16,10 @@ default, and defines every member ``JobKind`` declares, which have none; ``Regis
 refuses a kind lacking either (``missing_members``, ``missing_defaults``), so a kind that
 forgot ``pods_ready`` fails at registration (and in the unit tests), not for a user.
 
+Shared readers: ``label_queue_name`` (the queue-name label), ``job_finished`` (Kueue's
+Finished reasons ``Succeeded``/``Failed`` from an object's conditions), ``MANAGED_JOBS`` (the
+informer selector of queued objects).
+
 Adding a kind = one folder under ``app/integrations/`` whose package exposes ``KINDS`` and
 ``ROUTES`` (its webhook endpoints), and one line in ``app/integrations/__init__.py:PACKAGES``.
 """

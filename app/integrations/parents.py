@@ -1,5 +1,6 @@
 """Owners whose pods pykueue queues as Pods (Deployment, StatefulSet): their queue goes onto
-their pod template (Kueue ``deployment_webhook.go`` / ``statefulset_webhook.go``), pure.
+their pod template (Kueue ``deployment_webhook.go`` / ``statefulset_webhook.go``), pure (no
+I/O); ``owner_routes`` gives such an owner its two webhook routes.
 
 A queued owner (label ``kueue.x-k8s.io/queue-name``, non-empty) has that label, the label
 ``kueue.x-k8s.io/managed: "true"``, its ``kueue.x-k8s.io/priority-class`` label (if any) and
@@ -10,6 +11,14 @@ overwrites it the same way). Its pods are then queued by the Pod webhook.
 The queue name may change only while no replica is ready (``status.readyReplicas`` 0), since
 the change moves every pod to the new queue, and may not be removed (the pod template keeps
 the queue). Pykueue's own identities are exempt.
+
+A StatefulSet's pods form one pod group (applied by the Pod webhook): ``parent_statefulset``
+finds the StatefulSet that queued a pod (its suspending-parent annotation and controller
+reference), ``group_name`` names its group ``statefulset-<name>`` (cut and hashed past 63
+characters, a label value's limit), ``group_patch`` makes the pod a fast-admission serving
+member of a group of ``spec.replicas`` pods.
+
+Malformed objects raise ``UnreadableObjectError`` naming the field.
 """
 
 from __future__ import annotations

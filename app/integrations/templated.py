@@ -15,8 +15,10 @@ how many of its pods are active. The base does the rest, the same way for each:
 - Start: each podSet's flavor nodeSelector and tolerations go into its own template, with the
   pod label ``kueue.x-k8s.io/podset``, and the lever is set to false, in one update; what the
   user wrote (each template's nodeSelector, tolerations and labels) is kept in the object's
-  annotation ``ORIGINAL_ANNOTATION`` as JSON by template key. Stop sets the lever to true and
-  restores those fields in one update.
+  annotation ``ORIGINAL_ANNOTATION`` as JSON by template key (each value one template's
+  start record, ``app.integrations.podsets``). Stop sets the lever to true and restores those
+  fields in one update. A flavor contradicting a template's nodeSelector raises
+  ``InjectionConflict``.
 """
 
 from __future__ import annotations

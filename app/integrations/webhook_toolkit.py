@@ -85,7 +85,7 @@ class DefaultQueueLookup(Protocol):
     """Answers whether a namespace has a LocalQueue named ``default`` that captures its Jobs.
 
     ``has_default_local_queue(namespace)``: True / False, or None when unknown. The provider
-    returns False for namespaces outside ``managedJobsNamespaceSelector`` (Kueue KQ-23).
+    returns False for namespaces outside ``managedJobsNamespaceSelector`` (as Kueue).
     """
 
     def has_default_local_queue(self, namespace: str) -> bool | None: ...

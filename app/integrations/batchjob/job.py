@@ -5,15 +5,16 @@ One podSet ``main``: the pod template, ``count = min(parallelism, completions)``
 ``Complete`` / ``Failed`` conditions.
 
 Start (``RunWithPodSetsInfo``): the flavors' nodeLabels merged into the template's
-nodeSelector, their tolerations appended, the pod label ``kueue.x-k8s.io/podset=main``, and
-``spec.suspend=false``, in one write. What the user wrote is kept on the Job itself, in the
-annotation ``ORIGINAL_ANNOTATION`` (JSON of the template's ``nodeSelector``, ``tolerations``
-and ``metadata.labels``, a key absent when the field was absent), written in the same update
-that unsuspends. Stop (``Job.Stop``, 4.5) sets ``spec.suspend=true`` and then restores exactly
-those fields and drops the annotation. Keeping the record on the Job (not only in the
-Workload) makes the restore independent of the Workload's fate (deleted, rebuilt) and of
-controller restarts; injecting from the record makes a repeated injection a no-op (KQ-21 step
-2).
+nodeSelector, their tolerations appended, the pod label ``kueue.x-k8s.io/podset=main``
+(``app.integrations.podsets.inject_template``), a partial admission's count as
+``spec.parallelism``, and ``spec.suspend=false``, in one write. What the user wrote is kept on
+the Job itself, in the annotation ``ORIGINAL_ANNOTATION`` (the template's start record,
+``podsets.template_record``, plus the user's ``parallelism`` when a partial admission changed
+it), written in the same update that unsuspends. Stop (``Job.Stop``, 4.5) sets
+``spec.suspend=true`` and then restores exactly those fields and drops the annotation.
+Keeping the record on the Job (not only in the Workload) makes the restore independent of the
+Workload's fate (deleted, rebuilt) and of controller restarts; injecting from the record makes
+a repeated injection a no-op. A start the flavors contradict raises ``InjectionConflict``.
 """
 
 from __future__ import annotations
@@ -167,7 +168,7 @@ def refused_as_immutable(exc: Exception) -> bool:
     whose field is exactly the whole template. Not from the text: a refusal quotes the values
     it refused, and the record is the tenant's to edit, so a label or toleration reading
     "field is immutable" made every restore look unsettled and the stop (and the quota
-    release behind it) was retried for ever (breaker6). Without causes, the message must be
+    release behind it) would be retried for ever. Without causes, the message must be
     the whole template's refusal: ``spec.template: Invalid value: ...: field is immutable``."""
     causes = (getattr(exc, "details", None) or {}).get("causes") or []
     if causes:

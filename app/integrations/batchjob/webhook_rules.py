@@ -1,7 +1,10 @@
-"""Admission rules for ``batch/v1`` Jobs: a pure mutation and pure validations (no I/O).
+"""Admission rules for ``batch/v1`` Jobs: a pure mutation and pure validations (no I/O), and
+their routes (``ROUTES``: ``/mutate-batch-v1-job``, ``/validate-batch-v1-job``).
 
-The HTTP adapter (``app.api.webhook``) parses the AdmissionReview, calls these functions on the
-raw Job objects (``dict`` as decoded from JSON) and builds the response. Rules, after Kueue's Job
+The HTTP adapter (``app.api.webhook``) parses the AdmissionReview and calls the routes'
+deciders, which read the raw Job objects (``dict`` as decoded from JSON); a Job a managed
+ancestor queues (a JobSet's) is left to that ancestor, only its label's format checked and,
+with ``webhook.child_job_creators``, who may make it run. Rules, after Kueue's Job
 webhook (``pkg/controller/jobs/job/job_webhook.go``, shared/reference/kueue-semantics.md 4.1, 4.2):
 
 - Mutation (CREATE only): a Job with a non-empty ``kueue.x-k8s.io/queue-name`` label and
@@ -432,7 +435,7 @@ def _mutation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
             and not env.controlled_by_managed_kind(job) \
             and (jobs.local_queue_defaulting or jobs.manage_jobs_without_queue_name) \
             and env.lookup("default_queue_lookup", "namespace_managed", req.namespace):
-        # Kueue: only in namespaces managedJobsNamespaceSelector matches (KQ-23).
+        # Kueue: only in namespaces managedJobsNamespaceSelector matches.
         has_default = jobs.local_queue_defaulting and env.lookup(
             "default_queue_lookup", "has_default_local_queue", req.namespace)
         default_queue = DEFAULT_LOCAL_QUEUE if has_default else None

@@ -1,5 +1,7 @@
 """Admission rules for plain Pods (Kueue ``pkg/controller/jobs/pod/pod_webhook.go``,
-kueue-integrations.md 2.1-2.2), pure: no I/O.
+kueue-integrations.md 2.1-2.2), pure: no I/O; routes ``/mutate--v1-pod`` (CREATE) and
+``/validate--v1-pod`` (CREATE, UPDATE) in ``ROUTES``. Malformed objects raise
+``UnreadableObjectError`` naming the field.
 
 A Pod labelled ``kueue.x-k8s.io/queue-name`` (non-empty) and not controlled by an object of
 a job kind pykueue manages (a Job's pods are that Job's business) is *managed*: at CREATE it

@@ -1,19 +1,21 @@
 """apps/v1 StatefulSet (Kueue ``pkg/controller/jobs/statefulset``, kueue-integrations.md 3.2),
-pure admission rules.
+pure admission rules (no I/O) and its routes (``ROUTES``: ``/mutate-apps-v1-statefulset``,
+``/validate-apps-v1-statefulset``, ``/validate-apps-v1-statefulset-scale``).
 
 A queued StatefulSet's pod template gets the queue (``app.integrations.parents``, parent
 ``statefulset``). Each of its pods is then created by the StatefulSet controller, and the Pod
 webhook makes it a member of the pod group ``statefulset-<name>`` sized by ``spec.replicas``
-(``group_patch``), with fast admission (the group's Workload is built from its first pod with
-the full count, since the StatefulSet creates its pods one by one and waits for each) and
-serving (the group never finishes). So the StatefulSet is admitted whole: all replicas' quota
-or none, its pods ungated as they come.
+(``app.integrations.parents.group_patch``), with fast admission (the group's Workload is
+built from its first pod with the full count, since the StatefulSet creates its pods one by
+one and waits for each) and serving (the group never finishes). So the StatefulSet is
+admitted whole: all replicas' quota or none, its pods ungated as they come.
 
 Scaling follows Kueue: ``spec.replicas`` may go N -> 0 and 0 -> N, not N -> M with both above
 0 (the admitted group has a fixed size), and not 0 -> N while pods of the last size remain;
 the pods' shape (``role_hash`` of the template) cannot change while queued, as in Kueue. The
 same replicas rule holds for the ``scale`` subresource (``validate_statefulset_scale``), which
-Kueue's webhook does not see.
+Kueue's webhook does not see. Malformed objects raise ``UnreadableObjectError`` naming the
+field.
 """
 
 from __future__ import annotations
