@@ -1,6 +1,6 @@
 """Read-only views of the reconciler's stores for the HTTP side (``app.state``).
 
-- ``StoreAdmissionLookup`` (``app.integrations.webhook.AdmissionLookup`` and
+- ``StoreAdmissionLookup`` (``app.integrations.webhook_toolkit.AdmissionLookup`` and
   ``DefaultQueueLookup``): is a Job's Workload admitted; does a namespace have a LocalQueue
   named ``default``.
 - ``StoreExtenderState`` (``app.extender.nodestore.ExtenderState``): Nodes and GPU usage
@@ -66,7 +66,7 @@ class StoreAdmissionLookup:
         if self.registry is None:
             return None
         return frozenset((k.api_group, k.kind) for k in self.registry.kinds()
-                         if not getattr(k, "top_level", False))
+                         if not k.top_level)
 
     def has_managed_ancestor(self, obj: Obj) -> bool | None:
         """Whether an ancestor queues ``obj`` (``has_managed_ancestor``), None when unknown
@@ -216,7 +216,7 @@ class StoreExtenderState(InMemoryExtenderState):
         if pod.controller is not None and self.registry is not None:
             group, kind_name, name, uid = pod.controller
             kind = self.registry.kind_for(group, kind_name)
-            if kind is not None and not getattr(kind, "top_level", False):
+            if kind is not None and not kind.top_level:
                 owner = lookup(kind, self.ctx, ns, name)
                 if owner is None or (uid and owner["metadata"].get("uid") != uid):
                     return False

@@ -97,7 +97,7 @@ async def served_kinds(client: KubeClient, registry: Registry) -> Registry:
     kept = []
     for kind in registry.kinds():
         res = kind.resource
-        if getattr(kind, "optional", False) and res is not None \
+        if kind.optional and res is not None \
                 and await is_served(client, kind) is False:
             log.info("reconciler: %s %s not served by the API server (its CRD is not "
                      "installed): %s objects are not managed until it is", res.plural,
@@ -162,8 +162,8 @@ class Manager:
         ``jobs.manage_jobs_without_queue_name`` when that is on, its ``unlabelled_selector``
         (a Pod: those the webhook marked managed), by default none (every object)."""
         if self.settings.jobs.manage_jobs_without_queue_name \
-                and getattr(kind, "manages_unlabelled", False):
-            return getattr(kind, "unlabelled_selector", None)
+                and kind.manages_unlabelled:
+            return kind.unlabelled_selector
         return kind.label_selector
 
     async def start(self) -> None:

@@ -1,29 +1,50 @@
-"""Job kinds pykueue queues (Kueue's integrations): one folder per kind, each with a ``KIND``
-(``app.integrations.framework.JobKind``), registered below."""
+"""Job kinds pykueue queues (Kueue's integrations): one folder per kind (or family of kinds),
+registered below.
+
+Each folder's package exposes ``KINDS`` (its ``app.integrations.framework.JobKind`` objects,
+possibly none: a Deployment's or StatefulSet's pods are queued as Pods) and ``ROUTES`` (its
+webhook endpoints, ``app.integrations.webhook_toolkit.WebhookRoute``, served by
+``app.api.webhook``). Nothing outside the folder names the kind.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from app.integrations import batchjob, jobset, kubeflow, mpijob, pod, podgroup, ray
+from app.integrations import (
+    batchjob,
+    deployment,
+    jobset,
+    kubeflow,
+    pod,
+    ray,
+    statefulset,
+    webhook_toolkit,
+)
 from app.integrations.crdrules import CrdRules
 from app.integrations.framework import JobKind, Registry
+from app.integrations.webhook_toolkit import WebhookRoute
 
-# Adding a job kind: its folder, and one line here.
-BUILTIN_KINDS: tuple[JobKind, ...] = (
-    batchjob.KIND,
-    pod.KIND,
-    podgroup.KIND,
-    jobset.KIND,
-    *kubeflow.KINDS,
-    mpijob.KIND,
-    *ray.KINDS,
+# Adding a job kind: its folder, and one line here (the order is the registry's).
+PACKAGES = (
+    batchjob,
+    pod,
+    deployment,
+    statefulset,
+    jobset,
+    kubeflow,
+    ray,
 )
 
-# The webhook rules of the operators' kinds that carry them (``rules``: ``CrdRules``), served by
-# ``app.api.webhook`` at each one's ``mutate_path`` / ``validate_path``.
-CRD_RULES: tuple[CrdRules, ...] = tuple(r for k in BUILTIN_KINDS
-                                        if isinstance(r := getattr(k, "rules", None), CrdRules))
+BUILTIN_KINDS: tuple[JobKind, ...] = tuple(k for p in PACKAGES for k in p.KINDS)
+
+# Every webhook endpoint: the framework's own (a pod of any admitted job) and each folder's.
+WEBHOOK_ROUTES: tuple[WebhookRoute, ...] = (*webhook_toolkit.ROUTES,
+                                            *(r for p in PACKAGES for r in p.ROUTES))
+
+# The webhook rules of the operators' kinds that carry them (``rules``: ``CrdRules``).
+CRD_RULES: tuple[CrdRules, ...] = tuple(k.rules for k in BUILTIN_KINDS
+                                        if isinstance(k.rules, CrdRules))
 
 
 def managed_kinds(frameworks: Iterable[str] | None = None) -> frozenset[tuple[str, str]]:
@@ -32,7 +53,7 @@ def managed_kinds(frameworks: Iterable[str] | None = None) -> frozenset[tuple[st
     not plain Pods (Kueue's "managed ancestor" rule, which counts enabled kinds only)."""
     wanted = None if frameworks is None else frozenset(frameworks)
     return frozenset((k.api_group, k.kind) for k in BUILTIN_KINDS
-                     if not getattr(k, "top_level", False)
+                     if not k.top_level
                      and (wanted is None or framework_of(k) in wanted))
 
 

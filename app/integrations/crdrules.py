@@ -17,6 +17,10 @@ kinds share; the only thing that differs between them is where the suspend lever
   cannot be removed while pykueue's start record is on the object (its templates carry the
   admission's scheduling).
 
+Routes (``CrdRules.routes``): ``mutate_path`` and ``validate_path``, Kueue's
+``/mutate-<group with - for .>-<version>-<kind lower-cased>`` and ``/validate-...``, enabled by
+the framework ``<group>/<kind lower-cased>``.
+
 Malformed objects raise ``UnreadableObjectError`` naming the field.
 """
 
@@ -24,19 +28,30 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.integrations.webhook import (
+from app.integrations.webhook_toolkit import (
+    ALLOW,
     JsonPatchOp,
     UnreadableObjectError,
+    Verdict,
+    WebhookEnv,
     WebhookPolicy,
-    _json_type,
-    _queue_name_format_errors,
+    WebhookRoute,
     injected_label_removal_errors,
     json_pointer,
-    read_job,
+    json_type,
+    patched,
+    queue_name_format_errors,
+    read_object,
     read_queue_name,
+    refused,
+    review_of,
+    reviewed_objects,
 )
+
+if TYPE_CHECKING:
+    from app.models.admissionreview import AdmissionRequest
 
 
 def read_lever(obj: Mapping[str, Any], path: tuple[str, ...]) -> bool:
@@ -49,12 +64,12 @@ def read_lever(obj: Mapping[str, Any], path: tuple[str, ...]) -> bool:
             return False
         if not isinstance(cur, Mapping):
             raise UnreadableObjectError(".".join(path[:i]),
-                                        f"expected an object, got {_json_type(cur)}")
+                                        f"expected an object, got {json_type(cur)}")
         cur = cur.get(key)
     if cur is None:
         return False
     if not isinstance(cur, bool):
-        raise UnreadableObjectError(".".join(path), f"expected a boolean, got {_json_type(cur)}")
+        raise UnreadableObjectError(".".join(path), f"expected a boolean, got {json_type(cur)}")
     return cur
 
 
@@ -108,7 +123,7 @@ class CrdRules:
         Idempotent. Raises ``UnreadableObjectError``."""
         if operation != "CREATE":
             return []
-        o = read_job(obj)
+        o = read_object(obj)
         if not read_queue_name(o, policy.queue_name_label) or read_lever(o, self.suspend) \
                 or (self.belongs_elsewhere is not None and self.belongs_elsewhere(o)):
             return []
@@ -131,13 +146,13 @@ class CrdRules:
                  policy: WebhookPolicy) -> list[str]:
         """Errors (each naming the field and saying why) for creating (``old`` None) or
         updating an object; ``[]`` to allow. Raises ``UnreadableObjectError``."""
-        o = read_job(new)
+        o = read_object(new)
         if self.belongs_elsewhere is not None and self.belongs_elsewhere(o):
             return []
         label = policy.queue_name_label
         queue = read_queue_name(o, label)
         if old is None:
-            errors = _queue_name_format_errors(queue, label)
+            errors = queue_name_format_errors(queue, label)
             if not queue:
                 return errors
             if self.extra_create is not None:
@@ -148,12 +163,12 @@ class CrdRules:
                               f"pykueue's mutating webhook {self.mutate_path} sets it, so "
                               "check that its MutatingWebhookConfiguration is installed")
             return errors
-        prior = read_job(old)
+        prior = read_object(old)
         before = read_queue_name(prior, label)
         errors = self._new_spec_errors(prior, before, o) if queue else []
         if before == queue:
             return errors
-        errors += _queue_name_format_errors(queue, label)
+        errors += queue_name_format_errors(queue, label)
         errors += injected_label_removal_errors(prior, before, queue, username, policy,
                                                 self.kind)
         if not read_lever(o, self.suspend):
@@ -161,3 +176,31 @@ class CrdRules:
                           f"while the {self.kind} is not suspended; set {self.lever}: true in "
                           "the same update, or first")
         return errors
+
+    def routes(self) -> tuple[WebhookRoute, WebhookRoute]:
+        """The kind's mutating route (``mutate_path``: ``mutate`` on CREATE) and validating
+        route (``validate_path``: ``validate`` on CREATE and UPDATE of the kind itself),
+        enabled by the framework ``<group>/<kind lower-cased>``."""
+        rules = self
+
+        def of_kind(req: AdmissionRequest, operations: tuple[str, ...]) -> bool:
+            return (req.operation in operations and not req.sub_resource
+                    and review_of(req, rules.group, rules.kind))
+
+        def mutation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
+            if not of_kind(req, ("CREATE",)):
+                return ALLOW
+            _, obj = reviewed_objects(req)
+            return patched(rules.mutate(obj, req.operation, env.policy))
+
+        def validation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
+            if not of_kind(req, ("CREATE", "UPDATE")):
+                return ALLOW
+            old, obj = reviewed_objects(req)
+            return refused(rules.validate(old, obj, req.user_info.username, env.policy))
+
+        framework = f"{self.group}/{self.kind.lower()}"
+        return (WebhookRoute(self.mutate_path, framework, mutation),
+                WebhookRoute(self.validate_path, framework, validation))
+
+

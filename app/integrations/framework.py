@@ -11,8 +11,17 @@ is not; stopped and re-queued when its pods no longer match the admission
 (``app.core.workload.admission_mismatch``, Kueue ``EquivalentToWorkload``); Finished when
 the object finishes; its Workloads deleted when it goes.
 
-Adding a kind = one folder under ``app/integrations/`` with a ``KIND`` object and one line in
-``app/integrations/__init__.py:BUILTIN_KINDS``.
+A kind class derives from ``KindDefaults``, which declares every optional member with its
+default, and defines every member ``JobKind`` declares, which have none; ``Registry.register``
+refuses a kind lacking either (``missing_members``, ``missing_defaults``), so a kind that
+forgot ``pods_ready`` fails at registration (and in the unit tests), not for a user.
+
+Shared readers: ``label_queue_name`` (the queue-name label), ``job_finished`` (Kueue's
+Finished reasons ``Succeeded``/``Failed`` from an object's conditions), ``MANAGED_JOBS`` (the
+informer selector of queued objects).
+
+Adding a kind = one folder under ``app/integrations/`` whose package exposes ``KINDS`` and
+``ROUTES`` (its webhook endpoints), and one line in ``app/integrations/__init__.py:PACKAGES``.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from app.core.workload import Workload
 from app.wire.fields import Obj
+from app.wire.names import QUEUE_NAME_LABEL
 
 if TYPE_CHECKING:
     from app.kube.client import Resource
@@ -36,8 +46,80 @@ class StartError(Exception):
     ``FailedToStart`` (Kueue ``startJob``)."""
 
 
+class KindDefaults:
+    """Every optional member of a job kind, with its default: each kind class derives from
+    it and overrides what applies to it (``JobKind`` declares the required members).
+
+    For kinds made of other objects (Kueue's ComposableJob): ``source`` (the store whose
+    events concern the kind; default its ``key``), ``object_key(obj)``, ``lookup(ctx, ns,
+    name)``, ``group_workloads``, ``fewer_pods_match`` and ``trim``. For kinds whose operator
+    labels its pods: ``pod_labels``; under ``manageJobsWithoutQueueName``:
+    ``manages_unlabelled``, ``unlabelled_selector``, ``takes_unlabelled``; and
+    ``top_level``, ``partial_admission``, ``optional``, ``child_jobs``, ``rules`` (each
+    documented below).
+    """
+
+    # Its Workloads carry GROUP_WORKLOAD_ANNOTATION instead of a controller ownerReference.
+    group_workloads: bool = False
+    # Pods that finished or went count as still matching the admission; only more pods, or
+    # other requests, do not.
+    fewer_pods_match: bool = False
+    # (name label, uid label) naming the object (and its uid, "" when the operator writes
+    # none) on each of its pods (``pods_of``); ("", ""): its pods are unknown. With them the
+    # reconciler counts the object's pods from the Pod store as well as from its status (its
+    # quota is released only once they are gone or terminal) and finds the pods of a
+    # Workload whose owner went (``pods_of_workload``: ``kubectl delete --cascade=orphan``).
+    pod_labels: tuple[str, str] = ("", "")
+    # Kueue ``TopLevelJob``: never a managed ancestor's child (the webhook decides that).
+    top_level: bool = False
+    # Kueue manageJobsWithoutQueueName: objects without a queue name are queued too when the
+    # setting is on (and ``takes_unlabelled(obj)``); the informer then lists
+    # ``unlabelled_selector`` (None: every object) instead of ``label_selector``.
+    manages_unlabelled: bool = False
+    unlabelled_selector: str | None = None
+    # Partial admission: start() applies an admitted count below the spec's (so an object not
+    # yet started matches its Workload's spec, not the smaller admission). Kinds without it
+    # must match the admission itself.
+    partial_admission: bool = False
+    # Its CRD (an operator's) may be absent: the manager then leaves the kind out at start-up.
+    optional: bool = False
+    # Its webhook rules (``app.integrations.crdrules.CrdRules``) when it has generic ones.
+    rules: Any = None
+
+    @property
+    def source(self) -> str:
+        """The store whose events concern the kind: its own (``key``)."""
+        return str(self.key)  # type: ignore[attr-defined]
+
+    def object_key(self, obj: Mapping[str, Any]) -> str | None:
+        """``ns/name`` of the kind's object that ``obj`` (from ``source``) belongs to, or None
+        (not one of the kind's)."""
+        meta = obj.get("metadata") or {}
+        return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+    def lookup(self, ctx: Context, ns: str, name: str) -> Obj | None:
+        """The kind's object ``ns/name`` as stored (or composed), or None."""
+        return ctx.store(self.key).get(f"{ns}/{name}")  # type: ignore[attr-defined, no-any-return]
+
+    async def trim(self, ctx: Context, obj: Obj, workload: Mapping[str, Any] | None) -> Obj:
+        """Delete the members the object may not have (e.g. a pod group's excess pods);
+        returns the object without them."""
+        return obj
+
+    def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
+        """The batch Jobs the kind's operator makes for ``obj``, by name, with the pods each
+        may run at once under ``obj``'s admission (``{}``: it makes none; a Job it controls
+        then runs no pod). Raises ``WorkloadSpecError``."""
+        return {}
+
+    def takes_unlabelled(self, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` without a queue name is queued (``manages_unlabelled``)."""
+        return True
+
+
 class JobKind(Protocol):
-    """One job kind (Kueue's GenericJob). Object arguments are the API objects as dicts.
+    """One job kind (Kueue's GenericJob): the required members. Object arguments are the API
+    objects as dicts; the optional members and their defaults are ``KindDefaults``'.
 
     ``key``: informer/store key and work-queue prefix (``"job"``); ``resource``: its API
     resource (None: a kind made of other objects, such as a pod group, with no informer of
@@ -45,23 +127,6 @@ class JobKind(Protocol):
     ``label_selector``: which objects the informer lists (the managed ones). Every member
     declared below is required, with no default (``Registry.register`` refuses a kind lacking
     one: ``missing_members``).
-
-    Optional, for kinds made of other objects (Kueue's ComposableJob): ``source`` (the store
-    whose events concern the kind, default ``key``), ``object_key(obj)`` (``ns/name`` of the
-    kind's object an event's object belongs to, or None), ``lookup(ctx, ns, name)`` (the
-    object, default the store's), ``group_workloads = True`` (its Workloads carry
-    ``GROUP_WORKLOAD_ANNOTATION`` instead of a controller ownerReference) and
-    ``fewer_pods_match = True`` (pods that finished or went count as still matching the
-    admission; only more pods, or other requests, do not) and ``trim(ctx, obj, workload)``
-    (delete the members the object may not have, e.g. a pod group's excess pods; returns the
-    object without them).
-
-    Optional, for kinds whose operator labels the pods it makes: ``pod_labels = (name label,
-    uid label)``, the labels naming the object (and its uid, ``""`` when the operator writes
-    none) on each of its pods (``pods_of``). The reconciler then counts the object's pods
-    from the Pod store as well as from its status, so its quota is released only once they
-    are gone or terminal, and it finds the pods of a Workload whose owner went
-    (``pods_of_workload``: ``kubectl delete --cascade=orphan``).
     """
 
     key: str
@@ -124,6 +189,32 @@ class JobKind(Protocol):
 
 GROUP_WORKLOAD_ANNOTATION = "kueue.x-k8s.io/is-group-workload"
 
+# Jobs with a non-empty queue-name label: an empty value is no queue, for the webhook too
+# (one rule everywhere; Kueue's QueueName "" is unmanaged). "k" selects the label's presence,
+# "k!=" (empty value) its non-empty values; together, present and non-empty.
+MANAGED_JOBS = f"{QUEUE_NAME_LABEL},{QUEUE_NAME_LABEL}!="
+
+
+def label_queue_name(obj: Mapping[str, Any]) -> str:
+    """The object's ``kueue.x-k8s.io/queue-name`` label (``""``: none)."""
+    return str(((obj.get("metadata") or {}).get("labels") or {}).get(QUEUE_NAME_LABEL, ""))
+
+
+def job_finished(job: Mapping[str, Any], *, complete: str = "Complete", kind: str = "Job"
+                 ) -> tuple[bool, str, str]:
+    """(finished, reason, message) from the object's ``complete`` / ``Failed`` conditions:
+    reason ``Succeeded`` or ``Failed`` (Kueue's Finished reasons), message copied (else one
+    naming ``kind``)."""
+    for c in ((job.get("status") or {}).get("conditions")) or []:
+        if c.get("status") != "True":
+            continue
+        if c.get("type") == complete:
+            return True, "Succeeded", c.get("message") or f"{kind} finished successfully"
+        if c.get("type") == "Failed":
+            return True, "Failed", c.get("message") or c.get("reason") or f"{kind} failed"
+    return False, "", ""
+
+
 
 def controller_uid(obj: Mapping[str, Any]) -> str:
     """The uid ``obj``'s controller ownerReference names ("" when none): an ancestor read by
@@ -151,8 +242,7 @@ def child_share(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[st
     meta = parent.get("metadata") or {}
     if controller_uid(job) != meta.get("uid"):
         return 0
-    children = getattr(parent_kind, "child_jobs", None)
-    share = children(parent) if children is not None else {}
+    share = parent_kind.child_jobs(parent)
     return int(share.get(str((job.get("metadata") or {}).get("name", "")), 0))
 
 
@@ -162,33 +252,23 @@ ANCESTOR_DEPTH = 10
 
 
 def source_of(kind: JobKind) -> str:
-    """The store whose events concern ``kind`` (its own by default)."""
-    return str(getattr(kind, "source", kind.key))
+    """The store whose events concern ``kind`` (``KindDefaults.source``)."""
+    return str(kind.source)  # type: ignore[attr-defined]
 
 
 def object_key(kind: JobKind, obj: Mapping[str, Any]) -> str | None:
     """``ns/name`` of ``kind``'s object that ``obj`` (from ``source_of(kind)``) belongs to."""
-    fn = getattr(kind, "object_key", None)
-    if fn is not None:
-        return fn(obj)  # type: ignore[no-any-return]
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    return kind.object_key(obj)  # type: ignore[attr-defined, no-any-return]
 
 
 def lookup(kind: JobKind, ctx: Context, ns: str, name: str) -> Obj | None:
     """``kind``'s object ``ns/name`` as stored (or composed), or None."""
-    fn = getattr(kind, "lookup", None)
-    if fn is not None:
-        return fn(ctx, ns, name)  # type: ignore[no-any-return]
-    return ctx.store(kind.key).get(f"{ns}/{name}")
+    return kind.lookup(ctx, ns, name)  # type: ignore[attr-defined, no-any-return]
 
 
 async def trim(kind: JobKind, ctx: Context, obj: Obj, workload: Mapping[str, Any] | None) -> Obj:
-    """``kind.trim`` when the kind has one (module doc of ``JobKind``), else ``obj``."""
-    fn = getattr(kind, "trim", None)
-    if fn is None:
-        return obj
-    return await fn(ctx, obj, workload)  # type: ignore[no-any-return]
+    """``kind.trim`` (``KindDefaults.trim``: nothing to delete)."""
+    return await kind.trim(ctx, obj, workload)  # type: ignore[attr-defined, no-any-return]
 
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -206,8 +286,8 @@ def pod_holds(pod: Mapping[str, Any]) -> bool:
 
 def pod_labels(kind: JobKind) -> tuple[str, str]:
     """``kind.pod_labels`` (name label, uid label), or ``("", "")`` (its pods unknown)."""
-    labels = getattr(kind, "pod_labels", None)
-    return (str(labels[0]), str(labels[1])) if labels else ("", "")
+    name, uid = kind.pod_labels  # type: ignore[attr-defined]
+    return str(name), str(uid)
 
 
 def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str) -> bool:
@@ -277,20 +357,37 @@ class Owner:
         return f"{self.namespace}/{self.name}"
 
 
+def _members(cls: type) -> frozenset[str]:
+    return frozenset(n for n in (*cls.__annotations__, *vars(cls)) if not n.startswith("_"))
+
+
 def required_members() -> frozenset[str]:
     """The attributes and methods ``JobKind`` declares, which every kind must define itself:
     none has a default (a kind without ``pods_ready`` would otherwise count as always ready
-    and never be timed out by waitForPodsReady). The optional ones are read with ``getattr``
-    and documented on ``JobKind``."""
-    return frozenset(n for n in (*JobKind.__annotations__, *vars(JobKind))
-                     if not n.startswith("_"))
+    and never be timed out by waitForPodsReady)."""
+    return _members(JobKind)
+
+
+def optional_members() -> frozenset[str]:
+    """The members ``KindDefaults`` declares with their defaults."""
+    return _members(KindDefaults)
+
+
+def _lacking(kind: object, cls: type, names: frozenset[str]) -> list[str]:
+    methods = {n for n, v in vars(cls).items() if callable(v)}
+    return sorted(n for n in names
+                  if not hasattr(kind, n) or (n in methods and not callable(getattr(kind, n))))
 
 
 def missing_members(kind: object) -> list[str]:
     """The ``required_members`` that ``kind`` lacks (sorted; methods must be callable)."""
-    methods = {n for n, v in vars(JobKind).items() if callable(v)}
-    return sorted(n for n in required_members()
-                  if not hasattr(kind, n) or (n in methods and not callable(getattr(kind, n))))
+    return _lacking(kind, JobKind, required_members())
+
+
+def missing_defaults(kind: object) -> list[str]:
+    """The ``optional_members`` that ``kind`` lacks (sorted): a kind not built on
+    ``KindDefaults``."""
+    return _lacking(kind, KindDefaults, optional_members())
 
 
 class Registry:
@@ -304,11 +401,16 @@ class Registry:
 
     def register(self, kind: JobKind) -> None:
         """Add ``kind``. Raises ``TypeError`` naming what it lacks of ``JobKind``
-        (``missing_members``), ``ValueError`` when its key or group/kind is taken."""
+        (``missing_members``) or of ``KindDefaults`` (``missing_defaults``), ``ValueError``
+        when its key or group/kind is taken."""
         missing = missing_members(kind)
         if missing:
             raise TypeError(f"job kind {getattr(kind, 'key', kind)!r} does not define "
                             f"{', '.join(missing)} (JobKind)")
+        missing = missing_defaults(kind)
+        if missing:
+            raise TypeError(f"job kind {kind.key!r} lacks {', '.join(missing)}: derive it "
+                            "from KindDefaults, which gives every optional member its default")
         if kind.key in self._by_key or (kind.api_group, kind.kind) in self._by_gk:
             raise ValueError(f"job kind {kind.key} ({kind.api_group}/{kind.kind}) is "
                              "registered twice")
@@ -386,7 +488,7 @@ class Registry:
         meta = workload.get("metadata") or {}
         if (meta.get("annotations") or {}).get(GROUP_WORKLOAD_ANNOTATION) == "true":
             for k in self._by_key.values():
-                if getattr(k, "group_workloads", False):
+                if k.group_workloads:  # type: ignore[attr-defined]
                     return Owner(k, str(meta.get("namespace", "")), str(meta.get("name", "")), "")
         for ref in meta.get("ownerReferences") or []:
             if not ref.get("controller"):

@@ -1,19 +1,35 @@
-"""Applying an admission to pod templates, for every job kind (Kueue ``RunWithPodSetsInfo``,
-kueue-semantics.md 4.4): the ``nodeLabels`` of the flavors assigned to a podSet become its
-nodeSelector, their ``tolerations`` are appended without duplicates (a toleration with an empty
-operator equals one with ``Equal``, KQ-21 / kueue#11147), and the pod label
-``kueue.x-k8s.io/podset=<podSet>`` is added.
+"""Applying an admission to pod templates, for every job kind (Kueue ``RunWithPodSetsInfo``
+and ``RestorePodSetsInfo``, kueue-semantics.md 4.4).
+
+- Flavors: the ``nodeLabels`` of the flavors assigned to a podSet become its nodeSelector,
+  their ``tolerations`` are appended without duplicates (a toleration with an empty operator
+  equals one with ``Equal``, kueue#11147), and the pod label ``kueue.x-k8s.io/podset=<podSet>``
+  is added (``admitted_scheduling``, ``inject_template``); an admission check's
+  ``podSetUpdates`` add to them. A contradiction raises ``InjectionConflict`` (a
+  ``StartError``: Kueue's ``FailedToStart``).
+- Start record: what the user wrote in a pod template (``nodeSelector``, ``tolerations``,
+  ``metadata.labels``) is kept as JSON on the object (``template_record``, ``record_text``;
+  the kind chooses the annotation layout), so a stop restores exactly it (``apply_record``)
+  whatever became of the Workload, and a repeated start is a no-op.
+- Start event: ``write_start`` writes the started object and records ``Started`` /
+  ``FailedToStart`` (Kueue's messages).
+- A pod's podSet in a pod group: ``role_hash`` (Kueue ``GenerateRoleHash``).
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from app.integrations.framework import StartError
+from app.integrations.webhook_toolkit import UnreadableObjectError
 from app.kube.errors import Permanent
 from app.kube.events import NORMAL, WARNING
 from app.wire.fields import Obj
+from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL
 
 
 class InjectionConflict(StartError, ValueError):
@@ -49,6 +65,111 @@ def merge_tolerations(existing: Iterable[Mapping[str, Any]],
             seen.add(ident)
             out.append({k: v for k, v in dict(t).items() if v not in (None, "")})
     return out
+
+
+# ------------------------------------------------------------------------- start record
+
+_RECORD_TYPES: dict[str, type] = {"nodeSelector": dict, "tolerations": list, "labels": dict,
+                                   "parallelism": int}
+
+
+def read_record(text: object) -> Obj | None:
+    """The start record of one pod template (``text``: JSON of its ``nodeSelector``,
+    ``tolerations`` and ``metadata.labels`` as the user wrote them, a key absent when the
+    field was absent; a batch Job's also holds its ``parallelism``), or None when it is not
+    one: not JSON, not an object, or a field of the wrong type. The record sits on the
+    tenant's own object, which the tenant may edit at any time, so an unreadable record is
+    ignored (nothing to restore) rather than make every stop fail: a stop that raises would
+    keep an evicted or expired job's quota forever."""
+    if not isinstance(text, str):
+        return None
+    try:
+        rec = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(rec, dict) or any(
+            k in rec and (not isinstance(rec[k], t) or isinstance(rec[k], bool))
+            for k, t in _RECORD_TYPES.items()) or rec.get("parallelism", 0) < 0:
+        return None
+    return rec
+
+
+def record_text(rec: Mapping[str, Any]) -> str:
+    """``rec`` as the compact JSON text the object stores."""
+    return json.dumps(rec, sort_keys=True, separators=(",", ":"))
+
+
+def has_start_record(obj: Mapping[str, Any]) -> bool:
+    """True when ``obj`` carries pykueue's start record (``ORIGINAL_ANNOTATION``): pykueue
+    started it and has not stopped it since."""
+    return ORIGINAL_ANNOTATION in (((obj.get("metadata") or {}).get("annotations")) or {})
+
+
+def template_record(template: Mapping[str, Any], stored: object = None) -> Obj:
+    """The user's scheduling fields of pod template ``template`` (a PodTemplateSpec): the
+    ``stored`` record when it is readable (``read_record``), else read from the template."""
+    if stored and (rec := read_record(stored)) is not None:
+        return rec
+    spec = template.get("spec") or {}
+    rec: Obj = {}
+    if "nodeSelector" in spec and spec["nodeSelector"] is not None:
+        rec["nodeSelector"] = copy.deepcopy(spec["nodeSelector"])
+    if "tolerations" in spec and spec["tolerations"] is not None:
+        rec["tolerations"] = copy.deepcopy(spec["tolerations"])
+    labels = (template.get("metadata") or {}).get("labels")
+    if labels is not None:
+        rec["labels"] = copy.deepcopy(labels)
+    return rec
+
+
+def apply_record(template: Obj, rec: Mapping[str, Any]) -> None:
+    """Set ``template``'s nodeSelector, tolerations and labels (in place) to exactly those of
+    ``rec`` (a field absent from ``rec`` is removed)."""
+    spec = template.setdefault("spec", {})
+    for field in ("nodeSelector", "tolerations"):
+        if field in rec:
+            spec[field] = copy.deepcopy(rec[field])
+        else:
+            spec.pop(field, None)
+    if "labels" in rec:
+        template.setdefault("metadata", {})["labels"] = copy.deepcopy(rec["labels"])
+    elif isinstance(template.get("metadata"), dict):
+        template["metadata"].pop("labels", None)
+        if not template["metadata"]:
+            del template["metadata"]
+
+
+def merged_node_selector(user: Mapping[str, str], flavor: Mapping[str, str], what: str
+                         ) -> dict[str, str]:
+    """The user's nodeSelector ``user`` with the flavors' node labels ``flavor`` added.
+    Raises ``InjectionConflict`` (naming ``what``, the object's kind) when a label of
+    ``flavor`` has another value in ``user``."""
+    for k, v in flavor.items():
+        if user.get(k, v) != v:
+            raise InjectionConflict(
+                f"the {what}'s nodeSelector {k}={user[k]} contradicts the flavor's {k}={v}")
+    return {**user, **flavor}
+
+
+def inject_template(template: Obj, rec: Mapping[str, Any], pod_set: str,
+                    node_selector: Mapping[str, str], tolerations: Iterable[Mapping[str, Any]],
+                    *, inject_node_selector: bool = True) -> None:
+    """Start pod template ``template`` (in place) for podSet ``pod_set``: the user's record
+    ``rec`` applied, then the flavors' ``node_selector`` merged into its nodeSelector (when
+    ``inject_node_selector``), their ``tolerations`` appended without duplicates and the
+    label ``kueue.x-k8s.io/podset=<pod_set>``. Idempotent over the same ``rec``. Raises
+    ``InjectionConflict`` when ``node_selector`` contradicts the user's nodeSelector."""
+    apply_record(template, rec)
+    spec = template["spec"]
+    if inject_node_selector and node_selector:
+        spec["nodeSelector"] = merged_node_selector(rec.get("nodeSelector") or {},
+                                                    node_selector, "Job")
+    extra = list(tolerations)
+    if extra:
+        spec["tolerations"] = merge_tolerations(rec.get("tolerations") or [], extra)
+    labels = dict(rec.get("labels") or {})
+    labels[PODSET_LABEL] = pod_set
+    template.setdefault("metadata", {})["labels"] = labels
 
 
 # ------------------------------------------------------------------------- flavors
@@ -135,3 +256,32 @@ async def write_start(ctx: Any, obj: Obj, desired: Obj, workload: Mapping[str, A
     admission = (workload.get("status") or {}).get("admission") or {}
     ctx.recorder.emit(obj, NORMAL, "Started",
                       f"Admitted by clusterQueue {admission.get('clusterQueue', '')}")
+
+
+# ------------------------------------------------------------------------- a pod's podSet
+
+_SHAPE_FIELDS = ("nodeSelector", "affinity", "tolerations", "runtimeClassName", "priority",
+                 "priorityClassName", "topologySpreadConstraints", "overhead", "resourceClaims",
+                 "resources")
+
+
+def role_hash(pod: Mapping[str, Any]) -> str:
+    """8 hex digits naming the Pod's shape: what decides its quota and placement (containers'
+    and init containers' requests and ports, nodeSelector, affinity, tolerations, runtime
+    class, priority, spread constraints, overhead, claims, pod-level resources), as Kueue's
+    ``GenerateRoleHash``. pykueue always computes it (a user-written hash is replaced), so
+    pods with other requests can never share a podSet (kueue#13382)."""
+    spec = pod.get("spec")
+    if spec is None:
+        spec = {}
+    elif not isinstance(spec, Mapping):
+        raise UnreadableObjectError("spec", "expected an object")
+
+    def containers(field: str) -> list[dict[str, Any]]:
+        return [{"requests": ((c.get("resources") or {}).get("requests") or {}),
+                 "ports": c.get("ports") or []}
+                for c in spec.get(field) or [] if isinstance(c, Mapping)]
+
+    shape = {"containers": containers("containers"), "initContainers": containers(
+        "initContainers"), **{f: spec.get(f) for f in _SHAPE_FIELDS if spec.get(f) is not None}}
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:8]

@@ -259,7 +259,7 @@ class JobReconciler:
         """One pass over ``kind``'s object ``ns/name``; returns seconds to look again."""
         ctx = self.ctx
         obj = lookup(kind, ctx, ns, name)
-        if obj is not None and not getattr(kind, "top_level", False):
+        if obj is not None and not kind.top_level:
             ancestor = await self._managed_ancestor(obj)
             if ancestor is not None:
                 # Its ancestor's business (a JobSet's Job carrying the queue label of its
@@ -417,15 +417,13 @@ class JobReconciler:
     def _manages_unlabelled(self, kind: JobKind, obj: Obj, ns: str) -> bool:
         """Kueue ``manageJobsWithoutQueueName``: a job without a queue name is queued (its
         Workload waits for a LocalQueue) when the setting is on, its kind takes part
-        (``manages_unlabelled``; and ``takes_unlabelled(obj)`` when the kind has it), its
+        (``manages_unlabelled`` and ``takes_unlabelled(obj)``), its
         namespace matches ``managedJobsNamespaceSelector`` and no other job kind controls it
         (Kueue's managed-ancestor rule)."""
         jobs = self.ctx.settings.jobs
-        if not jobs.manage_jobs_without_queue_name or not getattr(kind, "manages_unlabelled",
-                                                                  False):
+        if not jobs.manage_jobs_without_queue_name or not kind.manages_unlabelled:
             return False
-        takes = getattr(kind, "takes_unlabelled", None)
-        if takes is not None and not takes(obj):
+        if not kind.takes_unlabelled(obj):
             return False  # e.g. a Pod the webhook did not mark, or a pod group's member
         namespace = self.ctx.store(NS).get(ns)
         if namespace is None or not jobs.namespace_managed(
@@ -453,12 +451,12 @@ class JobReconciler:
         except WorkloadSpecError as exc:
             return f"the {kind.kind} cannot be read: {exc}"
         if kind.is_suspended(obj) and not kind.is_started(obj) \
-                and getattr(kind, "partial_admission", False):
+                and kind.partial_admission:
             # Not started yet: it matches the Workload's spec (a partial admission's count
             # is applied when it starts), as Kueue's EquivalentToWorkload for a suspended job.
             have = replace(have, admission=None)
         return admission_mismatch(want.pod_sets, have,
-                                  fewer_ok=bool(getattr(kind, "fewer_pods_match", False)))
+                                  fewer_ok=kind.fewer_pods_match)
 
     async def _start(self, kind: JobKind, obj: Obj, wl: Obj) -> None:
         ctx = self.ctx

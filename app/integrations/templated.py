@@ -15,8 +15,10 @@ how many of its pods are active. The base does the rest, the same way for each:
 - Start: each podSet's flavor nodeSelector and tolerations go into its own template, with the
   pod label ``kueue.x-k8s.io/podset``, and the lever is set to false, in one update; what the
   user wrote (each template's nodeSelector, tolerations and labels) is kept in the object's
-  annotation ``ORIGINAL_ANNOTATION`` as JSON by template key. Stop sets the lever to true and
-  restores those fields in one update.
+  annotation ``ORIGINAL_ANNOTATION`` as JSON by template key (each value one template's
+  start record, ``app.integrations.podsets``). Stop sets the lever to true and restores those
+  fields in one update. A flavor contradicting a template's nodeSelector raises
+  ``InjectionConflict``.
 """
 
 from __future__ import annotations
@@ -28,18 +30,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.core.workload import Workload
-from app.integrations.batchjob.job import (
-    MANAGED_JOBS,
-    ORIGINAL_ANNOTATION,
-    injected_job,
-    is_injected,
-    queue_name,
-    restored_job,
+from app.integrations.framework import MANAGED_JOBS, KindDefaults, label_queue_name
+from app.integrations.podsets import (
+    admitted_scheduling,
+    apply_record,
+    has_start_record,
+    inject_template,
+    read_record,
+    record_text,
+    template_record,
+    write_start,
 )
-from app.integrations.podsets import admitted_scheduling, write_start
 from app.kube.events import NORMAL
 from app.wire.fields import Obj, WorkloadSpecError, mapping, string
-from app.wire.names import QUEUE_NAME_LABEL
+from app.wire.names import ORIGINAL_ANNOTATION, QUEUE_NAME_LABEL
 from app.wire.podtemplate import pod_set_from_template
 from app.wire.workload import (
     check_dns_subdomain,
@@ -112,15 +116,6 @@ def _records(obj: Mapping[str, Any]) -> dict[str, str]:
     return {k: v for k, v in records.items() if isinstance(k, str) and isinstance(v, str)}
 
 
-def _view(template: Mapping[str, Any], record: str | None) -> Obj:
-    """A Job-shaped view of one pod template (``{metadata, spec: {template}}``) with its stored
-    record, so the Job kind's ``injected_job`` / ``restored_job`` do the template work."""
-    view: Obj = {"spec": {"template": copy.deepcopy(dict(template))}}
-    if record is not None:
-        view["metadata"] = {"annotations": {ORIGINAL_ANNOTATION: record}}
-    return view
-
-
 def injected(obj: Mapping[str, Any], templates: list[Template], suspend: Path,
              scheduling: Mapping[str, tuple[Mapping[str, str], list[Obj]]], *,
              inject_node_selector: bool = True) -> Obj:
@@ -133,10 +128,12 @@ def injected(obj: Mapping[str, Any], templates: list[Template], suspend: Path,
     records: dict[str, str] = {}
     for t in templates:
         selector, tolerations = scheduling.get(t.name, ({}, []))
-        started = injected_job(_view(get_in(out, t.path), stored.get(t.key)), t.name, selector,
-                               tolerations, inject_node_selector=inject_node_selector)
-        set_in(out, t.path, started["spec"]["template"])
-        records[t.key] = started["metadata"]["annotations"][ORIGINAL_ANNOTATION]
+        template = copy.deepcopy(dict(get_in(out, t.path)))
+        rec = template_record(template, stored.get(t.key))
+        inject_template(template, rec, t.name, selector, tolerations,
+                        inject_node_selector=inject_node_selector)
+        set_in(out, t.path, template)
+        records[t.key] = record_text(rec)
     meta = out.setdefault("metadata", {})
     meta["annotations"] = {**(meta.get("annotations") or {}),
                            ORIGINAL_ANNOTATION: json.dumps(records, sort_keys=True)}
@@ -156,8 +153,10 @@ def restored(obj: Mapping[str, Any], templates: list[Template], suspend: Path) -
     for t in templates:
         record = stored.get(t.key)
         if record is not None:
-            set_in(out, t.path, restored_job(_view(get_in(out, t.path), record))["spec"][
-                "template"])
+            template = copy.deepcopy(dict(get_in(out, t.path)))
+            if (rec := read_record(record)) is not None:
+                apply_record(template, rec)
+            set_in(out, t.path, template)
     anns = dict(out["metadata"].get("annotations") or {})
     anns.pop(ORIGINAL_ANNOTATION, None)
     if anns:
@@ -167,7 +166,7 @@ def restored(obj: Mapping[str, Any], templates: list[Template], suspend: Path) -
     return out
 
 
-class TemplatedKind:
+class TemplatedKind(KindDefaults):
     """Base of a ``JobKind`` whose object holds one pod template per podSet (module doc).
     Subclasses set ``key``, ``resource``, ``api_group``, ``kind``, ``suspend`` and define
     ``templates``, ``finished`` and ``active_pods``. ``optional``: its CRD (an operator's) may
@@ -181,8 +180,8 @@ class TemplatedKind:
     label_selector: str | None = MANAGED_JOBS
     optional = True
 
-    queue_name = staticmethod(queue_name)
-    is_started = staticmethod(is_injected)
+    queue_name = staticmethod(label_queue_name)
+    is_started = staticmethod(has_start_record)
 
     # ---------------------------------------------------------------- the kind's own facts
 
@@ -201,12 +200,6 @@ class TemplatedKind:
         """The pod template of podSet ``t`` (a kind may supply a default where the object has
         none, e.g. RayJob's submitter)."""
         return get_in(obj, t.path)
-
-    def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
-        """The batch Jobs the kind's operator makes for ``obj``, by name, with the pods each
-        may run at once under ``obj``'s admission (``{}``: it makes none; a Job it controls
-        then runs no pod). Raises ``WorkloadSpecError``."""
-        return {}
 
     def _podset_child(self, obj: Mapping[str, Any], podset: str, name: str) -> dict[str, int]:
         """``{name: count of podSet podset}`` when ``obj`` has that podSet, else ``{}``."""

@@ -89,7 +89,7 @@ def test_plain_pods_are_admitted_whole_wait_gated_and_free_quota_when_deleted(
 
 def group_pod(name: str, ns: str, group: str, total: int, cpu: str = "1") -> dict:
     """A member of a pod group as pykueue's webhook stores it (gate, role hash)."""
-    from app.integrations.pod.rules import role_hash
+    from app.integrations.pod.webhook_rules import role_hash
 
     p = gated_pod(name, ns, "lq", cpu)
     p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] = group

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 from app.core.workload import admission_mismatch
-from app.integrations.pod.rules import ROLE_HASH_ANNOTATION, role_hash, validate_pod
-from app.integrations.podgroup.group import KIND
+from app.integrations.pod.group import KIND
+from app.integrations.pod.webhook_rules import ROLE_HASH_ANNOTATION, role_hash, validate_pod
 from app.wire.fields import WorkloadSpecError
 from app.wire.names import FAST_ADMISSION_ANNOTATION
 from app.wire.workload import workload_from_object

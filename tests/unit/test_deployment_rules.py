@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from app.integrations.deployment.rules import (
+from app.integrations.deployment.webhook_rules import (
     SUSPENDING_PARENT,
     mutate_deployment,
     validate_deployment_update,
 )
-from app.integrations.webhook import WebhookPolicy
+from app.integrations.webhook_toolkit import WebhookPolicy
 from tests.unit.test_pod_integration import apply_patch
 
 POLICY = WebhookPolicy(controller_usernames=frozenset({"pykueue"}))
@@ -78,7 +78,7 @@ def sts(replicas: int, *, ready: int = 0, current: int = 0, queue: str | None = 
 
 
 def test_a_statefulset_scales_only_through_zero():
-    from app.integrations.statefulset.rules import validate_statefulset_update
+    from app.integrations.statefulset.webhook_rules import validate_statefulset_update
 
     assert "scale it to 0 first" in validate_statefulset_update(sts(4), sts(6), "alice",
                                                                 POLICY)[0]
@@ -92,8 +92,8 @@ def test_a_statefulset_scales_only_through_zero():
 
 def test_a_statefulset_pod_joins_its_group_sized_by_replicas():
     from app.integrations import managed_kinds
-    from app.integrations.pod.rules import mutate_pod, validate_pod
-    from app.integrations.statefulset.rules import mutate_statefulset
+    from app.integrations.pod.webhook_rules import mutate_pod, validate_pod
+    from app.integrations.statefulset.webhook_rules import mutate_statefulset
 
     s = sts(4)
     s = apply_patch(s, mutate_statefulset(s, "CREATE", POLICY))
@@ -121,7 +121,7 @@ def test_a_statefulset_pod_joins_its_group_sized_by_replicas():
 
 
 def test_a_queued_statefulsets_pod_shape_cannot_change():
-    from app.integrations.statefulset.rules import validate_statefulset_update
+    from app.integrations.statefulset.webhook_rules import validate_statefulset_update
 
     old = sts(4)
     old["spec"]["template"]["spec"]["containers"][0]["resources"] = {
@@ -142,7 +142,7 @@ def test_a_statefulset_group_name_is_always_a_valid_label_value(name: str) -> No
     then exceed a label value's 63 and every pod of the StatefulSet would be refused."""
     import re
 
-    from app.integrations.statefulset.rules import group_name
+    from app.integrations.parents import group_name
 
     group = group_name(name)
     assert len(group) <= 63

@@ -14,7 +14,14 @@ from app.config import LeaderElectionSettings, Settings
 from app.controllers.manager import Manager
 from app.core.workload import Workload
 from app.integrations import BUILTIN_KINDS, default_registry
-from app.integrations.framework import Registry, missing_members, required_members
+from app.integrations.framework import (
+    KindDefaults,
+    Registry,
+    missing_defaults,
+    missing_members,
+    optional_members,
+    required_members,
+)
 from app.kube.client import Resource
 from app.kube.leader import LeaderElector
 from app.wire.podtemplate import pod_set_from_template
@@ -24,7 +31,7 @@ from tests.recording_client import OBJECTS, RecordingClient
 SLEEPERS = Resource("example.com", "v1", "sleepers", "Sleeper")
 
 
-class Sleeper:
+class Sleeper(KindDefaults):
     """``spec.pods`` pods of ``spec.template``; ``spec.suspend`` is the lever."""
 
     key = "sleeper"
@@ -122,6 +129,30 @@ def test_a_kind_without_pods_ready_is_refused() -> None:
     with pytest.raises(TypeError, match=r"'bare' does not define active_pods, desired, "
                                         r"finished, is_started"):
         Registry([Bare()])  # type: ignore[list-item]
+
+
+def test_optional_members_have_their_defaults_in_one_place() -> None:
+    """Every optional member is declared with its default on ``KindDefaults`` and none is a
+    required one; every built-in kind has them all, and a kind not built on
+    ``KindDefaults`` is refused at registration even when it defines every required
+    member."""
+    assert not required_members() & optional_members()
+    assert {"source", "pod_labels", "child_jobs", "top_level", "trim", "rules"} \
+        <= optional_members()
+    for kind in BUILTIN_KINDS:
+        assert missing_defaults(kind) == [], kind.key
+
+    class DuckSleeper:  # every JobKind member, no KindDefaults
+        pass
+
+    for name in required_members():
+        setattr(DuckSleeper, name, getattr(Sleeper, name))
+    assert missing_members(DuckSleeper()) == []
+    with pytest.raises(TypeError, match=r"job kind 'sleeper' lacks child_jobs, .*KindDefaults"):
+        Registry([DuckSleeper()])  # type: ignore[list-item]
+    sleeper = Sleeper()
+    assert (sleeper.source, sleeper.pod_labels, sleeper.child_jobs({}), sleeper.top_level) \
+        == ("sleeper", ("", ""), {}, False)
 
 
 def leading_manager(monkeypatch: pytest.MonkeyPatch, client: RecordingClient,

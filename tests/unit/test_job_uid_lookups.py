@@ -79,7 +79,7 @@ def test_the_job_uid_label_stands_in_for_a_missing_owner_reference():
 def test_an_empty_queue_name_is_no_queue_in_the_extender_as_in_the_webhook():
     """Issue 14.8: one rule for ``kueue.x-k8s.io/queue-name: ""`` (unmanaged) everywhere."""
     from app.integrations.batchjob.job import MANAGED_JOBS
-    from app.integrations.webhook import read_queue_name
+    from app.integrations.webhook_toolkit import read_queue_name
 
     pod = _pod("x")
     pod["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": ""}

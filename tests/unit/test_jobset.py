@@ -23,9 +23,9 @@ from app.integrations.jobset.jobset import (
     workload_from_jobset,
     workload_object_for_jobset,
 )
-from app.integrations.jobset.rules import mutate_jobset, validate_jobset
+from app.integrations.jobset.webhook_rules import mutate_jobset, validate_jobset
 from app.integrations.podsets import InjectionConflict
-from app.integrations.webhook import WebhookPolicy
+from app.integrations.webhook_toolkit import WebhookPolicy
 from app.wire.fields import WorkloadSpecError
 from app.wire.workload import workload_name_for_owner
 from tests.unit.test_webhook import answer, make_app, post, review

@@ -16,11 +16,11 @@ import pytest
 from app.integrations import BUILTIN_KINDS, CRD_RULES, default_registry
 from app.integrations.batchjob.job import ORIGINAL_ANNOTATION
 from app.integrations.crdrules import lever_op, read_lever
+from app.integrations.kubeflow import MPIJOB
 from app.integrations.kubeflow.kubeflow import JAXJOB, PYTORCHJOB, TFJOB
-from app.integrations.mpijob import KIND as MPIJOB
 from app.integrations.podsets import InjectionConflict
 from app.integrations.templated import Template
-from app.integrations.webhook import UnreadableObjectError, WebhookPolicy
+from app.integrations.webhook_toolkit import UnreadableObjectError, WebhookPolicy
 from app.wire.fields import WorkloadSpecError
 from app.wire.workload import workload_name_for_owner
 from tests.unit.test_webhook import answer, make_app, post, review

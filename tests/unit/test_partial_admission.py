@@ -11,7 +11,8 @@ import json
 import pytest
 
 from app.integrations.batchjob.job import KIND, injected_job, partial_count, restored_job
-from app.integrations.webhook import WebhookPolicy, mutate_update, validate_create, validate_update
+from app.integrations.batchjob.webhook_rules import mutate_update, validate_create, validate_update
+from app.integrations.webhook_toolkit import WebhookPolicy
 from app.wire.fields import WorkloadSpecError
 from app.wire.names import (
     COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION,

@@ -10,7 +10,8 @@ import pytest
 
 from app.integrations import managed_kinds
 from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION
-from app.integrations.pod.rules import (
+from app.integrations.pod.group import KIND
+from app.integrations.pod.webhook_rules import (
     ADMISSION_GATE,
     GROUP_LABEL,
     ROLE_HASH_ANNOTATION,
@@ -19,7 +20,6 @@ from app.integrations.pod.rules import (
     role_hash,
     validate_pod,
 )
-from app.integrations.podgroup.group import KIND
 from app.wire.fields import WorkloadSpecError
 from app.wire.workload import workload_from_object
 from tests.unit.test_pod_integration import KINDS, POLICY, apply_patch
@@ -134,7 +134,7 @@ def _pods_store(n_groups: int, size: int):
 def test_the_group_index_follows_every_store_change():
     from types import SimpleNamespace
 
-    from app.integrations.podgroup.group import GROUP_INDEX
+    from app.integrations.pod.group import GROUP_INDEX
 
     store = _pods_store(3, 2)
     ctx = SimpleNamespace(store=lambda key: store)

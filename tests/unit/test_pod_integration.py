@@ -10,9 +10,14 @@ import pytest
 
 from app.integrations import managed_kinds
 from app.integrations.pod.pod import KIND, injected_pod
-from app.integrations.pod.rules import ADMISSION_GATE, MANAGED_LABEL, mutate_pod, validate_pod
+from app.integrations.pod.webhook_rules import (
+    ADMISSION_GATE,
+    MANAGED_LABEL,
+    mutate_pod,
+    validate_pod,
+)
 from app.integrations.podsets import InjectionConflict
-from app.integrations.webhook import WebhookPolicy
+from app.integrations.webhook_toolkit import WebhookPolicy
 from app.wire.workload import workload_from_object
 
 CONTROLLER = "system:serviceaccount:pykueue-system:pykueue"

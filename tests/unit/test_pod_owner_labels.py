@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from app.config import Settings
-from app.integrations.webhook import WebhookPolicy, owner_label_errors
+from app.integrations.webhook_toolkit import WebhookPolicy, owner_label_errors
 from app.main import create_app
 
 PYKUEUE = "system:serviceaccount:pykueue-system:pykueue"

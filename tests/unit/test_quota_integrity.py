@@ -16,11 +16,11 @@ import pytest
 
 from app.config import JobsSettings, LeaderElectionSettings, Settings
 from app.controllers.manager import Manager
-from app.integrations import CRD_RULES, batchjob, jobset, mpijob, ray
+from app.integrations import CRD_RULES, batchjob, jobset, kubeflow, ray
+from app.integrations.batchjob.webhook_rules import validate_update
 from app.integrations.framework import Registry
 from app.integrations.kubeflow.kubeflow import PYTORCHJOB
 from app.integrations.ray.ray import RAYCLUSTER, RAYJOB
-from app.integrations.webhook import validate_update
 from app.kube.client import JOBS
 from app.kube.context import CHILD_JOBS, UNLABELLED
 from app.kube.leader import LeaderElector
@@ -121,7 +121,7 @@ def test_each_ancestor_kind_names_the_jobs_its_operator_makes_and_their_share() 
            "metadata": {"name": "pi", "namespace": NS, "uid": "m1", "labels": {QUEUE: "lq"}},
            "spec": {"mpiReplicaSpecs": {"Launcher": {"replicas": 1, "template": {}},
                                         "Worker": {"replicas": 4, "template": {}}}}}
-    assert mpijob.KIND.child_jobs(mpi) == {"pi-launcher": 1}
+    assert kubeflow.MPIJOB.child_jobs(mpi) == {"pi-launcher": 1}
     assert RAYJOB.child_jobs(rayjob(group("gpu"))) == {"tune": 1}
     assert RAYJOB.child_jobs(rayjob(group("gpu"), submissionMode="HTTPMode")) == {}
     assert PYTORCHJOB.child_jobs({}) == {} and RAYCLUSTER.child_jobs({}) == {}

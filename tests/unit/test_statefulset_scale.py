@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from app.api.webhook import VALIDATE_STATEFULSET_SCALE_PATH
 from tests.unit.test_webhook import CONTROLLER, answer, make_app, post
+
+VALIDATE_STATEFULSET_SCALE_PATH = "/validate-apps-v1-statefulset-scale"
 
 QUEUE = "kueue.x-k8s.io/queue-name"
 

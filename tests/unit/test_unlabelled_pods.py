@@ -17,8 +17,8 @@ import pytest
 
 from app.config import JobsSettings, Settings
 from app.controllers.manager import Manager
+from app.integrations.pod.group import PodGroup
 from app.integrations.pod.pod import KIND as POD_KIND
-from app.integrations.podgroup.group import PodGroup
 from tests.unit.test_webhook import (
     CONTROLLER,
     Lookups,

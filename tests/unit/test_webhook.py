@@ -17,18 +17,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.config import JobsSettings, ServerSettings, Settings, WebhookSettings
-from app.integrations.webhook import (
-    QUEUE_NAME_LABEL,
-    UnreadableObjectError,
-    WebhookPolicy,
-    escape_pointer_token,
-    json_pointer,
+from app.integrations.batchjob.webhook_rules import (
     mutate,
     mutate_update,
     read_suspend,
     validate_update,
 )
+from app.integrations.webhook_toolkit import (
+    UnreadableObjectError,
+    WebhookPolicy,
+    escape_pointer_token,
+    json_pointer,
+)
 from app.main import create_app
+from app.wire.names import QUEUE_NAME_LABEL
 
 CONTROLLER = "system:serviceaccount:pykueue-system:pykueue"
 POLICY = WebhookPolicy(controller_usernames=frozenset({CONTROLLER}))

@@ -1,5 +1,8 @@
-"""batch/v1 Job (``KIND``)."""
+"""batch/v1 Job: the kind (``KINDS``) and its webhook routes (``ROUTES``)."""
 
 from app.integrations.batchjob.job import KIND
+from app.integrations.batchjob.webhook_rules import ROUTES
 
-__all__ = ["KIND"]
+KINDS = (KIND,)
+
+__all__ = ["KIND", "KINDS", "ROUTES"]

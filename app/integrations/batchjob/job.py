@@ -5,37 +5,42 @@ One podSet ``main``: the pod template, ``count = min(parallelism, completions)``
 ``Complete`` / ``Failed`` conditions.
 
 Start (``RunWithPodSetsInfo``): the flavors' nodeLabels merged into the template's
-nodeSelector, their tolerations appended, the pod label ``kueue.x-k8s.io/podset=main``, and
-``spec.suspend=false``, in one write. What the user wrote is kept on the Job itself, in the
-annotation ``ORIGINAL_ANNOTATION`` (JSON of the template's ``nodeSelector``, ``tolerations``
-and ``metadata.labels``, a key absent when the field was absent), written in the same update
-that unsuspends. Stop (``Job.Stop``, 4.5) sets ``spec.suspend=true`` and then restores exactly
-those fields and drops the annotation. Keeping the record on the Job (not only in the
-Workload) makes the restore independent of the Workload's fate (deleted, rebuilt) and of
-controller restarts; injecting from the record makes a repeated injection a no-op (KQ-21 step
-2).
+nodeSelector, their tolerations appended, the pod label ``kueue.x-k8s.io/podset=main``
+(``app.integrations.podsets.inject_template``), a partial admission's count as
+``spec.parallelism``, and ``spec.suspend=false``, in one write. What the user wrote is kept on
+the Job itself, in the annotation ``ORIGINAL_ANNOTATION`` (the template's start record,
+``podsets.template_record``, plus the user's ``parallelism`` when a partial admission changed
+it), written in the same update that unsuspends. Stop (``Job.Stop``, 4.5) sets
+``spec.suspend=true`` and then restores exactly those fields and drops the annotation.
+Keeping the record on the Job (not only in the Workload) makes the restore independent of the
+Workload's fate (deleted, rebuilt) and of controller restarts; injecting from the record makes
+a repeated injection a no-op. A start the flavors contradict raises ``InjectionConflict``.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from app.core.workload import Workload
+from app.integrations.framework import MANAGED_JOBS, KindDefaults, job_finished, label_queue_name
 from app.integrations.podsets import (
-    InjectionConflict,
     admitted_scheduling,
-    merge_tolerations,
+    apply_record,
+    has_start_record,
+    inject_template,
+    read_record,
+    record_text,
+    template_record,
     write_start,
 )
 from app.kube.client import JOBS, MERGE_PATCH
 from app.kube.errors import Conflict, Permanent
 from app.kube.events import NORMAL
 from app.wire.fields import Obj
-from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL, QUEUE_NAME_LABEL
+from app.wire.names import ORIGINAL_ANNOTATION
 from app.wire.workload import (
     completions_follow_parallelism,
     job_pod_count,
@@ -49,10 +54,6 @@ if TYPE_CHECKING:
 
 
 STOPPING_ANNOTATION = "kueue.x-k8s.io/stopping"
-# Jobs with a non-empty queue-name label: an empty value is no queue, for the webhook too
-# (one rule everywhere; Kueue's QueueName "" is unmanaged). "k" selects the label's presence,
-# "k!=" (empty value) its non-empty values; together, present and non-empty.
-MANAGED_JOBS = f"{QUEUE_NAME_LABEL},{QUEUE_NAME_LABEL}!="
 
 
 # ------------------------------------------------------------------------- inject / restore
@@ -62,46 +63,11 @@ def _template(job: Obj) -> Obj:
     return job.setdefault("spec", {}).setdefault("template", {})
 
 
-_RECORD_TYPES: dict[str, type] = {"nodeSelector": dict, "tolerations": list, "labels": dict,
-                                   "parallelism": int}
-
-
-def read_record(text: object) -> Obj | None:
-    """The start record stored in ``ORIGINAL_ANNOTATION`` (``text``: the annotation's value),
-    or None when it is not one: not JSON, not an object, or a field of the wrong type. The
-    annotation sits on the tenant's own object, which the tenant may edit at any time, so
-    an unreadable record is ignored (nothing to restore) rather than make every stop fail:
-    a stop that raises would keep an evicted or expired job's quota forever."""
-    if not isinstance(text, str):
-        return None
-    try:
-        rec = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(rec, dict) or any(
-            k in rec and (not isinstance(rec[k], t) or isinstance(rec[k], bool))
-            for k, t in _RECORD_TYPES.items()) or rec.get("parallelism", 0) < 0:
-        return None
-    return rec
-
-
 def record_original(job: Obj) -> Obj:
     """The user's scheduling fields of the Job's pod template (or the stored record, when
     readable: ``read_record``)."""
     ann = ((job.get("metadata") or {}).get("annotations") or {}).get(ORIGINAL_ANNOTATION)
-    if ann and (rec := read_record(ann)) is not None:
-        return rec
-    tpl = job.get("spec", {}).get("template") or {}
-    spec = tpl.get("spec") or {}
-    rec: Obj = {}
-    if "nodeSelector" in spec and spec["nodeSelector"] is not None:
-        rec["nodeSelector"] = copy.deepcopy(spec["nodeSelector"])
-    if "tolerations" in spec and spec["tolerations"] is not None:
-        rec["tolerations"] = copy.deepcopy(spec["tolerations"])
-    labels = (tpl.get("metadata") or {}).get("labels")
-    if labels is not None:
-        rec["labels"] = copy.deepcopy(labels)
-    return rec
+    return template_record(job.get("spec", {}).get("template") or {}, ann)
 
 
 def _set_parallelism(job: Obj, value: int) -> None:
@@ -114,19 +80,7 @@ def _set_parallelism(job: Obj, value: int) -> None:
 def _apply_record(job: Obj, rec: Obj) -> None:
     if "parallelism" in rec:  # partial admission changed it
         _set_parallelism(job, rec["parallelism"])
-    tpl = _template(job)
-    spec = tpl.setdefault("spec", {})
-    for field in ("nodeSelector", "tolerations"):
-        if field in rec:
-            spec[field] = copy.deepcopy(rec[field])
-        else:
-            spec.pop(field, None)
-    if "labels" in rec:
-        tpl.setdefault("metadata", {})["labels"] = copy.deepcopy(rec["labels"])
-    elif isinstance(tpl.get("metadata"), dict):
-        tpl["metadata"].pop("labels", None)
-        if not tpl["metadata"]:
-            del tpl["metadata"]
+    apply_record(_template(job), rec)
 
 
 def injected_job(job: Obj, pod_set: str, node_selector: Mapping[str, str],
@@ -145,27 +99,15 @@ def injected_job(job: Obj, pod_set: str, node_selector: Mapping[str, str],
     rec = record_original(out)
     if parallelism is not None and "parallelism" not in rec:
         rec["parallelism"] = (out.get("spec") or {}).get("parallelism", 1)
-    _apply_record(out, rec)
+    if "parallelism" in rec:
+        _set_parallelism(out, rec["parallelism"])
     if parallelism is not None:
         _set_parallelism(out, parallelism)
-    tpl = _template(out)
-    spec = tpl["spec"]
-    if inject_node_selector and node_selector:
-        user = dict(rec.get("nodeSelector") or {})
-        for k, v in node_selector.items():
-            if user.get(k, v) != v:
-                raise InjectionConflict(
-                    f"the Job's nodeSelector {k}={user[k]} contradicts the flavor's {k}={v}")
-        spec["nodeSelector"] = {**user, **node_selector}
-    extra = list(tolerations)
-    if extra:
-        spec["tolerations"] = merge_tolerations(rec.get("tolerations") or [], extra)
-    labels = dict(rec.get("labels") or {})
-    labels[PODSET_LABEL] = pod_set
-    tpl.setdefault("metadata", {})["labels"] = labels
+    inject_template(_template(out), rec, pod_set, node_selector, tolerations,
+                    inject_node_selector=inject_node_selector)
     meta = out.setdefault("metadata", {})
     anns = dict(meta.get("annotations") or {})
-    anns[ORIGINAL_ANNOTATION] = json.dumps(rec, sort_keys=True, separators=(",", ":"))
+    anns[ORIGINAL_ANNOTATION] = record_text(rec)
     anns.pop(STOPPING_ANNOTATION, None)
     meta["annotations"] = anns
     out["spec"]["suspend"] = False
@@ -226,7 +168,7 @@ def refused_as_immutable(exc: Exception) -> bool:
     whose field is exactly the whole template. Not from the text: a refusal quotes the values
     it refused, and the record is the tenant's to edit, so a label or toleration reading
     "field is immutable" made every restore look unsettled and the stop (and the quota
-    release behind it) was retried for ever (breaker6). Without causes, the message must be
+    release behind it) would be retried for ever. Without causes, the message must be
     the whole template's refusal: ``spec.template: Invalid value: ...: field is immutable``."""
     causes = (getattr(exc, "details", None) or {}).get("causes") or []
     if causes:
@@ -241,7 +183,7 @@ def refused_as_immutable(exc: Exception) -> bool:
 
 def is_injected(job: Obj) -> bool:
     """True when the Job carries pykueue's record (it was started by pykueue)."""
-    return ORIGINAL_ANNOTATION in (((job.get("metadata") or {}).get("annotations")) or {})
+    return has_start_record(job)
 
 
 # ------------------------------------------------------------------------- Job state
@@ -249,21 +191,6 @@ def is_injected(job: Obj) -> bool:
 
 def is_suspended(job: Obj) -> bool:
     return bool((job.get("spec") or {}).get("suspend"))
-
-
-def job_finished(job: Mapping[str, Any], *, complete: str = "Complete", kind: str = "Job"
-                 ) -> tuple[bool, str, str]:
-    """(finished, reason, message) from the object's ``complete`` / ``Failed`` conditions:
-    reason ``Succeeded`` or ``Failed`` (Kueue's Finished reasons), message copied (else one
-    naming ``kind``)."""
-    for c in ((job.get("status") or {}).get("conditions")) or []:
-        if c.get("status") != "True":
-            continue
-        if c.get("type") == complete:
-            return True, "Succeeded", c.get("message") or f"{kind} finished successfully"
-        if c.get("type") == "Failed":
-            return True, "Failed", c.get("message") or c.get("reason") or f"{kind} failed"
-    return False, "", ""
 
 
 def active_pods(job: Obj) -> int:
@@ -283,11 +210,7 @@ def pods_ready(job: Obj) -> bool:
     return int(st.get("ready") or 0) + int(st.get("succeeded") or 0) + uncounted >= count
 
 
-def queue_name(job: Obj) -> str:
-    return str(((job.get("metadata") or {}).get("labels") or {}).get(QUEUE_NAME_LABEL, ""))
-
-
-class BatchJob:
+class BatchJob(KindDefaults):
     """batch/v1 Job (``JobKind``; module doc)."""
 
     key = "job"
@@ -305,7 +228,7 @@ class BatchJob:
     pod_labels = ("batch.kubernetes.io/job-name", "batch.kubernetes.io/controller-uid")
 
     def queue_name(self, obj: Mapping[str, Any]) -> str:
-        return queue_name(obj)
+        return label_queue_name(obj)
 
     def workload_name(self, obj: Mapping[str, Any]) -> str:
         meta = obj.get("metadata") or {}
@@ -338,7 +261,7 @@ class BatchJob:
         return is_injected(obj)  # type: ignore[arg-type]
 
     def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
-        return job_finished(obj)  # type: ignore[arg-type]
+        return job_finished(obj)
 
     def active_pods(self, obj: Mapping[str, Any]) -> int:
         return active_pods(obj)  # type: ignore[arg-type]

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.core.workload import Workload
-from app.integrations.batchjob.job import job_finished
-from app.integrations.jobset.rules import MAX_POD_SETS, RULES
+from app.integrations.framework import job_finished
+from app.integrations.jobset.webhook_rules import MAX_POD_SETS, RULES
 from app.integrations.templated import Obj, Template, TemplatedKind
 from app.kube.client import Resource
 from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, string

@@ -1,8 +1,19 @@
-"""Kubeflow's training-operator kinds (``kubeflow.org/v1``): PyTorchJob, TFJob, XGBoostJob,
-PaddleJob, JAXJob, on one shared adapter (``kubeflow.KubeflowJob``)."""
+"""The Kubeflow kinds (``kubeflow.org``) on one shared adapter (``kubeflow.KubeflowJob``):
+the training-operator's PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob (``v1``) and the
+mpi-operator's MPIJob (``v2beta1``), all in ``KINDS``; their webhook routes
+(``ROUTES``, from each kind's ``rules``)."""
 
-from app.integrations.kubeflow.kubeflow import JAXJOB, PADDLEJOB, PYTORCHJOB, TFJOB, XGBOOSTJOB
+from app.integrations.kubeflow.kubeflow import (
+    JAXJOB,
+    MPIJOB,
+    PADDLEJOB,
+    PYTORCHJOB,
+    TFJOB,
+    XGBOOSTJOB,
+)
 
-KINDS = (PYTORCHJOB, TFJOB, XGBOOSTJOB, PADDLEJOB, JAXJOB)
+KINDS = (PYTORCHJOB, TFJOB, XGBOOSTJOB, PADDLEJOB, JAXJOB, MPIJOB)
 
-__all__ = ["KINDS"]
+ROUTES = tuple(r for k in KINDS for r in k.rules.routes())
+
+__all__ = ["KINDS", "MPIJOB", "ROUTES"]

@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.integrations.batchjob.job import job_finished
 from app.integrations.crdrules import CrdRules
+from app.integrations.framework import job_finished
 from app.integrations.templated import Template, TemplatedKind
 from app.kube.client import Resource
 from app.wire.fields import WorkloadSpecError, integer, mapping, string
@@ -113,3 +113,7 @@ TFJOB = KubeflowJob("TFJob", "tfjobs", "tfReplicaSpecs",
 XGBOOSTJOB = KubeflowJob("XGBoostJob", "xgboostjobs", "xgbReplicaSpecs", ("Master", "Worker"))
 PADDLEJOB = KubeflowJob("PaddleJob", "paddlejobs", "paddleReplicaSpecs", ("Master", "Worker"))
 JAXJOB = KubeflowJob("JAXJob", "jaxjobs", "jaxReplicaSpecs", ("Worker",))
+# mpi-operator (Kueue ``pkg/controller/jobs/mpijob``, kueue-integrations.md 6.2): the same shape
+# with podSets ``launcher`` then ``worker``.
+MPIJOB = KubeflowJob("MPIJob", "mpijobs", "mpiReplicaSpecs", ("Launcher", "Worker"),
+                     version="v2beta1")

@@ -1,9 +1,10 @@
 """Plain Pod as a job kind (Kueue ``pkg/controller/jobs/pod``, single pods;
 kueue-integrations.md 2.4-2.6).
 
-A managed Pod (``app.integrations.pod.rules``: labelled ``kueue.x-k8s.io/managed: "true"`` and
-gated with ``kueue.x-k8s.io/admission`` by the webhook) gets one Workload
-``pod-<name>-<hash5>`` with one podSet ``main`` of count 1 whose template is the Pod's spec.
+A managed Pod (``app.integrations.pod.webhook_rules``: labelled
+``kueue.x-k8s.io/managed: "true"`` and gated with ``kueue.x-k8s.io/admission`` by the
+webhook) gets one Workload ``pod-<name>-<hash5>`` with one podSet ``main`` of count 1 whose
+template is the Pod's spec.
 Suspend lever: the scheduling gate. Start: one update of the gated Pod that adds the flavor's
 nodeSelector (allowed on a gated Pod), its tolerations and the podset label, and removes the
 gate. Stop (eviction, no admission, no matching Workload): the Pod is deleted, as Kueue does;
@@ -24,8 +25,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.core.workload import Workload
-from app.integrations.pod.rules import ADMISSION_GATE, GROUP_LABEL, MANAGED_LABEL, is_gated
-from app.integrations.podsets import InjectionConflict, admitted_scheduling, merge_tolerations
+from app.integrations.framework import KindDefaults
+from app.integrations.pod.webhook_rules import ADMISSION_GATE, GROUP_LABEL, MANAGED_LABEL, is_gated
+from app.integrations.podsets import admitted_scheduling, merge_tolerations, merged_node_selector
 from app.kube.client import PODS
 from app.kube.errors import NotFound
 from app.kube.events import NORMAL
@@ -60,12 +62,8 @@ def injected_pod(pod: Obj, pod_set: str, node_selector: Mapping[str, str],
     out = copy.deepcopy(pod)
     spec = out.setdefault("spec", {})
     if inject_node_selector and node_selector:
-        user = dict(spec.get("nodeSelector") or {})
-        for k, v in node_selector.items():
-            if user.get(k, v) != v:
-                raise InjectionConflict(
-                    f"the Pod's nodeSelector {k}={user[k]} contradicts the flavor's {k}={v}")
-        spec["nodeSelector"] = {**user, **node_selector}
+        spec["nodeSelector"] = merged_node_selector(spec.get("nodeSelector") or {},
+                                                    node_selector, "Pod")
     if tolerations:
         spec["tolerations"] = merge_tolerations(spec.get("tolerations") or [], tolerations)
     gates = [g for g in spec.get("schedulingGates") or [] if g.get("name") != ADMISSION_GATE]
@@ -83,7 +81,7 @@ def pod_ready(pod: Mapping[str, Any]) -> bool:
                for c in ((pod.get("status") or {}).get("conditions")) or [])
 
 
-class PlainPod:
+class PlainPod(KindDefaults):
     """core/v1 Pod (``JobKind``; module doc)."""
 
     key = "qpod"  # the extender's informer of every Pod already uses "pod"

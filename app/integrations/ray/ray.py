@@ -38,8 +38,8 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from app.integrations.batchjob.job import queue_name
 from app.integrations.crdrules import CrdRules
+from app.integrations.framework import label_queue_name
 from app.integrations.templated import Obj, Path, Template, TemplatedKind, get_in, set_in
 from app.kube.client import Resource
 from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, string
@@ -236,7 +236,7 @@ class RayCluster(_RayKind):
 
     def queue_name(self, obj: Mapping[str, Any]) -> str:  # type: ignore[override]
         """The queue label, except on a cluster a RayJob or RayService controls."""
-        return "" if owned_by_ray(obj) else queue_name(obj)
+        return "" if owned_by_ray(obj) else label_queue_name(obj)
 
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         return cluster_templates(obj, ("spec",))

@@ -1,8 +1,9 @@
 """Pod groups as a job kind (Kueue ``pkg/controller/jobs/pod``, groups; kueue-integrations.md
 2.4-2.6): the gang guarantee for workloads that have no Job object.
 
-Managed Pods (``app.integrations.pod.rules``) with the label ``kueue.x-k8s.io/pod-group-name``
-and the annotation ``kueue.x-k8s.io/pod-group-total-count`` form one group; its object here is
+Managed Pods (``app.integrations.pod.webhook_rules``) with the label
+``kueue.x-k8s.io/pod-group-name`` and the annotation ``kueue.x-k8s.io/pod-group-total-count``
+form one group; its object here is
 composed from the Pod store: ``{"group": <name>, "pods": [...]}`` plus the first member's
 ``apiVersion``/``kind``/``metadata``, so that Events about the group land on that Pod.
 
@@ -37,11 +38,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.core.workload import Workload
-from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION
+from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION, KindDefaults
 from app.integrations.pod.pod import KIND as POD_KIND
 from app.integrations.pod.pod import injected_pod, pod_ready
-from app.integrations.pod.rules import group_total, is_gated, role_hash
-from app.integrations.podsets import admitted_scheduling
+from app.integrations.pod.webhook_rules import group_total, is_gated
+from app.integrations.podsets import admitted_scheduling, role_hash
 from app.kube.client import PODS
 from app.kube.errors import NotFound
 from app.kube.events import NORMAL
@@ -95,7 +96,7 @@ def _role(pod: Mapping[str, Any]) -> str:
     return str((_meta(pod).get("annotations") or {}).get(ROLE_HASH_ANNOTATION) or role_hash(pod))
 
 
-class PodGroup:
+class PodGroup(KindDefaults):
     """A group of Pods (``JobKind``; module doc). Composed from the ``qpod`` store."""
 
     key = "podgroup"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.integrations.parents import queue_template_patch, validate_queue_change
-from app.integrations.webhook import JsonPatchOp, WebhookPolicy
+from app.integrations.parents import owner_routes, queue_template_patch, validate_queue_change
+from app.integrations.webhook_toolkit import JsonPatchOp, WebhookPolicy
 from app.wire.names import SUSPENDING_PARENT
 
 __all__ = ["SUSPENDING_PARENT", "mutate_deployment", "validate_deployment_update"]
@@ -29,3 +29,7 @@ def validate_deployment_update(old: Mapping[str, Any], new: Mapping[str, Any], u
                                policy: WebhookPolicy) -> list[str]:
     """Queue-name changes of a Deployment (``validate_queue_change``)."""
     return validate_queue_change(old, new, username, policy, "Deployment")
+
+
+# Served by ``app.api.webhook``.
+ROUTES = owner_routes("Deployment", mutate_deployment, validate_deployment_update)

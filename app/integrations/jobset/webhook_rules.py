@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app.integrations.crdrules import CrdRules
-from app.integrations.webhook import JsonPatchOp, WebhookPolicy
+from app.integrations.webhook_toolkit import JsonPatchOp, WebhookPolicy
 
 MAX_POD_SETS = 8
 

@@ -1,5 +1,7 @@
 """Admission rules for plain Pods (Kueue ``pkg/controller/jobs/pod/pod_webhook.go``,
-kueue-integrations.md 2.1-2.2), pure: no I/O.
+kueue-integrations.md 2.1-2.2), pure: no I/O; routes ``/mutate--v1-pod`` (CREATE) and
+``/validate--v1-pod`` (CREATE, UPDATE) in ``ROUTES``. Malformed objects raise
+``UnreadableObjectError`` naming the field.
 
 A Pod labelled ``kueue.x-k8s.io/queue-name`` (non-empty) and not controlled by an object of
 a job kind pykueue manages (a Job's pods are that Job's business) is *managed*: at CREATE it
@@ -34,20 +36,27 @@ Validation (CREATE and UPDATE), for managed Pods:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.integrations.statefulset.rules import group_patch, parent_statefulset
-from app.integrations.webhook import (
+from app.integrations.parents import group_patch, parent_statefulset
+from app.integrations.podsets import role_hash
+from app.integrations.webhook_toolkit import (
+    ALLOW,
     JsonPatchOp,
     UnreadableObjectError,
+    Verdict,
+    WebhookEnv,
     WebhookPolicy,
+    WebhookRoute,
     escape_pointer_token,
+    patched,
     read_labels,
     read_queue_name,
+    refused,
+    review_of,
+    reviewed_objects,
 )
 from app.wire.names import (
     ADMISSION_GATE,
@@ -59,32 +68,14 @@ from app.wire.names import (
     TOTAL_COUNT_ANNOTATION,
 )
 
+if TYPE_CHECKING:
+    from app.models.admissionreview import AdmissionRequest
+
 __all__ = ["ADMISSION_GATE", "GROUP_LABEL", "MANAGED_LABEL", "ROLE_HASH_ANNOTATION",
            "TOTAL_COUNT_ANNOTATION", "group_of", "is_gated", "is_managed", "mutate_pod",
            "role_hash", "scheduling_gates", "validate_pod"]
 
 _DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_SHAPE_FIELDS = ("nodeSelector", "affinity", "tolerations", "runtimeClassName", "priority",
-                 "priorityClassName", "topologySpreadConstraints", "overhead", "resourceClaims",
-                 "resources")
-
-
-def role_hash(pod: Mapping[str, Any]) -> str:
-    """8 hex digits naming the Pod's shape: what decides its quota and placement (containers'
-    and init containers' requests and ports, nodeSelector, affinity, tolerations, runtime
-    class, priority, spread constraints, overhead, claims, pod-level resources), as Kueue's
-    ``GenerateRoleHash``. pykueue always computes it (a user-written hash is replaced), so
-    pods with other requests can never share a podSet (kueue#13382)."""
-    spec = _spec(pod)
-
-    def containers(field: str) -> list[dict[str, Any]]:
-        return [{"requests": ((c.get("resources") or {}).get("requests") or {}),
-                 "ports": c.get("ports") or []}
-                for c in spec.get(field) or [] if isinstance(c, Mapping)]
-
-    shape = {"containers": containers("containers"), "initContainers": containers(
-        "initContainers"), **{f: spec.get(f) for f in _SHAPE_FIELDS if spec.get(f) is not None}}
-    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:8]
 
 
 def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -331,3 +322,36 @@ def validate_pod(old: Mapping[str, Any] | None, new: Mapping[str, Any], username
             errors.append(f"{label}: cannot be removed from a gated Pod (was {old_q!r}): "
                           f"nothing would remove {ADMISSION_GATE}; delete the Pod instead")
     return errors
+
+
+# ----------------------------------------------------------------------------------------------
+# Routes (served by ``app.api.webhook``)
+
+
+def _mutation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
+    if req.operation != "CREATE" or req.sub_resource or not review_of(req, "", "Pod"):
+        return ALLOW
+    _, pod = reviewed_objects(req, scheduling_gates)
+
+    def replicas(namespace: str, name: str) -> int | None:
+        answer = env.ask("statefulset_replicas", namespace, name)
+        return answer if isinstance(answer, int) else None
+
+    return patched(mutate_pod(
+        pod, req.operation, env.policy, env.managed_kinds(), replicas,
+        manage_unlabelled=env.manages_unlabelled_in(req.namespace)))
+
+
+def _validation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
+    if req.operation not in ("CREATE", "UPDATE") or req.sub_resource \
+            or not review_of(req, "", "Pod"):
+        return ALLOW
+    old, pod = reviewed_objects(req, scheduling_gates)
+    return refused(validate_pod(
+        old, pod, req.user_info.username, env.policy, env.managed_kinds(),
+        manage_unlabelled=old is None and env.manages_unlabelled_in(req.namespace)))
+
+
+
+ROUTES = (WebhookRoute("/mutate--v1-pod", "pod", _mutation),
+          WebhookRoute("/validate--v1-pod", "pod", _validation))

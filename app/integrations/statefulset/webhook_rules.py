@@ -1,56 +1,45 @@
 """apps/v1 StatefulSet (Kueue ``pkg/controller/jobs/statefulset``, kueue-integrations.md 3.2),
-pure admission rules.
+pure admission rules (no I/O) and its routes (``ROUTES``: ``/mutate-apps-v1-statefulset``,
+``/validate-apps-v1-statefulset``, ``/validate-apps-v1-statefulset-scale``).
 
 A queued StatefulSet's pod template gets the queue (``app.integrations.parents``, parent
 ``statefulset``). Each of its pods is then created by the StatefulSet controller, and the Pod
 webhook makes it a member of the pod group ``statefulset-<name>`` sized by ``spec.replicas``
-(``group_patch``), with fast admission (the group's Workload is built from its first pod with
-the full count, since the StatefulSet creates its pods one by one and waits for each) and
-serving (the group never finishes). So the StatefulSet is admitted whole: all replicas' quota
-or none, its pods ungated as they come.
+(``app.integrations.parents.group_patch``), with fast admission (the group's Workload is
+built from its first pod with the full count, since the StatefulSet creates its pods one by
+one and waits for each) and serving (the group never finishes). So the StatefulSet is
+admitted whole: all replicas' quota or none, its pods ungated as they come.
 
 Scaling follows Kueue: ``spec.replicas`` may go N -> 0 and 0 -> N, not N -> M with both above
 0 (the admitted group has a fixed size), and not 0 -> N while pods of the last size remain;
 the pods' shape (``role_hash`` of the template) cannot change while queued, as in Kueue. The
 same replicas rule holds for the ``scale`` subresource (``validate_statefulset_scale``), which
-Kueue's webhook does not see.
+Kueue's webhook does not see. Malformed objects raise ``UnreadableObjectError`` naming the
+field.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.integrations.parents import queue_template_patch, validate_queue_change
-from app.integrations.webhook import (
+from app.integrations.parents import owner_routes, queue_template_patch, validate_queue_change
+from app.integrations.podsets import role_hash
+from app.integrations.webhook_toolkit import (
+    ALLOW,
     JsonPatchOp,
     UnreadableObjectError,
+    Verdict,
+    WebhookEnv,
     WebhookPolicy,
-    escape_pointer_token,
+    WebhookRoute,
     read_queue_name,
-)
-from app.wire.names import (
-    FAST_ADMISSION_ANNOTATION,
-    GROUP_LABEL,
-    SERVING_ANNOTATION,
-    SUSPENDING_PARENT,
-    TOTAL_COUNT_ANNOTATION,
+    refused,
+    reviewed_objects,
 )
 
-GROUP_NAME_MAX = 63  # it is a label value (kueue.x-k8s.io/pod-group-name)
-
-
-def group_name(statefulset: str) -> str:
-    """The pod group (and Workload) name of StatefulSet ``statefulset``:
-    ``statefulset-<name>``, or when that exceeds a label value's 63 characters (a name of
-    52, which Kubernetes allows) ``statefulset-<name cut>-<8 hex of its sha256>``, so that
-    its pods are not refused for the label pykueue gives them."""
-    name = f"statefulset-{statefulset}"
-    if len(name) <= GROUP_NAME_MAX:
-        return name
-    digest = hashlib.sha256(statefulset.encode()).hexdigest()[:8]
-    return f"{name[:GROUP_NAME_MAX - 9].rstrip('.-')}-{digest}"
+if TYPE_CHECKING:
+    from app.models.admissionreview import AdmissionRequest
 
 
 def replicas(sts: Mapping[str, Any]) -> int:
@@ -128,40 +117,28 @@ def validate_statefulset_scale(old: Mapping[str, Any], new: Mapping[str, Any],
 
 def _shape(sts: Mapping[str, Any]) -> str:
     """The role hash of the StatefulSet's pod template (what its group was admitted for)."""
-    from app.integrations.pod.rules import role_hash  # pod.rules imports this module
-
     tpl = (sts.get("spec") or {}).get("template") or {}
     return role_hash({"spec": tpl.get("spec") or {}})
 
 
-def parent_statefulset(pod: Mapping[str, Any]) -> str | None:
-    """The name of the StatefulSet that controls ``pod`` and queued it (its template carries
-    the suspending-parent annotation ``statefulset``), or None."""
-    meta = pod.get("metadata") or {}
-    if (meta.get("annotations") or {}).get(SUSPENDING_PARENT) != "statefulset":
-        return None
-    for ref in meta.get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") == \
-                "StatefulSet" and str(ref.get("apiVersion", "")).startswith("apps/"):
-            return str(ref.get("name", "")) or None
-    return None
+# ----------------------------------------------------------------------------------------------
+# Routes (served by ``app.api.webhook``)
 
 
-def group_patch(pod: Mapping[str, Any], count: int) -> list[JsonPatchOp]:
-    """The JSONPatch making a StatefulSet's pod a member of its group of ``count`` pods."""
-    sts = parent_statefulset(pod)
-    if sts is None:
-        return []
-    meta = pod.get("metadata") or {}
-    want = {TOTAL_COUNT_ANNOTATION: str(count), FAST_ADMISSION_ANNOTATION: "true",
-            SERVING_ANNOTATION: "true"}
-    patch: list[JsonPatchOp] = []
-    if (meta.get("labels") or {}).get(GROUP_LABEL) != group_name(sts):
-        patch.append({"op": "add", "path": f"/metadata/labels/{escape_pointer_token(GROUP_LABEL)}",
-                      "value": group_name(sts)})
-    have = meta.get("annotations") or {}
-    for k, v in want.items():
-        if have.get(k) != v:
-            patch.append({"op": "add",
-                          "path": f"/metadata/annotations/{escape_pointer_token(k)}", "value": v})
-    return patch
+def _scale(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
+    resource = req.resource
+    if req.operation != "UPDATE" or req.sub_resource != "scale" or resource is None \
+            or (resource.group, resource.resource) != ("apps", "statefulsets"):
+        return ALLOW
+    old, new = reviewed_objects(req, lambda o: scale_replicas(o, "spec"),
+                        lambda o: scale_replicas(o, "status"))
+    assert old is not None
+    sts = env.ask("queued_statefulset", req.namespace, req.name)
+    return refused(validate_statefulset_scale(
+        old, new, sts if isinstance(sts, dict) else None, req.user_info.username,
+        env.policy))
+
+
+
+ROUTES = (WebhookRoute("/validate-apps-v1-statefulset-scale", "statefulset", _scale),
+          *owner_routes("StatefulSet", mutate_statefulset, validate_statefulset_update))

@@ -1,7 +1,10 @@
-"""Admission rules for ``batch/v1`` Jobs: a pure mutation and pure validations (no I/O).
+"""Admission rules for ``batch/v1`` Jobs: a pure mutation and pure validations (no I/O), and
+their routes (``ROUTES``: ``/mutate-batch-v1-job``, ``/validate-batch-v1-job``).
 
-The HTTP adapter (``app.api.webhook``) parses the AdmissionReview, calls these functions on the
-raw Job objects (``dict`` as decoded from JSON) and builds the response. Rules, after Kueue's Job
+The HTTP adapter (``app.api.webhook``) parses the AdmissionReview and calls the routes'
+deciders, which read the raw Job objects (``dict`` as decoded from JSON); a Job a managed
+ancestor queues (a JobSet's) is left to that ancestor, only its label's format checked and,
+with ``webhook.child_job_creators``, who may make it run. Rules, after Kueue's Job
 webhook (``pkg/controller/jobs/job/job_webhook.go``, shared/reference/kueue-semantics.md 4.1, 4.2):
 
 - Mutation (CREATE only): a Job with a non-empty ``kueue.x-k8s.io/queue-name`` label and
@@ -22,159 +25,53 @@ Malformed objects raise ``UnreadableObjectError`` naming the field (e.g. ``spec.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from app.integrations.webhook_toolkit import (
+    ALLOW,
+    DEFAULT_LOCAL_QUEUE,
+    JsonPatchOp,
+    UnreadableObjectError,
+    Verdict,
+    WebhookEnv,
+    WebhookPolicy,
+    WebhookRoute,
+    controllers_phrase,
+    injected_label_removal_errors,
+    json_pointer,
+    json_type,
+    label_field,
+    optional_object,
+    patched,
+    queue_name_format_errors,
+    read_labels,
+    read_name,
+    read_object,
+    read_queue_name,
+    read_reviewed,
+    refused,
+)
 from app.wire.fields import WorkloadSpecError, go_bool
 from app.wire.names import (
     COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION,
     MAX_EXEC_TIME_LABEL,
     MIN_PARALLELISM_ANNOTATION,
-    ORIGINAL_ANNOTATION,
-    PODSET_LABEL,
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
 )
 from app.wire.workload import completions_follow_parallelism, job_min_count, job_pod_count
 
-# Kueue LocalQueue defaulting: a LocalQueue with this name in a namespace captures unlabelled Jobs.
-DEFAULT_LOCAL_QUEUE = "default"
-
-# A JSONPatch operation: {"op": "add", "path": "/spec/suspend", "value": true}.
-JsonPatchOp = dict[str, Any]
-
-_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
-_DNS1123_SUBDOMAIN_MAX = 253
-
-
-class UnreadableObjectError(ValueError):
-    """A Job object (or part of it) does not have the shape the rules need.
-
-    ``field`` is a dotted path inside the object (``""`` for the object itself, ``spec.suspend``,
-    ``metadata.labels[kueue.x-k8s.io/queue-name]``); ``problem`` says what is wrong.
-    """
-
-    def __init__(self, field: str, problem: str) -> None:
-        self.field = field
-        self.problem = problem
-        super().__init__(f"{field or '<object>'}: {problem}")
-
-
-@dataclass(frozen=True, slots=True)
-class WebhookPolicy:
-    """What the rules need from the settings (``Settings.webhook``), as plain data.
-
-    ``controller_usernames``: the identities of pykueue itself (e.g.
-    ``system:serviceaccount:pykueue-system:pykueue``), the only ones that may unsuspend a queued
-    Job whose Workload is not admitted.
-    """
-
-    queue_name_label: str = QUEUE_NAME_LABEL
-    controller_usernames: frozenset[str] = field(default_factory=frozenset)
-
-
-class AdmissionLookup(Protocol):
-    """Answers whether the Workload of a Job is admitted (provided by the reconciler).
-
-    ``is_admitted(namespace, job_name, job_uid)``: True when the Workload of the Job with that
-    UID has ``status.admission`` and the Admitted condition; False when it exists and is not
-    admitted; None when unknown (no Workload yet, caches not synced). The webhook treats None
-    as "not admitted". ``job_uid`` matters: a Job deleted and created again under the same
-    name is another Job, and must not borrow its predecessor's admission.
-    """
-
-    def is_admitted(self, namespace: str, job_name: str, job_uid: str = "") -> bool | None: ...
-
-
-class DefaultQueueLookup(Protocol):
-    """Answers whether a namespace has a LocalQueue named ``default`` that captures its Jobs.
-
-    ``has_default_local_queue(namespace)``: True / False, or None when unknown. The provider
-    returns False for namespaces outside ``managedJobsNamespaceSelector`` (Kueue KQ-23).
-    """
-
-    def has_default_local_queue(self, namespace: str) -> bool | None: ...
-
+if TYPE_CHECKING:
+    from app.models.admissionreview import AdmissionRequest
 
 # ----------------------------------------------------------------------------------------------
-# JSON Pointer (RFC 6901)
-
-
-def escape_pointer_token(token: str) -> str:
-    """Escape one JSON Pointer reference token: ``~`` -> ``~0``, then ``/`` -> ``~1``."""
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-def json_pointer(*tokens: str) -> str:
-    """Join reference tokens into a JSON Pointer: ``("metadata", "labels", "a/b")`` ->
-    ``/metadata/labels/a~1b``."""
-    return "".join("/" + escape_pointer_token(t) for t in tokens)
-
-
-# ----------------------------------------------------------------------------------------------
-# Reading a Job object
-
-
-def _json_type(value: object) -> str:
-    """The JSON type name of a decoded value, for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int | float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
-def _optional_object(value: object, where: str) -> Mapping[str, Any] | None:
-    """``value`` as a mapping, None when absent/null; UnreadableObjectError for other types."""
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise UnreadableObjectError(where, f"expected an object, got {_json_type(value)}")
-    return value
-
-
-def read_job(obj: object) -> Mapping[str, Any]:
-    """Return ``obj`` as a Job object, or raise UnreadableObjectError (field ``""``)."""
-    if not isinstance(obj, Mapping):
-        raise UnreadableObjectError("", f"expected a Job object, got {_json_type(obj)}")
-    return obj
-
-
-def read_labels(job: Mapping[str, Any]) -> Mapping[str, str]:
-    """``metadata.labels`` of ``job`` (empty when absent); every value must be a string."""
-    metadata = _optional_object(job.get("metadata"), "metadata")
-    if metadata is None:
-        return {}
-    labels = _optional_object(metadata.get("labels"), "metadata.labels")
-    if labels is None:
-        return {}
-    for key, value in labels.items():
-        if not isinstance(value, str):
-            raise UnreadableObjectError(
-                f"metadata.labels[{key}]", f"expected a string, got {_json_type(value)}"
-            )
-    return labels
-
-
-def read_queue_name(job: Mapping[str, Any], label: str = QUEUE_NAME_LABEL) -> str:
-    """The LocalQueue name from the queue-name label; ``""`` when absent (an unmanaged Job)."""
-    return read_labels(job).get(label, "")
+# Reading a Job
 
 
 def read_suspend(job: Mapping[str, Any]) -> bool:
     """``spec.suspend`` (batch/v1 Job); absent or null means false."""
-    spec = _optional_object(job.get("spec"), "spec")
+    spec = optional_object(job.get("spec"), "spec")
     if spec is None:
         return False
     suspend = spec.get("suspend")
@@ -182,16 +79,9 @@ def read_suspend(job: Mapping[str, Any]) -> bool:
         return False
     if not isinstance(suspend, bool):
         raise UnreadableObjectError(
-            "spec.suspend", f"expected a boolean, got {_json_type(suspend)}"
+            "spec.suspend", f"expected a boolean, got {json_type(suspend)}"
         )
     return suspend
-
-
-def read_name(job: Mapping[str, Any]) -> str:
-    """``metadata.name`` (``""`` when absent, e.g. with ``generateName`` before create)."""
-    metadata = _optional_object(job.get("metadata"), "metadata") or {}
-    name = metadata.get("name")
-    return name if isinstance(name, str) else ""
 
 
 def is_batch_job(job: Mapping[str, Any]) -> bool:
@@ -211,17 +101,17 @@ def is_batch_job(job: Mapping[str, Any]) -> bool:
 
 def _set_label_op(job: Mapping[str, Any], label: str, value: str) -> JsonPatchOp:
     """A JSONPatch op that sets ``metadata.labels[label]``, adding missing parent maps whole."""
-    metadata = _optional_object(job.get("metadata"), "metadata")
+    metadata = optional_object(job.get("metadata"), "metadata")
     if metadata is None:
         return {"op": "add", "path": "/metadata", "value": {"labels": {label: value}}}
-    if _optional_object(metadata.get("labels"), "metadata.labels") is None:
+    if optional_object(metadata.get("labels"), "metadata.labels") is None:
         return {"op": "add", "path": "/metadata/labels", "value": {label: value}}
     return {"op": "add", "path": json_pointer("metadata", "labels", label), "value": value}
 
 
 def _suspend_op(job: Mapping[str, Any]) -> JsonPatchOp:
     """A JSONPatch op that sets ``spec.suspend`` to true (``add`` replaces an existing member)."""
-    if _optional_object(job.get("spec"), "spec") is None:
+    if optional_object(job.get("spec"), "spec") is None:
         return {"op": "add", "path": "/spec", "value": {"suspend": True}}
     return {"op": "add", "path": json_pointer("spec", "suspend"), "value": True}
 
@@ -247,7 +137,7 @@ def mutate(
     """
     if operation != "CREATE":
         return []
-    job = read_job(job)
+    job = read_object(job)
     if not is_batch_job(job):
         return []
     patch: list[JsonPatchOp] = []
@@ -283,7 +173,7 @@ def mutate_update(
     more pods run than were admitted. pykueue's own identities are exempt. Raises
     UnreadableObjectError.
     """
-    old_job, new_job = read_job(old_job), read_job(new_job)
+    old_job, new_job = read_object(old_job), read_object(new_job)
     if not is_batch_job(new_job) or username in policy.controller_usernames:
         return []
     if not read_queue_name(new_job, policy.queue_name_label):
@@ -302,76 +192,6 @@ def mutate_update(
 # Validation
 
 
-def _label_field(label: str) -> str:
-    return f"metadata.labels[{label}]"
-
-
-def _queue_name_format_errors(queue: str, label: str) -> list[str]:
-    """Errors for a queue-name label value that is not a DNS-1123 subdomain (LocalQueue name)."""
-    if not queue or (len(queue) <= _DNS1123_SUBDOMAIN_MAX and _DNS1123_SUBDOMAIN.fullmatch(queue)):
-        return []
-    return [
-        f"{_label_field(label)}: {queue!r} is not a valid LocalQueue name: it must be a DNS-1123 "
-        "subdomain (lowercase letters, digits, '-' and '.', starting and ending with a letter or "
-        f"digit, at most {_DNS1123_SUBDOMAIN_MAX} characters)"
-    ]
-
-
-def empty_queue_name_errors(old: Mapping[str, Any] | None, new: Mapping[str, Any],
-                            label: str = QUEUE_NAME_LABEL) -> list[str]:
-    """Errors for a queue-name label present with an empty value on ``new``, at CREATE
-    (``old`` None) or when an UPDATE empties it; ``[]`` otherwise. Kueue v0.17.1 validates
-    the label's value, when the label is present, as a DNS-1123 subdomain
-    (``jobframework.ValidateQueueName`` in every kind's ``ValidateJobOnCreate``), which ""
-    is not: an empty name is refused rather than read as "not queued" (absent). An object
-    stored with it before (pykueue read it as unqueued) may still be changed otherwise."""
-    value = read_labels(new).get(label)
-    if value != "" or (old is not None and read_labels(old).get(label) == ""):
-        return []
-    return [f"{_label_field(label)}: must not be empty: \"\" is not a valid LocalQueue name "
-            "(a DNS-1123 subdomain, as Kueue requires); name a LocalQueue, or remove the "
-            "label to leave the object unqueued"]
-
-
-def carries_injection(obj: Mapping[str, Any]) -> bool:
-    """True when pykueue started ``obj`` with an admission and has not stopped it since: its
-    start record (``ORIGINAL_ANNOTATION``) is on it, or (a Job) its pod template carries the
-    ``kueue.x-k8s.io/podset`` label the start injects, which a tenant cannot take off a
-    started Job's immutable template even after dropping the record."""
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    anns = meta.get("annotations") if isinstance(meta, Mapping) else None
-    if isinstance(anns, Mapping) and ORIGINAL_ANNOTATION in anns:
-        return True
-    tpl = (obj.get("spec") or {}).get("template") if isinstance(obj.get("spec"), Mapping) \
-        else None
-    labels = ((tpl.get("metadata") or {}).get("labels") or {}) if isinstance(tpl, Mapping) \
-        else {}
-    return isinstance(labels, Mapping) and PODSET_LABEL in labels
-
-
-def injected_label_removal_errors(old: Mapping[str, Any], old_queue: str, new_queue: str,
-                                  username: str, policy: WebhookPolicy, what: str) -> list[str]:
-    """Errors for removing the queue name from an object (``what``: its kind) that still
-    carries the scheduling its admission injected (``carries_injection``), by anyone but
-    pykueue; ``[]`` otherwise. Unqueued, the object would leave pykueue's sight with its
-    admission's nodeSelector and tolerations and could be resumed on the flavor's nodes with
-    no quota; pykueue's stop removes the injection (and the record), after which the label
-    may go. Goes beyond Kueue v0.17.1, which lets the label go whenever the job is
-    suspended."""
-    if not old_queue or new_queue or username in policy.controller_usernames \
-            or not carries_injection(old):
-        return []
-    return [f"{_label_field(policy.queue_name_label)}: cannot be removed (was {old_queue!r}) "
-            f"while the {what} carries the scheduling pykueue injected when it admitted it "
-            f"(annotation {ORIGINAL_ANNOTATION}): unqueued, it would run with its admission's "
-            "nodeSelector and tolerations on no quota; delete it, or remove the label once "
-            "pykueue has stopped it (the annotation is gone then)"]
-
-
-def _controllers(policy: WebhookPolicy) -> str:
-    return ", ".join(sorted(policy.controller_usernames)) or "<none configured>"
-
-
 def validate_create(job: object, username: str, policy: WebhookPolicy) -> list[str]:
     """Errors (each naming a field and saying why) for creating ``job``; ``[]`` to allow.
 
@@ -380,12 +200,12 @@ def validate_create(job: object, username: str, policy: WebhookPolicy) -> list[s
     means the MutatingWebhookConfiguration is missing. pykueue's own identities are exempt from
     the suspend rule. Raises UnreadableObjectError. Rule: Kueue ``ValidateJobOnCreate``.
     """
-    job = read_job(job)
+    job = read_object(job)
     if not is_batch_job(job):
         return []
     label = policy.queue_name_label
     queue = read_queue_name(job, label)
-    errors = _queue_name_format_errors(queue, label)
+    errors = queue_name_format_errors(queue, label)
     if queue and not read_suspend(job) and username not in policy.controller_usernames:
         errors.append(
             f"spec.suspend: must be true when a Job queued in LocalQueue {queue!r} is created "
@@ -401,10 +221,10 @@ def queue_name_errors(job: object, policy: WebhookPolicy) -> list[str]:
     """Errors for a Job's queue-name label that is not a valid LocalQueue name, ``[]`` to
     allow (what a Job an ancestor queues is still checked for: Kueue ``ValidateJobOnCreate``
     and ``ValidateJobOnUpdate`` run for every Job). Raises UnreadableObjectError."""
-    job = read_job(job)
+    job = read_object(job)
     if not is_batch_job(job):
         return []
-    return _queue_name_format_errors(read_queue_name(job, policy.queue_name_label),
+    return queue_name_format_errors(read_queue_name(job, policy.queue_name_label),
                                      policy.queue_name_label)
 
 
@@ -484,16 +304,16 @@ def validate_update(
     removable with a default LocalQueue), ``job-completions-equal-parallelism`` checked as
     at create when an update changes it, and pykueue's "only the admitter unsuspends".
     """
-    old_job, new_job = read_job(old_job), read_job(new_job)
+    old_job, new_job = read_object(old_job), read_object(new_job)
     if not is_batch_job(new_job):
         return []
     label = policy.queue_name_label
-    where = _label_field(label)
+    where = label_field(label)
     old_queue, new_queue = read_queue_name(old_job, label), read_queue_name(new_job, label)
     old_suspended, new_suspended = read_suspend(old_job), read_suspend(new_job)
     errors: list[str] = []
     if new_queue != old_queue:
-        errors += _queue_name_format_errors(new_queue, label)
+        errors += queue_name_format_errors(new_queue, label)
         if not new_suspended:
             if not old_queue:
                 change = f"cannot be added ({new_queue!r})"
@@ -548,8 +368,8 @@ def validate_update(
         where_q = f"in LocalQueue {queued_in!r}" if queued_in else \
             "without a queue name (manageJobsWithoutQueueName)"
         errors.append(
-            f"spec.suspend: only pykueue ({_controllers(policy)}) may set it to false on a Job "
-            f"queued {where_q} whose Workload {known} (requested by "
+            f"spec.suspend: only pykueue ({controllers_phrase(policy)}) may set it to false "
+            f"on a Job queued {where_q} whose Workload {known} (requested by "
             f"{username or '<anonymous>'!r}); pykueue unsuspends the Job when it admits it"
         )
     return errors
@@ -573,34 +393,143 @@ def priority_class_label_errors(old: Mapping[str, Any], new: Mapping[str, Any],
     return []
 
 
-# The labels by which a pod's controller (the Job controller, JobSet, the Kubeflow operators,
-# KubeRay) selects its pods, and pykueue's podSet label. Removing one from a running pod of an
-# admitted job releases the pod from its controller, which then makes a replacement: the
-# released pod keeps running outside the admission.
-OWNER_SELECTOR_LABELS = frozenset({
-    "batch.kubernetes.io/controller-uid", "controller-uid", "batch.kubernetes.io/job-name",
-    "job-name", PODSET_LABEL})
-OWNER_SELECTOR_PREFIXES = ("jobset.sigs.k8s.io/", "training.kubeflow.org/", "ray.io/")
+# ----------------------------------------------------------------------------------------------
+# Routes (served by ``app.api.webhook``)
 
 
-def owner_label_errors(old_pod: Mapping[str, Any] | None, new_pod: Mapping[str, Any],
-                       username: str, policy: WebhookPolicy) -> list[str]:
-    """Why an UPDATE of a Pod that carries ``kueue.x-k8s.io/podset`` (a pod of an admitted
-    job) is refused: it removes or changes a label its controller selects it by
-    (``OWNER_SELECTOR_LABELS``, ``OWNER_SELECTOR_PREFIXES``). Adding labels is allowed, and
-    pykueue's own identity may change any. Beyond Kueue, which leaves pod labels to RBAC.
-    Raises ``UnreadableObjectError`` (``read_labels``)."""
-    if old_pod is None or username in policy.controller_usernames:
+def _job_uid(job: Mapping[str, Any]) -> str:
+    uid = (job.get("metadata") or {}).get("uid")
+    return uid if isinstance(uid, str) else ""
+
+
+def _is_job_review(req: AdmissionRequest) -> bool:
+    """True for a review about a batch Job (by ``request.kind``, else by the object's own kind)."""
+    kind = req.kind or req.request_kind
+    if kind is not None and kind.kind:
+        return kind.group == "batch" and kind.kind == "Job"
+    return not isinstance(req.object, dict) or is_batch_job(req.object)
+
+
+def _read_job(value: object, where: str) -> dict[str, Any]:
+    """The Job at ``where`` (``request.object``), checked for every field the rules read, so
+    UnreadableObjectError names the full path (``request.oldObject.spec.suspend``)."""
+    return read_reviewed(value, where, read_suspend)
+
+
+def _mutation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
+    if req.operation not in ("CREATE", "UPDATE") or req.sub_resource \
+            or not _is_job_review(req):
+        return ALLOW
+    policy = env.policy
+    job = _read_job(req.object, "request.object")
+    if env.has_managed_ancestor(job):
+        # Kueue WorkloadShouldBeSuspended: a job an ancestor queues (a JobSet's Job) is left
+        # to that ancestor and its operator, its queue label notwithstanding.
+        return ALLOW
+    if req.operation == "UPDATE":
+        old_job = _read_job(req.old_object, "request.oldObject")
+        return patched(mutate_update(old_job, job, req.user_info.username, policy))
+    default_queue, manage = None, False
+    jobs = env.jobs
+    if not read_queue_name(job, policy.queue_name_label) and jobs is not None \
+            and not env.controlled_by_managed_kind(job) \
+            and (jobs.local_queue_defaulting or jobs.manage_jobs_without_queue_name) \
+            and env.lookup("default_queue_lookup", "namespace_managed", req.namespace):
+        # Kueue: only in namespaces managedJobsNamespaceSelector matches.
+        has_default = jobs.local_queue_defaulting and env.lookup(
+            "default_queue_lookup", "has_default_local_queue", req.namespace)
+        default_queue = DEFAULT_LOCAL_QUEUE if has_default else None
+        manage = jobs.manage_jobs_without_queue_name
+    patch = mutate(job, req.operation, queue_name_label=policy.queue_name_label,
+                   default_queue=default_queue, manage_unlabelled=manage)
+    return patched(patch)
+
+
+def _validation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
+    if req.operation not in ("CREATE", "UPDATE") or req.sub_resource or not _is_job_review(req):
+        return ALLOW
+    policy = env.policy
+    username = req.user_info.username
+    job = _read_job(req.object, "request.object")
+    if env.has_managed_ancestor(job):
+        # Its ancestor's operator creates and resumes it (a JobSet resumes its Jobs once
+        # admitted): only the label's format is pykueue's business (Kueue ValidateJobOnCreate),
+        # and, when configured, who may make it run.
+        errors = queue_name_errors(job, policy) + _child_runner_errors(req, env, job) \
+            + _child_share_errors(req, env, job)
+    elif req.operation == "CREATE":
+        errors = validate_create(job, username, policy)
+    else:
+        old_job = _read_job(req.old_object, "request.oldObject")
+        name = req.name or read_name(job)
+        admitted = env.lookup("admission_lookup", "is_admitted", req.namespace, name,
+                           _job_uid(old_job) or _job_uid(job))
+        jobs = env.jobs
+        has_default = (jobs is None or jobs.local_queue_defaulting) and env.lookup(
+            "default_queue_lookup", "has_default_local_queue", req.namespace
+        )
+        manages = bool(jobs is not None and jobs.manage_jobs_without_queue_name
+                       and env.lookup("default_queue_lookup", "namespace_managed",
+                                   req.namespace)
+                       and not env.controlled_by_managed_kind(old_job))
+        errors = validate_update(
+            old_job, job, username, admitted, policy, default_local_queue_exists=has_default,
+            manages_unlabelled=manages,
+        )
+        if manages or read_queue_name(old_job, policy.queue_name_label) \
+                or read_queue_name(job, policy.queue_name_label):
+            errors += priority_class_label_errors(old_job, job, read_suspend(job))
+    return refused(errors)
+
+
+def _child_runner_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[str, Any]) -> list[str]:
+    """With ``webhook.child_job_creators`` set, only those identities (and pykueue's) may
+    create a running Job that a queued ancestor owns, resume one, resize a running one, or
+    make a running Job such a child: the ancestor's admission covers the pods its operator
+    creates, not Jobs a tenant hangs under it."""
+    settings = env.settings
+    allowed = set(settings.webhook.child_job_creators) if settings is not None else set()
+    username = req.user_info.username
+    if not allowed or username in allowed or username in env.policy.controller_usernames:
         return []
-    old = read_labels(old_pod)
-    if PODSET_LABEL not in old:
+    if read_suspend(job):
         return []
-    new = read_labels(new_pod)
-    changed = sorted(k for k, v in old.items()
-                     if (k in OWNER_SELECTOR_LABELS or k.startswith(OWNER_SELECTOR_PREFIXES))
-                     and new.get(k) != v)
-    if not changed:
+    if req.operation == "UPDATE":
+        old = _read_job(req.old_object, "request.oldObject")
+        if (not read_suspend(old) and env.has_managed_ancestor(old)
+                and pod_count(old) == pod_count(job)):
+            return []  # a running child changed otherwise (labels, annotations)
+    return [f"spec.suspend: a Job owned by a queued {_ancestor_phrase(job)} runs only when "
+            f"its operator ({', '.join(sorted(allowed))}) creates or resumes it "
+            "(webhook.child_job_creators); create it suspended or submit it queued on its own"]
+
+
+def _child_share_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[str, Any]) -> list[str]:
+    """An UPDATE (by anyone but pykueue) that raises a running child Job's pod count above
+    its share of its managed ancestor's admission (``child_job_share``: a JobSet's Job its
+    replicatedJob's pods per Job) is refused; the operators never change it. Unknown shares
+    pass (the reconciler sets a Job beyond its share back)."""
+    if req.operation != "UPDATE" or read_suspend(job) \
+            or req.user_info.username in env.policy.controller_usernames:
         return []
-    return [f"metadata.labels: {', '.join(changed)} cannot be removed or changed on a pod of an "
-            f"admitted job (its controller would release the pod and start another, running "
-            f"more pods than were admitted); only {_controllers(policy)} may"]
+    share = env.ask("child_job_share", job)
+    old = _read_job(req.old_object, "request.oldObject")
+    have, before = pod_count(job), pod_count(old)
+    if not isinstance(share, int) or have is None or have <= share \
+            or (before is not None and have <= before):
+        return []
+    return [f"spec.parallelism: a Job of {_ancestor_phrase(job)} runs at most {share} pod(s) "
+            f"at once, its share of that object's admission, not {have}; resize the "
+            f"{_ancestor_phrase(job).split(' ')[0]} itself (it is queued again for its new "
+            "shape)"]
+
+
+def _ancestor_phrase(job: dict[str, Any]) -> str:
+    for ref in (job.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            return f"{ref.get('kind', 'object')} {ref.get('name', '')!r}"
+    return "object"
+
+
+ROUTES = (WebhookRoute("/mutate-batch-v1-job", "batch/job", _mutation),
+          WebhookRoute("/validate-batch-v1-job", "batch/job", _validation))

@@ -1,0 +1,469 @@
+"""The webhook toolkit every job kind's admission rules use (pure, no I/O): reading an
+object under review, building a JSONPatch, and the rules that are the same for every kind.
+
+- Reading: ``read_object``, ``read_labels``, ``read_queue_name``, ``read_name``; an object or
+  field of the wrong JSON type raises ``UnreadableObjectError`` naming the field
+  (``metadata.labels[kueue.x-k8s.io/queue-name]``), which the HTTP adapter answers with a 400
+  inside the review.
+- Patching: ``JsonPatchOp`` (RFC 6902 operation), ``json_pointer`` / ``escape_pointer_token``
+  (RFC 6901).
+- Settings as data: ``WebhookPolicy`` (queue-name label, pykueue's own identities).
+- Lookups the controllers provide: ``AdmissionLookup``, ``DefaultQueueLookup``.
+- Shared rules: a queue name is a DNS-1123 subdomain (Kueue v0.17.1
+  ``jobframework.ValidateQueueName``), present but empty is refused
+  (``empty_queue_name_errors``), it cannot be removed while pykueue's start record is on the
+  object (``injected_label_removal_errors``, beyond Kueue), and a pod of an admitted job keeps
+  the labels its controller selects it by (``owner_label_errors``, beyond Kueue).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL, QUEUE_NAME_LABEL
+
+if TYPE_CHECKING:
+    from app.models.admissionreview import AdmissionRequest
+
+logger = logging.getLogger("pykueue.webhook")
+
+# Kueue LocalQueue defaulting: a LocalQueue with this name in a namespace captures unlabelled Jobs.
+DEFAULT_LOCAL_QUEUE = "default"
+
+# A JSONPatch operation: {"op": "add", "path": "/spec/suspend", "value": true}.
+JsonPatchOp = dict[str, Any]
+
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*")
+_DNS1123_SUBDOMAIN_MAX = 253
+
+
+class UnreadableObjectError(ValueError):
+    """An object under review (or part of it) does not have the shape the rules need.
+
+    ``field`` is a dotted path inside the object (``""`` for the object itself, ``spec.suspend``,
+    ``metadata.labels[kueue.x-k8s.io/queue-name]``); ``problem`` says what is wrong.
+    """
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field or '<object>'}: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookPolicy:
+    """What the rules need from the settings (``Settings.webhook``), as plain data.
+
+    ``controller_usernames``: the identities of pykueue itself (e.g.
+    ``system:serviceaccount:pykueue-system:pykueue``), the only ones that may unsuspend a queued
+    object whose Workload is not admitted.
+    """
+
+    queue_name_label: str = QUEUE_NAME_LABEL
+    controller_usernames: frozenset[str] = field(default_factory=frozenset)
+
+
+class AdmissionLookup(Protocol):
+    """Answers whether the Workload of a Job is admitted (provided by the reconciler).
+
+    ``is_admitted(namespace, job_name, job_uid)``: True when the Workload of the Job with that
+    UID has ``status.admission`` and the Admitted condition; False when it exists and is not
+    admitted; None when unknown (no Workload yet, caches not synced). The webhook treats None
+    as "not admitted". ``job_uid`` matters: a Job deleted and created again under the same
+    name is another Job, and must not borrow its predecessor's admission.
+    """
+
+    def is_admitted(self, namespace: str, job_name: str, job_uid: str = "") -> bool | None: ...
+
+
+class DefaultQueueLookup(Protocol):
+    """Answers whether a namespace has a LocalQueue named ``default`` that captures its Jobs.
+
+    ``has_default_local_queue(namespace)``: True / False, or None when unknown. The provider
+    returns False for namespaces outside ``managedJobsNamespaceSelector`` (as Kueue).
+    """
+
+    def has_default_local_queue(self, namespace: str) -> bool | None: ...
+
+
+# ----------------------------------------------------------------------------------------------
+# JSON Pointer (RFC 6901)
+
+
+def escape_pointer_token(token: str) -> str:
+    """Escape one JSON Pointer reference token: ``~`` -> ``~0``, then ``/`` -> ``~1``."""
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def json_pointer(*tokens: str) -> str:
+    """Join reference tokens into a JSON Pointer: ``("metadata", "labels", "a/b")`` ->
+    ``/metadata/labels/a~1b``."""
+    return "".join("/" + escape_pointer_token(t) for t in tokens)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading an object under review
+
+
+def json_type(value: object) -> str:
+    """The JSON type name of a decoded value, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def optional_object(value: object, where: str) -> Mapping[str, Any] | None:
+    """``value`` as a mapping, None when absent/null; UnreadableObjectError for other types."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise UnreadableObjectError(where, f"expected an object, got {json_type(value)}")
+    return value
+
+
+def read_object(obj: object, kind: str = "Job") -> Mapping[str, Any]:
+    """``obj`` as an object (a mapping), or ``UnreadableObjectError`` (field ``""``)
+    naming ``kind``, the kind the review is about."""
+    if not isinstance(obj, Mapping):
+        raise UnreadableObjectError("", f"expected a {kind} object, got {json_type(obj)}")
+    return obj
+
+
+def read_labels(job: Mapping[str, Any]) -> Mapping[str, str]:
+    """``metadata.labels`` of ``job`` (empty when absent); every value must be a string."""
+    metadata = optional_object(job.get("metadata"), "metadata")
+    if metadata is None:
+        return {}
+    labels = optional_object(metadata.get("labels"), "metadata.labels")
+    if labels is None:
+        return {}
+    for key, value in labels.items():
+        if not isinstance(value, str):
+            raise UnreadableObjectError(
+                f"metadata.labels[{key}]", f"expected a string, got {json_type(value)}"
+            )
+    return labels
+
+
+def read_queue_name(job: Mapping[str, Any], label: str = QUEUE_NAME_LABEL) -> str:
+    """The LocalQueue name from the queue-name label; ``""`` when absent (an unmanaged Job)."""
+    return read_labels(job).get(label, "")
+
+
+def read_name(job: Mapping[str, Any]) -> str:
+    """``metadata.name`` (``""`` when absent, e.g. with ``generateName`` before create)."""
+    metadata = optional_object(job.get("metadata"), "metadata") or {}
+    name = metadata.get("name")
+    return name if isinstance(name, str) else ""
+
+
+# ----------------------------------------------------------------------------------------------
+# Rules every kind shares
+
+
+def label_field(label: str) -> str:
+    """The field path of label ``label`` in messages: ``metadata.labels[<label>]``."""
+    return f"metadata.labels[{label}]"
+
+
+def queue_name_format_errors(queue: str, label: str) -> list[str]:
+    """Errors for a queue-name label value that is not a DNS-1123 subdomain (LocalQueue name)."""
+    if not queue or (len(queue) <= _DNS1123_SUBDOMAIN_MAX and _DNS1123_SUBDOMAIN.fullmatch(queue)):
+        return []
+    return [
+        f"{label_field(label)}: {queue!r} is not a valid LocalQueue name: it must be a DNS-1123 "
+        "subdomain (lowercase letters, digits, '-' and '.', starting and ending with a letter or "
+        f"digit, at most {_DNS1123_SUBDOMAIN_MAX} characters)"
+    ]
+
+
+def empty_queue_name_errors(old: Mapping[str, Any] | None, new: Mapping[str, Any],
+                            label: str = QUEUE_NAME_LABEL) -> list[str]:
+    """Errors for a queue-name label present with an empty value on ``new``, at CREATE
+    (``old`` None) or when an UPDATE empties it; ``[]`` otherwise. Kueue v0.17.1 validates
+    the label's value, when the label is present, as a DNS-1123 subdomain
+    (``jobframework.ValidateQueueName`` in every kind's ``ValidateJobOnCreate``), which ""
+    is not: an empty name is refused rather than read as "not queued" (absent). An object
+    stored with it before (pykueue read it as unqueued) may still be changed otherwise."""
+    value = read_labels(new).get(label)
+    if value != "" or (old is not None and read_labels(old).get(label) == ""):
+        return []
+    return [f"{label_field(label)}: must not be empty: \"\" is not a valid LocalQueue name "
+            "(a DNS-1123 subdomain, as Kueue requires); name a LocalQueue, or remove the "
+            "label to leave the object unqueued"]
+
+
+def carries_injection(obj: Mapping[str, Any]) -> bool:
+    """True when pykueue started ``obj`` with an admission and has not stopped it since: its
+    start record (``ORIGINAL_ANNOTATION``) is on it, or (a Job) its pod template carries the
+    ``kueue.x-k8s.io/podset`` label the start injects, which a tenant cannot take off a
+    started Job's immutable template even after dropping the record."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    anns = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if isinstance(anns, Mapping) and ORIGINAL_ANNOTATION in anns:
+        return True
+    tpl = (obj.get("spec") or {}).get("template") if isinstance(obj.get("spec"), Mapping) \
+        else None
+    labels = ((tpl.get("metadata") or {}).get("labels") or {}) if isinstance(tpl, Mapping) \
+        else {}
+    return isinstance(labels, Mapping) and PODSET_LABEL in labels
+
+
+def injected_label_removal_errors(old: Mapping[str, Any], old_queue: str, new_queue: str,
+                                  username: str, policy: WebhookPolicy, what: str) -> list[str]:
+    """Errors for removing the queue name from an object (``what``: its kind) that still
+    carries the scheduling its admission injected (``carries_injection``), by anyone but
+    pykueue; ``[]`` otherwise. Unqueued, the object would leave pykueue's sight with its
+    admission's nodeSelector and tolerations and could be resumed on the flavor's nodes with
+    no quota; pykueue's stop removes the injection (and the record), after which the label
+    may go. Goes beyond Kueue v0.17.1, which lets the label go whenever the job is
+    suspended."""
+    if not old_queue or new_queue or username in policy.controller_usernames \
+            or not carries_injection(old):
+        return []
+    return [f"{label_field(policy.queue_name_label)}: cannot be removed (was {old_queue!r}) "
+            f"while the {what} carries the scheduling pykueue injected when it admitted it "
+            f"(annotation {ORIGINAL_ANNOTATION}): unqueued, it would run with its admission's "
+            "nodeSelector and tolerations on no quota; delete it, or remove the label once "
+            "pykueue has stopped it (the annotation is gone then)"]
+
+
+def controllers_phrase(policy: WebhookPolicy) -> str:
+    """pykueue's identities for messages (sorted, comma-separated)."""
+    return ", ".join(sorted(policy.controller_usernames)) or "<none configured>"
+
+
+# The labels by which a pod's controller (the Job controller, JobSet, the Kubeflow operators,
+# KubeRay) selects its pods, and pykueue's podSet label. Removing one from a running pod of an
+# admitted job releases the pod from its controller, which then makes a replacement: the
+# released pod keeps running outside the admission.
+OWNER_SELECTOR_LABELS = frozenset({
+    "batch.kubernetes.io/controller-uid", "controller-uid", "batch.kubernetes.io/job-name",
+    "job-name", PODSET_LABEL})
+OWNER_SELECTOR_PREFIXES = ("jobset.sigs.k8s.io/", "training.kubeflow.org/", "ray.io/")
+
+
+def owner_label_errors(old_pod: Mapping[str, Any] | None, new_pod: Mapping[str, Any],
+                       username: str, policy: WebhookPolicy) -> list[str]:
+    """Why an UPDATE of a Pod that carries ``kueue.x-k8s.io/podset`` (a pod of an admitted
+    job) is refused: it removes or changes a label its controller selects it by
+    (``OWNER_SELECTOR_LABELS``, ``OWNER_SELECTOR_PREFIXES``). Adding labels is allowed, and
+    pykueue's own identity may change any. Beyond Kueue, which leaves pod labels to RBAC.
+    Raises ``UnreadableObjectError`` (``read_labels``)."""
+    if old_pod is None or username in policy.controller_usernames:
+        return []
+    old = read_labels(old_pod)
+    if PODSET_LABEL not in old:
+        return []
+    new = read_labels(new_pod)
+    changed = sorted(k for k, v in old.items()
+                     if (k in OWNER_SELECTOR_LABELS or k.startswith(OWNER_SELECTOR_PREFIXES))
+                     and new.get(k) != v)
+    if not changed:
+        return []
+    return [f"metadata.labels: {', '.join(changed)} cannot be removed or changed on a pod of an "
+            f"admitted job (its controller would release the pod and start another, running "
+            f"more pods than were admitted); only {controllers_phrase(policy)} may"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Routes: what a kind serves, and what its deciders may ask
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A decider's answer: ``errors`` (each naming a field; the review is refused, 403) or a
+    ``patch`` (allowed with that JSONPatch), neither: allowed unchanged."""
+
+    patch: tuple[JsonPatchOp, ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+ALLOW = Verdict()
+
+
+def patched(patch: list[JsonPatchOp]) -> Verdict:
+    """Allowed with ``patch`` (``[]``: unchanged)."""
+    return Verdict(patch=tuple(patch))
+
+
+def refused(errors: list[str]) -> Verdict:
+    """Refused for ``errors`` (``[]``: allowed)."""
+    return Verdict(errors=tuple(errors))
+
+
+class WebhookEnv:
+    """What a decider may ask of the running process, read from the web app's state
+    (``app.state``): ``settings`` (``app.config.Settings``; None in bare tests), and the
+    optional ``admission_lookup`` (the reconciler's stores: ``is_admitted``,
+    ``has_managed_ancestor``, ``managed_kinds``, ``child_job_share``,
+    ``statefulset_replicas``, ``queued_statefulset``) and ``default_queue_lookup``
+    (``has_default_local_queue``, ``namespace_managed``). A part that is absent, or raises,
+    answers "unknown" (None); each rule says what unknown means for it. ``builtin_kinds``:
+    (API group, kind) of the kinds ``integrations.frameworks`` enables, for when the
+    reconciler cannot say (``app.integrations.managed_kinds``)."""
+
+    def __init__(self, state: Any,
+                 builtin_kinds: Callable[[Iterable[str] | None], frozenset[tuple[str, str]]]
+                 ) -> None:
+        self.state = state
+        self.settings = getattr(state, "settings", None)
+        self._builtin_kinds = builtin_kinds
+        self.policy = WebhookPolicy() if self.settings is None else WebhookPolicy(
+            controller_usernames=frozenset(self.settings.webhook.controller_usernames))
+
+    @property
+    def jobs(self) -> Any:
+        """``settings.jobs`` (None without settings)."""
+        return None if self.settings is None else self.settings.jobs
+
+    def lookup(self, attribute: str, method: str, *args: str) -> bool | None:
+        """``app.state.<attribute>.<method>(*args)`` when it answers a bool; None when the
+        lookup is absent, fails (logged) or answers anything else."""
+        provider = getattr(self.state, attribute, None)
+        if provider is None:
+            return None
+        try:
+            answer = getattr(provider, method)(*args)
+        except Exception:
+            logger.exception("webhook: %s.%s failed; treating the answer as unknown",
+                             attribute, method)
+            return None
+        return answer if isinstance(answer, bool) else None
+
+    def ask(self, method: str, *args: Any) -> Any:
+        """``admission_lookup.<method>(*args)``; None when absent or when it fails (logged)."""
+        provider = getattr(self.state, "admission_lookup", None)
+        fn = getattr(provider, method, None)
+        if fn is None:
+            return None
+        try:
+            return fn(*args)
+        except Exception:
+            logger.exception("webhook: %s failed; treating it as unknown", method)
+            return None
+
+    def managed_kinds(self) -> frozenset[tuple[str, str]]:
+        """(API group, kind) of the job kinds pykueue manages: the reconciler's (enabled and
+        served), else those ``settings.integrations.frameworks`` enables (Kueue counts only
+        enabled integrations as managed owners)."""
+        kinds = getattr(getattr(self.state, "admission_lookup", None), "managed_kinds", None)
+        answer = kinds() if callable(kinds) else None
+        if isinstance(answer, frozenset):
+            return answer
+        return self._builtin_kinds(self.settings.integrations.frameworks
+                                   if self.settings is not None else None)
+
+    def has_managed_ancestor(self, obj: Mapping[str, Any]) -> bool:
+        """True when an ancestor queues ``obj`` (the reconciler's stores; unknown counts as
+        no: the object is then queued as its own, as before the stores sync)."""
+        ask = getattr(getattr(self.state, "admission_lookup", None), "has_managed_ancestor",
+                      None)
+        if ask is None:
+            return False
+        try:
+            return ask(obj) is True
+        except Exception:
+            logger.exception("webhook: has_managed_ancestor failed; treating the Job as its own")
+            return False
+
+    def controlled_by_managed_kind(self, obj: Any) -> bool:
+        """True when ``obj``'s controller ownerReference is an object of a job kind pykueue
+        manages (Kueue ``IsOwnerManagedByKueueForObject``: enabled kinds only)."""
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
+        kinds = self.managed_kinds()
+        return any(isinstance(r, dict) and r.get("controller") is True and (
+            str(r.get("apiVersion", "")).rpartition("/")[0], str(r.get("kind", ""))) in kinds
+            for r in refs or [] if isinstance(refs, list))
+
+    def manages_unlabelled_in(self, namespace: str) -> bool:
+        """Whether objects without a queue name are queued in ``namespace``
+        (``jobs.manage_jobs_without_queue_name`` and ``managed_jobs_namespace_selector``), for
+        the Pod, Deployment and StatefulSet webhooks. A namespace the stores do not know (not
+        synced, or created a moment ago) is judged by the one label every Namespace carries,
+        ``kubernetes.io/metadata.name``: exact for the default selector (by name), and for a
+        selector on other labels the answer is "not managed" until the Namespace is seen."""
+        jobs = self.jobs
+        if jobs is None or not jobs.manage_jobs_without_queue_name:
+            return False
+        known = self.lookup("default_queue_lookup", "namespace_managed", namespace)
+        if known is None:
+            return bool(jobs.namespace_managed({"kubernetes.io/metadata.name": namespace}))
+        return known
+
+
+Decider = Callable[["AdmissionRequest", WebhookEnv], Verdict]
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookRoute:
+    """One webhook endpoint a kind serves: ``path`` (Kueue's, e.g. ``/mutate-batch-v1-job``),
+    ``framework`` (the ``integrations.frameworks`` name that enables it; None: always served,
+    whatever made the object) and ``decide(request, env)``, the decider (may raise
+    ``UnreadableObjectError``)."""
+
+    path: str
+    framework: str | None
+    decide: Decider
+
+
+def review_of(req: AdmissionRequest, group: str, kind_name: str) -> bool:
+    """True for a review about ``group``/``kind_name`` (by ``request.kind``, else by the
+    object's own ``kind``)."""
+    kind = req.kind or req.request_kind
+    if kind is not None and kind.kind:
+        return kind.group == group and kind.kind == kind_name
+    return isinstance(req.object, dict) and req.object.get("kind", kind_name) == kind_name
+
+
+def read_reviewed(value: object, where: str, *readers: Callable[[Any], Any]) -> dict[str, Any]:
+    """The object at ``where`` (``request.object``), checked by ``read_labels`` and
+    ``readers`` so that an ``UnreadableObjectError`` names the full path
+    (``request.oldObject.spec.schedulingGates``)."""
+    try:
+        obj = read_object(value)
+        read_labels(obj)
+        for read in readers:
+            read(obj)
+    except UnreadableObjectError as exc:
+        raise UnreadableObjectError(
+            ".".join(filter(None, (where, exc.field))), exc.problem
+        ) from None
+    return obj  # type: ignore[return-value]
+
+
+def reviewed_objects(req: AdmissionRequest, *readers: Callable[[Any], Any]
+                     ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """(old object or None on CREATE, new object), read with ``read_reviewed``."""
+    new = read_reviewed(req.object, "request.object", *readers)
+    old = (read_reviewed(req.old_object, "request.oldObject", *readers)
+           if req.operation == "UPDATE" else None)
+    return old, new
+
+
+def _owner_labels(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
+    if req.operation != "UPDATE" or req.sub_resource or not review_of(req, "", "Pod"):
+        return ALLOW
+    old, pod = reviewed_objects(req)
+    return refused(owner_label_errors(old, pod, req.user_info.username, env.policy))
+
+
+# The framework's own route: every pod of an admitted job (objectSelector
+# kueue.x-k8s.io/podset), whatever made it, so not gated by integrations.frameworks.
+ROUTES = (WebhookRoute("/validate--v1-pod-owner", None, _owner_labels),)
