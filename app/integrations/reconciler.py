@@ -156,7 +156,9 @@ class JobReconciler:
         controller may be a managed ancestor's child."""
         obj = new or old
         meta = (obj or {}).get("metadata") or {}
-        if meta.get("ownerReferences"):
+        carries = getattr(self.registry.get(JOB), "carries_admission", None)
+        if meta.get("ownerReferences") or (old or {}).get("metadata", {}).get(
+                "ownerReferences") or (new is not None and carries and carries(new)):
             self.queue.add(f"{CHILD_JOBS}:{meta.get('namespace', '')}/{meta.get('name', '')}")
 
     def notify(self, workload: Obj | None, key: str) -> None:
@@ -268,6 +270,8 @@ class JobReconciler:
                 return await self._child(kind, obj, *ancestor) or again
         # An empty queue name is no queue, unless unlabelled jobs are managed.
         if obj is None or not (kind.queue_name(obj) or self._manages_unlabelled(kind, obj, ns)):
+            if obj is not None and CHILD_JOBS not in ctx.informers.informers:
+                await self._orphaned_child(kind, obj)  # unlabelled Jobs are in this store
             return await self._gone(kind, ns, name)
         wl = ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}")
         if wl is not None and not self._owns(kind, obj, ns, name, wl):
@@ -337,8 +341,30 @@ class JobReconciler:
             return None
         ancestor = stored_ancestor(self.ctx, self.registry, obj)
         if ancestor is None:
-            return None
+            return await self._orphaned_child(kind, obj)
         return await self._child(kind, obj, *ancestor)
+
+    async def _orphaned_child(self, kind: JobKind, obj: Obj) -> float | None:
+        """A Job whose pod template carries an admission it holds none of
+        (``carries_admission``: copied by an ancestor's operator) and that no managed
+        ancestor covers any more (the ancestor deleted with ``--cascade=orphan``): it ran on
+        that ancestor's admission, which ends with it, so it is stopped with the admission's
+        scheduling taken out (``stop_orphaned``; Warning Event ``AncestorGone``). Its pods
+        go, and the ancestor's orphaned Workload is Finished once they are gone. Goes beyond
+        Kueue, which leaves such a Job running unmanaged."""
+        carries = getattr(kind, "carries_admission", None)
+        meta = obj.get("metadata") or {}
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        if carries is None or not carries(obj) or kind.finished(obj)[0] \
+                or self.owners.workloads_of(f"{kind.key}:{ns}/{name}") \
+                or await self._managed_ancestor(obj) is not None:
+            return None
+        why = ("its pod template carries the admission of an ancestor that is gone (deleted "
+               "with --cascade=orphan?): the Job is stopped and the admission's nodeSelector, "
+               "tolerations and podset label removed")
+        written = await kind.stop_orphaned(self.ctx, obj, why)  # type: ignore[attr-defined]
+        self.ctx.recorder.emit(written, WARNING, "AncestorGone", why)
+        return None
 
     async def _managed_ancestor(self, obj: Obj) -> tuple[JobKind, Mapping[str, Any]] | None:
         """``Registry.managed_ancestor`` over the stores (Kueue v0.17
@@ -375,8 +401,11 @@ class JobReconciler:
         ns = str(obj["metadata"].get("namespace", ""))
         wl = self.ctx.store(WL).get(f"{ns}/{parent_kind.workload_name(parent)}")
         if wl is not None and not is_finished(wl) and is_true(wl, ADMITTED):
+            hold = getattr(kind, "hold_to_ancestor", None)
             if kind.key == JOB:
                 await self._hold_to_share(obj, parent_kind, parent)
+            elif hold is not None:
+                await hold(self.ctx, obj, parent_kind, parent, wl)
             return None
         await kind.stop(self.ctx, obj, "Kueue managed child job suspended")
         return None

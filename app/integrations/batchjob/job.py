@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from app.integrations.podsets import (
     InjectionConflict,
     admitted_scheduling,
     merge_tolerations,
+    toleration_identity,
     write_start,
 )
 from app.kube.client import JOBS, MERGE_PATCH
@@ -191,6 +192,51 @@ def restored_job(job: Obj, *, restore: bool = True) -> Obj:
     return out
 
 
+def carries_admission(job: Mapping[str, Any]) -> bool:
+    """True when the Job's pod template carries the podSet label pykueue writes when it starts
+    a job (``kueue.x-k8s.io/podset``) but no start record of the Job's own: the template was
+    copied from a started ancestor (a JobSet's replicatedJob, a RayJob's submitter) by its
+    operator, together with the flavor's nodeSelector and tolerations."""
+    tpl = (job.get("spec") or {}).get("template") or {}
+    labels = (tpl.get("metadata") or {}).get("labels") or {}
+    return isinstance(labels, Mapping) and PODSET_LABEL in labels \
+        and not is_injected(job)  # type: ignore[arg-type]
+
+
+def without_admission(job: Obj, flavors: Iterable[Mapping[str, Any]]) -> Obj:
+    """A copy of ``job`` suspended, with what an admission injects taken out of its pod
+    template: the podSet label, each nodeSelector entry some flavor's ``spec.nodeLabels``
+    holds, each toleration among some flavor's ``spec.tolerations`` (one the user wrote the
+    same goes too: the Job is not going to run on a flavor's nodes without an admission)."""
+    labels: set[tuple[str, str]] = set()
+    tolerations: set[Any] = set()
+    for rf in flavors:
+        spec = rf.get("spec") or {}
+        labels.update((str(k), str(v)) for k, v in (spec.get("nodeLabels") or {}).items())
+        tolerations.update(toleration_identity(t) for t in spec.get("tolerations") or []
+                           if isinstance(t, Mapping))
+    out = copy.deepcopy(job)
+    out.setdefault("spec", {})["suspend"] = True
+    tpl = _template(out)
+    spec = tpl.setdefault("spec", {})
+    selector = {k: v for k, v in (spec.get("nodeSelector") or {}).items()
+                if (k, v) not in labels}
+    if selector:
+        spec["nodeSelector"] = selector
+    else:
+        spec.pop("nodeSelector", None)
+    kept = [t for t in spec.get("tolerations") or []
+            if not isinstance(t, Mapping) or toleration_identity(t) not in tolerations]
+    if kept:
+        spec["tolerations"] = kept
+    else:
+        spec.pop("tolerations", None)
+    meta = tpl.get("metadata") or {}
+    if isinstance(meta.get("labels"), dict):
+        meta["labels"].pop(PODSET_LABEL, None)
+    return out
+
+
 def recorded_parallelism(job: Mapping[str, Any]) -> int | None:
     """The user's ``spec.parallelism`` kept in the record when a partial admission changed
     it; None otherwise."""
@@ -337,6 +383,9 @@ class BatchJob:
     def is_started(self, obj: Mapping[str, Any]) -> bool:
         return is_injected(obj)  # type: ignore[arg-type]
 
+    def carries_admission(self, obj: Mapping[str, Any]) -> bool:
+        return carries_admission(obj)
+
     def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
         return job_finished(obj)  # type: ignore[arg-type]
 
@@ -378,8 +427,10 @@ class BatchJob:
         await write_start(ctx, obj, desired, workload, self._put)
         return True
 
-    async def stop(self, ctx: Context, obj: Obj, why: str) -> Obj:
-        """Suspend, then (once suspended) clear startTime and restore the template.
+    async def stop(self, ctx: Context, obj: Obj, why: str, *,
+                   restore: Callable[[Obj], Obj] = restored_job) -> Obj:
+        """Suspend, then (once suspended) clear startTime and restore the template
+        (``restore``: the Job as it is to stay, by default ``restored_job``).
 
         Kubernetes allows changing a Job's pod template only while it is suspended and not
         started, hence three writes (Kueue ``Job.Stop`` does the same)."""
@@ -393,7 +444,7 @@ class BatchJob:
             ctx.recorder.emit(job, NORMAL, "Stopped", why)
         if (job.get("status") or {}).get("startTime"):
             job = await self._clear_start_time(ctx, job)
-        restored = restored_job(job)
+        restored = restore(job)
         if restored != job:
             try:
                 job = await self._put(ctx, restored)
@@ -407,6 +458,15 @@ class BatchJob:
                 # toleration, say): drop it unapplied rather than never finish the stop.
                 job = await self._put(ctx, restored_job(job, restore=False))
         return job
+
+    async def stop_orphaned(self, ctx: Context, obj: Obj, why: str) -> Obj:
+        """Stop a Job that ran on the admission of an ancestor which is gone
+        (``carries_admission``, no managed ancestor: ``kubectl delete --cascade=orphan`` of a
+        JobSet or RayJob): suspended, and what the admission injected taken out of its pod
+        template (``without_admission``), so resuming it gives no flavor's scheduling."""
+        flavors = list(ctx.store("rf"))
+        return await self.stop(ctx, obj, why,
+                               restore=lambda job: without_admission(job, flavors))
 
 
 KIND = BatchJob()
