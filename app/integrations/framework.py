@@ -62,6 +62,14 @@ class JobKind(Protocol):
     from the Pod store as well as from its status, so its quota is released only once they
     are gone or terminal, and it finds the pods of a Workload whose owner went
     (``pods_of_workload``: ``kubectl delete --cascade=orphan``).
+
+    Optional, for kinds whose operator may need a nudge: ``settle(ctx, obj, pods)`` (async),
+    called after each pass over a started, admitted object with its pods holding resources
+    (``pods``); returns seconds to look again, or None. Optional, for a kind whose objects an
+    ancestor's operator makes: ``hold_to_ancestor(ctx, obj, ancestor_kind, ancestor,
+    workload)`` (async) sets a running object back to the ancestor's admitted ``workload``;
+    and for the batch Job, ``carries_admission(obj)`` / ``stop_orphaned(ctx, obj, why)``: a
+    Job made from a started ancestor's template whose ancestor is gone is stopped.
     """
 
     key: str

@@ -313,7 +313,8 @@ class JobReconciler:
                 return None
             await self._start(kind, obj, wl)
             await self._sync_pods_ready(kind, obj, wl)
-            return None
+            settle = getattr(kind, "settle", None)
+            return await settle(ctx, obj, self._pods_left(kind, obj)) if settle else None
         if has_admission(wl) and not is_evicted(wl):
             # Deactivated, its eviction not written yet: stop the object now, release the
             # quota only after Evicted=True (Kueue: the release follows the eviction, so a

@@ -208,6 +208,67 @@ async def test_a_child_job_scaled_beyond_its_ancestors_admission_is_set_back(
     assert written == {"train-workers-0": 1, "train-extra": 0}, client.bodies
 
 
+A100_FLAVOR = {"metadata": {"name": "a100-flavor", "resourceVersion": "1"},
+               "spec": {"nodeLabels": dict(A100[0]), "tolerations": list(A100[1])}}
+
+
+def _orphan(name: str, podset: bool) -> dict[str, Any]:
+    """An unlabelled running Job without an owner; with ``podset``, its template as a started
+    JobSet's replicatedJob left it: the podset label, A100's nodeSelector and toleration."""
+    out = _child_job(name, 6, {"apiVersion": "v1", "kind": "X", "metadata": {
+        "name": "gone", "uid": "gone"}})
+    del out["metadata"]["ownerReferences"]
+    if podset:
+        tpl = out["spec"]["template"]
+        tpl["metadata"] = {"labels": {PODSET_LABEL: "workers", "app": "a"}}
+        tpl["spec"]["nodeSelector"] = {**A100[0], "zone": "z"}
+        tpl["spec"]["tolerations"] = [*A100[1], {"key": "k", "operator": "Exists"}]
+    return out
+
+
+async def test_an_orphaned_child_job_carrying_its_ancestors_admission_is_stopped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JobSet deleted with ``--cascade=orphan`` leaves ``train-workers-0`` without owner,
+    its template still started (raised to 6 pods): it is suspended with the podset label,
+    the flavor's nodeSelector entry and toleration taken out (what the user wrote stays);
+    an unlabelled Job that never carried an admission is left alone."""
+    orphan, plain = _orphan("train-workers-0", True), _orphan("mine", False)
+    client = _ServesJobSets({**OBJECTS, "resourceflavors": [A100_FLAVOR],
+                              JOBS.plural: [orphan, plain]})
+    m = _leading(monkeypatch, client)
+    await m.start()
+    try:
+        await m.wait_ready(10)
+        for _ in range(100):
+            written = [b for v, r, b in client.bodies if (v, r) == ("replace", "jobs")]
+            if len(written) >= 2:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await m.stop()
+    assert {b["metadata"]["name"] for b in written} == {"train-workers-0"}, client.bodies
+    last = written[-1]
+    assert last["spec"]["suspend"] is True
+    tpl = last["spec"]["template"]
+    assert tpl["metadata"]["labels"] == {"app": "a"}
+    assert tpl["spec"]["nodeSelector"] == {"zone": "z"}
+    assert tpl["spec"]["tolerations"] == [{"key": "k", "operator": "Exists"}]
+
+
+def test_a_rayjobs_cluster_raised_beyond_the_admission_is_held_to_it() -> None:
+    """``held_to``: a worker group above its admitted count gets replicas (and a higher
+    minReplicas) lowered to it, over numOfHosts; a group within it, or absent from the
+    admission with no pod, is unchanged."""
+    rc = raycluster(group("gpu", 4, minReplicas=4, maxReplicas=8), group("tpu", 2, numOfHosts=2),
+                    group("idle", 0))
+    held = ray.ray.held_to(rc, {"head": 1, "gpu": 1, "tpu": 4})
+    assert held is not None
+    assert [(g["replicas"], g.get("minReplicas")) for g in held["spec"]["workerGroupSpecs"]] == [
+        (1, 1), (2, None), (0, None)]
+    assert ray.ray.held_to(held, {"head": 1, "gpu": 1, "tpu": 4}) is None
+    assert ray.ray.held_to(rc, {"gpu": 1})["spec"]["workerGroupSpecs"][1]["replicas"] == 0
+
+
 def test_the_unlabelled_jobs_informer_is_not_needed_when_every_job_is_listed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     m = _leading(monkeypatch, RecordingClient(), JobsSettings(manage_jobs_without_queue_name=True))
