@@ -357,6 +357,7 @@ class JobReconciler:
         meta = obj.get("metadata") or {}
         ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         if carries is None or not carries(obj) or kind.finished(obj)[0] \
+                or meta.get("deletionTimestamp") \
                 or self.owners.workloads_of(f"{kind.key}:{ns}/{name}") \
                 or await self._managed_ancestor(obj) is not None:
             return None

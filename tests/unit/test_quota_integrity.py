@@ -269,6 +269,50 @@ def test_a_rayjobs_cluster_raised_beyond_the_admission_is_held_to_it() -> None:
     assert ray.ray.held_to(rc, {"gpu": 1})["spec"]["workerGroupSpecs"][1]["replicas"] == 0
 
 
+class _Store(dict):  # type: ignore[type-arg]
+    def put(self, obj: dict[str, Any]) -> None:
+        self[obj["metadata"]["name"]] = obj
+
+
+class _Ctx:
+    """What ``RayCluster.settle`` reads: a clock, a client that records replaces, a store."""
+
+    def __init__(self, now: float) -> None:
+        self.now, self.replaced, self.stored = now, [], _Store()
+
+        class Client:
+            async def replace(_, res: Any, body: dict[str, Any]) -> dict[str, Any]:
+                self.replaced.append(body)
+                return body
+        self.client = Client()
+
+    def clock(self) -> float:
+        return self.now
+
+    def store(self, key: str) -> _Store:
+        return self.stored
+
+
+async def test_a_started_raycluster_lacking_pods_is_resynced_every_ten_seconds() -> None:
+    """``RayCluster.settle``: a started cluster (head + 2 workers) not ``ready`` with 1 pod
+    gets the resync annotation, again only 10 s later; a ready one, one with its pods, or a
+    suspended one, none."""
+    rc = raycluster(group("gpu", 2))
+    rc["spec"]["suspend"] = False
+    ctx = _Ctx(1000.0)
+    assert await RAYCLUSTER.settle(ctx, rc, 1) == 10.0
+    (body,) = ctx.replaced
+    assert body["metadata"]["annotations"][ray.ray.RESYNC_ANNOTATION] == "1000"
+    ctx.now = 1005.0
+    assert await RAYCLUSTER.settle(ctx, body, 1) == 10.0 and len(ctx.replaced) == 1
+    ctx.now = 1010.0
+    assert await RAYCLUSTER.settle(ctx, body, 1) == 10.0 and len(ctx.replaced) == 2
+    assert await RAYCLUSTER.settle(ctx, rc, 3) is None
+    assert await RAYCLUSTER.settle(ctx, {**rc, "status": {"state": "ready"}}, 1) is None
+    assert await RAYCLUSTER.settle(ctx, raycluster(group("gpu", 2)), 0) is None
+    assert len(ctx.replaced) == 2
+
+
 def test_the_unlabelled_jobs_informer_is_not_needed_when_every_job_is_listed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     m = _leading(monkeypatch, RecordingClient(), JobsSettings(manage_jobs_without_queue_name=True))
