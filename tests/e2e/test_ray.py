@@ -310,9 +310,9 @@ def test_a_raised_raycluster_is_readmitted_once_its_workers_are_gone_and_runs_th
 def test_the_raycluster_of_an_admitted_rayjob_raised_directly_is_set_back(
         lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
     """A tenant raises the worker replicas of the RayCluster its admitted RayJob made from 1
-    to 4. Before: 4 GPU workers Running on an admission of 1. After: the cluster's replicas
-    are set back to the RayJob's admission (Event ``ExceedsAncestorAdmission``) and KubeRay
-    deletes the workers beyond it."""
+    to 4. Before: 4 GPU workers Running on an admission of 1. After: refused by the webhook;
+    with the webhook bypassed, the cluster's replicas are set back to the RayJob's admission
+    (Event ``ExceedsAncestorAdmission``) and KubeRay deletes the workers beyond it."""
     from tests.e2e.test_jobset import tenant
 
     with ray_queue(lab, "rj-raise", 4) as ns:
@@ -329,9 +329,13 @@ def test_the_raycluster_of_an_admitted_rayjob_raised_directly_is_set_back(
         wait_for(lambda: placed(lab, ns, 1), 90, "rj's head and worker running")
         (cluster,) = lab.get("rayclusters", "-n", ns)["items"]
         name = cluster["metadata"]["name"]
-        lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json", "-p",
-                    json.dumps([{"op": "replace", "path": "/spec/workerGroupSpecs/0/" + f,
-                                 "value": 4} for f in ("maxReplicas", "replicas")]))
+        raise_to_4 = ("patch", "raycluster", name, "-n", ns, "--type=json", "-p", json.dumps(
+            [{"op": "replace", "path": "/spec/workerGroupSpecs/0/" + f, "value": 4}
+             for f in ("maxReplicas", "replicas")]))
+        r = lab.kubectl(*as_tenant, *raise_to_4, check=False)
+        assert r.returncode != 0 and "belongs to a queued RayJob" in r.stderr, r.stderr
+        with webhook_removed(lab, "vraycluster.pykueue.io"):  # bypassed, or down
+            lab.kubectl(*as_tenant, *raise_to_4)
         seen = [1]
 
         def set_back() -> bool:

@@ -313,6 +313,32 @@ async def test_a_started_raycluster_lacking_pods_is_resynced_every_ten_seconds()
     assert len(ctx.replaced) == 2
 
 
+def test_raising_the_workers_of_a_queued_rayjobs_cluster_is_refused_but_to_pykueue() -> None:
+    """The RayCluster a queued RayJob made (its queue label copied): a worker group raised,
+    or a group added, is refused to a tenant, allowed to pykueue; lowering it, or the same
+    on a RayJob's cluster without a queue label (not queued), is allowed."""
+    old = raycluster(group("gpu", 1), owner="RayJob")
+    old["spec"]["suspend"] = False
+    raised = copy.deepcopy(old)
+    raised["spec"]["workerGroupSpecs"][0]["replicas"] = 4
+    added = copy.deepcopy(old)
+    added["spec"]["workerGroupSpecs"].append(group("more", 1))
+    rules = RAYCLUSTER.rules
+    for new in (raised, added):
+        (err,) = rules.validate(old, new, "alice", POLICY)
+        assert "spec.workerGroupSpecs[" in err and "belongs to a queued RayJob" in err, err
+        assert rules.validate(old, new, CONTROLLER, POLICY) == []
+    assert rules.validate(raised, old, "alice", POLICY) == []
+    unqueued = copy.deepcopy(old)
+    del unqueued["metadata"]["labels"]
+    assert rules.validate(unqueued, raised, "alice", POLICY) == []
+    standalone = raycluster(group("gpu", 1))
+    standalone["spec"]["suspend"] = False
+    grown = copy.deepcopy(standalone)
+    grown["spec"]["workerGroupSpecs"][0]["replicas"] = 4
+    assert rules.validate(standalone, grown, "alice", POLICY) == []
+
+
 def test_the_unlabelled_jobs_informer_is_not_needed_when_every_job_is_listed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     m = _leading(monkeypatch, RecordingClient(), JobsSettings(manage_jobs_without_queue_name=True))

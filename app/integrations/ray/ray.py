@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.integrations.batchjob.job import queue_name
 from app.integrations.crdrules import CrdRules
 from app.integrations.templated import Obj, Path, Template, TemplatedKind, get_in, set_in
+from app.integrations.webhook import WebhookPolicy, read_job, read_queue_name
 from app.kube.client import Resource
 from app.kube.events import WARNING
 from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, string
@@ -128,6 +130,48 @@ def owned_by_ray(obj: Mapping[str, Any]) -> bool:
                if isinstance(r, Mapping))
 
 
+def owned_by_rayjob(obj: Mapping[str, Any]) -> bool:
+    """True when a RayJob controls ``obj`` (a RayCluster KubeRay made for it)."""
+    return any(r.get("controller") and str(r.get("apiVersion", "")).startswith(f"{GROUP}/")
+               and r.get("kind") == "RayJob"
+               for r in (obj.get("metadata") or {}).get("ownerReferences") or []
+               if isinstance(r, Mapping))
+
+
+def raised_groups(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The worker groups (``spec.workerGroupSpecs[i]``) of RayCluster ``new`` that run more
+    pods than in ``old`` (a group new in ``new`` counts from 0). Raises
+    ``WorkloadSpecError``."""
+    before = {t.name: t.count for t in cluster_templates(old, ("spec",), strict=False)}
+    return [t.field.removesuffix(".template")
+            for t in cluster_templates(new, ("spec",), strict=False)[1:]
+            if t.count > before.get(t.name, 0)]
+
+
+@dataclass(frozen=True)
+class RayClusterRules(CrdRules):
+    """``CrdRules`` of the RayCluster, plus: on a cluster that a queued RayJob made (it
+    carries the queue label KubeRay copied from the RayJob), raising a worker group's pod
+    count is refused to everyone but pykueue (the reconciler would set it back to the
+    RayJob's admission: ``RayCluster.hold_to_ancestor``). Beyond Kueue, whose RayCluster
+    webhook leaves a cluster a RayJob owns alone."""
+
+    def validate(self, old: Mapping[str, Any] | None, new: object, username: str,
+                 policy: WebhookPolicy) -> list[str]:
+        o = read_job(new)
+        if old is not None and owned_by_rayjob(o) and username not in \
+                policy.controller_usernames and read_queue_name(old, policy.queue_name_label):
+            try:
+                raised = raised_groups(old, o)
+            except WorkloadSpecError as exc:
+                return [str(exc)]
+            if raised:
+                return [f"{', '.join(raised)}: this RayCluster belongs to a queued RayJob, "
+                        "which was admitted for its pods as they are: change the RayJob's "
+                        "rayClusterSpec instead (it is queued again for the new shape)"]
+        return super().validate(old, new, username, policy)
+
+
 class _RayKind(TemplatedKind):
     """A ray.io/v1 kind: ``kind``, its ``plural``; its webhook's rules refuse at create what
     it cannot queue (``spec_errors``) and leave alone what ``belongs_elsewhere``."""
@@ -140,8 +184,9 @@ class _RayKind(TemplatedKind):
         self.kind = kind
         self.key = kind.lower()
         self.resource = Resource(GROUP, VERSION, plural, kind)
-        self.rules = CrdRules(GROUP, VERSION, plural, kind, SUSPEND, extra_create=self.spec_errors,
-                              belongs_elsewhere=belongs_elsewhere)
+        rules = RayClusterRules if kind == "RayCluster" else CrdRules
+        self.rules = rules(GROUP, VERSION, plural, kind, SUSPEND, extra_create=self.spec_errors,
+                           belongs_elsewhere=belongs_elsewhere)
 
 
 class RayJob(_RayKind):
