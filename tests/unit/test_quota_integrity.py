@@ -310,6 +310,9 @@ async def test_a_started_raycluster_lacking_pods_is_resynced_every_ten_seconds()
     assert await RAYCLUSTER.settle(ctx, rc, 3) is None
     assert await RAYCLUSTER.settle(ctx, {**rc, "status": {"state": "ready"}}, 1) is None
     assert await RAYCLUSTER.settle(ctx, raycluster(group("gpu", 2)), 0) is None
+    quiet = raycluster(group("gpu", 2, suspend=True))
+    quiet["spec"]["suspend"] = False
+    assert await RAYCLUSTER.settle(ctx, quiet, 1) is None  # its one group suspended
     assert len(ctx.replaced) == 2
 
 

@@ -329,7 +329,11 @@ class RayCluster(_RayKind):
         if self.is_suspended(obj) or self.pods_ready(obj):
             return None
         try:
-            wanted = sum(t.count for t in cluster_templates(obj, ("spec",), strict=False))
+            groups = (obj.get("spec") or {}).get("workerGroupSpecs") or []
+            # A worker group KubeRay was told to suspend makes no pods.
+            wanted = sum(t.count for t in cluster_templates(obj, ("spec",), strict=False)
+                         if t.name == "head" or (groups[t.path[-2]] or {}).get("suspend")
+                         is not True)
         except WorkloadSpecError:
             return None
         if pods >= wanted:
