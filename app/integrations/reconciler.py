@@ -49,6 +49,7 @@ from app.integrations.framework import (
     Registry,
     StartError,
     child_share,
+    controller_uid,
     lookup,
     object_key,
     pod_labels,
@@ -348,7 +349,10 @@ class JobReconciler:
     async def _orphaned_child(self, kind: JobKind, obj: Obj) -> float | None:
         """A Job whose pod template carries an admission it holds none of
         (``carries_admission``: copied by an ancestor's operator) and that no managed
-        ancestor covers any more (the ancestor deleted with ``--cascade=orphan``): it ran on
+        ancestor covers any more (the ancestor deleted with ``--cascade=orphan``, which
+        removes the ownerReference; a controller a tenant adds, of another kind or an
+        unqueued object, covers nothing; one whose controller is gone is left to the garbage
+        collector): it ran on
         that ancestor's admission, which ends with it, so it is stopped with the admission's
         scheduling taken out (``stop_orphaned``; Warning Event ``AncestorGone``). Its pods
         go, and the ancestor's orphaned Workload is Finished once they are gone. Goes beyond
@@ -361,6 +365,15 @@ class JobReconciler:
                 or self.owners.workloads_of(f"{kind.key}:{ns}/{name}") \
                 or await self._managed_ancestor(obj) is not None:
             return None
+        found = self.registry.kind_of_controller(obj)
+        if found is not None and found[0].resource is not None:
+            owner = lookup(found[0], self.ctx, ns, found[1])
+            try:
+                owner = owner or await self.ctx.client.get(found[0].resource, found[1], ns)
+            except NotFound:
+                return None  # its controller is gone: the garbage collector deletes it
+            if (owner.get("metadata") or {}).get("uid") != controller_uid(obj):
+                return None  # names a uid that does not exist: likewise
         why = ("its pod template carries the admission of an ancestor that is gone (deleted "
                "with --cascade=orphan?): the Job is stopped and the admission's nodeSelector, "
                "tolerations and podset label removed")

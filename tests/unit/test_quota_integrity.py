@@ -233,21 +233,25 @@ async def test_an_orphaned_child_job_carrying_its_ancestors_admission_is_stopped
     the flavor's nodeSelector entry and toleration taken out (what the user wrote stays);
     an unlabelled Job that never carried an admission is left alone."""
     orphan, plain = _orphan("train-workers-0", True), _orphan("mine", False)
+    forged = _orphan("forged", True)  # a controller of a kind pykueue does not queue
+    forged["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap",
+                                              "name": "cm", "uid": "cm", "controller": True}]
     client = _ServesJobSets({**OBJECTS, "resourceflavors": [A100_FLAVOR],
-                              JOBS.plural: [orphan, plain]})
+                              JOBS.plural: [orphan, plain, forged]})
     m = _leading(monkeypatch, client)
     await m.start()
     try:
         await m.wait_ready(10)
         for _ in range(100):
             written = [b for v, r, b in client.bodies if (v, r) == ("replace", "jobs")]
-            if len(written) >= 2:
+            if len({b["metadata"]["name"] for b in written}) >= 2 and len(written) >= 4:
                 break
             await asyncio.sleep(0.05)
     finally:
         await m.stop()
-    assert {b["metadata"]["name"] for b in written} == {"train-workers-0"}, client.bodies
-    last = written[-1]
+    assert {b["metadata"]["name"] for b in written} == {"train-workers-0", "forged"}, \
+        client.bodies
+    last = [b for b in written if b["metadata"]["name"] == "train-workers-0"][-1]
     assert last["spec"]["suspend"] is True
     tpl = last["spec"]["template"]
     assert tpl["metadata"]["labels"] == {"app": "a"}
