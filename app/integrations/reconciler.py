@@ -352,11 +352,10 @@ class JobReconciler:
         ancestor covers any more (the ancestor deleted with ``--cascade=orphan``, which
         removes the ownerReference; a controller a tenant adds, of another kind or an
         unqueued object, covers nothing; one whose controller is gone is left to the garbage
-        collector): it ran on
-        that ancestor's admission, which ends with it, so it is stopped with the admission's
-        scheduling taken out (``stop_orphaned``; Warning Event ``AncestorGone``). Its pods
-        go, and the ancestor's orphaned Workload is Finished once they are gone. Goes beyond
-        Kueue, which leaves such a Job running unmanaged."""
+        collector): it ran on that ancestor's admission, which ends with it, so it is stopped
+        with the admission's scheduling taken out (``stop_orphaned``; Warning Event
+        ``AncestorGone``). Its pods go, and the ancestor's orphaned Workload is Finished once
+        they are gone. Goes beyond Kueue, which leaves such a Job running unmanaged."""
         carries = getattr(kind, "carries_admission", None)
         meta = obj.get("metadata") or {}
         ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))

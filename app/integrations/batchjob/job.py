@@ -395,9 +395,18 @@ class BatchJob:
     def pods_ready(self, obj: Mapping[str, Any]) -> bool:
         return pods_ready(obj)  # type: ignore[arg-type]
 
+    def _keep(self, ctx: Context, out: Obj) -> None:
+        """Put a written Job into the kind's store when that store lists it (labelled, or
+        there already): an unlabelled child stopped here would otherwise stay in a store whose
+        watch never reports its deletion."""
+        store = ctx.store(self.key)
+        meta = out.get("metadata") or {}
+        if queue_name(out) or store.get(f"{meta.get('namespace', '')}/{meta.get('name', '')}"):
+            store.put(out)
+
     async def _put(self, ctx: Context, job: Obj) -> Obj:
         out = await ctx.client.replace(JOBS, job)
-        ctx.store(self.key).put(out)
+        self._keep(ctx, out)
         return out
 
     async def _clear_start_time(self, ctx: Context, job: Obj) -> Obj:
@@ -405,7 +414,7 @@ class BatchJob:
         out = await ctx.client.patch(JOBS, meta["name"], {"status": {"startTime": None}},
                                      meta["namespace"], content_type=MERGE_PATCH,
                                      subresource="status")
-        ctx.store(self.key).put(out)
+        self._keep(ctx, out)
         return out
 
     async def start(self, ctx: Context, obj: Obj, workload: Mapping[str, Any]) -> bool:
