@@ -55,8 +55,9 @@ class KindDefaults:
     name)``, ``group_workloads``, ``fewer_pods_match`` and ``trim``. For kinds whose operator
     labels its pods: ``pod_labels``; under ``manageJobsWithoutQueueName``:
     ``manages_unlabelled``, ``unlabelled_selector``, ``takes_unlabelled``; and
-    ``top_level``, ``partial_admission``, ``optional``, ``child_jobs``, ``rules`` (each
-    documented below).
+    ``top_level``, ``partial_admission``, ``optional``, ``child_jobs``, ``rules``; for
+    operators that need a nudge ``settle``; for objects an ancestor's operator makes
+    ``hold_to_ancestor``, ``carries_admission`` and ``stop_orphaned`` (each documented below).
     """
 
     # Its Workloads carry GROUP_WORKLOAD_ANNOTATION instead of a controller ownerReference.
@@ -115,6 +116,30 @@ class KindDefaults:
     def takes_unlabelled(self, obj: Mapping[str, Any]) -> bool:
         """Whether ``obj`` without a queue name is queued (``manages_unlabelled``)."""
         return True
+
+    async def settle(self, ctx: Context, obj: Obj, pods: int) -> float | None:
+        """Called after each pass over a started, admitted object (``pods``: the count of its
+        pods holding resources), for an operator that may need a nudge; returns seconds
+        until the next look, or None (the default: no nudge)."""
+        return None
+
+    async def hold_to_ancestor(self, ctx: Context, obj: Obj, parent_kind: Any,
+                               parent: Mapping[str, Any], workload: Mapping[str, Any]) -> None:
+        """Set a running object an ancestor's operator made back to the ancestor's admitted
+        ``workload`` (default: the kind has no such objects; nothing to do)."""
+        return None
+
+    def carries_admission(self, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` was made from a started ancestor's template (it carries that
+        admission's podSet label and scheduling, with no start record of its own). Default:
+        never."""
+        return False
+
+    async def stop_orphaned(self, ctx: Context, obj: Obj, why: str) -> Obj:
+        """Stop an object that ``carries_admission`` and whose ancestor is gone, taking what
+        the admission injected out of it. Raises NotImplementedError for a kind whose
+        ``carries_admission`` is never true (the default)."""
+        raise NotImplementedError(f"{self.__class__.__name__} makes no orphaned children")
 
 
 class JobKind(Protocol):

@@ -49,6 +49,7 @@ from app.integrations.framework import (
     Registry,
     StartError,
     child_share,
+    controller_uid,
     lookup,
     object_key,
     pod_labels,
@@ -156,7 +157,10 @@ class JobReconciler:
         controller may be a managed ancestor's child."""
         obj = new or old
         meta = (obj or {}).get("metadata") or {}
-        if meta.get("ownerReferences"):
+        job_kind = self.registry.get(JOB)
+        if meta.get("ownerReferences") or (old or {}).get("metadata", {}).get(
+                "ownerReferences") or (new is not None and job_kind is not None
+                                       and job_kind.carries_admission(new)):
             self.queue.add(f"{CHILD_JOBS}:{meta.get('namespace', '')}/{meta.get('name', '')}")
 
     def notify(self, workload: Obj | None, key: str) -> None:
@@ -268,6 +272,8 @@ class JobReconciler:
                 return await self._child(kind, obj, *ancestor) or again
         # An empty queue name is no queue, unless unlabelled jobs are managed.
         if obj is None or not (kind.queue_name(obj) or self._manages_unlabelled(kind, obj, ns)):
+            if obj is not None and CHILD_JOBS not in ctx.informers.informers:
+                await self._orphaned_child(kind, obj)  # unlabelled Jobs are in this store
             return await self._gone(kind, ns, name)
         wl = ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}")
         if wl is not None and not self._owns(kind, obj, ns, name, wl):
@@ -309,7 +315,7 @@ class JobReconciler:
                 return None
             await self._start(kind, obj, wl)
             await self._sync_pods_ready(kind, obj, wl)
-            return None
+            return await kind.settle(ctx, obj, self._pods_left(kind, obj))
         if has_admission(wl) and not is_evicted(wl):
             # Deactivated, its eviction not written yet: stop the object now, release the
             # quota only after Evicted=True (Kueue: the release follows the eviction, so a
@@ -337,8 +343,41 @@ class JobReconciler:
             return None
         ancestor = stored_ancestor(self.ctx, self.registry, obj)
         if ancestor is None:
-            return None
+            return await self._orphaned_child(kind, obj)
         return await self._child(kind, obj, *ancestor)
+
+    async def _orphaned_child(self, kind: JobKind, obj: Obj) -> float | None:
+        """A Job whose pod template carries an admission it holds none of
+        (``carries_admission``: copied by an ancestor's operator) and that no managed
+        ancestor covers any more (the ancestor deleted with ``--cascade=orphan``, which
+        removes the ownerReference; a controller a tenant adds, of another kind or an
+        unqueued object, covers nothing; one whose controller is gone is left to the garbage
+        collector): it ran on that ancestor's admission, which ends with it, so it is stopped
+        with the admission's scheduling taken out (``stop_orphaned``; Warning Event
+        ``AncestorGone``). Its pods go, and the ancestor's orphaned Workload is Finished once
+        they are gone. Goes beyond Kueue, which leaves such a Job running unmanaged."""
+        meta = obj.get("metadata") or {}
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        if not kind.carries_admission(obj) or kind.finished(obj)[0] \
+                or meta.get("deletionTimestamp") \
+                or self.owners.workloads_of(f"{kind.key}:{ns}/{name}") \
+                or await self._managed_ancestor(obj) is not None:
+            return None
+        found = self.registry.kind_of_controller(obj)
+        if found is not None and found[0].resource is not None:
+            owner = lookup(found[0], self.ctx, ns, found[1])
+            try:
+                owner = owner or await self.ctx.client.get(found[0].resource, found[1], ns)
+            except NotFound:
+                return None  # its controller is gone: the garbage collector deletes it
+            if (owner.get("metadata") or {}).get("uid") != controller_uid(obj):
+                return None  # names a uid that does not exist: likewise
+        why = ("its pod template carries the admission of an ancestor that is gone (deleted "
+               "with --cascade=orphan?): the Job is stopped and the admission's nodeSelector, "
+               "tolerations and podset label removed")
+        written = await kind.stop_orphaned(self.ctx, obj, why)  # type: ignore[attr-defined]
+        self.ctx.recorder.emit(written, WARNING, "AncestorGone", why)
+        return None
 
     async def _managed_ancestor(self, obj: Obj) -> tuple[JobKind, Mapping[str, Any]] | None:
         """``Registry.managed_ancestor`` over the stores (Kueue v0.17
@@ -377,6 +416,8 @@ class JobReconciler:
         if wl is not None and not is_finished(wl) and is_true(wl, ADMITTED):
             if kind.key == JOB:
                 await self._hold_to_share(obj, parent_kind, parent)
+            else:
+                await kind.hold_to_ancestor(self.ctx, obj, parent_kind, parent, wl)
             return None
         await kind.stop(self.ctx, obj, "Kueue managed child job suspended")
         return None

@@ -242,6 +242,69 @@ def test_a_jobset_child_job_scaled_directly_is_set_back_to_its_share(
         assert any(e["reason"] == "ExceedsAncestorAdmission" for e in events), events
 
 
+def tenant(lab: LabHandle, ns: str) -> tuple[str, ...]:
+    """kubectl arguments acting as ServiceAccount ``tenant`` of ``ns``, which has the
+    ClusterRole ``edit`` in ``ns`` and every right on the operator kinds (JobSet, RayJob,
+    RayCluster): the attacker of docs/security.md, read-only on Workloads."""
+    lab.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": "tenant", "namespace": ns}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "tenant-operator-kinds", "namespace": ns},
+         "rules": [{"apiGroups": ["jobset.x-k8s.io", "ray.io"], "resources": ["*"],
+                    "verbs": ["*"]},
+                   {"apiGroups": ["kueue.x-k8s.io"], "resources": ["workloads"],
+                    "verbs": ["get", "list", "watch"]}]},
+        *({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+           "metadata": {"name": f"tenant-{role}", "namespace": ns},
+           "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+           "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]}
+          for kind, role in (("ClusterRole", "edit"), ("Role", "tenant-operator-kinds")))]}))
+    return ("--as", f"system:serviceaccount:{ns}:tenant")
+
+
+def test_an_orphaned_jobset_child_job_is_stopped_and_cannot_be_raised(
+        lab: LabHandle, pykueue_with_jobset: labmod.Lab) -> None:
+    """A tenant deletes its admitted JobSet with ``--cascade=orphan`` and raises the orphaned
+    child ``train-workers-0`` to parallelism/completions 6. Before: 6 GPU pods Running on
+    a100-0 with the injected nodeSelector and toleration, on an admission of 1. After: the
+    child is suspended with the admission's scheduling taken out (Event ``AncestorGone``);
+    its pod goes and the JobSet's orphaned Workload is Finished ``OwnerNotFound``."""
+    with queue(lab, "js-orphan", 2) as ns:
+        as_tenant = tenant(lab, ns)
+        lab.kubectl(*as_tenant, "apply", "-f", "-", input=_long_jobset("train", ns, 1))
+        wl = wait_for(lambda: admitted(lab, ns, "JobSet", "train"), 60, "train admitted")
+        wait_for(lambda: running_pods(lab, ns, "train-workers-0") == 1, 90,
+                 "train-workers-0's pod")
+        lab.kubectl(*as_tenant, "delete", "jobset", "train", "-n", ns, "--cascade=orphan")
+        wait_for(lambda: not lab.get("jobsets", "-n", ns)["items"], 30, "train deleted")
+        lab.kubectl(*as_tenant, "patch", "job", "train-workers-0", "-n", ns, "--type=merge",
+                    "-p", '{"spec": {"parallelism": 6, "completions": 6}}', check=False)
+
+        seen = [1]
+
+        def stopped() -> dict | None:
+            seen.append(running_pods(lab, ns, "train-workers-0"))
+            job = lab.get("job", "train-workers-0", "-n", ns)
+            tpl = job["spec"]["template"]
+            return job if job["spec"].get("suspend") and "kueue.x-k8s.io/podset" not in (
+                tpl["metadata"].get("labels") or {}) else None
+        try:
+            job = wait_for(stopped, 30, "the orphaned train-workers-0 stopped")
+        finally:
+            print(f"\norphaned train-workers-0: at most {max(seen)} pods, admission of 1")
+        assert job["spec"]["template"]["spec"].get("nodeSelector") != A100
+        wait_for(lambda: running_pods(lab, ns, "train-workers-0") == 0, 60,
+                 "train-workers-0's pods gone")
+        name = wl["metadata"]["name"]
+        fin = wait_for(lambda: condition(lab.get("workloads.kueue.x-k8s.io", name, "-n", ns),
+                                         "Finished"), 60, f"{name} Finished")
+        assert fin["reason"] == "OwnerNotFound", fin
+        events = lab.get("events", "-n", ns, "--field-selector",
+                         "involvedObject.name=train-workers-0")["items"]
+        assert any(e["reason"] == "AncestorGone" for e in events), events
+
+
 def test_the_jobset_operator_killed_and_restarted_keeps_the_quota(
         lab: LabHandle, pykueue_with_jobset: labmod.Lab) -> None:
     """A fault of the fault suite (tests/integration/test_faults.py) that needs a real

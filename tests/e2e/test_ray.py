@@ -239,3 +239,119 @@ def test_raycluster_autoscaling_on_update_is_refused_and_an_unreadable_one_is_st
                  90, "c's workers gone")
         wait_for(lambda: not admitted(lab, ns, "RayCluster", "c"), 60,
                  "c's admission for 2 workers released")
+
+
+def _gpu_workers(lab: LabHandle, ns: str) -> int:
+    """The namespace's worker pods Running (GPU workers)."""
+    return sum(1 for p in live(lab.get("pods", "-n", ns)["items"])
+               if p["metadata"]["labels"].get("ray.io/node-type") == "worker"
+               and p["status"].get("phase") == "Running")
+
+
+def _workers_admitted(wl: dict | None) -> int:
+    """GPU workers the Workload ``wl`` holds quota for (its admitted ``gpu`` podSet)."""
+    fin = condition(wl, "Finished")
+    admission = ((wl or {}).get("status") or {}).get("admission")
+    if not admission or (fin and fin["status"] == "True"):
+        return 0
+    counts = {p["name"]: p["count"] for p in wl["spec"]["podSets"]}  # type: ignore[index]
+    return sum(int(a.get("count", counts.get(a["name"], 0)))
+               for a in admission["podSetAssignments"] if a["name"] == "gpu")
+
+
+def test_a_raised_raycluster_is_readmitted_once_its_workers_are_gone_and_runs_them(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    """A tenant raises the workers of its admitted RayCluster from 1 to 3, and to 4 as soon
+    as it is admitted again for 3. pykueue stops it
+    (``NoMatchingWorkload``) each time and admits it again only once its killed pods are
+    gone (Event ``WaitingForPods``); KubeRay then runs the 4 workers. Before: readmitted within a
+    second, before its workers were gone; KubeRay v1.6.0 left it in state ``suspended``
+    without workers (its scale expectations, then a 300 s requeue): 3 GPUs reserved, 0 GPU
+    pods, for minutes."""
+    from tests.e2e.test_jobset import tenant
+
+    with ray_queue(lab, "rc-raise", 4) as ns:
+        as_tenant = tenant(lab, ns)
+        job = json.loads(rayjob("c", ns, 1))
+        spec = job["spec"]["rayClusterSpec"]
+        spec["workerGroupSpecs"][0]["maxReplicas"] = 4
+        lab.kubectl(*as_tenant, "apply", "-f", "-", input=json.dumps({
+            "apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": job["metadata"],
+            "spec": spec}))
+        wait_for(lambda: admitted(lab, ns, "RayCluster", "c"), 60, "c admitted")
+        wait_for(lambda: placed(lab, ns, 1), 90, "c's head and worker running")
+
+        def raise_to(workers: int) -> None:
+            lab.kubectl(*as_tenant, "patch", "raycluster", "c", "-n", ns, "--type=json", "-p",
+                        json.dumps([{"op": "replace", "value": workers,
+                                     "path": "/spec/workerGroupSpecs/0/replicas"}]))
+        samples: list[tuple[int, int]] = []
+
+        def running(workers: int) -> bool:
+            samples.append((_workers_admitted(owned_workload(lab, ns, "RayCluster", "c")),
+                            _gpu_workers(lab, ns)))
+            return samples[-1] == (workers, workers)
+        # Raised again as soon as it is admitted for 3, before KubeRay runs them (its state
+        # is not ``ready`` then: the status said no pod was left).
+        raise_to(3)
+        wait_for(lambda: running(3) or samples[-1][0] == 3, 60, "c readmitted for 3 workers")
+        raise_to(4)
+        try:
+            wait_for(lambda: running(4), 90, "c readmitted for 4 workers and running them")
+        finally:
+            idle = sum(1 for reserved, running in samples if reserved > running)
+            print(f"\nraised RayCluster: {len(samples)} samples (~4/s), {idle} with GPUs "
+                  f"reserved beyond the Running workers; last {samples[-1:]}")
+        events = lab.get("events", "-n", ns, "--field-selector",
+                         "reason=WaitingForPods")["items"]
+        assert any(e["involvedObject"].get("name") == "c" for e in events), events
+
+
+def test_the_raycluster_of_an_admitted_rayjob_raised_directly_is_set_back(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    """A tenant raises the worker replicas of the RayCluster its admitted RayJob made from 1
+    to 4. Before: 4 GPU workers Running on an admission of 1. After: refused by the webhook;
+    with the webhook bypassed, the cluster's replicas are set back to the RayJob's admission
+    (Event ``ExceedsAncestorAdmission``) and KubeRay deletes the workers beyond it."""
+    from tests.e2e.test_jobset import tenant
+
+    with ray_queue(lab, "rj-raise", 4) as ns:
+        as_tenant = tenant(lab, ns)
+        job = json.loads(rayjob("rj", ns, 1))
+        # A submitter that runs an hour: the RayJob stays running (no Ray dashboard here).
+        job["spec"]["submitterPodTemplate"] = {
+            "metadata": {"annotations": {"lab.pykueue.dev/run-duration": "1h"}},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "ray-job-submitter", "image": "rayproject/ray:2.46.0",
+                "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}}}]}}
+        lab.kubectl(*as_tenant, "apply", "-f", "-", input=json.dumps(job))
+        wait_for(lambda: admitted(lab, ns, "RayJob", "rj"), 60, "rj admitted")
+        wait_for(lambda: placed(lab, ns, 1), 90, "rj's head and worker running")
+        (cluster,) = lab.get("rayclusters", "-n", ns)["items"]
+        name = cluster["metadata"]["name"]
+        raise_to_4 = ("patch", "raycluster", name, "-n", ns, "--type=json", "-p", json.dumps(
+            [{"op": "replace", "path": "/spec/workerGroupSpecs/0/" + f, "value": 4}
+             for f in ("maxReplicas", "replicas")]))
+        r = lab.kubectl(*as_tenant, *raise_to_4, check=False)
+        assert r.returncode != 0 and "belongs to a queued RayJob" in r.stderr, r.stderr
+        with webhook_removed(lab, "vraycluster.pykueue.io"):  # bypassed, or down
+            lab.kubectl(*as_tenant, *raise_to_4)
+        seen = [1]
+
+        def set_back() -> bool:
+            seen.append(_gpu_workers(lab, ns))
+            rc = lab.get("raycluster", name, "-n", ns)
+            return rc["spec"]["workerGroupSpecs"][0]["replicas"] == 1
+        try:
+            wait_for(set_back, 30, f"{name}'s workers set back to the RayJob's admission (1)")
+            wait_for(lambda: seen.append(_gpu_workers(lab, ns)) or seen[-1] == 1 and len(
+                [p for p in lab.get("pods", "-n", ns)["items"]
+                 if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]) == 1, 60,
+                "one worker left")
+        finally:
+            print(f"\nRayJob's RayCluster raised to 4: at most {max(seen)} GPU workers Running, "
+                  "admission of 1")
+        events = lab.get("events", "-n", ns, "--field-selector",
+                         f"involvedObject.name={name}")["items"]
+        assert any(e["reason"] == "ExceedsAncestorAdmission" for e in events), events
+        assert admitted(lab, ns, "RayJob", "rj")

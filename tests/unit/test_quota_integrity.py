@@ -208,6 +208,144 @@ async def test_a_child_job_scaled_beyond_its_ancestors_admission_is_set_back(
     assert written == {"train-workers-0": 1, "train-extra": 0}, client.bodies
 
 
+A100_FLAVOR = {"metadata": {"name": "a100-flavor", "resourceVersion": "1"},
+               "spec": {"nodeLabels": dict(A100[0]), "tolerations": list(A100[1])}}
+
+
+def _orphan(name: str, podset: bool) -> dict[str, Any]:
+    """An unlabelled running Job without an owner; with ``podset``, its template as a started
+    JobSet's replicatedJob left it: the podset label, A100's nodeSelector and toleration."""
+    out = _child_job(name, 6, {"apiVersion": "v1", "kind": "X", "metadata": {
+        "name": "gone", "uid": "gone"}})
+    del out["metadata"]["ownerReferences"]
+    if podset:
+        tpl = out["spec"]["template"]
+        tpl["metadata"] = {"labels": {PODSET_LABEL: "workers", "app": "a"}}
+        tpl["spec"]["nodeSelector"] = {**A100[0], "zone": "z"}
+        tpl["spec"]["tolerations"] = [*A100[1], {"key": "k", "operator": "Exists"}]
+    return out
+
+
+async def test_an_orphaned_child_job_carrying_its_ancestors_admission_is_stopped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JobSet deleted with ``--cascade=orphan`` leaves ``train-workers-0`` without owner,
+    its template still started (raised to 6 pods): it is suspended with the podset label,
+    the flavor's nodeSelector entry and toleration taken out (what the user wrote stays);
+    an unlabelled Job that never carried an admission is left alone."""
+    orphan, plain = _orphan("train-workers-0", True), _orphan("mine", False)
+    forged = _orphan("forged", True)  # a controller of a kind pykueue does not queue
+    forged["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "ConfigMap",
+                                              "name": "cm", "uid": "cm", "controller": True}]
+    client = _ServesJobSets({**OBJECTS, "resourceflavors": [A100_FLAVOR],
+                              JOBS.plural: [orphan, plain, forged]})
+    m = _leading(monkeypatch, client)
+    await m.start()
+    try:
+        await m.wait_ready(10)
+        for _ in range(100):
+            written = [b for v, r, b in client.bodies if (v, r) == ("replace", "jobs")]
+            if len({b["metadata"]["name"] for b in written}) >= 2 and len(written) >= 4:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await m.stop()
+    assert {b["metadata"]["name"] for b in written} == {"train-workers-0", "forged"}, \
+        client.bodies
+    last = [b for b in written if b["metadata"]["name"] == "train-workers-0"][-1]
+    assert last["spec"]["suspend"] is True
+    tpl = last["spec"]["template"]
+    assert tpl["metadata"]["labels"] == {"app": "a"}
+    assert tpl["spec"]["nodeSelector"] == {"zone": "z"}
+    assert tpl["spec"]["tolerations"] == [{"key": "k", "operator": "Exists"}]
+
+
+def test_a_rayjobs_cluster_raised_beyond_the_admission_is_held_to_it() -> None:
+    """``held_to``: a worker group above its admitted count gets replicas (and a higher
+    minReplicas) lowered to it, over numOfHosts; a group within it, or absent from the
+    admission with no pod, is unchanged."""
+    rc = raycluster(group("gpu", 4, minReplicas=4, maxReplicas=8), group("tpu", 2, numOfHosts=2),
+                    group("idle", 0))
+    held = ray.ray.held_to(rc, {"head": 1, "gpu": 1, "tpu": 4})
+    assert held is not None
+    assert [(g["replicas"], g.get("minReplicas")) for g in held["spec"]["workerGroupSpecs"]] == [
+        (1, 1), (2, None), (0, None)]
+    assert ray.ray.held_to(held, {"head": 1, "gpu": 1, "tpu": 4}) is None
+    assert ray.ray.held_to(rc, {"gpu": 1})["spec"]["workerGroupSpecs"][1]["replicas"] == 0
+
+
+class _Store(dict):  # type: ignore[type-arg]
+    def put(self, obj: dict[str, Any]) -> None:
+        self[obj["metadata"]["name"]] = obj
+
+
+class _Ctx:
+    """What ``RayCluster.settle`` reads: a clock, a client that records replaces, a store."""
+
+    def __init__(self, now: float) -> None:
+        self.now, self.replaced, self.stored = now, [], _Store()
+
+        class Client:
+            async def replace(_, res: Any, body: dict[str, Any]) -> dict[str, Any]:
+                self.replaced.append(body)
+                return body
+        self.client = Client()
+
+    def clock(self) -> float:
+        return self.now
+
+    def store(self, key: str) -> _Store:
+        return self.stored
+
+
+async def test_a_started_raycluster_lacking_pods_is_resynced_every_ten_seconds() -> None:
+    """``RayCluster.settle``: a started cluster (head + 2 workers) not ``ready`` with 1 pod
+    gets the resync annotation, again only 10 s later; a ready one, one with its pods, or a
+    suspended one, none."""
+    rc = raycluster(group("gpu", 2))
+    rc["spec"]["suspend"] = False
+    ctx = _Ctx(1000.0)
+    assert await RAYCLUSTER.settle(ctx, rc, 1) == 10.0
+    (body,) = ctx.replaced
+    assert body["metadata"]["annotations"][ray.ray.RESYNC_ANNOTATION] == "1000"
+    ctx.now = 1005.0
+    assert await RAYCLUSTER.settle(ctx, body, 1) == 10.0 and len(ctx.replaced) == 1
+    ctx.now = 1010.0
+    assert await RAYCLUSTER.settle(ctx, body, 1) == 10.0 and len(ctx.replaced) == 2
+    assert await RAYCLUSTER.settle(ctx, rc, 3) is None
+    assert await RAYCLUSTER.settle(ctx, {**rc, "status": {"state": "ready"}}, 1) is None
+    assert await RAYCLUSTER.settle(ctx, raycluster(group("gpu", 2)), 0) is None
+    quiet = raycluster(group("gpu", 2, suspend=True))
+    quiet["spec"]["suspend"] = False
+    assert await RAYCLUSTER.settle(ctx, quiet, 1) is None  # its one group suspended
+    assert len(ctx.replaced) == 2
+
+
+def test_raising_the_workers_of_a_queued_rayjobs_cluster_is_refused_but_to_pykueue() -> None:
+    """The RayCluster a queued RayJob made (its queue label copied): a worker group raised,
+    or a group added, is refused to a tenant, allowed to pykueue; lowering it, or the same
+    on a RayJob's cluster without a queue label (not queued), is allowed."""
+    old = raycluster(group("gpu", 1), owner="RayJob")
+    old["spec"]["suspend"] = False
+    raised = copy.deepcopy(old)
+    raised["spec"]["workerGroupSpecs"][0]["replicas"] = 4
+    added = copy.deepcopy(old)
+    added["spec"]["workerGroupSpecs"].append(group("more", 1))
+    rules = RAYCLUSTER.rules
+    for new in (raised, added):
+        (err,) = rules.validate(old, new, "alice", POLICY)
+        assert "spec.workerGroupSpecs[" in err and "belongs to a queued RayJob" in err, err
+        assert rules.validate(old, new, CONTROLLER, POLICY) == []
+    assert rules.validate(raised, old, "alice", POLICY) == []
+    unqueued = copy.deepcopy(old)
+    del unqueued["metadata"]["labels"]
+    assert rules.validate(unqueued, raised, "alice", POLICY) == []
+    standalone = raycluster(group("gpu", 1))
+    standalone["spec"]["suspend"] = False
+    grown = copy.deepcopy(standalone)
+    grown["spec"]["workerGroupSpecs"][0]["replicas"] = 4
+    assert rules.validate(standalone, grown, "alice", POLICY) == []
+
+
 def test_the_unlabelled_jobs_informer_is_not_needed_when_every_job_is_listed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     m = _leading(monkeypatch, RecordingClient(), JobsSettings(manage_jobs_without_queue_name=True))

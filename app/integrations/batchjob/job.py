@@ -20,7 +20,7 @@ a repeated injection a no-op. A start the flavors contradict raises ``InjectionC
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -34,13 +34,14 @@ from app.integrations.podsets import (
     read_record,
     record_text,
     template_record,
+    toleration_identity,
     write_start,
 )
 from app.kube.client import JOBS, MERGE_PATCH
 from app.kube.errors import Conflict, Permanent
 from app.kube.events import NORMAL
 from app.wire.fields import Obj
-from app.wire.names import ORIGINAL_ANNOTATION
+from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL
 from app.wire.workload import (
     completions_follow_parallelism,
     job_pod_count,
@@ -130,6 +131,51 @@ def restored_job(job: Obj, *, restore: bool = True) -> Obj:
         meta["annotations"] = anns
     else:
         meta.pop("annotations", None)
+    return out
+
+
+def carries_admission(job: Mapping[str, Any]) -> bool:
+    """True when the Job's pod template carries the podSet label pykueue writes when it starts
+    a job (``kueue.x-k8s.io/podset``) but no start record of the Job's own: the template was
+    copied from a started ancestor (a JobSet's replicatedJob, a RayJob's submitter) by its
+    operator, together with the flavor's nodeSelector and tolerations."""
+    tpl = (job.get("spec") or {}).get("template") or {}
+    labels = (tpl.get("metadata") or {}).get("labels") or {}
+    return isinstance(labels, Mapping) and PODSET_LABEL in labels \
+        and not is_injected(job)  # type: ignore[arg-type]
+
+
+def without_admission(job: Obj, flavors: Iterable[Mapping[str, Any]]) -> Obj:
+    """A copy of ``job`` suspended, with what an admission injects taken out of its pod
+    template: the podSet label, each nodeSelector entry some flavor's ``spec.nodeLabels``
+    holds, each toleration among some flavor's ``spec.tolerations`` (one the user wrote the
+    same goes too: the Job is not going to run on a flavor's nodes without an admission)."""
+    labels: set[tuple[str, str]] = set()
+    tolerations: set[Any] = set()
+    for rf in flavors:
+        spec = rf.get("spec") or {}
+        labels.update((str(k), str(v)) for k, v in (spec.get("nodeLabels") or {}).items())
+        tolerations.update(toleration_identity(t) for t in spec.get("tolerations") or []
+                           if isinstance(t, Mapping))
+    out = copy.deepcopy(job)
+    out.setdefault("spec", {})["suspend"] = True
+    tpl = _template(out)
+    spec = tpl.setdefault("spec", {})
+    selector = {k: v for k, v in (spec.get("nodeSelector") or {}).items()
+                if (k, v) not in labels}
+    if selector:
+        spec["nodeSelector"] = selector
+    else:
+        spec.pop("nodeSelector", None)
+    kept = [t for t in spec.get("tolerations") or []
+            if not isinstance(t, Mapping) or toleration_identity(t) not in tolerations]
+    if kept:
+        spec["tolerations"] = kept
+    else:
+        spec.pop("tolerations", None)
+    meta = tpl.get("metadata") or {}
+    if isinstance(meta.get("labels"), dict):
+        meta["labels"].pop(PODSET_LABEL, None)
     return out
 
 
@@ -260,6 +306,9 @@ class BatchJob(KindDefaults):
     def is_started(self, obj: Mapping[str, Any]) -> bool:
         return is_injected(obj)  # type: ignore[arg-type]
 
+    def carries_admission(self, obj: Mapping[str, Any]) -> bool:
+        return carries_admission(obj)
+
     def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
         return job_finished(obj)
 
@@ -269,9 +318,19 @@ class BatchJob(KindDefaults):
     def pods_ready(self, obj: Mapping[str, Any]) -> bool:
         return pods_ready(obj)  # type: ignore[arg-type]
 
+    def _keep(self, ctx: Context, out: Obj) -> None:
+        """Put a written Job into the kind's store when that store lists it (labelled, or
+        there already): an unlabelled child stopped here would otherwise stay in a store whose
+        watch never reports its deletion."""
+        store = ctx.store(self.key)
+        meta = out.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        if label_queue_name(out) or store.get(key):
+            store.put(out)
+
     async def _put(self, ctx: Context, job: Obj) -> Obj:
         out = await ctx.client.replace(JOBS, job)
-        ctx.store(self.key).put(out)
+        self._keep(ctx, out)
         return out
 
     async def _clear_start_time(self, ctx: Context, job: Obj) -> Obj:
@@ -279,7 +338,7 @@ class BatchJob(KindDefaults):
         out = await ctx.client.patch(JOBS, meta["name"], {"status": {"startTime": None}},
                                      meta["namespace"], content_type=MERGE_PATCH,
                                      subresource="status")
-        ctx.store(self.key).put(out)
+        self._keep(ctx, out)
         return out
 
     async def start(self, ctx: Context, obj: Obj, workload: Mapping[str, Any]) -> bool:
@@ -301,8 +360,10 @@ class BatchJob(KindDefaults):
         await write_start(ctx, obj, desired, workload, self._put)
         return True
 
-    async def stop(self, ctx: Context, obj: Obj, why: str) -> Obj:
-        """Suspend, then (once suspended) clear startTime and restore the template.
+    async def stop(self, ctx: Context, obj: Obj, why: str, *,
+                   restore: Callable[[Obj], Obj] = restored_job) -> Obj:
+        """Suspend, then (once suspended) clear startTime and restore the template
+        (``restore``: the Job as it is to stay, by default ``restored_job``).
 
         Kubernetes allows changing a Job's pod template only while it is suspended and not
         started, hence three writes (Kueue ``Job.Stop`` does the same)."""
@@ -316,7 +377,7 @@ class BatchJob(KindDefaults):
             ctx.recorder.emit(job, NORMAL, "Stopped", why)
         if (job.get("status") or {}).get("startTime"):
             job = await self._clear_start_time(ctx, job)
-        restored = restored_job(job)
+        restored = restore(job)
         if restored != job:
             try:
                 job = await self._put(ctx, restored)
@@ -330,6 +391,15 @@ class BatchJob(KindDefaults):
                 # toleration, say): drop it unapplied rather than never finish the stop.
                 job = await self._put(ctx, restored_job(job, restore=False))
         return job
+
+    async def stop_orphaned(self, ctx: Context, obj: Obj, why: str) -> Obj:
+        """Stop a Job that ran on the admission of an ancestor which is gone
+        (``carries_admission``, no managed ancestor: ``kubectl delete --cascade=orphan`` of a
+        JobSet or RayJob): suspended, and what the admission injected taken out of its pod
+        template (``without_admission``), so resuming it gives no flavor's scheduling."""
+        flavors = list(ctx.store("rf"))
+        return await self.stop(ctx, obj, why,
+                               restore=lambda job: without_admission(job, flavors))
 
 
 KIND = BatchJob()

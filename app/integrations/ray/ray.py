@@ -36,13 +36,19 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from app.integrations.crdrules import CrdRules
 from app.integrations.framework import label_queue_name
 from app.integrations.templated import Obj, Path, Template, TemplatedKind, get_in, set_in
+from app.integrations.webhook_toolkit import WebhookPolicy, read_object, read_queue_name
 from app.kube.client import Resource
+from app.kube.events import WARNING
 from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, string
+
+if TYPE_CHECKING:
+    from app.kube.context import Context
 
 GROUP, VERSION = "ray.io", "v1"
 SUSPEND = ("spec", "suspend")
@@ -124,6 +130,48 @@ def owned_by_ray(obj: Mapping[str, Any]) -> bool:
                if isinstance(r, Mapping))
 
 
+def owned_by_rayjob(obj: Mapping[str, Any]) -> bool:
+    """True when a RayJob controls ``obj`` (a RayCluster KubeRay made for it)."""
+    return any(r.get("controller") and str(r.get("apiVersion", "")).startswith(f"{GROUP}/")
+               and r.get("kind") == "RayJob"
+               for r in (obj.get("metadata") or {}).get("ownerReferences") or []
+               if isinstance(r, Mapping))
+
+
+def raised_groups(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The worker groups (``spec.workerGroupSpecs[i]``) of RayCluster ``new`` that run more
+    pods than in ``old`` (a group new in ``new`` counts from 0). Raises
+    ``WorkloadSpecError``."""
+    before = {t.name: t.count for t in cluster_templates(old, ("spec",), strict=False)}
+    return [t.field.removesuffix(".template")
+            for t in cluster_templates(new, ("spec",), strict=False)[1:]
+            if t.count > before.get(t.name, 0)]
+
+
+@dataclass(frozen=True)
+class RayClusterRules(CrdRules):
+    """``CrdRules`` of the RayCluster, plus: on a cluster that a queued RayJob made (it
+    carries the queue label KubeRay copied from the RayJob), raising a worker group's pod
+    count is refused to everyone but pykueue (the reconciler would set it back to the
+    RayJob's admission: ``RayCluster.hold_to_ancestor``). Beyond Kueue, whose RayCluster
+    webhook leaves a cluster a RayJob owns alone."""
+
+    def validate(self, old: Mapping[str, Any] | None, new: object, username: str,
+                 policy: WebhookPolicy) -> list[str]:
+        o = read_object(new, "RayCluster")
+        if old is not None and owned_by_rayjob(o) and username not in \
+                policy.controller_usernames and read_queue_name(old, policy.queue_name_label):
+            try:
+                raised = raised_groups(old, o)
+            except WorkloadSpecError as exc:
+                return [str(exc)]
+            if raised:
+                return [f"{', '.join(raised)}: this RayCluster belongs to a queued RayJob, "
+                        "which was admitted for its pods as they are: change the RayJob's "
+                        "rayClusterSpec instead (it is queued again for the new shape)"]
+        return super().validate(old, new, username, policy)
+
+
 class _RayKind(TemplatedKind):
     """A ray.io/v1 kind: ``kind``, its ``plural``; its webhook's rules refuse at create what
     it cannot queue (``spec_errors``) and leave alone what ``belongs_elsewhere``."""
@@ -136,8 +184,9 @@ class _RayKind(TemplatedKind):
         self.kind = kind
         self.key = kind.lower()
         self.resource = Resource(GROUP, VERSION, plural, kind)
-        self.rules = CrdRules(GROUP, VERSION, plural, kind, SUSPEND, extra_create=self.spec_errors,
-                              belongs_elsewhere=belongs_elsewhere)
+        rules = RayClusterRules if kind == "RayCluster" else CrdRules
+        self.rules = rules(GROUP, VERSION, plural, kind, SUSPEND, extra_create=self.spec_errors,
+                           belongs_elsewhere=belongs_elsewhere)
 
 
 class RayJob(_RayKind):
@@ -231,8 +280,101 @@ class RayJob(_RayKind):
         return isinstance(cluster, Mapping) and cluster.get("state") == READY
 
 
+def held_to(cluster: Mapping[str, Any], admitted: Mapping[str, int]) -> Obj | None:
+    """A copy of ``cluster`` whose worker groups run at most ``admitted`` pods each (podSet
+    name -> count, a group absent from it 0): a group that would run more gets ``replicas``
+    (and ``minReplicas``, when above) lowered to its admitted count over ``numOfHosts``; None
+    when no group runs more than admitted."""
+    out = copy.deepcopy(dict(cluster))
+    changed = False
+    for t in cluster_templates(cluster, ("spec",), strict=False)[1:]:
+        allowed = int(admitted.get(t.name, 0))
+        if t.count <= allowed:
+            continue
+        wg = out["spec"]["workerGroupSpecs"][t.path[-2]]
+        hosts = integer(wg.get("numOfHosts"), "numOfHosts", default=1, minimum=0)
+        replicas = allowed // hosts if hosts > 1 else allowed
+        wg["replicas"] = replicas
+        if integer(wg.get("minReplicas"), "minReplicas", default=0, minimum=0) > replicas:
+            wg["minReplicas"] = replicas
+        changed = True
+    return out if changed else None
+
+
+RESYNC_ANNOTATION = "pykueue.dev/resync"
+"""On a started RayCluster that lacks pods: when pykueue last asked KubeRay to look at it
+again (seconds since the epoch; ``RayCluster.settle``)."""
+RESYNC_SECONDS = 10.0
+
+
 class RayCluster(_RayKind):
-    """ray.io/v1 RayCluster (``JobKind``; module doc): never finishes; deleting it ends it."""
+    """ray.io/v1 RayCluster (``JobKind``; module doc): never finishes; deleting it ends it.
+
+    Its informer lists every RayCluster (``label_selector`` None), so a cluster a queued
+    RayJob made is held to that RayJob's admission with or without the queue label KubeRay
+    copied onto it (``hold_to_ancestor``)."""
+
+    label_selector = None
+    # KubeRay v1.6.0 labels every pod of a cluster ``ray.io/cluster=<name>`` (``labelPod``)
+    # and controls it; it writes no uid label.
+    pod_labels = ("ray.io/cluster", "")
+
+    async def settle(self, ctx: Context, obj: Obj, pods: int) -> float | None:
+        """A started cluster that is not ``ready`` and has fewer pods than it asks for
+        (``pods``: its pods holding resources) gets the annotation ``RESYNC_ANNOTATION`` (the
+        time) at most every ``RESYNC_SECONDS``, which makes KubeRay reconcile it: KubeRay
+        v1.6.0 skips a worker group while pods it created are unseen (its scale expectations,
+        30 s, for the pods a stop deleted before it saw them) and then looks again only after
+        300 s. Returns seconds to look again while the pods are missing."""
+        if self.is_suspended(obj) or self.pods_ready(obj):
+            return None
+        try:
+            groups = (obj.get("spec") or {}).get("workerGroupSpecs") or []
+            # A worker group KubeRay was told to suspend makes no pods.
+            wanted = sum(t.count for t in cluster_templates(obj, ("spec",), strict=False)
+                         if t.name == "head" or (groups[t.path[-2]] or {}).get("suspend")
+                         is not True)
+        except WorkloadSpecError:
+            return None
+        if pods >= wanted:
+            return None
+        meta = obj.get("metadata") or {}
+        last = str((meta.get("annotations") or {}).get(RESYNC_ANNOTATION) or "")
+        now = ctx.clock()
+        try:
+            due = now - float(last) >= RESYNC_SECONDS
+        except ValueError:
+            due = True
+        if due:
+            body = copy.deepcopy(dict(obj))
+            body["metadata"]["annotations"] = {**(meta.get("annotations") or {}),
+                                               RESYNC_ANNOTATION: f"{now:.0f}"}
+            ctx.store(self.key).put(await ctx.client.replace(self.resource, body))
+        return RESYNC_SECONDS
+
+    async def hold_to_ancestor(self, ctx: Context, obj: Obj, parent_kind: Any,
+                               parent: Mapping[str, Any], workload: Mapping[str, Any]) -> None:
+        """A running cluster of an admitted RayJob (``parent``) whose worker groups were raised
+        above the RayJob's admission (``workload``: its podSet counts) is set back to it
+        (``held_to``), Warning Event ``ExceedsAncestorAdmission``; KubeRay then deletes the
+        workers beyond it. Goes beyond Kueue, whose RayCluster integration leaves a cluster a
+        RayJob owns to the RayJob."""
+        admitted = {str(p.get("name")): int(p.get("count") or 0)
+                    for p in (workload.get("spec") or {}).get("podSets") or []
+                    if isinstance(p, Mapping)}
+        try:
+            body = held_to(obj, admitted)
+        except WorkloadSpecError:
+            return
+        if body is None:
+            return
+        written = await ctx.client.replace(self.resource, body)
+        ctx.store(self.key).put(written)
+        meta = obj.get("metadata") or {}
+        ctx.recorder.emit(written, WARNING, "ExceedsAncestorAdmission",
+                          f"worker groups run more pods than the {parent_kind.kind} "
+                          f"{meta.get('namespace')}/{(parent.get('metadata') or {}).get('name')}"
+                          f" was admitted for ({admitted}): replicas set back")
 
     def queue_name(self, obj: Mapping[str, Any]) -> str:  # type: ignore[override]
         """The queue label, except on a cluster a RayJob or RayService controls."""
