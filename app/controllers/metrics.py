@@ -10,7 +10,9 @@ served at ``/metrics`` by ``app.api.health``):
   terminating}``, the ``kueue_local_queue_*`` twins, and per ClusterQueue flavor-resource
   ``kueue_cluster_queue_nominal_quota``, ``_borrowing_limit``, ``_lending_limit``,
   ``_resource_reservation`` (admitted + being admitted), ``_resource_usage`` (admitted), plus
-  pykueue's ``pykueue_cluster_queue_resource_borrowed`` and ``_lent`` (Kueue has none).
+  pykueue's ``pykueue_cluster_queue_resource_borrowed`` and ``_lent`` (Kueue has none), and
+  per LocalQueue flavor-resource ``kueue_local_queue_resource_reservation`` and ``_usage``
+  (Kueue's LocalQueueMetrics).
 - ``MetricsRecorder``: counters and histograms the reconciler increments as things happen:
   ``kueue_quota_reserved_workloads_total``, ``kueue_admitted_workloads_total``,
   ``kueue_quota_reserved_wait_time_seconds``, ``kueue_admission_wait_time_seconds``,
@@ -102,6 +104,7 @@ class QueueCollector(Collector):
         cq_labels = ["cluster_queue", "replica_role"]
         lq_labels = ["name", "namespace", "replica_role"]
         fr_labels = ["cohort", "cluster_queue", "flavor", "resource", "replica_role"]
+        lq_fr_labels = ["name", "namespace", "flavor", "resource", "replica_role"]
         g = {
             "pending": GaugeMetricFamily(
                 "kueue_pending_workloads",
@@ -156,6 +159,14 @@ class QueueCollector(Collector):
                 "kueue_cluster_queue_resource_usage",
                 "Reports the cluster_queue's total resource usage within all the flavors",
                 labels=fr_labels),
+            "lq_reservation": GaugeMetricFamily(
+                "kueue_local_queue_resource_reservation",
+                "Reports the localQueue's total resource reservation within all the flavors",
+                labels=lq_fr_labels),
+            "lq_usage": GaugeMetricFamily(
+                "kueue_local_queue_resource_usage",
+                "Reports the localQueue's total resource usage within all the flavors",
+                labels=lq_fr_labels),
             "borrowed": GaugeMetricFamily(
                 "pykueue_cluster_queue_resource_borrowed",
                 "Quota the cluster_queue uses above its nominal quota (borrowed from its "
@@ -205,6 +216,12 @@ class QueueCollector(Collector):
             for s in LQ_ACTIVE:
                 g["lq_status"].add_metric([lq.name, lq.namespace, s, role],
                                           1.0 if s == current else 0.0)
+            for fr in sorted(set(lq.usage) | set(lq.admitted_usage)):
+                labels = [lq.name, lq.namespace, fr.flavor, fr.resource, role]
+                g["lq_reservation"].add_metric(labels, resource_value(lq.usage.get(fr, 0),
+                                                                      fr.resource))
+                g["lq_usage"].add_metric(labels, resource_value(lq.admitted_usage.get(fr, 0),
+                                                                fr.resource))
 
 
 # ------------------------------------------------------------------------------ counters

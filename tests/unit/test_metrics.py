@@ -143,6 +143,19 @@ async def test_local_queue_gauges(app) -> None:
     assert value(s, "kueue_local_queue_pending_workloads", **orphan, status="active") == 0
 
 
+async def test_local_queue_resource_reservation_and_usage(app) -> None:
+    """Kueue's LocalQueue twins of the ClusterQueue resource gauges: reservation counts an
+    admission in flight, usage only admitted Workloads."""
+    s = await scrape(app)
+    gpu = {"flavor": "a100", "resource": "nvidia.com/gpu"}
+    research = {"name": "lq-research", "namespace": "research", **gpu}
+    inference = {"name": "lq-inference", "namespace": "inference", **gpu}
+    assert value(s, "kueue_local_queue_resource_reservation", **research) == 6
+    assert value(s, "kueue_local_queue_resource_usage", **research) == 6
+    assert value(s, "kueue_local_queue_resource_reservation", **inference) == 2
+    assert value(s, "kueue_local_queue_resource_usage", **inference) == 0
+
+
 async def test_gauges_follow_the_core_at_scrape_time(app) -> None:
     cluster = app.state.cluster
     cluster.finish(WorkloadKey("research/train-6"))
