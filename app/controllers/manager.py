@@ -5,7 +5,7 @@ Workload, WorkloadPriorityClass, PriorityClass, Namespace, the managed objects o
 registered job kind, Nodes and Pods for the extender, ResourceClaimTemplates when
 ``resources.deviceClassMappings`` is set), Lease leader election, the job
 framework's reconciler (``app.integrations.reconciler``), the scheduling loop (with the
-admission core ``app.core.scheduler.Cluster``), the queue status writer, the finalizer
+admission core ``app.core.scheduling_cycle.Scheduler``), the queue status writer, the finalizer
 controller and the Event recorder. Every replica watches and serves; only the leader writes.
 It is the composition root: the one module of ``app.controllers`` that imports
 ``app.integrations``.
@@ -40,7 +40,7 @@ from app.controllers.admission_lookup import StoreAdmissionLookup, StoreExtender
 from app.controllers.finalizers import FinalizerController
 from app.controllers.queue_status import StatusWriter
 from app.controllers.scheduler import SchedulerLoop
-from app.core.scheduler import Cluster
+from app.core.scheduling_cycle import Scheduler
 from app.extender.nodestore import NodeStore
 from app.integrations import default_registry
 from app.integrations.framework import JobKind, Registry, source_of
@@ -140,7 +140,7 @@ class Manager:
         self.watch_nodes = watch_nodes
         self.metrics = metrics
         self.ctx: Context | None = None
-        self.cluster = Cluster(settings.fair_sharing.core(),
+        self.cluster = Scheduler(settings.fair_sharing.core(),
                                settings.admission_fair_sharing.core())
         self.registry = registry if registry is not None else default_registry(
             settings.integrations.frameworks)

@@ -1,7 +1,7 @@
 """The scheduling loop: feed the core from the watches, run cycles, apply decisions.
 
 Feeding (informer handlers, synchronous, no I/O): ResourceFlavors, ClusterQueues,
-LocalQueues and Namespaces are mirrored into ``app.core.scheduler.Cluster``; every Workload
+LocalQueues and Namespaces are mirrored into ``app.core.scheduling_cycle.Scheduler``; every Workload
 object is turned into a domain ``Workload`` (``workload_from_object`` plus its eviction and
 reservation times) and added / updated / finished / deleted. A restart therefore rebuilds
 usage from ``Workload.status.admission`` during the first list, and no cycle runs before
@@ -76,7 +76,7 @@ from app.controllers.lifecycle import Lifecycle, backoff_held
 from app.controllers.pacing import REFRESH, RefreshCredit, pending_change, skeleton
 from app.core.decisions import Admit, Decision, Pending, PendingReason, Preempt, Victim
 from app.core.eta import UNKNOWN, ArrivalModel, EtaBoard, RuntimeModel, eta_text
-from app.core.scheduler import Cluster
+from app.core.scheduling_cycle import Scheduler
 from app.core.spec import checks_for_flavors
 from app.core.types import ClusterQueueName, CohortName, FlavorName, WorkloadKey
 from app.core.workload import Workload
@@ -184,12 +184,12 @@ class SchedulerLoop:
     ``pending_writes``.
     """
 
-    def __init__(self, ctx: Context, jobs: OwnerNotifier, cluster: Cluster | None = None, *,
+    def __init__(self, ctx: Context, jobs: OwnerNotifier, cluster: Scheduler | None = None, *,
                  max_inflight: int = 32, metrics: Any = None) -> None:
         self.ctx = ctx
         self.metrics = metrics
         self.jobs = jobs
-        self.cluster = cluster or Cluster()
+        self.cluster = cluster or Scheduler()
         self.cycles = 0
         self.admitted = 0
         self.forgotten = 0

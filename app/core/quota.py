@@ -19,7 +19,7 @@ Cohorts are hierarchical (Kueue v1beta2 Cohort ``spec.parentName`` and ``resourc
 ``set_cohort`` gives a cohort node a parent and its own quotas (an extra shared pool lendable
 to its subtree, with borrowing / lending limits toward its parent). A cohort named only by a
 ClusterQueue's ``cohortName`` (implicit) is a root with no quota, and disappears with its last
-member. The tree never holds a cycle: the caller (``ClusterState``) detects cycles and gives
+member. The tree never holds a cycle: the caller (``QuotaState``) detects cycles and gives
 the cohorts of a cycle no parent.
 
 "borrowed" exists only where a cohort exists (acceptance KQ-02): max(0, usage − nominal).

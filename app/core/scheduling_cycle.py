@@ -1,11 +1,11 @@
-"""One scheduling cycle of the admission core, and ``Cluster``: the object everyone uses.
+"""One scheduling cycle of the admission core, and ``Scheduler``: the object everyone uses.
 
-``Cluster`` (= ``ClusterState`` from ``app.core.cluster`` + ``schedule``) is stateful but
+``Scheduler`` (= ``QuotaState`` from ``app.core.quota_state`` + ``schedule``) is stateful but
 pure: plain dataclasses in, plain dataclasses out, time passed in, no I/O, no clock.
 
 Feeding it (the reconciler mirrors API objects; the simulator builds them)::
 
-    c = Cluster()
+    c = Scheduler()
     c.add_flavor(ResourceFlavor(FlavorName("a100"), node_labels={"pool": "a100"}))
     c.add_cluster_queue(ClusterQueueSpec(
         ClusterQueueName("team-a"), cohort=CohortName("ai"),
@@ -67,7 +67,7 @@ The cycle (Kueue ``Scheduler.schedule``, reference 3.4):
    head's shape (per pod set: name, count, requests, nodeSelector, affinity, tolerations;
    order kept, it orders the message), its priority (and its queue-order time under
    withinClusterQueue LowerOrNewerEqualPriority) and the state of the cohort; so it is
-   memoized per ClusterQueue and shape while the cohort's version (``ClusterState``
+   memoized per ClusterQueue and shape while the cohort's version (``QuotaState``
    ``_version``) is unchanged: BestEffortFIFO re-nominates many parked Workloads of the
    same shape after each release, and a cohort whose usage did not change gives each of
    them the same answer without a new flavor assignment or preemption search.
@@ -106,7 +106,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TypeAlias
 
-from app.core.cluster import ClusterState, _Record
 from app.core.decisions import Admit, Decision, PendingReason, Preempt, PreemptionReason, Victim
 from app.core.flavors import Assignment, Mode, assign_flavors, shortfall
 from app.core.preemption import (
@@ -117,6 +116,7 @@ from app.core.preemption import (
     find_targets,
 )
 from app.core.queues import PendingQueue, SortKey
+from app.core.quota_state import QuotaState, _Record
 from app.core.spec import (
     AdmissionFairSharing,
     ClusterQueueSpec,
@@ -128,7 +128,7 @@ from app.core.spec import (
 from app.core.types import ClusterQueueName, FlavorResource, WorkloadKey
 from app.core.workload import Workload
 
-__all__ = ["Cluster", "MIN_RUNTIME_ANNOTATION", "RECLAIM_BACKOFF_ANNOTATION"]
+__all__ = ["Scheduler", "MIN_RUNTIME_ANNOTATION", "RECLAIM_BACKOFF_ANNOTATION"]
 
 # pykueue's ClusterQueue annotations for bounded preemption (named in Pending messages; read
 # by app/wire/queues.py).
@@ -147,7 +147,7 @@ def _duration(seconds: float) -> str:
 
 KEEP_PEAK_WINDOW_S = 5.0
 """How long a ClusterQueue's usage peak, and its queued requests beyond it, justify keeping its
-unused nominal quota from borrowers while it admits (``Cluster._keep_nominal_for_queue``;
+unused nominal quota from borrowers while it admits (``Scheduler._keep_nominal_for_queue``;
 seconds). A few seconds: above the arrival period of the classes of Kueue's performance
 baseline (largest 1.2 s) with a loaded controller's cycle delays; and the longest a borrower
 waits for room its lender does not use."""
@@ -197,11 +197,11 @@ class _ParkedClasses:
     """The parked Workloads of one BestEffortFIFO ClusterQueue grouped by nomination class
     (step 1), kept from one requeue to the next.
 
-    Invariant, true right after each requeue's sync (``Cluster._sync_classes``) when
+    Invariant, true right after each requeue's sync (``Scheduler._sync_classes``) when
     ``queue`` and ``context`` still hold: ``classes[c]`` lists the queue-order keys
     (``PendingQueue`` sort keys, ascending) of exactly the parked Workloads of class ``c``,
     and ``of[k]`` is the (class, sort key) under which parked ``k`` was filed. Between
-    requeues the lists are the followers lists (``Cluster._followers``), which
+    requeues the lists are the followers lists (``Scheduler._followers``), which
     ``_release_followers`` consumes from the front; every key whose parked state changes in
     the meantime is in the queue's ``parked_changes``, so the next sync re-files only those
     keys (a key's class can change only through ``push``: a new Workload version or
@@ -218,13 +218,13 @@ class _ParkedClasses:
     of: dict[WorkloadKey, tuple[object, SortKey]]
 
 
-class Cluster(ClusterState):
-    """The admission core: ``ClusterState`` plus ``schedule(now)``. See the module docstring."""
+class Scheduler(QuotaState):
+    """The admission core: ``QuotaState`` plus ``schedule(now)``. See the module docstring."""
 
     def __init__(self, fair_sharing: FairSharing | None = None,
                  admission_fair_sharing: AdmissionFairSharing | None = None) -> None:
         # admission_fair_sharing: Kueue Configuration admissionFairSharing (None: off), used
-        # by ClusterQueues whose admissionScope asks for it (app.core.cluster).
+        # by ClusterQueues whose admissionScope asks for it (app.core.quota_state).
         super().__init__(admission_fair_sharing)
         # Kueue Configuration fairSharing: None = classical ordering and preemption.
         self.fair_sharing = fair_sharing
@@ -255,18 +255,18 @@ class Cluster(ClusterState):
         ] = {}
         self._keep_over_since: dict[ClusterQueueName, float] = {}
 
-    def fork(self, names: Iterable[ClusterQueueName]) -> ClusterState:
-        """``ClusterState.fork`` plus the fair sharing configuration and what
+    def fork(self, names: Iterable[ClusterQueueName]) -> QuotaState:
+        """``QuotaState.fork`` plus the fair sharing configuration and what
         ``_keep_nominal_for_queue`` remembers of ``names`` (recent usage peaks, since when
         room was kept for the queue), so a projection from the fork (``app.core.eta``)
         orders, keeps and lends as this state would."""
         names = tuple(names)
         out = super().fork(names)
-        if isinstance(out, Cluster):
+        if isinstance(out, Scheduler):
             # The same ordering and preemption (breaker6: the fork, built by ``type(self)()``,
             # ran classical ordering under fair sharing, so the ETA projected other starts).
             out.fair_sharing = self.fair_sharing
-            # Parked Workloads stay parked in the fork (``ClusterState.fork``): the timer
+            # Parked Workloads stay parked in the fork (``QuotaState.fork``): the timer
             # that requeues them when a backoff or minimum runtime ends comes along.
             out._wake_at = self._wake_at
             for n in names:
@@ -280,7 +280,7 @@ class Cluster(ClusterState):
         return out
 
     def delete_cluster_queue(self, name: ClusterQueueName) -> bool:
-        """``ClusterState.delete_cluster_queue`` plus forgetting the scheduler's per-queue
+        """``QuotaState.delete_cluster_queue`` plus forgetting the scheduler's per-queue
         memory of ``name`` (usage peaks, kept-room run, reclaim backoff, memoized
         nominations, parked class-mates): a ClusterQueue created again under the name starts
         afresh, and deleted queues hold no memory."""

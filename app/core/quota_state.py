@@ -1,9 +1,9 @@
 """In-memory state of the admission core (Kueue's "cache" + "queue manager"): pure, synchronous.
 
-``ClusterState`` holds ResourceFlavors, ClusterQueues, LocalQueues, namespace labels and
+``QuotaState`` holds ResourceFlavors, ClusterQueues, LocalQueues, namespace labels and
 Workloads (pending and admitted), the quota tree and one ``PendingQueue`` per ClusterQueue.
 The reconciler mirrors API objects into it with ``add_*`` / ``update_*`` / ``delete_*``;
-the scheduling cycle lives in ``app.core.scheduler.Cluster`` (a subclass adding
+the scheduling cycle lives in ``app.core.scheduling_cycle.Scheduler`` (a subclass adding
 ``schedule(now)``). Time is always passed in (seconds since the epoch); nothing here reads a
 clock or does I/O.
 
@@ -263,7 +263,7 @@ class LocalQueueStatus:
     usage: Mapping[FlavorResource, int]
 
 
-class ClusterState:
+class QuotaState:
     """State and mutations of the core; see the module docstring. Methods never raise for
     unknown names: they return False (or None) so a watch replay cannot crash the core."""
 
@@ -1028,7 +1028,7 @@ class ClusterState:
         cohort = self.tree.cohort_of(name)
         return (name,) if cohort is None else tuple(self.tree.members(cohort))
 
-    def fork(self, names: Iterable[ClusterQueueName]) -> ClusterState:
+    def fork(self, names: Iterable[ClusterQueueName]) -> QuotaState:
         """A new, independent state of the same class holding ClusterQueues ``names`` (pass
         whole cohorts: ``scope_members``), every flavor, namespace and LocalQueue, the
         Workloads admitted in them (assumed ones as admitted) and their pending Workloads.
