@@ -213,11 +213,12 @@ class QueueCollector(Collector):
 class MetricsRecorder:
     """Counters and histograms the reconciler increments (see the module doc).
 
-    Where the reconciler calls it (``app.controllers.scheduler.SchedulerLoop``):
+    Where the reconciler calls it (``app.controllers.scheduling_loop``, ``decision_writer``,
+    ``informer_feed``):
 
-    - ``admitted(...)`` once the admission status write succeeded (``_admit``), with the
+    - ``admitted(...)`` once the admission status write succeeded (``admit``), with the
       wait since creation or last requeue (Workload ``queue_order_time``) in seconds;
-    - ``evicted(...)`` once an eviction write succeeded (``_evict``), reason ``Preempted``,
+    - ``evicted(...)`` once an eviction write succeeded (``evict``), reason ``Preempted``,
       ``Deactivated``, ...; and ``preempted(...)`` too when it was a preemption victim;
     - ``finished(...)`` when a Workload holding quota finishes;
     - ``admission_attempt(...)`` after each scheduling cycle that evaluated Workloads.

@@ -1,7 +1,7 @@
 """Discrete-event simulation of the admission core with a virtual clock.
 
 The simulator drives ``app.core.scheduling_cycle.Scheduler`` exactly as the reconciler does
-(``app/controllers/scheduler.py``), with every API write succeeding at once:
+(``app/controllers/scheduling_loop.py``), with every API write succeeding at once:
 
 - configuration: ``add_flavor``, ``set_namespace``, ``add_cluster_queue``,
   ``add_local_queue`` from the trace;

@@ -11,7 +11,6 @@ import pytest
 
 from app.controllers.cluster_view import ClusterView
 from app.controllers.queue_status import cluster_queue_status, local_queue_status
-from app.controllers.scheduler import domain_workload
 from app.core.quota_state import LocalQueueFairSharing
 from app.core.scheduling_cycle import Scheduler
 from app.core.spec import ReclaimWithinCohort, WithinClusterQueue
@@ -20,6 +19,7 @@ from app.core.workload import Admission, PodSetAssignment
 from app.integrations import default_registry
 from app.kube.workqueue import WorkQueue
 from app.wire.queues import cluster_queue, cohort_of, local_queue, resource_flavor
+from app.wire.workload import domain_workload
 from app.wire.workload_status import (
     admission_status,
     condition,

@@ -22,7 +22,6 @@ from app.controllers.lifecycle import (
 )
 from app.controllers.metrics import QueueCollector
 from app.controllers.queue_status import cluster_queue_status, local_queue_status
-from app.controllers.scheduler import domain_workload
 from app.core.scheduling_cycle import Scheduler
 from app.core.spec import checks_for_flavors
 from app.core.types import FlavorName
@@ -31,6 +30,7 @@ from app.integrations.framework import StartError
 from app.integrations.jobset.jobset import jobset_pods_ready
 from app.integrations.podsets import admitted_scheduling
 from app.wire.queues import admission_check, cluster_queue, local_queue, resource_flavor
+from app.wire.workload import domain_workload
 from app.wire.workload_status import (
     condition,
     rfc3339,
