@@ -445,13 +445,9 @@ class QuotaTree:
             return 0
         return max(0, node.usage.get(fr, 0) - node.subtree_quota(fr))
 
-    def is_borrowing(self, name: ClusterQueueName, fr: FlavorResource) -> bool:
-        """True when the ClusterQueue uses more than its nominal quota of ``fr``."""
-        return self.borrowed(name, fr) > 0
-
     def borrows(self, name: ClusterQueueName) -> bool:
         """True when the ClusterQueue is in a cohort and uses more than its nominal quota of
-        some FlavorResource (``is_borrowing`` for any one)."""
+        some FlavorResource (``borrowed`` > 0 for any one)."""
         node = self._cqs[name]
         if node.parent is None:
             return False

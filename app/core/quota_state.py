@@ -868,10 +868,6 @@ class QuotaState:
         return LocalQueueFairSharing(key, lq.cluster_queue, dict(ledger.consumed), ledger.last,
                                      self._afs_value(key))
 
-    def uses_admission_fair_sharing(self, name: ClusterQueueName) -> bool:
-        """True when ClusterQueue ``name`` orders its Workloads by LocalQueue usage."""
-        return name in self._afs_cqs
-
     # ---- versions ------------------------------------------------------------------------------
     def _scope(self, name: ClusterQueueName) -> tuple[str, str]:
         """The version scope of a ClusterQueue in the tree: its cohort, or itself (memoized
@@ -1183,11 +1179,6 @@ class QuotaState:
             len(admitted),
             evicting,
         )
-
-    def cohort_problem(self, cohort: CohortName | None) -> ConfigProblem | None:
-        """Why ClusterQueues of ``cohort`` are inactive because of the cohort tree (a cycle
-        of parentName, an invalid Cohort on the way to the root), or None."""
-        return None if cohort is None else self._cohort_problems.get(cohort)
 
     def cohort_names(self) -> list[CohortName]:
         """Every cohort: declared by a Cohort object or named by a ClusterQueue, sorted."""
