@@ -1,7 +1,16 @@
 """The Workload lifecycle after quota reservation: admission checks and waitForPodsReady
-(Kueue's workload controller, ``pkg/controller/core/workload_controller.go``; reference 3.9,
-3.10). Driven by the scheduling loop (``app.controllers.scheduling_loop.SchedulerLoop``), which
-calls ``observe`` for every Workload event while it leads, and owns the evictions.
+(Kueue v1beta2 workload controller, ``pkg/controller/core/workload_controller.go``;
+reference 3.9, 3.10).
+
+Input: Workload objects (``observe``, called by the informer feed for every Workload event
+and by the decision writer after each admission it stored; ``observe_all`` on gaining
+leadership). Collaborators, passed in: the core (``Scheduler``: the ClusterQueue's checks,
+``evict`` marks), ``WorkloadWrites`` (per-Workload lock, write tasks), ``DecisionWriter``
+(the evictions and deactivations it decides) and the job framework (``OwnerNotifier``).
+Output: ``workloads/status`` updates, Events, evictions. Times are seconds since the epoch
+(``ctx.clock()``); RFC 3339 in the objects. A write that fails with 409/404 is decided again
+on the Workload's next event; any other failure is logged and looked at again a second
+later. Nothing raises to the caller.
 
 Admission checks (Kueue's contract with external check controllers: any controller may set
 the state of its check in ``status.admissionChecks``):
@@ -125,7 +134,7 @@ def backoff_held(wl: Mapping[str, Any]) -> bool:
 
 
 class Lifecycle:
-    """Admission checks and waitForPodsReady for the Workloads of ``loop`` (module doc).
+    """Admission checks and waitForPodsReady for the Workloads of ``cluster`` (module doc).
     Counters: ``deactivations``, ``timeouts``, ``check_evictions``, ``backoffs_finished``."""
 
     def __init__(self, ctx: Context, cluster: Scheduler, writes: WorkloadWrites,
@@ -300,12 +309,12 @@ class Lifecycle:
 
     def _evict(self, key: WorkloadKey, reason: str, message: str,
                requeue_state: Mapping[str, Any]) -> None:
-        self._in_loop(key, self.decisions.evict(key, reason, message, None, None,
+        self._in_writer(key, self.decisions.evict(key, reason, message, None, None,
                                             requeue_state=requeue_state))
 
     def _deactivate(self, key: WorkloadKey, reason: str, message: str,
                     still: Callable[[Obj], bool]) -> None:
-        """DeactivationTarget then ``spec.active: false`` (the loop's ``_deactivate``; the
+        """DeactivationTarget then ``spec.active: false`` (``DecisionWriter.deactivate``; the
         deactivated Workload is then evicted, ``DeactivatedDueTo<reason>``)."""
         async def run() -> bool:
             if not await self.decisions.deactivate(key, reason, message, still):
@@ -316,12 +325,13 @@ class Lifecycle:
                 self.ctx.recorder.emit(obj, WARNING, "AdmissionCheckRejected",
                                        f"Deactivated due to {message}")
             return True
-        self._in_loop(key, run())
+        self._in_writer(key, run())
 
-    def _in_loop(self, key: WorkloadKey, coro: Any) -> None:
-        """Run one of the loop's writes (which takes the Workload's lock itself; True when it
-        wrote) for ``key``, then look at the Workload again: at once, or a second later when
-        the write did not happen (so a failing API server is not hammered)."""
+    def _in_writer(self, key: WorkloadKey, coro: Any) -> None:
+        """Run one of the decision writer's writes (which takes the Workload's lock itself;
+        True when it wrote) for ``key``, then look at the Workload again: at once, or a
+        second later when the write did not happen (so a failing API server is not
+        hammered)."""
         self._busy.add(key)
 
         async def run() -> None:

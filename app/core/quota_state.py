@@ -1,11 +1,18 @@
-"""In-memory state of the admission core (Kueue's "cache" + "queue manager"): pure, synchronous.
+"""The admission core's state: objects, quota usage and pending queues (Kueue v0.17.1's
+"cache" and "queue manager", ``pkg/cache/scheduler``, ``pkg/cache/queue``; reference
+3.1-3.3, 3.6). Pure, synchronous.
 
-``QuotaState`` holds ResourceFlavors, ClusterQueues, LocalQueues, namespace labels and
-Workloads (pending and admitted), the quota tree and one ``PendingQueue`` per ClusterQueue.
-The reconciler mirrors API objects into it with ``add_*`` / ``update_*`` / ``delete_*``;
-the scheduling cycle lives in ``app.core.scheduling_cycle.Scheduler`` (a subclass adding
-``schedule(now)``). Time is always passed in (seconds since the epoch); nothing here reads a
-clock or does I/O.
+``QuotaState`` holds ResourceFlavors, ClusterQueues, Cohorts, LocalQueues, namespace labels
+and Workloads (pending and admitted), the quota tree (``app.core.quota.QuotaTree``) and one
+``PendingQueue`` per ClusterQueue. The reconciler mirrors API objects into it with
+``add_*`` / ``update_*`` / ``delete_*``; the scheduling cycle lives in
+``app.core.scheduling_cycle.Scheduler`` (a subclass adding ``schedule(now)``). Inputs are
+the dataclasses of ``app.core.spec`` and ``app.core.workload``; quantities are the core's
+integers per ``FlavorResource`` (``app.core.quantity``); time is always passed in (seconds
+since the epoch); nothing here reads a clock or does I/O. Methods never raise for unknown
+names (they return False or None, so a watch replay cannot crash the core); a ClusterQueue
+or Cohort that cannot be used is kept inactive with a ``ConfigProblem`` (its reason and
+message, as Kueue's Active condition).
 
 Workload life cycle in the core::
 
