@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.core.decisions import Admit, Pending, Preempt  # noqa: E402
-from app.core.scheduler import Cluster  # noqa: E402
+from app.core.scheduling_cycle import Scheduler  # noqa: E402
 from app.core.spec import (  # noqa: E402
     ClusterQueueSpec,
     FlavorQuotas,
@@ -41,10 +41,10 @@ CPU, MEM = ResourceName("cpu"), ResourceName("memory")
 GI = 2**30
 
 
-def build(n_cqs: int, n_wls: int, seed: int) -> tuple[Cluster, float]:
+def build(n_cqs: int, n_wls: int, seed: int) -> tuple[Scheduler, float]:
     rng = random.Random(seed)
     t0 = time.perf_counter()
-    c = Cluster()
+    c = Scheduler()
     flavors = (FlavorName("on-demand"), FlavorName("spot"))
     for f in flavors:
         c.add_flavor(ResourceFlavor(f))

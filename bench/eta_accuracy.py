@@ -3,7 +3,7 @@
 Replays simulator traces (``app/sim/engine.py``, the core on a virtual clock). When a
 sampled Workload has arrived and the instant's cycles are over, and it is still pending,
 its ETA is computed from the simulator's own state (``app.core.eta.estimate`` on the live
-``Cluster``: the fork leaves it untouched); at the end it is compared with the Workload's
+``Scheduler``: the fork leaves it untouched); at the end it is compared with the Workload's
 real first admission. Error = |ETA wait - real wait| / real wait, over the Workloads that
 waited (those admitted at their arrival instant get no ETA: nothing to predict).
 

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.config import SchedulingSettings  # noqa: E402
 from app.core.eta import ArrivalModel, EtaBoard, RuntimeModel, estimate, summary  # noqa: E402
-from app.core.scheduler import Cluster  # noqa: E402
+from app.core.scheduling_cycle import Scheduler  # noqa: E402
 from app.core.spec import (  # noqa: E402
     ClusterQueueSpec,
     FlavorQuotas,
@@ -53,9 +53,9 @@ GPU = ResourceName("nvidia.com/gpu")
 NOW = 1_000_000.0
 
 
-def build(n_pending: int, n_running: int, seed: int) -> tuple[Cluster, RuntimeModel]:
+def build(n_pending: int, n_running: int, seed: int) -> tuple[Scheduler, RuntimeModel]:
     rng = random.Random(seed)
-    c = Cluster()
+    c = Scheduler()
     c.add_flavor(ResourceFlavor(FlavorName("a100")))
     c.set_namespace("team", {})
     names = [ClusterQueueName(f"team-{i}") for i in range(5)]
@@ -97,7 +97,7 @@ def stream_arrivals(names: list[ClusterQueueName], every: float) -> ArrivalModel
     return model
 
 
-def measure(c: Cluster, cq: ClusterQueueName, model: RuntimeModel, a: argparse.Namespace,
+def measure(c: Scheduler, cq: ClusterQueueName, model: RuntimeModel, a: argparse.Namespace,
             arrivals: ArrivalModel | None = None) -> dict:
     """The four measurements of the module doc, as a JSON-ready dict."""
     full, plain = [], []

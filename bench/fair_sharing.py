@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.core.scheduler import Cluster  # noqa: E402
+from app.core.scheduling_cycle import Scheduler  # noqa: E402
 from app.core.spec import FairSharing  # noqa: E402
 from app.core.types import ResourceName  # noqa: E402
 from app.sim import Simulator, load_trace  # noqa: E402
@@ -47,7 +47,7 @@ def run(fair: bool, min_runtime_s: float | None = None) -> dict:
     queues = [q.name for q in trace.cluster_queues]
     weights = {q.name: q.fair_weight_milli for q in trace.cluster_queues}
     probe = FairnessProbe(queues, weights, CAPACITY, GPU)
-    sim = Simulator(trace, cluster=Cluster(FairSharing() if fair else None), on_cycle=probe)
+    sim = Simulator(trace, cluster=Scheduler(FairSharing() if fair else None), on_cycle=probe)
     probe.bind(sim)
     sim.run()
     hours = sim.end_us / US / 3600

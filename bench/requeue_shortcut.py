@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Check of the BestEffortFIFO requeue shortcut (app/core/scheduler.py, step 1) on Kueue's
+"""Check of the BestEffortFIFO requeue shortcut (app/core/scheduling_cycle.py, step 1) on Kueue's
 baseline scenario: the same admissions and preemptions, at the same times, as Kueue's rule.
 
     .venv/bin/python bench/requeue_shortcut.py [--scenario baseline]
@@ -30,11 +30,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app.core.decisions import Admit, Pending, Preempt  # noqa: E402
-from app.core.scheduler import Cluster  # noqa: E402
+from app.core.scheduling_cycle import Scheduler  # noqa: E402
 from app.sim import Simulator, load_trace  # noqa: E402
 
 
-def _kueue_requeues(self: Cluster) -> None:
+def _kueue_requeues(self: Scheduler) -> None:
     """Kueue's step 1: every parked Workload of a marked, active ClusterQueue returns (its
     namespace matching the selector), whatever the strategy. Reads the scheduler's private
     state on purpose: the check swaps exactly this step and nothing else."""
@@ -51,9 +51,9 @@ def _kueue_requeues(self: Cluster) -> None:
 
 
 def _trace_of(scenario: str, kueue_rule: bool) -> dict:
-    original = Cluster._apply_requeues
+    original = Scheduler._apply_requeues
     if kueue_rule:
-        Cluster._apply_requeues = _kueue_requeues  # type: ignore[method-assign]
+        Scheduler._apply_requeues = _kueue_requeues  # type: ignore[method-assign]
     events: list[str] = []
     pending = 0
 
@@ -76,7 +76,7 @@ def _trace_of(scenario: str, kueue_rule: bool) -> dict:
         sim.run()
         cpu = time.process_time() - start
     finally:
-        Cluster._apply_requeues = original  # type: ignore[method-assign]
+        Scheduler._apply_requeues = original  # type: ignore[method-assign]
     return {"events": events, "pending": pending, "cpu_s": round(cpu, 1),
             "end_s": sim.end_us / 1e6}
 

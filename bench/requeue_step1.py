@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Microbenchmark of scheduler step 1 (``Cluster._apply_requeues``): a cohort of
+"""Microbenchmark of scheduler step 1 (``Scheduler._apply_requeues``): a cohort of
 BestEffortFIFO ClusterQueues, each full and with a backlog of parked Workloads in a few
 nomination classes, requeued again and again (issue 16: its cost per requeue should follow
 what changed, not the backlog). Prints JSON.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.core.scheduler import Cluster  # noqa: E402
+from app.core.scheduling_cycle import Scheduler  # noqa: E402
 from app.core.spec import (  # noqa: E402
     ClusterQueueSpec,
     FlavorQuotas,
@@ -61,7 +61,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=200)
     args = ap.parse_args()
 
-    c = Cluster()
+    c = Scheduler()
     c.add_flavor(ResourceFlavor(FLAVOR))
     c.set_namespace("bench", {})
     names = [f"cq-{i}" for i in range(args.cqs)]

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.controllers.history import PreemptionLog, UsageHistory  # noqa: E402
 from app.core.decisions import Admit, Preempt  # noqa: E402
 from app.core.eta import EtaBoard, RuntimeModel  # noqa: E402
-from app.core.scheduler import Cluster  # noqa: E402
+from app.core.scheduling_cycle import Scheduler  # noqa: E402
 from app.core.spec import LocalQueue  # noqa: E402
 from app.core.types import ClusterQueueName, WorkloadKey  # noqa: E402
 from certs.pki import ensure_certs  # noqa: E402
@@ -35,7 +35,7 @@ from tests.status_server import Server  # noqa: E402
 STEP = 30.0
 
 
-def build(now: float, seed: int = 7) -> tuple[Cluster, UsageHistory, PreemptionLog, RuntimeModel]:
+def build(now: float, seed: int = 7) -> tuple[Scheduler, UsageHistory, PreemptionLog, RuntimeModel]:
     rng = random.Random(seed)
     sim = Sim(
         cluster_queue("research-cq").cohort("ai")

@@ -1,5 +1,5 @@
 """Fluent builders for the admission core's data (design.md: "Table-driven tests with fluent
-builders"), and ``Sim``: a Cluster plus a clock for scenario tests.
+builders"), and ``Sim``: a Scheduler plus a clock for scenario tests.
 
     cq = cluster_queue("cq").cohort("ai").flavor("a100", gpu=8, borrowing_limit=4).build()
     wl = workload("w").pods(3, gpu=1).priority(5).build()
@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from app.core.decisions import Admit, Decision, Pending, Preempt
 from app.core.quantity import parse_quantity
-from app.core.scheduler import Cluster
+from app.core.scheduling_cycle import Scheduler
 from app.core.spec import (
     AdmissionFairSharing,
     AdmissionMode,
@@ -377,7 +377,7 @@ def workload(name: str) -> WorkloadBuilder:
 
 
 class Sim:
-    """A ``Cluster`` with a clock: every CQ gets LocalQueue ``lq-<cq>`` in namespace ``ns``.
+    """A ``Scheduler`` with a clock: every CQ gets LocalQueue ``lq-<cq>`` in namespace ``ns``.
 
     ``submit`` stamps creation time from the clock (each call advances it by 1 s);
     ``cycle`` runs one scheduling cycle and advances the clock; ``settle`` runs cycles until
@@ -393,7 +393,7 @@ class Sim:
         fair_sharing: FairSharing | None = None,
         admission_fair_sharing: AdmissionFairSharing | None = None,
     ) -> None:
-        self.c = Cluster(fair_sharing, admission_fair_sharing)
+        self.c = Scheduler(fair_sharing, admission_fair_sharing)
         self.now = 1000.0
         self.history: list[list[Decision]] = []
         built = [

@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from app.api.access import Grant, StaticAccessReviewer, UserInfo
 from app.core.decisions import Admit
-from app.core.scheduler import Cluster
+from app.core.scheduling_cycle import Scheduler
 from app.core.spec import LocalQueue
 from app.core.types import ClusterQueueName
 from tests.builders import Sim, cluster_queue, workload
@@ -35,7 +35,7 @@ CREATED = {
 }
 
 
-def build_cluster() -> Cluster:
+def build_cluster() -> Scheduler:
     """The state described in the module doc."""
     sim = Sim(
         cluster_queue("inference-cq").cohort("ai").flavor("a100", gpu=4),

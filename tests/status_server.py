@@ -1,5 +1,5 @@
 """The status API app (app.main.create_app, controllers off) under uvicorn with TLS in a thread,
-serving the known Cluster of tests/status_scenario.py with its in-process token table: for
+serving the known core (Scheduler) of tests/status_scenario.py with its in-process token table: for
 tests that need a real HTTPS server (the CLI, the dashboard in a browser)."""
 
 from __future__ import annotations

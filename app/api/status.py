@@ -73,10 +73,10 @@ from app.controllers.cluster_view import (
     local_queue_positions_of,
 )
 from app.controllers.queue_status import weighted_share
-from app.core.cluster import PendingWorkloadInfo
 from app.core.decisions import QuotaShortfall as CoreShortfall
 from app.core.eta import Eta as CoreEta
 from app.core.quantity import format_quantity
+from app.core.quota_state import PendingWorkloadInfo
 from app.core.types import ClusterQueueName, CohortName, FlavorResource
 from app.models.status import (
     ClusterQueueList,

@@ -69,7 +69,7 @@ from app.api.access import (
 from app.api.requestheader import RequestHeaderAuth, Unauthenticated
 from app.api.status import cluster_view, rfc3339
 from app.controllers.cluster_view import ClusterView, local_queue_positions_of
-from app.core.cluster import PendingWorkloadInfo
+from app.core.quota_state import PendingWorkloadInfo
 from app.core.types import ClusterQueueName, WorkloadKey
 
 VERSIONS = ("v1beta2", "v1beta1")  # preferred first

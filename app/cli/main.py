@@ -240,7 +240,7 @@ def simulate(
     """Simulate a trace through the admission core with a virtual clock ("what if")."""
     import json
 
-    from app.core.scheduler import Cluster
+    from app.core.scheduling_cycle import Scheduler
     from app.core.spec import FairSharing
     from app.sim import Simulator, TraceError, load_trace, summarize, timelines
     from app.sim.fairness import TreeFairness, plot_shares
@@ -257,7 +257,7 @@ def simulate(
     except (TraceError, ValueError, OSError) as exc:
         typer.echo(f"pykueue simulate: {exc}", err=True)
         raise typer.Exit(code=2) from exc
-    core = Cluster(FairSharing(), parsed.admission_fair_sharing) if fair_sharing else None
+    core = Scheduler(FairSharing(), parsed.admission_fair_sharing) if fair_sharing else None
     # With fair sharing: each queue's share of its cohort tree against its weighted fair share
     # (app.sim.fairness; it samples pending demand at every instant, so only when asked).
     fairness = TreeFairness() if fair_sharing else None

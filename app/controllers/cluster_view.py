@@ -1,6 +1,6 @@
 """Read-only views of the admission core for the status API and the metrics collector.
 
-``ClusterView(cluster)`` turns the live ``app.core.scheduler.Cluster`` (the reconciler's
+``ClusterView(cluster)`` turns the live ``app.core.scheduling_cycle.Scheduler`` (the reconciler's
 ``Manager.cluster``, exposed to the HTTP side as ``app.state.cluster``) into plain frozen
 records: ClusterQueues with quota and usage per flavor-resource, cohorts (subtree quota,
 usage, borrowed, members, parent, weighted share), pending Workloads in admission order with
@@ -27,18 +27,18 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
-from app.core.cluster import (
+from app.core.decisions import QuotaShortfall
+from app.core.eta import UNKNOWN, Eta, EtaBoard, EtaRun
+from app.core.quota_state import (
     ClusterQueueStatus,
-    ClusterState,
     CohortStatus,
     FlavorResourceStatus,
     PendingWorkloadInfo,
+    QuotaState,
     WorkloadInfo,
     admission_usage,
 )
-from app.core.decisions import QuotaShortfall
-from app.core.eta import UNKNOWN, Eta, EtaBoard, EtaRun
-from app.core.scheduler import Cluster
+from app.core.scheduling_cycle import Scheduler
 from app.core.spec import LocalQueue, StopPolicy
 from app.core.types import ClusterQueueName, CohortName, FlavorResource, WorkloadKey
 
@@ -167,11 +167,11 @@ class WorkloadView:
 
 
 class ClusterView:
-    """Read-only access to a ``ClusterState`` (see the module doc). Every method is O(size
+    """Read-only access to a ``QuotaState`` (see the module doc). Every method is O(size
     of what it returns), except pending lists: O(n log n) in the ClusterQueue's pending count.
     """
 
-    def __init__(self, cluster: ClusterState, *, eta: EtaBoard | None = None,
+    def __init__(self, cluster: QuotaState, *, eta: EtaBoard | None = None,
                  clock: Callable[[], float] = time.time,
                  awaiting_checks: Collection[WorkloadKey] = frozenset(),
                  eta_advance: bool = True) -> None:
@@ -187,7 +187,7 @@ class ClusterView:
 
     def _eta(self, key: WorkloadKey, cluster_queue: ClusterQueueName,
              ) -> tuple[Eta | None, float | None]:
-        if self.eta is None or not isinstance(self.cluster, Cluster):
+        if self.eta is None or not isinstance(self.cluster, Scheduler):
             return None, None
         # One answer per ClusterQueue per view (a view serves one request): the board does
         # at most one slice of a cohort's run per call, so a long list costs one slice.
@@ -268,7 +268,7 @@ class ClusterView:
         spec = c.cohort_spec(name)
         weight = spec.fair_weight_milli if spec is not None else tree.cohort_weight(name)
         share = None
-        if isinstance(c, Cluster) and c.fair_sharing is not None and tree.has_cohort(name):
+        if isinstance(c, Scheduler) and c.fair_sharing is not None and tree.has_cohort(name):
             share = tree.cohort_share(name)
         return CohortView(st, limits, cohorts, cqs, weight, share)
 

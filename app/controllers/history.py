@@ -18,8 +18,8 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from app.core.cluster import ClusterState
 from app.core.decisions import Preempt
+from app.core.quota_state import QuotaState
 from app.core.types import ClusterQueueName, FlavorResource
 
 
@@ -42,7 +42,7 @@ class UsageHistory:
         self.interval_seconds = interval_seconds
         self._rings: dict[ClusterQueueName, deque[Sample]] = {}
 
-    def sample(self, cluster: ClusterState, now: float) -> None:
+    def sample(self, cluster: QuotaState, now: float) -> None:
         """Append a sample of every ClusterQueue; forget deleted ones."""
         names = cluster.cluster_queue_names()
         for gone in set(self._rings) - set(names):

@@ -1,7 +1,16 @@
 """The Workload lifecycle after quota reservation: admission checks and waitForPodsReady
-(Kueue's workload controller, ``pkg/controller/core/workload_controller.go``; reference 3.9,
-3.10). Driven by the scheduling loop (``app.controllers.scheduler.SchedulerLoop``), which
-calls ``observe`` for every Workload event while it leads, and owns the evictions.
+(Kueue v1beta2 workload controller, ``pkg/controller/core/workload_controller.go``;
+reference 3.9, 3.10).
+
+Input: Workload objects (``observe``, called by the informer feed for every Workload event
+and by the decision writer after each admission it stored; ``observe_all`` on gaining
+leadership). Collaborators, passed in: the core (``Scheduler``: the ClusterQueue's checks,
+``evict`` marks), ``WorkloadWrites`` (per-Workload lock, write tasks), ``DecisionWriter``
+(the evictions and deactivations it decides) and the job framework (``OwnerNotifier``).
+Output: ``workloads/status`` updates, Events, evictions. Times are seconds since the epoch
+(``ctx.clock()``); RFC 3339 in the objects. A write that fails with 409/404 is decided again
+on the Workload's next event; any other failure is logged and looked at again a second
+later. Nothing raises to the caller.
 
 Admission checks (Kueue's contract with external check controllers: any controller may set
 the state of its check in ``status.admissionChecks``):
@@ -40,14 +49,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from app.controllers.decision_writer import DecisionWriter, OwnerNotifier
+from app.controllers.write_tasks import WorkloadWrites
+from app.core.scheduling_cycle import Scheduler
 from app.core.spec import checks_for_flavors
 from app.core.types import WorkloadKey
 from app.kube.client import WORKLOADS
+from app.kube.context import Context
 from app.kube.errors import Conflict, NotFound, from_exception
 from app.kube.events import NORMAL, WARNING
 from app.wire.fields import Obj
+from app.wire.workload import workload_key
 from app.wire.workload_status import (
     ADMITTED,
     BACKOFF_REASONS,
@@ -67,12 +81,7 @@ from app.wire.workload_status import (
     with_checks_synced,
 )
 
-if TYPE_CHECKING:
-    from app.controllers.scheduler import SchedulerLoop
-
 log = logging.getLogger(__name__)
-
-
 
 def checks_message(checks: list[Obj], state: str) -> str:
     """Kueue ``buildAdmissionChecksMessage``: ``AdmissionCheck in Retry state: "prov"
@@ -124,19 +133,18 @@ def backoff_held(wl: Mapping[str, Any]) -> bool:
             and c.get("reason") in BACKOFF_REASONS)
 
 
-def _key(obj: Mapping[str, Any]) -> WorkloadKey:
-    m = obj["metadata"]
-    return WorkloadKey(f"{m['namespace']}/{m['name']}")
-
-
 class Lifecycle:
-    """Admission checks and waitForPodsReady for the Workloads of ``loop`` (module doc).
+    """Admission checks and waitForPodsReady for the Workloads of ``cluster`` (module doc).
     Counters: ``deactivations``, ``timeouts``, ``check_evictions``, ``backoffs_finished``."""
 
-    def __init__(self, loop: SchedulerLoop) -> None:
-        self.loop = loop
-        self.ctx = loop.ctx
-        self.cfg = loop.ctx.settings.wait_for_pods_ready
+    def __init__(self, ctx: Context, cluster: Scheduler, writes: WorkloadWrites,
+                 decisions: DecisionWriter, jobs: OwnerNotifier) -> None:
+        self.ctx = ctx
+        self.cluster = cluster
+        self.writes = writes
+        self.decisions = decisions
+        self.jobs = jobs
+        self.cfg = ctx.settings.wait_for_pods_ready
         self.not_ready: set[WorkloadKey] = set()
         # Holding quota, admission checks not all Ready: not Admitted (queue status counts).
         self.awaiting_checks: set[WorkloadKey] = set()
@@ -166,7 +174,7 @@ class Lifecycle:
     def observe(self, obj: Mapping[str, Any]) -> None:
         """Look at one Workload (a watch event or a timer) and start what it needs: one
         write at a time per Workload; the result comes back as an event."""
-        key = _key(obj)
+        key = workload_key(obj)
         if is_finished(obj):
             self.forget(key)
             return
@@ -212,7 +220,7 @@ class Lifecycle:
         """The checks the Workload's ClusterQueue asks of its admitted flavors now (Kueue
         ``AdmissionChecksForWorkload``), sorted; None when the ClusterQueue is unknown."""
         adm = (obj.get("status") or {}).get("admission") or {}
-        spec = self.loop.cluster.cluster_queue_spec(adm.get("clusterQueue", ""))
+        spec = self.cluster.cluster_queue_spec(adm.get("clusterQueue", ""))
         if spec is None:
             return None
         return checks_for_flavors(spec, {f for psa in adm.get("podSetAssignments") or []
@@ -247,7 +255,7 @@ class Lifecycle:
 
         async def run() -> None:
             try:
-                async with self.loop._lock(key):
+                async with self.writes.lock(key):
                     await coro
             except (Conflict, NotFound):
                 pass  # changed or gone: the next event of it decides again
@@ -256,11 +264,11 @@ class Lifecycle:
                 self._later(key, 1.0)
             finally:
                 self._busy.discard(key)
-                self.loop._release_lock(key)
+                self.writes.release(key)
                 obj = self.ctx.store("wl").get(key)
                 if obj is not None:
                     self.observe(obj)
-        self.loop._spawn(run())
+        self.writes.spawn(run())
 
     # ------------------------------------------------------------------ decisions
 
@@ -278,7 +286,7 @@ class Lifecycle:
                              "exceeding the maximum number of re-queuing retries",
                              lambda o: has_admission(o) and not is_evicted(o))
             return
-        if not self.loop.cluster.evict(key, now):
+        if not self.cluster.evict(key, now):
             return
         self.timeouts += 1
         delay = backoff_seconds(count + 1, rs.backoff_base_seconds, rs.backoff_max_seconds)
@@ -286,7 +294,7 @@ class Lifecycle:
         self._evict(key, "PodsReadyTimeout", f"Exceeded the PodsReady timeout {key}", state)
 
     def _evict_for_retry(self, key: WorkloadKey, retry: list[Obj], now: float) -> None:
-        if not self.loop.cluster.evict(key, now):
+        if not self.cluster.evict(key, now):
             return
         self.check_evictions += 1
         obj = self.ctx.store("wl").get(key) or {}
@@ -301,15 +309,15 @@ class Lifecycle:
 
     def _evict(self, key: WorkloadKey, reason: str, message: str,
                requeue_state: Mapping[str, Any]) -> None:
-        self._in_loop(key, self.loop._evict(key, reason, message, None, None,
+        self._in_writer(key, self.decisions.evict(key, reason, message, None, None,
                                             requeue_state=requeue_state))
 
     def _deactivate(self, key: WorkloadKey, reason: str, message: str,
                     still: Callable[[Obj], bool]) -> None:
-        """DeactivationTarget then ``spec.active: false`` (the loop's ``_deactivate``; the
+        """DeactivationTarget then ``spec.active: false`` (``DecisionWriter.deactivate``; the
         deactivated Workload is then evicted, ``DeactivatedDueTo<reason>``)."""
         async def run() -> bool:
-            if not await self.loop._deactivate(key, reason, message, still):
+            if not await self.decisions.deactivate(key, reason, message, still):
                 return False
             self.deactivations += 1
             obj = self.ctx.store("wl").get(key)
@@ -317,12 +325,13 @@ class Lifecycle:
                 self.ctx.recorder.emit(obj, WARNING, "AdmissionCheckRejected",
                                        f"Deactivated due to {message}")
             return True
-        self._in_loop(key, run())
+        self._in_writer(key, run())
 
-    def _in_loop(self, key: WorkloadKey, coro: Any) -> None:
-        """Run one of the loop's writes (which takes the Workload's lock itself; True when it
-        wrote) for ``key``, then look at the Workload again: at once, or a second later when
-        the write did not happen (so a failing API server is not hammered)."""
+    def _in_writer(self, key: WorkloadKey, coro: Any) -> None:
+        """Run one of the decision writer's writes (which takes the Workload's lock itself;
+        True when it wrote) for ``key``, then look at the Workload again: at once, or a
+        second later when the write did not happen (so a failing API server is not
+        hammered)."""
         self._busy.add(key)
 
         async def run() -> None:
@@ -336,7 +345,7 @@ class Lifecycle:
                     self._later(key, 1.0)
                 elif obj is not None:
                     self.observe(obj)
-        self.loop._spawn(run())
+        self.writes.spawn(run())
 
     # ------------------------------------------------------------------ writes
 
@@ -353,10 +362,10 @@ class Lifecycle:
         if not changed:
             return
         out = await self._put_status(body)
-        self.loop.jobs.notify(out, str(key))
+        self.jobs.notify(out, str(key))
         cq = out["status"]["admission"]["clusterQueue"]
         self.ctx.recorder.emit(out, NORMAL, "Admitted", f"Admitted by ClusterQueue {cq}")
-        self.loop.count_admitted(out, cq)
+        self.decisions.count_admitted(out, cq)
 
     async def _sync_checks(self, key: WorkloadKey, want: tuple[str, ...]) -> None:
         obj = self.ctx.store("wl").get(key)
@@ -365,7 +374,7 @@ class Lifecycle:
         body, changed = with_checks_synced(obj, want, self.ctx.clock())
         if changed:
             out = await self._put_status(body)
-            self.loop.jobs.notify(out, str(key))
+            self.jobs.notify(out, str(key))
 
     async def _backoff_finished(self, key: WorkloadKey) -> None:
         obj = self.ctx.store("wl").get(key)

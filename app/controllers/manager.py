@@ -5,7 +5,7 @@ Workload, WorkloadPriorityClass, PriorityClass, Namespace, the managed objects o
 registered job kind, Nodes and Pods for the extender, ResourceClaimTemplates when
 ``resources.deviceClassMappings`` is set), Lease leader election, the job
 framework's reconciler (``app.integrations.reconciler``), the scheduling loop (with the
-admission core ``app.core.scheduler.Cluster``), the queue status writer, the finalizer
+admission core ``app.core.scheduling_cycle.Scheduler``), the queue status writer, the finalizer
 controller and the Event recorder. Every replica watches and serves; only the leader writes.
 It is the composition root: the one module of ``app.controllers`` that imports
 ``app.integrations``.
@@ -39,8 +39,8 @@ from app.config import Settings
 from app.controllers.admission_lookup import StoreAdmissionLookup, StoreExtenderState
 from app.controllers.finalizers import FinalizerController
 from app.controllers.queue_status import StatusWriter
-from app.controllers.scheduler import SchedulerLoop
-from app.core.scheduler import Cluster
+from app.controllers.scheduling_loop import SchedulerLoop
+from app.core.scheduling_cycle import Scheduler
 from app.extender.nodestore import NodeStore
 from app.integrations import default_registry
 from app.integrations.framework import JobKind, Registry, source_of
@@ -140,7 +140,7 @@ class Manager:
         self.watch_nodes = watch_nodes
         self.metrics = metrics
         self.ctx: Context | None = None
-        self.cluster = Cluster(settings.fair_sharing.core(),
+        self.cluster = Scheduler(settings.fair_sharing.core(),
                                settings.admission_fair_sharing.core())
         self.registry = registry if registry is not None else default_registry(
             settings.integrations.frameworks)
@@ -253,23 +253,24 @@ class Manager:
                                               self.extender_state, self.finalizers)
         assert ctx and sched and jobs and status and ext and fin
         inf = ctx.informers
+        feed = sched.feed
 
-        for h in (sched.on_flavor, status.on_queue, ext.on_flavor, fin.on_flavor):
+        for h in (feed.on_flavor, status.on_queue, ext.on_flavor, fin.on_flavor):
             inf[RF].add_handler(h)
-        for h in (sched.on_cluster_queue, status.on_queue, fin.on_cluster_queue):
+        for h in (feed.on_cluster_queue, status.on_queue, fin.on_cluster_queue):
             inf[CQ].add_handler(h)
-        for h in (sched.on_cohort, status.on_cohort):
+        for h in (feed.on_cohort, status.on_cohort):
             inf[CO].add_handler(h)
-        for h in (sched.on_local_queue, status.on_queue):
+        for h in (feed.on_local_queue, status.on_queue):
             inf[LQ].add_handler(h)
-        inf[NS].add_handler(sched.on_namespace)
+        inf[NS].add_handler(feed.on_namespace)
         if RCT in inf.informers:
-            inf[RCT].add_handler(sched.on_claim_template)
-        inf[AC].add_handler(sched.on_admission_check)
+            inf[RCT].add_handler(feed.on_claim_template)
+        inf[AC].add_handler(feed.on_admission_check)
         # An AdmissionCheck's status (its Active condition) is what matters: every change
         # rewrites the ClusterQueue statuses (old=None: not skipped as status-only).
         inf[AC].add_handler(lambda etype, old, new: status.on_queue(etype, None, new or old))
-        for h in (sched.on_workload, jobs.on_workload, status.on_workload,
+        for h in (feed.on_workload, jobs.on_workload, status.on_workload,
                   fin.on_workload):
             inf[WL].add_handler(h)
         for kind in self.registry.kinds():

@@ -40,8 +40,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from app.controllers.cluster_view import ClusterView
-from app.core.cluster import ClusterState
 from app.core.quantity import is_milli
+from app.core.quota_state import QuotaState
 from app.core.types import FlavorResource, WorkloadKey
 
 STANDALONE, LEADER, FOLLOWER = "standalone", "leader", "follower"
@@ -81,12 +81,12 @@ def _limit_value(amount: int | None, resource: str) -> float:
 class QueueCollector(Collector):
     """Gauges from the admission core at scrape time (see the module doc).
 
-    ``source`` returns the live ``Cluster`` or None (nothing to report yet, e.g. before the
+    ``source`` returns the live ``Scheduler`` or None (nothing to report yet, e.g. before the
     reconciler starts). Scrapes must run on the event loop that feeds the core (``/metrics``
     is an ``async`` handler, so they do).
     """
 
-    def __init__(self, source: Callable[[], ClusterState | None],
+    def __init__(self, source: Callable[[], QuotaState | None],
                  role: RoleFn = lambda: STANDALONE,
                  awaiting_checks: Callable[[], Collection[WorkloadKey]] = frozenset) -> None:
         self.source = source
@@ -230,11 +230,12 @@ class QueueCollector(Collector):
 class MetricsRecorder:
     """Counters and histograms the reconciler increments (see the module doc).
 
-    Where the reconciler calls it (``app.controllers.scheduler.SchedulerLoop``):
+    Where the reconciler calls it (``app.controllers.scheduling_loop``, ``decision_writer``,
+    ``informer_feed``):
 
-    - ``admitted(...)`` once the admission status write succeeded (``_admit``), with the
+    - ``admitted(...)`` once the admission status write succeeded (``admit``), with the
       wait since creation or last requeue (Workload ``queue_order_time``) in seconds;
-    - ``evicted(...)`` once an eviction write succeeded (``_evict``), reason ``Preempted``,
+    - ``evicted(...)`` once an eviction write succeeded (``evict``), reason ``Preempted``,
       ``Deactivated``, ...; and ``preempted(...)`` too when it was a preemption victim;
     - ``finished(...)`` when a Workload holding quota finishes;
     - ``admission_attempt(...)`` after each scheduling cycle that evaluated Workloads.
@@ -343,7 +344,7 @@ class MetricsRecorder:
         self.attempt_duration.labels(result, role).observe(max(0.0, seconds))
 
 
-def install(registry: CollectorRegistry, source: Callable[[], ClusterState | None],
+def install(registry: CollectorRegistry, source: Callable[[], QuotaState | None],
             role: RoleFn = lambda: STANDALONE,
             awaiting_checks: Callable[[], Collection[WorkloadKey]] = frozenset,
             ) -> MetricsRecorder:

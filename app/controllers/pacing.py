@@ -13,7 +13,7 @@ nothing new:
   and quantity masked) -> written at once;
 * ``REFRESH``: only numbers or the ETA tail changed -> written at most once per
   ``Settings.scheduling.pending_message_refresh_seconds`` per Workload, the newest text when
-  the interval ends (``SchedulerLoop._write_pending``);
+  the interval ends (``PendingMessages._write_pending``);
 * ``SAME``: the message is the one stored.
 
 Events about a pending Workload follow the material changes only (one Warning Event per
@@ -32,7 +32,7 @@ MATERIAL, REFRESH, SAME = "material", "refresh", "same"
 # A number with an optional fraction, exponent and Kubernetes quantity suffix ("500m",
 # "1.5Gi", "2e3", "12"): masked as one token so "500m" -> "2" is a number change.
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][+-]?\d+)?(?:[KMGTPE]i?|[kmun])?")
-# The loop's ETA tail (``app.controllers.scheduler.eta_suffix``) after the core message.
+# The loop's ETA tail (``app.controllers.pending_messages.eta_suffix``) after the core message.
 _TAIL = re.compile(r"; (?:position \d+|expected start |start time unknown)")
 
 
@@ -64,7 +64,7 @@ def pending_change(current: Mapping[str, Any] | None, reason: str, message: str)
 
 class RefreshCredit:
     """CPU credit of a background refresher that gives way to the rest of the process
-    (the ETA refresher: ``SchedulerLoop._eta_refresher``).
+    (the ETA refresher: ``PendingMessages.run_refresher``).
 
     Credit (seconds of computing) is earned at ``share`` x what the rest of the process
     leaves idle, never below ``share x floor``: over each interval between two ``earn``

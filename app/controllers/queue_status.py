@@ -38,9 +38,9 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from app.controllers.cluster_view import ClusterQueueView, ClusterView, LocalQueueView
-from app.core.cluster import CohortStatus, FlavorResourceStatus, LocalQueueFairSharing
 from app.core.quantity import format_quantity
-from app.core.scheduler import Cluster
+from app.core.quota_state import CohortStatus, FlavorResourceStatus, LocalQueueFairSharing
+from app.core.scheduling_cycle import Scheduler
 from app.core.types import ClusterQueueName, CohortName, FlavorResource, WorkloadKey
 from app.kube.client import CLUSTER_QUEUES, COHORTS, LOCAL_QUEUES, MERGE_PATCH
 from app.kube.context import CO, CQ, LQ, Context
@@ -187,7 +187,7 @@ class StatusWriter:
     ``dirty_cqs`` / ``dirty_lqs``: queues to rewrite at the next flush (``dirty_all``: every
     queue, after a queue event or a lost write)."""
 
-    def __init__(self, ctx: Context, cluster: Cluster, *,
+    def __init__(self, ctx: Context, cluster: Scheduler, *,
                  awaiting_checks: Collection[WorkloadKey] = frozenset()) -> None:
         """``awaiting_checks``: the live set of Workloads holding quota whose admission
         checks are not all Ready (``Lifecycle.awaiting_checks``): reserving, not admitted."""

@@ -2,10 +2,10 @@
 
 - ``Admit``: write ``status.admission`` (``admission``) and QuotaReserved/Admitted=True. The
   core has already *assumed* it (its usage is reserved); if the write fails call
-  ``Cluster.forget(workload)``.
+  ``Scheduler.forget(workload)``.
 - ``Preempt``: set Evicted=True (reason ``Preempted``) and Preempted=True (reason per victim)
   on each ``victims`` entry. The core already counts them as being evicted (they keep their
-  quota until ``finish_eviction``); if a write fails call ``Cluster.cancel_eviction``.
+  quota until ``finish_eviction``); if a write fails call ``Scheduler.cancel_eviction``.
 - ``Pending``: set QuotaReserved=False with ``reason.condition_reason`` and ``message``.
   Emitted when the reason or message of that Workload changed or it was parked again.
 

@@ -1,7 +1,7 @@
 """When will a pending Workload start? Run the core forward on a copy of its cohort.
 
 ``estimate(state, cluster_queue, now, runtimes)`` forks the cohort of ``cluster_queue``
-(``ClusterState.fork``: its ClusterQueues, their admitted and pending Workloads) and drives
+(``QuotaState.fork``: its ClusterQueues, their admitted and pending Workloads) and drives
 the copy with a virtual clock exactly as the simulator drives the core (``app/sim/engine.py``):
 cycles at an instant until nothing is decided, every Admit "written" at once, preemption
 victims stopping at once and queued again. So the answer follows the real rules (queue order,
@@ -32,7 +32,7 @@ an injected ``clock``, the core reads none) and the Workloads without a start ar
 spent and resumes where it was, on the cohort forked when it started, so every pending
 Workload gets its ETA after a bounded number of slices while the caller yields between
 them. ``EtaBoard`` caches the answer per cohort, recomputes it at most every
-``min_interval`` seconds and only when the state changed (``ClusterState.generation``),
+``min_interval`` seconds and only when the state changed (``QuotaState.generation``),
 the run's first expected end passed with nothing changed (``EtaRun.valid_until``), or
 ``max_age`` passed, and resumes a run one slice per call (at most ``max_slices``).
 """
@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from app.core.decisions import Admit, Preempt
-from app.core.scheduler import Cluster
+from app.core.scheduling_cycle import Scheduler
 from app.core.types import ClusterQueueName, WorkloadKey
 from app.core.workload import Workload
 
@@ -196,7 +196,7 @@ class EtaRun:
 
 
 _END, _EVICTED, _ARRIVE, _WAKE = 0, 1, 2, 3
-# A run whose cycles at the core's wake-ups (``Cluster.next_wakeup``) admit nothing this many
+# A run whose cycles at the core's wake-ups (``Scheduler.next_wakeup``) admit nothing this many
 # times in a row stops waking there (a wake-up that recurs without changing anything, e.g.
 # Admission Fair Sharing's decay, must not keep a run going until its budget).
 _MAX_IDLE_WAKES = 3
@@ -221,7 +221,7 @@ class ForwardRun:
     ``budget exceeded``).
     """
 
-    def __init__(self, state: Cluster, cluster_queue: ClusterQueueName, now: float,
+    def __init__(self, state: Scheduler, cluster_queue: ClusterQueueName, now: float,
                  runtimes: RuntimeModel, *, arrivals: ArrivalModel | None = None,
                  max_cycles_per_instant: int = 10_000, horizon: float = 1.0) -> None:
         self.run = EtaRun(computed_at=now, generation=state.generation)
@@ -247,7 +247,7 @@ class ForwardRun:
         self._t = now
         self._in_instant = True  # cycles at ``_t`` still to run
         self._instant_cycles = 0
-        # The core's own timers (reclaim backoff, minimum runtime: ``Cluster.next_wakeup``)
+        # The core's own timers (reclaim backoff, minimum runtime: ``Scheduler.next_wakeup``)
         # end in the projection too: an instant there runs a cycle, as the live loop does, so
         # a queue in its reclaim backoff with nothing else to come is admitted when the
         # backoff ends rather than "never".
@@ -257,7 +257,7 @@ class ForwardRun:
             self.done = True
             return
         sim = state.fork(members)
-        assert isinstance(sim, Cluster)
+        assert isinstance(sim, Scheduler)
         self._sim = sim
         for name in members:
             for info in sim.pending_workloads(name):
@@ -445,7 +445,7 @@ class RangedRun:
     room) widens the interval to contain it.
     """
 
-    def __init__(self, state: Cluster, cluster_queue: ClusterQueueName, now: float,
+    def __init__(self, state: Scheduler, cluster_queue: ClusterQueueName, now: float,
                  runtimes: RuntimeModel, *, arrivals: ArrivalModel | None = None,
                  max_cycles_per_instant: int = 10_000) -> None:
         self.median = ForwardRun(state, cluster_queue, now, runtimes, arrivals=arrivals,
@@ -519,7 +519,7 @@ class RangedRun:
 
 
 def estimate(
-    state: Cluster,
+    state: Scheduler,
     cluster_queue: ClusterQueueName,
     now: float,
     runtimes: RuntimeModel,
@@ -757,7 +757,7 @@ class EtaBoard:
         self._cache: dict[tuple[ClusterQueueName, ...], EtaRun] = {}
         self._running: dict[tuple[ClusterQueueName, ...], ForwardRun | RangedRun] = {}
 
-    def _current(self, cached: EtaRun | None, state: Cluster, now: float) -> bool:
+    def _current(self, cached: EtaRun | None, state: Scheduler, now: float) -> bool:
         if cached is None:
             return False
         age = now - cached.computed_at
@@ -767,10 +767,10 @@ class EtaBoard:
         fresh = cached.generation == state.generation and age < self.max_age and not due
         return fresh or 0 <= age < self.min_interval
 
-    def due_at(self, state: Cluster, name: ClusterQueueName, now: float) -> float | None:
+    def due_at(self, state: Scheduler, name: ClusterQueueName, now: float) -> float | None:
         """When ``name``'s cohort's answer can next be brought up to date (seconds since the
         epoch, as ``now``): None when the cached run already answers for the state as it is
-        (``ClusterState.generation``) or ``name`` is unknown; ``now`` when a run is going or
+        (``QuotaState.generation``) or ``name`` is unknown; ``now`` when a run is going or
         a new one may start; else ``computed_at + min_interval`` of the cached run (the rate
         limit: the state changed less than ``min_interval`` after it started). ``advance``
         at that time does a slice. For a caller that wants a new pending Workload's ETA
@@ -787,7 +787,7 @@ class EtaBoard:
             return None
         return max(now, cached.computed_at + self.min_interval)
 
-    def advance(self, state: Cluster, name: ClusterQueueName, now: float) -> bool:
+    def advance(self, state: Scheduler, name: ClusterQueueName, now: float) -> bool:
         """One slice of ``name``'s cohort's run when its cached answer is out of date
         (starting a run on the state as it is now if none is going); True when the cached
         answer is complete and current (nothing was left to do, or this slice ended it)."""
@@ -824,7 +824,7 @@ class EtaBoard:
             del self._running[scope]
         return done
 
-    def for_cluster_queue(self, state: Cluster, name: ClusterQueueName, now: float,
+    def for_cluster_queue(self, state: Scheduler, name: ClusterQueueName, now: float,
                           advance: bool = True) -> EtaRun:
         """The best answer covering ``name``'s cohort after at most one slice of work: the
         finished run, or while one is going its ETAs so far over the previous finished
@@ -855,7 +855,7 @@ class EtaBoard:
                     out.etas[key] = old
         return out
 
-    def eta(self, state: Cluster, name: ClusterQueueName, key: WorkloadKey,
+    def eta(self, state: Scheduler, name: ClusterQueueName, key: WorkloadKey,
             now: float) -> Eta:
         """ETA of pending ``key`` in ClusterQueue ``name`` (``unknown`` if not in the run:
         it arrived after the cached run, within ``min_interval``)."""

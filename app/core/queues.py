@@ -21,7 +21,7 @@ Rules (Kueue ``pkg/cache/queue``, reference 3.2 and 3.3):
   the usage before it: see docs/fair-sharing.md).
 - Parked Workloads return to the heap on ``unpark`` (the cluster calls it when capacity
   changes in the cohort: a Workload finishes, is deleted or evicted, a queue or flavor
-  changes; which ones return is the scheduler's choice, app.core.scheduler).
+  changes; which ones return is the scheduler's choice, app.core.scheduling_cycle).
 - Parked changes (``watch_parked``): once asked, the queue records every key that entered
   or left the parked set (``park``, ``unpark``, ``push`` or ``remove`` of a parked key)
   until ``parked_changes`` hands the record over, so the scheduler can keep its grouping of

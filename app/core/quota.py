@@ -19,7 +19,7 @@ Cohorts are hierarchical (Kueue v1beta2 Cohort ``spec.parentName`` and ``resourc
 ``set_cohort`` gives a cohort node a parent and its own quotas (an extra shared pool lendable
 to its subtree, with borrowing / lending limits toward its parent). A cohort named only by a
 ClusterQueue's ``cohortName`` (implicit) is a root with no quota, and disappears with its last
-member. The tree never holds a cycle: the caller (``ClusterState``) detects cycles and gives
+member. The tree never holds a cycle: the caller (``QuotaState``) detects cycles and gives
 the cohorts of a cycle no parent.
 
 "borrowed" exists only where a cohort exists (acceptance KQ-02): max(0, usage − nominal).
@@ -445,13 +445,9 @@ class QuotaTree:
             return 0
         return max(0, node.usage.get(fr, 0) - node.subtree_quota(fr))
 
-    def is_borrowing(self, name: ClusterQueueName, fr: FlavorResource) -> bool:
-        """True when the ClusterQueue uses more than its nominal quota of ``fr``."""
-        return self.borrowed(name, fr) > 0
-
     def borrows(self, name: ClusterQueueName) -> bool:
         """True when the ClusterQueue is in a cohort and uses more than its nominal quota of
-        some FlavorResource (``is_borrowing`` for any one)."""
+        some FlavorResource (``borrowed`` > 0 for any one)."""
         node = self._cqs[name]
         if node.parent is None:
             return False

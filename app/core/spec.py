@@ -230,7 +230,7 @@ class ClusterQueueSpec:
     ``LabelSelector()`` (``{}``) matches all. ``cohort``: ``spec.cohortName`` (``None``: no
     borrowing or lending). ``object_problem``: set when the object itself stops the queue:
     it could not be read (a malformed quantity, reason ``InvalidSpec``) or it is being deleted
-    (reason ``Terminating``); the ClusterQueue is then inactive with it, and ``Cluster`` keeps
+    (reason ``Terminating``); the ClusterQueue is then inactive with it, and ``Scheduler`` keeps
     the last readable spec's quotas and cohort so its admitted usage stays counted where it
     was.
     Index helpers (``group_of``, ``quota``) are computed once.
@@ -298,7 +298,7 @@ class FairSharingStrategy(StrEnum):
 @dataclass(frozen=True, slots=True)
 class FairSharing:
     """Fair sharing settings of the core (Kueue Configuration ``fairSharing``): when given to
-    ``Cluster``, the dominant resource share of each node of the cohort tree orders the heads
+    ``Scheduler``, the dominant resource share of each node of the cohort tree orders the heads
     of a cycle and chooses preemption victims. ``strategies``: tried in order; Kueue allows
     [S2-a], [S2-b] or [S2-a, S2-b] (the default)."""
 
@@ -571,7 +571,7 @@ def validate_cohort(spec: CohortSpec) -> ConfigProblem | None:
     """The first problem of a Cohort spec, or None (Kueue v1beta2 Cohort webhook: resource
     groups as for a ClusterQueue, ``borrowingLimit`` / ``lendingLimit`` only with
     ``parentName``, no ``lendingLimit`` ≤ ``nominalQuota`` check). A parent chain that loops
-    is not a spec problem: ``ClusterState`` names the cycle. Flavors are not checked: a
+    is not a spec problem: ``QuotaState`` names the cycle. Flavors are not checked: a
     cohort's quota for an unknown flavor is never assigned. Never raises."""
     if spec.object_problem is not None:
         return spec.object_problem

@@ -13,7 +13,6 @@ FlavorName = NewType("FlavorName", str)
 ResourceName = NewType("ResourceName", str)
 # "<namespace>/<name>" of a Workload.
 WorkloadKey = NewType("WorkloadKey", str)
-LocalQueueKey = NewType("LocalQueueKey", str)  # "<namespace>/<name>"
 
 
 class FlavorResource(NamedTuple):
@@ -27,8 +26,3 @@ class FlavorResource(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.resource} in flavor {self.flavor}"
-
-
-def workload_key(namespace: str, name: str) -> WorkloadKey:
-    """Return the ``namespace/name`` key of a Workload."""
-    return WorkloadKey(f"{namespace}/{name}")

@@ -1,7 +1,7 @@
 """Discrete-event simulation of the admission core with a virtual clock.
 
-The simulator drives ``app.core.scheduler.Cluster`` exactly as the reconciler does
-(``app/controllers/scheduler.py``), with every API write succeeding at once:
+The simulator drives ``app.core.scheduling_cycle.Scheduler`` exactly as the reconciler does
+(``app/controllers/scheduling_loop.py``), with every API write succeeding at once:
 
 - configuration: ``add_flavor``, ``set_namespace``, ``add_cluster_queue``,
   ``add_local_queue`` from the trace;
@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from app.core.decisions import Admit, Decision, Pending, Preempt
-from app.core.scheduler import Cluster
+from app.core.scheduling_cycle import Scheduler
 from app.core.types import ClusterQueueName, FlavorResource, ResourceName, WorkloadKey
 from app.sim.trace import US, Submission, Trace
 
@@ -94,7 +94,7 @@ DecisionLog = list[tuple[int, Decision]]
 class Simulator:
     """Run ``trace`` through the core; see the module docstring.
 
-    ``cluster``: the core to drive (by default a fresh ``Cluster`` with the trace's
+    ``cluster``: the core to drive (by default a fresh ``Scheduler`` with the trace's
     ``admissionFairSharing``; tests pass their own);
     ``eviction_delay_us``: overrides the trace's ``evictionDelay``; ``record_decisions``:
     keep ``(time_us, decision)`` of every decision in ``decisions``; ``until_us``: stop
@@ -109,7 +109,7 @@ class Simulator:
         self,
         trace: Trace,
         *,
-        cluster: Cluster | None = None,
+        cluster: Scheduler | None = None,
         eviction_delay_us: int | None = None,
         record_decisions: bool = False,
         until_us: int | None = None,
@@ -117,7 +117,7 @@ class Simulator:
         on_cycle: Callable[[int, list[Decision]], None] | None = None,
     ) -> None:
         self.trace = trace
-        self.cluster = cluster if cluster is not None else Cluster(
+        self.cluster = cluster if cluster is not None else Scheduler(
             admission_fair_sharing=trace.admission_fair_sharing)
         self.eviction_delay_us = (trace.eviction_delay_us if eviction_delay_us is None
                                   else eviction_delay_us)

@@ -12,7 +12,7 @@ are parsed once here into exact integers (``app.core.quantity``).
 A ClusterQueue that cannot be parsed (a malformed quantity, say) is returned with no resource
 groups, its cohort and the rest of its spec, and a ``ConfigProblem`` naming the field, also in
 ``ClusterQueueSpec.object_problem``: the core keeps it inactive in its cohort with the last
-readable quotas (``Cluster.add_cluster_queue``), rather than crashing anything or letting its
+readable quotas (``Scheduler.add_cluster_queue``), rather than crashing anything or letting its
 usage leave the cohort. A ClusterQueue being deleted (``metadata.deletionTimestamp``, held by
 the ``kueue.x-k8s.io/resource-in-use`` finalizer while Workloads are admitted in it) is read
 the same way with reason ``Terminating``, as Kueue reports it.
@@ -34,7 +34,7 @@ from app.core.quantity import (
     parse_exact,
     parse_quantity,
 )
-from app.core.scheduler import MIN_RUNTIME_ANNOTATION, RECLAIM_BACKOFF_ANNOTATION
+from app.core.scheduling_cycle import MIN_RUNTIME_ANNOTATION, RECLAIM_BACKOFF_ANNOTATION
 from app.core.spec import (
     AdmissionCheckRef,
     AdmissionMode,

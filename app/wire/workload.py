@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from app.core.types import ClusterQueueName, FlavorName, ResourceName
+from app.core.types import ClusterQueueName, FlavorName, ResourceName, WorkloadKey
 from app.core.workload import Admission, PodSet, PodSetAssignment, Workload
 from app.wire.fields import (
     WorkloadSpecError,
@@ -41,6 +41,7 @@ from app.wire.names import (
     WORKLOAD_API_VERSION,
 )
 from app.wire.podtemplate import pod_set_from_template
+from app.wire.workload_status import EVICTED, QUOTA_RESERVED, condition, parse_time
 
 # PriorityClasses every cluster has (scheduling.k8s.io, built in to kube-apiserver).
 SYSTEM_PRIORITY_CLASSES: Mapping[str, int] = {
@@ -397,6 +398,27 @@ def workload_from_object(obj: Mapping[str, Any]) -> Workload:
         admission=_admission(status.get("admission"), pod_sets),
         max_execution_seconds=_max_execution(spec.get("maximumExecutionTimeSeconds")),
     )
+
+
+def workload_key(obj: Mapping[str, Any]) -> WorkloadKey:
+    """The ``namespace/name`` key of a Workload object. Raises ``KeyError`` without
+    ``metadata.namespace`` / ``metadata.name``."""
+    meta = obj["metadata"]
+    return WorkloadKey(f"{meta['namespace']}/{meta['name']}")
+
+
+def domain_workload(obj: Mapping[str, Any]) -> Workload:
+    """Workload object -> domain ``Workload`` including ``evicted_at`` (Evicted=True
+    lastTransitionTime) and ``quota_reserved_at`` (QuotaReserved=True lastTransitionTime),
+    seconds since the epoch. Raises ``WorkloadSpecError`` naming a bad field."""
+    wl = workload_from_object(obj)
+    ev = condition(obj, EVICTED)
+    qr = condition(obj, QUOTA_RESERVED)
+    evicted_at = parse_time(ev.get("lastTransitionTime")) \
+        if ev and ev.get("status") == "True" else None
+    reserved_at = parse_time(qr.get("lastTransitionTime")) \
+        if qr and qr.get("status") == "True" else None
+    return replace(wl, evicted_at=evicted_at, quota_reserved_at=reserved_at)
 
 
 def _max_execution(value: Any) -> float | None:

@@ -46,12 +46,12 @@ def test_pending_message_carries_position_and_eta_and_is_written_once(rlab: LabH
         # The first message waited for the cohort's ETA run (pending_message_eta_grace_seconds,
         # the cohort quiet): one write said all. Had the run come after the grace, the tail
         # would have been held back until 5 s after the first write, then written.
-        writes = mt.on_loop(lambda m: m.scheduler.pending_writes)
-        assert mt.on_loop(lambda m: m.scheduler.pending_deferred) >= 1 or writes == 1
+        writes = mt.on_loop(lambda m: m.scheduler.messages.pending_writes)
+        assert mt.on_loop(lambda m: m.scheduler.messages.pending_deferred) >= 1 or writes == 1
         # Refreshing again with the same rounded text queues nothing, writes nothing.
         for _ in range(3):
-            assert mt.on_loop(lambda m: m.scheduler.refresh_eta_messages()) == 0
-        assert mt.on_loop(lambda m: m.scheduler.pending_writes) == writes
+            assert mt.on_loop(lambda m: m.scheduler.messages.refresh_eta_messages()) == 0
+        assert mt.on_loop(lambda m: m.scheduler.messages.pending_writes) == writes
         assert message() == text
 
         rs.finish_workload(rlab, ns, "runner")

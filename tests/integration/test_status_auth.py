@@ -2,7 +2,7 @@
 by ``KubeAccessReviewer`` (kubernetes-asyncio), with a ServiceAccount token from
 ``kubectl create token`` and a Role granting ``get`` on localqueues in one namespace only.
 
-The admission state is a Cluster built in process (tests/status_scenario.py) plus a
+The admission state is a core Scheduler built in process (tests/status_scenario.py) plus a
 LocalQueue and a Workload in the ServiceAccount's namespace; what is under test is who may
 read it: 200 in that namespace, 403 in another one and on ClusterQueues, 401 without a token
 or with a token the API server rejects."""

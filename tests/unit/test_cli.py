@@ -1,5 +1,5 @@
 """`pykueue status` (app/cli/main.py + app/cli/status.py) against a real uvicorn server on a
-loopback port (TLS with a generated CA), serving the status API over the known Cluster of
+loopback port (TLS with a generated CA), serving the status API over the known core (Scheduler) of
 tests/status_scenario.py with the in-process token table."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.scheduler import Cluster
+from app.core.scheduling_cycle import Scheduler
 from app.core.spec import AdmissionMode, ResourceFlavor, validate_cluster_queue
 from app.core.types import ClusterQueueName, CohortName, FlavorName, FlavorResource, ResourceName
 from app.wire.fields import WorkloadSpecError
@@ -48,7 +48,7 @@ def test_unreadable_cohort_quota_disables_its_subtree_in_the_core():
     spec, problem = cohort({"metadata": {"name": "org"},
                             "spec": {"resourceGroups": _groups(borrowingLimit="lots")}})
     assert problem is not None and "borrowingLimit" in problem.field
-    c = Cluster()
+    c = Scheduler()
     c.add_flavor(ResourceFlavor(FlavorName("a100")))
     c.add_cohort(spec)
     cq, _ = cluster_queue({"metadata": {"name": "cq"}, "spec": {

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from app.api.access import Grant, StaticAccessReviewer, UserInfo
 from app.cli import app as cli
-from app.core.scheduler import Cluster
+from app.core.scheduling_cycle import Scheduler
 from app.core.spec import (
     CohortSpec,
     FairSharing,
@@ -38,7 +38,7 @@ COHORT_VIEWER = UserInfo("cohort-viewer", "uid-co")
 QUEUE_ADMIN = UserInfo("queue-admin", "uid-qa")  # every ClusterQueue view, no cohorts
 
 
-def cohort_cluster() -> Cluster:
+def cohort_cluster() -> Scheduler:
     c = build_cluster()
     c.fair_sharing = FairSharing()
     own = ResourceGroup((GPU,), (FlavorQuotas(FlavorName("a100"), (ResourceQuota(GPU, 2),)),))

@@ -11,15 +11,15 @@ import pytest
 
 from app.controllers.cluster_view import ClusterView
 from app.controllers.queue_status import cluster_queue_status, local_queue_status
-from app.controllers.scheduler import domain_workload
-from app.core.cluster import LocalQueueFairSharing
-from app.core.scheduler import Cluster
+from app.core.quota_state import LocalQueueFairSharing
+from app.core.scheduling_cycle import Scheduler
 from app.core.spec import ReclaimWithinCohort, WithinClusterQueue
 from app.core.types import ClusterQueueName, ResourceName, WorkloadKey
 from app.core.workload import Admission, PodSetAssignment
 from app.integrations import default_registry
 from app.kube.workqueue import WorkQueue
 from app.wire.queues import cluster_queue, cohort_of, local_queue, resource_flavor
+from app.wire.workload import domain_workload
 from app.wire.workload_status import (
     admission_status,
     condition,
@@ -211,7 +211,7 @@ LQ = {"metadata": {"name": "lq", "namespace": "ns"}, "spec": {"clusterQueue": "c
 def _core(cohort: str | None, *workloads: dict, assumed: tuple[dict, ...] = ()) -> ClusterView:
     """The admission core fed as the reconciler feeds it (the wire readers and
     ``domain_workload``); ``assumed``: admissions decided but not yet written."""
-    c = Cluster()
+    c = Scheduler()
     c.add_flavor(resource_flavor({"metadata": {"name": "f"}, "spec": {}}))
     c.add_cluster_queue(cluster_queue(_cq(cohort))[0])
     c.add_local_queue(local_queue(LQ))

@@ -22,7 +22,7 @@ import pytest
 from app.controllers.history import UsageHistory
 from app.core.decisions import Admit
 from app.core.eta import ArrivalModel, EtaBoard
-from app.core.scheduler import Cluster
+from app.core.scheduling_cycle import Scheduler
 from app.core.spec import LocalQueue
 from app.core.types import ClusterQueueName, WorkloadKey
 from tests.browser import SKIP_REASON, Browser, chromium_path
@@ -32,7 +32,7 @@ from tests.status_server import Server, start_dashboard_command
 pytestmark = pytest.mark.skipif(chromium_path() is None, reason=SKIP_REASON)
 
 
-def seed_like_cluster(now: float) -> Cluster:
+def seed_like_cluster(now: float) -> Scheduler:
     sim = Sim(cluster_queue("inference-cq").cohort("ai").flavor("a100", gpu=4, borrowing_limit=4)
               .preemption(reclaim="Any"),
               cluster_queue("research-cq").cohort("ai").flavor("a100", gpu=4, borrowing_limit=4),

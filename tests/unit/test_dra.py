@@ -259,8 +259,8 @@ def test_mappings_from_the_environment_and_from_a_file(
 
 
 # ------------------------------------------------------------ the scheduling loop's feed
-# (app/controllers/scheduler.py: what the core is given and what is written; the API server
-# side is tested on the lab by tests/integration/test_reconciler_dra.py)
+# (app/controllers/informer_feed.py and dra_verdicts.py: what the core is given and what is
+# written; the API server side is tested on the lab by tests/integration/test_reconciler_dra.py)
 
 class _Store(FakeStore):
     def list(self) -> list[dict[str, Any]]:
@@ -270,7 +270,7 @@ class _Store(FakeStore):
 def _feed_loop() -> tuple[Any, Any, dict[str, _Store]]:
     from types import SimpleNamespace
 
-    from app.controllers.scheduler import SchedulerLoop
+    from app.controllers.scheduling_loop import SchedulerLoop
     from app.kube.context import RCT, WL
 
     stores = {WL: _Store(), RCT: _Store()}
@@ -289,8 +289,8 @@ def _feed_loop() -> tuple[Any, Any, dict[str, _Store]]:
 async def _drain(loop: Any) -> None:
     import asyncio
 
-    while loop._tasks:  # noqa: SLF001 - the loop's write tasks
-        await asyncio.gather(*list(loop._tasks))  # noqa: SLF001
+    while loop.writes.tasks:  # noqa: SLF001 - the loop's write tasks
+        await asyncio.gather(*list(loop.writes.tasks))  # noqa: SLF001
 
 
 def _conds(obj: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -304,9 +304,9 @@ async def test_the_loop_keeps_an_uncountable_workload_out_and_takes_it_back_once
     loop, ctx, stores = _feed_loop()
     obj = workload_obj(3, tmpl("two-gpus"))
     stores[WL].put(obj)
-    loop.on_workload("ADDED", None, obj)
+    loop.feed.on_workload("ADDED", None, obj)
     assert loop.cluster.workload("ns/w") is None
-    assert "ResourceClaimTemplate ns/two-gpus not found" in loop.dra_inadmissible["ns/w"]
+    assert "ResourceClaimTemplate ns/two-gpus not found" in loop.dra.inadmissible["ns/w"]
     await _drain(loop)
     assert _conds(ctx.client.writes[-1]) == {"QuotaReserved": ("False", "Inadmissible"),
                                              "Requeued": ("False", "Inadmissible")}
@@ -314,11 +314,11 @@ async def test_the_loop_keeps_an_uncountable_workload_out_and_takes_it_back_once
     # The template appears: the Workload is read again, 2 devices per pod, Requeued=True.
     stores["rct"].put({**rct(exactly(count=2)), "metadata": {"name": "two-gpus",
                                                              "namespace": "ns"}})
-    loop.on_claim_template("ADDED", None, stores["rct"].get("ns/two-gpus"))
+    loop.feed.on_claim_template("ADDED", None, stores["rct"].get("ns/two-gpus"))
     wl = loop.cluster.domain_workload("ns/w")
     assert wl is not None and dict(wl.pod_sets[0].requests) == {"cpu": 1000,
                                                                 "example.com/gpu": 2}
-    assert "ns/w" not in loop.dra_inadmissible
+    assert "ns/w" not in loop.dra.inadmissible
     await _drain(loop)
     assert _conds(ctx.client.writes[-1])["Requeued"] == ("True", "DRAResourcesResolved")
     assert ctx.events == ["Inadmissible"]  # no second Event

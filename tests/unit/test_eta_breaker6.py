@@ -1,6 +1,6 @@
 """breaker6: what a tenant with edit rights in one namespace can make the ETA code compute.
 
-The background refresher draws on ``eta_refresh_share`` (app/controllers/scheduler.py
+The background refresher draws on ``eta_refresh_share`` (app/controllers/pending_messages.py
 ``_eta_refresher``), but every status request that lists pending Workloads with their ETA
 (``ClusterView._eta`` -> ``EtaBoard.for_cluster_queue``) advances the cohort's run by a
 slice of up to ``eta_budget_ms`` on the controller's event loop, outside that share; and

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-import app.controllers.scheduler as sched_mod
+import app.controllers.pending_messages as sched_mod
 from app.controllers.pacing import RefreshCredit
 from tests.unit.test_eta_messages import _arrive, _loop, _until
 
@@ -60,12 +60,12 @@ async def test_the_refresher_is_charged_its_own_slices_not_the_others_work(
             await asyncio.sleep(0)
 
     busy = asyncio.create_task(storm())
-    task = asyncio.create_task(loop._eta_refresher())  # noqa: SLF001
+    task = asyncio.create_task(loop.messages.run_refresher())  # noqa: SLF001
     try:
         for i in range(30):
             _arrive(loop, ctx, sim, f"y{i}", ctx.clock())
-        loop._eta_kick.set()  # noqa: SLF001
-        await _until(lambda: "ns/y29" in loop._eta_tail)  # noqa: SLF001
+        loop.messages._eta_kick.set()  # noqa: SLF001
+        await _until(lambda: "ns/y29" in loop.messages._eta_tail)  # noqa: SLF001
     finally:
         stop = True
         task.cancel()

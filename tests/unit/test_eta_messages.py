@@ -1,5 +1,5 @@
 """The scheduling loop's pending messages carry "position N, expected start in ~T"
-(app/controllers/scheduler.py, refresh_eta_messages + _write_pending), written only when
+(app/controllers/pending_messages.py, refresh_eta_messages + _write_pending), written only when
 the rounded text changes, with one Event per core message, not per ETA change."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from app.config import Settings
-from app.controllers.scheduler import SchedulerLoop, eta_suffix
+from app.controllers.pending_messages import eta_suffix
+from app.controllers.scheduling_loop import SchedulerLoop
 from app.core.decisions import Admit, Pending
 from app.core.eta import BOUNDED, Eta
 from tests.builders import Sim, cluster_queue, workload
@@ -79,9 +80,9 @@ def _message(ctx: SimpleNamespace) -> str:
 
 
 async def _flush(loop: SchedulerLoop) -> None:
-    while loop._pending:  # noqa: SLF001 - drive the writer's body without its task
-        key, d = loop._pending.pop_next()  # noqa: SLF001
-        await loop._write_pending(key, d)  # noqa: SLF001
+    while loop.messages._pending:  # noqa: SLF001 - drive the writer's body without its task
+        key, d = loop.messages._pending.pop_next()  # noqa: SLF001
+        await loop.messages._write_pending(key, d)  # noqa: SLF001
 
 
 async def test_eta_tail_is_written_when_its_rounded_text_changes_and_events_stay_one() -> None:
@@ -94,15 +95,15 @@ async def test_eta_tail_is_written_when_its_rounded_text_changes_and_events_stay
     assert _message(ctx) == core and len(ctx.client.writes) == 1 and ctx.events == [core]
 
     # a ends at T+600 at the latest: x starts then, 540 s after now -> "~10m".
-    assert loop.refresh_eta_messages() == 1
+    assert loop.messages.refresh_eta_messages() == 1
     await _flush(loop)
     assert _message(ctx) == f"{core}; position 1, expected start in ~10m"
     assert len(ctx.client.writes) == 2 and ctx.events == [core]  # no second Event
 
     ctx.set_clock(T + 120)  # 480 s left: still "~10m"
-    assert loop.refresh_eta_messages() == 0
+    assert loop.messages.refresh_eta_messages() == 0
     ctx.set_clock(T + 370)  # 230 s left: "~4m"
-    assert loop.refresh_eta_messages() == 1
+    assert loop.messages.refresh_eta_messages() == 1
     await _flush(loop)
     assert _message(ctx) == f"{core}; position 1, expected start in ~4m"
     assert len(ctx.client.writes) == 3 and ctx.events == [core]
@@ -115,8 +116,8 @@ async def test_the_first_message_waits_briefly_for_its_eta_and_carries_it() -> N
     d = next(d for d in sim.c.schedule(T + 60) if isinstance(d, Pending))
     loop.apply(d)
     await _flush(loop)
-    assert ctx.client.writes == [] and loop._next_deferred() == 1.0  # noqa: SLF001
-    assert loop.refresh_eta_messages() == 1
+    assert ctx.client.writes == [] and loop.messages._next_deferred() == 1.0  # noqa: SLF001
+    assert loop.messages.refresh_eta_messages() == 1
     await _flush(loop)
     assert _message(ctx) == f"{d.message}; position 1, expected start in ~10m"
     assert len(ctx.client.writes) == 1 and ctx.events == [d.message]
@@ -129,9 +130,9 @@ async def test_the_first_message_goes_out_without_an_eta_when_the_grace_ends() -
     await _flush(loop)
     assert ctx.client.writes == []
     ctx.set_clock(T + 60.5)
-    assert loop.requeue_deferred() == 0  # not due yet
+    assert loop.messages.requeue_deferred() == 0  # not due yet
     ctx.set_clock(T + 61.0)
-    assert loop.requeue_deferred() == 1
+    assert loop.messages.requeue_deferred() == 1
     await _flush(loop)
     assert _message(ctx) == d.message and len(ctx.client.writes) == 1
 
@@ -143,7 +144,7 @@ async def test_the_first_message_is_not_held_when_the_cohorts_eta_must_wait() ->
     d = next(d for d in sim.c.schedule(T + 60) if isinstance(d, Pending))
     loop.apply(d)
     await _flush(loop)
-    assert loop.refresh_eta_messages() == 1
+    assert loop.messages.refresh_eta_messages() == 1
     await _flush(loop)
     ctx.set_clock(T + 61)
     sim.c.add_workload(workload("y").cq("gpu").pods(1, gpu=1).limit(60).build(creation=T + 61))
@@ -184,12 +185,12 @@ async def test_the_background_refresh_stops_at_its_share_and_resumes_where_it_st
     names = sim.c.cluster_queue_names()
     first = names.index("gpu")
     # No budget: one slice of gpu's run, which is not whole: gpu again next time.
-    assert await loop.refresh_eta_period(first, 0.0) == first
+    assert await loop.messages.refresh_eta_period(first, 0.0) == first
     # A queue whose run is whole after one slice (nothing pending): the next queue is next.
     other = names.index("cpu")
-    assert await loop.refresh_eta_period(other, 0.0) == (other + 1) % len(names)
+    assert await loop.messages.refresh_eta_period(other, 0.0) == (other + 1) % len(names)
     # Room enough: every run whole, back to where it started.
-    assert await loop.refresh_eta_period(first, 60.0) == first
+    assert await loop.messages.refresh_eta_period(first, 60.0) == first
     assert loop.eta.advance(sim.c, "gpu", T + 60)  # whole: nothing left to compute
 
 
@@ -214,27 +215,27 @@ async def test_a_new_pending_workload_gets_its_eta_at_the_next_run_its_arrival_t
     (``eta_min_interval_seconds``) allows, not at the next ``eta_message_seconds`` period."""
     loop, ctx, sim = _loop(strict=False, eta_min_interval_seconds=5)
     _arrive(loop, ctx, sim, "x2", T + 60)  # x (created T+30) and x2 become pending
-    assert loop._eta_arrived == {"gpu"}  # noqa: SLF001
-    assert await loop.refresh_eta_arrivals(1.0) is None  # never computed: at once
+    assert loop.messages._eta_arrived == {"gpu"}  # noqa: SLF001
+    assert await loop.messages.refresh_eta_arrivals(1.0) is None  # never computed: at once
     # a (4 GPUs) ends by T+600: x, x2 (and later y) start then, ~9 min from now.
-    assert loop._eta_tail["ns/x2"] == "position 2, expected start in ~10m"  # noqa: SLF001
+    assert loop.messages._eta_tail["ns/x2"] == "position 2, expected start in ~10m"  # noqa: SLF001
     ctx.set_clock(T + 62)
     _arrive(loop, ctx, sim, "y", T + 62)
     # The cohort ran at T+60: the next run may start at T+65.
-    assert await loop.refresh_eta_arrivals(1.0) == 3.0
+    assert await loop.messages.refresh_eta_arrivals(1.0) == 3.0
     assert loop.eta.eta(sim.c, "gpu", "ns/y", T + 62).basis == "not computed yet"
-    assert "ns/y" not in loop._eta_tail  # noqa: SLF001
+    assert "ns/y" not in loop.messages._eta_tail  # noqa: SLF001
     # Nothing is computed without budget, even when due: still owed, due now.
     ctx.set_clock(T + 65)
-    assert await loop.refresh_eta_arrivals(0.0) == 0.0
-    assert await loop.refresh_eta_arrivals(1.0) is None
-    assert loop._eta_tail["ns/y"] == "position 3, expected start in ~10m"  # noqa: SLF001
-    assert "ns/y" in loop._pending  # noqa: SLF001 - its message is queued for a rewrite
+    assert await loop.messages.refresh_eta_arrivals(0.0) == 0.0
+    assert await loop.messages.refresh_eta_arrivals(1.0) is None
+    assert loop.messages._eta_tail["ns/y"] == "position 3, expected start in ~10m"  # noqa: SLF001
+    assert "ns/y" in loop.messages._pending  # noqa: SLF001 - its message is queued for a rewrite
     # A Workload already pending (a second Pending decision) owes nothing.
     for d in sim.c.schedule(T + 66):
         if isinstance(d, Pending):
             loop.apply(d)
-    assert await loop.refresh_eta_arrivals(1.0) is None and loop.eta.runs == 2
+    assert await loop.messages.refresh_eta_arrivals(1.0) is None and loop.eta.runs == 2
 
 
 async def test_an_arrival_during_a_sliced_run_gets_the_next_run_not_the_stale_one() -> None:
@@ -245,9 +246,9 @@ async def test_an_arrival_during_a_sliced_run_gets_the_next_run_not_the_stale_on
         _arrive(loop, ctx, sim, f"w{i}", T + 60)
     assert not loop.eta.advance(sim.c, "gpu", T + 60)  # one slice of a run: not whole
     _arrive(loop, ctx, sim, "y", T + 60)
-    assert await loop.refresh_eta_arrivals(60.0) is None
+    assert await loop.messages.refresh_eta_arrivals(60.0) is None
     assert loop.eta.runs == 2
-    assert loop._eta_tail["ns/y"] == "position 7, expected start in ~10m"  # noqa: SLF001
+    assert loop.messages._eta_tail["ns/y"] == "position 7, expected start in ~10m"  # noqa: SLF001
 
 
 async def _until(check: Any, timeout: float = 10.0) -> None:
@@ -266,19 +267,19 @@ async def test_the_refresher_is_woken_by_arrivals_between_its_periods() -> None:
                            eta_message_seconds=3600)
     t0 = time.monotonic()
     ctx.clock = lambda: T + 60 + (time.monotonic() - t0)  # the real time, from T+60
-    task = asyncio.create_task(loop._eta_refresher())  # noqa: SLF001
+    task = asyncio.create_task(loop.messages.run_refresher())  # noqa: SLF001
     try:
         _arrive(loop, ctx, sim, "y", T + 60)
-        await _until(lambda: "ns/y" in loop._eta_tail)  # noqa: SLF001
-        assert loop._eta_tail["ns/y"] == "position 2, expected start in ~10m"  # noqa: SLF001
+        await _until(lambda: "ns/y" in loop.messages._eta_tail)  # noqa: SLF001
+        assert loop.messages._eta_tail["ns/y"] == "position 2, expected start in ~10m"  # noqa: SLF001
         ran = loop.eta.runs
         _arrive(loop, ctx, sim, "z", ctx.clock())
-        await _until(lambda: "ns/z" in loop._eta_tail)  # noqa: SLF001
+        await _until(lambda: "ns/z" in loop.messages._eta_tail)  # noqa: SLF001
         # One more run, not before the interval since the last one.
         assert loop.eta.runs == ran + 1
         assert loop.eta.for_cluster_queue(sim.c, "gpu", ctx.clock()).computed_at \
             >= T + 60 + 0.3
-        assert not loop._eta_arrived  # noqa: SLF001
+        assert not loop.messages._eta_arrived  # noqa: SLF001
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -292,7 +293,7 @@ async def test_a_workload_pending_again_after_its_admission_carries_no_eta_from_
     loop, ctx, sim = _loop()
     loop.apply(next(d for d in sim.c.schedule(T + 60) if isinstance(d, Pending)))
     await _flush(loop)
-    assert loop.refresh_eta_messages() == 1
+    assert loop.messages.refresh_eta_messages() == 1
     await _flush(loop)
     assert _message(ctx).endswith("; position 1, expected start in ~10m")
     # a finishes; x is admitted (its admission write is left out here).
@@ -300,13 +301,13 @@ async def test_a_workload_pending_again_after_its_admission_carries_no_eta_from_
     admits = [d for d in sim.c.schedule(T + 70) if isinstance(d, Admit)]
     assert [d.workload for d in admits] == ["ns/x"]
     spawned: list[Any] = []
-    loop._spawn = lambda coro: (spawned.append(coro), coro.close())  # noqa: SLF001
+    loop.writes.spawn = lambda coro: (spawned.append(coro), coro.close())  # type: ignore[method-assign]
     loop.apply(admits[0])
     # The write failed; an older Workload now needs the whole queue: x waits again.
     sim.c.add_workload(workload("older").cq("gpu").pods(1, gpu=4).limit(60)
                        .build(creation=T + 10))
     sim.c.forget(sim.key("x"))
-    ctx.inflight.discard("ns/x")  # as the failed ``_admit`` does
+    ctx.inflight.discard("ns/x")  # as the failed ``DecisionWriter.admit`` does
     again = [d for t in (71, 72) for d in sim.c.schedule(T + t)
              if isinstance(d, Pending) and d.workload == "ns/x"]  # older first, then x
     assert again

@@ -170,7 +170,7 @@ def test_a_key_added_while_processed_is_queued_again_once_done() -> None:
 # ---------------------------------------------------------------- pending messages to write
 
 def test_pending_messages_are_taken_in_namespace_turns_with_their_latest_value() -> None:
-    """The scheduling loop's pending writer (``SchedulerLoop._pending``): team-b's message is
+    """The scheduling loop's pending writer (``PendingMessages._pending``): team-b's message is
     the second written however many of team-a's wait; a key set again keeps its place and
     its latest value; a key removed is skipped."""
     m: FairMap[str] = FairMap()

@@ -22,8 +22,7 @@ from app.controllers.lifecycle import (
 )
 from app.controllers.metrics import QueueCollector
 from app.controllers.queue_status import cluster_queue_status, local_queue_status
-from app.controllers.scheduler import domain_workload
-from app.core.scheduler import Cluster
+from app.core.scheduling_cycle import Scheduler
 from app.core.spec import checks_for_flavors
 from app.core.types import FlavorName
 from app.integrations.batchjob.job import pods_ready
@@ -31,6 +30,7 @@ from app.integrations.framework import StartError
 from app.integrations.jobset.jobset import jobset_pods_ready
 from app.integrations.podsets import admitted_scheduling
 from app.wire.queues import admission_check, cluster_queue, local_queue, resource_flavor
+from app.wire.workload import domain_workload
 from app.wire.workload_status import (
     condition,
     rfc3339,
@@ -76,7 +76,7 @@ def test_reader_keeps_the_admission_checks_strategy() -> None:
 
 
 def test_a_queue_naming_a_missing_or_inactive_check_is_inactive_and_says_which() -> None:
-    c = Cluster()
+    c = Scheduler()
     for f in ("f", "g"):
         c.add_flavor(resource_flavor({"metadata": {"name": f}, "spec": {}}))
     c.add_cluster_queue(cluster_queue(_cq([{"name": "prov"}, {"name": "b"}]))[0])
@@ -105,7 +105,7 @@ def test_a_queue_naming_a_missing_or_inactive_check_is_inactive_and_says_which()
 
 
 def test_queue_status_counts_a_workload_awaiting_checks_as_reserving_only() -> None:
-    c = Cluster()
+    c = Scheduler()
     c.add_flavor(resource_flavor({"metadata": {"name": "f"}, "spec": {}}))
     c.add_cluster_queue(cluster_queue(_cq())[0])
     c.add_local_queue(local_queue(LQ))

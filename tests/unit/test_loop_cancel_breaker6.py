@@ -13,13 +13,14 @@ import pytest
 from tests.unit.test_eta_messages import _loop
 
 
-@pytest.mark.parametrize("which", ["_eta_refresher", "run", "_pending_writer"])
+@pytest.mark.parametrize("which", ["run_refresher", "run", "run_writer"])
 async def test_a_loop_cancelled_as_its_event_is_set_ends(which: str) -> None:
     loop, ctx, _ = _loop(strict=False, eta_message_seconds=3600)
     ctx.wake_event = asyncio.Event()
-    event = {"_eta_refresher": loop._eta_kick, "run": ctx.wake_event,  # noqa: SLF001
-             "_pending_writer": loop._pending_kick}[which]  # noqa: SLF001
-    task = asyncio.create_task(getattr(loop, which)())
+    m = loop.messages
+    event = {"run_refresher": m._eta_kick, "run": ctx.wake_event,  # noqa: SLF001
+             "run_writer": m._pending_kick}[which]  # noqa: SLF001
+    task = asyncio.create_task(getattr(loop if which == "run" else m, which)())
     for _ in range(20):  # let it reach its wait
         await asyncio.sleep(0)
     event.set()

@@ -1,5 +1,5 @@
 """Queue metrics (app.controllers.metrics): /metrics scraped and parsed with the Prometheus text
-parser; gauges computed from the known Cluster of tests/status_scenario.py, counters and
+parser; gauges computed from the known core (Scheduler) of tests/status_scenario.py, counters and
 histograms from the recorder the reconciler calls. Names and labels are Kueue's."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``pykueue simulate`` (issue 9): the simulator drives the admission core and nothing else.
 
-- its decisions are the core's: the same trace driven by hand through ``Cluster`` gives the
+- its decisions are the core's: the same trace driven by hand through ``Scheduler`` gives the
   same decisions, in the same order, at the same instants;
 - a small trace's timeline, computed by hand below, is asserted exactly;
 - bad traces are rejected with ``file:line:`` and the field path.
@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from app.cli import app as cli
 from app.core.decisions import Admit, Decision, Pending, Preempt, PreemptionReason
-from app.core.scheduler import Cluster
+from app.core.scheduling_cycle import Scheduler
 from app.core.types import ClusterQueueName, FlavorName, FlavorResource, ResourceName, WorkloadKey
 from app.sim import Simulator, TraceError, load_trace, parse_trace, summarize, timelines
 from app.sim.report import bucket_means, capacity_bound
@@ -67,7 +67,7 @@ def _cpu(samples: list[dict[FlavorResource, int]]) -> list[float]:
     return [s.get(CPU, 0) / 1000 for s in samples]
 
 
-class CountingCluster(Cluster):
+class CountingScheduler(Scheduler):
     """The core, counting its cycles: proves the simulator drives the object it is given."""
 
     def __init__(self) -> None:
@@ -177,12 +177,12 @@ def test_small_trace_figures() -> None:
 
 
 def test_decisions_are_the_cores_own_when_driven_by_hand() -> None:
-    """Drive ``Cluster`` by hand with the events of the small trace (the reconciler's
+    """Drive ``Scheduler`` by hand with the events of the small trace (the reconciler's
     calls: add, schedule until quiet, confirm admissions, finish_eviction, finish) and get
     the very decisions the simulator recorded."""
     sim = _small()
     trace = parse_trace(SMALL, "small.yaml")
-    c = Cluster()
+    c = Scheduler()
     for f in trace.flavors:
         c.add_flavor(f)
     for ns, labels in trace.namespaces.items():
@@ -221,7 +221,7 @@ def test_decisions_are_the_cores_own_when_driven_by_hand() -> None:
 
 
 def test_simulator_runs_the_cluster_it_is_given() -> None:
-    core = CountingCluster()
+    core = CountingScheduler()
     sim = Simulator(parse_trace(SMALL, "small.yaml"), cluster=core).run()
     assert core.calls == sim.cycles > 0
     assert sim.cluster is core
@@ -526,7 +526,7 @@ def test_fair_allocation_is_weighted_max_min() -> None:
 
 
 def test_fair_teams_scenario_meets_its_fair_shares_with_fair_sharing_only() -> None:
-    from app.core.scheduler import Cluster
+    from app.core.scheduling_cycle import Scheduler
     from app.core.spec import FairSharing
     from app.core.types import ResourceName
     from app.sim.fairness import FairnessProbe
@@ -536,7 +536,7 @@ def test_fair_teams_scenario_meets_its_fair_shares_with_fair_sharing_only() -> N
         probe = FairnessProbe([q.name for q in t.cluster_queues],
                               {q.name: q.fair_weight_milli for q in t.cluster_queues},
                               16, ResourceName("nvidia.com/gpu"))
-        sim = Simulator(t, cluster=Cluster(FairSharing() if fair else None), on_cycle=probe)
+        sim = Simulator(t, cluster=Scheduler(FairSharing() if fair else None), on_cycle=probe)
         probe.bind(sim).sim.run()
         return {q: v for q, v in probe.report(sim.end_us).items() if not q.startswith("_")}
 

@@ -1,5 +1,5 @@
 """An eviction decided for a preemptor that no longer waits is not written
-(app/controllers/scheduler.py ``SchedulerLoop._evict`` / ``_still_preempting``).
+(app/controllers/decision_writer.py ``DecisionWriter.evict`` / ``_still_preempting``).
 
 At a low client QPS the eviction writes of a Preempt decision wait for write slots; quota
 freed by others meanwhile can admit the preemptor first. The eviction, still queued, would
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from app.config import Settings
-from app.controllers.scheduler import SchedulerLoop
+from app.controllers.scheduling_loop import SchedulerLoop
 from app.core.decisions import Admit, Preempt
 from tests.builders import Sim, cluster_queue, workload
 from tests.unit.test_eta_messages import FakeClient, FakeStore
@@ -50,7 +50,7 @@ def _preempt() -> tuple[Sim, Preempt]:
 
 async def _evict(loop: SchedulerLoop, d: Preempt) -> bool:
     v = d.victims[0]
-    return await loop._evict(v.workload, "Preempted", v.message, v, d)  # noqa: SLF001
+    return await loop.decisions.evict(v.workload, "Preempted", v.message, v, d)  # noqa: SLF001
 
 
 async def test_an_eviction_whose_preemptor_was_admitted_meanwhile_is_not_written() -> None:
@@ -59,7 +59,7 @@ async def test_an_eviction_whose_preemptor_was_admitted_meanwhile_is_not_written
     sim.finish("f")  # f ends while v's eviction waits for a write slot: p fits without it
     assert sim.admits(sim.cycle()) == ["ns/p"]
     assert not await _evict(loop, d)
-    assert ctx.client.writes == [] and loop.evictions_dropped == 1
+    assert ctx.client.writes == [] and loop.decisions.evictions_dropped == 1
     assert sim.admitted("v") and sim.usage("cq") == 4000  # v keeps running, p beside it
 
 
@@ -78,5 +78,5 @@ async def test_an_eviction_whose_preemptor_still_waits_is_written() -> None:
     written: Any = ctx.client.writes[-1]
     conds = {c["type"]: c for c in written["status"]["conditions"]}
     assert conds["Evicted"]["status"] == "True" and conds["Evicted"]["reason"] == "Preempted"
-    assert loop.evictions_dropped == 0 and sim.state("v") == "evicting"
+    assert loop.decisions.evictions_dropped == 0 and sim.state("v") == "evicting"
     assert not any(isinstance(x, Admit) for x in sim.cycle())  # p waits for v to stop

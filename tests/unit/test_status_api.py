@@ -1,6 +1,7 @@
-"""The queue status API (app.api.status) over a Cluster built in process (tests/status_scenario.py)
-with an in-process token table (StaticAccessReviewer): every endpoint with exact figures,
-paging, and 401/403/503. Expected figures are derived in the comments from the scenario."""
+"""The queue status API (app.api.status) over a core Scheduler built in process
+(tests/status_scenario.py) with an in-process token table (StaticAccessReviewer): every
+endpoint with exact figures, paging, and 401/403/503. Expected figures are derived in the
+comments from the scenario."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Kueue's visibility API (app.api.visibility) over the status scenario's Cluster
+"""Kueue's visibility API (app.api.visibility) over the status scenario's core
 (tests/status_scenario.py), in process: the exact ``PendingWorkloadsSummary`` JSON, ``limit``
 / ``offset``, discovery, and request-header authentication (front-proxy certificate, allowed
 names, X-Remote-* headers) with a SubjectAccessReview, all answered as Kubernetes Status.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.scheduler import Cluster
+from app.core.scheduling_cycle import Scheduler
 from app.core.types import ClusterQueueName, FlavorName, ResourceName
 from app.core.workload import PodSet, Toleration, Workload
 from app.extender.placement import ExtenderInputError, pod_facts
@@ -28,7 +28,7 @@ def _cq_obj(**spec: object) -> dict:
 def _admits_in_core(cq_spec: dict) -> bool:
     """Feed the controllers' readers into the core; True when a 1-cpu Workload in namespace
     ``ml`` is admitted."""
-    c = Cluster()
+    c = Scheduler()
     c.add_flavor(resource_flavor({"metadata": {"name": "default"}, "spec": {}}))
     spec, problem = cluster_queue(_cq_obj(**cq_spec))
     assert problem is None

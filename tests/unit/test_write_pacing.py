@@ -2,7 +2,7 @@
 it changes materially, a change of numbers or of the ETA tail at most every
 ``pending_message_refresh_seconds`` per Workload (the newest text when the interval ends), a
 Warning Event only for a new reason or wording (app/controllers/pacing.py,
-SchedulerLoop._write_pending), and Events per object and reason are rate-limited as
+PendingMessages._write_pending), and Events per object and reason are rate-limited as
 client-go's spam filter does (app/kube/events.py)."""
 
 from __future__ import annotations
@@ -69,11 +69,11 @@ async def test_a_numbers_only_change_waits_for_the_interval_then_the_newest_is_w
     await _flush(loop)
     loop.apply(_pending(SHORT.format(0, 8)))
     await _flush(loop)
-    assert len(ctx.client.writes) == 1 and loop.pending_deferred == 1
-    assert loop.requeue_deferred() == 0  # not due yet
+    assert len(ctx.client.writes) == 1 and loop.messages.pending_deferred == 1
+    assert loop.messages.requeue_deferred() == 0  # not due yet
 
     ctx.set_clock(T + 120)  # 60 s after the first write: the newest numbers land
-    assert loop.requeue_deferred() == 1
+    assert loop.messages.requeue_deferred() == 1
     await _flush(loop)
     assert len(ctx.client.writes) == 2 and _message(ctx) == SHORT.format(0, 8)
     assert len(ctx.events) == 1  # the same wording: no second Event
@@ -93,7 +93,7 @@ async def test_a_material_change_is_written_at_once_with_an_event() -> None:
     await _flush(loop)
     assert len(ctx.client.writes) == 2 and _message(ctx) == retry
     assert ctx.events == [SHORT.format(2, 6), retry]
-    assert loop._deferred == {}  # noqa: SLF001 - nothing left to refresh
+    assert loop.messages._deferred == {}  # noqa: SLF001 - nothing left to refresh
 
 
 async def test_eta_tail_changes_are_paced_per_workload() -> None:
@@ -102,14 +102,14 @@ async def test_eta_tail_changes_are_paced_per_workload() -> None:
     loop.apply(decisions[0])
     await _flush(loop)
     core = decisions[0].message
-    assert loop.refresh_eta_messages() == 1  # the tail appears at once: held back
+    assert loop.messages.refresh_eta_messages() == 1  # the tail appears at once: held back
     await _flush(loop)
     assert len(ctx.client.writes) == 1 and _message(ctx) == core
     # "position 1, expected start in ~10m" (or without the ETA when its budget ran out)
-    tail = loop._eta_tail[KEY]  # noqa: SLF001
+    tail = loop.messages._eta_tail[KEY]  # noqa: SLF001
 
     ctx.set_clock(T + 120)
-    assert loop.requeue_deferred() == 1
+    assert loop.messages.requeue_deferred() == 1
     await _flush(loop)
     assert tail.startswith("position 1") and _message(ctx) == f"{core}; {tail}"
     assert len(ctx.client.writes) == 2 and ctx.events == [core]

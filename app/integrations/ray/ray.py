@@ -54,7 +54,7 @@ GROUP, VERSION = "ray.io", "v1"
 SUSPEND = ("spec", "suspend")
 MAX_WORKER_GROUPS = 7
 K8S_JOB_MODE = "K8sJobMode"
-READY = "ready"  # KubeRay ClusterState once the cluster's pods run
+READY = "ready"  # KubeRay QuotaState once the cluster's pods run
 SUBMITTER = "submitter"
 DEFAULT_SUBMITTER_ANNOTATION = "pykueue.dev/default-submitter"
 """On a RayJob started with KubeRay's default submitter template, which pykueue wrote into

@@ -161,7 +161,6 @@ def test_resource_weights_choose_which_resource_counts():
 def test_admission_scope_without_the_configuration_keeps_plain_fifo():
     # Kueue: admissionScope takes effect only with Configuration admissionFairSharing.
     sim = shared_cq(afs=None)
-    assert not sim.c.uses_admission_fair_sharing(ClusterQueueName("shared"))
     assert sim.c.local_queue_fair_sharing("a/team") is None
 
 

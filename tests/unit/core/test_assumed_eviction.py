@@ -2,7 +2,7 @@
 
 The core keeps an assumed Workload's reservation on an update without admission (its
 admission write may still be in flight). The controller therefore confirms its own admission
-write in the core as soon as it lands (``SchedulerLoop._confirm``, the update carrying the
+write in the core as soon as it lands (``DecisionWriter._confirm``, the update carrying the
 admission); after that, the release update (no admission, Evicted=True) gives the quota back.
 These cases pin both sides of that contract; the lab test
 ``test_KQ_29_admission_preempted_at_once_releases_its_quota_despite_skipped_events`` checks

@@ -97,7 +97,7 @@ def _borrow_evict_rounds(s: Sim) -> int:
 
 
 def test_a_fork_keeps_the_reclaim_backoff_of_the_live_state() -> None:
-    """An ETA projection (``Cluster.fork``) made while a reclaim backoff runs must not let the
+    """An ETA projection (``Scheduler.fork``) made while a reclaim backoff runs must not let the
     reclaimed queue borrow before the live state would."""
     s = Sim(*_cqs(backoff=120.0))
     assert _borrow_evict_rounds(s) == 1
@@ -123,7 +123,7 @@ def test_a_cluster_queue_created_again_forgets_the_reclaim_backoff() -> None:
 
 def test_the_eta_projection_admits_when_the_reclaim_backoff_ends() -> None:
     """breaker7: the ETA fork carries the backoff, and its run wakes when it ends as the live
-    loop does (``Cluster.next_wakeup``): the borrower's head starts then, not "never
+    loop does (``Scheduler.next_wakeup``): the borrower's head starts then, not "never
     admitted" for want of another event in the projection."""
     from app.core.eta import BOUNDED, RuntimeModel, estimate
 

@@ -1,5 +1,5 @@
 """Property tests (hypothesis): ClusterQueues deleted and created again while Workloads are
-admitted, being evicted, pending and parked (``Cluster.delete_cluster_queue``, which also
+admitted, being evicted, pending and parked (``Scheduler.delete_cluster_queue``, which also
 forgets the scheduler's per-queue memory: usage peaks, kept-room run, reclaim backoff,
 nominations, parked class-mates), with bounded preemption (min runtime, reclaim backoff).
 

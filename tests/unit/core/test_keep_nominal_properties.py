@@ -1,6 +1,6 @@
-"""breaker6: attacks on the lender's kept room (``Cluster._keep_nominal_for_queue``: usage
+"""breaker6: attacks on the lender's kept room (``Scheduler._keep_nominal_for_queue``: usage
 peak over ``KEEP_PEAK_WINDOW_S`` plus a bounded queued-keep streak) and on
-``Cluster.fork`` copying that memory.
+``Scheduler.fork`` copying that memory.
 
 Properties (hypothesis, random cohorts with borrowing and lending limits, random arrivals,
 finishes and evictions): after every cycle no ClusterQueue is over nominal + borrowingLimit,
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.scheduler import KEEP_PEAK_WINDOW_S, Cluster
+from app.core.scheduling_cycle import KEEP_PEAK_WINDOW_S, Scheduler
 from app.core.types import ClusterQueueName
 from tests.builders import Sim, cluster_queue, fr, workload
 
@@ -172,7 +172,7 @@ def test_a_lender_peaking_at_its_nominal_every_few_seconds_does_not_starve_a_bor
 
 
 def test_a_projection_from_a_fork_leaves_the_live_kept_room_memory_alone():
-    """Cluster.fork copies the usage peaks and the queued-keep streak (evict16c): cycles of
+    """Scheduler.fork copies the usage peaks and the queued-keep streak (evict16c): cycles of
     the fork at later times must not age out or extend the live state's memory, so the live
     state decides the same with or without an ETA projection in between."""
     def build() -> Sim:
@@ -189,7 +189,7 @@ def test_a_projection_from_a_fork_leaves_the_live_kept_room_memory_alone():
 
     plain, forked = build(), build()
     fork = forked.c.fork(forked.c.cluster_queue_names())
-    assert isinstance(fork, Cluster)
+    assert isinstance(fork, Scheduler)
     for t in range(60):  # a long projection: the fork's window moves far ahead
         fork.schedule(forked.now + 100 + t)
         for k in list(fork.admitted(ClusterQueueName("q0"))):
@@ -215,7 +215,7 @@ def test_a_fork_orders_by_fair_sharing_as_the_live_state() -> None:
     s.c.add_workload(workload("a").cq("q0").pods(1, cpu=1).build(creation=s.now + 1))
     s.c.add_workload(workload("b").cq("q1").pods(1, cpu=1).build(creation=s.now + 2))
     fork = s.c.fork(s.c.cluster_queue_names())
-    assert isinstance(fork, Cluster)
+    assert isinstance(fork, Scheduler)
     assert fork.fair_sharing == s.c.fair_sharing
     assert Sim.admits(fork.schedule(s.now + 3)) == Sim.admits(s.c.schedule(s.now + 3)) \
         == ["ns/b"]

@@ -1,7 +1,7 @@
 """The core's pending index per LocalQueue stays exact whatever happens to Workloads and
 queues, so deleting a LocalQueue never meets a Workload that is gone or elsewhere.
 
-A KeyError in ``Cluster._reroute_lq`` (a LocalQueue deleted while its index still listed a
+A KeyError in ``Scheduler._reroute_lq`` (a LocalQueue deleted while its index still listed a
 Workload that had moved or gone) was seen on the lab; 8151b1c fixed the queue-name change
 that caused it. This property test drives random sequences of what the controllers do
 (Workloads created, moved between LocalQueues, admitted and assumed, confirmed or
@@ -21,7 +21,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.scheduler import Cluster
+from app.core.scheduling_cycle import Scheduler
 from app.core.spec import AdmissionFairSharing, LocalQueue, StopPolicy
 from app.core.types import ClusterQueueName
 from tests.builders import Sim, cluster_queue, workload
@@ -55,7 +55,7 @@ def _cq(name: str):  # noqa: ANN202 - a ClusterQueueSpec
             .preemption(within="LowerPriority", reclaim="Any").admission_fair_sharing().build())
 
 
-def check_index(c: Cluster) -> None:
+def check_index(c: Scheduler) -> None:
     """The invariants of the module doc (reads the core's private indexes on purpose)."""
     for lq, keys in c._pending_by_lq.items():
         for k in keys:

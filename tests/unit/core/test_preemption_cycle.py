@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core.decisions import Preempt
-from app.core.scheduler import KEEP_PEAK_WINDOW_S, Cluster
+from app.core.scheduling_cycle import KEEP_PEAK_WINDOW_S, Scheduler
 from app.core.types import ClusterQueueName, WorkloadKey
 from tests.builders import Sim, cluster_queue, workload
 
@@ -65,7 +65,7 @@ def test_two_preemptors_of_a_cohort_in_one_cycle_do_not_evict_for_the_same_room(
     assert s.evictions(ds) == []
 
 
-def _fits(c: Cluster, cq: ClusterQueueName, usage, allow_borrowing: bool) -> bool:
+def _fits(c: Scheduler, cq: ClusterQueueName, usage, allow_borrowing: bool) -> bool:
     tree = c.tree
     return all(
         r <= tree.available(cq, fr)
@@ -215,7 +215,7 @@ def test_a_lender_keeps_the_room_it_used_just_before_when_its_next_arrival_is_no
     _add(s, workload("s0").cq("q0").pods(1, cpu=1), workload("s1").cq("q0").pods(1, cpu=1))
     # A fork (the ETA projection's) remembers the peak too and decides the same.
     fork = s.c.fork(s.c.cluster_queue_names())
-    assert isinstance(fork, Cluster)
+    assert isinstance(fork, Scheduler)
     assert Sim.admits(fork.schedule(s.now + 1)) == ["ns/s0"]
     s.cycle()
     assert s.admitted("s0") and not s.admitted("b0")

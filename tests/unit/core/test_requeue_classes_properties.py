@@ -1,4 +1,4 @@
-"""Scheduler step 1 kept incremental (issue 16): ``Cluster._apply_requeues`` keeps the parked
+"""Scheduler step 1 kept incremental (issue 16): ``Scheduler._apply_requeues`` keeps the parked
 Workloads of a BestEffortFIFO ClusterQueue grouped by nomination class across requeues
 (``_ParkedClasses``, synced with ``PendingQueue.parked_changes``) instead of regrouping every
 parked Workload at each requeue. It must decide exactly as the full regrouping did.
@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core.queues import PendingQueue
-from app.core.scheduler import Cluster
+from app.core.scheduling_cycle import Scheduler
 from app.core.spec import AdmissionFairSharing, LocalQueue, QueueingStrategy, ResourceFlavor
 from app.core.types import ClusterQueueName, FlavorName, WorkloadKey
 from tests.builders import cluster_queue, workload
 
 
-class _FullRegroup(Cluster):
+class _FullRegroup(Scheduler):
     """The core with step 1 as it was before issue 16 (kept verbatim as the reference)."""
 
     def _apply_requeues(self) -> None:
@@ -128,7 +128,7 @@ class _Pair:
 
     def __init__(self, afs: bool) -> None:
         cfg = AdmissionFairSharing(half_life_s=60, sampling_s=5) if afs else None
-        self.cores = (Cluster(None, cfg), _FullRegroup(None, cfg))
+        self.cores = (Scheduler(None, cfg), _FullRegroup(None, cfg))
         self.now = 1000.0
         for c in self.cores:
             c.add_flavor(ResourceFlavor(FlavorName("default-flavor")))

@@ -1,4 +1,4 @@
-"""Scheduling cycle and the Cluster API: assume / forget / confirm, restart rebuild, status."""
+"""Scheduling cycle and the Scheduler API: assume / forget / confirm, restart rebuild, status."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 from dataclasses import replace
 
 from app.core.decisions import Admit, Pending, PendingReason
-from app.core.scheduler import Cluster
+from app.core.scheduling_cycle import Scheduler
 from app.core.types import ClusterQueueName
 from tests.builders import Sim, cluster_queue, fr, workload
 
@@ -61,7 +61,7 @@ def test_restart_rebuilds_usage_from_admissions_before_the_first_decision():
     s.settle()
     # A fresh core fed the same objects (admitted ones carry status.admission), in any order.
     objs = [s.c._wls[k].wl for k in s.c.workload_keys()]
-    fresh = Cluster()
+    fresh = Scheduler()
     fresh.add_workload(objs[1])
     for f in s.c.flavors.values():
         fresh.add_flavor(f)
@@ -136,7 +136,7 @@ def test_status_views_report_usage_positions_and_local_queue_counts():
 
 
 def test_unknown_keys_never_raise():
-    c = Cluster()
+    c = Scheduler()
     key = workload("x").build().key
     assert not c.forget(key) and not c.finish(key) and not c.evict(key, 0.0)
     assert not c.finish_eviction(key) and not c.cancel_eviction(key)

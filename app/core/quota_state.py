@@ -1,11 +1,18 @@
-"""In-memory state of the admission core (Kueue's "cache" + "queue manager"): pure, synchronous.
+"""The admission core's state: objects, quota usage and pending queues (Kueue v0.17.1's
+"cache" and "queue manager", ``pkg/cache/scheduler``, ``pkg/cache/queue``; reference
+3.1-3.3, 3.6). Pure, synchronous.
 
-``ClusterState`` holds ResourceFlavors, ClusterQueues, LocalQueues, namespace labels and
-Workloads (pending and admitted), the quota tree and one ``PendingQueue`` per ClusterQueue.
-The reconciler mirrors API objects into it with ``add_*`` / ``update_*`` / ``delete_*``;
-the scheduling cycle lives in ``app.core.scheduler.Cluster`` (a subclass adding
-``schedule(now)``). Time is always passed in (seconds since the epoch); nothing here reads a
-clock or does I/O.
+``QuotaState`` holds ResourceFlavors, ClusterQueues, Cohorts, LocalQueues, namespace labels
+and Workloads (pending and admitted), the quota tree (``app.core.quota.QuotaTree``) and one
+``PendingQueue`` per ClusterQueue. The reconciler mirrors API objects into it with
+``add_*`` / ``update_*`` / ``delete_*``; the scheduling cycle lives in
+``app.core.scheduling_cycle.Scheduler`` (a subclass adding ``schedule(now)``). Inputs are
+the dataclasses of ``app.core.spec`` and ``app.core.workload``; quantities are the core's
+integers per ``FlavorResource`` (``app.core.quantity``); time is always passed in (seconds
+since the epoch); nothing here reads a clock or does I/O. Methods never raise for unknown
+names (they return False or None, so a watch replay cannot crash the core); a ClusterQueue
+or Cohort that cannot be used is kept inactive with a ``ConfigProblem`` (its reason and
+message, as Kueue's Active condition).
 
 Workload life cycle in the core::
 
@@ -263,7 +270,7 @@ class LocalQueueStatus:
     usage: Mapping[FlavorResource, int]
 
 
-class ClusterState:
+class QuotaState:
     """State and mutations of the core; see the module docstring. Methods never raise for
     unknown names: they return False (or None) so a watch replay cannot crash the core."""
 
@@ -868,10 +875,6 @@ class ClusterState:
         return LocalQueueFairSharing(key, lq.cluster_queue, dict(ledger.consumed), ledger.last,
                                      self._afs_value(key))
 
-    def uses_admission_fair_sharing(self, name: ClusterQueueName) -> bool:
-        """True when ClusterQueue ``name`` orders its Workloads by LocalQueue usage."""
-        return name in self._afs_cqs
-
     # ---- versions ------------------------------------------------------------------------------
     def _scope(self, name: ClusterQueueName) -> tuple[str, str]:
         """The version scope of a ClusterQueue in the tree: its cohort, or itself (memoized
@@ -1028,7 +1031,7 @@ class ClusterState:
         cohort = self.tree.cohort_of(name)
         return (name,) if cohort is None else tuple(self.tree.members(cohort))
 
-    def fork(self, names: Iterable[ClusterQueueName]) -> ClusterState:
+    def fork(self, names: Iterable[ClusterQueueName]) -> QuotaState:
         """A new, independent state of the same class holding ClusterQueues ``names`` (pass
         whole cohorts: ``scope_members``), every flavor, namespace and LocalQueue, the
         Workloads admitted in them (assumed ones as admitted) and their pending Workloads.
@@ -1183,11 +1186,6 @@ class ClusterState:
             len(admitted),
             evicting,
         )
-
-    def cohort_problem(self, cohort: CohortName | None) -> ConfigProblem | None:
-        """Why ClusterQueues of ``cohort`` are inactive because of the cohort tree (a cycle
-        of parentName, an invalid Cohort on the way to the root), or None."""
-        return None if cohort is None else self._cohort_problems.get(cohort)
 
     def cohort_names(self) -> list[CohortName]:
         """Every cohort: declared by a Cohort object or named by a ClusterQueue, sorted."""

@@ -1,11 +1,16 @@
-"""One scheduling cycle of the admission core, and ``Cluster``: the object everyone uses.
+"""The scheduling cycle of the admission core: ``Scheduler`` = ``QuotaState``
+(``app.core.quota_state``: objects, quota usage, pending queues) + ``schedule(now)``.
 
-``Cluster`` (= ``ClusterState`` from ``app.core.cluster`` + ``schedule``) is stateful but
-pure: plain dataclasses in, plain dataclasses out, time passed in, no I/O, no clock.
+Pure: plain dataclasses in (``app.core.spec``, ``app.core.workload``), decisions out
+(``app.core.decisions``), time passed in (seconds since the epoch), no I/O, no clock.
+Quantities are the core's integer units (``app.core.quantity``: milli for CPU-like
+resources, bytes, counts). Nothing here raises on a bad object: a ClusterQueue the core
+cannot use is inactive with a reason, a Workload that cannot fit is Pending with a reason
+and message.
 
 Feeding it (the reconciler mirrors API objects; the simulator builds them)::
 
-    c = Cluster()
+    c = Scheduler()
     c.add_flavor(ResourceFlavor(FlavorName("a100"), node_labels={"pool": "a100"}))
     c.add_cluster_queue(ClusterQueueSpec(
         ClusterQueueName("team-a"), cohort=CohortName("ai"),
@@ -31,70 +36,63 @@ Then report what happens in the API: ``update_workload(wl)`` (with admission: co
 assumption; without: eviction finished), ``finish(key)``, ``delete_workload(key)``,
 ``finish_eviction(key)``; and config changes (``add/update/delete`` of flavors,
 ClusterQueues, LocalQueues, ``set_namespace``). When ``schedule`` returns ``[]`` nothing will
-change until one of those calls: wait for the next event.
+change until one of those calls or ``next_wakeup()``: wait for the next event.
 
 Status: ``cluster_queue_status(name)`` (usage / borrowed / lent / available per
 flavor-resource, Active reason), ``pending_workloads(name)`` (queue order, position,
 inadmissible, last reason), ``workload(key)``, ``local_queue_status(key)``.
 
-The cycle (Kueue ``Scheduler.schedule``, reference 3.4):
+The cycle (Kueue v0.17.1 ``Scheduler.schedule``, ``pkg/scheduler/scheduler.go``; reference
+3.4):
 
-1. Parked Workloads of ClusterQueues whose cohort changed return to their heaps. Under
-   BestEffortFIFO, parked Workloads with the same nomination key (step 3: same priority
-   and shape, and queue-order time under LowerOrNewerEqualPriority) get the same verdict
-   at a given cohort version, so only the first of each class in queue order (its
-   representative) returns; the others stay parked until the representative leaves the
-   queue (admitted, deleted, moved), when the next one returns. A representative parked
-   again keeps its class parked until the next change. Kueue re-evaluates every parked
-   Workload, one head per ClusterQueue per cycle: O(parked) evaluations per release. On
-   Kueue's baseline scenario both give the same admissions and preemptions at the same
-   times (1.3 million Pending decisions became 29,000). In general the queues of a cohort
-   can interleave differently within one instant: a queue no longer spends a cycle per
-   parked class-mate, so its next admissible Workload competes at once and the cycle's
-   order (step 4) decides, where Kueue lets the other queue go first (test
-   ``test_parked_class_mates_do_not_hold_their_queue_back_in_the_cohort``).
-   Cost: a BestEffortFIFO ClusterQueue whose selector selects every namespace keeps its
-   parked Workloads grouped by class across requeues (``_ParkedClasses``): a requeue
-   classifies only the keys that entered or left the parked set since the previous one
-   (``PendingQueue.parked_changes``), and returns one representative per class, so it costs
-   O(changes x log(class size) + classes), not O(parked x log(parked)) (issue 16). The
-   outcome is exactly the full regrouping's (test ``test_requeue_classes_properties``).
-2. Heads: one per ClusterQueue with queued Workloads (cost O(active ClusterQueues), not
-   O(pending Workloads)). An inactive ClusterQueue parks all its Workloads with its reason;
-   a head whose namespace does not match the selector is parked (even under StrictFIFO).
-3. Nominate: flavor assignment for each head against usage at cycle start. The outcome
-   (assignment, mode, reason, message, shortfalls) is a function of the ClusterQueue, the
-   head's shape (per pod set: name, count, requests, nodeSelector, affinity, tolerations;
-   order kept, it orders the message), its priority (and its queue-order time under
-   withinClusterQueue LowerOrNewerEqualPriority) and the state of the cohort; so it is
-   memoized per ClusterQueue and shape while the cohort's version (``ClusterState``
-   ``_version``) is unchanged: BestEffortFIFO re-nominates many parked Workloads of the
-   same shape after each release, and a cohort whose usage did not change gives each of
-   them the same answer without a new flavor assignment or preemption search.
-   A head that needs preemption gets its fewest victims here too, against the usage the
-   cycle starts from (Kueue ``getAssignments`` -> ``GetTargets``).
+1. Requeue: parked (inadmissible) Workloads of ClusterQueues whose cohort changed return to
+   their queues (Kueue ``QueueInadmissibleWorkloads``). Under BestEffortFIFO, parked
+   Workloads with the same nomination key (step 3: same priority and shape, and queue-order
+   time under LowerOrNewerEqualPriority) get the same verdict at a given cohort version, so
+   only the first of each class in queue order (its representative) returns; the others stay
+   parked until the representative leaves the queue (admitted, deleted, moved). A
+   representative parked again keeps its class parked until the next change. pykueue's
+   rule, not Kueue's (Kueue re-evaluates every parked Workload, one head per ClusterQueue
+   per cycle): the admissions and preemptions are the same, except that the queues of a
+   cohort may interleave differently within one instant (test
+   ``test_parked_class_mates_do_not_hold_their_queue_back_in_the_cohort``). Classes are
+   kept across requeues (``_ParkedClasses``) for a selector that selects every namespace:
+   a requeue costs O(changes x log(class size) + classes); the outcome is the full
+   regrouping's (test ``test_requeue_classes_properties``).
+2. Heads: one per ClusterQueue with queued Workloads. An inactive ClusterQueue parks all its
+   Workloads with its reason; a head whose namespace does not match the selector is parked
+   (even under StrictFIFO).
+3. Nominate: flavor assignment for each head against usage at cycle start (Kueue
+   ``getAssignments``, ``pkg/scheduler/flavorassigner``), memoized per ClusterQueue and
+   head shape (per pod set: name, count, requests, nodeSelector, affinity, tolerations),
+   priority (and queue-order time under LowerOrNewerEqualPriority) while the cohort's
+   version (``QuotaState._version``) is unchanged. A head that needs preemption gets its
+   fewest victims here too (Kueue ``GetTargets``, ``pkg/scheduler/preemption``).
 4. Order: not borrowing before borrowing, then higher priority, then earlier queue-order
-   time, uid, key.
+   time, uid, key (Kueue ``entryOrdering``); under fair sharing a tournament by dominant
+   resource share in each cohort tree (``_fair_next``; Kueue's fair sharing iterator,
+   reference 3.8).
 5. Process in order against the live usage (earlier admissions of this cycle count):
-   Fit ⇒ re-check it still fits, assume, Admit; then, pykueue's rule (not Kueue's), a
-   ClusterQueue below its nominal quota with Workloads still queued keeps that unused
-   nominal quota (up to the usage it reached in the last few seconds, and up to what its
-   queue requests for at most that long in a row) from the rest of the cycle, so borrowers
-   do not take what its next heads would reclaim by eviction a cycle later
-   (``_keep_nominal_for_queue``); Preempt/Reclaim
-   ⇒ its targets from step 3, skipped (retried next cycle, no new victims) when they
-   overlap another preemptor's of this cycle or no longer make room once this cycle's
-   earlier admissions and preemptors are counted (Kueue ``fits``); else mark new ones
-   evicting, Preempt, and hold the preemptor's whole usage for the rest of the cycle;
-   NoCandidates ⇒ Pending, and unless reclaimWithinCohort is Any the ClusterQueue holds
-   its unused nominal headroom for the rest of the cycle (acceptance KQ-09); NoFit ⇒
-   Pending.
-   A head that does not fit stays the head under StrictFIFO and is parked under
-   BestEffortFIFO. A preemptor stays the head (sticky) until admitted.
+   Fit => re-check it still fits, assume, Admit; then, pykueue's rule (not Kueue's), a
+   ClusterQueue below its nominal quota with Workloads still queued keeps part of that
+   unused nominal quota from the rest of the cycle (``_keep_nominal_for_queue``,
+   ``KEEP_PEAK_WINDOW_S``); Preempt/Reclaim => its targets from step 3, skipped (retried
+   next cycle, no new victims) when they overlap another preemptor's of this cycle or no
+   longer make room once this cycle's earlier admissions and preemptors are counted (Kueue
+   ``fits``); else mark new ones evicting, Preempt, and hold the preemptor's whole usage
+   for the rest of the cycle; NoCandidates => Pending, and unless reclaimWithinCohort is
+   Any the ClusterQueue holds its unused nominal headroom for the rest of the cycle
+   (acceptance KQ-09); NoFit => Pending. A head that does not fit stays the head under
+   StrictFIFO and is parked under BestEffortFIFO. A preemptor stays the head (sticky)
+   until admitted.
 
 No preempt/re-admit loop: victims stay counted until their eviction finishes; a victim
 re-queued after eviction is ordered by its eviction time; a preemptor waiting for victims
 already being evicted issues no new preemption (acceptance KQ-18, KQ-29).
+
+pykueue's ClusterQueue annotations ``MIN_RUNTIME_ANNOTATION`` and
+``RECLAIM_BACKOFF_ANNOTATION`` bound preemption (an opt-in departure from Kueue, read by
+``app.wire.queues``).
 """
 
 from __future__ import annotations
@@ -106,7 +104,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TypeAlias
 
-from app.core.cluster import ClusterState, _Record
 from app.core.decisions import Admit, Decision, PendingReason, Preempt, PreemptionReason, Victim
 from app.core.flavors import Assignment, Mode, assign_flavors, shortfall
 from app.core.preemption import (
@@ -117,6 +114,7 @@ from app.core.preemption import (
     find_targets,
 )
 from app.core.queues import PendingQueue, SortKey
+from app.core.quota_state import QuotaState, _Record
 from app.core.spec import (
     AdmissionFairSharing,
     ClusterQueueSpec,
@@ -128,7 +126,7 @@ from app.core.spec import (
 from app.core.types import ClusterQueueName, FlavorResource, WorkloadKey
 from app.core.workload import Workload
 
-__all__ = ["Cluster", "MIN_RUNTIME_ANNOTATION", "RECLAIM_BACKOFF_ANNOTATION"]
+__all__ = ["Scheduler", "MIN_RUNTIME_ANNOTATION", "RECLAIM_BACKOFF_ANNOTATION"]
 
 # pykueue's ClusterQueue annotations for bounded preemption (named in Pending messages; read
 # by app/wire/queues.py).
@@ -147,7 +145,7 @@ def _duration(seconds: float) -> str:
 
 KEEP_PEAK_WINDOW_S = 5.0
 """How long a ClusterQueue's usage peak, and its queued requests beyond it, justify keeping its
-unused nominal quota from borrowers while it admits (``Cluster._keep_nominal_for_queue``;
+unused nominal quota from borrowers while it admits (``Scheduler._keep_nominal_for_queue``;
 seconds). A few seconds: above the arrival period of the classes of Kueue's performance
 baseline (largest 1.2 s) with a loaded controller's cycle delays; and the longest a borrower
 waits for room its lender does not use."""
@@ -197,11 +195,11 @@ class _ParkedClasses:
     """The parked Workloads of one BestEffortFIFO ClusterQueue grouped by nomination class
     (step 1), kept from one requeue to the next.
 
-    Invariant, true right after each requeue's sync (``Cluster._sync_classes``) when
+    Invariant, true right after each requeue's sync (``Scheduler._sync_classes``) when
     ``queue`` and ``context`` still hold: ``classes[c]`` lists the queue-order keys
     (``PendingQueue`` sort keys, ascending) of exactly the parked Workloads of class ``c``,
     and ``of[k]`` is the (class, sort key) under which parked ``k`` was filed. Between
-    requeues the lists are the followers lists (``Cluster._followers``), which
+    requeues the lists are the followers lists (``Scheduler._followers``), which
     ``_release_followers`` consumes from the front; every key whose parked state changes in
     the meantime is in the queue's ``parked_changes``, so the next sync re-files only those
     keys (a key's class can change only through ``push``: a new Workload version or
@@ -218,13 +216,13 @@ class _ParkedClasses:
     of: dict[WorkloadKey, tuple[object, SortKey]]
 
 
-class Cluster(ClusterState):
-    """The admission core: ``ClusterState`` plus ``schedule(now)``. See the module docstring."""
+class Scheduler(QuotaState):
+    """The admission core: ``QuotaState`` plus ``schedule(now)``. See the module docstring."""
 
     def __init__(self, fair_sharing: FairSharing | None = None,
                  admission_fair_sharing: AdmissionFairSharing | None = None) -> None:
         # admission_fair_sharing: Kueue Configuration admissionFairSharing (None: off), used
-        # by ClusterQueues whose admissionScope asks for it (app.core.cluster).
+        # by ClusterQueues whose admissionScope asks for it (app.core.quota_state).
         super().__init__(admission_fair_sharing)
         # Kueue Configuration fairSharing: None = classical ordering and preemption.
         self.fair_sharing = fair_sharing
@@ -255,18 +253,18 @@ class Cluster(ClusterState):
         ] = {}
         self._keep_over_since: dict[ClusterQueueName, float] = {}
 
-    def fork(self, names: Iterable[ClusterQueueName]) -> ClusterState:
-        """``ClusterState.fork`` plus the fair sharing configuration and what
+    def fork(self, names: Iterable[ClusterQueueName]) -> QuotaState:
+        """``QuotaState.fork`` plus the fair sharing configuration and what
         ``_keep_nominal_for_queue`` remembers of ``names`` (recent usage peaks, since when
         room was kept for the queue), so a projection from the fork (``app.core.eta``)
         orders, keeps and lends as this state would."""
         names = tuple(names)
         out = super().fork(names)
-        if isinstance(out, Cluster):
-            # The same ordering and preemption (breaker6: the fork, built by ``type(self)()``,
-            # ran classical ordering under fair sharing, so the ETA projected other starts).
+        if isinstance(out, Scheduler):
+            # The same ordering and preemption: a fork built by ``type(self)()`` alone
+            # would order classically under fair sharing, and the ETA project other starts.
             out.fair_sharing = self.fair_sharing
-            # Parked Workloads stay parked in the fork (``ClusterState.fork``): the timer
+            # Parked Workloads stay parked in the fork (``QuotaState.fork``): the timer
             # that requeues them when a backoff or minimum runtime ends comes along.
             out._wake_at = self._wake_at
             for n in names:
@@ -280,7 +278,7 @@ class Cluster(ClusterState):
         return out
 
     def delete_cluster_queue(self, name: ClusterQueueName) -> bool:
-        """``ClusterState.delete_cluster_queue`` plus forgetting the scheduler's per-queue
+        """``QuotaState.delete_cluster_queue`` plus forgetting the scheduler's per-queue
         memory of ``name`` (usage peaks, kept-room run, reclaim backoff, memoized
         nominations, parked class-mates): a ClusterQueue created again under the name starts
         afresh, and deleted queues hold no memory."""
@@ -805,9 +803,8 @@ class Cluster(ClusterState):
         Why: one head per ClusterQueue is admitted per cycle. Kueue v0.17.1 lends the rest of
         a lender's nominal quota to borrowers in the same cycle, and the lender's next head,
         within its nominal, reclaims it one cycle later by evicting what was just admitted
-        (reclaimWithinCohort). On Kueue's performance baseline that lend-then-reclaim was most
-        of pykueue's evictions (issue 16, bench/evictions.py: small<-small reclamation of
-        Workloads admitted under a second earlier). Kept only while the ClusterQueue admits
+        (reclaimWithinCohort), so Workloads admitted under a second earlier are evicted
+        again. Kept only while the ClusterQueue admits
         (a cycle in which its head does not fit holds nothing, so quota it cannot use is lent
         the next cycle) and only when it could reclaim (reclaimWithinCohort not Never); not
         under fair sharing, whose order is by share.
@@ -818,14 +815,13 @@ class Cluster(ClusterState):
         * up to the highest usage the ClusterQueue had after an admission within the last
           ``KEEP_PEAK_WINDOW_S`` seconds (room it really used that recently: its arrivals
           often come right after a cycle, when its queue is short, so its queued requests
-          alone under-state what it reclaims next; issue 16: capping at them tripled the
-          evictions on the baseline);
+          alone under-state what it reclaims next);
         * or, for at most ``KEEP_PEAK_WINDOW_S`` seconds of consecutive admitting cycles,
           up to what its queued (not parked) Workloads request (a queue being drained, its
           usage not yet grown to it). Past that the queued part lapses until a cycle in
           which it keeps nothing beyond its recent usage, so a lender admitting every cycle
-          from a queue it never grows into (breaker5: each Workload finishes before the next
-          is admitted) holds room it does not use for at most about twice the window (its
+          from a queue it never grows into (each Workload finishes before the next is
+          admitted) holds room it does not use for at most about twice the window (its
           peak ageing out, then the queued part lapsing), and the cohort's borrowers are
           admitted. Room it keeps using stays kept (Kueue's lender would reclaim it)."""
         spec = e.spec

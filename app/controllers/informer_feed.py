@@ -1,0 +1,248 @@
+"""Feeding the admission core (``app.core.scheduling_cycle.Scheduler``) from the informers:
+one handler per watched kind, ``(etype, old, new)`` as ``app.kube.informers`` calls it,
+synchronous, no I/O of its own (writes it decides are spawned on ``WorkloadWrites``).
+
+- ResourceFlavors, ClusterQueues, Cohorts, AdmissionChecks, LocalQueues and Namespaces are
+  mirrored into the core (``add_*`` / ``delete_*``), read by ``app.wire.queues``. An
+  unreadable ResourceFlavor is treated as absent (its ClusterQueues stay inactive); an
+  unreadable LocalQueue fair-sharing weight is read as 1 (the CRD refuses both; objects
+  written before are tolerated). With Admission Fair Sharing a LocalQueue's persisted
+  ``status.fairSharing.admissionFairSharingStatus`` seeds the core's ledger after a restart
+  (Kueue seeds its ledger the same way).
+- Every Workload object becomes a domain ``Workload`` (``app.wire.workload.domain_workload``)
+  and is added / updated / finished / deleted in the core. A restart therefore rebuilds usage
+  from ``Workload.status.admission`` during the first list; no cycle runs before every
+  informer has synced (``SchedulerLoop.run``). Not queued: deactivated Workloads
+  (``spec.active: false``) without admission, and those waiting out a requeue backoff
+  (Requeued=False, ``lifecycle.backoff_held``). An unreadable Workload is kept out of the
+  core and listed in ``bad_workloads`` (key -> message). With waitForPodsReady
+  ``requeuingStrategy.timestamp: Creation`` a PodsReadyTimeout eviction does not reset the
+  Workload's place in the queue (Kueue v1beta2 Configuration). An admitted Workload turned
+  inactive is evicted (``Deactivated``, or ``DeactivatedDueTo<reason>`` after a
+  DeactivationTarget condition: Kueue's workload controller).
+- DRA (docs/dra.md): a pending Workload's podSets get the devices its pods claim through
+  ResourceClaimTemplates (``app.wire.dra``, renamed by ``resources.deviceClassMappings``)
+  added to their per-pod requests before the core sees it, as Kueue's Workload controller
+  does while a Workload is pending (an admitted one is counted by its
+  ``status.admission``); claims that cannot be counted go to ``DraVerdicts``. A change of a
+  ResourceClaimTemplate re-reads the pending Workloads of its namespace that name it.
+
+Every handler wakes the scheduling loop (``ctx.wake``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from app.controllers.decision_writer import DecisionWriter
+from app.controllers.dra_verdicts import DraVerdicts
+from app.controllers.lifecycle import Lifecycle, backoff_held
+from app.controllers.pending_messages import PendingMessages
+from app.controllers.write_tasks import WorkloadWrites
+from app.core.scheduling_cycle import Scheduler
+from app.core.types import ClusterQueueName, CohortName, FlavorName, WorkloadKey
+from app.kube.context import RCT, WL, Context
+from app.kube.informers import DELETED
+from app.wire.dra import DraInadmissible, claim_template_names, with_claim_requests
+from app.wire.fields import Obj, WorkloadSpecError
+from app.wire.queues import (
+    admission_check,
+    cluster_queue,
+    cohort,
+    consumed_from_status,
+    local_queue,
+    resource_flavor,
+)
+from app.wire.workload import domain_workload, workload_key
+from app.wire.workload_status import (
+    DEACTIVATION_TARGET,
+    EVICTED,
+    condition,
+    has_admission,
+    is_active,
+    is_evicted,
+    is_finished,
+)
+
+log = logging.getLogger(__name__)
+
+
+class InformerFeed:
+    """The informer handlers that keep ``cluster`` in step with the API objects (module
+    doc); they hand each Workload's follow-up to ``lifecycle``, ``decisions``, ``messages``
+    and ``dra``."""
+
+    def __init__(self, ctx: Context, cluster: Scheduler, *, lifecycle: Lifecycle,
+                 decisions: DecisionWriter, messages: PendingMessages, dra: DraVerdicts,
+                 writes: WorkloadWrites, metrics: Any = None) -> None:
+        self.ctx = ctx
+        self.cluster = cluster
+        self.lifecycle = lifecycle
+        self.decisions = decisions
+        self.messages = messages
+        self.dra = dra
+        self.writes = writes
+        self.metrics = metrics
+        self.bad_workloads: dict[WorkloadKey, str] = {}
+        # DRA: DeviceClass -> quota resource.
+        self.device_classes = ctx.settings.resources.device_classes()
+
+    def on_flavor(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        if etype == DELETED:
+            self.cluster.delete_flavor(FlavorName(old["metadata"]["name"]))  # type: ignore[index]
+        elif new is not None:
+            try:
+                self.cluster.add_flavor(resource_flavor(new))
+            except WorkloadSpecError as exc:
+                # The CRD refuses such a flavor; one written before it is read as absent, so
+                # the ClusterQueues naming it stay inactive rather than admit onto it.
+                log.warning("ResourceFlavor %s is unreadable, treated as absent: %s",
+                            new["metadata"]["name"], exc)
+                self.cluster.delete_flavor(FlavorName(new["metadata"]["name"]))
+        self.ctx.wake()
+
+    def on_cluster_queue(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        if etype == DELETED:
+            self.cluster.delete_cluster_queue(
+                ClusterQueueName(old["metadata"]["name"]))  # type: ignore[index]
+        elif new is not None:
+            spec, _ = cluster_queue(new)
+            self.cluster.add_cluster_queue(spec)
+            if old is not None and (old.get("spec") or {}).get("admissionChecksStrategy") \
+                    != (new.get("spec") or {}).get("admissionChecksStrategy"):
+                # Its Workloads holding quota get the queue's checks now (Kueue syncs them).
+                store = self.ctx.store(WL)
+                for key in self.cluster.admitted(spec.name):
+                    if (obj := store.get(key)) is not None:
+                        self.lifecycle.observe(obj)
+        self.ctx.wake()
+
+    def on_cohort(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        if etype == DELETED:
+            self.cluster.delete_cohort(CohortName(old["metadata"]["name"]))  # type: ignore[index]
+        elif new is not None:
+            spec, _ = cohort(new)
+            self.cluster.add_cohort(spec)
+        self.ctx.wake()
+
+    def on_admission_check(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        """An AdmissionCheck changed: ClusterQueues naming it are re-validated (Kueue: a
+        missing or inactive check makes them inactive)."""
+        if etype == DELETED:
+            self.cluster.delete_admission_check(admission_check(old)[0])  # type: ignore[arg-type]
+        elif new is not None:
+            self.cluster.set_admission_check(*admission_check(new))
+        self.ctx.wake()
+
+    def on_local_queue(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        if etype == DELETED:
+            m = old["metadata"]  # type: ignore[index]
+            self.cluster.delete_local_queue(f"{m['namespace']}/{m['name']}")
+        elif new is not None:
+            try:
+                lq = local_queue(new)
+            except WorkloadSpecError as exc:
+                # The CRD refuses such a weight; one written before it keeps the default 1.
+                log.warning("LocalQueue %s/%s: %s; using weight 1", new["metadata"].get(
+                    "namespace"), new["metadata"]["name"], exc)
+                lq = local_queue({**new, "spec": {**(new.get("spec") or {}),
+                                                  "fairSharing": {}}})
+            self.cluster.add_local_queue(lq)
+            if self.cluster.admission_fair_sharing is not None:
+                # After a restart, the history persisted in the status (Kueue seeds its
+                # ledger the same way); ignored once the core has its own.
+                consumed = consumed_from_status(new)
+                if consumed is not None:
+                    self.cluster.seed_local_queue_usage(lq.key, consumed)
+        self.ctx.wake()
+
+    def on_namespace(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        if etype == DELETED:
+            self.cluster.delete_namespace(old["metadata"]["name"])  # type: ignore[index]
+        elif new is not None:
+            self.cluster.set_namespace(new["metadata"]["name"],
+                                       new["metadata"].get("labels") or {})
+        self.ctx.wake()
+
+    def on_workload(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        obj = new or old
+        if obj is None:
+            return
+        key = workload_key(obj)
+        self.ctx.wake()
+        if etype == DELETED or new is None:
+            self.cluster.delete_workload(key)
+            self.decisions.drop_deadline(key)
+            self.messages.drop(key)
+            self.lifecycle.forget(key)
+            return
+        if is_finished(new):
+            info = self.cluster.workload(key)
+            if info is not None and info.state != "pending" \
+                    and not (old is not None and is_finished(old)):
+                self.messages.learn_runtime(key, new)
+            if self.metrics is not None and info is not None and info.cluster_queue \
+                    and info.state != "pending" and not (old is not None and is_finished(old)):
+                self.metrics.finished(info.cluster_queue, namespace=key.split("/", 1)[0],
+                                      local_queue=(new.get("spec") or {}).get("queueName", ""))
+            self.cluster.finish(key)
+            self.decisions.drop_deadline(key)
+            self.messages.drop(key)
+            self.lifecycle.forget(key)
+            return
+        if (not is_active(new) and not has_admission(new)) or backoff_held(new):
+            # Deactivated, or waiting out a requeue backoff (Requeued=False): not queued.
+            self.cluster.delete_workload(key)
+            self.lifecycle.observe(new)
+            return
+        try:
+            wl = domain_workload(new)
+            if wl.admission is None:
+                wl = with_claim_requests(wl, new, self._claim_template, self.device_classes)
+        except DraInadmissible as exc:
+            self.cluster.delete_workload(key)
+            self.dra.refuse(key, str(exc))
+            return
+        except WorkloadSpecError as exc:
+            self.bad_workloads[key] = str(exc)
+            self.cluster.delete_workload(key)
+            return
+        self.bad_workloads.pop(key, None)
+        self.dra.countable(key, new)
+        if wl.admission is None and wl.evicted_at is not None \
+                and self.ctx.settings.wait_for_pods_ready.requeuing_strategy.timestamp \
+                == "Creation" and (condition(new, EVICTED) or {}).get("reason") \
+                == "PodsReadyTimeout":
+            wl = replace(wl, evicted_at=None)  # requeuingStrategy.timestamp: Creation
+        if old is None and wl.admission is None:
+            self.messages.observe_arrival(wl)  # a new Workload: one more arrival of its class
+        self.cluster.update_workload(wl)
+        self.decisions.track_deadline(key, new)
+        if not is_active(new) and has_admission(new) and not is_evicted(new) \
+                and self.ctx.may_write and self.cluster.evict(key, self.ctx.clock()):
+            reason, message = "Deactivated", "The workload is deactivated"
+            target = condition(new, DEACTIVATION_TARGET)
+            if target is not None and target.get("status") == "True":
+                reason = f"DeactivatedDueTo{target.get('reason', '')}"
+                message = f"The workload is deactivated due to {target.get('message', '')}"
+            self.writes.spawn(self.decisions.evict(key, reason, message, None, None))
+        self.lifecycle.observe(new)
+
+    def _claim_template(self, namespace: str, name: str) -> Obj | None:
+        if RCT not in self.ctx.informers.informers:
+            return None
+        return self.ctx.store(RCT).get(f"{namespace}/{name}")
+
+    def on_claim_template(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        """A ResourceClaimTemplate changed: re-read the pending Workloads of its namespace
+        whose pods name it (their device counts or admissibility may change)."""
+        obj = new or old
+        if obj is None:
+            return
+        ns, name = obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+        for wl in self.ctx.store(WL).list():
+            if wl["metadata"].get("namespace") == ns and not has_admission(wl) \
+                    and name in claim_template_names(wl):
+                self.on_workload("MODIFIED", wl, wl)
