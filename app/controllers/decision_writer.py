@@ -61,11 +61,13 @@ from app.wire.workload import domain_workload, workload_key
 from app.wire.workload_status import (
     ADMITTED,
     DEACTIVATION_TARGET,
+    eviction_cause,
     execution_deadline,
     has_admission,
     is_active,
     is_evicted,
     is_true,
+    priority_class_name,
     set_condition,
     with_admission,
     with_eviction,
@@ -167,7 +169,8 @@ class DecisionWriter:
         except WorkloadSpecError:
             return
         self.metrics.admitted(cluster_queue, wait, namespace=wl["metadata"]["namespace"],
-                              local_queue=(wl.get("spec") or {}).get("queueName", ""))
+                              local_queue=(wl.get("spec") or {}).get("queueName", ""),
+                              priority_class=priority_class_name(wl))
 
     def _confirm(self, key: WorkloadKey, out: Obj) -> None:
         """Feed the core the object our admission / eviction write of ``key`` returned, so
@@ -294,7 +297,10 @@ class DecisionWriter:
         if self.metrics is None:
             return
         adm = (wl.get("status") or {}).get("admission") or {}
+        reason, cause = eviction_cause(wl, reason)
         self.metrics.evicted(str(adm.get("clusterQueue", "")), reason,
+                             underlying_cause=cause,
+                             priority_class=priority_class_name(wl),
                              namespace=wl["metadata"]["namespace"],
                              local_queue=(wl.get("spec") or {}).get("queueName", ""))
         if victim is not None and d is not None:

@@ -64,6 +64,7 @@ from app.wire.workload_status import (
     is_active,
     is_evicted,
     is_finished,
+    priority_class_name,
 )
 
 log = logging.getLogger(__name__)
@@ -186,7 +187,8 @@ class InformerFeed:
             if self.metrics is not None and info is not None and info.cluster_queue \
                     and info.state != "pending" and not (old is not None and is_finished(old)):
                 self.metrics.finished(info.cluster_queue, namespace=key.split("/", 1)[0],
-                                      local_queue=(new.get("spec") or {}).get("queueName", ""))
+                                      local_queue=(new.get("spec") or {}).get("queueName", ""),
+                                      priority_class=priority_class_name(new))
             self.cluster.finish(key)
             self.decisions.drop_deadline(key)
             self.messages.drop(key)

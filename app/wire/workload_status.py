@@ -31,6 +31,7 @@ EVICTED = "Evicted"
 PREEMPTED = "Preempted"
 REQUEUED = "Requeued"
 DEACTIVATION_TARGET = "DeactivationTarget"
+DEACTIVATED_DUE_TO = "DeactivatedDueTo"  # Evicted reason prefix: Kueue ReasonWithCause
 STOPPED_REASONS = frozenset({"ClusterQueueStopped", "LocalQueueStopped"})
 FINISHED = "Finished"
 PODS_READY = "PodsReady"
@@ -89,6 +90,28 @@ def condition(obj: Mapping[str, Any], ctype: str) -> Obj | None:
 def is_true(obj: Mapping[str, Any], ctype: str) -> bool:
     c = condition(obj, ctype)
     return c is not None and c.get("status") == "True"
+
+
+def priority_class_name(wl: Mapping[str, Any]) -> str:
+    """``spec.priorityClassRef.name`` of a Workload, or ``""`` (Kueue ``PriorityClassName``:
+    the ``priority_class`` label of its metrics)."""
+    ref = (wl.get("spec") or {}).get("priorityClassRef")
+    return str(ref.get("name") or "") if isinstance(ref, Mapping) else ""
+
+
+def eviction_cause(wl: Mapping[str, Any], reason: str) -> tuple[str, str]:
+    """``(reason, underlying_cause)`` as Kueue v0.17.1 reports an eviction of ``wl`` written
+    with Evicted reason ``reason`` in its metrics: ``DeactivatedDueTo<X>`` (the condition's
+    reason, Kueue ``ReasonWithCause``) is ``("Deactivated", X)``; ``PodsReadyTimeout`` has
+    cause ``WaitForStart`` or ``WaitForRecovery`` (from the PodsReady condition); any other
+    reason has cause ``""`` (a preemption's cause is in its Preempted condition)."""
+    if reason.startswith(DEACTIVATED_DUE_TO):
+        return "Deactivated", reason[len(DEACTIVATED_DUE_TO):]
+    if reason == "PodsReadyTimeout":
+        ready = condition(wl, PODS_READY)
+        recovery = ready is not None and ready.get("reason") == "WaitForRecovery"
+        return reason, "WaitForRecovery" if recovery else "WaitForStart"
+    return reason, ""
 
 
 def is_finished(obj: Mapping[str, Any]) -> bool:

@@ -5,6 +5,7 @@ histograms from the recorder the reconciler calls. Names and labels are Kueue's.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -12,6 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.config import LeaderElectionSettings, ServerSettings, Settings
+from app.controllers.decision_writer import DecisionWriter
 from app.controllers.metrics import (
     WAIT_BUCKETS,
     MetricsRecorder,
@@ -21,6 +23,7 @@ from app.controllers.metrics import (
 )
 from app.core.types import WorkloadKey
 from app.main import create_app
+from app.wire.workload_status import priority_class_name
 from tests.status_scenario import build_cluster
 
 # One replica without leader election: the metrics say replica_role="standalone".
@@ -253,3 +256,44 @@ def test_collector_registers_without_collecting() -> None:
 
     CollectorRegistry().register(QueueCollector(source))
     assert calls == []
+
+
+def _wl(reason_conditions: list[dict], priority_class: str | None = None) -> dict:
+    spec: dict = {"queueName": "lq-research"}
+    if priority_class is not None:
+        spec["priorityClassRef"] = {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass",
+                                    "name": priority_class}
+    return {"metadata": {"namespace": "research", "name": "w"}, "spec": spec,
+            "status": {"admission": {"clusterQueue": "research-cq"},
+                       "conditions": reason_conditions}}
+
+
+@pytest.mark.parametrize(("written", "conditions", "reason", "cause"), [
+    pytest.param("DeactivatedDueToMaximumExecutionTimeExceeded", [], "Deactivated",
+                 "MaximumExecutionTimeExceeded", id="deactivated with a cause"),
+    pytest.param("PodsReadyTimeout", [], "PodsReadyTimeout", "WaitForStart",
+                 id="never ready"),
+    pytest.param("PodsReadyTimeout", [{"type": "PodsReady", "status": "False",
+                                       "reason": "WaitForRecovery"}],
+                 "PodsReadyTimeout", "WaitForRecovery", id="lost readiness"),
+    pytest.param("Preempted", [], "Preempted", "", id="preempted: no cause (Kueue)"),
+])
+async def test_evictions_are_counted_with_kueues_reason_cause_and_priority_class(
+        app, written: str, conditions: list[dict], reason: str, cause: str) -> None:
+    """The decision writer reports an eviction as Kueue v0.17.1 does: the Evicted reason
+    without its cause suffix, the cause in ``underlying_cause``, the Workload's
+    priorityClassRef name in ``priority_class``."""
+    rec: MetricsRecorder = app.state.metrics_recorder
+    writer = SimpleNamespace(metrics=rec)
+    DecisionWriter._count_eviction(writer, _wl(conditions, "high"), written, None, None)  # type: ignore[arg-type]
+    s = await scrape(app)
+    assert value(s, "kueue_evicted_workloads_total", cluster_queue="research-cq",
+                 reason=reason, underlying_cause=cause, priority_class="high") == 1
+    assert value(s, "kueue_local_queue_evicted_workloads_total", name="lq-research",
+                 namespace="research", reason=reason, underlying_cause=cause,
+                 priority_class="high") == 1
+
+
+def test_priority_class_name_is_the_workloads_priority_class_ref() -> None:
+    assert priority_class_name(_wl([], "high")) == "high"
+    assert priority_class_name(_wl([])) == ""
