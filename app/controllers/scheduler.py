@@ -86,7 +86,7 @@ from app.kube.context import RCT, WL, Context
 from app.kube.errors import ApiError, Conflict, NotFound, from_exception
 from app.kube.events import NORMAL, WARNING
 from app.kube.informers import DELETED
-from app.kube.workqueue import FairMap
+from app.kube.workqueue import FairMap, acting_for, namespace_of
 from app.wire.dra import INADMISSIBLE, DraInadmissible, claim_template_names, with_claim_requests
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.queues import (
@@ -543,8 +543,10 @@ class SchedulerLoop:
         elif isinstance(d, Preempt):
             if d.victims:
                 self.preemptions.record(d, self.ctx.clock())
-            for v in d.victims:
-                self._spawn(self._evict(v.workload, "Preempted", v.message, v, d))
+            # The victims' writes (eviction, stop, release) wait in the preemptor's turns.
+            with acting_for(namespace_of(d.preemptor)):
+                for v in d.victims:
+                    self._spawn(self._evict(v.workload, "Preempted", v.message, v, d))
         elif isinstance(d, Pending):
             if d.workload not in self._core_pending:
                 self._pending_since.setdefault(d.workload, self.ctx.clock())
