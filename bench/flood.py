@@ -37,8 +37,8 @@ team-a's flood Jobs keep running too, so team-a borrows team-b's quota whenever 
 starts (the bench waits, at most ``--probe-timeout``, until team-a holds 8 GPUs again). Each
 probe then reclaims 2 GPUs: per probe also the seconds to its victims' eviction
 (Evicted=True on team-a Workloads), their Jobs stopped (``spec.suspend`` true), their pods
-gone (deleted or terminal) and their quota released (no ``status.admission``), the last
-victim's each.
+gone (deleted or terminal), their Jobs' ``status.active`` 0 (kube-controller-manager's Job
+controller) and their quota released (no ``status.admission``), the last victim's each.
 
 Prints one JSON document (also written to ``bench/out/flood/<label>.json``) with ``probes``
 (idle first), their p50 / max per step, and the goal: every flood probe admitted within 5 s.
@@ -66,7 +66,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 A100 = "NVIDIA-A100-SXM4-80GB"
 GOAL_ADMITTED_S = 5.0
 RECLAIM_HOLD = 8  # --reclaim: team-a's GPUs in use when a probe starts (its 4 and team-b's 4)
-RECLAIM_STEPS = ("evicted", "stopped", "pods_gone", "released")
+RECLAIM_STEPS = ("evicted", "stopped", "pods_gone", "job_inactive", "released")
 
 
 # ---- the lab ---------------------------------------------------------------------------------
@@ -179,6 +179,7 @@ class Probes:
         self.released: dict[str, float] = {}
         self.job_of: dict[str, str] = {}
         self.stopped: dict[str, float] = {}
+        self.inactive: dict[str, float] = {}  # suspended and status.active 0 (the Job controller)
         self.pods: dict[str, set[str]] = {}
         self.pods_gone: dict[str, float] = {}
         self.changed = asyncio.Event()
@@ -229,8 +230,11 @@ class Probes:
         name = obj["metadata"]["name"]
         if etype != "DELETED" and (obj.get("spec") or {}).get("suspend") is True:
             self.stopped.setdefault(name, now)
+            if not (obj.get("status") or {}).get("active"):
+                self.inactive.setdefault(name, now)
         else:
             self.stopped.pop(name, None)
+            self.inactive.pop(name, None)
 
     def on_team_a_pod(self, etype: str, obj: dict, now: float) -> None:
         job = (obj["metadata"].get("labels") or {}).get("job-name")
@@ -254,7 +258,8 @@ class Probes:
         was not seen for every victim, or there was no victim). A victim whose Job had not
         started yet (suspended, no pod) counts as stopped and without pods at its eviction."""
         steps: dict[str, list[float | None]] = {
-            "evicted_s": [], "stopped_s": [], "pods_gone_s": [], "released_s": []}
+            "evicted_s": [], "stopped_s": [], "pods_gone_s": [], "job_inactive_s": [],
+            "released_s": []}
         for at, wl in self.evictions:
             if at < since:
                 continue
@@ -264,6 +269,8 @@ class Probes:
             steps["evicted_s"].append(at)
             steps["stopped_s"].append(None if stopped is None else max(stopped, at))
             steps["pods_gone_s"].append(None if gone is None else max(gone, at))
+            inactive = self.inactive.get(job)
+            steps["job_inactive_s"].append(None if inactive is None else max(inactive, at))
             steps["released_s"].append(self.released.get(wl))
 
         def last(times: list[float | None]) -> float | None:
