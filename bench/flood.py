@@ -4,6 +4,7 @@
     .venv/bin/python bench/flood.py                          # 3,000 Jobs, 16 at a time
     .venv/bin/python bench/flood.py --jobs 600               # a shorter run
     .venv/bin/python bench/flood.py --source /tmp/before     # the `app` of another checkout
+    .venv/bin/python bench/flood.py --reclaim --jobs 1200    # the probe reclaims by preemption
 
 What it does (loopback only: the lab's kube-apiserver and pykueue on 127.0.0.1):
 
@@ -28,6 +29,16 @@ What it does (loopback only: the lab's kube-apiserver and pykueue on 127.0.0.1):
    before the next starts;
 6. pykueue's CPU seconds and RSS (VmRSS peak and VmHWM) from /proc over the flood, the time the
    creates took, and when team-a's last Workload appeared (all of them created by pykueue).
+
+``--reclaim``: the probe needs preemption. team-a's ClusterQueue may borrow (no
+``borrowingLimit``), team-b's has ``preemption.reclaimWithinCohort: Any`` (Kueue v1beta2);
+before the idle probe team-a runs 8 one-GPU Jobs (its 4 GPUs and team-b's idle 4), and
+team-a's flood Jobs keep running too, so team-a borrows team-b's quota whenever a probe
+starts (the bench waits, at most ``--probe-timeout``, until team-a holds 8 GPUs again). Each
+probe then reclaims 2 GPUs: per probe also the seconds to its victims' eviction
+(Evicted=True on team-a Workloads), their Jobs stopped (``spec.suspend`` true), their pods
+gone (deleted or terminal), their Jobs' ``status.active`` 0 (kube-controller-manager's Job
+controller) and their quota released (no ``status.admission``), the last victim's each.
 
 Prints one JSON document (also written to ``bench/out/flood/<label>.json``) with ``probes``
 (idle first), their p50 / max per step, and the goal: every flood probe admitted within 5 s.
@@ -54,6 +65,8 @@ GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 A100 = "NVIDIA-A100-SXM4-80GB"
 GOAL_ADMITTED_S = 5.0
+RECLAIM_HOLD = 8  # --reclaim: team-a's GPUs in use when a probe starts (its 4 and team-b's 4)
+RECLAIM_STEPS = ("evicted", "stopped", "pods_gone", "job_inactive", "released")
 
 
 # ---- the lab ---------------------------------------------------------------------------------
@@ -95,8 +108,9 @@ class Lab:
         return ctx
 
 
-def queue_objects() -> list[dict[str, Any]]:
-    """The flavor, two ClusterQueues of 4 GPUs in one cohort, namespaces and LocalQueues."""
+def queue_objects(reclaim: bool = False) -> list[dict[str, Any]]:
+    """The flavor, two ClusterQueues of 4 GPUs in one cohort, namespaces and LocalQueues.
+    ``reclaim``: team-a may borrow team-b's quota and team-b reclaims it by preemption."""
     kq = f"{GROUP}/{VERSION}"
     out: list[dict[str, Any]] = [{
         "apiVersion": kq, "kind": "ResourceFlavor", "metadata": {"name": "a100-flavor"},
@@ -104,14 +118,18 @@ def queue_objects() -> list[dict[str, Any]]:
                  "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
                                   "effect": "NoSchedule"}]}}]
     for team in ("team-a", "team-b"):
+        gpus: dict[str, Any] = {"name": "nvidia.com/gpu", "nominalQuota": 4}
+        if not (reclaim and team == "team-a"):
+            gpus["borrowingLimit"] = 0
+        spec: dict[str, Any] = {
+            "namespaceSelector": {}, "cohortName": "flood", "queueingStrategy": "BestEffortFIFO",
+            "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
+                {"name": "a100-flavor", "resources": [gpus]}]}]}
+        if reclaim and team == "team-b":
+            spec["preemption"] = {"reclaimWithinCohort": "Any"}
         out += [
             {"apiVersion": kq, "kind": "ClusterQueue", "metadata": {"name": f"{team}-cq"},
-             "spec": {"namespaceSelector": {}, "cohortName": "flood",
-                      "queueingStrategy": "BestEffortFIFO",
-                      "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"], "flavors": [
-                          {"name": "a100-flavor", "resources": [
-                              {"name": "nvidia.com/gpu", "nominalQuota": 4,
-                               "borrowingLimit": 0}]}]}]}},
+             "spec": spec},
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team}},
             {"apiVersion": kq, "kind": "LocalQueue",
              "metadata": {"name": "lq", "namespace": team},
@@ -153,14 +171,27 @@ class Probes:
         self.workload_gone: dict[str, float] = {}
         self.team_a_workloads: set[str] = set()
         self.team_a_last_workload = 0.0
+        # --reclaim: team-a's Workloads holding quota, and per team-a Workload / Job the
+        # times of the last eviction, quota release, stop and pods gone.
+        self.team_a_holding: set[str] = set()
+        self.evictions: list[tuple[float, str]] = []
+        self.evicted_now: set[str] = set()
+        self.released: dict[str, float] = {}
+        self.job_of: dict[str, str] = {}
+        self.stopped: dict[str, float] = {}
+        self.inactive: dict[str, float] = {}  # suspended and status.active 0 (the Job controller)
+        self.pods: dict[str, set[str]] = {}
+        self.pods_gone: dict[str, float] = {}
         self.changed = asyncio.Event()
 
     def on_workload(self, etype: str, obj: dict, now: float) -> None:
         meta = obj["metadata"]
         if meta.get("namespace") == "team-a":
-            if etype == "ADDED" and meta["name"] not in self.team_a_workloads:
-                self.team_a_workloads.add(meta["name"])
+            name = meta["name"]
+            if etype == "ADDED" and name not in self.team_a_workloads:
+                self.team_a_workloads.add(name)
                 self.team_a_last_workload = now
+            self._team_a(etype, name, obj, now)
             return
         if meta.get("namespace") != "team-b":
             return
@@ -175,6 +206,79 @@ class Probes:
             if _true(obj, "Admitted"):
                 self.admitted.setdefault(owner, now)
         self.changed.set()
+
+    def _team_a(self, etype: str, name: str, obj: dict, now: float) -> None:
+        holds = etype != "DELETED" and bool((obj.get("status") or {}).get("admission")) \
+            and not _true(obj, "Finished")
+        if holds:
+            self.team_a_holding.add(name)
+        elif name in self.team_a_holding:
+            self.team_a_holding.discard(name)
+            self.released[name] = now
+        if _true(obj, "Evicted") and holds:
+            if name not in self.evicted_now:
+                self.evicted_now.add(name)
+                self.evictions.append((now, name))
+        else:
+            self.evicted_now.discard(name)
+        job = next((o["name"] for o in obj["metadata"].get("ownerReferences") or []
+                    if o.get("kind") == "Job"), None)
+        if job is not None:
+            self.job_of[name] = job
+
+    def on_team_a_job(self, etype: str, obj: dict, now: float) -> None:
+        name = obj["metadata"]["name"]
+        if etype != "DELETED" and (obj.get("spec") or {}).get("suspend") is True:
+            self.stopped.setdefault(name, now)
+            if not (obj.get("status") or {}).get("active"):
+                self.inactive.setdefault(name, now)
+        else:
+            self.stopped.pop(name, None)
+            self.inactive.pop(name, None)
+
+    def on_team_a_pod(self, etype: str, obj: dict, now: float) -> None:
+        job = (obj["metadata"].get("labels") or {}).get("job-name")
+        if job is None:
+            return
+        live = self.pods.setdefault(job, set())
+        phase = (obj.get("status") or {}).get("phase")
+        if etype == "DELETED" or phase in ("Succeeded", "Failed") \
+                or obj["metadata"].get("deletionTimestamp"):
+            if obj["metadata"]["name"] in live:
+                live.discard(obj["metadata"]["name"])
+                if not live:
+                    self.pods_gone[job] = now
+        else:
+            live.add(obj["metadata"]["name"])
+            self.pods_gone.pop(job, None)
+
+    def victims(self, since: float) -> dict[str, Any]:
+        """The team-a Workloads evicted from ``since`` on, and the seconds from ``since`` to
+        the last one's eviction, Job stop, pods gone and quota release (None when a step
+        was not seen for every victim, or there was no victim). A victim whose Job had not
+        started yet (suspended, no pod) counts as stopped and without pods at its eviction."""
+        steps: dict[str, list[float | None]] = {
+            "evicted_s": [], "stopped_s": [], "pods_gone_s": [], "job_inactive_s": [],
+            "released_s": []}
+        for at, wl in self.evictions:
+            if at < since:
+                continue
+            job = self.job_of.get(wl, "")
+            stopped = self.stopped.get(job)
+            gone = None if self.pods.get(job) else self.pods_gone.get(job, at)
+            steps["evicted_s"].append(at)
+            steps["stopped_s"].append(None if stopped is None else max(stopped, at))
+            steps["pods_gone_s"].append(None if gone is None else max(gone, at))
+            inactive = self.inactive.get(job)
+            steps["job_inactive_s"].append(None if inactive is None else max(inactive, at))
+            steps["released_s"].append(self.released.get(wl))
+
+        def last(times: list[float | None]) -> float | None:
+            if not times or any(t is None for t in times):
+                return None
+            return round(max(t for t in times if t is not None) - since, 3)
+        return {"victims": len(steps["evicted_s"]),
+                **{step: last(times) for step, times in steps.items()}}
 
     def on_job(self, etype: str, obj: dict, now: float) -> None:
         name = obj["metadata"]["name"]
@@ -272,6 +376,12 @@ async def harness(args: argparse.Namespace, lab: Lab) -> dict[str, Any]:
                                          seen.on_workload, stop)),
                asyncio.create_task(watch(session, server, "/apis/batch/v1/namespaces/team-b/jobs",
                                          seen.on_job, stop))]
+    if args.reclaim:
+        watches += [
+            asyncio.create_task(watch(session, server, "/apis/batch/v1/namespaces/team-a/jobs",
+                                      seen.on_team_a_job, stop)),
+            asyncio.create_task(watch(session, server, "/api/v1/namespaces/team-a/pods",
+                                      seen.on_team_a_pod, stop))]
     errors: list[str] = []
 
     async def create(body: dict) -> None:
@@ -282,7 +392,18 @@ async def harness(args: argparse.Namespace, lab: Lab) -> dict[str, Any]:
                 errors.append(f"create {body['metadata']['name']}: {r.status} "
                               f"{(await r.text())[:200]}")
 
+    async def borrowed() -> float | None:
+        """--reclaim: wait (at most --probe-timeout) until team-a holds all 8 GPUs, so the
+        probe must reclaim; seconds waited, None when it never did."""
+        t = time.monotonic()
+        while len(seen.team_a_holding) < RECLAIM_HOLD:
+            if time.monotonic() - t > args.probe_timeout:
+                return None
+            await asyncio.sleep(0.1)
+        return round(time.monotonic() - t, 1)
+
     async def probe(name: str, at: float) -> dict[str, Any]:
+        waited = await borrowed() if args.reclaim else None
         seen.created[name] = time.monotonic()
         await create(job("team-b", name, 1, 2, keep_running=True))
         deadline = seen.created[name] + args.probe_timeout
@@ -293,6 +414,8 @@ async def harness(args: argparse.Namespace, lab: Lab) -> dict[str, Any]:
             except TimeoutError:
                 break
         out = seen.result(name, at)
+        if args.reclaim:
+            out.update(seen.victims(seen.created[name]), borrowed_wait_s=waited)
         async with session.delete(f"{server}/apis/batch/v1/namespaces/team-b/jobs/{name}"
                                   "?propagationPolicy=Background"):
             pass
@@ -303,6 +426,9 @@ async def harness(args: argparse.Namespace, lab: Lab) -> dict[str, Any]:
         return out
 
     await asyncio.sleep(2)  # the watches have listed
+    if args.reclaim:  # team-a borrows team-b's idle quota with running Jobs
+        await asyncio.gather(*(create(job("team-a", f"hold-{i}", 1, 1, keep_running=True))
+                               for i in range(RECLAIM_HOLD)))
     idle = await probe("probe-idle", 0.0)
     sampler = Sampler(lab.pykueue_pid())
     sampling = asyncio.create_task(sampler.run())
@@ -312,7 +438,8 @@ async def harness(args: argparse.Namespace, lab: Lab) -> dict[str, Any]:
 
     async def creator() -> None:
         for i in names:
-            await create(job("team-a", f"flood-{i:05d}", 1, 1, keep_running=False))
+            await create(job("team-a", f"flood-{i:05d}", 1, 1,
+                             keep_running=args.reclaim))
 
     async def flood() -> None:
         await asyncio.gather(*(creator() for _ in range(args.parallel)))
@@ -348,7 +475,9 @@ async def harness(args: argparse.Namespace, lab: Lab) -> dict[str, Any]:
     return {
         "idle": idle, "probes": probes,
         "flood_probes": {step: _stats([p[f"{step}_s"] for p in probes])
-                         for step in ("workload", "admitted", "unsuspended")},
+                         for step in ("workload", *(RECLAIM_STEPS if args.reclaim else ()),
+                                      "admitted", "unsuspended")},
+        "reclaim": args.reclaim,
         "goal_admitted_within_s": GOAL_ADMITTED_S,
         "goal_met": all(p["admitted_s"] is not None and p["admitted_s"] <= GOAL_ADMITTED_S
                         for p in probes),
@@ -379,6 +508,8 @@ def main() -> None:
     ap.add_argument("--source", type=Path, help="run pykueue's `app` from this directory")
     ap.add_argument("--label", default=None, help="name of the JSON file under bench/out/flood")
     ap.add_argument("--keep", action="store_true", help="keep the lab running")
+    ap.add_argument("--reclaim", action="store_true",
+                    help="team-a borrows team-b's quota; each probe reclaims it by preemption")
     args = ap.parse_args()
     if not 0 < args.jobs <= 10000 or not 0 < args.parallel <= 64:
         ap.error("--jobs must be in 1..10000 and --parallel in 1..64")
@@ -389,12 +520,13 @@ def main() -> None:
         lab.lab("up")
         lab.lab("pykueue-up")
         lab.kubectl("apply", "-f", "-", input=json.dumps(
-            {"apiVersion": "v1", "kind": "List", "items": queue_objects()}))
+            {"apiVersion": "v1", "kind": "List", "items": queue_objects(args.reclaim)}))
         lab.kubectl("wait", "--for=condition=Active", "--timeout=60s", "clusterqueue/team-a-cq",
                     "clusterqueue/team-b-cq")
         result = asyncio.run(harness(args, lab))
         result["source"] = str(args.source) if args.source else "this checkout"
-        label = args.label or ("before" if args.source else "after")
+        label = args.label or ("before" if args.source else "after") + \
+            ("-reclaim" if args.reclaim else "")
         (OUT / f"{label}.json").write_text(json.dumps(result, indent=2) + "\n")
         print(json.dumps(result, indent=2))
     finally:

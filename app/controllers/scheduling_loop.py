@@ -49,6 +49,7 @@ from app.core.decisions import Admit, Decision, Pending, PendingReason, Preempt
 from app.core.scheduling_cycle import Scheduler
 from app.kube.aio import wait_event
 from app.kube.context import Context
+from app.kube.workqueue import acting_for, namespace_of
 
 log = logging.getLogger(__name__)
 
@@ -160,9 +161,11 @@ class SchedulerLoop:
         elif isinstance(d, Preempt):
             if d.victims:
                 self.preemptions.record(d, self.ctx.clock())
-            for v in d.victims:
-                self.writes.spawn(self.decisions.evict(v.workload, "Preempted", v.message,
-                                                       v, d))
+            # The victims' writes (eviction, stop, release) wait in the preemptor's turns.
+            with acting_for(namespace_of(d.preemptor)):
+                for v in d.victims:
+                    self.writes.spawn(self.decisions.evict(v.workload, "Preempted",
+                                                           v.message, v, d))
         elif isinstance(d, Pending):
             self.messages.offer(d)
 

@@ -64,7 +64,7 @@ from app.kube.context import CHILD_JOBS, JOB, NS, PC, POD, WL, WPC, Context
 from app.kube.errors import Conflict, NotFound, Permanent
 from app.kube.events import NORMAL, WARNING
 from app.kube.informers import DELETED
-from app.kube.workqueue import WorkQueue, work
+from app.kube.workqueue import WorkQueue, acting_lane, work
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import JOB_UID_LABEL, KUEUE_GROUP, PRIORITY_CLASS_LABEL
 from app.wire.workload import job_pod_count, workload_from_object
@@ -165,9 +165,12 @@ class JobReconciler:
 
     def notify(self, workload: Obj | None, key: str) -> None:
         """Something happened to Workload ``key`` (admitted, evicted, failed to write):
-        reconcile its owner, or the Workload itself when no registered object owns it."""
+        reconcile its owner, or the Workload itself when no registered object owns it. Told
+        while ``acting_for`` a namespace (a preemption's eviction, for its preemptor), the
+        key is served in that namespace's turns until its quota is released."""
         owner = self.registry.owner_of(workload) if workload is not None else None
-        self.queue.add(f"{owner.kind.key}:{owner.key}" if owner else f"{WL_PREFIX}{key}")
+        self.queue.add(f"{owner.kind.key}:{owner.key}" if owner else f"{WL_PREFIX}{key}",
+                       lane=acting_lane())
 
     def owner_object(self, workload: Obj) -> Obj | None:
         """The stored object that controls ``workload`` (Events about it go there)."""

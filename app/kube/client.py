@@ -36,7 +36,7 @@ from app.kube.errors import (
     from_exception,
     from_status,
 )
-from app.kube.workqueue import Lanes
+from app.kube.workqueue import Lanes, acting_lane
 from app.wire.names import KUEUE_GROUP
 
 JSON = "application/json"
@@ -177,7 +177,9 @@ class TokenBucket:
 
 def lane_of_path(path: str) -> str:
     """The namespace of a request path (``/apis/g/v/namespaces/<ns>/...``), ``""`` for a
-    cluster-scoped or all-namespaces one: the request's lane in ``TokenBucket``."""
+    cluster-scoped or all-namespaces one: the request's lane in ``TokenBucket``, unless it is
+    made ``acting_for`` another lane (``app.kube.workqueue``: a preemption's writes wait in
+    the preemptor's namespace's lane)."""
     _, sep, rest = path.partition("/namespaces/")
     return rest.partition("/")[0] if sep else ""
 
@@ -237,6 +239,11 @@ class RateLimitedApiClient(k8s_client.ApiClient):
             **kwargs)
 
     async def _token(self, lane: str = "") -> None:
+        """Take a token in ``lane``, or in the lane the caller works for
+        (``app.kube.workqueue.acting_for``: a preemption's writes for the preemptor)."""
+        acting = acting_lane()
+        if acting is not None:
+            lane = acting
         if self.max_wait is None:
             await self.bucket.acquire(lane)
         else:

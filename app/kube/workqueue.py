@@ -16,6 +16,16 @@ gets. client-go's workqueue, which Kueue's controllers use, is one FIFO. The ord
 queue changes no decision of the core, which orders Workloads itself (priority, creation
 time).
 
+Work on behalf of another lane: a key added with ``add(key, lane=L)`` (``L`` not the key's
+own lane) is served in ``L``'s turns, moved there if it already waits elsewhere, until
+``forget(key)`` (its work is done). The scheduling loop does so for a preemption's victims:
+their eviction, the stop of their object and the quota release are written for the
+preemptor, so they take the preemptor namespace's turns, not the victims' (whose own flood
+would otherwise hold back the room another team is reclaiming). ``acting_for(lane)`` marks a
+block of code (and the tasks it creates) as working for ``lane``: the API client
+(``app.kube.client``) takes its tokens in that lane and ``acting_lane()`` reads it; ``work``
+runs a key served in another lane inside ``acting_for`` that lane.
+
 ``work(queue, reconcile, ...)`` is the worker loop every controller runs over its queue.
 """
 
@@ -24,12 +34,33 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Generic, TypeVar
 
 from app.kube.errors import ApiError, Conflict
 
 T = TypeVar("T")
+
+_ACTING_LANE: ContextVar[str | None] = ContextVar("pykueue_acting_lane", default=None)
+
+
+@contextmanager
+def acting_for(lane: str | None) -> Iterator[None]:
+    """Run the block (and the tasks created in it, which copy the context) on behalf of
+    ``lane`` (a namespace; None: on nobody's behalf, each request in its own lane): see the
+    module doc."""
+    token = _ACTING_LANE.set(lane)
+    try:
+        yield
+    finally:
+        _ACTING_LANE.reset(token)
+
+
+def acting_lane() -> str | None:
+    """The lane the current code works for (``acting_for``), or None."""
+    return _ACTING_LANE.get()
 
 
 def namespace_of(key: str) -> str:
@@ -79,6 +110,22 @@ class Lanes(Generic[T]):
     def lane_sizes(self) -> dict[str, int]:
         """Items per non-empty lane."""
         return {lane: len(q) for lane, q in self._lanes.items()}
+
+    def remove(self, lane: str, item: T) -> bool:
+        """Remove the oldest ``item`` of ``lane`` (linear in the lane's length); False when
+        the lane holds no such item."""
+        q = self._lanes.get(lane)
+        if q is None:
+            return False
+        try:
+            q.remove(item)
+        except ValueError:
+            return False
+        self._size -= 1
+        if not q:
+            del self._lanes[lane]
+            self._turns.remove(lane)
+        return True
 
     def drop_oldest_of_longest(self) -> tuple[str, T]:
         """Remove the oldest item of the longest lane (a bounded buffer makes room this way,
@@ -136,7 +183,7 @@ class FairMap(Generic[T]):
 
 class WorkQueue:
     """Keys (strings) to reconcile; see the module doc. ``base``/``cap`` in seconds;
-    ``lane_of(key)``: the key's lane for fair turns (default ``namespace_of``)."""
+    ``lane_of(key)``: the key's own lane for fair turns (default ``namespace_of``)."""
 
     def __init__(self, *, base: float = 0.05, cap: float = 30.0,
                  lane_of: Callable[[str], str] = namespace_of) -> None:
@@ -147,6 +194,10 @@ class WorkQueue:
         self._dirty: set[str] = set()
         self._processing: set[str] = set()
         self._failures: dict[str, int] = {}
+        # Keys served in another lane than their own until forgotten, and the lane each
+        # queued key waits in.
+        self._serve_in: dict[str, str] = {}
+        self._queued_in: dict[str, str] = {}
         self._ready = asyncio.Event()
         self._timers: set[asyncio.TimerHandle] = set()
 
@@ -157,11 +208,31 @@ class WorkQueue:
         """Queued keys per lane (metrics, tests)."""
         return self._queue.lane_sizes()
 
+    def lane_for(self, key: str) -> str:
+        """The lane ``key`` is served in: the one it was added for (``add(key, lane=...)``)
+        until forgotten, else its own (``lane_of``)."""
+        lane = self._serve_in.get(key)
+        return self.lane_of(key) if lane is None else lane
+
+    def acting_lane_of(self, key: str) -> str | None:
+        """The other lane ``key`` is served for, or None when it is served in its own."""
+        return self._serve_in.get(key)
+
     def _push(self, key: str) -> None:
-        self._queue.push(self.lane_of(key), key)
+        lane = self.lane_for(key)
+        self._queue.push(lane, key)
+        self._queued_in[key] = lane
         self._ready.set()
 
-    def add(self, key: str) -> None:
+    def add(self, key: str, *, lane: str | None = None) -> None:
+        """Queue ``key`` (see the module doc). ``lane``: the lane it is added for when that
+        is not its own; it is then served in that lane's turns (moved to its back if it
+        waits in another) until ``forget(key)``. An add without ``lane`` keeps such a lane."""
+        if lane is not None and lane != self.lane_of(key) and self._serve_in.get(key) != lane:
+            self._serve_in[key] = lane
+            was = self._queued_in.get(key)
+            if was is not None and was != lane and self._queue.remove(was, key):
+                self._push(key)
         if key in self._dirty:
             return
         self._dirty.add(key)
@@ -195,13 +266,16 @@ class WorkQueue:
         return self._failures.get(key, 0)
 
     def forget(self, key: str) -> None:
+        """The key's work is done: its backoff resets and it is served in its own lane."""
         self._failures.pop(key, None)
+        self._serve_in.pop(key, None)
 
     def get_nowait(self) -> str | None:
         """The next key in turn, or None when none is queued (``done`` must follow)."""
         if not self._queue:
             return None
         key = self._queue.pop()
+        self._queued_in.pop(key, None)
         self._dirty.discard(key)
         self._processing.add(key)
         return key
@@ -223,6 +297,7 @@ class WorkQueue:
         for h in self._timers:
             h.cancel()
         self._timers.clear()
+        self._serve_in.clear()
 
 
 async def work(queue: WorkQueue, reconcile: Callable[[str], Awaitable[float | None]], *,
@@ -231,13 +306,15 @@ async def work(queue: WorkQueue, reconcile: Callable[[str], Awaitable[float | No
     None to forget the key's backoff). Keys taken while ``may_write()`` is false are dropped:
     the controller enqueues everything again when it leads and is synced. A ``Conflict``
     (stale copy; the watch brings the new version) retries soon; any other error retries
-    with backoff and is logged (with a traceback when it is not an API error: a bug)."""
+    with backoff and is logged (with a traceback when it is not an API error: a bug). A key
+    served for another lane is reconciled ``acting_for`` that lane."""
     while True:
         key = await queue.get()
         try:
             if not may_write():
                 continue
-            requeue = await reconcile(key)
+            with acting_for(queue.acting_lane_of(key)):
+                requeue = await reconcile(key)
             if requeue:
                 queue.add_after(key, requeue)
             else:

@@ -6,15 +6,29 @@ and the backoff semantics stay client-go's."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kubernetes_asyncio.client import Configuration
 
-from app.kube.client import TokenBucket, lane_of_path
+from app.config import Settings
+from app.integrations.framework import Registry
+from app.integrations.reconciler import JobReconciler
+from app.kube.client import RateLimitedApiClient, TokenBucket, lane_of_path
 from app.kube.events import EventRecorder
-from app.kube.workqueue import FairMap, Lanes, WorkQueue, namespace_of
+from app.kube.workqueue import (
+    FairMap,
+    Lanes,
+    WorkQueue,
+    acting_for,
+    acting_lane,
+    namespace_of,
+    work,
+)
 
 
 def run(coro):
@@ -91,21 +105,24 @@ def test_another_namespace_is_served_within_a_bounded_number_of_gets(flood, othe
 
 
 @settings(max_examples=150, deadline=None)
-@given(ops=st.lists(st.tuples(st.sampled_from(["add", "get", "done", "fail"]),
+@given(ops=st.lists(st.tuples(st.sampled_from(["add", "lane", "get", "done", "fail", "forget"]),
                               st.integers(0, 3), st.integers(0, 5)), max_size=120))
 def test_no_key_is_lost_or_served_twice_at_once(ops) -> None:
-    """Random adds, gets, dones and failures (``add_rate_limited``) over keys of four
-    namespaces: a key is never handed to two workers at once, never queued twice, and every
-    key added is served after its last add (the queue drains to nothing outstanding)."""
+    """Random adds (some for another lane), gets, dones, failures (``add_rate_limited``)
+    and forgets over keys of four namespaces: a key is never handed to two workers at once,
+    never queued twice, its queued lane is known, and every key added is served
+    after its last add (the queue drains to nothing outstanding)."""
     async def go() -> None:
         q = WorkQueue(base=0.0001, cap=0.001)
         processing: set[str] = set()
         pending: set[str] = set()  # added and not served since
         for op, ns, name in ops:
             key = f"job:ns{ns}/j{name}"
-            if op == "add":
-                q.add(key)
+            if op in ("add", "lane"):
+                q.add(key, lane=f"ns{name % 4}" if op == "lane" else None)
                 pending.add(key)
+            elif op == "forget":
+                q.forget(key)
             elif op == "get" and len(q):
                 got = await q.get()
                 assert got not in processing
@@ -121,6 +138,7 @@ def test_no_key_is_lost_or_served_twice_at_once(ops) -> None:
             counts = Counter(k for lane in q._queue._lanes.values() for k in lane)
             assert all(c == 1 for c in counts.values())
             assert not set(counts) & processing
+            assert all(k in q._queue._lanes[q._queued_in[k]] for k in counts)
         for got in sorted(processing):
             q.done(got)
         served: set[str] = set()
@@ -165,6 +183,126 @@ def test_a_key_added_while_processed_is_queued_again_once_done() -> None:
         q.done(key)
         assert len(q) == 1 and q.get_nowait() == key
     run(go())
+
+
+# ---------------------------------------------------------------- work for another lane
+
+def test_lanes_remove_takes_one_item_out_of_its_lane() -> None:
+    q: Lanes[str] = Lanes()
+    q.push("a", "a0")
+    q.push("b", "b0")
+    q.push("a", "a1")
+    assert not q.remove("b", "a0") and not q.remove("c", "a0")
+    assert q.remove("b", "b0") and q.lane_sizes() == {"a": 2}
+    assert [q.pop(), q.pop(), len(q)] == ["a0", "a1", 0]
+
+
+def _drain(q: WorkQueue, until: str) -> int:
+    """Gets (each done at once) until ``until`` is served; their number."""
+    n = 0
+    while True:
+        key = q.get_nowait()
+        assert key is not None
+        q.done(key)
+        n += 1
+        if key == until:
+            return n
+
+
+def test_a_key_added_for_another_lane_moves_there_and_stays_until_forgotten() -> None:
+    """A preemption victim's key, queued behind its own namespace's flood, is served in the
+    preemptor namespace's turn; re-adds (its pods' events, a poll) keep that lane until the
+    key is forgotten (its quota released)."""
+    async def go() -> None:
+        q = WorkQueue()
+        for i in range(500):
+            q.add(f"job:team-a/flood-{i}")
+        q.add("job:team-a/victim")
+        q.add("job:team-a/victim", lane="team-b")
+        assert q.lane_sizes() == {"team-a": 500, "team-b": 1}
+        assert q.lane_for("job:team-a/victim") == "team-b"
+        assert _drain(q, "job:team-a/victim") <= 2
+        q.add("job:team-a/victim")  # an event of it: still in team-b's turns
+        assert q.lane_sizes()["team-b"] == 1 and _drain(q, "job:team-a/victim") <= 2
+        q.add_after("job:team-a/victim", 0.01)
+        await asyncio.sleep(0.03)
+        assert q.lane_sizes()["team-b"] == 1
+        assert q.acting_lane_of("job:team-a/victim") == "team-b"
+        q.forget("job:team-a/victim")  # released: its own lane again
+        assert q.acting_lane_of("job:team-a/victim") is None
+        assert q.lane_for("job:team-a/victim") == "team-a"
+        _drain(q, "job:team-a/victim")
+        q.add("job:team-a/victim")
+        assert "team-b" not in q.lane_sizes()
+        q.close()
+    run(go())
+
+
+def test_a_key_added_for_its_own_lane_or_added_while_processed_keeps_its_place() -> None:
+    q = WorkQueue()
+    q.add("job:team-a/x")
+    q.add("job:team-a/y", lane="team-a")
+    assert q.acting_lane_of("job:team-a/y") is None
+    key = q.get_nowait()
+    q.add(key, lane="team-b")  # processing: queued in team-b's lane once done
+    assert q.lane_sizes() == {"team-a": 1}
+    q.done(key)
+    assert q.lane_sizes() == {"team-a": 1, "team-b": 1}
+
+
+def test_a_key_served_for_another_lane_is_reconciled_acting_for_it() -> None:
+    async def go() -> list[tuple[str, str | None]]:
+        q = WorkQueue()
+        seen: list[tuple[str, str | None]] = []
+
+        async def reconcile(key: str) -> None:
+            seen.append((key, acting_lane()))
+            if len(seen) == 2:
+                raise asyncio.CancelledError
+        q.add("job:team-a/x")
+        q.add("job:team-a/victim", lane="team-b")
+        with pytest.raises(asyncio.CancelledError):
+            await work(q, reconcile, may_write=lambda: True, log=logging.getLogger("t"),
+                       what="reconcile")
+        assert acting_lane() is None
+        return seen
+    assert run(go()) == [("job:team-a/x", None), ("job:team-a/victim", "team-b")]
+
+
+def test_the_job_framework_told_acting_for_a_lane_serves_the_owner_there() -> None:
+    """``JobReconciler.notify`` from a preemption's eviction (acting for the preemptor's
+    namespace) queues the victim's owner in that namespace's turns; otherwise in its own."""
+    jobs = JobReconciler(SimpleNamespace(settings=Settings(controllers_enabled=False)),
+                         Registry())  # type: ignore[arg-type]
+    jobs.notify(None, "team-a/other")
+    with acting_for("team-b"):
+        jobs.notify(None, "team-a/victim")
+    assert jobs.queue.lane_sizes() == {"team-a": 1, "team-b": 1}
+    assert jobs.queue.lane_for("wl:team-a/victim") == "team-b"
+
+
+def test_requests_made_acting_for_a_lane_take_their_tokens_in_it() -> None:
+    """The API client's token lane: the request path's namespace, unless the request is
+    made for another namespace (a victim's eviction, written for its preemptor)."""
+    class Recording(TokenBucket):
+        lanes: list[str] = []
+
+        async def acquire(self, lane: str = "") -> None:
+            self.lanes.append(lane)
+
+    async def go() -> list[str]:
+        bucket = Recording(50, 100)
+        api = RateLimitedApiClient(Configuration(host="https://127.0.0.1:1"), bucket, 5.0)
+        try:
+            await api._token("team-a")
+            with acting_for("team-b"):
+                await api._token("team-a")
+                await asyncio.create_task(api._token(""))  # a task made inside: team-b too
+            await api._token("team-a")
+        finally:
+            await api.close()
+        return bucket.lanes
+    assert run(go()) == ["team-a", "team-b", "team-b", "team-a"]
 
 
 # ---------------------------------------------------------------- pending messages to write

@@ -9,12 +9,16 @@ a preemptor already admitted."""
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any
 
 from app.config import Settings
 from app.controllers.scheduling_loop import SchedulerLoop
 from app.core.decisions import Admit, Preempt
+from app.core.spec import LocalQueue
+from app.core.types import ClusterQueueName
+from app.kube.workqueue import acting_lane
 from tests.builders import Sim, cluster_queue, workload
 from tests.unit.test_eta_messages import FakeClient, FakeStore
 
@@ -80,3 +84,35 @@ async def test_an_eviction_whose_preemptor_still_waits_is_written() -> None:
     assert conds["Evicted"]["status"] == "True" and conds["Evicted"]["reason"] == "Preempted"
     assert loop.decisions.evictions_dropped == 0 and sim.state("v") == "evicting"
     assert not any(isinstance(x, Admit) for x in sim.cycle())  # p waits for v to stop
+
+
+async def test_a_reclaims_victim_writes_take_the_preemptors_namespace_turns() -> None:
+    """team-a borrows team-b's quota in the cohort; team-b's Workload reclaims it
+    (reclaimWithinCohort Any). The victim's eviction is written, and its owner handed to the
+    job framework, acting for team-b (``app.kube.workqueue.acting_for``): its writes wait in
+    team-b's turns, not behind team-a's flood. The victim chosen is Kueue's."""
+    sim = Sim(cluster_queue("a").cohort("co").flavor("default-flavor", cpu=2),
+              cluster_queue("b").cohort("co").flavor("default-flavor", cpu=2)
+              .preemption(reclaim="Any"),
+              namespaces={"team-a": {}, "team-b": {}})
+    sim.c.add_local_queue(LocalQueue("team-a", "lq", ClusterQueueName("a")))
+    sim.c.add_local_queue(LocalQueue("team-b", "lq", ClusterQueueName("b")))
+    for name in ("a1", "a2"):
+        sim.submit(workload(name).namespace("team-a").queue("lq").pods(1, cpu=2))
+        sim.cycle()
+    assert sim.usage("a") == 4000  # borrows team-b's 2 CPU
+    sim.submit(workload("p").namespace("team-b").queue("lq").pods(1, cpu=2))
+    d = next(d for d in sim.cycle() if isinstance(d, Preempt))
+    assert d.preemptor == "team-b/p" and [v.workload for v in d.victims] == ["team-a/a2"]
+    loop, ctx = _loop(sim)
+    lanes: list[tuple[str, str | None]] = []
+
+    async def replace(resource: Any, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        lanes.append(("evict", acting_lane()))
+        return body
+    ctx.client.replace = replace
+    loop.decisions.jobs.notify = lambda wl, key: lanes.append(("notify", acting_lane()))
+    loop.apply(d)
+    assert acting_lane() is None  # only the victims' tasks act for team-b
+    await asyncio.gather(*loop.writes._tasks)  # noqa: SLF001
+    assert lanes == [("evict", "team-b"), ("notify", "team-b")]
