@@ -315,23 +315,33 @@ def pod_labels(kind: JobKind) -> tuple[str, str]:
     return str(name), str(uid)
 
 
-def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str) -> bool:
-    """True when ``pod`` is one of the pods of ``kind``'s object ``name`` with ``uid``: its
-    name label names it, and its uid label (else a controller ownerReference of ``kind``,
-    when it has one: an orphaned pod has none) names ``uid``."""
+def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
+           owner_gone: bool = False) -> bool:
+    """True when ``pod`` is one of the pods of ``kind``'s object ``name`` with ``uid``.
+
+    Its name label must name the object. A kind whose operator writes a uid label (the batch
+    Job's ``controller-uid``, JobSet's ``jobset-uid``) needs that label to name ``uid``: a pod
+    without it is not the object's. Otherwise the pod needs a controller ownerReference: the
+    object itself (its uid), or a batch Job (an operator's launcher, e.g. MPIJob's). A pod with
+    no controller counts only when ``owner_gone`` (``kubectl delete --cascade=orphan`` removed
+    its ownerReference with the object): a pod a tenant creates with a job's name label and no
+    owner must not hold that job's quota.
+    """
     name_label, uid_label = pod_labels(kind)
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     if not name_label or labels.get(name_label) != name:
         return False
-    if uid_label and labels.get(uid_label):
-        return bool(labels[uid_label] == uid)
+    if uid_label:
+        return bool(labels.get(uid_label) == uid)
     for ref in meta.get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") is True \
-                and ref.get("kind") == kind.kind \
-                and str(ref.get("apiVersion", "")).rpartition("/")[0] == kind.api_group:
+        if not isinstance(ref, Mapping) or ref.get("controller") is not True:
+            continue
+        group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+        if ref.get("kind") == kind.kind and group == kind.api_group:
             return bool(ref.get("uid") == uid)
-    return True
+        return ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1"
+    return owner_gone
 
 
 def pods_of(kind: JobKind, pods: Iterable[Mapping[str, Any]],
@@ -360,7 +370,7 @@ def pods_of_workload(kinds: Iterable[JobKind], pods: Iterable[Mapping[str, Any]]
             name = labels.get(label)
             if name and kind.workload_name({"metadata": {"name": name, "uid": uid,
                                                          "namespace": ns}}) == wl_name \
-                    and pod_of(kind, pod, name, uid):
+                    and pod_of(kind, pod, name, uid, owner_gone=True):
                 if pod_holds(pod):
                     out.append(pod)
                 break

@@ -13,8 +13,9 @@ and each test checks the effect through the API, not kueuectl's own output only:
   workload`` admits it again;
 - ``stop clusterqueue`` (stopPolicy HoldAndDrain): admitted Workloads are evicted, its Jobs
   suspended; ``resume clusterqueue`` admits them again;
-- ``delete workload --yes``: the Workload and its Job go, and the quota they held admits the
-  next.
+- ``delete workload --yes``: kueuectl deletes the Job (the API's default for Jobs orphans
+  its pod and Workload); once that pod is gone pykueue finishes the orphaned Workload and its
+  quota admits the next (after ``resume localqueue``).
 """
 
 from __future__ import annotations
@@ -131,6 +132,14 @@ def admitted(lab: LabHandle, ns: str, name: str) -> bool:
     return bool(w and (condition(w, "Admitted") or {}).get("status") == "True")
 
 
+def finished_or_gone(lab: LabHandle, ns: str, workload: str) -> bool:
+    r = lab.kubectl("get", "workloads.kueue.x-k8s.io", workload, "-n", ns, "-o", "json",
+                    check=False)
+    if r.returncode != 0:
+        return "NotFound" in r.stderr
+    return (condition(json.loads(r.stdout), "Finished") or {}).get("status") == "True"
+
+
 def suspended(lab: LabHandle, ns: str, name: str) -> bool:
     return bool(lab.get("job", name, "-n", ns)["spec"].get("suspend"))
 
@@ -199,10 +208,16 @@ def test_stop_and_resume_localqueue_workload_clusterqueue(
     assert lab.get("localqueue", q["lq"], "-n", q["ns"])["spec"]["stopPolicy"] == "Hold"
     wait_for(lambda: (condition(lab.get("localqueue", q["lq"], "-n", q["ns"]), "Active") or {})
              .get("status") == "False", WAIT, "the LocalQueue inactive")
-    kctl("delete", "workload", wl_of(lab, q["ns"], "a")["metadata"]["name"], "-n", q["ns"],
-         "--yes")
+    wl_a = wl_of(lab, q["ns"], "a")["metadata"]["name"]
+    kctl("delete", "workload", wl_a, "-n", q["ns"], "--yes")
     wait_for(lambda: lab.kubectl("get", "job", "a", "-n", q["ns"], check=False).returncode != 0,
-             WAIT, "job a deleted with its Workload")
+             WAIT, "job a deleted by `delete workload`")
+    # kueuectl deletes the Job with the API's default propagation for Jobs (orphan): its pod
+    # runs on, and pykueue keeps a's quota until that pod is gone (quota follows the pods).
+    lab.kubectl("delete", "pod", "-n", q["ns"], "-l", "batch.kubernetes.io/job-name=a",
+                "--wait=false")
+    wait_for(lambda: finished_or_gone(lab, q["ns"], wl_a), WAIT,
+             "a's orphaned Workload finished once its pod is gone")
     wait_for(lambda: (lambda c: c and "stop" in c.get("message", "").lower())(
         condition(owned_workload(lab, q["ns"], "Job", "c"), "QuotaReserved")), WAIT,
         "c pending because its LocalQueue is stopped")
@@ -228,8 +243,10 @@ def test_stop_and_resume_localqueue_workload_clusterqueue(
     wait_for(lambda: not any(admitted(lab, q["ns"], n) for n in "bc")
              and suspended(lab, q["ns"], "b") and suspended(lab, q["ns"], "c"), WAIT,
              "b and c evicted by the drain")
-    row = next(r for r in kctl.table("list", "clusterqueue") if r["NAME"] == q["cq"])
-    assert row["ACTIVE"] == "false", row
+    # The ClusterQueue's status (Active=False, Stopped) is written apart from the evictions.
+    wait_for(lambda: next(r for r in kctl.table("list", "clusterqueue")
+                          if r["NAME"] == q["cq"])["ACTIVE"] == "false", WAIT,
+             "kueuectl lists the stopped ClusterQueue inactive")
     kctl("resume", "clusterqueue", q["cq"])
     wait_for(lambda: admitted(lab, q["ns"], "b") and admitted(lab, q["ns"], "c"), WAIT,
              "b and c admitted after the ClusterQueue resumed")

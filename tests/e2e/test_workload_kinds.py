@@ -273,3 +273,34 @@ def test_a_running_pod_of_an_admitted_job_cannot_be_released_from_it(
     finally:
         lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
         lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+
+
+def test_a_pod_no_controller_owns_does_not_hold_a_jobs_quota(
+        lab: LabHandle, pykueue_in_lab: labmod.Lab) -> None:
+    """A tenant runs an admitted 1-GPU Job of 3 s and, beside it, a CPU-only Pod of its own
+    labelled ``batch.kubernetes.io/job-name: <job>`` (no owner, no uid label; the Job
+    controller does not adopt it). Seen (breaker10): the Job completes, its Workload is never
+    Finished while that pod runs (Event ``WaitingForPods``), the GPU quota stays reserved
+    with 0 GPU pods; in a cohort the same pod kept a preempted borrower's 4 GPUs reserved
+    and another team's 2-GPU Job within its nominal quota pending for 72 s and more (admitted
+    0.9 s after the pod was deleted). Now: Finished once the Job's own pods are done
+    (``framework.pod_of`` needs the uid label or a controller while the Job exists)."""
+    from tests.e2e.test_jobset import condition, owned_workload, queue, tenant
+
+    with queue(lab, "fakepod", 2) as ns:
+        as_tenant = tenant(lab, ns)
+        job = json.loads(long_job("short", ns, {"kueue.x-k8s.io/queue-name": "lq"}))
+        job["spec"]["template"]["metadata"] = {}  # the lab's pods end after 3 s
+        lab.kubectl(*as_tenant, "apply", "-f", "-", input=json.dumps(job))
+        lab.kubectl(*as_tenant, "apply", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": "not-short", "namespace": ns, **LONG,
+                "labels": {"batch.kubernetes.io/job-name": "short"}},
+            "spec": {"restartPolicy": "Never", "containers": [
+                {"name": "c", "image": "busybox"}]}}))
+        wait_for(lambda: any(c["type"] == "Complete" and c["status"] == "True" for c in
+                             lab.get("job", "short", "-n", ns)["status"].get("conditions", [])),
+                 60, "short complete")
+        wait_for(lambda: (condition(owned_workload(lab, ns, "Job", "short"), "Finished")
+                          or {}).get("status") == "True", 30,
+                 "short's Workload Finished while a pod it does not own runs")

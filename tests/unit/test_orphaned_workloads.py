@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from app.config import Settings
 from app.integrations import default_registry
 from app.integrations.batchjob.job import KIND as JOB
-from app.integrations.framework import pods_of, pods_of_workload
+from app.integrations.framework import pod_of, pods_of, pods_of_workload
 from app.integrations.jobset.jobset import JOBSETS
 from app.integrations.jobset.jobset import KIND as JOBSET
 from app.integrations.kubeflow.kubeflow import PYTORCHJOB
@@ -249,3 +249,32 @@ def test_a_failed_pytorchjob_keeps_its_quota_while_its_pods_run() -> None:
     ctx.store(POD).remove(f"{NS}/{running['metadata']['name']}")
     assert asyncio.run(rec.reconcile_object(PYTORCHJOB, NS, "ddp")) is None
     assert finished_reason(ctx, wl["metadata"]["name"]) == "Failed"
+
+
+def _pod(labels: dict[str, str], controller: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p", "namespace": "ns", "labels": labels}
+    if controller is not None:
+        meta["ownerReferences"] = [{**controller, "controller": True, "name": "x"}]
+    return {"metadata": meta, "spec": {"containers": [{"name": "c"}]},
+            "status": {"phase": "Running"}}
+
+
+def test_a_pod_with_a_jobs_name_label_and_no_owner_is_not_the_jobs() -> None:
+    """A pod a tenant creates with a job's name label and no controller holds none of that
+    job's quota while the job exists (else one 10m-CPU pod keeps an evicted job's GPUs
+    reserved and stops a reclaim); the job's own pods do, and so do pods of a job deleted
+    with ``--cascade=orphan`` (their ownerReference went with it)."""
+    job = {"metadata": {"name": "hog", "uid": "u1", "namespace": "ns"}}
+    fake = _pod({"batch.kubernetes.io/job-name": "hog"})
+    real = _pod({"batch.kubernetes.io/job-name": "hog", "batch.kubernetes.io/controller-uid": "u1"},
+                {"apiVersion": "batch/v1", "kind": "Job", "uid": "u1"})
+    assert pods_of(JOB, [fake, real], job) == [real]
+    torch = {"metadata": {"name": "ddp", "uid": "u2", "namespace": "ns"}}
+    name = {"training.kubeflow.org/job-name": "ddp"}
+    fake = _pod(name)
+    forged = _pod(name, {"apiVersion": "v1", "kind": "ConfigMap", "uid": "u9"})
+    own = _pod(name, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "uid": "u2"})
+    other = _pod(name, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "uid": "u3"})
+    launcher = _pod(name, {"apiVersion": "batch/v1", "kind": "Job", "uid": "u4"})
+    assert pods_of(PYTORCHJOB, [fake, forged, own, other, launcher], torch) == [own, launcher]
+    assert pod_of(PYTORCHJOB, fake, "ddp", "u2", owner_gone=True)
