@@ -70,7 +70,10 @@ def serve(
     )
     app = create_app(settings)
     client_cas: list[str] = []
-    if settings.visibility.enabled:
+    # Python's TLS layer checks every client certificate presented against the loaded CAs:
+    # adding the front-proxy CA where no client CA is configured would refuse kube-apiserver's
+    # webhook client certificate (signed by another CA), so it is added only beside one.
+    if settings.visibility.enabled and settings.server.client_ca_file is not None:
         import asyncio
 
         from app.api.requestheader import request_header_auth_from_cluster
