@@ -57,6 +57,7 @@ from app.wire.queues import (
 )
 from app.wire.workload import domain_workload, workload_key
 from app.wire.workload_status import (
+    DEACTIVATED_DUE_TO,
     DEACTIVATION_TARGET,
     EVICTED,
     condition,
@@ -227,7 +228,7 @@ class InformerFeed:
             reason, message = "Deactivated", "The workload is deactivated"
             target = condition(new, DEACTIVATION_TARGET)
             if target is not None and target.get("status") == "True":
-                reason = f"DeactivatedDueTo{target.get('reason', '')}"
+                reason = f"{DEACTIVATED_DUE_TO}{target.get('reason', '')}"
                 message = f"The workload is deactivated due to {target.get('message', '')}"
             self.writes.spawn(self.decisions.evict(key, reason, message, None, None))
         self.lifecycle.observe(new)
