@@ -1,9 +1,10 @@
 """HTTP adapter: Kueue's visibility API, served to kube-apiserver's aggregation layer.
 
 Kueue v0.17.1 serves ``visibility.kueue.x-k8s.io`` (v1beta2, and v1beta1 with the same shape)
-from an aggregated API server; pykueue serves the same paths from its HTTPS port, registered
-with the APIServices ``v1beta2.visibility.kueue.x-k8s.io`` and ``v1beta1...``
-(manifests/visibility):
+from an aggregated API server on a port of its own (8082); pykueue serves the same paths from
+a listener of its own too (``visibility.port``, default 8082, ``app.serving``; the main port
+does not serve them), registered with the APIServices ``v1beta2.visibility.kueue.x-k8s.io``
+and ``v1beta1...`` (manifests/visibility):
 
 - ``GET /apis/visibility.kueue.x-k8s.io/{v}/clusterqueues/{name}/pendingworkloads``
 - ``GET /apis/visibility.kueue.x-k8s.io/{v}/namespaces/{ns}/localqueues/{name}/pendingworkloads``
