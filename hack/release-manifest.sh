@@ -13,8 +13,10 @@ header() { # $1: the kustomization, $2: how the serving certificate comes
   cat <<HDR
 # pykueue $VERSION: \`kubectl kustomize $1\`. Install: kubectl apply --server-side -f THIS_FILE
 # The webhooks' serving certificate: $2
-# Also: patch the NetworkPolicy pykueue's pod CIDR to your cluster's (docs/security.md) and give
-# kube-scheduler the extender (manifests/scheduler/kube-scheduler-config.yaml).
+# Also: patch the NetworkPolicy's pod CIDR to your cluster's in both rules (port 9443, and 8082 of
+# the visibility API's listener, which the APIServices reach through the Service's port 8082;
+# docs/security.md) and give kube-scheduler the extender
+# (manifests/scheduler/kube-scheduler-config.yaml).
 HDR
 }
 
