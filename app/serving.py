@@ -248,31 +248,46 @@ class _Follower(uvicorn.Server):
         yield
 
 
+class _Main(uvicorn.Server):
+    """The main listener: its shutdown stops the followers too, before uvicorn hands a
+    captured SIGTERM back to the process (which ends it)."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.followers: list[tuple[_Follower, asyncio.Task[None]]] = []
+
+    async def stop_followers(self) -> None:
+        for f, _ in self.followers:
+            f.should_exit = True
+        await asyncio.gather(*(t for _, t in self.followers), return_exceptions=True)
+
+    async def shutdown(self, sockets: list[Any] | None = None) -> None:
+        await asyncio.gather(super().shutdown(sockets), self.stop_followers())
+
+
 async def serve(main: uvicorn.Config, others: Sequence[uvicorn.Config] = ()) -> None:
     """Run the main listener and ``others`` (lifespan off) in the running event loop.
 
     The others' sockets are bound first: a port in use ends the process (exit status 3, as
     uvicorn's own bind) before anything started. The main server handles SIGINT/SIGTERM and
-    the lifespan; when it stops (a signal, or its startup failed) the others stop, finishing
-    the requests under way; when another stops by itself, the main server stops too."""
-    followers = [(_Follower(c), c.bind_socket()) for c in others]
-    server = uvicorn.Server(main)
+    the lifespan; when it stops (a signal, or its startup failed) the others stop with it,
+    finishing the requests under way; when another stops by itself, the main server stops
+    too."""
+    bound = [(_Follower(c), c.bind_socket()) for c in others]
+    server = _Main(main)
 
     def lost(task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is not None:
             log.error("a listener stopped: %r; stopping", task.exception())
         server.should_exit = True
 
-    tasks = []
-    for f, sock in followers:
+    for f, sock in bound:
         task = asyncio.create_task(f.serve(sockets=[sock]))
         task.add_done_callback(lost)
-        tasks.append(task)
+        server.followers.append((f, task))
     try:
         await server.serve()
     finally:
-        for f, _ in followers:
-            f.should_exit = True
-        for task in tasks:
+        for _, task in server.followers:
             task.remove_done_callback(lost)
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await server.stop_followers()

@@ -411,3 +411,17 @@ def test_the_main_port_takes_any_client_certificate_as_without_the_visibility_ap
     assert tls_context(server).verify_mode == ssl.CERT_NONE
     pem = (clients / "fp" / "ca.crt").read_text()
     assert tls_context(server, [pem]).verify_mode == ssl.CERT_OPTIONAL
+
+
+def test_sigterm_stops_both_listeners_after_their_requests(certs, tmp_path):
+    """The main listener owns SIGTERM; its shutdown stops the visibility listener too
+    (uvicorn then ends the process with the signal it caught)."""
+    from tests.pykueue_server import free_port
+
+    srv = PykueueServer(certs, tmp_path / "serve.log", env=dict(os.environ))
+    srv.env["PYKUEUE_VISIBILITY__PORT"] = str(free_port())
+    srv.start()
+    srv.stop()
+    log = (tmp_path / "serve.log").read_text()
+    assert log.count("Shutting down") == 2, log
+    assert log.count("Finished server process") == 2, log
