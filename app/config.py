@@ -30,7 +30,9 @@ from app.wire.queues import label_selector
 
 
 class ServerSettings(BaseModel):
-    """HTTPS listener shared by the webhook, the extender, the status API and metrics."""
+    """HTTPS listener shared by the webhook, the extender, the status API and metrics (Kueue's
+    visibility API has a listener of its own, ``VisibilitySettings.port``, with these limits and
+    certificate)."""
 
     host: str = "127.0.0.1"
     port: int = Field(9443, ge=1, le=65535)
@@ -194,15 +196,27 @@ class VisibilitySettings(BaseModel):
     the Role ``extension-apiserver-authentication-reader`` there). With a file, the other
     fields are used as given: ``requestheader_allowed_names`` empty = any common name
     (Kubernetes' meaning of an empty ``--requestheader-allowed-names``).
-    ``enabled: false``: the routes answer 404 and nothing is read at start."""
+    ``enabled: false``: the routes answer 404 and nothing is read at start.
+
+    ``port``: the HTTPS port of the API's own listener (Kueue's visibility server listens on
+    8082), on ``server.host`` with ``server``'s certificate and limits. Its TLS asks every client
+    for a certificate and trusts the request-header CA only; the main port (webhooks, extender,
+    status API, metrics) keeps its own TLS and does not serve these paths. 0: no listener (the
+    API is off, as ``enabled: false``)."""
 
     enabled: bool = True
+    port: int = Field(8082, ge=0, le=65535)
     requestheader_client_ca_file: Path | None = None
     requestheader_allowed_names: list[str] = Field(default_factory=list)
     requestheader_username_headers: list[str] = Field(default_factory=lambda: ["X-Remote-User"])
     requestheader_group_headers: list[str] = Field(default_factory=lambda: ["X-Remote-Group"])
     requestheader_extra_headers_prefix: list[str] = Field(
         default_factory=lambda: ["X-Remote-Extra-"])
+
+    @property
+    def served(self) -> bool:
+        """True when the visibility listener runs (enabled, with a port)."""
+        return self.enabled and self.port != 0
 
 
 class ClientSettings(BaseModel):
@@ -587,6 +601,14 @@ class Settings(BaseSettings):
             raise ValueError("webhook.client_names needs server.client_ca_file: without a CA "
                              "no client certificate is asked for, so every webhook call "
                              "would be refused")
+        return self
+
+    @model_validator(mode="after")
+    def _visibility_port_is_its_own(self) -> Settings:
+        if self.visibility.served and self.visibility.port == self.server.port:
+            raise ValueError(f"visibility.port {self.visibility.port} is server.port: the "
+                             "visibility API has a listener of its own (TLS asking for the "
+                             "front-proxy certificate); give it another port, or 0 for none")
         return self
 
     @classmethod

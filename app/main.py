@@ -1,10 +1,14 @@
-"""The FastAPI application: ``create_app(settings)`` wires the HTTP adapters and the lifespan.
+"""The FastAPI applications: ``create_app(settings)`` wires the HTTP adapters and the lifespan.
 
 One process serves, over HTTPS, the webhooks of every job kind
 (``/mutate-<group>-<version>-<kind>``, ``/validate-...``: docs/webhook.md), the scheduler
 extender (``/scheduler/filter``, ``/scheduler/prioritize``), the status API (``/api/v1/...``),
 the dashboard (``/dashboard``), health (``/healthz``, ``/readyz``) and ``/metrics``; the
 lifespan starts and stops the controllers (``app.controllers``) in the same event loop.
+Kueue's visibility API (``/apis/visibility.kueue.x-k8s.io/...``, ``/openapi/v2``, ``/openapi/v3``)
+is a second application, ``app.state.visibility_app`` (None when not served), for the
+visibility listener (``app.serving``): it has no lifespan and shares the first one's
+``state``.
 """
 
 from __future__ import annotations
@@ -100,15 +104,30 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lambda: getattr(app.state, "awaiting_checks", frozenset()))
     for module in (webhook, extender, status, dashboard, health):
         app.include_router(module.router)
-    if settings.visibility.enabled:
-        app.include_router(visibility.router)
+    app.state.visibility_app = None
+    if settings.visibility.served:
         # The request-header (front-proxy) CA: from the file setting here, or loaded from
         # kube-system/extension-apiserver-authentication by `pykueue serve` and set on
-        # app.state.visibility_auth before serving (it must be trusted by the TLS context).
-        app.state.visibility_auth = RequestHeaderAuth.from_settings(
-            settings.visibility)
+        # app.state.visibility_auth before serving (the visibility listener's TLS trusts it).
+        app.state.visibility_auth = RequestHeaderAuth.from_settings(settings.visibility)
+        app.state.visibility_app = create_visibility_app(app)
     dashboard.mount_static(app)
+    _limit_bodies(app, settings)
+    return app
+
+
+def create_visibility_app(main: FastAPI) -> FastAPI:
+    """The visibility API's application: its routes only, no lifespan, ``main``'s state (the
+    core, the access reviewer, ``visibility_auth``)."""
+    vis = FastAPI(title="pykueue visibility", version="0.1.0", openapi_url=None,
+                  docs_url=None, redoc_url=None)
+    vis.state = main.state
+    vis.include_router(visibility.router)
+    _limit_bodies(vis, main.state.settings)
+    return vis
+
+
+def _limit_bodies(app: FastAPI, settings: Settings) -> None:
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.server.max_body_bytes,
                        body_timeout=settings.server.body_timeout_seconds,
                        in_flight_bytes=settings.server.max_body_bytes_in_flight)
-    return app

@@ -1,6 +1,16 @@
 """How `pykueue serve` listens: uvicorn with TLS hardened and slow connections closed.
 
-``uvicorn_config(app, server)`` builds the ``uvicorn.Config`` that ``app.cli.main.serve`` runs:
+``uvicorn_config(app, server)`` builds the ``uvicorn.Config`` that ``app.cli.main.serve`` runs;
+``serve(main, others)`` runs it and the other listeners in one event loop:
+
+- **Two listeners**, as Kueue: the main port (``server.port``: webhooks, extender, status API,
+  dashboard, health, metrics) and the visibility API's own (``visibility.port``, Kueue's
+  visibility server listens on 8082), because the TLS layer decides which client certificates
+  a connection may present before any route is known. The visibility listener asks every
+  client for a certificate and trusts only the request-header (front-proxy) CA; the main
+  port's TLS is what ``server.client_ca_file`` says, whatever the visibility API does. Both
+  share the application's state; the main one runs the lifespan (the controllers, leader
+  election) and owns SIGINT/SIGTERM: when it stops, the others stop too.
 
 - **TLS** (``tls_context``): TLS 1.2 and 1.3 only; for TLS 1.2 only ECDHE key exchange with
   AEAD ciphers (AES-GCM, ChaCha20-Poly1305), no CBC suites (the TLS 1.3 suites are AEAD by
@@ -33,9 +43,10 @@ Not bounded here: the TLS handshake itself, which asyncio gives 60 s (its defaul
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
 from typing import Any
 
 import uvicorn
@@ -56,19 +67,25 @@ Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
 
 
-def tls_context(server: ServerSettings, client_cas: Sequence[str] = ()) -> ssl.SSLContext:
-    """The server's ``SSLContext`` (see the module doc). ``client_cas``: more CAs (PEM) whose
-    client certificates are accepted, e.g. kube-apiserver's front-proxy CA for the visibility
-    API (which checks the issuer itself). Raises ``OSError``/``ssl.SSLError`` when a
-    certificate cannot be read."""
+def tls_context(server: ServerSettings, client_cas: Sequence[str] | None = None
+                ) -> ssl.SSLContext:
+    """A listener's ``SSLContext`` (see the module doc) with ``server``'s certificate.
+    ``client_cas``: None (the main port) asks for client certificates of
+    ``server.client_ca_file`` when it is set; a sequence of PEM CAs (the visibility listener:
+    the request-header CA) asks for certificates of those CAs only, none when it is empty.
+    Asked, not required (``CERT_OPTIONAL``): a certificate no listed CA issued fails the
+    handshake, none at all reaches the routes, which decide. Raises
+    ``OSError``/``ssl.SSLError`` when a certificate cannot be read."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_ciphers(TLS12_CIPHERS)
     ctx.options |= ssl.OP_NO_COMPRESSION | ssl.OP_CIPHER_SERVER_PREFERENCE
     ctx.load_cert_chain(str(server.cert_file), str(server.key_file))
-    if server.client_ca_file is not None:
-        ctx.load_verify_locations(cafile=str(server.client_ca_file))
-        ctx.verify_mode = ssl.CERT_OPTIONAL
+    if client_cas is None:
+        if server.client_ca_file is not None:
+            ctx.load_verify_locations(cafile=str(server.client_ca_file))
+            ctx.verify_mode = ssl.CERT_OPTIONAL
+        return ctx
     for pem in client_cas:
         ctx.load_verify_locations(cadata=pem)
         ctx.verify_mode = ssl.CERT_OPTIONAL
@@ -201,14 +218,17 @@ def guarded_protocol(header_timeout: float,
     return GuardedHTTPProtocol
 
 
-def uvicorn_config(app: Any, server: ServerSettings, log_level: str = "info",
-                   client_cas: Sequence[str] = ()) -> uvicorn.Config:
-    """The ``uvicorn.Config`` of `pykueue serve` for ``app`` (see the module doc);
-    ``client_cas`` as for ``tls_context``."""
+def uvicorn_config(app: Any, server: ServerSettings, log_level: str = "info", *,
+                   port: int | None = None, client_cas: Sequence[str] | None = None,
+                   lifespan: str = "auto") -> uvicorn.Config:
+    """The ``uvicorn.Config`` of a `pykueue serve` listener for ``app`` (see the module doc)
+    on ``server.host``: the main port by default; the visibility listener with ``port``,
+    ``client_cas`` (as for ``tls_context``) and ``lifespan="off"`` (the main one runs it)."""
     return uvicorn.Config(
         app,
         host=server.host,
-        port=server.port,
+        port=server.port if port is None else port,
+        lifespan=lifespan,
         http=guarded_protocol(server.header_timeout_seconds),
         ssl_certfile=str(server.cert_file),  # uvicorn's is_ssl flag; the context is ours
         ssl_keyfile=str(server.key_file),
@@ -218,3 +238,56 @@ def uvicorn_config(app: Any, server: ServerSettings, log_level: str = "info",
         timeout_keep_alive=server.keep_alive_seconds,  # kube-apiserver reuses connections
         limit_concurrency=server.limit_concurrency,
     )
+
+
+class _Follower(uvicorn.Server):
+    """A listener beside the main one: the main server owns the process's signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class _Main(uvicorn.Server):
+    """The main listener: its shutdown stops the followers too, before uvicorn hands a
+    captured SIGTERM back to the process (which ends it)."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.followers: list[tuple[_Follower, asyncio.Task[None]]] = []
+
+    async def stop_followers(self) -> None:
+        for f, _ in self.followers:
+            f.should_exit = True
+        await asyncio.gather(*(t for _, t in self.followers), return_exceptions=True)
+
+    async def shutdown(self, sockets: list[Any] | None = None) -> None:
+        await asyncio.gather(super().shutdown(sockets), self.stop_followers())
+
+
+async def serve(main: uvicorn.Config, others: Sequence[uvicorn.Config] = ()) -> None:
+    """Run the main listener and ``others`` (lifespan off) in the running event loop.
+
+    The others' sockets are bound first: a port in use ends the process (exit status 3, as
+    uvicorn's own bind) before anything started. The main server handles SIGINT/SIGTERM and
+    the lifespan; when it stops (a signal, or its startup failed) the others stop with it,
+    finishing the requests under way; when another stops by itself, the main server stops
+    too."""
+    bound = [(_Follower(c), c.bind_socket()) for c in others]
+    server = _Main(main)
+
+    def lost(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a listener stopped: %r; stopping", task.exception())
+        server.should_exit = True
+
+    for f, sock in bound:
+        task = asyncio.create_task(f.serve(sockets=[sock]))
+        task.add_done_callback(lost)
+        server.followers.append((f, task))
+    try:
+        await server.serve()
+    finally:
+        for _, task in server.followers:
+            task.remove_done_callback(lost)
+        await server.stop_followers()

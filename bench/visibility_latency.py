@@ -4,12 +4,13 @@ Workloads (default 10,000) in one ClusterQueue.
 Usage: ``.venv/bin/python bench/visibility_latency.py [--pending 10000] [--calls 200]``
 
 Builds the admission core in process (one ClusterQueue of 1 CPU held by one admitted Workload,
-N one-CPU Workloads pending behind it in one LocalQueue, priorities 0..9), then calls
-``create_app``'s visibility routes through ``httpx.ASGITransport`` as kube-apiserver's
-front-proxy would (a client certificate of a throwaway front-proxy CA, ``X-Remote-User`` of a
-user allowed by an in-process access table): the handler, the authentication, the review
-cache and the JSON, without TLS or kube-apiserver. Prints one JSON document: p50 / p99 / max in
-milliseconds per call (default limit 1000, and ``limit=10``), and the process's peak RSS.
+N one-CPU Workloads pending behind it in one LocalQueue, priorities 0..9), then calls the
+visibility listener's application (``create_app``'s ``state.visibility_app``) through
+``httpx.ASGITransport`` as kube-apiserver's front-proxy would (a client certificate of a
+throwaway front-proxy CA, ``X-Remote-User`` of a user allowed by an in-process access table):
+the handler, the authentication, the review cache and the JSON, without TLS or kube-apiserver.
+Prints one JSON document: p50 / p99 / max in milliseconds per call (default limit 1000, and
+``limit=10``), and the process's peak RSS.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ async def run(pending: int, calls: int) -> dict[str, Any]:
     app = create_app(Settings(controllers_enabled=False,
                               leader_election=LeaderElectionSettings(enabled=False),
                               visibility=VisibilitySettings(
-                                  requestheader_client_ca_file=d / "ca.crt")))
+                                  requestheader_client_ca_file=d / "ca.crt"))
+                     ).state.visibility_app
     t0 = time.perf_counter()
     app.state.cluster = build(pending)
     built = time.perf_counter() - t0

@@ -17,7 +17,8 @@ managing fake nodes with the stages in hack/lab/stages.yaml. State lives in a gi
     python hack/lab.py operators-down [NAME...]  # (hack/operators.py; make operators builds)
 
 Options (before the verb): --state-dir DIR, --port-base N (etcd N, N+1; apiserver N+3).
-Env: LAB_STATE_DIR, LAB_PORT_BASE, LAB_BIN_DIR.
+Env: LAB_STATE_DIR, LAB_PORT_BASE, LAB_BIN_DIR; pykueue's ports PYKUEUE_PORT (default 9443)
+and PYKUEUE_VISIBILITY_PORT (its visibility API; default PYKUEUE_PORT + 1).
 """
 
 from __future__ import annotations
@@ -571,6 +572,9 @@ def sa_kubeconfig(lab: Lab, out: Path | None = None, seconds: int = 86400) -> Pa
 
 
 PYKUEUE_PORT = int(os.environ.get("PYKUEUE_PORT", "9443"))
+# The visibility API's listener (visibility.port; Kueue's and the manifests' 8082): the port
+# after PYKUEUE_PORT, outside the lab's own block (base..base+24) as PYKUEUE_PORT is.
+PYKUEUE_VISIBILITY_PORT = int(os.environ.get("PYKUEUE_VISIBILITY_PORT") or PYKUEUE_PORT + 1)
 
 
 def _started_pid(lab: Lab, name: str) -> int | None:
@@ -590,7 +594,8 @@ def _pykueue_pid(lab: Lab) -> int | None:
 
 def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | None = None,
                unlabelled: bool = False) -> None:
-    """Start pykueue in the lab as a real user would deploy it, on 127.0.0.1:PYKUEUE_PORT.
+    """Start pykueue in the lab as a real user would deploy it, on 127.0.0.1:PYKUEUE_PORT
+    (its visibility API on PYKUEUE_VISIBILITY_PORT).
 
     1. certificates (``certs/out``, kept while valid, with kube-scheduler's client certificate
     for the extender, which pykueue verifies against the same CA); 2. ``pykueue serve`` under
@@ -614,6 +619,7 @@ def pykueue_up(lab: Lab, *, admin: bool = False, extra_env: dict[str, str] | Non
             "PYKUEUE_CLIENT__KUBECONFIG": str(kubeconfig),
             "PYKUEUE_SERVER__HOST": "127.0.0.1",
             "PYKUEUE_SERVER__PORT": str(PYKUEUE_PORT),
+            "PYKUEUE_VISIBILITY__PORT": str(PYKUEUE_VISIBILITY_PORT),
             "PYKUEUE_SERVER__CERT_FILE": str(ROOT / "certs" / "out" / "tls.crt"),
             "PYKUEUE_SERVER__KEY_FILE": str(ROOT / "certs" / "out" / "tls.key"),
             "PYKUEUE_SERVER__CA_FILE": str(ca),
@@ -656,8 +662,9 @@ VISIBILITY_APISERVICES = ROOT / "manifests" / "visibility" / "apiservices.yaml"
 
 def _visibility_up(lab: Lab, ca: Path) -> None:
     """Register Kueue's visibility API with kube-apiserver's aggregation layer, pointing at
-    the pykueue process on 127.0.0.1:PYKUEUE_PORT: the APIServices of manifests/visibility
-    (caBundle: our CA, port: PYKUEUE_PORT) and, in place of the Deployment's Service, an
+    the pykueue process's visibility listener on 127.0.0.1:PYKUEUE_VISIBILITY_PORT: the
+    APIServices of manifests/visibility (caBundle: our CA, port: PYKUEUE_VISIBILITY_PORT)
+    and, in place of the Deployment's Service, an
     ExternalName Service ``localhost`` of the same name (kube-apiserver refuses loopback
     endpoints, and without --enable-aggregator-routing it dials an ExternalName Service's
     name at the APIService's port). kube-apiserver verifies pykueue's certificate for
@@ -673,7 +680,7 @@ def _visibility_up(lab: Lab, ca: Path) -> None:
     docs = [d for d in yaml.safe_load_all(VISIBILITY_APISERVICES.read_text()) if d]
     for d in docs:
         d["spec"]["caBundle"] = base64.b64encode(ca.read_bytes()).decode()
-        d["spec"]["service"]["port"] = PYKUEUE_PORT
+        d["spec"]["service"]["port"] = PYKUEUE_VISIBILITY_PORT
     kubectl(lab, "apply", "-f", "-", input=json.dumps(
         {"apiVersion": "v1", "kind": "List", "items": [service, *docs]}))
     for d in docs:

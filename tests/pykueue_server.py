@@ -34,9 +34,11 @@ def serve_env(
     port: int,
     base: Mapping[str, str] | None = None,
     controller_usernames: list[str] | None = None,
+    visibility_port: int = 0,
 ) -> dict[str, str]:
     """Environment for `pykueue serve`: ``base`` (default os.environ) without PYKUEUE_*, plus the
-    listener on 127.0.0.1:``port`` with the PEM files in ``certs`` and controllers disabled."""
+    listener on 127.0.0.1:``port`` with the PEM files in ``certs`` and controllers disabled; the
+    visibility listener on ``visibility_port`` (0: none)."""
     env = {k: v for k, v in (base or os.environ).items() if not k.startswith("PYKUEUE_")}
     env.update(
         PYKUEUE_SERVER__HOST="127.0.0.1",
@@ -45,6 +47,7 @@ def serve_env(
         PYKUEUE_SERVER__KEY_FILE=str(certs / "tls.key"),
         PYKUEUE_SERVER__CA_FILE=str(certs / "ca.crt"),
         PYKUEUE_CONTROLLERS_ENABLED="false",
+        PYKUEUE_VISIBILITY__PORT=str(visibility_port),
     )
     if controller_usernames is not None:
         env["PYKUEUE_WEBHOOK__CONTROLLER_USERNAMES"] = json.dumps(controller_usernames)

@@ -1,9 +1,10 @@
 """HTTP adapter: Kueue's visibility API, served to kube-apiserver's aggregation layer.
 
 Kueue v0.17.1 serves ``visibility.kueue.x-k8s.io`` (v1beta2, and v1beta1 with the same shape)
-from an aggregated API server; pykueue serves the same paths from its HTTPS port, registered
-with the APIServices ``v1beta2.visibility.kueue.x-k8s.io`` and ``v1beta1...``
-(manifests/visibility):
+from an aggregated API server on a port of its own (8082); pykueue serves the same paths from
+a listener of its own too (``visibility.port``, default 8082, ``app.serving``; the main port
+does not serve them), registered with the APIServices ``v1beta2.visibility.kueue.x-k8s.io``
+and ``v1beta1...`` (manifests/visibility):
 
 - ``GET /apis/visibility.kueue.x-k8s.io/{v}/clusterqueues/{name}/pendingworkloads``
 - ``GET /apis/visibility.kueue.x-k8s.io/{v}/namespaces/{ns}/localqueues/{name}/pendingworkloads``
@@ -223,11 +224,10 @@ def cluster_queue_items(entries: Sequence[PendingWorkloadInfo], page: Page,
     return [pending_workload(e, lqpos[e.workload], meta_of) for e in head[page.offset:]]
 
 
-def local_queue_items(entries: Sequence[PendingWorkloadInfo], page: Page,
+def local_queue_items(chunk: Sequence[PendingWorkloadInfo], page: Page,
                       meta_of: MetaOf) -> list[dict[str, Any]]:
-    """The ``[offset, offset+limit)`` slice of one LocalQueue's pending Workloads (``entries``:
-    only that queue's, in the ClusterQueue's order)."""
-    chunk = entries[page.offset:page.offset + page.limit]
+    """The items of ``chunk``, the ``[offset, offset+limit)`` slice of one LocalQueue's
+    pending Workloads (only that queue's, in the ClusterQueue's order)."""
     return [pending_workload(e, page.offset + i, meta_of) for i, e in enumerate(chunk)]
 
 
@@ -329,7 +329,8 @@ async def cluster_queue_pending(request: Request, version: str, name: str) -> JS
     await _authorize(request, user, pending_workloads_access(name), "clusterqueues", name)
     page = Page.parse(request.query_params)
     view = _view(request)
-    entries = view.pending(ClusterQueueName(name))
+    # The head of the list up to the page's end: LocalQueue positions count from the head.
+    entries = view.pending(ClusterQueueName(name), 0, page.offset + page.limit)
     if entries is None:
         raise _not_found("clusterqueue", name)
     items = cluster_queue_items(entries, page, store_meta_of(request, view))
@@ -346,7 +347,7 @@ async def local_queue_pending(request: Request, version: str, namespace: str,
                      "localqueues", name)
     page = Page.parse(request.query_params)
     view = _view(request)
-    found = view.local_queue_pending(namespace, name)
+    found = view.local_queue_pending(namespace, name, page.offset, page.offset + page.limit)
     if found is None:
         raise _not_found("localqueue", name)
     items = local_queue_items(found[1], page, store_meta_of(request, view))

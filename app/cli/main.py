@@ -35,18 +35,19 @@ def serve(
     log_level: str = typer.Option("info", help="debug, info, warning or error."),
 ) -> None:
     """Serve the webhook, extender, status API and metrics over HTTPS; run the controllers.
+    Kueue's visibility API listens on a port of its own (``PYKUEUE_VISIBILITY__PORT``, default
+    8082; 0: off).
 
     Settings come from the environment (``PYKUEUE_*``, see app/config.py). There is no plaintext
     listener: the serving certificate and key (``PYKUEUE_SERVER__CERT_FILE``/``KEY_FILE``,
     default certs/out/tls.crt and tls.key) must exist; ``python -m certs.generate`` makes them.
     """
+    import asyncio
     import logging
-
-    import uvicorn
 
     from app.config import Settings
     from app.main import create_app
-    from app.serving import uvicorn_config
+    from app.serving import serve, uvicorn_config
 
     settings = Settings()
     if host is not None or port is not None:
@@ -69,22 +70,26 @@ def serve(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     app = create_app(settings)
-    client_cas: list[str] = []
-    # Python's TLS layer checks every client certificate presented against the loaded CAs:
-    # adding the front-proxy CA where no client CA is configured would refuse kube-apiserver's
-    # webhook client certificate (signed by another CA), so it is added only beside one.
-    if settings.visibility.enabled and settings.server.client_ca_file is not None:
-        import asyncio
+    main_config = uvicorn_config(app, settings.server, log_level)
 
-        from app.api.requestheader import request_header_auth_from_cluster
+    async def run() -> None:
+        others = []
+        vis = settings.visibility
+        if app.state.visibility_app is not None:
+            from app.api.requestheader import request_header_auth_from_cluster
 
-        auth = app.state.visibility_auth
-        if auth is None:
-            auth = app.state.visibility_auth = asyncio.run(
-                request_header_auth_from_cluster(settings))
-        if auth is not None:
-            client_cas.append(auth.ca_pem)
-    uvicorn.Server(uvicorn_config(app, settings.server, log_level, client_cas)).run()
+            auth = app.state.visibility_auth
+            if auth is None:
+                auth = app.state.visibility_auth = await request_header_auth_from_cluster(
+                    settings)
+            # Without the request-header CA no certificate is asked for: the API answers 503.
+            others.append(uvicorn_config(
+                app.state.visibility_app, settings.server, log_level, port=vis.port,
+                client_cas=[auth.ca_pem] if auth is not None else [], lifespan="off"))
+        await serve(main_config, others)
+
+    with asyncio.Runner(loop_factory=main_config.get_loop_factory()) as runner:
+        runner.run(run())
 
 
 @app.command()

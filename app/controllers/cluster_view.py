@@ -277,25 +277,27 @@ class ClusterView:
         return [v for n in self.cohort_names() if (v := self.cohort(n)) is not None]
 
     # ---- pending Workloads ---------------------------------------------------------------
-    def pending(self, name: ClusterQueueName) -> list[PendingWorkloadInfo] | None:
-        """The ClusterQueue's pending Workloads in order (None when the ClusterQueue is
-        unknown). Cheap records; ``detail`` adds creation, reasons and shortfalls."""
+    def pending(self, name: ClusterQueueName, start: int = 0, stop: int | None = None,
+                ) -> list[PendingWorkloadInfo] | None:
+        """The ClusterQueue's pending Workloads in order, the slice ``[start, stop)`` (None
+        when the ClusterQueue is unknown). Cheap records; ``detail`` adds creation, reasons
+        and shortfalls."""
         if self.cluster.cluster_queue_spec(name) is None:
             return None
-        return self.cluster.pending_workloads(name)
+        return self.cluster.pending_workloads(name, start, stop)
 
-    def local_queue_pending(self, namespace: str, name: str,
+    def local_queue_pending(self, namespace: str, name: str, start: int = 0,
+                            stop: int | None = None,
                             ) -> tuple[ClusterQueueName, list[PendingWorkloadInfo]] | None:
         """(its ClusterQueue, pending Workloads of LocalQueue ``namespace/name`` in the
-        ClusterQueue's order); None when the LocalQueue is unknown. Workloads waiting for a
-        missing ClusterQueue are in no queue and not listed (``workload`` shows them)."""
+        ClusterQueue's order, the slice ``[start, stop)`` of that LocalQueue's list); None
+        when the LocalQueue is unknown. Workloads waiting for a missing ClusterQueue are in
+        no queue and not listed (``workload`` shows them)."""
         lq = self._local_queue(namespace, name)
         if lq is None:
             return None
-        entries = self.cluster.pending_workloads(lq.cluster_queue)
-        return lq.cluster_queue, [
-            p for p in entries
-            if p.local_queue == name and p.workload.split("/", 1)[0] == namespace]
+        return lq.cluster_queue, self.cluster.local_queue_pending_workloads(
+            lq.cluster_queue, namespace, name, start, stop)
 
     def detail(self, entry: PendingWorkloadInfo, cluster_queue: ClusterQueueName,
                position_in_local_queue: int) -> PendingView:

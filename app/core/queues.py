@@ -27,7 +27,13 @@ Rules (Kueue ``pkg/cache/queue``, reference 3.2 and 3.3):
   until ``parked_changes`` hands the record over, so the scheduler can keep its grouping of
   the parked Workloads up to date in O(changes) instead of regrouping all of them.
 
-Cost: ``push``/``remove``/``head``/``unpark`` are O(log n) amortised (lazy deletion).
+- Order version (``version``): bumped by every change of the pending set or of its order
+  (``push`` that moves or adds, ``park``, ``unpark``, ``remove``, a new sticky head, the
+  fair-sharing switch). ``ordered`` keeps its last answer while the version stays and, under
+  Admission Fair Sharing, the usages of the LocalQueues it saw are unchanged.
+
+Cost: ``push``/``remove``/``head``/``unpark`` are O(log n) amortised (lazy deletion);
+``ordered`` O(n log n) after a change, O(1) otherwise (O(LocalQueues) under fair sharing).
 """
 
 from __future__ import annotations
@@ -53,7 +59,11 @@ class PendingQueue:
         self._heap: list[SortKey] = []
         self._active: dict[WorkloadKey, SortKey] = {}
         self._parked: dict[WorkloadKey, SortKey] = {}
-        self.sticky: WorkloadKey | None = None
+        self._sticky: WorkloadKey | None = None
+        self.version = 0
+        # ``ordered``'s last answer: (version, usage per LocalQueue it saw or None, answer).
+        self._ordered: tuple[int, dict[str, float] | None,
+                             tuple[tuple[WorkloadKey, bool], ...]] | None = None
         # Admission Fair Sharing (None: off): usage of a LocalQueue key, each pending
         # Workload's LocalQueue and one heap per LocalQueue (lazy deletion as ``_heap``).
         self.usage_of: Callable[[str], float] | None = None
@@ -62,10 +72,22 @@ class PendingQueue:
         # Keys that entered or left ``_parked`` since ``parked_changes`` (None: not recorded).
         self._parked_log: set[WorkloadKey] | None = None
 
+    @property
+    def sticky(self) -> WorkloadKey | None:
+        """The head that issued preemptions (kept first until admitted, parked or removed)."""
+        return self._sticky
+
+    @sticky.setter
+    def sticky(self, key: WorkloadKey | None) -> None:
+        if key != self._sticky:
+            self._sticky = key
+            self.version += 1
+
     def set_fair_sharing(self, usage_of: Callable[[str], float] | None,
                          lq_of: Mapping[WorkloadKey, str]) -> None:
         """Order by LocalQueue usage (``usage_of``), or not (None). ``lq_of``: the LocalQueue
         key of every Workload in the queue (active and parked)."""
+        self.version += 1
         self.usage_of = usage_of
         self._lq_of, self._lq_heaps = {}, {}
         if usage_of is None:
@@ -116,8 +138,10 @@ class PendingQueue:
     def push(self, wl: Workload) -> None:
         """Insert or re-order ``wl`` in the heap (un-parking it if parked)."""
         k = sort_key(wl)
-        if self._parked.pop(wl.key, None) is not None and self._parked_log is not None:
-            self._parked_log.add(wl.key)
+        if self._parked.pop(wl.key, None) is not None:
+            self.version += 1
+            if self._parked_log is not None:
+                self._parked_log.add(wl.key)
         if self.usage_of is not None:
             lq = f"{wl.namespace}/{wl.queue_name}"
             if self._lq_of.get(wl.key) != lq:
@@ -125,6 +149,7 @@ class PendingQueue:
                 self._active.pop(wl.key, None)  # its entry in the old LocalQueue's heap is stale
         if self._active.get(wl.key) == k:
             return
+        self.version += 1
         self._active[wl.key] = k
         heapq.heappush(self._heap, k)
         if self.usage_of is not None:
@@ -138,6 +163,7 @@ class PendingQueue:
             self._lq_of.setdefault(key, f"{wl.namespace}/{wl.queue_name}")
         sk = self._active.pop(key, None)
         self._parked[key] = sort_key(wl) if sk is None else sk
+        self.version += 1
         if self._parked_log is not None:
             self._parked_log.add(key)
         if self.sticky == wl.key:
@@ -154,6 +180,8 @@ class PendingQueue:
                 self._parked_log.add(key)
         if self.usage_of is not None:
             self._lq_of.pop(key, None)
+        if found:
+            self.version += 1
         return found
 
     def head(self) -> WorkloadKey | None:
@@ -195,6 +223,7 @@ class PendingQueue:
             return False
         if self._parked_log is not None:
             self._parked_log.add(key)
+        self.version += 1
         self._active[key] = sk
         heapq.heappush(self._heap, sk)
         if self.usage_of is not None:
@@ -214,13 +243,21 @@ class PendingQueue:
         """Keys in the heap (unordered)."""
         return iter(list(self._active))
 
-    def ordered(self) -> list[tuple[WorkloadKey, bool]]:
-        """All pending keys in queue order with ``parked`` flags (O(n log n), for status).
-        The sticky preemptor comes first, as ``head`` evaluates it first: positions in the
-        status API match the order the scheduler admits in."""
+    def ordered(self) -> tuple[tuple[WorkloadKey, bool], ...]:
+        """All pending keys in queue order with ``parked`` flags (for status and the
+        visibility API). The sticky preemptor comes first, as ``head`` evaluates it first:
+        positions match the order the scheduler admits in. The same tuple as the last call
+        while nothing changed (see the module doc): O(n log n) after a change, else O(1)."""
+        usage_of = self.usage_of
+        cached = self._ordered
+        if cached is not None and cached[0] == self.version:
+            seen = cached[1]
+            if usage_of is None or (seen is not None
+                                    and all(usage_of(lq) == u for lq, u in seen.items())):
+                return cached[2]
         items = [(k, False) for k in self._active.values()]
         items += [(k, True) for k in self._parked.values()]
-        usage_of = self.usage_of
+        usage: dict[str, float] | None = None
         if usage_of is None:
             items.sort()
         else:
@@ -230,7 +267,9 @@ class PendingQueue:
         if self.sticky is not None and self.sticky in self._active:
             out.remove((self.sticky, False))
             out.insert(0, (self.sticky, False))
-        return out
+        answer = tuple(out)
+        self._ordered = (self.version, usage, answer)
+        return answer
 
     def _maybe_compact(self) -> None:
         if len(self._heap) > 64 and len(self._heap) > 2 * len(self._active):

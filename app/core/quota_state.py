@@ -289,6 +289,10 @@ class QuotaState:
         self.tree = QuotaTree()
         self._flavors: dict[FlavorName, ResourceFlavor] = {}
         self._cqs: dict[ClusterQueueName, _ClusterQueue] = {}
+        # ClusterQueue -> (the queue order it was built from, LocalQueue (namespace, name) ->
+        # positions in that order): ``local_queue_pending_workloads``.
+        self._lq_groups: dict[ClusterQueueName, tuple[tuple[tuple[WorkloadKey, bool], ...],
+                                                      dict[tuple[str, str], list[int]]]] = {}
         self._cohorts: dict[CohortName, CohortSpec] = {}
         # ClusterQueues with a minimum runtime before preemption (so the scheduler looks for
         # protected victims only when one exists).
@@ -419,6 +423,7 @@ class QuotaState:
             return False
         self._mark_cohort(name)
         cq = self._cqs.pop(name)
+        self._lq_groups.pop(name, None)
         self._min_runtime_cqs.discard(name)
         if name in self._afs_cqs:
             self._afs_cqs.discard(name)
@@ -1128,23 +1133,47 @@ class QuotaState:
         """Keys of Workloads holding quota in ClusterQueue ``name`` (admitted or evicting)."""
         return list(self._admitted_by_cq.get(name, {}))
 
-    def pending_workloads(self, name: ClusterQueueName) -> list[PendingWorkloadInfo]:
-        """Pending Workloads of a ClusterQueue in queue order (O(n log n))."""
+    def pending_workloads(self, name: ClusterQueueName, start: int = 0,
+                          stop: int | None = None) -> list[PendingWorkloadInfo]:
+        """Pending Workloads of a ClusterQueue in queue order, the slice ``[start, stop)``
+        (positions count from the queue's head). The order is the queue's cached one
+        (``PendingQueue.ordered``): O(n log n) after the queue changed, then O(slice)."""
         cq = self._cqs.get(name)
         if cq is None:
             return []
-        out = []
-        for pos, (key, parked) in enumerate(cq.queue.ordered()):
-            rec = self._wls[key]
-            reason, message = rec.last if rec.last else (None, "")
-            if cq.problem is not None:
-                reason, message = PendingReason.CLUSTER_QUEUE_INACTIVE, cq.problem.message
-            out.append(
-                PendingWorkloadInfo(
-                    key, pos, rec.wl.priority, rec.wl.queue_name, parked, reason, message
-                )
-            )
-        return out
+        ordered = cq.queue.ordered()
+        stop = len(ordered) if stop is None else min(stop, len(ordered))
+        return [self._pending_info(cq, pos, *ordered[pos]) for pos in range(start, stop)]
+
+    def _pending_info(self, cq: _ClusterQueue, pos: int, key: WorkloadKey,
+                      parked: bool) -> PendingWorkloadInfo:
+        rec = self._wls[key]
+        reason, message = rec.last if rec.last else (None, "")
+        if cq.problem is not None:
+            reason, message = PendingReason.CLUSTER_QUEUE_INACTIVE, cq.problem.message
+        return PendingWorkloadInfo(key, pos, rec.wl.priority, rec.wl.queue_name, parked,
+                                   reason, message)
+
+    def local_queue_pending_workloads(self, name: ClusterQueueName, namespace: str,
+                                      local_queue: str, start: int = 0,
+                                      stop: int | None = None) -> list[PendingWorkloadInfo]:
+        """The pending Workloads of LocalQueue ``namespace/local_queue`` in ClusterQueue
+        ``name``'s order, the slice ``[start, stop)`` of that LocalQueue's own list
+        (``position``: in the ClusterQueue). Grouped once per order of the queue, then
+        O(slice)."""
+        cq = self._cqs.get(name)
+        if cq is None:
+            return []
+        ordered = cq.queue.ordered()
+        cached = self._lq_groups.get(name)
+        if cached is None or cached[0] is not ordered:
+            groups: dict[tuple[str, str], list[int]] = {}
+            for pos, (key, _) in enumerate(ordered):
+                wl = self._wls[key].wl
+                groups.setdefault((wl.namespace, wl.queue_name), []).append(pos)
+            cached = self._lq_groups[name] = (ordered, groups)
+        mine = cached[1].get((namespace, local_queue), [])
+        return [self._pending_info(cq, pos, *ordered[pos]) for pos in mine[start:stop]]
 
     def cluster_queue_status(self, name: ClusterQueueName) -> ClusterQueueStatus | None:
         """Usage / borrowed / lent per flavor-resource, counts and the Active condition."""

@@ -6,9 +6,10 @@ WorkloadPriorityClasses wait behind it: three in ``viz-a``'s LocalQueue ``lq``, 
 ``pykueue-pending-workloads-lq-viewer`` calls ``kubectl get --raw`` (v1beta2 and v1beta1):
 its own LocalQueue answers with Kueue's ``PendingWorkloadsSummary`` (positions, priorities,
 owners), ``limit``/``offset`` slice it, ``viz-b``'s LocalQueue and the ClusterQueue are 403
-until ``pykueue-pending-workloads-cq-viewer`` is bound. pykueue's port itself refuses a
-request without kube-apiserver's front-proxy certificate (401), even one with a certificate
-of another CA it trusts and a forged ``X-Remote-User``."""
+until ``pykueue-pending-workloads-cq-viewer`` is bound. pykueue's visibility listener itself
+refuses a request without kube-apiserver's front-proxy certificate (401, or the handshake
+fails for a certificate of another CA) even with a forged ``X-Remote-User``, and answers the
+front-proxy certificate; pykueue's main port does not serve these paths to anyone."""
 
 from __future__ import annotations
 
@@ -184,23 +185,49 @@ def test_pending_workloads_through_the_aggregation_layer(queues) -> None:
     assert item["metadata"]["namespace"] == "viz-b"
 
 
+def _direct(port: int, path: str, cert: tuple[Path, Path] | None) -> tuple[int, dict]:
+    """GET ``https://127.0.0.1:port/path`` as the front proxy would send it (a forged user in
+    the headers) with the client certificate ``cert`` (crt, key) or none: (status, body)."""
+    ctx = ssl.create_default_context(cafile=str(ROOT / "certs" / "out" / "ca.crt"))
+    if cert is not None:
+        ctx.load_cert_chain(str(cert[0]), str(cert[1]))
+    req = urllib.request.Request(f"https://127.0.0.1:{port}{path}", headers={
+        "X-Remote-User": "system:admin", "X-Remote-Group": "system:masters"})
+    try:
+        with urllib.request.urlopen(req, context=ctx, timeout=10) as r:  # noqa: S310
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
 def test_pykueue_refuses_callers_without_the_front_proxy_certificate(queues) -> None:
     lab, _ = queues
-    url = (f"https://127.0.0.1:{labmod.PYKUEUE_PORT}{G}/v1beta2/namespaces/viz-a/localqueues/"
-           "lq/pendingworkloads")
-    ca = str(ROOT / "certs" / "out" / "ca.crt")
-    plain = ssl.create_default_context(cafile=ca)
-    # The lab admin's certificate: issued by the lab CA, which pykueue's TLS trusts (for the
-    # webhooks' caller), not by the front-proxy CA.
-    other = ssl.create_default_context(cafile=ca)
-    other.load_cert_chain(str(lab.pki / "admin.crt"), str(lab.pki / "admin.key"))
-    for ctx in (plain, other):
-        req = urllib.request.Request(url, headers={"X-Remote-User": "system:admin",
-                                                   "X-Remote-Group": "system:masters"})
-        with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(req, context=ctx, timeout=10)  # noqa: S310
-        assert refused.value.code == 401
-        status = json.loads(refused.value.read())
-        assert (status["kind"], status["reason"], status["code"]) == ("Status", "Unauthorized",
-                                                                      401)
+    path = f"{G}/v1beta2/namespaces/viz-a/localqueues/lq/pendingworkloads"
+    port = labmod.PYKUEUE_VISIBILITY_PORT
+    status, body = _direct(port, path, None)
+    assert status == 401, body
+    assert (body["kind"], body["reason"], body["code"]) == ("Status", "Unauthorized", 401)
+    # The lab admin's certificate: issued by the lab CA, which pykueue's main port trusts (for
+    # the webhooks' and the extender's callers), not by the front-proxy CA: the handshake fails.
+    with pytest.raises((urllib.error.URLError, ConnectionError)):  # TLS 1.3: a reset
+        _direct(port, path, (lab.pki / "admin.crt", lab.pki / "admin.key"))
 
+
+def test_only_the_visibility_port_serves_the_front_proxy(queues) -> None:
+    """kube-apiserver's proxy certificate (the front-proxy CA's, CN front-proxy-client) gets
+    the list on the visibility port. The main port (webhooks, extender, status API) does not
+    take it: its TLS trusts the lab's client CAs only (the front-proxy CA does not join them),
+    and it serves the visibility paths to no certificate it does take (the admin's)."""
+    lab, _ = queues
+    proxy = (lab.pki / "front-proxy" / "front-proxy-client.crt",
+             lab.pki / "front-proxy" / "front-proxy-client.key")
+    path = f"{G}/v1beta2/namespaces/viz-a/localqueues/lq/pendingworkloads"
+    status, body = _direct(labmod.PYKUEUE_VISIBILITY_PORT, path, proxy)
+    assert status == 200, body
+    assert body["kind"] == "PendingWorkloadsSummary" and len(body["items"]) == 3, body
+    with pytest.raises((urllib.error.URLError, ConnectionError)):  # TLS 1.3: a reset
+        _direct(labmod.PYKUEUE_PORT, path, proxy)
+    for p in (path, f"{G}/v1beta2", "/openapi/v2"):
+        status, body = _direct(labmod.PYKUEUE_PORT, p,
+                               (lab.pki / "admin.crt", lab.pki / "admin.key"))
+        assert status == 404, (p, body)

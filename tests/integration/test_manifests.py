@@ -163,12 +163,15 @@ def test_webhooks_point_at_the_service_that_selects_the_deployment(lab: LabHandl
     container_ports = {p["name"]: p["containerPort"]
                        for p in dep["spec"]["template"]["spec"]["containers"][0]["ports"]}
     assert container_ports[https["targetPort"]] == 9443
-    # Kueue's visibility API: the APIServices go to the same Service and port.
+    # Kueue's visibility API: the APIServices go to the same Service, on the port of the
+    # visibility listener (tests/unit/test_visibility_manifests.py follows it to the pod).
+    visibility = next(p for p in svc["spec"]["ports"] if p["name"] == "visibility")
+    assert container_ports[visibility["targetPort"]] == 8082
     apiservices = [d for d in docs if d["kind"] == "APIService"]
     assert {d["spec"]["version"] for d in apiservices} == {"v1beta2", "v1beta1"}
     for d in apiservices:
         assert d["spec"]["service"] == {"name": name_of(svc), "namespace": ns_of(svc),
-                                        "port": 443}
+                                        "port": visibility["port"]}
     webhooks = [w for d in docs if d["kind"].endswith("WebhookConfiguration")
                 for w in d["webhooks"]]
     assert webhooks

@@ -224,3 +224,12 @@ def test_every_webhook_belongs_to_a_kueue_framework_or_guards_every_kind():
     assert seen.pop("vpodowner.pykueue.io") is None
     assert set(seen.values()) == set(KUEUE_FRAMEWORKS)
     assert seen["vstatefulset-scale.pykueue.io"] == "statefulset"
+
+
+def test_visibility_apiservices_follow_config_visibility_enabled(built):
+    """Off, the APIServices are not installed: one whose listener is off breaks discovery."""
+    off = by_key(chart("--set", "config.visibility.enabled=false"))
+    assert {k for k in set(built) - set(off)} == {
+        ("APIService", "", "v1beta2.visibility.kueue.x-k8s.io"),
+        ("APIService", "", "v1beta1.visibility.kueue.x-k8s.io")}
+    assert yaml.safe_load(off[CONFIG]["data"]["config.yaml"])["visibility"]["enabled"] is False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,21 +17,23 @@ def _load(name: str) -> dict:
     return yaml.safe_load((MANAGER / name).read_text())
 
 
-def test_the_policy_selects_the_deployments_pods_and_only_its_https_port():
+def test_the_policy_selects_the_deployments_pods_and_only_its_https_ports():
+    """One rule per container port: HTTPS 9443 and the visibility listener's 8082."""
     policy, dep = _load("networkpolicy.yaml"), _load("deployment.yaml")
     assert policy["metadata"]["namespace"] == dep["metadata"]["namespace"]
     assert policy["spec"]["podSelector"]["matchLabels"] == \
         dep["spec"]["template"]["metadata"]["labels"]
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     (container,) = dep["spec"]["template"]["spec"]["containers"]
-    (port,) = container["ports"]
-    (rule,) = policy["spec"]["ingress"]
-    assert rule["ports"] == [{"port": port["containerPort"], "protocol": "TCP"}]
+    rules = policy["spec"]["ingress"]
+    assert [r["ports"] for r in rules] == [[{"port": p["containerPort"], "protocol": "TCP"}]
+                                           for p in container["ports"]]
     assert "networkpolicy.yaml" in (MANAGER / "kustomization.yaml").read_text()
 
 
-def test_no_peer_admits_every_pod():
-    (rule,) = _load("networkpolicy.yaml")["spec"]["ingress"]
+@pytest.mark.parametrize("index", [0, 1])
+def test_no_peer_admits_every_pod(index):
+    rule = _load("networkpolicy.yaml")["spec"]["ingress"][index]
     assert rule["from"], "an empty `from` admits everyone"
     for peer in rule["from"]:
         assert peer, "an empty peer admits every pod"

@@ -334,3 +334,94 @@ def test_idle_connections_cannot_hold_every_slot(small_server):
         busy.close()
         for s in idle:
             s.close()
+
+
+# ------------------------------------------------------------- the visibility listener
+
+
+@pytest.fixture(scope="module")
+def two_listeners(certs: Path, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[tuple[PykueueServer, int, Path]]:
+    """`pykueue serve` as the manifests run it (no client CA on the main port) with the
+    visibility listener on a port of its own and a front-proxy CA of its own: kube-apiserver's
+    proxy certificate (CN front-proxy-client) and a webhook client certificate of another CA
+    (kube-apiserver presents one when its AdmissionConfiguration says so)."""
+    from certs.pki import ensure_ca, ensure_leaf
+    from tests.pykueue_server import free_port
+
+    clients = tmp_path_factory.mktemp("front-proxy")
+    ensure_ca(clients / "fp", common_name="front-proxy-ca")
+    ensure_leaf(clients / "fp", "proxy", "front-proxy-client", server=False)
+    ensure_ca(clients / "other", common_name="webhook-client-ca")
+    ensure_leaf(clients / "other", "apiserver", WEBHOOK_CLIENT, server=False)
+    srv = PykueueServer(certs, tmp_path_factory.mktemp("vis") / "serve.log",
+                        env=dict(os.environ))
+    port = free_port()
+    srv.env.update(PYKUEUE_VISIBILITY__PORT=str(port),
+                   PYKUEUE_VISIBILITY__REQUESTHEADER_CLIENT_CA_FILE=str(clients / "fp" / "ca.crt"))
+    srv.start()
+    yield srv, port, clients
+    srv.stop()
+
+
+def _get(url: str, certs: Path, cert: Path | None, user: bool = True):
+    import httpx
+
+    ctx = trust(certs)
+    if cert is not None:
+        ctx.load_cert_chain(str(cert.with_suffix(".crt")), str(cert.with_suffix(".key")))
+    headers = {"X-Remote-User": "system:kube-aggregator"} if user else {}
+    return httpx.get(url, headers=headers, verify=ctx)
+
+
+def test_the_visibility_api_is_served_on_its_own_listener_only(two_listeners):
+    """The main port does not serve the visibility paths, even to the front-proxy
+    certificate; the visibility port serves them to it, 401 without it, refuses another
+    CA's certificate in the handshake, and serves nothing else."""
+    import httpx
+
+    srv, port, clients = two_listeners
+    proxy, foreign = clients / "fp" / "proxy", clients / "other" / "apiserver"
+    vis = f"https://127.0.0.1:{port}"
+    path = "/apis/visibility.kueue.x-k8s.io/v1beta2"
+    for p in (path, "/openapi/v2"):
+        assert _get(srv.url + p, srv.certs, proxy).status_code == 404, p
+        r = _get(vis + p, srv.certs, proxy)
+        assert r.status_code == 200, (p, r.text)
+    assert r.json()["swagger"] == "2.0"
+    assert _get(vis + path, srv.certs, proxy).json()["kind"] == "APIResourceList"
+    r = _get(vis + path, srv.certs, None)
+    assert r.status_code == 401 and "no client certificate" in r.json()["message"], r.text
+    with pytest.raises(httpx.HTTPError):
+        _get(vis + path, srv.certs, foreign)
+    assert _get(vis + "/healthz", srv.certs, proxy).status_code == 404
+
+
+def test_the_main_port_takes_any_client_certificate_as_without_the_visibility_api(
+        two_listeners):
+    """No client CA on the main port: no certificate is asked for, so kube-apiserver's
+    webhook client certificate (another CA) cannot fail the handshake."""
+    srv, _, clients = two_listeners
+    r = _get(srv.url + "/healthz", srv.certs, clients / "other" / "apiserver")
+    assert r.status_code == 200, r.text
+    from app.config import ServerSettings
+    from app.serving import tls_context
+
+    server = ServerSettings(cert_file=srv.certs / "tls.crt", key_file=srv.certs / "tls.key")
+    assert tls_context(server).verify_mode == ssl.CERT_NONE
+    pem = (clients / "fp" / "ca.crt").read_text()
+    assert tls_context(server, [pem]).verify_mode == ssl.CERT_OPTIONAL
+
+
+def test_sigterm_stops_both_listeners_after_their_requests(certs, tmp_path):
+    """The main listener owns SIGTERM; its shutdown stops the visibility listener too
+    (uvicorn then ends the process with the signal it caught)."""
+    from tests.pykueue_server import free_port
+
+    srv = PykueueServer(certs, tmp_path / "serve.log", env=dict(os.environ))
+    srv.env["PYKUEUE_VISIBILITY__PORT"] = str(free_port())
+    srv.start()
+    srv.stop()
+    log = (tmp_path / "serve.log").read_text()
+    assert log.count("Shutting down") == 2, log
+    assert log.count("Finished server process") == 2, log

@@ -76,10 +76,10 @@ def make_app(pki: dict[str, str], **visibility: Any):
                         visibility=VisibilitySettings(
                             requestheader_client_ca_file=Path(pki["dir"]) / "ca.crt",
                             **visibility))
-    app = create_app(settings)
-    app.state.cluster = build_cluster()
-    app.state.access_reviewer = reviewer()
-    return app
+    main = create_app(settings)
+    main.state.cluster = build_cluster()
+    main.state.access_reviewer = reviewer()
+    return main.state.visibility_app if settings.visibility.served else main
 
 
 @pytest.fixture
@@ -217,11 +217,32 @@ async def test_discovery_documents(client) -> None:
     assert (await get(client, "/openapi/v3")).json() == {"paths": {}}
 
 
-async def test_disabled_serves_nothing(pki) -> None:
-    app = make_app(pki, enabled=False)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=WithCert(app)),
+@pytest.mark.parametrize("off", [{"enabled": False}, {"port": 0}])
+async def test_disabled_serves_nothing(pki, off) -> None:
+    main = make_app(pki, **off)
+    assert main.state.visibility_app is None
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=WithCert(main)),
                                  base_url="http://test") as c:
         assert (await c.get(CQ_PATH, headers=PROXY)).status_code == 404
+
+
+async def test_the_main_application_never_serves_the_visibility_paths(pki) -> None:
+    """The paths live on the visibility listener's application only, which shares the main
+    application's state (the core, the reviewer)."""
+    vis = make_app(pki)
+    settings = Settings(controllers_enabled=False,
+                        leader_election=LeaderElectionSettings(enabled=False),
+                        visibility=VisibilitySettings(
+                            requestheader_client_ca_file=Path(pki["dir"]) / "ca.crt"))
+    main = create_app(settings)
+    assert main.state.visibility_app.state is main.state
+    wrapper = WithCert(main)
+    wrapper.cert = pki["proxy"]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=wrapper),
+                                 base_url="http://test") as c:
+        for path in (CQ_PATH, LQ_PATH, G, f"{G}/v1beta2", "/openapi/v2", "/openapi/v3"):
+            assert (await c.get(path, headers=PROXY)).status_code == 404, path
+    assert vis.state.visibility_auth is not None
 
 
 # ------------------------------------------------------------------------------ authentication

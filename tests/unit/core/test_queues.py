@@ -297,3 +297,74 @@ def test_a_pending_workload_moved_to_another_local_queue_leaves_the_old_one_for_
     s.c.delete_workload(wl.key)
     assert s.c.delete_local_queue("ns/lq-a")  # no KeyError
     assert s.c.delete_local_queue("ns/lq-b")
+
+
+# ---- the cached order (status and the visibility API) ------------------------------------------
+
+_PLAIN_OPS = st.lists(st.tuples(
+    st.sampled_from(["push", "park", "unpark", "remove", "sticky", "read"]),
+    st.integers(0, 11),      # workload
+    st.integers(0, 3),       # priority
+), max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_PLAIN_OPS)
+def test_ordered_is_the_fresh_order_after_any_change_and_the_same_tuple_without_one(ops):
+    """``ordered`` keeps its answer while the version stays: whatever the pushes (new
+    priorities), parks, unparks, removals and sticky heads, it equals the order computed
+    from scratch, and two reads with nothing between them give the same object."""
+    q = PendingQueue()
+    wls: dict[str, object] = {}
+    for op, i, prio in ops:
+        key = f"ns/w{i}"
+        if op == "push":
+            wls[key] = workload(f"w{i}").priority(prio).created(i).build()
+            q.push(wls[key])
+        elif op == "park" and key in wls and key in q:
+            q.park(wls[key])
+        elif op == "unpark":
+            q.unpark(key)
+        elif op == "remove":
+            q.remove(key)
+        elif op == "sticky" and key in q and not q.is_parked(key):
+            q.sticky = key
+        first = q.ordered()
+        assert q.ordered() is first
+        fresh = PendingQueue()
+        for k in wls:
+            if k in q:
+                fresh.push(wls[k])
+                if q.is_parked(k):
+                    fresh.park(wls[k])
+        fresh.sticky = q.sticky
+        assert list(first) == list(fresh.ordered())
+
+
+def test_slices_and_local_queue_lists_follow_moves_and_priority_changes():
+    """``pending_workloads(name, start, stop)`` and ``local_queue_pending_workloads`` read
+    the cached order: a priority change or a move to another LocalQueue of the same
+    ClusterQueue shows at the next call."""
+    s = Sim(cluster_queue("cq").flavor("default-flavor", cpu=1))
+    s.c.add_local_queue(LocalQueue("ns", "lq-b", ClusterQueueName("cq")))
+    s.submit(workload("run").cq("cq").pods(1, cpu=1))
+    s.settle()
+    wls = s.submit(*(workload(f"w{i}").cq("cq").pods(1, cpu=1).created(10 + i)
+                     for i in range(5)))
+    cq = ClusterQueueName("cq")
+
+    def keys(infos):
+        return [(p.workload, p.position) for p in infos]
+
+    assert keys(s.c.pending_workloads(cq, 1, 3)) == [("ns/w1", 1), ("ns/w2", 2)]
+    assert keys(s.c.pending_workloads(cq, 4, 99)) == [("ns/w4", 4)]
+    lq = wls[0].queue_name
+    assert keys(s.c.local_queue_pending_workloads(cq, "ns", lq, 1, 3)) == [
+        ("ns/w1", 1), ("ns/w2", 2)]
+    s.c.update_workload(replace(wls[3], priority=9))
+    s.c.update_workload(replace(wls[1], queue_name="lq-b"))
+    assert keys(s.c.pending_workloads(cq, 0, 2)) == [("ns/w3", 0), ("ns/w0", 1)]
+    assert keys(s.c.local_queue_pending_workloads(cq, "ns", lq)) == [
+        ("ns/w3", 0), ("ns/w0", 1), ("ns/w2", 3), ("ns/w4", 4)]
+    assert keys(s.c.local_queue_pending_workloads(cq, "ns", "lq-b")) == [("ns/w1", 2)]
+    assert s.c.local_queue_pending_workloads(cq, "other", lq) == []
