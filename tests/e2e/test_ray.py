@@ -355,3 +355,51 @@ def test_the_raycluster_of_an_admitted_rayjob_raised_directly_is_set_back(
                          f"involvedObject.name={name}")["items"]
         assert any(e["reason"] == "ExceedsAncestorAdmission" for e in events), events
         assert admitted(lab, ns, "RayJob", "rj")
+
+
+@pytest.mark.xfail(strict=True, reason="a RayJob's RayCluster whose queue label the tenant "
+                   "removed and whose RayJob is deleted with --cascade=orphan is neither held "
+                   "nor stopped (carries_admission is Job-only), and the RayJob's Workload is "
+                   "Finished at once while the cluster's GPU workers still run")
+def test_an_orphaned_unlabelled_raycluster_of_a_rayjob_cannot_run_beyond_its_admission(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    """A tenant removes the queue label from the RayCluster its admitted RayJob made (1 GPU
+    worker), deletes the RayJob with ``--cascade=orphan`` and raises the cluster's workers
+    to 4. Seen (breaker10): 4 GPU workers Running on a100-0 for 30 s and more, the RayJob's
+    Workload Finished within 2 s, ClusterQueue usage 0 on a quota of 4. Expected: the cluster
+    is stopped or held (as an orphaned JobSet child Job is), and the quota kept while its
+    workers run."""
+    from tests.e2e.test_jobset import tenant
+
+    with ray_queue(lab, "rj-orphan", 4) as ns:
+        as_tenant = tenant(lab, ns)
+        job = json.loads(rayjob("rj", ns, 1))
+        job["spec"]["submitterPodTemplate"] = {
+            "metadata": {"annotations": {"lab.pykueue.dev/run-duration": "1h"}},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "ray-job-submitter", "image": "rayproject/ray:2.46.0",
+                "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}}}]}}
+        lab.kubectl(*as_tenant, "apply", "-f", "-", input=json.dumps(job))
+        wait_for(lambda: admitted(lab, ns, "RayJob", "rj"), 60, "rj admitted")
+        wait_for(lambda: placed(lab, ns, 1), 90, "rj's head and worker running")
+        (cluster,) = lab.get("rayclusters", "-n", ns)["items"]
+        name = cluster["metadata"]["name"]
+        lab.kubectl(*as_tenant, "label", "raycluster", name, "-n", ns, f"{QUEUE}-")
+        lab.kubectl(*as_tenant, "delete", "rayjob", "rj", "-n", ns, "--cascade=orphan")
+        wait_for(lambda: not lab.get("raycluster", name, "-n", ns)["metadata"].get(
+            "ownerReferences"), 30, f"{name} orphaned")
+        lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json", "-p",
+                    json.dumps([{"op": "replace", "path": "/spec/workerGroupSpecs/0/" + f,
+                                 "value": 4} for f in ("maxReplicas", "replicas")]))
+        seen = [1]
+
+        def held_or_stopped() -> bool:
+            seen.append(_gpu_workers(lab, ns))
+            rc = lab.get("raycluster", name, "-n", ns)
+            return rc["spec"].get("suspend") is True or \
+                rc["spec"]["workerGroupSpecs"][0]["replicas"] <= 1
+        try:
+            wait_for(held_or_stopped, 30, f"the orphaned {name} stopped or held to 1 worker")
+        finally:
+            print(f"\norphaned unlabelled RayCluster raised to 4: at most {max(seen)} GPU "
+                  "workers Running, admission of 1")
