@@ -403,3 +403,96 @@ def test_an_orphaned_unlabelled_raycluster_of_a_rayjob_cannot_run_beyond_its_adm
         finally:
             print(f"\norphaned unlabelled RayCluster raised to 4: at most {max(seen)} GPU "
                   "workers Running, admission of 1")
+
+
+def _admitted_rayjob_cluster(lab: LabHandle, ns: str, as_tenant: tuple[str, ...]) -> str:
+    """Create, as the tenant, RayJob ``rj`` (head + 1 one-GPU worker, a submitter that runs
+    an hour), wait for it to run admitted; returns its RayCluster's name."""
+    job = json.loads(rayjob("rj", ns, 1))
+    job["spec"]["submitterPodTemplate"] = {
+        "metadata": {"annotations": {"lab.pykueue.dev/run-duration": "1h"}},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "ray-job-submitter", "image": "rayproject/ray:2.46.0",
+            "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}}}]}}
+    lab.kubectl(*as_tenant, "apply", "-f", "-", input=json.dumps(job))
+    wait_for(lambda: admitted(lab, ns, "RayJob", "rj"), 60, "rj admitted")
+    wait_for(lambda: placed(lab, ns, 1), 90, "rj's head and worker running")
+    (cluster,) = lab.get("rayclusters", "-n", ns)["items"]
+    return str(cluster["metadata"]["name"])
+
+
+def _gpus_running(lab: LabHandle, ns: str) -> int:
+    """nvidia.com/gpu requested by the namespace's Running pods."""
+    return sum(int((c.get("resources") or {}).get("requests", {}).get("nvidia.com/gpu", 0))
+               for p in live(lab.get("pods", "-n", ns)["items"])
+               if p["status"].get("phase") == "Running" for c in p["spec"]["containers"])
+
+
+@pytest.mark.xfail(strict=True, reason="the RayCluster of an admitted RayJob is held to the "
+                   "RayJob's admission by pod count only: a worker template's GPU request "
+                   "raised (webhook and reconciler accept it) runs once KubeRay recreates the "
+                   "worker")
+def test_a_rayjob_clusters_worker_gpus_raised_directly_do_not_run(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    """A tenant sets the GPU request of the worker template of its admitted RayJob's
+    RayCluster from 1 to 6 (queue label in place) and deletes the worker pod. Seen
+    (breaker10): the patch accepted, KubeRay recreates the worker with 6 GPUs: 6 GPUs Running
+    on a100-0 for an admission of 1 on a 4-GPU quota, for as long as watched. Expected: the
+    write refused, or the cluster stopped (a podSet's requests no longer match)."""
+    from tests.e2e.test_jobset import tenant
+
+    with ray_queue(lab, "rj-gpus", 4) as ns:
+        as_tenant = tenant(lab, ns)
+        name = _admitted_rayjob_cluster(lab, ns, as_tenant)
+        six = {"requests": {"nvidia.com/gpu": "6"}, "limits": {"nvidia.com/gpu": "6"}}
+        r = lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json", "-p",
+                        json.dumps([{"op": "replace", "value": six, "path":
+                                     "/spec/workerGroupSpecs/0/template/spec/containers/0/"
+                                     "resources"}]), check=False)
+        if r.returncode != 0:
+            return  # refused
+        lab.kubectl(*as_tenant, "delete", "pod", "-n", ns, "-l",
+                    f"ray.io/cluster={name},ray.io/node-type=worker", "--wait=false")
+        seen = [1]
+
+        def stopped() -> bool:
+            seen.append(_gpus_running(lab, ns))
+            return lab.get("raycluster", name, "-n", ns)["spec"].get("suspend") is True
+        try:
+            wait_for(stopped, 30, f"{name} stopped once its worker asks 6 GPUs")
+        finally:
+            print(f"\nRayJob's RayCluster worker raised to 6 GPUs: at most {max(seen)} GPUs "
+                  "Running, admission of 1")
+
+
+@pytest.mark.xfail(strict=True, reason="RayCluster.hold_to_ancestor matches worker groups to "
+                   "the RayJob's podSets by name: worker groups named head and submitter get "
+                   "those podSets' counts, and removing the queue label first skips the webhook")
+def test_worker_groups_named_after_a_rayjobs_other_podsets_are_held_to_zero(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    """A tenant removes the queue label from its admitted RayJob's RayCluster (accepted) and
+    adds two 1-GPU worker groups named ``head`` and ``submitter``. Seen (breaker10): 3 GPU
+    workers Running on an admission of 1 (usage 1), for as long as watched. Expected: the
+    added groups set back to 0 replicas (Event ``ExceedsAncestorAdmission``)."""
+    from tests.e2e.test_jobset import tenant
+
+    with ray_queue(lab, "rj-alias", 4) as ns:
+        as_tenant = tenant(lab, ns)
+        name = _admitted_rayjob_cluster(lab, ns, as_tenant)
+        lab.kubectl(*as_tenant, "label", "raycluster", name, "-n", ns, f"{QUEUE}-")
+        group = lab.get("raycluster", name, "-n", ns)["spec"]["workerGroupSpecs"][0]
+        lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json", "-p",
+                    json.dumps([{"op": "add", "path": "/spec/workerGroupSpecs/-",
+                                 "value": {**group, "groupName": g}}
+                                for g in ("head", "submitter")]))
+        seen = [1]
+
+        def held() -> bool:
+            seen.append(_gpu_workers(lab, ns))
+            groups = lab.get("raycluster", name, "-n", ns)["spec"]["workerGroupSpecs"]
+            return all(g.get("replicas", 0) == 0 for g in groups[1:])
+        try:
+            wait_for(held, 30, f"{name}'s added worker groups held to 0")
+        finally:
+            print(f"\nworker groups named head/submitter: at most {max(seen)} GPU workers "
+                  "Running, admission of 1")
