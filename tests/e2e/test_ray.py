@@ -357,10 +357,6 @@ def test_the_raycluster_of_an_admitted_rayjob_raised_directly_is_set_back(
         assert admitted(lab, ns, "RayJob", "rj")
 
 
-@pytest.mark.xfail(strict=True, reason="a RayJob's RayCluster whose queue label the tenant "
-                   "removed and whose RayJob is deleted with --cascade=orphan is neither held "
-                   "nor stopped (carries_admission is Job-only), and the RayJob's Workload is "
-                   "Finished at once while the cluster's GPU workers still run")
 def test_an_orphaned_unlabelled_raycluster_of_a_rayjob_cannot_run_beyond_its_admission(
         lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
     """A tenant removes the queue label from the RayCluster its admitted RayJob made (1 GPU
@@ -403,6 +399,12 @@ def test_an_orphaned_unlabelled_raycluster_of_a_rayjob_cannot_run_beyond_its_adm
         finally:
             print(f"\norphaned unlabelled RayCluster raised to 4: at most {max(seen)} GPU "
                   "workers Running, admission of 1")
+        worker = lab.get("raycluster", name, "-n", ns)["spec"]["workerGroupSpecs"][0]
+        assert "kueue.x-k8s.io/podset" not in (worker["template"].get("metadata") or {}).get(
+            "labels", {}), worker["template"]
+        events = lab.get("events", "-n", ns, "--field-selector",
+                         f"involvedObject.name={name}")["items"]
+        assert any(e["reason"] == "AncestorGone" for e in events), events
 
 
 def _admitted_rayjob_cluster(lab: LabHandle, ns: str, as_tenant: tuple[str, ...]) -> str:
@@ -428,46 +430,50 @@ def _gpus_running(lab: LabHandle, ns: str) -> int:
                if p["status"].get("phase") == "Running" for c in p["spec"]["containers"])
 
 
-@pytest.mark.xfail(strict=True, reason="the RayCluster of an admitted RayJob is held to the "
-                   "RayJob's admission by pod count only: a worker template's GPU request "
-                   "raised (webhook and reconciler accept it) runs once KubeRay recreates the "
-                   "worker")
 def test_a_rayjob_clusters_worker_gpus_raised_directly_do_not_run(
         lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
     """A tenant sets the GPU request of the worker template of its admitted RayJob's
-    RayCluster from 1 to 6 (queue label in place) and deletes the worker pod. Seen
-    (breaker10): the patch accepted, KubeRay recreates the worker with 6 GPUs: 6 GPUs Running
-    on a100-0 for an admission of 1 on a 4-GPU quota, for as long as watched. Expected: the
-    write refused, or the cluster stopped (a podSet's requests no longer match)."""
+    RayCluster from 1 to 6 and deletes the worker pod. Seen (breaker10): the patch accepted,
+    KubeRay recreates the worker with 6 GPUs: 6 GPUs Running on a100-0 for an admission of 1
+    on a 4-GPU quota, for as long as watched. Expected: the write refused while the cluster
+    carries the queue label; with the label removed first (the webhook's check skipped), the
+    template set back to the RayJob's and the cluster stopped (Event
+    ``ExceedsAncestorAdmission``), so no pod of it asks 6 GPUs."""
     from tests.e2e.test_jobset import tenant
 
     with ray_queue(lab, "rj-gpus", 4) as ns:
         as_tenant = tenant(lab, ns)
         name = _admitted_rayjob_cluster(lab, ns, as_tenant)
         six = {"requests": {"nvidia.com/gpu": "6"}, "limits": {"nvidia.com/gpu": "6"}}
-        r = lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json", "-p",
-                        json.dumps([{"op": "replace", "value": six, "path":
-                                     "/spec/workerGroupSpecs/0/template/spec/containers/0/"
-                                     "resources"}]), check=False)
-        if r.returncode != 0:
-            return  # refused
+        path = "/spec/workerGroupSpecs/0/template/spec/containers/0/resources"
+        patch = json.dumps([{"op": "replace", "value": six, "path": path}])
+        r = lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json",
+                        "-p", patch, check=False)
+        assert r.returncode != 0 and "requests" in r.stderr, r.stderr
+        lab.kubectl(*as_tenant, "label", "raycluster", name, "-n", ns, f"{QUEUE}-")
+        lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json", "-p",
+                    patch)
         lab.kubectl(*as_tenant, "delete", "pod", "-n", ns, "-l",
                     f"ray.io/cluster={name},ray.io/node-type=worker", "--wait=false")
         seen = [1]
 
         def stopped() -> bool:
             seen.append(_gpus_running(lab, ns))
-            return lab.get("raycluster", name, "-n", ns)["spec"].get("suspend") is True
+            rc = lab.get("raycluster", name, "-n", ns)
+            gpus = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0][
+                "resources"]["requests"]["nvidia.com/gpu"]
+            return rc["spec"].get("suspend") is True and str(gpus) == "1"
         try:
-            wait_for(stopped, 30, f"{name} stopped once its worker asks 6 GPUs")
+            wait_for(stopped, 30, f"{name} set back to 1 GPU per worker and stopped")
+            wait_for(lambda: _gpus_running(lab, ns) == 0, 60, f"{name}'s pods gone")
         finally:
             print(f"\nRayJob's RayCluster worker raised to 6 GPUs: at most {max(seen)} GPUs "
                   "Running, admission of 1")
+        events = lab.get("events", "-n", ns, "--field-selector",
+                         f"involvedObject.name={name}")["items"]
+        assert any(e["reason"] == "ExceedsAncestorAdmission" for e in events), events
 
 
-@pytest.mark.xfail(strict=True, reason="RayCluster.hold_to_ancestor matches worker groups to "
-                   "the RayJob's podSets by name: worker groups named head and submitter get "
-                   "those podSets' counts, and removing the queue label first skips the webhook")
 def test_worker_groups_named_after_a_rayjobs_other_podsets_are_held_to_zero(
         lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
     """A tenant removes the queue label from its admitted RayJob's RayCluster (accepted) and
