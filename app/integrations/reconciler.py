@@ -743,7 +743,9 @@ class JobReconciler:
         ns = str(wl["metadata"].get("namespace", ""))
         if self._object_with_uid(ns, uid) is not None:
             return PODS_POLL  # still there, being deleted (kueue#12820): not finished yet
-        if pods_of_workload(self.registry.kinds(), self._pods(ns), wl, uid):
+        pods = self._pods(ns)
+        if pods_of_workload(self.registry.kinds(), pods, wl, uid) or any(
+                k.made_pods(self.ctx, wl, uid, pods) for k in self.registry.kinds()):
             return PODS_POLL  # its orphaned pods still run on the GPUs it accounts for
         message = "The workload's owner no longer exists"
         await self._put_wl_status(with_finished(wl, OWNER_NOT_FOUND, message, self.ctx.clock()))

@@ -363,8 +363,8 @@ def test_an_orphaned_unlabelled_raycluster_of_a_rayjob_cannot_run_beyond_its_adm
     worker), deletes the RayJob with ``--cascade=orphan`` and raises the cluster's workers
     to 4. Seen (breaker10): 4 GPU workers Running on a100-0 for 30 s and more, the RayJob's
     Workload Finished within 2 s, ClusterQueue usage 0 on a quota of 4. Expected: the cluster
-    is stopped or held (as an orphaned JobSet child Job is), and the quota kept while its
-    workers run."""
+    stopped (as an orphaned JobSet child Job is: Event ``AncestorGone``), the podset label
+    taken out of its templates."""
     from tests.e2e.test_jobset import tenant
 
     with ray_queue(lab, "rj-orphan", 4) as ns:
@@ -387,10 +387,16 @@ def test_an_orphaned_unlabelled_raycluster_of_a_rayjob_cannot_run_beyond_its_adm
         lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json", "-p",
                     json.dumps([{"op": "replace", "path": "/spec/workerGroupSpecs/0/" + f,
                                  "value": 4} for f in ("maxReplicas", "replicas")]))
-        seen = [1]
+        seen, released = [1], []
+
+        def finished() -> bool:
+            return all(condition(w, "Finished") for w in lab.get("workloads", "-n", ns)["items"])
 
         def held_or_stopped() -> bool:
-            seen.append(_gpu_workers(lab, ns))
+            done, workers = finished(), _gpu_workers(lab, ns)
+            seen.append(workers)
+            if done and workers:
+                released.append(workers)
             rc = lab.get("raycluster", name, "-n", ns)
             return rc["spec"].get("suspend") is True or \
                 rc["spec"]["workerGroupSpecs"][0]["replicas"] <= 1
@@ -398,7 +404,10 @@ def test_an_orphaned_unlabelled_raycluster_of_a_rayjob_cannot_run_beyond_its_adm
             wait_for(held_or_stopped, 30, f"the orphaned {name} stopped or held to 1 worker")
         finally:
             print(f"\norphaned unlabelled RayCluster raised to 4: at most {max(seen)} GPU "
-                  "workers Running, admission of 1")
+                  f"workers Running, admission of 1; quota released with workers Running: "
+                  f"{released}")
+        assert not released, f"the RayJob's Workload Finished while {released} workers ran"
+        wait_for(finished, 60, "the RayJob's orphaned Workload Finished once the pods are gone")
         worker = lab.get("raycluster", name, "-n", ns)["spec"]["workerGroupSpecs"][0]
         assert "kueue.x-k8s.io/podset" not in (worker["template"].get("metadata") or {}).get(
             "labels", {}), worker["template"]

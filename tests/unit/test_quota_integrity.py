@@ -619,3 +619,34 @@ async def test_an_orphaned_raycluster_carrying_its_rayjobs_admission_is_stopped(
     tpl = body["spec"]["workerGroupSpecs"][0]["template"]
     assert PODSET_LABEL not in (tpl.get("metadata") or {}).get("labels", {})
     assert "nodeSelector" not in tpl["spec"] and "tolerations" not in tpl["spec"], tpl
+
+
+async def test_an_orphaned_rayjobs_workload_counts_the_pods_of_its_orphaned_cluster() -> None:
+    """``RayJob.made_pods``: after ``delete rayjob --cascade=orphan`` the RayJob's Workload
+    counts the running pods of the RayCluster KubeRay made for it (its origin labels, the
+    Workload's name hash of name and uid), not those of another cluster or RayJob uid."""
+    rj = rayjob(group("gpu", 1))
+    wl_name = RAYJOB.workload_name(rj)
+    rc = raycluster(group("gpu", 1))
+    rc["metadata"]["labels"] = {ray.ray.ORIGIN_KIND_LABEL: "RayJob",
+                                ray.ray.ORIGIN_NAME_LABEL: "tune"}
+
+    def pod(cluster: str, uid: str) -> dict[str, Any]:
+        return {"metadata": {"name": f"{cluster}-p", "namespace": NS,
+                             "labels": {"ray.io/cluster": cluster}, "ownerReferences": [
+                                 {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                                  "name": cluster, "uid": uid, "controller": True}]},
+                "status": {"phase": "Running"}}
+
+    class Ctx:
+        class informers:  # noqa: N801
+            informers = {RAYCLUSTER.key: None}
+
+        def store(self, key: str) -> list[dict[str, Any]]:
+            return [rc]
+
+    wl = {"metadata": {"name": wl_name, "namespace": NS}}
+    pods = [pod("rc", "u-2"), pod("rc", "u-9"), pod("other", "u-2")]
+    assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 1  # type: ignore[arg-type]
+    assert RAYJOB.made_pods(Ctx(), wl, "u-0", pods) == 0  # type: ignore[arg-type]
+    assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods[1:]) == 0  # type: ignore[arg-type]

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.integrations.crdrules import CrdRules
-from app.integrations.framework import label_queue_name
+from app.integrations.framework import label_queue_name, pods_of
 from app.integrations.podsets import strip_admission
 from app.integrations.templated import Obj, Path, Template, TemplatedKind, get_in, set_in
 from app.integrations.webhook_toolkit import WebhookPolicy, read_object, read_queue_name
@@ -316,10 +316,38 @@ class RayJob(_RayKind):
         deployment = (obj.get("status") or {}).get("jobDeploymentStatus") or ""
         return 0 if deployment in ("", "Suspended") else 1
 
+    def made_pods(self, ctx: Context, workload: Mapping[str, Any], uid: str,
+                  pods: list[Mapping[str, Any]]) -> int:
+        """The pods holding resources of the RayClusters KubeRay made for the RayJob of
+        orphaned ``workload`` (labelled ``ORIGIN_KIND_LABEL: RayJob`` and
+        ``ORIGIN_NAME_LABEL: <name>`` whose Workload name, a hash of kind, name and ``uid``,
+        is ``workload``'s): ``kubectl delete rayjob --cascade=orphan`` leaves the cluster
+        running, and the Workload keeps the quota while its pods run."""
+        meta = workload.get("metadata") or {}
+        ns, wl_name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        if RAYCLUSTER.key not in ctx.informers.informers:
+            return 0
+        left = 0
+        for rc in ctx.store(RAYCLUSTER.key):
+            rc_meta = rc.get("metadata") or {}
+            labels = rc_meta.get("labels") or {}
+            name = str(labels.get(ORIGIN_NAME_LABEL) or "")
+            if rc_meta.get("namespace") == ns and name and \
+                    labels.get(ORIGIN_KIND_LABEL) == self.kind and self.workload_name(
+                        {"metadata": {"name": name, "uid": uid}}) == wl_name:
+                left += len(pods_of(RAYCLUSTER, pods, rc))
+        return left
+
     def pods_ready(self, obj: Mapping[str, Any]) -> bool:
         """``status.rayClusterStatus.state`` is ``ready`` (Kueue v0.17.1 ``RayJob.PodsReady``)."""
         cluster = (obj.get("status") or {}).get("rayClusterStatus") or {}
         return isinstance(cluster, Mapping) and cluster.get("state") == READY
+
+
+ORIGIN_KIND_LABEL = "ray.io/originated-from-crd"
+ORIGIN_NAME_LABEL = "ray.io/originated-from-cr-name"
+"""Labels KubeRay v1.6.0 writes on the RayCluster it makes for a RayJob (``RayJob`` and the
+RayJob's name)."""
 
 
 def held_to(cluster: Mapping[str, Any], workers: Mapping[str, int]) -> Obj | None:
