@@ -739,14 +739,21 @@ class JobReconciler:
 
     async def _finish_orphan(self, wl: Obj, uid: str) -> float | None:
         """Finish orphaned ``wl`` (reason ``OwnerNotFound``) once no object with ``uid``
-        exists and none of its pods holds resources; else look again in ``PODS_POLL``."""
+        exists and none of its pods (``pods_of_workload``, or of objects its owner's
+        operator made: ``made_pods``) holds resources; else look again in ``PODS_POLL``
+        (Event ``WaitingForPods`` on the Workload while pods hold)."""
         ns = str(wl["metadata"].get("namespace", ""))
         if self._object_with_uid(ns, uid) is not None:
             return PODS_POLL  # still there, being deleted (kueue#12820): not finished yet
         pods = self._pods(ns)
-        if pods_of_workload(self.registry.kinds(), pods, wl, uid) or any(
-                k.made_pods(self.ctx, wl, uid, pods) for k in self.registry.kinds()):
-            return PODS_POLL  # its orphaned pods still run on the GPUs it accounts for
+        left = len(pods_of_workload(self.registry.kinds(), pods, wl, uid)) + sum(
+            k.made_pods(self.ctx, wl, uid, pods) for k in self.registry.kinds())
+        if left:
+            # Its orphaned pods still run on the GPUs it accounts for.
+            self.ctx.recorder.emit(wl, NORMAL, "WaitingForPods",
+                                   f"{left} pod(s) of its owner, which is gone, still run or "
+                                   "are being killed: Finished once they are gone")
+            return PODS_POLL
         message = "The workload's owner no longer exists"
         await self._put_wl_status(with_finished(wl, OWNER_NOT_FOUND, message, self.ctx.clock()))
         self.ctx.recorder.emit(wl, NORMAL, "FinishedWorkload",

@@ -364,22 +364,19 @@ def test_an_orphaned_unlabelled_raycluster_of_a_rayjob_cannot_run_beyond_its_adm
     to 4. Seen (breaker10): 4 GPU workers Running on a100-0 for 30 s and more, the RayJob's
     Workload Finished within 2 s, ClusterQueue usage 0 on a quota of 4. Expected: the cluster
     stopped (as an orphaned JobSet child Job is: Event ``AncestorGone``), the podset label
-    taken out of its templates."""
+    taken out of its templates, and the RayJob's Workload Finished only once the cluster's
+    pods are gone."""
     from tests.e2e.test_jobset import tenant
 
     with ray_queue(lab, "rj-orphan", 4) as ns:
         as_tenant = tenant(lab, ns)
-        job = json.loads(rayjob("rj", ns, 1))
-        job["spec"]["submitterPodTemplate"] = {
-            "metadata": {"annotations": {"lab.pykueue.dev/run-duration": "1h"}},
-            "spec": {"restartPolicy": "Never", "containers": [{
-                "name": "ray-job-submitter", "image": "rayproject/ray:2.46.0",
-                "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}}}]}}
-        lab.kubectl(*as_tenant, "apply", "-f", "-", input=json.dumps(job))
-        wait_for(lambda: admitted(lab, ns, "RayJob", "rj"), 60, "rj admitted")
-        wait_for(lambda: placed(lab, ns, 1), 90, "rj's head and worker running")
-        (cluster,) = lab.get("rayclusters", "-n", ns)["items"]
-        name = cluster["metadata"]["name"]
+        name = _admitted_rayjob_cluster(lab, ns, as_tenant)
+        # The worker outlives its deletion until the finalizer goes: the RayJob's orphaned
+        # Workload must keep the quota meanwhile.
+        (worker_pod,) = [p["metadata"]["name"] for p in lab.get("pods", "-n", ns)["items"]
+                         if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]
+        hold = json.dumps({"metadata": {"finalizers": ["lab.pykueue.dev/hold"]}})
+        lab.kubectl("patch", "pod", worker_pod, "-n", ns, "--type=merge", "-p", hold)
         lab.kubectl(*as_tenant, "label", "raycluster", name, "-n", ns, f"{QUEUE}-")
         lab.kubectl(*as_tenant, "delete", "rayjob", "rj", "-n", ns, "--cascade=orphan")
         wait_for(lambda: not lab.get("raycluster", name, "-n", ns)["metadata"].get(
@@ -387,16 +384,10 @@ def test_an_orphaned_unlabelled_raycluster_of_a_rayjob_cannot_run_beyond_its_adm
         lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json", "-p",
                     json.dumps([{"op": "replace", "path": "/spec/workerGroupSpecs/0/" + f,
                                  "value": 4} for f in ("maxReplicas", "replicas")]))
-        seen, released = [1], []
-
-        def finished() -> bool:
-            return all(condition(w, "Finished") for w in lab.get("workloads", "-n", ns)["items"])
+        seen = [1]
 
         def held_or_stopped() -> bool:
-            done, workers = finished(), _gpu_workers(lab, ns)
-            seen.append(workers)
-            if done and workers:
-                released.append(workers)
+            seen.append(_gpu_workers(lab, ns))
             rc = lab.get("raycluster", name, "-n", ns)
             return rc["spec"].get("suspend") is True or \
                 rc["spec"]["workerGroupSpecs"][0]["replicas"] <= 1
@@ -404,10 +395,23 @@ def test_an_orphaned_unlabelled_raycluster_of_a_rayjob_cannot_run_beyond_its_adm
             wait_for(held_or_stopped, 30, f"the orphaned {name} stopped or held to 1 worker")
         finally:
             print(f"\norphaned unlabelled RayCluster raised to 4: at most {max(seen)} GPU "
-                  f"workers Running, admission of 1; quota released with workers Running: "
-                  f"{released}")
-        assert not released, f"the RayJob's Workload Finished while {released} workers ran"
-        wait_for(finished, 60, "the RayJob's orphaned Workload Finished once the pods are gone")
+                  "workers Running, admission of 1")
+
+        def finished() -> bool:
+            return all(condition(w, "Finished") for w in lab.get("workloads", "-n", ns)["items"])
+
+        def waiting() -> bool:
+            return any(e["reason"] == "WaitingForPods" and e["involvedObject"]["kind"] ==
+                       "Workload" for e in lab.get("events", "-n", ns)["items"])
+        try:
+            wait_for(lambda: lab.get("pod", worker_pod, "-n", ns)["metadata"].get(
+                "deletionTimestamp"), 30, f"{worker_pod} deleted by the stop")
+            wait_for(waiting, 30, "the RayJob's orphaned Workload waiting for the cluster's pods")
+            assert not finished(), "the RayJob's Workload released its quota while a worker ran"
+        finally:
+            lab.kubectl("patch", "pod", worker_pod, "-n", ns, "--type=json", "-p",
+                        json.dumps([{"op": "remove", "path": "/metadata/finalizers"}]))
+        wait_for(finished, 60, "the RayJob's orphaned Workload Finished once its pods are gone")
         worker = lab.get("raycluster", name, "-n", ns)["spec"]["workerGroupSpecs"][0]
         assert "kueue.x-k8s.io/podset" not in (worker["template"].get("metadata") or {}).get(
             "labels", {}), worker["template"]

@@ -162,9 +162,16 @@ def template_requests(obj: Mapping[str, Any], t: Template) -> dict[str, int]:
 
 def changed_requests(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """The templates (head, and each worker group ``old`` has, by ``groupName``) of RayCluster
-    ``new`` whose per-pod requests differ from ``old``'s. Raises ``WorkloadSpecError``."""
-    before = {(t.name, t.key): template_requests(old, t)
-              for t in cluster_templates(old, ("spec",), strict=False)}
+    ``new`` whose per-pod requests differ from ``old``'s; a template of ``old`` whose requests
+    cannot be read is skipped (an update must not be blocked by what was already stored).
+    Raises ``WorkloadSpecError`` (a layout that cannot be read, or a new template's
+    requests)."""
+    before: dict[tuple[str, str], dict[str, int]] = {}
+    for t in cluster_templates(old, ("spec",), strict=False):
+        try:
+            before[(t.name, t.key)] = template_requests(old, t)
+        except WorkloadSpecError:
+            continue
     return [t.field for t in cluster_templates(new, ("spec",), strict=False)
             if (t.name, t.key) in before and template_requests(new, t) != before[(t.name, t.key)]]
 
