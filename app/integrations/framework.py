@@ -57,7 +57,8 @@ class KindDefaults:
     ``manages_unlabelled``, ``unlabelled_selector``, ``takes_unlabelled``; and
     ``top_level``, ``partial_admission``, ``optional``, ``child_jobs``, ``rules``; for
     operators that need a nudge ``settle``; for objects an ancestor's operator makes
-    ``hold_to_ancestor``, ``carries_admission`` and ``stop_orphaned`` (each documented below).
+    ``hold_to_ancestor``, ``carries_admission`` and ``stop_orphaned``, and for kinds whose
+    operator makes other objects that run its pods ``made_pods`` (each documented below).
     """
 
     # Its Workloads carry GROUP_WORKLOAD_ANNOTATION instead of a controller ownerReference.
@@ -128,6 +129,14 @@ class KindDefaults:
         """Set a running object an ancestor's operator made back to the ancestor's admitted
         ``workload`` (default: the kind has no such objects; nothing to do)."""
         return None
+
+    def made_pods(self, ctx: Context, workload: Mapping[str, Any], uid: str,
+                  pods: list[Mapping[str, Any]]) -> int:
+        """Pods among ``pods`` (``workload``'s namespace's) still holding resources that
+        objects the kind's operator made for its object with ``uid`` run, after that object
+        went with its owner reference (``workload``: its orphaned Workload). Default: 0 (its
+        pods carry its own name label: ``pod_labels``)."""
+        return 0
 
     def carries_admission(self, obj: Mapping[str, Any]) -> bool:
         """Whether ``obj`` was made from a started ancestor's template (it carries that

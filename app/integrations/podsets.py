@@ -139,6 +139,37 @@ def apply_record(template: Obj, rec: Mapping[str, Any]) -> None:
             del template["metadata"]
 
 
+def strip_admission(template: Obj, flavors: Iterable[Mapping[str, Any]]) -> None:
+    """Take what an admission injects out of pod template ``template`` (in place): the podSet
+    label, each nodeSelector entry some flavor's ``spec.nodeLabels`` holds, each toleration
+    among some flavor's ``spec.tolerations`` (``flavors``: ResourceFlavor objects; one the
+    user wrote the same goes too: the object is not going to run on a flavor's nodes without
+    an admission)."""
+    labels: set[tuple[str, str]] = set()
+    tolerations: set[Any] = set()
+    for rf in flavors:
+        spec = rf.get("spec") or {}
+        labels.update((str(k), str(v)) for k, v in (spec.get("nodeLabels") or {}).items())
+        tolerations.update(toleration_identity(t) for t in spec.get("tolerations") or []
+                           if isinstance(t, Mapping))
+    spec = template.setdefault("spec", {})
+    selector = {k: v for k, v in (spec.get("nodeSelector") or {}).items()
+                if (k, v) not in labels}
+    if selector:
+        spec["nodeSelector"] = selector
+    else:
+        spec.pop("nodeSelector", None)
+    kept = [t for t in spec.get("tolerations") or []
+            if not isinstance(t, Mapping) or toleration_identity(t) not in tolerations]
+    if kept:
+        spec["tolerations"] = kept
+    else:
+        spec.pop("tolerations", None)
+    meta = template.get("metadata") or {}
+    if isinstance(meta.get("labels"), dict):
+        meta["labels"].pop(PODSET_LABEL, None)
+
+
 def merged_node_selector(user: Mapping[str, str], flavor: Mapping[str, str], what: str
                          ) -> dict[str, str]:
     """The user's nodeSelector ``user`` with the flavors' node labels ``flavor`` added.

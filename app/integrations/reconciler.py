@@ -275,8 +275,9 @@ class JobReconciler:
                 return await self._child(kind, obj, *ancestor) or again
         # An empty queue name is no queue, unless unlabelled jobs are managed.
         if obj is None or not (kind.queue_name(obj) or self._manages_unlabelled(kind, obj, ns)):
-            if obj is not None and CHILD_JOBS not in ctx.informers.informers:
-                await self._orphaned_child(kind, obj)  # unlabelled Jobs are in this store
+            if obj is not None and (kind.key != JOB or CHILD_JOBS not in ctx.informers.informers):
+                # With CHILD_JOBS, unlabelled Jobs are reconciled from that store.
+                await self._orphaned_child(kind, obj)
             return await self._gone(kind, ns, name)
         wl = ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}")
         if wl is not None and not self._owns(kind, obj, ns, name, wl):
@@ -350,7 +351,7 @@ class JobReconciler:
         return await self._child(kind, obj, *ancestor)
 
     async def _orphaned_child(self, kind: JobKind, obj: Obj) -> float | None:
-        """A Job whose pod template carries an admission it holds none of
+        """A Job (or RayCluster) whose pod templates carry an admission it holds none of
         (``carries_admission``: copied by an ancestor's operator) and that no managed
         ancestor covers any more (the ancestor deleted with ``--cascade=orphan``, which
         removes the ownerReference; a controller a tenant adds, of another kind or an
@@ -375,9 +376,9 @@ class JobReconciler:
                 return None  # its controller is gone: the garbage collector deletes it
             if (owner.get("metadata") or {}).get("uid") != controller_uid(obj):
                 return None  # names a uid that does not exist: likewise
-        why = ("its pod template carries the admission of an ancestor that is gone (deleted "
-               "with --cascade=orphan?): the Job is stopped and the admission's nodeSelector, "
-               "tolerations and podset label removed")
+        why = (f"its pod template carries the admission of an ancestor that is gone (deleted "
+               f"with --cascade=orphan?): the {kind.kind} is stopped and the admission's "
+               "nodeSelector, tolerations and podset label removed")
         written = await kind.stop_orphaned(self.ctx, obj, why)  # type: ignore[attr-defined]
         self.ctx.recorder.emit(written, WARNING, "AncestorGone", why)
         return None
@@ -738,12 +739,21 @@ class JobReconciler:
 
     async def _finish_orphan(self, wl: Obj, uid: str) -> float | None:
         """Finish orphaned ``wl`` (reason ``OwnerNotFound``) once no object with ``uid``
-        exists and none of its pods holds resources; else look again in ``PODS_POLL``."""
+        exists and none of its pods (``pods_of_workload``, or of objects its owner's
+        operator made: ``made_pods``) holds resources; else look again in ``PODS_POLL``
+        (Event ``WaitingForPods`` on the Workload while pods hold)."""
         ns = str(wl["metadata"].get("namespace", ""))
         if self._object_with_uid(ns, uid) is not None:
             return PODS_POLL  # still there, being deleted (kueue#12820): not finished yet
-        if pods_of_workload(self.registry.kinds(), self._pods(ns), wl, uid):
-            return PODS_POLL  # its orphaned pods still run on the GPUs it accounts for
+        pods = self._pods(ns)
+        left = len(pods_of_workload(self.registry.kinds(), pods, wl, uid)) + sum(
+            k.made_pods(self.ctx, wl, uid, pods) for k in self.registry.kinds())
+        if left:
+            # Its orphaned pods still run on the GPUs it accounts for.
+            self.ctx.recorder.emit(wl, NORMAL, "WaitingForPods",
+                                   f"{left} pod(s) of its owner, which is gone, still run or "
+                                   "are being killed: Finished once they are gone")
+            return PODS_POLL
         message = "The workload's owner no longer exists"
         await self._put_wl_status(with_finished(wl, OWNER_NOT_FOUND, message, self.ctx.clock()))
         self.ctx.recorder.emit(wl, NORMAL, "FinishedWorkload",

@@ -355,3 +355,163 @@ def test_the_raycluster_of_an_admitted_rayjob_raised_directly_is_set_back(
                          f"involvedObject.name={name}")["items"]
         assert any(e["reason"] == "ExceedsAncestorAdmission" for e in events), events
         assert admitted(lab, ns, "RayJob", "rj")
+
+
+def test_an_orphaned_unlabelled_raycluster_of_a_rayjob_cannot_run_beyond_its_admission(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    """A tenant removes the queue label from the RayCluster its admitted RayJob made (1 GPU
+    worker), deletes the RayJob with ``--cascade=orphan`` and raises the cluster's workers
+    to 4. Seen (breaker10): 4 GPU workers Running on a100-0 for 30 s and more, the RayJob's
+    Workload Finished within 2 s, ClusterQueue usage 0 on a quota of 4. Expected: the cluster
+    stopped (as an orphaned JobSet child Job is: Event ``AncestorGone``), the podset label
+    taken out of its templates, and the RayJob's Workload Finished only once the cluster's
+    pods are gone."""
+    from tests.e2e.test_jobset import tenant
+
+    with ray_queue(lab, "rj-orphan", 4) as ns:
+        as_tenant = tenant(lab, ns)
+        name = _admitted_rayjob_cluster(lab, ns, as_tenant)
+        # The worker outlives its deletion until the finalizer goes: the RayJob's orphaned
+        # Workload must keep the quota meanwhile.
+        (worker_pod,) = [p["metadata"]["name"] for p in lab.get("pods", "-n", ns)["items"]
+                         if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]
+        hold = json.dumps({"metadata": {"finalizers": ["lab.pykueue.dev/hold"]}})
+        lab.kubectl("patch", "pod", worker_pod, "-n", ns, "--type=merge", "-p", hold)
+        lab.kubectl(*as_tenant, "label", "raycluster", name, "-n", ns, f"{QUEUE}-")
+        lab.kubectl(*as_tenant, "delete", "rayjob", "rj", "-n", ns, "--cascade=orphan")
+        wait_for(lambda: not lab.get("raycluster", name, "-n", ns)["metadata"].get(
+            "ownerReferences"), 30, f"{name} orphaned")
+        lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json", "-p",
+                    json.dumps([{"op": "replace", "path": "/spec/workerGroupSpecs/0/" + f,
+                                 "value": 4} for f in ("maxReplicas", "replicas")]))
+        seen = [1]
+
+        def held_or_stopped() -> bool:
+            seen.append(_gpu_workers(lab, ns))
+            rc = lab.get("raycluster", name, "-n", ns)
+            return rc["spec"].get("suspend") is True or \
+                rc["spec"]["workerGroupSpecs"][0]["replicas"] <= 1
+        try:
+            wait_for(held_or_stopped, 30, f"the orphaned {name} stopped or held to 1 worker")
+        finally:
+            print(f"\norphaned unlabelled RayCluster raised to 4: at most {max(seen)} GPU "
+                  "workers Running, admission of 1")
+
+        def finished() -> bool:
+            return all(condition(w, "Finished") for w in lab.get("workloads", "-n", ns)["items"])
+
+        def waiting() -> bool:
+            return any(e["reason"] == "WaitingForPods" and e["involvedObject"]["kind"] ==
+                       "Workload" for e in lab.get("events", "-n", ns)["items"])
+        try:
+            wait_for(lambda: lab.get("pod", worker_pod, "-n", ns)["metadata"].get(
+                "deletionTimestamp"), 30, f"{worker_pod} deleted by the stop")
+            wait_for(waiting, 30, "the RayJob's orphaned Workload waiting for the cluster's pods")
+            assert not finished(), "the RayJob's Workload released its quota while a worker ran"
+        finally:
+            lab.kubectl("patch", "pod", worker_pod, "-n", ns, "--type=json", "-p",
+                        json.dumps([{"op": "remove", "path": "/metadata/finalizers"}]))
+        wait_for(finished, 60, "the RayJob's orphaned Workload Finished once its pods are gone")
+        worker = lab.get("raycluster", name, "-n", ns)["spec"]["workerGroupSpecs"][0]
+        assert "kueue.x-k8s.io/podset" not in (worker["template"].get("metadata") or {}).get(
+            "labels", {}), worker["template"]
+        events = lab.get("events", "-n", ns, "--field-selector",
+                         f"involvedObject.name={name}")["items"]
+        assert any(e["reason"] == "AncestorGone" for e in events), events
+
+
+def _admitted_rayjob_cluster(lab: LabHandle, ns: str, as_tenant: tuple[str, ...]) -> str:
+    """Create, as the tenant, RayJob ``rj`` (head + 1 one-GPU worker, a submitter that runs
+    an hour), wait for it to run admitted; returns its RayCluster's name."""
+    job = json.loads(rayjob("rj", ns, 1))
+    job["spec"]["submitterPodTemplate"] = {
+        "metadata": {"annotations": {"lab.pykueue.dev/run-duration": "1h"}},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "ray-job-submitter", "image": "rayproject/ray:2.46.0",
+            "resources": {"requests": {"cpu": "500m", "memory": "200Mi"}}}]}}
+    lab.kubectl(*as_tenant, "apply", "-f", "-", input=json.dumps(job))
+    wait_for(lambda: admitted(lab, ns, "RayJob", "rj"), 60, "rj admitted")
+    wait_for(lambda: placed(lab, ns, 1), 90, "rj's head and worker running")
+    (cluster,) = lab.get("rayclusters", "-n", ns)["items"]
+    return str(cluster["metadata"]["name"])
+
+
+def _gpus_running(lab: LabHandle, ns: str) -> int:
+    """nvidia.com/gpu requested by the namespace's Running pods."""
+    return sum(int((c.get("resources") or {}).get("requests", {}).get("nvidia.com/gpu", 0))
+               for p in live(lab.get("pods", "-n", ns)["items"])
+               if p["status"].get("phase") == "Running" for c in p["spec"]["containers"])
+
+
+def test_a_rayjob_clusters_worker_gpus_raised_directly_do_not_run(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    """A tenant sets the GPU request of the worker template of its admitted RayJob's
+    RayCluster from 1 to 6 and deletes the worker pod. Seen (breaker10): the patch accepted,
+    KubeRay recreates the worker with 6 GPUs: 6 GPUs Running on a100-0 for an admission of 1
+    on a 4-GPU quota, for as long as watched. Expected: the write refused while the cluster
+    carries the queue label; with the label removed first (the webhook's check skipped), the
+    template set back to the RayJob's and the cluster stopped (Event
+    ``ExceedsAncestorAdmission``), so no pod of it asks 6 GPUs."""
+    from tests.e2e.test_jobset import tenant
+
+    with ray_queue(lab, "rj-gpus", 4) as ns:
+        as_tenant = tenant(lab, ns)
+        name = _admitted_rayjob_cluster(lab, ns, as_tenant)
+        six = {"requests": {"nvidia.com/gpu": "6"}, "limits": {"nvidia.com/gpu": "6"}}
+        path = "/spec/workerGroupSpecs/0/template/spec/containers/0/resources"
+        patch = json.dumps([{"op": "replace", "value": six, "path": path}])
+        r = lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json",
+                        "-p", patch, check=False)
+        assert r.returncode != 0 and "requests" in r.stderr, r.stderr
+        lab.kubectl(*as_tenant, "label", "raycluster", name, "-n", ns, f"{QUEUE}-")
+        lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json", "-p",
+                    patch)
+        lab.kubectl(*as_tenant, "delete", "pod", "-n", ns, "-l",
+                    f"ray.io/cluster={name},ray.io/node-type=worker", "--wait=false")
+        seen = [1]
+
+        def stopped() -> bool:
+            seen.append(_gpus_running(lab, ns))
+            rc = lab.get("raycluster", name, "-n", ns)
+            gpus = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0][
+                "resources"]["requests"]["nvidia.com/gpu"]
+            return rc["spec"].get("suspend") is True and str(gpus) == "1"
+        try:
+            wait_for(stopped, 30, f"{name} set back to 1 GPU per worker and stopped")
+            wait_for(lambda: _gpus_running(lab, ns) == 0, 60, f"{name}'s pods gone")
+        finally:
+            print(f"\nRayJob's RayCluster worker raised to 6 GPUs: at most {max(seen)} GPUs "
+                  "Running, admission of 1")
+        events = lab.get("events", "-n", ns, "--field-selector",
+                         f"involvedObject.name={name}")["items"]
+        assert any(e["reason"] == "ExceedsAncestorAdmission" for e in events), events
+
+
+def test_worker_groups_named_after_a_rayjobs_other_podsets_are_held_to_zero(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    """A tenant removes the queue label from its admitted RayJob's RayCluster (accepted) and
+    adds two 1-GPU worker groups named ``head`` and ``submitter``. Seen (breaker10): 3 GPU
+    workers Running on an admission of 1 (usage 1), for as long as watched. Expected: the
+    added groups set back to 0 replicas (Event ``ExceedsAncestorAdmission``)."""
+    from tests.e2e.test_jobset import tenant
+
+    with ray_queue(lab, "rj-alias", 4) as ns:
+        as_tenant = tenant(lab, ns)
+        name = _admitted_rayjob_cluster(lab, ns, as_tenant)
+        lab.kubectl(*as_tenant, "label", "raycluster", name, "-n", ns, f"{QUEUE}-")
+        group = lab.get("raycluster", name, "-n", ns)["spec"]["workerGroupSpecs"][0]
+        lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json", "-p",
+                    json.dumps([{"op": "add", "path": "/spec/workerGroupSpecs/-",
+                                 "value": {**group, "groupName": g}}
+                                for g in ("head", "submitter")]))
+        seen = [1]
+
+        def held() -> bool:
+            seen.append(_gpu_workers(lab, ns))
+            groups = lab.get("raycluster", name, "-n", ns)["spec"]["workerGroupSpecs"]
+            return all(g.get("replicas", 0) == 0 for g in groups[1:])
+        try:
+            wait_for(held, 30, f"{name}'s added worker groups held to 0")
+        finally:
+            print(f"\nworker groups named head/submitter: at most {max(seen)} GPU workers "
+                  "Running, admission of 1")

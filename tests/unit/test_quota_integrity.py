@@ -166,7 +166,7 @@ class _ServesJobSets(RecordingClient):
 
 
 def _leading(monkeypatch: pytest.MonkeyPatch, client: RecordingClient,
-             jobs: JobsSettings | None = None) -> Manager:
+             jobs: JobsSettings | None = None, registry: Registry | None = None) -> Manager:
     async def lead(self: LeaderElector) -> None:
         self._set(True)
         await asyncio.Event().wait()
@@ -175,7 +175,7 @@ def _leading(monkeypatch: pytest.MonkeyPatch, client: RecordingClient,
     settings = Settings(leader_election=LeaderElectionSettings(enabled=True),
                         jobs=jobs or JobsSettings())
     return Manager(settings, client=client, watch_nodes=False,  # type: ignore[arg-type]
-                   registry=Registry([batchjob.KIND, jobset.KIND]))
+                   registry=registry or Registry([batchjob.KIND, jobset.KIND]))
 
 
 async def test_a_child_job_scaled_beyond_its_ancestors_admission_is_set_back(
@@ -467,3 +467,186 @@ async def test_the_job_webhook_refuses_raising_a_labelled_child_beyond_its_share
     for old, new, user in ((running, raised, CONTROLLER), (raised, running, "alice")):
         sent = review("UPDATE", new, old=old, user=user)
         assert answer(await post(app, "/validate-batch-v1-job", sent), sent)["allowed"] is True
+
+
+# ----------------------------------------------------------------- a RayJob's RayCluster
+
+
+def _rayjob_and_cluster(*groups: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any],
+                                                           dict[str, Any]]:
+    """A started RayJob (head + ``groups``), the RayCluster KubeRay made from it (running,
+    queue label removed) and the RayJob's admitted Workload (head, groups, submitter)."""
+    rj = RAYJOB.injected(rayjob(*groups), {g["groupName"]: A100 for g in groups})
+    rc = raycluster(owner="RayJob")
+    rc["spec"] = {**copy.deepcopy(rj["spec"]["rayClusterSpec"]), "suspend": False}
+    del rc["metadata"]["labels"]
+    body = RAYJOB.workload_object(rayjob(*groups), priority_classes={},
+                                  pod_priority_classes={})
+    wl = {**body, "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+        {"name": p["name"], "count": p["count"], "flavors": {}}
+        for p in body["spec"]["podSets"]]}}}
+    return rj, rc, wl
+
+
+def test_worker_groups_are_held_to_worker_podsets_only() -> None:
+    """``held_to``: worker groups named ``head`` or ``submitter`` (the RayJob's other
+    podSets) are held to 0; two groups sharing one podSet's name share its count."""
+    rc = raycluster(group("gpu", 1), group("head", 1), group("submitter", 1), group("GPU", 1))
+    held = ray.ray.held_to(rc, {"gpu": 1})
+    assert held is not None
+    assert [g["replicas"] for g in held["spec"]["workerGroupSpecs"]] == [1, 0, 0, 0]
+
+
+def test_a_template_asking_other_requests_is_set_back_and_the_cluster_stopped() -> None:
+    """``with_admitted_templates``: a worker template raised to 6 GPUs is set back whole to
+    the RayJob's (with its injected scheduling) and the cluster suspended; the head's too;
+    an unchanged cluster, or a group the admission does not know, is left alone."""
+    rj, rc, wl = _rayjob_and_cluster(group("gpu", 1))
+    same, fields = ray.ray.with_admitted_templates(rc, rj, wl)
+    assert (same, fields) == (rc, [])
+    raised = copy.deepcopy(rc)
+    raised["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"] = {
+        "limits": {"nvidia.com/gpu": "6"}}
+    raised["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["resources"] = {}
+    raised["spec"]["workerGroupSpecs"].append(group("other", 1, gpu=8))
+    out, fields = ray.ray.with_admitted_templates(raised, rj, wl)
+    assert fields == ["spec.headGroupSpec.template", "spec.workerGroupSpecs[0].template"]
+    assert out["spec"]["suspend"] is True
+    assert out["spec"]["workerGroupSpecs"][0]["template"] == \
+        rj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]
+    assert out["spec"]["workerGroupSpecs"][1] == group("other", 1, gpu=8)
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def emit(self, obj: Any, etype: str, reason: str, message: str) -> None:
+        self.events.append((reason, message))
+
+
+async def test_a_rayjobs_cluster_is_held_to_the_rayjobs_admission() -> None:
+    """``hold_to_ancestor``: the unlabelled cluster of an admitted RayJob with groups added
+    named ``head`` and ``submitter`` gets them at 0 replicas; one whose worker asks 6 GPUs is
+    set back and stopped; Event ``ExceedsAncestorAdmission``; a matching one is not
+    written."""
+    rj, rc, wl = _rayjob_and_cluster(group("gpu", 1))
+    ctx = _Ctx(0.0)
+    ctx.recorder = _Recorder()  # type: ignore[attr-defined]
+    await RAYCLUSTER.hold_to_ancestor(ctx, rc, RAYJOB, rj, wl)
+    assert ctx.replaced == []
+    aliased = copy.deepcopy(rc)
+    aliased["spec"]["workerGroupSpecs"] += [
+        {**copy.deepcopy(rc["spec"]["workerGroupSpecs"][0]), "groupName": g}
+        for g in ("head", "submitter")]
+    await RAYCLUSTER.hold_to_ancestor(ctx, aliased, RAYJOB, rj, wl)
+    (body,) = ctx.replaced
+    assert [g["replicas"] for g in body["spec"]["workerGroupSpecs"]] == [1, 0, 0]
+    assert body["spec"]["suspend"] is False
+    raised = copy.deepcopy(rc)
+    raised["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"nvidia.com/gpu": "6"}}
+    await RAYCLUSTER.hold_to_ancestor(ctx, raised, RAYJOB, rj, wl)
+    assert ctx.replaced[-1]["spec"]["suspend"] is True
+    assert ctx.replaced[-1]["spec"]["workerGroupSpecs"][0]["template"] == \
+        rc["spec"]["workerGroupSpecs"][0]["template"]
+    assert [r for r, _ in ctx.recorder.events] == ["ExceedsAncestorAdmission"] * 2
+
+
+def test_a_queued_rayjobs_cluster_refuses_other_requests_and_reserved_group_names() -> None:
+    """The RayCluster a queued RayJob made (queue label copied): a template's requests
+    changed, or a worker group named ``head`` or ``submitter`` added (even with 0 replicas),
+    is refused to a tenant, allowed to pykueue; without the label, allowed (the reconciler
+    holds it)."""
+    old = raycluster(group("gpu", 1), owner="RayJob")
+    old["spec"]["suspend"] = False
+    more = copy.deepcopy(old)
+    more["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"nvidia.com/gpu": "6"}}
+    head = copy.deepcopy(old)
+    head["spec"]["workerGroupSpecs"].append(group("Head", 0))
+    rules = RAYCLUSTER.rules
+    (err,) = rules.validate(old, more, "alice", POLICY)
+    assert "spec.workerGroupSpecs[0].template" in err and "requests" in err, err
+    (err,) = rules.validate(old, head, "alice", POLICY)
+    assert "spec.workerGroupSpecs[1].groupName" in err, err
+    for new in (more, head):
+        assert rules.validate(old, new, CONTROLLER, POLICY) == []
+        unqueued = copy.deepcopy(old)
+        del unqueued["metadata"]["labels"]
+        assert rules.validate(unqueued, new, "alice", POLICY) == []
+
+
+class _ServesRay(RecordingClient):
+    """Discovery answers for RayJobs and RayClusters."""
+
+    async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        if path == f"/apis/{RAYJOB.resource.api_version}":
+            return {"resources": [{"name": "rayjobs"}, {"name": "rayclusters"}]}
+        return await super().request(method, path)
+
+
+async def test_an_orphaned_raycluster_carrying_its_rayjobs_admission_is_stopped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A RayJob deleted with ``--cascade=orphan`` leaves its unlabelled RayCluster without
+    owner, its templates still started: it is suspended, the RayJob's start record applied
+    and the flavor's scheduling and podset label taken out (Event ``AncestorGone``); an
+    unlabelled cluster that never carried an admission is left alone."""
+    _, rc, _ = _rayjob_and_cluster(group("gpu", 4))
+    del rc["metadata"]["ownerReferences"]
+    rc["metadata"]["resourceVersion"] = "1"
+    plain = raycluster(group("gpu", 4))
+    plain["metadata"].update(name="mine", uid="u-3", resourceVersion="1")
+    del plain["metadata"]["labels"]
+    plain["spec"]["suspend"] = False
+    client = _ServesRay({**OBJECTS, "resourceflavors": [A100_FLAVOR],
+                         "rayclusters": [rc, plain]})
+    m = _leading(monkeypatch, client, registry=Registry([batchjob.KIND, RAYJOB, RAYCLUSTER]))
+    await m.start()
+    try:
+        await m.wait_ready(10)
+        for _ in range(100):
+            written = [b for v, r, b in client.bodies if (v, r) == ("replace", "rayclusters")]
+            if written:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await m.stop()
+    assert {b["metadata"]["name"] for b in written} == {"rc"}, client.bodies
+    body = written[-1]
+    assert body["spec"]["suspend"] is True
+    assert ORIGINAL_ANNOTATION not in (body["metadata"].get("annotations") or {})
+    tpl = body["spec"]["workerGroupSpecs"][0]["template"]
+    assert PODSET_LABEL not in (tpl.get("metadata") or {}).get("labels", {})
+    assert "nodeSelector" not in tpl["spec"] and "tolerations" not in tpl["spec"], tpl
+
+
+async def test_an_orphaned_rayjobs_workload_counts_the_pods_of_its_orphaned_cluster() -> None:
+    """``RayJob.made_pods``: after ``delete rayjob --cascade=orphan`` the RayJob's Workload
+    counts the running pods of the RayCluster KubeRay made for it (its origin labels, the
+    Workload's name hash of name and uid), not those of another cluster or RayJob uid."""
+    rj = rayjob(group("gpu", 1))
+    wl_name = RAYJOB.workload_name(rj)
+    rc = raycluster(group("gpu", 1))
+    rc["metadata"]["labels"] = {ray.ray.ORIGIN_KIND_LABEL: "RayJob",
+                                ray.ray.ORIGIN_NAME_LABEL: "tune"}
+
+    def pod(cluster: str, uid: str) -> dict[str, Any]:
+        return {"metadata": {"name": f"{cluster}-p", "namespace": NS,
+                             "labels": {"ray.io/cluster": cluster}, "ownerReferences": [
+                                 {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                                  "name": cluster, "uid": uid, "controller": True}]},
+                "status": {"phase": "Running"}}
+
+    class Ctx:
+        class informers:  # noqa: N801
+            informers = {RAYCLUSTER.key: None}
+
+        def store(self, key: str) -> list[dict[str, Any]]:
+            return [rc]
+
+    wl = {"metadata": {"name": wl_name, "namespace": NS}}
+    pods = [pod("rc", "u-2"), pod("rc", "u-9"), pod("other", "u-2")]
+    assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 1  # type: ignore[arg-type]
+    assert RAYJOB.made_pods(Ctx(), wl, "u-0", pods) == 0  # type: ignore[arg-type]
+    assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods[1:]) == 0  # type: ignore[arg-type]

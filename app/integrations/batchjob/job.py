@@ -33,8 +33,8 @@ from app.integrations.podsets import (
     inject_template,
     read_record,
     record_text,
+    strip_admission,
     template_record,
-    toleration_identity,
     write_start,
 )
 from app.kube.client import JOBS, MERGE_PATCH
@@ -147,35 +147,10 @@ def carries_admission(job: Mapping[str, Any]) -> bool:
 
 def without_admission(job: Obj, flavors: Iterable[Mapping[str, Any]]) -> Obj:
     """A copy of ``job`` suspended, with what an admission injects taken out of its pod
-    template: the podSet label, each nodeSelector entry some flavor's ``spec.nodeLabels``
-    holds, each toleration among some flavor's ``spec.tolerations`` (one the user wrote the
-    same goes too: the Job is not going to run on a flavor's nodes without an admission)."""
-    labels: set[tuple[str, str]] = set()
-    tolerations: set[Any] = set()
-    for rf in flavors:
-        spec = rf.get("spec") or {}
-        labels.update((str(k), str(v)) for k, v in (spec.get("nodeLabels") or {}).items())
-        tolerations.update(toleration_identity(t) for t in spec.get("tolerations") or []
-                           if isinstance(t, Mapping))
+    template (``podsets.strip_admission``)."""
     out = copy.deepcopy(job)
     out.setdefault("spec", {})["suspend"] = True
-    tpl = _template(out)
-    spec = tpl.setdefault("spec", {})
-    selector = {k: v for k, v in (spec.get("nodeSelector") or {}).items()
-                if (k, v) not in labels}
-    if selector:
-        spec["nodeSelector"] = selector
-    else:
-        spec.pop("nodeSelector", None)
-    kept = [t for t in spec.get("tolerations") or []
-            if not isinstance(t, Mapping) or toleration_identity(t) not in tolerations]
-    if kept:
-        spec["tolerations"] = kept
-    else:
-        spec.pop("tolerations", None)
-    meta = tpl.get("metadata") or {}
-    if isinstance(meta.get("labels"), dict):
-        meta["labels"].pop(PODSET_LABEL, None)
+    strip_admission(_template(out), flavors)
     return out
 
 

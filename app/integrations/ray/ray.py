@@ -40,12 +40,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.integrations.crdrules import CrdRules
-from app.integrations.framework import label_queue_name
+from app.integrations.framework import label_queue_name, pods_of
+from app.integrations.podsets import strip_admission
 from app.integrations.templated import Obj, Path, Template, TemplatedKind, get_in, set_in
 from app.integrations.webhook_toolkit import WebhookPolicy, read_object, read_queue_name
 from app.kube.client import Resource
 from app.kube.events import WARNING
 from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, string
+from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL
+from app.wire.podtemplate import pod_requests
+from app.wire.workload import workload_from_object
 
 if TYPE_CHECKING:
     from app.kube.context import Context
@@ -148,13 +152,51 @@ def raised_groups(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
             if t.count > before.get(t.name, 0)]
 
 
+def template_requests(obj: Mapping[str, Any], t: Template) -> dict[str, int]:
+    """Per-pod requests of template ``t`` of ``obj`` (``pod_requests``: milli-CPU, bytes,
+    counts). Raises ``WorkloadSpecError`` naming the field."""
+    tpl = mapping(get_in(obj, t.path), t.field, required=True)
+    return pod_requests(mapping(tpl.get("spec"), f"{t.field}.spec", required=True),
+                        field=f"{t.field}.spec")
+
+
+def changed_requests(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The templates (head, and each worker group ``old`` has, by ``groupName``) of RayCluster
+    ``new`` whose per-pod requests differ from ``old``'s; a template of ``old`` whose requests
+    cannot be read is skipped (an update must not be blocked by what was already stored).
+    Raises ``WorkloadSpecError`` (a layout that cannot be read, or a new template's
+    requests)."""
+    before: dict[tuple[str, str], dict[str, int]] = {}
+    for t in cluster_templates(old, ("spec",), strict=False):
+        try:
+            before[(t.name, t.key)] = template_requests(old, t)
+        except WorkloadSpecError:
+            continue
+    return [t.field for t in cluster_templates(new, ("spec",), strict=False)
+            if (t.name, t.key) in before and template_requests(new, t) != before[(t.name, t.key)]]
+
+
+def reserved_groups(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The worker groups of RayCluster ``new`` named after the RayJob's other podSets
+    (``head``, ``submitter``, any case) that ``old`` does not have."""
+    def named(obj: Mapping[str, Any]) -> dict[str, str]:
+        return {t.key: t.field.removesuffix(".template")
+                for t in cluster_templates(obj, ("spec",), strict=False)[1:]
+                if t.name in ("head", SUBMITTER)}
+    had = named(old)
+    return [f"{field}.groupName" for key, field in named(new).items() if key not in had]
+
+
 @dataclass(frozen=True)
 class RayClusterRules(CrdRules):
     """``CrdRules`` of the RayCluster, plus: on a cluster that a queued RayJob made (it
     carries the queue label KubeRay copied from the RayJob), raising a worker group's pod
-    count is refused to everyone but pykueue (the reconciler would set it back to the
-    RayJob's admission: ``RayCluster.hold_to_ancestor``). Beyond Kueue, whose RayCluster
-    webhook leaves a cluster a RayJob owns alone."""
+    count, changing a template's per-pod requests, or adding a worker group named ``head``
+    or ``submitter`` (the RayJob's other podSets) is refused to everyone but pykueue (the
+    reconciler would set it back to the RayJob's admission: ``RayCluster.hold_to_ancestor``).
+    Kueue's RayCluster webhook refuses a worker group named ``head`` on a queued cluster at
+    create and update alike; the rest goes beyond Kueue, whose webhook leaves a cluster a
+    RayJob owns to the RayJob."""
 
     def validate(self, old: Mapping[str, Any] | None, new: object, username: str,
                  policy: WebhookPolicy) -> list[str]:
@@ -163,12 +205,19 @@ class RayClusterRules(CrdRules):
                 policy.controller_usernames and read_queue_name(old, policy.queue_name_label):
             try:
                 raised = raised_groups(old, o)
+                changed = changed_requests(old, o)
+                reserved = reserved_groups(old, o)
             except WorkloadSpecError as exc:
                 return [str(exc)]
-            if raised:
-                return [f"{', '.join(raised)}: this RayCluster belongs to a queued RayJob, "
-                        "which was admitted for its pods as they are: change the RayJob's "
-                        "rayClusterSpec instead (it is queued again for the new shape)"]
+            errors = [f"{where}: the name of another podSet of the RayJob (head, submitter)"
+                      for where in reserved]
+            if raised or changed:
+                errors.append(f"{', '.join(raised + changed)}: this RayCluster belongs to a "
+                              "queued RayJob, which was admitted for its pods as they are "
+                              "(count and requests): change the RayJob's rayClusterSpec "
+                              "instead (it is queued again for the new shape)")
+            if errors:
+                return errors
         return super().validate(old, new, username, policy)
 
 
@@ -274,31 +323,92 @@ class RayJob(_RayKind):
         deployment = (obj.get("status") or {}).get("jobDeploymentStatus") or ""
         return 0 if deployment in ("", "Suspended") else 1
 
+    def made_pods(self, ctx: Context, workload: Mapping[str, Any], uid: str,
+                  pods: list[Mapping[str, Any]]) -> int:
+        """The pods holding resources of the RayClusters KubeRay made for the RayJob of
+        orphaned ``workload`` (labelled ``ORIGIN_KIND_LABEL: RayJob`` and
+        ``ORIGIN_NAME_LABEL: <name>`` whose Workload name, a hash of kind, name and ``uid``,
+        is ``workload``'s): ``kubectl delete rayjob --cascade=orphan`` leaves the cluster
+        running, and the Workload keeps the quota while its pods run."""
+        meta = workload.get("metadata") or {}
+        ns, wl_name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        if RAYCLUSTER.key not in ctx.informers.informers:
+            return 0
+        left = 0
+        for rc in ctx.store(RAYCLUSTER.key):
+            rc_meta = rc.get("metadata") or {}
+            labels = rc_meta.get("labels") or {}
+            name = str(labels.get(ORIGIN_NAME_LABEL) or "")
+            if rc_meta.get("namespace") == ns and name and \
+                    labels.get(ORIGIN_KIND_LABEL) == self.kind and self.workload_name(
+                        {"metadata": {"name": name, "uid": uid}}) == wl_name:
+                left += len(pods_of(RAYCLUSTER, pods, rc))
+        return left
+
     def pods_ready(self, obj: Mapping[str, Any]) -> bool:
         """``status.rayClusterStatus.state`` is ``ready`` (Kueue v0.17.1 ``RayJob.PodsReady``)."""
         cluster = (obj.get("status") or {}).get("rayClusterStatus") or {}
         return isinstance(cluster, Mapping) and cluster.get("state") == READY
 
 
-def held_to(cluster: Mapping[str, Any], admitted: Mapping[str, int]) -> Obj | None:
-    """A copy of ``cluster`` whose worker groups run at most ``admitted`` pods each (podSet
-    name -> count, a group absent from it 0): a group that would run more gets ``replicas``
-    (and ``minReplicas``, when above) lowered to its admitted count over ``numOfHosts``; None
-    when no group runs more than admitted."""
+ORIGIN_KIND_LABEL = "ray.io/originated-from-crd"
+ORIGIN_NAME_LABEL = "ray.io/originated-from-cr-name"
+"""Labels KubeRay v1.6.0 writes on the RayCluster it makes for a RayJob (``RayJob`` and the
+RayJob's name)."""
+
+
+def held_to(cluster: Mapping[str, Any], workers: Mapping[str, int]) -> Obj | None:
+    """A copy of ``cluster`` whose worker groups run at most the pods of the admitted worker
+    podSets ``workers`` (podSet name -> count; the head and a RayJob's submitter are not
+    worker podSets): a worker group is matched to the podSet of its lower-cased
+    ``groupName`` only, groups sharing one podSet share its count in order, and a group
+    whose name is no admitted worker podSet is held to 0. A group that would run more gets
+    ``replicas`` (and ``minReplicas``, when above) lowered to what is left of its podSet's
+    count over ``numOfHosts``; None when no group runs more than admitted."""
     out = copy.deepcopy(dict(cluster))
+    left = {str(k): int(v) for k, v in workers.items()}
     changed = False
     for t in cluster_templates(cluster, ("spec",), strict=False)[1:]:
-        allowed = int(admitted.get(t.name, 0))
+        allowed = left.get(t.name, 0)
         if t.count <= allowed:
+            left[t.name] = allowed - t.count
             continue
         wg = out["spec"]["workerGroupSpecs"][t.path[-2]]
         hosts = integer(wg.get("numOfHosts"), "numOfHosts", default=1, minimum=0)
         replicas = allowed // hosts if hosts > 1 else allowed
+        left[t.name] = allowed - (replicas * hosts if hosts > 1 else replicas)
         wg["replicas"] = replicas
         if integer(wg.get("minReplicas"), "minReplicas", default=0, minimum=0) > replicas:
             wg["minReplicas"] = replicas
         changed = True
     return out if changed else None
+
+
+def with_admitted_templates(cluster: Mapping[str, Any], parent: Mapping[str, Any],
+                            workload: Mapping[str, Any]) -> tuple[Obj, list[str]]:
+    """A copy of ``cluster`` (the RayCluster of RayJob ``parent``) whose head and worker
+    templates ask the per-pod requests of their admitted podSets (``workload``'s, matched
+    as ``held_to`` matches them): each template that asks other requests is set back whole
+    to the RayJob's (``spec.rayClusterSpec``, as KubeRay copied it at create), and the
+    cluster suspended (KubeRay deletes its pods, including those it made from the changed
+    template; it does not replace running pods on a template change). Returns the copy and
+    the fields set back (``[]``: none). Raises ``WorkloadSpecError``."""
+    at = ("spec", "rayClusterSpec")
+    admitted = {ps.name: dict(ps.requests) for ps in workload_from_object(workload).pod_sets}
+    theirs = {t.key: t for t in cluster_templates(parent, at, strict=False)}
+    workers = {t.name for t in cluster_templates(parent, at, strict=False)[1:]}
+    out = copy.deepcopy(dict(cluster))
+    fields = []
+    for i, t in enumerate(cluster_templates(cluster, ("spec",), strict=False)):
+        own = theirs.get("head" if i == 0 else t.key)
+        if (i > 0 and t.name not in workers) or own is None or t.name not in admitted:
+            continue  # held to 0 pods (held_to)
+        if template_requests(cluster, t) != admitted[t.name]:
+            set_in(out, t.path, copy.deepcopy(get_in(parent, own.path)))
+            fields.append(t.field)
+    if fields:
+        set_in(out, SUSPEND, True)
+    return out, fields
 
 
 RESYNC_ANNOTATION = "pykueue.dev/resync"
@@ -354,27 +464,69 @@ class RayCluster(_RayKind):
 
     async def hold_to_ancestor(self, ctx: Context, obj: Obj, parent_kind: Any,
                                parent: Mapping[str, Any], workload: Mapping[str, Any]) -> None:
-        """A running cluster of an admitted RayJob (``parent``) whose worker groups were raised
-        above the RayJob's admission (``workload``: its podSet counts) is set back to it
-        (``held_to``), Warning Event ``ExceedsAncestorAdmission``; KubeRay then deletes the
-        workers beyond it. Goes beyond Kueue, whose RayCluster integration leaves a cluster a
-        RayJob owns to the RayJob."""
-        admitted = {str(p.get("name")): int(p.get("count") or 0)
-                    for p in (workload.get("spec") or {}).get("podSets") or []
-                    if isinstance(p, Mapping)}
+        """A running cluster of an admitted RayJob (``parent``) is held to the RayJob's
+        admission (``workload``): worker groups raised above their admitted worker podSet
+        (or named after none of them, as ``head`` or ``submitter``) are set back
+        (``held_to``), and a template asking other per-pod requests than its podSet was
+        admitted for is set back to the RayJob's and the cluster suspended
+        (``with_admitted_templates``); Warning Event ``ExceedsAncestorAdmission``. Goes
+        beyond Kueue, whose RayCluster integration leaves a cluster a RayJob owns to the
+        RayJob."""
+        at = ("spec", "rayClusterSpec")
+        counts = {str(p.get("name")): int(p.get("count") or 0)
+                  for p in (workload.get("spec") or {}).get("podSets") or []
+                  if isinstance(p, Mapping)}
         try:
-            body = held_to(obj, admitted)
+            workers = {t.name: counts.get(t.name, 0)
+                       for t in cluster_templates(parent, at, strict=False)[1:]}
+            body, fields = with_admitted_templates(obj, parent, workload)
+            body = held_to(body, workers) or body
         except WorkloadSpecError:
-            return
-        if body is None:
+            return  # the RayJob's own reconcile stops it: it no longer matches
+        if body == obj:
             return
         written = await ctx.client.replace(self.resource, body)
         ctx.store(self.key).put(written)
         meta = obj.get("metadata") or {}
+        name = f"{parent_kind.kind} {meta.get('namespace')}/" \
+               f"{(parent.get('metadata') or {}).get('name')}"
         ctx.recorder.emit(written, WARNING, "ExceedsAncestorAdmission",
-                          f"worker groups run more pods than the {parent_kind.kind} "
-                          f"{meta.get('namespace')}/{(parent.get('metadata') or {}).get('name')}"
-                          f" was admitted for ({admitted}): replicas set back")
+                          f"{', '.join(fields)}: other per-pod requests than the {name} was "
+                          "admitted for: set back to the RayJob's templates and the cluster "
+                          "stopped" if fields else f"worker groups run more pods than the "
+                          f"{name} was admitted for ({workers}): replicas set back")
+
+    def carries_admission(self, obj: Mapping[str, Any]) -> bool:
+        """Whether the cluster carries the scheduling of a started RayJob that KubeRay copied
+        onto it: a template with the podSet label ``kueue.x-k8s.io/podset``, or the RayJob's
+        start record (``ORIGINAL_ANNOTATION``: KubeRay copies the RayJob's annotations)."""
+        if ORIGINAL_ANNOTATION in ((obj.get("metadata") or {}).get("annotations") or {}):
+            return True
+        try:
+            ts = cluster_templates(obj, ("spec",), strict=False)
+        except WorkloadSpecError:
+            return False
+        return any(PODSET_LABEL in (((get_in(obj, t.path) or {}).get("metadata") or {})
+                                    .get("labels") or {}) for t in ts)
+
+    async def stop_orphaned(self, ctx: Context, obj: Obj, why: str) -> Obj:
+        """Stop a cluster that ran on the admission of a RayJob which is gone
+        (``carries_admission``, no managed ancestor: ``kubectl delete rayjob
+        --cascade=orphan``): suspended, the templates set back to the RayJob's start record
+        where it is readable, and what any admission injects taken out of each
+        (``podsets.strip_admission``), so resuming it gives no flavor's scheduling."""
+        out = self.restored(obj)
+        flavors = list(ctx.store("rf"))
+        try:
+            for t in cluster_templates(out, ("spec",), strict=False):
+                template = copy.deepcopy(dict(get_in(out, t.path)))
+                strip_admission(template, flavors)
+                set_in(out, t.path, template)
+        except WorkloadSpecError:
+            pass  # suspended all the same
+        if out == obj:
+            return obj
+        return await self._put(ctx, out)
 
     def queue_name(self, obj: Mapping[str, Any]) -> str:  # type: ignore[override]
         """The queue label, except on a cluster a RayJob or RayService controls."""
