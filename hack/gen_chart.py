@@ -159,6 +159,11 @@ def dump(obj: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _port_of(group: str, default: int) -> str:
+    """The template expression of a listener's port: ``config.<group>.port`` or ``default``."""
+    return f'dig "{group}" "port" {default} .Values.config | int'
+
+
 def template(doc: dict[str, Any], inject_ca: str) -> str:
     """One object as a template; kinds with values get them. ``inject_ca``: the
     cert-manager Certificate (namespace/name) whose CA cert-manager injects."""
@@ -183,6 +188,20 @@ def template(doc: dict[str, Any], inject_ca: str) -> str:
         c["image"] = _scalar('printf "%s:%s" .Values.image.repository .Values.image.tag | quote')
         c["imagePullPolicy"] = _scalar(".Values.image.pullPolicy")
         c["resources"] = _block(".Values.resources")
+        # A setting the Deployment passes as PYKUEUE_<GROUP>__<FIELD> would win over the same
+        # field in the chart's config file (environment before file, app/config.py): each
+        # such value comes from config.<group>.<field> when set, so none is ignored.
+        ports = {"https": "server", "visibility": "visibility"}
+        for env in c.get("env", ()):
+            name = env["name"]
+            if "value" in env and name.startswith("PYKUEUE_") and "__" in name:
+                group, field = name[len("PYKUEUE_"):].lower().split("__", 1)
+                env["value"] = _scalar(f'dig "{group}" "{field}" "{env["value"]}" '
+                                       ".Values.config | quote")
+        for port in c.get("ports", ()):
+            if port.get("name") in ports:
+                port["containerPort"] = _scalar(_port_of(ports[port["name"]],
+                                                         port["containerPort"]))
         return ("{{- if and (gt (int .Values.replicaCount) 1) "
                 "(not .Values.config.leader_election.enabled) }}\n"
                 "{{- fail \"replicaCount > 1 needs config.leader_election.enabled: two "
@@ -213,6 +232,14 @@ def template(doc: dict[str, Any], inject_ca: str) -> str:
                 f"    {INJECT_CA}: {inject_ca}\n  {{{{- end }}}}\n")
         out += optional(dump({"spec": spec}), "caBundle", ".Values.webhook.caBundle")
         return (f"{{{{- if {VISIBILITY_ON} }}}}\n" + out + "{{- end }}\n")
+    if kind == "NetworkPolicy":
+        # The listeners' ports follow the config file as the Deployment's do (above).
+        defaults = {9443: "server", 8082: "visibility"}
+        for rule in doc["spec"].get("ingress", ()):
+            for port in rule.get("ports", ()):
+                if port.get("port") in defaults:
+                    port["port"] = _scalar(_port_of(defaults[port["port"]], port["port"]))
+        return dump(doc)
     if doc["apiVersion"].startswith(CERT_MANAGER_GROUP):
         return "{{- if .Values.certManager.enable }}\n" + dump(doc) + "{{- end }}\n"
     return dump(doc)

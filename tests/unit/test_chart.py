@@ -233,3 +233,25 @@ def test_visibility_apiservices_follow_config_visibility_enabled(built):
         ("APIService", "", "v1beta2.visibility.kueue.x-k8s.io"),
         ("APIService", "", "v1beta1.visibility.kueue.x-k8s.io")}
     assert yaml.safe_load(off[CONFIG]["data"]["config.yaml"])["visibility"]["enabled"] is False
+
+
+def test_listener_ports_and_env_settings_follow_the_config_file(tmp_path, monkeypatch):
+    """The Deployment's PYKUEUE_<GROUP>__<FIELD> variables win over the config file in
+    pykueue: the chart takes each from config.<group>.<field>, and the listeners' ports reach
+    the container ports and the NetworkPolicy, so no config value is silently overridden."""
+    docs = by_key(chart("--set", "config.visibility.port=9090",
+                        "--set", "config.server.port=9444"))
+    dep = docs[("Deployment", "pykueue-system", "pykueue")]
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert (env["PYKUEUE_SERVER__PORT"], env["PYKUEUE_VISIBILITY__PORT"]) == ("9444", "9090")
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"https": 9444,
+                                                                   "visibility": 9090}
+    (policy,) = [d for k, d in docs.items() if k[0] == "NetworkPolicy"]
+    assert sorted(p["port"] for r in policy["spec"]["ingress"] for p in r["ports"]) == [
+        9090, 9444]
+    for name, value in env.items():
+        if value is not None and name.startswith("PYKUEUE_") and name != "PYKUEUE_CONFIG_FILE":
+            monkeypatch.setenv(name, value)
+    s = load_settings(docs[CONFIG], monkeypatch, tmp_path)
+    assert (s.server.port, s.visibility.port) == (9444, 9090)
