@@ -108,6 +108,17 @@ class StoreAdmissionLookup:
             return None
         return has_admission(wl) and not is_evicted(wl)
 
+    def workload_admitted(self, namespace: str, workload_name: str) -> bool | None:
+        """``is_admitted`` for the Workload ``namespace/workload_name`` of any kind (its name
+        is Kueue's hash of kind, name and uid, so an object created again under the same name
+        finds none): None when unknown (not synced, no such Workload)."""
+        if not self.ctx.synced:
+            return None
+        wl = self.ctx.store(WL).get(f"{namespace}/{workload_name}")
+        if wl is None:
+            return None
+        return has_admission(wl) and not is_evicted(wl)
+
     def queued_statefulset(self, namespace: str, name: str) -> Obj | None:
         """Queued StatefulSet ``namespace/name`` as stored, None when not queued or not
         synced (the webhook of its ``scale`` subresource reads it)."""

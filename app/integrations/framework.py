@@ -75,8 +75,9 @@ class KindDefaults:
     top_level: bool = False
     # Kueue manageJobsWithoutQueueName: objects without a queue name are queued too when the
     # setting is on (and ``takes_unlabelled(obj)``); the informer then lists
-    # ``unlabelled_selector`` (None: every object) instead of ``label_selector``.
-    manages_unlabelled: bool = False
+    # ``unlabelled_selector`` (None: every object) instead of ``label_selector``. Every kind,
+    # as in Kueue (the webhook side: ``WebhookEnv.unqueued_defaults``).
+    manages_unlabelled: bool = True
     unlabelled_selector: str | None = None
     # Partial admission: start() applies an admitted count below the spec's (so an object not
     # yet started matches its Workload's spec, not the smaller admission). Kinds without it
