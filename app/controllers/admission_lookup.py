@@ -22,6 +22,7 @@ from app.integrations.framework import (
     Registry,
     child_share,
     lookup,
+    manages_unlabelled_in,
     stored_ancestor,
 )
 from app.kube.context import JOB, LQ, NS, RF, STS, WL, Context
@@ -233,7 +234,7 @@ class StoreExtenderState(InMemoryExtenderState):
                     return False
                 top = self.registry.managed_ancestor(
                     owner, lambda k, n, m: lookup(k, self.ctx, n, m),
-                    manage_unlabelled=self.ctx.settings.jobs.manage_jobs_without_queue_name)
+                    manage_unlabelled=manages_unlabelled_in(self.ctx, ns))
                 kind, obj = top if top is not None else (kind, owner)
                 return _admitted(self.ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}"))
         if pod.group:

@@ -25,7 +25,7 @@ from app.wire.names import QUEUE_NAME_LABEL
 from tests.recording_client import OBJECTS
 from tests.unit.test_jobset import jobset as make_jobset
 from tests.unit.test_jobset import rjob
-from tests.unit.test_quota_integrity import _leading, _review, _ServesJobSets
+from tests.unit.test_quota_integrity import _child_job, _leading, _review, _ServesJobSets
 from tests.unit.test_ray import group, raycluster, rayjob
 from tests.unit.test_webhook import (
     CONTROLLER,
@@ -187,3 +187,35 @@ def test_every_kind_takes_part_in_manage_jobs_without_queue_name() -> None:
     """The framework's default, not a per-kind flag (``KindDefaults.manages_unlabelled``)."""
     kinds = Registry([batchjob.KIND, jobset.KIND, *kubeflow.KINDS, RAYJOB, RAYCLUSTER]).kinds()
     assert all(k.manages_unlabelled for k in kinds)  # type: ignore[attr-defined]
+
+
+async def test_outside_the_selector_an_unlabelled_jobset_is_nobodys_ancestor(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a namespace ``managed_jobs_namespace_selector`` leaves out, an unlabelled JobSet
+    gets no Workload and its running child Job is left alone, not stopped as the child of a
+    managed ancestor (``manages_unlabelled_in``; Kueue reconciles no job there:
+    ``ManagedJobsNamespaceSelectorAlwaysRespected``). The lab test shows it with the real
+    JobSet operator."""
+    ns = OBJECTS["namespaces"][0]["metadata"]["name"]
+    js = _unlabelled(make_jobset(rjob("workers", 1, 1)), suspend=False)
+    js["metadata"]["namespace"] = ns
+    child = _child_job("train-workers-0", 1, js)
+    outside = JobsSettings(manage_jobs_without_queue_name=True, managed_jobs_namespace_selector={
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                              "values": ["kube-system", "pykueue-system", ns]}]})
+    namespace = {"metadata": {"name": ns, "resourceVersion": "1",
+                              "labels": {"kubernetes.io/metadata.name": ns}}}
+    client = _ServesJobSets({**OBJECTS, "namespaces": [namespace], "jobsets": [js],
+                             "jobs": [child]})
+    m = _leading(monkeypatch, client, jobs=outside)
+    await m.start()
+    try:
+        await m.wait_ready(10)
+        assert m.jobs is not None
+        # Both stores hold both objects now: a pass over each writes nothing.
+        await m.jobs.reconcile_object(batchjob.KIND, ns, "train-workers-0")
+        await m.jobs.reconcile_object(jobset.KIND, ns, "train")
+        writes = [(v, r) for v, r, _ in client.bodies if r in ("jobs", "jobsets", "workloads")]
+    finally:
+        await m.stop()
+    assert writes == []
