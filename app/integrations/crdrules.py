@@ -6,7 +6,10 @@ kinds share; the only thing that differs between them is where the suspend lever
 
 - Mutation, CREATE: an object with a non-empty ``kueue.x-k8s.io/queue-name`` label and its
   suspend lever not true gets it set to true (Kueue ``WorkloadShouldBeSuspended``), so the
-  operator creates no pod until pykueue admits its Workload.
+  operator creates no pod until pykueue admits its Workload. One without a queue name gets
+  what ``WebhookEnv.unqueued_defaults`` says (the framework's rule for every kind, Kueue
+  ``ApplyDefaultLocalQueue`` and ``manageJobsWithoutQueueName``): the ``default``
+  LocalQueue's label, or the lever alone.
 - Validation, CREATE: the queue name is a DNS-1123 subdomain; a queued object is created
   suspended (unless by pykueue itself), which catches a missing mutating webhook; a kind may
   add its own checks (``extra_create``: e.g. too many podSets for one Workload).
@@ -15,7 +18,10 @@ kinds share; the only thing that differs between them is where the suspend lever
   object cannot be changed into one ``extra_create`` refuses (Kueue's Ray webhooks run their
   create checks on update: in-tree autoscaling turned on after the start); the queue name
   cannot be removed while pykueue's start record is on the object (its templates carry the
-  admission's scheduling).
+  admission's scheduling); only pykueue may set the lever from true to false on a queued
+  object (labelled, or unlabelled under ``manageJobsWithoutQueueName``) whose Workload is
+  not admitted (``unsuspend_errors``, beyond Kueue). An unlabelled queued object is checked
+  as a labelled one (``extra_create``).
 
 Routes (``CrdRules.routes``): ``mutate_path`` and ``validate_path``, Kueue's
 ``/mutate-<group with - for .>-<version>-<kind lower-cased>`` and ``/validate-...``, enabled by
