@@ -22,6 +22,7 @@ from app.integrations.framework import (
     Registry,
     child_share,
     lookup,
+    manages_unlabelled_in,
     stored_ancestor,
 )
 from app.kube.context import JOB, LQ, NS, RF, STS, WL, Context
@@ -104,6 +105,17 @@ class StoreAdmissionLookup:
         if not self.ctx.synced:
             return None
         wl = self._workload(namespace, job_name, job_uid)
+        if wl is None:
+            return None
+        return has_admission(wl) and not is_evicted(wl)
+
+    def workload_admitted(self, namespace: str, workload_name: str) -> bool | None:
+        """``is_admitted`` for the Workload ``namespace/workload_name`` of any kind (its name
+        is Kueue's hash of kind, name and uid, so an object created again under the same name
+        finds none): None when unknown (not synced, no such Workload)."""
+        if not self.ctx.synced:
+            return None
+        wl = self.ctx.store(WL).get(f"{namespace}/{workload_name}")
         if wl is None:
             return None
         return has_admission(wl) and not is_evicted(wl)
@@ -222,7 +234,7 @@ class StoreExtenderState(InMemoryExtenderState):
                     return False
                 top = self.registry.managed_ancestor(
                     owner, lambda k, n, m: lookup(k, self.ctx, n, m),
-                    manage_unlabelled=self.ctx.settings.jobs.manage_jobs_without_queue_name)
+                    manage_unlabelled=manages_unlabelled_in(self.ctx, ns))
                 kind, obj = top if top is not None else (kind, owner)
                 return _admitted(self.ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}"))
         if pod.group:

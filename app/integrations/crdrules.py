@@ -6,7 +6,10 @@ kinds share; the only thing that differs between them is where the suspend lever
 
 - Mutation, CREATE: an object with a non-empty ``kueue.x-k8s.io/queue-name`` label and its
   suspend lever not true gets it set to true (Kueue ``WorkloadShouldBeSuspended``), so the
-  operator creates no pod until pykueue admits its Workload.
+  operator creates no pod until pykueue admits its Workload. One without a queue name gets
+  what ``WebhookEnv.unqueued_defaults`` says (the framework's rule for every kind, Kueue
+  ``ApplyDefaultLocalQueue`` and ``manageJobsWithoutQueueName``): the ``default``
+  LocalQueue's label, or the lever alone.
 - Validation, CREATE: the queue name is a DNS-1123 subdomain; a queued object is created
   suspended (unless by pykueue itself), which catches a missing mutating webhook; a kind may
   add its own checks (``extra_create``: e.g. too many podSets for one Workload).
@@ -15,7 +18,10 @@ kinds share; the only thing that differs between them is where the suspend lever
   object cannot be changed into one ``extra_create`` refuses (Kueue's Ray webhooks run their
   create checks on update: in-tree autoscaling turned on after the start); the queue name
   cannot be removed while pykueue's start record is on the object (its templates carry the
-  admission's scheduling).
+  admission's scheduling); only pykueue may set the lever from true to false on a queued
+  object (labelled, or unlabelled under ``manageJobsWithoutQueueName``) whose Workload is
+  not admitted (``unsuspend_errors``, beyond Kueue). An unlabelled queued object is checked
+  as a labelled one (``extra_create``).
 
 Routes (``CrdRules.routes``): ``mutate_path`` and ``validate_path``, Kueue's
 ``/mutate-<group with - for .>-<version>-<kind lower-cased>`` and ``/validate-...``, enabled by
@@ -48,7 +54,10 @@ from app.integrations.webhook_toolkit import (
     refused,
     review_of,
     reviewed_objects,
+    set_label_op,
+    unsuspend_errors,
 )
+from app.wire.workload import workload_name_for_owner
 
 if TYPE_CHECKING:
     from app.models.admissionreview import AdmissionRequest
@@ -95,7 +104,8 @@ class CrdRules:
     errors for a queued object at CREATE (pure, may raise ``UnreadableObjectError``);
     ``belongs_elsewhere``: True for an object another kind manages (Kueue's managed ancestor,
     e.g. the RayCluster of a RayJob, which copies the RayJob's labels): both rules leave it
-    alone."""
+    alone; ``takes_unlabelled``: False for an object the kind never queues without a queue
+    name (the kind's ``takes_unlabelled``, e.g. a RayJob on an existing cluster)."""
 
     group: str
     version: str
@@ -104,6 +114,7 @@ class CrdRules:
     suspend: tuple[str, ...]
     extra_create: Callable[[Mapping[str, Any]], list[str]] | None = None
     belongs_elsewhere: Callable[[Mapping[str, Any]], bool] | None = None
+    takes_unlabelled: Callable[[Mapping[str, Any]], bool] | None = None
 
     @property
     def mutate_path(self) -> str:
@@ -118,18 +129,35 @@ class CrdRules:
     def lever(self) -> str:
         return ".".join(self.suspend)
 
-    def mutate(self, obj: object, operation: str, policy: WebhookPolicy) -> list[JsonPatchOp]:
+    def takes(self, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` without a queue name may be queued (``takes_unlabelled``)."""
+        return self.takes_unlabelled is None or self.takes_unlabelled(obj)
+
+    def mutate(self, obj: object, operation: str, policy: WebhookPolicy, *,
+               default_queue: str | None = None, manage_unlabelled: bool = False
+               ) -> list[JsonPatchOp]:
         """The JSONPatch for an object under admission; ``[]`` when nothing changes.
-        Idempotent. Raises ``UnreadableObjectError``."""
+        ``default_queue``/``manage_unlabelled``: what to do when it has no queue name
+        (``WebhookEnv.unqueued_defaults``: label it with that LocalQueue, or suspend it
+        without one). Idempotent. Raises ``UnreadableObjectError``."""
         if operation != "CREATE":
             return []
         o = read_object(obj)
-        if not read_queue_name(o, policy.queue_name_label) or read_lever(o, self.suspend) \
-                or (self.belongs_elsewhere is not None and self.belongs_elsewhere(o)):
+        if self.belongs_elsewhere is not None and self.belongs_elsewhere(o):
             return []
-        return [lever_op(o, self.suspend)]
+        patch: list[JsonPatchOp] = []
+        if not read_queue_name(o, policy.queue_name_label):
+            if not self.takes(o):
+                return []
+            if default_queue:
+                patch.append(set_label_op(o, policy.queue_name_label, default_queue))
+            elif not manage_unlabelled:
+                return []
+        if not read_lever(o, self.suspend):
+            patch.append(lever_op(o, self.suspend))
+        return patch
 
-    def _new_spec_errors(self, old: Mapping[str, Any], old_queue: str,
+    def _new_spec_errors(self, old: Mapping[str, Any], was_queued: bool,
                          new: Mapping[str, Any]) -> list[str]:
         """``extra_create``'s errors of the queued object after an UPDATE that it did not
         have before (Kueue's Ray webhooks run their create checks on every update, e.g.
@@ -139,22 +167,31 @@ class CrdRules:
         block other changes to it."""
         if self.extra_create is None:
             return []
-        had = set(self.extra_create(old)) if old_queue else set()
+        had = set(self.extra_create(old)) if was_queued else set()
         return [e for e in self.extra_create(new) if e not in had]
 
     def validate(self, old: Mapping[str, Any] | None, new: object, username: str,
-                 policy: WebhookPolicy) -> list[str]:
+                 policy: WebhookPolicy, *, manages_unlabelled: bool = False,
+                 workload_admitted: bool | None = None) -> list[str]:
         """Errors (each naming the field and saying why) for creating (``old`` None) or
-        updating an object; ``[]`` to allow. Raises ``UnreadableObjectError``."""
+        updating an object; ``[]`` to allow. ``manages_unlabelled``: an object without a
+        queue name is queued too (``WebhookEnv.queues_unlabelled``): it is checked as a
+        queued one. ``workload_admitted``: whether its Workload is admitted (None:
+        unknown); only pykueue may unsuspend a queued object whose Workload is not
+        (``unsuspend_errors``). Raises ``UnreadableObjectError``."""
         o = read_object(new)
         if self.belongs_elsewhere is not None and self.belongs_elsewhere(o):
             return []
         label = policy.queue_name_label
         queue = read_queue_name(o, label)
+        unlabelled = manages_unlabelled and self.takes(o)
         if old is None:
             errors = queue_name_format_errors(queue, label)
             if not queue:
-                return errors
+                # Queued without a name, it needs a Workload all the same (Kueue v0.17.1's
+                # Ray webhooks run their create checks under manageJobsWithoutQueueName).
+                return errors + (self.extra_create(o) if unlabelled and self.extra_create
+                                 else [])
             if self.extra_create is not None:
                 errors += self.extra_create(o)
             if not read_lever(o, self.suspend) and username not in policy.controller_usernames:
@@ -165,7 +202,12 @@ class CrdRules:
             return errors
         prior = read_object(old)
         before = read_queue_name(prior, label)
-        errors = self._new_spec_errors(prior, before, o) if queue else []
+        errors = self._new_spec_errors(prior, bool(before) or unlabelled, o) \
+            if queue or unlabelled else []
+        errors += unsuspend_errors(self.lever, self.kind, queue or before, unlabelled,
+                                   (read_lever(prior, self.suspend),
+                                    read_lever(o, self.suspend)),
+                                   username, workload_admitted, policy)
         if before == queue:
             return errors
         errors += queue_name_format_errors(queue, label)
@@ -191,13 +233,25 @@ class CrdRules:
             if not of_kind(req, ("CREATE",)):
                 return ALLOW
             _, obj = reviewed_objects(req)
-            return patched(rules.mutate(obj, req.operation, env.policy))
+            default_queue, manage = env.unqueued_defaults(obj, req.namespace)
+            return patched(rules.mutate(obj, req.operation, env.policy,
+                                        default_queue=default_queue, manage_unlabelled=manage))
 
         def validation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
             if not of_kind(req, ("CREATE", "UPDATE")):
                 return ALLOW
             old, obj = reviewed_objects(req)
-            return refused(rules.validate(old, obj, req.user_info.username, env.policy))
+            admitted = None
+            if old is not None and read_lever(old, rules.suspend) \
+                    and not read_lever(obj, rules.suspend):
+                meta = old.get("metadata") or {}
+                admitted = env.lookup("admission_lookup", "workload_admitted", req.namespace,
+                                      workload_name_for_owner(
+                                          rules.kind, rules.group, str(meta.get("name", "")),
+                                          str(meta.get("uid", ""))))
+            return refused(rules.validate(
+                old, obj, req.user_info.username, env.policy, workload_admitted=admitted,
+                manages_unlabelled=env.queues_unlabelled(old or obj, req.namespace)))
 
         framework = f"{self.group}/{self.kind.lower()}"
         return (WebhookRoute(self.mutate_path, framework, mutation),

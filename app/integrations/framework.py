@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.core.workload import Workload
+from app.kube.context import NS
 from app.wire.fields import Obj
 from app.wire.names import QUEUE_NAME_LABEL
 
@@ -76,8 +77,9 @@ class KindDefaults:
     top_level: bool = False
     # Kueue manageJobsWithoutQueueName: objects without a queue name are queued too when the
     # setting is on (and ``takes_unlabelled(obj)``); the informer then lists
-    # ``unlabelled_selector`` (None: every object) instead of ``label_selector``.
-    manages_unlabelled: bool = False
+    # ``unlabelled_selector`` (None: every object) instead of ``label_selector``. Every kind,
+    # as in Kueue (the webhook side: ``WebhookEnv.unqueued_defaults``).
+    manages_unlabelled: bool = True
     unlabelled_selector: str | None = None
     # Partial admission: start() applies an admitted count below the spec's (so an object not
     # yet started matches its Workload's spec, not the smaller admission). Kinds without it
@@ -257,14 +259,32 @@ def controller_uid(obj: Mapping[str, Any]) -> str:
         if isinstance(ref, Mapping) and ref.get("controller") is True:
             return str(ref.get("uid") or "")
     return ""
+def manages_unlabelled_in(ctx: Context, namespace: str) -> bool:
+    """Whether objects without a queue name are queued in ``namespace``:
+    ``jobs.manage_jobs_without_queue_name`` and ``managed_jobs_namespace_selector`` matches
+    the Namespace's labels (Kueue ``manageJobsWithoutQueueName`` with
+    ``managedJobsNamespaceSelector``). A Namespace the store has not shown yet is judged by
+    the label every Namespace carries, ``kubernetes.io/metadata.name`` (as the webhooks do).
+    Outside such namespaces an unlabelled object is no managed ancestor either (Kueue
+    reconciles no job there: ``ManagedJobsNamespaceSelectorAlwaysRespected``)."""
+    jobs = ctx.settings.jobs
+    if not jobs.manage_jobs_without_queue_name:
+        return False
+    stored = ctx.store(NS).get(namespace)
+    labels = (stored["metadata"].get("labels") or {}) if stored is not None \
+        else {"kubernetes.io/metadata.name": namespace}
+    return bool(jobs.namespace_managed(labels))
+
+
 def stored_ancestor(ctx: Context, registry: Registry, obj: Mapping[str, Any]
                     ) -> tuple[JobKind, Mapping[str, Any]] | None:
     """``registry.managed_ancestor`` of ``obj`` read from the stores only (an ancestor they
-    have not shown yet does not count), with ``manageJobsWithoutQueueName`` from the
-    settings."""
+    have not shown yet does not count), unlabelled ancestors counting where
+    ``manages_unlabelled_in`` ``obj``'s namespace."""
     return registry.managed_ancestor(
         obj, lambda kind, ns, name: lookup(kind, ctx, ns, name),
-        manage_unlabelled=ctx.settings.jobs.manage_jobs_without_queue_name)
+        manage_unlabelled=manages_unlabelled_in(
+            ctx, str((obj.get("metadata") or {}).get("namespace", ""))))
 
 
 def child_share(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[str, Any]) -> int:

@@ -51,6 +51,7 @@ from app.integrations.framework import (
     child_share,
     controller_uid,
     lookup,
+    manages_unlabelled_in,
     object_key,
     pod_labels,
     pods_of,
@@ -60,7 +61,7 @@ from app.integrations.framework import (
     trim,
 )
 from app.kube.client import JOBS, WORKLOADS
-from app.kube.context import CHILD_JOBS, JOB, NS, PC, POD, WL, WPC, Context
+from app.kube.context import CHILD_JOBS, JOB, PC, POD, WL, WPC, Context
 from app.kube.errors import Conflict, NotFound, Permanent
 from app.kube.events import NORMAL, WARNING
 from app.kube.informers import DELETED
@@ -388,7 +389,7 @@ class JobReconciler:
         ``FindAncestorJobManagedByKueue``). A controller the store has not shown yet (it is
         created just before its children) is read from the API server once, so a child is
         never taken for a job of its own in that window."""
-        manage = self.ctx.settings.jobs.manage_jobs_without_queue_name
+        manage = manages_unlabelled_in(self.ctx, str(obj["metadata"].get("namespace", "")))
         fetched: dict[str, Mapping[str, Any] | None] = {}
 
         def get(kind: JobKind, ns: str, name: str) -> Mapping[str, Any] | None:
@@ -465,16 +466,10 @@ class JobReconciler:
         (``manages_unlabelled`` and ``takes_unlabelled(obj)``), its
         namespace matches ``managedJobsNamespaceSelector`` and no other job kind controls it
         (Kueue's managed-ancestor rule)."""
-        jobs = self.ctx.settings.jobs
-        if not jobs.manage_jobs_without_queue_name or not kind.manages_unlabelled:
-            return False
-        if not kind.takes_unlabelled(obj):
+        if not kind.manages_unlabelled or not kind.takes_unlabelled(obj):
             return False  # e.g. a Pod the webhook did not mark, or a pod group's member
-        namespace = self.ctx.store(NS).get(ns)
-        if namespace is None or not jobs.namespace_managed(
-                namespace["metadata"].get("labels") or {}):
-            return False
-        return not self.registry.controlled_by_a_kind(obj)
+        return manages_unlabelled_in(self.ctx, ns) \
+            and not self.registry.controlled_by_a_kind(obj)
 
     def _owns(self, kind: JobKind, obj: Obj, ns: str, name: str, wl: Obj) -> bool:
         """True when ``wl`` is the Workload of ``kind``'s object ``ns/name`` (its controller

@@ -106,6 +106,18 @@ def json_pointer(*tokens: str) -> str:
     return "".join("/" + escape_pointer_token(t) for t in tokens)
 
 
+def set_label_op(obj: Mapping[str, Any], label: str, value: str) -> JsonPatchOp:
+    """A JSONPatch op that sets ``metadata.labels[label]`` to ``value``, adding missing
+    parent maps whole. Raises ``UnreadableObjectError`` when ``metadata`` or its labels are
+    not objects."""
+    metadata = optional_object(obj.get("metadata"), "metadata")
+    if metadata is None:
+        return {"op": "add", "path": "/metadata", "value": {"labels": {label: value}}}
+    if optional_object(metadata.get("labels"), "metadata.labels") is None:
+        return {"op": "add", "path": "/metadata/labels", "value": {label: value}}
+    return {"op": "add", "path": json_pointer("metadata", "labels", label), "value": value}
+
+
 # ----------------------------------------------------------------------------------------------
 # Reading an object under review
 
@@ -241,6 +253,27 @@ def injected_label_removal_errors(old: Mapping[str, Any], old_queue: str, new_qu
             f"(annotation {ORIGINAL_ANNOTATION}): unqueued, it would run with its admission's "
             "nodeSelector and tolerations on no quota; delete it, or remove the label once "
             "pykueue has stopped it (the annotation is gone then)"]
+
+
+def unsuspend_errors(lever: str, what: str, queue: str, manages_unlabelled: bool,
+                     suspended: tuple[bool, bool], username: str,
+                     workload_admitted: bool | None, policy: WebhookPolicy) -> list[str]:
+    """Errors for setting a queued object's suspend lever (``lever``, e.g. ``spec.suspend``;
+    ``what``: its kind) from true to false (``suspended``: before, after) by anyone but
+    pykueue while its Workload is not admitted (``workload_admitted``; None, unknown, counts
+    as not). Queued: ``queue`` (its LocalQueue) or ``manages_unlabelled`` (without one, under
+    Kueue ``manageJobsWithoutQueueName``, ``WebhookEnv.queues_unlabelled``). pykueue
+    unsuspends it when it admits it. Beyond Kueue, which leaves the lever to RBAC and stops
+    a job that runs without an admission afterwards."""
+    if not (queue or manages_unlabelled) or not suspended[0] or suspended[1] \
+            or username in policy.controller_usernames or workload_admitted is True:
+        return []
+    known = "is not admitted" if workload_admitted is False else "is not known to be admitted"
+    where = f"in LocalQueue {queue!r}" if queue else \
+        "without a queue name (manageJobsWithoutQueueName)"
+    return [f"{lever}: only pykueue ({controllers_phrase(policy)}) may set it to false on a "
+            f"{what} queued {where} whose Workload {known} (requested by "
+            f"{username or '<anonymous>'!r}); pykueue unsuspends the {what} when it admits it"]
 
 
 def controllers_phrase(policy: WebhookPolicy) -> str:
@@ -392,20 +425,54 @@ class WebhookEnv:
             str(r.get("apiVersion", "")).rpartition("/")[0], str(r.get("kind", ""))) in kinds
             for r in refs or [] if isinstance(refs, list))
 
-    def manages_unlabelled_in(self, namespace: str) -> bool:
-        """Whether objects without a queue name are queued in ``namespace``
-        (``jobs.manage_jobs_without_queue_name`` and ``managed_jobs_namespace_selector``), for
-        the Pod, Deployment and StatefulSet webhooks. A namespace the stores do not know (not
-        synced, or created a moment ago) is judged by the one label every Namespace carries,
-        ``kubernetes.io/metadata.name``: exact for the default selector (by name), and for a
-        selector on other labels the answer is "not managed" until the Namespace is seen."""
+    def namespace_managed(self, namespace: str) -> bool:
+        """Whether ``jobs.managed_jobs_namespace_selector`` matches ``namespace``. A namespace
+        the stores do not know (not synced, or created a moment ago) is judged by the one
+        label every Namespace carries, ``kubernetes.io/metadata.name``: exact for the default
+        selector (by name), and for a selector on other labels the answer is "not managed"
+        until the Namespace is seen."""
         jobs = self.jobs
-        if jobs is None or not jobs.manage_jobs_without_queue_name:
+        if jobs is None:
             return False
         known = self.lookup("default_queue_lookup", "namespace_managed", namespace)
         if known is None:
             return bool(jobs.namespace_managed({"kubernetes.io/metadata.name": namespace}))
         return known
+
+    def manages_unlabelled_in(self, namespace: str) -> bool:
+        """Whether objects without a queue name are queued in ``namespace``
+        (``jobs.manage_jobs_without_queue_name`` and ``namespace_managed``)."""
+        jobs = self.jobs
+        return bool(jobs is not None and jobs.manage_jobs_without_queue_name
+                    and self.namespace_managed(namespace))
+
+    def queues_unlabelled(self, obj: Mapping[str, Any], namespace: str) -> bool:
+        """Whether ``obj``, a job kind's object without a queue name, is queued all the same
+        (Kueue ``manageJobsWithoutQueueName``): ``manages_unlabelled_in(namespace)`` and no
+        managed job kind controls it (such a child is its owner's business). Its Workload
+        then waits for a LocalQueue, and only pykueue may unsuspend it."""
+        return self.manages_unlabelled_in(namespace) \
+            and not self.controlled_by_managed_kind(obj)
+
+    def unqueued_defaults(self, obj: Mapping[str, Any], namespace: str
+                          ) -> tuple[str | None, bool]:
+        """What a job kind's mutating webhook does at CREATE to ``obj`` when it has no queue
+        name: (the LocalQueue to label it with, or None; whether to suspend it without one).
+        Kueue v0.17.1 ``BaseWebhook.Default`` for every kind: ``ApplyDefaultLocalQueue`` (a
+        LocalQueue named ``default`` in the namespace, ``jobs.local_queue_defaulting``) then
+        ``WorkloadShouldBeSuspended`` (``manageJobsWithoutQueueName``), both only for an
+        object no managed kind controls, and (as Kueue HEAD) only in namespaces
+        ``managed_jobs_namespace_selector`` matches. ``(None, False)`` for a queued object
+        or outside those settings."""
+        jobs = self.jobs
+        if jobs is None or read_queue_name(obj, self.policy.queue_name_label) \
+                or not (jobs.local_queue_defaulting or jobs.manage_jobs_without_queue_name) \
+                or self.controlled_by_managed_kind(obj) or not self.namespace_managed(namespace):
+            return None, False
+        has_default = jobs.local_queue_defaulting and self.lookup(
+            "default_queue_lookup", "has_default_local_queue", namespace)
+        return (DEFAULT_LOCAL_QUEUE if has_default else None), \
+            bool(jobs.manage_jobs_without_queue_name)
 
 
 Decider = Callable[["AdmissionRequest", WebhookEnv], Verdict]

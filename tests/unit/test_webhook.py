@@ -446,10 +446,13 @@ async def test_defaulting_is_behind_its_setting() -> None:
     assert "patch" not in answer(await post(off, MUTATE, sent), sent)
 
 
-@pytest.mark.parametrize(("managed", "suspended"), [(True, True), (False, False), (None, False)],
+@pytest.mark.parametrize(("managed", "suspended"), [(True, True), (False, False), (None, True)],
                          ids=["managed namespace", "excluded namespace", "unknown namespace"])
 async def test_manage_jobs_without_queue_name_suspends_unlabelled_jobs(
         managed: bool | None, suspended: bool) -> None:
+    """A namespace the stores have not seen yet (created a moment before the Job) is judged
+    by its name against the default selector, as for Pods (``WebhookEnv.namespace_managed``):
+    an unlabelled Job created right after its namespace does not escape."""
     app = make_app(default_queue=Lookups(default_queue=False, managed=managed),
                    jobs=JobsSettings(manage_jobs_without_queue_name=True))
     sent = review("CREATE", job(queue=None, suspend=False))
@@ -953,7 +956,7 @@ async def test_a_running_queued_job_whose_pod_count_changes_is_suspended_in_the_
         assert "patch" not in response
 
 
-@pytest.mark.parametrize(("managed", "refused"), [(True, True), (False, False), (None, False)],
+@pytest.mark.parametrize(("managed", "refused"), [(True, True), (False, False), (None, True)],
                          ids=["managed namespace", "excluded namespace", "unknown namespace"])
 async def test_manage_jobs_without_queue_name_unlabelled_job_is_not_unsuspended_by_a_tenant(
         managed: bool | None, refused: bool) -> None:

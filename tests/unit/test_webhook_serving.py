@@ -143,11 +143,11 @@ def test_render_fills_the_ca_bundle(
 
 
 @pytest.mark.parametrize("variant", ["lab", "cluster"])
-def test_render_unlabelled_lets_the_job_and_pod_webhooks_see_unlabelled_objects(
+def test_render_unlabelled_lets_every_job_kinds_webhooks_see_unlabelled_objects(
         certs: Path, tmp_path: Path, variant: str) -> None:
-    """``--unlabelled`` (jobs.manage_jobs_without_queue_name): the Job, Pod, Deployment and
-    StatefulSet webhooks have no objectSelector and skip the system namespaces; the others
-    keep theirs."""
+    """``--unlabelled`` (jobs.manage_jobs_without_queue_name): every job kind's webhooks
+    (Job, Pod, Deployment, StatefulSet and the operators' kinds) have no objectSelector and
+    skip the system namespaces; the others keep theirs."""
     out = tmp_path / "webhooks.yaml"
     subprocess.run([sys.executable, "hack/render_webhooks.py", "--variant", variant,
                     "--ca", str(certs / "ca.crt"), "--out", str(out), "--unlabelled"],
@@ -157,8 +157,9 @@ def test_render_unlabelled_lets_the_job_and_pod_webhooks_see_unlabelled_objects(
                     "--ca", str(certs / "ca.crt"), "--out", str(tmp_path / "plain.yaml")],
                    cwd=ROOT, check=True, capture_output=True, text=True)
     plain = {w["name"]: w for d in documents(tmp_path / "plain.yaml") for w in d["webhooks"]}
-    wide = {f"{v}{k}.pykueue.io" for v in "mv" for k in ("job", "pod", "deployment",
-                                                         "statefulset")}
+    wide = {f"{v}{k}.pykueue.io" for v in "mv" for k in (
+        "job", "pod", "deployment", "statefulset", "jobset", "pytorchjob", "tfjob", "xgboostjob",
+        "paddlejob", "jaxjob", "mpijob", "rayjob", "raycluster")}
     assert wide <= set(hooks)
     for name, webhook in hooks.items():
         if name not in wide:  # the scale webhook never had one (a Scale carries no labels)

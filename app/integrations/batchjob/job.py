@@ -239,8 +239,6 @@ class BatchJob(KindDefaults):
     api_group = "batch"
     kind = "Job"
     label_selector: str | None = MANAGED_JOBS
-    # Kueue manageJobsWithoutQueueName: unlabelled Jobs are queued too when it is on.
-    manages_unlabelled = True
     # Partial admission: start() applies an admitted count below the spec's (so a job not yet
     # started matches its Workload's spec, not the smaller admission). Kinds without it must
     # match the admission itself, or a Workload edited to a small minCount would start all.

@@ -37,7 +37,6 @@ from app.integrations.webhook_toolkit import (
     WebhookEnv,
     WebhookPolicy,
     WebhookRoute,
-    controllers_phrase,
     injected_label_removal_errors,
     json_pointer,
     json_type,
@@ -51,6 +50,8 @@ from app.integrations.webhook_toolkit import (
     read_queue_name,
     read_reviewed,
     refused,
+    set_label_op,
+    unsuspend_errors,
 )
 from app.wire.fields import WorkloadSpecError, go_bool
 from app.wire.names import (
@@ -99,16 +100,6 @@ def is_batch_job(job: Mapping[str, Any]) -> bool:
 # Mutation
 
 
-def _set_label_op(job: Mapping[str, Any], label: str, value: str) -> JsonPatchOp:
-    """A JSONPatch op that sets ``metadata.labels[label]``, adding missing parent maps whole."""
-    metadata = optional_object(job.get("metadata"), "metadata")
-    if metadata is None:
-        return {"op": "add", "path": "/metadata", "value": {"labels": {label: value}}}
-    if optional_object(metadata.get("labels"), "metadata.labels") is None:
-        return {"op": "add", "path": "/metadata/labels", "value": {label: value}}
-    return {"op": "add", "path": json_pointer("metadata", "labels", label), "value": value}
-
-
 def _suspend_op(job: Mapping[str, Any]) -> JsonPatchOp:
     """A JSONPatch op that sets ``spec.suspend`` to true (``add`` replaces an existing member)."""
     if optional_object(job.get("spec"), "spec") is None:
@@ -143,7 +134,7 @@ def mutate(
     patch: list[JsonPatchOp] = []
     if not read_queue_name(job, queue_name_label):
         if default_queue:
-            patch.append(_set_label_op(job, queue_name_label, default_queue))
+            patch.append(set_label_op(job, queue_name_label, default_queue))
         elif not manage_unlabelled:
             return []
     if not read_suspend(job):
@@ -357,21 +348,9 @@ def validate_update(
         # Kueue validates it on UPDATE as on CREATE; added later to a NonIndexed Job, the
         # partial start that sets completions would be refused by the API server.
         errors += _completions_sync_errors(new_job)
-    if (
-        (queued_in or manages_unlabelled)
-        and old_suspended
-        and not new_suspended
-        and username not in policy.controller_usernames
-        and workload_admitted is not True
-    ):
-        known = "is not admitted" if workload_admitted is False else "is not known to be admitted"
-        where_q = f"in LocalQueue {queued_in!r}" if queued_in else \
-            "without a queue name (manageJobsWithoutQueueName)"
-        errors.append(
-            f"spec.suspend: only pykueue ({controllers_phrase(policy)}) may set it to false "
-            f"on a Job queued {where_q} whose Workload {known} (requested by "
-            f"{username or '<anonymous>'!r}); pykueue unsuspends the Job when it admits it"
-        )
+    errors += unsuspend_errors("spec.suspend", "Job", queued_in, manages_unlabelled,
+                               (old_suspended, new_suspended), username, workload_admitted,
+                               policy)
     return errors
 
 
@@ -429,17 +408,7 @@ def _mutation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
     if req.operation == "UPDATE":
         old_job = _read_job(req.old_object, "request.oldObject")
         return patched(mutate_update(old_job, job, req.user_info.username, policy))
-    default_queue, manage = None, False
-    jobs = env.jobs
-    if not read_queue_name(job, policy.queue_name_label) and jobs is not None \
-            and not env.controlled_by_managed_kind(job) \
-            and (jobs.local_queue_defaulting or jobs.manage_jobs_without_queue_name) \
-            and env.lookup("default_queue_lookup", "namespace_managed", req.namespace):
-        # Kueue: only in namespaces managedJobsNamespaceSelector matches.
-        has_default = jobs.local_queue_defaulting and env.lookup(
-            "default_queue_lookup", "has_default_local_queue", req.namespace)
-        default_queue = DEFAULT_LOCAL_QUEUE if has_default else None
-        manage = jobs.manage_jobs_without_queue_name
+    default_queue, manage = env.unqueued_defaults(job, req.namespace)
     patch = mutate(job, req.operation, queue_name_label=policy.queue_name_label,
                    default_queue=default_queue, manage_unlabelled=manage)
     return patched(patch)
@@ -468,10 +437,7 @@ def _validation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
         has_default = (jobs is None or jobs.local_queue_defaulting) and env.lookup(
             "default_queue_lookup", "has_default_local_queue", req.namespace
         )
-        manages = bool(jobs is not None and jobs.manage_jobs_without_queue_name
-                       and env.lookup("default_queue_lookup", "namespace_managed",
-                                   req.namespace)
-                       and not env.controlled_by_managed_kind(old_job))
+        manages = env.queues_unlabelled(old_job, req.namespace)
         errors = validate_update(
             old_job, job, username, admitted, policy, default_local_queue_exists=has_default,
             manages_unlabelled=manages,

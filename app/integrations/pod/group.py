@@ -109,7 +109,6 @@ class PodGroup(KindDefaults):
     source = POD_KIND.key
     group_workloads = True
     fewer_pods_match = True
-    manages_unlabelled = True  # a group of unlabelled managed Pods (Kueue, as the Pod kind)
 
     def takes_unlabelled(self, obj: Mapping[str, Any]) -> bool:
         """A group of Pods without a queue name is queued when its members are marked

@@ -93,7 +93,6 @@ class PlainPod(KindDefaults):
     label_selector: str | None = f"{MANAGED_LABEL}=true,{QUEUE_NAME_LABEL},{QUEUE_NAME_LABEL}!="
     # Kueue manageJobsWithoutQueueName: the webhook marks an unlabelled Pod of a managed
     # namespace managed and gates it; the informer then lists every marked Pod.
-    manages_unlabelled = True
     unlabelled_selector = f"{MANAGED_LABEL}=true"
 
     def takes_unlabelled(self, obj: Mapping[str, Any]) -> bool:

@@ -199,7 +199,7 @@ class RayClusterRules(CrdRules):
     RayJob owns to the RayJob."""
 
     def validate(self, old: Mapping[str, Any] | None, new: object, username: str,
-                 policy: WebhookPolicy) -> list[str]:
+                 policy: WebhookPolicy, **queued: Any) -> list[str]:
         o = read_object(new, "RayCluster")
         if old is not None and owned_by_rayjob(o) and username not in \
                 policy.controller_usernames and read_queue_name(old, policy.queue_name_label):
@@ -218,7 +218,7 @@ class RayClusterRules(CrdRules):
                               "instead (it is queued again for the new shape)")
             if errors:
                 return errors
-        return super().validate(old, new, username, policy)
+        return super().validate(old, new, username, policy, **queued)
 
 
 class _RayKind(TemplatedKind):
@@ -235,11 +235,19 @@ class _RayKind(TemplatedKind):
         self.resource = Resource(GROUP, VERSION, plural, kind)
         rules = RayClusterRules if kind == "RayCluster" else CrdRules
         self.rules = rules(GROUP, VERSION, plural, kind, SUSPEND, extra_create=self.spec_errors,
-                           belongs_elsewhere=belongs_elsewhere)
+                           belongs_elsewhere=belongs_elsewhere,
+                           takes_unlabelled=self.takes_unlabelled)
 
 
 class RayJob(_RayKind):
     """ray.io/v1 RayJob (``JobKind``; module doc)."""
+
+    def takes_unlabelled(self, obj: Mapping[str, Any]) -> bool:
+        """False for a RayJob on an existing cluster (``spec.clusterSelector``): Kueue skips
+        it (``RayJob.Skip``), so it is not queued without a queue name either (Kueue
+        v0.17.1's webhook would suspend it for good)."""
+        spec = obj.get("spec")
+        return not (isinstance(spec, Mapping) and spec.get("clusterSelector"))
 
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         spec = _spec(obj)
