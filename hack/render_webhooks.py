@@ -8,8 +8,8 @@ Reads manifests/webhook/webhooks-lab.yaml (``url: https://127.0.0.1:9443/...``) 
 manifests/webhook/webhooks.yaml (Service reference), sets every ``webhooks[].clientConfig.caBundle``
 to base64 of the CA PEM (default certs/out/ca.crt) and, for the lab, rewrites each URL to
 ``https://<host>:<port><path>``. ``--unlabelled`` renders what the overlay
-manifests/overlays/unlabelled-jobs does to the cluster variant: the Job, Pod, Deployment and
-StatefulSet webhooks lose their objectSelector (they see unlabelled objects, for
+manifests/overlays/unlabelled-jobs does to the cluster variant: the Job, Pod, Deployment,
+StatefulSet and LeaderWorkerSet webhooks lose their objectSelector (they see unlabelled objects, for
 ``jobs.manage_jobs_without_queue_name``) and exclude kube-system and pykueue-system.
 Writes multi-document YAML ready for ``kubectl apply -f``.
 Exit status 2 with a message when the CA file is missing or not a PEM certificate.
@@ -37,7 +37,8 @@ OUTPUTS = {"lab": ROOT / ".lab/webhooks.yaml", "cluster": ROOT / ".lab/webhooks-
 # they never see (Kueue's default managedJobsNamespaceSelector; keep in step with
 # manifests/overlays/unlabelled-jobs and jobs.managed_jobs_namespace_selector).
 UNLABELLED_WEBHOOKS = frozenset(f"{verb}{kind}.pykueue.io" for verb in "mv"
-                                for kind in ("job", "pod", "deployment", "statefulset"))
+                                for kind in ("job", "pod", "deployment", "statefulset",
+                                             "leaderworkerset"))
 SYSTEM_NAMESPACES = {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
                                            "operator": "NotIn",
                                            "values": ["kube-system", "pykueue-system"]}]}

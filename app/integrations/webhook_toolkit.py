@@ -316,14 +316,17 @@ class WebhookEnv:
     (``has_default_local_queue``, ``namespace_managed``). A part that is absent, or raises,
     answers "unknown" (None); each rule says what unknown means for it. ``builtin_kinds``:
     (API group, kind) of the kinds ``integrations.frameworks`` enables, for when the
-    reconciler cannot say (``app.integrations.managed_kinds``)."""
+    reconciler cannot say (``app.integrations.managed_kinds``). ``group_parents``: the
+    owners of pod groups (``app.integrations.parents.GroupParent``,
+    ``app.integrations.GROUP_PARENTS``)."""
 
     def __init__(self, state: Any,
-                 builtin_kinds: Callable[[Iterable[str] | None], frozenset[tuple[str, str]]]
-                 ) -> None:
+                 builtin_kinds: Callable[[Iterable[str] | None], frozenset[tuple[str, str]]],
+                 group_parents: tuple[Any, ...] = ()) -> None:
         self.state = state
         self.settings = getattr(state, "settings", None)
         self._builtin_kinds = builtin_kinds
+        self._group_parents = group_parents
         self.policy = WebhookPolicy() if self.settings is None else WebhookPolicy(
             controller_usernames=frozenset(self.settings.webhook.controller_usernames))
 
@@ -368,6 +371,14 @@ class WebhookEnv:
             return answer
         return self._builtin_kinds(self.settings.integrations.frameworks
                                    if self.settings is not None else None)
+
+    def group_parents(self) -> tuple[Any, ...]:
+        """The owners of pod groups whose framework ``settings.integrations.frameworks``
+        enables (all without settings)."""
+        if self.settings is None:
+            return self._group_parents
+        return tuple(p for p in self._group_parents
+                     if self.settings.integrations.enabled(p.framework))
 
     def has_managed_ancestor(self, obj: Mapping[str, Any]) -> bool:
         """True when an ancestor queues ``obj`` (the reconciler's stores; unknown counts as
