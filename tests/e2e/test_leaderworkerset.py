@@ -1,10 +1,11 @@
 """LeaderWorkerSet through pykueue with the real LWS operator (sigs.k8s.io/lws v0.8.0, the
 version Kueue v0.17.1 requires; ``make operators``): each replica group (leader + ``size - 1``
 workers) is one pod group, one Workload (podSets ``leader`` 1 and ``worker`` ``size - 1``),
-admitted whole; its pods land on the flavor's node and count in the ClusterQueue's usage. One
-that does not fit waits whole with every pod gated; deleting an admitted one frees its quota
-for it; raising ``size`` on an admitted one is refused (Kueue #13279). Skipped with the reason
-when the operator is not built."""
+admitted whole; its pods land on the flavor's node and count in the ClusterQueue's usage.
+Raising ``size`` on an admitted one is refused (Kueue #13279); scaling ``replicas`` down takes
+a group's Workload and quota away; one that does not fit waits whole with every pod gated, and
+deleting the admitted one frees the quota for it. Skipped with the reason when the operator is
+not built."""
 
 from __future__ import annotations
 
@@ -98,14 +99,22 @@ def test_a_leaderworkerset_is_admitted_group_by_group_and_waits_whole_when_it_do
         assert r.returncode != 0 and "spec.leaderWorkerTemplate.size" in r.stderr, r.stderr
         assert len(pods_of(lab, ns, "serve")) == 6
 
-        # 3 more GPUs do not fit in 6: the group waits whole, its pods all gated.
-        lab.apply(lws("late", ns, 1, 3))
+        # Scaling replicas down takes a group, its Workload and its quota away.
+        lab.kubectl("patch", "leaderworkerset", "serve", "-n", ns, "--type=merge", "-p",
+                    '{"spec":{"replicas":1}}')
+        wait_for(lambda: sorted(group_workloads(lab, ns, "serve")) == [
+            "leaderworkerset-serve-0"] and len(pods_of(lab, ns, "serve")) == 3, 90,
+            "group 1 of serve gone with its Workload")
+
+        # 4 more GPUs do not fit in 6 - 3: the group waits whole, its pods all gated.
+        lab.apply(lws("late", ns, 1, 4))
         late = wait_for(lambda: (w := group_workloads(lab, ns, "late").get(
             "leaderworkerset-late-0")) and (c := condition(w, "QuotaReserved"))
             and c["status"] == "False" and c, 90, "late's group Workload pending")
-        assert "nvidia.com/gpu" in late["message"] and "3" in late["message"], late
+        assert "nvidia.com/gpu" in late["message"] and "nominal 6, usage 3" in late["message"], \
+            late
         waiting = pods_of(lab, ns, "late")
-        assert len(waiting) == 3 and not any(p["spec"].get("nodeName") for p in waiting)
+        assert len(waiting) == 4 and not any(p["spec"].get("nodeName") for p in waiting)
         assert all("kueue.x-k8s.io/admission" in [g["name"] for g in
                                                   p["spec"].get("schedulingGates") or []]
                    for p in waiting)
@@ -115,6 +124,6 @@ def test_a_leaderworkerset_is_admitted_group_by_group_and_waits_whole_when_it_do
         wait_for(lambda: is_admitted(group_workloads(lab, ns, "late").get(
             "leaderworkerset-late-0") or {}), 120, "late's group admitted once serve is gone")
         wait_for(lambda: len([p for p in pods_of(lab, ns, "late")
-                              if p["status"].get("phase") == "Running"]) == 3, 120,
-                 "late's 3 pods running")
+                              if p["status"].get("phase") == "Running"]) == 4, 120,
+                 "late's 4 pods running")
         assert group_workloads(lab, ns, "serve") == {}
