@@ -2,7 +2,8 @@
 version Kueue v0.17.1 requires; ``make operators``): each replica group (leader + ``size - 1``
 workers) is one pod group, one Workload (podSets ``leader`` 1 and ``worker`` ``size - 1``),
 admitted whole; its pods land on the flavor's node and count in the ClusterQueue's usage.
-Raising ``size`` on an admitted one is refused (Kueue #13279); scaling ``replicas`` down takes
+Raising ``size`` on an admitted one is refused (Kueue #13279); a rollout keeps each group's
+Workload for the replacement pods; scaling ``replicas`` down takes
 a group's Workload and quota away; one that does not fit waits whole with every pod gated, and
 deleting the admitted one frees the quota for it. Skipped with the reason when the operator is
 not built."""
@@ -98,6 +99,20 @@ def test_a_leaderworkerset_is_admitted_group_by_group_and_waits_whole_when_it_do
                         '{"spec":{"leaderWorkerTemplate":{"size":4}}}', check=False)
         assert r.returncode != 0 and "spec.leaderWorkerTemplate.size" in r.stderr, r.stderr
         assert len(pods_of(lab, ns, "serve")) == 6
+
+        # A rollout (a new image: the shape stays) replaces every pod of each group; the
+        # replacements run on their group's Workload, which stays (it used to go with the last
+        # original pod and leave them running on no quota).
+        lab.kubectl("patch", "leaderworkerset", "serve", "-n", ns, "--type=json", "-p", json.dumps(
+            [{"op": "replace", "path": f"/spec/leaderWorkerTemplate/{t}/spec/containers/0/image",
+              "value": "busybox:2"} for t in ("leaderTemplate", "workerTemplate")]))
+        wait_for(lambda: len(r := [p for p in pods_of(lab, ns, "serve")
+                                   if p["status"].get("phase") == "Running"]) == 6
+                 and all(p["spec"]["containers"][0]["image"] == "busybox:2" for p in r), 120,
+                 "serve's 6 pods replaced and running")
+        wls = group_workloads(lab, ns, "serve")
+        assert sorted(wls) == ["leaderworkerset-serve-0", "leaderworkerset-serve-1"]
+        assert all(map(is_admitted, wls.values()))
 
         # Scaling replicas down takes a group, its Workload and its quota away.
         lab.kubectl("patch", "leaderworkerset", "serve", "-n", ns, "--type=merge", "-p",
