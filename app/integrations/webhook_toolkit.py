@@ -24,7 +24,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL, QUEUE_NAME_LABEL
+from app.wire.names import (
+    ORIGINAL_ANNOTATION,
+    PODSET_LABEL,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_NAME_LABEL,
+)
 
 if TYPE_CHECKING:
     from app.models.admissionreview import AdmissionRequest
@@ -305,6 +310,25 @@ def patched(patch: list[JsonPatchOp]) -> Verdict:
 def refused(errors: list[str]) -> Verdict:
     """Refused for ``errors`` (``[]``: allowed)."""
     return Verdict(errors=tuple(errors))
+
+
+def priority_class_label_errors(old: Mapping[str, Any], new: Mapping[str, Any],
+                                suspended: bool, what: str = "Job") -> list[str]:
+    """Errors for a change of the ``kueue.x-k8s.io/priority-class`` label of a queued object
+    (``what``: its kind, for the message; ``suspended``: the new object is suspended, or
+    runs no pod): it cannot be added to a running one (its admitted Workload has no class
+    to change) and never removed; a change of class is allowed, running or not (the
+    Workload's priority follows). Kueue v0.17.1 ``ValidateUpdateForWorkloadPriorityClassName``.
+    Raises ``UnreadableObjectError``."""
+    before = str(read_labels(old).get(PRIORITY_CLASS_LABEL) or "")
+    after = str(read_labels(new).get(PRIORITY_CLASS_LABEL) or "")
+    where = f"metadata.labels[{PRIORITY_CLASS_LABEL}]"
+    if not suspended and not before and after:
+        return [f"{where}: a WorkloadPriorityClass cannot be added to a {what} that is not "
+                "suspended"]
+    if before and not after:
+        return [f"{where}: a WorkloadPriorityClass cannot be removed (was {before!r})"]
+    return []
 
 
 class WebhookEnv:

@@ -130,3 +130,17 @@ def test_size_shape_and_queue_are_immutable_while_queued_replicas_are_not() -> N
     moved["metadata"]["labels"][QUEUE] = "other"
     assert any("is immutable" in e for e in
                validate_leaderworkerset_update(old, moved, "alice", POLICY))
+
+
+def test_a_priority_class_cannot_be_added_to_a_ready_lws_nor_removed() -> None:
+    prio = "kueue.x-k8s.io/priority-class"
+    old = apply_patch(lws(), mutate_leaderworkerset(lws(), "CREATE", POLICY))
+    old["status"] = {"readyReplicas": 1}
+    added = copy.deepcopy(old)
+    added["metadata"]["labels"][prio] = "high"
+    assert any("cannot be added to a LeaderWorkerSet" in e
+               for e in validate_leaderworkerset_update(old, added, "alice", POLICY))
+    old["status"] = {"readyReplicas": 0}
+    assert validate_leaderworkerset_update(old, added, "alice", POLICY) == []
+    assert any("cannot be removed" in e
+               for e in validate_leaderworkerset_update(added, old, "alice", POLICY))

@@ -25,7 +25,9 @@ group's Workload is composed from its pods, as for every pod group, once all ``s
 exist (the operator creates them at once, gated); its name is the group's.
 
 Validation of an UPDATE (pykueue's identities exempt): the queue name is immutable (Kueue
-``ValidateImmutableField``); while queued, the templates' shape (``role_hash``: requests,
+``ValidateImmutableField``); while queued, a priority class cannot be added while a group is
+ready (``status.readyReplicas`` above 0) nor ever removed (Kueue
+``ValidateUpdateForWorkloadPriorityClassName``), the templates' shape (``role_hash``: requests,
 ports, nodeSelector, affinity, tolerations, priority, ...) and the presence of a leader
 template cannot change (Kueue ``ValidateImmutablePodGroupPodSpec``), nor can
 ``spec.leaderWorkerTemplate.size``: raising it after admission would run more pods per group
@@ -53,6 +55,7 @@ from app.integrations.webhook_toolkit import (
     JsonPatchOp,
     UnreadableObjectError,
     WebhookPolicy,
+    priority_class_label_errors,
     read_queue_name,
 )
 from app.wire.names import ROLE_HASH_ANNOTATION
@@ -145,6 +148,8 @@ def validate_leaderworkerset_update(old: Mapping[str, Any], new: Mapping[str, An
                       f"{old_q!r}); delete and re-create the LeaderWorkerSet")
     if not new_q and not manage_unlabelled:
         return errors
+    ready = (old.get("status") or {}).get("readyReplicas") or 0
+    errors += priority_class_label_errors(old, new, not ready, "LeaderWorkerSet")
     for template in (LEADER_TEMPLATE, WORKER_TEMPLATE):
         before, after = _template_shape(old, template), _template_shape(new, template)
         if before != after:
