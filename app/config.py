@@ -527,11 +527,13 @@ KUEUE_FRAMEWORKS: tuple[str, ...] = (
     "batch/job", "pod", "deployment", "statefulset", "jobset.x-k8s.io/jobset",
     "kubeflow.org/pytorchjob", "kubeflow.org/tfjob", "kubeflow.org/xgboostjob",
     "kubeflow.org/paddlejob", "kubeflow.org/jaxjob", "kubeflow.org/mpijob", "ray.io/rayjob",
-    "ray.io/raycluster")
+    "ray.io/raycluster", "leaderworkerset.x-k8s.io/leaderworkerset")
 
-# Kueue refuses a framework whose dependency is not listed: Deployments and StatefulSets are
-# queued through their Pods (Kueue's ``DependencyList: ["pod"]`` of those integrations).
-_FRAMEWORK_NEEDS: dict[str, str] = {"deployment": "pod", "statefulset": "pod"}
+# Kueue refuses a framework whose dependency is not listed: Deployments, StatefulSets and
+# LeaderWorkerSets are queued through their Pods (Kueue's ``DependencyList: ["pod"]`` of
+# those integrations).
+_FRAMEWORK_NEEDS: dict[str, str] = {"deployment": "pod", "statefulset": "pod",
+                                    "leaderworkerset.x-k8s.io/leaderworkerset": "pod"}
 
 
 class IntegrationsSettings(BaseModel):

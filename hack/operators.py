@@ -24,10 +24,15 @@ What each needs out of cluster (read from each operator's v-pinned source, see d
 - mpi-operator: no webhook; leader election is always on (Lease in namespace mpi-operator); its
   health endpoint is fixed at :8080 on every interface, so one lab per machine can run it.
 - kuberay: webhooks are opt-in (``ENABLE_WEBHOOKS=true``); off, as KubeRay ships.
+- lws (LeaderWorkerSet): always serves its webhooks (defaulting/validation of LeaderWorkerSets,
+  and of the Pods of LeaderWorkerSets: group index, worker index, env vars). As JobSet: a config
+  file turns its internal cert management and leader election off, it serves the lab's operator
+  certificate on 127.0.0.1, and the lab registers its webhooks by URL.
 
 Ports: the lab's port base + 20 (jobset webhook), +21 (jobset probes), +22
 (training-operator webhook, every interface: the operator has no host flag), +23
-(training-operator probes), +24 (kuberay probes); 8080 (mpi-operator health).
+(training-operator probes), +24 (kuberay probes), +25 (lws webhook), +26 (lws probes); 8080
+(mpi-operator health).
 """
 
 from __future__ import annotations
@@ -105,6 +110,7 @@ OPERATORS = {
         Operator("mpi-operator", "github.com/kubeflow/mpi-operator", ("MPIJob",)),
         Operator("kuberay", "github.com/ray-project/kuberay/ray-operator",
                  ("RayJob", "RayCluster", "RayService")),
+        Operator("lws", "sigs.k8s.io/lws", ("LeaderWorkerSet",)),
     )
 }
 
@@ -113,7 +119,8 @@ def ports(lab: labmod.Lab) -> dict[str, int]:
     """The operators' local ports in this lab's block (see the module docstring)."""
     b = lab.port_base
     return {"jobset-webhook": b + 20, "jobset-probe": b + 21, "training-webhook": b + 22,
-            "training-probe": b + 23, "kuberay-probe": b + 24, "mpi-health": MPI_HEALTH_PORT}
+            "training-probe": b + 23, "kuberay-probe": b + 24, "lws-webhook": b + 25,
+            "lws-probe": b + 26, "mpi-health": MPI_HEALTH_PORT}
 
 
 def _folder(lab: labmod.Lab) -> Path:
@@ -326,14 +333,58 @@ def _kuberay(lab: labmod.Lab) -> Launch:
                   f"http://127.0.0.1:{p['kuberay-probe']}/readyz")
 
 
+def _lws(lab: labmod.Lab) -> Launch:
+    """LeaderWorkerSet v0.8.0: as JobSet, a config file without internal cert management or
+    leader election, webhooks by URL (paths and rules as its config/webhook, the pod hooks
+    limited to LeaderWorkerSet pods by the objectSelector of its kustomize patches)."""
+    p = ports(lab)
+    cfg = _folder(lab) / "lws-config.yaml"
+    cert_dir = certs(lab)
+    cfg.write_text(json.dumps({
+        "apiVersion": "config.lws.x-k8s.io/v1alpha1", "kind": "Configuration",
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "webhook": {"port": p["lws-webhook"], "host": "127.0.0.1", "certDir": str(cert_dir)},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{p['lws-probe']}"},
+        "metrics": {"bindAddress": "0"},
+        "clientConnection": {"qps": 50, "burst": 100},
+    }, indent=2) + "\n")
+    base = f"https://127.0.0.1:{p['lws-webhook']}"
+    ca = _ca_bundle(lab)
+    pods = {"matchExpressions": [{"key": "leaderworkerset.sigs.k8s.io/name",
+                                  "operator": "Exists"}]}
+    g, v = "leaderworkerset.x-k8s.io", "v1"
+    docs = [
+        _webhook_configuration("MutatingWebhookConfiguration", "lws-mutating-webhook", [
+            _webhook("mleaderworkerset.kb.io",
+                     f"{base}/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset", ca,
+                     g, v, "leaderworkersets", ["CREATE", "UPDATE"]),
+            _webhook("mpod.kb.io", f"{base}/mutate--v1-pod", ca, "", "v1", "pods", ["CREATE"],
+                     pods),
+        ]),
+        _webhook_configuration("ValidatingWebhookConfiguration", "lws-validating-webhook", [
+            _webhook("vleaderworkerset.kb.io",
+                     f"{base}/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset", ca,
+                     g, v, "leaderworkersets", ["CREATE", "UPDATE"]),
+            _webhook("vpod.kb.io", f"{base}/validate--v1-pod", ca, "", "v1", "pods",
+                     ["CREATE", "UPDATE"], pods),
+        ]),
+    ]
+    _apply(lab, docs)
+    return Launch([f"--config={cfg}", "--zap-log-level=info"], {},
+                  f"http://127.0.0.1:{p['lws-probe']}/readyz")
+
+
 LAUNCH: dict[str, Callable[[labmod.Lab], Launch]] = {
     "jobset": _jobset, "training-operator": _training_operator,
-    "mpi-operator": _mpi_operator, "kuberay": _kuberay,
+    "mpi-operator": _mpi_operator, "kuberay": _kuberay, "lws": _lws,
 }
 WEBHOOKS = {  # what operators-down unregisters, per operator
     "jobset": [("mutatingwebhookconfiguration", "jobset-mutating-webhook"),
                ("validatingwebhookconfiguration", "jobset-validating-webhook")],
     "training-operator": [("validatingwebhookconfiguration", TRAINING_WEBHOOK)],
+    "lws": [("mutatingwebhookconfiguration", "lws-mutating-webhook"),
+            ("validatingwebhookconfiguration", "lws-validating-webhook")],
 }
 
 

@@ -13,6 +13,9 @@ reclaim what it lent (``reclaimWithinCohort: Any``).
 5. Everything finishes, train-6 runs when A100 quota frees, the queues end empty.
 6. Not only Jobs: inference runs a Deployment (each pod queued on its own), research a
    StatefulSet (its 4 pods admitted as one group); both land on their flavor's GPU node.
+   When the lab runs the LeaderWorkerSet operator (`make run` starts every built operator),
+   inference also serves LeaderWorkerSet llm (a leader and a worker, 1 A100 each): its group
+   is one Workload of 2 pods, admitted whole, its pods on a100-0 too.
 7. Training operators (when the lab runs Kubeflow's training-operator: `make run` starts
    it): research submits PyTorchJob ddp (master + 3 workers, 1 A100 each), admitted whole
    with its pods on a100-0, and ddp-wide (master + 4 workers), which waits whole since 9
@@ -353,8 +356,16 @@ class Scenario:
                      f"admitted {st.get('admittedWorkloads', 0)}")
         self.show_status()
 
-    def step6_other_kinds(self) -> None:
-        self.say("\n== 6. Not only Jobs: a Deployment (inference) and a StatefulSet (research)")
+    def step6_other_kinds(self, *, with_lws: bool = False) -> None:
+        self.say("\n== 6. Not only Jobs: a Deployment (inference) and a StatefulSet (research)"
+                 + (", a LeaderWorkerSet (inference)" if with_lws else ""))
+        if with_lws:
+            self.apply({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                        "metadata": {"name": "llm", "namespace": "inference",
+                                     "labels": {QUEUE_LABEL: "team-queue"}},
+                        "spec": {"replicas": 1, "leaderWorkerTemplate": {
+                            "size": 2, "leaderTemplate": pod_template("llm"),
+                            "workerTemplate": pod_template("llm")}}})
         self.apply({"apiVersion": "apps/v1", "kind": "Deployment",
                     "metadata": {"name": "chat", "namespace": "inference",
                                  "labels": {QUEUE_LABEL: "team-queue"}},
@@ -374,6 +385,18 @@ class Scenario:
             return pods if len(pods) == n else None
 
         chat = self.wait("the 2 chat pods running", lambda: placed("inference", "chat", 2))
+        if with_lws:
+            llm = self.wait("the 2 llm pods running", lambda: placed("inference", "llm", 2),
+                            timeout=120)
+            llm_wl = self.get("workloads.kueue.x-k8s.io", "leaderworkerset-llm-0", "-n",
+                              "inference")
+            sets = ", ".join(f"{ps['name']} x{ps['count']}" for ps in llm_wl["spec"]["podSets"])
+            self.say(f"   inference/llm: group 0 is one Workload ({sets}), admitted to "
+                     f"{self.flavor(llm_wl)}; pods on "
+                     f"{', '.join(sorted({p['spec']['nodeName'] for p in llm}))}")
+            self.expect(sets == "leader x1, worker x1",
+                        f"llm's group should be leader x1, worker x1, got {sets}")
+            chat = chat + llm
         ring = self.wait("the 4 ring pods running", lambda: placed("research", "ring", 4),
                          timeout=120)
         wls = self.get("workloads.kueue.x-k8s.io", "-n", "inference").get("items", [])
@@ -388,9 +411,12 @@ class Scenario:
                     "ring should be one Workload of 4 pods")
         self.expect(nodes == ["a100-0"], f"chat and ring pods should be on a100-0, got {nodes}")
         self.show_status()
-        self.say("   (chat and ring are deleted now, so that the queues end empty)")
+        self.say("   (chat, ring" + (" and llm" if with_lws else "")
+                 + " are deleted now, so that the queues end empty)")
         self.kubectl("delete", "deployment", "chat", "-n", "inference", "--wait=false")
         self.kubectl("delete", "statefulset", "ring", "-n", "research", "--wait=false")
+        if with_lws:
+            self.kubectl("delete", "leaderworkerset", "llm", "-n", "inference", "--wait=false")
         for cq in ("research-cq", "inference-cq"):
             self.wait(f"{cq} empty again", lambda cq=cq: not (
                 (s := self.get("clusterqueue", cq).get("status", {})).get("admittedWorkloads")
@@ -457,9 +483,11 @@ class Scenario:
                  f"admitted {st.get('admittedWorkloads', 0)}")
         self.show_status()
 
-    def run(self, *, with_step0: bool = True, with_operators: bool = False) -> dict[str, Any]:
+    def run(self, *, with_step0: bool = True, with_operators: bool = False,
+            with_lws: bool = False) -> dict[str, Any]:
         """Play the steps; ``with_operators``: also step 7 (needs the training-operator
-        running in the lab and pykueue started after it)."""
+        running in the lab and pykueue started after it); ``with_lws``: a LeaderWorkerSet in
+        step 6 (needs the LeaderWorkerSet operator running in the lab)."""
         if with_step0:
             self.step0_without_pykueue()
         self.step1_submit()
@@ -467,7 +495,7 @@ class Scenario:
         self.step3_reclaim()
         self.step4_fallback()
         self.step5_drain()
-        self.step6_other_kinds()
+        self.step6_other_kinds(with_lws=with_lws)
         if with_operators:
             self.step7_training_operator()
         return self.outcomes
@@ -499,6 +527,10 @@ def prepare(lab: labmod.Lab) -> None:
                    "--wait=true", check=False)
     labmod.kubectl(lab, "delete", "namespace", "no-queue", "--ignore-not-found", "--wait=true",
                    check=False)
+    if labmod.kubectl(lab, "get", "crd", "leaderworkersets.leaderworkerset.x-k8s.io",
+                      check=False).returncode == 0:
+        labmod.kubectl(lab, "delete", "leaderworkerset", "llm", "-n", "inference",
+                       "--ignore-not-found", "--wait=true", check=False)
     if labmod.kubectl(lab, "get", "crd", "pytorchjobs.kubeflow.org", check=False).returncode == 0:
         labmod.kubectl(lab, "delete", "pytorchjobs.kubeflow.org", "--all", "-n", "research",
                        "--ignore-not-found", "--wait=true", check=False)
@@ -525,7 +557,7 @@ def main() -> int:
     # pykueue manages PyTorchJobs from its start, not from its next discovery poll).
     operators = bool(labmod._pid(lab, "training-operator"))
     Scenario(kubectl, status_cmd=status_cmd, check=os.environ.get("SCENARIO_CHECK") == "1").run(
-        with_operators=operators)
+        with_operators=operators, with_lws=bool(labmod._pid(lab, "lws")))
     if not operators:
         print("\n== 7. Skipped: the training-operator is not running in this lab (`make run` "
               "starts it: `make operators` builds it, `hack/lab.py operators-up` starts it)")

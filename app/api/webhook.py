@@ -53,7 +53,7 @@ from app.api.callers import refuse_unless_named
 from app.api.health import metrics_registry
 from app.api.limits import LoopBusy, LoopShare
 from app.config import MAX_OBJECT_BYTES
-from app.integrations import WEBHOOK_ROUTES, managed_kinds
+from app.integrations import GROUP_PARENTS, WEBHOOK_ROUTES, managed_kinds
 from app.integrations.unsupported import unsupported_errors
 from app.integrations.webhook_toolkit import (
     UnreadableObjectError,
@@ -338,7 +338,7 @@ def _decider(route: WebhookRoute) -> Callable[[AdmissionRequest, Any], _Outcome]
     have no validating webhook on CREATE. A route without a framework is always served,
     without those two checks."""
     def decide(req: AdmissionRequest, state: Any) -> _Outcome:
-        env = WebhookEnv(state, managed_kinds)
+        env = WebhookEnv(state, managed_kinds, GROUP_PARENTS)
         if route.framework is not None:
             if env.settings is not None \
                     and not env.settings.integrations.enabled(route.framework):

@@ -4,7 +4,9 @@ registered below.
 Each folder's package exposes ``KINDS`` (its ``app.integrations.framework.JobKind`` objects,
 possibly none: a Deployment's or StatefulSet's pods are queued as Pods) and ``ROUTES`` (its
 webhook endpoints, ``app.integrations.webhook_toolkit.WebhookRoute``, served by
-``app.api.webhook``). Nothing outside the folder names the kind.
+``app.api.webhook``), and optionally ``GROUP_PARENTS`` (owners whose pods form pod groups,
+``app.integrations.parents.GroupParent``: a StatefulSet's, a LeaderWorkerSet's). Nothing
+outside the folder names the kind.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from app.integrations import (
     deployment,
     jobset,
     kubeflow,
+    leaderworkerset,
     pod,
     ray,
     statefulset,
@@ -23,6 +26,7 @@ from app.integrations import (
 )
 from app.integrations.crdrules import CrdRules
 from app.integrations.framework import JobKind, Registry
+from app.integrations.parents import GroupParent
 from app.integrations.webhook_toolkit import WebhookRoute
 
 # Adding a job kind: its folder, and one line here (the order is the registry's).
@@ -34,6 +38,7 @@ PACKAGES = (
     jobset,
     kubeflow,
     ray,
+    leaderworkerset,
 )
 
 BUILTIN_KINDS: tuple[JobKind, ...] = tuple(k for p in PACKAGES for k in p.KINDS)
@@ -41,6 +46,11 @@ BUILTIN_KINDS: tuple[JobKind, ...] = tuple(k for p in PACKAGES for k in p.KINDS)
 # Every webhook endpoint: the framework's own (a pod of any admitted job) and each folder's.
 WEBHOOK_ROUTES: tuple[WebhookRoute, ...] = (*webhook_toolkit.ROUTES,
                                             *(r for p in PACKAGES for r in p.ROUTES))
+
+# The owners whose pods form pod groups (``parents.GroupParent``): each folder's optional
+# ``GROUP_PARENTS``, read by the Pod webhook through its ``WebhookEnv``.
+GROUP_PARENTS: tuple[GroupParent, ...] = tuple(g for p in PACKAGES
+                                               for g in getattr(p, "GROUP_PARENTS", ()))
 
 # The webhook rules of the operators' kinds that carry them (``rules``: ``CrdRules``).
 CRD_RULES: tuple[CrdRules, ...] = tuple(k.rules for k in BUILTIN_KINDS

@@ -24,7 +24,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL, QUEUE_NAME_LABEL
+from app.wire.names import (
+    ORIGINAL_ANNOTATION,
+    PODSET_LABEL,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_NAME_LABEL,
+)
 
 if TYPE_CHECKING:
     from app.models.admissionreview import AdmissionRequest
@@ -340,6 +345,25 @@ def refused(errors: list[str]) -> Verdict:
     return Verdict(errors=tuple(errors))
 
 
+def priority_class_label_errors(old: Mapping[str, Any], new: Mapping[str, Any],
+                                suspended: bool, what: str = "Job") -> list[str]:
+    """Errors for a change of the ``kueue.x-k8s.io/priority-class`` label of a queued object
+    (``what``: its kind, for the message; ``suspended``: the new object is suspended, or
+    runs no pod): it cannot be added to a running one (its admitted Workload has no class
+    to change) and never removed; a change of class is allowed, running or not (the
+    Workload's priority follows). Kueue v0.17.1 ``ValidateUpdateForWorkloadPriorityClassName``.
+    Raises ``UnreadableObjectError``."""
+    before = str(read_labels(old).get(PRIORITY_CLASS_LABEL) or "")
+    after = str(read_labels(new).get(PRIORITY_CLASS_LABEL) or "")
+    where = f"metadata.labels[{PRIORITY_CLASS_LABEL}]"
+    if not suspended and not before and after:
+        return [f"{where}: a WorkloadPriorityClass cannot be added to a {what} that is not "
+                "suspended"]
+    if before and not after:
+        return [f"{where}: a WorkloadPriorityClass cannot be removed (was {before!r})"]
+    return []
+
+
 class WebhookEnv:
     """What a decider may ask of the running process, read from the web app's state
     (``app.state``): ``settings`` (``app.config.Settings``; None in bare tests), and the
@@ -349,14 +373,17 @@ class WebhookEnv:
     (``has_default_local_queue``, ``namespace_managed``). A part that is absent, or raises,
     answers "unknown" (None); each rule says what unknown means for it. ``builtin_kinds``:
     (API group, kind) of the kinds ``integrations.frameworks`` enables, for when the
-    reconciler cannot say (``app.integrations.managed_kinds``)."""
+    reconciler cannot say (``app.integrations.managed_kinds``). ``group_parents``: the
+    owners of pod groups (``app.integrations.parents.GroupParent``,
+    ``app.integrations.GROUP_PARENTS``)."""
 
     def __init__(self, state: Any,
-                 builtin_kinds: Callable[[Iterable[str] | None], frozenset[tuple[str, str]]]
-                 ) -> None:
+                 builtin_kinds: Callable[[Iterable[str] | None], frozenset[tuple[str, str]]],
+                 group_parents: tuple[Any, ...] = ()) -> None:
         self.state = state
         self.settings = getattr(state, "settings", None)
         self._builtin_kinds = builtin_kinds
+        self._group_parents = group_parents
         self.policy = WebhookPolicy() if self.settings is None else WebhookPolicy(
             controller_usernames=frozenset(self.settings.webhook.controller_usernames))
 
@@ -401,6 +428,14 @@ class WebhookEnv:
             return answer
         return self._builtin_kinds(self.settings.integrations.frameworks
                                    if self.settings is not None else None)
+
+    def group_parents(self) -> tuple[Any, ...]:
+        """The owners of pod groups whose framework ``settings.integrations.frameworks``
+        enables (all without settings)."""
+        if self.settings is None:
+            return self._group_parents
+        return tuple(p for p in self._group_parents
+                     if self.settings.integrations.enabled(p.framework))
 
     def has_managed_ancestor(self, obj: Mapping[str, Any]) -> bool:
         """True when an ancestor queues ``obj`` (the reconciler's stores; unknown counts as

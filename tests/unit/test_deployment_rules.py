@@ -104,7 +104,7 @@ def test_a_statefulset_pod_joins_its_group_sized_by_replicas():
                                              "name": "d", "uid": "s", "controller": True}]},
            "spec": copy.deepcopy(tpl["spec"])}
     out = apply_patch(pod, mutate_pod(pod, "CREATE", POLICY, managed_kinds(),
-                                      lambda ns, name: 4 if (ns, name) == ("inference", "d")
+                                      lambda _, ns, name: 4 if (ns, name) == ("inference", "d")
                                       else None))
     assert out["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] == "statefulset-d"
     ann = out["metadata"]["annotations"]
@@ -114,7 +114,7 @@ def test_a_statefulset_pod_joins_its_group_sized_by_replicas():
     assert validate_pod(None, out, "system:serviceaccount:kube-system:statefulset-controller",
                         POLICY, managed_kinds()) == []
     unknown = apply_patch(pod, mutate_pod(pod, "CREATE", POLICY, managed_kinds(),
-                                          lambda ns, name: None))
+                                          lambda *_: None))
     assert "does not know StatefulSet" in " ".join(validate_pod(
         None, unknown, "system:serviceaccount:kube-system:statefulset-controller", POLICY,
         managed_kinds()))

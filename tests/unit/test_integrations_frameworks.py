@@ -20,8 +20,9 @@ from tests.unit.test_webhook import answer, job, post, review
 
 def test_every_builtin_kind_has_a_kueue_framework_name() -> None:
     names = {framework_of(k) for k in BUILTIN_KINDS}
-    # Deployment and StatefulSet are webhooks only (their Pods are the "pod" kind).
-    assert names == set(KUEUE_FRAMEWORKS) - {"deployment", "statefulset"}
+    # Deployment, StatefulSet and LeaderWorkerSet are webhooks only (their Pods are the "pod" kind).
+    assert names == set(KUEUE_FRAMEWORKS) - {"deployment", "statefulset",
+                                            "leaderworkerset.x-k8s.io/leaderworkerset"}
     assert framework_of(default_registry().get("job")) == "batch/job"  # type: ignore[arg-type]
 
 

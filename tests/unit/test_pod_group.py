@@ -21,6 +21,7 @@ from app.integrations.pod.webhook_rules import (
     validate_pod,
 )
 from app.wire.fields import WorkloadSpecError
+from app.wire.names import SERVING_ANNOTATION
 from app.wire.workload import workload_from_object
 from tests.unit.test_pod_integration import KINDS, POLICY, apply_patch
 
@@ -61,6 +62,15 @@ def test_a_complete_group_is_one_workload_with_one_podset_per_role():
     wl = workload_from_object(body)
     counts = sorted((ps.count, ps.requests["cpu"]) for ps in wl.pod_sets)
     assert counts == [(1, 4000), (2, 1000)]
+
+
+def test_a_serving_groups_workload_is_not_owned_by_its_members():
+    """A LeaderWorkerSet's rollout replaces every member: owned by the originals, the
+    Workload went with the last of them while the replacements, started on it, ran on."""
+    pods = [member(n) for n in ("a", "b", "c")]
+    for p in pods:
+        p["metadata"]["annotations"][SERVING_ANNOTATION] = "true"
+    assert "ownerReferences" not in compose(*pods)["metadata"]
 
 
 @pytest.mark.parametrize(("pods", "fragment"), [

@@ -51,6 +51,12 @@ WEBHOOKS = {
     ("ValidatingWebhookConfiguration", "vjobset.pykueue.io"):
         ("/validate-jobset-x-k8s-io-v1alpha2-jobset", ["CREATE", "UPDATE"],
          (["jobset.x-k8s.io"], ["v1alpha2"], ["jobsets"])),
+    ("MutatingWebhookConfiguration", "mleaderworkerset.pykueue.io"):
+        ("/mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset", ["CREATE", "UPDATE"],
+         (["leaderworkerset.x-k8s.io"], ["v1"], ["leaderworkersets"])),
+    ("ValidatingWebhookConfiguration", "vleaderworkerset.pykueue.io"):
+        ("/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset", ["UPDATE"],
+         (["leaderworkerset.x-k8s.io"], ["v1"], ["leaderworkersets"])),
 }
 # The operators' kinds served by the shared rules (app.integrations.crdrules): one pair each.
 for _r in CRD_RULES:
@@ -159,7 +165,8 @@ def test_render_unlabelled_lets_every_job_kinds_webhooks_see_unlabelled_objects(
     plain = {w["name"]: w for d in documents(tmp_path / "plain.yaml") for w in d["webhooks"]}
     wide = {f"{v}{k}.pykueue.io" for v in "mv" for k in (
         "job", "pod", "deployment", "statefulset", "jobset", "pytorchjob", "tfjob", "xgboostjob",
-        "paddlejob", "jaxjob", "mpijob", "rayjob", "raycluster")}
+        "paddlejob", "jaxjob", "mpijob", "rayjob", "raycluster",
+        "leaderworkerset")}
     assert wide <= set(hooks)
     for name, webhook in hooks.items():
         if name not in wide:  # the scale webhook never had one (a Scale carries no labels)

@@ -43,8 +43,8 @@ from app.integrations.webhook_toolkit import (
     label_field,
     optional_object,
     patched,
+    priority_class_label_errors,
     queue_name_format_errors,
-    read_labels,
     read_name,
     read_object,
     read_queue_name,
@@ -58,7 +58,6 @@ from app.wire.names import (
     COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION,
     MAX_EXEC_TIME_LABEL,
     MIN_PARALLELISM_ANNOTATION,
-    PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
 )
 from app.wire.workload import completions_follow_parallelism, job_min_count, job_pod_count
@@ -352,24 +351,6 @@ def validate_update(
                                (old_suspended, new_suspended), username, workload_admitted,
                                policy)
     return errors
-
-
-def priority_class_label_errors(old: Mapping[str, Any], new: Mapping[str, Any],
-                                suspended: bool) -> list[str]:
-    """Errors for a change of the ``kueue.x-k8s.io/priority-class`` label of a queued object
-    (``suspended``: the new object is suspended): it cannot be added to a running one (its
-    admitted Workload has no class to change) and never removed; a change of class is
-    allowed, running or not (the Workload's priority follows). Kueue v0.17.1
-    ``ValidateUpdateForWorkloadPriorityClassName``. Raises ``UnreadableObjectError``."""
-    before = str(read_labels(old).get(PRIORITY_CLASS_LABEL) or "")
-    after = str(read_labels(new).get(PRIORITY_CLASS_LABEL) or "")
-    where = f"metadata.labels[{PRIORITY_CLASS_LABEL}]"
-    if not suspended and not before and after:
-        return [f"{where}: a WorkloadPriorityClass cannot be added to a Job that is not "
-                "suspended"]
-    if before and not after:
-        return [f"{where}: a WorkloadPriorityClass cannot be removed (was {before!r})"]
-    return []
 
 
 # ----------------------------------------------------------------------------------------------

@@ -21,6 +21,9 @@ composed from the Pod store: ``{"group": <name>, "pods": [...]}`` plus the first
   is admitted. Kept first: ungated pods, then the oldest (``creationTimestamp``, then name).
 - Start: every gated member ungated with its role's flavor, in one update each.
 - Stop: every member deleted, as Kueue does; the Workload is deleted with the last of them.
+- Serving groups (below) and fast-admission ones are not owned by their members: the
+  reconciler deletes the Workload once no member is left, so that replacement pods (a
+  rollout) keep running on it.
 - Fast admission (``kueue.x-k8s.io/pod-group-fast-admission: "true"``, a StatefulSet's
   group): the Workload is built from the first pod with the whole count, without waiting for
   the others, which their owner creates one by one once the first runs; they are ungated as
@@ -262,11 +265,15 @@ class PodGroup(KindDefaults):
         body["metadata"] = {
             "name": obj["group"], "namespace": obj["metadata"]["namespace"],
             "annotations": {GROUP_WORKLOAD_ANNOTATION: "true"}}
-        if not (pods and _flag(pods[0], FAST_ADMISSION_ANNOTATION)):
+        if not (pods and (_flag(pods[0], FAST_ADMISSION_ANNOTATION)
+                          or _flag(pods[0], SERVING_ANNOTATION))):
             # Owned by every member, so it goes when the last one goes. Not for a fast-admission
             # group: its first pod alone would own it, and a restart of that pod would take the
-            # Workload (and the quota of the running others) with it; the reconciler deletes it
-            # once no member is left.
+            # Workload (and the quota of the running others) with it; nor for a serving group
+            # (a LeaderWorkerSet's): its owner replaces its pods in a rollout, and the
+            # replacements, started on this admission, would run on with the Workload gone
+            # once the last original member went. The reconciler deletes it once no member
+            # is left.
             body["metadata"]["ownerReferences"] = [
                 {"apiVersion": "v1", "kind": "Pod", "name": _meta(p)["name"],
                  "uid": _meta(p).get("uid", ""), "controller": False, "blockOwnerDeletion": True}

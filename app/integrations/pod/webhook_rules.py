@@ -37,10 +37,16 @@ Validation (CREATE and UPDATE), for managed Pods:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from app.integrations.parents import group_patch, parent_statefulset
+from app.integrations.parents import (
+    STATEFULSET_GROUPS,
+    Ask,
+    GroupParent,
+    group_parent,
+    group_patch,
+)
 from app.integrations.podsets import role_hash
 from app.integrations.webhook_toolkit import (
     ALLOW,
@@ -185,25 +191,28 @@ def is_managed(pod: Mapping[str, Any], policy: WebhookPolicy,
     return manage_unlabelled or bool(read_queue_name(pod, policy.queue_name_label))
 
 
+DEFAULT_GROUP_PARENTS: tuple[GroupParent, ...] = (STATEFULSET_GROUPS,)
+
+
 def mutate_pod(pod: Mapping[str, Any], operation: str, policy: WebhookPolicy,
-               managed_kinds: frozenset[tuple[str, str]],
-               statefulset_replicas: Callable[[str, str], int | None] | None = None,
-               *, manage_unlabelled: bool = False) -> list[JsonPatchOp]:
+               managed_kinds: frozenset[tuple[str, str]], ask: Ask | None = None,
+               *, manage_unlabelled: bool = False,
+               parents: Sequence[GroupParent] = DEFAULT_GROUP_PARENTS) -> list[JsonPatchOp]:
     """The JSONPatch for a Pod under admission: on CREATE of a managed Pod, the managed label
     and the admission gate (each only when missing: idempotent); for a member of a pod group
-    the role hash; for a StatefulSet's pod its group (``statefulset_replicas(namespace,
-    name)``: the StatefulSet's ``spec.replicas``, None when unknown). ``manage_unlabelled``:
-    a Pod without a queue name is managed too (``is_managed``). Raises
-    ``UnreadableObjectError``. Rule: Kueue pod webhook ``Default``."""
+    the role hash (unless its owner names the role); for a pod of an owner of pod groups
+    (``parents``, ``app.integrations.parents.GroupParent``) its group membership, which the
+    owner's rule may ask of the stores with ``ask(method, *args)`` (None: unknown, no
+    membership). ``manage_unlabelled``: a Pod without a queue name is managed too
+    (``is_managed``). Raises ``UnreadableObjectError``. Rule: Kueue pod webhook ``Default``."""
     if operation != "CREATE" or not is_managed(pod, policy, managed_kinds,
                                                manage_unlabelled=manage_unlabelled):
         return []
     patch: list[JsonPatchOp] = []
-    sts = parent_statefulset(pod)
-    if sts is not None and statefulset_replicas is not None:
-        count = statefulset_replicas(str((pod.get("metadata") or {}).get("namespace", "")), sts)
-        if count is not None:
-            patch += group_patch(pod, count)
+    found = group_parent(pod, parents)
+    member = found[0].membership(pod, found[1], ask) if found and ask is not None else None
+    if member is not None:
+        patch += group_patch(pod, member)
     labels = read_labels(pod)
     if not (pod.get("metadata") or {}).get("labels") and not any(
             op["path"].startswith("/metadata/labels/") for op in patch):
@@ -213,8 +222,9 @@ def mutate_pod(pod: Mapping[str, Any], operation: str, policy: WebhookPolicy,
         patch.append({"op": "add",
                       "path": f"/metadata/labels/{escape_pointer_token(MANAGED_LABEL)}",
                       "value": "true"})
-    if group_of(pod) or any(op["path"].endswith(escape_pointer_token(GROUP_LABEL))
-                            for op in patch):
+    named_role = member is not None and member.role is not None
+    if not named_role and (group_of(pod) or any(
+            op["path"].endswith(escape_pointer_token(GROUP_LABEL)) for op in patch)):
         ann = _annotations(pod)
         want = role_hash(pod)
         if ann.get(ROLE_HASH_ANNOTATION) != want:
@@ -241,10 +251,11 @@ def mutate_pod(pod: Mapping[str, Any], operation: str, policy: WebhookPolicy,
 def validate_pod(old: Mapping[str, Any] | None, new: Mapping[str, Any], username: str,
                  policy: WebhookPolicy,
                  managed_kinds: frozenset[tuple[str, str]], *,
-                 manage_unlabelled: bool = False) -> list[str]:
+                 manage_unlabelled: bool = False,
+                 parents: Sequence[GroupParent] = DEFAULT_GROUP_PARENTS) -> list[str]:
     """Errors (each naming a field) for creating (``old`` None) or updating a Pod; ``[]`` to
-    allow. ``manage_unlabelled``: as ``mutate_pod``'s (an unlabelled Pod of a managed
-    namespace must be created gated). Raises ``UnreadableObjectError``."""
+    allow. ``manage_unlabelled``, ``parents``: as ``mutate_pod``'s (an unlabelled Pod of a
+    managed namespace must be created gated). Raises ``UnreadableObjectError``."""
     ours = username in policy.controller_usernames
     label = f"metadata.labels[{policy.queue_name_label}]"
     errors: list[str] = []
@@ -256,10 +267,11 @@ def validate_pod(old: Mapping[str, Any] | None, new: Mapping[str, Any], username
         errors += _group_errors(new)
     reserved = [a for a in (FAST_ADMISSION_ANNOTATION, SERVING_ANNOTATION)
                 if a in _annotations(new)]
-    if reserved and not ours and parent_statefulset(new) is None \
+    parent = group_parent(new, parents)
+    if reserved and not ours and parent is None \
             and _annotations(new).get(reserved[0]) != (_annotations(old or {}).get(reserved[0])):
-        errors.append(f"metadata.annotations[{reserved[0]}]: set by pykueue on a StatefulSet's "
-                      "pods only (its group is admitted from its first pod)")
+        errors.append(f"metadata.annotations[{reserved[0]}]: set by pykueue on the pods of "
+                      "an owner of pod groups only (a StatefulSet's, a LeaderWorkerSet's)")
     if old is None:
         if manage_unlabelled and not ours and _spec(new).get("nodeName") \
                 and controlled_by(new, managed_kinds):
@@ -268,11 +280,10 @@ def validate_pod(old: Mapping[str, Any] | None, new: Mapping[str, Any], username
             errors.append("spec.nodeName: a Pod whose controller is a job kind pykueue "
                           "manages cannot be created with its node set (it would run outside "
                           "any admission); let kube-scheduler place it")
-        sts = parent_statefulset(new) if new_managed else None
-        if sts is not None and not group_of(new) and not ours:
-            errors.append(f"metadata.labels[{GROUP_LABEL}]: pykueue does not know StatefulSet "
-                          f"{sts!r} yet, so it cannot size the pod's group; the StatefulSet "
-                          "controller will create the pod again")
+        if parent is not None and new_managed and not group_of(new) and not ours:
+            errors.append(f"metadata.labels[{GROUP_LABEL}]: pykueue does not know "
+                          f"{parent[0].kind} {parent[1]!r} yet, so it cannot size the pod's "
+                          "group; its controller will create the pod again")
         if new_managed and not is_gated(new) and not ours:
             queue = read_queue_name(new, policy.queue_name_label)
             which = (f"queued in LocalQueue {queue!r}" if queue else f"without {label} in a "
@@ -332,14 +343,10 @@ def _mutation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
     if req.operation != "CREATE" or req.sub_resource or not review_of(req, "", "Pod"):
         return ALLOW
     _, pod = reviewed_objects(req, scheduling_gates)
-
-    def replicas(namespace: str, name: str) -> int | None:
-        answer = env.ask("statefulset_replicas", namespace, name)
-        return answer if isinstance(answer, int) else None
-
     return patched(mutate_pod(
-        pod, req.operation, env.policy, env.managed_kinds(), replicas,
-        manage_unlabelled=env.manages_unlabelled_in(req.namespace)))
+        pod, req.operation, env.policy, env.managed_kinds(), env.ask,
+        manage_unlabelled=env.manages_unlabelled_in(req.namespace),
+        parents=env.group_parents()))
 
 
 def _validation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
@@ -349,7 +356,8 @@ def _validation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
     old, pod = reviewed_objects(req, scheduling_gates)
     return refused(validate_pod(
         old, pod, req.user_info.username, env.policy, env.managed_kinds(),
-        manage_unlabelled=old is None and env.manages_unlabelled_in(req.namespace)))
+        manage_unlabelled=old is None and env.manages_unlabelled_in(req.namespace),
+        parents=env.group_parents()))
 
 
 
