@@ -126,20 +126,22 @@ def default_submitter(obj: Mapping[str, Any]) -> Obj:
                       "limits": {"cpu": "1", "memory": "1Gi"}}}]}}
 
 
+RAY_OWNERS = ("RayJob", "RayService")
+
+
+def ray_owner(obj: Mapping[str, Any]) -> str:
+    """The kind (``RayJob`` or ``RayService``) of the ray.io controller of ``obj`` (a
+    RayCluster KubeRay made for it), or ``""``."""
+    for r in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(r, Mapping) and r.get("controller") and \
+                str(r.get("apiVersion", "")).startswith(f"{GROUP}/") and r.get("kind") in RAY_OWNERS:
+            return str(r["kind"])
+    return ""
+
+
 def owned_by_ray(obj: Mapping[str, Any]) -> bool:
     """True when a RayJob or RayService controls ``obj`` (KubeRay made it)."""
-    return any(r.get("controller") and str(r.get("apiVersion", "")).startswith(f"{GROUP}/")
-               and r.get("kind") in ("RayJob", "RayService")
-               for r in (obj.get("metadata") or {}).get("ownerReferences") or []
-               if isinstance(r, Mapping))
-
-
-def owned_by_rayjob(obj: Mapping[str, Any]) -> bool:
-    """True when a RayJob controls ``obj`` (a RayCluster KubeRay made for it)."""
-    return any(r.get("controller") and str(r.get("apiVersion", "")).startswith(f"{GROUP}/")
-               and r.get("kind") == "RayJob"
-               for r in (obj.get("metadata") or {}).get("ownerReferences") or []
-               if isinstance(r, Mapping))
+    return bool(ray_owner(obj))
 
 
 def raised_groups(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -176,45 +178,61 @@ def changed_requests(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str
             if (t.name, t.key) in before and template_requests(new, t) != before[(t.name, t.key)]]
 
 
-def reserved_groups(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """The worker groups of RayCluster ``new`` named after the RayJob's other podSets
-    (``head``, ``submitter``, any case) that ``old`` does not have."""
+def reserved_groups(old: Mapping[str, Any], new: Mapping[str, Any],
+                    names: tuple[str, ...] = ("head", SUBMITTER)) -> list[str]:
+    """The worker groups of RayCluster ``new`` named after its owner's other podSets
+    (``names``, any case: a RayJob's ``head`` and ``submitter``, a RayService's ``head``)
+    that ``old`` does not have."""
     def named(obj: Mapping[str, Any]) -> dict[str, str]:
         return {t.key: t.field.removesuffix(".template")
                 for t in cluster_templates(obj, ("spec",), strict=False)[1:]
-                if t.name in ("head", SUBMITTER)}
+                if t.name in names}
     had = named(old)
     return [f"{field}.groupName" for key, field in named(new).items() if key not in had]
 
 
+ORIGIN_KIND_LABEL = "ray.io/originated-from-crd"
+ORIGIN_NAME_LABEL = "ray.io/originated-from-cr-name"
+"""Labels KubeRay v1.6.0 writes on the RayCluster it makes for a RayJob or RayService (its
+kind and name)."""
+OTHER_PODSETS = {"RayJob": ("head", SUBMITTER), "RayService": ("head",)}
+"""The podSets of a RayCluster's owner besides its worker groups, by the owner's kind."""
+CLUSTER_AT: dict[str, Path] = {"RayJob": ("spec", "rayClusterSpec"),
+                               "RayService": ("spec", "rayClusterConfig")}
+"""Where a RayCluster's owner holds the RayClusterSpec KubeRay copies, by the owner's kind."""
+
+
 @dataclass(frozen=True)
 class RayClusterRules(CrdRules):
-    """``CrdRules`` of the RayCluster, plus: on a cluster that a queued RayJob made (it
-    carries the queue label KubeRay copied from the RayJob), raising a worker group's pod
-    count, changing a template's per-pod requests, or adding a worker group named ``head``
-    or ``submitter`` (the RayJob's other podSets) is refused to everyone but pykueue (the
-    reconciler would set it back to the RayJob's admission: ``RayCluster.hold_to_ancestor``).
+    """``CrdRules`` of the RayCluster, plus: on a cluster that a queued RayJob or RayService
+    made (it carries the queue label KubeRay copied from its owner), raising a worker group's
+    pod count, changing a template's per-pod requests, or adding a worker group named after
+    the owner's other podSets (``OTHER_PODSETS``) is refused to everyone but pykueue (the
+    reconciler would set it back to the owner's admission: ``RayCluster.hold_to_ancestor``).
     Kueue's RayCluster webhook refuses a worker group named ``head`` on a queued cluster at
     create and update alike; the rest goes beyond Kueue, whose webhook leaves a cluster a
-    RayJob owns to the RayJob."""
+    RayJob or RayService owns to its owner."""
 
     def validate(self, old: Mapping[str, Any] | None, new: object, username: str,
                  policy: WebhookPolicy, **queued: Any) -> list[str]:
         o = read_object(new, "RayCluster")
-        if old is not None and owned_by_rayjob(o) and username not in \
+        owner = ray_owner(o)
+        if old is not None and owner and username not in \
                 policy.controller_usernames and read_queue_name(old, policy.queue_name_label):
+            names = OTHER_PODSETS[owner]
             try:
                 raised = raised_groups(old, o)
                 changed = changed_requests(old, o)
-                reserved = reserved_groups(old, o)
+                reserved = reserved_groups(old, o, names)
             except WorkloadSpecError as exc:
                 return [str(exc)]
-            errors = [f"{where}: the name of another podSet of the RayJob (head, submitter)"
-                      for where in reserved]
+            errors = [f"{where}: the name of another podSet of the {owner} "
+                      f"({', '.join(names)})" for where in reserved]
             if raised or changed:
+                field = ".".join(CLUSTER_AT[owner][1:])
                 errors.append(f"{', '.join(raised + changed)}: this RayCluster belongs to a "
-                              "queued RayJob, which was admitted for its pods as they are "
-                              "(count and requests): change the RayJob's rayClusterSpec "
+                              f"queued {owner}, which was admitted for its pods as they are "
+                              f"(count and requests): change the {owner}'s {field} "
                               "instead (it is queued again for the new shape)")
             if errors:
                 return errors
@@ -234,13 +252,45 @@ class _RayKind(TemplatedKind):
         self.key = kind.lower()
         self.resource = Resource(GROUP, VERSION, plural, kind)
         rules = RayClusterRules if kind == "RayCluster" else CrdRules
-        self.rules = rules(GROUP, VERSION, plural, kind, SUSPEND, extra_create=self.spec_errors,
+        self.rules = rules(GROUP, VERSION, plural, kind, self.suspend,
+                           extra_create=self.spec_errors,
                            belongs_elsewhere=belongs_elsewhere,
                            takes_unlabelled=self.takes_unlabelled)
 
 
-class RayJob(_RayKind):
+class _ClusterOwner(_RayKind):
+    """A ray.io/v1 kind for which KubeRay makes RayClusters from the RayClusterSpec at
+    ``cluster_at`` (RayJob, RayService)."""
+
+    cluster_at: Path
+
+    def made_pods(self, ctx: Context, workload: Mapping[str, Any], uid: str,
+                  pods: list[Mapping[str, Any]]) -> int:
+        """The pods holding resources of the RayClusters KubeRay made for the object of
+        orphaned ``workload`` (labelled ``ORIGIN_KIND_LABEL: <kind>`` and
+        ``ORIGIN_NAME_LABEL: <name>`` whose Workload name, a hash of kind, name and ``uid``,
+        is ``workload``'s): ``kubectl delete rayjob --cascade=orphan`` (or rayservice) leaves the cluster
+        running, and the Workload keeps the quota while its pods run."""
+        meta = workload.get("metadata") or {}
+        ns, wl_name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        if RAYCLUSTER.key not in ctx.informers.informers:
+            return 0
+        left = 0
+        for rc in ctx.store(RAYCLUSTER.key):
+            rc_meta = rc.get("metadata") or {}
+            labels = rc_meta.get("labels") or {}
+            name = str(labels.get(ORIGIN_NAME_LABEL) or "")
+            if rc_meta.get("namespace") == ns and name and \
+                    labels.get(ORIGIN_KIND_LABEL) == self.kind and self.workload_name(
+                        {"metadata": {"name": name, "uid": uid}}) == wl_name:
+                left += len(pods_of(RAYCLUSTER, pods, rc))
+        return left
+
+
+class RayJob(_ClusterOwner):
     """ray.io/v1 RayJob (``JobKind``; module doc)."""
+
+    cluster_at = CLUSTER_AT["RayJob"]
 
     def takes_unlabelled(self, obj: Mapping[str, Any]) -> bool:
         """False for a RayJob on an existing cluster (``spec.clusterSelector``): Kueue skips
@@ -331,38 +381,44 @@ class RayJob(_RayKind):
         deployment = (obj.get("status") or {}).get("jobDeploymentStatus") or ""
         return 0 if deployment in ("", "Suspended") else 1
 
-    def made_pods(self, ctx: Context, workload: Mapping[str, Any], uid: str,
-                  pods: list[Mapping[str, Any]]) -> int:
-        """The pods holding resources of the RayClusters KubeRay made for the RayJob of
-        orphaned ``workload`` (labelled ``ORIGIN_KIND_LABEL: RayJob`` and
-        ``ORIGIN_NAME_LABEL: <name>`` whose Workload name, a hash of kind, name and ``uid``,
-        is ``workload``'s): ``kubectl delete rayjob --cascade=orphan`` leaves the cluster
-        running, and the Workload keeps the quota while its pods run."""
-        meta = workload.get("metadata") or {}
-        ns, wl_name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        if RAYCLUSTER.key not in ctx.informers.informers:
-            return 0
-        left = 0
-        for rc in ctx.store(RAYCLUSTER.key):
-            rc_meta = rc.get("metadata") or {}
-            labels = rc_meta.get("labels") or {}
-            name = str(labels.get(ORIGIN_NAME_LABEL) or "")
-            if rc_meta.get("namespace") == ns and name and \
-                    labels.get(ORIGIN_KIND_LABEL) == self.kind and self.workload_name(
-                        {"metadata": {"name": name, "uid": uid}}) == wl_name:
-                left += len(pods_of(RAYCLUSTER, pods, rc))
-        return left
-
     def pods_ready(self, obj: Mapping[str, Any]) -> bool:
         """``status.rayClusterStatus.state`` is ``ready`` (Kueue v0.17.1 ``RayJob.PodsReady``)."""
         cluster = (obj.get("status") or {}).get("rayClusterStatus") or {}
         return isinstance(cluster, Mapping) and cluster.get("state") == READY
 
 
-ORIGIN_KIND_LABEL = "ray.io/originated-from-crd"
-ORIGIN_NAME_LABEL = "ray.io/originated-from-cr-name"
-"""Labels KubeRay v1.6.0 writes on the RayCluster it makes for a RayJob (``RayJob`` and the
-RayJob's name)."""
+SERVICE_READY = "Ready"  # KubeRay v1.6.0 RayService condition once it serves
+
+
+class RayService(_ClusterOwner):
+    """ray.io/v1 RayService (``JobKind``; Kueue ``jobs/rayservice``): podSets those of its
+    ``spec.rayClusterConfig`` (``cluster_templates``, as a RayCluster's), suspend lever
+    ``spec.rayClusterConfig.suspend`` (KubeRay copies the spec, lever and the flavor's
+    nodeSelector and tolerations included, onto the RayCluster it makes), never finished
+    (deleting it ends it), active and pods ready while its condition ``Ready`` is True
+    (Kueue v0.17.1 ``IsActive`` / ``PodsReady``)."""
+
+    suspend = (*CLUSTER_AT["RayService"], "suspend")
+    cluster_at = CLUSTER_AT["RayService"]
+
+    def templates(self, obj: Mapping[str, Any]) -> list[Template]:
+        return cluster_templates(obj, self.cluster_at)
+
+    def layout(self, obj: Mapping[str, Any]) -> list[Template]:
+        return cluster_templates(obj, self.cluster_at, strict=False)
+
+    def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
+        return False, "", ""
+
+    def active_pods(self, obj: Mapping[str, Any]) -> int:
+        """1 while the condition ``Ready`` is True (Kueue ``IsActive``), else 0."""
+        return 1 if self.pods_ready(obj) else 0
+
+    def pods_ready(self, obj: Mapping[str, Any]) -> bool:
+        """The condition ``Ready`` is True (Kueue v0.17.1 ``RayService.PodsReady``)."""
+        return any(isinstance(c, Mapping) and c.get("type") == SERVICE_READY
+                   and c.get("status") == "True"
+                   for c in (obj.get("status") or {}).get("conditions") or [])
 
 
 def held_to(cluster: Mapping[str, Any], workers: Mapping[str, int]) -> Obj | None:
@@ -393,15 +449,16 @@ def held_to(cluster: Mapping[str, Any], workers: Mapping[str, int]) -> Obj | Non
 
 
 def with_admitted_templates(cluster: Mapping[str, Any], parent: Mapping[str, Any],
-                            workload: Mapping[str, Any]) -> tuple[Obj, list[str]]:
-    """A copy of ``cluster`` (the RayCluster of RayJob ``parent``) whose head and worker
+                            workload: Mapping[str, Any], at: Path = CLUSTER_AT["RayJob"]
+                            ) -> tuple[Obj, list[str]]:
+    """A copy of ``cluster`` (the RayCluster of RayJob or RayService ``parent``, whose
+    RayClusterSpec is at ``at``) whose head and worker
     templates ask the per-pod requests of their admitted podSets (``workload``'s, matched
     as ``held_to`` matches them): each template that asks other requests is set back whole
-    to the RayJob's (``spec.rayClusterSpec``, as KubeRay copied it at create), and the
+    to the parent's (its RayClusterSpec, as KubeRay copied it at create), and the
     cluster suspended (KubeRay deletes its pods, including those it made from the changed
     template; it does not replace running pods on a template change). Returns the copy and
     the fields set back (``[]``: none). Raises ``WorkloadSpecError``."""
-    at = ("spec", "rayClusterSpec")
     admitted = {ps.name: dict(ps.requests) for ps in workload_from_object(workload).pod_sets}
     theirs = {t.key: t for t in cluster_templates(parent, at, strict=False)}
     workers = {t.name for t in cluster_templates(parent, at, strict=False)[1:]}
@@ -472,25 +529,27 @@ class RayCluster(_RayKind):
 
     async def hold_to_ancestor(self, ctx: Context, obj: Obj, parent_kind: Any,
                                parent: Mapping[str, Any], workload: Mapping[str, Any]) -> None:
-        """A running cluster of an admitted RayJob (``parent``) is held to the RayJob's
-        admission (``workload``): worker groups raised above their admitted worker podSet
-        (or named after none of them, as ``head`` or ``submitter``) are set back
-        (``held_to``), and a template asking other per-pod requests than its podSet was
-        admitted for is set back to the RayJob's and the cluster suspended
-        (``with_admitted_templates``); Warning Event ``ExceedsAncestorAdmission``. Goes
-        beyond Kueue, whose RayCluster integration leaves a cluster a RayJob owns to the
-        RayJob."""
-        at = ("spec", "rayClusterSpec")
+        """A running cluster of an admitted RayJob or RayService (``parent``, of
+        ``parent_kind``) is held to the parent's admission (``workload``): worker groups
+        raised above their admitted worker podSet (or named after none of them, as ``head``
+        or ``submitter``) are set back (``held_to``), and a template asking other per-pod
+        requests than its podSet was admitted for is set back to the parent's and the
+        cluster suspended (``with_admitted_templates``); Warning Event
+        ``ExceedsAncestorAdmission``. Goes beyond Kueue, whose RayCluster integration leaves
+        a cluster a RayJob or RayService owns to its owner (KubeRay v1.6.0 does not copy a
+        RayService's changed ``replicas`` onto its running cluster, but a tenant may raise
+        the cluster's own)."""
+        at = parent_kind.cluster_at
         counts = {str(p.get("name")): int(p.get("count") or 0)
                   for p in (workload.get("spec") or {}).get("podSets") or []
                   if isinstance(p, Mapping)}
         try:
             workers = {t.name: counts.get(t.name, 0)
                        for t in cluster_templates(parent, at, strict=False)[1:]}
-            body, fields = with_admitted_templates(obj, parent, workload)
+            body, fields = with_admitted_templates(obj, parent, workload, at)
             body = held_to(body, workers) or body
         except WorkloadSpecError:
-            return  # the RayJob's own reconcile stops it: it no longer matches
+            return  # the parent's own reconcile stops it: it no longer matches
         if body == obj:
             return
         written = await ctx.client.replace(self.resource, body)
@@ -500,7 +559,8 @@ class RayCluster(_RayKind):
                f"{(parent.get('metadata') or {}).get('name')}"
         ctx.recorder.emit(written, WARNING, "ExceedsAncestorAdmission",
                           f"{', '.join(fields)}: other per-pod requests than the {name} was "
-                          "admitted for: set back to the RayJob's templates and the cluster "
+                          f"admitted for: set back to the {parent_kind.kind}'s templates and "
+                          "the cluster "
                           "stopped" if fields else f"worker groups run more pods than the "
                           f"{name} was admitted for ({workers}): replicas set back")
 
@@ -560,3 +620,4 @@ class RayCluster(_RayKind):
 
 RAYJOB = RayJob("RayJob", "rayjobs")
 RAYCLUSTER = RayCluster("RayCluster", "rayclusters", belongs_elsewhere=owned_by_ray)
+RAYSERVICE = RayService("RayService", "rayservices")
