@@ -1,6 +1,7 @@
-"""KubeRay's RayJob and RayCluster (``ray.io/v1``) as job kinds (Kueue
-``pkg/controller/jobs/rayjob``, ``jobs/raycluster``, kueue-integrations.md 7), on the shared base
-of the operators' kinds (``app.integrations.templated``).
+"""KubeRay's RayJob, RayCluster and RayService (``ray.io/v1``) as job kinds (Kueue
+``pkg/controller/jobs/rayjob``, ``jobs/raycluster``, ``jobs/rayservice``, kueue-integrations.md
+7), on the shared base of the operators' kinds (``app.integrations.templated``). A RayService's
+podSets, refusals and lever are its ``spec.rayClusterConfig``'s (``RayService``).
 
 PodSets: ``head`` (count 1) first, then one per worker group named after ``groupName``
 lower-cased, ``count = replicas`` (default 1) clamped to ``[minReplicas, maxReplicas]`` as
@@ -28,8 +29,9 @@ RayCluster never. Active: a RayJob unless its deployment status is ``Suspended``
 RayCluster while ``status.state`` is ``ready``. Pods ready (waitForPodsReady): a RayJob when its
 cluster's state (``status.rayClusterStatus.state``) is ``ready``, a RayCluster when its
 ``status.state`` is (KubeRay sets ``ready`` once the cluster's pods run). A RayCluster
-controlled by a RayJob or RayService (KubeRay copies the RayJob's labels, queue name included,
-onto it) is its owner's business: it has no queue of its own (Kueue's managed-ancestor rule).
+controlled by a RayJob or RayService (KubeRay copies its owner's labels, queue name included,
+onto it) is its owner's business: it has no queue of its own (Kueue's managed-ancestor rule),
+and is held to its owner's admission (``RayCluster.hold_to_ancestor``).
 """
 
 from __future__ import annotations
@@ -40,12 +42,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.integrations.crdrules import CrdRules
-from app.integrations.framework import label_queue_name, pods_of
+from app.integrations.framework import controller_uid, label_queue_name, pods_of
 from app.integrations.podsets import strip_admission
 from app.integrations.templated import Obj, Path, Template, TemplatedKind, get_in, set_in
 from app.integrations.webhook_toolkit import WebhookPolicy, read_object, read_queue_name
 from app.kube.client import Resource
-from app.kube.events import WARNING
+from app.kube.errors import NotFound
+from app.kube.events import NORMAL, WARNING
 from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, string
 from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL
 from app.wire.podtemplate import pod_requests
@@ -133,8 +136,8 @@ def ray_owner(obj: Mapping[str, Any]) -> str:
     """The kind (``RayJob`` or ``RayService``) of the ray.io controller of ``obj`` (a
     RayCluster KubeRay made for it), or ``""``."""
     for r in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(r, Mapping) and r.get("controller") and \
-                str(r.get("apiVersion", "")).startswith(f"{GROUP}/") and r.get("kind") in RAY_OWNERS:
+        if isinstance(r, Mapping) and r.get("controller") and r.get("kind") in RAY_OWNERS \
+                and str(r.get("apiVersion", "")).startswith(f"{GROUP}/"):
             return str(r["kind"])
     return ""
 
@@ -269,8 +272,8 @@ class _ClusterOwner(_RayKind):
         """The pods holding resources of the RayClusters KubeRay made for the object of
         orphaned ``workload`` (labelled ``ORIGIN_KIND_LABEL: <kind>`` and
         ``ORIGIN_NAME_LABEL: <name>`` whose Workload name, a hash of kind, name and ``uid``,
-        is ``workload``'s): ``kubectl delete rayjob --cascade=orphan`` (or rayservice) leaves the cluster
-        running, and the Workload keeps the quota while its pods run."""
+        is ``workload``'s): ``kubectl delete rayjob --cascade=orphan`` (or rayservice) leaves
+        the cluster running, and the Workload keeps the quota while its pods run."""
         meta = workload.get("metadata") or {}
         ns, wl_name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         if RAYCLUSTER.key not in ctx.informers.informers:
@@ -409,6 +412,34 @@ class RayService(_ClusterOwner):
 
     def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
         return False, "", ""
+
+    async def settle(self, ctx: Context, obj: Obj, pods: int) -> float | None:
+        """Delete the suspended RayClusters of a started RayService, so that KubeRay makes
+        them again from its started spec; returns seconds to look again while one is left.
+        KubeRay v1.6.0 makes the cluster of a RayService created suspended (as a queued one
+        is) suspended too, and once the RayService is started it neither updates that
+        cluster (the spec's hash changed: the lever, the flavor's nodeSelector) nor makes a
+        new one (it stops at the missing head pod first), so the admitted RayService would
+        never run; a cluster pykueue stopped while its RayService was not admitted is in the
+        same state. A suspended cluster holds no pod."""
+        if self.is_suspended(obj) or RAYCLUSTER.key not in ctx.informers.informers:
+            return None
+        meta = obj.get("metadata") or {}
+        stale = [rc for rc in ctx.store(RAYCLUSTER.key)
+                 if (m := rc.get("metadata") or {}).get("namespace") == meta.get("namespace")
+                 and not m.get("deletionTimestamp") and controller_uid(rc) == meta.get("uid")
+                 and RAYCLUSTER.is_suspended(rc)]
+        for rc in stale:
+            m = rc["metadata"]
+            try:
+                await ctx.client.delete(RAYCLUSTER.resource, m["name"], m["namespace"],
+                                        uid=m.get("uid"))
+            except NotFound:
+                continue
+            ctx.recorder.emit(obj, NORMAL, "StaleRayClusterDeleted",
+                              f"RayCluster {m['name']} was made suspended: deleted, KubeRay "
+                              "makes it again from the started RayService")
+        return RESYNC_SECONDS if stale else None
 
     def active_pods(self, obj: Mapping[str, Any]) -> int:
         """1 while the condition ``Ready`` is True (Kueue ``IsActive``), else 0."""
