@@ -311,3 +311,72 @@ def test_a_rayservices_cluster_template_is_set_back_to_the_rayservices() -> None
     assert fields == ["spec.workerGroupSpecs[0].template"] and out["spec"]["suspend"] is True
     assert out["spec"]["workerGroupSpecs"][0]["template"] == \
         svc["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]
+
+
+class _RayCtx:
+    """What ``RayService.stop`` and ``settle`` use: a RayCluster store, a client recording
+    replaces and deletes, a recorder."""
+
+    def __init__(self, *clusters: dict[str, Any]) -> None:
+        self.replaced: list[dict[str, Any]] = []
+        self.deleted: list[str] = []
+        self.events: list[str] = []
+        self.clusters = {c["metadata"]["name"]: c for c in clusters}
+        outer = self
+
+        class Store(dict):  # type: ignore[type-arg]
+            def __iter__(self) -> Any:
+                return iter(list(outer.clusters.values()))
+
+            def put(self, obj: dict[str, Any]) -> None:
+                outer.clusters[obj["metadata"]["name"]] = obj
+
+        class Client:
+            async def replace(self, res: Any, body: dict[str, Any]) -> dict[str, Any]:
+                outer.replaced.append(body)
+                return body
+
+            async def delete(self, res: Any, name: str, ns: str, **_: Any) -> dict[str, Any]:
+                outer.deleted.append(name)
+                return {}
+
+        class Recorder:
+            def emit(self, obj: Any, kind: str, reason: str, message: str) -> None:
+                outer.events.append(reason)
+
+        class Informers:
+            informers = {"raycluster": None}
+
+        self._store, self.client, self.recorder = Store(), Client(), Recorder()
+        self.informers = Informers()
+
+    def store(self, key: str) -> Any:
+        return self._store
+
+
+def _service_cluster(name: str, suspend: bool) -> dict[str, Any]:
+    rc = raycluster(group("gpu", 2))
+    rc["metadata"].update(name=name, ownerReferences=[
+        {"apiVersion": "ray.io/v1", "kind": "RayService", "name": "serve", "uid": "u-3",
+         "controller": True}])
+    rc["spec"]["suspend"] = suspend
+    return rc
+
+
+async def test_a_stopped_rayservice_stops_its_clusters_and_a_started_one_renews_them() -> None:
+    """KubeRay v1.6.0 copies neither the raised lever nor the lowered one onto the cluster it
+    made: ``stop`` suspends the RayService's running clusters (not another owner's), and
+    ``settle`` on the started RayService deletes its suspended ones for KubeRay to make
+    again."""
+    other = _service_cluster("other", False)
+    other["metadata"]["ownerReferences"][0]["uid"] = "u-9"
+    ctx = _RayCtx(_service_cluster("serve-a", False), other)
+    started = RAYSERVICE.injected(rayservice(group("gpu")), {"gpu": A100})
+    await RAYSERVICE.stop(ctx, started, "test")  # type: ignore[arg-type]
+    assert [(b["kind"], b["metadata"]["name"]) for b in ctx.replaced] == [
+        ("RayService", "serve"), ("RayCluster", "serve-a")]
+    assert ctx.clusters["serve-a"]["spec"]["suspend"] is True
+    assert ctx.clusters["other"]["spec"]["suspend"] is False
+    assert await RAYSERVICE.settle(ctx, rayservice(group("gpu")), 0) is None  # type: ignore
+    assert await RAYSERVICE.settle(ctx, started, 0) == 10.0  # type: ignore[arg-type]
+    assert ctx.deleted == ["serve-a"] and ctx.events[-1] == "StaleRayClusterDeleted"

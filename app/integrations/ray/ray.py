@@ -413,6 +413,27 @@ class RayService(_ClusterOwner):
     def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
         return False, "", ""
 
+    def clusters(self, ctx: Context, obj: Mapping[str, Any]) -> list[Obj]:
+        """The stored RayClusters the RayService ``obj`` controls (by uid), not being
+        deleted."""
+        if RAYCLUSTER.key not in ctx.informers.informers:
+            return []
+        meta = obj.get("metadata") or {}
+        return [rc for rc in ctx.store(RAYCLUSTER.key)
+                if (m := rc.get("metadata") or {}).get("namespace") == meta.get("namespace")
+                and not m.get("deletionTimestamp") and controller_uid(rc) == meta.get("uid")]
+
+    async def stop(self, ctx: Context, obj: Obj, why: str) -> Obj:
+        """As the base, and each running RayCluster it controls stopped too: KubeRay v1.6.0
+        does not copy the lowered lever onto a cluster it made (the spec's hash changed, so
+        it would prepare a new cluster beside the running one), which would keep running on
+        no admission."""
+        written = await super().stop(ctx, obj, why)
+        for rc in self.clusters(ctx, obj):
+            if not RAYCLUSTER.is_suspended(rc):
+                await RAYCLUSTER.stop(ctx, rc, why)
+        return written
+
     async def settle(self, ctx: Context, obj: Obj, pods: int) -> float | None:
         """Delete the suspended RayClusters of a started RayService, so that KubeRay makes
         them again from its started spec; returns seconds to look again while one is left.
@@ -420,15 +441,11 @@ class RayService(_ClusterOwner):
         is) suspended too, and once the RayService is started it neither updates that
         cluster (the spec's hash changed: the lever, the flavor's nodeSelector) nor makes a
         new one (it stops at the missing head pod first), so the admitted RayService would
-        never run; a cluster pykueue stopped while its RayService was not admitted is in the
-        same state. A suspended cluster holds no pod."""
-        if self.is_suspended(obj) or RAYCLUSTER.key not in ctx.informers.informers:
+        never run; a cluster stopped with its RayService (``stop``) is in the same state
+        once the RayService is admitted again. A suspended cluster holds no pod."""
+        if self.is_suspended(obj):
             return None
-        meta = obj.get("metadata") or {}
-        stale = [rc for rc in ctx.store(RAYCLUSTER.key)
-                 if (m := rc.get("metadata") or {}).get("namespace") == meta.get("namespace")
-                 and not m.get("deletionTimestamp") and controller_uid(rc) == meta.get("uid")
-                 and RAYCLUSTER.is_suspended(rc)]
+        stale = [rc for rc in self.clusters(ctx, obj) if RAYCLUSTER.is_suspended(rc)]
         for rc in stale:
             m = rc["metadata"]
             try:
@@ -437,8 +454,8 @@ class RayService(_ClusterOwner):
             except NotFound:
                 continue
             ctx.recorder.emit(obj, NORMAL, "StaleRayClusterDeleted",
-                              f"RayCluster {m['name']} was made suspended: deleted, KubeRay "
-                              "makes it again from the started RayService")
+                              f"RayCluster {m['name']} is suspended: deleted, KubeRay makes "
+                              "it again from the started RayService")
         return RESYNC_SECONDS if stale else None
 
     def active_pods(self, obj: Mapping[str, Any]) -> int:
