@@ -515,3 +515,109 @@ def test_worker_groups_named_after_a_rayjobs_other_podsets_are_held_to_zero(
         finally:
             print(f"\nworker groups named head/submitter: at most {max(seen)} GPU workers "
                   "Running, admission of 1")
+
+
+def rayservice(name: str, ns: str, workers: int) -> str:
+    """A RayService queued in ``lq`` whose rayClusterConfig is ``rayjob``'s cluster (a
+    1-CPU head, ``workers`` 1-GPU workers in group ``gpu``)."""
+    job = json.loads(rayjob(name, ns, workers))
+    return json.dumps({"apiVersion": "ray.io/v1", "kind": "RayService",
+                       "metadata": job["metadata"],
+                       "spec": {"rayClusterConfig": job["spec"]["rayClusterSpec"]}})
+
+
+def _service_pods(lab: LabHandle, ns: str, name: str) -> list[dict]:
+    """The live pods of the RayClusters RayService ``name`` made (KubeRay's
+    ``ray.io/originated-from-cr-name`` label on the cluster)."""
+    clusters = {c["metadata"]["name"] for c in lab.get("rayclusters", "-n", ns)["items"]
+                if c["metadata"]["labels"].get("ray.io/originated-from-cr-name") == name}
+    return [p for p in live(lab.get("pods", "-n", ns)["items"])
+            if p["metadata"]["labels"].get("ray.io/cluster") in clusters]
+
+
+def test_a_rayservice_is_admitted_whole_and_one_that_does_not_fit_waits_until_it_is_deleted(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    """Two RayServices (head + 2 one-GPU workers) on a queue of 2 GPUs: the first is
+    admitted whole and its pods run on a100-0 with the flavor's nodeSelector (KubeRay copies
+    ``rayClusterConfig`` onto its RayCluster), the second waits whole, suspended and without a
+    pod, with the numbers in its reason; deleting the first frees the quota and the second
+    runs. Before: neither queued (no RayService kind), 4 GPU workers created."""
+    with ray_queue(lab, "rsvc", 2) as ns:
+        lab.apply(rayservice("serve", ns, 2))
+        wl = wait_for(lambda: admitted(lab, ns, "RayService", "serve"), 60, "serve admitted")
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
+            ("head", 1), ("gpu", 2)]
+        by = wait_for(lambda: placed(lab, ns, 2), 90, "serve's head and 2 workers running")
+        landed_on_a100(by["worker"], ["gpu", "gpu"])
+        assert by["head"][0]["spec"]["nodeName"] in ("cpu-0", "cpu-1")
+        # Its RayClusters are the RayService's: no Workload of their own.
+        assert [w["metadata"]["name"] for w in
+                lab.get("workloads.kueue.x-k8s.io", "-n", ns)["items"]] == [
+            wl["metadata"]["name"]]
+        lab.apply(rayservice("wait", ns, 2))
+        qr = wait_for(lambda: (c := condition(owned_workload(lab, ns, "RayService", "wait"),
+                                              "QuotaReserved"))
+                      and c["status"] == "False" and c, 60, "wait's Workload pending")
+        assert "nvidia.com/gpu" in qr["message"] and "2" in qr["message"], qr
+        assert lab.get("rayservice", "wait", "-n", ns)["spec"]["rayClusterConfig"][
+            "suspend"] is True
+        assert _service_pods(lab, ns, "wait") == []
+        lab.kubectl("delete", "rayservice", "serve", "-n", ns)
+        wait_for(lambda: admitted(lab, ns, "RayService", "wait"), 90,
+                 "wait admitted once serve is deleted")
+        pods = wait_for(lambda: len(p := [x for x in _service_pods(lab, ns, "wait")
+                                          if x["status"].get("phase") == "Running"]) == 3
+                        and p, 90, "wait's head and 2 workers running")
+        landed_on_a100([p for p in pods if p["metadata"]["labels"]["ray.io/node-type"]
+                        == "worker"], ["gpu", "gpu"])
+
+
+def test_raising_the_workers_of_an_admitted_rayservice_runs_no_more_pods_than_admitted(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:
+    """An admitted RayService (2 GPU workers, queue of 2): its RayCluster's workers raised to
+    3 by a tenant is refused (with the webhook bypassed, set back to the admission); the
+    RayService's own workers raised to 3 queue it again (it does not fit: it waits, stopped,
+    with its numbers) and its pods go. At no point more than 2 GPU workers run."""
+    from tests.e2e.test_jobset import tenant
+
+    with ray_queue(lab, "rsvc-raise", 2) as ns:
+        as_tenant = tenant(lab, ns)
+        lab.kubectl(*as_tenant, "apply", "-f", "-", input=rayservice("serve", ns, 2))
+        wait_for(lambda: admitted(lab, ns, "RayService", "serve"), 60, "serve admitted")
+        wait_for(lambda: placed(lab, ns, 2), 90, "serve's head and 2 workers running")
+        (cluster,) = [c for c in lab.get("rayclusters", "-n", ns)["items"]
+                      if not c["spec"].get("suspend")]
+        name = cluster["metadata"]["name"]
+        raise_to_3 = ("patch", "raycluster", name, "-n", ns, "--type=json", "-p", json.dumps(
+            [{"op": "replace", "path": "/spec/workerGroupSpecs/0/" + f, "value": 3}
+             for f in ("maxReplicas", "replicas")]))
+        r = lab.kubectl(*as_tenant, *raise_to_3, check=False)
+        assert r.returncode != 0 and "belongs to a queued RayService" in r.stderr, r.stderr
+        with webhook_removed(lab, "vraycluster.pykueue.io"):  # bypassed, or down
+            lab.kubectl(*as_tenant, *raise_to_3)
+        wait_for(lambda: lab.get("raycluster", name, "-n", ns)["spec"]["workerGroupSpecs"][0][
+            "replicas"] == 2, 30, f"{name}'s workers set back to the RayService's admission (2)")
+        wait_for(lambda: _gpu_workers(lab, ns) == 2 and len(
+            [p for p in lab.get("pods", "-n", ns)["items"]
+             if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]) == 2, 60,
+            "two workers left")
+        seen = [2]
+        try:
+            lab.kubectl(*as_tenant, "patch", "rayservice", "serve", "-n", ns, "--type=json",
+                        "-p", json.dumps([{"op": "replace", "value": 3, "path":
+                                           "/spec/rayClusterConfig/workerGroupSpecs/0/" + f}
+                                          for f in ("maxReplicas", "replicas")]))
+            qr = wait_for(lambda: seen.append(_gpu_workers(lab, ns)) or (
+                (w := owned_workload(lab, ns, "RayService", "serve"))
+                and [p["count"] for p in w["spec"]["podSets"]] == [1, 3]
+                and (c := condition(w, "QuotaReserved")) and c["status"] == "False" and c),
+                60, "serve queued again for 3 workers, waiting")
+            assert "nvidia.com/gpu" in qr["message"], qr
+            wait_for(lambda: seen.append(_gpu_workers(lab, ns)) or not _service_pods(
+                lab, ns, "serve"), 90, "serve's pods gone")
+        finally:
+            print(f"\nraised RayService: at most {max(seen)} GPU workers Running, admission "
+                  "of 2")
+        assert max(seen) <= 2, seen
+        assert lab.get("rayservice", "serve", "-n", ns)["spec"]["rayClusterConfig"][
+            "suspend"] is True

@@ -18,7 +18,10 @@ from app.integrations.ray.ray import (
     DEFAULT_SUBMITTER_ANNOTATION,
     RAYCLUSTER,
     RAYJOB,
+    RAYSERVICE,
     default_submitter,
+    ray_owner,
+    with_admitted_templates,
 )
 from app.wire.fields import WorkloadSpecError
 from tests.unit.test_jobset import A100, POLICY, QUEUE
@@ -213,3 +216,167 @@ async def test_routes_answer_reviews() -> None:
                   kind=RAYJOB_KIND)
     resp = answer(await post(app, "/mutate-ray-io-v1-rayjob", sent), sent)
     assert resp["allowed"] is False and 400 <= resp["status"]["code"] < 500
+
+
+def rayservice(*groups: dict[str, Any], suspend: bool | None = True,
+               **spec: Any) -> dict[str, Any]:
+    config = cluster_spec(*groups)
+    if suspend is not None:
+        config["suspend"] = suspend
+    return {"apiVersion": "ray.io/v1", "kind": "RayService",
+            "metadata": {"name": "serve", "namespace": "ns", "uid": "u-3",
+                         "labels": {QUEUE: "lq"}},
+            "spec": {"rayClusterConfig": config, **spec}}
+
+
+def test_rayservice_podsets_are_its_clusters() -> None:
+    """Kueue v0.17.1 ``jobs/rayservice``: head 1 + each worker group (lower-cased name,
+    replicas x numOfHosts); the Workload is named after the RayService kind."""
+    svc = rayservice(group("GPU", 2), group("tpu", 2, numOfHosts=2))
+    wl = RAYSERVICE.desired(svc)
+    assert [(p.name, p.count) for p in wl.pod_sets] == [("head", 1), ("gpu", 2), ("tpu", 4)]
+    assert wl.name.startswith("rayservice-serve-")
+    assert RAYSERVICE.rules.mutate_path == "/mutate-ray-io-v1-rayservice"
+
+
+@pytest.mark.parametrize(("svc", "field"), [
+    (rayservice(group("head")), "spec.rayClusterConfig.workerGroupSpecs[0].groupName"),
+    (rayservice(group("gpu")) | {"spec": {"rayClusterConfig": {
+        **cluster_spec(group("gpu")), "suspend": True, "enableInTreeAutoscaling": True}}},
+     "spec.rayClusterConfig.enableInTreeAutoscaling"),
+])
+def test_refused_rayservices_name_the_field(svc: dict[str, Any], field: str) -> None:
+    (err,) = RAYSERVICE.spec_errors(svc)
+    assert err.startswith(field), err
+    (err,) = RAYSERVICE.rules.validate(None, svc, "alice", POLICY)
+    assert field in err
+
+
+def test_a_worker_group_named_submitter_is_a_rayservices_own() -> None:
+    """Only a RayJob has a submitter podSet."""
+    assert RAYSERVICE.spec_errors(rayservice(group("submitter"))) == []
+
+
+def test_rayservice_suspend_lever_is_its_cluster_configs() -> None:
+    """Webhook: a queued RayService is created with ``spec.rayClusterConfig.suspend``; start
+    writes the flavor into the templates and lowers the lever; stop restores both."""
+    svc = rayservice(group("gpu"), suspend=None)
+    assert RAYSERVICE.rules.mutate(svc, "CREATE", POLICY) == [
+        {"op": "add", "path": "/spec/rayClusterConfig/suspend", "value": True}]
+    svc = rayservice(group("gpu"))
+    assert RAYSERVICE.is_suspended(svc)
+    started = RAYSERVICE.injected(svc, {"gpu": A100})
+    assert started["spec"]["rayClusterConfig"]["suspend"] is False
+    assert "suspend" not in started["spec"]
+    worker = started["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]
+    assert (worker["spec"]["nodeSelector"], worker["spec"]["tolerations"]) == A100
+    assert RAYSERVICE.restored(started) == svc
+
+
+def test_rayservice_never_finishes_and_is_ready_with_its_condition() -> None:
+    svc = rayservice(group("gpu"), suspend=False)
+    assert RAYSERVICE.finished(svc) == (False, "", "")
+    assert not RAYSERVICE.pods_ready(svc) and RAYSERVICE.active_pods(svc) == 0
+    svc["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
+    assert RAYSERVICE.pods_ready(svc) and RAYSERVICE.active_pods(svc) == 1
+    svc["status"]["conditions"][0]["status"] = "False"
+    assert not RAYSERVICE.pods_ready(svc)
+
+
+def test_a_rayservices_raycluster_belongs_to_the_rayservice() -> None:
+    """KubeRay copies the RayService's labels onto its RayCluster: not queued again; a tenant
+    raising its workers is refused, naming the RayService's field."""
+    owned = raycluster(group("gpu", 1), owner="RayService")
+    owned["spec"]["suspend"] = False
+    assert ray_owner(owned) == "RayService"
+    assert RAYCLUSTER.queue_name(owned) == ""
+    assert RAYCLUSTER.rules.mutate(owned, "CREATE", POLICY) == []
+    raised = copy.deepcopy(owned)
+    raised["spec"]["workerGroupSpecs"][0]["replicas"] = 3
+    (err,) = RAYCLUSTER.rules.validate(owned, raised, "alice", POLICY)
+    assert "belongs to a queued RayService" in err and "rayClusterConfig" in err, err
+    # "submitter" is no other podSet of a RayService.
+    added = copy.deepcopy(owned)
+    added["spec"]["workerGroupSpecs"].append(group("submitter", 0))
+    assert RAYCLUSTER.rules.validate(owned, added, "alice", POLICY) == []
+
+
+def test_a_rayservices_cluster_template_is_set_back_to_the_rayservices() -> None:
+    """``with_admitted_templates`` reads the parent's RayClusterSpec where its kind holds
+    it (a RayService's ``spec.rayClusterConfig``)."""
+    svc = rayservice(group("gpu", 1), suspend=False)
+    wl = RAYSERVICE.workload_object(svc)
+    rc = raycluster(group("gpu", 1, gpu=2), owner="RayService")
+    out, fields = with_admitted_templates(rc, svc, wl, RAYSERVICE.cluster_at)
+    assert fields == ["spec.workerGroupSpecs[0].template"] and out["spec"]["suspend"] is True
+    assert out["spec"]["workerGroupSpecs"][0]["template"] == \
+        svc["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]
+
+
+class _RayCtx:
+    """What ``RayService.stop`` and ``settle`` use: a RayCluster store, a client recording
+    replaces and deletes, a recorder."""
+
+    def __init__(self, *clusters: dict[str, Any]) -> None:
+        self.replaced: list[dict[str, Any]] = []
+        self.deleted: list[str] = []
+        self.events: list[str] = []
+        self.clusters = {c["metadata"]["name"]: c for c in clusters}
+        outer = self
+
+        class Store(dict):  # type: ignore[type-arg]
+            def __iter__(self) -> Any:
+                return iter(list(outer.clusters.values()))
+
+            def put(self, obj: dict[str, Any]) -> None:
+                outer.clusters[obj["metadata"]["name"]] = obj
+
+        class Client:
+            async def replace(self, res: Any, body: dict[str, Any]) -> dict[str, Any]:
+                outer.replaced.append(body)
+                return body
+
+            async def delete(self, res: Any, name: str, ns: str, **_: Any) -> dict[str, Any]:
+                outer.deleted.append(name)
+                return {}
+
+        class Recorder:
+            def emit(self, obj: Any, kind: str, reason: str, message: str) -> None:
+                outer.events.append(reason)
+
+        class Informers:
+            informers = {"raycluster": None}
+
+        self._store, self.client, self.recorder = Store(), Client(), Recorder()
+        self.informers = Informers()
+
+    def store(self, key: str) -> Any:
+        return self._store
+
+
+def _service_cluster(name: str, suspend: bool) -> dict[str, Any]:
+    rc = raycluster(group("gpu", 2))
+    rc["metadata"].update(name=name, ownerReferences=[
+        {"apiVersion": "ray.io/v1", "kind": "RayService", "name": "serve", "uid": "u-3",
+         "controller": True}])
+    rc["spec"]["suspend"] = suspend
+    return rc
+
+
+async def test_a_stopped_rayservice_stops_its_clusters_and_a_started_one_renews_them() -> None:
+    """KubeRay v1.6.0 copies neither the raised lever nor the lowered one onto the cluster it
+    made: ``stop`` suspends the RayService's running clusters (not another owner's), and
+    ``settle`` on the started RayService deletes its suspended ones for KubeRay to make
+    again."""
+    other = _service_cluster("other", False)
+    other["metadata"]["ownerReferences"][0]["uid"] = "u-9"
+    ctx = _RayCtx(_service_cluster("serve-a", False), other)
+    started = RAYSERVICE.injected(rayservice(group("gpu")), {"gpu": A100})
+    await RAYSERVICE.stop(ctx, started, "test")  # type: ignore[arg-type]
+    assert [(b["kind"], b["metadata"]["name"]) for b in ctx.replaced] == [
+        ("RayService", "serve"), ("RayCluster", "serve-a")]
+    assert ctx.clusters["serve-a"]["spec"]["suspend"] is True
+    assert ctx.clusters["other"]["spec"]["suspend"] is False
+    assert await RAYSERVICE.settle(ctx, rayservice(group("gpu")), 0) is None  # type: ignore
+    assert await RAYSERVICE.settle(ctx, started, 0) == 10.0  # type: ignore[arg-type]
+    assert ctx.deleted == ["serve-a"] and ctx.events[-1] == "StaleRayClusterDeleted"

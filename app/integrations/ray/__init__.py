@@ -1,9 +1,9 @@
-"""KubeRay's kinds (``ray.io/v1``): RayJob and RayCluster (``KINDS``), and their webhook
+"""KubeRay's kinds (``ray.io/v1``): RayJob, RayCluster and RayService (``KINDS``), and their webhook
 routes (``ROUTES``, from each kind's ``rules``)."""
 
-from app.integrations.ray.ray import RAYCLUSTER, RAYJOB
+from app.integrations.ray.ray import RAYCLUSTER, RAYJOB, RAYSERVICE
 
-KINDS = (RAYJOB, RAYCLUSTER)
+KINDS = (RAYJOB, RAYCLUSTER, RAYSERVICE)
 
 ROUTES = tuple(r for k in KINDS for r in k.rules.routes())
 

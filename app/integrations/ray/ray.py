@@ -1,6 +1,7 @@
-"""KubeRay's RayJob and RayCluster (``ray.io/v1``) as job kinds (Kueue
-``pkg/controller/jobs/rayjob``, ``jobs/raycluster``, kueue-integrations.md 7), on the shared base
-of the operators' kinds (``app.integrations.templated``).
+"""KubeRay's RayJob, RayCluster and RayService (``ray.io/v1``) as job kinds (Kueue
+``pkg/controller/jobs/rayjob``, ``jobs/raycluster``, ``jobs/rayservice``, kueue-integrations.md
+7), on the shared base of the operators' kinds (``app.integrations.templated``). A RayService's
+podSets, refusals and lever are its ``spec.rayClusterConfig``'s (``RayService``).
 
 PodSets: ``head`` (count 1) first, then one per worker group named after ``groupName``
 lower-cased, ``count = replicas`` (default 1) clamped to ``[minReplicas, maxReplicas]`` as
@@ -28,8 +29,9 @@ RayCluster never. Active: a RayJob unless its deployment status is ``Suspended``
 RayCluster while ``status.state`` is ``ready``. Pods ready (waitForPodsReady): a RayJob when its
 cluster's state (``status.rayClusterStatus.state``) is ``ready``, a RayCluster when its
 ``status.state`` is (KubeRay sets ``ready`` once the cluster's pods run). A RayCluster
-controlled by a RayJob or RayService (KubeRay copies the RayJob's labels, queue name included,
-onto it) is its owner's business: it has no queue of its own (Kueue's managed-ancestor rule).
+controlled by a RayJob or RayService (KubeRay copies its owner's labels, queue name included,
+onto it) is its owner's business: it has no queue of its own (Kueue's managed-ancestor rule),
+and is held to its owner's admission (``RayCluster.hold_to_ancestor``).
 """
 
 from __future__ import annotations
@@ -40,12 +42,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.integrations.crdrules import CrdRules
-from app.integrations.framework import label_queue_name, pods_of
+from app.integrations.framework import controller_uid, label_queue_name, pods_of
 from app.integrations.podsets import strip_admission
 from app.integrations.templated import Obj, Path, Template, TemplatedKind, get_in, set_in
 from app.integrations.webhook_toolkit import WebhookPolicy, read_object, read_queue_name
 from app.kube.client import Resource
-from app.kube.events import WARNING
+from app.kube.errors import NotFound
+from app.kube.events import NORMAL, WARNING
 from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, string
 from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL
 from app.wire.podtemplate import pod_requests
@@ -126,20 +129,22 @@ def default_submitter(obj: Mapping[str, Any]) -> Obj:
                       "limits": {"cpu": "1", "memory": "1Gi"}}}]}}
 
 
+RAY_OWNERS = ("RayJob", "RayService")
+
+
+def ray_owner(obj: Mapping[str, Any]) -> str:
+    """The kind (``RayJob`` or ``RayService``) of the ray.io controller of ``obj`` (a
+    RayCluster KubeRay made for it), or ``""``."""
+    for r in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(r, Mapping) and r.get("controller") and r.get("kind") in RAY_OWNERS \
+                and str(r.get("apiVersion", "")).startswith(f"{GROUP}/"):
+            return str(r["kind"])
+    return ""
+
+
 def owned_by_ray(obj: Mapping[str, Any]) -> bool:
     """True when a RayJob or RayService controls ``obj`` (KubeRay made it)."""
-    return any(r.get("controller") and str(r.get("apiVersion", "")).startswith(f"{GROUP}/")
-               and r.get("kind") in ("RayJob", "RayService")
-               for r in (obj.get("metadata") or {}).get("ownerReferences") or []
-               if isinstance(r, Mapping))
-
-
-def owned_by_rayjob(obj: Mapping[str, Any]) -> bool:
-    """True when a RayJob controls ``obj`` (a RayCluster KubeRay made for it)."""
-    return any(r.get("controller") and str(r.get("apiVersion", "")).startswith(f"{GROUP}/")
-               and r.get("kind") == "RayJob"
-               for r in (obj.get("metadata") or {}).get("ownerReferences") or []
-               if isinstance(r, Mapping))
+    return bool(ray_owner(obj))
 
 
 def raised_groups(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -176,45 +181,61 @@ def changed_requests(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str
             if (t.name, t.key) in before and template_requests(new, t) != before[(t.name, t.key)]]
 
 
-def reserved_groups(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """The worker groups of RayCluster ``new`` named after the RayJob's other podSets
-    (``head``, ``submitter``, any case) that ``old`` does not have."""
+def reserved_groups(old: Mapping[str, Any], new: Mapping[str, Any],
+                    names: tuple[str, ...] = ("head", SUBMITTER)) -> list[str]:
+    """The worker groups of RayCluster ``new`` named after its owner's other podSets
+    (``names``, any case: a RayJob's ``head`` and ``submitter``, a RayService's ``head``)
+    that ``old`` does not have."""
     def named(obj: Mapping[str, Any]) -> dict[str, str]:
         return {t.key: t.field.removesuffix(".template")
                 for t in cluster_templates(obj, ("spec",), strict=False)[1:]
-                if t.name in ("head", SUBMITTER)}
+                if t.name in names}
     had = named(old)
     return [f"{field}.groupName" for key, field in named(new).items() if key not in had]
 
 
+ORIGIN_KIND_LABEL = "ray.io/originated-from-crd"
+ORIGIN_NAME_LABEL = "ray.io/originated-from-cr-name"
+"""Labels KubeRay v1.6.0 writes on the RayCluster it makes for a RayJob or RayService (its
+kind and name)."""
+OTHER_PODSETS = {"RayJob": ("head", SUBMITTER), "RayService": ("head",)}
+"""The podSets of a RayCluster's owner besides its worker groups, by the owner's kind."""
+CLUSTER_AT: dict[str, Path] = {"RayJob": ("spec", "rayClusterSpec"),
+                               "RayService": ("spec", "rayClusterConfig")}
+"""Where a RayCluster's owner holds the RayClusterSpec KubeRay copies, by the owner's kind."""
+
+
 @dataclass(frozen=True)
 class RayClusterRules(CrdRules):
-    """``CrdRules`` of the RayCluster, plus: on a cluster that a queued RayJob made (it
-    carries the queue label KubeRay copied from the RayJob), raising a worker group's pod
-    count, changing a template's per-pod requests, or adding a worker group named ``head``
-    or ``submitter`` (the RayJob's other podSets) is refused to everyone but pykueue (the
-    reconciler would set it back to the RayJob's admission: ``RayCluster.hold_to_ancestor``).
+    """``CrdRules`` of the RayCluster, plus: on a cluster that a queued RayJob or RayService
+    made (it carries the queue label KubeRay copied from its owner), raising a worker group's
+    pod count, changing a template's per-pod requests, or adding a worker group named after
+    the owner's other podSets (``OTHER_PODSETS``) is refused to everyone but pykueue (the
+    reconciler would set it back to the owner's admission: ``RayCluster.hold_to_ancestor``).
     Kueue's RayCluster webhook refuses a worker group named ``head`` on a queued cluster at
     create and update alike; the rest goes beyond Kueue, whose webhook leaves a cluster a
-    RayJob owns to the RayJob."""
+    RayJob or RayService owns to its owner."""
 
     def validate(self, old: Mapping[str, Any] | None, new: object, username: str,
                  policy: WebhookPolicy, **queued: Any) -> list[str]:
         o = read_object(new, "RayCluster")
-        if old is not None and owned_by_rayjob(o) and username not in \
+        owner = ray_owner(o)
+        if old is not None and owner and username not in \
                 policy.controller_usernames and read_queue_name(old, policy.queue_name_label):
+            names = OTHER_PODSETS[owner]
             try:
                 raised = raised_groups(old, o)
                 changed = changed_requests(old, o)
-                reserved = reserved_groups(old, o)
+                reserved = reserved_groups(old, o, names)
             except WorkloadSpecError as exc:
                 return [str(exc)]
-            errors = [f"{where}: the name of another podSet of the RayJob (head, submitter)"
-                      for where in reserved]
+            errors = [f"{where}: the name of another podSet of the {owner} "
+                      f"({', '.join(names)})" for where in reserved]
             if raised or changed:
+                field = ".".join(CLUSTER_AT[owner][1:])
                 errors.append(f"{', '.join(raised + changed)}: this RayCluster belongs to a "
-                              "queued RayJob, which was admitted for its pods as they are "
-                              "(count and requests): change the RayJob's rayClusterSpec "
+                              f"queued {owner}, which was admitted for its pods as they are "
+                              f"(count and requests): change the {owner}'s {field} "
                               "instead (it is queued again for the new shape)")
             if errors:
                 return errors
@@ -234,13 +255,45 @@ class _RayKind(TemplatedKind):
         self.key = kind.lower()
         self.resource = Resource(GROUP, VERSION, plural, kind)
         rules = RayClusterRules if kind == "RayCluster" else CrdRules
-        self.rules = rules(GROUP, VERSION, plural, kind, SUSPEND, extra_create=self.spec_errors,
+        self.rules = rules(GROUP, VERSION, plural, kind, self.suspend,
+                           extra_create=self.spec_errors,
                            belongs_elsewhere=belongs_elsewhere,
                            takes_unlabelled=self.takes_unlabelled)
 
 
-class RayJob(_RayKind):
+class _ClusterOwner(_RayKind):
+    """A ray.io/v1 kind for which KubeRay makes RayClusters from the RayClusterSpec at
+    ``cluster_at`` (RayJob, RayService)."""
+
+    cluster_at: Path
+
+    def made_pods(self, ctx: Context, workload: Mapping[str, Any], uid: str,
+                  pods: list[Mapping[str, Any]]) -> int:
+        """The pods holding resources of the RayClusters KubeRay made for the object of
+        orphaned ``workload`` (labelled ``ORIGIN_KIND_LABEL: <kind>`` and
+        ``ORIGIN_NAME_LABEL: <name>`` whose Workload name, a hash of kind, name and ``uid``,
+        is ``workload``'s): ``kubectl delete rayjob --cascade=orphan`` (or rayservice) leaves
+        the cluster running, and the Workload keeps the quota while its pods run."""
+        meta = workload.get("metadata") or {}
+        ns, wl_name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        if RAYCLUSTER.key not in ctx.informers.informers:
+            return 0
+        left = 0
+        for rc in ctx.store(RAYCLUSTER.key):
+            rc_meta = rc.get("metadata") or {}
+            labels = rc_meta.get("labels") or {}
+            name = str(labels.get(ORIGIN_NAME_LABEL) or "")
+            if rc_meta.get("namespace") == ns and name and \
+                    labels.get(ORIGIN_KIND_LABEL) == self.kind and self.workload_name(
+                        {"metadata": {"name": name, "uid": uid}}) == wl_name:
+                left += len(pods_of(RAYCLUSTER, pods, rc))
+        return left
+
+
+class RayJob(_ClusterOwner):
     """ray.io/v1 RayJob (``JobKind``; module doc)."""
+
+    cluster_at = CLUSTER_AT["RayJob"]
 
     def takes_unlabelled(self, obj: Mapping[str, Any]) -> bool:
         """False for a RayJob on an existing cluster (``spec.clusterSelector``): Kueue skips
@@ -331,38 +384,89 @@ class RayJob(_RayKind):
         deployment = (obj.get("status") or {}).get("jobDeploymentStatus") or ""
         return 0 if deployment in ("", "Suspended") else 1
 
-    def made_pods(self, ctx: Context, workload: Mapping[str, Any], uid: str,
-                  pods: list[Mapping[str, Any]]) -> int:
-        """The pods holding resources of the RayClusters KubeRay made for the RayJob of
-        orphaned ``workload`` (labelled ``ORIGIN_KIND_LABEL: RayJob`` and
-        ``ORIGIN_NAME_LABEL: <name>`` whose Workload name, a hash of kind, name and ``uid``,
-        is ``workload``'s): ``kubectl delete rayjob --cascade=orphan`` leaves the cluster
-        running, and the Workload keeps the quota while its pods run."""
-        meta = workload.get("metadata") or {}
-        ns, wl_name = str(meta.get("namespace", "")), str(meta.get("name", ""))
-        if RAYCLUSTER.key not in ctx.informers.informers:
-            return 0
-        left = 0
-        for rc in ctx.store(RAYCLUSTER.key):
-            rc_meta = rc.get("metadata") or {}
-            labels = rc_meta.get("labels") or {}
-            name = str(labels.get(ORIGIN_NAME_LABEL) or "")
-            if rc_meta.get("namespace") == ns and name and \
-                    labels.get(ORIGIN_KIND_LABEL) == self.kind and self.workload_name(
-                        {"metadata": {"name": name, "uid": uid}}) == wl_name:
-                left += len(pods_of(RAYCLUSTER, pods, rc))
-        return left
-
     def pods_ready(self, obj: Mapping[str, Any]) -> bool:
         """``status.rayClusterStatus.state`` is ``ready`` (Kueue v0.17.1 ``RayJob.PodsReady``)."""
         cluster = (obj.get("status") or {}).get("rayClusterStatus") or {}
         return isinstance(cluster, Mapping) and cluster.get("state") == READY
 
 
-ORIGIN_KIND_LABEL = "ray.io/originated-from-crd"
-ORIGIN_NAME_LABEL = "ray.io/originated-from-cr-name"
-"""Labels KubeRay v1.6.0 writes on the RayCluster it makes for a RayJob (``RayJob`` and the
-RayJob's name)."""
+SERVICE_READY = "Ready"  # KubeRay v1.6.0 RayService condition once it serves
+
+
+class RayService(_ClusterOwner):
+    """ray.io/v1 RayService (``JobKind``; Kueue ``jobs/rayservice``): podSets those of its
+    ``spec.rayClusterConfig`` (``cluster_templates``, as a RayCluster's), suspend lever
+    ``spec.rayClusterConfig.suspend`` (KubeRay copies the spec, lever and the flavor's
+    nodeSelector and tolerations included, onto the RayCluster it makes), never finished
+    (deleting it ends it), active and pods ready while its condition ``Ready`` is True
+    (Kueue v0.17.1 ``IsActive`` / ``PodsReady``)."""
+
+    suspend = (*CLUSTER_AT["RayService"], "suspend")
+    cluster_at = CLUSTER_AT["RayService"]
+
+    def templates(self, obj: Mapping[str, Any]) -> list[Template]:
+        return cluster_templates(obj, self.cluster_at)
+
+    def layout(self, obj: Mapping[str, Any]) -> list[Template]:
+        return cluster_templates(obj, self.cluster_at, strict=False)
+
+    def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
+        return False, "", ""
+
+    def clusters(self, ctx: Context, obj: Mapping[str, Any]) -> list[Obj]:
+        """The stored RayClusters the RayService ``obj`` controls (by uid), not being
+        deleted."""
+        if RAYCLUSTER.key not in ctx.informers.informers:
+            return []
+        meta = obj.get("metadata") or {}
+        return [rc for rc in ctx.store(RAYCLUSTER.key)
+                if (m := rc.get("metadata") or {}).get("namespace") == meta.get("namespace")
+                and not m.get("deletionTimestamp") and controller_uid(rc) == meta.get("uid")]
+
+    async def stop(self, ctx: Context, obj: Obj, why: str) -> Obj:
+        """As the base, and each running RayCluster it controls stopped too: KubeRay v1.6.0
+        does not copy the lowered lever onto a cluster it made (the spec's hash changed, so
+        it would prepare a new cluster beside the running one), which would keep running on
+        no admission."""
+        written = await super().stop(ctx, obj, why)
+        for rc in self.clusters(ctx, obj):
+            if not RAYCLUSTER.is_suspended(rc):
+                await RAYCLUSTER.stop(ctx, rc, why)
+        return written
+
+    async def settle(self, ctx: Context, obj: Obj, pods: int) -> float | None:
+        """Delete the suspended RayClusters of a started RayService, so that KubeRay makes
+        them again from its started spec; returns seconds to look again while one is left.
+        KubeRay v1.6.0 makes the cluster of a RayService created suspended (as a queued one
+        is) suspended too, and once the RayService is started it neither updates that
+        cluster (the spec's hash changed: the lever, the flavor's nodeSelector) nor makes a
+        new one (it stops at the missing head pod first), so the admitted RayService would
+        never run; a cluster stopped with its RayService (``stop``) is in the same state
+        once the RayService is admitted again. A suspended cluster holds no pod."""
+        if self.is_suspended(obj):
+            return None
+        stale = [rc for rc in self.clusters(ctx, obj) if RAYCLUSTER.is_suspended(rc)]
+        for rc in stale:
+            m = rc["metadata"]
+            try:
+                await ctx.client.delete(RAYCLUSTER.resource, m["name"], m["namespace"],
+                                        uid=m.get("uid"))
+            except NotFound:
+                continue
+            ctx.recorder.emit(obj, NORMAL, "StaleRayClusterDeleted",
+                              f"RayCluster {m['name']} is suspended: deleted, KubeRay makes "
+                              "it again from the started RayService")
+        return RESYNC_SECONDS if stale else None
+
+    def active_pods(self, obj: Mapping[str, Any]) -> int:
+        """1 while the condition ``Ready`` is True (Kueue ``IsActive``), else 0."""
+        return 1 if self.pods_ready(obj) else 0
+
+    def pods_ready(self, obj: Mapping[str, Any]) -> bool:
+        """The condition ``Ready`` is True (Kueue v0.17.1 ``RayService.PodsReady``)."""
+        return any(isinstance(c, Mapping) and c.get("type") == SERVICE_READY
+                   and c.get("status") == "True"
+                   for c in (obj.get("status") or {}).get("conditions") or [])
 
 
 def held_to(cluster: Mapping[str, Any], workers: Mapping[str, int]) -> Obj | None:
@@ -393,15 +497,16 @@ def held_to(cluster: Mapping[str, Any], workers: Mapping[str, int]) -> Obj | Non
 
 
 def with_admitted_templates(cluster: Mapping[str, Any], parent: Mapping[str, Any],
-                            workload: Mapping[str, Any]) -> tuple[Obj, list[str]]:
-    """A copy of ``cluster`` (the RayCluster of RayJob ``parent``) whose head and worker
+                            workload: Mapping[str, Any], at: Path = CLUSTER_AT["RayJob"]
+                            ) -> tuple[Obj, list[str]]:
+    """A copy of ``cluster`` (the RayCluster of RayJob or RayService ``parent``, whose
+    RayClusterSpec is at ``at``) whose head and worker
     templates ask the per-pod requests of their admitted podSets (``workload``'s, matched
     as ``held_to`` matches them): each template that asks other requests is set back whole
-    to the RayJob's (``spec.rayClusterSpec``, as KubeRay copied it at create), and the
+    to the parent's (its RayClusterSpec, as KubeRay copied it at create), and the
     cluster suspended (KubeRay deletes its pods, including those it made from the changed
     template; it does not replace running pods on a template change). Returns the copy and
     the fields set back (``[]``: none). Raises ``WorkloadSpecError``."""
-    at = ("spec", "rayClusterSpec")
     admitted = {ps.name: dict(ps.requests) for ps in workload_from_object(workload).pod_sets}
     theirs = {t.key: t for t in cluster_templates(parent, at, strict=False)}
     workers = {t.name for t in cluster_templates(parent, at, strict=False)[1:]}
@@ -472,25 +577,27 @@ class RayCluster(_RayKind):
 
     async def hold_to_ancestor(self, ctx: Context, obj: Obj, parent_kind: Any,
                                parent: Mapping[str, Any], workload: Mapping[str, Any]) -> None:
-        """A running cluster of an admitted RayJob (``parent``) is held to the RayJob's
-        admission (``workload``): worker groups raised above their admitted worker podSet
-        (or named after none of them, as ``head`` or ``submitter``) are set back
-        (``held_to``), and a template asking other per-pod requests than its podSet was
-        admitted for is set back to the RayJob's and the cluster suspended
-        (``with_admitted_templates``); Warning Event ``ExceedsAncestorAdmission``. Goes
-        beyond Kueue, whose RayCluster integration leaves a cluster a RayJob owns to the
-        RayJob."""
-        at = ("spec", "rayClusterSpec")
+        """A running cluster of an admitted RayJob or RayService (``parent``, of
+        ``parent_kind``) is held to the parent's admission (``workload``): worker groups
+        raised above their admitted worker podSet (or named after none of them, as ``head``
+        or ``submitter``) are set back (``held_to``), and a template asking other per-pod
+        requests than its podSet was admitted for is set back to the parent's and the
+        cluster suspended (``with_admitted_templates``); Warning Event
+        ``ExceedsAncestorAdmission``. Goes beyond Kueue, whose RayCluster integration leaves
+        a cluster a RayJob or RayService owns to its owner (KubeRay v1.6.0 does not copy a
+        RayService's changed ``replicas`` onto its running cluster, but a tenant may raise
+        the cluster's own)."""
+        at = parent_kind.cluster_at
         counts = {str(p.get("name")): int(p.get("count") or 0)
                   for p in (workload.get("spec") or {}).get("podSets") or []
                   if isinstance(p, Mapping)}
         try:
             workers = {t.name: counts.get(t.name, 0)
                        for t in cluster_templates(parent, at, strict=False)[1:]}
-            body, fields = with_admitted_templates(obj, parent, workload)
+            body, fields = with_admitted_templates(obj, parent, workload, at)
             body = held_to(body, workers) or body
         except WorkloadSpecError:
-            return  # the RayJob's own reconcile stops it: it no longer matches
+            return  # the parent's own reconcile stops it: it no longer matches
         if body == obj:
             return
         written = await ctx.client.replace(self.resource, body)
@@ -500,7 +607,8 @@ class RayCluster(_RayKind):
                f"{(parent.get('metadata') or {}).get('name')}"
         ctx.recorder.emit(written, WARNING, "ExceedsAncestorAdmission",
                           f"{', '.join(fields)}: other per-pod requests than the {name} was "
-                          "admitted for: set back to the RayJob's templates and the cluster "
+                          f"admitted for: set back to the {parent_kind.kind}'s templates and "
+                          "the cluster "
                           "stopped" if fields else f"worker groups run more pods than the "
                           f"{name} was admitted for ({workers}): replicas set back")
 
@@ -560,3 +668,4 @@ class RayCluster(_RayKind):
 
 RAYJOB = RayJob("RayJob", "rayjobs")
 RAYCLUSTER = RayCluster("RayCluster", "rayclusters", belongs_elsewhere=owned_by_ray)
+RAYSERVICE = RayService("RayService", "rayservices")
