@@ -527,7 +527,7 @@ KUEUE_FRAMEWORKS: tuple[str, ...] = (
     "batch/job", "pod", "deployment", "statefulset", "jobset.x-k8s.io/jobset",
     "kubeflow.org/pytorchjob", "kubeflow.org/tfjob", "kubeflow.org/xgboostjob",
     "kubeflow.org/paddlejob", "kubeflow.org/jaxjob", "kubeflow.org/mpijob", "ray.io/rayjob",
-    "ray.io/raycluster")
+    "ray.io/raycluster", "trainer.kubeflow.org/trainjob")
 
 # Kueue refuses a framework whose dependency is not listed: Deployments and StatefulSets are
 # queued through their Pods (Kueue's ``DependencyList: ["pod"]`` of those integrations).

@@ -9,9 +9,10 @@
 #   training-operator  github.com/kubeflow/training-operator        PyTorchJob TFJob XGBoostJob PaddleJob JAXJob
 #   mpi-operator       github.com/kubeflow/mpi-operator              MPIJob kubeflow.org/v2beta1
 #   kuberay            github.com/ray-project/kuberay/ray-operator  RayJob RayCluster RayService
+#   trainer            github.com/kubeflow/trainer/v2               TrainJob TrainingRuntime ClusterTrainingRuntime
 #
 # Versions come from the go.mod files. A no-op for an operator whose folder already holds its
-# binary and its crds/. Arguments: the operator names to build (default: all four).
+# binary and its crds/. Arguments: the operator names to build (default: all of them).
 # The training-operator's module also ships a v1 mpijobs.kubeflow.org CRD that collides with the
 # mpi-operator's v2beta1 one (the version Kueue manages): it is not copied.
 set -euo pipefail
@@ -25,12 +26,14 @@ declare -A MOD=(
   [training-operator]=github.com/kubeflow/training-operator
   [mpi-operator]=github.com/kubeflow/mpi-operator
   [kuberay]=github.com/ray-project/kuberay/ray-operator
+  [trainer]=github.com/kubeflow/trainer/v2
 )
 declare -A MAIN=(
   [jobset]=sigs.k8s.io/jobset
   [training-operator]=github.com/kubeflow/training-operator/cmd/training-operator.v1
   [mpi-operator]=github.com/kubeflow/mpi-operator/cmd/mpi-operator
   [kuberay]=github.com/ray-project/kuberay/ray-operator
+  [trainer]=github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
 )
 # CRD files inside each module zip (globs relative to the module root).
 declare -A CRDS=(
@@ -38,6 +41,7 @@ declare -A CRDS=(
   [training-operator]="manifests/base/crds/kubeflow.org_pytorchjobs.yaml manifests/base/crds/kubeflow.org_tfjobs.yaml manifests/base/crds/kubeflow.org_xgboostjobs.yaml manifests/base/crds/kubeflow.org_paddlejobs.yaml manifests/base/crds/kubeflow.org_jaxjobs.yaml"
   [mpi-operator]="manifests/base/kubeflow.org_mpijobs.yaml"
   [kuberay]="config/crd/bases/ray.io_rayjobs.yaml config/crd/bases/ray.io_rayclusters.yaml config/crd/bases/ray.io_rayservices.yaml"
+  [trainer]="manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml manifests/base/crds/trainer.kubeflow.org_trainingruntimes.yaml manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml"
 )
 
 version() { # the operator module's version pinned in its tool module's go.mod
@@ -54,7 +58,7 @@ ldflags() { # the version strings each project's own Makefile stamps
 }
 
 names=("$@")
-[[ ${#names[@]} -gt 0 ]] || names=(jobset training-operator mpi-operator kuberay)
+[[ ${#names[@]} -gt 0 ]] || names=(jobset training-operator mpi-operator kuberay trainer)
 for n in "${names[@]}"; do
   [[ -n "${MOD[$n]:-}" ]] || { echo "operators: unknown operator '$n' (one of: ${!MOD[*]})" >&2; exit 2; }
   v="$(version "$n" "${MOD[$n]}")"

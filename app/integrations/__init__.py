@@ -19,6 +19,7 @@ from app.integrations import (
     pod,
     ray,
     statefulset,
+    trainjob,
     webhook_toolkit,
 )
 from app.integrations.crdrules import CrdRules
@@ -34,6 +35,7 @@ PACKAGES = (
     jobset,
     kubeflow,
     ray,
+    trainjob,
 )
 
 BUILTIN_KINDS: tuple[JobKind, ...] = tuple(k for p in PACKAGES for k in p.KINDS)
