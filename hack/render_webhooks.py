@@ -9,8 +9,8 @@ manifests/webhook/webhooks.yaml (Service reference), sets every ``webhooks[].cli
 to base64 of the CA PEM (default certs/out/ca.crt) and, for the lab, rewrites each URL to
 ``https://<host>:<port><path>``. ``--unlabelled`` renders what the overlay
 manifests/overlays/unlabelled-jobs does to the cluster variant: the webhooks of every job kind
-(Job, Pod, Deployment, StatefulSet, JobSet, the Kubeflow kinds, MPIJob, RayJob, RayCluster)
-lose their objectSelector (they see unlabelled objects, for
+(Job, Pod, Deployment, StatefulSet, JobSet, the Kubeflow kinds, MPIJob, RayJob, RayCluster,
+TrainJob) lose their objectSelector (they see unlabelled objects, for
 ``jobs.manage_jobs_without_queue_name``) and exclude kube-system and pykueue-system.
 Writes multi-document YAML ready for ``kubectl apply -f``.
 Exit status 2 with a message when the CA file is missing or not a PEM certificate.
@@ -41,7 +41,7 @@ UNLABELLED_WEBHOOKS = frozenset(f"{verb}{kind}.pykueue.io" for verb in "mv"
                                 for kind in ("job", "pod", "deployment", "statefulset",
                                              "jobset", "pytorchjob", "tfjob", "xgboostjob",
                                              "paddlejob", "jaxjob", "mpijob", "rayjob",
-                                             "raycluster"))
+                                             "raycluster", "trainjob"))
 SYSTEM_NAMESPACES = {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
                                            "operator": "NotIn",
                                            "values": ["kube-system", "pykueue-system"]}]}
