@@ -27,6 +27,9 @@ pytestmark = pytest.mark.lab
 QUEUE = "kueue.x-k8s.io/queue-name"
 FLAVOR_TOLERATION = {"key": "pykueue.dev/trainjob", "operator": "Exists",
                      "effect": "NoSchedule"}
+# The runtime's own toleration: not the GPU one, which the API server's
+# ExtendedResourceToleration admission adds to every GPU pod anyway.
+RUNTIME_TOLERATION = {"key": "pykueue.dev/runtime", "operator": "Exists", "effect": "NoSchedule"}
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +57,12 @@ def trainjob_queue(lab: LabHandle, trainer_operator: None, pykueue_in_lab: labmo
                    ) -> Iterator[tuple[str, str]]:
     """A namespace with LocalQueue ``lq`` to a ClusterQueue of 2 GPUs on a flavor of the A100
     node that adds a toleration of its own, and a ClusterTrainingRuntime whose node template
-    tolerates the GPU taint (the runtime's own toleration)."""
+    carries tolerations of its own."""
     suffix = uuid.uuid4().hex[:6]
     ns, cq, rf, rt = (f"trainjob-{suffix}", f"trainjob-cq-{suffix}", f"trainjob-rf-{suffix}",
                       f"trainjob-rt-{suffix}")
     lab.create_namespace(ns)
-    node = {"restartPolicy": "Never", "tolerations": [TOLERATION],
+    node = {"restartPolicy": "Never", "tolerations": [TOLERATION, RUNTIME_TOLERATION],
             "containers": [{"name": "node", "image": "busybox"}]}
     lab.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
@@ -130,9 +133,17 @@ def test_a_trainjob_runs_whole_on_the_flavor_and_one_too_big_waits_until_quota_f
         assert p["spec"]["nodeName"] == "a100-0"
         assert p["spec"]["nodeSelector"] == A100
         assert p["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "node"
-        # The runtime's toleration of the GPU taint is kept next to the flavor's.
+        # The runtime's own tolerations are kept next to the flavor's (kueue#15162).
         assert TOLERATION in p["spec"]["tolerations"]
+        assert RUNTIME_TOLERATION in p["spec"]["tolerations"]
         assert FLAVOR_TOLERATION in p["spec"]["tolerations"]
+    # ... and in the JobSet the trainer made from Kueue's runtime patch (the trainer replaces
+    # the runtime's tolerations with a patch's; pykueue's pod webhook would mend the pods).
+    js = lab.get("jobset", "train", "-n", ns)
+    template = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert [RUNTIME_TOLERATION, FLAVOR_TOLERATION] == [
+        t for t in template["tolerations"] if t != TOLERATION]
+    assert template["nodeSelector"] == A100
     wls = lab.get("workloads.kueue.x-k8s.io", "-n", ns)["items"]
     assert [r["kind"] for w in wls for r in w["metadata"]["ownerReferences"]] == ["TrainJob"]
     wait_for(lambda: gpus_used(lab, ns) == 2, 30, "the LocalQueue counting 2 GPUs in use")
