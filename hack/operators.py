@@ -32,8 +32,8 @@ What each needs out of cluster (read from each operator's v-pinned source, see d
 
 Ports: the lab's port base + 20 (jobset webhook), +21 (jobset probes), +22
 (training-operator webhook, every interface: the operator has no host flag), +23
-(training-operator probes), +24 (kuberay probes), +25 (trainer webhook), +26 (trainer probes),
-+27 (trainer status server); 8080 (mpi-operator health).
+(training-operator probes), +24 (kuberay probes), +30 (trainer webhook), +31 (trainer probes),
++32 (trainer status server); 8080 (mpi-operator health).
 """
 
 from __future__ import annotations
@@ -123,8 +123,8 @@ def ports(lab: labmod.Lab) -> dict[str, int]:
     """The operators' local ports in this lab's block (see the module docstring)."""
     b = lab.port_base
     return {"jobset-webhook": b + 20, "jobset-probe": b + 21, "training-webhook": b + 22,
-            "training-probe": b + 23, "kuberay-probe": b + 24, "trainer-webhook": b + 25,
-            "trainer-probe": b + 26, "trainer-status": b + 27, "mpi-health": MPI_HEALTH_PORT}
+            "training-probe": b + 23, "kuberay-probe": b + 24, "trainer-webhook": b + 30,
+            "trainer-probe": b + 31, "trainer-status": b + 32, "mpi-health": MPI_HEALTH_PORT}
 
 
 def _folder(lab: labmod.Lab) -> Path:
