@@ -98,7 +98,7 @@ def test_a_kind_registers_once() -> None:
     reg = Registry([*BUILTIN_KINDS, Sleeper()])
     assert [k.key for k in reg.kinds()] == ["job", "qpod", "podgroup", "jobset", "pytorchjob",
                                             "tfjob", "xgboostjob", "paddlejob", "jaxjob",
-                                            "mpijob", "rayjob", "raycluster", "sleeper"]
+                                            "mpijob", "rayjob", "raycluster", "trainjob", "sleeper"]
     with pytest.raises(ValueError, match="registered twice"):
         reg.register(Sleeper())
     wl = Sleeper().workload_object(SLEEPER_OBJ)
