@@ -10,9 +10,10 @@
 #   mpi-operator       github.com/kubeflow/mpi-operator              MPIJob kubeflow.org/v2beta1
 #   kuberay            github.com/ray-project/kuberay/ray-operator  RayJob RayCluster RayService
 #   lws                sigs.k8s.io/lws                              LeaderWorkerSet
+#   trainer            github.com/kubeflow/trainer/v2               TrainJob TrainingRuntime ClusterTrainingRuntime
 #
 # Versions come from the go.mod files. A no-op for an operator whose folder already holds its
-# binary and its crds/. Arguments: the operator names to build (default: all five).
+# binary and its crds/. Arguments: the operator names to build (default: all of them).
 # The training-operator's module also ships a v1 mpijobs.kubeflow.org CRD that collides with the
 # mpi-operator's v2beta1 one (the version Kueue manages): it is not copied.
 set -euo pipefail
@@ -27,6 +28,7 @@ declare -A MOD=(
   [mpi-operator]=github.com/kubeflow/mpi-operator
   [kuberay]=github.com/ray-project/kuberay/ray-operator
   [lws]=sigs.k8s.io/lws
+  [trainer]=github.com/kubeflow/trainer/v2
 )
 declare -A MAIN=(
   [jobset]=sigs.k8s.io/jobset
@@ -34,6 +36,7 @@ declare -A MAIN=(
   [mpi-operator]=github.com/kubeflow/mpi-operator/cmd/mpi-operator
   [kuberay]=github.com/ray-project/kuberay/ray-operator
   [lws]=sigs.k8s.io/lws/cmd
+  [trainer]=github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
 )
 # CRD files inside each module zip (globs relative to the module root).
 declare -A CRDS=(
@@ -42,6 +45,7 @@ declare -A CRDS=(
   [mpi-operator]="manifests/base/kubeflow.org_mpijobs.yaml"
   [kuberay]="config/crd/bases/ray.io_rayjobs.yaml config/crd/bases/ray.io_rayclusters.yaml config/crd/bases/ray.io_rayservices.yaml"
   [lws]="config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+  [trainer]="manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml manifests/base/crds/trainer.kubeflow.org_trainingruntimes.yaml manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml"
 )
 
 version() { # the operator module's version pinned in its tool module's go.mod
@@ -59,7 +63,7 @@ ldflags() { # the version strings each project's own Makefile stamps
 }
 
 names=("$@")
-[[ ${#names[@]} -gt 0 ]] || names=(jobset training-operator mpi-operator kuberay lws)
+[[ ${#names[@]} -gt 0 ]] || names=(jobset training-operator mpi-operator kuberay lws trainer)
 for n in "${names[@]}"; do
   [[ -n "${MOD[$n]:-}" ]] || { echo "operators: unknown operator '$n' (one of: ${!MOD[*]})" >&2; exit 2; }
   v="$(version "$n" "${MOD[$n]}")"

@@ -29,10 +29,17 @@ What each needs out of cluster (read from each operator's v-pinned source, see d
   file turns its internal cert management and leader election off, it serves the lab's operator
   certificate on 127.0.0.1, and the lab registers its webhooks by URL.
 
+- trainer (Kubeflow Trainer v2 controller manager): a config file turns its cert management off
+  and puts its webhook on 127.0.0.1 with the lab's operator certificate (read from
+  ``$TMPDIR/k8s-webhook-server/serving-certs``, TMPDIR per lab); the lab registers its
+  webhooks (TrainJob defaulting/validation, runtime validation) by URL. A TrainJob runs as a
+  JobSet, so the jobset operator must run too.
+
 Ports: the lab's port base + 20 (jobset webhook), +21 (jobset probes), +22
 (training-operator webhook, every interface: the operator has no host flag), +23
-(training-operator probes), +24 (kuberay probes), +25 (lws webhook), +26 (lws probes); 8080
-(mpi-operator health).
+(training-operator probes), +24 (kuberay probes), +25 (lws webhook), +26 (lws probes), +30
+(trainer webhook), +31 (trainer probes), +32 (trainer status server); 8080 (mpi-operator
+health).
 """
 
 from __future__ import annotations
@@ -64,6 +71,8 @@ TRAINING_SECRET = "training-operator-webhook-cert"
 TRAINING_DNS = f"training-operator.{TRAINING_NAMESPACE}.svc"
 TRAINING_CA_NAME = "training-operator-ca"  # the rotator checks its CA has this DNS SAN
 TRAINING_WEBHOOK = "validator.training-operator.kubeflow.org"
+TRAINER_MUTATING = "defaulter.trainer.kubeflow.org"
+TRAINER_VALIDATING = "validator.trainer.kubeflow.org"
 
 
 @dataclass(frozen=True)
@@ -111,6 +120,8 @@ OPERATORS = {
         Operator("kuberay", "github.com/ray-project/kuberay/ray-operator",
                  ("RayJob", "RayCluster", "RayService")),
         Operator("lws", "sigs.k8s.io/lws", ("LeaderWorkerSet",)),
+        Operator("trainer", "github.com/kubeflow/trainer/v2",
+                 ("TrainJob", "TrainingRuntime", "ClusterTrainingRuntime")),
     )
 }
 
@@ -120,7 +131,8 @@ def ports(lab: labmod.Lab) -> dict[str, int]:
     b = lab.port_base
     return {"jobset-webhook": b + 20, "jobset-probe": b + 21, "training-webhook": b + 22,
             "training-probe": b + 23, "kuberay-probe": b + 24, "lws-webhook": b + 25,
-            "lws-probe": b + 26, "mpi-health": MPI_HEALTH_PORT}
+            "lws-probe": b + 26, "trainer-webhook": b + 30,
+            "trainer-probe": b + 31, "trainer-status": b + 32, "mpi-health": MPI_HEALTH_PORT}
 
 
 def _folder(lab: labmod.Lab) -> Path:
@@ -375,9 +387,53 @@ def _lws(lab: labmod.Lab) -> Launch:
                   f"http://127.0.0.1:{p['lws-probe']}/readyz")
 
 
+def _trainer(lab: labmod.Lab) -> Launch:
+    """Kubeflow Trainer v2.2.0: config file without cert management, webhook on 127.0.0.1
+    serving the lab's operator certificate from a per-lab TMPDIR, webhooks by URL (paths and
+    rules as its ``+kubebuilder:webhook`` markers in pkg/webhooks). Its TrainJobs run as
+    JobSets: start the jobset operator with it."""
+    p = ports(lab)
+    d = certs(lab)
+    tmp = _folder(lab) / "trainer-tmp"
+    serving = tmp / "k8s-webhook-server" / "serving-certs"
+    serving.mkdir(parents=True, exist_ok=True)
+    for f in ("tls.crt", "tls.key"):
+        (serving / f).write_bytes((d / f).read_bytes())
+    cfg = _folder(lab) / "trainer-config.yaml"
+    cfg.write_text(json.dumps({
+        "apiVersion": "config.trainer.kubeflow.org/v1alpha1", "kind": "Configuration",
+        "webhook": {"port": p["trainer-webhook"], "host": "127.0.0.1"},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{p['trainer-probe']}"},
+        "metrics": {"bindAddress": "0"},
+        "leaderElection": {"leaderElect": False},
+        "certManagement": {"enable": False},
+        "statusServer": {"port": p["trainer-status"]},
+        "clientConnection": {"qps": 50, "burst": 100},
+    }))
+    base = f"https://127.0.0.1:{p['trainer-webhook']}"
+    ca = _ca_bundle(lab)
+    g, v = "trainer.kubeflow.org", "v1alpha1"
+    _apply(lab, [
+        _webhook_configuration("MutatingWebhookConfiguration", TRAINER_MUTATING, [
+            _webhook("defaulter.trainjob.trainer.kubeflow.org",
+                     f"{base}/mutate-trainer-kubeflow-org-v1alpha1-trainjob", ca, g, v,
+                     "trainjobs", ["CREATE", "UPDATE"]),
+        ]),
+        _webhook_configuration("ValidatingWebhookConfiguration", TRAINER_VALIDATING, [
+            _webhook(f"validator.{r}.trainer.kubeflow.org",
+                     f"{base}/validate-trainer-kubeflow-org-v1alpha1-{r}", ca, g, v, f"{r}s",
+                     ["CREATE", "UPDATE"])
+            for r in ("clustertrainingruntime", "trainingruntime", "trainjob")
+        ]),
+    ])
+    return Launch([f"--config={cfg}", "--zap-log-level=info"], {"TMPDIR": str(tmp)},
+                  f"http://127.0.0.1:{p['trainer-probe']}/readyz")
+
+
 LAUNCH: dict[str, Callable[[labmod.Lab], Launch]] = {
     "jobset": _jobset, "training-operator": _training_operator,
     "mpi-operator": _mpi_operator, "kuberay": _kuberay, "lws": _lws,
+    "trainer": _trainer,
 }
 WEBHOOKS = {  # what operators-down unregisters, per operator
     "jobset": [("mutatingwebhookconfiguration", "jobset-mutating-webhook"),
@@ -385,6 +441,8 @@ WEBHOOKS = {  # what operators-down unregisters, per operator
     "training-operator": [("validatingwebhookconfiguration", TRAINING_WEBHOOK)],
     "lws": [("mutatingwebhookconfiguration", "lws-mutating-webhook"),
             ("validatingwebhookconfiguration", "lws-validating-webhook")],
+    "trainer": [("mutatingwebhookconfiguration", TRAINER_MUTATING),
+                ("validatingwebhookconfiguration", TRAINER_VALIDATING)],
 }
 
 

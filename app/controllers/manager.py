@@ -183,6 +183,11 @@ class Manager:
             job_kinds=[(k.key, k.resource, self._selector(k)) for k in self.registry.kinds()
                        if k.resource is not None],
             every_statefulset=s.jobs.manage_jobs_without_queue_name)
+        for k in self.registry.kinds():
+            for key, res in k.side_stores:  # type: ignore[attr-defined]
+                if key not in informers.informers:
+                    informers.add(key, Informer(
+                        client, res, watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
         job_kind = self.registry.get(JOB)
         if job_kind is not None and self._selector(job_kind) is not None:
             # Unlabelled Jobs too (a JobSet's children): held to their ancestor's admission.
@@ -341,6 +346,14 @@ class Manager:
                         "not managed yet", kind.resource.plural, kind.resource.api_version,
                         CRD_SYNC_TIMEOUT_SECONDS, kind.kind)
             return False
+        for key, res in kind.side_stores:  # type: ignore[attr-defined]
+            if key not in ctx.informers.informers:
+                side = Informer(ctx.client, res, watch_timeout_seconds=self.settings.scheduling
+                                .watch_timeout_seconds)
+                side_task = asyncio.create_task(side.run(), name=f"informer-{key}")
+                side_task.add_done_callback(self._on_task_done)
+                await wait_event(side.synced, CRD_SYNC_TIMEOUT_SECONDS)
+                ctx.informers.adopt(key, side, side_task)
         # No await from here on: no event falls between the store's listing and the handler.
         ctx.informers.adopt(kind.key, inf, task)
         self.registry.register(kind)

@@ -22,6 +22,7 @@ from app.integrations import (
     pod,
     ray,
     statefulset,
+    trainjob,
     webhook_toolkit,
 )
 from app.integrations.crdrules import CrdRules
@@ -39,6 +40,7 @@ PACKAGES = (
     kubeflow,
     ray,
     leaderworkerset,
+    trainjob,
 )
 
 BUILTIN_KINDS: tuple[JobKind, ...] = tuple(k for p in PACKAGES for k in p.KINDS)

@@ -89,6 +89,12 @@ class KindDefaults:
     optional: bool = False
     # Its webhook rules (``app.integrations.crdrules.CrdRules``) when it has generic ones.
     rules: Any = None
+    # Other objects the kind reads (store key, ``Resource``), every one watched while the kind
+    # is served (a TrainJob's runtimes): ``lookup`` composes them into the object it returns.
+    side_stores: tuple[tuple[str, Any], ...] = ()
+    # The kind of the object, named as the kind's own, through which its operator makes its
+    # batch Jobs (a TrainJob's JobSet); "": it controls them itself (``child_share``).
+    child_via: str = ""
 
     @property
     def source(self) -> str:
@@ -294,10 +300,21 @@ def child_share(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[st
     under the ancestor, or under another of its objects, is in no podSet). Raises
     ``WorkloadSpecError`` when the ancestor cannot be read."""
     meta = parent.get("metadata") or {}
-    if controller_uid(job) != meta.get("uid"):
+    if controller_uid(job) != meta.get("uid") and not _made_via(parent_kind, parent, job):
         return 0
     share = parent_kind.child_jobs(parent)
     return int(share.get(str((job.get("metadata") or {}).get("name", "")), 0))
+
+
+def _made_via(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
+    """True when ``job``'s controller is the object of kind ``parent_kind.child_via`` named
+    as ``parent`` (the JobSet a TrainJob's operator makes, named as the TrainJob)."""
+    via = str(getattr(parent_kind, "child_via", ""))
+    name = (parent.get("metadata") or {}).get("name")
+    return bool(via) and any(
+        isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("kind") == via
+        and ref.get("name") == name
+        for ref in (job.get("metadata") or {}).get("ownerReferences") or [])
 
 
 # How far up the controller ownerReferences an ancestor is looked for (Kueue's

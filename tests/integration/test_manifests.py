@@ -184,7 +184,8 @@ def test_webhooks_point_at_the_service_that_selects_the_deployment(lab: LabHandl
                  r"|jobset-x-k8s-io-v1alpha2-jobset"
                  r"|kubeflow-org-v1-(pytorch|tf|xgboost|paddle|jax)job|kubeflow-org-v2beta1-mpijob"
                  r"|ray-io-v1-(rayjob|raycluster|rayservice)"
-                 r"|leaderworkerset-x-k8s-io-v1-leaderworkerset)")
+                 r"|leaderworkerset-x-k8s-io-v1-leaderworkerset"
+                 r"|trainer-kubeflow-org-v1alpha1-trainjob)")
         assert re.fullmatch(r"/(mutate|validate)-" + kinds, ref["path"])
 
 

@@ -2,9 +2,7 @@
 kueue-integrations.md 0 and 5), on the shared base of the operators' kinds
 (``app.integrations.templated``).
 
-PodSets: one per replicatedJob, in spec order, named after it lower-cased (Kueue
-``NewPodSetReference``), ``count = replicas x min(parallelism, completions)`` (replicas default
-1, parallelism default 1), at most 8 (the Workload's podSets limit). Suspend lever:
+PodSets: one per replicatedJob (``app.integrations.jobsetspec``). Suspend lever:
 ``spec.suspend``. Finished: the JobSet condition ``Completed`` (reason ``Succeeded``) or
 ``Failed``. Active: any replicatedJob with active child Jobs (Kueue ``IsActive``). Priority: the
 ``kueue.x-k8s.io/priority-class`` label, else the first replicatedJob whose pod template names a
@@ -26,47 +24,14 @@ from typing import Any
 
 from app.core.workload import Workload
 from app.integrations.framework import job_finished
-from app.integrations.jobset.webhook_rules import MAX_POD_SETS, RULES
+from app.integrations.jobset.webhook_rules import RULES
+from app.integrations.jobsetspec import jobset_templates, replicated_job_pods, replicated_jobs
 from app.integrations.templated import Obj, Template, TemplatedKind
 from app.kube.client import Resource
-from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, string
-from app.wire.workload import job_pod_count
+from app.wire.fields import integer
 
 GROUP, VERSION = "jobset.x-k8s.io", "v1alpha2"
 JOBSETS = Resource(GROUP, VERSION, "jobsets", "JobSet")
-
-
-def replicated_jobs(js: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """``spec.replicatedJobs`` checked: 1..8 entries, each with a ``name`` and a
-    ``template.spec``. Raises ``WorkloadSpecError`` naming the field."""
-    spec = mapping(js.get("spec"), "spec", required=True)
-    rjobs = list(sequence(spec.get("replicatedJobs"), "spec.replicatedJobs"))
-    if not rjobs:
-        raise WorkloadSpecError("spec.replicatedJobs", "required (at least one)")
-    if len(rjobs) > MAX_POD_SETS:
-        raise WorkloadSpecError("spec.replicatedJobs", f"{len(rjobs)} replicatedJobs: a Workload "
-                                f"holds at most {MAX_POD_SETS} podSets")
-    out = []
-    for i, rj in enumerate(rjobs):
-        where = f"spec.replicatedJobs[{i}]"
-        rj = mapping(rj, where, required=True)
-        if not string(rj.get("name"), f"{where}.name"):
-            raise WorkloadSpecError(f"{where}.name", "required")
-        mapping(mapping(rj.get("template"), f"{where}.template", required=True).get("spec"),
-                f"{where}.template.spec", required=True)
-        out.append(rj)
-    return out
-
-
-def _pod_count(rj: Mapping[str, Any], where: str) -> int:
-    """``replicas x min(parallelism, completions)`` of one replicatedJob."""
-    replicas = integer(rj.get("replicas"), f"{where}.replicas", default=1, minimum=0)
-    try:
-        per_job = job_pod_count(rj["template"])
-    except WorkloadSpecError as exc:
-        raise WorkloadSpecError(f"{where}.template.{exc.field}",
-                                str(exc).split(": ", 1)[-1]) from None
-    return replicas * per_job
 
 
 def active_jobs(js: Mapping[str, Any]) -> int:
@@ -103,10 +68,7 @@ class JobSet(TemplatedKind):
 
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         """One per replicatedJob (module doc). Raises ``WorkloadSpecError``."""
-        return [Template(str(rj["name"]).lower(), _pod_count(rj, f"spec.replicatedJobs[{i}]"),
-                         ("spec", "replicatedJobs", i, "template", "spec", "template"),
-                         str(rj["name"]))
-                for i, rj in enumerate(replicated_jobs(obj))]
+        return jobset_templates(obj)
 
     def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """``<jobset>-<replicatedJob>-<index>`` for each index below ``replicas`` (jobset
@@ -117,7 +79,7 @@ class JobSet(TemplatedKind):
         for i, rj in enumerate(replicated_jobs(obj)):
             where = f"spec.replicatedJobs[{i}]"
             replicas = integer(rj.get("replicas"), f"{where}.replicas", default=1, minimum=0)
-            per_job = _pod_count(rj, where) // replicas if replicas else 0
+            per_job = replicated_job_pods(rj, where) // replicas if replicas else 0
             for index in range(replicas):
                 out[f"{name}-{rj['name']}-{index}"] = per_job
         return out
