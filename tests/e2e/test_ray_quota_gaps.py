@@ -1,0 +1,125 @@
+"""Ray quota gaps found by an attacker's pass (strict xfail until fixed): a tenant with
+``edit`` in its namespace and every right on ``ray.io`` kinds runs GPU pods beyond its RayJob's
+admission, or keeps them running after the quota is released. Setup as ``test_ray.py``
+(real KubeRay v1.6.0)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_jobset import QUEUE, condition, owned_workload
+from tests.e2e.test_ray import (
+    _admitted_rayjob_cluster,
+    _gpu_workers,
+    _gpus_running,
+    kuberay,  # noqa: F401 - fixture
+    pykueue_with_kuberay,  # noqa: F401 - fixture
+    ray_queue,
+)
+from tests.labfixture import LabHandle, wait_for
+
+pytestmark = pytest.mark.lab
+
+PODSET = "kueue.x-k8s.io/podset"
+START_RECORD = "pykueue.dev/original-pod-scheduling"
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _stopped(lab: LabHandle, ns: str, name: str) -> bool:
+    rc = lab.get("raycluster", name, "-n", ns)
+    return rc["spec"].get("suspend") is True
+
+
+@pytest.mark.xfail(strict=True, reason="a RayCluster whose admission markers were stripped "
+                   "before its RayJob was deleted with --cascade=orphan keeps running its GPU "
+                   "workers while the RayJob's Workload releases the quota")
+def test_an_orphaned_raycluster_stripped_of_its_markers_is_still_stopped(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:  # noqa: F811
+    """The tenant removes from its admitted RayJob's RayCluster the queue label, KubeRay's
+    ``ray.io/originated-from-*`` labels, the start record annotation KubeRay copied and the
+    podset label of each template (requests unchanged: no webhook or reconciler objects),
+    then deletes the RayJob with ``--cascade=orphan``. Seen: the RayJob's Workload Finished
+    (quota 0) while the head and the 1-GPU worker keep Running on a100-0 with the flavor's
+    nodeSelector and toleration, unmanaged. Expected: the cluster stopped as an orphan
+    (``AncestorGone``), or the quota kept while its pods run."""
+    from tests.e2e.test_jobset import tenant
+
+    with ray_queue(lab, "b11-strip", 4) as ns:
+        as_tenant = tenant(lab, ns)
+        name = _admitted_rayjob_cluster(lab, ns, as_tenant)
+        rc = lab.get("raycluster", name, "-n", ns)
+        ops: list[dict[str, Any]] = [
+            {"op": "remove", "path": f"/metadata/labels/{_escape(k)}"}
+            for k in (QUEUE, "ray.io/originated-from-crd", "ray.io/originated-from-cr-name")
+            if k in rc["metadata"].get("labels", {})]
+        if START_RECORD in (rc["metadata"].get("annotations") or {}):
+            ops.append({"op": "remove",
+                        "path": f"/metadata/annotations/{_escape(START_RECORD)}"})
+        templates = [("/spec/headGroupSpec/template", rc["spec"]["headGroupSpec"]["template"])]
+        templates += [(f"/spec/workerGroupSpecs/{i}/template", g["template"])
+                      for i, g in enumerate(rc["spec"]["workerGroupSpecs"])]
+        ops += [{"op": "remove", "path": f"{at}/metadata/labels/{_escape(PODSET)}"}
+                for at, t in templates if PODSET in ((t.get("metadata") or {}).get("labels")
+                                                     or {})]
+        lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json", "-p",
+                    json.dumps(ops))
+        lab.kubectl(*as_tenant, "delete", "rayjob", "rj", "-n", ns, "--cascade=orphan")
+        seen: list[tuple[int, bool]] = []
+
+        def released_or_stopped() -> bool:
+            wl = (lab.get("workloads", "-n", ns)["items"] or [None])[0]
+            released = wl is None or bool(condition(wl, "Finished"))
+            seen.append((_gpu_workers(lab, ns), released))
+            return released or _stopped(lab, ns, name)
+        try:
+            wait_for(released_or_stopped, 60, "the quota released or the cluster stopped")
+            assert _stopped(lab, ns, name) or _gpu_workers(lab, ns) == 0, \
+                "the RayJob's quota was released while its orphaned cluster's GPU worker runs"
+        finally:
+            print(f"\nstripped orphan: samples (GPU workers Running, quota released) {seen[-3:]}")
+
+
+@pytest.mark.xfail(strict=True, reason="a worker group named after the admitted podSet in "
+                   "another case (GPU for gpu) with a raised template is not compared with "
+                   "the RayJob's template: its pods ask more GPUs than admitted")
+def test_a_case_variant_worker_group_cannot_raise_gpus_per_pod(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:  # noqa: F811
+    """The tenant removes the queue label from its admitted RayJob's RayCluster (head + 1
+    one-GPU worker in group ``gpu``), sets group ``gpu`` to 0 replicas and adds group ``GPU``
+    (same podSet, ``held_to`` shares its count of 1) whose template asks 4 GPUs. Seen: a
+    4-GPU worker Running on an admission of 1 GPU (``with_admitted_templates`` looks the
+    group's template up by ``groupName`` as written and skips it). Expected: no pod of the
+    cluster asks more than 1 GPU."""
+    from tests.e2e.test_jobset import tenant
+
+    with ray_queue(lab, "b11-case", 4) as ns:
+        as_tenant = tenant(lab, ns)
+        name = _admitted_rayjob_cluster(lab, ns, as_tenant)
+        lab.kubectl(*as_tenant, "label", "raycluster", name, "-n", ns, f"{QUEUE}-")
+        group = lab.get("raycluster", name, "-n", ns)["spec"]["workerGroupSpecs"][0]
+        raised = json.loads(json.dumps(group))
+        raised["groupName"] = "GPU"
+        raised["template"]["spec"]["containers"][0]["resources"] = {
+            "requests": {"nvidia.com/gpu": "4"}, "limits": {"nvidia.com/gpu": "4"}}
+        lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json", "-p",
+                    json.dumps([
+                        {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 0},
+                        {"op": "add", "path": "/spec/workerGroupSpecs/-", "value": raised}]))
+        seen = [1]
+
+        def four_running_or_stopped() -> bool:
+            seen.append(_gpus_running(lab, ns))
+            return seen[-1] >= 4 or _stopped(lab, ns, name)
+        try:
+            wait_for(four_running_or_stopped, 60, "a 4-GPU worker running or the cluster stopped")
+            assert max(seen) <= 1, f"{max(seen)} GPUs Running on an admission of 1"
+        finally:
+            wl = owned_workload(lab, ns, "RayJob", "rj")
+            print(f"\ncase-variant group: at most {max(seen)} GPUs Running, admission of 1 "
+                  f"(Workload admitted: {bool(condition(wl, 'Admitted'))})")
