@@ -36,6 +36,23 @@ def _stopped(lab: LabHandle, ns: str, name: str) -> bool:
     return rc["spec"].get("suspend") is True
 
 
+def _assert_no_four_gpu_worker(lab: LabHandle, ns: str, name: str, what: str) -> None:
+    """Wait until a 4-GPU worker of RayCluster ``name`` runs or the cluster is stopped;
+    fails when more than the admitted 1 GPU ran."""
+    seen = [1]
+
+    def four_running_or_stopped() -> bool:
+        seen.append(_gpus_running(lab, ns))
+        return seen[-1] >= 4 or _stopped(lab, ns, name)
+    try:
+        wait_for(four_running_or_stopped, 60, "a 4-GPU worker running or the cluster stopped")
+        assert max(seen) <= 1, f"{max(seen)} GPUs Running on an admission of 1"
+    finally:
+        wl = owned_workload(lab, ns, "RayJob", "rj")
+        print(f"\n{what}: at most {max(seen)} GPUs Running, admission of 1 "
+              f"(Workload admitted: {bool(condition(wl, 'Admitted'))})")
+
+
 @pytest.mark.xfail(strict=True, reason="a RayCluster whose admission markers were stripped "
                    "before its RayJob was deleted with --cascade=orphan keeps running its GPU "
                    "workers while the RayJob's Workload releases the quota")
@@ -111,15 +128,34 @@ def test_a_case_variant_worker_group_cannot_raise_gpus_per_pod(
                     json.dumps([
                         {"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 0},
                         {"op": "add", "path": "/spec/workerGroupSpecs/-", "value": raised}]))
-        seen = [1]
+        _assert_no_four_gpu_worker(lab, ns, name, "case-variant group")
 
-        def four_running_or_stopped() -> bool:
-            seen.append(_gpus_running(lab, ns))
-            return seen[-1] >= 4 or _stopped(lab, ns, name)
-        try:
-            wait_for(four_running_or_stopped, 60, "a 4-GPU worker running or the cluster stopped")
-            assert max(seen) <= 1, f"{max(seen)} GPUs Running on an admission of 1"
-        finally:
-            wl = owned_workload(lab, ns, "RayJob", "rj")
-            print(f"\ncase-variant group: at most {max(seen)} GPUs Running, admission of 1 "
-                  f"(Workload admitted: {bool(condition(wl, 'Admitted'))})")
+
+@pytest.mark.xfail(strict=True, reason="renaming a worker group in another case (gpu -> Gpu) "
+                   "with a raised template is accepted by the RayCluster webhook with the "
+                   "queue label kept, and not set back by the reconciler")
+def test_a_renamed_worker_group_with_raised_gpus_is_refused_or_set_back(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:  # noqa: F811
+    """The tenant renames worker group ``gpu`` of its admitted RayJob's RayCluster to
+    ``Gpu`` (same podSet) and raises its template to 4 GPUs, in one write, queue label
+    kept; then deletes the worker pod. Seen: the write accepted (``changed_requests`` pairs
+    groups by the name as written) and a 4-GPU worker Running on an admission of 1 GPU.
+    Expected: refused as any other change of per-pod requests, or set back and stopped."""
+    from tests.e2e.test_jobset import tenant
+
+    with ray_queue(lab, "b11-rename", 4) as ns:
+        as_tenant = tenant(lab, ns)
+        name = _admitted_rayjob_cluster(lab, ns, as_tenant)
+        four = {"requests": {"nvidia.com/gpu": "4"}, "limits": {"nvidia.com/gpu": "4"}}
+        r = lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json", "-p",
+                        json.dumps([
+                            {"op": "replace", "path": "/spec/workerGroupSpecs/0/groupName",
+                             "value": "Gpu"},
+                            {"op": "replace", "value": four, "path":
+                             "/spec/workerGroupSpecs/0/template/spec/containers/0/resources"}]),
+                        check=False)
+        if r.returncode != 0:
+            return  # refused: held
+        lab.kubectl(*as_tenant, "delete", "pod", "-n", ns, "-l",
+                    f"ray.io/cluster={name},ray.io/node-type=worker", "--wait=false")
+        _assert_no_four_gpu_worker(lab, ns, name, "renamed group, label kept, write accepted")
