@@ -64,7 +64,8 @@ def test_an_orphaned_raycluster_stripped_of_its_markers_is_still_stopped(
     then deletes the RayJob with ``--cascade=orphan``. Seen: the RayJob's Workload Finished
     (quota 0) while the head and the 1-GPU worker keep Running on a100-0 with the flavor's
     nodeSelector and toleration, unmanaged. Expected: the cluster stopped as an orphan
-    (``AncestorGone``), or the quota kept while its pods run."""
+    (``AncestorGone``: it still runs the RayJob's pods, whatever labels it lost), and the
+    quota kept until its pods are gone."""
     from tests.e2e.test_jobset import tenant
 
     with ray_queue(lab, "b11-strip", 4) as ns:
@@ -159,3 +160,45 @@ def test_a_renamed_worker_group_with_raised_gpus_is_refused_or_set_back(
         lab.kubectl(*as_tenant, "delete", "pod", "-n", ns, "-l",
                     f"ray.io/cluster={name},ray.io/node-type=worker", "--wait=false")
         _assert_no_four_gpu_worker(lab, ns, name, "renamed group, label kept, write accepted")
+
+
+@pytest.mark.xfail(strict=True, reason="each RayCluster controlled by an admitted RayJob is "
+                   "held to the RayJob's whole admission on its own: clusters a tenant adds "
+                   "with a controller ownerReference to the RayJob run beside KubeRay's")
+def test_clusters_added_under_an_admitted_rayjob_share_its_admission(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:  # noqa: F811
+    """The tenant creates two RayClusters, copies of its admitted RayJob's cluster (head + 1
+    one-GPU worker, the flavor's nodeSelector and toleration included) without the queue
+    label, each with a controller ownerReference to the RayJob (its real uid). Seen: 3 GPU
+    workers Running on an admission of 1 (``hold_to_ancestor`` holds each cluster to the
+    whole admission; under ``extender.flavor_nodes_for_admitted_only`` the extender places
+    their pods too, their top-most queued ancestor being admitted). Expected: at most the
+    admitted worker runs across the RayJob's clusters (the added ones stopped or held to 0)."""
+    from tests.e2e.test_jobset import tenant
+
+    with ray_queue(lab, "b11-forge", 4) as ns:
+        as_tenant = tenant(lab, ns)
+        name = _admitted_rayjob_cluster(lab, ns, as_tenant)
+        rj = lab.get("rayjob", "rj", "-n", ns)
+        rc = lab.get("raycluster", name, "-n", ns)
+        owner = {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "rj",
+                 "uid": rj["metadata"]["uid"], "controller": True}
+        for extra in ("extra-a", "extra-b"):
+            lab.kubectl(*as_tenant, "create", "-f", "-", input=json.dumps({
+                "apiVersion": "ray.io/v1", "kind": "RayCluster",
+                "metadata": {"name": extra, "namespace": ns, "ownerReferences": [owner]},
+                "spec": rc["spec"]}))
+        seen = [1]
+
+        def three_running_or_held() -> bool:
+            seen.append(_gpu_workers(lab, ns))
+            extras = [lab.get("raycluster", e, "-n", ns)["spec"] for e in ("extra-a", "extra-b")]
+            return seen[-1] >= 3 or all(s.get("suspend") is True or
+                                        s["workerGroupSpecs"][0].get("replicas") == 0
+                                        for s in extras)
+        try:
+            wait_for(three_running_or_held, 90, "3 GPU workers running or the added clusters held")
+            assert max(seen) <= 1, f"{max(seen)} GPU workers Running on an admission of 1"
+        finally:
+            print(f"\nclusters added under the RayJob: at most {max(seen)} GPU workers Running, "
+                  "admission of 1")
