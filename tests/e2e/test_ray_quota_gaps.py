@@ -63,7 +63,8 @@ def test_an_orphaned_raycluster_stripped_of_its_markers_is_still_stopped(
     podset label of each template (requests unchanged: no webhook or reconciler objects),
     then deletes the RayJob with ``--cascade=orphan``. Seen: the RayJob's Workload Finished
     (quota 0) while the head and the 1-GPU worker keep Running on a100-0 with the flavor's
-    nodeSelector and toleration, unmanaged. Expected: the cluster stopped as an orphan
+    nodeSelector and toleration, unmanaged (also with the extender's
+    ``flavor_nodes_for_admitted_only``: the pods are placed already). Expected: the cluster stopped as an orphan
     (``AncestorGone``: it still runs the RayJob's pods, whatever labels it lost), and the
     quota kept until its pods are gone."""
     from tests.e2e.test_jobset import tenant
@@ -171,8 +172,8 @@ def test_clusters_added_under_an_admitted_rayjob_share_its_admission(
     one-GPU worker, the flavor's nodeSelector and toleration included) without the queue
     label, each with a controller ownerReference to the RayJob (its real uid). Seen: 3 GPU
     workers Running on an admission of 1 (``hold_to_ancestor`` holds each cluster to the
-    whole admission; under ``extender.flavor_nodes_for_admitted_only`` the extender places
-    their pods too, their top-most queued ancestor being admitted). Expected: at most the
+    whole admission), also with ``PYKUEUE_EXTENDER__FLAVOR_NODES_FOR_ADMITTED_ONLY=true``
+    (their top-most queued ancestor is admitted, so the extender places them). Expected: at most the
     admitted worker runs across the RayJob's clusters (the added ones stopped or held to 0)."""
     from tests.e2e.test_jobset import tenant
 
