@@ -64,9 +64,9 @@ def test_an_orphaned_raycluster_stripped_of_its_markers_is_still_stopped(
     then deletes the RayJob with ``--cascade=orphan``. Seen: the RayJob's Workload Finished
     (quota 0) while the head and the 1-GPU worker keep Running on a100-0 with the flavor's
     nodeSelector and toleration, unmanaged (also with the extender's
-    ``flavor_nodes_for_admitted_only``: the pods are placed already). Expected: the cluster stopped as an orphan
-    (``AncestorGone``: it still runs the RayJob's pods, whatever labels it lost), and the
-    quota kept until its pods are gone."""
+    ``flavor_nodes_for_admitted_only``: the pods are placed already). Expected: the
+    cluster stopped as an orphan (``AncestorGone``: it still runs the RayJob's pods,
+    whatever labels it lost), and the quota kept until its pods are gone."""
     from tests.e2e.test_jobset import tenant
 
     with ray_queue(lab, "b11-strip", 4) as ns:
