@@ -1,7 +1,8 @@
-"""Ray worker groups matched to podSets by lower-cased name (``gpu``, ``Gpu``, ``GPU`` are one
-podSet) but compared with the RayJob's templates by the name as written: a renamed or
-case-variant group escapes the per-pod request checks (strict xfail until fixed; the lab
-tests are in ``tests/e2e/test_ray_quota_gaps.py``)."""
+"""What the RayCluster checks of an admitted RayJob's cluster miss (strict xfail until fixed;
+the lab tests are in ``tests/e2e/test_ray_quota_gaps.py``): worker groups are matched to
+podSets by lower-cased name (``gpu``, ``Gpu``, ``GPU`` are one podSet) but compared with the
+RayJob's templates by the name as written, so a renamed or case-variant group escapes the
+per-pod request checks; and DRA claims are not part of those requests."""
 
 from __future__ import annotations
 
@@ -67,3 +68,23 @@ def test_an_added_case_variant_group_with_raised_gpus_is_set_back() -> None:
     rc["spec"]["workerGroupSpecs"].append(extra)
     body, fields = with_admitted_templates(rc, RAYJOB, WORKLOAD)
     assert fields and body["spec"].get("suspend") is True
+
+
+def _with_claim(rc: dict[str, Any], template: str) -> dict[str, Any]:
+    """``rc`` whose worker pods get a device claim from ResourceClaimTemplate ``template``."""
+    spec = rc["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": template}]
+    spec["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
+    return rc
+
+
+@pytest.mark.xfail(strict=True, reason="per-pod requests leave DRA claims out: a worker "
+                   "template switched to a ResourceClaimTemplate of more devices is neither "
+                   "refused nor set back (not measured in the lab: needs deviceClassMappings)")
+def test_a_worker_template_switched_to_a_bigger_claim_template_is_seen() -> None:
+    """A RayJob whose workers claim devices through ResourceClaimTemplate ``one-gpu`` (counted
+    in quota through ``resources.deviceClassMappings``); the tenant points its RayCluster's
+    worker template at ``four-gpus``, which the per-pod requests do not see."""
+    old = _with_claim(_cluster(), "one-gpu")
+    new = _with_claim(_cluster(), "four-gpus")
+    assert changed_requests(old, new)
