@@ -80,7 +80,7 @@ def _with_claim(rc: dict[str, Any], template: str) -> dict[str, Any]:
 
 @pytest.mark.xfail(strict=True, reason="per-pod requests leave DRA claims out: a worker "
                    "template switched to a ResourceClaimTemplate of more devices is neither "
-                   "refused nor set back (not measured in the lab: needs deviceClassMappings)")
+                   "refused nor set back (lab: tests/e2e/test_ray_dra_gap.py)")
 def test_a_worker_template_switched_to_a_bigger_claim_template_is_seen() -> None:
     """A RayJob whose workers claim devices through ResourceClaimTemplate ``one-gpu`` (counted
     in quota through ``resources.deviceClassMappings``); the tenant points its RayCluster's
