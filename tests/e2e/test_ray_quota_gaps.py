@@ -18,6 +18,7 @@ from tests.e2e.test_ray import (
     kuberay,  # noqa: F401 - fixture
     pykueue_with_kuberay,  # noqa: F401 - fixture
     ray_queue,
+    rayjob,
 )
 from tests.labfixture import LabHandle, wait_for
 
@@ -25,6 +26,12 @@ pytestmark = pytest.mark.lab
 
 PODSET = "kueue.x-k8s.io/podset"
 START_RECORD = "pykueue.dev/original-pod-scheduling"
+
+
+def rayjob_head() -> str:
+    """The head pod template of ``test_ray.rayjob`` (1 CPU, no GPU), as JSON."""
+    job = json.loads(rayjob("x", "ns", 1))
+    return json.dumps(job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"])
 
 
 def _escape(key: str) -> str:
@@ -203,3 +210,36 @@ def test_clusters_added_under_an_admitted_rayjob_share_its_admission(
         finally:
             print(f"\nclusters added under the RayJob: at most {max(seen)} GPU workers Running, "
                   "admission of 1")
+
+
+@pytest.mark.xfail(strict=True, reason="an unrelated RayCluster labelled as made for a "
+                   "deleted RayJob keeps that RayJob's orphaned Workload holding its quota")
+def test_a_cluster_labelled_as_a_deleted_rayjobs_does_not_hold_its_quota(
+        lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:  # noqa: F811
+    """The tenant runs an unqueued CPU-only RayCluster ``keeper``, labels it
+    ``ray.io/originated-from-crd: RayJob``, ``ray.io/originated-from-cr-name: rj`` (KubeRay's
+    labels on the cluster it makes for RayJob ``rj``), then deletes its admitted RayJob ``rj``
+    (1 GPU worker) with ``--cascade=orphan``. Expected: once rj's own cluster is stopped
+    (``AncestorGone``) and its pods are gone, rj's orphaned Workload is Finished and the
+    GPU returns (``made_pods`` counts pods of any cluster carrying those labels, whoever made
+    it: the quota stays held with no GPU pod)."""
+    from tests.e2e.test_jobset import tenant
+
+    with ray_queue(lab, "b11-keep", 4) as ns:
+        as_tenant = tenant(lab, ns)
+        name = _admitted_rayjob_cluster(lab, ns, as_tenant)
+        lab.kubectl(*as_tenant, "create", "-f", "-", input=json.dumps({
+            "apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": "keeper", "namespace": ns, "labels": {
+                "ray.io/originated-from-crd": "RayJob", "ray.io/originated-from-cr-name": "rj"}},
+            "spec": {"headGroupSpec": {"rayStartParams": {},
+                                       "template": json.loads(rayjob_head())}}}))
+        wait_for(lambda: any(p["metadata"]["labels"].get("ray.io/cluster") == "keeper"
+                             and p["status"].get("phase") == "Running"
+                             for p in lab.get("pods", "-n", ns)["items"]), 60, "keeper runs")
+        lab.kubectl(*as_tenant, "delete", "rayjob", "rj", "-n", ns, "--cascade=orphan")
+        wait_for(lambda: _stopped(lab, ns, name) and _gpu_workers(lab, ns) == 0, 60,
+                 "rj's orphaned cluster stopped (AncestorGone) and its GPU worker gone")
+        wait_for(lambda: all(condition(w, "Finished")
+                             for w in lab.get("workloads", "-n", ns)["items"]), 60,
+                 "rj's Workload Finished once its GPU worker is gone")
