@@ -180,11 +180,16 @@ class Page:
                 values[key] = 0
                 continue
             # Unsigned decimal digits only: int() alone would also take "1_000" and spaces,
-            # and Kueue's own server fails on a negative limit rather than refusing it.
-            values[key] = int(raw) if raw.isascii() and raw.isdigit() else -1
+            # and Kueue's own server fails on a negative limit rather than refusing it. More
+            # than an int64's 19 digits is out of range before int() (whose 4,300-digit
+            # limit raises ValueError) is asked.
+            digits = raw.lstrip("0") or "0"
+            ok = raw.isascii() and raw.isdigit() and len(digits) <= 19
+            values[key] = int(digits) if ok else -1
             if values[key] < 0 or values[key] > 2**63 - 1:
-                raise StatusError(400, "BadRequest", f'{key}: Invalid value: "{raw}": must be '
-                                  "a non-negative integer")
+                shown = raw if len(raw) <= 40 else f"{raw[:40]}..."
+                raise StatusError(400, "BadRequest", f'{key}: Invalid value: "{shown}": must '
+                                  "be a non-negative 64-bit integer")
         return cls(values["offset"], values["limit"] or DEFAULT_LIMIT)
 
 
