@@ -53,9 +53,6 @@ def _devices_running(lab: LabHandle, ns: str) -> int:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="a RayCluster worker template switched to a "
-                   "ResourceClaimTemplate of more devices passes the webhook (queue label "
-                   "kept) and the reconciler: DRA claims are not part of per-pod requests")
 def test_a_rayjob_clusters_claim_switched_to_more_devices_does_not_run(
         lab: LabHandle, dra_pykueue: labmod.Lab) -> None:
     """RayJob ``rj``: head (1 CPU) + 1 worker claiming 1 device, admitted on a queue of 4

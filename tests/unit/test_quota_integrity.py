@@ -277,6 +277,9 @@ class _Store(dict):  # type: ignore[type-arg]
     def put(self, obj: dict[str, Any]) -> None:
         self[obj["metadata"]["name"]] = obj
 
+    def __iter__(self) -> Any:
+        return iter(list(self.values()))
+
 
 class _Ctx:
     """What ``RayCluster.settle`` reads: a clock, a client that records replaces, a store."""
@@ -551,6 +554,29 @@ async def test_a_rayjobs_cluster_is_held_to_the_rayjobs_admission() -> None:
     assert ctx.replaced[-1]["spec"]["workerGroupSpecs"][0]["template"] == \
         rc["spec"]["workerGroupSpecs"][0]["template"]
     assert [r for r, _ in ctx.recorder.events] == ["ExceedsAncestorAdmission"] * 2
+
+
+async def test_only_the_cluster_a_rayjob_runs_on_is_held_to_its_admission() -> None:
+    """A second RayCluster claiming the admitted RayJob as controller, not the one its
+    ``status.rayClusterName`` names (nor, before that is set, the oldest), is suspended with
+    its workers at 0 (Event ``NotTheRayJobsCluster``); the RayJob's own is left alone."""
+    rj, rc, wl = _rayjob_and_cluster(group("gpu", 1))
+    rc["metadata"].update(name="rc", creationTimestamp="2026-01-01T00:00:00Z")
+    extra = copy.deepcopy(rc)
+    extra["metadata"].update(name="extra", creationTimestamp="2026-01-02T00:00:00Z")
+    ctx = _Ctx(0.0)
+    ctx.recorder = _Recorder()  # type: ignore[attr-defined]
+    ctx.stored.put(rc)
+    ctx.stored.put(extra)
+    for status in ({}, {"rayClusterName": "rc"}):
+        rj["status"] = status
+        await RAYCLUSTER.hold_to_ancestor(ctx, rc, RAYJOB, rj, wl)
+        assert ctx.replaced == []
+        await RAYCLUSTER.hold_to_ancestor(ctx, extra, RAYJOB, rj, wl)
+        body = ctx.replaced.pop()
+        assert body["spec"]["suspend"] is True
+        assert [g["replicas"] for g in body["spec"]["workerGroupSpecs"]] == [0]
+    assert [r for r, _ in ctx.recorder.events] == ["NotTheRayJobsCluster"] * 2
 
 
 def test_a_queued_rayjobs_cluster_refuses_other_requests_and_reserved_group_names() -> None:
