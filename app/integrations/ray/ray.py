@@ -243,7 +243,9 @@ class RayClusterRules(CrdRules):
     """``CrdRules`` of the RayCluster, plus: on a cluster that a queued RayJob or RayService
     made (it carries the queue label KubeRay copied from its owner), raising a worker group's
     pod count, changing a template's per-pod requests, or adding a worker group named after
-    the owner's other podSets (``OTHER_PODSETS``) is refused to everyone but pykueue (the
+    the owner's other podSets (``OTHER_PODSETS``) is refused to everyone but pykueue (worker
+    groups are paired by lower-cased ``groupName``, Kueue's podSet name; requests include
+    DRA claims: ``template_shape``; the
     reconciler would set it back to the owner's admission: ``RayCluster.hold_to_ancestor``).
     Kueue's RayCluster webhook refuses a worker group named ``head`` on a queued cluster at
     create and update alike; the rest goes beyond Kueue, whose webhook leaves a cluster a
@@ -535,8 +537,11 @@ def with_admitted_templates(cluster: Mapping[str, Any], parent: Mapping[str, Any
     """A copy of ``cluster`` (the RayCluster of RayJob or RayService ``parent``, whose
     RayClusterSpec is at ``at``) whose head and worker
     templates ask the per-pod requests of their admitted podSets (``workload``'s, matched
-    as ``held_to`` matches them): each template that asks other requests is set back whole
-    to the parent's (its RayClusterSpec, as KubeRay copied it at create), and the
+    as ``held_to`` matches them: by lower-cased ``groupName``, so every group sharing a
+    podSet is compared) and the DRA claims of the parent's template for that podSet
+    (``template_claims``): each template that asks other requests or claims is set back
+    whole to the parent's first template of that podSet (its RayClusterSpec, as KubeRay
+    copied it at create), and the
     cluster suspended (KubeRay deletes its pods, including those it made from the changed
     template; it does not replace running pods on a template change). Returns the copy and
     the fields set back (``[]``: none). Raises ``WorkloadSpecError``."""
@@ -618,7 +623,10 @@ class RayCluster(_RayKind):
         or ``submitter``) are set back (``held_to``), and a template asking other per-pod
         requests than its podSet was admitted for is set back to the parent's and the
         cluster suspended (``with_admitted_templates``); Warning Event
-        ``ExceedsAncestorAdmission``. Goes beyond Kueue, whose RayCluster integration leaves
+        ``ExceedsAncestorAdmission``. A cluster claiming a RayJob as controller that is not
+        the one the RayJob runs on (``is_rayjobs_cluster``) is held to no worker and
+        suspended instead (``NotTheRayJobsCluster``). Goes beyond Kueue, whose RayCluster
+        integration leaves
         a cluster a RayJob or RayService owns to its owner (KubeRay v1.6.0 does not copy a
         RayService's changed ``replicas`` onto its running cluster, but a tenant may raise
         the cluster's own)."""
