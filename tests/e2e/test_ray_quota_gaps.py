@@ -1,4 +1,4 @@
-"""Ray quota gaps found by an attacker's pass (strict xfail until fixed): a tenant with
+"""Ray quota gaps found by an attacker's pass (those still open are strict xfails): a tenant with
 ``edit`` in its namespace and every right on ``ray.io`` kinds runs GPU pods beyond its RayJob's
 admission, or keeps them running after the quota is released. Setup as ``test_ray.py``
 (real KubeRay v1.6.0)."""
