@@ -676,3 +676,40 @@ async def test_an_orphaned_rayjobs_workload_counts_the_pods_of_its_orphaned_clus
     assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 1  # type: ignore[arg-type]
     assert RAYJOB.made_pods(Ctx(), wl, "u-0", pods) == 0  # type: ignore[arg-type]
     assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods[1:]) == 0  # type: ignore[arg-type]
+    # The Workload records the cluster the RayJob ran on: a cluster labelled so by someone
+    # else (not recorded) does not count.
+    wl["metadata"]["annotations"] = {ray.ray.CLUSTERS_ANNOTATION: "rj-abcde"}
+    assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 0  # type: ignore[arg-type]
+    wl["metadata"]["annotations"] = {ray.ray.CLUSTERS_ANNOTATION: "rj-abcde,rc"}
+    assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 1  # type: ignore[arg-type]
+
+
+async def test_a_running_rayjob_records_its_cluster_on_its_workload() -> None:
+    """``RayJob.settle`` merges ``status.rayClusterName`` into the Workload's
+    ``CLUSTERS_ANNOTATION`` once."""
+    rj = rayjob(group("gpu", 1))
+    rj["status"] = {"rayClusterName": "tune-x1"}
+    wl = {"metadata": {"name": RAYJOB.workload_name(rj), "namespace": NS,
+                       "annotations": {ray.ray.CLUSTERS_ANNOTATION: "tune-x0"}}}
+    patches: list[Any] = []
+
+    class Store(dict):  # type: ignore[type-arg]
+        def put(self, obj: dict[str, Any]) -> None:
+            self[f"{NS}/{obj['metadata']['name']}"] = obj
+
+    class Ctx:
+        stored = Store({f"{NS}/{wl['metadata']['name']}": wl})
+
+        class client:  # noqa: N801
+            @staticmethod
+            async def replace(res: Any, body: dict[str, Any]) -> dict[str, Any]:
+                patches.append(body["metadata"]["annotations"])
+                return body
+
+        def store(self, key: str) -> Store:
+            return self.stored
+
+    ctx = Ctx()
+    await RAYJOB.settle(ctx, rj, 0)  # type: ignore[arg-type]
+    await RAYJOB.settle(ctx, rj, 0)  # type: ignore[arg-type]
+    assert patches == [{ray.ray.CLUSTERS_ANNOTATION: "tune-x0,tune-x1"}]

@@ -47,7 +47,7 @@ from app.integrations.framework import controller_uid, label_queue_name, pods_of
 from app.integrations.podsets import strip_admission
 from app.integrations.templated import Obj, Path, Template, TemplatedKind, get_in, set_in
 from app.integrations.webhook_toolkit import WebhookPolicy, read_object, read_queue_name
-from app.kube.client import Resource
+from app.kube.client import WORKLOADS, Resource
 from app.kube.errors import NotFound
 from app.kube.events import NORMAL, WARNING
 from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, string
@@ -308,11 +308,16 @@ class _ClusterOwner(_RayKind):
         orphaned ``workload`` (labelled ``ORIGIN_KIND_LABEL: <kind>`` and
         ``ORIGIN_NAME_LABEL: <name>`` whose Workload name, a hash of kind, name and ``uid``,
         is ``workload``'s): ``kubectl delete rayjob --cascade=orphan`` (or rayservice) leaves
-        the cluster running, and the Workload keeps the quota while its pods run."""
+        the cluster running, and the Workload keeps the quota while its pods run. When the
+        Workload records the clusters the object ran on (``CLUSTERS_ANNOTATION``, a RayJob's:
+        ``RayJob.settle``), only those count: a cluster a tenant labels so is not the
+        object's."""
         meta = workload.get("metadata") or {}
         ns, wl_name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         if RAYCLUSTER.key not in ctx.informers.informers:
             return 0
+        recorded = str((meta.get("annotations") or {}).get(CLUSTERS_ANNOTATION) or "")
+        made = set(recorded.split(",")) if recorded else None
         left = 0
         for rc in ctx.store(RAYCLUSTER.key):
             rc_meta = rc.get("metadata") or {}
@@ -320,15 +325,44 @@ class _ClusterOwner(_RayKind):
             name = str(labels.get(ORIGIN_NAME_LABEL) or "")
             if rc_meta.get("namespace") == ns and name and \
                     labels.get(ORIGIN_KIND_LABEL) == self.kind and self.workload_name(
-                        {"metadata": {"name": name, "uid": uid}}) == wl_name:
+                        {"metadata": {"name": name, "uid": uid}}) == wl_name and \
+                    (made is None or rc_meta.get("name") in made):
                 left += len(pods_of(RAYCLUSTER, pods, rc))
         return left
+
+
+CLUSTERS_ANNOTATION = "pykueue.dev/ray-clusters"
+"""On a RayJob's Workload: the names (comma-separated) of the RayClusters the RayJob ran on
+(its ``status.rayClusterName`` while admitted), so that its orphaned Workload waits for the
+pods of those clusters only (``made_pods``)."""
 
 
 class RayJob(_ClusterOwner):
     """ray.io/v1 RayJob (``JobKind``; module doc)."""
 
     cluster_at = CLUSTER_AT["RayJob"]
+
+    async def settle(self, ctx: Context, obj: Obj, pods: int) -> float | None:
+        """Record the cluster the started RayJob ``obj`` runs on (``status.rayClusterName``,
+        set by KubeRay v1.6.0) on its Workload (``CLUSTERS_ANNOTATION``, merged), once: what
+        KubeRay made for it is known while the RayJob exists, not after an orphaning delete
+        removed the clusters' ownerReferences. Returns None."""
+        cluster = str((obj.get("status") or {}).get("rayClusterName") or "")
+        meta = obj.get("metadata") or {}
+        ns = str(meta.get("namespace", ""))
+        wl = ctx.store("wl").get(f"{ns}/{self.workload_name(obj)}") if cluster else None
+        if wl is None:
+            return None
+        wl_meta = wl.get("metadata") or {}
+        recorded = str((wl_meta.get("annotations") or {}).get(CLUSTERS_ANNOTATION) or "")
+        names = [n for n in recorded.split(",") if n]
+        if cluster in names:
+            return None
+        body = copy.deepcopy(dict(wl))
+        body["metadata"]["annotations"] = {**(wl_meta.get("annotations") or {}),
+                                           CLUSTERS_ANNOTATION: ",".join([*names, cluster])}
+        ctx.store("wl").put(await ctx.client.replace(WORKLOADS, body))
+        return None
 
     def takes_unlabelled(self, obj: Mapping[str, Any]) -> bool:
         """False for a RayJob on an existing cluster (``spec.clusterSelector``): Kueue skips
