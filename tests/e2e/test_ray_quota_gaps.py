@@ -203,8 +203,6 @@ def test_clusters_added_under_an_admitted_rayjob_share_its_admission(
                   "admission of 1")
 
 
-@pytest.mark.xfail(strict=True, reason="an unrelated RayCluster labelled as made for a "
-                   "deleted RayJob keeps that RayJob's orphaned Workload holding its quota")
 def test_a_cluster_labelled_as_a_deleted_rayjobs_does_not_hold_its_quota(
         lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:  # noqa: F811
     """The tenant runs an unqueued CPU-only RayCluster ``keeper``, labels it
