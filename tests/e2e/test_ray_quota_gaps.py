@@ -1,4 +1,4 @@
-"""Ray quota gaps found by an attacker's pass (strict xfail until fixed): a tenant with
+"""Ray quota gaps found by an attacker's pass (those still open are strict xfails): a tenant with
 ``edit`` in its namespace and every right on ``ray.io`` kinds runs GPU pods beyond its RayJob's
 admission, or keeps them running after the quota is released. Setup as ``test_ray.py``
 (real KubeRay v1.6.0)."""
@@ -111,9 +111,6 @@ def test_an_orphaned_raycluster_stripped_of_its_markers_is_still_stopped(
             print(f"\nstripped orphan: samples (GPU workers Running, quota released) {seen[-3:]}")
 
 
-@pytest.mark.xfail(strict=True, reason="a worker group named after the admitted podSet in "
-                   "another case (GPU for gpu) with a raised template is not compared with "
-                   "the RayJob's template: its pods ask more GPUs than admitted")
 def test_a_case_variant_worker_group_cannot_raise_gpus_per_pod(
         lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:  # noqa: F811
     """The tenant removes the queue label from its admitted RayJob's RayCluster (head + 1
@@ -140,9 +137,6 @@ def test_a_case_variant_worker_group_cannot_raise_gpus_per_pod(
         _assert_no_four_gpu_worker(lab, ns, name, "case-variant group")
 
 
-@pytest.mark.xfail(strict=True, reason="renaming a worker group in another case (gpu -> Gpu) "
-                   "with a raised template is accepted by the RayCluster webhook with the "
-                   "queue label kept, and not set back by the reconciler")
 def test_a_renamed_worker_group_with_raised_gpus_is_refused_or_set_back(
         lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:  # noqa: F811
     """The tenant renames worker group ``gpu`` of its admitted RayJob's RayCluster to
@@ -170,9 +164,6 @@ def test_a_renamed_worker_group_with_raised_gpus_is_refused_or_set_back(
         _assert_no_four_gpu_worker(lab, ns, name, "renamed group, label kept, write accepted")
 
 
-@pytest.mark.xfail(strict=True, reason="each RayCluster controlled by an admitted RayJob is "
-                   "held to the RayJob's whole admission on its own: clusters a tenant adds "
-                   "with a controller ownerReference to the RayJob run beside KubeRay's")
 def test_clusters_added_under_an_admitted_rayjob_share_its_admission(
         lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:  # noqa: F811
     """The tenant creates two RayClusters, copies of its admitted RayJob's cluster (head + 1
@@ -212,8 +203,6 @@ def test_clusters_added_under_an_admitted_rayjob_share_its_admission(
                   "admission of 1")
 
 
-@pytest.mark.xfail(strict=True, reason="an unrelated RayCluster labelled as made for a "
-                   "deleted RayJob keeps that RayJob's orphaned Workload holding its quota")
 def test_a_cluster_labelled_as_a_deleted_rayjobs_does_not_hold_its_quota(
         lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:  # noqa: F811
     """The tenant runs an unqueued CPU-only RayCluster ``keeper``, labels it

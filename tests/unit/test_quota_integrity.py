@@ -277,6 +277,9 @@ class _Store(dict):  # type: ignore[type-arg]
     def put(self, obj: dict[str, Any]) -> None:
         self[obj["metadata"]["name"]] = obj
 
+    def __iter__(self) -> Any:
+        return iter(list(self.values()))
+
 
 class _Ctx:
     """What ``RayCluster.settle`` reads: a clock, a client that records replaces, a store."""
@@ -553,6 +556,29 @@ async def test_a_rayjobs_cluster_is_held_to_the_rayjobs_admission() -> None:
     assert [r for r, _ in ctx.recorder.events] == ["ExceedsAncestorAdmission"] * 2
 
 
+async def test_only_the_cluster_a_rayjob_runs_on_is_held_to_its_admission() -> None:
+    """A second RayCluster claiming the admitted RayJob as controller, not the one its
+    ``status.rayClusterName`` names (nor, before that is set, the oldest), is suspended with
+    its workers at 0 (Event ``NotTheRayJobsCluster``); the RayJob's own is left alone."""
+    rj, rc, wl = _rayjob_and_cluster(group("gpu", 1))
+    rc["metadata"].update(name="rc", creationTimestamp="2026-01-01T00:00:00Z")
+    extra = copy.deepcopy(rc)
+    extra["metadata"].update(name="extra", creationTimestamp="2026-01-02T00:00:00Z")
+    ctx = _Ctx(0.0)
+    ctx.recorder = _Recorder()  # type: ignore[attr-defined]
+    ctx.stored.put(rc)
+    ctx.stored.put(extra)
+    for status in ({}, {"rayClusterName": "rc"}):
+        rj["status"] = status
+        await RAYCLUSTER.hold_to_ancestor(ctx, rc, RAYJOB, rj, wl)
+        assert ctx.replaced == []
+        await RAYCLUSTER.hold_to_ancestor(ctx, extra, RAYJOB, rj, wl)
+        body = ctx.replaced.pop()
+        assert body["spec"]["suspend"] is True
+        assert [g["replicas"] for g in body["spec"]["workerGroupSpecs"]] == [0]
+    assert [r for r, _ in ctx.recorder.events] == ["NotTheRayJobsCluster"] * 2
+
+
 def test_a_queued_rayjobs_cluster_refuses_other_requests_and_reserved_group_names() -> None:
     """The RayCluster a queued RayJob made (queue label copied): a template's requests
     changed, or a worker group named ``head`` or ``submitter`` added (even with 0 replicas),
@@ -650,3 +676,40 @@ async def test_an_orphaned_rayjobs_workload_counts_the_pods_of_its_orphaned_clus
     assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 1  # type: ignore[arg-type]
     assert RAYJOB.made_pods(Ctx(), wl, "u-0", pods) == 0  # type: ignore[arg-type]
     assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods[1:]) == 0  # type: ignore[arg-type]
+    # The Workload records the cluster the RayJob ran on: a cluster labelled so by someone
+    # else (not recorded) does not count.
+    wl["metadata"]["annotations"] = {ray.ray.CLUSTERS_ANNOTATION: "rj-abcde"}
+    assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 0  # type: ignore[arg-type]
+    wl["metadata"]["annotations"] = {ray.ray.CLUSTERS_ANNOTATION: "rj-abcde,rc"}
+    assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 1  # type: ignore[arg-type]
+
+
+async def test_a_running_rayjob_records_its_cluster_on_its_workload() -> None:
+    """``RayJob.settle`` merges ``status.rayClusterName`` into the Workload's
+    ``CLUSTERS_ANNOTATION`` once."""
+    rj = rayjob(group("gpu", 1))
+    rj["status"] = {"rayClusterName": "tune-x1"}
+    wl = {"metadata": {"name": RAYJOB.workload_name(rj), "namespace": NS,
+                       "annotations": {ray.ray.CLUSTERS_ANNOTATION: "tune-x0"}}}
+    patches: list[Any] = []
+
+    class Store(dict):  # type: ignore[type-arg]
+        def put(self, obj: dict[str, Any]) -> None:
+            self[f"{NS}/{obj['metadata']['name']}"] = obj
+
+    class Ctx:
+        stored = Store({f"{NS}/{wl['metadata']['name']}": wl})
+
+        class client:  # noqa: N801
+            @staticmethod
+            async def replace(res: Any, body: dict[str, Any]) -> dict[str, Any]:
+                patches.append(body["metadata"]["annotations"])
+                return body
+
+        def store(self, key: str) -> Store:
+            return self.stored
+
+    ctx = Ctx()
+    await RAYJOB.settle(ctx, rj, 0)  # type: ignore[arg-type]
+    await RAYJOB.settle(ctx, rj, 0)  # type: ignore[arg-type]
+    assert patches == [{ray.ray.CLUSTERS_ANNOTATION: "tune-x0,tune-x1"}]

@@ -1,15 +1,13 @@
-"""What the RayCluster checks of an admitted RayJob's cluster miss (strict xfail until fixed;
-the lab tests are in ``tests/e2e/test_ray_quota_gaps.py``): worker groups are matched to
-podSets by lower-cased name (``gpu``, ``Gpu``, ``GPU`` are one podSet) but compared with the
-RayJob's templates by the name as written, so a renamed or case-variant group escapes the
-per-pod request checks; and DRA claims are not part of those requests."""
+"""The RayCluster checks of an admitted RayJob's cluster (the lab twins are in
+``tests/e2e/test_ray_quota_gaps.py`` and ``tests/e2e/test_ray_dra_gap.py``): worker groups are
+matched to podSets by lower-cased name (``gpu``, ``Gpu``, ``GPU`` are one podSet, as Kueue
+names it) in the webhook and in the set-back, so a renamed or case-variant group is compared
+with its podSet's template; and DRA claims are compared with the per-pod requests."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
-
-import pytest
 
 from app.integrations.ray.ray import changed_requests, raised_groups, with_admitted_templates
 
@@ -44,21 +42,16 @@ def _renamed_and_raised() -> dict[str, Any]:
     return rc
 
 
-@pytest.mark.xfail(strict=True, reason="the renamed group's template is not compared")
 def test_a_renamed_group_with_raised_gpus_is_set_back() -> None:
     body, fields = with_admitted_templates(_renamed_and_raised(), RAYJOB, WORKLOAD)
     assert fields and body["spec"].get("suspend") is True
 
 
-@pytest.mark.xfail(strict=True, reason="the webhook pairs old and new groups by name as "
-                   "written: a rename with raised requests is neither raised nor changed")
 def test_the_webhook_sees_a_renamed_group_with_raised_gpus() -> None:
     old, new = _cluster(), _renamed_and_raised()
     assert raised_groups(old, new) or changed_requests(old, new)
 
 
-@pytest.mark.xfail(strict=True, reason="a case-variant group added beside the original is "
-                   "not compared with the RayJob's template")
 def test_an_added_case_variant_group_with_raised_gpus_is_set_back() -> None:
     rc = _cluster()
     extra = copy.deepcopy(rc["spec"]["workerGroupSpecs"][0])
@@ -78,9 +71,6 @@ def _with_claim(rc: dict[str, Any], template: str) -> dict[str, Any]:
     return rc
 
 
-@pytest.mark.xfail(strict=True, reason="per-pod requests leave DRA claims out: a worker "
-                   "template switched to a ResourceClaimTemplate of more devices is neither "
-                   "refused nor set back (lab: tests/e2e/test_ray_dra_gap.py)")
 def test_a_worker_template_switched_to_a_bigger_claim_template_is_seen() -> None:
     """A RayJob whose workers claim devices through ResourceClaimTemplate ``one-gpu`` (counted
     in quota through ``resources.deviceClassMappings``); the tenant points its RayCluster's

@@ -37,6 +37,7 @@ and is held to its owner's admission (``RayCluster.hold_to_ancestor``).
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,7 +47,7 @@ from app.integrations.framework import controller_uid, label_queue_name, pods_of
 from app.integrations.podsets import strip_admission
 from app.integrations.templated import Obj, Path, Template, TemplatedKind, get_in, set_in
 from app.integrations.webhook_toolkit import WebhookPolicy, read_object, read_queue_name
-from app.kube.client import Resource
+from app.kube.client import WORKLOADS, Resource
 from app.kube.errors import NotFound
 from app.kube.events import NORMAL, WARNING
 from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, string
@@ -148,13 +149,19 @@ def owned_by_ray(obj: Mapping[str, Any]) -> bool:
 
 
 def raised_groups(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """The worker groups (``spec.workerGroupSpecs[i]``) of RayCluster ``new`` that run more
-    pods than in ``old`` (a group new in ``new`` counts from 0). Raises
+    """The worker groups (``spec.workerGroupSpecs[i]``) of RayCluster ``new`` whose podSet (the
+    lower-cased ``groupName``, as Kueue names it: groups sharing it share the podSet) runs
+    more pods than in ``old`` (a podSet ``old`` has no group of counts from 0). Raises
     ``WorkloadSpecError``."""
-    before = {t.name: t.count for t in cluster_templates(old, ("spec",), strict=False)}
+    def totals(obj: Mapping[str, Any]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in cluster_templates(obj, ("spec",), strict=False)[1:]:
+            out[t.name] = out.get(t.name, 0) + t.count
+        return out
+    before, after = totals(old), totals(new)
     return [t.field.removesuffix(".template")
             for t in cluster_templates(new, ("spec",), strict=False)[1:]
-            if t.count > before.get(t.name, 0)]
+            if t.count and after[t.name] > before.get(t.name, 0)]
 
 
 def template_requests(obj: Mapping[str, Any], t: Template) -> dict[str, int]:
@@ -165,20 +172,46 @@ def template_requests(obj: Mapping[str, Any], t: Template) -> dict[str, int]:
                         field=f"{t.field}.spec")
 
 
+def template_claims(obj: Mapping[str, Any], t: Template) -> str:
+    """The DRA claims of template ``t`` of ``obj`` as one comparable string: the pod's
+    ``spec.resourceClaims`` and each container's (and init container's) ``resources.claims``
+    (Kubernetes ``core/v1``; per-pod requests leave them out, and a claim template's
+    devices count in quota through Kueue's ``resources.deviceClassMappings``)."""
+    spec = (get_in(obj, t.path) or {}).get("spec") or {}
+    if not isinstance(spec, Mapping):
+        return ""
+    containers = [c for k in ("initContainers", "containers") for c in spec.get(k) or []
+                  if isinstance(c, Mapping)]
+    return json.dumps([spec.get("resourceClaims") or [],
+                       [((c.get("resources") or {}).get("claims") or [])
+                        if isinstance(c.get("resources"), Mapping) else c.get("resources")
+                        for c in containers]], sort_keys=True, default=str)
+
+
+def template_shape(obj: Mapping[str, Any], t: Template) -> tuple[dict[str, int], str]:
+    """What a pod of template ``t`` of ``obj`` takes from quota: its per-pod requests
+    (``template_requests``) and its DRA claims (``template_claims``). Raises
+    ``WorkloadSpecError`` naming the field."""
+    return template_requests(obj, t), template_claims(obj, t)
+
+
 def changed_requests(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """The templates (head, and each worker group ``old`` has, by ``groupName``) of RayCluster
-    ``new`` whose per-pod requests differ from ``old``'s; a template of ``old`` whose requests
-    cannot be read is skipped (an update must not be blocked by what was already stored).
-    Raises ``WorkloadSpecError`` (a layout that cannot be read, or a new template's
-    requests)."""
-    before: dict[tuple[str, str], dict[str, int]] = {}
-    for t in cluster_templates(old, ("spec",), strict=False):
+    """The templates (head, and each worker group whose podSet, the lower-cased
+    ``groupName``, ``old`` has) of RayCluster ``new`` whose per-pod requests or DRA claims
+    (``template_shape``) are none of ``old``'s for that podSet; a template of ``old`` whose
+    requests cannot be read is skipped (an update must not be blocked by what was already
+    stored). Raises ``WorkloadSpecError`` (a layout that cannot be read, or a new
+    template's requests)."""
+    # (is the head, podSet name): a worker group named "head" is not the head.
+    before: dict[tuple[bool, str], list[tuple[dict[str, int], str]]] = {}
+    for i, t in enumerate(cluster_templates(old, ("spec",), strict=False)):
         try:
-            before[(t.name, t.key)] = template_requests(old, t)
+            before.setdefault((i == 0, t.name), []).append(template_shape(old, t))
         except WorkloadSpecError:
-            continue
-    return [t.field for t in cluster_templates(new, ("spec",), strict=False)
-            if (t.name, t.key) in before and template_requests(new, t) != before[(t.name, t.key)]]
+            before.setdefault((i == 0, t.name), [])
+    return [t.field for i, t in enumerate(cluster_templates(new, ("spec",), strict=False))
+            if before.get((i == 0, t.name)) and template_shape(new, t) not in before[(i == 0,
+                                                                                    t.name)]]
 
 
 def reserved_groups(old: Mapping[str, Any], new: Mapping[str, Any],
@@ -210,7 +243,9 @@ class RayClusterRules(CrdRules):
     """``CrdRules`` of the RayCluster, plus: on a cluster that a queued RayJob or RayService
     made (it carries the queue label KubeRay copied from its owner), raising a worker group's
     pod count, changing a template's per-pod requests, or adding a worker group named after
-    the owner's other podSets (``OTHER_PODSETS``) is refused to everyone but pykueue (the
+    the owner's other podSets (``OTHER_PODSETS``) is refused to everyone but pykueue (worker
+    groups are paired by lower-cased ``groupName``, Kueue's podSet name; requests include
+    DRA claims: ``template_shape``; the
     reconciler would set it back to the owner's admission: ``RayCluster.hold_to_ancestor``).
     Kueue's RayCluster webhook refuses a worker group named ``head`` on a queued cluster at
     create and update alike; the rest goes beyond Kueue, whose webhook leaves a cluster a
@@ -273,11 +308,16 @@ class _ClusterOwner(_RayKind):
         orphaned ``workload`` (labelled ``ORIGIN_KIND_LABEL: <kind>`` and
         ``ORIGIN_NAME_LABEL: <name>`` whose Workload name, a hash of kind, name and ``uid``,
         is ``workload``'s): ``kubectl delete rayjob --cascade=orphan`` (or rayservice) leaves
-        the cluster running, and the Workload keeps the quota while its pods run."""
+        the cluster running, and the Workload keeps the quota while its pods run. When the
+        Workload records the clusters the object ran on (``CLUSTERS_ANNOTATION``, a RayJob's:
+        ``RayJob.settle``), only those count: a cluster a tenant labels so is not the
+        object's."""
         meta = workload.get("metadata") or {}
         ns, wl_name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         if RAYCLUSTER.key not in ctx.informers.informers:
             return 0
+        recorded = str((meta.get("annotations") or {}).get(CLUSTERS_ANNOTATION) or "")
+        made = set(recorded.split(",")) if recorded else None
         left = 0
         for rc in ctx.store(RAYCLUSTER.key):
             rc_meta = rc.get("metadata") or {}
@@ -285,15 +325,44 @@ class _ClusterOwner(_RayKind):
             name = str(labels.get(ORIGIN_NAME_LABEL) or "")
             if rc_meta.get("namespace") == ns and name and \
                     labels.get(ORIGIN_KIND_LABEL) == self.kind and self.workload_name(
-                        {"metadata": {"name": name, "uid": uid}}) == wl_name:
+                        {"metadata": {"name": name, "uid": uid}}) == wl_name and \
+                    (made is None or rc_meta.get("name") in made):
                 left += len(pods_of(RAYCLUSTER, pods, rc))
         return left
+
+
+CLUSTERS_ANNOTATION = "pykueue.dev/ray-clusters"
+"""On a RayJob's Workload: the names (comma-separated) of the RayClusters the RayJob ran on
+(its ``status.rayClusterName`` while admitted), so that its orphaned Workload waits for the
+pods of those clusters only (``made_pods``)."""
 
 
 class RayJob(_ClusterOwner):
     """ray.io/v1 RayJob (``JobKind``; module doc)."""
 
     cluster_at = CLUSTER_AT["RayJob"]
+
+    async def settle(self, ctx: Context, obj: Obj, pods: int) -> float | None:
+        """Record the cluster the started RayJob ``obj`` runs on (``status.rayClusterName``,
+        set by KubeRay v1.6.0) on its Workload (``CLUSTERS_ANNOTATION``, merged), once: what
+        KubeRay made for it is known while the RayJob exists, not after an orphaning delete
+        removed the clusters' ownerReferences. Returns None."""
+        cluster = str((obj.get("status") or {}).get("rayClusterName") or "")
+        meta = obj.get("metadata") or {}
+        ns = str(meta.get("namespace", ""))
+        wl = ctx.store("wl").get(f"{ns}/{self.workload_name(obj)}") if cluster else None
+        if wl is None:
+            return None
+        wl_meta = wl.get("metadata") or {}
+        recorded = str((wl_meta.get("annotations") or {}).get(CLUSTERS_ANNOTATION) or "")
+        names = [n for n in recorded.split(",") if n]
+        if cluster in names:
+            return None
+        body = copy.deepcopy(dict(wl))
+        body["metadata"]["annotations"] = {**(wl_meta.get("annotations") or {}),
+                                           CLUSTERS_ANNOTATION: ",".join([*names, cluster])}
+        ctx.store("wl").put(await ctx.client.replace(WORKLOADS, body))
+        return None
 
     def takes_unlabelled(self, obj: Mapping[str, Any]) -> bool:
         """False for a RayJob on an existing cluster (``spec.clusterSelector``): Kueue skips
@@ -502,21 +571,26 @@ def with_admitted_templates(cluster: Mapping[str, Any], parent: Mapping[str, Any
     """A copy of ``cluster`` (the RayCluster of RayJob or RayService ``parent``, whose
     RayClusterSpec is at ``at``) whose head and worker
     templates ask the per-pod requests of their admitted podSets (``workload``'s, matched
-    as ``held_to`` matches them): each template that asks other requests is set back whole
-    to the parent's (its RayClusterSpec, as KubeRay copied it at create), and the
+    as ``held_to`` matches them: by lower-cased ``groupName``, so every group sharing a
+    podSet is compared) and the DRA claims of the parent's template for that podSet
+    (``template_claims``): each template that asks other requests or claims is set back
+    whole to the parent's first template of that podSet (its RayClusterSpec, as KubeRay
+    copied it at create), and the
     cluster suspended (KubeRay deletes its pods, including those it made from the changed
     template; it does not replace running pods on a template change). Returns the copy and
     the fields set back (``[]``: none). Raises ``WorkloadSpecError``."""
     admitted = {ps.name: dict(ps.requests) for ps in workload_from_object(workload).pod_sets}
-    theirs = {t.key: t for t in cluster_templates(parent, at, strict=False)}
-    workers = {t.name for t in cluster_templates(parent, at, strict=False)[1:]}
+    theirs: dict[str, Template] = {}
+    for t in cluster_templates(parent, at, strict=False):
+        theirs.setdefault(t.name, t)
     out = copy.deepcopy(dict(cluster))
     fields = []
     for i, t in enumerate(cluster_templates(cluster, ("spec",), strict=False)):
-        own = theirs.get("head" if i == 0 else t.key)
-        if (i > 0 and t.name not in workers) or own is None or t.name not in admitted:
-            continue  # held to 0 pods (held_to)
-        if template_requests(cluster, t) != admitted[t.name]:
+        own = theirs.get(t.name)
+        if own is None or t.name not in admitted or (i > 0 and own.name == "head"):
+            continue  # no admitted worker podSet: held to 0 pods (held_to)
+        if template_requests(cluster, t) != admitted[t.name] or \
+                template_claims(cluster, t) != template_claims(parent, own):
             set_in(out, t.path, copy.deepcopy(get_in(parent, own.path)))
             fields.append(t.field)
     if fields:
@@ -583,10 +657,16 @@ class RayCluster(_RayKind):
         or ``submitter``) are set back (``held_to``), and a template asking other per-pod
         requests than its podSet was admitted for is set back to the parent's and the
         cluster suspended (``with_admitted_templates``); Warning Event
-        ``ExceedsAncestorAdmission``. Goes beyond Kueue, whose RayCluster integration leaves
+        ``ExceedsAncestorAdmission``. A cluster claiming a RayJob as controller that is not
+        the one the RayJob runs on (``is_rayjobs_cluster``) is held to no worker and
+        suspended instead (``NotTheRayJobsCluster``). Goes beyond Kueue, whose RayCluster
+        integration leaves
         a cluster a RayJob or RayService owns to its owner (KubeRay v1.6.0 does not copy a
         RayService's changed ``replicas`` onto its running cluster, but a tenant may raise
         the cluster's own)."""
+        if parent_kind.kind == "RayJob" and not self.is_rayjobs_cluster(ctx, obj, parent):
+            await self._hold_to_none(ctx, obj, parent)
+            return
         at = parent_kind.cluster_at
         counts = {str(p.get("name")): int(p.get("count") or 0)
                   for p in (workload.get("spec") or {}).get("podSets") or []
@@ -611,6 +691,45 @@ class RayCluster(_RayKind):
                           "the cluster "
                           "stopped" if fields else f"worker groups run more pods than the "
                           f"{name} was admitted for ({workers}): replicas set back")
+
+    def is_rayjobs_cluster(self, ctx: Context, obj: Mapping[str, Any],
+                           rayjob: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` (a RayCluster whose controller is RayJob ``rayjob``) is the cluster
+        the RayJob runs on: the one its ``status.rayClusterName`` names (KubeRay v1.6.0 sets
+        it before making the cluster), or, before that is set, the oldest (creation time,
+        then name) of the stored clusters the RayJob controls. A RayJob runs one cluster; any
+        other claiming it as controller was made by someone else."""
+        used = str((rayjob.get("status") or {}).get("rayClusterName") or "")
+        meta = obj.get("metadata") or {}
+        if used:
+            return meta.get("name") == used
+        uid = (rayjob.get("metadata") or {}).get("uid")
+        mine = sorted((str(m.get("creationTimestamp") or ""), str(m.get("name") or ""))
+                      for rc in ctx.store(self.key)
+                      if (m := rc.get("metadata") or {}).get("namespace") == meta.get("namespace")
+                      and not m.get("deletionTimestamp") and controller_uid(rc) == uid)
+        return not mine or mine[0][1] == meta.get("name")
+
+    async def _hold_to_none(self, ctx: Context, obj: Obj, rayjob: Mapping[str, Any]) -> None:
+        """Suspend ``obj`` with every worker group held to 0 pods (``held_to``): it claims
+        RayJob ``rayjob`` as controller but is not the cluster the RayJob runs on
+        (``is_rayjobs_cluster``), so the RayJob's admission is not its to run on; Warning
+        Event ``NotTheRayJobsCluster``."""
+        try:
+            body = held_to(obj, {}) or copy.deepcopy(dict(obj))
+        except WorkloadSpecError:
+            body = copy.deepcopy(dict(obj))
+        set_in(body, SUSPEND, True)
+        if body == obj:
+            return
+        written = await ctx.client.replace(self.resource, body)
+        ctx.store(self.key).put(written)
+        rj = rayjob.get("metadata") or {}
+        used = (rayjob.get("status") or {}).get("rayClusterName") or "another cluster"
+        ctx.recorder.emit(written, WARNING, "NotTheRayJobsCluster",
+                          f"controlled by RayJob {rj.get('namespace')}/{rj.get('name')}, "
+                          f"which runs on RayCluster {used}: its admission is not this "
+                          "cluster's, so its workers are held to 0 and it is suspended")
 
     def carries_admission(self, obj: Mapping[str, Any]) -> bool:
         """Whether the cluster carries the scheduling of a started RayJob that KubeRay copied
