@@ -287,6 +287,9 @@ class Pykueue:
             "PYKUEUE_SERVER__KEY_FILE": str(certs / "tls.key"),
             "PYKUEUE_SERVER__CA_FILE": str(certs / "ca.crt"),
             "PYKUEUE_SCHEDULING__STATUS_FLUSH_SECONDS": "0.2",
+            # No visibility listener (its default port 8082 is one per machine: a second
+            # replica, or a process left by a failed test, could not start beside it).
+            "PYKUEUE_VISIBILITY__PORT": "0",
             "PYKUEUE_LEADER_ELECTION__ENABLED": "true" if leader_election else "false",
             "PYKUEUE_LEADER_ELECTION__LEASE_NAME": lease_name,
             "PYKUEUE_LEADER_ELECTION__NAMESPACE": "pykueue-system",
