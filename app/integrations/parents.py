@@ -64,7 +64,9 @@ if TYPE_CHECKING:
     from app.models.admissionreview import AdmissionRequest
 
 
-def _obj(value: Any, where: str) -> Mapping[str, Any]:
+def object_at(value: Any, where: str) -> Mapping[str, Any]:
+    """``value`` as an object (``{}`` when absent). Raises ``UnreadableObjectError`` naming
+    ``where`` for any other type."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -78,12 +80,12 @@ def _template_meta(dep: Mapping[str, Any], path: tuple[str, ...] = ("spec", "tem
     ``path``. Raises ``UnreadableObjectError``."""
     node: Mapping[str, Any] = dep
     for i, part in enumerate(path[:-1]):
-        node = _obj(node.get(part), ".".join(path[:i + 1]))
+        node = object_at(node.get(part), ".".join(path[:i + 1]))
     where = ".".join(path)
-    tpl = _obj(node.get(path[-1]), where)
-    meta = _obj(tpl.get("metadata"), f"{where}.metadata")
-    _obj(meta.get("labels"), f"{where}.metadata.labels")
-    _obj(meta.get("annotations"), f"{where}.metadata.annotations")
+    tpl = object_at(node.get(path[-1]), where)
+    meta = object_at(tpl.get("metadata"), f"{where}.metadata")
+    object_at(meta.get("labels"), f"{where}.metadata.labels")
+    object_at(meta.get("annotations"), f"{where}.metadata.annotations")
     return meta, path[-1] in node, "metadata" in tpl
 
 
@@ -145,7 +147,7 @@ def validate_queue_change(old: Mapping[str, Any], new: Mapping[str, Any], userna
     new_q = read_queue_name(new, policy.queue_name_label)
     if old_q == new_q or not old_q:
         return []
-    ready = _obj(old.get("status"), "status").get("readyReplicas") or 0
+    ready = object_at(old.get("status"), "status").get("readyReplicas") or 0
     where = f"metadata.labels[{policy.queue_name_label}]"
     if not new_q:
         return [f"{where}: cannot be removed from a queued {what} (was {old_q!r}); its pods "

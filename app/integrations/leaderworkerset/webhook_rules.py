@@ -47,6 +47,7 @@ from app.integrations.parents import (
     Membership,
     controller_of,
     group_name,
+    object_at,
     owner_routes,
     queue_template_patch,
 )
@@ -74,16 +75,8 @@ LEADER_TEMPLATE = (*_LWT, "leaderTemplate")
 WORKER_TEMPLATE = (*_LWT, "workerTemplate")
 
 
-def _obj(value: Any, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise UnreadableObjectError(where, "expected an object")
-    return value
-
-
 def _lwt(lws: Mapping[str, Any]) -> Mapping[str, Any]:
-    return _obj(_obj(lws.get("spec"), "spec").get("leaderWorkerTemplate"),
+    return object_at(object_at(lws.get("spec"), "spec").get("leaderWorkerTemplate"),
                 "spec.leaderWorkerTemplate")
 
 
@@ -127,10 +120,10 @@ def mutate_leaderworkerset(lws: Mapping[str, Any], operation: str, policy: Webho
 
 
 def _template_shape(lws: Mapping[str, Any], template: tuple[str, ...]) -> str | None:
-    tpl = _obj(_lwt(lws).get(template[-1]), ".".join(template))
+    tpl = object_at(_lwt(lws).get(template[-1]), ".".join(template))
     if not tpl:
         return None
-    return role_hash({"spec": _obj(tpl.get("spec"), ".".join((*template, "spec")))})
+    return role_hash({"spec": object_at(tpl.get("spec"), ".".join((*template, "spec")))})
 
 
 def validate_leaderworkerset_update(old: Mapping[str, Any], new: Mapping[str, Any],
