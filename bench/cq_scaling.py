@@ -22,6 +22,7 @@ is ``per_admission_vs_smallest`` <= 1.5 at 3,000 ClusterQueues.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import time
@@ -30,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from app import gc_policy  # noqa: E402
 from app.sim import Simulator, parse_trace, summarize  # noqa: E402
 
 GOAL_RATIO = 1.5
@@ -102,7 +104,12 @@ def main() -> None:
     ap.add_argument("--mix", type=int, nargs=3, default=(35, 11, 4),
                     metavar=("SMALL", "MEDIUM", "LARGE"),
                     help="Workloads per ClusterQueue of each class")
+    ap.add_argument("--default-gc", action="store_true",
+                    help="keep CPython's collector thresholds instead of pykueue's "
+                         "(app.gc_policy, as `pykueue serve` sets them)")
     args = ap.parse_args()
+    if not args.default_gc:
+        gc_policy.apply()
     queues = args.queues or [30, 300, 1000, 3000]
     rows = [run(q, args.cohort_size, tuple(args.mix)) for q in queues]
     first = rows[0]["cpu_us_per_admission"]
@@ -110,7 +117,8 @@ def main() -> None:
         r["per_admission_vs_smallest"] = (round(r["cpu_us_per_admission"] / first, 2)
                                           if first and r["cpu_us_per_admission"] else None)
     worst = max((r["per_admission_vs_smallest"] or 0) for r in rows)
-    print(json.dumps({"cohort_size": args.cohort_size, "mix": list(args.mix), "rows": rows,
+    print(json.dumps({"cohort_size": args.cohort_size, "mix": list(args.mix),
+                      "gc_thresholds": list(gc.get_threshold()), "rows": rows,
                       "goal_ratio": GOAL_RATIO, "goal_met": worst <= GOAL_RATIO}, indent=2))
 
 

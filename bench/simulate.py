@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from app import gc_policy  # noqa: E402
 from app.sim import Simulator, load_trace, summarize  # noqa: E402
 from app.sim.trace import US  # noqa: E402
 
@@ -57,6 +58,7 @@ class _Budget(Exception):
 
 
 def run(name: str, budget: float) -> dict:
+    gc_policy.apply()  # the collector as `pykueue serve` sets it
     trace = load_trace(ROOT / "bench" / "scenarios" / f"{name}.yaml")
     limit = TARGETS[name]["cpu_s"] * budget
     start = time.process_time()

@@ -45,10 +45,12 @@ def serve(
     import asyncio
     import logging
 
+    from app import gc_policy
     from app.config import Settings
     from app.main import create_app
     from app.serving import serve, uvicorn_config
 
+    gc_policy.apply()
     settings = Settings()
     if host is not None or port is not None:
         server = settings.server.model_copy(
@@ -248,6 +250,7 @@ def simulate(
     """Simulate a trace through the admission core with a virtual clock ("what if")."""
     import json
 
+    from app import gc_policy
     from app.core.scheduling_cycle import Scheduler
     from app.core.spec import FairSharing
     from app.sim import Simulator, TraceError, load_trace, summarize, timelines
@@ -265,6 +268,7 @@ def simulate(
     except (TraceError, ValueError, OSError) as exc:
         typer.echo(f"pykueue simulate: {exc}", err=True)
         raise typer.Exit(code=2) from exc
+    gc_policy.apply()
     core = Scheduler(FairSharing(), parsed.admission_fair_sharing) if fair_sharing else None
     # With fair sharing: each queue's share of its cohort tree against its weighted fair share
     # (app.sim.fairness; it samples pending demand at every instant, so only when asked).

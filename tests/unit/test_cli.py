@@ -330,3 +330,22 @@ def test_wide_view_lists_gpus_first_whatever_the_api_order(run) -> None:
     start = next(i for i, ln in enumerate(lines) if "research-cq" in ln)
     rows = lines[start:start + 3]
     assert "nvidia.com/gpu" in rows[0] and " cpu " in rows[1] and "memory" in rows[2], rows
+
+
+def test_simulate_runs_the_core_under_the_controllers_collector_thresholds() -> None:
+    """`pykueue simulate` sets app.gc_policy's thresholds as `pykueue serve` does, so what the
+    simulator measures of the core is what the controller pays."""
+    import gc
+
+    from app import gc_policy
+
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        scenario = Path(__file__).parents[2] / "bench" / "scenarios" / "research-gpus.yaml"
+        r = CliRunner().invoke(cli, ["simulate", str(scenario), "--json"])
+        assert r.exit_code == 0, r.output
+        assert gc.get_threshold() == gc_policy.THRESHOLDS != (700, 10, 10)
+        assert gc_policy.apply() == gc_policy.THRESHOLDS
+    finally:
+        gc.set_threshold(*before)
