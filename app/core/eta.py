@@ -54,6 +54,7 @@ __all__ = [
     "BOUNDED",
     "COMPUTING",
     "OUTPACED",
+    "OVERDUE",
     "ESTIMATED",
     "UNKNOWN",
     "Eta",
@@ -72,6 +73,7 @@ __all__ = [
 BOUNDED, ESTIMATED, UNKNOWN = "bounded", "estimated", "unknown"
 LIMIT, LEARNED = "maximumExecutionTimeSeconds", "learned"
 OUTPACED = "outpaced by higher-priority arrivals"
+OVERDUE = "an expected end passed; recomputing"
 
 
 @dataclass(frozen=True, slots=True)
@@ -830,7 +832,8 @@ class EtaBoard:
         finished run, or while one is going its ETAs so far over the previous finished
         run's (``computing`` where neither has one; the previous one, with its range, for a
         start whose range is not computed yet). ``advance=False``: no work at all, only
-        what was computed (a reader beside a background refresher)."""
+        what was computed (a reader beside a background refresher). A start that passed
+        since the run while the Workload still waits reads ``unknown`` (``OVERDUE``)."""
         if advance:
             self.advance(state, name, now)
         members = state.scope_members(name)
@@ -840,7 +843,8 @@ class EtaBoard:
         cached = self._cache.get(scope)
         fr = self._running.get(scope)
         if fr is None:
-            return cached if cached is not None else EtaRun(computed_at=now)
+            return _without_overdue(cached, now) if cached is not None \
+                else EtaRun(computed_at=now)
         out = fr.result()
         if cached is not None:
             for key, e in out.etas.items():
@@ -853,7 +857,7 @@ class EtaBoard:
                 if e.basis == COMPUTING or (e.earliest is None and old.earliest is not None
                                             and e.basis.endswith("+arrivals")):
                     out.etas[key] = old
-        return out
+        return _without_overdue(out, now)
 
     def eta(self, state: Scheduler, name: ClusterQueueName, key: WorkloadKey,
             now: float) -> Eta:
@@ -868,6 +872,22 @@ class EtaBoard:
         for store in (self._cache, self._running):
             for scope in [s for s in store if not keep.intersection(s)]:
                 del store[scope]
+
+
+def _without_overdue(run: EtaRun, now: float) -> EtaRun:
+    """``run`` as read at ``now``: a start after the run's ``computed_at`` that has passed
+    while its Workload is still pending rested on an expected end (or arrival) that did not
+    come by then; it is ``unknown`` (``OVERDUE``) until the next run, rather than "now" for
+    a Workload that cannot start. A start at ``computed_at`` itself (free quota: the next
+    cycle admits it) stays. Returns ``run`` itself when nothing is overdue."""
+    overdue = [k for k, e in run.etas.items()
+               if e.start is not None and run.computed_at < e.start <= now]
+    if not overdue:
+        return run
+    etas = dict(run.etas)
+    for k in overdue:
+        etas[k] = Eta(None, UNKNOWN, OVERDUE)
+    return replace(run, etas=etas)
 
 
 def eta_text(eta: Eta, now: float) -> str:

@@ -11,6 +11,7 @@ from app.core.eta import (
     COMPUTING,
     ESTIMATED,
     OUTPACED,
+    OVERDUE,
     UNKNOWN,
     ArrivalModel,
     Eta,
@@ -189,6 +190,29 @@ def test_board_runs_again_when_an_expected_end_passed_and_nothing_changed():
     later = board.for_cluster_queue(sim.c, CQ, T + 400)
     assert board.runs == 2
     assert later.etas["ns/x"] == Eta(None, UNKNOWN, "no end known")
+
+
+def test_a_reader_beside_the_refresher_never_sees_a_passed_start_as_now():
+    # The status API reads the board without computing (advance=False) while the background
+    # refresher reruns cohorts only every few seconds. a and y (2 GPUs each, learned 300 s):
+    # y starts at once (T+100, free quota), x (4 GPUs) when both have ended (T+400). At T+401
+    # nothing has ended and x cannot start: its ETA reads unknown, not "now". y's start at
+    # the run's own instant (the next cycle admits it) stays.
+    sim = _four_gpus(workload("a").pods(1, gpu=2), strict=False)
+    _pending(sim, workload("x").pods(1, gpu=4).limit(60))
+    sim.c.add_workload(workload("y").cq("gpu").pods(1, gpu=2).build(creation=T + 90))
+    model = RuntimeModel()
+    model.observe(workload("a").cq("gpu").pods(1, gpu=2).build(), 300)
+    board = EtaBoard(model, min_interval=5.0, max_age=3600.0)
+    first = board.for_cluster_queue(sim.c, CQ, T + 100)
+    assert first.etas["ns/x"].start == T + 400 and first.etas["ns/y"].start == T + 100
+    assert board.for_cluster_queue(sim.c, CQ, T + 200, advance=False) is first
+    stale = board.for_cluster_queue(sim.c, CQ, T + 401, advance=False)
+    assert board.runs == 1
+    assert stale.etas["ns/x"] == Eta(None, UNKNOWN, OVERDUE)
+    assert stale.etas["ns/y"] == first.etas["ns/y"]
+    assert eta_text(stale.etas["ns/x"], T + 401) == "start time unknown"
+    assert first.etas["ns/x"].start == T + 400  # the cached run itself is unchanged
 
 
 def test_board_drops_the_run_of_a_cohort_that_gained_a_cluster_queue():
