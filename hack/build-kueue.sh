@@ -46,4 +46,7 @@ else
   fi
   echo "kueue: built in $(( $(date +%s) - start ))s into $OUT"
 fi
-echo "kueue: PROJECT_DIR=$(cd "$TOOL" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)/"
+# Only the runner and the checker read PROJECT_DIR: a kueuectl-only build has nothing to print.
+if [[ " ${WANT[*]} " == *" runner "* || " ${WANT[*]} " == *" checker.test "* ]]; then
+  echo "kueue: PROJECT_DIR=$(cd "$TOOL" && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)/"
+fi
