@@ -68,9 +68,6 @@ def _assert_no_four_gpu_worker(lab: LabHandle, ns: str, name: str, what: str) ->
               f"(Workload admitted: {bool(condition(wl, 'Admitted'))})")
 
 
-@pytest.mark.xfail(strict=True, reason="a RayCluster whose admission markers were stripped "
-                   "before its RayJob was deleted with --cascade=orphan keeps running its GPU "
-                   "workers while the RayJob's Workload releases the quota")
 def test_an_orphaned_raycluster_stripped_of_its_markers_is_still_stopped(
         lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:  # noqa: F811
     """The tenant removes from its admitted RayJob's RayCluster the queue label, KubeRay's

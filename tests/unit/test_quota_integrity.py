@@ -682,6 +682,53 @@ async def test_an_orphaned_rayjobs_workload_counts_the_pods_of_its_orphaned_clus
     assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 0  # type: ignore[arg-type]
     wl["metadata"]["annotations"] = {ray.ray.CLUSTERS_ANNOTATION: "rj-abcde,rc"}
     assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 1  # type: ignore[arg-type]
+    # Recorded with its uid: another cluster of that name does not count ...
+    wl["metadata"]["annotations"] = {ray.ray.CLUSTERS_ANNOTATION: "rc/u-7"}
+    assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 0  # type: ignore[arg-type]
+    # ... and the recorded one counts whatever labels it lost (its origin labels stripped).
+    wl["metadata"]["annotations"] = {ray.ray.CLUSTERS_ANNOTATION: "rj-abcde/u-5,rc/u-2"}
+    rc["metadata"]["labels"] = {}
+    assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 1  # type: ignore[arg-type]
+
+
+async def test_an_orphaned_rayjobs_recorded_cluster_is_stopped_whatever_marks_it_lost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``RayJob.stop_made``: the RayClusters the orphaned Workload records (by name and uid)
+    are stopped as orphans (``RayCluster.stop_orphaned``, Warning ``AncestorGone``), also
+    when a tenant stripped their queue and origin labels, start record and podset labels
+    before deleting the RayJob with ``--cascade=orphan``; another cluster of that name (a
+    new uid) is not, nor anything without a record."""
+    rc = raycluster(group("gpu", 1))
+    rc["metadata"]["labels"] = {}
+    twin = copy.deepcopy(rc)
+    twin["metadata"].update(name="rc2", uid="u-8")
+    stopped: list[str] = []
+    events: list[tuple[str, str]] = []
+
+    async def stop_orphaned(ctx: Any, obj: dict[str, Any], why: str) -> dict[str, Any]:
+        stopped.append(obj["metadata"]["name"])
+        return {**obj, "spec": {**obj["spec"], "suspend": True}}
+
+    monkeypatch.setattr(RAYCLUSTER, "stop_orphaned", stop_orphaned)
+
+    class Ctx:
+        class informers:  # noqa: N801
+            informers = {RAYCLUSTER.key: None}
+
+        class recorder:  # noqa: N801
+            @staticmethod
+            def emit(obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
+                events.append((obj["metadata"]["name"], reason))
+
+        def store(self, key: str) -> list[dict[str, Any]]:
+            return [rc, twin]
+
+    wl: dict[str, Any] = {"metadata": {"name": "rayjob-tune-x", "namespace": NS}}
+    await RAYJOB.stop_made(Ctx(), wl, "u-1")  # type: ignore[arg-type]
+    assert stopped == []  # no record: the orphaned-child rule finds clusters by their marks
+    wl["metadata"]["annotations"] = {ray.ray.CLUSTERS_ANNOTATION: "rc/u-2,rc2/u-9"}
+    await RAYJOB.stop_made(Ctx(), wl, "u-1")  # type: ignore[arg-type]
+    assert stopped == ["rc"] and events == [("rc", "AncestorGone")]
 
 
 async def test_a_running_rayjob_records_its_cluster_on_its_workload() -> None:
@@ -691,6 +738,7 @@ async def test_a_running_rayjob_records_its_cluster_on_its_workload() -> None:
     rj["status"] = {"rayClusterName": "tune-x1"}
     wl = {"metadata": {"name": RAYJOB.workload_name(rj), "namespace": NS,
                        "annotations": {ray.ray.CLUSTERS_ANNOTATION: "tune-x0"}}}
+    cluster = {"metadata": {"name": "tune-x1", "namespace": NS, "uid": "u-x1"}}
     patches: list[Any] = []
 
     class Store(dict):  # type: ignore[type-arg]
@@ -699,6 +747,10 @@ async def test_a_running_rayjob_records_its_cluster_on_its_workload() -> None:
 
     class Ctx:
         stored = Store({f"{NS}/{wl['metadata']['name']}": wl})
+        clusters = Store()
+
+        class informers:  # noqa: N801
+            informers = {RAYCLUSTER.key: None}
 
         class client:  # noqa: N801
             @staticmethod
@@ -707,9 +759,14 @@ async def test_a_running_rayjob_records_its_cluster_on_its_workload() -> None:
                 return body
 
         def store(self, key: str) -> Store:
-            return self.stored
+            return self.clusters if key == RAYCLUSTER.key else self.stored
 
     ctx = Ctx()
     await RAYJOB.settle(ctx, rj, 0)  # type: ignore[arg-type]
     await RAYJOB.settle(ctx, rj, 0)  # type: ignore[arg-type]
     assert patches == [{ray.ray.CLUSTERS_ANNOTATION: "tune-x0,tune-x1"}]
+    # Once the store shows the cluster, its uid is recorded with it, once.
+    ctx.clusters.put(cluster)
+    await RAYJOB.settle(ctx, rj, 0)  # type: ignore[arg-type]
+    await RAYJOB.settle(ctx, rj, 0)  # type: ignore[arg-type]
+    assert patches[1:] == [{ray.ray.CLUSTERS_ANNOTATION: "tune-x0,tune-x1/u-x1"}]

@@ -312,29 +312,79 @@ class _ClusterOwner(_RayKind):
         Workload records the clusters the object ran on (``CLUSTERS_ANNOTATION``, a RayJob's:
         ``RayJob.settle``), only those count: a cluster a tenant labels so is not the
         object's."""
+        return sum(len(pods_of(RAYCLUSTER, pods, rc))
+                   for rc in self._made_clusters(ctx, workload, uid))
+
+    def _made_clusters(self, ctx: Context, workload: Mapping[str, Any],
+                       uid: str) -> list[Obj]:
+        """The stored RayClusters KubeRay made for the object with ``uid`` of ``workload``:
+        those its record names (``CLUSTERS_ANNOTATION``: by name, and by uid where
+        recorded), whatever labels they carry now; without a record, those labelled
+        ``ORIGIN_KIND_LABEL: <kind>`` and ``ORIGIN_NAME_LABEL: <name>`` whose Workload name
+        (a hash of kind, name and ``uid``) is ``workload``'s."""
         meta = workload.get("metadata") or {}
         ns, wl_name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         if RAYCLUSTER.key not in ctx.informers.informers:
-            return 0
-        recorded = str((meta.get("annotations") or {}).get(CLUSTERS_ANNOTATION) or "")
-        made = set(recorded.split(",")) if recorded else None
-        left = 0
+            return []
+        made = recorded_clusters(workload)
+        out = []
         for rc in ctx.store(RAYCLUSTER.key):
             rc_meta = rc.get("metadata") or {}
+            if rc_meta.get("namespace") != ns:
+                continue
+            if made is not None:
+                name = str(rc_meta.get("name", ""))
+                if name in made and made[name] in ("", str(rc_meta.get("uid", ""))):
+                    out.append(rc)
+                continue
             labels = rc_meta.get("labels") or {}
-            name = str(labels.get(ORIGIN_NAME_LABEL) or "")
-            if rc_meta.get("namespace") == ns and name and \
-                    labels.get(ORIGIN_KIND_LABEL) == self.kind and self.workload_name(
-                        {"metadata": {"name": name, "uid": uid}}) == wl_name and \
-                    (made is None or rc_meta.get("name") in made):
-                left += len(pods_of(RAYCLUSTER, pods, rc))
-        return left
+            origin = str(labels.get(ORIGIN_NAME_LABEL) or "")
+            if origin and labels.get(ORIGIN_KIND_LABEL) == self.kind and self.workload_name(
+                    {"metadata": {"name": origin, "uid": uid}}) == wl_name:
+                out.append(rc)
+        return out
+
+    async def stop_made(self, ctx: Context, workload: Mapping[str, Any], uid: str) -> None:
+        """Stop the RayClusters the record of orphaned ``workload`` names
+        (``_made_clusters``) as orphaned clusters (``RayCluster.stop_orphaned``: suspended,
+        set back, the admission's scheduling taken out; Warning Event ``AncestorGone``):
+        they ran on the admission that ends with the object, also when a tenant stripped
+        every label and annotation that marked them before deleting it with
+        ``--cascade=orphan``. Without a record nothing is done here (the orphaned-child rule
+        finds clusters by their marks)."""
+        if recorded_clusters(workload) is None:
+            return
+        why = (f"the {self.kind} it ran for is gone (deleted with --cascade=orphan?): the "
+               "RayCluster is stopped and the admission's nodeSelector, tolerations and "
+               "podset label removed")
+        for rc in self._made_clusters(ctx, workload, uid):
+            if (rc.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            written = await RAYCLUSTER.stop_orphaned(ctx, rc, why)
+            if written is not rc:
+                ctx.recorder.emit(written, WARNING, "AncestorGone", why)
 
 
 CLUSTERS_ANNOTATION = "pykueue.dev/ray-clusters"
-"""On a RayJob's Workload: the names (comma-separated) of the RayClusters the RayJob ran on
-(its ``status.rayClusterName`` while admitted), so that its orphaned Workload waits for the
-pods of those clusters only (``made_pods``)."""
+"""On a RayJob's Workload: the RayClusters the RayJob ran on (its ``status.rayClusterName``
+while admitted), comma-separated ``name/uid`` (``name`` alone when its uid was not known), so
+that its orphaned Workload waits for the pods of those clusters only (``made_pods``) and
+stops them (``stop_made``)."""
+
+
+def recorded_clusters(workload: Mapping[str, Any]) -> dict[str, str] | None:
+    """``{name: uid}`` of ``CLUSTERS_ANNOTATION`` on ``workload`` (uid ``""`` when not
+    recorded); None without the annotation."""
+    annotations = (workload.get("metadata") or {}).get("annotations") or {}
+    recorded = str(annotations.get(CLUSTERS_ANNOTATION) or "")
+    if not recorded:
+        return None
+    out: dict[str, str] = {}
+    for entry in recorded.split(","):
+        name, _, uid = entry.partition("/")
+        if name:
+            out[name] = uid
+    return out
 
 
 class RayJob(_ClusterOwner):
@@ -354,13 +404,19 @@ class RayJob(_ClusterOwner):
         if wl is None:
             return None
         wl_meta = wl.get("metadata") or {}
-        recorded = str((wl_meta.get("annotations") or {}).get(CLUSTERS_ANNOTATION) or "")
-        names = [n for n in recorded.split(",") if n]
-        if cluster in names:
+        made = recorded_clusters(wl) or {}
+        rc = ctx.store(RAYCLUSTER.key).get(f"{ns}/{cluster}") \
+            if RAYCLUSTER.key in ctx.informers.informers else None
+        uid = str(((rc or {}).get("metadata") or {}).get("uid") or "")
+        # Recorded with its uid (once the store shows it): a cluster created later under
+        # the same name is not the one the RayJob ran on.
+        if cluster in made and (made[cluster] or not uid):
             return None
+        made[cluster] = uid
         body = copy.deepcopy(dict(wl))
-        body["metadata"]["annotations"] = {**(wl_meta.get("annotations") or {}),
-                                           CLUSTERS_ANNOTATION: ",".join([*names, cluster])}
+        body["metadata"]["annotations"] = {
+            **(wl_meta.get("annotations") or {}),
+            CLUSTERS_ANNOTATION: ",".join(f"{n}/{u}" if u else n for n, u in made.items())}
         ctx.store("wl").put(await ctx.client.replace(WORKLOADS, body))
         return None
 
