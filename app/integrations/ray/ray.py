@@ -48,7 +48,7 @@ from app.integrations.podsets import strip_admission
 from app.integrations.templated import Obj, Path, Template, TemplatedKind, get_in, set_in
 from app.integrations.webhook_toolkit import WebhookPolicy, read_object, read_queue_name
 from app.kube.client import WORKLOADS, Resource
-from app.kube.errors import NotFound
+from app.kube.errors import Conflict, NotFound
 from app.kube.events import NORMAL, WARNING
 from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, string
 from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL
@@ -360,7 +360,12 @@ class _ClusterOwner(_RayKind):
         for rc in self._made_clusters(ctx, workload, uid):
             if (rc.get("metadata") or {}).get("deletionTimestamp"):
                 continue
-            written = await RAYCLUSTER.stop_orphaned(ctx, rc, why)
+            try:
+                written = await RAYCLUSTER.stop_orphaned(ctx, rc, why)
+            except (Conflict, NotFound):
+                # The orphaned-child rule stopped it first, or it is gone: the store will
+                # show which, and the Workload's next look (it waits for the pods) sees it.
+                continue
             if written is not rc:
                 ctx.recorder.emit(written, WARNING, "AncestorGone", why)
 
