@@ -330,10 +330,9 @@ class _ClusterOwner(_RayKind):
         store = ctx.store(RAYCLUSTER.key)
         made = recorded_clusters(workload)
         if made is not None:
-            found = [(rc, rc_uid) for name, rc_uid in made.items()
-                     if (rc := store.get(f"{ns}/{name}")) is not None]
-            candidates = [rc for rc, rc_uid in found
-                          if rc_uid in ("", str((rc.get("metadata") or {}).get("uid", "")))]
+            candidates = [rc for name, rc_uid in made.items()
+                          if (rc := store.get(f"{ns}/{name}")) is not None
+                          and rc_uid in ("", str((rc.get("metadata") or {}).get("uid", "")))]
         else:
             candidates = []
             for rc in store:
@@ -381,6 +380,7 @@ def queued_on_its_own(ctx: Context, cluster: Mapping[str, Any]) -> bool:
     meta = cluster.get("metadata") or {}
     wl = ctx.store("wl").get(f"{meta.get('namespace', '')}/{RAYCLUSTER.workload_name(cluster)}")
     return wl is not None and controller_uid(wl) == str(meta.get("uid") or "")
+
 
 CLUSTERS_ANNOTATION = "pykueue.dev/ray-clusters"
 """On a RayJob's Workload: the RayClusters the RayJob ran on (its ``status.rayClusterName``
