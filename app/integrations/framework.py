@@ -146,6 +146,12 @@ class KindDefaults:
         pods carry its own name label: ``pod_labels``)."""
         return 0
 
+    async def stop_made(self, ctx: Context, workload: Mapping[str, Any], uid: str) -> None:
+        """Stop what the kind's operator made for its object with ``uid``, which is gone
+        (``workload``: its orphaned Workload), whatever labels those objects lost meanwhile.
+        Default: nothing (the orphaned-child rule finds a kind's children by their marks)."""
+        return None
+
     def carries_admission(self, obj: Mapping[str, Any]) -> bool:
         """Whether ``obj`` was made from a started ancestor's template (it carries that
         admission's podSet label and scheduling, with no start record of its own). Default:

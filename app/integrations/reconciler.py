@@ -740,6 +740,8 @@ class JobReconciler:
         ns = str(wl["metadata"].get("namespace", ""))
         if self._object_with_uid(ns, uid) is not None:
             return PODS_POLL  # still there, being deleted (kueue#12820): not finished yet
+        for k in self.registry.kinds():
+            await k.stop_made(self.ctx, wl, uid)
         pods = self._pods(ns)
         left = len(pods_of_workload(self.registry.kinds(), pods, wl, uid)) + sum(
             k.made_pods(self.ctx, wl, uid, pods) for k in self.registry.kinds())

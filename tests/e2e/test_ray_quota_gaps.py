@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_jobset import QUEUE, condition, owned_workload
+from tests.e2e.test_jobset import QUEUE, admitted, condition, owned_workload
 from tests.e2e.test_ray import (
     _admitted_rayjob_cluster,
     _gpu_workers,
@@ -43,14 +43,6 @@ def _stopped(lab: LabHandle, ns: str, name: str) -> bool:
     return rc["spec"].get("suspend") is True
 
 
-def _stopped_or_gone(lab: LabHandle, ns: str, name: str) -> bool:
-    """RayCluster ``name`` is suspended, or gone: KubeRay v1.6.0 deletes the cluster of a
-    RayJob being deleted when it gets there before the garbage collector orphans it (a
-    deleted cluster runs nothing either)."""
-    items = lab.get("rayclusters", "-n", ns, "--field-selector", f"metadata.name={name}")
-    return all(rc["spec"].get("suspend") is True for rc in items["items"])
-
-
 def _assert_no_four_gpu_worker(lab: LabHandle, ns: str, name: str, what: str) -> None:
     """Wait until a 4-GPU worker of RayCluster ``name`` runs or the cluster is stopped;
     fails when more than the admitted 1 GPU ran."""
@@ -68,9 +60,6 @@ def _assert_no_four_gpu_worker(lab: LabHandle, ns: str, name: str, what: str) ->
               f"(Workload admitted: {bool(condition(wl, 'Admitted'))})")
 
 
-@pytest.mark.xfail(strict=True, reason="a RayCluster whose admission markers were stripped "
-                   "before its RayJob was deleted with --cascade=orphan keeps running its GPU "
-                   "workers while the RayJob's Workload releases the quota")
 def test_an_orphaned_raycluster_stripped_of_its_markers_is_still_stopped(
         lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:  # noqa: F811
     """The tenant removes from its admitted RayJob's RayCluster the queue label, KubeRay's
@@ -211,19 +200,17 @@ def test_clusters_added_under_an_admitted_rayjob_share_its_admission(
                   "admission of 1")
 
 
-@pytest.mark.xfail(strict=False, reason="on the lab rj's orphaned Workload stayed unfinished "
-                   "60 s after its own cluster was stopped or deleted and its GPU worker gone "
-                   "(4 of 5 runs on 2026-12-03): the Workload's record of its cluster "
-                   "(pykueue.dev/ray-clusters) was present; cause not found yet")
 def test_a_cluster_labelled_as_a_deleted_rayjobs_does_not_hold_its_quota(
         lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:  # noqa: F811
     """The tenant runs an unqueued CPU-only RayCluster ``keeper``, labels it
     ``ray.io/originated-from-crd: RayJob``, ``ray.io/originated-from-cr-name: rj`` (KubeRay's
     labels on the cluster it makes for RayJob ``rj``), then deletes its admitted RayJob ``rj``
-    (1 GPU worker) with ``--cascade=orphan``. Expected: once rj's own cluster is stopped
-    (``AncestorGone``) and its pods are gone, rj's orphaned Workload is Finished and the
-    GPU returns (``made_pods`` counts pods of any cluster carrying those labels, whoever made
-    it: the quota stays held with no GPU pod)."""
+    (1 GPU worker) with ``--cascade=orphan``. rj's cluster keeps the queue label KubeRay
+    copied: it is queued as a RayCluster of its own (as in Kueue), stopped, and runs again
+    on its own admission. Seen: rj's orphaned Workload never Finished (its record names
+    that cluster, whose pods of the new run it counted: the GPU held twice). Expected: rj's
+    Workload Finished once the pods of its run are gone and never before, keeper's pods not
+    counted, and the cluster's pods running again only on its own admission."""
     from tests.e2e.test_jobset import tenant
 
     with ray_queue(lab, "b11-keep", 4) as ns:
@@ -238,9 +225,25 @@ def test_a_cluster_labelled_as_a_deleted_rayjobs_does_not_hold_its_quota(
         wait_for(lambda: any(p["metadata"]["labels"].get("ray.io/cluster") == "keeper"
                              and p["status"].get("phase") == "Running"
                              for p in lab.get("pods", "-n", ns)["items"]), 60, "keeper runs")
+        rj_wl = owned_workload(lab, ns, "RayJob", "rj")["metadata"]["name"]  # type: ignore[index]
+        ran = {p["metadata"]["uid"] for p in lab.get(
+            "pods", "-n", ns, "-l", f"ray.io/cluster={name}")["items"]}
         lab.kubectl(*as_tenant, "delete", "rayjob", "rj", "-n", ns, "--cascade=orphan")
-        wait_for(lambda: _stopped_or_gone(lab, ns, name) and _gpu_workers(lab, ns) == 0, 60,
-                 "rj's orphaned cluster stopped (AncestorGone) and its GPU worker gone")
-        wait_for(lambda: all(condition(w, "Finished")
-                             for w in lab.get("workloads", "-n", ns)["items"]), 60,
-                 "rj's Workload Finished once its GPU worker is gone")
+        early: list[str] = []
+
+        def rj_finished() -> bool:
+            pods = lab.get("pods", "-n", ns)["items"]
+            fin = condition(lab.get("workload", rj_wl, "-n", ns), "Finished")
+            if fin and fin["status"] == "True":
+                early.extend(p["metadata"]["name"] for p in pods if p["metadata"]["uid"] in ran
+                             and (p["status"].get("phase") not in ("Succeeded", "Failed")
+                                  or p["metadata"].get("deletionTimestamp")))
+                return True
+            return False
+        wait_for(rj_finished, 60, "rj's Workload Finished once the pods of its run are gone")
+        assert not early, f"rj's quota released while its pods {early} still hold resources"
+
+        def runs_on_its_own() -> bool:
+            own = admitted(lab, ns, "RayCluster", name)
+            return own is not None and _gpu_workers(lab, ns) == 1
+        wait_for(runs_on_its_own, 60, f"{name} running again on its own admission")

@@ -21,8 +21,9 @@ from app.integrations.batchjob.webhook_rules import validate_update
 from app.integrations.framework import Registry
 from app.integrations.kubeflow.kubeflow import PYTORCHJOB
 from app.integrations.ray.ray import RAYCLUSTER, RAYJOB
-from app.kube.client import JOBS
+from app.kube.client import JOBS, RESOURCE_FLAVORS, WORKLOADS
 from app.kube.context import CHILD_JOBS, UNLABELLED
+from app.kube.informers import Store
 from app.kube.leader import LeaderElector
 from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL
 from tests.recording_client import OBJECTS, RecordingClient
@@ -647,6 +648,44 @@ async def test_an_orphaned_raycluster_carrying_its_rayjobs_admission_is_stopped(
     assert "nodeSelector" not in tpl["spec"] and "tolerations" not in tpl["spec"], tpl
 
 
+def ray_stores(*clusters: dict[str, Any], workloads: list[dict[str, Any]] = (),  # type: ignore[assignment]
+               events: list[tuple[str, str]] | None = None, client: Any = None) -> type:
+    """A ``Context`` stand-in whose RayCluster store holds ``clusters`` and whose Workload
+    store holds ``workloads`` (no ResourceFlavor); Events' (name, reason) go to ``events``,
+    writes to ``client``."""
+    stores = {RAYCLUSTER.key: Store(RAYCLUSTER.resource), "wl": Store(WORKLOADS),
+              "rf": Store(RESOURCE_FLAVORS)}
+    for obj in clusters:
+        stores[RAYCLUSTER.key].put(obj)
+    for obj in workloads:
+        stores["wl"].put(obj)
+    seen = [] if events is None else events
+
+    class Ctx:
+        class informers:  # noqa: N801
+            informers = {RAYCLUSTER.key: None}
+
+        class recorder:  # noqa: N801
+            @staticmethod
+            def emit(obj: dict[str, Any], kind: str, reason: str, message: str) -> None:
+                seen.append((obj["metadata"]["name"], reason))
+
+        def store(self, key: str) -> Store:
+            return stores[key]
+
+    Ctx.client = client  # type: ignore[attr-defined]
+    return Ctx
+
+
+def own_workload(cluster: dict[str, Any]) -> dict[str, Any]:
+    """The Workload pykueue creates for RayCluster ``cluster`` queued on its own."""
+    meta = cluster["metadata"]
+    return {"metadata": {"name": RAYCLUSTER.workload_name(cluster), "namespace": NS,
+                         "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                                              "name": meta["name"], "uid": meta["uid"],
+                                              "controller": True}]}}
+
+
 async def test_an_orphaned_rayjobs_workload_counts_the_pods_of_its_orphaned_cluster() -> None:
     """``RayJob.made_pods``: after ``delete rayjob --cascade=orphan`` the RayJob's Workload
     counts the running pods of the RayCluster KubeRay made for it (its origin labels, the
@@ -664,13 +703,7 @@ async def test_an_orphaned_rayjobs_workload_counts_the_pods_of_its_orphaned_clus
                                   "name": cluster, "uid": uid, "controller": True}]},
                 "status": {"phase": "Running"}}
 
-    class Ctx:
-        class informers:  # noqa: N801
-            informers = {RAYCLUSTER.key: None}
-
-        def store(self, key: str) -> list[dict[str, Any]]:
-            return [rc]
-
+    Ctx = ray_stores(rc)
     wl = {"metadata": {"name": wl_name, "namespace": NS}}
     pods = [pod("rc", "u-2"), pod("rc", "u-9"), pod("other", "u-2")]
     assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 1  # type: ignore[arg-type]
@@ -682,6 +715,84 @@ async def test_an_orphaned_rayjobs_workload_counts_the_pods_of_its_orphaned_clus
     assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 0  # type: ignore[arg-type]
     wl["metadata"]["annotations"] = {ray.ray.CLUSTERS_ANNOTATION: "rj-abcde,rc"}
     assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 1  # type: ignore[arg-type]
+    # Recorded with its uid: another cluster of that name does not count ...
+    wl["metadata"]["annotations"] = {ray.ray.CLUSTERS_ANNOTATION: "rc/u-7"}
+    assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 0  # type: ignore[arg-type]
+    # ... and the recorded one counts whatever labels it lost (its origin labels stripped).
+    wl["metadata"]["annotations"] = {ray.ray.CLUSTERS_ANNOTATION: "rj-abcde/u-5,rc/u-2"}
+    rc["metadata"]["labels"] = {}
+    assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 1  # type: ignore[arg-type]
+    # Queued on its own (the queue label KubeRay copied kept): pykueue made its Workload
+    # once its pods were gone, so the pods it runs now are that Workload's.
+    Ctx = ray_stores(rc, workloads=[own_workload(rc)])
+    assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 0  # type: ignore[arg-type]
+    del wl["metadata"]["annotations"]
+    rc["metadata"]["labels"] = {ray.ray.ORIGIN_KIND_LABEL: "RayJob",
+                                ray.ray.ORIGIN_NAME_LABEL: "tune"}
+    assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 0  # type: ignore[arg-type]
+
+
+async def test_an_orphaned_rayjobs_recorded_cluster_is_stopped_whatever_marks_it_lost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``RayJob.stop_made``: the RayClusters the orphaned Workload records (by name and uid)
+    are stopped as orphans (``RayCluster.stop_orphaned``, Warning ``AncestorGone``), also
+    when a tenant stripped their queue and origin labels, start record and podset labels
+    before deleting the RayJob with ``--cascade=orphan``; another cluster of that name (a
+    new uid) is not, nor anything without a record."""
+    rc = raycluster(group("gpu", 1))
+    rc["metadata"]["labels"] = {}
+    twin = copy.deepcopy(rc)
+    twin["metadata"].update(name="rc2", uid="u-8")
+    stopped: list[str] = []
+    events: list[tuple[str, str]] = []
+
+    async def stop_orphaned(ctx: Any, obj: dict[str, Any], why: str) -> dict[str, Any]:
+        stopped.append(obj["metadata"]["name"])
+        return {**obj, "spec": {**obj["spec"], "suspend": True}}
+
+    monkeypatch.setattr(RAYCLUSTER, "stop_orphaned", stop_orphaned)
+
+    Ctx = ray_stores(rc, twin, events=events)
+    wl: dict[str, Any] = {"metadata": {"name": "rayjob-tune-x", "namespace": NS}}
+    await RAYJOB.stop_made(Ctx(), wl, "u-1")  # type: ignore[arg-type]
+    assert stopped == []  # no record: the orphaned-child rule finds clusters by their marks
+    wl["metadata"]["annotations"] = {ray.ray.CLUSTERS_ANNOTATION: "rc/u-2,rc2/u-9"}
+    await RAYJOB.stop_made(Ctx(), wl, "u-1")  # type: ignore[arg-type]
+    assert stopped == ["rc"] and events == [("rc", "AncestorGone")]
+
+
+async def test_an_orphaned_rayjobs_cluster_is_stopped_once_and_left_to_its_own_workload(
+        ) -> None:
+    """``RayJob.stop_made`` is called on each look at the orphaned Workload: the recorded
+    cluster is written once (suspended, the admission's podset label taken out), later
+    looks write nothing; a recorded cluster queued on its own (a Workload of its own,
+    started on it) is not stopped."""
+    rc = raycluster(group("gpu", 1))
+    rc["spec"]["suspend"] = False
+    rc["spec"]["workerGroupSpecs"][0]["template"]["metadata"] = {
+        "labels": {PODSET_LABEL: "gpu"}}
+    rc["metadata"]["labels"] = {}
+    writes: list[dict[str, Any]] = []
+
+    class Client:
+        @staticmethod
+        async def replace(resource: Any, body: dict[str, Any]) -> dict[str, Any]:
+            writes.append(body)
+            return body
+
+    Ctx = ray_stores(rc, client=Client)
+    wl = {"metadata": {"name": "rayjob-tune-x", "namespace": NS,
+                       "annotations": {ray.ray.CLUSTERS_ANNOTATION: "rc/u-2"}}}
+    for _ in range(3):
+        await RAYJOB.stop_made(Ctx(), wl, "u-1")  # type: ignore[arg-type]
+    assert len(writes) == 1 and writes[0]["spec"]["suspend"] is True
+    assert PODSET_LABEL not in writes[0]["spec"]["workerGroupSpecs"][0]["template"][
+        "metadata"]["labels"]
+    writes.clear()
+    started = copy.deepcopy(rc)
+    Ctx = ray_stores(started, workloads=[own_workload(started)], client=Client)
+    await RAYJOB.stop_made(Ctx(), wl, "u-1")  # type: ignore[arg-type]
+    assert writes == []
 
 
 async def test_a_running_rayjob_records_its_cluster_on_its_workload() -> None:
@@ -691,6 +802,7 @@ async def test_a_running_rayjob_records_its_cluster_on_its_workload() -> None:
     rj["status"] = {"rayClusterName": "tune-x1"}
     wl = {"metadata": {"name": RAYJOB.workload_name(rj), "namespace": NS,
                        "annotations": {ray.ray.CLUSTERS_ANNOTATION: "tune-x0"}}}
+    cluster = {"metadata": {"name": "tune-x1", "namespace": NS, "uid": "u-x1"}}
     patches: list[Any] = []
 
     class Store(dict):  # type: ignore[type-arg]
@@ -699,6 +811,10 @@ async def test_a_running_rayjob_records_its_cluster_on_its_workload() -> None:
 
     class Ctx:
         stored = Store({f"{NS}/{wl['metadata']['name']}": wl})
+        clusters = Store()
+
+        class informers:  # noqa: N801
+            informers = {RAYCLUSTER.key: None}
 
         class client:  # noqa: N801
             @staticmethod
@@ -707,9 +823,14 @@ async def test_a_running_rayjob_records_its_cluster_on_its_workload() -> None:
                 return body
 
         def store(self, key: str) -> Store:
-            return self.stored
+            return self.clusters if key == RAYCLUSTER.key else self.stored
 
     ctx = Ctx()
     await RAYJOB.settle(ctx, rj, 0)  # type: ignore[arg-type]
     await RAYJOB.settle(ctx, rj, 0)  # type: ignore[arg-type]
     assert patches == [{ray.ray.CLUSTERS_ANNOTATION: "tune-x0,tune-x1"}]
+    # Once the store shows the cluster, its uid is recorded with it, once.
+    ctx.clusters.put(cluster)
+    await RAYJOB.settle(ctx, rj, 0)  # type: ignore[arg-type]
+    await RAYJOB.settle(ctx, rj, 0)  # type: ignore[arg-type]
+    assert patches[1:] == [{ray.ray.CLUSTERS_ANNOTATION: "tune-x0,tune-x1/u-x1"}]

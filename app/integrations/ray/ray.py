@@ -48,7 +48,7 @@ from app.integrations.podsets import strip_admission
 from app.integrations.templated import Obj, Path, Template, TemplatedKind, get_in, set_in
 from app.integrations.webhook_toolkit import WebhookPolicy, read_object, read_queue_name
 from app.kube.client import WORKLOADS, Resource
-from app.kube.errors import NotFound
+from app.kube.errors import Conflict, NotFound
 from app.kube.events import NORMAL, WARNING
 from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, string
 from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL
@@ -305,36 +305,103 @@ class _ClusterOwner(_RayKind):
     def made_pods(self, ctx: Context, workload: Mapping[str, Any], uid: str,
                   pods: list[Mapping[str, Any]]) -> int:
         """The pods holding resources of the RayClusters KubeRay made for the object of
-        orphaned ``workload`` (labelled ``ORIGIN_KIND_LABEL: <kind>`` and
-        ``ORIGIN_NAME_LABEL: <name>`` whose Workload name, a hash of kind, name and ``uid``,
-        is ``workload``'s): ``kubectl delete rayjob --cascade=orphan`` (or rayservice) leaves
-        the cluster running, and the Workload keeps the quota while its pods run. When the
-        Workload records the clusters the object ran on (``CLUSTERS_ANNOTATION``, a RayJob's:
-        ``RayJob.settle``), only those count: a cluster a tenant labels so is not the
-        object's."""
+        orphaned ``workload`` (``_made_clusters``): ``kubectl delete rayjob
+        --cascade=orphan`` (or rayservice) leaves the cluster running, and the Workload
+        keeps the quota while its pods run."""
+        return sum(len(pods_of(RAYCLUSTER, pods, rc))
+                   for rc in self._made_clusters(ctx, workload, uid))
+
+    def _made_clusters(self, ctx: Context, workload: Mapping[str, Any],
+                       uid: str) -> list[Obj]:
+        """The stored RayClusters KubeRay made for the object with ``uid`` of ``workload``
+        that still run on its admission: those its record names (``CLUSTERS_ANNOTATION``:
+        by name, and by uid where recorded), whatever labels they carry now; without a
+        record, those labelled ``ORIGIN_KIND_LABEL: <kind>`` and ``ORIGIN_NAME_LABEL:
+        <name>`` whose Workload name (a hash of kind, name and ``uid``) is ``workload``'s
+        (a cluster a tenant labels so counts then). A cluster with a Workload of its own
+        is left out (``queued_on_its_own``): orphaned with the queue label KubeRay copied,
+        it is queued as a RayCluster of its own (Kueue v0.17.1 does the same), whose
+        Workload pykueue creates only once the cluster is stopped and its pods are gone,
+        so the pods it runs afterwards are that Workload's."""
         meta = workload.get("metadata") or {}
         ns, wl_name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         if RAYCLUSTER.key not in ctx.informers.informers:
-            return 0
-        recorded = str((meta.get("annotations") or {}).get(CLUSTERS_ANNOTATION) or "")
-        made = set(recorded.split(",")) if recorded else None
-        left = 0
-        for rc in ctx.store(RAYCLUSTER.key):
-            rc_meta = rc.get("metadata") or {}
-            labels = rc_meta.get("labels") or {}
-            name = str(labels.get(ORIGIN_NAME_LABEL) or "")
-            if rc_meta.get("namespace") == ns and name and \
-                    labels.get(ORIGIN_KIND_LABEL) == self.kind and self.workload_name(
-                        {"metadata": {"name": name, "uid": uid}}) == wl_name and \
-                    (made is None or rc_meta.get("name") in made):
-                left += len(pods_of(RAYCLUSTER, pods, rc))
-        return left
+            return []
+        store = ctx.store(RAYCLUSTER.key)
+        made = recorded_clusters(workload)
+        if made is not None:
+            candidates = [rc for name, rc_uid in made.items()
+                          if (rc := store.get(f"{ns}/{name}")) is not None
+                          and rc_uid in ("", str((rc.get("metadata") or {}).get("uid", "")))]
+        else:
+            candidates = []
+            for rc in store:
+                rc_meta = rc.get("metadata") or {}
+                labels = rc_meta.get("labels") or {}
+                origin = str(labels.get(ORIGIN_NAME_LABEL) or "")
+                if rc_meta.get("namespace") == ns and origin and \
+                        labels.get(ORIGIN_KIND_LABEL) == self.kind and self.workload_name(
+                            {"metadata": {"name": origin, "uid": uid}}) == wl_name:
+                    candidates.append(rc)
+        return [rc for rc in candidates if not queued_on_its_own(ctx, rc)]
+
+    async def stop_made(self, ctx: Context, workload: Mapping[str, Any], uid: str) -> None:
+        """Stop the RayClusters the record of orphaned ``workload`` names
+        (``_made_clusters``: one queued on its own is its own Workload's business) as
+        orphaned clusters (``RayCluster.stop_orphaned``: suspended, set back, the
+        admission's scheduling taken out; Warning Event ``AncestorGone``): they ran on the
+        admission that ends with the object, also when a tenant stripped every label and
+        annotation that marked them before deleting it with ``--cascade=orphan``. Without a
+        record nothing is done here (the orphaned-child rule finds clusters by their
+        marks). Idempotent: a cluster already stopped so is not written again (called on
+        each look at the orphaned Workload, it also stops a cluster the tenant resumes
+        while the Workload waits for its pods)."""
+        if recorded_clusters(workload) is None:
+            return
+        why = (f"the {self.kind} it ran for is gone (deleted with --cascade=orphan?): the "
+               "RayCluster is stopped and the admission's nodeSelector, tolerations and "
+               "podset label removed")
+        for rc in self._made_clusters(ctx, workload, uid):
+            if (rc.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            try:
+                written = await RAYCLUSTER.stop_orphaned(ctx, rc, why)
+            except (Conflict, NotFound):
+                # The orphaned-child rule stopped it first, or it is gone: the store will
+                # show which, and the Workload's next look (it waits for the pods) sees it.
+                continue
+            if written is not rc:
+                ctx.recorder.emit(written, WARNING, "AncestorGone", why)
+
+
+def queued_on_its_own(ctx: Context, cluster: Mapping[str, Any]) -> bool:
+    """Whether RayCluster ``cluster`` has a Workload of its own in the store (named after
+    it, its controller ``cluster``'s uid)."""
+    meta = cluster.get("metadata") or {}
+    wl = ctx.store("wl").get(f"{meta.get('namespace', '')}/{RAYCLUSTER.workload_name(cluster)}")
+    return wl is not None and controller_uid(wl) == str(meta.get("uid") or "")
 
 
 CLUSTERS_ANNOTATION = "pykueue.dev/ray-clusters"
-"""On a RayJob's Workload: the names (comma-separated) of the RayClusters the RayJob ran on
-(its ``status.rayClusterName`` while admitted), so that its orphaned Workload waits for the
-pods of those clusters only (``made_pods``)."""
+"""On a RayJob's Workload: the RayClusters the RayJob ran on (its ``status.rayClusterName``
+while admitted), comma-separated ``name/uid`` (``name`` alone when its uid was not known), so
+that its orphaned Workload waits for the pods of those clusters only (``made_pods``) and
+stops them (``stop_made``)."""
+
+
+def recorded_clusters(workload: Mapping[str, Any]) -> dict[str, str] | None:
+    """``{name: uid}`` of ``CLUSTERS_ANNOTATION`` on ``workload`` (uid ``""`` when not
+    recorded); None without the annotation."""
+    annotations = (workload.get("metadata") or {}).get("annotations") or {}
+    recorded = str(annotations.get(CLUSTERS_ANNOTATION) or "")
+    if not recorded:
+        return None
+    out: dict[str, str] = {}
+    for entry in recorded.split(","):
+        name, _, uid = entry.partition("/")
+        if name:
+            out[name] = uid
+    return out
 
 
 class RayJob(_ClusterOwner):
@@ -354,13 +421,19 @@ class RayJob(_ClusterOwner):
         if wl is None:
             return None
         wl_meta = wl.get("metadata") or {}
-        recorded = str((wl_meta.get("annotations") or {}).get(CLUSTERS_ANNOTATION) or "")
-        names = [n for n in recorded.split(",") if n]
-        if cluster in names:
+        made = recorded_clusters(wl) or {}
+        rc = ctx.store(RAYCLUSTER.key).get(f"{ns}/{cluster}") \
+            if RAYCLUSTER.key in ctx.informers.informers else None
+        uid = str(((rc or {}).get("metadata") or {}).get("uid") or "")
+        # Recorded with its uid (once the store shows it): a cluster created later under
+        # the same name is not the one the RayJob ran on.
+        if cluster in made and (made[cluster] or not uid):
             return None
+        made[cluster] = uid
         body = copy.deepcopy(dict(wl))
-        body["metadata"]["annotations"] = {**(wl_meta.get("annotations") or {}),
-                                           CLUSTERS_ANNOTATION: ",".join([*names, cluster])}
+        body["metadata"]["annotations"] = {
+            **(wl_meta.get("annotations") or {}),
+            CLUSTERS_ANNOTATION: ",".join(f"{n}/{u}" if u else n for n, u in made.items())}
         ctx.store("wl").put(await ctx.client.replace(WORKLOADS, body))
         return None
 
