@@ -3,8 +3,8 @@
 whole and its pods land on the flavor's node with the flavor's nodeSelector and toleration
 (through its ``podSetInfos``), the wrapped Job is not queued again, an edit making it bigger is
 refused and the wrapped Job scaled directly is set back to its share; one that does not fit
-waits whole with no object made; deleting the running one lets the next start, and that one
-finishing frees the quota for the one after. Skipped when the operator is not built."""
+waits whole with no object made; deleting the running one lets the waiting one start, and its
+finishing frees the quota for the next. Skipped when the operator is not built."""
 
 from __future__ import annotations
 
@@ -103,6 +103,8 @@ def test_an_appwrapper_runs_whole_on_the_flavor_and_cannot_grow_past_its_admissi
                 "-p", '{"spec":{"parallelism":4}}')
     wait_for(lambda: lab.get("job", "train-job", "-n", ns)["spec"]["parallelism"] == 2, 30,
              "train-job's parallelism set back to 2")
+    assert lab.get("events", "-n", ns, "--field-selector",
+                   "reason=ExceedsAncestorAdmission")["items"]
     wait_for(lambda: len(holding(lab, ns, "train")) == 2, 60, "train back to 2 pods")
 
     # 3 GPUs > the 2-GPU queue: waits whole, nothing made.
@@ -115,12 +117,18 @@ def test_an_appwrapper_runs_whole_on_the_flavor_and_cannot_grow_past_its_admissi
     assert lab.kubectl("get", "job", "big-job", "-n", ns, check=False).returncode != 0
     assert not holding(lab, ns, "big")
 
-    # Deleting train lets "short" (2 pods of 2 s) start; its finishing lets "after" start.
+    # "short" (2 pods of 2 s) waits while train runs; deleting train lets it start.
     short = {"annotations": {"lab.pykueue.dev/run-duration": "2s"}}
     lab.apply(appwrapper("short", ns, 2, run=short))
-    lab.apply(appwrapper("after", ns, 2))
+    wait_for(lambda: (c := condition(owned_workload(lab, ns, "AppWrapper", "short"),
+                                     "QuotaReserved")) and c["status"] == "False", 60,
+             "short's Workload pending behind train")
     lab.kubectl("delete", "appwrapper", "train", "-n", ns, "--wait=false")
     wait_for(lambda: lab.get("appwrapper", "short", "-n", ns).get("status", {})
              .get("phase") == "Succeeded", 90, "short succeeded")
-    assert condition(owned_workload(lab, ns, "AppWrapper", "short"), "Finished")
+    # Its finishing frees the 2 GPUs: "after" (2 GPUs) runs.
+    wait_for(lambda: (c := condition(owned_workload(lab, ns, "AppWrapper", "short"),
+                                     "Finished")) and c["status"] == "True", 30,
+             "short's Workload Finished")
+    lab.apply(appwrapper("after", ns, 2))
     wait_for(lambda: len(holding(lab, ns, "after")) == 2, 90, "the 2 pods of after running")
