@@ -118,7 +118,8 @@ def infer_pod_sets(obj: Mapping[str, Any]) -> list[tuple[str, int]]:
                             _count(rj, ("replicas",)) * pods))
         return out
     if kind == ("kubeflow.org/v1", "PyTorchJob"):
-        replicas = spec.get("pytorchReplicaSpecs") or {}
+        replicas = spec.get("pytorchReplicaSpecs")
+        replicas = replicas if isinstance(replicas, Mapping) else {}
         return [(f"template.spec.pytorchReplicaSpecs.{r}.template",
                  _count(replicas[r], ("replicas",)))
                 for r in ("Master", "Worker")
@@ -232,7 +233,7 @@ class AppWrapper(TemplatedKind):
         try:
             return sum(t.count for t in self.templates(obj))
         except WorkloadSpecError:
-            return 1
+            return 1  # deployed all the same: active, whatever its shape
 
     def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """The batch Jobs its controller makes: a Job component (by its name) with its
@@ -276,7 +277,7 @@ class AppWrapper(TemplatedKind):
                 info["nodeSelector"] = dict(selector)
             if tolerations:
                 info["tolerations"] = copy.deepcopy(list(tolerations))
-            infos[int(t.path[2])].append(info)
+            infos[int(t.path[2])].append(info)  # path: spec, components, <i>, template...
         out = with_pod_set_infos(obj, infos)
         mark_started(out, True)
         out["spec"]["suspend"] = False
