@@ -29,8 +29,10 @@ then deletes the wrapped objects. Finished (Kueue ``Finished``): phase ``Succeed
 The components are immutable (the operator's webhook refuses any change of a component's
 template or declared podSets, ``validateAppWrapperUpdate``; pykueue's refuses the same on a
 queued AppWrapper, so an admitted one cannot be made to run more pods). The wrapped objects
-are managed-ancestor children, not queued again; a wrapped batch Job (or a wrapped JobSet's
-Job) runs at most its podSet's pods at once (``child_jobs``, ``made_via``).
+are managed-ancestor children, not queued again; a wrapped batch Job runs at most its podSet's
+pods at once (``child_jobs``), and so does a wrapped JobSet's Job once the ancestor walk reaches
+the AppWrapper through the JobSet (``made_via``; the stores hold an unlabelled JobSet only under
+``manageJobsWithoutQueueName``).
 """
 
 from __future__ import annotations
