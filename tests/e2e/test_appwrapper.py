@@ -4,7 +4,8 @@ whole and its pods land on the flavor's node with the flavor's nodeSelector and 
 (through its ``podSetInfos``), the wrapped Job is not queued again, an edit making it bigger is
 refused and the wrapped Job scaled directly is set back to its share; one that does not fit
 waits whole with no object made; deleting the running one lets the waiting one start, and its
-finishing frees the quota for the next. Skipped when the operator is not built."""
+finishing frees the quota for the next. A wrapped JobSet's Job scaled directly is set back to
+its replicatedJob's share. Skipped when an operator is not built."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ FLAVOR_TOLERATION = {"key": "pykueue.dev/appwrapper", "operator": "Exists",
 
 @pytest.fixture(scope="module")
 def aw_operator(lab: LabHandle) -> Iterator[None]:
-    """The AppWrapper CRD and controller in the lab, before pykueue starts."""
-    with operators_running(lab, "appwrapper"):
+    """The AppWrapper and JobSet CRDs and controllers in the lab, before pykueue starts."""
+    with operators_running(lab, "appwrapper", "jobset"):
         yield
 
 
@@ -132,3 +133,26 @@ def test_an_appwrapper_runs_whole_on_the_flavor_and_cannot_grow_past_its_admissi
              "short's Workload Finished")
     lab.apply(appwrapper("after", ns, 2))
     wait_for(lambda: len(holding(lab, ns, "after")) == 2, 90, "the 2 pods of after running")
+    lab.kubectl("delete", "appwrapper", "after", "-n", ns, "--wait=false")
+
+
+def test_a_wrapped_jobsets_job_scaled_directly_is_set_back_to_its_share(
+        lab: LabHandle, aw_queue: str) -> None:
+    ns = aw_queue
+    gpu = {"nvidia.com/gpu": "1"}
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "js"},
+          "spec": {"replicatedJobs": [{"name": "w", "replicas": 2, "template": {"spec": {
+              "parallelism": 1, "completions": 4, "template": {"metadata": LONG, "spec": {
+                  "restartPolicy": "Never", "tolerations": [TOLERATION],
+                  "containers": [{"name": "c", "image": "busybox", "resources": {
+                      "requests": gpu, "limits": gpu}}]}}}}}]}}
+    lab.apply(json.dumps({"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+                          "metadata": {"name": "wjs", "namespace": ns, "labels": {QUEUE: "lq"}},
+                          "spec": {"suspend": False, "components": [{"template": js}]}}))
+    wait_for(lambda: len(holding(lab, ns, "wjs")) == 2, 90, "the 2 pods of wjs running")
+    # The wrapped JobSet is no queued JobSet: its Jobs' ancestor is the AppWrapper.
+    lab.kubectl("patch", "job", "js-w-0", "-n", ns, "--type=merge",
+                "-p", '{"spec":{"parallelism":3}}')
+    wait_for(lambda: lab.get("job", "js-w-0", "-n", ns)["spec"]["parallelism"] == 1, 30,
+             "js-w-0's parallelism set back to 1")
+    wait_for(lambda: len(holding(lab, ns, "wjs")) == 2, 60, "wjs back to 2 pods")

@@ -30,9 +30,8 @@ The components are immutable (the operator's webhook refuses any change of a com
 template or declared podSets, ``validateAppWrapperUpdate``; pykueue's refuses the same on a
 queued AppWrapper, so an admitted one cannot be made to run more pods). The wrapped objects
 are managed-ancestor children, not queued again; a wrapped batch Job runs at most its podSet's
-pods at once (``child_jobs``), and so does a wrapped JobSet's Job once the ancestor walk reaches
-the AppWrapper through the JobSet (``made_via``; the stores hold an unlabelled JobSet only under
-``manageJobsWithoutQueueName``).
+pods at once (``child_jobs``), and so does a wrapped JobSet's Job (``made_via``; the reconciler
+reads the unlabelled JobSet in between from the API server).
 """
 
 from __future__ import annotations
