@@ -528,7 +528,8 @@ KUEUE_FRAMEWORKS: tuple[str, ...] = (
     "kubeflow.org/pytorchjob", "kubeflow.org/tfjob", "kubeflow.org/xgboostjob",
     "kubeflow.org/paddlejob", "kubeflow.org/jaxjob", "kubeflow.org/mpijob", "ray.io/rayjob",
     "ray.io/raycluster", "ray.io/rayservice",
-    "trainer.kubeflow.org/trainjob", "leaderworkerset.x-k8s.io/leaderworkerset")
+    "trainer.kubeflow.org/trainjob", "leaderworkerset.x-k8s.io/leaderworkerset",
+    "workload.codeflare.dev/appwrapper")
 
 # Kueue refuses a framework whose dependency is not listed: Deployments, StatefulSets and
 # LeaderWorkerSets are queued through their Pods (Kueue's ``DependencyList: ["pod"]`` of

@@ -11,6 +11,7 @@
 #   kuberay            github.com/ray-project/kuberay/ray-operator  RayJob RayCluster RayService
 #   lws                sigs.k8s.io/lws                              LeaderWorkerSet
 #   trainer            github.com/kubeflow/trainer/v2               TrainJob TrainingRuntime ClusterTrainingRuntime
+#   appwrapper         github.com/project-codeflare/appwrapper      AppWrapper
 #
 # Versions come from the go.mod files. A no-op for an operator whose folder already holds its
 # binary and its crds/. Arguments: the operator names to build (default: all of them).
@@ -29,6 +30,7 @@ declare -A MOD=(
   [kuberay]=github.com/ray-project/kuberay/ray-operator
   [lws]=sigs.k8s.io/lws
   [trainer]=github.com/kubeflow/trainer/v2
+  [appwrapper]=github.com/project-codeflare/appwrapper
 )
 declare -A MAIN=(
   [jobset]=sigs.k8s.io/jobset
@@ -37,6 +39,7 @@ declare -A MAIN=(
   [kuberay]=github.com/ray-project/kuberay/ray-operator
   [lws]=sigs.k8s.io/lws/cmd
   [trainer]=github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
+  [appwrapper]=github.com/project-codeflare/appwrapper/cmd
 )
 # CRD files inside each module zip (globs relative to the module root).
 declare -A CRDS=(
@@ -46,6 +49,7 @@ declare -A CRDS=(
   [kuberay]="config/crd/bases/ray.io_rayjobs.yaml config/crd/bases/ray.io_rayclusters.yaml config/crd/bases/ray.io_rayservices.yaml"
   [lws]="config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml"
   [trainer]="manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml manifests/base/crds/trainer.kubeflow.org_trainingruntimes.yaml manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml"
+  [appwrapper]="config/crd/bases/workload.codeflare.dev_appwrappers.yaml"
 )
 
 version() { # the operator module's version pinned in its tool module's go.mod
@@ -58,12 +62,13 @@ ldflags() { # the version strings each project's own Makefile stamps
     jobset) echo "-s -w -X sigs.k8s.io/jobset/pkg/version.GitVersion=$v" ;;
     lws) echo "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=$v" ;;
     mpi-operator) echo "-s -w -X github.com/kubeflow/mpi-operator/pkg/version.Version=$v" ;;
+    appwrapper) echo "-s -w -X main.BuildVersion=$v" ;;
     *) echo "-s -w" ;;
   esac
 }
 
 names=("$@")
-[[ ${#names[@]} -gt 0 ]] || names=(jobset training-operator mpi-operator kuberay lws trainer)
+[[ ${#names[@]} -gt 0 ]] || names=(jobset training-operator mpi-operator kuberay lws trainer appwrapper)
 for n in "${names[@]}"; do
   [[ -n "${MOD[$n]:-}" ]] || { echo "operators: unknown operator '$n' (one of: ${!MOD[*]})" >&2; exit 2; }
   v="$(version "$n" "${MOD[$n]}")"

@@ -13,7 +13,7 @@ managing fake nodes with the stages in hack/lab/stages.yaml. State lives in a gi
     python hack/lab.py scheduler --config FILE   # restart kube-scheduler with another config
     python hack/lab.py sa-token NAMESPACE NAME   # print a token of a ServiceAccount
     python hack/lab.py sa-kubeconfig [--out F]   # pykueue's SA + RBAC; kubeconfig with its token
-    python hack/lab.py operators-up [NAME...]    # JobSet, training-, mpi-operator, KubeRay
+    python hack/lab.py operators-up [NAME...]    # JobSet, training-, mpi-operator, KubeRay, ...
     python hack/lab.py operators-down [NAME...]  # (hack/operators.py; make operators builds)
 
 Options (before the verb): --state-dir DIR, --port-base N (etcd N, N+1; apiserver N+3).
@@ -573,7 +573,7 @@ def sa_kubeconfig(lab: Lab, out: Path | None = None, seconds: int = 86400) -> Pa
 
 PYKUEUE_PORT = int(os.environ.get("PYKUEUE_PORT", "9443"))
 # The visibility API's listener (visibility.port; Kueue's and the manifests' 8082): the port
-# after PYKUEUE_PORT, outside the lab's own block (base..base+24) as PYKUEUE_PORT is.
+# after PYKUEUE_PORT, outside the lab's own block (base..base+32) as PYKUEUE_PORT is.
 PYKUEUE_VISIBILITY_PORT = int(os.environ.get("PYKUEUE_VISIBILITY_PORT") or PYKUEUE_PORT + 1)
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""The training operators on the lab (issue 18): JobSet, Kubeflow's training-operator, the
-mpi-operator and KubeRay, each the real controller built from its Go module by
-``hack/build-operators.sh`` (``make operators``), run out of cluster against the lab's admin
-kubeconfig as the lab runs kube-scheduler, logs in ``<lab state>/logs/<name>.log``.
+"""The operators on the lab: JobSet, Kubeflow's training-operator, the mpi-operator, KubeRay,
+LeaderWorkerSet, Kubeflow Trainer v2 and AppWrapper, each the real controller built from its
+Go module by ``hack/build-operators.sh`` (``make operators``), run out of cluster against the
+lab's admin kubeconfig as the lab runs kube-scheduler, logs in ``<lab state>/logs/<name>.log``.
 
     python hack/lab.py operators-up [NAME ...]    # install CRDs, start (default: every built one)
     python hack/lab.py operators-down [NAME ...]  # stop them, unregister their webhooks
@@ -35,11 +35,22 @@ What each needs out of cluster (read from each operator's v-pinned source, see d
   webhooks (TrainJob defaulting/validation, runtime validation) by URL. A TrainJob runs as a
   JobSet, so the jobset operator must run too.
 
+- appwrapper (project-codeflare AppWrapper v1.2.0): its configuration is a ConfigMap
+  (``appwrapper-operator-config`` in namespace ``appwrapper-system``, the ``NAMESPACE`` env),
+  which the lab writes before starting it. Webhooks off (``webhooksEnabled: false``, the
+  project's own out-of-cluster ``config/dev`` setting): its webhook server port is hard-coded
+  to 9443 on every interface (one per machine) and its certificates come from cert-controller
+  with in-cluster names; pykueue's AppWrapper webhook refuses what its validation refuses of a
+  queued AppWrapper (component changes). No default queue name (``defaultQueueName`` unset:
+  pykueue is the queue manager), Autopilot's node monitor and anti-affinities off (no GPU
+  health labels on the lab's nodes), metrics off; ready when ``/healthz`` answers (its
+  ``/readyz`` would start the webhook server on 9443).
+
 Ports: the lab's port base + 20 (jobset webhook), +21 (jobset probes), +22
 (training-operator webhook, every interface: the operator has no host flag), +23
-(training-operator probes), +24 (kuberay probes), +25 (lws webhook), +26 (lws probes), +30
-(trainer webhook), +31 (trainer probes), +32 (trainer status server); 8080 (mpi-operator
-health).
+(training-operator probes), +24 (kuberay probes), +25 (lws webhook), +26 (lws probes), +27
+(appwrapper probes; +28, +29 kept for it), +30 (trainer webhook), +31 (trainer probes), +32
+(trainer status server); 8080 (mpi-operator health).
 """
 
 from __future__ import annotations
@@ -73,6 +84,8 @@ TRAINING_CA_NAME = "training-operator-ca"  # the rotator checks its CA has this 
 TRAINING_WEBHOOK = "validator.training-operator.kubeflow.org"
 TRAINER_MUTATING = "defaulter.trainer.kubeflow.org"
 TRAINER_VALIDATING = "validator.trainer.kubeflow.org"
+APPWRAPPER_NAMESPACE = "appwrapper-system"
+APPWRAPPER_CONFIG = "appwrapper-operator-config"  # its --config default
 
 
 @dataclass(frozen=True)
@@ -122,6 +135,7 @@ OPERATORS = {
         Operator("lws", "sigs.k8s.io/lws", ("LeaderWorkerSet",)),
         Operator("trainer", "github.com/kubeflow/trainer/v2",
                  ("TrainJob", "TrainingRuntime", "ClusterTrainingRuntime")),
+        Operator("appwrapper", "github.com/project-codeflare/appwrapper", ("AppWrapper",)),
     )
 }
 
@@ -131,7 +145,7 @@ def ports(lab: labmod.Lab) -> dict[str, int]:
     b = lab.port_base
     return {"jobset-webhook": b + 20, "jobset-probe": b + 21, "training-webhook": b + 22,
             "training-probe": b + 23, "kuberay-probe": b + 24, "lws-webhook": b + 25,
-            "lws-probe": b + 26, "trainer-webhook": b + 30,
+            "lws-probe": b + 26, "appwrapper-probe": b + 27, "trainer-webhook": b + 30,
             "trainer-probe": b + 31, "trainer-status": b + 32, "mpi-health": MPI_HEALTH_PORT}
 
 
@@ -430,10 +444,31 @@ def _trainer(lab: labmod.Lab) -> Launch:
                   f"http://127.0.0.1:{p['trainer-probe']}/readyz")
 
 
+def _appwrapper(lab: labmod.Lab) -> Launch:
+    """AppWrapper v1.2.0: its ConfigMap (module doc), then the controller alone."""
+    p = ports(lab)
+    config = {
+        "appwrapper": {"autopilot": {"injectAntiAffinities": False, "monitorNodes": False},
+                       "userRBACAdmissionCheck": False},
+        "controllerManager": {"health": {"bindAddress": f"127.0.0.1:{p['appwrapper-probe']}"},
+                              "metrics": {"bindAddress": "0"}, "leaderElection": False},
+        "webhooksEnabled": False,
+    }
+    _apply(lab, [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": APPWRAPPER_NAMESPACE}},
+        {"apiVersion": "v1", "kind": "ConfigMap",
+         "metadata": {"name": APPWRAPPER_CONFIG, "namespace": APPWRAPPER_NAMESPACE},
+         "data": {"config.yaml": json.dumps(config, indent=2) + "\n"}},
+    ])
+    return Launch([f"--config={APPWRAPPER_CONFIG}", "--zap-log-level=info"],
+                  {"NAMESPACE": APPWRAPPER_NAMESPACE},
+                  f"http://127.0.0.1:{p['appwrapper-probe']}/healthz")
+
+
 LAUNCH: dict[str, Callable[[labmod.Lab], Launch]] = {
     "jobset": _jobset, "training-operator": _training_operator,
     "mpi-operator": _mpi_operator, "kuberay": _kuberay, "lws": _lws,
-    "trainer": _trainer,
+    "trainer": _trainer, "appwrapper": _appwrapper,
 }
 WEBHOOKS = {  # what operators-down unregisters, per operator
     "jobset": [("mutatingwebhookconfiguration", "jobset-mutating-webhook"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from app.integrations import (
+    appwrapper,
     batchjob,
     deployment,
     jobset,
@@ -41,6 +42,7 @@ PACKAGES = (
     ray,
     leaderworkerset,
     trainjob,
+    appwrapper,
 )
 
 BUILTIN_KINDS: tuple[JobKind, ...] = tuple(k for p in PACKAGES for k in p.KINDS)

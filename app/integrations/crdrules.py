@@ -105,7 +105,9 @@ class CrdRules:
     ``belongs_elsewhere``: True for an object another kind manages (Kueue's managed ancestor,
     e.g. the RayCluster of a RayJob, which copies the RayJob's labels): both rules leave it
     alone; ``takes_unlabelled``: False for an object the kind never queues without a queue
-    name (the kind's ``takes_unlabelled``, e.g. a RayJob on an existing cluster)."""
+    name (the kind's ``takes_unlabelled``, e.g. a RayJob on an existing cluster);
+    ``extra_update``: more errors for an UPDATE (old, new) of a queued object, by anyone
+    (e.g. an AppWrapper's immutable components)."""
 
     group: str
     version: str
@@ -115,6 +117,7 @@ class CrdRules:
     extra_create: Callable[[Mapping[str, Any]], list[str]] | None = None
     belongs_elsewhere: Callable[[Mapping[str, Any]], bool] | None = None
     takes_unlabelled: Callable[[Mapping[str, Any]], bool] | None = None
+    extra_update: Callable[[Mapping[str, Any], Mapping[str, Any]], list[str]] | None = None
 
     @property
     def mutate_path(self) -> str:
@@ -204,6 +207,8 @@ class CrdRules:
         before = read_queue_name(prior, label)
         errors = self._new_spec_errors(prior, bool(before) or unlabelled, o) \
             if queue or unlabelled else []
+        if self.extra_update is not None and (queue or before or unlabelled):
+            errors += self.extra_update(prior, o)
         errors += unsuspend_errors(self.lever, self.kind, queue or before, unlabelled,
                                    (read_lever(prior, self.suspend),
                                     read_lever(o, self.suspend)),

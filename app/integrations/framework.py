@@ -58,8 +58,9 @@ class KindDefaults:
     ``manages_unlabelled``, ``unlabelled_selector``, ``takes_unlabelled``; and
     ``top_level``, ``partial_admission``, ``optional``, ``child_jobs``, ``rules``; for
     operators that need a nudge ``settle``; for objects an ancestor's operator makes
-    ``hold_to_ancestor``, ``carries_admission`` and ``stop_orphaned``, and for kinds whose
-    operator makes other objects that run its pods ``made_pods`` (each documented below).
+    ``hold_to_ancestor``, ``carries_admission`` and ``stop_orphaned``; for kinds whose
+    operator makes other objects that run its pods ``made_pods`` and ``made_via`` (each
+    documented below).
     """
 
     # Its Workloads carry GROUP_WORKLOAD_ANNOTATION instead of a controller ownerReference.
@@ -151,6 +152,14 @@ class KindDefaults:
         (``workload``: its orphaned Workload), whatever labels those objects lost meanwhile.
         Default: nothing (the orphaned-child rule finds a kind's children by their marks)."""
         return None
+
+    def made_via(self, parent: Mapping[str, Any], ref: Mapping[str, Any]) -> bool:
+        """Whether a batch Job whose controller ownerReference is ``ref`` was made for
+        ``parent`` (the kind's object) through another object (``child_share``). Default: the
+        object of kind ``child_via`` named as ``parent`` (the JobSet a TrainJob's operator
+        makes, named as the TrainJob)."""
+        return bool(self.child_via) and ref.get("kind") == self.child_via \
+            and ref.get("name") == (parent.get("metadata") or {}).get("name")
 
     def carries_admission(self, obj: Mapping[str, Any]) -> bool:
         """Whether ``obj`` was made from a started ancestor's template (it carries that
@@ -313,13 +322,11 @@ def child_share(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[st
 
 
 def _made_via(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
-    """True when ``job``'s controller is the object of kind ``parent_kind.child_via`` named
-    as ``parent`` (the JobSet a TrainJob's operator makes, named as the TrainJob)."""
-    via = str(getattr(parent_kind, "child_via", ""))
-    name = (parent.get("metadata") or {}).get("name")
-    return bool(via) and any(
-        isinstance(ref, Mapping) and ref.get("controller") is True and ref.get("kind") == via
-        and ref.get("name") == name
+    """True when ``job``'s controller is an object ``parent_kind.made_via`` says was made
+    for ``parent`` (the JobSet a TrainJob's operator makes, an AppWrapper's JobSet)."""
+    return any(
+        isinstance(ref, Mapping) and ref.get("controller") is True
+        and parent_kind.made_via(parent, ref)  # type: ignore[attr-defined]
         for ref in (job.get("metadata") or {}).get("ownerReferences") or [])
 
 

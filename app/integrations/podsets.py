@@ -105,6 +105,21 @@ def has_start_record(obj: Mapping[str, Any]) -> bool:
     return ORIGINAL_ANNOTATION in (((obj.get("metadata") or {}).get("annotations")) or {})
 
 
+def mark_started(obj: Obj, started: bool) -> None:
+    """Put on ``obj`` (in place) the empty start record ``{}`` (``started``: a kind that
+    changes none of its pod templates, whose admission lives elsewhere in the object), or
+    take the start record off it (dropping ``metadata.annotations`` left empty)."""
+    meta = obj.setdefault("metadata", {})
+    anns = dict(meta.get("annotations") or {})
+    if started:
+        meta["annotations"] = {**anns, ORIGINAL_ANNOTATION: "{}"}
+    elif anns.pop(ORIGINAL_ANNOTATION, None) is not None:
+        if anns:
+            meta["annotations"] = anns
+        else:
+            meta.pop("annotations", None)
+
+
 def template_record(template: Mapping[str, Any], stored: object = None) -> Obj:
     """The user's scheduling fields of pod template ``template`` (a PodTemplateSpec): the
     ``stored`` record when it is readable (``read_record``), else read from the template."""

@@ -341,12 +341,17 @@ class JobReconciler:
     async def reconcile_child_job(self, ns: str, name: str) -> float | None:
         """An unlabelled batch Job (``CHILD_JOBS``): when an ancestor queues it, the rules
         of a child (``_child``), as for a labelled one. The ancestor is looked for in the
-        stores only (no API read per unlabelled Job's event)."""
+        stores (no API read per unlabelled Job's event); for a Job that carries an admission
+        (``carries_admission``) the walk may also read its controller from the API server
+        (``_managed_ancestor``): an unlabelled object in between (the JobSet an AppWrapper
+        wraps) is in no store."""
         kind = self.registry.get(JOB)
         obj = self.ctx.store(CHILD_JOBS).get(f"{ns}/{name}")
         if kind is None or obj is None:
             return None
         ancestor = stored_ancestor(self.ctx, self.registry, obj)
+        if ancestor is None and kind.carries_admission(obj) and not kind.finished(obj)[0]:
+            ancestor = await self._managed_ancestor(obj)
         if ancestor is None:
             return await self._orphaned_child(kind, obj)
         return await self._child(kind, obj, *ancestor)

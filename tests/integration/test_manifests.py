@@ -185,7 +185,8 @@ def test_webhooks_point_at_the_service_that_selects_the_deployment(lab: LabHandl
                  r"|kubeflow-org-v1-(pytorch|tf|xgboost|paddle|jax)job|kubeflow-org-v2beta1-mpijob"
                  r"|ray-io-v1-(rayjob|raycluster|rayservice)"
                  r"|leaderworkerset-x-k8s-io-v1-leaderworkerset"
-                 r"|trainer-kubeflow-org-v1alpha1-trainjob)")
+                 r"|trainer-kubeflow-org-v1alpha1-trainjob"
+                 r"|workload-codeflare-dev-v1beta2-appwrapper)")
         assert re.fullmatch(r"/(mutate|validate)-" + kinds, ref["path"])
 
 

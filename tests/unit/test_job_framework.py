@@ -99,7 +99,7 @@ def test_a_kind_registers_once() -> None:
     assert [k.key for k in reg.kinds()] == ["job", "qpod", "podgroup", "jobset", "pytorchjob",
                                             "tfjob", "xgboostjob", "paddlejob", "jaxjob",
                                             "mpijob", "rayjob", "raycluster", "rayservice",
-                                            "trainjob", "sleeper"]
+                                            "trainjob", "appwrapper", "sleeper"]
     with pytest.raises(ValueError, match="registered twice"):
         reg.register(Sleeper())
     wl = Sleeper().workload_object(SLEEPER_OBJ)

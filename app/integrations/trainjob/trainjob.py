@@ -45,6 +45,7 @@ from app.integrations.jobsetspec import jobset_templates
 from app.integrations.podsets import (
     admitted_scheduling,
     inject_template,
+    mark_started,
     template_record,
     write_start,
 )
@@ -52,7 +53,6 @@ from app.integrations.templated import Obj, Template, TemplatedKind, get_in
 from app.kube.client import Resource
 from app.kube.events import NORMAL
 from app.wire.fields import WorkloadSpecError, integer, mapping, string
-from app.wire.names import ORIGINAL_ANNOTATION
 
 if TYPE_CHECKING:
     from app.kube.context import Context
@@ -283,8 +283,7 @@ class TrainJob(TemplatedKind):
         patch = start_patch(obj, self.checked_templates(obj), scheduling,
                             inject_node_selector=inject_node_selector)
         out = with_kueue_patch(self._stored(obj), patch)
-        meta = out.setdefault("metadata", {})
-        meta["annotations"] = {**(meta.get("annotations") or {}), ORIGINAL_ANNOTATION: "{}"}
+        mark_started(out, True)
         out["spec"]["suspend"] = False
         return out
 
@@ -292,12 +291,7 @@ class TrainJob(TemplatedKind):
         """``obj`` suspended, its start record removed (Kueue's patch stays: module doc)."""
         out = self._stored(obj)
         out.setdefault("spec", {})["suspend"] = True
-        anns = dict((out.get("metadata") or {}).get("annotations") or {})
-        if anns.pop(ORIGINAL_ANNOTATION, None) is not None:
-            if anns:
-                out["metadata"]["annotations"] = anns
-            else:
-                out["metadata"].pop("annotations", None)
+        mark_started(out, False)
         return out
 
     @staticmethod

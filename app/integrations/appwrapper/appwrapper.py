@@ -1,0 +1,328 @@
+"""workload.codeflare.dev/v1beta2 AppWrapper as a job kind (Kueue
+``pkg/controller/jobs/appwrapper``, kueue-integrations.md 8), on the shared base of the
+operators' kinds (``app.integrations.templated``).
+
+An AppWrapper wraps other objects (``spec.components[]``, each a ``template``: a Job, a JobSet,
+a PyTorchJob, ...) that its controller (project-codeflare/appwrapper v1.2.0) creates once the
+AppWrapper is unsuspended, each controlled by the AppWrapper.
+
+PodSets (AppWrapper ``utils.GetComponentPodSpecs``): per component, in order, its declared
+``podSets`` (``path`` to a PodTemplateSpec inside the component, ``replicas`` default 1), or
+those the AppWrapper library infers for its kind (``infer_pod_sets``: Job, JobSet, PyTorchJob,
+RayCluster, RayJob, Pod, Deployment, StatefulSet; none for another kind). Each is named
+``<appwrapper>-<global index>`` with count ``replicas``; at most 8 over all components. Declared
+podSets must agree with the inferred ones (same paths and replicas; the operator's webhook
+``ValidatePodSets``), so the Workload counts the pods the components run. A path is the
+AppWrapper's syntax, ``template.spec.replicatedJobs[0].template.spec.template`` (``template``
+is the component's object).
+
+Suspend lever: ``spec.suspend``. Start (Kueue ``RunWithPodSetsInfo``): one
+``spec.components[].podSetInfos[]`` entry per podSet (the flavor's nodeSelector and
+tolerations, the ``kueue.x-k8s.io/podset`` label), which the AppWrapper controller applies to
+the pod templates of the objects it creates, and ``spec.suspend=false``, in one update; the
+start record is ``ORIGINAL_ANNOTATION`` (``{}``: no template is changed). Stop (Kueue
+``RestorePodSetsInfo``): ``spec.suspend=true`` and every ``podSetInfos`` cleared; the controller
+then deletes the wrapped objects. Finished (Kueue ``Finished``): phase ``Succeeded``; phase
+``Failed`` once condition ``ResourcesDeployed`` is no longer True. Pods ready: condition
+``PodsReady``. Active: condition ``QuotaReserved`` (the controller's: components deployed).
+
+The components are immutable (the operator's webhook refuses any change of a component's
+template or declared podSets, ``validateAppWrapperUpdate``; pykueue's refuses the same on a
+queued AppWrapper, so an admitted one cannot be made to run more pods). The wrapped objects
+are managed-ancestor children, not queued again; a wrapped batch Job runs at most its podSet's
+pods at once (``child_jobs``), and so does a wrapped JobSet's Job (``made_via``; the reconciler
+reads the unlabelled JobSet in between from the API server).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from app.integrations.crdrules import CrdRules
+from app.integrations.podsets import (
+    mark_started,
+    merged_node_selector,
+)
+from app.integrations.templated import Path, Template, TemplatedKind, get_in
+from app.kube.client import Resource
+from app.wire.fields import Obj, WorkloadSpecError
+from app.wire.names import PODSET_LABEL
+
+GROUP, VERSION = "workload.codeflare.dev", "v1beta2"
+APPWRAPPERS = Resource(GROUP, VERSION, "appwrappers", "AppWrapper")
+# The label the AppWrapper controller puts on every wrapped object and pod template.
+APPWRAPPER_LABEL = "workload.codeflare.dev/appwrapper"
+
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
+
+
+def parse_path(path: str, where: str) -> Path:
+    """The keys and indexes of an AppWrapper podSet ``path`` after its leading ``template``
+    (``template.spec.replicatedJobs[0].template`` -> ``("spec", "replicatedJobs", 0,
+    "template")``). Raises ``WorkloadSpecError`` naming ``where``."""
+    if not isinstance(path, str) or not path.startswith("template"):
+        raise WorkloadSpecError(where, f"{path!r}: the first element must be 'template'")
+    rest, out = path[len("template"):], []
+    while rest:
+        m = _STEP.match(rest)
+        if m is None:
+            raise WorkloadSpecError(where, f"{path!r}: invalid path element {rest!r}")
+        out.append(m.group(1) if m.group(1) is not None else int(m.group(2)))
+        rest = rest[m.end():]
+    return tuple(out)
+
+
+def _count(obj: Mapping[str, Any], path: Path, default: int = 1) -> int:
+    value = get_in(obj, path)
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _min_pods(job_spec: Mapping[str, Any] | None) -> int:
+    """A Job spec's pods at once as the AppWrapper library infers them: ``parallelism``
+    (default 1), lowered to ``completions`` when that is smaller."""
+    spec = job_spec if isinstance(job_spec, Mapping) else {}
+    pods = _count(spec, ("parallelism",))
+    completions = spec.get("completions")
+    return completions if isinstance(completions, int) and completions < pods else pods
+
+
+def _ray_pod_sets(obj: Mapping[str, Any], prefix: str) -> list[tuple[str, int]]:
+    """A RayCluster spec's podSets at ``template<prefix>``: the head (1), each worker group
+    (``replicas``, default 1)."""
+    cluster = get_in(obj, parse_path("template" + prefix, "path"))
+    groups = cluster.get("workerGroupSpecs") if isinstance(cluster, Mapping) else None
+    out = [(f"template{prefix}.headGroupSpec.template", 1)]
+    for i, group in enumerate(groups if isinstance(groups, list) else []):
+        if isinstance(group, Mapping) and "template" in group:
+            out.append((f"template{prefix}.workerGroupSpecs[{i}].template",
+                        _count(group, ("replicas",))))
+    return out
+
+
+def infer_pod_sets(obj: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """(path, replicas) of each podSet the AppWrapper library (v1.2.0 ``InferPodSets``)
+    infers for component object ``obj`` from its apiVersion and kind; ``[]`` for a kind it
+    does not know."""
+    kind = (str(obj.get("apiVersion", "")), str(obj.get("kind", "")))
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    if kind == ("batch/v1", "Job"):
+        return [("template.spec.template", _min_pods(spec))]
+    if kind == ("jobset.x-k8s.io/v1alpha2", "JobSet"):
+        out = []
+        for i, rj in enumerate(spec.get("replicatedJobs") or []):
+            if isinstance(rj, Mapping) and "template" in rj:
+                pods = _min_pods((rj.get("template") or {}).get("spec"))
+                out.append((f"template.spec.replicatedJobs[{i}].template.spec.template",
+                            _count(rj, ("replicas",)) * pods))
+        return out
+    if kind == ("kubeflow.org/v1", "PyTorchJob"):
+        replicas = spec.get("pytorchReplicaSpecs")
+        replicas = replicas if isinstance(replicas, Mapping) else {}
+        return [(f"template.spec.pytorchReplicaSpecs.{r}.template",
+                 _count(replicas[r], ("replicas",)))
+                for r in ("Master", "Worker")
+                if isinstance(replicas.get(r), Mapping) and "template" in replicas[r]]
+    if kind == ("ray.io/v1", "RayCluster"):
+        return _ray_pod_sets(obj, ".spec")
+    if kind == ("ray.io/v1", "RayJob"):
+        return _ray_pod_sets(obj, ".spec.rayClusterSpec")
+    if kind == ("v1", "Pod"):
+        return [("template", 1)]
+    if kind in (("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")) and "template" in spec:
+        return [("template.spec.template", _count(spec, ("replicas",)))]
+    return []
+
+
+def components(aw: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """``spec.components`` checked: a list of objects, each with a ``template`` object.
+    Raises ``WorkloadSpecError`` naming the field."""
+    comps = (aw.get("spec") or {}).get("components")
+    if not isinstance(comps, list) or not comps:
+        raise WorkloadSpecError("spec.components", "required (at least one)")
+    for i, c in enumerate(comps):
+        if not isinstance(c, Mapping) or not isinstance(c.get("template"), Mapping):
+            raise WorkloadSpecError(f"spec.components[{i}].template", "required object")
+    return comps
+
+
+def component_pod_sets(aw: Mapping[str, Any]) -> list[tuple[int, str, int]]:
+    """(component index, path, replicas) of every podSet, in order (module doc). Raises
+    ``WorkloadSpecError`` for a declared podSet that disagrees with the inferred ones."""
+    out = []
+    for i, comp in enumerate(components(aw)):
+        inferred = infer_pod_sets(comp["template"])
+        declared = comp.get("podSets") or []
+        if not declared:
+            out += [(i, p, r) for p, r in inferred]
+            continue
+        where = f"spec.components[{i}].podSets"
+        if not isinstance(declared, list) or not all(isinstance(d, Mapping) for d in declared):
+            raise WorkloadSpecError(where, "expected a list of objects")
+        mine = [(str(d.get("path") or ""), _count(d, ("replicas",))) for d in declared]
+        if len({p for p, _ in mine}) != len(mine):
+            raise WorkloadSpecError(where, "two podSets with one path")
+        if inferred and sorted(mine) != sorted(inferred):
+            kind = comp["template"].get("kind")
+            raise WorkloadSpecError(where, f"{mine} differ from what the {kind} runs "
+                                    f"{inferred} (path, replicas)")
+        out += [(i, p, r) for p, r in mine]
+    return out
+
+
+def with_pod_set_infos(aw: Mapping[str, Any], infos: list[list[Obj]] | None) -> Obj:
+    """A copy of ``aw`` whose ``spec.components[i].podSetInfos`` are ``infos[i]`` (None:
+    every one removed, Kueue ``ClearPodSetInfos``)."""
+    out = copy.deepcopy(dict(aw))
+    for i, comp in enumerate(out.get("spec", {}).get("components") or []):
+        if infos is None or not infos[i]:
+            comp.pop("podSetInfos", None)
+        else:
+            comp["podSetInfos"] = infos[i]
+    return out
+
+
+class AppWrapper(TemplatedKind):
+    """workload.codeflare.dev/v1beta2 AppWrapper (``JobKind``; module doc). ``optional``: its
+    CRD may be absent; the manager then leaves the kind out at start-up."""
+
+    key = "appwrapper"
+    resource = APPWRAPPERS
+    api_group = GROUP
+    kind = "AppWrapper"
+    suspend = ("spec", "suspend")
+    # Its webhook rules check what the operator's webhook checks of the podSets (1 to 8,
+    # declared ones as inferred, every path a pod template: ``spec_errors``).
+    rules = CrdRules(GROUP, VERSION, "appwrappers", "AppWrapper", ("spec", "suspend"),
+                     extra_create=lambda aw: KIND.spec_errors(aw),
+                     extra_update=lambda old, new: _components_changed(old, new))
+    # The controller labels the wrapped pod templates with the AppWrapper's name; the pods'
+    # controller is the wrapped Job (``pod_of``).
+    pod_labels = (APPWRAPPER_LABEL, "")
+
+    def templates(self, obj: Mapping[str, Any]) -> list[Template]:
+        """One per podSet (module doc). Raises ``WorkloadSpecError``."""
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        out = []
+        for n, (i, path, replicas) in enumerate(component_pod_sets(obj)):
+            where = f"spec.components[{i}].podSets path"
+            out.append(Template(f"{name}-{n}".lower(), replicas,
+                                ("spec", "components", i, "template", *parse_path(path, where)),
+                                str(n)))
+        return out
+
+    def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
+        """Phase ``Succeeded``, or ``Failed`` once ``ResourcesDeployed`` is not True (Kueue
+        ``AppWrapper.Finished``)."""
+        phase = (obj.get("status") or {}).get("phase")
+        if phase == "Succeeded":
+            return True, "Succeeded", "AppWrapper finished successfully"
+        if phase == "Failed" and not _condition(obj, "ResourcesDeployed"):
+            return True, "Failed", "AppWrapper failed"
+        return False, "", ""
+
+    def pods_ready(self, obj: Mapping[str, Any]) -> bool:
+        return _condition(obj, "PodsReady")
+
+    def active_pods(self, obj: Mapping[str, Any]) -> int:
+        """The podSets' pods while ``QuotaReserved`` is True (components deployed), else 0;
+        the reconciler also counts the pods themselves (``pod_labels``)."""
+        if not _condition(obj, "QuotaReserved"):
+            return 0
+        try:
+            return sum(t.count for t in self.templates(obj))
+        except WorkloadSpecError:
+            return 1  # deployed all the same: active, whatever its shape
+
+    def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
+        """The batch Jobs its controller makes: a Job component (by its name) with its
+        podSet's pods; a JobSet component's Jobs ``<jobset>-<replicatedJob>-<index>`` with
+        ``min(parallelism, completions)`` each. Raises ``WorkloadSpecError``."""
+        out: dict[str, int] = {}
+        pods = {(i, p): r for i, p, r in component_pod_sets(obj)}
+        for i, comp in enumerate(components(obj)):
+            tpl, name = comp["template"], _component_name(obj, i)
+            if (tpl.get("apiVersion"), tpl.get("kind")) == ("batch/v1", "Job") and name:
+                out[name] = pods.get((i, "template.spec.template"), 0)
+            elif (tpl.get("apiVersion"), tpl.get("kind")) == ("jobset.x-k8s.io/v1alpha2",
+                                                             "JobSet") and name:
+                for rj in (tpl.get("spec") or {}).get("replicatedJobs") or []:
+                    for index in range(_count(rj, ("replicas",))):
+                        out[f"{name}-{rj.get('name')}-{index}"] = _min_pods(
+                            (rj.get("template") or {}).get("spec"))
+        return out
+
+    def made_via(self, parent: Mapping[str, Any], ref: Mapping[str, Any]) -> bool:
+        """A Job controlled by a JobSet component of ``parent`` is made for it."""
+        return ref.get("kind") == "JobSet" and any(
+            (c["template"].get("kind") == "JobSet"
+             and ref.get("name") == _component_name(parent, i))
+            for i, c in enumerate(components(parent)))
+
+    # ---------------------------------------------------------------- the writes
+
+    def injected(self, obj: Mapping[str, Any], scheduling: Mapping[str, tuple[Mapping[str, str],
+                 list[Obj]]], *, inject_node_selector: bool = True) -> Obj:
+        """``obj`` started: its podSetInfos (module doc), the start record, the lever false.
+        Raises ``InjectionConflict`` when a flavor's node label contradicts a template's
+        nodeSelector (the controller would fail the AppWrapper)."""
+        infos: list[list[Obj]] = [[] for _ in components(obj)]
+        for t in self.checked_templates(obj):
+            selector, tolerations = scheduling.get(t.name, ({}, []))
+            info: Obj = {"labels": {PODSET_LABEL: t.name}}
+            if inject_node_selector and selector:
+                own = ((get_in(obj, t.path) or {}).get("spec") or {}).get("nodeSelector") or {}
+                merged_node_selector(own, selector, "AppWrapper component")
+                info["nodeSelector"] = dict(selector)
+            if tolerations:
+                info["tolerations"] = copy.deepcopy(list(tolerations))
+            infos[int(t.path[2])].append(info)  # path: spec, components, <i>, template...
+        out = with_pod_set_infos(obj, infos)
+        mark_started(out, True)
+        out["spec"]["suspend"] = False
+        return out
+
+    def restored(self, obj: Mapping[str, Any]) -> Obj:
+        """``obj`` suspended, its podSetInfos and start record removed."""
+        out = with_pod_set_infos(obj, None)
+        out.setdefault("spec", {})["suspend"] = True
+        mark_started(out, False)
+        return out
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> bool:
+    return any(isinstance(c, Mapping) and c.get("type") == kind and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def _component_name(aw: Mapping[str, Any], i: int) -> str:
+    """The name of component ``i``'s object: its template's, else the one the controller
+    recorded (``status.componentStatus[i].name``, for a ``generateName``)."""
+    comp = components(aw)[i]
+    name = (comp["template"].get("metadata") or {}).get("name")
+    if not name:
+        status = (aw.get("status") or {}).get("componentStatus") or []
+        name = status[i].get("name") if i < len(status) and isinstance(status[i], Mapping) \
+            else ""
+    return str(name or "")
+
+
+def _components_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """A change to a component's template or declared podSets (path, replicas) of a queued
+    AppWrapper (the operator's webhook ``validateAppWrapperUpdate`` refuses the same)."""
+    def shape(aw: Mapping[str, Any]) -> list[Any]:
+        comps = (aw.get("spec") or {}).get("components")
+        return [(c.get("template"), [(d.get("path"), d.get("replicas", 1))
+                                     for d in c.get("podSets") or [] if isinstance(d, Mapping)])
+                if isinstance(c, Mapping) else c for c in comps or []] \
+            if isinstance(comps, list) else [comps]
+    if shape(old) == shape(new):
+        return []
+    return ["spec.components: a queued AppWrapper's components (their templates and declared "
+            "podSets) are immutable, as the AppWrapper operator's webhook has them; its "
+            "Workload was sized from them. Delete and re-create it to change them"]
+
+
+KIND = AppWrapper()

@@ -1,0 +1,158 @@
+"""AppWrapper (project-codeflare v1.2.0) through pykueue with the real AppWrapper controller
+(``make operators``): an AppWrapper wrapping a batch Job of 2 pods (1 GPU each) is admitted
+whole and its pods land on the flavor's node with the flavor's nodeSelector and toleration
+(through its ``podSetInfos``), the wrapped Job is not queued again, an edit making it bigger is
+refused and the wrapped Job scaled directly is set back to its share; one that does not fit
+waits whole with no object made; deleting the running one lets the waiting one start, and its
+finishing frees the quota for the next. A wrapped JobSet's Job scaled directly is set back to
+its replicatedJob's share. Skipped when an operator is not built."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.e2e.conftest import gpu_queue, operators_running
+from tests.e2e.test_jobset import A100, condition, drop, owned_workload
+from tests.e2e.test_workload_kinds import LONG, TOLERATION
+from tests.labfixture import LabHandle, wait_for
+
+pytestmark = pytest.mark.lab
+QUEUE = "kueue.x-k8s.io/queue-name"
+AW_LABEL = "workload.codeflare.dev/appwrapper"
+FLAVOR_TOLERATION = {"key": "pykueue.dev/appwrapper", "operator": "Exists",
+                     "effect": "NoSchedule"}
+
+
+@pytest.fixture(scope="module")
+def aw_operator(lab: LabHandle) -> Iterator[None]:
+    """The AppWrapper and JobSet CRDs and controllers in the lab, before pykueue starts."""
+    with operators_running(lab, "appwrapper", "jobset"):
+        yield
+
+
+@pytest.fixture(scope="module")
+def aw_queue(lab: LabHandle, aw_operator: None, pykueue_in_lab: object) -> Iterator[str]:
+    """A namespace with LocalQueue ``lq`` to a ClusterQueue of 2 GPUs on a flavor of the A100
+    node that adds a toleration of its own."""
+    suffix = uuid.uuid4().hex[:6]
+    ns, cq, rf = f"aw-{suffix}", f"aw-cq-{suffix}", f"aw-rf-{suffix}"
+    lab.create_namespace(ns)
+    gpu_queue(lab, ns, cq, rf, 2, {"nodeLabels": A100, "tolerations": [FLAVOR_TOLERATION]})
+    try:
+        yield ns
+    finally:
+        drop(lab, ns, cq)
+        lab.kubectl("delete", "resourceflavor", rf, "--wait=false", check=False)
+
+
+def appwrapper(name: str, ns: str, pods: int, *, completions: int | None = None,
+               run: dict | None = None) -> str:
+    """An AppWrapper queued in ``lq``, created unsuspended (pykueue's webhook suspends it),
+    wrapping the batch Job ``<name>-job`` of ``pods`` pods at once (1 GPU each)."""
+    gpu = {"nvidia.com/gpu": "1"}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"{name}-job"},
+           "spec": {"parallelism": pods, "completions": completions or pods, "backoffLimit": 0,
+                    "template": {"metadata": run or LONG, "spec": {
+                        "restartPolicy": "Never", "tolerations": [TOLERATION],
+                        "containers": [{"name": "c", "image": "busybox", "resources": {
+                            "requests": gpu, "limits": gpu}}]}}}}
+    return json.dumps({"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+                       "metadata": {"name": name, "namespace": ns, "labels": {QUEUE: "lq"}},
+                       "spec": {"suspend": False, "components": [{"template": job}]}})
+
+
+def holding(lab: LabHandle, ns: str, name: str) -> list[dict]:
+    """The pods of AppWrapper ``name`` that are bound and not finished."""
+    return [p for p in lab.get("pods", "-n", ns, "-l", f"{AW_LABEL}={name}")["items"]
+            if p["spec"].get("nodeName") and p["status"].get("phase") in ("Pending", "Running")]
+
+
+def test_an_appwrapper_runs_whole_on_the_flavor_and_cannot_grow_past_its_admission(
+        lab: LabHandle, aw_queue: str) -> None:
+    ns = aw_queue
+    # Parallelism 2 of 4 completions: 2 pods at once, the AppWrapper's one podSet.
+    lab.apply(appwrapper("train", ns, 2, completions=4))
+    wl = wait_for(lambda: (w := owned_workload(lab, ns, "AppWrapper", "train"))
+                  and (c := condition(w, "Admitted")) and c["status"] == "True" and w,
+                  60, "train's Workload admitted")
+    assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [("train-0", 2)]
+    pods = wait_for(lambda: len(r := [p for p in holding(lab, ns, "train")
+                                      if p["status"].get("phase") == "Running"]) == 2 and r,
+                    90, "the 2 pods of train running")
+    for p in pods:
+        assert p["spec"]["nodeName"] == "a100-0"
+        assert p["spec"]["nodeSelector"] == A100
+        assert p["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "train-0"
+        assert FLAVOR_TOLERATION in p["spec"]["tolerations"]
+    # The wrapped Job is the AppWrapper's child, not queued again.
+    job = lab.get("job", "train-job", "-n", ns)
+    assert [r["kind"] for r in job["metadata"]["ownerReferences"]] == ["AppWrapper"]
+    wls = lab.get("workloads.kueue.x-k8s.io", "-n", ns)["items"]
+    assert [r["kind"] for w in wls for r in w["metadata"]["ownerReferences"]] == ["AppWrapper"]
+
+    # Growing the admitted AppWrapper is refused.
+    grow = lab.kubectl("patch", "appwrapper", "train", "-n", ns, "--type=json", "-p", json.dumps(
+        [{"op": "replace", "path": "/spec/components/0/template/spec/parallelism", "value": 4}]),
+        check=False)
+    assert grow.returncode != 0 and "immutable" in grow.stderr, grow
+    # The wrapped Job scaled directly is set back to its share of the admission.
+    lab.kubectl("patch", "job", "train-job", "-n", ns, "--type=merge",
+                "-p", '{"spec":{"parallelism":4}}')
+    wait_for(lambda: lab.get("job", "train-job", "-n", ns)["spec"]["parallelism"] == 2, 30,
+             "train-job's parallelism set back to 2")
+    assert lab.get("events", "-n", ns, "--field-selector",
+                   "reason=ExceedsAncestorAdmission")["items"]
+    wait_for(lambda: len(holding(lab, ns, "train")) == 2, 60, "train back to 2 pods")
+
+    # 3 GPUs > the 2-GPU queue: waits whole, nothing made.
+    lab.apply(appwrapper("big", ns, 3))
+    qr = wait_for(lambda: (c := condition(owned_workload(lab, ns, "AppWrapper", "big"),
+                                          "QuotaReserved")) and c["status"] == "False" and c,
+                  60, "big's Workload pending")
+    assert "nvidia.com/gpu" in qr["message"] and "3" in qr["message"], qr
+    assert lab.get("appwrapper", "big", "-n", ns)["spec"]["suspend"] is True
+    assert lab.kubectl("get", "job", "big-job", "-n", ns, check=False).returncode != 0
+    assert not holding(lab, ns, "big")
+
+    # "short" (2 pods of 2 s) waits while train runs; deleting train lets it start.
+    short = {"annotations": {"lab.pykueue.dev/run-duration": "2s"}}
+    lab.apply(appwrapper("short", ns, 2, run=short))
+    wait_for(lambda: (c := condition(owned_workload(lab, ns, "AppWrapper", "short"),
+                                     "QuotaReserved")) and c["status"] == "False", 60,
+             "short's Workload pending behind train")
+    lab.kubectl("delete", "appwrapper", "train", "-n", ns, "--wait=false")
+    wait_for(lambda: lab.get("appwrapper", "short", "-n", ns).get("status", {})
+             .get("phase") == "Succeeded", 90, "short succeeded")
+    # Its finishing frees the 2 GPUs: "after" (2 GPUs) runs.
+    wait_for(lambda: (c := condition(owned_workload(lab, ns, "AppWrapper", "short"),
+                                     "Finished")) and c["status"] == "True", 30,
+             "short's Workload Finished")
+    lab.apply(appwrapper("after", ns, 2))
+    wait_for(lambda: len(holding(lab, ns, "after")) == 2, 90, "the 2 pods of after running")
+    lab.kubectl("delete", "appwrapper", "after", "-n", ns, "--wait=false")
+
+
+def test_a_wrapped_jobsets_job_scaled_directly_is_set_back_to_its_share(
+        lab: LabHandle, aw_queue: str) -> None:
+    ns = aw_queue
+    gpu = {"nvidia.com/gpu": "1"}
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "js"},
+          "spec": {"replicatedJobs": [{"name": "w", "replicas": 2, "template": {"spec": {
+              "parallelism": 1, "completions": 4, "template": {"metadata": LONG, "spec": {
+                  "restartPolicy": "Never", "tolerations": [TOLERATION],
+                  "containers": [{"name": "c", "image": "busybox", "resources": {
+                      "requests": gpu, "limits": gpu}}]}}}}}]}}
+    lab.apply(json.dumps({"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+                          "metadata": {"name": "wjs", "namespace": ns, "labels": {QUEUE: "lq"}},
+                          "spec": {"suspend": False, "components": [{"template": js}]}}))
+    wait_for(lambda: len(holding(lab, ns, "wjs")) == 2, 90, "the 2 pods of wjs running")
+    # The wrapped JobSet is no queued JobSet: its Jobs' ancestor is the AppWrapper.
+    lab.kubectl("patch", "job", "js-w-0", "-n", ns, "--type=merge",
+                "-p", '{"spec":{"parallelism":3}}')
+    wait_for(lambda: lab.get("job", "js-w-0", "-n", ns)["spec"]["parallelism"] == 1, 30,
+             "js-w-0's parallelism set back to 1")
+    wait_for(lambda: len(holding(lab, ns, "wjs")) == 2, 60, "wjs back to 2 pods")
