@@ -51,6 +51,7 @@ from app.integrations.framework import (
     child_share,
     controller_uid,
     lookup,
+    made_via_ancestor,
     manages_unlabelled_in,
     object_key,
     pod_labels,
@@ -346,7 +347,8 @@ class JobReconciler:
         obj = self.ctx.store(CHILD_JOBS).get(f"{ns}/{name}")
         if kind is None or obj is None:
             return None
-        ancestor = stored_ancestor(self.ctx, self.registry, obj)
+        ancestor = stored_ancestor(self.ctx, self.registry, obj) or \
+            made_via_ancestor(self.ctx, self.registry, obj)
         if ancestor is None:
             return await self._orphaned_child(kind, obj)
         return await self._child(kind, obj, *ancestor)
