@@ -361,8 +361,10 @@ class JobReconciler:
         unqueued object, covers nothing; one whose controller is gone is left to the garbage
         collector): it ran on that ancestor's admission, which ends with it, so it is stopped
         with the admission's scheduling taken out (``stop_orphaned``; Warning Event
-        ``AncestorGone``). Its pods go, and the ancestor's orphaned Workload is Finished once
-        they are gone. Goes beyond Kueue, which leaves such a Job running unmanaged."""
+        ``AncestorGone``). A controller of a managed kind that runs (the JobSet a deleted
+        TrainJob made) is stopped too, or it would resume the Job. Its pods go, and the
+        ancestor's orphaned Workload is Finished once they are gone. Goes beyond Kueue, which
+        leaves such a Job running unmanaged."""
         meta = obj.get("metadata") or {}
         ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         if not kind.carries_admission(obj) or kind.finished(obj)[0] \
@@ -382,6 +384,13 @@ class JobReconciler:
         why = (f"its pod template carries the admission of an ancestor that is gone (deleted "
                f"with --cascade=orphan?): the {kind.kind} is stopped and the admission's "
                "nodeSelector, tolerations and podset label removed")
+        if found is not None and found[0].resource is not None \
+                and not found[0].is_suspended(owner):
+            # Its controller (the JobSet a TrainJob made, left by --cascade=orphan) would
+            # resume it with the admission's scheduling again (jobset's
+            # resumeJobsIfNecessary): that controller is stopped too, first, so that a failed
+            # write is retried while the Job still carries the admission.
+            await found[0].stop(self.ctx, owner, why)
         written = await kind.stop_orphaned(self.ctx, obj, why)  # type: ignore[attr-defined]
         self.ctx.recorder.emit(written, WARNING, "AncestorGone", why)
         return None

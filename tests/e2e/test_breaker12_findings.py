@@ -282,3 +282,37 @@ def test_a_stale_jobset_of_a_trainjob_runs_no_more_gpus_than_admitted(
         finally:
             print(f"\nstale TrainJob JobSet unsuspended: at most {max(seen)} GPUs Running, "
                   "admission of 1")
+
+
+def test_an_orphaned_trainjobs_jobset_is_stopped_and_its_job_cannot_be_raised(
+        lab: LabHandle, pykueue_with_operators: labmod.Lab) -> None:
+    """The tenant's TrainJob (1 node x 1 GPU) runs; the tenant deletes it with
+    ``--cascade=orphan`` (its JobSet and Workload lose their owner) and raises the JobSet's
+    Job ``tj-node-0`` to parallelism/completions 6. Before: the Job stopped and resumed over
+    and over (pykueue's ``AncestorGone`` stop against jobset's ``resumeJobsIfNecessary``,
+    which puts the admission's podset label and scheduling back), 2-4 GPUs Running at a
+    time, a100-0 full at times, the TrainJob's Workload admitted for 1 (``WaitingForPods``)
+    for as long as watched. After: the orphaned JobSet is stopped with its Job and their pods
+    go (the raised pods may start before the stop: a window)."""
+    with two_teams(lab, "b12-orph") as (ns, _, as_tenant):
+        lab.kubectl(*as_tenant, "apply", "-f", "-", input=training_runtime(ns, 1, 1))
+        lab.kubectl(*as_tenant, "apply", "-f", "-", input=trainjob("tj", ns))
+        wait_for(lambda: admitted(lab, ns, "tj"), 60, "tj admitted")
+        wait_for(lambda: gpus_running(lab, ns) == 1, 90, "tj's node pod running")
+        lab.kubectl(*as_tenant, "delete", "trainjob", "tj", "-n", ns, "--cascade=orphan")
+        wait_for(lambda: not lab.get("trainjobs", "-n", ns)["items"], 30, "tj deleted")
+        lab.kubectl(*as_tenant, "patch", "job", "tj-node-0", "-n", ns, "--type=merge",
+                    "-p", '{"spec": {"parallelism": 6, "completions": 6}}')
+        seen = [1]
+
+        def stopped() -> bool:
+            seen.append(gpus_running(lab, ns))
+            return lab.get("jobset", "tj", "-n", ns)["spec"].get("suspend") is True \
+                and not live(lab.get("pods", "-n", ns)["items"])
+        try:
+            wait_for(stopped, 60, "the orphaned JobSet stopped and its pods gone")
+            assert lab.get("job", "tj-node-0", "-n", ns)["spec"]["suspend"] is True
+        finally:
+            # The Job controller starts the raised pods before pykueue's stop (a window).
+            print(f"\norphaned TrainJob's JobSet, Job raised to 6: at most {max(seen)} GPUs "
+                  "Running before it was stopped, admission of 1")

@@ -259,6 +259,35 @@ async def test_an_orphaned_child_job_carrying_its_ancestors_admission_is_stopped
     assert tpl["spec"]["tolerations"] == [{"key": "k", "operator": "Exists"}]
 
 
+async def test_a_running_jobset_whose_orphaned_job_carries_an_admission_is_stopped_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TrainJob deleted with ``--cascade=orphan`` leaves its JobSet (unlabelled, no owner)
+    running a Job whose template carries the admission: the Job is stopped and so is the
+    JobSet, which would otherwise resume it with the admission's scheduling
+    (jobset's ``resumeJobsIfNecessary``)."""
+    js = make_jobset(rjob("workers", 1, 1), suspend=False)
+    js["metadata"]["namespace"] = NS
+    js["metadata"].pop("labels", None)
+    job = _orphan("train-workers-0", True)
+    job["metadata"]["ownerReferences"] = _child_job("x", 1, js)["metadata"]["ownerReferences"]
+    client = _ServesJobSets({**OBJECTS, "resourceflavors": [A100_FLAVOR], "jobsets": [js],
+                              JOBS.plural: [job]})
+    m = _leading(monkeypatch, client)
+    await m.start()
+    try:
+        await m.wait_ready(10)
+        for _ in range(100):
+            stopped = [b for v, r, b in client.bodies if (v, r) == ("replace", "jobsets")]
+            if stopped:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await m.stop()
+    assert [b["spec"]["suspend"] for v, r, b in client.bodies
+            if (v, r) == ("replace", "jobs")][-1:] == [True], client.bodies
+    assert [b["spec"]["suspend"] for b in stopped] == [True], client.bodies
+
+
 def test_a_rayjobs_cluster_raised_beyond_the_admission_is_held_to_it() -> None:
     """``held_to``: a worker group above its admitted count gets replicas (and a higher
     minReplicas) lowered to it, over numOfHosts; a group within it, or absent from the
