@@ -308,6 +308,30 @@ def stored_ancestor(ctx: Context, registry: Registry, obj: Mapping[str, Any]
             ctx, str((obj.get("metadata") or {}).get("namespace", ""))))
 
 
+def made_via_ancestor(ctx: Context, registry: Registry, obj: Mapping[str, Any]
+                      ) -> tuple[JobKind, Mapping[str, Any]] | None:
+    """The queued object whose operator makes ``obj``'s controller, read from the stores:
+    a stored object, of a kind whose ``child_via`` is that controller's kind, named as the
+    controller (a TrainJob for the JobSet the trainer makes, named as the TrainJob), with a
+    queue name or where ``manages_unlabelled_in`` ``obj``'s namespace; else None. For a Job
+    whose controller no store holds (an unlabelled JobSet is outside the JobSet informer),
+    where ``stored_ancestor`` stops."""
+    meta = obj.get("metadata") or {}
+    ns = str(meta.get("namespace", ""))
+    refs = [r for r in meta.get("ownerReferences") or []
+            if isinstance(r, Mapping) and r.get("controller") is True]
+    if not refs:
+        return None
+    manage = manages_unlabelled_in(ctx, ns)
+    for kind in registry.kinds():
+        via = str(getattr(kind, "child_via", ""))
+        if via and via == refs[0].get("kind"):
+            parent = lookup(kind, ctx, ns, str(refs[0].get("name", "")))
+            if parent is not None and (manage or kind.queue_name(parent)):
+                return kind, parent
+    return None
+
+
 def child_share(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[str, Any]) -> int:
     """Pods the batch Job ``job`` may run at once under its managed ancestor ``parent``'s
     admission: its share in ``parent_kind.child_jobs(parent)`` (the Jobs the ancestor's

@@ -51,6 +51,7 @@ from app.integrations.framework import (
     child_share,
     controller_uid,
     lookup,
+    made_via_ancestor,
     manages_unlabelled_in,
     object_key,
     pod_labels,
@@ -349,7 +350,8 @@ class JobReconciler:
         obj = self.ctx.store(CHILD_JOBS).get(f"{ns}/{name}")
         if kind is None or obj is None:
             return None
-        ancestor = stored_ancestor(self.ctx, self.registry, obj)
+        ancestor = stored_ancestor(self.ctx, self.registry, obj) or \
+            made_via_ancestor(self.ctx, self.registry, obj)
         if ancestor is None and kind.carries_admission(obj) and not kind.finished(obj)[0]:
             ancestor = await self._managed_ancestor(obj)
         if ancestor is None:
@@ -364,8 +366,10 @@ class JobReconciler:
         unqueued object, covers nothing; one whose controller is gone is left to the garbage
         collector): it ran on that ancestor's admission, which ends with it, so it is stopped
         with the admission's scheduling taken out (``stop_orphaned``; Warning Event
-        ``AncestorGone``). Its pods go, and the ancestor's orphaned Workload is Finished once
-        they are gone. Goes beyond Kueue, which leaves such a Job running unmanaged."""
+        ``AncestorGone``). A controller of a managed kind that runs (the JobSet a deleted
+        TrainJob made) is stopped too, or it would resume the Job. Its pods go, and the
+        ancestor's orphaned Workload is Finished once they are gone. Goes beyond Kueue, which
+        leaves such a Job running unmanaged."""
         meta = obj.get("metadata") or {}
         ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         if not kind.carries_admission(obj) or kind.finished(obj)[0] \
@@ -385,6 +389,13 @@ class JobReconciler:
         why = (f"its pod template carries the admission of an ancestor that is gone (deleted "
                f"with --cascade=orphan?): the {kind.kind} is stopped and the admission's "
                "nodeSelector, tolerations and podset label removed")
+        if found is not None and found[0].resource is not None \
+                and not found[0].is_suspended(owner):
+            # Its controller (the JobSet a TrainJob made, left by --cascade=orphan) would
+            # resume it with the admission's scheduling again (jobset's
+            # resumeJobsIfNecessary): that controller is stopped too, first, so that a failed
+            # write is retried while the Job still carries the admission.
+            await found[0].stop(self.ctx, owner, why)
         written = await kind.stop_orphaned(self.ctx, obj, why)  # type: ignore[attr-defined]
         self.ctx.recorder.emit(written, WARNING, "AncestorGone", why)
         return None

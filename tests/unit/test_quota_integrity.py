@@ -20,7 +20,7 @@ from app.integrations import CRD_RULES, batchjob, jobset, kubeflow, ray
 from app.integrations.batchjob.webhook_rules import validate_update
 from app.integrations.framework import Registry
 from app.integrations.kubeflow.kubeflow import PYTORCHJOB
-from app.integrations.ray.ray import RAYCLUSTER, RAYJOB
+from app.integrations.ray.ray import RAYCLUSTER, RAYJOB, RAYSERVICE
 from app.kube.client import JOBS, RESOURCE_FLAVORS, WORKLOADS
 from app.kube.context import CHILD_JOBS, UNLABELLED
 from app.kube.informers import Store
@@ -258,6 +258,35 @@ async def test_an_orphaned_child_job_carrying_its_ancestors_admission_is_stopped
     assert tpl["metadata"]["labels"] == {"app": "a"}
     assert tpl["spec"]["nodeSelector"] == {"zone": "z"}
     assert tpl["spec"]["tolerations"] == [{"key": "k", "operator": "Exists"}]
+
+
+async def test_a_running_jobset_whose_orphaned_job_carries_an_admission_is_stopped_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TrainJob deleted with ``--cascade=orphan`` leaves its JobSet (unlabelled, no owner)
+    running a Job whose template carries the admission: the Job is stopped and so is the
+    JobSet, which would otherwise resume it with the admission's scheduling
+    (jobset's ``resumeJobsIfNecessary``)."""
+    js = make_jobset(rjob("workers", 1, 1), suspend=False)
+    js["metadata"]["namespace"] = NS
+    js["metadata"].pop("labels", None)
+    job = _orphan("train-workers-0", True)
+    job["metadata"]["ownerReferences"] = _child_job("x", 1, js)["metadata"]["ownerReferences"]
+    client = _ServesJobSets({**OBJECTS, "resourceflavors": [A100_FLAVOR], "jobsets": [js],
+                              JOBS.plural: [job]})
+    m = _leading(monkeypatch, client)
+    await m.start()
+    try:
+        await m.wait_ready(10)
+        for _ in range(100):
+            stopped = [b for v, r, b in client.bodies if (v, r) == ("replace", "jobsets")]
+            if stopped:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await m.stop()
+    assert [b["spec"]["suspend"] for v, r, b in client.bodies
+            if (v, r) == ("replace", "jobs")][-1:] == [True], client.bodies
+    assert [b["spec"]["suspend"] for b in stopped] == [True], client.bodies
 
 
 def test_a_rayjobs_cluster_raised_beyond_the_admission_is_held_to_it() -> None:
@@ -557,11 +586,10 @@ async def test_a_rayjobs_cluster_is_held_to_the_rayjobs_admission() -> None:
     assert [r for r, _ in ctx.recorder.events] == ["ExceedsAncestorAdmission"] * 2
 
 
-async def test_only_the_cluster_a_rayjob_runs_on_is_held_to_its_admission() -> None:
-    """A second RayCluster claiming the admitted RayJob as controller, not the one its
-    ``status.rayClusterName`` names (nor, before that is set, the oldest), is suspended with
-    its workers at 0 (Event ``NotTheRayJobsCluster``); the RayJob's own is left alone."""
-    rj, rc, wl = _rayjob_and_cluster(group("gpu", 1))
+def _cluster_and_a_copy(rc: dict[str, Any]) -> tuple[_Ctx, dict[str, Any]]:
+    """A context storing RayCluster ``rc`` (renamed ``rc``, the older) and a copy of it
+    named ``extra`` (created a day later), with an Event recorder; returns it and the
+    copy."""
     rc["metadata"].update(name="rc", creationTimestamp="2026-01-01T00:00:00Z")
     extra = copy.deepcopy(rc)
     extra["metadata"].update(name="extra", creationTimestamp="2026-01-02T00:00:00Z")
@@ -569,6 +597,15 @@ async def test_only_the_cluster_a_rayjob_runs_on_is_held_to_its_admission() -> N
     ctx.recorder = _Recorder()  # type: ignore[attr-defined]
     ctx.stored.put(rc)
     ctx.stored.put(extra)
+    return ctx, extra
+
+
+async def test_only_the_cluster_a_rayjob_runs_on_is_held_to_its_admission() -> None:
+    """A second RayCluster claiming the admitted RayJob as controller, not the one its
+    ``status.rayClusterName`` names (nor, before that is set, the oldest), is suspended with
+    its workers at 0 (Event ``NotTheRayJobsCluster``); the RayJob's own is left alone."""
+    rj, rc, wl = _rayjob_and_cluster(group("gpu", 1))
+    ctx, extra = _cluster_and_a_copy(rc)
     for status in ({}, {"rayClusterName": "rc"}):
         rj["status"] = status
         await RAYCLUSTER.hold_to_ancestor(ctx, rc, RAYJOB, rj, wl)
@@ -578,6 +615,37 @@ async def test_only_the_cluster_a_rayjob_runs_on_is_held_to_its_admission() -> N
         assert body["spec"]["suspend"] is True
         assert [g["replicas"] for g in body["spec"]["workerGroupSpecs"]] == [0]
     assert [r for r, _ in ctx.recorder.events] == ["NotTheRayJobsCluster"] * 2
+
+
+async def test_only_the_clusters_a_rayservice_runs_on_are_held_to_its_admission() -> None:
+    """A RayCluster a tenant creates with a controller ownerReference to an admitted
+    RayService (a copy of its cluster) is suspended with its workers at 0 (Event
+    ``NotTheRayServicesCluster``); the clusters its status names (active and pending: an
+    upgrade runs both), or before any is named the oldest, are left alone."""
+    rj, rc, wl = _rayjob_and_cluster(group("gpu", 1))
+    svc = {"apiVersion": "ray.io/v1", "kind": "RayService",
+           "metadata": {"name": "tune", "namespace": "ns", "uid": "u-1"},
+           "spec": {"rayClusterConfig": copy.deepcopy(rj["spec"]["rayClusterSpec"])}}
+    wl = {**RAYSERVICE.workload_object(svc, priority_classes={}, pod_priority_classes={}),
+          "status": wl["status"]}
+    wl["status"]["admission"]["podSetAssignments"] = [
+        p for p in wl["status"]["admission"]["podSetAssignments"] if p["name"] != "submitter"]
+    rc["metadata"]["ownerReferences"][0]["kind"] = "RayService"
+    ctx, extra = _cluster_and_a_copy(rc)
+    for status in ({}, {"pendingServiceStatus": {"rayClusterName": "rc"}},
+                   {"activeServiceStatus": {"rayClusterName": "rc"}}):
+        svc["status"] = status
+        await RAYCLUSTER.hold_to_ancestor(ctx, rc, RAYSERVICE, svc, wl)
+        assert ctx.replaced == []
+        await RAYCLUSTER.hold_to_ancestor(ctx, extra, RAYSERVICE, svc, wl)
+        body = ctx.replaced.pop()
+        assert body["spec"]["suspend"] is True
+        assert [g["replicas"] for g in body["spec"]["workerGroupSpecs"]] == [0]
+    svc["status"] = {"activeServiceStatus": {"rayClusterName": "rc"},
+                     "pendingServiceStatus": {"rayClusterName": "extra"}}
+    await RAYCLUSTER.hold_to_ancestor(ctx, extra, RAYSERVICE, svc, wl)
+    assert ctx.replaced == []
+    assert [r for r, _ in ctx.recorder.events] == ["NotTheRayServicesCluster"] * 3
 
 
 def test_a_queued_rayjobs_cluster_refuses_other_requests_and_reserved_group_names() -> None:

@@ -302,6 +302,11 @@ class _ClusterOwner(_RayKind):
 
     cluster_at: Path
 
+    def cluster_names(self, obj: Mapping[str, Any]) -> list[str]:
+        """The RayClusters ``obj`` runs on, by name, as its status names them (KubeRay
+        v1.6.0); ``[]`` before any is named."""
+        raise NotImplementedError
+
     def made_pods(self, ctx: Context, workload: Mapping[str, Any], uid: str,
                   pods: list[Mapping[str, Any]]) -> int:
         """The pods holding resources of the RayClusters KubeRay made for the object of
@@ -408,6 +413,12 @@ class RayJob(_ClusterOwner):
     """ray.io/v1 RayJob (``JobKind``; module doc)."""
 
     cluster_at = CLUSTER_AT["RayJob"]
+
+    def cluster_names(self, obj: Mapping[str, Any]) -> list[str]:
+        """``status.rayClusterName`` (KubeRay v1.6.0 sets it before making the cluster): a
+        RayJob runs one cluster."""
+        used = str(((obj.get("status") or {}).get("rayClusterName")) or "")
+        return [used] if used else []
 
     async def settle(self, ctx: Context, obj: Obj, pods: int) -> float | None:
         """Record the cluster the started RayJob ``obj`` runs on (``status.rayClusterName``,
@@ -545,6 +556,14 @@ class RayService(_ClusterOwner):
 
     suspend = (*CLUSTER_AT["RayService"], "suspend")
     cluster_at = CLUSTER_AT["RayService"]
+
+    def cluster_names(self, obj: Mapping[str, Any]) -> list[str]:
+        """``status.activeServiceStatus.rayClusterName`` and
+        ``status.pendingServiceStatus.rayClusterName`` (KubeRay v1.6.0: the cluster serving
+        and the one being prepared, during an upgrade both)."""
+        status = obj.get("status") or {}
+        return [str(name) for at in ("activeServiceStatus", "pendingServiceStatus")
+                if (name := ((status.get(at) or {}).get("rayClusterName")))]
 
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         return cluster_templates(obj, self.cluster_at)
@@ -730,15 +749,15 @@ class RayCluster(_RayKind):
         or ``submitter``) are set back (``held_to``), and a template asking other per-pod
         requests than its podSet was admitted for is set back to the parent's and the
         cluster suspended (``with_admitted_templates``); Warning Event
-        ``ExceedsAncestorAdmission``. A cluster claiming a RayJob as controller that is not
-        the one the RayJob runs on (``is_rayjobs_cluster``) is held to no worker and
-        suspended instead (``NotTheRayJobsCluster``). Goes beyond Kueue, whose RayCluster
-        integration leaves
+        ``ExceedsAncestorAdmission``. A cluster claiming a RayJob or RayService as
+        controller that is not one it runs on (``is_owners_cluster``) is held to no worker
+        and suspended instead (``NotTheRayJobsCluster``, ``NotTheRayServicesCluster``).
+        Goes beyond Kueue, whose RayCluster integration leaves
         a cluster a RayJob or RayService owns to its owner (KubeRay v1.6.0 does not copy a
         RayService's changed ``replicas`` onto its running cluster, but a tenant may raise
         the cluster's own)."""
-        if parent_kind.kind == "RayJob" and not self.is_rayjobs_cluster(ctx, obj, parent):
-            await self._hold_to_none(ctx, obj, parent)
+        if not self.is_owners_cluster(ctx, obj, parent_kind, parent):
+            await self._hold_to_none(ctx, obj, parent_kind, parent)
             return
         at = parent_kind.cluster_at
         counts = {str(p.get("name")): int(p.get("count") or 0)
@@ -765,29 +784,31 @@ class RayCluster(_RayKind):
                           "stopped" if fields else f"worker groups run more pods than the "
                           f"{name} was admitted for ({workers}): replicas set back")
 
-    def is_rayjobs_cluster(self, ctx: Context, obj: Mapping[str, Any],
-                           rayjob: Mapping[str, Any]) -> bool:
-        """Whether ``obj`` (a RayCluster whose controller is RayJob ``rayjob``) is the cluster
-        the RayJob runs on: the one its ``status.rayClusterName`` names (KubeRay v1.6.0 sets
-        it before making the cluster), or, before that is set, the oldest (creation time,
-        then name) of the stored clusters the RayJob controls. A RayJob runs one cluster; any
-        other claiming it as controller was made by someone else."""
-        used = str((rayjob.get("status") or {}).get("rayClusterName") or "")
+    def is_owners_cluster(self, ctx: Context, obj: Mapping[str, Any], parent_kind: Any,
+                          parent: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` (a RayCluster whose controller is ``parent``, a RayJob or
+        RayService of ``parent_kind``) is a cluster the parent runs on: one its status names
+        (``cluster_names``), or, before any is named, the oldest (creation time, then name)
+        of the stored clusters it controls. KubeRay makes a RayJob one cluster and a
+        RayService one at a time (two during an upgrade, both named); any other claiming the
+        parent as controller was made by someone else (a tenant's ownerReference)."""
+        used = parent_kind.cluster_names(parent)
         meta = obj.get("metadata") or {}
         if used:
-            return meta.get("name") == used
-        uid = (rayjob.get("metadata") or {}).get("uid")
+            return meta.get("name") in used
+        uid = (parent.get("metadata") or {}).get("uid")
         mine = sorted((str(m.get("creationTimestamp") or ""), str(m.get("name") or ""))
                       for rc in ctx.store(self.key)
                       if (m := rc.get("metadata") or {}).get("namespace") == meta.get("namespace")
                       and not m.get("deletionTimestamp") and controller_uid(rc) == uid)
         return not mine or mine[0][1] == meta.get("name")
 
-    async def _hold_to_none(self, ctx: Context, obj: Obj, rayjob: Mapping[str, Any]) -> None:
+    async def _hold_to_none(self, ctx: Context, obj: Obj, parent_kind: Any,
+                            parent: Mapping[str, Any]) -> None:
         """Suspend ``obj`` with every worker group held to 0 pods (``held_to``): it claims
-        RayJob ``rayjob`` as controller but is not the cluster the RayJob runs on
-        (``is_rayjobs_cluster``), so the RayJob's admission is not its to run on; Warning
-        Event ``NotTheRayJobsCluster``."""
+        ``parent`` (a RayJob or RayService) as controller but is not a cluster the parent
+        runs on (``is_owners_cluster``), so the parent's admission is not its to run on;
+        Warning Event ``NotThe<Kind>sCluster``."""
         try:
             body = held_to(obj, {}) or copy.deepcopy(dict(obj))
         except WorkloadSpecError:
@@ -797,12 +818,13 @@ class RayCluster(_RayKind):
             return
         written = await ctx.client.replace(self.resource, body)
         ctx.store(self.key).put(written)
-        rj = rayjob.get("metadata") or {}
-        used = (rayjob.get("status") or {}).get("rayClusterName") or "another cluster"
-        ctx.recorder.emit(written, WARNING, "NotTheRayJobsCluster",
-                          f"controlled by RayJob {rj.get('namespace')}/{rj.get('name')}, "
-                          f"which runs on RayCluster {used}: its admission is not this "
-                          "cluster's, so its workers are held to 0 and it is suspended")
+        pm = parent.get("metadata") or {}
+        used = ", ".join(parent_kind.cluster_names(parent)) or "another cluster"
+        ctx.recorder.emit(written, WARNING, f"NotThe{parent_kind.kind}sCluster",
+                          f"controlled by {parent_kind.kind} {pm.get('namespace')}/"
+                          f"{pm.get('name')}, which runs on RayCluster {used}: its admission "
+                          "is not this cluster's, so its workers are held to 0 and it is "
+                          "suspended")
 
     def carries_admission(self, obj: Mapping[str, Any]) -> bool:
         """Whether the cluster carries the scheduling of a started RayJob that KubeRay copied
