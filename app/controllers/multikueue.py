@@ -67,6 +67,7 @@ from app.kube.client import (
 )
 from app.kube.context import AC, JOB, WL, Context
 from app.kube.errors import ApiError, NotFound
+from app.kube.events import NORMAL
 from app.wire.workload import workload_name_for_job
 from app.wire.workload_status import is_finished, rfc3339, set_condition
 
@@ -100,6 +101,15 @@ def _check_state(wl: Mapping[str, Any], names: set[str]) -> Obj | None:
     return None
 
 
+def _placed_without_quota(wl: Mapping[str, Any]) -> bool:
+    """Not finished, no quota reserved, yet a worker or nominees recorded."""
+    st = wl.get("status") or {}
+    if not (st.get("clusterName") or st.get("nominatedClusterNames")) or is_finished(wl):
+        return False
+    c = condition_of(wl, QUOTA_RESERVED)
+    return c is None or c.get("status") != "True"
+
+
 def _job_owner(wl: Mapping[str, Any]) -> str | None:
     for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch/") \
@@ -118,6 +128,8 @@ class MultiKueueController:
         # Workload key -> (its Job's name, workers it was sent to), for the clean-up after it
         # finishes, loses its quota or is deleted.
         self.dispatched: dict[str, tuple[str, set[str]]] = {}
+        # Workloads done with (finished, or without quota) whose workers were looked at once.
+        self.cleaned: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._listed_at = -1e9
 
@@ -175,6 +187,8 @@ class MultiKueueController:
         for wl in self.ctx.store(WL):
             st = _check_state(wl, set(check_clusters))
             key = f"{wl['metadata']['namespace']}/{wl['metadata']['name']}"
+            if _placed_without_quota(wl):
+                await self._forget_placement(wl)
             if st is None:
                 continue
             seen.add(key)
@@ -184,6 +198,7 @@ class MultiKueueController:
                 log.info("multikueue: workload %s: %s", key, exc)
         for key in [k for k in self.dispatched if k not in seen]:
             await self._remove_remotes(key)  # the Workload was deleted
+        self.cleaned &= seen
 
     # ------------------------------------------------------------------ clusters
 
@@ -329,7 +344,7 @@ class MultiKueueController:
         reserved = (c := condition_of(wl, QUOTA_RESERVED)) is not None \
             and c.get("status") == "True"
         if is_finished(wl) or not reserved or meta.get("deletionTimestamp"):
-            await self._remove_remotes(key)
+            await self._remove_remotes(key, wl)
             return
         if st.get("state") == "Rejected":
             return
@@ -372,9 +387,9 @@ class MultiKueueController:
             status = wl.get("status") or {}
             if st.get("state") != "Ready" or status.get("clusterName") != winner:
                 if st.get("state") not in ("Retry", "Rejected"):
-                    await self._set_check(wl, st["name"], "Ready",
-                                          f'The workload got reservation on "{winner}"',
-                                          cluster=winner)
+                    message = f'The workload got reservation on "{winner}"'
+                    await self._set_check(wl, st["name"], "Ready", message, cluster=winner)
+                    self.ctx.recorder.emit(wl, NORMAL, "MultiKueue", message)
             await self._mirror(local_job, jobs[winner], remotes[winner])
             return
         if (wl.get("status") or {}).get("clusterName"):
@@ -388,6 +403,18 @@ class MultiKueueController:
                 except ApiError as exc:
                     log.info("multikueue: creating job %s/%s on %s: %s", ns, job_name,
                              name, exc)
+
+    async def _forget_placement(self, wl: Obj) -> None:
+        """A Workload that lost its quota (evicted, preempted, requeued) forgets its worker:
+        ``status.clusterName`` and ``nominatedClusterNames`` are reset (Kueue resets them with
+        the quota reservation), so it is dispatched afresh once it holds quota again."""
+        body = copy.deepcopy(wl)
+        body["status"].pop("clusterName", None)
+        body["status"].pop("nominatedClusterNames", None)
+        try:
+            await self._put_local(body)
+        except ApiError as exc:
+            log.info("multikueue: resetting the worker of %s: %s", wl["metadata"]["name"], exc)
 
     async def _nominate(self, wl: Obj, names: list[str]) -> None:
         """AllAtOnce: ``status.nominatedClusterNames`` lists every active worker (Kueue)."""
@@ -438,9 +465,20 @@ class MultiKueueController:
             with contextlib.suppress(NotFound):
                 await client.delete(WORKLOADS, wl["metadata"]["name"], ns)
 
-    async def _remove_remotes(self, key: str) -> None:
-        """Delete the copies of Workload ``key``'s Job on every worker it was sent to."""
-        job_name, sent = self.dispatched.get(key, ("", set()))
+    async def _remove_remotes(self, key: str, wl: Obj | None = None) -> None:
+        """Delete the copies of Workload ``key``'s Job on every worker it was sent to: those
+        recorded in this process, else (``wl``, once: after a restart) its
+        ``status.clusterName`` and ``nominatedClusterNames``."""
+        entry = self.dispatched.get(key)
+        if entry is None and wl is not None and key not in self.cleaned:
+            self.cleaned.add(key)
+            st = wl.get("status") or {}
+            sent_to = {n for n in [st.get("clusterName"), *(st.get("nominatedClusterNames")
+                                                            or [])] if n}
+            job = _job_owner(wl)
+            if job and sent_to:
+                entry = self.dispatched[key] = (job, sent_to)
+        job_name, sent = entry or ("", set())
         ns = key.split("/", 1)[0]
         for name in list(sent):
             w = self.workers.get(name)

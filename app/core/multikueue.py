@@ -222,8 +222,22 @@ def job_status_to_mirror(local: Mapping[str, Any], remote: Mapping[str, Any]) ->
     spec, status = local.get("spec") or {}, local.get("status") or {}
     if spec.get("suspend") and not status.get("active"):
         return None
-    want: Obj = copy.deepcopy(dict(remote.get("status") or {}))
-    if want == status:
-        return None
-    want.update({k: None for k in status if k not in want})
-    return want
+    patch = merge_patch(status, remote.get("status") or {})
+    return patch or None
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
+    """The JSON merge patch (RFC 7386) turning object ``old`` into ``new``: changed values,
+    nested objects diffed the same way, keys ``new`` lacks set to null (an empty object in
+    ``new`` clears the keys of ``old``'s, which ``{}`` alone would not). ``{}`` when equal."""
+    out: Obj = {}
+    for k, v in new.items():
+        was = old.get(k)
+        if isinstance(v, Mapping) and isinstance(was, Mapping):
+            sub = merge_patch(was, v)
+            if sub:
+                out[k] = sub
+        elif was != v or k not in old:
+            out[k] = copy.deepcopy(v)
+    out.update({k: None for k in old if k not in new})
+    return out

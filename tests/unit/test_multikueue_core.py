@@ -12,6 +12,7 @@ from app.core.multikueue import (
     first_with,
     job_status_to_mirror,
     kubeconfig_problem,
+    merge_patch,
     parameters_problem,
     remote_job,
 )
@@ -129,3 +130,11 @@ def test_job_status_mirror():
         "startTime": None}
     same = {"spec": {}, "status": {"succeeded": 1, "conditions": [{"type": "Complete"}]}}
     assert job_status_to_mirror(same, remote) is None
+
+
+def test_merge_patch_clears_nested_keys():
+    old = {"uncountedTerminatedPods": {"succeeded": ["u1"]}, "ready": 1, "active": 1}
+    new = {"uncountedTerminatedPods": {}, "ready": 0}
+    assert merge_patch(old, new) == {"uncountedTerminatedPods": {"succeeded": None},
+                                     "ready": 0, "active": None}
+    assert merge_patch(new, new) == {}
