@@ -14,19 +14,20 @@ Every ``multikueue.sync_period_seconds`` while this process leads:
    clusters (``check_active``).
 3. Workloads holding quota whose check of this controller is not Rejected: the owner must be
    a batch/v1 Job with ``spec.managedBy: kueue.x-k8s.io/multikueue`` (else the check is
-   Rejected, as Kueue). A copy of the Job (``remote_job``) is created on every active worker
-   of the config (``status.nominatedClusterNames``); the worker's pykueue creates its Workload
-   and admits it. The first worker whose Workload has QuotaReserved wins: the copies on the
-   others are deleted, the check goes Ready ("The workload got reservation on "<worker>"")
-   and ``status.clusterName`` is set, so the manager admits the Workload and starts its Job,
-   which its own Job controller leaves alone (managedBy). The worker Job's status is then
-   mirrored to the manager's Job; when the worker's Workload is Finished the manager's is
-   Finished with the same reason and message. A Workload that is finished, lost its quota or
-   was deleted has its copies deleted on every worker.
+   Rejected, as Kueue). A copy of the Workload (``remote_workload``, same name) is created on
+   every active worker of the config (``status.nominatedClusterNames``); the worker's Kueue
+   (pykueue or Kueue) reserves quota for it. The first worker whose copy has QuotaReserved
+   wins: the copies on the others are deleted, the check goes Ready ("The workload got
+   reservation on "<worker>"") with ``status.clusterName`` set, and the Job
+   (``remote_job``, labelled ``kueue.x-k8s.io/prebuilt-workload-name``) is created on the
+   winner only, where it adopts the copy and starts. The manager admits its Workload and
+   starts its Job, which its own Job controller leaves alone (managedBy). The worker Job's
+   status is mirrored to the manager's Job; when the worker's Workload is Finished the
+   manager's is Finished with the same reason and message. A Workload that is finished, lost
+   its quota or was deleted has its copies deleted on every worker.
 
-Not done (docs/multikueue.md): Workload copies and prebuilt Workloads, the Incremental
-dispatcher, ``workerLostTimeout``, garbage collection of orphans after a restart, eviction
-on a worker, kinds other than batch/v1 Job.
+Not done (docs/multikueue.md): the Incremental dispatcher, ``workerLostTimeout``, periodic
+garbage collection of orphans, eviction on a worker, kinds other than batch/v1 Job.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from app.core.multikueue import (
     kubeconfig_problem,
     parameters_problem,
     remote_job,
+    remote_workload,
 )
 from app.kube.client import (
     ADMISSION_CHECKS,
@@ -68,7 +70,6 @@ from app.kube.client import (
 from app.kube.context import AC, JOB, WL, Context
 from app.kube.errors import ApiError, NotFound
 from app.kube.events import NORMAL
-from app.wire.workload import workload_name_for_job
 from app.wire.workload_status import is_finished, rfc3339, set_condition
 
 log = logging.getLogger(__name__)
@@ -368,7 +369,7 @@ class MultiKueueController:
         remotes = self._active_clients(clusters)
         if not remotes:
             return
-        jobs, wls = await self._read_remotes(remotes, ns, job_name)
+        jobs, wls = await self._read_remotes(remotes, ns, job_name, meta["name"])
         finished = first_with(wls, FINISHED)
         if finished is not None:
             await self._mirror(local_job, jobs[finished], remotes[finished])
@@ -390,19 +391,23 @@ class MultiKueueController:
                     message = f'The workload got reservation on "{winner}"'
                     await self._set_check(wl, st["name"], "Ready", message, cluster=winner)
                     self.ctx.recorder.emit(wl, NORMAL, "MultiKueue", message)
-            await self._mirror(local_job, jobs[winner], remotes[winner])
+            if jobs[winner] is None:
+                # The Job goes to the winner only, adopting its Workload copy there.
+                await remotes[winner].create(
+                    JOBS, remote_job(local_job, self.s.origin, meta["name"]))
+            else:
+                await self._mirror(local_job, jobs[winner], remotes[winner])
             return
         if (wl.get("status") or {}).get("clusterName"):
             return  # its worker's copy is gone: workerLostTimeout is not implemented
         await self._nominate(wl, sorted(remotes))
         self.dispatched.setdefault(key, (job_name, set()))[1].update(remotes)
         for name, client in remotes.items():
-            if jobs.get(name) is None:
+            if wls.get(name) is None:
                 try:
-                    await client.create(JOBS, remote_job(local_job, self.s.origin))
+                    await client.create(WORKLOADS, remote_workload(wl, self.s.origin))
                 except ApiError as exc:
-                    log.info("multikueue: creating job %s/%s on %s: %s", ns, job_name,
-                             name, exc)
+                    log.info("multikueue: creating workload %s on %s: %s", key, name, exc)
 
     async def _forget_placement(self, wl: Obj) -> None:
         """A Workload that lost its quota (evicted, preempted, requeued) forgets its worker:
@@ -424,19 +429,19 @@ class MultiKueueController:
         body.setdefault("status", {})["nominatedClusterNames"] = names
         await self._put_local(body)
 
-    async def _read_remotes(self, remotes: Mapping[str, KubeClient], ns: str, job_name: str
+    async def _read_remotes(self, remotes: Mapping[str, KubeClient], ns: str, job_name: str,
+                            wl_name: str
                             ) -> tuple[dict[str, Obj | None], dict[str, Obj | None]]:
-        """Each worker's copy of the Job and the Workload its pykueue made for it."""
+        """Each worker's copy of the Job and of the Workload (None where absent)."""
+        async def get(client: KubeClient, res: Any, name: str) -> Obj | None:
+            try:
+                return await client.get(res, name, ns)
+            except NotFound:
+                return None
+
         async def one(client: KubeClient) -> tuple[Obj | None, Obj | None]:
-            try:
-                job = await client.get(JOBS, job_name, ns)
-            except NotFound:
-                return None, None
-            uid = str((job.get("metadata") or {}).get("uid", ""))
-            try:
-                wl = await client.get(WORKLOADS, workload_name_for_job(job_name, uid), ns)
-            except NotFound:
-                wl = None
+            job, wl = await asyncio.gather(get(client, JOBS, job_name),
+                                           get(client, WORKLOADS, wl_name))
             return job, wl
         got = await asyncio.gather(*(one(c) for c in remotes.values()))
         names = list(remotes)
@@ -456,8 +461,8 @@ class MultiKueueController:
 
     async def _delete_remote(self, client: KubeClient, ns: str, job_name: str,
                              job: Obj | None, wl: Obj | None) -> None:
-        """Delete a worker's copy of the Job (in the background: its pods go with it) and the
-        Workload its pykueue made; absent ones are ignored."""
+        """Delete a worker's copy of the Job (in the background: its pods go with it) and of
+        the Workload; absent ones are ignored."""
         if job is not None:
             with contextlib.suppress(NotFound):
                 await client.delete(JOBS, job_name, ns, uid=job["metadata"].get("uid"))
@@ -485,7 +490,8 @@ class MultiKueueController:
             if w is None or w.client is None:
                 continue  # not connected: left for the garbage collection (not implemented)
             try:
-                jobs, wls = await self._read_remotes({name: w.client}, ns, job_name)
+                jobs, wls = await self._read_remotes({name: w.client}, ns, job_name,
+                                                     key.split("/", 1)[1])
                 await self._delete_remote(w.client, ns, job_name, jobs[name], wls[name])
                 sent.discard(name)
             except ApiError as exc:

@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 KUBECONFIG_KEY = "kubeconfig"
+PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 CONFIG_GROUP, CONFIG_KIND = "kueue.x-k8s.io", "MultiKueueConfig"
 ALL_AT_ONCE = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
 INCREMENTAL = "kueue.x-k8s.io/multikueue-dispatcher-incremental"
@@ -186,24 +188,40 @@ def condition_of(obj: Mapping[str, Any] | None, ctype: str) -> Mapping[str, Any]
     return None
 
 
-def remote_job(local: Mapping[str, Any], origin: str) -> Obj:
-    """The batch/v1 Job to create on a worker for the manager's Job ``local`` (Kueue's Job
-    MultiKueue adapter ``SyncJob``): name, namespace, labels and annotations kept (so the
-    queue-name label makes the worker's pykueue queue it), ``spec`` copied without
-    ``selector`` and ``managedBy`` (the worker's Job controller runs it), the Job
-    controller's labels dropped from the pod template, label ``kueue.x-k8s.io/multikueue-origin:
-    <origin>`` added and ``spec.suspend`` true (the worker admits it).
-
-    Departure: Kueue labels it ``kueue.x-k8s.io/prebuilt-workload-name`` with the Workload copy
-    it created first; pykueue's worker creates the Job's Workload itself (it does not adopt
-    prebuilt Workloads), so no Workload copy is sent and the label is not set."""
-    meta = local.get("metadata") or {}
-    out_meta: Obj = {"name": meta.get("name"), "namespace": meta.get("namespace")}
+def _clone_meta(meta: Mapping[str, Any], origin: str) -> Obj:
+    """Name, namespace, labels and annotations (Kueue ``CloneObjectMetaForCreation``), with
+    label ``kueue.x-k8s.io/multikueue-origin: <origin>``."""
+    out: Obj = {"name": meta.get("name"), "namespace": meta.get("namespace")}
     labels = dict(meta.get("labels") or {})
     labels[ORIGIN_LABEL] = origin
-    out_meta["labels"] = labels
+    out["labels"] = labels
     if meta.get("annotations"):
-        out_meta["annotations"] = dict(meta["annotations"])
+        out["annotations"] = dict(meta["annotations"])
+    return out
+
+
+def remote_workload(local: Mapping[str, Any], origin: str) -> Obj:
+    """The copy of the manager's Workload ``local`` created on every nominated worker (Kueue
+    ``cloneForCreate``): same name, namespace, labels, annotations and ``spec``, label
+    ``kueue.x-k8s.io/multikueue-origin``; no owner (the worker's Job adopts it later) and
+    without the manager Job's ``kueue.x-k8s.io/job-uid`` label (on a worker it would name an
+    object that is not there)."""
+    meta = _clone_meta(local.get("metadata") or {}, origin)
+    meta["labels"].pop(JOB_UID_LABEL, None)
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": meta,
+            "spec": copy.deepcopy(local.get("spec") or {})}
+
+
+def remote_job(local: Mapping[str, Any], origin: str, workload: str) -> Obj:
+    """The batch/v1 Job created on the worker that won, once its copy of the Workload
+    ``workload`` holds quota there (Kueue's Job MultiKueue adapter ``SyncJob``): name,
+    namespace, labels and annotations kept, label ``kueue.x-k8s.io/prebuilt-workload-name:
+    <workload>`` (the worker's Job adopts that Workload instead of making one) and the origin
+    label added, ``spec`` copied without ``selector`` and ``managedBy`` (the worker's Job
+    controller runs it), the Job controller's labels dropped from the pod template and
+    ``spec.suspend`` true (the worker's Kueue starts it)."""
+    meta = _clone_meta(local.get("metadata") or {}, origin)
+    meta["labels"][PREBUILT_LABEL] = workload
     spec = copy.deepcopy(local.get("spec") or {})
     spec.pop("selector", None)
     spec.pop("managedBy", None)
@@ -211,7 +229,7 @@ def remote_job(local: Mapping[str, Any], origin: str) -> Obj:
     tmeta = (spec.get("template") or {}).get("metadata") or {}
     for key in _JOB_CONTROLLER_LABELS:
         (tmeta.get("labels") or {}).pop(key, None)
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": out_meta, "spec": spec}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
 
 
 def job_status_to_mirror(local: Mapping[str, Any], remote: Mapping[str, Any]) -> Obj | None:

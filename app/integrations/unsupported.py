@@ -5,7 +5,9 @@ them is refused by pykueue's webhooks with a message naming the field, instead o
 queued as if the key were absent (Kueue would act on it):
 
 - label ``kueue.x-k8s.io/prebuilt-workload-name`` (Kueue v1beta2 jobframework: the object
-  adopts an existing Workload of that name); pykueue always creates the Workload itself.
+  adopts an existing Workload of that name) on any kind but a batch/v1 Job's own metadata
+  (the MultiKueue worker protocol: ``adopts_prebuilt``); other kinds' Workloads pykueue
+  always creates itself.
 - annotation ``kueue.x-k8s.io/elastic-job: "true"`` (Kueue ``ElasticJobsViaWorkloadSlices``:
   a resize becomes a new Workload slice); pykueue builds no slices.
 - Topology Aware Scheduling annotations on any pod template or Pod
@@ -24,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from app.wire.names import QUEUE_NAME_LABEL
+from app.wire.names import PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL
 
-PREBUILT_WORKLOAD_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
 ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
+
 TAS_ANNOTATIONS = tuple(f"kueue.x-k8s.io/podset-{s}" for s in (
     "required-topology", "preferred-topology", "unconstrained-topology",
     "slice-required-topology", "slice-size", "group-name"))
@@ -90,5 +92,13 @@ def unsupported_errors(old: Mapping[str, Any] | None, new: Mapping[str, Any]) ->
     if not is_queued(new):
         return []
     before = _found(old) if isinstance(old, Mapping) and is_queued(old) else {}
+    if adopts_prebuilt(new):
+        before = {**before, f"metadata.labels[{PREBUILT_WORKLOAD_LABEL}]": ""}
     return [f"{where}: {why}" for where, why in sorted(_found(new).items())
             if where not in before]
+
+
+def adopts_prebuilt(obj: Mapping[str, Any]) -> bool:
+    """A batch/v1 Job adopts the Workload its own ``kueue.x-k8s.io/prebuilt-workload-name``
+    label names (the MultiKueue worker protocol, Kueue jobframework); other kinds do not."""
+    return obj.get("kind") == "Job" and str(obj.get("apiVersion", "")).startswith("batch/")

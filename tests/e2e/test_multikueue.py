@@ -1,7 +1,7 @@
 """MultiKueue across three labs (hack/multikueue_lab.py): a manager and two workers, pykueue on
 each. The manager's ClusterQueue has a MultiKueue AdmissionCheck whose config lists both
-workers; worker1 has CPU quota for the Job, worker2 has none (its copy waits), so worker1's
-copy is the first to reserve quota.
+workers; worker1 has CPU quota for the Job, worker2 has none (its Workload copy waits), so
+worker1's copy is the first to reserve quota.
 
 The session's lab is the manager; the workers' labs (``<state>/../.lab-w1`` and ``-w2``, port
 bases +100 and +200) and pykueue on each are started when not running
@@ -135,11 +135,18 @@ def test_dispatch_first_reservation_wins_status_mirrored_and_cleanup(sites):
     assert "nominatedClusterNames" not in wl["status"]
     st = next(c for c in wl["status"]["admissionChecks"] if c["name"] == "mk-check")
     assert st["message"] == 'The workload got reservation on "worker1"'
-    # The copy on worker1 runs; worker2's copy (no quota there) is deleted.
-    remote = _get(w1, "job", "-n", NS, name)
-    assert remote is not None and "managedBy" not in remote["spec"]
-    assert remote["metadata"]["labels"]["kueue.x-k8s.io/multikueue-origin"] == "multikueue"
-    wait_for(lambda: _get(w2, "job", "-n", NS, name) is None, 20, "worker2's copy deleted")
+    # worker1 reserved its copy of the Workload first: the Job goes there only, adopting it;
+    # worker2's copy (no quota there) is deleted and no Job was ever created on worker2.
+    remote = wait_for(lambda: _get(w1, "job", "-n", NS, name), 20, "the Job on worker1")
+    assert "managedBy" not in remote["spec"]
+    labels = remote["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/multikueue-origin"] == "multikueue"
+    assert labels["kueue.x-k8s.io/prebuilt-workload-name"] == wl["metadata"]["name"]
+    wait_for(lambda: (_workload(w1, name) or {}).get("metadata", {}).get("name")
+             == wl["metadata"]["name"], 20, "worker1's Job adopting the Workload copy")
+    wait_for(lambda: _get(w2, "workload", "-n", NS, wl["metadata"]["name"]) is None, 20,
+             "worker2's Workload copy deleted")
+    assert _get(w2, "job", "-n", NS, name) is None
     # The manager's Job gets the worker Job's status; no pod runs on the manager.
     wait_for(lambda: ((_get(manager, "job", "-n", NS, name) or {}).get("status") or {})
              .get("startTime"), 30, "the worker Job's status mirrored to the manager")
@@ -151,7 +158,9 @@ def test_dispatch_first_reservation_wins_status_mirrored_and_cleanup(sites):
     assert any(c["type"] == "Complete" and c["status"] == "True"
                for c in done["status"].get("conditions") or [])
     assert not (_get(manager, "pods", "-n", NS) or {}).get("items")
-    wait_for(lambda: _get(w1, "job", "-n", NS, name) is None, 30, "worker1's copy deleted")
+    wait_for(lambda: _get(w1, "job", "-n", NS, name) is None
+             and _get(w1, "workload", "-n", NS, wl["metadata"]["name"]) is None, 30,
+             "worker1's copies deleted")
 
 
 def test_unusable_kubeconfigs_make_the_cluster_inactive_with_a_reason(sites):

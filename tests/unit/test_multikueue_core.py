@@ -15,6 +15,7 @@ from app.core.multikueue import (
     merge_patch,
     parameters_problem,
     remote_job,
+    remote_workload,
 )
 
 
@@ -110,14 +111,30 @@ def test_remote_job_copy():
                       "template": {"metadata": {"labels": {"controller-uid": "u", "job-name": "j",
                                                            "app": "a"}}}},
              "status": {"active": 1}}
-    out = remote_job(local, "origin-1")
+    out = remote_job(local, "origin-1", "job-j-abcde")
     assert out["metadata"] == {"name": "j", "namespace": "n", "labels": {
-        "kueue.x-k8s.io/queue-name": "q", ORIGIN_LABEL: "origin-1"}}
+        "kueue.x-k8s.io/queue-name": "q", ORIGIN_LABEL: "origin-1",
+        "kueue.x-k8s.io/prebuilt-workload-name": "job-j-abcde"}}
     assert "managedBy" not in out["spec"] and "selector" not in out["spec"]
     assert out["spec"]["suspend"] is True
     assert out["spec"]["template"]["metadata"]["labels"] == {"app": "a"}
     assert "status" not in out
     assert local["spec"]["managedBy"] == "kueue.x-k8s.io/multikueue"  # not mutated
+
+
+def test_remote_workload_copy():
+    local = {"metadata": {"name": "job-j-abcde", "namespace": "n", "uid": "u",
+                          "resourceVersion": "3", "ownerReferences": [{"name": "j"}],
+                          "labels": {"kueue.x-k8s.io/job-uid": "u", "team": "a"},
+                          "annotations": {"x": "y"}},
+             "spec": {"queueName": "q", "podSets": [{"name": "main", "count": 1}]},
+             "status": {"admission": {"clusterQueue": "cq"}}}
+    out = remote_workload(local, "origin-1")
+    assert out["metadata"] == {"name": "job-j-abcde", "namespace": "n",
+                               "labels": {"team": "a", ORIGIN_LABEL: "origin-1"},
+                               "annotations": {"x": "y"}}
+    assert out["spec"] == local["spec"] and out["spec"] is not local["spec"]
+    assert "status" not in out
 
 
 def test_job_status_mirror():
