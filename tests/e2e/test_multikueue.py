@@ -186,3 +186,30 @@ def test_unusable_kubeconfigs_make_the_cluster_inactive_with_a_reason(sites):
     assert "locationType Path is refused" in path_msg
     assert (_cond(_get(manager, "multikueuecluster", "worker1"), "Active") or {}).get(
         "status") == "True"
+
+
+def test_eviction_on_the_manager_removes_the_copies_and_dispatches_again(sites):
+    manager, w1, _ = sites
+    name = f"mk-{uuid.uuid4().hex[:6]}"
+    _apply(manager, _job(name, "60s"))
+
+    def placed() -> dict | None:
+        wl = _workload(manager, name)
+        return wl if ((wl or {}).get("status") or {}).get("clusterName") == "worker1" \
+            and _get(w1, "job", "-n", NS, name) else None
+    wl = wait_for(placed, 40, "the Job placed on worker1")
+    wl_name = wl["metadata"]["name"]
+    manager.kubectl("patch", "workload", "-n", NS, wl_name, "--type=merge",
+                    "-p", '{"spec":{"active":false}}')
+
+    def forgotten() -> bool:
+        st = (_get(manager, "workload", "-n", NS, wl_name) or {}).get("status") or {}
+        return "clusterName" not in st and _get(w1, "job", "-n", NS, name) is None \
+            and _get(w1, "workload", "-n", NS, wl_name) is None
+    wait_for(forgotten, 30, "the copies deleted and clusterName reset after the eviction")
+    manager.kubectl("patch", "workload", "-n", NS, wl_name, "--type=merge",
+                    "-p", '{"spec":{"active":true}}')
+    wait_for(placed, 40, "the Job placed on worker1 again")
+    manager.kubectl("delete", "job", "-n", NS, name, "--wait=false")
+    wait_for(lambda: _get(w1, "job", "-n", NS, name) is None, 30,
+             "worker1's copy deleted with the manager's Job")
