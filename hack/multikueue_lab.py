@@ -5,9 +5,10 @@
     python hack/multikueue_lab.py up      # labs up, pykueue on each, worker Secrets on the manager
     python hack/multikueue_lab.py down    # pykueue and the labs stopped, state removed
 
-Options: --state-dir DIR (default $LAB_STATE_DIR or .lab-mgr) and --port-base N (default
-$LAB_PORT_BASE or 23000) for the manager; worker ``worker<i>`` lives in ``<dir's parent>/.lab-w<i>``
-at port base N + 100*i. pykueue's port on each lab is its port base + 443 (visibility + 444).
+Options: --state-dir DIR (default $LAB_STATE_DIR or .lab, as hack/lab.py) and --port-base N
+(default $LAB_PORT_BASE or 16440) for the manager; worker ``worker<i>`` lives in
+``<dir's parent>/.lab-w<i>`` at port base N + 100*i. pykueue's port on each lab is its port
+base + 443 (visibility + 444).
 
 On the manager, ``up`` writes for each worker a Secret ``<worker>-kubeconfig`` in
 pykueue-system (key ``kubeconfig``: the worker's API server with its CA and the lab admin's
@@ -70,8 +71,8 @@ class Site:
 
 def sites(state_dir: str | None = None, port_base: int | None = None) -> list[Site]:
     """The manager and the workers (see the module doc)."""
-    state = Path(state_dir or os.environ.get("LAB_STATE_DIR") or ROOT / ".lab-mgr").resolve()
-    base = port_base or int(os.environ.get("LAB_PORT_BASE") or 23000)
+    state = Path(state_dir or os.environ.get("LAB_STATE_DIR") or ROOT / ".lab").resolve()
+    base = port_base or int(os.environ.get("LAB_PORT_BASE") or 16440)
     return [Site("manager", state, base)] + [
         Site(f"worker{i}", state.parent / f".lab-w{i}", base + 100 * i)
         for i in range(1, WORKERS + 1)]
