@@ -26,7 +26,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from app.wire.fields import WorkloadSpecError
 from app.wire.names import PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL
+from app.wire.workload import check_dns_subdomain
 
 ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
 
@@ -92,10 +94,26 @@ def unsupported_errors(old: Mapping[str, Any] | None, new: Mapping[str, Any]) ->
     if not is_queued(new):
         return []
     before = _found(old) if isinstance(old, Mapping) and is_queued(old) else {}
+    field = f"metadata.labels[{PREBUILT_WORKLOAD_LABEL}]"
+    changed: list[str] = []
     if adopts_prebuilt(new):
-        before = {**before, f"metadata.labels[{PREBUILT_WORKLOAD_LABEL}]": ""}
-    return [f"{where}: {why}" for where, why in sorted(_found(new).items())
-            if where not in before]
+        value = _prebuilt(new)
+        if old is not None and value and _prebuilt(old) != value:
+            # Set on CREATE, then immutable (Kueue lets it change while the Job is suspended).
+            changed = [f"{field}: field is immutable (set it when the Job is created)"]
+        elif value:
+            try:
+                check_dns_subdomain(str(value), field)
+            except WorkloadSpecError as exc:
+                changed = [str(exc)]
+        before = {**before, field: ""}
+    return changed + [f"{where}: {why}" for where, why in sorted(_found(new).items())
+                      if where not in before]
+
+
+def _prebuilt(obj: Mapping[str, Any] | None) -> Any:
+    labels = ((obj or {}).get("metadata") or {}).get("labels")
+    return labels.get(PREBUILT_WORKLOAD_LABEL) if isinstance(labels, Mapping) else None
 
 
 def adopts_prebuilt(obj: Mapping[str, Any]) -> bool:

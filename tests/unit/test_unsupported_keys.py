@@ -77,6 +77,15 @@ async def test_a_jobs_own_prebuilt_workload_label_is_allowed(client) -> None:
               "metadata": {"labels": {"kueue.x-k8s.io/queue-name": "q",
                                       PREBUILT_WORKLOAD_LABEL: "wl-1"}}}
     assert unsupported_errors(None, jobset)
+    # Set on CREATE only: adding or changing it later is refused.
+    added = review("UPDATE", obj, old=job(suspend=True))
+    assert (await _decide(client, VALIDATE, added))["allowed"] is False
+    kept = review("UPDATE", with_meta(obj, "labels", "team", "a"), old=obj)
+    assert (await _decide(client, VALIDATE, kept))["allowed"] is True
+    other = review("UPDATE", with_meta(obj, "labels", PREBUILT_WORKLOAD_LABEL, "wl-2"), old=obj)
+    assert (await _decide(client, VALIDATE, other))["allowed"] is False
+    bad = with_meta(job(suspend=True), "labels", PREBUILT_WORKLOAD_LABEL, "Not_A_Name")
+    assert (await _decide(client, VALIDATE, review("CREATE", bad)))["allowed"] is False
 
 
 async def test_unqueued_objects_elastic_false_and_keys_already_stored_are_allowed(client) -> None:
