@@ -349,6 +349,14 @@ class MultiKueueController:
             return
         if st.get("state") == "Rejected":
             return
+        evicted = condition_of(wl, "Evicted")
+        if evicted is not None and evicted.get("status") == "True":
+            # Evicted on the manager (deactivated, preempted...) while still holding quota:
+            # the copies go, and the manager's Job no longer counts the worker's pods, so
+            # its quota is released (Kueue evicts the worker's copy instead, then mirrors).
+            await self._remove_remotes(key, wl)
+            await self._clear_running(ns, _job_owner(wl))
+            return
         job_name = _job_owner(wl)
         if job_name is None:
             await self._set_check(wl, st["name"], "Rejected", "No multikueue adapter found")
@@ -408,6 +416,16 @@ class MultiKueueController:
                     await client.create(WORKLOADS, remote_workload(wl, self.s.origin))
                 except ApiError as exc:
                     log.info("multikueue: creating workload %s on %s: %s", key, name, exc)
+
+    async def _clear_running(self, ns: str, job_name: str | None) -> None:
+        """Zero the pod counts mirrored on the manager's Job (its pods ran on a worker)."""
+        job = self.ctx.store(JOB).get(f"{ns}/{job_name}") if job_name else None
+        status = (job or {}).get("status") or {}
+        clear = {k: None for k in ("active", "ready", "terminating") if status.get(k)}
+        if job is not None and clear:
+            with contextlib.suppress(ApiError):
+                await self.ctx.client.patch(JOBS, job["metadata"]["name"], {"status": clear},
+                                            ns, subresource="status")
 
     async def _forget_placement(self, wl: Obj) -> None:
         """A Workload that lost its quota (evicted, preempted, requeued) forgets its worker:

@@ -199,6 +199,10 @@ def test_eviction_on_the_manager_removes_the_copies_and_dispatches_again(sites):
             and _get(w1, "job", "-n", NS, name) else None
     wl = wait_for(placed, 40, "the Job placed on worker1")
     wl_name = wl["metadata"]["name"]
+    # Its pod runs on worker1 and is counted on the manager's Job (mirrored): the manager's
+    # quota is released only once that count is gone too.
+    wait_for(lambda: ((_get(manager, "job", "-n", NS, name) or {}).get("status") or {})
+             .get("active") == 1, 30, "the worker's running pod mirrored")
     manager.kubectl("patch", "workload", "-n", NS, wl_name, "--type=merge",
                     "-p", '{"spec":{"active":false}}')
 
