@@ -585,7 +585,10 @@ class MultiKueueSettings(BaseModel):
     are read (pykueue's own namespace). ``allow_kubeconfig_path``: honour
     ``locationType: Path`` (a kubeconfig file on pykueue's disk); off, such a cluster is
     Active=False (Kueue reads any path). ``dispatcher_name``: Kueue ``multiKueue.dispatcherName``;
-    only AllAtOnce is implemented. ``sync_period_seconds``: how often clusters, checks and
+    only AllAtOnce is implemented. ``worker_lost_timeout_seconds``: Kueue
+    ``multiKueue.workerLostTimeout`` (15 min): how long a Workload whose worker lost its copy
+    keeps its check Ready before it goes Retry (the Workload is evicted and requeued).
+    ``sync_period_seconds``: how often clusters, checks and
     dispatched Workloads are looked at; ``probe_period_seconds``: how often a connected
     worker is probed again."""
 
@@ -594,6 +597,7 @@ class MultiKueueSettings(BaseModel):
     allow_kubeconfig_path: bool = False
     dispatcher_name: str = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
     sync_period_seconds: float = Field(1.0, gt=0)
+    worker_lost_timeout_seconds: float = Field(900.0, ge=0)
     probe_period_seconds: float = Field(10.0, gt=0)
 
     @model_validator(mode="after")

@@ -26,8 +26,12 @@ Every ``multikueue.sync_period_seconds`` while this process leads:
    manager's is Finished with the same reason and message. A Workload that is finished, lost
    its quota or was deleted has its copies deleted on every worker.
 
-Not done (docs/multikueue.md): the Incremental dispatcher, ``workerLostTimeout``, periodic
-garbage collection of orphans, eviction on a worker, kinds other than batch/v1 Job.
+A Workload whose worker lost its copy (deleted, evicted there, worker unreachable while
+another is connected) gets its check Retry after ``multikueue.worker_lost_timeout_seconds``
+("Reserving remote lost"), so the manager evicts and requeues it (Kueue workerLostTimeout).
+
+Not done (docs/multikueue.md): the Incremental dispatcher, periodic garbage collection of
+orphans, syncing an eviction on a worker back sooner, kinds other than batch/v1 Job.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ from app.core.multikueue import (
     parameters_problem,
     remote_job,
     remote_workload,
+    worker_lost,
 )
 from app.kube.client import (
     ADMISSION_CHECKS,
@@ -70,7 +75,7 @@ from app.kube.client import (
 from app.kube.context import AC, JOB, WL, Context
 from app.kube.errors import ApiError, NotFound
 from app.kube.events import NORMAL
-from app.wire.workload_status import is_finished, rfc3339, set_condition
+from app.wire.workload_status import is_finished, parse_time, rfc3339, set_condition
 
 log = logging.getLogger(__name__)
 Obj = dict[str, Any]
@@ -406,8 +411,20 @@ class MultiKueueController:
             else:
                 await self._mirror(local_job, jobs[winner], remotes[winner])
             return
+        if (wl.get("status") or {}).get("clusterName") and st.get("state") == "Pending":
+            # Evicted and given quota again between two passes: the old placement is stale
+            # (Kueue resets clusterName with the eviction).
+            await self._forget_placement(wl)
+            return
         if (wl.get("status") or {}).get("clusterName"):
-            return  # its worker's copy is gone: workerLostTimeout is not implemented
+            # Its worker no longer has a reserved copy (gone, evicted there, or the worker
+            # does not answer): after workerLostTimeout the check goes Retry, so the manager
+            # evicts and requeues the Workload (Kueue "Reserving remote lost").
+            since = parse_time(st.get("lastTransitionTime"))
+            if st.get("state") == "Ready" and worker_lost(
+                    since, self.ctx.clock(), self.s.worker_lost_timeout_seconds):
+                await self._set_check(wl, st["name"], "Retry", "Reserving remote lost")
+            return
         await self._nominate(wl, sorted(remotes))
         self.dispatched.setdefault(key, (job_name, set()))[1].update(remotes)
         for name, client in remotes.items():

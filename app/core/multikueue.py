@@ -259,3 +259,10 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
             out[k] = copy.deepcopy(v)
     out.update({k: None for k in old if k not in new})
     return out
+
+
+def worker_lost(ready_since: float | None, now: float, timeout: float) -> bool:
+    """Whether a Workload whose check has been Ready since ``ready_since`` (seconds since the
+    epoch; None: unknown, never lost) and whose worker lost its reserved copy has waited
+    ``timeout`` seconds (Kueue ``workerLostTimeout``, default 15 min)."""
+    return ready_since is not None and now - ready_since >= timeout

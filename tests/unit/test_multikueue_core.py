@@ -16,6 +16,7 @@ from app.core.multikueue import (
     parameters_problem,
     remote_job,
     remote_workload,
+    worker_lost,
 )
 
 
@@ -155,3 +156,9 @@ def test_merge_patch_clears_nested_keys():
     assert merge_patch(old, new) == {"uncountedTerminatedPods": {"succeeded": None},
                                      "ready": 0, "active": None}
     assert merge_patch(new, new) == {}
+
+
+def test_worker_lost_after_the_timeout():
+    assert worker_lost(100.0, 1000.0, 900.0) is True
+    assert worker_lost(100.0, 999.0, 900.0) is False
+    assert worker_lost(None, 1e9, 900.0) is False
