@@ -92,6 +92,7 @@ class Worker:
     config_hash: str = ""
     verdict: Verdict = field(default_factory=lambda: Verdict(False, "Pending", ""))
     probed_at: float = -1e9
+    generation: Any = None
 
 
 def _status_conditions_changed(obj: Mapping[str, Any], v: Verdict) -> bool:
@@ -257,13 +258,23 @@ class MultiKueueController:
     async def _sync_cluster(self, cluster: Obj) -> None:
         name = cluster["metadata"]["name"]
         w = self.workers.setdefault(name, Worker())
-        got = await self._kubeconfig(cluster)
         now = asyncio.get_running_loop().time()
-        if isinstance(got, Verdict):
+        generation = cluster["metadata"].get("generation")
+        fresh = now - w.probed_at < self.s.probe_period_seconds
+        # A connected worker whose spec did not change is looked at again (its Secret read,
+        # a probe sent) once per probe period; one that did not answer is retried as often.
+        if fresh and w.generation == generation and (
+                w.verdict.active or w.verdict.reason == "ClientConnectionFailed"):
+            got: tuple[Any, str] | Verdict | None = None
+        else:
+            got = await self._kubeconfig(cluster)
+        w.generation = generation
+        if got is None:
+            pass
+        elif isinstance(got, Verdict):
             await self._drop_client(w)
             w.verdict = got
-        elif got[1] != w.config_hash or w.client is None or not w.verdict.active \
-                or now - w.probed_at >= self.s.probe_period_seconds:
+        elif got[1] != w.config_hash or w.client is None or not fresh:
             if got[1] != w.config_hash:
                 await self._drop_client(w)
             w.config_hash = got[1]
