@@ -9,7 +9,7 @@ HELM := $(or $(PYKUEUE_HELM_CACHE),$(HOME)/.cache/pykueue/helm)/$(HELM_VERSION)/
 # The lab's kubeconfig, where hack/lab.py puts it (LAB_STATE_DIR moves the lab's state).
 export KUBECONFIG := $(abspath $(or $(LAB_STATE_DIR),$(CURDIR)/.lab))/kubeconfig
 
-.PHONY: help kueuectl helm chart chart-lint release-manifest browser faults bench-lab bench-flood bench-versus bench-versus-large bench-cq-scaling kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help multikueue-lab-up multikueue-lab-down kueuectl helm chart chart-lint release-manifest browser faults bench-lab bench-flood bench-versus bench-versus-large bench-cq-scaling kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -39,6 +39,12 @@ run: lab-up operators ## the main job: lab + operators + pykueue (webhook, exten
 
 pykueue-up: lab-up ## start pykueue in the lab under its ServiceAccount, register webhook and extender
 	$(BIN)/python hack/lab.py pykueue-up
+
+multikueue-lab-up: setup controlplane ## three labs (manager + two workers) with pykueue on each, the workers registered on the manager (docs/multikueue.md)
+	$(BIN)/python hack/multikueue_lab.py up
+
+multikueue-lab-down: ## stop the three MultiKueue labs and remove their state
+	$(BIN)/python hack/multikueue_lab.py down
 
 pykueue-down: ## stop pykueue, unregister its webhooks, plain kube-scheduler again
 	$(BIN)/python hack/lab.py pykueue-down

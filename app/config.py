@@ -578,6 +578,38 @@ class IntegrationsSettings(BaseModel):
         return framework in self.frameworks
 
 
+class MultiKueueSettings(BaseModel):
+    """MultiKueue on a manager cluster (docs/multikueue.md; Kueue v1beta2 Configuration
+    ``multiKueue``). ``origin``: the value of label ``kueue.x-k8s.io/multikueue-origin`` on the
+    objects pykueue creates on the workers (Kueue ``multiKueue.origin``, default
+    ``multikueue``). ``namespace``: where the kubeconfig Secrets named by MultiKueueClusters
+    are read (pykueue's own namespace). ``allow_kubeconfig_path``: honour
+    ``locationType: Path`` (a kubeconfig file on pykueue's disk); off, such a cluster is
+    Active=False (Kueue reads any path). ``dispatcher_name``: Kueue ``multiKueue.dispatcherName``;
+    only AllAtOnce is implemented. ``worker_lost_timeout_seconds``: Kueue
+    ``multiKueue.workerLostTimeout`` (15 min): how long a Workload whose worker lost its copy
+    keeps its check Ready before it goes Retry (the Workload is evicted and requeued).
+    ``sync_period_seconds``: how often clusters, checks and
+    dispatched Workloads are looked at; ``probe_period_seconds``: how often a connected
+    worker is probed again."""
+
+    origin: str = Field("multikueue", min_length=1, max_length=63)
+    namespace: str = "pykueue-system"
+    allow_kubeconfig_path: bool = False
+    dispatcher_name: str = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
+    sync_period_seconds: float = Field(1.0, gt=0)
+    worker_lost_timeout_seconds: float = Field(900.0, ge=0)
+    probe_period_seconds: float = Field(10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _dispatcher(self) -> MultiKueueSettings:
+        if self.dispatcher_name != "kueue.x-k8s.io/multikueue-dispatcher-all-at-once":
+            raise ValueError(
+                f"multikueue.dispatcher_name {self.dispatcher_name!r}: only "
+                "kueue.x-k8s.io/multikueue-dispatcher-all-at-once is implemented")
+        return self
+
+
 class Settings(BaseSettings):
     """All settings of one pykueue process."""
 
@@ -597,6 +629,7 @@ class Settings(BaseSettings):
     wait_for_pods_ready: WaitForPodsReadySettings = WaitForPodsReadySettings()
     jobs: JobsSettings = JobsSettings()
     integrations: IntegrationsSettings = IntegrationsSettings()
+    multikueue: MultiKueueSettings = MultiKueueSettings()
     controllers_enabled: bool = True
 
     @model_validator(mode="after")

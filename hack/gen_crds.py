@@ -1292,6 +1292,18 @@ def workload_schema() -> Schema:
             "accumulatedPastExecutionTimeSeconds": int32(
                 "Seconds the workload was admitted before its last eviction."
             ),
+            "nominatedClusterNames": array(
+                "MultiKueue: the worker clusters the workload was sent to; reset when "
+                "clusterName is set.",
+                {"type": "string", "maxLength": 256},
+                maxItems=20,
+                **{"x-kubernetes-list-type": "atomic"},
+            ),
+            "clusterName": string(
+                "MultiKueue: the worker cluster (MultiKueueCluster name) where the workload "
+                "got its quota reservation and runs; reset after an eviction.",
+                maxLength=256,
+            ),
             "schedulingStats": obj(
                 "Counters of scheduling events.",
                 {
@@ -1310,6 +1322,18 @@ def workload_schema() -> Schema:
                 },
             ),
         },
+        rules=[
+            rule(
+                "!has(oldSelf.clusterName) || !has(self.clusterName) || "
+                "oldSelf.clusterName == self.clusterName",
+                "clusterName is immutable once set",
+            ),
+            rule(
+                "!has(self.clusterName) || (!has(self.nominatedClusterNames) || "
+                "(has(self.nominatedClusterNames) && size(self.nominatedClusterNames) == 0))",
+                "clusterName and nominatedClusterNames are mutually exclusive",
+            ),
+        ],
     )
     quota_reserved = (
         "has(self.status) && has(self.status.conditions) && "
@@ -1393,6 +1417,91 @@ def admission_check_schema() -> Schema:
         spec=spec,
         status=status,
         required=["spec"],
+    )
+
+
+def multikueue_config_schema() -> Schema:
+    """Kueue v1beta2 MultiKueueConfig (``apis/kueue/v1beta2/multikueue_types.go``): the worker
+    clusters an AdmissionCheck of controller kueue.x-k8s.io/multikueue dispatches to."""
+    spec = obj(
+        "The worker clusters of a MultiKueue AdmissionCheck.",
+        {
+            "clusters": array(
+                "Names of the MultiKueueClusters where the workloads of the ClusterQueue are "
+                "dispatched (1 to 20, unique).",
+                {"type": "string", "maxLength": 256},
+                minItems=1,
+                maxItems=20,
+                **{"x-kubernetes-list-type": "set"},
+            ),
+        },
+        required=["clusters"],
+    )
+    return root(
+        "MultiKueueConfig lists the worker clusters (MultiKueueCluster names) an AdmissionCheck "
+        "with controllerName kueue.x-k8s.io/multikueue dispatches workloads to; the "
+        "AdmissionCheck names it in spec.parameters.",
+        spec=spec,
+    )
+
+
+def multikueue_cluster_schema() -> Schema:
+    """Kueue v1beta2 MultiKueueCluster (``apis/kueue/v1beta2/multikueue_types.go``): how the
+    manager connects to one worker cluster; status ``Active`` says whether it can."""
+    kube_config = obj(
+        "A kubeconfig giving access to the worker cluster.",
+        {
+            "location": string(
+                "With locationType Secret, the name of a Secret in pykueue's namespace whose "
+                "key kubeconfig holds the kubeconfig; with Path, a file path on pykueue's disk "
+                "(refused unless multikueue.allow_kubeconfig_path is set).",
+                minLength=1,
+                maxLength=256,
+            ),
+            "locationType": enum(
+                "Where location points: Secret (the default) or Path.", ["Secret", "Path"],
+                default="Secret",
+            ),
+        },
+        required=["location"],
+    )
+    profile_ref = obj(
+        "A ClusterProfile (cluster-inventory API) giving access to the worker cluster; "
+        "pykueue does not read ClusterProfiles and sets Active=False.",
+        {"name": string("Name of the ClusterProfile.", minLength=1, maxLength=256)},
+        required=["name"],
+    )
+    spec = obj(
+        "How to connect to the worker cluster.",
+        {
+            "clusterSource": obj(
+                "Source of the worker's credentials: exactly one of kubeConfig and "
+                "clusterProfileRef.",
+                {"kubeConfig": kube_config, "clusterProfileRef": profile_ref},
+                rules=[
+                    rule(
+                        "[has(self.kubeConfig),has(self.clusterProfileRef)]"
+                        ".filter(x,x==true).size() == 1",
+                        "exactly one of the fields in [kubeConfig clusterProfileRef] must be set",
+                    )
+                ],
+            ),
+        },
+        required=["clusterSource"],
+    )
+    status = obj(
+        "Connection state.",
+        {
+            "conditions": conditions(
+                "Active=True when pykueue is connected to the worker; False with a reason "
+                "(BadKubeConfig, InsecureKubeConfig, ClientConnectionFailed, ...) otherwise."
+            ),
+        },
+    )
+    return root(
+        "MultiKueueCluster is a worker cluster a MultiKueue manager dispatches workloads to.",
+        spec=spec,
+        status=status,
     )
 
 
@@ -1573,6 +1682,31 @@ KINDS: list[dict[str, Any]] = [
         "status": True,
     },
     {
+        "kind": "MultiKueueConfig",
+        "plural": "multikueueconfigs",
+        "scope": "Cluster",
+        "shortNames": [],
+        "schema": multikueue_config_schema,
+        "columns": [AGE],
+        "status": False,
+    },
+    {
+        "kind": "MultiKueueCluster",
+        "plural": "multikueueclusters",
+        "scope": "Cluster",
+        "shortNames": [],
+        "schema": multikueue_cluster_schema,
+        "columns": [
+            column(
+                "Connected",
+                '.status.conditions[?(@.type=="Active")].status',
+                "MultiKueueCluster is connected.",
+            ),
+            AGE,
+        ],
+        "status": True,
+    },
+    {
         "kind": "WorkloadPriorityClass",
         "plural": "workloadpriorityclasses",
         "scope": "Cluster",
@@ -1729,7 +1863,7 @@ def crd(spec: Mapping[str, Any]) -> dict[str, Any]:
                 "listKind": f"{kind}List",
                 "plural": spec["plural"],
                 "singular": kind.lower(),
-                "shortNames": spec["shortNames"],
+                **({"shortNames": spec["shortNames"]} if spec["shortNames"] else {}),
                 "categories": ["kueue"],
             },
             "scope": spec["scope"],

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from app.core.multikueue import MULTIKUEUE_CONTROLLER
 from app.extender.nodestore import InMemoryExtenderState, NodeStore
 from app.extender.placement import FlavorView, PodFacts, PodWorkloadView, view_from_workload
 from app.integrations.framework import (
@@ -25,7 +26,7 @@ from app.integrations.framework import (
     manages_unlabelled_in,
     stored_ancestor,
 )
-from app.kube.context import JOB, LQ, NS, RF, STS, WL, Context
+from app.kube.context import AC, CQ, JOB, LQ, NS, RF, STS, WL, Context
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import QUEUE_NAME_LABEL
 from app.wire.queues import resource_flavor
@@ -146,6 +147,24 @@ class StoreAdmissionLookup:
         if ns is None:
             return None
         return self.ctx.settings.jobs.namespace_managed(ns["metadata"].get("labels") or {})
+
+    def uses_multikueue(self, namespace: str, queue: str) -> bool | None:
+        """Whether LocalQueue ``namespace/queue`` points at a ClusterQueue one of whose
+        AdmissionChecks has controllerName ``kueue.x-k8s.io/multikueue`` (Kueue
+        ``ApplyDefaultForManagedBy``); None when not synced or the queues are unknown."""
+        if not self.ctx.synced:
+            return None
+        lq = self.ctx.store(LQ).get(f"{namespace}/{queue}")
+        cq = None if lq is None else self.ctx.store(CQ).get(
+            str((lq.get("spec") or {}).get("clusterQueue", "")))
+        if cq is None:
+            return None
+        spec = cq.get("spec") or {}
+        names = [c.get("name") for c in
+                 (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []]
+        names += list(spec.get("admissionChecks") or [])
+        return any(((self.ctx.store(AC).get(str(n)) or {}).get("spec") or {})
+                   .get("controllerName") == MULTIKUEUE_CONTROLLER for n in names)
 
     def has_default_local_queue(self, namespace: str) -> bool | None:
         if not self.ctx.synced:

@@ -38,6 +38,7 @@ from typing import Any
 from app.config import Settings
 from app.controllers.admission_lookup import StoreAdmissionLookup, StoreExtenderState
 from app.controllers.finalizers import FinalizerController
+from app.controllers.multikueue import MultiKueueController
 from app.controllers.queue_status import StatusWriter
 from app.controllers.scheduling_loop import SchedulerLoop
 from app.core.scheduling_cycle import Scheduler
@@ -148,6 +149,7 @@ class Manager:
         self.scheduler: SchedulerLoop | None = None
         self.status: StatusWriter | None = None
         self.finalizers: FinalizerController | None = None
+        self.multikueue: MultiKueueController | None = None
         self.admission_lookup: StoreAdmissionLookup | None = None
         self.extender_state: StoreExtenderState | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -213,6 +215,7 @@ class Manager:
         self.status = StatusWriter(ctx, cluster=self.cluster,
                                    awaiting_checks=self.scheduler.lifecycle.awaiting_checks)
         self.finalizers = FinalizerController(ctx, lambda cq: len(self.cluster.admitted(cq)))
+        self.multikueue = MultiKueueController(ctx)
         self.admission_lookup = StoreAdmissionLookup(ctx, self.registry)
         self.extender_state = StoreExtenderState(ctx, NodeStore(s.extender.gpu_resource),
                                                  self.registry)
@@ -223,6 +226,7 @@ class Manager:
         self.scheduler.start()
         self.status.start()
         self.finalizers.start()
+        self.multikueue.start()
         self._tasks = [asyncio.create_task(leader.run(), name="leader-election"),
                        asyncio.create_task(self._activate(), name="leader-activation")]
         if awaited:
@@ -238,7 +242,8 @@ class Manager:
         ctx, jobs, sched, status = self.ctx, self.jobs, self.scheduler, self.status
         assert ctx and jobs and sched and status and self.finalizers
         tasks = [*ctx.informers.tasks, *jobs.tasks, *sched.tasks, *status.tasks,
-                 *self.finalizers.tasks, *ctx.recorder.tasks, *self._tasks]
+                 *self.finalizers.tasks, *(self.multikueue.tasks if self.multikueue else []),
+                 *ctx.recorder.tasks, *self._tasks]
         for task in tasks:
             task.add_done_callback(self._on_task_done)
 
@@ -389,7 +394,8 @@ class Manager:
         await step("background tasks", asyncio.gather(*self._tasks, return_exceptions=True))
         self._tasks.clear()
         for name, comp in (("scheduler", self.scheduler), ("status", self.status),
-                           ("finalizers", self.finalizers), ("jobs", self.jobs)):
+                           ("finalizers", self.finalizers), ("multikueue", self.multikueue),
+                           ("jobs", self.jobs)):
             if comp is not None:
                 await step(name, comp.stop())
         await step("informers", ctx.informers.stop())

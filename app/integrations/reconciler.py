@@ -61,6 +61,7 @@ from app.integrations.framework import (
     stored_ancestor,
     trim,
 )
+from app.integrations.unsupported import adopts_prebuilt
 from app.kube.client import JOBS, WORKLOADS
 from app.kube.context import CHILD_JOBS, JOB, PC, POD, WL, WPC, Context
 from app.kube.errors import Conflict, NotFound, Permanent
@@ -68,7 +69,7 @@ from app.kube.events import NORMAL, WARNING
 from app.kube.informers import DELETED
 from app.kube.workqueue import WorkQueue, acting_lane, work
 from app.wire.fields import Obj, WorkloadSpecError
-from app.wire.names import JOB_UID_LABEL, KUEUE_GROUP, PRIORITY_CLASS_LABEL
+from app.wire.names import JOB_UID_LABEL, KUEUE_GROUP, PREBUILT_WORKLOAD_LABEL, PRIORITY_CLASS_LABEL
 from app.wire.workload import job_pod_count, workload_from_object
 from app.wire.workload_status import (
     ADMITTED,
@@ -282,6 +283,9 @@ class JobReconciler:
                 await self._orphaned_child(kind, obj)
             return await self._gone(kind, ns, name)
         wl = ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}")
+        if wl is not None and self._prebuilt(obj) == wl["metadata"]["name"] \
+                and self.registry.owner_of(wl) is None:
+            wl = await self._adopt(kind, obj, wl)
         if wl is not None and not self._owns(kind, obj, ns, name, wl):
             # The name is taken by a Workload of another object (a pod group named like a
             # Job's Workload, say): never finish, stop, start or delete for it.
@@ -599,8 +603,32 @@ class JobReconciler:
             self.ctx.wake()
         return again
 
+    @staticmethod
+    def _prebuilt(obj: Obj) -> str | None:
+        """The Workload ``obj`` adopts (label ``kueue.x-k8s.io/prebuilt-workload-name``, on
+        the kinds whose webhook lets it through: batch/v1 Jobs), or None."""
+        return ((obj.get("metadata") or {}).get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL) \
+            if adopts_prebuilt(obj) else None
+
+    async def _adopt(self, kind: JobKind, obj: Obj, wl: Obj) -> Obj:
+        """Make ``obj`` the controller of the ownerless Workload its prebuilt label names
+        (Kueue ``EnsurePrebuiltWorkloadOwnership``), with label ``kueue.x-k8s.io/job-uid``."""
+        meta = obj["metadata"]
+        body = copy.deepcopy(wl)
+        bmeta = body["metadata"]
+        bmeta.setdefault("ownerReferences", []).append({
+            "apiVersion": obj.get("apiVersion", "batch/v1"), "kind": kind.kind,
+            "name": meta["name"], "uid": meta.get("uid", ""), "controller": True,
+            "blockOwnerDeletion": True})
+        bmeta.setdefault("labels", {})[JOB_UID_LABEL] = str(meta.get("uid", ""))
+        out = await self.ctx.client.replace(WORKLOADS, body)
+        self.ctx.store(WL).put(out)
+        return out
+
     async def _without_workload(self, kind: JobKind, obj: Obj) -> float | None:
         ctx = self.ctx
+        if self._prebuilt(obj):
+            return 5.0  # its prebuilt Workload is not there (yet): never create one
         if not kind.is_suspended(obj) or kind.is_started(obj):
             await kind.stop(ctx, obj, "No matching Workload; restoring pod templates according "
                                       "to existent Workload")

@@ -5,7 +5,9 @@ them is refused by pykueue's webhooks with a message naming the field, instead o
 queued as if the key were absent (Kueue would act on it):
 
 - label ``kueue.x-k8s.io/prebuilt-workload-name`` (Kueue v1beta2 jobframework: the object
-  adopts an existing Workload of that name); pykueue always creates the Workload itself.
+  adopts an existing Workload of that name) on any kind but a batch/v1 Job's own metadata
+  (the MultiKueue worker protocol: ``adopts_prebuilt``); other kinds' Workloads pykueue
+  always creates itself.
 - annotation ``kueue.x-k8s.io/elastic-job: "true"`` (Kueue ``ElasticJobsViaWorkloadSlices``:
   a resize becomes a new Workload slice); pykueue builds no slices.
 - Topology Aware Scheduling annotations on any pod template or Pod
@@ -24,10 +26,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from app.wire.names import QUEUE_NAME_LABEL
+from app.wire.fields import WorkloadSpecError
+from app.wire.names import PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL
+from app.wire.workload import check_dns_subdomain
 
-PREBUILT_WORKLOAD_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
 ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
+
 TAS_ANNOTATIONS = tuple(f"kueue.x-k8s.io/podset-{s}" for s in (
     "required-topology", "preferred-topology", "unconstrained-topology",
     "slice-required-topology", "slice-size", "group-name"))
@@ -90,5 +94,29 @@ def unsupported_errors(old: Mapping[str, Any] | None, new: Mapping[str, Any]) ->
     if not is_queued(new):
         return []
     before = _found(old) if isinstance(old, Mapping) and is_queued(old) else {}
-    return [f"{where}: {why}" for where, why in sorted(_found(new).items())
-            if where not in before]
+    field = f"metadata.labels[{PREBUILT_WORKLOAD_LABEL}]"
+    changed: list[str] = []
+    if adopts_prebuilt(new):
+        value = _prebuilt(new)
+        if old is not None and value and _prebuilt(old) != value:
+            # Set on CREATE, then immutable (Kueue lets it change while the Job is suspended).
+            changed = [f"{field}: field is immutable (set it when the Job is created)"]
+        elif value:
+            try:
+                check_dns_subdomain(str(value), field)
+            except WorkloadSpecError as exc:
+                changed = [str(exc)]
+        before = {**before, field: ""}
+    return changed + [f"{where}: {why}" for where, why in sorted(_found(new).items())
+                      if where not in before]
+
+
+def _prebuilt(obj: Mapping[str, Any] | None) -> Any:
+    labels = ((obj or {}).get("metadata") or {}).get("labels")
+    return labels.get(PREBUILT_WORKLOAD_LABEL) if isinstance(labels, Mapping) else None
+
+
+def adopts_prebuilt(obj: Mapping[str, Any]) -> bool:
+    """A batch/v1 Job adopts the Workload its own ``kueue.x-k8s.io/prebuilt-workload-name``
+    label names (the MultiKueue worker protocol, Kueue jobframework); other kinds do not."""
+    return obj.get("kind") == "Job" and str(obj.get("apiVersion", "")).startswith("batch/")

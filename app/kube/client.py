@@ -93,6 +93,11 @@ NODES = Resource("", "v1", "nodes", "Node", False)
 EVENTS = Resource("", "v1", "events", "Event")
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
+SECRETS = Resource("", "v1", "secrets", "Secret")
+MULTIKUEUE_CONFIGS = Resource(KUEUE_GROUP, KUEUE_VERSION, "multikueueconfigs", "MultiKueueConfig",
+                              False)
+MULTIKUEUE_CLUSTERS = Resource(KUEUE_GROUP, KUEUE_VERSION, "multikueueclusters",
+                               "MultiKueueCluster", False)
 RESOURCE_CLAIM_TEMPLATES = Resource("resource.k8s.io", "v1", "resourceclaimtemplates",
                                     "ResourceClaimTemplate")
 
@@ -317,6 +322,18 @@ class KubeClient:
         """Connect as described in the module doc; the caller must ``await close()``."""
         cfg = await load_configuration(settings)
         cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize, settings.burst + 16)
+        bucket = TokenBucket(settings.qps, settings.burst)
+        return cls(RateLimitedApiClient(cfg, bucket, settings.request_timeout_seconds), settings)
+
+    @classmethod
+    async def from_kubeconfig_dict(cls, config: dict[str, Any],
+                                   settings: ClientSettings) -> KubeClient:
+        """A client for the cluster of a parsed kubeconfig (its current context), e.g. a
+        MultiKueue worker's from a Secret; certificate data goes to temporary files of the
+        library. Raises what the loader raises on a malformed config (ConfigException,
+        ValueError...); the caller must ``await close()``."""
+        cfg = k8s_client.Configuration()
+        await k8s_config.load_kube_config_from_dict(config, client_configuration=cfg)
         bucket = TokenBucket(settings.qps, settings.burst)
         return cls(RateLimitedApiClient(cfg, bucket, settings.request_timeout_seconds), settings)
 

@@ -10,6 +10,9 @@ MAX_EXEC_TIME_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
 MIN_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-min-parallelism"
 COMPLETIONS_EQUAL_PARALLELISM_ANNOTATION = "kueue.x-k8s.io/job-completions-equal-parallelism"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+# A job adopts the Workload this label names instead of creating one (Kueue jobframework;
+# pykueue: batch/v1 Jobs only, the MultiKueue worker protocol).
+PREBUILT_WORKLOAD_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
 RESOURCE_IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
 MAIN_POD_SET = "main"
 

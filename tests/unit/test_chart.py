@@ -97,7 +97,7 @@ def test_same_webhooks_paths_rules_selectors_and_failure_policy(built, rendered)
 
 def test_same_crds(built, rendered):
     crds = [k for k in built if k[0] == "CustomResourceDefinition"]
-    assert len(crds) == 7
+    assert len(crds) == 9
     for k in crds:
         assert rendered[k]["spec"] == built[k]["spec"], k
         # helm uninstall keeps them: deleting a CRD deletes every object of its kind.

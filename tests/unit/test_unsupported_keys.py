@@ -27,6 +27,12 @@ def with_template_annotation(obj: dict[str, Any], key: str, value: str) -> dict[
     return out
 
 
+def with_template_label(obj: dict[str, Any], key: str, value: str) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["spec"]["template"].setdefault("metadata", {}).setdefault("labels", {})[key] = value
+    return out
+
+
 def with_meta(obj: dict[str, Any], where: str, key: str, value: str) -> dict[str, Any]:
     out = copy.deepcopy(obj)
     out["metadata"].setdefault(where, {})[key] = value
@@ -47,8 +53,8 @@ async def _decide(client: httpx.AsyncClient, path: str, sent: dict[str, Any]) ->
 @pytest.mark.parametrize(("obj", "field", "why"), [
     (with_template_annotation(job(), TAS, "cloud.provider.com/rack"),
      f"spec.template.metadata.annotations[{TAS}]", "Topology Aware Scheduling"),
-    (with_meta(job(), "labels", PREBUILT_WORKLOAD_LABEL, "wl-1"),
-     f"metadata.labels[{PREBUILT_WORKLOAD_LABEL}]", "prebuilt Workloads"),
+    (with_template_label(job(), PREBUILT_WORKLOAD_LABEL, "wl-1"),
+     f"spec.template.metadata.labels[{PREBUILT_WORKLOAD_LABEL}]", "prebuilt Workloads"),
     (with_meta(job(), "annotations", ELASTIC_JOB_ANNOTATION, "true"),
      f"metadata.annotations[{ELASTIC_JOB_ANNOTATION}]", "elastic jobs"),
 ])
@@ -59,6 +65,27 @@ async def test_a_queued_job_with_an_unsupported_key_is_refused_naming_it(
         assert response["allowed"] is False
         assert response["status"]["code"] == 403
         assert field in response["status"]["message"] and why in response["status"]["message"]
+
+
+async def test_a_jobs_own_prebuilt_workload_label_is_allowed(client) -> None:
+    """A batch/v1 Job adopts the Workload its own label names (the MultiKueue worker
+    protocol); other kinds, and pod templates, are still refused (above, below)."""
+    obj = with_meta(job(suspend=True), "labels", PREBUILT_WORKLOAD_LABEL, "wl-1")
+    for path in (MUTATE, VALIDATE):
+        assert (await _decide(client, path, review("CREATE", obj)))["allowed"] is True
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+              "metadata": {"labels": {"kueue.x-k8s.io/queue-name": "q",
+                                      PREBUILT_WORKLOAD_LABEL: "wl-1"}}}
+    assert unsupported_errors(None, jobset)
+    # Set on CREATE only: adding or changing it later is refused.
+    added = review("UPDATE", obj, old=job(suspend=True))
+    assert (await _decide(client, VALIDATE, added))["allowed"] is False
+    kept = review("UPDATE", with_meta(obj, "labels", "team", "a"), old=obj)
+    assert (await _decide(client, VALIDATE, kept))["allowed"] is True
+    other = review("UPDATE", with_meta(obj, "labels", PREBUILT_WORKLOAD_LABEL, "wl-2"), old=obj)
+    assert (await _decide(client, VALIDATE, other))["allowed"] is False
+    bad = with_meta(job(suspend=True), "labels", PREBUILT_WORKLOAD_LABEL, "Not_A_Name")
+    assert (await _decide(client, VALIDATE, review("CREATE", bad)))["allowed"] is False
 
 
 async def test_unqueued_objects_elastic_false_and_keys_already_stored_are_allowed(client) -> None:

@@ -41,7 +41,7 @@ from app.kube.client import JOBS, MERGE_PATCH
 from app.kube.errors import Conflict, Permanent
 from app.kube.events import NORMAL
 from app.wire.fields import Obj
-from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL
+from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL, PREBUILT_WORKLOAD_LABEL
 from app.wire.workload import (
     completions_follow_parallelism,
     job_pod_count,
@@ -250,7 +250,12 @@ class BatchJob(KindDefaults):
         return label_queue_name(obj)
 
     def workload_name(self, obj: Mapping[str, Any]) -> str:
+        """Kueue's name, or the Workload its ``kueue.x-k8s.io/prebuilt-workload-name`` label
+        names (a MultiKueue worker's copy: adopted, never created)."""
         meta = obj.get("metadata") or {}
+        prebuilt = (meta.get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL)
+        if prebuilt:
+            return str(prebuilt)
         return workload_name_for_job(str(meta.get("name", "")), str(meta.get("uid", "")))
 
     def workload_object(self, obj: Mapping[str, Any], *, priority_classes: Mapping[str, int],

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from app.core.multikueue import MULTIKUEUE_CONTROLLER
 from app.integrations.webhook_toolkit import (
     ALLOW,
     DEFAULT_LOCAL_QUEUE,
@@ -64,6 +65,8 @@ from app.wire.workload import completions_follow_parallelism, job_min_count, job
 
 if TYPE_CHECKING:
     from app.models.admissionreview import AdmissionRequest
+
+BUILTIN_JOB_CONTROLLER = "kubernetes.io/job-controller"
 
 # ----------------------------------------------------------------------------------------------
 # Reading a Job
@@ -392,7 +395,28 @@ def _mutation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
     default_queue, manage = env.unqueued_defaults(job, req.namespace)
     patch = mutate(job, req.operation, queue_name_label=policy.queue_name_label,
                    default_queue=default_queue, manage_unlabelled=manage)
+    queue = read_queue_name(job, policy.queue_name_label) or default_queue
+    if queue and can_default_managed_by(job) and env.lookup(
+            "admission_lookup", "uses_multikueue", req.namespace, queue):
+        patch.append(managed_by_op(job))
     return patched(patch)
+
+
+def can_default_managed_by(job: Mapping[str, Any]) -> bool:
+    """Kueue Job ``CanDefaultManagedBy``: ``spec.managedBy`` unset or the built-in Job
+    controller's."""
+    spec = optional_object(job.get("spec"), "spec") or {}
+    return spec.get("managedBy") in (None, "", BUILTIN_JOB_CONTROLLER)
+
+
+def managed_by_op(job: Mapping[str, Any]) -> JsonPatchOp:
+    """The JSONPatch op setting ``spec.managedBy`` to ``kueue.x-k8s.io/multikueue``: a Job
+    queued to a ClusterQueue with a MultiKueue AdmissionCheck runs on a worker, so the
+    manager's Job controller must leave it alone (Kueue ``ApplyDefaultForManagedBy``)."""
+    if optional_object(job.get("spec"), "spec") is None:
+        return {"op": "add", "path": "/spec", "value": {"managedBy": MULTIKUEUE_CONTROLLER}}
+    return {"op": "add", "path": json_pointer("spec", "managedBy"),
+            "value": MULTIKUEUE_CONTROLLER}
 
 
 def _validation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:

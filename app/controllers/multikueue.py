@@ -1,0 +1,546 @@
+"""MultiKueue on the manager cluster: the AdmissionCheck controller
+``kueue.x-k8s.io/multikueue`` (docs/multikueue.md; Kueue v0.17.1
+``pkg/controller/admissionchecks/multikueue``), for batch/v1 Jobs, dispatcher AllAtOnce.
+
+Every ``multikueue.sync_period_seconds`` while this process leads:
+
+1. MultiKueueClusters: the kubeconfig is read from the Secret the cluster names, in
+   ``multikueue.namespace`` only (key ``kubeconfig``), checked (``kubeconfig_problem``), and a
+   client built and probed (a list of Workloads); status ``Active`` True (reason ``Active``,
+   "Connected") or False with Kueue's reason (``BadKubeConfig``, ``InsecureKubeConfig``,
+   ``ClientConnectionFailed``, ...). A connected worker is probed again every
+   ``multikueue.probe_period_seconds``.
+2. AdmissionChecks of this controller: ``Active`` from their MultiKueueConfig and its
+   clusters (``check_active``).
+3. Workloads holding quota whose check of this controller is not Rejected: the owner must be
+   a batch/v1 Job with ``spec.managedBy: kueue.x-k8s.io/multikueue`` (else the check is
+   Rejected, as Kueue). A copy of the Workload (``remote_workload``, same name) is created on
+   every active worker of the config (``status.nominatedClusterNames``); the worker's Kueue
+   (pykueue or Kueue) reserves quota for it. The first worker whose copy has QuotaReserved
+   wins: the copies on the others are deleted, the check goes Ready ("The workload got
+   reservation on "<worker>"") with ``status.clusterName`` set, and the Job
+   (``remote_job``, labelled ``kueue.x-k8s.io/prebuilt-workload-name``) is created on the
+   winner only, where it adopts the copy and starts. The manager admits its Workload and
+   starts its Job, which its own Job controller leaves alone (managedBy). The worker Job's
+   status is mirrored to the manager's Job; when the worker's Workload is Finished the
+   manager's is Finished with the same reason and message. A Workload that is finished, lost
+   its quota or was deleted has its copies deleted on every worker.
+
+A Workload whose worker lost its copy (deleted, evicted there, worker unreachable while
+another is connected) gets its check Retry after ``multikueue.worker_lost_timeout_seconds``
+("Reserving remote lost"), so the manager evicts and requeues it (Kueue workerLostTimeout).
+
+Not done (docs/multikueue.md): the Incremental dispatcher, periodic garbage collection of
+orphans, syncing an eviction on a worker back sooner, kinds other than batch/v1 Job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import hashlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from app.core.multikueue import (
+    KUBECONFIG_KEY,
+    MULTIKUEUE_CONTROLLER,
+    Verdict,
+    check_active,
+    cluster_source_problem,
+    condition_of,
+    first_with,
+    job_status_to_mirror,
+    kubeconfig_problem,
+    parameters_problem,
+    remote_job,
+    remote_workload,
+    worker_lost,
+)
+from app.kube.client import (
+    ADMISSION_CHECKS,
+    JOBS,
+    MULTIKUEUE_CLUSTERS,
+    MULTIKUEUE_CONFIGS,
+    SECRETS,
+    WORKLOADS,
+    KubeClient,
+)
+from app.kube.context import AC, JOB, WL, Context
+from app.kube.errors import ApiError, NotFound
+from app.kube.events import NORMAL
+from app.wire.workload_status import is_finished, parse_time, rfc3339, set_condition
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+PROBE_TIMEOUT = 5.0
+QUOTA_RESERVED, FINISHED, ACTIVE = "QuotaReserved", "Finished", "Active"
+
+
+@dataclass
+class Worker:
+    """One MultiKueueCluster's connection: the client (None while unusable), the hash of
+    the kubeconfig it was built from, its verdict and when it was probed (monotonic s)."""
+
+    client: KubeClient | None = None
+    config_hash: str = ""
+    verdict: Verdict = field(default_factory=lambda: Verdict(False, "Pending", ""))
+    probed_at: float = -1e9
+    generation: Any = None
+
+
+def _status_conditions_changed(obj: Mapping[str, Any], v: Verdict) -> bool:
+    c = condition_of(obj, ACTIVE)
+    want = ("True" if v.active else "False", v.reason, v.message)
+    return c is None or (c.get("status"), c.get("reason"), c.get("message")) != want
+
+
+def _check_state(wl: Mapping[str, Any], names: set[str]) -> Obj | None:
+    for st in (wl.get("status") or {}).get("admissionChecks") or []:
+        if st.get("name") in names:
+            return st
+    return None
+
+
+def _placed_without_quota(wl: Mapping[str, Any]) -> bool:
+    """Not finished, no quota reserved, yet a worker or nominees recorded."""
+    st = wl.get("status") or {}
+    if not (st.get("clusterName") or st.get("nominatedClusterNames")) or is_finished(wl):
+        return False
+    c = condition_of(wl, QUOTA_RESERVED)
+    return c is None or c.get("status") != "True"
+
+
+def _job_owner(wl: Mapping[str, Any]) -> str | None:
+    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch/") \
+                and ref.get("controller"):
+            return str(ref.get("name"))
+    return None
+
+
+class MultiKueueController:
+    """See the module doc. ``ctx``: the process's Context (client, stores, leader gate)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.s = ctx.settings.multikueue
+        self.workers: dict[str, Worker] = {}
+        # Workload key -> (its Job's name, workers it was sent to), for the clean-up after it
+        # finishes, loses its quota or is deleted.
+        self.dispatched: dict[str, tuple[str, set[str]]] = {}
+        # Workloads done with (finished, or without quota) whose workers were looked at once.
+        self.cleaned: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._listed_at = -1e9
+
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return [self._task] if self._task else []
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="multikueue")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for w in self.workers.values():
+            if w.client is not None:
+                await w.client.close()
+        self.workers.clear()
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.s.sync_period_seconds)
+            if not self.ctx.may_write:
+                continue
+            try:
+                await self.sync_once()
+            except ApiError as exc:
+                log.warning("multikueue: sync failed: %s", exc)
+            except Exception:  # a bug must not end the loop: logged, tried again next period
+                log.exception("multikueue: sync failed")
+
+    # ------------------------------------------------------------------ one pass
+
+    async def sync_once(self) -> None:
+        """One pass over clusters, checks and dispatched Workloads (see the module doc)."""
+        checks = [ac for ac in self.ctx.store(AC)
+                  if (ac.get("spec") or {}).get("controllerName") == MULTIKUEUE_CONTROLLER]
+        now = asyncio.get_running_loop().time()
+        if not checks and not self.dispatched \
+                and now - self._listed_at < self.s.probe_period_seconds:
+            return  # nothing dispatches: the clusters' status is kept at the probe period
+        self._listed_at = now
+        try:
+            clusters, _ = await self.ctx.client.list(MULTIKUEUE_CLUSTERS)
+            configs, _ = await self.ctx.client.list(MULTIKUEUE_CONFIGS)
+        except NotFound:
+            return  # the MultiKueue CRDs are not installed
+        await self._sync_clusters(clusters)
+        by_name = {c["metadata"]["name"]: c for c in configs}
+        check_clusters: dict[str, list[str]] = {}
+        for ac in checks:
+            check_clusters[ac["metadata"]["name"]] = await self._sync_check(ac, by_name)
+        seen: set[str] = set()
+        for wl in self.ctx.store(WL):
+            st = _check_state(wl, set(check_clusters))
+            key = f"{wl['metadata']['namespace']}/{wl['metadata']['name']}"
+            if _placed_without_quota(wl):
+                await self._forget_placement(wl)
+            if st is None:
+                continue
+            seen.add(key)
+            try:
+                await self._sync_workload(wl, st, check_clusters[st["name"]])
+            except ApiError as exc:
+                log.info("multikueue: workload %s: %s", key, exc)
+        for key in [k for k in self.dispatched if k not in seen]:
+            await self._remove_remotes(key)  # the Workload was deleted
+        self.cleaned &= seen
+
+    # ------------------------------------------------------------------ clusters
+
+    async def _sync_clusters(self, clusters: list[Obj]) -> None:
+        names = {c["metadata"]["name"] for c in clusters}
+        for name in [n for n in self.workers if n not in names]:
+            old = self.workers.pop(name)
+            if old.client is not None:
+                await old.client.close()
+        await asyncio.gather(*(self._sync_cluster(c) for c in clusters))
+
+    async def _kubeconfig(self, cluster: Obj) -> tuple[Any, str] | Verdict:
+        """The parsed kubeconfig of ``cluster`` and its hash, or the Verdict saying why not."""
+        problem = cluster_source_problem(cluster.get("spec"), self.s.allow_kubeconfig_path)
+        if problem is not None:
+            return Verdict(False, *problem)
+        ref = cluster["spec"]["clusterSource"]["kubeConfig"]
+        location = str(ref["location"])
+        if ref.get("locationType", "Secret") == "Path":
+            try:
+                with open(location, "rb") as f:  # noqa: ASYNC230 - small file, opt-in setting
+                    raw = f.read()
+            except OSError as exc:
+                return Verdict(False, "BadKubeConfig", f"load client config failed: {exc}")
+        else:
+            try:
+                secret = await self.ctx.client.get(SECRETS, location, self.s.namespace)
+            except NotFound:
+                return Verdict(False, "BadKubeConfig", 'load client config failed: secrets '
+                               f'"{location}" not found')
+            data = (secret.get("data") or {}).get(KUBECONFIG_KEY)
+            if data is None:
+                return Verdict(False, "BadKubeConfig", "load client config failed: key "
+                               f'"{KUBECONFIG_KEY}" not found in secret "{location}"')
+            try:
+                raw = base64.b64decode(data)
+            except ValueError as exc:
+                return Verdict(False, "BadKubeConfig", f"load client config failed: {exc}")
+        try:
+            parsed = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            parsed = None
+            why: str | None = f"failed to parse kubeconfig(apiconfig): {exc}"
+        else:
+            why = kubeconfig_problem(parsed)
+        if why is not None:
+            return Verdict(False, "InsecureKubeConfig", f"load client config failed: {why}")
+        return parsed, hashlib.sha256(raw).hexdigest()
+
+    async def _sync_cluster(self, cluster: Obj) -> None:
+        name = cluster["metadata"]["name"]
+        w = self.workers.setdefault(name, Worker())
+        now = asyncio.get_running_loop().time()
+        generation = cluster["metadata"].get("generation")
+        fresh = now - w.probed_at < self.s.probe_period_seconds
+        # A connected worker whose spec did not change is looked at again (its Secret read,
+        # a probe sent) once per probe period; one that did not answer is retried as often.
+        if fresh and w.generation == generation and (
+                w.verdict.active or w.verdict.reason == "ClientConnectionFailed"):
+            got: tuple[Any, str] | Verdict | None = None
+        else:
+            got = await self._kubeconfig(cluster)
+        w.generation = generation
+        if got is None:
+            pass
+        elif isinstance(got, Verdict):
+            await self._drop_client(w)
+            w.verdict = got
+        elif got[1] != w.config_hash or w.client is None or not fresh:
+            if got[1] != w.config_hash:
+                await self._drop_client(w)
+            w.config_hash = got[1]
+            w.verdict = await self._connect(w, got[0])
+            w.probed_at = now
+        if _status_conditions_changed(cluster, w.verdict):
+            body = copy.deepcopy(cluster)
+            v = w.verdict
+            set_condition(body, ACTIVE, "True" if v.active else "False", v.reason, v.message,
+                          self.ctx.clock())
+            with contextlib.suppress(ApiError):  # a conflict: written again next pass
+                await self.ctx.client.replace(MULTIKUEUE_CLUSTERS, body, subresource="status")
+
+    @staticmethod
+    async def _drop_client(w: Worker) -> None:
+        if w.client is not None:
+            await w.client.close()
+        w.client, w.config_hash = None, ""
+
+    async def _connect(self, w: Worker, kubeconfig: Any) -> Verdict:
+        if w.client is None:
+            try:
+                w.client = await KubeClient.from_kubeconfig_dict(kubeconfig,
+                                                                 self.ctx.settings.client)
+            except Exception as exc:  # noqa: BLE001 - the loader raises many kinds
+                return Verdict(False, "BadKubeConfig", f"load client config failed: {exc}")
+        try:
+            await asyncio.wait_for(w.client.request("GET", WORKLOADS.path(),
+                                                    query={"limit": 1}), PROBE_TIMEOUT)
+        except (ApiError, TimeoutError, OSError) as exc:
+            return Verdict(False, "ClientConnectionFailed", str(exc) or type(exc).__name__)
+        return Verdict(True, "Active", "Connected")
+
+    def _active_clients(self, clusters: list[str]) -> dict[str, KubeClient]:
+        return {n: w.client for n in clusters
+                if (w := self.workers.get(n)) and w.client is not None and w.verdict.active}
+
+    # ------------------------------------------------------------------ checks
+
+    async def _sync_check(self, ac: Obj, configs: Mapping[str, Obj]) -> list[str]:
+        """Write ``ac``'s Active condition; returns its config's clusters ([] without one)."""
+        params = (ac.get("spec") or {}).get("parameters")
+        problem = parameters_problem(params)
+        clusters: list[str] = []
+        if problem is None:
+            cfg = configs.get(params["name"])
+            if cfg is None:
+                problem = f'multikueueconfigs.kueue.x-k8s.io "{params["name"]}" not found'
+            else:
+                clusters = list((cfg.get("spec") or {}).get("clusters") or [])
+        verdict = check_active(problem, clusters,
+                               {n: w.verdict.active for n, w in self.workers.items()})
+        if _status_conditions_changed(ac, verdict):
+            body = copy.deepcopy(ac)
+            set_condition(body, ACTIVE, "True" if verdict.active else "False", verdict.reason,
+                          verdict.message, self.ctx.clock())
+            with contextlib.suppress(ApiError):
+                await self.ctx.client.replace(ADMISSION_CHECKS, body, subresource="status")
+        return clusters
+
+    # ------------------------------------------------------------------ workloads
+
+    async def _put_local(self, wl: Obj) -> None:
+        out = await self.ctx.client.replace(WORKLOADS, wl, subresource="status")
+        self.ctx.store(WL).put(out)
+
+    async def _set_check(self, wl: Obj, name: str, state: str, message: str,
+                         cluster: str | None = None) -> None:
+        body = copy.deepcopy(wl)
+        st = body.setdefault("status", {})
+        for entry in st.get("admissionChecks") or []:
+            if entry.get("name") == name:
+                if entry.get("state") != state:
+                    entry["lastTransitionTime"] = rfc3339(self.ctx.clock())
+                entry.update(state=state, message=message)
+        if cluster is not None:
+            st["clusterName"] = cluster
+            st.pop("nominatedClusterNames", None)
+        await self._put_local(body)
+
+    async def _sync_workload(self, wl: Obj, st: Obj, clusters: list[str]) -> None:
+        meta = wl["metadata"]
+        ns, key = meta["namespace"], f"{meta['namespace']}/{meta['name']}"
+        reserved = (c := condition_of(wl, QUOTA_RESERVED)) is not None \
+            and c.get("status") == "True"
+        if is_finished(wl) or not reserved or meta.get("deletionTimestamp"):
+            await self._remove_remotes(key, wl)
+            return
+        if st.get("state") == "Rejected":
+            return
+        evicted = condition_of(wl, "Evicted")
+        if evicted is not None and evicted.get("status") == "True":
+            # Evicted on the manager (deactivated, preempted...) while still holding quota:
+            # the copies go, and the manager's Job no longer counts the worker's pods, so
+            # its quota is released (Kueue evicts the worker's copy instead, then mirrors).
+            await self._remove_remotes(key, wl)
+            await self._clear_running(ns, _job_owner(wl))
+            return
+        job_name = _job_owner(wl)
+        if job_name is None:
+            await self._set_check(wl, st["name"], "Rejected", "No multikueue adapter found")
+            return
+        local_job = self.ctx.store(JOB).get(f"{ns}/{job_name}")
+        if local_job is None:
+            try:
+                local_job = await self.ctx.client.get(JOBS, job_name, ns)
+            except NotFound:
+                return
+        managed_by = (local_job.get("spec") or {}).get("managedBy") or ""
+        if managed_by != MULTIKUEUE_CONTROLLER:
+            await self._set_check(
+                wl, st["name"], "Rejected",
+                "The owner is not managed by Kueue: Expecting spec.managedBy to be "
+                f'"{MULTIKUEUE_CONTROLLER}" not "{managed_by}"')
+            return
+        remotes = self._active_clients(clusters)
+        if not remotes:
+            return
+        jobs, wls = await self._read_remotes(remotes, ns, job_name, meta["name"])
+        finished = first_with(wls, FINISHED)
+        if finished is not None:
+            await self._mirror(local_job, jobs[finished], remotes[finished])
+            done = condition_of(wls[finished], FINISHED) or {}
+            body = copy.deepcopy(wl)
+            set_condition(body, FINISHED, "True", str(done.get("reason") or "Succeeded"),
+                          str(done.get("message") or ""), self.ctx.clock())
+            await self._put_local(body)
+            return
+        winner = first_with(wls, QUOTA_RESERVED)
+        if winner is not None:
+            for name in [n for n in remotes if n != winner]:
+                await self._delete_remote(remotes[name], ns, job_name, jobs.get(name),
+                                          wls.get(name))
+            self.dispatched[key] = (job_name, {winner})
+            status = wl.get("status") or {}
+            if st.get("state") != "Ready" or status.get("clusterName") != winner:
+                if st.get("state") not in ("Retry", "Rejected"):
+                    message = f'The workload got reservation on "{winner}"'
+                    await self._set_check(wl, st["name"], "Ready", message, cluster=winner)
+                    self.ctx.recorder.emit(wl, NORMAL, "MultiKueue", message)
+            if jobs[winner] is None:
+                # The Job goes to the winner only, adopting its Workload copy there.
+                await remotes[winner].create(
+                    JOBS, remote_job(local_job, self.s.origin, meta["name"]))
+            else:
+                await self._mirror(local_job, jobs[winner], remotes[winner])
+            return
+        if (wl.get("status") or {}).get("clusterName") and st.get("state") == "Pending":
+            # Evicted and given quota again between two passes: the old placement is stale
+            # (Kueue resets clusterName with the eviction).
+            await self._forget_placement(wl)
+            return
+        if (wl.get("status") or {}).get("clusterName"):
+            # Its worker no longer has a reserved copy (gone, evicted there, or the worker
+            # does not answer): after workerLostTimeout the check goes Retry, so the manager
+            # evicts and requeues the Workload (Kueue "Reserving remote lost").
+            since = parse_time(st.get("lastTransitionTime"))
+            if st.get("state") == "Ready" and worker_lost(
+                    since, self.ctx.clock(), self.s.worker_lost_timeout_seconds):
+                await self._set_check(wl, st["name"], "Retry", "Reserving remote lost")
+            return
+        await self._nominate(wl, sorted(remotes))
+        self.dispatched.setdefault(key, (job_name, set()))[1].update(remotes)
+        for name, client in remotes.items():
+            if wls.get(name) is None:
+                try:
+                    await client.create(WORKLOADS, remote_workload(wl, self.s.origin))
+                except ApiError as exc:
+                    log.info("multikueue: creating workload %s on %s: %s", key, name, exc)
+
+    async def _clear_running(self, ns: str, job_name: str | None) -> None:
+        """Zero the pod counts mirrored on the manager's Job (its pods ran on a worker)."""
+        job = self.ctx.store(JOB).get(f"{ns}/{job_name}") if job_name else None
+        status = (job or {}).get("status") or {}
+        clear = {k: None for k in ("active", "ready", "terminating") if status.get(k)}
+        if job is not None and clear:
+            with contextlib.suppress(ApiError):
+                await self.ctx.client.patch(JOBS, job["metadata"]["name"], {"status": clear},
+                                            ns, subresource="status")
+
+    async def _forget_placement(self, wl: Obj) -> None:
+        """A Workload that lost its quota (evicted, preempted, requeued) forgets its worker:
+        ``status.clusterName`` and ``nominatedClusterNames`` are reset (Kueue resets them with
+        the quota reservation), so it is dispatched afresh once it holds quota again."""
+        body = copy.deepcopy(wl)
+        body["status"].pop("clusterName", None)
+        body["status"].pop("nominatedClusterNames", None)
+        try:
+            await self._put_local(body)
+        except ApiError as exc:
+            log.info("multikueue: resetting the worker of %s: %s", wl["metadata"]["name"], exc)
+
+    async def _nominate(self, wl: Obj, names: list[str]) -> None:
+        """AllAtOnce: ``status.nominatedClusterNames`` lists every active worker (Kueue)."""
+        if (wl.get("status") or {}).get("nominatedClusterNames") == names:
+            return
+        body = copy.deepcopy(wl)
+        body.setdefault("status", {})["nominatedClusterNames"] = names
+        await self._put_local(body)
+
+    async def _read_remotes(self, remotes: Mapping[str, KubeClient], ns: str, job_name: str,
+                            wl_name: str
+                            ) -> tuple[dict[str, Obj | None], dict[str, Obj | None]]:
+        """Each worker's copy of the Job and of the Workload (None where absent)."""
+        async def get(client: KubeClient, res: Any, name: str) -> Obj | None:
+            try:
+                return await client.get(res, name, ns)
+            except NotFound:
+                return None
+
+        async def one(client: KubeClient) -> tuple[Obj | None, Obj | None]:
+            job, wl = await asyncio.gather(get(client, JOBS, job_name),
+                                           get(client, WORKLOADS, wl_name))
+            return job, wl
+        got = await asyncio.gather(*(one(c) for c in remotes.values()))
+        names = list(remotes)
+        return ({n: g[0] for n, g in zip(names, got, strict=True)},
+                {n: g[1] for n, g in zip(names, got, strict=True)})
+
+    async def _mirror(self, local_job: Obj, remote: Obj | None, client: KubeClient) -> None:
+        """Copy the worker Job's status to the manager's Job (Kueue's Job adapter)."""
+        if remote is None:
+            return
+        want = job_status_to_mirror(local_job, remote)
+        if want is None:
+            return
+        meta = local_job["metadata"]
+        await self.ctx.client.patch(JOBS, meta["name"], {"status": want}, meta["namespace"],
+                                    subresource="status")
+
+    async def _delete_remote(self, client: KubeClient, ns: str, job_name: str,
+                             job: Obj | None, wl: Obj | None) -> None:
+        """Delete a worker's copy of the Job (in the background: its pods go with it) and of
+        the Workload; absent ones are ignored."""
+        if job is not None:
+            with contextlib.suppress(NotFound):
+                await client.delete(JOBS, job_name, ns, uid=job["metadata"].get("uid"))
+        if wl is not None:
+            with contextlib.suppress(NotFound):
+                await client.delete(WORKLOADS, wl["metadata"]["name"], ns)
+
+    async def _remove_remotes(self, key: str, wl: Obj | None = None) -> None:
+        """Delete the copies of Workload ``key``'s Job on every worker it was sent to: those
+        recorded in this process, else (``wl``, once: after a restart) its
+        ``status.clusterName`` and ``nominatedClusterNames``."""
+        entry = self.dispatched.get(key)
+        if entry is None and wl is not None and key not in self.cleaned:
+            self.cleaned.add(key)
+            st = wl.get("status") or {}
+            sent_to = {n for n in [st.get("clusterName"), *(st.get("nominatedClusterNames")
+                                                            or [])] if n}
+            job = _job_owner(wl)
+            if job and sent_to:
+                entry = self.dispatched[key] = (job, sent_to)
+        job_name, sent = entry or ("", set())
+        ns = key.split("/", 1)[0]
+        for name in list(sent):
+            w = self.workers.get(name)
+            if w is None or w.client is None:
+                continue  # not connected: left for the garbage collection (not implemented)
+            try:
+                jobs, wls = await self._read_remotes({name: w.client}, ns, job_name,
+                                                     key.split("/", 1)[1])
+                await self._delete_remote(w.client, ns, job_name, jobs[name], wls[name])
+                sent.discard(name)
+            except ApiError as exc:
+                log.info("multikueue: removing %s from %s: %s", key, name, exc)
+        if not sent:
+            self.dispatched.pop(key, None)

@@ -1,0 +1,268 @@
+"""MultiKueue's decisions, pure (Kueue v0.17.1 ``pkg/controller/admissionchecks/multikueue``):
+whether a MultiKueue AdmissionCheck is Active, whether a worker's kubeconfig may be used,
+which worker won a Workload, and the copy of a batch/v1 Job sent to the workers.
+
+Objects are the plain JSON ``dict``s the API server sends; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
+ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
+KUBECONFIG_KEY = "kubeconfig"
+PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+CONFIG_GROUP, CONFIG_KIND = "kueue.x-k8s.io", "MultiKueueConfig"
+ALL_AT_ONCE = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
+INCREMENTAL = "kueue.x-k8s.io/multikueue-dispatcher-incremental"
+# Labels the Job controller stamps on a Job's pod template; the worker's Job gets its own.
+_JOB_CONTROLLER_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid", "job-name",
+                          "batch.kubernetes.io/job-name")
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One ``Active`` condition: ``status`` True/False, CamelCase ``reason``, ``message``."""
+
+    active: bool
+    reason: str
+    message: str
+
+
+def parameters_problem(parameters: Mapping[str, Any] | None) -> str | None:
+    """Why an AdmissionCheck's ``spec.parameters`` cannot name a MultiKueueConfig, or None.
+    Kueue ``admissioncheck.refValidForGK`` messages."""
+    if not parameters:
+        return "missing parameters reference"
+    if not parameters.get("name"):
+        return "empty name: bad parameters reference"
+    group, kind = parameters.get("apiGroup", ""), parameters.get("kind", "")
+    if group != CONFIG_GROUP:
+        return f'wrong group "{group}", expecting "{CONFIG_GROUP}": bad parameters reference'
+    if kind != CONFIG_KIND:
+        return f'wrong kind "{kind}", expecting "{CONFIG_KIND}": bad parameters reference'
+    return None
+
+
+def check_active(config_problem: str | None, clusters: Sequence[str],
+                 cluster_active: Mapping[str, bool]) -> Verdict:
+    """The ``Active`` condition of a MultiKueue AdmissionCheck (Kueue ``ACReconciler``).
+
+    ``config_problem``: why its MultiKueueConfig cannot be read (bad reference, not found),
+    None when it was; ``clusters``: the config's ``spec.clusters``; ``cluster_active``:
+    MultiKueueCluster name -> its ``Active`` condition is True (a name absent is missing).
+    Active with reason ``SomeActiveClusters`` while at least one cluster is usable;
+    ``NoUsableClusters`` (False) when none is; ``BadConfig`` (False) without a config."""
+    if config_problem is not None:
+        return Verdict(False, "BadConfig",
+                       f"Cannot load the AdmissionChecks parameters: {config_problem}")
+    missing = [c for c in clusters if c not in cluster_active]
+    inactive = [c for c in clusters if c in cluster_active and not cluster_active[c]]
+    if not missing and not inactive:
+        return Verdict(True, "Active", "The admission check is active")
+    parts = []
+    if missing:
+        parts.append(f"Missing clusters: [{' '.join(missing)}]")
+    if inactive:
+        parts.append(f"Inactive clusters: [{' '.join(inactive)}]")
+    usable = len(missing) + len(inactive) < len(clusters)
+    return Verdict(usable, "SomeActiveClusters" if usable else "NoUsableClusters",
+                   ", ".join(parts))
+
+
+def cluster_source_problem(spec: Mapping[str, Any] | None,
+                           allow_path: bool) -> tuple[str, str] | None:
+    """(reason, message) when a MultiKueueCluster's ``spec.clusterSource`` cannot be used
+    before any kubeconfig is read, else None. A ``clusterProfileRef`` is not supported
+    (Kueue's reason when its ``MultiKueueClusterProfile`` gate is off); a ``Path`` location
+    only with ``allow_path`` (pykueue's setting ``multikueue.allow_kubeconfig_path``: Kueue
+    reads any file of its pod, pykueue does not unless told)."""
+    source = (spec or {}).get("clusterSource") or {}
+    if source.get("clusterProfileRef"):
+        return ("MultiKueueClusterProfileFeatureDisabled",
+                "load client config failed: ClusterProfile credentials are not supported by "
+                "pykueue")
+    ref = source.get("kubeConfig")
+    if not ref:
+        return "BadKubeConfig", "load client config failed: kubeconfig reference is nil"
+    if ref.get("locationType", "Secret") == "Path" and not allow_path:
+        return ("BadKubeConfig",
+                "load client config failed: locationType Path is refused (set "
+                "multikueue.allow_kubeconfig_path to read kubeconfig files from pykueue's disk)")
+    return None
+
+
+def _valid_host(server: str) -> bool:
+    """Kueue ``isValidHostname``: the server URL's host is an IP address or a DNS-1123
+    subdomain."""
+    try:
+        host = urlsplit(server.lower()).hostname or ""
+    except ValueError:
+        return False
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return bool(host) and len(host) <= 253 and bool(_DNS1123_SUBDOMAIN.match(host))
+
+
+def kubeconfig_problem(cfg: Any) -> str | None:
+    """Why a parsed kubeconfig may not be used to reach a worker, or None. Kueue
+    ``validateKubeconfig`` (gate ``MultiKueueAllowInsecureKubeconfigs`` off): no token file,
+    no TLS verification skipped, no certificate-authority file, a server for every cluster
+    whose host is an IP or a DNS name, no basic auth, exec plugin or auth provider. pykueue
+    refuses client certificate and key files too (data only): a kubeconfig in a Secret must
+    not make pykueue read its own disk."""
+    if not isinstance(cfg, Mapping):
+        return "failed to parse kubeconfig: not a mapping"
+    clusters = {c.get("name"): c.get("cluster") or {} for c in cfg.get("clusters") or []
+                if isinstance(c, Mapping)}
+    users = {u.get("name"): u.get("user") or {} for u in cfg.get("users") or []
+             if isinstance(u, Mapping)}
+    for user in users.values():
+        if user.get("tokenFile"):
+            return "tokenFile is not allowed"
+    for name, cluster in clusters.items():
+        if cluster.get("insecure-skip-tls-verify"):
+            return f"insecure TLS verification is not allowed for cluster {name}"
+        if cluster.get("certificate-authority"):
+            return ("certificate-authority file paths are not allowed, use "
+                    f"certificate-authority-data for cluster {name}")
+        if not cluster.get("server"):
+            return f"server URL is required for cluster {name}"
+    contexts = {c.get("name"): c.get("context") or {} for c in cfg.get("contexts") or []
+                if isinstance(c, Mapping)}
+    current = contexts.get(cfg.get("current-context"))
+    if current is None:
+        return "invalid configuration: no current context"
+    cluster = clusters.get(current.get("cluster"))
+    user = users.get(current.get("user"), {})
+    if cluster is None:
+        return "invalid configuration: the current context names no cluster"
+    if not _valid_host(str(cluster.get("server"))):
+        return "untrusted server endpoint"
+    if user.get("username") or user.get("password"):
+        return "basic auth is not allowed"
+    if user.get("exec"):
+        return "exec plugins are not allowed"
+    if user.get("auth-provider"):
+        return "auth providers are not allowed"
+    if user.get("client-certificate") or user.get("client-key"):
+        return "client certificate and key file paths are not allowed, use the -data fields"
+    return None
+
+
+def _true_since(obj: Mapping[str, Any] | None, ctype: str) -> str | None:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype and c.get("status") == "True":
+            return str(c.get("lastTransitionTime") or "")
+    return None
+
+
+def first_with(remotes: Mapping[str, Mapping[str, Any] | None], ctype: str) -> str | None:
+    """The worker whose Workload has condition ``ctype`` True for the longest (earliest
+    ``lastTransitionTime``; RFC 3339 UTC strings sort in time order; ties by worker name),
+    None when none has. Kueue ``wlGroup.bestMatchByCondition``."""
+    since = {name: t for name, wl in remotes.items()
+             if (t := _true_since(wl, ctype)) is not None}
+    return min(since, key=lambda n: (since[n], n)) if since else None
+
+
+def condition_of(obj: Mapping[str, Any] | None, ctype: str) -> Mapping[str, Any] | None:
+    """Condition ``ctype`` of ``obj``'s ``status.conditions``, or None."""
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype:
+            return c
+    return None
+
+
+def _clone_meta(meta: Mapping[str, Any], origin: str) -> Obj:
+    """Name, namespace, labels and annotations (Kueue ``CloneObjectMetaForCreation``), with
+    label ``kueue.x-k8s.io/multikueue-origin: <origin>``."""
+    out: Obj = {"name": meta.get("name"), "namespace": meta.get("namespace")}
+    labels = dict(meta.get("labels") or {})
+    labels[ORIGIN_LABEL] = origin
+    out["labels"] = labels
+    if meta.get("annotations"):
+        out["annotations"] = dict(meta["annotations"])
+    return out
+
+
+def remote_workload(local: Mapping[str, Any], origin: str) -> Obj:
+    """The copy of the manager's Workload ``local`` created on every nominated worker (Kueue
+    ``cloneForCreate``): same name, namespace, labels, annotations and ``spec``, label
+    ``kueue.x-k8s.io/multikueue-origin``; no owner (the worker's Job adopts it later) and
+    without the manager Job's ``kueue.x-k8s.io/job-uid`` label (on a worker it would name an
+    object that is not there)."""
+    meta = _clone_meta(local.get("metadata") or {}, origin)
+    meta["labels"].pop(JOB_UID_LABEL, None)
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": meta,
+            "spec": copy.deepcopy(local.get("spec") or {})}
+
+
+def remote_job(local: Mapping[str, Any], origin: str, workload: str) -> Obj:
+    """The batch/v1 Job created on the worker that won, once its copy of the Workload
+    ``workload`` holds quota there (Kueue's Job MultiKueue adapter ``SyncJob``): name,
+    namespace, labels and annotations kept, label ``kueue.x-k8s.io/prebuilt-workload-name:
+    <workload>`` (the worker's Job adopts that Workload instead of making one) and the origin
+    label added, ``spec`` copied without ``selector`` and ``managedBy`` (the worker's Job
+    controller runs it), the Job controller's labels dropped from the pod template and
+    ``spec.suspend`` true (the worker's Kueue starts it)."""
+    meta = _clone_meta(local.get("metadata") or {}, origin)
+    meta["labels"][PREBUILT_LABEL] = workload
+    spec = copy.deepcopy(local.get("spec") or {})
+    spec.pop("selector", None)
+    spec.pop("managedBy", None)
+    spec["suspend"] = True
+    tmeta = (spec.get("template") or {}).get("metadata") or {}
+    for key in _JOB_CONTROLLER_LABELS:
+        (tmeta.get("labels") or {}).pop(key, None)
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+
+def job_status_to_mirror(local: Mapping[str, Any], remote: Mapping[str, Any]) -> Obj | None:
+    """The JSON merge patch of ``status`` that makes the manager's Job's status the worker
+    Job's (fields the worker's lacks set to null: the API server omits zero counts, and a
+    left-over ``active`` on a finished Job is invalid), once the manager's Job runs (Kueue
+    skips a local Job still suspended with no active pods); None when nothing differs."""
+    spec, status = local.get("spec") or {}, local.get("status") or {}
+    if spec.get("suspend") and not status.get("active"):
+        return None
+    patch = merge_patch(status, remote.get("status") or {})
+    return patch or None
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> Obj:
+    """The JSON merge patch (RFC 7386) turning object ``old`` into ``new``: changed values,
+    nested objects diffed the same way, keys ``new`` lacks set to null (an empty object in
+    ``new`` clears the keys of ``old``'s, which ``{}`` alone would not). ``{}`` when equal."""
+    out: Obj = {}
+    for k, v in new.items():
+        was = old.get(k)
+        if isinstance(v, Mapping) and isinstance(was, Mapping):
+            sub = merge_patch(was, v)
+            if sub:
+                out[k] = sub
+        elif was != v or k not in old:
+            out[k] = copy.deepcopy(v)
+    out.update({k: None for k in old if k not in new})
+    return out
+
+
+def worker_lost(ready_since: float | None, now: float, timeout: float) -> bool:
+    """Whether a Workload whose check has been Ready since ``ready_since`` (seconds since the
+    epoch; None: unknown, never lost) and whose worker lost its reserved copy has waited
+    ``timeout`` seconds (Kueue ``workerLostTimeout``, default 15 min)."""
+    return ready_since is not None and now - ready_since >= timeout

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Three labs for MultiKueue on one machine: a manager and two workers, each a lab of its own
+(hack/lab.py, its own state dir and port block) with pykueue on it (docs/multikueue.md).
+
+    python hack/multikueue_lab.py up      # labs up, pykueue on each, worker Secrets on the manager
+    python hack/multikueue_lab.py down    # pykueue and the labs stopped, state removed
+
+Options: --state-dir DIR (default $LAB_STATE_DIR or .lab, as hack/lab.py) and --port-base N
+(default $LAB_PORT_BASE or 16440) for the manager; worker ``worker<i>`` lives in
+``<dir's parent>/.lab-w<i>`` at port base N + 100*i. pykueue's port on each lab is its port
+base + 443 (visibility + 444).
+
+On the manager, ``up`` writes for each worker a Secret ``<worker>-kubeconfig`` in
+pykueue-system (key ``kubeconfig``: the worker's API server with its CA and the lab admin's
+client certificate, all as ``-data`` fields, as MultiKueue requires) and a MultiKueueCluster
+``<worker>`` naming it. Queues are the caller's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAB = ROOT / "hack" / "lab.py"
+WORKERS = 2
+
+
+@dataclass(frozen=True)
+class Site:
+    """One lab: ``name`` (manager, worker1, ...), state dir and port base."""
+
+    name: str
+    state: Path
+    port_base: int
+
+    @property
+    def pykueue_port(self) -> int:
+        return self.port_base + 443
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(LAB_STATE_DIR=str(self.state), LAB_PORT_BASE=str(self.port_base),
+                   PYKUEUE_PORT=str(self.pykueue_port),
+                   PYKUEUE_VISIBILITY_PORT=str(self.pykueue_port + 1),
+                   KUBECONFIG=str(self.state / "kubeconfig"))
+        return env
+
+    def lab(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, str(LAB), "--state-dir", str(self.state),
+                               "--port-base", str(self.port_base), *args], cwd=ROOT,
+                              env=self.env(), check=check, capture_output=True, text=True)
+
+    def kubectl(self, *args: str, input: str | None = None,
+                check: bool = True) -> subprocess.CompletedProcess[str]:
+        kubectl = os.environ.get("KUBECTL") or str(ROOT / ".k8sbin" / "current" / "kubectl")
+        return subprocess.run([kubectl, "--kubeconfig", str(self.state / "kubeconfig"), *args],
+                              input=input, env=self.env(), check=check, capture_output=True,
+                              text=True)
+
+    def server(self) -> str:
+        return json.loads((self.state / "kubeconfig").read_text())["clusters"][0]["cluster"][
+            "server"]
+
+
+def sites(state_dir: str | None = None, port_base: int | None = None) -> list[Site]:
+    """The manager and the workers (see the module doc)."""
+    state = Path(state_dir or os.environ.get("LAB_STATE_DIR") or ROOT / ".lab").resolve()
+    base = port_base or int(os.environ.get("LAB_PORT_BASE") or 16440)
+    return [Site("manager", state, base)] + [
+        Site(f"worker{i}", state.parent / f".lab-w{i}", base + 100 * i)
+        for i in range(1, WORKERS + 1)]
+
+
+def worker_kubeconfig(worker: Site) -> dict:
+    """A kubeconfig for ``worker`` with every credential inline (no file paths)."""
+    pki = worker.state / "pki"
+
+    def data(name: str) -> str:
+        return base64.b64encode((pki / name).read_bytes()).decode()
+
+    return {
+        "apiVersion": "v1", "kind": "Config", "current-context": worker.name,
+        "clusters": [{"name": worker.name, "cluster": {
+            "server": worker.server(), "certificate-authority-data": data("ca.crt")}}],
+        "users": [{"name": "admin", "user": {"client-certificate-data": data("admin.crt"),
+                                             "client-key-data": data("admin.key")}}],
+        "contexts": [{"name": worker.name,
+                      "context": {"cluster": worker.name, "user": "admin"}}],
+    }
+
+
+def secret(name: str, kubeconfig: dict | str) -> dict:
+    """A Secret ``name`` in pykueue-system holding ``kubeconfig`` (YAML/JSON text or dict)."""
+    text = kubeconfig if isinstance(kubeconfig, str) else json.dumps(kubeconfig)
+    return {"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": "pykueue-system"},
+            "data": {"kubeconfig": base64.b64encode(text.encode()).decode()}}
+
+
+def cluster(name: str, location: str, location_type: str = "Secret") -> dict:
+    """A MultiKueueCluster reading its kubeconfig from ``location``."""
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "MultiKueueCluster",
+            "metadata": {"name": name},
+            "spec": {"clusterSource": {"kubeConfig": {"location": location,
+                                                      "locationType": location_type}}}}
+
+
+def is_up(site: Site) -> bool:
+    """The lab answers and pykueue runs on it (its pid file names a live process)."""
+    if site.lab("status", check=False).returncode != 0:
+        return False
+    try:
+        pid = int((site.state / "pids" / "pykueue.pid").read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def start(site: Site) -> None:
+    """Start ``site``'s lab and pykueue on it (both no-ops when running)."""
+    site.lab("up")
+    site.lab("pykueue-up")
+    print(f"multikueue-lab: {site.name} up ({site.state}, pykueue :{site.pykueue_port})")
+
+
+def register_workers(manager: Site, workers: list[Site]) -> None:
+    """A kubeconfig Secret and a MultiKueueCluster on ``manager`` for each worker."""
+    items = []
+    for w in workers:
+        items += [secret(f"{w.name}-kubeconfig", worker_kubeconfig(w)),
+                  cluster(w.name, f"{w.name}-kubeconfig")]
+    manager.kubectl("apply", "-f", "-",
+                    input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    print("multikueue-lab: MultiKueueClusters " + ", ".join(w.name for w in workers)
+          + f" on the manager (KUBECONFIG={manager.state / 'kubeconfig'})")
+
+
+def up(all_sites: list[Site]) -> None:
+    for s in all_sites:
+        start(s)
+    register_workers(all_sites[0], all_sites[1:])
+
+
+def down(all_sites: list[Site]) -> None:
+    for s in all_sites:
+        s.lab("pykueue-down", check=False)
+        s.lab("down", check=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--state-dir")
+    p.add_argument("--port-base", type=int)
+    p.add_argument("verb", choices=["up", "down"])
+    args = p.parse_args(argv)
+    all_sites = sites(args.state_dir, args.port_base)
+    up(all_sites) if args.verb == "up" else down(all_sites)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""MultiKueue's pure decisions (app.core.multikueue) against Kueue v0.17.1's rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.core.multikueue import (
+    ORIGIN_LABEL,
+    Verdict,
+    check_active,
+    cluster_source_problem,
+    first_with,
+    job_status_to_mirror,
+    kubeconfig_problem,
+    merge_patch,
+    parameters_problem,
+    remote_job,
+    remote_workload,
+    worker_lost,
+)
+
+
+def test_check_active_as_kueue_acreconciler():
+    assert check_active(None, ["a", "b"], {"a": True, "b": True}) == Verdict(
+        True, "Active", "The admission check is active")
+    assert check_active(None, ["a", "b"], {"a": True, "b": False}) == Verdict(
+        True, "SomeActiveClusters", "Inactive clusters: [b]")
+    assert check_active(None, ["a", "b", "c"], {"b": False}) == Verdict(
+        False, "NoUsableClusters", "Missing clusters: [a c], Inactive clusters: [b]")
+    v = check_active('multikueueconfigs.kueue.x-k8s.io "x" not found', [], {})
+    assert (v.active, v.reason) == (False, "BadConfig")
+    assert v.message.startswith("Cannot load the AdmissionChecks parameters: ")
+
+
+@pytest.mark.parametrize(("params", "problem"), [
+    (None, "missing parameters reference"),
+    ({"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": ""},
+     "empty name: bad parameters reference"),
+    ({"apiGroup": "x.io", "kind": "MultiKueueConfig", "name": "c"},
+     'wrong group "x.io", expecting "kueue.x-k8s.io": bad parameters reference'),
+    ({"apiGroup": "kueue.x-k8s.io", "kind": "ProvisioningRequestConfig", "name": "c"},
+     'wrong kind "ProvisioningRequestConfig", expecting "MultiKueueConfig": bad parameters '
+     "reference"),
+    ({"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": "c"}, None),
+])
+def test_parameters_reference(params, problem):
+    assert parameters_problem(params) == problem
+
+
+def test_path_refused_unless_enabled_and_cluster_profile_unsupported():
+    path = {"clusterSource": {"kubeConfig": {"location": "/k", "locationType": "Path"}}}
+    assert cluster_source_problem(path, allow_path=False)[0] == "BadKubeConfig"
+    assert cluster_source_problem(path, allow_path=True) is None
+    secret = {"clusterSource": {"kubeConfig": {"location": "s"}}}
+    assert cluster_source_problem(secret, allow_path=False) is None
+    profile = {"clusterSource": {"clusterProfileRef": {"name": "p"}}}
+    assert cluster_source_problem(profile, False)[0] == "MultiKueueClusterProfileFeatureDisabled"
+
+
+def _kubeconfig(cluster=None, user=None):
+    return {"clusters": [{"name": "w", "cluster": {"server": "https://10.0.0.1:6443",
+                                                   "certificate-authority-data": "Q0E=",
+                                                   **(cluster or {})}}],
+            "users": [{"name": "u", "user": {"token": "t", **(user or {})}}],
+            "contexts": [{"name": "c", "context": {"cluster": "w", "user": "u"}}],
+            "current-context": "c"}
+
+
+@pytest.mark.parametrize(("cluster", "user", "problem"), [
+    ({}, {}, None),
+    ({"server": "https://worker.example.com"}, {}, None),
+    ({"insecure-skip-tls-verify": True}, {},
+     "insecure TLS verification is not allowed for cluster w"),
+    ({"certificate-authority": "/ca.crt"}, {}, "certificate-authority file paths are not "
+     "allowed, use certificate-authority-data for cluster w"),
+    ({"server": ""}, {}, "server URL is required for cluster w"),
+    ({"server": "https://Bad_Host:1"}, {}, "untrusted server endpoint"),
+    ({}, {"tokenFile": "/t"}, "tokenFile is not allowed"),
+    ({}, {"username": "a", "password": "b"}, "basic auth is not allowed"),
+    ({}, {"exec": {"command": "x"}}, "exec plugins are not allowed"),
+    ({}, {"auth-provider": {"name": "gcp"}}, "auth providers are not allowed"),
+    ({}, {"client-key": "/key"},
+     "client certificate and key file paths are not allowed, use the -data fields"),
+])
+def test_kubeconfig_rules(cluster, user, problem):
+    assert kubeconfig_problem(_kubeconfig(cluster, user)) == problem
+
+
+def test_kubeconfig_not_a_mapping():
+    assert kubeconfig_problem("{[") is not None
+
+
+def _wl(ctype, status, t):
+    return {"status": {"conditions": [{"type": ctype, "status": status,
+                                       "lastTransitionTime": t}]}}
+
+
+def test_first_reservation_wins():
+    remotes = {"w1": _wl("QuotaReserved", "True", "2026-01-01T00:00:05Z"),
+               "w2": _wl("QuotaReserved", "True", "2026-01-01T00:00:03Z"),
+               "w3": _wl("QuotaReserved", "False", "2026-01-01T00:00:01Z"), "w4": None}
+    assert first_with(remotes, "QuotaReserved") == "w2"
+    assert first_with({"w1": None}, "QuotaReserved") is None
+
+
+def test_remote_job_copy():
+    local = {"metadata": {"name": "j", "namespace": "n", "uid": "u", "resourceVersion": "9",
+                          "labels": {"kueue.x-k8s.io/queue-name": "q"},
+                          "ownerReferences": [{"name": "x"}]},
+             "spec": {"managedBy": "kueue.x-k8s.io/multikueue", "suspend": False,
+                      "selector": {"matchLabels": {"controller-uid": "u"}},
+                      "template": {"metadata": {"labels": {"controller-uid": "u", "job-name": "j",
+                                                           "app": "a"}}}},
+             "status": {"active": 1}}
+    out = remote_job(local, "origin-1", "job-j-abcde")
+    assert out["metadata"] == {"name": "j", "namespace": "n", "labels": {
+        "kueue.x-k8s.io/queue-name": "q", ORIGIN_LABEL: "origin-1",
+        "kueue.x-k8s.io/prebuilt-workload-name": "job-j-abcde"}}
+    assert "managedBy" not in out["spec"] and "selector" not in out["spec"]
+    assert out["spec"]["suspend"] is True
+    assert out["spec"]["template"]["metadata"]["labels"] == {"app": "a"}
+    assert "status" not in out
+    assert local["spec"]["managedBy"] == "kueue.x-k8s.io/multikueue"  # not mutated
+
+
+def test_remote_workload_copy():
+    local = {"metadata": {"name": "job-j-abcde", "namespace": "n", "uid": "u",
+                          "resourceVersion": "3", "ownerReferences": [{"name": "j"}],
+                          "labels": {"kueue.x-k8s.io/job-uid": "u", "team": "a"},
+                          "annotations": {"x": "y"}},
+             "spec": {"queueName": "q", "podSets": [{"name": "main", "count": 1}]},
+             "status": {"admission": {"clusterQueue": "cq"}}}
+    out = remote_workload(local, "origin-1")
+    assert out["metadata"] == {"name": "job-j-abcde", "namespace": "n",
+                               "labels": {"team": "a", ORIGIN_LABEL: "origin-1"},
+                               "annotations": {"x": "y"}}
+    assert out["spec"] == local["spec"] and out["spec"] is not local["spec"]
+    assert "status" not in out
+
+
+def test_job_status_mirror():
+    remote = {"status": {"succeeded": 1, "conditions": [{"type": "Complete"}]}}
+    suspended = {"spec": {"suspend": True}, "status": {}}
+    assert job_status_to_mirror(suspended, remote) is None
+    running = {"spec": {"suspend": False}, "status": {"active": 1, "startTime": "t"}}
+    assert job_status_to_mirror(running, remote) == {
+        "succeeded": 1, "conditions": [{"type": "Complete"}], "active": None,
+        "startTime": None}
+    same = {"spec": {}, "status": {"succeeded": 1, "conditions": [{"type": "Complete"}]}}
+    assert job_status_to_mirror(same, remote) is None
+
+
+def test_merge_patch_clears_nested_keys():
+    old = {"uncountedTerminatedPods": {"succeeded": ["u1"]}, "ready": 1, "active": 1}
+    new = {"uncountedTerminatedPods": {}, "ready": 0}
+    assert merge_patch(old, new) == {"uncountedTerminatedPods": {"succeeded": None},
+                                     "ready": 0, "active": None}
+    assert merge_patch(new, new) == {}
+
+
+def test_worker_lost_after_the_timeout():
+    assert worker_lost(100.0, 1000.0, 900.0) is True
+    assert worker_lost(100.0, 999.0, 900.0) is False
+    assert worker_lost(None, 1e9, 900.0) is False

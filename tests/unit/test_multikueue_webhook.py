@@ -1,0 +1,62 @@
+"""The Job webhook defaults ``spec.managedBy: kueue.x-k8s.io/multikueue`` on a queued Job whose
+LocalQueue's ClusterQueue has a MultiKueue AdmissionCheck (Kueue ``ApplyDefaultForManagedBy``
+with ``CanDefaultManagedBy``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.test_webhook import (
+    MUTATE,
+    Lookups,
+    answer,
+    decoded_patch,
+    job,
+    make_app,
+    post,
+    review,
+)
+
+MK = "kueue.x-k8s.io/multikueue"
+
+
+class MultiKueueLookups(Lookups):
+    def __init__(self, uses: bool | None) -> None:
+        super().__init__()
+        self.uses = uses
+        self.asked_mk: list[tuple[str, str]] = []
+
+    def uses_multikueue(self, namespace: str, queue: str) -> bool | None:
+        self.asked_mk.append((namespace, queue))
+        return self.uses
+
+
+def _ops(response: dict) -> list[dict]:
+    return decoded_patch(response) if response.get("patch") else []
+
+
+@pytest.mark.parametrize(("uses", "managed_by", "want"), [
+    (True, None, MK),
+    (True, "kubernetes.io/job-controller", MK),
+    (True, "example.com/other", None),  # another controller's Job is left alone
+    (False, None, None),
+    (None, None, None),  # unknown (not synced): no defaulting
+])
+async def test_managed_by_defaulted_for_multikueue_queues(uses, managed_by, want):
+    lookups = MultiKueueLookups(uses)
+    obj = job(queue="lq1")
+    if managed_by:
+        obj["spec"]["managedBy"] = managed_by
+    sent = review("CREATE", obj)
+    response = answer(await post(make_app(admission=lookups), MUTATE, sent), sent)
+    ops = [o for o in _ops(response) if o["path"] == "/spec/managedBy"]
+    assert [o["value"] for o in ops] == ([want] if want else [])
+    if managed_by is None or managed_by == "kubernetes.io/job-controller":
+        assert lookups.asked_mk == [("ns", "lq1")]
+
+
+async def test_unqueued_job_is_not_asked_about():
+    lookups = MultiKueueLookups(True)
+    sent = review("CREATE", job(queue=None))
+    answer(await post(make_app(admission=lookups), MUTATE, sent), sent)
+    assert lookups.asked_mk == []
