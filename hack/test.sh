@@ -28,10 +28,17 @@ if [[ $built == 1 ]]; then
 fi
 
 mkdir -p "$(dirname "$LOG")"
+# The build runs in its own process group (job control), so that it is stopped with this script
+# (Ctrl-C, a CI timeout) instead of going on alone: background jobs ignore SIGINT.
+set -m
 (
   for b in "${BUILDS[@]}"; do nice -n 10 bash $b || exit $?; done
 ) >"$LOG" 2>&1 &
 build_pid=$!
+set +m
+trap 'kill -TERM -- -"$build_pid" 2>/dev/null' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 echo "test: building the operators, Helm and kueuectl behind the first tests (log: $LOG)"
 ignore=()
 for p in "${LATER[@]}"; do ignore+=("--ignore=$p"); done
