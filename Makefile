@@ -112,8 +112,8 @@ browser: ## Debian's chromium for the dashboard's browser tests (apt-get; a no-o
 	  else echo "browser: chromium is missing and cannot be installed here (needs root and" \
 	    "apt-get); the dashboard's browser tests will skip"; fi; }
 
-test: setup controlplane operators helm kueuectl browser ## all tests: unit, integration and e2e (starts the lab itself when it is not up; the operators' tests start them)
-	$(BIN)/pytest -q tests
+test: setup controlplane browser ## all tests: unit, integration and e2e (starts the lab itself when it is not up; the operators' tests start them); builds the operators, Helm and kueuectl behind the first tests (hack/test.sh; PYTEST_ARGS go to pytest)
+	bash hack/test.sh $(PYTEST_ARGS)
 
 test-unit: setup browser ## unit tests only (no cluster)
 	$(BIN)/pytest -q tests/unit
