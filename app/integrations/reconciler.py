@@ -61,7 +61,7 @@ from app.integrations.framework import (
     stored_ancestor,
     trim,
 )
-from app.integrations.unsupported import adopts_prebuilt
+from app.integrations.unsupported import adoptable_copy, adopts_prebuilt
 from app.kube.client import JOBS, WORKLOADS
 from app.kube.context import CHILD_JOBS, JOB, PC, POD, WL, WPC, Context
 from app.kube.errors import Conflict, NotFound, Permanent
@@ -283,8 +283,7 @@ class JobReconciler:
                 await self._orphaned_child(kind, obj)
             return await self._gone(kind, ns, name)
         wl = ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}")
-        if wl is not None and self._prebuilt(obj) == wl["metadata"]["name"] \
-                and self.registry.owner_of(wl) is None:
+        if wl is not None and adoptable_copy(obj, wl) and self.registry.owner_of(wl) is None:
             wl = await self._adopt(kind, obj, wl)
         if wl is not None and not self._owns(kind, obj, ns, name, wl):
             # The name is taken by a Workload of another object (a pod group named like a

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from app.core.multikueue import ORIGIN_LABEL
 from app.wire.fields import WorkloadSpecError
 from app.wire.names import PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL
 from app.wire.workload import check_dns_subdomain
@@ -120,3 +121,16 @@ def adopts_prebuilt(obj: Mapping[str, Any]) -> bool:
     """A batch/v1 Job adopts the Workload its own ``kueue.x-k8s.io/prebuilt-workload-name``
     label names (the MultiKueue worker protocol, Kueue jobframework); other kinds do not."""
     return obj.get("kind") == "Job" and str(obj.get("apiVersion", "")).startswith("batch/")
+
+
+def adoptable_copy(obj: Mapping[str, Any], wl: Mapping[str, Any]) -> bool:
+    """Whether ``obj`` (a batch/v1 Job) may adopt Workload ``wl``: its own
+    ``kueue.x-k8s.io/prebuilt-workload-name`` label names ``wl``, and ``wl`` is a MultiKueue
+    copy (label ``kueue.x-k8s.io/multikueue-origin``, which only a Workload writer sets: tenants
+    do not). Ownerless is checked by the caller. Departure from Kueue, which adopts any
+    prebuilt Workload: otherwise a tenant's new Job could take over the admission of an
+    orphaned Workload (``delete --cascade=orphan``) whose pods still run."""
+    meta = wl.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    return adopts_prebuilt(obj) and _prebuilt(obj) == meta.get("name") \
+        and isinstance(labels, Mapping) and ORIGIN_LABEL in labels

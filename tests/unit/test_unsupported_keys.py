@@ -162,3 +162,22 @@ async def test_a_key_stored_unqueued_is_refused_when_the_object_becomes_queued(c
     relabelled = with_meta(queued, "labels", "team", "a")
     assert (await _decide(client, VALIDATE, review("UPDATE", relabelled, old=queued)))[
         "allowed"] is True
+
+
+def test_a_job_adopts_only_a_multikueue_copy_its_own_label_names() -> None:
+    """A tenant's new Job naming an orphaned Workload of its namespace (its pods may still
+    run) in ``prebuilt-workload-name`` must not take over that admission: only a MultiKueue
+    copy (origin label) is adopted, and only by a batch Job whose own label names it."""
+    from app.core.multikueue import ORIGIN_LABEL
+    from app.integrations.unsupported import adoptable_copy
+
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "j", "labels": {PREBUILT_WORKLOAD_LABEL: "job-old-1a2b3"}}}
+    orphaned = {"metadata": {"name": "job-old-1a2b3", "labels": {}}}
+    copy_ = {"metadata": {"name": "job-old-1a2b3", "labels": {ORIGIN_LABEL: "manager"}}}
+    assert not adoptable_copy(job, orphaned)
+    assert adoptable_copy(job, copy_)
+    assert not adoptable_copy({**job, "kind": "JobSet", "apiVersion": "jobset.x-k8s.io/v1alpha2"},
+                              copy_)
+    other = {"metadata": {"name": "job-other-9z8y7", "labels": {ORIGIN_LABEL: "manager"}}}
+    assert not adoptable_copy(job, other)
