@@ -185,7 +185,11 @@ def test_list_workload_and_pods(kctl: Kueuectl, lab: LabHandle, queue: dict[str,
     rows = {r["JOB NAME"]: r for r in kctl.table("list", "workload", "-n", q["ns"])}
     assert {n: rows[n]["STATUS"] for n in "abcd"} == {
         "a": "ADMITTED", "b": "ADMITTED", "c": "PENDING", "d": "PENDING"}
-    assert (rows["c"]["POSITION IN QUEUE"], rows["d"]["POSITION IN QUEUE"]) == ("0", "1")
+    # Queue order: creation time, then (same second: c and d are created within one) the
+    # Workload's uid, pykueue's tie-break (Kueue leaves equal times unordered).
+    wls = {n: owned_workload(lab, q["ns"], "Job", n)["metadata"] for n in "cd"}
+    first, second = sorted("cd", key=lambda n: (wls[n]["creationTimestamp"], wls[n]["uid"]))
+    assert (rows[first]["POSITION IN QUEUE"], rows[second]["POSITION IN QUEUE"]) == ("0", "1")
     assert {rows[n]["CLUSTERQUEUE"] for n in "abcd"} == {q["cq"]}
     assert {rows[n]["LOCALQUEUE"] for n in "abcd"} == {q["lq"]}
     pending = kctl.table("list", "workload", "-n", q["ns"], "--status", "pending")
