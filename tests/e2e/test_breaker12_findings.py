@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.conftest import operators_running
 from tests.e2e.test_jobset import condition, drop, owned_workload
 from tests.e2e.test_ray import cpu_and_gpu_groups, rayservice
 from tests.e2e.test_workload_kinds import LONG, TOLERATION, gpu_container
@@ -24,7 +25,6 @@ from tests.labfixture import ROOT, LabHandle, wait_for
 
 sys.path.insert(0, str(ROOT / "hack"))
 import lab as labmod  # noqa: E402
-import operators as ops  # noqa: E402
 
 pytestmark = pytest.mark.lab
 QUEUE = "kueue.x-k8s.io/queue-name"
@@ -34,19 +34,8 @@ NEEDED = ("jobset", "trainer", "kuberay")
 @pytest.fixture(scope="module")
 def operators(lab: LabHandle) -> Iterator[None]:
     """JobSet, the trainer and KubeRay in the lab, before pykueue starts."""
-    for name in NEEDED:
-        if not ops.OPERATORS[name].built:
-            pytest.skip(f"{name} not built: run `make operators`")
-    handle = labmod.from_args(str(lab.state), lab.port_base, str(lab.bin_dir))
-    running = [n for n in NEEDED if labmod._pid(handle, n)]
-    r = lab.lab_cmd("operators-up", *NEEDED, check=False)
-    assert r.returncode == 0, f"operators-up failed:\n{r.stdout}\n{r.stderr}"
-    try:
+    with operators_running(lab, *NEEDED):
         yield
-    finally:
-        for n in reversed(NEEDED):
-            if n not in running:
-                lab.lab_cmd("operators-down", n, check=False)
 
 
 @pytest.fixture(scope="module")
