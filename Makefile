@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 KUBECTL := $(CURDIR)/.k8sbin/current/kubectl
 HELM_VERSION := $(shell awk '$$1=="require" && $$2=="helm.sh/helm/v4"{print $$3}' hack/tools/helm/go.mod)
-HELM := $(or $(PYKUEUE_HELM_CACHE),$(HOME)/.cache/pykueue/helm)/$(HELM_VERSION)/helm
+HELM := $(or $(PYKUEUE_HELM_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pykueue/helm)/$(HELM_VERSION)/helm
 # The lab's kubeconfig, where hack/lab.py puts it (LAB_STATE_DIR moves the lab's state).
 export KUBECONFIG := $(abspath $(or $(LAB_STATE_DIR),$(CURDIR)/.lab))/kubeconfig
 
