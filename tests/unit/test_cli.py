@@ -349,3 +349,23 @@ def test_simulate_runs_the_core_under_the_controllers_collector_thresholds() -> 
         assert gc_policy.apply() == gc_policy.THRESHOLDS
     finally:
         gc.set_threshold(*before)
+
+
+def test_serve_sets_the_collector_thresholds_before_it_reads_its_settings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`pykueue serve` applies app.gc_policy first: here it stops at the missing TLS files
+    (exit 2, before any listener), with the thresholds already set."""
+    import gc
+
+    from app import gc_policy
+
+    monkeypatch.setenv("PYKUEUE_SERVER__CERT_FILE", str(tmp_path / "none.crt"))
+    monkeypatch.setenv("PYKUEUE_SERVER__KEY_FILE", str(tmp_path / "none.key"))
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        r = CliRunner().invoke(cli, ["serve"])
+        assert r.exit_code == 2 and "TLS file(s) not found" in r.output, r.output
+        assert gc.get_threshold() == gc_policy.THRESHOLDS != (700, 10, 10)
+    finally:
+        gc.set_threshold(*before)
