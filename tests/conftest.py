@@ -20,6 +20,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.lab)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """In the run hack/test.sh starts while the operators and kueuectl are still being built
+    (``PYKUEUE_TEST_BINARIES_PENDING``), a test skipped because one of them is "not built"
+    fails instead: its file must not be in that script's FIRST_E2E list."""
+    outcome = yield
+    report = outcome.get_result()
+    if (os.environ.get("PYKUEUE_TEST_BINARIES_PENDING") and report.skipped
+            and isinstance(report.longrepr, tuple) and "not built" in str(report.longrepr[2])):
+        report.outcome = "failed"
+        report.longrepr = (f"{report.longrepr[2]} while hack/test.sh builds it behind this run: "
+                           "take this test's file out of FIRST_E2E in hack/test.sh")
+
+
 @pytest.fixture(scope="session")
 def lab() -> Iterator[LabHandle]:
     """A running lab (real etcd, kube-apiserver, controller-manager, scheduler, kwok nodes)."""
