@@ -335,8 +335,13 @@ class TemplatedKind(KindDefaults):
         return restored(obj, layout, self.suspend)
 
     async def _put(self, ctx: Context, obj: Obj) -> Obj:
+        """Replace ``obj``; the kind's store takes the result when it holds the object (one
+        outside its informer's selector, an unlabelled child, is not put there)."""
         out = await ctx.client.replace(self.resource, obj)
-        ctx.store(self.key).put(out)
+        meta = out.get("metadata") or {}
+        if self.key in ctx.informers.informers and ctx.store(self.key).get(
+                f"{meta.get('namespace', '')}/{meta.get('name', '')}") is not None:
+            ctx.store(self.key).put(out)
         return out
 
     async def start(self, ctx: Context, obj: Obj, workload: Mapping[str, Any]) -> bool:
