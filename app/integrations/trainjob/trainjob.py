@@ -38,8 +38,9 @@ Workload is not admitted it is suspended again (Kueue v0.17.1 ``shouldSuspendChi
 and unsuspended with more pods, or bigger ones, than the admission gives (a JobSet the
 trainer made before the runtime changed keeps its old shape, JobSet's webhook refusing the
 trainer's update, while the Workload follows the runtime) it is suspended with a Warning
-Event ``ExceedsAncestorAdmission`` (``JobSet.hold_to_ancestor``). The podSets stay the runtime's, as Kueue's; holding the stale
-JobSet goes beyond Kueue, which leaves a JobSet its tenant resumes running.
+Event ``ExceedsAncestorAdmission`` (``JobSet.hold_to_ancestor``). The podSets stay the
+runtime's, as Kueue's; holding the stale JobSet goes beyond Kueue, which leaves a JobSet its
+tenant resumes running.
 """
 
 from __future__ import annotations
