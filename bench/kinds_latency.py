@@ -3,9 +3,9 @@
 
 For each kind (Job, JobSet, PyTorchJob, MPIJob, RayJob, LeaderWorkerSet, TrainJob,
 AppWrapper) whose operator runs in the lab, one object asking 2 one-GPU pods is queued, alone,
-in a namespace of its own with a ClusterQueue of 8 GPUs on the A100 node (and CPU for Ray's
-head and submitter), and two durations are taken from its Workload's ``Admitted`` to all its 2
-GPU pods ``Running``:
+in a namespace of its own with a ClusterQueue of 8 GPUs on the A100 node (a flavor that adds
+the GPU taint's toleration; and CPU for Ray's head and submitter), and two durations are
+taken from its Workload's ``Admitted`` to all its 2 GPU pods ``Running``:
 
 - ``api_s``: from the API's timestamps (the Workload's ``Admitted`` lastTransitionTime to the
   latest GPU container's ``state.running.startedAt``), whole seconds each, so +-1 s;
@@ -13,7 +13,8 @@ GPU pods ``Running``:
   one look every ``--poll`` s, each a kubectl call, so a few tenths under load).
 
 The object is then deleted and its pods awaited gone before the next kind. Prints a table and
-one JSON object (``{"kinds": {kind: {"api_s", "seen_s", "pods"}}, "skipped": {kind: why}}``).
+one JSON object (``{"kinds": {kind: {"api_s", "seen_s", "pods"}}, "skipped": {kind: why}}``;
+a kind whose operator is not running, or whose pods do not run within 180 s, is skipped).
 Expects the lab up with pykueue and the operators (`make bench-kinds` starts them as `make run`
 does); leaves the lab running. Not part of `make test`.
 
@@ -105,7 +106,7 @@ class Bench:
         self.apply({"apiVersion": "v1", "kind": "List", "items": [
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
             {"apiVersion": V, "kind": "ResourceFlavor", "metadata": {"name": "bench-a100"},
-             "spec": {"nodeLabels": scenario.A100}},
+             "spec": {"nodeLabels": scenario.A100, "tolerations": [scenario.GPU_TOLERATION]}},
             {"apiVersion": V, "kind": "ResourceFlavor", "metadata": {"name": "bench-cpu"}},
             {"apiVersion": V, "kind": "ClusterQueue", "metadata": {"name": cq}, "spec": {
                 "namespaceSelector": {}, "resourceGroups": [
@@ -180,7 +181,11 @@ def main() -> int:
         if missing:
             skipped[kind] = f"{', '.join(missing)} not running in the lab"
             continue
-        runs = [bench.one(kind, build) for _ in range(args.rounds)]
+        try:
+            runs = [bench.one(kind, build) for _ in range(args.rounds)]
+        except TimeoutError as exc:
+            skipped[kind] = f"failed: {exc}"
+            continue
         apis = [r["api_s"] for r in runs if r["api_s"] is not None]
         results[kind] = {"api_s": statistics.median(apis) if apis else None,
                          "seen_s": statistics.median(r["seen_s"] for r in runs),
