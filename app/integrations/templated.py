@@ -335,13 +335,16 @@ class TemplatedKind(KindDefaults):
         return restored(obj, layout, self.suspend)
 
     async def _put(self, ctx: Context, obj: Obj) -> Obj:
-        """Replace ``obj``; the kind's store takes the result when it holds the object (one
-        outside its informer's selector, an unlabelled child, is not put there)."""
+        """Replace ``obj``; the kind's store takes the result unless its informer runs and
+        does not hold the object (one outside the informer's selector, such as the unlabelled
+        JobSet of a TrainJob, would stay there stale: no event ever updates it)."""
         out = await ctx.client.replace(self.resource, obj)
         meta = out.get("metadata") or {}
-        if self.key in ctx.informers.informers and ctx.store(self.key).get(
-                f"{meta.get('namespace', '')}/{meta.get('name', '')}") is not None:
-            ctx.store(self.key).put(out)
+        informers = getattr(getattr(ctx, "informers", None), "informers", None)
+        if isinstance(informers, Mapping) and self.key in informers and ctx.store(
+                self.key).get(f"{meta.get('namespace', '')}/{meta.get('name', '')}") is None:
+            return out
+        ctx.store(self.key).put(out)
         return out
 
     async def start(self, ctx: Context, obj: Obj, workload: Mapping[str, Any]) -> bool:
