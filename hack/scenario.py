@@ -15,7 +15,10 @@ reclaim what it lent (``reclaimWithinCohort: Any``).
    StatefulSet (its 4 pods admitted as one group); both land on their flavor's GPU node.
    When the lab runs the LeaderWorkerSet operator (`make run` starts every built operator),
    inference also serves LeaderWorkerSet llm (a leader and a worker, 1 A100 each): its group
-   is one Workload of 2 pods, admitted whole, its pods on a100-0 too.
+   is one Workload of 2 pods, admitted whole, its pods on a100-0 too. When it runs the
+   trainer (Kubeflow Trainer v2.2.0, with JobSet), research also submits TrainJob finetune
+   (2 nodes x 1 GPU on TrainingRuntime torch-2node): one Workload (podSet node x2) admitted
+   whole, the trainer's JobSet runs its 2 pods on the flavor's node.
 7. Training operators (when the lab runs Kubeflow's training-operator: `make run` starts
    it): research submits PyTorchJob ddp (master + 3 workers, 1 A100 each), admitted whole
    with its pods on a100-0, and ddp-wide (master + 4 workers), which waits whole since 9
@@ -105,6 +108,33 @@ def pod_template(app: str) -> dict[str, Any]:
             "spec": {"containers": [{"name": "main", "image": "registry.example/serve:latest",
                                      "resources": {"requests": {"nvidia.com/gpu": "1"},
                                                    "limits": {"nvidia.com/gpu": "1"}}}]}}
+
+
+def training_runtime(name: str, ns: str) -> dict[str, Any]:
+    """A TrainingRuntime (Kubeflow Trainer v2.2.0) of one trainer step ``node`` (a JobSet
+    replicatedJob of 1 Job) whose container ``node`` gets the TrainJob's resourcesPerNode;
+    its pods last 20 s in the lab (kwok)."""
+    pod = {"metadata": {"annotations": {DURATION: "20s"}},
+           "spec": {"restartPolicy": "Never",
+                    "containers": [{"name": "node", "image": "registry.example/train:latest"}]}}
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [
+                {"name": "node", "template": {
+                    "metadata": {"labels": {
+                        "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                    "spec": {"template": pod}}}]}}}}
+
+
+def trainjob(name: str, ns: str, runtime: str, nodes: int) -> dict[str, Any]:
+    """A TrainJob in ``team-queue`` on TrainingRuntime ``runtime``: ``nodes`` nodes of 1 GPU."""
+    gpu = {"nvidia.com/gpu": "1"}
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "namespace": ns, "labels": {QUEUE_LABEL: "team-queue"}},
+            "spec": {"runtimeRef": {"apiGroup": "trainer.kubeflow.org",
+                                    "kind": "TrainingRuntime", "name": runtime},
+                     "trainer": {"numNodes": nodes,
+                                 "resourcesPerNode": {"requests": gpu, "limits": gpu}}}}
 
 
 class Scenario:
@@ -356,9 +386,10 @@ class Scenario:
                      f"admitted {st.get('admittedWorkloads', 0)}")
         self.show_status()
 
-    def step6_other_kinds(self, *, with_lws: bool = False) -> None:
+    def step6_other_kinds(self, *, with_lws: bool = False, with_trainjob: bool = False) -> None:
         self.say("\n== 6. Not only Jobs: a Deployment (inference) and a StatefulSet (research)"
-                 + (", a LeaderWorkerSet (inference)" if with_lws else ""))
+                 + (", a LeaderWorkerSet (inference)" if with_lws else "")
+                 + (", a TrainJob (research)" if with_trainjob else ""))
         if with_lws:
             self.apply({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
                         "metadata": {"name": "llm", "namespace": "inference",
@@ -410,17 +441,50 @@ class Scenario:
         self.expect(ring_wl["spec"]["podSets"][0]["count"] == 4,
                     "ring should be one Workload of 4 pods")
         self.expect(nodes == ["a100-0"], f"chat and ring pods should be on a100-0, got {nodes}")
+        if with_trainjob:
+            self.step6_trainjob()
         self.show_status()
-        self.say("   (chat, ring" + (" and llm" if with_lws else "")
+        self.say("   (chat, ring" + (", llm" if with_lws else "")
+                 + (", finetune" if with_trainjob else "")
                  + " are deleted now, so that the queues end empty)")
         self.kubectl("delete", "deployment", "chat", "-n", "inference", "--wait=false")
         self.kubectl("delete", "statefulset", "ring", "-n", "research", "--wait=false")
         if with_lws:
             self.kubectl("delete", "leaderworkerset", "llm", "-n", "inference", "--wait=false")
+        if with_trainjob:
+            self.kubectl("delete", "trainjob", "finetune", "-n", "research", "--wait=false")
         for cq in ("research-cq", "inference-cq"):
             self.wait(f"{cq} empty again", lambda cq=cq: not (
                 (s := self.get("clusterqueue", cq).get("status", {})).get("admittedWorkloads")
                 or s.get("reservingWorkloads")), timeout=120)
+
+    def step6_trainjob(self) -> None:
+        """research's TrainJob finetune (2 nodes x 1 GPU on TrainingRuntime torch-2node):
+        one Workload, podSet ``node`` x2 (the JobSet the trainer builds from the runtime),
+        admitted whole beside ring; the trainer's JobSet runs its 2 pods on the flavor's node
+        (``a100-0``, or ``l4-0`` when the A100s left to borrow are taken)."""
+        self.apply(training_runtime("torch-2node", "research"))
+        self.apply(trainjob("finetune", "research", "torch-2node", 2))
+        wl = self.wait("finetune admitted", lambda: (
+            w if self.is_true(w := self.workload("research", "finetune", "TrainJob"),
+                              "Admitted") else None))
+
+        def running() -> list[dict[str, Any]] | None:
+            pods = [p for p in self.get("pods", "-n", "research", "-l",
+                                        "jobset.sigs.k8s.io/jobset-name=finetune"
+                                        ).get("items", [])
+                    if p["status"].get("phase") == "Running"
+                    and not p["metadata"].get("deletionTimestamp")]
+            return pods if len(pods) == 2 else None
+        pods = self.wait("the 2 finetune pods running", running, timeout=120)
+        sets = ", ".join(f"{ps['name']} x{ps['count']}" for ps in wl["spec"]["podSets"])
+        flavor = self.flavor(wl)
+        nodes = sorted({p["spec"]["nodeName"] for p in pods})
+        self.say(f"   research/finetune (TrainJob): one Workload ({sets}), admitted to "
+                 f"{flavor}; the trainer's JobSet runs its pods on {', '.join(nodes)}")
+        self.expect(sets == "node x2", f"finetune's Workload should be node x2, got {sets}")
+        want = {"a100-flavor": ["a100-0"], "l4-flavor": ["l4-0"]}.get(str(flavor))
+        self.expect(nodes == want, f"finetune's pods should be on {want} ({flavor}), got {nodes}")
 
     def step7_training_operator(self) -> None:
         self.say("\n== 7. Training operators: research submits PyTorchJobs ddp (master + 3 "
@@ -484,10 +548,11 @@ class Scenario:
         self.show_status()
 
     def run(self, *, with_step0: bool = True, with_operators: bool = False,
-            with_lws: bool = False) -> dict[str, Any]:
+            with_lws: bool = False, with_trainjob: bool = False) -> dict[str, Any]:
         """Play the steps; ``with_operators``: also step 7 (needs the training-operator
         running in the lab and pykueue started after it); ``with_lws``: a LeaderWorkerSet in
-        step 6 (needs the LeaderWorkerSet operator running in the lab)."""
+        step 6 (needs the LeaderWorkerSet operator running in the lab); ``with_trainjob``: a
+        TrainJob in step 6 (needs the trainer and JobSet running, pykueue started after)."""
         if with_step0:
             self.step0_without_pykueue()
         self.step1_submit()
@@ -495,7 +560,7 @@ class Scenario:
         self.step3_reclaim()
         self.step4_fallback()
         self.step5_drain()
-        self.step6_other_kinds(with_lws=with_lws)
+        self.step6_other_kinds(with_lws=with_lws, with_trainjob=with_trainjob)
         if with_operators:
             self.step7_training_operator()
         return self.outcomes
@@ -531,6 +596,10 @@ def prepare(lab: labmod.Lab) -> None:
                       check=False).returncode == 0:
         labmod.kubectl(lab, "delete", "leaderworkerset", "llm", "-n", "inference",
                        "--ignore-not-found", "--wait=true", check=False)
+    if labmod.kubectl(lab, "get", "crd", "trainjobs.trainer.kubeflow.org",
+                      check=False).returncode == 0:
+        labmod.kubectl(lab, "delete", "trainjob", "finetune", "-n", "research",
+                       "--ignore-not-found", "--wait=true", check=False)
     if labmod.kubectl(lab, "get", "crd", "pytorchjobs.kubeflow.org", check=False).returncode == 0:
         labmod.kubectl(lab, "delete", "pytorchjobs.kubeflow.org", "--all", "-n", "research",
                        "--ignore-not-found", "--wait=true", check=False)
@@ -557,7 +626,8 @@ def main() -> int:
     # pykueue manages PyTorchJobs from its start, not from its next discovery poll).
     operators = bool(labmod._pid(lab, "training-operator"))
     Scenario(kubectl, status_cmd=status_cmd, check=os.environ.get("SCENARIO_CHECK") == "1").run(
-        with_operators=operators, with_lws=bool(labmod._pid(lab, "lws")))
+        with_operators=operators, with_lws=bool(labmod._pid(lab, "lws")),
+        with_trainjob=bool(labmod._pid(lab, "trainer") and labmod._pid(lab, "jobset")))
     if not operators:
         print("\n== 7. Skipped: the training-operator is not running in this lab (`make run` "
               "starts it: `make operators` builds it, `hack/lab.py operators-up` starts it)")

@@ -287,6 +287,9 @@ class Manager:
             inf[source_of(kind)].add_handler(jobs.on_object(kind))
         if CHILD_JOBS in inf.informers:
             inf[CHILD_JOBS].add_handler(jobs.on_child_job)
+        for store in {k.made_store for k in self.registry.kinds()  # type: ignore[attr-defined]
+                      if k.made_store in inf.informers}:  # type: ignore[attr-defined]
+            inf[store].add_handler(jobs.on_made_object(store))
         if NODE in inf.informers:
             inf[NODE].add_handler(ext.on_node)
             inf[POD].add_handler(ext.on_pod)
@@ -359,6 +362,8 @@ class Manager:
                 side_task.add_done_callback(self._on_task_done)
                 await wait_event(side.synced, CRD_SYNC_TIMEOUT_SECONDS)
                 ctx.informers.adopt(key, side, side_task)
+                if key == kind.made_store:  # type: ignore[attr-defined]
+                    side.add_handler(jobs.on_made_object(key))
         # No await from here on: no event falls between the store's listing and the handler.
         ctx.informers.adopt(kind.key, inf, task)
         self.registry.register(kind)

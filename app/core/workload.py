@@ -154,6 +154,33 @@ class Workload:
         return self.creation
 
 
+def admission_excess(running: Sequence[PodSet], admitted: Workload) -> str | None:
+    """Why the pods of ``running`` (podSets read from an object an admitted job's operator
+    made, e.g. the JobSet of a TrainJob) exceed what ``admitted`` (that job's Workload) was
+    admitted for; None when they fit. Per podSet: one the admission lacks, more pods than
+    its admitted count (``admission`` when present, else the spec), or any per-pod request
+    above the admitted podSet's. Fewer or smaller pods fit (``admission_mismatch`` is the
+    exact rule for the job itself). Never raises."""
+    have = {ps.name: ps for ps in admitted.pod_sets}
+    counts = {ps.name: ps.count for ps in admitted.pod_sets}
+    if admitted.admission is not None:
+        counts.update({a.name: a.count for a in admitted.admission.pod_set_assignments})
+    for ps in running:
+        if ps.count <= 0:
+            continue
+        if ps.name not in have:
+            return f"podSet {ps.name} ({ps.count} pods) is not in the admitted podSets " \
+                f"{sorted(have)}"
+        if ps.count > counts[ps.name]:
+            return f"podSet {ps.name}: {ps.count} pods, admitted for {counts[ps.name]}"
+        above = sorted(r for r, q in ps.requests.items()
+                       if q > have[ps.name].requests.get(r, 0))
+        if above:
+            return f"podSet {ps.name}: per-pod requests of {', '.join(above)} above the " \
+                "admitted ones"
+    return None
+
+
 def admission_mismatch(running: Sequence[PodSet], admitted: Workload, *,
                        fewer_ok: bool = False) -> str | None:
     """Why the pods a job would run now (``running``: its podSets as read from the job) no

@@ -96,6 +96,12 @@ class KindDefaults:
     # The kind of the object, named as the kind's own, through which its operator makes its
     # batch Jobs (a TrainJob's JobSet); "": it controls them itself (``child_share``).
     child_via: str = ""
+    # The side store (a key of ``side_stores``) holding every object of kind ``child_via``,
+    # and that kind's registry key (``"jobset"``; nothing is held while it is not served):
+    # such an object whose controller is the kind's queued object is reconciled as its
+    # child (``JobReconciler.reconcile_made``), labelled or not.
+    made_store: str = ""
+    made_kind: str = ""
 
     @property
     def source(self) -> str:

@@ -166,6 +166,16 @@ class JobReconciler:
                                        and job_kind.carries_admission(new)):
             self.queue.add(f"{CHILD_JOBS}:{meta.get('namespace', '')}/{meta.get('name', '')}")
 
+    def on_made_object(self, store: str) -> Any:
+        """The handler of a kind's ``made_store`` (every JobSet, for the TrainJob's): an
+        object with an ownerReference may be one an operator made for a queued object
+        (``reconcile_made``)."""
+        def handler(etype: str, old: Obj | None, new: Obj | None) -> None:
+            meta = (new or old or {}).get("metadata") or {}
+            if new is not None and meta.get("ownerReferences"):
+                self.queue.add(f"{store}:{meta.get('namespace', '')}/{meta.get('name', '')}")
+        return handler
+
     def notify(self, workload: Obj | None, key: str) -> None:
         """Something happened to Workload ``key`` (admitted, evicted, failed to write):
         reconcile its owner, or the Workload itself when no registered object owns it. Told
@@ -190,6 +200,11 @@ class JobReconciler:
         if CHILD_JOBS in self.ctx.informers.informers:
             for job in self.ctx.store(CHILD_JOBS):
                 self.on_child_job("SYNC", None, job)
+        for store in {getattr(k, "made_store", "") for k in self.registry.kinds()}:
+            if store in self.ctx.informers.informers:
+                made = self.on_made_object(store)
+                for obj in self.ctx.store(store):
+                    made("SYNC", None, obj)
 
     @property
     def tasks(self) -> list[asyncio.Task[None]]:
@@ -220,6 +235,8 @@ class JobReconciler:
             return await self.reconcile_object(kind, ns, name)
         if prefix == CHILD_JOBS:
             return await self.reconcile_child_job(ns, name)
+        if any(getattr(k, "made_store", "") == prefix for k in self.registry.kinds()):
+            return await self.reconcile_made(prefix, ns, name)
         return await self.reconcile_workload(ns, name)
 
     # ----------------------------------------------------------------- helpers
@@ -360,6 +377,32 @@ class JobReconciler:
         if ancestor is None:
             return await self._orphaned_child(kind, obj)
         return await self._child(kind, obj, *ancestor)
+
+    async def reconcile_made(self, store: str, ns: str, name: str) -> float | None:
+        """An object of a kind's ``made_store`` (a JobSet) whose controller is that kind's
+        queued object (a TrainJob: the JobSet its trainer made, unlabelled): the rules of a
+        child (``_child``: suspended while the parent's Workload is not admitted, else held
+        to its admission by ``made_kind.hold_to_ancestor``). One the made kind's own informer
+        holds (labelled) is reconciled there, by the same rules."""
+        obj = self.ctx.store(store).get(f"{ns}/{name}")
+        made = next((k for k in self.registry.kinds()
+                     if getattr(k, "made_store", "") == store), None)
+        kind = self.registry.get(str(getattr(made, "made_kind", "")))
+        if obj is None or kind is None or made is None:
+            return None
+        if kind.key in self.ctx.informers.informers and lookup(kind, self.ctx, ns, name):
+            return None
+        refs = [r for r in (obj.get("metadata") or {}).get("ownerReferences") or []
+                if isinstance(r, Mapping) and r.get("controller") is True]
+        if not refs or refs[0].get("kind") != made.kind \
+                or refs[0].get("apiVersion", "").split("/")[0] != made.api_group:
+            return None
+        parent = lookup(made, self.ctx, ns, str(refs[0].get("name", "")))
+        if parent is None or (parent.get("metadata") or {}).get("uid") != refs[0].get("uid") \
+                or not (made.queue_name(parent)
+                        or manages_unlabelled_in(self.ctx, ns)):
+            return None
+        return await self._child(kind, obj, made, parent)
 
     async def _orphaned_child(self, kind: JobKind, obj: Obj) -> float | None:
         """A Job (or RayCluster) whose pod templates carry an admission it holds none of

@@ -335,7 +335,15 @@ class TemplatedKind(KindDefaults):
         return restored(obj, layout, self.suspend)
 
     async def _put(self, ctx: Context, obj: Obj) -> Obj:
+        """Replace ``obj``; the kind's store takes the result unless its informer runs and
+        does not hold the object (one outside the informer's selector, such as the unlabelled
+        JobSet of a TrainJob, would stay there stale: no event ever updates it)."""
         out = await ctx.client.replace(self.resource, obj)
+        meta = out.get("metadata") or {}
+        informers = getattr(getattr(ctx, "informers", None), "informers", None)
+        if isinstance(informers, Mapping) and self.key in informers and ctx.store(
+                self.key).get(f"{meta.get('namespace', '')}/{meta.get('name', '')}") is None:
+            return out
         ctx.store(self.key).put(out)
         return out
 

@@ -44,6 +44,9 @@ POD = "pod"
 # batch Jobs without a queue-name label, watched while the Job kind's informer lists only
 # labelled ones: a managed ancestor's (a JobSet's) children are held to its admission.
 CHILD_JOBS = "jobchild"
+# Every JobSet, watched while a kind makes JobSets through its operator (a TrainJob's trainer,
+# ``KindDefaults.made_store``): such a JobSet, unlabelled, is held to that object's admission.
+CHILD_JOBSETS = "jobsetchild"
 UNLABELLED = f"!{QUEUE_NAME_LABEL}"
 
 

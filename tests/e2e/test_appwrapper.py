@@ -5,11 +5,15 @@ whole and its pods land on the flavor's node with the flavor's nodeSelector and 
 refused and the wrapped Job scaled directly is set back to its share; one that does not fit
 waits whole with no object made; deleting the running one lets the waiting one start, and its
 finishing frees the quota for the next. A wrapped JobSet's Job scaled directly is set back to
-its replicatedJob's share. Skipped when an operator is not built."""
+its replicatedJob's share. A higher-priority Job preempts an admitted AppWrapper whole; one
+managed by another controller (``spec.managedBy``) is queued and admitted as Kueue v0.17.1
+does, and the AppWrapper controller makes nothing for it. Skipped when an operator is not
+built."""
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -156,3 +160,90 @@ def test_a_wrapped_jobsets_job_scaled_directly_is_set_back_to_its_share(
     wait_for(lambda: lab.get("job", "js-w-0", "-n", ns)["spec"]["parallelism"] == 1, 30,
              "js-w-0's parallelism set back to 1")
     wait_for(lambda: len(holding(lab, ns, "wjs")) == 2, 60, "wjs back to 2 pods")
+
+
+@pytest.fixture
+def own_queue(lab: LabHandle, aw_operator: None, pykueue_in_lab: object
+                     ) -> Iterator[tuple[str, str]]:
+    """(namespace with LocalQueue ``lq`` to a ClusterQueue of its own, 2 GPUs on the A100
+    flavor, that preempts lower priorities within it, WorkloadPriorityClass ``<ns>-high`` of
+    value 1000)."""
+    suffix = uuid.uuid4().hex[:6]
+    ns, cq, rf, high = f"awp-{suffix}", f"awp-cq-{suffix}", f"awp-rf-{suffix}", f"awp-{suffix}-high"
+    lab.create_namespace(ns)
+    gpu_queue(lab, ns, cq, rf, 2, {"nodeLabels": A100, "tolerations": [FLAVOR_TOLERATION]})
+    lab.kubectl("patch", "clusterqueue", cq, "--type=merge", "-p", json.dumps(
+        {"spec": {"preemption": {"withinClusterQueue": "LowerPriority"}}}))
+    lab.apply(json.dumps({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+                          "metadata": {"name": high}, "value": 1000}))
+    try:
+        yield ns, high
+    finally:
+        drop(lab, ns, cq)
+        lab.kubectl("delete", "resourceflavor", rf, "--wait=false", check=False)
+        lab.kubectl("delete", "workloadpriorityclass", high, "--wait=false", check=False)
+
+
+def test_a_higher_priority_job_preempts_an_admitted_appwrapper_whole(
+        lab: LabHandle, own_queue: tuple[str, str]) -> None:
+    """An admitted AppWrapper (2 pods of 1 GPU, priority 0) fills its 2-GPU ClusterQueue; a
+    batch Job of priority 1000 asking 2 GPUs preempts it (Kueue v0.17.1 withinClusterQueue
+    LowerPriority): the AppWrapper's Workload is Evicted (``Preempted``) and pending again,
+    the AppWrapper suspended, its wrapped Job and pods gone, and the Job's 2 pods run on the
+    quota it took over."""
+    ns, high = own_queue
+    lab.apply(appwrapper("low", ns, 2))
+    wait_for(lambda: len([p for p in holding(lab, ns, "low")
+                          if p["status"].get("phase") == "Running"]) == 2, 90,
+             "the 2 pods of low running")
+    gpu = {"nvidia.com/gpu": "1"}
+    lab.apply(json.dumps({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "urgent", "namespace": ns,
+        "labels": {QUEUE: "lq", "kueue.x-k8s.io/priority-class": high}},
+        "spec": {"parallelism": 2, "completions": 2, "template": {"metadata": LONG, "spec": {
+            "restartPolicy": "Never", "tolerations": [TOLERATION],
+            "containers": [{"name": "c", "image": "busybox",
+                            "resources": {"requests": gpu, "limits": gpu}}]}}}}))
+    evicted = wait_for(lambda: (c := condition(owned_workload(lab, ns, "AppWrapper", "low"),
+                                               "Evicted")) and c["status"] == "True" and c,
+                       60, "low's Workload evicted")
+    assert evicted["reason"] == "Preempted", evicted
+    wait_for(lambda: lab.get("appwrapper", "low", "-n", ns)["spec"]["suspend"] is True, 30,
+             "low suspended")
+    wait_for(lambda: not holding(lab, ns, "low")
+             and lab.kubectl("get", "job", "low-job", "-n", ns, check=False).returncode != 0,
+             90, "low's wrapped Job and pods gone")
+    wait_for(lambda: len([p for p in lab.get("pods", "-n", ns, "-l", "job-name=urgent")["items"]
+                          if p["status"].get("phase") == "Running"]) == 2, 90,
+             "urgent's 2 pods running")
+    wl = owned_workload(lab, ns, "AppWrapper", "low")
+    assert condition(wl, "QuotaReserved")["status"] == "False", wl["status"]
+    assert not (wl["status"].get("admission")), wl["status"]
+
+
+def test_an_appwrapper_managed_by_another_controller_is_queued_as_kueue_does(
+        lab: LabHandle, own_queue: tuple[str, str]) -> None:
+    """Kueue v0.17.1 reads an AppWrapper's ``spec.managedBy`` only to default it to MultiKueue
+    (``CanDefaultManagedBy``); its reconciler queues and admits the AppWrapper whatever the
+    value, and the AppWrapper controller (v1.2.0) leaves one managed by another controller
+    alone. So here: a queued AppWrapper with ``spec.managedBy: example.com/other`` gets its
+    Workload, is admitted and unsuspended by pykueue (its podSetInfos written), keeps its
+    managedBy, and no wrapped object or pod is made for it."""
+    ns, _ = own_queue
+    aw = json.loads(appwrapper("other", ns, 1))
+    aw["spec"]["managedBy"] = "example.com/other"
+    lab.apply(json.dumps(aw))
+    wait_for(lambda: (c := condition(owned_workload(lab, ns, "AppWrapper", "other"),
+                                     "Admitted")) and c["status"] == "True", 60,
+             "other's Workload admitted")
+    got = wait_for(lambda: (a := lab.get("appwrapper", "other", "-n", ns))["spec"].get(
+        "suspend") is False and a, 30, "other unsuspended by pykueue")
+    assert got["spec"]["managedBy"] == "example.com/other"
+    assert [i["labels"] for c in got["spec"]["components"] for i in c.get("podSetInfos") or []
+            ] == [{"kueue.x-k8s.io/podset": "other-0"}], got["spec"]["components"]
+    # The AppWrapper controller leaves it alone: nothing is made for it (checked for 10 s).
+    for _ in range(10):
+        assert lab.kubectl("get", "job", "other-job", "-n", ns, check=False).returncode != 0
+        assert not holding(lab, ns, "other")
+        time.sleep(1)
+    lab.kubectl("delete", "appwrapper", "other", "-n", ns, "--wait=false")

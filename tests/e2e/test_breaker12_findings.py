@@ -227,10 +227,6 @@ def test_a_trainjobs_child_job_raised_directly_is_set_back_to_its_share(
                   "admission of 1")
 
 
-@pytest.mark.xfail(strict=True, reason="a TrainJob is admitted for the shape its runtime has "
-                   "now, while the JobSet the trainer made earlier (immutable) keeps the old "
-                   "one; the tenant unsuspends that JobSet: 3 GPUs per pod Running on an "
-                   "admission of 1 (6 before the child Job is held to its share)")
 def test_a_stale_jobset_of_a_trainjob_runs_no_more_gpus_than_admitted(
         lab: LabHandle, pykueue_with_operators: labmod.Lab) -> None:
     """Team-a's quota is full (a 4-GPU Job). The tenant's TrainingRuntime asks 2 nodes x 3
@@ -240,7 +236,8 @@ def test_a_stale_jobset_of_a_trainjob_runs_no_more_gpus_than_admitted(
     2 x 3 (the JobSet webhook refuses the trainer's update: it stays suspended, the
     admission held with no pod). The tenant unsuspends the JobSet itself. Seen: 6 GPUs
     Running on an admission of 1 (2 pods of 3 GPUs); with the child Job held to its share,
-    1 pod of 3 GPUs. Expected: no more GPUs Running than admitted."""
+    1 pod of 3 GPUs. Expected: no more GPUs Running than admitted; pykueue suspends the
+    JobSet again (it exceeds the TrainJob's admission: Warning ``ExceedsAncestorAdmission``)."""
     with two_teams(lab, "b12-stale") as (ns, ns_b, as_tenant):
         blocker = b_job()
         blocker["metadata"].update(name="blocker", namespace=ns)
@@ -268,6 +265,11 @@ def test_a_stale_jobset_of_a_trainjob_runs_no_more_gpus_than_admitted(
         try:
             wait_for(beyond_or_stopped, 60, "more than 1 GPU running or the JobSet stopped")
             assert max(seen) <= 1, f"{max(seen)} GPUs Running on an admission of 1"
+            wait_for(lambda: not live(lab.get("pods", "-n", ns)["items"]), 60,
+                     "the stale JobSet's pods gone")
+            assert lab.get("jobset", "tj", "-n", ns)["spec"]["suspend"] is True
+            assert any(e.get("reason") == "ExceedsAncestorAdmission" for e in lab.get(
+                "events", "-n", ns, "--field-selector", "involvedObject.kind=JobSet")["items"])
         finally:
             print(f"\nstale TrainJob JobSet unsuspended: at most {max(seen)} GPUs Running, "
                   "admission of 1")

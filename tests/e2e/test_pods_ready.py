@@ -8,7 +8,8 @@ node taken by someone else) decides what fits:
 
 - per kind family, Kueue v0.17.1's ``PodsReady`` of each kind: a PyTorchJob (the
   training-operator's ``Running`` condition), an MPIJob (the mpi-operator's), a RayJob
-  (``status.rayClusterStatus.state``) and a RayCluster (``status.state``), admitted while
+  (``status.rayClusterStatus.state``), a RayCluster (``status.state``) and an AppWrapper of a
+  batch Job (the AppWrapper controller's condition ``PodsReady``), admitted while
   their node is taken, are evicted whole with reason ``PodsReadyTimeout`` after the timeout
   and queued again (``requeueState.count``); once the node is free each is admitted again and
   its Workload gets ``PodsReady=True`` (all but the RayJob: under kwok KubeRay never refreshes
@@ -31,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.test_appwrapper import appwrapper
 from tests.e2e.test_jobset import QUEUE, condition
 from tests.e2e.test_kubeflow import mpijob, pytorchjob
 from tests.e2e.test_operator_lifecycle import lasting, raycluster, rayjob_lasting
@@ -52,9 +54,10 @@ V = "kueue.x-k8s.io/v1beta2"
 
 @pytest.fixture(scope="module")
 def ready_operators(lab: LabHandle) -> Iterator[tuple[set[str], str]]:
-    """The training-operator, mpi-operator (when port 8080 is free) and KubeRay, started before
-    pykueue (which discovers their CRDs at start)."""
-    with operators_running(lab, ["training-operator", "mpi-operator", "kuberay"]) as started:
+    """The training-operator, mpi-operator (when port 8080 is free), KubeRay and the AppWrapper
+    controller, started before pykueue (which discovers their CRDs at start)."""
+    with operators_running(lab, ["training-operator", "mpi-operator", "kuberay",
+                                 "appwrapper"]) as started:
         yield started
 
 
@@ -198,6 +201,9 @@ KINDS: dict[str, tuple[str, Callable[[str, str], dict[str, Any]]]] = {
     "MPIJob": ("mpi-operator", lambda n, ns: lasting(json.loads(mpijob(n, ns, 2)), "1h")),
     "RayJob": ("kuberay", rayjob_lasting),  # its submitter (a Job's pod) lasts an hour too
     "RayCluster": ("kuberay", raycluster),
+    # A batch Job of 2 one-GPU pods wrapped; its PodsReady is the AppWrapper controller's
+    # condition (Kueue v0.17.1 AppWrapper.PodsReady).
+    "AppWrapper": ("appwrapper", lambda n, ns: json.loads(appwrapper(n, ns, 2))),
 }
 
 
@@ -210,9 +216,10 @@ def test_each_operator_kind_is_timed_out_until_its_pods_are_ready(
                 for k, (op, _) in KINDS.items() if k not in kinds}
     if not kinds:
         pytest.skip(f"no operator running: {left_out}")
-    with gpu_pool(lab, [8]) as (ns, nodes, _), blocker(lab, nodes[0], 8) as free:
-        # Every GPU of the pool's node is taken: each kind is admitted (quota 8 = 2 x 4) but
-        # no GPU pod of it can run.
+    gpus = 2 * len(KINDS)
+    with gpu_pool(lab, [gpus]) as (ns, nodes, _), blocker(lab, nodes[0], gpus) as free:
+        # Every GPU of the pool's node is taken: each kind is admitted (quota 2 GPUs a kind)
+        # but no GPU pod of it can run.
         for k in kinds:
             lab.apply(json.dumps(lasting(KINDS[k][1](k.lower(), ns), "1h")))
         keys = {f"{k}/{k.lower()}" for k in kinds}

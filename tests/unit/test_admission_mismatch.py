@@ -7,7 +7,7 @@ import copy
 from dataclasses import replace
 
 from app.core.types import ClusterQueueName, FlavorName, ResourceName
-from app.core.workload import Admission, PodSetAssignment, admission_mismatch
+from app.core.workload import Admission, PodSetAssignment, admission_excess, admission_mismatch
 from app.wire.workload import workload_from_job, workload_from_object, workload_object_for_job
 from tests.unit.test_job_to_workload import container, job
 
@@ -67,3 +67,18 @@ def test_changed_requests_do_not_match():
     with_cpu["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1"
     why = admission_mismatch(workload_from_job(with_cpu).pod_sets, _admitted(j))
     assert why is not None and "cpu" in why
+
+
+def test_admission_excess_lets_fewer_or_smaller_pods_through_and_names_more_or_bigger():
+    """``admission_excess`` (an operator's child, e.g. a TrainJob's JobSet, against its
+    parent's admission): equal, fewer or smaller pods fit; more pods, bigger ones or a podSet
+    the admission lacks do not."""
+    wl = _admitted(_gpu_job(2, "2"))
+    assert admission_excess(workload_from_job(_gpu_job(2, "2")).pod_sets, wl) is None
+    assert admission_excess(workload_from_job(_gpu_job(1, "1")).pod_sets, wl) is None
+    assert admission_excess(workload_from_job(_gpu_job(3, "2")).pod_sets, wl) == \
+        "podSet main: 3 pods, admitted for 2"
+    assert admission_excess(workload_from_job(_gpu_job(2, "3")).pod_sets, wl) == \
+        "podSet main: per-pod requests of nvidia.com/gpu above the admitted ones"
+    other = [replace(ps, name="other") for ps in workload_from_job(_gpu_job(1)).pod_sets]
+    assert "not in the admitted podSets ['main']" in admission_excess(other, wl)

@@ -331,6 +331,9 @@ class _RayCtx:
             def put(self, obj: dict[str, Any]) -> None:
                 outer.clusters[obj["metadata"]["name"]] = obj
 
+            def get(self, key: str) -> dict[str, Any] | None:  # type: ignore[override]
+                return outer.clusters.get(key.rsplit("/", 1)[-1])
+
         class Client:
             async def replace(self, res: Any, body: dict[str, Any]) -> dict[str, Any]:
                 outer.replaced.append(body)

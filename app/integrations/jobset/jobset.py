@@ -20,15 +20,20 @@ and JobSet suspends its child Jobs itself.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.core.workload import Workload
+from app.core.workload import Workload, admission_excess
 from app.integrations.framework import job_finished
 from app.integrations.jobset.webhook_rules import RULES
 from app.integrations.jobsetspec import jobset_templates, replicated_job_pods, replicated_jobs
 from app.integrations.templated import Obj, Template, TemplatedKind
 from app.kube.client import Resource
-from app.wire.fields import integer
+from app.kube.events import WARNING
+from app.wire.fields import WorkloadSpecError, integer
+from app.wire.workload import workload_from_object
+
+if TYPE_CHECKING:
+    from app.kube.context import Context
 
 GROUP, VERSION = "jobset.x-k8s.io", "v1alpha2"
 JOBSETS = Resource(GROUP, VERSION, "jobsets", "JobSet")
@@ -94,6 +99,31 @@ class JobSet(TemplatedKind):
 
     def active_pods(self, obj: Mapping[str, Any]) -> int:
         return active_jobs(obj)
+
+    async def hold_to_ancestor(self, ctx: Context, obj: Obj, parent_kind: Any,
+                               parent: Mapping[str, Any], workload: Mapping[str, Any]) -> None:
+        """A running JobSet that ``parent``'s operator made in its stead (``parent_kind``'s
+        ``child_via`` is JobSet: a TrainJob's) whose podSets exceed ``parent``'s admitted
+        ``workload`` (``admission_excess``: more pods, bigger ones, or a podSet it lacks) is
+        suspended (Warning Event ``ExceedsAncestorAdmission``): a JobSet the trainer made
+        before its runtime changed keeps its old shape while the Workload follows the
+        runtime. Goes beyond Kueue v0.17.1 (``shouldSuspendChildJob`` leaves an admitted
+        ancestor's child alone). A JobSet another kind wraps (an AppWrapper's: other podSet
+        names) is left to that kind's rules; one that cannot be read, to the parent's."""
+        if getattr(parent_kind, "child_via", "") != self.kind or self.is_suspended(obj):
+            return
+        try:
+            why = admission_excess(self.desired(obj).pod_sets, workload_from_object(workload))
+        except WorkloadSpecError:
+            return
+        if why is None:
+            return
+        meta = parent.get("metadata") or {}
+        message = (f"{why}: more than {parent_kind.kind} {meta.get('namespace')}/"
+                   f"{meta.get('name')} was admitted for, so the JobSet is suspended (made "
+                   f"before its {parent_kind.kind} changed shape?)")
+        written = await self.stop(ctx, obj, message)
+        ctx.recorder.emit(written, WARNING, "ExceedsAncestorAdmission", message)
 
 
 KIND = JobSet()

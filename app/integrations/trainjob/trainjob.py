@@ -31,6 +31,16 @@ refuses a patch change while the JobSet still has active Jobs). Finished: condit
 Jobs are ready or succeeded. The JobSet the trainer makes (named as the TrainJob, controlled
 by it) is a managed-ancestor child, not queued again; its batch Jobs run the podSets' pods
 (``child_via``).
+
+That JobSet is held to the TrainJob's admission, labelled or not (every JobSet is watched:
+``made_store``; held by the JobSet kind when it is served): unsuspended while the TrainJob's
+Workload is not admitted it is suspended again (Kueue v0.17.1 ``shouldSuspendChildJob``),
+and unsuspended with more pods, or bigger ones, than the admission gives (a JobSet the
+trainer made before the runtime changed keeps its old shape, JobSet's webhook refusing the
+trainer's update, while the Workload follows the runtime) it is suspended with a Warning
+Event ``ExceedsAncestorAdmission`` (``JobSet.hold_to_ancestor``). The podSets stay the
+runtime's, as Kueue's; holding the stale JobSet goes beyond Kueue, which leaves a JobSet its
+tenant resumes running.
 """
 
 from __future__ import annotations
@@ -51,6 +61,7 @@ from app.integrations.podsets import (
 )
 from app.integrations.templated import Obj, Template, TemplatedKind, get_in
 from app.kube.client import Resource
+from app.kube.context import CHILD_JOBSETS
 from app.kube.events import NORMAL
 from app.wire.fields import WorkloadSpecError, integer, mapping, string
 
@@ -63,6 +74,8 @@ TRAINING_RUNTIMES = Resource(GROUP, VERSION, "trainingruntimes", "TrainingRuntim
 CLUSTER_TRAINING_RUNTIMES = Resource(GROUP, VERSION, "clustertrainingruntimes",
                                      "ClusterTrainingRuntime", namespaced=False)
 RUNTIMES, CLUSTER_RUNTIMES = "trainingruntime", "clustertrainingruntime"  # store keys
+# The trainer's JobSets (every JobSet: the trainer's are unlabelled), held to the admission.
+JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
 
 KUEUE_MANAGER = "kueue.x-k8s.io/manager"  # Kueue's runtimePatches manager (trainer v2.2.0)
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
@@ -200,8 +213,12 @@ class TrainJob(TemplatedKind):
     kind = "TrainJob"
     suspend = ("spec", "suspend")
     rules = RULES
-    side_stores = ((RUNTIMES, TRAINING_RUNTIMES), (CLUSTER_RUNTIMES, CLUSTER_TRAINING_RUNTIMES))
+    side_stores = ((RUNTIMES, TRAINING_RUNTIMES), (CLUSTER_RUNTIMES, CLUSTER_TRAINING_RUNTIMES),
+                   (CHILD_JOBSETS, JOBSETS))
     child_via = "JobSet"
+    # The trainer's JobSet, unlabelled, is held to the TrainJob's admission (module doc).
+    made_store = CHILD_JOBSETS
+    made_kind = "jobset"
     # The trainer's JobSet labels its pods with the JobSet's name (the TrainJob's); the uid
     # label is the JobSet's, so pods are matched through their batch Job owner.
     pod_labels = ("jobset.sigs.k8s.io/jobset-name", "")
