@@ -106,6 +106,7 @@ SPARK_NAMESPACE = "spark-operator"  # its webhook's Secret (--webhook-secret-nam
 SPARK_SECRET = "spark-operator-webhook-certs"  # --webhook-secret-name default
 SPARK_WEBHOOK = "spark-operator-webhook"  # --mutating/--validating-webhook-name default
 SPARK_WEBHOOK_PROCESS = "spark-operator-webhook"
+SPARK_SUBMITTER = "spark-submit"  # the ServiceAccount spark-submit authenticates as
 
 
 @dataclass(frozen=True)
@@ -545,11 +546,33 @@ def _spark_operator(lab: labmod.Lab) -> Launch:
     labmod._wait_http(f"http://127.0.0.1:{p['spark-webhook-probe']}/readyz", None,
                       SPARK_WEBHOOK_PROCESS, 120, lab,
                       alive=lambda: bool(labmod._started_pid(lab, SPARK_WEBHOOK_PROCESS)))
+    # spark-submit's Kubernetes client (fabric8) cannot read the lab's EC client key ("Invalid
+    # DER: object is not integer"): it submits with a ServiceAccount token instead (the
+    # ``kubeconfig`` system property, through SPARK_SUBMIT_OPTS, as in cluster it would use its
+    # pod's token). cluster-admin: the lab's operators run as the lab's admin.
+    _apply(lab, [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": SPARK_SUBMITTER, "namespace": SPARK_NAMESPACE}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": f"pykueue-lab-{SPARK_SUBMITTER}"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "cluster-admin"},
+         "subjects": [{"kind": "ServiceAccount", "name": SPARK_SUBMITTER,
+                       "namespace": SPARK_NAMESPACE}]},
+    ])
+    cfg = json.loads(lab.kubeconfig.read_text())
+    cfg["users"] = [{"name": SPARK_SUBMITTER, "user": {
+        "token": labmod.sa_token(lab, SPARK_NAMESPACE, SPARK_SUBMITTER, 86400)}}]
+    cfg["contexts"][0]["context"]["user"] = SPARK_SUBMITTER
+    submit_cfg = _folder(lab) / "spark-submit.kubeconfig"
+    submit_cfg.touch(mode=0o600, exist_ok=True)
+    submit_cfg.write_text(json.dumps(cfg, indent=2) + "\n")
     return Launch(["controller", "start", "--enable-ui-service=false",
                    f"--health-probe-bind-address=127.0.0.1:{p['spark-probe']}",
                    "--metrics-bind-address=0", "--leader-election=false",
                    "--driver-pod-creation-grace-period=30s", "--zap-log-level=info"],
                   {"SPARK_HOME": str(spark_home()), "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                   "SPARK_SUBMIT_OPTS": f"-Dkubeconfig={submit_cfg}",
                    "KUBERNETES_SERVICE_PORT": str(lab.apiserver_port)},
                   f"http://127.0.0.1:{p['spark-probe']}/readyz")
 
