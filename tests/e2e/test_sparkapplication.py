@@ -93,6 +93,12 @@ def spark_queue(lab: LabHandle, spark_crd: None, pykueue_in_lab: object) -> Iter
         ns, cq, rf = f"spark-{suffix}", f"spark-cq-{suffix}", f"spark-rf-{suffix}"
         lab.create_namespace(ns)
         gpu_queue(lab, ns, cq, rf, 2, {"nodeLabels": A100, "tolerations": [FLAVOR_TOLERATION]})
+        # The operator's defaulting webhook gives each role `memory: 1g` (Spark's default),
+        # which Kueue counts: the ClusterQueue covers memory too (room for every app here).
+        lab.kubectl("patch", "clusterqueue", cq, "--type=json", "-p", json.dumps([
+            {"op": "add", "path": "/spec/resourceGroups/0/coveredResources/-", "value": "memory"},
+            {"op": "add", "path": "/spec/resourceGroups/0/flavors/0/resources/-",
+             "value": {"name": "memory", "nominalQuota": "64Gi"}}]))
         try:
             yield ns
         finally:
@@ -186,11 +192,6 @@ def test_a_sparkapplication_is_queued_whole_started_with_the_flavor_and_requeued
     lab.kubectl("delete", "sparkapplication", "--all", "-n", ns, "--wait=true")
 
 
-@pytest.mark.skip(reason="open (2026-12-04): with the spark-operator running (its controller and "
-                  "webhooks up after pykueue started), pykueue creates no Workload for a queued "
-                  "SparkApplication (pi's Workload not admitted in 60 s), though the same flow "
-                  "passes without the operator and spark-submit creates a Running driver pod "
-                  "on a100-0 for an unqueued one; not yet understood")
 def test_a_sparkapplication_is_queued_whole_and_its_driver_lands_on_the_flavor(
         lab: LabHandle, spark_queue: str) -> None:
     ns = spark_queue
