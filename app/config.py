@@ -529,7 +529,7 @@ KUEUE_FRAMEWORKS: tuple[str, ...] = (
     "kubeflow.org/paddlejob", "kubeflow.org/jaxjob", "kubeflow.org/mpijob", "ray.io/rayjob",
     "ray.io/raycluster", "ray.io/rayservice",
     "trainer.kubeflow.org/trainjob", "leaderworkerset.x-k8s.io/leaderworkerset",
-    "workload.codeflare.dev/appwrapper")
+    "workload.codeflare.dev/appwrapper", "sparkoperator.k8s.io/sparkapplication")
 
 # Kueue refuses a framework whose dependency is not listed: Deployments, StatefulSets and
 # LeaderWorkerSets are queued through their Pods (Kueue's ``DependencyList: ["pod"]`` of

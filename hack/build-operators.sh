@@ -12,6 +12,15 @@
 #   lws                sigs.k8s.io/lws                              LeaderWorkerSet
 #   trainer            github.com/kubeflow/trainer/v2               TrainJob TrainingRuntime ClusterTrainingRuntime
 #   appwrapper         github.com/project-codeflare/appwrapper      AppWrapper
+#   spark-operator     github.com/kubeflow/spark-operator/v2        SparkApplication
+#
+# The spark-operator runs spark-submit (cluster mode) to create a driver pod: next to it a
+# SPARK_HOME is made in ~/.cache/pykueue/operators/spark-<version>/ from Maven Central
+# (spark-core and spark-kubernetes with their runtime dependencies, `mvn
+# dependency:copy-dependencies` on hack/tools/spark-operator/spark-pom.xml, which pins the
+# version) and a bin/spark-submit that runs org.apache.spark.deploy.SparkSubmit on them
+# (Spark's own launcher script does more; this is all cluster-mode submission needs). Needs
+# java (17+) and mvn.
 #
 # Versions come from the go.mod files. A no-op for an operator whose folder already holds its
 # binary and its crds/. Arguments: the operator names to build (default: all of them).
@@ -32,6 +41,7 @@ declare -A MOD=(
   [lws]=sigs.k8s.io/lws
   [trainer]=github.com/kubeflow/trainer/v2
   [appwrapper]=github.com/project-codeflare/appwrapper
+  [spark-operator]=github.com/kubeflow/spark-operator/v2
 )
 declare -A MAIN=(
   [jobset]=sigs.k8s.io/jobset
@@ -41,6 +51,7 @@ declare -A MAIN=(
   [lws]=sigs.k8s.io/lws/cmd
   [trainer]=github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
   [appwrapper]=github.com/project-codeflare/appwrapper/cmd
+  [spark-operator]=github.com/kubeflow/spark-operator/v2/cmd/operator
 )
 # CRD files inside each module zip (globs relative to the module root).
 declare -A CRDS=(
@@ -51,6 +62,7 @@ declare -A CRDS=(
   [lws]="config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml"
   [trainer]="manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml manifests/base/crds/trainer.kubeflow.org_trainingruntimes.yaml manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml"
   [appwrapper]="config/crd/bases/workload.codeflare.dev_appwrappers.yaml"
+  [spark-operator]="config/crd/bases/sparkoperator.k8s.io_sparkapplications.yaml config/crd/bases/sparkoperator.k8s.io_scheduledsparkapplications.yaml config/crd/bases/sparkoperator.k8s.io_sparkconnects.yaml"
 )
 
 version() { # the operator module's version pinned in its tool module's go.mod
@@ -64,13 +76,43 @@ ldflags() { # the version strings each project's own Makefile stamps
     lws) echo "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=$v" ;;
     mpi-operator) echo "-s -w -X github.com/kubeflow/mpi-operator/pkg/version.Version=$v" ;;
     appwrapper) echo "-s -w -X main.BuildVersion=$v" ;;
+    spark-operator) echo "-s -w -X k8s.io/component-base/version.gitVersion=$v" ;;
     *) echo "-s -w" ;;
   esac
 }
 
+spark_home() { # the SPARK_HOME the spark-operator runs spark-submit from (header)
+  local pom="$TOOLS/spark-operator/spark-pom.xml" sv home start
+  sv="$(sed -n 's:.*<spark.version>\(.*\)</spark.version>.*:\1:p' "$pom")"
+  home="$CACHE/spark-$sv"
+  if [[ -x "$home/bin/spark-submit" && -d "$home/jars" ]]; then
+    echo "operators: spark $sv up to date in $home"
+    return
+  fi
+  [[ -z "${PYKUEUE_BUILD_CHECK:-}" ]] || exit 3
+  command -v mvn >/dev/null && command -v java >/dev/null \
+    || { echo "operators: spark $sv needs java and mvn on PATH" >&2; exit 1; }
+  start=$(date +%s)
+  echo "operators: fetching spark $sv jars"
+  rm -rf "$home.tmp" && mkdir -p "$home.tmp/bin"
+  mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
+    -DoutputDirectory="$home.tmp/jars"
+  cat > "$home.tmp/bin/spark-submit" <<'SUBMIT'
+#!/usr/bin/env bash
+# spark-submit for the lab (hack/build-operators.sh): Spark's SparkSubmit on the jars beside it.
+SPARK_HOME="$(cd "$(dirname "$0")/.." && pwd)"
+export SPARK_HOME
+exec java ${SPARK_SUBMIT_OPTS:-} -cp "$SPARK_HOME/jars/*" org.apache.spark.deploy.SparkSubmit "$@"
+SUBMIT
+  chmod +x "$home.tmp/bin/spark-submit"
+  rm -rf "$home" && mv "$home.tmp" "$home"
+  echo "operators: fetched spark $sv in $(( $(date +%s) - start ))s into $home"
+}
+
 names=("$@")
-[[ ${#names[@]} -gt 0 ]] || names=(jobset training-operator mpi-operator kuberay lws trainer appwrapper)
+[[ ${#names[@]} -gt 0 ]] || names=(jobset training-operator mpi-operator kuberay lws trainer appwrapper spark-operator)
 for n in "${names[@]}"; do
+  [[ "$n" != spark-operator ]] || spark_home
   [[ -n "${MOD[$n]:-}" ]] || { echo "operators: unknown operator '$n' (one of: ${!MOD[*]})" >&2; exit 2; }
   v="$(version "$n" "${MOD[$n]}")"
   out="$CACHE/$n-$v"

@@ -573,7 +573,7 @@ def sa_kubeconfig(lab: Lab, out: Path | None = None, seconds: int = 86400) -> Pa
 
 PYKUEUE_PORT = int(os.environ.get("PYKUEUE_PORT", "9443"))
 # The visibility API's listener (visibility.port; Kueue's and the manifests' 8082): the port
-# after PYKUEUE_PORT, outside the lab's own block (base..base+32) as PYKUEUE_PORT is.
+# after PYKUEUE_PORT, outside the lab's own block (base..base+35) as PYKUEUE_PORT is.
 PYKUEUE_VISIBILITY_PORT = int(os.environ.get("PYKUEUE_VISIBILITY_PORT") or PYKUEUE_PORT + 1)
 
 

@@ -46,11 +46,27 @@ What each needs out of cluster (read from each operator's v-pinned source, see d
   health labels on the lab's nodes), metrics off; ready when ``/healthz`` answers (its
   ``/readyz`` would start the webhook server on 9443).
 
+- spark-operator (Kubeflow spark-operator v2.5.0): one binary, two processes, as its chart
+  runs them. ``controller start`` (leader election, metrics and the Spark UI Service off) runs
+  ``spark-submit`` from the SPARK_HOME ``make operators`` made beside it (Spark's jars from
+  Maven Central and a launcher script, hack/build-operators.sh) with the lab's API server as
+  ``KUBERNETES_SERVICE_HOST``/``PORT`` (its master URL) and the admin kubeconfig (the
+  submission client's credentials). ``webhook start`` (``spark-operator-webhook``, a link to
+  the same binary) mutates the operator's pods (driver and executors: the SparkApplication's
+  nodeSelector, tolerations, ... of each role, which is how an admission's flavor reaches
+  them) and defaults/validates SparkApplications. Its certificate provider keeps a Secret
+  (``spark-operator-webhook-certs`` in namespace ``spark-operator``) whose server certificate
+  verifies for ``<svc>.<svc namespace>.svc``: the lab pre-creates it with the lab's operator
+  certificate and names the training-operator's Service (the DNS name that certificate
+  carries), and registers the webhook configurations (``spark-operator-webhook``, whose CA
+  bundle the webhook then keeps) by URL. Its webhook port has no host flag (every interface).
+
 Ports: the lab's port base + 20 (jobset webhook), +21 (jobset probes), +22
 (training-operator webhook, every interface: the operator has no host flag), +23
 (training-operator probes), +24 (kuberay probes), +25 (lws webhook), +26 (lws probes), +27
 (appwrapper probes; +28, +29 kept for it), +30 (trainer webhook), +31 (trainer probes), +32
-(trainer status server); 8080 (mpi-operator health).
+(trainer status server), +33 (spark-operator controller probes), +34 (spark-operator webhook,
+every interface), +35 (spark-operator webhook probes); 8080 (mpi-operator health).
 """
 
 from __future__ import annotations
@@ -86,6 +102,11 @@ TRAINER_MUTATING = "defaulter.trainer.kubeflow.org"
 TRAINER_VALIDATING = "validator.trainer.kubeflow.org"
 APPWRAPPER_NAMESPACE = "appwrapper-system"
 APPWRAPPER_CONFIG = "appwrapper-operator-config"  # its --config default
+SPARK_NAMESPACE = "spark-operator"  # its webhook's Secret (--webhook-secret-namespace default)
+SPARK_SECRET = "spark-operator-webhook-certs"  # --webhook-secret-name default
+SPARK_WEBHOOK = "spark-operator-webhook"  # --mutating/--validating-webhook-name default
+SPARK_WEBHOOK_PROCESS = "spark-operator-webhook"
+SPARK_SUBMITTER = "spark-submit"  # the ServiceAccount spark-submit authenticates as
 
 
 @dataclass(frozen=True)
@@ -117,10 +138,19 @@ class Operator:
 
     @property
     def built(self) -> bool:
-        return self.binary.exists() and (self.folder / "crds").is_dir()
+        extra = self.name != "spark-operator" or (spark_home() / "bin" / "spark-submit").exists()
+        return self.binary.exists() and (self.folder / "crds").is_dir() and extra
 
     def crds(self) -> list[Path]:
         return sorted((self.folder / "crds").glob("*.yaml"))
+
+
+def spark_home() -> Path:
+    """The SPARK_HOME the spark-operator submits from: ``<cache>/spark-<version>``, the version
+    pinned in hack/tools/spark-operator/spark-pom.xml (hack/build-operators.sh makes it)."""
+    pom = (TOOLS / "spark-operator" / "spark-pom.xml").read_text()
+    version = pom.split("<spark.version>", 1)[1].split("</spark.version>", 1)[0].strip()
+    return CACHE / f"spark-{version}"
 
 
 OPERATORS = {
@@ -136,6 +166,8 @@ OPERATORS = {
         Operator("trainer", "github.com/kubeflow/trainer/v2",
                  ("TrainJob", "TrainingRuntime", "ClusterTrainingRuntime")),
         Operator("appwrapper", "github.com/project-codeflare/appwrapper", ("AppWrapper",)),
+        Operator("spark-operator", "github.com/kubeflow/spark-operator/v2",
+                 ("SparkApplication", "ScheduledSparkApplication", "SparkConnect")),
     )
 }
 
@@ -146,7 +178,9 @@ def ports(lab: labmod.Lab) -> dict[str, int]:
     return {"jobset-webhook": b + 20, "jobset-probe": b + 21, "training-webhook": b + 22,
             "training-probe": b + 23, "kuberay-probe": b + 24, "lws-webhook": b + 25,
             "lws-probe": b + 26, "appwrapper-probe": b + 27, "trainer-webhook": b + 30,
-            "trainer-probe": b + 31, "trainer-status": b + 32, "mpi-health": MPI_HEALTH_PORT}
+            "trainer-probe": b + 31, "trainer-status": b + 32, "spark-probe": b + 33,
+            "spark-webhook": b + 34, "spark-webhook-probe": b + 35,
+            "mpi-health": MPI_HEALTH_PORT}
 
 
 def _folder(lab: labmod.Lab) -> Path:
@@ -465,10 +499,88 @@ def _appwrapper(lab: labmod.Lab) -> Launch:
                   f"http://127.0.0.1:{p['appwrapper-probe']}/healthz")
 
 
+def _spark_operator(lab: labmod.Lab) -> Launch:
+    """spark-operator v2.5.0: its webhook process first (module doc), then the controller."""
+    import base64
+
+    p = ports(lab)
+    d = certs(lab)
+    data = {key: base64.b64encode((d / f).read_bytes()).decode()
+            for key, f in (("ca-cert.pem", "ca.crt"), ("ca-key.pem", "ca.key"),
+                           ("server-cert.pem", "tls.crt"), ("server-key.pem", "tls.key"))}
+    base = f"https://127.0.0.1:{p['spark-webhook']}"
+    ca = _ca_bundle(lab)
+    g, v = "sparkoperator.k8s.io", "v1beta2"
+    pods = {"matchLabels": {"sparkoperator.k8s.io/launched-by-spark-operator": "true"}}
+    _apply(lab, [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SPARK_NAMESPACE}},
+        {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+         "metadata": {"name": SPARK_SECRET, "namespace": SPARK_NAMESPACE}, "data": data},
+        _webhook_configuration("MutatingWebhookConfiguration", SPARK_WEBHOOK, [
+            _webhook("mutate--v1-pod.sparkoperator.k8s.io", f"{base}/mutate--v1-pod", ca,
+                     "", "v1", "pods", ["CREATE"], pods),
+            _webhook("mutate-sparkapplication.sparkoperator.k8s.io",
+                     f"{base}/mutate-sparkoperator-k8s-io-v1beta2-sparkapplication", ca, g, v,
+                     "sparkapplications", ["CREATE", "UPDATE"]),
+        ]),
+        _webhook_configuration("ValidatingWebhookConfiguration", SPARK_WEBHOOK, [
+            _webhook("validate-sparkapplication.sparkoperator.k8s.io",
+                     f"{base}/validate-sparkoperator-k8s-io-v1beta2-sparkapplication", ca, g, v,
+                     "sparkapplications", ["CREATE", "UPDATE"]),
+        ]),
+    ])
+    op = OPERATORS["spark-operator"]
+    link = _folder(lab) / "bin" / SPARK_WEBHOOK_PROCESS
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.unlink(missing_ok=True)
+    link.symlink_to(op.binary)
+    cert_dir = _folder(lab) / "spark-webhook-certs"
+    env = {**os.environ, "KUBECONFIG": str(lab.kubeconfig)}
+    labmod._start(lab, SPARK_WEBHOOK_PROCESS, [
+        "webhook", "start", f"--webhook-port={p['spark-webhook']}",
+        f"--webhook-cert-dir={cert_dir}", "--webhook-svc-name=training-operator",
+        f"--webhook-svc-namespace={TRAINING_NAMESPACE}",
+        f"--health-probe-bind-address=127.0.0.1:{p['spark-webhook-probe']}",
+        "--metrics-bind-address=0", "--leader-election=false", "--zap-log-level=info"],
+        exe=link, env=env)
+    labmod._wait_http(f"http://127.0.0.1:{p['spark-webhook-probe']}/readyz", None,
+                      SPARK_WEBHOOK_PROCESS, 120, lab,
+                      alive=lambda: bool(labmod._started_pid(lab, SPARK_WEBHOOK_PROCESS)))
+    # spark-submit's Kubernetes client (fabric8) cannot read the lab's EC client key ("Invalid
+    # DER: object is not integer"): it submits with a ServiceAccount token instead (the
+    # ``kubeconfig`` system property, through SPARK_SUBMIT_OPTS, as in cluster it would use its
+    # pod's token). cluster-admin: the lab's operators run as the lab's admin.
+    _apply(lab, [
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": SPARK_SUBMITTER, "namespace": SPARK_NAMESPACE}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": f"pykueue-lab-{SPARK_SUBMITTER}"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "cluster-admin"},
+         "subjects": [{"kind": "ServiceAccount", "name": SPARK_SUBMITTER,
+                       "namespace": SPARK_NAMESPACE}]},
+    ])
+    cfg = json.loads(lab.kubeconfig.read_text())
+    cfg["users"] = [{"name": SPARK_SUBMITTER, "user": {
+        "token": labmod.sa_token(lab, SPARK_NAMESPACE, SPARK_SUBMITTER, 86400)}}]
+    cfg["contexts"][0]["context"]["user"] = SPARK_SUBMITTER
+    submit_cfg = _folder(lab) / "spark-submit.kubeconfig"
+    submit_cfg.touch(mode=0o600, exist_ok=True)
+    submit_cfg.write_text(json.dumps(cfg, indent=2) + "\n")
+    return Launch(["controller", "start", "--enable-ui-service=false",
+                   f"--health-probe-bind-address=127.0.0.1:{p['spark-probe']}",
+                   "--metrics-bind-address=0", "--leader-election=false",
+                   "--driver-pod-creation-grace-period=30s", "--zap-log-level=info"],
+                  {"SPARK_HOME": str(spark_home()), "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+                   "SPARK_SUBMIT_OPTS": f"-Dkubeconfig={submit_cfg}",
+                   "KUBERNETES_SERVICE_PORT": str(lab.apiserver_port)},
+                  f"http://127.0.0.1:{p['spark-probe']}/readyz")
+
+
 LAUNCH: dict[str, Callable[[labmod.Lab], Launch]] = {
     "jobset": _jobset, "training-operator": _training_operator,
     "mpi-operator": _mpi_operator, "kuberay": _kuberay, "lws": _lws,
-    "trainer": _trainer, "appwrapper": _appwrapper,
+    "trainer": _trainer, "appwrapper": _appwrapper, "spark-operator": _spark_operator,
 }
 WEBHOOKS = {  # what operators-down unregisters, per operator
     "jobset": [("mutatingwebhookconfiguration", "jobset-mutating-webhook"),
@@ -478,7 +590,11 @@ WEBHOOKS = {  # what operators-down unregisters, per operator
             ("validatingwebhookconfiguration", "lws-validating-webhook")],
     "trainer": [("mutatingwebhookconfiguration", TRAINER_MUTATING),
                 ("validatingwebhookconfiguration", TRAINER_VALIDATING)],
+    "spark-operator": [("mutatingwebhookconfiguration", SPARK_WEBHOOK),
+                       ("validatingwebhookconfiguration", SPARK_WEBHOOK)],
 }
+# Processes an operator runs beside its own (stopped with it).
+COMPANIONS = {"spark-operator": [SPARK_WEBHOOK_PROCESS]}
 
 
 # ---------------------------------------------------------------- helpers
@@ -586,6 +702,8 @@ def down(lab: labmod.Lab, names: list[str] | None = None) -> None:
     stay (as after uninstalling an operator). Idempotent."""
     for o in _select(names, built_only=False):
         labmod._stop(lab, o.name)
+        for companion in COMPANIONS.get(o.name, []):
+            labmod._stop(lab, companion)
         if labmod._pid(lab, "kube-apiserver"):
             for kind, name in WEBHOOKS.get(o.name, []):
                 labmod.kubectl(lab, "delete", kind, name, "--ignore-not-found", check=False)

@@ -10,9 +10,9 @@ to base64 of the CA PEM (default certs/out/ca.crt) and, for the lab, rewrites ea
 ``https://<host>:<port><path>``. ``--unlabelled`` renders what the overlay
 manifests/overlays/unlabelled-jobs does to the cluster variant: the webhooks of every job kind
 (Job, Pod, Deployment, StatefulSet, LeaderWorkerSet, JobSet, the Kubeflow kinds, MPIJob,
-RayJob, RayCluster, RayService, TrainJob, AppWrapper) lose their objectSelector (they see
-unlabelled objects, for ``jobs.manage_jobs_without_queue_name``) and exclude kube-system and
-pykueue-system. Writes multi-document YAML ready for ``kubectl apply -f``.
+RayJob, RayCluster, RayService, TrainJob, AppWrapper, SparkApplication) lose their
+objectSelector (they see unlabelled objects, for ``jobs.manage_jobs_without_queue_name``) and
+exclude kube-system and pykueue-system. Writes multi-document YAML ready for ``kubectl apply -f``.
 Exit status 2 with a message when the CA file is missing or not a PEM certificate.
 """
 
@@ -42,7 +42,8 @@ UNLABELLED_WEBHOOKS = frozenset(f"{verb}{kind}.pykueue.io" for verb in "mv"
                                              "jobset", "pytorchjob", "tfjob", "xgboostjob",
                                              "paddlejob", "jaxjob", "mpijob", "rayjob",
                                              "raycluster", "rayservice", "leaderworkerset",
-                                             "trainjob", "appwrapper"))
+                                             "trainjob", "appwrapper",
+                                             "sparkapplication"))
 SYSTEM_NAMESPACES = {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
                                            "operator": "NotIn",
                                            "values": ["kube-system", "pykueue-system"]}]}

@@ -22,6 +22,7 @@ from app.integrations import (
     leaderworkerset,
     pod,
     ray,
+    sparkapplication,
     statefulset,
     trainjob,
     webhook_toolkit,
@@ -43,6 +44,7 @@ PACKAGES = (
     leaderworkerset,
     trainjob,
     appwrapper,
+    sparkapplication,
 )
 
 BUILTIN_KINDS: tuple[JobKind, ...] = tuple(k for p in PACKAGES for k in p.KINDS)

@@ -100,7 +100,7 @@ def set_in(obj: Obj, path: Path, value: Any) -> None:
     obj[path[-1]] = value  # type: ignore[index]
 
 
-def _records(obj: Mapping[str, Any]) -> dict[str, str]:
+def stored_records(obj: Mapping[str, Any]) -> dict[str, str]:
     """Template key -> the stored record (JSON text) of its pod template, or {} when there is
     none or it cannot be read: the annotation sits on the tenant's object, so a garbled one is
     ignored (nothing to restore) rather than make every stop fail and keep the quota."""
@@ -124,7 +124,7 @@ def injected(obj: Mapping[str, Any], templates: list[Template], suspend: Path,
     records in ``ORIGINAL_ANNOTATION``; the lever at ``suspend`` false. Idempotent. Raises
     ``InjectionConflict`` when a flavor's nodeSelector contradicts the user's."""
     out = copy.deepcopy(dict(obj))
-    stored = _records(out)
+    stored = stored_records(out)
     records: dict[str, str] = {}
     for t in templates:
         selector, tolerations = scheduling.get(t.name, ({}, []))
@@ -146,7 +146,7 @@ def restored(obj: Mapping[str, Any], templates: list[Template], suspend: Path) -
     template's nodeSelector / tolerations / labels as the user wrote them; the record removed."""
     out = copy.deepcopy(dict(obj))
     set_in(out, suspend, True)
-    stored = _records(out)
+    stored = stored_records(out)
     if not stored and ORIGINAL_ANNOTATION not in ((out.get("metadata") or {})
                                                   .get("annotations") or {}):
         return out

@@ -99,7 +99,8 @@ def test_a_kind_registers_once() -> None:
     assert [k.key for k in reg.kinds()] == ["job", "qpod", "podgroup", "jobset", "pytorchjob",
                                             "tfjob", "xgboostjob", "paddlejob", "jaxjob",
                                             "mpijob", "rayjob", "raycluster", "rayservice",
-                                            "trainjob", "appwrapper", "sleeper"]
+                                            "trainjob", "appwrapper", "sparkapplication",
+                                            "sleeper"]
     with pytest.raises(ValueError, match="registered twice"):
         reg.register(Sleeper())
     wl = Sleeper().workload_object(SLEEPER_OBJ)

@@ -24,7 +24,7 @@ def test_versions_come_from_each_tool_module() -> None:
     assert {n: o.version for n, o in ops.OPERATORS.items()} == {
         "jobset": "v0.11.1", "training-operator": "v1.9.3", "mpi-operator": "v0.8.0",
         "kuberay": "v1.6.0", "lws": "v0.8.0",
-        "trainer": "v2.2.0", "appwrapper": "v1.2.0"}
+        "trainer": "v2.2.0", "appwrapper": "v1.2.0", "spark-operator": "v2.5.0"}
     assert ops.OPERATORS["kuberay"].folder.name == "kuberay-v1.6.0"
 
 
@@ -32,7 +32,7 @@ def test_ports_stay_in_the_labs_block() -> None:
     lab = labmod.Lab(state=Path("/nonexistent"), port_base=18440, bin_dir=Path("/nonexistent"))
     ports = ops.ports(lab)
     own = {k: v for k, v in ports.items() if k != "mpi-health"}
-    assert sorted(own.values()) == [*range(18460, 18468), 18470, 18471, 18472]
+    assert sorted(own.values()) == [*range(18460, 18468), *range(18470, 18476)]
     assert ports["mpi-health"] == 8080
 
 

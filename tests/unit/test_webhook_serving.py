@@ -166,7 +166,8 @@ def test_render_unlabelled_lets_every_job_kinds_webhooks_see_unlabelled_objects(
     wide = {f"{v}{k}.pykueue.io" for v in "mv" for k in (
         "job", "pod", "deployment", "statefulset", "jobset", "pytorchjob", "tfjob", "xgboostjob",
         "paddlejob", "jaxjob", "mpijob", "rayjob", "raycluster",
-        "rayservice", "leaderworkerset", "trainjob", "appwrapper")}
+        "rayservice", "leaderworkerset", "trainjob", "appwrapper",
+        "sparkapplication")}
     assert wide <= set(hooks)
     for name, webhook in hooks.items():
         if name not in wide:  # the scale webhook never had one (a Scale carries no labels)
