@@ -125,10 +125,21 @@ def is_up(site: Site) -> bool:
 
 
 def start(site: Site) -> None:
-    """Start ``site``'s lab and pykueue on it (both no-ops when running)."""
+    """Start ``site``'s lab, the JobSet operator when built (``make operators``; before
+    pykueue, which sets a kind up only when its CRD is there), and pykueue on it (each a no-op
+    when running)."""
     site.lab("up")
+    if jobset_built():
+        site.lab("operators-up", "jobset")
     site.lab("pykueue-up")
     print(f"multikueue-lab: {site.name} up ({site.state}, pykueue :{site.pykueue_port})")
+
+
+def jobset_built() -> bool:
+    """Whether the JobSet operator is built (hack/operators.py)."""
+    sys.path.insert(0, str(ROOT / "hack"))
+    import operators
+    return bool(operators.OPERATORS["jobset"].built)
 
 
 def register_workers(manager: Site, workers: list[Site]) -> None:

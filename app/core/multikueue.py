@@ -1,6 +1,7 @@
 """MultiKueue's decisions, pure (Kueue v0.17.1 ``pkg/controller/admissionchecks/multikueue``):
 whether a MultiKueue AdmissionCheck is Active, whether a worker's kubeconfig may be used,
-which worker won a Workload, and the copy of a batch/v1 Job sent to the workers.
+which worker won a Workload, the job kinds MultiKueue dispatches (``ADAPTERS``: batch/v1 Job,
+JobSet) and the copy of a job sent to the workers.
 
 Objects are the plain JSON ``dict``s the API server sends; nothing here does I/O.
 """
@@ -230,6 +231,115 @@ def remote_job(local: Mapping[str, Any], origin: str, workload: str) -> Obj:
     for key in _JOB_CONTROLLER_LABELS:
         (tmeta.get("labels") or {}).pop(key, None)
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
+
+
+@dataclass(frozen=True, slots=True)
+class Adapter:
+    """What MultiKueue needs of one job kind (Kueue v0.17.1 ``*_multikueue_adapter.go``):
+    its API (``group``, ``version``, ``plural``, ``kind``), where its ``managedBy`` sits
+    (``managed_by``, a path), the value its own operator answers to (``operator``: Kueue
+    ``CanDefaultManagedBy`` accepts unset or this), its suspend lever (``suspend``), and the
+    ``status`` fields that count running pods (cleared on the manager after an eviction
+    there, so the manager's quota is released). ``job_rules``: batch/v1 Job's own copy rules
+    (``remote_job``, ``job_status_to_mirror``); other kinds copy their spec as it is and
+    mirror the worker's whole status (Kueue's JobSet adapter)."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    managed_by: tuple[str, ...]
+    operator: str
+    suspend: tuple[str, ...]
+    running_status: tuple[str, ...]
+    job_rules: bool = False
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    def takes(self, api_version: str, kind: str) -> bool:
+        """Whether an object (or ownerReference) of ``api_version``/``kind`` is this kind."""
+        return kind == self.kind and api_version.split("/", 1)[0] == self.group \
+            and "/" in api_version
+
+    def managed_by_of(self, obj: Mapping[str, Any]) -> str:
+        """The object's ``managedBy`` ("" when unset)."""
+        cur: Any = obj
+        for key in self.managed_by:
+            cur = cur.get(key) if isinstance(cur, Mapping) else None
+        return cur if isinstance(cur, str) else ""
+
+    def can_default_managed_by(self, obj: Mapping[str, Any]) -> bool:
+        """Kueue ``CanDefaultManagedBy``: ``managedBy`` unset or the kind's own operator's."""
+        return self.managed_by_of(obj) in ("", self.operator)
+
+    def not_managed_message(self, obj: Mapping[str, Any]) -> str | None:
+        """Why the dispatch is refused (Kueue ``IsJobManagedByKueue``'s message), or None when
+        ``managedBy`` is ``kueue.x-k8s.io/multikueue``."""
+        got = self.managed_by_of(obj)
+        if got == MULTIKUEUE_CONTROLLER:
+            return None
+        where = ".".join(self.managed_by)
+        return (f"The owner is not managed by Kueue: Expecting {where} to be "
+                f'"{MULTIKUEUE_CONTROLLER}" not "{got}"')
+
+    def remote(self, local: Mapping[str, Any], origin: str, workload: str) -> Obj:
+        """The copy created on the worker that won (Kueue's adapter ``SyncJob``): metadata
+        cloned with labels ``kueue.x-k8s.io/prebuilt-workload-name: <workload>`` and the
+        origin label, ``spec`` copied without ``managedBy`` (the worker's operator runs it)
+        and suspended (the worker's Kueue starts it). batch/v1 Job: ``remote_job``."""
+        if self.job_rules:
+            return remote_job(local, origin, workload)
+        meta = _clone_meta(local.get("metadata") or {}, origin)
+        meta["labels"][PREBUILT_LABEL] = workload
+        out = {"apiVersion": self.api_version, "kind": self.kind, "metadata": meta,
+               "spec": copy.deepcopy(local.get("spec") or {})}
+        _pop_path(out, self.managed_by)
+        _set_path(out, self.suspend, True)
+        return out
+
+    def status_to_mirror(self, local: Mapping[str, Any], remote: Mapping[str, Any]
+                         ) -> Obj | None:
+        """The merge patch of ``status`` making the manager's object's the worker's, or None
+        when equal (batch/v1 Job: ``job_status_to_mirror``; other kinds always, as Kueue)."""
+        if self.job_rules:
+            return job_status_to_mirror(local, remote)
+        return merge_patch(local.get("status") or {}, remote.get("status") or {}) or None
+
+
+def _pop_path(obj: Obj, path: tuple[str, ...]) -> None:
+    cur: Any = obj
+    for key in path[:-1]:
+        cur = cur.get(key) if isinstance(cur, dict) else None
+    if isinstance(cur, dict):
+        cur.pop(path[-1], None)
+
+
+def _set_path(obj: Obj, path: tuple[str, ...], value: Any) -> None:
+    cur = obj
+    for key in path[:-1]:
+        nxt = cur.get(key)
+        if not isinstance(nxt, dict):
+            nxt = cur[key] = {}
+        cur = nxt
+    cur[path[-1]] = value
+
+
+BATCH_JOB = Adapter("batch", "v1", "jobs", "Job", ("spec", "managedBy"),
+                    "kubernetes.io/job-controller", ("spec", "suspend"),
+                    ("active", "ready", "terminating"), job_rules=True)
+JOBSET = Adapter("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", ("spec", "managedBy"),
+                 "jobset.sigs.k8s.io/jobset-controller", ("spec", "suspend"),
+                 ("replicatedJobsStatus",))
+# The kinds MultiKueue dispatches; any other owner's Workload gets its check Rejected.
+ADAPTERS: tuple[Adapter, ...] = (BATCH_JOB, JOBSET)
+
+
+def adapter_for(api_version: str, kind: str) -> Adapter | None:
+    """The adapter of ``api_version``/``kind`` (an object's or an ownerReference's), or None
+    (Kueue: "No multikueue adapter found")."""
+    return next((a for a in ADAPTERS if a.takes(api_version, kind)), None)
 
 
 def job_status_to_mirror(local: Mapping[str, Any], remote: Mapping[str, Any]) -> Obj | None:

@@ -11,6 +11,7 @@ bases +100 and +200) and pykueue on each are started when not running
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import uuid
@@ -69,6 +70,7 @@ def sites(lab: LabHandle) -> Iterator[list[mk.Site]]:
     (a worker lab, pykueue on any) is started here and stopped after the module."""
     all_sites = mk.sites(str(lab.state), lab.port_base)
     started = [s for s in all_sites if not mk.is_up(s)]
+    jobset_started = [s for s in all_sites if s not in started and _jobset_up(s)]
     for s in started:
         mk.start(s)
     try:
@@ -79,6 +81,30 @@ def sites(lab: LabHandle) -> Iterator[list[mk.Site]]:
             s.lab("pykueue-down", check=False)
             if s is not all_sites[0]:
                 s.lab("down", check=False)
+        for s in jobset_started:
+            s.lab("operators-down", "jobset", check=False)
+
+
+def _alive(site: mk.Site, name: str) -> bool:
+    try:
+        os.kill(int((site.state / "pids" / f"{name}.pid").read_text().strip()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _jobset_up(site: mk.Site) -> bool:
+    """The JobSet operator on ``site``, whose pykueue runs (True: started here). pykueue sets a
+    kind up at start-up or at its next discovery poll (up to 2 min): when the CRD was not
+    there, pykueue is restarted after installing it."""
+    if not mk.jobset_built() or _alive(site, "jobset"):
+        return False
+    had_crd = site.kubectl("get", "crd", "jobsets.jobset.x-k8s.io", check=False).returncode == 0
+    site.lab("operators-up", "jobset")
+    if not had_crd:
+        site.lab("pykueue-down")
+        site.lab("pykueue-up")
+    return True
 
 
 def _setup(all_sites: list[mk.Site]) -> None:
@@ -217,3 +243,92 @@ def test_eviction_on_the_manager_removes_the_copies_and_dispatches_again(sites):
     manager.kubectl("delete", "job", "-n", NS, name, "--wait=false")
     wait_for(lambda: _get(w1, "job", "-n", NS, name) is None, 30,
              "worker1's copy deleted with the manager's Job")
+
+
+def _jobset(name: str, run: str, managed_by: str | None = None) -> dict:
+    """A JobSet queued in mk-lq: one replicatedJob of one Job with 2 pods of 1 CPU running
+    ``run``."""
+    pod = {"metadata": {"annotations": {"lab.pykueue.dev/run-duration": run}},
+           "spec": {"restartPolicy": "Never", "containers": [{
+               "name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}
+    spec: dict[str, Any] = {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {
+        "spec": {"parallelism": 2, "completions": 2, "backoffLimit": 0, "template": pod}}}]}
+    if managed_by:
+        spec["managedBy"] = managed_by
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "namespace": NS,
+                         "labels": {"kueue.x-k8s.io/queue-name": "mk-lq"}},
+            "spec": spec}
+
+
+def _check(wl: dict | None, name: str = "mk-check") -> dict:
+    return {c["name"]: c for c in ((wl or {}).get("status") or {}).get("admissionChecks")
+            or []}.get(name) or {}
+
+
+def _owned(site: mk.Site, kind: str, name: str) -> dict | None:
+    wls = (_get(site, "workloads", "-n", NS) or {}).get("items") or []
+    return next((w for w in wls if any(r.get("kind") == kind and r.get("name") == name for r in
+                                       w["metadata"].get("ownerReferences") or [])), None)
+
+
+def test_jobset_runs_on_the_worker_that_admits_it_status_mirrored_and_cleanup(sites):
+    """Kueue v0.17.1's JobSet MultiKueue adapter: managedBy defaulted on the manager (its
+    JobSet operator makes no Job there), the JobSet copied to worker1 (prebuilt Workload,
+    no managedBy), its status mirrored back, the copies removed once finished; a JobSet
+    managed by another controller is refused (check Rejected)."""
+    if not mk.jobset_built():
+        pytest.skip("the JobSet operator is not built: run `make operators`")
+    manager, w1, w2 = sites
+    wait_for(lambda: (_cond(_get(manager, "admissioncheck", "mk-check"), "Active") or {})
+             .get("status") == "True", 30, "the MultiKueue AdmissionCheck Active")
+    name = f"mkjs-{uuid.uuid4().hex[:6]}"
+    t0 = time.monotonic()
+    _apply(manager, _jobset(name, "4s"))
+    js = _get(manager, "jobset", "-n", NS, name)
+    assert js["spec"]["managedBy"] == MK  # Kueue ApplyDefaultForManagedBy
+    wl = wait_for(lambda: (w := _owned(manager, "JobSet", name)) and _check(w).get("state")
+                  == "Ready" and w, 40, "the manager JobSet's check Ready")
+    ready = time.monotonic() - t0
+    assert wl["status"]["clusterName"] == "worker1"
+    wl_name = wl["metadata"]["name"]
+    remote = wait_for(lambda: _get(w1, "jobset", "-n", NS, name), 20, "the JobSet on worker1")
+    assert "managedBy" not in remote["spec"]
+    assert remote["metadata"]["labels"]["kueue.x-k8s.io/prebuilt-workload-name"] == wl_name
+    assert remote["metadata"]["labels"]["kueue.x-k8s.io/multikueue-origin"] == "multikueue"
+    wait_for(lambda: (_owned(w1, "JobSet", name) or {}).get("metadata", {}).get("name")
+             == wl_name, 20, "worker1's JobSet adopting the Workload copy")
+    # worker1's JobSet operator makes its Job; the manager's leaves the manager's alone.
+    wait_for(lambda: (_get(w1, "jobs", "-n", NS, "-l", f"jobset.sigs.k8s.io/jobset-name={name}")
+                      or {}).get("items"), 30, "the JobSet's Job on worker1")
+    wait_for(lambda: any(c["type"] == "Completed" and c["status"] == "True" for c in
+                         ((_get(manager, "jobset", "-n", NS, name) or {}).get("status") or {})
+                         .get("conditions") or []), 60,
+             "worker1's JobSet status (Completed) mirrored to the manager")
+    done = time.monotonic() - t0
+    wait_for(lambda: (_cond(_owned(manager, "JobSet", name), "Finished") or {}).get("status")
+             == "True", 30, "the manager Workload Finished")
+    assert not (_get(manager, "jobs", "-n", NS, "-l",
+                     f"jobset.sigs.k8s.io/jobset-name={name}") or {}).get("items")
+    assert _get(w2, "jobset", "-n", NS, name) is None
+    wait_for(lambda: _get(w1, "jobset", "-n", NS, name) is None
+             and _get(w1, "workload", "-n", NS, wl_name) is None, 30, "worker1's copies deleted")
+    print(f"\nmultikueue jobset: created -> check Ready on worker1 {ready:.1f}s, -> Completed "
+          f"mirrored {done:.1f}s")
+    # Kueue's rule for managedBy-capable kinds: another controller's JobSet is not dispatched.
+    other = f"mkjs-{uuid.uuid4().hex[:6]}"
+    _apply(manager, _jobset(other, "4s", managed_by="example.com/other"))
+    assert _get(manager, "jobset", "-n", NS, other)["spec"]["managedBy"] == "example.com/other"
+    # The check goes Rejected, so the manager deactivates the Workload (Kueue), saying why.
+    refused = ("The owner is not managed by Kueue: Expecting spec.managedBy to be "
+               f'"{MK}" not "example.com/other"')
+
+    def deactivated() -> dict | None:
+        wl = _owned(manager, "JobSet", other)
+        return wl if wl and wl["spec"].get("active") is False and any(
+            c.get("reason") == "DeactivatedDueToAdmissionCheck" and refused in c["message"]
+            for c in wl["status"].get("conditions") or []) else None
+    wait_for(deactivated, 40, "the other controller's JobSet's Workload deactivated")
+    assert _get(w1, "workload", "-n", NS, _owned(manager, "JobSet", other)["metadata"]["name"]) \
+        is None
+    manager.kubectl("delete", "jobset", "-n", NS, other, "--wait=false")

@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 
 from app.core.multikueue import (
+    BATCH_JOB,
+    JOBSET,
     ORIGIN_LABEL,
     Verdict,
+    adapter_for,
     check_active,
     cluster_source_problem,
     first_with,
@@ -162,3 +165,49 @@ def test_worker_lost_after_the_timeout():
     assert worker_lost(100.0, 1000.0, 900.0) is True
     assert worker_lost(100.0, 999.0, 900.0) is False
     assert worker_lost(None, 1e9, 900.0) is False
+
+
+def test_adapters_by_api_version_and_kind():
+    assert adapter_for("batch/v1", "Job") is BATCH_JOB
+    assert adapter_for("jobset.x-k8s.io/v1alpha2", "JobSet") is JOBSET
+    assert adapter_for("jobset.x-k8s.io/v1alpha2", "Job") is None
+    assert adapter_for("v1", "Pod") is None
+    assert adapter_for("JobSet", "JobSet") is None
+
+
+def test_jobset_copy_and_managed_by_rules():
+    """Kueue v0.17.1 JobSet adapter: ``SyncJob`` clones metadata, adds the prebuilt and origin
+    labels, copies the spec with ``managedBy`` cleared (pykueue also suspends it);
+    ``IsJobManagedByKueue`` and ``CanDefaultManagedBy``."""
+    local = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+             "metadata": {"name": "js", "namespace": "n", "uid": "u", "generation": 2,
+                          "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+             "spec": {"managedBy": "kueue.x-k8s.io/multikueue", "suspend": False,
+                      "replicatedJobs": [{"name": "w"}]},
+             "status": {"replicatedJobsStatus": [{"name": "w", "active": 1}]}}
+    out = JOBSET.remote(local, "o", "jobset-js-1")
+    assert out == {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                   "metadata": {"name": "js", "namespace": "n", "labels": {
+                       "kueue.x-k8s.io/queue-name": "q", ORIGIN_LABEL: "o",
+                       "kueue.x-k8s.io/prebuilt-workload-name": "jobset-js-1"}},
+                   "spec": {"suspend": True, "replicatedJobs": [{"name": "w"}]}}
+    assert local["spec"]["managedBy"] == "kueue.x-k8s.io/multikueue"
+    assert JOBSET.not_managed_message(local) is None
+    other = {"spec": {"managedBy": "example.com/x"}}
+    assert JOBSET.not_managed_message(other) == (
+        'The owner is not managed by Kueue: Expecting spec.managedBy to be '
+        '"kueue.x-k8s.io/multikueue" not "example.com/x"')
+    assert JOBSET.can_default_managed_by({"spec": {}})
+    assert JOBSET.can_default_managed_by(
+        {"spec": {"managedBy": "jobset.sigs.k8s.io/jobset-controller"}})
+    assert not JOBSET.can_default_managed_by(other)
+
+
+def test_jobset_status_mirrored_whole_even_while_suspended():
+    local = {"spec": {"suspend": True}, "status": {"restarts": 0, "old": 1}}
+    remote = {"status": {"restarts": 0, "conditions": [{"type": "Completed"}]}}
+    assert JOBSET.status_to_mirror(local, remote) == {"conditions": [{"type": "Completed"}],
+                                                      "old": None}
+    assert JOBSET.status_to_mirror(remote, remote) is None
+    # batch/v1 Job keeps its own rule: nothing while the manager's Job is suspended.
+    assert BATCH_JOB.status_to_mirror({"spec": {"suspend": True}}, remote) is None
