@@ -32,9 +32,15 @@ A Workload whose worker lost its copy (deleted, evicted there, worker unreachabl
 another is connected) gets its check Retry after ``multikueue.worker_lost_timeout_seconds``
 ("Reserving remote lost"), so the manager evicts and requeues it (Kueue workerLostTimeout).
 
-Not done (docs/multikueue.md): the Incremental dispatcher, periodic garbage collection of
-orphans, syncing an eviction on a worker back sooner, kinds other than batch/v1 Job and
-JobSet.
+Dispatchers (``multikueue.dispatcher_name``): AllAtOnce (every active worker) or Incremental
+(``incremental_batch_size`` more workers of the config each ``incremental_round_seconds``,
+Kueue's 3 and 5 min). Every ``multikueue.gc_interval_seconds`` the workers' Workloads with
+this origin whose manager Workload is gone are deleted with their job (Kueue's GC). pykueue's
+opt-in ``multikueue.no_worker_timeout_seconds`` (per ClusterQueue) gives a Workload no worker
+reserved condition ``MultiKueueNoWorker``.
+
+Not done (docs/multikueue.md): syncing an eviction on a worker back sooner, kinds other than
+batch/v1 Job and JobSet, an ETA dispatcher.
 """
 
 from __future__ import annotations
@@ -53,8 +59,11 @@ import yaml
 
 from app.core.multikueue import (
     BATCH_JOB,
+    INCREMENTAL,
     KUBECONFIG_KEY,
     MULTIKUEUE_CONTROLLER,
+    NO_WORKER,
+    ORIGIN_LABEL,
     Adapter,
     Verdict,
     adapter_for,
@@ -62,9 +71,13 @@ from app.core.multikueue import (
     cluster_source_problem,
     condition_of,
     first_with,
+    gc_orphans,
     kubeconfig_problem,
+    next_nominees,
+    no_worker_condition,
     parameters_problem,
     remote_workload,
+    round_due,
     worker_lost,
 )
 from app.kube.client import (
@@ -150,6 +163,9 @@ class MultiKueueController:
         self.cleaned: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._listed_at = -1e9
+        # Workload key -> when its Incremental dispatcher round started (monotonic s).
+        self.rounds: dict[str, float] = {}
+        self._gc_at: float | None = None
 
     @property
     def tasks(self) -> list[asyncio.Task[None]]:
@@ -217,6 +233,43 @@ class MultiKueueController:
         for key in [k for k in self.dispatched if k not in seen]:
             await self._remove_remotes(key)  # the Workload was deleted
         self.cleaned &= seen
+        for key in [k for k in self.rounds if k not in seen]:
+            self.rounds.pop(key, None)
+        await self._maybe_gc(now)
+
+    # ------------------------------------------------------------------ garbage collection
+
+    async def _maybe_gc(self, now: float) -> None:
+        """Every ``multikueue.gc_interval_seconds`` (0: never), the first one interval after
+        the start: each connected worker's Workloads with this origin whose manager Workload
+        is gone or being deleted are deleted, their job first (Kueue ``runGC``)."""
+        if not self.s.gc_interval_seconds:
+            return
+        if self._gc_at is None:
+            self._gc_at = now
+        if now - self._gc_at < self.s.gc_interval_seconds:
+            return
+        self._gc_at = now
+        store = self.ctx.store(WL)
+
+        def alive(key: str) -> bool:
+            wl = store.get(key)
+            return wl is not None and not wl["metadata"].get("deletionTimestamp")
+        for name, w in list(self.workers.items()):
+            if w.client is None or not w.verdict.active:
+                continue
+            try:
+                remote, _ = await w.client.list(
+                    WORKLOADS, label_selector=f"{ORIGIN_LABEL}={self.s.origin}")
+                for ns, wl_name, owner in gc_orphans(remote, self.s.origin, alive):
+                    log.info("multikueue: gc: deleting %s/%s on %s", ns, wl_name, name)
+                    if owner is not None:
+                        with contextlib.suppress(NotFound):
+                            await w.client.delete(_resource(owner[0]), owner[1], ns)
+                    with contextlib.suppress(NotFound):
+                        await w.client.delete(WORKLOADS, wl_name, ns)
+            except ApiError as exc:
+                log.info("multikueue: gc on %s: %s", name, exc)
 
     # ------------------------------------------------------------------ clusters
 
@@ -353,8 +406,15 @@ class MultiKueueController:
         self.ctx.store(WL).put(out)
 
     async def _set_check(self, wl: Obj, name: str, state: str, message: str,
-                         cluster: str | None = None) -> None:
+                         cluster: str | None = None, no_worker: bool | None = None) -> None:
+        """Set check ``name``'s state and message (``cluster``: also ``status.clusterName``,
+        nominees cleared; ``no_worker`` False: condition ``MultiKueueNoWorker``, when True,
+        set False, a worker reserved)."""
         body = copy.deepcopy(wl)
+        if no_worker is False and (c := condition_of(wl, NO_WORKER)) is not None \
+                and c.get("status") == "True":
+            set_condition(body, NO_WORKER, "False", "WorkerReserved",
+                          f"Worker {cluster} reserved quota", self.ctx.clock())
         st = body.setdefault("status", {})
         for entry in st.get("admissionChecks") or []:
             if entry.get("name") == name:
@@ -424,7 +484,8 @@ class MultiKueueController:
             if st.get("state") != "Ready" or status.get("clusterName") != winner:
                 if st.get("state") not in ("Retry", "Rejected"):
                     message = f'The workload got reservation on "{winner}"'
-                    await self._set_check(wl, st["name"], "Ready", message, cluster=winner)
+                    await self._set_check(wl, st["name"], "Ready", message, cluster=winner,
+                                          no_worker=False)
                     self.ctx.recorder.emit(wl, NORMAL, "MultiKueue", message)
             if jobs[winner] is None:
                 # The job goes to the winner only, adopting its Workload copy there.
@@ -447,9 +508,11 @@ class MultiKueueController:
                     since, self.ctx.clock(), self.s.worker_lost_timeout_seconds):
                 await self._set_check(wl, st["name"], "Retry", "Reserving remote lost")
             return
-        await self._nominate(wl, sorted(remotes))
-        self.dispatched.setdefault(key, (adapter, job_name, set()))[2].update(remotes)
-        for name, client in remotes.items():
+        nominated = await self._nominate(wl, key, clusters, sorted(remotes))
+        targets = {n: c for n, c in remotes.items() if n in nominated}
+        self.dispatched.setdefault(key, (adapter, job_name, set()))[2].update(targets)
+        await self._no_worker(key, nominated)
+        for name, client in targets.items():
             if wls.get(name) is None:
                 try:
                     await client.create(WORKLOADS, remote_workload(wl, self.s.origin))
@@ -475,6 +538,7 @@ class MultiKueueController:
         """A Workload that lost its quota (evicted, preempted, requeued) forgets its worker:
         ``status.clusterName`` and ``nominatedClusterNames`` are reset (Kueue resets them with
         the quota reservation), so it is dispatched afresh once it holds quota again."""
+        self.rounds.pop(f"{wl['metadata']['namespace']}/{wl['metadata']['name']}", None)
         body = copy.deepcopy(wl)
         body["status"].pop("clusterName", None)
         body["status"].pop("nominatedClusterNames", None)
@@ -483,13 +547,51 @@ class MultiKueueController:
         except ApiError as exc:
             log.info("multikueue: resetting the worker of %s: %s", wl["metadata"]["name"], exc)
 
-    async def _nominate(self, wl: Obj, names: list[str]) -> None:
-        """AllAtOnce: ``status.nominatedClusterNames`` lists every active worker (Kueue)."""
-        if (wl.get("status") or {}).get("nominatedClusterNames") == names:
+    async def _nominate(self, wl: Obj, key: str, clusters: list[str], active: list[str]
+                        ) -> list[str]:
+        """Write and return ``status.nominatedClusterNames``, the workers that get a copy.
+        AllAtOnce: every ``active`` worker (Kueue). Incremental (Kueue
+        ``IncrementalDispatcherReconciler``): at the start of each round
+        (``multikueue.incremental_round_seconds``, ``round_due``) the next
+        ``incremental_batch_size`` workers of the config's ``clusters`` (``next_nominees``)
+        are appended; between rounds, the nominees stay."""
+        current = list((wl.get("status") or {}).get("nominatedClusterNames") or [])
+        if self.s.dispatcher_name == INCREMENTAL:
+            now = asyncio.get_running_loop().time()
+            if not round_due(self.rounds.get(key), now, self.s.incremental_round_seconds):
+                return current
+            new = next_nominees(clusters, current, self.s.incremental_batch_size)
+            if not new:
+                return current
+            names = current + new
+            self.rounds[key] = now
+        else:
+            names = active
+        if current != names:
+            body = copy.deepcopy(wl)
+            body.setdefault("status", {})["nominatedClusterNames"] = names
+            await self._put_local(body)
+        return names
+
+    async def _no_worker(self, key: str, nominated: list[str]) -> None:
+        """Condition ``MultiKueueNoWorker`` True on a Workload no worker reserved within its
+        ClusterQueue's ``multikueue.no_worker_timeout_seconds`` (pykueue's; unset: Kueue,
+        nothing said), from its quota reservation on the manager (``no_worker_condition``)."""
+        wl = self.ctx.store(WL).get(key)
+        if wl is None or not self.s.no_worker_timeout_seconds:
+            return
+        cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+        reserved = condition_of(wl, QUOTA_RESERVED) or {}
+        said = no_worker_condition(parse_time(reserved.get("lastTransitionTime")),
+                                   self.ctx.clock(), self.s.no_worker_timeout_seconds.get(cq),
+                                   nominated)
+        have = condition_of(wl, NO_WORKER) or {}
+        if said is None or (have.get("status"), have.get("message")) == ("True", said[1]):
             return
         body = copy.deepcopy(wl)
-        body.setdefault("status", {})["nominatedClusterNames"] = names
+        set_condition(body, NO_WORKER, "True", *said, self.ctx.clock())
         await self._put_local(body)
+        self.ctx.recorder.emit(wl, NORMAL, NO_WORKER, said[1])
 
     async def _read_remotes(self, remotes: Mapping[str, KubeClient], ns: str, res: Resource,
                             job_name: str, wl_name: str
@@ -562,3 +664,4 @@ class MultiKueueController:
                 log.info("multikueue: removing %s from %s: %s", key, name, exc)
         if not sent:
             self.dispatched.pop(key, None)
+        self.rounds.pop(key, None)

@@ -10,6 +10,7 @@ bases +100 and +200) and pykueue on each are started when not running
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -332,3 +333,100 @@ def test_jobset_runs_on_the_worker_that_admits_it_status_mirrored_and_cleanup(si
     assert _get(w1, "workload", "-n", NS, _owned(manager, "JobSet", other)["metadata"]["name"]) \
         is None
     manager.kubectl("delete", "jobset", "-n", NS, other, "--wait=false")
+
+
+@contextlib.contextmanager
+def _manager_pykueue(manager: mk.Site, **settings: str) -> Iterator[None]:
+    """pykueue on the manager restarted with ``PYKUEUE_MULTIKUEUE__<NAME>`` settings for the
+    block, then restarted with the ones it had."""
+    env = {f"PYKUEUE_MULTIKUEUE__{k.upper()}": v for k, v in settings.items()}
+    saved = {k: os.environ.get(k) for k in env}
+    manager.lab("pykueue-down")
+    os.environ.update(env)
+    try:
+        manager.lab("pykueue-up")
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        manager.lab("pykueue-down")
+        manager.lab("pykueue-up")
+
+
+def test_incremental_dispatcher_no_worker_condition_and_gc(sites):
+    """Kueue's Incremental dispatcher (workers added in name order per round; here 1 per 8 s
+    round instead of Kueue's 3 per 5 min), pykueue's opt-in ``MultiKueueNoWorker`` condition
+    for a Workload no worker reserves (after 5 s here; it keeps waiting, as Kueue), and
+    Kueue's garbage collection (every 2 s here) of a worker's Workload with our origin whose
+    manager Workload does not exist."""
+    manager, w1, w2 = sites
+    k = "kueue.x-k8s.io/v1beta2"
+    # A bigger ClusterQueue on the manager: a 6-CPU Job is admitted there; the workers'
+    # LocalQueue of the same name goes to their mk-cq (4 and 0 CPUs): no worker admits it.
+    big = [{"apiVersion": k, "kind": "LocalQueue", "metadata": {"name": "mk-lq-big",
+                                                               "namespace": NS},
+            "spec": {"clusterQueue": "mk-cq"}}]
+    _apply(w1, *big)
+    _apply(w2, *big)
+    cq = _queues(8, ["mk-check"])[2]
+    cq["metadata"]["name"] = "mk-cq-big"
+    _apply(manager, cq, {**big[0], "spec": {"clusterQueue": "mk-cq-big"}})
+    with _manager_pykueue(manager, dispatcher_name="kueue.x-k8s.io/multikueue-dispatcher-"
+                          "incremental", incremental_batch_size="1",
+                          incremental_round_seconds="8", gc_interval_seconds="2",
+                          no_worker_timeout_seconds='{"mk-cq-big": 5}'):
+        name = f"mk-{uuid.uuid4().hex[:6]}"
+        job = _job(name, "60s")
+        job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "mk-lq-big"
+        job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "6"
+        _apply(manager, job)
+        wl = wait_for(lambda: (w := _workload(manager, name)) and
+                      (w.get("status") or {}).get("nominatedClusterNames") and w, 40,
+                      "the first round's nominee")
+        wl_name = wl["metadata"]["name"]
+        t_first = time.monotonic()
+        assert wl["status"]["nominatedClusterNames"] == ["worker1"]
+        wait_for(lambda: _get(w1, "workload", "-n", NS, wl_name), 10, "worker1's copy")
+        if time.monotonic() - t_first < 6:  # within the first 8 s round (kubectl is slow)
+            assert _get(w2, "workload", "-n", NS, wl_name) is None
+        wl = wait_for(lambda: (w := _get(manager, "workload", "-n", NS, wl_name))
+                      and len(w["status"].get("nominatedClusterNames") or []) == 2 and w, 20,
+                      "the second round nominating worker2")
+        second = time.monotonic() - t_first
+        assert second >= 5, f"worker2 nominated {second:.1f}s after worker1: before the round ended"
+        assert wl["status"]["nominatedClusterNames"] == ["worker1", "worker2"]
+        wait_for(lambda: _get(w2, "workload", "-n", NS, wl_name), 10, "worker2's copy")
+        cond = wait_for(lambda: (c := _cond(_get(manager, "workload", "-n", NS, wl_name),
+                                            "MultiKueueNoWorker")) and "worker2" in c["message"]
+                        and c, 20, "the MultiKueueNoWorker condition naming both workers")
+        assert (cond["status"], cond["reason"]) == ("True", "NoWorkerReserved")
+        assert "within 5s" in cond["message"] and "worker1, worker2" in cond["message"]
+        wl = _get(manager, "workload", "-n", NS, wl_name)
+        assert _check(wl)["state"] == "Pending" and "clusterName" not in wl["status"]
+        # GC: a Workload copy on worker1 with our origin and no manager Workload is deleted;
+        # one of another origin stays.
+        orphan = {k2: v for k2, v in _get(w1, "workload", "-n", NS, wl_name).items()
+                  if k2 in ("apiVersion", "kind", "spec")}
+        made = {}
+        for wname, origin in (("mk-orphan", "multikueue"), ("mk-foreign", "elsewhere")):
+            obj = {**orphan, "metadata": {"name": f"{wname}-{name}", "namespace": NS,
+                                          "labels": {"kueue.x-k8s.io/multikueue-origin":
+                                                     origin}}}
+            _apply(w1, obj)
+            made[wname] = obj["metadata"]["name"]
+        t_gc = time.monotonic()
+        wait_for(lambda: _get(w1, "workload", "-n", NS, made["mk-orphan"]) is None, 20,
+                 "the orphaned copy garbage-collected")
+        gc = time.monotonic() - t_gc
+        assert _get(w1, "workload", "-n", NS, made["mk-foreign"]) is not None
+        assert _get(w1, "workload", "-n", NS, wl_name) is not None  # its manager's is there
+        w1.kubectl("delete", "workload", "-n", NS, made["mk-foreign"], "--wait=false")
+        manager.kubectl("delete", "job", "-n", NS, name, "--wait=false")
+        wait_for(lambda: _get(w1, "workload", "-n", NS, wl_name) is None
+                 and _get(w2, "workload", "-n", NS, wl_name) is None, 30,
+                 "the copies deleted with the manager's Job")
+    print(f"\nmultikueue incremental: second round {second:.1f}s after the first (8 s "
+          f"rounds); gc of an orphan {gc:.1f}s (2 s interval)")

@@ -92,3 +92,22 @@ async def test_jobset_managed_by_defaulted_for_multikueue_queues(uses, managed_b
     ops = [o for o in _ops(response) if o["path"] == "/spec/managedBy"]
     assert [o["value"] for o in ops] == ([want] if want else [])
     assert response["allowed"]
+
+
+async def test_pytorchjob_run_policy_managed_by_defaulted():
+    """Kueue v0.17.1 Kubeflow webhooks: ``spec.runPolicy.managedBy`` defaulted the same way."""
+    lookups = MultiKueueLookups(True)
+    obj = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+           "metadata": {"name": "p", "namespace": "ns",
+                        "labels": {"kueue.x-k8s.io/queue-name": "lq1"}},
+           "spec": {"runPolicy": {"suspend": True}, "pytorchReplicaSpecs": {"Master": {
+               "replicas": 1, "template": {"spec": {"containers": [
+                   {"name": "c", "image": "busybox"}]}}}}}}
+    sent = review("CREATE", obj,
+                  kind={"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"})
+    sent["request"]["resource"] = {"group": "kubeflow.org", "version": "v1",
+                                   "resource": "pytorchjobs"}
+    response = answer(await post(make_app(admission=lookups),
+                                 "/mutate-kubeflow-org-v1-pytorchjob", sent), sent)
+    ops = [o for o in _ops(response) if o["path"] == "/spec/runPolicy/managedBy"]
+    assert [o["value"] for o in ops] == [MK]
