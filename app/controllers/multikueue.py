@@ -1,7 +1,7 @@
 """MultiKueue on the manager cluster: the AdmissionCheck controller
 ``kueue.x-k8s.io/multikueue`` (docs/multikueue.md; Kueue v0.17.1
 ``pkg/controller/admissionchecks/multikueue``), for the kinds of
-``app.core.multikueue.ADAPTERS`` (batch/v1 Job, JobSet), dispatcher AllAtOnce.
+``app.core.multikueue.ADAPTERS`` (batch/v1 Job, JobSet, Kubeflow jobs, MPIJob).
 
 Every ``multikueue.sync_period_seconds`` while this process leads:
 
@@ -14,7 +14,7 @@ Every ``multikueue.sync_period_seconds`` while this process leads:
 2. AdmissionChecks of this controller: ``Active`` from their MultiKueueConfig and its
    clusters (``check_active``).
 3. Workloads holding quota whose check of this controller is not Rejected: the owner must be of
-   a kind with an adapter (batch/v1 Job, JobSet) whose ``spec.managedBy`` is
+   a kind with an adapter (Job, JobSet, Kubeflow) whose ``managedBy`` is
    ``kueue.x-k8s.io/multikueue`` (else the check is Rejected, as Kueue). A copy of the Workload
    (``remote_workload``, same name) is created on every active worker of the config
    (``status.nominatedClusterNames``); the worker's Kueue (pykueue or Kueue) reserves quota for
@@ -39,8 +39,8 @@ this origin whose manager Workload is gone are deleted with their job (Kueue's G
 opt-in ``multikueue.no_worker_timeout_seconds`` (per ClusterQueue) gives a Workload no worker
 reserved condition ``MultiKueueNoWorker``.
 
-Not done (docs/multikueue.md): syncing an eviction on a worker back sooner, kinds other than
-batch/v1 Job and JobSet, an ETA dispatcher.
+Not done (docs/multikueue.md): syncing an eviction on a worker back sooner, the Ray, TrainJob,
+AppWrapper, Pod, StatefulSet and LeaderWorkerSet adapters, an ETA dispatcher.
 """
 
 from __future__ import annotations
@@ -450,8 +450,7 @@ class MultiKueueController:
             return
         adapter, job_name = owner
         res = _resource(adapter)
-        local_job = self.ctx.store(JOB).get(f"{ns}/{job_name}") if adapter is BATCH_JOB \
-            else None
+        local_job = self._stored(adapter, ns, job_name)
         if local_job is None:
             try:
                 local_job = await self.ctx.client.get(res, job_name, ns)
@@ -526,13 +525,21 @@ class MultiKueueController:
             return
         adapter, name = owner
         with contextlib.suppress(ApiError):
-            job = self.ctx.store(JOB).get(f"{ns}/{name}") if adapter is BATCH_JOB \
-                else await self.ctx.client.get(_resource(adapter), name, ns)
+            job = self._stored(adapter, ns, name) \
+                or await self.ctx.client.get(_resource(adapter), name, ns)
             status = (job or {}).get("status") or {}
             clear = {k: None for k in adapter.running_status if status.get(k)}
             if job is not None and clear:
                 await self.ctx.client.patch(_resource(adapter), name, {"status": clear}, ns,
                                             subresource="status")
+
+    def _stored(self, adapter: Adapter, ns: str, name: str) -> Obj | None:
+        """The manager's job ``ns/name`` from its kind's informer (key ``job``, or the kind
+        lower-cased: ``jobset``, ``pytorchjob``...), None when not stored or not watched."""
+        key = JOB if adapter is BATCH_JOB else adapter.kind.lower()
+        if key not in self.ctx.informers.informers:
+            return None
+        return self.ctx.store(key).get(f"{ns}/{name}")  # type: ignore[no-any-return]
 
     async def _forget_placement(self, wl: Obj) -> None:
         """A Workload that lost its quota (evicted, preempted, requeued) forgets its worker:

@@ -32,6 +32,7 @@ Malformed objects raise ``UnreadableObjectError`` naming the field.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -95,6 +96,25 @@ def lever_op(obj: Mapping[str, Any], path: tuple[str, ...], value: Any = True) -
             return {"op": "add", "path": json_pointer(*path[:i + 1]), "value": value}
         cur = nxt
     return {"op": "add", "path": json_pointer(*path), "value": value}
+
+
+def _with_adds(obj: object, patch: list[JsonPatchOp]) -> object:
+    """``obj`` (an object) with the ``add`` ops of ``patch`` applied to a copy (RFC 6901
+    pointers into objects; an op whose parent is missing or not an object is skipped)."""
+    if not isinstance(obj, Mapping) or not patch:
+        return obj
+    out = copy.deepcopy(dict(obj))
+    for op in patch:
+        if op.get("op") != "add":
+            continue
+        keys = [k.replace("~1", "/").replace("~0", "~")
+                for k in str(op.get("path", "")).split("/")[1:]]
+        cur: Any = out
+        for k in keys[:-1]:
+            cur = cur.get(k) if isinstance(cur, dict) else None
+        if isinstance(cur, dict) and keys:
+            cur[keys[-1]] = copy.deepcopy(op.get("value"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -259,8 +279,10 @@ class CrdRules:
                                  manage_unlabelled=manage)
             queue = read_queue_name(read_object(obj), env.policy.queue_name_label) \
                 or default_queue
-            if queue and (op := rules.managed_by_op(obj)) is not None and env.lookup(
-                    "admission_lookup", "uses_multikueue", req.namespace, queue):
+            # managedBy's op is computed on the object as patched so far: when both it and the
+            # lever add the same missing parent (spec.runPolicy), the second keeps the first.
+            if queue and (op := rules.managed_by_op(_with_adds(obj, patch))) is not None \
+                    and env.lookup("admission_lookup", "uses_multikueue", req.namespace, queue):
                 patch.append(op)
             return patched(patch)
 

@@ -71,9 +71,10 @@ def sites(lab: LabHandle) -> Iterator[list[mk.Site]]:
     (a worker lab, pykueue on any) is started here and stopped after the module."""
     all_sites = mk.sites(str(lab.state), lab.port_base)
     started = [s for s in all_sites if not mk.is_up(s)]
-    jobset_started = [s for s in all_sites if s not in started and _jobset_up(s)]
+    ops_started = {s.name: [o for o, crd in OPERATORS if _operator_up(s, o, crd)]
+                   for s in all_sites if s not in started}
     for s in started:
-        mk.start(s)
+        mk.start(s, tuple(o for o, _ in OPERATORS))
     try:
         _setup(all_sites)
         yield all_sites
@@ -82,8 +83,9 @@ def sites(lab: LabHandle) -> Iterator[list[mk.Site]]:
             s.lab("pykueue-down", check=False)
             if s is not all_sites[0]:
                 s.lab("down", check=False)
-        for s in jobset_started:
-            s.lab("operators-down", "jobset", check=False)
+        for s in all_sites:
+            for o in ops_started.get(s.name, []):
+                s.lab("operators-down", o, check=False)
 
 
 def _alive(site: mk.Site, name: str) -> bool:
@@ -94,14 +96,19 @@ def _alive(site: mk.Site, name: str) -> bool:
     return True
 
 
-def _jobset_up(site: mk.Site) -> bool:
-    """The JobSet operator on ``site``, whose pykueue runs (True: started here). pykueue sets a
+# The operators on every lab (when built), with a CRD of each.
+OPERATORS = (("jobset", "jobsets.jobset.x-k8s.io"),
+             ("training-operator", "pytorchjobs.kubeflow.org"))
+
+
+def _operator_up(site: mk.Site, name: str, crd: str) -> bool:
+    """Operator ``name`` on ``site``, whose pykueue runs (True: started here). pykueue sets a
     kind up at start-up or at its next discovery poll (up to 2 min): when the CRD was not
     there, pykueue is restarted after installing it."""
-    if not mk.jobset_built() or _alive(site, "jobset"):
+    if not mk.operator_built(name) or _alive(site, name):
         return False
-    had_crd = site.kubectl("get", "crd", "jobsets.jobset.x-k8s.io", check=False).returncode == 0
-    site.lab("operators-up", "jobset")
+    had_crd = site.kubectl("get", "crd", crd, check=False).returncode == 0
+    site.lab("operators-up", name)
     if not had_crd:
         site.lab("pykueue-down")
         site.lab("pykueue-up")
@@ -278,7 +285,7 @@ def test_jobset_runs_on_the_worker_that_admits_it_status_mirrored_and_cleanup(si
     JobSet operator makes no Job there), the JobSet copied to worker1 (prebuilt Workload,
     no managedBy), its status mirrored back, the copies removed once finished; a JobSet
     managed by another controller is refused (check Rejected)."""
-    if not mk.jobset_built():
+    if not mk.operator_built():
         pytest.skip("the JobSet operator is not built: run `make operators`")
     manager, w1, w2 = sites
     wait_for(lambda: (_cond(_get(manager, "admissioncheck", "mk-check"), "Active") or {})
@@ -335,6 +342,49 @@ def test_jobset_runs_on_the_worker_that_admits_it_status_mirrored_and_cleanup(si
     manager.kubectl("delete", "jobset", "-n", NS, other, "--wait=false")
 
 
+def test_pytorchjob_through_multikueue(sites):
+    """Kueue v0.17.1's Kubeflow adapter with training-operator v1.9.3: ``spec.runPolicy.
+    managedBy`` defaulted on the manager (its training-operator makes no pod there), the
+    PyTorchJob copied to worker1 without it, its status mirrored back (Succeeded), the copies
+    removed once finished."""
+    if not mk.operator_built("training-operator"):
+        pytest.skip("training-operator is not built: run `make operators`")
+    manager, w1, w2 = sites
+    name = f"mkpt-{uuid.uuid4().hex[:6]}"
+
+    def replica() -> dict:
+        return {"replicas": 1, "restartPolicy": "OnFailure", "template": {
+            "metadata": {"annotations": {"lab.pykueue.dev/run-duration": "3s"}},
+            "spec": {"containers": [{"name": "pytorch", "image": "busybox", "resources": {
+                "requests": {"cpu": "1"}}}]}}}
+    t0 = time.monotonic()
+    _apply(manager, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                     "metadata": {"name": name, "namespace": NS,
+                                  "labels": {"kueue.x-k8s.io/queue-name": "mk-lq"}},
+                     "spec": {"pytorchReplicaSpecs": {"Master": replica(),
+                                                      "Worker": replica()}}})
+    assert _get(manager, "pytorchjob", "-n", NS, name)["spec"]["runPolicy"]["managedBy"] == MK
+    wl = wait_for(lambda: (w := _owned(manager, "PyTorchJob", name)) and
+                  _check(w).get("state") == "Ready" and w, 40, "the PyTorchJob's check Ready")
+    ready = time.monotonic() - t0
+    assert wl["status"]["clusterName"] == "worker1"
+    remote = wait_for(lambda: _get(w1, "pytorchjob", "-n", NS, name), 20,
+                      "the PyTorchJob on worker1")
+    assert "managedBy" not in remote["spec"].get("runPolicy", {})
+    wait_for(lambda: any(c["type"] == "Succeeded" and c["status"] == "True" for c in
+                         ((_get(manager, "pytorchjob", "-n", NS, name) or {}).get("status")
+                          or {}).get("conditions") or []), 90,
+             "worker1's PyTorchJob status (Succeeded) mirrored to the manager")
+    done = time.monotonic() - t0
+    assert not (_get(manager, "pods", "-n", NS, "-l",
+                     f"training.kubeflow.org/job-name={name}") or {}).get("items")
+    assert _get(w2, "pytorchjob", "-n", NS, name) is None
+    wait_for(lambda: _get(w1, "pytorchjob", "-n", NS, name) is None, 30,
+             "worker1's PyTorchJob deleted once finished")
+    print(f"\nmultikueue pytorchjob: created -> check Ready on worker1 {ready:.1f}s, -> "
+          f"Succeeded mirrored {done:.1f}s")
+
+
 @contextlib.contextmanager
 def _manager_pykueue(manager: mk.Site, **settings: str) -> Iterator[None]:
     """pykueue on the manager restarted with ``PYKUEUE_MULTIKUEUE__<NAME>`` settings for the
@@ -383,50 +433,53 @@ def test_incremental_dispatcher_no_worker_condition_and_gc(sites):
         job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "mk-lq-big"
         job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "6"
         _apply(manager, job)
-        wl = wait_for(lambda: (w := _workload(manager, name)) and
-                      (w.get("status") or {}).get("nominatedClusterNames") and w, 40,
-                      "the first round's nominee")
-        wl_name = wl["metadata"]["name"]
-        t_first = time.monotonic()
-        assert wl["status"]["nominatedClusterNames"] == ["worker1"]
-        wait_for(lambda: _get(w1, "workload", "-n", NS, wl_name), 10, "worker1's copy")
-        if time.monotonic() - t_first < 6:  # within the first 8 s round (kubectl is slow)
-            assert _get(w2, "workload", "-n", NS, wl_name) is None
-        wl = wait_for(lambda: (w := _get(manager, "workload", "-n", NS, wl_name))
-                      and len(w["status"].get("nominatedClusterNames") or []) == 2 and w, 20,
-                      "the second round nominating worker2")
-        second = time.monotonic() - t_first
-        assert second >= 5, f"worker2 nominated {second:.1f}s after worker1: before the round ended"
-        assert wl["status"]["nominatedClusterNames"] == ["worker1", "worker2"]
-        wait_for(lambda: _get(w2, "workload", "-n", NS, wl_name), 10, "worker2's copy")
-        cond = wait_for(lambda: (c := _cond(_get(manager, "workload", "-n", NS, wl_name),
-                                            "MultiKueueNoWorker")) and "worker2" in c["message"]
-                        and c, 20, "the MultiKueueNoWorker condition naming both workers")
-        assert (cond["status"], cond["reason"]) == ("True", "NoWorkerReserved")
-        assert "within 5s" in cond["message"] and "worker1, worker2" in cond["message"]
-        wl = _get(manager, "workload", "-n", NS, wl_name)
-        assert _check(wl)["state"] == "Pending" and "clusterName" not in wl["status"]
-        # GC: a Workload copy on worker1 with our origin and no manager Workload is deleted;
-        # one of another origin stays.
-        orphan = {k2: v for k2, v in _get(w1, "workload", "-n", NS, wl_name).items()
-                  if k2 in ("apiVersion", "kind", "spec")}
-        made = {}
-        for wname, origin in (("mk-orphan", "multikueue"), ("mk-foreign", "elsewhere")):
-            obj = {**orphan, "metadata": {"name": f"{wname}-{name}", "namespace": NS,
-                                          "labels": {"kueue.x-k8s.io/multikueue-origin":
-                                                     origin}}}
-            _apply(w1, obj)
-            made[wname] = obj["metadata"]["name"]
-        t_gc = time.monotonic()
-        wait_for(lambda: _get(w1, "workload", "-n", NS, made["mk-orphan"]) is None, 20,
-                 "the orphaned copy garbage-collected")
-        gc = time.monotonic() - t_gc
-        assert _get(w1, "workload", "-n", NS, made["mk-foreign"]) is not None
-        assert _get(w1, "workload", "-n", NS, wl_name) is not None  # its manager's is there
-        w1.kubectl("delete", "workload", "-n", NS, made["mk-foreign"], "--wait=false")
-        manager.kubectl("delete", "job", "-n", NS, name, "--wait=false")
-        wait_for(lambda: _get(w1, "workload", "-n", NS, wl_name) is None
-                 and _get(w2, "workload", "-n", NS, wl_name) is None, 30,
-                 "the copies deleted with the manager's Job")
+        try:
+            wl = wait_for(lambda: (w := _workload(manager, name)) and
+                          (w.get("status") or {}).get("nominatedClusterNames") and w, 40,
+                          "the first round's nominee")
+            wl_name = wl["metadata"]["name"]
+            t_first = time.monotonic()
+            assert wl["status"]["nominatedClusterNames"] == ["worker1"]
+            wait_for(lambda: _get(w1, "workload", "-n", NS, wl_name), 10, "worker1's copy")
+            if time.monotonic() - t_first < 6:  # within the first 8 s round (kubectl is slow)
+                assert _get(w2, "workload", "-n", NS, wl_name) is None
+            wl = wait_for(lambda: (w := _get(manager, "workload", "-n", NS, wl_name))
+                          and len(w["status"].get("nominatedClusterNames") or []) == 2 and w, 20,
+                          "the second round nominating worker2")
+            second = time.monotonic() - t_first
+            assert second >= 5, f"worker2 nominated {second:.1f}s after worker1: too soon"
+            assert wl["status"]["nominatedClusterNames"] == ["worker1", "worker2"]
+            wait_for(lambda: _get(w2, "workload", "-n", NS, wl_name), 10, "worker2's copy")
+            cond = wait_for(lambda: (c := _cond(_get(manager, "workload", "-n", NS, wl_name),
+                                                "MultiKueueNoWorker")) and "worker2" in c["message"]
+                            and c, 20, "the MultiKueueNoWorker condition naming both workers")
+            assert (cond["status"], cond["reason"]) == ("True", "NoWorkerReserved")
+            assert "within 5s" in cond["message"] and "worker1, worker2" in cond["message"]
+            wl = _get(manager, "workload", "-n", NS, wl_name)
+            assert _check(wl)["state"] == "Pending" and "clusterName" not in wl["status"]
+            # GC: a Workload copy on worker1 with our origin and no manager Workload is deleted;
+            # one of another origin stays.
+            orphan = {k2: v for k2, v in _get(w1, "workload", "-n", NS, wl_name).items()
+                      if k2 in ("apiVersion", "kind", "spec")}
+            made = {}
+            for wname, origin in (("mk-orphan", "multikueue"), ("mk-foreign", "elsewhere")):
+                obj = {**orphan, "metadata": {"name": f"{wname}-{name}", "namespace": NS,
+                                              "labels": {"kueue.x-k8s.io/multikueue-origin":
+                                                         origin}}}
+                _apply(w1, obj)
+                made[wname] = obj["metadata"]["name"]
+            t_gc = time.monotonic()
+            wait_for(lambda: _get(w1, "workload", "-n", NS, made["mk-orphan"]) is None, 20,
+                     "the orphaned copy garbage-collected")
+            gc = time.monotonic() - t_gc
+            assert _get(w1, "workload", "-n", NS, made["mk-foreign"]) is not None
+            assert _get(w1, "workload", "-n", NS, wl_name) is not None  # its manager's is there
+            w1.kubectl("delete", "workload", "-n", NS, made["mk-foreign"], "--wait=false")
+            manager.kubectl("delete", "job", "-n", NS, name, "--wait=false")
+            wait_for(lambda: _get(w1, "workload", "-n", NS, wl_name) is None
+                     and _get(w2, "workload", "-n", NS, wl_name) is None, 30,
+                     "the copies deleted with the manager's Job")
+        finally:
+            manager.kubectl("delete", "job", "-n", NS, name, "--wait=false", check=False)
     print(f"\nmultikueue incremental: second round {second:.1f}s after the first (8 s "
           f"rounds); gc of an orphan {gc:.1f}s (2 s interval)")

@@ -94,20 +94,28 @@ async def test_jobset_managed_by_defaulted_for_multikueue_queues(uses, managed_b
     assert response["allowed"]
 
 
-async def test_pytorchjob_run_policy_managed_by_defaulted():
-    """Kueue v0.17.1 Kubeflow webhooks: ``spec.runPolicy.managedBy`` defaulted the same way."""
+@pytest.mark.parametrize("run_policy", [{"suspend": True}, None])
+async def test_pytorchjob_run_policy_managed_by_defaulted(run_policy):
+    """Kueue v0.17.1 Kubeflow webhooks: ``spec.runPolicy.managedBy`` defaulted the same way;
+    without a runPolicy, managedBy goes into the one the suspend lever's op adds."""
     lookups = MultiKueueLookups(True)
     obj = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
            "metadata": {"name": "p", "namespace": "ns",
                         "labels": {"kueue.x-k8s.io/queue-name": "lq1"}},
-           "spec": {"runPolicy": {"suspend": True}, "pytorchReplicaSpecs": {"Master": {
+           "spec": {"pytorchReplicaSpecs": {"Master": {
                "replicas": 1, "template": {"spec": {"containers": [
                    {"name": "c", "image": "busybox"}]}}}}}}
+    if run_policy:
+        obj["spec"]["runPolicy"] = run_policy
     sent = review("CREATE", obj,
                   kind={"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"})
     sent["request"]["resource"] = {"group": "kubeflow.org", "version": "v1",
                                    "resource": "pytorchjobs"}
     response = answer(await post(make_app(admission=lookups),
                                  "/mutate-kubeflow-org-v1-pytorchjob", sent), sent)
-    ops = [o for o in _ops(response) if o["path"] == "/spec/runPolicy/managedBy"]
-    assert [o["value"] for o in ops] == [MK]
+    ops = _ops(response)
+    if run_policy:
+        assert [o["value"] for o in ops if o["path"] == "/spec/runPolicy/managedBy"] == [MK]
+    else:  # the lever's op adds runPolicy; managedBy's goes into it (does not replace it)
+        assert [(o["path"], o["value"]) for o in ops if "runPolicy" in o["path"]] == [
+            ("/spec/runPolicy", {"suspend": True}), ("/spec/runPolicy/managedBy", MK)]
