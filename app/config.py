@@ -585,28 +585,44 @@ class MultiKueueSettings(BaseModel):
     ``multikueue``). ``namespace``: where the kubeconfig Secrets named by MultiKueueClusters
     are read (pykueue's own namespace). ``allow_kubeconfig_path``: honour
     ``locationType: Path`` (a kubeconfig file on pykueue's disk); off, such a cluster is
-    Active=False (Kueue reads any path). ``dispatcher_name``: Kueue ``multiKueue.dispatcherName``;
-    only AllAtOnce is implemented. ``worker_lost_timeout_seconds``: Kueue
+    Active=False (Kueue reads any path). ``dispatcher_name``: Kueue ``multiKueue.dispatcherName``:
+    ``kueue.x-k8s.io/multikueue-dispatcher-all-at-once`` (every worker at once) or
+    ``kueue.x-k8s.io/multikueue-dispatcher-incremental`` (``incremental_batch_size`` more
+    workers, in name order, each ``incremental_round_seconds``; Kueue fixes them at 3 and
+    5 min, pykueue lets them be set). ``worker_lost_timeout_seconds``: Kueue
     ``multiKueue.workerLostTimeout`` (15 min): how long a Workload whose worker lost its copy
     keeps its check Ready before it goes Retry (the Workload is evicted and requeued).
-    ``sync_period_seconds``: how often clusters, checks and
-    dispatched Workloads are looked at; ``probe_period_seconds``: how often a connected
-    worker is probed again."""
+    ``gc_interval_seconds``: Kueue ``multiKueue.gcInterval`` (1 min; 0 turns it off): how often
+    each worker's Workloads with this origin whose manager Workload is gone are deleted, with
+    their job. ``no_worker_timeout_seconds`` (pykueue's, off by default: Kueue waits):
+    ClusterQueue name -> seconds after which a Workload of that ClusterQueue holding quota on
+    the manager that no worker reserved gets condition ``MultiKueueNoWorker`` True (it keeps
+    waiting). ``sync_period_seconds``: how often clusters, checks and dispatched Workloads are
+    looked at; ``probe_period_seconds``: how often a connected worker is probed again."""
 
     origin: str = Field("multikueue", min_length=1, max_length=63)
     namespace: str = "pykueue-system"
     allow_kubeconfig_path: bool = False
     dispatcher_name: str = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
+    incremental_batch_size: int = Field(3, ge=1)
+    incremental_round_seconds: float = Field(300.0, gt=0)
+    gc_interval_seconds: float = Field(60.0, ge=0)
+    no_worker_timeout_seconds: dict[str, float] = Field(default_factory=dict)
     sync_period_seconds: float = Field(1.0, gt=0)
     worker_lost_timeout_seconds: float = Field(900.0, ge=0)
     probe_period_seconds: float = Field(10.0, gt=0)
 
     @model_validator(mode="after")
     def _dispatcher(self) -> MultiKueueSettings:
-        if self.dispatcher_name != "kueue.x-k8s.io/multikueue-dispatcher-all-at-once":
+        known = ("kueue.x-k8s.io/multikueue-dispatcher-all-at-once",
+                 "kueue.x-k8s.io/multikueue-dispatcher-incremental")
+        if self.dispatcher_name not in known:
             raise ValueError(
-                f"multikueue.dispatcher_name {self.dispatcher_name!r}: only "
-                "kueue.x-k8s.io/multikueue-dispatcher-all-at-once is implemented")
+                f"multikueue.dispatcher_name {self.dispatcher_name!r}: one of "
+                f"{', '.join(known)} (an external dispatcher is not supported)")
+        bad = {k: v for k, v in self.no_worker_timeout_seconds.items() if not v > 0}
+        if bad:
+            raise ValueError(f"multikueue.no_worker_timeout_seconds {bad}: seconds must be > 0")
         return self
 
 

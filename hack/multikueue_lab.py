@@ -124,11 +124,23 @@ def is_up(site: Site) -> bool:
     return True
 
 
-def start(site: Site) -> None:
-    """Start ``site``'s lab and pykueue on it (both no-ops when running)."""
+def start(site: Site, operators: tuple[str, ...] = ("jobset",)) -> None:
+    """Start ``site``'s lab, the ``operators`` that are built (``make operators``; before
+    pykueue, which sets a kind up only when its CRD is there), and pykueue on it (each a no-op
+    when running)."""
     site.lab("up")
+    built = [o for o in operators if operator_built(o)]
+    if built:
+        site.lab("operators-up", *built)
     site.lab("pykueue-up")
     print(f"multikueue-lab: {site.name} up ({site.state}, pykueue :{site.pykueue_port})")
+
+
+def operator_built(name: str = "jobset") -> bool:
+    """Whether operator ``name`` is built (hack/operators.py)."""
+    sys.path.insert(0, str(ROOT / "hack"))
+    import operators
+    return bool(operators.OPERATORS[name].built)
 
 
 def register_workers(manager: Site, workers: list[Site]) -> None:

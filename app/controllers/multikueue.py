@@ -1,6 +1,7 @@
 """MultiKueue on the manager cluster: the AdmissionCheck controller
 ``kueue.x-k8s.io/multikueue`` (docs/multikueue.md; Kueue v0.17.1
-``pkg/controller/admissionchecks/multikueue``), for batch/v1 Jobs, dispatcher AllAtOnce.
+``pkg/controller/admissionchecks/multikueue``), for the kinds of
+``app.core.multikueue.ADAPTERS`` (batch/v1 Job, JobSet, Kubeflow jobs, MPIJob).
 
 Every ``multikueue.sync_period_seconds`` while this process leads:
 
@@ -12,26 +13,34 @@ Every ``multikueue.sync_period_seconds`` while this process leads:
    ``multikueue.probe_period_seconds``.
 2. AdmissionChecks of this controller: ``Active`` from their MultiKueueConfig and its
    clusters (``check_active``).
-3. Workloads holding quota whose check of this controller is not Rejected: the owner must be
-   a batch/v1 Job with ``spec.managedBy: kueue.x-k8s.io/multikueue`` (else the check is
-   Rejected, as Kueue). A copy of the Workload (``remote_workload``, same name) is created on
-   every active worker of the config (``status.nominatedClusterNames``); the worker's Kueue
-   (pykueue or Kueue) reserves quota for it. The first worker whose copy has QuotaReserved
-   wins: the copies on the others are deleted, the check goes Ready ("The workload got
-   reservation on "<worker>"") with ``status.clusterName`` set, and the Job
-   (``remote_job``, labelled ``kueue.x-k8s.io/prebuilt-workload-name``) is created on the
-   winner only, where it adopts the copy and starts. The manager admits its Workload and
-   starts its Job, which its own Job controller leaves alone (managedBy). The worker Job's
-   status is mirrored to the manager's Job; when the worker's Workload is Finished the
-   manager's is Finished with the same reason and message. A Workload that is finished, lost
-   its quota or was deleted has its copies deleted on every worker.
+3. Workloads holding quota whose check of this controller is not Rejected: the owner must be of
+   a kind with an adapter (Job, JobSet, Kubeflow) whose ``managedBy`` is
+   ``kueue.x-k8s.io/multikueue`` (else the check is Rejected, as Kueue). A copy of the Workload
+   (``remote_workload``, same name) is created on every active worker of the config
+   (``status.nominatedClusterNames``); the worker's Kueue (pykueue or Kueue) reserves quota for
+   it. The first worker whose copy has QuotaReserved wins: the copies on the others are
+   deleted, the check goes Ready ("The workload got reservation on "<worker>"") with
+   ``status.clusterName`` set, and the job (``Adapter.remote``, labelled
+   ``kueue.x-k8s.io/prebuilt-workload-name``) is created on the winner only, where it adopts
+   the copy and starts. The manager admits its Workload and starts its job, which its own
+   operator leaves alone (managedBy). The worker job's status is mirrored to the manager's;
+   when the worker's Workload is Finished the manager's is Finished with the same reason and
+   message. A Workload that is finished, lost its quota or was deleted has its copies deleted
+   on every worker.
 
 A Workload whose worker lost its copy (deleted, evicted there, worker unreachable while
 another is connected) gets its check Retry after ``multikueue.worker_lost_timeout_seconds``
 ("Reserving remote lost"), so the manager evicts and requeues it (Kueue workerLostTimeout).
 
-Not done (docs/multikueue.md): the Incremental dispatcher, periodic garbage collection of
-orphans, syncing an eviction on a worker back sooner, kinds other than batch/v1 Job.
+Dispatchers (``multikueue.dispatcher_name``): AllAtOnce (every active worker) or Incremental
+(``incremental_batch_size`` more workers of the config each ``incremental_round_seconds``,
+Kueue's 3 and 5 min). Every ``multikueue.gc_interval_seconds`` the workers' Workloads with
+this origin whose manager Workload is gone are deleted with their job (Kueue's GC). pykueue's
+opt-in ``multikueue.no_worker_timeout_seconds`` (per ClusterQueue) gives a Workload no worker
+reserved condition ``MultiKueueNoWorker``.
+
+Not done (docs/multikueue.md): syncing an eviction on a worker back sooner, the Ray, TrainJob,
+AppWrapper, Pod, StatefulSet and LeaderWorkerSet adapters, an ETA dispatcher.
 """
 
 from __future__ import annotations
@@ -49,18 +58,26 @@ from typing import Any
 import yaml
 
 from app.core.multikueue import (
+    BATCH_JOB,
+    INCREMENTAL,
     KUBECONFIG_KEY,
     MULTIKUEUE_CONTROLLER,
+    NO_WORKER,
+    ORIGIN_LABEL,
+    Adapter,
     Verdict,
+    adapter_for,
     check_active,
     cluster_source_problem,
     condition_of,
     first_with,
-    job_status_to_mirror,
+    gc_orphans,
     kubeconfig_problem,
+    next_nominees,
+    no_worker_condition,
     parameters_problem,
-    remote_job,
     remote_workload,
+    round_due,
     worker_lost,
 )
 from app.kube.client import (
@@ -71,6 +88,7 @@ from app.kube.client import (
     SECRETS,
     WORKLOADS,
     KubeClient,
+    Resource,
 )
 from app.kube.context import AC, JOB, WL, Context
 from app.kube.errors import ApiError, NotFound
@@ -117,12 +135,18 @@ def _placed_without_quota(wl: Mapping[str, Any]) -> bool:
     return c is None or c.get("status") != "True"
 
 
-def _job_owner(wl: Mapping[str, Any]) -> str | None:
+def _owner(wl: Mapping[str, Any]) -> tuple[Adapter, str] | None:
+    """The adapter of the Workload's controller's kind and the controller's name, or None
+    (no controller, or a kind MultiKueue does not dispatch)."""
     for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch/") \
-                and ref.get("controller"):
-            return str(ref.get("name"))
+        if ref.get("controller"):
+            a = adapter_for(str(ref.get("apiVersion", "")), str(ref.get("kind", "")))
+            return (a, str(ref.get("name"))) if a is not None else None
     return None
+
+
+def _resource(a: Adapter) -> Resource:
+    return JOBS if a is BATCH_JOB else Resource(a.group, a.version, a.plural, a.kind)
 
 
 class MultiKueueController:
@@ -132,13 +156,16 @@ class MultiKueueController:
         self.ctx = ctx
         self.s = ctx.settings.multikueue
         self.workers: dict[str, Worker] = {}
-        # Workload key -> (its Job's name, workers it was sent to), for the clean-up after it
-        # finishes, loses its quota or is deleted.
-        self.dispatched: dict[str, tuple[str, set[str]]] = {}
+        # Workload key -> (its job's adapter and name, workers it was sent to), for the
+        # clean-up after it finishes, loses its quota or is deleted.
+        self.dispatched: dict[str, tuple[Adapter, str, set[str]]] = {}
         # Workloads done with (finished, or without quota) whose workers were looked at once.
         self.cleaned: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._listed_at = -1e9
+        # Workload key -> when its Incremental dispatcher round started (monotonic s).
+        self.rounds: dict[str, float] = {}
+        self._gc_at: float | None = None
 
     @property
     def tasks(self) -> list[asyncio.Task[None]]:
@@ -206,6 +233,43 @@ class MultiKueueController:
         for key in [k for k in self.dispatched if k not in seen]:
             await self._remove_remotes(key)  # the Workload was deleted
         self.cleaned &= seen
+        for key in [k for k in self.rounds if k not in seen]:
+            self.rounds.pop(key, None)
+        await self._maybe_gc(now)
+
+    # ------------------------------------------------------------------ garbage collection
+
+    async def _maybe_gc(self, now: float) -> None:
+        """Every ``multikueue.gc_interval_seconds`` (0: never), the first one interval after
+        the start: each connected worker's Workloads with this origin whose manager Workload
+        is gone or being deleted are deleted, their job first (Kueue ``runGC``)."""
+        if not self.s.gc_interval_seconds:
+            return
+        if self._gc_at is None:
+            self._gc_at = now
+        if now - self._gc_at < self.s.gc_interval_seconds:
+            return
+        self._gc_at = now
+        store = self.ctx.store(WL)
+
+        def alive(key: str) -> bool:
+            wl = store.get(key)
+            return wl is not None and not wl["metadata"].get("deletionTimestamp")
+        for name, w in list(self.workers.items()):
+            if w.client is None or not w.verdict.active:
+                continue
+            try:
+                remote, _ = await w.client.list(
+                    WORKLOADS, label_selector=f"{ORIGIN_LABEL}={self.s.origin}")
+                for ns, wl_name, owner in gc_orphans(remote, self.s.origin, alive):
+                    log.info("multikueue: gc: deleting %s/%s on %s", ns, wl_name, name)
+                    if owner is not None:
+                        with contextlib.suppress(NotFound):
+                            await w.client.delete(_resource(owner[0]), owner[1], ns)
+                    with contextlib.suppress(NotFound):
+                        await w.client.delete(WORKLOADS, wl_name, ns)
+            except ApiError as exc:
+                log.info("multikueue: gc on %s: %s", name, exc)
 
     # ------------------------------------------------------------------ clusters
 
@@ -342,8 +406,15 @@ class MultiKueueController:
         self.ctx.store(WL).put(out)
 
     async def _set_check(self, wl: Obj, name: str, state: str, message: str,
-                         cluster: str | None = None) -> None:
+                         cluster: str | None = None, no_worker: bool | None = None) -> None:
+        """Set check ``name``'s state and message (``cluster``: also ``status.clusterName``,
+        nominees cleared; ``no_worker`` False: condition ``MultiKueueNoWorker``, when True,
+        set False, a worker reserved)."""
         body = copy.deepcopy(wl)
+        if no_worker is False and (c := condition_of(wl, NO_WORKER)) is not None \
+                and c.get("status") == "True":
+            set_condition(body, NO_WORKER, "False", "WorkerReserved",
+                          f"Worker {cluster} reserved quota", self.ctx.clock())
         st = body.setdefault("status", {})
         for entry in st.get("admissionChecks") or []:
             if entry.get("name") == name:
@@ -371,32 +442,31 @@ class MultiKueueController:
             # the copies go, and the manager's Job no longer counts the worker's pods, so
             # its quota is released (Kueue evicts the worker's copy instead, then mirrors).
             await self._remove_remotes(key, wl)
-            await self._clear_running(ns, _job_owner(wl))
+            await self._clear_running(ns, _owner(wl))
             return
-        job_name = _job_owner(wl)
-        if job_name is None:
+        owner = _owner(wl)
+        if owner is None:
             await self._set_check(wl, st["name"], "Rejected", "No multikueue adapter found")
             return
-        local_job = self.ctx.store(JOB).get(f"{ns}/{job_name}")
+        adapter, job_name = owner
+        res = _resource(adapter)
+        local_job = self._stored(adapter, ns, job_name)
         if local_job is None:
             try:
-                local_job = await self.ctx.client.get(JOBS, job_name, ns)
+                local_job = await self.ctx.client.get(res, job_name, ns)
             except NotFound:
                 return
-        managed_by = (local_job.get("spec") or {}).get("managedBy") or ""
-        if managed_by != MULTIKUEUE_CONTROLLER:
-            await self._set_check(
-                wl, st["name"], "Rejected",
-                "The owner is not managed by Kueue: Expecting spec.managedBy to be "
-                f'"{MULTIKUEUE_CONTROLLER}" not "{managed_by}"')
+        refused = adapter.not_managed_message(local_job)
+        if refused is not None:
+            await self._set_check(wl, st["name"], "Rejected", refused)
             return
         remotes = self._active_clients(clusters)
         if not remotes:
             return
-        jobs, wls = await self._read_remotes(remotes, ns, job_name, meta["name"])
+        jobs, wls = await self._read_remotes(remotes, ns, res, job_name, meta["name"])
         finished = first_with(wls, FINISHED)
         if finished is not None:
-            await self._mirror(local_job, jobs[finished], remotes[finished])
+            await self._mirror(adapter, local_job, jobs[finished])
             done = condition_of(wls[finished], FINISHED) or {}
             body = copy.deepcopy(wl)
             set_condition(body, FINISHED, "True", str(done.get("reason") or "Succeeded"),
@@ -406,21 +476,22 @@ class MultiKueueController:
         winner = first_with(wls, QUOTA_RESERVED)
         if winner is not None:
             for name in [n for n in remotes if n != winner]:
-                await self._delete_remote(remotes[name], ns, job_name, jobs.get(name),
+                await self._delete_remote(remotes[name], ns, res, job_name, jobs.get(name),
                                           wls.get(name))
-            self.dispatched[key] = (job_name, {winner})
+            self.dispatched[key] = (adapter, job_name, {winner})
             status = wl.get("status") or {}
             if st.get("state") != "Ready" or status.get("clusterName") != winner:
                 if st.get("state") not in ("Retry", "Rejected"):
                     message = f'The workload got reservation on "{winner}"'
-                    await self._set_check(wl, st["name"], "Ready", message, cluster=winner)
+                    await self._set_check(wl, st["name"], "Ready", message, cluster=winner,
+                                          no_worker=False)
                     self.ctx.recorder.emit(wl, NORMAL, "MultiKueue", message)
             if jobs[winner] is None:
-                # The Job goes to the winner only, adopting its Workload copy there.
+                # The job goes to the winner only, adopting its Workload copy there.
                 await remotes[winner].create(
-                    JOBS, remote_job(local_job, self.s.origin, meta["name"]))
+                    res, adapter.remote(local_job, self.s.origin, meta["name"]))
             else:
-                await self._mirror(local_job, jobs[winner], remotes[winner])
+                await self._mirror(adapter, local_job, jobs[winner])
             return
         if (wl.get("status") or {}).get("clusterName") and st.get("state") == "Pending":
             # Evicted and given quota again between two passes: the old placement is stale
@@ -436,29 +507,45 @@ class MultiKueueController:
                     since, self.ctx.clock(), self.s.worker_lost_timeout_seconds):
                 await self._set_check(wl, st["name"], "Retry", "Reserving remote lost")
             return
-        await self._nominate(wl, sorted(remotes))
-        self.dispatched.setdefault(key, (job_name, set()))[1].update(remotes)
-        for name, client in remotes.items():
+        nominated = await self._nominate(wl, key, clusters, sorted(remotes))
+        targets = {n: c for n, c in remotes.items() if n in nominated}
+        self.dispatched.setdefault(key, (adapter, job_name, set()))[2].update(targets)
+        await self._no_worker(key, nominated)
+        for name, client in targets.items():
             if wls.get(name) is None:
                 try:
                     await client.create(WORKLOADS, remote_workload(wl, self.s.origin))
                 except ApiError as exc:
                     log.info("multikueue: creating workload %s on %s: %s", key, name, exc)
 
-    async def _clear_running(self, ns: str, job_name: str | None) -> None:
-        """Zero the pod counts mirrored on the manager's Job (its pods ran on a worker)."""
-        job = self.ctx.store(JOB).get(f"{ns}/{job_name}") if job_name else None
-        status = (job or {}).get("status") or {}
-        clear = {k: None for k in ("active", "ready", "terminating") if status.get(k)}
-        if job is not None and clear:
-            with contextlib.suppress(ApiError):
-                await self.ctx.client.patch(JOBS, job["metadata"]["name"], {"status": clear},
-                                            ns, subresource="status")
+    async def _clear_running(self, ns: str, owner: tuple[Adapter, str] | None) -> None:
+        """Clear the running-pod counts mirrored on the manager's job (its pods ran on a
+        worker: ``Adapter.running_status``)."""
+        if owner is None:
+            return
+        adapter, name = owner
+        with contextlib.suppress(ApiError):
+            job = self._stored(adapter, ns, name) \
+                or await self.ctx.client.get(_resource(adapter), name, ns)
+            status = (job or {}).get("status") or {}
+            clear = {k: None for k in adapter.running_status if status.get(k)}
+            if job is not None and clear:
+                await self.ctx.client.patch(_resource(adapter), name, {"status": clear}, ns,
+                                            subresource="status")
+
+    def _stored(self, adapter: Adapter, ns: str, name: str) -> Obj | None:
+        """The manager's job ``ns/name`` from its kind's informer (key ``job``, or the kind
+        lower-cased: ``jobset``, ``pytorchjob``...), None when not stored or not watched."""
+        key = JOB if adapter is BATCH_JOB else adapter.kind.lower()
+        if key not in self.ctx.informers.informers:
+            return None
+        return self.ctx.store(key).get(f"{ns}/{name}")  # type: ignore[no-any-return]
 
     async def _forget_placement(self, wl: Obj) -> None:
         """A Workload that lost its quota (evicted, preempted, requeued) forgets its worker:
         ``status.clusterName`` and ``nominatedClusterNames`` are reset (Kueue resets them with
         the quota reservation), so it is dispatched afresh once it holds quota again."""
+        self.rounds.pop(f"{wl['metadata']['namespace']}/{wl['metadata']['name']}", None)
         body = copy.deepcopy(wl)
         body["status"].pop("clusterName", None)
         body["status"].pop("nominatedClusterNames", None)
@@ -467,18 +554,57 @@ class MultiKueueController:
         except ApiError as exc:
             log.info("multikueue: resetting the worker of %s: %s", wl["metadata"]["name"], exc)
 
-    async def _nominate(self, wl: Obj, names: list[str]) -> None:
-        """AllAtOnce: ``status.nominatedClusterNames`` lists every active worker (Kueue)."""
-        if (wl.get("status") or {}).get("nominatedClusterNames") == names:
+    async def _nominate(self, wl: Obj, key: str, clusters: list[str], active: list[str]
+                        ) -> list[str]:
+        """Write and return ``status.nominatedClusterNames``, the workers that get a copy.
+        AllAtOnce: every ``active`` worker (Kueue). Incremental (Kueue
+        ``IncrementalDispatcherReconciler``): at the start of each round
+        (``multikueue.incremental_round_seconds``, ``round_due``) the next
+        ``incremental_batch_size`` workers of the config's ``clusters`` (``next_nominees``)
+        are appended; between rounds, the nominees stay."""
+        current = list((wl.get("status") or {}).get("nominatedClusterNames") or [])
+        if self.s.dispatcher_name == INCREMENTAL:
+            now = asyncio.get_running_loop().time()
+            if not round_due(self.rounds.get(key), now, self.s.incremental_round_seconds):
+                return current
+            new = next_nominees(clusters, current, self.s.incremental_batch_size)
+            if not new:
+                return current
+            names = current + new
+            self.rounds[key] = now
+        else:
+            names = active
+        if current != names:
+            body = copy.deepcopy(wl)
+            body.setdefault("status", {})["nominatedClusterNames"] = names
+            await self._put_local(body)
+        return names
+
+    async def _no_worker(self, key: str, nominated: list[str]) -> None:
+        """Condition ``MultiKueueNoWorker`` True on a Workload no worker reserved within its
+        ClusterQueue's ``multikueue.no_worker_timeout_seconds`` (pykueue's; unset: Kueue,
+        nothing said), from its quota reservation on the manager (``no_worker_condition``)."""
+        wl = self.ctx.store(WL).get(key)
+        if wl is None or not self.s.no_worker_timeout_seconds:
+            return
+        cq = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue")
+        reserved = condition_of(wl, QUOTA_RESERVED) or {}
+        said = no_worker_condition(parse_time(reserved.get("lastTransitionTime")),
+                                   self.ctx.clock(), self.s.no_worker_timeout_seconds.get(cq),
+                                   nominated)
+        have = condition_of(wl, NO_WORKER) or {}
+        if said is None or (have.get("status"), have.get("message")) == ("True", said[1]):
             return
         body = copy.deepcopy(wl)
-        body.setdefault("status", {})["nominatedClusterNames"] = names
+        set_condition(body, NO_WORKER, "True", *said, self.ctx.clock())
         await self._put_local(body)
+        self.ctx.recorder.emit(wl, NORMAL, NO_WORKER, said[1])
 
-    async def _read_remotes(self, remotes: Mapping[str, KubeClient], ns: str, job_name: str,
-                            wl_name: str
+    async def _read_remotes(self, remotes: Mapping[str, KubeClient], ns: str, res: Resource,
+                            job_name: str, wl_name: str
                             ) -> tuple[dict[str, Obj | None], dict[str, Obj | None]]:
-        """Each worker's copy of the Job and of the Workload (None where absent)."""
+        """Each worker's copy of the job (of resource ``res``) and of the Workload (None
+        where absent)."""
         async def get(client: KubeClient, res: Any, name: str) -> Obj | None:
             try:
                 return await client.get(res, name, ns)
@@ -486,7 +612,7 @@ class MultiKueueController:
                 return None
 
         async def one(client: KubeClient) -> tuple[Obj | None, Obj | None]:
-            job, wl = await asyncio.gather(get(client, JOBS, job_name),
+            job, wl = await asyncio.gather(get(client, res, job_name),
                                            get(client, WORKLOADS, wl_name))
             return job, wl
         got = await asyncio.gather(*(one(c) for c in remotes.values()))
@@ -494,24 +620,24 @@ class MultiKueueController:
         return ({n: g[0] for n, g in zip(names, got, strict=True)},
                 {n: g[1] for n, g in zip(names, got, strict=True)})
 
-    async def _mirror(self, local_job: Obj, remote: Obj | None, client: KubeClient) -> None:
-        """Copy the worker Job's status to the manager's Job (Kueue's Job adapter)."""
+    async def _mirror(self, adapter: Adapter, local_job: Obj, remote: Obj | None) -> None:
+        """Copy the worker job's status to the manager's (Kueue's adapters' ``SyncJob``)."""
         if remote is None:
             return
-        want = job_status_to_mirror(local_job, remote)
+        want = adapter.status_to_mirror(local_job, remote)
         if want is None:
             return
         meta = local_job["metadata"]
-        await self.ctx.client.patch(JOBS, meta["name"], {"status": want}, meta["namespace"],
-                                    subresource="status")
+        await self.ctx.client.patch(_resource(adapter), meta["name"], {"status": want},
+                                    meta["namespace"], subresource="status")
 
-    async def _delete_remote(self, client: KubeClient, ns: str, job_name: str,
+    async def _delete_remote(self, client: KubeClient, ns: str, res: Resource, job_name: str,
                              job: Obj | None, wl: Obj | None) -> None:
-        """Delete a worker's copy of the Job (in the background: its pods go with it) and of
+        """Delete a worker's copy of the job (in the background: its pods go with it) and of
         the Workload; absent ones are ignored."""
         if job is not None:
             with contextlib.suppress(NotFound):
-                await client.delete(JOBS, job_name, ns, uid=job["metadata"].get("uid"))
+                await client.delete(res, job_name, ns, uid=job["metadata"].get("uid"))
         if wl is not None:
             with contextlib.suppress(NotFound):
                 await client.delete(WORKLOADS, wl["metadata"]["name"], ns)
@@ -526,21 +652,23 @@ class MultiKueueController:
             st = wl.get("status") or {}
             sent_to = {n for n in [st.get("clusterName"), *(st.get("nominatedClusterNames")
                                                             or [])] if n}
-            job = _job_owner(wl)
-            if job and sent_to:
-                entry = self.dispatched[key] = (job, sent_to)
-        job_name, sent = entry or ("", set())
+            owner = _owner(wl)
+            if owner and sent_to:
+                entry = self.dispatched[key] = (*owner, sent_to)
+        adapter, job_name, sent = entry or (BATCH_JOB, "", set())
         ns = key.split("/", 1)[0]
         for name in list(sent):
             w = self.workers.get(name)
             if w is None or w.client is None:
                 continue  # not connected: left for the garbage collection (not implemented)
             try:
-                jobs, wls = await self._read_remotes({name: w.client}, ns, job_name,
+                res = _resource(adapter)
+                jobs, wls = await self._read_remotes({name: w.client}, ns, res, job_name,
                                                      key.split("/", 1)[1])
-                await self._delete_remote(w.client, ns, job_name, jobs[name], wls[name])
+                await self._delete_remote(w.client, ns, res, job_name, jobs[name], wls[name])
                 sent.discard(name)
             except ApiError as exc:
                 log.info("multikueue: removing %s from %s: %s", key, name, exc)
         if not sent:
             self.dispatched.pop(key, None)
+        self.rounds.pop(key, None)

@@ -1,6 +1,7 @@
 """MultiKueue's decisions, pure (Kueue v0.17.1 ``pkg/controller/admissionchecks/multikueue``):
 whether a MultiKueue AdmissionCheck is Active, whether a worker's kubeconfig may be used,
-which worker won a Workload, and the copy of a batch/v1 Job sent to the workers.
+which worker won a Workload, the job kinds MultiKueue dispatches (``ADAPTERS``: batch/v1 Job,
+JobSet, the Kubeflow jobs and MPIJob) and the copy of a job sent to the workers.
 
 Objects are the plain JSON ``dict``s the API server sends; nothing here does I/O.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -232,6 +233,131 @@ def remote_job(local: Mapping[str, Any], origin: str, workload: str) -> Obj:
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec}
 
 
+@dataclass(frozen=True, slots=True)
+class Adapter:
+    """What MultiKueue needs of one job kind (Kueue v0.17.1 ``*_multikueue_adapter.go``):
+    its API (``group``, ``version``, ``plural``, ``kind``), where its ``managedBy`` sits
+    (``managed_by``, a path), the value its own operator answers to (``operator``: Kueue
+    ``CanDefaultManagedBy`` accepts unset or this), its suspend lever (``suspend``), and the
+    ``status`` fields that count running pods (cleared on the manager after an eviction
+    there, so the manager's quota is released). ``job_rules``: batch/v1 Job's own copy rules
+    (``remote_job``, ``job_status_to_mirror``); other kinds copy their spec as it is and
+    mirror the worker's whole status (Kueue's JobSet adapter)."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    managed_by: tuple[str, ...]
+    operator: str
+    suspend: tuple[str, ...]
+    running_status: tuple[str, ...]
+    job_rules: bool = False
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    def takes(self, api_version: str, kind: str) -> bool:
+        """Whether an object (or ownerReference) of ``api_version``/``kind`` is this kind."""
+        return kind == self.kind and api_version == self.api_version
+
+    def managed_by_of(self, obj: Mapping[str, Any]) -> str:
+        """The object's ``managedBy`` ("" when unset)."""
+        cur: Any = obj
+        for key in self.managed_by:
+            cur = cur.get(key) if isinstance(cur, Mapping) else None
+        return cur if isinstance(cur, str) else ""
+
+    def can_default_managed_by(self, obj: Mapping[str, Any]) -> bool:
+        """Kueue ``CanDefaultManagedBy``: ``managedBy`` unset or the kind's own operator's."""
+        return self.managed_by_of(obj) in ("", self.operator)
+
+    def not_managed_message(self, obj: Mapping[str, Any]) -> str | None:
+        """Why the dispatch is refused (Kueue ``IsJobManagedByKueue``'s message), or None when
+        ``managedBy`` is ``kueue.x-k8s.io/multikueue``."""
+        got = self.managed_by_of(obj)
+        if got == MULTIKUEUE_CONTROLLER:
+            return None
+        # Kueue's adapters all say spec.managedBy, Kubeflow's (spec.runPolicy.managedBy) too.
+        return ("The owner is not managed by Kueue: Expecting spec.managedBy to be "
+                f'"{MULTIKUEUE_CONTROLLER}" not "{got}"')
+
+    def remote(self, local: Mapping[str, Any], origin: str, workload: str) -> Obj:
+        """The copy created on the worker that won (Kueue's adapter ``SyncJob``): metadata
+        cloned with labels ``kueue.x-k8s.io/prebuilt-workload-name: <workload>`` and the
+        origin label, ``spec`` copied without ``managedBy`` (the worker's operator runs it)
+        and suspended (the worker's Kueue starts it). batch/v1 Job: ``remote_job``."""
+        if self.job_rules:
+            return remote_job(local, origin, workload)
+        meta = _clone_meta(local.get("metadata") or {}, origin)
+        meta["labels"][PREBUILT_LABEL] = workload
+        out = {"apiVersion": self.api_version, "kind": self.kind, "metadata": meta,
+               "spec": copy.deepcopy(local.get("spec") or {})}
+        _pop_path(out, self.managed_by)
+        _set_path(out, self.suspend, True)
+        return out
+
+    def status_to_mirror(self, local: Mapping[str, Any], remote: Mapping[str, Any]
+                         ) -> Obj | None:
+        """The merge patch of ``status`` making the manager's object's the worker's, or None
+        when equal (batch/v1 Job: ``job_status_to_mirror``; other kinds always, as Kueue)."""
+        if self.job_rules:
+            return job_status_to_mirror(local, remote)
+        return merge_patch(local.get("status") or {}, remote.get("status") or {}) or None
+
+
+def _pop_path(obj: Obj, path: tuple[str, ...]) -> None:
+    cur: Any = obj
+    for key in path[:-1]:
+        cur = cur.get(key) if isinstance(cur, dict) else None
+    if isinstance(cur, dict):
+        cur.pop(path[-1], None)
+
+
+def _set_path(obj: Obj, path: tuple[str, ...], value: Any) -> None:
+    cur = obj
+    for key in path[:-1]:
+        nxt = cur.get(key)
+        if not isinstance(nxt, dict):
+            nxt = cur[key] = {}
+        cur = nxt
+    cur[path[-1]] = value
+
+
+BATCH_JOB = Adapter("batch", "v1", "jobs", "Job", ("spec", "managedBy"),
+                    "kubernetes.io/job-controller", ("spec", "suspend"),
+                    ("active", "ready", "terminating"), job_rules=True)
+JOBSET = Adapter("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", ("spec", "managedBy"),
+                 "jobset.sigs.k8s.io/jobset-controller", ("spec", "suspend"),
+                 ("replicatedJobsStatus",))
+
+
+def _kubeflow(kind: str, plural: str, version: str = "v1",
+              operator: str = "kubeflow.org/training-operator") -> Adapter:
+    """Kueue v0.17.1 ``kubeflowjob_multikueue_adapter.go``: ``spec.runPolicy.managedBy``,
+    lever ``spec.runPolicy.suspend``, status copied whole (``replicaStatuses`` count the
+    running pods). training-operator v1.9.3 leaves a job whose managedBy is not
+    ``kubeflow.org/training-operator`` alone; mpi-operator v0.8.0 likewise for
+    ``kubeflow.org/mpi-operator``."""
+    return Adapter("kubeflow.org", version, plural, kind, ("spec", "runPolicy", "managedBy"),
+                   operator, ("spec", "runPolicy", "suspend"), ("replicaStatuses",))
+
+
+KUBEFLOW = (_kubeflow("PyTorchJob", "pytorchjobs"), _kubeflow("TFJob", "tfjobs"),
+            _kubeflow("XGBoostJob", "xgboostjobs"), _kubeflow("PaddleJob", "paddlejobs"),
+            _kubeflow("JAXJob", "jaxjobs"),
+            _kubeflow("MPIJob", "mpijobs", "v2beta1", "kubeflow.org/mpi-operator"))
+# The kinds MultiKueue dispatches; any other owner's Workload gets its check Rejected.
+ADAPTERS: tuple[Adapter, ...] = (BATCH_JOB, JOBSET, *KUBEFLOW)
+
+
+def adapter_for(api_version: str, kind: str) -> Adapter | None:
+    """The adapter of ``api_version``/``kind`` (an object's or an ownerReference's), or None
+    (Kueue: "No multikueue adapter found")."""
+    return next((a for a in ADAPTERS if a.takes(api_version, kind)), None)
+
+
 def job_status_to_mirror(local: Mapping[str, Any], remote: Mapping[str, Any]) -> Obj | None:
     """The JSON merge patch of ``status`` that makes the manager's Job's status the worker
     Job's (fields the worker's lacks set to null: the API server omits zero counts, and a
@@ -266,3 +392,63 @@ def worker_lost(ready_since: float | None, now: float, timeout: float) -> bool:
     epoch; None: unknown, never lost) and whose worker lost its reserved copy has waited
     ``timeout`` seconds (Kueue ``workerLostTimeout``, default 15 min)."""
     return ready_since is not None and now - ready_since >= timeout
+
+
+def next_nominees(clusters: Sequence[str], nominated: Sequence[str], batch: int = 3
+                  ) -> list[str]:
+    """The workers the Incremental dispatcher adds in its next round: up to ``batch`` of the
+    config's ``clusters`` not yet ``nominated``, in name order ([] when none is left). Kueue
+    v0.17.1 ``workloaddispatcher.getNextNominatedWorkers`` (batch 3, appended to
+    ``status.nominatedClusterNames``)."""
+    done = set(nominated)
+    return sorted({c for c in clusters if c not in done})[:batch]
+
+
+def round_due(started: float | None, now: float, round_seconds: float) -> bool:
+    """Whether the Incremental dispatcher starts a new round: none started yet (``started``
+    None) or the last started more than ``round_seconds`` ago (Kueue: 5 min,
+    ``incrementalDispatcherRoundTimeout``; seconds on one clock)."""
+    return started is None or now - started > round_seconds
+
+
+def gc_orphans(remote_workloads: Sequence[Mapping[str, Any]], origin: str,
+               local_alive: Callable[[str], bool]
+               ) -> list[tuple[str, str, tuple[Adapter, str] | None]]:
+    """The worker's Workloads the garbage collection deletes (Kueue v0.17.1
+    ``remoteClient.runGC``): those labelled ``kueue.x-k8s.io/multikueue-origin: <origin>``
+    whose manager Workload (same namespace and name) is gone or being deleted
+    (``local_alive("ns/name")`` False). Each as (namespace, name, its controller's adapter
+    and name, None without one or of a kind without an adapter: only the Workload goes)."""
+    out: list[tuple[str, str, tuple[Adapter, str] | None]] = []
+    for wl in remote_workloads:
+        meta = wl.get("metadata") or {}
+        if (meta.get("labels") or {}).get(ORIGIN_LABEL) != origin:
+            continue
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        if local_alive(f"{ns}/{name}"):
+            continue
+        owner = None
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("controller"):
+                a = adapter_for(str(ref.get("apiVersion", "")), str(ref.get("kind", "")))
+                owner = (a, str(ref.get("name"))) if a is not None else None
+        out.append((ns, name, owner))
+    return out
+
+
+NO_WORKER = "MultiKueueNoWorker"
+
+
+def no_worker_condition(reserved_since: float | None, now: float, limit: float | None,
+                        nominated: Sequence[str]) -> tuple[str, str] | None:
+    """(reason, message) of condition ``MultiKueueNoWorker`` True for a Workload that has held
+    quota on the manager since ``reserved_since`` (s since the epoch; None: unknown) with no
+    worker reserving it, once ``limit`` seconds passed (pykueue's
+    ``multikueue.no_worker_timeout_seconds`` of its ClusterQueue; None: no limit, Kueue waits
+    without a word); None before. The Workload keeps waiting either way."""
+    if limit is None or reserved_since is None or now - reserved_since < limit:
+        return None
+    tried = ", ".join(nominated) or "none active"
+    return ("NoWorkerReserved",
+            f"No worker reserved quota for this Workload within {limit:g}s of its quota "
+            f"reservation on the manager (workers nominated: {tried}); it keeps waiting")

@@ -32,10 +32,12 @@ Malformed objects raise ``UnreadableObjectError`` naming the field.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from app.core.multikueue import MULTIKUEUE_CONTROLLER, Adapter
 from app.integrations.webhook_toolkit import (
     ALLOW,
     JsonPatchOp,
@@ -82,19 +84,37 @@ def read_lever(obj: Mapping[str, Any], path: tuple[str, ...]) -> bool:
     return cur
 
 
-def lever_op(obj: Mapping[str, Any], path: tuple[str, ...]) -> JsonPatchOp:
-    """A JSONPatch op that sets the boolean at ``path`` to true, adding the first missing
-    parent object whole (``add`` replaces an existing member)."""
+def lever_op(obj: Mapping[str, Any], path: tuple[str, ...], value: Any = True) -> JsonPatchOp:
+    """A JSONPatch op that sets the value at ``path`` (default true: a suspend lever), adding
+    the first missing parent object whole (``add`` replaces an existing member)."""
     cur: Any = obj
     for i, key in enumerate(path[:-1]):
         nxt = cur.get(key)
         if not isinstance(nxt, Mapping):
-            value: Any = True
             for k in reversed(path[i + 1:]):
                 value = {k: value}
             return {"op": "add", "path": json_pointer(*path[:i + 1]), "value": value}
         cur = nxt
-    return {"op": "add", "path": json_pointer(*path), "value": True}
+    return {"op": "add", "path": json_pointer(*path), "value": value}
+
+
+def _with_adds(obj: object, patch: list[JsonPatchOp]) -> object:
+    """``obj`` (an object) with the ``add`` ops of ``patch`` applied to a copy (RFC 6901
+    pointers into objects; an op whose parent is missing or not an object is skipped)."""
+    if not isinstance(obj, Mapping) or not patch:
+        return obj
+    out = copy.deepcopy(dict(obj))
+    for op in patch:
+        if op.get("op") != "add":
+            continue
+        keys = [k.replace("~1", "/").replace("~0", "~")
+                for k in str(op.get("path", "")).split("/")[1:]]
+        cur: Any = out
+        for k in keys[:-1]:
+            cur = cur.get(k) if isinstance(cur, dict) else None
+        if isinstance(cur, dict) and keys:
+            cur[keys[-1]] = copy.deepcopy(op.get("value"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -107,7 +127,9 @@ class CrdRules:
     alone; ``takes_unlabelled``: False for an object the kind never queues without a queue
     name (the kind's ``takes_unlabelled``, e.g. a RayJob on an existing cluster);
     ``extra_update``: more errors for an UPDATE (old, new) of a queued object, by anyone
-    (e.g. an AppWrapper's immutable components)."""
+    (e.g. an AppWrapper's immutable components); ``multikueue``: the kind's MultiKueue adapter
+    (its ``managedBy`` is defaulted on a queued object whose ClusterQueue has a MultiKueue
+    AdmissionCheck: ``managed_by_op``)."""
 
     group: str
     version: str
@@ -118,6 +140,7 @@ class CrdRules:
     belongs_elsewhere: Callable[[Mapping[str, Any]], bool] | None = None
     takes_unlabelled: Callable[[Mapping[str, Any]], bool] | None = None
     extra_update: Callable[[Mapping[str, Any], Mapping[str, Any]], list[str]] | None = None
+    multikueue: Adapter | None = None
 
     @property
     def mutate_path(self) -> str:
@@ -159,6 +182,19 @@ class CrdRules:
         if not read_lever(o, self.suspend):
             patch.append(lever_op(o, self.suspend))
         return patch
+
+    def managed_by_op(self, obj: object) -> JsonPatchOp | None:
+        """The JSONPatch op setting the kind's ``managedBy`` to ``kueue.x-k8s.io/multikueue``
+        (Kueue ``ApplyDefaultForManagedBy``: the manager's operator then leaves the object
+        to MultiKueue), or None: the kind has no MultiKueue adapter, or ``managedBy`` names
+        another controller (``Adapter.can_default_managed_by``). The caller checks that the
+        object is queued to a ClusterQueue with a MultiKueue AdmissionCheck. Raises
+        ``UnreadableObjectError``."""
+        o = read_object(obj)
+        if self.multikueue is None or not self.multikueue.can_default_managed_by(o) \
+                or (self.belongs_elsewhere is not None and self.belongs_elsewhere(o)):
+            return None
+        return lever_op(o, self.multikueue.managed_by, MULTIKUEUE_CONTROLLER)
 
     def _new_spec_errors(self, old: Mapping[str, Any], was_queued: bool,
                          new: Mapping[str, Any]) -> list[str]:
@@ -239,8 +275,16 @@ class CrdRules:
                 return ALLOW
             _, obj = reviewed_objects(req)
             default_queue, manage = env.unqueued_defaults(obj, req.namespace)
-            return patched(rules.mutate(obj, req.operation, env.policy,
-                                        default_queue=default_queue, manage_unlabelled=manage))
+            patch = rules.mutate(obj, req.operation, env.policy, default_queue=default_queue,
+                                 manage_unlabelled=manage)
+            queue = read_queue_name(read_object(obj), env.policy.queue_name_label) \
+                or default_queue
+            # managedBy's op is computed on the object as patched so far: when both it and the
+            # lever add the same missing parent (spec.runPolicy), the second keeps the first.
+            if queue and (op := rules.managed_by_op(_with_adds(obj, patch))) is not None \
+                    and env.lookup("admission_lookup", "uses_multikueue", req.namespace, queue):
+                patch.append(op)
+            return patched(patch)
 
         def validation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
             if not of_kind(req, ("CREATE", "UPDATE")):

@@ -41,9 +41,10 @@ from app.integrations.podsets import (
     template_record,
     write_start,
 )
+from app.integrations.unsupported import adopts_prebuilt
 from app.kube.events import NORMAL
 from app.wire.fields import Obj, WorkloadSpecError, mapping, string
-from app.wire.names import ORIGINAL_ANNOTATION, QUEUE_NAME_LABEL
+from app.wire.names import ORIGINAL_ANNOTATION, PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL
 from app.wire.podtemplate import pod_set_from_template
 from app.wire.workload import (
     check_dns_subdomain,
@@ -239,8 +240,13 @@ class TemplatedKind(KindDefaults):
         return get_in(obj, self.suspend) is True
 
     def workload_name(self, obj: Mapping[str, Any]) -> str:
-        """``<kind>-<name>-<hash5>`` (Kueue ``GetWorkloadNameForOwnerWithGVK``)."""
+        """``<kind>-<name>-<hash5>`` (Kueue ``GetWorkloadNameForOwnerWithGVK``), or the
+        Workload its ``kueue.x-k8s.io/prebuilt-workload-name`` label names on a kind that
+        adopts one (a MultiKueue worker's JobSet: adopted, never created)."""
         meta = obj.get("metadata") or {}
+        prebuilt = (meta.get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL)
+        if prebuilt and adopts_prebuilt(obj):
+            return str(prebuilt)
         return workload_name_for_owner(self.kind, self.api_group, str(meta.get("name", "")),
                                        str(meta.get("uid", "")))
 

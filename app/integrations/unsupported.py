@@ -5,9 +5,10 @@ them is refused by pykueue's webhooks with a message naming the field, instead o
 queued as if the key were absent (Kueue would act on it):
 
 - label ``kueue.x-k8s.io/prebuilt-workload-name`` (Kueue v1beta2 jobframework: the object
-  adopts an existing Workload of that name) on any kind but a batch/v1 Job's own metadata
-  (the MultiKueue worker protocol: ``adopts_prebuilt``); other kinds' Workloads pykueue
-  always creates itself.
+  adopts an existing Workload of that name) on any kind but the own metadata of a kind
+  MultiKueue dispatches (batch/v1 Job, JobSet, the Kubeflow jobs, MPIJob:
+  ``app.core.multikueue.ADAPTERS``, the worker protocol: ``adopts_prebuilt``); other kinds'
+  Workloads pykueue always creates itself.
 - annotation ``kueue.x-k8s.io/elastic-job: "true"`` (Kueue ``ElasticJobsViaWorkloadSlices``:
   a resize becomes a new Workload slice); pykueue builds no slices.
 - Topology Aware Scheduling annotations on any pod template or Pod
@@ -26,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from app.core.multikueue import ORIGIN_LABEL
+from app.core.multikueue import ORIGIN_LABEL, adapter_for
 from app.wire.fields import WorkloadSpecError
 from app.wire.names import PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL
 from app.wire.workload import check_dns_subdomain
@@ -118,13 +119,15 @@ def _prebuilt(obj: Mapping[str, Any] | None) -> Any:
 
 
 def adopts_prebuilt(obj: Mapping[str, Any]) -> bool:
-    """A batch/v1 Job adopts the Workload its own ``kueue.x-k8s.io/prebuilt-workload-name``
-    label names (the MultiKueue worker protocol, Kueue jobframework); other kinds do not."""
-    return obj.get("kind") == "Job" and str(obj.get("apiVersion", "")).startswith("batch/")
+    """An object of a kind MultiKueue dispatches (``ADAPTERS``: batch/v1 Job, JobSet, the
+    Kubeflow jobs, MPIJob v2beta1) adopts the
+    Workload its own ``kueue.x-k8s.io/prebuilt-workload-name`` label names (the MultiKueue
+    worker protocol, Kueue jobframework); other kinds do not."""
+    return adapter_for(str(obj.get("apiVersion", "")), str(obj.get("kind", ""))) is not None
 
 
 def adoptable_copy(obj: Mapping[str, Any], wl: Mapping[str, Any]) -> bool:
-    """Whether ``obj`` (a batch/v1 Job) may adopt Workload ``wl``: its own
+    """Whether ``obj`` (of a kind ``adopts_prebuilt``) may adopt Workload ``wl``: its own
     ``kueue.x-k8s.io/prebuilt-workload-name`` label names ``wl``, and ``wl`` is a MultiKueue
     copy (label ``kueue.x-k8s.io/multikueue-origin``, which only a Workload writer sets: tenants
     do not). Ownerless is checked by the caller. Departure from Kueue, which adopts any

@@ -10,7 +10,9 @@ bases +100 and +200) and pykueue on each are started when not running
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
 import time
 import uuid
@@ -69,8 +71,10 @@ def sites(lab: LabHandle) -> Iterator[list[mk.Site]]:
     (a worker lab, pykueue on any) is started here and stopped after the module."""
     all_sites = mk.sites(str(lab.state), lab.port_base)
     started = [s for s in all_sites if not mk.is_up(s)]
+    ops_started = {s.name: [o for o, crd in OPERATORS if _operator_up(s, o, crd)]
+                   for s in all_sites if s not in started}
     for s in started:
-        mk.start(s)
+        mk.start(s, tuple(o for o, _ in OPERATORS))
     try:
         _setup(all_sites)
         yield all_sites
@@ -79,6 +83,36 @@ def sites(lab: LabHandle) -> Iterator[list[mk.Site]]:
             s.lab("pykueue-down", check=False)
             if s is not all_sites[0]:
                 s.lab("down", check=False)
+        for s in all_sites:
+            for o in ops_started.get(s.name, []):
+                s.lab("operators-down", o, check=False)
+
+
+def _alive(site: mk.Site, name: str) -> bool:
+    try:
+        os.kill(int((site.state / "pids" / f"{name}.pid").read_text().strip()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+# The operators on every lab (when built), with a CRD of each.
+OPERATORS = (("jobset", "jobsets.jobset.x-k8s.io"),
+             ("training-operator", "pytorchjobs.kubeflow.org"))
+
+
+def _operator_up(site: mk.Site, name: str, crd: str) -> bool:
+    """Operator ``name`` on ``site``, whose pykueue runs (True: started here). pykueue sets a
+    kind up at start-up or at its next discovery poll (up to 2 min): when the CRD was not
+    there, pykueue is restarted after installing it."""
+    if not mk.operator_built(name) or _alive(site, name):
+        return False
+    had_crd = site.kubectl("get", "crd", crd, check=False).returncode == 0
+    site.lab("operators-up", name)
+    if not had_crd:
+        site.lab("pykueue-down")
+        site.lab("pykueue-up")
+    return True
 
 
 def _setup(all_sites: list[mk.Site]) -> None:
@@ -217,3 +251,235 @@ def test_eviction_on_the_manager_removes_the_copies_and_dispatches_again(sites):
     manager.kubectl("delete", "job", "-n", NS, name, "--wait=false")
     wait_for(lambda: _get(w1, "job", "-n", NS, name) is None, 30,
              "worker1's copy deleted with the manager's Job")
+
+
+def _jobset(name: str, run: str, managed_by: str | None = None) -> dict:
+    """A JobSet queued in mk-lq: one replicatedJob of one Job with 2 pods of 1 CPU running
+    ``run``."""
+    pod = {"metadata": {"annotations": {"lab.pykueue.dev/run-duration": run}},
+           "spec": {"restartPolicy": "Never", "containers": [{
+               "name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}
+    spec: dict[str, Any] = {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {
+        "spec": {"parallelism": 2, "completions": 2, "backoffLimit": 0, "template": pod}}}]}
+    if managed_by:
+        spec["managedBy"] = managed_by
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name, "namespace": NS,
+                         "labels": {"kueue.x-k8s.io/queue-name": "mk-lq"}},
+            "spec": spec}
+
+
+def _check(wl: dict | None, name: str = "mk-check") -> dict:
+    return {c["name"]: c for c in ((wl or {}).get("status") or {}).get("admissionChecks")
+            or []}.get(name) or {}
+
+
+def _owned(site: mk.Site, kind: str, name: str) -> dict | None:
+    wls = (_get(site, "workloads", "-n", NS) or {}).get("items") or []
+    return next((w for w in wls if any(r.get("kind") == kind and r.get("name") == name for r in
+                                       w["metadata"].get("ownerReferences") or [])), None)
+
+
+def test_jobset_runs_on_the_worker_that_admits_it_status_mirrored_and_cleanup(sites):
+    """Kueue v0.17.1's JobSet MultiKueue adapter: managedBy defaulted on the manager (its
+    JobSet operator makes no Job there), the JobSet copied to worker1 (prebuilt Workload,
+    no managedBy), its status mirrored back, the copies removed once finished; a JobSet
+    managed by another controller is refused (check Rejected)."""
+    if not mk.operator_built():
+        pytest.skip("the JobSet operator is not built: run `make operators`")
+    manager, w1, w2 = sites
+    wait_for(lambda: (_cond(_get(manager, "admissioncheck", "mk-check"), "Active") or {})
+             .get("status") == "True", 30, "the MultiKueue AdmissionCheck Active")
+    name = f"mkjs-{uuid.uuid4().hex[:6]}"
+    t0 = time.monotonic()
+    _apply(manager, _jobset(name, "4s"))
+    js = _get(manager, "jobset", "-n", NS, name)
+    assert js["spec"]["managedBy"] == MK  # Kueue ApplyDefaultForManagedBy
+    wl = wait_for(lambda: (w := _owned(manager, "JobSet", name)) and _check(w).get("state")
+                  == "Ready" and w, 40, "the manager JobSet's check Ready")
+    ready = time.monotonic() - t0
+    assert wl["status"]["clusterName"] == "worker1"
+    wl_name = wl["metadata"]["name"]
+    remote = wait_for(lambda: _get(w1, "jobset", "-n", NS, name), 20, "the JobSet on worker1")
+    assert "managedBy" not in remote["spec"]
+    assert remote["metadata"]["labels"]["kueue.x-k8s.io/prebuilt-workload-name"] == wl_name
+    assert remote["metadata"]["labels"]["kueue.x-k8s.io/multikueue-origin"] == "multikueue"
+    wait_for(lambda: (_owned(w1, "JobSet", name) or {}).get("metadata", {}).get("name")
+             == wl_name, 20, "worker1's JobSet adopting the Workload copy")
+    # worker1's JobSet operator makes its Job; the manager's leaves the manager's alone.
+    wait_for(lambda: (_get(w1, "jobs", "-n", NS, "-l", f"jobset.sigs.k8s.io/jobset-name={name}")
+                      or {}).get("items"), 30, "the JobSet's Job on worker1")
+    wait_for(lambda: any(c["type"] == "Completed" and c["status"] == "True" for c in
+                         ((_get(manager, "jobset", "-n", NS, name) or {}).get("status") or {})
+                         .get("conditions") or []), 60,
+             "worker1's JobSet status (Completed) mirrored to the manager")
+    done = time.monotonic() - t0
+    wait_for(lambda: (_cond(_owned(manager, "JobSet", name), "Finished") or {}).get("status")
+             == "True", 30, "the manager Workload Finished")
+    assert not (_get(manager, "jobs", "-n", NS, "-l",
+                     f"jobset.sigs.k8s.io/jobset-name={name}") or {}).get("items")
+    assert _get(w2, "jobset", "-n", NS, name) is None
+    wait_for(lambda: _get(w1, "jobset", "-n", NS, name) is None
+             and _get(w1, "workload", "-n", NS, wl_name) is None, 30, "worker1's copies deleted")
+    print(f"\nmultikueue jobset: created -> check Ready on worker1 {ready:.1f}s, -> Completed "
+          f"mirrored {done:.1f}s")
+    # Kueue's rule for managedBy-capable kinds: another controller's JobSet is not dispatched.
+    other = f"mkjs-{uuid.uuid4().hex[:6]}"
+    _apply(manager, _jobset(other, "4s", managed_by="example.com/other"))
+    assert _get(manager, "jobset", "-n", NS, other)["spec"]["managedBy"] == "example.com/other"
+    # The check goes Rejected, so the manager deactivates the Workload (Kueue), saying why.
+    refused = ("The owner is not managed by Kueue: Expecting spec.managedBy to be "
+               f'"{MK}" not "example.com/other"')
+
+    def deactivated() -> dict | None:
+        wl = _owned(manager, "JobSet", other)
+        return wl if wl and wl["spec"].get("active") is False and any(
+            c.get("reason") == "DeactivatedDueToAdmissionCheck" and refused in c["message"]
+            for c in wl["status"].get("conditions") or []) else None
+    wait_for(deactivated, 40, "the other controller's JobSet's Workload deactivated")
+    assert _get(w1, "workload", "-n", NS, _owned(manager, "JobSet", other)["metadata"]["name"]) \
+        is None
+    manager.kubectl("delete", "jobset", "-n", NS, other, "--wait=false")
+
+
+def test_pytorchjob_through_multikueue(sites):
+    """Kueue v0.17.1's Kubeflow adapter with training-operator v1.9.3: ``spec.runPolicy.
+    managedBy`` defaulted on the manager (its training-operator makes no pod there), the
+    PyTorchJob copied to worker1 without it, its status mirrored back (Succeeded), the copies
+    removed once finished."""
+    if not mk.operator_built("training-operator"):
+        pytest.skip("training-operator is not built: run `make operators`")
+    manager, w1, w2 = sites
+    name = f"mkpt-{uuid.uuid4().hex[:6]}"
+
+    def replica() -> dict:
+        return {"replicas": 1, "restartPolicy": "OnFailure", "template": {
+            "metadata": {"annotations": {"lab.pykueue.dev/run-duration": "3s"}},
+            "spec": {"containers": [{"name": "pytorch", "image": "busybox", "resources": {
+                "requests": {"cpu": "1"}}}]}}}
+    t0 = time.monotonic()
+    _apply(manager, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                     "metadata": {"name": name, "namespace": NS,
+                                  "labels": {"kueue.x-k8s.io/queue-name": "mk-lq"}},
+                     "spec": {"pytorchReplicaSpecs": {"Master": replica(),
+                                                      "Worker": replica()}}})
+    assert _get(manager, "pytorchjob", "-n", NS, name)["spec"]["runPolicy"]["managedBy"] == MK
+    wl = wait_for(lambda: (w := _owned(manager, "PyTorchJob", name)) and
+                  _check(w).get("state") == "Ready" and w, 40, "the PyTorchJob's check Ready")
+    ready = time.monotonic() - t0
+    assert wl["status"]["clusterName"] == "worker1"
+    remote = wait_for(lambda: _get(w1, "pytorchjob", "-n", NS, name), 20,
+                      "the PyTorchJob on worker1")
+    assert "managedBy" not in remote["spec"].get("runPolicy", {})
+    wait_for(lambda: any(c["type"] == "Succeeded" and c["status"] == "True" for c in
+                         ((_get(manager, "pytorchjob", "-n", NS, name) or {}).get("status")
+                          or {}).get("conditions") or []), 90,
+             "worker1's PyTorchJob status (Succeeded) mirrored to the manager")
+    done = time.monotonic() - t0
+    assert not (_get(manager, "pods", "-n", NS, "-l",
+                     f"training.kubeflow.org/job-name={name}") or {}).get("items")
+    assert _get(w2, "pytorchjob", "-n", NS, name) is None
+    wait_for(lambda: _get(w1, "pytorchjob", "-n", NS, name) is None, 30,
+             "worker1's PyTorchJob deleted once finished")
+    print(f"\nmultikueue pytorchjob: created -> check Ready on worker1 {ready:.1f}s, -> "
+          f"Succeeded mirrored {done:.1f}s")
+
+
+@contextlib.contextmanager
+def _manager_pykueue(manager: mk.Site, **settings: str) -> Iterator[None]:
+    """pykueue on the manager restarted with ``PYKUEUE_MULTIKUEUE__<NAME>`` settings for the
+    block, then restarted with the ones it had."""
+    env = {f"PYKUEUE_MULTIKUEUE__{k.upper()}": v for k, v in settings.items()}
+    saved = {k: os.environ.get(k) for k in env}
+    manager.lab("pykueue-down")
+    os.environ.update(env)
+    try:
+        manager.lab("pykueue-up")
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        manager.lab("pykueue-down")
+        manager.lab("pykueue-up")
+
+
+def test_incremental_dispatcher_no_worker_condition_and_gc(sites):
+    """Kueue's Incremental dispatcher (workers added in name order per round; here 1 per 8 s
+    round instead of Kueue's 3 per 5 min), pykueue's opt-in ``MultiKueueNoWorker`` condition
+    for a Workload no worker reserves (after 5 s here; it keeps waiting, as Kueue), and
+    Kueue's garbage collection (every 2 s here) of a worker's Workload with our origin whose
+    manager Workload does not exist."""
+    manager, w1, w2 = sites
+    k = "kueue.x-k8s.io/v1beta2"
+    # A bigger ClusterQueue on the manager: a 6-CPU Job is admitted there; the workers'
+    # LocalQueue of the same name goes to their mk-cq (4 and 0 CPUs): no worker admits it.
+    big = [{"apiVersion": k, "kind": "LocalQueue", "metadata": {"name": "mk-lq-big",
+                                                               "namespace": NS},
+            "spec": {"clusterQueue": "mk-cq"}}]
+    _apply(w1, *big)
+    _apply(w2, *big)
+    cq = _queues(8, ["mk-check"])[2]
+    cq["metadata"]["name"] = "mk-cq-big"
+    _apply(manager, cq, {**big[0], "spec": {"clusterQueue": "mk-cq-big"}})
+    with _manager_pykueue(manager, dispatcher_name="kueue.x-k8s.io/multikueue-dispatcher-"
+                          "incremental", incremental_batch_size="1",
+                          incremental_round_seconds="8", gc_interval_seconds="2",
+                          no_worker_timeout_seconds='{"mk-cq-big": 5}'):
+        name = f"mk-{uuid.uuid4().hex[:6]}"
+        job = _job(name, "60s")
+        job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "mk-lq-big"
+        job["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "6"
+        _apply(manager, job)
+        try:
+            wl = wait_for(lambda: (w := _workload(manager, name)) and
+                          (w.get("status") or {}).get("nominatedClusterNames") and w, 40,
+                          "the first round's nominee")
+            wl_name = wl["metadata"]["name"]
+            t_first = time.monotonic()
+            assert wl["status"]["nominatedClusterNames"] == ["worker1"]
+            wait_for(lambda: _get(w1, "workload", "-n", NS, wl_name), 10, "worker1's copy")
+            if time.monotonic() - t_first < 6:  # within the first 8 s round (kubectl is slow)
+                assert _get(w2, "workload", "-n", NS, wl_name) is None
+            wl = wait_for(lambda: (w := _get(manager, "workload", "-n", NS, wl_name))
+                          and len(w["status"].get("nominatedClusterNames") or []) == 2 and w, 20,
+                          "the second round nominating worker2")
+            second = time.monotonic() - t_first
+            assert second >= 5, f"worker2 nominated {second:.1f}s after worker1: too soon"
+            assert wl["status"]["nominatedClusterNames"] == ["worker1", "worker2"]
+            wait_for(lambda: _get(w2, "workload", "-n", NS, wl_name), 10, "worker2's copy")
+            cond = wait_for(lambda: (c := _cond(_get(manager, "workload", "-n", NS, wl_name),
+                                                "MultiKueueNoWorker")) and "worker2" in c["message"]
+                            and c, 20, "the MultiKueueNoWorker condition naming both workers")
+            assert (cond["status"], cond["reason"]) == ("True", "NoWorkerReserved")
+            assert "within 5s" in cond["message"] and "worker1, worker2" in cond["message"]
+            wl = _get(manager, "workload", "-n", NS, wl_name)
+            assert _check(wl)["state"] == "Pending" and "clusterName" not in wl["status"]
+            # GC: a Workload copy on worker1 with our origin and no manager Workload is deleted;
+            # one of another origin stays.
+            orphan = {k2: v for k2, v in _get(w1, "workload", "-n", NS, wl_name).items()
+                      if k2 in ("apiVersion", "kind", "spec")}
+            made = {}
+            for wname, origin in (("mk-orphan", "multikueue"), ("mk-foreign", "elsewhere")):
+                obj = {**orphan, "metadata": {"name": f"{wname}-{name}", "namespace": NS,
+                                              "labels": {"kueue.x-k8s.io/multikueue-origin":
+                                                         origin}}}
+                _apply(w1, obj)
+                made[wname] = obj["metadata"]["name"]
+            t_gc = time.monotonic()
+            wait_for(lambda: _get(w1, "workload", "-n", NS, made["mk-orphan"]) is None, 20,
+                     "the orphaned copy garbage-collected")
+            gc = time.monotonic() - t_gc
+            assert _get(w1, "workload", "-n", NS, made["mk-foreign"]) is not None
+            assert _get(w1, "workload", "-n", NS, wl_name) is not None  # its manager's is there
+            w1.kubectl("delete", "workload", "-n", NS, made["mk-foreign"], "--wait=false")
+            manager.kubectl("delete", "job", "-n", NS, name, "--wait=false")
+            wait_for(lambda: _get(w1, "workload", "-n", NS, wl_name) is None
+                     and _get(w2, "workload", "-n", NS, wl_name) is None, 30,
+                     "the copies deleted with the manager's Job")
+        finally:
+            manager.kubectl("delete", "job", "-n", NS, name, "--wait=false", check=False)
+    print(f"\nmultikueue incremental: second round {second:.1f}s after the first (8 s "
+          f"rounds); gc of an orphan {gc:.1f}s (2 s interval)")

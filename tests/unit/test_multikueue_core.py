@@ -5,17 +5,24 @@ from __future__ import annotations
 import pytest
 
 from app.core.multikueue import (
+    BATCH_JOB,
+    JOBSET,
     ORIGIN_LABEL,
     Verdict,
+    adapter_for,
     check_active,
     cluster_source_problem,
     first_with,
+    gc_orphans,
     job_status_to_mirror,
     kubeconfig_problem,
     merge_patch,
+    next_nominees,
+    no_worker_condition,
     parameters_problem,
     remote_job,
     remote_workload,
+    round_due,
     worker_lost,
 )
 
@@ -162,3 +169,121 @@ def test_worker_lost_after_the_timeout():
     assert worker_lost(100.0, 1000.0, 900.0) is True
     assert worker_lost(100.0, 999.0, 900.0) is False
     assert worker_lost(None, 1e9, 900.0) is False
+
+
+def test_adapters_by_api_version_and_kind():
+    assert adapter_for("batch/v1", "Job") is BATCH_JOB
+    assert adapter_for("jobset.x-k8s.io/v1alpha2", "JobSet") is JOBSET
+    assert adapter_for("jobset.x-k8s.io/v1alpha2", "Job") is None
+    assert adapter_for("v1", "Pod") is None
+    assert adapter_for("JobSet", "JobSet") is None
+
+
+def test_jobset_copy_and_managed_by_rules():
+    """Kueue v0.17.1 JobSet adapter: ``SyncJob`` clones metadata, adds the prebuilt and origin
+    labels, copies the spec with ``managedBy`` cleared (pykueue also suspends it);
+    ``IsJobManagedByKueue`` and ``CanDefaultManagedBy``."""
+    local = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+             "metadata": {"name": "js", "namespace": "n", "uid": "u", "generation": 2,
+                          "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+             "spec": {"managedBy": "kueue.x-k8s.io/multikueue", "suspend": False,
+                      "replicatedJobs": [{"name": "w"}]},
+             "status": {"replicatedJobsStatus": [{"name": "w", "active": 1}]}}
+    out = JOBSET.remote(local, "o", "jobset-js-1")
+    assert out == {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                   "metadata": {"name": "js", "namespace": "n", "labels": {
+                       "kueue.x-k8s.io/queue-name": "q", ORIGIN_LABEL: "o",
+                       "kueue.x-k8s.io/prebuilt-workload-name": "jobset-js-1"}},
+                   "spec": {"suspend": True, "replicatedJobs": [{"name": "w"}]}}
+    assert local["spec"]["managedBy"] == "kueue.x-k8s.io/multikueue"
+    assert JOBSET.not_managed_message(local) is None
+    other = {"spec": {"managedBy": "example.com/x"}}
+    assert JOBSET.not_managed_message(other) == (
+        'The owner is not managed by Kueue: Expecting spec.managedBy to be '
+        '"kueue.x-k8s.io/multikueue" not "example.com/x"')
+    assert JOBSET.can_default_managed_by({"spec": {}})
+    assert JOBSET.can_default_managed_by(
+        {"spec": {"managedBy": "jobset.sigs.k8s.io/jobset-controller"}})
+    assert not JOBSET.can_default_managed_by(other)
+
+
+def test_jobset_status_mirrored_whole_even_while_suspended():
+    local = {"spec": {"suspend": True}, "status": {"restarts": 0, "old": 1}}
+    remote = {"status": {"restarts": 0, "conditions": [{"type": "Completed"}]}}
+    assert JOBSET.status_to_mirror(local, remote) == {"conditions": [{"type": "Completed"}],
+                                                      "old": None}
+    assert JOBSET.status_to_mirror(remote, remote) is None
+    # batch/v1 Job keeps its own rule: nothing while the manager's Job is suspended.
+    assert BATCH_JOB.status_to_mirror({"spec": {"suspend": True}}, remote) is None
+
+
+def test_incremental_nominees_three_at_a_time_in_name_order():
+    """Kueue v0.17.1 ``getNextNominatedWorkers``: up to 3 not yet nominated, sorted."""
+    clusters = ["w5", "w1", "w4", "w2", "w3"]
+    assert next_nominees(clusters, []) == ["w1", "w2", "w3"]
+    assert next_nominees(clusters, ["w1", "w2", "w3"]) == ["w4", "w5"]
+    assert next_nominees(clusters, clusters) == []
+    assert next_nominees(clusters, ["w2"], batch=1) == ["w1"]
+    assert round_due(None, 0.0, 300)
+    assert not round_due(100.0, 400.0, 300)  # exactly the timeout: still the same round
+    assert round_due(100.0, 400.5, 300)
+
+
+def test_gc_orphans_as_kueue_rungc():
+    def wl(name, origin="mk", owner=None):
+        meta = {"name": name, "namespace": "n", "labels": {ORIGIN_LABEL: origin} if origin
+                else {}}
+        if owner:
+            meta["ownerReferences"] = [{**owner, "controller": True}]
+        return {"metadata": meta}
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js"}
+    pod = {"apiVersion": "v1", "kind": "Pod", "name": "p"}
+    remote = [wl("kept"), wl("gone", owner=js), wl("podowned", owner=pod),
+              wl("other-origin", origin="x"), wl("unlabelled", origin=None)]
+    out = gc_orphans(remote, "mk", lambda key: key == "n/kept")
+    assert out == [("n", "gone", (JOBSET, "js")), ("n", "podowned", None)]
+
+
+def test_no_worker_condition_only_with_a_limit_and_after_it():
+    assert no_worker_condition(100.0, 10_000.0, None, ["w1"]) is None  # Kueue: waits, silent
+    assert no_worker_condition(100.0, 105.0, 10, ["w1"]) is None
+    assert no_worker_condition(None, 105.0, 10, ["w1"]) is None
+    reason, message = no_worker_condition(100.0, 110.0, 10, ["w1", "w2"])
+    assert reason == "NoWorkerReserved"
+    assert "within 10s" in message and "w1, w2" in message and "keeps waiting" in message
+
+
+def test_dispatcher_and_no_worker_settings():
+    from pydantic import ValidationError
+
+    from app.config import MultiKueueSettings
+    s = MultiKueueSettings(dispatcher_name="kueue.x-k8s.io/multikueue-dispatcher-incremental")
+    assert (s.incremental_batch_size, s.incremental_round_seconds, s.gc_interval_seconds) == (
+        3, 300.0, 60.0)  # Kueue's 3 workers per 5 min round, gcInterval 1 min
+    assert s.no_worker_timeout_seconds == {}  # Kueue: wait, silently
+    with pytest.raises(ValidationError, match="external dispatcher"):
+        MultiKueueSettings(dispatcher_name="example.com/mine")
+    with pytest.raises(ValidationError, match="must be > 0"):
+        MultiKueueSettings(no_worker_timeout_seconds={"cq": 0})
+
+
+def test_kubeflow_adapters_use_run_policy():
+    """Kueue v0.17.1 kubeflowjob adapter: ``spec.runPolicy.managedBy`` cleared on the copy;
+    training-operator's and mpi-operator's own controller names may be defaulted over."""
+    pt = adapter_for("kubeflow.org/v1", "PyTorchJob")
+    mpi = adapter_for("kubeflow.org/v2beta1", "MPIJob")
+    assert pt is not None and mpi is not None
+    assert adapter_for("kubeflow.org/v1", "MPIJob") is None  # Kueue manages v2beta1 only
+    local = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+             "metadata": {"name": "p", "namespace": "n"},
+             "spec": {"runPolicy": {"managedBy": "kueue.x-k8s.io/multikueue",
+                                    "suspend": False}, "pytorchReplicaSpecs": {}}}
+    out = pt.remote(local, "o", "pytorchjob-p-1")
+    assert out["spec"]["runPolicy"] == {"suspend": True}
+    assert pt.not_managed_message(local) is None
+    assert pt.can_default_managed_by({"spec": {"runPolicy": {
+        "managedBy": "kubeflow.org/training-operator"}}})
+    assert mpi.can_default_managed_by({"spec": {"runPolicy": {
+        "managedBy": "kubeflow.org/mpi-operator"}}})
+    assert not mpi.can_default_managed_by({"spec": {"runPolicy": {
+        "managedBy": "kubeflow.org/training-operator"}}})

@@ -6,6 +6,10 @@ the lever ``spec.suspend``:
 - Mutation, CREATE: a JobSet with a non-empty ``kueue.x-k8s.io/queue-name`` label and
   ``spec.suspend`` not true gets ``spec.suspend: true`` (Kueue ``WorkloadShouldBeSuspended``),
   so JobSet creates no Job until pykueue admits its Workload.
+- Mutation, CREATE: ``spec.managedBy: kueue.x-k8s.io/multikueue`` on a queued JobSet whose
+  ``managedBy`` is unset or JobSet's own (``jobset.sigs.k8s.io/jobset-controller``) when its
+  LocalQueue's ClusterQueue has a MultiKueue AdmissionCheck (Kueue
+  ``ApplyDefaultForManagedBy``): the manager's JobSet operator leaves it alone.
 - Validation, CREATE: the queue name is a DNS-1123 subdomain; a queued JobSet is created
   suspended (unless by pykueue itself), which catches a missing mutating webhook, and has at
   most 8 replicatedJobs (a Workload holds at most 8 podSets; Kueue v1beta2 ``podSets``
@@ -21,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from app.core.multikueue import JOBSET
 from app.integrations.crdrules import CrdRules
 from app.integrations.webhook_toolkit import JsonPatchOp, WebhookPolicy
 
@@ -37,7 +42,7 @@ def _at_most_eight(js: Mapping[str, Any]) -> list[str]:
 
 
 RULES = CrdRules("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", ("spec", "suspend"),
-                 extra_create=_at_most_eight)
+                 extra_create=_at_most_eight, multikueue=JOBSET)
 MUTATE_PATH = RULES.mutate_path
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from app.core.multikueue import adapter_for
 from app.integrations.crdrules import CrdRules
 from app.integrations.framework import job_finished
 from app.integrations.templated import Template, TemplatedKind
@@ -53,7 +54,8 @@ class KubeflowJob(TemplatedKind):
         self.resource = Resource(GROUP, version, plural, kind)
         self.field = field
         self.order = order
-        self.rules = CrdRules(GROUP, version, plural, kind, SUSPEND, extra_create=self.spec_errors)
+        self.rules = CrdRules(GROUP, version, plural, kind, SUSPEND, extra_create=self.spec_errors,
+                              multikueue=adapter_for(f"{GROUP}/{version}", kind))
 
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         """One per replica type present, in ``order``. Raises ``WorkloadSpecError``."""
