@@ -231,9 +231,29 @@ def _pid(state: Path) -> int | None:
     return None if stat.split(") ", 1)[-1].startswith("Z") else pid
 
 
+def stop_manager(state: Path) -> bool:
+    """Stop the Kueue manager whose pid file is in ``state`` (SIGTERM to its process group,
+    SIGKILL after 10 s); False when none ran."""
+    import signal
+
+    pid = _pid(state)
+    if not pid:
+        return False
+    try:
+        os.killpg(pid, signal.SIGTERM)
+        for _ in range(100):
+            if not _pid(state):
+                break
+            time.sleep(0.1)
+        else:
+            os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    import signal
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("verb", choices=("up", "down", "status"))
@@ -251,18 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'kueue-manager':26s} {'running pid ' + str(pid) if pid else 'stopped'}")
         return kl.lab("status", check=False).returncode or (0 if pid else 1)
     if a.verb == "down":
-        pid = _pid(state)
-        if pid:
-            try:
-                os.killpg(pid, signal.SIGTERM)
-                for _ in range(100):
-                    if not _pid(state):
-                        break
-                    time.sleep(0.1)
-                else:
-                    os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        stop_manager(state)
         print(kl.lab("down", check=False).stdout.strip())
         return 0
     if _pid(state):
