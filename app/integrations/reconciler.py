@@ -69,6 +69,7 @@ from app.kube.events import NORMAL, WARNING
 from app.kube.informers import DELETED
 from app.kube.workqueue import WorkQueue, acting_lane, work
 from app.wire.fields import Obj, WorkloadSpecError
+from app.core.multikueue import ORIGIN_LABEL as MULTIKUEUE_ORIGIN_LABEL
 from app.wire.names import JOB_UID_LABEL, KUEUE_GROUP, PREBUILT_WORKLOAD_LABEL, PRIORITY_CLASS_LABEL
 from app.wire.workload import job_pod_count, workload_from_object
 from app.wire.workload_status import (
@@ -757,11 +758,17 @@ class JobReconciler:
         owner reference, else ``""``. Rule (Kueue v0.17.1 ``isOrphanedWorkload`` with
         ``FinishOrphanedWorkloads``): no ownerReference at all, the label
         ``kueue.x-k8s.io/job-uid`` set, not being deleted. A Workload created without an
-        owner and that label (Kueue's performance runner's) is not orphaned."""
+        owner and that label (Kueue's performance runner's) is not orphaned, nor is a
+        MultiKueue copy (label ``kueue.x-k8s.io/multikueue-origin``) waiting for its Job:
+        Kueue's manager copies every label of its Workload (``cloneForCreate``), so its
+        ``job-uid`` names the manager's Job, which never exists on the worker (Kueue v0.17.1
+        finishes only a Workload whose controller reference names a missing object)."""
         meta = wl.get("metadata") or {}
-        if meta.get("ownerReferences") or meta.get("deletionTimestamp"):
+        labels = meta.get("labels") or {}
+        if meta.get("ownerReferences") or meta.get("deletionTimestamp") \
+                or MULTIKUEUE_ORIGIN_LABEL in labels:
             return ""
-        return str((meta.get("labels") or {}).get(JOB_UID_LABEL) or "")
+        return str(labels.get(JOB_UID_LABEL) or "")
 
     def _object_with_uid(self, ns: str, uid: str) -> Obj | None:
         """The stored object of a registered kind in ``ns`` whose uid is ``uid``, or None."""
