@@ -33,7 +33,6 @@ in a private mount namespace, see hack/kueue_lab.py) and `make kueue` built.
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import ssl

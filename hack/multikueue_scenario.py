@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT / "hack"))
 sys.path.insert(0, str(ROOT))
 
 import multikueue_lab as mk  # noqa: E402
+from multikueue_interop import apply, cond, is_true  # noqa: E402
 
 MK = "kueue.x-k8s.io/multikueue"
 K = "kueue.x-k8s.io/v1beta2"
@@ -63,17 +64,6 @@ class ScenarioError(AssertionError):
     """A state the scenario waits for did not come before its deadline."""
 
 
-def cond(obj: Obj | None, ctype: str) -> Obj | None:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c.get("type") == ctype:
-            return c
-    return None
-
-
-def is_true(obj: Obj | None, ctype: str) -> bool:
-    return (cond(obj, ctype) or {}).get("status") == "True"
-
-
 def get(site: mk.Site, *args: str) -> Obj | None:
     r = site.kubectl("get", *args, "-o", "json", check=False)
     return json.loads(r.stdout) if r.returncode == 0 else None
@@ -81,11 +71,6 @@ def get(site: mk.Site, *args: str) -> Obj | None:
 
 def items(site: mk.Site, *args: str) -> list[Obj]:
     return (get(site, *args) or {}).get("items") or []
-
-
-def apply(site: mk.Site, *objs: Obj) -> None:
-    site.kubectl("apply", "-f", "-",
-                 input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)}))
 
 
 def wait(what: str, fn: Callable[[], Any], timeout: float) -> Any:

@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from app.core.multikueue import ORIGIN_LABEL as MULTIKUEUE_ORIGIN_LABEL
 from app.core.workload import admission_mismatch
 from app.integrations.framework import (
     JobKind,
@@ -69,7 +70,6 @@ from app.kube.events import NORMAL, WARNING
 from app.kube.informers import DELETED
 from app.kube.workqueue import WorkQueue, acting_lane, work
 from app.wire.fields import Obj, WorkloadSpecError
-from app.core.multikueue import ORIGIN_LABEL as MULTIKUEUE_ORIGIN_LABEL
 from app.wire.names import JOB_UID_LABEL, KUEUE_GROUP, PREBUILT_WORKLOAD_LABEL, PRIORITY_CLASS_LABEL
 from app.wire.workload import job_pod_count, workload_from_object
 from app.wire.workload_status import (
