@@ -334,15 +334,14 @@ class Scenario:
 
 
 def prepare(sites: list[mk.Site]) -> None:
-    """The three labs up with pykueue; the manager's pykueue (re)started with the short
-    workerLostTimeout; the workers registered; the demo namespace fresh on every lab."""
+    """The three labs up with pykueue (restarted: this checkout's code, the manager's with
+    the short workerLostTimeout); the workers registered; the demo namespace fresh on every lab."""
     os.environ["PYKUEUE_MULTIKUEUE__WORKER_LOST_TIMEOUT_SECONDS"] = str(WORKER_LOST_TIMEOUT)
     for s in sites:
         if s.name != "manager" and s.lab("status", check=False).returncode != 0:
             s.lab("down", check=False)  # a worker stopped by an earlier run: start afresh
         s.lab("up")
-        if s.name == "manager":
-            s.lab("pykueue-down", check=False)
+        s.lab("pykueue-down", check=False)  # this checkout's pykueue, the manager's settings
         s.lab("pykueue-up")
         s.kubectl("delete", "namespace", NS, "--ignore-not-found", "--wait=true",
                   "--timeout=120s", check=False)
