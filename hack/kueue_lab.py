@@ -102,7 +102,7 @@ class KueueLab:
         # A CRD deleted while its storage is still initializing keeps its cleanup finalizer
         # for minutes ("could not list instances: storage is (re)initializing", retried with
         # backoff): wait until every one of pykueue's kinds can be listed first.
-        self.kubectl("wait", "--for=condition=Established", "--timeout=120s", "crd", "--all")
+        self.wait_established()
         kinds = self.kubectl("get", "crd", "-o", "name").stdout.split()
         resources = ",".join(k.removeprefix("customresourcedefinition.apiextensions.k8s.io/")
                              for k in kinds if k.endswith(".kueue.x-k8s.io"))
@@ -114,7 +114,23 @@ class KueueLab:
         self.kubectl("delete", "-k", str(ROOT / "manifests" / "crds"), "--ignore-not-found",
                      "--wait=true")
         self.kubectl("create", "-f", str(kdir / "config" / "components" / "crd" / "bases"))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=120s", "crd", "--all")
+        self.wait_established()
+
+    def wait_established(self, timeout: float = 120) -> None:
+        """Every CRD Established. ``kubectl wait`` fails at once on a CRD created so recently
+        that it has no status yet ("<nil> is of the type <nil>"): asked again until
+        ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(1, int(deadline - time.monotonic()))
+            r = self.kubectl("wait", "--for=condition=Established", f"--timeout={left}s", "crd",
+                             "--all", check=False, timeout=left + 30)
+            if r.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"CRDs not Established after {timeout:.0f}s: "
+                                   f"{r.stderr.strip()}")
+            time.sleep(1)
 
     def manager_config(self, kdir: Path, certs: Path, qps: int | None = None,
                        pods_ready_timeout: float | None = None) -> dict:
