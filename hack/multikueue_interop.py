@@ -355,13 +355,16 @@ def connected(manager: mk.Site) -> Callable[[], bool]:
     return ok
 
 
+TITLES = {"a": "a: pykueue manager -> Kueue v0.17.1 worker",
+          "b": "b: Kueue v0.17.1 manager -> pykueue worker"}
+
+
 def run_direction(direction: str, all_sites: list[mk.Site], jobs: int, run: float,
                   timeout: float) -> Result:
     """Direction ``a`` (pykueue manager, Kueue worker) or ``b`` (Kueue manager, pykueue
     worker) on fresh labs; the labs are left running (the caller stops them)."""
     manager, worker = all_sites[0], all_sites[1]
-    title = {"a": "a: pykueue manager -> Kueue v0.17.1 worker",
-             "b": "b: Kueue v0.17.1 manager -> pykueue worker"}[direction]
+    title = TITLES[direction]
     res = Result(title)
     print(f"\n=== {title} ===")
     t = time.monotonic()
@@ -440,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(run_direction(d, all_sites, a.jobs, a.run, a.timeout))
             except (RuntimeError, TimeoutError, subprocess.CalledProcessError) as exc:
                 detail = getattr(exc, "stderr", "") or ""
-                results.append(Result(d, failures=[f"setup failed: {exc} {detail}".strip()]))
+                results.append(Result(TITLES[d],
+                                      failures=[f"setup failed: {exc} {detail}".strip()]))
             print(table(results[-1]))
     finally:
         if not a.keep:
