@@ -9,7 +9,7 @@ HELM := $(or $(PYKUEUE_HELM_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pykueu
 # The lab's kubeconfig, where hack/lab.py puts it (LAB_STATE_DIR moves the lab's state).
 export KUBECONFIG := $(abspath $(or $(LAB_STATE_DIR),$(CURDIR)/.lab))/kubeconfig
 
-.PHONY: help multikueue-lab-up multikueue-lab-down kueuectl helm chart chart-lint release-manifest browser faults bench-lab bench-flood bench-versus bench-versus-large bench-cq-scaling bench-kinds kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help multikueue-lab-up multikueue-lab-down multikueue-interop run-multikueue kueuectl helm chart chart-lint release-manifest browser faults bench-lab bench-flood bench-versus bench-versus-large bench-cq-scaling bench-kinds kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -45,6 +45,12 @@ multikueue-lab-up: setup controlplane ## three labs (manager + two workers) with
 
 multikueue-lab-down: ## stop the three MultiKueue labs and remove their state
 	$(BIN)/python hack/multikueue_lab.py down
+
+multikueue-interop: setup controlplane kueue ## MultiKueue with real Kueue v0.17.1 both ways (pykueue manager -> Kueue worker, Kueue manager -> pykueue worker): step table + latencies; needs root
+	$(BIN)/python hack/multikueue_interop.py $(INTEROP_ARGS)
+
+run-multikueue: setup controlplane ## narrated MultiKueue scenario on three labs: A100 and L4 workers, a burst, a worker stopped and its Workloads requeued (timeline)
+	$(BIN)/python hack/multikueue_scenario.py $(RUN_MK_ARGS)
 
 pykueue-down: ## stop pykueue, unregister its webhooks, plain kube-scheduler again
 	$(BIN)/python hack/lab.py pykueue-down

@@ -1101,6 +1101,43 @@ def pod_template() -> Schema:
     )
 
 
+TAS_FIELDS = ("required", "preferred", "unconstrained", "podSetGroupName",
+              "podSetSliceRequiredTopology", "podSetSliceSize",
+              "podsetSliceRequiredTopologyConstraints")
+
+
+def topology_request() -> Schema:
+    """Kueue v1beta2 ``PodSetTopologyRequest``, stored so that a MultiKueue copy a Kueue
+    manager sends keeps the spec it compares (Kueue's Job adapter sets ``podIndexLabel`` on
+    every Job's podSet; a pruned field makes Kueue's manager delete the copy as out of sync).
+    Only the index labels are accepted: the topology constraints are refused, as pykueue has
+    no Topology Aware Scheduling (its webhooks refuse the TAS annotations likewise)."""
+    tas = {f: string(f"Kueue TAS field {f}; refused by pykueue (no Topology Aware "
+                     "Scheduling).") for f in TAS_FIELDS[:5] if f != "unconstrained"}
+    tas["unconstrained"] = boolean("Kueue TAS field; refused by pykueue.")
+    tas["podSetSliceSize"] = int32("Kueue TAS field; refused by pykueue.")
+    tas["podsetSliceRequiredTopologyConstraints"] = array(
+        "Kueue TAS field; refused by pykueue.",
+        obj("One slice constraint.", {"topology": string("Topology level."),
+                                      "size": int32("Slice size.")}), maxItems=8)
+    return obj(
+        "Kueue's topology request of the podSet. pykueue stores podIndexLabel, "
+        "subGroupIndexLabel and subGroupCount (Kueue's Job, JobSet and LeaderWorkerSet "
+        "adapters set them on MultiKueue copies) and refuses the topology constraints.",
+        {
+            "podIndexLabel": string("Label of a pod holding its index in the podSet.",
+                                    maxLength=317),
+            "subGroupIndexLabel": string("Label of a pod holding its sub-group's index.",
+                                         maxLength=317),
+            "subGroupCount": int32("Number of sub-groups.", minimum=1),
+            **tas,
+        },
+        rules=[rule(" && ".join(f"!has(self.{f})" for f in TAS_FIELDS),
+                    "Topology Aware Scheduling is not supported by pykueue: only "
+                    "podIndexLabel, subGroupIndexLabel and subGroupCount may be set")],
+    )
+
+
 def workload_schema() -> Schema:
     pod_set = obj(
         "A group of identical pods.",
@@ -1117,6 +1154,7 @@ def workload_schema() -> Schema:
                 "Fewest pods the workload can run with (partial admission); at most count.",
                 minimum=1,
             ),
+            "topologyRequest": topology_request(),
         },
         required=["template"],
         rules=[

@@ -102,7 +102,7 @@ class KueueLab:
         # A CRD deleted while its storage is still initializing keeps its cleanup finalizer
         # for minutes ("could not list instances: storage is (re)initializing", retried with
         # backoff): wait until every one of pykueue's kinds can be listed first.
-        self.kubectl("wait", "--for=condition=Established", "--timeout=120s", "crd", "--all")
+        self.wait_established()
         kinds = self.kubectl("get", "crd", "-o", "name").stdout.split()
         resources = ",".join(k.removeprefix("customresourcedefinition.apiextensions.k8s.io/")
                              for k in kinds if k.endswith(".kueue.x-k8s.io"))
@@ -114,7 +114,23 @@ class KueueLab:
         self.kubectl("delete", "-k", str(ROOT / "manifests" / "crds"), "--ignore-not-found",
                      "--wait=true")
         self.kubectl("create", "-f", str(kdir / "config" / "components" / "crd" / "bases"))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=120s", "crd", "--all")
+        self.wait_established()
+
+    def wait_established(self, timeout: float = 120) -> None:
+        """Every CRD Established. ``kubectl wait`` fails at once on a CRD created so recently
+        that it has no status yet ("<nil> is of the type <nil>"): asked again until
+        ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(1, int(deadline - time.monotonic()))
+            r = self.kubectl("wait", "--for=condition=Established", f"--timeout={left}s", "crd",
+                             "--all", check=False, timeout=left + 30)
+            if r.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"CRDs not Established after {timeout:.0f}s: "
+                                   f"{r.stderr.strip()}")
+            time.sleep(1)
 
     def manager_config(self, kdir: Path, certs: Path, qps: int | None = None,
                        pods_ready_timeout: float | None = None) -> dict:
@@ -231,9 +247,29 @@ def _pid(state: Path) -> int | None:
     return None if stat.split(") ", 1)[-1].startswith("Z") else pid
 
 
+def stop_manager(state: Path) -> bool:
+    """Stop the Kueue manager whose pid file is in ``state`` (SIGTERM to its process group,
+    SIGKILL after 10 s); False when none ran."""
+    import signal
+
+    pid = _pid(state)
+    if not pid:
+        return False
+    try:
+        os.killpg(pid, signal.SIGTERM)
+        for _ in range(100):
+            if not _pid(state):
+                break
+            time.sleep(0.1)
+        else:
+            os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    import signal
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("verb", choices=("up", "down", "status"))
@@ -251,18 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'kueue-manager':26s} {'running pid ' + str(pid) if pid else 'stopped'}")
         return kl.lab("status", check=False).returncode or (0 if pid else 1)
     if a.verb == "down":
-        pid = _pid(state)
-        if pid:
-            try:
-                os.killpg(pid, signal.SIGTERM)
-                for _ in range(100):
-                    if not _pid(state):
-                        break
-                    time.sleep(0.1)
-                else:
-                    os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        stop_manager(state)
         print(kl.lab("down", check=False).stdout.strip())
         return 0
     if _pid(state):

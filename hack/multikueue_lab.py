@@ -3,7 +3,8 @@
 (hack/lab.py, its own state dir and port block) with pykueue on it (docs/multikueue.md).
 
     python hack/multikueue_lab.py up      # labs up, pykueue on each, worker Secrets on the manager
-    python hack/multikueue_lab.py down    # pykueue and the labs stopped, state removed
+    python hack/multikueue_lab.py down    # pykueue (or Kueue's manager) and the labs stopped,
+                                          # state removed
 
 Options: --state-dir DIR (default $LAB_STATE_DIR or .lab, as hack/lab.py) and --port-base N
 (default $LAB_PORT_BASE or 16440) for the manager; worker ``worker<i>`` lives in
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "hack"))
 LAB = ROOT / "hack" / "lab.py"
 WORKERS = 2
 
@@ -161,8 +163,17 @@ def up(all_sites: list[Site]) -> None:
     register_workers(all_sites[0], all_sites[1:])
 
 
+def stop_kueue(site: Site) -> bool:
+    """Stop Kueue's manager on ``site``'s lab (hack/kueue_lab.py's pid file, as
+    hack/multikueue_interop.py starts it there); False when none ran."""
+    import kueue_lab
+
+    return kueue_lab.stop_manager(site.state)
+
+
 def down(all_sites: list[Site]) -> None:
     for s in all_sites:
+        stop_kueue(s)
         s.lab("pykueue-down", check=False)
         s.lab("down", check=False)
 

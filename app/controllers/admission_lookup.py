@@ -18,6 +18,7 @@ import logging
 from app.core.multikueue import MULTIKUEUE_CONTROLLER
 from app.extender.nodestore import InMemoryExtenderState, NodeStore
 from app.extender.placement import FlavorView, PodFacts, PodWorkloadView, view_from_workload
+from app.integrations.batchjob.job import KIND as BATCH_JOB
 from app.integrations.framework import (
     GROUP_WORKLOAD_ANNOTATION,
     Registry,
@@ -91,12 +92,14 @@ class StoreAdmissionLookup:
             return None
 
     def _workload(self, namespace: str, job_name: str, job_uid: str = "") -> Obj | None:
-        if not job_uid:
-            job = self.ctx.store(JOB).get(f"{namespace}/{job_name}")
-            if job is None:
-                return None
-            job_uid = job["metadata"].get("uid", "")
-        name = workload_name_for_job(job_name, job_uid)
+        job = self.ctx.store(JOB).get(f"{namespace}/{job_name}")
+        if job is not None and job_uid in ("", job["metadata"].get("uid", "")):
+            # Kueue's name, or the MultiKueue copy its prebuilt-workload-name label names.
+            name = BATCH_JOB.workload_name(job)
+        elif job_uid:
+            name = workload_name_for_job(job_name, job_uid)
+        else:
+            return None
         return self.ctx.store(WL).get(f"{namespace}/{name}")
 
     def is_admitted(self, namespace: str, job_name: str, job_uid: str = "") -> bool | None:
@@ -280,8 +283,8 @@ class StoreExtenderState(InMemoryExtenderState):
         if self.registry is not None and has_managed_ancestor(self.ctx, self.registry, job):
             return None  # its ancestor's (a JobSet's Job): placed as that ancestor admitted
         uid = job["metadata"].get("uid", "")
-        name = workload_name_for_job(job_name, uid)
-        key = f"{namespace}/{name}"
+        # Kueue's name, or the MultiKueue copy its prebuilt-workload-name label names.
+        key = f"{namespace}/{BATCH_JOB.workload_name(job)}"
         if job_uid and job_uid != uid:
             return PodWorkloadView(key, False, f"it belongs to Job uid {job_uid}, not to the Job "
                                                f"{namespace}/{job_name} pykueue knows (uid {uid})")

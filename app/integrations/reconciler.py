@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from app.core.multikueue import ORIGIN_LABEL as MULTIKUEUE_ORIGIN_LABEL
 from app.core.workload import admission_mismatch
 from app.integrations.framework import (
     JobKind,
@@ -800,11 +801,17 @@ class JobReconciler:
         owner reference, else ``""``. Rule (Kueue v0.17.1 ``isOrphanedWorkload`` with
         ``FinishOrphanedWorkloads``): no ownerReference at all, the label
         ``kueue.x-k8s.io/job-uid`` set, not being deleted. A Workload created without an
-        owner and that label (Kueue's performance runner's) is not orphaned."""
+        owner and that label (Kueue's performance runner's) is not orphaned, nor is a
+        MultiKueue copy (label ``kueue.x-k8s.io/multikueue-origin``) waiting for its Job:
+        Kueue's manager copies every label of its Workload (``cloneForCreate``), so its
+        ``job-uid`` names the manager's Job, which never exists on the worker (Kueue v0.17.1
+        finishes only a Workload whose controller reference names a missing object)."""
         meta = wl.get("metadata") or {}
-        if meta.get("ownerReferences") or meta.get("deletionTimestamp"):
+        labels = meta.get("labels") or {}
+        if meta.get("ownerReferences") or meta.get("deletionTimestamp") \
+                or MULTIKUEUE_ORIGIN_LABEL in labels:
             return ""
-        return str((meta.get("labels") or {}).get(JOB_UID_LABEL) or "")
+        return str(labels.get(JOB_UID_LABEL) or "")
 
     def _object_with_uid(self, ns: str, uid: str) -> Obj | None:
         """The stored object of a registered kind in ``ns`` whose uid is ``uid``, or None."""

@@ -483,3 +483,55 @@ def test_incremental_dispatcher_no_worker_condition_and_gc(sites):
             manager.kubectl("delete", "job", "-n", NS, name, "--wait=false", check=False)
     print(f"\nmultikueue incremental: second round {second:.1f}s after the first (8 s "
           f"rounds); gc of an orphan {gc:.1f}s (2 s interval)")
+
+
+def test_a_gpu_job_runs_on_the_worker_under_its_prebuilt_workload(sites):
+    """On the worker, pykueue's scheduler extender (which filters GPU nodes) finds the Job's
+    Workload by its ``kueue.x-k8s.io/prebuilt-workload-name`` label: the copy named like the
+    manager's Workload, not Kueue's name for the worker Job. Without that, the pod stayed
+    Pending: "withheld by pykueue: ... its Workload has not been created yet"
+    (found by `make run-multikueue`)."""
+    manager, w1, _ = sites
+    k = "kueue.x-k8s.io/v1beta2"
+    gpu = "nvidia.com/gpu"
+
+    def gpu_queues(flavor: dict, checks: list[str]) -> list[dict]:
+        spec: dict[str, Any] = {"namespaceSelector": {}, "resourceGroups": [{
+            "coveredResources": ["cpu", gpu], "flavors": [{"name": flavor["metadata"]["name"],
+                                                          "resources": [
+                {"name": "cpu", "nominalQuota": 8}, {"name": gpu, "nominalQuota": 8}]}]}]}
+        if checks:
+            spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
+        return [flavor, {"apiVersion": k, "kind": "ClusterQueue",
+                         "metadata": {"name": "mk-gpu-cq"}, "spec": spec},
+                {"apiVersion": k, "kind": "LocalQueue",
+                 "metadata": {"name": "mk-gpu-lq", "namespace": NS},
+                 "spec": {"clusterQueue": "mk-gpu-cq"}}]
+    _apply(w1, *gpu_queues({"apiVersion": k, "kind": "ResourceFlavor",
+                            "metadata": {"name": "mk-a100"}, "spec": {"nodeLabels": {
+                                "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}}}, []))
+    _apply(manager, *gpu_queues({"apiVersion": k, "kind": "ResourceFlavor",
+                                 "metadata": {"name": "mk-gpu"}}, ["mk-check"]))
+    name = f"mk-gpu-{uuid.uuid4().hex[:6]}"
+    job = _job(name, "5s")
+    job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "mk-gpu-lq"
+    pod_spec = job["spec"]["template"]["spec"]
+    pod_spec["containers"][0]["resources"] = {"requests": {"cpu": "1", gpu: "1"},
+                                              "limits": {gpu: "1"}}
+    pod_spec["tolerations"] = [{"key": gpu, "operator": "Exists", "effect": "NoSchedule"}]
+    _apply(manager, job)
+
+    def running() -> list[dict] | None:
+        pods = (_get(w1, "pods", "-n", NS, "-l", f"batch.kubernetes.io/job-name={name}")
+                or {}).get("items") or []
+        return pods if any(p["status"].get("phase") == "Running" for p in pods) else None
+    try:
+        pods = wait_for(running, 60, "the GPU pod Running on worker1")
+    except AssertionError:
+        pods = (_get(w1, "pods", "-n", NS, "-l", f"batch.kubernetes.io/job-name={name}")
+                or {}).get("items") or []
+        why = [c.get("message") for p in pods for c in p["status"].get("conditions") or []]
+        raise AssertionError(f"the GPU pod is not Running on worker1: {why}") from None
+    assert pods[0]["spec"]["nodeName"] == "a100-0"
+    wait_for(lambda: (_cond(_workload(manager, name), "Finished") or {}).get("status")
+             == "True", 60, "the manager Workload Finished")

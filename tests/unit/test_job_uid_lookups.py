@@ -86,3 +86,23 @@ def test_an_empty_queue_name_is_no_queue_in_the_extender_as_in_the_webhook():
     assert pod_facts(pod, "nvidia.com/gpu").queue_name is None
     assert read_queue_name({"metadata": {"labels": {"kueue.x-k8s.io/queue-name": ""}}}) == ""
     assert MANAGED_JOBS == "kueue.x-k8s.io/queue-name,kueue.x-k8s.io/queue-name!="
+
+
+def test_a_multikueue_workers_job_is_looked_up_by_its_prebuilt_workload_name():
+    """On a MultiKueue worker the Job runs under the Workload copy its
+    ``kueue.x-k8s.io/prebuilt-workload-name`` label names (the manager's Workload name), not
+    under Kueue's name for it: the extender and the webhook find that one (a GPU pod of such a
+    Job was withheld from every GPU node: "its Workload has not been created yet")."""
+    ctx = _ctx("worker-uid")
+    wls = ctx.store(WL)  # the copy is named after the manager's Workload
+    wl = wls.get(f"{NS}/{workload_name_for_job('train', 'worker-uid')}")
+    wls.put({**wl, "metadata": {**wl["metadata"], "name": "job-train-manager"}})
+    wls.remove(f"{NS}/{wl['metadata']['name']}")
+    job = ctx.store(JOB).get(f"{NS}/train")
+    job["metadata"]["labels"]["kueue.x-k8s.io/prebuilt-workload-name"] = "job-train-manager"
+    state = StoreExtenderState(ctx, NodeStore("nvidia.com/gpu"))  # type: ignore[arg-type]
+    state.flavors = lambda: ()  # type: ignore[method-assign]
+    view = state.workload_for_pod(NS, "train", "worker-uid")
+    assert view is not None and view.admitted, view
+    assert StoreAdmissionLookup(ctx).is_admitted(NS, "train", "worker-uid") is True  # type: ignore[arg-type]
+    assert StoreAdmissionLookup(ctx).is_admitted(NS, "train") is True  # type: ignore[arg-type]

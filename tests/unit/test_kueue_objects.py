@@ -708,3 +708,22 @@ def test_generated_crds_are_up_to_date() -> None:
         timeout=60,
     )
     assert r.returncode == 0, r.stderr
+
+
+def test_a_kueue_managers_multikueue_copy_keeps_its_topology_request() -> None:
+    """Kueue v0.17.1's Job adapter sets ``topologyRequest.podIndexLabel`` on a Job's podSet
+    (TopologyAwareScheduling is on by default), and its MultiKueue manager deletes a worker's
+    copy whose spec differs from its own (``isRemoteSpecOutOfSync``): the field must be stored
+    as sent, not pruned (hack/multikueue_interop.py direction b)."""
+    copy_ = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+             "metadata": {"name": "job-interop-b-1-d4476", "namespace": "mk-interop",
+                          "labels": {"kueue.x-k8s.io/multikueue-origin": "multikueue"}},
+             "spec": {"queueName": "interop-lq", "podSets": [{
+                 "name": "main", "count": 1,
+                 "topologyRequest": {"podIndexLabel": "batch.kubernetes.io/job-completion-index"},
+                 "template": {"spec": {"containers": [{"name": "c", "image": "busybox"}]}}}]}}
+    assert crdschema.errors("Workload", copy_) == []
+    schema = crdschema.schemas()["Workload"]["properties"]["spec"]["properties"]["podSets"][
+        "items"]["properties"]["topologyRequest"]
+    (tas_rule,) = schema["x-kubernetes-validations"]
+    assert "!has(self.required)" in tas_rule["rule"] and "not supported" in tas_rule["message"]

@@ -167,6 +167,21 @@ def test_a_workload_created_without_owner_or_job_uid_is_left_alone() -> None:
     assert ctx.client.status_writes == []
 
 
+def test_a_multikueue_copy_from_a_kueue_manager_is_not_an_orphan() -> None:
+    """Kueue v0.17.1's manager copies every label of its Workload to the worker (its
+    ``cloneForCreate``), ``kueue.x-k8s.io/job-uid`` included: that uid names the manager's Job,
+    so the ownerless copy waiting for its Job on a pykueue worker is not orphaned (it was
+    Finished OwnerNotFound at once, and Kueue's manager mirrored that Finished back:
+    hack/multikueue_interop.py direction b)."""
+    rec, ctx = reconciler()
+    wl = workload("job", "interop-b-1", "manager-job-uid", owned=False, labelled=True)
+    wl["metadata"]["labels"]["kueue.x-k8s.io/multikueue-origin"] = "multikueue"
+    ctx.store(WL).put(wl)
+    assert asyncio.run(rec.reconcile_workload(NS, wl["metadata"]["name"])) is None
+    assert finished_reason(ctx, wl["metadata"]["name"]) is None
+    assert ctx.client.status_writes == []
+
+
 def test_pods_of_matches_by_name_and_uid_not_by_name_alone() -> None:
     other = pod("pytorchjob", "ddp", "old", 0, phase="Running", owner_ref=True)
     mine = pod("pytorchjob", "ddp", "new", 1, phase="Running", owner_ref=True)

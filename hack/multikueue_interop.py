@@ -1,0 +1,463 @@
+#!/usr/bin/env python3
+"""MultiKueue between pykueue and real Kueue v0.17.1, both directions (`make multikueue-interop`,
+docs/multikueue.md#interoperability-with-kueue-v0171).
+
+    python hack/multikueue_interop.py                  # both directions, then the labs down
+    python hack/multikueue_interop.py --direction a    # pykueue manager -> Kueue worker only
+    python hack/multikueue_interop.py --keep           # leave the last direction's labs up
+
+Direction **a**: the manager lab runs pykueue (MultiKueue manager), worker1's lab runs Kueue's
+manager v0.17.1 with its webhooks (hack/kueue_lab.py), not pykueue. Direction **b**: the manager
+lab runs Kueue's manager with its MultiKueue admission check controller (its configuration's
+``multiKueue`` section, the worker's kubeconfig Secret in ``kueue-system``), worker1's lab runs
+pykueue. The labs are hack/multikueue_lab.py's manager and worker1 slots (LAB_STATE_DIR,
+LAB_PORT_BASE; worker1 at port base + 100 in ``<state>/../.lab-w1``); each direction starts
+them fresh and stops them after.
+
+For each of ``--jobs`` batch Jobs (1 pod, 1 CPU, running ``--run`` seconds on the worker's kwok
+node) the steps of Kueue's protocol are watched (polled every 0.1 s through the API servers,
+each step waits for the one before it with a deadline): the Workload copy on the worker with
+the origin label, its quota reserved there by the worker's queueing, the manager's check Ready
+with ``status.clusterName``, the Job created on the worker with
+``kueue.x-k8s.io/prebuilt-workload-name`` and adopted by the worker's Workload, its pod
+Running, the worker Job's status on the manager's Job, the Finished Workload on the manager
+and the copies deleted on the worker. The table prints each step's time since the Job's
+creation per Job and pass/fail, then the latencies: manager quota reservation (its admission
+starts there) -> pod Running on the worker, worker pod Running -> ``status.active`` on the
+manager's Job (status mirror), worker Job Complete -> manager Job Complete.
+
+Exit status 0 when every step of every direction run passed. Needs root (Kueue's manager runs
+in a private mount namespace, see hack/kueue_lab.py) and `make kueue` built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "hack"))
+
+import kueue_lab  # noqa: E402
+import multikueue_lab as mk  # noqa: E402
+
+MK = "kueue.x-k8s.io/multikueue"
+ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
+PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
+NS = "mk-interop"
+K = "kueue.x-k8s.io/v1beta2"
+Obj = dict[str, Any]
+
+
+# ---------------------------------------------------------------- reading a lab fast
+
+class Api:
+    """GETs against one lab's API server as its admin (client certificate from the lab's
+    pki), about 10 ms each: the polling loop reads six objects per tick."""
+
+    def __init__(self, site: mk.Site) -> None:
+        self.server = site.server()
+        pki = site.state / "pki"
+        self.ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        self.ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+
+    def get(self, path: str) -> Obj | None:
+        """The object or list at ``path``; None when absent (404) or unreachable."""
+        try:
+            with urllib.request.urlopen(self.server + path, context=self.ctx,  # noqa: S310
+                                        timeout=5) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise
+        except OSError:
+            return None
+
+
+def cond(obj: Obj | None, ctype: str) -> Obj | None:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype:
+            return c
+    return None
+
+
+def is_true(obj: Obj | None, ctype: str) -> bool:
+    return (cond(obj, ctype) or {}).get("status") == "True"
+
+
+def apply(site: mk.Site, *objs: Obj) -> None:
+    site.kubectl("apply", "-f", "-",
+                 input=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objs)}))
+
+
+def wait(what: str, fn: Callable[[], Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(0.25)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+# ---------------------------------------------------------------- starting the labs
+
+class MultiKueueKueueLab(kueue_lab.KueueLab):
+    """hack/kueue_lab.py's lab with a ``multiKueue`` section in Kueue's configuration
+    (v1beta2 Configuration: ``gcInterval``, ``origin``, ``workerLostTimeout``)."""
+
+    def __init__(self, site: mk.Site, multikueue: Obj | None = None) -> None:
+        super().__init__(site.state, site.port_base, ROOT / ".k8sbin" / "current",
+                         env=site.env())
+        self.multikueue = multikueue
+
+    def manager_config(self, kdir: Path, certs: Path, qps: int | None = None,
+                       pods_ready_timeout: float | None = None) -> dict:
+        cfg = super().manager_config(kdir, certs, qps, pods_ready_timeout)
+        if self.multikueue is not None:
+            cfg["multiKueue"] = dict(self.multikueue)
+        return cfg
+
+
+def start_kueue(site: mk.Site, multikueue: Obj | None = None) -> None:
+    """``site``'s lab with Kueue's CRDs, webhooks and manager instead of pykueue."""
+    kl = MultiKueueKueueLab(site, multikueue)
+    kl.lab("up")
+    kdir, kbin = kueue_lab.module_dir(), kueue_lab.bin_dir()
+    kl.use_kueue_crds(kdir)
+    proc = kl.start_manager(kdir, kbin, site.state / "logs")
+    (site.state / "pids").mkdir(parents=True, exist_ok=True)
+    (site.state / "pids" / "kueue-manager.pid").write_text(f"{proc.pid}\n")
+    print(f"interop: {site.name}: Kueue {kueue_lab.KUEUE_VERSION} manager pid {proc.pid} "
+          f"(log {site.state / 'logs' / 'kueue.log'})")
+
+
+def stop(site: mk.Site) -> None:
+    """Kueue's manager (if any), pykueue and the lab of ``site``; state removed."""
+    mk.stop_kueue(site)
+    site.lab("pykueue-down", check=False)
+    site.lab("down", check=False)
+
+
+def register(manager: mk.Site, worker: mk.Site, namespace: str) -> None:
+    """The worker's kubeconfig Secret (in ``namespace``: the manager's own) and its
+    MultiKueueCluster on the manager."""
+    sec = mk.secret(f"{worker.name}-kubeconfig", mk.worker_kubeconfig(worker))
+    sec["metadata"]["namespace"] = namespace
+    manager.kubectl("create", "namespace", namespace, check=False)
+    apply(manager, sec, mk.cluster(worker.name, f"{worker.name}-kubeconfig"))
+
+
+def queues(cpus: int, checks: list[str]) -> list[Obj]:
+    spec: Obj = {"namespaceSelector": {}, "resourceGroups": [{
+        "coveredResources": ["cpu"],
+        "flavors": [{"name": "interop", "resources": [{"name": "cpu", "nominalQuota": cpus}]}]}]}
+    if checks:
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": c} for c in checks]}
+    return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+            {"apiVersion": K, "kind": "ResourceFlavor", "metadata": {"name": "interop"}},
+            {"apiVersion": K, "kind": "ClusterQueue", "metadata": {"name": "interop-cq"},
+             "spec": spec},
+            {"apiVersion": K, "kind": "LocalQueue",
+             "metadata": {"name": "interop-lq", "namespace": NS},
+             "spec": {"clusterQueue": "interop-cq"}}]
+
+
+def multikueue_objects(clusters: list[str]) -> list[Obj]:
+    return [{"apiVersion": K, "kind": "MultiKueueConfig", "metadata": {"name": "interop"},
+             "spec": {"clusters": clusters}},
+            {"apiVersion": K, "kind": "AdmissionCheck", "metadata": {"name": "interop-mk"},
+             "spec": {"controllerName": MK, "parameters": {
+                 "apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig",
+                 "name": "interop"}}}]
+
+
+def job(name: str, run: float) -> Obj:
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": NS,
+                         "labels": {"kueue.x-k8s.io/queue-name": "interop-lq"}},
+            "spec": {"parallelism": 1, "completions": 1, "template": {
+                "metadata": {"annotations": {"lab.pykueue.dev/run-duration": f"{run:g}s"}},
+                "spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "c", "image": "busybox",
+                    "resources": {"requests": {"cpu": "1"}}}]}}}}
+
+
+# ---------------------------------------------------------------- watching one Job
+
+@dataclass
+class View:
+    """What one tick reads: the manager's and the worker's Job, Workload and pods."""
+
+    m_job: Obj | None = None
+    m_wl: Obj | None = None
+    m_pods: list[Obj] = field(default_factory=list)
+    w_job: Obj | None = None
+    w_wl: Obj | None = None
+    w_pods: list[Obj] = field(default_factory=list)
+
+
+def _owned(items: list[Obj], job_name: str) -> Obj | None:
+    return next((w for w in items if any(r.get("kind") == "Job" and r.get("name") == job_name
+                                         for r in w["metadata"].get("ownerReferences") or [])),
+                None)
+
+
+def read(m: Api, w: Api, name: str, wl_name: str | None) -> View:
+    v = View()
+    v.m_job = m.get(f"/apis/batch/v1/namespaces/{NS}/jobs/{name}")
+    m_wls = (m.get(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads") or {}).get(
+        "items") or []
+    v.m_wl = _owned(m_wls, name)
+    sel = f"?labelSelector=batch.kubernetes.io/job-name%3D{name}"
+    v.m_pods = (m.get(f"/api/v1/namespaces/{NS}/pods{sel}") or {}).get("items") or []
+    v.w_job = w.get(f"/apis/batch/v1/namespaces/{NS}/jobs/{name}")
+    wl_name = wl_name or (v.m_wl or {}).get("metadata", {}).get("name")
+    if wl_name:
+        v.w_wl = w.get(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads/{wl_name}")
+    v.w_pods = (w.get(f"/api/v1/namespaces/{NS}/pods{sel}") or {}).get("items") or []
+    return v
+
+
+def _check(wl: Obj | None) -> Obj:
+    return next((c for c in ((wl or {}).get("status") or {}).get("admissionChecks") or []
+                 if c.get("name") == "interop-mk"), {})
+
+
+def _job_done(job: Obj | None) -> bool:
+    return is_true(job, "Complete") and not ((job or {}).get("status") or {}).get("active")
+
+
+# (key, description, predicate on a View). Each is looked for once the one before it held.
+STEPS: list[tuple[str, str, Callable[[View], bool]]] = [
+    ("defaulted", "manager: Job spec.managedBy defaulted to kueue.x-k8s.io/multikueue",
+     lambda v: ((v.m_job or {}).get("spec") or {}).get("managedBy") == MK),
+    ("m_reserved", "manager: Workload QuotaReserved",
+     lambda v: is_true(v.m_wl, "QuotaReserved")),
+    ("copy", "worker: Workload copy with the origin label",
+     lambda v: bool(v.w_wl) and ORIGIN_LABEL in (v.w_wl["metadata"].get("labels") or {})),
+    ("w_reserved", "worker: its queueing reserved quota for the copy",
+     lambda v: is_true(v.w_wl, "QuotaReserved")),
+    ("ready", "manager: check Ready, status.clusterName worker1",
+     lambda v: _check(v.m_wl).get("state") == "Ready"
+     and ((v.m_wl or {}).get("status") or {}).get("clusterName") == "worker1"),
+    ("w_job", "worker: Job with prebuilt-workload-name + origin, no managedBy",
+     lambda v: bool(v.w_job)
+     and (v.w_job["metadata"].get("labels") or {}).get(PREBUILT_LABEL)
+     == (v.m_wl or {}).get("metadata", {}).get("name")
+     and ORIGIN_LABEL in (v.w_job["metadata"].get("labels") or {})
+     and not v.w_job["spec"].get("managedBy")),
+    ("adopted", "worker: the copy adopted by the Job (controller ownerReference)",
+     lambda v: bool(v.w_wl) and bool(v.w_job) and any(
+         r.get("uid") == v.w_job["metadata"]["uid"] and r.get("controller")
+         for r in v.w_wl["metadata"].get("ownerReferences") or [])),
+    ("w_running", "worker: pod Running",
+     lambda v: any(p["status"].get("phase") == "Running" for p in v.w_pods)),
+    ("mirrored", "manager: Job status.active=1 mirrored from the worker",
+     lambda v: ((v.m_job or {}).get("status") or {}).get("active") == 1),
+    ("no_pod", "manager: no pod of the Job on the manager",
+     lambda v: not v.m_pods),
+    ("w_done", "worker: Job Complete",
+     lambda v: _job_done(v.w_job)),
+    ("m_finished", "manager: Workload Finished",
+     lambda v: is_true(v.m_wl, "Finished")),
+    ("m_done", "manager: Job Complete (status mirrored)",
+     lambda v: _job_done(v.m_job)),
+    ("cleaned", "worker: Job and Workload copy deleted",
+     lambda v: v.w_job is None and v.w_wl is None),
+]
+
+# (label, from step, to step)
+LATENCIES = [
+    ("manager quota reserved -> pod Running on worker", "m_reserved", "w_running"),
+    ("manager check Ready -> pod Running on worker", "ready", "w_running"),
+    ("worker pod Running -> manager Job active=1 (mirror)", "w_running", "mirrored"),
+    ("worker Job Complete -> manager Job Complete (mirror)", "w_done", "m_done"),
+    ("manager Workload Finished -> copies deleted", "m_finished", "cleaned"),
+]
+
+
+def follow(manager: mk.Site, worker: mk.Site, name: str, run: float,
+           timeout: float) -> tuple[dict[str, float], str]:
+    """Create Job ``name`` on the manager and record when each step of STEPS is first seen
+    (seconds since the create returned). Returns the times and, when a step did not happen
+    before ``timeout``, what was last seen."""
+    m, w = Api(manager), Api(worker)
+    apply(manager, job(name, run))
+    t0 = time.monotonic()
+    seen: dict[str, float] = {}
+    wl_name: str | None = None
+    v = View()
+    while time.monotonic() - t0 < timeout and len(seen) < len(STEPS):
+        v = read(m, w, name, wl_name)
+        if v.m_wl:
+            wl_name = v.m_wl["metadata"]["name"]
+        now = time.monotonic() - t0
+        for key, _, pred in STEPS:
+            if key in seen:
+                continue
+            try:
+                ok = pred(v)
+            except (KeyError, TypeError):
+                ok = False
+            if ok:
+                seen[key] = now
+            elif key != "no_pod":  # "no pod" holds from the start; the rest are in order
+                break
+        time.sleep(0.1)
+    if len(seen) == len(STEPS):
+        return seen, ""
+    chk = _check(v.m_wl)
+    last = (f"manager check {chk.get('state')!r} {chk.get('message')!r}, manager Workload "
+            f"conditions {_conds(v.m_wl)}, worker Workload {_conds(v.w_wl)}, worker Job "
+            f"{'present' if v.w_job else 'absent'}, worker pods "
+            f"{[p['status'].get('phase') for p in v.w_pods]}")
+    return seen, last
+
+
+def _conds(obj: Obj | None) -> str:
+    if obj is None:
+        return "absent"
+    return ",".join(f"{c['type']}={c['status']}({c.get('reason', '')})"
+                    for c in (obj.get("status") or {}).get("conditions") or []) or "none"
+
+
+# ---------------------------------------------------------------- one direction
+
+@dataclass
+class Result:
+    direction: str
+    times: list[dict[str, float]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    setup_s: float = 0.0
+    connect_s: float = 0.0
+
+
+def connected(manager: mk.Site) -> Callable[[], bool]:
+    def ok() -> bool:
+        r = manager.kubectl("get", "multikueuecluster", "worker1", "-o", "json", check=False)
+        a = manager.kubectl("get", "admissioncheck", "interop-mk", "-o", "json", check=False)
+        return r.returncode == 0 and a.returncode == 0 and is_true(
+            json.loads(r.stdout), "Active") and is_true(json.loads(a.stdout), "Active")
+    return ok
+
+
+TITLES = {"a": "a: pykueue manager -> Kueue v0.17.1 worker",
+          "b": "b: Kueue v0.17.1 manager -> pykueue worker"}
+
+
+def run_direction(direction: str, all_sites: list[mk.Site], jobs: int, run: float,
+                  timeout: float) -> Result:
+    """Direction ``a`` (pykueue manager, Kueue worker) or ``b`` (Kueue manager, pykueue
+    worker) on fresh labs; the labs are left running (the caller stops them)."""
+    manager, worker = all_sites[0], all_sites[1]
+    title = TITLES[direction]
+    res = Result(title)
+    print(f"\n=== {title} ===")
+    t = time.monotonic()
+    for s in (manager, worker):
+        stop(s)
+    if direction == "a":
+        mk.start(manager)
+        start_kueue(worker)
+        register(manager, worker, "pykueue-system")
+    else:
+        mk.start(worker)
+        # Kueue's defaults (gcInterval 1m, origin "multikueue", workerLostTimeout 15m),
+        # written out so the run says what it used.
+        start_kueue(manager, {"gcInterval": "1m", "origin": "multikueue",
+                              "workerLostTimeout": "15m"})
+        register(manager, worker, kueue_lab.NAMESPACE)
+    apply(worker, *queues(4, []))
+    apply(manager, *multikueue_objects(["worker1"]))
+    apply(manager, *queues(4, ["interop-mk"]))
+    res.setup_s = time.monotonic() - t
+    t = time.monotonic()
+    try:
+        wait("worker1's MultiKueueCluster and the check Active on the manager",
+             connected(manager), 90)
+    except TimeoutError as exc:
+        res.failures.append(str(exc))
+        return res
+    res.connect_s = time.monotonic() - t
+    print(f"interop: labs up in {res.setup_s:.0f}s, worker1 Active on the manager after "
+          f"{res.connect_s:.1f}s")
+    for i in range(jobs):
+        name = f"interop-{direction}-{i + 1}"
+        seen, last = follow(manager, worker, name, run, timeout)
+        res.times.append(seen)
+        if last:
+            missing = next(d for k, d, _ in STEPS if k not in seen)
+            res.failures.append(f"{name}: step '{missing}' not seen in {timeout:.0f}s; {last}")
+        print(f"interop: {name}: {len(seen)}/{len(STEPS)} steps")
+    return res
+
+
+def table(res: Result) -> str:
+    n = len(res.times)
+    head = f"{'step':66s} " + " ".join(f"{'job' + str(i + 1):>7s}" for i in range(n)) \
+        + "  result"
+    lines = [f"--- {res.direction} (labs up {res.setup_s:.0f}s, cluster Active "
+             f"{res.connect_s:.1f}s) ---", head]
+    for key, desc, _ in STEPS:
+        cells = [f"{t[key]:6.1f}s" if key in t else "      -" for t in res.times]
+        ok = n > 0 and all(key in t for t in res.times)
+        lines.append(f"{desc:66s} " + " ".join(cells) + f"  {'PASS' if ok else 'FAIL'}")
+    lines.append("latency (seconds, per job; polled every 0.1 s)")
+    for label, a, b in LATENCIES:
+        vals = [t[b] - t[a] for t in res.times if a in t and b in t]
+        cells = [f"{x:6.1f}s" for x in vals] + ["      -"] * (n - len(vals))
+        lines.append(f"  {label:64s} " + " ".join(cells))
+    for f in res.failures:
+        lines.append(f"FAIL: {f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--direction", choices=("a", "b", "both"), default="both")
+    p.add_argument("--jobs", type=int, default=2, help="Jobs per direction, one after another")
+    p.add_argument("--run", type=float, default=5.0, help="seconds each Job's pod runs")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per Job")
+    p.add_argument("--keep", action="store_true", help="leave the last direction's labs up")
+    a = p.parse_args(argv)
+    kueue_lab.bin_dir()  # exits with a hint when `make kueue` was not run
+    all_sites = mk.sites()
+    results = []
+    try:
+        for d in ("a", "b") if a.direction == "both" else (a.direction,):
+            try:
+                results.append(run_direction(d, all_sites, a.jobs, a.run, a.timeout))
+            except (RuntimeError, TimeoutError, subprocess.CalledProcessError) as exc:
+                detail = getattr(exc, "stderr", "") or ""
+                results.append(Result(TITLES[d],
+                                      failures=[f"setup failed: {exc} {detail}".strip()]))
+            print(table(results[-1]))
+    finally:
+        if not a.keep:
+            for s in all_sites[:2]:
+                stop(s)
+    print("\n=== MultiKueue interoperability with Kueue v0.17.1 ===")
+    for r in results:
+        print(table(r) + "\n")
+    ok = all(not r.failures and r.times for r in results)
+    print("interop: " + ("PASS" if ok else "FAIL"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
