@@ -215,10 +215,11 @@ def test_a_tenants_job_that_adopted_a_copy_stops_when_the_copy_is_deleted(mk_sit
 # ---------------------------------------------------------------------------------- AppWrapper
 
 
-@pytest.mark.xfail(strict=True, reason="a wrapped Deployment (or StatefulSet) is neither a "
-                   "pykueue kind nor a batch Job: its replicas, scaled by the tenant after the "
-                   "admission, are not held to the podSet's count (wrapped Jobs are: "
-                   "ExceedsAncestorAdmission); the AppWrapper operator does not either")
+@pytest.mark.xfail(strict=True, reason="a wrapped Deployment (a StatefulSet likely too) is "
+                   "neither a pykueue kind nor a batch Job: its replicas, scaled by the "
+                   "tenant after the admission, are not held to the podSet's count (wrapped "
+                   "Jobs are: ExceedsAncestorAdmission); the AppWrapper operator does not "
+                   "either")
 def test_a_wrapped_deployment_scaled_up_runs_no_more_gpus_than_admitted(
         lab: LabHandle, aw_queue: str) -> None:  # noqa: F811
     """The tenant's AppWrapper wraps a Deployment of 1 one-GPU replica and is admitted for 1
