@@ -21,6 +21,8 @@ ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 KUBECONFIG_KEY = "kubeconfig"
 PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+# pykueue's start record on a started object (app.wire.names.ORIGINAL_ANNOTATION).
+START_RECORD = "pykueue.dev/original-pod-scheduling"
 CONFIG_GROUP, CONFIG_KIND = "kueue.x-k8s.io", "MultiKueueConfig"
 ALL_AT_ONCE = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
 INCREMENTAL = "kueue.x-k8s.io/multikueue-dispatcher-incremental"
@@ -98,10 +100,20 @@ def cluster_source_problem(spec: Mapping[str, Any] | None,
     ref = source.get("kubeConfig")
     if not ref:
         return "BadKubeConfig", "load client config failed: kubeconfig reference is nil"
-    if ref.get("locationType", "Secret") == "Path" and not allow_path:
+    if ref.get("locationType", "Secret") == "Path":
+        if not allow_path:
+            return ("BadKubeConfig",
+                    "load client config failed: locationType Path is refused (set "
+                    "multikueue.allow_kubeconfig_path to read kubeconfig files from pykueue's "
+                    "disk)")
+        return None
+    location = str(ref.get("location") or "")
+    if len(location) > 253 or not _DNS1123_SUBDOMAIN.match(location):
+        # A Secret's name: "../../<ns>/secrets/<name>" would reach another namespace's
+        # Secret through the URL path (pykueue's Role denies it: a 403 every pass).
         return ("BadKubeConfig",
-                "load client config failed: locationType Path is refused (set "
-                "multikueue.allow_kubeconfig_path to read kubeconfig files from pykueue's disk)")
+                f'load client config failed: location "{location[:64]}" is not a Secret name '
+                "(a DNS-1123 subdomain)")
     return None
 
 
@@ -223,6 +235,10 @@ def remote_job(local: Mapping[str, Any], origin: str, workload: str) -> Obj:
     ``spec.suspend`` true (the worker's Kueue starts it)."""
     meta = _clone_meta(local.get("metadata") or {}, origin)
     meta["labels"][PREBUILT_LABEL] = workload
+    # The manager's pykueue start record (its Job is started once the check is Ready) is
+    # not the worker Job's: a Job re-created after that would never start there (its
+    # "original" template names the manager Job's controller-uid: 422 on every start).
+    (meta.get("annotations") or {}).pop(START_RECORD, None)
     spec = copy.deepcopy(local.get("spec") or {})
     spec.pop("selector", None)
     spec.pop("managedBy", None)
@@ -292,6 +308,7 @@ class Adapter:
             return remote_job(local, origin, workload)
         meta = _clone_meta(local.get("metadata") or {}, origin)
         meta["labels"][PREBUILT_LABEL] = workload
+        (meta.get("annotations") or {}).pop(START_RECORD, None)  # as ``remote_job``
         out = {"apiVersion": self.api_version, "kind": self.kind, "metadata": meta,
                "spec": copy.deepcopy(local.get("spec") or {})}
         _pop_path(out, self.managed_by)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.core.workload import Workload
 from app.kube.context import NS
 from app.wire.fields import Obj
-from app.wire.names import QUEUE_NAME_LABEL
+from app.wire.names import ADOPTED_BY_ANNOTATION, QUEUE_NAME_LABEL
 
 if TYPE_CHECKING:
     from app.kube.client import Resource
@@ -448,17 +448,20 @@ def pods_of_workload(kinds: Iterable[JobKind], pods: Iterable[Mapping[str, Any]]
     object with ``uid`` whose Workload is ``workload``, of whichever kind in ``kinds``: a
     pod's name label names an object of that kind whose Workload name (Kueue's, a hash of
     kind, name and uid) is ``workload``'s. For a Workload whose owner went with its owner
-    reference (``kubectl delete --cascade=orphan``), so only its uid is known."""
+    reference (``kubectl delete --cascade=orphan``), so only its uid is known. A MultiKueue
+    copy adopted by that object (annotation ``pykueue.dev/adopted-by: <uid>``) is named after
+    the manager's object, not this one: its pods are those of the object with ``uid``."""
     meta = workload.get("metadata") or {}
     wl_name, ns = str(meta.get("name", "")), str(meta.get("namespace", ""))
+    adopted = (meta.get("annotations") or {}).get(ADOPTED_BY_ANNOTATION) == uid
     labelled = [(k, pod_labels(k)[0]) for k in kinds if pod_labels(k)[0]]
     out = []
     for pod in pods:
         labels = (pod.get("metadata") or {}).get("labels") or {}
         for kind, label in labelled:
             name = labels.get(label)
-            if name and kind.workload_name({"metadata": {"name": name, "uid": uid,
-                                                         "namespace": ns}}) == wl_name \
+            if name and (adopted or kind.workload_name({"metadata": {
+                    "name": name, "uid": uid, "namespace": ns}}) == wl_name) \
                     and pod_of(kind, pod, name, uid, owner_gone=True):
                 if pod_holds(pod):
                     out.append(pod)

@@ -70,7 +70,13 @@ from app.kube.events import NORMAL, WARNING
 from app.kube.informers import DELETED
 from app.kube.workqueue import WorkQueue, acting_lane, work
 from app.wire.fields import Obj, WorkloadSpecError
-from app.wire.names import JOB_UID_LABEL, KUEUE_GROUP, PREBUILT_WORKLOAD_LABEL, PRIORITY_CLASS_LABEL
+from app.wire.names import (
+    ADOPTED_BY_ANNOTATION,
+    JOB_UID_LABEL,
+    KUEUE_GROUP,
+    PREBUILT_WORKLOAD_LABEL,
+    PRIORITY_CLASS_LABEL,
+)
 from app.wire.workload import job_pod_count, workload_from_object
 from app.wire.workload_status import (
     ADMITTED,
@@ -664,18 +670,22 @@ class JobReconciler:
             "name": meta["name"], "uid": meta.get("uid", ""), "controller": True,
             "blockOwnerDeletion": True})
         bmeta.setdefault("labels", {})[JOB_UID_LABEL] = str(meta.get("uid", ""))
+        # No other Job adopts it after this one (adoptable_copy), even once ownerless.
+        bmeta.setdefault("annotations", {})[ADOPTED_BY_ANNOTATION] = str(meta.get("uid", ""))
         out = await self.ctx.client.replace(WORKLOADS, body)
         self.ctx.store(WL).put(out)
         return out
 
     async def _without_workload(self, kind: JobKind, obj: Obj) -> float | None:
         ctx = self.ctx
-        if self._prebuilt(obj):
-            return 5.0  # its prebuilt Workload is not there (yet): never create one
         if not kind.is_suspended(obj) or kind.is_started(obj):
+            # A prebuilt one too: its Workload deleted (the manager's clean-up of a copy a
+            # tenant's own Job had adopted), it must not run on without an admission.
             await kind.stop(ctx, obj, "No matching Workload; restoring pod templates according "
                                       "to existent Workload")
             return None
+        if self._prebuilt(obj):
+            return 5.0  # its prebuilt Workload is not there (yet): never create one
         if self._pods_left(kind, obj) > 0:
             return PODS_POLL  # wait for the pods of the stopped object to go
         wpc, pc = self._priority_maps()

@@ -29,7 +29,7 @@ from typing import Any
 
 from app.core.multikueue import ORIGIN_LABEL, adapter_for
 from app.wire.fields import WorkloadSpecError
-from app.wire.names import PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL
+from app.wire.names import ADOPTED_BY_ANNOTATION, PREBUILT_WORKLOAD_LABEL, QUEUE_NAME_LABEL
 from app.wire.workload import check_dns_subdomain
 
 ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
@@ -132,8 +132,15 @@ def adoptable_copy(obj: Mapping[str, Any], wl: Mapping[str, Any]) -> bool:
     copy (label ``kueue.x-k8s.io/multikueue-origin``, which only a Workload writer sets: tenants
     do not). Ownerless is checked by the caller. Departure from Kueue, which adopts any
     prebuilt Workload: otherwise a tenant's new Job could take over the admission of an
-    orphaned Workload (``delete --cascade=orphan``) whose pods still run."""
+    orphaned Workload (``delete --cascade=orphan``) whose pods still run. A copy adopted
+    once (annotation ``pykueue.dev/adopted-by: <Job uid>``, written at the adoption) is
+    adopted again only by that Job: the worker's Job deleted with ``--cascade=orphan``
+    leaves the copy ownerless and its pods running, and the manager re-creates the Job,
+    which would otherwise start a second set of pods on the one admission."""
     meta = wl.get("metadata") or {}
     labels = meta.get("labels") or {}
-    return adopts_prebuilt(obj) and _prebuilt(obj) == meta.get("name") \
-        and isinstance(labels, Mapping) and ORIGIN_LABEL in labels
+    if not (adopts_prebuilt(obj) and _prebuilt(obj) == meta.get("name")
+            and isinstance(labels, Mapping) and ORIGIN_LABEL in labels):
+        return False
+    adopted_by = (meta.get("annotations") or {}).get(ADOPTED_BY_ANNOTATION)
+    return not adopted_by or adopted_by == str((obj.get("metadata") or {}).get("uid", ""))

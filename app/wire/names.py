@@ -34,3 +34,6 @@ PODSET_LABEL = "kueue.x-k8s.io/podset"
 # pykueue's start record on a started object: what the user wrote in each pod template before
 # the admission's flavors were injected (app.integrations.batchjob.job).
 ORIGINAL_ANNOTATION = "pykueue.dev/original-pod-scheduling"
+# pykueue's record on a MultiKueue Workload copy a worker's Job adopted: that Job's uid
+# (app.integrations.unsupported.adoptable_copy: no other Job adopts the copy after it).
+ADOPTED_BY_ANNOTATION = "pykueue.dev/adopted-by"

@@ -120,15 +120,19 @@ def _setup(all_sites: list[mk.Site]) -> None:
     mk.register_workers(manager, [w1, w2])
     _apply(w1, *_queues(4, []))
     _apply(w2, *_queues(0, []))
-    k = "kueue.x-k8s.io/v1beta2"
-    _apply(manager,
-           {"apiVersion": k, "kind": "MultiKueueConfig", "metadata": {"name": "mk-config"},
-            "spec": {"clusters": ["worker1", "worker2"]}},
-           {"apiVersion": k, "kind": "AdmissionCheck", "metadata": {"name": "mk-check"},
-            "spec": {"controllerName": MK, "parameters": {
-                "apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig",
-                "name": "mk-config"}}},
+    _apply(manager, *check_objects("mk-check", "mk-config", ["worker1", "worker2"]),
            *_queues(4, ["mk-check"]))
+
+
+def check_objects(check: str, config: str, clusters: list[str]) -> list[dict]:
+    """MultiKueueConfig ``config`` over ``clusters`` and AdmissionCheck ``check`` of the
+    MultiKueue controller naming it."""
+    k = "kueue.x-k8s.io/v1beta2"
+    return [{"apiVersion": k, "kind": "MultiKueueConfig", "metadata": {"name": config},
+             "spec": {"clusters": clusters}},
+            {"apiVersion": k, "kind": "AdmissionCheck", "metadata": {"name": check},
+             "spec": {"controllerName": MK, "parameters": {
+                 "apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": config}}}]
 
 
 def _job(name: str, run: str) -> dict:

@@ -64,6 +64,15 @@ def test_path_refused_unless_enabled_and_cluster_profile_unsupported():
     assert cluster_source_problem(profile, False)[0] == "MultiKueueClusterProfileFeatureDisabled"
 
 
+@pytest.mark.parametrize("location", ["../../team-b/secrets/creds", "a/b", "UPPER", "x" * 254])
+def test_a_secret_location_must_be_a_secret_name(location):
+    """A Secret location is put into the URL path: anything but a Secret's name (a DNS-1123
+    subdomain) could reach another namespace's Secret ("../" is normalised away)."""
+    ref = {"clusterSource": {"kubeConfig": {"location": location}}}
+    reason, message = cluster_source_problem(ref, allow_path=False)
+    assert reason == "BadKubeConfig" and "is not a Secret name" in message
+
+
 def _kubeconfig(cluster=None, user=None):
     return {"clusters": [{"name": "w", "cluster": {"server": "https://10.0.0.1:6443",
                                                    "certificate-authority-data": "Q0E=",
@@ -287,3 +296,18 @@ def test_kubeflow_adapters_use_run_policy():
         "managedBy": "kubeflow.org/mpi-operator"}}})
     assert not mpi.can_default_managed_by({"spec": {"runPolicy": {
         "managedBy": "kubeflow.org/training-operator"}}})
+
+
+def test_the_worker_job_does_not_carry_the_managers_start_record():
+    """The manager's pykueue starts its own Job once the check is Ready; a worker Job made
+    from it after that (re-created) must not look started there with the manager's template."""
+    from app.core.multikueue import START_RECORD, remote_job
+    from app.wire.names import ORIGINAL_ANNOTATION
+
+    assert START_RECORD == ORIGINAL_ANNOTATION
+    local = {"metadata": {"name": "j", "namespace": "ns", "annotations": {
+        START_RECORD: '{"labels":{"controller-uid":"manager-uid"}}', "team": "a"}},
+        "spec": {"template": {"spec": {}}}}
+    out = remote_job(local, "multikueue", "job-j-1")
+    assert out["metadata"]["annotations"] == {"team": "a"}
+    assert START_RECORD in local["metadata"]["annotations"]

@@ -293,3 +293,15 @@ def test_a_pod_with_a_jobs_name_label_and_no_owner_is_not_the_jobs() -> None:
     launcher = _pod(name, {"apiVersion": "batch/v1", "kind": "Job", "uid": "u4"})
     assert pods_of(PYTORCHJOB, [fake, forged, own, other, launcher], torch) == [own, launcher]
     assert pod_of(PYTORCHJOB, fake, "ddp", "u2", owner_gone=True)
+
+
+def test_the_pods_of_an_orphaned_multikueue_copy_hold_its_quota() -> None:
+    """A worker's Job deleted with ``--cascade=orphan``: the copy it adopted is named after the
+    manager's Job (another uid), so its pods are found by the uid it was adopted for
+    (``pykueue.dev/adopted-by``), not by the name Kueue would give the worker's Job."""
+    running = pod("job", "train", "worker-uid", 0, phase="Running")
+    copy_ = workload("job", "train", "manager-uid", owned=False, labelled=True)
+    copy_["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] = "worker-uid"
+    assert pods_of_workload([JOB], [running], copy_, "worker-uid") == []
+    copy_["metadata"]["annotations"] = {"pykueue.dev/adopted-by": "worker-uid"}
+    assert pods_of_workload([JOB], [running], copy_, "worker-uid") == [running]

@@ -187,3 +187,18 @@ def test_a_job_adopts_only_a_multikueue_copy_its_own_label_names() -> None:
     assert not adoptable_copy({**job, "kind": "RayJob", "apiVersion": "ray.io/v1"}, copy_)
     other = {"metadata": {"name": "job-other-9z8y7", "labels": {ORIGIN_LABEL: "manager"}}}
     assert not adoptable_copy(job, other)
+
+
+def test_a_copy_adopted_once_is_adopted_again_by_that_job_only() -> None:
+    """A worker's Job deleted with ``--cascade=orphan`` leaves its adopted copy ownerless
+    (its pods still run); the Job the manager re-creates must not adopt it again."""
+    from app.core.multikueue import ORIGIN_LABEL
+    from app.integrations.unsupported import adoptable_copy
+
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "j", "uid": "new", "labels": {PREBUILT_WORKLOAD_LABEL: "wl"}}}
+    adopted = {"metadata": {"name": "wl", "labels": {ORIGIN_LABEL: "manager"},
+                            "annotations": {"pykueue.dev/adopted-by": "old"}}}
+    assert not adoptable_copy(job, adopted)
+    same = {**job, "metadata": {**job["metadata"], "uid": "old"}}
+    assert adoptable_copy(same, adopted)
