@@ -9,7 +9,7 @@ HELM := $(or $(PYKUEUE_HELM_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pykueu
 # The lab's kubeconfig, where hack/lab.py puts it (LAB_STATE_DIR moves the lab's state).
 export KUBECONFIG := $(abspath $(or $(LAB_STATE_DIR),$(CURDIR)/.lab))/kubeconfig
 
-.PHONY: help multikueue-lab-up multikueue-lab-down kueuectl helm chart chart-lint release-manifest browser faults bench-lab bench-flood bench-versus bench-versus-large bench-cq-scaling kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help multikueue-lab-up multikueue-lab-down kueuectl helm chart chart-lint release-manifest browser faults bench-lab bench-flood bench-versus bench-versus-large bench-deep bench-cq-scaling kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -83,6 +83,9 @@ bench-flood: setup controlplane ## one tenant's flood of 3,000 Jobs vs another t
 
 bench-versus-large: setup controlplane kueue ## Kueue's large-scale scenario (1,000 ClusterQueues, 50,000 Workloads) with its CI thresholds, same runner; long (about an hour per target)
 	$(BIN)/python bench/versus.py --generator bench/scenarios/versus-large.yaml --rangespec bench/scenarios/versus-large-rangespec.yaml $(VERSUS_ARGS)
+
+bench-deep: setup controlplane kueue ## deep queues (issue 33): bench/scenarios/versus-deep.yaml, Kueue's manager and pykueue; admissions/min, time to admission, idle quota; DEEP_ARGS e.g. --per-cq 100
+	$(BIN)/python bench/deep.py $(DEEP_ARGS) --runs kueue,pykueue $(VERSUS_ARGS)
 
 bench-cq-scaling: setup ## simulator: CPU per admission at 30, 300, 1,000, 3,000 ClusterQueues (same Workloads per queue); JSON on stdout
 	$(BIN)/python bench/cq_scaling.py
