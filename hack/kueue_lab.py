@@ -96,13 +96,29 @@ class KueueLab:
             raise RuntimeError(f"kubectl {' '.join(cmd)}: {r.stderr.strip()}")
         return r
 
+    def wait_crds_established(self, timeout: float = 120) -> None:
+        """``kubectl wait --for=condition=Established crd --all``, again while a CRD just
+        created has no ``status.conditions`` yet: kubectl then fails at once (".status.conditions
+        accessor error: <nil>") instead of waiting. Raises RuntimeError after ``timeout``
+        seconds or on any other error."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(1, int(deadline - time.monotonic()))
+            r = self.kubectl("wait", "--for=condition=Established", f"--timeout={left}s",
+                             "crd", "--all", check=False, timeout=left + 30)
+            if r.returncode == 0:
+                return
+            if "accessor error" not in r.stderr or time.monotonic() > deadline:
+                raise RuntimeError(f"kubectl wait crd Established: {r.stderr.strip()}")
+            time.sleep(0.5)
+
     def use_kueue_crds(self, kdir: Path) -> None:
         """Replace pykueue's CRDs and ValidatingAdmissionPolicy (applied by `lab up`) with
         Kueue's CRDs."""
         # A CRD deleted while its storage is still initializing keeps its cleanup finalizer
         # for minutes ("could not list instances: storage is (re)initializing", retried with
         # backoff): wait until every one of pykueue's kinds can be listed first.
-        self.kubectl("wait", "--for=condition=Established", "--timeout=120s", "crd", "--all")
+        self.wait_crds_established()
         kinds = self.kubectl("get", "crd", "-o", "name").stdout.split()
         resources = ",".join(k.removeprefix("customresourcedefinition.apiextensions.k8s.io/")
                              for k in kinds if k.endswith(".kueue.x-k8s.io"))
@@ -114,7 +130,7 @@ class KueueLab:
         self.kubectl("delete", "-k", str(ROOT / "manifests" / "crds"), "--ignore-not-found",
                      "--wait=true")
         self.kubectl("create", "-f", str(kdir / "config" / "components" / "crd" / "bases"))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=120s", "crd", "--all")
+        self.wait_crds_established()
 
     def manager_config(self, kdir: Path, certs: Path, qps: int | None = None,
                        pods_ready_timeout: float | None = None) -> dict:

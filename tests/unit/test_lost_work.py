@@ -193,3 +193,22 @@ def test_idle_quota_while_a_fitting_workload_pends(tmp_path: Path) -> None:
     assert got["idle_pct_while_pending"] == 60.0  # 6 of 10 CPU-seconds
     assert got["usage_pct_while_pending"] == 40.0
     assert got["admissions"] == 2 and got["admissions_per_min"] == 24.0  # 2 in 5 s
+
+
+def test_deep_config_scales_and_its_quotas_are_read() -> None:
+    """bench/scenarios/versus-deep.yaml: 3 ClusterQueues of 10 CPUs, 400 Workloads each;
+    bench/deep.py scales it to --per-cq / --cqs."""
+    import yaml
+
+    ww = _watch_module()
+    deep = ROOT / "bench" / "scenarios" / "versus-deep.yaml"
+    assert ww.generator_quotas(deep) == {f"cq-0-{i}-cohort-0": ("cohort-0", 10_000, 0)
+                                         for i in range(3)}
+    spec = importlib.util.spec_from_file_location("deep", ROOT / "bench" / "deep.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cfg = mod.scaled(yaml.safe_load(deep.read_text()), 100, 2)
+    qs = cfg["cohorts"][0]["queuesSets"][0]
+    assert qs["count"] == 2
+    assert [ws["count"] for ws in qs["workloadsSets"]] == [88, 12]  # 350:50 of 100
