@@ -17,7 +17,9 @@ one watch event a line, each prefixed with the Unix time it arrived) — issue 3
   one second and sum to 0; written by each controller's own clock). The arrival time lags the
   write by the watch's latency, about the same for the admission and the eviction.
 * **Deep queues** (issue 33 item 4): admissions (every QuotaReserved transition, re-admissions
-  included) per minute over the window from the first Workload seen to the last admission;
+  included) per minute over the window from the first Workload seen to the last admission,
+  and per cohort per minute of the time when some Workload of the cohort was pending
+  (``admissions_per_min_while_pending``: the admission rate the queue saw while it waited);
   time to admission per class (first seen to latest admission: avg, p50, p95, max); and per
   cohort, how much quota sat idle while Workloads that fit were pending: ∫ max(0, Σ nominal -
   Σ usage) dt over the times when some ClusterQueue of the cohort had a pending Workload with
@@ -133,6 +135,7 @@ class _Cohort:
         self.idle_while_fit = 0.0  # ∫ free nominal dt while a pending one fit
         self.fit_s = 0.0
         self.peak_pending = 0
+        self.admitted_from_pending = 0  # admissions while the cohort had pending Workloads
 
     def advance(self, t: float) -> None:
         if self.last_t is not None and t > self.last_t:
@@ -156,6 +159,10 @@ class _Cohort:
         nwp = self.nominal_while_pending
         return {"nominal_cpu": self.nominal / 1000, "pending_s": round(self.pending_s, 1),
                 "peak_pending": self.peak_pending,
+                "admissions_while_pending": self.admitted_from_pending,
+                "admissions_per_min_while_pending": round(
+                    60 * self.admitted_from_pending / self.pending_s, 1)
+                if self.pending_s else None,
                 "usage_pct_while_pending": round(100 * self.used_while_pending / nwp, 1)
                 if nwp else None,
                 "idle_cpu_s_while_fit_pending": round(self.idle_while_fit / 1000, 1),
@@ -220,6 +227,8 @@ def analyse(path: Path, quotas: dict[str, tuple[str, int, int]] | None = None) -
         held = qr[0] and not fin[0] and not deleted
         pending = not qr[0] and not fin[0] and not deleted
         if coh is not None:
+            if held and not st["held"] and st["pending"]:
+                coh.admitted_from_pending += 1
             if held != st["held"]:
                 coh.usage[st["cq"]] += st["req"] if held else -st["req"]
             if pending != st["pending"]:

@@ -189,6 +189,7 @@ def test_idle_quota_while_a_fitting_workload_pends(tmp_path: Path) -> None:
     got = ww.analyse(_write(tmp_path / "w.jsonl", ev), quotas)
     c = got["cohorts"]["cohort-0"]
     assert c["pending_s"] == 5.0 and c["peak_pending"] == 2
+    assert c["admissions_while_pending"] == 2 and c["admissions_per_min_while_pending"] == 24.0
     assert c["idle_cpu_s_while_fit_pending"] == 6.0  # 2 CPU for 1 s, then 1 CPU for 4 s
     assert got["idle_pct_while_pending"] == 60.0  # 6 of 10 CPU-seconds
     assert got["usage_pct_while_pending"] == 40.0
@@ -196,7 +197,7 @@ def test_idle_quota_while_a_fitting_workload_pends(tmp_path: Path) -> None:
 
 
 def test_deep_config_scales_and_its_quotas_are_read() -> None:
-    """bench/scenarios/versus-deep.yaml: 3 ClusterQueues of 10 CPUs, 400 Workloads each;
+    """bench/scenarios/versus-deep.yaml: 3 ClusterQueues of 10 CPUs, 401 Workloads each;
     bench/deep.py scales it to --per-cq / --cqs."""
     import yaml
 
@@ -211,4 +212,5 @@ def test_deep_config_scales_and_its_quotas_are_read() -> None:
     cfg = mod.scaled(yaml.safe_load(deep.read_text()), 100, 2)
     qs = cfg["cohorts"][0]["queuesSets"][0]
     assert qs["count"] == 2
-    assert [ws["count"] for ws in qs["workloadsSets"]] == [88, 12]  # 350:50 of 100
+    # the blocker stays one; 7 x 50 small and 50 medium of 401 -> 12 each
+    assert [ws["count"] for ws in qs["workloadsSets"]] == [1] + [12] * 8
