@@ -614,8 +614,10 @@ def watch_table(results: list[dict[str, Any]]) -> list[str]:
         if w.get("idle_pct_while_pending") is not None:
             idle = (f"; usage while pending {w['usage_pct_while_pending']}% of nominal, "
                     f"idle while a fitting one pended {w['idle_pct_while_pending']}%; per "
-                    "cohort peak pending / admissions per min while pending " + ", ".join(
-                        f"{c['peak_pending']} / {c['admissions_per_min_while_pending']}"
+                    "cohort peak pending / admissions per min while pending / idle CPU-s "
+                    "while a fitting one pended (over s) " + ", ".join(
+                        f"{c['peak_pending']} / {c['admissions_per_min_while_pending']} / "
+                        f"{c['idle_cpu_s_while_fit_pending']} ({c['fit_pending_idle_s']} s)"
                         for c in w["cohorts"].values()))
         lines.append(f"  {r['run']}: {w['admissions']} admissions in "
                      f"{w['admission_window_s']} s = {w['admissions_per_min']}/min; {tta}{idle}")
