@@ -171,9 +171,12 @@ class _Cohort:
                 "fit_pending_idle_s": round(self.fit_s, 1)}
 
 
-def analyse(path: Path, quotas: dict[str, tuple[str, int, int]] | None = None) -> dict[str, Any]:
+def analyse(path: Path, quotas: dict[str, tuple[str, int, int]] | None = None,
+            until_s: float | None = None) -> dict[str, Any]:
     """The figures of one ``workloads.jsonl`` (see the module docstring). ``quotas``: from
-    ``generator_quotas``; without it the idle-quota figures are left out."""
+    ``generator_quotas``; without it the idle-quota figures are left out. ``until_s``: only
+    the events that arrived within that many seconds of the first (to compare a run with one
+    whose controller exited early)."""
     logs: dict[str, list[tuple[str, float]]] = {}
     logs_ltt: dict[str, list[tuple[str, float]]] = {}
     cls_of: dict[str, str] = {}
@@ -195,6 +198,8 @@ def analyse(path: Path, quotas: dict[str, tuple[str, int, int]] | None = None) -
         uid = md.get("uid", "")
         if t is not None:
             first_t = t if first_t is None else first_t
+            if until_s is not None and t - first_t > until_s:
+                break
         if uid not in state:
             cls_of[uid] = (md.get("labels") or {}).get(CLASS_LABEL, "?")
             state[uid] = {"qr": (False, ""), "ev": (False, ""), "fin": False,
@@ -280,9 +285,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="<out>/<run> directories")
     ap.add_argument("--generator", type=Path, help="the run's generator config (quotas)")
+    ap.add_argument("--until", type=float, help="only the first UNTIL seconds of each watch")
     a = ap.parse_args()
     quotas = generator_quotas(a.generator) if a.generator else None
-    res = {r.name: analyse(r / "workloads.jsonl", quotas) for r in a.runs}
+    res = {r.name: analyse(r / "workloads.jsonl", quotas, a.until) for r in a.runs}
     print(json.dumps(res, indent=2))
 
 

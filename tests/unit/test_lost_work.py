@@ -148,6 +148,9 @@ def test_replay_of_a_kueue_like_watch(tmp_path: Path) -> None:
     assert got["admissions"] == 3
     assert got["time_to_admission_s"]["small"]["max"] == 20.0  # first seen 100, latest 120
     assert got["workloads"] == 1
+    # the first 5 s of the watch: only the first eviction
+    early = ww.analyse(tmp_path / "w.jsonl", until_s=5.0)
+    assert early["lost"]["total"]["evictions"] == 1 and early["lost"]["total"]["lost_s"] == 3.5
 
 
 def test_replay_when_evicted_stays_true_across_a_readmission(tmp_path: Path) -> None:
