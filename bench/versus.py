@@ -49,6 +49,12 @@ summary Kueue's checker reads. Measured here per run:
 * ``apiserver_request_total`` by verb (and by verb + resource) over the same window: every client's
   requests, the runner's included (the same ones in every run, but for evictions);
 * the machine's load average at the start and end of each run (the machine is shared);
+* from the Workload watch, always recorded (``<out>/<run>/workloads.jsonl``) and read by
+  bench/workload_watch.py (``watch`` in the JSON): per class and in total, evictions and the
+  **admitted seconds lost to eviction** (latest admission -> eviction, watch arrival times;
+  ``lost_ltt`` by lastTransitionTime), admissions per minute, time to admission, and (with
+  the generator's quotas) the quota idle while Workloads that fit were pending, per cohort
+  (issue 33; bench/deep.py and ``make bench-deep`` for deep queues);
 * Kueue's checker (``go test -c`` of test/performance/scheduler/checker) run on the summary with a
   cmdStats file written from those numbers and Kueue's baseline rangespec.yaml; and the same
   thresholds, pass/fail per threshold, printed in the table.
