@@ -9,7 +9,7 @@ HELM := $(or $(PYKUEUE_HELM_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pykueu
 # The lab's kubeconfig, where hack/lab.py puts it (LAB_STATE_DIR moves the lab's state).
 export KUBECONFIG := $(abspath $(or $(LAB_STATE_DIR),$(CURDIR)/.lab))/kubeconfig
 
-.PHONY: help multikueue-lab-up multikueue-lab-down multikueue-interop run-multikueue kueuectl helm chart chart-lint release-manifest browser faults bench-lab bench-flood bench-versus bench-versus-large bench-cq-scaling bench-kinds kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help multikueue-lab-up multikueue-lab-down multikueue-interop run-multikueue kueuectl helm chart chart-lint release-manifest browser faults bench-lab bench-flood bench-versus bench-versus-large bench-deep bench-cq-scaling bench-kinds kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -94,6 +94,8 @@ bench-kinds: lab-up operators ## per job kind, seconds from admission to its pod
 	$(BIN)/python hack/lab.py operators-up --skip-busy $(RUN_OPERATORS)
 	$(BIN)/python hack/lab.py pykueue-up
 	$(BIN)/python bench/kinds_latency.py $(KINDS_ARGS)
+bench-deep: setup controlplane kueue ## deep queues (issue 33): bench/scenarios/versus-deep.yaml, Kueue's manager and pykueue; admissions/min, time to admission, idle quota; DEEP_ARGS e.g. --per-cq 100
+	$(BIN)/python bench/deep.py $(DEEP_ARGS) --runs kueue,pykueue $(VERSUS_ARGS)
 
 bench-cq-scaling: setup ## simulator: CPU per admission at 30, 300, 1,000, 3,000 ClusterQueues (same Workloads per queue); JSON on stdout
 	$(BIN)/python bench/cq_scaling.py

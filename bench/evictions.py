@@ -41,10 +41,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from collections import Counter, defaultdict
-from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workload_watch import cpu_milli as cpu  # noqa: E402
+from workload_watch import ts  # noqa: E402
 
 UID_RE = re.compile(r"UID: ([0-9a-f-]{36})")
 FLAGS = ("fit_by_borrowing", "excess_victim", "repeat_round", "concurrent_cohort",
@@ -53,26 +57,11 @@ FLAGS = ("fit_by_borrowing", "excess_victim", "repeat_round", "concurrent_cohort
 WHEN = ((10.0, "0-10s"), (60.0, "10-60s"), (float("inf"), "60s+"))
 
 
-def ts(v: str | None) -> float | None:
-    return None if not v else datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
-
-
 def cond(obj: dict[str, Any], t: str) -> dict[str, Any] | None:
     for c in (obj.get("status") or {}).get("conditions") or []:
         if c.get("type") == t:
             return c
     return None
-
-
-def cpu(obj: dict[str, Any]) -> int:
-    """The Workload's cpu request in milli-CPU (count x per-pod request)."""
-    total = 0
-    for ps in obj["spec"]["podSets"]:
-        for c in ps["template"]["spec"]["containers"]:
-            v = str(((c.get("resources") or {}).get("requests") or {}).get("cpu", "0"))
-            m = int(v[:-1]) if v.endswith("m") else int(float(v) * 1000)
-            total += m * ps.get("count", 1)
-    return total
 
 
 def events(path: Path):

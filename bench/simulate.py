@@ -9,7 +9,9 @@ Runs ``pykueue simulate`` in-process (``app.sim``) on bench/scenarios/<name>.yam
 one JSON document: per scenario ``cpu_s`` (CPU seconds of the simulation), ``makespan_s``
 (virtual time until the last Workload finished) against ``capacity_bound_s`` (66 s for the
 baseline) and its ratio, ``classes`` (average, p50, p95 time to admission per workload class,
-evictions), ``usage_pct`` (Kueue's ClusterQueue-class usage), decision counts and
+evictions, admitted seconds lost to them), ``lost_to_eviction`` (per class and total:
+evictions and Σ latest admission -> eviction in virtual seconds, app.sim.lost_work),
+``usage_pct`` (Kueue's ClusterQueue-class usage), decision counts and
 ``decision_hash`` (sha256 of every decision's time and repr, in order: equal hashes mean
 identical decisions), and whether
 the issue's targets are met:
@@ -100,8 +102,10 @@ def run(name: str, budget: float) -> dict:
                         "p50_time_to_admission_s": c["p50_time_to_admission_s"],
                         "p95_time_to_admission_s": c["p95_time_to_admission_s"],
                         "avg_time_to_first_admission_s": c["avg_time_to_first_admission_s"],
-                        "evictions": c["evictions"]}
+                        "evictions": c["evictions"],
+                        "lost_s": (f["lost_to_eviction"].get(k) or {}).get("lost_s")}
                     for k, c in f["classes"].items()},
+        "lost_to_eviction": f["lost_to_eviction"],
         "usage_pct": f["usage_pct"],
         "kueue": KUEUE.get(name),
     }

@@ -49,6 +49,12 @@ summary Kueue's checker reads. Measured here per run:
 * ``apiserver_request_total`` by verb (and by verb + resource) over the same window: every client's
   requests, the runner's included (the same ones in every run, but for evictions);
 * the machine's load average at the start and end of each run (the machine is shared);
+* from the Workload watch, always recorded (``<out>/<run>/workloads.jsonl``) and read by
+  bench/workload_watch.py (``watch`` in the JSON): per class and in total, evictions and the
+  **admitted seconds lost to eviction** (latest admission -> eviction, watch arrival times;
+  ``lost_ltt`` by lastTransitionTime), admissions per minute, time to admission, and (with
+  the generator's quotas) the quota idle while Workloads that fit were pending, per cohort
+  (issue 33; bench/deep.py and ``make bench-deep`` for deep queues);
 * Kueue's checker (``go test -c`` of test/performance/scheduler/checker) run on the summary with a
   cmdStats file written from those numbers and Kueue's baseline rangespec.yaml; and the same
   thresholds, pass/fail per threshold, printed in the table.
@@ -78,6 +84,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
 
 from kueue_lab import KUEUE_VERSION, KueueLab, bin_dir, module_dir  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "bench"))
+from workload_watch import analyse as analyse_watch  # noqa: E402
+from workload_watch import generator_quotas  # noqa: E402
 
 RUNS = ("minimalkueue", "kueue", "kueue-qps1000", "pykueue", "pykueue-qps1000")
 DEFAULT_RUNS = ("minimalkueue", "kueue", "kueue-qps1000", "pykueue")
@@ -263,15 +273,36 @@ class VersusRun:
     # -- measurements
 
     def start_trace(self) -> list[Tracer]:
-        """``--trace``: every Workload change into ``workloads.jsonl`` and every Event
-        (created or patched) into ``events.jsonl`` (watch events, one a line, each prefixed
-        with the Unix time it arrived), for bench/evictions.py and bench/writes.py; the same
-        watches for every controller."""
+        """Always: every Workload change into ``workloads.jsonl`` (one watch, copied as it
+        comes: the lost-seconds and deep-queue figures of bench/workload_watch.py, and
+        bench/evictions.py); ``--trace``: also every Event (created or patched) into
+        ``events.jsonl`` (bench/writes.py). Watch events one a line, each prefixed with the
+        Unix time it arrived; the same watches for every controller."""
         kubectl = [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig),
                    "get", "--raw"]
-        return [Tracer(kubectl, path, self.out / f"{name}.jsonl") for name, path in (
-            ("workloads", "/apis/kueue.x-k8s.io/v1beta2/workloads?watch=true"),
-            ("events", "/api/v1/events?watch=true"))]
+        watches = [("workloads", "/apis/kueue.x-k8s.io/v1beta2/workloads?watch=true")]
+        if self.args.trace:
+            watches.append(("events", "/api/v1/events?watch=true"))
+        return [Tracer(kubectl, path, self.out / f"{name}.jsonl") for name, path in watches]
+
+    def watch_figures(self, tracers: list[Tracer]) -> dict[str, Any]:
+        """bench/workload_watch.py on this run's Workload watch (closed first)."""
+        path = self.out / "workloads.jsonl"
+        # the watch may trail the API server under load: until it has been quiet for 2 s
+        deadline, size, quiet = time.monotonic() + 60, -1, 0
+        while path.exists() and time.monotonic() < deadline and quiet < 4:
+            now = path.stat().st_size
+            quiet, size = (quiet + 1 if now == size else 0), now
+            time.sleep(0.5)
+        for t in tracers:
+            t.close()
+        if not path.exists():
+            return {}
+        try:
+            quotas = generator_quotas(self.args.generator)
+        except (OSError, KeyError, TypeError, ValueError):
+            quotas = None
+        return analyse_watch(path, quotas)
 
     def apiserver_counts(self) -> dict[tuple[str, str], float]:
         r = self.kubectl("get", "--raw", "/metrics", check=False, timeout=60)
@@ -303,7 +334,7 @@ class VersusRun:
             time.sleep(3)  # leader election, caches
             sampler = Sampler(pid)
             sampler.start()
-            tracers = self.start_trace() if self.args.trace else []
+            tracers = self.start_trace()
             before = self.apiserver_counts()
             cpu0 = sampler.total_cpu()
             busy0 = machine_busy_cpu()
@@ -386,6 +417,7 @@ class VersusRun:
             result["api_requests_by_resource"] = {f"{v} {res}": n for (v, res), n in
                                                   sorted(diff.items()) if n > 0}
             result.update(self.read_summary(runner_out / "summary.yaml"))
+            result["watch"] = self.watch_figures(tracers)
             result["checker"] = (self.checker(runner_out, result) if "error" not in result
                                  else {"ran": False})
         except Exception as exc:  # noqa: BLE001 - one failed run must not hide the others
@@ -502,6 +534,7 @@ def table(results: list[dict[str, Any]]) -> str:
         return "-" if ok is None else ("pass" if ok else "FAIL")
 
     head = ["run", "wall s", "adm small s", "adm medium s", "adm large s", "usage %", "evict",
+            "lost s",
             "ctrl CPU s", "peak RSS MB", "busy CPU s (share)", "runner CPU s", "API req",
             "load 1m start/end", "thresholds"]
     rows = [head]
@@ -516,6 +549,7 @@ def table(results: list[dict[str, Any]]) -> str:
             *(f((cls.get(c) or {}).get("avg_time_to_admission_s"), 2)
               for c in ("small", "medium", "large")),
             f((r.get("usage_pct") or {}).get("cq"), 1), f(r.get("evictions")),
+            f(((((r.get("watch") or {}).get("lost") or {}).get("total")) or {}).get("lost_s")),
             f((r.get("controller") or {}).get("cpu_s")),
             f((r.get("controller") or {}).get("peak_rss_mb")),
             (f"{m['busy_cpu_s']:.0f} ({m['busy_share']:.2f})"
@@ -536,6 +570,7 @@ def table(results: list[dict[str, Any]]) -> str:
         if r.get("api_requests_by_verb"):
             lines.append(f"  {r['run']}: " + ", ".join(
                 f"{k} {n}" for k, n in r["api_requests_by_verb"].items()))
+    lines.extend(watch_table(results))
     ratios = ratios_of(results)
     if ratios:
         lines.append("")
@@ -550,6 +585,49 @@ def table(results: list[dict[str, Any]]) -> str:
             lines.append(f"  {r['run']}: {'PASS' if c['passed'] else 'FAIL'}"
                          + (f" ({'; '.join(c['failures'])})" if c.get("failures") else ""))
     return "\n".join(lines)
+
+
+def watch_table(results: list[dict[str, Any]]) -> list[str]:
+    """The Workload watch's figures (bench/workload_watch.py): evictions and admitted seconds
+    lost per class, then admissions per minute, time to admission and idle quota."""
+    runs = [r for r in results if (r.get("watch") or {}).get("lost")]
+    if not runs:
+        return []
+    lines = ["", "Evictions / admitted seconds lost to eviction, per class (watch arrival "
+             "times; [by lastTransitionTime, 1 s resolution]):"]
+    classes = sorted({c for r in runs for c in r["watch"]["lost"]} - {"total"}) + ["total"]
+    for r in runs:
+        w = r["watch"]
+        cells = []
+        for c in classes:
+            a, b = w["lost"].get(c), (w.get("lost_ltt") or {}).get(c)
+            if a is None:
+                continue
+            cells.append(f"{c} {a['evictions']} / {a['lost_s']:.1f} s"
+                         + (f" [{b['lost_s']:.0f} s]" if b else "")
+                         + (f" ({a['after_finish']} of finished ones)" if a["after_finish"]
+                            else "")
+                         + (f" ({a['unmatched']} unmatched)" if a["unmatched"] else ""))
+        lines.append(f"  {r['run']}: " + "; ".join(cells))
+    lines.append("")
+    lines.append("Admissions (re-admissions included) and time to admission (first seen to "
+                 "latest admission), idle quota while Workloads that fit were pending:")
+    for r in runs:
+        w = r["watch"]
+        tta = "; ".join(f"{c} avg {v['avg']} p50 {v['p50']} p95 {v['p95']} max {v['max']} s"
+                        for c, v in (w.get("time_to_admission_s") or {}).items())
+        idle = ""
+        if w.get("idle_pct_while_pending") is not None:
+            idle = (f"; usage while pending {w['usage_pct_while_pending']}% of nominal, "
+                    f"idle while a fitting one pended {w['idle_pct_while_pending']}%; per "
+                    "cohort peak pending / admissions per min while pending / idle CPU-s "
+                    "while a fitting one pended (over s) " + ", ".join(
+                        f"{c['peak_pending']} / {c['admissions_per_min_while_pending']} / "
+                        f"{c['idle_cpu_s_while_fit_pending']} ({c['fit_pending_idle_s']} s)"
+                        for c in w["cohorts"].values()))
+        lines.append(f"  {r['run']}: {w['admissions']} admissions in "
+                     f"{w['admission_window_s']} s = {w['admissions_per_min']}/min; {tta}{idle}")
+    return lines
 
 
 def ratios_of(results: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
@@ -571,6 +649,8 @@ def ratios_of(results: list[dict[str, Any]]) -> dict[str, dict[str, float | None
                                  (cb.get(c) or {}).get("avg_time_to_admission_s"))
                for c in ("small", "medium", "large")},
             "evictions": ratio(a.get("evictions"), b.get("evictions")),
+            "lost_s": ratio(*(((((x.get("watch") or {}).get("lost") or {}).get("total"))
+                               or {}).get("lost_s") for x in (a, b))),
             "cpu": ratio((a.get("controller") or {}).get("cpu_s"),
                          (b.get("controller") or {}).get("cpu_s")),
             "rss": ratio((a.get("controller") or {}).get("peak_rss_mb"),

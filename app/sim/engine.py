@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from app.core.decisions import Admit, Decision, Pending, Preempt
 from app.core.scheduling_cycle import Scheduler
 from app.core.types import ClusterQueueName, FlavorResource, ResourceName, WorkloadKey
+from app.sim.lost_work import ADMITTED, EVICTED, FINISHED
 from app.sim.trace import US, Submission, Trace
 
 __all__ = ["QueueTimeline", "SimulationError", "Simulator", "WorkloadRun"]
@@ -64,6 +65,9 @@ class WorkloadRun:
     admissions: int = 0
     evictions: int = 0
     run: int = 0  # bumped when a run starts or is lost: stale finish events are ignored
+    # (kind, virtual seconds) of each admission, eviction (the Preempt decision: Kueue sets
+    # Evicted=True then) and the finish, in order: app.sim.lost_work's input
+    log: list[tuple[str, float]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -239,6 +243,7 @@ class Simulator:
             return
         self.cluster.finish(key)
         r.finished_us = t
+        r.log.append((FINISHED, t / US))
         self._wls.pop(key, None)
         cq = r.cluster_queue
         assert cq is not None
@@ -269,6 +274,7 @@ class Simulator:
             r.last_admitted_us = t
             r.admissions += 1
             r.run += 1
+            r.log.append((ADMITTED, t / US))
             # The status write "lands": the watch brings the Workload with its admission.
             wl = replace(self._wls[d.workload], admission=d.admission,
                          quota_reserved_at=t / US, evicted_at=None)
@@ -284,6 +290,7 @@ class Simulator:
                 self.victims += 1
                 r = self.runs[v.workload]
                 r.evictions += 1
+                r.log.append((EVICTED, t / US))
                 self._push(t + self.eviction_delay_us, _EVICTED, v.workload, r.run)
         elif isinstance(d, Pending):
             self.pendings += 1

@@ -17,7 +17,12 @@
      "cluster_queues": {name: {"cohort", "class", "nominal", "average", "peak",
                                "usage_pct", "admissions", "evictions", "last_change_s"}},
      "unadmitted": {"count": int, "first": [{"workload", "cluster_queue", "reason",
-                                             "message"}]}}
+                                             "message"}]},
+     "lost_to_eviction": {class | "total": {"evictions", "lost_s", "unmatched",
+                                            "clamped"}}}
+
+``lost_to_eviction``: admitted seconds lost to eviction (app.sim.lost_work): per eviction the
+virtual time from the victim's latest admission to its Preempt decision, summed.
 
 Amounts in ``nominal`` / ``average`` / ``peak`` are in display units: cores for cpu, bytes
 for memory, counts otherwise. ``timelines(sim)`` gives the per-queue timeline (columns).
@@ -32,6 +37,7 @@ from typing import Any
 from app.core.quantity import is_milli
 from app.core.types import ClusterQueueName, FlavorResource
 from app.sim.engine import QueueTimeline, Simulator
+from app.sim.lost_work import lost_work_by_class
 from app.sim.trace import US, Trace
 
 __all__ = ["capacity_bound", "plot", "print_report", "summarize", "timelines"]
@@ -205,6 +211,9 @@ def summarize(sim: Simulator, *, max_unadmitted: int = 20) -> dict[str, Any]:
         "decisions": {"admit": sim.admits, "preempt": sim.preemptions, "victims": sim.victims,
                       "pending": sim.pendings},
         "eviction_delay_s": sim.eviction_delay_us / US,
+        "lost_to_eviction": {k: v.as_dict() for k, v in lost_work_by_class(
+            {r.key: r.log for r in sim.runs.values()},
+            {r.key: r.class_name for r in sim.runs.values()}).items()},
         "classes": dict(sorted(classes.items())),
         "usage_pct": overall["usage_pct"],
         "cluster_queue_classes": {k: _group_usage(v, nominal) for k, v in by_class.items()},
@@ -296,7 +305,7 @@ def print_report(sim: Simulator, summary: Mapping[str, Any], *, max_queues: int 
 
     ct = Table(title="Workload classes (times in seconds; admission = last, as Kueue)")
     for col in ("class", "count", "finished", "avg to admission", "p50", "p95", "max",
-                "avg to finish", "evictions"):
+                "avg to finish", "evictions", "lost s"):
         ct.add_column(col, justify="left" if col == "class" else "right")
 
     def f(v: float | None) -> str:
@@ -306,7 +315,8 @@ def print_report(sim: Simulator, summary: Mapping[str, Any], *, max_queues: int 
         ct.add_row(name, str(c["count"]), str(c["finished"]), f(c["avg_time_to_admission_s"]),
                    f(c["p50_time_to_admission_s"]), f(c["p95_time_to_admission_s"]),
                    f(c["max_time_to_admission_s"]), f(c["avg_time_to_finish_s"]),
-                   str(c["evictions"]))
+                   str(c["evictions"]),
+                   f((s.get("lost_to_eviction", {}).get(name) or {}).get("lost_s")))
     con.print(ct)
 
     qt = Table(title="ClusterQueues (amounts in cores for cpu, else as counted)")

@@ -166,6 +166,12 @@ def test_small_trace_figures() -> None:
     assert f["classes"]["train"]["avg_time_to_first_admission_s"] == 0
     assert f["classes"]["train"]["evictions"] == 1
     assert f["classes"]["serve"]["avg_time_to_admission_s"] == 1
+    # a1 admitted at 0, preempted at 2 (the Preempt decision: Evicted=True): 2 s thrown away.
+    lost_a1 = {"evictions": 1, "lost_s": 2.0, "unmatched": 0, "clamped": 0, "after_finish": 0}
+    assert f["lost_to_eviction"] == {
+        "serve": {"evictions": 0, "lost_s": 0.0, "unmatched": 0, "clamped": 0,
+                  "after_finish": 0},
+        "train": lost_a1, "total": lost_a1}
     # 69 / 16 = 4.3125 cpu of 4 = 107.81 %; 12 / 6 = 2 of 4 = 50 %; both: 81 / 16 / 8.
     assert f["cluster_queues"]["team-a"]["usage_pct"] == {"default/cpu": 107.81}
     assert f["cluster_queues"]["team-b"]["usage_pct"] == {"default/cpu": 50.0}
