@@ -103,14 +103,7 @@ def apply(site: mk.Site, *objs: Obj) -> None:
 
 
 def wait(what: str, fn: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.25)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+    return mk.wait_until(what, fn, timeout)
 
 
 # ---------------------------------------------------------------- starting the labs

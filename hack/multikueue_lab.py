@@ -25,8 +25,11 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "hack"))
@@ -112,6 +115,20 @@ def cluster(name: str, location: str, location_type: str = "Secret") -> dict:
             "metadata": {"name": name},
             "spec": {"clusterSource": {"kubeConfig": {"location": location,
                                                       "locationType": location_type}}}}
+
+
+def wait_until(what: str, fn: Callable[[], Any], timeout: float, period: float = 0.25,
+               error: type[Exception] = TimeoutError) -> Any:
+    """``fn()``'s first truthy value, asked every ``period`` seconds; raises ``error`` naming
+    ``what`` and the last value after ``timeout`` seconds (the scripts on these labs)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(period)
+    raise error(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 def is_up(site: Site) -> bool:

@@ -74,14 +74,7 @@ def items(site: mk.Site, *args: str) -> list[Obj]:
 
 
 def wait(what: str, fn: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise ScenarioError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+    return mk.wait_until(what, fn, timeout, 0.5, ScenarioError)
 
 
 def gpu_job(name: str, gpus: int, run: str) -> Obj:
