@@ -34,6 +34,20 @@ NO_EFFECT = {
     ("AdmissionCheck", "spec.parameters.apiGroup"): "see spec.parameters",
     ("AdmissionCheck", "spec.parameters.kind"): "see spec.parameters",
     ("AdmissionCheck", "spec.parameters.name"): "see spec.parameters",
+    ("Workload", "spec.podSets[].topologyRequest"):
+        "Kueue's topology request, stored so that a Kueue manager's MultiKueue copy keeps the "
+        "spec it compares; pykueue has no Topology Aware Scheduling: the CRD rule on "
+        "topologyRequest refuses every constraint (hack/gen_crds.py topology_request)",
+    **{("Workload", f"spec.podSets[].topologyRequest.{f}"):
+       "index labels Kueue's adapters set on every Job's podSet; with no Topology Aware "
+       "Scheduling they place nothing (Kueue without TAS the same)"
+       for f in ("podIndexLabel", "subGroupIndexLabel", "subGroupCount")},
+    **{("Workload", f"spec.podSets[].topologyRequest.{f}"):
+       "a Topology Aware Scheduling constraint: refused by the CRD rule on topologyRequest"
+       for f in ("podSetGroupName", "podSetSliceRequiredTopology", "podSetSliceSize",
+                 "podsetSliceRequiredTopologyConstraints",
+                 "podsetSliceRequiredTopologyConstraints[].topology", "preferred",
+                 "unconstrained", "required")},
 }
 
 # (kind, path) -> the text of the CRD rule that refuses it.
