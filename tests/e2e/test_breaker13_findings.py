@@ -137,8 +137,8 @@ def test_a_worker_job_deleted_with_orphan_is_not_run_again_beside_its_pods(mk_si
     it (OwnerNotFound), the manager Finished its Workload too: the pod ran on no quota on
     either cluster. After: a copy adopted once is adopted again by that Job only
     (``pykueue.dev/adopted-by``), and its pods are those of the uid it was adopted for: the
-    new Job stays suspended (Event ``WorkloadNameConflict``), 1 pod Running, the copy waits
-    for it (Event ``WaitingForPods``)."""
+    new Job stays suspended (Event ``WorkloadNameConflict``), 1 pod Running, the copy keeps
+    its quota (QuotaReserved, not Finished) and the manager's Workload is not Finished."""
     manager, w1, _ = mk_sites
     name = f"orph-{uuid.uuid4().hex[:6]}"
     _tenant_apply(manager, _job(name, "90s"))
@@ -171,7 +171,12 @@ def test_a_worker_job_deleted_with_orphan_is_not_run_again_beside_its_pods(mk_si
         def accounted() -> str | None:
             if _cond(_get(manager, "workload", wl_name, "-n", NS), "Finished"):
                 return "the manager's Workload Finished while the pod runs"
-            return "waits" if _events(w1, wl_name, "WaitingForPods") else None
+            copy = _get(w1, "workload", wl_name, "-n", NS)
+            if copy is None or (_cond(copy, "Finished") or {}).get("status") == "True":
+                return "worker1's copy gone or Finished while the pod runs"
+            holds = (_cond(copy, "QuotaReserved") or {}).get("status") == "True"
+            return "waits" if holds and (_events(w1, wl_name, "WaitingForPods")
+                                         or len(_running(w1, name)) == 1) else None
         assert wait_for(accounted, 30, "the copy waiting for the orphaned pod") == "waits"
         assert len(_running(w1, name)) == 1
     finally:
