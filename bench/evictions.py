@@ -49,6 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workload_watch import cpu_milli as cpu  # noqa: E402
 from workload_watch import ts  # noqa: E402
+from workload_watch import watch_events as events  # noqa: E402
 
 UID_RE = re.compile(r"UID: ([0-9a-f-]{36})")
 FLAGS = ("fit_by_borrowing", "excess_victim", "repeat_round", "concurrent_cohort",
@@ -62,23 +63,6 @@ def cond(obj: dict[str, Any], t: str) -> dict[str, Any] | None:
         if c.get("type") == t:
             return c
     return None
-
-
-def events(path: Path):
-    with path.open() as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            t = None
-            if not line.startswith("{"):
-                t, line = line.split(" ", 1)
-            try:
-                ev = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if ev.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                yield (float(t) if t else None), ev
 
 
 def analyse(run_dir: Path, nominal: int, borrowing_limit: int, round_gap: int,
