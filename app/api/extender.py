@@ -52,6 +52,7 @@ from app.extender.placement import (
     filter_pod,
     filter_unadmitted,
     filter_unsynced,
+    withhold,
     gpu_scores,
     make_node_facts,
     pod_facts,
@@ -369,6 +370,10 @@ def _decide(req: _Parsed, state: ExtenderState | None,
     view = (state.workload_for_pod(pod.namespace, pod.job_name, pod.job_uid)
             if pod.job_name else None)
     index = req.index if req.index is not None else state.node_index()
+    if view is None:
+        why = state.withheld(pod)
+        if why:
+            return withhold(req.names, why)
     if view is None and admitted_only and not state.pod_admitted(pod):
         return filter_unadmitted(pod, req.names, index, state.flavors())
     return filter_pod(pod, view, req.names, index, state.flavors())

@@ -275,6 +275,28 @@ class StoreExtenderState(InMemoryExtenderState):
         return _admitted(wl) and any(r.get("uid") == pod.uid and r.get("kind") == "Pod"
                                      for r in refs)
 
+    def withheld(self, pod: PodFacts) -> str:
+        """``ExtenderState.withheld`` over the stores: the pod's controller (same uid) is a
+        stored object of a registered kind whose top-most queued ancestor's kind says its
+        pods are not covered (``KindDefaults.withholds``: a RayCluster claiming a RayService
+        or RayJob as controller that is not the cluster it runs on). A controller the stores
+        do not hold yet withholds nothing (the reconciler stops such an object when it
+        sees it)."""
+        if pod.controller is None or self.registry is None:
+            return ""
+        group, kind_name, name, uid = pod.controller
+        kind = self.registry.kind_for(group, kind_name)
+        if kind is None or kind.top_level:
+            return ""
+        owner = lookup(kind, self.ctx, pod.namespace, name)
+        if owner is None or (uid and owner["metadata"].get("uid") != uid):
+            return ""
+        top = stored_ancestor(self.ctx, self.registry, owner)
+        if top is None:
+            return ""
+        parent_kind, parent = top
+        return str(kind.withholds(self.ctx, owner, parent_kind, parent) or "")
+
     def workload_for_pod(self, namespace: str, job_name: str,
                          job_uid: str = "") -> PodWorkloadView | None:
         job = self.ctx.store(JOB).get(f"{namespace}/{job_name}")

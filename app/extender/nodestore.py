@@ -55,6 +55,12 @@ class ExtenderState(Protocol):
         asked only with ``extender.flavor_nodes_for_admitted_only``."""
         ...
 
+    def withheld(self, pod: PodFacts) -> str:
+        """Why ``pod`` may be placed on no node although no Workload view covers it (its
+        controller is an object a queued ancestor's admission does not cover, such as a
+        RayCluster forged under an admitted RayService), or ``""``."""
+        ...
+
     def node(self, name: str) -> dict[str, Any] | None:
         """The core/v1 Node object last seen by the watch, or ``None``."""
         ...
@@ -194,6 +200,7 @@ class InMemoryExtenderState(NodeStoreBacked):
     known_flavors: tuple[FlavorView, ...] = ()
     is_synced: bool = True
     admitted_pods: set[str] = field(default_factory=set)  # "ns/name" of covered pods
+    withheld_pods: dict[str, str] = field(default_factory=dict)  # "ns/name" -> why
 
     def set_workload(self, namespace: str, job_name: str, view: PodWorkloadView | None) -> None:
         """Record (or with ``None`` forget) the Workload of Job ``namespace/job_name``."""
@@ -214,3 +221,6 @@ class InMemoryExtenderState(NodeStoreBacked):
 
     def pod_admitted(self, pod: PodFacts) -> bool:
         return pod.key in self.admitted_pods
+
+    def withheld(self, pod: PodFacts) -> str:
+        return self.withheld_pods.get(pod.key, "")

@@ -515,7 +515,8 @@ def filter_unadmitted(pod: PodFacts, names: Sequence[str], index: NodeIndex,
     return FilterDecision(passing, unresolvable=unresolvable)
 
 
-def _withheld(names: Sequence[str], why: str) -> FilterDecision:
+def withhold(names: Sequence[str], why: str) -> FilterDecision:
+    """Every node of ``names`` unresolvable: ``node(s) withheld by pykueue: <why>``."""
     reason = f"node(s) withheld by pykueue: {why}"
     return FilterDecision([], unresolvable=dict.fromkeys(names, reason))
 
@@ -538,22 +539,22 @@ def filter_pod(
         return FilterDecision(list(names))
     wl = f"Workload {view.key}"
     if not view.admitted:
-        return _withheld(names, f"{wl} is not admitted: {view.pending_reason or 'pending'}")
+        return withhold(names, f"{wl} is not admitted: {view.pending_reason or 'pending'}")
     pod_set = pod.pod_set
     if pod_set is None:
         if len(view.pod_set_flavors) != 1:
             sets = ", ".join(sorted(view.pod_set_flavors)) or "none"
-            return _withheld(names, f"pod has no label {PODSET_LABEL} and {wl} has podSets {sets}")
+            return withhold(names, f"pod has no label {PODSET_LABEL} and {wl} has podSets {sets}")
         pod_set = next(iter(view.pod_set_flavors))
     assigned = view.pod_set_flavors.get(pod_set)
     if assigned is None:
-        return _withheld(names, f"podSet {pod_set} of pod {pod.key} is not in {wl}")
+        return withhold(names, f"podSet {pod_set} of pod {pod.key} is not in {wl}")
     required: dict[str, str] = {}
     label_owner: dict[tuple[str, str], str] = {}
     for f in assigned:
         for k, v in f.node_labels:
             if required.setdefault(k, v) != v:
-                return _withheld(
+                return withhold(
                     names,
                     f"{_flavor_list(x.name for x in assigned)} of podSet {pod_set} of {wl} "
                     f"require label {k} to be both {required[k]} and {v}",

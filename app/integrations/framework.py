@@ -145,6 +145,14 @@ class KindDefaults:
         ``workload`` (default: the kind has no such objects; nothing to do)."""
         return None
 
+    def withholds(self, ctx: Context, obj: Mapping[str, Any], parent_kind: Any,
+                  parent: Mapping[str, Any]) -> str:
+        """Why the pods of ``obj``, an object whose queued ancestor is ``parent`` (of
+        ``parent_kind``), must not be placed even while the ancestor is admitted (the
+        scheduler extender withholds every node), or ``""`` (the default: the ancestor's
+        admission covers them)."""
+        return ""
+
     def made_pods(self, ctx: Context, workload: Mapping[str, Any], uid: str,
                   pods: list[Mapping[str, Any]]) -> int:
         """Pods among ``pods`` (``workload``'s namespace's) still holding resources that

@@ -148,3 +148,67 @@ def test_a_job_pykueue_leaves_alone_is_no_queued_jobs_pod() -> None:
     state.ctx.settings = Settings(jobs=JobsSettings(manage_jobs_without_queue_name=True))
     view = state.workload_for_pod("ns", "svc", "j1")
     assert view is not None and not view.admitted
+
+
+# ------------------------------------- StoreExtenderState.withheld (a forged RayCluster)
+
+def _rayservice(cluster: str | None) -> dict:
+    status = {"activeServiceStatus": {"rayClusterName": cluster}} if cluster else {}
+    return {"apiVersion": "ray.io/v1", "kind": "RayService",
+            "metadata": {"namespace": "ns", "name": "serve", "uid": "su",
+                         "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+            "spec": {"rayClusterConfig": {}}, "status": status}
+
+
+def _raycluster(name: str, created: str, controller: str = "RayService") -> dict:
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"namespace": "ns", "name": name, "uid": f"{name}-u",
+                         "creationTimestamp": created,
+                         "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": controller,
+                                              "name": "serve", "uid": "su",
+                                              "controller": True}]},
+            "spec": {}}
+
+
+def _ray_pod(cluster: str) -> PodFacts:
+    return _facts(name=f"{cluster}-worker", owner=("ray.io", "RayCluster", cluster,
+                                                   f"{cluster}-u"))
+
+
+def test_pods_of_a_raycluster_forged_under_a_queued_rayservice_are_withheld() -> None:
+    """The tenant's copy claims the admitted RayService as controller: the extender gives
+    its pods no node (the reconciler suspends the copy; until then none may run). The
+    cluster the RayService names passes; so do pods of a cluster no store holds yet."""
+    from app.integrations.ray.ray import RAYCLUSTER, RAYSERVICE
+    real = _raycluster("serve-raycluster-abc", "2026-12-04T10:00:00Z")
+    forged = _raycluster("extra-a", "2026-12-04T10:05:00Z")
+    state = _store_state((RAYSERVICE.key, _rayservice("serve-raycluster-abc")),
+                         (RAYCLUSTER.key, real), (RAYCLUSTER.key, forged))
+    assert state.withheld(_ray_pod("serve-raycluster-abc")) == ""
+    why = state.withheld(_ray_pod("extra-a"))
+    assert "RayCluster extra-a claims RayService ns/serve" in why
+    assert "runs on RayCluster serve-raycluster-abc" in why
+    assert state.withheld(_ray_pod("not-stored-yet")) == ""
+    # Another pod of that name under another uid: not the stored cluster's.
+    assert state.withheld(_facts(owner=("ray.io", "RayCluster", "extra-a", "other"))) == ""
+
+
+def test_before_the_rayservice_names_a_cluster_the_oldest_it_controls_is_its_own() -> None:
+    from app.integrations.ray.ray import RAYCLUSTER, RAYSERVICE
+    state = _store_state((RAYSERVICE.key, _rayservice(None)),
+                         (RAYCLUSTER.key, _raycluster("first", "2026-12-04T10:00:00Z")),
+                         (RAYCLUSTER.key, _raycluster("second", "2026-12-04T10:00:01Z")))
+    assert state.withheld(_ray_pod("first")) == ""
+    assert "RayCluster second claims RayService ns/serve" in state.withheld(_ray_pod("second"))
+
+
+@MODES
+async def test_the_filter_withholds_every_node_from_a_withheld_pod(mode: str) -> None:
+    state = make_state()
+    p = pod("extra-a-worker", podset=None)
+    plain = await _filter(state, p, mode, on=False)
+    state.withheld_pods["research/extra-a-worker"] = "forged"
+    out = await _filter(state, p, mode, on=False)
+    assert plain.passing == ALL
+    assert out.passing == [] and set(out.unresolvable) == set(ALL)
+    assert out.unresolvable["a100-0"] == "node(s) withheld by pykueue: forged"

@@ -784,6 +784,22 @@ class RayCluster(_RayKind):
                           "stopped" if fields else f"worker groups run more pods than the "
                           f"{name} was admitted for ({workers}): replicas set back")
 
+    def withholds(self, ctx: Context, obj: Mapping[str, Any], parent_kind: Any,
+                  parent: Mapping[str, Any]) -> str:
+        """A cluster claiming a RayJob or RayService (``parent``, of ``parent_kind``) as
+        controller that is not one it runs on (``is_owners_cluster``): its pods get no node
+        from the scheduler extender, so none runs in the moment before the reconciler
+        suspends the cluster (``_hold_to_none``). Goes beyond Kueue (module doc)."""
+        if getattr(parent_kind, "kind", "") != ray_owner(obj) \
+                or self.is_owners_cluster(ctx, obj, parent_kind, parent):
+            return ""
+        pm = parent.get("metadata") or {}
+        used = ", ".join(parent_kind.cluster_names(parent)) or "another cluster"
+        return (f"RayCluster {(obj.get('metadata') or {}).get('name')} claims "
+                f"{parent_kind.kind} {pm.get('namespace')}/{pm.get('name')} as controller "
+                f"but that {parent_kind.kind} runs on RayCluster {used}: its admission does "
+                "not cover this cluster's pods")
+
     def is_owners_cluster(self, ctx: Context, obj: Mapping[str, Any], parent_kind: Any,
                           parent: Mapping[str, Any]) -> bool:
         """Whether ``obj`` (a RayCluster whose controller is ``parent``, a RayJob or
