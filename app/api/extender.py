@@ -52,10 +52,10 @@ from app.extender.placement import (
     filter_pod,
     filter_unadmitted,
     filter_unsynced,
-    withhold,
     gpu_scores,
     make_node_facts,
     pod_facts,
+    withhold,
 )
 from app.models.extender import ExtenderFilterResult, HostPriorityList
 
