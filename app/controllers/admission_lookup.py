@@ -21,6 +21,7 @@ from app.extender.placement import FlavorView, PodFacts, PodWorkloadView, view_f
 from app.integrations.batchjob.job import KIND as BATCH_JOB
 from app.integrations.framework import (
     GROUP_WORKLOAD_ANNOTATION,
+    KindDefaults,
     Registry,
     child_share,
     lookup,
@@ -139,6 +140,28 @@ class StoreAdmissionLookup:
             return None
         value = (sts.get("spec") or {}).get("replicas", 1)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def wrapped_replicas(self, namespace: str, kind: str, name: str
+                         ) -> tuple[str, int] | None:
+        """The queued object that wraps the apps/v1 ``kind`` (Deployment, StatefulSet)
+        ``namespace/name`` (``KindDefaults.wrapped_replicas``: an AppWrapper's component),
+        as (``"<Kind> <namespace>/<name>"``, the pods it was sized for); None when none does
+        or unknown (not synced, no registry)."""
+        if not self.ctx.synced or self.registry is None:
+            return None
+        informers = self.ctx.informers.informers
+        for kind_ in self.registry.kinds():
+            if getattr(type(kind_), "wrapped_replicas", None) is KindDefaults.wrapped_replicas \
+                    or kind_.key not in informers:
+                continue  # wraps nothing, or not watched
+            for obj in self.ctx.store(kind_.key):
+                meta = obj.get("metadata") or {}
+                if meta.get("namespace") != namespace:
+                    continue
+                pods = kind_.wrapped_replicas(obj, kind, name)
+                if pods is not None:
+                    return f"{kind_.kind} {namespace}/{meta.get('name')}", pods
+        return None
 
     def namespace_managed(self, namespace: str) -> bool | None:
         """Whether Jobs of ``namespace`` are managed (``settings.jobs``

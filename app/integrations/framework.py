@@ -145,6 +145,12 @@ class KindDefaults:
         ``workload`` (default: the kind has no such objects; nothing to do)."""
         return None
 
+    def wrapped_replicas(self, obj: Mapping[str, Any], kind: str, name: str) -> int | None:
+        """The pods (count) ``obj`` was sized for in the apps/v1 ``kind`` (Deployment,
+        StatefulSet) named ``name`` that its operator makes from it, or None (the default:
+        it wraps no such object)."""
+        return None
+
     def withholds(self, ctx: Context, obj: Mapping[str, Any], parent_kind: Any,
                   parent: Mapping[str, Any]) -> str:
         """Why the pods of ``obj``, an object whose queued ancestor is ``parent`` (of

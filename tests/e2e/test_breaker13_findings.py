@@ -220,17 +220,14 @@ def test_a_tenants_job_that_adopted_a_copy_stops_when_the_copy_is_deleted(mk_sit
 # ---------------------------------------------------------------------------------- AppWrapper
 
 
-@pytest.mark.xfail(strict=True, reason="a wrapped Deployment (a StatefulSet likely too) is "
-                   "neither a pykueue kind nor a batch Job: its replicas, scaled by the "
-                   "tenant after the admission, are not held to the podSet's count (wrapped "
-                   "Jobs are: ExceedsAncestorAdmission); the AppWrapper operator does not "
-                   "either")
 def test_a_wrapped_deployment_scaled_up_runs_no_more_gpus_than_admitted(
         lab: LabHandle, aw_queue: str) -> None:  # noqa: F811
     """The tenant's AppWrapper wraps a Deployment of 1 one-GPU replica and is admitted for 1
-    GPU (its ClusterQueue has 2). The tenant (``edit``) scales the Deployment to 2: today both
-    pods run on the A100 flavor with the admission's nodeSelector and podset label (2 GPUs
-    on an admission of 1). Kept: the replicas set back to the podSet's count, 1 pod."""
+    GPU (its ClusterQueue has 2). The tenant (``edit``) scales the Deployment to 2, through
+    the scale subresource and by patching ``spec.replicas``. Before: both pods ran on the
+    A100 flavor with the admission's nodeSelector and podset label (2 GPUs on an admission
+    of 1). Now: both refused by the webhook (``/validate-apps-v1-appwrapper-wrapped``), the
+    replicas stay 1 and one pod runs."""
     ns = aw_queue
     rbac = "rbac.authorization.k8s.io/v1"
     lab.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
@@ -256,14 +253,15 @@ def test_a_wrapped_deployment_scaled_up_runs_no_more_gpus_than_admitted(
         def running() -> list[dict]:
             return [p for p in holding(lab, ns, "dep") if p["status"].get("phase") == "Running"]
         wait_for(lambda: len(running()) == 1, 90, "the wrapped Deployment's pod running")
-        lab.kubectl("--as", f"system:serviceaccount:{ns}:tenant", "scale", "deployment",
-                    "dep-d", "-n", ns, "--replicas=2")
-
-        def settled() -> str | None:
-            if len(running()) > 1:
-                return f"{len(running())} GPU pods running"
-            held = lab.get("deployment", "dep-d", "-n", ns)["spec"]["replicas"] == 1
-            return "held" if held else None
-        assert wait_for(settled, 60, "a second pod running or the replicas set back") == "held"
+        tenant = ("--as", f"system:serviceaccount:{ns}:tenant")
+        refusals = [
+            lab.kubectl(*tenant, "scale", "deployment", "dep-d", "-n", ns, "--replicas=2",
+                        check=False),
+            lab.kubectl(*tenant, "patch", "deployment", "dep-d", "-n", ns, "--type=merge",
+                        "-p", '{"spec": {"replicas": 2}}', check=False)]
+        for r in refusals:
+            assert r.returncode != 0 and "is wrapped by AppWrapper" in r.stderr, r.stderr
+        assert lab.get("deployment", "dep-d", "-n", ns)["spec"]["replicas"] == 1
+        assert len(running()) == 1
     finally:
         lab.kubectl("delete", "appwrapper", "dep", "-n", ns, "--wait=false", check=False)

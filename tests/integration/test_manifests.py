@@ -180,7 +180,7 @@ def test_webhooks_point_at_the_service_that_selects_the_deployment(lab: LabHandl
         assert (ref["name"], ref["namespace"], ref.get("port", 443)) == (
             svc["metadata"]["name"], svc["metadata"]["namespace"], https["port"])
         kinds = (r"(batch-v1-job|-v1-pod|-v1-pod-owner"
-                 r"|apps-v1-(deployment|statefulset|statefulset-scale)"
+                 r"|apps-v1-(deployment|statefulset|statefulset-scale|appwrapper-wrapped)"
                  r"|jobset-x-k8s-io-v1alpha2-jobset"
                  r"|kubeflow-org-v1-(pytorch|tf|xgboost|paddle|jax)job|kubeflow-org-v2beta1-mpijob"
                  r"|ray-io-v1-(rayjob|raycluster|rayservice)"

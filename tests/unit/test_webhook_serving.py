@@ -45,6 +45,12 @@ WEBHOOKS = {
     ("ValidatingWebhookConfiguration", "vstatefulset-scale.pykueue.io"):
         ("/validate-apps-v1-statefulset-scale", ["UPDATE"],
          (["apps"], ["v1"], ["statefulsets/scale"])),
+    ("ValidatingWebhookConfiguration", "vappwrapper-wrapped.pykueue.io"):
+        ("/validate-apps-v1-appwrapper-wrapped", ["UPDATE"],
+         (["apps"], ["v1"], ["deployments", "statefulsets"])),
+    ("ValidatingWebhookConfiguration", "vappwrapper-wrapped-scale.pykueue.io"):
+        ("/validate-apps-v1-appwrapper-wrapped", ["UPDATE"],
+         (["apps"], ["v1"], ["deployments/scale", "statefulsets/scale"])),
     ("MutatingWebhookConfiguration", "mjobset.pykueue.io"):
         ("/mutate-jobset-x-k8s-io-v1alpha2-jobset", ["CREATE"],
          (["jobset.x-k8s.io"], ["v1alpha2"], ["jobsets"])),
@@ -88,9 +94,12 @@ def test_webhook_configurations_follow_the_contract(template: str) -> None:
         assert webhook["failurePolicy"] == "Fail"
         assert webhook["sideEffects"] == "None"
         assert webhook["timeoutSeconds"] == 5
-        if target[2] == ["statefulsets/scale"]:
+        if all(r.endswith("/scale") for r in target[2]):
             # A Scale object has no labels: an objectSelector would never match it.
             assert "objectSelector" not in webhook
+        elif webhook["name"] == "vappwrapper-wrapped.pykueue.io":  # the controller's label
+            assert webhook["objectSelector"] == {"matchExpressions": [
+                {"key": "workload.codeflare.dev/appwrapper", "operator": "Exists"}]}
         elif webhook["name"] == "vpodowner.pykueue.io":  # every pod of an admitted job
             assert webhook["objectSelector"] == {
                 "matchExpressions": [{"key": "kueue.x-k8s.io/podset", "operator": "Exists"}]

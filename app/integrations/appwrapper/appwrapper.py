@@ -31,7 +31,9 @@ template or declared podSets, ``validateAppWrapperUpdate``; pykueue's refuses th
 queued AppWrapper, so an admitted one cannot be made to run more pods). The wrapped objects
 are managed-ancestor children, not queued again; a wrapped batch Job runs at most its podSet's
 pods at once (``child_jobs``), and so does a wrapped JobSet's Job (``made_via``; the reconciler
-reads the unlabelled JobSet in between from the API server).
+reads the unlabelled JobSet in between from the API server); a wrapped Deployment or
+StatefulSet cannot be scaled above its podSet (``wrapped_replicas``, the webhook in
+``app.integrations.appwrapper.wrapped``).
 """
 
 from __future__ import annotations
@@ -172,6 +174,23 @@ def component_pod_sets(aw: Mapping[str, Any]) -> list[tuple[int, str, int]]:
     return out
 
 
+def wrapped_replicas(aw: Mapping[str, Any], kind: str, name: str) -> int | None:
+    """The pods (count) ``aw``'s podSet gives the apps/v1 ``kind`` (``Deployment`` or
+    ``StatefulSet``) it wraps under ``name``: the component's podSet ``replicas`` (declared,
+    else the template's ``spec.replicas``, default 1); None when ``aw`` wraps no such object
+    or its components are unreadable (it is then not admitted either)."""
+    try:
+        pods = {(i, p): r for i, p, r in component_pod_sets(aw)}
+        for i, comp in enumerate(components(aw)):
+            tpl = comp["template"]
+            if (tpl.get("apiVersion"), tpl.get("kind")) == ("apps/v1", kind) \
+                    and _component_name(aw, i) == name:
+                return pods.get((i, "template.spec.template"))
+    except WorkloadSpecError:
+        return None
+    return None
+
+
 def with_pod_set_infos(aw: Mapping[str, Any], infos: list[list[Obj]] | None) -> Obj:
     """A copy of ``aw`` whose ``spec.components[i].podSetInfos`` are ``infos[i]`` (None:
     every one removed, Kueue ``ClearPodSetInfos``)."""
@@ -253,6 +272,10 @@ class AppWrapper(TemplatedKind):
                         out[f"{name}-{rj.get('name')}-{index}"] = _min_pods(
                             (rj.get("template") or {}).get("spec"))
         return out
+
+    def wrapped_replicas(self, obj: Mapping[str, Any], kind: str, name: str) -> int | None:
+        """``wrapped_replicas`` (module function) of AppWrapper ``obj``."""
+        return wrapped_replicas(obj, kind, name)
 
     def made_via(self, parent: Mapping[str, Any], ref: Mapping[str, Any]) -> bool:
         """A Job controlled by a JobSet component of ``parent`` is made for it."""

@@ -1,0 +1,117 @@
+"""The Deployments and StatefulSets an AppWrapper wraps keep to the podSet it was admitted
+for (``app.integrations.appwrapper.wrapped``): an UPDATE of the object or of its ``scale``
+subresource raising ``replicas`` above the podSet count is refused; lowering, objects no
+queued AppWrapper wraps and pykueue's own writes pass. Through the HTTP webhook, with the
+lookup answered by the real store lookup over stub stores."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from app.config import Settings
+from app.controllers.admission_lookup import StoreAdmissionLookup
+from app.integrations import default_registry
+from app.integrations.appwrapper.appwrapper import KIND as APPWRAPPER
+from app.integrations.appwrapper.appwrapper import wrapped_replicas
+from app.integrations.appwrapper.wrapped import PATH
+from app.kube.client import JOBS
+from app.kube.informers import Store
+from tests.unit.test_webhook import CONTROLLER, answer, make_app, post
+
+
+def appwrapper(kind: str = "Deployment", replicas: int = 1,
+               declared: int | None = None) -> dict[str, Any]:
+    comp: dict[str, Any] = {"template": {
+        "apiVersion": "apps/v1", "kind": kind, "metadata": {"name": "dep-d"},
+        "spec": {"replicas": replicas, "template": {"spec": {"containers": [{"name": "c"}]}}}}}
+    if declared is not None:
+        comp["podSets"] = [{"path": "template.spec.template", "replicas": declared}]
+    return {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+            "metadata": {"name": "dep", "namespace": "research",
+                         "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+            "spec": {"components": [
+                {"template": {"apiVersion": "batch/v1", "kind": "Job",
+                              "metadata": {"name": "side"},
+                              "spec": {"template": {"spec": {}}}}}, comp]}}
+
+
+def lookup(*appwrappers: dict[str, Any]) -> StoreAdmissionLookup:
+    store = Store(JOBS)
+    for aw in appwrappers:
+        store.put(aw)
+    ctx = SimpleNamespace(store=lambda k: store if k == APPWRAPPER.key else Store(JOBS),
+                          synced=True, settings=Settings(),
+                          informers=SimpleNamespace(informers={APPWRAPPER.key: None}))
+    return StoreAdmissionLookup(ctx, default_registry())  # type: ignore[arg-type]
+
+
+def test_the_podset_count_of_the_wrapped_object_by_kind_and_name() -> None:
+    assert wrapped_replicas(appwrapper(replicas=2), "Deployment", "dep-d") == 2
+    assert wrapped_replicas(appwrapper("StatefulSet", 3), "StatefulSet", "dep-d") == 3
+    assert wrapped_replicas(appwrapper(), "StatefulSet", "dep-d") is None
+    assert wrapped_replicas(appwrapper(), "Deployment", "other") is None
+    assert wrapped_replicas({"spec": {"components": "bad"}}, "Deployment", "dep-d") is None
+    assert lookup(appwrapper(replicas=2)).wrapped_replicas("research", "Deployment", "dep-d") \
+        == ("AppWrapper research/dep", 2)
+    assert lookup(appwrapper()).wrapped_replicas("elsewhere", "Deployment", "dep-d") is None
+
+
+def deployment(replicas: int) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "dep-d", "namespace": "research",
+                         "labels": {"workload.codeflare.dev/appwrapper": "dep"}},
+            "spec": {"replicas": replicas}}
+
+
+def scale(replicas: int) -> dict[str, Any]:
+    return {"apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": "dep-d", "namespace": "research"},
+            "spec": {"replicas": replicas} if replicas else {}, "status": {"replicas": 1}}
+
+
+def review(old: int, new: int, sub: str = "scale", resource: str = "deployments",
+           user: str = "alice") -> dict[str, Any]:
+    make = scale if sub else deployment
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u1", "operation": "UPDATE", "name": "dep-d",
+                        "namespace": "research",
+                        "resource": {"group": "apps", "version": "v1", "resource": resource},
+                        "subResource": sub, "userInfo": {"username": user},
+                        "oldObject": make(old), "object": make(new)}}
+
+
+async def decide(sent: dict[str, Any], *appwrappers: dict[str, Any]) -> dict[str, Any]:
+    app = make_app(admission=lookup(*appwrappers))
+    return answer(await post(app, PATH, sent), sent)
+
+
+@pytest.mark.parametrize("sub", ["scale", ""])
+async def test_raising_a_wrapped_deployment_above_its_podset_is_refused(sub: str) -> None:
+    resp = await decide(review(1, 4, sub), appwrapper(replicas=1))
+    assert resp["allowed"] is False and resp["status"]["code"] == 403
+    message = resp["status"]["message"]
+    assert "Deployment research/dep-d is wrapped by AppWrapper research/dep" in message
+    assert "sized for 1 of its pods; 4 would run pods no quota covers" in message
+
+
+@pytest.mark.parametrize(("sent", "appwrappers"), [
+    pytest.param(review(2, 1), (appwrapper(replicas=2),), id="lowered"),
+    pytest.param(review(1, 2), (appwrapper(replicas=1, declared=2),), id="within the podSet"),
+    pytest.param(review(1, 4), (), id="wrapped by no queued AppWrapper"),
+    pytest.param(review(1, 4, resource="statefulsets"), (appwrapper(),),
+                 id="a StatefulSet of that name is not the wrapped Deployment"),
+    pytest.param(review(1, 4, user=CONTROLLER), (appwrapper(),), id="pykueue itself"),
+    pytest.param(review(1, 4, sub="status"), (appwrapper(),), id="another subresource"),
+])
+async def test_everything_else_passes(sent: dict[str, Any],
+                                      appwrappers: tuple[dict[str, Any], ...]) -> None:
+    assert (await decide(sent, *appwrappers))["allowed"] is True
+
+
+async def test_a_wrapped_statefulset_is_held_too() -> None:
+    resp = await decide(review(3, 5, resource="statefulsets"), appwrapper("StatefulSet", 3))
+    assert resp["allowed"] is False and "StatefulSet research/dep-d" in \
+        resp["status"]["message"]
