@@ -160,8 +160,11 @@ def test_job_status_mirror():
     assert job_status_to_mirror(suspended, remote) is None
     running = {"spec": {"suspend": False}, "status": {"active": 1, "startTime": "t"}}
     assert job_status_to_mirror(running, remote) == {
-        "succeeded": 1, "conditions": [{"type": "Complete"}], "active": None,
-        "startTime": None}
+        "succeeded": 1, "conditions": [{"type": "Complete"}], "active": None}
+    # The worker's copy suspended (waiting for quota there, or evicted): nothing mirrored,
+    # the manager's running Job keeps its startTime (the API server refuses removing it).
+    waiting = {"spec": {"suspend": True}, "status": {"conditions": [{"type": "Suspended"}]}}
+    assert job_status_to_mirror(running, waiting) is None
     same = {"spec": {}, "status": {"succeeded": 1, "conditions": [{"type": "Complete"}]}}
     assert job_status_to_mirror(same, remote) is None
 
