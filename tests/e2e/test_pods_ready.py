@@ -8,12 +8,14 @@ node taken by someone else) decides what fits:
 
 - per kind family, Kueue v0.17.1's ``PodsReady`` of each kind: a PyTorchJob (the
   training-operator's ``Running`` condition), an MPIJob (the mpi-operator's), a RayJob
-  (``status.rayClusterStatus.state``), a RayCluster (``status.state``) and an AppWrapper of a
+  (``status.rayClusterStatus.state``), a RayCluster (``status.state``), a RayService
+  (condition ``Ready``), a TrainJob (its JobSet's) and an AppWrapper of a
   batch Job (the AppWrapper controller's condition ``PodsReady``), admitted while
   their node is taken, are evicted whole with reason ``PodsReadyTimeout`` after the timeout
   and queued again (``requeueState.count``); once the node is free each is admitted again and
-  its Workload gets ``PodsReady=True`` (all but the RayJob: under kwok KubeRay never refreshes
-  a RayJob's copy of its cluster's state, as it asks the Ray dashboard first). Kinds whose
+  its Workload gets ``PodsReady=True`` (all but the RayJob and the RayService: under kwok
+  KubeRay never refreshes a RayJob's copy of its cluster's state, as it asks the Ray dashboard
+  first, nor sets a RayService Ready, which needs Ray Serve). Kinds whose
   operator is not running are skipped with the reason;
 - two 4-GPU gangs (batch Jobs of 4 one-GPU pods) on two 4-GPU nodes fragmented by a running
   one-GPU pod: 7 GPUs free for 8 pods, so one gang sits half-placed; it is evicted after the
@@ -33,9 +35,11 @@ from typing import Any
 import pytest
 
 from tests.e2e.test_appwrapper import appwrapper
+from tests.e2e.test_breaker12_findings import training_runtime, trainjob
 from tests.e2e.test_jobset import QUEUE, condition
 from tests.e2e.test_kubeflow import mpijob, pytorchjob
 from tests.e2e.test_operator_lifecycle import lasting, raycluster, rayjob_lasting
+from tests.e2e.test_ray import rayservice
 from tests.integration.test_operators import operators_running
 from tests.labfixture import ROOT, LabHandle, wait_for
 
@@ -57,7 +61,7 @@ def ready_operators(lab: LabHandle) -> Iterator[tuple[set[str], str]]:
     """The training-operator, mpi-operator (when port 8080 is free), KubeRay and the AppWrapper
     controller, started before pykueue (which discovers their CRDs at start)."""
     with operators_running(lab, ["training-operator", "mpi-operator", "kuberay",
-                                 "appwrapper"]) as started:
+                                 "appwrapper", "jobset", "trainer"]) as started:
         yield started
 
 
@@ -93,7 +97,7 @@ def node(name: str, pool: str, gpus: int) -> dict[str, Any]:
 def gpu_pool(lab: LabHandle, gpus: list[int]) -> Iterator[tuple[str, list[str], str]]:
     """Fake GPU nodes of their own (one per entry of ``gpus``, that many GPUs each), a
     ResourceFlavor selecting them, a namespace with LocalQueue ``lq`` to a ClusterQueue of
-    ``sum(gpus)`` GPUs on that flavor and 4 CPUs / 8Gi on default-flavor (Ray heads and
+    ``sum(gpus)`` GPUs on that flavor and 8 CPUs / 16Gi on default-flavor (Ray heads and
     submitters). Yields (namespace, node names, ClusterQueue); all deleted afterwards."""
     tag = uuid.uuid4().hex[:6]
     pool, ns, cq = f"ready-{tag}", f"ready-{tag}", f"ready-cq-{tag}"
@@ -107,8 +111,8 @@ def gpu_pool(lab: LabHandle, gpus: list[int]) -> Iterator[tuple[str, list[str], 
          "spec": {"namespaceSelector": {}, "resourceGroups": [
              {"coveredResources": ["cpu", "memory"], "flavors": [
                  {"name": "default-flavor", "resources": [
-                     {"name": "cpu", "nominalQuota": "4"},
-                     {"name": "memory", "nominalQuota": "8Gi"}]}]},
+                     {"name": "cpu", "nominalQuota": "8"},
+                     {"name": "memory", "nominalQuota": "16Gi"}]}]},
              {"coveredResources": [GPU], "flavors": [
                  {"name": pool, "resources": [{"name": GPU, "nominalQuota": sum(gpus)}]}]}]}},
         {"apiVersion": V, "kind": "LocalQueue", "metadata": {"name": "lq", "namespace": ns},
@@ -204,7 +208,16 @@ KINDS: dict[str, tuple[str, Callable[[str, str], dict[str, Any]]]] = {
     # A batch Job of 2 one-GPU pods wrapped; its PodsReady is the AppWrapper controller's
     # condition (Kueue v0.17.1 AppWrapper.PodsReady).
     "AppWrapper": ("appwrapper", lambda n, ns: json.loads(appwrapper(n, ns, 2))),
+    # A head and 2 one-GPU workers; PodsReady is condition Ready (Kueue v0.17.1
+    # RayService.PodsReady), which KubeRay sets once Ray Serve answers: never under kwok.
+    "RayService": ("kuberay", lambda n, ns: json.loads(rayservice(n, ns, 2))),
+    # 2 nodes of 1 GPU on its own TrainingRuntime (created with it); PodsReady is its
+    # JobSet's (Kueue v0.17.1 TrainJob.PodsReady).
+    "TrainJob": ("trainer", lambda n, ns: [json.loads(training_runtime(ns, 2, 1)),
+                                           json.loads(trainjob(n, ns))]),
 }
+# Kinds whose PodsReady kwok's pods never give (see the module doc and KINDS).
+NEVER_READY_UNDER_KWOK = {"RayJob", "RayService"}
 
 
 def test_each_operator_kind_is_timed_out_until_its_pods_are_ready(
@@ -221,7 +234,9 @@ def test_each_operator_kind_is_timed_out_until_its_pods_are_ready(
         # Every GPU of the pool's node is taken: each kind is admitted (quota 2 GPUs a kind)
         # but no GPU pod of it can run.
         for k in kinds:
-            lab.apply(json.dumps(lasting(KINDS[k][1](k.lower(), ns), "1h")))
+            made = KINDS[k][1](k.lower(), ns)
+            for obj in made if isinstance(made, list) else [made]:
+                lab.apply(json.dumps(lasting(obj, "1h")))
         keys = {f"{k}/{k.lower()}" for k in kinds}
         # Each is evicted, waits out its backoff and is admitted again, in its own rhythm:
         # what was seen is kept across looks.
@@ -230,9 +245,10 @@ def test_each_operator_kind_is_timed_out_until_its_pods_are_ready(
             assert condition(w, "PodsReady")["status"] == "False", (k, w["status"])
         free()
         # A RayJob's PodsReady is its copy of its cluster's state, which KubeRay refreshes only
-        # after asking the Ray head's dashboard for the job, which kwok's pods do not serve:
-        # under kwok it never reads ready (its cluster does: the RayCluster case).
-        keys.discard("RayJob/rayjob")
+        # after asking the Ray head's dashboard for the job, and a RayService's is Ready,
+        # which needs Ray Serve: kwok's pods serve neither, so under kwok they never read
+        # ready (their cluster does: the RayCluster case).
+        keys -= {f"{k}/{k.lower()}" for k in NEVER_READY_UNDER_KWOK}
         ready = gather(lab, ns, keys, pods_ready, 120, "admitted again with PodsReady=True")
         for k, w in ready.items():
             assert w["status"]["requeueState"]["count"] >= 1, k
