@@ -22,7 +22,12 @@ Workloads (a group's Workload is owned by its pods and goes with the last of the
 Departure from Kueue v0.17.1 (Kueue's prebuilt Workload is named
 ``leaderworkerset-<lws>-<i>-<hash>`` and created from the LeaderWorkerSet up front): here the
 group's Workload is composed from its pods, as for every pod group, once all ``size`` pods
-exist (the operator creates them at once, gated); its name is the group's.
+exist (the operator creates them at once, gated); its name is the group's. A consequence:
+after an eviction (a preemption, a ``PodsReadyTimeout``) the group's pods are deleted, its
+Workload goes with the last of them and the operator's new pods get a new Workload, so
+``status.requeueState.count`` starts again from 0 (each waitForPodsReady backoff is the base
+one and ``backoffLimitCount`` never deactivates a group); Kueue's Workload, owned by the
+LeaderWorkerSet, keeps the count across the pods' re-creation.
 
 Validation of an UPDATE (pykueue's identities exempt): the queue name is immutable (Kueue
 ``ValidateImmutableField``); while queued, a priority class cannot be added while a group is
