@@ -645,6 +645,15 @@ class JobReconciler:
                 again = PODS_POLL  # gone, its pods orphaned: they still hold the quota
                 continue
             try:
+                # The stores of Jobs and Workloads are separate watches: the object's
+                # deletion may be seen before its Workload lost the owner reference
+                # (``kubectl delete --cascade=orphan``: the garbage collector removes it
+                # first). An orphaned Workload is not this object's to delete: the orphan
+                # rules finish it once its pods are gone (``reconcile_workload``).
+                fresh = await self.ctx.client.get(WORKLOADS, wl["metadata"]["name"], ns)
+                now_owner = self.registry.owner_of(fresh)
+                if owner is None or now_owner is None or now_owner.uid != owner.uid:
+                    continue
                 await self.ctx.client.delete(WORKLOADS, wl["metadata"]["name"], ns,
                                              uid=wl["metadata"].get("uid"))
             except NotFound:
@@ -815,12 +824,17 @@ class JobReconciler:
         MultiKueue copy (label ``kueue.x-k8s.io/multikueue-origin``) waiting for its Job:
         Kueue's manager copies every label of its Workload (``cloneForCreate``), so its
         ``job-uid`` names the manager's Job, which never exists on the worker (Kueue v0.17.1
-        finishes only a Workload whose controller reference names a missing object)."""
+        finishes only a Workload whose controller reference names a missing object). A copy
+        a worker's Job adopted (annotation ``pykueue.dev/adopted-by``) and lost with its owner
+        reference (``--cascade=orphan``) is orphaned from that Job's uid: it keeps its quota
+        while that Job's pods run, then is Finished (``OwnerNotFound``), which the manager
+        mirrors."""
         meta = wl.get("metadata") or {}
         labels = meta.get("labels") or {}
-        if meta.get("ownerReferences") or meta.get("deletionTimestamp") \
-                or MULTIKUEUE_ORIGIN_LABEL in labels:
+        if meta.get("ownerReferences") or meta.get("deletionTimestamp"):
             return ""
+        if MULTIKUEUE_ORIGIN_LABEL in labels:
+            return str((meta.get("annotations") or {}).get(ADOPTED_BY_ANNOTATION) or "")
         return str(labels.get(JOB_UID_LABEL) or "")
 
     def _object_with_uid(self, ns: str, uid: str) -> Obj | None:
