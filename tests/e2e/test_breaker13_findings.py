@@ -141,7 +141,7 @@ def test_a_worker_job_deleted_with_orphan_is_not_run_again_beside_its_pods(mk_si
     its quota (QuotaReserved, not Finished) and the manager's Workload is not Finished."""
     manager, w1, _ = mk_sites
     name = f"orph-{uuid.uuid4().hex[:6]}"
-    _tenant_apply(manager, _job(name, "90s"))
+    _tenant_apply(manager, _job(name, "600s"))
     try:
         wait_for(lambda: len(_running(w1, name)) == 1, 60, "the Job's pod running on worker1")
         old = _get(w1, "job", name, "-n", NS)
@@ -154,7 +154,7 @@ def test_a_worker_job_deleted_with_orphan_is_not_run_again_beside_its_pods(mk_si
             j = _get(w1, "job", name, "-n", NS)
             return "re-created" if j and j["metadata"]["uid"] != old["metadata"]["uid"] \
                 else None
-        assert wait_for(finished_or_recreated, 30, "the Job re-created on worker1") \
+        assert wait_for(finished_or_recreated, 90, "the Job re-created on worker1") \
             == "re-created"
 
         def settled() -> str | None:
@@ -163,7 +163,7 @@ def test_a_worker_job_deleted_with_orphan_is_not_run_again_beside_its_pods(mk_si
             j = _get(w1, "job", name, "-n", NS) or {}
             return "held" if j.get("spec", {}).get("suspend") is True \
                 and _events(w1, name, "WorkloadNameConflict") else None
-        assert wait_for(settled, 30, "a second pod running or the new Job held") == "held"
+        assert wait_for(settled, 90, "a second pod running or the new Job held") == "held"
         assert len(_running(w1, name)) == 1
         # The orphaned pod still holds the admission: the copy waits for it (it is named
         # after the manager's Job, not the worker's), nothing is Finished under it.
@@ -177,7 +177,7 @@ def test_a_worker_job_deleted_with_orphan_is_not_run_again_beside_its_pods(mk_si
             holds = (_cond(copy, "QuotaReserved") or {}).get("status") == "True"
             return "waits" if holds and (_events(w1, wl_name, "WaitingForPods")
                                          or len(_running(w1, name)) == 1) else None
-        assert wait_for(accounted, 30, "the copy waiting for the orphaned pod") == "waits"
+        assert wait_for(accounted, 90, "the copy waiting for the orphaned pod") == "waits"
         assert len(_running(w1, name)) == 1
     finally:
         _cleanup(manager, w1, name)
