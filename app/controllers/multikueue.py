@@ -82,6 +82,7 @@ from app.core.multikueue import (
     next_nominees,
     no_worker_condition,
     parameters_problem,
+    placed_copies,
     remote_workload,
     round_due,
     soonest_keep,
@@ -479,7 +480,8 @@ class MultiKueueController:
         if not remotes:
             return
         jobs, wls = await self._read_remotes(remotes, ns, res, job_name, meta["name"])
-        finished = first_with(wls, FINISHED)
+        deciding = placed_copies(wls, (wl.get("status") or {}).get("clusterName"))
+        finished = first_with(deciding, FINISHED)
         if finished is not None:
             await self._mirror(adapter, local_job, jobs[finished])
             done = condition_of(wls[finished], FINISHED) or {}
@@ -488,7 +490,7 @@ class MultiKueueController:
                           str(done.get("message") or ""), self.ctx.clock())
             await self._put_local(body)
             return
-        winner = first_with(wls, QUOTA_RESERVED)
+        winner = first_with(deciding, QUOTA_RESERVED)
         if winner is not None:
             for name in [n for n in remotes if n != winner]:
                 await self._delete_remote(remotes[name], ns, res, job_name, jobs.get(name),

@@ -204,6 +204,18 @@ def first_with(remotes: Mapping[str, Mapping[str, Any] | None], ctype: str) -> s
     return min(since, key=lambda n: (since[n], n)) if since else None
 
 
+def placed_copies(remotes: Mapping[str, Any], cluster_name: str | None) -> Mapping[str, Any]:
+    """The workers' copies that may decide a Workload (finish it, win it): once its
+    ``status.clusterName`` names a worker, only that worker's; before, every worker's. A
+    worker that was lost, and comes back after the Workload moved elsewhere, holds a stale
+    copy that reserved earlier: ``first_with`` over every worker would give it the Workload
+    (Kueue v0.17.1 does, then fails to change the immutable ``clusterName``, after deleting
+    the copies on the worker the Workload runs on); it is deleted as a loser instead."""
+    if not cluster_name:
+        return remotes
+    return {cluster_name: remotes.get(cluster_name)}
+
+
 def condition_of(obj: Mapping[str, Any] | None, ctype: str) -> Mapping[str, Any] | None:
     """Condition ``ctype`` of ``obj``'s ``status.conditions``, or None."""
     for c in ((obj or {}).get("status") or {}).get("conditions") or []:
