@@ -114,6 +114,9 @@ def webhook_framework(webhook: dict[str, Any]) -> str | None:
     keys = {e["key"] for e in webhook.get("objectSelector", {}).get("matchExpressions", [])}
     if "kueue.x-k8s.io/podset" in keys:
         return None
+    if webhook["name"].startswith("vappwrapper-wrapped"):
+        # Deployments and StatefulSets an AppWrapper wraps: the AppWrapper's framework.
+        return "workload.codeflare.dev/appwrapper"
     return framework_of(webhook["rules"][0])
 
 

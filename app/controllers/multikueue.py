@@ -316,6 +316,10 @@ class MultiKueueController:
             except NotFound:
                 return Verdict(False, "BadKubeConfig", 'load client config failed: secrets '
                                f'"{location}" not found')
+            except (ApiError, TimeoutError, OSError) as exc:
+                # This cluster only: the others are synced all the same.
+                return Verdict(False, "BadKubeConfig", 'load client config failed: secrets '
+                               f'"{location}": {str(exc) or type(exc).__name__}')
             data = (secret.get("data") or {}).get(KUBECONFIG_KEY)
             if data is None:
                 return Verdict(False, "BadKubeConfig", "load client config failed: key "

@@ -402,11 +402,18 @@ def job_status_to_mirror(local: Mapping[str, Any], remote: Mapping[str, Any]) ->
     """The JSON merge patch of ``status`` that makes the manager's Job's status the worker
     Job's (fields the worker's lacks set to null: the API server omits zero counts, and a
     left-over ``active`` on a finished Job is invalid), once the manager's Job runs (Kueue
-    skips a local Job still suspended with no active pods); None when nothing differs."""
+    skips a local Job still suspended with no active pods); None when nothing differs, and
+    while the worker's Job is suspended (its copy waits for quota there, or was evicted: it
+    has no ``startTime``, and the API server refuses removing the ``startTime`` of the
+    unsuspended manager's Job, 422). ``startTime`` is never set to null for that reason."""
     spec, status = local.get("spec") or {}, local.get("status") or {}
     if spec.get("suspend") and not status.get("active"):
         return None
+    if (remote.get("spec") or {}).get("suspend"):
+        return None
     patch = merge_patch(status, remote.get("status") or {})
+    if patch.get("startTime", "") is None:
+        del patch["startTime"]
     return patch or None
 
 

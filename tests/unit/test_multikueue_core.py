@@ -172,8 +172,11 @@ def test_job_status_mirror():
     assert job_status_to_mirror(suspended, remote) is None
     running = {"spec": {"suspend": False}, "status": {"active": 1, "startTime": "t"}}
     assert job_status_to_mirror(running, remote) == {
-        "succeeded": 1, "conditions": [{"type": "Complete"}], "active": None,
-        "startTime": None}
+        "succeeded": 1, "conditions": [{"type": "Complete"}], "active": None}
+    # The worker's copy suspended (waiting for quota there, or evicted): nothing mirrored,
+    # the manager's running Job keeps its startTime (the API server refuses removing it).
+    waiting = {"spec": {"suspend": True}, "status": {"conditions": [{"type": "Suspended"}]}}
+    assert job_status_to_mirror(running, waiting) is None
     same = {"spec": {}, "status": {"succeeded": 1, "conditions": [{"type": "Complete"}]}}
     assert job_status_to_mirror(same, remote) is None
 
@@ -323,3 +326,32 @@ def test_the_worker_job_does_not_carry_the_managers_start_record():
     out = remote_job(local, "multikueue", "job-j-1")
     assert out["metadata"]["annotations"] == {"team": "a"}
     assert START_RECORD in local["metadata"]["annotations"]
+
+
+async def test_a_secret_read_error_makes_only_that_cluster_inactive():
+    """A Secret read that fails with another error than NotFound (403, a 500, a timeout)
+    gives that MultiKueueCluster BadKubeConfig naming the error, and raises nothing: the
+    other clusters are still synced in the same pass (``asyncio.gather``)."""
+    from types import SimpleNamespace
+
+    from app.config import Settings
+    from app.controllers.multikueue import MultiKueueController, Verdict
+    from app.kube.errors import ApiError
+
+    class Client:
+        async def get(self, resource, name, namespace):
+            if name == "forbidden":
+                raise ApiError(403, "Forbidden", "secrets is forbidden")
+            raise TimeoutError()
+
+    ctrl = MultiKueueController(SimpleNamespace(settings=Settings(), client=Client()))
+
+    def cluster(location):
+        return {"metadata": {"name": location},
+                "spec": {"clusterSource": {"kubeConfig": {"location": location,
+                                                          "locationType": "Secret"}}}}
+    for location, fragment in (("forbidden", "HTTP 403 Forbidden"), ("slow", "TimeoutError")):
+        got = await ctrl._kubeconfig(cluster(location))
+        assert isinstance(got, Verdict) and not got.active and got.reason == "BadKubeConfig"
+        assert got.message.startswith(f'load client config failed: secrets "{location}"')
+        assert fragment in got.message
