@@ -247,3 +247,145 @@ def test_status_api_of_keeps_the_ca_and_strips_the_url():
     assert not isinstance(api, str)
     assert (api.url, api.token, api.ca) == ("https://10.0.0.1:9443", TOKEN, "PEM")
     assert TOKEN not in repr(api)
+
+
+# ------------------------------------------------------------------ the controller's rounds
+
+
+class Objects:
+    """An API server's objects by (plural, namespace, name): a worker's or the manager's."""
+
+    def __init__(self) -> None:
+        self.objs: dict[tuple[str, str, str], dict] = {}
+        self.created: list[str] = []
+        self.deleted: list[str] = []
+
+    async def get(self, res, name, namespace=None):
+        obj = self.objs.get((res.plural, namespace, name))
+        if obj is None:
+            raise NotFound(404, "not found")
+        return obj
+
+    async def create(self, res, body):
+        m = body["metadata"]
+        self.objs[(res.plural, m["namespace"], m["name"])] = body
+        self.created.append(m["name"])
+        return body
+
+    async def delete(self, res, name, namespace=None, **kw):
+        if self.objs.pop((res.plural, namespace, name), None) is None:
+            raise NotFound(404, "not found")
+        self.deleted.append(name)
+
+    async def replace(self, res, body, **kw):
+        return body
+
+
+class Store(dict):
+    def put(self, obj: dict) -> None:
+        m = obj["metadata"]
+        self[f"{m['namespace']}/{m['name']}"] = obj
+
+
+class FakeEtas:
+    """``WorkerEtas`` answering from ``said`` (worker -> WorkerEta), counting the asks."""
+
+    def __init__(self, said: dict[str, WorkerEta]) -> None:
+        self.said = said
+        self.asked: list[str] = []
+
+    async def etas(self, workers, namespace, name):
+        self.asked += workers
+        return {w: self.said[w] for w in workers}
+
+    async def refresh(self, clusters, now):
+        return None
+
+    async def close(self):
+        return None
+
+
+def _controller(said: dict[str, WorkerEta], **settings):
+    from types import SimpleNamespace
+
+    from app.config import Settings
+    from app.controllers.multikueue import MultiKueueController, Worker
+    from app.core.multikueue import Verdict
+
+    manager, store = Objects(), Store()
+    ctx = SimpleNamespace(
+        settings=Settings(controllers_enabled=False, multikueue={
+            "dispatcher_name": SOONEST, **settings}),
+        client=manager, store=lambda kind: store, clock=lambda: 1e9,
+        recorder=SimpleNamespace(emit=lambda *a: None),
+        informers=SimpleNamespace(informers={}))
+    mk = MultiKueueController(ctx)  # type: ignore[arg-type]
+    mk.etas = FakeEtas(said)  # type: ignore[assignment]
+    workers = {n: Objects() for n in said}
+    for n, w in workers.items():
+        mk.workers[n] = Worker(client=w, verdict=Verdict(True, "Active", "Connected"))  # type: ignore[arg-type]
+    manager.objs[("jobs", "ns", "j")] = {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "ns"},
+        "spec": {"managedBy": "kueue.x-k8s.io/multikueue"}}
+    store.put({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+               "metadata": {"name": "wl", "namespace": "ns", "ownerReferences": [
+                   {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "controller": True}]},
+               "spec": {"queueName": "q"},
+               "status": {"conditions": [{"type": "QuotaReserved", "status": "True",
+                                          "lastTransitionTime": "2026-12-04T14:00:00Z"}],
+                          "admissionChecks": [{"name": "mk", "state": "Pending"}]}})
+    return mk, store, workers
+
+
+async def _pass(mk, store) -> list[str]:
+    wl = store["ns/wl"]
+    await mk._sync_workload(wl, wl["status"]["admissionChecks"][0], sorted(mk.workers))
+    return store["ns/wl"]["status"].get("nominatedClusterNames")
+
+
+def test_a_round_sends_copies_everywhere_then_keeps_the_soonest_only():
+    mk, store, workers = _controller({"w1": WorkerEta(3600.0), "w2": WorkerEta(300.0),
+                                      "kueue": WorkerEta(None, "no status API")},
+                                     soonest_round_seconds=0.3)
+
+    async def run() -> None:
+        assert await _pass(mk, store) == ["kueue", "w1", "w2"]  # a round: AllAtOnce
+        assert all(w.created == ["wl"] for w in workers.values())
+        assert mk.etas.asked == []
+        assert await _pass(mk, store) == ["kueue", "w2"]  # decided: the soonest + no-ETA
+        assert workers["w1"].deleted == ["wl"] and not workers["w2"].deleted
+        assert await _pass(mk, store) == ["kueue", "w2"]  # the round is decided: not asked
+        assert len(mk.etas.asked) == 3
+        await asyncio.sleep(0.35)  # the next round: copies everywhere again, asked again
+        assert await _pass(mk, store) == ["kueue", "w1", "w2"]
+        assert workers["w1"].created == ["wl", "wl"]
+        mk.etas.said["w1"] = WorkerEta(5.0)  # worker1's queue emptied meanwhile
+        assert await _pass(mk, store) == ["kueue", "w1"]
+        assert workers["w2"].deleted == ["wl"]
+    asyncio.run(run())
+
+
+def test_a_worker_still_computing_is_waited_for_then_the_round_is_decided():
+    mk, store, workers = _controller({"w1": WorkerEta(None, "computing", later=True),
+                                      "w2": WorkerEta(60.0)}, soonest_patience_seconds=0.2)
+
+    async def run() -> None:
+        assert await _pass(mk, store) == ["w1", "w2"]
+        assert await _pass(mk, store) == ["w1", "w2"]  # w1 still computing: undecided
+        assert not workers["w1"].deleted
+        mk.etas.said["w1"] = WorkerEta(10.0)
+        assert await _pass(mk, store) == ["w1"]
+        assert workers["w2"].deleted == ["wl"]
+    asyncio.run(run())
+
+
+def test_a_kept_worker_lost_starts_a_new_round_at_once():
+    mk, store, workers = _controller({"w1": WorkerEta(1.0), "w2": WorkerEta(60.0)})
+
+    async def run() -> None:
+        await _pass(mk, store)
+        assert await _pass(mk, store) == ["w1"]
+        mk.workers["w1"].verdict = mk.workers["w1"].verdict.__class__(False, "X", "")
+        assert await _pass(mk, store) == ["w2"]  # a new round among the connected
+        assert workers["w2"].created == ["wl", "wl"]
+    asyncio.run(run())
