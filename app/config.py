@@ -610,7 +610,7 @@ class MultiKueueSettings(BaseModel):
     dispatcher_name: str = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
     incremental_batch_size: int = Field(3, ge=1)
     incremental_round_seconds: float = Field(300.0, gt=0)
-    soonest_round_seconds: float = Field(60.0, gt=0)
+    soonest_round_seconds: float = Field(300.0, gt=0)
     soonest_patience_seconds: float = Field(10.0, ge=0)
     gc_interval_seconds: float = Field(60.0, ge=0)
     no_worker_timeout_seconds: dict[str, float] = Field(default_factory=dict)

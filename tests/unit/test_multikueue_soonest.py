@@ -97,6 +97,29 @@ def test_worker_eta_reads_the_status_api_answer():
     assert worker_eta({"eta": {"confidence": "bounded", "waitSeconds": True}}).wait is None
 
 
+def test_worker_eta_reads_what_the_status_api_serves():
+    """The status API's own wire model (``app.api.status.eta`` of a core ``Eta``, serialised
+    by alias as served): the keys ``worker_eta`` reads are the ones it writes."""
+    import time
+
+    from app.api.status import eta as wire_eta
+    from app.core.eta import BOUNDED, UNKNOWN
+    from app.core.eta import Eta as CoreEta
+    from app.models.status import WorkloadStatus
+
+    def served(e: CoreEta) -> dict:
+        return WorkloadStatus(name="wl", namespace="ns", local_queue_name="q", state="pending",
+                              priority=0, created="2026-12-04T14:00:00Z",
+                              admission_in_flight=False, inadmissible=False, message="",
+                              eta=wire_eta(e, time.time())).model_dump(mode="json")
+    now = time.time()
+    got = worker_eta(served(CoreEta(now + 300, BOUNDED, "maximumExecutionTimeSeconds")))
+    assert got.wait is not None and 298 <= got.wait <= 300
+    assert worker_eta(served(CoreEta(None, UNKNOWN, "not computed yet"))).later
+    assert worker_eta(served(CoreEta(None, UNKNOWN, "no end known"))) == WorkerEta(
+        None, "no end known")
+
+
 @pytest.mark.parametrize("url,why", [
     ("https://10.0.0.7:9443", None),
     ("https://pykueue.worker1.example.com", None),
