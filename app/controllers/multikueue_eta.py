@@ -161,7 +161,7 @@ class WorkerEtas:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/workloads/{quote(name, safe='')}"
         try:
             r = await self._client(worker, api).get(path)
-        except (httpx.HTTPError, ssl.SSLError, OSError) as exc:
+        except (httpx.HTTPError, ssl.SSLError, OSError, ValueError) as exc:
             log.info("multikueue: status API of %s: %s", worker, type(exc).__name__)
             return WorkerEta(None, f"status API unreachable ({type(exc).__name__})")
         if r.status_code == 404:
