@@ -589,7 +589,11 @@ class MultiKueueSettings(BaseModel):
     ``kueue.x-k8s.io/multikueue-dispatcher-all-at-once`` (every worker at once) or
     ``kueue.x-k8s.io/multikueue-dispatcher-incremental`` (``incremental_batch_size`` more
     workers, in name order, each ``incremental_round_seconds``; Kueue fixes them at 3 and
-    5 min, pykueue lets them be set). ``worker_lost_timeout_seconds``: Kueue
+    5 min, pykueue lets them be set), or pykueue's ``pykueue.dev/multikueue-dispatcher-soonest``
+    (copies to every worker, then kept only on the one whose pykueue expects to start it
+    soonest, by its status API's ETA, and on those that give none; a new round each
+    ``soonest_round_seconds``; a worker still computing its ETA is waited for
+    ``soonest_patience_seconds``). ``worker_lost_timeout_seconds``: Kueue
     ``multiKueue.workerLostTimeout`` (15 min): how long a Workload whose worker lost its copy
     keeps its check Ready before it goes Retry (the Workload is evicted and requeued).
     ``gc_interval_seconds``: Kueue ``multiKueue.gcInterval`` (1 min; 0 turns it off): how often
@@ -606,6 +610,8 @@ class MultiKueueSettings(BaseModel):
     dispatcher_name: str = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
     incremental_batch_size: int = Field(3, ge=1)
     incremental_round_seconds: float = Field(300.0, gt=0)
+    soonest_round_seconds: float = Field(300.0, gt=0)
+    soonest_patience_seconds: float = Field(10.0, ge=0)
     gc_interval_seconds: float = Field(60.0, ge=0)
     no_worker_timeout_seconds: dict[str, float] = Field(default_factory=dict)
     sync_period_seconds: float = Field(1.0, gt=0)
@@ -615,7 +621,8 @@ class MultiKueueSettings(BaseModel):
     @model_validator(mode="after")
     def _dispatcher(self) -> MultiKueueSettings:
         known = ("kueue.x-k8s.io/multikueue-dispatcher-all-at-once",
-                 "kueue.x-k8s.io/multikueue-dispatcher-incremental")
+                 "kueue.x-k8s.io/multikueue-dispatcher-incremental",
+                 "pykueue.dev/multikueue-dispatcher-soonest")
         if self.dispatcher_name not in known:
             raise ValueError(
                 f"multikueue.dispatcher_name {self.dispatcher_name!r}: one of "

@@ -14,7 +14,11 @@ base + 443 (visibility + 444).
 On the manager, ``up`` writes for each worker a Secret ``<worker>-kubeconfig`` in
 pykueue-system (key ``kubeconfig``: the worker's API server with its CA and the lab admin's
 client certificate, all as ``-data`` fields, as MultiKueue requires) and a MultiKueueCluster
-``<worker>`` naming it. Queues are the caller's.
+``<worker>`` naming it. Queues are the caller's. For pykueue's soonest dispatcher the
+MultiKueueCluster also names the worker's pykueue status API (annotation
+``pykueue.dev/status-api: https://127.0.0.1:<its pykueue port>``) and the Secret holds a token
+of the worker's ``pykueue-status-viewer`` ServiceAccount (key ``status-api-token``) and the CA
+of pykueue's serving certificate (``status-api-ca.crt``).
 """
 
 from __future__ import annotations
@@ -101,20 +105,39 @@ def worker_kubeconfig(worker: Site) -> dict:
     }
 
 
-def secret(name: str, kubeconfig: dict | str) -> dict:
-    """A Secret ``name`` in pykueue-system holding ``kubeconfig`` (YAML/JSON text or dict)."""
+def secret(name: str, kubeconfig: dict | str, extra: dict[str, str] | None = None) -> dict:
+    """A Secret ``name`` in pykueue-system holding ``kubeconfig`` (YAML/JSON text or dict)
+    and the ``extra`` keys (text)."""
     text = kubeconfig if isinstance(kubeconfig, str) else json.dumps(kubeconfig)
+    data = {"kubeconfig": text, **(extra or {})}
     return {"apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": name, "namespace": "pykueue-system"},
-            "data": {"kubeconfig": base64.b64encode(text.encode()).decode()}}
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
 
 
-def cluster(name: str, location: str, location_type: str = "Secret") -> dict:
-    """A MultiKueueCluster reading its kubeconfig from ``location``."""
+def cluster(name: str, location: str, location_type: str = "Secret",
+            status_api: str | None = None) -> dict:
+    """A MultiKueueCluster reading its kubeconfig from ``location`` (``status_api``: the
+    base URL of its worker's pykueue status API, for the soonest dispatcher)."""
+    meta: dict[str, Any] = {"name": name}
+    if status_api:
+        meta["annotations"] = {"pykueue.dev/status-api": status_api}
     return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "MultiKueueCluster",
-            "metadata": {"name": name},
+            "metadata": meta,
             "spec": {"clusterSource": {"kubeConfig": {"location": location,
                                                       "locationType": location_type}}}}
+
+
+def status_api_keys(worker: Site) -> dict[str, str]:
+    """The Secret keys for ``worker``'s pykueue status API: a token of its
+    ``pykueue-status-viewer`` ServiceAccount (made by ``hack/lab.py pykueue-up``; a day) and
+    the CA of pykueue's serving certificate; {} when the worker has no such ServiceAccount."""
+    r = worker.kubectl("create", "token", "-n", "pykueue-system", "pykueue-status-viewer",
+                       "--duration=86400s", check=False)
+    ca = ROOT / "certs" / "out" / "ca.crt"
+    if r.returncode != 0 or not ca.exists():
+        return {}
+    return {"status-api-token": r.stdout.strip(), "status-api-ca.crt": ca.read_text()}
 
 
 def wait_until(what: str, fn: Callable[[], Any], timeout: float, period: float = 0.25,
@@ -166,8 +189,10 @@ def register_workers(manager: Site, workers: list[Site]) -> None:
     """A kubeconfig Secret and a MultiKueueCluster on ``manager`` for each worker."""
     items = []
     for w in workers:
-        items += [secret(f"{w.name}-kubeconfig", worker_kubeconfig(w)),
-                  cluster(w.name, f"{w.name}-kubeconfig")]
+        keys = status_api_keys(w)
+        items += [secret(f"{w.name}-kubeconfig", worker_kubeconfig(w), keys),
+                  cluster(w.name, f"{w.name}-kubeconfig", status_api=f"https://127.0.0.1:"
+                          f"{w.pykueue_port}" if keys else None)]
     manager.kubectl("apply", "-f", "-",
                     input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     print("multikueue-lab: MultiKueueClusters " + ", ".join(w.name for w in workers)

@@ -32,15 +32,18 @@ A Workload whose worker lost its copy (deleted, evicted there, worker unreachabl
 another is connected) gets its check Retry after ``multikueue.worker_lost_timeout_seconds``
 ("Reserving remote lost"), so the manager evicts and requeues it (Kueue workerLostTimeout).
 
-Dispatchers (``multikueue.dispatcher_name``): AllAtOnce (every active worker) or Incremental
+Dispatchers (``multikueue.dispatcher_name``): AllAtOnce (every active worker), Incremental
 (``incremental_batch_size`` more workers of the config each ``incremental_round_seconds``,
-Kueue's 3 and 5 min). Every ``multikueue.gc_interval_seconds`` the workers' Workloads with
-this origin whose manager Workload is gone are deleted with their job (Kueue's GC). pykueue's
-opt-in ``multikueue.no_worker_timeout_seconds`` (per ClusterQueue) gives a Workload no worker
+Kueue's 3 and 5 min) or pykueue's soonest (every active worker, then only the one whose
+pykueue expects to start the copy soonest and those that give no ETA: ``soonest_keep``, the
+ETAs read by ``app.controllers.multikueue_eta``; again each ``soonest_round_seconds``).
+Every ``multikueue.gc_interval_seconds`` the workers' Workloads with this origin whose
+manager Workload is gone are deleted with their job (Kueue's GC). pykueue's opt-in
+``multikueue.no_worker_timeout_seconds`` (per ClusterQueue) gives a Workload no worker
 reserved condition ``MultiKueueNoWorker``.
 
 Not done (docs/multikueue.md): syncing an eviction on a worker back sooner, the Ray, TrainJob,
-AppWrapper, Pod, StatefulSet and LeaderWorkerSet adapters, an ETA dispatcher.
+AppWrapper, Pod, StatefulSet and LeaderWorkerSet adapters.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from typing import Any
 
 import yaml
 
+from app.controllers.multikueue_eta import WorkerEtas
 from app.core.multikueue import (
     BATCH_JOB,
     INCREMENTAL,
@@ -64,8 +68,10 @@ from app.core.multikueue import (
     MULTIKUEUE_CONTROLLER,
     NO_WORKER,
     ORIGIN_LABEL,
+    SOONEST,
     Adapter,
     Verdict,
+    WorkerEta,
     adapter_for,
     check_active,
     cluster_source_problem,
@@ -76,8 +82,10 @@ from app.core.multikueue import (
     next_nominees,
     no_worker_condition,
     parameters_problem,
+    placed_copies,
     remote_workload,
     round_due,
+    soonest_keep,
     worker_lost,
 )
 from app.kube.client import (
@@ -165,6 +173,9 @@ class MultiKueueController:
         self._listed_at = -1e9
         # Workload key -> when its Incremental dispatcher round started (monotonic s).
         self.rounds: dict[str, float] = {}
+        # Soonest dispatcher: Workload key -> the round (its start in ``rounds``) decided.
+        self.soonest_decided: dict[str, float] = {}
+        self.etas = WorkerEtas(ctx.client, self.s.namespace, self.s.probe_period_seconds)
         self._gc_at: float | None = None
 
     @property
@@ -183,6 +194,7 @@ class MultiKueueController:
             if w.client is not None:
                 await w.client.close()
         self.workers.clear()
+        await self.etas.close()
 
     async def _loop(self) -> None:
         while True:
@@ -235,6 +247,8 @@ class MultiKueueController:
         self.cleaned &= seen
         for key in [k for k in self.rounds if k not in seen]:
             self.rounds.pop(key, None)
+        self.soonest_decided = {k: v for k, v in self.soonest_decided.items()
+                                if self.rounds.get(k) == v}
         await self._maybe_gc(now)
 
     # ------------------------------------------------------------------ garbage collection
@@ -280,6 +294,8 @@ class MultiKueueController:
             if old.client is not None:
                 await old.client.close()
         await asyncio.gather(*(self._sync_cluster(c) for c in clusters))
+        if self.s.dispatcher_name == SOONEST:
+            await self.etas.refresh(clusters, asyncio.get_running_loop().time())
 
     async def _kubeconfig(self, cluster: Obj) -> tuple[Any, str] | Verdict:
         """The parsed kubeconfig of ``cluster`` and its hash, or the Verdict saying why not."""
@@ -468,7 +484,8 @@ class MultiKueueController:
         if not remotes:
             return
         jobs, wls = await self._read_remotes(remotes, ns, res, job_name, meta["name"])
-        finished = first_with(wls, FINISHED)
+        deciding = placed_copies(wls, (wl.get("status") or {}).get("clusterName"))
+        finished = first_with(deciding, FINISHED)
         if finished is not None:
             await self._mirror(adapter, local_job, jobs[finished])
             done = condition_of(wls[finished], FINISHED) or {}
@@ -477,7 +494,7 @@ class MultiKueueController:
                           str(done.get("message") or ""), self.ctx.clock())
             await self._put_local(body)
             return
-        winner = first_with(wls, QUOTA_RESERVED)
+        winner = first_with(deciding, QUOTA_RESERVED)
         if winner is not None:
             for name in [n for n in remotes if n != winner]:
                 await self._delete_remote(remotes[name], ns, res, job_name, jobs.get(name),
@@ -511,7 +528,14 @@ class MultiKueueController:
                     since, self.ctx.clock(), self.s.worker_lost_timeout_seconds):
                 await self._set_check(wl, st["name"], "Retry", "Reserving remote lost")
             return
-        nominated = await self._nominate(wl, key, clusters, sorted(remotes))
+        if self.s.dispatcher_name == SOONEST:
+            nominated = await self._nominate_soonest(wl, key, sorted(remotes), wls)
+            for name in [n for n in remotes if n not in nominated and wls.get(n) is not None]:
+                # Not the soonest: its copy (pending there) goes.
+                await self._delete_remote(remotes[name], ns, res, job_name, jobs.get(name),
+                                          wls.get(name))
+        else:
+            nominated = await self._nominate(wl, key, clusters, sorted(remotes))
         targets = {n: c for n, c in remotes.items() if n in nominated}
         self.dispatched.setdefault(key, (adapter, job_name, set()))[2].update(targets)
         await self._no_worker(key, nominated)
@@ -582,6 +606,44 @@ class MultiKueueController:
             body = copy.deepcopy(wl)
             body.setdefault("status", {})["nominatedClusterNames"] = names
             await self._put_local(body)
+        return names
+
+    async def _nominate_soonest(self, wl: Obj, key: str, active: list[str],
+                                wls: Mapping[str, Obj | None]) -> list[str]:
+        """Write and return ``status.nominatedClusterNames`` under the soonest dispatcher
+        (pykueue's). A round starts with every ``active`` worker (copies sent as AllAtOnce),
+        at once, then every ``multikueue.soonest_round_seconds``, or when none of its
+        nominees is connected any more. Until the round is decided, each pass asks
+        every nominee with a copy for its ETA (``WorkerEtas``; no copy yet: still to come)
+        and ``soonest_keep`` decides, waiting up to ``soonest_patience_seconds`` for ETAs
+        still being computed: the soonest worker and those giving no ETA are kept, the
+        others' copies deleted by the caller. A decided round's nominees stay."""
+        current = list((wl.get("status") or {}).get("nominatedClusterNames") or [])
+        now = asyncio.get_running_loop().time()
+        started = self.rounds.get(key)
+        names, decided = current, False
+        if round_due(started, now, self.s.soonest_round_seconds) \
+                or not any(n in active for n in current):
+            names, self.rounds[key] = active, now
+        elif started is not None and self.soonest_decided.get(key) != started:
+            asked = [n for n in current if n in active]
+            have = [n for n in asked if wls.get(n) is not None]
+            got = await self.etas.etas(have, wl["metadata"]["namespace"],
+                                       wl["metadata"]["name"])
+            for n in asked:
+                got.setdefault(n, WorkerEta(None, "no copy yet", later=True))
+            keep = soonest_keep(got, now - started, self.s.soonest_patience_seconds)
+            if keep is not None:
+                names, decided = keep, True
+                log.info("multikueue: %s kept on %s (%s)", key, ", ".join(keep),
+                         "; ".join(f"{n}: {e.wait:.0f}s" if e.wait is not None
+                                   else f"{n}: {e.why}" for n, e in sorted(got.items())))
+        if current != names:
+            body = copy.deepcopy(wl)
+            body.setdefault("status", {})["nominatedClusterNames"] = names
+            await self._put_local(body)
+        if decided:
+            self.soonest_decided[key] = self.rounds[key]
         return names
 
     async def _no_worker(self, key: str, nominated: list[str]) -> None:

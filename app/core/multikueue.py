@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from app.core.eta import COMPUTING, OVERDUE, UNKNOWN
+
 MULTIKUEUE_CONTROLLER = "kueue.x-k8s.io/multikueue"
 ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 KUBECONFIG_KEY = "kubeconfig"
@@ -26,6 +28,15 @@ START_RECORD = "pykueue.dev/original-pod-scheduling"
 CONFIG_GROUP, CONFIG_KIND = "kueue.x-k8s.io", "MultiKueueConfig"
 ALL_AT_ONCE = "kueue.x-k8s.io/multikueue-dispatcher-all-at-once"
 INCREMENTAL = "kueue.x-k8s.io/multikueue-dispatcher-incremental"
+# pykueue's own dispatcher (kueue#10768): the worker whose pykueue expects to start the copy
+# soonest (``soonest_keep``).
+SOONEST = "pykueue.dev/multikueue-dispatcher-soonest"
+# On a MultiKueueCluster: the base URL of its worker's pykueue status API (read by SOONEST);
+# the bearer token (and optionally the CA of the API's serving certificate) sit in the
+# cluster's kubeconfig Secret under these keys.
+STATUS_API_ANNOTATION = "pykueue.dev/status-api"
+STATUS_TOKEN_KEY = "status-api-token"
+STATUS_CA_KEY = "status-api-ca.crt"
 # Labels the Job controller stamps on a Job's pod template; the worker's Job gets its own.
 _JOB_CONTROLLER_LABELS = ("controller-uid", "batch.kubernetes.io/controller-uid", "job-name",
                           "batch.kubernetes.io/job-name")
@@ -191,6 +202,18 @@ def first_with(remotes: Mapping[str, Mapping[str, Any] | None], ctype: str) -> s
     since = {name: t for name, wl in remotes.items()
              if (t := _true_since(wl, ctype)) is not None}
     return min(since, key=lambda n: (since[n], n)) if since else None
+
+
+def placed_copies(remotes: Mapping[str, Any], cluster_name: str | None) -> Mapping[str, Any]:
+    """The workers' copies that may decide a Workload (finish it, win it): once its
+    ``status.clusterName`` names a worker, only that worker's; before, every worker's. A
+    worker that was lost, and comes back after the Workload moved elsewhere, holds a stale
+    copy that reserved earlier: ``first_with`` over every worker would give it the Workload
+    (Kueue v0.17.1 does, then fails to change the immutable ``clusterName``, after deleting
+    the copies on the worker the Workload runs on); it is deleted as a loser instead."""
+    if not cluster_name:
+        return remotes
+    return {cluster_name: remotes.get(cluster_name)}
 
 
 def condition_of(obj: Mapping[str, Any] | None, ctype: str) -> Mapping[str, Any] | None:
@@ -433,6 +456,81 @@ def round_due(started: float | None, now: float, round_seconds: float) -> bool:
     None) or the last started more than ``round_seconds`` ago (Kueue: 5 min,
     ``incrementalDispatcherRoundTimeout``; seconds on one clock)."""
     return started is None or now - started > round_seconds
+
+
+def status_api_problem(url: str) -> str | None:
+    """Why ``url`` (a MultiKueueCluster's ``pykueue.dev/status-api`` annotation) may not be
+    sent the worker's status API token, or None: ``https`` only (the token travels in a
+    header), a host that is an IP or a DNS name (as a kubeconfig's server), no user info,
+    query or fragment."""
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises ValueError on a bad port
+    except ValueError as exc:
+        return f"not a URL: {exc}"
+    if parts.scheme != "https":
+        return "the status API URL must be https"
+    if parts.username is not None or parts.password is not None:
+        return "the status API URL must not carry user info"
+    if parts.query or parts.fragment:
+        return "the status API URL must have no query or fragment"
+    if not _valid_host(url):
+        return "untrusted status API endpoint"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerEta:
+    """What one worker said of when its copy of a Workload would start (the soonest
+    dispatcher): ``wait`` seconds from its answer (0: due now), or None with ``why`` it gave
+    none (no status API, no answer, ``unknown``); ``later``: it is still computing it (asked
+    again next pass, until the dispatcher's patience runs out)."""
+
+    wait: float | None
+    why: str = ""
+    later: bool = False
+
+
+_TRANSIENT = frozenset({"not computed yet", COMPUTING, OVERDUE})
+
+
+def worker_eta(body: Any) -> WorkerEta:
+    """The ``WorkerEta`` in a pykueue status API answer to ``GET /api/v1/namespaces/{ns}/
+    workloads/{name}`` (``eta.waitSeconds``, ``eta.confidence``, ``eta.basis``); None (no
+    answer) gives none. ``waitSeconds`` is counted from the worker's answer, so clocks need
+    not agree across workers (``eta.start`` would need them to)."""
+    if not isinstance(body, Mapping):
+        return WorkerEta(None, "no answer")
+    eta = body.get("eta")
+    if not isinstance(eta, Mapping):
+        return WorkerEta(None, f"no ETA (state {body.get('state', '?')})")
+    wait = eta.get("waitSeconds")
+    if eta.get("confidence") != UNKNOWN and isinstance(wait, int | float) \
+            and not isinstance(wait, bool) and wait >= 0:
+        return WorkerEta(float(wait))
+    basis = str(eta.get("basis") or "unknown")
+    return WorkerEta(None, basis, later=basis in _TRANSIENT)
+
+
+def soonest_keep(etas: Mapping[str, WorkerEta], waited: float, patience: float
+                 ) -> list[str] | None:
+    """The workers that keep their copy of a Workload under the soonest dispatcher, in name
+    order, or None to ask again later. ``etas``: each worker that has a copy -> what it said;
+    ``waited``: seconds since the copies were sent this round; ``patience``: how long a
+    worker still computing its ETA is waited for (then it counts as giving none).
+
+    The worker with the smallest wait keeps its copy (ties: the first name); every worker
+    that gives no ETA keeps its copy too (AllAtOnce for it: a Kueue worker, or a pykueue one
+    that cannot say, still gets the work, so nothing stalls on a missing ETA). Without any
+    ETA every worker keeps its copy. None while a worker is still computing, within
+    ``patience``."""
+    if waited < patience and any(e.later for e in etas.values()):
+        return None
+    known = {n: e.wait for n, e in etas.items() if e.wait is not None}
+    keep = {n for n, e in etas.items() if e.wait is None}
+    if known:
+        keep.add(min(known, key=lambda n: (known[n], n)))
+    return sorted(keep)
 
 
 def gc_orphans(remote_workloads: Sequence[Mapping[str, Any]], origin: str,

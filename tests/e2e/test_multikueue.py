@@ -539,3 +539,136 @@ def test_a_gpu_job_runs_on_the_worker_under_its_prebuilt_workload(sites):
     assert pods[0]["spec"]["nodeName"] == "a100-0"
     wait_for(lambda: (_cond(_workload(manager, name), "Finished") or {}).get("status")
              == "True", 60, "the manager Workload Finished")
+
+
+SOONEST = "pykueue.dev/multikueue-dispatcher-soonest"
+
+
+@pytest.fixture(scope="module")
+def soonest(sites: list[mk.Site]) -> Iterator[list[mk.Site]]:
+    """pykueue on the manager restarted once for the tests below (and again after the
+    module with the settings it had): pykueue's soonest dispatcher (a worker still computing
+    its ETA waited for up to 30 s), workerLostTimeout 3 s (Kueue's: 15 min), the workers
+    probed every second."""
+    with _manager_pykueue(sites[0], dispatcher_name=SOONEST, soonest_patience_seconds="30",
+                          worker_lost_timeout_seconds="3", probe_period_seconds="1"):
+        yield sites
+
+
+def _eta_queues(cpus: int, checks: list[str]) -> list[dict]:
+    """ClusterQueue ``mk-eta-cq`` (``cpus`` CPUs, ``checks``) and LocalQueue ``mk-eta-lq``
+    of ``NS`` pointing at it, apart from the other tests' queues."""
+    _, flavor, cq, lq = _queues(cpus, checks)
+    cq["metadata"]["name"] = "mk-eta-cq"
+    lq["metadata"]["name"], lq["spec"]["clusterQueue"] = "mk-eta-lq", "mk-eta-cq"
+    return [flavor, cq, lq]
+
+
+def _in_eta_queue(job: dict, limit: int | None = None) -> dict:
+    labels = job["metadata"]["labels"]
+    labels["kueue.x-k8s.io/queue-name"] = "mk-eta-lq"
+    if limit is not None:  # maximumExecutionTimeSeconds: the worker's ETA is bounded by it
+        labels["kueue.x-k8s.io/max-exec-time-seconds"] = str(limit)
+    return job
+
+
+def test_soonest_dispatcher_keeps_the_copy_on_the_worker_expected_to_start_it_first(soonest):
+    """pykueue's soonest dispatcher (kueue#10768): both workers' single CPU is taken by a
+    run ahead, bounded at 1 h on worker1 and 5 min on worker2; the manager's Workload is
+    copied to both, reads each copy's ETA from that worker's pykueue status API and keeps
+    the copy on worker2 only (``nominatedClusterNames: [worker2]``, worker1's copy deleted).
+    Once worker2's run ahead ends, its copy is admitted there and the Job runs there."""
+    manager, w1, w2 = soonest
+    _apply(w1, *_eta_queues(1, []))
+    _apply(w2, *_eta_queues(1, []))
+    _apply(manager, *_eta_queues(4, ["mk-check"]))
+    tag = uuid.uuid4().hex[:6]
+    blocker, name = f"mk-block-{tag}", f"mk-eta-{tag}"
+    try:
+        for site, limit in ((w1, 3600), (w2, 300)):
+            _apply(site, _in_eta_queue(_job(blocker, f"{limit}s"), limit))
+        for site in (w1, w2):
+            wait_for(lambda s=site: (_cond(_workload(s, blocker), "QuotaReserved") or {})
+                     .get("status") == "True", 30, f"the run ahead admitted on {site.name}")
+        t0 = time.monotonic()
+        _apply(manager, _in_eta_queue(_job(name, "5s")))
+        wl = wait_for(lambda: (w := _workload(manager, name)) and (w.get("status") or {})
+                      .get("nominatedClusterNames") == ["worker2"] and w, 60,
+                      "the manager Workload kept on worker2 only")
+        decided = time.monotonic() - t0
+        wl_name = wl["metadata"]["name"]
+        assert _check(wl)["state"] == "Pending" and "clusterName" not in wl["status"]
+        wait_for(lambda: _get(w1, "workload", "-n", NS, wl_name) is None, 20,
+                 "worker1's copy (start in about 1 h) deleted")
+        copy = _get(w2, "workload", "-n", NS, wl_name)
+        assert copy is not None and (_cond(copy, "QuotaReserved") or {}).get("status") != "True"
+        w2.kubectl("delete", "job", "-n", NS, blocker, "--wait=false")
+        t1 = time.monotonic()
+        wl = wait_for(lambda: (w := _workload(manager, name)) and _check(w).get("state")
+                      == "Ready" and w, 40, "the check Ready once worker2 admits its copy")
+        admitted = time.monotonic() - t1
+        assert wl["status"]["clusterName"] == "worker2"
+        wait_for(lambda: _get(w2, "job", "-n", NS, name), 20, "the Job on worker2")
+        assert _get(w1, "job", "-n", NS, name) is None
+        assert _get(w1, "workload", "-n", NS, wl_name) is None
+    finally:
+        manager.kubectl("delete", "job", "-n", NS, name, "--wait=false", check=False)
+        for site in (w1, w2):
+            site.kubectl("delete", "job", "-n", NS, blocker, "--wait=false", check=False)
+    print(f"\nmultikueue soonest: Job created -> kept on worker2 only {decided:.1f}s; "
+          f"worker2's run ahead deleted -> check Ready there {admitted:.1f}s")
+
+
+def test_worker_lost_timeout_requeues_the_workload_onto_the_other_worker(soonest):
+    """Kueue's workerLostTimeout (3 s here): the Workload runs on worker1 (worker2 has no
+    quota); worker2 gets quota and worker1's kubeconfig Secret is deleted, so the manager
+    loses worker1 (BadKubeConfig). After the timeout the check goes Retry ("Reserving remote
+    lost"), the manager evicts and requeues the Workload and it is placed on worker2. When
+    worker1 comes back with its stale copy and Job, the Workload stays on worker2 and
+    worker1's copies are deleted."""
+    manager, w1, w2 = soonest
+    name = f"mk-lost-{uuid.uuid4().hex[:6]}"
+    _apply(manager, _job(name, "120s"))
+
+    def placed_on(worker: mk.Site) -> dict | None:
+        wl = _workload(manager, name)
+        return wl if ((wl or {}).get("status") or {}).get("clusterName") == worker.name \
+            and _check(wl).get("state") == "Ready" \
+            and _get(worker, "job", "-n", NS, name) else None
+    wl = wait_for(lambda: placed_on(w1), 40, "the Job placed on worker1")
+    wl_name = wl["metadata"]["name"]
+    _apply(w2, _queues(4, [])[2])  # worker2's mk-cq: 4 CPUs, for the Workload to move to
+    seen_lost: list[str] = []
+
+    def moved() -> dict | None:
+        got = _workload(manager, name) or {}
+        st = got.get("status") or {}
+        seen_lost.extend(m for c in [*(st.get("conditions") or []),
+                                     *(st.get("admissionChecks") or [])]
+                         if "Reserving remote lost" in (m := c.get("message") or ""))
+        return placed_on(w2)
+    try:
+        manager.kubectl("delete", "secret", "-n", "pykueue-system", "worker1-kubeconfig")
+        t0 = time.monotonic()
+        wait_for(lambda: (_cond(_get(manager, "multikueuecluster", "worker1"), "Active")
+                          or {}).get("reason") == "BadKubeConfig", 20, "worker1 lost")
+        lost = time.monotonic() - t0
+        wait_for(moved, 60, "the Workload requeued and placed on worker2")
+        landed = time.monotonic() - t0
+        assert seen_lost, "no 'Reserving remote lost' seen on the Workload"
+        assert _get(manager, "workload", "-n", NS, wl_name)["metadata"]["uid"] \
+            == wl["metadata"]["uid"]  # the same Workload, requeued
+        # worker1 back: its copy (reserved before worker2's) and Job are stale.
+        mk.register_workers(manager, [w1])
+        wait_for(lambda: _get(w1, "job", "-n", NS, name) is None
+                 and _get(w1, "workload", "-n", NS, wl_name) is None, 30,
+                 "worker1's stale Job and copy deleted once it is back")
+        after = _get(manager, "workload", "-n", NS, wl_name)
+        assert after["status"]["clusterName"] == "worker2" and _check(after)["state"] == "Ready"
+        assert _get(w2, "job", "-n", NS, name) is not None
+    finally:
+        mk.register_workers(manager, [w1])
+        _apply(w2, _queues(0, [])[2])
+        manager.kubectl("delete", "job", "-n", NS, name, "--wait=false", check=False)
+    print(f"\nmultikueue worker lost (timeout 3 s): Secret deleted -> worker1 inactive "
+          f"{lost:.1f}s, -> Workload Ready on worker2 {landed:.1f}s")

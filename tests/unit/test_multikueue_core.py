@@ -20,6 +20,7 @@ from app.core.multikueue import (
     next_nominees,
     no_worker_condition,
     parameters_problem,
+    placed_copies,
     remote_job,
     remote_workload,
     round_due,
@@ -117,6 +118,17 @@ def test_first_reservation_wins():
                "w3": _wl("QuotaReserved", "False", "2026-01-01T00:00:01Z"), "w4": None}
     assert first_with(remotes, "QuotaReserved") == "w2"
     assert first_with({"w1": None}, "QuotaReserved") is None
+
+
+def test_once_placed_only_the_placed_workers_copy_decides():
+    # worker1 was lost with its copy reserved; the Workload moved to worker2; worker1 is back.
+    remotes = {"worker1": _wl("QuotaReserved", "True", "2026-01-01T00:00:01Z"),
+               "worker2": _wl("QuotaReserved", "True", "2026-01-01T00:00:09Z")}
+    assert first_with(placed_copies(remotes, None), "QuotaReserved") == "worker1"
+    assert first_with(placed_copies(remotes, "worker2"), "QuotaReserved") == "worker2"
+    # The placed worker's copy gone: no other worker's copy wins (workerLostTimeout runs).
+    assert first_with(placed_copies({"worker1": remotes["worker1"]}, "worker2"),
+                      "QuotaReserved") is None
 
 
 def test_remote_job_copy():
