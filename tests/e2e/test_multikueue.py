@@ -608,8 +608,9 @@ def test_rayjob_runs_on_the_worker_with_kuberay_status_mirrored_and_deleted_ther
     the manager (its KubeRay makes no RayCluster there), the RayJob copied to worker1 (no
     managedBy, prebuilt Workload), where KubeRay makes the cluster and its pods run; the
     worker's status (deployment Running, its cluster's name) is mirrored to the manager's
-    RayJob; deleting it on the manager removes the RayJob, its cluster and pods from
-    worker1."""
+    RayJob; evicted on the manager, its quota is released (the mirrored deployment status
+    cleared) and it runs again once active; deleting it on the manager removes the RayJob,
+    its cluster and pods from worker1."""
     if not mk.operator_built("kuberay"):
         pytest.skip("KubeRay is not built: run `make operators`")
     manager, w1, w2 = sites
@@ -648,11 +649,29 @@ def test_rayjob_runs_on_the_worker_with_kuberay_status_mirrored_and_deleted_ther
                     or [] if rc["metadata"]["name"].startswith(name)]
         assert not _ray_pods(manager, name)
         assert _get(w2, "rayjob", "-n", NS, name) is None
-        _deleted_everywhere(manager, w1, "RayJob", name, wl["metadata"]["name"], name)
+        # Evicted on the manager: the copies go from worker1 and the mirrored deployment
+        # status is cleared (the RayJob's active_pods reads it), so the quota is released;
+        # active again, it runs on worker1 again.
+        wl_name = wl["metadata"]["name"]
+        t1 = time.monotonic()
+        manager.kubectl("patch", "workload", "-n", NS, wl_name, "--type=merge",
+                        "-p", '{"spec":{"active":false}}')
+
+        def released() -> bool:
+            st = (_get(manager, "workload", "-n", NS, wl_name) or {}).get("status") or {}
+            job = (_get(manager, "rayjob", "-n", NS, name) or {}).get("status") or {}
+            return "admission" not in st and "clusterName" not in st \
+                and "jobDeploymentStatus" not in job and _get(w1, "rayjob", "-n", NS, name) is None
+        wait_for(released, 30, "the RayJob's quota released and worker1's copy deleted")
+        evicted = time.monotonic() - t1
+        manager.kubectl("patch", "workload", "-n", NS, wl_name, "--type=merge",
+                        "-p", '{"spec":{"active":true}}')
+        wait_for(mirrored, 60, "the RayJob Running on worker1 again, mirrored")
+        _deleted_everywhere(manager, w1, "RayJob", name, wl_name, name)
     finally:
         manager.kubectl("delete", "rayjob", "-n", NS, name, "--wait=false", check=False)
     print(f"\nmultikueue rayjob: created -> check Ready on worker1 {ready:.1f}s, -> Running "
-          f"mirrored {running:.1f}s")
+          f"mirrored {running:.1f}s; deactivated -> quota released, copy deleted {evicted:.1f}s")
 
 
 def test_raycluster_runs_on_the_worker_status_mirrored_and_deleted_there(sites):
