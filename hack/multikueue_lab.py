@@ -2,7 +2,9 @@
 """Three labs for MultiKueue on one machine: a manager and two workers, each a lab of its own
 (hack/lab.py, its own state dir and port block) with pykueue on it (docs/multikueue.md).
 
-    python hack/multikueue_lab.py up      # labs up, pykueue on each, worker Secrets on the manager
+    python hack/multikueue_lab.py up      # labs up, the JobSet operator and KubeRay (when
+                                          # built) and pykueue on each, worker Secrets on the
+                                          # manager
     python hack/multikueue_lab.py down    # pykueue (or Kueue's manager) and the labs stopped,
                                           # state removed
 
@@ -201,7 +203,7 @@ def register_workers(manager: Site, workers: list[Site]) -> None:
 
 def up(all_sites: list[Site]) -> None:
     for s in all_sites:
-        start(s)
+        start(s, ("jobset", "kuberay"))
     register_workers(all_sites[0], all_sites[1:])
 
 

@@ -1,7 +1,8 @@
 """MultiKueue on the manager cluster: the AdmissionCheck controller
 ``kueue.x-k8s.io/multikueue`` (docs/multikueue.md; Kueue v0.17.1
 ``pkg/controller/admissionchecks/multikueue``), for the kinds of
-``app.core.multikueue.ADAPTERS`` (batch/v1 Job, JobSet, Kubeflow jobs, MPIJob).
+``app.core.multikueue.ADAPTERS`` (batch/v1 Job, JobSet, Kubeflow jobs, MPIJob, RayJob,
+RayCluster, RayService).
 
 Every ``multikueue.sync_period_seconds`` while this process leads:
 
@@ -14,7 +15,7 @@ Every ``multikueue.sync_period_seconds`` while this process leads:
 2. AdmissionChecks of this controller: ``Active`` from their MultiKueueConfig and its
    clusters (``check_active``).
 3. Workloads holding quota whose check of this controller is not Rejected: the owner must be of
-   a kind with an adapter (Job, JobSet, Kubeflow) whose ``managedBy`` is
+   a kind with an adapter (Job, JobSet, Kubeflow, Ray) whose ``managedBy`` is
    ``kueue.x-k8s.io/multikueue`` (else the check is Rejected, as Kueue). A copy of the Workload
    (``remote_workload``, same name) is created on every active worker of the config
    (``status.nominatedClusterNames``); the worker's Kueue (pykueue or Kueue) reserves quota for
@@ -42,7 +43,7 @@ manager Workload is gone are deleted with their job (Kueue's GC). pykueue's opt-
 ``multikueue.no_worker_timeout_seconds`` (per ClusterQueue) gives a Workload no worker
 reserved condition ``MultiKueueNoWorker``.
 
-Not done (docs/multikueue.md): syncing an eviction on a worker back sooner, the Ray, TrainJob,
+Not done (docs/multikueue.md): syncing an eviction on a worker back sooner, the TrainJob,
 AppWrapper, Pod, StatefulSet and LeaderWorkerSet adapters.
 """
 

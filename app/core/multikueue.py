@@ -1,7 +1,8 @@
 """MultiKueue's decisions, pure (Kueue v0.17.1 ``pkg/controller/admissionchecks/multikueue``):
 whether a MultiKueue AdmissionCheck is Active, whether a worker's kubeconfig may be used,
 which worker won a Workload, the job kinds MultiKueue dispatches (``ADAPTERS``: batch/v1 Job,
-JobSet, the Kubeflow jobs and MPIJob) and the copy of a job sent to the workers.
+JobSet, the Kubeflow jobs and MPIJob, KubeRay's RayJob, RayCluster and RayService) and the copy
+of a job sent to the workers.
 
 Objects are the plain JSON ``dict``s the API server sends; nothing here does I/O.
 """
@@ -388,8 +389,32 @@ KUBEFLOW = (_kubeflow("PyTorchJob", "pytorchjobs"), _kubeflow("TFJob", "tfjobs")
             _kubeflow("XGBoostJob", "xgboostjobs"), _kubeflow("PaddleJob", "paddlejobs"),
             _kubeflow("JAXJob", "jaxjobs"),
             _kubeflow("MPIJob", "mpijobs", "v2beta1", "kubeflow.org/mpi-operator"))
+KUBERAY_OPERATOR = "ray.io/kuberay-operator"
+
+
+def _ray(kind: str, plural: str, suspend: tuple[str, ...],
+         running_status: tuple[str, ...]) -> Adapter:
+    """Kueue v0.17.1 ``jobs/ray/ray_multikueue_adapter.go`` (RayJob, RayCluster, RayService):
+    ``spec.managedBy``, metadata cloned with the prebuilt and origin labels, ``spec`` copied
+    with ``managedBy`` removed, the worker's whole ``status`` copied back. KubeRay v1.6.0's
+    CRDs allow ``spec.managedBy`` to be only ``ray.io/kuberay-operator`` or
+    ``kueue.x-k8s.io/multikueue`` and make it immutable (so it is defaulted at create only),
+    and its controllers skip an object whose ``managedBy`` is set to anything but
+    ``ray.io/kuberay-operator`` (``utils.ManagedByExternalController``). ``running_status``:
+    what the kind's ``active_pods`` reads in ``app.integrations.ray`` (a RayJob's
+    deployment status, a RayCluster's ``state``, a RayService's ``Ready`` condition)."""
+    return Adapter("ray.io", "v1", plural, kind, ("spec", "managedBy"), KUBERAY_OPERATOR,
+                   suspend, running_status)
+
+
+RAY = (_ray("RayJob", "rayjobs", ("spec", "suspend"),
+            ("jobDeploymentStatus", "rayClusterStatus")),
+       _ray("RayCluster", "rayclusters", ("spec", "suspend"),
+            ("state", "readyWorkerReplicas", "availableWorkerReplicas")),
+       _ray("RayService", "rayservices", ("spec", "rayClusterConfig", "suspend"),
+            ("conditions",)))
 # The kinds MultiKueue dispatches; any other owner's Workload gets its check Rejected.
-ADAPTERS: tuple[Adapter, ...] = (BATCH_JOB, JOBSET, *KUBEFLOW)
+ADAPTERS: tuple[Adapter, ...] = (BATCH_JOB, JOBSET, *KUBEFLOW, *RAY)
 
 
 def adapter_for(api_version: str, kind: str) -> Adapter | None:

@@ -664,7 +664,8 @@ class JobReconciler:
     @staticmethod
     def _prebuilt(obj: Obj) -> str | None:
         """The Workload ``obj`` adopts (label ``kueue.x-k8s.io/prebuilt-workload-name``, on
-        the kinds whose webhook lets it through: batch/v1 Jobs), or None."""
+        the kinds whose webhook lets it through: those MultiKueue dispatches,
+        ``adopts_prebuilt``), or None."""
         return ((obj.get("metadata") or {}).get("labels") or {}).get(PREBUILT_WORKLOAD_LABEL) \
             if adopts_prebuilt(obj) else None
 

@@ -98,7 +98,8 @@ def _alive(site: mk.Site, name: str) -> bool:
 
 # The operators on every lab (when built), with a CRD of each.
 OPERATORS = (("jobset", "jobsets.jobset.x-k8s.io"),
-             ("training-operator", "pytorchjobs.kubeflow.org"))
+             ("training-operator", "pytorchjobs.kubeflow.org"),
+             ("kuberay", "rayjobs.ray.io"))
 
 
 def _operator_up(site: mk.Site, name: str, crd: str) -> bool:
@@ -539,6 +540,166 @@ def test_a_gpu_job_runs_on_the_worker_under_its_prebuilt_workload(sites):
     assert pods[0]["spec"]["nodeName"] == "a100-0"
     wait_for(lambda: (_cond(_workload(manager, name), "Finished") or {}).get("status")
              == "True", 60, "the manager Workload Finished")
+
+
+RAY_IMAGE = "rayproject/ray:2.46.0"
+
+
+def _ray_pod(name: str, cpu: str, **extra: Any) -> dict:
+    return {**extra, "spec": {"containers": [{"name": name, "image": RAY_IMAGE, "resources": {
+        "requests": {"cpu": cpu}}}]}}
+
+
+def _ray_cluster_spec() -> dict:
+    """A head and one worker of 1 CPU each."""
+    return {"headGroupSpec": {"rayStartParams": {}, "template": _ray_pod("ray-head", "1")},
+            "workerGroupSpecs": [{"groupName": "w", "replicas": 1, "minReplicas": 0,
+                                  "maxReplicas": 1, "rayStartParams": {},
+                                  "template": _ray_pod("ray-worker", "1")}]}
+
+
+def _ray_pods(site: mk.Site, cluster_prefix: str) -> list[dict]:
+    """Ray nodes (head, workers) of ``site`` in NS whose RayCluster's name starts with
+    ``cluster_prefix``."""
+    return [p for p in (_get(site, "pods", "-n", NS, "-l", "ray.io/node-type") or {}).get(
+        "items") or [] if str(p["metadata"]["labels"].get("ray.io/cluster", "")).startswith(
+            cluster_prefix)]
+
+
+def _running(pods: list[dict]) -> list[dict]:
+    return [p for p in pods if p["status"].get("phase") == "Running"]
+
+
+def _placed_on_worker1(manager: mk.Site, w1: mk.Site, kind: str, name: str) -> dict:
+    """The manager's object ``kind/name`` has ``spec.managedBy`` defaulted; its Workload's
+    check goes Ready on worker1, where the copy (prebuilt and origin labels, no managedBy)
+    adopts the Workload copy. Returns the manager's Workload."""
+    assert _get(manager, kind.lower(), "-n", NS, name)["spec"]["managedBy"] == MK
+    wl = wait_for(lambda: (w := _owned(manager, kind, name)) and _check(w).get("state")
+                  == "Ready" and w, 40, f"the manager {kind}'s check Ready")
+    assert wl["status"]["clusterName"] == "worker1"
+    wl_name = wl["metadata"]["name"]
+    remote = wait_for(lambda: _get(w1, kind.lower(), "-n", NS, name), 20,
+                      f"the {kind} on worker1")
+    assert "managedBy" not in remote["spec"]
+    assert remote["metadata"]["labels"]["kueue.x-k8s.io/prebuilt-workload-name"] == wl_name
+    assert remote["metadata"]["labels"]["kueue.x-k8s.io/multikueue-origin"] == "multikueue"
+    wait_for(lambda: (_owned(w1, kind, name) or {}).get("metadata", {}).get("name")
+             == wl_name, 20, f"worker1's {kind} adopting the Workload copy")
+    return wl
+
+
+def _deleted_everywhere(manager: mk.Site, w1: mk.Site, kind: str, name: str, wl_name: str,
+                        cluster_prefix: str) -> None:
+    """Deleting the manager's object deletes worker1's copy, its Workload copy, and with
+    them (KubeRay) the RayCluster and its pods."""
+    manager.kubectl("delete", kind.lower(), "-n", NS, name, "--wait=false")
+    wait_for(lambda: _get(w1, kind.lower(), "-n", NS, name) is None
+             and _get(w1, "workload", "-n", NS, wl_name) is None, 30,
+             f"worker1's {kind} and Workload copy deleted with the manager's {kind}")
+    wait_for(lambda: not [rc for rc in (_get(w1, "rayclusters", "-n", NS) or {}).get("items")
+                          or [] if rc["metadata"]["name"].startswith(cluster_prefix)]
+             and not _ray_pods(w1, cluster_prefix), 60,
+             "worker1's RayCluster and its pods gone")
+
+
+def test_rayjob_runs_on_the_worker_with_kuberay_status_mirrored_and_deleted_there(sites):
+    """Kueue v0.17.1's RayJob adapter with KubeRay v1.6.0: ``spec.managedBy`` defaulted on
+    the manager (its KubeRay makes no RayCluster there), the RayJob copied to worker1 (no
+    managedBy, prebuilt Workload), where KubeRay makes the cluster and its pods run; the
+    worker's status (deployment Running, its cluster's name) is mirrored to the manager's
+    RayJob; evicted on the manager, its quota is released (the mirrored deployment status
+    cleared) and it runs again once active; deleting it on the manager removes the RayJob,
+    its cluster and pods from worker1."""
+    if not mk.operator_built("kuberay"):
+        pytest.skip("KubeRay is not built: run `make operators`")
+    manager, w1, w2 = sites
+    name = f"mkrj-{uuid.uuid4().hex[:6]}"
+    # The submitter keeps running (a kwok pod with a run duration), so the RayJob stays
+    # Running until it is deleted: its clean-up on worker1 is the deletion's, not a finish's.
+    submitter = _ray_pod("ray-job-submitter", "500m", metadata={
+        "annotations": {"lab.pykueue.dev/run-duration": "600s"}})
+    submitter["spec"]["restartPolicy"] = "Never"
+    t0 = time.monotonic()
+    _apply(manager, {"apiVersion": "ray.io/v1", "kind": "RayJob",
+                     "metadata": {"name": name, "namespace": NS,
+                                  "labels": {"kueue.x-k8s.io/queue-name": "mk-lq"}},
+                     "spec": {"entrypoint": "python -c 'print(1)'",
+                              "shutdownAfterJobFinishes": True,
+                              "submitterPodTemplate": submitter,
+                              "rayClusterSpec": _ray_cluster_spec()}})
+    try:
+        wl = _placed_on_worker1(manager, w1, "RayJob", name)
+        ready = time.monotonic() - t0
+        wait_for(lambda: len(_running(_ray_pods(w1, name))) == 2, 60,
+                 "the RayCluster's head and worker Running on worker1")
+
+        def mirrored() -> dict | None:
+            # KubeRay without a Ray dashboard (kwok) leaves rayClusterStatus as it was
+            # before the cluster was ready: the whole status is compared, as copied.
+            st = (_get(manager, "rayjob", "-n", NS, name) or {}).get("status") or {}
+            there = (_get(w1, "rayjob", "-n", NS, name) or {}).get("status") or {}
+            return st if st.get("jobDeploymentStatus") == "Running" and st == there \
+                and st.get("rayClusterName") else None
+        st = wait_for(mirrored, 60, "worker1's RayJob status (Running) mirrored")
+        running = time.monotonic() - t0
+        assert st["rayClusterName"].startswith(name)
+        # The manager's KubeRay left its RayJob alone; worker2 never got the RayJob.
+        assert not [rc for rc in (_get(manager, "rayclusters", "-n", NS) or {}).get("items")
+                    or [] if rc["metadata"]["name"].startswith(name)]
+        assert not _ray_pods(manager, name)
+        assert _get(w2, "rayjob", "-n", NS, name) is None
+        # Evicted on the manager: the copies go from worker1 and the mirrored deployment
+        # status is cleared (the RayJob's active_pods reads it), so the quota is released;
+        # active again, it runs on worker1 again.
+        wl_name = wl["metadata"]["name"]
+        t1 = time.monotonic()
+        manager.kubectl("patch", "workload", "-n", NS, wl_name, "--type=merge",
+                        "-p", '{"spec":{"active":false}}')
+
+        def released() -> bool:
+            st = (_get(manager, "workload", "-n", NS, wl_name) or {}).get("status") or {}
+            job = (_get(manager, "rayjob", "-n", NS, name) or {}).get("status") or {}
+            return "admission" not in st and "clusterName" not in st \
+                and "jobDeploymentStatus" not in job and _get(w1, "rayjob", "-n", NS, name) is None
+        wait_for(released, 30, "the RayJob's quota released and worker1's copy deleted")
+        evicted = time.monotonic() - t1
+        manager.kubectl("patch", "workload", "-n", NS, wl_name, "--type=merge",
+                        "-p", '{"spec":{"active":true}}')
+        wait_for(mirrored, 60, "the RayJob Running on worker1 again, mirrored")
+        _deleted_everywhere(manager, w1, "RayJob", name, wl_name, name)
+    finally:
+        manager.kubectl("delete", "rayjob", "-n", NS, name, "--wait=false", check=False)
+    print(f"\nmultikueue rayjob: created -> check Ready on worker1 {ready:.1f}s, -> Running "
+          f"mirrored {running:.1f}s; deactivated -> quota released, copy deleted {evicted:.1f}s")
+
+
+def test_raycluster_runs_on_the_worker_status_mirrored_and_deleted_there(sites):
+    """Kueue v0.17.1's RayCluster adapter: a RayCluster queued on the manager runs on
+    worker1 (KubeRay there makes its pods), its ``status.state: ready`` is mirrored to the
+    manager's, which has no pod; deleting it on the manager removes worker1's."""
+    if not mk.operator_built("kuberay"):
+        pytest.skip("KubeRay is not built: run `make operators`")
+    manager, w1, _ = sites
+    name = f"mkrc-{uuid.uuid4().hex[:6]}"
+    t0 = time.monotonic()
+    _apply(manager, {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                     "metadata": {"name": name, "namespace": NS,
+                                  "labels": {"kueue.x-k8s.io/queue-name": "mk-lq"}},
+                     "spec": _ray_cluster_spec()})
+    try:
+        wl = _placed_on_worker1(manager, w1, "RayCluster", name)
+        wait_for(lambda: len(_running(_ray_pods(w1, name))) == 2, 60,
+                 "the RayCluster's head and worker Running on worker1")
+        wait_for(lambda: ((_get(manager, "raycluster", "-n", NS, name) or {}).get("status")
+                          or {}).get("state") == "ready", 60,
+                 "worker1's RayCluster status (ready) mirrored")
+        ready = time.monotonic() - t0
+        assert not _ray_pods(manager, name)
+        _deleted_everywhere(manager, w1, "RayCluster", name, wl["metadata"]["name"], name)
+    finally:
+        manager.kubectl("delete", "raycluster", "-n", NS, name, "--wait=false", check=False)
+    print(f"\nmultikueue raycluster: created -> ready mirrored {ready:.1f}s")
 
 
 SOONEST = "pykueue.dev/multikueue-dispatcher-soonest"

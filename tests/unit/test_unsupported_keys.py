@@ -68,8 +68,9 @@ async def test_a_queued_job_with_an_unsupported_key_is_refused_naming_it(
 
 
 async def test_a_jobs_own_prebuilt_workload_label_is_allowed(client) -> None:
-    """A batch/v1 Job or a JobSet adopts the Workload its own label names (the MultiKueue
-    worker protocol); other kinds, and pod templates, are still refused (above, below)."""
+    """A kind MultiKueue dispatches (a batch/v1 Job, a JobSet...) adopts the Workload its own
+    label names (the MultiKueue worker protocol); other kinds, and pod templates, are still
+    refused (above, below)."""
     obj = with_meta(job(suspend=True), "labels", PREBUILT_WORKLOAD_LABEL, "wl-1")
     for path in (MUTATE, VALIDATE):
         assert (await _decide(client, path, review("CREATE", obj)))["allowed"] is True
@@ -77,8 +78,8 @@ async def test_a_jobs_own_prebuilt_workload_label_is_allowed(client) -> None:
               "metadata": {"labels": {"kueue.x-k8s.io/queue-name": "q",
                                       PREBUILT_WORKLOAD_LABEL: "wl-1"}}}
     assert unsupported_errors(None, jobset) == []
-    rayjob = {**jobset, "apiVersion": "ray.io/v1", "kind": "RayJob"}
-    assert unsupported_errors(None, rayjob)
+    trainjob = {**jobset, "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob"}
+    assert unsupported_errors(None, trainjob)  # no MultiKueue adapter (yet)
     in_template = {**jobset, "spec": {"replicatedJobs": [{"template": {"metadata": {
         "labels": {PREBUILT_WORKLOAD_LABEL: "wl-1"}}}}]}}
     assert unsupported_errors(None, in_template)
@@ -184,7 +185,9 @@ def test_a_job_adopts_only_a_multikueue_copy_its_own_label_names() -> None:
     assert adoptable_copy(job, copy_)
     assert adoptable_copy({**job, "kind": "JobSet", "apiVersion": "jobset.x-k8s.io/v1alpha2"},
                           copy_)
-    assert not adoptable_copy({**job, "kind": "RayJob", "apiVersion": "ray.io/v1"}, copy_)
+    assert adoptable_copy({**job, "kind": "RayJob", "apiVersion": "ray.io/v1"}, copy_)
+    assert not adoptable_copy({**job, "kind": "TrainJob",
+                               "apiVersion": "trainer.kubeflow.org/v1alpha1"}, copy_)
     other = {"metadata": {"name": "job-other-9z8y7", "labels": {ORIGIN_LABEL: "manager"}}}
     assert not adoptable_copy(job, other)
 

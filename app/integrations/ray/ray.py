@@ -32,6 +32,13 @@ cluster's state (``status.rayClusterStatus.state``) is ``ready``, a RayCluster w
 controlled by a RayJob or RayService (KubeRay copies its owner's labels, queue name included,
 onto it) is its owner's business: it has no queue of its own (Kueue's managed-ancestor rule),
 and is held to its owner's admission (``RayCluster.hold_to_ancestor``).
+
+MultiKueue (Kueue v0.17.1's Ray adapters, ``app.core.multikueue.RAY``): on a queued object whose
+ClusterQueue has a MultiKueue AdmissionCheck the webhook sets ``spec.managedBy:
+kueue.x-k8s.io/multikueue`` (unset or ``ray.io/kuberay-operator`` before), so the manager's
+KubeRay leaves it alone; on a worker, an object labelled ``kueue.x-k8s.io/prebuilt-workload-name``
+adopts that Workload copy (``TemplatedKind.workload_name``); the RayCluster KubeRay makes for a
+RayJob carries the label too (KubeRay copies the RayJob's labels) and stays its owner's business.
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from app.core.multikueue import MULTIKUEUE_CONTROLLER, adapter_for
 from app.integrations.crdrules import CrdRules
 from app.integrations.framework import controller_uid, label_queue_name, pods_of
 from app.integrations.podsets import strip_admission
@@ -128,6 +136,13 @@ def default_submitter(obj: Mapping[str, Any]) -> Obj:
         "name": "ray-job-submitter", "image": image,
         "resources": {"requests": {"cpu": "500m", "memory": "200Mi"},
                       "limits": {"cpu": "1", "memory": "1Gi"}}}]}}
+
+
+def managed_by_multikueue(obj: Mapping[str, Any]) -> bool:
+    """``spec.managedBy`` is ``kueue.x-k8s.io/multikueue``: a MultiKueue manager's object,
+    which KubeRay v1.6.0 leaves alone (its copy runs on a worker)."""
+    spec = obj.get("spec")
+    return isinstance(spec, Mapping) and spec.get("managedBy") == MULTIKUEUE_CONTROLLER
 
 
 RAY_OWNERS = ("RayJob", "RayService")
@@ -293,7 +308,8 @@ class _RayKind(TemplatedKind):
         self.rules = rules(GROUP, VERSION, plural, kind, self.suspend,
                            extra_create=self.spec_errors,
                            belongs_elsewhere=belongs_elsewhere,
-                           takes_unlabelled=self.takes_unlabelled)
+                           takes_unlabelled=self.takes_unlabelled,
+                           multikueue=adapter_for(f"{GROUP}/{VERSION}", kind))
 
 
 class _ClusterOwner(_RayKind):
@@ -714,8 +730,10 @@ class RayCluster(_RayKind):
         time) at most every ``RESYNC_SECONDS``, which makes KubeRay reconcile it: KubeRay
         v1.6.0 skips a worker group while pods it created are unseen (its scale expectations,
         30 s, for the pods a stop deleted before it saw them) and then looks again only after
-        300 s. Returns seconds to look again while the pods are missing."""
-        if self.is_suspended(obj) or self.pods_ready(obj):
+        300 s. Returns seconds to look again while the pods are missing. Not on a MultiKueue
+        manager's cluster (``spec.managedBy: kueue.x-k8s.io/multikueue``): its pods run on a
+        worker, and KubeRay here leaves it alone."""
+        if self.is_suspended(obj) or self.pods_ready(obj) or managed_by_multikueue(obj):
             return None
         try:
             groups = (obj.get("spec") or {}).get("workerGroupSpecs") or []
