@@ -13,13 +13,23 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.e2e.conftest import operators_running
 from tests.e2e.test_appwrapper import aw_operator, aw_queue, holding  # noqa: F401
+from tests.e2e.test_breaker12_findings import two_teams
+from tests.e2e.test_ray import rayjob
 from tests.e2e.test_workload_kinds import LONG, TOLERATION
 from tests.labfixture import LabHandle, wait_for
 
 pytestmark = pytest.mark.lab
 QUEUE = "kueue.x-k8s.io/queue-name"
 AW_LABEL = "workload.codeflare.dev/appwrapper"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kuberay(lab: LabHandle) -> Iterator[None]:
+    """KubeRay in the lab before pykueue starts (``pykueue_in_lab``, module scope)."""
+    with operators_running(lab, "kuberay"):
+        yield
 
 
 def _gpus(pods: list[dict]) -> int:
@@ -130,3 +140,43 @@ def test_a_wrapped_deployments_pods_cannot_ask_for_more_gpus_than_admitted(
     if r.returncode != 0:
         assert "is wrapped by AppWrapper" in r.stderr, r.stderr
     _bound_gpus_stay_one(lab, ns)
+
+
+def test_a_raycluster_forged_under_a_queued_rayjob_runs_no_worker(
+        lab: LabHandle, pykueue_in_lab: object) -> None:
+    """The tenant's RayJob (1 one-GPU worker) waits in a LocalQueue that does not exist, so
+    it is never admitted and KubeRay makes no cluster. The tenant creates a RayCluster of 3
+    one-GPU workers (the RayJob's cluster spec) with a controller ownerReference to the
+    RayJob: the oldest cluster claiming it, so the extender's rule (``withholds``: a cluster
+    that is not its owner's) took it for the RayJob's own. Measured: the GPUs Running in the
+    tenant's namespace bound to a node until the reconciler has suspended the forged
+    cluster and KubeRay deleted its pods: none (main at the time of writing: 0 too; the
+    cluster is stopped before a worker binds, a regression guard for the rule's oldest-
+    cluster case)."""
+    with two_teams(lab, "b14-rj") as (ns, _ns_b, as_tenant):
+        job = json.loads(rayjob("rj", ns, 1))
+        job["metadata"]["labels"][QUEUE] = "nowhere"
+        lab.kubectl(*as_tenant, "apply", "-f", "-", input=json.dumps(job))
+        wait_for(lambda: lab.get("rayjob", "rj", "-n", ns)["spec"].get("suspend") is True,
+                 30, "rj suspended by pykueue")
+        uid = lab.get("rayjob", "rj", "-n", ns)["metadata"]["uid"]
+        spec = job["spec"]["rayClusterSpec"]
+        spec["workerGroupSpecs"][0].update(replicas=3, minReplicas=3, maxReplicas=3)
+        lab.kubectl(*as_tenant, "create", "-f", "-", input=json.dumps({
+            "apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": "forged", "namespace": ns, "ownerReferences": [
+                {"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "rj", "uid": uid,
+                 "controller": True}]},
+            "spec": spec}))
+        seen = [0]
+
+        def held() -> bool:
+            pods = lab.get("pods", "-n", ns, "-l", "ray.io/cluster=forged")["items"]
+            seen.append(_gpus([p for p in pods if p["spec"].get("nodeName")]))
+            rc = lab.get("raycluster", "forged", "-n", ns)
+            return seen[-1] >= 3 or (rc["spec"].get("suspend") is True and not pods)
+        try:
+            wait_for(held, 90, "3 GPU workers running or the forged cluster stopped")
+            assert max(seen) == 0, f"{max(seen)} GPU workers bound with no admission"
+        finally:
+            print(f"\nforged cluster under a queued RayJob: at most {max(seen)} GPUs bound")
