@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.test_appwrapper import aw_operator, aw_queue, holding  # noqa: F401
+from tests.e2e.test_breaker14_findings import wrapped_deployment
 from tests.e2e.test_multikueue import (  # noqa: F401 - sites: the labs' fixture
     _apply,
     _cond,
@@ -25,7 +26,6 @@ from tests.e2e.test_multikueue import (  # noqa: F401 - sites: the labs' fixture
     mk,
     sites,
 )
-from tests.e2e.test_workload_kinds import LONG, TOLERATION
 from tests.labfixture import LabHandle, wait_for
 
 pytestmark = pytest.mark.lab
@@ -229,31 +229,11 @@ def test_a_wrapped_deployment_scaled_up_runs_no_more_gpus_than_admitted(
     of 1). Now: both refused by the webhook (``/validate-apps-v1-appwrapper-wrapped``), the
     replicas stay 1 and one pod runs."""
     ns = aw_queue
-    rbac = "rbac.authorization.k8s.io/v1"
-    lab.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": "tenant", "namespace": ns}},
-        {"apiVersion": rbac, "kind": "RoleBinding",
-         "metadata": {"name": "tenant-edit", "namespace": ns},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                     "name": "edit"},
-         "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": ns}]}]}))
-    gpu = {"nvidia.com/gpu": "1"}
-    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "dep-d"},
-           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "dep"}}, "template": {
-               "metadata": {"labels": {"app": "dep"}, **LONG},
-               "spec": {"tolerations": [TOLERATION], "containers": [{
-                   "name": "c", "image": "busybox",
-                   "resources": {"requests": gpu, "limits": gpu}}]}}}}
-    lab.apply(json.dumps({"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
-                          "metadata": {"name": "dep", "namespace": ns,
-                                       "labels": {QUEUE: "lq"}},
-                          "spec": {"suspend": False, "components": [{"template": dep}]}}))
+    tenant = wrapped_deployment(lab, ns)
     try:
         def running() -> list[dict]:
             return [p for p in holding(lab, ns, "dep") if p["status"].get("phase") == "Running"]
         wait_for(lambda: len(running()) == 1, 90, "the wrapped Deployment's pod running")
-        tenant = ("--as", f"system:serviceaccount:{ns}:tenant")
         refusals = [
             lab.kubectl(*tenant, "scale", "deployment", "dep-d", "-n", ns, "--replicas=2",
                         check=False),

@@ -115,3 +115,41 @@ async def test_a_wrapped_statefulset_is_held_too() -> None:
     resp = await decide(review(3, 5, resource="statefulsets"), appwrapper("StatefulSet", 3))
     assert resp["allowed"] is False and "StatefulSet research/dep-d" in \
         resp["status"]["message"]
+
+
+def object_review(old: dict[str, Any], new: dict[str, Any],
+                  user: str = "alice") -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u1", "operation": "UPDATE", "name": "dep-d",
+                        "namespace": "research",
+                        "resource": {"group": "apps", "version": "v1",
+                                     "resource": "deployments"},
+                        "subResource": "", "userInfo": {"username": user},
+                        "oldObject": old, "object": new}}
+
+
+def gpu_template(gpus: str) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "c", "resources": {
+        "requests": {"nvidia.com/gpu": gpus}}}]}}
+
+
+async def test_the_label_of_a_wrapped_object_stays() -> None:
+    """breaker14: the label dropped (the objectSelector then sees no later update), the
+    replicas raised in the next patch."""
+    unlabelled = deployment(1)
+    unlabelled["metadata"]["labels"] = {}
+    resp = await decide(object_review(deployment(1), unlabelled), appwrapper())
+    assert resp["allowed"] is False
+    assert "metadata.labels[workload.codeflare.dev/appwrapper]" in resp["status"]["message"]
+    assert (await decide(object_review(deployment(1), unlabelled)))["allowed"] is True
+
+
+async def test_the_pod_template_of_a_wrapped_object_stays() -> None:
+    """breaker14: a GPU request raised from 1 to 2 with the replicas kept."""
+    old, new = deployment(1), deployment(1)
+    old["spec"]["template"], new["spec"]["template"] = gpu_template("1"), gpu_template("2")
+    resp = await decide(object_review(old, new), appwrapper())
+    assert resp["allowed"] is False and "spec.template" in resp["status"]["message"]
+    assert (await decide(object_review(old, new, CONTROLLER), appwrapper()))["allowed"] is True
+    assert (await decide(object_review(old, new)))["allowed"] is True
+    assert (await decide(object_review(old, old), appwrapper()))["allowed"] is True

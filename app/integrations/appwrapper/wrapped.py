@@ -9,8 +9,12 @@ and run pods on the flavor's nodes with no quota behind them. An UPDATE of a wra
 Deployment or StatefulSet, or of its ``scale`` subresource (``kubectl scale``, an autoscaler),
 that raises ``replicas`` above the wrapping AppWrapper's podSet count is refused; lowering is
 allowed. The AppWrapper's components are immutable (``_components_changed``), so the count
-is fixed for the AppWrapper's life. Goes beyond Kueue v0.17.1, whose AppWrapper integration
-leaves the wrapped objects to the AppWrapper controller.
+is fixed for the AppWrapper's life. So is what each pod asks for: a change of the wrapped
+object's pod template (``spec.template``: a larger GPU request, another node's selector) is
+refused, and so is removing or changing its ``workload.codeflare.dev/appwrapper`` label,
+which the object webhook's objectSelector needs to see the next update (breaker14: the label
+dropped in one patch, the replicas raised in the next, unseen). Goes beyond Kueue v0.17.1,
+whose AppWrapper integration leaves the wrapped objects to the AppWrapper controller.
 """
 
 from __future__ import annotations
@@ -54,6 +58,29 @@ def wrapped_replicas_errors(kind: str, name: str, before: int, after: int,
             "components are immutable: delete and re-create the AppWrapper to change them)"]
 
 
+def wrapped_object_errors(kind: str, name: str, old: Mapping[str, Any], new: Mapping[str, Any],
+                          wrapper: tuple[str, int] | None, username: str,
+                          policy: WebhookPolicy) -> list[str]:
+    """Errors for an UPDATE of apps/v1 ``kind`` ``name`` (not its scale) from ``old`` to
+    ``new`` that changes its pod template or its ``workload.codeflare.dev/appwrapper`` label
+    while ``wrapper`` wraps it; ``[]`` to allow (as ``wrapped_replicas_errors``)."""
+    if wrapper is None or username in policy.controller_usernames:
+        return []
+    owner = wrapper[0]
+    errors = []
+
+    def label(obj: Mapping[str, Any]) -> Any:
+        return ((obj.get("metadata") or {}).get("labels") or {}).get(FRAMEWORK)
+    if label(old) != label(new):
+        errors.append(f"metadata.labels[{FRAMEWORK}]: {kind} {name} is wrapped by {owner}; "
+                      "its label cannot be removed or changed")
+    if (old.get("spec") or {}).get("template") != (new.get("spec") or {}).get("template"):
+        errors.append(f"spec.template: {kind} {name} is wrapped by {owner}, whose Workload "
+                      "was sized for the pod template it wraps; a changed template would run "
+                      "pods no quota covers (delete and re-create the AppWrapper to change it)")
+    return errors
+
+
 def _decide(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
     resource = req.resource
     if req.operation != "UPDATE" or resource is None or resource.group != "apps" \
@@ -68,10 +95,14 @@ def _decide(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
         return scale_replicas(obj, "spec") if req.sub_resource else replicas(obj)
     old, new = reviewed_objects(req, count)
     assert old is not None
-    wrapper = env.ask("wrapped_replicas", req.namespace, kind, req.name)
-    return refused(wrapped_replicas_errors(
-        kind, f"{req.namespace}/{req.name}", count(old), count(new),
-        wrapper if isinstance(wrapper, tuple) else None, req.user_info.username, env.policy))
+    asked = env.ask("wrapped_replicas", req.namespace, kind, req.name)
+    wrapper = asked if isinstance(asked, tuple) else None
+    name, user = f"{req.namespace}/{req.name}", req.user_info.username
+    errors = wrapped_replicas_errors(kind, name, count(old), count(new), wrapper, user,
+                                     env.policy)
+    if not req.sub_resource:
+        errors += wrapped_object_errors(kind, name, old, new, wrapper, user, env.policy)
+    return refused(errors)
 
 
 ROUTES = (WebhookRoute(PATH, None, _decide),)
