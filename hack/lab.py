@@ -514,6 +514,10 @@ def down(lab: Lab) -> None:
             pass
     for name in operators.OPERATORS:
         _stop(lab, name)
+        # A companion process (the spark-operator's webhook) too: left running, it keeps
+        # the lab's ports and answers the next lab's readiness probe with this one's TLS.
+        for companion in operators.COMPANIONS.get(name, []):
+            _stop(lab, companion)
     for name in reversed(COMPONENTS):
         _stop(lab, name)
     if lab.state.exists():

@@ -717,6 +717,9 @@ def status(lab: labmod.Lab) -> list[tuple[str, str]]:
         state = (f"running pid {pid}" if pid else "stopped") if o.built else \
             "not built (make operators)"
         rows.append((f"{o.name} {o.version}", state))
+        for companion in COMPANIONS.get(o.name, []):
+            if (cpid := labmod._pid(lab, companion)):
+                rows.append((f"{companion}", f"running pid {cpid}"))
     return rows
 
 

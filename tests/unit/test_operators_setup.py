@@ -53,3 +53,27 @@ def test_webhook_certificate_satisfies_the_training_operators_rotator(tmp_path: 
     leaf.verify_directly_issued_by(ca)
     before = (d / "tls.crt").read_bytes()
     assert ops.certs(lab) == d and (d / "tls.crt").read_bytes() == before  # made once per lab
+
+
+def test_lab_down_stops_an_operators_companion_process(tmp_path: Path) -> None:
+    """``hack/lab.py down`` stops the spark-operator's webhook process (a companion, not an
+    operator of its own) as ``operators-down`` does: left running, it kept the lab's ports and
+    answered the next lab's readiness probe with the old lab's certificate (readme14)."""
+    import shutil
+    import time
+
+    (companion,) = ops.COMPANIONS["spark-operator"]
+    exe = tmp_path / "bin" / companion
+    exe.parent.mkdir()
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", exe)
+    lab = labmod.Lab(state=tmp_path / "lab", port_base=18440, bin_dir=tmp_path / "bin")
+    lab.state.mkdir()
+    labmod._start(lab, companion, ["300"], exe=exe)
+    deadline = time.monotonic() + 10  # /proc/<pid>/cmdline is empty for a moment after exec
+    while (pid := labmod._pid(lab, companion)) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pid is not None
+    assert any(name == companion for name, _ in ops.status(lab))
+    labmod.down(lab)
+    assert not Path(f"/proc/{pid}").exists() or \
+        Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[-1].startswith("Z")
