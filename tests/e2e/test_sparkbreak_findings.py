@@ -152,3 +152,45 @@ def test_the_driver_pods_labels_hold_so_an_orphaned_driver_keeps_its_quota(
              "pi's orphaned Workload Finished")
     running_driver(lab, ns, "next")
     lab.kubectl("delete", "sparkapplication", "next", "-n", ns, "--wait=false")
+
+
+def test_gpus_asked_outside_the_roles_fields_are_refused(
+        lab: LabHandle, tenant: tuple[str, tuple[str, ...]]) -> None:
+    """Spark decides its pods' resources from ``spec.sparkConf`` and from a role's pod
+    ``template`` too (the spark-operator passes both to spark-submit; a typed field, when set,
+    wins), while the Workload counts the roles' typed fields only (Kueue v0.17.1). Before: a
+    driver without ``spec.driver.gpu`` and ``sparkConf`` ``spark.driver.resource.gpu.amount:
+    4`` (vendor ``nvidia.com``) was admitted for the executor's 1 GPU and its driver pod ran
+    on a100-0 asking 4 GPUs (5 on an admission of 1, counting the executor's). Now such keys,
+    and container resources in a role's template, are refused at create and on update."""
+    ns, as_tenant = tenant
+    app = json.loads(sparkapp("conf", ns, 1))
+    del app["spec"]["driver"]["gpu"]
+    app["spec"]["sparkConf"] = {"spark.driver.resource.gpu.amount": "4",
+                                "spark.driver.resource.gpu.vendor": "nvidia.com"}
+    r = lab.kubectl(*as_tenant, "apply", "-f", "-", input=json.dumps(app), check=False)
+    if r.returncode == 0:  # the gap: measure it, then fail
+        pod = running_driver(lab, ns, "conf")
+        asked = int(pod["spec"]["containers"][0]["resources"]["limits"].get(GPU, 0))
+        wl = owned_workload(lab, ns, KIND, "conf")
+        usage = {a["name"]: a["resourceUsage"].get(GPU, "0")
+                 for a in wl["status"]["admission"]["podSetAssignments"]}
+        pytest.fail(f"admitted with GPU usage {usage}; driver {pod['spec'].get('nodeName')} "
+                    f"asking {asked} GPUs, {gpus_running(lab, ns)} GPUs Running")
+    assert "spark.driver.resource.gpu.amount" in r.stderr, r.stderr
+    tmpl = json.loads(sparkapp("tmpl", ns, 1))
+    tmpl["spec"]["executor"]["template"] = {"spec": {"containers": [{
+        "name": "spark-kubernetes-executor",
+        "resources": {"limits": {GPU: "4"}, "requests": {GPU: "4"}}}]}}
+    r = lab.kubectl(*as_tenant, "apply", "-f", "-", input=json.dumps(tmpl), check=False)
+    assert r.returncode != 0 and "spec.executor.template" in r.stderr, (r.stdout, r.stderr)
+    # On update of an admitted one too: more executors or dynamic allocation through
+    # sparkConf.
+    lab.kubectl(*as_tenant, "apply", "-f", "-", input=sparkapp("pi", ns, 1))
+    running_driver(lab, ns, "pi")
+    for conf in ({"spark.executor.instances": "8"},
+                 {"spark.dynamicAllocation.enabled": "true"},
+                 {"spark.executor.resource.gpu.amount": "2"}):
+        key = next(iter(conf))
+        refused(lab, as_tenant, ns, {"spec": {"sparkConf": conf}}, key)
+    assert admitted(lab, ns, "pi") and gpus_running(lab, ns) == 1
