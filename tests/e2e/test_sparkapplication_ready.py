@@ -3,7 +3,8 @@
 pykueue runs here with only waitForPodsReady's timeout (``TIMEOUT`` s) and requeue backoff
 (``BACKOFF`` s) shortened, as in ``test_pods_ready.py``. Kueue v0.17.1's ``PodsReady`` of a
 SparkApplication is its state ``RUNNING``, which the operator writes once the driver pod runs.
-The flavor here selects nodes by a label no node has, so the driver spark-submit makes stays
+The flavor here selects nodes by a label no node has (written into the app-level nodeSelector,
+which spark-submit applies itself), so the driver spark-submit makes stays
 Pending (state ``SUBMITTED``): after the timeout its Workload is evicted with reason
 ``PodsReadyTimeout`` and queued again (``requeueState``), the SparkApplication suspended and
 its driver deleted by the operator. Skipped when the operator is not built."""
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.e2e.conftest import operators_running
-from tests.e2e.test_jobset import condition
+from tests.e2e.test_jobset import A100, condition
 from tests.e2e.test_pods_ready import timed_out
 from tests.e2e.test_sparkapplication import (  # noqa: F401 - spark_crd: the CRDs' fixture
     KIND,
@@ -63,9 +64,13 @@ def test_a_sparkapplication_whose_driver_never_runs_is_evicted_after_the_timeout
         lab: LabHandle, short_timeout: None) -> None:
     flavor = {"nodeLabels": {POOL: "yes"}}
     with spark_namespace(lab, "sparkr", flavor=flavor) as (ns, _):
-        lab.apply(sparkapp("stuck", ns, 1))
+        # An app-level nodeSelector: pykueue writes the flavor's label there, and the operator
+        # passes it to spark-submit itself (a role's fields reach the pod only through the
+        # operator's pod webhook, which a moment after its start may miss a new app).
+        lab.apply(sparkapp("stuck", ns, 1, nodeSelector=A100))
         pod = wait_for(lambda: (d := drivers(lab, ns, "stuck")) and d[0], 120,
                        "stuck's driver pod created")
+        assert pod["spec"]["nodeSelector"] == {**A100, POOL: "yes"}, pod["spec"]
         assert not pod["spec"].get("nodeName")  # no node has the flavor's label
         wl = wait_for(lambda: timed_out(w := owned_workload(lab, ns, KIND, "stuck")) and w,
                       TIMEOUT + 60, "stuck evicted for PodsReadyTimeout")
