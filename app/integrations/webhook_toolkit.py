@@ -290,10 +290,14 @@ def controllers_phrase(policy: WebhookPolicy) -> str:
 # KubeRay) selects its pods, and pykueue's podSet label. Removing one from a running pod of an
 # admitted job releases the pod from its controller, which then makes a replacement: the
 # released pod keeps running outside the admission.
+# Spark's own (``spark-role``, ``spark-app-selector``: how a driver finds its executors) and the
+# spark-operator's (``sparkoperator.k8s.io/app-name``: how the operator and pykueue count a
+# SparkApplication's pods; without it an orphaned driver held no quota while it ran).
 OWNER_SELECTOR_LABELS = frozenset({
     "batch.kubernetes.io/controller-uid", "controller-uid", "batch.kubernetes.io/job-name",
-    "job-name", PODSET_LABEL})
-OWNER_SELECTOR_PREFIXES = ("jobset.sigs.k8s.io/", "training.kubeflow.org/", "ray.io/")
+    "job-name", PODSET_LABEL, "spark-role", "spark-app-selector", "spark-app-name"})
+OWNER_SELECTOR_PREFIXES = ("jobset.sigs.k8s.io/", "training.kubeflow.org/", "ray.io/",
+                           "sparkoperator.k8s.io/")
 
 
 def owner_label_errors(old_pod: Mapping[str, Any] | None, new_pod: Mapping[str, Any],

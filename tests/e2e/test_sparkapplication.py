@@ -22,6 +22,7 @@ import json
 import subprocess
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import operators as ops
@@ -84,26 +85,42 @@ def crd_queue(lab: LabHandle, spark_crd: None, pykueue_in_lab: object) -> Iterat
         lab.kubectl("delete", "resourceflavor", rf, "--wait=false", check=False)
 
 
+@contextmanager
+def spark_namespace(lab: LabHandle, prefix: str, gpus: int = 2,
+                    flavor: dict | None = None) -> Iterator[tuple[str, str]]:
+    """(namespace with LocalQueue ``lq``, its ClusterQueue): ``gpus`` GPUs on a flavor of its
+    own (default: the A100 node's labels and a toleration of its own) and 64Gi of memory. The
+    operator's defaulting webhook gives each role `memory: 1g` (Spark's default), which Kueue
+    counts: the ClusterQueue covers memory too (room for every app here). Deleted after."""
+    suffix = uuid.uuid4().hex[:6]
+    ns, cq, rf = f"{prefix}-{suffix}", f"{prefix}-cq-{suffix}", f"{prefix}-rf-{suffix}"
+    lab.create_namespace(ns)
+    gpu_queue(lab, ns, cq, rf, gpus,
+              flavor or {"nodeLabels": A100, "tolerations": [FLAVOR_TOLERATION]})
+    lab.kubectl("patch", "clusterqueue", cq, "--type=json", "-p", json.dumps([
+        {"op": "add", "path": "/spec/resourceGroups/0/coveredResources/-", "value": "memory"},
+        {"op": "add", "path": "/spec/resourceGroups/0/flavors/0/resources/-",
+         "value": {"name": "memory", "nominalQuota": "64Gi"}}]))
+    try:
+        yield ns, cq
+    finally:
+        drop(lab, ns, cq)
+        lab.kubectl("delete", "resourceflavor", rf, "--wait=false", check=False)
+
+
 @pytest.fixture(scope="module")
-def spark_queue(lab: LabHandle, spark_crd: None, pykueue_in_lab: object) -> Iterator[str]:
+def spark_operator(lab: LabHandle, spark_crd: None) -> Iterator[None]:
+    """The spark-operator running (its CRDs served before pykueue starts)."""
+    with operators_running(lab, "spark-operator"):
+        yield
+
+
+@pytest.fixture(scope="module")
+def spark_queue(lab: LabHandle, spark_operator: None, pykueue_in_lab: object) -> Iterator[str]:
     """The spark-operator running, and a namespace with LocalQueue ``lq`` to a ClusterQueue of
     2 GPUs on a flavor of the A100 node that adds a toleration of its own."""
-    with operators_running(lab, "spark-operator"):
-        suffix = uuid.uuid4().hex[:6]
-        ns, cq, rf = f"spark-{suffix}", f"spark-cq-{suffix}", f"spark-rf-{suffix}"
-        lab.create_namespace(ns)
-        gpu_queue(lab, ns, cq, rf, 2, {"nodeLabels": A100, "tolerations": [FLAVOR_TOLERATION]})
-        # The operator's defaulting webhook gives each role `memory: 1g` (Spark's default),
-        # which Kueue counts: the ClusterQueue covers memory too (room for every app here).
-        lab.kubectl("patch", "clusterqueue", cq, "--type=json", "-p", json.dumps([
-            {"op": "add", "path": "/spec/resourceGroups/0/coveredResources/-", "value": "memory"},
-            {"op": "add", "path": "/spec/resourceGroups/0/flavors/0/resources/-",
-             "value": {"name": "memory", "nominalQuota": "64Gi"}}]))
-        try:
-            yield ns
-        finally:
-            drop(lab, ns, cq)
-            lab.kubectl("delete", "resourceflavor", rf, "--wait=false", check=False)
+    with spark_namespace(lab, "spark") as (ns, _):
+        yield ns
 
 
 def sparkapp(name: str, ns: str, executors: int, **spec: object) -> str:
@@ -259,3 +276,57 @@ def test_kueues_refusals_of_a_queued_sparkapplication(lab: LabHandle, crd_queue:
     dyn = lab.kubectl("apply", "-f", "-", input=sparkapp(
         "dyn", ns, 1, dynamicAllocation={"enabled": True, "maxExecutors": 4}), check=False)
     assert dyn.returncode != 0 and "dynamicAllocation" in dyn.stderr, dyn
+
+
+def test_a_higher_priority_job_preempts_an_admitted_sparkapplication_whole(
+        lab: LabHandle, spark_operator: None, pykueue_in_lab: object) -> None:
+    """An admitted SparkApplication (driver 1 + executor 1 GPU, priority 0) fills its 2-GPU
+    ClusterQueue; a batch Job of a WorkloadPriorityClass of 1000 asking 1 GPU preempts it
+    (Kueue v0.17.1 ``withinClusterQueue: LowerPriority``): its Workload is Evicted
+    (``Preempted``) and pending again, the SparkApplication suspended with its roles' fields
+    as written, its driver pod gone; the Job's pod runs; once the Job is deleted the
+    SparkApplication is admitted again and a new driver runs."""
+    high = f"spark-high-{uuid.uuid4().hex[:6]}"
+    lab.apply(json.dumps({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+                          "metadata": {"name": high}, "value": 1000}))
+    try:
+        with spark_namespace(lab, "sparkp") as (ns, cq):
+            lab.kubectl("patch", "clusterqueue", cq, "--type=merge", "-p", json.dumps(
+                {"spec": {"preemption": {"withinClusterQueue": "LowerPriority"}}}))
+            lab.apply(sparkapp("low", ns, 1))
+            first = wait_for(lambda: (d := drivers(lab, ns, "low"))
+                             and d[0]["status"].get("phase") == "Running" and d[0],
+                             180, "low's driver pod running")
+            gpu = {"nvidia.com/gpu": "1"}
+            lab.apply(json.dumps({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+                "name": "urgent", "namespace": ns,
+                "labels": {QUEUE: "lq", "kueue.x-k8s.io/priority-class": high}},
+                "spec": {"template": {"metadata": LONG, "spec": {
+                    "restartPolicy": "Never", "tolerations": [TOLERATION],
+                    "containers": [{"name": "c", "image": "busybox",
+                                    "resources": {"requests": gpu, "limits": gpu}}]}}}}))
+            evicted = wait_for(lambda: (c := condition(owned_workload(lab, ns, KIND, "low"),
+                                                       "Evicted")) and c["status"] == "True"
+                               and c, 60, "low's Workload evicted")
+            assert evicted["reason"] == "Preempted", evicted
+            app = wait_for(lambda: (a := get_app(lab, ns, "low"))["spec"]["suspend"] is True
+                           and a, 30, "low suspended")
+            assert "nodeSelector" not in app["spec"]["driver"], app["spec"]["driver"]
+            assert app["spec"]["executor"]["tolerations"] == [TOLERATION]
+            wait_for(lambda: not drivers(lab, ns, "low"), 90, "low's driver pod gone")
+            wait_for(lambda: [p["status"].get("phase") for p in lab.get(
+                "pods", "-n", ns, "-l", "job-name=urgent")["items"]] == ["Running"], 90,
+                "urgent's pod running")
+            wl = owned_workload(lab, ns, KIND, "low")
+            assert condition(wl, "QuotaReserved")["status"] == "False", wl["status"]
+            assert not wl["status"].get("admission"), wl["status"]
+            assert not drivers(lab, ns, "low")
+            # The preemptor gone, low is admitted again whole and spark-submit runs a new driver.
+            lab.kubectl("delete", "job", "urgent", "-n", ns, "--wait=false")
+            again = wait_for(lambda: (d := drivers(lab, ns, "low"))
+                             and d[0]["status"].get("phase") == "Running" and d[0],
+                             180, "low's new driver pod running")
+            assert again["metadata"]["uid"] != first["metadata"]["uid"]
+            assert admitted(lab, ns, "low")
+    finally:
+        lab.kubectl("delete", "workloadpriorityclass", high, "--wait=false", check=False)

@@ -55,6 +55,20 @@ def test_operator_labels_are_guarded_too() -> None:
         assert owner_label_errors(pod(labels), pod(new), TENANT, POLICY), key
 
 
+def test_a_spark_pods_labels_are_guarded() -> None:
+    """A SparkApplication's driver: pykueue counts its pods by the operator's app-name label
+    (an orphaned driver stripped of it held no quota while it ran), Spark finds executors by
+    ``spark-role`` and ``spark-app-selector``."""
+    labels = {"kueue.x-k8s.io/podset": "driver", "sparkoperator.k8s.io/app-name": "pi",
+              "sparkoperator.k8s.io/launched-by-spark-operator": "true",
+              "spark-role": "driver", "spark-app-selector": "spark-1", "spark-app-name": "pi"}
+    for key in labels:
+        new = {k: v for k, v in labels.items() if k != key}
+        assert owner_label_errors(pod(labels), pod(new), TENANT, POLICY), key
+    assert owner_label_errors(pod(labels), pod({**labels, "spark-role": "executor"}), TENANT,
+                              POLICY)
+
+
 def test_other_changes_and_pykueue_and_unadmitted_pods_pass() -> None:
     assert owner_label_errors(pod(JOB_LABELS), pod({**JOB_LABELS, "extra": "1"}), TENANT,
                               POLICY) == []

@@ -129,3 +129,42 @@ def test_webhook_suspends_and_refuses_what_kueue_refuses() -> None:
     # pykueue's own start is allowed.
     assert KIND.rules.validate(ok, KIND.injected(copy.deepcopy(ok), {"driver": FLAVOR}),
                                "system:serviceaccount:p:p", POLICY) == []
+
+
+@pytest.mark.parametrize("conf", [
+    {"spark.driver.resource.gpu.amount": "4", "spark.driver.resource.gpu.vendor": "nvidia.com"},
+    {"spark.executor.resource.gpu.amount": "2"},
+    {"spark.executor.instances": "8"},
+    {"spark.dynamicAllocation.enabled": "true"},
+    {"spark.kubernetes.executor.podTemplateFile": "/tmp/t.yaml"},
+    {"spark.kubernetes.driver.request.cores": "64"},
+    {"spark.executor.memory": "200g"},
+])
+def test_spark_conf_that_the_podsets_do_not_count_is_refused(conf: dict[str, str]) -> None:
+    """Spark reads these from sparkConf where a typed field is not set; the Workload counts
+    the typed fields only (a driver asked 4 GPUs on an admission of none, on the lab)."""
+    ok = app()
+    bad = app(sparkConf={**conf, "spark.eventLog.enabled": "false"})
+    for errors in (KIND.rules.validate(None, bad, "u", POLICY),
+                   KIND.rules.validate(ok, bad, "u", POLICY)):
+        assert {e.split("]")[0] for e in errors} == {f"spec.sparkConf[{k}" for k in conf}, errors
+    # A stored object that already had them may still be changed otherwise (and started).
+    assert KIND.rules.validate(bad, copy.deepcopy(bad), "u", POLICY) == []
+    assert KIND.rules.validate(None, app(sparkConf={"spark.eventLog.enabled": "false"}), "u",
+                               POLICY) == []
+
+
+def test_resources_in_a_roles_template_are_refused() -> None:
+    obj = app()
+    obj["spec"]["executor"]["template"] = {"spec": {
+        "containers": [{"name": "spark-kubernetes-executor",
+                        "resources": {"limits": {"nvidia.com/gpu": "4"}}}],
+        "initContainers": [{"name": "init", "resources": {"requests": {"cpu": "8"}}}],
+        "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "eight"}]}}
+    errors = KIND.rules.validate(None, obj, "u", POLICY)
+    assert [e.split(":")[0] for e in errors] == [
+        "spec.executor.template.spec.resourceClaims",
+        "spec.executor.template.spec.containers[0].resources",
+        "spec.executor.template.spec.initContainers[0].resources"], errors
+    # Metadata and other fields of a template are fine (the driver's in app()).
+    assert KIND.rules.validate(None, app(), "u", POLICY) == []

@@ -22,9 +22,12 @@ adds to the pod are not counted, as in Kueue.
 
 Webhook (Kueue ``validateCreate``, on create and update of a queued one): ``spec.mode`` must be
 ``cluster``; ``spec.dynamicAllocation.enabled`` is refused (Kueue allows it only for elastic
-jobs, which pykueue does not run). An admitted SparkApplication whose roles are edited (more
-executors, more memory) no longer matches its Workload: the reconciler stops it and queues a
-new Workload (Kueue ``NoMatchingWorkload``).
+jobs, which pykueue does not run). Beyond Kueue, so that a tenant never runs more than
+admitted (``_uncounted_errors``): ``spec.sparkConf`` keys through which Spark would ask GPUs,
+cores or memory, or run executors, that the podSets do not count, and resources in a role's
+``template``, are refused (on update, those the stored object did not have). An admitted
+SparkApplication whose roles are edited (more executors, more memory) no longer matches its
+Workload: the reconciler stops it and queues a new Workload (Kueue ``NoMatchingWorkload``).
 
 Suspend lever ``spec.suspend``. Start (Kueue ``RunWithPodSetsInfo``): per role, the flavor's
 node labels merged into the role's ``nodeSelector`` (into ``spec.nodeSelector`` instead when
@@ -204,6 +207,58 @@ def _mode_errors(obj: Mapping[str, Any]) -> list[str]:
     return out
 
 
+# spark-submit properties (``spec.sparkConf``) that decide how many executors Spark runs or
+# what its pods ask, where the Workload counts the roles' typed fields only (Kueue v0.17.1
+# ``PodSets``): a key, or a prefix ending in ``.``, and the typed field to set instead.
+_UNCOUNTED_CONF = (
+    ("spark.executor.instances", "spec.executor.instances"),
+    ("spark.dynamicAllocation.", "nothing: dynamic allocation is refused"),
+    ("spark.driver.resource.", "spec.driver.gpu"),
+    ("spark.executor.resource.", "spec.executor.gpu"),
+    ("spark.kubernetes.driver.podTemplateFile", "spec.driver.template"),
+    ("spark.kubernetes.executor.podTemplateFile", "spec.executor.template"),
+    ("spark.kubernetes.driver.request.cores", "spec.driver.coreRequest"),
+    ("spark.kubernetes.executor.request.cores", "spec.executor.coreRequest"),
+    ("spark.driver.memory", "spec.driver.memory"),
+    ("spark.executor.memory", "spec.executor.memory"),
+)
+
+
+def _uncounted_errors(obj: Mapping[str, Any]) -> list[str]:
+    """What a queued SparkApplication may not ask outside the fields its podSets count
+    (beyond Kueue v0.17.1, which counts those fields and lets Spark read the rest, so a driver
+    asking 4 GPUs through ``sparkConf`` ran on an admission of none): the
+    ``_UNCOUNTED_CONF`` keys of ``spec.sparkConf``, and resources or resource claims in a
+    role's ``template`` (Spark keeps a template container's resources beside its own)."""
+    spec = obj.get("spec") or {}
+    out = []
+    conf = spec.get("sparkConf")
+    for key in sorted(conf) if isinstance(conf, Mapping) else []:
+        for name, instead in _UNCOUNTED_CONF:
+            if key == name or (name.endswith(".") and str(key).startswith(name)):
+                out.append(f"spec.sparkConf[{key}]: Forbidden: decides what Spark's pods ask or "
+                           f"how many run, which the Workload of a queued SparkApplication does "
+                           f"not count; set {instead} instead")
+                break
+    for role, _ in ROLES:
+        sps = spec.get(role)
+        tmpl = sps.get("template") if isinstance(sps, Mapping) else None
+        pod = tmpl.get("spec") if isinstance(tmpl, Mapping) else None
+        if not isinstance(pod, Mapping):
+            continue
+        where = f"spec.{role}.template.spec"
+        if pod.get("resourceClaims"):
+            out.append(f"{where}.resourceClaims: Forbidden: not counted by the Workload of a "
+                       "queued SparkApplication")
+        for field in ("containers", "initContainers"):
+            for i, c in enumerate(pod.get(field) or []):
+                if isinstance(c, Mapping) and c.get("resources"):
+                    out.append(f"{where}.{field}[{i}].resources: Forbidden: not counted by the "
+                               f"Workload of a queued SparkApplication; set spec.{role}'s "
+                               "coreRequest, memory and gpu instead")
+    return out
+
+
 class SparkApplication(TemplatedKind):
     """sparkoperator.k8s.io/v1beta2 SparkApplication (``JobKind``; module doc). ``optional``:
     its CRD may be absent; the manager then leaves the kind out at start-up."""
@@ -215,7 +270,8 @@ class SparkApplication(TemplatedKind):
     suspend = ("spec", "suspend")
     rules = CrdRules(GROUP, VERSION, "sparkapplications", "SparkApplication",
                      ("spec", "suspend"),
-                     extra_create=lambda app: _mode_errors(app) + KIND.spec_errors(app),
+                     extra_create=lambda app: _mode_errors(app) + _uncounted_errors(app)
+                     + KIND.spec_errors(app),
                      extra_update=lambda old, new: _mode_errors(new))
     pod_labels = (APP_NAME_LABEL, "")
 
