@@ -1,8 +1,8 @@
 """Issue 18, the queueing lifecycle of the operators' kinds with the real operators on the lab
 (``make operators``: JobSet v0.11.1, training-operator v1.9.3, mpi-operator v0.8.0, KubeRay
-v1.6.0), parametrized over PyTorchJob, TFJob, MPIJob, JobSet, RayCluster and RayJob, each
-object asking 2 GPUs in all (Kueue's "Run a JobSet / Kubeflow Jobs / MPIJob / RayJob /
-RayCluster" pages):
+v1.6.0), parametrized over PyTorchJob, TFJob, MPIJob, JobSet, RayCluster, RayJob and
+RayService, each object asking 2 GPUs in all (Kueue's "Run a JobSet / Kubeflow Jobs / MPIJob /
+RayJob / RayCluster" pages):
 
 - started by itself when quota frees: A fills the queue, B (another namespace, same
   ClusterQueue) waits whole, suspended with no pod; A deleted, B is admitted and its pods run;
@@ -37,7 +37,7 @@ import pytest
 
 from tests.e2e.test_jobset import A100, QUEUE, condition, drop, jobset, owned_workload
 from tests.e2e.test_kubeflow import admitted, mpijob, need, pytorchjob, template
-from tests.e2e.test_ray import cpu_and_gpu_groups, rayjob
+from tests.e2e.test_ray import cpu_and_gpu_groups, rayjob, rayservice
 from tests.integration.test_operators import operators_running
 from tests.labfixture import ROOT, LabHandle, wait_for
 
@@ -122,6 +122,9 @@ CASES = [
          lambda n, ns: json.loads(jobset(n, ns, ("w", 1, 2))), 2, "Completed"),
     Case("RayCluster", "raycluster", "kuberay", SPEC, raycluster, 3),  # head + 2 workers
     Case("RayJob", "rayjob", "kuberay", SPEC, rayjob_lasting, 3),  # head + 2 (+ submitter)
+    # Its lever is its cluster config's; KubeRay copies it onto the RayCluster it makes.
+    Case("RayService", "rayservice", "kuberay", ("spec", "rayClusterConfig", "suspend"),
+         lambda n, ns: json.loads(rayservice(n, ns, 2)), 3),  # head + 2 workers
 ]
 BY_KIND = {c.kind: c for c in CASES}
 FINISHING = [c for c in CASES if c.done]
