@@ -1,8 +1,8 @@
 """Issue 18, the queueing lifecycle of the operators' kinds with the real operators on the lab
 (``make operators``: JobSet v0.11.1, training-operator v1.9.3, mpi-operator v0.8.0, KubeRay
-v1.6.0), parametrized over PyTorchJob, TFJob, MPIJob, JobSet, RayCluster, RayJob and
-RayService, each object asking 2 GPUs in all (Kueue's "Run a JobSet / Kubeflow Jobs / MPIJob /
-RayJob / RayCluster" pages):
+v1.6.0, trainer v2.2.0), parametrized over PyTorchJob, TFJob, MPIJob, JobSet, RayCluster,
+RayJob, RayService and TrainJob, each object asking 2 GPUs in all (Kueue's "Run a JobSet /
+Kubeflow Jobs / MPIJob / RayJob / RayCluster" pages):
 
 - started by itself when quota frees: A fills the queue, B (another namespace, same
   ClusterQueue) waits whole, suspended with no pod; A deleted, B is admitted and its pods run;
@@ -35,6 +35,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.test_breaker12_findings import training_runtime, trainjob
 from tests.e2e.test_jobset import A100, QUEUE, condition, drop, jobset, owned_workload
 from tests.e2e.test_kubeflow import admitted, mpijob, need, pytorchjob, template
 from tests.e2e.test_ray import cpu_and_gpu_groups, rayjob, rayservice
@@ -125,6 +126,10 @@ CASES = [
     # Its lever is its cluster config's; KubeRay copies it onto the RayCluster it makes.
     Case("RayService", "rayservice", "kuberay", ("spec", "rayClusterConfig", "suspend"),
          lambda n, ns: json.loads(rayservice(n, ns, 2)), 3),  # head + 2 workers
+    # Sent with its own TrainingRuntime (2 nodes of 1 GPU); the trainer makes a JobSet.
+    Case("TrainJob", "trainjob", "trainer", SPEC, lambda n, ns: {
+        "apiVersion": "v1", "kind": "List",
+        "items": [json.loads(training_runtime(ns, 2, 1)), json.loads(trainjob(n, ns))]}, 2),
 ]
 BY_KIND = {c.kind: c for c in CASES}
 FINISHING = [c for c in CASES if c.done]
@@ -140,7 +145,7 @@ def lifecycle_operators(lab: LabHandle) -> Iterator[tuple[set[str], str]]:
     picked up only at pykueue's next discovery poll); mpi-operator left out when port 8080 is
     taken."""
     with operators_running(lab, ["jobset", "training-operator", "mpi-operator",
-                                 "kuberay"]) as started:
+                                 "kuberay", "trainer"]) as started:
         yield started
 
 
@@ -257,7 +262,9 @@ def test_preempted_whole_by_reclaim_and_readmitted(
         stopped = wait_for(lambda: case.suspended(o := lab.get(case.resource, "x", "-n",
                                                                borrower)) and o,
                            60, "x suspended")
-        assert pod_templates(stopped["spec"]) == pod_templates(json.loads(sent)["spec"])
+        obj = json.loads(sent)
+        obj = next(i for i in obj.get("items", [obj]) if i["kind"] == case.kind)
+        assert pod_templates(stopped["spec"]) == pod_templates(obj["spec"])
         wait_for(lambda: not lab.get("pods", "-n", borrower)["items"], 90, "x's pods gone")
         admitted(lab, lender, case.kind, "y")
         runs(lab, lender, case)
