@@ -318,7 +318,19 @@ class StoreExtenderState(InMemoryExtenderState):
         if top is None:
             return ""
         parent_kind, parent = top
-        return str(kind.withholds(self.ctx, owner, parent_kind, parent) or "")
+        why = str(kind.withholds(self.ctx, owner, parent_kind, parent) or "")
+        if why:
+            return why
+        # A child of a queued object runs only on its ancestor's admission (Kueue
+        # ``shouldSuspendChildJob``: the reconciler suspends it; until then its pods get no
+        # node). The ancestor's operator makes its children only once it is started, which
+        # pykueue does after writing the admission, so a child's pods never wait on this.
+        pm = parent.get("metadata") or {}
+        wl = self.ctx.store(WL).get(f"{pod.namespace}/{parent_kind.workload_name(parent)}")
+        if not _admitted(wl):
+            return (f"{kind.kind} {name} runs under {parent_kind.kind} "
+                    f"{pm.get('namespace')}/{pm.get('name')}, whose Workload is not admitted")
+        return ""
 
     def workload_for_pod(self, namespace: str, job_name: str,
                          job_uid: str = "") -> PodWorkloadView | None:

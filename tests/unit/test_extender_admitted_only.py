@@ -182,8 +182,9 @@ def test_pods_of_a_raycluster_forged_under_a_queued_rayservice_are_withheld() ->
     from app.integrations.ray.ray import RAYCLUSTER, RAYSERVICE
     real = _raycluster("serve-raycluster-abc", "2026-12-04T10:00:00Z")
     forged = _raycluster("extra-a", "2026-12-04T10:05:00Z")
-    state = _store_state((RAYSERVICE.key, _rayservice("serve-raycluster-abc")),
-                         (RAYCLUSTER.key, real), (RAYCLUSTER.key, forged))
+    svc = _rayservice("serve-raycluster-abc")
+    state = _store_state((RAYSERVICE.key, svc), (RAYCLUSTER.key, real), (RAYCLUSTER.key, forged),
+                         (WL, _admitted_wl(RAYSERVICE.workload_name(svc))))
     assert state.withheld(_ray_pod("serve-raycluster-abc")) == ""
     why = state.withheld(_ray_pod("extra-a"))
     assert "RayCluster extra-a claims RayService ns/serve" in why
@@ -195,11 +196,17 @@ def test_pods_of_a_raycluster_forged_under_a_queued_rayservice_are_withheld() ->
 
 def test_before_the_rayservice_names_a_cluster_the_oldest_it_controls_is_its_own() -> None:
     from app.integrations.ray.ray import RAYCLUSTER, RAYSERVICE
-    state = _store_state((RAYSERVICE.key, _rayservice(None)),
-                         (RAYCLUSTER.key, _raycluster("first", "2026-12-04T10:00:00Z")),
-                         (RAYCLUSTER.key, _raycluster("second", "2026-12-04T10:00:01Z")))
+    svc = _rayservice(None)
+    clusters = ((RAYCLUSTER.key, _raycluster("first", "2026-12-04T10:00:00Z")),
+                (RAYCLUSTER.key, _raycluster("second", "2026-12-04T10:00:01Z")))
+    state = _store_state((RAYSERVICE.key, svc), *clusters,
+                         (WL, _admitted_wl(RAYSERVICE.workload_name(svc))))
     assert state.withheld(_ray_pod("first")) == ""
     assert "RayCluster second claims RayService ns/serve" in state.withheld(_ray_pod("second"))
+    # Not admitted (breaker14: a queue that does not exist): even the oldest gets no node.
+    pending = _store_state((RAYSERVICE.key, svc), *clusters)
+    assert state.withheld(_ray_pod("first")) == "" and pending.withheld(_ray_pod("first")) \
+        == "RayCluster first runs under RayService ns/serve, whose Workload is not admitted"
 
 
 @MODES
