@@ -18,6 +18,7 @@ import operators as ops  # noqa: E402
 import pytest
 
 from tests.e2e.test_jobset import A100, QUEUE, condition, queue
+from tests.e2e.test_kinds_preemption import cohort
 from tests.e2e.test_workload_kinds import LONG, TOLERATION, gpu_container
 from tests.labfixture import LabHandle, wait_for
 
@@ -142,3 +143,31 @@ def test_a_leaderworkerset_is_admitted_group_by_group_and_waits_whole_when_it_do
                               if p["status"].get("phase") == "Running"]) == 4, 120,
                  "late's 4 pods running")
         assert group_workloads(lab, ns, "serve") == {}
+
+
+def test_a_borrowing_group_is_preempted_whole_by_reclaim_and_readmitted(
+        lab: LabHandle, pykueue_with_lws: labmod.Lab) -> None:
+    """Two ClusterQueues of 4 A100s in a cohort (``test_kinds_preemption.cohort``): A's
+    LeaderWorkerSet ``wide`` (1 group of 6: leader + 5 workers) borrows 2 of B's idle GPUs;
+    B's ``claim`` (1 group of 4) reclaims them. A's group is evicted whole (Preempted, every
+    pod deleted; the operator's new pods wait gated), B's group runs, and once B's
+    LeaderWorkerSet is deleted A's group is admitted again and its 6 pods run."""
+    with cohort(lab, "lwsr") as (ns_a, ns_b):
+        lab.apply(lws("wide", ns_a, 1, 6))
+
+        def running(ns: str, name: str) -> int:
+            return sum(1 for p in pods_of(lab, ns, name)
+                       if p["status"].get("phase") == "Running" and p["spec"].get("nodeName"))
+        wait_for(lambda: running(ns_a, "wide") == 6, 120, "wide's 6 pods running")
+        lab.apply(lws("claim", ns_b, 1, 4))
+        wait_for(lambda: running(ns_b, "claim") == 4, 180, "claim's 4 pods running")
+        evicted = [e for e in lab.get("events", "-n", ns_a, "--field-selector",
+                                      "reason=Preempted")["items"]
+                   if e["involvedObject"].get("name") == "leaderworkerset-wide-0"]
+        assert evicted, "no Preempted event on wide's group Workload"
+        wait_for(lambda: (p := pods_of(lab, ns_a, "wide")) and running(ns_a, "wide") == 0
+                 and all("kueue.x-k8s.io/admission" in [g["name"] for g in
+                                                        x["spec"].get("schedulingGates") or []]
+                         for x in p), 90, "wide's new pods gated, none running")
+        lab.kubectl("delete", "leaderworkerset", "claim", "-n", ns_b, "--wait=false")
+        wait_for(lambda: running(ns_a, "wide") == 6, 180, "wide's 6 pods running again")
