@@ -21,11 +21,11 @@ from app.extender.placement import FlavorView, PodFacts, PodWorkloadView, view_f
 from app.integrations.batchjob.job import KIND as BATCH_JOB
 from app.integrations.framework import (
     GROUP_WORKLOAD_ANNOTATION,
+    JobKind,
     KindDefaults,
     Registry,
     child_share,
     lookup,
-    manages_unlabelled_in,
     stored_ancestor,
 )
 from app.kube.context import AC, CQ, JOB, LQ, NS, RF, STS, WL, Context
@@ -270,18 +270,15 @@ class StoreExtenderState(InMemoryExtenderState):
         nothing. Any other pod (bare, a ReplicaSet's, a StatefulSet's): its pod group's
         admitted group Workload, else its own Workload (controller uid = the pod's)."""
         ns = pod.namespace
-        if pod.controller is not None and self.registry is not None:
-            group, kind_name, name, uid = pod.controller
-            kind = self.registry.kind_for(group, kind_name)
-            if kind is not None and not kind.top_level:
-                owner = lookup(kind, self.ctx, ns, name)
-                if owner is None or (uid and owner["metadata"].get("uid") != uid):
-                    return False
-                top = self.registry.managed_ancestor(
-                    owner, lambda k, n, m: lookup(k, self.ctx, n, m),
-                    manage_unlabelled=manages_unlabelled_in(self.ctx, ns))
-                kind, obj = top if top is not None else (kind, owner)
-                return _admitted(self.ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}"))
+        found = self._stored_controller(pod)
+        if found is not None:
+            kind, owner = found
+            if owner is None:
+                return False
+            assert self.registry is not None  # _stored_controller answers None without one
+            top = stored_ancestor(self.ctx, self.registry, owner)
+            kind, obj = top if top is not None else (kind, owner)
+            return _admitted(self.ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}"))
         if pod.group:
             # A group Workload (stamped, so never a Job's named like the group): members of a
             # managed namespace are gated at creation and only pykueue lifts the gate, so a
@@ -298,6 +295,21 @@ class StoreExtenderState(InMemoryExtenderState):
         return _admitted(wl) and any(r.get("uid") == pod.uid and r.get("kind") == "Pod"
                                      for r in refs)
 
+    def _stored_controller(self, pod: PodFacts) -> tuple[JobKind, Obj | None] | None:
+        """The registered kind (not a top-level one) of ``pod``'s controller and that object
+        as stored, None for the object when the stores hold none of that name and uid;
+        None when the controller is of no such kind (or no registry)."""
+        if pod.controller is None or self.registry is None:
+            return None
+        group, kind_name, name, uid = pod.controller
+        kind = self.registry.kind_for(group, kind_name)
+        if kind is None or kind.top_level:
+            return None
+        owner = lookup(kind, self.ctx, pod.namespace, name)
+        if owner is None or (uid and owner["metadata"].get("uid") != uid):
+            return kind, None
+        return kind, owner
+
     def withheld(self, pod: PodFacts) -> str:
         """``ExtenderState.withheld`` over the stores: the pod's controller (same uid) is a
         stored object of a registered kind whose top-most queued ancestor's kind says its
@@ -305,15 +317,11 @@ class StoreExtenderState(InMemoryExtenderState):
         or RayJob as controller that is not the cluster it runs on). A controller the stores
         do not hold yet withholds nothing (the reconciler stops such an object when it
         sees it)."""
-        if pod.controller is None or self.registry is None:
+        found = self._stored_controller(pod)
+        if found is None or found[1] is None or self.registry is None:
             return ""
-        group, kind_name, name, uid = pod.controller
-        kind = self.registry.kind_for(group, kind_name)
-        if kind is None or kind.top_level:
-            return ""
-        owner = lookup(kind, self.ctx, pod.namespace, name)
-        if owner is None or (uid and owner["metadata"].get("uid") != uid):
-            return ""
+        kind, owner = found
+        name = owner["metadata"].get("name", "")
         top = stored_ancestor(self.ctx, self.registry, owner)
         if top is None:
             return ""

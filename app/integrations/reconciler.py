@@ -644,15 +644,17 @@ class JobReconciler:
                     kind, self._pods(ns), {"metadata": {"name": name, "uid": owner.uid}}):
                 again = PODS_POLL  # gone, its pods orphaned: they still hold the quota
                 continue
+            # The stores of Jobs and Workloads are separate watches: the object's deletion
+            # may be seen before its Workload lost the owner reference (``kubectl delete
+            # --cascade=orphan``: the garbage collector removes it first). An orphaned
+            # Workload is not this object's to delete: the orphan rules finish it once its
+            # pods are gone (``reconcile_workload``).
+            if owner is None:
+                continue
             try:
-                # The stores of Jobs and Workloads are separate watches: the object's
-                # deletion may be seen before its Workload lost the owner reference
-                # (``kubectl delete --cascade=orphan``: the garbage collector removes it
-                # first). An orphaned Workload is not this object's to delete: the orphan
-                # rules finish it once its pods are gone (``reconcile_workload``).
                 fresh = await self.ctx.client.get(WORKLOADS, wl["metadata"]["name"], ns)
                 now_owner = self.registry.owner_of(fresh)
-                if owner is None or now_owner is None or now_owner.uid != owner.uid:
+                if now_owner is None or now_owner.uid != owner.uid:
                     continue
                 await self.ctx.client.delete(WORKLOADS, wl["metadata"]["name"], ns,
                                              uid=wl["metadata"].get("uid"))

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from app.integrations.appwrapper.appwrapper import APPWRAPPER_LABEL
 from app.integrations.statefulset.webhook_rules import replicas, scale_replicas
 from app.integrations.webhook_toolkit import (
     ALLOW,
@@ -70,10 +71,10 @@ def wrapped_object_errors(kind: str, name: str, old: Mapping[str, Any], new: Map
     errors = []
 
     def label(obj: Mapping[str, Any]) -> Any:
-        return ((obj.get("metadata") or {}).get("labels") or {}).get(FRAMEWORK)
+        return ((obj.get("metadata") or {}).get("labels") or {}).get(APPWRAPPER_LABEL)
     if label(old) != label(new):
-        errors.append(f"metadata.labels[{FRAMEWORK}]: {kind} {name} is wrapped by {owner}; "
-                      "its label cannot be removed or changed")
+        errors.append(f"metadata.labels[{APPWRAPPER_LABEL}]: {kind} {name} is wrapped by "
+                      f"{owner}; its label cannot be removed or changed")
     if (old.get("spec") or {}).get("template") != (new.get("spec") or {}).get("template"):
         errors.append(f"spec.template: {kind} {name} is wrapped by {owner}, whose Workload "
                       "was sized for the pod template it wraps; a changed template would run "
