@@ -135,6 +135,13 @@ class SchedulingSettings(BaseModel):
     requeue_backoff_max_seconds: float = Field(30.0, gt=0)
     # The loop runs a cycle when woken by an event and at least this often (seconds).
     cycle_interval_seconds: float = Field(1.0, gt=0)
+    # After a cycle of c seconds the loop waits c x cycle_pause_ratio (at least the 5 ms
+    # debounce, at most cycle_pause_max_seconds) before the next one, so that a busy core
+    # (thousands of ClusterQueues, a cohort requeued by every finish) takes the events of that
+    # pause into one cycle instead of one cycle per event, and leaves the event loop to the
+    # watches, the writes and the leader lease. 0 = Kueue's pacing (the next cycle at once).
+    cycle_pause_ratio: float = Field(1.0, ge=0)
+    cycle_pause_max_seconds: float = Field(0.5, ge=0)
     # Concurrent Job/Workload reconcilers (the Job controller's workers).
     job_workers: int = Field(4, ge=1)
     # Informers re-open their watch after about this long (seconds; +0-50% jitter).

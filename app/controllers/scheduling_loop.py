@@ -10,7 +10,12 @@ them as attributes.
 
 Cycles run when woken (a watch event, a write of ours: ``ctx.wake``) after a 5 ms debounce,
 and at least every ``Settings.scheduling.cycle_interval_seconds``; a cycle that decided
-something is followed at once by another (Kueue's KeepGoing), up to 1,000 in a row. Only the
+something is followed by another (Kueue's KeepGoing), up to 1,000 in a row. Before each
+cycle the loop waits ``cycle_pause_ratio`` times the last cycle's duration (at least the
+debounce, at most ``cycle_pause_max_seconds``): a cycle's cost grows with the heads it
+nominates, not with the events since the last one, so a slow core batches the events of
+the pause into one cycle and the event loop stays free for the watches, the writes and the
+leader lease (with 0, Kueue's pacing: the next cycle at once). Only the
 leader (``ctx.may_write``) runs cycles. A cycle:
 
 1. ``schedule(now)`` (seconds since the epoch, ``ctx.clock()``) returns the decisions;
@@ -69,6 +74,7 @@ class SchedulerLoop:
         self.cluster = cluster or Scheduler()
         self.cycles = 0
         self.blocked_cycles = 0
+        self.last_cycle_seconds = 0.0  # wall time of the latest cycle (the pause scales with it)
         self._loops: list[asyncio.Task[None]] = []
         self.writes = WorkloadWrites(ctx, max_inflight)
         self.decisions = DecisionWriter(ctx, self.cluster, jobs, self.writes, metrics=metrics,
@@ -93,7 +99,7 @@ class SchedulerLoop:
         await self.ctx.informers.wait_synced()
         while True:
             await wait_event(self.ctx.wake_event, s.cycle_interval_seconds)
-            await asyncio.sleep(0.005)  # debounce a burst of events into one cycle
+            await asyncio.sleep(self.pause(0.005))  # debounce a burst of events into one cycle
             self.ctx.wake_event.clear()
             if not self.ctx.may_write:
                 continue
@@ -102,12 +108,20 @@ class SchedulerLoop:
                 for _ in range(1000):
                     if not self.run_cycle():
                         break
-                    await asyncio.sleep(0)
+                    await asyncio.sleep(self.pause(0.0))
             except asyncio.CancelledError:
                 raise
             except Exception:  # noqa: BLE001 - a core bug must not kill the loop
                 log.exception("scheduling cycle failed")
                 await asyncio.sleep(1)
+
+    def pause(self, floor: float) -> float:
+        """Seconds to wait before the next cycle: ``cycle_pause_ratio`` x the latest cycle's
+        wall time, at most ``cycle_pause_max_seconds``, at least ``floor`` (the debounce
+        after a wake-up; 0 between KeepGoing cycles). See the module doc."""
+        s = self.ctx.settings.scheduling
+        return max(floor, min(s.cycle_pause_max_seconds,
+                              self.last_cycle_seconds * s.cycle_pause_ratio))
 
     def run_cycle(self) -> int:
         """One core cycle; schedules the writes; returns the number of decisions (a held
@@ -115,6 +129,7 @@ class SchedulerLoop:
         wfpr = self.ctx.settings.wait_for_pods_ready
         t0 = time.perf_counter()
         decisions = self.cluster.schedule(self.ctx.clock())
+        self.last_cycle_seconds = time.perf_counter() - t0
         self.cycles += 1
         if decisions and self.metrics is not None:
             self.metrics.admission_attempt(any(isinstance(d, Admit) for d in decisions),

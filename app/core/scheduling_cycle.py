@@ -117,6 +117,7 @@ from app.core.queues import PendingQueue, SortKey
 from app.core.quota_state import QuotaState, _Record
 from app.core.spec import (
     AdmissionFairSharing,
+    BorrowWithinCohort,
     ClusterQueueSpec,
     FairSharing,
     QueueingStrategy,
@@ -244,6 +245,13 @@ class Scheduler(QuotaState):
         ] = {}
         self._nomination_hits = 0
         self._nomination_misses = 0
+        # Per cohort tree root: (version, {priority bound: [(ClusterQueue, its candidates)]})
+        # of its borrowing ClusterQueues (``_candidates``).
+        self._cohort_candidates: dict[
+            ClusterQueueName,
+            tuple[tuple[int, int], dict[int | None, list[tuple[ClusterQueueName,
+                                                              list[Candidate]]]]],
+        ] = {}
         # ``_keep_nominal_for_queue``: per ClusterQueue and flavor-resource, its usage after
         # each admission in the last KEEP_PEAK_WINDOW_S seconds as a window maximum (times and
         # values, values decreasing); and since when it has, in every cycle it admitted, kept
@@ -601,7 +609,8 @@ class Scheduler(QuotaState):
 
     # ---- nomination ------------------------------------------------------------------------
     def _candidates(
-        self, p: Preemptor, spec: ClusterQueueSpec, protect: bool = True
+        self, p: Preemptor, spec: ClusterQueueSpec, protect: bool = True,
+        cohort: bool = True,
     ) -> list[Candidate]:
         """Admitted Workloads that ``find_targets`` could find eligible for ``p`` (a superset:
         it filters again). Skipped here, by the same rules (``preemption._eligibility``): the
@@ -610,53 +619,88 @@ class Scheduler(QuotaState):
         reclaimWithinCohort allows them and they borrow some flavor-resource (eligibility
         needs one needing preemption); under LowerPriority their Workloads not below it.
         With ``protect``, other queues' Workloads still within their queue's minimum runtime
-        (the next expiry is remembered for ``next_wakeup``)."""
-        name, tree, pol = spec.name, self.tree, spec.preemption
+        (the next expiry is remembered for ``next_wakeup``). Without ``cohort``, only the own
+        ClusterQueue's (see ``_searches_cohort``)."""
+        name, pol = spec.name, spec.preemption
         within = pol.within_cluster_queue
-        # (ClusterQueue, highest candidate priority + 1 or None for any)
-        cqs: list[tuple[ClusterQueueName, int | None]] = []
+        out: list[Candidate] = []
         if within == WithinClusterQueue.LOWER_PRIORITY:
-            cqs.append((name, p.priority))
+            self._add_candidates(out, name, p.priority, None, name in self._afs_cqs)
         elif within == WithinClusterQueue.LOWER_OR_NEWER_EQUAL_PRIORITY:
-            cqs.append((name, p.priority + 1))
-        cohort = tree.root_of(name)  # reclaim reaches the whole tree (reclaimable filters)
-        if cohort is not None and pol.reclaim_within_cohort != ReclaimWithinCohort.NEVER:
-            below = (
-                p.priority if pol.reclaim_within_cohort == ReclaimWithinCohort.LOWER_PRIORITY
-                else None
-            )
-            for cq in tree.members(cohort):
-                if cq != name and tree.borrows(cq):
-                    cqs.append((cq, below))
-        out = []
-        for cq, below in cqs:
-            mr = self._cqs[cq].spec.min_runtime_s if protect and cq != name else None
-            afs = cq == name and cq in self._afs_cqs
-            for key in self._admitted_by_cq.get(cq, {}):
-                rec = self._wls[key]
-                wl = rec.wl
-                if below is not None and wl.priority >= below:
-                    continue
-                reserved = (
-                    wl.quota_reserved_at if wl.quota_reserved_at is not None else wl.creation
-                )
-                if mr is not None and not rec.evicting and reserved + mr > self._now:
-                    self._wake(reserved + mr)  # protected until then
-                    continue
-                out.append(
-                    Candidate(
-                        key,
-                        cq,
-                        wl.priority,
-                        wl.uid,
-                        reserved,
-                        wl.creation,
-                        rec.usage,
-                        rec.evicting,
-                        self._afs_value(rec.lq_key) if afs else 0.0,
-                    )
-                )
+            self._add_candidates(out, name, p.priority + 1, None, name in self._afs_cqs)
+        root = self.tree.root_of(name)  # reclaim reaches the whole tree (reclaimable filters)
+        if not cohort or root is None or pol.reclaim_within_cohort == ReclaimWithinCohort.NEVER:
+            return out
+        below = (
+            p.priority if pol.reclaim_within_cohort == ReclaimWithinCohort.LOWER_PRIORITY
+            else None
+        )
+        if protect and self._min_runtime_cqs:  # depends on the clock: not memoized
+            for cq in self.tree.members(root):
+                if cq != name and self.tree.borrows(cq):
+                    self._add_candidates(out, cq, below, self._cqs[cq].spec.min_runtime_s,
+                                         False)
+            return out
+        # Every other ClusterQueue's part is the same for every head of the tree at one
+        # version: built once per version and priority bound, not once per head.
+        version = self._version(name)
+        slot = self._cohort_candidates.get(root)
+        if slot is None or slot[0] != version:
+            slot = self._cohort_candidates[root] = (version, {})
+        parts = slot[1].get(below)
+        if parts is None:
+            parts = slot[1][below] = []
+            for cq in self.tree.members(root):
+                if self.tree.borrows(cq):
+                    part: list[Candidate] = []
+                    self._add_candidates(part, cq, below, None, False)
+                    parts.append((cq, part))
+        for cq, part in parts:
+            if cq != name:
+                out.extend(part)
         return out
+
+    def _add_candidates(self, out: list[Candidate], cq: ClusterQueueName, below: int | None,
+                        min_runtime_s: float | None, afs: bool) -> None:
+        """Append the Workloads holding quota in ``cq`` with priority below ``below`` (None:
+        any), skipping those within ``min_runtime_s`` of their reservation."""
+        mr = min_runtime_s
+        for key in self._admitted_by_cq.get(cq, {}):
+            rec = self._wls[key]
+            wl = rec.wl
+            if below is not None and wl.priority >= below:
+                continue
+            reserved = wl.quota_reserved_at if wl.quota_reserved_at is not None else wl.creation
+            if mr is not None and not rec.evicting and reserved + mr > self._now:
+                self._wake(reserved + mr)  # protected until then
+                continue
+            out.append(
+                Candidate(
+                    key,
+                    cq,
+                    wl.priority,
+                    wl.uid,
+                    reserved,
+                    wl.creation,
+                    rec.usage,
+                    rec.evicting,
+                    self._afs_value(rec.lq_key) if afs else 0.0,
+                )
+            )
+
+    def _searches_cohort(self, spec: ClusterQueueSpec, need: tuple[FlavorResource, ...]) -> bool:
+        """Whether a victim search for ``need`` in ``spec`` can take other ClusterQueues'
+        Workloads. Not under classical preemption with borrowWithinCohort Never when the
+        ClusterQueue is not below its nominal quota of every flavor-resource of ``need``:
+        ``find_targets`` then makes one attempt that skips every other ClusterQueue's
+        candidate (Kueue: reclaim only for a ClusterQueue under nominal), so leaving them
+        out finds the same victims without building the cohort's list."""
+        if self.fair_sharing is not None:
+            return True
+        if spec.preemption.borrow_within_cohort != BorrowWithinCohort.NEVER:
+            return True
+        tree, name = self.tree, spec.name
+        return all(tree.usage(name, fr) < tree.nominal(name, fr) for fr in need)
 
     def _find_targets(
         self,
@@ -741,13 +785,14 @@ class Scheduler(QuotaState):
         return best if best is not None else full
 
     def _assign_shape(self, rec: _Record, spec: ClusterQueueSpec, wl: Workload) -> Assignment:
-        cands: list[Candidate] | None = None
+        lists: dict[bool, list[Candidate]] = {}  # with / without other ClusterQueues'
         preemptor = self._preemptor(rec, spec)
 
         def oracle(fr: FlavorResource, amount: int) -> tuple[Mode, int]:
-            nonlocal cands
+            cohort = self._searches_cohort(spec, (fr,))
+            cands = lists.get(cohort)
             if cands is None:
-                cands = self._candidates(preemptor, spec)
+                cands = lists[cohort] = self._candidates(preemptor, spec, cohort=cohort)
             t = self._find_targets(preemptor, spec, cands, (fr,), {fr: amount})
             if t is None:
                 return Mode.NO_CANDIDATES, 0
@@ -936,11 +981,9 @@ class Scheduler(QuotaState):
     def _entry_targets(self, e: _Entry) -> Targets | None:
         """The fewest victims for head ``e`` against the current usage (called at
         nomination, before any decision of the cycle)."""
-        p = self._preemptor(e.rec, e.spec)
-        return self._find_targets(
-            p, e.spec, self._candidates(p, e.spec), e.assignment.need_preemption,
-            e.assignment.usage,
-        )
+        p, need = self._preemptor(e.rec, e.spec), tuple(e.assignment.need_preemption)
+        cands = self._candidates(p, e.spec, cohort=self._searches_cohort(e.spec, need))
+        return self._find_targets(p, e.spec, cands, need, e.assignment.usage)
 
     def _fits_after(
         self, name: ClusterQueueName, usage: dict[FlavorResource, int], gone: list[Candidate]
