@@ -694,8 +694,10 @@ class Scheduler(QuotaState):
         ClusterQueue is not below its nominal quota of every flavor-resource of ``need``:
         ``find_targets`` then makes one attempt that skips every other ClusterQueue's
         candidate (Kueue: reclaim only for a ClusterQueue under nominal), so leaving them
-        out finds the same victims without building the cohort's list."""
-        if self.fair_sharing is not None:
+        out finds the same victims without building the cohort's list. Always with a minimum
+        runtime on some ClusterQueue (``min_runtime_s``): building the list arms the timer
+        that requeues when a protection ends, as before."""
+        if self.fair_sharing is not None or self._min_runtime_cqs:
             return True
         if spec.preemption.borrow_within_cohort != BorrowWithinCohort.NEVER:
             return True
