@@ -44,7 +44,7 @@ Simulation removes usage from the ``QuotaTree`` and restores it exactly before r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from app.core.decisions import PreemptionReason
@@ -120,17 +120,21 @@ def candidate_order(c: Candidate, preemptor_cq: ClusterQueueName) -> tuple[objec
 
 
 def _eligibility(
-    p: Preemptor, spec: ClusterQueueSpec, need: tuple[FlavorResource, ...], tree: QuotaTree
+    p: Preemptor, spec: ClusterQueueSpec, need: tuple[FlavorResource, ...], tree: QuotaTree,
+    fixed: Iterable[ClusterQueueName] = (),
 ) -> Callable[[Candidate], bool]:
     """The eligibility rule for candidates of one preemption search (Kueue
     ``preemption.go`` candidate filters), with the per-ClusterQueue part (same cohort, the
     ClusterQueue borrows a needed flavor-resource) computed once per ClusterQueue: the tree
-    does not change while candidates are filtered."""
+    does not change while candidates are filtered. The part of the ClusterQueues ``fixed``
+    is computed now, so the rule can filter lazily while a search changes the tree."""
     own = p.cluster_queue
     within = spec.preemption.within_cluster_queue
     reclaim = spec.preemption.reclaim_within_cohort
     cohort = tree.cohort_of(own)
-    borrowing: dict[ClusterQueueName, bool] = {}
+    borrowing: dict[ClusterQueueName, bool] = {
+        cq: tree.has(cq) and tree.reclaimable(own, cq, need) for cq in fixed
+    }
 
     def other_borrows(cq: ClusterQueueName) -> bool:
         v = borrowing.get(cq)
@@ -186,7 +190,7 @@ class _Search:
             return False
         return pol.max_priority_threshold is None or c.priority <= pol.max_priority_threshold
 
-    def attempt(self, cands: list[Candidate], allow: bool) -> list[Target] | None:
+    def attempt(self, cands: Iterable[Candidate], allow: bool) -> list[Target] | None:
         tree, own = self.tree, self.p.cluster_queue
         removed: list[Target] = []
         fits = False
@@ -227,6 +231,57 @@ class _Search:
         return removed if fits else None
 
 
+class OrderedCandidates:
+    """The candidates of one preemptor's ClusterQueue ``own`` already in Kueue's candidate
+    order, for ``find_targets`` to walk lazily (a head needing one victim reads a few, not a
+    sorted copy of its whole cohort). ``others_evicting`` / ``others_running``: the cohort's
+    candidates being evicted / not, each sorted by ``candidate_order`` (any ClusterQueue's
+    name as the preemptor's: another queue's candidates compare alike), shared by every head
+    of the cohort; ``own``'s among them are skipped. ``mine``: ``own``'s, sorted by
+    ``candidate_order(c, own)``. ``cluster_queues``: every ClusterQueue in ``others_*``.
+    Iteration gives ``sorted(all, key=candidate_order(c, own))``: being evicted first, and
+    within that another ClusterQueue's before the own."""
+
+    __slots__ = ("own", "others_evicting", "others_running", "mine", "cluster_queues")
+
+    def __init__(self, own: ClusterQueueName, others_evicting: Sequence[Candidate],
+                 others_running: Sequence[Candidate], mine: Sequence[Candidate],
+                 cluster_queues: Iterable[ClusterQueueName]) -> None:
+        self.own, self.mine = own, mine
+        self.others_evicting, self.others_running = others_evicting, others_running
+        self.cluster_queues = tuple(cluster_queues)
+
+    def __iter__(self) -> Iterator[Candidate]:
+        own = self.own
+        for c in self.others_evicting:
+            if c.cluster_queue != own:
+                yield c
+        for c in self.mine:
+            if c.evicting:
+                yield c
+        for c in self.others_running:
+            if c.cluster_queue != own:
+                yield c
+        for c in self.mine:
+            if not c.evicting:
+                yield c
+
+
+class _Filtered:
+    """``candidates`` filtered by ``keep``, walked again on every iteration (no copy)."""
+
+    __slots__ = ("candidates", "keep")
+
+    def __init__(self, candidates: Iterable[Candidate], keep: Callable[[Candidate], bool]):
+        self.candidates, self.keep = candidates, keep
+
+    def __iter__(self) -> Iterator[Candidate]:
+        return filter(self.keep, self.candidates)
+
+    def __bool__(self) -> bool:
+        return next(iter(self), None) is not None
+
+
 def _eligible(
     p: Preemptor,
     spec: ClusterQueueSpec,
@@ -253,12 +308,18 @@ def find_targets(
     ``spec``, or None when no eligible set makes it fit.
 
     ``candidates``: admitted Workloads of the preemptor's ClusterQueue and its cohort (any
-    order; ineligible ones are filtered); ``need``: flavor-resources needing preemption;
+    order; ineligible ones are filtered), or an ``OrderedCandidates`` (walked in its order,
+    filtered lazily, only as far as the search goes); ``need``: flavor-resources needing preemption;
     ``request``: the preemptor's whole usage per FlavorResource, which must not fit as
     things stand (the scheduler asks only then). ``tree`` is restored before returning.
     """
     p, need_t = preemptor, tuple(need)
-    cands = _eligible(p, spec, tree, candidates, need_t)
+    cands: Iterable[Candidate]
+    if isinstance(candidates, OrderedCandidates):  # already in order: filter as walked
+        cands = _Filtered(candidates, _eligibility(p, spec, need_t, tree,
+                                                   candidates.cluster_queues))
+    else:
+        cands = _eligible(p, spec, tree, candidates, need_t)
     if not cands:
         return None
     search = _Search(p, spec, tree, need_t, request)

@@ -108,8 +108,10 @@ from app.core.decisions import Admit, Decision, PendingReason, Preempt, Preempti
 from app.core.flavors import Assignment, Mode, assign_flavors, shortfall
 from app.core.preemption import (
     Candidate,
+    OrderedCandidates,
     Preemptor,
     Targets,
+    candidate_order,
     find_fair_targets,
     find_targets,
 )
@@ -217,6 +219,16 @@ class _ParkedClasses:
     of: dict[WorkloadKey, tuple[object, SortKey]]
 
 
+@dataclass(frozen=True, slots=True)
+class _CohortPart:
+    """A cohort tree's candidates for every head but their own ClusterQueue's, in candidate
+    order: being evicted, then not; ``cluster_queues``: the ClusterQueues they are in."""
+
+    evicting: list[Candidate]
+    running: list[Candidate]
+    cluster_queues: tuple[ClusterQueueName, ...]
+
+
 class Scheduler(QuotaState):
     """The admission core: ``QuotaState`` plus ``schedule(now)``. See the module docstring."""
 
@@ -245,12 +257,10 @@ class Scheduler(QuotaState):
         ] = {}
         self._nomination_hits = 0
         self._nomination_misses = 0
-        # Per cohort tree root: (version, {priority bound: [(ClusterQueue, its candidates)]})
-        # of its borrowing ClusterQueues (``_candidates``).
+        # Per cohort tree root: (version, {priority bound: its borrowing ClusterQueues'
+        # candidates}) (``_candidates``).
         self._cohort_candidates: dict[
-            ClusterQueueName,
-            tuple[tuple[int, int], dict[int | None, list[tuple[ClusterQueueName,
-                                                              list[Candidate]]]]],
+            ClusterQueueName, tuple[tuple[int, int], dict[int | None, _CohortPart]]
         ] = {}
         # ``_keep_nominal_for_queue``: per ClusterQueue and flavor-resource, its usage after
         # each admission in the last KEEP_PEAK_WINDOW_S seconds as a window maximum (times and
@@ -611,7 +621,7 @@ class Scheduler(QuotaState):
     def _candidates(
         self, p: Preemptor, spec: ClusterQueueSpec, protect: bool = True,
         cohort: bool = True,
-    ) -> list[Candidate]:
+    ) -> list[Candidate] | OrderedCandidates:
         """Admitted Workloads that ``find_targets`` could find eligible for ``p`` (a superset:
         it filters again). Skipped here, by the same rules (``preemption._eligibility``): the
         own ClusterQueue under withinClusterQueue Never, or those not below (not at most,
@@ -620,7 +630,8 @@ class Scheduler(QuotaState):
         needs one needing preemption); under LowerPriority their Workloads not below it.
         With ``protect``, other queues' Workloads still within their queue's minimum runtime
         (the next expiry is remembered for ``next_wakeup``). Without ``cohort``, only the own
-        ClusterQueue's (see ``_searches_cohort``)."""
+        ClusterQueue's (see ``_searches_cohort``). Under classical preemption, from the
+        memoized part, an ``OrderedCandidates`` (``find_targets`` walks it lazily)."""
         name, pol = spec.name, spec.preemption
         within = pol.within_cluster_queue
         out: list[Candidate] = []
@@ -642,23 +653,40 @@ class Scheduler(QuotaState):
                                          False)
             return out
         # Every other ClusterQueue's part is the same for every head of the tree at one
-        # version: built once per version and priority bound, not once per head.
+        # version: built (and, for classical preemption, sorted) once per version and
+        # priority bound, not once per head.
         version = self._version(name)
         slot = self._cohort_candidates.get(root)
         if slot is None or slot[0] != version:
             slot = self._cohort_candidates[root] = (version, {})
-        parts = slot[1].get(below)
-        if parts is None:
-            parts = slot[1][below] = []
-            for cq in self.tree.members(root):
-                if self.tree.borrows(cq):
-                    part: list[Candidate] = []
-                    self._add_candidates(part, cq, below, None, False)
-                    parts.append((cq, part))
-        for cq, part in parts:
-            if cq != name:
-                out.extend(part)
+        part = slot[1].get(below)
+        if part is None:
+            part = slot[1][below] = self._cohort_part(root, below)
+        if self.fair_sharing is None:
+            out.sort(key=lambda c: candidate_order(c, name))
+            return OrderedCandidates(name, part.evicting, part.running, out,
+                                     part.cluster_queues)
+        for c in part.evicting:
+            if c.cluster_queue != name:
+                out.append(c)
+        for c in part.running:
+            if c.cluster_queue != name:
+                out.append(c)
         return out
+
+    def _cohort_part(self, root: ClusterQueueName, below: int | None) -> _CohortPart:
+        """The candidates of every borrowing ClusterQueue of the tree under ``root`` with
+        priority below ``below`` (None: any), in candidate order (another ClusterQueue's, as
+        every head but their own sees them), split into being evicted and not."""
+        cands: list[Candidate] = []
+        cqs: list[ClusterQueueName] = []
+        for cq in self.tree.members(root):
+            if self.tree.borrows(cq):
+                cqs.append(cq)
+                self._add_candidates(cands, cq, below, None, False)
+        cands.sort(key=lambda c: candidate_order(c, ClusterQueueName("")))
+        split = next((i for i, c in enumerate(cands) if not c.evicting), len(cands))
+        return _CohortPart(cands[:split], cands[split:], tuple(cqs))
 
     def _add_candidates(self, out: list[Candidate], cq: ClusterQueueName, below: int | None,
                         min_runtime_s: float | None, afs: bool) -> None:
@@ -708,13 +736,14 @@ class Scheduler(QuotaState):
         self,
         p: Preemptor,
         spec: ClusterQueueSpec,
-        cands: list[Candidate],
+        cands: list[Candidate] | OrderedCandidates,
         need: tuple[FlavorResource, ...],
         request: dict[FlavorResource, int],
     ) -> Targets | None:
         """Classical or, with fair sharing on, fair-sharing victim search."""
         if self.fair_sharing is None:
             return find_targets(p, spec, self.tree, cands, need, request)
+        assert isinstance(cands, list)  # ``_candidates`` orders only for classical searches
         return find_fair_targets(p, spec, self.tree, cands, need, request, self.fair_sharing)
 
     def _preemptor(self, rec: _Record, spec: ClusterQueueSpec) -> Preemptor:
@@ -787,7 +816,7 @@ class Scheduler(QuotaState):
         return best if best is not None else full
 
     def _assign_shape(self, rec: _Record, spec: ClusterQueueSpec, wl: Workload) -> Assignment:
-        lists: dict[bool, list[Candidate]] = {}  # with / without other ClusterQueues'
+        lists: dict[bool, list[Candidate] | OrderedCandidates] = {}  # with / without others'
         preemptor = self._preemptor(rec, spec)
 
         def oracle(fr: FlavorResource, amount: int) -> tuple[Mode, int]:

@@ -9,7 +9,8 @@ Property (hypothesis): two cores, the new one and ``_EveryHead`` (the previous
 ``_candidates`` kept verbatim, and every search given the whole cohort), are driven through
 the same random arrivals, finishes, evictions, deletions, priority changes and ClusterQueue
 policy changes (withinClusterQueue, reclaimWithinCohort, borrowWithinCohort, a minimum
-runtime, which the memo must not cache across the clock), with and without fair sharing;
+runtime, which the memo must not cache across the clock), with and without fair sharing, in
+one flat cohort and in a two-level tree;
 after every cycle both return the same decisions (by repr)."""
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core.decisions import Preempt
-from app.core.preemption import Candidate, Preemptor
+from app.core.preemption import Candidate, OrderedCandidates, Preemptor, candidate_order
 from app.core.scheduling_cycle import Scheduler
 from app.core.spec import (
     ClusterQueueSpec,
@@ -31,7 +32,7 @@ from app.core.spec import (
     WithinClusterQueue,
 )
 from app.core.types import ClusterQueueName, FlavorName, FlavorResource, WorkloadKey
-from tests.builders import Sim, cluster_queue, workload
+from tests.builders import Sim, cluster_queue, cohort, workload
 
 
 class _EveryHead(Scheduler):
@@ -87,8 +88,10 @@ RECLAIM = ("Never", "LowerPriority", "Any")
 BORROW = ("Never", "LowerPriority")
 
 
-def _spec(i: int, within: str, reclaim: str, borrow: str, min_runtime: bool):
-    spec = (cluster_queue(f"q{i}").cohort("co")
+def _spec(i: int, within: str, reclaim: str, borrow: str, min_runtime: bool,
+          tree: bool = False):
+    parent = ("left" if i < N_CQ // 2 else "right") if tree else "co"
+    spec = (cluster_queue(f"q{i}").cohort(parent)
             .flavor("default-flavor", cpu=2 + i % 2, borrowing_limit=3)
             .preemption(within=within, reclaim=reclaim, borrow_within_cohort=borrow)
             .build())
@@ -109,14 +112,21 @@ _ops = st.lists(st.one_of(
 
 
 class _Pair:
-    def __init__(self, fair: bool) -> None:
+    def __init__(self, fair: bool, tree: bool) -> None:
         fs = FairSharing() if fair else None
         self.cores = (Scheduler(fs), _EveryHead(fs))
+        self.tree = tree
         self.now = 1000.0
         for c in self.cores:
             c.add_flavor(ResourceFlavor(FlavorName("default-flavor")))
+        if tree:  # a hierarchy: reclaim also needs the cohorts up to the common one to borrow
+            self.each("add_cohort", cohort("co").build())
+            self.each("add_cohort", cohort("left").parent("co")
+                      .flavor("default-flavor", cpu=1).build())
+            self.each("add_cohort", cohort("right").parent("co").build())
         for i in range(N_CQ):
-            self.each("add_cluster_queue", _spec(i, "LowerPriority", "Any", "Never", False))
+            self.each("add_cluster_queue",
+                      _spec(i, "LowerPriority", "Any", "Never", False, tree))
             self.each("add_local_queue", LocalQueue("ns", f"lq-q{i}", ClusterQueueName(f"q{i}")))
 
     def each(self, method: str, *args: object) -> None:
@@ -129,10 +139,10 @@ class _Pair:
         assert new == old
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fair=st.booleans(), ops=_ops)
-def test_cohort_candidates_decide_as_every_head_building_its_own(fair, ops):
-    pair = _Pair(fair)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fair=st.booleans(), tree=st.booleans(), ops=_ops)
+def test_cohort_candidates_decide_as_every_head_building_its_own(fair, tree, ops):
+    pair = _Pair(fair, tree)
     new = pair.cores[0]
     names: list[str] = []
     for op in ops:
@@ -163,7 +173,7 @@ def test_cohort_candidates_decide_as_every_head_building_its_own(fair, ops):
                 pair.each("update_workload", replace(wl, priority=op[2]))
         elif kind == "cq":
             _, i, within, reclaim, borrow, mr = op
-            pair.each("update_cluster_queue", _spec(i, within, reclaim, borrow, mr))
+            pair.each("update_cluster_queue", _spec(i, within, reclaim, borrow, mr, tree))
         elif kind == "tick":
             pair.now += op[1]
         pair.cycle()
@@ -191,3 +201,29 @@ def test_a_borrowing_preemptor_gets_only_its_own_queue_and_the_same_victim():
     (d,) = [d for d in s.cycle() if isinstance(d, Preempt) and d.preemptor == "ns/a-high"]
     assert [v.workload for v in d.victims] in (["ns/a-low"], ["ns/a-over"])
     assert s.c._cohort_candidates == built_before  # the cohort's list was never needed
+
+
+_cand = st.builds(
+    lambda i, cq, prio, reserved, evicting, lq: Candidate(
+        WorkloadKey(f"ns/c{i}"), ClusterQueueName(f"q{cq}"), prio, f"uid-{i % 3}",
+        float(reserved), 0.0, {}, evicting, float(lq) if cq == 0 else 0.0),
+    st.integers(0, 10_000), st.integers(0, 3), st.integers(0, 3), st.integers(0, 5),
+    st.booleans(), st.integers(0, 2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(cands=st.lists(_cand, max_size=30, unique_by=lambda c: c.key))
+def test_ordered_candidates_walk_in_kueues_candidate_order(cands):
+    """``OrderedCandidates`` (the cohort's part sorted once, the own ClusterQueue's merged in)
+    walks exactly ``sorted(key=candidate_order(c, own))``: being evicted first, and within
+    that another ClusterQueue's before the own (its Admission Fair Sharing usage first)."""
+    own = ClusterQueueName("q0")
+    mine = sorted((c for c in cands if c.cluster_queue == own),
+                  key=lambda c: candidate_order(c, own))
+    # The shared part holds every queue's candidates, the preemptor's own too (skipped).
+    shared = sorted((replace(c, lq_usage=0.0) for c in cands),
+                    key=lambda c: candidate_order(c, ClusterQueueName("")))
+    evicting = [c for c in shared if c.evicting]
+    running = [c for c in shared if not c.evicting]
+    walked = list(OrderedCandidates(own, evicting, running, mine, {c.cluster_queue for c in cands}))
+    assert walked == sorted(cands, key=lambda c: candidate_order(c, own))
