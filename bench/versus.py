@@ -513,19 +513,41 @@ class VersusRun:
 
 # ---- the table -------------------------------------------------------------------------------
 
-def verdicts(r: dict[str, Any]) -> dict[str, bool | None]:
-    cls = r.get("classes") or {}
-    usage = (r.get("usage_pct") or {}).get("cq")
-    out: dict[str, bool | None] = {
-        "wall": r.get("wall_s") is not None and r["wall_s"] <= THRESHOLDS["wall_s"],
-        "usage": None if usage is None else usage >= THRESHOLDS["usage_pct"]}
-    for c in ("large", "medium", "small"):
-        v = (cls.get(c) or {}).get("avg_time_to_admission_s")
-        out[c] = None if v is None else v <= THRESHOLDS[c]
+def thresholds_of(rangespec: Path | None) -> dict[str, float]:
+    """The checker's thresholds from a Kueue rangespec.yaml (``cmd.maxWallMs``,
+    ``clusterQueueClassesMinUsage.cq``, ``wlClassesMaxAvgTimeToAdmissionMs``) in seconds and
+    percent; Kueue's baseline ones (``THRESHOLDS``) for what it does not say."""
+    out = dict(THRESHOLDS)
+    if rangespec is None or not rangespec.exists():
+        return out
+    spec = yaml.safe_load(rangespec.read_text()) or {}
+    wall = (spec.get("cmd") or {}).get("maxWallMs")
+    if wall is not None:
+        out["wall_s"] = float(wall) / 1000
+    usage = (spec.get("clusterQueueClassesMinUsage") or {}).get("cq")
+    if usage is not None:
+        out["usage_pct"] = float(usage)
+    for c, ms in (spec.get("wlClassesMaxAvgTimeToAdmissionMs") or {}).items():
+        out[c] = float(ms) / 1000
     return out
 
 
-def table(results: list[dict[str, Any]]) -> str:
+def verdicts(r: dict[str, Any], limits: dict[str, float] | None = None) -> dict[str, bool | None]:
+    """Pass/fail per threshold of ``limits`` (default: Kueue's baseline ``THRESHOLDS``)."""
+    t = limits or THRESHOLDS
+    cls = r.get("classes") or {}
+    usage = (r.get("usage_pct") or {}).get("cq")
+    out: dict[str, bool | None] = {
+        "wall": r.get("wall_s") is not None and r["wall_s"] <= t["wall_s"],
+        "usage": None if usage is None else usage >= t["usage_pct"]}
+    for c in ("large", "medium", "small"):
+        v = (cls.get(c) or {}).get("avg_time_to_admission_s")
+        out[c] = None if v is None else v <= t[c]
+    return out
+
+
+def table(results: list[dict[str, Any]], limits: dict[str, float] | None = None,
+          rangespec: str = "baseline rangespec") -> str:
     def f(v: Any, nd: int = 1) -> str:
         if v is None:
             return "-"
@@ -544,7 +566,7 @@ def table(results: list[dict[str, Any]]) -> str:
             rows.append([r["run"], f"error: {r['error'][:80]}"] + [""] * (len(head) - 2))
             continue
         cls = r.get("classes") or {}
-        v = verdicts(r)
+        v = verdicts(r, limits)
         rows.append([
             r["run"], f(r.get("wall_s")),
             *(f((cls.get(c) or {}).get("avg_time_to_admission_s"), 2)
@@ -579,7 +601,7 @@ def table(results: list[dict[str, Any]]) -> str:
         for k, v in ratios.items():
             lines.append(f"  {k}: " + ", ".join(f"{m} {x}" for m, x in v.items()))
     lines.append("")
-    lines.append("Kueue's checker (checker.test on the runner's summary, baseline rangespec):")
+    lines.append(f"Kueue's checker (checker.test on the runner's summary, {rangespec}):")
     for r in results:
         c = r.get("checker") or {}
         if c.get("ran"):
@@ -709,13 +731,14 @@ def main() -> None:
     for i, name in enumerate(runs):
         results.append(VersusRun(args, name, i, kdir, kbin).run())
         (args.out / "summary.json").write_text(json.dumps(results, indent=2) + "\n")
+    limits = thresholds_of(args.rangespec)
     summary = {"kueue_version": KUEUE_VERSION, "generator": str(args.generator),
-               "thresholds": THRESHOLDS, "cpus": os.cpu_count(), "runs": results,
-               "verdicts": {r["run"]: verdicts(r) for r in results
+               "thresholds": limits, "cpus": os.cpu_count(), "runs": results,
+               "verdicts": {r["run"]: verdicts(r, limits) for r in results
                             if "wall_s" in r and "error" not in r},
                "ratios": ratios_of(results)}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(table(results))
+    print(table(results, limits, args.rangespec.name))
     print()
     print(json.dumps(summary, indent=2))
 
