@@ -168,14 +168,19 @@ def is_up(site: Site) -> bool:
     return True
 
 
-def start(site: Site, operators: tuple[str, ...] = ("jobset",)) -> None:
+def start(site: Site, operators: tuple[str, ...] = ("jobset",), crds: tuple[str, ...] = ()
+          ) -> None:
     """Start ``site``'s lab, the ``operators`` that are built (``make operators``; before
-    pykueue, which sets a kind up only when its CRD is there), and pykueue on it (each a no-op
-    when running)."""
+    pykueue, which sets a kind up only when its CRD is there), the CRDs alone of the operators
+    ``crds`` (a manager's: its objects of those kinds run on a worker), and pykueue on it (each
+    a no-op when running)."""
     site.lab("up")
     built = [o for o in operators if operator_built(o)]
     if built:
         site.lab("operators-up", *built)
+    crds_built = [o for o in crds if operator_built(o)]
+    if crds_built:
+        site.lab("operators-crds", *crds_built)
     site.lab("pykueue-up")
     print(f"multikueue-lab: {site.name} up ({site.state}, pykueue :{site.pykueue_port})")
 
