@@ -321,8 +321,10 @@ class Adapter:
         got = self.managed_by_of(obj)
         if got == MULTIKUEUE_CONTROLLER:
             return None
-        # Kueue's adapters all say spec.managedBy, Kubeflow's (spec.runPolicy.managedBy) too.
-        return ("The owner is not managed by Kueue: Expecting spec.managedBy to be "
+        # Kueue's adapters say spec.managedBy, the kubeflowjob one (spec.runPolicy.managedBy)
+        # too; its MPIJob adapter names the path.
+        where = ".".join(self.managed_by) if self.kind == "MPIJob" else "spec.managedBy"
+        return (f"The owner is not managed by Kueue: Expecting {where} to be "
                 f'"{MULTIKUEUE_CONTROLLER}" not "{got}"')
 
     def remote(self, local: Mapping[str, Any], origin: str, workload: str) -> Obj:

@@ -248,3 +248,19 @@ def test_the_prebuilt_label_is_still_refused_in_a_wrapped_template() -> None:
         "labels": {PREBUILT: "wl-1"}}
     errors = unsupported_errors(None, obj)
     assert len(errors) == 1 and PREBUILT in errors[0], errors
+
+
+def test_the_mpijob_refusal_names_its_run_policy_path() -> None:
+    """Kueue v0.17.1's MPIJob adapter (``mpijob_multikueue_adapter.go``, not the kubeflowjob
+    one) says ``Expecting spec.runPolicy.managedBy``; the other Kubeflow jobs' say
+    ``spec.managedBy`` although the field is ``spec.runPolicy.managedBy`` too."""
+    mpi = adapter_for("kubeflow.org/v2beta1", "MPIJob")
+    pytorch = adapter_for("kubeflow.org/v1", "PyTorchJob")
+    assert mpi is not None and pytorch is not None
+    obj = {"spec": {"runPolicy": {"managedBy": "kubeflow.org/mpi-operator"}}}
+    assert mpi.not_managed_message(obj) == (
+        "The owner is not managed by Kueue: Expecting spec.runPolicy.managedBy to be "
+        f'"{MK}" not "kubeflow.org/mpi-operator"')
+    assert pytorch.not_managed_message(obj) == (
+        "The owner is not managed by Kueue: Expecting spec.managedBy to be "
+        f'"{MK}" not "kubeflow.org/mpi-operator"')
