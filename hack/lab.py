@@ -15,6 +15,7 @@ managing fake nodes with the stages in hack/lab/stages.yaml. State lives in a gi
     python hack/lab.py sa-kubeconfig [--out F]   # pykueue's SA + RBAC; kubeconfig with its token
     python hack/lab.py operators-up [NAME...]    # JobSet, training-, mpi-operator, KubeRay, ...
     python hack/lab.py operators-down [NAME...]  # (hack/operators.py; make operators builds)
+    python hack/lab.py operators-crds NAME...    # their CRDs only (a MultiKueue manager)
 
 Options (before the verb): --state-dir DIR, --port-base N (etcd N, N+1; apiserver N+3).
 Env: LAB_STATE_DIR, LAB_PORT_BASE, LAB_BIN_DIR; pykueue's ports PYKUEUE_PORT (default 9443)
@@ -752,6 +753,9 @@ def main(argv: list[str] | None = None) -> int:
                     "line) when its hard-coded port 8080 is taken, instead of failing")
     od = sub.add_parser("operators-down", help="stop the operators, unregister their webhooks")
     od.add_argument("names", nargs="*")
+    oc = sub.add_parser("operators-crds", help="install the named operators' CRDs only, no "
+                        "controller (a MultiKueue manager: its objects run on a worker)")
+    oc.add_argument("names", nargs="+")
     a = p.parse_args(argv)
     lab = from_args(a.state_dir, a.port_base, a.bin_dir)
     if a.verb == "up":
@@ -770,11 +774,13 @@ def main(argv: list[str] | None = None) -> int:
         pykueue_up(lab, admin=a.admin)
     elif a.verb == "pykueue-down":
         pykueue_down(lab)
-    elif a.verb in ("operators-up", "operators-down"):
+    elif a.verb in ("operators-up", "operators-down", "operators-crds"):
         import operators
 
         if a.verb == "operators-up":
             operators.up(lab, a.names or None, skip_busy=a.skip_busy)
+        elif a.verb == "operators-crds":
+            operators.install_crds(lab, operators._select(a.names, built_only=True))
         else:
             operators.down(lab, a.names or None)
     elif a.verb == "sa-token":

@@ -15,9 +15,12 @@ base + 443 (visibility + 444).
 
 On the manager, ``up`` writes for each worker a Secret ``<worker>-kubeconfig`` in
 pykueue-system (key ``kubeconfig``: the worker's API server with its CA and the lab admin's
-client certificate, all as ``-data`` fields, as MultiKueue requires) and a MultiKueueCluster
-``<worker>`` naming it. Queues are the caller's. For pykueue's soonest dispatcher the
-MultiKueueCluster also names the worker's pykueue status API (annotation
+client certificate, all as ``-data`` fields, as MultiKueue requires; with
+``MULTIKUEUE_LAB_LEAST_PRIVILEGE=1`` a token of the worker's ServiceAccount
+``pykueue-system/pykueue-multikueue-manager`` bound to the ClusterRole
+``pykueue-multikueue-worker`` only, manifests/rbac/multikueue_worker_role.yaml) and a
+MultiKueueCluster ``<worker>`` naming it. Queues are the caller's. For pykueue's soonest
+dispatcher the MultiKueueCluster also names the worker's pykueue status API (annotation
 ``pykueue.dev/status-api: https://127.0.0.1:<its pykueue port>``) and the Secret holds a token
 of the worker's ``pykueue-status-viewer`` ServiceAccount (key ``status-api-token``) and the CA
 of pykueue's serving certificate (``status-api-ca.crt``).
@@ -89,19 +92,50 @@ def sites(state_dir: str | None = None, port_base: int | None = None) -> list[Si
         for i in range(1, WORKERS + 1)]
 
 
+# With MULTIKUEUE_LAB_LEAST_PRIVILEGE=1 the manager reaches each worker as this ServiceAccount
+# of the worker, bound to manifests/rbac/multikueue_worker_role.yaml only (default: the lab's
+# admin), which proves that role is all a manager needs there.
+MANAGER_SA = "pykueue-multikueue-manager"
+WORKER_ROLE = ROOT / "manifests" / "rbac" / "multikueue_worker_role.yaml"
+
+
+def least_privilege() -> bool:
+    return os.environ.get("MULTIKUEUE_LAB_LEAST_PRIVILEGE", "") not in ("", "0")
+
+
+def manager_token(worker: Site) -> str:
+    """A token (a day) of ``MANAGER_SA`` on ``worker``, which this makes and binds (a
+    ClusterRoleBinding) to the ClusterRole ``pykueue-multikueue-worker`` only."""
+    worker.kubectl("apply", "-f", str(WORKER_ROLE))
+    sa = {"apiVersion": "v1", "kind": "ServiceAccount",
+          "metadata": {"name": MANAGER_SA, "namespace": "pykueue-system"}}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": MANAGER_SA},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": "pykueue-multikueue-worker"},
+               "subjects": [{"kind": "ServiceAccount", "name": MANAGER_SA,
+                             "namespace": "pykueue-system"}]}
+    worker.kubectl("apply", "-f", "-", input=json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": [sa, binding]}))
+    return worker.kubectl("create", "token", "-n", "pykueue-system", MANAGER_SA,
+                          "--duration=86400s").stdout.strip()
+
+
 def worker_kubeconfig(worker: Site) -> dict:
-    """A kubeconfig for ``worker`` with every credential inline (no file paths)."""
+    """A kubeconfig for ``worker`` with every credential inline (no file paths): the lab
+    admin's client certificate, or (``least_privilege()``) a token of ``MANAGER_SA``."""
     pki = worker.state / "pki"
 
     def data(name: str) -> str:
         return base64.b64encode((pki / name).read_bytes()).decode()
 
+    user = {"token": manager_token(worker)} if least_privilege() else {
+        "client-certificate-data": data("admin.crt"), "client-key-data": data("admin.key")}
     return {
         "apiVersion": "v1", "kind": "Config", "current-context": worker.name,
         "clusters": [{"name": worker.name, "cluster": {
             "server": worker.server(), "certificate-authority-data": data("ca.crt")}}],
-        "users": [{"name": "admin", "user": {"client-certificate-data": data("admin.crt"),
-                                             "client-key-data": data("admin.key")}}],
+        "users": [{"name": "admin", "user": user}],
         "contexts": [{"name": worker.name,
                       "context": {"cluster": worker.name, "user": "admin"}}],
     }
@@ -168,14 +202,19 @@ def is_up(site: Site) -> bool:
     return True
 
 
-def start(site: Site, operators: tuple[str, ...] = ("jobset",)) -> None:
+def start(site: Site, operators: tuple[str, ...] = ("jobset",), crds: tuple[str, ...] = ()
+          ) -> None:
     """Start ``site``'s lab, the ``operators`` that are built (``make operators``; before
-    pykueue, which sets a kind up only when its CRD is there), and pykueue on it (each a no-op
-    when running)."""
+    pykueue, which sets a kind up only when its CRD is there), the CRDs alone of the operators
+    ``crds`` (a manager's: its objects of those kinds run on a worker), and pykueue on it (each
+    a no-op when running)."""
     site.lab("up")
     built = [o for o in operators if operator_built(o)]
     if built:
         site.lab("operators-up", *built)
+    crds_built = [o for o in crds if operator_built(o)]
+    if crds_built:
+        site.lab("operators-crds", *crds_built)
     site.lab("pykueue-up")
     print(f"multikueue-lab: {site.name} up ({site.state}, pykueue :{site.pykueue_port})")
 

@@ -2,7 +2,7 @@
 ``kueue.x-k8s.io/multikueue`` (docs/multikueue.md; Kueue v0.17.1
 ``pkg/controller/admissionchecks/multikueue``), for the kinds of
 ``app.core.multikueue.ADAPTERS`` (batch/v1 Job, JobSet, Kubeflow jobs, MPIJob, RayJob,
-RayCluster, RayService).
+RayCluster, RayService, TrainJob, AppWrapper).
 
 Every ``multikueue.sync_period_seconds`` while this process leads:
 
@@ -15,12 +15,12 @@ Every ``multikueue.sync_period_seconds`` while this process leads:
 2. AdmissionChecks of this controller: ``Active`` from their MultiKueueConfig and its
    clusters (``check_active``).
 3. Workloads holding quota whose check of this controller is not Rejected: the owner must be of
-   a kind with an adapter (Job, JobSet, Kubeflow, Ray) whose ``managedBy`` is
-   ``kueue.x-k8s.io/multikueue`` (else the check is Rejected, as Kueue). A copy of the Workload
-   (``remote_workload``, same name) is created on every active worker of the config
-   (``status.nominatedClusterNames``); the worker's Kueue (pykueue or Kueue) reserves quota for
-   it. The first worker whose copy has QuotaReserved wins: the copies on the others are
-   deleted, the check goes Ready ("The workload got reservation on "<worker>"") with
+   a kind with an adapter (Job, JobSet, Kubeflow, Ray, TrainJob, AppWrapper) whose
+   ``managedBy`` is ``kueue.x-k8s.io/multikueue`` (else the check is Rejected, as Kueue). A
+   copy of the Workload (``remote_workload``, same name) is created on every active worker of
+   the config (``status.nominatedClusterNames``); the worker's Kueue (pykueue or Kueue)
+   reserves quota for it. The first worker whose copy has QuotaReserved wins: the copies on the
+   others are deleted, the check goes Ready ("The workload got reservation on "<worker>"") with
    ``status.clusterName`` set, and the job (``Adapter.remote``, labelled
    ``kueue.x-k8s.io/prebuilt-workload-name``) is created on the winner only, where it adopts
    the copy and starts. The manager admits its Workload and starts its job, which its own
@@ -43,8 +43,8 @@ manager Workload is gone are deleted with their job (Kueue's GC). pykueue's opt-
 ``multikueue.no_worker_timeout_seconds`` (per ClusterQueue) gives a Workload no worker
 reserved condition ``MultiKueueNoWorker``.
 
-Not done (docs/multikueue.md): syncing an eviction on a worker back sooner, the TrainJob,
-AppWrapper, Pod, StatefulSet and LeaderWorkerSet adapters.
+Not done (docs/multikueue.md): syncing an eviction on a worker back sooner, the Pod,
+StatefulSet and LeaderWorkerSet adapters.
 """
 
 from __future__ import annotations

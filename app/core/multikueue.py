@@ -1,8 +1,8 @@
 """MultiKueue's decisions, pure (Kueue v0.17.1 ``pkg/controller/admissionchecks/multikueue``):
 whether a MultiKueue AdmissionCheck is Active, whether a worker's kubeconfig may be used,
 which worker won a Workload, the job kinds MultiKueue dispatches (``ADAPTERS``: batch/v1 Job,
-JobSet, the Kubeflow jobs and MPIJob, KubeRay's RayJob, RayCluster and RayService) and the copy
-of a job sent to the workers.
+JobSet, the Kubeflow jobs and MPIJob, KubeRay's RayJob, RayCluster and RayService, Kubeflow
+Trainer's TrainJob, AppWrapper) and the copy of a job sent to the workers.
 
 Objects are the plain JSON ``dict``s the API server sends; nothing here does I/O.
 """
@@ -282,7 +282,8 @@ class Adapter:
     ``status`` fields that count running pods (cleared on the manager after an eviction
     there, so the manager's quota is released). ``job_rules``: batch/v1 Job's own copy rules
     (``remote_job``, ``job_status_to_mirror``); other kinds copy their spec as it is and
-    mirror the worker's whole status (Kueue's JobSet adapter)."""
+    mirror the worker's whole status (Kueue's JobSet adapter). ``prune``: what else the
+    kind's adapter removes from the copy, in place (a TrainJob: Kueue's runtime patch)."""
 
     group: str
     version: str
@@ -293,6 +294,7 @@ class Adapter:
     suspend: tuple[str, ...]
     running_status: tuple[str, ...]
     job_rules: bool = False
+    prune: Callable[[Obj], None] | None = None
 
     @property
     def api_version(self) -> str:
@@ -319,8 +321,10 @@ class Adapter:
         got = self.managed_by_of(obj)
         if got == MULTIKUEUE_CONTROLLER:
             return None
-        # Kueue's adapters all say spec.managedBy, Kubeflow's (spec.runPolicy.managedBy) too.
-        return ("The owner is not managed by Kueue: Expecting spec.managedBy to be "
+        # Kueue's adapters say spec.managedBy, the kubeflowjob one (spec.runPolicy.managedBy)
+        # too; its MPIJob adapter names the path.
+        where = ".".join(self.managed_by) if self.kind == "MPIJob" else "spec.managedBy"
+        return (f"The owner is not managed by Kueue: Expecting {where} to be "
                 f'"{MULTIKUEUE_CONTROLLER}" not "{got}"')
 
     def remote(self, local: Mapping[str, Any], origin: str, workload: str) -> Obj:
@@ -337,6 +341,8 @@ class Adapter:
                "spec": copy.deepcopy(local.get("spec") or {})}
         _pop_path(out, self.managed_by)
         _set_path(out, self.suspend, True)
+        if self.prune is not None:
+            self.prune(out)
         return out
 
     def status_to_mirror(self, local: Mapping[str, Any], remote: Mapping[str, Any]
@@ -413,8 +419,48 @@ RAY = (_ray("RayJob", "rayjobs", ("spec", "suspend"),
             ("state", "readyWorkerReplicas", "availableWorkerReplicas")),
        _ray("RayService", "rayservices", ("spec", "rayClusterConfig", "suspend"),
             ("conditions",)))
+# Kueue's manager of a TrainJob's runtime patch (``spec.runtimePatches[].manager``, trainer
+# v2.2.0), where the admission's scheduling goes (app.integrations.trainjob).
+TRAINJOB_PATCH_MANAGER = "kueue.x-k8s.io/manager"
+
+
+def _without_kueue_runtime_patch(trainjob: Obj) -> None:
+    """Remove Kueue's runtime patch from a TrainJob copy (Kueue v0.17.1
+    ``trainjob_multikueue_adapter.go``: "so the remote webhook can add its own"): a copy made
+    after the manager started its TrainJob would carry the manager's flavor. Other managers'
+    patches stay, in order."""
+    spec = trainjob.get("spec")
+    if not isinstance(spec, dict) or not isinstance(spec.get("runtimePatches"), list):
+        return
+    kept = [p for p in spec["runtimePatches"]
+            if not (isinstance(p, Mapping) and p.get("manager") == TRAINJOB_PATCH_MANAGER)]
+    if kept:
+        spec["runtimePatches"] = kept
+    else:
+        del spec["runtimePatches"]
+
+
+# Kueue v0.17.1 ``jobs/trainjob/trainjob_multikueue_adapter.go`` (Kubeflow Trainer v2.2.0):
+# ``spec.managedBy`` (the trainer's CRD defaults it to its own controller's name, allows only
+# that or ``kueue.x-k8s.io/multikueue``, immutable), metadata cloned with the prebuilt and
+# origin labels, ``spec`` copied without ``managedBy`` and Kueue's runtime patch, the worker's
+# whole ``status`` copied back; ``status.jobsStatus`` counts the running Jobs (the TrainJob's
+# ``active_pods``). Trainer v2.2.0's controller does not read ``managedBy``: a trainer on the
+# manager would make the manager's TrainJob's JobSet (docs/multikueue.md).
+TRAINJOB = Adapter("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob",
+                   ("spec", "managedBy"), "trainer.kubeflow.org/trainjob-controller",
+                   ("spec", "suspend"), ("jobsStatus",), prune=_without_kueue_runtime_patch)
+# Kueue v0.17.1 ``jobs/appwrapper/appwrapper_multikueue_adapter.go`` (AppWrapper v1.2.0):
+# ``spec.managedBy``, the copy as the JobSet's, the whole ``status`` copied back. AppWrapper
+# v1.2.0's controller skips an AppWrapper whose ``managedBy`` is set and not
+# ``workload.codeflare.dev/appwrapper-controller``. ``running_status``: the ``QuotaReserved``
+# condition is what its ``active_pods`` reads; ``phase`` goes with it (a ``Failed`` phase
+# without ``ResourcesDeployed`` would read as finished), and the worker's ``componentStatus``.
+APPWRAPPER = Adapter("workload.codeflare.dev", "v1beta2", "appwrappers", "AppWrapper",
+                     ("spec", "managedBy"), "workload.codeflare.dev/appwrapper-controller",
+                     ("spec", "suspend"), ("phase", "conditions", "componentStatus"))
 # The kinds MultiKueue dispatches; any other owner's Workload gets its check Rejected.
-ADAPTERS: tuple[Adapter, ...] = (BATCH_JOB, JOBSET, *KUBEFLOW, *RAY)
+ADAPTERS: tuple[Adapter, ...] = (BATCH_JOB, JOBSET, *KUBEFLOW, *RAY, TRAINJOB, APPWRAPPER)
 
 
 def adapter_for(api_version: str, kind: str) -> Adapter | None:

@@ -7,7 +7,8 @@ queued as if the key were absent (Kueue would act on it):
 - label ``kueue.x-k8s.io/prebuilt-workload-name`` (Kueue v1beta2 jobframework: the object
   adopts an existing Workload of that name) on any kind but the own metadata of a kind
   MultiKueue dispatches (batch/v1 Job, JobSet, the Kubeflow jobs, MPIJob, RayJob, RayCluster,
-  RayService: ``app.core.multikueue.ADAPTERS``, the worker protocol: ``adopts_prebuilt``);
+  RayService, TrainJob, AppWrapper: ``app.core.multikueue.ADAPTERS``, the worker protocol:
+  ``adopts_prebuilt``);
   other kinds' Workloads pykueue always creates itself.
 - annotation ``kueue.x-k8s.io/elastic-job: "true"`` (Kueue ``ElasticJobsViaWorkloadSlices``:
   a resize becomes a new Workload slice); pykueue builds no slices.
@@ -120,9 +121,9 @@ def _prebuilt(obj: Mapping[str, Any] | None) -> Any:
 
 def adopts_prebuilt(obj: Mapping[str, Any]) -> bool:
     """An object of a kind MultiKueue dispatches (``ADAPTERS``: batch/v1 Job, JobSet, the
-    Kubeflow jobs, MPIJob v2beta1, KubeRay's RayJob, RayCluster and RayService) adopts the
-    Workload its own ``kueue.x-k8s.io/prebuilt-workload-name`` label names (the MultiKueue
-    worker protocol, Kueue jobframework); other kinds do not."""
+    Kubeflow jobs, MPIJob v2beta1, KubeRay's RayJob, RayCluster and RayService, TrainJob,
+    AppWrapper) adopts the Workload its own ``kueue.x-k8s.io/prebuilt-workload-name`` label
+    names (the MultiKueue worker protocol, Kueue jobframework); other kinds do not."""
     return adapter_for(str(obj.get("apiVersion", "")), str(obj.get("kind", ""))) is not None
 
 

@@ -5,7 +5,10 @@ worker1's copy is the first to reserve quota.
 
 The session's lab is the manager; the workers' labs (``<state>/../.lab-w1`` and ``-w2``, port
 bases +100 and +200) and pykueue on each are started when not running
-(``python hack/multikueue_lab.py up`` starts all three beforehand).
+(``python hack/multikueue_lab.py up`` starts all three beforehand). The JobSet operator,
+training-operator and KubeRay run on every lab (when built); Kubeflow Trainer, AppWrapper and
+mpi-operator on worker1 only, their CRDs alone on the manager (a MultiKueue manager's objects of
+those kinds run on a worker; mpi-operator's health port 8080 exists once per machine).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import sys
 import time
 import uuid
@@ -68,13 +72,19 @@ def _queues(cpus: int, checks: list[str]) -> list[dict]:
 @pytest.fixture(scope="module")
 def sites(lab: LabHandle) -> Iterator[list[mk.Site]]:
     """The session's lab as the manager, two worker labs beside it; what is not running
-    (a worker lab, pykueue on any) is started here and stopped after the module."""
+    (a worker lab, pykueue or an operator on any) is started here and stopped after the
+    module."""
     all_sites = mk.sites(str(lab.state), lab.port_base)
+    manager, w1, _ = all_sites
+    on_w1 = [o for o, _ in WORKER1_OPERATORS if mk.operator_built(o) and (
+        o != "mpi-operator" or _alive(w1, o) or _port_free(MPI_HEALTH_PORT))]
+    ops = {s.name: [o for o, _ in OPERATORS] + (on_w1 if s is w1 else []) for s in all_sites}
+    crds = {manager.name: [o for o, _ in WORKER1_OPERATORS if mk.operator_built(o)]}
     started = [s for s in all_sites if not mk.is_up(s)]
-    ops_started = {s.name: [o for o, crd in OPERATORS if _operator_up(s, o, crd)]
+    ops_started = {s.name: _operators_up(s, ops[s.name], crds.get(s.name, []))
                    for s in all_sites if s not in started}
     for s in started:
-        mk.start(s, tuple(o for o, _ in OPERATORS))
+        mk.start(s, tuple(ops[s.name]), tuple(crds.get(s.name, [])))
     try:
         _setup(all_sites)
         yield all_sites
@@ -96,24 +106,43 @@ def _alive(site: mk.Site, name: str) -> bool:
     return True
 
 
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))  # noqa: S104 - mpi-operator binds every interface
+        except OSError:
+            return False
+    return True
+
+
 # The operators on every lab (when built), with a CRD of each.
 OPERATORS = (("jobset", "jobsets.jobset.x-k8s.io"),
              ("training-operator", "pytorchjobs.kubeflow.org"),
              ("kuberay", "rayjobs.ray.io"))
+# The operators on worker1 only (when built; mpi-operator when its port is free), their CRDs
+# alone on the manager.
+WORKER1_OPERATORS = (("trainer", "trainjobs.trainer.kubeflow.org"),
+                     ("appwrapper", "appwrappers.workload.codeflare.dev"),
+                     ("mpi-operator", "mpijobs.kubeflow.org"))
+MPI_HEALTH_PORT = 8080  # mpi-operator v0.8.0 hard-codes it
+_CRD = dict(OPERATORS + WORKER1_OPERATORS)
 
 
-def _operator_up(site: mk.Site, name: str, crd: str) -> bool:
-    """Operator ``name`` on ``site``, whose pykueue runs (True: started here). pykueue sets a
-    kind up at start-up or at its next discovery poll (up to 2 min): when the CRD was not
-    there, pykueue is restarted after installing it."""
-    if not mk.operator_built(name) or _alive(site, name):
-        return False
-    had_crd = site.kubectl("get", "crd", crd, check=False).returncode == 0
-    site.lab("operators-up", name)
-    if not had_crd:
+def _operators_up(site: mk.Site, names: list[str], crds: list[str]) -> list[str]:
+    """Operators ``names`` (when built) and the CRDs alone of ``crds`` on ``site``, whose
+    pykueue runs; returns the operators started here. pykueue sets a kind up at start-up or at
+    its next discovery poll (up to 2 min): when a CRD was not there, pykueue is restarted
+    (once) after installing them."""
+    run = [o for o in names if mk.operator_built(o) and not _alive(site, o)]
+    new = [o for o in run + crds if site.kubectl("get", "crd", _CRD[o], check=False).returncode]
+    if run:
+        site.lab("operators-up", *run)
+    if crds:
+        site.lab("operators-crds", *crds)
+    if new:
         site.lab("pykueue-down")
         site.lab("pykueue-up")
-    return True
+    return run
 
 
 def _setup(all_sites: list[mk.Site]) -> None:
@@ -570,18 +599,25 @@ def _running(pods: list[dict]) -> list[dict]:
     return [p for p in pods if p["status"].get("phase") == "Running"]
 
 
-def _placed_on_worker1(manager: mk.Site, w1: mk.Site, kind: str, name: str) -> dict:
-    """The manager's object ``kind/name`` has ``spec.managedBy`` defaulted; its Workload's
-    check goes Ready on worker1, where the copy (prebuilt and origin labels, no managedBy)
-    adopts the Workload copy. Returns the manager's Workload."""
-    assert _get(manager, kind.lower(), "-n", NS, name)["spec"]["managedBy"] == MK
+def _placed_on_worker1(manager: mk.Site, w1: mk.Site, kind: str, name: str,
+                       path: tuple[str, ...] = ("spec", "managedBy"), own: str | None = None
+                       ) -> dict:
+    """The manager's object ``kind/name`` has its ``managedBy`` (at ``path``) defaulted; its
+    Workload's check goes Ready on worker1, where the copy (prebuilt and origin labels,
+    ``managedBy`` unset, or ``own``: the operator's own, its CRD's default) adopts the
+    Workload copy. Returns the manager's Workload."""
+    def managed_by(obj: dict | None) -> Any:
+        for key in path:
+            obj = (obj or {}).get(key)
+        return obj
+    assert managed_by(_get(manager, kind.lower(), "-n", NS, name)) == MK
     wl = wait_for(lambda: (w := _owned(manager, kind, name)) and _check(w).get("state")
                   == "Ready" and w, 40, f"the manager {kind}'s check Ready")
     assert wl["status"]["clusterName"] == "worker1"
     wl_name = wl["metadata"]["name"]
     remote = wait_for(lambda: _get(w1, kind.lower(), "-n", NS, name), 20,
                       f"the {kind} on worker1")
-    assert "managedBy" not in remote["spec"]
+    assert managed_by(remote) == own
     assert remote["metadata"]["labels"]["kueue.x-k8s.io/prebuilt-workload-name"] == wl_name
     assert remote["metadata"]["labels"]["kueue.x-k8s.io/multikueue-origin"] == "multikueue"
     wait_for(lambda: (_owned(w1, kind, name) or {}).get("metadata", {}).get("name")
@@ -700,6 +736,222 @@ def test_raycluster_runs_on_the_worker_status_mirrored_and_deleted_there(sites):
     finally:
         manager.kubectl("delete", "raycluster", "-n", NS, name, "--wait=false", check=False)
     print(f"\nmultikueue raycluster: created -> ready mirrored {ready:.1f}s")
+
+
+RUNTIME = "mk-torch"
+TRAINER = "trainer.kubeflow.org/trainjob-controller"
+AW_LABEL = "workload.codeflare.dev/appwrapper"
+QUEUE = {"kueue.x-k8s.io/queue-name": "mk-lq"}
+
+
+def _on_worker1_only(manager: mk.Site, w1: mk.Site, *names: str) -> None:
+    """Skip, saying why, unless operators ``names`` run on worker1 (started by ``sites``);
+    those of ``WORKER1_OPERATORS`` do not run on the manager, which has their CRDs only."""
+    for name in names:
+        if not mk.operator_built(name):
+            pytest.skip(f"{name} is not built: run `make operators`")
+        if not _alive(w1, name):
+            pytest.skip(f"{name} does not run on worker1 (mpi-operator: port "
+                        f"{MPI_HEALTH_PORT} taken, its health port is hard-coded)")
+        if name in dict(WORKER1_OPERATORS):
+            assert not _alive(manager, name), f"{name} runs on the manager"
+
+
+def _runtime() -> dict:
+    """A ClusterTrainingRuntime of one trainer step ``node`` whose pods run 4 s."""
+    pod = {"metadata": {"annotations": {"lab.pykueue.dev/run-duration": "4s"}},
+           "spec": {"restartPolicy": "Never",
+                    "containers": [{"name": "node", "image": "busybox"}]}}
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": RUNTIME},
+            "spec": {"mlPolicy": {"numNodes": 1}, "template": {"spec": {"replicatedJobs": [
+                {"name": "node", "template": {
+                    "metadata": {"labels": {
+                        "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                    "spec": {"backoffLimit": 0, "template": pod}}}]}}}}
+
+
+def _finished_and_cleaned(manager: mk.Site, w1: mk.Site, kind: str, name: str,
+                          wl_name: str) -> None:
+    """The manager's Workload Finished (from worker1's), worker1's object and Workload copy
+    deleted."""
+    wait_for(lambda: (_cond(_owned(manager, kind, name), "Finished") or {}).get("status")
+             == "True", 30, f"the manager {kind}'s Workload Finished")
+    wait_for(lambda: _get(w1, kind.lower(), "-n", NS, name) is None
+             and _get(w1, "workload", "-n", NS, wl_name) is None, 30,
+             f"worker1's {kind} and Workload copy deleted once finished")
+
+
+def _pods(site: mk.Site) -> list[dict]:
+    return list((_get(site, "pods", "-n", NS) or {}).get("items") or [])
+
+
+def test_a_trainjob_runs_on_the_worker_under_the_trainer_status_mirrored_and_cleaned_up(
+        sites):
+    """Kueue v0.17.1's TrainJob adapter: ``spec.managedBy`` defaulted on the manager over the
+    trainer CRD's default, the TrainJob copied to worker1 (the CRD defaults managedBy to the
+    trainer's there), where the trainer makes its JobSet and the pods run; the worker's status
+    (``Complete``, ``jobsStatus``) is mirrored to the manager's, whose Workload finishes, and
+    worker1's TrainJob, Workload copy and JobSet go."""
+    manager, w1, w2 = sites
+    _on_worker1_only(manager, w1, "jobset", "trainer")
+    _apply(manager, _runtime())  # the manager reads the podSets from it
+    _apply(w1, _runtime())
+    name = f"mktj-{uuid.uuid4().hex[:6]}"
+    cpu = {"cpu": "1"}
+    t0 = time.monotonic()
+    _apply(manager, {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                     "metadata": {"name": name, "namespace": NS, "labels": QUEUE},
+                     "spec": {"runtimeRef": {"name": RUNTIME},
+                              "trainer": {"numNodes": 1, "resourcesPerNode": {
+                                  "requests": cpu, "limits": cpu}}}})
+    try:
+        wl = _placed_on_worker1(manager, w1, "TrainJob", name, own=TRAINER)
+        assert _get(w2, "trainjob", "-n", NS, name) is None
+        ready = time.monotonic() - t0
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [("node", 1)]
+        wait_for(lambda: _get(w1, "jobset", "-n", NS, name), 30,
+                 "the trainer's JobSet on worker1")
+
+        def complete() -> dict | None:
+            tj = _get(manager, "trainjob", "-n", NS, name) or {}
+            return tj if any(c["type"] == "Complete" and c["status"] == "True"
+                             for c in (tj.get("status") or {}).get("conditions") or []) else None
+        tj = wait_for(complete, 60, "worker1's TrainJob status (Complete) mirrored")
+        done = time.monotonic() - t0
+        assert [s["name"] for s in tj["status"]["jobsStatus"]] == ["node"]
+        _finished_and_cleaned(manager, w1, "TrainJob", name, wl["metadata"]["name"])
+        cleaned = time.monotonic() - t0
+        wait_for(lambda: _get(w1, "jobset", "-n", NS, name) is None, 30,
+                 "worker1's JobSet deleted with its TrainJob")
+        # No trainer on the manager: no JobSet, no pod there.
+        assert _get(manager, "jobset", "-n", NS, name) is None
+        assert not [p for p in _pods(manager) if p["metadata"]["name"].startswith(name)]
+    finally:
+        manager.kubectl("delete", "trainjob", "-n", NS, name, "--wait=false", check=False)
+    print(f"\nmultikueue trainjob: created -> check Ready on worker1 {ready:.1f}s, -> Complete "
+          f"mirrored {done:.1f}s, -> worker1 cleaned {cleaned:.1f}s")
+
+
+def _appwrapper(name: str) -> dict:
+    """An AppWrapper queued in mk-lq wrapping the batch Job ``<name>-job`` of one 1-CPU pod
+    that runs 10 minutes."""
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"{name}-job"},
+           "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": {
+               "metadata": {"annotations": {"lab.pykueue.dev/run-duration": "600s"}},
+               "spec": {"restartPolicy": "Never", "containers": [{
+                   "name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}}}
+    return {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+            "metadata": {"name": name, "namespace": NS, "labels": QUEUE},
+            "spec": {"components": [{"template": job}]}}
+
+
+def test_an_appwrapper_runs_on_the_worker_is_evicted_and_deleted_there(sites):
+    """Kueue v0.17.1's AppWrapper adapter with the AppWrapper controller on worker1: the
+    manager's AppWrapper (managedBy defaulted; no controller there) runs on worker1, its
+    status (phase ``Running``) mirrored; deactivated on the manager, worker1's copies go and
+    the mirrored status is cleared, so the quota is released; active again it runs on worker1
+    again; deleted on the manager, worker1's AppWrapper, Workload copy and wrapped Job go."""
+    manager, w1, w2 = sites
+    _on_worker1_only(manager, w1, "appwrapper")
+    name = f"mkaw-{uuid.uuid4().hex[:6]}"
+    t0 = time.monotonic()
+    _apply(manager, _appwrapper(name))
+    try:
+        wl = _placed_on_worker1(manager, w1, "AppWrapper", name)
+        assert _get(w2, "appwrapper", "-n", NS, name) is None
+        ready = time.monotonic() - t0
+        wl_name = wl["metadata"]["name"]
+
+        def running() -> dict | None:
+            st = (_get(manager, "appwrapper", "-n", NS, name) or {}).get("status") or {}
+            pods = [p for p in (_get(w1, "pods", "-n", NS, "-l", f"{AW_LABEL}={name}") or {})
+                    .get("items") or [] if p["status"].get("phase") == "Running"]
+            return st if st.get("phase") == "Running" and pods and any(
+                c["type"] == "QuotaReserved" and c["status"] == "True"
+                for c in st.get("conditions") or []) else None
+        wait_for(running, 60, "the wrapped Job's pod Running on worker1, phase Running "
+                 "mirrored")
+        mirrored = time.monotonic() - t0
+        assert not _pods(manager)
+        assert _get(manager, "job", "-n", NS, f"{name}-job") is None
+
+        t1 = time.monotonic()
+        manager.kubectl("patch", "workload", "-n", NS, wl_name, "--type=merge",
+                        "-p", '{"spec":{"active":false}}')
+
+        def released() -> bool:
+            st = (_get(manager, "workload", "-n", NS, wl_name) or {}).get("status") or {}
+            aw = (_get(manager, "appwrapper", "-n", NS, name) or {}).get("status") or {}
+            return "admission" not in st and "clusterName" not in st \
+                and "phase" not in aw and "conditions" not in aw \
+                and _get(w1, "appwrapper", "-n", NS, name) is None
+        wait_for(released, 30, "the AppWrapper's quota released and worker1's copy deleted")
+        evicted = time.monotonic() - t1
+        wait_for(lambda: _get(w1, "job", "-n", NS, f"{name}-job") is None, 30,
+                 "the wrapped Job gone from worker1")
+        manager.kubectl("patch", "workload", "-n", NS, wl_name, "--type=merge",
+                        "-p", '{"spec":{"active":true}}')
+        wait_for(running, 60, "the AppWrapper Running on worker1 again, mirrored")
+
+        t2 = time.monotonic()
+        manager.kubectl("delete", "appwrapper", "-n", NS, name, "--wait=false")
+        wait_for(lambda: _get(w1, "appwrapper", "-n", NS, name) is None
+                 and _get(w1, "workload", "-n", NS, wl_name) is None
+                 and _get(w1, "job", "-n", NS, f"{name}-job") is None, 30,
+                 "worker1's AppWrapper, Workload copy and wrapped Job deleted")
+        deleted = time.monotonic() - t2
+    finally:
+        manager.kubectl("delete", "appwrapper", "-n", NS, name, "--wait=false", check=False)
+    print(f"\nmultikueue appwrapper: created -> check Ready on worker1 {ready:.1f}s, -> "
+          f"Running mirrored {mirrored:.1f}s; deactivated -> released, copy deleted "
+          f"{evicted:.1f}s; deleted -> worker1 cleaned {deleted:.1f}s")
+
+
+def _mpi_template(name: str, run: str) -> dict:
+    return {"metadata": {"annotations": {"lab.pykueue.dev/run-duration": run}},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": name, "image": "mpioperator/mpi-pi:openmpi",
+                "resources": {"requests": {"cpu": "1"}}}]}}
+
+
+def test_an_mpijob_runs_on_the_worker_under_the_mpi_operator_status_mirrored(sites):
+    """Kueue v0.17.1's Kubeflow adapter for MPIJob v2beta1 with mpi-operator v0.8.0 on worker1
+    only: ``spec.runPolicy.managedBy`` defaulted on the manager, the MPIJob copied to worker1
+    without it, where the mpi-operator runs the launcher and the worker; the launcher ends,
+    ``Succeeded`` is mirrored to the manager's MPIJob, the manager's Workload finishes and
+    worker1's copies go."""
+    manager, w1, w2 = sites
+    _on_worker1_only(manager, w1, "mpi-operator")
+    name = f"mkmpi-{uuid.uuid4().hex[:6]}"
+    t0 = time.monotonic()
+    _apply(manager, {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+                     "metadata": {"name": name, "namespace": NS, "labels": QUEUE},
+                     "spec": {"slotsPerWorker": 1, "runPolicy": {"cleanPodPolicy": "Running"},
+                              "mpiReplicaSpecs": {
+                                  "Launcher": {"replicas": 1, "template": _mpi_template(
+                                      "launcher", "3s")},
+                                  "Worker": {"replicas": 1, "template": _mpi_template(
+                                      "worker", "600s")}}}})
+    try:
+        wl = _placed_on_worker1(manager, w1, "MPIJob", name, ("spec", "runPolicy", "managedBy"))
+        assert _get(w2, "mpijob", "-n", NS, name) is None
+        ready = time.monotonic() - t0
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
+            ("launcher", 1), ("worker", 1)]
+
+        def succeeded() -> bool:
+            st = (_get(manager, "mpijob", "-n", NS, name) or {}).get("status") or {}
+            return any(c["type"] == "Succeeded" and c["status"] == "True"
+                       for c in st.get("conditions") or [])
+        wait_for(succeeded, 60, "worker1's MPIJob status (Succeeded) mirrored")
+        done = time.monotonic() - t0
+        _finished_and_cleaned(manager, w1, "MPIJob", name, wl["metadata"]["name"])
+        assert not [p for p in _pods(manager) if p["metadata"]["name"].startswith(name)]
+    finally:
+        manager.kubectl("delete", "mpijob", "-n", NS, name, "--wait=false", check=False)
+    print(f"\nmultikueue mpijob: created -> check Ready on worker1 {ready:.1f}s, -> Succeeded "
+          f"mirrored {done:.1f}s")
 
 
 SOONEST = "pykueue.dev/multikueue-dispatcher-soonest"

@@ -38,8 +38,10 @@ def _for_users(obj: dict) -> bool:
 
 
 def rbac_objects() -> tuple[dict, ...]:
-    """pykueue's own RBAC objects: all but the roles for its users (user_roles.yaml)."""
-    return tuple(o for o in all_rbac_objects() if not _for_users(o))
+    """pykueue's own RBAC objects: all but the roles for others (label ``pykueue.dev/role-for``:
+    its users, user_roles.yaml; a MultiKueue manager on a worker, multikueue_worker_role.yaml)."""
+    return tuple(o for o in all_rbac_objects()
+                 if not (o["metadata"].get("labels") or {}).get(USERS_LABEL))
 
 
 def user_roles() -> dict[str, list[dict]]:
@@ -270,3 +272,24 @@ def test_the_lab_status_viewer_may_read_everything_pykueue_status_shows():
                    a.local_queue_access("ns"), a.local_queue_access("ns", "x"),
                    a.metrics_access()):
         assert _allows(rules, access), access
+
+
+def test_the_multikueue_worker_role_allows_what_a_manager_does_on_a_worker():
+    """manifests/rbac/multikueue_worker_role.yaml, for the identity of a manager's kubeconfig
+    on a worker: the Workload copies (get, create, delete; list: the probe and the garbage
+    collection) and the jobs of every kind with a MultiKueue adapter (get, create, delete:
+    app/controllers/multikueue.py ``_read_remotes``, ``create``, ``_delete_remote``),
+    nothing else; not bound by the manifests."""
+    from app.core.multikueue import ADAPTERS
+
+    (role,) = [o for o in all_rbac_objects() if o["kind"] == "ClusterRole"
+               and o["metadata"]["name"] == "pykueue-multikueue-worker"]
+    assert role["metadata"]["labels"] == {USERS_LABEL: "multikueue-manager"}
+    allowed = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"] for v in rule["verbs"]}
+    want = {("kueue.x-k8s.io", "workloads", v) for v in ("get", "list", "create", "delete")}
+    want |= {(a.group, a.plural, v) for a in ADAPTERS
+             for v in ("get", "create", "delete")}
+    assert allowed == want
+    refs = {o["roleRef"]["name"] for o in all_rbac_objects() if o["kind"].endswith("Binding")}
+    assert "pykueue-multikueue-worker" not in refs

@@ -79,7 +79,9 @@ async def test_a_jobs_own_prebuilt_workload_label_is_allowed(client) -> None:
                                       PREBUILT_WORKLOAD_LABEL: "wl-1"}}}
     assert unsupported_errors(None, jobset) == []
     trainjob = {**jobset, "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob"}
-    assert unsupported_errors(None, trainjob)  # no MultiKueue adapter (yet)
+    assert unsupported_errors(None, trainjob) == []
+    lws = {**jobset, "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet"}
+    assert unsupported_errors(None, lws)  # no MultiKueue adapter (yet)
     in_template = {**jobset, "spec": {"replicatedJobs": [{"template": {"metadata": {
         "labels": {PREBUILT_WORKLOAD_LABEL: "wl-1"}}}}]}}
     assert unsupported_errors(None, in_template)
@@ -186,8 +188,10 @@ def test_a_job_adopts_only_a_multikueue_copy_its_own_label_names() -> None:
     assert adoptable_copy({**job, "kind": "JobSet", "apiVersion": "jobset.x-k8s.io/v1alpha2"},
                           copy_)
     assert adoptable_copy({**job, "kind": "RayJob", "apiVersion": "ray.io/v1"}, copy_)
-    assert not adoptable_copy({**job, "kind": "TrainJob",
-                               "apiVersion": "trainer.kubeflow.org/v1alpha1"}, copy_)
+    assert adoptable_copy({**job, "kind": "TrainJob",
+                           "apiVersion": "trainer.kubeflow.org/v1alpha1"}, copy_)
+    assert not adoptable_copy({**job, "kind": "LeaderWorkerSet",
+                               "apiVersion": "leaderworkerset.x-k8s.io/v1"}, copy_)
     other = {"metadata": {"name": "job-other-9z8y7", "labels": {ORIGIN_LABEL: "manager"}}}
     assert not adoptable_copy(job, other)
 

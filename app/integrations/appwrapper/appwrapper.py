@@ -34,6 +34,13 @@ pods at once (``child_jobs``), and so does a wrapped JobSet's Job (``made_via``;
 reads the unlabelled JobSet in between from the API server); a wrapped Deployment or
 StatefulSet cannot be scaled above its podSet (``wrapped_replicas``, the webhook in
 ``app.integrations.appwrapper.wrapped``).
+
+MultiKueue (Kueue v0.17.1's AppWrapper adapter, ``app.core.multikueue.APPWRAPPER``): on a queued
+AppWrapper whose ClusterQueue has a MultiKueue AdmissionCheck the webhook sets
+``spec.managedBy: kueue.x-k8s.io/multikueue`` (unset or the AppWrapper controller's before), so
+the manager's controller leaves it alone; on a worker, an AppWrapper labelled
+``kueue.x-k8s.io/prebuilt-workload-name`` adopts that Workload copy
+(``TemplatedKind.workload_name``).
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from app.core.multikueue import APPWRAPPER
 from app.integrations.crdrules import CrdRules
 from app.integrations.podsets import (
     mark_started,
@@ -216,7 +224,8 @@ class AppWrapper(TemplatedKind):
     # declared ones as inferred, every path a pod template: ``spec_errors``).
     rules = CrdRules(GROUP, VERSION, "appwrappers", "AppWrapper", ("spec", "suspend"),
                      extra_create=lambda aw: KIND.spec_errors(aw),
-                     extra_update=lambda old, new: _components_changed(old, new))
+                     extra_update=lambda old, new: _components_changed(old, new),
+                     multikueue=APPWRAPPER)
     # The controller labels the wrapped pod templates with the AppWrapper's name; the pods'
     # controller is the wrapped Job (``pod_of``).
     pod_labels = (APPWRAPPER_LABEL, "")

@@ -41,6 +41,13 @@ trainer's update, while the Workload follows the runtime) it is suspended with a
 Event ``ExceedsAncestorAdmission`` (``JobSet.hold_to_ancestor``). The podSets stay the
 runtime's, as Kueue's; holding the stale JobSet goes beyond Kueue, which leaves a JobSet its
 tenant resumes running.
+
+MultiKueue (Kueue v0.17.1's TrainJob adapter, ``app.core.multikueue.TRAINJOB``): on a queued
+TrainJob whose ClusterQueue has a MultiKueue AdmissionCheck the webhook sets ``spec.managedBy:
+kueue.x-k8s.io/multikueue`` (unset or the trainer's own before; its CRD defaults it to the
+trainer's); on a worker, a TrainJob labelled ``kueue.x-k8s.io/prebuilt-workload-name`` adopts
+that Workload copy (``TemplatedKind.workload_name``). The trainer's JobSet does not carry the
+TrainJob's labels (trainer v2.2.0 takes them from the runtime).
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from app.core.multikueue import TRAINJOB, TRAINJOB_PATCH_MANAGER
 from app.integrations.crdrules import CrdRules
 from app.integrations.framework import job_finished
 from app.integrations.jobsetspec import jobset_templates
@@ -77,7 +85,7 @@ RUNTIMES, CLUSTER_RUNTIMES = "trainingruntime", "clustertrainingruntime"  # stor
 # The trainer's JobSets (every JobSet: the trainer's are unlabelled), held to the admission.
 JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
 
-KUEUE_MANAGER = "kueue.x-k8s.io/manager"  # Kueue's runtimePatches manager (trainer v2.2.0)
+KUEUE_MANAGER = TRAINJOB_PATCH_MANAGER  # Kueue's runtimePatches manager (trainer v2.2.0)
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
 TRAINER_STEP = "trainer"
 STEPS = frozenset({"trainer", "dataset-initializer", "model-initializer"})
@@ -85,7 +93,8 @@ NODE_CONTAINER = "node"
 # Where lookup puts the child JobSet (shape only: metadata + spec) in the TrainJob it returns.
 CHILD_FIELD = "pykueue.child-jobset"
 
-RULES = CrdRules(GROUP, VERSION, "trainjobs", "TrainJob", ("spec", "suspend"))
+RULES = CrdRules(GROUP, VERSION, "trainjobs", "TrainJob", ("spec", "suspend"),
+                 multikueue=TRAINJOB)
 
 
 def runtime_ref(tj: Mapping[str, Any]) -> tuple[str, str]:
