@@ -502,6 +502,14 @@ class MultiKueueController:
                           str(done.get("message") or ""), self.ctx.clock())
             await self._put_local(body)
             return
+        if placed and st.get("state") == "Pending":
+            # Evicted (its checks reset to Pending) and given quota again between two passes:
+            # the old placement and its copies are stale (Kueue resets clusterName with the
+            # eviction and deletes the copies once the quota is released). A copy still
+            # admitted there is not reused: the Workload is dispatched afresh.
+            await self._remove_remotes(key, wl)
+            await self._forget_placement(wl)
+            return
         redo = evicted_on_worker(st.get("state"), placed, wls)
         if redo is not None:
             # Evicted on its worker: the check goes Retry, so the manager evicts and requeues
@@ -528,11 +536,6 @@ class MultiKueueController:
                     res, adapter.remote(local_job, self.s.origin, meta["name"]))
             else:
                 await self._mirror(adapter, local_job, jobs[winner])
-            return
-        if (wl.get("status") or {}).get("clusterName") and st.get("state") == "Pending":
-            # Evicted and given quota again between two passes: the old placement is stale
-            # (Kueue resets clusterName with the eviction).
-            await self._forget_placement(wl)
             return
         if (wl.get("status") or {}).get("clusterName"):
             # Its worker no longer has an admitted copy (gone, or the worker does not

@@ -196,3 +196,29 @@ def test_a_copy_evicted_before_its_worker_won_changes_nothing():
         assert "clusterName" not in wl["status"]
         assert workers["worker2"].created == ["wl"]  # worker2 still gets its copy
     asyncio.run(run())
+
+
+def test_evicted_and_given_quota_again_between_two_passes_the_old_copies_go():
+    """The manager's Workload evicted after the redo, its quota released and reserved again
+    before the next pass (its worker's Job had stopped: nothing held the quota): the check is
+    Pending with the old ``clusterName``. Its copy and Job on worker1 are stale and deleted,
+    even when the copy is still admitted there, and it is dispatched afresh (found by
+    `make multikueue-interop` with a Kueue worker: the evicted copy stayed, no new one was
+    sent)."""
+    mk, store, workers = _all_at_once()
+    _ready_on(store, "worker1", T0)
+    store["ns/wl"]["status"]["admissionChecks"][0].update(
+        state="Pending", message="Reset to Pending after eviction. Previously: Retry")
+    _put_copy(workers["worker1"], ADMITTED)
+    workers["worker1"].objs[("jobs", "ns", "j")] = {"metadata": {"name": "j", "uid": "u"}}
+    mk.dispatched["ns/wl"] = (BATCH_JOB, "j", {"worker1"})
+
+    async def run() -> None:
+        wl = await _pass(mk, store)
+        assert sorted(workers["worker1"].deleted) == ["j", "wl"]
+        assert "clusterName" not in wl["status"]
+        assert wl["status"]["admissionChecks"][0]["state"] == "Pending"
+        wl = await _pass(mk, store)
+        assert wl["status"]["nominatedClusterNames"] == ["worker1", "worker2"]
+        assert workers["worker1"].created == ["wl"] and workers["worker2"].created == ["wl"]
+    asyncio.run(run())
