@@ -452,6 +452,17 @@ class Eviction:
                    and REDO in (e.get("message") or "") for e in items)
 
 
+def stopped_and_released(sc: Scenario, ev: Eviction, since: float) -> None:
+    """The steps after the manager's Workload of ``ev`` was evicted there: no pod left on
+    the worker, the manager's quota released, the worker's Job and copy deleted."""
+    sc.step("worker: no pod of the Job left", ev.w_pods_gone, since, 120)
+    sc.step("manager: quota released (QuotaReserved=False)",
+            lambda: (cond(ev.m_wl(), "QuotaReserved") or {}).get("status") == "False",
+            since, 120)
+    sc.step("worker: Job and Workload copy deleted",
+            lambda: ev.w_job() is None and ev.w_wl() is None, since, 120)
+
+
 def evict_on_manager(manager: mk.Site, worker: mk.Site, direction: str) -> Scenario:
     """The manager's Workload deactivated while its Job runs on worker1: the worker stops
     it (pykueue's manager deletes the copies; Kueue's sets DeactivationTarget
@@ -469,12 +480,7 @@ def evict_on_manager(manager: mk.Site, worker: mk.Site, direction: str) -> Scena
         t1 = sc.act(lambda: ev.set_active(False))
         sc.step("manager: Workload Evicted (deactivated)",
                 lambda: is_true(ev.m_wl(), "Evicted"), t1, 60)
-        sc.step("worker: no pod of the Job left", ev.w_pods_gone, t1, 120)
-        sc.step("manager: quota released (QuotaReserved=False)",
-                lambda: (cond(ev.m_wl(), "QuotaReserved") or {}).get("status") == "False",
-                t1, 120)
-        sc.step("worker: Job and Workload copy deleted",
-                lambda: ev.w_job() is None and ev.w_wl() is None, t1, 120)
+        stopped_and_released(sc, ev, t1)
         t2 = sc.act(lambda: ev.set_active(True))
         sc.step("reactivated: check Ready, pod Running on worker1 again", ev.placed, t2, 120)
     finally:
@@ -543,12 +549,7 @@ def preempt_on_manager(manager: mk.Site, worker: mk.Site, direction: str) -> Sce
         sc.step("manager: Workload Evicted (Preempted) by the priority-1000 Job",
                 lambda: (c := cond(ev.m_wl(), "Evicted")) and c.get("status") == "True"
                 and c.get("reason") == "Preempted", t1, 60)
-        sc.step("worker: no pod of the Job left", ev.w_pods_gone, t1, 120)
-        sc.step("manager: quota released (QuotaReserved=False)",
-                lambda: (cond(ev.m_wl(), "QuotaReserved") or {}).get("status") == "False",
-                t1, 120)
-        sc.step("worker: Job and Workload copy deleted",
-                lambda: ev.w_job() is None and ev.w_wl() is None, t1, 120)
+        stopped_and_released(sc, ev, t1)
         sc.step("the priority-1000 Job: check Ready, pod Running on worker1", hi.placed, t1,
                 120)
     finally:
