@@ -26,6 +26,18 @@ creation per Job and pass/fail, then the latencies: manager quota reservation (i
 starts there) -> pod Running on the worker, worker pod Running -> ``status.active`` on the
 manager's Job (status mirror), worker Job Complete -> manager Job Complete.
 
+Then three eviction scenarios (``--no-evictions`` skips them), each step timed from its
+trigger: **on the manager** (the manager's Workload of a running Job deactivated: evicted
+there, no pod left on the worker, the manager's quota released, the worker's Job and copy
+deleted; reactivated, it runs on worker1 again), **preemption on the manager** (the
+manager's ClusterQueue preempting LowerPriority, a Job of priority 1000 taking its 4 CPUs:
+the running Workload Evicted ``Preempted``, its pods on the worker gone, its quota released,
+its copies deleted, the preemptor running on worker1) and **on the worker** (worker1's ClusterQueue
+preempting LowerPriority, a Job of priority 1000 local to worker1 taking its 4 CPUs: the copy
+Evicted ``Preempted`` there, the manager's ``MultiKueue`` Event "Workload evicted on worker
+cluster" (Kueue's ``MultiKueueRedoAdmissionOnEvictionInWorker``), the manager's Workload
+requeued with a new copy waiting on worker1; the preemptor deleted, it runs there again).
+
 Exit status 0 when every step of every direction run passed. Needs root (Kueue's manager runs
 in a private mount namespace, see hack/kueue_lab.py) and `make kueue` built.
 """
@@ -328,6 +340,287 @@ def _conds(obj: Obj | None) -> str:
                     for c in (obj.get("status") or {}).get("conditions") or []) or "none"
 
 
+# ---------------------------------------------------------------- evictions
+
+HIGH = "interop-high"
+REDO = 'Workload evicted on worker cluster: "worker1"'
+
+
+@dataclass
+class Scenario:
+    """One eviction scenario: its steps in order, each with the seconds from its trigger
+    (None: not seen, or skipped after a step that was not)."""
+
+    title: str
+    describe: Callable[[], str] = lambda: ""
+    rows: list[tuple[str, float | None]] = field(default_factory=list)
+    failure: str = ""
+    # Why a failure is Kueue's own behaviour, not pykueue's (shown, not counted).
+    known: str = ""
+
+    def step(self, desc: str, fn: Callable[[], Any], since: float,
+             timeout: float = 120.0) -> Any:
+        """``fn()``'s first truthy value, polled every 0.1 s; recorded against ``since``."""
+        if self.failure:
+            self.rows.append((desc, None))
+            return None
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                got = fn()
+            except (KeyError, TypeError):
+                got = None
+            if got:
+                self.rows.append((desc, time.monotonic() - since))
+                return got
+            time.sleep(0.1)
+        self.rows.append((desc, None))
+        self.failure = f"{self.title}: '{desc}' not seen in {timeout:.0f}s; {self.describe()}"
+        return None
+
+    def act(self, fn: Callable[[], Any]) -> float:
+        """Run the trigger ``fn`` unless a step failed; the time after it."""
+        if not self.failure:
+            fn()
+        return time.monotonic()
+
+
+class Eviction:
+    """The manager's and worker1's view of Job ``name`` (its Workload found on the manager
+    by owner, the worker's copy by that Workload's name)."""
+
+    def __init__(self, manager: mk.Site, worker: mk.Site, name: str) -> None:
+        self.manager, self.worker, self.name = manager, worker, name
+        self.m, self.w = Api(manager), Api(worker)
+        self.wl_name = ""
+
+    def m_wl(self) -> Obj | None:
+        items = (self.m.get(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads")
+                 or {}).get("items") or []
+        wl = _owned(items, self.name)
+        if wl:
+            self.wl_name = wl["metadata"]["name"]
+        return wl
+
+    def w_wl(self) -> Obj | None:
+        if not self.wl_name:
+            self.m_wl()
+        return self.w.get(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads/"
+                          f"{self.wl_name}") if self.wl_name else None
+
+    def w_job(self, name: str | None = None) -> Obj | None:
+        return self.w.get(f"/apis/batch/v1/namespaces/{NS}/jobs/{name or self.name}")
+
+    def w_running(self) -> bool:
+        sel = f"?labelSelector=batch.kubernetes.io/job-name%3D{self.name}"
+        pods = (self.w.get(f"/api/v1/namespaces/{NS}/pods{sel}") or {}).get("items") or []
+        return any(p["status"].get("phase") == "Running" for p in pods)
+
+    def w_pods_gone(self) -> bool:
+        sel = f"?labelSelector=batch.kubernetes.io/job-name%3D{self.name}"
+        pods = (self.w.get(f"/api/v1/namespaces/{NS}/pods{sel}") or {}).get("items")
+        return pods == [] or (pods is not None and not any(
+            p["status"].get("phase") in ("Pending", "Running") for p in pods))
+
+    def placed(self) -> bool:
+        wl = self.m_wl()
+        return _check(wl).get("state") == "Ready" \
+            and ((wl or {}).get("status") or {}).get("clusterName") == "worker1" \
+            and self.w_running()
+
+    def describe(self) -> str:
+        """What was last seen, for a failure."""
+        wl, copy = self.m_wl(), self.w_wl()
+        chk = _check(wl)
+        meta = (copy or {}).get("metadata") or {}
+        return (f"manager check {chk.get('state')!r} {chk.get('message')!r}, clusterName "
+                f"{((wl or {}).get('status') or {}).get('clusterName')!r}, manager Workload "
+                f"{_conds(wl)}; worker copy uid {meta.get('uid')!r} deleting "
+                f"{bool(meta.get('deletionTimestamp'))} finalizers {meta.get('finalizers')} "
+                f"{_conds(copy)}; worker Job {'present' if self.w_job() else 'absent'}")
+
+    def set_active(self, active: bool) -> None:
+        self.manager.kubectl("patch", "workload", "-n", NS, self.wl_name, "--type=merge",
+                             "-p", json.dumps({"spec": {"active": active}}))
+
+    def redo_event(self) -> bool:
+        """The manager's ``MultiKueue`` Event on the Workload saying it was evicted on
+        worker1 (Kueue's and pykueue's: the check's Retry message)."""
+        sel = "?fieldSelector=reason%3DMultiKueue"
+        items = (self.m.get(f"/api/v1/namespaces/{NS}/events{sel}") or {}).get("items") or []
+        return any(e.get("involvedObject", {}).get("name") == self.wl_name
+                   and REDO in (e.get("message") or "") for e in items)
+
+
+def stopped_and_released(sc: Scenario, ev: Eviction, since: float) -> None:
+    """The steps after the manager's Workload of ``ev`` was evicted there: no pod left on
+    the worker, the manager's quota released, the worker's Job and copy deleted."""
+    sc.step("worker: no pod of the Job left", ev.w_pods_gone, since, 120)
+    sc.step("manager: quota released (QuotaReserved=False)",
+            lambda: (cond(ev.m_wl(), "QuotaReserved") or {}).get("status") == "False",
+            since, 120)
+    sc.step("worker: Job and Workload copy deleted",
+            lambda: ev.w_job() is None and ev.w_wl() is None, since, 120)
+
+
+def evict_on_manager(manager: mk.Site, worker: mk.Site, direction: str) -> Scenario:
+    """The manager's Workload deactivated while its Job runs on worker1: the worker stops
+    it (pykueue's manager deletes the copies; Kueue's sets DeactivationTarget
+    ``WorkloadEvictedOnManagerCluster`` on the copy, which the worker's Kueue deactivates),
+    the manager's quota is released, the copies go; reactivated, it runs on worker1 again."""
+    ev = Eviction(manager, worker, f"interop-{direction}-evm")
+    sc = Scenario("eviction on the manager", ev.describe)
+    apply(manager, job(ev.name, 600))
+    t0 = time.monotonic()
+    try:
+        sc.step("manager: check Ready, pod Running on worker1 (since create)", ev.placed, t0)
+        sc.step("manager: the worker Job's status mirrored (active=1)",
+                lambda: ((ev.m.get(f"/apis/batch/v1/namespaces/{NS}/jobs/{ev.name}") or {})
+                         .get("status") or {}).get("active") == 1, t0, 60)
+        t1 = sc.act(lambda: ev.set_active(False))
+        sc.step("manager: Workload Evicted (deactivated)",
+                lambda: is_true(ev.m_wl(), "Evicted"), t1, 60)
+        stopped_and_released(sc, ev, t1)
+        t2 = sc.act(lambda: ev.set_active(True))
+        sc.step("reactivated: check Ready, pod Running on worker1 again", ev.placed, t2, 120)
+    finally:
+        manager.kubectl("delete", "job", "-n", NS, ev.name, "--wait=false", check=False)
+    sc.step("manager Job deleted: worker's Job and copy deleted",
+            lambda: ev.w_job() is None and ev.w_wl() is None, time.monotonic(), 120)
+    if sc.failure and direction == "b" and kueue_log_has(
+            manager, f'"name":"{ev.name}"', "restore info", "field is immutable"):
+        sc.known = ("Kueue v0.17.1's manager cannot stop its own Job once the worker Job's "
+                    "status (startTime) is mirrored: 'restore info: ... spec.template: field "
+                    "is immutable' in its log, so it never releases the quota (Kueue's, "
+                    "cf. kueue#15380; pykueue's manager clears the mirrored counts instead)")
+    return sc
+
+
+def kueue_log_has(site: mk.Site, *needles: str) -> bool:
+    """A line of ``site``'s Kueue manager log holding every one of ``needles``."""
+    try:
+        with open(site.state / "logs" / "kueue.log", encoding="utf-8",
+                  errors="replace") as f:
+            return any(all(n in line for n in needles) for line in f)
+    except OSError:
+        return False
+
+
+def sized(obj: Obj, cpus: int) -> Obj:
+    """``obj`` (a ``job``) with its pod asking for ``cpus`` CPUs."""
+    obj["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = str(cpus)
+    return obj
+
+
+def urgent_job(name: str, cpus: int) -> Obj:
+    """A Job of priority ``interop-high`` (1000) asking for ``cpus`` CPUs."""
+    hi = sized(job(name, 600), cpus)
+    hi["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = HIGH
+    return hi
+
+
+def preempting(site: mk.Site, checks: list[str]) -> None:
+    """``site``'s ClusterQueue preempts lower priorities within it; WorkloadPriorityClass
+    ``interop-high`` (1000) there."""
+    cq = queues(4, checks)[2]
+    cq["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    apply(site, cq, {"apiVersion": K, "kind": "WorkloadPriorityClass",
+                     "metadata": {"name": HIGH}, "value": 1000})
+
+
+def preempt_on_manager(manager: mk.Site, worker: mk.Site, direction: str) -> Scenario:
+    """The manager's Workload of a Job (2 CPUs) running on worker1 preempted on the manager
+    by a Job of priority 1000 asking for 3 of its 4 CPUs (WorkloadPriorityClass
+    ``interop-high`` on the manager only: the worker's copy carries the priority): the worker
+    stops it (pykueue's manager
+    deletes the copies; Kueue's sets DeactivationTarget ``WorkloadEvictedOnManagerCluster``
+    on the copy, which the worker deactivates), the manager's quota is released, and the
+    preemptor runs on worker1."""
+    ev = Eviction(manager, worker, f"interop-{direction}-evp")
+    sc = Scenario("preemption on the manager", ev.describe)
+    urgent = f"interop-{direction}-murgent"
+    hi = Eviction(manager, worker, urgent)
+    preempting(manager, ["interop-mk"])
+    apply(manager, sized(job(ev.name, 600), 2))
+    t0 = time.monotonic()
+    try:
+        sc.step("manager: check Ready, pod Running on worker1 (since create)", ev.placed, t0)
+        t1 = sc.act(lambda: apply(manager, urgent_job(urgent, 3)))
+        sc.step("manager: Workload Evicted (Preempted) by the priority-1000 Job",
+                lambda: (c := cond(ev.m_wl(), "Evicted")) and c.get("status") == "True"
+                and c.get("reason") == "Preempted", t1, 60)
+        stopped_and_released(sc, ev, t1)
+        sc.step("the priority-1000 Job: check Ready, pod Running on worker1", hi.placed, t1,
+                120)
+    finally:
+        for name in (ev.name, urgent):
+            manager.kubectl("delete", "job", "-n", NS, name, "--wait=false", check=False)
+    sc.step("manager Jobs deleted: worker's Jobs and copies deleted",
+            lambda: ev.w_job() is None and ev.w_wl() is None and hi.w_job() is None
+            and hi.w_wl() is None, time.monotonic(), 120)
+    return sc
+
+
+def evict_on_worker(manager: mk.Site, worker: mk.Site, direction: str) -> Scenario:
+    """The copy preempted on worker1 by a Job local to it (priority 1000, all of worker1's
+    4 CPUs; the worker's ClusterQueue preempts LowerPriority): the manager redoes the
+    admission at once (Kueue's ``MultiKueueRedoAdmissionOnEvictionInWorker``, on by
+    default): its check goes Retry (Event ``MultiKueue``: "Workload evicted on worker
+    cluster"), it evicts and requeues the Workload, whose new copy waits on worker1; the
+    preemptor deleted, the Workload runs on worker1 again."""
+    ev = Eviction(manager, worker, f"interop-{direction}-evw")
+    sc = Scenario("eviction on the worker", ev.describe)
+    urgent = f"interop-{direction}-urgent"
+    preempting(worker, [])
+    apply(manager, job(ev.name, 600))
+    t0 = time.monotonic()
+    try:
+        sc.step("manager: check Ready, pod Running on worker1 (since create)", ev.placed, t0)
+        first = (ev.w_wl() or {}).get("metadata", {}).get("uid")
+        t1 = sc.act(lambda: apply(worker, urgent_job(urgent, 4)))
+        sc.step("worker: copy Evicted (Preempted) by the priority-1000 Job",
+                lambda: (c := cond(ev.w_wl(), "Evicted")) and c.get("status") == "True"
+                and c.get("reason") == "Preempted", t1, 60)
+        sc.step(f"manager: Event MultiKueue '{REDO}...'", ev.redo_event, t1, 60)
+
+        def requeued() -> bool:
+            wl = ev.m_wl()
+            copy = ev.w_wl() or {}
+            return _check(wl).get("state") == "Pending" \
+                and not ((wl or {}).get("status") or {}).get("clusterName") \
+                and copy.get("metadata", {}).get("uid") not in (None, first) \
+                and not is_true(copy, "QuotaReserved")
+        sc.step("manager: requeued, check Pending, a new copy waiting on worker1", requeued,
+                t1, 120)
+        sc.step("worker: the priority-1000 Job admitted",
+                lambda: is_true(_owned((ev.w.get(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/"
+                                                 f"{NS}/workloads") or {}).get("items") or [],
+                                       urgent), "Admitted"), t1, 120)
+        t2 = sc.act(lambda: worker.kubectl("delete", "job", "-n", NS, urgent,
+                                           "--wait=false"))
+        sc.step("preemptor deleted: check Ready, pod Running on worker1 again", ev.placed,
+                t2, 120)
+    finally:
+        manager.kubectl("delete", "job", "-n", NS, ev.name, "--wait=false", check=False)
+        worker.kubectl("delete", "job", "-n", NS, urgent, "--wait=false", check=False)
+    sc.step("manager Job deleted: worker's Job and copy deleted",
+            lambda: ev.w_job() is None and ev.w_wl() is None, time.monotonic(), 120)
+    return sc
+
+
+def eviction_table(scenarios: list[Scenario]) -> str:
+    lines = []
+    for sc in scenarios:
+        lines.append(f"{sc.title} (seconds since the trigger)")
+        for desc, t in sc.rows:
+            cell = f"{t:6.1f}s" if t is not None else "      -"
+            verdict = "PASS" if t is not None else "KUEUE" if sc.known else "FAIL"
+            lines.append(f"  {desc:80s} {cell}  {verdict}")
+        if sc.known:
+            lines.append(f"KUEUE: {sc.failure}\n  {sc.known}")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- one direction
 
 @dataclass
@@ -337,6 +630,7 @@ class Result:
     failures: list[str] = field(default_factory=list)
     setup_s: float = 0.0
     connect_s: float = 0.0
+    evictions: list[Scenario] = field(default_factory=list)
 
 
 def connected(manager: mk.Site) -> Callable[[], bool]:
@@ -353,7 +647,7 @@ TITLES = {"a": "a: pykueue manager -> Kueue v0.17.1 worker",
 
 
 def run_direction(direction: str, all_sites: list[mk.Site], jobs: int, run: float,
-                  timeout: float) -> Result:
+                  timeout: float, evictions: bool = True) -> Result:
     """Direction ``a`` (pykueue manager, Kueue worker) or ``b`` (Kueue manager, pykueue
     worker) on fresh labs; the labs are left running (the caller stops them)."""
     manager, worker = all_sites[0], all_sites[1]
@@ -396,6 +690,14 @@ def run_direction(direction: str, all_sites: list[mk.Site], jobs: int, run: floa
             missing = next(d for k, d, _ in STEPS if k not in seen)
             res.failures.append(f"{name}: step '{missing}' not seen in {timeout:.0f}s; {last}")
         print(f"interop: {name}: {len(seen)}/{len(STEPS)} steps")
+    if evictions:
+        for scenario in (evict_on_manager, preempt_on_manager, evict_on_worker):
+            sc = scenario(manager, worker, direction)
+            res.evictions.append(sc)
+            if sc.failure and not sc.known:
+                res.failures.append(sc.failure)
+            print(f"interop: {sc.title}: {sum(t is not None for _, t in sc.rows)}/"
+                  f"{len(sc.rows)} steps")
     return res
 
 
@@ -414,6 +716,8 @@ def table(res: Result) -> str:
         vals = [t[b] - t[a] for t in res.times if a in t and b in t]
         cells = [f"{x:6.1f}s" for x in vals] + ["      -"] * (n - len(vals))
         lines.append(f"  {label:64s} " + " ".join(cells))
+    if res.evictions:
+        lines.append(eviction_table(res.evictions))
     for f in res.failures:
         lines.append(f"FAIL: {f}")
     return "\n".join(lines)
@@ -426,6 +730,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run", type=float, default=5.0, help="seconds each Job's pod runs")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per Job")
     p.add_argument("--keep", action="store_true", help="leave the last direction's labs up")
+    p.add_argument("--no-evictions", action="store_true",
+                   help="skip the eviction scenarios (on the manager, on the worker)")
     a = p.parse_args(argv)
     kueue_lab.bin_dir()  # exits with a hint when `make kueue` was not run
     all_sites = mk.sites()
@@ -433,7 +739,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for d in ("a", "b") if a.direction == "both" else (a.direction,):
             try:
-                results.append(run_direction(d, all_sites, a.jobs, a.run, a.timeout))
+                results.append(run_direction(d, all_sites, a.jobs, a.run, a.timeout,
+                                             not a.no_evictions))
             except (RuntimeError, TimeoutError, subprocess.CalledProcessError) as exc:
                 detail = getattr(exc, "stderr", "") or ""
                 results.append(Result(TITLES[d],

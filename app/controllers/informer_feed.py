@@ -19,7 +19,9 @@ synchronous, no I/O of its own (writes it decides are spawned on ``WorkloadWrite
   ``requeuingStrategy.timestamp: Creation`` a PodsReadyTimeout eviction does not reset the
   Workload's place in the queue (Kueue v1beta2 Configuration). An admitted Workload turned
   inactive is evicted (``Deactivated``, or ``DeactivatedDueTo<reason>`` after a
-  DeactivationTarget condition: Kueue's workload controller).
+  DeactivationTarget condition: Kueue's workload controller); an active one whose
+  DeactivationTarget another controller set (Kueue's MultiKueue manager on a worker's copy,
+  ``EvictedOnManagerCluster``) is deactivated (``spec.active: false``), as Kueue's does.
 - DRA (docs/dra.md): a pending Workload's podSets get the devices its pods claim through
   ResourceClaimTemplates (``app.wire.dra``, renamed by ``resources.deviceClassMappings``)
   added to their per-pod requests before the core sees it, as Kueue's Workload controller
@@ -65,10 +67,15 @@ from app.wire.workload_status import (
     is_active,
     is_evicted,
     is_finished,
+    is_true,
     priority_class_name,
 )
 
 log = logging.getLogger(__name__)
+
+
+def _deactivation_asked(wl: Obj) -> bool:
+    return is_true(wl, DEACTIVATION_TARGET)
 
 
 class InformerFeed:
@@ -231,6 +238,14 @@ class InformerFeed:
                 reason = f"{DEACTIVATED_DUE_TO}{target.get('reason', '')}"
                 message = f"The workload is deactivated due to {target.get('message', '')}"
             self.writes.spawn(self.decisions.evict(key, reason, message, None, None))
+        if is_active(new) and is_true(new, DEACTIVATION_TARGET) and self.ctx.may_write:
+            # Asked for by another controller (Kueue's MultiKueue manager on a worker's copy:
+            # EvictedOnManagerCluster): Kueue's workload controller turns the condition into
+            # spec.active false, whose event evicts the Workload (above).
+            target = condition(new, DEACTIVATION_TARGET) or {}
+            self.writes.spawn(self.decisions.deactivate(
+                key, str(target.get("reason") or ""), str(target.get("message") or ""),
+                still=_deactivation_asked))
         self.lifecycle.observe(new)
 
     def _claim_template(self, namespace: str, name: str) -> Obj | None:

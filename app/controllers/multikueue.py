@@ -19,8 +19,9 @@ Every ``multikueue.sync_period_seconds`` while this process leads:
    ``managedBy`` is ``kueue.x-k8s.io/multikueue`` (else the check is Rejected, as Kueue). A
    copy of the Workload (``remote_workload``, same name) is created on every active worker of
    the config (``status.nominatedClusterNames``); the worker's Kueue (pykueue or Kueue)
-   reserves quota for it. The first worker whose copy has QuotaReserved wins: the copies on the
-   others are deleted, the check goes Ready ("The workload got reservation on "<worker>"") with
+   reserves quota for it. The first worker whose copy is Admitted wins (``admitted_worker``;
+   Kueue's ``MultiKueueWaitForWorkloadAdmitted``, on by default): the copies on the others are
+   deleted, the check goes Ready ("The workload got reservation on "<worker>"") with
    ``status.clusterName`` set, and the job (``Adapter.remote``, labelled
    ``kueue.x-k8s.io/prebuilt-workload-name``) is created on the winner only, where it adopts
    the copy and starts. The manager admits its Workload and starts its job, which its own
@@ -29,9 +30,13 @@ Every ``multikueue.sync_period_seconds`` while this process leads:
    message. A Workload that is finished, lost its quota or was deleted has its copies deleted
    on every worker.
 
-A Workload whose worker lost its copy (deleted, evicted there, worker unreachable while
-another is connected) gets its check Retry after ``multikueue.worker_lost_timeout_seconds``
-("Reserving remote lost"), so the manager evicts and requeues it (Kueue workerLostTimeout).
+A Workload whose copy was evicted on its worker (preempted, pods-ready timeout,
+deactivated there) gets its check Retry at once ("Workload evicted on worker cluster: ...",
+``evicted_on_worker``; Kueue's ``MultiKueueRedoAdmissionOnEvictionInWorker``, on by default),
+so the manager evicts and requeues it, its copies are deleted and it is dispatched again. One
+whose worker lost its copy (deleted, worker unreachable while another is connected) gets its
+check Retry after ``multikueue.worker_lost_timeout_seconds`` ("Reserving remote lost"), with
+the same effect (Kueue workerLostTimeout).
 
 Dispatchers (``multikueue.dispatcher_name``): AllAtOnce (every active worker), Incremental
 (``incremental_batch_size`` more workers of the config each ``incremental_round_seconds``,
@@ -43,8 +48,7 @@ manager Workload is gone are deleted with their job (Kueue's GC). pykueue's opt-
 ``multikueue.no_worker_timeout_seconds`` (per ClusterQueue) gives a Workload no worker
 reserved condition ``MultiKueueNoWorker``.
 
-Not done (docs/multikueue.md): syncing an eviction on a worker back sooner, the Pod,
-StatefulSet and LeaderWorkerSet adapters.
+Not done (docs/multikueue.md): the Pod, StatefulSet and LeaderWorkerSet adapters.
 """
 
 from __future__ import annotations
@@ -74,9 +78,11 @@ from app.core.multikueue import (
     Verdict,
     WorkerEta,
     adapter_for,
+    admitted_worker,
     check_active,
     cluster_source_problem,
     condition_of,
+    evicted_on_worker,
     first_with,
     gc_orphans,
     kubeconfig_problem,
@@ -485,8 +491,8 @@ class MultiKueueController:
         if not remotes:
             return
         jobs, wls = await self._read_remotes(remotes, ns, res, job_name, meta["name"])
-        deciding = placed_copies(wls, (wl.get("status") or {}).get("clusterName"))
-        finished = first_with(deciding, FINISHED)
+        placed = (wl.get("status") or {}).get("clusterName")
+        finished = first_with(placed_copies(wls, placed), FINISHED)
         if finished is not None:
             await self._mirror(adapter, local_job, jobs[finished])
             done = condition_of(wls[finished], FINISHED) or {}
@@ -495,7 +501,22 @@ class MultiKueueController:
                           str(done.get("message") or ""), self.ctx.clock())
             await self._put_local(body)
             return
-        winner = first_with(deciding, QUOTA_RESERVED)
+        if placed and st.get("state") == "Pending":
+            # Evicted (its checks reset to Pending) and given quota again between two passes:
+            # the old placement and its copies are stale (Kueue resets clusterName with the
+            # eviction and deletes the copies once the quota is released). A copy still
+            # admitted there is not reused: the Workload is dispatched afresh.
+            await self._remove_remotes(key, wl)
+            await self._forget_placement(wl)
+            return
+        redo = evicted_on_worker(st.get("state"), placed, wls)
+        if redo is not None:
+            # Evicted on its worker: the check goes Retry, so the manager evicts and requeues
+            # the Workload (its copies go with the eviction, above) and dispatches it again.
+            await self._set_check(wl, st["name"], "Retry", redo)
+            self.ctx.recorder.emit(wl, NORMAL, "MultiKueue", redo)
+            return
+        winner = admitted_worker(wls, placed)
         if winner is not None:
             for name in [n for n in remotes if n != winner]:
                 await self._delete_remote(remotes[name], ns, res, job_name, jobs.get(name),
@@ -515,15 +536,10 @@ class MultiKueueController:
             else:
                 await self._mirror(adapter, local_job, jobs[winner])
             return
-        if (wl.get("status") or {}).get("clusterName") and st.get("state") == "Pending":
-            # Evicted and given quota again between two passes: the old placement is stale
-            # (Kueue resets clusterName with the eviction).
-            await self._forget_placement(wl)
-            return
         if (wl.get("status") or {}).get("clusterName"):
-            # Its worker no longer has a reserved copy (gone, evicted there, or the worker
-            # does not answer): after workerLostTimeout the check goes Retry, so the manager
-            # evicts and requeues the Workload (Kueue "Reserving remote lost").
+            # Its worker no longer has an admitted copy (gone, or the worker does not
+            # answer): after workerLostTimeout the check goes Retry, so the manager evicts
+            # and requeues the Workload (Kueue "Reserving remote lost").
             since = parse_time(st.get("lastTransitionTime"))
             if st.get("state") == "Ready" and worker_lost(
                     since, self.ctx.clock(), self.s.worker_lost_timeout_seconds):

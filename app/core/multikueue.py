@@ -24,6 +24,8 @@ ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 KUBECONFIG_KEY = "kubeconfig"
 PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+# Workload conditions read on the workers' copies.
+ADMITTED, EVICTED = "Admitted", "Evicted"
 # pykueue's start record on a started object (app.wire.names.ORIGINAL_ANNOTATION).
 START_RECORD = "pykueue.dev/original-pod-scheduling"
 CONFIG_GROUP, CONFIG_KIND = "kueue.x-k8s.io", "MultiKueueConfig"
@@ -215,6 +217,36 @@ def placed_copies(remotes: Mapping[str, Any], cluster_name: str | None) -> Mappi
     if not cluster_name:
         return remotes
     return {cluster_name: remotes.get(cluster_name)}
+
+
+def admitted_worker(remotes: Mapping[str, Any], cluster_name: str | None) -> str | None:
+    """The worker that holds the Workload: among ``placed_copies``, the one whose copy has
+    been ``Admitted`` longest (``first_with``), None when no copy is. Kueue v0.17.1 with
+    ``MultiKueueWaitForWorkloadAdmitted`` (beta, on by default since v0.16): a copy holding
+    quota on a worker whose own admission checks (a ProvisioningRequest...) are not all
+    Ready has ``QuotaReserved`` but not ``Admitted``, and does not win yet. Once a worker
+    holds it, the same condition says whether it still does: none, while the check is
+    Ready, is a lost worker (``worker_lost``)."""
+    return first_with(placed_copies(remotes, cluster_name), ADMITTED)
+
+
+def evicted_on_worker(check_state: str | None, cluster_name: str | None,
+                      remotes: Mapping[str, Any]) -> str | None:
+    """The message the MultiKueue check goes Retry with when the Workload's copy was evicted
+    on the worker that holds it (preempted there, its pods-ready timeout, deactivated
+    there...), None otherwise. Kueue v0.17.1 ``MultiKueueRedoAdmissionOnEvictionInWorker``
+    (beta, on by default since v0.16): only while the check is ``Ready``; the manager then
+    evicts and requeues its Workload, which removes the copies, and dispatches it afresh
+    (instead of waiting ``workerLostTimeout``). Kueue looks at an ``Evicted`` copy on any
+    worker; pykueue at the copy on ``status.clusterName``'s only (``placed_copies``): a
+    stale copy on a worker that came back after the Workload moved is deleted as a loser,
+    not taken for an eviction of the running one."""
+    if check_state != "Ready" or not cluster_name:
+        return None
+    if first_with(placed_copies(remotes, cluster_name), EVICTED) is None:
+        return None
+    return (f'Workload evicted on worker cluster: "{cluster_name}", resetting for '
+            're-admission. Previously: "Ready"')
 
 
 def condition_of(obj: Mapping[str, Any] | None, ctype: str) -> Mapping[str, Any] | None:

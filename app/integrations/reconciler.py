@@ -101,6 +101,23 @@ OWNER_NOT_FOUND = "OwnerNotFound"  # Kueue v1beta2 WorkloadFinishedReasonOwnerNo
 PODS_POLL = 1.0
 
 
+
+def _with_own_class(wl: Obj, wpc: dict[str, int], pc: dict[str, int]
+                    ) -> tuple[dict[str, int], dict[str, int]]:
+    """``wpc`` and ``pc`` (WorkloadPriorityClass and PriorityClass values by name) with the
+    class of ``wl``'s ``spec.priorityClassRef`` added at its ``spec.priority`` when absent."""
+    spec = wl.get("spec") or {}
+    ref = spec.get("priorityClassRef") or {}
+    name = ref.get("name")
+    if not isinstance(name, str) or not name:
+        return wpc, pc
+    value = int(spec.get("priority") or 0)
+    if ref.get("kind") == "WorkloadPriorityClass" and name not in wpc:
+        return {**wpc, name: value}, pc
+    if ref.get("kind") == "PriorityClass" and name not in pc:
+        return wpc, {**pc, name: value}
+    return wpc, pc
+
 class OwnerIndex:
     """Workload keys by the object that controls them (``<kind key>:<ns>/<name>``)."""
 
@@ -552,8 +569,11 @@ class JobReconciler:
     def _admission_mismatch(self, kind: JobKind, obj: Obj, wl: Obj) -> str | None:
         """Why the object's pods no longer match its admitted Workload
         (``admission_mismatch``), or None. An object that cannot be read any more counts as
-        not matching."""
-        wpc, pc = self._priority_maps()
+        not matching. The priority takes no part in it (Kueue ``EquivalentToWorkload``
+        compares pod sets only): a priority class the Workload names but this cluster lacks
+        (a MultiKueue copy whose class exists on the manager only) stands at the Workload's
+        own ``spec.priority`` instead of making the object unreadable."""
+        wpc, pc = _with_own_class(wl, *self._priority_maps())
         try:
             want = kind.desired(obj, priority_classes=wpc, pod_priority_classes=pc)
             have = workload_from_object(wl)

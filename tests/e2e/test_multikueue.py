@@ -954,6 +954,111 @@ def test_an_mpijob_runs_on_the_worker_under_the_mpi_operator_status_mirrored(sit
           f"mirrored {done:.1f}s")
 
 
+def _ev_queues(cpus: int, checks: list[str], preempt: bool = False) -> list[dict]:
+    """ClusterQueue ``mk-ev-cq`` (``cpus`` CPUs, ``checks``; ``preempt``: lower priorities
+    within it are preempted) and LocalQueue ``mk-ev-lq`` of ``NS``, apart from the other
+    tests' queues."""
+    _, flavor, cq, lq = _queues(cpus, checks)
+    cq["metadata"]["name"] = "mk-ev-cq"
+    if preempt:
+        cq["spec"]["preemption"] = {"withinClusterQueue": "LowerPriority"}
+    lq["metadata"]["name"], lq["spec"]["clusterQueue"] = "mk-ev-lq", "mk-ev-cq"
+    return [flavor, cq, lq]
+
+
+def _in_ev_queue(job: dict, priority_class: str | None = None) -> dict:
+    labels = job["metadata"]["labels"]
+    labels["kueue.x-k8s.io/queue-name"] = "mk-ev-lq"
+    if priority_class:
+        labels["kueue.x-k8s.io/priority-class"] = priority_class
+    return job
+
+
+def test_an_eviction_on_the_worker_redoes_the_admission_at_once(sites):
+    """Kueue v0.17.1's ``MultiKueueRedoAdmissionOnEvictionInWorker`` (beta, on by default):
+    the Workload runs on worker1 (1 CPU there, worker2 none); worker2 gets a CPU and a Job of
+    priority 1000 local to worker1 preempts the copy there. The manager's check goes Retry at
+    once ("Workload evicted on worker cluster: "worker1", resetting for re-admission"), the
+    manager evicts and requeues the same Workload, worker1's copy and Job are deleted, and it
+    is dispatched again: worker1 cannot take it back (its CPU is the preemptor's), worker2
+    does. Then the copy on worker2 is deactivated there: the same redo, and it is placed
+    again on worker2 with a new copy. No workerLostTimeout is waited (900 s here)."""
+    manager, w1, w2 = sites
+    high = "mk-ev-high"
+    _apply(w1, *_ev_queues(1, [], preempt=True),
+           {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+            "metadata": {"name": high}, "value": 1000})
+    _apply(w2, *_ev_queues(0, []))
+    _apply(manager, *_ev_queues(4, ["mk-check"]))
+    tag = uuid.uuid4().hex[:6]
+    name, urgent = f"mk-ev-{tag}", f"mk-urgent-{tag}"
+
+    def placed_on(worker: mk.Site) -> dict | None:
+        wl = _workload(manager, name)
+        return wl if ((wl or {}).get("status") or {}).get("clusterName") == worker.name \
+            and _check(wl).get("state") == "Ready" \
+            and _get(worker, "job", "-n", NS, name) else None
+
+    def redone_from(worker: str) -> str | None:
+        """The manager Workload's condition message carrying the redo's Retry message for
+        ``worker`` (Evicted: "... in Retry state: ..."; once re-admitted: "Previously: ...")."""
+        want = f'Workload evicted on worker cluster: "{worker}", resetting for re-admission'
+        got = (_workload(manager, name) or {}).get("status") or {}
+        return next((m for c in got.get("conditions") or []
+                     if want in (m := c.get("message") or "")), None)
+    _apply(manager, _in_ev_queue(_job(name, "300s")))
+    try:
+        wl = wait_for(lambda: placed_on(w1), 40, "the Job placed on worker1")
+        wl_name, uid = wl["metadata"]["name"], wl["metadata"]["uid"]
+        wait_for(lambda: ((_get(manager, "job", "-n", NS, name) or {}).get("status") or {})
+                 .get("active") == 1, 30, "worker1's running pod mirrored")
+        _apply(w2, _ev_queues(1, [])[1])  # worker2: a CPU for the Workload to move to
+        t0 = time.monotonic()
+        _apply(w1, _in_ev_queue(_job(urgent, "300s"), high))
+        wl = wait_for(lambda: placed_on(w2), 60, "the Workload requeued and placed on worker2")
+        moved = time.monotonic() - t0
+        assert wl["metadata"]["uid"] == uid  # the same Workload, requeued
+        assert wl["spec"].get("active", True) is True
+        said = redone_from("worker1")
+        assert said and 'in Retry state: "mk-check"' in said, wl["status"]["conditions"]
+        wait_for(lambda: any('evicted on worker cluster: "worker1"' in (e.get("message") or "")
+                             for e in (_get(manager, "events", "-n", NS, "--field-selector",
+                                            "reason=MultiKueue") or {}).get("items") or []),
+                 20, "the MultiKueue Event of the redo")
+        # The copy was preempted on worker1 (its Event stays after the copy is deleted).
+        assert (_get(w1, "events", "-n", NS, "--field-selector",
+                     f"involvedObject.name={wl_name},reason=Preempted") or {}).get("items")
+        # worker1 keeps the preemptor; the Workload's Job and copy are gone from there.
+        wait_for(lambda: _get(w1, "job", "-n", NS, name) is None
+                 and _get(w1, "workload", "-n", NS, wl_name) is None, 30,
+                 "worker1's Job and copy deleted")
+        assert (_cond(_workload(w1, urgent), "Admitted") or {}).get("status") == "True"
+        wait_for(lambda: ((_get(manager, "job", "-n", NS, name) or {}).get("status") or {})
+                 .get("active") == 1, 30, "worker2's running pod mirrored")
+        # Deactivated on worker2: redone too, and placed on worker2 again with a new copy.
+        old_copy = _get(w2, "workload", "-n", NS, wl_name)["metadata"]["uid"]
+        t1 = time.monotonic()
+        w2.kubectl("patch", "workload", "-n", NS, wl_name, "--type=merge",
+                   "-p", '{"spec":{"active":false}}')
+
+        def replaced() -> dict | None:
+            cp = _get(w2, "workload", "-n", NS, wl_name) or {}
+            return placed_on(w2) if redone_from("worker2") \
+                and cp.get("metadata", {}).get("uid") not in (None, old_copy) \
+                and cp["spec"].get("active", True) is True \
+                and (_cond(cp, "Admitted") or {}).get("status") == "True" else None
+        wl = wait_for(replaced, 60, "the Workload placed on worker2 again with a new copy")
+        again = time.monotonic() - t1
+        assert wl["metadata"]["uid"] == uid and wl["spec"].get("active", True) is True
+        assert _get(w1, "workload", "-n", NS, wl_name) is None
+    finally:
+        manager.kubectl("delete", "job", "-n", NS, name, "--wait=false", check=False)
+        w1.kubectl("delete", "job", "-n", NS, urgent, "--wait=false", check=False)
+        _apply(w2, _ev_queues(0, [])[1])
+    print(f"\nmultikueue eviction on a worker: preempted on worker1 -> Ready on worker2 "
+          f"{moved:.1f}s; deactivated on worker2 -> Ready there again {again:.1f}s")
+
+
 SOONEST = "pykueue.dev/multikueue-dispatcher-soonest"
 
 

@@ -1,0 +1,224 @@
+"""MultiKueue on the manager against Kueue v0.17.1's two beta gates, on by default since v0.16
+(``pkg/features/kube_features.go``): ``MultiKueueWaitForWorkloadAdmitted`` (the worker whose
+copy is Admitted wins, not the first to reserve quota) and
+``MultiKueueRedoAdmissionOnEvictionInWorker`` (a copy evicted on its worker sends the check to
+Retry at once: the manager evicts, removes the copies and dispatches again). The pure
+decisions (``admitted_worker``, ``evicted_on_worker``) and the controller's passes over fake
+API servers."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from app.core.multikueue import (
+    ALL_AT_ONCE,
+    BATCH_JOB,
+    WorkerEta,
+    admitted_worker,
+    evicted_on_worker,
+)
+from tests.unit.test_multikueue_soonest import _controller
+
+T0, T1, T2 = "2026-12-04T14:00:01Z", "2026-12-04T14:00:05Z", "2026-12-04T14:00:09Z"
+REDO = ('Workload evicted on worker cluster: "worker1", resetting for re-admission. '
+        'Previously: "Ready"')
+
+
+def _copy(*conds: tuple[str, str, str], checks: list[dict] | None = None) -> dict:
+    """A worker's copy of Workload ns/wl with conditions (type, status, since)."""
+    status: dict = {"conditions": [{"type": t, "status": s, "lastTransitionTime": at}
+                                   for t, s, at in conds]}
+    if checks is not None:
+        status["admissionChecks"] = checks
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": "wl", "namespace": "ns"}, "spec": {"queueName": "q"},
+            "status": status}
+
+
+# A copy holding quota on its worker while the worker's own check (a ProvisioningRequest,
+# say) is still Pending: QuotaReserved, not Admitted.
+RESERVED_ONLY = _copy(("QuotaReserved", "True", T0), ("Admitted", "False", T0),
+                      checks=[{"name": "prov", "state": "Pending"}])
+ADMITTED = _copy(("QuotaReserved", "True", T1), ("Admitted", "True", T1))
+PREEMPTED = _copy(("QuotaReserved", "True", T0), ("Admitted", "True", T0),
+                  ("Evicted", "True", T2), ("Preempted", "True", T2))
+
+
+# ------------------------------------------------------------------ the pure decisions
+
+
+def test_the_admitted_copy_wins_not_the_first_to_reserve():
+    remotes = {"worker1": RESERVED_ONLY, "worker2": ADMITTED, "worker3": None}
+    assert admitted_worker(remotes, None) == "worker2"  # the old rule took worker1
+    assert admitted_worker({"worker1": RESERVED_ONLY}, None) is None
+    assert admitted_worker({"worker1": ADMITTED, "worker2": _copy(
+        ("QuotaReserved", "True", T0), ("Admitted", "True", T0))}, None) == "worker2"
+    # Placed on worker1: only its copy holds it; worker2's admitted copy is a loser.
+    assert admitted_worker(remotes, "worker1") is None
+    assert admitted_worker({"worker1": ADMITTED, "worker2": ADMITTED}, "worker1") == "worker1"
+
+
+def test_a_copy_evicted_on_its_worker_redoes_the_admission_only_while_ready():
+    evicted = {"worker1": PREEMPTED, "worker2": None}
+    assert evicted_on_worker("Ready", "worker1", evicted) == REDO
+    deactivated = {"worker1": _copy(("QuotaReserved", "False", T2),
+                                    ("Evicted", "True", T2))}
+    assert evicted_on_worker("Ready", "worker1", deactivated) == REDO
+    # Not Ready (still dispatching, or already Retry): nothing to redo (Kueue's acs.State).
+    for state in ("Pending", "Retry", "Rejected", None):
+        assert evicted_on_worker(state, "worker1", evicted) is None
+    # An eviction since undone (re-admitted there: Evicted False), or no eviction.
+    again = _copy(("QuotaReserved", "True", T2), ("Evicted", "False", T2))
+    assert evicted_on_worker("Ready", "worker1", {"worker1": again}) is None
+    assert evicted_on_worker("Ready", "worker1", {"worker1": ADMITTED}) is None
+    assert evicted_on_worker("Ready", "worker1", {"worker1": None}) is None
+    # A stale evicted copy on another worker is not the running one's eviction.
+    assert evicted_on_worker("Ready", "worker2", {"worker1": PREEMPTED,
+                                                  "worker2": ADMITTED}) is None
+
+
+# ------------------------------------------------------------------ the controller
+
+
+def _all_at_once(events: list | None = None):
+    mk, store, workers = _controller({"worker1": WorkerEta(None, "x"),
+                                      "worker2": WorkerEta(None, "x")},
+                                     dispatcher_name=ALL_AT_ONCE,
+                                     worker_lost_timeout_seconds=900)
+    if events is not None:
+        mk.ctx.recorder = SimpleNamespace(emit=lambda *a: events.append(a))
+    return mk, store, workers
+
+
+def _put_copy(worker, copy: dict) -> None:
+    worker.objs[("workloads", "ns", "wl")] = copy
+
+
+async def _pass(mk, store) -> dict:
+    wl = store["ns/wl"]
+    await mk._sync_workload(wl, wl["status"]["admissionChecks"][0], sorted(mk.workers))
+    return store["ns/wl"]
+
+
+def _ready_on(store, worker: str, since: str) -> None:
+    """The manager's Workload placed on ``worker``, its check Ready since ``since``."""
+    wl = store["ns/wl"]
+    wl["status"]["clusterName"] = worker
+    wl["status"]["admissionChecks"][0].update(
+        state="Ready", lastTransitionTime=since,
+        message=f'The workload got reservation on "{worker}"')
+
+
+def test_a_copy_reserved_but_not_admitted_on_its_worker_does_not_win():
+    mk, store, workers = _all_at_once()
+
+    async def run() -> None:
+        wl = await _pass(mk, store)  # copies to both workers
+        assert workers["worker1"].created == ["wl"] and workers["worker2"].created == ["wl"]
+        _put_copy(workers["worker1"], RESERVED_ONLY)
+        wl = await _pass(mk, store)
+        assert wl["status"]["admissionChecks"][0]["state"] == "Pending"
+        assert "clusterName" not in wl["status"]
+        assert ("jobs", "ns", "j") not in workers["worker1"].objs  # no job before Admitted
+        assert not workers["worker2"].deleted
+        _put_copy(workers["worker2"], ADMITTED)  # admitted later than worker1 reserved
+        wl = await _pass(mk, store)
+        check = wl["status"]["admissionChecks"][0]
+        assert (check["state"], check["message"]) == (
+            "Ready", 'The workload got reservation on "worker2"')
+        assert wl["status"]["clusterName"] == "worker2"
+        assert ("jobs", "ns", "j") in workers["worker2"].objs
+        assert workers["worker1"].deleted == ["wl"]  # the loser's copy
+    asyncio.run(run())
+
+
+def test_worker_lost_once_its_copy_is_no_longer_admitted():
+    mk, store, workers = _all_at_once()
+    _ready_on(store, "worker1", "2001-09-09T01:00:00Z")  # the clock is 1e9: 46 min ago
+    # Still holding quota on worker1, but its own check there went back to Pending.
+    _put_copy(workers["worker1"], RESERVED_ONLY)
+
+    async def run() -> None:
+        wl = await _pass(mk, store)
+        assert wl["status"]["admissionChecks"][0]["state"] == "Retry"
+        assert wl["status"]["admissionChecks"][0]["message"] == "Reserving remote lost"
+    asyncio.run(run())
+
+
+def test_an_eviction_on_the_worker_redoes_the_admission_at_once():
+    events: list = []
+    mk, store, workers = _all_at_once(events)
+    _ready_on(store, "worker1", "2001-09-09T01:46:39Z")  # Ready 1 s ago: far from 900 s
+    _put_copy(workers["worker1"], PREEMPTED)
+    mk.dispatched["ns/wl"] = (BATCH_JOB, "j", {"worker1"})
+    workers["worker1"].objs[("jobs", "ns", "j")] = {"metadata": {"name": "j", "uid": "u"}}
+
+    async def run() -> None:
+        wl = await _pass(mk, store)
+        check = wl["status"]["admissionChecks"][0]
+        assert (check["state"], check["message"]) == ("Retry", REDO)
+        assert check["lastTransitionTime"] != "2001-09-09T01:46:39Z"
+        assert events and events[-1][1:] == ("Normal", "MultiKueue", REDO)
+        assert wl["status"]["clusterName"] == "worker1"  # reset with the eviction
+        # Until the manager evicts, nothing else is done (no second Retry, copies kept).
+        await _pass(mk, store)
+        assert len(events) == 1 and not workers["worker1"].deleted
+        # The manager's lifecycle evicts (AdmissionCheck in Retry state): copies removed.
+        wl = store["ns/wl"]
+        wl["status"]["conditions"].append({"type": "Evicted", "status": "True",
+                                           "reason": "AdmissionCheck",
+                                           "lastTransitionTime": T2})
+        wl["status"]["admissionChecks"][0]["state"] = "Pending"
+        await _pass(mk, store)
+        assert sorted(workers["worker1"].deleted) == ["j", "wl"]
+        # Released, then admitted again on the manager: placement forgotten, dispatched anew.
+        await mk._forget_placement(store["ns/wl"])
+        wl = store["ns/wl"]
+        assert "clusterName" not in wl["status"]
+        wl["status"]["conditions"] = [{"type": "QuotaReserved", "status": "True",
+                                       "lastTransitionTime": T2}]
+        wl = await _pass(mk, store)
+        assert wl["status"]["nominatedClusterNames"] == ["worker1", "worker2"]
+        assert workers["worker1"].created == ["wl"] and workers["worker2"].created == ["wl"]
+    asyncio.run(run())
+
+
+def test_a_copy_evicted_before_its_worker_won_changes_nothing():
+    mk, store, workers = _all_at_once()
+    # Preempted on worker1 and requeued there while the check is still Pending here.
+    _put_copy(workers["worker1"], _copy(("QuotaReserved", "False", T2),
+                                        ("Admitted", "False", T2), ("Evicted", "True", T2)))
+
+    async def run() -> None:
+        wl = await _pass(mk, store)
+        assert wl["status"]["admissionChecks"][0]["state"] == "Pending"
+        assert "clusterName" not in wl["status"]
+        assert workers["worker2"].created == ["wl"]  # worker2 still gets its copy
+    asyncio.run(run())
+
+
+def test_evicted_and_given_quota_again_between_two_passes_the_old_copies_go():
+    """The manager's Workload evicted after the redo, its quota released and reserved again
+    before the next pass (its worker's Job had stopped: nothing held the quota): the check is
+    Pending with the old ``clusterName``. Its copy and Job on worker1 are stale and deleted,
+    even when the copy is still admitted there, and it is dispatched afresh (found by
+    `make multikueue-interop` with a Kueue worker: the evicted copy stayed, no new one was
+    sent)."""
+    mk, store, workers = _all_at_once()
+    _ready_on(store, "worker1", T0)
+    store["ns/wl"]["status"]["admissionChecks"][0].update(
+        state="Pending", message="Reset to Pending after eviction. Previously: Retry")
+    _put_copy(workers["worker1"], ADMITTED)
+    workers["worker1"].objs[("jobs", "ns", "j")] = {"metadata": {"name": "j", "uid": "u"}}
+    mk.dispatched["ns/wl"] = (BATCH_JOB, "j", {"worker1"})
+
+    async def run() -> None:
+        wl = await _pass(mk, store)
+        assert sorted(workers["worker1"].deleted) == ["j", "wl"]
+        assert "clusterName" not in wl["status"]
+        assert wl["status"]["admissionChecks"][0]["state"] == "Pending"
+        wl = await _pass(mk, store)
+        assert wl["status"]["nominatedClusterNames"] == ["worker1", "worker2"]
+        assert workers["worker1"].created == ["wl"] and workers["worker2"].created == ["wl"]
+    asyncio.run(run())
