@@ -196,6 +196,23 @@ class CrdRules:
             return None
         return lever_op(o, self.multikueue.managed_by, MULTIKUEUE_CONTROLLER)
 
+    def _managed_by_errors(self, old: Mapping[str, Any], new: Mapping[str, Any]
+                           ) -> list[str]:
+        """A kind with a MultiKueue adapter: its ``managedBy`` cannot change on update (unset
+        and the operator's own value, the same meaning, aside). Its operator makes it
+        immutable (the CRD, or AppWrapper's own webhook), but AppWrapper v1.2.0 runs without
+        its webhook here and mpi-operator v0.8.0 has none: a tenant taking a dispatched object
+        out of ``kueue.x-k8s.io/multikueue`` would have the manager's operator run it beside
+        its copy on a worker."""
+        if self.multikueue is None:
+            return []
+        was, now = self.multikueue.managed_by_of(old), self.multikueue.managed_by_of(new)
+        own = ("", self.multikueue.operator)
+        if was == now or (was in own and now in own):
+            return []
+        return [f"{'.'.join(self.multikueue.managed_by)}: field is immutable ({was!r} cannot "
+                f"become {now!r})"]
+
     def _new_spec_errors(self, old: Mapping[str, Any], was_queued: bool,
                          new: Mapping[str, Any]) -> list[str]:
         """``extra_create``'s errors of the queued object after an UPDATE that it did not
@@ -241,7 +258,8 @@ class CrdRules:
             return errors
         prior = read_object(old)
         before = read_queue_name(prior, label)
-        errors = self._new_spec_errors(prior, bool(before) or unlabelled, o) \
+        errors = self._managed_by_errors(prior, o)
+        errors += self._new_spec_errors(prior, bool(before) or unlabelled, o) \
             if queue or unlabelled else []
         if self.extra_update is not None and (queue or before or unlabelled):
             errors += self.extra_update(prior, o)
