@@ -42,6 +42,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from app.core.multikueue import ADAPTERS as MULTIKUEUE_ADAPTERS
+from app.core.multikueue import MULTIKUEUE_CONTROLLER
 from app.core.multikueue import ORIGIN_LABEL as MULTIKUEUE_ORIGIN_LABEL
 from app.core.workload import admission_mismatch
 from app.integrations.framework import (
@@ -117,6 +119,17 @@ def _with_own_class(wl: Obj, wpc: dict[str, int], pc: dict[str, int]
     if ref.get("kind") == "PriorityClass" and name not in pc:
         return wpc, {**pc, name: value}
     return wpc, pc
+
+def _dispatched_elsewhere(parent_kind: JobKind, parent: Mapping[str, Any]) -> bool:
+    """Whether ``parent`` is a MultiKueue manager's object (its ``managedBy`` is
+    ``kueue.x-k8s.io/multikueue``): its admission runs on a worker, so none of it is left
+    for a child on this cluster (its operator here makes none; one a tenant hangs under it
+    would run the admission a second time). Beyond Kueue v0.17.1, whose
+    ``shouldSuspendChildJob`` lets any child of an admitted ancestor run (breaker15)."""
+    adapter = next((a for a in MULTIKUEUE_ADAPTERS if a.kind == parent_kind.kind
+                    and a.group == parent_kind.api_group), None)
+    return adapter is not None and adapter.managed_by_of(parent) == MULTIKUEUE_CONTROLLER
+
 
 class OwnerIndex:
     """Workload keys by the object that controls them (``<kind key>:<ns>/<name>``)."""
@@ -498,12 +511,17 @@ class JobReconciler:
         """A job whose ancestor ``parent`` queues it (Kueue v0.17 ``shouldSuspendChildJob``):
         while it runs unfinished and the ancestor's Workload is missing, finished or not
         admitted, it is suspended (event ``Suspended``); otherwise left to its ancestor's
-        operator."""
+        operator. An ancestor MultiKueue dispatched (``_dispatched_elsewhere``) leaves it
+        nothing: suspended too."""
         finished, _, _ = kind.finished(obj)
         if finished or kind.is_suspended(obj):
             return None
         ns = str(obj["metadata"].get("namespace", ""))
         wl = self.ctx.store(WL).get(f"{ns}/{parent_kind.workload_name(parent)}")
+        if _dispatched_elsewhere(parent_kind, parent):
+            await kind.stop(self.ctx, obj, "its ancestor's admission runs on a MultiKueue "
+                                           "worker: no child of it runs on this cluster")
+            return None
         if wl is not None and not is_finished(wl) and is_true(wl, ADMITTED):
             if kind.key == JOB:
                 await self._hold_to_share(obj, parent_kind, parent)

@@ -4,16 +4,29 @@ condition turned into ``spec.active: false``."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
 import pytest
 
 from app.core.multikueue import MULTIKUEUE_CONTROLLER as MK
+from app.integrations import jobset
 from app.integrations.appwrapper.appwrapper import KIND as AW_KIND
 from app.integrations.kubeflow.kubeflow import MPIJOB
 from app.integrations.webhook_toolkit import WebhookPolicy
+from app.kube.client import JOBS
+from tests.recording_client import OBJECTS
 from tests.unit.test_appwrapper import aw, job
+from tests.unit.test_jobset import jobset as make_jobset
+from tests.unit.test_jobset import rjob
+from tests.unit.test_quota_integrity import (
+    NS,
+    _admitted_workload,
+    _child_job,
+    _leading,
+    _ServesJobSets,
+)
 
 POLICY = WebhookPolicy(controller_usernames=frozenset({"system:serviceaccount:p:p"}))
 AW_CONTROLLER = "workload.codeflare.dev/appwrapper-controller"
@@ -77,3 +90,38 @@ def test_managed_by_unset_and_the_operators_own_stay_interchangeable() -> None:
     assert AW_KIND.rules.validate(old, touched, "tenant", POLICY) == []
     assert MPIJOB.rules.validate(_mpijob(None), _mpijob(MPI_OPERATOR), "tenant", POLICY) == []
     assert MPIJOB.rules.validate(_mpijob(MPI_OPERATOR), _mpijob(None), "tenant", POLICY) == []
+
+
+async def test_a_child_forged_under_a_dispatched_jobset_does_not_run_on_the_manager(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attack (tenant with edit in its namespace on the manager): its JobSet ``train`` is
+    dispatched (``managedBy`` MultiKueue, its Workload admitted with the check Ready and
+    ``status.clusterName`` worker1) and runs on worker1; the manager's jobset controller
+    leaves it alone, so it has no Job on the manager. The tenant creates Job
+    ``train-workers-0`` (within the JobSet's share) with a controller ownerReference to it:
+    pykueue held it to the ancestor's admission and let it run, so the manager's Job
+    controller ran the admission a second time beside worker1. A child of an ancestor that
+    MultiKueue dispatched runs nowhere on the manager: it is suspended. (Kueue v0.17.1's
+    ``shouldSuspendChildJob`` lets any child of an admitted ancestor run.)"""
+    js = make_jobset(rjob("workers", 2, 1), suspend=False)
+    js["metadata"]["namespace"] = NS
+    js["spec"]["managedBy"] = MK
+    wl = _admitted_workload(js, jobset.KIND.workload_name(js))
+    wl["status"]["clusterName"] = "worker1"
+    forged = _child_job("train-workers-0", 1, js)
+    client = _ServesJobSets({**OBJECTS, "jobsets": [js], "workloads": [wl],
+                              JOBS.plural: [forged]})
+    m = _leading(monkeypatch, client)
+    await m.start()
+    try:
+        await m.wait_ready(10)
+        suspended: list[str] = []
+        for _ in range(60):
+            suspended = [b["metadata"]["name"] for v, r, b in client.bodies
+                         if (v, r) == ("replace", "jobs") and b["spec"].get("suspend")]
+            if suspended:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await m.stop()
+    assert suspended[:1] == ["train-workers-0"], client.bodies
