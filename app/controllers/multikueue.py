@@ -717,8 +717,11 @@ class MultiKueueController:
     async def _delete_remote(self, client: KubeClient, ns: str, res: Resource, job_name: str,
                              job: Obj | None, wl: Obj | None) -> None:
         """Delete a worker's copy of the job (in the background: its pods go with it) and of
-        the Workload; absent ones are ignored."""
-        if job is not None:
+        the Workload; absent ones are ignored. A job of that name this manager did not make
+        (no ``kueue.x-k8s.io/multikueue-origin: <origin>`` label: the team's own, submitted
+        to the worker) is left alone; Kueue v0.17.1 deletes it by name (breaker15)."""
+        labels = ((job or {}).get("metadata") or {}).get("labels") or {}
+        if job is not None and labels.get(ORIGIN_LABEL) == self.s.origin:
             with contextlib.suppress(NotFound):
                 await client.delete(res, job_name, ns, uid=job["metadata"].get("uid"))
         if wl is not None:

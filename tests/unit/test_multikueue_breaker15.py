@@ -125,3 +125,30 @@ async def test_a_child_forged_under_a_dispatched_jobset_does_not_run_on_the_mana
     finally:
         await m.stop()
     assert suspended[:1] == ["train-workers-0"], client.bodies
+
+
+def test_the_manager_deletes_no_worker_job_it_did_not_create() -> None:
+    """Namespace ``ns`` on worker2 holds the team's own Job ``j`` (submitted there directly,
+    no ``kueue.x-k8s.io/multikueue-origin`` label); the manager's Job ``j`` is dispatched to
+    both workers and its copy wins on worker1. The manager deleted worker2's Job ``j`` with
+    the loser's copy, though it never created it (Kueue v0.17.1 ``RemoveRemoteObjects``
+    deletes by name too). It deletes only objects that carry its origin label: the copy of
+    the Workload on worker2 goes, the team's Job stays."""
+    from tests.unit.test_multikueue_worker_eviction import ADMITTED, _all_at_once, _pass
+
+    mk, store, workers = _all_at_once()
+    own_job = {"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": "j", "namespace": "ns", "uid": "local"},
+               "spec": {"suspend": False}}
+
+    async def run() -> None:
+        workers["worker2"].objs[("jobs", "ns", "j")] = own_job
+        await _pass(mk, store)  # a copy of the Workload to each worker
+        assert workers["worker1"].created == ["wl"] and workers["worker2"].created == ["wl"]
+        won = workers["worker1"].objs[("workloads", "ns", "wl")]
+        won["status"] = copy.deepcopy(ADMITTED["status"])
+        wl = await _pass(mk, store)
+        assert wl["status"]["clusterName"] == "worker1"
+        assert workers["worker2"].deleted == ["wl"]  # the loser's copy only
+        assert workers["worker2"].objs[("jobs", "ns", "j")] is own_job
+    asyncio.run(run())

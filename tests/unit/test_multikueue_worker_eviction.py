@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from app.core.multikueue import (
     ALL_AT_ONCE,
     BATCH_JOB,
+    ORIGIN_LABEL,
     WorkerEta,
     admitted_worker,
     evicted_on_worker,
@@ -91,6 +92,12 @@ def _all_at_once(events: list | None = None):
     return mk, store, workers
 
 
+def _job_copy(mk) -> dict:
+    """The manager's Job ``j`` as created on a worker (with this manager's origin label: the
+    manager deletes no job of that name without it)."""
+    return {"metadata": {"name": "j", "uid": "u", "labels": {ORIGIN_LABEL: mk.s.origin}}}
+
+
 def _put_copy(worker, copy: dict) -> None:
     worker.objs[("workloads", "ns", "wl")] = copy
 
@@ -152,7 +159,7 @@ def test_an_eviction_on_the_worker_redoes_the_admission_at_once():
     _ready_on(store, "worker1", "2001-09-09T01:46:39Z")  # Ready 1 s ago: far from 900 s
     _put_copy(workers["worker1"], PREEMPTED)
     mk.dispatched["ns/wl"] = (BATCH_JOB, "j", {"worker1"})
-    workers["worker1"].objs[("jobs", "ns", "j")] = {"metadata": {"name": "j", "uid": "u"}}
+    workers["worker1"].objs[("jobs", "ns", "j")] = _job_copy(mk)
 
     async def run() -> None:
         wl = await _pass(mk, store)
@@ -210,7 +217,7 @@ def test_evicted_and_given_quota_again_between_two_passes_the_old_copies_go():
     store["ns/wl"]["status"]["admissionChecks"][0].update(
         state="Pending", message="Reset to Pending after eviction. Previously: Retry")
     _put_copy(workers["worker1"], ADMITTED)
-    workers["worker1"].objs[("jobs", "ns", "j")] = {"metadata": {"name": "j", "uid": "u"}}
+    workers["worker1"].objs[("jobs", "ns", "j")] = _job_copy(mk)
     mk.dispatched["ns/wl"] = (BATCH_JOB, "j", {"worker1"})
 
     async def run() -> None:
