@@ -115,6 +115,44 @@ def _events(site: mk.Site, name: str, reason: str) -> list[dict]:
                  f"involvedObject.name={name},reason={reason}") or {}).get("items") or []
 
 
+def _conditions(obj: dict | None) -> list[str]:
+    return [f"{c.get('type')}={c.get('status')}({c.get('reason')})"
+            for c in ((obj or {}).get("status") or {}).get("conditions") or []]
+
+
+def _log_tail(site: mk.Site, *needles: str, lines: int = 15) -> list[str]:
+    """The last ``lines`` lines of the site's pykueue log that mention one of ``needles``."""
+    path = site.state / "logs" / "pykueue.log"
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return [f"({path}: {exc})"]
+    return [ln[:400] for ln in text if any(n in ln for n in needles)][-lines:]
+
+
+def _state_of(labs: list[mk.Site], job: str, wl_name: str) -> str:
+    """What a failed wait saw: the manager's Workload (conditions, checks, clusterName), on
+    each worker the Job (uid, deletion, finalizers) and the copy (conditions, owners,
+    annotations), and the pykueue log lines naming them; for the assertion's message."""
+    out: list[str] = []
+    for site in labs:
+        wl = _get(site, "workload", wl_name, "-n", NS)
+        j = _get(site, "job", job, "-n", NS)
+        jm = (j or {}).get("metadata") or {}
+        wm = (wl or {}).get("metadata") or {}
+        suspend = ((j or {}).get("spec") or {}).get("suspend")
+        out.append(f"[{site.name}] job uid={jm.get('uid')} "
+                   f"deleting={jm.get('deletionTimestamp')} finalizers={jm.get('finalizers')} "
+                   f"suspend={suspend} running={_running(site, job)}")
+        out.append(f"[{site.name}] workload conditions={_conditions(wl)} "
+                   f"checks={((wl or {}).get('status') or {}).get('admissionChecks')} "
+                   f"clusterName={((wl or {}).get('status') or {}).get('clusterName')} "
+                   f"owners={[o.get('uid') for o in wm.get('ownerReferences') or []]} "
+                   f"annotations={wm.get('annotations')}")
+        out.extend(f"[{site.name}] log: {ln}" for ln in _log_tail(site, wl_name, job))
+    return "\n".join(out)
+
+
 def _cleanup(manager: mk.Site, w1: mk.Site, *jobs: str) -> None:
     for j in jobs:
         manager.kubectl("delete", "job", j, "-n", NS, "--wait=false", "--ignore-not-found")
@@ -154,8 +192,11 @@ def test_a_worker_job_deleted_with_orphan_is_not_run_again_beside_its_pods(mk_si
             j = _get(w1, "job", name, "-n", NS)
             return "re-created" if j and j["metadata"]["uid"] != old["metadata"]["uid"] \
                 else None
-        assert wait_for(finished_or_recreated, 90, "the Job re-created on worker1") \
-            == "re-created"
+        try:
+            seen = wait_for(finished_or_recreated, 90, "the Job re-created on worker1")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{_state_of(list(mk_sites), name, wl_name)}") from None
+        assert seen == "re-created", f"{seen}\n{_state_of(list(mk_sites), name, wl_name)}"
 
         def settled() -> str | None:
             if len(running := _running(w1, name)) > 1:
