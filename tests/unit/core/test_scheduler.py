@@ -162,11 +162,10 @@ def test_a_parked_higher_priority_head_comes_back_first_after_each_finish():
     one is admitted in that cycle), and it is admitted, ahead of the lower-priority stream,
     in the first cycle after the quota is free (issue 33 item 4)."""
     s = Sim(cluster_queue("cq").flavor("default-flavor", cpu=10))
-    s.submit(workload("s0").cq("cq").pods(1, cpu=1).priority(50))
-    assert Sim.admits(s.cycle()) == ["ns/s0"]
+    s.submit(*[workload(f"s{i}").cq("cq").pods(1, cpu=1).priority(50) for i in range(30)])
+    s.settle()  # s0..s9 run, s10 parked (it did not fit), s11.. queued behind it
     s.submit(workload("blocker").cq("cq").pods(1, cpu=10).priority(100))
-    s.submit(*[workload(f"s{i}").cq("cq").pods(1, cpu=1).priority(50) for i in range(1, 30)])
-    s.settle()
+    assert Sim.admits(s.settle()) == []
     assert s.usage("cq") == 10_000 and s.pending("blocker")
     running = [f"s{i}" for i in range(10)]
     for n in running[:3]:  # each finish: the blocker first (parked again), then one small
