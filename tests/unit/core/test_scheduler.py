@@ -153,3 +153,25 @@ def test_admit_carries_the_admission_to_write():
     (psa,) = admit.admission.pod_set_assignments
     assert (psa.name, psa.count) == ("main", 2)
     assert dict(psa.resource_usage) == {"cpu": 3000, "memory": 2 * 2**30}
+
+
+def test_a_parked_higher_priority_head_comes_back_first_after_each_finish():
+    """Kueue's rule (pkg/cache/queue: a finish requeues the cohort's inadmissible Workloads
+    into the heap, ordered by priority then creation; one head per ClusterQueue per cycle):
+    a parked 10-CPU blocker is the head of the first cycle after every finish (no smaller
+    one is admitted in that cycle), and it is admitted, ahead of the lower-priority stream,
+    in the first cycle after the quota is free (issue 33 item 4)."""
+    s = Sim(cluster_queue("cq").flavor("default-flavor", cpu=10))
+    s.submit(*[workload(f"s{i}").cq("cq").pods(1, cpu=1).priority(50) for i in range(30)])
+    s.settle()  # s0..s9 run, s10 parked (it did not fit), s11.. queued behind it
+    s.submit(workload("blocker").cq("cq").pods(1, cpu=10).priority(100))
+    assert Sim.admits(s.settle()) == []
+    assert s.usage("cq") == 10_000 and s.pending("blocker")
+    running = [f"s{i}" for i in range(10)]
+    for n in running[:3]:  # each finish: the blocker first (parked again), then one small
+        s.finish(n)
+        ds = s.cycle()
+        assert Sim.admits(ds) == [] and "ns/blocker" in Sim.pendings(ds)
+        assert Sim.admits(s.cycle()) == ["ns/s" + str(running.index(n) + 10)]
+    s.finish(*running[3:], "s10", "s11", "s12")
+    assert Sim.admits(s.cycle()) == ["ns/blocker"]
