@@ -747,7 +747,7 @@ class MultiKueueController:
         for name in list(sent):
             w = self.workers.get(name)
             if w is None or w.client is None:
-                continue  # not connected: left for the garbage collection (not implemented)
+                continue  # not connected: the garbage collection deletes them once Finished
             try:
                 res = _resource(adapter)
                 jobs, wls = await self._read_remotes({name: w.client}, ns, res, job_name,

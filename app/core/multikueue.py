@@ -641,9 +641,9 @@ def gc_keeps(local: Mapping[str, Any] | None) -> bool:
     ``local`` (None: gone): it exists, is not being deleted and is not Finished. Kueue's
     ``runGC`` deletes the first two; a Finished one's copies Kueue's workload reconciler
     deletes on every worker of the config once the worker's watch reports them (also after a
-    worker comes back); pykueue, without those watches, deletes them here (a worker down when
-    the Workload was requeued elsewhere and finished kept its admitted copies, and their
-    quota, for good: follow16)."""
+    worker comes back); pykueue, without those watches, deletes them here (a worker down
+    when the Workload was requeued elsewhere and finished there kept its copies once back:
+    follow16)."""
     if local is None or (local.get("metadata") or {}).get("deletionTimestamp"):
         return False
     finished = condition_of(local, "Finished")
