@@ -54,6 +54,7 @@ from app.wire.queues import (
     cluster_queue,
     cohort,
     consumed_from_status,
+    is_multikueue_check,
     local_queue,
     resource_flavor,
 )
@@ -142,7 +143,8 @@ class InformerFeed:
         if etype == DELETED:
             self.cluster.delete_admission_check(admission_check(old)[0])  # type: ignore[arg-type]
         elif new is not None:
-            self.cluster.set_admission_check(*admission_check(new))
+            self.cluster.set_admission_check(*admission_check(new),
+                                             multikueue=is_multikueue_check(new))
         self.ctx.wake()
 
     def on_local_queue(self, etype: str, old: Obj | None, new: Obj | None) -> None:

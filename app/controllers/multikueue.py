@@ -84,6 +84,7 @@ from app.core.multikueue import (
     condition_of,
     evicted_on_worker,
     first_with,
+    gc_keeps,
     gc_orphans,
     kubeconfig_problem,
     next_nominees,
@@ -263,7 +264,8 @@ class MultiKueueController:
     async def _maybe_gc(self, now: float) -> None:
         """Every ``multikueue.gc_interval_seconds`` (0: never), the first one interval after
         the start: each connected worker's Workloads with this origin whose manager Workload
-        is gone or being deleted are deleted, their job first (Kueue ``runGC``)."""
+        is gone, being deleted or Finished (``gc_keeps``) are deleted, their job first (Kueue
+        ``runGC``)."""
         if not self.s.gc_interval_seconds:
             return
         if self._gc_at is None:
@@ -274,8 +276,7 @@ class MultiKueueController:
         store = self.ctx.store(WL)
 
         def alive(key: str) -> bool:
-            wl = store.get(key)
-            return wl is not None and not wl["metadata"].get("deletionTimestamp")
+            return gc_keeps(store.get(key))
         for name, w in list(self.workers.items()):
             if w.client is None or not w.verdict.active:
                 continue
@@ -746,7 +747,7 @@ class MultiKueueController:
         for name in list(sent):
             w = self.workers.get(name)
             if w is None or w.client is None:
-                continue  # not connected: left for the garbage collection (not implemented)
+                continue  # not connected: the garbage collection deletes them once Finished
             try:
                 res = _resource(adapter)
                 jobs, wls = await self._read_remotes({name: w.client}, ns, res, job_name,

@@ -636,14 +636,29 @@ def soonest_keep(etas: Mapping[str, WorkerEta], waited: float, patience: float
     return sorted(keep)
 
 
+def gc_keeps(local: Mapping[str, Any] | None) -> bool:
+    """Whether the garbage collection leaves a worker's copy whose manager Workload is
+    ``local`` (None: gone): it exists, is not being deleted and is not Finished. Kueue's
+    ``runGC`` deletes the first two; a Finished one's copies Kueue's workload reconciler
+    deletes on every worker of the config once the worker's watch reports them (also after a
+    worker comes back); pykueue, without those watches, deletes them here (a worker down
+    when the Workload was requeued elsewhere and finished there kept its copies once back:
+    follow16)."""
+    if local is None or (local.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    finished = condition_of(local, "Finished")
+    return not (finished is not None and finished.get("status") == "True")
+
+
 def gc_orphans(remote_workloads: Sequence[Mapping[str, Any]], origin: str,
                local_alive: Callable[[str], bool]
                ) -> list[tuple[str, str, tuple[Adapter, str] | None]]:
     """The worker's Workloads the garbage collection deletes (Kueue v0.17.1
     ``remoteClient.runGC``): those labelled ``kueue.x-k8s.io/multikueue-origin: <origin>``
-    whose manager Workload (same namespace and name) is gone or being deleted
-    (``local_alive("ns/name")`` False). Each as (namespace, name, its controller's adapter
-    and name, None without one or of a kind without an adapter: only the Workload goes)."""
+    whose manager Workload (same namespace and name) is gone or being deleted, or Finished
+    (``local_alive("ns/name")`` False: ``gc_keeps``). Each as (namespace, name, its
+    controller's adapter and name, None without one or of a kind without an adapter: only
+    the Workload goes)."""
     out: list[tuple[str, str, tuple[Adapter, str] | None]] = []
     for wl in remote_workloads:
         meta = wl.get("metadata") or {}

@@ -306,6 +306,7 @@ class QuotaState:
         self._lqs: dict[str, LocalQueue] = {}
         # AdmissionCheck name -> Active (Kueue v1beta2 AdmissionCheck ``Active`` condition).
         self._checks: dict[str, bool] = {}
+        self._mk_checks: set[str] = set()  # the checks whose controller is MultiKueue's
         self._namespaces: dict[str, dict[str, str]] = {}
         self._wls: dict[WorkloadKey, _Record] = {}
         self._admitted_by_cq: dict[ClusterQueueName, dict[WorkloadKey, None]] = {}
@@ -338,25 +339,31 @@ class QuotaState:
         return True
 
     # ---- AdmissionChecks ---------------------------------------------------------------------
-    def set_admission_check(self, name: str, active: bool) -> None:
-        """Add or update AdmissionCheck ``name`` (``active``: its Active condition is True);
-        the ClusterQueues naming it are re-validated (Kueue: a ClusterQueue naming a missing
-        or inactive check is inactive)."""
-        if self._checks.get(name) is not active:
+    def set_admission_check(self, name: str, active: bool, multikueue: bool = False) -> None:
+        """Add or update AdmissionCheck ``name`` (``active``: its Active condition is True;
+        ``multikueue``: its controller is MultiKueue's); the ClusterQueues naming it are
+        re-validated (Kueue: a ClusterQueue naming a missing or inactive check, or two
+        MultiKueue checks, is inactive)."""
+        if self._checks.get(name) is not active or (name in self._mk_checks) != multikueue:
             self._checks[name] = active
+            if multikueue:
+                self._mk_checks.add(name)
+            else:
+                self._mk_checks.discard(name)
             self._revalidate_all()
 
     def delete_admission_check(self, name: str) -> bool:
         """Remove AdmissionCheck ``name``; ClusterQueues naming it become inactive."""
         if self._checks.pop(name, None) is None:
             return False
+        self._mk_checks.discard(name)
         self._revalidate_all()
         return True
 
     def _problem_of(self, spec: ClusterQueueSpec) -> ConfigProblem | None:
         problem = validate_cluster_queue(spec, self._flavors)
         if problem is None and spec.admission_checks:
-            problem = admission_checks_problem(spec, self._checks)
+            problem = admission_checks_problem(spec, self._checks, self._mk_checks)
         if problem is None and spec.cohort is not None:
             problem = self._cohort_problems.get(spec.cohort)
         return problem
@@ -1054,6 +1061,7 @@ class QuotaState:
         out._namespaces = {k: dict(v) for k, v in self._namespaces.items()}
         out._lqs = dict(self._lqs)
         out._checks = dict(self._checks)
+        out._mk_checks = set(self._mk_checks)
         for n in wanted:
             out.add_cluster_queue(self._cqs[n].spec)
         for n in wanted:

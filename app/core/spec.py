@@ -14,6 +14,7 @@ raising, and its Workloads stay pending with that reason.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -580,13 +581,19 @@ def validate_cohort(spec: CohortSpec) -> ConfigProblem | None:
     return _groups_problem(spec.resource_groups, spec.parent is not None, "parentName")
 
 
-def admission_checks_problem(spec: ClusterQueueSpec,
-                             checks: Mapping[str, bool]) -> ConfigProblem | None:
+def admission_checks_problem(spec: ClusterQueueSpec, checks: Mapping[str, bool],
+                             multikueue: AbstractSet[str] = frozenset()
+                             ) -> ConfigProblem | None:
     """Why the AdmissionChecks ``spec`` names make it inactive, or None. ``checks``: every
-    AdmissionCheck known, name -> its ``Active`` condition is True. Kueue v1beta2
+    AdmissionCheck known, name -> its ``Active`` condition is True; ``multikueue``: the
+    names of those whose controller is MultiKueue's. Kueue v1beta2
     (``pkg/cache/scheduler/clusterqueue.go``): a check that does not exist gives reason
     ``AdmissionCheckNotFound`` ("references missing AdmissionCheck(s): a,b"), one that is not
-    Active ``AdmissionCheckInactive``; missing ones are named first. Never raises."""
+    Active ``AdmissionCheckInactive``, more than one MultiKueue check
+    ``MultipleMultiKueueAdmissionChecks``, a MultiKueue check whose ``onFlavors`` is not every
+    flavor
+    ``MultiKueueAdmissionCheckAppliedPerFlavor``; in that order (Kueue joins the reasons
+    of all, pykueue names the first). Never raises."""
     missing = sorted({c.name for c in spec.admission_checks if c.name not in checks})
     if missing:
         return ConfigProblem(
@@ -599,6 +606,22 @@ def admission_checks_problem(spec: ClusterQueueSpec,
             "AdmissionCheckInactive", "spec.admissionChecksStrategy.admissionChecks",
             f"Can't admit new workloads: references inactive AdmissionCheck(s): "
             f"{','.join(inactive)}.")
+    mk = sorted({c.name for c in spec.admission_checks if c.name in multikueue})
+    if len(mk) > 1:
+        return ConfigProblem(
+            "MultipleMultiKueueAdmissionChecks", "spec.admissionChecksStrategy.admissionChecks",
+            f"Can't admit new workloads: Cannot use multiple MultiKueue AdmissionChecks on "
+            f"the same ClusterQueue, found: {','.join(mk)}.")
+    every = {f.name for g in spec.resource_groups for f in g.flavors}
+    per_flavor = sorted({c.name for c in spec.admission_checks
+                         if c.name in multikueue and c.on_flavors
+                         and set(c.on_flavors) != every})
+    if per_flavor:
+        return ConfigProblem(
+            "MultiKueueAdmissionCheckAppliedPerFlavor",
+            "spec.admissionChecksStrategy.admissionChecks",
+            f"Can't admit new workloads: Cannot specify MultiKueue AdmissionCheck per flavor, "
+            f"found: {','.join(per_flavor)}.")
     return None
 
 

@@ -270,6 +270,12 @@ def admission_check(obj: Obj) -> tuple[str, bool]:
     return str(meta.get("name", "")), active
 
 
+def is_multikueue_check(obj: Obj) -> bool:
+    """Whether AdmissionCheck ``obj``'s ``spec.controllerName`` is MultiKueue's (Kueue: a
+    ClusterQueue may name one such check, for all its flavors)."""
+    return (obj.get("spec") or {}).get("controllerName") == "kueue.x-k8s.io/multikueue"
+
+
 def cohort(obj: Obj) -> tuple[CohortSpec, ConfigProblem | None]:
     """Cohort object (Kueue v1beta2 ``Cohort``: ``spec.parentName``, ``spec.resourceGroups``,
     ``spec.fairSharing.weight``) -> (spec, parse problem or None). An unreadable quantity

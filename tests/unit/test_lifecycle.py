@@ -29,7 +29,13 @@ from app.integrations.batchjob.job import pods_ready
 from app.integrations.framework import StartError
 from app.integrations.jobset.jobset import jobset_pods_ready
 from app.integrations.podsets import admitted_scheduling
-from app.wire.queues import admission_check, cluster_queue, local_queue, resource_flavor
+from app.wire.queues import (
+    admission_check,
+    cluster_queue,
+    is_multikueue_check,
+    local_queue,
+    resource_flavor,
+)
 from app.wire.workload import domain_workload
 from app.wire.workload_status import (
     condition,
@@ -102,6 +108,41 @@ def test_a_queue_naming_a_missing_or_inactive_check_is_inactive_and_says_which()
     assert active()["reason"] == "Ready"
     c.delete_admission_check("prov")
     assert active()["reason"] == "AdmissionCheckNotFound"
+
+
+def test_a_queue_naming_two_multikueue_checks_or_one_per_flavor_is_inactive() -> None:
+    """Kueue v0.17.1 ``updateQueueStatus``: reasons ``MultipleMultiKueueAdmissionChecks`` and
+    ``MultiKueueAdmissionCheckAppliedPerFlavor``; a MultiKueue check beside another kind of
+    check is fine (found following docs/multikueue.md: such a queue admitted and dispatched)."""
+    c = Scheduler()
+    for f in ("f", "g"):
+        c.add_flavor(resource_flavor({"metadata": {"name": f}, "spec": {}}))
+    c.add_cluster_queue(cluster_queue(_cq([{"name": "mk1"}, {"name": "mk2"}]))[0])
+    view = ClusterView(c)
+
+    def active() -> dict:
+        return cluster_queue_status(_cq(), view.cluster_queue("cq"), T0)["conditions"][0]
+
+    def mk(name: str) -> dict:
+        obj = _ac(name, True)
+        obj["spec"]["controllerName"] = "kueue.x-k8s.io/multikueue"
+        return obj
+    for name in ("mk2", "mk1"):
+        c.set_admission_check(*admission_check(mk(name)), multikueue=is_multikueue_check(mk(name)))
+    a = active()
+    assert (a["status"], a["reason"]) == ("False", "MultipleMultiKueueAdmissionChecks")
+    assert a["message"] == ("Can't admit new workloads: Cannot use multiple MultiKueue "
+                            "AdmissionChecks on the same ClusterQueue, found: mk1,mk2.")
+    other = _ac("mk2", True)  # the same name, now another controller's check
+    c.set_admission_check(*admission_check(other), multikueue=is_multikueue_check(other))
+    assert active()["reason"] == "Ready"
+    c.add_cluster_queue(cluster_queue(_cq([{"name": "mk1", "onFlavors": ["g"]}]))[0])
+    a = active()
+    assert (a["status"], a["reason"]) == ("False", "MultiKueueAdmissionCheckAppliedPerFlavor")
+    assert a["message"] == ("Can't admit new workloads: Cannot specify MultiKueue AdmissionCheck "
+                            "per flavor, found: mk1.")
+    c.add_cluster_queue(cluster_queue(_cq([{"name": "mk1", "onFlavors": ["g", "f"]}]))[0])
+    assert active()["reason"] == "Ready"  # every flavor: not per flavor (Kueue AllFlavors)
 
 
 def test_queue_status_counts_a_workload_awaiting_checks_as_reserving_only() -> None:

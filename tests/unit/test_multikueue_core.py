@@ -13,6 +13,7 @@ from app.core.multikueue import (
     check_active,
     cluster_source_problem,
     first_with,
+    gc_keeps,
     gc_orphans,
     job_status_to_mirror,
     kubeconfig_problem,
@@ -266,6 +267,28 @@ def test_gc_orphans_as_kueue_rungc():
               wl("other-origin", origin="x"), wl("unlabelled", origin=None)]
     out = gc_orphans(remote, "mk", lambda key: key == "n/kept")
     assert out == [("n", "gone", (JOBSET, "js")), ("n", "podowned", None)]
+
+
+def test_gc_deletes_the_copies_of_a_finished_workload():
+    """A worker down when its Workload was requeued onto another worker and finished there
+    kept its admitted copies, and their quota, once back (follow16: ``make run-multikueue``'s
+    worker1 after ``make multikueue-lab-up``); Kueue's reconciler deletes them on reconnect."""
+    def local(*conds, deleting=False):
+        meta = {"name": "w", "namespace": "n"}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-12-04T21:00:00Z"
+        return {"metadata": meta, "status": {"conditions": [
+            {"type": t, "status": st} for t, st in conds]}}
+    assert not gc_keeps(None)
+    assert not gc_keeps(local(deleting=True))
+    assert not gc_keeps(local(("QuotaReserved", "True"), ("Finished", "True")))
+    assert gc_keeps(local(("QuotaReserved", "True"), ("Finished", "False")))
+    assert gc_keeps(local(("QuotaReserved", "True")))
+    store = {"n/done": local(("Finished", "True")), "n/running": local(("QuotaReserved", "True"))}
+    remote = [{"metadata": {"name": n, "namespace": "n", "labels": {ORIGIN_LABEL: "mk"}}}
+              for n in ("done", "running")]
+    assert gc_orphans(remote, "mk", lambda key: gc_keeps(store.get(key))) == [
+        ("n", "done", None)]
 
 
 def test_no_worker_condition_only_with_a_limit_and_after_it():
