@@ -522,7 +522,12 @@ class MultiKueueController:
             for name in [n for n in remotes if n != winner]:
                 await self._delete_remote(remotes[name], ns, res, job_name, jobs.get(name),
                                           wls.get(name))
-            self.dispatched[key] = (adapter, job_name, {winner})
+            # A worker not reached now (down, unreachable) keeps its place in the record:
+            # its copies are deleted once it answers again (Kueue's reconciler on reconnect),
+            # not left to run there beside the winner's.
+            sent = self.dispatched.get(key, (adapter, job_name, set()))[2]
+            unreached = {n for n in sent if n != winner and n not in remotes}
+            self.dispatched[key] = (adapter, job_name, {winner} | unreached)
             status = wl.get("status") or {}
             if st.get("state") != "Ready" or status.get("clusterName") != winner:
                 if st.get("state") not in ("Retry", "Rejected"):

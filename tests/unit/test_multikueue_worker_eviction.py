@@ -229,3 +229,36 @@ def test_evicted_and_given_quota_again_between_two_passes_the_old_copies_go():
         assert wl["status"]["nominatedClusterNames"] == ["worker1", "worker2"]
         assert workers["worker1"].created == ["wl"] and workers["worker2"].created == ["wl"]
     asyncio.run(run())
+
+
+def test_a_worker_down_when_another_won_has_its_copies_removed_once_it_answers():
+    """worker1 held the Workload's copy and went away; the Workload was placed on worker2.
+    The manager's record keeps worker1 (it could not delete there): once worker1 answers
+    again, its copies go (when the Workload finishes at the latest). Before: the record
+    named worker2 only, so worker1's old copy and Job, admitted again there, ran on beside
+    the winner's until the garbage collection (follow16)."""
+    mk, store, workers = _all_at_once()
+    w1 = mk.workers.pop("worker1")  # worker1 unreachable: no client
+    mk.dispatched["ns/wl"] = (BATCH_JOB, "j", {"worker1", "worker2"})
+    workers["worker1"].objs[("jobs", "ns", "j")] = _job_copy(mk)
+    _put_copy(workers["worker1"], ADMITTED)
+    _put_copy(workers["worker2"], ADMITTED)
+
+    async def run() -> None:
+        wl = await _pass(mk, store)
+        assert wl["status"]["clusterName"] == "worker2"
+        assert mk.dispatched["ns/wl"][2] == {"worker1", "worker2"}
+        assert not workers["worker1"].deleted
+        # The Workload finishes on worker2 while worker1 is still away: worker2's copies go,
+        # worker1 stays recorded.
+        wl = store["ns/wl"]
+        wl["status"]["conditions"].append({"type": "Finished", "status": "True",
+                                           "reason": "Succeeded", "lastTransitionTime": T2})
+        await _pass(mk, store)
+        assert "wl" in workers["worker2"].deleted
+        assert mk.dispatched["ns/wl"][2] == {"worker1"}
+        mk.workers["worker1"] = w1  # worker1 answers again
+        await _pass(mk, store)
+        assert sorted(workers["worker1"].deleted) == ["j", "wl"]
+        assert "ns/wl" not in mk.dispatched
+    asyncio.run(run())
