@@ -3,8 +3,8 @@ hack/multikueue_lab.py). The tenant is breaker13's: ServiceAccount ``tenant`` wi
 namespace ``b13-mk`` on every cluster, read-only Workloads (no ``workloads/status``, no
 ``jobs/status``: checked with ``kubectl auth can-i --subresource=status``), here also allowed
 the operators' kinds in its namespace on the manager (``edit`` does not aggregate them in the
-lab). These attacks found no hole; they are the first lab runs of session 15's fixes, kept so
-that the fixes stay tested against a real API server and real operators."""
+lab). The first lab runs of session 15's fixes (no hole: kept so that they stay tested against
+a real API server and real operators), and the hole found on a worker (prebuilt label)."""
 
 from __future__ import annotations
 
@@ -149,6 +149,39 @@ def test_a_job_orphan_deleted_on_the_manager_leaves_nothing_running_on_the_worke
                        != old and w, 30, "the new Job's Workload")
         wait_for(lambda: len(_running(w1, name)) == 1, 60, "the new Job's pod on worker1")
         assert _get(w1, "workload", new["metadata"]["name"], "-n", NS) is not None
+        assert len(_running(w1, name)) == 1
+    finally:
+        _cleanup(manager, w1, name)
+
+
+def test_a_running_worker_copys_prebuilt_label_cannot_be_removed_or_changed(
+        mk_sites):  # noqa: F811
+    """Attack on worker1: the tenant's Job runs there (the manager's copy, labelled
+    ``kueue.x-k8s.io/prebuilt-workload-name: <the copy of the Workload>``); the tenant removes
+    that label, or points it elsewhere. Before: allowed; worker1's pykueue made the Job a
+    Workload of its own, admitted beside the copy, still admitted too: 2 Workloads and 2 CPUs
+    of worker1's quota for 1 Running pod until the Job ends. Now refused (Kueue v0.17.1
+    ``validateUpdateForPrebuiltWorkload``: immutable unless suspended); worker1 keeps one
+    Workload for it."""
+    manager, w1, _ = mk_sites
+    name = f"pb-{uuid.uuid4().hex[:6]}"
+    _tenant_apply(manager, _job(name, "600s"))
+    try:
+        wait_for(lambda: len(_running(w1, name)) == 1, 60, "the Job's pod running on worker1")
+        wl_name = _workload_of(manager, name)["metadata"]["name"]
+        pointer = "/metadata/labels/kueue.x-k8s.io~1prebuilt-workload-name"
+        for patch in ([{"op": "remove", "path": pointer}],
+                      [{"op": "replace", "path": pointer, "value": "elsewhere"}]):
+            r = w1.kubectl(*TENANT, "patch", "job", name, "-n", NS, "--type=json",
+                           "-p", json.dumps(patch), check=False)
+            assert r.returncode != 0 and "prebuilt-workload-name" in r.stderr, r.stderr
+        labels = _get(w1, "job", name, "-n", NS)["metadata"]["labels"]
+        assert labels["kueue.x-k8s.io/prebuilt-workload-name"] == wl_name
+        mine = [w["metadata"]["name"] for w in
+                (_get(w1, "workloads", "-n", NS) or {}).get("items") or []
+                if any(o.get("name") == name for o in w["metadata"].get("ownerReferences")
+                       or [])]
+        assert mine == [wl_name]
         assert len(_running(w1, name)) == 1
     finally:
         _cleanup(manager, w1, name)
