@@ -59,25 +59,26 @@ def _pod() -> dict:
                 "name": "c", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}
 
 
-def _kinds(name: str) -> list[tuple[str, tuple[str, ...], dict]]:
-    """(resource, managedBy's path, object) of each kind whose managedBy pykueue's webhook
-    guards: AppWrapper and MPIJob (their operators' rule is missing here), PyTorchJob."""
+def _kinds(name: str) -> list[tuple[str, tuple[str, ...], str, dict]]:
+    """(resource, managedBy's path, its operator's value, object) of each kind whose
+    managedBy pykueue's webhook guards: AppWrapper and MPIJob (their operators' rule is
+    missing here), PyTorchJob."""
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"{name}-j"},
            "spec": {"parallelism": 1, "completions": 1, "template": _pod()}}
     master = {"replicas": 1, "template": {"spec": {"restartPolicy": "Never", "containers": [{
         "name": "pytorch", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}]}}}
     return [
-        ("appwrapper", ("spec", "managedBy"),
+        ("appwrapper", ("spec", "managedBy"), "workload.codeflare.dev/appwrapper-controller",
          {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
           "metadata": {"name": f"{name}-aw", "namespace": NS, "labels": LQ},
           "spec": {"components": [{"template": job}]}}),
-        ("mpijob", ("spec", "runPolicy", "managedBy"),
+        ("mpijob", ("spec", "runPolicy", "managedBy"), "kubeflow.org/mpi-operator",
          {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
           "metadata": {"name": f"{name}-mpi", "namespace": NS, "labels": LQ},
           "spec": {"slotsPerWorker": 1, "mpiReplicaSpecs": {
               "Launcher": {"replicas": 1, "template": _pod()},
               "Worker": {"replicas": 1, "template": _pod()}}}}),
-        ("pytorchjob", ("spec", "runPolicy", "managedBy"),
+        ("pytorchjob", ("spec", "runPolicy", "managedBy"), "kubeflow.org/training-operator",
          {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
           "metadata": {"name": f"{name}-pt", "namespace": NS, "labels": LQ},
           "spec": {"pytorchReplicaSpecs": {"Master": master}}}),
@@ -87,14 +88,14 @@ def _kinds(name: str) -> list[tuple[str, tuple[str, ...], dict]]:
 def test_a_dispatched_objects_managed_by_cannot_be_removed_or_replaced(tenant_kinds):
     """Attack (14ea77a, first lab run): the tenant's AppWrapper, MPIJob and PyTorchJob are
     dispatched (the manager's Workload placed on worker1, check Ready); the tenant removes
-    ``managedBy`` or replaces it (JSON patch), which would have the manager's operator run
-    the object beside its copy on worker1. Both refused by pykueue's webhook on the manager
-    (``field is immutable``), managedBy stays ``kueue.x-k8s.io/multikueue``."""
+    ``managedBy`` or sets its operator's value (JSON patch), which would have the manager's
+    operator run the object beside its copy on worker1. Both refused by pykueue's webhook on
+    the manager (``field is immutable``), managedBy stays ``kueue.x-k8s.io/multikueue``."""
     manager, w1, _ = tenant_kinds
     name = f"mb-{uuid.uuid4().hex[:5]}"
     made = []
     try:
-        for kind, path, obj in _kinds(name):
+        for kind, path, operator, obj in _kinds(name):
             obj_name = obj["metadata"]["name"]
             _tenant_apply(manager, obj)
             made.append((kind, obj_name))
@@ -105,7 +106,7 @@ def test_a_dispatched_objects_managed_by_cannot_be_removed_or_replaced(tenant_ki
             wait_for(placed, 60, f"the {kind} placed on worker1")
             pointer = "/" + "/".join(path)
             for patch in ([{"op": "remove", "path": pointer}],
-                          [{"op": "replace", "path": pointer, "value": "example.com/run"}]):
+                          [{"op": "replace", "path": pointer, "value": operator}]):
                 r = manager.kubectl(*TENANT, "patch", kind, obj_name, "-n", NS, "--type=json",
                                     "-p", json.dumps(patch), check=False)
                 assert r.returncode != 0 and "field is immutable" in r.stderr, (kind, r.stderr)
@@ -122,6 +123,14 @@ def test_a_dispatched_objects_managed_by_cannot_be_removed_or_replaced(tenant_ki
             manager.kubectl("delete", kind, obj_name, "-n", NS, "--wait=false", check=False)
 
 
+def _running_on_worker1(manager, w1, name: str) -> str:
+    """Submit the tenant's Job ``name`` (1 CPU, 10 minutes) on the manager; once its pod runs
+    on worker1, the name of the manager's Workload."""
+    _tenant_apply(manager, _job(name, "600s"))
+    wait_for(lambda: len(_running(w1, name)) == 1, 60, "the Job's pod running on worker1")
+    return _workload_of(manager, name)["metadata"]["name"]
+
+
 def test_a_job_orphan_deleted_on_the_manager_leaves_nothing_running_on_the_worker(
         mk_sites):  # noqa: F811
     """Attack: the tenant's Job runs on worker1 (1 pod on the manager's admission of 1); on
@@ -132,10 +141,8 @@ def test_a_job_orphan_deleted_on_the_manager_leaves_nothing_running_on_the_worke
     reused)."""
     manager, w1, _ = mk_sites
     name = f"orm-{uuid.uuid4().hex[:6]}"
-    _tenant_apply(manager, _job(name, "600s"))
     try:
-        wait_for(lambda: len(_running(w1, name)) == 1, 60, "the Job's pod running on worker1")
-        old = _workload_of(manager, name)["metadata"]["name"]
+        old = _running_on_worker1(manager, w1, name)
         manager.kubectl(*TENANT, "delete", "job", name, "-n", NS, "--cascade=orphan")
 
         def cleaned() -> bool:
@@ -165,10 +172,8 @@ def test_a_running_worker_copys_prebuilt_label_cannot_be_removed_or_changed(
     Workload for it."""
     manager, w1, _ = mk_sites
     name = f"pb-{uuid.uuid4().hex[:6]}"
-    _tenant_apply(manager, _job(name, "600s"))
     try:
-        wait_for(lambda: len(_running(w1, name)) == 1, 60, "the Job's pod running on worker1")
-        wl_name = _workload_of(manager, name)["metadata"]["name"]
+        wl_name = _running_on_worker1(manager, w1, name)
         pointer = "/metadata/labels/kueue.x-k8s.io~1prebuilt-workload-name"
         for patch in ([{"op": "remove", "path": pointer}],
                       [{"op": "replace", "path": pointer, "value": "elsewhere"}]):
