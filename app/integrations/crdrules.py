@@ -50,6 +50,7 @@ from app.integrations.webhook_toolkit import (
     json_pointer,
     json_type,
     patched,
+    prebuilt_name_errors,
     queue_name_format_errors,
     read_object,
     read_queue_name,
@@ -259,6 +260,7 @@ class CrdRules:
         prior = read_object(old)
         before = read_queue_name(prior, label)
         errors = self._managed_by_errors(prior, o)
+        errors += prebuilt_name_errors(prior, o, read_lever(o, self.suspend))
         errors += self._new_spec_errors(prior, bool(before) or unlabelled, o) \
             if queue or unlabelled else []
         if self.extra_update is not None and (queue or before or unlabelled):

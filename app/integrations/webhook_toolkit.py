@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from app.wire.names import (
     ORIGINAL_ANNOTATION,
     PODSET_LABEL,
+    PREBUILT_WORKLOAD_LABEL,
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
 )
@@ -258,6 +259,24 @@ def injected_label_removal_errors(old: Mapping[str, Any], old_queue: str, new_qu
             f"(annotation {ORIGINAL_ANNOTATION}): unqueued, it would run with its admission's "
             "nodeSelector and tolerations on no quota; delete it, or remove the label once "
             "pykueue has stopped it (the annotation is gone then)"]
+
+
+def prebuilt_name_errors(old: Mapping[str, Any], new: Mapping[str, Any],
+                         new_suspended: bool) -> list[str]:
+    """Kueue v0.17.1 ``validateUpdateForPrebuiltWorkload``: the
+    ``kueue.x-k8s.io/prebuilt-workload-name`` label cannot be added, changed or removed
+    unless the updated object is suspended. Running, a Job that lost it got a Workload of
+    its own beside the prebuilt one (a MultiKueue worker's copy, still admitted): one pod
+    held the quota twice (breaker16)."""
+    def prebuilt(obj: Mapping[str, Any]) -> str:
+        labels = (obj.get("metadata") or {}).get("labels")
+        value = labels.get(PREBUILT_WORKLOAD_LABEL) if isinstance(labels, Mapping) else None
+        return value if isinstance(value, str) else ""
+    was, now = prebuilt(old), prebuilt(new)
+    if new_suspended or was == now:
+        return []
+    return [f"{label_field(PREBUILT_WORKLOAD_LABEL)}: field is immutable ({was!r} cannot "
+            f"become {now!r}) while the object is not suspended"]
 
 
 def unsuspend_errors(lever: str, what: str, queue: str, manages_unlabelled: bool,

@@ -44,6 +44,7 @@ from app.integrations.webhook_toolkit import (
     label_field,
     optional_object,
     patched,
+    prebuilt_name_errors,
     priority_class_label_errors,
     queue_name_format_errors,
     read_name,
@@ -304,7 +305,7 @@ def validate_update(
     where = label_field(label)
     old_queue, new_queue = read_queue_name(old_job, label), read_queue_name(new_job, label)
     old_suspended, new_suspended = read_suspend(old_job), read_suspend(new_job)
-    errors: list[str] = []
+    errors = prebuilt_name_errors(old_job, new_job, new_suspended)
     if new_queue != old_queue:
         errors += queue_name_format_errors(new_queue, label)
         if not new_suspended:
