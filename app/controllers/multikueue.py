@@ -250,6 +250,8 @@ class MultiKueueController:
                 await self._sync_workload(wl, st, check_clusters[st["name"]])
             except ApiError as exc:
                 log.info("multikueue: workload %s: %s", key, exc)
+            except Exception:  # noqa: BLE001 - one Workload must not stop the others' dispatch
+                log.exception("multikueue: workload %s", key)
         for key in [k for k in self.dispatched if k not in seen]:
             await self._remove_remotes(key)  # the Workload was deleted
         self.cleaned &= seen

@@ -9,6 +9,7 @@ API servers."""
 from __future__ import annotations
 
 import asyncio
+import json
 from types import SimpleNamespace
 
 from app.core.multikueue import (
@@ -19,6 +20,7 @@ from app.core.multikueue import (
     admitted_worker,
     evicted_on_worker,
 )
+from app.kube.context import AC
 from tests.unit.test_multikueue_soonest import _controller
 
 T0, T1, T2 = "2026-12-04T14:00:01Z", "2026-12-04T14:00:05Z", "2026-12-04T14:00:09Z"
@@ -262,3 +264,36 @@ def test_a_worker_down_when_another_won_has_its_copies_removed_once_it_answers()
         assert sorted(workers["worker1"].deleted) == ["j", "wl"]
         assert "ns/wl" not in mk.dispatched
     asyncio.run(run())
+
+
+def test_one_workload_failing_its_pass_does_not_stop_the_others():
+    """A Workload whose pass raises something other than an API error (a malformed object,
+    a bug) is logged and skipped: the Workloads after it are still dispatched in the same
+    pass (breaker16: the exception ended the whole pass, every pass)."""
+    mk, store, workers = _all_at_once()
+    second = json.loads(json.dumps(store["ns/wl"]))
+    second["metadata"]["name"] = "wl2"
+    store.put(second)
+    seen: list[str] = []
+
+    async def sync(wl, st, clusters) -> None:
+        seen.append(wl["metadata"]["name"])
+        if wl["metadata"]["name"] == "wl":
+            raise KeyError("spec")
+
+    async def nothing(*a) -> list[str]:
+        return ["worker1", "worker2"]
+
+    async def listed(res):
+        return [], None
+
+    mk._sync_workload = sync
+    mk._sync_clusters = nothing
+    mk._sync_check = nothing
+    mk.ctx.client.list = listed
+    check = {"spec": {"controllerName": "kueue.x-k8s.io/multikueue"},
+             "metadata": {"name": "mk"}}
+    mk.ctx.store = lambda kind: [check] if kind is AC else list(store.values())
+
+    asyncio.run(mk.sync_once())
+    assert sorted(seen) == ["wl", "wl2"]
