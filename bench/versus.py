@@ -20,6 +20,9 @@ after the run), the controller started before the runner and stopped after it:
   off, webhooks on 127.0.0.1, integrations batch/job only, VisibilityOnDemand off, a private
   mount namespace for /etc/kueue/metrics/certs: needs root);
 * ``kueue-qps1000``: the same with ``clientConnection: {qps: 1000, burst: 2000}``;
+* ``kueue-noleader``: ``kueue`` with ``leaderElection.leaderElect: false`` (a labelled
+  variant: at client QPS 50 Kueue's manager renews its Lease through the same rate limiter as
+  its writes, and on the large generator it lost the Lease 99 s in, on a quiet machine);
 * ``pykueue``: ``pykueue serve`` with its defaults (client QPS 50 / burst 100, leader election
   on) under its ServiceAccount, its webhooks and the kube-scheduler extender registered
   (``hack/lab.py pykueue-up``); ``pykueue-qps1000``: the same with client QPS 1000 / burst 2000.
@@ -89,7 +92,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from workload_watch import analyse as analyse_watch  # noqa: E402
 from workload_watch import generator_quotas  # noqa: E402
 
-RUNS = ("minimalkueue", "kueue", "kueue-qps1000", "pykueue", "pykueue-qps1000")
+RUNS = ("minimalkueue", "kueue", "kueue-qps1000", "kueue-noleader", "pykueue",
+        "pykueue-qps1000")
 DEFAULT_RUNS = ("minimalkueue", "kueue", "kueue-qps1000", "pykueue")
 # Kueue's baseline rangespec (test/performance/scheduler/configs/baseline/rangespec.yaml).
 THRESHOLDS = {"wall_s": 425.0, "usage_pct": 55.0, "large": 11.0, "medium": 90.0, "small": 260.0}
@@ -253,7 +257,8 @@ class VersusRun:
                                str(self.kubeconfig)], "minimalkueue")
         if self.name.startswith("kueue"):
             return self.kl.start_manager(self.kdir, self.kbin, self.out,
-                                         qps=1000 if self.name.endswith("qps1000") else None)
+                                         qps=1000 if self.name.endswith("qps1000") else None,
+                                         leader_elect=not self.name.endswith("noleader"))
         # Kueue v0.17.1 runs without waitForPodsReady (no section in its shipped
         # configuration); pykueue's default is on (Kueue v0.19's): off here, so both do alike.
         extra = {"PYKUEUE_WAIT_FOR_PODS_READY__ENABLE": "false"}

@@ -133,13 +133,16 @@ class KueueLab:
             time.sleep(1)
 
     def manager_config(self, kdir: Path, certs: Path, qps: int | None = None,
-                       pods_ready_timeout: float | None = None) -> dict:
+                       pods_ready_timeout: float | None = None,
+                       leader_elect: bool = True) -> dict:
         """Kueue's shipped configuration with the changes of the module doc.
         ``pods_ready_timeout`` (seconds): a ``waitForPodsReady`` section with that timeout
         (Kueue v0.17.1 defaults the rest); None: no section, so waitForPodsReady is off (in
         v0.17.1's v1beta2 Configuration the section's presence turns it on)."""
         shipped = yaml.safe_load(
             (kdir / "config/components/manager/controller_manager_config.yaml").read_text())
+        # ``leader_elect`` False: ``leaderElection.leaderElect: false`` (a labelled variant:
+        # Kueue's Lease renewal shares its client's rate limiter with its writes).
         cfg = dict(shipped)
         cfg.pop("waitForPodsReady", None)
         if pods_ready_timeout is not None:
@@ -151,7 +154,8 @@ class KueueLab:
             "webhook": {"port": self.webhook_port, "host": "127.0.0.1", "certDir": str(certs)},
             "internalCertManagement": {"enable": False},
             "leaderElection": {**shipped.get("leaderElection", {}),
-                               "resourceNamespace": NAMESPACE},
+                               "resourceNamespace": NAMESPACE,
+                               **({} if leader_elect else {"leaderElect": False})},
             "featureGates": {"VisibilityOnDemand": False},
             "integrations": {"frameworks": ["batch/job"]},
         })
@@ -180,7 +184,8 @@ class KueueLab:
         return yaml.safe_dump_all(docs, sort_keys=False)
 
     def start_manager(self, kdir: Path, kbin: Path, out: Path, qps: int | None = None,
-                      pods_ready_timeout: float | None = None) -> subprocess.Popen[bytes]:
+                      pods_ready_timeout: float | None = None,
+                      leader_elect: bool = True) -> subprocess.Popen[bytes]:
         """Start Kueue's manager (log ``out/kueue.log``; configuration ``manager_config``),
         register its webhooks, and return once they answer. The process leads its own process
         group."""
@@ -196,7 +201,8 @@ class KueueLab:
         for f in ("tls.crt", "tls.key", "ca.crt"):
             shutil.copy(certs / f, mcerts / f)
         config = out / "kueue-config.yaml"
-        config.write_text(yaml.safe_dump(self.manager_config(kdir, certs, qps, pods_ready_timeout),
+        config.write_text(yaml.safe_dump(self.manager_config(kdir, certs, qps, pods_ready_timeout,
+                                                             leader_elect),
                                          sort_keys=False))
         self.kubectl("create", "namespace", NAMESPACE, check=False)
         script = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={work} /etc"
