@@ -70,7 +70,6 @@ from app.core.multikueue import (
     BATCH_JOB,
     INCREMENTAL,
     KUBECONFIG_KEY,
-    MULTIKUEUE_CONTROLLER,
     NO_WORKER,
     ORIGIN_LABEL,
     SOONEST,
@@ -109,6 +108,7 @@ from app.kube.client import (
 from app.kube.context import AC, JOB, WL, Context
 from app.kube.errors import ApiError, NotFound
 from app.kube.events import NORMAL
+from app.wire.queues import is_multikueue_check
 from app.wire.workload_status import is_finished, parse_time, rfc3339, set_condition
 
 log = logging.getLogger(__name__)
@@ -220,8 +220,7 @@ class MultiKueueController:
 
     async def sync_once(self) -> None:
         """One pass over clusters, checks and dispatched Workloads (see the module doc)."""
-        checks = [ac for ac in self.ctx.store(AC)
-                  if (ac.get("spec") or {}).get("controllerName") == MULTIKUEUE_CONTROLLER]
+        checks = [ac for ac in self.ctx.store(AC) if is_multikueue_check(ac)]
         now = asyncio.get_running_loop().time()
         if not checks and not self.dispatched \
                 and now - self._listed_at < self.s.probe_period_seconds:

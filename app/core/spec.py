@@ -591,8 +591,7 @@ def admission_checks_problem(spec: ClusterQueueSpec, checks: Mapping[str, bool],
     ``AdmissionCheckNotFound`` ("references missing AdmissionCheck(s): a,b"), one that is not
     Active ``AdmissionCheckInactive``, more than one MultiKueue check
     ``MultipleMultiKueueAdmissionChecks``, a MultiKueue check whose ``onFlavors`` is not every
-    flavor
-    ``MultiKueueAdmissionCheckAppliedPerFlavor``; in that order (Kueue joins the reasons
+    flavor ``MultiKueueAdmissionCheckAppliedPerFlavor``; in that order (Kueue joins the reasons
     of all, pykueue names the first). Never raises."""
     missing = sorted({c.name for c in spec.admission_checks if c.name not in checks})
     if missing:

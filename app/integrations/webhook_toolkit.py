@@ -267,12 +267,10 @@ def prebuilt_name_errors(old: Mapping[str, Any], new: Mapping[str, Any],
     ``kueue.x-k8s.io/prebuilt-workload-name`` label cannot be added, changed or removed
     unless the updated object is suspended. Running, a Job that lost it got a Workload of
     its own beside the prebuilt one (a MultiKueue worker's copy, still admitted): one pod
-    held the quota twice (breaker16)."""
-    def prebuilt(obj: Mapping[str, Any]) -> str:
-        labels = (obj.get("metadata") or {}).get("labels")
-        value = labels.get(PREBUILT_WORKLOAD_LABEL) if isinstance(labels, Mapping) else None
-        return value if isinstance(value, str) else ""
-    was, now = prebuilt(old), prebuilt(new)
+    held the quota twice (breaker16). Raises ``UnreadableObjectError`` on a label value that
+    is not a string (``read_labels``)."""
+    was = read_labels(old).get(PREBUILT_WORKLOAD_LABEL, "")
+    now = read_labels(new).get(PREBUILT_WORKLOAD_LABEL, "")
     if new_suspended or was == now:
         return []
     return [f"{label_field(PREBUILT_WORKLOAD_LABEL)}: field is immutable ({was!r} cannot "

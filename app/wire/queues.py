@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from app.core.multikueue import MULTIKUEUE_CONTROLLER
 from app.core.quantity import (
     US,
     QuantityError,
@@ -273,7 +274,7 @@ def admission_check(obj: Obj) -> tuple[str, bool]:
 def is_multikueue_check(obj: Obj) -> bool:
     """Whether AdmissionCheck ``obj``'s ``spec.controllerName`` is MultiKueue's (Kueue: a
     ClusterQueue may name one such check, for all its flavors)."""
-    return (obj.get("spec") or {}).get("controllerName") == "kueue.x-k8s.io/multikueue"
+    return (obj.get("spec") or {}).get("controllerName") == MULTIKUEUE_CONTROLLER
 
 
 def cohort(obj: Obj) -> tuple[CohortSpec, ConfigProblem | None]:
