@@ -233,6 +233,9 @@ class ClientSettings(BaseModel):
     qps: float = Field(50.0, gt=0)
     burst: int = Field(100, ge=1)
     request_timeout_seconds: float = Field(10.0, gt=0)
+    # Queue status and Events wait for a token until no other request waits, at most this
+    # long (app.kube.client.TokenBucket): admissions first under a full budget.
+    background_max_wait_seconds: float = Field(5.0, ge=0)
 
 
 class AccessReviewSettings(BaseModel):

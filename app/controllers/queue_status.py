@@ -46,6 +46,7 @@ from app.kube.client import CLUSTER_QUEUES, COHORTS, LOCAL_QUEUES, MERGE_PATCH
 from app.kube.context import CO, CQ, LQ, Context
 from app.kube.errors import NotFound, from_exception
 from app.kube.events import WARNING
+from app.kube.workqueue import background
 from app.wire.fields import Obj
 from app.wire.queues import cohort_of, consumed_resources
 from app.wire.workload_status import rfc3339, set_condition
@@ -332,6 +333,13 @@ class StatusWriter:
         return 1
 
     async def run(self) -> None:
+        """Flush every ``status_flush_seconds`` as background traffic (``background``: after
+        the admission writes waiting for a token, at most ``background_max_wait_seconds``
+        behind them)."""
+        with background():
+            await self._run()
+
+    async def _run(self) -> None:
         interval = self.ctx.settings.scheduling.status_flush_seconds
         while True:
             await asyncio.sleep(interval)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ from app.kube.errors import (
     from_exception,
     from_status,
 )
-from app.kube.workqueue import Lanes, acting_lane
+from app.kube.workqueue import Lanes, acting_lane, in_background
 from app.wire.names import KUEUE_GROUP
 
 JSON = "application/json"
@@ -104,29 +105,42 @@ RESOURCE_CLAIM_TEMPLATES = Resource("resource.k8s.io", "v1", "resourceclaimtempl
 
 class TokenBucket:
     """client-go's token-bucket rate limiter: ``qps`` tokens/second, at most ``burst`` saved,
-    handed out in fair turns across lanes.
+    handed out in fair turns across lanes, foreground before background.
 
     ``acquire(lane)`` waits until a token is available. Waiters are served round-robin across
     lanes (``app.kube.workqueue.Lanes``), first come first served within a lane: the
     client passes the namespace of each request (``lane_of_path``), so one namespace's
     backlog of writes takes every other token at most while another namespace waits, not all
     of them (client-go's limiter is one FIFO for the whole process; with one lane this one is
-    too). A caller arriving while others wait queues behind them. ``clock`` returns seconds
-    (monotonic); ``sleep`` is awaited for waits (both injectable for tests).
+    too). A caller arriving while others wait queues behind them.
+
+    ``acquire(lane, background=True)`` (requests made inside ``app.kube.workqueue.background``:
+    queue status, Events) waits, first come first served, until no foreground caller waits,
+    or until it has waited ``background_max_wait`` seconds (then it takes the next token):
+    under a full budget the writes that decide what runs (admissions, evictions, a job's
+    release) go first, and a background write is still never held longer than that. ``clock``
+    returns seconds (monotonic); ``sleep`` is awaited for waits (both injectable for tests).
+    Raises ``ValueError`` for ``qps`` <= 0, ``burst`` < 1 or a negative ``background_max_wait``.
     """
 
     def __init__(self, qps: float, burst: int,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Any] = asyncio.sleep, *,
+                 background_max_wait: float = 5.0) -> None:
         if qps <= 0 or burst < 1:
             raise ValueError("qps must be > 0 and burst >= 1")
+        if background_max_wait < 0:
+            raise ValueError("background_max_wait must be >= 0")
         self.qps = qps
         self.burst = burst
+        self.background_max_wait = background_max_wait
         self._clock = clock
         self._sleep = sleep
         self._tokens = float(burst)
         self._last = clock()
         self._waiters: Lanes[asyncio.Future[None]] = Lanes()
+        # Background waiters, oldest first, with the time each started waiting.
+        self._background: deque[tuple[float, asyncio.Future[None]]] = deque()
         self._pump: asyncio.Task[None] | None = None
 
     def _refill(self) -> None:
@@ -145,14 +159,18 @@ class TokenBucket:
     @property
     def waiting(self) -> int:
         """Callers waiting for a token (cancelled ones until their turn comes)."""
-        return len(self._waiters)
+        return len(self._waiters) + len(self._background)
 
-    async def acquire(self, lane: str = "") -> None:
-        """Wait for and take one token, in ``lane``'s turn (see the class doc)."""
-        if not self._waiters and self.try_acquire():
+    async def acquire(self, lane: str = "", *, background: bool = False) -> None:
+        """Wait for and take one token, in ``lane``'s turn, after the foreground callers when
+        ``background`` (see the class doc)."""
+        if not self._waiters and not self._background and self.try_acquire():
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.push(lane, fut)
+        if background:
+            self._background.append((self._clock(), fut))
+        else:
+            self._waiters.push(lane, fut)
         if self._pump is None or self._pump.done():
             self._pump = asyncio.create_task(self._hand_out(), name="token-bucket")
         try:
@@ -163,20 +181,36 @@ class TokenBucket:
                 self._tokens = min(float(self.burst), self._tokens + 1)
             raise
 
+    def _next_waiter(self) -> asyncio.Future[None] | None:
+        """The waiter whose turn it is (see the class doc), removed; None when all left."""
+        bg = self._background
+        while bg and bg[0][1].done():  # cancelled while waiting
+            bg.popleft()
+        if bg and (not self._waiters
+                   or self._clock() - bg[0][0] >= self.background_max_wait):
+            return bg.popleft()[1]
+        while self._waiters:
+            fut = self._waiters.pop()
+            if not fut.done():
+                return fut
+        while bg:
+            fut = bg.popleft()[1]
+            if not fut.done():
+                return fut
+        return None
+
     async def _hand_out(self) -> None:
         """Give tokens to the waiters in turn as tokens come (the turn is chosen when the
         token is there, so a lane that starts waiting meanwhile is not passed over); ends
         when none waits."""
-        while self._waiters:
+        while self._waiters or self._background:
             while not self.try_acquire():
                 await self._sleep((1 - self._tokens) / self.qps)
-            while self._waiters:
-                fut = self._waiters.pop()
-                if not fut.done():  # else cancelled while waiting
-                    fut.set_result(None)
-                    break
-            else:
+            fut = self._next_waiter()
+            if fut is None:
                 self._tokens = min(float(self.burst), self._tokens + 1)  # nobody left
+            else:
+                fut.set_result(None)
             await asyncio.sleep(0)  # let the granted caller go before the next grant
 
 
@@ -245,15 +279,17 @@ class RateLimitedApiClient(k8s_client.ApiClient):
 
     async def _token(self, lane: str = "") -> None:
         """Take a token in ``lane``, or in the lane the caller works for
-        (``app.kube.workqueue.acting_for``: a preemption's writes for the preemptor)."""
+        (``app.kube.workqueue.acting_for``: a preemption's writes for the preemptor), after
+        the foreground callers inside ``app.kube.workqueue.background``."""
         acting = acting_lane()
         if acting is not None:
             lane = acting
+        bg = in_background()
         if self.max_wait is None:
-            await self.bucket.acquire(lane)
+            await self.bucket.acquire(lane, background=bg)
         else:
             try:
-                await asyncio.wait_for(self.bucket.acquire(lane), self.max_wait)
+                await asyncio.wait_for(self.bucket.acquire(lane, background=bg), self.max_wait)
             except TimeoutError:
                 raise Throttled(429, "TooManyRequests", f"client-side rate limit: no token "
                                 f"within {self.max_wait:g}s") from None
@@ -322,7 +358,8 @@ class KubeClient:
         """Connect as described in the module doc; the caller must ``await close()``."""
         cfg = await load_configuration(settings)
         cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize, settings.burst + 16)
-        bucket = TokenBucket(settings.qps, settings.burst)
+        bucket = TokenBucket(settings.qps, settings.burst,
+                             background_max_wait=settings.background_max_wait_seconds)
         return cls(RateLimitedApiClient(cfg, bucket, settings.request_timeout_seconds), settings)
 
     @classmethod
@@ -334,7 +371,8 @@ class KubeClient:
         ValueError...); the caller must ``await close()``."""
         cfg = k8s_client.Configuration()
         await k8s_config.load_kube_config_from_dict(config, client_configuration=cfg)
-        bucket = TokenBucket(settings.qps, settings.burst)
+        bucket = TokenBucket(settings.qps, settings.burst,
+                             background_max_wait=settings.background_max_wait_seconds)
         return cls(RateLimitedApiClient(cfg, bucket, settings.request_timeout_seconds), settings)
 
     async def close(self) -> None:

@@ -8,11 +8,13 @@ quota says why once, not every cycle. Beyond that, Events about one object with 
 are rate-limited by a token bucket (``burst`` at once, then one per ``refill_seconds``):
 client-go's ``EventSourceObjectSpamFilter`` defaults (25, one per 5 minutes), which Kueue's
 recorder goes through, so a Workload preempted or re-queued over and over cannot flood the
-API server. Failures are logged and dropped. Queued Events are written in fair turns
-per namespace (``app.kube.workqueue.Lanes``), and when ``max_pending`` are queued the
-oldest Event of the namespace with the most queued goes: one namespace's flood of Jobs delays
-and drops its own Events, not another team's. ``kubectl describe job``
-lists these Events (``involvedObject`` is the Job, source component ``pykueue``).
+API server. Failures are logged and dropped. Events are background traffic for the API
+client's token bucket (``app.kube.workqueue.background``: written when no admission write
+waits for a token, or after ``ClientSettings.background_max_wait_seconds``). Queued
+Events are written in fair turns per namespace (``app.kube.workqueue.Lanes``), and when
+``max_pending`` are queued the oldest Event of the namespace with the most queued goes: one
+namespace's flood of Jobs delays and drops its own Events, not another team's. ``kubectl
+describe job`` lists these Events (``involvedObject`` is the Job, source component ``pykueue``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 
 from app.kube.client import EVENTS, KubeClient
 from app.kube.errors import from_exception
-from app.kube.workqueue import Lanes
+from app.kube.workqueue import Lanes, background
 from app.wire.fields import Obj
 from app.wire.workload_status import rfc3339
 
@@ -119,6 +121,11 @@ class EventRecorder:
         return True
 
     async def _run(self) -> None:
+        assert self.client is not None
+        with background():  # after the writes that decide what runs (TokenBucket)
+            await self._write_queued()
+
+    async def _write_queued(self) -> None:
         assert self.client is not None
         while True:
             while not self._queue:

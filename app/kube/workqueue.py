@@ -63,6 +63,28 @@ def acting_lane() -> str | None:
     return _ACTING_LANE.get()
 
 
+_BACKGROUND: ContextVar[bool] = ContextVar("pykueue_background", default=False)
+
+
+@contextmanager
+def background() -> Iterator[None]:
+    """Run the block (and the tasks created in it) as background traffic: its API requests
+    take a token only when no other request waits for one, or once they have waited
+    ``ClientSettings.background_max_wait_seconds`` (``app.kube.client.TokenBucket``). For
+    writes that restate what the controllers' own state already says (queue status,
+    Events), so that under a full write budget they do not slow admissions."""
+    token = _BACKGROUND.set(True)
+    try:
+        yield
+    finally:
+        _BACKGROUND.reset(token)
+
+
+def in_background() -> bool:
+    """True inside ``background()``."""
+    return _BACKGROUND.get()
+
+
 def namespace_of(key: str) -> str:
     """The namespace of an object key: ``ns`` of ``ns/name`` and of ``<prefix>:ns/name``
     (``job:team-a/train``); ``""`` for a cluster-scoped key (``cq-a``)."""

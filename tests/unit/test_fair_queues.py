@@ -26,6 +26,8 @@ from app.kube.workqueue import (
     WorkQueue,
     acting_for,
     acting_lane,
+    background,
+    in_background,
     namespace_of,
     work,
 )
@@ -287,8 +289,8 @@ def test_requests_made_acting_for_a_lane_take_their_tokens_in_it() -> None:
     class Recording(TokenBucket):
         lanes: list[str] = []
 
-        async def acquire(self, lane: str = "") -> None:
-            self.lanes.append(lane)
+        async def acquire(self, lane: str = "", *, background: bool = False) -> None:
+            self.lanes.append(lane + ("(bg)" if background else ""))
 
     async def go() -> list[str]:
         bucket = Recording(50, 100)
@@ -299,10 +301,13 @@ def test_requests_made_acting_for_a_lane_take_their_tokens_in_it() -> None:
                 await api._token("team-a")
                 await asyncio.create_task(api._token(""))  # a task made inside: team-b too
             await api._token("team-a")
+            with background():
+                await asyncio.create_task(api._token("team-c"))
+            await api._token("team-c")
         finally:
             await api.close()
         return bucket.lanes
-    assert run(go()) == ["team-a", "team-b", "team-b", "team-a"]
+    assert run(go()) == ["team-a", "team-b", "team-b", "team-a", "team-c(bg)", "team-c"]
 
 
 # ---------------------------------------------------------------- pending messages to write
@@ -357,6 +362,89 @@ def test_token_bucket_serves_waiting_lanes_in_turn() -> None:
     assert [t for t in order if t != "b"] == [f"a{i}" for i in range(20)]
 
 
+def _bucket_run(max_wait: float, script):
+    """Run ``script(bucket, one)`` on a TokenBucket(qps=8, burst=1) with a fake clock whose
+    sleeps advance it; ``one(lane, tag, background)`` records ``(tag, time)`` when granted."""
+    async def go() -> list[tuple[str, float]]:
+        now = [0.0]
+
+        async def sleep(d: float) -> None:
+            now[0] += d
+            await asyncio.sleep(0)
+
+        bucket = TokenBucket(qps=8, burst=1, clock=lambda: now[0], sleep=sleep,
+                             background_max_wait=max_wait)
+        order: list[tuple[str, float]] = []
+
+        async def one(lane: str, tag: str, bg: bool = False) -> None:
+            await bucket.acquire(lane, background=bg)
+            order.append((tag, now[0]))
+
+        await script(bucket, one)
+        return order
+    return run(go())
+
+
+def test_background_waiters_go_after_every_foreground_waiter() -> None:
+    """Queue status and Events (background) wait behind admission writes: a background
+    request queued first is granted after the 10 foreground ones queued after it."""
+    async def script(bucket, one) -> None:
+        assert bucket.try_acquire()
+        tasks = [asyncio.create_task(one("", "status", True))]
+        await asyncio.sleep(0)
+        tasks += [asyncio.create_task(one(f"team-{i % 3}", f"a{i}")) for i in range(10)]
+        await asyncio.gather(*tasks)
+    order = _bucket_run(60.0, script)
+    assert [t for t, _ in order][-1] == "status"
+    assert len(order) == 11
+
+
+def test_a_background_waiter_is_served_once_it_waited_the_max_wait() -> None:
+    """With 40 foreground requests waiting at 8 tokens a second, a background one waits
+    ``background_max_wait`` (1 s) and takes the next token, not the 41st."""
+    async def script(bucket, one) -> None:
+        assert bucket.try_acquire()
+        tasks = [asyncio.create_task(one("", "status", True))]
+        await asyncio.sleep(0)
+        tasks += [asyncio.create_task(one("team-a", f"a{i}")) for i in range(40)]
+        await asyncio.gather(*tasks)
+    order = _bucket_run(1.0, script)
+    tags = [t for t, _ in order]
+    at = dict(order)["status"]
+    assert 1.0 <= at <= 1.0 + 1 / 8 + 1e-9
+    assert 7 <= tags.index("status") <= 9
+    assert [t for t in tags if t != "status"] == [f"a{i}" for i in range(40)]
+    assert order[-1][1] == pytest.approx(41 / 8)  # the rate is unchanged
+
+
+def test_a_background_request_alone_is_not_held_back() -> None:
+    """Nothing else waiting: a background request takes a saved token at once, and then
+    waits only for the refill."""
+    async def script(bucket, one) -> None:
+        await one("", "first", True)
+        await one("", "second", True)
+    assert _bucket_run(5.0, script) == [("first", 0.0), ("second", pytest.approx(1 / 8))]
+
+
+def test_a_cancelled_background_waiter_gives_its_token_to_the_next() -> None:
+    async def go() -> None:
+        bucket = TokenBucket(qps=50, burst=1)
+        assert bucket.try_acquire()
+        gone = asyncio.create_task(bucket.acquire("", background=True))
+        await asyncio.sleep(0)
+        gone.cancel()
+        await asyncio.gather(gone, return_exceptions=True)
+        await asyncio.wait_for(bucket.acquire("", background=True), 1.0)
+        await asyncio.wait_for(bucket.acquire("team-a"), 1.0)
+        assert bucket.waiting == 0
+    run(go())
+
+
+def test_token_bucket_refuses_a_negative_background_max_wait() -> None:
+    with pytest.raises(ValueError, match="background_max_wait"):
+        TokenBucket(50, 100, background_max_wait=-1)
+
+
 def test_a_cancelled_waiter_gives_its_turn_and_token_to_the_next() -> None:
     async def go() -> None:
         bucket = TokenBucket(qps=50, burst=1)
@@ -389,3 +477,65 @@ def test_a_full_event_queue_drops_the_flooding_namespaces_events_not_anothers() 
         first_two = [rec._queue.pop()["metadata"]["namespace"] for _ in range(2)]
         assert "team-b" in first_two
     run(go())
+
+
+# ---------------------------------------------------------------- background writers
+
+def test_events_are_written_as_background_traffic() -> None:
+    """The Event writer's requests take their tokens after the admission writes
+    (``background``)."""
+    class Client:
+        def __init__(self) -> None:
+            self.seen: list[bool] = []
+
+        async def create(self, res, obj) -> dict:
+            self.seen.append(in_background())
+            return obj
+
+    async def go() -> list[bool]:
+        client = Client()
+        rec = EventRecorder(client)  # type: ignore[arg-type]
+        rec.start()
+        try:
+            rec.emit({"apiVersion": "batch/v1", "kind": "Job",
+                      "metadata": {"namespace": "ns", "name": "j", "uid": "u"}},
+                     "Normal", "Started", "m")
+            await asyncio.wait_for(_until(lambda: client.seen), 5.0)
+        finally:
+            await rec.stop()
+        return client.seen
+    assert run(go()) == [True]
+    assert not in_background()
+
+
+def test_queue_status_is_flushed_as_background_traffic() -> None:
+    """``StatusWriter.run`` flushes inside ``background``: queue status waits behind the
+    admission writes for a token."""
+    from types import SimpleNamespace
+
+    from app.controllers.queue_status import StatusWriter
+    from app.core.scheduling_cycle import Scheduler
+
+    async def go() -> list[bool]:
+        settings = Settings()
+        settings.scheduling.status_flush_seconds = 0.01
+        ctx = SimpleNamespace(settings=settings, may_write=True)
+        writer = StatusWriter(ctx, Scheduler())  # type: ignore[arg-type]
+        seen: list[bool] = []
+
+        async def flush() -> int:
+            seen.append(in_background())
+            return 0
+        writer.flush = flush  # type: ignore[method-assign]
+        writer.start()
+        try:
+            await asyncio.wait_for(_until(lambda: seen), 5.0)
+        finally:
+            await writer.stop()
+        return seen
+    assert run(go())[0] is True
+
+
+async def _until(cond) -> None:
+    while not cond():
+        await asyncio.sleep(0.005)
