@@ -68,6 +68,7 @@ from app.kube.errors import NotFound
 from app.kube.events import EventRecorder
 from app.kube.informers import Informer
 from app.kube.leader import LeaderElector
+from app.kube.workqueue import background
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +329,8 @@ class Manager:
         while pending:
             await asyncio.sleep(delay)
             for kind in list(pending):
-                served = await is_served(self.ctx.client, kind)  # type: ignore[union-attr]
+                with background():  # a poll: after the admission writes (TokenBucket)
+                    served = await is_served(self.ctx.client, kind)  # type: ignore[union-attr]
                 if served and await self._add_kind(kind):
                     pending.remove(kind)
             delay = min(delay * 2, CRD_POLL_MAX_SECONDS)

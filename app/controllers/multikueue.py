@@ -108,6 +108,7 @@ from app.kube.client import (
 from app.kube.context import AC, JOB, WL, Context
 from app.kube.errors import ApiError, NotFound
 from app.kube.events import NORMAL
+from app.kube.workqueue import background
 from app.wire.queues import is_multikueue_check
 from app.wire.workload_status import is_finished, parse_time, rfc3339, set_condition
 
@@ -222,13 +223,16 @@ class MultiKueueController:
         """One pass over clusters, checks and dispatched Workloads (see the module doc)."""
         checks = [ac for ac in self.ctx.store(AC) if is_multikueue_check(ac)]
         now = asyncio.get_running_loop().time()
-        if not checks and not self.dispatched \
-                and now - self._listed_at < self.s.probe_period_seconds:
+        idle = not checks and not self.dispatched
+        if idle and now - self._listed_at < self.s.probe_period_seconds:
             return  # nothing dispatches: the clusters' status is kept at the probe period
         self._listed_at = now
         try:
-            clusters, _ = await self.ctx.client.list(MULTIKUEUE_CLUSTERS)
-            configs, _ = await self.ctx.client.list(MULTIKUEUE_CONFIGS)
+            # Nothing dispatches: the lists only keep the clusters' status, so they wait
+            # behind the admission writes for a token (TokenBucket background).
+            with background() if idle else contextlib.nullcontext():
+                clusters, _ = await self.ctx.client.list(MULTIKUEUE_CLUSTERS)
+                configs, _ = await self.ctx.client.list(MULTIKUEUE_CONFIGS)
         except NotFound:
             return  # the MultiKueue CRDs are not installed
         await self._sync_clusters(clusters)

@@ -297,3 +297,33 @@ def test_one_workload_failing_its_pass_does_not_stop_the_others():
 
     asyncio.run(mk.sync_once())
     assert sorted(seen) == ["wl", "wl2"]
+
+
+def test_the_cluster_lists_wait_behind_admissions_only_while_nothing_dispatches():
+    """With no MultiKueue check and nothing dispatched, the periodic lists of
+    MultiKueueClusters and MultiKueueConfigs only refresh the clusters' status: they are
+    background traffic for the token bucket. With a check, they feed dispatching: foreground."""
+    from app.kube.workqueue import in_background
+
+    mk, store, _ = _all_at_once()
+    seen: list[bool] = []
+
+    async def listed(res):
+        seen.append(in_background())
+        return [], None
+
+    async def nothing(*a) -> list[str]:
+        return []
+
+    mk._sync_clusters = nothing
+    mk._sync_check = nothing
+    mk.ctx.client.list = listed
+    mk.dispatched.clear()
+    mk.ctx.store = lambda kind: []
+    asyncio.run(mk.sync_once())
+    assert seen == [True, True]
+    check = {"spec": {"controllerName": "kueue.x-k8s.io/multikueue"},
+             "metadata": {"name": "mk"}}
+    mk.ctx.store = lambda kind: [check] if kind is AC else []
+    asyncio.run(mk.sync_once())
+    assert seen == [True, True, False, False]
