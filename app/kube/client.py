@@ -214,6 +214,12 @@ class TokenBucket:
             await asyncio.sleep(0)  # let the granted caller go before the next grant
 
 
+def _bucket_for(settings: ClientSettings) -> TokenBucket:
+    """The token bucket of a client made from ``settings`` (qps, burst, background wait)."""
+    return TokenBucket(settings.qps, settings.burst,
+                       background_max_wait=settings.background_max_wait_seconds)
+
+
 def lane_of_path(path: str) -> str:
     """The namespace of a request path (``/apis/g/v/namespaces/<ns>/...``), ``""`` for a
     cluster-scoped or all-namespaces one: the request's lane in ``TokenBucket``, unless it is
@@ -358,8 +364,7 @@ class KubeClient:
         """Connect as described in the module doc; the caller must ``await close()``."""
         cfg = await load_configuration(settings)
         cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize, settings.burst + 16)
-        bucket = TokenBucket(settings.qps, settings.burst,
-                             background_max_wait=settings.background_max_wait_seconds)
+        bucket = _bucket_for(settings)
         return cls(RateLimitedApiClient(cfg, bucket, settings.request_timeout_seconds), settings)
 
     @classmethod
@@ -371,8 +376,7 @@ class KubeClient:
         ValueError...); the caller must ``await close()``."""
         cfg = k8s_client.Configuration()
         await k8s_config.load_kube_config_from_dict(config, client_configuration=cfg)
-        bucket = TokenBucket(settings.qps, settings.burst,
-                             background_max_wait=settings.background_max_wait_seconds)
+        bucket = _bucket_for(settings)
         return cls(RateLimitedApiClient(cfg, bucket, settings.request_timeout_seconds), settings)
 
     async def close(self) -> None:

@@ -121,7 +121,6 @@ class EventRecorder:
         return True
 
     async def _run(self) -> None:
-        assert self.client is not None
         with background():  # after the writes that decide what runs (TokenBucket)
             await self._write_queued()
 
