@@ -22,6 +22,7 @@ Removing it is the controller's alone. Writes are merge patches of ``metadata.fi
 guarded by ``metadata.resourceVersion`` (a 409 means somebody else changed the list: re-read
 from the watch and decide again), made only while ``ctx.may_write`` (leader and synced).
 """
+
 from __future__ import annotations
 
 import asyncio
