@@ -110,9 +110,11 @@ def framework_of(rule: dict[str, Any]) -> str | None:
 
 def webhook_framework(webhook: dict[str, Any]) -> str | None:
     """The framework a webhook serves; None for the pod-owner guard, which protects the pods
-    of every admitted job whatever its kind (it selects by pykueue's podset label)."""
+    of every admitted job whatever its kind (it selects by pykueue's podset label), and for
+    the webhooks of Kueue's own kinds (kueue.x-k8s.io: the ClusterQueue and ResourceFlavor
+    finalizer), which no framework owns."""
     keys = {e["key"] for e in webhook.get("objectSelector", {}).get("matchExpressions", [])}
-    if "kueue.x-k8s.io/podset" in keys:
+    if "kueue.x-k8s.io/podset" in keys or webhook["rules"][0]["apiGroups"] == ["kueue.x-k8s.io"]:
         return None
     if webhook["name"].startswith("vappwrapper-wrapped"):
         # Deployments and StatefulSets an AppWrapper wraps: the AppWrapper's framework.

@@ -1,7 +1,10 @@
-"""HTTP adapter: the admission webhooks (mutating and validating) of every job kind.
+"""HTTP adapter: the admission webhooks (mutating and validating) of every job kind and of the
+Kueue kinds that carry a finalizer.
 
 Thin and kind-blind: one ``POST`` endpoint per ``app.integrations.WEBHOOK_ROUTES`` entry (each
-folder's ``ROUTES``, and the framework's ``/validate--v1-pod-owner``): parse the
+folder's ``ROUTES``, and the framework's ``/validate--v1-pod-owner``) and per
+``app.controllers.finalizers.ROUTES`` entry (the ``resource-in-use`` finalizer on
+ClusterQueues and ResourceFlavors at CREATE): parse the
 ``admission.k8s.io/v1`` AdmissionReview, run the route's decider
 (``app.integrations.webhook_toolkit.WebhookRoute``) and build the response review (echoing
 apiVersion, kind and uid). A decider's ``Verdict`` becomes: errors -> ``allowed: false``,
@@ -53,6 +56,7 @@ from app.api.callers import refuse_unless_named
 from app.api.health import metrics_registry
 from app.api.limits import LoopBusy, LoopShare
 from app.config import MAX_OBJECT_BYTES
+from app.controllers import finalizers
 from app.integrations import GROUP_PARENTS, WEBHOOK_ROUTES, managed_kinds
 from app.integrations.unsupported import unsupported_errors
 from app.integrations.webhook_toolkit import (
@@ -361,6 +365,6 @@ def _endpoint(path: str, decide: Callable[[AdmissionRequest, Any], _Outcome]) ->
 
 # Plain Starlette routes: the endpoints read the raw body themselves, so FastAPI's dependency
 # solving and body parsing would only add latency on the API server's critical path.
-for _route in WEBHOOK_ROUTES:
+for _route in (*WEBHOOK_ROUTES, *finalizers.ROUTES):
     router.add_route(_route.path, _endpoint(_route.path, _decider(_route)), methods=["POST"],
                      include_in_schema=False)

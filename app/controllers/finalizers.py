@@ -9,14 +9,18 @@ so deleting a queue cannot free quota that running pods still hold:
   evicted or deactivated one counts until its pods are gone and its quota released;
 - a ResourceFlavor being deleted stays until no ClusterQueue names it in ``resourceGroups``.
 
-pykueue adds the finalizer from this controller instead of a webhook on the Kueue kinds (one
-merge patch per object, once). Kueue puts no finalizer on LocalQueues (a deleted LocalQueue's
-admitted Workloads keep their ClusterQueue's quota through their ``status.admission``), and
-neither does pykueue.
+Adding it, as Kueue v0.17.1: at CREATE, by the mutating webhooks ``ROUTES`` (Kueue's paths
+``/mutate-kueue-x-k8s-io-v1beta2-clusterqueue`` and ``-resourceflavor``, served by
+``app.api.webhook``; ``finalizer_json_patch``), so the object is stored with it and no write
+follows. ``FinalizerController`` is the fallback: it adds the finalizer to any live
+object still without it (created while the webhook was not registered or before pykueue was
+installed; one merge patch per object, once) and finds nothing to do for the others. Kueue
+puts no finalizer on LocalQueues (a deleted LocalQueue's admitted Workloads keep their
+ClusterQueue's quota through their ``status.admission``), and neither does pykueue.
 
-Writes are merge patches of ``metadata.finalizers`` guarded by ``metadata.resourceVersion``
-(a 409 means somebody else changed the list: re-read from the watch and decide again), made
-only while ``ctx.may_write`` (leader and synced).
+Removing it is the controller's alone. Writes are merge patches of ``metadata.finalizers``
+guarded by ``metadata.resourceVersion`` (a 409 means somebody else changed the list: re-read
+from the watch and decide again), made only while ``ctx.may_write`` (leader and synced).
 """
 
 from __future__ import annotations
@@ -27,16 +31,76 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from app.core.types import ClusterQueueName
+from app.integrations.webhook_toolkit import (
+    ALLOW,
+    JsonPatchOp,
+    UnreadableObjectError,
+    Verdict,
+    WebhookEnv,
+    WebhookRoute,
+    json_type,
+    optional_object,
+    patched,
+    review_of,
+)
 from app.kube.client import CLUSTER_QUEUES, MERGE_PATCH, RESOURCE_FLAVORS, Resource
 from app.kube.context import CQ, RF, Context
 from app.kube.errors import NotFound
 from app.kube.workqueue import WorkQueue, work
+from app.models.admissionreview import AdmissionRequest
 from app.wire.fields import Obj
 from app.wire.names import RESOURCE_IN_USE_FINALIZER as RESOURCE_IN_USE
 
 log = logging.getLogger(__name__)
 
+KUEUE_GROUP = "kueue.x-k8s.io"
 
+
+def finalizer_json_patch(obj: object, kind: str) -> list[JsonPatchOp]:
+    """The JSONPatch that adds ``RESOURCE_IN_USE`` to the ``kind`` object ``obj`` under
+    review, keeping every other finalizer: ``[]`` when it is there already; the list (or
+    ``metadata``) added whole when absent, else the finalizer appended. Raises
+    ``UnreadableObjectError`` (field under ``request.object``) when the object, its
+    ``metadata`` or ``metadata.finalizers`` has the wrong JSON type."""
+    if not isinstance(obj, Mapping):
+        raise UnreadableObjectError("request.object", f"expected a {kind} object, got "
+                                                      f"{json_type(obj)}")
+    meta = optional_object(obj.get("metadata"), "request.object.metadata")
+    if meta is None:
+        return [{"op": "add", "path": "/metadata", "value": {"finalizers": [RESOURCE_IN_USE]}}]
+    current = meta.get("finalizers")
+    if current is None:
+        return [{"op": "add", "path": "/metadata/finalizers", "value": [RESOURCE_IN_USE]}]
+    if not isinstance(current, list):
+        raise UnreadableObjectError("request.object.metadata.finalizers",
+                                    f"expected an array, got {json_type(current)}")
+    for i, item in enumerate(current):
+        if not isinstance(item, str):
+            raise UnreadableObjectError(f"request.object.metadata.finalizers[{i}]",
+                                        f"expected a string, got {json_type(item)}")
+    if RESOURCE_IN_USE in current:
+        return []
+    return [{"op": "add", "path": "/metadata/finalizers/-", "value": RESOURCE_IN_USE}]
+
+
+def _adds_finalizer(kind: str) -> Callable[[AdmissionRequest, WebhookEnv], Verdict]:
+    """The decider of ``kind``'s mutating webhook (Kueue's ``Default``): the finalizer at
+    CREATE; any other operation, or a review of another kind, allowed unchanged."""
+    def decide(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
+        if req.operation != "CREATE" or req.sub_resource \
+                or not review_of(req, KUEUE_GROUP, kind):
+            return ALLOW
+        return patched(finalizer_json_patch(req.object, kind))
+    return decide
+
+
+# Kueue's paths; no framework: served whatever ``integrations.frameworks`` says.
+ROUTES = (
+    WebhookRoute("/mutate-kueue-x-k8s-io-v1beta2-clusterqueue", None,
+                 _adds_finalizer("ClusterQueue")),
+    WebhookRoute("/mutate-kueue-x-k8s-io-v1beta2-resourceflavor", None,
+                 _adds_finalizer("ResourceFlavor")),
+)
 
 
 def finalizer_patch(obj: Mapping[str, Any], want: bool) -> Obj | None:

@@ -17,6 +17,7 @@ import lab as labmod  # noqa: E402
 pytestmark = pytest.mark.lab
 GATE = "kueue.x-k8s.io/admission"
 QUEUE = "kueue.x-k8s.io/queue-name"
+IN_USE = "kueue.x-k8s.io/resource-in-use"
 
 
 
@@ -247,6 +248,44 @@ def test_an_empty_queue_name_is_refused_at_create(lab: LabHandle,
         assert lab.get("jobs", "-n", ns)["items"] == []
     finally:
         lab.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_queues_and_flavors_are_created_with_the_resource_in_use_finalizer(
+        lab: LabHandle, pykueue_in_lab: labmod.Lab) -> None:
+    """Kueue's ``kueue.x-k8s.io/resource-in-use`` is set by pykueue's mutating webhooks at
+    CREATE (mclusterqueue/mresourceflavor.pykueue.io): it is in the API server's answer to the
+    create itself, and in a server-side dry run, which no controller ever sees; a finalizer
+    of the user's is kept. The finalizer controller still lifts it once the object is deleted
+    and unused."""
+    suffix = uuid.uuid4().hex[:6]
+    cq, rf, hold = f"fin-cq-{suffix}", f"fin-rf-{suffix}", "lab.pykueue.dev/hold"
+
+    def create(obj: dict, *extra: str) -> dict:
+        return json.loads(lab.kubectl("create", "-f", "-", "-o", "json", *extra,
+                                      input=json.dumps(obj)).stdout)
+
+    flavor = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+              "metadata": {"name": rf}}
+    queue = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
+             "metadata": {"name": cq, "finalizers": [hold]},
+             "spec": {"namespaceSelector": {}, "resourceGroups": [
+                 {"coveredResources": ["cpu"], "flavors": [
+                     {"name": rf, "resources": [{"name": "cpu", "nominalQuota": "1"}]}]}]}}
+    dry = create({**queue, "metadata": {"name": f"fin-dry-{suffix}"}}, "--dry-run=server")
+    assert dry["metadata"]["finalizers"] == [IN_USE]
+    try:
+        assert create(flavor)["metadata"]["finalizers"] == [IN_USE]
+        assert create(queue)["metadata"]["finalizers"] == [hold, IN_USE]
+    finally:
+        lab.kubectl("patch", "clusterqueue", cq, "--type=json", "-p",
+                    json.dumps([{"op": "remove", "path": "/metadata/finalizers/0"}]),
+                    check=False)
+        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+        lab.kubectl("delete", "resourceflavor", rf, "--wait=false", check=False)
+    wait_for(lambda: lab.kubectl("get", "clusterqueue", cq, check=False).returncode != 0, 30,
+             "the unused ClusterQueue gone (finalizer lifted by the controller)")
+    wait_for(lambda: lab.kubectl("get", "resourceflavor", rf, check=False).returncode != 0, 30,
+             "the ResourceFlavor gone once no queue names it")
 
 
 def test_a_running_pod_of_an_admitted_job_cannot_be_released_from_it(

@@ -187,7 +187,8 @@ def test_webhooks_point_at_the_service_that_selects_the_deployment(lab: LabHandl
                  r"|leaderworkerset-x-k8s-io-v1-leaderworkerset"
                  r"|trainer-kubeflow-org-v1alpha1-trainjob"
                  r"|workload-codeflare-dev-v1beta2-appwrapper"
-                 r"|sparkoperator-k8s-io-v1beta2-sparkapplication)")
+                 r"|sparkoperator-k8s-io-v1beta2-sparkapplication"
+                 r"|kueue-x-k8s-io-v1beta2-(clusterqueue|resourceflavor))")
         assert re.fullmatch(r"/(mutate|validate)-" + kinds, ref["path"])
 
 

@@ -2,8 +2,9 @@
 subprocess with controllers disabled) over TLS, through the rendered lab webhook configurations.
 
 Isolation in a shared lab: the configurations get test-only names and a namespaceSelector for
-this module's namespace, so other tests' Jobs never depend on this server; they are deleted at
-the end. The CA is a fresh one in a temporary folder (its PEM goes into caBundle)."""
+this module's namespace, so other tests' Jobs never depend on this server (the webhooks of
+cluster-scoped kinds, which a namespaceSelector cannot confine, are left out); they are deleted
+at the end. The CA is a fresh one in a temporary folder (its PEM goes into caBundle)."""
 
 from __future__ import annotations
 
@@ -102,6 +103,10 @@ def pykueue(lab: LabHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     docs = [d for d in yaml.safe_load_all(rendered.read_text()) if d]
     for doc in docs:
         doc["metadata"]["name"] += f"-{NS}"
+        # A namespaceSelector cannot keep a cluster-scoped kind's webhook (ClusterQueue,
+        # ResourceFlavor) to this module: left out, not to hold other tests' queues.
+        doc["webhooks"] = [w for w in doc["webhooks"]
+                           if all(r.get("scope") != "Cluster" for r in w["rules"])]
         for webhook in doc["webhooks"]:
             webhook["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": NS}}
     lab.create_namespace(NS)

@@ -179,7 +179,8 @@ def test_webhooks_of_frameworks_not_enabled_are_not_installed(built):
     docs = by_key(chart("--set-json", f"config.integrations={frameworks}"))
     assert set(webhooks(docs)) == {"mjob.pykueue.io", "vjob.pykueue.io",
                                    "mpytorchjob.pykueue.io", "vpytorchjob.pykueue.io",
-                                   "vpodowner.pykueue.io"}
+                                   "vpodowner.pykueue.io", "mclusterqueue.pykueue.io",
+                                   "mresourceflavor.pykueue.io"}
     # Every framework's webhooks are in the default chart (all of KUEUE_FRAMEWORKS enabled).
     assert config_file(built)["integrations"]["frameworks"] == list(KUEUE_FRAMEWORKS)
 
@@ -215,13 +216,17 @@ def test_namespace_can_be_left_to_the_user(built):
 
 def test_every_webhook_belongs_to_a_kueue_framework_or_guards_every_kind():
     """The chart leaves out the webhooks of a disabled framework: each webhook of
-    manifests/webhook must name one of Kueue's frameworks (the pod-owner guard: none)."""
+    manifests/webhook must name one of Kueue's frameworks (the pod-owner guard and the
+    ClusterQueue and ResourceFlavor finalizer webhooks: none)."""
     sys.path.insert(0, str(ROOT / "hack"))
     import gen_chart
 
     docs = yaml.safe_load_all((ROOT / "manifests/webhook/webhooks.yaml").read_text())
     seen = {w["name"]: gen_chart.webhook_framework(w) for d in docs for w in d["webhooks"]}
     assert seen.pop("vpodowner.pykueue.io") is None
+    # Kueue's own kinds (the resource-in-use finalizer): installed whatever the frameworks.
+    assert seen.pop("mclusterqueue.pykueue.io") is None
+    assert seen.pop("mresourceflavor.pykueue.io") is None
     assert set(seen.values()) == set(KUEUE_FRAMEWORKS)
     assert seen["vstatefulset-scale.pykueue.io"] == "statefulset"
 

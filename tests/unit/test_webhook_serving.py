@@ -63,7 +63,16 @@ WEBHOOKS = {
     ("ValidatingWebhookConfiguration", "vleaderworkerset.pykueue.io"):
         ("/validate-leaderworkerset-x-k8s-io-v1-leaderworkerset", ["UPDATE"],
          (["leaderworkerset.x-k8s.io"], ["v1"], ["leaderworkersets"])),
+    # Kueue's resource-in-use finalizer at CREATE (app.controllers.finalizers): cluster-scoped
+    # kinds, so no selector at all.
+    ("MutatingWebhookConfiguration", "mclusterqueue.pykueue.io"):
+        ("/mutate-kueue-x-k8s-io-v1beta2-clusterqueue", ["CREATE"],
+         (["kueue.x-k8s.io"], ["v1beta2"], ["clusterqueues"])),
+    ("MutatingWebhookConfiguration", "mresourceflavor.pykueue.io"):
+        ("/mutate-kueue-x-k8s-io-v1beta2-resourceflavor", ["CREATE"],
+         (["kueue.x-k8s.io"], ["v1beta2"], ["resourceflavors"])),
 }
+CLUSTER_SCOPED = {"mclusterqueue.pykueue.io", "mresourceflavor.pykueue.io"}
 # The operators' kinds served by the shared rules (app.integrations.crdrules): one pair each.
 for _r in CRD_RULES:
     _target = ([_r.group], [_r.version], [_r.plural])
@@ -94,7 +103,11 @@ def test_webhook_configurations_follow_the_contract(template: str) -> None:
         assert webhook["failurePolicy"] == "Fail"
         assert webhook["sideEffects"] == "None"
         assert webhook["timeoutSeconds"] == 5
-        if all(r.endswith("/scale") for r in target[2]):
+        if webhook["name"] in CLUSTER_SCOPED:
+            # Every create of the kind: a namespaceSelector would not apply to it anyway.
+            assert "objectSelector" not in webhook and "namespaceSelector" not in webhook
+            assert webhook["rules"][0]["scope"] == "Cluster"
+        elif all(r.endswith("/scale") for r in target[2]):
             # A Scale object has no labels: an objectSelector would never match it.
             assert "objectSelector" not in webhook
         elif webhook["name"] == "vappwrapper-wrapped.pykueue.io":  # the controller's label
@@ -111,7 +124,8 @@ def test_webhook_configurations_follow_the_contract(template: str) -> None:
         (rule,) = webhook["rules"]
         assert rule["operations"] == operations
         assert (rule["apiGroups"], rule["apiVersions"], rule["resources"]) == target
-        if target[2] != ["jobs"]:  # never kube-system nor pykueue's own namespace
+        if target[2] != ["jobs"] and webhook["name"] not in CLUSTER_SCOPED:
+            # never kube-system nor pykueue's own namespace
             (expr,) = webhook["namespaceSelector"]["matchExpressions"]
             assert expr == {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
                             "values": ["kube-system", "pykueue-system"]}
