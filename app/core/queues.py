@@ -39,7 +39,7 @@ Cost: ``push``/``remove``/``head``/``unpark`` are O(log n) amortised (lazy delet
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from app.core.types import WorkloadKey
 from app.core.workload import Workload
@@ -242,6 +242,11 @@ class PendingQueue:
     def active(self) -> Iterator[WorkloadKey]:
         """Keys in the heap (unordered)."""
         return iter(list(self._active))
+
+    def active_keys(self) -> Iterable[WorkloadKey]:
+        """Keys in the heap (unordered), a live view without a copy: the queue must not
+        change while it is iterated."""
+        return self._active.keys()
 
     def ordered(self) -> tuple[tuple[WorkloadKey, bool], ...]:
         """All pending keys in queue order with ``parked`` flags (for status and the
