@@ -55,6 +55,9 @@ def sort_key(wl: Workload) -> SortKey:
 class PendingQueue:
     """Heap of active pending Workloads and a parked (inadmissible) set for one ClusterQueue."""
 
+    __slots__ = ("_heap", "_active", "_parked", "_sticky", "version", "_ordered", "usage_of",
+                 "_lq_of", "_lq_heaps", "_parked_log")
+
     def __init__(self) -> None:
         self._heap: list[SortKey] = []
         self._active: dict[WorkloadKey, SortKey] = {}

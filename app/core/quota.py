@@ -51,7 +51,7 @@ def quotas_of(spec: ClusterQueueSpec | CohortSpec) -> dict[FlavorResource, Quota
     }
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Node:
     name: str
     is_cohort: bool

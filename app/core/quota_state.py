@@ -106,7 +106,7 @@ def admission_usage(admission: Admission) -> dict[FlavorResource, int]:
     return out
 
 
-@dataclass
+@dataclass(slots=True)
 class _Record:
     wl: Workload
     state: str = PENDING
@@ -131,7 +131,7 @@ class _Record:
         return self.state == ADMITTED and self.wl.evicted_at is not None
 
 
-@dataclass
+@dataclass(slots=True)
 class _ClusterQueue:
     spec: ClusterQueueSpec
     problem: ConfigProblem | None
