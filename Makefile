@@ -9,7 +9,7 @@ HELM := $(or $(PYKUEUE_HELM_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/pykueu
 # The lab's kubeconfig, where hack/lab.py puts it (LAB_STATE_DIR moves the lab's state).
 export KUBECONFIG := $(abspath $(or $(LAB_STATE_DIR),$(CURDIR)/.lab))/kubeconfig
 
-.PHONY: help multikueue-lab-up multikueue-lab-down multikueue-interop run-multikueue kueuectl helm chart chart-lint release-manifest browser faults bench-lab bench-flood bench-versus bench-versus-large bench-deep bench-cq-scaling bench-kinds kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
+.PHONY: help multikueue-lab-up multikueue-lab-down multikueue-interop run-multikueue kueuectl helm chart chart-lint release-manifest browser faults bench-lab bench-flood bench-versus bench-versus-large bench-deep bench-cq-scaling bench-cache-touch bench-kinds kueue operators operators-up operators-down conformance conformance-kueue crds webhooks pykueue-up pykueue-down setup controlplane lab-up lab-down lab-status test test-unit test-integration lint certs run bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
@@ -99,6 +99,9 @@ bench-deep: setup controlplane kueue ## deep queues (issue 33): bench/scenarios/
 
 bench-cq-scaling: setup ## simulator: CPU per admission at 30, 300, 1,000, 3,000 ClusterQueues (same Workloads per queue); JSON on stdout
 	$(BIN)/python bench/cq_scaling.py
+
+bench-cache-touch: setup ## the per-admission touch pattern of bench-cq-scaling without the core's logic, at 30 and 3,000 queues (what the memory costs); JSON on stdout
+	$(BIN)/python bench/cache_touch.py
 
 bench-versus: setup controlplane kueue ## Kueue's perf runner vs minimalkueue, Kueue's manager and pykueue, each on a fresh lab; table + JSON
 	$(BIN)/python bench/versus.py $(VERSUS_ARGS)

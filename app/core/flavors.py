@@ -125,7 +125,7 @@ def flavor_mismatch(pod_set: PodSet, flavor: ResourceFlavor) -> str | None:
     return None
 
 
-@dataclass
+@dataclass(slots=True)
 class PodSetFlavors:
     """Chosen flavors of one pod set: ``flavors`` {resource: flavor}, ``usage`` {resource:
     amount for all pods}, and the mode / borrowing level of that choice."""
@@ -138,7 +138,7 @@ class PodSetFlavors:
     borrow: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class Assignment:
     """Flavor assignment of a whole Workload in one ClusterQueue.
 
@@ -210,7 +210,7 @@ def shortfall(
     )
 
 
-@dataclass
+@dataclass(slots=True)
 class _FlavorTry:
     flavor: FlavorName
     mode: Mode

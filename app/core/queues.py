@@ -39,7 +39,7 @@ Cost: ``push``/``remove``/``head``/``unpark`` are O(log n) amortised (lazy delet
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from app.core.types import WorkloadKey
 from app.core.workload import Workload
@@ -54,6 +54,9 @@ def sort_key(wl: Workload) -> SortKey:
 
 class PendingQueue:
     """Heap of active pending Workloads and a parked (inadmissible) set for one ClusterQueue."""
+
+    __slots__ = ("_heap", "_active", "_parked", "_sticky", "version", "_ordered", "usage_of",
+                 "_lq_of", "_lq_heaps", "_parked_log")
 
     def __init__(self) -> None:
         self._heap: list[SortKey] = []
@@ -242,6 +245,11 @@ class PendingQueue:
     def active(self) -> Iterator[WorkloadKey]:
         """Keys in the heap (unordered)."""
         return iter(list(self._active))
+
+    def active_keys(self) -> Iterable[WorkloadKey]:
+        """Keys in the heap (unordered), a live view without a copy: the queue must not
+        change while it is iterated."""
+        return self._active.keys()
 
     def ordered(self) -> tuple[tuple[WorkloadKey, bool], ...]:
         """All pending keys in queue order with ``parked`` flags (for status and the

@@ -51,7 +51,7 @@ def quotas_of(spec: ClusterQueueSpec | CohortSpec) -> dict[FlavorResource, Quota
     }
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Node:
     name: str
     is_cohort: bool
@@ -454,16 +454,30 @@ class QuotaTree:
         return any(v > node.subtree_quota(fr) for fr, v in node.usage.items())
 
     def _available(self, node: _Node, fr: FlavorResource) -> int:
-        usage = node.usage.get(fr, 0)
-        subtree = node.subtree_quota(fr)
-        if node.parent is None:
-            return subtree - usage
-        local = node.local_quota(fr)
-        p = max(0, self._available(node.parent, fr))
-        q = node.quotas.get(fr)
-        if q is not None and q.borrowing_limit is not None:
-            p = min(p, (subtree - local) - max(0, usage - local) + q.borrowing_limit)
-        return max(0, local - usage) + max(0, p)
+        # The recursion of the module docstring unrolled, from the root down: one dict
+        # lookup per node for its usage and one for its quota (a flat cohort: two nodes).
+        path: list[_Node] = []
+        n = node
+        while n.parent is not None:
+            path.append(n)
+            n = n.parent
+        avail = n.subtree_quota(fr) - n.usage.get(fr, 0)
+        for n in reversed(path):
+            usage = n.usage.get(fr, 0)
+            q = n.quotas.get(fr)
+            if n.is_cohort:
+                subtree = n.subtree.get(fr, 0)
+            else:
+                subtree = 0 if q is None else q.nominal
+            local = (0 if q is None or q.lending_limit is None
+                     else max(0, subtree - q.lending_limit))
+            p = avail if avail > 0 else 0
+            if q is not None and q.borrowing_limit is not None:
+                cap = (subtree - local) - max(0, usage - local) + q.borrowing_limit
+                if cap < p:
+                    p = cap
+            avail = max(0, local - usage) + max(0, p)
+        return avail
 
     def available(self, name: ClusterQueueName, fr: FlavorResource) -> int:
         """How much more of ``fr`` a ClusterQueue can use now (≥ 0)."""

@@ -106,7 +106,7 @@ def admission_usage(admission: Admission) -> dict[FlavorResource, int]:
     return out
 
 
-@dataclass
+@dataclass(slots=True)
 class _Record:
     wl: Workload
     state: str = PENDING
@@ -131,7 +131,7 @@ class _Record:
         return self.state == ADMITTED and self.wl.evicted_at is not None
 
 
-@dataclass
+@dataclass(slots=True)
 class _ClusterQueue:
     spec: ClusterQueueSpec
     problem: ConfigProblem | None
@@ -289,6 +289,9 @@ class QuotaState:
         self.tree = QuotaTree()
         self._flavors: dict[FlavorName, ResourceFlavor] = {}
         self._cqs: dict[ClusterQueueName, _ClusterQueue] = {}
+        # ``_cqs``'s names sorted (the scheduling cycle's order), None after a ClusterQueue
+        # came or went: not sorted again every cycle.
+        self._cq_order: list[ClusterQueueName] | None = None
         # ClusterQueue -> (the queue order it was built from, LocalQueue (namespace, name) ->
         # positions in that order): ``local_queue_pending_workloads``.
         self._lq_groups: dict[ClusterQueueName, tuple[tuple[tuple[WorkloadKey, bool], ...],
@@ -402,6 +405,8 @@ class QuotaState:
             self._mark_cohort(name)
         problem = self._problem_of(spec)
         cq = _ClusterQueue(spec, problem, old.queue if old is not None else PendingQueue())
+        if old is None:
+            self._cq_order = None
         self._cqs[name] = cq
         self.tree.set_cluster_queue(name, spec.cohort, self._quotas(cq))
         self.tree.set_weight(name, spec.fair_weight_milli)
@@ -430,6 +435,7 @@ class QuotaState:
             return False
         self._mark_cohort(name)
         cq = self._cqs.pop(name)
+        self._cq_order = None
         self._lq_groups.pop(name, None)
         self._min_runtime_cqs.discard(name)
         if name in self._afs_cqs:
@@ -1090,7 +1096,13 @@ class QuotaState:
 
     def cluster_queue_names(self) -> list[ClusterQueueName]:
         """Known ClusterQueue names, sorted."""
-        return sorted(self._cqs)
+        return list(self._sorted_cq_names())
+
+    def _sorted_cq_names(self) -> list[ClusterQueueName]:
+        """Known ClusterQueue names, sorted; the cached list itself (do not change it)."""
+        if self._cq_order is None:
+            self._cq_order = sorted(self._cqs)
+        return self._cq_order
 
     def local_queue(self, key: str) -> LocalQueue | None:
         """LocalQueue ``namespace/name`` as last given (None when unknown)."""

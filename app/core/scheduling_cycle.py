@@ -338,8 +338,9 @@ class Scheduler(QuotaState):
         self._orphan_news.clear()
 
         entries: list[_Entry] = []
-        for name in sorted(self._cqs):
-            cq = self._cqs[name]
+        cqs = self._cqs
+        for name in self._sorted_cq_names():
+            cq = cqs[name]
             if not cq.queue.active_count:
                 continue
             if cq.problem is not None:
@@ -925,14 +926,16 @@ class Scheduler(QuotaState):
                     keep[fr] = min(r, used)
         # The queued part, while this run of admitting cycles is younger than the window.
         demand: dict[FlavorResource, int] = dict.fromkeys(room, 0)
-        for key in self._cqs[name].queue.active():
+        wls = self._wls
+        for key in self._cqs[name].queue.active_keys():
             if all(demand[fr] >= room[fr] for fr in room):
                 break
-            for ps in self._wls[key].wl.pod_sets:
-                for resource, amount in ps.total().items():
+            for ps in wls[key].wl.pod_sets:
+                count = ps.count
+                for resource, amount in ps.requests.items():
                     for fr in room:
                         if fr.resource == resource:
-                            demand[fr] += amount
+                            demand[fr] += amount * count
         beyond = {fr: min(room[fr], v) for fr, v in demand.items() if v > keep.get(fr, 0)}
         if not beyond:
             self._keep_over_since.pop(name, None)
