@@ -13,18 +13,14 @@ writes already decided."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from app.config import Settings
-from app.controllers.scheduling_loop import SchedulerLoop
 from app.controllers.write_tasks import WriteSlots
 from app.kube.client import TokenBucket
 from app.kube.workqueue import is_urgent, urgent
-from tests.unit.test_eta_messages import FakeClient, FakeStore
-from tests.unit.test_stale_preemption import _preempt
+from tests.unit.test_stale_preemption import _loop, _preempt
 
 
 async def _take(slots: WriteSlots, tag: str, order: list[str]) -> None:
@@ -112,20 +108,9 @@ async def test_the_scheduling_loop_writes_a_preemptions_evictions_before_earlier
     """One write slot, held; a write queued before the Preempt decision (an admission of an
     earlier cycle); the victim's eviction, queued after it, is written first, as urgent."""
     sim, d = _preempt()
-    store = FakeStore()
-    for k in sim.c.workload_keys():
-        ns, name = k.split("/", 1)
-        store.put({"metadata": {"namespace": ns, "name": name, "resourceVersion": "1"},
-                   "spec": {}, "status": {"admission": {"clusterQueue": "cq"}}})
+    loop, ctx = _loop(sim)
+    loop.writes.limit = WriteSlots(1)  # the DecisionWriter shares ``loop.writes``
     order: list[str] = []
-    ctx = SimpleNamespace(
-        settings=Settings(controllers_enabled=False), client=FakeClient(),
-        store=lambda kind: store, clock=lambda: sim.now, may_write=True, inflight=set(),
-        leader=SimpleNamespace(is_leader=True), wake=lambda: None,
-        recorder=SimpleNamespace(emit=lambda *a: None))
-    framework = SimpleNamespace(owner_object=lambda wl: None, notify=lambda wl, key: None)
-    loop = SchedulerLoop(ctx, jobs=framework, cluster=sim.c,  # type: ignore[arg-type]
-                         max_inflight=1)
 
     async def replace(resource: Any, body: dict[str, Any], **kw: Any) -> dict[str, Any]:
         order.append(f"evict {body['metadata']['name']} urgent={is_urgent()}")
