@@ -54,7 +54,7 @@ from app.core.decisions import Admit, Decision, Pending, PendingReason, Preempt
 from app.core.scheduling_cycle import Scheduler
 from app.kube.aio import wait_event
 from app.kube.context import Context
-from app.kube.workqueue import acting_for, namespace_of, urgent
+from app.kube.workqueue import acting_for, namespace_of
 
 log = logging.getLogger(__name__)
 
@@ -176,10 +176,8 @@ class SchedulerLoop:
         elif isinstance(d, Preempt):
             if d.victims:
                 self.preemptions.record(d, self.ctx.clock())
-            # The victims' writes (eviction, stop, release) wait in the preemptor's turns,
-            # ahead of the other writes waiting (Kueue issues a cycle's preemptions before
-            # it goes on): each victim runs, and is thrown away, for as long as it waits.
-            with acting_for(namespace_of(d.preemptor)), urgent():
+            # The victims' writes (eviction, stop, release) wait in the preemptor's turns.
+            with acting_for(namespace_of(d.preemptor)):
                 for v in d.victims:
                     self.writes.spawn(self.decisions.evict(v.workload, "Preempted",
                                                            v.message, v, d))

@@ -14,74 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Coroutine
 from typing import Any
 
 from app.kube.context import Context
-from app.kube.workqueue import is_urgent
 
 log = logging.getLogger(__name__)
 
 
-class WriteSlots:
-    """At most ``n`` writes in flight (``async with slots:``); waiters are served first come
-    first served, those inside ``app.kube.workqueue.urgent`` (a preemption's evictions)
-    before every other. Raises ``ValueError`` for ``n`` < 1."""
-
-    def __init__(self, n: int) -> None:
-        if n < 1:
-            raise ValueError("n must be >= 1")
-        self._free = n
-        self._urgent: deque[asyncio.Future[None]] = deque()
-        self._others: deque[asyncio.Future[None]] = deque()
-
-    @property
-    def waiting(self) -> int:
-        """Callers waiting for a slot."""
-        return len(self._urgent) + len(self._others)
-
-    async def acquire(self) -> None:
-        """Wait for and take a slot (see the class doc)."""
-        if self._free > 0:  # then no one waits: a freed slot goes to a waiter first
-            self._free -= 1
-            return
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        q = self._urgent if is_urgent() else self._others
-        q.append(fut)
-        try:
-            await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():
-                self.release()  # granted as the caller was cancelled: pass it on
-            elif fut in q:  # not yet passed over by ``release``
-                q.remove(fut)
-            raise
-
-    def release(self) -> None:
-        """Give a slot back: to the next waiter in turn, else to the pool."""
-        for q in (self._urgent, self._others):
-            while q:
-                fut = q.popleft()
-                if not fut.done():  # else cancelled, its caller not yet resumed
-                    fut.set_result(None)
-                    return
-        self._free += 1
-
-    async def __aenter__(self) -> None:
-        await self.acquire()
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.release()
-
-
 class WorkloadWrites:
-    """Per-Workload locks, the in-flight cap (``max_inflight`` writes that take ``limit``,
-    urgent ones first: ``WriteSlots``) and the tasks started by ``spawn``."""
+    """Per-Workload locks, the in-flight cap (``max_inflight`` writes that take ``limit``)
+    and the tasks started by ``spawn``."""
 
     def __init__(self, ctx: Context, max_inflight: int = 32) -> None:
         self.ctx = ctx
-        self.limit = WriteSlots(max_inflight)
+        self.limit = asyncio.Semaphore(max_inflight)
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 

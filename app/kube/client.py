@@ -37,7 +37,7 @@ from app.kube.errors import (
     from_exception,
     from_status,
 )
-from app.kube.workqueue import Lanes, acting_lane, in_background, is_urgent
+from app.kube.workqueue import Lanes, acting_lane, in_background
 from app.wire.names import KUEUE_GROUP
 
 JSON = "application/json"
@@ -120,9 +120,6 @@ class TokenBucket:
     under a full budget the writes that decide what runs (admissions, evictions, a job's
     release) go first, and a background write is still never held longer than that. ``clock``
     returns seconds (monotonic); ``sleep`` is awaited for waits (both injectable for tests).
-    ``acquire(lane, urgent=True)`` (requests made inside ``app.kube.workqueue.urgent``: a
-    preemption's evictions) goes before every other waiter, first come first served among
-    the urgent ones (a background one past ``background_max_wait`` still takes its token).
     Raises ``ValueError`` for ``qps`` <= 0, ``burst`` < 1 or a negative ``background_max_wait``.
     """
 
@@ -144,7 +141,6 @@ class TokenBucket:
         self._waiters: Lanes[asyncio.Future[None]] = Lanes()
         # Background waiters, oldest first, with the time each started waiting.
         self._background: deque[tuple[float, asyncio.Future[None]]] = deque()
-        self._urgent: deque[asyncio.Future[None]] = deque()
         self._pump: asyncio.Task[None] | None = None
 
     def _refill(self) -> None:
@@ -163,21 +159,16 @@ class TokenBucket:
     @property
     def waiting(self) -> int:
         """Callers waiting for a token (cancelled ones until their turn comes)."""
-        return len(self._waiters) + len(self._background) + len(self._urgent)
+        return len(self._waiters) + len(self._background)
 
-    async def acquire(self, lane: str = "", *, background: bool = False,
-                      urgent: bool = False) -> None:
+    async def acquire(self, lane: str = "", *, background: bool = False) -> None:
         """Wait for and take one token, in ``lane``'s turn, after the foreground callers when
-        ``background``, before them when ``urgent`` (see the class doc)."""
-        urgent = urgent and not background
-        if (urgent or not (self._waiters or self._background)) and not self._urgent \
-                and self.try_acquire():
+        ``background`` (see the class doc)."""
+        if not self._waiters and not self._background and self.try_acquire():
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if background:
             self._background.append((self._clock(), fut))
-        elif urgent:
-            self._urgent.append(fut)
         else:
             self._waiters.push(lane, fut)
         if self._pump is None or self._pump.done():
@@ -195,13 +186,9 @@ class TokenBucket:
         bg = self._background
         while bg and bg[0][1].done():  # cancelled while waiting
             bg.popleft()
-        if bg and (not (self._waiters or self._urgent)
+        if bg and (not self._waiters
                    or self._clock() - bg[0][0] >= self.background_max_wait):
             return bg.popleft()[1]
-        while self._urgent:
-            fut = self._urgent.popleft()
-            if not fut.done():
-                return fut
         while self._waiters:
             fut = self._waiters.pop()
             if not fut.done():
@@ -216,7 +203,7 @@ class TokenBucket:
         """Give tokens to the waiters in turn as tokens come (the turn is chosen when the
         token is there, so a lane that starts waiting meanwhile is not passed over); ends
         when none waits."""
-        while self._waiters or self._background or self._urgent:
+        while self._waiters or self._background:
             while not self.try_acquire():
                 await self._sleep((1 - self._tokens) / self.qps)
             fut = self._next_waiter()
@@ -299,18 +286,16 @@ class RateLimitedApiClient(k8s_client.ApiClient):
     async def _token(self, lane: str = "") -> None:
         """Take a token in ``lane``, or in the lane the caller works for
         (``app.kube.workqueue.acting_for``: a preemption's writes for the preemptor), after
-        the foreground callers inside ``app.kube.workqueue.background``, before them inside
-        ``app.kube.workqueue.urgent``."""
+        the foreground callers inside ``app.kube.workqueue.background``."""
         acting = acting_lane()
         if acting is not None:
             lane = acting
-        bg, first = in_background(), is_urgent()
+        bg = in_background()
         if self.max_wait is None:
-            await self.bucket.acquire(lane, background=bg, urgent=first)
+            await self.bucket.acquire(lane, background=bg)
         else:
             try:
-                await asyncio.wait_for(self.bucket.acquire(lane, background=bg, urgent=first),
-                                       self.max_wait)
+                await asyncio.wait_for(self.bucket.acquire(lane, background=bg), self.max_wait)
             except TimeoutError:
                 raise Throttled(429, "TooManyRequests", f"client-side rate limit: no token "
                                 f"within {self.max_wait:g}s") from None

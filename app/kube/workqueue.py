@@ -85,31 +85,6 @@ def in_background() -> bool:
     return _BACKGROUND.get()
 
 
-_URGENT: ContextVar[bool] = ContextVar("pykueue_urgent", default=False)
-
-
-@contextmanager
-def urgent() -> Iterator[None]:
-    """Run the block (and the tasks created in it) as urgent writes: they take a Workload
-    write slot (``app.controllers.write_tasks.WriteSlots``) and an API token
-    (``app.kube.client.TokenBucket``) before every waiting non-urgent caller, first come
-    first served among themselves. For a preemption's evictions: Kueue v0.17.1 issues a
-    cycle's preemptions synchronously (``IssuePreemptions``, in parallel) before it goes on,
-    so its victims stop together right after the decision; queued behind admissions, each
-    victim would run (and be thrown away) for as long as its write waits. ``background()``
-    wins over it (a preemption's Events stay background)."""
-    token = _URGENT.set(True)
-    try:
-        yield
-    finally:
-        _URGENT.reset(token)
-
-
-def is_urgent() -> bool:
-    """True inside ``urgent()``."""
-    return _URGENT.get()
-
-
 def namespace_of(key: str) -> str:
     """The namespace of an object key: ``ns`` of ``ns/name`` and of ``<prefix>:ns/name``
     (``job:team-a/train``); ``""`` for a cluster-scoped key (``cq-a``)."""

@@ -29,7 +29,6 @@ from app.kube.workqueue import (
     background,
     in_background,
     namespace_of,
-    urgent,
     work,
 )
 
@@ -290,10 +289,8 @@ def test_requests_made_acting_for_a_lane_take_their_tokens_in_it() -> None:
     class Recording(TokenBucket):
         lanes: list[str] = []
 
-        async def acquire(self, lane: str = "", *, background: bool = False,
-                          urgent: bool = False) -> None:
-            self.lanes.append(lane + ("(bg)" if background else "")
-                              + ("(urgent)" if urgent else ""))
+        async def acquire(self, lane: str = "", *, background: bool = False) -> None:
+            self.lanes.append(lane + ("(bg)" if background else ""))
 
     async def go() -> list[str]:
         bucket = Recording(50, 100)
@@ -307,13 +304,10 @@ def test_requests_made_acting_for_a_lane_take_their_tokens_in_it() -> None:
             with background():
                 await asyncio.create_task(api._token("team-c"))
             await api._token("team-c")
-            with acting_for("team-d"), urgent():  # a preemption's evictions
-                await asyncio.create_task(api._token("team-a"))
         finally:
             await api.close()
         return bucket.lanes
-    assert run(go()) == ["team-a", "team-b", "team-b", "team-a", "team-c(bg)", "team-c",
-                         "team-d(urgent)"]
+    assert run(go()) == ["team-a", "team-b", "team-b", "team-a", "team-c(bg)", "team-c"]
 
 
 # ---------------------------------------------------------------- pending messages to write
