@@ -454,8 +454,8 @@ class QuotaTree:
         return any(v > node.subtree_quota(fr) for fr, v in node.usage.items())
 
     def _available(self, node: _Node, fr: FlavorResource) -> int:
-        # The recursion of the module docstring unrolled, from the root down: one dict
-        # lookup per node for its usage and one for its quota (a flat cohort: two nodes).
+        # The recursion of the module docstring unrolled, from the root down (a flat cohort:
+        # two nodes); each node's quotas read through ``subtree_quota`` / ``local_quota``.
         path: list[_Node] = []
         n = node
         while n.parent is not None:
@@ -465,12 +465,8 @@ class QuotaTree:
         for n in reversed(path):
             usage = n.usage.get(fr, 0)
             q = n.quotas.get(fr)
-            if n.is_cohort:
-                subtree = n.subtree.get(fr, 0)
-            else:
-                subtree = 0 if q is None else q.nominal
-            local = (0 if q is None or q.lending_limit is None
-                     else max(0, subtree - q.lending_limit))
+            subtree = n.subtree_quota(fr)
+            local = n.local_quota(fr)
             p = avail if avail > 0 else 0
             if q is not None and q.borrowing_limit is not None:
                 cap = (subtree - local) - max(0, usage - local) + q.borrowing_limit

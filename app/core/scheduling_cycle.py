@@ -931,11 +931,10 @@ class Scheduler(QuotaState):
             if all(demand[fr] >= room[fr] for fr in room):
                 break
             for ps in wls[key].wl.pod_sets:
-                count = ps.count
-                for resource, amount in ps.requests.items():
+                for resource, amount in ps.total().items():
                     for fr in room:
                         if fr.resource == resource:
-                            demand[fr] += amount * count
+                            demand[fr] += amount
         beyond = {fr: min(room[fr], v) for fr, v in demand.items() if v > keep.get(fr, 0)}
         if not beyond:
             self._keep_over_since.pop(name, None)
