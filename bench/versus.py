@@ -653,6 +653,10 @@ def watch_table(results: list[dict[str, Any]]) -> list[str]:
                         f"{c['peak_pending']} / {c['admissions_per_min_while_pending']} / "
                         f"{c['idle_cpu_s_while_fit_pending']} ({c['fit_pending_idle_s']} s)"
                         for c in w["cohorts"].values()))
+        ra = w.get("readmission_ms")
+        if ra:
+            idle += (f"; finish to the next admission in its ClusterQueue while one pended "
+                     f"p50 {ra['p50']} p90 {ra['p90']} mean {ra['mean']} ms ({ra['count']})")
         lines.append(f"  {r['run']}: {w['admissions']} admissions in "
                      f"{w['admission_window_s']} s = {w['admissions_per_min']}/min; {tta}{idle}")
     return lines

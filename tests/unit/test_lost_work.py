@@ -199,6 +199,23 @@ def test_idle_quota_while_a_fitting_workload_pends(tmp_path: Path) -> None:
     assert got["admissions"] == 2 and got["admissions_per_min"] == 24.0  # 2 in 5 s
 
 
+def test_readmission_latency_counts_only_finishes_with_one_pending(tmp_path: Path) -> None:
+    """w1 finishes at 3.0 while w2 pends in its ClusterQueue: w2's admission at 3.05 is 50 ms
+    later. w2's own finish at 4.0, with nothing pending, and w3's admission in another
+    ClusterQueue are not counted."""
+    ww = _watch_module()
+    other = "cq-0-1-cohort-0"
+    qr = {"QuotaReserved": ("True", T0)}
+    done = {**qr, "Finished": ("True", T0)}
+    ev = [(0.0, "ADDED", _wl("w1", CQ, {})), (0.0, "ADDED", _wl("w2", CQ, {})),
+          (0.5, "ADDED", _wl("w3", other, {})),
+          (1.0, "MODIFIED", _wl("w1", CQ, qr)), (3.0, "MODIFIED", _wl("w1", CQ, done)),
+          (3.01, "MODIFIED", _wl("w3", other, qr)), (3.05, "MODIFIED", _wl("w2", CQ, qr)),
+          (4.0, "MODIFIED", _wl("w2", CQ, done)), (5.0, "MODIFIED", _wl("w3", other, done))]
+    got = ww.analyse(_write(tmp_path / "w.jsonl", ev))
+    assert got["readmission_ms"] == {"count": 1, "p50": 50.0, "p90": 50.0, "mean": 50.0}
+
+
 def test_deep_config_scales_and_its_quotas_are_read() -> None:
     """bench/scenarios/versus-deep.yaml: 3 ClusterQueues of 10 CPUs, 401 Workloads each;
     bench/deep.py scales it to --per-cq / --cqs."""
