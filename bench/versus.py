@@ -324,6 +324,15 @@ class VersusRun:
             out[k] = out.get(k, 0.0) + float(m.group(2))
         return out
 
+    def record_counts(self, t: float, before: dict[tuple[str, str], float]) -> None:
+        """One line of ``requests.jsonl``: ``{"t": seconds into the run, "requests":
+        {"VERB resource": count since the run started}}`` (``--requests-every``)."""
+        now = self.apiserver_counts()
+        counts = {f"{v} {res}": int(n - before.get((v, res), 0))
+                  for (v, res), n in sorted(now.items()) if n - before.get((v, res), 0) > 0}
+        with (self.out / "requests.jsonl").open("a") as f:
+            f.write(json.dumps({"t": round(t, 1), "requests": counts}) + "\n")
+
     def run(self) -> dict[str, Any]:
         t_setup = time.monotonic()
         result: dict[str, Any] = {"run": self.name, "load_before": loadavg()}
@@ -363,8 +372,13 @@ class VersusRun:
             after: dict[tuple[str, str], float] = {}
             cpu1 = busy1 = runner_cpu = 0.0
             server_cpu: dict[str, float] = {}
+            every = self.args.requests_every
+            next_counts = time.monotonic() + every
             while runner.poll() is None:
                 time.sleep(0.5)
+                if every > 0 and time.monotonic() >= next_counts:
+                    next_counts += every
+                    self.record_counts(time.monotonic() - t0, before)
                 text = log.read_text(errors="replace") if log.exists() else ""
                 if gen_at is None and "Generator done" in text:
                     gen_at = time.monotonic() - t0
@@ -716,6 +730,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "versus")
     ap.add_argument("--bin-dir", type=Path, default=ROOT / ".k8sbin" / "current")
     ap.add_argument("--keep", action="store_true", help="keep each lab (debugging)")
+    ap.add_argument("--requests-every", type=float, default=0.0, metavar="S",
+                    help="every S seconds of the run, append the API server's request counts "
+                         "since the start (apiserver_request_total by verb and resource) to "
+                         "<out>/<run>/requests.jsonl: where the write budget goes, minute by "
+                         "minute (0: off)")
     ap.add_argument("--trace", action="store_true", help="record every Workload change and "
                     "Event of each run under <out>/<run>/ (bench/evictions.py, bench/writes.py)")
     args = ap.parse_args()

@@ -4,27 +4,20 @@ condition writes alike."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.sim.lost_work import ADMITTED, EVICTED, FINISHED, LostWork, lost_work, lost_work_by_class
+from tests.unit.bench_scripts import bench_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _watch_module() -> Any:
-    spec = importlib.util.spec_from_file_location("workload_watch",
-                                                  ROOT / "bench" / "workload_watch.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("workload_watch", mod)
-    spec.loader.exec_module(mod)
-    return mod
+    return bench_script("workload_watch")
 
 
 # ---- the pure computation -----------------------------------------------------------------
@@ -225,11 +218,7 @@ def test_deep_config_scales_and_its_quotas_are_read() -> None:
     deep = ROOT / "bench" / "scenarios" / "versus-deep.yaml"
     assert ww.generator_quotas(deep) == {f"cq-0-{i}-cohort-0": ("cohort-0", 10_000, 0)
                                          for i in range(3)}
-    spec = importlib.util.spec_from_file_location("deep", ROOT / "bench" / "deep.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    cfg = mod.scaled(yaml.safe_load(deep.read_text()), 100, 2)
+    cfg = bench_script("deep").scaled(yaml.safe_load(deep.read_text()), 100, 2)
     qs = cfg["cohorts"][0]["queuesSets"][0]
     assert qs["count"] == 2
     # the blocker stays one; 7 x 50 small and 50 medium of 401 -> 12 each
