@@ -67,7 +67,10 @@ The cycle (Kueue v0.17.1 ``Scheduler.schedule``, ``pkg/scheduler/scheduler.go``;
    head shape (per pod set: name, count, requests, nodeSelector, affinity, tolerations),
    priority (and queue-order time under LowerOrNewerEqualPriority) while the cohort's
    version (``QuotaState._version``) is unchanged. A head that needs preemption gets its
-   fewest victims here too (Kueue ``GetTargets``, ``pkg/scheduler/preemption``).
+   fewest victims here too (Kueue ``GetTargets``, ``pkg/scheduler/preemption``); when its
+   assignment needs what its nomination's preemption oracle searched in this cycle (same
+   flavor-resource and amount), that search is its victims (nothing changed in between;
+   ``_cycle_searches``), else it is searched again.
 4. Order: not borrowing before borrowing, then higher priority, then earlier queue-order
    time, uid, key (Kueue ``entryOrdering``); under fair sharing a tournament by dominant
    resource share in each cohort tree (``_fair_next``; Kueue's fair sharing iterator,
@@ -257,6 +260,13 @@ class Scheduler(QuotaState):
         ] = {}
         self._nomination_hits = 0
         self._nomination_misses = 0
+        # The victim searches of this cycle's nominations (their preemption oracle) that found
+        # victims, by (preemptor, ClusterQueue, need, request, cohort searched): the state
+        # does not change between nomination and ``_entry_targets``, so a head whose
+        # assignment needs exactly what its oracle searched reuses that search. Emptied
+        # every cycle.
+        self._cycle_searches: dict[tuple[object, ...], Targets] = {}
+        self.search_reuses = 0
         # Per cohort tree root: (version, {priority bound: its borrowing ClusterQueues'
         # candidates}) (``_candidates``).
         self._cohort_candidates: dict[
@@ -338,6 +348,7 @@ class Scheduler(QuotaState):
         self._orphan_news.clear()
 
         entries: list[_Entry] = []
+        self._cycle_searches.clear()  # searches of an earlier cycle's state never count
         cqs = self._cqs
         for name in self._sorted_cq_names():
             cq = cqs[name]
@@ -376,6 +387,7 @@ class Scheduler(QuotaState):
         for e in entries:
             if e.assignment.mode in (Mode.PREEMPT, Mode.RECLAIM):
                 e.targets = self._entry_targets(e)
+        self._cycle_searches.clear()
 
         taken: dict[WorkloadKey, Candidate] = {}
         held: list[tuple[ClusterQueueName, dict[FlavorResource, int]]] = []
@@ -828,6 +840,7 @@ class Scheduler(QuotaState):
             t = self._find_targets(preemptor, spec, cands, (fr,), {fr: amount})
             if t is None:
                 return Mode.NO_CANDIDATES, 0
+            self._cycle_searches[(preemptor, spec.name, (fr,), ((fr, amount),), cohort)] = t
             tree = self.tree
             for x in t.targets:
                 tree.remove_usage(x.candidate.cluster_queue, x.candidate.usage)
@@ -1013,9 +1026,17 @@ class Scheduler(QuotaState):
 
     def _entry_targets(self, e: _Entry) -> Targets | None:
         """The fewest victims for head ``e`` against the current usage (called at
-        nomination, before any decision of the cycle)."""
+        nomination, before any decision of the cycle): the search its nomination's oracle
+        made this cycle when the need and request are the same (``_cycle_searches``), else
+        a new one."""
         p, need = self._preemptor(e.rec, e.spec), tuple(e.assignment.need_preemption)
-        cands = self._candidates(p, e.spec, cohort=self._searches_cohort(e.spec, need))
+        cohort = self._searches_cohort(e.spec, need)
+        key = (p, e.spec.name, need, tuple(e.assignment.usage.items()), cohort)
+        found = self._cycle_searches.get(key)
+        if found is not None:
+            self.search_reuses += 1
+            return found
+        cands = self._candidates(p, e.spec, cohort=cohort)
         return self._find_targets(p, e.spec, cands, need, e.assignment.usage)
 
     def _fits_after(

@@ -230,3 +230,35 @@ def test_a_lender_keeps_the_room_it_used_just_before_when_its_next_arrival_is_no
     s.finish("big2")
     s.settle()
     assert all(s.admitted(f"b{i}") for i in range(4))
+
+
+def test_a_head_reuses_its_nominations_victim_search_within_the_cycle_only():
+    """The victim search a nomination's preemption oracle made is the head's targets in the
+    same cycle (the state has not changed in between); a later cycle searches again, and the
+    victims are the same as a fresh search's."""
+    s = Sim(*_queues(2, [4, 4]))
+    s.submit(*[workload(f"c{i}").cq("q1").pods(1, cpu=1).priority(i) for i in range(8)])
+    s.settle()
+    assert s.usage("q1") == 8_000  # q1 borrows q0's 4
+    reuses = s.c.search_reuses
+    s.submit(workload("a").cq("q0").pods(1, cpu=2))
+    ds = s.cycle()
+    # reclaim within nominal: the two lowest-priority borrowers of q1
+    assert sorted(v for v, _ in s.evictions(ds)) == ["ns/c0", "ns/c1"]
+    assert s.c.search_reuses == reuses + 1
+    assert not s.c._cycle_searches, "emptied after the cycle's nominations"
+    # The same need from a fresh scheduler state: the same victims without any reuse.
+    t = Sim(*_queues(2, [4, 4]))
+    t.submit(*[workload(f"c{i}").cq("q1").pods(1, cpu=1).priority(i) for i in range(8)])
+    t.settle()
+    t.submit(workload("a").cq("q0").pods(1, cpu=2))
+    real = t.c._entry_targets
+
+    def fresh(entry):  # the search made again, as before the reuse
+        t.c._cycle_searches.clear()
+        return real(entry)
+
+    t.c._entry_targets = fresh
+    ds2 = t.cycle()
+    assert s.evictions(ds) == t.evictions(ds2)
+    assert t.c.search_reuses == 0
