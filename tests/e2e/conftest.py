@@ -1,4 +1,5 @@
-"""The e2e fixture: pykueue started fresh in the lab for each module (counters at zero)."""
+"""The e2e fixtures: pykueue started fresh in the lab for each module (counters at zero); the
+MultiKueue worker labs handed from one module to the next (``mk_kept_workers``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,40 @@ sys.path.insert(0, str(ROOT / "hack"))
 import lab as labmod  # noqa: E402
 import operators as ops  # noqa: E402
 import scenario  # noqa: E402
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The e2e modules that use the MultiKueue labs (fixture ``sites`` of
+    test_multikueue.py: two worker labs beside the session's) run one after another, at the
+    place of the first of them, so that the worker labs start once for all of them (``sites``
+    hands them to the next module) instead of once per module. Each module's tests keep their
+    order; the other modules keep theirs."""
+    def module(item: pytest.Item) -> pytest.Module | None:
+        return item.getparent(pytest.Module)
+
+    mk_modules = {module(i) for i in items if "sites" in getattr(i, "fixturenames", ())}
+    if len(mk_modules) < 2:
+        return
+    moved = [i for i in items if module(i) in mk_modules]
+    first = next(n for n, i in enumerate(items) if module(i) in mk_modules)
+    rest = [i for i in items if module(i) not in mk_modules]
+    items[:] = rest[:first] + moved + rest[first:]
+
+
+@pytest.fixture(scope="session")
+def mk_kept_workers(lab: LabHandle) -> Iterator[set[str]]:
+    """The names of the MultiKueue worker labs (hack/multikueue_lab.py) that a module's
+    ``sites`` started and left running for the next module (test_multikueue.py); those still
+    running at the end of the session (a run stopped early: ``-x``) are stopped here."""
+    kept: set[str] = set()
+    yield kept
+    if kept:
+        import multikueue_lab as mk
+
+        for site in mk.sites(str(lab.state), lab.port_base):
+            if site.name in kept:
+                site.lab("pykueue-down", check=False)
+                site.lab("down", check=False)
 
 
 @pytest.fixture(scope="module")

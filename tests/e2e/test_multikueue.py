@@ -70,10 +70,13 @@ def _queues(cpus: int, checks: list[str]) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def sites(lab: LabHandle) -> Iterator[list[mk.Site]]:
+def sites(lab: LabHandle, request: pytest.FixtureRequest, mk_kept_workers: set[str]
+          ) -> Iterator[list[mk.Site]]:
     """The session's lab as the manager, two worker labs beside it; what is not running
     (a worker lab, pykueue or an operator on any) is started here and stopped after the
-    module."""
+    module. A worker lab this session started is left running when the next module uses
+    these labs too (tests/e2e/conftest.py runs those modules one after another): that module
+    takes it over (``mk_kept_workers``) instead of starting it again."""
     all_sites = mk.sites(str(lab.state), lab.port_base)
     manager, w1, _ = all_sites
     on_w1 = [o for o, _ in WORKER1_OPERATORS if mk.operator_built(o) and (
@@ -81,6 +84,9 @@ def sites(lab: LabHandle) -> Iterator[list[mk.Site]]:
     ops = {s.name: [o for o, _ in OPERATORS] + (on_w1 if s is w1 else []) for s in all_sites}
     crds = {manager.name: [o for o, _ in WORKER1_OPERATORS if mk.operator_built(o)]}
     started = [s for s in all_sites if not mk.is_up(s)]
+    # The workers an earlier module started and kept up for this one: this module's to stop.
+    owned = started + [s for s in all_sites if s.name in mk_kept_workers and s not in started]
+    mk_kept_workers.difference_update(s.name for s in owned)
     ops_started = {s.name: _operators_up(s, ops[s.name], crds.get(s.name, []))
                    for s in all_sites if s not in started}
     for s in started:
@@ -89,13 +95,25 @@ def sites(lab: LabHandle) -> Iterator[list[mk.Site]]:
         _setup(all_sites)
         yield all_sites
     finally:
-        for s in started:
+        keep = _next_module_uses_sites(request)
+        for s in owned:
+            if s is not manager and keep:
+                mk_kept_workers.add(s.name)
+                continue
             s.lab("pykueue-down", check=False)
-            if s is not all_sites[0]:
+            if s is not manager:
                 s.lab("down", check=False)
         for s in all_sites:
             for o in ops_started.get(s.name, []):
                 s.lab("operators-down", o, check=False)
+
+
+def _next_module_uses_sites(request: pytest.FixtureRequest) -> bool:
+    """Whether the test run next after this module's last test uses ``sites``."""
+    items = request.session.items
+    mine = [i for i, item in enumerate(items) if item.getparent(pytest.Module) is request.node]
+    return bool(mine) and mine[-1] + 1 < len(items) \
+        and "sites" in items[mine[-1] + 1].fixturenames
 
 
 def _alive(site: mk.Site, name: str) -> bool:
