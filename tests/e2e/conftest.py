@@ -65,6 +65,15 @@ def pykueue_in_lab(lab: LabHandle) -> Iterator[labmod.Lab]:
         labmod.pykueue_down(handle)
 
 
+@pytest.fixture(scope="session")
+def seed_run(lab: LabHandle) -> object:
+    """The seed scenario played once in the session for test_dashboard_seed.py and
+    test_scenario.py, on a pykueue of its own stopped after it (tests/e2e/seed_play.py)."""
+    from tests.e2e import seed_play
+
+    return seed_play.play(lab)
+
+
 @contextmanager
 def operators_running(lab: LabHandle, *names: str) -> Iterator[None]:
     """The named operators (CRDs and controllers) running in the lab for the block; those this
