@@ -1,5 +1,5 @@
 """The e2e fixtures: pykueue started fresh in the lab for each module (counters at zero); the
-MultiKueue worker labs handed from one module to the next (``mk_kept_workers``)."""
+MultiKueue labs handed from one module to the next (``mk_kept``)."""
 
 from __future__ import annotations
 
@@ -37,19 +37,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def mk_kept_workers(lab: LabHandle) -> Iterator[set[str]]:
-    """The names of the MultiKueue worker labs (hack/multikueue_lab.py) that a module's
-    ``sites`` started and left running for the next module (test_multikueue.py); those still
-    running at the end of the session (a run stopped early: ``-x``) are stopped here."""
+def mk_kept(lab: LabHandle) -> Iterator[set[str]]:
+    """The names of the MultiKueue labs (hack/multikueue_lab.py) whose pykueue (the manager,
+    the session's lab) or whole lab (a worker) a module's ``sites`` started and left running
+    for the next module (test_multikueue.py); those still running at the end of the session
+    (a run stopped early: ``-x``) are stopped here."""
     kept: set[str] = set()
     yield kept
     if kept:
         import multikueue_lab as mk
 
-        for site in mk.sites(str(lab.state), lab.port_base):
+        manager, *workers = mk.sites(str(lab.state), lab.port_base)
+        for site in (manager, *workers):
             if site.name in kept:
                 site.lab("pykueue-down", check=False)
-                site.lab("down", check=False)
+                if site is not manager:
+                    site.lab("down", check=False)
 
 
 @pytest.fixture(scope="module")
