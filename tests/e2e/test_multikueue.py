@@ -69,11 +69,19 @@ def _queues(cpus: int, checks: list[str]) -> list[dict]:
     ]
 
 
+# Set by ``sites`` on its module: whether pykueue on the manager is stopped after the module
+# (``soonest`` then leaves it as it is instead of restarting it with the settings it had).
+MANAGER_STOPPED_AFTER = pytest.StashKey[bool]()
+
+
 @pytest.fixture(scope="module")
-def sites(lab: LabHandle) -> Iterator[list[mk.Site]]:
+def sites(lab: LabHandle, request: pytest.FixtureRequest, mk_kept: set[str]
+          ) -> Iterator[list[mk.Site]]:
     """The session's lab as the manager, two worker labs beside it; what is not running
     (a worker lab, pykueue or an operator on any) is started here and stopped after the
-    module."""
+    module. What this session started is left running when the next module uses these labs
+    too (tests/e2e/conftest.py runs those modules one after another): that module takes it
+    over (``mk_kept``) instead of starting it again."""
     all_sites = mk.sites(str(lab.state), lab.port_base)
     manager, w1, _ = all_sites
     on_w1 = [o for o, _ in WORKER1_OPERATORS if mk.operator_built(o) and (
@@ -81,6 +89,11 @@ def sites(lab: LabHandle) -> Iterator[list[mk.Site]]:
     ops = {s.name: [o for o, _ in OPERATORS] + (on_w1 if s is w1 else []) for s in all_sites}
     crds = {manager.name: [o for o, _ in WORKER1_OPERATORS if mk.operator_built(o)]}
     started = [s for s in all_sites if not mk.is_up(s)]
+    # What an earlier module started and kept up for this one is this module's to stop.
+    owned = started + [s for s in all_sites if s.name in mk_kept and s not in started]
+    mk_kept.difference_update(s.name for s in owned)
+    keep = _next_module_uses_sites(request)
+    request.node.stash[MANAGER_STOPPED_AFTER] = manager in owned and not keep
     ops_started = {s.name: _operators_up(s, ops[s.name], crds.get(s.name, []))
                    for s in all_sites if s not in started}
     for s in started:
@@ -89,13 +102,24 @@ def sites(lab: LabHandle) -> Iterator[list[mk.Site]]:
         _setup(all_sites)
         yield all_sites
     finally:
-        for s in started:
+        for s in owned:
+            if keep:
+                mk_kept.add(s.name)
+                continue
             s.lab("pykueue-down", check=False)
-            if s is not all_sites[0]:
+            if s is not manager:
                 s.lab("down", check=False)
         for s in all_sites:
             for o in ops_started.get(s.name, []):
                 s.lab("operators-down", o, check=False)
+
+
+def _next_module_uses_sites(request: pytest.FixtureRequest) -> bool:
+    """Whether the test run next after this module's last test uses ``sites``."""
+    items = request.session.items
+    mine = [i for i, item in enumerate(items) if item.getparent(pytest.Module) is request.node]
+    return bool(mine) and mine[-1] + 1 < len(items) \
+        and "sites" in items[mine[-1] + 1].fixturenames
 
 
 def _alive(site: mk.Site, name: str) -> bool:
@@ -420,9 +444,10 @@ def test_pytorchjob_through_multikueue(sites):
 
 
 @contextlib.contextmanager
-def _manager_pykueue(manager: mk.Site, **settings: str) -> Iterator[None]:
+def _manager_pykueue(manager: mk.Site, restore: bool = True, **settings: str
+                     ) -> Iterator[None]:
     """pykueue on the manager restarted with ``PYKUEUE_MULTIKUEUE__<NAME>`` settings for the
-    block, then restarted with the ones it had."""
+    block, then restarted with the ones it had (``restore=False``: stopped instead)."""
     env = {f"PYKUEUE_MULTIKUEUE__{k.upper()}": v for k, v in settings.items()}
     saved = {k: os.environ.get(k) for k in env}
     manager.lab("pykueue-down")
@@ -437,7 +462,8 @@ def _manager_pykueue(manager: mk.Site, **settings: str) -> Iterator[None]:
             else:
                 os.environ[k] = v
         manager.lab("pykueue-down")
-        manager.lab("pykueue-up")
+        if restore:
+            manager.lab("pykueue-up")
 
 
 def test_incremental_dispatcher_no_worker_condition_and_gc(sites):
@@ -1063,12 +1089,15 @@ SOONEST = "pykueue.dev/multikueue-dispatcher-soonest"
 
 
 @pytest.fixture(scope="module")
-def soonest(sites: list[mk.Site]) -> Iterator[list[mk.Site]]:
+def soonest(sites: list[mk.Site], request: pytest.FixtureRequest
+            ) -> Iterator[list[mk.Site]]:
     """pykueue on the manager restarted once for the tests below (and again after the
-    module with the settings it had): pykueue's soonest dispatcher (a worker still computing
-    its ETA waited for up to 30 s), workerLostTimeout 3 s (Kueue's: 15 min), the workers
-    probed every second."""
-    with _manager_pykueue(sites[0], dispatcher_name=SOONEST, soonest_patience_seconds="30",
+    module with the settings it had, unless ``sites`` stops it then): pykueue's soonest
+    dispatcher (a worker still computing its ETA waited for up to 30 s), workerLostTimeout
+    3 s (Kueue's: 15 min), the workers probed every second."""
+    restore = not request.node.stash.get(MANAGER_STOPPED_AFTER, False)
+    with _manager_pykueue(sites[0], restore, dispatcher_name=SOONEST,
+                          soonest_patience_seconds="30",
                           worker_lost_timeout_seconds="3", probe_period_seconds="1"):
         yield sites
 
