@@ -220,6 +220,14 @@ class Tracer(threading.Thread):
 
 # ---- one run ---------------------------------------------------------------------------------
 
+def requests_since(now: dict[tuple[str, str], float],
+                   before: dict[tuple[str, str], float]) -> dict[str, int]:
+    """``{"VERB resource": requests}`` made between two ``apiserver_counts`` readings, the
+    kinds with none left out, sorted by verb and resource."""
+    return {f"{v} {res}": int(n - before.get((v, res), 0))
+            for (v, res), n in sorted(now.items()) if int(n - before.get((v, res), 0)) > 0}
+
+
 class VersusRun:
     def __init__(self, args: argparse.Namespace, name: str, index: int, kdir: Path,
                  kbin: Path) -> None:
@@ -327,9 +335,7 @@ class VersusRun:
     def record_counts(self, t: float, before: dict[tuple[str, str], float]) -> None:
         """One line of ``requests.jsonl``: ``{"t": seconds into the run, "requests":
         {"VERB resource": count since the run started}}`` (``--requests-every``)."""
-        now = self.apiserver_counts()
-        counts = {f"{v} {res}": int(n - before.get((v, res), 0))
-                  for (v, res), n in sorted(now.items()) if n - before.get((v, res), 0) > 0}
+        counts = requests_since(self.apiserver_counts(), before)
         with (self.out / "requests.jsonl").open("a") as f:
             f.write(json.dumps({"t": round(t, 1), "requests": counts}) + "\n")
 
@@ -434,8 +440,7 @@ class VersusRun:
             top = sorted(((n, f"{v} {res}") for (v, res), n in diff.items() if n > 0),
                          reverse=True)[:12]
             result["api_requests_top"] = {k: n for n, k in top}
-            result["api_requests_by_resource"] = {f"{v} {res}": n for (v, res), n in
-                                                  sorted(diff.items()) if n > 0}
+            result["api_requests_by_resource"] = requests_since(after, before)
             result.update(self.read_summary(runner_out / "summary.yaml"))
             result["watch"] = self.watch_figures(tracers)
             result["checker"] = (self.checker(runner_out, result) if "error" not in result

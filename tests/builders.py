@@ -527,3 +527,46 @@ class Sim:
     @staticmethod
     def pendings(decisions: Iterable[Decision]) -> dict[str, Pending]:
         return {d.workload: d for d in decisions if isinstance(d, Pending)}
+
+
+class Lockstep:
+    """Several cores driven through the same calls, for differential property tests: every
+    call must return the same on each (``each``), and every cycle the same decisions by repr
+    (``cycle``: the clock moves 0.5 s first). ``cores[0]`` is the one under test."""
+
+    def __init__(self, *cores: Scheduler) -> None:
+        self.cores = cores
+        self.now = 1000.0
+
+    def each(self, method: str, *args: object) -> None:
+        results = [getattr(c, method)(*args) for c in self.cores]
+        assert all(r == results[0] for r in results), (method, args, results)
+
+    def cycle(self) -> None:
+        self.now += 0.5
+        first, *rest = (repr(c.schedule(self.now)) for c in self.cores)
+        for i, other in enumerate(rest, 1):
+            assert other == first, f"core {i} ({type(self.cores[i]).__name__}) decided otherwise"
+
+    def workload_op(self, names: list[str], op: tuple) -> bool:
+        """``op`` = (kind, index[, priority]) on Workload ``names[index % len(names)]``:
+        ``finish`` (if admitted), ``delete``, ``evicted`` (its eviction completes, if
+        evicting) or ``prio`` (its priority set to ``op[2]``). False when there is no such
+        Workload (no names yet, or it was deleted)."""
+        if not names:
+            return False
+        key = WorkloadKey(f"ns/{names[op[1] % len(names)]}")
+        probe = self.cores[0]
+        wl = probe.domain_workload(key)
+        if wl is None:
+            return False
+        kind, state = op[0], probe.workload(key).state
+        if kind == "finish" and state == "admitted":
+            self.each("finish", key)
+        elif kind == "delete":
+            self.each("delete_workload", key)
+        elif kind == "evicted" and state == "evicting":
+            self.each("finish_eviction", key, self.now)
+        elif kind == "prio":
+            self.each("update_workload", replace(wl, priority=op[2]))
+        return True

@@ -32,7 +32,7 @@ from app.core.spec import (
     WithinClusterQueue,
 )
 from app.core.types import ClusterQueueName, FlavorName, FlavorResource, WorkloadKey
-from tests.builders import Sim, cluster_queue, cohort, workload
+from tests.builders import Lockstep, Sim, cluster_queue, cohort, workload
 
 
 class _EveryHead(Scheduler):
@@ -111,12 +111,11 @@ _ops = st.lists(st.one_of(
 ), min_size=10, max_size=120)
 
 
-class _Pair:
+class _Pair(Lockstep):
     def __init__(self, fair: bool, tree: bool) -> None:
         fs = FairSharing() if fair else None
-        self.cores = (Scheduler(fs), _EveryHead(fs))
+        super().__init__(Scheduler(fs), _EveryHead(fs))
         self.tree = tree
-        self.now = 1000.0
         for c in self.cores:
             c.add_flavor(ResourceFlavor(FlavorName("default-flavor")))
         if tree:  # a hierarchy: reclaim also needs the cohorts up to the common one to borrow
@@ -129,21 +128,11 @@ class _Pair:
                       _spec(i, "LowerPriority", "Any", "Never", False, tree))
             self.each("add_local_queue", LocalQueue("ns", f"lq-q{i}", ClusterQueueName(f"q{i}")))
 
-    def each(self, method: str, *args: object) -> None:
-        results = [getattr(c, method)(*args) for c in self.cores]
-        assert results[0] == results[1], (method, args, results)
-
-    def cycle(self) -> None:
-        self.now += 0.5
-        new, old = (repr(c.schedule(self.now)) for c in self.cores)
-        assert new == old
-
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fair=st.booleans(), tree=st.booleans(), ops=_ops)
 def test_cohort_candidates_decide_as_every_head_building_its_own(fair, tree, ops):
     pair = _Pair(fair, tree)
-    new = pair.cores[0]
     names: list[str] = []
     for op in ops:
         kind = op[0]
@@ -156,21 +145,8 @@ def test_cohort_candidates_decide_as_every_head_building_its_own(fair, tree, ops
                 pair.each("add_workload", workload(name).queue(f"lq-q{cq}")
                           .pods(pods, cpu=cpu).priority(prio).build(pair.now))
         elif kind in ("finish", "delete", "evicted", "prio"):
-            if not names:
+            if not pair.workload_op(names, op):
                 continue
-            key = WorkloadKey(f"ns/{names[op[1] % len(names)]}")
-            wl = new.domain_workload(key)
-            if wl is None:
-                continue
-            state = new.workload(key).state
-            if kind == "finish" and state == "admitted":
-                pair.each("finish", key)
-            elif kind == "delete":
-                pair.each("delete_workload", key)
-            elif kind == "evicted" and state == "evicting":
-                pair.each("finish_eviction", key, pair.now)
-            elif kind == "prio":
-                pair.each("update_workload", replace(wl, priority=op[2]))
         elif kind == "cq":
             _, i, within, reclaim, borrow, mr = op
             pair.each("update_cluster_queue", _spec(i, within, reclaim, borrow, mr, tree))

@@ -27,8 +27,8 @@ from app.core.spec import (
     LocalQueue,
     ResourceFlavor,
 )
-from app.core.types import ClusterQueueName, FlavorName, WorkloadKey
-from tests.builders import cluster_queue, cohort, workload
+from app.core.types import ClusterQueueName, FlavorName
+from tests.builders import Lockstep, cluster_queue, cohort, workload
 
 
 class _Fresh(Scheduler):
@@ -155,13 +155,15 @@ _ops = st.lists(st.one_of(
 ), min_size=10, max_size=100)
 
 
-class _Trio:
+class _Trio(Lockstep):
+    """The merged core, ``_Fresh`` (core 1: a differing decision is a reuse that differs
+    from a fresh search) and ``_Checked``."""
+
     def __init__(self, fair: int, tree: bool, afs: bool, pols: list, no_mr: bool) -> None:
         fs = (None, FairSharing(),
               FairSharing((FairSharingStrategy.LESS_THAN_INITIAL_SHARE,)))[fair]
         a = AdmissionFairSharing(half_life_s=10.0, sampling_s=2.0) if afs else None
-        self.cores = (Scheduler(fs, a), _Fresh(fs, a), _Checked(fs, a))
-        self.now = 1000.0
+        super().__init__(Scheduler(fs, a), _Fresh(fs, a), _Checked(fs, a))
         self.tree = tree
         for f in ("f1", "f2", "f1m"):
             self.each("add_flavor", ResourceFlavor(FlavorName(f)))
@@ -176,16 +178,6 @@ class _Trio:
                 self.each("add_local_queue", LocalQueue(
                     "ns", f"lq-q{i}-{j}", ClusterQueueName(f"q{i}"),
                     fair_weight_milli=1000 * (j + 1)))
-
-    def each(self, method: str, *args: object) -> None:
-        results = [getattr(c, method)(*args) for c in self.cores]
-        assert results[0] == results[1] == results[2], (method, args, results)
-
-    def cycle(self) -> None:
-        self.now += 0.5
-        a, b, c = (repr(x.schedule(self.now)) for x in self.cores)
-        assert a == b, "reuse differs from a fresh search"
-        assert a == c
 
 
 # Counters for a manual run (how many reuses were compared; why the others searched again).
@@ -217,21 +209,8 @@ def test_reused_victim_searches_decide_as_fresh_searches(fair, tree, afs, no_mr,
                     b = b.pods(second[0], name="second", cpu=second[1])
                 trio.each("add_workload", b.priority(prio).build(trio.now))
         elif kind in ("finish", "delete", "evicted", "prio"):
-            if not names:
+            if not trio.workload_op(names, op):
                 continue
-            key = WorkloadKey(f"ns/{names[op[1] % len(names)]}")
-            wl = new.domain_workload(key)
-            if wl is None:
-                continue
-            state = new.workload(key).state
-            if kind == "finish" and state == "admitted":
-                trio.each("finish", key)
-            elif kind == "delete":
-                trio.each("delete_workload", key)
-            elif kind == "evicted" and state == "evicting":
-                trio.each("finish_eviction", key, trio.now)
-            elif kind == "prio":
-                trio.each("update_workload", replace(wl, priority=op[2]))
         elif kind == "cq":
             _, i, pol = op
             trio.each("update_cluster_queue", _spec(i, pol, tree, no_mr))
@@ -311,6 +290,29 @@ def test_two_pod_sets_on_one_flavor_reuse_the_search_for_their_sum():
         assert sorted(v for v, _ in s.evictions(ds)) == ["ns/b0", "ns/b1", "ns/b2"]
 
 
+def _cycle_raising_after_nominating(s, cq: str) -> None:  # type: ignore[no-untyped-def]
+    """One cycle of ``Sim`` ``s`` that raises right after ClusterQueue ``cq``'s head is
+    nominated (the heads before it nominated, their oracles' searches stored); ``_nominate``
+    is restored afterwards."""
+    real = s.c._nominate
+
+    def boom(rec, spec):  # type: ignore[no-untyped-def]
+        a = real(rec, spec)
+        if spec.name == cq:
+            raise RuntimeError("injected")
+        return a
+
+    s.c._nominate = boom
+    try:
+        s.cycle()
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the injected failure did not happen")
+    finally:
+        del s.c._nominate
+
+
 def test_a_search_stored_by_a_cycle_that_raised_is_not_reused_by_the_next_cycle():
     """A cycle raising after a nomination's oracle stored a search leaves it in
     ``_cycle_searches``; the next cycle, with the victims gone, must not reuse it."""
@@ -326,23 +328,8 @@ def test_a_search_stored_by_a_cycle_that_raised_is_not_reused_by_the_next_cycle(
     s.submit(*[workload(f"b{i}").cq("q1").pods(1, cpu=1).priority(i) for i in range(8)])
     s.settle()
     s.submit(workload("a").cq("q0").pods(1, cpu=2), workload("z").cq("q1").pods(1, cpu=1))
-    real = s.c._nominate
-
-    def boom(rec, spec):  # type: ignore[no-untyped-def]
-        a = real(rec, spec)
-        if spec.name == "q1":
-            raise RuntimeError("injected")
-        return a
-
-    s.c._nominate = boom
-    try:
-        s.cycle()
-    except RuntimeError:
-        pass
-    else:
-        raise AssertionError("the injected failure did not happen")
+    _cycle_raising_after_nominating(s, "q1")
     assert s.c._cycle_searches, "the failed cycle left a's search behind"
-    del s.c._nominate
     # b0 and b1 (a's stored victims) now outrank the rest: a's need and request are
     # unchanged, so the stale key would match, but the victims must now be b2 and b3.
     for n in ("b0", "b1"):
@@ -372,24 +359,9 @@ def test_a_search_left_by_a_raising_cycle_is_not_reused_after_an_afs_sample():
     s.settle()
     s.submit(workload("hi").queue("lq-b").pods(1, cpu=2).priority(5),
              workload("z").cq("q1").pods(1, cpu=8))
-    real = s.c._nominate
-
-    def boom(rec, spec):  # type: ignore[no-untyped-def]
-        a = real(rec, spec)
-        if spec.name == "q1":
-            raise RuntimeError("injected")
-        return a
-
-    s.c._nominate = boom
-    try:
-        s.cycle()
-    except RuntimeError:
-        pass
-    else:
-        raise AssertionError("the injected failure did not happen")
+    _cycle_raising_after_nominating(s, "q1")
     left = list(s.c._cycle_searches.values())
     assert len(left) == 1 and "ns/x0" in [t.candidate.key for t in left[0].targets]
-    del s.c._nominate
     s.tick(600)  # lq-a's past decays: lq-b (3 CPU held) now has the higher usage
     ds = s.cycle()
     assert s.c._nomination_hits, "hi's nomination is the memoized one"
