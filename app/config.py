@@ -142,6 +142,12 @@ class SchedulingSettings(BaseModel):
     # watches, the writes and the leader lease. 0 = Kueue's pacing (the next cycle at once).
     cycle_pause_ratio: float = Field(1.0, ge=0)
     cycle_pause_max_seconds: float = Field(0.5, ge=0)
+    # Parked (inadmissible) Workloads return to their queues at the next cycle after a change
+    # in their cohort (a finish, a quota or ClusterQueue change): pykueue's default, 0. Kueue
+    # v0.17.1 returns them requeueBatchPeriod (1 s, REQUEUE_BATCH_S) after the first change,
+    # later changes joining that batch: set 1 for Kueue's timing (fewer re-nominations of a
+    # cohort's parked heads on a busy controller; freed quota waits up to 1 s for them).
+    requeue_batch_seconds: float = Field(0.0, ge=0)
     # Concurrent Job/Workload reconcilers (the Job controller's workers).
     job_workers: int = Field(4, ge=1)
     # Informers re-open their watch after about this long (seconds; +0-50% jitter).

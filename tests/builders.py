@@ -392,8 +392,10 @@ class Sim:
         default_flavor: bool = True,
         fair_sharing: FairSharing | None = None,
         admission_fair_sharing: AdmissionFairSharing | None = None,
+        requeue_batch_s: float = 0.0,
     ) -> None:
-        self.c = Scheduler(fair_sharing, admission_fair_sharing)
+        self.c = Scheduler(fair_sharing, admission_fair_sharing,
+                           requeue_batch_s=requeue_batch_s)
         self.now = 1000.0
         self.history: list[list[Decision]] = []
         built = [

@@ -246,6 +246,9 @@ def simulate(
         "preemption strategies): weights order admission and choose victims."),
     nominal: list[str] = typer.Option(  # noqa: B008 - typer's idiom
         [], help="What if: CLUSTERQUEUE:FLAVOR:RESOURCE=QUANTITY (repeatable)."),
+    requeue_batch: str = typer.Option(
+        "0s", help="Parked Workloads return this long after a change in their cohort "
+        "(requeue_batch_seconds; 1s = Kueue v0.17.1's requeueBatchPeriod)."),
 ) -> None:
     """Simulate a trace through the admission core with a virtual clock ("what if")."""
     import json
@@ -265,11 +268,13 @@ def simulate(
             parsed = with_nominal(parsed, setting)
         delay = None if eviction_delay is None else parse_duration_us(eviction_delay)
         stop = None if until is None else parse_duration_us(until)
+        batch_s = parse_duration_us(requeue_batch) / 1e6
     except (TraceError, ValueError, OSError) as exc:
         typer.echo(f"pykueue simulate: {exc}", err=True)
         raise typer.Exit(code=2) from exc
     gc_policy.apply()
-    core = Scheduler(FairSharing(), parsed.admission_fair_sharing) if fair_sharing else None
+    core = Scheduler(FairSharing() if fair_sharing else None, parsed.admission_fair_sharing,
+                     requeue_batch_s=batch_s)
     # With fair sharing: each queue's share of its cohort tree against its weighted fair share
     # (app.sim.fairness; it samples pending demand at every instant, so only when asked).
     fairness = TreeFairness() if fair_sharing else None

@@ -143,7 +143,8 @@ class Manager:
         self.metrics = metrics
         self.ctx: Context | None = None
         self.cluster = Scheduler(settings.fair_sharing.core(),
-                               settings.admission_fair_sharing.core())
+                               settings.admission_fair_sharing.core(),
+                               requeue_batch_s=settings.scheduling.requeue_batch_seconds)
         self.registry = registry if registry is not None else default_registry(
             settings.integrations.frameworks)
         self.jobs: JobReconciler | None = None

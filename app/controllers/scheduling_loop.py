@@ -9,7 +9,9 @@ per Workload, the in-flight cap). ``SchedulerLoop`` builds them around one core 
 them as attributes.
 
 Cycles run when woken (a watch event, a write of ours: ``ctx.wake``) after a 5 ms debounce,
-and at least every ``Settings.scheduling.cycle_interval_seconds``; a cycle that decided
+when the core's next timer is due (``Scheduler.next_wakeup``: Kueue's 1-s batch that returns
+parked Workloads after a change, ``requeue_batch_seconds``), and at least every
+``Settings.scheduling.cycle_interval_seconds``; a cycle that decided
 something is followed by another (Kueue's KeepGoing), up to 1,000 in a row. Before each
 cycle the loop waits ``cycle_pause_ratio`` times the last cycle's duration (at least the
 debounce, at most ``cycle_pause_max_seconds``): a cycle's cost grows with the heads it
@@ -98,7 +100,7 @@ class SchedulerLoop:
         s = self.ctx.settings.scheduling
         await self.ctx.informers.wait_synced()
         while True:
-            await wait_event(self.ctx.wake_event, s.cycle_interval_seconds)
+            await wait_event(self.ctx.wake_event, self.idle_wait(s.cycle_interval_seconds))
             await asyncio.sleep(self.pause(0.005))  # debounce a burst of events into one cycle
             self.ctx.wake_event.clear()
             if not self.ctx.may_write:
@@ -114,6 +116,16 @@ class SchedulerLoop:
             except Exception:  # noqa: BLE001 - a core bug must not kill the loop
                 log.exception("scheduling cycle failed")
                 await asyncio.sleep(1)
+
+    def idle_wait(self, interval: float) -> float:
+        """Seconds to wait for an event before the next cycle: ``interval``, or less when the
+        core's next timer (``Scheduler.next_wakeup``: a requeue batch, a backoff, a minimum
+        runtime, an Admission Fair Sharing sample) is due sooner. A replica that is not the
+        leader runs no cycle, so its core's timers stay due: it waits ``interval``."""
+        at = self.cluster.next_wakeup() if self.ctx.may_write else None
+        if at is None:
+            return interval
+        return max(0.0, min(interval, at - self.ctx.clock()))
 
     def pause(self, floor: float) -> float:
         """Seconds to wait before the next cycle: ``cycle_pause_ratio`` x the latest cycle's

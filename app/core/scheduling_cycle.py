@@ -46,7 +46,13 @@ The cycle (Kueue v0.17.1 ``Scheduler.schedule``, ``pkg/scheduler/scheduler.go``;
 3.4):
 
 1. Requeue: parked (inadmissible) Workloads of ClusterQueues whose cohort changed return to
-   their queues (Kueue ``QueueInadmissibleWorkloads``). Under BestEffortFIFO, parked
+   their queues (Kueue ``QueueInadmissibleWorkloads``), with ``requeue_batch_s`` > 0 in
+   Kueue's batches: the first change of a ClusterQueue's cohort after its last requeue is
+   stamped with the next cycle's ``now`` and its parked Workloads return at the first cycle
+   at or after ``now + requeue_batch_s``; changes in between join that batch (Kueue v0.17.1
+   ``requeueBatchPeriod``, 1 s: ``REQUEUE_BATCH_S``; ``next_wakeup`` names the time). The
+   core's own timers (``next_wakeup``: backoffs, minimum runtimes) requeue at once. Under
+   BestEffortFIFO, parked
    Workloads with the same nomination key (step 3: same priority and shape, and queue-order
    time under LowerOrNewerEqualPriority) get the same verdict at a given cohort version, so
    only the first of each class in queue order (its representative) returns; the others stay
@@ -149,6 +155,12 @@ def _duration(seconds: float) -> str:
         return f"{h}h{m}m{sec}s"
     return f"{m}m{sec}s" if m else f"{sec}s"
 
+REQUEUE_BATCH_S = 1.0
+"""Kueue v0.17.1's batch period for returning parked (inadmissible) Workloads after a change in
+their cohort (``requeueBatchPeriod``, ``pkg/cache/queue/inadmissible_workloads.go``; seconds):
+``Settings.scheduling.requeue_batch_seconds`` = 1 gives Kueue's timing. pykueue's default
+(the core's, the setting's and the simulator's) is 0: at the next cycle."""
+
 KEEP_PEAK_WINDOW_S = 5.0
 """How long a ClusterQueue's usage peak, and its queued requests beyond it, justify keeping its
 unused nominal quota from borrowers while it admits (``Scheduler._keep_nominal_for_queue``;
@@ -236,10 +248,17 @@ class Scheduler(QuotaState):
     """The admission core: ``QuotaState`` plus ``schedule(now)``. See the module docstring."""
 
     def __init__(self, fair_sharing: FairSharing | None = None,
-                 admission_fair_sharing: AdmissionFairSharing | None = None) -> None:
+                 admission_fair_sharing: AdmissionFairSharing | None = None, *,
+                 requeue_batch_s: float = 0.0) -> None:
         # admission_fair_sharing: Kueue Configuration admissionFairSharing (None: off), used
         # by ClusterQueues whose admissionScope asks for it (app.core.quota_state).
         super().__init__(admission_fair_sharing)
+        # Step 1's batch (seconds; 0: parked Workloads return at the next cycle). Per
+        # ClusterQueue whose cohort changed since its last requeue: when its batch is due
+        # (insertion order = stamping order), and the earliest of those times.
+        self.requeue_batch_s = requeue_batch_s
+        self._requeue_due: dict[ClusterQueueName, float] = {}
+        self._requeue_next: float | None = None
         # Kueue Configuration fairSharing: None = classical ordering and preemption.
         self.fair_sharing = fair_sharing
         # Bounded preemption (pykueue annotations, see ``ClusterQueueSpec``): the time of the
@@ -295,6 +314,12 @@ class Scheduler(QuotaState):
             # Parked Workloads stay parked in the fork (``QuotaState.fork``): the timer
             # that requeues them when a backoff or minimum runtime ends comes along.
             out._wake_at = self._wake_at
+            # Parked Workloads waiting for their requeue batch return when it is due there too.
+            out.requeue_batch_s = self.requeue_batch_s
+            for n in names:
+                if n in self._requeue_due:
+                    out._requeue_due[n] = self._requeue_due[n]
+            out._requeue_next = min(out._requeue_due.values(), default=None)
             for n in names:
                 if n in self._usage_peaks:
                     out._usage_peaks[n] = {fr: deque(w) for fr, w in self._usage_peaks[n].items()}
@@ -313,7 +338,8 @@ class Scheduler(QuotaState):
         if not super().delete_cluster_queue(name):
             return False
         for memo in (self._usage_peaks, self._keep_over_since, self._no_borrow_until,
-                     self._nominations, self._followers, self._parked_classes):
+                     self._nominations, self._followers, self._parked_classes,
+                     self._requeue_due):
             memo.pop(name, None)
         return True
 
@@ -329,6 +355,8 @@ class Scheduler(QuotaState):
         self._now = now
         if self._afs_cqs:
             self._afs_sample(now)
+        if self.requeue_batch_s > 0.0 and (self._requeue or self._requeue_due):
+            self._batch_requeues(now)
         if self._wake_at is not None and now >= self._wake_at:
             self._wake_at = None
             self._no_borrow_until = {k: v for k, v in self._no_borrow_until.items() if v > now}
@@ -336,6 +364,8 @@ class Scheduler(QuotaState):
                 self._wake(until)
             self._bump_all()
             self._requeue.update(dict.fromkeys(self._cqs))
+            self._requeue_due.clear()  # every queue returns now: their batches with it
+            self._requeue_next = None
         self._apply_requeues()
         if self._followers:
             self._release_followers()
@@ -408,13 +438,12 @@ class Scheduler(QuotaState):
 
     # ---- bounded preemption ------------------------------------------------------------------
     def next_wakeup(self) -> float | None:
-        """When a minimum runtime or a reclaim backoff that held a decision back expires, or
-        an Admission Fair Sharing sample is due (seconds), or None: a driver that only runs
-        cycles on events must run one then."""
+        """When a minimum runtime or a reclaim backoff that held a decision back expires, an
+        Admission Fair Sharing sample is due, or a requeue batch is (step 1; seconds), or
+        None: a driver that only runs cycles on events must run one then."""
         afs = self._afs_wakeup() if self._afs_cqs else None
-        if afs is None or (self._wake_at is not None and self._wake_at <= afs):
-            return self._wake_at
-        return afs
+        times = [t for t in (self._wake_at, afs, self._requeue_next) if t is not None]
+        return min(times) if times else None
 
     def _wake(self, at: float) -> None:
         if self._wake_at is None or at < self._wake_at:
@@ -498,6 +527,28 @@ class Scheduler(QuotaState):
         return min(best, key=_Entry.order)
 
     # ---- requeue -----------------------------------------------------------------------------
+    def _batch_requeues(self, now: float) -> None:
+        """Step 1's batch: the ClusterQueues marked since the last cycle wait until ``now +
+        requeue_batch_s`` unless already waiting (Kueue's delaying queue keeps the earliest
+        time of an item added again); those due by ``now`` are left marked for
+        ``_apply_requeues``, the rest are not."""
+        due = self._requeue_due
+        if self._requeue:
+            at = now + self.requeue_batch_s
+            for name in self._requeue:
+                if name not in due:
+                    due[name] = at
+            if self._requeue_next is None or at < self._requeue_next:
+                self._requeue_next = at
+        if self._requeue_next is not None and self._requeue_next <= now:
+            ready = [n for n, t in due.items() if t <= now]
+            for n in ready:
+                del due[n]
+            self._requeue = dict.fromkeys(ready)
+            self._requeue_next = min(due.values(), default=None)
+        else:
+            self._requeue = {}
+
     def _apply_requeues(self) -> None:
         """Step 1: parked Workloads of marked ClusterQueues return to their heaps; under
         BestEffortFIFO one representative per nomination class (see the module docstring).

@@ -99,7 +99,8 @@ class Simulator:
     """Run ``trace`` through the core; see the module docstring.
 
     ``cluster``: the core to drive (by default a fresh ``Scheduler`` with the trace's
-    ``admissionFairSharing``; tests pass their own);
+    ``admissionFairSharing`` and ``requeue_batch_s``: 0 as shipped, ``REQUEUE_BATCH_S``
+    for Kueue's 1-s requeue batch; tests pass their own);
     ``eviction_delay_us``: overrides the trace's ``evictionDelay``; ``record_decisions``:
     keep ``(time_us, decision)`` of every decision in ``decisions``; ``until_us``: stop
     before the first instant after it; ``max_cycles_per_instant``: guard against a core
@@ -119,10 +120,12 @@ class Simulator:
         until_us: int | None = None,
         max_cycles_per_instant: int = 100_000,
         on_cycle: Callable[[int, list[Decision]], None] | None = None,
+        requeue_batch_s: float = 0.0,
     ) -> None:
         self.trace = trace
         self.cluster = cluster if cluster is not None else Scheduler(
-            admission_fair_sharing=trace.admission_fair_sharing)
+            admission_fair_sharing=trace.admission_fair_sharing,
+            requeue_batch_s=requeue_batch_s)
         self.eviction_delay_us = (trace.eviction_delay_us if eviction_delay_us is None
                                   else eviction_delay_us)
         self.record = record_decisions
@@ -178,9 +181,13 @@ class Simulator:
                 t = subs[self._next].at_us
             if t is None or (self.until_us is not None and t > self.until_us):
                 break
-            self.end_us = t
+            # An instant of the core's timer alone that decides nothing (e.g. a requeue batch
+            # due after the last Workload finished) does not extend the run.
+            timer_only = self._timer_only(t)
+            before, self.end_us = self.end_us, t
             self._drain(t)
             now = t / US
+            decided = False
             for _ in range(self.max_cycles):
                 ds = self.cluster.schedule(now)
                 self.cycles += 1
@@ -188,11 +195,14 @@ class Simulator:
                     self._apply(t, d)
                 if self.on_cycle is not None:
                     self.on_cycle(t, ds)
+                decided = decided or bool(ds)
                 if not self._drain(t) and not ds:
                     break
             else:
                 raise SimulationError(
                     f"the core still decided after {self.max_cycles} cycles at t={now}s")
+            if timer_only and not decided:
+                self.end_us = before
             wake = self.cluster.next_wakeup()
             if wake is not None:
                 at = math.ceil(round(wake * US, 3))
@@ -203,6 +213,14 @@ class Simulator:
         self._close()
         self.cpu_seconds = time.process_time() - cpu0
         return self
+
+    def _timer_only(self, t: int) -> bool:
+        """True when the only events at ``t`` are the core's wake-ups (no finish, eviction
+        or arrival)."""
+        if self._next < len(self._subs) and self._subs[self._next].at_us == t:
+            return False
+        # The heap orders an instant's events by kind, and _WAKE is the last kind.
+        return bool(self._events) and self._events[0][:2] == (t, _WAKE)
 
     def _drain(self, t: int) -> bool:
         """Apply every event due at ``t``; True if there was one."""

@@ -38,3 +38,19 @@ def test_the_ratio_scales_the_pause(monkeypatch):
     loop, _, _ = _loop(cycle_pause_ratio=2.0, cycle_pause_max_seconds=10.0)
     _timed_cycle(monkeypatch, loop, 0.3)
     assert loop.pause(0.0) == 0.6
+
+
+def test_the_loop_waits_for_an_event_no_longer_than_the_cores_next_timer():
+    """``idle_wait``: the core's next timer (a requeue batch, a backoff, a minimum runtime)
+    shortens the wait for an event; past timers do not make it negative; a replica that is
+    not the leader runs no cycle, so it waits the whole interval."""
+    loop, ctx, sim = _loop()
+    now = ctx.clock()
+    assert sim.c.next_wakeup() is None and loop.idle_wait(1.0) == 1.0
+    sim.c._wake(now + 0.25)
+    assert loop.idle_wait(1.0) == 0.25
+    assert loop.idle_wait(0.1) == 0.1
+    sim.c._wake(now - 3.0)
+    assert loop.idle_wait(1.0) == 0.0
+    ctx.may_write = False
+    assert loop.idle_wait(1.0) == 1.0

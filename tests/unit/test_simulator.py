@@ -458,6 +458,24 @@ def test_cli_prints_json_with_the_timeline(tmp_path: Path) -> None:
     assert out["timeline"]["team-b"]["t_s"] == [0, 2, 3, 6]
 
 
+def test_kueues_requeue_batch_delays_the_parked_readmission_by_one_second(
+        tmp_path: Path) -> None:
+    """The small trace with ``--requeue-batch 1s`` (Kueue v0.17.1's requeueBatchPeriod): a1,
+    parked at t=3, returns one second after b1 ends at t=6, so it is admitted at 7 and ends at
+    17; everything before that is the hand-computed timeline."""
+    trace = tmp_path / "small.yaml"
+    trace.write_text(SMALL)
+    r = CliRunner().invoke(cli, ["simulate", str(trace), "--json", "--timeline",
+                                 "--requeue-batch", "1s"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["makespan_s"] == 17
+    assert out["timeline"]["team-b"]["t_s"] == [0, 2, 3, 6]
+    assert out["timeline"]["team-a"]["t_s"] == [0, 3, 7, 10, 17]
+    bad = CliRunner().invoke(cli, ["simulate", str(trace), "--requeue-batch", "soon"])
+    assert bad.exit_code == 2 and "not a duration" in bad.output
+
+
 def test_cli_table_plot_and_what_if(tmp_path: Path) -> None:
     png = tmp_path / "usage.png"
     out = tmp_path / "figures.json"
