@@ -48,13 +48,13 @@ class UsageHistory:
         for gone in set(self._rings) - set(names):
             del self._rings[gone]
         for name in names:
-            st = cluster.cluster_queue_status(name)
-            if st is None:
+            counts = cluster.queue_counts(name)
+            if counts is None:
                 continue
             ring = self._rings.get(name)
             if ring is None:
                 ring = self._rings[name] = deque(maxlen=self.capacity)
-            ring.append(Sample(now, st.pending, st.admitted, cluster.usage(name)))
+            ring.append(Sample(now, counts[0], counts[1], cluster.usage(name)))
 
     def of(self, name: ClusterQueueName) -> list[Sample]:
         """The samples of ``name``, oldest first (empty when none)."""

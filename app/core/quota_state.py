@@ -1292,6 +1292,15 @@ class QuotaState:
                     usage[fr] = usage.get(fr, 0) + v
         return LocalQueueStatus(key, lq.cluster_queue, pending, admitted, usage)
 
+    def queue_counts(self, name: ClusterQueueName) -> tuple[int, int] | None:
+        """``(pending, admitted)`` Workloads of ClusterQueue ``name`` (the counts of
+        ``cluster_queue_status`` without its per flavor-resource figures; None if unknown).
+        O(1)."""
+        cq = self._cqs.get(name)
+        if cq is None:
+            return None
+        return len(cq.queue), len(self._admitted_by_cq.get(name, ()))
+
     def usage(self, name: ClusterQueueName) -> dict[FlavorResource, int]:
         """``{FlavorResource: amount}`` held in ClusterQueue ``name`` (empty if unknown)."""
         return self.tree.usages(name) if self.tree.has(name) else {}

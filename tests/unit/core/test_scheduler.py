@@ -175,3 +175,26 @@ def test_a_parked_higher_priority_head_comes_back_first_after_each_finish():
         assert Sim.admits(s.cycle()) == ["ns/s" + str(running.index(n) + 10)]
     s.finish(*running[3:], "s10", "s11", "s12")
     assert Sim.admits(s.cycle()) == ["ns/blocker"]
+
+
+def test_queue_counts_are_the_status_counts_for_every_cluster_queue():
+    """``queue_counts`` (what the dashboard's usage history samples every 30 s) gives the
+    same pending and admitted counts as ``cluster_queue_status``, parked and evicting
+    Workloads included, and None for an unknown ClusterQueue."""
+    s = Sim(cluster_queue("a").cohort("co").flavor("default-flavor", cpu=4).preemption(
+                within="LowerPriority", reclaim="Any"),
+            cluster_queue("b").cohort("co").flavor("default-flavor", cpu=4))
+    rng = random.Random(7)
+    parked = evicting = 0
+    for i in range(40):
+        cq = rng.choice("ab")
+        s.submit(workload(f"w{i}").cq(cq).pods(1, cpu=rng.choice([1, 2, 3])).priority(
+            rng.randrange(3)))
+        s.cycle()
+        for name in ("a", "b"):
+            st = s.c.cluster_queue_status(ClusterQueueName(name))
+            assert s.c.queue_counts(ClusterQueueName(name)) == (st.pending, st.admitted)
+            parked += sum(p.inadmissible for p in s.c.pending_workloads(ClusterQueueName(name)))
+            evicting += st.evicting
+    assert parked and evicting  # the states compared had both
+    assert s.c.queue_counts(ClusterQueueName("nope")) is None
