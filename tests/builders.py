@@ -531,6 +531,15 @@ class Sim:
         return {d.workload: d for d in decisions if isinstance(d, Pending)}
 
 
+# The ClusterQueue policy values the differential property tests draw from (withinClusterQueue,
+# reclaimWithinCohort, borrowWithinCohort, flavorFungibility whenCan... and preference).
+WITHIN = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
+RECLAIM = ("Never", "LowerPriority", "Any")
+BORROW = ("Never", "LowerPriority")
+FUNG = ("MayStopSearch", "TryNextFlavor")
+PREF = (None, "BorrowingOverPreemption", "PreemptionOverBorrowing")
+
+
 class Lockstep:
     """Several cores driven through the same calls, for differential property tests: every
     call must return the same on each (``each``), and every cycle the same decisions by repr
@@ -543,6 +552,17 @@ class Lockstep:
     def each(self, method: str, *args: object) -> None:
         results = [getattr(c, method)(*args) for c in self.cores]
         assert all(r == results[0] for r in results), (method, args, results)
+
+    def setup(self, flavors: Iterable[str], tree: bool) -> None:
+        """ResourceFlavors ``flavors``, namespace ``ns`` and, with ``tree``, the Cohorts
+        ``co`` > ``left`` (its own ``f1``: 1 CPU) and ``right``."""
+        for f in flavors:
+            self.each("add_flavor", ResourceFlavor(FlavorName(f)))
+        self.each("set_namespace", "ns", {})
+        if tree:
+            self.each("add_cohort", cohort("co").build())
+            self.each("add_cohort", cohort("left").parent("co").flavor("f1", cpu=1).build())
+            self.each("add_cohort", cohort("right").parent("co").build())
 
     def cycle(self) -> None:
         self.now += 0.5

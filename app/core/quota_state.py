@@ -50,7 +50,10 @@ cohort-less ClusterQueue) a new version, and config changes that can reach every
 ClusterQueue (flavors, namespaces, LocalQueues) a new global epoch. ``_version(name)``
 returns both; the scheduler memoizes nominations while it is unchanged. Pending Workloads
 arriving or leaving do not change it (they hold no quota and are never preemption
-candidates).
+candidates). An Admission Fair Sharing sample changes no version either (no usage moves),
+but it reorders a fair-sharing ClusterQueue's own preemption candidates: ``_afs_samples``
+counts, per such ClusterQueue, the samples (and seeds) that changed one of its LocalQueues'
+ledgers, and the scheduler's nomination memo of that ClusterQueue reads it too.
 """
 
 from __future__ import annotations
@@ -286,6 +289,11 @@ class QuotaState:
         self._afs_held: dict[str, dict[ResourceName, int]] = {}
         self._afs_values: dict[str, float] = {}
         self._afs_next: float | None = None
+        # Per fair-sharing ClusterQueue: how many times a sample (or a seed) changed one of
+        # its LocalQueues' ledgers. No version changes then (no usage moved), but the order
+        # of the ClusterQueue's own preemption candidates may: the scheduler's nomination
+        # memo of the ClusterQueue counts this as part of its version.
+        self._afs_samples: dict[ClusterQueueName, int] = {}
         self.tree = QuotaTree()
         self._flavors: dict[FlavorName, ResourceFlavor] = {}
         self._cqs: dict[ClusterQueueName, _ClusterQueue] = {}
@@ -441,6 +449,7 @@ class QuotaState:
         if name in self._afs_cqs:
             self._afs_cqs.discard(name)
             self._afs_rebuild_held()
+        self._afs_samples.pop(name, None)
         self._draining_cqs.discard(name)
         self.tree.remove_cluster_queue(name)
         self._scopes.clear()
@@ -836,11 +845,17 @@ class QuotaState:
                 continue
             ledger = self._afs_ledgers.get(key)
             if ledger is None or ledger.last is None or now - ledger.last >= cfg.sampling_s:
+                before = None if ledger is None else dict(ledger.consumed)
                 self._afs_fold(key, now)
                 ledger = self._afs_ledgers[key]
+                if ledger.consumed != before:
+                    self._afs_sampled(lq.cluster_queue)
             due = (ledger.last or now) + cfg.sampling_s
             nxt = due if nxt is None else min(nxt, due)
         self._afs_next = nxt
+
+    def _afs_sampled(self, cq: ClusterQueueName) -> None:
+        self._afs_samples[cq] = self._afs_samples.get(cq, 0) + 1
 
     def _afs_wakeup(self) -> float | None:
         """When the next fold is due, if one can change a ledger other than by the decay
@@ -881,6 +896,9 @@ class QuotaState:
         self._afs_ledgers[key] = _LqLedger({r: float(v) for r, v in consumed.items()}, None)
         self._afs_values.pop(key, None)
         self._afs_next = 0.0
+        lq = self._lqs.get(key)
+        if lq is not None and lq.cluster_queue in self._afs_cqs:
+            self._afs_sampled(lq.cluster_queue)
         return True
 
     def local_queue_fair_sharing(self, key: str) -> LocalQueueFairSharing | None:

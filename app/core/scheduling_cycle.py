@@ -72,11 +72,14 @@ The cycle (Kueue v0.17.1 ``Scheduler.schedule``, ``pkg/scheduler/scheduler.go``;
    ``getAssignments``, ``pkg/scheduler/flavorassigner``), memoized per ClusterQueue and
    head shape (per pod set: name, count, requests, nodeSelector, affinity, tolerations),
    priority (and queue-order time under LowerOrNewerEqualPriority) while the cohort's
-   version (``QuotaState._version``) is unchanged. A head that needs preemption gets its
-   fewest victims here too (Kueue ``GetTargets``, ``pkg/scheduler/preemption``); when its
-   assignment needs what its nomination's preemption oracle searched in this cycle (same
-   flavor-resource and amount), that search is its victims (nothing changed in between;
-   ``_cycle_searches``), else it is searched again.
+   version (``QuotaState._version``) is unchanged and, in a ClusterQueue using Admission
+   Fair Sharing, no sample changed its LocalQueues' usage (which orders its own
+   preemption candidates: the victims, and so the borrowing level and flavor). A head
+   that needs preemption gets its fewest victims here too (Kueue ``GetTargets``,
+   ``pkg/scheduler/preemption``); when its assignment needs what its nomination's
+   preemption oracle searched in this cycle (same flavor-resource and amount), that search
+   is its victims (nothing changed in between; ``_cycle_searches``), else it is searched
+   again.
 4. Order: not borrowing before borrowing, then higher priority, then earlier queue-order
    time, uid, key (Kueue ``entryOrdering``); under fair sharing a tournament by dominant
    resource share in each cohort tree (``_fair_next``; Kueue's fair sharing iterator,
@@ -273,9 +276,10 @@ class Scheduler(QuotaState):
         # parked Workloads grouped by class across requeues (``_ParkedClasses``).
         self._followers: dict[ClusterQueueName, dict[WorkloadKey, list[SortKey]]] = {}
         self._parked_classes: dict[ClusterQueueName, _ParkedClasses] = {}
-        # Per ClusterQueue: (version it was computed at, {nomination key: assignment}).
+        # Per ClusterQueue: (version it was computed at, plus under Admission Fair Sharing
+        # its count of samples, {nomination key: assignment}).
         self._nominations: dict[
-            ClusterQueueName, tuple[tuple[int, int], dict[_NominationKey, Assignment]]
+            ClusterQueueName, tuple[tuple[int, ...], dict[_NominationKey, Assignment]]
         ] = {}
         self._nomination_hits = 0
         self._nomination_misses = 0
@@ -841,7 +845,11 @@ class Scheduler(QuotaState):
 
     def _nominate(self, rec: _Record, spec: ClusterQueueSpec) -> Assignment:
         """Flavor assignment of head ``rec`` in ``spec``, memoized (see step 3)."""
-        version = self._version(spec.name)
+        version: tuple[int, ...] = self._version(spec.name)
+        if self._afs_cqs and spec.name in self._afs_cqs:
+            # An AFS sample reorders the own candidates (``Candidate.lq_usage``), so the
+            # victims, the borrowing level once they are gone and the flavor may change.
+            version = (*version, self._afs_samples.get(spec.name, 0))
         slot = self._nominations.get(spec.name)
         if slot is None or slot[0] != version:
             slot = self._nominations[spec.name] = (version, {})

@@ -25,10 +25,18 @@ from app.core.spec import (
     FairSharing,
     FairSharingStrategy,
     LocalQueue,
-    ResourceFlavor,
 )
-from app.core.types import ClusterQueueName, FlavorName
-from tests.builders import Lockstep, cluster_queue, cohort, workload
+from app.core.types import ClusterQueueName
+from tests.builders import (
+    BORROW,
+    FUNG,
+    PREF,
+    RECLAIM,
+    WITHIN,
+    Lockstep,
+    cluster_queue,
+    workload,
+)
 
 
 class _Fresh(Scheduler):
@@ -93,11 +101,6 @@ class _Checked(Scheduler):
 
 
 N_CQ = 4
-WITHIN = ("Never", "LowerPriority", "LowerOrNewerEqualPriority")
-RECLAIM = ("Never", "LowerPriority", "Any")
-BORROW = ("Never", "LowerPriority")
-FUNG = ("MayStopSearch", "TryNextFlavor")
-PREF = (None, "BorrowingOverPreemption", "PreemptionOverBorrowing")
 
 _cq_policy = st.tuples(
     # preemption more often than not
@@ -165,13 +168,7 @@ class _Trio(Lockstep):
         a = AdmissionFairSharing(half_life_s=10.0, sampling_s=2.0) if afs else None
         super().__init__(Scheduler(fs, a), _Fresh(fs, a), _Checked(fs, a))
         self.tree = tree
-        for f in ("f1", "f2", "f1m"):
-            self.each("add_flavor", ResourceFlavor(FlavorName(f)))
-        self.each("set_namespace", "ns", {})
-        if tree:
-            self.each("add_cohort", cohort("co").build())
-            self.each("add_cohort", cohort("left").parent("co").flavor("f1", cpu=1).build())
-            self.each("add_cohort", cohort("right").parent("co").build())
+        self.setup(("f1", "f2", "f1m"), tree)
         for i in range(N_CQ):
             self.each("add_cluster_queue", _spec(i, pols[i], tree, no_mr))
             for j in range(2):
@@ -341,9 +338,11 @@ def test_a_search_stored_by_a_cycle_that_raised_is_not_reused_by_the_next_cycle(
 
 def test_a_search_left_by_a_raising_cycle_is_not_reused_after_an_afs_sample():
     """Admission Fair Sharing samples change the order of a ClusterQueue's own candidates
-    without changing its version, so a head's memoized nomination is reused while its
-    victims change. A search left in ``_cycle_searches`` by a cycle that raised after the
-    head's oracle ran must not be its victims in the next cycle (the start-of-cycle clear)."""
+    without changing its version. A search left in ``_cycle_searches`` by a cycle that
+    raised after the head's oracle ran must not be its victims in the next cycle, after a
+    sample. Two guards: the memo counts the samples of an AFS ClusterQueue, so the head is
+    nominated afresh and its oracle searches again; and the start-of-cycle clear (which
+    this test exercised alone while the memoized nomination was reused)."""
     from tests.builders import Sim
     from tests.builders import cluster_queue as cqb
 
@@ -363,7 +362,9 @@ def test_a_search_left_by_a_raising_cycle_is_not_reused_after_an_afs_sample():
     left = list(s.c._cycle_searches.values())
     assert len(left) == 1 and "ns/x0" in [t.candidate.key for t in left[0].targets]
     s.tick(600)  # lq-a's past decays: lq-b (3 CPU held) now has the higher usage
+    hits, misses = s.c._nomination_hits, s.c._nomination_misses
     ds = s.cycle()
-    assert s.c._nomination_hits, "hi's nomination is the memoized one"
+    # z (q1, no AFS) reuses its nomination; hi (q0) is nominated afresh after the sample.
+    assert (s.c._nomination_hits, s.c._nomination_misses) == (hits + 1, misses + 1)
     victims = sorted(v for v, _ in s.evictions(ds))
     assert "ns/x0" not in victims and len(victims) == 2, victims

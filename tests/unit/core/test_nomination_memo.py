@@ -3,8 +3,11 @@ gets the memoized outcome only while its cohort's version is unchanged (schedule
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.core.decisions import Pending, PendingReason
-from app.core.types import ClusterQueueName
+from app.core.spec import AdmissionFairSharing
+from app.core.types import ClusterQueueName, ResourceName
 from tests.builders import Sim, cluster_queue, workload
 
 
@@ -104,3 +107,66 @@ def test_eviction_mark_changes_the_version_of_the_cohort():
     assert after_evict != before
     assert s.c.cancel_eviction(Sim.key("low"))
     assert s.c._version(ClusterQueueName("cq")) != after_evict
+
+
+def _afs_backoff_sim() -> Sim:
+    """Cohort ``co``: ``q1`` (4 CPUs, reclaims) and ``q0`` (4 CPUs, Admission Fair Sharing,
+    LocalQueues ``lq-a`` and ``lq-b``, within-ClusterQueue preemption, a reclaim backoff)
+    holding A (3 CPUs, ``lq-a``) and B1, B2 (1 CPU each, ``lq-b``): 5 CPUs, borrowing 1,
+    and ``lq-b`` with a heavy past that decays. q1 has just reclaimed q0's X: q0 may not
+    borrow for five minutes, and the cohort is full (q0 5, q1 3)."""
+    s = Sim(cluster_queue("q1").cohort("co").flavor("default-flavor", cpu=4)
+            .preemption(reclaim="Any"),
+            admission_fair_sharing=AdmissionFairSharing(half_life_s=10.0, sampling_s=2.0))
+    spec = (cluster_queue("q0").cohort("co").flavor("default-flavor", cpu=4)
+            .preemption(within="LowerPriority").admission_fair_sharing().build())
+    s.add_cq(replace(spec, reclaim_backoff_s=300.0), namespaces=())
+    s.add_lq("ns/lq-a", "q0")
+    s.add_lq("ns/lq-b", "q0")
+    assert s.c.seed_local_queue_usage("ns/lq-b", {ResourceName("cpu"): 20_000.0})
+    s.submit(workload("A").queue("lq-a").pods(1, cpu=3),
+             *[workload(n).queue("lq-b").pods(1, cpu=1) for n in ("B1", "B2", "X")])
+    s.settle()
+    s.submit(workload("Y").cq("q1").pods(1, cpu=3))
+    s.settle()
+    assert s.evictions() == [("ns/X", "InCohortReclamation")]
+    assert s.c.delete_workload(s.key("X"))
+    s.settle()
+    assert s.admitted("Y")
+    return s
+
+
+def test_an_afs_sample_that_reorders_the_victims_invalidates_the_memo():
+    """A's LocalQueue has the lower usage, so a 2-CPU head of priority 5 would evict B1
+    and B2 and then borrow: held back by the backoff. A minute later, with no usage
+    moved (the cohort's version unchanged), ``lq-b``'s past has decayed below ``lq-a``'s:
+    A goes first, and evicting it leaves q0 within its nominal quota, which the backoff
+    allows. A head of the same shape must be nominated afresh (Kueue orders the candidates
+    by the usage of each cycle), not get the memoized borrowing nomination."""
+    s = _afs_backoff_sim()
+    s.submit(workload("H").queue("lq-b").pods(1, cpu=2).priority(5))
+    (p,) = s.cycle()
+    assert isinstance(p, Pending) and p.workload == "ns/H" and "may not borrow" in p.message
+    usage = s.c.local_queue_fair_sharing
+    assert usage("ns/lq-b").usage > usage("ns/lq-a").usage
+    version = s.c._version(ClusterQueueName("q0"))
+    s.tick(60)
+    s.submit(workload("H2").queue("lq-b").pods(1, cpu=2).priority(5))
+    assert s.c._version(ClusterQueueName("q0")) == version
+    ds = s.cycle()
+    assert usage("ns/lq-b").usage < usage("ns/lq-a").usage
+    assert s.evictions(ds) == [("ns/A", "InClusterQueue")]
+    assert ds[0].preemptor == "ns/H2"
+
+
+def test_without_a_sample_the_afs_memo_is_reused():
+    """The same head again before the next sample is due: the memoized nomination."""
+    s = _afs_backoff_sim()
+    s.submit(workload("H").queue("lq-b").pods(1, cpu=2).priority(5))
+    s.cycle()
+    hits, samples = _hits(s), dict(s.c._afs_samples)
+    s.c.add_workload(workload("H2").queue("lq-b").pods(1, cpu=2).priority(5).build(s.now))
+    (p,) = s.c.schedule(s.now + 0.5)  # the next sample is due 2 s after the last
+    assert s.c._afs_samples == samples
+    assert isinstance(p, Pending) and p.workload == "ns/H2" and "may not borrow" in p.message
+    assert _hits(s) == hits + 1
