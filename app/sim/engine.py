@@ -186,8 +186,9 @@ class Simulator:
                 t = subs[self._next].at_us
             if t is None or (self.until_us is not None and t > self.until_us):
                 break
-            # An instant of the core's timer alone that decides nothing (e.g. a requeue batch
-            # due after the last Workload finished) does not extend the run.
+            # An instant of the core's timer alone that admits and preempts nothing (e.g. a
+            # requeue batch due after the last Workload finished, that parks again what can
+            # never run) does not extend the run.
             timer_only = self._timer_only(t)
             before, self.end_us = self.end_us, t
             self._drain(t)
@@ -200,7 +201,7 @@ class Simulator:
                     self._apply(t, d)
                 if self.on_cycle is not None:
                     self.on_cycle(t, ds)
-                decided = decided or bool(ds)
+                decided = decided or any(not isinstance(d, Pending) for d in ds)
                 if not self._drain(t) and not ds:
                     break
             else:

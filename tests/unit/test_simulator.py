@@ -511,6 +511,18 @@ def test_a_requeue_batch_shorter_than_a_microsecond_runs_at_the_next_one() -> No
     assert sim.runs[WorkloadKey("default/b")].last_admitted_us == 3 * US + 1
 
 
+def test_a_batch_after_the_last_finish_that_only_parks_again_does_not_end_the_run() -> None:
+    """big (8 cpu) never fits; b ends last, at 5 s: its requeue batch at 6 s returns big,
+    which is parked again (a Pending decision) and nothing else happens. The makespan is
+    b's end, as without a batch (found by breaker20: it was 6 s)."""
+    trace = parse_trace(ONE_QUEUE.replace("RUNTIME", "3s") + "  - {at: 0s, name: big, "
+                        "localQueue: q, request: {cpu: 8}, runtime: 1s, class: x}\n", "t.yaml")
+    sim = Simulator(trace, requeue_batch_s=1.0).run()
+    assert sim.runs[WorkloadKey("default/b")].finished_us == 5 * US
+    assert sim.end_us == 5 * US and summarize(sim)["makespan_s"] == 5.0
+    assert sim.runs[WorkloadKey("default/big")].last_admitted_us is None
+
+
 def test_cli_table_plot_and_what_if(tmp_path: Path) -> None:
     png = tmp_path / "usage.png"
     out = tmp_path / "figures.json"
