@@ -51,7 +51,8 @@ The cycle (Kueue v0.17.1 ``Scheduler.schedule``, ``pkg/scheduler/scheduler.go``;
    stamped with the next cycle's ``now`` and its parked Workloads return at the first cycle
    at or after ``now + requeue_batch_s``; changes in between join that batch (Kueue v0.17.1
    ``requeueBatchPeriod``, 1 s: ``REQUEUE_BATCH_S``; ``next_wakeup`` names the time). The
-   core's own timers (``next_wakeup``: backoffs, minimum runtimes) requeue at once. Under
+   core's own timers (``next_wakeup``: backoffs, minimum runtimes) requeue at once, and so
+   does a ClusterQueue active again what it parked while inactive. Under
    BestEffortFIFO, parked
    Workloads with the same nomination key (step 3: same priority and shape, and queue-order
    time under LowerOrNewerEqualPriority) get the same verdict at a given cohort version, so
