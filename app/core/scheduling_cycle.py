@@ -51,7 +51,8 @@ The cycle (Kueue v0.17.1 ``Scheduler.schedule``, ``pkg/scheduler/scheduler.go``;
    stamped with the next cycle's ``now`` and its parked Workloads return at the first cycle
    at or after ``now + requeue_batch_s``; changes in between join that batch (Kueue v0.17.1
    ``requeueBatchPeriod``, 1 s: ``REQUEUE_BATCH_S``; ``next_wakeup`` names the time). The
-   core's own timers (``next_wakeup``: backoffs, minimum runtimes) requeue at once. Under
+   core's own timers (``next_wakeup``: backoffs, minimum runtimes) requeue at once, and so
+   does a ClusterQueue active again what it parked while inactive. Under
    BestEffortFIFO, parked
    Workloads with the same nomination key (step 3: same priority and shape, and queue-order
    time under LowerOrNewerEqualPriority) get the same verdict at a given cohort version, so
@@ -262,6 +263,11 @@ class Scheduler(QuotaState):
         self.requeue_batch_s = requeue_batch_s
         self._requeue_due: dict[ClusterQueueName, float] = {}
         self._requeue_next: float | None = None
+        # ClusterQueues that parked their Workloads because they were inactive: when they are
+        # active again those return at the next cycle, not in a batch (Kueue keeps an inactive
+        # queue's Workloads in its heap, skipped until it is active again; a StrictFIFO queue
+        # would otherwise admit a newer arrival before them).
+        self._parked_inactive: set[ClusterQueueName] = set()
         # Kueue Configuration fairSharing: None = classical ordering and preemption.
         self.fair_sharing = fair_sharing
         # Bounded preemption (pykueue annotations, see ``ClusterQueueSpec``): the time of the
@@ -345,6 +351,7 @@ class Scheduler(QuotaState):
                      self._nominations, self._followers, self._parked_classes,
                      self._requeue_due):
             memo.pop(name, None)
+        self._parked_inactive.discard(name)
         return True
 
     def schedule(self, now: float) -> list[Decision]:
@@ -370,6 +377,7 @@ class Scheduler(QuotaState):
             self._requeue.update(dict.fromkeys(self._cqs))
             self._requeue_due.clear()  # every queue returns now: their batches with it
             self._requeue_next = None
+            self._parked_inactive = {n for n in self._parked_inactive if not self._cqs[n].active}
         self._apply_requeues()
         if self._followers:
             self._release_followers()
@@ -389,6 +397,8 @@ class Scheduler(QuotaState):
             if not cq.queue.active_count:
                 continue
             if cq.problem is not None:
+                if self.requeue_batch_s > 0.0:
+                    self._parked_inactive.add(name)
                 for key in sorted(cq.queue.active()):
                     rec = self._wls[key]
                     cq.queue.park(rec.wl)
@@ -535,23 +545,30 @@ class Scheduler(QuotaState):
         """Step 1's batch: the ClusterQueues marked since the last cycle wait until ``now +
         requeue_batch_s`` unless already waiting (Kueue's delaying queue keeps the earliest
         time of an item added again); those due by ``now`` are left marked for
-        ``_apply_requeues``, the rest are not."""
+        ``_apply_requeues``, the rest are not. A ClusterQueue active again after parking
+        its Workloads as inactive returns them at once (``_parked_inactive``)."""
         due = self._requeue_due
+        at_once: list[ClusterQueueName] = []
         if self._requeue:
             at = now + self.requeue_batch_s
+            added = False
             for name in self._requeue:
-                if name not in due:
+                cq = self._cqs.get(name)
+                if name in self._parked_inactive and cq is not None and cq.active:
+                    self._parked_inactive.discard(name)
+                    at_once.append(name)
+                elif name not in due:
                     due[name] = at
-            if self._requeue_next is None or at < self._requeue_next:
+                    added = True
+            if added and (self._requeue_next is None or at < self._requeue_next):
                 self._requeue_next = at
+        ready: list[ClusterQueueName] = []
         if self._requeue_next is not None and self._requeue_next <= now:
             ready = [n for n, t in due.items() if t <= now]
             for n in ready:
                 del due[n]
-            self._requeue = dict.fromkeys(ready)
             self._requeue_next = min(due.values(), default=None)
-        else:
-            self._requeue = {}
+        self._requeue = dict.fromkeys([*at_once, *ready])
 
     def _apply_requeues(self) -> None:
         """Step 1: parked Workloads of marked ClusterQueues return to their heaps; under

@@ -148,6 +148,11 @@ class Simulator:
         self._touched: dict[ClusterQueueName, None] = {}
         self._wls: dict = {}
         self._wake_pushed = -1
+        # Instant (us) -> the latest core wake-up (seconds) pushed for it: the cycles there
+        # run at no earlier a time, or a wake-up a float's rounding puts a hair past t / US
+        # (e.g. 3.000004 + 1.0 > 4.000004) would not be due at its own instant, and
+        # ``next_wakeup`` would name that instant again: never pushed, never run.
+        self._wake_s: dict[int, float] = {}
 
     # ---- set-up ---------------------------------------------------------------------------
     def _configure(self) -> None:
@@ -181,12 +186,13 @@ class Simulator:
                 t = subs[self._next].at_us
             if t is None or (self.until_us is not None and t > self.until_us):
                 break
-            # An instant of the core's timer alone that decides nothing (e.g. a requeue batch
-            # due after the last Workload finished) does not extend the run.
+            # An instant of the core's timer alone that admits and preempts nothing (e.g. a
+            # requeue batch due after the last Workload finished, that parks again what can
+            # never run) does not extend the run.
             timer_only = self._timer_only(t)
             before, self.end_us = self.end_us, t
             self._drain(t)
-            now = t / US
+            now = max(t / US, self._wake_s.pop(t, 0.0))
             decided = False
             for _ in range(self.max_cycles):
                 ds = self.cluster.schedule(now)
@@ -195,7 +201,7 @@ class Simulator:
                     self._apply(t, d)
                 if self.on_cycle is not None:
                     self.on_cycle(t, ds)
-                decided = decided or bool(ds)
+                decided = decided or any(not isinstance(d, Pending) for d in ds)
                 if not self._drain(t) and not ds:
                     break
             else:
@@ -206,9 +212,13 @@ class Simulator:
             wake = self.cluster.next_wakeup()
             if wake is not None:
                 at = math.ceil(round(wake * US, 3))
-                if at > t and at != self._wake_pushed:
-                    self._wake_pushed = at
-                    self._push(at, _WAKE, WorkloadKey(""), 0)
+                if at <= t < wake * US:  # due within a microsecond (a tiny batch): the next
+                    at = t + 1
+                if at > t:
+                    self._wake_s[at] = max(wake, self._wake_s.get(at, 0.0))
+                    if at != self._wake_pushed:
+                        self._wake_pushed = at
+                        self._push(at, _WAKE, WorkloadKey(""), 0)
             self._sample(t)
         self._close()
         self.cpu_seconds = time.process_time() - cpu0

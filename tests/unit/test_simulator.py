@@ -476,6 +476,53 @@ def test_kueues_requeue_batch_delays_the_parked_readmission_by_one_second(
     assert bad.exit_code == 2 and "not a duration" in bad.output
 
 
+# One ClusterQueue of 4 cpu; a and b take all of it (a's runtime: RUNTIME).
+ONE_QUEUE = """\
+name: one-queue
+flavors: [{name: default}]
+clusterQueues:
+  - {name: q, namespaceSelector: {}, resourceGroups: [{coveredResources: [cpu], flavors: [
+      {name: default, resources: [{name: cpu, nominalQuota: 4}]}]}]}
+arrivals:
+  - {at: 0s, name: a, localQueue: q, request: {cpu: 4}, runtime: RUNTIME, class: x}
+  - {at: 0s, name: b, localQueue: q, request: {cpu: 4}, runtime: 1s, class: x}
+"""
+
+
+@pytest.mark.parametrize("runtime_us", [3_000_000, 3_000_004])
+def test_a_requeue_batch_a_float_puts_past_its_microsecond_still_runs_there(
+        runtime_us: int) -> None:
+    """a ends at 3.000004 s: the batch is due at 3.000004 + 1.0 = 4.000004000000001 in
+    floats, past 4.000004 (the instant the simulator rounds it to). The cycles there must
+    see it due, or next_wakeup names the same instant again, no wake-up is pushed and b,
+    parked, never starts (found by breaker20)."""
+    trace = parse_trace(ONE_QUEUE.replace("RUNTIME", f"{runtime_us}us"), "one.yaml")
+    sim = Simulator(trace, requeue_batch_s=1.0).run()
+    b = sim.runs[WorkloadKey("default/b")]
+    assert (b.last_admitted_us, b.finished_us) == (runtime_us + US, runtime_us + 2 * US)
+    assert sim.end_us == runtime_us + 2 * US and sim.cluster.next_wakeup() is None
+
+
+def test_a_requeue_batch_shorter_than_a_microsecond_runs_at_the_next_one() -> None:
+    """A batch of 0.1 ns is due within a's end instant's microsecond: rounded, it names that
+    instant again; the simulator runs it one microsecond later instead of never."""
+    trace = parse_trace(ONE_QUEUE.replace("RUNTIME", "3s"), "one.yaml")
+    sim = Simulator(trace, requeue_batch_s=1e-10).run()
+    assert sim.runs[WorkloadKey("default/b")].last_admitted_us == 3 * US + 1
+
+
+def test_a_batch_after_the_last_finish_that_only_parks_again_does_not_end_the_run() -> None:
+    """big (8 cpu) never fits; b ends last, at 5 s: its requeue batch at 6 s returns big,
+    which is parked again (a Pending decision) and nothing else happens. The makespan is
+    b's end, as without a batch (found by breaker20: it was 6 s)."""
+    trace = parse_trace(ONE_QUEUE.replace("RUNTIME", "3s") + "  - {at: 0s, name: big, "
+                        "localQueue: q, request: {cpu: 8}, runtime: 1s, class: x}\n", "t.yaml")
+    sim = Simulator(trace, requeue_batch_s=1.0).run()
+    assert sim.runs[WorkloadKey("default/b")].finished_us == 5 * US
+    assert sim.end_us == 5 * US and summarize(sim)["makespan_s"] == 5.0
+    assert sim.runs[WorkloadKey("default/big")].last_admitted_us is None
+
+
 def test_cli_table_plot_and_what_if(tmp_path: Path) -> None:
     png = tmp_path / "usage.png"
     out = tmp_path / "figures.json"

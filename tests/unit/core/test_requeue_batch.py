@@ -132,3 +132,23 @@ def test_a_projection_fork_keeps_the_waiting_batch():
     assert f.schedule(t + 0.5) == []
     ds = f.schedule(t + 1.0)
     assert [d.workload for d in ds if not isinstance(d, Pending)] == ["ns/b"]
+
+
+def test_a_cluster_queue_active_again_returns_what_it_parked_as_inactive_at_once():
+    """Kueue keeps an inactive ClusterQueue's Workloads in its heap, skipped until it is
+    active again; pykueue parks them. Active again, they return at the next cycle, not one
+    batch later: else a StrictFIFO queue admits a newer arrival before them (found by
+    breaker20)."""
+    from app.core.spec import ResourceFlavor
+    from app.core.types import FlavorName
+
+    s = Sim(cluster_queue("cq").flavor("f", cpu=1).strict_fifo(), requeue_batch_s=1.0)
+    s.c.delete_flavor(FlavorName("f"))
+    s.submit(workload("old").cq("cq").pods(1, cpu=1))
+    s.cycle()
+    assert parked(s) == ["ns/old"]
+    s.c.add_flavor(ResourceFlavor(FlavorName("f")))
+    t = s.now
+    s.c.add_workload(workload("new").cq("cq").pods(1, cpu=1).build(creation=t + 0.2))
+    assert Sim.admits(s.c.schedule(t + 0.3)) == ["ns/old"]
+    assert not Sim.admits(s.c.schedule(t + 0.4)) and s.pending("new")
