@@ -145,9 +145,9 @@ class SchedulingSettings(BaseModel):
     # Parked (inadmissible) Workloads return to their queues at the next cycle after a change
     # in their cohort (a finish, a quota or ClusterQueue change): pykueue's default, 0. Kueue
     # v0.17.1 returns them requeueBatchPeriod (1 s, REQUEUE_BATCH_S) after the first change,
-    # later changes joining that batch: set 1 for Kueue's timing (fewer re-nominations of a
-    # cohort's parked heads on a busy controller; freed quota waits up to 1 s for them).
-    requeue_batch_seconds: float = Field(0.0, ge=0)
+    # later changes joining that batch: set 1 for Kueue's timing (freed quota waits up to 1 s
+    # for them; measured in docs/benchmarks.md "Requeue batch").
+    requeue_batch_seconds: float = Field(0.0, ge=0, allow_inf_nan=False)
     # Concurrent Job/Workload reconcilers (the Job controller's workers).
     job_workers: int = Field(4, ge=1)
     # Informers re-open their watch after about this long (seconds; +0-50% jitter).

@@ -4,6 +4,9 @@ their cohort, later changes join that batch, and everything else is as without i
 
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
 from app.core.decisions import Pending
 from app.core.scheduling_cycle import REQUEUE_BATCH_S, Scheduler
 from app.core.types import ClusterQueueName
@@ -29,6 +32,9 @@ def test_kueues_batch_is_one_second_and_pykueues_default_is_none():
     assert REQUEUE_BATCH_S == 1.0
     assert Scheduler().requeue_batch_s == 0.0  # the next cycle
     assert Settings().scheduling.requeue_batch_seconds == 0.0
+    for bad in (-1.0, float("inf"), float("nan")):  # never: parked Workloads would stay so
+        with pytest.raises(ValidationError, match="requeue_batch_seconds"):
+            Settings(scheduling={"requeue_batch_seconds": bad})
 
 
 def test_a_parked_workload_returns_one_batch_after_the_first_finish_not_before():
