@@ -41,10 +41,15 @@ def test_the_ratio_scales_the_pause(monkeypatch):
 
 
 def test_the_loop_waits_for_an_event_no_longer_than_the_cores_next_timer():
-    """``idle_wait``: the core's next timer (a requeue batch, a backoff, a minimum runtime)
-    shortens the wait for an event; past timers do not make it negative; a replica that is
-    not the leader runs no cycle, so it waits the whole interval."""
+    """``idle_wait`` with a requeue batch: the core's next timer (the batch, a backoff, a
+    minimum runtime) shortens the wait for an event; past timers do not make it negative; a
+    replica that is not the leader runs no cycle, so it waits the whole interval. Without a
+    batch (the default) the wait is the interval whatever the timers."""
     loop, ctx, sim = _loop()
+    now = ctx.clock()
+    sim.c._wake(now + 0.25)
+    assert loop.idle_wait(1.0) == 1.0
+    loop, ctx, sim = _loop(requeue_batch_seconds=1.0)
     now = ctx.clock()
     assert sim.c.next_wakeup() is None and loop.idle_wait(1.0) == 1.0
     sim.c._wake(now + 0.25)
