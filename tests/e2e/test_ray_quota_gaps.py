@@ -203,7 +203,7 @@ def test_clusters_added_under_an_admitted_rayjob_share_its_admission(
 @pytest.mark.xfail(strict=False, reason=(
     "flaky on the lab (session 20, 2026-12-05): failed in the full rehearsal at 1e07b66 (rj's "
     "Workload Finished while two pods of its run still existed) and alone in 1 of 6 runs at "
-    "259696f (rj's cluster not running again on its own admission within 60 s) and 5 of 16 at "
+    "259696f (rj's cluster not running again on its own admission within 60 s) and 6 of 12 at "
     "later commits (that, or rj's Workload deleted before the test read it: NotFound, which "
     "a garbage collector not yet watching Workloads on a fresh lab could explain). Not a "
     "change of this session; to be fixed in the Ray integration's orphan handling"))
