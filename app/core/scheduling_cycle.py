@@ -258,8 +258,8 @@ class Scheduler(QuotaState):
         # by ClusterQueues whose admissionScope asks for it (app.core.quota_state).
         super().__init__(admission_fair_sharing)
         # Step 1's batch (seconds; 0: parked Workloads return at the next cycle). Per
-        # ClusterQueue whose cohort changed since its last requeue: when its batch is due
-        # (insertion order = stamping order), and the earliest of those times.
+        # ClusterQueue whose cohort changed since its last requeue: when its batch is due,
+        # and the earliest of those times.
         self.requeue_batch_s = requeue_batch_s
         self._requeue_due: dict[ClusterQueueName, float] = {}
         self._requeue_next: float | None = None
