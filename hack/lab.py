@@ -137,6 +137,29 @@ def _front_proxy_pki(lab: Lab) -> Path:
 WEBHOOK_CLIENT = "kube-apiserver-webhook-client"
 
 
+AUDIT_GROUPS = ("kueue.x-k8s.io", "batch", "ray.io", "jobset.x-k8s.io", "kubeflow.org",
+                "trainer.kubeflow.org", "leaderworkerset.x-k8s.io", "apps", "")
+
+
+def _audit_flags(lab: Lab) -> list[str]:
+    """kube-apiserver's audit flags when ``LAB_AUDIT=1`` (a debugging aid, off by default):
+    every write (create, update, patch, delete) to the job kinds, Workloads and pods is
+    logged at level Metadata (who, what, when, response code) to ``logs/audit.log``, one JSON
+    event a line, e.g. to find who deleted an object a test lost (``LAB_KEEP_LOGS=<dir>``
+    keeps the logs when the lab goes down)."""
+    if os.environ.get("LAB_AUDIT") != "1":
+        return []
+    policy = lab.state / "audit-policy.json"
+    policy.write_text(json.dumps({
+        "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+        "rules": [{"level": "Metadata",
+                   "verbs": ["create", "update", "patch", "delete", "deletecollection"],
+                   "resources": [{"group": g} for g in AUDIT_GROUPS]},
+                  {"level": "None"}]}))
+    return [f"--audit-policy-file={policy}", f"--audit-log-path={lab.logs / 'audit.log'}",
+            "--audit-log-maxsize=200"]
+
+
 def _admission_config(lab: Lab) -> Path:
     """kube-apiserver's ``--admission-control-config-file``: its webhook admission plugins
     present the lab CA's ``webhook-client`` certificate (CN ``WEBHOOK_CLIENT``) to every
@@ -442,6 +465,7 @@ def up(lab: Lab, scheduler_config: Path) -> None:
             "--allow-privileged=true",
             "--profiling=false",
             "--v=1",
+            *_audit_flags(lab),
         ],
     )
     _wait_http(f"{lab.server}/readyz", _ssl_context(lab), "kube-apiserver", 120, lab)
@@ -524,6 +548,12 @@ def down(lab: Lab) -> None:
     if lab.state.exists():
         import shutil
 
+        keep = os.environ.get("LAB_KEEP_LOGS")
+        if keep and lab.logs.exists():
+            # A debugging aid: the logs (and LAB_AUDIT's audit.log) outlive the lab.
+            dest = Path(keep) / f"{lab.state.name}-{time.strftime('%H%M%S')}"
+            shutil.copytree(lab.logs, dest, dirs_exist_ok=True)
+            print(f"lab: logs kept in {dest}")
         shutil.rmtree(lab.state, ignore_errors=True)
     print("lab: down")
 

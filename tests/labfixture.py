@@ -92,6 +92,49 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str, interval: float
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
+WORKLOAD_GC_PROBE: dict[str, Any] = {
+    "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "spec": {"podSets": [
+        {"name": "main", "count": 1, "template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}]}}
+"""A ``wait_gc_watches`` probe: a Workload without a queue (nothing admits or runs it)."""
+
+
+def wait_gc_watches(kubectl: Callable[..., subprocess.CompletedProcess[str]], ns: str,
+                    *probes: dict[str, Any], timeout: float = 120) -> None:
+    """Wait until the lab's garbage collector watches the kinds of ``probes`` (manifests of
+    objects that start nothing: a Workload without a queue, a suspended RayJob, ...): each is
+    created in ``ns`` owned by a fresh ConfigMap, the ConfigMap is deleted, and the probe must
+    then be deleted by the collector (gone or a deletionTimestamp), within ``timeout`` s.
+
+    Why: kube-controller-manager's collector takes in kinds from discovery every 30 s
+    (``garbageCollectorController.Run``, Kubernetes v1.36), so for up to a minute after a CRD
+    is installed it does not watch that kind. A ``kubectl delete --cascade=orphan`` in that
+    window strips the owner reference only from dependents it already knows; once it watches
+    their kind it deletes the others as garbage (owner gone), and an owner of an unwatched
+    kind keeps its ``orphan`` finalizer meanwhile: a Kubernetes race on a lab just started,
+    not the orphan case a test means. ``kubectl`` is a ``LabHandle.kubectl``-like callable
+    (``*args, input=``); raises AssertionError naming the kind when a probe outlives
+    ``timeout``."""
+    for probe in probes:
+        name = f"gc-probe-{os.urandom(3).hex()}"
+        uid = kubectl("create", "configmap", name, "-n", ns, "-o",
+                      "jsonpath={.metadata.uid}").stdout.strip()
+        obj = json.loads(json.dumps(probe))
+        obj["metadata"] = {**obj.get("metadata", {}), "name": name, "namespace": ns,
+                           "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                                "name": name, "uid": uid}]}
+        kubectl("create", "-f", "-", input=json.dumps(obj))
+        kubectl("delete", "configmap", name, "-n", ns, "--wait=false")
+        resource = f"{obj['kind'].lower()}.{obj['apiVersion'].rpartition('/')[0]}".rstrip(".")
+
+        def collected(resource: str = resource, name: str = name) -> bool:
+            r = kubectl("get", resource, name, "-n", ns, "-o", "json", check=False)
+            return r.returncode != 0 or bool(json.loads(r.stdout)["metadata"].get(
+                "deletionTimestamp"))
+        wait_for(collected, timeout, f"the garbage collector deleting a probe {obj['kind']} "
+                 f"owned by a deleted ConfigMap (it does not watch {resource} yet)")
+
+
 def start_lab(state: Path, port_base: int, bin_dir: Path) -> tuple[LabHandle, bool]:
     """Start the lab unless it already runs; returns (handle, started_here)."""
     lab = LabHandle(state=state, port_base=port_base, bin_dir=bin_dir)

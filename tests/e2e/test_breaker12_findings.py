@@ -21,7 +21,7 @@ from tests.e2e.conftest import operators_running
 from tests.e2e.test_jobset import condition, drop, owned_workload
 from tests.e2e.test_ray import cpu_and_gpu_groups, rayservice
 from tests.e2e.test_workload_kinds import LONG, TOLERATION, gpu_container
-from tests.labfixture import ROOT, LabHandle, wait_for
+from tests.labfixture import ROOT, WORKLOAD_GC_PROBE, LabHandle, wait_for, wait_gc_watches
 
 sys.path.insert(0, str(ROOT / "hack"))
 import lab as labmod  # noqa: E402
@@ -29,6 +29,13 @@ import lab as labmod  # noqa: E402
 pytestmark = pytest.mark.lab
 QUEUE = "kueue.x-k8s.io/queue-name"
 NEEDED = ("jobset", "trainer", "kuberay")
+JOBSET_GC_PROBE: dict[str, Any] = {
+    "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "spec": {
+        "suspend": True, "replicatedJobs": [{"name": "w", "replicas": 1, "template": {
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+                {"name": "c", "image": "busybox"}]}}}}}]}}
+"""A ``wait_gc_watches`` probe: a suspended JobSet without a queue (the JobSet controller
+makes no Job of it, pykueue does not queue it)."""
 
 
 @pytest.fixture(scope="module")
@@ -290,6 +297,7 @@ def test_an_orphaned_trainjobs_jobset_is_stopped_and_its_job_cannot_be_raised(
         lab.kubectl(*as_tenant, "apply", "-f", "-", input=trainjob("tj", ns))
         wait_for(lambda: admitted(lab, ns, "tj"), 60, "tj admitted")
         wait_for(lambda: gpus_running(lab, ns) == 1, 90, "tj's node pod running")
+        wait_gc_watches(lab.kubectl, ns, WORKLOAD_GC_PROBE, JOBSET_GC_PROBE)
         lab.kubectl(*as_tenant, "delete", "trainjob", "tj", "-n", ns, "--cascade=orphan")
         wait_for(lambda: not lab.get("trainjobs", "-n", ns)["items"], 30, "tj deleted")
         lab.kubectl(*as_tenant, "patch", "job", "tj-node-0", "-n", ns, "--type=merge",

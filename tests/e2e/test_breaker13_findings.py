@@ -26,7 +26,7 @@ from tests.e2e.test_multikueue import (  # noqa: F401 - sites: the labs' fixture
     mk,
     sites,
 )
-from tests.labfixture import LabHandle, wait_for
+from tests.labfixture import WORKLOAD_GC_PROBE, LabHandle, wait_for, wait_gc_watches
 
 pytestmark = pytest.mark.lab
 NS = "b13-mk"
@@ -153,28 +153,6 @@ def _state_of(labs: list[mk.Site], job: str, wl_name: str) -> str:
     return "\n".join(out)
 
 
-def _gc_knows_workloads(site: mk.Site) -> None:
-    """Wait until the site's garbage collector has taken in the Workloads created so far: a
-    probe Workload owned by a ConfigMap is deleted with it. The collector's graph takes
-    changes in one queue, in order; a ``--cascade=orphan`` delete strips the owner reference
-    only from the dependents already in it. On a lab just started (the operators installing
-    their CRDs, the collector re-syncing its monitors) a copy created a few seconds earlier
-    was not yet: the collector removed its orphan finalizer without touching the copy, then
-    deleted the copy as garbage (owner gone) while the orphaned pod ran on: a Kubernetes race,
-    not the case under test."""
-    probe = f"gc-probe-{uuid.uuid4().hex[:6]}"
-    uid = site.kubectl("create", "configmap", probe, "-n", NS, "-o",
-                       "jsonpath={.metadata.uid}").stdout.strip()
-    _apply(site, {"apiVersion": K, "kind": "Workload", "metadata": {
-        "name": probe, "namespace": NS, "ownerReferences": [
-            {"apiVersion": "v1", "kind": "ConfigMap", "name": probe, "uid": uid}]},
-        "spec": {"podSets": [{"name": "main", "count": 1, "template": {"spec": {
-            "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}]}})
-    site.kubectl("delete", "configmap", probe, "-n", NS, "--wait=false")
-    wait_for(lambda: _get(site, "workload", probe, "-n", NS) is None, 120,
-             f"{site.name}'s garbage collector deleting the probe Workload")
-
-
 def _cleanup(manager: mk.Site, w1: mk.Site, *jobs: str) -> None:
     for j in jobs:
         manager.kubectl("delete", "job", j, "-n", NS, "--wait=false", "--ignore-not-found")
@@ -212,7 +190,7 @@ def test_a_worker_job_deleted_with_orphan_is_not_run_again_beside_its_pods(mk_si
     try:
         wait_for(lambda: len(_running(w1, name)) == 1, 60, "the Job's pod running on worker1")
         old = _get(w1, "job", name, "-n", NS)
-        _gc_knows_workloads(w1)
+        wait_gc_watches(w1.kubectl, NS, WORKLOAD_GC_PROBE)
         w1.kubectl(*TENANT, "delete", "job", name, "-n", NS, "--cascade=orphan")
         wl_name = _workload_of(manager, name)["metadata"]["name"]
 

@@ -25,7 +25,7 @@ from tests.e2e.test_breaker13_findings import (  # noqa: F401 - mk_sites: the la
     mk_sites,
 )
 from tests.e2e.test_multikueue import _apply, _cond, sites  # noqa: F401
-from tests.labfixture import wait_for
+from tests.labfixture import WORKLOAD_GC_PROBE, wait_for, wait_gc_watches
 
 pytestmark = pytest.mark.lab
 LQ = {"kueue.x-k8s.io/queue-name": "lq"}
@@ -143,6 +143,7 @@ def test_a_job_orphan_deleted_on_the_manager_leaves_nothing_running_on_the_worke
     name = f"orm-{uuid.uuid4().hex[:6]}"
     try:
         old = _running_on_worker1(manager, w1, name)
+        wait_gc_watches(manager.kubectl, NS, WORKLOAD_GC_PROBE)
         manager.kubectl(*TENANT, "delete", "job", name, "-n", NS, "--cascade=orphan")
 
         def cleaned() -> bool:

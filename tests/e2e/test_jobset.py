@@ -20,7 +20,7 @@ from tests.e2e.test_workload_kinds import (
     gpu_queue,
     running_pods,
 )
-from tests.labfixture import ROOT, LabHandle, wait_for
+from tests.labfixture import ROOT, WORKLOAD_GC_PROBE, LabHandle, wait_for, wait_gc_watches
 
 sys.path.insert(0, str(ROOT / "hack"))
 import lab as labmod  # noqa: E402
@@ -276,6 +276,7 @@ def test_an_orphaned_jobset_child_job_is_stopped_and_cannot_be_raised(
         wl = wait_for(lambda: admitted(lab, ns, "JobSet", "train"), 60, "train admitted")
         wait_for(lambda: running_pods(lab, ns, "train-workers-0") == 1, 90,
                  "train-workers-0's pod")
+        wait_gc_watches(lab.kubectl, ns, WORKLOAD_GC_PROBE)
         lab.kubectl(*as_tenant, "delete", "jobset", "train", "-n", ns, "--cascade=orphan")
         wait_for(lambda: not lab.get("jobsets", "-n", ns)["items"], 30, "train deleted")
         lab.kubectl(*as_tenant, "patch", "job", "train-workers-0", "-n", ns, "--type=merge",

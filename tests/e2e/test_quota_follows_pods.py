@@ -18,7 +18,7 @@ from tests.e2e.test_kinds_preemption import pod_group
 from tests.e2e.test_kubeflow import need, pytorchjob, template
 from tests.e2e.test_workload_kinds import gpu_container
 from tests.integration.test_operators import operators_running
-from tests.labfixture import LabHandle, wait_for
+from tests.labfixture import WORKLOAD_GC_PROBE, LabHandle, wait_for, wait_gc_watches
 
 pytestmark = pytest.mark.lab
 WL = "workloads.kueue.x-k8s.io"
@@ -114,6 +114,7 @@ def test_a_job_deleted_with_cascade_orphan_keeps_its_quota_while_its_pods_run_th
                       90, f"{kind} train admitted")
         name = wl["metadata"]["name"]
         wait_for(lambda: running(lab, ns) == n, 90, f"{n} pods of train Running")
+        wait_gc_watches(lab.kubectl, ns, WORKLOAD_GC_PROBE)
         lab.kubectl("delete", resource, "train", "-n", ns, "--cascade=orphan")
         orphaned = wait_for(lambda: (w := lab.get(WL, name, "-n", ns))
                             and not w["metadata"].get("ownerReferences") and w, 60,

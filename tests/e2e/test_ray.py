@@ -26,7 +26,7 @@ from tests.e2e.test_jobset import (
 from tests.e2e.test_kubeflow import GPU_TOLERATION
 from tests.e2e.test_workload_kinds import gpu_container, live
 from tests.integration.test_operators import operators_running
-from tests.labfixture import LabHandle, wait_for
+from tests.labfixture import WORKLOAD_GC_PROBE, LabHandle, wait_for, wait_gc_watches
 
 pytestmark = pytest.mark.lab
 
@@ -92,6 +92,20 @@ def rayjob(name: str, ns: str, workers: int) -> str:
                      "workerGroupSpecs": [{"groupName": "gpu", "replicas": workers,
                                            "minReplicas": 0, "maxReplicas": workers,
                                            "rayStartParams": {}, "template": worker}]}}})
+
+
+def ray_gc_probes() -> tuple[dict[str, Any], ...]:
+    """``wait_gc_watches`` probes for the kinds an orphaned RayJob leaves (a suspended
+    RayJob and RayCluster without a queue label: KubeRay starts no pod for them, pykueue
+    queues neither; ``WORKLOAD_GC_PROBE``)."""
+    job = json.loads(rayjob("x", "ns", 1))
+    cluster = job["spec"]["rayClusterSpec"]
+    job["metadata"] = {}
+    job["spec"]["suspend"] = True
+    return (job,
+            {"apiVersion": "ray.io/v1", "kind": "RayCluster", "spec": {**cluster,
+                                                                      "suspend": True}},
+            WORKLOAD_GC_PROBE)
 
 
 def placed(lab: LabHandle, ns: str, workers: int) -> dict[str, list[dict]] | None:
@@ -378,6 +392,7 @@ def test_an_orphaned_unlabelled_raycluster_of_a_rayjob_cannot_run_beyond_its_adm
         hold = json.dumps({"metadata": {"finalizers": ["lab.pykueue.dev/hold"]}})
         lab.kubectl("patch", "pod", worker_pod, "-n", ns, "--type=merge", "-p", hold)
         lab.kubectl(*as_tenant, "label", "raycluster", name, "-n", ns, f"{QUEUE}-")
+        wait_gc_watches(lab.kubectl, ns, *ray_gc_probes())
         lab.kubectl(*as_tenant, "delete", "rayjob", "rj", "-n", ns, "--cascade=orphan")
         wait_for(lambda: not lab.get("raycluster", name, "-n", ns)["metadata"].get(
             "ownerReferences"), 30, f"{name} orphaned")

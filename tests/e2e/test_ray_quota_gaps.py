@@ -17,10 +17,11 @@ from tests.e2e.test_ray import (
     _gpus_running,
     kuberay,  # noqa: F401 - fixture
     pykueue_with_kuberay,  # noqa: F401 - fixture
+    ray_gc_probes,
     ray_queue,
     rayjob,
 )
-from tests.labfixture import LabHandle, wait_for
+from tests.labfixture import LabHandle, wait_for, wait_gc_watches
 
 pytestmark = pytest.mark.lab
 
@@ -92,6 +93,7 @@ def test_an_orphaned_raycluster_stripped_of_its_markers_is_still_stopped(
                                                      or {})]
         lab.kubectl(*as_tenant, "patch", "raycluster", name, "-n", ns, "--type=json", "-p",
                     json.dumps(ops))
+        wait_gc_watches(lab.kubectl, ns, *ray_gc_probes())
         lab.kubectl(*as_tenant, "delete", "rayjob", "rj", "-n", ns, "--cascade=orphan")
         seen: list[tuple[int, bool]] = []
 
@@ -200,13 +202,6 @@ def test_clusters_added_under_an_admitted_rayjob_share_its_admission(
                   "admission of 1")
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "flaky on the lab (session 20, 2026-12-05): failed in the full rehearsal at 1e07b66 (rj's "
-    "Workload Finished while two pods of its run still existed) and alone in 1 of 6 runs at "
-    "259696f (rj's cluster not running again on its own admission within 60 s) and 6 of 12 at "
-    "later commits (that, or rj's Workload deleted before the test read it: NotFound, which "
-    "a garbage collector not yet watching Workloads on a fresh lab could explain). Not a "
-    "change of this session; to be fixed in the Ray integration's orphan handling"))
 def test_a_cluster_labelled_as_a_deleted_rayjobs_does_not_hold_its_quota(
         lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:  # noqa: F811
     """The tenant runs an unqueued CPU-only RayCluster ``keeper``, labels it
@@ -235,6 +230,7 @@ def test_a_cluster_labelled_as_a_deleted_rayjobs_does_not_hold_its_quota(
         rj_wl = owned_workload(lab, ns, "RayJob", "rj")["metadata"]["name"]  # type: ignore[index]
         ran = {p["metadata"]["uid"] for p in lab.get(
             "pods", "-n", ns, "-l", f"ray.io/cluster={name}")["items"]}
+        wait_gc_watches(lab.kubectl, ns, *ray_gc_probes())
         lab.kubectl(*as_tenant, "delete", "rayjob", "rj", "-n", ns, "--cascade=orphan")
         early: list[str] = []
 

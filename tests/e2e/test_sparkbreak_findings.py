@@ -29,7 +29,7 @@ from tests.e2e.test_sparkapplication import (  # noqa: F401 - the CRDs' and oper
     spark_operator,
     sparkapp,
 )
-from tests.labfixture import LabHandle, wait_for
+from tests.labfixture import WORKLOAD_GC_PROBE, LabHandle, wait_for, wait_gc_watches
 
 pytestmark = pytest.mark.lab
 GPU = "nvidia.com/gpu"
@@ -141,6 +141,7 @@ def test_the_driver_pods_labels_hold_and_its_quota_outlives_it(
         else:
             assert label in r.stderr, (label, r.stderr)
     wl_name = lab.get("workloads.kueue.x-k8s.io", "-n", ns)["items"][0]["metadata"]["name"]
+    wait_gc_watches(lab.kubectl, ns, WORKLOAD_GC_PROBE)
     lab.kubectl(*as_tenant, "delete", "sparkapplication", "pi", "-n", ns, "--cascade=orphan",
                 "--wait=false")
     lab.kubectl(*as_tenant, "apply", "-f", "-", input=sparkapp("next", ns, 1))

@@ -800,6 +800,36 @@ async def test_an_orphaned_rayjobs_workload_counts_the_pods_of_its_orphaned_clus
     assert RAYJOB.made_pods(Ctx(), wl, "u-1", pods) == 0  # type: ignore[arg-type]
 
 
+async def test_an_orphaned_rayjobs_deleted_cluster_counts_its_pods_until_they_are_gone(
+        ) -> None:
+    """``RayJob.made_pods``: a recorded cluster (name and uid) already gone from the store
+    (deleted in the background: its pods are killed after it, with their grace period) still
+    counts its pods that hold resources (its ownerReference's uid), not another uid's nor a
+    terminal one not being deleted, and not while a Workload of its own (kept while its pods
+    run) accounts for them; a record without the uid does not reach gone clusters."""
+    rc = raycluster(group("gpu", 1))
+    wl: dict[str, Any] = {"metadata": {"name": "rayjob-tune-x", "namespace": NS,
+                                       "annotations": {ray.ray.CLUSTERS_ANNOTATION: "rc/u-2"}}}
+
+    def pod(uid: str, phase: str = "Running") -> dict[str, Any]:
+        return {"metadata": {"name": f"rc-{uid}", "namespace": NS, "deletionTimestamp": "t",
+                             "labels": {"ray.io/cluster": "rc"}, "ownerReferences": [
+                                 {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                                  "name": "rc", "uid": uid, "controller": True}]},
+                "status": {"phase": phase}}
+
+    done = pod("u-2", "Succeeded")
+    del done["metadata"]["deletionTimestamp"]
+    pods = [pod("u-2"), pod("u-9"), done]
+    assert RAYJOB.made_pods(ray_stores()(), wl, "u-1", pods) == 1  # type: ignore[arg-type]
+    assert RAYJOB.made_pods(ray_stores()(), wl, "u-1", pods[1:]) == 0  # type: ignore[arg-type]
+    # Its own Workload (queued on its own) still accounts for them.
+    own = ray_stores(workloads=[own_workload(rc)])()
+    assert RAYJOB.made_pods(own, wl, "u-1", pods) == 0  # type: ignore[arg-type]
+    wl["metadata"]["annotations"] = {ray.ray.CLUSTERS_ANNOTATION: "rc"}
+    assert RAYJOB.made_pods(ray_stores()(), wl, "u-1", pods) == 0  # type: ignore[arg-type]
+
+
 async def test_an_orphaned_rayjobs_recorded_cluster_is_stopped_whatever_marks_it_lost(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """``RayJob.stop_made``: the RayClusters the orphaned Workload records (by name and uid)

@@ -328,9 +328,34 @@ class _ClusterOwner(_RayKind):
         """The pods holding resources of the RayClusters KubeRay made for the object of
         orphaned ``workload`` (``_made_clusters``): ``kubectl delete rayjob
         --cascade=orphan`` (or rayservice) leaves the cluster running, and the Workload
-        keeps the quota while its pods run."""
+        keeps the quota while its pods run. A recorded cluster already gone from the store
+        (deleted in the background: its pods are killed after it, with their grace period)
+        counts through its recorded name and uid while those pods still hold resources,
+        unless a Workload of its own (kept while they do) accounts for them."""
         return sum(len(pods_of(RAYCLUSTER, pods, rc))
-                   for rc in self._made_clusters(ctx, workload, uid))
+                   for rc in self._made_clusters(ctx, workload, uid)
+                   + self._gone_clusters(ctx, workload))
+
+    @staticmethod
+    def _gone_clusters(ctx: Context, workload: Mapping[str, Any]) -> list[Obj]:
+        """``{"metadata": {name, uid, namespace}}`` of each cluster of ``workload``'s record
+        (``CLUSTERS_ANNOTATION``) with a recorded uid and no stored cluster of that name and
+        uid, not queued on its own (its own Workload still in the store)."""
+        made = recorded_clusters(workload)
+        if not made or RAYCLUSTER.key not in ctx.informers.informers:
+            return []
+        ns = str((workload.get("metadata") or {}).get("namespace", ""))
+        store = ctx.store(RAYCLUSTER.key)
+        out: list[Obj] = []
+        for name, rc_uid in made.items():
+            rc = store.get(f"{ns}/{name}")
+            if not rc_uid or (rc is not None and str(
+                    (rc.get("metadata") or {}).get("uid", "")) == rc_uid):
+                continue
+            gone = {"metadata": {"name": name, "uid": rc_uid, "namespace": ns}}
+            if not queued_on_its_own(ctx, gone):
+                out.append(gone)
+        return out
 
     def _made_clusters(self, ctx: Context, workload: Mapping[str, Any],
                        uid: str) -> list[Obj]:
