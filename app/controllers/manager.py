@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from app.config import Settings
+from app.config import ClientSettings, Settings
 from app.controllers.admission_lookup import StoreAdmissionLookup, StoreExtenderState
 from app.controllers.finalizers import FinalizerController
 from app.controllers.multikueue import MultiKueueController
@@ -120,6 +120,17 @@ STOP_BUDGET_SECONDS = 25.0
 STOP_STEP_SECONDS = 10.0
 
 
+
+def events_client(client: KubeClient, settings: ClientSettings) -> KubeClient | None:
+    """The client the Event recorder writes through: with ``settings.events_bucket`` "own"
+    (Kueue's: controller-runtime's recorder has a client of its own) a new ``KubeClient``
+    on ``client``'s connection settings with a token bucket of ``settings.qps`` /
+    ``settings.burst`` of its own, which the caller must close; with "shared" None (the
+    recorder uses ``client``, its Events background traffic there)."""
+    if settings.events_bucket != "own":
+        return None
+    return KubeClient(client.companion(settings.qps, settings.burst), settings)
+
 class Manager:
     """The reconciler of one process; see the module doc.
 
@@ -137,6 +148,7 @@ class Manager:
                  registry: Registry | None = None) -> None:
         self.settings = settings
         self._given_client = client
+        self._events_client: KubeClient | None = None
         self.identity = identity
         self.clock = clock
         self.watch_nodes = watch_nodes
@@ -208,7 +220,10 @@ class Manager:
             informers.add(RCT, Informer(client, RESOURCE_CLAIM_TEMPLATES,
                                         watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
         leader = LeaderElector(client, s.leader_election, self.identity)
-        recorder = EventRecorder(client, instance=leader.identity, clock=self.clock)
+        # A client handed in (a test's) serves the Events too.
+        self._events_client = None if self._given_client else events_client(client, s.client)
+        recorder = EventRecorder(self._events_client or client, instance=leader.identity,
+                                 clock=self.clock)
         ctx = Context(settings=s, client=client, informers=informers, leader=leader,
                       recorder=recorder, clock=self.clock)
         self.ctx = ctx
@@ -408,6 +423,9 @@ class Manager:
                 await step(name, comp.stop())
         await step("informers", ctx.informers.stop())
         await step("event recorder", ctx.recorder.stop())
+        if self._events_client is not None:
+            await step("event client", self._events_client.close())
+            self._events_client = None
         await step("lease release", ctx.leader.release())
         if self._given_client is None:
             await step("client", ctx.client.close())

@@ -736,6 +736,10 @@ class JobReconciler:
             return None
         if self._prebuilt(obj):
             return 5.0  # its prebuilt Workload is not there (yet): never create one
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            # Being deleted: no new Workload (Kueue v0.17.1 ReconcileGenericJob); one made
+            # now would be the garbage collector's once the object is gone.
+            return None
         if self._pods_left(kind, obj) > 0:
             return PODS_POLL  # wait for the pods of the stopped object to go
         wpc, pc = self._priority_maps()

@@ -137,7 +137,13 @@ def adoptable_copy(obj: Mapping[str, Any], wl: Mapping[str, Any]) -> bool:
     once (annotation ``pykueue.dev/adopted-by: <Job uid>``, written at the adoption) is
     adopted again only by that Job: the worker's Job deleted with ``--cascade=orphan``
     leaves the copy ownerless and its pods running, and the manager re-creates the Job,
-    which would otherwise start a second set of pods on the one admission."""
+    which would otherwise start a second set of pods on the one admission. An object being
+    deleted (``deletionTimestamp``) adopts nothing (Kueue v0.17.1 ``ReconcileGenericJob``
+    only drops its finalizers): after ``delete --cascade=orphan`` the garbage collector has
+    stripped its owner reference from the copy, and taking the copy back would make the
+    collector delete it as garbage once the Job is gone, while the orphaned pods run on."""
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return False
     meta = wl.get("metadata") or {}
     labels = meta.get("labels") or {}
     if not (adopts_prebuilt(obj) and _prebuilt(obj) == meta.get("name")

@@ -164,13 +164,6 @@ def _cleanup(manager: mk.Site, w1: mk.Site, *jobs: str) -> None:
 # ---------------------------------------------------------------------------------- MultiKueue
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "flaky on the lab (session 20, 2026-12-05): failed once in two runs of the operator e2e "
-    "set at 72cb1dd (passed in the rehearsal at 1e07b66), 'timed out after 90s waiting for "
-    "the Job re-created on worker1' with the orphaned pod still running there; the same day "
-    "the orphaned-RayJob test (test_ray_quota_gaps.py) flaked at the pre-session commit too. "
-    "Both rely on kubectl delete --cascade=orphan; no change of this session touches the "
-    "orphan or MultiKueue paths. To be fixed and made strict again"))
 def test_a_worker_job_deleted_with_orphan_is_not_run_again_beside_its_pods(mk_sites):
     """The tenant's Job runs on worker1 (1 pod, one admission on the manager). On worker1 the
     tenant deletes that Job with ``--cascade=orphan``: its pod keeps running and the copy of

@@ -209,3 +209,7 @@ def test_a_copy_adopted_once_is_adopted_again_by_that_job_only() -> None:
     assert not adoptable_copy(job, adopted)
     same = {**job, "metadata": {**job["metadata"], "uid": "old"}}
     assert adoptable_copy(same, adopted)
+    # The Job that adopted it, being deleted with --cascade=orphan (the garbage collector
+    # stripped its owner reference from the copy first), does not take it back.
+    deleting = {**same, "metadata": {**same["metadata"], "deletionTimestamp": "t"}}
+    assert not adoptable_copy(deleting, adopted)
