@@ -242,13 +242,13 @@ class ClientSettings(BaseModel):
     # Queue status and Events wait for a token until no other request waits, at most this
     # long (app.kube.client.TokenBucket): admissions first under a full budget.
     background_max_wait_seconds: float = Field(5.0, ge=0)
-    # Where Events take their tokens. "own" (default, Kueue's: controller-runtime's event
-    # recorder has a client of its own, so a token bucket of ``qps``/``burst`` of its own):
-    # Events never take a token an admission waits for. "shared" (pykueue's opt-in): Events
-    # are background traffic in the controllers' bucket (written when no admission waits,
-    # or after ``background_max_wait_seconds``): fewer requests a second to the API server
-    # under a full budget, a little less of it for admissions.
-    events_bucket: Literal["own", "shared"] = "own"
+    # Where Events take their tokens. "shared" (default): the controllers' bucket, as in
+    # Kueue (cmd/kueue/main.go sets one RateLimiter on the rest config, so its event
+    # recorder's client shares it), here as background traffic (written when no admission
+    # waits, or after ``background_max_wait_seconds``). "own" (pykueue's opt-in): a bucket of
+    # ``qps``/``burst`` of their own, so Events never take a token an admission waits for,
+    # and up to twice ``qps`` reaches the API server.
+    events_bucket: Literal["own", "shared"] = "shared"
 
 
 class AccessReviewSettings(BaseModel):

@@ -123,10 +123,10 @@ STOP_STEP_SECONDS = 10.0
 
 def events_client(client: KubeClient, settings: ClientSettings) -> KubeClient | None:
     """The client the Event recorder writes through: with ``settings.events_bucket`` "own"
-    (Kueue's: controller-runtime's recorder has a client of its own) a new ``KubeClient``
-    on ``client``'s connection settings with a token bucket of ``settings.qps`` /
-    ``settings.burst`` of its own, which the caller must close; with "shared" None (the
-    recorder uses ``client``, its Events background traffic there)."""
+    (pykueue's opt-in) a new ``KubeClient`` on ``client``'s connection settings with a
+    token bucket of ``settings.qps`` / ``settings.burst`` of its own, which the caller must
+    close; with "shared" (the default; Kueue's recorder shares its manager's RateLimiter)
+    None: the recorder uses ``client``, its Events background traffic there."""
     if settings.events_bucket != "own":
         return None
     return KubeClient(client.companion(settings.qps, settings.burst), settings)

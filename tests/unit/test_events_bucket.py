@@ -1,6 +1,6 @@
-"""Events take their tokens from a bucket of their own by default, as Kueue's event recorder
-has a client of its own (``ClientSettings.events_bucket``); ``shared`` puts them in the
-controllers' bucket."""
+"""Events take their tokens from the controllers' bucket by default, as Kueue's event recorder
+shares its manager's RateLimiter; ``ClientSettings.events_bucket: own`` (opt-in) gives them
+a bucket of their own."""
 
 from __future__ import annotations
 
@@ -20,9 +20,8 @@ def _client(settings: ClientSettings) -> KubeClient:
     return KubeClient(RateLimitedApiClient(cfg, bucket, 5.0), settings)
 
 
-async def test_events_get_a_bucket_of_their_own_by_default() -> None:
-    settings = ClientSettings(qps=7, burst=9)
-    assert settings.events_bucket == "own"
+async def test_events_get_a_bucket_of_their_own_when_asked() -> None:
+    settings = ClientSettings(qps=7, burst=9, events_bucket="own")
     client = _client(settings)
     events = events_client(client, settings)
     assert events is not None and events is not client
@@ -37,15 +36,16 @@ async def test_events_get_a_bucket_of_their_own_by_default() -> None:
     await client.close()
 
 
-async def test_shared_events_use_the_controllers_client() -> None:
-    settings = ClientSettings(events_bucket="shared")
+async def test_by_default_events_use_the_controllers_client() -> None:
+    settings = ClientSettings()
+    assert settings.events_bucket == "shared"
     client = _client(settings)
     assert events_client(client, settings) is None
     await client.close()
 
 
 def test_events_bucket_refuses_other_values(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PYKUEUE_CLIENT__EVENTS_BUCKET", "shared")
-    assert Settings().client.events_bucket == "shared"
+    monkeypatch.setenv("PYKUEUE_CLIENT__EVENTS_BUCKET", "own")
+    assert Settings().client.events_bucket == "own"
     with pytest.raises(ValidationError, match="events_bucket"):
         ClientSettings(events_bucket="both")  # type: ignore[arg-type]
