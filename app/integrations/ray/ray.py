@@ -331,10 +331,14 @@ class _ClusterOwner(_RayKind):
         keeps the quota while its pods run. A recorded cluster already gone from the store
         (deleted in the background: its pods are killed after it, with their grace period)
         counts through its recorded name and uid while those pods still hold resources,
-        unless a Workload of its own (kept while they do) accounts for them."""
+        unless a Workload of its own (kept while they do) accounts for them; so do its pods
+        without an owner (the cluster deleted with ``--cascade=orphan``: they run on, with
+        the admission's scheduling), as a gone owner's pods count for its own orphaned
+        Workload (``pods_of_workload``)."""
         return sum(len(pods_of(RAYCLUSTER, pods, rc))
-                   for rc in self._made_clusters(ctx, workload, uid)
-                   + self._gone_clusters(ctx, workload))
+                   for rc in self._made_clusters(ctx, workload, uid)) \
+            + sum(len(pods_of(RAYCLUSTER, pods, rc, owner_gone=True))
+                  for rc in self._gone_clusters(ctx, workload))
 
     @staticmethod
     def _gone_clusters(ctx: Context, workload: Mapping[str, Any]) -> list[Obj]:
