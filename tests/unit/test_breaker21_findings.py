@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.integrations import ray
-from app.integrations.ray.ray import RAYJOB
+from app.integrations.ray.ray import RAYJOB, RAYSERVICE
 from tests.unit.test_quota_integrity import NS, ray_stores
 
 
@@ -38,3 +38,15 @@ def test_an_orphaned_rayjobs_cluster_deleted_with_orphan_still_counts_its_pods()
     assert RAYJOB.made_pods(ctx, wl, "u-1", [_cluster_pod("rc", "u-9")]) == 0  # type: ignore[arg-type]
     assert RAYJOB.made_pods(ctx, wl, "u-1", [_cluster_pod("other", None)]) == 0  # type: ignore[arg-type]
 
+
+def test_a_rayjobs_record_is_counted_by_the_rayjob_kind_only() -> None:
+    """The record ``pykueue.dev/ray-clusters`` is a RayJob's (only ``RayJob.settle`` writes
+    it); ``_finish_orphan`` sums ``made_pods`` over every kind, so RayService must not count
+    the same clusters again (the Event ``WaitingForPods`` said 2 pods for 1) nor stop them a
+    second time."""
+    wl: dict[str, Any] = {"metadata": {"name": "rayjob-tune-x", "namespace": NS,
+                                       "annotations": {ray.ray.CLUSTERS_ANNOTATION: "rc/u-2"}}}
+    pods = [_cluster_pod("rc", "u-2")]
+    ctx = ray_stores()()
+    assert RAYJOB.made_pods(ctx, wl, "u-1", pods) == 1  # type: ignore[arg-type]
+    assert RAYSERVICE.made_pods(ctx, wl, "u-1", pods) == 0  # type: ignore[arg-type]
