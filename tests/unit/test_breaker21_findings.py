@@ -5,6 +5,7 @@ tenant's side and against Kueue v0.17.1's semantics."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from typing import Any
 
 from app.integrations import default_registry, ray
@@ -15,6 +16,7 @@ from app.integrations.reconciler import JobReconciler
 from app.kube.client import PODS, WORKLOADS
 from app.kube.context import PC, WL, WPC
 from app.kube.informers import Store
+from tests.labfixture import WORKLOAD_GC_PROBE, wait_gc_watches
 from tests.unit.test_pod_group import member
 from tests.unit.test_quota_integrity import NS, ray_stores
 
@@ -116,3 +118,40 @@ def test_a_pod_group_gets_its_workload_while_one_member_is_being_deleted() -> No
     ctx.store(POD_KIND.key).put(single)
     asyncio.run(rec.reconcile_object(POD_KIND, "ns", "solo"))
     assert len(ctx.created) == 1
+
+
+def test_the_gc_probe_is_not_collected_by_a_failed_get() -> None:
+    """``wait_gc_watches``: a ``kubectl get`` of the probe that fails for any other reason
+    than NotFound (the API server restarting, a timeout) proves nothing about the garbage
+    collector; only NotFound or a deletionTimestamp does. Here the probe is never collected
+    (the collector does not watch its kind): the wait must time out, not pass on the first
+    failed get."""
+    gets: list[tuple[str, ...]] = []
+
+    def kubectl(*args: str, input: str | None = None, check: bool = True
+                ) -> subprocess.CompletedProcess[str]:
+        if args[0] != "get":
+            return subprocess.CompletedProcess(args, 0, "u-1" if args[1] == "configmap" else "",
+                                               "")
+        gets.append(args)
+        if len(gets) == 1:
+            return subprocess.CompletedProcess(
+                args, 1, "", "The connection to the server 127.0.0.1:20003 was refused")
+        return subprocess.CompletedProcess(args, 0, '{"metadata": {"name": "p"}}', "")
+
+    try:
+        wait_gc_watches(kubectl, "ns", WORKLOAD_GC_PROBE, timeout=0.6)
+    except AssertionError as exc:
+        assert "workload.kueue.x-k8s.io" in str(exc)
+    else:
+        raise AssertionError("a failed get counted as the probe collected")
+    assert len(gets) >= 2 and gets[0][1] == "workload.kueue.x-k8s.io"
+
+    def not_found(*args: str, input: str | None = None, check: bool = True
+                  ) -> subprocess.CompletedProcess[str]:
+        if args[0] != "get":
+            return kubectl(*args, input=input, check=check)
+        return subprocess.CompletedProcess(args, 1, "", 'Error from server (NotFound): '
+                                           'workloads.kueue.x-k8s.io "p" not found')
+
+    wait_gc_watches(not_found, "ns", WORKLOAD_GC_PROBE, timeout=5)
