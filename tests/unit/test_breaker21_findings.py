@@ -9,12 +9,13 @@ import subprocess
 from typing import Any
 
 from app.integrations import default_registry, ray
+from app.integrations.batchjob.job import KIND as JOB_KIND
 from app.integrations.pod.group import KIND as GROUP_KIND
 from app.integrations.pod.pod import KIND as POD_KIND
 from app.integrations.ray.ray import RAYJOB, RAYSERVICE
 from app.integrations.reconciler import JobReconciler
-from app.kube.client import PODS, WORKLOADS
-from app.kube.context import PC, WL, WPC
+from app.kube.client import JOBS, PODS, WORKLOADS
+from app.kube.context import PC, POD, WL, WPC
 from app.kube.informers import Store
 from tests.labfixture import WORKLOAD_GC_PROBE, wait_gc_watches
 from tests.unit.test_pod_group import member
@@ -155,3 +156,69 @@ def test_the_gc_probe_is_not_collected_by_a_failed_get() -> None:
                                            'workloads.kueue.x-k8s.io "p" not found')
 
     wait_gc_watches(not_found, "ns", WORKLOAD_GC_PROBE, timeout=5)
+
+
+class _JobCtx:
+    """What ``BatchJob.stop`` uses: the Job and Pod stores, writes recorded."""
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.informers = _Informers({JOB_KIND.key: JOBS, POD: PODS})
+        for p in pods:
+            self.store(POD).put(p)
+        self.writes: list[tuple[str, str, str]] = []
+        self.recorder = type("R", (), {"emit": staticmethod(lambda *_: True)})()
+        self.client = self
+
+    def store(self, key: str) -> Store:
+        return self.informers.store(key)
+
+    async def replace(self, res: Any, body: dict[str, Any], **_: Any) -> dict[str, Any]:
+        self.writes.append(("replace", res.plural, body["metadata"]["name"]))
+        return body
+
+    async def patch(self, res: Any, name: str, patch: Any, *_: Any, **__: Any
+                    ) -> dict[str, Any]:
+        self.writes.append(("patch", res.plural, name))
+        job = self.store(JOB_KIND.key).get(f"ns/{name}") or {}
+        return {**job, "status": {}}
+
+    async def delete(self, res: Any, name: str, *_: Any, **__: Any) -> None:
+        self.writes.append(("delete", res.plural, name))
+
+
+def _job_pod(name: str, uid: str, **meta: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"p-{name}", **meta,
+                         "labels": {"batch.kubernetes.io/job-name": "train",
+                                    "batch.kubernetes.io/controller-uid": uid}},
+            "spec": {"nodeName": "a100-0"}, "status": {"phase": "Running"}}
+
+
+def test_a_job_being_deleted_is_stopped_by_deleting_its_pods() -> None:
+    """A tenant puts a finalizer of its own on its running Job and deletes it (background):
+    the Job stays, being deleted, and the garbage collector leaves its pods (their owner is
+    still there). The Job controller does nothing for a Job being deleted (Kubernetes v1.36
+    ``syncJob`` calls ``manageJob`` only when ``DeletionTimestamp == nil``), so suspending it
+    kills no pod: on a preemption (a team reclaiming the quota this one borrowed), an
+    eviction or ``maximumExecutionTimeSeconds`` its Workload keeps the quota (its pods
+    run) for as long as the tenant likes. The stop deletes the Job's pods itself then; a
+    Job not being deleted is left to the Job controller, and another Job's pods and pods
+    already going are not touched."""
+    running = _job_pod("train-a", "j-1")
+    pods = [running, _job_pod("train-b", "j-1", deletionTimestamp="t"),
+            _job_pod("other", "j-9")]
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "train", "namespace": "ns", "uid": "j-1",
+                        "deletionTimestamp": "2026-12-05T15:00:00Z",
+                        "finalizers": ["example.com/keep"],
+                        "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+           "spec": {"suspend": False, "parallelism": 2,
+                    "template": {"spec": {"containers": [{"name": "c"}]}}},
+           "status": {"active": 2}}
+    ctx = _JobCtx(pods)
+    asyncio.run(JOB_KIND.stop(ctx, job, "Preempted"))  # type: ignore[arg-type]
+    assert [w for w in ctx.writes if w[0] == "delete"] == [("delete", "pods", "train-a")]
+    ctx = _JobCtx(pods)
+    alive = {**job, "metadata": {k: v for k, v in job["metadata"].items()
+                                 if k not in ("deletionTimestamp", "finalizers")}}
+    asyncio.run(JOB_KIND.stop(ctx, alive, "Preempted"))  # type: ignore[arg-type]
+    assert not [w for w in ctx.writes if w[0] == "delete"]
