@@ -128,9 +128,12 @@ def wait_gc_watches(kubectl: Callable[..., subprocess.CompletedProcess[str]], ns
         resource = f"{obj['kind'].lower()}.{obj['apiVersion'].rpartition('/')[0]}".rstrip(".")
 
         def collected(resource: str = resource, name: str = name) -> bool:
+            # Only NotFound says it is gone: another failure (the API server restarting, a
+            # timeout) proves nothing about the collector.
             r = kubectl("get", resource, name, "-n", ns, "-o", "json", check=False)
-            return r.returncode != 0 or bool(json.loads(r.stdout)["metadata"].get(
-                "deletionTimestamp"))
+            if r.returncode != 0:
+                return "(NotFound)" in r.stderr
+            return bool(json.loads(r.stdout)["metadata"].get("deletionTimestamp"))
         wait_for(collected, timeout, f"the garbage collector deleting a probe {obj['kind']} "
                  f"owned by a deleted ConfigMap (it does not watch {resource} yet)")
 

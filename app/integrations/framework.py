@@ -448,12 +448,14 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
 
 
 def pods_of(kind: JobKind, pods: Iterable[Mapping[str, Any]],
-            obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+            obj: Mapping[str, Any], *, owner_gone: bool = False) -> list[Mapping[str, Any]]:
     """The pods among ``pods`` (one namespace's) of ``kind``'s object ``obj`` that still hold
-    resources (``pod_holds``); ``[]`` for a kind without ``pod_labels``."""
+    resources (``pod_holds``); ``[]`` for a kind without ``pod_labels``. ``owner_gone``: as
+    ``pod_of``'s (``obj`` is known to be gone)."""
     meta = obj.get("metadata") or {}
     name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
-    return [p for p in pods if pod_of(kind, p, name, uid) and pod_holds(p)]
+    return [p for p in pods if pod_of(kind, p, name, uid, owner_gone=owner_gone)
+            and pod_holds(p)]
 
 
 def pods_of_workload(kinds: Iterable[JobKind], pods: Iterable[Mapping[str, Any]],

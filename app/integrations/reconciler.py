@@ -736,9 +736,11 @@ class JobReconciler:
             return None
         if self._prebuilt(obj):
             return 5.0  # its prebuilt Workload is not there (yet): never create one
-        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        if kind.resource is not None and (obj.get("metadata") or {}).get("deletionTimestamp"):
             # Being deleted: no new Workload (Kueue v0.17.1 ReconcileGenericJob); one made
-            # now would be the garbage collector's once the object is gone.
+            # now would be the garbage collector's once the object is gone. Not a composed
+            # object (a pod group: its first member's metadata; Kueue's Pod.Load drops a
+            # group's finalizers only when none of its pods is left).
             return None
         if self._pods_left(kind, obj) > 0:
             return PODS_POLL  # wait for the pods of the stopped object to go

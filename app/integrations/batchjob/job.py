@@ -25,7 +25,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from app.core.workload import Workload
-from app.integrations.framework import MANAGED_JOBS, KindDefaults, job_finished, label_queue_name
+from app.integrations.framework import (
+    MANAGED_JOBS,
+    KindDefaults,
+    job_finished,
+    label_queue_name,
+    pods_of,
+)
 from app.integrations.podsets import (
     admitted_scheduling,
     apply_record,
@@ -37,8 +43,9 @@ from app.integrations.podsets import (
     template_record,
     write_start,
 )
-from app.kube.client import JOBS, MERGE_PATCH
-from app.kube.errors import Conflict, Permanent
+from app.kube.client import JOBS, MERGE_PATCH, PODS
+from app.kube.context import POD
+from app.kube.errors import Conflict, NotFound, Permanent
 from app.kube.events import NORMAL
 from app.wire.fields import Obj
 from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL, PREBUILT_WORKLOAD_LABEL
@@ -353,6 +360,8 @@ class BatchJob(KindDefaults):
             anns[STOPPING_ANNOTATION] = "true"
             job = await self._put(ctx, first)
             ctx.recorder.emit(job, NORMAL, "Stopped", why)
+        if (job.get("metadata") or {}).get("deletionTimestamp"):
+            await self._delete_pods(ctx, job, why)
         if (job.get("status") or {}).get("startTime"):
             job = await self._clear_start_time(ctx, job)
         restored = restore(job)
@@ -369,6 +378,33 @@ class BatchJob(KindDefaults):
                 # toleration, say): drop it unapplied rather than never finish the stop.
                 job = await self._put(ctx, restored_job(job, restore=False))
         return job
+
+    async def _delete_pods(self, ctx: Context, job: Obj, why: str) -> None:
+        """Delete the running pods of ``job``, which is being deleted: the Job controller
+        does nothing for a Job being deleted (Kubernetes v1.36 ``syncJob`` calls
+        ``manageJob`` only without a ``deletionTimestamp``), so its suspension kills none,
+        and a Job a finalizer keeps (a tenant's own) would run on, its Workload holding the
+        quota through a preemption, an eviction or ``maximumExecutionTimeSeconds``. Beyond
+        Kueue, whose reconciler leaves a Job being deleted alone. Pods already going are
+        left; one Normal Event ``DeletedPods`` on the Job."""
+        if POD not in ctx.informers.informers:
+            return
+        meta = job["metadata"]
+        deleted = 0
+        for pod in pods_of(self, ctx.store(POD), job):
+            pmeta = pod.get("metadata") or {}
+            if pmeta.get("deletionTimestamp"):
+                continue
+            try:
+                await ctx.client.delete(PODS, pmeta["name"], meta["namespace"],
+                                        uid=pmeta.get("uid"))
+            except NotFound:
+                continue
+            deleted += 1
+        if deleted:
+            ctx.recorder.emit(job, NORMAL, "DeletedPods",
+                              f"{deleted} pod(s) deleted: the Job is being deleted, so the Job "
+                              f"controller does not stop them ({why})")
 
     async def stop_orphaned(self, ctx: Context, obj: Obj, why: str) -> Obj:
         """Stop a Job that ran on the admission of an ancestor which is gone

@@ -317,6 +317,9 @@ class _ClusterOwner(_RayKind):
     ``cluster_at`` (RayJob, RayService)."""
 
     cluster_at: Path
+    records_clusters = False
+    """Whether ``settle`` records the clusters on the Workload (``CLUSTERS_ANNOTATION``):
+    a record is that kind's alone (``_finish_orphan`` asks every kind)."""
 
     def cluster_names(self, obj: Mapping[str, Any]) -> list[str]:
         """The RayClusters ``obj`` runs on, by name, as its status names them (KubeRay
@@ -331,18 +334,22 @@ class _ClusterOwner(_RayKind):
         keeps the quota while its pods run. A recorded cluster already gone from the store
         (deleted in the background: its pods are killed after it, with their grace period)
         counts through its recorded name and uid while those pods still hold resources,
-        unless a Workload of its own (kept while they do) accounts for them."""
+        unless a Workload of its own (kept while they do) accounts for them; so do its pods
+        without an owner (the cluster deleted with ``--cascade=orphan``: they run on, with
+        the admission's scheduling), as a gone owner's pods count for its own orphaned
+        Workload (``pods_of_workload``)."""
         return sum(len(pods_of(RAYCLUSTER, pods, rc))
-                   for rc in self._made_clusters(ctx, workload, uid)
-                   + self._gone_clusters(ctx, workload))
+                   for rc in self._made_clusters(ctx, workload, uid)) \
+            + sum(len(pods_of(RAYCLUSTER, pods, rc, owner_gone=True))
+                  for rc in self._gone_clusters(ctx, workload))
 
-    @staticmethod
-    def _gone_clusters(ctx: Context, workload: Mapping[str, Any]) -> list[Obj]:
+    def _gone_clusters(self, ctx: Context, workload: Mapping[str, Any]) -> list[Obj]:
         """``{"metadata": {name, uid, namespace}}`` of each cluster of ``workload``'s record
         (``CLUSTERS_ANNOTATION``) with a recorded uid and no stored cluster of that name and
         uid, not queued on its own (its own Workload still in the store)."""
         made = recorded_clusters(workload)
-        if not made or RAYCLUSTER.key not in ctx.informers.informers:
+        if not made or not self.records_clusters \
+                or RAYCLUSTER.key not in ctx.informers.informers:
             return []
         ns = str((workload.get("metadata") or {}).get("namespace", ""))
         store = ctx.store(RAYCLUSTER.key)
@@ -375,6 +382,8 @@ class _ClusterOwner(_RayKind):
             return []
         store = ctx.store(RAYCLUSTER.key)
         made = recorded_clusters(workload)
+        if made is not None and not self.records_clusters:
+            return []  # another kind's record (a RayJob's Workload)
         if made is not None:
             candidates = [rc for name, rc_uid in made.items()
                           if (rc := store.get(f"{ns}/{name}")) is not None
@@ -402,7 +411,7 @@ class _ClusterOwner(_RayKind):
         marks). Idempotent: a cluster already stopped so is not written again (called on
         each look at the orphaned Workload, it also stops a cluster the tenant resumes
         while the Workload waits for its pods)."""
-        if recorded_clusters(workload) is None:
+        if recorded_clusters(workload) is None or not self.records_clusters:
             return
         why = (f"the {self.kind} it ran for is gone (deleted with --cascade=orphan?): the "
                "RayCluster is stopped and the admission's nodeSelector, tolerations and "
@@ -454,6 +463,7 @@ class RayJob(_ClusterOwner):
     """ray.io/v1 RayJob (``JobKind``; module doc)."""
 
     cluster_at = CLUSTER_AT["RayJob"]
+    records_clusters = True
 
     def cluster_names(self, obj: Mapping[str, Any]) -> list[str]:
         """``status.rayClusterName`` (KubeRay v1.6.0 sets it before making the cluster): a
