@@ -8,11 +8,12 @@ quota says why once, not every cycle. Beyond that, Events about one object with 
 are rate-limited by a token bucket (``burst`` at once, then one per ``refill_seconds``):
 client-go's ``EventSourceObjectSpamFilter`` defaults (25, one per 5 minutes), which Kueue's
 recorder goes through, so a Workload preempted or re-queued over and over cannot flood the
-API server. Failures are logged and dropped. The recorder's client has a token bucket of its
-own by default (``ClientSettings.events_bucket`` "own", as Kueue's recorder;
-``app.controllers.manager.events_client``); with "shared" Events are background traffic for
-the controllers' bucket (``app.kube.workqueue.background``: written when no admission write
-waits for a token, or after ``ClientSettings.background_max_wait_seconds``). Queued
+API server. Failures are logged and dropped. By default (``ClientSettings.events_bucket``
+"shared"; Kueue's recorder shares its manager's RateLimiter too) Events are background
+traffic for the controllers' token bucket (``app.kube.workqueue.background``: written when no
+admission write waits for a token, or after ``ClientSettings.background_max_wait_seconds``);
+with "own" the recorder's client has a bucket of its own
+(``app.controllers.manager.events_client``). Queued
 Events are written in fair turns per namespace (``app.kube.workqueue.Lanes``), and when
 ``max_pending`` are queued the oldest Event of the namespace with the most queued goes: one
 namespace's flood of Jobs delays and drops its own Events, not another team's. ``kubectl
