@@ -120,7 +120,6 @@ STOP_BUDGET_SECONDS = 25.0
 STOP_STEP_SECONDS = 10.0
 
 
-
 def events_client(client: KubeClient, settings: ClientSettings) -> KubeClient | None:
     """The client the Event recorder writes through: with ``settings.events_bucket`` "own"
     (pykueue's opt-in) a new ``KubeClient`` on ``client``'s connection settings with a
@@ -130,6 +129,7 @@ def events_client(client: KubeClient, settings: ClientSettings) -> KubeClient | 
     if settings.events_bucket != "own":
         return None
     return KubeClient(client.companion(settings.qps, settings.burst), settings)
+
 
 class Manager:
     """The reconciler of one process; see the module doc.
