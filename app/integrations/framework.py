@@ -28,10 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from app.core.workload import Workload
+from app.kube.client import PODS
 from app.kube.context import NS
+from app.kube.errors import NotFound
 from app.wire.fields import Obj
 from app.wire.names import ADOPTED_BY_ANNOTATION, QUEUE_NAME_LABEL
 
@@ -456,6 +458,23 @@ def pods_of(kind: JobKind, pods: Iterable[Mapping[str, Any]],
     name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
     return [p for p in pods if pod_of(kind, p, name, uid, owner_gone=owner_gone)
             and pod_holds(p)]
+
+
+_Pod = TypeVar("_Pod", bound=Mapping[str, Any])
+
+
+async def delete_pods(ctx: Context, pods: Iterable[_Pod]) -> list[_Pod]:
+    """Delete each of ``pods`` (with its uid as precondition: a pod re-created under the name
+    is not touched); returns those deleted, a pod already gone (NotFound) skipped."""
+    deleted: list[_Pod] = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        try:
+            await ctx.client.delete(PODS, meta["name"], meta["namespace"], uid=meta.get("uid"))
+        except NotFound:
+            continue
+        deleted.append(pod)
+    return deleted
 
 
 def pods_of_workload(kinds: Iterable[JobKind], pods: Iterable[Mapping[str, Any]],

@@ -28,6 +28,7 @@ from app.core.workload import Workload
 from app.integrations.framework import (
     MANAGED_JOBS,
     KindDefaults,
+    delete_pods,
     job_finished,
     label_queue_name,
     pods_of,
@@ -43,9 +44,9 @@ from app.integrations.podsets import (
     template_record,
     write_start,
 )
-from app.kube.client import JOBS, MERGE_PATCH, PODS
+from app.kube.client import JOBS, MERGE_PATCH
 from app.kube.context import POD
-from app.kube.errors import Conflict, NotFound, Permanent
+from app.kube.errors import Conflict, Permanent
 from app.kube.events import NORMAL
 from app.wire.fields import Obj
 from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL, PREBUILT_WORKLOAD_LABEL
@@ -389,18 +390,9 @@ class BatchJob(KindDefaults):
         left; one Normal Event ``DeletedPods`` on the Job."""
         if POD not in ctx.informers.informers:
             return
-        meta = job["metadata"]
-        deleted = 0
-        for pod in pods_of(self, ctx.store(POD), job):
-            pmeta = pod.get("metadata") or {}
-            if pmeta.get("deletionTimestamp"):
-                continue
-            try:
-                await ctx.client.delete(PODS, pmeta["name"], meta["namespace"],
-                                        uid=pmeta.get("uid"))
-            except NotFound:
-                continue
-            deleted += 1
+        deleted = len(await delete_pods(ctx, [
+            p for p in pods_of(self, ctx.store(POD), job)
+            if not (p.get("metadata") or {}).get("deletionTimestamp")]))
         if deleted:
             ctx.recorder.emit(job, NORMAL, "DeletedPods",
                               f"{deleted} pod(s) deleted: the Job is being deleted, so the Job "

@@ -41,13 +41,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.core.workload import Workload
-from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION, KindDefaults
+from app.integrations.framework import GROUP_WORKLOAD_ANNOTATION, KindDefaults, delete_pods
 from app.integrations.pod.pod import KIND as POD_KIND
 from app.integrations.pod.pod import injected_pod, pod_ready
 from app.integrations.pod.webhook_rules import group_total, is_gated
 from app.integrations.podsets import admitted_scheduling, role_hash
 from app.kube.client import PODS
-from app.kube.errors import NotFound
 from app.kube.events import NORMAL
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import (
@@ -354,12 +353,7 @@ class PodGroup(KindDefaults):
 
 async def _delete_members(ctx: Context, pods: list[Obj], reason: str, message: str) -> None:
     """Delete ``pods`` (this uid only), a Normal event ``reason`` on each one deleted."""
-    for p in pods:
-        meta = _meta(p)
-        try:
-            await ctx.client.delete(PODS, meta["name"], meta["namespace"], uid=meta.get("uid"))
-        except NotFound:
-            continue
+    for p in await delete_pods(ctx, pods):
         ctx.recorder.emit(p, NORMAL, reason, message)
 
 
