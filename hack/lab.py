@@ -138,7 +138,7 @@ WEBHOOK_CLIENT = "kube-apiserver-webhook-client"
 
 
 AUDIT_GROUPS = ("kueue.x-k8s.io", "batch", "ray.io", "jobset.x-k8s.io", "kubeflow.org",
-                "trainer.kubeflow.org", "leaderworkerset.x-k8s.io", "apps", "")
+                "trainer.kubeflow.org", "leaderworkerset.x-k8s.io", "apps")
 
 
 def _audit_flags(lab: Lab) -> list[str]:
@@ -154,7 +154,8 @@ def _audit_flags(lab: Lab) -> list[str]:
         "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
         "rules": [{"level": "Metadata",
                    "verbs": ["create", "update", "patch", "delete", "deletecollection"],
-                   "resources": [{"group": g} for g in AUDIT_GROUPS]},
+                   "resources": [{"group": g} for g in AUDIT_GROUPS]
+                   + [{"group": "", "resources": ["pods"]}]},
                   {"level": "None"}]}))
     return [f"--audit-policy-file={policy}", f"--audit-log-path={lab.logs / 'audit.log'}",
             "--audit-log-maxsize=200"]

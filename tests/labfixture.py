@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -119,7 +120,7 @@ def wait_gc_watches(kubectl: Callable[..., subprocess.CompletedProcess[str]], ns
         name = f"gc-probe-{os.urandom(3).hex()}"
         uid = kubectl("create", "configmap", name, "-n", ns, "-o",
                       "jsonpath={.metadata.uid}").stdout.strip()
-        obj = json.loads(json.dumps(probe))
+        obj = copy.deepcopy(probe)
         obj["metadata"] = {**obj.get("metadata", {}), "name": name, "namespace": ns,
                            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
                                                 "name": name, "uid": uid}]}

@@ -122,9 +122,9 @@ class SchedulerLoop:
         requeue batch (``requeue_batch_seconds`` > 0), less when the core's next timer
         (``Scheduler.next_wakeup``: the batch, a backoff, a minimum runtime, an Admission
         Fair Sharing sample) is due sooner. Without a batch the core's timers are run by the
-        next cycle within ``interval``, the pacing the lab suite was measured with (waking at
-        every timer changed lab timings in ways not understood yet). A replica that is not
-        the leader runs no cycle, so its core's timers stay due: it waits ``interval``."""
+        next cycle within ``interval`` (the loop's pacing before the batch existed). A
+        replica that is not the leader runs no cycle, so its core's timers stay due: it waits
+        ``interval``."""
         if not self.ctx.may_write or self.ctx.settings.scheduling.requeue_batch_seconds <= 0:
             return interval
         at = self.cluster.next_wakeup()
