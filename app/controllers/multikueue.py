@@ -6,12 +6,12 @@ RayCluster, RayService, TrainJob, AppWrapper).
 
 Every ``multikueue.sync_period_seconds`` while this process leads:
 
-1. MultiKueueClusters: the kubeconfig is read from the Secret the cluster names, in
-   ``multikueue.namespace`` only (key ``kubeconfig``), checked (``kubeconfig_problem``), and a
-   client built and probed (a list of Workloads); status ``Active`` True (reason ``Active``,
-   "Connected") or False with Kueue's reason (``BadKubeConfig``, ``InsecureKubeConfig``,
-   ``ClientConnectionFailed``, ...). A connected worker is probed again every
-   ``multikueue.probe_period_seconds``.
+1. MultiKueueClusters (read, as MultiKueueConfigs, from the informers' stores): the kubeconfig
+   is read from the Secret the cluster names, in ``multikueue.namespace`` only (key
+   ``kubeconfig``), checked (``kubeconfig_problem``), and a client built and probed (a list
+   of Workloads); status ``Active`` True (reason ``Active``, "Connected") or False with
+   Kueue's reason (``BadKubeConfig``, ``InsecureKubeConfig``, ``ClientConnectionFailed``,
+   ...). A connected worker is probed again every ``multikueue.probe_period_seconds``.
 2. AdmissionChecks of this controller: ``Active`` from their MultiKueueConfig and its
    clusters (``check_active``).
 3. Workloads holding quota whose check of this controller is not Rejected: the owner must be of
@@ -99,16 +99,14 @@ from app.kube.client import (
     ADMISSION_CHECKS,
     JOBS,
     MULTIKUEUE_CLUSTERS,
-    MULTIKUEUE_CONFIGS,
     SECRETS,
     WORKLOADS,
     KubeClient,
     Resource,
 )
-from app.kube.context import AC, JOB, WL, Context
+from app.kube.context import AC, JOB, MKC, MKCFG, WL, Context
 from app.kube.errors import ApiError, NotFound
 from app.kube.events import NORMAL
-from app.kube.workqueue import background
 from app.wire.queues import is_multikueue_check
 from app.wire.workload_status import is_finished, parse_time, rfc3339, set_condition
 
@@ -227,14 +225,10 @@ class MultiKueueController:
         if idle and now - self._listed_at < self.s.probe_period_seconds:
             return  # nothing dispatches: the clusters' status is kept at the probe period
         self._listed_at = now
-        try:
-            # Nothing dispatches: the lists only keep the clusters' status, so they wait
-            # behind the admission writes for a token (TokenBucket background).
-            with background() if idle else contextlib.nullcontext():
-                clusters, _ = await self.ctx.client.list(MULTIKUEUE_CLUSTERS)
-                configs, _ = await self.ctx.client.list(MULTIKUEUE_CONFIGS)
-        except NotFound:
-            return  # the MultiKueue CRDs are not installed
+        # From the informers' stores (no API request, no client token): on a busy manager a
+        # periodic list took tokens from the admission writes.
+        clusters = list(self.ctx.store(MKC))
+        configs = list(self.ctx.store(MKCFG))
         await self._sync_clusters(clusters)
         by_name = {c["metadata"]["name"]: c for c in configs}
         check_clusters: dict[str, list[str]] = {}

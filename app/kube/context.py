@@ -18,6 +18,8 @@ from app.kube.client import (
     CLUSTER_QUEUES,
     COHORTS,
     LOCAL_QUEUES,
+    MULTIKUEUE_CLUSTERS,
+    MULTIKUEUE_CONFIGS,
     NAMESPACES,
     PRIORITY_CLASSES,
     RESOURCE_FLAVORS,
@@ -36,6 +38,9 @@ from app.wire.names import QUEUE_NAME_LABEL
 # webhook and extender views read.
 RF, CQ, CO, LQ, WL, WPC, PC, NS, JOB = "rf", "cq", "co", "lq", "wl", "wpc", "pc", "ns", "job"
 AC = "ac"  # AdmissionChecks: ClusterQueues naming a missing or inactive one admit nothing
+# MultiKueueClusters and MultiKueueConfigs: read by the MultiKueue controller from its cache,
+# as Kueue's reconcilers read theirs, so keeping the clusters' status costs no client tokens.
+MKC, MKCFG = "mkc", "mkcfg"
 STS = "sts"  # queued (or all) StatefulSets: Pod webhook sizes their pods' group from spec.replicas
 RCT = "rct"  # ResourceClaimTemplates, watched only with resources.deviceClassMappings (DRA)
 # Every Pod, watched with the Nodes for the scheduler extender; the job reconciler reads it
@@ -61,6 +66,7 @@ def build_informers(client: KubeClient, watch_timeout_seconds: int = 300, *,
     for key, res, selector in (
         (RF, RESOURCE_FLAVORS, None), (CQ, CLUSTER_QUEUES, None), (CO, COHORTS, None),
         (LQ, LOCAL_QUEUES, None), (AC, ADMISSION_CHECKS, None),
+        (MKC, MULTIKUEUE_CLUSTERS, None), (MKCFG, MULTIKUEUE_CONFIGS, None),
         (WL, WORKLOADS, None), (WPC, WORKLOAD_PRIORITY_CLASSES, None),
         (PC, PRIORITY_CLASSES, None), (NS, NAMESPACES, None),
         (STS, STATEFULSETS, None if every_statefulset else QUEUE_NAME_LABEL), *job_kinds,
