@@ -1,0 +1,125 @@
+"""breaker22: the MultiKueue controller reads MultiKueueClusters and MultiKueueConfigs from
+informers' stores (MKC, MKCFG; 906fcd9). What that must not break: pykueue without the
+MultiKueue CRDs still becomes ready and admits (before 906fcd9 a 404 on the periodic list
+turned MultiKueue off)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from app.integrations import BUILTIN_KINDS
+from app.integrations.framework import Registry
+from app.kube.client import MULTIKUEUE_CLUSTERS, MULTIKUEUE_CONFIGS
+from app.kube.context import MKC, MKCFG
+from app.kube.errors import NotFound
+from tests.recording_client import OBJECTS, RecordingClient
+from tests.unit.test_job_framework import leading_manager
+
+
+class NoMultiKueueCrdsClient(RecordingClient):
+    """The API server of a cluster without the MultiKueue CRDs: their lists answer 404 until
+    ``installed`` (then ``clusters`` are listed)."""
+
+    def __init__(self) -> None:
+        super().__init__(OBJECTS)
+        self.installed = False
+        self.absent_lists = 0
+        self.clusters: list[dict[str, Any]] = []
+
+    async def list(self, res: Any, namespace: str | None = None, **kw: Any):
+        if res.plural in (MULTIKUEUE_CLUSTERS.plural, MULTIKUEUE_CONFIGS.plural):
+            if not self.installed:
+                self.absent_lists += 1
+                raise NotFound(404, f"the server could not find the requested resource "
+                                    f"({res.plural})")
+            if res.plural == MULTIKUEUE_CLUSTERS.plural:
+                return [dict(c) for c in self.clusters], "1"
+        return await super().list(res, namespace, **kw)
+
+
+async def test_without_the_multikueue_crds_pykueue_is_ready_and_admits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before 906fcd9 the periodic list's 404 turned MultiKueue off and everything else went
+    on. With the MKC and MKCFG informers every one must list before pykueue is ready: on a
+    cluster without the MultiKueue CRDs it was never ready and admitted nothing (readyz:
+    "waiting for informers: mkc, mkcfg"). Their absence now counts as listed and empty; the
+    list is asked again later, slowly (not a 10 s poll costing the tokens 906fcd9 saved),
+    and the clusters appear once the CRD is installed."""
+    from app.kube import informers as informers_mod
+    monkeypatch.setattr(informers_mod, "ABSENT_RETRY", (0.05, 0.2))
+    client = NoMultiKueueCrdsClient()
+    m = leading_manager(monkeypatch, client, Registry(list(BUILTIN_KINDS)))
+    await m.start()
+    try:
+        await m.wait_ready(5)
+        ok, why = m.ready()
+        assert ok, why
+        for _ in range(100):  # the Job's Workload is created: the reconciler writes
+            if ("create", "workloads") in client.writes:
+                break
+            await asyncio.sleep(0.05)
+        assert ("create", "workloads") in client.writes, client.writes
+        assert m.ctx is not None and list(m.ctx.store(MKC)) == []
+        client.clusters = [{"metadata": {"name": "worker1", "resourceVersion": "7"},
+                            "spec": {}}]
+        client.installed = True
+        for _ in range(100):
+            if m.ctx.store(MKC).get("worker1") is not None:
+                break
+            await asyncio.sleep(0.02)
+        assert m.ctx.store(MKC).get("worker1") is not None
+        assert m.ctx.store(MKCFG) is not None
+    finally:
+        await m.stop()
+
+
+class RemovedCrdClient(RecordingClient):
+    """Lists one MultiKueueCluster, then (``removed``) answers 404 to the watch and lists."""
+
+    def __init__(self) -> None:
+        super().__init__({MULTIKUEUE_CLUSTERS.plural: [
+            {"metadata": {"name": "worker1", "resourceVersion": "7"}, "spec": {}}]})
+        self.removed = asyncio.Event()
+
+    async def list(self, res: Any, namespace: str | None = None, **kw: Any):
+        if self.removed.is_set():
+            raise NotFound(404, "the server could not find the requested resource")
+        return await super().list(res, namespace, **kw)
+
+    async def watch(self, res: Any, namespace: str | None = None, **_: Any):
+        await self.removed.wait()
+        raise NotFound(404, "the server could not find the requested resource")
+        yield {}  # pragma: no cover - an async generator
+
+
+async def test_a_multikueue_crd_removed_empties_its_store_and_tells_the_handlers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CRD removed while pykueue runs (its watch answers 404): the store is emptied, the
+    handlers hear of each object gone, and the informer stays synced (pykueue stays ready),
+    asking again later."""
+    from app.kube import informers as informers_mod
+    from app.kube.informers import Informer
+    monkeypatch.setattr(informers_mod, "ABSENT_RETRY", (0.05, 0.2))
+    client = RemovedCrdClient()
+    inf = Informer(client, MULTIKUEUE_CLUSTERS, absent_ok=True)  # type: ignore[arg-type]
+    told: list[tuple[str, str]] = []
+    inf.add_handler(lambda etype, old, new: told.append(
+        (etype, (new or old or {}).get("metadata", {}).get("name"))))
+    task = asyncio.create_task(inf.run())
+    try:
+        await asyncio.wait_for(inf.synced.wait(), 2)
+        assert inf.store.get("worker1") is not None
+        client.removed.set()
+        for _ in range(100):
+            if ("DELETED", "worker1") in told:
+                break
+            await asyncio.sleep(0.02)
+        assert told == [("ADDED", "worker1"), ("DELETED", "worker1")]
+        assert len(inf.store) == 0 and inf.synced.is_set() and inf.absent
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
