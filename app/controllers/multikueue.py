@@ -377,7 +377,11 @@ class MultiKueueController:
             set_condition(body, ACTIVE, "True" if v.active else "False", v.reason, v.message,
                           self.ctx.clock())
             with contextlib.suppress(ApiError):  # a conflict: written again next pass
-                await self.ctx.client.replace(MULTIKUEUE_CLUSTERS, body, subresource="status")
+                out = await self.ctx.client.replace(MULTIKUEUE_CLUSTERS, body,
+                                                    subresource="status")
+                # The next pass reads the store: not the old status (written again with the
+                # old resourceVersion, a conflict) while the watch has not brought this one.
+                self.ctx.store(MKC).put(out)
 
     @staticmethod
     async def _drop_client(w: Worker) -> None:

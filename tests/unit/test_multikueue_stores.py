@@ -1,11 +1,14 @@
 """breaker22: the MultiKueue controller reads MultiKueueClusters and MultiKueueConfigs from
 informers' stores (MKC, MKCFG; 906fcd9). What that must not break: pykueue without the
 MultiKueue CRDs still becomes ready and admits (before 906fcd9 a 404 on the periodic list
-turned MultiKueue off)."""
+turned MultiKueue off), and a cluster's status write, from the store's copy, is not repeated
+with a stale resourceVersion while the watch has not delivered it yet."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,7 +17,7 @@ from app.integrations import BUILTIN_KINDS
 from app.integrations.framework import Registry
 from app.kube.client import MULTIKUEUE_CLUSTERS, MULTIKUEUE_CONFIGS
 from app.kube.context import MKC, MKCFG
-from app.kube.errors import NotFound
+from app.kube.errors import Conflict, NotFound
 from tests.recording_client import OBJECTS, RecordingClient
 from tests.unit.test_job_framework import leading_manager
 
@@ -123,3 +126,57 @@ async def test_a_multikueue_crd_removed_empties_its_store_and_tells_the_handlers
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
+
+class StatusServer:
+    """The manager's API server for MultiKueueCluster status writes: a PUT must carry the
+    current resourceVersion (else 409 Conflict, as the API server's optimistic concurrency)."""
+
+    def __init__(self, cluster: dict[str, Any]) -> None:
+        self.current = copy.deepcopy(cluster)
+        self.puts = 0
+        self.conflicts = 0
+
+    async def replace(self, res: Any, body: dict[str, Any], subresource: str | None = None):
+        self.puts += 1
+        if body["metadata"]["resourceVersion"] != self.current["metadata"]["resourceVersion"]:
+            self.conflicts += 1
+            raise Conflict(409, "Conflict", "the object has been modified")
+        out = copy.deepcopy(body)
+        out["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
+        self.current = out
+        return copy.deepcopy(out)
+
+
+async def test_a_cluster_status_written_is_not_written_again_from_a_stale_store() -> None:
+    """906fcd9: a pass reads the MultiKueueCluster from the informer's store, not from a fresh
+    list. When the next pass comes before the watch delivered the status just written (a busy
+    manager: the passes are 1 s apart), the store still shows the old status: the controller
+    wrote it again with the old resourceVersion, a 409 Conflict and a token for nothing. The
+    response of the write goes into the store, as the Workload writes' do."""
+    from app.config import Settings
+    from app.controllers.multikueue import MultiKueueController, Worker
+    from app.core.multikueue import Verdict
+    from app.kube.informers import Store
+
+    cluster = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "MultiKueueCluster",
+               "metadata": {"name": "worker1", "resourceVersion": "7", "generation": 1},
+               "spec": {"clusterSource": {"kubeConfig": {"location": "worker1"}}}}
+    server = StatusServer(cluster)
+    store = Store(MULTIKUEUE_CLUSTERS)
+    store.put(copy.deepcopy(cluster))
+    ctx = SimpleNamespace(
+        settings=Settings(controllers_enabled=False), client=server,
+        store=lambda kind: store if kind == MKC else Store(MULTIKUEUE_CONFIGS),
+        clock=lambda: 1e9, recorder=SimpleNamespace(emit=lambda *a: None),
+        informers=SimpleNamespace(informers={}))
+    mk = MultiKueueController(ctx)  # type: ignore[arg-type]
+    now = asyncio.get_running_loop().time()
+    mk.workers["worker1"] = Worker(client=object(),  # type: ignore[arg-type]
+                                   verdict=Verdict(True, "Active", "Connected"),
+                                   probed_at=now, generation=1)
+    for _ in range(3):  # three passes, the watch delivering nothing meanwhile
+        await mk._sync_cluster(store.get("worker1"))  # type: ignore[arg-type]
+    assert (server.puts, server.conflicts) == (1, 0)
+    active = [c for c in store.get("worker1")["status"]["conditions"]  # type: ignore[index]
+              if c["type"] == "Active"]
+    assert [(c["status"], c["reason"]) for c in active] == [("True", "Active")]
