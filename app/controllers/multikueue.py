@@ -215,6 +215,18 @@ class MultiKueueController:
             except Exception:  # a bug must not end the loop: logged, tried again next period
                 log.exception("multikueue: sync failed")
 
+    def on_change(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        """Informer handler of MultiKueueClusters and MultiKueueConfigs: one added, deleted
+        or whose spec or annotations changed is looked at on the next pass, also while
+        nothing dispatches (those passes are else ``probe_period_seconds`` apart); a status
+        written (this controller's) is no reason."""
+        if etype == "MODIFIED" and old is not None and new is not None \
+                and old.get("spec") == new.get("spec") \
+                and (old.get("metadata") or {}).get("annotations") \
+                == (new.get("metadata") or {}).get("annotations"):
+            return
+        self._listed_at = -1e9
+
     # ------------------------------------------------------------------ one pass
 
     async def sync_once(self) -> None:

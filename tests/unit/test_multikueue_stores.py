@@ -66,6 +66,9 @@ async def test_without_the_multikueue_crds_pykueue_is_ready_and_admits(
             await asyncio.sleep(0.05)
         assert ("create", "workloads") in client.writes, client.writes
         assert m.ctx is not None and list(m.ctx.store(MKC)) == []
+        assert m.multikueue is not None  # a cluster or config changed: looked at next pass
+        for key in (MKC, MKCFG):
+            assert m.multikueue.on_change in m.ctx.informers[key].handlers
         client.clusters = [{"metadata": {"name": "worker1", "resourceVersion": "7"},
                             "spec": {}}]
         client.installed = True
@@ -180,3 +183,51 @@ async def test_a_cluster_status_written_is_not_written_again_from_a_stale_store(
     active = [c for c in store.get("worker1")["status"]["conditions"]  # type: ignore[index]
               if c["type"] == "Active"]
     assert [(c["status"], c["reason"]) for c in active] == [("True", "Active")]
+
+
+async def test_a_cluster_added_while_nothing_dispatches_is_looked_at_on_the_next_pass() -> None:
+    """With no MultiKueue check and nothing dispatched a pass looks at the clusters once per
+    ``probe_period_seconds`` (10 s): a MultiKueueCluster created then got its Active condition
+    up to 10 s later (Kueue reconciles it on the event). The MKC and MKCFG informers tell the
+    controller: a cluster or config added, deleted or whose spec changed is looked at on the
+    next pass; its status written (by this controller) is no reason."""
+    from app.config import Settings
+    from app.controllers.multikueue import MultiKueueController
+    from app.kube.informers import Store
+
+    clusters = Store(MULTIKUEUE_CLUSTERS)
+    ctx = SimpleNamespace(
+        settings=Settings(controllers_enabled=False), client=None,
+        store=lambda kind: clusters if kind == MKC else Store(MULTIKUEUE_CONFIGS),
+        clock=lambda: 1e9, recorder=SimpleNamespace(emit=lambda *a: None),
+        informers=SimpleNamespace(informers={}))
+    mk = MultiKueueController(ctx)  # type: ignore[arg-type]
+    synced: list[list[str]] = []
+
+    async def sync_clusters(cs) -> None:
+        synced.append([c["metadata"]["name"] for c in cs])
+
+    mk._sync_clusters = sync_clusters  # type: ignore[method-assign]
+    await mk.sync_once()
+    new = {"metadata": {"name": "worker1", "resourceVersion": "7", "generation": 1},
+           "spec": {"clusterSource": {"kubeConfig": {"location": "worker1"}}}}
+    clusters.put(new)
+    mk.on_change("ADDED", None, new)
+    await mk.sync_once()
+    assert synced == [[], ["worker1"]]
+    written = {**new, "metadata": {**new["metadata"], "resourceVersion": "8"},
+               "status": {"conditions": [{"type": "Active", "status": "True"}]}}
+    clusters.put(written)
+    mk.on_change("MODIFIED", new, written)
+    await mk.sync_once()
+    assert synced == [[], ["worker1"]]  # its status, written by the pass: no new pass
+    rotated = {**written, "metadata": {**written["metadata"], "resourceVersion": "9",
+                                       "generation": 2},
+               "spec": {"clusterSource": {"kubeConfig": {"location": "worker1-new"}}}}
+    clusters.put(rotated)
+    mk.on_change("MODIFIED", written, rotated)
+    await mk.sync_once()
+    clusters.remove("worker1")
+    mk.on_change("DELETED", rotated, None)
+    await mk.sync_once()
+    assert synced == [[], ["worker1"], ["worker1"], []]
