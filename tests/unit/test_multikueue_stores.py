@@ -130,6 +130,21 @@ async def test_a_multikueue_crd_removed_empties_its_store_and_tells_the_handlers
         await asyncio.gather(task, return_exceptions=True)
 
 
+def _controller(client: Any, clusters: Any):
+    """A MultiKueueController on ``client`` whose MKC store is ``clusters`` (every other
+    store empty)."""
+    from app.config import Settings
+    from app.controllers.multikueue import MultiKueueController
+    from app.kube.informers import Store
+
+    ctx = SimpleNamespace(
+        settings=Settings(controllers_enabled=False), client=client,
+        store=lambda kind: clusters if kind == MKC else Store(MULTIKUEUE_CONFIGS),
+        clock=lambda: 1e9, recorder=SimpleNamespace(emit=lambda *a: None),
+        informers=SimpleNamespace(informers={}))
+    return MultiKueueController(ctx)  # type: ignore[arg-type]
+
+
 class StatusServer:
     """The manager's API server for MultiKueueCluster status writes: a PUT must carry the
     current resourceVersion (else 409 Conflict, as the API server's optimistic concurrency)."""
@@ -156,8 +171,7 @@ async def test_a_cluster_status_written_is_not_written_again_from_a_stale_store(
     manager: the passes are 1 s apart), the store still shows the old status: the controller
     wrote it again with the old resourceVersion, a 409 Conflict and a token for nothing. The
     response of the write goes into the store, as the Workload writes' do."""
-    from app.config import Settings
-    from app.controllers.multikueue import MultiKueueController, Worker
+    from app.controllers.multikueue import Worker
     from app.core.multikueue import Verdict
     from app.kube.informers import Store
 
@@ -167,12 +181,7 @@ async def test_a_cluster_status_written_is_not_written_again_from_a_stale_store(
     server = StatusServer(cluster)
     store = Store(MULTIKUEUE_CLUSTERS)
     store.put(copy.deepcopy(cluster))
-    ctx = SimpleNamespace(
-        settings=Settings(controllers_enabled=False), client=server,
-        store=lambda kind: store if kind == MKC else Store(MULTIKUEUE_CONFIGS),
-        clock=lambda: 1e9, recorder=SimpleNamespace(emit=lambda *a: None),
-        informers=SimpleNamespace(informers={}))
-    mk = MultiKueueController(ctx)  # type: ignore[arg-type]
+    mk = _controller(server, store)
     now = asyncio.get_running_loop().time()
     mk.workers["worker1"] = Worker(client=object(),  # type: ignore[arg-type]
                                    verdict=Verdict(True, "Active", "Connected"),
@@ -191,17 +200,10 @@ async def test_a_cluster_added_while_nothing_dispatches_is_looked_at_on_the_next
     up to 10 s later (Kueue reconciles it on the event). The MKC and MKCFG informers tell the
     controller: a cluster or config added, deleted or whose spec changed is looked at on the
     next pass; its status written (by this controller) is no reason."""
-    from app.config import Settings
-    from app.controllers.multikueue import MultiKueueController
     from app.kube.informers import Store
 
     clusters = Store(MULTIKUEUE_CLUSTERS)
-    ctx = SimpleNamespace(
-        settings=Settings(controllers_enabled=False), client=None,
-        store=lambda kind: clusters if kind == MKC else Store(MULTIKUEUE_CONFIGS),
-        clock=lambda: 1e9, recorder=SimpleNamespace(emit=lambda *a: None),
-        informers=SimpleNamespace(informers={}))
-    mk = MultiKueueController(ctx)  # type: ignore[arg-type]
+    mk = _controller(None, clusters)
     synced: list[list[str]] = []
 
     async def sync_clusters(cs) -> None:
