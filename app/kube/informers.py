@@ -18,9 +18,10 @@ Handlers are synchronous ``(event_type, old, new) -> None`` callables; they must
 stores / caches and signal a wake-up (design.md: "Watch handlers only update stores").
 ``synced`` is set after the first complete list; ``InformerSet.wait_synced()`` is the barrier
 before any decision. An informer made with ``absent_ok`` (a kind pykueue can do without, such
-as the MultiKueue CRDs) counts a 404 on its list (the CRD is not installed) as an empty list:
-it is synced, its store is empty, and the list is asked again at ``ABSENT_RETRY`` (1 s
+as the MultiKueue CRDs) counts a 404 on its first list (the CRD is not installed) as an empty
+list: it is synced, its store is empty, and the list is asked again at ``ABSENT_RETRY`` (1 s
 doubling up to 2 min, as background traffic), so pykueue without those CRDs is still ready.
+A 404 later (on a watch or relist) keeps the store and asks again the same way.
 
 Objects are plain ``dict``s as the API server sends them, minus ``metadata.managedFields``.
 """
@@ -292,17 +293,16 @@ class Informer:
             self._apply(event)
             self.backoff.reset()
 
-    def _gone_kind(self) -> None:
-        """The kind is not served (``absent_ok``): an empty list, the handlers told of every
-        object they knew (the CRD was removed), synced."""
+    def _not_served(self) -> None:
+        """A 404 (``absent_ok``): synced, the store kept as it is. Before the first list it is
+        empty: the CRD is not installed. Afterwards the store stays: a CRD removed deleted its
+        objects first (their DELETED events came), while a kube-apiserver starting up answers
+        404 for a while for a CRD it serves (dropping the objects then would drop the
+        MultiKueue workers for nothing)."""
         if not self.absent:
-            log.info("informer %s: %s not served (its CRD is not installed): none listed, "
-                     "asked again later", self.name, self.resource.api_version)
+            log.info("informer %s: %s not served (its CRD is not installed?): %d objects kept, "
+                     "asked again later", self.name, self.resource.api_version, len(self.store))
         self.absent = True
-        self.store.replace_all(())
-        for told in list(self._announced.values()):
-            self._emit(DELETED, told, None)
-        self.resource_version = ""
         self.synced.set()
 
     async def run(self) -> None:
@@ -331,7 +331,7 @@ class Informer:
                 need_list = True
             except Exception as exc:  # noqa: BLE001
                 if self.absent_ok and isinstance(exc, NotFound):  # not served: ask again later
-                    self._gone_kind()
+                    self._not_served()
                     need_list = True
                     await asyncio.sleep(absent.next())
                     continue

@@ -82,34 +82,44 @@ async def test_without_the_multikueue_crds_pykueue_is_ready_and_admits(
         await m.stop()
 
 
-class RemovedCrdClient(RecordingClient):
-    """Lists one MultiKueueCluster, then (``removed``) answers 404 to the watch and lists."""
+class RestartingApiServerClient(RecordingClient):
+    """Lists worker1; after ``restart`` its watch and one list answer 404 (a kube-apiserver
+    starting up, its CRDs not yet served), then worker1 and worker2 are listed."""
 
     def __init__(self) -> None:
         super().__init__({MULTIKUEUE_CLUSTERS.plural: [
             {"metadata": {"name": "worker1", "resourceVersion": "7"}, "spec": {}}]})
-        self.removed = asyncio.Event()
+        self.restart = asyncio.Event()
+        self.not_served = 0
 
     async def list(self, res: Any, namespace: str | None = None, **kw: Any):
-        if self.removed.is_set():
+        if self.restart.is_set() and self.not_served < 2:
+            self.not_served += 1
             raise NotFound(404, "the server could not find the requested resource")
         return await super().list(res, namespace, **kw)
 
     async def watch(self, res: Any, namespace: str | None = None, **_: Any):
-        await self.removed.wait()
+        if self.restart.is_set():
+            await asyncio.Event().wait()
+        await self.restart.wait()
+        self.not_served += 1
+        self.objects[MULTIKUEUE_CLUSTERS.plural].append(
+            {"metadata": {"name": "worker2", "resourceVersion": "9"}, "spec": {}})
         raise NotFound(404, "the server could not find the requested resource")
         yield {}  # pragma: no cover - an async generator
 
 
-async def test_a_multikueue_crd_removed_empties_its_store_and_tells_the_handlers(
+async def test_a_404_after_the_first_list_keeps_the_store(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CRD removed while pykueue runs (its watch answers 404): the store is emptied, the
-    handlers hear of each object gone, and the informer stays synced (pykueue stays ready),
-    asking again later."""
+    """A kube-apiserver starting up answers 404 for a while for a CRD it serves: the
+    MultiKueueClusters' informer keeps its store (emptying it would drop every worker's
+    connection and turn the checks inactive for nothing), stays synced and lists again:
+    what changed meanwhile is told (worker2 added), worker1 never deleted. (A CRD removed
+    deletes its objects first: their DELETED events empty the store.)"""
     from app.kube import informers as informers_mod
     from app.kube.informers import Informer
     monkeypatch.setattr(informers_mod, "ABSENT_RETRY", (0.05, 0.2))
-    client = RemovedCrdClient()
+    client = RestartingApiServerClient()
     inf = Informer(client, MULTIKUEUE_CLUSTERS, absent_ok=True)  # type: ignore[arg-type]
     told: list[tuple[str, str]] = []
     inf.add_handler(lambda etype, old, new: told.append(
@@ -117,14 +127,14 @@ async def test_a_multikueue_crd_removed_empties_its_store_and_tells_the_handlers
     task = asyncio.create_task(inf.run())
     try:
         await asyncio.wait_for(inf.synced.wait(), 2)
-        assert inf.store.get("worker1") is not None
-        client.removed.set()
+        client.restart.set()
         for _ in range(100):
-            if ("DELETED", "worker1") in told:
+            if ("ADDED", "worker2") in told:
                 break
+            assert inf.store.get("worker1") is not None and inf.synced.is_set()
             await asyncio.sleep(0.02)
-        assert told == [("ADDED", "worker1"), ("DELETED", "worker1")]
-        assert len(inf.store) == 0 and inf.synced.is_set() and inf.absent
+        assert told == [("ADDED", "worker1"), ("ADDED", "worker2")]
+        assert client.not_served == 2 and not inf.absent  # the watch's 404, a list's
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
