@@ -15,8 +15,8 @@ import pytest
 
 from app.integrations import BUILTIN_KINDS
 from app.integrations.framework import Registry
-from app.kube.client import MULTIKUEUE_CLUSTERS, MULTIKUEUE_CONFIGS
-from app.kube.context import MKC, MKCFG
+from app.kube.client import ADMISSION_CHECKS, MULTIKUEUE_CLUSTERS, MULTIKUEUE_CONFIGS
+from app.kube.context import AC, MKC, MKCFG
 from app.kube.errors import Conflict, NotFound
 from tests.recording_client import OBJECTS, RecordingClient
 from tests.unit.test_job_framework import leading_manager
@@ -243,3 +243,36 @@ async def test_a_cluster_added_while_nothing_dispatches_is_looked_at_on_the_next
     mk.on_change("DELETED", rotated, None)
     await mk.sync_once()
     assert synced == [[], ["worker1"], ["worker1"], []]
+
+
+async def test_no_pass_while_the_multikueue_crds_are_not_served() -> None:
+    """While a MultiKueue CRD is not served (its informer ``absent``: not installed, or a
+    kube-apiserver starting up) a pass decides nothing, as before 906fcd9 (the list's 404
+    ended the pass): a check is not turned inactive for a MultiKueueConfig it cannot see."""
+    from app.kube.informers import Store
+
+    class Writes:
+        def __init__(self) -> None:
+            self.puts: list[str] = []
+
+        async def replace(self, res: Any, body: dict[str, Any], subresource: str | None = None):
+            self.puts.append(res.plural)
+            return body
+
+    client = Writes()
+    mk = _controller(client, Store(MULTIKUEUE_CLUSTERS))
+    check = {"metadata": {"name": "mk", "resourceVersion": "3"},
+             "spec": {"controllerName": "kueue.x-k8s.io/multikueue",
+                      "parameters": {"apiGroup": "kueue.x-k8s.io",
+                                     "kind": "MultiKueueConfig", "name": "cfg"}}}
+    checks = Store(ADMISSION_CHECKS)
+    checks.put(check)
+    stores = {MKC: Store(MULTIKUEUE_CLUSTERS), MKCFG: Store(MULTIKUEUE_CONFIGS), AC: checks}
+    mk.ctx.store = lambda kind: stores.get(kind, Store(MULTIKUEUE_CONFIGS))
+    mk.ctx.informers.informers = {MKC: SimpleNamespace(absent=False),
+                                  MKCFG: SimpleNamespace(absent=True)}
+    await mk.sync_once()
+    assert client.puts == []
+    mk.ctx.informers.informers[MKCFG].absent = False  # served, and still no config "cfg"
+    await mk.sync_once()
+    assert client.puts == ["admissionchecks"]
