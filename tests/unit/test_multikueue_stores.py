@@ -276,3 +276,76 @@ async def test_no_pass_while_the_multikueue_crds_are_not_served() -> None:
     mk.ctx.informers.informers[MKCFG].absent = False  # served, and still no config "cfg"
     await mk.sync_once()
     assert client.puts == ["admissionchecks"]
+
+
+async def test_a_cluster_whose_secret_changes_or_that_is_deleted_has_its_client_closed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the store, as from the list before 906fcd9: a MultiKueueCluster whose spec names
+    another Secret (generation bumped) is read again at once and connected with a new client,
+    the old one closed; one deleted has its worker dropped and its client closed (no
+    leaked connection pools), with nothing dispatching (the idle passes)."""
+    import base64
+    import json
+
+    from app.kube.client import KubeClient
+    from app.kube.informers import Store
+
+    made: list[WorkerClient] = []
+
+    class WorkerClient:
+        def __init__(self, server: str) -> None:
+            self.server, self.closed = server, False
+
+        async def request(self, *a: Any, **k: Any) -> dict[str, Any]:
+            return {}
+
+        async def close(self) -> None:
+            self.closed = True
+
+    async def from_kubeconfig_dict(config: dict[str, Any], settings: Any) -> WorkerClient:
+        made.append(WorkerClient(config["clusters"][0]["cluster"]["server"]))
+        return made[-1]
+
+    monkeypatch.setattr(KubeClient, "from_kubeconfig_dict", from_kubeconfig_dict)
+
+    def kubeconfig(server: str) -> dict[str, Any]:
+        text = json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                           "clusters": [{"name": "c", "cluster": {"server": server}}],
+                           "users": [{"name": "u", "user": {"token": "t"}}],
+                           "contexts": [{"name": "c",
+                                         "context": {"cluster": "c", "user": "u"}}]})
+        return {"data": {"kubeconfig": base64.b64encode(text.encode()).decode()}}
+
+    class Manager:
+        secrets = {"old": kubeconfig("https://w1-old.example:6443"),
+                   "new": kubeconfig("https://w1-new.example:6443")}
+
+        async def get(self, res: Any, name: str, namespace: str | None = None):
+            return self.secrets[name]
+
+        async def replace(self, res: Any, body: dict[str, Any], subresource: str | None = None):
+            return body
+
+    clusters = Store(MULTIKUEUE_CLUSTERS)
+    mk = _controller(Manager(), clusters)
+
+    def cluster(location: str, generation: int, rv: str) -> dict[str, Any]:
+        return {"metadata": {"name": "worker1", "generation": generation, "resourceVersion": rv},
+                "spec": {"clusterSource": {"kubeConfig": {"location": location}}}}
+
+    first = cluster("old", 1, "5")
+    clusters.put(first)
+    mk.on_change("ADDED", None, first)
+    await mk.sync_once()
+    assert [c.server for c in made] == ["https://w1-old.example:6443"]
+    assert mk.workers["worker1"].verdict.active
+    moved = cluster("new", 2, "8")
+    clusters.set("worker1", moved)
+    mk.on_change("MODIFIED", first, moved)
+    await mk.sync_once()
+    assert [(c.server, c.closed) for c in made] == [("https://w1-old.example:6443", True),
+                                                    ("https://w1-new.example:6443", False)]
+    clusters.remove("worker1")
+    mk.on_change("DELETED", moved, None)
+    await mk.sync_once()
+    assert mk.workers == {} and all(c.closed for c in made)
