@@ -55,6 +55,8 @@ from app.kube.context import (
     CQ,
     JOB,
     LQ,
+    MKC,
+    MKCFG,
     NS,
     POD,
     RCT,
@@ -294,6 +296,9 @@ class Manager:
         if RCT in inf.informers:
             inf[RCT].add_handler(feed.on_claim_template)
         inf[AC].add_handler(feed.on_admission_check)
+        if self.multikueue is not None:
+            inf[MKC].add_handler(self.multikueue.on_change)
+            inf[MKCFG].add_handler(self.multikueue.on_change)
         # An AdmissionCheck's status (its Active condition) is what matters: every change
         # rewrites the ClusterQueue statuses (old=None: not skipped as status-only).
         inf[AC].add_handler(lambda etype, old, new: status.on_queue(etype, None, new or old))

@@ -215,6 +215,18 @@ class MultiKueueController:
             except Exception:  # a bug must not end the loop: logged, tried again next period
                 log.exception("multikueue: sync failed")
 
+    def on_change(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        """Informer handler of MultiKueueClusters and MultiKueueConfigs: one added, deleted
+        or whose spec or annotations changed is looked at on the next pass, also while
+        nothing dispatches (those passes are else ``probe_period_seconds`` apart); a status
+        written (this controller's) is no reason."""
+        if etype == "MODIFIED" and old is not None and new is not None \
+                and old.get("spec") == new.get("spec") \
+                and (old.get("metadata") or {}).get("annotations") \
+                == (new.get("metadata") or {}).get("annotations"):
+            return
+        self._listed_at = -1e9
+
     # ------------------------------------------------------------------ one pass
 
     async def sync_once(self) -> None:
@@ -225,6 +237,9 @@ class MultiKueueController:
         if idle and now - self._listed_at < self.s.probe_period_seconds:
             return  # nothing dispatches: the clusters' status is kept at the probe period
         self._listed_at = now
+        infs = self.ctx.informers.informers
+        if any(getattr(infs.get(k), "absent", False) for k in (MKC, MKCFG)):
+            return  # a MultiKueue CRD is not served (not installed): nothing to decide from
         # From the informers' stores (no API request, no client token): on a busy manager a
         # periodic list took tokens from the admission writes.
         clusters = list(self.ctx.store(MKC))
@@ -377,7 +392,11 @@ class MultiKueueController:
             set_condition(body, ACTIVE, "True" if v.active else "False", v.reason, v.message,
                           self.ctx.clock())
             with contextlib.suppress(ApiError):  # a conflict: written again next pass
-                await self.ctx.client.replace(MULTIKUEUE_CLUSTERS, body, subresource="status")
+                out = await self.ctx.client.replace(MULTIKUEUE_CLUSTERS, body,
+                                                    subresource="status")
+                # The next pass reads the store: not the old status (written again with the
+                # old resourceVersion, a conflict) while the watch has not brought this one.
+                self.ctx.store(MKC).put(out)
 
     @staticmethod
     async def _drop_client(w: Worker) -> None:

@@ -40,7 +40,9 @@ RF, CQ, CO, LQ, WL, WPC, PC, NS, JOB = "rf", "cq", "co", "lq", "wl", "wpc", "pc"
 AC = "ac"  # AdmissionChecks: ClusterQueues naming a missing or inactive one admit nothing
 # MultiKueueClusters and MultiKueueConfigs: read by the MultiKueue controller from its cache,
 # as Kueue's reconcilers read theirs, so keeping the clusters' status costs no client tokens.
+# Without their CRDs pykueue still runs (MultiKueue off): their informers are ``absent_ok``.
 MKC, MKCFG = "mkc", "mkcfg"
+ABSENT_OK = frozenset((MKC, MKCFG))
 STS = "sts"  # queued (or all) StatefulSets: Pod webhook sizes their pods' group from spec.replicas
 RCT = "rct"  # ResourceClaimTemplates, watched only with resources.deviceClassMappings (DRA)
 # Every Pod, watched with the Nodes for the scheduler extender; the job reconciler reads it
@@ -72,7 +74,8 @@ def build_informers(client: KubeClient, watch_timeout_seconds: int = 300, *,
         (STS, STATEFULSETS, None if every_statefulset else QUEUE_NAME_LABEL), *job_kinds,
     ):
         infs.add(key, Informer(client, res, label_selector=selector,
-                               watch_timeout_seconds=watch_timeout_seconds))
+                               watch_timeout_seconds=watch_timeout_seconds,
+                               absent_ok=key in ABSENT_OK))
     return infs
 
 

@@ -1,0 +1,351 @@
+"""breaker22: the MultiKueue controller reads MultiKueueClusters and MultiKueueConfigs from
+informers' stores (MKC, MKCFG; 906fcd9). What that must not break: pykueue without the
+MultiKueue CRDs still becomes ready and admits (before 906fcd9 a 404 on the periodic list
+turned MultiKueue off), and a cluster's status write, from the store's copy, is not repeated
+with a stale resourceVersion while the watch has not delivered it yet."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from app.integrations import BUILTIN_KINDS
+from app.integrations.framework import Registry
+from app.kube.client import ADMISSION_CHECKS, MULTIKUEUE_CLUSTERS, MULTIKUEUE_CONFIGS
+from app.kube.context import AC, MKC, MKCFG
+from app.kube.errors import Conflict, NotFound
+from tests.recording_client import OBJECTS, RecordingClient
+from tests.unit.test_job_framework import leading_manager
+
+
+class NoMultiKueueCrdsClient(RecordingClient):
+    """The API server of a cluster without the MultiKueue CRDs: their lists answer 404 until
+    ``installed`` (then ``clusters`` are listed)."""
+
+    def __init__(self) -> None:
+        super().__init__(OBJECTS)
+        self.installed = False
+        self.absent_lists = 0
+        self.clusters: list[dict[str, Any]] = []
+
+    async def list(self, res: Any, namespace: str | None = None, **kw: Any):
+        if res.plural in (MULTIKUEUE_CLUSTERS.plural, MULTIKUEUE_CONFIGS.plural):
+            if not self.installed:
+                self.absent_lists += 1
+                raise NotFound(404, f"the server could not find the requested resource "
+                                    f"({res.plural})")
+            if res.plural == MULTIKUEUE_CLUSTERS.plural:
+                return [dict(c) for c in self.clusters], "1"
+        return await super().list(res, namespace, **kw)
+
+
+async def test_without_the_multikueue_crds_pykueue_is_ready_and_admits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before 906fcd9 the periodic list's 404 turned MultiKueue off and everything else went
+    on. With the MKC and MKCFG informers every one must list before pykueue is ready: on a
+    cluster without the MultiKueue CRDs it was never ready and admitted nothing (readyz:
+    "waiting for informers: mkc, mkcfg"). Their absence now counts as listed and empty; the
+    list is asked again later, slowly (not a 10 s poll costing the tokens 906fcd9 saved),
+    and the clusters appear once the CRD is installed."""
+    from app.kube import informers as informers_mod
+    monkeypatch.setattr(informers_mod, "ABSENT_RETRY", (0.05, 0.2))
+    client = NoMultiKueueCrdsClient()
+    m = leading_manager(monkeypatch, client, Registry(list(BUILTIN_KINDS)))
+    await m.start()
+    try:
+        await m.wait_ready(5)
+        ok, why = m.ready()
+        assert ok, why
+        for _ in range(100):  # the Job's Workload is created: the reconciler writes
+            if ("create", "workloads") in client.writes:
+                break
+            await asyncio.sleep(0.05)
+        assert ("create", "workloads") in client.writes, client.writes
+        assert m.ctx is not None and list(m.ctx.store(MKC)) == []
+        assert m.multikueue is not None  # a cluster or config changed: looked at next pass
+        for key in (MKC, MKCFG):
+            assert m.multikueue.on_change in m.ctx.informers[key].handlers
+        client.clusters = [{"metadata": {"name": "worker1", "resourceVersion": "7"},
+                            "spec": {}}]
+        client.installed = True
+        for _ in range(100):
+            if m.ctx.store(MKC).get("worker1") is not None:
+                break
+            await asyncio.sleep(0.02)
+        assert m.ctx.store(MKC).get("worker1") is not None
+        assert m.ctx.store(MKCFG) is not None
+    finally:
+        await m.stop()
+
+
+class RestartingApiServerClient(RecordingClient):
+    """Lists worker1; after ``restart`` its watch and one list answer 404 (a kube-apiserver
+    starting up, its CRDs not yet served), then worker1 and worker2 are listed."""
+
+    def __init__(self) -> None:
+        super().__init__({MULTIKUEUE_CLUSTERS.plural: [
+            {"metadata": {"name": "worker1", "resourceVersion": "7"}, "spec": {}}]})
+        self.restart = asyncio.Event()
+        self.not_served = 0
+
+    async def list(self, res: Any, namespace: str | None = None, **kw: Any):
+        if self.restart.is_set() and self.not_served < 2:
+            self.not_served += 1
+            raise NotFound(404, "the server could not find the requested resource")
+        return await super().list(res, namespace, **kw)
+
+    async def watch(self, res: Any, namespace: str | None = None, **_: Any):
+        if self.restart.is_set():
+            await asyncio.Event().wait()
+        await self.restart.wait()
+        self.not_served += 1
+        self.objects[MULTIKUEUE_CLUSTERS.plural].append(
+            {"metadata": {"name": "worker2", "resourceVersion": "9"}, "spec": {}})
+        raise NotFound(404, "the server could not find the requested resource")
+        yield {}  # pragma: no cover - an async generator
+
+
+async def test_a_404_after_the_first_list_keeps_the_store(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kube-apiserver starting up answers 404 for a while for a CRD it serves: the
+    MultiKueueClusters' informer keeps its store (emptying it would drop every worker's
+    connection and turn the checks inactive for nothing), stays synced and lists again:
+    what changed meanwhile is told (worker2 added), worker1 never deleted. (A CRD removed
+    deletes its objects first: their DELETED events empty the store.)"""
+    from app.kube import informers as informers_mod
+    from app.kube.informers import Informer
+    monkeypatch.setattr(informers_mod, "ABSENT_RETRY", (0.05, 0.2))
+    client = RestartingApiServerClient()
+    inf = Informer(client, MULTIKUEUE_CLUSTERS, absent_ok=True)  # type: ignore[arg-type]
+    told: list[tuple[str, str]] = []
+    inf.add_handler(lambda etype, old, new: told.append(
+        (etype, (new or old or {}).get("metadata", {}).get("name"))))
+    task = asyncio.create_task(inf.run())
+    try:
+        await asyncio.wait_for(inf.synced.wait(), 2)
+        client.restart.set()
+        for _ in range(100):
+            if ("ADDED", "worker2") in told:
+                break
+            assert inf.store.get("worker1") is not None and inf.synced.is_set()
+            await asyncio.sleep(0.02)
+        assert told == [("ADDED", "worker1"), ("ADDED", "worker2")]
+        assert client.not_served == 2 and not inf.absent  # the watch's 404, a list's
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def _controller(client: Any, clusters: Any):
+    """A MultiKueueController on ``client`` whose MKC store is ``clusters`` (every other
+    store empty)."""
+    from app.config import Settings
+    from app.controllers.multikueue import MultiKueueController
+    from app.kube.informers import Store
+
+    ctx = SimpleNamespace(
+        settings=Settings(controllers_enabled=False), client=client,
+        store=lambda kind: clusters if kind == MKC else Store(MULTIKUEUE_CONFIGS),
+        clock=lambda: 1e9, recorder=SimpleNamespace(emit=lambda *a: None),
+        informers=SimpleNamespace(informers={}))
+    return MultiKueueController(ctx)  # type: ignore[arg-type]
+
+
+class StatusServer:
+    """The manager's API server for MultiKueueCluster status writes: a PUT must carry the
+    current resourceVersion (else 409 Conflict, as the API server's optimistic concurrency)."""
+
+    def __init__(self, cluster: dict[str, Any]) -> None:
+        self.current = copy.deepcopy(cluster)
+        self.puts = 0
+        self.conflicts = 0
+
+    async def replace(self, res: Any, body: dict[str, Any], subresource: str | None = None):
+        self.puts += 1
+        if body["metadata"]["resourceVersion"] != self.current["metadata"]["resourceVersion"]:
+            self.conflicts += 1
+            raise Conflict(409, "Conflict", "the object has been modified")
+        out = copy.deepcopy(body)
+        out["metadata"]["resourceVersion"] = str(int(body["metadata"]["resourceVersion"]) + 1)
+        self.current = out
+        return copy.deepcopy(out)
+
+
+async def test_a_cluster_status_written_is_not_written_again_from_a_stale_store() -> None:
+    """906fcd9: a pass reads the MultiKueueCluster from the informer's store, not from a fresh
+    list. When the next pass comes before the watch delivered the status just written (a busy
+    manager: the passes are 1 s apart), the store still shows the old status: the controller
+    wrote it again with the old resourceVersion, a 409 Conflict and a token for nothing. The
+    response of the write goes into the store, as the Workload writes' do."""
+    from app.controllers.multikueue import Worker
+    from app.core.multikueue import Verdict
+    from app.kube.informers import Store
+
+    cluster = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "MultiKueueCluster",
+               "metadata": {"name": "worker1", "resourceVersion": "7", "generation": 1},
+               "spec": {"clusterSource": {"kubeConfig": {"location": "worker1"}}}}
+    server = StatusServer(cluster)
+    store = Store(MULTIKUEUE_CLUSTERS)
+    store.put(copy.deepcopy(cluster))
+    mk = _controller(server, store)
+    now = asyncio.get_running_loop().time()
+    mk.workers["worker1"] = Worker(client=object(),  # type: ignore[arg-type]
+                                   verdict=Verdict(True, "Active", "Connected"),
+                                   probed_at=now, generation=1)
+    for _ in range(3):  # three passes, the watch delivering nothing meanwhile
+        await mk._sync_cluster(store.get("worker1"))  # type: ignore[arg-type]
+    assert (server.puts, server.conflicts) == (1, 0)
+    active = [c for c in store.get("worker1")["status"]["conditions"]  # type: ignore[index]
+              if c["type"] == "Active"]
+    assert [(c["status"], c["reason"]) for c in active] == [("True", "Active")]
+
+
+async def test_a_cluster_added_while_nothing_dispatches_is_looked_at_on_the_next_pass() -> None:
+    """With no MultiKueue check and nothing dispatched a pass looks at the clusters once per
+    ``probe_period_seconds`` (10 s): a MultiKueueCluster created then got its Active condition
+    up to 10 s later (Kueue reconciles it on the event). The MKC and MKCFG informers tell the
+    controller: a cluster or config added, deleted or whose spec changed is looked at on the
+    next pass; its status written (by this controller) is no reason."""
+    from app.kube.informers import Store
+
+    clusters = Store(MULTIKUEUE_CLUSTERS)
+    mk = _controller(None, clusters)
+    synced: list[list[str]] = []
+
+    async def sync_clusters(cs) -> None:
+        synced.append([c["metadata"]["name"] for c in cs])
+
+    mk._sync_clusters = sync_clusters  # type: ignore[method-assign]
+    await mk.sync_once()
+    new = {"metadata": {"name": "worker1", "resourceVersion": "7", "generation": 1},
+           "spec": {"clusterSource": {"kubeConfig": {"location": "worker1"}}}}
+    clusters.put(new)
+    mk.on_change("ADDED", None, new)
+    await mk.sync_once()
+    assert synced == [[], ["worker1"]]
+    written = {**new, "metadata": {**new["metadata"], "resourceVersion": "8"},
+               "status": {"conditions": [{"type": "Active", "status": "True"}]}}
+    clusters.put(written)
+    mk.on_change("MODIFIED", new, written)
+    await mk.sync_once()
+    assert synced == [[], ["worker1"]]  # its status, written by the pass: no new pass
+    rotated = {**written, "metadata": {**written["metadata"], "resourceVersion": "9",
+                                       "generation": 2},
+               "spec": {"clusterSource": {"kubeConfig": {"location": "worker1-new"}}}}
+    clusters.put(rotated)
+    mk.on_change("MODIFIED", written, rotated)
+    await mk.sync_once()
+    clusters.remove("worker1")
+    mk.on_change("DELETED", rotated, None)
+    await mk.sync_once()
+    assert synced == [[], ["worker1"], ["worker1"], []]
+
+
+async def test_no_pass_while_the_multikueue_crds_are_not_served() -> None:
+    """While a MultiKueue CRD is not served (its informer ``absent``: not installed, or a
+    kube-apiserver starting up) a pass decides nothing, as before 906fcd9 (the list's 404
+    ended the pass): a check is not turned inactive for a MultiKueueConfig it cannot see."""
+    from app.kube.informers import Store
+
+    class Writes:
+        def __init__(self) -> None:
+            self.puts: list[str] = []
+
+        async def replace(self, res: Any, body: dict[str, Any], subresource: str | None = None):
+            self.puts.append(res.plural)
+            return body
+
+    client = Writes()
+    mk = _controller(client, Store(MULTIKUEUE_CLUSTERS))
+    check = {"metadata": {"name": "mk", "resourceVersion": "3"},
+             "spec": {"controllerName": "kueue.x-k8s.io/multikueue",
+                      "parameters": {"apiGroup": "kueue.x-k8s.io",
+                                     "kind": "MultiKueueConfig", "name": "cfg"}}}
+    checks = Store(ADMISSION_CHECKS)
+    checks.put(check)
+    stores = {MKC: Store(MULTIKUEUE_CLUSTERS), MKCFG: Store(MULTIKUEUE_CONFIGS), AC: checks}
+    mk.ctx.store = lambda kind: stores.get(kind, Store(MULTIKUEUE_CONFIGS))
+    mk.ctx.informers.informers = {MKC: SimpleNamespace(absent=False),
+                                  MKCFG: SimpleNamespace(absent=True)}
+    await mk.sync_once()
+    assert client.puts == []
+    mk.ctx.informers.informers[MKCFG].absent = False  # served, and still no config "cfg"
+    await mk.sync_once()
+    assert client.puts == ["admissionchecks"]
+
+
+async def test_a_cluster_whose_secret_changes_or_that_is_deleted_has_its_client_closed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the store, as from the list before 906fcd9: a MultiKueueCluster whose spec names
+    another Secret (generation bumped) is read again at once and connected with a new client,
+    the old one closed; one deleted has its worker dropped and its client closed (no
+    leaked connection pools), with nothing dispatching (the idle passes)."""
+    import base64
+    import json
+
+    from app.kube.client import KubeClient
+    from app.kube.informers import Store
+
+    made: list[WorkerClient] = []
+
+    class WorkerClient:
+        def __init__(self, server: str) -> None:
+            self.server, self.closed = server, False
+
+        async def request(self, *a: Any, **k: Any) -> dict[str, Any]:
+            return {}
+
+        async def close(self) -> None:
+            self.closed = True
+
+    async def from_kubeconfig_dict(config: dict[str, Any], settings: Any) -> WorkerClient:
+        made.append(WorkerClient(config["clusters"][0]["cluster"]["server"]))
+        return made[-1]
+
+    monkeypatch.setattr(KubeClient, "from_kubeconfig_dict", from_kubeconfig_dict)
+
+    def kubeconfig(server: str) -> dict[str, Any]:
+        text = json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                           "clusters": [{"name": "c", "cluster": {"server": server}}],
+                           "users": [{"name": "u", "user": {"token": "t"}}],
+                           "contexts": [{"name": "c",
+                                         "context": {"cluster": "c", "user": "u"}}]})
+        return {"data": {"kubeconfig": base64.b64encode(text.encode()).decode()}}
+
+    class Manager:
+        secrets = {"old": kubeconfig("https://w1-old.example:6443"),
+                   "new": kubeconfig("https://w1-new.example:6443")}
+
+        async def get(self, res: Any, name: str, namespace: str | None = None):
+            return self.secrets[name]
+
+        async def replace(self, res: Any, body: dict[str, Any], subresource: str | None = None):
+            return body
+
+    clusters = Store(MULTIKUEUE_CLUSTERS)
+    mk = _controller(Manager(), clusters)
+
+    def cluster(location: str, generation: int, rv: str) -> dict[str, Any]:
+        return {"metadata": {"name": "worker1", "generation": generation, "resourceVersion": rv},
+                "spec": {"clusterSource": {"kubeConfig": {"location": location}}}}
+
+    first = cluster("old", 1, "5")
+    clusters.put(first)
+    mk.on_change("ADDED", None, first)
+    await mk.sync_once()
+    assert [c.server for c in made] == ["https://w1-old.example:6443"]
+    assert mk.workers["worker1"].verdict.active
+    moved = cluster("new", 2, "8")
+    clusters.set("worker1", moved)
+    mk.on_change("MODIFIED", first, moved)
+    await mk.sync_once()
+    assert [(c.server, c.closed) for c in made] == [("https://w1-old.example:6443", True),
+                                                    ("https://w1-new.example:6443", False)]
+    clusters.remove("worker1")
+    mk.on_change("DELETED", moved, None)
+    await mk.sync_once()
+    assert mk.workers == {} and all(c.closed for c in made)
