@@ -49,6 +49,12 @@ summary Kueue's checker reads. Measured here per run:
   CPU seconds likewise, and the lab's etcd and kube-apiserver's: ``others_bound_s`` =
   (etcd + kube-apiserver + runner CPU) / CPUs is a floor on the wall of any controller that
   makes the same requests, on this machine;
+* ``bounds`` (issue 33 item 3): the floors no controller at these settings can beat, in seconds:
+  ``others_bound_s``, the runner's ``generation_s`` (its creates at its QPS), and
+  ``write_bound_s`` = the watch's admissions / the controller's client QPS (one status write
+  per admission is the least any Kueue-compatible controller writes, and its client rate
+  limiter paces them: Kueue's ``clientConnection.qps``, pykueue's ``client.qps``); ``bound_s``
+  the largest, ``bound_by`` which, ``wall_over_bound`` = wall / bound_s (goal <= 1.2);
 * ``apiserver_request_total`` by verb (and by verb + resource) over the same window: every client's
   requests, the runner's included (the same ones in every run, but for evictions);
 * the machine's load average at the start and end of each run (the machine is shared);
@@ -443,6 +449,7 @@ class VersusRun:
             result["api_requests_by_resource"] = requests_since(after, before)
             result.update(self.read_summary(runner_out / "summary.yaml"))
             result["watch"] = self.watch_figures(tracers)
+            result["bounds"] = bounds_of(result)
             result["checker"] = (self.checker(runner_out, result) if "error" not in result
                                  else {"ran": False})
         except Exception as exc:  # noqa: BLE001 - one failed run must not hide the others
@@ -570,6 +577,34 @@ def verdicts(r: dict[str, Any], limits: dict[str, float] | None = None) -> dict[
     return out
 
 
+def client_qps(run: str) -> int:
+    """The controller's client QPS in run ``run``: 1000 for the ``-qps1000`` variants, else 50
+    (Kueue's default ``clientConnection.qps``, minimalkueue's hard-coded one, pykueue's
+    ``client.qps``)."""
+    return 1000 if run.endswith("qps1000") else 50
+
+
+def bounds_of(r: dict[str, Any]) -> dict[str, Any]:
+    """Floors on run ``r``'s wall (seconds; see the module docstring): ``others_bound_s``,
+    ``generation_s``, ``write_bound_s``, the largest as ``bound_s`` with its name in
+    ``bound_by``, and ``wall_over_bound``. A floor that was not measured is left out; {} when
+    none was or the run has no wall."""
+    qps = client_qps(str(r.get("run", "")))
+    admissions = (r.get("watch") or {}).get("admissions")
+    floors = {
+        "others_bound_s": (r.get("machine") or {}).get("others_bound_s"),
+        "generation_s": r.get("generation_s"),
+        "write_bound_s": round(admissions / qps, 1) if admissions else None,
+    }
+    floors = {k: v for k, v in floors.items() if v}
+    wall = r.get("wall_s")
+    if not floors or not wall:
+        return {}
+    by = max(floors, key=lambda k: floors[k])
+    return {**floors, "client_qps": qps, "bound_s": floors[by], "bound_by": by,
+            "wall_over_bound": round(wall / floors[by], 2)}
+
+
 def table(results: list[dict[str, Any]], limits: dict[str, float] | None = None,
           rangespec: str = "baseline rangespec") -> str:
     def f(v: Any, nd: int = 1) -> str:
@@ -618,6 +653,18 @@ def table(results: list[dict[str, Any]], limits: dict[str, float] | None = None,
             lines.append(f"  {r['run']}: " + ", ".join(
                 f"{k} {n}" for k, n in r["api_requests_by_verb"].items()))
     lines.extend(watch_table(results))
+    bounded = [r for r in results if r.get("bounds")]
+    if bounded:
+        lines.append("")
+        lines.append("Floors on the wall (others_bound: API server + etcd + runner CPU / CPUs; "
+                     "generation: the runner's creates; write_bound: admissions / client QPS):")
+        for r in bounded:
+            b = r["bounds"]
+            floors = ", ".join(f"{k.removesuffix('_s')} {b[k]:.1f} s" for k in
+                               ("others_bound_s", "generation_s", "write_bound_s") if k in b)
+            lines.append(f"  {r['run']}: {floors}; wall {r['wall_s']:.1f} s = "
+                         f"{b['wall_over_bound']:.2f}x {b['bound_by'].removesuffix('_s')} "
+                         f"(client QPS {b['client_qps']})")
     ratios = ratios_of(results)
     if ratios:
         lines.append("")
