@@ -237,9 +237,6 @@ class MultiKueueController:
         if idle and now - self._listed_at < self.s.probe_period_seconds:
             return  # nothing dispatches: the clusters' status is kept at the probe period
         self._listed_at = now
-        infs = self.ctx.informers.informers
-        if any(getattr(infs.get(k), "absent", False) for k in (MKC, MKCFG)):
-            return  # a MultiKueue CRD is not served (not installed): nothing to decide from
         # From the informers' stores (no API request, no client token): on a busy manager a
         # periodic list took tokens from the admission writes.
         clusters = list(self.ctx.store(MKC))

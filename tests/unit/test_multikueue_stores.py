@@ -2,7 +2,11 @@
 informers' stores (MKC, MKCFG; 906fcd9). What that must not break: pykueue without the
 MultiKueue CRDs still becomes ready and admits (before 906fcd9 a 404 on the periodic list
 turned MultiKueue off), and a cluster's status write, from the store's copy, is not repeated
-with a stale resourceVersion while the watch has not delivered it yet."""
+with a stale resourceVersion while the watch has not delivered it yet.
+
+mkfold23: MultiKueue's two kinds are optional as a job kind whose CRD may be absent
+(``Manager`` ``OptionalApi``): without their CRDs no informer of them exists and MultiKueue is
+off; once discovery serves both, their informers list and the controller starts."""
 
 from __future__ import annotations
 
@@ -13,27 +17,53 @@ from typing import Any
 
 import pytest
 
+from app.controllers import manager as manager_mod
 from app.integrations import BUILTIN_KINDS
 from app.integrations.framework import Registry
-from app.kube.client import ADMISSION_CHECKS, MULTIKUEUE_CLUSTERS, MULTIKUEUE_CONFIGS
-from app.kube.context import AC, MKC, MKCFG
-from app.kube.errors import Conflict, NotFound
+from app.kube.client import (
+    ADMISSION_CHECKS,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    MULTIKUEUE_CLUSTERS,
+    MULTIKUEUE_CONFIGS,
+)
+from app.kube.context import MKC, MKCFG
+from app.kube.errors import Backoff, Conflict, Gone, NotFound
 from tests.recording_client import OBJECTS, RecordingClient
 from tests.unit.test_job_framework import leading_manager
 
+KUEUE_API = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}"
+MK_PLURALS = (MULTIKUEUE_CLUSTERS.plural, MULTIKUEUE_CONFIGS.plural)
+CHECK = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
+         "metadata": {"name": "mk", "resourceVersion": "3"},
+         "spec": {"controllerName": "kueue.x-k8s.io/multikueue",
+                  "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig",
+                                 "name": "cfg"}}}
+
 
 class NoMultiKueueCrdsClient(RecordingClient):
-    """The API server of a cluster without the MultiKueue CRDs: their lists answer 404 until
-    ``installed`` (then ``clusters`` are listed)."""
+    """The API server of a cluster without the MultiKueue CRDs until ``installed``: discovery
+    of kueue.x-k8s.io/v1beta2 lists the other Kueue kinds only (asks counted in ``asks``), a
+    list of theirs answers 404 (counted in ``absent_lists``); once installed, ``clusters`` are
+    listed. A MultiKueue AdmissionCheck ``mk`` exists."""
 
     def __init__(self) -> None:
-        super().__init__(OBJECTS)
+        super().__init__({**OBJECTS, ADMISSION_CHECKS.plural: [copy.deepcopy(CHECK)]})
         self.installed = False
+        self.asks = 0
         self.absent_lists = 0
         self.clusters: list[dict[str, Any]] = []
 
+    async def request(self, method: str, path: str, **kw: Any) -> Any:
+        if path == KUEUE_API:
+            self.asks += 1
+            names = ["clusterqueues", "localqueues", "workloads", "admissionchecks",
+                     *(MK_PLURALS if self.installed else ())]
+            return {"resources": [{"name": n} for n in names]}
+        return await super().request(method, path, **kw)
+
     async def list(self, res: Any, namespace: str | None = None, **kw: Any):
-        if res.plural in (MULTIKUEUE_CLUSTERS.plural, MULTIKUEUE_CONFIGS.plural):
+        if res.plural in MK_PLURALS:
             if not self.installed:
                 self.absent_lists += 1
                 raise NotFound(404, f"the server could not find the requested resource "
@@ -43,54 +73,94 @@ class NoMultiKueueCrdsClient(RecordingClient):
         return await super().list(res, namespace, **kw)
 
 
+async def wait_until(cond: Any, seconds: float = 5.0) -> bool:
+    for _ in range(int(seconds / 0.02)):
+        if cond():
+            return True
+        await asyncio.sleep(0.02)
+    return bool(cond())
+
+
+def mk_manager(monkeypatch: pytest.MonkeyPatch, client: NoMultiKueueCrdsClient) -> Any:
+    """A leading Manager on ``client``, discovery asked every 0.05 s (doubling), a
+    MultiKueue pass every 0.05 s."""
+    monkeypatch.setattr(manager_mod, "CRD_POLL_SECONDS", 0.05)
+    m = leading_manager(monkeypatch, client, Registry(list(BUILTIN_KINDS)))
+    m.settings.multikueue.sync_period_seconds = 0.05
+    return m
+
+
 async def test_without_the_multikueue_crds_pykueue_is_ready_and_admits(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Before 906fcd9 the periodic list's 404 turned MultiKueue off and everything else went
     on. With the MKC and MKCFG informers every one must list before pykueue is ready: on a
     cluster without the MultiKueue CRDs it was never ready and admitted nothing (readyz:
-    "waiting for informers: mkc, mkcfg"). Their absence now counts as listed and empty; the
-    list is asked again later, slowly (not a 10 s poll costing the tokens 906fcd9 saved),
-    and the clusters appear once the CRD is installed."""
-    from app.kube import informers as informers_mod
-    monkeypatch.setattr(informers_mod, "ABSENT_RETRY", (0.05, 0.2))
+    "waiting for informers: mkc, mkcfg"). Now they are optional, as a job kind whose CRD is
+    absent: no informer (nothing listed, nothing readiness waits for) until discovery serves
+    both; then their informers list, the controller starts and is told of every cluster or
+    config change (its next pass), within the discovery poll (0.05 s here, 1 s doubling)."""
     client = NoMultiKueueCrdsClient()
-    m = leading_manager(monkeypatch, client, Registry(list(BUILTIN_KINDS)))
+    m = mk_manager(monkeypatch, client)
     await m.start()
     try:
         await m.wait_ready(5)
         ok, why = m.ready()
         assert ok, why
-        for _ in range(100):  # the Job's Workload is created: the reconciler writes
-            if ("create", "workloads") in client.writes:
-                break
-            await asyncio.sleep(0.05)
-        assert ("create", "workloads") in client.writes, client.writes
-        assert m.ctx is not None and list(m.ctx.store(MKC)) == []
-        assert m.multikueue is not None  # a cluster or config changed: looked at next pass
-        for key in (MKC, MKCFG):
-            assert m.multikueue.on_change in m.ctx.informers[key].handlers
+        # The Job's Workload is created: the reconciler writes.
+        assert await wait_until(lambda: ("create", "workloads") in client.writes), client.writes
+        assert m.ctx is not None and m.multikueue is None  # MultiKueue off
+        assert MKC not in m.ctx.informers.informers and MKCFG not in m.ctx.informers.informers
+        assert client.absent_lists == 0  # discovery asked, not a list answering 404
         client.clusters = [{"metadata": {"name": "worker1", "resourceVersion": "7"},
                             "spec": {}}]
         client.installed = True
-        for _ in range(100):
-            if m.ctx.store(MKC).get("worker1") is not None:
-                break
-            await asyncio.sleep(0.02)
+        assert await wait_until(lambda: m.multikueue is not None), client.asks
         assert m.ctx.store(MKC).get("worker1") is not None
-        assert m.ctx.store(MKCFG) is not None
+        assert list(m.ctx.store(MKCFG)) == []
+        for key in (MKC, MKCFG):  # a cluster or config changed: looked at on the next pass
+            assert m.multikueue.on_change in m.ctx.informers[key].handlers
+        ok, why = m.ready()
+        assert ok, why
+        assert not m.dead_tasks
+    finally:
+        await m.stop()
+
+
+async def test_no_multikueue_pass_while_its_crds_are_not_served(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the MultiKueue CRDs are not served a pass decides nothing, as before 906fcd9
+    (the list's 404 ended the pass): a MultiKueue check is not turned inactive for a
+    MultiKueueConfig that cannot be seen. Once they are served the pass runs: the check's
+    Active condition is written (False: config "cfg" not found)."""
+    client = NoMultiKueueCrdsClient()
+    m = mk_manager(monkeypatch, client)
+    await m.start()
+    try:
+        await m.wait_ready(5)
+        # Three discovery polls (0.05 + 0.1 + 0.2 s): a pass every 0.05 s would have come.
+        assert await wait_until(lambda: client.asks >= 4), client.asks
+        assert ("replace", "admissionchecks") not in client.writes, client.writes
+        client.installed = True
+        assert await wait_until(lambda: ("replace", "admissionchecks") in client.writes), \
+            client.writes
+        written = [b for v, r, b in client.bodies if (v, r) == ("replace", "admissionchecks")]
+        active = [c for c in written[0]["status"]["conditions"] if c["type"] == "Active"]
+        assert [(c["status"], c["reason"]) for c in active] == [("False", "BadConfig")]
     finally:
         await m.stop()
 
 
 class RestartingApiServerClient(RecordingClient):
-    """Lists worker1; after ``restart`` its watch and one list answer 404 (a kube-apiserver
-    starting up, its CRDs not yet served), then worker1 and worker2 are listed."""
+    """Lists worker1; after ``restart`` (a kube-apiserver starting up, its CRDs not yet
+    served) the watch answers 404, the next watch 410 Gone and the relist 404 once, then
+    worker1 and worker2 are listed."""
 
     def __init__(self) -> None:
         super().__init__({MULTIKUEUE_CLUSTERS.plural: [
             {"metadata": {"name": "worker1", "resourceVersion": "7"}, "spec": {}}]})
         self.restart = asyncio.Event()
         self.not_served = 0
+        self.watches = 0
 
     async def list(self, res: Any, namespace: str | None = None, **kw: Any):
         if self.restart.is_set() and self.not_served < 2:
@@ -99,28 +169,30 @@ class RestartingApiServerClient(RecordingClient):
         return await super().list(res, namespace, **kw)
 
     async def watch(self, res: Any, namespace: str | None = None, **_: Any):
-        if self.restart.is_set():
-            await asyncio.Event().wait()
-        await self.restart.wait()
-        self.not_served += 1
-        self.objects[MULTIKUEUE_CLUSTERS.plural].append(
-            {"metadata": {"name": "worker2", "resourceVersion": "9"}, "spec": {}})
-        raise NotFound(404, "the server could not find the requested resource")
+        self.watches += 1
+        if self.watches == 1:
+            await self.restart.wait()
+            self.not_served += 1
+            self.objects[MULTIKUEUE_CLUSTERS.plural].append(
+                {"metadata": {"name": "worker2", "resourceVersion": "9"}, "spec": {}})
+            raise NotFound(404, "the server could not find the requested resource")
+        if self.watches == 2:
+            raise Gone(410, "too old resource version")
+        await asyncio.Event().wait()
         yield {}  # pragma: no cover - an async generator
 
 
-async def test_a_404_after_the_first_list_keeps_the_store(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_404_after_the_first_list_keeps_the_store() -> None:
     """A kube-apiserver starting up answers 404 for a while for a CRD it serves: the
     MultiKueueClusters' informer keeps its store (emptying it would drop every worker's
     connection and turn the checks inactive for nothing), stays synced and lists again:
     what changed meanwhile is told (worker2 added), worker1 never deleted. (A CRD removed
-    deletes its objects first: their DELETED events empty the store.)"""
-    from app.kube import informers as informers_mod
+    deletes its objects first: their DELETED events empty the store.) The informer is a
+    plain one, as every other: a 404 is an error it backs off from."""
     from app.kube.informers import Informer
-    monkeypatch.setattr(informers_mod, "ABSENT_RETRY", (0.05, 0.2))
     client = RestartingApiServerClient()
-    inf = Informer(client, MULTIKUEUE_CLUSTERS, absent_ok=True)  # type: ignore[arg-type]
+    inf = Informer(client, MULTIKUEUE_CLUSTERS,  # type: ignore[arg-type]
+                   backoff=Backoff(base=0.01, cap=0.05))
     told: list[tuple[str, str]] = []
     inf.add_handler(lambda etype, old, new: told.append(
         (etype, (new or old or {}).get("metadata", {}).get("name"))))
@@ -134,7 +206,7 @@ async def test_a_404_after_the_first_list_keeps_the_store(
             assert inf.store.get("worker1") is not None and inf.synced.is_set()
             await asyncio.sleep(0.02)
         assert told == [("ADDED", "worker1"), ("ADDED", "worker2")]
-        assert client.not_served == 2 and not inf.absent  # the watch's 404, a list's
+        assert client.not_served == 2  # the watch's 404, a list's
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -243,39 +315,6 @@ async def test_a_cluster_added_while_nothing_dispatches_is_looked_at_on_the_next
     mk.on_change("DELETED", rotated, None)
     await mk.sync_once()
     assert synced == [[], ["worker1"], ["worker1"], []]
-
-
-async def test_no_pass_while_the_multikueue_crds_are_not_served() -> None:
-    """While a MultiKueue CRD is not served (its informer ``absent``: not installed, or a
-    kube-apiserver starting up) a pass decides nothing, as before 906fcd9 (the list's 404
-    ended the pass): a check is not turned inactive for a MultiKueueConfig it cannot see."""
-    from app.kube.informers import Store
-
-    class Writes:
-        def __init__(self) -> None:
-            self.puts: list[str] = []
-
-        async def replace(self, res: Any, body: dict[str, Any], subresource: str | None = None):
-            self.puts.append(res.plural)
-            return body
-
-    client = Writes()
-    mk = _controller(client, Store(MULTIKUEUE_CLUSTERS))
-    check = {"metadata": {"name": "mk", "resourceVersion": "3"},
-             "spec": {"controllerName": "kueue.x-k8s.io/multikueue",
-                      "parameters": {"apiGroup": "kueue.x-k8s.io",
-                                     "kind": "MultiKueueConfig", "name": "cfg"}}}
-    checks = Store(ADMISSION_CHECKS)
-    checks.put(check)
-    stores = {MKC: Store(MULTIKUEUE_CLUSTERS), MKCFG: Store(MULTIKUEUE_CONFIGS), AC: checks}
-    mk.ctx.store = lambda kind: stores.get(kind, Store(MULTIKUEUE_CONFIGS))
-    mk.ctx.informers.informers = {MKC: SimpleNamespace(absent=False),
-                                  MKCFG: SimpleNamespace(absent=True)}
-    await mk.sync_once()
-    assert client.puts == []
-    mk.ctx.informers.informers[MKCFG].absent = False  # served, and still no config "cfg"
-    await mk.sync_once()
-    assert client.puts == ["admissionchecks"]
 
 
 async def test_a_cluster_whose_secret_changes_or_that_is_deleted_has_its_client_closed(
