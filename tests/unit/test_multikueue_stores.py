@@ -28,7 +28,7 @@ from app.kube.client import (
     MULTIKUEUE_CONFIGS,
 )
 from app.kube.context import MKC, MKCFG
-from app.kube.errors import Backoff, Conflict, Gone, NotFound
+from app.kube.errors import Backoff, Conflict, Gone, NotFound, Retryable
 from tests.recording_client import OBJECTS, RecordingClient
 from tests.unit.test_job_framework import leading_manager
 
@@ -53,10 +53,13 @@ class NoMultiKueueCrdsClient(RecordingClient):
         self.asks = 0
         self.absent_lists = 0
         self.clusters: list[dict[str, Any]] = []
+        self.discovery_down = False  # asks answered 503 meanwhile
 
     async def request(self, method: str, path: str, **kw: Any) -> Any:
         if path == KUEUE_API:
             self.asks += 1
+            if self.discovery_down:
+                raise Retryable(503, "ServiceUnavailable", "the server is starting")
             names = ["clusterqueues", "localqueues", "workloads", "admissionchecks",
                      *(MK_PLURALS if self.installed else ())]
             return {"resources": [{"name": n} for n in names]}
@@ -146,6 +149,29 @@ async def test_no_multikueue_pass_while_its_crds_are_not_served(
         written = [b for v, r, b in client.bodies if (v, r) == ("replace", "admissionchecks")]
         active = [c for c in written[0]["status"]["conditions"] if c["type"] == "Active"]
         assert [(c["status"], c["reason"]) for c in active] == [("False", "BadConfig")]
+    finally:
+        await m.stop()
+
+
+async def test_an_unknown_discovery_answer_is_asked_again_not_waited_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Discovery failing at start (a 503: the API server starting) says nothing about the
+    MultiKueue CRDs. Kept as served (as an optional job kind was), their informers' lists
+    answered 404 for ever and pykueue was never ready; now the answer is asked again at the
+    next poll: ready at once without MultiKueue, which comes once discovery says both
+    CRDs are served."""
+    client = NoMultiKueueCrdsClient()
+    client.discovery_down = True
+    m = mk_manager(monkeypatch, client)
+    await m.start()
+    try:
+        await m.wait_ready(5)
+        ok, why = m.ready()
+        assert ok, why
+        assert m.multikueue is None
+        client.discovery_down, client.installed = False, True
+        assert await wait_until(lambda: m.multikueue is not None), client.asks
+        assert m.ctx is not None and MKC in m.ctx.informers.informers
     finally:
         await m.stop()
 
