@@ -11,7 +11,9 @@ off; once discovery serves both, their informers list and the controller starts.
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
+import json
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,7 +29,7 @@ from app.kube.client import (
     MULTIKUEUE_CLUSTERS,
     MULTIKUEUE_CONFIGS,
 )
-from app.kube.context import MKC, MKCFG
+from app.kube.context import AC, MKC, MKCFG
 from app.kube.errors import Backoff, Conflict, Gone, NotFound, Retryable
 from tests.recording_client import OBJECTS, RecordingClient
 from tests.unit.test_job_framework import leading_manager
@@ -238,6 +240,44 @@ async def test_a_404_after_the_first_list_keeps_the_store() -> None:
         await asyncio.gather(task, return_exceptions=True)
 
 
+class WorkerClient:
+    """A worker's client (``KubeClient.from_kubeconfig_dict``'s, ``worker_clients``): its
+    probe answers; ``closed`` once closed."""
+
+    def __init__(self, server: str) -> None:
+        self.server, self.closed = server, False
+
+    async def request(self, *a: Any, **k: Any) -> dict[str, Any]:
+        return {}
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def worker_clients(monkeypatch: pytest.MonkeyPatch) -> list[WorkerClient]:
+    """The worker clients the controller makes from now on (in order), in place of real
+    ones."""
+    from app.kube.client import KubeClient
+
+    made: list[WorkerClient] = []
+
+    async def from_kubeconfig_dict(config: dict[str, Any], settings: Any) -> WorkerClient:
+        made.append(WorkerClient(config["clusters"][0]["cluster"]["server"]))
+        return made[-1]
+
+    monkeypatch.setattr(KubeClient, "from_kubeconfig_dict", from_kubeconfig_dict)
+    return made
+
+
+def kubeconfig(server: str) -> dict[str, Any]:
+    """A Secret's ``data`` holding a usable kubeconfig (a token, ``server``)."""
+    text = json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                       "clusters": [{"name": "c", "cluster": {"server": server}}],
+                       "users": [{"name": "u", "user": {"token": "t"}}],
+                       "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]})
+    return {"data": {"kubeconfig": base64.b64encode(text.encode()).decode()}}
+
+
 def _controller(client: Any, clusters: Any):
     """A MultiKueueController on ``client`` whose MKC store is ``clusters`` (every other
     store empty)."""
@@ -349,37 +389,9 @@ async def test_a_cluster_whose_secret_changes_or_that_is_deleted_has_its_client_
     another Secret (generation bumped) is read again at once and connected with a new client,
     the old one closed; one deleted has its worker dropped and its client closed (no
     leaked connection pools), with nothing dispatching (the idle passes)."""
-    import base64
-    import json
-
-    from app.kube.client import KubeClient
     from app.kube.informers import Store
 
-    made: list[WorkerClient] = []
-
-    class WorkerClient:
-        def __init__(self, server: str) -> None:
-            self.server, self.closed = server, False
-
-        async def request(self, *a: Any, **k: Any) -> dict[str, Any]:
-            return {}
-
-        async def close(self) -> None:
-            self.closed = True
-
-    async def from_kubeconfig_dict(config: dict[str, Any], settings: Any) -> WorkerClient:
-        made.append(WorkerClient(config["clusters"][0]["cluster"]["server"]))
-        return made[-1]
-
-    monkeypatch.setattr(KubeClient, "from_kubeconfig_dict", from_kubeconfig_dict)
-
-    def kubeconfig(server: str) -> dict[str, Any]:
-        text = json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "c",
-                           "clusters": [{"name": "c", "cluster": {"server": server}}],
-                           "users": [{"name": "u", "user": {"token": "t"}}],
-                           "contexts": [{"name": "c",
-                                         "context": {"cluster": "c", "user": "u"}}]})
-        return {"data": {"kubeconfig": base64.b64encode(text.encode()).decode()}}
+    made = worker_clients(monkeypatch)
 
     class Manager:
         secrets = {"old": kubeconfig("https://w1-old.example:6443"),
@@ -414,3 +426,86 @@ async def test_a_cluster_whose_secret_changes_or_that_is_deleted_has_its_client_
     mk.on_change("DELETED", moved, None)
     await mk.sync_once()
     assert mk.workers == {} and all(c.closed for c in made)
+
+
+class SecretServer:
+    """The manager's API server for the MultiKueue controller: Secrets by name
+    (``secrets``: the Secret's object, or an ApiError raised), every GET counted in
+    ``reads``; status writes answered with a new resourceVersion."""
+
+    def __init__(self) -> None:
+        self.secrets: dict[str, Any] = {}
+        self.reads = 0
+        self.rv = 10
+
+    async def get(self, res: Any, name: str, namespace: str | None = None) -> Any:
+        self.reads += 1
+        got = self.secrets.get(name)
+        if got is None:
+            raise NotFound(404, "NotFound", f'secrets "{name}" not found')
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    async def replace(self, res: Any, body: dict[str, Any], subresource: str | None = None):
+        self.rv += 1
+        out = copy.deepcopy(body)
+        out["metadata"]["resourceVersion"] = str(self.rv)
+        return out
+
+
+async def test_a_broken_clusters_secret_is_read_once_per_probe_period(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MultiKueueCluster whose kubeconfig is unusable (its Secret missing, a refused
+    kubeconfig, a 403) had its Secret read again on every pass (1 s) while a MultiKueue
+    check exists: a client token a second per broken cluster, for ever. It is now read once
+    per ``probe_period_seconds``, as a connected worker is probed; its spec changed (another
+    Secret) it is read at once; a read that failed for a passing reason (503) is asked again
+    at the next pass; the Secret fixed is connected at the next probe period."""
+    from app.kube.errors import Permanent, Retryable
+    from app.kube.informers import Store
+
+    made = worker_clients(monkeypatch)
+    server = SecretServer()
+    clusters = Store(MULTIKUEUE_CLUSTERS)
+    checks = Store(ADMISSION_CHECKS)
+    checks.put(copy.deepcopy(CHECK))  # a MultiKueue check: every pass looks at the clusters
+    mk = _controller(server, clusters)
+    mk.ctx.store = lambda kind: {MKC: clusters, AC: checks}.get(kind, Store(MULTIKUEUE_CONFIGS))
+
+    def cluster(location: str, generation: int) -> dict[str, Any]:
+        return {"metadata": {"name": "worker1", "generation": generation,
+                             "resourceVersion": str(generation)},
+                "spec": {"clusterSource": {"kubeConfig": {"location": location}}}}
+
+    def reason() -> str:
+        return mk.workers["worker1"].verdict.reason
+
+    async def passes(n: int) -> int:
+        """Reads of ``n`` passes, none a probe period after the last look."""
+        before = server.reads
+        for _ in range(n):
+            await mk.sync_once()
+        return server.reads - before
+
+    def probe_period_passes() -> None:
+        mk.workers["worker1"].probed_at -= mk.s.probe_period_seconds
+
+    clusters.put(cluster("w1", 1))
+    assert await passes(5) == 1 and reason() == "BadKubeConfig"  # Secret missing
+    probe_period_passes()
+    server.secrets["w1"] = {"data": {"kubeconfig": base64.b64encode(b"{[not yaml").decode()}}
+    assert await passes(5) == 1 and reason() == "InsecureKubeConfig"
+    server.secrets["w1"] = Permanent(403, "Forbidden", "secrets is forbidden")
+    probe_period_passes()
+    assert await passes(5) == 1 and reason() == "BadKubeConfig"
+    server.secrets["w1"] = Retryable(503, "ServiceUnavailable", "etcd leader changed")
+    probe_period_passes()
+    assert await passes(3) == 3 and reason() == "BadKubeConfig"  # passing: every pass
+    server.secrets["w1"] = kubeconfig("https://w1.example:6443")
+    assert await passes(5) == 1 and mk.workers["worker1"].verdict.active  # fixed
+    assert [c.server for c in made] == ["https://w1.example:6443"]
+    clusters.set("worker1", cluster("w1-moved", 2))  # another Secret (missing): at once
+    assert await passes(5) == 1 and reason() == "BadKubeConfig"
+    assert made[0].closed
+
