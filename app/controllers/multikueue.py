@@ -452,8 +452,11 @@ class MultiKueueController:
             body = copy.deepcopy(ac)
             set_condition(body, ACTIVE, "True" if verdict.active else "False", verdict.reason,
                           verdict.message, self.ctx.clock())
-            with contextlib.suppress(ApiError):
-                await self.ctx.client.replace(ADMISSION_CHECKS, body, subresource="status")
+            with contextlib.suppress(ApiError):  # a conflict: written again next pass
+                out = await self.ctx.client.replace(ADMISSION_CHECKS, body,
+                                                    subresource="status")
+                # As the cluster's: the next pass reads the store, not the old status.
+                self.ctx.store(AC).put(out)
         return clusters
 
     # ------------------------------------------------------------------ workloads

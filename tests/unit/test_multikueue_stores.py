@@ -509,3 +509,23 @@ async def test_a_broken_clusters_secret_is_read_once_per_probe_period(
     assert await passes(5) == 1 and reason() == "BadKubeConfig"
     assert made[0].closed
 
+
+async def test_a_check_status_written_is_not_written_again_from_a_stale_store() -> None:
+    """The MultiKueue AdmissionCheck's Active condition, as the MultiKueueCluster's
+    (906fcd9): written from the AdmissionCheck store's copy, whose status the next pass (1 s
+    later) still shows old while the watch has not delivered the write: written again with
+    the old resourceVersion, a 409 Conflict and a client token for nothing. The response of
+    the write goes into the store."""
+    from app.kube.informers import Store
+
+    server = StatusServer(CHECK)
+    checks = Store(ADMISSION_CHECKS)
+    checks.put(copy.deepcopy(CHECK))
+    mk = _controller(server, Store(MULTIKUEUE_CLUSTERS))
+    mk.ctx.store = lambda kind: checks if kind == AC else Store(MULTIKUEUE_CONFIGS)
+    for _ in range(3):  # three passes, the watch delivering nothing meanwhile
+        await mk.sync_once()
+    assert (server.puts, server.conflicts) == (1, 0)
+    active = [c for c in checks.get("mk")["status"]["conditions"]  # type: ignore[index]
+              if c["type"] == "Active"]
+    assert [(c["status"], c["reason"]) for c in active] == [("False", "BadConfig")]
