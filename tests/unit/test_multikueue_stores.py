@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import copy
 import json
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -95,6 +97,21 @@ def mk_manager(monkeypatch: pytest.MonkeyPatch, client: NoMultiKueueCrdsClient) 
     return m
 
 
+@contextlib.asynccontextmanager
+async def ready_manager(monkeypatch: pytest.MonkeyPatch, client: NoMultiKueueCrdsClient
+                        ) -> AsyncIterator[Any]:
+    """``mk_manager`` on ``client``, started and ready; stopped after the block."""
+    m = mk_manager(monkeypatch, client)
+    await m.start()
+    try:
+        await m.wait_ready(5)
+        ok, why = m.ready()
+        assert ok, why
+        yield m
+    finally:
+        await m.stop()
+
+
 async def test_without_the_multikueue_crds_pykueue_is_ready_and_admits(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Before 906fcd9 the periodic list's 404 turned MultiKueue off and everything else went
@@ -105,12 +122,7 @@ async def test_without_the_multikueue_crds_pykueue_is_ready_and_admits(
     both; then their informers list, the controller starts and is told of every cluster or
     config change (its next pass), within the discovery poll (0.05 s here, 1 s doubling)."""
     client = NoMultiKueueCrdsClient()
-    m = mk_manager(monkeypatch, client)
-    await m.start()
-    try:
-        await m.wait_ready(5)
-        ok, why = m.ready()
-        assert ok, why
+    async with ready_manager(monkeypatch, client) as m:
         # The Job's Workload is created: the reconciler writes.
         assert await wait_until(lambda: ("create", "workloads") in client.writes), client.writes
         assert m.ctx is not None and m.multikueue is None  # MultiKueue off
@@ -127,8 +139,6 @@ async def test_without_the_multikueue_crds_pykueue_is_ready_and_admits(
         ok, why = m.ready()
         assert ok, why
         assert not m.dead_tasks
-    finally:
-        await m.stop()
 
 
 async def test_no_multikueue_pass_while_its_crds_are_not_served(
@@ -138,21 +148,17 @@ async def test_no_multikueue_pass_while_its_crds_are_not_served(
     MultiKueueConfig that cannot be seen. Once they are served the pass runs: the check's
     Active condition is written (False: config "cfg" not found)."""
     client = NoMultiKueueCrdsClient()
-    m = mk_manager(monkeypatch, client)
-    await m.start()
-    try:
-        await m.wait_ready(5)
+    async with ready_manager(monkeypatch, client) as m:
         # Three discovery polls (0.05 + 0.1 + 0.2 s): a pass every 0.05 s would have come.
         assert await wait_until(lambda: client.asks >= 4), client.asks
         assert ("replace", "admissionchecks") not in client.writes, client.writes
+        assert m.multikueue is None
         client.installed = True
         assert await wait_until(lambda: ("replace", "admissionchecks") in client.writes), \
             client.writes
         written = [b for v, r, b in client.bodies if (v, r) == ("replace", "admissionchecks")]
         active = [c for c in written[0]["status"]["conditions"] if c["type"] == "Active"]
         assert [(c["status"], c["reason"]) for c in active] == [("False", "BadConfig")]
-    finally:
-        await m.stop()
 
 
 async def test_an_unknown_discovery_answer_is_asked_again_not_waited_on(
@@ -164,18 +170,11 @@ async def test_an_unknown_discovery_answer_is_asked_again_not_waited_on(
     CRDs are served."""
     client = NoMultiKueueCrdsClient()
     client.discovery_down = True
-    m = mk_manager(monkeypatch, client)
-    await m.start()
-    try:
-        await m.wait_ready(5)
-        ok, why = m.ready()
-        assert ok, why
+    async with ready_manager(monkeypatch, client) as m:
         assert m.multikueue is None
         client.discovery_down, client.installed = False, True
         assert await wait_until(lambda: m.multikueue is not None), client.asks
         assert m.ctx is not None and MKC in m.ctx.informers.informers
-    finally:
-        await m.stop()
 
 
 class RestartingApiServerClient(RecordingClient):
