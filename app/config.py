@@ -625,7 +625,9 @@ class MultiKueueSettings(BaseModel):
     ClusterQueue name -> seconds after which a Workload of that ClusterQueue holding quota on
     the manager that no worker reserved gets condition ``MultiKueueNoWorker`` True (it keeps
     waiting). ``sync_period_seconds``: how often clusters, checks and dispatched Workloads are
-    looked at; ``probe_period_seconds``: how often a connected worker is probed again."""
+    looked at; ``probe_period_seconds``: how often a connected worker is probed again, and a
+    cluster whose kubeconfig is unusable (Secret or key missing, refused) has its Secret read
+    again."""
 
     origin: str = Field("multikueue", min_length=1, max_length=63)
     namespace: str = "pykueue-system"

@@ -3,10 +3,13 @@
 It owns the API client, the informers (ResourceFlavor, ClusterQueue, Cohort, LocalQueue,
 Workload, WorkloadPriorityClass, PriorityClass, Namespace, the managed objects of every
 registered job kind, Nodes and Pods for the extender, ResourceClaimTemplates when
-``resources.deviceClassMappings`` is set), Lease leader election, the job
-framework's reconciler (``app.integrations.reconciler``), the scheduling loop (with the
-admission core ``app.core.scheduling_cycle.Scheduler``), the queue status writer, the finalizer
-controller and the Event recorder. Every replica watches and serves; only the leader writes.
+``resources.deviceClassMappings`` is set, MultiKueueClusters and MultiKueueConfigs), Lease
+leader election, the job framework's reconciler (``app.integrations.reconciler``), the
+scheduling loop (with the admission core ``app.core.scheduling_cycle.Scheduler``), the queue
+status writer, the finalizer controller, the MultiKueue controller and the Event recorder.
+What may not be served (an optional job kind's CRD, MultiKueue's two CRDs) is set up once
+discovery says it is (``OptionalApi``): until then it has no informer, so readiness never
+waits on it, and MultiKueue is off. Every replica watches and serves; only the leader writes.
 It is the composition root: the one module of ``app.controllers`` that imports
 ``app.integrations``.
 
@@ -32,7 +35,8 @@ import asyncio
 import gc
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from app.config import ClientSettings, Settings
@@ -47,7 +51,7 @@ from app.integrations import default_registry
 from app.integrations.framework import JobKind, Registry, source_of
 from app.integrations.reconciler import JobReconciler
 from app.kube.aio import wait_event
-from app.kube.client import JOBS, NODES, PODS, RESOURCE_CLAIM_TEMPLATES, KubeClient
+from app.kube.client import JOBS, NODES, PODS, RESOURCE_CLAIM_TEMPLATES, KubeClient, Resource
 from app.kube.context import (
     AC,
     CHILD_JOBS,
@@ -55,8 +59,7 @@ from app.kube.context import (
     CQ,
     JOB,
     LQ,
-    MKC,
-    MKCFG,
+    MULTIKUEUE_STORES,
     NS,
     POD,
     RCT,
@@ -75,11 +78,10 @@ from app.kube.workqueue import background
 log = logging.getLogger(__name__)
 
 
-async def is_served(client: KubeClient, kind: JobKind) -> bool | None:
-    """Whether the API server serves ``kind``'s resource, through discovery (``GET
-    /apis/<group>/<version>``): True / False, None when it cannot tell (an error other than
-    404)."""
-    res = kind.resource
+async def is_served(client: KubeClient, res: Resource | None) -> bool | None:
+    """Whether the API server serves resource ``res`` (None: a kind without one, served),
+    through discovery (``GET /apis/<group>/<version>``): True / False, None when it cannot
+    tell (an error other than 404)."""
     if res is None:
         return True
     try:
@@ -92,23 +94,46 @@ async def is_served(client: KubeClient, kind: JobKind) -> bool | None:
     return any(r.get("name") == res.plural for r in doc.get("resources") or [])
 
 
+async def all_served(client: KubeClient, resources: Iterable[Resource]) -> bool:
+    """Whether the API server serves every one of ``resources`` (``is_served``); an unknown
+    answer counts as not served: asked again at the next poll (``Manager._await_crds``), so
+    readiness never waits on the list of a kind that may not be served."""
+    for res in resources:
+        if not await is_served(client, res):
+            return False
+    return True
+
+
 async def served_kinds(client: KubeClient, registry: Registry) -> Registry:
     """``registry`` without the optional kinds (``optional = True``: a CRD such as JobSet's)
-    whose resource the API server does not serve, each left out with one log line, as Kueue
-    defers an integration whose CRD is absent at start-up (kueue-integrations.md 1.7; the
-    Manager then waits for it: ``Manager._await_crds``). An unknown answer keeps the kind (its
-    informer then retries)."""
+    whose resource the API server does not serve (or whose answer is unknown), each left out
+    with one log line, as Kueue defers an integration whose CRD is absent at start-up
+    (kueue-integrations.md 1.7; the Manager then waits for it: ``Manager._await_crds``)."""
     kept = []
     for kind in registry.kinds():
         res = kind.resource
-        if kind.optional and res is not None \
-                and await is_served(client, kind) is False:
+        if kind.optional and res is not None and not await all_served(client, (res,)):
             log.info("reconciler: %s %s not served by the API server (its CRD is not "
                      "installed): %s objects are not managed until it is", res.plural,
                      res.api_version, kind.kind)
             continue
         kept.append(kind)
     return Registry(kept)
+
+
+@dataclass(frozen=True)
+class OptionalApi:
+    """What the Manager sets up only once the API server serves all of ``resources`` (their
+    CRDs may not be installed): an optional job kind (one resource), or MultiKueue
+    (MultiKueueClusters and MultiKueueConfigs). Left out at start when not served, no
+    informer and nothing readiness waits for; ``Manager._await_crds`` asks discovery and calls
+    ``add`` (start and list its informers, then wire and start what uses them), which returns
+    False when the first lists did not succeed in time (asked again at the next poll)."""
+
+    name: str
+    resources: tuple[Resource, ...]
+    add: Callable[[], Awaitable[bool]]
+
 
 NODE = "node"
 CRD_WATCH = "crd-watch"
@@ -193,7 +218,14 @@ class Manager:
         client = self._given_client or await KubeClient.from_settings(s.client)
         wanted = self.registry.kinds()
         self.registry = await served_kinds(client, self.registry)
-        awaited = [k for k in wanted if k not in self.registry.kinds()]
+        awaited = [self._optional_kind(k) for k in wanted if k not in self.registry.kinds()]
+        multikueue = self._optional_multikueue()
+        mk_served = await all_served(client, multikueue.resources)
+        if not mk_served:
+            log.info("multikueue: %s not served by the API server (their CRDs are not "
+                     "installed): MultiKueue is off until they are", ", ".join(
+                         f"{r.plural} {r.api_version}" for r in multikueue.resources))
+            awaited.append(multikueue)
         log.info("reconciler: managing %s (settings.integrations.frameworks)",
                  ", ".join(k.kind for k in self.registry.kinds()) or "no job kind")
         informers = build_informers(
@@ -221,6 +253,10 @@ class Manager:
             # DRA (docs/dra.md): the pods' ResourceClaimTemplates are counted in quota.
             informers.add(RCT, Informer(client, RESOURCE_CLAIM_TEMPLATES,
                                         watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
+        if mk_served:
+            for key, res in MULTIKUEUE_STORES:
+                informers.add(key, Informer(
+                    client, res, watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
         leader = LeaderElector(client, s.leader_election, self.identity)
         # A client handed in (a test's) serves the Events too.
         self._events_client = None if self._given_client else events_client(client, s.client)
@@ -234,7 +270,6 @@ class Manager:
         self.status = StatusWriter(ctx, cluster=self.cluster,
                                    awaiting_checks=self.scheduler.lifecycle.awaiting_checks)
         self.finalizers = FinalizerController(ctx, lambda cq: len(self.cluster.admitted(cq)))
-        self.multikueue = MultiKueueController(ctx)
         self.admission_lookup = StoreAdmissionLookup(ctx, self.registry)
         self.extender_state = StoreExtenderState(ctx, NodeStore(s.extender.gpu_resource),
                                                  self.registry)
@@ -245,7 +280,8 @@ class Manager:
         self.scheduler.start()
         self.status.start()
         self.finalizers.start()
-        self.multikueue.start()
+        if mk_served:
+            self._start_multikueue()
         self._tasks = [asyncio.create_task(leader.run(), name="leader-election"),
                        asyncio.create_task(self._activate(), name="leader-activation")]
         if awaited:
@@ -261,8 +297,7 @@ class Manager:
         ctx, jobs, sched, status = self.ctx, self.jobs, self.scheduler, self.status
         assert ctx and jobs and sched and status and self.finalizers
         tasks = [*ctx.informers.tasks, *jobs.tasks, *sched.tasks, *status.tasks,
-                 *self.finalizers.tasks, *(self.multikueue.tasks if self.multikueue else []),
-                 *ctx.recorder.tasks, *self._tasks]
+                 *self.finalizers.tasks, *ctx.recorder.tasks, *self._tasks]
         for task in tasks:
             task.add_done_callback(self._on_task_done)
 
@@ -296,9 +331,6 @@ class Manager:
         if RCT in inf.informers:
             inf[RCT].add_handler(feed.on_claim_template)
         inf[AC].add_handler(feed.on_admission_check)
-        if self.multikueue is not None:
-            inf[MKC].add_handler(self.multikueue.on_change)
-            inf[MKCFG].add_handler(self.multikueue.on_change)
         # An AdmissionCheck's status (its Active condition) is what matters: every change
         # rewrites the ClusterQueue statuses (old=None: not skipped as status-only).
         inf[AC].add_handler(lambda etype, old, new: status.on_queue(etype, None, new or old))
@@ -340,21 +372,82 @@ class Manager:
             while ctx.leader.is_leader:
                 await asyncio.sleep(0.2)
 
-    async def _await_crds(self, kinds: list[JobKind]) -> None:
-        """Start managing each of ``kinds`` (optional kinds whose CRD was not served at start)
-        once the API server serves it: Kueue v0.17 waits for an integration's API the same way
-        (kueue-integrations.md 1.7: its RESTMapper polled with exponential backoff from 1 s to
-        2 min, then the controller started and the integration enabled). Asked through
-        discovery at ``CRD_POLL_SECONDS`` doubling up to ``CRD_POLL_MAX_SECONDS``."""
-        pending, delay = list(kinds), CRD_POLL_SECONDS
+    async def _await_crds(self, apis: list[OptionalApi]) -> None:
+        """Set up each of ``apis`` (optional kinds and MultiKueue, whose CRDs were not served
+        at start) once the API server serves it: Kueue v0.17 waits for an integration's API
+        the same way (kueue-integrations.md 1.7: its RESTMapper polled with exponential
+        backoff from 1 s to 2 min, then the controller started and the integration enabled).
+        Asked through discovery at ``CRD_POLL_SECONDS`` doubling up to
+        ``CRD_POLL_MAX_SECONDS``."""
+        pending, delay = list(apis), CRD_POLL_SECONDS
         while pending:
             await asyncio.sleep(delay)
-            for kind in list(pending):
+            for api in list(pending):
                 with background():  # a poll: after the admission writes (TokenBucket)
-                    served = await is_served(self.ctx.client, kind)  # type: ignore[union-attr]
-                if served and await self._add_kind(kind):
-                    pending.remove(kind)
+                    served = await all_served(self.ctx.client,  # type: ignore[union-attr]
+                                              api.resources)
+                if served and await api.add():
+                    pending.remove(api)
             delay = min(delay * 2, CRD_POLL_MAX_SECONDS)
+
+    def _optional_kind(self, kind: JobKind) -> OptionalApi:
+        assert kind.resource is not None
+        return OptionalApi(kind.kind, (kind.resource,), lambda: self._add_kind(kind))
+
+    def _optional_multikueue(self) -> OptionalApi:
+        return OptionalApi("MultiKueue", tuple(res for _, res in MULTIKUEUE_STORES),
+                           self._add_multikueue)
+
+    def _start_multikueue(self) -> None:
+        """MultiKueue on: its controller made and started, told of every change of a
+        MultiKueueCluster or MultiKueueConfig (their informers are in the set). No await: a
+        change between the stores' listing and the handlers would otherwise be missed (the
+        controller's first pass looks at every one anyway)."""
+        ctx = self.ctx
+        assert ctx is not None
+        self.multikueue = MultiKueueController(ctx)
+        for key, _ in MULTIKUEUE_STORES:
+            ctx.informers[key].add_handler(self.multikueue.on_change)
+        self.multikueue.start()
+        for task in self.multikueue.tasks:
+            task.add_done_callback(self._on_task_done)
+
+    async def _add_multikueue(self) -> bool:
+        """MultiKueue on once its CRDs are served (both): the MultiKueueCluster and
+        MultiKueueConfig informers list, then join the set, and the controller starts (its
+        first pass at once); one log line. False (informers stopped, asked again at the next
+        poll) when either list does not succeed within ``CRD_SYNC_TIMEOUT_SECONDS``."""
+        ctx = self.ctx
+        assert ctx is not None
+        started = []
+        for key, res in MULTIKUEUE_STORES:
+            inf = Informer(ctx.client, res,
+                           watch_timeout_seconds=self.settings.scheduling.watch_timeout_seconds)
+            task = asyncio.create_task(inf.run(), name=f"informer-{key}")
+            task.add_done_callback(self._on_task_done)
+            started.append((key, inf, task))
+        synced = False
+        try:
+            synced = all(await asyncio.gather(*(
+                wait_event(inf.synced, CRD_SYNC_TIMEOUT_SECONDS) for _, inf, _ in started)))
+        finally:
+            if not synced:  # not listed in time, or stopping meanwhile
+                for _, _, task in started:
+                    task.cancel()
+        if not synced:
+            await asyncio.gather(*(t for _, _, t in started), return_exceptions=True)
+            log.warning("multikueue: its CRDs are served but not listed within %.0f s: "
+                        "MultiKueue is still off", CRD_SYNC_TIMEOUT_SECONDS)
+            return False
+        # No await from here on (``_start_multikueue``).
+        for key, inf, task in started:
+            ctx.informers.adopt(key, inf, task)
+        self._start_multikueue()
+        log.info("multikueue: %s now served (their CRDs were installed): MultiKueue is on "
+                 "(%s listed)", ", ".join(f"{r.plural} {r.api_version}"
+                                         for _, r in MULTIKUEUE_STORES),
+                 ", ".join(f"{len(inf.store)} {inf.resource.plural}" for _, inf, _ in started))
+        return True
 
     async def _add_kind(self, kind: JobKind) -> bool:
         """Watch and reconcile ``kind`` from now on: its informer lists first, then joins the

@@ -11,7 +11,9 @@ Every ``multikueue.sync_period_seconds`` while this process leads:
    ``kubeconfig``), checked (``kubeconfig_problem``), and a client built and probed (a list
    of Workloads); status ``Active`` True (reason ``Active``, "Connected") or False with
    Kueue's reason (``BadKubeConfig``, ``InsecureKubeConfig``, ``ClientConnectionFailed``,
-   ...). A connected worker is probed again every ``multikueue.probe_period_seconds``.
+   ...). A connected worker is probed again every ``multikueue.probe_period_seconds``, and
+   a cluster whose kubeconfig is unusable has its Secret read again as often (at once when
+   its spec changes).
 2. AdmissionChecks of this controller: ``Active`` from their MultiKueueConfig and its
    clusters (``check_active``).
 3. Workloads holding quota whose check of this controller is not Rejected: the owner must be of
@@ -105,7 +107,7 @@ from app.kube.client import (
     Resource,
 )
 from app.kube.context import AC, JOB, MKC, MKCFG, WL, Context
-from app.kube.errors import ApiError, NotFound
+from app.kube.errors import ApiError, NotFound, Permanent
 from app.kube.events import NORMAL
 from app.wire.queues import is_multikueue_check
 from app.wire.workload_status import is_finished, parse_time, rfc3339, set_condition
@@ -119,13 +121,20 @@ QUOTA_RESERVED, FINISHED, ACTIVE = "QuotaReserved", "Finished", "Active"
 @dataclass
 class Worker:
     """One MultiKueueCluster's connection: the client (None while unusable), the hash of
-    the kubeconfig it was built from, its verdict and when it was probed (monotonic s)."""
+    the kubeconfig it was built from, its verdict and when it was last looked at (its
+    kubeconfig read and found unusable, or a probe sent; monotonic s)."""
 
     client: KubeClient | None = None
     config_hash: str = ""
     verdict: Verdict = field(default_factory=lambda: Verdict(False, "Pending", ""))
     probed_at: float = -1e9
     generation: Any = None
+
+
+class Unread(Verdict):
+    """The Verdict of a kubeconfig Secret that could not be read for a reason that passes
+    (a 5xx, 429, timeout or connection error from the manager's API server): asked again at
+    the next pass, where a broken cluster waits for the probe period."""
 
 
 def _status_conditions_changed(obj: Mapping[str, Any], v: Verdict) -> bool:
@@ -237,9 +246,6 @@ class MultiKueueController:
         if idle and now - self._listed_at < self.s.probe_period_seconds:
             return  # nothing dispatches: the clusters' status is kept at the probe period
         self._listed_at = now
-        infs = self.ctx.informers.informers
-        if any(getattr(infs.get(k), "absent", False) for k in (MKC, MKCFG)):
-            return  # a MultiKueue CRD is not served (not installed): nothing to decide from
         # From the informers' stores (no API request, no client token): on a busy manager a
         # periodic list took tokens from the admission writes.
         clusters = list(self.ctx.store(MKC))
@@ -339,9 +345,12 @@ class MultiKueueController:
                 return Verdict(False, "BadKubeConfig", 'load client config failed: secrets '
                                f'"{location}" not found')
             except (ApiError, TimeoutError, OSError) as exc:
-                # This cluster only: the others are synced all the same.
-                return Verdict(False, "BadKubeConfig", 'load client config failed: secrets '
-                               f'"{location}": {str(exc) or type(exc).__name__}')
+                # This cluster only: the others are synced all the same. A failure that
+                # passes (the manager's API server busy or restarting) is asked again at the
+                # next pass, not after the probe period.
+                why = Verdict if isinstance(exc, Permanent) else Unread
+                return why(False, "BadKubeConfig", 'load client config failed: secrets '
+                           f'"{location}": {str(exc) or type(exc).__name__}')
             data = (secret.get("data") or {}).get(KUBECONFIG_KEY)
             if data is None:
                 return Verdict(False, "BadKubeConfig", "load client config failed: key "
@@ -367,10 +376,11 @@ class MultiKueueController:
         now = asyncio.get_running_loop().time()
         generation = cluster["metadata"].get("generation")
         fresh = now - w.probed_at < self.s.probe_period_seconds
-        # A connected worker whose spec did not change is looked at again (its Secret read,
-        # a probe sent) once per probe period; one that did not answer is retried as often.
-        if fresh and w.generation == generation and (
-                w.verdict.active or w.verdict.reason == "ClientConnectionFailed"):
+        # A worker whose spec did not change is looked at again (its Secret read, a probe
+        # sent) once per probe period: a connected one, one that did not answer and one whose
+        # kubeconfig is unusable (Secret or key missing, refused) alike; read every pass, a
+        # broken one cost a client token a second. A spec changed (another Secret): at once.
+        if fresh and w.generation == generation:
             got: tuple[Any, str] | Verdict | None = None
         else:
             got = await self._kubeconfig(cluster)
@@ -380,6 +390,7 @@ class MultiKueueController:
         elif isinstance(got, Verdict):
             await self._drop_client(w)
             w.verdict = got
+            w.probed_at = -1e9 if isinstance(got, Unread) else now
         elif got[1] != w.config_hash or w.client is None or not fresh:
             if got[1] != w.config_hash:
                 await self._drop_client(w)
@@ -441,8 +452,11 @@ class MultiKueueController:
             body = copy.deepcopy(ac)
             set_condition(body, ACTIVE, "True" if verdict.active else "False", verdict.reason,
                           verdict.message, self.ctx.clock())
-            with contextlib.suppress(ApiError):
-                await self.ctx.client.replace(ADMISSION_CHECKS, body, subresource="status")
+            with contextlib.suppress(ApiError):  # a conflict: written again next pass
+                out = await self.ctx.client.replace(ADMISSION_CHECKS, body,
+                                                    subresource="status")
+                # As the cluster's: the next pass reads the store, not the old status.
+                self.ctx.store(AC).put(out)
         return clusters
 
     # ------------------------------------------------------------------ workloads

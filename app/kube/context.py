@@ -40,9 +40,11 @@ RF, CQ, CO, LQ, WL, WPC, PC, NS, JOB = "rf", "cq", "co", "lq", "wl", "wpc", "pc"
 AC = "ac"  # AdmissionChecks: ClusterQueues naming a missing or inactive one admit nothing
 # MultiKueueClusters and MultiKueueConfigs: read by the MultiKueue controller from its cache,
 # as Kueue's reconcilers read theirs, so keeping the clusters' status costs no client tokens.
-# Without their CRDs pykueue still runs (MultiKueue off): their informers are ``absent_ok``.
+# Not in ``build_informers``: their CRDs may not be installed, so the Manager watches them,
+# as an optional job kind, once the API server serves both (MultiKueue off until then).
 MKC, MKCFG = "mkc", "mkcfg"
-ABSENT_OK = frozenset((MKC, MKCFG))
+MULTIKUEUE_STORES: tuple[tuple[str, Resource], ...] = (
+    (MKC, MULTIKUEUE_CLUSTERS), (MKCFG, MULTIKUEUE_CONFIGS))
 STS = "sts"  # queued (or all) StatefulSets: Pod webhook sizes their pods' group from spec.replicas
 RCT = "rct"  # ResourceClaimTemplates, watched only with resources.deviceClassMappings (DRA)
 # Every Pod, watched with the Nodes for the scheduler extender; the job reconciler reads it
@@ -67,15 +69,13 @@ def build_informers(client: KubeClient, watch_timeout_seconds: int = 300, *,
     infs = InformerSet()
     for key, res, selector in (
         (RF, RESOURCE_FLAVORS, None), (CQ, CLUSTER_QUEUES, None), (CO, COHORTS, None),
-        (LQ, LOCAL_QUEUES, None), (AC, ADMISSION_CHECKS, None),
-        (MKC, MULTIKUEUE_CLUSTERS, None), (MKCFG, MULTIKUEUE_CONFIGS, None),
-        (WL, WORKLOADS, None), (WPC, WORKLOAD_PRIORITY_CLASSES, None),
-        (PC, PRIORITY_CLASSES, None), (NS, NAMESPACES, None),
+        (LQ, LOCAL_QUEUES, None), (AC, ADMISSION_CHECKS, None), (WL, WORKLOADS, None),
+        (WPC, WORKLOAD_PRIORITY_CLASSES, None), (PC, PRIORITY_CLASSES, None),
+        (NS, NAMESPACES, None),
         (STS, STATEFULSETS, None if every_statefulset else QUEUE_NAME_LABEL), *job_kinds,
     ):
         infs.add(key, Informer(client, res, label_selector=selector,
-                               watch_timeout_seconds=watch_timeout_seconds,
-                               absent_ok=key in ABSENT_OK))
+                               watch_timeout_seconds=watch_timeout_seconds))
     return infs
 
 

@@ -17,11 +17,7 @@ keeps the quota of one just finished, and nothing wakes it up again.
 Handlers are synchronous ``(event_type, old, new) -> None`` callables; they must only update
 stores / caches and signal a wake-up (design.md: "Watch handlers only update stores").
 ``synced`` is set after the first complete list; ``InformerSet.wait_synced()`` is the barrier
-before any decision. An informer made with ``absent_ok`` (a kind pykueue can do without, such
-as the MultiKueue CRDs) counts a 404 on its first list (the CRD is not installed) as an empty
-list: it is synced, its store is empty, and the list is asked again at ``ABSENT_RETRY`` (1 s
-doubling up to 2 min, as background traffic), so pykueue without those CRDs is still ready.
-A 404 later (on a watch or relist) keeps the store and asks again the same way.
+before any decision.
 
 Objects are plain ``dict``s as the API server sends them, minus ``metadata.managedFields``.
 """
@@ -29,15 +25,13 @@ Objects are plain ``dict``s as the API server sends them, minus ``metadata.manag
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import random
 from collections.abc import Callable, Iterable, Iterator
 
 from app.kube.client import KubeClient, Resource
-from app.kube.errors import ApiError, Backoff, Gone, NotFound, from_exception, from_status
-from app.kube.workqueue import background
+from app.kube.errors import ApiError, Backoff, Gone, from_exception, from_status
 from app.wire.fields import Obj
 
 log = logging.getLogger(__name__)
@@ -45,8 +39,6 @@ log = logging.getLogger(__name__)
 Handler = Callable[[str, Obj | None, Obj | None], None]
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
-# An ``absent_ok`` informer whose kind is not served asks again after (first, longest) s.
-ABSENT_RETRY = (1.0, 120.0)
 
 
 def object_key(obj: Obj) -> str:
@@ -182,19 +174,15 @@ class Informer:
 
     ``namespace``: only that namespace (None = all); ``label_selector``: server-side filter.
     ``watch_timeout_seconds``: asked per watch request (randomised by up to +50% so many
-    informers do not reconnect together). ``absent_ok``: a 404 on the list (the kind's CRD is
-    not installed) is an empty list (see the module doc). Counters for tests/metrics:
-    ``lists``, ``relists`` (lists after the first), ``watches`` (watch requests), ``errors``.
+    informers do not reconnect together). Counters for tests/metrics: ``lists``, ``relists``
+    (lists after the first), ``watches`` (watch requests), ``errors``.
     """
 
     def __init__(self, client: KubeClient, resource: Resource, *,
                  namespace: str | None = None, label_selector: str | None = None,
-                 watch_timeout_seconds: int = 300, backoff: Backoff | None = None,
-                 absent_ok: bool = False) -> None:
+                 watch_timeout_seconds: int = 300, backoff: Backoff | None = None) -> None:
         self.client = client
         self.resource = resource
-        self.absent_ok = absent_ok
-        self.absent = False  # absent_ok and the last list answered 404
         self.namespace = namespace
         self.label_selector = label_selector
         self.watch_timeout_seconds = watch_timeout_seconds
@@ -293,35 +281,15 @@ class Informer:
             self._apply(event)
             self.backoff.reset()
 
-    def _not_served(self) -> None:
-        """A 404 (``absent_ok``): synced, the store kept as it is. Before the first list it is
-        empty: the CRD is not installed. Afterwards the store stays: a CRD removed deleted its
-        objects first (their DELETED events came), while a kube-apiserver starting up answers
-        404 for a while for a CRD it serves (dropping the objects then would drop the
-        MultiKueue workers for nothing)."""
-        if not self.absent:
-            log.info("informer %s: %s not served (its CRD is not installed?): %d objects kept, "
-                     "asked again later", self.name, self.resource.api_version, len(self.store))
-        self.absent = True
-        self.synced.set()
-
     async def run(self) -> None:
         """Run until cancelled: list, then watch; relist on Gone; back off on errors."""
         need_list = True
-        absent = Backoff(base=ABSENT_RETRY[0], cap=ABSENT_RETRY[1])
         while True:
             try:
                 if need_list:
-                    # A poll for a CRD not installed waits behind the admission writes.
-                    with background() if self.absent else contextlib.nullcontext():
-                        await self.relist()
+                    await self.relist()
                     need_list = False
-                    if self.absent:
-                        self.absent = False
-                        log.info("informer %s: %s now served (%d listed)", self.name,
-                                 self.resource.api_version, len(self.store))
                     self.backoff.reset()
-                    absent.reset()
                 await self._watch_once()
             except asyncio.CancelledError:
                 raise
@@ -330,11 +298,6 @@ class Informer:
                          self.resource_version)
                 need_list = True
             except Exception as exc:  # noqa: BLE001
-                if self.absent_ok and isinstance(exc, NotFound):  # not served: ask again later
-                    self._not_served()
-                    need_list = True
-                    await asyncio.sleep(absent.next())
-                    continue
                 err = from_exception(exc)
                 self.errors += 1
                 self.last_error = err

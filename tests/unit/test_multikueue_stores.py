@@ -2,38 +2,75 @@
 informers' stores (MKC, MKCFG; 906fcd9). What that must not break: pykueue without the
 MultiKueue CRDs still becomes ready and admits (before 906fcd9 a 404 on the periodic list
 turned MultiKueue off), and a cluster's status write, from the store's copy, is not repeated
-with a stale resourceVersion while the watch has not delivered it yet."""
+with a stale resourceVersion while the watch has not delivered it yet.
+
+mkfold23: MultiKueue's two kinds are optional as a job kind whose CRD may be absent
+(``Manager`` ``OptionalApi``): without their CRDs no informer of them exists and MultiKueue is
+off; once discovery serves both, their informers list and the controller starts."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import copy
+import json
+from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from app.controllers import manager as manager_mod
 from app.integrations import BUILTIN_KINDS
 from app.integrations.framework import Registry
-from app.kube.client import ADMISSION_CHECKS, MULTIKUEUE_CLUSTERS, MULTIKUEUE_CONFIGS
+from app.kube.client import (
+    ADMISSION_CHECKS,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    MULTIKUEUE_CLUSTERS,
+    MULTIKUEUE_CONFIGS,
+)
 from app.kube.context import AC, MKC, MKCFG
-from app.kube.errors import Conflict, NotFound
+from app.kube.errors import Backoff, Conflict, Gone, NotFound, Retryable
 from tests.recording_client import OBJECTS, RecordingClient
 from tests.unit.test_job_framework import leading_manager
 
+KUEUE_API = f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}"
+MK_PLURALS = (MULTIKUEUE_CLUSTERS.plural, MULTIKUEUE_CONFIGS.plural)
+CHECK = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "AdmissionCheck",
+         "metadata": {"name": "mk", "resourceVersion": "3"},
+         "spec": {"controllerName": "kueue.x-k8s.io/multikueue",
+                  "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig",
+                                 "name": "cfg"}}}
+
 
 class NoMultiKueueCrdsClient(RecordingClient):
-    """The API server of a cluster without the MultiKueue CRDs: their lists answer 404 until
-    ``installed`` (then ``clusters`` are listed)."""
+    """The API server of a cluster without the MultiKueue CRDs until ``installed``: discovery
+    of kueue.x-k8s.io/v1beta2 lists the other Kueue kinds only (asks counted in ``asks``), a
+    list of theirs answers 404 (counted in ``absent_lists``); once installed, ``clusters`` are
+    listed. A MultiKueue AdmissionCheck ``mk`` exists."""
 
     def __init__(self) -> None:
-        super().__init__(OBJECTS)
+        super().__init__({**OBJECTS, ADMISSION_CHECKS.plural: [copy.deepcopy(CHECK)]})
         self.installed = False
+        self.asks = 0
         self.absent_lists = 0
         self.clusters: list[dict[str, Any]] = []
+        self.discovery_down = False  # asks answered 503 meanwhile
+
+    async def request(self, method: str, path: str, **kw: Any) -> Any:
+        if path == KUEUE_API:
+            self.asks += 1
+            if self.discovery_down:
+                raise Retryable(503, "ServiceUnavailable", "the server is starting")
+            names = ["clusterqueues", "localqueues", "workloads", "admissionchecks",
+                     *(MK_PLURALS if self.installed else ())]
+            return {"resources": [{"name": n} for n in names]}
+        return await super().request(method, path, **kw)
 
     async def list(self, res: Any, namespace: str | None = None, **kw: Any):
-        if res.plural in (MULTIKUEUE_CLUSTERS.plural, MULTIKUEUE_CONFIGS.plural):
+        if res.plural in MK_PLURALS:
             if not self.installed:
                 self.absent_lists += 1
                 raise NotFound(404, f"the server could not find the requested resource "
@@ -43,54 +80,114 @@ class NoMultiKueueCrdsClient(RecordingClient):
         return await super().list(res, namespace, **kw)
 
 
-async def test_without_the_multikueue_crds_pykueue_is_ready_and_admits(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Before 906fcd9 the periodic list's 404 turned MultiKueue off and everything else went
-    on. With the MKC and MKCFG informers every one must list before pykueue is ready: on a
-    cluster without the MultiKueue CRDs it was never ready and admitted nothing (readyz:
-    "waiting for informers: mkc, mkcfg"). Their absence now counts as listed and empty; the
-    list is asked again later, slowly (not a 10 s poll costing the tokens 906fcd9 saved),
-    and the clusters appear once the CRD is installed."""
-    from app.kube import informers as informers_mod
-    monkeypatch.setattr(informers_mod, "ABSENT_RETRY", (0.05, 0.2))
-    client = NoMultiKueueCrdsClient()
+async def wait_until(cond: Any, seconds: float = 5.0) -> bool:
+    for _ in range(int(seconds / 0.02)):
+        if cond():
+            return True
+        await asyncio.sleep(0.02)
+    return bool(cond())
+
+
+def mk_manager(monkeypatch: pytest.MonkeyPatch, client: NoMultiKueueCrdsClient) -> Any:
+    """A leading Manager on ``client``, discovery asked every 0.05 s (doubling), a
+    MultiKueue pass every 0.05 s."""
+    monkeypatch.setattr(manager_mod, "CRD_POLL_SECONDS", 0.05)
     m = leading_manager(monkeypatch, client, Registry(list(BUILTIN_KINDS)))
+    m.settings.multikueue.sync_period_seconds = 0.05
+    return m
+
+
+@contextlib.asynccontextmanager
+async def ready_manager(monkeypatch: pytest.MonkeyPatch, client: NoMultiKueueCrdsClient
+                        ) -> AsyncIterator[Any]:
+    """``mk_manager`` on ``client``, started and ready; stopped after the block."""
+    m = mk_manager(monkeypatch, client)
     await m.start()
     try:
         await m.wait_ready(5)
         ok, why = m.ready()
         assert ok, why
-        for _ in range(100):  # the Job's Workload is created: the reconciler writes
-            if ("create", "workloads") in client.writes:
-                break
-            await asyncio.sleep(0.05)
-        assert ("create", "workloads") in client.writes, client.writes
-        assert m.ctx is not None and list(m.ctx.store(MKC)) == []
-        assert m.multikueue is not None  # a cluster or config changed: looked at next pass
-        for key in (MKC, MKCFG):
-            assert m.multikueue.on_change in m.ctx.informers[key].handlers
-        client.clusters = [{"metadata": {"name": "worker1", "resourceVersion": "7"},
-                            "spec": {}}]
-        client.installed = True
-        for _ in range(100):
-            if m.ctx.store(MKC).get("worker1") is not None:
-                break
-            await asyncio.sleep(0.02)
-        assert m.ctx.store(MKC).get("worker1") is not None
-        assert m.ctx.store(MKCFG) is not None
+        yield m
     finally:
         await m.stop()
 
 
+async def test_without_the_multikueue_crds_pykueue_is_ready_and_admits(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before 906fcd9 the periodic list's 404 turned MultiKueue off and everything else went
+    on. With the MKC and MKCFG informers every one must list before pykueue is ready: on a
+    cluster without the MultiKueue CRDs it was never ready and admitted nothing (readyz:
+    "waiting for informers: mkc, mkcfg"). Now they are optional, as a job kind whose CRD is
+    absent: no informer (nothing listed, nothing readiness waits for) until discovery serves
+    both; then their informers list, the controller starts and is told of every cluster or
+    config change (its next pass), within the discovery poll (0.05 s here, 1 s doubling)."""
+    client = NoMultiKueueCrdsClient()
+    async with ready_manager(monkeypatch, client) as m:
+        # The Job's Workload is created: the reconciler writes.
+        assert await wait_until(lambda: ("create", "workloads") in client.writes), client.writes
+        assert m.ctx is not None and m.multikueue is None  # MultiKueue off
+        assert MKC not in m.ctx.informers.informers and MKCFG not in m.ctx.informers.informers
+        assert client.absent_lists == 0  # discovery asked, not a list answering 404
+        client.clusters = [{"metadata": {"name": "worker1", "resourceVersion": "7"},
+                            "spec": {}}]
+        client.installed = True
+        assert await wait_until(lambda: m.multikueue is not None), client.asks
+        assert m.ctx.store(MKC).get("worker1") is not None
+        assert list(m.ctx.store(MKCFG)) == []
+        for key in (MKC, MKCFG):  # a cluster or config changed: looked at on the next pass
+            assert m.multikueue.on_change in m.ctx.informers[key].handlers
+        ok, why = m.ready()
+        assert ok, why
+        assert not m.dead_tasks
+
+
+async def test_no_multikueue_pass_while_its_crds_are_not_served(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the MultiKueue CRDs are not served a pass decides nothing, as before 906fcd9
+    (the list's 404 ended the pass): a MultiKueue check is not turned inactive for a
+    MultiKueueConfig that cannot be seen. Once they are served the pass runs: the check's
+    Active condition is written (False: config "cfg" not found)."""
+    client = NoMultiKueueCrdsClient()
+    async with ready_manager(monkeypatch, client) as m:
+        # Three discovery polls (0.05 + 0.1 + 0.2 s): a pass every 0.05 s would have come.
+        assert await wait_until(lambda: client.asks >= 4), client.asks
+        assert ("replace", "admissionchecks") not in client.writes, client.writes
+        assert m.multikueue is None
+        client.installed = True
+        assert await wait_until(lambda: ("replace", "admissionchecks") in client.writes), \
+            client.writes
+        written = [b for v, r, b in client.bodies if (v, r) == ("replace", "admissionchecks")]
+        active = [c for c in written[0]["status"]["conditions"] if c["type"] == "Active"]
+        assert [(c["status"], c["reason"]) for c in active] == [("False", "BadConfig")]
+
+
+async def test_an_unknown_discovery_answer_is_asked_again_not_waited_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Discovery failing at start (a 503: the API server starting) says nothing about the
+    MultiKueue CRDs. Kept as served (as an optional job kind was), their informers' lists
+    answered 404 for ever and pykueue was never ready; now the answer is asked again at the
+    next poll: ready at once without MultiKueue, which comes once discovery says both
+    CRDs are served."""
+    client = NoMultiKueueCrdsClient()
+    client.discovery_down = True
+    async with ready_manager(monkeypatch, client) as m:
+        assert m.multikueue is None
+        client.discovery_down, client.installed = False, True
+        assert await wait_until(lambda: m.multikueue is not None), client.asks
+        assert m.ctx is not None and MKC in m.ctx.informers.informers
+
+
 class RestartingApiServerClient(RecordingClient):
-    """Lists worker1; after ``restart`` its watch and one list answer 404 (a kube-apiserver
-    starting up, its CRDs not yet served), then worker1 and worker2 are listed."""
+    """Lists worker1; after ``restart`` (a kube-apiserver starting up, its CRDs not yet
+    served) the watch answers 404, the next watch 410 Gone and the relist 404 once, then
+    worker1 and worker2 are listed."""
 
     def __init__(self) -> None:
         super().__init__({MULTIKUEUE_CLUSTERS.plural: [
             {"metadata": {"name": "worker1", "resourceVersion": "7"}, "spec": {}}]})
         self.restart = asyncio.Event()
         self.not_served = 0
+        self.watches = 0
 
     async def list(self, res: Any, namespace: str | None = None, **kw: Any):
         if self.restart.is_set() and self.not_served < 2:
@@ -99,28 +196,30 @@ class RestartingApiServerClient(RecordingClient):
         return await super().list(res, namespace, **kw)
 
     async def watch(self, res: Any, namespace: str | None = None, **_: Any):
-        if self.restart.is_set():
-            await asyncio.Event().wait()
-        await self.restart.wait()
-        self.not_served += 1
-        self.objects[MULTIKUEUE_CLUSTERS.plural].append(
-            {"metadata": {"name": "worker2", "resourceVersion": "9"}, "spec": {}})
-        raise NotFound(404, "the server could not find the requested resource")
+        self.watches += 1
+        if self.watches == 1:
+            await self.restart.wait()
+            self.not_served += 1
+            self.objects[MULTIKUEUE_CLUSTERS.plural].append(
+                {"metadata": {"name": "worker2", "resourceVersion": "9"}, "spec": {}})
+            raise NotFound(404, "the server could not find the requested resource")
+        if self.watches == 2:
+            raise Gone(410, "too old resource version")
+        await asyncio.Event().wait()
         yield {}  # pragma: no cover - an async generator
 
 
-async def test_a_404_after_the_first_list_keeps_the_store(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_404_after_the_first_list_keeps_the_store() -> None:
     """A kube-apiserver starting up answers 404 for a while for a CRD it serves: the
     MultiKueueClusters' informer keeps its store (emptying it would drop every worker's
     connection and turn the checks inactive for nothing), stays synced and lists again:
     what changed meanwhile is told (worker2 added), worker1 never deleted. (A CRD removed
-    deletes its objects first: their DELETED events empty the store.)"""
-    from app.kube import informers as informers_mod
+    deletes its objects first: their DELETED events empty the store.) The informer is a
+    plain one, as every other: a 404 is an error it backs off from."""
     from app.kube.informers import Informer
-    monkeypatch.setattr(informers_mod, "ABSENT_RETRY", (0.05, 0.2))
     client = RestartingApiServerClient()
-    inf = Informer(client, MULTIKUEUE_CLUSTERS, absent_ok=True)  # type: ignore[arg-type]
+    inf = Informer(client, MULTIKUEUE_CLUSTERS,  # type: ignore[arg-type]
+                   backoff=Backoff(base=0.01, cap=0.05))
     told: list[tuple[str, str]] = []
     inf.add_handler(lambda etype, old, new: told.append(
         (etype, (new or old or {}).get("metadata", {}).get("name"))))
@@ -134,10 +233,48 @@ async def test_a_404_after_the_first_list_keeps_the_store(
             assert inf.store.get("worker1") is not None and inf.synced.is_set()
             await asyncio.sleep(0.02)
         assert told == [("ADDED", "worker1"), ("ADDED", "worker2")]
-        assert client.not_served == 2 and not inf.absent  # the watch's 404, a list's
+        assert client.not_served == 2  # the watch's 404, a list's
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+class WorkerClient:
+    """A worker's client (``KubeClient.from_kubeconfig_dict``'s, ``worker_clients``): its
+    probe answers; ``closed`` once closed."""
+
+    def __init__(self, server: str) -> None:
+        self.server, self.closed = server, False
+
+    async def request(self, *a: Any, **k: Any) -> dict[str, Any]:
+        return {}
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def worker_clients(monkeypatch: pytest.MonkeyPatch) -> list[WorkerClient]:
+    """The worker clients the controller makes from now on (in order), in place of real
+    ones."""
+    from app.kube.client import KubeClient
+
+    made: list[WorkerClient] = []
+
+    async def from_kubeconfig_dict(config: dict[str, Any], settings: Any) -> WorkerClient:
+        made.append(WorkerClient(config["clusters"][0]["cluster"]["server"]))
+        return made[-1]
+
+    monkeypatch.setattr(KubeClient, "from_kubeconfig_dict", from_kubeconfig_dict)
+    return made
+
+
+def kubeconfig(server: str) -> dict[str, Any]:
+    """A Secret's ``data`` holding a usable kubeconfig (a token, ``server``)."""
+    text = json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "c",
+                       "clusters": [{"name": "c", "cluster": {"server": server}}],
+                       "users": [{"name": "u", "user": {"token": "t"}}],
+                       "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]})
+    return {"data": {"kubeconfig": base64.b64encode(text.encode()).decode()}}
 
 
 def _controller(client: Any, clusters: Any):
@@ -245,76 +382,15 @@ async def test_a_cluster_added_while_nothing_dispatches_is_looked_at_on_the_next
     assert synced == [[], ["worker1"], ["worker1"], []]
 
 
-async def test_no_pass_while_the_multikueue_crds_are_not_served() -> None:
-    """While a MultiKueue CRD is not served (its informer ``absent``: not installed, or a
-    kube-apiserver starting up) a pass decides nothing, as before 906fcd9 (the list's 404
-    ended the pass): a check is not turned inactive for a MultiKueueConfig it cannot see."""
-    from app.kube.informers import Store
-
-    class Writes:
-        def __init__(self) -> None:
-            self.puts: list[str] = []
-
-        async def replace(self, res: Any, body: dict[str, Any], subresource: str | None = None):
-            self.puts.append(res.plural)
-            return body
-
-    client = Writes()
-    mk = _controller(client, Store(MULTIKUEUE_CLUSTERS))
-    check = {"metadata": {"name": "mk", "resourceVersion": "3"},
-             "spec": {"controllerName": "kueue.x-k8s.io/multikueue",
-                      "parameters": {"apiGroup": "kueue.x-k8s.io",
-                                     "kind": "MultiKueueConfig", "name": "cfg"}}}
-    checks = Store(ADMISSION_CHECKS)
-    checks.put(check)
-    stores = {MKC: Store(MULTIKUEUE_CLUSTERS), MKCFG: Store(MULTIKUEUE_CONFIGS), AC: checks}
-    mk.ctx.store = lambda kind: stores.get(kind, Store(MULTIKUEUE_CONFIGS))
-    mk.ctx.informers.informers = {MKC: SimpleNamespace(absent=False),
-                                  MKCFG: SimpleNamespace(absent=True)}
-    await mk.sync_once()
-    assert client.puts == []
-    mk.ctx.informers.informers[MKCFG].absent = False  # served, and still no config "cfg"
-    await mk.sync_once()
-    assert client.puts == ["admissionchecks"]
-
-
 async def test_a_cluster_whose_secret_changes_or_that_is_deleted_has_its_client_closed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """From the store, as from the list before 906fcd9: a MultiKueueCluster whose spec names
     another Secret (generation bumped) is read again at once and connected with a new client,
     the old one closed; one deleted has its worker dropped and its client closed (no
     leaked connection pools), with nothing dispatching (the idle passes)."""
-    import base64
-    import json
-
-    from app.kube.client import KubeClient
     from app.kube.informers import Store
 
-    made: list[WorkerClient] = []
-
-    class WorkerClient:
-        def __init__(self, server: str) -> None:
-            self.server, self.closed = server, False
-
-        async def request(self, *a: Any, **k: Any) -> dict[str, Any]:
-            return {}
-
-        async def close(self) -> None:
-            self.closed = True
-
-    async def from_kubeconfig_dict(config: dict[str, Any], settings: Any) -> WorkerClient:
-        made.append(WorkerClient(config["clusters"][0]["cluster"]["server"]))
-        return made[-1]
-
-    monkeypatch.setattr(KubeClient, "from_kubeconfig_dict", from_kubeconfig_dict)
-
-    def kubeconfig(server: str) -> dict[str, Any]:
-        text = json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "c",
-                           "clusters": [{"name": "c", "cluster": {"server": server}}],
-                           "users": [{"name": "u", "user": {"token": "t"}}],
-                           "contexts": [{"name": "c",
-                                         "context": {"cluster": "c", "user": "u"}}]})
-        return {"data": {"kubeconfig": base64.b64encode(text.encode()).decode()}}
+    made = worker_clients(monkeypatch)
 
     class Manager:
         secrets = {"old": kubeconfig("https://w1-old.example:6443"),
@@ -349,3 +425,106 @@ async def test_a_cluster_whose_secret_changes_or_that_is_deleted_has_its_client_
     mk.on_change("DELETED", moved, None)
     await mk.sync_once()
     assert mk.workers == {} and all(c.closed for c in made)
+
+
+class SecretServer:
+    """The manager's API server for the MultiKueue controller: Secrets by name
+    (``secrets``: the Secret's object, or an ApiError raised), every GET counted in
+    ``reads``; status writes answered with a new resourceVersion."""
+
+    def __init__(self) -> None:
+        self.secrets: dict[str, Any] = {}
+        self.reads = 0
+        self.rv = 10
+
+    async def get(self, res: Any, name: str, namespace: str | None = None) -> Any:
+        self.reads += 1
+        got = self.secrets.get(name)
+        if got is None:
+            raise NotFound(404, "NotFound", f'secrets "{name}" not found')
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    async def replace(self, res: Any, body: dict[str, Any], subresource: str | None = None):
+        self.rv += 1
+        out = copy.deepcopy(body)
+        out["metadata"]["resourceVersion"] = str(self.rv)
+        return out
+
+
+async def test_a_broken_clusters_secret_is_read_once_per_probe_period(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MultiKueueCluster whose kubeconfig is unusable (its Secret missing, a refused
+    kubeconfig, a 403) had its Secret read again on every pass (1 s) while a MultiKueue
+    check exists: a client token a second per broken cluster, for ever. It is now read once
+    per ``probe_period_seconds``, as a connected worker is probed; its spec changed (another
+    Secret) it is read at once; a read that failed for a passing reason (503) is asked again
+    at the next pass; the Secret fixed is connected at the next probe period."""
+    from app.kube.errors import Permanent, Retryable
+    from app.kube.informers import Store
+
+    made = worker_clients(monkeypatch)
+    server = SecretServer()
+    clusters = Store(MULTIKUEUE_CLUSTERS)
+    checks = Store(ADMISSION_CHECKS)
+    checks.put(copy.deepcopy(CHECK))  # a MultiKueue check: every pass looks at the clusters
+    mk = _controller(server, clusters)
+    mk.ctx.store = lambda kind: {MKC: clusters, AC: checks}.get(kind, Store(MULTIKUEUE_CONFIGS))
+
+    def cluster(location: str, generation: int) -> dict[str, Any]:
+        return {"metadata": {"name": "worker1", "generation": generation,
+                             "resourceVersion": str(generation)},
+                "spec": {"clusterSource": {"kubeConfig": {"location": location}}}}
+
+    def reason() -> str:
+        return mk.workers["worker1"].verdict.reason
+
+    async def passes(n: int) -> int:
+        """Reads of ``n`` passes, none a probe period after the last look."""
+        before = server.reads
+        for _ in range(n):
+            await mk.sync_once()
+        return server.reads - before
+
+    def probe_period_passes() -> None:
+        mk.workers["worker1"].probed_at -= mk.s.probe_period_seconds
+
+    clusters.put(cluster("w1", 1))
+    assert await passes(5) == 1 and reason() == "BadKubeConfig"  # Secret missing
+    probe_period_passes()
+    server.secrets["w1"] = {"data": {"kubeconfig": base64.b64encode(b"{[not yaml").decode()}}
+    assert await passes(5) == 1 and reason() == "InsecureKubeConfig"
+    server.secrets["w1"] = Permanent(403, "Forbidden", "secrets is forbidden")
+    probe_period_passes()
+    assert await passes(5) == 1 and reason() == "BadKubeConfig"
+    server.secrets["w1"] = Retryable(503, "ServiceUnavailable", "etcd leader changed")
+    probe_period_passes()
+    assert await passes(3) == 3 and reason() == "BadKubeConfig"  # passing: every pass
+    server.secrets["w1"] = kubeconfig("https://w1.example:6443")
+    assert await passes(5) == 1 and mk.workers["worker1"].verdict.active  # fixed
+    assert [c.server for c in made] == ["https://w1.example:6443"]
+    clusters.set("worker1", cluster("w1-moved", 2))  # another Secret (missing): at once
+    assert await passes(5) == 1 and reason() == "BadKubeConfig"
+    assert made[0].closed
+
+
+async def test_a_check_status_written_is_not_written_again_from_a_stale_store() -> None:
+    """The MultiKueue AdmissionCheck's Active condition, as the MultiKueueCluster's
+    (906fcd9): written from the AdmissionCheck store's copy, whose status the next pass (1 s
+    later) still shows old while the watch has not delivered the write: written again with
+    the old resourceVersion, a 409 Conflict and a client token for nothing. The response of
+    the write goes into the store."""
+    from app.kube.informers import Store
+
+    server = StatusServer(CHECK)
+    checks = Store(ADMISSION_CHECKS)
+    checks.put(copy.deepcopy(CHECK))
+    mk = _controller(server, Store(MULTIKUEUE_CLUSTERS))
+    mk.ctx.store = lambda kind: checks if kind == AC else Store(MULTIKUEUE_CONFIGS)
+    for _ in range(3):  # three passes, the watch delivering nothing meanwhile
+        await mk.sync_once()
+    assert (server.puts, server.conflicts) == (1, 0)
+    active = [c for c in checks.get("mk")["status"]["conditions"]  # type: ignore[index]
+              if c["type"] == "Active"]
+    assert [(c["status"], c["reason"]) for c in active] == [("False", "BadConfig")]

@@ -161,8 +161,9 @@ class _ServesJobSets(RecordingClient):
     """Discovery answers for JobSets (an optional kind is left out unless served)."""
 
     async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
-        if path == f"/apis/{jobset.JOBSETS.api_version}":
-            return {"resources": [{"name": jobset.JOBSETS.plural}]}
+        res = jobset.KIND.resource
+        if path == f"/apis/{res.api_version}":
+            return {"resources": [{"name": res.plural}]}
         return await super().request(method, path)
 
 
