@@ -17,6 +17,7 @@ from typing import Any
 
 from app.config import Settings
 from app.controllers.scheduling_loop import SchedulerLoop
+from app.core.decisions import PendingReason, Preempt
 from app.core.types import WorkloadKey
 from app.integrations.batchjob.job import KIND as JOB
 from app.kube.context import POD
@@ -33,9 +34,11 @@ KEY = WorkloadKey(f"{NS}/{WL_NAME}")
 
 def _setup(release: str = "WhenPodsGone", *, pods_watched: bool = True
            ) -> tuple[Sim, SchedulerLoop, Any, list[dict[str, Any]]]:
-    """The scenario's start: ``train``'s Workload admitted with its 2 pods Running."""
-    sim = Sim(cluster_queue("cq").flavor("default-flavor", gpu=2), namespaces={NS: {}})
-    sim.add_cq(cluster_queue("cq").flavor("default-flavor", gpu=2), namespaces=(NS,))
+    """The scenario's start: ``train``'s Workload admitted with its 2 pods Running (the
+    ClusterQueue preempts lower priorities within it)."""
+    cq = cluster_queue("cq").flavor("default-flavor", gpu=2).preemption(within="LowerPriority")
+    sim = Sim(cq, namespaces={NS: {}})
+    sim.add_cq(cq, namespaces=(NS,))
     sim.submit(workload(f"{NS}/{WL_NAME}").cq("cq").pods(2, gpu=1))
     assert sim.admits(sim.cycle()) == [KEY]
     sim.c.update_workload(sim.c.domain_workload(KEY))  # its admission written (not assumed)
@@ -158,3 +161,17 @@ def test_a_new_workload_of_a_held_key_replaces_the_hold() -> None:
     assert sim.usage("cq", resource="gpu") == 2
     sim.submit(workload(f"{NS}/{WL_NAME}").cq("cq").pods(2, gpu=1))
     assert sim.pending(KEY) and sim.usage("cq", resource="gpu") == 0
+
+
+def test_a_held_workload_is_no_victim_to_evict_again() -> None:
+    """A higher-priority Workload that needs the held GPUs waits for them as for a victim
+    being evicted: no Preempt written (the Workload is gone), none else evicted."""
+    sim, loop, jctx, pods = _setup()
+    _delete_train(loop)
+    sim.submit(workload(f"{NS}/p").cq("cq").pods(1, gpu=2).priority(10))
+    ds = sim.cycle()
+    assert not [d for d in ds if isinstance(d, Preempt)] and sim.admits(ds) == []
+    assert sim.reason(f"{NS}/p") == PendingReason.WAITING_FOR_PREEMPTION
+    for p in pods:
+        _pod_event(loop, jctx, p, gone=True)
+    assert sim.admits(sim.cycle()) == [WorkloadKey(f"{NS}/p")]
