@@ -514,11 +514,21 @@ class JobsSettings(BaseModel):
     only in namespaces matching ``managed_jobs_namespace_selector`` (a LabelSelector; default:
     every namespace but kube-system and pykueue-system), and both need the Job webhooks to see
     unlabelled Jobs: install ``manifests/webhook/unlabelled-jobs`` (docs/webhook.md), which
-    widens their objectSelector. ``PYKUEUE_JOBS__LOCAL_QUEUE_DEFAULTING=true``."""
+    widens their objectSelector. ``PYKUEUE_JOBS__LOCAL_QUEUE_DEFAULTING=true``.
+
+    ``deleted_quota_release``: when the quota of an admitted Workload deleted from the API
+    (``kubectl delete job``: the garbage collector deletes its Workload with it) returns.
+    ``WhenPodsGone`` (default, pykueue's): once no pod of its owner holds resources any more
+    (gone from the API, or Succeeded/Failed and not being deleted), so the pods' termination
+    grace period, which the tenant sets, runs inside the quota (docs/security.md). Needs
+    the Pod watch (``pykueue serve`` has it); without one it is released at once.
+    ``Immediately`` (Kueue v0.17.1's): at the Workload's deletion, while its pods may still
+    run. ``PYKUEUE_JOBS__DELETED_QUOTA_RELEASE=Immediately``."""
 
     model_config = ConfigDict(extra="forbid")
 
     local_queue_defaulting: bool = False
+    deleted_quota_release: Literal["WhenPodsGone", "Immediately"] = "WhenPodsGone"
     manage_jobs_without_queue_name: bool = False
     managed_jobs_namespace_selector: dict[str, Any] = Field(default_factory=lambda: {
         "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",

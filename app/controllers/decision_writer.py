@@ -88,6 +88,11 @@ class OwnerNotifier(Protocol):
         """The object that controls ``workload`` (Events about it go there), or None."""
         ...
 
+    def pods_holding(self, workload: Obj, uid: str) -> int | None:
+        """How many pods of ``workload``'s owner (uid ``uid``, gone or going) still hold
+        resources; None when no pods are watched."""
+        ...
+
 
 class DecisionWriter:
     """Persists admissions, evictions and deactivations of ``cluster``'s Workloads (module

@@ -29,12 +29,23 @@ synchronous, no I/O of its own (writes it decides are spawned on ``WorkloadWrite
   ``status.admission``); claims that cannot be counted go to ``DraVerdicts``. A change of a
   ResourceClaimTemplate re-reads the pending Workloads of its namespace that name it.
 
+- A Workload deleted from the API while it holds quota (admitted, not Finished: ``kubectl
+  delete job``, whose garbage collection deletes the Workload while the pods run out their
+  termination grace period) keeps that quota in the core (``Scheduler.hold_deleted``: shown
+  as being evicted) until no pod of its owner holds resources any more (``pods_holding``,
+  the reconciler's count for orphaned Workloads: ``pods_of_workload``), re-counted on each
+  Pod event of its namespace (``on_pod``); then it is released (``release_deleted``) and
+  the loop woken. ``jobs.deleted_quota_release: Immediately`` (Kueue v0.17.1) releases it at
+  the deletion, as does a process that watches no pods. The hold lives in memory only: a
+  restart (or a new leader that was not running at the deletion) forgets it.
+
 Every handler wakes the scheduling loop (``ctx.wake``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -45,10 +56,12 @@ from app.controllers.pending_messages import PendingMessages
 from app.controllers.write_tasks import WorkloadWrites
 from app.core.scheduling_cycle import Scheduler
 from app.core.types import ClusterQueueName, CohortName, FlavorName, WorkloadKey
+from app.integrations.framework import controller_uid
 from app.kube.context import RCT, WL, Context
 from app.kube.informers import DELETED
 from app.wire.dra import DraInadmissible, claim_template_names, with_claim_requests
 from app.wire.fields import Obj, WorkloadSpecError
+from app.wire.names import JOB_UID_LABEL
 from app.wire.queues import (
     admission_check,
     cluster_queue,
@@ -86,7 +99,8 @@ class InformerFeed:
 
     def __init__(self, ctx: Context, cluster: Scheduler, *, lifecycle: Lifecycle,
                  decisions: DecisionWriter, messages: PendingMessages, dra: DraVerdicts,
-                 writes: WorkloadWrites, metrics: Any = None) -> None:
+                 writes: WorkloadWrites, metrics: Any = None,
+                 pods_holding: Callable[[Obj, str], int | None] | None = None) -> None:
         self.ctx = ctx
         self.cluster = cluster
         self.lifecycle = lifecycle
@@ -96,6 +110,11 @@ class InformerFeed:
         self.writes = writes
         self.metrics = metrics
         self.bad_workloads: dict[WorkloadKey, str] = {}
+        # Deleted Workloads whose quota the core holds while their owner's pods still hold
+        # resources: namespace -> key -> (the last object, its owner's uid). ``pods_holding``
+        # counts those pods (None: no Pod watch).
+        self.pods_holding = pods_holding
+        self.held: dict[str, dict[WorkloadKey, tuple[Obj, str]]] = {}
         # DRA: DeviceClass -> quota resource.
         self.device_classes = ctx.settings.resources.device_classes()
 
@@ -184,11 +203,15 @@ class InformerFeed:
         key = workload_key(obj)
         self.ctx.wake()
         if etype == DELETED or new is None:
-            self.cluster.delete_workload(key)
+            self._forget_held(key)
+            if not self._hold_deleted(key, old or obj):
+                self.cluster.delete_workload(key)
             self.decisions.drop_deadline(key)
             self.messages.drop(key)
             self.lifecycle.forget(key)
             return
+        if self.held:
+            self._forget_held(key)  # a new Workload of a held one's key (the core drops it)
         if is_finished(new):
             info = self.cluster.workload(key)
             if info is not None and info.state != "pending" \
@@ -249,6 +272,47 @@ class InformerFeed:
                 key, str(target.get("reason") or ""), str(target.get("message") or ""),
                 still=_deactivation_asked))
         self.lifecycle.observe(new)
+
+    def _hold_deleted(self, key: WorkloadKey, wl: Obj) -> bool:
+        """Keep deleted ``wl``'s quota in the core while pods of its owner still hold
+        resources (module doc); True when held."""
+        if self.ctx.settings.jobs.deleted_quota_release != "WhenPodsGone" \
+                or self.pods_holding is None or not has_admission(wl) or is_finished(wl):
+            return False
+        meta = wl.get("metadata") or {}
+        uid = controller_uid(wl) or str((meta.get("labels") or {}).get(JOB_UID_LABEL) or "")
+        if not uid or not self.pods_holding(wl, uid):
+            return False
+        if not self.cluster.hold_deleted(key, self.ctx.clock()):
+            return False  # it held no quota (pending, or only assumed): forgotten
+        self.held.setdefault(str(meta.get("namespace", "")), {})[key] = (wl, uid)
+        log.info("Workload %s deleted while pods of its owner still hold resources: its "
+                 "quota is held until they are gone", key)
+        return True
+
+    def _forget_held(self, key: WorkloadKey) -> None:
+        ns = key.split("/", 1)[0]
+        held = self.held.get(ns)
+        if held is not None and held.pop(key, None) is not None and not held:
+            del self.held[ns]
+
+    def on_pod(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        """A pod changed: in a namespace with held deleted Workloads (``_hold_deleted``),
+        release those none of whose owner's pods holds resources any more."""
+        pod = new or old
+        if not self.held or pod is None:
+            return
+        ns = str((pod.get("metadata") or {}).get("namespace", ""))
+        held = self.held.get(ns)
+        if not held or self.pods_holding is None:
+            return
+        for key, (wl, uid) in list(held.items()):
+            if not self.pods_holding(wl, uid):
+                self._forget_held(key)
+                self.cluster.release_deleted(key)
+                log.info("Workload %s (deleted): no pod of its owner holds resources any "
+                         "more, its quota is released", key)
+                self.ctx.wake()
 
     def _claim_template(self, namespace: str, name: str) -> Obj | None:
         if RCT not in self.ctx.informers.informers:

@@ -347,6 +347,7 @@ class Manager:
         if NODE in inf.informers:
             inf[NODE].add_handler(ext.on_node)
             inf[POD].add_handler(ext.on_pod)
+            inf[POD].add_handler(feed.on_pod)
 
     async def _activate(self) -> None:
         """Whenever this process leads and is synced: re-examine every Job and Workload."""

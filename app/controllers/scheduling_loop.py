@@ -87,7 +87,8 @@ class SchedulerLoop:
         self.lifecycle = Lifecycle(ctx, self.cluster, self.writes, self.decisions, jobs)
         self.feed = InformerFeed(ctx, self.cluster, lifecycle=self.lifecycle,
                                  decisions=self.decisions, messages=self.messages,
-                                 dra=self.dra, writes=self.writes, metrics=metrics)
+                                 dra=self.dra, writes=self.writes, metrics=metrics,
+                                 pods_holding=jobs.pods_holding)
         s = ctx.settings.scheduling
         # For the dashboard: usage rings per ClusterQueue (every replica samples) and the
         # preemptions this replica decided as leader.

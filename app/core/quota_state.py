@@ -21,6 +21,9 @@ Workload life cycle in the core::
        |<-------------------+                                 v
        |<---------- finish_eviction / update(no admission) -- evicting (still holds quota)
     finish / delete_workload: gone, quota released
+    admitted --hold_deleted--> held (deleted from the API, its pods still hold resources:
+       shown as evicting, still holds quota) --release_deleted / a new Workload of its key-->
+       gone, quota released
 
 A Workload is *assumed* from the moment the core admits it until an update carrying its
 admission arrives; an update without admission does not undo an assumption (the write may
@@ -124,6 +127,9 @@ class _Record:
     shape_of: tuple[object, ...] | None = None
     # Admission Fair Sharing: the entry penalty its assumption added (``forget`` removes it).
     afs_penalty: dict[ResourceName, float] | None = None
+    # Deleted from the API while admitted, its quota held until its pods are gone
+    # (``hold_deleted``).
+    gone: bool = False
 
     @property
     def lq_key(self) -> str:
@@ -605,6 +611,9 @@ class QuotaState:
         ``admission.cluster_queue`` (this is how a restart rebuilds usage); without, it
         waits in its LocalQueue's ClusterQueue."""
         rec = self._wls.get(wl.key)
+        if rec is not None and rec.gone:
+            self.delete_workload(wl.key)  # a new object of a held one's key: it is the truth
+            rec = None
         if rec is not None:
             self.update_workload(wl)
             return
@@ -619,7 +628,7 @@ class QuotaState:
         """Apply a new version of a Workload (the API object is the truth, except that an
         update without admission does not undo an assumption still being written)."""
         rec = self._wls.get(wl.key)
-        if rec is None:
+        if rec is None or rec.gone:
             self.add_workload(wl)
             return
         if rec.state == ADMITTED:
@@ -670,6 +679,32 @@ class QuotaState:
         else:
             self._unqueue(rec)
         return True
+
+    def hold_deleted(self, key: WorkloadKey, now: float) -> bool:
+        """Workload ``key`` was deleted from the API while its pods may still hold
+        resources: if it holds quota (admitted, not merely assumed) keep that quota until
+        ``release_deleted``, shown as being evicted since ``now`` (if not marked before) so
+        it is no preemption victim to pick again (a preemptor waits for it as for a victim
+        being evicted); True then. Otherwise it is forgotten at once (``delete_workload``)
+        and False returned."""
+        rec = self._wls.get(key)
+        if rec is None or rec.state != ADMITTED or rec.assumed:
+            self.delete_workload(key)
+            return False
+        rec.gone = True
+        if rec.wl.evicted_at is None:
+            rec.wl = replace(rec.wl, evicted_at=now)
+        self._bump_cq(rec.cq)
+        self.generation += 1
+        return True
+
+    def release_deleted(self, key: WorkloadKey) -> bool:
+        """Release the quota ``hold_deleted`` kept for ``key`` (its pods are gone); False
+        when ``key`` is not held so (a new Workload of that key replaced it meanwhile)."""
+        rec = self._wls.get(key)
+        if rec is None or not rec.gone:
+            return False
+        return self.delete_workload(key)
 
     def assume(self, key: WorkloadKey, admission: Admission, now: float) -> bool:
         """Reserve ``admission``'s usage for pending ``key`` before its status write lands
@@ -743,7 +778,7 @@ class QuotaState:
     def cancel_eviction(self, key: WorkloadKey) -> bool:
         """Undo ``evict`` (the eviction write failed); the Workload stays admitted."""
         rec = self._wls.get(key)
-        if rec is None or not rec.evicting:
+        if rec is None or not rec.evicting or rec.gone:
             return False
         rec.wl = replace(rec.wl, evicted_at=None)
         self._bump_cq(rec.cq)
@@ -753,7 +788,7 @@ class QuotaState:
         """The evicted Workload stopped: release its quota and queue it again, ordered by
         its eviction time (``now`` if it was never marked)."""
         rec = self._wls.get(key)
-        if rec is None or rec.state != ADMITTED:
+        if rec is None or rec.state != ADMITTED or rec.gone:
             return False
         evicted_at = rec.wl.evicted_at if rec.wl.evicted_at is not None else now
         self._release(rec)

@@ -896,6 +896,18 @@ class JobReconciler:
                     return obj
         return None
 
+    def pods_holding(self, wl: Obj, uid: str) -> int | None:
+        """How many pods of Workload ``wl``'s owner, the object with ``uid`` (gone, or
+        going), still hold resources (``pods_of_workload``, and those of objects its
+        operator made: ``made_pods``), from the Pod store; None when this process watches
+        no pods. The orphaned Workload (``_finish_orphan``) and the deleted one whose quota
+        the core holds (``InformerFeed``) both wait for this to reach 0."""
+        if POD not in self.ctx.informers.informers:
+            return None
+        pods = self._pods(str(wl["metadata"].get("namespace", "")))
+        return len(pods_of_workload(self.registry.kinds(), pods, wl, uid)) + sum(
+            k.made_pods(self.ctx, wl, uid, pods) for k in self.registry.kinds())
+
     async def _finish_orphan(self, wl: Obj, uid: str) -> float | None:
         """Finish orphaned ``wl`` (reason ``OwnerNotFound``) once no object with ``uid``
         exists and none of its pods (``pods_of_workload``, or of objects its owner's
@@ -906,9 +918,7 @@ class JobReconciler:
             return PODS_POLL  # still there, being deleted (kueue#12820): not finished yet
         for k in self.registry.kinds():
             await k.stop_made(self.ctx, wl, uid)
-        pods = self._pods(ns)
-        left = len(pods_of_workload(self.registry.kinds(), pods, wl, uid)) + sum(
-            k.made_pods(self.ctx, wl, uid, pods) for k in self.registry.kinds())
+        left = self.pods_holding(wl, uid) or 0
         if left:
             # Its orphaned pods still run on the GPUs it accounts for.
             self.ctx.recorder.emit(wl, NORMAL, "WaitingForPods",

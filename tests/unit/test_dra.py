@@ -282,7 +282,8 @@ def _feed_loop() -> tuple[Any, Any, dict[str, _Store]]:
         informers=SimpleNamespace(informers=stores), clock=lambda: 1_000_000.0,
         may_write=True, inflight=set(), wake=lambda: None, events=events,
         recorder=SimpleNamespace(emit=lambda obj, etype, reason, msg: events.append(reason)))
-    jobs = SimpleNamespace(owner_object=lambda wl: None, notify=lambda wl, key: None)
+    jobs = SimpleNamespace(owner_object=lambda wl: None, notify=lambda wl, key: None,
+                           pods_holding=lambda wl, uid: None)
     return SchedulerLoop(ctx, jobs=jobs), ctx, stores  # type: ignore[arg-type]
 
 

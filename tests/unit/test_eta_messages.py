@@ -62,7 +62,8 @@ def _loop(refresh_seconds: float = 0.0, *, strict: bool = True, **scheduling: An
         events=events, informers=SimpleNamespace(wait_synced=_synced))
     clock = [T + 60.0]
     ctx.set_clock = lambda t: clock.__setitem__(0, t)
-    framework = SimpleNamespace(owner_object=lambda wl: None, notify=lambda wl, key: None)
+    framework = SimpleNamespace(owner_object=lambda wl: None, notify=lambda wl, key: None,
+                                pods_holding=lambda wl, uid: None)
     loop = SchedulerLoop(ctx, jobs=framework, cluster=sim.c)  # type: ignore[arg-type]
     wl = workload("x").cq("gpu").pods(1, gpu=2).limit(60).build(creation=T + 30)
     sim.c.add_workload(wl)
@@ -180,7 +181,8 @@ async def test_the_background_refresh_stops_at_its_share_and_resumes_where_it_st
                           scheduling={"eta_budget_ms": 0.001, "eta_min_interval_seconds": 0}),
         client=FakeClient(), store=lambda kind: store, clock=lambda: T + 60, may_write=True,
         inflight=set(), recorder=SimpleNamespace(emit=lambda *a: None))
-    framework = SimpleNamespace(owner_object=lambda wl: None, notify=lambda wl, key: None)
+    framework = SimpleNamespace(owner_object=lambda wl: None, notify=lambda wl, key: None,
+                                pods_holding=lambda wl, uid: None)
     loop = SchedulerLoop(ctx, jobs=framework, cluster=sim.c)  # type: ignore[arg-type]
     names = sim.c.cluster_queue_names()
     first = names.index("gpu")

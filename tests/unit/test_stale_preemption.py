@@ -34,7 +34,8 @@ def _loop(sim: Sim) -> tuple[SchedulerLoop, SimpleNamespace]:
         store=lambda kind: store, clock=lambda: sim.now, may_write=True, inflight=set(),
         leader=SimpleNamespace(is_leader=True), wake=lambda: None,
         recorder=SimpleNamespace(emit=lambda *a: None))
-    framework = SimpleNamespace(owner_object=lambda wl: None, notify=lambda wl, key: None)
+    framework = SimpleNamespace(owner_object=lambda wl: None, notify=lambda wl, key: None,
+                                pods_holding=lambda wl, uid: None)
     return SchedulerLoop(ctx, jobs=framework, cluster=sim.c), ctx  # type: ignore[arg-type]
 
 

@@ -1,0 +1,125 @@
+"""A deleted Job's quota is held while its pods are still being killed (docs/security.md,
+breaker21; ``jobs.deleted_quota_release: WhenPodsGone``), on the lab: ``kubectl delete job``
+lets the garbage collector delete the Job's Workload at once while the pods run out their
+termination grace period; pykueue's core keeps the Workload's usage until no pod of the Job
+holds resources. Here the pods are kept Terminating by a finalizer of the test's own (in
+the pod template), which kwok honours: a pod being deleted is marked Failed and removed
+only once no finalizer holds it (hack/lab/stages.yaml)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_job_being_deleted_stopped import (
+    HOLD,
+    JOB_NAME,
+    QUEUE,
+    WL,
+    condition,
+    gpus,
+    running,
+    two_pod_job,
+)
+from tests.e2e.test_workload_kinds import gpu_queue
+from tests.labfixture import LabHandle, wait_for
+
+pytestmark = pytest.mark.lab
+QUOTA = 2  # GPUs of the ClusterQueue
+
+
+def held_job(name: str, ns: str) -> str:
+    """``two_pod_job`` whose pods carry the test's finalizer: they stay (Terminating) after
+    the Job is deleted until the test removes it."""
+    job = json.loads(two_pod_job(name, ns, {QUEUE: "lq"}))
+    job["spec"]["template"]["metadata"] = {**job["spec"]["template"]["metadata"],
+                                           "finalizers": [HOLD]}
+    return json.dumps(job)
+
+
+def job_workload(lab: LabHandle, ns: str, job: str) -> dict[str, Any] | None:
+    return next((w for w in lab.get(WL, "-n", ns)["items"]
+                 if any(r["kind"] == "Job" and r["name"] == job
+                        for r in w["metadata"].get("ownerReferences") or [])), None)
+
+
+def pods_of(lab: LabHandle, ns: str, job: str) -> list[dict[str, Any]]:
+    return lab.get("pods", "-n", ns, "-l", f"{JOB_NAME}={job}")["items"]
+
+
+def cq_gpu_usage(lab: LabHandle, cq: str) -> tuple[int, int]:
+    """The ClusterQueue's status: (GPUs in use, reserving Workloads)."""
+    st = lab.get("clusterqueue", cq).get("status") or {}
+    used = sum(int(r.get("total", "0")) for f in st.get("flavorsReservation") or []
+               for r in f.get("resources") or [] if r["name"] == "nvidia.com/gpu")
+    return used, int(st.get("reservingWorkloads") or 0)
+
+
+def release(lab: LabHandle, pods: list[dict[str, Any]], keep_others: bool = True) -> None:
+    """Take the test's finalizer (with ``keep_others`` False: every finalizer) off ``pods``."""
+    for p in pods:
+        left = [f for f in p["metadata"].get("finalizers") or [] if keep_others and f != HOLD]
+        lab.kubectl("patch", "pod", p["metadata"]["name"], "-n", p["metadata"]["namespace"],
+                    "--type=merge", "-p", json.dumps({"metadata": {"finalizers": left or None}}),
+                    check=False)
+
+
+def test_a_deleted_jobs_quota_is_held_until_its_pods_are_gone(
+        lab: LabHandle, pykueue_in_lab: object) -> None:
+    """A 2-GPU ClusterQueue: Job ``a`` (2 pods of 1 GPU) runs and is deleted (background
+    propagation); its Workload goes, its pods stay Terminating under the test's finalizer.
+    Job ``b`` (2 pods of 1 GPU) waits: its Workload is pending (QuotaReserved False,
+    naming nvidia.com/gpu) at every look while ``a``'s pods exist, and the ClusterQueue's
+    status still shows ``a``'s 2 GPUs reserved (1 reserving Workload). Once the finalizer
+    is taken off ``a``'s pods and they are gone, ``b`` is admitted and its 2 pods run.
+    Before the change (and with ``Immediately``, Kueue v0.17.1's) ``b`` was admitted at
+    once and ran beside ``a``'s pods."""
+    ns, cq = gpu_queue(lab, "hold", QUOTA)
+    try:
+        lab.apply(held_job("a", ns))
+        wait_for(lambda: len(running(pods_of(lab, ns, "a"), "a")) == 2, 90, "a's 2 pods Running")
+        assert job_workload(lab, ns, "a") is not None
+        lab.kubectl("delete", "job", "a", "-n", ns, "--wait=false")
+        wait_for(lambda: job_workload(lab, ns, "a") is None, 60,
+                 "a's Workload deleted by the garbage collector")
+        wait_for(lambda: (ps := pods_of(lab, ns, "a")) and len(ps) == 2 and all(
+            p["metadata"].get("deletionTimestamp") for p in ps), 60, "a's 2 pods Terminating")
+
+        lab.apply(two_pod_job("b", ns, {QUEUE: "lq"}))
+        looks: list[str] = []
+
+        def b_waits() -> bool:
+            """Every look: a's pods exist, b holds no quota and runs nothing; True after b's
+            Workload was seen pending on 5 looks."""
+            a_pods = pods_of(lab, ns, "a")
+            assert len(a_pods) == 2, f"a's pods went by themselves: {a_pods}"
+            wl = job_workload(lab, ns, "b")
+            qr = condition(wl, "QuotaReserved")
+            assert not (qr and qr["status"] == "True"), \
+                f"b's Workload reserved quota while a's pods still exist: {qr}"
+            assert not running(pods_of(lab, ns, "b"), "b")
+            if qr and qr["status"] == "False":
+                assert "nvidia.com/gpu" in qr["message"], qr
+                looks.append(qr["message"])
+            return len(looks) >= 5
+        wait_for(b_waits, 60, "b's Workload pending on 5 looks while a's pods exist")
+        assert cq_gpu_usage(lab, cq) == (QUOTA, 1), lab.get("clusterqueue", cq).get("status")
+
+        release(lab, pods_of(lab, ns, "a"))
+        wait_for(lambda: not pods_of(lab, ns, "a"), 60, "a's pods gone")
+
+        def b_runs() -> bool:
+            pods = pods_of(lab, ns, "b")
+            assert gpus(running(pods, "b")) <= QUOTA
+            qr = condition(job_workload(lab, ns, "b"), "QuotaReserved")
+            return bool(qr and qr["status"] == "True" and len(running(pods, "b")) == 2)
+        wait_for(b_runs, 60, "b admitted and its 2 pods Running once a's pods are gone")
+        wait_for(lambda: cq_gpu_usage(lab, cq) == (QUOTA, 1), 30,
+                 "the ClusterQueue's status: b's 2 GPUs, 1 reserving Workload")
+    finally:
+        release(lab, [p for p in lab.get("pods", "-n", ns)["items"]
+                      if HOLD in (p["metadata"].get("finalizers") or [])], keep_others=False)
+        lab.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
+        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
