@@ -217,8 +217,9 @@ def test_a_job_suspended_then_deleted_before_the_job_controller_acted_has_its_po
             wait_for(lambda: RECORD not in (lab.get("job", "low", "-n", ns)["metadata"]
                                             .get("annotations") or {}), 30,
                      "low's template restored (its start record gone)")
-            lab.kubectl("delete", "job", "low", "-n", ns, "--wait=false")
+            # Suspended and restored, its 2 pods still Running (nothing acted on them).
             assert len(running(lab.get("pods", "-n", ns)["items"], "low")) == 2
+            lab.kubectl("delete", "job", "low", "-n", ns, "--wait=false")
         looks: list[tuple[int, int]] = []
 
         def high_running() -> bool:
