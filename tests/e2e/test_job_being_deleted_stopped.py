@@ -94,6 +94,15 @@ def preemptible_queue(lab: LabHandle, prefix: str) -> tuple[str, str, str]:
     return ns, cq, high
 
 
+def low_running_held(lab: LabHandle, ns: str) -> None:
+    """Job ``low`` (priority 0, 2 pods of 1 GPU) Running, with its tenant's own finalizer."""
+    lab.apply(two_pod_job("low", ns, {QUEUE: "lq"}))
+    wait_for(lambda: len(running(lab.get("pods", "-n", ns)["items"], "low")) == 2, 90,
+             "low's 2 pods Running")
+    lab.kubectl("patch", "job", "low", "-n", ns, "--type=merge", "-p",
+                json.dumps({"metadata": {"finalizers": [HOLD]}}))
+
+
 def clean_up(lab: LabHandle, ns: str, cq: str, high: str) -> None:
     lab.kubectl("patch", "job", "low", "-n", ns, "--type=json", "-p",
                 '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False)
@@ -129,12 +138,8 @@ def test_a_preempted_job_being_deleted_under_a_tenants_finalizer_has_its_pods_de
     on (the Job controller ignores a Job being deleted) and ``high`` waited behind them."""
     ns, cq, high = preemptible_queue(lab, "jdel")
     try:
-        lab.apply(two_pod_job("low", ns, {QUEUE: "lq"}))
-        wait_for(lambda: len(running(lab.get("pods", "-n", ns)["items"], "low")) == 2, 90,
-                 "low's 2 pods Running")
-        # The tenant's own finalizer, then `kubectl delete` (background propagation).
-        lab.kubectl("patch", "job", "low", "-n", ns, "--type=merge", "-p",
-                    json.dumps({"metadata": {"finalizers": [HOLD]}}))
+        low_running_held(lab, ns)
+        # `kubectl delete` (background propagation).
         lab.kubectl("delete", "job", "low", "-n", ns, "--wait=false")
         job = lab.get("job", "low", "-n", ns)
         assert job["metadata"].get("deletionTimestamp") and job["metadata"]["finalizers"] == [
@@ -202,11 +207,7 @@ def test_a_job_suspended_then_deleted_before_the_job_controller_acted_has_its_po
     Running, high's 0, for as long as the finalizer held) and ``high`` waited."""
     ns, cq, high = preemptible_queue(lab, "jdelw")
     try:
-        lab.apply(two_pod_job("low", ns, {QUEUE: "lq"}))
-        wait_for(lambda: len(running(lab.get("pods", "-n", ns)["items"], "low")) == 2, 90,
-                 "low's 2 pods Running")
-        lab.kubectl("patch", "job", "low", "-n", ns, "--type=merge", "-p",
-                    json.dumps({"metadata": {"finalizers": [HOLD]}}))
+        low_running_held(lab, ns)
         with job_controller_stopped(lab):
             lab.apply(two_pod_job("high", ns, {QUEUE: "lq",
                                                "kueue.x-k8s.io/priority-class": high}))
