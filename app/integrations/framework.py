@@ -319,6 +319,20 @@ def manages_unlabelled_in(ctx: Context, namespace: str) -> bool:
     return bool(jobs.namespace_managed(labels))
 
 
+def namespace_being_deleted(ctx: Context, namespace: str) -> bool:
+    """Whether the Namespace store shows ``namespace`` being deleted (``deletionTimestamp``
+    or phase ``Terminating``): the API server refuses to create anything in it
+    (``errors.namespace_terminating``), and what it holds is going. False when this process
+    watches no Namespaces or has not seen this one."""
+    if NS not in ctx.informers.informers:
+        return False
+    stored = ctx.store(NS).get(namespace)
+    if stored is None:
+        return False
+    return bool((stored.get("metadata") or {}).get("deletionTimestamp")) \
+        or (stored.get("status") or {}).get("phase") == "Terminating"
+
+
 def stored_ancestor(ctx: Context, registry: Registry, obj: Mapping[str, Any]
                     ) -> tuple[JobKind, Mapping[str, Any]] | None:
     """``registry.managed_ancestor`` of ``obj`` read from the stores only (an ancestor they

@@ -56,6 +56,7 @@ from app.integrations.framework import (
     lookup,
     made_via_ancestor,
     manages_unlabelled_in,
+    namespace_being_deleted,
     object_key,
     pod_labels,
     pods_of,
@@ -67,7 +68,7 @@ from app.integrations.framework import (
 from app.integrations.unsupported import adoptable_copy, adopts_prebuilt
 from app.kube.client import JOBS, WORKLOADS
 from app.kube.context import CHILD_JOBS, JOB, PC, POD, WL, WPC, Context
-from app.kube.errors import Conflict, NotFound, Permanent
+from app.kube.errors import Conflict, NotFound, Permanent, namespace_terminating
 from app.kube.events import NORMAL, WARNING
 from app.kube.informers import DELETED
 from app.kube.workqueue import WorkQueue, acting_lane, work
@@ -301,6 +302,23 @@ class JobReconciler:
         ns = str((obj.get("metadata") or {}).get("namespace", ""))
         return max(active, len(pods_of(kind, self._pods(ns), obj)))
 
+    def _to_stop(self, kind: JobKind, obj: Obj) -> bool:
+        """Whether a stop of ``obj`` has something to do: it runs (not suspended), or it
+        carries pykueue's start record (``is_started``: its template is still to restore),
+        or it is a batch Job being deleted, suspended, whose pods still run: the Job
+        controller stops the pods of a suspended Job only while it is not being deleted
+        (Kubernetes v1.36 ``syncJob`` calls ``manageJob`` only without a
+        ``deletionTimestamp``), so a Job suspended by pykueue and deleted before the Job
+        controller acted on the suspension (a tenant's own finalizer keeping it) would run
+        on, its Workload holding the quota; ``BatchJob.stop`` deletes them then."""
+        if not kind.is_suspended(obj) or kind.is_started(obj):
+            return True
+        meta = obj.get("metadata") or {}
+        if kind.key != JOB or not meta.get("deletionTimestamp"):
+            return False
+        return any(not (p.get("metadata") or {}).get("deletionTimestamp")
+                   for p in pods_of(kind, self._pods(str(meta.get("namespace", ""))), obj))
+
     def _holds_pods(self, kind: JobKind, obj: Obj, what: str) -> bool:
         """True when the object still has pods holding resources (``_pods_left``): its
         quota stays, and an Event ``WaitingForPods`` says so (deduplicated by the
@@ -373,7 +391,7 @@ class JobReconciler:
             if not is_true(wl, ADMITTED):
                 # Quota reserved, admission checks not all Ready: the object waits (Kueue
                 # starts a job only once its Workload is Admitted).
-                if not kind.is_suspended(obj) or kind.is_started(obj):
+                if self._to_stop(kind, obj):
                     await kind.stop(ctx, obj, "Not admitted by cluster queue")
                 return None
             await self._start(kind, obj, wl)
@@ -383,14 +401,14 @@ class JobReconciler:
             # Deactivated, its eviction not written yet: stop the object now, release the
             # quota only after Evicted=True (Kueue: the release follows the eviction, so a
             # deactivated Workload always shows why it lost its quota).
-            if not kind.is_suspended(obj) or kind.is_started(obj):
+            if self._to_stop(kind, obj):
                 await kind.stop(ctx, obj, "The workload is deactivated")
             return 1.0
         if has_admission(wl):  # evicted while holding quota
             return await self._stop_then_release(kind, obj, wl)
         if f"{ns}/{wl['metadata']['name']}" in ctx.inflight:
             return None  # its admission is being written right now
-        if not kind.is_suspended(obj) or kind.is_started(obj):
+        if self._to_stop(kind, obj):
             await kind.stop(ctx, obj, "Not admitted by cluster queue")
             return None
         await self._maybe_rebuild(kind, obj, wl)
@@ -631,7 +649,7 @@ class JobReconciler:
         new Workload for its new shape. The quota is held until the pods are gone."""
         ctx = self.ctx
         meta = wl["metadata"]
-        if not kind.is_suspended(obj) or kind.is_started(obj):
+        if self._to_stop(kind, obj):
             obj = await kind.stop(ctx, obj, "No matching Workload; restoring pod templates "
                                             f"according to existent Workload ({why})")
             ctx.recorder.emit(wl, WARNING, "NoMatchingWorkload",
@@ -728,7 +746,7 @@ class JobReconciler:
 
     async def _without_workload(self, kind: JobKind, obj: Obj) -> float | None:
         ctx = self.ctx
-        if not kind.is_suspended(obj) or kind.is_started(obj):
+        if self._to_stop(kind, obj):
             # A prebuilt one too: its Workload deleted (the manager's clean-up of a copy a
             # tenant's own Job had adopted), it must not run on without an admission.
             await kind.stop(ctx, obj, "No matching Workload; restoring pod templates according "
@@ -744,6 +762,13 @@ class JobReconciler:
             return None
         if self._pods_left(kind, obj) > 0:
             return PODS_POLL  # wait for the pods of the stopped object to go
+        meta = obj.get("metadata") or {}
+        where = f"{kind.kind} {meta.get('namespace', '')}/{meta.get('name', '')}"
+        if namespace_being_deleted(ctx, str(meta.get("namespace", ""))):
+            # The API server would refuse the create (403 NamespaceTerminating) and the
+            # object goes with its namespace: no Workload, no retry.
+            log.debug("no Workload for %s: its namespace is being deleted", where)
+            return None
         wpc, pc = self._priority_maps()
         try:
             body = kind.workload_object(obj, priority_classes=wpc, pod_priority_classes=pc)
@@ -756,6 +781,14 @@ class JobReconciler:
             if exc.already_exists:
                 return 0.5  # the watch has not shown it yet
             raise
+        except Permanent as exc:
+            if not namespace_terminating(exc):
+                raise
+            # Its namespace is being deleted (the Namespace store has not shown it yet): final
+            # for this object, which goes with the namespace.
+            log.info("no Workload for %s: its namespace is being deleted (%s)", where,
+                     exc.message)
+            return None
         ctx.store(WL).put(out)
         ctx.recorder.emit(obj, NORMAL, "CreatedWorkload",
                           f"Created Workload: {out['metadata']['namespace']}/"
@@ -764,7 +797,7 @@ class JobReconciler:
 
     async def _stop_then_release(self, kind: JobKind, obj: Obj, wl: Obj) -> float | None:
         ctx = self.ctx
-        if not kind.is_suspended(obj) or kind.is_started(obj):
+        if self._to_stop(kind, obj):
             ev = next((c for c in (wl.get("status") or {}).get("conditions", [])
                        if c.get("type") == "Evicted"), {})
             obj = await kind.stop(ctx, obj, str(ev.get("message") or "Evicted"))

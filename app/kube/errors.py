@@ -93,6 +93,22 @@ def from_status(status: int, body: bytes | str | None) -> ApiError:
     return Permanent(status, reason or "Invalid", message, details)
 
 
+NAMESPACE_TERMINATING = "NamespaceTerminating"  # core/v1 NamespaceTerminatingCause
+
+
+def namespace_terminating(exc: BaseException) -> bool:
+    """True for the API server's refusal to create an object in a namespace being deleted:
+    the NamespaceLifecycle admission plugin's 403 Forbidden ("unable to create new content in
+    namespace X because it is being terminated") with the cause ``NamespaceTerminating``
+    (``details.causes[].reason``). Final for that object: the namespace and everything in it
+    are going, so a retry can only be refused again. Read from the cause, as Kubernetes'
+    controllers do (``apierrors.HasStatusCause``): a webhook's 403 carries none."""
+    if not isinstance(exc, ApiError) or exc.status != 403:
+        return False
+    causes = exc.details.get("causes") or []
+    return any(isinstance(c, dict) and c.get("reason") == NAMESPACE_TERMINATING for c in causes)
+
+
 def from_exception(exc: BaseException) -> ApiError:
     """Map any exception a client call raised to an ``ApiError`` (returned, not raised).
 

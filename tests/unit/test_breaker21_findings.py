@@ -16,8 +16,8 @@ from app.integrations.ray.ray import RAYJOB, RAYSERVICE
 from app.integrations.reconciler import JobReconciler
 from app.kube.client import JOBS, PODS, WORKLOADS
 from app.kube.context import PC, POD, WL, WPC
-from app.kube.informers import Store
 from tests.labfixture import WORKLOAD_GC_PROBE, wait_gc_watches
+from tests.unit.fake_ctx import FakeCtx
 from tests.unit.test_pod_group import member
 from tests.unit.test_quota_integrity import NS, ray_stores
 
@@ -63,37 +63,6 @@ def test_a_rayjobs_record_is_counted_by_the_rayjob_kind_only() -> None:
     assert RAYSERVICE.made_pods(ctx, wl, "u-1", pods) == 0  # type: ignore[arg-type]
 
 
-class _Informers:
-    def __init__(self, keys: dict[str, Any]) -> None:
-        self.informers = {k: type("I", (), {"store": Store(r)})() for k, r in keys.items()}
-
-    def store(self, key: str) -> Store:
-        return self.informers[key].store
-
-
-class _GroupCtx:
-    """The stores and writes ``JobReconciler.reconcile_object`` uses for a pod group."""
-
-    def __init__(self) -> None:
-        self.informers = _Informers({WL: WORKLOADS, WPC: WORKLOADS, PC: WORKLOADS,
-                                     POD_KIND.key: PODS})
-        self.created: list[dict[str, Any]] = []
-        self.inflight: set[str] = set()
-        self.recorder = type("R", (), {"emit": staticmethod(lambda *_: True)})()
-        self.client = self
-
-    def store(self, key: str) -> Store:
-        return self.informers.store(key)
-
-    def wake(self) -> None:
-        pass
-
-    async def create(self, res: Any, body: dict[str, Any]) -> dict[str, Any]:
-        self.created.append(body)
-        return {**body, "metadata": {**body["metadata"], "uid": "w-1",
-                                     "resourceVersion": "1"}}
-
-
 def test_a_pod_group_gets_its_workload_while_one_member_is_being_deleted() -> None:
     """A pod group is composed from its members, with the first one's (by name) metadata:
     that member being deleted (a replaced pod a finalizer keeps, here a Failed one) says
@@ -101,7 +70,7 @@ def test_a_pod_group_gets_its_workload_while_one_member_is_being_deleted() -> No
     drops a group's finalizers only when none of its pods is found (``Pod.Load``) and
     creates its Workload; pykueue must too, not leave the group gated until that one pod is
     gone."""
-    ctx = _GroupCtx()
+    ctx = FakeCtx({WL: WORKLOADS, WPC: WORKLOADS, PC: WORKLOADS, POD_KIND.key: PODS})
     gone = member("a", phase="Failed")
     gone["metadata"]["deletionTimestamp"] = "2026-12-05T15:00:00Z"
     gone["metadata"]["finalizers"] = ["example.com/keep"]
@@ -158,34 +127,6 @@ def test_the_gc_probe_is_not_collected_by_a_failed_get() -> None:
     wait_gc_watches(not_found, "ns", WORKLOAD_GC_PROBE, timeout=5)
 
 
-class _JobCtx:
-    """What ``BatchJob.stop`` uses: the Job and Pod stores, writes recorded."""
-
-    def __init__(self, pods: list[dict[str, Any]]) -> None:
-        self.informers = _Informers({JOB_KIND.key: JOBS, POD: PODS})
-        for p in pods:
-            self.store(POD).put(p)
-        self.writes: list[tuple[str, str, str]] = []
-        self.recorder = type("R", (), {"emit": staticmethod(lambda *_: True)})()
-        self.client = self
-
-    def store(self, key: str) -> Store:
-        return self.informers.store(key)
-
-    async def replace(self, res: Any, body: dict[str, Any], **_: Any) -> dict[str, Any]:
-        self.writes.append(("replace", res.plural, body["metadata"]["name"]))
-        return body
-
-    async def patch(self, res: Any, name: str, patch: Any, *_: Any, **__: Any
-                    ) -> dict[str, Any]:
-        self.writes.append(("patch", res.plural, name))
-        job = self.store(JOB_KIND.key).get(f"ns/{name}") or {}
-        return {**job, "status": {}}
-
-    async def delete(self, res: Any, name: str, *_: Any, **__: Any) -> None:
-        self.writes.append(("delete", res.plural, name))
-
-
 def _job_pod(name: str, uid: str, **meta: Any) -> dict[str, Any]:
     return {"metadata": {"name": name, "namespace": "ns", "uid": f"p-{name}", **meta,
                          "labels": {"batch.kubernetes.io/job-name": "train",
@@ -214,10 +155,10 @@ def test_a_job_being_deleted_is_stopped_by_deleting_its_pods() -> None:
            "spec": {"suspend": False, "parallelism": 2,
                     "template": {"spec": {"containers": [{"name": "c"}]}}},
            "status": {"active": 2}}
-    ctx = _JobCtx(pods)
+    ctx = FakeCtx({JOB_KIND.key: JOBS, POD: PODS}, {POD: pods})
     asyncio.run(JOB_KIND.stop(ctx, job, "Preempted"))  # type: ignore[arg-type]
     assert [w for w in ctx.writes if w[0] == "delete"] == [("delete", "pods", "train-a")]
-    ctx = _JobCtx(pods)
+    ctx = FakeCtx({JOB_KIND.key: JOBS, POD: PODS}, {POD: pods})
     alive = {**job, "metadata": {k: v for k, v in job["metadata"].items()
                                  if k not in ("deletionTimestamp", "finalizers")}}
     asyncio.run(JOB_KIND.stop(ctx, alive, "Preempted"))  # type: ignore[arg-type]

@@ -352,7 +352,16 @@ class BatchJob(KindDefaults):
         (``restore``: the Job as it is to stay, by default ``restored_job``).
 
         Kubernetes allows changing a Job's pod template only while it is suspended and not
-        started, hence three writes (Kueue ``Job.Stop`` does the same)."""
+        started, hence three writes (Kueue ``Job.Stop`` does the same).
+
+        A Job being deleted is suspended and its running pods deleted (``_delete_pods``), and
+        that is all: the Job controller never makes a pod for it again, and the API server
+        refuses its template's restore for as long as the Job controller counts its pods
+        active, which it no longer settles for a Job being deleted (Kubernetes v1.36: a
+        suspended Job's template may change only with ``status.active`` 0 and the
+        ``JobSuspended`` condition or no ``startTime``), so the restore would be refused,
+        and retried, until the Job is gone. The start record stays: every later look at the
+        Job stops it again, deleting any pod of it that still runs."""
         job = obj
         if not is_suspended(job):
             first = copy.deepcopy(job)
@@ -363,6 +372,7 @@ class BatchJob(KindDefaults):
             ctx.recorder.emit(job, NORMAL, "Stopped", why)
         if (job.get("metadata") or {}).get("deletionTimestamp"):
             await self._delete_pods(ctx, job, why)
+            return job
         if (job.get("status") or {}).get("startTime"):
             job = await self._clear_start_time(ctx, job)
         restored = restore(job)
