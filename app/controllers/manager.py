@@ -266,6 +266,8 @@ class Manager:
                       recorder=recorder, clock=self.clock)
         self.ctx = ctx
         self.jobs = JobReconciler(ctx, self.registry, workers=s.scheduling.job_workers)
+        self.jobs.awaited = {(k.api_group, k.kind) for k in wanted
+                             if k not in self.registry.kinds()}
         self.scheduler = SchedulerLoop(ctx, self.jobs, self.cluster, metrics=self.metrics)
         self.status = StatusWriter(ctx, cluster=self.cluster,
                                    awaiting_checks=self.scheduler.lifecycle.awaiting_checks)
@@ -483,6 +485,7 @@ class Manager:
         # No await from here on: no event falls between the store's listing and the handler.
         ctx.informers.adopt(kind.key, inf, task)
         self.registry.register(kind)
+        jobs.awaited.discard((kind.api_group, kind.kind))
         inf.add_handler(jobs.on_object(kind))
         jobs.enqueue_all()
         log.info("reconciler: %s %s now served (its CRD was installed): managing %s objects "

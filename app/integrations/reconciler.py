@@ -25,8 +25,11 @@ pods still run or are being killed).
 
 A Workload whose controller is no registered object (created by a user or another controller):
 an eviction releases its quota at once (it has no pods to wait for); its creator marks it
-Finished. One that pykueue created for an object that went with its owner reference (label
-``kueue.x-k8s.io/job-uid``, no ownerReference: ``kubectl delete --cascade=orphan``) is
+Finished. Not one whose controller is of an enabled kind not managed yet (``awaited``: its
+discovery failed at start, so its objects may run): that keeps its quota until the kind is
+managed, which stops the object first. One that pykueue created for an object that went with
+its owner reference (label ``kueue.x-k8s.io/job-uid``, no ownerReference: ``kubectl delete
+--cascade=orphan``) is
 Finished with reason ``OwnerNotFound`` (Kueue v0.17.1 ``FinishOrphanedWorkloads``) once no
 object of that uid exists (kueue#12820: not while it is being deleted) and none of its pods
 holds resources any more (pykueue's addition: Kueue finishes it at once).
@@ -167,6 +170,11 @@ class JobReconciler:
         self.owners = OwnerIndex()
         self._tasks: list[asyncio.Task[None]] = []
         self.reconciles = 0
+        # (API group, kind) of the enabled kinds not managed yet (``Manager._await_crds``:
+        # discovery did not say they are served). Their objects may exist and run (discovery
+        # answered 503 at start): a Workload they control keeps its quota until the kind is
+        # registered (``_of_awaited_kind``).
+        self.awaited: set[tuple[str, str]] = set()
 
     # ----------------------------------------------------------------- wiring
 
@@ -262,6 +270,16 @@ class JobReconciler:
     async def _worker(self) -> None:
         await work(self.queue, self._reconcile_key, may_write=lambda: self.ctx.may_write,
                    log=log, what="reconcile")
+
+    def _of_awaited_kind(self, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj``'s controller ownerReference names a kind in ``awaited``: its
+        reconciler is not running yet, so its object may run whatever its Workload says
+        (evicted: its quota stays until the kind is managed and stops it)."""
+        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+            if isinstance(ref, Mapping) and ref.get("controller") is True:
+                group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+                return (group, str(ref.get("kind", ""))) in self.awaited
+        return False
 
     async def _reconcile_key(self, key: str) -> float | None:
         self.reconciles += 1
@@ -853,6 +871,8 @@ class JobReconciler:
         wl = self.ctx.store(WL).get(f"{ns}/{name}")
         if wl is None or self.registry.owner_of(wl) is not None or is_finished(wl):
             return None
+        if self.awaited and self._of_awaited_kind(wl):
+            return None  # its object may still run: released once its kind is managed
         uid = self._orphaned(wl)
         if uid:
             return await self._finish_orphan(wl, uid)
