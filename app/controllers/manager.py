@@ -465,7 +465,12 @@ class Manager:
                        watch_timeout_seconds=self.settings.scheduling.watch_timeout_seconds)
         task = asyncio.create_task(inf.run(), name=f"informer-{kind.key}")
         task.add_done_callback(self._on_task_done)
-        if not await wait_event(inf.synced, CRD_SYNC_TIMEOUT_SECONDS):
+        try:
+            synced = await wait_event(inf.synced, CRD_SYNC_TIMEOUT_SECONDS)
+        except asyncio.CancelledError:  # stopping: no informer of it outlives the Manager
+            task.cancel()
+            raise
+        if not synced:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             log.warning("reconciler: %s %s served but not listed within %.0f s: %s objects are "
@@ -478,7 +483,12 @@ class Manager:
                                 .watch_timeout_seconds)
                 side_task = asyncio.create_task(side.run(), name=f"informer-{key}")
                 side_task.add_done_callback(self._on_task_done)
-                await wait_event(side.synced, CRD_SYNC_TIMEOUT_SECONDS)
+                try:
+                    await wait_event(side.synced, CRD_SYNC_TIMEOUT_SECONDS)
+                except asyncio.CancelledError:
+                    side_task.cancel()
+                    task.cancel()
+                    raise
                 ctx.informers.adopt(key, side, side_task)
                 if key == kind.made_store:  # type: ignore[attr-defined]
                     side.add_handler(jobs.on_made_object(key))
