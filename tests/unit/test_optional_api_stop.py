@@ -44,7 +44,18 @@ class HangingMultiKueueClient(HangingLists, NoMultiKueueCrdsClient):
     pass
 
 
-def informer_tasks(*names: str) -> list[asyncio.Task[Any]]:
+async def informer_tasks_after_stop(m: Any, client: Any, lists: int,
+                                    *names: str) -> list[asyncio.Task[Any]]:
+    """Start ``m``, install the CRDs once ready, stop it once ``lists`` lists hang; the
+    informer tasks named ``informer-<name>`` still running then."""
+    await m.start()
+    try:
+        await m.wait_ready(10)
+        client.installed = True
+        assert await wait_until(lambda: client.hanging >= lists), client.asks
+    finally:
+        await m.stop()
+    await asyncio.sleep(0)  # a cancelled task ends at its next step
     return [t for t in asyncio.all_tasks()
             if t.get_name() in {f"informer-{n}" for n in names} and not t.done()]
 
@@ -54,15 +65,7 @@ async def test_stopping_while_an_optional_kind_is_listed_leaves_no_informer_runn
     monkeypatch.setattr(manager_mod, "CRD_POLL_SECONDS", 0.05)
     client = HangingSleepersClient({**OBJECTS, SLEEPERS.plural: [SLEEPER_OBJ]})
     m = leading_manager(monkeypatch, client, Registry([batchjob.KIND, OptionalSleeper()]))
-    await m.start()
-    try:
-        await m.wait_ready(10)
-        client.installed = True
-        assert await wait_until(lambda: client.hanging >= 1), client.asks
-    finally:
-        await m.stop()
-    await asyncio.sleep(0)  # a cancelled task ends at its next step
-    assert informer_tasks("sleeper") == []
+    assert await informer_tasks_after_stop(m, client, 1, "sleeper") == []
     assert not m.dead_tasks
 
 
@@ -70,13 +73,5 @@ async def test_stopping_while_multikueue_is_added_leaves_no_informer_running(
         monkeypatch: pytest.MonkeyPatch) -> None:
     client = HangingMultiKueueClient()
     m = mk_manager(monkeypatch, client)
-    await m.start()
-    try:
-        await m.wait_ready(10)
-        client.installed = True
-        assert await wait_until(lambda: client.hanging >= 2), client.asks
-    finally:
-        await m.stop()
-    await asyncio.sleep(0)
-    assert informer_tasks("mkc", "mkcfg") == []
+    assert await informer_tasks_after_stop(m, client, 2, "mkc", "mkcfg") == []
     assert m.multikueue is None and not m.dead_tasks
