@@ -27,12 +27,13 @@ A Workload whose controller is no registered object (created by a user or anothe
 an eviction releases its quota at once (it has no pods to wait for); its creator marks it
 Finished. Not one whose controller is of an enabled kind not managed yet (``awaited``: its
 discovery failed at start, so its objects may run): that keeps its quota until the kind is
-managed, which stops the object first. One that pykueue created for an object that went with
-its owner reference (label ``kueue.x-k8s.io/job-uid``, no ownerReference: ``kubectl delete
---cascade=orphan``) is
-Finished with reason ``OwnerNotFound`` (Kueue v0.17.1 ``FinishOrphanedWorkloads``) once no
-object of that uid exists (kueue#12820: not while it is being deleted) and none of its pods
-holds resources any more (pykueue's addition: Kueue finishes it at once).
+managed, which stops the object first, and a job such an object made is left alone (not
+taken for an orphaned child or a queued job of its own) until then. One that pykueue created
+for an object that went with its owner reference (label ``kueue.x-k8s.io/job-uid``, no
+ownerReference: ``kubectl delete --cascade=orphan``) is Finished with reason
+``OwnerNotFound`` (Kueue v0.17.1 ``FinishOrphanedWorkloads``) once no object of that uid
+exists (kueue#12820: not while it is being deleted) and none of its pods holds resources any
+more (pykueue's addition: Kueue finishes it at once).
 """
 
 from __future__ import annotations
@@ -172,8 +173,8 @@ class JobReconciler:
         self.reconciles = 0
         # (API group, kind) of the enabled kinds not managed yet (``Manager._await_crds``:
         # discovery did not say they are served). Their objects may exist and run (discovery
-        # answered 503 at start): a Workload they control keeps its quota until the kind is
-        # registered (``_of_awaited_kind``).
+        # answered 503 at start): a Workload they control keeps its quota and a job they
+        # made is left alone until the kind is registered (``_of_awaited_kind``).
         self.awaited: set[tuple[str, str]] = set()
 
     # ----------------------------------------------------------------- wiring
@@ -274,7 +275,8 @@ class JobReconciler:
     def _of_awaited_kind(self, obj: Mapping[str, Any]) -> bool:
         """Whether ``obj``'s controller ownerReference names a kind in ``awaited``: its
         reconciler is not running yet, so its object may run whatever its Workload says
-        (evicted: its quota stays until the kind is managed and stops it)."""
+        (evicted: its quota stays until the kind is managed and stops it; a job it made runs
+        on its admission, not an ancestor's gone with --cascade=orphan)."""
         for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
             if isinstance(ref, Mapping) and ref.get("controller") is True:
                 group = str(ref.get("apiVersion", "")).rpartition("/")[0]
@@ -341,6 +343,8 @@ class JobReconciler:
         """One pass over ``kind``'s object ``ns/name``; returns seconds to look again."""
         ctx = self.ctx
         obj = lookup(kind, ctx, ns, name)
+        if obj is not None and self.awaited and self._of_awaited_kind(obj):
+            return None  # a child of a kind not managed yet: reconciled once it is
         if obj is not None and not kind.top_level:
             ancestor = await self._managed_ancestor(obj)
             if ancestor is not None:
@@ -423,8 +427,8 @@ class JobReconciler:
         wraps) is in no store."""
         kind = self.registry.get(JOB)
         obj = self.ctx.store(CHILD_JOBS).get(f"{ns}/{name}")
-        if kind is None or obj is None:
-            return None
+        if kind is None or obj is None or self.awaited and self._of_awaited_kind(obj):
+            return None  # its controller's kind, once managed, reconciles it (enqueue_all)
         ancestor = stored_ancestor(self.ctx, self.registry, obj) or \
             made_via_ancestor(self.ctx, self.registry, obj)
         if ancestor is None and kind.carries_admission(obj) and not kind.finished(obj)[0]:
