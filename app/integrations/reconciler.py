@@ -162,6 +162,13 @@ class JobReconciler:
     """Reconciles the objects of every kind in ``registry`` with their Workloads (module doc).
     ``reconciles`` counts passes (tests and metrics)."""
 
+    # (API group, kind) of the enabled kinds not managed yet (``Manager._await_crds``:
+    # discovery did not say they are served). Their objects may exist and run (discovery
+    # answered 503 at start): a Workload they control keeps its quota and a job they made is
+    # left alone until the kind is registered (``_of_awaited_kind``).
+    # A class default for a reconciler made without ``__init__`` (tests); each has its own.
+    awaited: set[tuple[str, str]] = set()
+
     def __init__(self, ctx: Context, registry: Registry, *, workers: int = 4) -> None:
         self.ctx = ctx
         self.registry = registry
@@ -171,11 +178,7 @@ class JobReconciler:
         self.owners = OwnerIndex()
         self._tasks: list[asyncio.Task[None]] = []
         self.reconciles = 0
-        # (API group, kind) of the enabled kinds not managed yet (``Manager._await_crds``:
-        # discovery did not say they are served). Their objects may exist and run (discovery
-        # answered 503 at start): a Workload they control keeps its quota and a job they
-        # made is left alone until the kind is registered (``_of_awaited_kind``).
-        self.awaited: set[tuple[str, str]] = set()
+        self.awaited = set()
 
     # ----------------------------------------------------------------- wiring
 
