@@ -266,6 +266,8 @@ class Manager:
                       recorder=recorder, clock=self.clock)
         self.ctx = ctx
         self.jobs = JobReconciler(ctx, self.registry, workers=s.scheduling.job_workers)
+        self.jobs.awaited = {(k.api_group, k.kind) for k in wanted
+                             if k not in self.registry.kinds()}
         self.scheduler = SchedulerLoop(ctx, self.jobs, self.cluster, metrics=self.metrics)
         self.status = StatusWriter(ctx, cluster=self.cluster,
                                    awaiting_checks=self.scheduler.lifecycle.awaiting_checks)
@@ -464,7 +466,12 @@ class Manager:
                        watch_timeout_seconds=self.settings.scheduling.watch_timeout_seconds)
         task = asyncio.create_task(inf.run(), name=f"informer-{kind.key}")
         task.add_done_callback(self._on_task_done)
-        if not await wait_event(inf.synced, CRD_SYNC_TIMEOUT_SECONDS):
+        try:
+            synced = await wait_event(inf.synced, CRD_SYNC_TIMEOUT_SECONDS)
+        except asyncio.CancelledError:  # stopping: no informer of it outlives the Manager
+            task.cancel()
+            raise
+        if not synced:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             log.warning("reconciler: %s %s served but not listed within %.0f s: %s objects are "
@@ -477,13 +484,19 @@ class Manager:
                                 .watch_timeout_seconds)
                 side_task = asyncio.create_task(side.run(), name=f"informer-{key}")
                 side_task.add_done_callback(self._on_task_done)
-                await wait_event(side.synced, CRD_SYNC_TIMEOUT_SECONDS)
+                try:
+                    await wait_event(side.synced, CRD_SYNC_TIMEOUT_SECONDS)
+                except asyncio.CancelledError:
+                    side_task.cancel()
+                    task.cancel()
+                    raise
                 ctx.informers.adopt(key, side, side_task)
                 if key == kind.made_store:  # type: ignore[attr-defined]
                     side.add_handler(jobs.on_made_object(key))
         # No await from here on: no event falls between the store's listing and the handler.
         ctx.informers.adopt(kind.key, inf, task)
         self.registry.register(kind)
+        jobs.awaited.discard((kind.api_group, kind.kind))
         inf.add_handler(jobs.on_object(kind))
         jobs.enqueue_all()
         log.info("reconciler: %s %s now served (its CRD was installed): managing %s objects "

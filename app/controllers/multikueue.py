@@ -13,7 +13,7 @@ Every ``multikueue.sync_period_seconds`` while this process leads:
    Kueue's reason (``BadKubeConfig``, ``InsecureKubeConfig``, ``ClientConnectionFailed``,
    ...). A connected worker is probed again every ``multikueue.probe_period_seconds``, and
    a cluster whose kubeconfig is unusable has its Secret read again as often (at once when
-   its spec changes).
+   its spec changes, or it is deleted and created again: another uid).
 2. AdmissionChecks of this controller: ``Active`` from their MultiKueueConfig and its
    clusters (``check_active``).
 3. Workloads holding quota whose check of this controller is not Rejected: the owner must be of
@@ -129,6 +129,7 @@ class Worker:
     verdict: Verdict = field(default_factory=lambda: Verdict(False, "Pending", ""))
     probed_at: float = -1e9
     generation: Any = None
+    uid: Any = None  # the cluster's: one deleted and created again is another
 
 
 class Unread(Verdict):
@@ -380,11 +381,12 @@ class MultiKueueController:
         # sent) once per probe period: a connected one, one that did not answer and one whose
         # kubeconfig is unusable (Secret or key missing, refused) alike; read every pass, a
         # broken one cost a client token a second. A spec changed (another Secret): at once.
-        if fresh and w.generation == generation:
+        uid = cluster["metadata"].get("uid")  # created again under its name: generation 1
+        if fresh and w.generation == generation and w.uid == uid:
             got: tuple[Any, str] | Verdict | None = None
         else:
             got = await self._kubeconfig(cluster)
-        w.generation = generation
+        w.generation, w.uid = generation, uid
         if got is None:
             pass
         elif isinstance(got, Verdict):

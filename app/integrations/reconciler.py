@@ -25,11 +25,15 @@ pods still run or are being killed).
 
 A Workload whose controller is no registered object (created by a user or another controller):
 an eviction releases its quota at once (it has no pods to wait for); its creator marks it
-Finished. One that pykueue created for an object that went with its owner reference (label
-``kueue.x-k8s.io/job-uid``, no ownerReference: ``kubectl delete --cascade=orphan``) is
-Finished with reason ``OwnerNotFound`` (Kueue v0.17.1 ``FinishOrphanedWorkloads``) once no
-object of that uid exists (kueue#12820: not while it is being deleted) and none of its pods
-holds resources any more (pykueue's addition: Kueue finishes it at once).
+Finished. Not one whose controller is of an enabled kind not managed yet (``awaited``: its
+discovery failed at start, so its objects may run): that keeps its quota until the kind is
+managed, which stops the object first, and a job such an object made is left alone (not
+taken for an orphaned child or a queued job of its own) until then. One that pykueue created
+for an object that went with its owner reference (label ``kueue.x-k8s.io/job-uid``, no
+ownerReference: ``kubectl delete --cascade=orphan``) is Finished with reason
+``OwnerNotFound`` (Kueue v0.17.1 ``FinishOrphanedWorkloads``) once no object of that uid
+exists (kueue#12820: not while it is being deleted) and none of its pods holds resources any
+more (pykueue's addition: Kueue finishes it at once).
 """
 
 from __future__ import annotations
@@ -159,6 +163,13 @@ class JobReconciler:
     """Reconciles the objects of every kind in ``registry`` with their Workloads (module doc).
     ``reconciles`` counts passes (tests and metrics)."""
 
+    # (API group, kind) of the enabled kinds not managed yet (``Manager._await_crds``:
+    # discovery did not say they are served). Their objects may exist and run (discovery
+    # answered 503 at start): a Workload they control keeps its quota and a job they made is
+    # left alone until the kind is registered (``_of_awaited_kind``).
+    # A class default for a reconciler made without ``__init__`` (tests); each has its own.
+    awaited: set[tuple[str, str]] = set()
+
     def __init__(self, ctx: Context, registry: Registry, *, workers: int = 4) -> None:
         self.ctx = ctx
         self.registry = registry
@@ -168,6 +179,7 @@ class JobReconciler:
         self.owners = OwnerIndex()
         self._tasks: list[asyncio.Task[None]] = []
         self.reconciles = 0
+        self.awaited = set()
 
     # ----------------------------------------------------------------- wiring
 
@@ -264,6 +276,17 @@ class JobReconciler:
         await work(self.queue, self._reconcile_key, may_write=lambda: self.ctx.may_write,
                    log=log, what="reconcile")
 
+    def _of_awaited_kind(self, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj``'s controller ownerReference names a kind in ``awaited``: its
+        reconciler is not running yet, so its object may run whatever its Workload says
+        (evicted: its quota stays until the kind is managed and stops it; a job it made runs
+        on its admission, not an ancestor's gone with --cascade=orphan)."""
+        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+            if isinstance(ref, Mapping) and ref.get("controller") is True:
+                group = str(ref.get("apiVersion", "")).rpartition("/")[0]
+                return (group, str(ref.get("kind", ""))) in self.awaited
+        return False
+
     async def _reconcile_key(self, key: str) -> float | None:
         self.reconciles += 1
         prefix, _, rest = key.partition(":")
@@ -341,6 +364,8 @@ class JobReconciler:
         """One pass over ``kind``'s object ``ns/name``; returns seconds to look again."""
         ctx = self.ctx
         obj = lookup(kind, ctx, ns, name)
+        if obj is not None and self.awaited and self._of_awaited_kind(obj):
+            return None  # a child of a kind not managed yet: reconciled once it is
         if obj is not None and not kind.top_level:
             ancestor = await self._managed_ancestor(obj)
             if ancestor is not None:
@@ -423,8 +448,8 @@ class JobReconciler:
         wraps) is in no store."""
         kind = self.registry.get(JOB)
         obj = self.ctx.store(CHILD_JOBS).get(f"{ns}/{name}")
-        if kind is None or obj is None:
-            return None
+        if kind is None or obj is None or self.awaited and self._of_awaited_kind(obj):
+            return None  # its controller's kind, once managed, reconciles it (enqueue_all)
         ancestor = stored_ancestor(self.ctx, self.registry, obj) or \
             made_via_ancestor(self.ctx, self.registry, obj)
         if ancestor is None and kind.carries_admission(obj) and not kind.finished(obj)[0]:
@@ -886,6 +911,8 @@ class JobReconciler:
         wl = self.ctx.store(WL).get(f"{ns}/{name}")
         if wl is None or self.registry.owner_of(wl) is not None or is_finished(wl):
             return None
+        if self.awaited and self._of_awaited_kind(wl):
+            return None  # its object may still run: released once its kind is managed
         uid = self._orphaned(wl)
         if uid:
             return await self._finish_orphan(wl, uid)

@@ -528,3 +528,35 @@ async def test_a_check_status_written_is_not_written_again_from_a_stale_store() 
     active = [c for c in checks.get("mk")["status"]["conditions"]  # type: ignore[index]
               if c["type"] == "Active"]
     assert [(c["status"], c["reason"]) for c in active] == [("False", "BadConfig")]
+
+
+async def test_a_cluster_deleted_and_created_again_is_looked_at_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """breakmk23: a MultiKueueCluster deleted and created again under its name between two
+    passes (1 s) has the same ``generation`` (1), so within the probe period its worker was
+    taken as unchanged: the new cluster, pointing at another Secret (missing here), was
+    written Active "Connected" and Workloads went to the old worker's client for up to
+    ``probe_period_seconds``. Another uid is another cluster: looked at at once."""
+    from app.kube.informers import Store
+
+    made = worker_clients(monkeypatch)
+    server = SecretServer()
+    server.secrets["w1"] = kubeconfig("https://w1.example:6443")
+    clusters = Store(MULTIKUEUE_CLUSTERS)
+    checks = Store(ADMISSION_CHECKS)
+    checks.put(copy.deepcopy(CHECK))
+    mk = _controller(server, clusters)
+    mk.ctx.store = lambda kind: {MKC: clusters, AC: checks}.get(kind, Store(MULTIKUEUE_CONFIGS))
+
+    def cluster(uid: str, location: str) -> dict[str, Any]:
+        return {"metadata": {"name": "worker1", "uid": uid, "generation": 1,
+                             "resourceVersion": "1"},
+                "spec": {"clusterSource": {"kubeConfig": {"location": location}}}}
+
+    clusters.put(cluster("a", "w1"))
+    await mk.sync_once()
+    assert mk.workers["worker1"].verdict.active
+    clusters.set("worker1", cluster("b", "w2"))  # deleted, created again: Secret w2 missing
+    await mk.sync_once()
+    assert mk.workers["worker1"].verdict.reason == "BadKubeConfig"
+    assert made[0].closed
