@@ -172,6 +172,10 @@ def test_a_held_workload_is_no_victim_to_evict_again() -> None:
     ds = sim.cycle()
     assert not [d for d in ds if isinstance(d, Preempt)] and sim.admits(ds) == []
     assert sim.reason(f"{NS}/p") == PendingReason.WAITING_FOR_PREEMPTION
+    # Its message names the held Workload, which `kubectl get workload` no longer finds: it
+    # says why (breakdel23).
+    message = sim.c.workload(WorkloadKey(f"{NS}/p")).message  # type: ignore[union-attr]
+    assert f"{KEY} (deleted, its pods still hold resources)" in message, message
     for p in pods:
         _pod_event(loop, jctx, p, gone=True)
     assert sim.admits(sim.cycle()) == [WorkloadKey(f"{NS}/p")]
