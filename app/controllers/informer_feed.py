@@ -281,7 +281,7 @@ class InformerFeed:
             return False
         meta = wl.get("metadata") or {}
         uid = controller_uid(wl) or str((meta.get("labels") or {}).get(JOB_UID_LABEL) or "")
-        if not uid or not self.pods_holding(wl, uid):
+        if not self.pods_holding(wl, uid):  # uid "": a pod group's, owned by its pods
             return False
         if not self.cluster.hold_deleted(key, self.ctx.clock()):
             return False  # it held no quota (pending, or only assumed): forgotten

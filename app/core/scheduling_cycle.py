@@ -1205,7 +1205,11 @@ class Scheduler(QuotaState):
         d = self._set_pending(
             rec,
             PendingReason.WAITING_FOR_PREEMPTION,
-            f"Pending the preemption of {n} workload(s): " + ", ".join(sorted(keys)),
+            f"Pending the preemption of {n} workload(s): " + ", ".join(
+                # A deleted Workload whose quota is held (``hold_deleted``): the API has it
+                # no more, so say why it is waited for.
+                f"{k} (deleted, its pods still hold resources)"
+                if (r := self._wls.get(k)) is not None and r.gone else k for k in sorted(keys)),
         )
         if d is not None:
             out.append(d)

@@ -62,6 +62,7 @@ from app.integrations.framework import (
     manages_unlabelled_in,
     namespace_being_deleted,
     object_key,
+    pod_holds,
     pod_labels,
     pods_of,
     pods_of_workload,
@@ -965,7 +966,18 @@ class JobReconciler:
         if POD not in self.ctx.informers.informers:
             return None
         pods = self._pods(str(wl["metadata"].get("namespace", "")))
-        return len(pods_of_workload(self.registry.kinds(), pods, wl, uid)) + sum(
+        # A plain Pod's Workload (the Pod its controller) or a pod group's (every member an
+        # owner): its owners are the pods themselves, which carry no job's labels.
+        owners = {str(ref.get("uid")) for ref in wl["metadata"].get("ownerReferences") or []
+                  if isinstance(ref, dict) and ref.get("kind") == "Pod"
+                  and ref.get("apiVersion") == "v1" and ref.get("uid")}
+        if uid:
+            owners.add(uid)
+        own = [p for p in pods if str((p.get("metadata") or {}).get("uid", "")) in owners
+               and pod_holds(p)]
+        if not uid:
+            return len(own)
+        return len(own) + len(pods_of_workload(self.registry.kinds(), pods, wl, uid)) + sum(
             k.made_pods(self.ctx, wl, uid, pods) for k in self.registry.kinds())
 
     async def _finish_orphan(self, wl: Obj, uid: str) -> float | None:

@@ -340,6 +340,48 @@ def owner_label_errors(old_pod: Mapping[str, Any] | None, new_pod: Mapping[str, 
             f"more pods than were admitted); only {controllers_phrase(policy)} may"]
 
 
+# The label by which the Job controller selects its pods: the uid of the Job (the controller
+# of every batch Job's pod, a JobSet's or an operator's launcher's too).
+JOB_POD_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
+
+
+def _controller_ref(pod: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return (str(ref.get("apiVersion", "")), str(ref.get("kind", "")),
+                    str(ref.get("name", "")), str(ref.get("uid", "")))
+    return None
+
+
+def owner_reference_errors(old_pod: Mapping[str, Any] | None, new_pod: Mapping[str, Any],
+                           username: str, policy: WebhookPolicy) -> list[str]:
+    """Why an UPDATE of a Pod that carries ``kueue.x-k8s.io/podset`` (a pod of an admitted
+    job) is refused: it gives the pod a controller ownerReference other than the one it
+    had. A controller ignores a pod another one controls (Kubernetes ``ClaimObject``), so a
+    tenant pointing the reference at an object of its own (a ConfigMap) had the Job
+    controller start a replacement beside the pod still running, no label changed
+    (breakdel23: 2 GPU pods on an admission of 1). Allowed: removing it (the garbage
+    collector's ``--cascade=orphan``; the controller adopts a pod it still selects back),
+    and setting one on a pod without: for a pod of a batch Job (label
+    ``batch.kubernetes.io/controller-uid``) only that Job (its adoption back), otherwise any
+    (a ReplicaSet's or an operator's adoption). Other ownerReferences may change; pykueue may
+    change any. Beyond Kueue."""
+    if old_pod is None or username in policy.controller_usernames:
+        return []
+    labels = read_labels(old_pod)
+    new_ref, old_ref = _controller_ref(new_pod), _controller_ref(old_pod)
+    if PODSET_LABEL not in labels or new_ref is None or new_ref == old_ref:
+        return []
+    job_uid = next((labels[k] for k in JOB_POD_UID_LABELS if labels.get(k)), None)
+    if old_ref is None and (job_uid is None or new_ref[3] == job_uid):
+        return []
+    return [f"metadata.ownerReferences: the controller ownerReference of a pod of an admitted "
+            f"job cannot be set to another object (its controller would no longer count the "
+            f"pod and start another, running more pods than were admitted); only "
+            f"{controllers_phrase(policy)} may"]
+
+
 # ----------------------------------------------------------------------------------------------
 # Routes: what a kind serves, and what its deciders may ask
 
@@ -584,7 +626,9 @@ def _owner_labels(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
     if req.operation != "UPDATE" or req.sub_resource or not review_of(req, "", "Pod"):
         return ALLOW
     old, pod = reviewed_objects(req)
-    return refused(owner_label_errors(old, pod, req.user_info.username, env.policy))
+    user = req.user_info.username
+    return refused(owner_label_errors(old, pod, user, env.policy)
+                   + owner_reference_errors(old, pod, user, env.policy))
 
 
 # The framework's own route: every pod of an admitted job (objectSelector

@@ -172,6 +172,52 @@ def test_a_held_workload_is_no_victim_to_evict_again() -> None:
     ds = sim.cycle()
     assert not [d for d in ds if isinstance(d, Preempt)] and sim.admits(ds) == []
     assert sim.reason(f"{NS}/p") == PendingReason.WAITING_FOR_PREEMPTION
+    # Its message names the held Workload, which `kubectl get workload` no longer finds: it
+    # says why (breakdel23).
+    message = sim.c.workload(WorkloadKey(f"{NS}/p")).message  # type: ignore[union-attr]
+    assert f"{KEY} (deleted, its pods still hold resources)" in message, message
     for p in pods:
         _pod_event(loop, jctx, p, gone=True)
     assert sim.admits(sim.cycle()) == [WorkloadKey(f"{NS}/p")]
+
+
+def _plain_pod(name: str, uid: str) -> dict[str, Any]:
+    """A running managed Pod (single, or a pod group's member): no job labels, no owner."""
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "uid": uid, "resourceVersion": "1",
+                         "labels": {"kueue.x-k8s.io/managed": "true",
+                                    "kueue.x-k8s.io/podset": "main"}},
+            "status": {"phase": "Running"}}
+
+
+def _pods_workload(owners: list[dict[str, Any]], *, controller: bool) -> dict[str, Any]:
+    """``train``'s Workload (admitted) owned by ``owners``: a single Pod's (its controller)
+    or a pod group's (every member, none the controller)."""
+    obj = workload_object("job", "train", UID, owned=False, labelled=False)
+    obj["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": p["metadata"]["name"],
+         "uid": p["metadata"]["uid"], "controller": controller} for p in owners]
+    if controller:
+        obj["metadata"]["labels"] = {"kueue.x-k8s.io/job-uid": owners[0]["metadata"]["uid"]}
+    return obj
+
+
+def test_a_deleted_pod_workload_holds_its_quota_while_its_pod_runs() -> None:
+    """A tenant allowed to delete Workloads deletes a running plain Pod's (or a pod group's)
+    Workload: the reconciler then deletes the pods (no Workload), which run out the grace
+    period their tenant set; the quota stays held until they are gone."""
+    for controller, count in ((True, 1), (False, 2)):
+        sim, loop, jctx, _ = _setup()
+        owners = [_plain_pod(f"p{i}", f"uid-p{i}") for i in range(count)]
+        for p in owners:
+            jctx.store(POD).put(p)
+        loop.feed.on_workload(DELETED, _pods_workload(owners, controller=controller), None)
+        assert sim.usage("cq", resource="gpu") == 2, controller
+        assert _queue_b(sim) == []
+        for p in owners:
+            _pod_event(loop, jctx, p, deleting=True)
+        assert sim.admits(sim.cycle()) == [] and sim.usage("cq", resource="gpu") == 2
+        for p in owners:
+            _pod_event(loop, jctx, p, gone=True)
+        assert sim.c.workload(KEY) is None and loop.feed.held == {}
+        assert sim.admits(sim.cycle()) == [WorkloadKey(f"{NS}/b")]

@@ -11,7 +11,11 @@ import httpx
 import pytest
 
 from app.config import Settings
-from app.integrations.webhook_toolkit import WebhookPolicy, owner_label_errors
+from app.integrations.webhook_toolkit import (
+    WebhookPolicy,
+    owner_label_errors,
+    owner_reference_errors,
+)
 from app.main import create_app
 
 PYKUEUE = "system:serviceaccount:pykueue-system:pykueue"
@@ -92,3 +96,59 @@ async def test_the_route_answers_a_review() -> None:
     response = r.json()["response"]
     assert r.status_code == 200 and response["allowed"] is False
     assert response["status"]["code"] == 403 and "controller-uid" in response["status"]["message"]
+
+
+JOB_REF = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u1",
+           "controller": True, "blockOwnerDeletion": True}
+DECOY = {"apiVersion": "v1", "kind": "ConfigMap", "name": "decoy", "uid": "c1",
+         "controller": True}
+
+
+def owned(refs: list[dict[str, Any]] | None, labels: dict[str, str] = JOB_LABELS
+          ) -> dict[str, Any]:
+    p = pod(labels)
+    if refs is not None:
+        p["metadata"]["ownerReferences"] = refs
+    return p
+
+
+@pytest.mark.parametrize("new_refs", [
+    [DECOY],  # another controller: the Job controller ignores the pod and starts another
+    [{**JOB_REF, "controller": False}, DECOY],
+    [{**JOB_REF, "uid": "u2"}],
+])
+def test_taking_a_running_pod_from_its_controller_is_refused(
+        new_refs: list[dict[str, Any]]) -> None:
+    """breakdel23: a tenant's patch of the pod's controller ownerReference to a ConfigMap of
+    its own (no label changed) made the Job controller start a replacement: 2 GPU pods
+    Running on an admission of 1 (lab)."""
+    errors = owner_reference_errors(owned([JOB_REF]), owned(new_refs), TENANT, POLICY)
+    assert errors and "controller ownerReference" in errors[0], new_refs
+
+
+def test_a_job_pod_without_a_controller_may_get_only_its_job_back() -> None:
+    """Removed first (allowed: the garbage collector's ``--cascade=orphan`` does it, as
+    anyone may), then another controller set: refused for a Job's pod (its uid label names
+    the Job), so the two writes do not free it either; the Job controller's adoption back is
+    allowed."""
+    assert owner_reference_errors(owned([JOB_REF]), owned(None), TENANT, POLICY) == []
+    assert owner_reference_errors(owned(None), owned([DECOY]), TENANT, POLICY)
+    assert owner_reference_errors(owned(None), owned([JOB_REF]), TENANT, POLICY) == []
+
+
+def test_other_owner_reference_changes_pass() -> None:
+    other = {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "c2"}
+    assert owner_reference_errors(owned([JOB_REF]), owned([JOB_REF, other]), TENANT,
+                                  POLICY) == []
+    assert owner_reference_errors(owned([JOB_REF]), owned([DECOY]), PYKUEUE, POLICY) == []
+    # A pod no Job selects by uid (a Deployment's, an operator's): adopted by anyone.
+    labels = without("batch.kubernetes.io/controller-uid", "controller-uid")
+    rs = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "r", "uid": "r1",
+          "controller": True}
+    assert owner_reference_errors(owned(None, labels), owned([rs], labels), TENANT,
+                                  POLICY) == []
+    assert owner_reference_errors(owned([rs], labels), owned([DECOY], labels), TENANT, POLICY)
+    # Not a pod of an admitted job (no podset label): not pykueue's business.
+    labels = without("kueue.x-k8s.io/podset")
+    assert owner_reference_errors(owned([JOB_REF], labels), owned([DECOY], labels), TENANT,
+                                  POLICY) == []
