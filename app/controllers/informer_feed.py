@@ -115,6 +115,10 @@ class InformerFeed:
         # counts those pods (None: no Pod watch).
         self.pods_holding = pods_holding
         self.held: dict[str, dict[WorkloadKey, tuple[Obj, str]]] = {}
+        # Handlers of the Workload informer that saw the deletion while the quota was held (the
+        # queue status writer, the ClusterQueue finalizer): told it again at the release, as
+        # ``(DELETED, workload, None)``, since the usage they show or wait on changes only then.
+        self.on_release: list[Callable[[str, Obj | None, Obj | None], None]] = []
         # DRA: DeviceClass -> quota resource.
         self.device_classes = ctx.settings.resources.device_classes()
 
@@ -298,7 +302,8 @@ class InformerFeed:
 
     def on_pod(self, etype: str, old: Obj | None, new: Obj | None) -> None:
         """A pod changed: in a namespace with held deleted Workloads (``_hold_deleted``),
-        release those none of whose owner's pods holds resources any more."""
+        release those none of whose owner's pods holds resources any more, and tell the
+        handlers in ``on_release`` (the queue status, the ClusterQueue finalizer)."""
         pod = new or old
         if not self.held or pod is None:
             return
@@ -310,6 +315,8 @@ class InformerFeed:
             if not self.pods_holding(wl, uid):
                 self._forget_held(key)
                 self.cluster.release_deleted(key)
+                for handler in self.on_release:
+                    handler(DELETED, wl, None)
                 log.info("Workload %s (deleted): no pod of its owner holds resources any "
                          "more, its quota is released", key)
                 self.ctx.wake()

@@ -339,6 +339,7 @@ class Manager:
         for h in (feed.on_workload, jobs.on_workload, status.on_workload,
                   fin.on_workload):
             inf[WL].add_handler(h)
+        feed.on_release.extend((status.on_workload, fin.on_workload))
         for kind in self.registry.kinds():
             inf[source_of(kind)].add_handler(jobs.on_object(kind))
         if CHILD_JOBS in inf.informers:

@@ -221,3 +221,26 @@ def test_a_deleted_pod_workload_holds_its_quota_while_its_pod_runs() -> None:
             _pod_event(loop, jctx, p, gone=True)
         assert sim.c.workload(KEY) is None and loop.feed.held == {}
         assert sim.admits(sim.cycle()) == [WorkloadKey(f"{NS}/b")]
+
+
+def test_the_release_is_told_to_the_queue_status_and_the_finalizer() -> None:
+    """The queue status writer and the ClusterQueue finalizer saw the Workload's deletion while
+    its quota was still held; at the release they are told again (``on_release``), else the
+    ClusterQueue's status kept the held usage until its next change (seen in `make run`:
+    research-cq showed 2 l4 GPUs and 1 reserving Workload after its TrainJob's pods were
+    gone)."""
+    from app.controllers.queue_status import StatusWriter
+
+    sim, loop, jctx, pods = _setup()
+    told: list[tuple[str, Any, Any]] = []
+    status = StatusWriter.__new__(StatusWriter)
+    status.dirty_cqs, status.dirty_lqs = set(), set()
+    loop.feed.on_release.extend((status.on_workload, lambda *a: told.append(a)))
+    _delete_train(loop)
+    assert told == [] and status.dirty_cqs == set()  # held: nothing to tell yet
+    for p in pods:
+        _pod_event(loop, jctx, p, gone=True)
+    assert sim.c.workload(KEY) is None
+    assert [(etype, obj["metadata"]["name"], new) for etype, obj, new in told] == [
+        (DELETED, WL_NAME, None)]
+    assert status.dirty_cqs == {"cq"} and status.dirty_lqs == {f"{NS}/lq"}
