@@ -49,6 +49,18 @@ def pods_of(lab: LabHandle, ns: str, job: str) -> list[dict[str, Any]]:
     return lab.get("pods", "-n", ns, "-l", f"{JOB_NAME}={job}")["items"]
 
 
+def pending_on_gpus(wl: dict[str, Any] | None, looks: list[str], why: str) -> None:
+    """One look at b's Workload ``wl`` while the held quota should keep it out: it must not
+    have reserved quota (``why`` says what still holds it); a QuotaReserved=False message
+    must name the GPUs and is appended to ``looks``."""
+    qr = condition(wl, "QuotaReserved")
+    assert not (qr and qr["status"] == "True"), \
+        f"b's Workload reserved quota while {why}: {qr}"
+    if qr and qr["status"] == "False":
+        assert "nvidia.com/gpu" in qr["message"], qr
+        looks.append(qr["message"])
+
+
 def cq_gpu_usage(lab: LabHandle, cq: str) -> tuple[int, int]:
     """The ClusterQueue's status: (GPUs in use, reserving Workloads)."""
     st = lab.get("clusterqueue", cq).get("status") or {}
@@ -95,14 +107,8 @@ def test_a_deleted_jobs_quota_is_held_until_its_pods_are_gone(
             Workload was seen pending on 5 looks."""
             a_pods = pods_of(lab, ns, "a")
             assert len(a_pods) == 2, f"a's pods went by themselves: {a_pods}"
-            wl = job_workload(lab, ns, "b")
-            qr = condition(wl, "QuotaReserved")
-            assert not (qr and qr["status"] == "True"), \
-                f"b's Workload reserved quota while a's pods still exist: {qr}"
+            pending_on_gpus(job_workload(lab, ns, "b"), looks, "a's pods still exist")
             assert not running(pods_of(lab, ns, "b"), "b")
-            if qr and qr["status"] == "False":
-                assert "nvidia.com/gpu" in qr["message"], qr
-                looks.append(qr["message"])
             return len(looks) >= 5
         wait_for(b_waits, 60, "b's Workload pending on 5 looks while a's pods exist")
         assert cq_gpu_usage(lab, cq) == (QUOTA, 1), lab.get("clusterqueue", cq).get("status")

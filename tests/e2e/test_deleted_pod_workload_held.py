@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_deleted_job_quota_held import cq_gpu_usage, release
+from tests.e2e.test_deleted_job_quota_held import cq_gpu_usage, pending_on_gpus, release
 from tests.e2e.test_job_being_deleted_stopped import HOLD, QUEUE, WL, condition
 from tests.e2e.test_workload_kinds import LONG, TOLERATION, gpu_container, gpu_queue
 from tests.labfixture import LabHandle, wait_for
@@ -69,12 +69,7 @@ def test_a_running_pods_deleted_workload_holds_its_quota_until_the_pod_is_gone(
 
         def b_waits() -> bool:
             assert the_pod(lab, ns, "a") is not None, "a went by itself"
-            qr = condition(pod_workload(lab, ns, "b"), "QuotaReserved")
-            assert not (qr and qr["status"] == "True"), \
-                f"b's Workload reserved quota while a is still being killed: {qr}"
-            if qr and qr["status"] == "False":
-                assert "nvidia.com/gpu" in qr["message"], qr
-                looks.append(qr["message"])
+            pending_on_gpus(pod_workload(lab, ns, "b"), looks, "a is still being killed")
             return len(looks) >= 5
         wait_for(b_waits, 60, "b's Workload pending on 5 looks while a exists")
         assert cq_gpu_usage(lab, cq) == (QUOTA, 1), lab.get("clusterqueue", cq).get("status")
