@@ -416,17 +416,15 @@ class Manager:
         for task in self.multikueue.tasks:
             task.add_done_callback(self._on_task_done)
 
-    async def _add_multikueue(self) -> bool:
-        """MultiKueue on once its CRDs are served (both): the MultiKueueCluster and
-        MultiKueueConfig informers list, then join the set, and the controller starts (its
-        first pass at once); one log line. False (informers stopped, asked again at the next
-        poll) when either list does not succeed within ``CRD_SYNC_TIMEOUT_SECONDS``."""
-        ctx = self.ctx
-        assert ctx is not None
+    async def _listed(self, informers: list[tuple[str, Informer]]
+                      ) -> list[tuple[str, Informer, asyncio.Task[None]]] | None:
+        """Run ``informers`` (store key, informer) and wait up to ``CRD_SYNC_TIMEOUT_SECONDS``
+        for every first list: ``(key, informer, task)`` each, not yet in the set (the caller
+        adopts them), or None (stopped, the tasks awaited) when one did not list in time. When
+        cancelled meanwhile (pykueue stopping) the tasks are cancelled too: no informer of an
+        optional API outlives the Manager."""
         started = []
-        for key, res in MULTIKUEUE_STORES:
-            inf = Informer(ctx.client, res,
-                           watch_timeout_seconds=self.settings.scheduling.watch_timeout_seconds)
+        for key, inf in informers:
             task = asyncio.create_task(inf.run(), name=f"informer-{key}")
             task.add_done_callback(self._on_task_done)
             started.append((key, inf, task))
@@ -440,6 +438,20 @@ class Manager:
                     task.cancel()
         if not synced:
             await asyncio.gather(*(t for _, _, t in started), return_exceptions=True)
+            return None
+        return started
+
+    async def _add_multikueue(self) -> bool:
+        """MultiKueue on once its CRDs are served (both): the MultiKueueCluster and
+        MultiKueueConfig informers list, then join the set, and the controller starts (its
+        first pass at once); one log line. False (informers stopped, asked again at the next
+        poll) when either list does not succeed within ``CRD_SYNC_TIMEOUT_SECONDS``."""
+        ctx = self.ctx
+        assert ctx is not None
+        started = await self._listed([(key, Informer(
+            ctx.client, res, watch_timeout_seconds=self.settings.scheduling.watch_timeout_seconds))
+            for key, res in MULTIKUEUE_STORES])
+        if started is None:
             log.warning("multikueue: its CRDs are served but not listed within %.0f s: "
                         "MultiKueue is still off", CRD_SYNC_TIMEOUT_SECONDS)
             return False
@@ -465,16 +477,8 @@ class Manager:
         assert ctx is not None and jobs is not None and kind.resource is not None
         inf = Informer(ctx.client, kind.resource, label_selector=self._selector(kind),
                        watch_timeout_seconds=self.settings.scheduling.watch_timeout_seconds)
-        task = asyncio.create_task(inf.run(), name=f"informer-{kind.key}")
-        task.add_done_callback(self._on_task_done)
-        try:
-            synced = await wait_event(inf.synced, CRD_SYNC_TIMEOUT_SECONDS)
-        except asyncio.CancelledError:  # stopping: no informer of it outlives the Manager
-            task.cancel()
-            raise
-        if not synced:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        listed = await self._listed([(kind.key, inf)])
+        if listed is None:
             log.warning("reconciler: %s %s served but not listed within %.0f s: %s objects are "
                         "not managed yet", kind.resource.plural, kind.resource.api_version,
                         CRD_SYNC_TIMEOUT_SECONDS, kind.kind)
@@ -489,13 +493,13 @@ class Manager:
                     await wait_event(side.synced, CRD_SYNC_TIMEOUT_SECONDS)
                 except asyncio.CancelledError:
                     side_task.cancel()
-                    task.cancel()
+                    listed[0][2].cancel()
                     raise
                 ctx.informers.adopt(key, side, side_task)
                 if key == kind.made_store:  # type: ignore[attr-defined]
                     side.add_handler(jobs.on_made_object(key))
         # No await from here on: no event falls between the store's listing and the handler.
-        ctx.informers.adopt(kind.key, inf, task)
+        ctx.informers.adopt(kind.key, inf, listed[0][2])
         self.registry.register(kind)
         jobs.awaited.discard((kind.api_group, kind.kind))
         inf.add_handler(jobs.on_object(kind))
