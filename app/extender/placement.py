@@ -36,7 +36,7 @@ from app.core.quantity import QuantityError, parse_quantity
 from app.core.workload import Taint, Toleration
 from app.core.workload import Workload as DomainWorkload
 from app.wire.fields import WorkloadSpecError
-from app.wire.names import GROUP_LABEL, PODSET_LABEL, QUEUE_NAME_LABEL
+from app.wire.names import GROUP_LABEL, JOB_UID_LABELS, PODSET_LABEL, QUEUE_NAME_LABEL
 from app.wire.podtemplate import tolerations
 
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
@@ -243,9 +243,6 @@ def _container_gpus(c: Any, gpu_resource: str, where: str) -> int:
     limits = _mapping(res.get("limits"), f"{where}.resources.limits")
     raw = requests.get(gpu_resource, limits.get(gpu_resource))
     return 0 if raw is None else _count(raw, gpu_resource, f"{where}.resources")
-
-
-JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 
 
 def job_uid_of(meta: Mapping[str, Any], labels: Mapping[str, str], job_name: str | None) -> str:

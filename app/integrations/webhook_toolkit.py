@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from app.wire.names import (
+    JOB_UID_LABELS,
     ORIGINAL_ANNOTATION,
     PODSET_LABEL,
     PREBUILT_WORKLOAD_LABEL,
@@ -340,11 +341,6 @@ def owner_label_errors(old_pod: Mapping[str, Any] | None, new_pod: Mapping[str, 
             f"more pods than were admitted); only {controllers_phrase(policy)} may"]
 
 
-# The label by which the Job controller selects its pods: the uid of the Job (the controller
-# of every batch Job's pod, a JobSet's or an operator's launcher's too).
-JOB_POD_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
-
-
 def _controller_ref(pod: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
     refs = (pod.get("metadata") or {}).get("ownerReferences") or []
     for ref in refs if isinstance(refs, list) else []:
@@ -373,7 +369,7 @@ def owner_reference_errors(old_pod: Mapping[str, Any] | None, new_pod: Mapping[s
     new_ref, old_ref = _controller_ref(new_pod), _controller_ref(old_pod)
     if PODSET_LABEL not in labels or new_ref is None or new_ref == old_ref:
         return []
-    job_uid = next((labels[k] for k in JOB_POD_UID_LABELS if labels.get(k)), None)
+    job_uid = next((labels[k] for k in JOB_UID_LABELS if labels.get(k)), None)
     if old_ref is None and (job_uid is None or new_ref[3] == job_uid):
         return []
     return [f"metadata.ownerReferences: the controller ownerReference of a pod of an admitted "

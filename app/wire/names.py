@@ -22,6 +22,9 @@ JOB_CONTROLLER_LABELS = frozenset(
     {"controller-uid", "batch.kubernetes.io/controller-uid", "job-name"}
 )
 
+# The labels by which the Job controller selects a Job's pods, newest first: the Job's uid.
+JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
+
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
 MANAGED_LABEL = "kueue.x-k8s.io/managed"
 GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
