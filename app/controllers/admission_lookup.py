@@ -301,8 +301,8 @@ class StoreExtenderState(InMemoryExtenderState):
         None when the controller is of no such kind (or no registry)."""
         if pod.controller is None or self.registry is None:
             return None
-        group, kind_name, name, uid = pod.controller
-        kind = self.registry.kind_for(group, kind_name)
+        _, kind_name, name, uid = ref = pod.controller
+        kind = self.registry.kind_for(ref.group, kind_name)
         if kind is None or kind.top_level:
             return None
         owner = lookup(kind, self.ctx, pod.namespace, name)

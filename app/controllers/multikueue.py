@@ -109,6 +109,7 @@ from app.kube.client import (
 from app.kube.context import AC, JOB, MKC, MKCFG, WL, Context
 from app.kube.errors import ApiError, NotFound, Permanent
 from app.kube.events import NORMAL
+from app.wire.owners import controller_of_object
 from app.wire.queues import is_multikueue_check
 from app.wire.workload_status import is_finished, parse_time, rfc3339, set_condition
 
@@ -163,11 +164,9 @@ def _placed_without_quota(wl: Mapping[str, Any]) -> bool:
 def _owner(wl: Mapping[str, Any]) -> tuple[Adapter, str] | None:
     """The adapter of the Workload's controller's kind and the controller's name, or None
     (no controller, or a kind MultiKueue does not dispatch)."""
-    for ref in (wl.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            a = adapter_for(str(ref.get("apiVersion", "")), str(ref.get("kind", "")))
-            return (a, str(ref.get("name"))) if a is not None else None
-    return None
+    ref = controller_of_object(wl)
+    a = adapter_for(ref.api_version, ref.kind) if ref is not None else None
+    return (a, ref.name) if a is not None and ref is not None else None
 
 
 def _resource(a: Adapter) -> Resource:

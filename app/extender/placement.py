@@ -37,6 +37,7 @@ from app.core.workload import Taint, Toleration
 from app.core.workload import Workload as DomainWorkload
 from app.wire.fields import WorkloadSpecError
 from app.wire.names import GROUP_LABEL, JOB_UID_LABELS, PODSET_LABEL, QUEUE_NAME_LABEL
+from app.wire.owners import OwnerRef, controller_ref
 from app.wire.podtemplate import tolerations
 
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
@@ -141,7 +142,7 @@ class PodFacts:
     ``pod_set``: label ``kueue.x-k8s.io/podset`` (injected at admission). ``gpus``: the pod's
     effective request of the GPU resource as a count (max of the containers' sum and any
     init container; a limit stands in for a missing request). ``uid``; ``controller``: its
-    controller ownerReference as (API group, kind, name, uid), None when it has none;
+    controller ownerReference (``app.wire.owners.OwnerRef``), None when it has none;
     ``group``: label ``kueue.x-k8s.io/pod-group-name`` (for ``filter_unadmitted``).
     """
 
@@ -154,7 +155,7 @@ class PodFacts:
     tolerations: tuple[Toleration, ...] = ()
     gpus: int = 0
     uid: str = ""
-    controller: tuple[str, str, str, str] | None = None
+    controller: OwnerRef | None = None
     group: str | None = None
 
     @property
@@ -276,16 +277,6 @@ def job_name_of(meta: Mapping[str, Any], labels: Mapping[str, str]) -> str | Non
     return None
 
 
-def controller_of(meta: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
-    """The pod's controller ownerReference as (API group, kind, name, uid), or None."""
-    for i, ref in enumerate(_list(meta.get("ownerReferences"), "Pod.metadata.ownerReferences")):
-        ref = _mapping(ref, f"Pod.metadata.ownerReferences[{i}]")
-        if ref.get("controller") is True:
-            return (str(ref.get("apiVersion", "")).rpartition("/")[0], str(ref.get("kind", "")),
-                    str(ref.get("name", "")), str(ref.get("uid", "")))
-    return None
-
-
 def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
     """Read a core/v1 Pod dict. Raises ``ExtenderInputError`` for wrong shapes."""
     meta = _mapping(pod.get("metadata"), "Pod.metadata")
@@ -293,6 +284,7 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
     spec = _mapping(pod.get("spec"), "Pod.spec")
     try:
         tols = tolerations(spec.get("tolerations"), "Pod.spec.tolerations")
+        controller = controller_ref(meta, strict=True, where="Pod.metadata")
     except WorkloadSpecError as exc:
         raise ExtenderInputError(str(exc)) from exc
     main = sum(
@@ -316,7 +308,7 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
         tolerations=tols,
         gpus=max(main, init),
         uid=str(meta.get("uid") or ""),
-        controller=controller_of(meta),
+        controller=controller,
         group=labels.get(GROUP_LABEL) or None,
     )
 

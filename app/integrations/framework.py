@@ -36,6 +36,7 @@ from app.kube.context import NS
 from app.kube.errors import NotFound
 from app.wire.fields import Obj
 from app.wire.names import ADOPTED_BY_ANNOTATION, QUEUE_NAME_LABEL
+from app.wire.owners import controller_of_object, controller_ref
 
 if TYPE_CHECKING:
     from app.kube.client import Resource
@@ -298,10 +299,8 @@ def job_finished(job: Mapping[str, Any], *, complete: str = "Complete", kind: st
 def controller_uid(obj: Mapping[str, Any]) -> str:
     """The uid ``obj``'s controller ownerReference names ("" when none): an ancestor read by
     name is ``obj``'s only when its uid is this one (a forged reference names another)."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") is True:
-            return str(ref.get("uid") or "")
-    return ""
+    ref = controller_of_object(obj)
+    return ref.uid if ref is not None else ""
 def manages_unlabelled_in(ctx: Context, namespace: str) -> bool:
     """Whether objects without a queue name are queued in ``namespace``:
     ``jobs.manage_jobs_without_queue_name`` and ``managed_jobs_namespace_selector`` matches
@@ -354,15 +353,14 @@ def made_via_ancestor(ctx: Context, registry: Registry, obj: Mapping[str, Any]
     where ``stored_ancestor`` stops."""
     meta = obj.get("metadata") or {}
     ns = str(meta.get("namespace", ""))
-    refs = [r for r in meta.get("ownerReferences") or []
-            if isinstance(r, Mapping) and r.get("controller") is True]
-    if not refs:
+    ref = controller_ref(meta)
+    if ref is None:
         return None
     manage = manages_unlabelled_in(ctx, ns)
     for kind in registry.kinds():
         via = str(getattr(kind, "child_via", ""))
-        if via and via == refs[0].get("kind"):
-            parent = lookup(kind, ctx, ns, str(refs[0].get("name", "")))
+        if via and via == ref.kind:
+            parent = lookup(kind, ctx, ns, ref.name)
             if parent is not None and (manage or kind.queue_name(parent)):
                 return kind, parent
     return None
@@ -453,14 +451,12 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
         return False
     if uid_label:
         return bool(labels.get(uid_label) == uid)
-    for ref in meta.get("ownerReferences") or []:
-        if not isinstance(ref, Mapping) or ref.get("controller") is not True:
-            continue
-        group = str(ref.get("apiVersion", "")).rpartition("/")[0]
-        if ref.get("kind") == kind.kind and group == kind.api_group:
-            return bool(ref.get("uid") == uid)
-        return ref.get("kind") == "Job" and ref.get("apiVersion") == "batch/v1"
-    return owner_gone
+    ref = controller_ref(meta)
+    if ref is None:
+        return owner_gone
+    if ref.kind == kind.kind and ref.group == kind.api_group:
+        return ref.uid == uid
+    return ref.kind == "Job" and ref.api_version == "batch/v1"
 
 
 def pods_of(kind: JobKind, pods: Iterable[Mapping[str, Any]],
@@ -606,13 +602,9 @@ class Registry:
     def kind_of_controller(self, obj: Mapping[str, Any]) -> tuple[JobKind, str] | None:
         """(registered kind, name) of ``obj``'s controller ownerReference when it names a
         registered kind, else None (Kueue ``getJobTypeForOwner``: enabled kinds only)."""
-        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-            if not isinstance(ref, Mapping) or ref.get("controller") is not True:
-                continue
-            group = str(ref.get("apiVersion", "")).rpartition("/")[0]
-            kind = self._by_gk.get((group, str(ref.get("kind", ""))))
-            return (kind, str(ref.get("name", ""))) if kind is not None else None
-        return None
+        ref = controller_of_object(obj)
+        kind = self._by_gk.get((ref.group, ref.kind)) if ref is not None else None
+        return (kind, ref.name) if kind is not None and ref is not None else None
 
     def managed_ancestor(self, obj: Mapping[str, Any],
                          get: Callable[[JobKind, str, str], Mapping[str, Any] | None], *,
@@ -651,11 +643,8 @@ class Registry:
     def controlled_by_a_kind(self, obj: Mapping[str, Any]) -> bool:
         """True when ``obj``'s controller ownerReference names a registered kind (Kueue's
         "managed ancestor": such an object is its owner's business)."""
-        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-            group = str(ref.get("apiVersion", "")).rpartition("/")[0]
-            if ref.get("controller") and (group, str(ref.get("kind", ""))) in self._by_gk:
-                return True
-        return False
+        ref = controller_of_object(obj)
+        return ref is not None and (ref.group, ref.kind) in self._by_gk
 
     def owner_of(self, workload: Mapping[str, Any]) -> Owner | None:
         """The registered object controlling ``workload`` (its controller ownerReference, or
@@ -666,12 +655,8 @@ class Registry:
             for k in self._by_key.values():
                 if k.group_workloads:  # type: ignore[attr-defined]
                     return Owner(k, str(meta.get("namespace", "")), str(meta.get("name", "")), "")
-        for ref in meta.get("ownerReferences") or []:
-            if not ref.get("controller"):
-                continue
-            group = str(ref.get("apiVersion", "")).rpartition("/")[0]
-            kind = self._by_gk.get((group, str(ref.get("kind", ""))))
-            if kind is not None:
-                return Owner(kind, str(meta.get("namespace", "")), str(ref.get("name", "")),
-                             str(ref.get("uid", "")))
-        return None
+        ref = controller_ref(meta)
+        kind = self._by_gk.get((ref.group, ref.kind)) if ref is not None else None
+        if kind is None or ref is None:
+            return None
+        return Owner(kind, str(meta.get("namespace", "")), ref.name, ref.uid)

@@ -59,6 +59,7 @@ from app.wire.names import (
     SUSPENDING_PARENT,
     TOTAL_COUNT_ANNOTATION,
 )
+from app.wire.owners import controller_of_object
 
 if TYPE_CHECKING:
     from app.models.admissionreview import AdmissionRequest
@@ -209,11 +210,10 @@ def group_name(owner: str, prefix: str = "statefulset") -> str:
 def controller_of(pod: Mapping[str, Any], kind: str, api_group: str) -> str | None:
     """The name of ``pod``'s controller when it is an ``api_group``/``kind`` object, else
     None."""
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") == kind \
-                and str(ref.get("apiVersion", "")).rpartition("/")[0] == api_group:
-            return str(ref.get("name", "")) or None
-    return None
+    ref = controller_of_object(pod)
+    if ref is None or ref.kind != kind or ref.group != api_group:
+        return None
+    return ref.name or None
 
 
 def parent_statefulset(pod: Mapping[str, Any]) -> str | None:

@@ -85,6 +85,7 @@ from app.wire.names import (
     PREBUILT_WORKLOAD_LABEL,
     PRIORITY_CLASS_LABEL,
 )
+from app.wire.owners import controller_of_object
 from app.wire.workload import job_pod_count, workload_from_object
 from app.wire.workload_status import (
     ADMITTED,
@@ -282,11 +283,8 @@ class JobReconciler:
         reconciler is not running yet, so its object may run whatever its Workload says
         (evicted: its quota stays until the kind is managed and stops it; a job it made runs
         on its admission, not an ancestor's gone with --cascade=orphan)."""
-        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-            if isinstance(ref, Mapping) and ref.get("controller") is True:
-                group = str(ref.get("apiVersion", "")).rpartition("/")[0]
-                return (group, str(ref.get("kind", ""))) in self.awaited
-        return False
+        ref = controller_of_object(obj)
+        return ref is not None and (ref.group, ref.kind) in self.awaited
 
     async def _reconcile_key(self, key: str) -> float | None:
         self.reconciles += 1
@@ -473,13 +471,11 @@ class JobReconciler:
             return None
         if kind.key in self.ctx.informers.informers and lookup(kind, self.ctx, ns, name):
             return None
-        refs = [r for r in (obj.get("metadata") or {}).get("ownerReferences") or []
-                if isinstance(r, Mapping) and r.get("controller") is True]
-        if not refs or refs[0].get("kind") != made.kind \
-                or refs[0].get("apiVersion", "").split("/")[0] != made.api_group:
+        ref = controller_of_object(obj)
+        if ref is None or ref.kind != made.kind or ref.group != made.api_group:
             return None
-        parent = lookup(made, self.ctx, ns, str(refs[0].get("name", "")))
-        if parent is None or (parent.get("metadata") or {}).get("uid") != refs[0].get("uid") \
+        parent = lookup(made, self.ctx, ns, ref.name)
+        if parent is None or (parent.get("metadata") or {}).get("uid") != ref.uid \
                 or not (made.queue_name(parent)
                         or manages_unlabelled_in(self.ctx, ns)):
             return None

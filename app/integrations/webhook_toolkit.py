@@ -32,6 +32,7 @@ from app.wire.names import (
     PRIORITY_CLASS_LABEL,
     QUEUE_NAME_LABEL,
 )
+from app.wire.owners import controller_of_object
 
 if TYPE_CHECKING:
     from app.models.admissionreview import AdmissionRequest
@@ -341,15 +342,6 @@ def owner_label_errors(old_pod: Mapping[str, Any] | None, new_pod: Mapping[str, 
             f"more pods than were admitted); only {controllers_phrase(policy)} may"]
 
 
-def _controller_ref(pod: Mapping[str, Any]) -> tuple[str, str, str, str] | None:
-    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
-    for ref in refs if isinstance(refs, list) else []:
-        if isinstance(ref, Mapping) and ref.get("controller") is True:
-            return (str(ref.get("apiVersion", "")), str(ref.get("kind", "")),
-                    str(ref.get("name", "")), str(ref.get("uid", "")))
-    return None
-
-
 def owner_reference_errors(old_pod: Mapping[str, Any] | None, new_pod: Mapping[str, Any],
                            username: str, policy: WebhookPolicy) -> list[str]:
     """Why an UPDATE of a Pod that carries ``kueue.x-k8s.io/podset`` (a pod of an admitted
@@ -366,11 +358,11 @@ def owner_reference_errors(old_pod: Mapping[str, Any] | None, new_pod: Mapping[s
     if old_pod is None or username in policy.controller_usernames:
         return []
     labels = read_labels(old_pod)
-    new_ref, old_ref = _controller_ref(new_pod), _controller_ref(old_pod)
+    new_ref, old_ref = controller_of_object(new_pod), controller_of_object(old_pod)
     if PODSET_LABEL not in labels or new_ref is None or new_ref == old_ref:
         return []
     job_uid = next((labels[k] for k in JOB_UID_LABELS if labels.get(k)), None)
-    if old_ref is None and (job_uid is None or new_ref[3] == job_uid):
+    if old_ref is None and (job_uid is None or new_ref.uid == job_uid):
         return []
     return [f"metadata.ownerReferences: the controller ownerReference of a pod of an admitted "
             f"job cannot be set to another object (its controller would no longer count the "
@@ -512,12 +504,8 @@ class WebhookEnv:
     def controlled_by_managed_kind(self, obj: Any) -> bool:
         """True when ``obj``'s controller ownerReference is an object of a job kind pykueue
         manages (Kueue ``IsOwnerManagedByKueueForObject``: enabled kinds only)."""
-        meta = obj.get("metadata") if isinstance(obj, dict) else None
-        refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
-        kinds = self.managed_kinds()
-        return any(isinstance(r, dict) and r.get("controller") is True and (
-            str(r.get("apiVersion", "")).rpartition("/")[0], str(r.get("kind", ""))) in kinds
-            for r in refs or [] if isinstance(refs, list))
+        ref = controller_of_object(obj)
+        return ref is not None and (ref.group, ref.kind) in self.managed_kinds()
 
     def namespace_managed(self, namespace: str) -> bool:
         """Whether ``jobs.managed_jobs_namespace_selector`` matches ``namespace``. A namespace

@@ -7,6 +7,7 @@ extender and the simulator alike.
 - ``podtemplate``: pod requests, tolerations, node affinity -> ``PodSet``.
 - ``workload``: the Workload object both ways, Kueue's naming and priority rules.
 - ``names``: Kueue's label, annotation, gate and finalizer names.
+- ``owners``: an object's controller ownerReference.
 - ``fields``: strict JSON value readers and ``WorkloadSpecError``.
 
 Pure: imports ``app.core`` and the standard library only (an import-linter contract).

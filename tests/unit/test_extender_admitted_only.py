@@ -21,6 +21,7 @@ from app.kube.client import JOBS
 from app.kube.context import JOB, NS, WL
 from app.kube.informers import Store
 from app.main import create_app
+from app.wire.owners import OwnerRef
 from app.wire.workload import workload_name_for_owner
 from tests.unit.test_extender import ALL, MODES, args, do_filter, make_state, pod
 
@@ -95,7 +96,9 @@ def _store_state(*objects: tuple[str, dict]) -> StoreExtenderState:
 
 def _facts(name: str = "p", uid: str = "pu", owner: tuple[str, str, str, str] | None = None,
            group: str | None = None) -> PodFacts:
-    return PodFacts("ns", name, uid=uid, controller=owner, group=group)
+    # ``owner``: (API group, kind, name, uid) of the pod's controller.
+    ref = None if owner is None else OwnerRef(f"{owner[0]}/v1", *owner[1:])
+    return PodFacts("ns", name, uid=uid, controller=ref, group=group)
 
 
 def test_a_plain_pod_is_covered_by_its_own_admitted_workload_only() -> None:

@@ -62,6 +62,7 @@ from app.wire.names import (
     MIN_PARALLELISM_ANNOTATION,
     QUEUE_NAME_LABEL,
 )
+from app.wire.owners import controller_of_object
 from app.wire.workload import completions_follow_parallelism, job_min_count, job_pod_count
 
 if TYPE_CHECKING:
@@ -497,10 +498,8 @@ def _child_share_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[str, A
 
 
 def _ancestor_phrase(job: dict[str, Any]) -> str:
-    for ref in (job.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(ref, dict) and ref.get("controller") is True:
-            return f"{ref.get('kind', 'object')} {ref.get('name', '')!r}"
-    return "object"
+    ref = controller_of_object(job)
+    return "object" if ref is None else f"{ref.kind or 'object'} {ref.name!r}"
 
 
 ROUTES = (WebhookRoute("/mutate-batch-v1-job", "batch/job", _mutation),

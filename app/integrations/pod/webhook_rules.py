@@ -73,6 +73,7 @@ from app.wire.names import (
     SERVING_ANNOTATION,
     TOTAL_COUNT_ANNOTATION,
 )
+from app.wire.owners import controller_of_object
 
 if TYPE_CHECKING:
     from app.models.admissionreview import AdmissionRequest
@@ -111,14 +112,6 @@ def group_total(pod: Mapping[str, Any]) -> int | None:
         return None
     value = int(total)
     return value if 1 <= value <= MAX_GROUP_COUNT else None
-
-
-def _owner_refs(pod: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
-    meta = pod.get("metadata") or {}
-    refs = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
-    return sorted((str(r.get("apiVersion", "")), str(r.get("kind", "")), str(r.get("name", "")),
-                   str(r.get("uid", ""))) for r in refs or []
-                  if isinstance(r, Mapping) and r.get("controller"))
 
 
 def _group_errors(pod: Mapping[str, Any]) -> list[str]:
@@ -171,13 +164,8 @@ def is_gated(pod: Mapping[str, Any]) -> bool:
 def controlled_by(pod: Mapping[str, Any], managed_kinds: frozenset[tuple[str, str]]) -> bool:
     """True when the Pod's controller ownerReference is an object of one of
     ``managed_kinds`` ((api group, kind), e.g. ``("batch", "Job")``)."""
-    meta = pod.get("metadata") or {}
-    for ref in meta.get("ownerReferences") or [] if isinstance(meta, Mapping) else []:
-        if isinstance(ref, Mapping) and ref.get("controller"):
-            group = str(ref.get("apiVersion", "")).rpartition("/")[0]
-            if (group, str(ref.get("kind", ""))) in managed_kinds:
-                return True
-    return False
+    ref = controller_of_object(pod)
+    return ref is not None and (ref.group, ref.kind) in managed_kinds
 
 
 def is_managed(pod: Mapping[str, Any], policy: WebhookPolicy,
@@ -302,7 +290,8 @@ def validate_pod(old: Mapping[str, Any] | None, new: Mapping[str, Any], username
         if read_labels(old).get(MANAGED_LABEL) == "true" and managed != "true":
             errors.append(f"metadata.labels[{MANAGED_LABEL}]: cannot be removed from a queued "
                           "Pod (pykueue would lose sight of it)")
-        if set(_owner_refs(new)) - set(_owner_refs(old)):
+        if (new_ref := controller_of_object(new)) is not None \
+                and new_ref != controller_of_object(old):
             # Adding one could make the Pod look like another kind's (a Job's) and lift these
             # rules; removing one (orphaning by the garbage collector) stays allowed.
             errors.append("metadata.ownerReferences: a controller reference cannot be added to "

@@ -60,6 +60,7 @@ from app.kube.errors import Conflict, NotFound
 from app.kube.events import NORMAL, WARNING
 from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, string
 from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL
+from app.wire.owners import controller_of_object
 from app.wire.podtemplate import pod_requests
 from app.wire.workload import workload_from_object
 
@@ -151,11 +152,8 @@ RAY_OWNERS = ("RayJob", "RayService")
 def ray_owner(obj: Mapping[str, Any]) -> str:
     """The kind (``RayJob`` or ``RayService``) of the ray.io controller of ``obj`` (a
     RayCluster KubeRay made for it), or ``""``."""
-    for r in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(r, Mapping) and r.get("controller") and r.get("kind") in RAY_OWNERS \
-                and str(r.get("apiVersion", "")).startswith(f"{GROUP}/"):
-            return str(r["kind"])
-    return ""
+    ref = controller_of_object(obj)
+    return ref.kind if ref is not None and ref.kind in RAY_OWNERS and ref.group == GROUP else ""
 
 
 def owned_by_ray(obj: Mapping[str, Any]) -> bool:
