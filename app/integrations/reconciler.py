@@ -15,7 +15,9 @@ admission (another pod count or other requests, or the object cannot be read): t
 and, once its pods are gone, replace the Workload (Kueue ``NoMatchingWorkload``); Workload
 evicted or deactivated -> stop the object, then release the quota once no pod is left;
 Workload pending -> a running object is stopped ("Not admitted by cluster queue"), a
-suspended one whose shape changed gets its Workload rebuilt in place. Pending or admitted, a
+suspended one whose shape changed gets its Workload rebuilt in place. An object being deleted
+gets no Workload and is never started: suspended, its Workload is deleted (once its pods are
+gone when it holds quota), so it is not admitted. Pending or admitted, a
 changed ``kueue.x-k8s.io/priority-class`` label re-resolves the Workload's priority.
 
 Quota follows the pods: it is released (Workload finished, released or deleted) only once
@@ -409,6 +411,8 @@ class JobReconciler:
         obj = await trim(kind, ctx, obj, wl)
         if wl is None:
             return await self._without_workload(kind, obj)
+        if self._being_deleted(kind, obj) and kind.is_suspended(obj):
+            return await self._never_to_start(kind, obj, wl)
         wl = await self._sync_priority(kind, obj, wl)
         if has_admission(wl) and not is_evicted(wl) and is_active(wl):
             why = self._admission_mismatch(kind, obj, wl)
@@ -780,7 +784,7 @@ class JobReconciler:
             return None
         if self._prebuilt(obj):
             return 5.0  # its prebuilt Workload is not there (yet): never create one
-        if kind.resource is not None and (obj.get("metadata") or {}).get("deletionTimestamp"):
+        if self._being_deleted(kind, obj):
             # Being deleted: no new Workload (Kueue v0.17.1 ReconcileGenericJob); one made
             # now would be the garbage collector's once the object is gone. Not a composed
             # object (a pod group: its first member's metadata; Kueue's Pod.Load drops a
@@ -819,6 +823,41 @@ class JobReconciler:
         ctx.recorder.emit(obj, NORMAL, "CreatedWorkload",
                           f"Created Workload: {out['metadata']['namespace']}/"
                           f"{out['metadata']['name']}")
+        return None
+
+    @staticmethod
+    def _being_deleted(kind: JobKind, obj: Obj) -> bool:
+        """Whether ``obj`` (an object of its own, not a composed pod group) is being deleted
+        (``deletionTimestamp``: held by a finalizer, a tenant's or the garbage collector's
+        ``foregroundDeletion``): it never runs again."""
+        return kind.resource is not None \
+            and bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+    async def _never_to_start(self, kind: JobKind, obj: Obj, wl: Obj) -> float | None:
+        """``obj`` is suspended and being deleted: it is not started (Kueue v0.17.1's
+        reconciler does nothing for a job being deleted), and its Workload is not left to be
+        admitted, which would hold quota for a job that never runs: a stop still to finish
+        is finished (``_to_stop``: a start record, or a Job's running pods, which
+        ``BatchJob.stop`` deletes), then the Workload is deleted, once none of the object's
+        pods holds resources when it holds quota (which returns then). Pending, it leaves the
+        queue at once. Event ``DeletedWorkload`` on the object. No Workload is created
+        for it again (``_without_workload``); the garbage collector would delete this one only
+        once the object is gone, which a finalizer may put off for long."""
+        ctx = self.ctx
+        meta = wl["metadata"]
+        if self._to_stop(kind, obj):
+            obj = await kind.stop(ctx, obj, f"The {kind.kind} is being deleted")
+        if has_admission(wl) and self._holds_pods(kind, obj, "its Workload is deleted"):
+            return PODS_POLL
+        try:
+            await ctx.client.delete(WORKLOADS, meta["name"], meta["namespace"],
+                                    uid=meta.get("uid"))
+        except NotFound:
+            return None
+        ctx.recorder.emit(obj, NORMAL, "DeletedWorkload",
+                          f"Deleted Workload {meta['namespace']}/{meta['name']}: the "
+                          f"{kind.kind} is being deleted, it is not started again")
+        ctx.wake()
         return None
 
     async def _stop_then_release(self, kind: JobKind, obj: Obj, wl: Obj) -> float | None:
