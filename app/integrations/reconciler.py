@@ -66,6 +66,7 @@ from app.integrations.framework import (
     object_key,
     pod_holds,
     pod_labels,
+    pods_in,
     pods_of,
     pods_of_workload,
     source_of,
@@ -104,7 +105,7 @@ WPC_REF = (KUEUE_GROUP, "WorkloadPriorityClass")  # a priorityClassRef to a Work
 log = logging.getLogger(__name__)
 
 WL_PREFIX = "wl:"
-NS_INDEX, UID_INDEX = "namespace", "uid"
+UID_INDEX = "uid"
 OWNER_NOT_FOUND = "OwnerNotFound"  # Kueue v1beta2 WorkloadFinishedReasonOwnerNotFound
 # Seconds between looks at a job whose pods still hold its quota (the Pod store's events do
 # not reach the reconciler).
@@ -311,13 +312,8 @@ class JobReconciler:
         return wpc, pc
 
     def _pods(self, ns: str) -> list[Obj]:
-        """The pods of namespace ``ns`` from the Pod store, or ``[]`` when this process
-        watches no pods (then only the objects' status counts)."""
-        if POD not in self.ctx.informers.informers:
-            return []
-        store = self.ctx.store(POD)
-        store.index(NS_INDEX, lambda p: str((p.get("metadata") or {}).get("namespace", "")))
-        return store.by_index(NS_INDEX, ns)
+        """The pods of namespace ``ns`` (``framework.pods_in``)."""
+        return pods_in(self.ctx, ns)
 
     def _pods_left(self, kind: JobKind, obj: Obj) -> int:
         """The object's pods still holding resources: its status's count

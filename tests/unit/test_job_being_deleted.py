@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from app.integrations import default_registry
@@ -22,6 +23,7 @@ from app.integrations.batchjob.job import KIND as JOB_KIND
 from app.integrations.reconciler import JobReconciler
 from app.kube.client import JOBS, NAMESPACES, PODS, RESOURCE_FLAVORS, WORKLOADS
 from app.kube.context import NS, PC, POD, RF, WL, WPC
+from app.kube.informers import Store
 from app.wire.names import ORIGINAL_ANNOTATION
 from app.wire.workload import workload_name_for_job
 from tests.unit.fake_ctx import FakeCtx
@@ -191,3 +193,35 @@ def test_an_admitted_workload_of_a_job_being_deleted_waits_for_its_pods() -> Non
     job["status"] = {"startTime": job["status"]["startTime"]}  # the Job controller: 0 active
     ctx, again = _look(job, _workload(admitted=True))
     assert ctx.writes == [("delete", "workloads", WL_NAME)] and again is None
+
+
+class UnscannedStore(Store):
+    """A Pod store that refuses a scan of all its pods (its indexes answer)."""
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        raise AssertionError("the whole Pod store scanned")
+
+    def list(self) -> list[dict[str, Any]]:
+        raise AssertionError("the whole Pod store scanned")
+
+
+def test_the_pods_a_job_being_deleted_has_deleted_are_found_through_an_index() -> None:
+    """small24: ``BatchJob._delete_pods`` looked at every pod of the cluster for one Job's
+    (on a big cluster, tens of thousands per stop): now the Pod store's namespace index (the
+    reconciler's) gives the namespace's pods. The selection is the same: the Job's running
+    pods; not one already going, not another Job's, not a pod of a Job of the same name in
+    another namespace (whose uid label names another uid) nor one of this Job's labels
+    there."""
+    ctx = _ctx([])
+    store = UnscannedStore(PODS)
+    ctx.informers.informers[POD].store = store
+    other_ns = {**_pod("train-x"), "metadata": {**_pod("train-x")["metadata"],
+                                                "namespace": "other"}}
+    for pod in (_pod("train-a"), _pod("train-b", deletionTimestamp=DELETING), other_ns,
+                {**_pod("eval-a"), "metadata": {**_pod("eval-a")["metadata"], "labels": {
+                    "batch.kubernetes.io/job-name": "eval",
+                    "batch.kubernetes.io/controller-uid": "j-2"}}}):
+        store.put(pod)
+    asyncio.run(JOB_KIND._delete_pods(ctx, _job(suspend=True, record=True, deleting=True),  # type: ignore[arg-type]
+                                      "Preempted"))
+    assert ctx.writes == [("delete", "pods", "train-a")]
