@@ -9,9 +9,10 @@ scheduling loop (with the admission core ``app.core.scheduling_cycle.Scheduler``
 status writer, the finalizer controller, the MultiKueue controller and the Event recorder.
 What may not be served (an optional job kind's CRD, MultiKueue's two CRDs) is set up once
 discovery says it is (``OptionalApi``): until then it has no informer, so readiness never
-waits on it, and MultiKueue is off. Every replica watches and serves; only the leader writes.
-It is the composition root: the one module of ``app.controllers`` that imports
-``app.integrations``.
+waits on it, and MultiKueue is off (its AdmissionChecks' ``Active`` condition False, written
+by ``MultiKueueOff``, until the controller takes over). Every replica watches and serves;
+only the leader writes. It is the composition root: the one module of ``app.controllers``
+that imports ``app.integrations``.
 
 What the HTTP side gets (put into ``app.state`` by ``app.main``):
 
@@ -42,7 +43,7 @@ from typing import Any
 from app.config import ClientSettings, Settings
 from app.controllers.admission_lookup import StoreAdmissionLookup, StoreExtenderState
 from app.controllers.finalizers import FinalizerController
-from app.controllers.multikueue import MultiKueueController
+from app.controllers.multikueue import MultiKueueController, MultiKueueOff
 from app.controllers.queue_status import StatusWriter
 from app.controllers.scheduling_loop import SchedulerLoop
 from app.core.scheduling_cycle import Scheduler
@@ -191,6 +192,8 @@ class Manager:
         self.status: StatusWriter | None = None
         self.finalizers: FinalizerController | None = None
         self.multikueue: MultiKueueController | None = None
+        # While MultiKueue is off: the writer of its checks' Active condition (until on).
+        self.multikueue_off: MultiKueueOff | None = None
         self.admission_lookup: StoreAdmissionLookup | None = None
         self.extender_state: StoreExtenderState | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -275,6 +278,9 @@ class Manager:
         self.admission_lookup = StoreAdmissionLookup(ctx, self.registry)
         self.extender_state = StoreExtenderState(ctx, NodeStore(s.extender.gpu_resource),
                                                  self.registry)
+        if not mk_served:
+            self.multikueue_off = MultiKueueOff(ctx)
+            informers[AC].add_handler(self.multikueue_off.on_check)
         self._wire()
         informers.start()
         recorder.start()
@@ -284,6 +290,9 @@ class Manager:
         self.finalizers.start()
         if mk_served:
             self._start_multikueue()
+        else:
+            assert self.multikueue_off is not None
+            self.multikueue_off.start()
         self._tasks = [asyncio.create_task(leader.run(), name="leader-election"),
                        asyncio.create_task(self._activate(), name="leader-activation")]
         if awaited:
@@ -299,7 +308,8 @@ class Manager:
         ctx, jobs, sched, status = self.ctx, self.jobs, self.scheduler, self.status
         assert ctx and jobs and sched and status and self.finalizers
         tasks = [*ctx.informers.tasks, *jobs.tasks, *sched.tasks, *status.tasks,
-                 *self.finalizers.tasks, *ctx.recorder.tasks, *self._tasks]
+                 *self.finalizers.tasks, *ctx.recorder.tasks, *self._tasks,
+                 *(self.multikueue_off.tasks if self.multikueue_off else ())]
         for task in tasks:
             task.add_done_callback(self._on_task_done)
 
@@ -370,6 +380,8 @@ class Manager:
             log.info("reconciler: leading as %s", ctx.leader.identity)
             self.jobs.enqueue_all()
             self.finalizers.enqueue_all()
+            if self.multikueue_off is not None:
+                self.multikueue_off.enqueue_all()
             self.scheduler.lifecycle.observe_all()  # timers: a new leader starts them again
             self.status.dirty_all = True
             ctx.wake()
@@ -443,9 +455,11 @@ class Manager:
 
     async def _add_multikueue(self) -> bool:
         """MultiKueue on once its CRDs are served (both): the MultiKueueCluster and
-        MultiKueueConfig informers list, then join the set, and the controller starts (its
-        first pass at once); one log line. False (informers stopped, asked again at the next
-        poll) when either list does not succeed within ``CRD_SYNC_TIMEOUT_SECONDS``."""
+        MultiKueueConfig informers list, then join the set, the writer of the checks' Active
+        condition while off (``MultiKueueOff``) is stopped and the controller starts (its
+        first pass at once; it owns that condition from then on); one log line. False
+        (informers stopped, asked again at the next poll) when either list does not succeed
+        within ``CRD_SYNC_TIMEOUT_SECONDS``."""
         ctx = self.ctx
         assert ctx is not None
         started = await self._listed([(key, Informer(
@@ -455,6 +469,11 @@ class Manager:
             log.warning("multikueue: its CRDs are served but not listed within %.0f s: "
                         "MultiKueue is still off", CRD_SYNC_TIMEOUT_SECONDS)
             return False
+        if self.multikueue_off is not None:
+            # One writer of the checks' Active condition: the off one is done (nothing
+            # written after this) before the controller starts.
+            await self.multikueue_off.stop()
+            self.multikueue_off = None
         # No await from here on (``_start_multikueue``).
         for key, inf, task in started:
             ctx.informers.adopt(key, inf, task)
@@ -535,6 +554,7 @@ class Manager:
         self._tasks.clear()
         for name, comp in (("scheduler", self.scheduler), ("status", self.status),
                            ("finalizers", self.finalizers), ("multikueue", self.multikueue),
+                           ("multikueue-off", self.multikueue_off),
                            ("jobs", self.jobs)):
             if comp is not None:
                 await step(name, comp.stop())

@@ -15,7 +15,9 @@ Every ``multikueue.sync_period_seconds`` while this process leads:
    a cluster whose kubeconfig is unusable has its Secret read again as often (at once when
    its spec changes, or it is deleted and created again: another uid).
 2. AdmissionChecks of this controller: ``Active`` from their MultiKueueConfig and its
-   clusters (``check_active``).
+   clusters (``check_active``). While MultiKueue is off (its CRDs not served) this
+   controller does not run and ``MultiKueueOff`` writes that condition instead (False,
+   ``BadConfig``, "MultiKueue is off ..."), until it is stopped as this one starts.
 3. Workloads holding quota whose check of this controller is not Rejected: the owner must be of
    a kind with an adapter (Job, JobSet, Kubeflow, Ray, TrainJob, AppWrapper) whose
    ``managedBy`` is ``kueue.x-k8s.io/multikueue`` (else the check is Rejected, as Kueue). A
@@ -81,6 +83,7 @@ from app.core.multikueue import (
     adapter_for,
     admitted_worker,
     check_active,
+    check_active_while_off,
     cluster_source_problem,
     condition_of,
     evicted_on_worker,
@@ -109,6 +112,7 @@ from app.kube.client import (
 from app.kube.context import AC, JOB, MKC, MKCFG, WL, Context
 from app.kube.errors import ApiError, NotFound, Permanent
 from app.kube.events import NORMAL
+from app.kube.workqueue import WorkQueue, work
 from app.wire.owners import controller_of_object
 from app.wire.queues import is_multikueue_check
 from app.wire.workload_status import is_finished, parse_time, rfc3339, set_condition
@@ -171,6 +175,72 @@ def _owner(wl: Mapping[str, Any]) -> tuple[Adapter, str] | None:
 
 def _resource(a: Adapter) -> Resource:
     return JOBS if a is BATCH_JOB else Resource(a.group, a.version, a.plural, a.kind)
+
+
+class MultiKueueOff:
+    """The writer of MultiKueue AdmissionChecks' ``Active`` condition while MultiKueue is off
+    (its CRDs not served: ``app.controllers.manager`` ``OptionalApi``): each such check gets
+    ``check_active_while_off`` (False, ``BadConfig``, "... MultiKueue is off until they
+    are"), so ``kubectl get admissioncheck -o yaml`` says why its ClusterQueues admit
+    nothing, and a check left True by an earlier run (MultiKueue on then) is corrected.
+    Told of every AdmissionCheck change (``on_check``) and of all of them when this process
+    starts leading (``enqueue_all``); writes only while ``ctx.may_write``.
+
+    One writer at a time: the Manager makes this one only while MultiKueue is off and
+    ``stop``s it (no write after, ``retired``) before the ``MultiKueueController`` starts,
+    which from then on owns the condition (its first pass rewrites it from the config)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.queue = WorkQueue(base=0.2, cap=30.0)
+        self.retired = False
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        return [self._task] if self._task is not None else []
+
+    def on_check(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        """AdmissionCheck informer handler: a MultiKueue check added or changed (its status
+        written by somebody else too) is looked at."""
+        if not self.retired and new is not None and is_multikueue_check(new):
+            self.queue.add(new["metadata"]["name"])
+
+    def enqueue_all(self) -> None:
+        if not self.retired:
+            for ac in self.ctx.store(AC):
+                self.on_check("ADDED", None, ac)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(
+            work(self.queue, self.reconcile, may_write=lambda: self.ctx.may_write, log=log,
+                 what="multikueue-off check"), name="multikueue-off")
+
+    async def stop(self) -> None:
+        """Retire for good: nothing is written once this returns (an in-flight write is
+        cancelled)."""
+        self.retired = True
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self.queue.close()
+
+    async def reconcile(self, name: str) -> float | None:
+        """Write check ``name``'s ``Active`` condition when it says anything else."""
+        ac = self.ctx.store(AC).get(name)
+        if self.retired or ac is None or not is_multikueue_check(ac):
+            return None
+        verdict = check_active_while_off((ac.get("spec") or {}).get("parameters"))
+        if not _status_conditions_changed(ac, verdict):
+            return None
+        body = copy.deepcopy(ac)
+        set_condition(body, ACTIVE, "False", verdict.reason, verdict.message, self.ctx.clock())
+        try:
+            out = await self.ctx.client.replace(ADMISSION_CHECKS, body, subresource="status")
+        except NotFound:
+            return None
+        self.ctx.store(AC).put(out)  # as the controller's: not rewritten from a stale copy
+        return None
 
 
 class MultiKueueController:

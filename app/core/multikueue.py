@@ -99,6 +99,19 @@ def check_active(config_problem: str | None, clusters: Sequence[str],
                    ", ".join(parts))
 
 
+NOT_SERVED = ("multikueueconfigs.kueue.x-k8s.io is not served by the API server (the "
+              "MultiKueueCluster and MultiKueueConfig CRDs are not installed): MultiKueue is "
+              "off until they are")
+
+
+def check_active_while_off(parameters: Mapping[str, Any] | None) -> Verdict:
+    """The ``Active`` condition of a MultiKueue AdmissionCheck while MultiKueue is off (its
+    CRDs not served): False with Kueue's reason for a config it cannot load, ``BadConfig``,
+    saying why (``parameters`` that name no MultiKueueConfig first, as Kueue's reference
+    check comes before the read; else ``NOT_SERVED``)."""
+    return check_active(parameters_problem(parameters) or NOT_SERVED, (), {})
+
+
 def cluster_source_problem(spec: Mapping[str, Any] | None,
                            allow_path: bool) -> tuple[str, str] | None:
     """(reason, message) when a MultiKueueCluster's ``spec.clusterSource`` cannot be used

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from app.core.workload import Workload
 from app.kube.client import PODS
-from app.kube.context import NS
+from app.kube.context import NS, POD
 from app.kube.errors import NotFound
 from app.wire.fields import Obj
 from app.wire.names import ADOPTED_BY_ANNOTATION, QUEUE_NAME_LABEL
@@ -457,6 +457,21 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     if ref.kind == kind.kind and ref.group == kind.api_group:
         return ref.uid == uid
     return ref.kind == "Job" and ref.api_version == "batch/v1"
+
+
+POD_NAMESPACE_INDEX = "namespace"
+
+
+def pods_in(ctx: Context, namespace: str) -> list[Obj]:
+    """The pods of ``namespace`` from the Pod store through its namespace index (kept by the
+    store's every change: the cost of the answer, not of the store), or ``[]`` when this
+    process watches no pods (then only the objects' status counts)."""
+    if POD not in ctx.informers.informers:
+        return []
+    store = ctx.store(POD)
+    store.index(POD_NAMESPACE_INDEX,
+                lambda p: str((p.get("metadata") or {}).get("namespace", "")))
+    return store.by_index(POD_NAMESPACE_INDEX, namespace)
 
 
 def pods_of(kind: JobKind, pods: Iterable[Mapping[str, Any]],

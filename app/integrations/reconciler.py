@@ -15,7 +15,9 @@ admission (another pod count or other requests, or the object cannot be read): t
 and, once its pods are gone, replace the Workload (Kueue ``NoMatchingWorkload``); Workload
 evicted or deactivated -> stop the object, then release the quota once no pod is left;
 Workload pending -> a running object is stopped ("Not admitted by cluster queue"), a
-suspended one whose shape changed gets its Workload rebuilt in place. Pending or admitted, a
+suspended one whose shape changed gets its Workload rebuilt in place. An object being deleted
+gets no Workload and is never started: suspended, its Workload is deleted (once its pods are
+gone when it holds quota), so it is not admitted. Pending or admitted, a
 changed ``kueue.x-k8s.io/priority-class`` label re-resolves the Workload's priority.
 
 Quota follows the pods: it is released (Workload finished, released or deleted) only once
@@ -64,6 +66,7 @@ from app.integrations.framework import (
     object_key,
     pod_holds,
     pod_labels,
+    pods_in,
     pods_of,
     pods_of_workload,
     source_of,
@@ -103,7 +106,7 @@ WPC_REF = (KUEUE_GROUP, "WorkloadPriorityClass")  # a priorityClassRef to a Work
 log = logging.getLogger(__name__)
 
 WL_PREFIX = "wl:"
-NS_INDEX, UID_INDEX = "namespace", "uid"
+UID_INDEX = "uid"
 OWNER_NOT_FOUND = "OwnerNotFound"  # Kueue v1beta2 WorkloadFinishedReasonOwnerNotFound
 # Seconds between looks at a job whose pods still hold its quota (the Pod store's events do
 # not reach the reconciler).
@@ -307,13 +310,8 @@ class JobReconciler:
         return wpc, pc
 
     def _pods(self, ns: str) -> list[Obj]:
-        """The pods of namespace ``ns`` from the Pod store, or ``[]`` when this process
-        watches no pods (then only the objects' status counts)."""
-        if POD not in self.ctx.informers.informers:
-            return []
-        store = self.ctx.store(POD)
-        store.index(NS_INDEX, lambda p: str((p.get("metadata") or {}).get("namespace", "")))
-        return store.by_index(NS_INDEX, ns)
+        """The pods of namespace ``ns`` (``framework.pods_in``)."""
+        return pods_in(self.ctx, ns)
 
     def _pods_left(self, kind: JobKind, obj: Obj) -> int:
         """The object's pods still holding resources: its status's count
@@ -407,6 +405,8 @@ class JobReconciler:
         obj = await trim(kind, ctx, obj, wl)
         if wl is None:
             return await self._without_workload(kind, obj)
+        if self._being_deleted(kind, obj) and kind.is_suspended(obj):
+            return await self._never_to_start(kind, obj, wl)
         wl = await self._sync_priority(kind, obj, wl)
         if has_admission(wl) and not is_evicted(wl) and is_active(wl):
             why = self._admission_mismatch(kind, obj, wl)
@@ -776,7 +776,7 @@ class JobReconciler:
             return None
         if self._prebuilt(obj):
             return 5.0  # its prebuilt Workload is not there (yet): never create one
-        if kind.resource is not None and (obj.get("metadata") or {}).get("deletionTimestamp"):
+        if self._being_deleted(kind, obj):
             # Being deleted: no new Workload (Kueue v0.17.1 ReconcileGenericJob); one made
             # now would be the garbage collector's once the object is gone. Not a composed
             # object (a pod group: its first member's metadata; Kueue's Pod.Load drops a
@@ -815,6 +815,41 @@ class JobReconciler:
         ctx.recorder.emit(obj, NORMAL, "CreatedWorkload",
                           f"Created Workload: {out['metadata']['namespace']}/"
                           f"{out['metadata']['name']}")
+        return None
+
+    @staticmethod
+    def _being_deleted(kind: JobKind, obj: Obj) -> bool:
+        """Whether ``obj`` (an object of its own, not a composed pod group) is being deleted
+        (``deletionTimestamp``: held by a finalizer, a tenant's or the garbage collector's
+        ``foregroundDeletion``): it never runs again."""
+        return kind.resource is not None \
+            and bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+    async def _never_to_start(self, kind: JobKind, obj: Obj, wl: Obj) -> float | None:
+        """``obj`` is suspended and being deleted: it is not started (Kueue v0.17.1's
+        reconciler does nothing for a job being deleted), and its Workload is not left to be
+        admitted, which would hold quota for a job that never runs: a stop still to finish
+        is finished (``_to_stop``: a start record, or a Job's running pods, which
+        ``BatchJob.stop`` deletes), then the Workload is deleted, once none of the object's
+        pods holds resources when it holds quota (which returns then). Pending, it leaves the
+        queue at once. Event ``DeletedWorkload`` on the object. No Workload is created
+        for it again (``_without_workload``); the garbage collector would delete this one only
+        once the object is gone, which a finalizer may put off for long."""
+        ctx = self.ctx
+        meta = wl["metadata"]
+        if self._to_stop(kind, obj):
+            obj = await kind.stop(ctx, obj, f"The {kind.kind} is being deleted")
+        if has_admission(wl) and self._holds_pods(kind, obj, "its Workload is deleted"):
+            return PODS_POLL
+        try:
+            await ctx.client.delete(WORKLOADS, meta["name"], meta["namespace"],
+                                    uid=meta.get("uid"))
+        except NotFound:
+            return None
+        ctx.recorder.emit(obj, NORMAL, "DeletedWorkload",
+                          f"Deleted Workload {meta['namespace']}/{meta['name']}: the "
+                          f"{kind.kind} is being deleted, it is not started again")
+        ctx.wake()
         return None
 
     async def _stop_then_release(self, kind: JobKind, obj: Obj, wl: Obj) -> float | None:

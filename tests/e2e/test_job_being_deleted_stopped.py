@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_kinds_preemption import events
+from tests.e2e.test_kinds_preemption import events, preempted
 from tests.e2e.test_workload_kinds import LONG, TOLERATION, gpu_container, gpu_queue, live
 from tests.labfixture import ROOT, LabHandle, wait_for
 
@@ -135,10 +135,13 @@ def test_a_preempted_job_being_deleted_under_a_tenants_finalizer_has_its_pods_de
     pods of 1 GPU) preempts it: ``low``'s Workload is Evicted (``Preempted``), pykueue deletes
     ``low``'s pods (Event ``DeletedPods`` on the Job) and ``high``'s 2 pods run; at every
     look, the Running pods ask at most the queue's 2 GPUs. Before the fix ``low``'s pods ran
-    on (the Job controller ignores a Job being deleted) and ``high`` waited behind them."""
+    on (the Job controller ignores a Job being deleted) and ``high`` waited behind them.
+    Then (small24) ``low``'s Workload is deleted: a Job being deleted is never started again,
+    so its Workload is not left queued to be admitted once ``high`` is done."""
     ns, cq, high = preemptible_queue(lab, "jdel")
     try:
         low_running_held(lab, ns)
+        low_wl = low_workload(lab, ns)["metadata"]["name"]  # type: ignore[index]
         # `kubectl delete` (background propagation).
         lab.kubectl("delete", "job", "low", "-n", ns, "--wait=false")
         job = lab.get("job", "low", "-n", ns)
@@ -166,9 +169,7 @@ def test_a_preempted_job_being_deleted_under_a_tenants_finalizer_has_its_pods_de
             raise AssertionError(f"{exc}; last look (low, high) Running: {looks[-1:]}; low's "
                                  f"Workload Evicted: {condition(wl, 'Evicted')}") from None
 
-        evicted = condition(low_workload(lab, ns), "Evicted")
-        assert evicted and evicted["status"] == "True" and evicted["reason"] == "Preempted", \
-            evicted
+        assert preempted(lab, ns, low_wl)
         assert not live([p for p in lab.get("pods", "-n", ns)["items"]
                          if (p["metadata"].get("labels") or {}).get(JOB_NAME) == "low"])
         wait_for(lambda: not lab.get("pods", "-n", ns, "-l", f"{JOB_NAME}=low")["items"], 30,
@@ -181,8 +182,9 @@ def test_a_preempted_job_being_deleted_under_a_tenants_finalizer_has_its_pods_de
         # The Job stays (the tenant's finalizer), suspended, and makes no pod again.
         job = lab.get("job", "low", "-n", ns)
         assert job["spec"]["suspend"] is True and job["metadata"]["finalizers"] == [HOLD]
-        reserved = condition(low_workload(lab, ns), "QuotaReserved")
-        assert reserved and reserved["status"] == "False", reserved
+        wait_for(lambda: low_workload(lab, ns) is None, 30,
+                 "low's Workload deleted (low is being deleted)")
+        assert lab.get("job", "low", "-n", ns)["spec"]["suspend"] is True
         assert len(running(lab.get("pods", "-n", ns)["items"], "high")) == 2
         # Its template is not restored: the API server refuses that while the Job controller
         # counts its pods active (2-3 refused updates per stop before, then retried).
@@ -242,4 +244,48 @@ def test_a_job_suspended_then_deleted_before_the_job_controller_acted_has_its_po
                    if e["involvedObject"].get("name") == "low"]
         assert deleted and deleted[0]["message"].startswith("2 pod(s) deleted"), deleted
     finally:
+        clean_up(lab, ns, cq, high)
+
+
+def test_a_pending_job_being_deleted_is_not_admitted_when_quota_frees(
+        lab: LabHandle, pykueue_in_lab: object) -> None:
+    """small24: Job ``low`` (2 pods of 1 GPU) runs on the 2-GPU queue; Job ``waiting`` (the
+    same) is pending behind it; the tenant puts its own finalizer on ``waiting`` and deletes
+    it (background): it stays, being deleted, suspended. Its Workload is deleted (Event
+    ``DeletedWorkload`` on the Job): once ``low`` is deleted and Job ``next`` queued,
+    ``next`` gets the quota and runs, and ``waiting`` stays suspended with no pod. Before,
+    ``waiting``'s Workload stayed queued: admitted first when ``low`` went (older), it was
+    unsuspended, for a Job going away, and ``next`` waited behind it."""
+    ns, cq, high = preemptible_queue(lab, "jdelp")
+    try:
+        low_running_held(lab, ns)
+        lab.kubectl("patch", "job", "low", "-n", ns, "--type=json", "-p",
+                    '[{"op": "remove", "path": "/metadata/finalizers"}]')
+        lab.apply(two_pod_job("waiting", ns, {QUEUE: "lq"}))
+
+        def waiting_workload() -> dict[str, Any] | None:
+            return next((w for w in lab.get(WL, "-n", ns)["items"]
+                         if any(r["name"] == "waiting"
+                                for r in w["metadata"].get("ownerReferences") or [])), None)
+        wait_for(lambda: (c := condition(waiting_workload(), "QuotaReserved"))
+                 and c["status"] == "False", 30, "waiting's Workload pending")
+        lab.kubectl("patch", "job", "waiting", "-n", ns, "--type=merge", "-p",
+                    json.dumps({"metadata": {"finalizers": [HOLD]}}))
+        lab.kubectl("delete", "job", "waiting", "-n", ns, "--wait=false")
+        wait_for(lambda: waiting_workload() is None, 30,
+                 "waiting's Workload deleted (waiting is being deleted)")
+        deleted = [e for e in events(lab, ns, "DeletedWorkload")
+                   if e["involvedObject"].get("name") == "waiting"]
+        assert deleted and "being deleted" in deleted[0]["message"], deleted
+        lab.kubectl("delete", "job", "low", "-n", ns, "--wait=false")
+        lab.apply(two_pod_job("next", ns, {QUEUE: "lq"}))
+        wait_for(lambda: len(running(lab.get("pods", "-n", ns)["items"], "next")) == 2, 90,
+                 "next's 2 pods Running")
+        job = lab.get("job", "waiting", "-n", ns)
+        assert job["metadata"].get("deletionTimestamp") and job["spec"]["suspend"] is True
+        assert not lab.get("pods", "-n", ns, "-l", f"{JOB_NAME}=waiting")["items"]
+        assert waiting_workload() is None
+    finally:
+        lab.kubectl("patch", "job", "waiting", "-n", ns, "--type=json", "-p",
+                    '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False)
         clean_up(lab, ns, cq, high)

@@ -5,10 +5,15 @@ absent (``app.controllers.manager`` ``OptionalApi``): no informer of them, so re
 not wait for them and a queued Job is admitted; once the CRDs are applied, pykueue's discovery
 poll (1 s doubling to 2 min) sees them, their informers list and the MultiKueue controller
 starts, which sets a new MultiKueueCluster's ``Active`` condition (here a cluster whose
-kubeconfig Secret points back at the lab itself: Active True, "Connected").
+kubeconfig Secret points back at the lab itself: Active True, "Connected"). A MultiKueue
+AdmissionCheck says meanwhile why it is not active: its ``Active`` condition False,
+``BadConfig``, "... MultiKueue is off until they are", also when an earlier run left it True;
+once MultiKueue is on, its controller sets it from the check's MultiKueueConfig.
 
 The module deletes the two CRDs (and so any MultiKueue object in the lab) with pykueue
-stopped, starts pykueue, and at the end leaves the CRDs installed and pykueue restarted."""
+stopped, creates that check (its status Active True, as an earlier run with MultiKueue on
+would have left it), starts pykueue, and at the end leaves the CRDs installed, the check
+deleted and pykueue restarted."""
 
 from __future__ import annotations
 
@@ -31,7 +36,26 @@ pytestmark = pytest.mark.lab
 CRDS = {"multikueueclusters.kueue.x-k8s.io": "kueue.x-k8s.io_multikueueclusters.yaml",
         "multikueueconfigs.kueue.x-k8s.io": "kueue.x-k8s.io_multikueueconfigs.yaml"}
 CLUSTER, SECRET = "crds-absent-self", "crds-absent-self-kubeconfig"
+CHECK, CONFIG = "crds-absent-mk", "crds-absent-cfg"
 K = "kueue.x-k8s.io/v1beta2"
+
+
+def _stale_check(lab: LabHandle) -> None:
+    """MultiKueue AdmissionCheck ``CHECK`` (config ``CONFIG``) with status Active True."""
+    lab.apply(json.dumps({
+        "apiVersion": K, "kind": "AdmissionCheck", "metadata": {"name": CHECK},
+        "spec": {"controllerName": "kueue.x-k8s.io/multikueue", "parameters": {
+            "apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig", "name": CONFIG}}}))
+    lab.kubectl("patch", "admissioncheck", CHECK, "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": {"conditions": [{
+                    "type": "Active", "status": "True", "reason": "Active",
+                    "message": "The admission check is active",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}))
+
+
+def _check_active(lab: LabHandle) -> dict[str, str] | None:
+    return next((c for c in (lab.get("admissioncheck", CHECK).get("status") or {}).get(
+        "conditions") or [] if c["type"] == "Active"), None)
 
 
 def _crds_installed(lab: LabHandle) -> None:
@@ -63,6 +87,7 @@ def without_mk_crds(lab: LabHandle) -> Iterator[Log]:
     labmod.pykueue_down(handle)
     try:
         lab.kubectl("delete", "crd", *CRDS, "--ignore-not-found", "--wait=true")
+        _stale_check(lab)
         log = Log(handle.logs / "pykueue.log")
         t0 = time.monotonic()
         labmod.pykueue_up(handle)  # waits for /readyz (90 s)
@@ -73,6 +98,7 @@ def without_mk_crds(lab: LabHandle) -> Iterator[Log]:
         _crds_installed(lab)
         lab.kubectl("delete", "secret", SECRET, "-n", "pykueue-system", "--ignore-not-found",
                     check=False)
+        lab.kubectl("delete", "admissioncheck", CHECK, "--ignore-not-found", check=False)
         labmod.pykueue_up(handle)
 
 
@@ -117,6 +143,19 @@ def test_without_the_multikueue_crds_pykueue_is_ready_and_admits(
         lab.kubectl("delete", "resourceflavor", rf, "--wait=false", check=False)
 
 
+def test_while_off_a_multikueue_check_left_active_says_why(
+        lab: LabHandle, without_mk_crds: Log) -> None:
+    """Before small24 nothing wrote the check while MultiKueue was off: it stayed True."""
+    t0 = time.monotonic()
+    off = wait_for(lambda: (c := _check_active(lab)) and c["status"] == "False" and c, 30,
+                   f"AdmissionCheck {CHECK} Active False")
+    print(f"{CHECK}: Active {off['status']} {off['reason']} after "
+          f"{time.monotonic() - t0:.1f}s: {off['message']}")
+    assert off["reason"] == "BadConfig", off
+    assert off["message"].startswith("Cannot load the AdmissionChecks parameters: "), off
+    assert "MultiKueue is off until they are" in off["message"], off
+
+
 def test_once_the_crds_are_applied_multikueue_sets_a_clusters_active_condition(
         lab: LabHandle, without_mk_crds: Log) -> None:
     """The lab's own API server as the worker: a kubeconfig with the lab admin's credentials
@@ -125,7 +164,9 @@ def test_once_the_crds_are_applied_multikueue_sets_a_clusters_active_condition(
     t0 = time.monotonic()
     _crds_installed(lab)
     lab.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-        mk.secret(SECRET, mk.worker_kubeconfig(site)), mk.cluster(CLUSTER, SECRET)]}))
+        mk.secret(SECRET, mk.worker_kubeconfig(site)), mk.cluster(CLUSTER, SECRET),
+        {"apiVersion": K, "kind": "MultiKueueConfig", "metadata": {"name": CONFIG},
+         "spec": {"clusters": [CLUSTER]}}]}))
     try:
         # The discovery poll: 1 s doubling to 2 min since pykueue started.
         wait_for(lambda: without_mk_crds.has("MultiKueue is on"), 150,
@@ -138,5 +179,11 @@ def test_once_the_crds_are_applied_multikueue_sets_a_clusters_active_condition(
               f"{active['reason']} after {time.monotonic() - t0:.1f}s")
         assert (active["status"], active["reason"], active["message"]) == (
             "True", "Active", "Connected"), active
+        # The check: from its config now (its one cluster active), by the controller alone.
+        check = wait_for(lambda: (c := _check_active(lab)) and c["status"] == "True" and c,
+                         30, f"AdmissionCheck {CHECK} Active True")
+        assert (check["reason"], check["message"]) == (
+            "Active", "The admission check is active"), check
     finally:
+        lab.kubectl("delete", "multikueueconfig", CONFIG, "--ignore-not-found", check=False)
         lab.kubectl("delete", "multikueuecluster", CLUSTER, "--ignore-not-found", check=False)

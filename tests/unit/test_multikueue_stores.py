@@ -143,22 +143,26 @@ async def test_without_the_multikueue_crds_pykueue_is_ready_and_admits(
 
 async def test_no_multikueue_pass_while_its_crds_are_not_served(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """While the MultiKueue CRDs are not served a pass decides nothing, as before 906fcd9
-    (the list's 404 ended the pass): a MultiKueue check is not turned inactive for a
-    MultiKueueConfig that cannot be seen. Once they are served the pass runs: the check's
-    Active condition is written (False: config "cfg" not found)."""
+    """While the MultiKueue CRDs are not served no MultiKueue pass runs, as before 906fcd9
+    (the list's 404 ended the pass): the check's Active condition is written once by the
+    writer while off (small24: False, saying MultiKueue is off), not from a
+    MultiKueueConfig that cannot be seen. Once they are served the pass runs: the condition
+    is written from the config (False: config "cfg" not found)."""
     client = NoMultiKueueCrdsClient()
     async with ready_manager(monkeypatch, client) as m:
         # Three discovery polls (0.05 + 0.1 + 0.2 s): a pass every 0.05 s would have come.
         assert await wait_until(lambda: client.asks >= 4), client.asks
-        assert ("replace", "admissionchecks") not in client.writes, client.writes
+        written = [b for v, r, b in client.bodies if (v, r) == ("replace", "admissionchecks")]
+        assert len(written) == 1, written
+        assert "MultiKueue is off" in written[0]["status"]["conditions"][0]["message"]
         assert m.multikueue is None
         client.installed = True
-        assert await wait_until(lambda: ("replace", "admissionchecks") in client.writes), \
-            client.writes
+        assert await wait_until(lambda: client.writes.count(
+            ("replace", "admissionchecks")) == 2), client.writes
         written = [b for v, r, b in client.bodies if (v, r) == ("replace", "admissionchecks")]
-        active = [c for c in written[0]["status"]["conditions"] if c["type"] == "Active"]
+        active = [c for c in written[1]["status"]["conditions"] if c["type"] == "Active"]
         assert [(c["status"], c["reason"]) for c in active] == [("False", "BadConfig")]
+        assert active[0]["message"].endswith('"cfg" not found'), active
 
 
 async def test_an_unknown_discovery_answer_is_asked_again_not_waited_on(

@@ -31,6 +31,7 @@ from app.integrations.framework import (
     delete_pods,
     job_finished,
     label_queue_name,
+    pods_in,
     pods_of,
 )
 from app.integrations.podsets import (
@@ -45,7 +46,6 @@ from app.integrations.podsets import (
     write_start,
 )
 from app.kube.client import JOBS, MERGE_PATCH
-from app.kube.context import POD
 from app.kube.errors import Conflict, Permanent
 from app.kube.events import NORMAL
 from app.wire.fields import Obj
@@ -398,10 +398,9 @@ class BatchJob(KindDefaults):
         quota through a preemption, an eviction or ``maximumExecutionTimeSeconds``. Beyond
         Kueue, whose reconciler leaves a Job being deleted alone. Pods already going are
         left; one Normal Event ``DeletedPods`` on the Job."""
-        if POD not in ctx.informers.informers:
-            return
+        ns = str((job.get("metadata") or {}).get("namespace", ""))
         deleted = len(await delete_pods(ctx, [
-            p for p in pods_of(self, ctx.store(POD), job)
+            p for p in pods_of(self, pods_in(ctx, ns), job)
             if not (p.get("metadata") or {}).get("deletionTimestamp")]))
         if deleted:
             ctx.recorder.emit(job, NORMAL, "DeletedPods",
