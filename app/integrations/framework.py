@@ -34,6 +34,7 @@ from app.core.workload import Workload
 from app.kube.client import PODS
 from app.kube.context import NS, POD
 from app.kube.errors import NotFound
+from app.kube.events import NORMAL
 from app.wire.fields import Obj
 from app.wire.names import ADOPTED_BY_ANNOTATION, QUEUE_NAME_LABEL
 from app.wire.owners import controller_of_object, controller_ref
@@ -77,6 +78,10 @@ class KindDefaults:
     # quota is released only once they are gone or terminal) and finds the pods of a
     # Workload whose owner went (``pods_of_workload``: ``kubectl delete --cascade=orphan``).
     pod_labels: tuple[str, str] = ("", "")
+    # Its operator does nothing for an object being deleted (no pod stopped on a suspension,
+    # no status written): the reconciler then deletes the running pods the object controls
+    # (``delete_own_pods``) and counts its pods from the Pod store alone (``pod_labels``).
+    ignored_once_deleted: bool = False
     # Kueue ``TopLevelJob``: never a managed ancestor's child (the webhook decides that).
     top_level: bool = False
     # Kueue manageJobsWithoutQueueName: objects without a queue name are queued too when the
@@ -169,6 +174,15 @@ class KindDefaults:
         went with its owner reference (``workload``: its orphaned Workload). Default: 0 (its
         pods carry its own name label: ``pod_labels``)."""
         return 0
+
+    def pods_once_deleted(self, ctx: Context, workload: Mapping[str, Any], obj: Mapping[str, Any],
+                          pods: list[Mapping[str, Any]]) -> int | None:
+        """For a kind without ``pod_labels`` whose operator ignores an object being deleted
+        (``ignored_once_deleted``: its status is never written again): the pods among
+        ``pods`` holding resources that ``obj`` (being deleted; ``workload`` its Workload)
+        runs through what its operator made, or None when unknown (its status then
+        counts). Default: None."""
+        return None
 
     async def stop_made(self, ctx: Context, workload: Mapping[str, Any], uid: str) -> None:
         """Stop what the kind's operator made for its object with ``uid``, which is gone
@@ -483,6 +497,39 @@ def pods_of(kind: JobKind, pods: Iterable[Mapping[str, Any]],
     name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
     return [p for p in pods if pod_of(kind, p, name, uid, owner_gone=owner_gone)
             and pod_holds(p)]
+
+
+def own_running_pods(kind: JobKind, pods: Iterable[Mapping[str, Any]],
+                     obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The pods among ``pods`` (``obj``'s namespace's) of ``kind``'s object ``obj``
+    (``pods_of``) that ``obj`` itself controls (controller ownerReference of ``kind``'s group
+    and kind naming ``obj``'s uid) and that are not being deleted: those only ``obj``'s
+    operator deletes. Not a child Job's (a JobSet's pods, an MPIJob's launcher): the child is
+    stopped by its own rules (``JobReconciler._child``)."""
+    uid = str((obj.get("metadata") or {}).get("uid") or "")
+    out = []
+    for p in pods_of(kind, pods, obj):
+        ref = controller_of_object(p)
+        if ref is not None and ref.kind == kind.kind and ref.group == kind.api_group \
+                and ref.uid == uid and not (p.get("metadata") or {}).get("deletionTimestamp"):
+            out.append(p)
+    return out
+
+
+async def delete_own_pods(ctx: Context, kind: JobKind, obj: Mapping[str, Any], why: str) -> int:
+    """Delete the running pods ``obj`` (being deleted) controls itself (``own_running_pods``):
+    the operators of the kinds with such pods (training-operator v1.9.3, mpi-operator v0.8.0,
+    KubeRay v1.6.0's RayCluster) do nothing for an object being deleted, so suspending it
+    kills none, and one a finalizer keeps (a tenant's own) would run on through a preemption,
+    an eviction or a deactivation, its Workload holding the quota. One Normal Event
+    ``DeletedPods`` on ``obj``; returns the count deleted."""
+    ns = str((obj.get("metadata") or {}).get("namespace", ""))
+    deleted = len(await delete_pods(ctx, own_running_pods(kind, pods_in(ctx, ns), obj)))
+    if deleted:
+        ctx.recorder.emit(obj, NORMAL, "DeletedPods",
+                          f"{deleted} pod(s) deleted: the {kind.kind} is being deleted, so its "
+                          f"operator does not stop them ({why})")
+    return deleted
 
 
 _Pod = TypeVar("_Pod", bound=Mapping[str, Any])

@@ -64,6 +64,7 @@ from app.integrations.framework import (
     manages_unlabelled_in,
     namespace_being_deleted,
     object_key,
+    own_running_pods,
     pod_holds,
     pod_labels,
     pods_in,
@@ -317,10 +318,25 @@ class JobReconciler:
         """The object's pods still holding resources: its status's count
         (``kind.active_pods``) or, when more, the Pod store's (``framework.pods_of``)."""
         active = kind.active_pods(obj)
+        meta = obj.get("metadata") or {}
+        ignored = getattr(kind, "ignored_once_deleted", False) \
+            and bool(meta.get("deletionTimestamp")) and POD in self.ctx.informers.informers
         if not pod_labels(kind)[0]:
+            wl = self.ctx.store(WL).get(f"{meta.get('namespace', '')}/{kind.workload_name(obj)}")
+            if ignored and wl is not None:
+                # Its status is never written again (a RayJob): what its operator made runs
+                # its pods, when the kind knows (``pods_once_deleted``).
+                made = kind.pods_once_deleted(  # type: ignore[attr-defined]
+                    self.ctx, wl, obj, self._pods(str(meta.get("namespace", ""))))
+                if made is not None:
+                    return int(made)
             return active
-        ns = str((obj.get("metadata") or {}).get("namespace", ""))
-        return max(active, len(pods_of(kind, self._pods(ns), obj)))
+        pods = len(pods_of(kind, self._pods(str(meta.get("namespace", ""))), obj))
+        if ignored:
+            # Its operator ignores an object being deleted: the status's count is the last
+            # one written before, never settled again; the Pod store's is the count.
+            return pods
+        return max(active, pods)
 
     def _to_stop(self, kind: JobKind, obj: Obj) -> bool:
         """Whether a stop of ``obj`` has something to do: it runs (not suspended), or it
@@ -334,10 +350,16 @@ class JobReconciler:
         if not kind.is_suspended(obj) or kind.is_started(obj):
             return True
         meta = obj.get("metadata") or {}
-        if kind.key != JOB or not meta.get("deletionTimestamp"):
+        if not meta.get("deletionTimestamp") or not pod_labels(kind)[0]:
             return False
+        pods = self._pods(str(meta.get("namespace", "")))
+        if kind.key != JOB:
+            # An operator that ignores an object being deleted (``ignored_once_deleted``) did
+            # not stop its pods: they are deleted (``framework.delete_own_pods``).
+            return getattr(kind, "ignored_once_deleted", False) \
+                and bool(own_running_pods(kind, pods, obj))
         return any(not (p.get("metadata") or {}).get("deletionTimestamp")
-                   for p in pods_of(kind, self._pods(str(meta.get("namespace", ""))), obj))
+                   for p in pods_of(kind, pods, obj))
 
     def _holds_pods(self, kind: JobKind, obj: Obj, what: str) -> bool:
         """True when the object still has pods holding resources (``_pods_left``): its
@@ -550,9 +572,11 @@ class JobReconciler:
                      parent: Mapping[str, Any]) -> float | None:
         """A job whose ancestor ``parent`` queues it (Kueue v0.17 ``shouldSuspendChildJob``):
         while it runs unfinished and the ancestor's Workload is missing, finished or not
-        admitted, it is suspended (event ``Suspended``); otherwise left to its ancestor's
-        operator. An ancestor MultiKueue dispatched (``_dispatched_elsewhere``) leaves it
-        nothing: suspended too."""
+        admitted, or the ancestor is suspended and being deleted (JobSet v0.11.1 and KubeRay
+        v1.6.0 ignore an object being deleted: they do not stop its children), it is
+        suspended (event ``Suspended``); otherwise left to its ancestor's operator. An
+        ancestor MultiKueue dispatched (``_dispatched_elsewhere``) leaves it nothing:
+        suspended too."""
         finished, _, _ = kind.finished(obj)
         if finished or kind.is_suspended(obj):
             return None
@@ -562,7 +586,10 @@ class JobReconciler:
             await kind.stop(self.ctx, obj, "its ancestor's admission runs on a MultiKueue "
                                            "worker: no child of it runs on this cluster")
             return None
-        if wl is not None and not is_finished(wl) and is_true(wl, ADMITTED):
+        parent_stopped = bool((parent.get("metadata") or {}).get("deletionTimestamp")) \
+            and parent_kind.is_suspended(parent)
+        if wl is not None and not is_finished(wl) and is_true(wl, ADMITTED) \
+                and not parent_stopped:
             if kind.key == JOB:
                 await self._hold_to_share(obj, parent_kind, parent)
             else:
@@ -840,6 +867,7 @@ class JobReconciler:
         if self._to_stop(kind, obj):
             obj = await kind.stop(ctx, obj, f"The {kind.kind} is being deleted")
         if has_admission(wl) and self._holds_pods(kind, obj, "its Workload is deleted"):
+            self._enqueue_children(obj)
             return PODS_POLL
         try:
             await ctx.client.delete(WORKLOADS, meta["name"], meta["namespace"],
@@ -851,6 +879,35 @@ class JobReconciler:
                           f"{kind.kind} is being deleted, it is not started again")
         ctx.wake()
         return None
+
+    def _enqueue_children(self, obj: Obj) -> None:
+        """Reconcile the stored objects ``obj`` controls (its uid in their controller
+        ownerReference: a JobSet's Jobs, a RayJob's RayCluster), which the child rule stops
+        (``_child``) when ``obj``'s operator, ignoring it once it is being deleted, does not:
+        a change of ``obj`` is no event of theirs."""
+        meta = obj.get("metadata") or {}
+        ns, uid = str(meta.get("namespace", "")), str(meta.get("uid") or "")
+        informers = self.ctx.informers.informers
+
+        def mine(child: Obj) -> bool:
+            ref = controller_of_object(child)
+            return ref is not None and ref.uid == uid \
+                and (child.get("metadata") or {}).get("namespace") == ns
+        for kind in self.registry.kinds():
+            if source_of(kind) in informers:
+                handler = self.on_object(kind)
+                for child in self.ctx.store(source_of(kind)):
+                    if mine(child):
+                        handler("SYNC", None, child)
+        if CHILD_JOBS in informers:
+            for job in self.ctx.store(CHILD_JOBS):
+                if mine(job):
+                    self.on_child_job("SYNC", None, job)
+        for store in {getattr(k, "made_store", "") for k in self.registry.kinds()}:
+            if store and store in informers:
+                for made in self.ctx.store(store):
+                    if mine(made):
+                        self.queue.add(f"{store}:{ns}/{made['metadata']['name']}")
 
     async def _stop_then_release(self, kind: JobKind, obj: Obj, wl: Obj) -> float | None:
         ctx = self.ctx

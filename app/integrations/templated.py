@@ -30,7 +30,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.core.workload import Workload
-from app.integrations.framework import MANAGED_JOBS, KindDefaults, label_queue_name
+from app.integrations.framework import (
+    MANAGED_JOBS,
+    KindDefaults,
+    delete_own_pods,
+    label_queue_name,
+)
 from app.integrations.podsets import (
     admitted_scheduling,
     apply_record,
@@ -364,11 +369,14 @@ class TemplatedKind(KindDefaults):
         return True
 
     async def stop(self, ctx: Context, obj: Obj, why: str) -> Obj:
-        """Suspend and restore the templates in one update (module doc)."""
+        """Suspend and restore the templates in one update (module doc). An object being
+        deleted, of a kind whose operator ignores it (``ignored_once_deleted``: the
+        suspension kills no pod), also has the running pods it controls deleted
+        (``delete_own_pods``)."""
         out = self.restored(obj)
-        if out == obj:
-            return obj
-        written = await self._put(ctx, out)
-        if not self.is_suspended(obj):
+        written = obj if out == obj else await self._put(ctx, out)
+        if written is not obj and not self.is_suspended(obj):
             ctx.recorder.emit(written, NORMAL, "Stopped", why)
+        if self.ignored_once_deleted and (written.get("metadata") or {}).get("deletionTimestamp"):
+            await delete_own_pods(ctx, self, written, why)
         return written

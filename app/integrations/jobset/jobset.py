@@ -70,6 +70,9 @@ class JobSet(TemplatedKind):
     rules = RULES
     # JobSet v0.11 labels its child Jobs' pods with both.
     pod_labels = ("jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/jobset-uid")
+    # JobSet v0.11.1 returns at once for a JobSet being deleted (``jobSetMarkedForDeletion``):
+    # its status is never settled again; its child Jobs are stopped by the child rule.
+    ignored_once_deleted = True
 
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         """One per replicatedJob (module doc). Raises ``WorkloadSpecError``."""

@@ -46,6 +46,9 @@ class KubeflowJob(TemplatedKind):
     # training-operator v1.9 and mpi-operator v0.8 label every pod with the job's name (no
     # uid label: a pod's controller ownerReference gives it while the job exists).
     pod_labels = ("training.kubeflow.org/job-name", "")
+    # training-operator v1.9.3 (``reconcile cancelled ... has been deleted``) and mpi-operator
+    # v0.8.0 (``for mpi job that is terminating, just return``) skip a job being deleted.
+    ignored_once_deleted = True
 
     def __init__(self, kind: str, plural: str, field: str, order: tuple[str, ...],
                  version: str = "v1") -> None:

@@ -462,6 +462,18 @@ class RayJob(_ClusterOwner):
 
     cluster_at = CLUSTER_AT["RayJob"]
     records_clusters = True
+    # KubeRay v1.6.0 only drops its own finalizer from a RayJob being deleted: its status is
+    # never written again and a suspension deletes no cluster (``pods_once_deleted``).
+    ignored_once_deleted = True
+
+    def pods_once_deleted(self, ctx: Context, workload: Mapping[str, Any],
+                          obj: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> int | None:
+        """The pods of the RayClusters ``workload`` records (``made_pods``), None without a
+        record (not started yet: its status counts)."""
+        if recorded_clusters(workload) is None:
+            return None
+        return self.made_pods(ctx, workload, str((obj.get("metadata") or {}).get("uid") or ""),
+                              pods)
 
     def cluster_names(self, obj: Mapping[str, Any]) -> list[str]:
         """``status.rayClusterName`` (KubeRay v1.6.0 sets it before making the cluster): a
@@ -756,6 +768,8 @@ class RayCluster(_RayKind):
     # KubeRay v1.6.0 labels every pod of a cluster ``ray.io/cluster=<name>`` (``labelPod``)
     # and controls it; it writes no uid label.
     pod_labels = ("ray.io/cluster", "")
+    # KubeRay v1.6.0: "RayCluster is being deleted, just ignore".
+    ignored_once_deleted = True
 
     async def settle(self, ctx: Context, obj: Obj, pods: int) -> float | None:
         """A started cluster that is not ``ready`` and has fewer pods than it asks for

@@ -1,0 +1,146 @@
+"""break24: a queued job of a kind whose operator ignores an object being deleted
+(training-operator v1.9.3, mpi-operator v0.8.0, KubeRay v1.6.0, JobSet v0.11.1: each returns at
+once for an object with a ``deletionTimestamp``), kept by a tenant's own finalizer, is
+preempted. Suspending it kills no pod and its status is never written again, so before, its
+pods ran on and its evicted Workload kept the quota for good (status ``active`` stale): a
+tenant's way to make a job unpreemptible. Now the pods it controls are deleted
+(``framework.delete_own_pods``), its pods are counted from the Pod store alone, and the
+children its operator no longer stops (a JobSet's Jobs, a RayJob's RayCluster) are stopped
+by the child rule. tests/e2e/test_break24_findings.py shows it on the lab."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from app.integrations import default_registry
+from app.integrations.batchjob.job import KIND as JOB_KIND
+from app.integrations.jobset.jobset import KIND as JOBSET
+from app.integrations.kubeflow.kubeflow import PYTORCHJOB
+from app.integrations.reconciler import JobReconciler
+from app.kube.client import JOBS, NAMESPACES, PODS, RESOURCE_FLAVORS, WORKLOADS
+from app.kube.context import NS, PC, POD, RF, WL, WPC
+from tests.unit.fake_ctx import FakeCtx
+
+UID = "pt-1"
+DELETING = "2026-12-06T01:00:00Z"
+NAME_LABEL = "training.kubeflow.org/job-name"
+
+
+def _pod(name: str, ref: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
+    ref = ref or {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "train",
+                  "uid": UID, "controller": True}
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"p-{name}", **meta,
+                         "labels": {NAME_LABEL: "train"}, "ownerReferences": [ref]},
+            "spec": {"nodeName": "a100-0"}, "status": {"phase": "Running"}}
+
+
+def _replica(n: int) -> dict[str, Any]:
+    return {"replicas": n, "restartPolicy": "OnFailure", "template": {"spec": {
+        "containers": [{"name": "pytorch", "resources": {"requests": {"nvidia.com/gpu": "1"}}}]}}}
+
+
+def _pytorchjob(*, deleting: bool) -> dict[str, Any]:
+    """Suspended by pykueue's stop (its templates restored, no start record); the operator's
+    last status says 2 pods active (it writes none for a job being deleted)."""
+    meta: dict[str, Any] = {"name": "train", "namespace": "ns", "uid": UID,
+                            "resourceVersion": "7",
+                            "labels": {"kueue.x-k8s.io/queue-name": "lq"}}
+    if deleting:
+        meta.update(deletionTimestamp=DELETING, finalizers=["example.com/keep"])
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": meta,
+            "spec": {"runPolicy": {"suspend": True},
+                     "pytorchReplicaSpecs": {"Master": _replica(1), "Worker": _replica(1)}},
+            "status": {"replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 1}}}}
+
+
+def _workload(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj``'s Workload, preempted (Evicted) and still holding its quota."""
+    wl = PYTORCHJOB.workload_object(obj)
+    wl["metadata"].update(namespace="ns", uid="w-1")
+    wl["status"] = {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+        {"name": ps["name"], "count": ps["count"], "flavors": {"nvidia.com/gpu": "a100"}}
+        for ps in wl["spec"]["podSets"]]}, "conditions": [
+        {"type": t, "status": "True", "reason": r, "message": ""}
+        for t, r in (("QuotaReserved", "QuotaReserved"), ("Admitted", "Admitted"),
+                     ("Evicted", "Preempted"))]}
+    return wl
+
+
+def _look(obj: dict[str, Any], pods: list[dict[str, Any]]) -> tuple[FakeCtx, float | None]:
+    ctx = FakeCtx({WL: WORKLOADS, WPC: WORKLOADS, PC: WORKLOADS, PYTORCHJOB.key:
+                   PYTORCHJOB.resource, POD: PODS, NS: NAMESPACES, RF: RESOURCE_FLAVORS},
+                  {POD: pods, PYTORCHJOB.key: [obj], WL: [_workload(obj)]})
+    ctx.clock = lambda: 1e9  # type: ignore[attr-defined]
+    rec = JobReconciler.__new__(JobReconciler)
+    rec.ctx, rec.registry = ctx, default_registry()  # type: ignore[assignment]
+    rec.queue = type("Q", (), {"add": staticmethod(lambda *_, **__: None)})()  # type: ignore[assignment]
+    return ctx, asyncio.run(rec.reconcile_object(PYTORCHJOB, "ns", "train"))
+
+
+def test_a_preempted_pytorchjob_being_deleted_has_its_own_running_pods_deleted() -> None:
+    """Its two running pods are deleted (the training-operator ignores it); one already
+    going, and a pod of its name label another object controls (a launcher's Job: the child
+    rule's), are left; the Workload keeps its quota meanwhile. Not being deleted, the pods
+    are the operator's to stop: nothing written."""
+    launcher = _pod("train-launcher", {"apiVersion": "batch/v1", "kind": "Job",
+                                       "name": "train-launcher", "uid": "j-9",
+                                       "controller": True})
+    pods = [_pod("train-master-0"), _pod("train-worker-0"),
+            _pod("train-worker-1", deletionTimestamp=DELETING), launcher]
+    ctx, again = _look(_pytorchjob(deleting=True), pods)
+    assert sorted(ctx.writes) == [("delete", "pods", "train-master-0"),
+                                  ("delete", "pods", "train-worker-0")]
+    assert again is not None
+    ctx, _ = _look(_pytorchjob(deleting=False), pods)
+    assert not [w for w in ctx.writes if w[1] == "pods"], ctx.writes
+
+
+def test_once_its_pods_are_gone_its_workload_goes_whatever_its_stale_status_says() -> None:
+    """Its status still says 2 active (never written again): the Pod store is the count, so
+    once no pod of it holds resources the Workload is deleted (the quota returns). While one
+    still does (being deleted), it waits."""
+    ctx, again = _look(_pytorchjob(deleting=True), [])
+    assert ctx.writes == [("delete", "workloads",
+                           PYTORCHJOB.workload_name(_pytorchjob(deleting=True)))]
+    assert again is None
+    ctx, again = _look(_pytorchjob(deleting=True),
+                       [_pod("train-master-0", deletionTimestamp=DELETING)])
+    assert ctx.writes == [] and again is not None
+
+
+def _jobset(*, deleting: bool) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "js", "namespace": "ns", "uid": "js-1",
+                            "labels": {"kueue.x-k8s.io/queue-name": "lq"}}
+    if deleting:
+        meta.update(deletionTimestamp=DELETING, finalizers=["example.com/keep"])
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": meta,
+            "spec": {"suspend": True, "replicatedJobs": [{"name": "w", "replicas": 1,
+                                                          "template": {"spec": {
+                                                              "parallelism": 1, "template": {
+                                                                  "spec": {"containers": [
+                                                                      {"name": "c"}]}}}}}]}}
+
+
+def test_the_running_child_job_of_a_suspended_jobset_being_deleted_is_stopped() -> None:
+    """JobSet v0.11.1 does nothing for a JobSet being deleted, so suspending it does not
+    suspend its child Jobs: the child rule does, though its Workload still says Admitted
+    (preempted, its quota not released yet). A JobSet not being deleted: its operator's."""
+    child = {"apiVersion": "batch/v1", "kind": "Job",
+             "metadata": {"name": "js-w-0", "namespace": "ns", "uid": "c-1", "ownerReferences": [
+                 {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "js",
+                  "uid": "js-1", "controller": True}]},
+             "spec": {"suspend": False, "parallelism": 1, "template": {"spec": {
+                 "containers": [{"name": "c"}]}}}}
+    for deleting, stopped in ((True, True), (False, False)):
+        js = _jobset(deleting=deleting)
+        wl = JOBSET.workload_object(js)
+        wl["metadata"].update(namespace="ns", uid="w-2")
+        wl["status"] = {"conditions": [{"type": t, "status": "True", "reason": t, "message": ""}
+                                       for t in ("QuotaReserved", "Admitted", "Evicted")]}
+        ctx = FakeCtx({WL: WORKLOADS, JOBSET.key: JOBSET.resource, JOB_KIND.key: JOBS},
+                      {WL: [wl], JOBSET.key: [js], JOB_KIND.key: [child]})
+        rec = JobReconciler.__new__(JobReconciler)
+        rec.ctx, rec.registry = ctx, default_registry()  # type: ignore[assignment]
+        asyncio.run(rec._child(JOB_KIND, child, JOBSET, js))
+        assert (("replace", "jobs", "js-w-0") in ctx.writes) is stopped, (deleting, ctx.writes)
