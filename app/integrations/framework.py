@@ -36,7 +36,7 @@ from app.kube.context import NS, POD
 from app.kube.errors import NotFound
 from app.kube.events import NORMAL
 from app.wire.fields import Obj
-from app.wire.names import ADOPTED_BY_ANNOTATION, QUEUE_NAME_LABEL
+from app.wire.names import ADOPTED_BY_ANNOTATION, PODSET_LABEL, QUEUE_NAME_LABEL
 from app.wire.owners import controller_of_object, controller_ref
 
 if TYPE_CHECKING:
@@ -499,19 +499,43 @@ def pods_of(kind: JobKind, pods: Iterable[Mapping[str, Any]],
             and pod_holds(p)]
 
 
+def pods_once_ignored(kind: JobKind, pods: Iterable[Mapping[str, Any]],
+                      obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The pods among ``pods`` (``obj``'s namespace's) holding resources that ran on
+    ``obj``'s admission, ``obj`` being deleted and its operator ignoring it
+    (``ignored_once_deleted``: it adopts no pod back): ``pods_of``'s, and those with ``obj``'s
+    name label (and uid label, where the kind has one) whose controller ownerReference a
+    tenant removed, or replaced (the pod webhook lets a pod without one get any) on a pod
+    that carries the admission's ``kueue.x-k8s.io/podset`` label; never another object's of
+    the same kind (another uid)."""
+    name_label, uid_label = pod_labels(kind)
+    meta = obj.get("metadata") or {}
+    name, uid = str(meta.get("name", "")), str(meta.get("uid") or "")
+    out = []
+    for p in pods:
+        labels = (p.get("metadata") or {}).get("labels") or {}
+        if not name_label or labels.get(name_label) != name or not pod_holds(p) \
+                or (uid_label and labels.get(uid_label) != uid):
+            continue
+        ref = controller_of_object(p)
+        if pod_of(kind, p, name, uid, owner_gone=True) or (
+                PODSET_LABEL in labels and ref is not None
+                and not (ref.kind == kind.kind and ref.group == kind.api_group)):
+            out.append(p)
+    return out
+
+
 def own_running_pods(kind: JobKind, pods: Iterable[Mapping[str, Any]],
                      obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The pods among ``pods`` (``obj``'s namespace's) of ``kind``'s object ``obj``
-    (``pods_of``) that ``obj`` itself controls (controller ownerReference of ``kind``'s group
-    and kind naming ``obj``'s uid) and that are not being deleted: those only ``obj``'s
-    operator deletes. Not a child Job's (a JobSet's pods, an MPIJob's launcher): the child is
-    stopped by its own rules (``JobReconciler._child``)."""
-    uid = str((obj.get("metadata") or {}).get("uid") or "")
+    """The pods of ``obj`` (being deleted, its operator ignoring it) that only that operator
+    would delete: ``pods_once_ignored``'s not being deleted whose controller is ``obj``, none,
+    or an object other than a batch Job. Not a child Job's (a JobSet's pods, an MPIJob's
+    launcher): the child is stopped by its own rules (``JobReconciler._child``)."""
     out = []
-    for p in pods_of(kind, pods, obj):
+    for p in pods_once_ignored(kind, pods, obj):
         ref = controller_of_object(p)
-        if ref is not None and ref.kind == kind.kind and ref.group == kind.api_group \
-                and ref.uid == uid and not (p.get("metadata") or {}).get("deletionTimestamp"):
+        if not (p.get("metadata") or {}).get("deletionTimestamp") \
+                and not (ref is not None and ref.kind == "Job" and ref.api_version == "batch/v1"):
             out.append(p)
     return out
 

@@ -70,6 +70,7 @@ from app.integrations.framework import (
     pods_in,
     pods_of,
     pods_of_workload,
+    pods_once_ignored,
     source_of,
     stored_ancestor,
     trim,
@@ -316,7 +317,9 @@ class JobReconciler:
 
     def _pods_left(self, kind: JobKind, obj: Obj) -> int:
         """The object's pods still holding resources: its status's count
-        (``kind.active_pods``) or, when more, the Pod store's (``framework.pods_of``)."""
+        (``kind.active_pods``) or, when more, the Pod store's (``framework.pods_of``); the
+        Pod store's alone for an object being deleted whose operator ignores it
+        (``ignored_once_deleted``)."""
         active = kind.active_pods(obj)
         meta = obj.get("metadata") or {}
         ignored = getattr(kind, "ignored_once_deleted", False) \
@@ -331,12 +334,13 @@ class JobReconciler:
                 if made is not None:
                     return int(made)
             return active
-        pods = len(pods_of(kind, self._pods(str(meta.get("namespace", ""))), obj))
+        pods = self._pods(str(meta.get("namespace", "")))
         if ignored:
             # Its operator ignores an object being deleted: the status's count is the last
-            # one written before, never settled again; the Pod store's is the count.
-            return pods
-        return max(active, pods)
+            # one written before, never settled again; the Pod store's is the count, pods
+            # whose ownerReference a tenant removed or replaced included.
+            return len(pods_once_ignored(kind, pods, obj))
+        return max(active, len(pods_of(kind, pods, obj)))
 
     def _to_stop(self, kind: JobKind, obj: Obj) -> bool:
         """Whether a stop of ``obj`` has something to do: it runs (not suspended), or it

@@ -144,3 +144,26 @@ def test_the_running_child_job_of_a_suspended_jobset_being_deleted_is_stopped() 
         rec.ctx, rec.registry = ctx, default_registry()  # type: ignore[assignment]
         asyncio.run(rec._child(JOB_KIND, child, JOBSET, js))
         assert (("replace", "jobs", "js-w-0") in ctx.writes) is stopped, (deleting, ctx.writes)
+
+
+def test_pods_a_tenant_orphaned_or_gave_another_controller_are_deleted_and_counted() -> None:
+    """The pod webhook lets a tenant remove a pod's controller ownerReference, then give the
+    pod (now without one) any other: an operator ignoring the job being deleted adopts
+    neither back, and ``pods_of`` (which wants the job or a batch Job as controller) no
+    longer counts them, so the Workload would go while they run. They are deleted and
+    counted; a pod of another PyTorchJob of that name (another uid) is neither."""
+    orphan = _pod("train-master-0")
+    orphan["metadata"]["ownerReferences"] = []
+    moved = _pod("train-worker-0", {"apiVersion": "v1", "kind": "ConfigMap", "name": "mine",
+                                    "uid": "cm-1", "controller": True})
+    moved["metadata"]["labels"]["kueue.x-k8s.io/podset"] = "worker"
+    other = _pod("train-worker-9", {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                                    "name": "train", "uid": "pt-old", "controller": True})
+    ctx, again = _look(_pytorchjob(deleting=True), [orphan, moved, other])
+    assert sorted(ctx.writes) == [("delete", "pods", "train-master-0"),
+                                  ("delete", "pods", "train-worker-0")]
+    assert again is not None
+    going = [{**p, "metadata": {**p["metadata"], "deletionTimestamp": DELETING}}
+             for p in (orphan, moved)]
+    ctx, again = _look(_pytorchjob(deleting=True), [*going, other])
+    assert ctx.writes == [] and again is not None  # the Workload waits for them
