@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.test_jobset import _long_jobset
-from tests.e2e.test_kubeflow import pytorchjob
+from tests.e2e.test_kubeflow import mpijob, pytorchjob
 from tests.e2e.test_ray import cpu_and_gpu_groups, rayjob
 from tests.integration.test_operators import operators_running
 from tests.labfixture import LabHandle, wait_for
@@ -30,7 +30,8 @@ QUOTA = 2  # GPUs of the ClusterQueue
 
 @pytest.fixture(scope="module")
 def operators(lab: LabHandle) -> Iterator[set[str]]:
-    with operators_running(lab, ["training-operator", "jobset", "kuberay"]) as (running, _):
+    with operators_running(lab, ["training-operator", "mpi-operator", "jobset",
+                                 "kuberay"]) as (running, _):
         yield running
 
 
@@ -48,11 +49,22 @@ def raycluster(name: str, ns: str, workers: int) -> str:
                        "spec": spec})
 
 
+def long_mpijob(name: str, ns: str) -> str:
+    """An MPIJob queued in ``lq``: a launcher (no GPU, a batch Job's pod) and 2 1-GPU workers,
+    all running an hour."""
+    body = json.loads(mpijob(name, ns, 2))
+    launcher = body["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
+    launcher["metadata"]["annotations"]["lab.pykueue.dev/run-duration"] = "1h"
+    return json.dumps(body)
+
+
 # kind -> (operator, resource, manifest(name, ns), pod label naming the object; a RayJob's
 # pods are its RayCluster's, named ``<rayjob>-<suffix>`` by KubeRay)
 KINDS: dict[str, tuple[str, str, Callable[[str, str], str], str]] = {
     "PyTorchJob": ("training-operator", "pytorchjob", lambda n, ns: pytorchjob(n, ns, 1),
                    "training.kubeflow.org/job-name"),
+    "MPIJob": ("mpi-operator", "mpijob", lambda n, ns: long_mpijob(n, ns),
+               "training.kubeflow.org/job-name"),
     "JobSet": ("jobset", "jobset", lambda n, ns: _long_jobset(n, ns, 2),
                "jobset.sigs.k8s.io/jobset-name"),
     "RayCluster": ("kuberay", "raycluster", lambda n, ns: raycluster(n, ns, 2), "ray.io/cluster"),
