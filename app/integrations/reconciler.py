@@ -42,7 +42,7 @@ import asyncio
 import copy
 import logging
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -62,7 +62,8 @@ from app.integrations.framework import (
     manages_unlabelled_in,
     namespace_being_deleted,
     object_key,
-    pod_holds,
+    pod_blocks_restart,
+    pod_holds_quota,
     pod_labels,
     pods_of,
     pods_of_workload,
@@ -317,14 +318,44 @@ class JobReconciler:
         store.index(NS_INDEX, lambda p: str((p.get("metadata") or {}).get("namespace", "")))
         return store.by_index(NS_INDEX, ns)
 
-    def _pods_left(self, kind: JobKind, obj: Obj) -> int:
-        """The object's pods still holding resources: its status's count
-        (``kind.active_pods``) or, when more, the Pod store's (``framework.pods_of``)."""
+    def _pods_holding_quota(self, kind: JobKind, obj: Obj) -> int:
+        """The object's pods still holding resources, for its quota: its status's count
+        (``kind.active_pods``) or, when more, the Pod store's (``framework.pods_of`` with
+        ``pod_holds_quota``: a pod Succeeded or Failed no longer counts, even while being
+        deleted). What a release of its Workload's quota (Finished, evicted, replaced,
+        deleted) waits for: Kueue KEP-10076 ``OnTerminal``."""
+        return self._pods_left(kind, obj, pod_holds_quota)
+
+    def _pods_blocking_restart(self, kind: JobKind, obj: Obj) -> int:
+        """The object's pods that keep it from being started again (``pod_blocks_restart``:
+        those ``_pods_holding_quota`` counts and the killed ones still being deleted)."""
+        return self._pods_left(kind, obj, pod_blocks_restart)
+
+    def _pods_left(self, kind: JobKind, obj: Obj,
+                   counts: Callable[[Mapping[str, Any]], bool]) -> int:
+        """``kind.active_pods`` or, when more, the Pod store's pods of ``obj`` that
+        ``counts``."""
         active = kind.active_pods(obj)
         if not pod_labels(kind)[0]:
             return active
         ns = str((obj.get("metadata") or {}).get("namespace", ""))
-        return max(active, len(pods_of(kind, self._pods(ns), obj)))
+        return max(active, len(pods_of(kind, self._pods(ns), obj, counts=counts)))
+
+    def _restart_waits(self, kind: JobKind, obj: Obj) -> bool:
+        """True when the suspended object, admitted, must not be started yet: pods of its
+        own that a stop killed are still there (``pod_blocks_restart``, from the Pod store;
+        a kind without ``pod_labels`` is not held). Its quota may have been released before
+        (an eviction waits for ``_pods_holding_quota`` only), so the Workload can be admitted
+        again while they go; Event ``WaitingForPods`` while it waits."""
+        if not pod_labels(kind)[0] or not kind.is_suspended(obj):
+            return False
+        ns = str((obj.get("metadata") or {}).get("namespace", ""))
+        left = len(pods_of(kind, self._pods(ns), obj, counts=pod_blocks_restart))
+        if left:
+            self.ctx.recorder.emit(obj, NORMAL, "WaitingForPods",
+                                   f"{left} pod(s) of the {kind.kind} are still being "
+                                   "killed: it is started once they are gone")
+        return left > 0
 
     def _to_stop(self, kind: JobKind, obj: Obj) -> bool:
         """Whether a stop of ``obj`` has something to do: it runs (not suspended), or it
@@ -344,10 +375,10 @@ class JobReconciler:
                    for p in pods_of(kind, self._pods(str(meta.get("namespace", ""))), obj))
 
     def _holds_pods(self, kind: JobKind, obj: Obj, what: str) -> bool:
-        """True when the object still has pods holding resources (``_pods_left``): its
-        quota stays, and an Event ``WaitingForPods`` says so (deduplicated by the
+        """True when the object still has pods holding resources (``_pods_holding_quota``):
+        its quota stays, and an Event ``WaitingForPods`` says so (deduplicated by the
         recorder). ``what``: what waits for them."""
-        left = self._pods_left(kind, obj)
+        left = self._pods_holding_quota(kind, obj)
         if left > 0:
             self.ctx.recorder.emit(obj, NORMAL, "WaitingForPods",
                                    f"{left} pod(s) of the {kind.kind} still run or are being "
@@ -420,9 +451,11 @@ class JobReconciler:
                 if self._to_stop(kind, obj):
                     await kind.stop(ctx, obj, "Not admitted by cluster queue")
                 return None
+            if self._restart_waits(kind, obj):
+                return PODS_POLL
             await self._start(kind, obj, wl)
             await self._sync_pods_ready(kind, obj, wl)
-            return await kind.settle(ctx, obj, self._pods_left(kind, obj))
+            return await kind.settle(ctx, obj, self._pods_blocking_restart(kind, obj))
         if has_admission(wl) and not is_evicted(wl):
             # Deactivated, its eviction not written yet: stop the object now, release the
             # quota only after Evicted=True (Kueue: the release follows the eviction, so a
@@ -719,7 +752,7 @@ class JobReconciler:
                 if not kind.is_suspended(live):
                     again = 30.0  # runs without its label: its Workload accounts for it
                     continue
-                if self._pods_left(kind, live) > 0:
+                if self._pods_holding_quota(kind, live) > 0:
                     again = PODS_POLL  # stopped: its pods are going
                     continue
             elif owner is not None and pod_labels(kind)[0] and pods_of(
@@ -786,8 +819,14 @@ class JobReconciler:
             # object (a pod group: its first member's metadata; Kueue's Pod.Load drops a
             # group's finalizers only when none of its pods is left).
             return None
-        if self._pods_left(kind, obj) > 0:
-            return PODS_POLL  # wait for the pods of the stopped object to go
+        left = self._pods_blocking_restart(kind, obj)
+        if left > 0:
+            # The pods of the stopped object, killed ones too (``pod_blocks_restart``): its
+            # new Workload could be admitted and started while they are still there.
+            ctx.recorder.emit(obj, NORMAL, "WaitingForPods",
+                              f"{left} pod(s) of the {kind.kind} still run or are being "
+                              "killed: its Workload is created once they are gone")
+            return PODS_POLL
         meta = obj.get("metadata") or {}
         where = f"{kind.kind} {meta.get('namespace', '')}/{meta.get('name', '')}"
         if namespace_being_deleted(ctx, str(meta.get("namespace", ""))):
@@ -959,8 +998,9 @@ class JobReconciler:
 
     def pods_holding(self, wl: Obj, uid: str) -> int | None:
         """How many pods of Workload ``wl``'s owner, the object with ``uid`` (gone, or
-        going), still hold resources (``pods_of_workload``, and those of objects its
-        operator made: ``made_pods``), from the Pod store; None when this process watches
+        going), still hold resources (``pod_holds_quota``: not Succeeded or Failed, being
+        deleted or not; ``pods_of_workload``, and those of objects its operator made:
+        ``made_pods``), from the Pod store; None when this process watches
         no pods. The orphaned Workload (``_finish_orphan``) and the deleted one whose quota
         the core holds (``InformerFeed``) both wait for this to reach 0."""
         if POD not in self.ctx.informers.informers:
@@ -974,7 +1014,7 @@ class JobReconciler:
         if uid:
             owners.add(uid)
         own = [p for p in pods if str((p.get("metadata") or {}).get("uid", "")) in owners
-               and pod_holds(p)]
+               and pod_holds_quota(p)]
         if not uid:
             return len(own)
         return len(own) + len(pods_of_workload(self.registry.kinds(), pods, wl, uid)) + sum(
