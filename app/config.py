@@ -519,7 +519,8 @@ class JobsSettings(BaseModel):
     ``deleted_quota_release``: when the quota of an admitted Workload deleted from the API
     (``kubectl delete job``: the garbage collector deletes its Workload with it) returns.
     ``WhenPodsGone`` (default, pykueue's): once no pod of its owner holds resources any more
-    (gone from the API, or Succeeded/Failed and not being deleted), so the pods' termination
+    (gone from the API, or Succeeded/Failed, being deleted or not: Kueue KEP-10076
+    ``OnTerminal``), so the pods' termination
     grace period, which the tenant sets, runs inside the quota (docs/security.md). Needs
     the Pod watch (``pykueue serve`` has it); without one it is released at once.
     ``Immediately`` (Kueue v0.17.1's): at the Workload's deletion, while its pods may still
