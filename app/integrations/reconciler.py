@@ -85,6 +85,7 @@ from app.wire.names import (
     KUEUE_GROUP,
     PREBUILT_WORKLOAD_LABEL,
     PRIORITY_CLASS_LABEL,
+    RESOURCE_IN_USE_FINALIZER,
 )
 from app.wire.workload import job_pod_count, workload_from_object
 from app.wire.workload_status import (
@@ -390,6 +391,36 @@ class JobReconciler:
         self.ctx.store(WL).put(out)
         return out
 
+    async def _release_finalizer(self, wl: Obj) -> None:
+        """Take ``RESOURCE_IN_USE_FINALIZER`` off ``wl`` (an update guarded by its
+        resourceVersion: a stale copy is a Conflict, retried), keeping every other; nothing
+        when it does not carry it. Kueue v0.17.1 ``workload.RemoveFinalizer``."""
+        meta = wl.get("metadata") or {}
+        finalizers = list(meta.get("finalizers") or [])
+        if RESOURCE_IN_USE_FINALIZER not in finalizers:
+            return
+        body = copy.deepcopy(wl)
+        body["metadata"]["finalizers"] = [f for f in finalizers
+                                          if f != RESOURCE_IN_USE_FINALIZER]
+        try:
+            out = await self.ctx.client.replace(WORKLOADS, body)
+        except NotFound:
+            return
+        if (out.get("metadata") or {}).get("deletionTimestamp") and \
+                not (out.get("metadata") or {}).get("finalizers"):
+            return  # the API server deletes it now; the watch removes it from the store
+        self.ctx.store(WL).put(out)
+
+    def _pods_still_hold(self, wl: Obj, uid: str) -> int:
+        """With ``jobs.deleted_quota_release: WhenPodsGone``, how many pods of the Workload's
+        owner (uid ``uid``) still hold resources (``pods_holding``; 0 without the Pod
+        watch); 0 with ``Immediately`` (Kueue v0.17.1: the finalizer goes at once) or when
+        ``wl`` holds no quota."""
+        if self.ctx.settings.jobs.deleted_quota_release != "WhenPodsGone" \
+                or not has_admission(wl) or is_finished(wl):
+            return 0
+        return self.pods_holding(wl, uid) or 0
+
     # ----------------------------------------------------------------- objects
 
     async def reconcile_object(self, kind: JobKind, ns: str, name: str) -> float | None:
@@ -421,8 +452,12 @@ class JobReconciler:
                               f"Workload {ns}/{wl['metadata']['name']} belongs to another "
                               f"object; this {kind.kind} is not queued until it is gone")
             return 30.0
+        if wl is not None and (wl.get("metadata") or {}).get("deletionTimestamp"):
+            return await self._workload_deleted(kind, obj, wl)
         finished, reason, message = kind.finished(obj)
         if finished:
+            if wl is not None and is_finished(wl):
+                await self._release_finalizer(wl)
             if wl is not None and not is_finished(wl):
                 if self._holds_pods(kind, obj, "its Workload is Finished"):
                     # Its pods still run (a Kubeflow job Failed with cleanPodPolicy None
@@ -434,6 +469,7 @@ class JobReconciler:
                 ctx.wake()
             return None
         if wl is not None and is_finished(wl):
+            await self._release_finalizer(wl)
             return None
         # Members beyond the group's count go first (Kueue deletes excess pods and admits
         # the rest, rather than refusing the whole group).
@@ -748,6 +784,10 @@ class JobReconciler:
             if wl is None:
                 continue
             owner = self.registry.owner_of(wl)
+            if owner is not None and self.ctx.settings.jobs.deleted_quota_release \
+                    == "Immediately" and (live is None or owner.uid != live["metadata"].get(
+                        "uid")):
+                await self._release_finalizer(wl)  # Kueue v0.17.1: it goes with the job
             if live is not None and owner and owner.uid == live["metadata"].get("uid"):
                 if not kind.is_suspended(live):
                     again = 30.0  # runs without its label: its Workload accounts for it
@@ -771,6 +811,16 @@ class JobReconciler:
                 now_owner = self.registry.owner_of(fresh)
                 if now_owner is None or now_owner.uid != owner.uid:
                     continue
+                if RESOURCE_IN_USE_FINALIZER in (fresh["metadata"].get("finalizers") or []):
+                    # Kueue's: the finalizer goes with the owner; pykueue's
+                    # (``WhenPodsGone``): once no pod of the owner holds resources, which
+                    # the Workload object keeps accounting for meanwhile (a restart too).
+                    if self._pods_still_hold(fresh, owner.uid):
+                        again = PODS_POLL
+                        continue
+                    await self._release_finalizer(fresh)
+                if fresh["metadata"].get("deletionTimestamp"):
+                    continue  # the garbage collector's deletion, under way
                 await self.ctx.client.delete(WORKLOADS, wl["metadata"]["name"], ns,
                                              uid=wl["metadata"].get("uid"))
             except NotFound:
@@ -840,6 +890,10 @@ class JobReconciler:
         except WorkloadSpecError as exc:
             ctx.recorder.emit(obj, WARNING, "ErrWorkloadCompose", str(exc))
             return 30.0
+        if ctx.settings.jobs.workload_finalizer:
+            finalizers = body["metadata"].setdefault("finalizers", [])
+            if RESOURCE_IN_USE_FINALIZER not in finalizers:
+                finalizers.append(RESOURCE_IN_USE_FINALIZER)
         try:
             out = await ctx.client.create(WORKLOADS, body)
         except Conflict as exc:
@@ -858,6 +912,26 @@ class JobReconciler:
         ctx.recorder.emit(obj, NORMAL, "CreatedWorkload",
                           f"Created Workload: {out['metadata']['namespace']}/"
                           f"{out['metadata']['name']}")
+        return None
+
+    async def _workload_deleted(self, kind: JobKind, obj: Obj, wl: Obj) -> float | None:
+        """The object's Workload is being deleted (by hand; with the object, which a
+        finalizer of its own keeps): the object is stopped (Kueue v0.17.1
+        ``StopReasonWorkloadDeleted``, "Workload is deleted"), and ``RESOURCE_IN_USE_FINALIZER``
+        goes once its pods no longer hold resources (``_holds_pods``; at once with
+        ``jobs.deleted_quota_release: Immediately``, as Kueue), so that the quota stays held
+        in the API meanwhile, through a restart of pykueue too. A Workload without it is
+        gone for the API already: its event then queues the object again."""
+        ctx = self.ctx
+        if self._to_stop(kind, obj):
+            obj = await kind.stop(ctx, obj, "Workload is deleted")
+        if RESOURCE_IN_USE_FINALIZER not in (wl["metadata"].get("finalizers") or []):
+            return None
+        if ctx.settings.jobs.deleted_quota_release == "WhenPodsGone" and has_admission(wl) \
+                and not is_finished(wl) \
+                and self._holds_pods(kind, obj, "its Workload's deletion completes"):
+            return PODS_POLL
+        await self._release_finalizer(wl)
         return None
 
     async def _stop_then_release(self, kind: JobKind, obj: Obj, wl: Obj) -> float | None:
@@ -949,10 +1023,28 @@ class JobReconciler:
         (it has no pods to wait for); its creator marks it Finished. An orphaned one (module
         doc, ``_orphaned``) is Finished here once its object and its pods are gone."""
         wl = self.ctx.store(WL).get(f"{ns}/{name}")
-        if wl is None or self.registry.owner_of(wl) is not None or is_finished(wl):
+        if wl is None or self.registry.owner_of(wl) is not None:
             return None
         if self.awaited and self._of_awaited_kind(wl):
             return None  # its object may still run: released once its kind is managed
+        if is_finished(wl):
+            await self._release_finalizer(wl)
+            return None
+        meta = wl.get("metadata") or {}
+        if meta.get("deletionTimestamp") \
+                and RESOURCE_IN_USE_FINALIZER in (meta.get("finalizers") or []):
+            # Deleted by hand, or its owner gone: Kueue v0.17.1 drops the finalizer of a
+            # Workload with no owner being deleted; pykueue (``WhenPodsGone``) once no pod of
+            # the object it was made for holds resources.
+            uid = controller_uid(wl) or str((meta.get("labels") or {}).get(JOB_UID_LABEL) or "")
+            left = self._pods_still_hold(wl, uid)
+            if left:
+                self.ctx.recorder.emit(wl, NORMAL, "WaitingForPods",
+                                       f"{left} pod(s) of its owner still run: its deletion "
+                                       "completes once they are gone")
+                return PODS_POLL
+            await self._release_finalizer(wl)
+            return None
         uid = self._orphaned(wl)
         if uid:
             return await self._finish_orphan(wl, uid)
