@@ -101,8 +101,10 @@ def a_deleted_b_waiting(lab: LabHandle, prefix: str) -> Iterator[tuple[str, str]
         wait_for(lambda: len(running(pods_of(lab, ns, "a"), "a")) == 2, 90, "a's 2 pods Running")
         assert job_workload(lab, ns, "a") is not None
         lab.kubectl("delete", "job", "a", "-n", ns, "--wait=false")
-        wait_for(lambda: job_workload(lab, ns, "a") is None, 60,
-                 "a's Workload deleted by the garbage collector")
+        wait_for(lambda: (w := job_workload(lab, ns, "a")) is None
+                 or w["metadata"].get("deletionTimestamp"), 60,
+                 "a's Workload deleted by the garbage collector (or being deleted, kept by "
+                 "its finalizer: jobs.workload_finalizer)")
         wait_for(lambda: (ps := pods_of(lab, ns, "a")) and len(ps) == 2 and all(
             p["metadata"].get("deletionTimestamp") for p in ps), 60, "a's 2 pods Terminating")
 
