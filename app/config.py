@@ -519,16 +519,29 @@ class JobsSettings(BaseModel):
     ``deleted_quota_release``: when the quota of an admitted Workload deleted from the API
     (``kubectl delete job``: the garbage collector deletes its Workload with it) returns.
     ``WhenPodsGone`` (default, pykueue's): once no pod of its owner holds resources any more
-    (gone from the API, or Succeeded/Failed and not being deleted), so the pods' termination
+    (gone from the API, or Succeeded/Failed, being deleted or not: Kueue KEP-10076
+    ``OnTerminal``), so the pods' termination
     grace period, which the tenant sets, runs inside the quota (docs/security.md). Needs
     the Pod watch (``pykueue serve`` has it); without one it is released at once.
     ``Immediately`` (Kueue v0.17.1's): at the Workload's deletion, while its pods may still
-    run. ``PYKUEUE_JOBS__DELETED_QUOTA_RELEASE=Immediately``."""
+    run. ``PYKUEUE_JOBS__DELETED_QUOTA_RELEASE=Immediately``.
+
+    ``workload_finalizer``: the Workloads pykueue creates for jobs carry the finalizer
+    ``kueue.x-k8s.io/resource-in-use``, as Kueue's do (v0.17.1 ``NewWorkload``), so a Workload
+    deleted (with its job, or by hand) stays in the API, still holding its quota, until
+    pykueue takes the finalizer off: once it is Finished, or once no pod of its owner holds
+    resources (``WhenPodsGone``; at once with ``Immediately``, as Kueue). The deletion hold
+    then survives a restart of pykueue. A Workload carrying it (Kueue's too) loses it by those
+    rules whatever this setting says; with pykueue uninstalled, Workloads being deleted stay
+    until the finalizer is removed by hand, as with Kueue (docs/security.md). Default on
+    (Kueue's Workloads carry it); off: no finalizer, the deletion hold in memory only.
+    ``PYKUEUE_JOBS__WORKLOAD_FINALIZER=false``."""
 
     model_config = ConfigDict(extra="forbid")
 
     local_queue_defaulting: bool = False
     deleted_quota_release: Literal["WhenPodsGone", "Immediately"] = "WhenPodsGone"
+    workload_finalizer: bool = True
     manage_jobs_without_queue_name: bool = False
     managed_jobs_namespace_selector: dict[str, Any] = Field(default_factory=lambda: {
         "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",

@@ -33,8 +33,9 @@ synchronous, no I/O of its own (writes it decides are spawned on ``WorkloadWrite
   delete job``, whose garbage collection deletes the Workload while the pods run out their
   termination grace period) keeps that quota in the core (``Scheduler.hold_deleted``: shown
   as being evicted) until no pod of its owner holds resources any more (``pods_holding``,
-  the reconciler's count for orphaned Workloads: ``pods_of_workload``), re-counted on each
-  Pod event of its namespace (``on_pod``); then it is released (``release_deleted``) and
+  the reconciler's count for orphaned Workloads: ``pods_of_workload``; a pod Succeeded or
+  Failed holds none, even while being deleted: Kueue KEP-10076 ``OnTerminal``), re-counted
+  on each Pod event of its namespace (``on_pod``); then it is released (``release_deleted``) and
   the loop woken. ``jobs.deleted_quota_release: Immediately`` (Kueue v0.17.1) releases it at
   the deletion, as does a process that watches no pods. The hold lives in memory only: a
   restart (or a new leader that was not running at the deletion) forgets it.

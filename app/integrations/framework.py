@@ -143,8 +143,8 @@ class KindDefaults:
 
     async def settle(self, ctx: Context, obj: Obj, pods: int) -> float | None:
         """Called after each pass over a started, admitted object (``pods``: the count of its
-        pods holding resources), for an operator that may need a nudge; returns seconds
-        until the next look, or None (the default: no nudge)."""
+        pods still there, ``pod_blocks_restart``), for an operator that may need a nudge;
+        returns seconds until the next look, or None (the default: no nudge)."""
         return None
 
     async def hold_to_ancestor(self, ctx: Context, obj: Obj, parent_kind: Any,
@@ -430,14 +430,23 @@ async def trim(kind: JobKind, ctx: Context, obj: Obj, workload: Mapping[str, Any
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-def pod_holds(pod: Mapping[str, Any]) -> bool:
-    """True while ``pod`` (core/v1) may still hold its node's resources: its phase is not
-    ``Succeeded``/``Failed``, or it is being deleted (a pod killed by a stop shows ``Failed``
-    until it is removed; its job must not be started again before, or its operator counts
+def pod_holds_quota(pod: Mapping[str, Any]) -> bool:
+    """True while ``pod`` (core/v1) may still hold its node's resources, for its Workload's
+    quota: its phase is not ``Succeeded``/``Failed``. A pod being deleted holds while it runs
+    out its termination grace period, and no longer once it is ``Succeeded`` or ``Failed``
+    (killed), even while a finalizer keeps the object: Kueue's quota release rule
+    (KEP-10076 "Quota Release Strategy", ``OnTerminal``: held until all pods physically
+    reach ``Succeeded`` or ``Failed``), so that no finalizer a tenant puts on its pods keeps
+    a deleted or evicted job's quota (borrowed quota included) held."""
+    return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+
+
+def pod_blocks_restart(pod: Mapping[str, Any]) -> bool:
+    """True while ``pod`` (core/v1) keeps its stopped job from being started again: it holds
+    resources (``pod_holds_quota``) or, whatever its phase, it is being deleted (a pod killed
+    by a stop shows ``Failed`` until it is removed; started before, the job's operator counts
     that failure against the new run)."""
-    meta = pod.get("metadata") or {}
-    phase = (pod.get("status") or {}).get("phase")
-    return phase not in TERMINAL_PHASES or bool(meta.get("deletionTimestamp"))
+    return pod_holds_quota(pod) or bool((pod.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def pod_labels(kind: JobKind) -> tuple[str, str]:
@@ -489,21 +498,27 @@ def pods_in(ctx: Context, namespace: str) -> list[Obj]:
 
 
 def pods_of(kind: JobKind, pods: Iterable[Mapping[str, Any]],
-            obj: Mapping[str, Any], *, owner_gone: bool = False) -> list[Mapping[str, Any]]:
-    """The pods among ``pods`` (one namespace's) of ``kind``'s object ``obj`` that still hold
-    resources (``pod_holds``); ``[]`` for a kind without ``pod_labels``. ``owner_gone``: as
-    ``pod_of``'s (``obj`` is known to be gone)."""
+            obj: Mapping[str, Any], *, owner_gone: bool = False,
+            counts: Callable[[Mapping[str, Any]], bool] = pod_holds_quota
+            ) -> list[Mapping[str, Any]]:
+    """The pods among ``pods`` (one namespace's) of ``kind``'s object ``obj`` that ``counts``
+    (default ``pod_holds_quota``; ``pod_blocks_restart`` for the restart gate); ``[]`` for a
+    kind without ``pod_labels``. ``owner_gone``: as ``pod_of``'s (``obj`` is known to be
+    gone)."""
     meta = obj.get("metadata") or {}
     name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
     return [p for p in pods if pod_of(kind, p, name, uid, owner_gone=owner_gone)
-            and pod_holds(p)]
+            and counts(p)]
 
 
 def pods_once_ignored(kind: JobKind, pods: Iterable[Mapping[str, Any]],
-                      obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The pods among ``pods`` (``obj``'s namespace's) holding resources that ran on
-    ``obj``'s admission, ``obj`` being deleted and its operator ignoring it
-    (``ignored_once_deleted``: it adopts no pod back): ``pods_of``'s, and those with ``obj``'s
+                      obj: Mapping[str, Any], *,
+                      counts: Callable[[Mapping[str, Any]], bool] = pod_blocks_restart
+                      ) -> list[Mapping[str, Any]]:
+    """The pods among ``pods`` (``obj``'s namespace's) that ``counts`` (default
+    ``pod_blocks_restart``: still there, even killed) that ran on ``obj``'s admission,
+    ``obj`` being deleted and its operator ignoring it (``ignored_once_deleted``: it adopts
+    no pod back): ``pods_of``'s, and those with ``obj``'s
     name label (and uid label, where the kind has one) whose controller ownerReference a
     tenant removed, or replaced (the pod webhook lets a pod without one get any) on a pod
     that carries the admission's ``kueue.x-k8s.io/podset`` label; never another object's of
@@ -514,7 +529,7 @@ def pods_once_ignored(kind: JobKind, pods: Iterable[Mapping[str, Any]],
     out = []
     for p in pods:
         labels = (p.get("metadata") or {}).get("labels") or {}
-        if not name_label or labels.get(name_label) != name or not pod_holds(p) \
+        if not name_label or labels.get(name_label) != name or not counts(p) \
                 or (uid_label and labels.get(uid_label) != uid):
             continue
         ref = controller_of_object(p)
@@ -532,7 +547,7 @@ def own_running_pods(kind: JobKind, pods: Iterable[Mapping[str, Any]],
     or an object other than a batch Job. Not a child Job's (a JobSet's pods, an MPIJob's
     launcher): the child is stopped by its own rules (``JobReconciler._child``)."""
     out = []
-    for p in pods_once_ignored(kind, pods, obj):
+    for p in pods_once_ignored(kind, pods, obj, counts=pod_holds_quota):
         ref = controller_of_object(p)
         if not (p.get("metadata") or {}).get("deletionTimestamp") \
                 and not (ref is not None and ref.kind == "Job" and ref.api_version == "batch/v1"):
@@ -575,8 +590,8 @@ async def delete_pods(ctx: Context, pods: Iterable[_Pod]) -> list[_Pod]:
 
 def pods_of_workload(kinds: Iterable[JobKind], pods: Iterable[Mapping[str, Any]],
                      workload: Mapping[str, Any], uid: str) -> list[Mapping[str, Any]]:
-    """The pods among ``pods`` (the Workload's namespace's) still holding resources of the
-    object with ``uid`` whose Workload is ``workload``, of whichever kind in ``kinds``: a
+    """The pods among ``pods`` (the Workload's namespace's) holding quota (``pod_holds_quota``)
+    of the object with ``uid`` whose Workload is ``workload``, of whichever kind in ``kinds``: a
     pod's name label names an object of that kind whose Workload name (Kueue's, a hash of
     kind, name and uid) is ``workload``'s. For a Workload whose owner went with its owner
     reference (``kubectl delete --cascade=orphan``), so only its uid is known. A MultiKueue
@@ -594,7 +609,7 @@ def pods_of_workload(kinds: Iterable[JobKind], pods: Iterable[Mapping[str, Any]]
             if name and (adopted or kind.workload_name({"metadata": {
                     "name": name, "uid": uid, "namespace": ns}}) == wl_name) \
                     and pod_of(kind, pod, name, uid, owner_gone=True):
-                if pod_holds(pod):
+                if pod_holds_quota(pod):
                     out.append(pod)
                 break
     return out

@@ -44,7 +44,7 @@ import asyncio
 import copy
 import logging
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -65,7 +65,8 @@ from app.integrations.framework import (
     namespace_being_deleted,
     object_key,
     own_running_pods,
-    pod_holds,
+    pod_blocks_restart,
+    pod_holds_quota,
     pod_labels,
     pods_in,
     pods_of,
@@ -89,6 +90,7 @@ from app.wire.names import (
     KUEUE_GROUP,
     PREBUILT_WORKLOAD_LABEL,
     PRIORITY_CLASS_LABEL,
+    RESOURCE_IN_USE_FINALIZER,
 )
 from app.wire.owners import controller_of_object
 from app.wire.workload import job_pod_count, workload_from_object
@@ -315,11 +317,24 @@ class JobReconciler:
         """The pods of namespace ``ns`` (``framework.pods_in``)."""
         return pods_in(self.ctx, ns)
 
-    def _pods_left(self, kind: JobKind, obj: Obj) -> int:
-        """The object's pods still holding resources: its status's count
-        (``kind.active_pods``) or, when more, the Pod store's (``framework.pods_of``); the
-        Pod store's alone for an object being deleted whose operator ignores it
-        (``ignored_once_deleted``)."""
+    def _pods_holding_quota(self, kind: JobKind, obj: Obj) -> int:
+        """The object's pods still holding resources, for its quota: its status's count
+        (``kind.active_pods``) or, when more, the Pod store's (``framework.pods_of`` with
+        ``pod_holds_quota``: a pod Succeeded or Failed no longer counts, even while being
+        deleted). What a release of its Workload's quota (Finished, evicted, replaced,
+        deleted) waits for: Kueue KEP-10076 ``OnTerminal``."""
+        return self._pods_left(kind, obj, pod_holds_quota)
+
+    def _pods_blocking_restart(self, kind: JobKind, obj: Obj) -> int:
+        """The object's pods that keep it from being started again (``pod_blocks_restart``:
+        those ``_pods_holding_quota`` counts and the killed ones still being deleted)."""
+        return self._pods_left(kind, obj, pod_blocks_restart)
+
+    def _pods_left(self, kind: JobKind, obj: Obj,
+                   counts: Callable[[Mapping[str, Any]], bool]) -> int:
+        """``kind.active_pods`` or, when more, the Pod store's pods of ``obj`` that
+        ``counts``; the Pod store's alone for an object being deleted whose operator ignores
+        it (``ignored_once_deleted``)."""
         active = kind.active_pods(obj)
         meta = obj.get("metadata") or {}
         ignored = getattr(kind, "ignored_once_deleted", False) \
@@ -339,8 +354,24 @@ class JobReconciler:
             # Its operator ignores an object being deleted: the status's count is the last
             # one written before, never settled again; the Pod store's is the count, pods
             # whose ownerReference a tenant removed or replaced included.
-            return len(pods_once_ignored(kind, pods, obj))
-        return max(active, len(pods_of(kind, pods, obj)))
+            return len(pods_once_ignored(kind, pods, obj, counts=counts))
+        return max(active, len(pods_of(kind, pods, obj, counts=counts)))
+
+    def _restart_waits(self, kind: JobKind, obj: Obj) -> bool:
+        """True when the suspended object, admitted, must not be started yet: pods of its
+        own that a stop killed are still there (``pod_blocks_restart``, from the Pod store;
+        a kind without ``pod_labels`` is not held). Its quota may have been released before
+        (an eviction waits for ``_pods_holding_quota`` only), so the Workload can be admitted
+        again while they go; Event ``WaitingForPods`` while it waits."""
+        if not pod_labels(kind)[0] or not kind.is_suspended(obj):
+            return False
+        ns = str((obj.get("metadata") or {}).get("namespace", ""))
+        left = len(pods_of(kind, self._pods(ns), obj, counts=pod_blocks_restart))
+        if left:
+            self.ctx.recorder.emit(obj, NORMAL, "WaitingForPods",
+                                   f"{left} pod(s) of the {kind.kind} are still being "
+                                   "killed: it is started once they are gone")
+        return left > 0
 
     def _to_stop(self, kind: JobKind, obj: Obj) -> bool:
         """Whether a stop of ``obj`` has something to do: it runs (not suspended), or it
@@ -366,10 +397,10 @@ class JobReconciler:
                    for p in pods_of(kind, pods, obj))
 
     def _holds_pods(self, kind: JobKind, obj: Obj, what: str) -> bool:
-        """True when the object still has pods holding resources (``_pods_left``): its
-        quota stays, and an Event ``WaitingForPods`` says so (deduplicated by the
+        """True when the object still has pods holding resources (``_pods_holding_quota``):
+        its quota stays, and an Event ``WaitingForPods`` says so (deduplicated by the
         recorder). ``what``: what waits for them."""
-        left = self._pods_left(kind, obj)
+        left = self._pods_holding_quota(kind, obj)
         if left > 0:
             self.ctx.recorder.emit(obj, NORMAL, "WaitingForPods",
                                    f"{left} pod(s) of the {kind.kind} still run or are being "
@@ -380,6 +411,36 @@ class JobReconciler:
         out = await self.ctx.client.replace(WORKLOADS, wl, subresource="status")
         self.ctx.store(WL).put(out)
         return out
+
+    async def _release_finalizer(self, wl: Obj) -> None:
+        """Take ``RESOURCE_IN_USE_FINALIZER`` off ``wl`` (an update guarded by its
+        resourceVersion: a stale copy is a Conflict, retried), keeping every other; nothing
+        when it does not carry it. Kueue v0.17.1 ``workload.RemoveFinalizer``."""
+        meta = wl.get("metadata") or {}
+        finalizers = list(meta.get("finalizers") or [])
+        if RESOURCE_IN_USE_FINALIZER not in finalizers:
+            return
+        body = copy.deepcopy(wl)
+        body["metadata"]["finalizers"] = [f for f in finalizers
+                                          if f != RESOURCE_IN_USE_FINALIZER]
+        try:
+            out = await self.ctx.client.replace(WORKLOADS, body)
+        except NotFound:
+            return
+        if (out.get("metadata") or {}).get("deletionTimestamp") and \
+                not (out.get("metadata") or {}).get("finalizers"):
+            return  # the API server deletes it now; the watch removes it from the store
+        self.ctx.store(WL).put(out)
+
+    def _pods_still_hold(self, wl: Obj, uid: str) -> int:
+        """With ``jobs.deleted_quota_release: WhenPodsGone``, how many pods of the Workload's
+        owner (uid ``uid``) still hold resources (``pods_holding``; 0 without the Pod
+        watch); 0 with ``Immediately`` (Kueue v0.17.1: the finalizer goes at once) or when
+        ``wl`` holds no quota."""
+        if self.ctx.settings.jobs.deleted_quota_release != "WhenPodsGone" \
+                or not has_admission(wl) or is_finished(wl):
+            return 0
+        return self.pods_holding(wl, uid) or 0
 
     # ----------------------------------------------------------------- objects
 
@@ -412,8 +473,12 @@ class JobReconciler:
                               f"Workload {ns}/{wl['metadata']['name']} belongs to another "
                               f"object; this {kind.kind} is not queued until it is gone")
             return 30.0
+        if wl is not None and (wl.get("metadata") or {}).get("deletionTimestamp"):
+            return await self._workload_deleted(kind, obj, wl)
         finished, reason, message = kind.finished(obj)
         if finished:
+            if wl is not None and is_finished(wl):
+                await self._release_finalizer(wl)
             if wl is not None and not is_finished(wl):
                 if self._holds_pods(kind, obj, "its Workload is Finished"):
                     # Its pods still run (a Kubeflow job Failed with cleanPodPolicy None
@@ -425,6 +490,7 @@ class JobReconciler:
                 ctx.wake()
             return None
         if wl is not None and is_finished(wl):
+            await self._release_finalizer(wl)
             return None
         # Members beyond the group's count go first (Kueue deletes excess pods and admits
         # the rest, rather than refusing the whole group).
@@ -444,9 +510,11 @@ class JobReconciler:
                 if self._to_stop(kind, obj):
                     await kind.stop(ctx, obj, "Not admitted by cluster queue")
                 return None
+            if self._restart_waits(kind, obj):
+                return PODS_POLL
             await self._start(kind, obj, wl)
             await self._sync_pods_ready(kind, obj, wl)
-            return await kind.settle(ctx, obj, self._pods_left(kind, obj))
+            return await kind.settle(ctx, obj, self._pods_blocking_restart(kind, obj))
         if has_admission(wl) and not is_evicted(wl):
             # Deactivated, its eviction not written yet: stop the object now, release the
             # quota only after Evicted=True (Kueue: the release follows the eviction, so a
@@ -742,11 +810,15 @@ class JobReconciler:
             if wl is None:
                 continue
             owner = self.registry.owner_of(wl)
+            if owner is not None and self.ctx.settings.jobs.deleted_quota_release \
+                    == "Immediately" and (live is None or owner.uid != live["metadata"].get(
+                        "uid")):
+                await self._release_finalizer(wl)  # Kueue v0.17.1: it goes with the job
             if live is not None and owner and owner.uid == live["metadata"].get("uid"):
                 if not kind.is_suspended(live):
                     again = 30.0  # runs without its label: its Workload accounts for it
                     continue
-                if self._pods_left(kind, live) > 0:
+                if self._pods_holding_quota(kind, live) > 0:
                     again = PODS_POLL  # stopped: its pods are going
                     continue
             elif owner is not None and pod_labels(kind)[0] and pods_of(
@@ -765,6 +837,16 @@ class JobReconciler:
                 now_owner = self.registry.owner_of(fresh)
                 if now_owner is None or now_owner.uid != owner.uid:
                     continue
+                if RESOURCE_IN_USE_FINALIZER in (fresh["metadata"].get("finalizers") or []):
+                    # Kueue's: the finalizer goes with the owner; pykueue's
+                    # (``WhenPodsGone``): once no pod of the owner holds resources, which
+                    # the Workload object keeps accounting for meanwhile (a restart too).
+                    if self._pods_still_hold(fresh, owner.uid):
+                        again = PODS_POLL
+                        continue
+                    await self._release_finalizer(fresh)
+                if fresh["metadata"].get("deletionTimestamp"):
+                    continue  # the garbage collector's deletion, under way
                 await self.ctx.client.delete(WORKLOADS, wl["metadata"]["name"], ns,
                                              uid=wl["metadata"].get("uid"))
             except NotFound:
@@ -813,8 +895,14 @@ class JobReconciler:
             # object (a pod group: its first member's metadata; Kueue's Pod.Load drops a
             # group's finalizers only when none of its pods is left).
             return None
-        if self._pods_left(kind, obj) > 0:
-            return PODS_POLL  # wait for the pods of the stopped object to go
+        left = self._pods_blocking_restart(kind, obj)
+        if left > 0:
+            # The pods of the stopped object, killed ones too (``pod_blocks_restart``): its
+            # new Workload could be admitted and started while they are still there.
+            ctx.recorder.emit(obj, NORMAL, "WaitingForPods",
+                              f"{left} pod(s) of the {kind.kind} still run or are being "
+                              "killed: its Workload is created once they are gone")
+            return PODS_POLL
         meta = obj.get("metadata") or {}
         where = f"{kind.kind} {meta.get('namespace', '')}/{meta.get('name', '')}"
         if namespace_being_deleted(ctx, str(meta.get("namespace", ""))):
@@ -828,6 +916,10 @@ class JobReconciler:
         except WorkloadSpecError as exc:
             ctx.recorder.emit(obj, WARNING, "ErrWorkloadCompose", str(exc))
             return 30.0
+        if ctx.settings.jobs.workload_finalizer:
+            finalizers = body["metadata"].setdefault("finalizers", [])
+            if RESOURCE_IN_USE_FINALIZER not in finalizers:
+                finalizers.append(RESOURCE_IN_USE_FINALIZER)
         try:
             out = await ctx.client.create(WORKLOADS, body)
         except Conflict as exc:
@@ -882,6 +974,26 @@ class JobReconciler:
                           f"Deleted Workload {meta['namespace']}/{meta['name']}: the "
                           f"{kind.kind} is being deleted, it is not started again")
         ctx.wake()
+        return None
+
+    async def _workload_deleted(self, kind: JobKind, obj: Obj, wl: Obj) -> float | None:
+        """The object's Workload is being deleted (by hand; with the object, which a
+        finalizer of its own keeps): the object is stopped (Kueue v0.17.1
+        ``StopReasonWorkloadDeleted``, "Workload is deleted"), and ``RESOURCE_IN_USE_FINALIZER``
+        goes once its pods no longer hold resources (``_holds_pods``; at once with
+        ``jobs.deleted_quota_release: Immediately``, as Kueue), so that the quota stays held
+        in the API meanwhile, through a restart of pykueue too. A Workload without it is
+        gone for the API already: its event then queues the object again."""
+        ctx = self.ctx
+        if self._to_stop(kind, obj):
+            obj = await kind.stop(ctx, obj, "Workload is deleted")
+        if RESOURCE_IN_USE_FINALIZER not in (wl["metadata"].get("finalizers") or []):
+            return None
+        if ctx.settings.jobs.deleted_quota_release == "WhenPodsGone" and has_admission(wl) \
+                and not is_finished(wl) \
+                and self._holds_pods(kind, obj, "its Workload's deletion completes"):
+            return PODS_POLL
+        await self._release_finalizer(wl)
         return None
 
     def _enqueue_children(self, obj: Obj) -> None:
@@ -1002,10 +1114,28 @@ class JobReconciler:
         (it has no pods to wait for); its creator marks it Finished. An orphaned one (module
         doc, ``_orphaned``) is Finished here once its object and its pods are gone."""
         wl = self.ctx.store(WL).get(f"{ns}/{name}")
-        if wl is None or self.registry.owner_of(wl) is not None or is_finished(wl):
+        if wl is None or self.registry.owner_of(wl) is not None:
             return None
         if self.awaited and self._of_awaited_kind(wl):
             return None  # its object may still run: released once its kind is managed
+        if is_finished(wl):
+            await self._release_finalizer(wl)
+            return None
+        meta = wl.get("metadata") or {}
+        if meta.get("deletionTimestamp") \
+                and RESOURCE_IN_USE_FINALIZER in (meta.get("finalizers") or []):
+            # Deleted by hand, or its owner gone: Kueue v0.17.1 drops the finalizer of a
+            # Workload with no owner being deleted; pykueue (``WhenPodsGone``) once no pod of
+            # the object it was made for holds resources.
+            uid = controller_uid(wl) or str((meta.get("labels") or {}).get(JOB_UID_LABEL) or "")
+            left = self._pods_still_hold(wl, uid)
+            if left:
+                self.ctx.recorder.emit(wl, NORMAL, "WaitingForPods",
+                                       f"{left} pod(s) of its owner still run: its deletion "
+                                       "completes once they are gone")
+                return PODS_POLL
+            await self._release_finalizer(wl)
+            return None
         uid = self._orphaned(wl)
         if uid:
             return await self._finish_orphan(wl, uid)
@@ -1051,8 +1181,9 @@ class JobReconciler:
 
     def pods_holding(self, wl: Obj, uid: str) -> int | None:
         """How many pods of Workload ``wl``'s owner, the object with ``uid`` (gone, or
-        going), still hold resources (``pods_of_workload``, and those of objects its
-        operator made: ``made_pods``), from the Pod store; None when this process watches
+        going), still hold resources (``pod_holds_quota``: not Succeeded or Failed, being
+        deleted or not; ``pods_of_workload``, and those of objects its operator made:
+        ``made_pods``), from the Pod store; None when this process watches
         no pods. The orphaned Workload (``_finish_orphan``) and the deleted one whose quota
         the core holds (``InformerFeed``) both wait for this to reach 0."""
         if POD not in self.ctx.informers.informers:
@@ -1066,7 +1197,7 @@ class JobReconciler:
         if uid:
             owners.add(uid)
         own = [p for p in pods if str((p.get("metadata") or {}).get("uid", "")) in owners
-               and pod_holds(p)]
+               and pod_holds_quota(p)]
         if not uid:
             return len(own)
         return len(own) + len(pods_of_workload(self.registry.kinds(), pods, wl, uid)) + sum(

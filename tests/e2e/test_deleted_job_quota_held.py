@@ -3,12 +3,17 @@ breaker21; ``jobs.deleted_quota_release: WhenPodsGone``), on the lab: ``kubectl 
 lets the garbage collector delete the Job's Workload at once while the pods run out their
 termination grace period; pykueue's core keeps the Workload's usage until no pod of the Job
 holds resources. Here the pods are kept Terminating by a finalizer of the test's own (in
-the pod template), which kwok honours: a pod being deleted is marked Failed and removed
-only once no finalizer holds it (hack/lab/stages.yaml)."""
+the pod template), which kwok honours: a pod being deleted is removed only once no finalizer
+holds it; it runs out its grace period Running while it carries the annotation
+``lab.pykueue.dev/stops-slowly``, else kwok marks it Failed (killed) at once
+(hack/lab/stages.yaml). A pod Failed (or Succeeded) holds no quota, even while a finalizer
+keeps it (Kueue KEP-10076 ``OnTerminal``; breaker finding F4)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -28,14 +33,18 @@ from tests.labfixture import LabHandle, wait_for
 
 pytestmark = pytest.mark.lab
 QUOTA = 2  # GPUs of the ClusterQueue
+SLOWLY = "lab.pykueue.dev/stops-slowly"  # kwok keeps such a pod Running while it is deleted
 
 
 def held_job(name: str, ns: str) -> str:
-    """``two_pod_job`` whose pods carry the test's finalizer: they stay (Terminating) after
-    the Job is deleted until the test removes it."""
+    """``two_pod_job`` whose pods carry the test's finalizer and ``SLOWLY``: they stay
+    Running, being deleted (Terminating), after the Job is deleted until the test removes
+    the finalizer (or, ``SLOWLY`` taken off, Failed, kept by the finalizer)."""
     job = json.loads(two_pod_job(name, ns, {QUEUE: "lq"}))
-    job["spec"]["template"]["metadata"] = {**job["spec"]["template"]["metadata"],
-                                           "finalizers": [HOLD]}
+    tpl = job["spec"]["template"]["metadata"]
+    job["spec"]["template"]["metadata"] = {
+        **tpl, "annotations": {**tpl.get("annotations", {}), SLOWLY: "true"},
+        "finalizers": [HOLD]}
     return json.dumps(job)
 
 
@@ -78,24 +87,24 @@ def release(lab: LabHandle, pods: list[dict[str, Any]], keep_others: bool = True
                     check=False)
 
 
-def test_a_deleted_jobs_quota_is_held_until_its_pods_are_gone(
-        lab: LabHandle, pykueue_in_lab: object) -> None:
-    """A 2-GPU ClusterQueue: Job ``a`` (2 pods of 1 GPU) runs and is deleted (background
-    propagation); its Workload goes, its pods stay Terminating under the test's finalizer.
-    Job ``b`` (2 pods of 1 GPU) waits: its Workload is pending (QuotaReserved False,
-    naming nvidia.com/gpu) at every look while ``a``'s pods exist, and the ClusterQueue's
-    status still shows ``a``'s 2 GPUs reserved (1 reserving Workload). Once the finalizer
-    is taken off ``a``'s pods and they are gone, ``b`` is admitted and its 2 pods run.
-    Before the change (and with ``Immediately``, Kueue v0.17.1's) ``b`` was admitted at
-    once and ran beside ``a``'s pods."""
-    ns, cq = gpu_queue(lab, "hold", QUOTA)
+@contextmanager
+def a_deleted_b_waiting(lab: LabHandle, prefix: str) -> Iterator[tuple[str, str]]:
+    """A 2-GPU ClusterQueue: Job ``a`` (``held_job``: 2 pods of 1 GPU) runs and is deleted
+    (background propagation); its Workload goes, its pods stay Running, Terminating, under
+    the test's finalizer. Job ``b`` (2 pods of 1 GPU) waits: its Workload is pending
+    (QuotaReserved False, naming nvidia.com/gpu) at every look (5) while ``a``'s pods run,
+    and the ClusterQueue's status still shows ``a``'s 2 GPUs reserved (1 reserving
+    Workload). Yields (namespace, ClusterQueue); both deleted after."""
+    ns, cq = gpu_queue(lab, prefix, QUOTA)
     try:
         lab.apply(held_job("a", ns))
         wait_for(lambda: len(running(pods_of(lab, ns, "a"), "a")) == 2, 90, "a's 2 pods Running")
         assert job_workload(lab, ns, "a") is not None
         lab.kubectl("delete", "job", "a", "-n", ns, "--wait=false")
-        wait_for(lambda: job_workload(lab, ns, "a") is None, 60,
-                 "a's Workload deleted by the garbage collector")
+        wait_for(lambda: (w := job_workload(lab, ns, "a")) is None
+                 or w["metadata"].get("deletionTimestamp"), 60,
+                 "a's Workload deleted by the garbage collector (or being deleted, kept by "
+                 "its finalizer: jobs.workload_finalizer)")
         wait_for(lambda: (ps := pods_of(lab, ns, "a")) and len(ps) == 2 and all(
             p["metadata"].get("deletionTimestamp") for p in ps), 60, "a's 2 pods Terminating")
 
@@ -103,29 +112,61 @@ def test_a_deleted_jobs_quota_is_held_until_its_pods_are_gone(
         looks: list[str] = []
 
         def b_waits() -> bool:
-            """Every look: a's pods exist, b holds no quota and runs nothing; True after b's
+            """Every look: a's pods run, b holds no quota and runs nothing; True after b's
             Workload was seen pending on 5 looks."""
             a_pods = pods_of(lab, ns, "a")
-            assert len(a_pods) == 2, f"a's pods went by themselves: {a_pods}"
-            pending_on_gpus(job_workload(lab, ns, "b"), looks, "a's pods still exist")
+            assert len(running(a_pods, "a")) == 2, f"a's pods stopped by themselves: {a_pods}"
+            pending_on_gpus(job_workload(lab, ns, "b"), looks, "a's pods still run")
             assert not running(pods_of(lab, ns, "b"), "b")
             return len(looks) >= 5
-        wait_for(b_waits, 60, "b's Workload pending on 5 looks while a's pods exist")
+        wait_for(b_waits, 60, "b's Workload pending on 5 looks while a's pods run")
         assert cq_gpu_usage(lab, cq) == (QUOTA, 1), lab.get("clusterqueue", cq).get("status")
-
-        release(lab, pods_of(lab, ns, "a"))
-        wait_for(lambda: not pods_of(lab, ns, "a"), 60, "a's pods gone")
-
-        def b_runs() -> bool:
-            pods = pods_of(lab, ns, "b")
-            assert gpus(running(pods, "b")) <= QUOTA
-            qr = condition(job_workload(lab, ns, "b"), "QuotaReserved")
-            return bool(qr and qr["status"] == "True" and len(running(pods, "b")) == 2)
-        wait_for(b_runs, 60, "b admitted and its 2 pods Running once a's pods are gone")
-        wait_for(lambda: cq_gpu_usage(lab, cq) == (QUOTA, 1), 30,
-                 "the ClusterQueue's status: b's 2 GPUs, 1 reserving Workload")
+        yield ns, cq
     finally:
         release(lab, [p for p in lab.get("pods", "-n", ns)["items"]
                       if HOLD in (p["metadata"].get("finalizers") or [])], keep_others=False)
         lab.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
         lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+
+
+def b_runs(lab: LabHandle, ns: str, cq: str, a_pods: int, what: str) -> None:
+    """Wait for ``b``'s Workload to reserve quota and its 2 pods to run, never more GPUs
+    Running than the quota, ``a`` having ``a_pods`` pods at every look (none Running); then
+    for the ClusterQueue's status to show b's 2 GPUs, 1 reserving Workload."""
+    def runs() -> bool:
+        a = pods_of(lab, ns, "a")
+        assert len(a) == a_pods and not running(a, "a"), a
+        pods = pods_of(lab, ns, "b")
+        assert gpus(running(pods, "b")) <= QUOTA
+        qr = condition(job_workload(lab, ns, "b"), "QuotaReserved")
+        return bool(qr and qr["status"] == "True" and len(running(pods, "b")) == 2)
+    wait_for(runs, 60, what)
+    wait_for(lambda: cq_gpu_usage(lab, cq) == (QUOTA, 1), 30,
+             "the ClusterQueue's status: b's 2 GPUs, 1 reserving Workload")
+
+
+def test_a_deleted_jobs_quota_is_held_until_its_pods_are_gone(
+        lab: LabHandle, pykueue_in_lab: object) -> None:
+    """``a_deleted_b_waiting``; once the finalizer is taken off ``a``'s pods and they are
+    gone, ``b`` is admitted and its 2 pods run. Before the change (and with ``Immediately``,
+    Kueue v0.17.1's) ``b`` was admitted at once and ran beside ``a``'s pods."""
+    with a_deleted_b_waiting(lab, "hold") as (ns, cq):
+        release(lab, pods_of(lab, ns, "a"))
+        wait_for(lambda: not pods_of(lab, ns, "a"), 60, "a's pods gone")
+        b_runs(lab, ns, cq, 0, "b admitted and its 2 pods Running once a's pods are gone")
+
+
+def test_a_deleted_jobs_killed_pods_kept_by_a_finalizer_hold_no_quota(
+        lab: LabHandle, pykueue_in_lab: object) -> None:
+    """``a_deleted_b_waiting``; then a's pods' grace period runs out (``SLOWLY`` taken off:
+    kwok marks them Failed) while the test's finalizer still keeps them: they hold no
+    resources any more, so ``b`` is admitted and its 2 pods run beside a's 2 Failed ones
+    (Kueue KEP-10076 ``OnTerminal``). Before (breaker finding F4) b waited as long as the
+    finalizer stayed: a tenant's own finalizer held the quota of its deleted job."""
+    with a_deleted_b_waiting(lab, "killed") as (ns, cq):
+        for p in pods_of(lab, ns, "a"):
+            lab.kubectl("annotate", "pod", p["metadata"]["name"], "-n", ns, f"{SLOWLY}-")
+        wait_for(lambda: (ps := pods_of(lab, ns, "a")) and len(ps) == 2 and all(
+            p["status"].get("phase") == "Failed" for p in ps), 60,
+            "a's 2 pods Failed (killed), kept by the finalizer")
+        b_runs(lab, ns, cq, 2, "b admitted and its 2 pods Running beside a's 2 Failed pods")

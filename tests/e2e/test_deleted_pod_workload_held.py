@@ -6,7 +6,9 @@ deletes a running Pod's Workload: pykueue stops the Pod (deletes it: no Workload
 out the termination grace period its tenant set. The pod's Workload names it only by its
 ``ownerReferences`` (a Pod carries no job's labels), so before, the core released the quota at
 the Workload's deletion and a second Pod was admitted beside the one still being killed. Here
-the Pod is kept Terminating by a finalizer of the test's own, which kwok honours."""
+the Pod is kept Terminating, Running, by a finalizer of the test's own, which kwok honours, and
+the annotation ``lab.pykueue.dev/stops-slowly`` (a long grace period; killed, Failed, it would
+hold no quota: Kueue KEP-10076 ``OnTerminal``)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,12 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_deleted_job_quota_held import cq_gpu_usage, pending_on_gpus, release
+from tests.e2e.test_deleted_job_quota_held import (
+    SLOWLY,
+    cq_gpu_usage,
+    pending_on_gpus,
+    release,
+)
 from tests.e2e.test_job_being_deleted_stopped import HOLD, QUEUE, WL, condition
 from tests.e2e.test_workload_kinds import LONG, TOLERATION, gpu_container, gpu_queue
 from tests.labfixture import LabHandle, wait_for
@@ -26,8 +33,9 @@ QUOTA = 2  # GPUs of the ClusterQueue, all asked by each Pod
 
 def gpu_pod(name: str, ns: str, *, hold: bool = False) -> str:
     meta: dict[str, Any] = {"name": name, "namespace": ns, "labels": {QUEUE: "lq"}, **LONG}
-    if hold:
+    if hold:  # kept Running while it is being deleted, until the test takes HOLD off
         meta["finalizers"] = [HOLD]
+        meta["annotations"] = {**meta.get("annotations", {}), SLOWLY: "true"}
     return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
                        "spec": {"containers": [gpu_container(QUOTA)],
                                 "tolerations": [TOLERATION],

@@ -154,12 +154,13 @@ def test_a_raised_pytorchjob_is_requeued_without_failing_and_never_runs_on_relea
     """Worker replicas 1 -> 5 on an admitted PyTorchJob (Master 1 + Worker 1 = 2 GPUs, in a
     6-GPU queue, restartPolicy Never): pykueue stops it (``spec.runPolicy.suspend``); the
     training-operator deletes its pods. The master pod is held (a finalizer, as a slow
-    kubelet would) after the kill marked it Failed (exit 137). pykueue waits for it (Event
-    ``WaitingForPods``) with the old admission; once it is gone the Workload is replaced and
-    the job runs again with 6 pods. Before: pykueue restarted the job while the killed master
-    was still there (the operator's status said 0 active), the training-operator declared the
-    job Failed, pykueue finished the Workload and released the quota: 5 GPU pods Running on
-    none."""
+    kubelet would) after the kill marked it Failed (exit 137). Killed, it holds no quota
+    (Kueue KEP-10076 ``OnTerminal``): the old admission may go, but pykueue makes no new
+    Workload while it exists (Event ``WaitingForPods``), so the job is not started again;
+    once it is gone the Workload is replaced and the job runs again with 6 pods. Before:
+    pykueue restarted the job while the killed master was still there (the operator's status
+    said 0 active), the training-operator declared the job Failed, pykueue finished the
+    Workload and released the quota: 5 GPU pods Running on none."""
     need(pykueue_with_operators, "training-operator")
     with queue(lab, "raise", 6) as ns:
         # restartPolicy Never: one failed pod fails the job (OnFailure would restart it).
@@ -198,7 +199,9 @@ def held_master(lab: LabHandle, ns: str) -> None:
     master = lab.get("pod", "ddp-master-0", "-n", ns)
     assert master["metadata"].get("deletionTimestamp") and master["status"]["phase"] in (
         "Running", "Failed"), master["status"]
-    assert any(quota_held(w) == 2 for w in lab.get(WL, "-n", ns)["items"])
+    # Not started again while it exists: at most the old admission (2 pods), none for 6.
+    assert all(quota_held(w) in (0, 2) for w in lab.get(WL, "-n", ns)["items"])
+    assert lab.get("pytorchjob", "ddp", "-n", ns)["spec"]["runPolicy"].get("suspend") is True
 
 
 SAMPLES: list[tuple[int, int, bool]] = []

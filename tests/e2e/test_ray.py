@@ -385,11 +385,14 @@ def test_an_orphaned_unlabelled_raycluster_of_a_rayjob_cannot_run_beyond_its_adm
     with ray_queue(lab, "rj-orphan", 4) as ns:
         as_tenant = tenant(lab, ns)
         name = _admitted_rayjob_cluster(lab, ns, as_tenant)
-        # The worker outlives its deletion until the finalizer goes: the RayJob's orphaned
-        # Workload must keep the quota meanwhile.
+        # The worker outlives its deletion, Running (a long grace period: kwok's
+        # ``lab.pykueue.dev/stops-slowly``), until the finalizer goes: the RayJob's orphaned
+        # Workload must keep the quota meanwhile (killed, Failed, it would hold none: Kueue
+        # KEP-10076 OnTerminal).
         (worker_pod,) = [p["metadata"]["name"] for p in lab.get("pods", "-n", ns)["items"]
                          if p["metadata"]["labels"].get("ray.io/node-type") == "worker"]
-        hold = json.dumps({"metadata": {"finalizers": ["lab.pykueue.dev/hold"]}})
+        hold = json.dumps({"metadata": {"finalizers": ["lab.pykueue.dev/hold"],
+                                        "annotations": {"lab.pykueue.dev/stops-slowly": "true"}}})
         lab.kubectl("patch", "pod", worker_pod, "-n", ns, "--type=merge", "-p", hold)
         lab.kubectl(*as_tenant, "label", "raycluster", name, "-n", ns, f"{QUEUE}-")
         wait_gc_watches(lab.kubectl, ns, *ray_gc_probes())

@@ -224,7 +224,8 @@ def test_no_workload_whose_owner_is_gone_holds_quota_past_one_resync_after_its_p
             p = pod(sc["kind"], name, f"new-{uid}" if other else uid, j, phase=phase,
                     deleting=deleting, owner_ref=other)
             ctx.store(POD).put(p)
-            holding |= not other and (phase in ("Pending", "Running") or deleting)
+            # A terminal pod holds no quota, even while being deleted (KEP-10076 OnTerminal).
+            holding |= not other and phase in ("Pending", "Running")
         orphan = not sc["owned"] and sc["labelled"] and sc["owner"] != "deleting"
         expect[wl["metadata"]["name"]] = orphan
         again = asyncio.run(rec.reconcile_workload(NS, wl["metadata"]["name"]))
