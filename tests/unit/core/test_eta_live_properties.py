@@ -1,9 +1,9 @@
 """breaker7, property test (hypothesis): a ``bounded`` ETA is the start the live core gives
 when every Workload runs exactly to its ``maximumExecutionTimeSeconds`` and evictions end
-at once (the ETA run's own model), over random cohorts with bounded preemption (minimum
-runtime, reclaim backoff), a ClusterQueue deleted and created again, and random running and pending
-Workloads. The live side is the core run forward by hand: ends, evictions and the core's
-wake-ups (``next_wakeup``)."""
+in the instant of their preemption, after its cycles settle (the ETA run's own model), over
+random cohorts with bounded preemption (minimum runtime, reclaim backoff), a ClusterQueue
+deleted and created again, and random running and pending Workloads. The live side is the
+core run forward by hand: ends, evictions and the core's wake-ups (``next_wakeup``)."""
 
 from __future__ import annotations
 
@@ -44,11 +44,20 @@ def _submit(sim: Sim, specs: list[ClusterQueueSpec], tag: str, wls) -> None:
 
 def _step(sim: Sim, t: float, ends: dict[WorkloadKey, float],
           starts: dict[WorkloadKey, float]) -> None:
-    """Cycles at ``t`` until none decides anything; admissions land, victims stop at once."""
+    """Cycles at ``t`` until none decides anything; admissions land at once; victims stop at
+    ``t`` too, once the cycles reached that fixed point (an eviction is an event of its own,
+    after the decisions of the instant, as the simulator and the ETA run order it: an
+    eviction delay of 0), and the cycles at ``t`` go on until nothing is left."""
+    stopping: dict[WorkloadKey, None] = {}
     for _ in range(200):
         ds = sim.c.schedule(t)
         if not ds:
-            return
+            if not stopping:
+                return
+            for key in stopping:
+                sim.c.finish_eviction(key, t)
+            stopping.clear()
+            continue
         for d in ds:
             if isinstance(d, Admit):
                 starts.setdefault(d.workload, t)
@@ -58,7 +67,7 @@ def _step(sim: Sim, t: float, ends: dict[WorkloadKey, float],
             elif isinstance(d, Preempt):
                 for v in d.victims:
                     ends.pop(v.workload, None)
-                    sim.c.finish_eviction(v.workload, t)
+                    stopping[v.workload] = None
     raise AssertionError("no fixed point")
 
 
