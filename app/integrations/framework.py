@@ -37,7 +37,7 @@ from app.kube.errors import NotFound
 from app.kube.events import NORMAL
 from app.wire.fields import Obj
 from app.wire.names import ADOPTED_BY_ANNOTATION, PODSET_LABEL, QUEUE_NAME_LABEL
-from app.wire.owners import controller_of_object, controller_ref
+from app.wire.owners import OwnerRef, controller_of_object, controller_ref
 
 if TYPE_CHECKING:
     from app.kube.client import Resource
@@ -455,6 +455,17 @@ def pod_labels(kind: JobKind) -> tuple[str, str]:
     return str(name), str(uid)
 
 
+def _names_kind(ref: OwnerRef, kind: JobKind) -> bool:
+    """Whether ownerReference ``ref`` names an object of ``kind`` (its kind and API group)."""
+    return ref.kind == kind.kind and ref.group == kind.api_group
+
+
+def _names_batch_job(ref: OwnerRef | None) -> bool:
+    """Whether ownerReference ``ref`` names a batch/v1 Job (an operator's launcher, a
+    JobSet's child)."""
+    return ref is not None and ref.kind == "Job" and ref.api_version == "batch/v1"
+
+
 def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
            owner_gone: bool = False) -> bool:
     """True when ``pod`` is one of the pods of ``kind``'s object ``name`` with ``uid``.
@@ -477,9 +488,9 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     ref = controller_ref(meta)
     if ref is None:
         return owner_gone
-    if ref.kind == kind.kind and ref.group == kind.api_group:
+    if _names_kind(ref, kind):
         return ref.uid == uid
-    return ref.kind == "Job" and ref.api_version == "batch/v1"
+    return _names_batch_job(ref)
 
 
 POD_NAMESPACE_INDEX = "namespace"
@@ -535,7 +546,7 @@ def pods_once_ignored(kind: JobKind, pods: Iterable[Mapping[str, Any]],
         ref = controller_of_object(p)
         if pod_of(kind, p, name, uid, owner_gone=True) or (
                 PODSET_LABEL in labels and ref is not None
-                and not (ref.kind == kind.kind and ref.group == kind.api_group)):
+                and not _names_kind(ref, kind)):
             out.append(p)
     return out
 
@@ -550,7 +561,7 @@ def own_running_pods(kind: JobKind, pods: Iterable[Mapping[str, Any]],
     for p in pods_once_ignored(kind, pods, obj, counts=pod_holds_quota):
         ref = controller_of_object(p)
         if not (p.get("metadata") or {}).get("deletionTimestamp") \
-                and not (ref is not None and ref.kind == "Job" and ref.api_version == "batch/v1"):
+                and not _names_batch_job(ref):
             out.append(p)
     return out
 
