@@ -7,8 +7,11 @@ Workload informer enqueue them. Writes happen only while ``ctx.may_write`` (lead
 synced); on gaining leadership every object and Workload is enqueued again.
 
 Per object (in order): gone (deleted, or no longer queued) -> delete its Workloads (their
-quota returns); a Workload of its name that another object owns -> left alone, the object
-waits (``WorkloadNameConflict``); finished -> Workload Finished (Succeeded/Failed); no
+quota returns); queued, Workloads of an earlier object of its name (another uid) -> deleted
+as a gone object's, then on; a Workload of its name that another object owns -> left alone,
+the object waits (``WorkloadNameConflict``); Workload Finished -> its
+``RESOURCE_IN_USE_FINALIZER`` off (deleted or not); Workload deleted -> object stopped, the
+finalizer off (``_workload_deleted``); finished -> Workload Finished (Succeeded/Failed); no
 Workload -> stop a running object, then create the Workload once no pod is active; Workload
 admitted -> start the object with the admission, unless its pods no longer match the
 admission (another pod count or other requests, or the object cannot be read): then stop it
@@ -178,6 +181,9 @@ class JobReconciler:
     # left alone until the kind is registered (``_of_awaited_kind``).
     # A class default for a reconciler made without ``__init__`` (tests); each has its own.
     awaited: set[tuple[str, str]] = set()
+    # The same for the owner index (empty: a reconciler made without ``__init__`` is told of
+    # no Workload).
+    owners: OwnerIndex = OwnerIndex()
 
     def __init__(self, ctx: Context, registry: Registry, *, workers: int = 4) -> None:
         self.ctx = ctx
@@ -463,6 +469,44 @@ class JobReconciler:
                 # With CHILD_JOBS, unlabelled Jobs are reconciled from that store.
                 await self._orphaned_child(kind, obj)
             return await self._gone(kind, ns, name)
+        again = None
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        if kind.resource is not None and uid and not self._prebuilt(obj) \
+                and self._workloads_of_others(kind, ns, name, uid):
+            again = await self._drop_predecessors(kind, ns, name)
+        out = await self._reconcile_queued(kind, obj, ns, name)
+        return again if out is None else out if again is None else min(out, again)
+
+    def _workloads_of_others(self, kind: JobKind, ns: str, name: str, uid: str) -> set[str]:
+        """The keys of the stored Workloads controlled by an object ``ns/name`` whose uid is
+        not ``uid`` (and not empty: a pod group's)."""
+        stale = set()
+        for key in self.owners.workloads_of(f"{kind.key}:{ns}/{name}"):
+            wl = self.ctx.store(WL).get(key)
+            owner = self.registry.owner_of(wl) if wl is not None else None
+            if owner is not None and owner.uid and owner.uid != uid:
+                stale.add(key)
+        return stale
+
+    async def _drop_predecessors(self, kind: JobKind, ns: str, name: str) -> float | None:
+        """The queued object ``ns/name`` was created again (``kubectl delete job train`` then
+        ``kubectl create -f train.yaml`` while the first one's pods were still going): the
+        Workloads of its predecessors (another uid, in their names too, so never its own)
+        lose ``RESOURCE_IN_USE_FINALIZER`` and are deleted as ``_gone`` does
+        (``_drop_workloads``). The object of that name is read from the API first, so that a
+        store behind it never takes its own Workload for one of a predecessor. Not for a
+        composed object (a pod group: no uid of its own) nor one adopting a prebuilt
+        Workload (Kueue v0.17.1 lists none by owner for it: ``reconcile_object``)."""
+        live = await self._live(kind, ns, name)
+        uid = str(((live or {}).get("metadata") or {}).get("uid") or "")
+        keys = self._workloads_of_others(kind, ns, name, uid)
+        return await self._drop_workloads(kind, ns, name, keys, live) if keys else None
+
+    async def _reconcile_queued(self, kind: JobKind, obj: Obj, ns: str, name: str
+                                ) -> float | None:
+        """``reconcile_object`` for queued ``obj`` (module doc, per object from "a Workload
+        of its name that another object owns" on)."""
+        ctx = self.ctx
         wl = ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}")
         if wl is not None and adoptable_copy(obj, wl) and self.registry.owner_of(wl) is None:
             wl = await self._adopt(kind, obj, wl)
@@ -473,13 +517,16 @@ class JobReconciler:
                               f"Workload {ns}/{wl['metadata']['name']} belongs to another "
                               f"object; this {kind.kind} is not queued until it is gone")
             return 30.0
+        if wl is not None and is_finished(wl):
+            # Kueue v0.17.1's order: a Finished Workload loses the finalizer first, being
+            # deleted or not; its job is not stopped (nothing of it runs on its quota).
+            await self._release_finalizer(wl)
+            return None
         if wl is not None and (wl.get("metadata") or {}).get("deletionTimestamp"):
             return await self._workload_deleted(kind, obj, wl)
         finished, reason, message = kind.finished(obj)
         if finished:
-            if wl is not None and is_finished(wl):
-                await self._release_finalizer(wl)
-            if wl is not None and not is_finished(wl):
+            if wl is not None:
                 if self._holds_pods(kind, obj, "its Workload is Finished"):
                     # Its pods still run (a Kubeflow job Failed with cleanPodPolicy None
                     # leaves them): they hold the GPUs, so the Workload keeps the quota.
@@ -488,9 +535,6 @@ class JobReconciler:
                 ctx.recorder.emit(obj, NORMAL, "FinishedWorkload",
                                   f"Workload '{ns}/{wl['metadata']['name']}' is declared finished")
                 ctx.wake()
-            return None
-        if wl is not None and is_finished(wl):
-            await self._release_finalizer(wl)
             return None
         # Members beyond the group's count go first (Kueue deletes excess pods and admits
         # the rest, rather than refusing the whole group).
@@ -798,13 +842,29 @@ class JobReconciler:
         keys = self.owners.workloads_of(f"{kind.key}:{ns}/{name}")
         if not keys:
             return None
+        return await self._drop_workloads(kind, ns, name, keys, await self._live(kind, ns, name))
+
+    async def _live(self, kind: JobKind, ns: str, name: str) -> Obj | None:
+        """``kind``'s object ``ns/name`` read from the API (not the store, which may be behind),
+        or None: gone, or a composed object (no resource of its own)."""
+        if kind.resource is None:
+            return None
+        try:
+            return await self.ctx.client.get(kind.resource, name, ns)
+        except NotFound:
+            return None
+
+    async def _drop_workloads(self, kind: JobKind, ns: str, name: str, keys: set[str],
+                              live: Obj | None) -> float | None:
+        """``_gone``'s handling of Workloads ``keys`` of the object ``ns/name`` (``live``: the
+        object of that name now, or None): each whose owner is not ``live`` (another uid) or
+        is ``live`` stopped loses ``RESOURCE_IN_USE_FINALIZER`` once no pod of its owner holds
+        resources (``_pods_still_hold``; at once with ``Immediately``) and is deleted (not
+        when being deleted already: the garbage collector's). Kueue v0.17.1 the same for a
+        job gone, and for a job of that name that exists (``ensureOneWorkload``: the
+        Workloads listed by owner name that do not match lose the finalizer, then are
+        deleted). Returns seconds to look again while pods hold."""
         again: float | None = None
-        live = None
-        if kind.resource is not None:
-            try:
-                live = await self.ctx.client.get(kind.resource, name, ns)
-            except NotFound:
-                pass
         for key in keys:
             wl = self.ctx.store(WL).get(key)
             if wl is None:
@@ -982,15 +1042,19 @@ class JobReconciler:
         ``StopReasonWorkloadDeleted``, "Workload is deleted"), and ``RESOURCE_IN_USE_FINALIZER``
         goes once its pods no longer hold resources (``_holds_pods``; at once with
         ``jobs.deleted_quota_release: Immediately``, as Kueue), so that the quota stays held
-        in the API meanwhile, through a restart of pykueue too. A Workload without it is
-        gone for the API already: its event then queues the object again."""
+        in the API meanwhile, through a restart of pykueue too. At once also for an object
+        MultiKueue dispatched (``managedBy: kueue.x-k8s.io/multikueue``, as Kueue): its pods
+        run on a worker, whose copy goes with this Workload, and its status's pod counts are
+        mirrored from there, never cleared once the copy is gone. A Workload without it is
+        gone for the API already: its event then queues the object again. (A Finished one
+        never comes here: ``reconcile_object`` takes its finalizer off first.)"""
         ctx = self.ctx
         if self._to_stop(kind, obj):
             obj = await kind.stop(ctx, obj, "Workload is deleted")
         if RESOURCE_IN_USE_FINALIZER not in (wl["metadata"].get("finalizers") or []):
             return None
         if ctx.settings.jobs.deleted_quota_release == "WhenPodsGone" and has_admission(wl) \
-                and not is_finished(wl) \
+                and not _dispatched_elsewhere(kind, obj) \
                 and self._holds_pods(kind, obj, "its Workload's deletion completes"):
             return PODS_POLL
         await self._release_finalizer(wl)
