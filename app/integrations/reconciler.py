@@ -519,7 +519,9 @@ class JobReconciler:
             return 30.0
         if wl is not None and is_finished(wl):
             # Kueue v0.17.1's order: a Finished Workload loses the finalizer first, being
-            # deleted or not; its job is not stopped (nothing of it runs on its quota).
+            # deleted or not, and its job is not stopped (a completed Job was suspended, its
+            # startTime cleared and its template restored before): Finished, it holds no
+            # quota any more.
             await self._release_finalizer(wl)
             return None
         if wl is not None and (wl.get("metadata") or {}).get("deletionTimestamp"):

@@ -90,6 +90,16 @@ def test_a_predecessors_workload_not_yet_deleted_is_deleted_as_kueue() -> None:
     _pass(rec)
     assert _finalizers_written(ctx, wl) == [["example.com/other"]]
     assert ctx.client.deletes == [wl["metadata"]["name"]]
+    # Without the finalizer (the setting off): deleted the same (before, only the garbage
+    # collector did, as it still may first).
+    rec, ctx, wl = _recreated(wl_deleting=False)
+    wl["metadata"].pop("finalizers")
+    ctx.store(WL).put(wl)
+    for i in range(2):
+        ctx.store(POD).remove(f"{NS}/train-uid-1-{i}")
+    _pass(rec)
+    assert _finalizers_written(ctx, wl) == []
+    assert ctx.client.deletes == [wl["metadata"]["name"]]
 
 
 def _deleted_workload_of(job: dict[str, Any], *, finished: bool = False,
