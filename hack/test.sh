@@ -54,8 +54,8 @@ fi
 
 mkdir -p "$(dirname "$LOG")"
 # One build command per binary, in hack/test_waves.py's BUILD_ORDER; each finished build adds
-# "NAME EXIT" to $STATUS, which the waves below read. A failed build does not stop the others:
-# the files that do not need it still run, and the build's exit status is the script's.
+# "NAME EXIT TIME" to $STATUS, which the waves below read. A failed build does not stop the
+# others: the files that do not need it still run, and the build's exit status is the script's.
 mapfile -t ORDER < <(.venv/bin/python hack/test_waves.py order)
 build_cmd() {
   case $1 in
@@ -74,7 +74,7 @@ set -m
     # shellcheck disable=SC2046 # the command's words
     nice -n 10 bash $(build_cmd "$n")
     r=$?
-    echo "$n $r" >>"$STATUS"
+    echo "$n $r $(date -u +%T)" >>"$STATUS"
     [[ $r == 0 || $rc != 0 ]] || rc=$r
   done
   exit "$rc"
