@@ -2,12 +2,19 @@
 # `make test`: every test under tests/, with the binaries only the later tests start built behind
 # the first tests. `make test` builds the control plane first (every lab test needs it); the
 # operators, Helm and kueuectl (`make operators helm kueuectl`) then build in the background at a
-# low CPU priority while the tests that need only the control plane run (tests/conformance,
-# tests/integration, tests/unit and the e2e files in FIRST_E2E below); the tests that start
-# those binaries (LATER below) run after them on a fresh lab. When those binaries are already built, one pytest runs everything.
-# On a fresh machine this spends the cores the lab tests leave idle on the Go builds
-# (docs/ci.md has the measured figures). Arguments go to pytest (e.g. -x, -k NAME).
-# Exit status: pytest's (the first failing run's), or the build's when a build failed.
+# low CPU priority, one after the other in hack/test_waves.py's BUILD_ORDER, while the tests that
+# need only the control plane run (tests/conformance, tests/integration, tests/unit and the e2e
+# files in FIRST_E2E below). The tests that start those binaries (LATER below) then run in
+# waves, each one pytest on a fresh lab: as soon as the first run ends, the LATER files whose
+# binaries are all built (hack/test_waves.py NEEDS) while the rest keep building; then those
+# built by the time that wave ends; and so on (with none ready, the next wave waits for the next
+# build). When those binaries are already built, one pytest runs everything.
+# On a fresh machine this spends the cores the lab tests leave idle on the Go builds, and the
+# builds' last minutes on tests (docs/ci.md has the measured figures). Arguments go to pytest
+# (e.g. -x, -k NAME; every run gets them).
+# Exit status: the build's when a build failed (the files needing what it did not build are
+# listed, not run; the others still run), else pytest's: the first failing run's, 5 when no run
+# collected a test.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -21,7 +28,7 @@ PYTEST=(.venv/bin/pytest -q)
 # The e2e files that start none of them run in the first run too, so that the build has their
 # idle time as well; a test there that finds an operator or kueuectl "not built" fails
 # (tests/conftest.py), so a file that comes to need one must leave this list. A new e2e file
-# runs in the second run unless it is listed here.
+# runs in the waves unless it is listed here.
 FIRST_E2E=(tests/e2e/test_dashboard_seed.py tests/e2e/test_kinds_preemption.py
   tests/e2e/test_visibility.py tests/e2e/test_workload_kinds.py tests/e2e/test_unqueued_pods.py
   tests/e2e/test_job_being_deleted_stopped.py tests/e2e/test_multikueue_crds_absent.py
@@ -33,6 +40,7 @@ done
 LATER+=(tests/integration/test_operators.py tests/integration/test_manifests.py
   tests/unit/test_chart.py)
 LOG="$ROOT/build/test-binaries.log"
+STATUS="$ROOT/build/test-binaries.status"
 BUILDS=("hack/build-operators.sh" "hack/build-helm.sh" "hack/build-kueue.sh kueuectl")
 
 built=1
@@ -45,34 +53,107 @@ if [[ $built == 1 ]]; then
 fi
 
 mkdir -p "$(dirname "$LOG")"
+# One build command per binary, in hack/test_waves.py's BUILD_ORDER; each finished build adds
+# "NAME EXIT TIME" to $STATUS, which the waves below read. A failed build does not stop the
+# others: the files that do not need it still run, and the build's exit status is the script's.
+mapfile -t ORDER < <(.venv/bin/python hack/test_waves.py order)
+build_cmd() {
+  case $1 in
+    helm) echo "hack/build-helm.sh" ;;
+    kueuectl) echo "hack/build-kueue.sh kueuectl" ;;
+    *) echo "hack/build-operators.sh $1" ;;
+  esac
+}
+: >"$STATUS"
 # The build runs in its own process group (job control), so that it is stopped with this script
 # (Ctrl-C, a CI timeout) instead of going on alone: background jobs ignore SIGINT.
 set -m
 (
-  for b in "${BUILDS[@]}"; do nice -n 10 bash $b || exit $?; done
+  rc=0
+  for n in "${ORDER[@]}"; do
+    # shellcheck disable=SC2046 # the command's words
+    nice -n 10 bash $(build_cmd "$n")
+    r=$?
+    echo "$n $r $(date -u +%T)" >>"$STATUS"
+    [[ $r == 0 || $rc != 0 ]] || rc=$r
+  done
+  exit "$rc"
 ) >"$LOG" 2>&1 &
 build_pid=$!
 set +m
 trap 'kill -TERM -- -"$build_pid" 2>/dev/null' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-echo "test: building the operators, Helm and kueuectl behind the first tests (log: $LOG)"
+echo "test: building ${ORDER[*]} behind the first tests (log: $LOG)"
 ignore=()
 for p in "${LATER[@]}"; do ignore+=("--ignore=$p"); done
 PYKUEUE_TEST_BINARIES_PENDING=1 "${PYTEST[@]}" "$@" tests "${ignore[@]}"
-rc1=$?
-echo "test: waiting for the operators, Helm and kueuectl"
-wait "$build_pid"
-build_rc=$?
-cat "$LOG"
-if [[ $build_rc != 0 ]]; then
+rcs=($?)
+
+# The second run, in waves: each wave is one pytest (on a lab of its own) over the LATER files
+# not run yet whose binaries are all built (hack/test_waves.py NEEDS; a file not listed there
+# waits for every build). With none ready it waits for the next build to finish. A wave started
+# while the build goes on has PYKUEUE_TEST_WAVE set: a test there skipped because a binary is
+# "not built" fails instead (tests/conftest.py), its file's NEEDS entry lacks that binary.
+pending=("${LATER[@]}")
+build_rc=""
+seen=-1
+wave=0
+have=""
+while ((${#pending[@]})); do
+  done_now=$(wc -l <"$STATUS")
+  # Over when every build wrote its line, or when the loop died on the way (killed).
+  if [[ -z $build_rc ]] && { ((done_now == ${#ORDER[@]})) || ! kill -0 "$build_pid" 2>/dev/null; }; then
+    wait "$build_pid"
+    build_rc=$?
+    echo "test: the build finished (exit $build_rc); its log:"
+    cat "$LOG"
+  fi
+  if [[ $done_now == "$seen" && -z $build_rc ]]; then
+    sleep 5
+    continue
+  fi
+  seen=$done_now
+  have="$(awk '$2 == 0 {printf "%s ", $1}' "$STATUS")"
+  mapfile -t ready < <(.venv/bin/python hack/test_waves.py ready --built "$have" "${pending[@]}")
+  if ((${#ready[@]} == 0)); then
+    [[ -z $build_rc ]] || break
+    continue
+  fi
+  wave=$((wave + 1))
+  echo "test: wave $wave at $(date -u +%T) (built: ${have:-none}): ${ready[*]}"
+  if [[ -z $build_rc ]]; then
+    PYKUEUE_TEST_WAVE=1 "${PYTEST[@]}" "$@" "${ready[@]}"
+  else
+    "${PYTEST[@]}" "$@" "${ready[@]}"
+  fi
+  rcs+=($?)
+  left=()
+  for f in "${pending[@]}"; do
+    [[ " ${ready[*]} " == *" $f "* ]] || left+=("$f")
+  done
+  pending=("${left[@]}")
+done
+if [[ -z $build_rc ]]; then  # every file ran before the last build ended
+  wait "$build_pid"
+  build_rc=$?
+  echo "test: the build finished (exit $build_rc); its log:"
+  cat "$LOG"
+fi
+if [[ $build_rc != 0 || ${#pending[@]} != 0 ]]; then
   echo "test: building the operators, Helm or kueuectl failed (exit $build_rc)" >&2
+  if ((${#pending[@]})); then
+    echo "test: not run, their binaries not built:" >&2
+    .venv/bin/python hack/test_waves.py missing --built "$have" "${pending[@]}" | sed 's/^/  /' >&2
+  fi
+  [[ $build_rc == 0 ]] && exit 1  # a NEEDS entry names no binary of BUILD_ORDER
   exit "$build_rc"
 fi
-"${PYTEST[@]}" "$@" "${LATER[@]}"
-rc2=$?
-# 5 is pytest's "no tests collected": one of the two runs may select none (-k NAME).
-if [[ $rc1 == 5 && $rc2 == 5 ]]; then exit 5; fi
-[[ $rc1 == 0 || $rc1 == 5 ]] || exit "$rc1"
-[[ $rc2 == 0 || $rc2 == 5 ]] || exit "$rc2"
-exit 0
+# 5 is pytest's "no tests collected": a run may select none (-k NAME).
+status=5
+for r in "${rcs[@]}"; do
+  [[ $r == 5 ]] && continue
+  [[ $r == 0 ]] || exit "$r"
+  status=0
+done
+exit "$status"

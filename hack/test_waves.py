@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Which of hack/test.sh's second-run files can run with the binaries built so far.
+
+On a fresh machine hack/test.sh builds the operators, Helm and kueuectl behind its first pytest
+run, in ``BUILD_ORDER``, and then runs the files that start them (its LATER list) in waves: each
+wave is one pytest over the LATER files not run yet whose binaries are all built (``NEEDS``).
+
+    python hack/test_waves.py order                          # BUILD_ORDER, one a line
+    python hack/test_waves.py ready --built "jobset lws" FILE ...   # the FILEs ready, in order
+    python hack/test_waves.py missing --built "jobset" FILE ...  # "FILE: BINARY ..." a line
+
+A file not in ``NEEDS`` needs every binary (it runs in the wave after the last build), so a new
+file can never start a binary before it is built. tests/unit/test_test_waves.py checks each
+entry against the operators its file (and the fixtures it imports) names."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+
+OPERATORS = ("jobset", "training-operator", "mpi-operator", "kuberay", "lws", "trainer",
+             "appwrapper", "spark-operator")
+
+# The order hack/test.sh builds them in: most second-run test time depending on the binary
+# first, estimated from session 25's fresh run (docs/ci.md): kuberay ~1,070 s of tests,
+# jobset ~1,030, training-operator ~985, trainer ~795, mpi-operator ~790, appwrapper ~520,
+# spark-operator ~170, Helm ~110, lws ~85, kueuectl ~25. Among near ties the shorter build
+# comes first (trainer 125 s before mpi-operator 411 s).
+BUILD_ORDER = ("kuberay", "jobset", "training-operator", "trainer", "mpi-operator",
+               "appwrapper", "spark-operator", "helm", "lws", "kueuectl")
+
+# The operators the MultiKueue sites start (tests/e2e/test_multikueue.py OPERATORS and
+# WORKER1_OPERATORS, each when built): the fixture ``sites`` skips none, it leaves out what is
+# not built, so every one of them is needed.
+_MULTIKUEUE = frozenset({"jobset", "training-operator", "kuberay", "trainer", "appwrapper",
+                         "mpi-operator"})
+
+# Each LATER file of hack/test.sh -> the binaries it starts: operators_running(lab, ...) and
+# ``operators-up`` in the file and in the fixtures it imports (aw_operator, kuberay,
+# spark_operator, sites), kueuectl and Helm. The files that leave out what is not built
+# instead of skipping (tests/integration/test_operators.py, test_multikueue.py's sites,
+# test_pods_ready.py, seed_play's training-operator) must list all they would start.
+NEEDS: dict[str, frozenset[str]] = {f"tests/e2e/{k}.py" if "/" not in k else k: frozenset(v)
+                                    for k, v in {
+    "test_appwrapper": {"appwrapper", "jobset"},
+    "test_break24_findings": {"training-operator", "mpi-operator", "jobset", "kuberay"},
+    "test_breaker12_findings": {"jobset", "trainer", "kuberay"},
+    "test_breaker13_findings": _MULTIKUEUE,  # sites, and aw_operator (appwrapper, jobset)
+    "test_breaker14_findings": {"appwrapper", "jobset", "kuberay"},
+    "test_breaker16_findings": _MULTIKUEUE,  # sites
+    "test_crd_installed_later": {"training-operator"},
+    "test_deleted_pod_workload_held": set(),
+    "test_jobset": {"jobset"},
+    "test_kubeflow": {"training-operator", "mpi-operator"},
+    "test_kueuectl": {"kueuectl"},
+    "test_leaderworkerset": {"lws"},
+    "test_multikueue": _MULTIKUEUE,
+    "test_operator_lifecycle": {"jobset", "training-operator", "mpi-operator", "kuberay",
+                                "trainer"},
+    "test_pod_owner_reference_escape": set(),
+    "test_pods_ready": {"training-operator", "mpi-operator", "kuberay", "appwrapper",
+                        "jobset", "trainer"},
+    "test_quota_follows_pods": {"jobset", "training-operator"},
+    "test_ray": {"kuberay"},
+    "test_ray_dra_gap": {"kuberay"},
+    "test_ray_quota_gaps": {"kuberay"},
+    "test_scenario": {"training-operator"},  # seed_play: step 7 with it when built
+    "test_sparkapplication": {"spark-operator"},
+    "test_sparkapplication_ready": {"spark-operator"},
+    "test_sparkbreak_findings": {"spark-operator"},
+    "test_trainjob": {"jobset", "trainer"},
+    "test_unqueued_operator_objects": {"jobset", "training-operator", "kuberay"},
+    "test_workload_finalizer": set(),
+    "tests/integration/test_operators.py": set(OPERATORS),  # every built one (ops.built())
+    "tests/integration/test_manifests.py": {"helm"},
+    "tests/unit/test_chart.py": {"helm"},
+}.items()}
+
+
+def needs(path: str) -> frozenset[str]:
+    """The binaries ``path`` (relative to the repository) starts; every one when not listed."""
+    return NEEDS.get(path, frozenset(BUILD_ORDER))
+
+
+def ready(files: Iterable[str], built: Iterable[str]) -> list[str]:
+    """The ``files`` (in their order) whose binaries are all in ``built``."""
+    have = set(built)
+    return [f for f in files if needs(f) <= have]
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=("order", "ready", "missing"))
+    p.add_argument("--built", default="", help="the binaries built, space-separated")
+    p.add_argument("files", nargs="*")
+    a = p.parse_intermixed_args(argv)
+    if a.what == "order":
+        print("\n".join(BUILD_ORDER))
+    elif a.what == "ready":
+        for f in ready(a.files, a.built.split()):
+            print(f)
+    else:
+        have = set(a.built.split())
+        for f in a.files:
+            if lack := sorted(needs(f) - have):
+                print(f"{f}: {' '.join(lack)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
