@@ -88,9 +88,9 @@ class QueuedIndex:
         """The names in order, a copy (the queues may change while it is iterated)."""
         return list(self._names)
 
-    def __contains__(self, name: object) -> bool:
+    def __contains__(self, name: str) -> bool:
         names = self._names
-        i = bisect_left(names, name)  # type: ignore[type-var]
+        i = bisect_left(names, name)
         return i < len(names) and names[i] == name
 
     def __len__(self) -> int:
@@ -212,7 +212,8 @@ class PendingQueue:
         self.version += 1
         self._active[wl.key] = k
         if len(self._active) == 1 and self._index is not None:
-            self._index.add(self._name)  # idempotent: a re-keyed sole Workload stays in
+            # Idempotent: under Admission Fair Sharing a re-keyed Workload left and came back.
+            self._index.add(self._name)
         heapq.heappush(self._heap, k)
         if self.usage_of is not None:
             self._lq_push(k)
