@@ -49,6 +49,22 @@ GOAL_RATIO = 1.5
 # Kueue's large-scale generator: creation interval (i) and runtime (r) per class, milliseconds.
 TIMES_MS = {"si": 60, "sr": 150, "mi": 300, "mr": 350, "li": 700, "lr": 700}
 
+# Every ClusterQueue's policies and quota (the baseline's), under its ``- name:`` line.
+QUEUE = """\
+        preemption:
+          reclaimWithinCohort: Any
+          withinClusterQueue: LowerPriority
+        namespaceSelector: {}
+        resourceGroups:
+          - coveredResources: [cpu]
+            flavors:
+              - name: default
+                resources:
+                  - name: cpu
+                    nominalQuota: 20
+                    borrowingLimit: 100
+"""
+
 TEMPLATE = """\
 name: cq-scaling-{queues}
 evictionDelay: 0s
@@ -60,18 +76,7 @@ cohorts:
     clusterQueues:
       - name: cq
         count: {cohort_size}
-        preemption:
-          reclaimWithinCohort: Any
-          withinClusterQueue: LowerPriority
-        namespaceSelector: {{}}
-        resourceGroups:
-          - coveredResources: [cpu]
-            flavors:
-              - name: default
-                resources:
-                  - name: cpu
-                    nominalQuota: 20
-                    borrowingLimit: 100
+{queue}\
         workloads:
           - {{class: small, count: {small}, interval: {si}ms, request: {{cpu: 1}},
              runtime: {sr}ms, priority: 50}}
@@ -86,18 +91,7 @@ IDLE_TEMPLATE = """\
     count: {idle}
     clusterQueues:
       - name: idle
-        preemption:
-          reclaimWithinCohort: Any
-          withinClusterQueue: LowerPriority
-        namespaceSelector: {{}}
-        resourceGroups:
-          - coveredResources: [cpu]
-            flavors:
-              - name: default
-                resources:
-                  - name: cpu
-                    nominalQuota: 20
-                    borrowingLimit: 100
+{queue}\
 """
 
 
@@ -110,9 +104,9 @@ def trace_text(queues: int, cohort_size: int, mix: tuple[int, int, int], idle: i
     small, medium, large = mix
     text = TEMPLATE.format(queues=queues, cohorts=queues // cohort_size,
                            cohort_size=cohort_size, small=small, medium=medium, large=large,
-                           **TIMES_MS)
+                           queue=QUEUE, **TIMES_MS)
     if idle:
-        text += IDLE_TEMPLATE.format(idle=idle)
+        text += IDLE_TEMPLATE.format(idle=idle, queue=QUEUE)
     return text
 
 
