@@ -13,8 +13,18 @@ runtimes (150, 350, 700 ms), intervals (60, 300, 700 ms) and priorities (bench/s
 large.yaml). Demand is several times the nominal quota, so Workloads queue, borrow and preempt.
 Only the number of ClusterQueues changes, so the per-admission cost should stay flat.
 
-Prints one JSON document: per row the ClusterQueue count, Workloads, admissions, cycles, CPU
-seconds (process time of the simulation), CPU microseconds per admission and per cycle, and
+``--idle N`` adds N ClusterQueues with the same quota and no Workloads, each in a cohort of its
+own (``idle-0`` ..), to every row: a cluster where most ClusterQueues have nothing queued.
+The Workloads and decisions are those of the row without them; what they cost shows in
+``cpu_us_per_admission_after_configure`` (the run without the one-time configuration of the
+core, whose cost grows with the ClusterQueues configured). ``--hash`` adds each row's
+``decision_hash`` (sha256 of every decision's time and repr, in order, as
+``bench/simulate.py``'s; the hashing adds to the CPU time).
+
+Prints one JSON document: per row the ClusterQueue count, idle ClusterQueues, Workloads,
+admissions, cycles, CPU seconds (process time of the simulation, configuration included),
+CPU microseconds per admission and per cycle, the configuration's CPU seconds and the CPU
+microseconds per admission without it, and
 ``per_admission_vs_smallest`` (this row's per-admission cost over the first row's). The goal
 is ``per_admission_vs_smallest`` <= 1.5 at 3,000 ClusterQueues.
 """
@@ -23,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import sys
 import time
@@ -38,6 +49,22 @@ GOAL_RATIO = 1.5
 # Kueue's large-scale generator: creation interval (i) and runtime (r) per class, milliseconds.
 TIMES_MS = {"si": 60, "sr": 150, "mi": 300, "mr": 350, "li": 700, "lr": 700}
 
+# Every ClusterQueue's policies and quota (the baseline's), under its ``- name:`` line.
+QUEUE = """\
+        preemption:
+          reclaimWithinCohort: Any
+          withinClusterQueue: LowerPriority
+        namespaceSelector: {}
+        resourceGroups:
+          - coveredResources: [cpu]
+            flavors:
+              - name: default
+                resources:
+                  - name: cpu
+                    nominalQuota: 20
+                    borrowingLimit: 100
+"""
+
 TEMPLATE = """\
 name: cq-scaling-{queues}
 evictionDelay: 0s
@@ -49,18 +76,7 @@ cohorts:
     clusterQueues:
       - name: cq
         count: {cohort_size}
-        preemption:
-          reclaimWithinCohort: Any
-          withinClusterQueue: LowerPriority
-        namespaceSelector: {{}}
-        resourceGroups:
-          - coveredResources: [cpu]
-            flavors:
-              - name: default
-                resources:
-                  - name: cpu
-                    nominalQuota: 20
-                    borrowingLimit: 100
+{queue}\
         workloads:
           - {{class: small, count: {small}, interval: {si}ms, request: {{cpu: 1}},
              runtime: {sr}ms, priority: 50}}
@@ -70,30 +86,73 @@ cohorts:
              runtime: {lr}ms, priority: 200}}
 """
 
+IDLE_TEMPLATE = """\
+  - name: idle
+    count: {idle}
+    clusterQueues:
+      - name: idle
+{queue}\
+"""
 
-def run(queues: int, cohort_size: int, mix: tuple[int, int, int]) -> dict:
-    """One simulator run with ``queues`` ClusterQueues (a multiple of ``cohort_size``)."""
+
+def trace_text(queues: int, cohort_size: int, mix: tuple[int, int, int], idle: int = 0) -> str:
+    """The trace of one row: ``queues`` busy ClusterQueues (a multiple of ``cohort_size``) in
+    cohorts of ``cohort_size``, plus ``idle`` ClusterQueues without Workloads, one per
+    cohort."""
     if queues % cohort_size:
         raise SystemExit(f"--queues {queues} is not a multiple of --cohort-size {cohort_size}")
     small, medium, large = mix
-    trace = parse_trace(TEMPLATE.format(queues=queues, cohorts=queues // cohort_size,
-                                        cohort_size=cohort_size, small=small, medium=medium,
-                                        large=large, **TIMES_MS), source=f"cq-scaling-{queues}")
+    text = TEMPLATE.format(queues=queues, cohorts=queues // cohort_size,
+                           cohort_size=cohort_size, small=small, medium=medium, large=large,
+                           queue=QUEUE, **TIMES_MS)
+    if idle:
+        text += IDLE_TEMPLATE.format(idle=idle, queue=QUEUE)
+    return text
+
+
+def run(queues: int, cohort_size: int, mix: tuple[int, int, int], idle: int = 0,
+        with_hash: bool = False) -> dict:
+    """One simulator run with ``queues`` busy ClusterQueues and ``idle`` idle ones."""
+    trace = parse_trace(trace_text(queues, cohort_size, mix, idle),
+                        source=f"cq-scaling-{queues}")
+    digest = hashlib.sha256()
+
+    def record(t: int, decisions: list) -> None:
+        for d in decisions:
+            digest.update(f"{t} {d!r}\n".encode())
+
     start = time.process_time()
-    sim = Simulator(trace)
+    sim = Simulator(trace, on_cycle=record if with_hash else None)
+    configure_cpu = 0.0
+    configure = sim._configure
+
+    def timed_configure() -> None:
+        nonlocal configure_cpu
+        t0 = time.process_time()
+        configure()
+        configure_cpu = time.process_time() - t0
+
+    sim._configure = timed_configure  # type: ignore[method-assign]
     sim.run()
     cpu = time.process_time() - start
     f = summarize(sim)
     admits = f["decisions"]["admit"]
-    return {
+    row = {
         "cluster_queues": queues,
+        "idle_cluster_queues": idle,
         "workloads": trace.workload_count(),
         "admissions": admits,
         "cycles": f["cycles"],
         "cpu_s": round(cpu, 3),
         "cpu_us_per_admission": round(cpu / admits * 1e6, 1) if admits else None,
         "cpu_us_per_cycle": round(cpu / f["cycles"] * 1e6, 1) if f["cycles"] else None,
+        "configure_cpu_s": round(configure_cpu, 3),
+        "cpu_us_per_admission_after_configure": (
+            round((cpu - configure_cpu) / admits * 1e6, 1) if admits else None),
     }
+    if with_hash:
+        row["decision_hash"] = digest.hexdigest()
+    return row
 
 
 def main() -> None:
@@ -104,6 +163,11 @@ def main() -> None:
     ap.add_argument("--mix", type=int, nargs=3, default=(35, 11, 4),
                     metavar=("SMALL", "MEDIUM", "LARGE"),
                     help="Workloads per ClusterQueue of each class")
+    ap.add_argument("--idle", type=int, default=0, metavar="N",
+                    help="add N ClusterQueues without Workloads, each in its own cohort, "
+                         "to every row")
+    ap.add_argument("--hash", action="store_true",
+                    help="add each row's decision_hash (every decision in order)")
     ap.add_argument("--default-gc", action="store_true",
                     help="keep CPython's collector thresholds instead of pykueue's "
                          "(app.gc_policy, as `pykueue serve` sets them)")
@@ -111,7 +175,7 @@ def main() -> None:
     if not args.default_gc:
         gc_policy.apply()
     queues = args.queues or [30, 300, 1000, 3000]
-    rows = [run(q, args.cohort_size, tuple(args.mix)) for q in queues]
+    rows = [run(q, args.cohort_size, tuple(args.mix), args.idle, args.hash) for q in queues]
     first = rows[0]["cpu_us_per_admission"]
     for r in rows:
         r["per_admission_vs_smallest"] = (round(r["cpu_us_per_admission"] / first, 2)

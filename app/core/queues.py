@@ -32,13 +32,21 @@ Rules (Kueue ``pkg/cache/queue``, reference 3.2 and 3.3):
   fair-sharing switch). ``ordered`` keeps its last answer while the version stays and, under
   Admission Fair Sharing, the usages of the LocalQueues it saw are unchanged.
 
+- Queued index (``bind``): a queue bound to a ``QueuedIndex`` under a name keeps that name in
+  the index exactly while it has queued (active, not parked) Workloads, so the scheduling
+  cycle visits only those ClusterQueues instead of every one (an idle ClusterQueue then
+  costs nothing per cycle).
+
 Cost: ``push``/``remove``/``head``/``unpark`` are O(log n) amortised (lazy deletion);
-``ordered`` O(n log n) after a change, O(1) otherwise (O(LocalQueues) under fair sharing).
+``ordered`` O(n log n) after a change, O(1) otherwise (O(LocalQueues) under fair sharing);
+a bound queue's first queued Workload and its last leaving add O(log q) comparisons and
+O(q) list moves (q: the queues in the index).
 """
 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from app.core.types import WorkloadKey
@@ -52,11 +60,48 @@ def sort_key(wl: Workload) -> SortKey:
     return (-wl.priority, wl.queue_order_time, wl.uid, wl.key)
 
 
+class QueuedIndex:
+    """The names of the queues bound to it (``PendingQueue.bind``) that have queued (active,
+    not parked) Workloads, in name order (the scheduling cycle's order of ClusterQueues).
+    The queues keep it up to date; ``add`` and ``discard`` are idempotent."""
+
+    __slots__ = ("_names",)
+
+    def __init__(self) -> None:
+        self._names: list[str] = []  # sorted, no duplicates
+
+    def add(self, name: str) -> None:
+        """Insert ``name`` unless present: O(log n) comparisons, O(n) moves."""
+        names = self._names
+        i = bisect_left(names, name)
+        if i == len(names) or names[i] != name:
+            names.insert(i, name)
+
+    def discard(self, name: str) -> None:
+        """Remove ``name`` if present."""
+        names = self._names
+        i = bisect_left(names, name)
+        if i < len(names) and names[i] == name:
+            del names[i]
+
+    def names(self) -> list[str]:
+        """The names in order, a copy (the queues may change while it is iterated)."""
+        return list(self._names)
+
+    def __contains__(self, name: str) -> bool:
+        names = self._names
+        i = bisect_left(names, name)
+        return i < len(names) and names[i] == name
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 class PendingQueue:
     """Heap of active pending Workloads and a parked (inadmissible) set for one ClusterQueue."""
 
     __slots__ = ("_heap", "_active", "_parked", "_sticky", "version", "_ordered", "usage_of",
-                 "_lq_of", "_lq_heaps", "_parked_log")
+                 "_lq_of", "_lq_heaps", "_parked_log", "_index", "_name")
 
     def __init__(self) -> None:
         self._heap: list[SortKey] = []
@@ -74,6 +119,18 @@ class PendingQueue:
         self._lq_heaps: dict[str, list[SortKey]] = {}
         # Keys that entered or left ``_parked`` since ``parked_changes`` (None: not recorded).
         self._parked_log: set[WorkloadKey] | None = None
+        # ``bind``: the index holding ``_name`` while ``_active`` is not empty (None: unbound).
+        self._index: QueuedIndex | None = None
+        self._name = ""
+
+    def bind(self, index: QueuedIndex | None, name: str) -> None:
+        """Keep ``name`` in ``index`` exactly while this queue has queued (not parked)
+        Workloads, from now on; ``None`` unbinds (the name leaves the old index)."""
+        if self._index is not None:
+            self._index.discard(self._name)
+        self._index, self._name = index, name
+        if index is not None and self._active:
+            index.add(name)
 
     @property
     def sticky(self) -> WorkloadKey | None:
@@ -154,6 +211,9 @@ class PendingQueue:
             return
         self.version += 1
         self._active[wl.key] = k
+        if len(self._active) == 1 and self._index is not None:
+            # Idempotent: under Admission Fair Sharing a re-keyed Workload left and came back.
+            self._index.add(self._name)
         heapq.heappush(self._heap, k)
         if self.usage_of is not None:
             self._lq_push(k)
@@ -165,6 +225,8 @@ class PendingQueue:
         if self.usage_of is not None:
             self._lq_of.setdefault(key, f"{wl.namespace}/{wl.queue_name}")
         sk = self._active.pop(key, None)
+        if sk is not None and not self._active and self._index is not None:
+            self._index.discard(self._name)
         self._parked[key] = sort_key(wl) if sk is None else sk
         self.version += 1
         if self._parked_log is not None:
@@ -177,6 +239,8 @@ class PendingQueue:
         if self.sticky == key:
             self.sticky = None
         found = self._active.pop(key, None) is not None
+        if found and not self._active and self._index is not None:
+            self._index.discard(self._name)
         if self._parked.pop(key, None) is not None:
             found = True
             if self._parked_log is not None:
@@ -228,6 +292,8 @@ class PendingQueue:
             self._parked_log.add(key)
         self.version += 1
         self._active[key] = sk
+        if len(self._active) == 1 and self._index is not None:
+            self._index.add(self._name)
         heapq.heappush(self._heap, sk)
         if self.usage_of is not None:
             self._lq_push(sk)

@@ -67,7 +67,7 @@ from dataclasses import dataclass, field, replace
 
 from app.core.decisions import Pending, PendingReason, QuotaShortfall
 from app.core.quantity import is_milli
-from app.core.queues import PendingQueue
+from app.core.queues import PendingQueue, QueuedIndex
 from app.core.quota import QuotaTree, quotas_of
 from app.core.spec import (
     AdmissionFairSharing,
@@ -306,6 +306,10 @@ class QuotaState:
         # ``_cqs``'s names sorted (the scheduling cycle's order), None after a ClusterQueue
         # came or went: not sorted again every cycle.
         self._cq_order: list[ClusterQueueName] | None = None
+        # The ClusterQueues whose pending queue has queued (not parked) Workloads, in name
+        # order: every ClusterQueue's queue is bound to it (``PendingQueue.bind``) and keeps
+        # it up to date, so a cycle visits those alone, not the idle ones.
+        self._queued = QueuedIndex()
         # ClusterQueue -> (the queue order it was built from, LocalQueue (namespace, name) ->
         # positions in that order): ``local_queue_pending_workloads``.
         self._lq_groups: dict[ClusterQueueName, tuple[tuple[tuple[WorkloadKey, bool], ...],
@@ -421,6 +425,7 @@ class QuotaState:
         cq = _ClusterQueue(spec, problem, old.queue if old is not None else PendingQueue())
         if old is None:
             self._cq_order = None
+            cq.queue.bind(self._queued, name)
         self._cqs[name] = cq
         self.tree.set_cluster_queue(name, spec.cohort, self._quotas(cq))
         self.tree.set_weight(name, spec.fair_weight_milli)
@@ -450,6 +455,7 @@ class QuotaState:
         self._mark_cohort(name)
         cq = self._cqs.pop(name)
         self._cq_order = None
+        cq.queue.bind(None, name)
         self._lq_groups.pop(name, None)
         self._min_runtime_cqs.discard(name)
         if name in self._afs_cqs:

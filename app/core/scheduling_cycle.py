@@ -66,9 +66,10 @@ The cycle (Kueue v0.17.1 ``Scheduler.schedule``, ``pkg/scheduler/scheduler.go``;
    kept across requeues (``_ParkedClasses``) for a selector that selects every namespace:
    a requeue costs O(changes x log(class size) + classes); the outcome is the full
    regrouping's (test ``test_requeue_classes_properties``).
-2. Heads: one per ClusterQueue with queued Workloads. An inactive ClusterQueue parks all its
-   Workloads with its reason; a head whose namespace does not match the selector is parked
-   (even under StrictFIFO).
+2. Heads: one per ClusterQueue with queued Workloads, in name order; only those are visited
+   (``QuotaState._queued``, kept by the pending queues), so an idle ClusterQueue costs
+   nothing. An inactive ClusterQueue parks all its Workloads with its reason; a head whose
+   namespace does not match the selector is parked (even under StrictFIFO).
 3. Nominate: flavor assignment for each head against usage at cycle start (Kueue
    ``getAssignments``, ``pkg/scheduler/flavorassigner``), memoized per ClusterQueue and
    head shape (per pod set: name, count, requests, nodeSelector, affinity, tolerations),
@@ -392,7 +393,9 @@ class Scheduler(QuotaState):
         entries: list[_Entry] = []
         self._cycle_searches.clear()  # searches of an earlier cycle's state never count
         cqs = self._cqs
-        for name in self._sorted_cq_names():
+        # The ClusterQueues with queued Workloads, in name order: the same visits, in the
+        # same order, as every ClusterQueue's in name order skipping those with none queued.
+        for name in self._queued.names():
             cq = cqs[name]
             if not cq.queue.active_count:
                 continue
