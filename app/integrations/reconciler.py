@@ -879,8 +879,10 @@ class JobReconciler:
         object of that name now, or None): each whose owner is not ``live`` (another uid) or
         is ``live`` stopped loses ``RESOURCE_IN_USE_FINALIZER`` once no pod of its owner holds
         resources (``_pods_still_hold``; at once with ``Immediately``) and is deleted (not
-        when being deleted already: the garbage collector's). Kueue v0.17.1 the same for a
-        job gone, and for a job of that name that exists (``ensureOneWorkload``: the
+        when being deleted already: the garbage collector's); a Finished one loses it at
+        once, its object running or not, as a queued object's (``_reconcile_queued``), so a
+        deletion by hand completes (beyond Kueue v0.17.1, which ignores an object without a
+        queue name until it is deleted). Kueue v0.17.1 the same for a job gone, and for a job of that name that exists (``ensureOneWorkload``: the
         Workloads listed by owner name that do not match lose the finalizer, then are
         deleted). Returns seconds to look again while pods hold."""
         again: float | None = None
@@ -889,6 +891,10 @@ class JobReconciler:
             if wl is None:
                 continue
             owner = self.registry.owner_of(wl)
+            if is_finished(wl):
+                # Finished, it holds no quota: the finalizer goes at once, whatever its object
+                # does (one running unqueued keeps it as its record, below).
+                await self._release_finalizer(wl)
             if owner is not None and self.ctx.settings.jobs.deleted_quota_release \
                     == "Immediately" and (live is None or owner.uid != live["metadata"].get(
                         "uid")):
