@@ -882,9 +882,10 @@ class JobReconciler:
         when being deleted already: the garbage collector's); a Finished one loses it at
         once, its object running or not, as a queued object's (``_reconcile_queued``), so a
         deletion by hand completes (beyond Kueue v0.17.1, which ignores an object without a
-        queue name until it is deleted). Kueue v0.17.1 the same for a job gone, and for a job of that name that exists (``ensureOneWorkload``: the
-        Workloads listed by owner name that do not match lose the finalizer, then are
-        deleted). Returns seconds to look again while pods hold."""
+        queue name until it is deleted). Kueue v0.17.1 the same for a job gone, and for a
+        job of that name that exists (``ensureOneWorkload``: the Workloads listed by owner
+        name that do not match lose the finalizer, then are deleted). Returns seconds to
+        look again while pods hold."""
         again: float | None = None
         for key in keys:
             wl = self.ctx.store(WL).get(key)
