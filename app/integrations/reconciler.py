@@ -402,16 +402,33 @@ class JobReconciler:
         return any(not (p.get("metadata") or {}).get("deletionTimestamp")
                    for p in pods_of(kind, pods, obj))
 
-    def _holds_pods(self, kind: JobKind, obj: Obj, what: str) -> bool:
-        """True when the object still has pods holding resources (``_pods_holding_quota``):
-        its quota stays, and an Event ``WaitingForPods`` says so (deduplicated by the
-        recorder). ``what``: what waits for them."""
-        left = self._pods_holding_quota(kind, obj)
+    def _holds_pods(self, kind: JobKind, obj: Obj, what: str, wl: Obj | None = None) -> bool:
+        """True when the object still has pods holding resources (``_pods_holding_quota``;
+        with ``wl``, the Workload whose release waits, ``_pods_for_release``): its quota
+        stays, and an Event ``WaitingForPods`` says so (deduplicated by the recorder).
+        ``what``: what waits for them."""
+        left = self._pods_holding_quota(kind, obj) if wl is None \
+            else self._pods_for_release(kind, obj, wl)
         if left > 0:
             self.ctx.recorder.emit(obj, NORMAL, "WaitingForPods",
                                    f"{left} pod(s) of the {kind.kind} still run or are being "
                                    f"killed: {what} once they are gone")
         return left > 0
+
+    def _pods_for_release(self, kind: JobKind, obj: Obj, wl: Obj) -> int:
+        """``_pods_holding_quota`` of ``obj`` for the release of its Workload ``wl``, except
+        for an object being deleted (``_being_deleted``) whose count trusts its status (a
+        kind not ``ignored_once_deleted``) while the Pod store is watched: the Pod store's
+        alone then (``pods_holding``, as for an object that is gone). Its operator may never
+        write that status again (spark-operator v2.5.0 leaves a deleted application
+        ``RUNNING``; Trainer v2.2.0's ``jobsStatus`` stays as it was once its JobSet is
+        gone), and with ``kubectl delete --cascade=foreground`` (Argo CD's default) the
+        object waits for its Workload (ownerReference ``blockOwnerDeletion``), so a count
+        from it would hold the Workload, the object and the quota forever."""
+        if not self._being_deleted(kind, obj) or getattr(kind, "ignored_once_deleted", False) \
+                or POD not in self.ctx.informers.informers:
+            return self._pods_holding_quota(kind, obj)
+        return self.pods_holding(wl, str((obj.get("metadata") or {}).get("uid") or "")) or 0
 
     async def _put_wl_status(self, wl: Obj) -> Obj:
         out = await self.ctx.client.replace(WORKLOADS, wl, subresource="status")
@@ -862,16 +879,23 @@ class JobReconciler:
         object of that name now, or None): each whose owner is not ``live`` (another uid) or
         is ``live`` stopped loses ``RESOURCE_IN_USE_FINALIZER`` once no pod of its owner holds
         resources (``_pods_still_hold``; at once with ``Immediately``) and is deleted (not
-        when being deleted already: the garbage collector's). Kueue v0.17.1 the same for a
-        job gone, and for a job of that name that exists (``ensureOneWorkload``: the
-        Workloads listed by owner name that do not match lose the finalizer, then are
-        deleted). Returns seconds to look again while pods hold."""
+        when being deleted already: the garbage collector's); a Finished one loses it at
+        once, its object running or not, as a queued object's (``_reconcile_queued``), so a
+        deletion by hand completes (beyond Kueue v0.17.1, which ignores an object without a
+        queue name until it is deleted). Kueue v0.17.1 the same for a job gone, and for a
+        job of that name that exists (``ensureOneWorkload``: the Workloads listed by owner
+        name that do not match lose the finalizer, then are deleted). Returns seconds to
+        look again while pods hold."""
         again: float | None = None
         for key in keys:
             wl = self.ctx.store(WL).get(key)
             if wl is None:
                 continue
             owner = self.registry.owner_of(wl)
+            if is_finished(wl):
+                # Finished, it holds no quota: the finalizer goes at once, whatever its object
+                # does (one running unqueued keeps it as its record, below).
+                await self._release_finalizer(wl)
             if owner is not None and self.ctx.settings.jobs.deleted_quota_release \
                     == "Immediately" and (live is None or owner.uid != live["metadata"].get(
                         "uid")):
@@ -1024,7 +1048,7 @@ class JobReconciler:
         meta = wl["metadata"]
         if self._to_stop(kind, obj):
             obj = await kind.stop(ctx, obj, f"The {kind.kind} is being deleted")
-        if has_admission(wl) and self._holds_pods(kind, obj, "its Workload is deleted"):
+        if has_admission(wl) and self._holds_pods(kind, obj, "its Workload is deleted", wl):
             self._enqueue_children(obj)
             return PODS_POLL
         try:
@@ -1057,7 +1081,7 @@ class JobReconciler:
             return None
         if ctx.settings.jobs.deleted_quota_release == "WhenPodsGone" and has_admission(wl) \
                 and not _dispatched_elsewhere(kind, obj) \
-                and self._holds_pods(kind, obj, "its Workload's deletion completes"):
+                and self._holds_pods(kind, obj, "its Workload's deletion completes", wl):
             return PODS_POLL
         await self._release_finalizer(wl)
         return None
