@@ -82,6 +82,10 @@ class KindDefaults:
     # no status written): the reconciler then deletes the running pods the object controls
     # (``delete_own_pods``) and counts its pods from the Pod store alone (``pod_labels``).
     ignored_once_deleted: bool = False
+    # Its operator keeps its status true while it is being deleted, until its own finalizer
+    # goes, and that status covers pods the Pod store cannot name (a wrapped object's): the
+    # release of its Workload then keeps counting the status too (``_pods_for_release``).
+    status_kept_once_deleted: bool = False
     # Kueue ``TopLevelJob``: never a managed ancestor's child (the webhook decides that).
     top_level: bool = False
     # Kueue manageJobsWithoutQueueName: objects without a queue name are queued too when the

@@ -424,8 +424,12 @@ class JobReconciler:
         ``RUNNING``; Trainer v2.2.0's ``jobsStatus`` stays as it was once its JobSet is
         gone), and with ``kubectl delete --cascade=foreground`` (Argo CD's default) the
         object waits for its Workload (ownerReference ``blockOwnerDeletion``), so a count
-        from it would hold the Workload, the object and the quota forever."""
+        from it would hold the Workload, the object and the quota forever. Not for a kind
+        whose operator keeps its status true until its own finalizer goes
+        (``status_kept_once_deleted``: AppWrapper, whose status covers a wrapped object's
+        pods the Pod store cannot name)."""
         if not self._being_deleted(kind, obj) or getattr(kind, "ignored_once_deleted", False) \
+                or getattr(kind, "status_kept_once_deleted", False) \
                 or POD not in self.ctx.informers.informers:
             return self._pods_holding_quota(kind, obj)
         return self.pods_holding(wl, str((obj.get("metadata") or {}).get("uid") or "")) or 0

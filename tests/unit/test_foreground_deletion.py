@@ -131,3 +131,38 @@ def test_a_running_object_not_being_deleted_still_counts_its_status() -> None:
     ctx.store(POD).remove("ns/p-0")
     assert asyncio.run(rec.reconcile_object(SPARK, "ns", "pi")) == PODS_POLL
     assert _workload_writes(ctx) == []
+
+
+def test_an_appwrapper_being_deleted_holds_while_its_status_says_its_components_run() -> None:
+    """appwrapper v1.2.0 keeps ``QuotaReserved`` True until its wrapped components (and their
+    pods) are gone, and a wrapped PyTorchJob's pods are not ones the Pod store can name for
+    the AppWrapper (their controller is the PyTorchJob): its status still counts
+    (``status_kept_once_deleted``), so the quota is not released under running pods."""
+    from app.integrations.appwrapper.appwrapper import KIND as APPWRAPPER
+    from tests.unit.test_appwrapper import aw
+
+    pytorch = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "w"},
+               "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {
+                   "spec": {"containers": [{"name": "c", "resources": {"requests": {
+                       "nvidia.com/gpu": "1"}}}]}}}}}}
+    obj = aw(pytorch, podsets=[{"replicas": 1, "path": "template.spec.pytorchReplicaSpecs"
+                                ".Master.template"}])
+    obj["metadata"].update(namespace="ns", deletionTimestamp=GONE, resourceVersion="9",
+                           finalizers=["workload.codeflare.dev/finalizer"])
+    obj["spec"]["suspend"] = False
+    obj["status"] = {"phase": "Running", "conditions": [
+        {"type": "QuotaReserved", "status": "True", "reason": "Admitted", "message": ""}]}
+    wl = _admitted(APPWRAPPER.workload_object(obj), deleting=True)
+    master = _pod({"training.kubeflow.org/job-name": "w"},
+                  {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "w",
+                   "uid": "pt-1"})
+    rec, ctx = _reconciler(APPWRAPPER, "workload.codeflare.dev/appwrapper",
+                           {POD: [master], APPWRAPPER.key: [obj], WL: [wl]})
+    assert asyncio.run(rec.reconcile_object(APPWRAPPER, "ns", "aw")) == PODS_POLL
+    assert _workload_writes(ctx) == []  # its components still run: the quota stays
+    now = ctx.store(APPWRAPPER.key).get("ns/aw")
+    assert now is not None
+    now["status"]["conditions"][0]["status"] = "False"  # components and their pods gone
+    ctx.store(POD).remove("ns/p-0")
+    assert asyncio.run(rec.reconcile_object(APPWRAPPER, "ns", "aw")) is None
+    assert _workload_writes(ctx) == [("replace", "workloads", wl["metadata"]["name"])]

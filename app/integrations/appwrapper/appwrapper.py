@@ -229,6 +229,10 @@ class AppWrapper(TemplatedKind):
     # The controller labels the wrapped pod templates with the AppWrapper's name; the pods'
     # controller is the wrapped Job (``pod_of``).
     pod_labels = (APPWRAPPER_LABEL, "")
+    # appwrapper v1.2.0 deletes its components and waits for them before it sets
+    # QuotaReserved False and drops its own finalizer: the status covers the pods of a
+    # wrapped PyTorchJob, which ``pod_of`` cannot name.
+    status_kept_once_deleted = True
 
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         """One per podSet (module doc). Raises ``WorkloadSpecError``."""
