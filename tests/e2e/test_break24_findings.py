@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.test_jobset import _long_jobset
-from tests.e2e.test_kubeflow import mpijob, pytorchjob
+from tests.e2e.test_kubeflow import mpijob, pytorchjob, template
 from tests.e2e.test_ray import cpu_and_gpu_groups, rayjob
 from tests.integration.test_operators import operators_running
 from tests.labfixture import LabHandle, wait_for
@@ -152,6 +152,56 @@ def test_a_preempted_job_being_deleted_under_a_tenants_finalizer_frees_its_quota
     finally:
         lab.kubectl("patch", resource, "low", "-n", ns, "--type=json", "-p",
                     '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False)
+        lab.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
+        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+        lab.kubectl("delete", "workloadpriorityclass", high, "--wait=false", check=False)
+
+
+def test_a_tenants_batch_job_labelled_as_a_preempted_pytorchjob_holds_none_of_its_quota(
+        lab: LabHandle, pykueue_with_operators: set[str]) -> None:
+    """review25 F3: the tenant of PyTorchJob ``low`` (2 GPU pods) runs an unqueued batch Job
+    ``holder`` whose pod, asking nothing, carries ``training.kubeflow.org/job-name: low``.
+    ``high`` (priority 1000) preempts ``low``: ``high``'s 2 GPU pods run within 90 s and the
+    holder's pod runs on (it is no pod of ``low``'s). Before, pykueue counted any pod a
+    batch Job controls as ``low``'s (the rule meant for an MPIJob's launcher), so ``low``'s
+    evicted Workload kept the quota while the holder ran, and ``high`` waited for good."""
+    if "training-operator" not in pykueue_with_operators:
+        pytest.skip("training-operator not built: run `make operators`")
+    ns, cq, high = preemptible_queue(lab, "holder")
+    try:
+        lab.apply(pytorchjob("low", ns, 1))
+        wait_for(lambda: len(gpu_pods(lab, ns, "PyTorchJob", "low")) == 2, 120,
+                 "low's 2 GPU pods Running")
+        pod = template(0, name="holder")
+        pod["metadata"]["labels"] = {"training.kubeflow.org/job-name": "low"}
+        lab.apply(json.dumps({"apiVersion": "batch/v1", "kind": "Job",
+                              "metadata": {"name": "holder", "namespace": ns},
+                              "spec": {"template": pod, "backoffLimit": 0}}))
+
+        def holder_running() -> bool:
+            return any(p["status"].get("phase") == "Running" for p in lab.get(
+                "pods", "-n", ns, "-l", "batch.kubernetes.io/job-name=holder")["items"])
+
+        wait_for(holder_running, 60, "the holder's pod Running")
+        body = json.loads(pytorchjob("high", ns, 1))
+        body["metadata"]["labels"][PRIORITY] = high
+        lab.apply(json.dumps(body))
+        seen: list[tuple[int, int]] = []
+
+        def high_runs() -> bool:
+            lows = len(gpu_pods(lab, ns, "PyTorchJob", "low"))
+            highs = len(gpu_pods(lab, ns, "PyTorchJob", "high"))
+            seen.append((lows, highs))
+            assert lows + highs <= QUOTA, seen[-5:]
+            return highs == 2 and lows == 0
+
+        try:
+            wait_for(high_runs, 90, "high's 2 GPU pods Running, low's gone")
+        except AssertionError:
+            raise AssertionError(f"after 90 s: (low, high) Running GPU pods {seen[-1]}; "
+                                 f"Workloads {workloads(lab, ns)}") from None
+        assert holder_running()
+    finally:
         lab.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
         lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
         lab.kubectl("delete", "workloadpriorityclass", high, "--wait=false", check=False)
