@@ -641,11 +641,10 @@ def own_running_pods(kind: JobKind, pods: Iterable[Mapping[str, Any]],
     a Job ``obj`` controls, or one its operator made for it, ``runs_pods_through``), which
     the child's own rules stop (``JobReconciler._child``). A pod a tenant gave to a batch Job
     of its own (one a finalizer keeps being deleted, so the Job controller neither deletes
-    nor releases it) is deleted, and so is one whose Job no store holds: the pod carries
-    ``obj``'s name and podSet labels and is no stored kin's (``pods_once_ignored``), while a
-    Job can keep out of both batch Job stores (a ``kueue.x-k8s.io/queue-name: ""`` label is
-    neither queued nor unlabelled), so leaving such pods alone would let them hold ``obj``'s
-    quota for good."""
+    nor releases it) is deleted, and so is one whose Job no store holds (the batch Job kind
+    not served, or a Job outside both batch Job informers' selectors): the pod carries
+    ``obj``'s name and podSet labels and is no stored kin's (``pods_once_ignored``), so it
+    counts for ``obj``'s quota, and left running it would hold that quota for good."""
     meta = obj.get("metadata") or {}
     name, uid = str(meta.get("name", "")), str(meta.get("uid") or "")
     out = []
@@ -654,8 +653,9 @@ def own_running_pods(kind: JobKind, pods: Iterable[Mapping[str, Any]],
             continue
         job = stored_controller(ctx, p) \
             if ctx is not None and _names_batch_job(controller_of_object(p)) else None
-        if job is not None and (controlled_by(job, kind, name, uid) or kind.runs_pods_through(  # type: ignore[attr-defined]
-                ctx, job, p, name, uid)):
+        if job is not None and (
+                controlled_by(job, kind, name, uid)
+                or kind.runs_pods_through(ctx, job, p, name, uid)):  # type: ignore[attr-defined]
             continue
         out.append(p)
     return out
@@ -704,7 +704,8 @@ def pods_of_workload(kinds: Iterable[JobKind], pods: Iterable[Mapping[str, Any]]
     kind, name and uid) is ``workload``'s. For a Workload whose owner went with its owner
     reference (``kubectl delete --cascade=orphan``), so only its uid is known. A MultiKueue
     copy adopted by that object (annotation ``pykueue.dev/adopted-by: <uid>``) is named after
-    the manager's object, not this one: its pods are those of the object with ``uid``."""
+    the manager's object, not this one: its pods are those of the object with ``uid``.
+    ``ctx``: the stores a batch Job controlling a pod is read from (``pod_of``)."""
     meta = workload.get("metadata") or {}
     wl_name, ns = str(meta.get("name", "")), str(meta.get("namespace", ""))
     adopted = (meta.get("annotations") or {}).get(ADOPTED_BY_ANNOTATION) == uid
