@@ -9,6 +9,7 @@ preemptor waited for good (a tenant's way to make its job unpreemptible)."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -202,6 +203,59 @@ def test_a_tenants_batch_job_labelled_as_a_preempted_pytorchjob_holds_none_of_it
                                  f"Workloads {workloads(lab, ns)}") from None
         assert holder_running()
     finally:
+        lab.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
+        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+        lab.kubectl("delete", "workloadpriorityclass", high, "--wait=false", check=False)
+
+
+def test_deleting_a_pytorchjob_leaves_the_pods_of_the_tfjob_of_its_name(
+        lab: LabHandle, pykueue_with_operators: set[str]) -> None:
+    """review25 F4: TFJob ``train`` (1 GPU worker) and PyTorchJob ``train`` (1 GPU master)
+    run in one namespace; both operators label their pods ``training.kubeflow.org/job-name:
+    train``. The tenant deletes the PyTorchJob under a finalizer of its own, then its Workload
+    is deactivated: its pod is deleted (break24), the TFJob's runs on, the same pod, for the
+    20 s watched. Before,
+    pykueue took the TFJob's pod (its podset label, another controller) for one the tenant
+    had moved away from the PyTorchJob and deleted it on every pass."""
+    if "training-operator" not in pykueue_with_operators:
+        pytest.skip("training-operator not built: run `make operators`")
+    ns, cq, high = preemptible_queue(lab, "kin")
+
+    def running(kind: str) -> list[dict[str, Any]]:
+        return [p for p in gpu_pods(lab, ns, "PyTorchJob", "train")
+                if not p["metadata"].get("deletionTimestamp")
+                and any(r.get("controller") and r.get("kind") == kind
+                        for r in p["metadata"].get("ownerReferences") or [])]
+
+    try:
+        torch = json.loads(pytorchjob("train", ns, 1))
+        del torch["spec"]["pytorchReplicaSpecs"]["Worker"]
+        tf = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+              "metadata": {"name": "train", "namespace": ns,
+                           "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+              "spec": {"tfReplicaSpecs": {"Worker": {
+                  "replicas": 1, "restartPolicy": "OnFailure",
+                  "template": template(1, name="tensorflow")}}}}
+        lab.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [torch, tf]}))
+        wait_for(lambda: len(running("TFJob")) == 1 and len(running("PyTorchJob")) == 1, 120,
+                 "the TFJob's and the PyTorchJob's GPU pods Running")
+        tf_pod = running("TFJob")[0]["metadata"]["uid"]
+        lab.kubectl("patch", "pytorchjob", "train", "-n", ns, "--type=merge", "-p",
+                    json.dumps({"metadata": {"finalizers": [HOLD]}}))
+        lab.kubectl("delete", "pytorchjob", "train", "-n", ns, "--wait=false")
+        # An admin deactivates its Workload: stopped, its pod is deleted (break24).
+        wl = next(w for w in workloads(lab, ns) if w.startswith("pytorchjob-train-"))
+        lab.kubectl("patch", WL, wl, "-n", ns, "--type=merge", "-p",
+                    json.dumps({"spec": {"active": False}}))
+        wait_for(lambda: not running("PyTorchJob"), 60, "the PyTorchJob's pod deleted")
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            tfs = [p["metadata"]["uid"] for p in running("TFJob")]
+            assert tfs == [tf_pod], f"the TFJob's Running GPU pods: {tfs}, was [{tf_pod}]"
+            time.sleep(2)
+    finally:
+        lab.kubectl("patch", "pytorchjob", "train", "-n", ns, "--type=json", "-p",
+                    '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False)
         lab.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
         lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
         lab.kubectl("delete", "workloadpriorityclass", high, "--wait=false", check=False)
