@@ -360,8 +360,8 @@ class JobReconciler:
             # Its operator ignores an object being deleted: the status's count is the last
             # one written before, never settled again; the Pod store's is the count, pods
             # whose ownerReference a tenant removed or replaced included.
-            return len(pods_once_ignored(kind, pods, obj, counts=counts))
-        return max(active, len(pods_of(kind, pods, obj, counts=counts)))
+            return len(pods_once_ignored(kind, pods, obj, counts=counts, ctx=self.ctx))
+        return max(active, len(pods_of(kind, pods, obj, counts=counts, ctx=self.ctx)))
 
     def _restart_waits(self, kind: JobKind, obj: Obj) -> bool:
         """True when the suspended object, admitted, must not be started yet: pods of its
@@ -372,7 +372,8 @@ class JobReconciler:
         if not pod_labels(kind)[0] or not kind.is_suspended(obj):
             return False
         ns = str((obj.get("metadata") or {}).get("namespace", ""))
-        left = len(pods_of(kind, self._pods(ns), obj, counts=pod_blocks_restart))
+        left = len(pods_of(kind, self._pods(ns), obj, counts=pod_blocks_restart,
+                           ctx=self.ctx))
         if left:
             self.ctx.recorder.emit(obj, NORMAL, "WaitingForPods",
                                    f"{left} pod(s) of the {kind.kind} are still being "
@@ -398,9 +399,9 @@ class JobReconciler:
             # An operator that ignores an object being deleted (``ignored_once_deleted``) did
             # not stop its pods: they are deleted (``framework.delete_own_pods``).
             return getattr(kind, "ignored_once_deleted", False) \
-                and bool(own_running_pods(kind, pods, obj))
+                and bool(own_running_pods(kind, pods, obj, ctx=self.ctx))
         return any(not (p.get("metadata") or {}).get("deletionTimestamp")
-                   for p in pods_of(kind, pods, obj))
+                   for p in pods_of(kind, pods, obj, ctx=self.ctx))
 
     def _holds_pods(self, kind: JobKind, obj: Obj, what: str, wl: Obj | None = None) -> bool:
         """True when the object still has pods holding resources (``_pods_holding_quota``;
@@ -912,7 +913,8 @@ class JobReconciler:
                     again = PODS_POLL  # stopped: its pods are going
                     continue
             elif owner is not None and pod_labels(kind)[0] and pods_of(
-                    kind, self._pods(ns), {"metadata": {"name": name, "uid": owner.uid}}):
+                    kind, self._pods(ns), {"metadata": {"name": name, "uid": owner.uid}},
+                    ctx=self.ctx):
                 again = PODS_POLL  # gone, its pods orphaned: they still hold the quota
                 continue
             # The stores of Jobs and Workloads are separate watches: the object's deletion
@@ -1294,7 +1296,8 @@ class JobReconciler:
                and pod_holds_quota(p)]
         if not uid:
             return len(own)
-        return len(own) + len(pods_of_workload(self.registry.kinds(), pods, wl, uid)) + sum(
+        return len(own) + len(pods_of_workload(self.registry.kinds(), pods, wl, uid,
+                                                ctx=self.ctx)) + sum(
             k.made_pods(self.ctx, wl, uid, pods) for k in self.registry.kinds())
 
     async def _finish_orphan(self, wl: Obj, uid: str) -> float | None:
