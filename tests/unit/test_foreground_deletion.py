@@ -12,13 +12,14 @@ import asyncio
 from typing import Any
 
 from app.integrations import default_registry
+from app.integrations.jobset.jobset import JOBSETS
 from app.integrations.reconciler import PODS_POLL, JobReconciler
 from app.integrations.sparkapplication.sparkapplication import APP_NAME_LABEL
 from app.integrations.sparkapplication.sparkapplication import KIND as SPARK
 from app.integrations.trainjob.trainjob import CHILD_JOBSETS, CLUSTER_RUNTIMES, RUNTIMES
 from app.integrations.trainjob.trainjob import KIND as TRAINJOB
-from app.kube.client import NAMESPACES, PODS, RESOURCE_FLAVORS, WORKLOADS
-from app.kube.context import NS, PC, POD, RF, WL, WPC
+from app.kube.client import JOBS, NAMESPACES, PODS, RESOURCE_FLAVORS, WORKLOADS
+from app.kube.context import CHILD_JOBS, NS, PC, POD, RF, WL, WPC
 from app.wire.names import RESOURCE_IN_USE_FINALIZER as IN_USE
 from tests.unit.fake_ctx import FakeCtx
 from tests.unit.test_sparkapplication import app
@@ -47,9 +48,11 @@ def _pod(labels: dict[str, str], ref: dict[str, Any]) -> dict[str, Any]:
 
 
 def _reconciler(kind: Any, gvk: str, objects: dict[str, list[dict[str, Any]]],
-                extra: tuple[str, ...] = ()) -> tuple[JobReconciler, FakeCtx]:
+                extra: tuple[str, ...] = (), resources: dict[str, Any] | None = None
+                ) -> tuple[JobReconciler, FakeCtx]:
     keys = {WL: WORKLOADS, WPC: WORKLOADS, PC: WORKLOADS, kind.key: kind.resource, POD: PODS,
-            NS: NAMESPACES, RF: RESOURCE_FLAVORS, **{k: WORKLOADS for k in extra}}
+            NS: NAMESPACES, RF: RESOURCE_FLAVORS, **{k: WORKLOADS for k in extra},
+            **(resources or {})}
     ctx = FakeCtx(keys, objects)
     ctx.clock = lambda: 1e9  # type: ignore[attr-defined]
     rec = JobReconciler.__new__(JobReconciler)
@@ -111,9 +114,21 @@ def test_a_trainjob_with_a_stale_jobs_status_releases_once_its_pods_go() -> None
     wl = _admitted(TRAINJOB.workload_object(composed(tj, rt)), deleting=True)
     node = _pod({"jobset.sigs.k8s.io/jobset-name": "tj"},
                 {"apiVersion": "batch/v1", "kind": "Job", "name": "tj-node-0", "uid": "j-1"})
+    # The trainer's JobSet and its Job, as the stores hold them while the pods terminate
+    # (``pod_of``: a batch Job's pod counts when its Job is the TrainJob's own).
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {
+        "name": "tj", "namespace": "ns", "uid": "js-1", "ownerReferences": [
+            {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "tj",
+             "uid": "u-1", "controller": True}]}}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "tj-node-0", "namespace": "ns", "uid": "j-1", "ownerReferences": [
+            {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "tj",
+             "uid": "js-1", "controller": True}]}}
     rec, ctx = _reconciler(TRAINJOB, "trainer.kubeflow.org/trainjob",
-                           {POD: [node], TRAINJOB.key: [tj], WL: [wl], RUNTIMES: [rt]},
-                           extra=(RUNTIMES, CLUSTER_RUNTIMES, CHILD_JOBSETS))
+                           {POD: [node], TRAINJOB.key: [tj], WL: [wl], RUNTIMES: [rt],
+                            CHILD_JOBSETS: [jobset], CHILD_JOBS: [job]},
+                           extra=(RUNTIMES, CLUSTER_RUNTIMES),
+                           resources={CHILD_JOBSETS: JOBSETS, CHILD_JOBS: JOBS})
     assert asyncio.run(rec.reconcile_object(TRAINJOB, "ns", "tj")) == PODS_POLL
     assert _workload_writes(ctx) == []
     ctx.store(POD).remove("ns/p-0")
