@@ -535,7 +535,8 @@ class JobsSettings(BaseModel):
     rules whatever this setting says; with pykueue uninstalled, Workloads being deleted stay
     until the finalizer is removed by hand, as with Kueue (docs/security.md). Default on
     (Kueue's Workloads carry it); off: no finalizer, the deletion hold in memory only
-    (forgotten by a restart while the pods terminate). ``PYKUEUE_JOBS__WORKLOAD_FINALIZER=false``."""
+    (forgotten by a restart while the pods terminate).
+    ``PYKUEUE_JOBS__WORKLOAD_FINALIZER=false``."""
 
     model_config = ConfigDict(extra="forbid")
 
