@@ -526,23 +526,25 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
 
     Its name label must name the object. A kind whose operator writes a uid label (the batch
     Job's ``controller-uid``, JobSet's ``jobset-uid``) needs that label to name ``uid``: a pod
-    without it is not the object's. The pod also needs a controller ownerReference: the
-    object itself (its uid), or a batch Job that the kind's operator made for the object to
-    run its pods (a uid-labelled kind's: one the object controls, a JobSet's child, or one
-    no store holds; another kind's: ``runs_pods_through``, an MPIJob's launcher controlled
-    by the MPIJob), read from ``ctx``'s batch Job stores. A pod whose controller is anything
-    else (a tenant's own object) is not the object's, whatever labels it carries. Any other batch Job is not the object's: a tenant's
-    unqueued Job whose pods carry a job's name label would otherwise keep that job's evicted
-    Workload holding its quota for as long as the tenant likes. A batch Job no store holds
-    (``ctx`` None, the batch Job kind not served, or not seen yet) makes the pod not the
-    object's: counting it would let any forged Job hold quota, while leaving it out releases
-    at worst a launcher pod's share a little early (while the object exists, its operator's
-    status still counts it: ``JobReconciler._pods_left``). A pod with no controller counts
-    only when ``owner_gone`` (``kubectl delete --cascade=orphan`` removed its ownerReference
-    with the object): a pod a tenant creates with a job's name and uid labels (the uid is on
-    its Workload's ``kueue.x-k8s.io/job-uid`` label) and no owner must not hold that job's
-    quota once the job is deleted (the batch Job controller adopts such a pod while the Job
-    exists and is not being deleted: it is then the Job's, by its ownerReference).
+    without it is not the object's. The pod also needs a controller ownerReference leading
+    back to the object: the object itself (its uid), or a batch Job run for it, read from
+    ``ctx``'s batch Job stores. For a uid-labelled kind, a batch Job the object controls (a
+    JobSet's child), or one no store holds (``ctx`` None, the batch Job kind not served, or
+    gone: the garbage collector deletes the pods of a deleted Job after it, and a pod whose
+    forged reference names no object, so such a pod does not run on for long). For another
+    kind, one its operator made for the object (``runs_pods_through``: an MPIJob's launcher,
+    controlled by the MPIJob); any other batch Job, or one no store holds, is not the
+    object's: a tenant's unqueued Job whose pods carry a job's name label would otherwise keep
+    that job's evicted Workload holding its quota for as long as the tenant likes, while
+    leaving an unseen one out releases at worst a launcher pod's share a little early (while
+    the object exists, its operator's status still counts it: ``JobReconciler._pods_left``).
+    A pod whose controller is anything else (a tenant's own object) is not the object's,
+    whatever labels it carries. A pod with no controller counts only when ``owner_gone``
+    (``kubectl delete --cascade=orphan`` removed its ownerReference with the object): a pod a
+    tenant creates with a job's name and uid labels (the uid is on its Workload's
+    ``kueue.x-k8s.io/job-uid`` label) and no owner must not hold that job's quota once the
+    job is deleted (the batch Job controller adopts such a pod while the Job exists and is
+    not being deleted: it is then the Job's, by its ownerReference).
     """
     name_label, uid_label = pod_labels(kind)
     meta = pod.get("metadata") or {}
