@@ -526,36 +526,49 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
 
     Its name label must name the object. A kind whose operator writes a uid label (the batch
     Job's ``controller-uid``, JobSet's ``jobset-uid``) needs that label to name ``uid``: a pod
-    without it is not the object's. Otherwise the pod needs a controller ownerReference: the
-    object itself (its uid), or a batch Job that the kind's operator made for the object to
-    run its pods (``runs_pods_through``: an MPIJob's launcher, controlled by the MPIJob), read
-    from ``ctx``'s batch Job stores. Any other batch Job is not the object's: a tenant's
-    unqueued Job whose pods carry a job's name label would otherwise keep that job's evicted
-    Workload holding its quota for as long as the tenant likes. A batch Job no store holds
-    (``ctx`` None, the batch Job kind not served, or not seen yet) makes the pod not the
-    object's: counting it would let any forged Job hold quota, while leaving it out releases
-    at worst a launcher pod's share a little early (while the object exists, its operator's
-    status still counts it: ``JobReconciler._pods_left``). A pod with no controller counts
-    only when ``owner_gone`` (``kubectl delete --cascade=orphan`` removed its ownerReference
-    with the object): a pod a tenant creates with a job's name label and no owner must not
-    hold that job's quota.
+    without it is not the object's. The pod also needs a controller ownerReference leading
+    back to the object: the object itself (its uid), or a batch Job run for it, read from
+    ``ctx``'s batch Job stores. For a uid-labelled kind, a batch Job the object controls (a
+    JobSet's child), or one no store holds (``ctx`` None, the batch Job kind not served, or
+    gone: the garbage collector deletes the pods of a deleted Job after it, and a pod whose
+    forged reference names no object, so such a pod does not run on for long). For another
+    kind, one its operator made for the object (``runs_pods_through``: an MPIJob's launcher,
+    controlled by the MPIJob); any other batch Job, or one no store holds, is not the
+    object's: a tenant's unqueued Job whose pods carry a job's name label would otherwise keep
+    that job's evicted Workload holding its quota for as long as the tenant likes, while
+    leaving an unseen one out releases at worst a launcher pod's share a little early (while
+    the object exists, its operator's status still counts it: ``JobReconciler._pods_left``).
+    A pod whose controller is anything else (a tenant's own object) is not the object's,
+    whatever labels it carries. A pod with no controller counts only when ``owner_gone``
+    (``kubectl delete --cascade=orphan`` removed its ownerReference with the object): a pod a
+    tenant creates with a job's name and uid labels (the uid is on its Workload's
+    ``kueue.x-k8s.io/job-uid`` label) and no owner must not hold that job's quota once the
+    job is deleted (the batch Job controller adopts such a pod while the Job exists and is
+    not being deleted: it is then the Job's, by its ownerReference).
     """
     name_label, uid_label = pod_labels(kind)
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     if not name_label or labels.get(name_label) != name:
         return False
-    if uid_label:
-        return bool(labels.get(uid_label) == uid)
+    if uid_label and labels.get(uid_label) != uid:
+        return False
     ref = controller_ref(meta)
     if ref is None:
         return owner_gone
     if _names_kind(ref, kind):
         return ref.uid == uid
-    if not _names_batch_job(ref) or ctx is None:
+    if not _names_batch_job(ref):
         return False
-    job = stored_controller(ctx, pod)
-    return job is not None and bool(kind.runs_pods_through(  # type: ignore[attr-defined]
+    job = stored_controller(ctx, pod) if ctx is not None else None
+    if job is None:
+        # A uid-labelled kind's pods all run through batch Jobs it controls (a JobSet's):
+        # one no store holds is gone (the garbage collector deletes a pod whose owner is
+        # gone, so a forged reference does not keep one) or unknown, and its pods count.
+        return bool(uid_label)
+    if uid_label:
+        return controlled_by(job, kind, name, uid, owner_gone=owner_gone)
+    return bool(kind.runs_pods_through(  # type: ignore[attr-defined]
         ctx, job, pod, name, uid, owner_gone=owner_gone))
 
 
@@ -700,8 +713,8 @@ async def delete_pods(ctx: Context, pods: Iterable[_Pod]) -> list[_Pod]:
 
 
 def pods_of_workload(kinds: Iterable[JobKind], pods: Iterable[Mapping[str, Any]],
-                     workload: Mapping[str, Any], uid: str, *, ctx: Context | None = None
-                     ) -> list[Mapping[str, Any]]:
+                     workload: Mapping[str, Any], uid: str, *, owner_gone: bool = True,
+                     ctx: Context | None = None) -> list[Mapping[str, Any]]:
     """The pods among ``pods`` (the Workload's namespace's) holding quota (``pod_holds_quota``)
     of the object with ``uid`` whose Workload is ``workload``, of whichever kind in ``kinds``: a
     pod's name label names an object of that kind whose Workload name (Kueue's, a hash of
@@ -709,6 +722,9 @@ def pods_of_workload(kinds: Iterable[JobKind], pods: Iterable[Mapping[str, Any]]
     reference (``kubectl delete --cascade=orphan``), so only its uid is known. A MultiKueue
     copy adopted by that object (annotation ``pykueue.dev/adopted-by: <uid>``) is named after
     the manager's object, not this one: its pods are those of the object with ``uid``.
+    ``owner_gone``: the object went with its owner reference, so a pod without a controller
+    counts (``pod_of``); False for a Workload that still names its owner (deleted in the
+    background or foreground: its pods keep their ownerReferences until they are gone).
     ``ctx``: the stores a batch Job controlling a pod is read from (``pod_of``)."""
     meta = workload.get("metadata") or {}
     wl_name, ns = str(meta.get("name", "")), str(meta.get("namespace", ""))
@@ -721,7 +737,7 @@ def pods_of_workload(kinds: Iterable[JobKind], pods: Iterable[Mapping[str, Any]]
             name = labels.get(label)
             if name and (adopted or kind.workload_name({"metadata": {
                     "name": name, "uid": uid, "namespace": ns}}) == wl_name) \
-                    and pod_of(kind, pod, name, uid, owner_gone=True, ctx=ctx):
+                    and pod_of(kind, pod, name, uid, owner_gone=owner_gone, ctx=ctx):
                 if pod_holds_quota(pod):
                     out.append(pod)
                 break

@@ -115,6 +115,9 @@ log = logging.getLogger(__name__)
 WL_PREFIX = "wl:"
 UID_INDEX = "uid"
 OWNER_NOT_FOUND = "OwnerNotFound"  # Kueue v1beta2 WorkloadFinishedReasonOwnerNotFound
+# The garbage collector's finalizer on an object deleted with propagationPolicy Orphan
+# (Kubernetes metav1.FinalizerOrphanDependents): it removes the dependents' references first.
+ORPHAN_FINALIZER = "orphan"
 # Seconds between looks at a job whose pods still hold its quota (the Pod store's events do
 # not reach the reconciler).
 PODS_POLL = 1.0
@@ -1275,6 +1278,18 @@ class JobReconciler:
                     return obj
         return None
 
+    def _owner_orphans(self, wl: Obj, uid: str) -> bool:
+        """Whether the pods of ``wl``'s owner (uid ``uid``) may have lost their controller
+        reference with it: ``wl`` names no owner any more (``kubectl delete
+        --cascade=orphan``: the garbage collector removed its reference), or the stored
+        owner carries the garbage collector's ``orphan`` finalizer (it is removing them).
+        Otherwise a pod of the owner keeps its reference until it is gone, and one without
+        any is a tenant's (``pod_of``)."""
+        if not wl["metadata"].get("ownerReferences"):
+            return True
+        obj = self._object_with_uid(str(wl["metadata"].get("namespace", "")), uid)
+        return obj is not None and ORPHAN_FINALIZER in (obj["metadata"].get("finalizers") or [])
+
     def pods_holding(self, wl: Obj, uid: str) -> int | None:
         """How many pods of Workload ``wl``'s owner, the object with ``uid`` (gone, or
         going), still hold resources (``pod_holds_quota``: not Succeeded or Failed, being
@@ -1297,6 +1312,7 @@ class JobReconciler:
         if not uid:
             return len(own)
         return len(own) + len(pods_of_workload(self.registry.kinds(), pods, wl, uid,
+                                                owner_gone=self._owner_orphans(wl, uid),
                                                 ctx=self.ctx)) + sum(
             k.made_pods(self.ctx, wl, uid, pods) for k in self.registry.kinds())
 

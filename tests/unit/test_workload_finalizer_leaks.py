@@ -77,7 +77,8 @@ def test_a_job_recreated_under_its_name_releases_its_predecessors_workload() -> 
     [created] = ctx.created
     assert created["metadata"]["name"] != wl["metadata"]["name"]  # the new Job's, uid-2
     for i in range(2):
-        ctx.store(POD).put(pod("job", "train", "uid-1", i, phase="Failed", deleting=True))
+        ctx.store(POD).put(pod("job", "train", "uid-1", i, phase="Failed", deleting=True,
+                               owner_ref=True))
     _pass(rec)
     assert _finalizers_written(ctx, wl) == [["example.com/other"]]
     assert ctx.client.deletes == []  # being deleted already: the garbage collector's
