@@ -694,9 +694,20 @@ class JobReconciler:
         v1.6.0 ignore an object being deleted: they do not stop its children), it is
         suspended (event ``Suspended``); otherwise left to its ancestor's operator. An
         ancestor MultiKueue dispatched (``_dispatched_elsewhere``) leaves it nothing:
-        suspended too."""
+        suspended too.
+
+        A child being deleted (a tenant's own finalizer keeps it) is stopped also while the
+        ancestor's Workload is evicted (still Admitted until its quota is released), and
+        stopped again while suspended with running pods (``_to_stop``): neither the Job
+        controller nor KubeRay stops the pods of an object being deleted (the JobSet operator
+        suspends such a child Job, which kills none), so they would run on through the
+        ancestor's preemption, its Workload holding the quota for good. The stop deletes them
+        (``BatchJob.stop``, ``framework.delete_own_pods``). Beyond Kueue v0.17.1, whose
+        reconciler skips an object being deleted; a child not being deleted keeps Kueue's
+        rule (``!IsAdmitted``): its ancestor's operator stops it."""
         finished, _, _ = kind.finished(obj)
-        if finished or kind.is_suspended(obj):
+        deleting = self._being_deleted(kind, obj)
+        if finished or kind.is_suspended(obj) and not (deleting and self._to_stop(kind, obj)):
             return None
         ns = str(obj["metadata"].get("namespace", ""))
         wl = self.ctx.store(WL).get(f"{ns}/{parent_kind.workload_name(parent)}")
@@ -707,7 +718,7 @@ class JobReconciler:
         parent_stopped = bool((parent.get("metadata") or {}).get("deletionTimestamp")) \
             and parent_kind.is_suspended(parent)
         if wl is not None and not is_finished(wl) and is_true(wl, ADMITTED) \
-                and not parent_stopped:
+                and not parent_stopped and not (deleting and is_evicted(wl)):
             if kind.key == JOB:
                 await self._hold_to_share(obj, parent_kind, parent)
             else:
@@ -1092,11 +1103,16 @@ class JobReconciler:
                         self.queue.add(f"{store}:{ns}/{made['metadata']['name']}")
 
     async def _stop_then_release(self, kind: JobKind, obj: Obj, wl: Obj) -> float | None:
+        """The Workload is evicted while holding quota: stop the object, then release the
+        quota once none of its pods holds resources (``_holds_pods``). Its children are
+        reconciled on every pass (``_enqueue_children``): one being deleted, which the
+        child rule stops (``_child``), gets no event of its own from the eviction."""
         ctx = self.ctx
         if self._to_stop(kind, obj):
             ev = next((c for c in (wl.get("status") or {}).get("conditions", [])
                        if c.get("type") == "Evicted"), {})
             obj = await kind.stop(ctx, obj, str(ev.get("message") or "Evicted"))
+        self._enqueue_children(obj)
         if self._holds_pods(kind, obj, "its quota is released"):
             return PODS_POLL
         await self._put_wl_status(with_released(wl, ctx.clock()))

@@ -167,3 +167,101 @@ def test_pods_a_tenant_orphaned_or_gave_another_controller_are_deleted_and_count
              for p in (orphan, moved)]
     ctx, again = _look(_pytorchjob(deleting=True), [*going, other])
     assert ctx.writes == [] and again is not None  # the Workload waits for them
+
+
+def _child_job(*, suspended: bool, deleting: bool) -> dict[str, Any]:
+    """JobSet ``js``'s child Job ``js-w-0`` (one 1-GPU pod); ``deleting``: the tenant put a
+    finalizer of its own on it and deleted it."""
+    meta: dict[str, Any] = {"name": "js-w-0", "namespace": "ns", "uid": "c-1",
+                            "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2",
+                                                 "kind": "JobSet", "name": "js", "uid": "js-1",
+                                                 "controller": True}]}
+    if deleting:
+        meta.update(deletionTimestamp=DELETING, finalizers=["example.com/keep"])
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+            "spec": {"suspend": suspended, "parallelism": 1,
+                     "template": {"spec": {"containers": [{"name": "c"}]}}},
+            "status": {"active": 1}}
+
+
+def _child_pod() -> dict[str, Any]:
+    return {"metadata": {"name": "js-w-0-abcde", "namespace": "ns", "uid": "p-c",
+                         "labels": {"batch.kubernetes.io/job-name": "js-w-0",
+                                    "job-name": "js-w-0",
+                                    "jobset.sigs.k8s.io/jobset-name": "js",
+                                    "jobset.sigs.k8s.io/jobset-uid": "js-1",
+                                    "batch.kubernetes.io/controller-uid": "c-1"},
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                              "name": "js-w-0", "uid": "c-1",
+                                              "controller": True}]},
+            "spec": {"nodeName": "a100-0"}, "status": {"phase": "Running"}}
+
+
+def _jobset_workload(js: dict[str, Any], *conditions: str) -> dict[str, Any]:
+    wl = JOBSET.workload_object(js)
+    wl["metadata"].update(namespace="ns", uid="w-2")
+    wl["status"] = {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+        {"name": "w", "count": 1, "flavors": {"nvidia.com/gpu": "a100"}}]},
+        "conditions": [{"type": t, "status": "True", "reason": t, "message": ""}
+                       for t in conditions]}
+    return wl
+
+
+def _child_look(child: dict[str, Any], *conditions: str) -> FakeCtx:
+    """``_child`` for ``child`` of JobSet ``js`` (not being deleted, suspended as pykueue's
+    stop and the JobSet operator leave it) whose Workload has ``conditions``."""
+    js = _jobset(deleting=False)
+    ctx = FakeCtx({WL: WORKLOADS, JOBSET.key: JOBSET.resource, JOB_KIND.key: JOBS, POD: PODS},
+                  {WL: [_jobset_workload(js, *conditions)], JOBSET.key: [js],
+                   JOB_KIND.key: [child], POD: [_child_pod()]})
+    rec = JobReconciler.__new__(JobReconciler)
+    rec.ctx, rec.registry = ctx, default_registry()  # type: ignore[assignment]
+    asyncio.run(rec._child(JOB_KIND, child, JOBSET, js))
+    return ctx
+
+
+PREEMPTED = ("QuotaReserved", "Admitted", "Evicted")
+
+
+def test_a_child_job_being_deleted_of_a_preempted_jobset_has_its_pods_deleted() -> None:
+    """review25 F5: the JobSet is not being deleted, its child Job is (a tenant's finalizer
+    keeps it). The JobSet's Workload is preempted (Evicted, still Admitted until its quota
+    is released): the child, running or already suspended by the JobSet operator (which
+    kills no pod of a Job being deleted), has its running pod deleted, so the JobSet's pods
+    are gone and its quota can be released. Before, ``_child`` left it (Admitted, or
+    suspended) and the pod ran on, the preemptor waiting for good."""
+    for suspended in (False, True):
+        ctx = _child_look(_child_job(suspended=suspended, deleting=True), *PREEMPTED)
+        assert ("delete", "pods", "js-w-0-abcde") in ctx.writes, (suspended, ctx.writes)
+        assert (("replace", "jobs", "js-w-0") in ctx.writes) is not suspended, ctx.writes
+
+
+def test_a_child_job_being_deleted_of_an_admitted_jobset_runs_on() -> None:
+    """Admitted and not evicted, the child being deleted runs on the JobSet's admission
+    (its pods are the JobSet's operator's and the garbage collector's): nothing written.
+    Not being deleted, a preempted JobSet's child is its operator's to stop (Kueue v0.17.1
+    ``shouldSuspendChildJob``: Admitted is still True), and one already suspended is left."""
+    ctx = _child_look(_child_job(suspended=False, deleting=True), "QuotaReserved", "Admitted")
+    assert ctx.writes == []
+    for suspended in (False, True):
+        ctx = _child_look(_child_job(suspended=suspended, deleting=False), *PREEMPTED)
+        assert ctx.writes == [], (suspended, ctx.writes)
+
+
+def test_an_evicted_jobsets_children_are_reconciled_while_its_quota_waits() -> None:
+    """``_stop_then_release`` enqueues the children of the evicted JobSet (its Jobs) on
+    every pass: a child being deleted gets no event of its own from the eviction."""
+    js = _jobset(deleting=False)
+    child = _child_job(suspended=True, deleting=True)
+    ctx = FakeCtx({WL: WORKLOADS, WPC: WORKLOADS, PC: WORKLOADS, JOBSET.key: JOBSET.resource,
+                   JOB_KIND.key: JOBS, POD: PODS, NS: NAMESPACES},
+                  {WL: [_jobset_workload(js, *PREEMPTED)], JOBSET.key: [js],
+                   JOB_KIND.key: [child], POD: [_child_pod()]})
+    ctx.clock = lambda: 1e9  # type: ignore[attr-defined]
+    added: list[str] = []
+    rec = JobReconciler.__new__(JobReconciler)
+    rec.ctx, rec.registry = ctx, default_registry()  # type: ignore[assignment]
+    rec.queue = type("Q", (), {"add": staticmethod(lambda key, **_: added.append(key))})()  # type: ignore[assignment]
+    again = asyncio.run(rec.reconcile_object(JOBSET, "ns", "js"))
+    assert again is not None  # its child's pod still holds the quota
+    assert f"{JOB_KIND.key}:ns/js-w-0" in added, added
