@@ -114,6 +114,8 @@ log = logging.getLogger(__name__)
 
 WL_PREFIX = "wl:"
 UID_INDEX = "uid"
+# Store index: the uid an object's controller ownerReference names (``_controlled_by``).
+CONTROLLER_UID_INDEX = "controller-uid"
 OWNER_NOT_FOUND = "OwnerNotFound"  # Kueue v1beta2 WorkloadFinishedReasonOwnerNotFound
 # Seconds between looks at a job whose pods still hold its quota (the Pod store's events do
 # not reach the reconciler).
@@ -1077,30 +1079,37 @@ class JobReconciler:
         """Reconcile the stored objects ``obj`` controls (its uid in their controller
         ownerReference: a JobSet's Jobs, a RayJob's RayCluster), which the child rule stops
         (``_child``) when ``obj``'s operator, ignoring it once it is being deleted, does not:
-        a change of ``obj`` is no event of theirs."""
+        a change of ``obj`` is no event of theirs. Found through each store's controller-uid
+        index (``_controlled_by``): called on every ``PODS_POLL`` while a stopped object's
+        pods go, it costs its children, not the stores' size."""
         meta = obj.get("metadata") or {}
         ns, uid = str(meta.get("namespace", "")), str(meta.get("uid") or "")
+        if not uid:
+            return
         informers = self.ctx.informers.informers
-
-        def mine(child: Obj) -> bool:
-            ref = controller_of_object(child)
-            return ref is not None and ref.uid == uid \
-                and (child.get("metadata") or {}).get("namespace") == ns
         for kind in self.registry.kinds():
             if source_of(kind) in informers:
                 handler = self.on_object(kind)
-                for child in self.ctx.store(source_of(kind)):
-                    if mine(child):
-                        handler("SYNC", None, child)
+                for child in self._controlled_by(source_of(kind), ns, uid):
+                    handler("SYNC", None, child)
         if CHILD_JOBS in informers:
-            for job in self.ctx.store(CHILD_JOBS):
-                if mine(job):
-                    self.on_child_job("SYNC", None, job)
+            for job in self._controlled_by(CHILD_JOBS, ns, uid):
+                self.on_child_job("SYNC", None, job)
         for store in {getattr(k, "made_store", "") for k in self.registry.kinds()}:
             if store and store in informers:
-                for made in self.ctx.store(store):
-                    if mine(made):
-                        self.queue.add(f"{store}:{ns}/{made['metadata']['name']}")
+                for made in self._controlled_by(store, ns, uid):
+                    self.queue.add(f"{store}:{ns}/{made['metadata']['name']}")
+
+    def _controlled_by(self, store_key: str, ns: str, uid: str) -> list[Obj]:
+        """The objects of store ``store_key`` in namespace ``ns`` whose controller
+        ownerReference (``app.wire.owners``) names ``uid``, from the store's index
+        ``CONTROLLER_UID_INDEX``: built from the store once (O(store)), then kept by every
+        change the informer makes to the store (an object added, re-parented, deleted), so a
+        look costs its answer."""
+        store = self.ctx.store(store_key)
+        store.index(CONTROLLER_UID_INDEX, lambda o: controller_uid(o) or None)
+        return [o for o in store.by_index(CONTROLLER_UID_INDEX, uid)
+                if (o.get("metadata") or {}).get("namespace") == ns]
 
     async def _stop_then_release(self, kind: JobKind, obj: Obj, wl: Obj) -> float | None:
         """The Workload is evicted while holding quota: stop the object, then release the

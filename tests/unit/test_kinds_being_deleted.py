@@ -19,7 +19,8 @@ from app.integrations.jobset.jobset import KIND as JOBSET
 from app.integrations.kubeflow.kubeflow import PYTORCHJOB
 from app.integrations.reconciler import JobReconciler
 from app.kube.client import JOBS, NAMESPACES, PODS, RESOURCE_FLAVORS, WORKLOADS
-from app.kube.context import NS, PC, POD, RF, WL, WPC
+from app.kube.context import CHILD_JOBS, NS, PC, POD, RF, WL, WPC
+from app.kube.informers import Store
 from tests.unit.fake_ctx import FakeCtx
 
 UID = "pt-1"
@@ -265,3 +266,67 @@ def test_an_evicted_jobsets_children_are_reconciled_while_its_quota_waits() -> N
     again = asyncio.run(rec.reconcile_object(JOBSET, "ns", "js"))
     assert again is not None  # its child's pod still holds the quota
     assert f"{JOB_KIND.key}:ns/js-w-0" in added, added
+
+
+class _NoScan(Store):
+    """A Store that refuses a scan of its whole content (``__iter__``, ``list``)."""
+
+    def __iter__(self) -> Any:
+        raise AssertionError(f"scanned the {self.resource.plural} store")
+
+    def list(self) -> Any:
+        raise AssertionError(f"listed the {self.resource.plural} store")
+
+
+def _owned(name: str, owner_uid: str | None, ns: str = "ns") -> dict[str, Any]:
+    refs = [] if owner_uid is None else [{"apiVersion": "jobset.x-k8s.io/v1alpha2",
+                                          "kind": "JobSet", "name": "js", "uid": owner_uid,
+                                          "controller": True}]
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": ns, "uid": f"u-{name}",
+                         "ownerReferences": refs},
+            "spec": {"suspend": True, "template": {"spec": {"containers": [{"name": "c"}]}}}}
+
+
+def test_children_are_found_through_the_controller_uid_index_kept_by_store_events() -> None:
+    """``_enqueue_children`` (every ``PODS_POLL`` while a stopped object's pods go) reads
+    each store's controller-uid index, never scans a store (review25 F6: before, every
+    store of every kind was scanned on each poll). The index follows the store's changes:
+    a child added is found, one re-parented to another JobSet (another uid) is that one's,
+    one deleted is no one's; another namespace's object naming the same uid, an object
+    without a controller and another JobSet's children are never its."""
+    keys = {WL: WORKLOADS, JOBSET.key: JOBSET.resource, JOB_KIND.key: JOBS,
+            CHILD_JOBS: JOBS, POD: PODS}
+    ctx = FakeCtx(keys)
+    for key, res in keys.items():
+        ctx.informers.informers[key].store = _NoScan(res)
+    added: list[str] = []
+    rec = JobReconciler.__new__(JobReconciler)
+    rec.ctx, rec.registry = ctx, default_registry()  # type: ignore[assignment]
+    rec.queue = type("Q", (), {"add": staticmethod(lambda key, **_: added.append(key))})()  # type: ignore[assignment]
+    js, other = _jobset(deleting=False), {"metadata": {"namespace": "ns", "uid": "js-2"}}
+    jobs = ctx.store(CHILD_JOBS)
+
+    def children_of(parent: dict[str, Any]) -> list[str]:
+        added.clear()
+        rec._enqueue_children(parent)
+        return sorted(added)
+
+    jobs.put(_owned("js-w-0", "js-1"))
+    jobs.put(_owned("js-w-1", "js-1"))
+    jobs.put(_owned("elsewhere", "js-1", ns="other"))
+    jobs.put(_owned("loose", None))
+    jobs.put(_owned("theirs", "js-2"))
+    assert children_of(js) == [f"{CHILD_JOBS}:ns/js-w-0", f"{CHILD_JOBS}:ns/js-w-1"]
+    jobs.put({**_owned("js-w-1", "js-2"), "metadata": {
+        **_owned("js-w-1", "js-2")["metadata"], "resourceVersion": "2"}})  # re-parented
+    assert children_of(js) == [f"{CHILD_JOBS}:ns/js-w-0"]
+    assert children_of(other) == [f"{CHILD_JOBS}:ns/js-w-1", f"{CHILD_JOBS}:ns/theirs"]
+    jobs.remove("ns/js-w-0")  # deleted
+    assert children_of(js) == []
+    ctx.store(JOB_KIND.key).put({**_owned("labelled", "js-1"), "metadata": {
+        **_owned("labelled", "js-1")["metadata"],
+        "labels": {"kueue.x-k8s.io/queue-name": "lq"}}})
+    assert children_of(js) == [f"{JOB_KIND.key}:ns/labelled"]
+    jobs.replace_all([_owned("js-w-0", "js-1")])  # a relist
+    assert children_of(js) == sorted([f"{CHILD_JOBS}:ns/js-w-0", f"{JOB_KIND.key}:ns/labelled"])
