@@ -722,6 +722,8 @@ class JobReconciler:
             and parent_kind.is_suspended(parent)
         if wl is not None and not is_finished(wl) and is_true(wl, ADMITTED) \
                 and not parent_stopped and not (deleting and is_evicted(wl)):
+            if kind.is_suspended(obj):
+                return None  # being deleted, pods running: its operator resumes it
             if kind.key == JOB:
                 await self._hold_to_share(obj, parent_kind, parent)
             else:

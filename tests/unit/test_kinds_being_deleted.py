@@ -242,8 +242,10 @@ def test_a_child_job_being_deleted_of_an_admitted_jobset_runs_on() -> None:
     (its pods are the JobSet's operator's and the garbage collector's): nothing written.
     Not being deleted, a preempted JobSet's child is its operator's to stop (Kueue v0.17.1
     ``shouldSuspendChildJob``: Admitted is still True), and one already suspended is left."""
-    ctx = _child_look(_child_job(suspended=False, deleting=True), "QuotaReserved", "Admitted")
-    assert ctx.writes == []
+    for suspended in (False, True):
+        ctx = _child_look(_child_job(suspended=suspended, deleting=True), "QuotaReserved",
+                          "Admitted")
+        assert ctx.writes == [], (suspended, ctx.writes)
     for suspended in (False, True):
         ctx = _child_look(_child_job(suspended=suspended, deleting=False), *PREEMPTED)
         assert ctx.writes == [], (suspended, ctx.writes)
