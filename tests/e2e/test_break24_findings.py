@@ -110,6 +110,27 @@ def workloads(lab: LabHandle, ns: str) -> dict[str, list[tuple[str, str, str]]]:
             for w in lab.get(WL, "-n", ns)["items"]}
 
 
+def high_replaces_low(lab: LabHandle, ns: str, kind: str,
+                      what: Callable[[], str] = lambda: "") -> None:
+    """Wait up to 90 s for ``high``'s 2 GPU pods Running and ``low``'s gone (``kind``
+    objects), the Running GPU pods never asking more than the queue's ``QUOTA``; on timeout
+    an AssertionError names the last counts, ``what()`` and the Workloads."""
+    seen: list[tuple[int, int]] = []
+
+    def high_runs() -> bool:
+        lows = len(gpu_pods(lab, ns, kind, "low"))
+        highs = len(gpu_pods(lab, ns, kind, "high"))
+        seen.append((lows, highs))
+        assert lows + highs <= QUOTA, seen[-5:]
+        return highs == 2 and lows == 0
+
+    try:
+        wait_for(high_runs, 90, "high's 2 GPU pods Running, low's gone")
+    except AssertionError:
+        raise AssertionError(f"{kind} after 90 s: (low, high) Running GPU pods {seen[-1]}; "
+                             f"{what()}Workloads {workloads(lab, ns)}") from None
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_a_preempted_job_being_deleted_under_a_tenants_finalizer_frees_its_quota(
         lab: LabHandle, pykueue_with_operators: set[str], kind: str) -> None:
@@ -133,20 +154,7 @@ def test_a_preempted_job_being_deleted_under_a_tenants_finalizer_frees_its_quota
         body = json.loads(manifest("high", ns))
         body["metadata"]["labels"][PRIORITY] = high
         lab.apply(json.dumps(body))
-        seen: list[tuple[int, int]] = []
-
-        def high_runs() -> bool:
-            lows = len(gpu_pods(lab, ns, kind, "low"))
-            highs = len(gpu_pods(lab, ns, kind, "high"))
-            seen.append((lows, highs))
-            assert lows + highs <= QUOTA, seen[-5:]
-            return highs == 2 and lows == 0
-
-        try:
-            wait_for(high_runs, 90, "high's 2 GPU pods Running, low's gone")
-        except AssertionError:
-            raise AssertionError(f"{kind} after 90 s: (low, high) Running GPU pods {seen[-1]}; "
-                                 f"Workloads {workloads(lab, ns)}") from None
+        high_replaces_low(lab, ns, kind)
         wait_for(lambda: not any("-low-" in w for w in workloads(lab, ns)), 60,
                  "low's Workload deleted")
     finally:

@@ -16,10 +16,9 @@ import pytest
 from tests.e2e.test_break24_findings import (
     HOLD,
     PRIORITY,
-    QUOTA,
     gpu_pods,
+    high_replaces_low,
     preemptible_queue,
-    workloads,
 )
 from tests.e2e.test_jobset import _long_jobset
 from tests.integration.test_operators import operators_running
@@ -58,21 +57,8 @@ def test_a_preempted_jobsets_child_being_deleted_under_a_tenants_finalizer_stops
         body = json.loads(_long_jobset("high", ns, 2))
         body["metadata"]["labels"][PRIORITY] = high
         lab.apply(json.dumps(body))
-        seen: list[tuple[int, int]] = []
-
-        def high_runs() -> bool:
-            lows = len(gpu_pods(lab, ns, "JobSet", "low"))
-            highs = len(gpu_pods(lab, ns, "JobSet", "high"))
-            seen.append((lows, highs))
-            assert lows + highs <= QUOTA, seen[-5:]
-            return highs == 2 and lows == 0
-
-        try:
-            wait_for(high_runs, 90, "high's 2 GPU pods Running, low's gone")
-        except AssertionError:
-            raise AssertionError(f"after 90 s: (low, high) Running GPU pods {seen[-1]}; "
-                                 f"child {lab.get('job', child, '-n', ns).get('spec')}; "
-                                 f"Workloads {workloads(lab, ns)}") from None
+        high_replaces_low(lab, ns, "JobSet", lambda: "child's suspend "
+                          f"{lab.get('job', child, '-n', ns)['spec'].get('suspend')}; ")
         events = lab.get("events", "-n", ns, "--field-selector",
                          f"involvedObject.name={child}")["items"]
         assert any(e.get("reason") == "DeletedPods" for e in events), \
