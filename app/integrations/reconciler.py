@@ -12,8 +12,7 @@ as a gone object's, then on; a Workload of its name that another object owns -> 
 the object waits (``WorkloadNameConflict``); Workload Finished -> its
 ``RESOURCE_IN_USE_FINALIZER`` off (deleted or not); Workload deleted -> object stopped, the
 finalizer off (``_workload_deleted``); finished -> Workload Finished (Succeeded/Failed); no
-Workload -> stop a running object, then create the Workload once no pod is active (not
-waiting on the status counts MultiKueue mirrored from a worker); Workload
+Workload -> stop a running object, then create the Workload once no pod is active; Workload
 admitted -> start the object with the admission, unless its pods no longer match the
 admission (another pod count or other requests, or the object cannot be read): then stop it
 and, once its pods are gone, replace the Workload (Kueue ``NoMatchingWorkload``); Workload
@@ -973,14 +972,10 @@ class JobReconciler:
             # object (a pod group: its first member's metadata; Kueue's Pod.Load drops a
             # group's finalizers only when none of its pods is left).
             return None
-        # The pods of the stopped object, killed ones too (``pod_blocks_restart``): its new
-        # Workload could be admitted and started while they are still there. Not the status
-        # counts of an object MultiKueue dispatched (``_dispatched_elsewhere``): they mirror
-        # its copy's on a worker and stay as they were once the copy goes with the deleted
-        # Workload, nothing writing them again, so its job would never get a Workload
-        # (Kueue v0.17.1's ``handleJobWithNoWorkload`` waits on that ``IsActive`` for good).
-        left = 0 if _dispatched_elsewhere(kind, obj) else self._pods_blocking_restart(kind, obj)
+        left = self._pods_blocking_restart(kind, obj)
         if left > 0:
+            # The pods of the stopped object, killed ones too (``pod_blocks_restart``): its
+            # new Workload could be admitted and started while they are still there.
             ctx.recorder.emit(obj, NORMAL, "WaitingForPods",
                               f"{left} pod(s) of the {kind.kind} still run or are being "
                               "killed: its Workload is created once they are gone")
@@ -1067,7 +1062,8 @@ class JobReconciler:
         in the API meanwhile, through a restart of pykueue too. At once also for an object
         MultiKueue dispatched (``managedBy: kueue.x-k8s.io/multikueue``, as Kueue): its pods
         run on a worker, whose copy goes with this Workload, and its status's pod counts are
-        mirrored from there, never cleared once the copy is gone. A Workload without it is
+        mirrored from there, cleared by the MultiKueue controller only once the copies are
+        removed (``MultiKueueController._workload_gone``). A Workload without it is
         gone for the API already: its event then queues the object again. (A Finished one
         never comes here: ``reconcile_object`` takes its finalizer off first.)"""
         ctx = self.ctx

@@ -12,7 +12,6 @@ Kueue v0.17.1 each now follows:
 
 from __future__ import annotations
 
-import asyncio
 import copy
 from typing import Any
 
@@ -138,25 +137,6 @@ def test_a_multikueue_managers_deleted_workload_loses_the_finalizer_at_once() ->
     rec, ctx, _ = _deleted_workload_of(_manager_job(None))
     assert _pass(rec, "ns") == PODS_POLL
     assert ctx.writes == []
-
-
-def test_a_multikueue_managers_job_gets_a_new_workload_whatever_its_mirrored_status_says(
-        ) -> None:
-    """review25 MK: once the manager's Workload is gone (deleted by hand, the setting on or
-    off), its stopped Job still says 2 active (mirrored from the worker, whose copy went
-    with the Workload; nothing writes it again): a new Workload is created, not waited for
-    (before: ``PODS_POLL`` for good). A Job of this cluster with that status still waits
-    for its pods."""
-    for managed_by, created in (("kueue.x-k8s.io/multikueue", True), (None, False)):
-        ctx = _stores([])
-        ctx.store(JOB.key).put(_manager_job(managed_by))
-        rec = JobReconciler.__new__(JobReconciler)
-        rec.ctx, rec.registry = ctx, default_registry()  # type: ignore[assignment]
-        rec._priority_maps = lambda: ({}, {})  # type: ignore[method-assign]
-        again = asyncio.run(rec.reconcile_object(JOB, "ns", "train"))
-        assert [w[:2] for w in ctx.writes] == ([("create", "workloads")] if created else []), \
-            (managed_by, ctx.writes)
-        assert (again is None) is created
 
 
 def _completed_job() -> dict[str, Any]:
