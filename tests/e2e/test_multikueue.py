@@ -328,21 +328,24 @@ def test_a_manager_job_whose_workload_is_deleted_gets_a_new_one(sites):
     good: no Workload, ever."""
     manager, w1, _ = sites
     name, old = _running_on_worker1(manager, w1)
-    manager.kubectl("delete", "workload", "-n", NS, old["metadata"]["name"], "--wait=false")
-
-    def renewed() -> dict | None:
-        wl = _workload(manager, name)
-        return wl if wl and wl["metadata"]["uid"] != old["metadata"]["uid"] else None
     try:
-        wait_for(renewed, 30, "a new Workload for the manager's Job")
-    except AssertionError:
-        job = _get(manager, "job", "-n", NS, name) or {}
-        raise AssertionError(f"no new Workload 30 s after the deletion; the manager's Job: "
-                             f"suspend {job.get('spec', {}).get('suspend')}, "
-                             f"status {job.get('status')}") from None
-    wait_for(lambda: ((_placed(manager, w1, name) or old)["metadata"]["uid"]
-                      != old["metadata"]["uid"]), 60, "the new Workload placed on worker1")
-    manager.kubectl("delete", "job", "-n", NS, name, "--wait=false")
+        manager.kubectl("delete", "workload", "-n", NS, old["metadata"]["name"],
+                        "--wait=false")
+
+        def renewed() -> dict | None:
+            wl = _workload(manager, name)
+            return wl if wl and wl["metadata"]["uid"] != old["metadata"]["uid"] else None
+        try:
+            wait_for(renewed, 30, "a new Workload for the manager's Job")
+        except AssertionError:
+            job = _get(manager, "job", "-n", NS, name) or {}
+            raise AssertionError(f"no new Workload 30 s after the deletion; the manager's "
+                                 f"Job: suspend {job.get('spec', {}).get('suspend')}, "
+                                 f"status {job.get('status')}") from None
+        wait_for(lambda: ((_placed(manager, w1, name) or old)["metadata"]["uid"]
+                          != old["metadata"]["uid"]), 60, "the new Workload placed on worker1")
+    finally:
+        manager.kubectl("delete", "job", "-n", NS, name, "--wait=false", check=False)
     wait_for(lambda: _get(w1, "job", "-n", NS, name) is None, 30,
              "worker1's copy deleted with the manager's Job")
 
