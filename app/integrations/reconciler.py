@@ -114,6 +114,8 @@ log = logging.getLogger(__name__)
 
 WL_PREFIX = "wl:"
 UID_INDEX = "uid"
+# Store index: the uid an object's controller ownerReference names (``_controlled_by``).
+CONTROLLER_UID_INDEX = "controller-uid"
 OWNER_NOT_FOUND = "OwnerNotFound"  # Kueue v1beta2 WorkloadFinishedReasonOwnerNotFound
 # The garbage collector's finalizer on an object deleted with propagationPolicy Orphan
 # (Kubernetes metav1.FinalizerOrphanDependents): it removes the dependents' references first.
@@ -719,9 +721,20 @@ class JobReconciler:
         v1.6.0 ignore an object being deleted: they do not stop its children), it is
         suspended (event ``Suspended``); otherwise left to its ancestor's operator. An
         ancestor MultiKueue dispatched (``_dispatched_elsewhere``) leaves it nothing:
-        suspended too."""
+        suspended too.
+
+        A child being deleted (a tenant's own finalizer keeps it) is stopped also while the
+        ancestor's Workload is evicted (still Admitted until its quota is released), and
+        stopped again while suspended with running pods (``_to_stop``): neither the Job
+        controller nor KubeRay stops the pods of an object being deleted (the JobSet operator
+        suspends such a child Job, which kills none), so they would run on through the
+        ancestor's preemption, its Workload holding the quota for good. The stop deletes them
+        (``BatchJob.stop``, ``framework.delete_own_pods``). Beyond Kueue v0.17.1, whose
+        reconciler skips an object being deleted; a child not being deleted keeps Kueue's
+        rule (``!IsAdmitted``): its ancestor's operator stops it."""
         finished, _, _ = kind.finished(obj)
-        if finished or kind.is_suspended(obj):
+        deleting = self._being_deleted(kind, obj)
+        if finished or kind.is_suspended(obj) and not (deleting and self._to_stop(kind, obj)):
             return None
         ns = str(obj["metadata"].get("namespace", ""))
         wl = self.ctx.store(WL).get(f"{ns}/{parent_kind.workload_name(parent)}")
@@ -732,7 +745,9 @@ class JobReconciler:
         parent_stopped = bool((parent.get("metadata") or {}).get("deletionTimestamp")) \
             and parent_kind.is_suspended(parent)
         if wl is not None and not is_finished(wl) and is_true(wl, ADMITTED) \
-                and not parent_stopped:
+                and not parent_stopped and not (deleting and is_evicted(wl)):
+            if kind.is_suspended(obj):
+                return None  # being deleted, pods running: its operator resumes it
             if kind.key == JOB:
                 await self._hold_to_share(obj, parent_kind, parent)
             else:
@@ -1080,7 +1095,8 @@ class JobReconciler:
         in the API meanwhile, through a restart of pykueue too. At once also for an object
         MultiKueue dispatched (``managedBy: kueue.x-k8s.io/multikueue``, as Kueue): its pods
         run on a worker, whose copy goes with this Workload, and its status's pod counts are
-        mirrored from there, never cleared once the copy is gone. A Workload without it is
+        mirrored from there, cleared by the MultiKueue controller only once the copies are
+        removed (``MultiKueueController._workload_gone``). A Workload without it is
         gone for the API already: its event then queues the object again. (A Finished one
         never comes here: ``reconcile_object`` takes its finalizer off first.)"""
         ctx = self.ctx
@@ -1099,37 +1115,49 @@ class JobReconciler:
         """Reconcile the stored objects ``obj`` controls (its uid in their controller
         ownerReference: a JobSet's Jobs, a RayJob's RayCluster), which the child rule stops
         (``_child``) when ``obj``'s operator, ignoring it once it is being deleted, does not:
-        a change of ``obj`` is no event of theirs."""
+        a change of ``obj`` is no event of theirs. Found through each store's controller-uid
+        index (``_controlled_by``): called on every ``PODS_POLL`` while a stopped object's
+        pods go, it costs its children, not the stores' size."""
         meta = obj.get("metadata") or {}
         ns, uid = str(meta.get("namespace", "")), str(meta.get("uid") or "")
+        if not uid:
+            return
         informers = self.ctx.informers.informers
-
-        def mine(child: Obj) -> bool:
-            ref = controller_of_object(child)
-            return ref is not None and ref.uid == uid \
-                and (child.get("metadata") or {}).get("namespace") == ns
         for kind in self.registry.kinds():
             if source_of(kind) in informers:
                 handler = self.on_object(kind)
-                for child in self.ctx.store(source_of(kind)):
-                    if mine(child):
-                        handler("SYNC", None, child)
+                for child in self._controlled_by(source_of(kind), ns, uid):
+                    handler("SYNC", None, child)
         if CHILD_JOBS in informers:
-            for job in self.ctx.store(CHILD_JOBS):
-                if mine(job):
-                    self.on_child_job("SYNC", None, job)
+            for job in self._controlled_by(CHILD_JOBS, ns, uid):
+                self.on_child_job("SYNC", None, job)
         for store in {getattr(k, "made_store", "") for k in self.registry.kinds()}:
             if store and store in informers:
-                for made in self.ctx.store(store):
-                    if mine(made):
-                        self.queue.add(f"{store}:{ns}/{made['metadata']['name']}")
+                for made in self._controlled_by(store, ns, uid):
+                    self.queue.add(f"{store}:{ns}/{made['metadata']['name']}")
+
+    def _controlled_by(self, store_key: str, ns: str, uid: str) -> list[Obj]:
+        """The objects of store ``store_key`` in namespace ``ns`` whose controller
+        ownerReference (``app.wire.owners``) names ``uid``, from the store's index
+        ``CONTROLLER_UID_INDEX``: built from the store once (O(store)), then kept by every
+        change the informer makes to the store (an object added, re-parented, deleted), so a
+        look costs its answer."""
+        store = self.ctx.store(store_key)
+        store.index(CONTROLLER_UID_INDEX, lambda o: controller_uid(o) or None)
+        return [o for o in store.by_index(CONTROLLER_UID_INDEX, uid)
+                if (o.get("metadata") or {}).get("namespace") == ns]
 
     async def _stop_then_release(self, kind: JobKind, obj: Obj, wl: Obj) -> float | None:
+        """The Workload is evicted while holding quota: stop the object, then release the
+        quota once none of its pods holds resources (``_holds_pods``). Its children are
+        reconciled on every pass (``_enqueue_children``): one being deleted, which the
+        child rule stops (``_child``), gets no event of its own from the eviction."""
         ctx = self.ctx
         if self._to_stop(kind, obj):
             ev = next((c for c in (wl.get("status") or {}).get("conditions", [])
                        if c.get("type") == "Evicted"), {})
             obj = await kind.stop(ctx, obj, str(ev.get("message") or "Evicted"))
+        self._enqueue_children(obj)
         if self._holds_pods(kind, obj, "its quota is released"):
             return PODS_POLL
         await self._put_wl_status(with_released(wl, ctx.clock()))

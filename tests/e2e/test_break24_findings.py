@@ -111,10 +111,11 @@ def workloads(lab: LabHandle, ns: str) -> dict[str, list[tuple[str, str, str]]]:
             for w in lab.get(WL, "-n", ns)["items"]}
 
 
-def high_takes_over(lab: LabHandle, ns: str, kind: str) -> None:
+def high_replaces_low(lab: LabHandle, ns: str, kind: str,
+                      what: Callable[[], str] = lambda: "") -> None:
     """Wait up to 90 s for ``high``'s 2 GPU pods Running and ``low``'s gone (``kind``
-    objects), the Running GPU pods never asking more than the queue's 2 GPUs meanwhile.
-    Raises AssertionError with the last count and the Workloads' conditions."""
+    objects), the Running GPU pods never asking more than the queue's ``QUOTA``; on timeout
+    an AssertionError names the last counts, ``what()`` and the Workloads."""
     seen: list[tuple[int, int]] = []
 
     def high_runs() -> bool:
@@ -128,7 +129,7 @@ def high_takes_over(lab: LabHandle, ns: str, kind: str) -> None:
         wait_for(high_runs, 90, "high's 2 GPU pods Running, low's gone")
     except AssertionError:
         raise AssertionError(f"{kind} after 90 s: (low, high) Running GPU pods {seen[-1]}; "
-                             f"Workloads {workloads(lab, ns)}") from None
+                             f"{what()}Workloads {workloads(lab, ns)}") from None
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
@@ -154,7 +155,7 @@ def test_a_preempted_job_being_deleted_under_a_tenants_finalizer_frees_its_quota
         body = json.loads(manifest("high", ns))
         body["metadata"]["labels"][PRIORITY] = high
         lab.apply(json.dumps(body))
-        high_takes_over(lab, ns, kind)
+        high_replaces_low(lab, ns, kind)
         wait_for(lambda: not any("-low-" in w for w in workloads(lab, ns)), 60,
                  "low's Workload deleted")
     finally:
@@ -194,7 +195,7 @@ def test_a_tenants_batch_job_labelled_as_a_preempted_pytorchjob_holds_none_of_it
         body = json.loads(pytorchjob("high", ns, 1))
         body["metadata"]["labels"][PRIORITY] = high
         lab.apply(json.dumps(body))
-        high_takes_over(lab, ns, "PyTorchJob")
+        high_replaces_low(lab, ns, "PyTorchJob")
         assert holder_running()
     finally:
         lab.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)

@@ -25,6 +25,7 @@ from app.integrations.reconciler import JobReconciler
 from app.integrations.trainjob.trainjob import KIND as TRAINJOB
 from app.kube.client import JOBS, NAMESPACES, PODS, RESOURCE_FLAVORS, WORKLOADS
 from app.kube.context import CHILD_JOBS, CHILD_JOBSETS, JOB, NS, PC, POD, RF, WL, WPC
+from app.kube.informers import Store
 from tests.unit.fake_ctx import FakeCtx
 
 UID = "pt-1"
@@ -349,3 +350,165 @@ def test_a_trainjobs_and_an_appwrappers_pods_run_by_their_jobs_are_theirs_alone(
                      "status": {"phase": "Running"}} for j in (wrapped, holder))
     ctx = _stores(wrapped, holder)
     assert pods_of(APPWRAPPER, [mine, forged], aw, ctx=ctx) == [mine]  # type: ignore[arg-type]
+def _child_job(*, suspended: bool, deleting: bool) -> dict[str, Any]:
+    """JobSet ``js``'s child Job ``js-w-0`` (one 1-GPU pod); ``deleting``: the tenant put a
+    finalizer of its own on it and deleted it."""
+    meta: dict[str, Any] = {"name": "js-w-0", "namespace": "ns", "uid": "c-1",
+                            "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2",
+                                                 "kind": "JobSet", "name": "js", "uid": "js-1",
+                                                 "controller": True}]}
+    if deleting:
+        meta.update(deletionTimestamp=DELETING, finalizers=["example.com/keep"])
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+            "spec": {"suspend": suspended, "parallelism": 1,
+                     "template": {"spec": {"containers": [{"name": "c"}]}}},
+            "status": {"active": 1}}
+
+
+def _child_pod() -> dict[str, Any]:
+    return {"metadata": {"name": "js-w-0-abcde", "namespace": "ns", "uid": "p-c",
+                         "labels": {"batch.kubernetes.io/job-name": "js-w-0",
+                                    "job-name": "js-w-0",
+                                    "jobset.sigs.k8s.io/jobset-name": "js",
+                                    "jobset.sigs.k8s.io/jobset-uid": "js-1",
+                                    "batch.kubernetes.io/controller-uid": "c-1"},
+                         "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                              "name": "js-w-0", "uid": "c-1",
+                                              "controller": True}]},
+            "spec": {"nodeName": "a100-0"}, "status": {"phase": "Running"}}
+
+
+def _jobset_workload(js: dict[str, Any], *conditions: str) -> dict[str, Any]:
+    wl = JOBSET.workload_object(js)
+    wl["metadata"].update(namespace="ns", uid="w-2")
+    wl["status"] = {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+        {"name": "w", "count": 1, "flavors": {"nvidia.com/gpu": "a100"}}]},
+        "conditions": [{"type": t, "status": "True", "reason": t, "message": ""}
+                       for t in conditions]}
+    return wl
+
+
+def _child_look(child: dict[str, Any], *conditions: str) -> FakeCtx:
+    """``_child`` for ``child`` of JobSet ``js`` (not being deleted, suspended as pykueue's
+    stop and the JobSet operator leave it) whose Workload has ``conditions``."""
+    js = _jobset(deleting=False)
+    ctx = FakeCtx({WL: WORKLOADS, JOBSET.key: JOBSET.resource, JOB_KIND.key: JOBS, POD: PODS},
+                  {WL: [_jobset_workload(js, *conditions)], JOBSET.key: [js],
+                   JOB_KIND.key: [child], POD: [_child_pod()]})
+    rec = JobReconciler.__new__(JobReconciler)
+    rec.ctx, rec.registry = ctx, default_registry()  # type: ignore[assignment]
+    asyncio.run(rec._child(JOB_KIND, child, JOBSET, js))
+    return ctx
+
+
+PREEMPTED = ("QuotaReserved", "Admitted", "Evicted")
+
+
+def test_a_child_job_being_deleted_of_a_preempted_jobset_has_its_pods_deleted() -> None:
+    """review25 F5: the JobSet is not being deleted, its child Job is (a tenant's finalizer
+    keeps it). The JobSet's Workload is preempted (Evicted, still Admitted until its quota
+    is released): the child, running or already suspended by the JobSet operator (which
+    kills no pod of a Job being deleted), has its running pod deleted, so the JobSet's pods
+    are gone and its quota can be released. Before, ``_child`` left it (Admitted, or
+    suspended) and the pod ran on, the preemptor waiting for good."""
+    for suspended in (False, True):
+        ctx = _child_look(_child_job(suspended=suspended, deleting=True), *PREEMPTED)
+        assert ("delete", "pods", "js-w-0-abcde") in ctx.writes, (suspended, ctx.writes)
+        assert (("replace", "jobs", "js-w-0") in ctx.writes) is not suspended, ctx.writes
+
+
+def test_a_child_job_being_deleted_of_an_admitted_jobset_runs_on() -> None:
+    """Admitted and not evicted, the child being deleted runs on the JobSet's admission
+    (its pods are the JobSet's operator's and the garbage collector's): nothing written.
+    Not being deleted, a preempted JobSet's child is its operator's to stop (Kueue v0.17.1
+    ``shouldSuspendChildJob``: Admitted is still True), and one already suspended is left."""
+    for suspended in (False, True):
+        ctx = _child_look(_child_job(suspended=suspended, deleting=True), "QuotaReserved",
+                          "Admitted")
+        assert ctx.writes == [], (suspended, ctx.writes)
+    for suspended in (False, True):
+        ctx = _child_look(_child_job(suspended=suspended, deleting=False), *PREEMPTED)
+        assert ctx.writes == [], (suspended, ctx.writes)
+
+
+def test_an_evicted_jobsets_children_are_reconciled_while_its_quota_waits() -> None:
+    """``_stop_then_release`` enqueues the children of the evicted JobSet (its Jobs) on
+    every pass: a child being deleted gets no event of its own from the eviction."""
+    js = _jobset(deleting=False)
+    child = _child_job(suspended=True, deleting=True)
+    ctx = FakeCtx({WL: WORKLOADS, WPC: WORKLOADS, PC: WORKLOADS, JOBSET.key: JOBSET.resource,
+                   JOB_KIND.key: JOBS, POD: PODS, NS: NAMESPACES},
+                  {WL: [_jobset_workload(js, *PREEMPTED)], JOBSET.key: [js],
+                   JOB_KIND.key: [child], POD: [_child_pod()]})
+    ctx.clock = lambda: 1e9  # type: ignore[attr-defined]
+    added: list[str] = []
+    rec = JobReconciler.__new__(JobReconciler)
+    rec.ctx, rec.registry = ctx, default_registry()  # type: ignore[assignment]
+    rec.queue = type("Q", (), {"add": staticmethod(lambda key, **_: added.append(key))})()  # type: ignore[assignment]
+    again = asyncio.run(rec.reconcile_object(JOBSET, "ns", "js"))
+    assert again is not None  # its child's pod still holds the quota
+    assert f"{JOB_KIND.key}:ns/js-w-0" in added, added
+
+
+class _NoScan(Store):
+    """A Store that refuses a scan of its whole content (``__iter__``, ``list``)."""
+
+    def __iter__(self) -> Any:
+        raise AssertionError(f"scanned the {self.resource.plural} store")
+
+    def list(self) -> Any:
+        raise AssertionError(f"listed the {self.resource.plural} store")
+
+
+def _owned(name: str, owner_uid: str | None, ns: str = "ns") -> dict[str, Any]:
+    refs = [] if owner_uid is None else [{"apiVersion": "jobset.x-k8s.io/v1alpha2",
+                                          "kind": "JobSet", "name": "js", "uid": owner_uid,
+                                          "controller": True}]
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": ns, "uid": f"u-{name}",
+                         "ownerReferences": refs},
+            "spec": {"suspend": True, "template": {"spec": {"containers": [{"name": "c"}]}}}}
+
+
+def test_children_are_found_through_the_controller_uid_index_kept_by_store_events() -> None:
+    """``_enqueue_children`` (every ``PODS_POLL`` while a stopped object's pods go) reads
+    each store's controller-uid index, never scans a store (review25 F6: before, every
+    store of every kind was scanned on each poll). The index follows the store's changes:
+    a child added is found, one re-parented to another JobSet (another uid) is that one's,
+    one deleted is no one's; another namespace's object naming the same uid, an object
+    without a controller and another JobSet's children are never its."""
+    keys = {WL: WORKLOADS, JOBSET.key: JOBSET.resource, JOB_KIND.key: JOBS,
+            CHILD_JOBS: JOBS, POD: PODS}
+    ctx = FakeCtx(keys)
+    for key, res in keys.items():
+        ctx.informers.informers[key].store = _NoScan(res)
+    added: list[str] = []
+    rec = JobReconciler.__new__(JobReconciler)
+    rec.ctx, rec.registry = ctx, default_registry()  # type: ignore[assignment]
+    rec.queue = type("Q", (), {"add": staticmethod(lambda key, **_: added.append(key))})()  # type: ignore[assignment]
+    js, other = _jobset(deleting=False), {"metadata": {"namespace": "ns", "uid": "js-2"}}
+    jobs = ctx.store(CHILD_JOBS)
+
+    def children_of(parent: dict[str, Any]) -> list[str]:
+        added.clear()
+        rec._enqueue_children(parent)
+        return sorted(added)
+
+    jobs.put(_owned("js-w-0", "js-1"))
+    jobs.put(_owned("js-w-1", "js-1"))
+    jobs.put(_owned("elsewhere", "js-1", ns="other"))
+    jobs.put(_owned("loose", None))
+    jobs.put(_owned("theirs", "js-2"))
+    assert children_of(js) == [f"{CHILD_JOBS}:ns/js-w-0", f"{CHILD_JOBS}:ns/js-w-1"]
+    jobs.put({**_owned("js-w-1", "js-2"), "metadata": {
+        **_owned("js-w-1", "js-2")["metadata"], "resourceVersion": "2"}})  # re-parented
+    assert children_of(js) == [f"{CHILD_JOBS}:ns/js-w-0"]
+    assert children_of(other) == [f"{CHILD_JOBS}:ns/js-w-1", f"{CHILD_JOBS}:ns/theirs"]
+    jobs.remove("ns/js-w-0")  # deleted
+    assert children_of(js) == []
+    ctx.store(JOB_KIND.key).put({**_owned("labelled", "js-1"), "metadata": {
+        **_owned("labelled", "js-1")["metadata"],
+        "labels": {"kueue.x-k8s.io/queue-name": "lq"}}})
+    assert children_of(js) == [f"{JOB_KIND.key}:ns/labelled"]
+    jobs.replace_all([_owned("js-w-0", "js-1")])  # a relist
+    assert children_of(js) == sorted([f"{CHILD_JOBS}:ns/js-w-0", f"{JOB_KIND.key}:ns/labelled"])
