@@ -631,15 +631,27 @@ def pods_once_ignored(kind: JobKind, pods: Iterable[Mapping[str, Any]],
     that carries the admission's ``kueue.x-k8s.io/podset`` label; never another object's of
     the same kind (another uid), nor, with ``ctx`` (the stores), one that is by its own
     kind's rule the pod of a stored object of a kind labelling its pods alike
-    (``label_kin``: the TFJob of the PyTorchJob's name, an MPIJob's launcher)."""
+    (``label_kin``: the TFJob of the PyTorchJob's name, an MPIJob's launcher). A pod taken
+    only by those last two clauses (no controller, or another's) counts only when it was
+    created no later than ``obj``'s deletion: the operator makes no pod for an object it
+    ignores, and a pod the tenant moved keeps its creation time, while a tenant's
+    ReplicaSet or Job stamping out pods with ``obj``'s labels would otherwise keep ``obj``'s
+    quota for good (each pod deleted, the next one made at once; break26)."""
     name_label, uid_label = pod_labels(kind)
     meta = obj.get("metadata") or {}
     name, uid = str(meta.get("name", "")), str(meta.get("uid") or "")
+    deleted_at = str(meta.get("deletionTimestamp") or "")
     out = []
     for p in pods:
-        labels = (p.get("metadata") or {}).get("labels") or {}
+        pmeta = p.get("metadata") or {}
+        labels = pmeta.get("labels") or {}
         if not name_label or labels.get(name_label) != name or not counts(p) \
                 or (uid_label and labels.get(uid_label) != uid):
+            continue
+        if pod_of(kind, p, name, uid, ctx=ctx):
+            out.append(p)
+            continue
+        if deleted_at and _rfc3339_after(str(pmeta.get("creationTimestamp") or ""), deleted_at):
             continue
         ref = controller_of_object(p)
         if pod_of(kind, p, name, uid, owner_gone=True, ctx=ctx) or (
@@ -647,6 +659,17 @@ def pods_once_ignored(kind: JobKind, pods: Iterable[Mapping[str, Any]],
                 and not _names_kind(ref, kind) and not _kins_pod(ctx, kind, p, name)):
             out.append(p)
     return out
+
+
+def _rfc3339_after(when: str, than: str) -> bool:
+    """Whether Kubernetes timestamp ``when`` is later than ``than`` (both
+    ``YYYY-MM-DDTHH:MM:SSZ``, as the API server writes metadata timestamps, which then order
+    as strings); False when either is missing or of another shape (the pod then counts)."""
+    shape = len("2006-01-02T15:04:05Z")
+    if len(when) != shape or len(than) != shape or not when.endswith("Z") \
+            or not than.endswith("Z"):
+        return False
+    return when > than
 
 
 def own_running_pods(kind: JobKind, pods: Iterable[Mapping[str, Any]],

@@ -182,6 +182,35 @@ def test_pods_a_tenant_orphaned_or_gave_another_controller_are_deleted_and_count
     assert ctx.writes == [] and again is not None  # the Workload waits for them
 
 
+
+def test_pods_stamped_out_after_the_deletion_with_the_jobs_labels_hold_none_of_its_quota(
+        ) -> None:
+    """break26: a tenant's ReplicaSet (or a bare pod) making pods with the preempted
+    PyTorchJob's name and podset labels after the job's deletion: the training-operator
+    makes no pod for a job it ignores, so they are not the job's. Before, each was counted
+    and deleted and the next one made at once, and the evicted Workload kept its quota for
+    good. The Workload goes; nothing is deleted. A pod moved off the job before the
+    deletion (created earlier) still counts."""
+    after = "2026-12-06T01:00:05Z"
+    stamped = _pod("decoy-1", {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                               "name": "decoy-rs", "uid": "rs-1", "controller": True},
+                   creationTimestamp=after)
+    stamped["metadata"]["labels"]["kueue.x-k8s.io/podset"] = "master"
+    bare = _pod("bare-1", creationTimestamp=after)
+    bare["metadata"]["ownerReferences"] = []
+    obj = _pytorchjob(deleting=True)
+    ctx, again = _look(obj, [stamped, bare])
+    assert not [w for w in ctx.writes if w[1] == "pods"], ctx.writes
+    assert ("delete", "workloads", PYTORCHJOB.workload_name(obj)) in ctx.writes \
+        or ("replace", "workloads", PYTORCHJOB.workload_name(obj)) in ctx.writes, ctx.writes
+    moved = _pod("train-worker-0", {"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                    "name": "decoy-rs", "uid": "rs-1", "controller": True},
+                 creationTimestamp="2026-12-06T00:59:00Z")
+    moved["metadata"]["labels"]["kueue.x-k8s.io/podset"] = "worker"
+    ctx, again = _look(_pytorchjob(deleting=True), [moved, stamped])
+    assert ctx.writes == [("delete", "pods", "train-worker-0")] and again is not None
+
+
 # review25: a batch Job is a Kubeflow job's (or a RayCluster's) only when its operator made it.
 
 def _batch_job(name: str, uid: str, controller: dict[str, Any] | None = None,
