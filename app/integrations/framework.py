@@ -458,7 +458,13 @@ def pod_holds_quota(pod: Mapping[str, Any]) -> bool:
     (killed), even while a finalizer keeps the object: Kueue's quota release rule
     (KEP-10076 "Quota Release Strategy", ``OnTerminal``: held until all pods physically
     reach ``Succeeded`` or ``Failed``), so that no finalizer a tenant puts on its pods keeps
-    a deleted or evicted job's quota (borrowed quota included) held."""
+    a deleted or evicted job's quota (borrowed quota included) held. Nor does a pod being
+    deleted that no node was given (no ``spec.nodeName``): it never runs, as the API server
+    refuses to bind a pod being deleted and kube-scheduler skips one, so a finalizer of the
+    tenant's on a Pending pod holds no quota either (break26)."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp") \
+            and not (pod.get("spec") or {}).get("nodeName"):
+        return False
     return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
 
 

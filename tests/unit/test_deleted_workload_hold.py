@@ -187,7 +187,7 @@ def _plain_pod(name: str, uid: str) -> dict[str, Any]:
             "metadata": {"name": name, "namespace": NS, "uid": uid, "resourceVersion": "1",
                          "labels": {"kueue.x-k8s.io/managed": "true",
                                     "kueue.x-k8s.io/podset": "main"}},
-            "status": {"phase": "Running"}}
+            "spec": {"nodeName": "a100-0"}, "status": {"phase": "Running"}}
 
 
 def _pods_workload(owners: list[dict[str, Any]], *, controller: bool) -> dict[str, Any]:

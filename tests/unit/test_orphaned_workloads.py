@@ -133,7 +133,10 @@ def pod(kind_key: str, name: str, uid: str, i: int, *, phase: str, deleting: boo
         meta["ownerReferences"] = [{"apiVersion": kind.resource.api_version,
                                     "kind": kind.kind, "name": name, "uid": uid,
                                     "controller": True}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "status": {"phase": phase}}
+    # A pod past Pending was bound to a node.
+    spec = {"nodeName": "a100-0"} if phase != "Pending" else {}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
+            "status": {"phase": phase}}
 
 
 def finished_reason(ctx: _Ctx, wl_name: str) -> str | None:
@@ -224,8 +227,10 @@ def test_no_workload_whose_owner_is_gone_holds_quota_past_one_resync_after_its_p
             p = pod(sc["kind"], name, f"new-{uid}" if other else uid, j, phase=phase,
                     deleting=deleting, owner_ref=other)
             ctx.store(POD).put(p)
-            # A terminal pod holds no quota, even while being deleted (KEP-10076 OnTerminal).
-            holding |= not other and phase in ("Pending", "Running")
+            # A terminal pod holds no quota, even while being deleted (KEP-10076 OnTerminal),
+            # nor a Pending one being deleted (never bound to a node: it never runs).
+            holding |= not other and (phase == "Running"
+                                      or (phase == "Pending" and not deleting))
         orphan = not sc["owned"] and sc["labelled"] and sc["owner"] != "deleting"
         expect[wl["metadata"]["name"]] = orphan
         again = asyncio.run(rec.reconcile_workload(NS, wl["metadata"]["name"]))

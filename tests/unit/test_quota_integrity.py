@@ -817,7 +817,7 @@ async def test_an_orphaned_rayjobs_deleted_cluster_counts_its_pods_until_they_ar
                              "labels": {"ray.io/cluster": "rc"}, "ownerReferences": [
                                  {"apiVersion": "ray.io/v1", "kind": "RayCluster",
                                   "name": "rc", "uid": uid, "controller": True}]},
-                "status": {"phase": phase}}
+                "spec": {"nodeName": "a100-0"}, "status": {"phase": phase}}
 
     done = pod("u-2", "Succeeded")
     del done["metadata"]["deletionTimestamp"]

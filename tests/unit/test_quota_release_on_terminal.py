@@ -165,3 +165,17 @@ def test_a_replaced_workload_goes_but_no_new_one_while_killed_pods_exist() -> No
     ctx.store(POD).remove("ns/train-a")
     asyncio.run(rec.reconcile_object(JOB_KIND, "ns", "train"))
     assert [w[:2] for w in ctx.writes] == [("create", WORKLOADS.plural)]
+
+
+@pytest.mark.parametrize("phase", ["Pending", "Running"])
+def test_a_pod_being_deleted_that_no_node_was_given_holds_no_quota(phase: str) -> None:
+    """break26: a tenant's finalizer keeps a Pending pod being deleted (the API server refuses
+    to bind a pod being deleted, kube-scheduler skips one): it never runs, so it holds none of
+    its job's quota; it still keeps its stopped job from being started again while it exists.
+    The same pod on a node holds (its grace period)."""
+    pod = _pod("p", deletionTimestamp=DELETING, finalizers=[KEEP])
+    pod["status"]["phase"] = phase
+    pod["spec"].pop("nodeName", None)
+    assert (pod_holds_quota(pod), pod_blocks_restart(pod)) == (False, True)
+    pod["spec"]["nodeName"] = "a100-0"
+    assert pod_holds_quota(pod)
