@@ -37,7 +37,12 @@ quota, else only when the strategy holds at the lowest common ancestor: S2-a
 ``LessThanOrEqualToFinalShare`` (preemptor's share after admission ≤ the target's share after
 the eviction) or S2-b ``LessThanInitialShare`` (< the target's share before it, one victim
 per queue). A queue that fails the test is pruned. Reason ``InCohortFairSharing``. Then the
-same fill-back as classical preemption.
+same fill-back as classical preemption. pykueue's rule, not Kueue's: S2-b takes no victim of
+higher priority than the preemptor (S2-a and reclaim within nominal stay priority-blind).
+S2-b can leave the target queue below the preemptor; with Kueue v0.17.1's rule a
+lower-priority Workload's S2-b eviction, the target queue's lower-priority Workloads coming
+back and the victim's own ``withinClusterQueue`` preemption of them can follow one another
+forever (test ``test_less_than_initial_share_does_not_evict_above_the_preemptor_priority_in_a_loop``).
 
 Simulation removes usage from the ``QuotaTree`` and restores it exactly before returning.
 """
@@ -388,6 +393,8 @@ class _FairSearch(_Search):
                 continue  # back within its quota after earlier victims
             elif self.within_nominal():
                 reason = PreemptionReason.IN_COHORT_RECLAMATION
+            elif once and c.priority > self.p.priority:
+                continue  # pykueue: S2-b takes no victim above the preemptor's priority
             else:
                 mine = tree.path_shares(own, self.request)
                 before = tree.path_shares(cq)

@@ -127,3 +127,63 @@ def test_a_preemptor_takes_what_its_victims_free_before_a_lower_share_queue():
         s.settle_evictions()
     assert s.admitted("w3") and s.admitted("w0")
     assert not s.admitted("w2") and not s.admitted("w1")
+
+
+def _loop_example() -> Sim:
+    """The example below: cohort org (0) with child cohorts A (0) and B (4 cpu, no
+    ClusterQueues); q0 (1 cpu) and q1 (0) under org, both withinClusterQueue LowerPriority
+    and reclaimWithinCohort Any; fair sharing. org can lend 5 cpu, so a queue's share is its
+    cpu above nominal x 1000 / 5."""
+    return Sim(cohort("org").flavor("default", cpu=0),
+               cohort("A").parent("org").flavor("default", cpu=0),
+               cohort("B").parent("org").flavor("default", cpu=4),
+               cluster_queue("q0").cohort("org").flavor("default", cpu=1).preemption(
+                   within="LowerPriority", reclaim="Any"),
+               cluster_queue("q1").cohort("org").flavor("default", cpu=0).preemption(
+                   within="LowerPriority", reclaim="Any"),
+               fair_sharing=FairSharing())
+
+
+def test_less_than_initial_share_does_not_evict_above_the_preemptor_priority_in_a_loop():
+    """Found by test_no_subtree_exceeds_its_quota ("still evicting after 50 rounds"); Kueue
+    v0.17.1's rules loop on it as well (docs/fair-sharing.md). Workloads (queue, cpu,
+    priority), each settled before the next: w0-w2 (q0, 1, 0) are admitted; w3 (q0, 4, 1)
+    evicts w2 and w1 (InClusterQueue); w4 (q1, 1, 0) evicts w0 (S2-a: q1's 200 after <= q0's
+    600 after); w5 (q1, 3, 1) finds no victim (S2-b: 600 is not < q0's 600). w6 (q1, 1, 0)
+    then evicted w3 by S2-b (q1's 400 after < q0's 600 before; q0 ends at 0), and round by
+    round (a round: cycles until nothing changes, then the evictions finish):
+
+    1. w6 and w5 are admitted (q1 5 cpu, share 1000); w3 (4 cpu) no longer fits.
+    2. w1 reclaims w6 (q0 ends within its nominal: InCohortReclamation).
+    3. w2 evicts w4 (S2-a: 200 <= 600).
+    4. w0 evicts w5 (S2-b: 400 < 600; q1 ends at 0).
+    5. w3 evicts w0 and w2 (InClusterQueue) and is admitted (q0 = w1 + w3, share 800).
+    6. w6 evicts w1 (S2-a: 200 <= 600).
+    7. w4 evicts w3 (S2-b: 400 < 600): the state after w6's first eviction again, w0-w2 and
+       w4/w6 in other roles, and so on forever.
+
+    The priority-0 Workloads' S2-b evictions of the priority-1 w3 and w5 are what repeat:
+    pykueue's S2-b takes no victim above the preemptor's priority, so w6 finds none and
+    w3 keeps its quota."""
+    s = _loop_example()
+    for i, (q, cpus, prio) in enumerate([("q0", 1, 0), ("q0", 1, 0), ("q0", 1, 0), ("q0", 4, 1),
+                                         ("q1", 1, 0), ("q1", 3, 1), ("q1", 1, 0)]):
+        s.submit(workload(f"w{i}").cq(q).pods(1, cpu=cpus).priority(prio))
+        s.settle_evictions()
+    assert s.evictions() == [("ns/w2", "InClusterQueue"), ("ns/w1", "InClusterQueue"),
+                             ("ns/w0", "InCohortFairSharing")]
+    assert [w for w in ("w0", "w1", "w2", "w3", "w4", "w5", "w6") if s.admitted(w)] == ["w3", "w4"]
+
+
+def test_less_than_initial_share_evicts_only_up_to_the_preemptor_priority():
+    """The step that repeats in the loop above, alone: w6 (q1, 1 cpu, priority 0) against
+    w3 (q0, 4 cpu): S2-b holds (q1's 400 after < q0's 600 before), S2-a does not (q0 ends at
+    0). w3 at priority 0 is evicted, as in Kueue; at priority 1 it is not (pykueue's rule)."""
+    for prio, victims in ((0, [("ns/w3", "InCohortFairSharing")]), (1, [])):
+        s = _loop_example()
+        s.submit(workload("w3").cq("q0").pods(1, cpu=4).priority(prio),
+                 workload("w4").cq("q1").pods(1, cpu=1))
+        s.settle_evictions()
+        assert s.admitted("w3") and s.admitted("w4")
+        s.submit(workload("w6").cq("q1").pods(1, cpu=1))
+        assert s.evictions(s.settle()) == victims, prio
