@@ -42,7 +42,7 @@ higher priority than the preemptor (S2-a and reclaim within nominal stay priorit
 S2-b can leave the target queue below the preemptor; with Kueue v0.17.1's rule a
 lower-priority Workload's S2-b eviction, the target queue's lower-priority Workloads coming
 back and the victim's own ``withinClusterQueue`` preemption of them can follow one another
-forever (test ``test_less_than_initial_share_does_not_evict_above_the_preemptor_priority_in_a_loop``).
+forever (tests/unit/core/test_hierarchy_properties.py has the example, round by round).
 
 Simulation removes usage from the ``QuotaTree`` and restores it exactly before returning.
 """
