@@ -111,17 +111,25 @@ def test_fair_sharing_never_preempts_a_queue_below_its_share(stream, weights, do
                 break
 
 
+def _org_with_b(q0_cpu: int, q1_reclaim: str) -> Sim:
+    """Fair sharing; cohort org (0 cpu) with child cohorts A (0) and B (4 cpu, no
+    ClusterQueues); q0 (``q0_cpu``, reclaimWithinCohort Any) and q1 (0 cpu, ``q1_reclaim``)
+    under org, both withinClusterQueue LowerPriority."""
+    return Sim(cohort("org").flavor("default", cpu=0),
+               cohort("A").parent("org").flavor("default", cpu=0),
+               cohort("B").parent("org").flavor("default", cpu=4),
+               cluster_queue("q0").cohort("org").flavor("default", cpu=q0_cpu).preemption(
+                   within="LowerPriority", reclaim="Any"),
+               cluster_queue("q1").cohort("org").flavor("default", cpu=0).preemption(
+                   within="LowerPriority", reclaim=q1_reclaim),
+               fair_sharing=FairSharing())
+
+
 def test_a_preemptor_takes_what_its_victims_free_before_a_lower_share_queue():
     """Found by test_no_subtree_exceeds_its_quota: q0's w3 (priority 1) preempts its own w1;
     when w1 is gone, q1's w2 (lower share) took the freed capacity, w1 then preempted w2 by
     fair sharing, and so on forever while w3 waited. The preemptor goes first now."""
-    s = Sim(cohort("org").flavor("default", cpu=0),
-            cohort("B").parent("org").flavor("default", cpu=4),
-            cluster_queue("q0").cohort("org").flavor("default", cpu=0).preemption(
-                within="LowerPriority", reclaim="Any"),
-            cluster_queue("q1").cohort("org").flavor("default", cpu=0).preemption(
-                within="LowerPriority", reclaim="Never"),
-            fair_sharing=FairSharing())
+    s = _org_with_b(q0_cpu=0, q1_reclaim="Never")
     for name, q, cpus, prio in (("w0", "q0", 1, 0), ("w1", "q0", 1, 0), ("w2", "q1", 3, 0),
                                 ("w3", "q0", 3, 1)):
         s.submit(workload(name).cq(q).pods(1, cpu=cpus).priority(prio))
@@ -135,14 +143,7 @@ def _loop_example() -> Sim:
     ClusterQueues); q0 (1 cpu) and q1 (0) under org, both withinClusterQueue LowerPriority
     and reclaimWithinCohort Any; fair sharing. org can lend 5 cpu, so a queue's share is its
     cpu above nominal x 1000 / 5."""
-    return Sim(cohort("org").flavor("default", cpu=0),
-               cohort("A").parent("org").flavor("default", cpu=0),
-               cohort("B").parent("org").flavor("default", cpu=4),
-               cluster_queue("q0").cohort("org").flavor("default", cpu=1).preemption(
-                   within="LowerPriority", reclaim="Any"),
-               cluster_queue("q1").cohort("org").flavor("default", cpu=0).preemption(
-                   within="LowerPriority", reclaim="Any"),
-               fair_sharing=FairSharing())
+    return _org_with_b(q0_cpu=1, q1_reclaim="Any")
 
 
 def test_less_than_initial_share_does_not_evict_above_the_preemptor_priority_in_a_loop():
