@@ -533,14 +533,16 @@ class JobsSettings(BaseModel):
     resources (``WhenPodsGone``; at once with ``Immediately``, as Kueue). The deletion hold
     then survives a restart of pykueue. A Workload carrying it (Kueue's too) loses it by those
     rules whatever this setting says; with pykueue uninstalled, Workloads being deleted stay
-    until the finalizer is removed by hand, as with Kueue (docs/security.md). Default off.
-    ``PYKUEUE_JOBS__WORKLOAD_FINALIZER=true``."""
+    until the finalizer is removed by hand, as with Kueue (docs/security.md). Default on
+    (Kueue's Workloads carry it); off: no finalizer, the deletion hold in memory only
+    (forgotten by a restart while the pods terminate).
+    ``PYKUEUE_JOBS__WORKLOAD_FINALIZER=false``."""
 
     model_config = ConfigDict(extra="forbid")
 
     local_queue_defaulting: bool = False
     deleted_quota_release: Literal["WhenPodsGone", "Immediately"] = "WhenPodsGone"
-    workload_finalizer: bool = False
+    workload_finalizer: bool = True
     manage_jobs_without_queue_name: bool = False
     managed_jobs_namespace_selector: dict[str, Any] = Field(default_factory=lambda: {
         "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn",

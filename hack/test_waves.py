@@ -49,8 +49,10 @@ NEEDS: dict[str, frozenset[str]] = {f"tests/e2e/{k}.py" if "/" not in k else k: 
     "test_breaker13_findings": _MULTIKUEUE,  # sites, and aw_operator (appwrapper, jobset)
     "test_breaker14_findings": {"appwrapper", "jobset", "kuberay"},
     "test_breaker16_findings": _MULTIKUEUE,  # sites
+    "test_child_being_deleted": {"jobset"},
     "test_crd_installed_later": {"training-operator"},
     "test_deleted_pod_workload_held": set(),
+    "test_foreground_deletion": {"jobset", "kuberay"},
     "test_jobset": {"jobset"},
     "test_kubeflow": {"training-operator", "mpi-operator"},
     "test_kueuectl": {"kueuectl"},

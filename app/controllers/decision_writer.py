@@ -16,7 +16,8 @@ metrics. Times are seconds since the epoch (``ctx.clock()``).
   landed, keep it; otherwise keep the reservation for a backoff (``requeue_backoff_seconds``
   doubling up to ``requeue_backoff_max_seconds``), then forget, so a failing API server
   does not make the loop spin. Never a half-admitted Job: the Job is started only after the
-  Workload's admission is stored.
+  Workload's admission is stored. A Workload the store shows being deleted
+  (``deletionTimestamp``) by then gets no admission: it is dropped from the core.
 - ``evict(...)``: Evicted=True (the reason given: Preempted, PodsReadyTimeout,
   AdmissionCheck, Deactivated...) and, for a preemption victim, Preempted=True with the
   victim's reason and a message naming the preemptor (Kueue v1beta2 condition types). The
@@ -134,6 +135,12 @@ class DecisionWriter:
                     return
                 if has_admission(obj):
                     return  # already stored (e.g. by a previous leader)
+                if (obj.get("metadata") or {}).get("deletionTimestamp"):
+                    # Its deletion was seen after this decision: no admission for a
+                    # Workload that never runs, nor a place in the queues (``InformerFeed``).
+                    self.cluster.delete_workload(key)
+                    ctx.wake()
+                    return
                 spec = self.cluster.cluster_queue_spec(d.cluster_queue)
                 checks = () if spec is None or not spec.admission_checks else \
                     checks_for_flavors(spec, {f for psa in d.admission.pod_set_assignments

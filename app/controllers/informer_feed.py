@@ -13,15 +13,19 @@ synchronous, no I/O of its own (writes it decides are spawned on ``WorkloadWrite
   and is added / updated / finished / deleted in the core. A restart therefore rebuilds usage
   from ``Workload.status.admission`` during the first list; no cycle runs before every
   informer has synced (``SchedulerLoop.run``). Not queued: deactivated Workloads
-  (``spec.active: false``) without admission, and those waiting out a requeue backoff
-  (Requeued=False, ``lifecycle.backoff_held``). An unreadable Workload is kept out of the
-  core and listed in ``bad_workloads`` (key -> message). With waitForPodsReady
-  ``requeuingStrategy.timestamp: Creation`` a PodsReadyTimeout eviction does not reset the
-  Workload's place in the queue (Kueue v1beta2 Configuration). An admitted Workload turned
-  inactive is evicted (``Deactivated``, or ``DeactivatedDueTo<reason>`` after a
-  DeactivationTarget condition: Kueue's workload controller); an active one whose
-  DeactivationTarget another controller set (Kueue's MultiKueue manager on a worker's copy,
-  ``EvictedOnManagerCluster``) is deactivated (``spec.active: false``), as Kueue's does.
+  (``spec.active: false``) without admission, those waiting out a requeue backoff
+  (Requeued=False, ``lifecycle.backoff_held``), and those being deleted
+  (``deletionTimestamp``: a finalizer keeps them) without admission, which never run (beyond
+  Kueue v0.17.1, whose queues keep such a Workload until its delete event: its job
+  reconciler drops the finalizer at once; pykueue's waits for the pods of an admitted one).
+  An unreadable Workload is kept out of the core and listed in ``bad_workloads`` (key ->
+  message). With waitForPodsReady ``requeuingStrategy.timestamp: Creation`` a
+  PodsReadyTimeout eviction does not reset the Workload's place in the queue (Kueue v1beta2
+  Configuration). An admitted Workload turned inactive is evicted (``Deactivated``, or
+  ``DeactivatedDueTo<reason>`` after a DeactivationTarget condition: Kueue's workload
+  controller); an active one whose DeactivationTarget another controller set (Kueue's
+  MultiKueue manager on a worker's copy, ``EvictedOnManagerCluster``) is deactivated
+  (``spec.active: false``), as Kueue's does.
 - DRA (docs/dra.md): a pending Workload's podSets get the devices its pods claim through
   ResourceClaimTemplates (``app.wire.dra``, renamed by ``resources.deviceClassMappings``)
   added to their per-pod requests before the core sees it, as Kueue's Workload controller
@@ -229,6 +233,14 @@ class InformerFeed:
                                       priority_class=priority_class_name(new))
             self.cluster.finish(key)
             self.decisions.drop_deadline(key)
+            self.messages.drop(key)
+            self.lifecycle.forget(key)
+            return
+        if (new.get("metadata") or {}).get("deletionTimestamp") and not has_admission(new):
+            # Being deleted without a quota reservation: it never runs, so it is not queued
+            # (admitted, or preempting for, it would hold quota for nothing until its
+            # finalizer goes). An admitted one keeps its usage until it is released.
+            self.cluster.delete_workload(key)
             self.messages.drop(key)
             self.lifecycle.forget(key)
             return

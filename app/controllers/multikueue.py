@@ -32,7 +32,9 @@ Every ``multikueue.sync_period_seconds`` while this process leads:
    operator leaves alone (managedBy). The worker job's status is mirrored to the manager's;
    when the worker's Workload is Finished the manager's is Finished with the same reason and
    message. A Workload that is finished, lost its quota or was deleted has its copies deleted
-   on every worker.
+   on every worker; a deleted one's job then has the running-pod counts mirrored from its
+   copy cleared (``_workload_gone``; not a Finished one's), so its stop completes and it
+   gets a new Workload.
 
 A Workload whose copy was evicted on its worker (preempted, pods-ready timeout,
 deactivated there) gets its check Retry at once ("Workload evicted on worker cluster: ...",
@@ -255,6 +257,8 @@ class MultiKueueController:
         self.dispatched: dict[str, tuple[Adapter, str, set[str]]] = {}
         # Workloads done with (finished, or without quota) whose workers were looked at once.
         self.cleaned: set[str] = set()
+        # Workloads seen Finished, kept while seen or dispatched (``_workload_gone``).
+        self.finished: set[str] = set()
         self._task: asyncio.Task[None] | None = None
         self._listed_at = -1e9
         # Workload key -> when its Incremental dispatcher round started (monotonic s).
@@ -326,9 +330,12 @@ class MultiKueueController:
         for ac in checks:
             check_clusters[ac["metadata"]["name"]] = await self._sync_check(ac, by_name)
         seen: set[str] = set()
+        finished: set[str] = set()
         for wl in self.ctx.store(WL):
             st = _check_state(wl, set(check_clusters))
             key = f"{wl['metadata']['namespace']}/{wl['metadata']['name']}"
+            if is_finished(wl):
+                finished.add(key)
             if _placed_without_quota(wl):
                 await self._forget_placement(wl)
             if st is None:
@@ -341,7 +348,8 @@ class MultiKueueController:
             except Exception:  # noqa: BLE001 - one Workload must not stop the others' dispatch
                 log.exception("multikueue: workload %s", key)
         for key in [k for k in self.dispatched if k not in seen]:
-            await self._remove_remotes(key)  # the Workload was deleted
+            await self._workload_gone(key)
+        self.finished = {k for k in self.finished | finished if k in seen or k in self.dispatched}
         self.cleaned &= seen
         for key in [k for k in self.rounds if k not in seen]:
             self.rounds.pop(key, None)
@@ -564,6 +572,10 @@ class MultiKueueController:
             and c.get("status") == "True"
         if is_finished(wl) or not reserved or meta.get("deletionTimestamp"):
             await self._remove_remotes(key, wl)
+            if meta.get("deletionTimestamp") and not is_finished(wl) \
+                    and key not in self.dispatched:
+                # Deleted: once its copies are gone, so are the pods its job's status counts.
+                await self._clear_running(ns, _owner(wl))
             return
         if st.get("state") == "Rejected":
             return
@@ -671,6 +683,21 @@ class MultiKueueController:
                     await client.create(WORKLOADS, remote_workload(wl, self.s.origin))
                 except ApiError as exc:
                     log.info("multikueue: creating workload %s on %s: %s", key, name, exc)
+
+    async def _workload_gone(self, key: str) -> None:
+        """Workload ``key`` was deleted (gone from the store, its copies recorded in
+        ``dispatched``): its copies are deleted on every worker (``_remove_remotes``) and,
+        once none is left, the running-pod counts mirrored on its job are cleared
+        (``_clear_running``), unless it was last seen Finished (``finished``: a finished
+        job's mirrored status says how it ended). Nothing else writes them again once the
+        copies are gone: the job's stop (its template restored only with ``status.active``
+        0 on Kubernetes v1.36) and its new Workload (created once no pod is counted) would
+        wait for good. Beyond Kueue v0.17.1, where the job waits so (it mirrors a worker's
+        status only while the copy exists)."""
+        entry = self.dispatched.get(key)
+        await self._remove_remotes(key)
+        if entry is not None and key not in self.dispatched and key not in self.finished:
+            await self._clear_running(key.split("/", 1)[0], entry[:2])
 
     async def _clear_running(self, ns: str, owner: tuple[Adapter, str] | None) -> None:
         """Clear the running-pod counts mirrored on the manager's job (its pods ran on a

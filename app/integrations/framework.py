@@ -82,6 +82,10 @@ class KindDefaults:
     # no status written): the reconciler then deletes the running pods the object controls
     # (``delete_own_pods``) and counts its pods from the Pod store alone (``pod_labels``).
     ignored_once_deleted: bool = False
+    # Its operator keeps its status true while it is being deleted, until its own finalizer
+    # goes, and that status covers pods the Pod store cannot name (a wrapped object's): the
+    # release of its Workload then keeps counting the status too (``_pods_for_release``).
+    status_kept_once_deleted: bool = False
     # Kueue ``TopLevelJob``: never a managed ancestor's child (the webhook decides that).
     top_level: bool = False
     # Kueue manageJobsWithoutQueueName: objects without a queue name are queued too when the
@@ -189,6 +193,23 @@ class KindDefaults:
         (``workload``: its orphaned Workload), whatever labels those objects lost meanwhile.
         Default: nothing (the orphaned-child rule finds a kind's children by their marks)."""
         return None
+
+    def runs_pods_through(self, ctx: Context, job: Mapping[str, Any], pod: Mapping[str, Any],
+                          name: str, uid: str, *, owner_gone: bool = False) -> bool:
+        """Whether the batch Job ``job`` (as stored; the controller of ``pod``, which carries
+        the name label of the kind's object ``name``) was made by the kind's operator for that
+        object, with ``uid``, to run its pods (an MPIJob's launcher), so ``pod`` is the
+        object's (``pod_of``). ``owner_gone``: the object went with its ownerReference
+        (``kubectl delete --cascade=orphan``), so ``job`` may have lost its controller
+        reference too. Default: never (the operator runs the kind's pods itself)."""
+        return False
+
+    def label_kin(self) -> tuple[Any, ...]:
+        """The other kinds whose operators label their pods with the kind's name label
+        (``pod_labels``): the Kubeflow kinds all write ``training.kubeflow.org/job-name``, so
+        a PyTorchJob and a TFJob of one name in one namespace label their pods alike
+        (``pods_once_ignored``). Default: none."""
+        return ()
 
     def made_via(self, parent: Mapping[str, Any], ref: Mapping[str, Any]) -> bool:
         """Whether a batch Job whose controller ownerReference is ``ref`` was made for
@@ -466,31 +487,89 @@ def _names_batch_job(ref: OwnerRef | None) -> bool:
     return ref is not None and ref.kind == "Job" and ref.api_version == "batch/v1"
 
 
+def stored_controller(ctx: Context, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The object ``obj``'s controller ownerReference names, as a store of ``ctx`` holds it
+    (``obj``'s namespace, the reference's API group, kind, name and uid), or None: no store
+    watching that kind holds it (not created yet, gone, or outside every informer's
+    selector), or ``obj`` has no controller."""
+    ref = controller_of_object(obj)
+    if ref is None:
+        return None
+    ns = str((obj.get("metadata") or {}).get("namespace", ""))
+    for key in ctx.informers.informers:
+        store = ctx.store(key)
+        res = store.resource
+        if res.kind != ref.kind or res.group != ref.group:
+            continue
+        got = store.get(f"{ns}/{ref.name}")
+        if got is not None and (got.get("metadata") or {}).get("uid") == ref.uid:
+            return got  # type: ignore[no-any-return]
+    return None
+
+
+def controlled_by(obj: Mapping[str, Any] | None, kind: JobKind, name: str, uid: str, *,
+                  owner_gone: bool = False) -> bool:
+    """Whether ``obj``'s controller ownerReference names ``kind``'s object ``name`` with
+    ``uid``; with ``owner_gone``, also when ``obj`` has no controller (the garbage collector
+    removes the reference from what an object deleted with ``--cascade=orphan`` owned)."""
+    if obj is None:
+        return False
+    ref = controller_of_object(obj)
+    if ref is None:
+        return owner_gone
+    return _names_kind(ref, kind) and ref.name == name and ref.uid == uid
+
+
 def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
-           owner_gone: bool = False) -> bool:
+           owner_gone: bool = False, ctx: Context | None = None) -> bool:
     """True when ``pod`` is one of the pods of ``kind``'s object ``name`` with ``uid``.
 
     Its name label must name the object. A kind whose operator writes a uid label (the batch
     Job's ``controller-uid``, JobSet's ``jobset-uid``) needs that label to name ``uid``: a pod
-    without it is not the object's. Otherwise the pod needs a controller ownerReference: the
-    object itself (its uid), or a batch Job (an operator's launcher, e.g. MPIJob's). A pod with
-    no controller counts only when ``owner_gone`` (``kubectl delete --cascade=orphan`` removed
-    its ownerReference with the object): a pod a tenant creates with a job's name label and no
-    owner must not hold that job's quota.
+    without it is not the object's. The pod also needs a controller ownerReference leading
+    back to the object: the object itself (its uid), or a batch Job run for it, read from
+    ``ctx``'s batch Job stores. For a uid-labelled kind, a batch Job the object controls (a
+    JobSet's child), or one no store holds (``ctx`` None, the batch Job kind not served, or
+    gone: the garbage collector deletes the pods of a deleted Job after it, and a pod whose
+    forged reference names no object, so such a pod does not run on for long). For another
+    kind, one its operator made for the object (``runs_pods_through``: an MPIJob's launcher,
+    controlled by the MPIJob); any other batch Job, or one no store holds, is not the
+    object's: a tenant's unqueued Job whose pods carry a job's name label would otherwise keep
+    that job's evicted Workload holding its quota for as long as the tenant likes, while
+    leaving an unseen one out releases at worst a launcher pod's share a little early (while
+    the object exists, its operator's status still counts it: ``JobReconciler._pods_left``).
+    A pod whose controller is anything else (a tenant's own object) is not the object's,
+    whatever labels it carries. A pod with no controller counts only when ``owner_gone``
+    (``kubectl delete --cascade=orphan`` removed its ownerReference with the object): a pod a
+    tenant creates with a job's name and uid labels (the uid is on its Workload's
+    ``kueue.x-k8s.io/job-uid`` label) and no owner must not hold that job's quota once the
+    job is deleted (the batch Job controller adopts such a pod while the Job exists and is
+    not being deleted: it is then the Job's, by its ownerReference).
     """
     name_label, uid_label = pod_labels(kind)
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     if not name_label or labels.get(name_label) != name:
         return False
-    if uid_label:
-        return bool(labels.get(uid_label) == uid)
+    if uid_label and labels.get(uid_label) != uid:
+        return False
     ref = controller_ref(meta)
     if ref is None:
         return owner_gone
     if _names_kind(ref, kind):
         return ref.uid == uid
-    return _names_batch_job(ref)
+    if not _names_batch_job(ref):
+        return False
+    job = stored_controller(ctx, pod) if ctx is not None else None
+    if job is None:
+        # A uid-labelled kind's pods all run through batch Jobs it controls (a JobSet's):
+        # one no store holds is gone (the garbage collector deletes a pod whose owner is
+        # gone, so a forged reference does not keep one) or unknown, and its pods count.
+        return bool(uid_label)
+    if uid_label:
+        return controlled_by(job, kind, name, uid, owner_gone=owner_gone)
+    return bool(kind.runs_pods_through(  # type: ignore[attr-defined]
+        ctx, job, pod, name, uid, owner_gone=owner_gone))
 
 
 POD_NAMESPACE_INDEX = "namespace"
@@ -510,22 +589,39 @@ def pods_in(ctx: Context, namespace: str) -> list[Obj]:
 
 def pods_of(kind: JobKind, pods: Iterable[Mapping[str, Any]],
             obj: Mapping[str, Any], *, owner_gone: bool = False,
-            counts: Callable[[Mapping[str, Any]], bool] = pod_holds_quota
-            ) -> list[Mapping[str, Any]]:
+            counts: Callable[[Mapping[str, Any]], bool] = pod_holds_quota,
+            ctx: Context | None = None) -> list[Mapping[str, Any]]:
     """The pods among ``pods`` (one namespace's) of ``kind``'s object ``obj`` that ``counts``
     (default ``pod_holds_quota``; ``pod_blocks_restart`` for the restart gate); ``[]`` for a
-    kind without ``pod_labels``. ``owner_gone``: as ``pod_of``'s (``obj`` is known to be
-    gone)."""
+    kind without ``pod_labels``. ``owner_gone`` and ``ctx`` (the stores a batch Job
+    controlling a pod is read from): as ``pod_of``'s."""
     meta = obj.get("metadata") or {}
     name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
-    return [p for p in pods if pod_of(kind, p, name, uid, owner_gone=owner_gone)
+    return [p for p in pods if pod_of(kind, p, name, uid, owner_gone=owner_gone, ctx=ctx)
             and counts(p)]
+
+
+def _kins_pod(ctx: Context | None, kind: JobKind, pod: Mapping[str, Any], name: str) -> bool:
+    """Whether ``pod`` is, by its own kind's rule (``pod_of``), a pod of the stored object
+    ``name`` of a kind labelling its pods as ``kind`` does (``label_kin``): a TFJob's pods
+    carry the name label of the PyTorchJob of the same name."""
+    if ctx is None:
+        return False
+    ns = str((pod.get("metadata") or {}).get("namespace", ""))
+    for other in kind.label_kin():  # type: ignore[attr-defined]
+        if other.resource is None or source_of(other) not in ctx.informers.informers:
+            continue
+        live = lookup(other, ctx, ns, name)
+        if live is not None and pod_of(other, pod, name, str(
+                (live.get("metadata") or {}).get("uid", "")), ctx=ctx):
+            return True
+    return False
 
 
 def pods_once_ignored(kind: JobKind, pods: Iterable[Mapping[str, Any]],
                       obj: Mapping[str, Any], *,
-                      counts: Callable[[Mapping[str, Any]], bool] = pod_blocks_restart
-                      ) -> list[Mapping[str, Any]]:
+                      counts: Callable[[Mapping[str, Any]], bool] = pod_blocks_restart,
+                      ctx: Context | None = None) -> list[Mapping[str, Any]]:
     """The pods among ``pods`` (``obj``'s namespace's) that ``counts`` (default
     ``pod_blocks_restart``: still there, even killed) that ran on ``obj``'s admission,
     ``obj`` being deleted and its operator ignoring it (``ignored_once_deleted``: it adopts
@@ -533,7 +629,9 @@ def pods_once_ignored(kind: JobKind, pods: Iterable[Mapping[str, Any]],
     name label (and uid label, where the kind has one) whose controller ownerReference a
     tenant removed, or replaced (the pod webhook lets a pod without one get any) on a pod
     that carries the admission's ``kueue.x-k8s.io/podset`` label; never another object's of
-    the same kind (another uid)."""
+    the same kind (another uid), nor, with ``ctx`` (the stores), one that is by its own
+    kind's rule the pod of a stored object of a kind labelling its pods alike
+    (``label_kin``: the TFJob of the PyTorchJob's name, an MPIJob's launcher)."""
     name_label, uid_label = pod_labels(kind)
     meta = obj.get("metadata") or {}
     name, uid = str(meta.get("name", "")), str(meta.get("uid") or "")
@@ -544,25 +642,39 @@ def pods_once_ignored(kind: JobKind, pods: Iterable[Mapping[str, Any]],
                 or (uid_label and labels.get(uid_label) != uid):
             continue
         ref = controller_of_object(p)
-        if pod_of(kind, p, name, uid, owner_gone=True) or (
+        if pod_of(kind, p, name, uid, owner_gone=True, ctx=ctx) or (
                 PODSET_LABEL in labels and ref is not None
-                and not _names_kind(ref, kind)):
+                and not _names_kind(ref, kind) and not _kins_pod(ctx, kind, p, name)):
             out.append(p)
     return out
 
 
 def own_running_pods(kind: JobKind, pods: Iterable[Mapping[str, Any]],
-                     obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+                     obj: Mapping[str, Any], *, ctx: Context | None = None
+                     ) -> list[Mapping[str, Any]]:
     """The pods of ``obj`` (being deleted, its operator ignoring it) that only that operator
-    would delete: ``pods_once_ignored``'s not being deleted whose controller is ``obj``, none,
-    or an object other than a batch Job. Not a child Job's (a JobSet's pods, an MPIJob's
-    launcher): the child is stopped by its own rules (``JobReconciler._child``)."""
+    would delete: ``pods_once_ignored``'s not being deleted, but for those a child batch Job
+    of ``obj`` runs, as a store of ``ctx`` holds it (a JobSet's pods, an MPIJob's launcher:
+    a Job ``obj`` controls, or one its operator made for it, ``runs_pods_through``), which
+    the child's own rules stop (``JobReconciler._child``). A pod a tenant gave to a batch Job
+    of its own (one a finalizer keeps being deleted, so the Job controller neither deletes
+    nor releases it) is deleted, and so is one whose Job no store holds (the batch Job kind
+    not served, or a Job outside both batch Job informers' selectors): the pod carries
+    ``obj``'s name and podSet labels and is no stored kin's (``pods_once_ignored``), so it
+    counts for ``obj``'s quota, and left running it would hold that quota for good."""
+    meta = obj.get("metadata") or {}
+    name, uid = str(meta.get("name", "")), str(meta.get("uid") or "")
     out = []
-    for p in pods_once_ignored(kind, pods, obj, counts=pod_holds_quota):
-        ref = controller_of_object(p)
-        if not (p.get("metadata") or {}).get("deletionTimestamp") \
-                and not _names_batch_job(ref):
-            out.append(p)
+    for p in pods_once_ignored(kind, pods, obj, counts=pod_holds_quota, ctx=ctx):
+        if (p.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        job = stored_controller(ctx, p) \
+            if ctx is not None and _names_batch_job(controller_of_object(p)) else None
+        if job is not None and (
+                controlled_by(job, kind, name, uid)
+                or kind.runs_pods_through(ctx, job, p, name, uid)):  # type: ignore[attr-defined]
+            continue
+        out.append(p)
     return out
 
 
@@ -574,7 +686,8 @@ async def delete_own_pods(ctx: Context, kind: JobKind, obj: Mapping[str, Any], w
     an eviction or a deactivation, its Workload holding the quota. One Normal Event
     ``DeletedPods`` on ``obj``; returns the count deleted."""
     ns = str((obj.get("metadata") or {}).get("namespace", ""))
-    deleted = len(await delete_pods(ctx, own_running_pods(kind, pods_in(ctx, ns), obj)))
+    deleted = len(await delete_pods(ctx, own_running_pods(kind, pods_in(ctx, ns), obj,
+                                                         ctx=ctx)))
     if deleted:
         ctx.recorder.emit(obj, NORMAL, "DeletedPods",
                           f"{deleted} pod(s) deleted: the {kind.kind} is being deleted, so its "
@@ -600,14 +713,19 @@ async def delete_pods(ctx: Context, pods: Iterable[_Pod]) -> list[_Pod]:
 
 
 def pods_of_workload(kinds: Iterable[JobKind], pods: Iterable[Mapping[str, Any]],
-                     workload: Mapping[str, Any], uid: str) -> list[Mapping[str, Any]]:
+                     workload: Mapping[str, Any], uid: str, *, owner_gone: bool = True,
+                     ctx: Context | None = None) -> list[Mapping[str, Any]]:
     """The pods among ``pods`` (the Workload's namespace's) holding quota (``pod_holds_quota``)
     of the object with ``uid`` whose Workload is ``workload``, of whichever kind in ``kinds``: a
     pod's name label names an object of that kind whose Workload name (Kueue's, a hash of
     kind, name and uid) is ``workload``'s. For a Workload whose owner went with its owner
     reference (``kubectl delete --cascade=orphan``), so only its uid is known. A MultiKueue
     copy adopted by that object (annotation ``pykueue.dev/adopted-by: <uid>``) is named after
-    the manager's object, not this one: its pods are those of the object with ``uid``."""
+    the manager's object, not this one: its pods are those of the object with ``uid``.
+    ``owner_gone``: the object went with its owner reference, so a pod without a controller
+    counts (``pod_of``); False for a Workload that still names its owner (deleted in the
+    background or foreground: its pods keep their ownerReferences until they are gone).
+    ``ctx``: the stores a batch Job controlling a pod is read from (``pod_of``)."""
     meta = workload.get("metadata") or {}
     wl_name, ns = str(meta.get("name", "")), str(meta.get("namespace", ""))
     adopted = (meta.get("annotations") or {}).get(ADOPTED_BY_ANNOTATION) == uid
@@ -619,7 +737,7 @@ def pods_of_workload(kinds: Iterable[JobKind], pods: Iterable[Mapping[str, Any]]
             name = labels.get(label)
             if name and (adopted or kind.workload_name({"metadata": {
                     "name": name, "uid": uid, "namespace": ns}}) == wl_name) \
-                    and pod_of(kind, pod, name, uid, owner_gone=True):
+                    and pod_of(kind, pod, name, uid, owner_gone=owner_gone, ctx=ctx):
                 if pod_holds_quota(pod):
                     out.append(pod)
                 break

@@ -114,7 +114,12 @@ log = logging.getLogger(__name__)
 
 WL_PREFIX = "wl:"
 UID_INDEX = "uid"
+# Store index: the uid an object's controller ownerReference names (``_controlled_by``).
+CONTROLLER_UID_INDEX = "controller-uid"
 OWNER_NOT_FOUND = "OwnerNotFound"  # Kueue v1beta2 WorkloadFinishedReasonOwnerNotFound
+# The garbage collector's finalizer on an object deleted with propagationPolicy Orphan
+# (Kubernetes metav1.FinalizerOrphanDependents): it removes the dependents' references first.
+ORPHAN_FINALIZER = "orphan"
 # Seconds between looks at a job whose pods still hold its quota (the Pod store's events do
 # not reach the reconciler).
 PODS_POLL = 1.0
@@ -360,8 +365,8 @@ class JobReconciler:
             # Its operator ignores an object being deleted: the status's count is the last
             # one written before, never settled again; the Pod store's is the count, pods
             # whose ownerReference a tenant removed or replaced included.
-            return len(pods_once_ignored(kind, pods, obj, counts=counts))
-        return max(active, len(pods_of(kind, pods, obj, counts=counts)))
+            return len(pods_once_ignored(kind, pods, obj, counts=counts, ctx=self.ctx))
+        return max(active, len(pods_of(kind, pods, obj, counts=counts, ctx=self.ctx)))
 
     def _restart_waits(self, kind: JobKind, obj: Obj) -> bool:
         """True when the suspended object, admitted, must not be started yet: pods of its
@@ -372,7 +377,8 @@ class JobReconciler:
         if not pod_labels(kind)[0] or not kind.is_suspended(obj):
             return False
         ns = str((obj.get("metadata") or {}).get("namespace", ""))
-        left = len(pods_of(kind, self._pods(ns), obj, counts=pod_blocks_restart))
+        left = len(pods_of(kind, self._pods(ns), obj, counts=pod_blocks_restart,
+                           ctx=self.ctx))
         if left:
             self.ctx.recorder.emit(obj, NORMAL, "WaitingForPods",
                                    f"{left} pod(s) of the {kind.kind} are still being "
@@ -398,20 +404,41 @@ class JobReconciler:
             # An operator that ignores an object being deleted (``ignored_once_deleted``) did
             # not stop its pods: they are deleted (``framework.delete_own_pods``).
             return getattr(kind, "ignored_once_deleted", False) \
-                and bool(own_running_pods(kind, pods, obj))
+                and bool(own_running_pods(kind, pods, obj, ctx=self.ctx))
         return any(not (p.get("metadata") or {}).get("deletionTimestamp")
-                   for p in pods_of(kind, pods, obj))
+                   for p in pods_of(kind, pods, obj, ctx=self.ctx))
 
-    def _holds_pods(self, kind: JobKind, obj: Obj, what: str) -> bool:
-        """True when the object still has pods holding resources (``_pods_holding_quota``):
-        its quota stays, and an Event ``WaitingForPods`` says so (deduplicated by the
-        recorder). ``what``: what waits for them."""
-        left = self._pods_holding_quota(kind, obj)
+    def _holds_pods(self, kind: JobKind, obj: Obj, what: str, wl: Obj | None = None) -> bool:
+        """True when the object still has pods holding resources (``_pods_holding_quota``;
+        with ``wl``, the Workload whose release waits, ``_pods_for_release``): its quota
+        stays, and an Event ``WaitingForPods`` says so (deduplicated by the recorder).
+        ``what``: what waits for them."""
+        left = self._pods_holding_quota(kind, obj) if wl is None \
+            else self._pods_for_release(kind, obj, wl)
         if left > 0:
             self.ctx.recorder.emit(obj, NORMAL, "WaitingForPods",
                                    f"{left} pod(s) of the {kind.kind} still run or are being "
                                    f"killed: {what} once they are gone")
         return left > 0
+
+    def _pods_for_release(self, kind: JobKind, obj: Obj, wl: Obj) -> int:
+        """``_pods_holding_quota`` of ``obj`` for the release of its Workload ``wl``, except
+        for an object being deleted (``_being_deleted``) whose count trusts its status (a
+        kind not ``ignored_once_deleted``) while the Pod store is watched: the Pod store's
+        alone then (``pods_holding``, as for an object that is gone). Its operator may never
+        write that status again (spark-operator v2.5.0 leaves a deleted application
+        ``RUNNING``; Trainer v2.2.0's ``jobsStatus`` stays as it was once its JobSet is
+        gone), and with ``kubectl delete --cascade=foreground`` (Argo CD's default) the
+        object waits for its Workload (ownerReference ``blockOwnerDeletion``), so a count
+        from it would hold the Workload, the object and the quota forever. Not for a kind
+        whose operator keeps its status true until its own finalizer goes
+        (``status_kept_once_deleted``: AppWrapper, whose status covers a wrapped object's
+        pods the Pod store cannot name)."""
+        if not self._being_deleted(kind, obj) or getattr(kind, "ignored_once_deleted", False) \
+                or getattr(kind, "status_kept_once_deleted", False) \
+                or POD not in self.ctx.informers.informers:
+            return self._pods_holding_quota(kind, obj)
+        return self.pods_holding(wl, str((obj.get("metadata") or {}).get("uid") or "")) or 0
 
     async def _put_wl_status(self, wl: Obj) -> Obj:
         out = await self.ctx.client.replace(WORKLOADS, wl, subresource="status")
@@ -694,9 +721,20 @@ class JobReconciler:
         v1.6.0 ignore an object being deleted: they do not stop its children), it is
         suspended (event ``Suspended``); otherwise left to its ancestor's operator. An
         ancestor MultiKueue dispatched (``_dispatched_elsewhere``) leaves it nothing:
-        suspended too."""
+        suspended too.
+
+        A child being deleted (a tenant's own finalizer keeps it) is stopped also while the
+        ancestor's Workload is evicted (still Admitted until its quota is released), and
+        stopped again while suspended with running pods (``_to_stop``): neither the Job
+        controller nor KubeRay stops the pods of an object being deleted (the JobSet operator
+        suspends such a child Job, which kills none), so they would run on through the
+        ancestor's preemption, its Workload holding the quota for good. The stop deletes them
+        (``BatchJob.stop``, ``framework.delete_own_pods``). Beyond Kueue v0.17.1, whose
+        reconciler skips an object being deleted; a child not being deleted keeps Kueue's
+        rule (``!IsAdmitted``): its ancestor's operator stops it."""
         finished, _, _ = kind.finished(obj)
-        if finished or kind.is_suspended(obj):
+        deleting = self._being_deleted(kind, obj)
+        if finished or kind.is_suspended(obj) and not (deleting and self._to_stop(kind, obj)):
             return None
         ns = str(obj["metadata"].get("namespace", ""))
         wl = self.ctx.store(WL).get(f"{ns}/{parent_kind.workload_name(parent)}")
@@ -707,7 +745,9 @@ class JobReconciler:
         parent_stopped = bool((parent.get("metadata") or {}).get("deletionTimestamp")) \
             and parent_kind.is_suspended(parent)
         if wl is not None and not is_finished(wl) and is_true(wl, ADMITTED) \
-                and not parent_stopped:
+                and not parent_stopped and not (deleting and is_evicted(wl)):
+            if kind.is_suspended(obj):
+                return None  # being deleted, pods running: its operator resumes it
             if kind.key == JOB:
                 await self._hold_to_share(obj, parent_kind, parent)
             else:
@@ -862,16 +902,23 @@ class JobReconciler:
         object of that name now, or None): each whose owner is not ``live`` (another uid) or
         is ``live`` stopped loses ``RESOURCE_IN_USE_FINALIZER`` once no pod of its owner holds
         resources (``_pods_still_hold``; at once with ``Immediately``) and is deleted (not
-        when being deleted already: the garbage collector's). Kueue v0.17.1 the same for a
-        job gone, and for a job of that name that exists (``ensureOneWorkload``: the
-        Workloads listed by owner name that do not match lose the finalizer, then are
-        deleted). Returns seconds to look again while pods hold."""
+        when being deleted already: the garbage collector's); a Finished one loses it at
+        once, its object running or not, as a queued object's (``_reconcile_queued``), so a
+        deletion by hand completes (beyond Kueue v0.17.1, which ignores an object without a
+        queue name until it is deleted). Kueue v0.17.1 the same for a job gone, and for a
+        job of that name that exists (``ensureOneWorkload``: the Workloads listed by owner
+        name that do not match lose the finalizer, then are deleted). Returns seconds to
+        look again while pods hold."""
         again: float | None = None
         for key in keys:
             wl = self.ctx.store(WL).get(key)
             if wl is None:
                 continue
             owner = self.registry.owner_of(wl)
+            if is_finished(wl):
+                # Finished, it holds no quota: the finalizer goes at once, whatever its object
+                # does (one running unqueued keeps it as its record, below).
+                await self._release_finalizer(wl)
             if owner is not None and self.ctx.settings.jobs.deleted_quota_release \
                     == "Immediately" and (live is None or owner.uid != live["metadata"].get(
                         "uid")):
@@ -884,7 +931,8 @@ class JobReconciler:
                     again = PODS_POLL  # stopped: its pods are going
                     continue
             elif owner is not None and pod_labels(kind)[0] and pods_of(
-                    kind, self._pods(ns), {"metadata": {"name": name, "uid": owner.uid}}):
+                    kind, self._pods(ns), {"metadata": {"name": name, "uid": owner.uid}},
+                    ctx=self.ctx):
                 again = PODS_POLL  # gone, its pods orphaned: they still hold the quota
                 continue
             # The stores of Jobs and Workloads are separate watches: the object's deletion
@@ -1024,7 +1072,7 @@ class JobReconciler:
         meta = wl["metadata"]
         if self._to_stop(kind, obj):
             obj = await kind.stop(ctx, obj, f"The {kind.kind} is being deleted")
-        if has_admission(wl) and self._holds_pods(kind, obj, "its Workload is deleted"):
+        if has_admission(wl) and self._holds_pods(kind, obj, "its Workload is deleted", wl):
             self._enqueue_children(obj)
             return PODS_POLL
         try:
@@ -1047,7 +1095,8 @@ class JobReconciler:
         in the API meanwhile, through a restart of pykueue too. At once also for an object
         MultiKueue dispatched (``managedBy: kueue.x-k8s.io/multikueue``, as Kueue): its pods
         run on a worker, whose copy goes with this Workload, and its status's pod counts are
-        mirrored from there, never cleared once the copy is gone. A Workload without it is
+        mirrored from there, cleared by the MultiKueue controller only once the copies are
+        removed (``MultiKueueController._workload_gone``). A Workload without it is
         gone for the API already: its event then queues the object again. (A Finished one
         never comes here: ``reconcile_object`` takes its finalizer off first.)"""
         ctx = self.ctx
@@ -1057,7 +1106,7 @@ class JobReconciler:
             return None
         if ctx.settings.jobs.deleted_quota_release == "WhenPodsGone" and has_admission(wl) \
                 and not _dispatched_elsewhere(kind, obj) \
-                and self._holds_pods(kind, obj, "its Workload's deletion completes"):
+                and self._holds_pods(kind, obj, "its Workload's deletion completes", wl):
             return PODS_POLL
         await self._release_finalizer(wl)
         return None
@@ -1066,37 +1115,49 @@ class JobReconciler:
         """Reconcile the stored objects ``obj`` controls (its uid in their controller
         ownerReference: a JobSet's Jobs, a RayJob's RayCluster), which the child rule stops
         (``_child``) when ``obj``'s operator, ignoring it once it is being deleted, does not:
-        a change of ``obj`` is no event of theirs."""
+        a change of ``obj`` is no event of theirs. Found through each store's controller-uid
+        index (``_controlled_by``): called on every ``PODS_POLL`` while a stopped object's
+        pods go, it costs its children, not the stores' size."""
         meta = obj.get("metadata") or {}
         ns, uid = str(meta.get("namespace", "")), str(meta.get("uid") or "")
+        if not uid:
+            return
         informers = self.ctx.informers.informers
-
-        def mine(child: Obj) -> bool:
-            ref = controller_of_object(child)
-            return ref is not None and ref.uid == uid \
-                and (child.get("metadata") or {}).get("namespace") == ns
         for kind in self.registry.kinds():
             if source_of(kind) in informers:
                 handler = self.on_object(kind)
-                for child in self.ctx.store(source_of(kind)):
-                    if mine(child):
-                        handler("SYNC", None, child)
+                for child in self._controlled_by(source_of(kind), ns, uid):
+                    handler("SYNC", None, child)
         if CHILD_JOBS in informers:
-            for job in self.ctx.store(CHILD_JOBS):
-                if mine(job):
-                    self.on_child_job("SYNC", None, job)
+            for job in self._controlled_by(CHILD_JOBS, ns, uid):
+                self.on_child_job("SYNC", None, job)
         for store in {getattr(k, "made_store", "") for k in self.registry.kinds()}:
             if store and store in informers:
-                for made in self.ctx.store(store):
-                    if mine(made):
-                        self.queue.add(f"{store}:{ns}/{made['metadata']['name']}")
+                for made in self._controlled_by(store, ns, uid):
+                    self.queue.add(f"{store}:{ns}/{made['metadata']['name']}")
+
+    def _controlled_by(self, store_key: str, ns: str, uid: str) -> list[Obj]:
+        """The objects of store ``store_key`` in namespace ``ns`` whose controller
+        ownerReference (``app.wire.owners``) names ``uid``, from the store's index
+        ``CONTROLLER_UID_INDEX``: built from the store once (O(store)), then kept by every
+        change the informer makes to the store (an object added, re-parented, deleted), so a
+        look costs its answer."""
+        store = self.ctx.store(store_key)
+        store.index(CONTROLLER_UID_INDEX, lambda o: controller_uid(o) or None)
+        return [o for o in store.by_index(CONTROLLER_UID_INDEX, uid)
+                if (o.get("metadata") or {}).get("namespace") == ns]
 
     async def _stop_then_release(self, kind: JobKind, obj: Obj, wl: Obj) -> float | None:
+        """The Workload is evicted while holding quota: stop the object, then release the
+        quota once none of its pods holds resources (``_holds_pods``). Its children are
+        reconciled on every pass (``_enqueue_children``): one being deleted, which the
+        child rule stops (``_child``), gets no event of its own from the eviction."""
         ctx = self.ctx
         if self._to_stop(kind, obj):
             ev = next((c for c in (wl.get("status") or {}).get("conditions", [])
                        if c.get("type") == "Evicted"), {})
             obj = await kind.stop(ctx, obj, str(ev.get("message") or "Evicted"))
+        self._enqueue_children(obj)
         if self._holds_pods(kind, obj, "its quota is released"):
             return PODS_POLL
         await self._put_wl_status(with_released(wl, ctx.clock()))
@@ -1245,6 +1306,18 @@ class JobReconciler:
                     return obj
         return None
 
+    def _owner_orphans(self, wl: Obj, uid: str) -> bool:
+        """Whether the pods of ``wl``'s owner (uid ``uid``) may have lost their controller
+        reference with it: ``wl`` names no owner any more (``kubectl delete
+        --cascade=orphan``: the garbage collector removed its reference), or the stored
+        owner carries the garbage collector's ``orphan`` finalizer (it is removing them).
+        Otherwise a pod of the owner keeps its reference until it is gone, and one without
+        any is a tenant's (``pod_of``)."""
+        if not wl["metadata"].get("ownerReferences"):
+            return True
+        obj = self._object_with_uid(str(wl["metadata"].get("namespace", "")), uid)
+        return obj is not None and ORPHAN_FINALIZER in (obj["metadata"].get("finalizers") or [])
+
     def pods_holding(self, wl: Obj, uid: str) -> int | None:
         """How many pods of Workload ``wl``'s owner, the object with ``uid`` (gone, or
         going), still hold resources (``pod_holds_quota``: not Succeeded or Failed, being
@@ -1266,7 +1339,9 @@ class JobReconciler:
                and pod_holds_quota(p)]
         if not uid:
             return len(own)
-        return len(own) + len(pods_of_workload(self.registry.kinds(), pods, wl, uid)) + sum(
+        return len(own) + len(pods_of_workload(self.registry.kinds(), pods, wl, uid,
+                                                owner_gone=self._owner_orphans(wl, uid),
+                                                ctx=self.ctx)) + sum(
             k.made_pods(self.ctx, wl, uid, pods) for k in self.registry.kinds())
 
     async def _finish_orphan(self, wl: Obj, uid: str) -> float | None:

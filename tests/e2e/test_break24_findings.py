@@ -9,6 +9,7 @@ preemptor waited for good (a tenant's way to make its job unpreemptible)."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.test_jobset import _long_jobset
-from tests.e2e.test_kubeflow import mpijob, pytorchjob
+from tests.e2e.test_kubeflow import mpijob, pytorchjob, template
 from tests.e2e.test_ray import cpu_and_gpu_groups, rayjob
 from tests.integration.test_operators import operators_running
 from tests.labfixture import LabHandle, wait_for
@@ -110,6 +111,27 @@ def workloads(lab: LabHandle, ns: str) -> dict[str, list[tuple[str, str, str]]]:
             for w in lab.get(WL, "-n", ns)["items"]}
 
 
+def high_replaces_low(lab: LabHandle, ns: str, kind: str,
+                      what: Callable[[], str] = lambda: "") -> None:
+    """Wait up to 90 s for ``high``'s 2 GPU pods Running and ``low``'s gone (``kind``
+    objects), the Running GPU pods never asking more than the queue's ``QUOTA``; on timeout
+    an AssertionError names the last counts, ``what()`` and the Workloads."""
+    seen: list[tuple[int, int]] = []
+
+    def high_runs() -> bool:
+        lows = len(gpu_pods(lab, ns, kind, "low"))
+        highs = len(gpu_pods(lab, ns, kind, "high"))
+        seen.append((lows, highs))
+        assert lows + highs <= QUOTA, seen[-5:]
+        return highs == 2 and lows == 0
+
+    try:
+        wait_for(high_runs, 90, "high's 2 GPU pods Running, low's gone")
+    except AssertionError:
+        raise AssertionError(f"{kind} after 90 s: (low, high) Running GPU pods {seen[-1]}; "
+                             f"{what()}Workloads {workloads(lab, ns)}") from None
+
+
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_a_preempted_job_being_deleted_under_a_tenants_finalizer_frees_its_quota(
         lab: LabHandle, pykueue_with_operators: set[str], kind: str) -> None:
@@ -133,24 +155,101 @@ def test_a_preempted_job_being_deleted_under_a_tenants_finalizer_frees_its_quota
         body = json.loads(manifest("high", ns))
         body["metadata"]["labels"][PRIORITY] = high
         lab.apply(json.dumps(body))
-        seen: list[tuple[int, int]] = []
-
-        def high_runs() -> bool:
-            lows = len(gpu_pods(lab, ns, kind, "low"))
-            highs = len(gpu_pods(lab, ns, kind, "high"))
-            seen.append((lows, highs))
-            assert lows + highs <= QUOTA, seen[-5:]
-            return highs == 2 and lows == 0
-
-        try:
-            wait_for(high_runs, 90, "high's 2 GPU pods Running, low's gone")
-        except AssertionError:
-            raise AssertionError(f"{kind} after 90 s: (low, high) Running GPU pods {seen[-1]}; "
-                                 f"Workloads {workloads(lab, ns)}") from None
+        high_replaces_low(lab, ns, kind)
         wait_for(lambda: not any("-low-" in w for w in workloads(lab, ns)), 60,
                  "low's Workload deleted")
     finally:
         lab.kubectl("patch", resource, "low", "-n", ns, "--type=json", "-p",
+                    '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False)
+        lab.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
+        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+        lab.kubectl("delete", "workloadpriorityclass", high, "--wait=false", check=False)
+
+
+def test_a_tenants_batch_job_labelled_as_a_preempted_pytorchjob_holds_none_of_its_quota(
+        lab: LabHandle, pykueue_with_operators: set[str]) -> None:
+    """review25 F3: the tenant of PyTorchJob ``low`` (2 GPU pods) runs an unqueued batch Job
+    ``holder`` whose pod, asking nothing, carries ``training.kubeflow.org/job-name: low``.
+    ``high`` (priority 1000) preempts ``low``: ``high``'s 2 GPU pods run within 90 s and the
+    holder's pod runs on (it is no pod of ``low``'s). Before, pykueue counted any pod a
+    batch Job controls as ``low``'s (the rule meant for an MPIJob's launcher), so ``low``'s
+    evicted Workload kept the quota while the holder ran, and ``high`` waited for good."""
+    if "training-operator" not in pykueue_with_operators:
+        pytest.skip("training-operator not built: run `make operators`")
+    ns, cq, high = preemptible_queue(lab, "holder")
+    try:
+        lab.apply(pytorchjob("low", ns, 1))
+        wait_for(lambda: len(gpu_pods(lab, ns, "PyTorchJob", "low")) == 2, 120,
+                 "low's 2 GPU pods Running")
+        pod = template(0, name="holder")
+        pod["metadata"]["labels"] = {"training.kubeflow.org/job-name": "low"}
+        lab.apply(json.dumps({"apiVersion": "batch/v1", "kind": "Job",
+                              "metadata": {"name": "holder", "namespace": ns},
+                              "spec": {"template": pod, "backoffLimit": 0}}))
+
+        def holder_running() -> bool:
+            return any(p["status"].get("phase") == "Running" for p in lab.get(
+                "pods", "-n", ns, "-l", "batch.kubernetes.io/job-name=holder")["items"])
+
+        wait_for(holder_running, 60, "the holder's pod Running")
+        body = json.loads(pytorchjob("high", ns, 1))
+        body["metadata"]["labels"][PRIORITY] = high
+        lab.apply(json.dumps(body))
+        high_replaces_low(lab, ns, "PyTorchJob")
+        assert holder_running()
+    finally:
+        lab.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
+        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+        lab.kubectl("delete", "workloadpriorityclass", high, "--wait=false", check=False)
+
+
+def test_deleting_a_pytorchjob_leaves_the_pods_of_the_tfjob_of_its_name(
+        lab: LabHandle, pykueue_with_operators: set[str]) -> None:
+    """review25 F4: TFJob ``train`` (1 GPU worker) and PyTorchJob ``train`` (1 GPU master)
+    run in one namespace; both operators label their pods ``training.kubeflow.org/job-name:
+    train``. The tenant deletes the PyTorchJob under a finalizer of its own, then its Workload
+    is deactivated: its pod is deleted (break24), the TFJob's runs on, the same pod, for the
+    20 s watched. Before,
+    pykueue took the TFJob's pod (its podset label, another controller) for one the tenant
+    had moved away from the PyTorchJob and deleted it on every pass."""
+    if "training-operator" not in pykueue_with_operators:
+        pytest.skip("training-operator not built: run `make operators`")
+    ns, cq, high = preemptible_queue(lab, "kin")
+
+    def running(kind: str) -> list[dict[str, Any]]:
+        return [p for p in gpu_pods(lab, ns, "PyTorchJob", "train")
+                if not p["metadata"].get("deletionTimestamp")
+                and any(r.get("controller") and r.get("kind") == kind
+                        for r in p["metadata"].get("ownerReferences") or [])]
+
+    try:
+        torch = json.loads(pytorchjob("train", ns, 1))
+        del torch["spec"]["pytorchReplicaSpecs"]["Worker"]
+        tf = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+              "metadata": {"name": "train", "namespace": ns,
+                           "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+              "spec": {"tfReplicaSpecs": {"Worker": {
+                  "replicas": 1, "restartPolicy": "OnFailure",
+                  "template": template(1, name="tensorflow")}}}}
+        lab.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": [torch, tf]}))
+        wait_for(lambda: len(running("TFJob")) == 1 and len(running("PyTorchJob")) == 1, 120,
+                 "the TFJob's and the PyTorchJob's GPU pods Running")
+        tf_pod = running("TFJob")[0]["metadata"]["uid"]
+        lab.kubectl("patch", "pytorchjob", "train", "-n", ns, "--type=merge", "-p",
+                    json.dumps({"metadata": {"finalizers": [HOLD]}}))
+        lab.kubectl("delete", "pytorchjob", "train", "-n", ns, "--wait=false")
+        # An admin deactivates its Workload: stopped, its pod is deleted (break24).
+        wl = next(w for w in workloads(lab, ns) if w.startswith("pytorchjob-train-"))
+        lab.kubectl("patch", WL, wl, "-n", ns, "--type=merge", "-p",
+                    json.dumps({"spec": {"active": False}}))
+        wait_for(lambda: not running("PyTorchJob"), 60, "the PyTorchJob's pod deleted")
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            tfs = [p["metadata"]["uid"] for p in running("TFJob")]
+            assert tfs == [tf_pod], f"the TFJob's Running GPU pods: {tfs}, was [{tf_pod}]"
+            time.sleep(2)
+    finally:
+        lab.kubectl("patch", "pytorchjob", "train", "-n", ns, "--type=json", "-p",
                     '[{"op": "remove", "path": "/metadata/finalizers"}]', check=False)
         lab.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
         lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)

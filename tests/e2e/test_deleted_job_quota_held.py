@@ -28,7 +28,7 @@ from tests.e2e.test_job_being_deleted_stopped import (
     running,
     two_pod_job,
 )
-from tests.e2e.test_workload_kinds import gpu_queue
+from tests.e2e.test_workload_kinds import TOLERATION, gpu_queue
 from tests.labfixture import LabHandle, wait_for
 
 pytestmark = pytest.mark.lab
@@ -170,3 +170,43 @@ def test_a_deleted_jobs_killed_pods_kept_by_a_finalizer_hold_no_quota(
             p["status"].get("phase") == "Failed" for p in ps), 60,
             "a's 2 pods Failed (killed), kept by the finalizer")
         b_runs(lab, ns, cq, 2, "b admitted and its 2 pods Running beside a's 2 Failed pods")
+
+
+def decoy_pod(name: str, ns: str, job: str, uid: str) -> str:
+    """A tenant's bare Pod, unqueued, asking nothing, that carries Job ``job``'s two pod
+    labels (``uid``: readable on its Workload's ``kueue.x-k8s.io/job-uid`` label) and no
+    ownerReference (rev26)."""
+    return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": name, "namespace": ns,
+        "labels": {JOB_NAME: job, "batch.kubernetes.io/controller-uid": uid}},
+        "spec": {"restartPolicy": "Never", "tolerations": [TOLERATION],
+                 "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "c", "image": "busybox"}]}})
+
+
+def test_a_decoy_pod_with_a_deleted_jobs_labels_holds_none_of_its_quota(
+        lab: LabHandle, pykueue_in_lab: object) -> None:
+    """``a_deleted_b_waiting``; a bare Pod of the tenant's with ``a``'s job-name and
+    controller-uid labels and no owner runs; once ``a``'s own pods are gone, ``b`` is admitted
+    and its 2 pods run while the decoy still runs. Before (rev26) ``a``'s deleted Workload
+    kept its 2 GPUs (the core's hold, and its finalizer) for as long as the decoy ran."""
+    with a_deleted_b_waiting(lab, "decoy") as (ns, cq):
+        a_pods = pods_of(lab, ns, "a")
+        uid = a_pods[0]["metadata"]["labels"]["batch.kubernetes.io/controller-uid"]
+        lab.apply(decoy_pod("decoy", ns, "a", uid))
+        wait_for(lambda: lab.get("pod", "decoy", "-n", ns)["status"].get("phase") == "Running",
+                 60, "the decoy Running")
+        release(lab, a_pods)
+        wait_for(lambda: [p["metadata"]["name"] for p in pods_of(lab, ns, "a")] == ["decoy"],
+                 60, "a's own pods gone, the decoy left")
+
+        def runs() -> bool:
+            decoy = lab.get("pod", "decoy", "-n", ns)
+            assert decoy["status"].get("phase") == "Running", decoy["status"]
+            pods = pods_of(lab, ns, "b")
+            assert gpus(running(pods, "b")) <= QUOTA
+            qr = condition(job_workload(lab, ns, "b"), "QuotaReserved")
+            return bool(qr and qr["status"] == "True" and len(running(pods, "b")) == 2)
+        wait_for(runs, 60, "b admitted and its 2 pods Running beside the decoy")
+        wait_for(lambda: cq_gpu_usage(lab, cq) == (QUOTA, 1), 30,
+                 "the ClusterQueue's status: b's 2 GPUs, 1 reserving Workload")

@@ -280,21 +280,30 @@ def test_unusable_kubeconfigs_make_the_cluster_inactive_with_a_reason(sites):
         "status") == "True"
 
 
-def test_eviction_on_the_manager_removes_the_copies_and_dispatches_again(sites):
-    manager, w1, _ = sites
+def _placed(manager: mk.Site, w1: mk.Site, name: str) -> dict | None:
+    """The manager's Workload of Job ``name`` once placed on worker1 with the Job there."""
+    wl = _workload(manager, name)
+    return wl if ((wl or {}).get("status") or {}).get("clusterName") == "worker1" \
+        and _get(w1, "job", "-n", NS, name) else None
+
+
+def _running_on_worker1(manager: mk.Site, w1: mk.Site) -> tuple[str, dict]:
+    """A new 60 s Job queued on the manager, placed on worker1, its pod running there and
+    counted on the manager's Job (``status.active`` 1, mirrored): its name and Workload."""
     name = f"mk-{uuid.uuid4().hex[:6]}"
     _apply(manager, _job(name, "60s"))
-
-    def placed() -> dict | None:
-        wl = _workload(manager, name)
-        return wl if ((wl or {}).get("status") or {}).get("clusterName") == "worker1" \
-            and _get(w1, "job", "-n", NS, name) else None
-    wl = wait_for(placed, 40, "the Job placed on worker1")
-    wl_name = wl["metadata"]["name"]
-    # Its pod runs on worker1 and is counted on the manager's Job (mirrored): the manager's
-    # quota is released only once that count is gone too.
+    wl = wait_for(lambda: _placed(manager, w1, name), 40, "the Job placed on worker1")
     wait_for(lambda: ((_get(manager, "job", "-n", NS, name) or {}).get("status") or {})
              .get("active") == 1, 30, "the worker's running pod mirrored")
+    return name, wl
+
+
+def test_eviction_on_the_manager_removes_the_copies_and_dispatches_again(sites):
+    manager, w1, _ = sites
+    # Its pod runs on worker1 and is counted on the manager's Job (mirrored): the manager's
+    # quota is released only once that count is gone too.
+    name, wl = _running_on_worker1(manager, w1)
+    wl_name = wl["metadata"]["name"]
     manager.kubectl("patch", "workload", "-n", NS, wl_name, "--type=merge",
                     "-p", '{"spec":{"active":false}}')
 
@@ -305,8 +314,38 @@ def test_eviction_on_the_manager_removes_the_copies_and_dispatches_again(sites):
     wait_for(forgotten, 30, "the copies deleted and clusterName reset after the eviction")
     manager.kubectl("patch", "workload", "-n", NS, wl_name, "--type=merge",
                     "-p", '{"spec":{"active":true}}')
-    wait_for(placed, 40, "the Job placed on worker1 again")
+    wait_for(lambda: _placed(manager, w1, name), 40, "the Job placed on worker1 again")
     manager.kubectl("delete", "job", "-n", NS, name, "--wait=false")
+    wait_for(lambda: _get(w1, "job", "-n", NS, name) is None, 30,
+             "worker1's copy deleted with the manager's Job")
+
+
+def test_a_manager_job_whose_workload_is_deleted_gets_a_new_one(sites):
+    """review25 MK: the Job runs on worker1, its manager copy's ``status.active`` 1
+    mirrored. Its manager Workload deleted by hand (its copies go with it and nothing
+    writes the mirrored count again): the Job gets a new Workload (another uid), which is
+    placed on a worker again. Before, the manager's Job waited on the mirrored count for
+    good: no Workload, ever."""
+    manager, w1, _ = sites
+    name, old = _running_on_worker1(manager, w1)
+    try:
+        manager.kubectl("delete", "workload", "-n", NS, old["metadata"]["name"],
+                        "--wait=false")
+
+        def renewed() -> dict | None:
+            wl = _workload(manager, name)
+            return wl if wl and wl["metadata"]["uid"] != old["metadata"]["uid"] else None
+        try:
+            wait_for(renewed, 30, "a new Workload for the manager's Job")
+        except AssertionError:
+            job = _get(manager, "job", "-n", NS, name) or {}
+            raise AssertionError(f"no new Workload 30 s after the deletion; the manager's "
+                                 f"Job: suspend {job.get('spec', {}).get('suspend')}, "
+                                 f"status {job.get('status')}") from None
+        wait_for(lambda: ((_placed(manager, w1, name) or old)["metadata"]["uid"]
+                          != old["metadata"]["uid"]), 60, "the new Workload placed on worker1")
+    finally:
+        manager.kubectl("delete", "job", "-n", NS, name, "--wait=false", check=False)
     wait_for(lambda: _get(w1, "job", "-n", NS, name) is None, 30,
              "worker1's copy deleted with the manager's Job")
 

@@ -128,7 +128,10 @@ def test_the_gc_probe_is_not_collected_by_a_failed_get() -> None:
 
 
 def _job_pod(name: str, uid: str, **meta: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": "ns", "uid": f"p-{name}", **meta,
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": uid,
+             "controller": True}
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"p-{name}",
+                         "ownerReferences": [owner], **meta,
                          "labels": {"batch.kubernetes.io/job-name": "train",
                                     "batch.kubernetes.io/controller-uid": uid}},
             "spec": {"nodeName": "a100-0"}, "status": {"phase": "Running"}}

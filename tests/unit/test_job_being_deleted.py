@@ -39,7 +39,11 @@ def _ctx(pods: list[dict[str, Any]]) -> FakeCtx:
 
 
 def _pod(name: str, **meta: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": "ns", "uid": f"p-{name}", **meta,
+    """A pod of Job ``train`` as the Job controller makes it (its controller: the Job)."""
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": UID,
+             "controller": True}
+    return {"metadata": {"name": name, "namespace": "ns", "uid": f"p-{name}",
+                         "ownerReferences": [owner], **meta,
                          "labels": {"batch.kubernetes.io/job-name": "train",
                                     "batch.kubernetes.io/controller-uid": UID}},
             "spec": {"nodeName": "a100-0"}, "status": {"phase": "Running"}}

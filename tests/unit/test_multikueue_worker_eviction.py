@@ -333,3 +333,52 @@ def test_the_clusters_and_configs_come_from_the_stores_without_a_request():
     asyncio.run(mk.sync_once())
     assert synced == [["worker9"]]
     assert configs_seen == [["cfg"]]
+
+
+def _running_job_deleted(mk, store, workers, *, finished: bool) -> list:
+    """The manager's Workload placed on worker1, its Job ``j`` counting the worker's pod
+    (``status.active`` 1, mirrored), then deleted by hand (``finished``: after it Finished);
+    returns the manager's status patches (name, patch)."""
+    _ready_on(store, "worker1", "2001-09-09T01:46:39Z")
+    _put_copy(workers["worker1"], ADMITTED)
+    mk.dispatched["ns/wl"] = (BATCH_JOB, "j", {"worker1"})
+    workers["worker1"].objs[("jobs", "ns", "j")] = _job_copy(mk)
+    manager = mk.ctx.client
+    manager.objs[("jobs", "ns", "j")]["status"] = {"active": 1, "ready": 1}
+    patches: list = []
+
+    async def patch(res, name, body, namespace=None, **kw):
+        patches.append((name, body))
+        return {}
+    manager.patch = patch
+    wl = store["ns/wl"]
+    wl["metadata"]["deletionTimestamp"] = T2
+    if finished:
+        wl["status"]["conditions"].append({"type": "Finished", "status": "True",
+                                           "lastTransitionTime": T2})
+    return patches
+
+
+def test_a_deleted_workloads_copies_go_then_its_jobs_mirrored_pods_are_cleared():
+    """review25 MK: a manager Workload deleted by hand (being deleted, or gone): its copies
+    are deleted on the worker, then the pod counts mirrored on its Job are cleared (nothing
+    writes them again once the copy is gone: before, the Job's stop, whose template restore
+    Kubernetes v1.36 refuses while ``status.active`` is not 0, and its new Workload waited
+    for good). Not a Finished Workload's: its job's status says how it ended."""
+    for finished in (False, True):
+        mk, store, workers = _all_at_once()
+        patches = _running_job_deleted(mk, store, workers, finished=finished)
+        asyncio.run(_pass(mk, store))
+        assert sorted(workers["worker1"].deleted) == ["j", "wl"]
+        assert patches == ([] if finished else [
+            ("j", {"status": {"active": None, "ready": None}})]), (finished, patches)
+    for finished in (False, True):  # gone from the store (no finalizer), its copies recorded
+        mk, store, workers = _all_at_once()
+        patches = _running_job_deleted(mk, store, workers, finished=False)
+        if finished:
+            mk.finished.add("ns/wl")
+        del store["ns/wl"]
+        asyncio.run(mk._workload_gone("ns/wl"))
+        assert sorted(workers["worker1"].deleted) == ["j", "wl"] and not mk.dispatched
+        assert patches == ([] if finished else [
+            ("j", {"status": {"active": None, "ready": None}})]), (finished, patches)

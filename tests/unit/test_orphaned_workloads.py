@@ -278,8 +278,9 @@ def _pod(labels: dict[str, str], controller: dict[str, str] | None = None) -> di
 def test_a_pod_with_a_jobs_name_label_and_no_owner_is_not_the_jobs() -> None:
     """A pod a tenant creates with a job's name label and no controller holds none of that
     job's quota while the job exists (else one 10m-CPU pod keeps an evicted job's GPUs
-    reserved and stops a reclaim); the job's own pods do, and so do pods of a job deleted
-    with ``--cascade=orphan`` (their ownerReference went with it)."""
+    reserved and stops a reclaim), nor does one a batch Job controls (the training-operator
+    makes none: ``tests/unit/test_kinds_being_deleted.py``); the job's own pods do, and so do
+    pods of a job deleted with ``--cascade=orphan`` (their ownerReference went with it)."""
     job = {"metadata": {"name": "hog", "uid": "u1", "namespace": "ns"}}
     fake = _pod({"batch.kubernetes.io/job-name": "hog"})
     real = _pod({"batch.kubernetes.io/job-name": "hog", "batch.kubernetes.io/controller-uid": "u1"},
@@ -291,8 +292,8 @@ def test_a_pod_with_a_jobs_name_label_and_no_owner_is_not_the_jobs() -> None:
     forged = _pod(name, {"apiVersion": "v1", "kind": "ConfigMap", "uid": "u9"})
     own = _pod(name, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "uid": "u2"})
     other = _pod(name, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "uid": "u3"})
-    launcher = _pod(name, {"apiVersion": "batch/v1", "kind": "Job", "uid": "u4"})
-    assert pods_of(PYTORCHJOB, [fake, forged, own, other, launcher], torch) == [own, launcher]
+    by_a_job = _pod(name, {"apiVersion": "batch/v1", "kind": "Job", "uid": "u4"})
+    assert pods_of(PYTORCHJOB, [fake, forged, own, other, by_a_job], torch) == [own]
     assert pod_of(PYTORCHJOB, fake, "ddp", "u2", owner_gone=True)
 
 

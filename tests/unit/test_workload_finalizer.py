@@ -66,7 +66,8 @@ def _deleted_jobs_workload(release: str = "WhenPodsGone"
     ctx.store(WL).put(wl)
     rec.on_workload("ADDED", None, wl)
     for i in range(2):
-        ctx.store(POD).put(pod("job", "train", "uid-1", i, phase="Running", deleting=True))
+        ctx.store(POD).put(pod("job", "train", "uid-1", i, phase="Running", deleting=True,
+                               owner_ref=True))
     return rec, ctx, wl
 
 
@@ -80,7 +81,8 @@ def test_a_deleted_jobs_workload_keeps_the_finalizer_while_its_pods_run() -> Non
     assert ctx.client.updates == [] and ctx.client.deletes == []
     # Killed (Failed), kept by a finalizer of the tenant's: they hold nothing any more.
     for i in range(2):
-        ctx.store(POD).put(pod("job", "train", "uid-1", i, phase="Failed", deleting=True))
+        ctx.store(POD).put(pod("job", "train", "uid-1", i, phase="Failed", deleting=True,
+                               owner_ref=True))
     assert _pass(rec) is None
     [body] = ctx.client.updates
     assert body["metadata"]["name"] == wl["metadata"]["name"]

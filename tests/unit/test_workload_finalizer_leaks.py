@@ -1,6 +1,6 @@
-"""Three ways the ``kueue.x-k8s.io/resource-in-use`` finalizer (``jobs.workload_finalizer``)
-stayed on a Workload for good, its quota counted as admitted (review25), and the rule of
-Kueue v0.17.1 each now follows:
+"""Ways the ``kueue.x-k8s.io/resource-in-use`` finalizer (``jobs.workload_finalizer``)
+stayed on a Workload for good, its quota counted as admitted (review25, review26), and the
+rule each now follows (Kueue v0.17.1's, except the last):
 
 - a Job deleted and created again under its name while the first one's pods were going: the
   first one's Workload (its name carries the old uid) loses the finalizer and is deleted
@@ -8,7 +8,9 @@ Kueue v0.17.1 each now follows:
 - a MultiKueue manager's Workload deleted while its Job's status still mirrors the worker's
   active pods: the finalizer goes at once (its pods run on the worker);
 - a Finished Workload deleted: the finalizer goes first, its completed Job is not stopped
-  (the reconciler's order: Finished before deleted)."""
+  (the reconciler's order: Finished before deleted);
+- a Finished Workload deleted while its Job runs without the queue label: the finalizer goes
+  at once (Kueue ignores such a Job until it is deleted)."""
 
 from __future__ import annotations
 
@@ -75,7 +77,8 @@ def test_a_job_recreated_under_its_name_releases_its_predecessors_workload() -> 
     [created] = ctx.created
     assert created["metadata"]["name"] != wl["metadata"]["name"]  # the new Job's, uid-2
     for i in range(2):
-        ctx.store(POD).put(pod("job", "train", "uid-1", i, phase="Failed", deleting=True))
+        ctx.store(POD).put(pod("job", "train", "uid-1", i, phase="Failed", deleting=True,
+                               owner_ref=True))
     _pass(rec)
     assert _finalizers_written(ctx, wl) == [["example.com/other"]]
     assert ctx.client.deletes == []  # being deleted already: the garbage collector's
@@ -156,3 +159,22 @@ def test_a_deleted_finished_workload_loses_the_finalizer_its_job_untouched() -> 
                                        finalizers=("example.com/other",))
     assert _pass(rec, "ns") is None
     assert ctx.writes == []
+
+
+def test_a_finished_workload_of_a_job_running_unqueued_loses_the_finalizer() -> None:
+    """Its Job runs on without the queue label (removed behind the webhook's back): its
+    Workload stays as its record, but once Finished it holds no quota, so a deletion by hand
+    completes at once rather than waiting for the Job to go."""
+    rec, ctx, wl = _deleted_jobs_workload()
+    wl["status"]["conditions"].append({"type": "Finished", "status": "True"})
+    ctx.store(WL).put(wl)
+    job = _job(suspend=False, record=True, deleting=False)
+    job["metadata"].update(uid="uid-1", namespace=NS, labels={})
+    ctx.store(JOB.key).put(job)
+
+    async def get(res: Any, name: str, ns: str) -> dict[str, Any]:
+        return copy.deepcopy(job if res.plural == "jobs" else wl)
+    ctx.client.get = get
+    _pass(rec)
+    assert _finalizers_written(ctx, wl) == [["example.com/other"]]
+    assert ctx.client.deletes == []  # being deleted already

@@ -48,10 +48,11 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.core.multikueue import APPWRAPPER
 from app.integrations.crdrules import CrdRules
+from app.integrations.framework import controlled_by, stored_controller
 from app.integrations.podsets import (
     mark_started,
     merged_node_selector,
@@ -60,6 +61,9 @@ from app.integrations.templated import Path, Template, TemplatedKind, get_in
 from app.kube.client import Resource
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import PODSET_LABEL
+
+if TYPE_CHECKING:
+    from app.kube.context import Context
 
 GROUP, VERSION = "workload.codeflare.dev", "v1beta2"
 APPWRAPPERS = Resource(GROUP, VERSION, "appwrappers", "AppWrapper")
@@ -229,6 +233,10 @@ class AppWrapper(TemplatedKind):
     # The controller labels the wrapped pod templates with the AppWrapper's name; the pods'
     # controller is the wrapped Job (``pod_of``).
     pod_labels = (APPWRAPPER_LABEL, "")
+    # appwrapper v1.2.0 deletes its components and waits for them before it sets
+    # QuotaReserved False and drops its own finalizer: the status covers the pods of a
+    # wrapped PyTorchJob, which ``pod_of`` cannot name.
+    status_kept_once_deleted = True
 
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         """One per podSet (module doc). Raises ``WorkloadSpecError``."""
@@ -263,6 +271,15 @@ class AppWrapper(TemplatedKind):
             return sum(t.count for t in self.templates(obj))
         except WorkloadSpecError:
             return 1  # deployed all the same: active, whatever its shape
+
+    def runs_pods_through(self, ctx: Context, job: Mapping[str, Any], pod: Mapping[str, Any],
+                          name: str, uid: str, *, owner_gone: bool = False) -> bool:
+        """A wrapped Job (controlled by the AppWrapper), or a Job of a wrapped JobSet that the
+        stores hold controlled by the AppWrapper (an unlabelled JobSet is in none unless a
+        TrainJob's store of every JobSet is watched: its pods then count through the
+        AppWrapper's status alone)."""
+        return controlled_by(job, self, name, uid, owner_gone=owner_gone) \
+            or controlled_by(stored_controller(ctx, job), self, name, uid, owner_gone=owner_gone)
 
     def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """The batch Jobs its controller makes: a Job component (by its name) with its

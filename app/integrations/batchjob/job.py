@@ -400,7 +400,7 @@ class BatchJob(KindDefaults):
         left; one Normal Event ``DeletedPods`` on the Job."""
         ns = str((job.get("metadata") or {}).get("namespace", ""))
         deleted = len(await delete_pods(ctx, [
-            p for p in pods_of(self, pods_in(ctx, ns), job)
+            p for p in pods_of(self, pods_in(ctx, ns), job, ctx=ctx)
             if not (p.get("metadata") or {}).get("deletionTimestamp")]))
         if deleted:
             ctx.recorder.emit(job, NORMAL, "DeletedPods",

@@ -3,16 +3,9 @@ the training-operator's PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob (``v1``
 mpi-operator's MPIJob (``v2beta1``), all in ``KINDS``; their webhook routes
 (``ROUTES``, from each kind's ``rules``)."""
 
-from app.integrations.kubeflow.kubeflow import (
-    JAXJOB,
-    MPIJOB,
-    PADDLEJOB,
-    PYTORCHJOB,
-    TFJOB,
-    XGBOOSTJOB,
-)
+from app.integrations.kubeflow.kubeflow import KUBEFLOW_KINDS, MPIJOB
 
-KINDS = (PYTORCHJOB, TFJOB, XGBOOSTJOB, PADDLEJOB, JAXJOB, MPIJOB)
+KINDS = KUBEFLOW_KINDS
 
 ROUTES = tuple(r for k in KINDS for r in k.rules.routes())
 

@@ -21,17 +21,22 @@ Start and stop: ``app.integrations.templated`` (each podSet's flavor into its re
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.core.multikueue import adapter_for
 from app.integrations.crdrules import CrdRules
-from app.integrations.framework import job_finished
+from app.integrations.framework import controlled_by, job_finished
 from app.integrations.templated import Template, TemplatedKind
 from app.kube.client import Resource
 from app.wire.fields import WorkloadSpecError, integer, mapping, string
 
+if TYPE_CHECKING:
+    from app.kube.context import Context
+
 GROUP = "kubeflow.org"
 SUSPEND = ("spec", "runPolicy", "suspend")
+# mpi-operator v0.8.0 (``defaultLabels``) labels the launcher's pods with this role.
+ROLE_LABEL = "training.kubeflow.org/job-role"
 
 
 class KubeflowJob(TemplatedKind):
@@ -87,6 +92,23 @@ class KubeflowJob(TemplatedKind):
         return self._podset_child(obj, "launcher", "-launcher") if "Launcher" in self.order \
             else {}
 
+    def runs_pods_through(self, ctx: Context, job: Mapping[str, Any], pod: Mapping[str, Any],
+                          name: str, uid: str, *, owner_gone: bool = False) -> bool:
+        """MPIJob: its launcher, the Job ``<name>-launcher`` that mpi-operator v0.8.0
+        (``newLauncherJob``) makes controlled by the MPIJob (and uses only while it is:
+        ``getLauncherJob``), its pods labelled ``training.kubeflow.org/job-role: launcher``.
+        The training-operator's kinds run every pod themselves: none."""
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        return "Launcher" in self.order \
+            and (job.get("metadata") or {}).get("name") == f"{name}-launcher" \
+            and labels.get(ROLE_LABEL) == "launcher" \
+            and controlled_by(job, self, name, uid, owner_gone=owner_gone)
+
+    def label_kin(self) -> tuple[Any, ...]:
+        """The other Kubeflow kinds: every one labels its pods
+        ``training.kubeflow.org/job-name``."""
+        return tuple(k for k in KUBEFLOW_KINDS if k is not self)
+
     def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
         """(finished, ``Succeeded``/``Failed``, message) from those conditions."""
         return job_finished(obj, complete="Succeeded", kind=self.kind)
@@ -122,3 +144,4 @@ JAXJOB = KubeflowJob("JAXJob", "jaxjobs", "jaxReplicaSpecs", ("Worker",))
 # with podSets ``launcher`` then ``worker``.
 MPIJOB = KubeflowJob("MPIJob", "mpijobs", "mpiReplicaSpecs", ("Launcher", "Worker"),
                      version="v2beta1")
+KUBEFLOW_KINDS = (PYTORCHJOB, TFJOB, XGBOOSTJOB, PADDLEJOB, JAXJOB, MPIJOB)

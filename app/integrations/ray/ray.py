@@ -336,9 +336,9 @@ class _ClusterOwner(_RayKind):
         without an owner (the cluster deleted with ``--cascade=orphan``: they run on, with
         the admission's scheduling), as a gone owner's pods count for its own orphaned
         Workload (``pods_of_workload``)."""
-        return sum(len(pods_of(RAYCLUSTER, pods, rc))
+        return sum(len(pods_of(RAYCLUSTER, pods, rc, ctx=ctx))
                    for rc in self._made_clusters(ctx, workload, uid)) \
-            + sum(len(pods_of(RAYCLUSTER, pods, rc, owner_gone=True))
+            + sum(len(pods_of(RAYCLUSTER, pods, rc, owner_gone=True, ctx=ctx))
                   for rc in self._gone_clusters(ctx, workload))
 
     def _gone_clusters(self, ctx: Context, workload: Mapping[str, Any]) -> list[Obj]:

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.multikueue import TRAINJOB, TRAINJOB_PATCH_MANAGER
 from app.integrations.crdrules import CrdRules
-from app.integrations.framework import job_finished
+from app.integrations.framework import controlled_by, job_finished, stored_controller
 from app.integrations.jobsetspec import jobset_templates
 from app.integrations.podsets import (
     admitted_scheduling,
@@ -284,6 +284,16 @@ class TrainJob(TemplatedKind):
         return sum(int(s.get("active") or 0)
                    for s in ((obj.get("status") or {}).get("jobsStatus")) or []
                    if isinstance(s, Mapping))
+
+    def runs_pods_through(self, ctx: Context, job: Mapping[str, Any], pod: Mapping[str, Any],
+                          name: str, uid: str, *, owner_gone: bool = False) -> bool:
+        """A Job of the trainer's JobSet: controlled by the JobSet named as the TrainJob
+        (``made_via``), which the stores hold controlled by the TrainJob."""
+        refs = (job.get("metadata") or {}).get("ownerReferences") or []
+        jobset = stored_controller(ctx, job)
+        return any(isinstance(r, Mapping) and r.get("controller") is True
+                   and self.made_via({"metadata": {"name": name}}, r) for r in refs) \
+            and controlled_by(jobset, self, name, uid, owner_gone=owner_gone)
 
     def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """``<trainjob>-<replicatedJob>-<index>`` (the JobSet's Jobs, jobset ``GenJobName``),
