@@ -300,12 +300,24 @@ class FairSharingSettings(BaseModel):
     each ClusterQueue and Cohort (``spec.fairSharing.weight``) orders the heads of a cycle
     and chooses preemption victims (reason ``InCohortFairSharing``).
     ``PYKUEUE_FAIR_SHARING__ENABLE=true``,
-    ``PYKUEUE_FAIR_SHARING__PREEMPTION_STRATEGIES='["LessThanInitialShare"]'``."""
+    ``PYKUEUE_FAIR_SHARING__PREEMPTION_STRATEGIES='["LessThanInitialShare"]'``.
+
+    ``s2b_priority_guard`` (true/false; pykueue's rule, default false = Kueue v0.17.1's,
+    which has none): ``LessThanInitialShare`` (S2-b) evicts no Workload of another
+    ClusterQueue whose priority is above the preemptor's. Kueue's S2-b can loop: a
+    priority-0 Workload evicts another queue's priority-1 Workload, that queue's priority-0
+    Workloads take the capacity back, the priority-1 Workload evicts them within its
+    ClusterQueue (``withinClusterQueue: LowerPriority``), and so on forever
+    (docs/fair-sharing.md; the example in tests/unit/core/test_hierarchy_properties.py).
+    Only with ``enable``. ``PYKUEUE_FAIR_SHARING__S2B_PRIORITY_GUARD=true``."""
+
+    model_config = ConfigDict(extra="forbid")
 
     enable: bool = False
     preemption_strategies: list[str] = Field(
         default_factory=lambda: ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
     )
+    s2b_priority_guard: bool = False
 
     @model_validator(mode="after")
     def _kueue_strategy_lists(self) -> FairSharingSettings:
@@ -323,7 +335,8 @@ class FairSharingSettings(BaseModel):
         """The core's ``FairSharing`` (None when disabled)."""
         if not self.enable:
             return None
-        return FairSharing(tuple(FairSharingStrategy(x) for x in self.preemption_strategies))
+        return FairSharing(tuple(FairSharingStrategy(x) for x in self.preemption_strategies),
+                           s2b_priority_guard=self.s2b_priority_guard)
 
 
 # Kubernetes qualified name (apimachinery IsQualifiedName): [DNS-subdomain prefix "/"] name of at

@@ -244,6 +244,10 @@ def simulate(
     fair_sharing: bool = typer.Option(
         False, "--fair-sharing", help="Enable fair sharing (Kueue's fairSharing, both "
         "preemption strategies): weights order admission and choose victims."),
+    s2b_priority_guard: bool = typer.Option(
+        False, "--s2b-priority-guard", help="With --fair-sharing: LessThanInitialShare "
+        "evicts no Workload above the preemptor's priority (pykueue's rule, "
+        "fair_sharing.s2b_priority_guard; off = Kueue v0.17.1's)."),
     nominal: list[str] = typer.Option(  # noqa: B008 - typer's idiom
         [], help="What if: CLUSTERQUEUE:FLAVOR:RESOURCE=QUANTITY (repeatable)."),
     requeue_batch: str = typer.Option(
@@ -269,11 +273,14 @@ def simulate(
         delay = None if eviction_delay is None else parse_duration_us(eviction_delay)
         stop = None if until is None else parse_duration_us(until)
         batch_s = parse_duration_us(requeue_batch) / 1e6
+        if s2b_priority_guard and not fair_sharing:
+            raise ValueError("--s2b-priority-guard needs --fair-sharing")
     except (TraceError, ValueError, OSError) as exc:
         typer.echo(f"pykueue simulate: {exc}", err=True)
         raise typer.Exit(code=2) from exc
     gc_policy.apply()
-    core = Scheduler(FairSharing() if fair_sharing else None, parsed.admission_fair_sharing,
+    fair = FairSharing(s2b_priority_guard=s2b_priority_guard) if fair_sharing else None
+    core = Scheduler(fair, parsed.admission_fair_sharing,
                      requeue_batch_s=batch_s)
     # With fair sharing: each queue's share of its cohort tree against its weighted fair share
     # (app.sim.fairness; it samples pending demand at every instant, so only when asked).

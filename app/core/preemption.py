@@ -37,7 +37,13 @@ quota, else only when the strategy holds at the lowest common ancestor: S2-a
 ``LessThanOrEqualToFinalShare`` (preemptor's share after admission ≤ the target's share after
 the eviction) or S2-b ``LessThanInitialShare`` (< the target's share before it, one victim
 per queue). A queue that fails the test is pruned. Reason ``InCohortFairSharing``. Then the
-same fill-back as classical preemption.
+same fill-back as classical preemption. With ``FairSharing.s2b_priority_guard`` (pykueue's
+opt-in; off, as Kueue v0.17.1, by default) S2-b takes no victim of higher priority than the
+preemptor (S2-a and reclaim within nominal stay priority-blind). S2-b can leave the target
+queue below the preemptor; with Kueue v0.17.1's rule a lower-priority Workload's S2-b
+eviction, the target queue's lower-priority Workloads coming back and the victim's own
+``withinClusterQueue`` preemption of them can follow one another forever
+(tests/unit/core/test_hierarchy_properties.py has the example, round by round).
 
 Simulation removes usage from the ``QuotaTree`` and restores it exactly before returning.
 """
@@ -368,7 +374,7 @@ class _FairSearch(_Search):
         return max(pools, key=descent)
 
     def run(
-        self, cands: list[Candidate], strategy: FairSharingStrategy
+        self, cands: list[Candidate], strategy: FairSharingStrategy, guard: bool = False
     ) -> list[Target] | None:
         tree, own = self.tree, self.p.cluster_queue
         pools: dict[ClusterQueueName, list[Candidate]] = {}
@@ -377,6 +383,7 @@ class _FairSearch(_Search):
         removed: list[Target] = []
         fits = False
         once = strategy == FairSharingStrategy.LESS_THAN_INITIAL_SHARE
+        guarded = once and guard
         while pools:
             cq = self.target(pools)
             c = pools[cq].pop(0)
@@ -388,6 +395,8 @@ class _FairSearch(_Search):
                 continue  # back within its quota after earlier victims
             elif self.within_nominal():
                 reason = PreemptionReason.IN_COHORT_RECLAMATION
+            elif guarded and c.priority > self.p.priority:
+                continue  # s2b_priority_guard: no S2-b victim above the preemptor's priority
             else:
                 mine = tree.path_shares(own, self.request)
                 before = tree.path_shares(cq)
@@ -431,7 +440,7 @@ def find_fair_targets(
         return None
     search = _FairSearch(p, spec, tree, need_t, request)
     for strategy in fair.strategies:
-        found = search.run(cands, strategy)
+        found = search.run(cands, strategy, fair.s2b_priority_guard)
         if found:
             return Targets(tuple(found), True)
     return None

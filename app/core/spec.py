@@ -301,12 +301,15 @@ class FairSharing:
     """Fair sharing settings of the core (Kueue Configuration ``fairSharing``): when given to
     ``Scheduler``, the dominant resource share of each node of the cohort tree orders the heads
     of a cycle and chooses preemption victims. ``strategies``: tried in order; Kueue allows
-    [S2-a], [S2-b] or [S2-a, S2-b] (the default)."""
+    [S2-a], [S2-b] or [S2-a, S2-b] (the default). ``s2b_priority_guard``: pykueue's opt-in
+    (default off, Kueue v0.17.1's rule): S2-b (``LessThanInitialShare``) takes no victim of
+    another ClusterQueue above the preemptor's priority (app.core.preemption)."""
 
     strategies: tuple[FairSharingStrategy, ...] = (
         FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
         FairSharingStrategy.LESS_THAN_INITIAL_SHARE,
     )
+    s2b_priority_guard: bool = False
 
 
 @dataclass(frozen=True, slots=True)

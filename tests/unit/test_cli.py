@@ -313,6 +313,57 @@ def test_simulate_fair_sharing_reports_shares_against_fair_shares() -> None:
     assert "fair_share" not in json.loads(plain.output)
 
 
+# docs/fair-sharing.md, s2b_priority_guard: q0 (1 cpu) and q1 (0) borrow from org, which
+# can lend 5 cpu (its child cohort pool's 4 and q0's 1). high (q0, 4 cpu, priority 1) and
+# one low (q1, 1 cpu) run; the second low finds room only by LessThanInitialShare.
+S2B_STEP = """\
+name: s2b-step
+flavors: [{name: default}]
+cohorts:
+  - name: org
+    resourceGroups: &zero
+      - coveredResources: [cpu]
+        flavors: [{name: default, resources: [{name: cpu, nominalQuota: 0}]}]
+  - name: pool
+    parentName: org
+    resourceGroups:
+      - coveredResources: [cpu]
+        flavors: [{name: default, resources: [{name: cpu, nominalQuota: 4}]}]
+clusterQueues:
+  - name: q0
+    cohort: org
+    namespaceSelector: {}
+    preemption: {withinClusterQueue: LowerPriority, reclaimWithinCohort: Any}
+    resourceGroups:
+      - coveredResources: [cpu]
+        flavors: [{name: default, resources: [{name: cpu, nominalQuota: 1}]}]
+    workloads:
+      - {class: high, count: 1, start: 0s, request: {cpu: 4}, runtime: 1h, priority: 1}
+  - name: q1
+    cohort: org
+    namespaceSelector: {}
+    preemption: {withinClusterQueue: LowerPriority, reclaimWithinCohort: Any}
+    resourceGroups: *zero
+    workloads:
+      - {class: low, count: 2, interval: 1s, start: 1s, request: {cpu: 1}, runtime: 1h}
+"""
+
+
+def test_simulate_passes_the_s2b_priority_guard_to_the_core(tmp_path: Path) -> None:
+    trace = tmp_path / "s2b.yaml"
+    trace.write_text(S2B_STEP)
+
+    def evictions(*flags: str) -> dict[str, int]:
+        r = CliRunner().invoke(cli, ["simulate", str(trace), "--fair-sharing", "--json", *flags])
+        assert r.exit_code == 0, r.output
+        return {k: c["evictions"] for k, c in json.loads(r.output)["classes"].items()}
+
+    assert evictions() == {"high": 1, "low": 0}  # Kueue v0.17.1: priority-blind
+    assert evictions("--s2b-priority-guard") == {"high": 0, "low": 0}
+    r = CliRunner().invoke(cli, ["simulate", str(trace), "--s2b-priority-guard"])
+    assert r.exit_code == 2 and "--s2b-priority-guard needs --fair-sharing" in r.output
+
+
 def test_wide_view_lists_gpus_first_whatever_the_api_order(run) -> None:
     """``-o wide``: a ClusterQueue's rows GPUs first, then cpu and memory, as the default
     view, whatever order the API gives them in (fresh7: cpu and memory came first)."""

@@ -47,6 +47,27 @@ def test_fair_sharing_is_off_by_default_and_enabled_from_the_environment(
     assert core is not None and [s.value for s in core.strategies] == ["LessThanInitialShare"]
 
 
+def test_the_s2b_priority_guard_is_off_as_kueue_and_reaches_the_core_when_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PYKUEUE_FAIR_SHARING__ENABLE", "true")
+    core = Settings().fair_sharing.core()
+    assert core is not None and not core.s2b_priority_guard  # Kueue v0.17.1's rule
+    monkeypatch.setenv("PYKUEUE_FAIR_SHARING__S2B_PRIORITY_GUARD", "true")
+    core = Settings().fair_sharing.core()
+    assert core is not None and core.s2b_priority_guard
+    from app.controllers.manager import Manager  # `pykueue serve`'s core
+
+    fair = Manager(Settings()).cluster.fair_sharing
+    assert fair is not None and fair.s2b_priority_guard
+
+
+def test_a_misspelled_fair_sharing_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYKUEUE_FAIR_SHARING__S2B_PRIORITY_GAURD", "true")
+    with pytest.raises(ValidationError, match="s2b_priority_gaurd"):
+        Settings()
+
+
 def test_admission_fair_sharing_is_off_by_default_and_read_as_kueues_configuration(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
