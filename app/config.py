@@ -309,7 +309,8 @@ class FairSharingSettings(BaseModel):
     Workloads take the capacity back, the priority-1 Workload evicts them within its
     ClusterQueue (``withinClusterQueue: LowerPriority``), and so on forever
     (docs/fair-sharing.md; the example in tests/unit/core/test_hierarchy_properties.py).
-    Only with ``enable``. ``PYKUEUE_FAIR_SHARING__S2B_PRIORITY_GUARD=true``."""
+    Refused (ValueError) without ``enable`` or without ``LessThanInitialShare`` among the
+    strategies. ``PYKUEUE_FAIR_SHARING__S2B_PRIORITY_GUARD=true``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -329,6 +330,13 @@ class FairSharingSettings(BaseModel):
                 f"fair_sharing.preemption_strategies must be one of {list(allowed)}, "
                 f"got {self.preemption_strategies}"
             )
+        # pykueue's own setting: refused where it would do nothing, never silently ignored.
+        if self.s2b_priority_guard and not self.enable:
+            raise ValueError("fair_sharing.s2b_priority_guard needs fair_sharing.enable: true "
+                             "(it guards fair sharing's LessThanInitialShare preemption)")
+        if self.s2b_priority_guard and "LessThanInitialShare" not in self.preemption_strategies:
+            raise ValueError("fair_sharing.s2b_priority_guard guards the LessThanInitialShare "
+                             "strategy, which fair_sharing.preemption_strategies leaves out")
         return self
 
     def core(self) -> FairSharing | None:

@@ -62,6 +62,19 @@ def test_the_s2b_priority_guard_is_off_as_kueue_and_reaches_the_core_when_set(
     assert fair is not None and fair.s2b_priority_guard
 
 
+def test_the_s2b_priority_guard_is_refused_where_it_would_do_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PYKUEUE_FAIR_SHARING__S2B_PRIORITY_GUARD", "true")
+    with pytest.raises(ValidationError, match="needs fair_sharing.enable"):
+        Settings()
+    monkeypatch.setenv("PYKUEUE_FAIR_SHARING__ENABLE", "true")
+    monkeypatch.setenv("PYKUEUE_FAIR_SHARING__PREEMPTION_STRATEGIES",
+                       '["LessThanOrEqualToFinalShare"]')
+    with pytest.raises(ValidationError, match="leaves out"):
+        Settings()
+
+
 def test_a_misspelled_fair_sharing_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYKUEUE_FAIR_SHARING__S2B_PRIORITY_GAURD", "true")
     with pytest.raises(ValidationError, match="s2b_priority_gaurd"):
