@@ -10,7 +10,6 @@ status its operator never writes again kept all three forever)."""
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from collections.abc import Iterator
 
@@ -20,31 +19,19 @@ from tests.e2e.conftest import operators_running
 from tests.e2e.test_breaker12_findings import JOBSET_GC_PROBE
 from tests.e2e.test_jobset import _long_jobset, admitted, drop, owned_workload
 from tests.e2e.test_ray import cpu_and_gpu_groups, placed, ray_gc_probes, rayjob
+from tests.e2e.test_workload_finalizer import IN_USE, labmod, pykueue_finalizing
 from tests.e2e.test_workload_kinds import gpu_queue, live
-from tests.labfixture import ROOT, WORKLOAD_GC_PROBE, LabHandle, wait_for, wait_gc_watches
-
-sys.path.insert(0, str(ROOT / "hack"))
-import lab as labmod  # noqa: E402
-import scenario  # noqa: E402
+from tests.labfixture import WORKLOAD_GC_PROBE, LabHandle, wait_for, wait_gc_watches
 
 pytestmark = pytest.mark.lab
-IN_USE = "kueue.x-k8s.io/resource-in-use"
-ENV = {"PYKUEUE_JOBS__WORKLOAD_FINALIZER": "true"}
 
 
 @pytest.fixture(scope="module")
 def finalizing(lab: LabHandle) -> Iterator[labmod.Lab]:
     """JobSet and KubeRay running, then pykueue with ``jobs.workload_finalizer`` on (a CRD
     installed after pykueue starts is picked up only at its next discovery poll)."""
-    with operators_running(lab, "jobset", "kuberay"):
-        handle = labmod.from_args(str(lab.state), lab.port_base, str(lab.bin_dir))
-        labmod.pykueue_down(handle)
-        scenario.prepare(handle)
-        labmod.pykueue_up(handle, extra_env=ENV)
-        try:
-            yield handle
-        finally:
-            labmod.pykueue_down(handle)
+    with operators_running(lab, "jobset", "kuberay"), pykueue_finalizing(lab) as handle:
+        yield handle
 
 
 def cq_usage(lab: LabHandle, cq: str) -> tuple[list[tuple[str, str, str, str]], int, int]:

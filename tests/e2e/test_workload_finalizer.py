@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -34,9 +35,9 @@ IN_USE = "kueue.x-k8s.io/resource-in-use"
 ENV = {"PYKUEUE_JOBS__WORKLOAD_FINALIZER": "true"}
 
 
-@pytest.fixture(scope="module")
-def finalizing(lab: LabHandle) -> Iterator[labmod.Lab]:
-    """pykueue with ``jobs.workload_finalizer`` on; stopped after the module."""
+@contextmanager
+def pykueue_finalizing(lab: LabHandle) -> Iterator[labmod.Lab]:
+    """pykueue restarted with ``jobs.workload_finalizer`` on for the block; stopped after."""
     handle = labmod.from_args(str(lab.state), lab.port_base, str(lab.bin_dir))
     labmod.pykueue_down(handle)
     scenario.prepare(handle)
@@ -45,6 +46,13 @@ def finalizing(lab: LabHandle) -> Iterator[labmod.Lab]:
         yield handle
     finally:
         labmod.pykueue_down(handle)
+
+
+@pytest.fixture(scope="module")
+def finalizing(lab: LabHandle) -> Iterator[labmod.Lab]:
+    """pykueue with ``jobs.workload_finalizer`` on; stopped after the module."""
+    with pykueue_finalizing(lab) as handle:
+        yield handle
 
 
 def test_a_deleted_jobs_quota_is_held_through_a_restart_until_its_pods_are_gone(
