@@ -38,6 +38,7 @@ from app.kube.events import NORMAL
 from app.wire.fields import Obj
 from app.wire.names import ADOPTED_BY_ANNOTATION, PODSET_LABEL, QUEUE_NAME_LABEL
 from app.wire.owners import OwnerRef, controller_of_object, controller_ref
+from app.wire.workload_status import parse_time
 
 if TYPE_CHECKING:
     from app.kube.client import Resource
@@ -646,7 +647,7 @@ def pods_once_ignored(kind: JobKind, pods: Iterable[Mapping[str, Any]],
     name_label, uid_label = pod_labels(kind)
     meta = obj.get("metadata") or {}
     name, uid = str(meta.get("name", "")), str(meta.get("uid") or "")
-    deleted_at = str(meta.get("deletionTimestamp") or "")
+    deleted_at = parse_time(meta.get("deletionTimestamp"))
     out = []
     for p in pods:
         pmeta = p.get("metadata") or {}
@@ -657,7 +658,8 @@ def pods_once_ignored(kind: JobKind, pods: Iterable[Mapping[str, Any]],
         if pod_of(kind, p, name, uid, ctx=ctx):
             out.append(p)
             continue
-        if deleted_at and _rfc3339_after(str(pmeta.get("creationTimestamp") or ""), deleted_at):
+        created = parse_time(pmeta.get("creationTimestamp"))
+        if deleted_at is not None and created is not None and created > deleted_at:
             continue
         ref = controller_of_object(p)
         if pod_of(kind, p, name, uid, owner_gone=True, ctx=ctx) or (
@@ -666,16 +668,6 @@ def pods_once_ignored(kind: JobKind, pods: Iterable[Mapping[str, Any]],
             out.append(p)
     return out
 
-
-def _rfc3339_after(when: str, than: str) -> bool:
-    """Whether Kubernetes timestamp ``when`` is later than ``than`` (both
-    ``YYYY-MM-DDTHH:MM:SSZ``, as the API server writes metadata timestamps, which then order
-    as strings); False when either is missing or of another shape (the pod then counts)."""
-    shape = len("2006-01-02T15:04:05Z")
-    if len(when) != shape or len(than) != shape or not when.endswith("Z") \
-            or not than.endswith("Z"):
-        return False
-    return when > than
 
 
 def own_running_pods(kind: JobKind, pods: Iterable[Mapping[str, Any]],
