@@ -69,7 +69,7 @@ bench: setup ## benchmarks (core cycle, simulator, ETA, webhook, extender); JSON
 bench-lab: setup controlplane ## Kueue's baseline through the reconciler on a private lab; JSON on stdout
 	$(BIN)/python bench/lab_baseline.py
 
-operators: ## build JobSet, training-operator, mpi-operator, KubeRay, LeaderWorkerSet, Kubeflow Trainer v2 from Go modules into ~/.cache/pykueue/operators, with their CRDs (no-op when built)
+operators: ## build JobSet, training-operator, mpi-operator, KubeRay, LeaderWorkerSet, Kubeflow Trainer v2, AppWrapper, spark-operator (+ Spark jars) from Go modules into ~/.cache/pykueue/operators, with their CRDs (no-op when built)
 	bash hack/build-operators.sh
 
 operators-up: lab-up operators ## install the operators' CRDs into the lab and start them out of cluster (logs in the lab's logs/)
