@@ -67,7 +67,7 @@ import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -105,6 +105,7 @@ from app.core.multikueue import (
 from app.kube.client import (
     ADMISSION_CHECKS,
     JOBS,
+    JSON_PATCH,
     MULTIKUEUE_CLUSTERS,
     SECRETS,
     WORKLOADS,
@@ -167,12 +168,26 @@ def _placed_without_quota(wl: Mapping[str, Any]) -> bool:
     return c is None or c.get("status") != "True"
 
 
-def _owner(wl: Mapping[str, Any]) -> tuple[Adapter, str] | None:
-    """The adapter of the Workload's controller's kind and the controller's name, or None
-    (no controller, or a kind MultiKueue does not dispatch)."""
+class JobRef(NamedTuple):
+    """The manager's job a Workload belongs to, from the Workload's controller reference:
+    its kind's adapter, its name and its uid ("" when the reference names none)."""
+
+    adapter: Adapter
+    name: str
+    uid: str
+
+    def holds(self, job: Mapping[str, Any]) -> bool:
+        """Whether ``job`` (the manager's object of that name) is this one: a job deleted
+        and created again under the same name is another, whose own Workload mirrors it."""
+        return not self.uid or (job.get("metadata") or {}).get("uid") == self.uid
+
+
+def _owner(wl: Mapping[str, Any]) -> JobRef | None:
+    """The Workload's job (``JobRef``), or None (no controller, or a kind MultiKueue does
+    not dispatch)."""
     ref = controller_of_object(wl)
     a = adapter_for(ref.api_version, ref.kind) if ref is not None else None
-    return (a, ref.name) if a is not None and ref is not None else None
+    return JobRef(a, ref.name, ref.uid) if a is not None and ref is not None else None
 
 
 def _resource(a: Adapter) -> Resource:
@@ -252,9 +267,9 @@ class MultiKueueController:
         self.ctx = ctx
         self.s = ctx.settings.multikueue
         self.workers: dict[str, Worker] = {}
-        # Workload key -> (its job's adapter and name, workers it was sent to), for the
-        # clean-up after it finishes, loses its quota or is deleted.
-        self.dispatched: dict[str, tuple[Adapter, str, set[str]]] = {}
+        # Workload key -> (its job, workers it was sent to), for the clean-up after it
+        # finishes, loses its quota or is deleted.
+        self.dispatched: dict[str, tuple[JobRef, set[str]]] = {}
         # Workloads done with (finished, or without quota) whose workers were looked at once.
         self.cleaned: set[str] = set()
         # Workloads seen Finished, kept while seen or dispatched (``_workload_gone``).
@@ -591,7 +606,7 @@ class MultiKueueController:
         if owner is None:
             await self._set_check(wl, st["name"], "Rejected", "No multikueue adapter found")
             return
-        adapter, job_name = owner
+        adapter, job_name, _ = owner
         res = _resource(adapter)
         local_job = self._stored(adapter, ns, job_name)
         if local_job is None:
@@ -599,6 +614,8 @@ class MultiKueueController:
                 local_job = await self.ctx.client.get(res, job_name, ns)
             except NotFound:
                 return
+        if not owner.holds(local_job):
+            return  # its job is gone: the job of that name is another, with its own Workload
         refused = adapter.not_managed_message(local_job)
         if refused is not None:
             await self._set_check(wl, st["name"], "Rejected", refused)
@@ -640,9 +657,9 @@ class MultiKueueController:
             # A worker not reached now (down, unreachable) keeps its place in the record:
             # its copies are deleted once it answers again (Kueue's reconciler on reconnect),
             # not left to run there beside the winner's.
-            sent = self.dispatched.get(key, (adapter, job_name, set()))[2]
+            sent = self.dispatched.get(key, (owner, set()))[1]
             unreached = {n for n in sent if n != winner and n not in remotes}
-            self.dispatched[key] = (adapter, job_name, {winner} | unreached)
+            self.dispatched[key] = (owner, {winner} | unreached)
             status = wl.get("status") or {}
             if st.get("state") != "Ready" or status.get("clusterName") != winner:
                 if st.get("state") not in ("Retry", "Rejected"):
@@ -675,7 +692,7 @@ class MultiKueueController:
         else:
             nominated = await self._nominate(wl, key, clusters, sorted(remotes))
         targets = {n: c for n, c in remotes.items() if n in nominated}
-        self.dispatched.setdefault(key, (adapter, job_name, set()))[2].update(targets)
+        self.dispatched.setdefault(key, (owner, set()))[1].update(targets)
         await self._no_worker(key, nominated)
         for name, client in targets.items():
             if wls.get(name) is None:
@@ -697,22 +714,32 @@ class MultiKueueController:
         entry = self.dispatched.get(key)
         await self._remove_remotes(key)
         if entry is not None and key not in self.dispatched and key not in self.finished:
-            await self._clear_running(key.split("/", 1)[0], entry[:2])
+            await self._clear_running(key.split("/", 1)[0], entry[0])
 
-    async def _clear_running(self, ns: str, owner: tuple[Adapter, str] | None) -> None:
-        """Clear the running-pod counts mirrored on the manager's job (its pods ran on a
-        worker: ``Adapter.running_status``)."""
+    async def _clear_running(self, ns: str, owner: JobRef | None) -> None:
+        """Clear the running-pod counts mirrored on the manager's job ``owner`` (its pods ran
+        on a worker: ``Adapter.running_status``), only while the job of that name is that
+        one: a job deleted and created again under the same name is another, whose mirrored
+        counts its own Workload keeps. The uid is checked on the copy read and,
+        for a job replaced since, by the API server: a JSON Patch whose first operation
+        ``test``s ``/metadata/uid`` (a merge patch's ``metadata.uid`` is no precondition
+        on a custom resource's status subresource, whose strategy keeps the stored
+        metadata). A mismatch there answers 422, taken as "not ours", as every other API
+        error: the next pass reads again."""
         if owner is None:
             return
-        adapter, name = owner
+        adapter, name, uid = owner
         with contextlib.suppress(ApiError):
             job = self._stored(adapter, ns, name) \
                 or await self.ctx.client.get(_resource(adapter), name, ns)
             status = (job or {}).get("status") or {}
-            clear = {k: None for k in adapter.running_status if status.get(k)}
-            if job is not None and clear:
-                await self.ctx.client.patch(_resource(adapter), name, {"status": clear}, ns,
-                                            subresource="status")
+            clear = [k for k in adapter.running_status if status.get(k)]
+            if job is None or not clear or not owner.holds(job):
+                return
+            ops = [{"op": "test", "path": "/metadata/uid", "value": uid}] if uid else []
+            ops += [{"op": "remove", "path": f"/status/{k}"} for k in clear]
+            await self.ctx.client.patch(_resource(adapter), name, ops, ns,
+                                        content_type=JSON_PATCH, subresource="status")
 
     def _stored(self, adapter: Adapter, ns: str, name: str) -> Obj | None:
         """The manager's job ``ns/name`` from its kind's informer (key ``job``, or the kind
@@ -876,8 +903,9 @@ class MultiKueueController:
                                                             or [])] if n}
             owner = _owner(wl)
             if owner and sent_to:
-                entry = self.dispatched[key] = (*owner, sent_to)
-        adapter, job_name, sent = entry or (BATCH_JOB, "", set())
+                entry = self.dispatched[key] = (owner, sent_to)
+        job, sent = entry or (JobRef(BATCH_JOB, "", ""), set())
+        adapter, job_name = job.adapter, job.name
         ns = key.split("/", 1)[0]
         for name in list(sent):
             w = self.workers.get(name)
