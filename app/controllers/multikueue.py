@@ -78,6 +78,7 @@ from app.core.multikueue import (
     KUBECONFIG_KEY,
     NO_WORKER,
     ORIGIN_LABEL,
+    PREBUILT_LABEL,
     SOONEST,
     Adapter,
     Verdict,
@@ -653,7 +654,7 @@ class MultiKueueController:
         if winner is not None:
             for name in [n for n in remotes if n != winner]:
                 await self._delete_remote(remotes[name], ns, res, job_name, jobs.get(name),
-                                          wls.get(name))
+                                          wls.get(name), meta["name"])
             # A worker not reached now (down, unreachable) keeps its place in the record:
             # its copies are deleted once it answers again (Kueue's reconciler on reconnect),
             # not left to run there beside the winner's.
@@ -688,7 +689,7 @@ class MultiKueueController:
             for name in [n for n in remotes if n not in nominated and wls.get(n) is not None]:
                 # Not the soonest: its copy (pending there) goes.
                 await self._delete_remote(remotes[name], ns, res, job_name, jobs.get(name),
-                                          wls.get(name))
+                                          wls.get(name), meta["name"])
         else:
             nominated = await self._nominate(wl, key, clusters, sorted(remotes))
         targets = {n: c for n, c in remotes.items() if n in nominated}
@@ -878,13 +879,17 @@ class MultiKueueController:
                                     meta["namespace"], subresource="status")
 
     async def _delete_remote(self, client: KubeClient, ns: str, res: Resource, job_name: str,
-                             job: Obj | None, wl: Obj | None) -> None:
+                             job: Obj | None, wl: Obj | None, wl_name: str) -> None:
         """Delete a worker's copy of the job (in the background: its pods go with it) and of
         the Workload; absent ones are ignored. A job of that name this manager did not make
         (no ``kueue.x-k8s.io/multikueue-origin: <origin>`` label: the team's own, submitted
-        to the worker) is left alone; Kueue v0.17.1 deletes it by name (breaker15)."""
+        to the worker) is left alone; Kueue v0.17.1 deletes it by name (breaker15). So is
+        one made for another Workload than ``wl_name`` (the manager's Workload; its
+        ``kueue.x-k8s.io/prebuilt-workload-name`` label): the copy of a job deleted and
+        created again under the same name, which the new job's Workload owns."""
         labels = ((job or {}).get("metadata") or {}).get("labels") or {}
-        if job is not None and labels.get(ORIGIN_LABEL) == self.s.origin:
+        if job is not None and labels.get(ORIGIN_LABEL) == self.s.origin \
+                and labels.get(PREBUILT_LABEL) in (None, "", wl_name):
             with contextlib.suppress(NotFound):
                 await client.delete(res, job_name, ns, uid=job["metadata"].get("uid"))
         if wl is not None:
@@ -915,7 +920,8 @@ class MultiKueueController:
                 res = _resource(adapter)
                 jobs, wls = await self._read_remotes({name: w.client}, ns, res, job_name,
                                                      key.split("/", 1)[1])
-                await self._delete_remote(w.client, ns, res, job_name, jobs[name], wls[name])
+                await self._delete_remote(w.client, ns, res, job_name, jobs[name], wls[name],
+                                          key.split("/", 1)[1])
                 sent.discard(name)
             except ApiError as exc:
                 log.info("multikueue: removing %s from %s: %s", key, name, exc)

@@ -18,6 +18,7 @@ from app.core.multikueue import (
     ALL_AT_ONCE,
     BATCH_JOB,
     ORIGIN_LABEL,
+    PREBUILT_LABEL,
     WorkerEta,
     admitted_worker,
     evicted_on_worker,
@@ -488,3 +489,30 @@ def test_a_workload_still_holding_quota_does_not_mirror_onto_a_new_job_of_its_na
     del workers["worker1"].objs[("jobs", "ns", "j")]  # the old copy's Job gone on worker1
     asyncio.run(_pass(mk, store))
     assert ("jobs", "ns", "j") not in workers["worker1"].objs
+
+
+def test_the_workload_of_an_earlier_job_leaves_the_new_jobs_copy_on_a_worker():
+    """The Workload of a Job deleted and created again under the same name is removed while
+    the new Job's copy (same name, labelled ``kueue.x-k8s.io/prebuilt-workload-name`` with
+    the new Workload's name) runs on a worker it was sent to (that worker was away at the
+    deletion, say): only its own Workload copy goes there; the job of that name, the new
+    Workload's, is left running. Before, it was deleted by name."""
+    mk, store, workers = _all_at_once()
+    new_copy = {**_job_copy(mk), "metadata": {
+        **_job_copy(mk)["metadata"], "uid": "u-2",
+        "labels": {ORIGIN_LABEL: mk.s.origin, PREBUILT_LABEL: "job-j-new"}}}
+    workers["worker1"].objs[("jobs", "ns", "j")] = new_copy
+    _put_copy(workers["worker1"], ADMITTED)
+    _ready_on(store, "worker1", T0)
+    asyncio.run(mk._remove_remotes("ns/wl", store["ns/wl"]))
+    assert workers["worker1"].deleted == ["wl"]
+    assert ("jobs", "ns", "j") in workers["worker1"].objs
+    # Its own copy (labelled with its name) goes, as before.
+    mk, store, workers = _all_at_once()
+    own = {**_job_copy(mk), "metadata": {**_job_copy(mk)["metadata"], "labels": {
+        ORIGIN_LABEL: mk.s.origin, PREBUILT_LABEL: "wl"}}}
+    workers["worker1"].objs[("jobs", "ns", "j")] = own
+    _put_copy(workers["worker1"], ADMITTED)
+    _ready_on(store, "worker1", T0)
+    asyncio.run(mk._remove_remotes("ns/wl", store["ns/wl"]))
+    assert sorted(workers["worker1"].deleted) == ["j", "wl"]
