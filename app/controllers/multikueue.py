@@ -67,7 +67,7 @@ import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -78,6 +78,7 @@ from app.core.multikueue import (
     KUBECONFIG_KEY,
     NO_WORKER,
     ORIGIN_LABEL,
+    PREBUILT_LABEL,
     SOONEST,
     Adapter,
     Verdict,
@@ -105,6 +106,7 @@ from app.core.multikueue import (
 from app.kube.client import (
     ADMISSION_CHECKS,
     JOBS,
+    JSON_PATCH,
     MULTIKUEUE_CLUSTERS,
     SECRETS,
     WORKLOADS,
@@ -167,12 +169,26 @@ def _placed_without_quota(wl: Mapping[str, Any]) -> bool:
     return c is None or c.get("status") != "True"
 
 
-def _owner(wl: Mapping[str, Any]) -> tuple[Adapter, str] | None:
-    """The adapter of the Workload's controller's kind and the controller's name, or None
-    (no controller, or a kind MultiKueue does not dispatch)."""
+class JobRef(NamedTuple):
+    """The manager's job a Workload belongs to, from the Workload's controller reference:
+    its kind's adapter, its name and its uid ("" when the reference names none)."""
+
+    adapter: Adapter
+    name: str
+    uid: str
+
+    def holds(self, job: Mapping[str, Any]) -> bool:
+        """Whether ``job`` (the manager's object of that name) is this one: a job deleted
+        and created again under the same name is another, whose own Workload mirrors it."""
+        return not self.uid or (job.get("metadata") or {}).get("uid") == self.uid
+
+
+def _owner(wl: Mapping[str, Any]) -> JobRef | None:
+    """The Workload's job (``JobRef``), or None (no controller, or a kind MultiKueue does
+    not dispatch)."""
     ref = controller_of_object(wl)
     a = adapter_for(ref.api_version, ref.kind) if ref is not None else None
-    return (a, ref.name) if a is not None and ref is not None else None
+    return JobRef(a, ref.name, ref.uid) if a is not None and ref is not None else None
 
 
 def _resource(a: Adapter) -> Resource:
@@ -252,9 +268,9 @@ class MultiKueueController:
         self.ctx = ctx
         self.s = ctx.settings.multikueue
         self.workers: dict[str, Worker] = {}
-        # Workload key -> (its job's adapter and name, workers it was sent to), for the
-        # clean-up after it finishes, loses its quota or is deleted.
-        self.dispatched: dict[str, tuple[Adapter, str, set[str]]] = {}
+        # Workload key -> (its job, workers it was sent to), for the clean-up after it
+        # finishes, loses its quota or is deleted.
+        self.dispatched: dict[str, tuple[JobRef, set[str]]] = {}
         # Workloads done with (finished, or without quota) whose workers were looked at once.
         self.cleaned: set[str] = set()
         # Workloads seen Finished, kept while seen or dispatched (``_workload_gone``).
@@ -591,7 +607,7 @@ class MultiKueueController:
         if owner is None:
             await self._set_check(wl, st["name"], "Rejected", "No multikueue adapter found")
             return
-        adapter, job_name = owner
+        adapter, job_name, _ = owner
         res = _resource(adapter)
         local_job = self._stored(adapter, ns, job_name)
         if local_job is None:
@@ -599,6 +615,8 @@ class MultiKueueController:
                 local_job = await self.ctx.client.get(res, job_name, ns)
             except NotFound:
                 return
+        if not owner.holds(local_job):
+            return  # its job is gone: the job of that name is another, with its own Workload
         refused = adapter.not_managed_message(local_job)
         if refused is not None:
             await self._set_check(wl, st["name"], "Rejected", refused)
@@ -636,13 +654,13 @@ class MultiKueueController:
         if winner is not None:
             for name in [n for n in remotes if n != winner]:
                 await self._delete_remote(remotes[name], ns, res, job_name, jobs.get(name),
-                                          wls.get(name))
+                                          wls.get(name), meta["name"])
             # A worker not reached now (down, unreachable) keeps its place in the record:
             # its copies are deleted once it answers again (Kueue's reconciler on reconnect),
             # not left to run there beside the winner's.
-            sent = self.dispatched.get(key, (adapter, job_name, set()))[2]
+            sent = self.dispatched.get(key, (owner, set()))[1]
             unreached = {n for n in sent if n != winner and n not in remotes}
-            self.dispatched[key] = (adapter, job_name, {winner} | unreached)
+            self.dispatched[key] = (owner, {winner} | unreached)
             status = wl.get("status") or {}
             if st.get("state") != "Ready" or status.get("clusterName") != winner:
                 if st.get("state") not in ("Retry", "Rejected"):
@@ -671,11 +689,11 @@ class MultiKueueController:
             for name in [n for n in remotes if n not in nominated and wls.get(n) is not None]:
                 # Not the soonest: its copy (pending there) goes.
                 await self._delete_remote(remotes[name], ns, res, job_name, jobs.get(name),
-                                          wls.get(name))
+                                          wls.get(name), meta["name"])
         else:
             nominated = await self._nominate(wl, key, clusters, sorted(remotes))
         targets = {n: c for n, c in remotes.items() if n in nominated}
-        self.dispatched.setdefault(key, (adapter, job_name, set()))[2].update(targets)
+        self.dispatched.setdefault(key, (owner, set()))[1].update(targets)
         await self._no_worker(key, nominated)
         for name, client in targets.items():
             if wls.get(name) is None:
@@ -697,22 +715,32 @@ class MultiKueueController:
         entry = self.dispatched.get(key)
         await self._remove_remotes(key)
         if entry is not None and key not in self.dispatched and key not in self.finished:
-            await self._clear_running(key.split("/", 1)[0], entry[:2])
+            await self._clear_running(key.split("/", 1)[0], entry[0])
 
-    async def _clear_running(self, ns: str, owner: tuple[Adapter, str] | None) -> None:
-        """Clear the running-pod counts mirrored on the manager's job (its pods ran on a
-        worker: ``Adapter.running_status``)."""
+    async def _clear_running(self, ns: str, owner: JobRef | None) -> None:
+        """Clear the running-pod counts mirrored on the manager's job ``owner`` (its pods ran
+        on a worker: ``Adapter.running_status``), only while the job of that name is that
+        one: a job deleted and created again under the same name is another, whose mirrored
+        counts its own Workload keeps. The uid is checked on the copy read and,
+        for a job replaced since, by the API server: a JSON Patch whose first operation
+        ``test``s ``/metadata/uid`` (a merge patch's ``metadata.uid`` is no precondition
+        on a custom resource's status subresource, whose strategy keeps the stored
+        metadata). A mismatch there answers 422, taken as "not ours", as every other API
+        error: the next pass reads again."""
         if owner is None:
             return
-        adapter, name = owner
+        adapter, name, uid = owner
         with contextlib.suppress(ApiError):
             job = self._stored(adapter, ns, name) \
                 or await self.ctx.client.get(_resource(adapter), name, ns)
             status = (job or {}).get("status") or {}
-            clear = {k: None for k in adapter.running_status if status.get(k)}
-            if job is not None and clear:
-                await self.ctx.client.patch(_resource(adapter), name, {"status": clear}, ns,
-                                            subresource="status")
+            clear = [k for k in adapter.running_status if status.get(k)]
+            if job is None or not clear or not owner.holds(job):
+                return
+            ops = [{"op": "test", "path": "/metadata/uid", "value": uid}] if uid else []
+            ops += [{"op": "remove", "path": f"/status/{k}"} for k in clear]
+            await self.ctx.client.patch(_resource(adapter), name, ops, ns,
+                                        content_type=JSON_PATCH, subresource="status")
 
     def _stored(self, adapter: Adapter, ns: str, name: str) -> Obj | None:
         """The manager's job ``ns/name`` from its kind's informer (key ``job``, or the kind
@@ -851,13 +879,17 @@ class MultiKueueController:
                                     meta["namespace"], subresource="status")
 
     async def _delete_remote(self, client: KubeClient, ns: str, res: Resource, job_name: str,
-                             job: Obj | None, wl: Obj | None) -> None:
+                             job: Obj | None, wl: Obj | None, wl_name: str) -> None:
         """Delete a worker's copy of the job (in the background: its pods go with it) and of
         the Workload; absent ones are ignored. A job of that name this manager did not make
         (no ``kueue.x-k8s.io/multikueue-origin: <origin>`` label: the team's own, submitted
-        to the worker) is left alone; Kueue v0.17.1 deletes it by name (breaker15)."""
+        to the worker) is left alone; Kueue v0.17.1 deletes it by name (breaker15). So is
+        one made for another Workload than ``wl_name`` (the manager's Workload; its
+        ``kueue.x-k8s.io/prebuilt-workload-name`` label): the copy of a job deleted and
+        created again under the same name, which the new job's Workload owns."""
         labels = ((job or {}).get("metadata") or {}).get("labels") or {}
-        if job is not None and labels.get(ORIGIN_LABEL) == self.s.origin:
+        if job is not None and labels.get(ORIGIN_LABEL) == self.s.origin \
+                and labels.get(PREBUILT_LABEL) in (None, "", wl_name):
             with contextlib.suppress(NotFound):
                 await client.delete(res, job_name, ns, uid=job["metadata"].get("uid"))
         if wl is not None:
@@ -876,8 +908,9 @@ class MultiKueueController:
                                                             or [])] if n}
             owner = _owner(wl)
             if owner and sent_to:
-                entry = self.dispatched[key] = (*owner, sent_to)
-        adapter, job_name, sent = entry or (BATCH_JOB, "", set())
+                entry = self.dispatched[key] = (owner, sent_to)
+        job, sent = entry or (JobRef(BATCH_JOB, "", ""), set())
+        adapter, job_name = job.adapter, job.name
         ns = key.split("/", 1)[0]
         for name in list(sent):
             w = self.workers.get(name)
@@ -887,7 +920,8 @@ class MultiKueueController:
                 res = _resource(adapter)
                 jobs, wls = await self._read_remotes({name: w.client}, ns, res, job_name,
                                                      key.split("/", 1)[1])
-                await self._delete_remote(w.client, ns, res, job_name, jobs[name], wls[name])
+                await self._delete_remote(w.client, ns, res, job_name, jobs[name], wls[name],
+                                          key.split("/", 1)[1])
                 sent.discard(name)
             except ApiError as exc:
                 log.info("multikueue: removing %s from %s: %s", key, name, exc)

@@ -235,3 +235,53 @@ async def test_a_running_child_of_a_kind_whose_discovery_failed_is_not_stopped(
     assert client.asks >= 3
     stopped = [b for v, r, b in window if r == "jobs"]
     assert stopped == [], stopped
+
+
+class ReadingLateCrdClient(LateCrdClient):
+    """``LateCrdClient`` whose GET answers the objects it lists (by plural and name)."""
+
+    async def get(self, res: Any, name: str, *_: Any, **__: Any) -> dict[str, Any]:
+        for obj in self.objects.get(res.plural, []):
+            if obj["metadata"]["name"] == name:
+                return copy.deepcopy(obj)
+        raise NotFound(404, f"{res.plural} {name!r} not found")
+
+
+async def test_the_workloads_of_a_removed_kind_lose_the_finalizer_once_its_crd_is_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """rev26: a kind's CRD removed while pykueue did not run (its objects went with it): the
+    Workloads of those objects, deleted by the garbage collector, keep
+    ``kueue.x-k8s.io/resource-in-use`` and their quota for good, as under Kueue, since the
+    kind is awaited (``JobReconciler.awaited``). The remedy docs/operators.md gives: install
+    the CRD again; once served, the kind's (empty) list is read and each such Workload loses
+    the finalizer, its object being gone."""
+    monkeypatch.setattr(manager_mod, "CRD_POLL_SECONDS", 0.05)
+    wl = copy.deepcopy(EVICTED_NAP_WL)
+    wl["metadata"].update(deletionTimestamp="2026-01-01T00:01:00Z",
+                          finalizers=["kueue.x-k8s.io/resource-in-use"])
+    wl["status"]["conditions"] = [c for c in wl["status"]["conditions"]
+                                  if c["type"] != "Evicted"]
+    client = ReadingLateCrdClient({**OBJECTS, SLEEPERS.plural: [], "workloads": [wl]})
+    finalizer_writes: list[Any] = []
+    replace = client.replace
+
+    async def recorded(res: Any, body: dict[str, Any], *args: Any, **kw: Any) -> Any:
+        if res.plural == "workloads" and not kw.get("subresource"):
+            finalizer_writes.append(body["metadata"].get("finalizers"))
+        return await replace(res, body, *args, **kw)
+    client.replace = recorded  # type: ignore[method-assign]
+    m = leading_manager(monkeypatch, client, Registry([batchjob.KIND, OptionalSleeper()]))
+    await m.start()
+    try:
+        await m.wait_ready(10)
+        for _ in range(10):
+            await asyncio.sleep(0.05)
+        assert finalizer_writes == []  # awaited: kept
+        client.installed = True
+        for _ in range(100):
+            if finalizer_writes:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await m.stop()
+    assert finalizer_writes == [[]]

@@ -20,13 +20,14 @@ from app.integrations.framework import own_running_pods, pods_of, pods_once_igno
 from app.integrations.jobset.jobset import JOBSETS
 from app.integrations.jobset.jobset import KIND as JOBSET
 from app.integrations.kubeflow.kubeflow import MPIJOB, PYTORCHJOB, TFJOB
-from app.integrations.ray.ray import RAYCLUSTER
+from app.integrations.ray.ray import ORIGIN_KIND_LABEL, ORIGIN_NAME_LABEL, RAYCLUSTER, RAYJOB
 from app.integrations.reconciler import JobReconciler
 from app.integrations.trainjob.trainjob import KIND as TRAINJOB
 from app.kube.client import JOBS, NAMESPACES, PODS, RESOURCE_FLAVORS, WORKLOADS
 from app.kube.context import CHILD_JOBS, CHILD_JOBSETS, JOB, NS, PC, POD, RF, WL, WPC
 from app.kube.informers import Store
 from tests.unit.fake_ctx import FakeCtx
+from tests.unit.test_ray import group, raycluster, rayjob
 
 UID = "pt-1"
 DELETING = "2026-12-06T01:00:00Z"
@@ -541,3 +542,77 @@ def test_children_are_found_through_the_controller_uid_index_kept_by_store_event
     assert children_of(js) == [f"{JOB_KIND.key}:ns/labelled"]
     jobs.replace_all([_owned("js-w-0", "js-1")])  # a relist
     assert children_of(js) == sorted([f"{CHILD_JOBS}:ns/js-w-0", f"{JOB_KIND.key}:ns/labelled"])
+
+
+def _rayjob_look(status: dict[str, Any], *, running_cluster: bool, wl_deleted: bool = False
+                 ) -> tuple[FakeCtx, float | None]:
+    """One reconcile of RayJob ``ns/tune`` held being deleted by a tenant's finalizer, with
+    ``status`` as KubeRay v1.6.0 last wrote it (it writes none for a RayJob being deleted),
+    and its admitted Workload, on which no cluster was recorded yet (``settle``: the RayJob
+    was deleted right after it started): preempted and the RayJob stopped (suspended), or
+    (``wl_deleted``) the Workload deleted by the garbage collector (``kubectl delete
+    --cascade=foreground``, the RayJob not stopped yet). ``running_cluster``: the RayCluster
+    KubeRay made for it (its origin labels) is stored with a Running pod; else none is left
+    (KubeRay made none yet, or it went with the deletion)."""
+    rj = rayjob(group("gpu", 1), suspend=not wl_deleted)
+    rj["metadata"].update(deletionTimestamp=DELETING, finalizers=["example.com/keep"])
+    rj["status"] = status
+    wl = RAYJOB.workload_object(rj)
+    wl["metadata"].update(namespace="ns", uid="w-1", resourceVersion="3",
+                          finalizers=["kueue.x-k8s.io/resource-in-use"],
+                          ownerReferences=[{"apiVersion": "ray.io/v1", "kind": "RayJob",
+                                            "name": "tune", "uid": "u-1", "controller": True}])
+    done = ("QuotaReserved", "Admitted") + (() if wl_deleted else ("Evicted",))
+    if wl_deleted:
+        wl["metadata"]["deletionTimestamp"] = DELETING
+    wl["status"] = {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+        {"name": ps["name"], "count": ps["count"], "flavors": {"nvidia.com/gpu": "a100"}}
+        for ps in wl["spec"]["podSets"]]}, "conditions": [
+        {"type": t, "status": "True", "reason": t, "message": ""} for t in done]}
+    clusters, pods = [], []
+    if running_cluster:
+        rc = raycluster(group("gpu", 1), owner="RayJob")
+        rc["metadata"].update(name="tune-raycluster-x", labels={
+            ORIGIN_KIND_LABEL: "RayJob", ORIGIN_NAME_LABEL: "tune"})
+        clusters.append(rc)
+        name = rc["metadata"]["name"]
+        pods.append({"metadata": {"name": f"{name}-head", "namespace": "ns", "uid": "p-h",
+                                  "labels": {"ray.io/cluster": name},
+                                  "ownerReferences": [{"apiVersion": "ray.io/v1",
+                                                       "kind": "RayCluster", "name": name,
+                                                       "uid": "u-2", "controller": True}]},
+                     "spec": {"nodeName": "a100-0"}, "status": {"phase": "Running"}})
+    ctx = FakeCtx({WL: WORKLOADS, WPC: WORKLOADS, PC: WORKLOADS, RAYJOB.key: RAYJOB.resource,
+                   RAYCLUSTER.key: RAYCLUSTER.resource, POD: PODS, NS: NAMESPACES,
+                   RF: RESOURCE_FLAVORS},
+                  {POD: pods, RAYJOB.key: [rj], RAYCLUSTER.key: clusters, WL: [wl]})
+    ctx.clock = lambda: 1e9  # type: ignore[attr-defined]
+    rec = JobReconciler.__new__(JobReconciler)
+    rec.ctx, rec.registry = ctx, default_registry()  # type: ignore[assignment]
+    rec.queue = type("Q", (), {"add": staticmethod(lambda *_, **__: None)})()  # type: ignore[assignment]
+    return ctx, asyncio.run(rec.reconcile_object(RAYJOB, "ns", "tune"))
+
+
+def test_a_rayjob_deleted_before_its_cluster_was_recorded_is_counted_from_the_pod_store(
+        ) -> None:
+    """rev26: a RayJob being deleted whose Workload recorded no cluster was counted from its
+    status (``active_pods``: 1 for any deployment status but new and ``Suspended``), which
+    KubeRay v1.6.0 never writes again for a RayJob being deleted: its preempted Workload,
+    or its Workload deleted with it in the foreground, held the quota for good (the
+    RayJob too, waiting for the Workload). Now the pods of the clusters KubeRay made for it
+    (their origin labels) are the count: none left, the quota is released (the preempted
+    one's Workload deleted, the deleted one's finalizer taken off); a cluster still running
+    keeps it."""
+    made = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING",
+            "rayClusterName": "tune-raycluster-x"}
+    for status in ({"jobDeploymentStatus": "New", "jobStatus": "NEW"}, made):
+        ctx, again = _rayjob_look(status, running_cluster=False)
+        assert ("delete", "workloads", RAYJOB.workload_name(rayjob())) in ctx.writes, (
+            status, ctx.writes, again)
+        ctx, again = _rayjob_look(status, running_cluster=False, wl_deleted=True)
+        assert ("replace", "workloads", RAYJOB.workload_name(rayjob())) in ctx.writes, (
+            status, ctx.writes, again)
+    for wl_deleted in (False, True):
+        ctx, again = _rayjob_look(made, running_cluster=True, wl_deleted=wl_deleted)
+        assert again is not None and not [w for w in ctx.writes if w[1] == "workloads"], (
+            wl_deleted, ctx.writes)

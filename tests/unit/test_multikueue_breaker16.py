@@ -7,15 +7,22 @@ label immutable unless the updated job is suspended."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from app.integrations import default_registry
+from app.integrations.batchjob.job import KIND as JOB_KIND
 from app.integrations.batchjob.webhook_rules import validate_update
 from app.integrations.kubeflow.kubeflow import MPIJOB
+from app.integrations.reconciler import JobReconciler
 from app.integrations.webhook_toolkit import WebhookPolicy
+from app.kube.context import WL
 from tests.unit.test_multikueue_breaker15 import _mpijob
+from tests.unit.test_quota_release_on_terminal import _admitted_workload, _stopped_job, _stores
 
 POLICY = WebhookPolicy(controller_usernames=frozenset({"system:serviceaccount:p:p"}))
 PREBUILT = "kueue.x-k8s.io/prebuilt-workload-name"
@@ -65,3 +72,32 @@ def test_the_same_rule_holds_for_the_other_kinds() -> None:
     for obj in (old, new):
         obj["spec"]["runPolicy"]["suspend"] = True
     assert not [e for e in MPIJOB.rules.validate(old, new, "tenant", POLICY) if PREBUILT in e]
+
+
+def _reconciled(job: dict[str, Any], wl: dict[str, Any]) -> tuple[Any, float | None]:
+    """One pass of the reconciler over Job ``ns/train`` with Workload ``wl`` stored."""
+    ctx = _stores([])
+    ctx.recorder = SimpleNamespace(emit=lambda *a: None)
+    ctx.store(JOB_KIND.key).put(job)
+    ctx.store(WL).put(wl)
+    rec = JobReconciler.__new__(JobReconciler)
+    rec.ctx, rec.registry = ctx, default_registry()  # type: ignore[assignment]
+    return ctx, asyncio.run(rec.reconcile_object(JOB_KIND, "ns", "train"))
+
+
+def test_a_suspended_job_that_gains_the_label_is_reconciled_with_that_workload_only() -> None:
+    """rev26: the label added while suspended (allowed, as Kueue v0.17.1: its webhook
+    validates a suspended job's label as at creation). From then on the job goes with the
+    Workload its label names only (Kueue ``ensureOneWorkload`` lists no Workload by owner
+    for it): its own one, admitted, neither starts it (one pod set would run on two
+    admissions once the named one is admitted) nor is changed or deleted; it keeps its quota
+    until the job is deleted or the label is removed while still suspended, which makes it
+    the job's Workload again."""
+    job = _stopped_job()
+    own = _admitted_workload(job)
+    job["metadata"]["labels"][PREBUILT] = "job-train-manager"
+    ctx, again = _reconciled(job, own)
+    assert ctx.writes == [] and again is not None  # waits for its named Workload
+    del job["metadata"]["labels"][PREBUILT]
+    ctx, _ = _reconciled(job, own)
+    assert ("replace", "jobs", "train") in ctx.writes  # started on its own admission

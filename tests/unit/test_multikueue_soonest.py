@@ -348,11 +348,13 @@ def _controller(said: dict[str, WorkerEta], **settings):
     for n, w in workers.items():
         mk.workers[n] = Worker(client=w, verdict=Verdict(True, "Active", "Connected"))  # type: ignore[arg-type]
     manager.objs[("jobs", "ns", "j")] = {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "ns"},
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "j", "namespace": "ns", "uid": "j-uid"},
         "spec": {"managedBy": "kueue.x-k8s.io/multikueue"}}
     store.put({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
                "metadata": {"name": "wl", "namespace": "ns", "ownerReferences": [
-                   {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "controller": True}]},
+                   {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j-uid",
+                    "controller": True}]},
                "spec": {"queueName": "q"},
                "status": {"conditions": [{"type": "QuotaReserved", "status": "True",
                                           "lastTransitionTime": "2026-12-04T14:00:00Z"}],

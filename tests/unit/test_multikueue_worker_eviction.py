@@ -9,18 +9,22 @@ API servers."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from types import SimpleNamespace
 
+from app.controllers.multikueue import JobRef
 from app.core.multikueue import (
     ALL_AT_ONCE,
     BATCH_JOB,
     ORIGIN_LABEL,
+    PREBUILT_LABEL,
     WorkerEta,
     admitted_worker,
     evicted_on_worker,
 )
 from app.kube.context import AC, MKC, MKCFG
+from app.kube.errors import Permanent
 from tests.unit.test_multikueue_soonest import _controller
 
 T0, T1, T2 = "2026-12-04T14:00:01Z", "2026-12-04T14:00:05Z", "2026-12-04T14:00:09Z"
@@ -44,6 +48,8 @@ def _copy(*conds: tuple[str, str, str], checks: list[dict] | None = None) -> dic
 RESERVED_ONLY = _copy(("QuotaReserved", "True", T0), ("Admitted", "False", T0),
                       checks=[{"name": "prov", "state": "Pending"}])
 ADMITTED = _copy(("QuotaReserved", "True", T1), ("Admitted", "True", T1))
+# The manager's Job ``j`` of ``_controller``, as its Workload's controller reference names it.
+J = JobRef(BATCH_JOB, "j", "j-uid")
 PREEMPTED = _copy(("QuotaReserved", "True", T0), ("Admitted", "True", T0),
                   ("Evicted", "True", T2), ("Preempted", "True", T2))
 
@@ -160,7 +166,7 @@ def test_an_eviction_on_the_worker_redoes_the_admission_at_once():
     mk, store, workers = _all_at_once(events)
     _ready_on(store, "worker1", "2001-09-09T01:46:39Z")  # Ready 1 s ago: far from 900 s
     _put_copy(workers["worker1"], PREEMPTED)
-    mk.dispatched["ns/wl"] = (BATCH_JOB, "j", {"worker1"})
+    mk.dispatched["ns/wl"] = (J, {"worker1"})
     workers["worker1"].objs[("jobs", "ns", "j")] = _job_copy(mk)
 
     async def run() -> None:
@@ -220,7 +226,7 @@ def test_evicted_and_given_quota_again_between_two_passes_the_old_copies_go():
         state="Pending", message="Reset to Pending after eviction. Previously: Retry")
     _put_copy(workers["worker1"], ADMITTED)
     workers["worker1"].objs[("jobs", "ns", "j")] = _job_copy(mk)
-    mk.dispatched["ns/wl"] = (BATCH_JOB, "j", {"worker1"})
+    mk.dispatched["ns/wl"] = (J, {"worker1"})
 
     async def run() -> None:
         wl = await _pass(mk, store)
@@ -241,7 +247,7 @@ def test_a_worker_down_when_another_won_has_its_copies_removed_once_it_answers()
     the winner's until the garbage collection (follow16)."""
     mk, store, workers = _all_at_once()
     w1 = mk.workers.pop("worker1")  # worker1 unreachable: no client
-    mk.dispatched["ns/wl"] = (BATCH_JOB, "j", {"worker1", "worker2"})
+    mk.dispatched["ns/wl"] = (J, {"worker1", "worker2"})
     workers["worker1"].objs[("jobs", "ns", "j")] = _job_copy(mk)
     _put_copy(workers["worker1"], ADMITTED)
     _put_copy(workers["worker2"], ADMITTED)
@@ -249,7 +255,7 @@ def test_a_worker_down_when_another_won_has_its_copies_removed_once_it_answers()
     async def run() -> None:
         wl = await _pass(mk, store)
         assert wl["status"]["clusterName"] == "worker2"
-        assert mk.dispatched["ns/wl"][2] == {"worker1", "worker2"}
+        assert mk.dispatched["ns/wl"][1] == {"worker1", "worker2"}
         assert not workers["worker1"].deleted
         # The Workload finishes on worker2 while worker1 is still away: worker2's copies go,
         # worker1 stays recorded.
@@ -258,7 +264,7 @@ def test_a_worker_down_when_another_won_has_its_copies_removed_once_it_answers()
                                            "reason": "Succeeded", "lastTransitionTime": T2})
         await _pass(mk, store)
         assert "wl" in workers["worker2"].deleted
-        assert mk.dispatched["ns/wl"][2] == {"worker1"}
+        assert mk.dispatched["ns/wl"][1] == {"worker1"}
         mk.workers["worker1"] = w1  # worker1 answers again
         await _pass(mk, store)
         assert sorted(workers["worker1"].deleted) == ["j", "wl"]
@@ -335,22 +341,50 @@ def test_the_clusters_and_configs_come_from_the_stores_without_a_request():
     assert configs_seen == [["cfg"]]
 
 
+def _patched(manager) -> list:
+    """Make the manager's fake API server apply status patches as kube-apiserver does: a
+    JSON merge patch (null removes), or a JSON Patch whose ``test`` operations are checked
+    against the stored object first (a mismatch answers 422, nothing written). Returns the
+    list of patches sent (name, body)."""
+    patches: list = []
+
+    async def patch(res, name, body, namespace=None, **kw):
+        patches.append((name, body))
+        obj = manager.objs[(res.plural, namespace, name)]
+        status = obj.setdefault("status", {})
+        if isinstance(body, list):
+            for op in body:
+                if op["op"] == "test" and obj["metadata"].get("uid") != op["value"]:
+                    raise Permanent(422, "", f"testing value {op['path']} failed")
+            for op in body:
+                if op["op"] == "remove":
+                    del status[op["path"].removeprefix("/status/")]
+        else:
+            for k, v in body["status"].items():
+                if v is None:
+                    status.pop(k, None)
+                else:
+                    status[k] = v
+        return obj
+    manager.patch = patch
+    return patches
+
+
+CLEAR_J = [{"op": "test", "path": "/metadata/uid", "value": "j-uid"},
+           {"op": "remove", "path": "/status/active"}, {"op": "remove", "path": "/status/ready"}]
+
+
 def _running_job_deleted(mk, store, workers, *, finished: bool) -> list:
     """The manager's Workload placed on worker1, its Job ``j`` counting the worker's pod
     (``status.active`` 1, mirrored), then deleted by hand (``finished``: after it Finished);
     returns the manager's status patches (name, patch)."""
     _ready_on(store, "worker1", "2001-09-09T01:46:39Z")
     _put_copy(workers["worker1"], ADMITTED)
-    mk.dispatched["ns/wl"] = (BATCH_JOB, "j", {"worker1"})
+    mk.dispatched["ns/wl"] = (J, {"worker1"})
     workers["worker1"].objs[("jobs", "ns", "j")] = _job_copy(mk)
     manager = mk.ctx.client
     manager.objs[("jobs", "ns", "j")]["status"] = {"active": 1, "ready": 1}
-    patches: list = []
-
-    async def patch(res, name, body, namespace=None, **kw):
-        patches.append((name, body))
-        return {}
-    manager.patch = patch
+    patches = _patched(manager)
     wl = store["ns/wl"]
     wl["metadata"]["deletionTimestamp"] = T2
     if finished:
@@ -370,8 +404,7 @@ def test_a_deleted_workloads_copies_go_then_its_jobs_mirrored_pods_are_cleared()
         patches = _running_job_deleted(mk, store, workers, finished=finished)
         asyncio.run(_pass(mk, store))
         assert sorted(workers["worker1"].deleted) == ["j", "wl"]
-        assert patches == ([] if finished else [
-            ("j", {"status": {"active": None, "ready": None}})]), (finished, patches)
+        assert patches == ([] if finished else [("j", CLEAR_J)]), (finished, patches)
     for finished in (False, True):  # gone from the store (no finalizer), its copies recorded
         mk, store, workers = _all_at_once()
         patches = _running_job_deleted(mk, store, workers, finished=False)
@@ -380,5 +413,106 @@ def test_a_deleted_workloads_copies_go_then_its_jobs_mirrored_pods_are_cleared()
         del store["ns/wl"]
         asyncio.run(mk._workload_gone("ns/wl"))
         assert sorted(workers["worker1"].deleted) == ["j", "wl"] and not mk.dispatched
-        assert patches == ([] if finished else [
-            ("j", {"status": {"active": None, "ready": None}})]), (finished, patches)
+        assert patches == ([] if finished else [("j", CLEAR_J)]), (finished, patches)
+
+
+def _job_of_the_same_name_created_again(mk, store, workers) -> dict:
+    """The manager's Workload placed on worker1 (its copy admitted there, its Job ``j``
+    counting the worker's pod: ``status.active`` 1, mirrored) and dispatched by a pass; then
+    ``j`` deleted and created again (another uid) and, like any new MultiKueue Job, counting
+    its own copy's pod, mirrored by its own Workload. Returns the new Job."""
+    _ready_on(store, "worker1", "2001-09-09T01:46:39Z")
+    _put_copy(workers["worker1"], ADMITTED)
+    workers["worker1"].objs[("jobs", "ns", "j")] = {
+        **_job_copy(mk), "status": {"active": 1, "ready": 1}}
+    manager = mk.ctx.client
+    manager.objs[("jobs", "ns", "j")]["status"] = {"active": 1, "ready": 1}
+    asyncio.run(_pass(mk, store))
+    assert "ns/wl" in mk.dispatched  # the old Workload's copies recorded
+    new = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"name": "j", "namespace": "ns", "uid": "j-uid-2"},
+           "spec": {"managedBy": "kueue.x-k8s.io/multikueue"},
+           "status": {"active": 1, "ready": 1}}
+    manager.objs[("jobs", "ns", "j")] = new
+    return new
+
+
+def test_the_workload_of_an_earlier_job_of_the_same_name_leaves_the_new_jobs_counts():
+    """break26: the Workload of a Job deleted and created again under the same name, then
+    deleted (being deleted, or gone from the store) after the new Job started, cleared the
+    new Job's mirrored ``status.active`` (patched by name) until its own Workload's next
+    mirror. The job of that name is now another (its uid): its counts are left alone."""
+    for gone in (False, True):
+        mk, store, workers = _all_at_once()
+        new = _job_of_the_same_name_created_again(mk, store, workers)
+        patches = _patched(mk.ctx.client)
+        if gone:
+            del store["ns/wl"]
+            asyncio.run(mk._workload_gone("ns/wl"))
+        else:
+            store["ns/wl"]["metadata"]["deletionTimestamp"] = T2
+            asyncio.run(_pass(mk, store))
+        assert new["status"] == {"active": 1, "ready": 1}, (gone, patches)
+        assert patches == [], (gone, patches)
+
+
+def test_a_stale_copy_of_the_earlier_job_is_caught_by_the_api_servers_uid_test():
+    """The manager's read of ``j`` (its informer's copy) is still the earlier Job when the
+    new one is stored: the patch's ``test`` of ``/metadata/uid`` fails on the API server
+    (422) and nothing is written; the pass goes on (no error raised, nothing retried in a
+    loop: the next pass reads the new Job and sends nothing)."""
+    mk, store, workers = _all_at_once()
+    old = copy.deepcopy(mk.ctx.client.objs[("jobs", "ns", "j")])
+    new = _job_of_the_same_name_created_again(mk, store, workers)
+    old["status"] = {"active": 1, "ready": 1}
+    patches = _patched(mk.ctx.client)
+    mk._stored = lambda adapter, ns, name: old
+    store["ns/wl"]["metadata"]["deletionTimestamp"] = T2
+    asyncio.run(_pass(mk, store))
+    assert new["status"] == {"active": 1, "ready": 1}
+    assert len(patches) == 1
+    del mk._stored  # the informer has the new Job now
+    asyncio.run(_pass(mk, store))
+    assert new["status"] == {"active": 1, "ready": 1} and len(patches) == 1
+
+
+def test_a_workload_still_holding_quota_does_not_mirror_onto_a_new_job_of_its_name():
+    """Until the garbage collector deletes the Workload of the deleted Job, its passes read
+    the manager's Job by name: the new Job of that name (another uid) neither gets the old
+    copy's status mirrored onto it nor is sent to a worker as the old Workload's."""
+    mk, store, workers = _all_at_once()
+    new = _job_of_the_same_name_created_again(mk, store, workers)
+    new["status"] = {}
+    patches = _patched(mk.ctx.client)
+    asyncio.run(_pass(mk, store))
+    assert new["status"] == {} and patches == []
+    del workers["worker1"].objs[("jobs", "ns", "j")]  # the old copy's Job gone on worker1
+    asyncio.run(_pass(mk, store))
+    assert ("jobs", "ns", "j") not in workers["worker1"].objs
+
+
+def test_the_workload_of_an_earlier_job_leaves_the_new_jobs_copy_on_a_worker():
+    """The Workload of a Job deleted and created again under the same name is removed while
+    the new Job's copy (same name, labelled ``kueue.x-k8s.io/prebuilt-workload-name`` with
+    the new Workload's name) runs on a worker it was sent to (that worker was away at the
+    deletion, say): only its own Workload copy goes there; the job of that name, the new
+    Workload's, is left running. Before, it was deleted by name."""
+    mk, store, workers = _all_at_once()
+    new_copy = {**_job_copy(mk), "metadata": {
+        **_job_copy(mk)["metadata"], "uid": "u-2",
+        "labels": {ORIGIN_LABEL: mk.s.origin, PREBUILT_LABEL: "job-j-new"}}}
+    workers["worker1"].objs[("jobs", "ns", "j")] = new_copy
+    _put_copy(workers["worker1"], ADMITTED)
+    _ready_on(store, "worker1", T0)
+    asyncio.run(mk._remove_remotes("ns/wl", store["ns/wl"]))
+    assert workers["worker1"].deleted == ["wl"]
+    assert ("jobs", "ns", "j") in workers["worker1"].objs
+    # Its own copy (labelled with its name) goes, as before.
+    mk, store, workers = _all_at_once()
+    own = {**_job_copy(mk), "metadata": {**_job_copy(mk)["metadata"], "labels": {
+        ORIGIN_LABEL: mk.s.origin, PREBUILT_LABEL: "wl"}}}
+    workers["worker1"].objs[("jobs", "ns", "j")] = own
+    _put_copy(workers["worker1"], ADMITTED)
+    _ready_on(store, "worker1", T0)
+    asyncio.run(mk._remove_remotes("ns/wl", store["ns/wl"]))
+    assert sorted(workers["worker1"].deleted) == ["j", "wl"]

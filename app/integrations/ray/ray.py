@@ -467,11 +467,14 @@ class RayJob(_ClusterOwner):
     ignored_once_deleted = True
 
     def pods_once_deleted(self, ctx: Context, workload: Mapping[str, Any],
-                          obj: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> int | None:
-        """The pods of the RayClusters ``workload`` records (``made_pods``), None without a
-        record (not started yet: its status counts)."""
-        if recorded_clusters(workload) is None:
-            return None
+                          obj: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> int:
+        """The pods of the RayClusters KubeRay made for ``obj`` (``made_pods``: those
+        ``workload`` records, else those its origin labels name), also without a record: a
+        RayJob deleted before its cluster was recorded (right after its start) would else
+        count from its status (``active_pods``: 1 from deployment status ``New`` on), which
+        KubeRay v1.6.0 never writes again for a RayJob being deleted, so its Workload would
+        hold the quota for good. A cluster already gone unrecorded counts no more: its pods'
+        grace period is not waited for, as Kueue v0.17.1 releases at the deletion."""
         return self.made_pods(ctx, workload, str((obj.get("metadata") or {}).get("uid") or ""),
                               pods)
 
