@@ -87,6 +87,10 @@ class KindDefaults:
     # goes, and that status covers pods the Pod store cannot name (a wrapped object's): the
     # release of its Workload then keeps counting the status too (``_pods_for_release``).
     status_kept_once_deleted: bool = False
+    # Its pods make pods of their own, each controlled by the pod that made it (a Spark
+    # driver's executors, Spark 4.0 ``ExecutorPodsAllocator``): ``pod_of`` counts such a pod
+    # through that controller (``_made_by_own_pod``), never by its labels alone.
+    pods_make_pods: bool = False
     # Kueue ``TopLevelJob``: never a managed ancestor's child (the webhook decides that).
     top_level: bool = False
     # Kueue manageJobsWithoutQueueName: objects without a queue name are queued too when the
@@ -565,6 +569,8 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
         return owner_gone
     if _names_kind(ref, kind):
         return ref.uid == uid
+    if getattr(kind, "pods_make_pods", False) and ref.kind == "Pod" and ref.api_version == "v1":
+        return _made_by_own_pod(kind, pod, name, uid, owner_gone=owner_gone, ctx=ctx)
     if not _names_batch_job(ref):
         return False
     job = stored_controller(ctx, pod) if ctx is not None else None
@@ -577,6 +583,32 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
         return controlled_by(job, kind, name, uid, owner_gone=owner_gone)
     return bool(kind.runs_pods_through(  # type: ignore[attr-defined]
         ctx, job, pod, name, uid, owner_gone=owner_gone))
+
+
+def _made_by_own_pod(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
+                     owner_gone: bool, ctx: Context | None) -> bool:
+    """For a kind whose pods make pods (``pods_make_pods``): whether ``pod``, which carries
+    the name label of ``kind``'s object ``name`` and whose controller ownerReference names a
+    core Pod, was made by one of that object's own pods (a SparkApplication's executor, made
+    and controlled by its driver: Spark 4.0 sets only that reference, spark-operator v2.5.0
+    only the labels). The controller, read from ``ctx``'s Pod store, must itself be the
+    object's pod by ``pod_of``'s rule (with ``owner_gone``), one hop only: a pod the object
+    controls, never one made by another made pod (a tenant's chain of references), nor a pod
+    of another object. A controller no store holds is gone (the garbage collector then
+    deletes ``pod``, and Spark's driver deletes its executors as it stops): ``pod`` counts
+    while it is being deleted, through its grace period (a pod whose reference names no pod
+    at all is deleted by the collector too), and not before (one whose driver is not seen
+    yet). Labels alone (``spark-app-selector``, ``spark-role``) prove nothing: a tenant's
+    bare pod carrying them does not count. None when ``ctx`` is None."""
+    if ctx is None or POD not in ctx.informers.informers:
+        return False
+    driver = stored_controller(ctx, pod)
+    if driver is None:
+        return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    above = controller_of_object(driver)
+    if above is not None and above.kind == "Pod" and above.api_version == "v1":
+        return False
+    return pod_of(kind, driver, name, uid, owner_gone=owner_gone, ctx=ctx)
 
 
 POD_NAMESPACE_INDEX = "namespace"
