@@ -62,6 +62,7 @@ from app.integrations.framework import (
     StartError,
     child_share,
     controller_uid,
+    delete_pods,
     lookup,
     made_via_ancestor,
     manages_unlabelled_in,
@@ -1348,12 +1349,15 @@ class JobReconciler:
         """Finish orphaned ``wl`` (reason ``OwnerNotFound``) once no object with ``uid``
         exists and none of its pods (``pods_of_workload``, or of objects its owner's
         operator made: ``made_pods``) holds resources; else look again in ``PODS_POLL``
-        (Event ``WaitingForPods`` on the Workload while pods hold)."""
+        (Event ``WaitingForPods`` on the Workload while pods hold). An evicted or
+        deactivated one has its pods deleted first (``_stop_orphaned_pods``)."""
         ns = str(wl["metadata"].get("namespace", ""))
         if self._object_with_uid(ns, uid) is not None:
             return PODS_POLL  # still there, being deleted (kueue#12820): not finished yet
         for k in self.registry.kinds():
             await k.stop_made(self.ctx, wl, uid)
+        if is_evicted(wl) or not is_active(wl):
+            await self._stop_orphaned_pods(wl, uid)
         left = self.pods_holding(wl, uid) or 0
         if left:
             # Its orphaned pods still run on the GPUs it accounts for.
@@ -1368,3 +1372,26 @@ class JobReconciler:
                                f"finished: {message}")
         self.ctx.wake()
         return None
+
+    async def _stop_orphaned_pods(self, wl: Obj, uid: str) -> int:
+        """Delete the running pods (not being deleted) of orphaned ``wl``'s object with
+        ``uid`` (``pods_of_workload``: with ``--cascade=orphan`` no controller is left to stop
+        them), the Workload being evicted (preempted, say) or deactivated: they would
+        otherwise hold its quota for as long as they run, out of reach of any preemption
+        (break26 F3). Pods are deleted as a stopped job's are (``framework.delete_pods``, by
+        uid; Event ``DeletedPods`` on the Workload); returns the count deleted. Beyond Kueue
+        v0.17.1, which finishes only a Workload whose controller reference names a missing
+        object (``FinishOrphanedWorkloads``): one left with no owner keeps its quota, evicted
+        or not, and its pods run on unmanaged."""
+        pods = self._pods(str(wl["metadata"].get("namespace", "")))
+        running = [p for p in pods_of_workload(self.registry.kinds(), pods, wl, uid,
+                                               owner_gone=self._owner_orphans(wl, uid),
+                                               ctx=self.ctx)
+                   if not (p.get("metadata") or {}).get("deletionTimestamp")]
+        deleted = len(await delete_pods(self.ctx, running))
+        if deleted:
+            why = "evicted" if is_evicted(wl) else "deactivated"
+            self.ctx.recorder.emit(wl, NORMAL, "DeletedPods",
+                                   f"{deleted} pod(s) of its owner, which is gone, deleted: "
+                                   f"the Workload is {why}")
+        return deleted

@@ -149,3 +149,18 @@ def test_an_orphaned_spark_workload_waits_for_the_executors_of_a_finished_driver
         ctx.store(POD).remove(f"ns/pi-exec-{i}")
     assert asyncio.run(rec.reconcile_workload("ns", name)) is None
     assert _finished_reason(ctx, name) == OWNER_NOT_FOUND
+
+
+def test_an_evicted_orphaned_spark_workload_has_its_driver_and_executors_deleted() -> None:
+    rec, ctx, name = _orphaned_spark()
+    wl = ctx.store(WL).get(f"ns/{name}")
+    wl["status"]["conditions"].append({"type": "Evicted", "status": "True",
+                                       "reason": "Preempted", "message": "Preempted"})
+    # A pod with an executor's labels made by a tenant's pod, not the driver: not deleted.
+    ctx.store(POD).put(executor(8, controller=None, labels={"app": "mine"}))
+    ctx.store(POD).put(executor(7, controller={"apiVersion": "v1", "kind": "Pod",
+                                               "name": "pi-exec-8", "uid": "ex-8"}))
+    assert asyncio.run(rec.reconcile_workload("ns", name)) == PODS_POLL
+    assert sorted(w for w in ctx.writes if w[1] == "pods") == [
+        ("delete", "pods", "p-0"), ("delete", "pods", "pi-exec-0"),
+        ("delete", "pods", "pi-exec-1")]
