@@ -80,24 +80,27 @@ def test_a_spark_applications_executor_holds_its_quota_through_a_foreground_dele
         wl = wait_for(lambda: admitted(lab, ns, "pi"), 60, "pi admitted")
         assert IN_USE in (wl["metadata"].get("finalizers") or []), wl["metadata"]
         lab.apply(executor(driver, "pi-exec-1"))
-        wait_for(lambda: ((p := pod_or_none(lab, ns, "pi-exec-1")) or {}).get(
-            "status", {}).get("phase") == "Running", 60, "the executor Running")
-        delete_foreground(lab, "sparkapplication", "pi", ns)
-        wait_for(lambda: pod_or_none(lab, ns, driver["metadata"]["name"]) is None, 90,
-                 "the driver pod gone")
-        ex = wait_for(lambda: (p := pod_or_none(lab, ns, "pi-exec-1"))
-                      and p["metadata"].get("deletionTimestamp") and p, 60,
-                      "the executor being deleted by the garbage collector")
-        assert ex["status"].get("phase") == "Running", ex["status"]
-        # The executor runs out its grace period: the Workload, and the quota, stay.
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            held = lab.get(WL, wl["metadata"]["name"], "-n", ns)
-            assert held["status"].get("admission"), held.get("status")
-            assert cq_usage(lab, cq)[1] == 1, cq_usage(lab, cq)
-            time.sleep(1)
-        lab.kubectl("patch", "pod", "pi-exec-1", "-n", ns, "--type=json", "-p",
-                    json.dumps([{"op": "remove", "path": "/metadata/finalizers"}]))
+        try:
+            wait_for(lambda: ((p := pod_or_none(lab, ns, "pi-exec-1")) or {}).get(
+                "status", {}).get("phase") == "Running", 60, "the executor Running")
+            delete_foreground(lab, "sparkapplication", "pi", ns)
+            wait_for(lambda: pod_or_none(lab, ns, driver["metadata"]["name"]) is None, 90,
+                     "the driver pod gone")
+            ex = wait_for(lambda: (p := pod_or_none(lab, ns, "pi-exec-1"))
+                          and p["metadata"].get("deletionTimestamp") and p, 60,
+                          "the executor being deleted by the garbage collector")
+            assert ex["status"].get("phase") == "Running", ex["status"]
+            # The executor runs out its grace period: the Workload, and the quota, stay.
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                held = lab.get(WL, wl["metadata"]["name"], "-n", ns)
+                assert held["status"].get("admission"), held.get("status")
+                assert cq_usage(lab, cq)[1] == 1, cq_usage(lab, cq)
+                time.sleep(1)
+        finally:
+            lab.kubectl("patch", "pod", "pi-exec-1", "-n", ns, "--type=json", "-p",
+                        json.dumps([{"op": "remove", "path": "/metadata/finalizers"}]),
+                        check=False)
         all_gone(lab, "sparkapplication", "pi", ns, cq)
 
 
