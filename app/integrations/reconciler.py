@@ -36,9 +36,11 @@ managed, which stops the object first, and a job such an object made is left alo
 taken for an orphaned child or a queued job of its own) until then. One that pykueue created
 for an object that went with its owner reference (label ``kueue.x-k8s.io/job-uid``, no
 ownerReference: ``kubectl delete --cascade=orphan``) is Finished with reason
-``OwnerNotFound`` (Kueue v0.17.1 ``FinishOrphanedWorkloads``) once no object of that uid
-exists (kueue#12820: not while it is being deleted) and none of its pods holds resources any
-more (pykueue's addition: Kueue finishes it at once).
+``OwnerNotFound`` once no object of that uid exists (kueue#12820: not while it is being
+deleted) and none of its pods holds resources any more; evicted or deactivated, its pods are
+deleted first. Kueue v0.17.1's ``FinishOrphanedWorkloads`` finishes only a Workload whose
+controller reference names a gone object, so it leaves this one holding its quota; Kueue
+v0.18's ``isOrphanedWorkload`` finishes it at once (the wait for its pods is pykueue's).
 """
 
 from __future__ import annotations
@@ -1275,8 +1277,8 @@ class JobReconciler:
     @staticmethod
     def _orphaned(wl: Obj) -> str:
         """The uid of the object a Workload was made for when that object went with its
-        owner reference, else ``""``. Rule (Kueue v0.17.1 ``isOrphanedWorkload`` with
-        ``FinishOrphanedWorkloads``): no ownerReference at all, the label
+        owner reference, else ``""``. Rule (Kueue v0.18 ``isOrphanedWorkload`` with
+        ``FinishOrphanedWorkloads``; not in v0.17.1): no ownerReference at all, the label
         ``kueue.x-k8s.io/job-uid`` set, not being deleted. A Workload created without an
         owner and that label (Kueue's performance runner's) is not orphaned, nor is a
         MultiKueue copy (label ``kueue.x-k8s.io/multikueue-origin``) waiting for its Job:
@@ -1382,7 +1384,8 @@ class JobReconciler:
         uid; Event ``DeletedPods`` on the Workload); returns the count deleted. Beyond Kueue
         v0.17.1, which finishes only a Workload whose controller reference names a missing
         object (``FinishOrphanedWorkloads``): one left with no owner keeps its quota, evicted
-        or not, and its pods run on unmanaged."""
+        or not, and its pods run on unmanaged (v0.18 finishes it at once, its pods running
+        on)."""
         pods = self._pods(str(wl["metadata"].get("namespace", "")))
         running = [p for p in pods_of_workload(self.registry.kinds(), pods, wl, uid,
                                                owner_gone=self._owner_orphans(wl, uid),

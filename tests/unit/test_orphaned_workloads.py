@@ -1,7 +1,7 @@
 """Quota follows the pods (job framework): a Workload whose object went with its owner
-reference (``kubectl delete --cascade=orphan``) is Finished ``OwnerNotFound`` (Kueue v0.17.1
-``FinishOrphanedWorkloads``) once its object is gone and its orphaned pods are gone or terminal;
-one created without an owner (Kueue's performance runner) is left alone; a finished job's
+reference (``kubectl delete --cascade=orphan``) is Finished ``OwnerNotFound`` (Kueue v0.18
+``isOrphanedWorkload``) once its object is gone and its orphaned pods are gone or terminal, and
+has them deleted when it is evicted or deactivated (break26 F3); one created without an owner (Kueue's performance runner) is left alone; a finished job's
 Workload keeps its quota while its pods still run.
 
 The property: whatever the mix of Workloads, owners and pods, one reconcile pass finishes
