@@ -164,3 +164,22 @@ def test_an_evicted_orphaned_spark_workload_has_its_driver_and_executors_deleted
     assert sorted(w for w in ctx.writes if w[1] == "pods") == [
         ("delete", "pods", "p-0"), ("delete", "pods", "pi-exec-0"),
         ("delete", "pods", "pi-exec-1")]
+
+
+def test_an_evicted_application_being_deleted_keeps_its_workload_while_executors_run() -> None:
+    """Deleted in the background (a tenant's finalizer keeps it; its Workload not deleted),
+    evicted: spark-operator v2.5.0 deletes the driver of a deleted application
+    (``deleteSparkResources``) without writing its status again, and the Workload is deleted
+    (``_never_to_start``) once the Pod store shows no pod of it, executors included."""
+    rec, ctx, name = _spark(suspended=True, wl_deleting=False)  # stopped already
+    ctx.store(SPARK.key).get("ns/pi")["metadata"]["finalizers"] = ["example.com/keep"]
+    wl = ctx.store(WL).get(f"ns/{name}")
+    wl["status"]["conditions"].append({"type": "Evicted", "status": "True",
+                                       "reason": "Preempted", "message": "Preempted"})
+    ctx.store(POD).remove("ns/p-0")
+    ctx.store(POD).put(executor(0, deleting=True))
+    assert asyncio.run(rec.reconcile_object(SPARK, "ns", "pi")) == PODS_POLL
+    assert _workload_writes(ctx) == []
+    ctx.store(POD).remove("ns/pi-exec-0")
+    assert asyncio.run(rec.reconcile_object(SPARK, "ns", "pi")) is None
+    assert _workload_writes(ctx) == [("delete", "workloads", name)]
