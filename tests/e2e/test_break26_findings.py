@@ -81,7 +81,7 @@ def test_a_spark_applications_executor_holds_its_quota_through_a_foreground_dele
         assert IN_USE in (wl["metadata"].get("finalizers") or []), wl["metadata"]
         lab.apply(executor(driver, "pi-exec-1"))
         try:
-            wait_for(lambda: ((p := pod_or_none(lab, ns, "pi-exec-1")) or {}).get(
+            wait_for(lambda: (pod_or_none(lab, ns, "pi-exec-1") or {}).get(
                 "status", {}).get("phase") == "Running", 60, "the executor Running")
             delete_foreground(lab, "sparkapplication", "pi", ns)
             wait_for(lambda: pod_or_none(lab, ns, driver["metadata"]["name"]) is None, 90,

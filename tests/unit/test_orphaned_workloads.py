@@ -1,8 +1,9 @@
 """Quota follows the pods (job framework): a Workload whose object went with its owner
 reference (``kubectl delete --cascade=orphan``) is Finished ``OwnerNotFound`` (Kueue v0.18
 ``isOrphanedWorkload``) once its object is gone and its orphaned pods are gone or terminal, and
-has them deleted when it is evicted or deactivated (break26 F3); one created without an owner (Kueue's performance runner) is left alone; a finished job's
-Workload keeps its quota while its pods still run.
+has them deleted when it is evicted or deactivated (break26 F3); one created without an owner
+(Kueue's performance runner) is left alone; a finished job's Workload keeps its quota while its
+pods still run.
 
 The property: whatever the mix of Workloads, owners and pods, one reconcile pass finishes
 exactly the orphaned Workloads with nothing left running, and once the pods are gone the next
