@@ -59,7 +59,7 @@ class KindDefaults:
     For kinds made of other objects (Kueue's ComposableJob): ``source`` (the store whose
     events concern the kind; default its ``key``), ``object_key(obj)``, ``lookup(ctx, ns,
     name)``, ``group_workloads``, ``fewer_pods_match`` and ``trim``. For kinds whose operator
-    labels its pods: ``pod_labels``; under ``manageJobsWithoutQueueName``:
+    labels its pods: ``pod_labels`` (and ``pods_make_pods``); under ``manageJobsWithoutQueueName``:
     ``manages_unlabelled``, ``unlabelled_selector``, ``takes_unlabelled``; and
     ``top_level``, ``partial_admission``, ``optional``, ``child_jobs``, ``rules``; for
     operators that need a nudge ``settle``; for objects an ancestor's operator makes
@@ -549,8 +549,10 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     that job's evicted Workload holding its quota for as long as the tenant likes, while
     leaving an unseen one out releases at worst a launcher pod's share a little early (while
     the object exists, its operator's status still counts it: ``JobReconciler._pods_left``).
-    A pod whose controller is anything else (a tenant's own object) is not the object's,
-    whatever labels it carries. A pod with no controller counts only when ``owner_gone``
+    For a kind whose pods make pods (``pods_make_pods``: a SparkApplication's driver makes
+    its executors), a pod whose controller is a core Pod counts through that pod
+    (``_made_by_own_pod``). A pod whose controller is anything else (a tenant's own object)
+    is not the object's, whatever labels it carries. A pod with no controller counts only when ``owner_gone``
     (``kubectl delete --cascade=orphan`` removed its ownerReference with the object): a pod a
     tenant creates with a job's name and uid labels (the uid is on its Workload's
     ``kueue.x-k8s.io/job-uid`` label) and no owner must not hold that job's quota once the
@@ -599,7 +601,7 @@ def _made_by_own_pod(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str,
     while it is being deleted, through its grace period (a pod whose reference names no pod
     at all is deleted by the collector too), and not before (one whose driver is not seen
     yet). Labels alone (``spark-app-selector``, ``spark-role``) prove nothing: a tenant's
-    bare pod carrying them does not count. None when ``ctx`` is None."""
+    bare pod carrying them does not count. False without ``ctx`` or its Pod store."""
     if ctx is None or POD not in ctx.informers.informers:
         return False
     driver = stored_controller(ctx, pod)
