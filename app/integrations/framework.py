@@ -59,8 +59,9 @@ class KindDefaults:
     For kinds made of other objects (Kueue's ComposableJob): ``source`` (the store whose
     events concern the kind; default its ``key``), ``object_key(obj)``, ``lookup(ctx, ns,
     name)``, ``group_workloads``, ``fewer_pods_match`` and ``trim``. For kinds whose operator
-    labels its pods: ``pod_labels`` (and ``pods_make_pods``); under ``manageJobsWithoutQueueName``:
-    ``manages_unlabelled``, ``unlabelled_selector``, ``takes_unlabelled``; and
+    labels its pods: ``pod_labels`` (and ``pods_make_pods``); under
+    ``manageJobsWithoutQueueName``: ``manages_unlabelled``, ``unlabelled_selector``,
+    ``takes_unlabelled``; and
     ``top_level``, ``partial_admission``, ``optional``, ``child_jobs``, ``rules``; for
     operators that need a nudge ``settle``; for objects an ancestor's operator makes
     ``hold_to_ancestor``, ``carries_admission`` and ``stop_orphaned``; for kinds whose
@@ -551,8 +552,9 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     the object exists, its operator's status still counts it: ``JobReconciler._pods_left``).
     For a kind whose pods make pods (``pods_make_pods``: a SparkApplication's driver makes
     its executors), a pod whose controller is a core Pod counts through that pod
-    (``_made_by_own_pod``). A pod whose controller is anything else (a tenant's own object)
-    is not the object's, whatever labels it carries. A pod with no controller counts only when ``owner_gone``
+    (``_made_by_own_pod``).
+    A pod whose controller is anything else (a tenant's own object) is not the object's,
+    whatever labels it carries. A pod with no controller counts only when ``owner_gone``
     (``kubectl delete --cascade=orphan`` removed its ownerReference with the object): a pod a
     tenant creates with a job's name and uid labels (the uid is on its Workload's
     ``kueue.x-k8s.io/job-uid`` label) and no owner must not hold that job's quota once the
