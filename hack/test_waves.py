@@ -45,6 +45,7 @@ NEEDS: dict[str, frozenset[str]] = {f"tests/e2e/{k}.py" if "/" not in k else k: 
                                     for k, v in {
     "test_appwrapper": {"appwrapper", "jobset"},
     "test_break24_findings": {"training-operator", "mpi-operator", "jobset", "kuberay"},
+    "test_break26_findings": {"spark-operator"},
     "test_breaker12_findings": {"jobset", "trainer", "kuberay"},
     "test_breaker13_findings": _MULTIKUEUE,  # sites, and aw_operator (appwrapper, jobset)
     "test_breaker14_findings": {"appwrapper", "jobset", "kuberay"},

@@ -59,8 +59,9 @@ class KindDefaults:
     For kinds made of other objects (Kueue's ComposableJob): ``source`` (the store whose
     events concern the kind; default its ``key``), ``object_key(obj)``, ``lookup(ctx, ns,
     name)``, ``group_workloads``, ``fewer_pods_match`` and ``trim``. For kinds whose operator
-    labels its pods: ``pod_labels``; under ``manageJobsWithoutQueueName``:
-    ``manages_unlabelled``, ``unlabelled_selector``, ``takes_unlabelled``; and
+    labels its pods: ``pod_labels`` (and ``pods_make_pods``); under
+    ``manageJobsWithoutQueueName``: ``manages_unlabelled``, ``unlabelled_selector``,
+    ``takes_unlabelled``; and
     ``top_level``, ``partial_admission``, ``optional``, ``child_jobs``, ``rules``; for
     operators that need a nudge ``settle``; for objects an ancestor's operator makes
     ``hold_to_ancestor``, ``carries_admission`` and ``stop_orphaned``; for kinds whose
@@ -87,6 +88,10 @@ class KindDefaults:
     # goes, and that status covers pods the Pod store cannot name (a wrapped object's): the
     # release of its Workload then keeps counting the status too (``_pods_for_release``).
     status_kept_once_deleted: bool = False
+    # Its pods make pods of their own, each controlled by the pod that made it (a Spark
+    # driver's executors, Spark 4.0 ``ExecutorPodsAllocator``): ``pod_of`` counts such a pod
+    # through that controller (``_made_by_own_pod``), never by its labels alone.
+    pods_make_pods: bool = False
     # Kueue ``TopLevelJob``: never a managed ancestor's child (the webhook decides that).
     top_level: bool = False
     # Kueue manageJobsWithoutQueueName: objects without a queue name are queued too when the
@@ -545,6 +550,9 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     that job's evicted Workload holding its quota for as long as the tenant likes, while
     leaving an unseen one out releases at worst a launcher pod's share a little early (while
     the object exists, its operator's status still counts it: ``JobReconciler._pods_left``).
+    For a kind whose pods make pods (``pods_make_pods``: a SparkApplication's driver makes
+    its executors), a pod whose controller is a core Pod counts through that pod
+    (``_made_by_own_pod``).
     A pod whose controller is anything else (a tenant's own object) is not the object's,
     whatever labels it carries. A pod with no controller counts only when ``owner_gone``
     (``kubectl delete --cascade=orphan`` removed its ownerReference with the object): a pod a
@@ -565,6 +573,8 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
         return owner_gone
     if _names_kind(ref, kind):
         return ref.uid == uid
+    if getattr(kind, "pods_make_pods", False) and ref.kind == "Pod" and ref.api_version == "v1":
+        return _made_by_own_pod(kind, pod, name, uid, owner_gone=owner_gone, ctx=ctx)
     if not _names_batch_job(ref):
         return False
     job = stored_controller(ctx, pod) if ctx is not None else None
@@ -577,6 +587,32 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
         return controlled_by(job, kind, name, uid, owner_gone=owner_gone)
     return bool(kind.runs_pods_through(  # type: ignore[attr-defined]
         ctx, job, pod, name, uid, owner_gone=owner_gone))
+
+
+def _made_by_own_pod(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
+                     owner_gone: bool, ctx: Context | None) -> bool:
+    """For a kind whose pods make pods (``pods_make_pods``): whether ``pod``, which carries
+    the name label of ``kind``'s object ``name`` and whose controller ownerReference names a
+    core Pod, was made by one of that object's own pods (a SparkApplication's executor, made
+    and controlled by its driver: Spark 4.0 sets only that reference, spark-operator v2.5.0
+    only the labels). The controller, read from ``ctx``'s Pod store, must itself be the
+    object's pod by ``pod_of``'s rule (with ``owner_gone``), one hop only: a pod the object
+    controls, never one made by another made pod (a tenant's chain of references), nor a pod
+    of another object. A controller no store holds is gone (the garbage collector then
+    deletes ``pod``, and Spark's driver deletes its executors as it stops): ``pod`` counts
+    while it is being deleted, through its grace period (a pod whose reference names no pod
+    at all is deleted by the collector too), and not before (one whose driver is not seen
+    yet). Labels alone (``spark-app-selector``, ``spark-role``) prove nothing: a tenant's
+    bare pod carrying them does not count. False without ``ctx`` or its Pod store."""
+    if ctx is None or POD not in ctx.informers.informers:
+        return False
+    driver = stored_controller(ctx, pod)
+    if driver is None:
+        return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    above = controller_of_object(driver)
+    if above is not None and above.kind == "Pod" and above.api_version == "v1":
+        return False
+    return pod_of(kind, driver, name, uid, owner_gone=owner_gone, ctx=ctx)
 
 
 POD_NAMESPACE_INDEX = "namespace"

@@ -36,9 +36,11 @@ managed, which stops the object first, and a job such an object made is left alo
 taken for an orphaned child or a queued job of its own) until then. One that pykueue created
 for an object that went with its owner reference (label ``kueue.x-k8s.io/job-uid``, no
 ownerReference: ``kubectl delete --cascade=orphan``) is Finished with reason
-``OwnerNotFound`` (Kueue v0.17.1 ``FinishOrphanedWorkloads``) once no object of that uid
-exists (kueue#12820: not while it is being deleted) and none of its pods holds resources any
-more (pykueue's addition: Kueue finishes it at once).
+``OwnerNotFound`` once no object of that uid exists (kueue#12820: not while it is being
+deleted) and none of its pods holds resources any more; evicted or deactivated, its pods are
+deleted first. Kueue v0.17.1's ``FinishOrphanedWorkloads`` finishes only a Workload whose
+controller reference names a gone object, so it leaves this one holding its quota; Kueue
+v0.18's ``isOrphanedWorkload`` finishes it at once (the wait for its pods is pykueue's).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from app.integrations.framework import (
     StartError,
     child_share,
     controller_uid,
+    delete_pods,
     lookup,
     made_via_ancestor,
     manages_unlabelled_in,
@@ -1274,8 +1277,8 @@ class JobReconciler:
     @staticmethod
     def _orphaned(wl: Obj) -> str:
         """The uid of the object a Workload was made for when that object went with its
-        owner reference, else ``""``. Rule (Kueue v0.17.1 ``isOrphanedWorkload`` with
-        ``FinishOrphanedWorkloads``): no ownerReference at all, the label
+        owner reference, else ``""``. Rule (Kueue v0.18 ``isOrphanedWorkload`` with
+        ``FinishOrphanedWorkloads``; not in v0.17.1): no ownerReference at all, the label
         ``kueue.x-k8s.io/job-uid`` set, not being deleted. A Workload created without an
         owner and that label (Kueue's performance runner's) is not orphaned, nor is a
         MultiKueue copy (label ``kueue.x-k8s.io/multikueue-origin``) waiting for its Job:
@@ -1348,12 +1351,15 @@ class JobReconciler:
         """Finish orphaned ``wl`` (reason ``OwnerNotFound``) once no object with ``uid``
         exists and none of its pods (``pods_of_workload``, or of objects its owner's
         operator made: ``made_pods``) holds resources; else look again in ``PODS_POLL``
-        (Event ``WaitingForPods`` on the Workload while pods hold)."""
+        (Event ``WaitingForPods`` on the Workload while pods hold). An evicted or
+        deactivated one has its pods deleted first (``_stop_orphaned_pods``)."""
         ns = str(wl["metadata"].get("namespace", ""))
         if self._object_with_uid(ns, uid) is not None:
             return PODS_POLL  # still there, being deleted (kueue#12820): not finished yet
         for k in self.registry.kinds():
             await k.stop_made(self.ctx, wl, uid)
+        if is_evicted(wl) or not is_active(wl):
+            await self._stop_orphaned_pods(wl, uid)
         left = self.pods_holding(wl, uid) or 0
         if left:
             # Its orphaned pods still run on the GPUs it accounts for.
@@ -1368,3 +1374,27 @@ class JobReconciler:
                                f"finished: {message}")
         self.ctx.wake()
         return None
+
+    async def _stop_orphaned_pods(self, wl: Obj, uid: str) -> int:
+        """Delete the running pods (not being deleted) of orphaned ``wl``'s object with
+        ``uid`` (``pods_of_workload``: with ``--cascade=orphan`` no controller is left to stop
+        them), the Workload being evicted (preempted, say) or deactivated: they would
+        otherwise hold its quota for as long as they run, out of reach of any preemption
+        (break26 F3). Pods are deleted as a stopped job's are (``framework.delete_pods``, by
+        uid; Event ``DeletedPods`` on the Workload); returns the count deleted. Beyond Kueue
+        v0.17.1, which finishes only a Workload whose controller reference names a missing
+        object (``FinishOrphanedWorkloads``): one left with no owner keeps its quota, evicted
+        or not, and its pods run on unmanaged (v0.18 finishes it at once, its pods running
+        on)."""
+        pods = self._pods(str(wl["metadata"].get("namespace", "")))
+        running = [p for p in pods_of_workload(self.registry.kinds(), pods, wl, uid,
+                                               owner_gone=self._owner_orphans(wl, uid),
+                                               ctx=self.ctx)
+                   if not (p.get("metadata") or {}).get("deletionTimestamp")]
+        deleted = len(await delete_pods(self.ctx, running))
+        if deleted:
+            why = "evicted" if is_evicted(wl) else "deactivated"
+            self.ctx.recorder.emit(wl, NORMAL, "DeletedPods",
+                                   f"{deleted} pod(s) of its owner, which is gone, deleted: "
+                                   f"the Workload is {why}")
+        return deleted

@@ -1,8 +1,9 @@
 """Quota follows the pods (job framework): a Workload whose object went with its owner
-reference (``kubectl delete --cascade=orphan``) is Finished ``OwnerNotFound`` (Kueue v0.17.1
-``FinishOrphanedWorkloads``) once its object is gone and its orphaned pods are gone or terminal;
-one created without an owner (Kueue's performance runner) is left alone; a finished job's
-Workload keeps its quota while its pods still run.
+reference (``kubectl delete --cascade=orphan``) is Finished ``OwnerNotFound`` (Kueue v0.18
+``isOrphanedWorkload``) once its object is gone and its orphaned pods are gone or terminal, and
+has them deleted when it is evicted or deactivated (break26 F3); one created without an owner
+(Kueue's performance runner) is left alone; a finished job's Workload keeps its quota while its
+pods still run.
 
 The property: whatever the mix of Workloads, owners and pods, one reconcile pass finishes
 exactly the orphaned Workloads with nothing left running, and once the pods are gone the next
@@ -312,3 +313,69 @@ def test_the_pods_of_an_orphaned_multikueue_copy_hold_its_quota() -> None:
     assert pods_of_workload([JOB], [running], copy_, "worker-uid") == []
     copy_["metadata"]["annotations"] = {"pykueue.dev/adopted-by": "worker-uid"}
     assert pods_of_workload([JOB], [running], copy_, "worker-uid") == [running]
+
+
+def _deleting_client(ctx: _Ctx) -> list[str]:
+    """Give ``ctx`` a client ``delete`` that marks the pod being deleted in the Pod store (as
+    the watch then shows it); returns the list of ``name/uid`` deleted."""
+    deleted: list[str] = []
+
+    async def delete(res: Any, name: str, namespace: str = "", **kw: Any) -> None:
+        assert res is PODS
+        deleted.append(f"{name}/{kw.get('uid')}")
+        pod_ = copy.deepcopy(ctx.store(POD).get(f"{namespace}/{name}"))
+        pod_["metadata"]["deletionTimestamp"] = "2026-12-03T15:00:00Z"
+        ctx.store(POD).put(pod_)
+
+    ctx.client.delete = delete  # type: ignore[attr-defined]
+    return deleted
+
+
+def _orphan_with_pods(*, evicted: bool = False, active: bool = True
+                      ) -> tuple[JobReconciler, _Ctx, str, list[str]]:
+    rec, ctx = reconciler()
+    deleted = _deleting_client(ctx)
+    wl = workload("job", "low", "u1", owned=False, labelled=True)
+    if evicted:
+        wl["status"]["conditions"].append({"type": "Evicted", "status": "True",
+                                           "reason": "Preempted", "message": "Preempted"})
+    if not active:
+        wl["spec"]["active"] = False
+    ctx.store(WL).put(wl)
+    for i in range(2):
+        ctx.store(POD).put(pod("job", "low", "u1", i, phase="Running"))
+    # Not the orphaned Job's: another Job's pod of the same name, and a bare pod without
+    # the uid label.
+    ctx.store(POD).put(pod("job", "low", "u2", 0, phase="Running", owner_ref=True))
+    bare = pod("job", "low", "u1", 9, phase="Running")
+    del bare["metadata"]["labels"]["batch.kubernetes.io/controller-uid"]
+    ctx.store(POD).put(bare)
+    return rec, ctx, wl["metadata"]["name"], deleted
+
+
+def test_an_evicted_orphan_has_its_pods_deleted_and_is_finished_once_they_are_gone() -> None:
+    """break26 F3: ``kubectl delete job --cascade=orphan`` left pods no controller stops; the
+    orphaned Workload, preempted, waited for them for as long as they ran."""
+    rec, ctx, name, deleted = _orphan_with_pods(evicted=True)
+    assert asyncio.run(rec.reconcile_workload(NS, name)) is not None
+    assert sorted(deleted) == ["low-u1-0/pod-u1-0", "low-u1-1/pod-u1-1"]
+    assert finished_reason(ctx, name) is None  # killed, not yet gone: the quota stays
+    assert asyncio.run(rec.reconcile_workload(NS, name)) is not None
+    assert len(deleted) == 2  # already being deleted: not deleted again
+    for i in range(2):
+        ctx.store(POD).remove(f"{NS}/low-u1-{i}")
+    assert asyncio.run(rec.reconcile_workload(NS, name)) is None
+    assert finished_reason(ctx, name) == OWNER_NOT_FOUND
+
+
+def test_a_deactivated_orphan_has_its_pods_deleted() -> None:
+    rec, _, name, deleted = _orphan_with_pods(active=False)
+    asyncio.run(rec.reconcile_workload(NS, name))
+    assert sorted(deleted) == ["low-u1-0/pod-u1-0", "low-u1-1/pod-u1-1"]
+
+
+def test_an_admitted_orphans_pods_run_on() -> None:
+    rec, ctx, name, deleted = _orphan_with_pods()
+    assert asyncio.run(rec.reconcile_workload(NS, name)) is not None
+    assert deleted == []
+    assert finished_reason(ctx, name) is None

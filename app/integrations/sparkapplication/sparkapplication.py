@@ -39,8 +39,12 @@ applies a role's fields to its pods through its pod webhook. Finished (Kueue ``F
 ``status.applicationState.state`` ``COMPLETED`` (succeeded), ``FAILED`` or ``SUBMISSION_FAILED``
 (its ``errorMessage``). Pods ready and active (Kueue ``PodsReady``, ``IsActive``): state
 ``RUNNING``. The driver pod carries ``sparkoperator.k8s.io/app-name`` and a controller owner
-reference to the SparkApplication (``pod_labels``). No ``managedBy``: Kueue v0.17.1 has no
-MultiKueue adapter for the kind.
+reference to the SparkApplication (``pod_labels``). The executors carry the same label (and
+Spark's ``spark-role: executor``, ``spark-app-selector``), and Spark 4.0 makes the driver pod
+their controller: they count as the application's pods through that driver only
+(``pods_make_pods``, ``framework.pod_of``), so a Workload whose release waits on the Pod store
+(the application deleted, or orphaned) waits for them too. No ``managedBy``: Kueue v0.17.1
+has no MultiKueue adapter for the kind.
 """
 
 from __future__ import annotations
@@ -274,6 +278,7 @@ class SparkApplication(TemplatedKind):
                      + KIND.spec_errors(app),
                      extra_update=lambda old, new: _mode_errors(new))
     pod_labels = (APP_NAME_LABEL, "")
+    pods_make_pods = True  # the driver makes and controls the executors
 
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         """``driver`` (1) and ``executor`` (``spec.executor.instances``, default 0), each
