@@ -164,6 +164,24 @@ async def test_a_tenants_job_in_no_batch_job_kind_store_holds_no_jobsets_quota(
         await m.stop()
 
 
+async def test_without_batch_job_a_jobs_pods_are_placed_as_any_others(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``batch/job`` not listed: the scheduler extender and the webhooks' admission lookup
+    find no Job of pykueue's for a Job's pod (a JobSet's) and answer as for any other pod.
+    Before, they read the Job kind's store, which is not watched then: KeyError on every
+    filter request, so no JobSet pod was ever given a node (lab: ``ts``'s pod Pending)."""
+    client, _ = _decoy_cluster({})
+    m = _manager(monkeypatch, client, ["jobset.x-k8s.io/jobset"])
+    await m.start()
+    try:
+        await m.wait_ready(10)
+        assert m.extender_state is not None and m.admission_lookup is not None
+        assert m.extender_state.workload_for_pod(NS, "mine", "u-mine") is None
+        assert m.admission_lookup.is_admitted(NS, "mine", "u-mine") is None
+    finally:
+        await m.stop()
+
+
 async def test_a_trainjobs_running_pods_count_without_batch_job_listed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """break26 F1 (b): the trainer's JobSet's Job is read from the store of every batch Job,
