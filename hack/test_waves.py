@@ -44,6 +44,7 @@ _MULTIKUEUE = frozenset({"jobset", "training-operator", "kuberay", "trainer", "a
 NEEDS: dict[str, frozenset[str]] = {f"tests/e2e/{k}.py" if "/" not in k else k: frozenset(v)
                                     for k, v in {
     "test_appwrapper": {"appwrapper", "jobset"},
+    "test_batch_job_stores": {"jobset", "trainer"},
     "test_break24_findings": {"training-operator", "mpi-operator", "jobset", "kuberay"},
     "test_break26_findings": {"spark-operator"},
     "test_breaker12_findings": {"jobset", "trainer", "kuberay"},

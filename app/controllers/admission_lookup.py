@@ -56,6 +56,17 @@ def has_managed_ancestor(ctx: Context, registry: Registry, obj: Obj) -> bool:
     return stored_ancestor(ctx, registry, obj) is not None
 
 
+def _stored_job(ctx: Context, registry: Registry | None, namespace: str, name: str
+                ) -> Obj | None:
+    """The batch Job ``namespace/name`` as the Job kind's store holds it, or None: not
+    stored, or the Job kind not in ``registry`` (``integrations.frameworks`` without
+    ``batch/job``: its store is not watched, no Job is pykueue's, and the pods of one, a
+    JobSet's for instance, are placed as any other pod is)."""
+    if registry is not None and registry.get(JOB) is None:
+        return None
+    return ctx.store(JOB).get(f"{namespace}/{name}")
+
+
 class StoreAdmissionLookup:
     """Answers the webhook from the Job, Workload and LocalQueue stores; ``registry``: the
     kinds the reconciler manages (enabled and served), for the managed-ancestor rule."""
@@ -93,7 +104,7 @@ class StoreAdmissionLookup:
             return None
 
     def _workload(self, namespace: str, job_name: str, job_uid: str = "") -> Obj | None:
-        job = self.ctx.store(JOB).get(f"{namespace}/{job_name}")
+        job = _stored_job(self.ctx, self.registry, namespace, job_name)
         if job is not None and job_uid in ("", job["metadata"].get("uid", "")):
             # Kueue's name, or the MultiKueue copy its prebuilt-workload-name label names.
             name = BATCH_JOB.workload_name(job)
@@ -342,7 +353,7 @@ class StoreExtenderState(InMemoryExtenderState):
 
     def workload_for_pod(self, namespace: str, job_name: str,
                          job_uid: str = "") -> PodWorkloadView | None:
-        job = self.ctx.store(JOB).get(f"{namespace}/{job_name}")
+        job = _stored_job(self.ctx, self.registry, namespace, job_name)
         if job is None or not self._queued(job):
             return None
         if self.registry is not None and has_managed_ancestor(self.ctx, self.registry, job):

@@ -58,10 +58,12 @@ from app.kube.context import (
     CHILD_JOBS,
     CO,
     CQ,
+    EMPTY_QUEUE_NAME,
     JOB,
     LQ,
     MULTIKUEUE_STORES,
     NS,
+    OTHER_JOBS,
     POD,
     RCT,
     RF,
@@ -212,6 +214,31 @@ class Manager:
             return kind.unlabelled_selector
         return kind.label_selector
 
+    def _other_jobs(self, client: KubeClient, kinds: Iterable[JobKind]) -> Informer | None:
+        """The informer of the batch Jobs the Job kind's stores do not hold (``OTHER_JOBS``:
+        read only, no handler), or None when none is needed: the Pod store is not watched,
+        no kind in ``kinds`` runs pods through batch Jobs (``runs_batch_jobs``), or the Job
+        kind's informer lists every Job (``jobs.manage_jobs_without_queue_name``). Every Job
+        when the Job kind is not served (``integrations.frameworks`` without
+        ``batch/job``); else those labelled with an empty queue name, which neither its
+        labelled nor its unlabelled (``CHILD_JOBS``) informer lists. ``framework.pod_of``
+        then takes a Job no store holds for one that is gone, so a tenant's unqueued Job
+        whose pods carry a JobSet's name and uid labels is read, found not to be the
+        JobSet's, and holds none of its quota. Kueue v0.17.1 watches no batch Job when
+        ``batch/job`` is not enabled (its JobSet, TrainJob, AppWrapper and MPIJob
+        integrations watch their own kind and Workloads, TrainJob its JobSets too): it
+        counts no pods for a release, which pykueue does (``jobs.deleted_quota_release``,
+        the Workload finalizer)."""
+        if not self.watch_nodes \
+                or not any(getattr(k, "runs_batch_jobs", False) for k in kinds):
+            return None
+        job_kind = self.registry.get(JOB)
+        if job_kind is not None and self._selector(job_kind) is None:
+            return None
+        return Informer(client, JOBS,
+                        label_selector=None if job_kind is None else EMPTY_QUEUE_NAME,
+                        watch_timeout_seconds=self.settings.scheduling.watch_timeout_seconds)
+
     async def start(self) -> None:
         """Build and start every component (returns without waiting for the first sync)."""
         if self._started:
@@ -247,6 +274,9 @@ class Manager:
             informers.add(CHILD_JOBS, Informer(
                 client, JOBS, label_selector=UNLABELLED,
                 watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
+        other_jobs = self._other_jobs(client, self.registry.kinds())
+        if other_jobs is not None:
+            informers.add(OTHER_JOBS, other_jobs)
         if self.watch_nodes:
             informers.add(NODE, Informer(client, NODES,
                                          watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
@@ -496,7 +526,12 @@ class Manager:
         assert ctx is not None and jobs is not None and kind.resource is not None
         inf = Informer(ctx.client, kind.resource, label_selector=self._selector(kind),
                        watch_timeout_seconds=self.settings.scheduling.watch_timeout_seconds)
-        listed = await self._listed([(kind.key, inf)])
+        wanted = [(kind.key, inf)]
+        if OTHER_JOBS not in ctx.informers.informers:
+            other_jobs = self._other_jobs(ctx.client, [kind])
+            if other_jobs is not None:  # its pods may run through Jobs no store holds yet
+                wanted.append((OTHER_JOBS, other_jobs))
+        listed = await self._listed(wanted)
         if listed is None:
             log.warning("reconciler: %s %s served but not listed within %.0f s: %s objects are "
                         "not managed yet", kind.resource.plural, kind.resource.api_version,
@@ -512,13 +547,15 @@ class Manager:
                     await wait_event(side.synced, CRD_SYNC_TIMEOUT_SECONDS)
                 except asyncio.CancelledError:
                     side_task.cancel()
-                    listed[0][2].cancel()
+                    for _, _, task in listed:
+                        task.cancel()
                     raise
                 ctx.informers.adopt(key, side, side_task)
                 if key == kind.made_store:  # type: ignore[attr-defined]
                     side.add_handler(jobs.on_made_object(key))
         # No await from here on: no event falls between the store's listing and the handler.
-        ctx.informers.adopt(kind.key, inf, listed[0][2])
+        for key, informer, task in listed:
+            ctx.informers.adopt(key, informer, task)
         self.registry.register(kind)
         jobs.awaited.discard((kind.api_group, kind.kind))
         inf.add_handler(jobs.on_object(kind))

@@ -65,8 +65,8 @@ class KindDefaults:
     ``top_level``, ``partial_admission``, ``optional``, ``child_jobs``, ``rules``; for
     operators that need a nudge ``settle``; for objects an ancestor's operator makes
     ``hold_to_ancestor``, ``carries_admission`` and ``stop_orphaned``; for kinds whose
-    operator makes other objects that run its pods ``made_pods`` and ``made_via`` (each
-    documented below).
+    operator makes other objects that run its pods ``made_pods`` and ``made_via``, and
+    through batch Jobs ``runs_batch_jobs`` and ``runs_pods_through`` (each documented below).
     """
 
     # Its Workloads carry GROUP_WORKLOAD_ANNOTATION instead of a controller ownerReference.
@@ -92,6 +92,11 @@ class KindDefaults:
     # driver's executors, Spark 4.0 ``ExecutorPodsAllocator``): ``pod_of`` counts such a pod
     # through that controller (``_made_by_own_pod``), never by its labels alone.
     pods_make_pods: bool = False
+    # Its operator makes batch Jobs that run (some of) its pods: a JobSet's Jobs, a
+    # TrainJob's JobSet's, an AppWrapper's wrapped ones, an MPIJob's launcher. While such a
+    # kind is served and the Pod store watched, every batch Job is in some store
+    # (``Manager``), so a pod whose Job no store holds is one whose Job is gone (``pod_of``).
+    runs_batch_jobs: bool = False
     # Kueue ``TopLevelJob``: never a managed ancestor's child (the webhook decides that).
     top_level: bool = False
     # Kueue manageJobsWithoutQueueName: objects without a queue name are queued too when the
@@ -200,14 +205,18 @@ class KindDefaults:
         Default: nothing (the orphaned-child rule finds a kind's children by their marks)."""
         return None
 
-    def runs_pods_through(self, ctx: Context, job: Mapping[str, Any], pod: Mapping[str, Any],
-                          name: str, uid: str, *, owner_gone: bool = False) -> bool:
+    def runs_pods_through(self, ctx: Context, job: Mapping[str, Any] | None,
+                          pod: Mapping[str, Any], name: str, uid: str, *,
+                          owner_gone: bool = False) -> bool:
         """Whether the batch Job ``job`` (as stored; the controller of ``pod``, which carries
         the name label of the kind's object ``name``) was made by the kind's operator for that
         object, with ``uid``, to run its pods (an MPIJob's launcher), so ``pod`` is the
-        object's (``pod_of``). ``owner_gone``: the object went with its ownerReference
-        (``kubectl delete --cascade=orphan``), so ``job`` may have lost its controller
-        reference too. Default: never (the operator runs the kind's pods itself)."""
+        object's (``pod_of``). ``job`` None: no store holds it, so it is gone, and ``pod`` is
+        being deleted (``pod_of`` asks nothing else then): the answer comes from what ``pod``
+        carries (its controller reference's name, its labels). ``owner_gone``: the object
+        went with its ownerReference (``kubectl delete --cascade=orphan``), so ``job`` may
+        have lost its controller reference too. Default: never (the operator runs the kind's
+        pods itself)."""
         return False
 
     def label_kin(self) -> tuple[Any, ...]:
@@ -503,17 +512,15 @@ def stored_controller(ctx: Context, obj: Mapping[str, Any]) -> Mapping[str, Any]
     """The object ``obj``'s controller ownerReference names, as a store of ``ctx`` holds it
     (``obj``'s namespace, the reference's API group, kind, name and uid), or None: no store
     watching that kind holds it (not created yet, gone, or outside every informer's
-    selector), or ``obj`` has no controller."""
+    selector), or ``obj`` has no controller. The stores of that kind are found through the
+    informers' index by API group and kind (``InformerMap.keys_for``), in the order they
+    were added: a look costs the stores of that kind, not every store."""
     ref = controller_of_object(obj)
     if ref is None:
         return None
     ns = str((obj.get("metadata") or {}).get("namespace", ""))
-    for key in ctx.informers.informers:
-        store = ctx.store(key)
-        res = store.resource
-        if res.kind != ref.kind or res.group != ref.group:
-            continue
-        got = store.get(f"{ns}/{ref.name}")
+    for key in ctx.informers.informers.keys_for(ref.group, ref.kind):
+        got = ctx.store(key).get(f"{ns}/{ref.name}")
         if got is not None and (got.get("metadata") or {}).get("uid") == ref.uid:
             return got  # type: ignore[no-any-return]
     return None
@@ -540,16 +547,20 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     Job's ``controller-uid``, JobSet's ``jobset-uid``) needs that label to name ``uid``: a pod
     without it is not the object's. The pod also needs a controller ownerReference leading
     back to the object: the object itself (its uid), or a batch Job run for it, read from
-    ``ctx``'s batch Job stores. For a uid-labelled kind, a batch Job the object controls (a
-    JobSet's child), or one no store holds (``ctx`` None, the batch Job kind not served, or
-    gone: the garbage collector deletes the pods of a deleted Job after it, and a pod whose
-    forged reference names no object, so such a pod does not run on for long). For another
-    kind, one its operator made for the object (``runs_pods_through``: an MPIJob's launcher,
-    controlled by the MPIJob); any other batch Job, or one no store holds, is not the
+    ``ctx``'s batch Job stores, which hold every batch Job while a kind that runs pods
+    through them is served (``KindDefaults.runs_batch_jobs``; ``Manager``), a Job labelled
+    with an empty queue name included: a Job no store holds is gone (or ``ctx`` is None).
+    The garbage collector deletes the pods of a gone Job after it, and a pod whose forged
+    reference names no object, so such a pod does not run on for long. For a uid-labelled
+    kind, a batch Job the object controls (a JobSet's child), or one no store holds. For
+    another kind, one its operator made for the object (``runs_pods_through``: an MPIJob's
+    launcher, controlled by the MPIJob), or, for a pod being deleted, one no store holds
+    that its operator would have made (``runs_pods_through`` with no Job: after a background
+    deletion the pods of a TrainJob's, an AppWrapper's or a launcher Job run out their grace
+    period after the Job went, and still hold the quota); any other batch Job is not the
     object's: a tenant's unqueued Job whose pods carry a job's name label would otherwise keep
-    that job's evicted Workload holding its quota for as long as the tenant likes, while
-    leaving an unseen one out releases at worst a launcher pod's share a little early (while
-    the object exists, its operator's status still counts it: ``JobReconciler._pods_left``).
+    that job's evicted Workload holding its quota for as long as the tenant likes, and one
+    the tenant deleted holds it only while its pods are killed.
     For a kind whose pods make pods (``pods_make_pods``: a SparkApplication's driver makes
     its executors), a pod whose controller is a core Pod counts through that pod
     (``_made_by_own_pod``).
@@ -579,10 +590,16 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
         return False
     job = stored_controller(ctx, pod) if ctx is not None else None
     if job is None:
-        # A uid-labelled kind's pods all run through batch Jobs it controls (a JobSet's):
-        # one no store holds is gone (the garbage collector deletes a pod whose owner is
-        # gone, so a forged reference does not keep one) or unknown, and its pods count.
-        return bool(uid_label)
+        # A Job no store holds is gone: the garbage collector deletes its pods (and a pod
+        # whose forged reference names no object), so such a pod does not run on for long.
+        # A uid-labelled kind's pods all run through batch Jobs it controls (a JobSet's),
+        # and the uid label names the object's run; another kind's pod counts only while
+        # it is being deleted, and only for a Job its operator would have made.
+        if uid_label:
+            return True
+        return ctx is not None and bool(meta.get("deletionTimestamp")) \
+            and bool(kind.runs_pods_through(  # type: ignore[attr-defined]
+                ctx, None, pod, name, uid, owner_gone=owner_gone))
     if uid_label:
         return controlled_by(job, kind, name, uid, owner_gone=owner_gone)
     return bool(kind.runs_pods_through(  # type: ignore[attr-defined]

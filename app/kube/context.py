@@ -53,10 +53,17 @@ POD = "pod"
 # batch Jobs without a queue-name label, watched while the Job kind's informer lists only
 # labelled ones: a managed ancestor's (a JobSet's) children are held to its admission.
 CHILD_JOBS = "jobchild"
+# The batch Jobs neither of those holds, read only (no handler), watched while a kind whose
+# operator runs pods through batch Jobs is served (``KindDefaults.runs_batch_jobs``) with the
+# Pod store: every Job while the Job kind is not served, else those labelled with an empty
+# queue name (``EMPTY_QUEUE_NAME``; stored before the webhook refused that). Every batch Job
+# is then in some store, so ``framework.pod_of`` takes one no store holds for one gone.
+OTHER_JOBS = "jobother"
 # Every JobSet, watched while a kind makes JobSets through its operator (a TrainJob's trainer,
 # ``KindDefaults.made_store``): such a JobSet, unlabelled, is held to that object's admission.
 CHILD_JOBSETS = "jobsetchild"
 UNLABELLED = f"!{QUEUE_NAME_LABEL}"
+EMPTY_QUEUE_NAME = f"{QUEUE_NAME_LABEL}="
 
 
 def build_informers(client: KubeClient, watch_timeout_seconds: int = 300, *,

@@ -8,14 +8,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from app.config import Settings
-from app.kube.informers import Store
+from app.kube.informers import InformerMap, Store
 
 
 class Informers:
     """Stores by key (``InformerSet``'s ``informers`` and ``store``), nothing watched."""
 
     def __init__(self, keys: Mapping[str, Any]) -> None:
-        self.informers = {k: type("I", (), {"store": Store(r)})() for k, r in keys.items()}
+        self.informers = InformerMap(
+            {k: type("I", (), {"store": Store(r)})() for k, r in keys.items()})
 
     def store(self, key: str) -> Store:
         return self.informers[key].store

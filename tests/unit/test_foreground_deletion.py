@@ -104,7 +104,12 @@ def test_a_suspended_spark_application_being_deleted_has_its_workload_deleted_on
     assert _workload_writes(ctx) == [("delete", "workloads", name)]
 
 
-def test_a_trainjob_with_a_stale_jobs_status_releases_once_its_pods_go() -> None:
+def trainjob_being_deleted(pod: dict[str, Any], jobs: list[dict[str, Any]]
+                           ) -> tuple[JobReconciler, FakeCtx, str]:
+    """TrainJob ``tj`` (uid ``u-1``) deleted in the foreground, its stale ``jobsStatus``
+    saying 2 active, its admitted Workload being deleted, the trainer's JobSet ``tj`` still
+    stored, the unlabelled batch Job store holding ``jobs`` and the Pod store ``pod``;
+    returns the reconciler, its context and the Workload's name."""
     tj = trainjob(suspend=False)
     tj["metadata"].update(deletionTimestamp=GONE, finalizers=["foregroundDeletion"],
                           resourceVersion="9")
@@ -112,28 +117,33 @@ def test_a_trainjob_with_a_stale_jobs_status_releases_once_its_pods_go() -> None
     rt = runtime()
     rt["metadata"]["namespace"] = "ns"
     wl = _admitted(TRAINJOB.workload_object(composed(tj, rt)), deleting=True)
-    node = _pod({"jobset.sigs.k8s.io/jobset-name": "tj"},
-                {"apiVersion": "batch/v1", "kind": "Job", "name": "tj-node-0", "uid": "j-1"})
-    # The trainer's JobSet and its Job, as the stores hold them while the pods terminate
-    # (``pod_of``: a batch Job's pod counts when its Job is the TrainJob's own).
     jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {
         "name": "tj", "namespace": "ns", "uid": "js-1", "ownerReferences": [
             {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "tj",
              "uid": "u-1", "controller": True}]}}
+    rec, ctx = _reconciler(TRAINJOB, "trainer.kubeflow.org/trainjob",
+                           {POD: [pod], TRAINJOB.key: [tj], WL: [wl], RUNTIMES: [rt],
+                            CHILD_JOBSETS: [jobset], CHILD_JOBS: jobs},
+                           extra=(RUNTIMES, CLUSTER_RUNTIMES),
+                           resources={CHILD_JOBSETS: JOBSETS, CHILD_JOBS: JOBS})
+    return rec, ctx, wl["metadata"]["name"]
+
+
+def test_a_trainjob_with_a_stale_jobs_status_releases_once_its_pods_go() -> None:
+    node = _pod({"jobset.sigs.k8s.io/jobset-name": "tj"},
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "tj-node-0", "uid": "j-1"})
+    # The trainer's Job, as the stores hold it while the pods terminate (``pod_of``: a
+    # batch Job's pod counts when its Job is the TrainJob's own).
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
         "name": "tj-node-0", "namespace": "ns", "uid": "j-1", "ownerReferences": [
             {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "tj",
              "uid": "js-1", "controller": True}]}}
-    rec, ctx = _reconciler(TRAINJOB, "trainer.kubeflow.org/trainjob",
-                           {POD: [node], TRAINJOB.key: [tj], WL: [wl], RUNTIMES: [rt],
-                            CHILD_JOBSETS: [jobset], CHILD_JOBS: [job]},
-                           extra=(RUNTIMES, CLUSTER_RUNTIMES),
-                           resources={CHILD_JOBSETS: JOBSETS, CHILD_JOBS: JOBS})
+    rec, ctx, name = trainjob_being_deleted(node, [job])
     assert asyncio.run(rec.reconcile_object(TRAINJOB, "ns", "tj")) == PODS_POLL
     assert _workload_writes(ctx) == []
     ctx.store(POD).remove("ns/p-0")
     assert asyncio.run(rec.reconcile_object(TRAINJOB, "ns", "tj")) is None
-    assert _workload_writes(ctx) == [("replace", "workloads", wl["metadata"]["name"])]
+    assert _workload_writes(ctx) == [("replace", "workloads", name)]
 
 
 def test_a_running_object_not_being_deleted_still_counts_its_status() -> None:

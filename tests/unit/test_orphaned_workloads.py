@@ -28,7 +28,7 @@ from app.integrations.kubeflow.kubeflow import PYTORCHJOB
 from app.integrations.reconciler import OWNER_NOT_FOUND, JobReconciler
 from app.kube.client import JOBS, PODS, WORKLOADS
 from app.kube.context import POD, WL
-from app.kube.informers import Store
+from app.kube.informers import InformerMap, Store
 from app.wire.names import JOB_UID_LABEL
 
 NS = "team-a"
@@ -43,7 +43,7 @@ class _Informer:
 
 class _Informers:
     def __init__(self, keys: dict[str, Any]) -> None:
-        self.informers = {k: _Informer(r) for k, r in keys.items()}
+        self.informers = InformerMap({k: _Informer(r) for k, r in keys.items()})
 
     def store(self, key: str) -> Store:
         return self.informers[key].store

@@ -237,6 +237,8 @@ class AppWrapper(TemplatedKind):
     # QuotaReserved False and drops its own finalizer: the status covers the pods of a
     # wrapped PyTorchJob, which ``pod_of`` cannot name.
     status_kept_once_deleted = True
+    # Its wrapped Jobs and wrapped JobSets' Jobs run its pods.
+    runs_batch_jobs = True
 
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         """One per podSet (module doc). Raises ``WorkloadSpecError``."""
@@ -272,12 +274,17 @@ class AppWrapper(TemplatedKind):
         except WorkloadSpecError:
             return 1  # deployed all the same: active, whatever its shape
 
-    def runs_pods_through(self, ctx: Context, job: Mapping[str, Any], pod: Mapping[str, Any],
-                          name: str, uid: str, *, owner_gone: bool = False) -> bool:
+    def runs_pods_through(self, ctx: Context, job: Mapping[str, Any] | None,
+                          pod: Mapping[str, Any], name: str, uid: str, *,
+                          owner_gone: bool = False) -> bool:
         """A wrapped Job (controlled by the AppWrapper), or a Job of a wrapped JobSet that the
         stores hold controlled by the AppWrapper (an unlabelled JobSet is in none unless a
         TrainJob's store of every JobSet is watched: its pods then count through the
-        AppWrapper's status alone)."""
+        AppWrapper's status alone); gone (``job`` None), any: appwrapper v1.2.0 labels the
+        pods of every component with the AppWrapper's name (``pod_labels``), whatever the
+        component's name."""
+        if job is None:
+            return True
         return controlled_by(job, self, name, uid, owner_gone=owner_gone) \
             or controlled_by(stored_controller(ctx, job), self, name, uid, owner_gone=owner_gone)
 

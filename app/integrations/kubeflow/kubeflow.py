@@ -29,6 +29,7 @@ from app.integrations.framework import controlled_by, job_finished
 from app.integrations.templated import Template, TemplatedKind
 from app.kube.client import Resource
 from app.wire.fields import WorkloadSpecError, integer, mapping, string
+from app.wire.owners import controller_of_object
 
 if TYPE_CHECKING:
     from app.kube.context import Context
@@ -62,6 +63,8 @@ class KubeflowJob(TemplatedKind):
         self.resource = Resource(GROUP, version, plural, kind)
         self.field = field
         self.order = order
+        # mpi-operator v0.8.0 runs an MPIJob's launcher through a batch Job.
+        self.runs_batch_jobs = "Launcher" in order
         self.rules = CrdRules(GROUP, version, plural, kind, SUSPEND, extra_create=self.spec_errors,
                               multikueue=adapter_for(f"{GROUP}/{version}", kind))
 
@@ -92,16 +95,21 @@ class KubeflowJob(TemplatedKind):
         return self._podset_child(obj, "launcher", "-launcher") if "Launcher" in self.order \
             else {}
 
-    def runs_pods_through(self, ctx: Context, job: Mapping[str, Any], pod: Mapping[str, Any],
-                          name: str, uid: str, *, owner_gone: bool = False) -> bool:
+    def runs_pods_through(self, ctx: Context, job: Mapping[str, Any] | None,
+                          pod: Mapping[str, Any], name: str, uid: str, *,
+                          owner_gone: bool = False) -> bool:
         """MPIJob: its launcher, the Job ``<name>-launcher`` that mpi-operator v0.8.0
         (``newLauncherJob``) makes controlled by the MPIJob (and uses only while it is:
-        ``getLauncherJob``), its pods labelled ``training.kubeflow.org/job-role: launcher``.
+        ``getLauncherJob``), its pods labelled ``training.kubeflow.org/job-role: launcher``;
+        gone (``job`` None), the Job of that name the pod's controller reference names.
         The training-operator's kinds run every pod themselves: none."""
         labels = (pod.get("metadata") or {}).get("labels") or {}
-        return "Launcher" in self.order \
-            and (job.get("metadata") or {}).get("name") == f"{name}-launcher" \
-            and labels.get(ROLE_LABEL) == "launcher" \
+        if "Launcher" not in self.order or labels.get(ROLE_LABEL) != "launcher":
+            return False
+        if job is None:
+            ref = controller_of_object(pod)
+            return ref is not None and ref.name == f"{name}-launcher"
+        return (job.get("metadata") or {}).get("name") == f"{name}-launcher" \
             and controlled_by(job, self, name, uid, owner_gone=owner_gone)
 
     def label_kin(self) -> tuple[Any, ...]:

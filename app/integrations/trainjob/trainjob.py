@@ -72,6 +72,7 @@ from app.kube.client import Resource
 from app.kube.context import CHILD_JOBSETS
 from app.kube.events import NORMAL
 from app.wire.fields import WorkloadSpecError, integer, mapping, string
+from app.wire.owners import controller_of_object
 
 if TYPE_CHECKING:
     from app.kube.context import Context
@@ -231,6 +232,8 @@ class TrainJob(TemplatedKind):
     # The trainer's JobSet labels its pods with the JobSet's name (the TrainJob's); the uid
     # label is the JobSet's, so pods are matched through their batch Job owner.
     pod_labels = ("jobset.sigs.k8s.io/jobset-name", "")
+    # Its JobSet's Jobs run its pods.
+    runs_batch_jobs = True
 
     def lookup(self, ctx: Context, ns: str, name: str) -> Obj | None:
         """The stored TrainJob with its child JobSet under ``CHILD_FIELD`` when its runtime is
@@ -285,10 +288,16 @@ class TrainJob(TemplatedKind):
                    for s in ((obj.get("status") or {}).get("jobsStatus")) or []
                    if isinstance(s, Mapping))
 
-    def runs_pods_through(self, ctx: Context, job: Mapping[str, Any], pod: Mapping[str, Any],
-                          name: str, uid: str, *, owner_gone: bool = False) -> bool:
+    def runs_pods_through(self, ctx: Context, job: Mapping[str, Any] | None,
+                          pod: Mapping[str, Any], name: str, uid: str, *,
+                          owner_gone: bool = False) -> bool:
         """A Job of the trainer's JobSet: controlled by the JobSet named as the TrainJob
-        (``made_via``), which the stores hold controlled by the TrainJob."""
+        (``made_via``), which the stores hold controlled by the TrainJob; gone (``job``
+        None), a Job named as that JobSet's are (``<trainjob>-<replicatedJob>-<index>``,
+        jobset ``GenJobName``), by the pod's controller reference."""
+        if job is None:
+            ref = controller_of_object(pod)
+            return ref is not None and ref.name.startswith(f"{name}-")
         refs = (job.get("metadata") or {}).get("ownerReferences") or []
         jobset = stored_controller(ctx, job)
         return any(isinstance(r, Mapping) and r.get("controller") is True
