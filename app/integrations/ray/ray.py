@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.multikueue import MULTIKUEUE_CONTROLLER, adapter_for
 from app.integrations.crdrules import CrdRules
-from app.integrations.framework import controller_uid, label_queue_name, pods_of
+from app.integrations.framework import controlled_by, controller_uid, label_queue_name, pods_of
 from app.integrations.podsets import strip_admission
 from app.integrations.templated import Obj, Path, Template, TemplatedKind, get_in, set_in
 from app.integrations.webhook_toolkit import WebhookPolicy, read_object, read_queue_name
@@ -394,7 +394,9 @@ class _ClusterOwner(_RayKind):
                 origin = str(labels.get(ORIGIN_NAME_LABEL) or "")
                 if rc_meta.get("namespace") == ns and origin and \
                         labels.get(ORIGIN_KIND_LABEL) == self.kind and self.workload_name(
-                            {"metadata": {"name": origin, "uid": uid}}) == wl_name:
+                            {"metadata": {"name": origin, "uid": uid}}) == wl_name \
+                        and controlled_by(rc, self, origin, uid,
+                                          owner_gone=not meta.get("ownerReferences")):
                     candidates.append(rc)
         return [rc for rc in candidates if not queued_on_its_own(ctx, rc)]
 
@@ -455,6 +457,17 @@ def recorded_clusters(workload: Mapping[str, Any]) -> dict[str, str] | None:
         if name:
             out[name] = uid
     return out
+
+
+def _refused(obj: Mapping[str, Any]) -> bool:
+    """Whether KubeRay v1.6.0 refused RayJob ``obj`` before making anything for it:
+    deployment status ``ValidationFailed`` with no ``status.rayClusterName`` (it validates
+    first on every reconcile and returns, so the status stays so and nothing ever runs).
+    Kueue v0.18.5 ``RayJob.Finished`` (kueue#13415; v0.17.1 left such a RayJob admitted and,
+    once evicted, holding its quota for good: ``IsActive`` true for ever)."""
+    status = obj.get("status") or {}
+    return status.get("jobDeploymentStatus") == "ValidationFailed" \
+        and not status.get("rayClusterName")
 
 
 class RayJob(_ClusterOwner):
@@ -586,10 +599,11 @@ class RayJob(_ClusterOwner):
         return out
 
     def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
-        """``Complete``/``Failed`` deployment; succeeded iff ``jobStatus`` is SUCCEEDED."""
+        """``Complete``/``Failed`` deployment, or ``ValidationFailed`` before any cluster was
+        named (``_refused``); succeeded iff ``jobStatus`` is SUCCEEDED."""
         status = obj.get("status") or {}
         deployment = status.get("jobDeploymentStatus") or ""
-        if deployment not in ("Complete", "Failed"):
+        if deployment not in ("Complete", "Failed") and not _refused(obj):
             return False, "", ""
         job_status = status.get("jobStatus") or ""
         message = status.get("message") or f"RayJob {deployment.lower()} (job {job_status})"
@@ -599,7 +613,7 @@ class RayJob(_ClusterOwner):
         """1 while KubeRay may hold pods (any deployment status but new and Suspended: Kueue
         ``IsActive``), else 0."""
         deployment = (obj.get("status") or {}).get("jobDeploymentStatus") or ""
-        return 0 if deployment in ("", "Suspended") else 1
+        return 0 if deployment in ("", "Suspended") or _refused(obj) else 1
 
     def pods_ready(self, obj: Mapping[str, Any]) -> bool:
         """``status.rayClusterStatus.state`` is ``ready`` (Kueue v0.17.1 ``RayJob.PodsReady``)."""
