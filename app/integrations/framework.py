@@ -92,6 +92,12 @@ class KindDefaults:
     # driver's executors, Spark 4.0 ``ExecutorPodsAllocator``): ``pod_of`` counts such a pod
     # through that controller (``_made_by_own_pod``), never by its labels alone.
     pods_make_pods: bool = False
+    # Its operator makes pods the object itself controls. False: every pod of it is
+    # controlled by something its operator made (JobSet v0.11.1's by its Jobs, Trainer
+    # v2.2.0's by its JobSet's Jobs), so a pod whose controller ownerReference names the
+    # object itself is a tenant's (the API server takes that reference at create) and no
+    # operator deletes it on a suspension: ``pod_of`` never counts it.
+    controls_pods_directly: bool = True
     # Its operator makes batch Jobs that run (some of) its pods: a JobSet's Jobs, a
     # TrainJob's JobSet's, an AppWrapper's wrapped ones, an MPIJob's launcher. While such a
     # kind is served and the Pod store watched, every batch Job is in some store
@@ -181,6 +187,16 @@ class KindDefaults:
         scheduler extender withholds every node), or ``""`` (the default: the ancestor's
         admission covers them)."""
         return ""
+
+    def selects_own_pod(self, ctx: Context | None, pod: Mapping[str, Any], name: str) -> bool:
+        """Whether ``pod``, whose controller ownerReference names the kind's object ``name``
+        itself, is one its operator manages as that object's, and so deletes while the
+        object is suspended (``pod_of`` counts no other: a tenant's pod the operator ignores,
+        kept Pending by a nodeSelector no node has, would hold a preempted object's quota for
+        good). ``ctx``: the stores (None: the object's spec is not read). Default True (the
+        batch Job controller selects its pods by the ``controller-uid`` label that
+        ``pod_labels`` requires)."""
+        return True
 
     def made_pods(self, ctx: Context, workload: Mapping[str, Any], uid: str,
                   pods: list[Mapping[str, Any]]) -> int:
@@ -546,7 +562,9 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     Its name label must name the object. A kind whose operator writes a uid label (the batch
     Job's ``controller-uid``, JobSet's ``jobset-uid``) needs that label to name ``uid``: a pod
     without it is not the object's. The pod also needs a controller ownerReference leading
-    back to the object: the object itself (its uid), or a batch Job run for it, read from
+    back to the object: the object itself (its uid; only for a kind whose operator makes
+    such pods, ``controls_pods_directly``, and one it deletes on a suspension,
+    ``selects_own_pod``), or a batch Job run for it, read from
     ``ctx``'s batch Job stores, which hold every batch Job while a kind that runs pods
     through them is served (``KindDefaults.runs_batch_jobs``; ``Manager``), a Job labelled
     with an empty queue name included: a Job no store holds is gone (or ``ctx`` is None).
@@ -583,7 +601,8 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     if ref is None:
         return owner_gone
     if _names_kind(ref, kind):
-        return ref.uid == uid
+        return ref.uid == uid and kind.controls_pods_directly \
+            and kind.selects_own_pod(ctx, pod, name)  # type: ignore[attr-defined]
     if getattr(kind, "pods_make_pods", False) and ref.kind == "Pod" and ref.api_version == "v1":
         return _made_by_own_pod(kind, pod, name, uid, owner_gone=owner_gone, ctx=ctx)
     if not _names_batch_job(ref):

@@ -124,7 +124,9 @@ def pod(kind_key: str, name: str, uid: str, i: int, *, phase: str, deleting: boo
                       "batch.kubernetes.io/controller-uid": uid},
               "jobset": {"jobset.sigs.k8s.io/jobset-name": name,
                          "jobset.sigs.k8s.io/jobset-uid": uid},
-              "pytorchjob": {"training.kubeflow.org/job-name": name}}[kind_key]
+              "pytorchjob": {"training.kubeflow.org/job-name": name,
+                             "training.kubeflow.org/operator-name": "pytorchjob-controller"},
+              }[kind_key]
     meta: dict[str, Any] = {"name": f"{name}-{uid}-{i}", "namespace": NS, "labels": labels,
                             "uid": f"pod-{uid}-{i}", "resourceVersion": "1"}
     if deleting:
@@ -293,7 +295,8 @@ def test_a_pod_with_a_jobs_name_label_and_no_owner_is_not_the_jobs() -> None:
                 {"apiVersion": "batch/v1", "kind": "Job", "uid": "u1"})
     assert pods_of(JOB, [fake, real], job) == [real]
     torch = {"metadata": {"name": "ddp", "uid": "u2", "namespace": "ns"}}
-    name = {"training.kubeflow.org/job-name": "ddp"}
+    name = {"training.kubeflow.org/job-name": "ddp",
+            "training.kubeflow.org/operator-name": "pytorchjob-controller"}
     fake = _pod(name)
     forged = _pod(name, {"apiVersion": "v1", "kind": "ConfigMap", "uid": "u9"})
     own = _pod(name, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "uid": "u2"})
