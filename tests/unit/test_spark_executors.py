@@ -19,7 +19,7 @@ from app.integrations.reconciler import OWNER_NOT_FOUND, PODS_POLL
 from app.integrations.sparkapplication.sparkapplication import APP_NAME_LABEL
 from app.integrations.sparkapplication.sparkapplication import KIND as SPARK
 from app.kube.context import POD, WL
-from app.wire.names import JOB_UID_LABEL
+from app.wire.names import JOB_UID_LABEL, PODSET_LABEL
 from tests.unit.test_foreground_deletion import (
     GONE,
     _admitted,
@@ -33,7 +33,8 @@ SPARK_GVK = "sparkoperator.k8s.io/sparkapplication"
 DRIVER = {"apiVersion": "v1", "kind": "Pod", "name": "pi-driver", "uid": "pod-0"}
 EXECUTOR_LABELS = {APP_NAME_LABEL: "pi", "spark-role": "executor",
                    "spark-app-selector": "spark-123",
-                   "sparkoperator.k8s.io/launched-by-spark-operator": "true"}
+                   "sparkoperator.k8s.io/launched-by-spark-operator": "true",
+                   PODSET_LABEL: "executor"}
 
 
 def executor(i: int, *, controller: dict[str, str] | None = DRIVER, deleting: bool = False,
@@ -126,7 +127,8 @@ def _orphaned_spark() -> tuple[Any, Any, str]:
     wl["metadata"]["labels"] = {**(wl["metadata"].get("labels") or {}), JOB_UID_LABEL: "u-1"}
     driver = {"apiVersion": "v1", "kind": "Pod",
               "metadata": {"name": "pi-driver", "namespace": "ns", "uid": "pod-0",
-                           "labels": {APP_NAME_LABEL: "pi", "spark-role": "driver"}},
+                           "labels": {APP_NAME_LABEL: "pi", "spark-role": "driver",
+                                      PODSET_LABEL: "driver"}},
               "spec": {"nodeName": "gpu-0"}, "status": {"phase": "Running"}}
     rec, ctx = _reconciler(SPARK, SPARK_GVK,
                            {POD: [driver, executor(0), executor(1)], WL: [wl]})
