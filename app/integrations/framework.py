@@ -585,7 +585,8 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     A pod whose controller is anything else (a tenant's own object) is not the object's,
     whatever labels it carries. A pod with no controller counts only when ``owner_gone``
     (``kubectl delete --cascade=orphan`` removed its ownerReference with the object) and
-    its operator would have taken it (``selects_own_pod``): a pod a tenant creates with a job's name and uid labels (the uid is on its Workload's
+    its operator would have taken it (``selects_own_pod``): a pod a tenant creates with a
+    job's name and uid labels (the uid is on its Workload's
     ``kueue.x-k8s.io/job-uid`` label) and no owner must not hold that job's quota once the
     job is deleted (the batch Job controller adopts such a pod while the Job exists and is
     not being deleted: it is then the Job's, by its ownerReference).
