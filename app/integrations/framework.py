@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from app.core.workload import Workload
 from app.kube.client import PODS
-from app.kube.context import NS, POD
+from app.kube.context import NS, POD, WL
 from app.kube.errors import NotFound
 from app.kube.events import NORMAL
 from app.wire.fields import Obj
@@ -572,7 +572,8 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     reference names no object, so such a pod does not run on for long. For a uid-labelled
     kind, a batch Job the object controls (a JobSet's child), or one no store holds. For
     another kind, one its operator made for the object (``runs_pods_through``: an MPIJob's
-    launcher, controlled by the MPIJob), or, for a pod being deleted, one no store holds
+    launcher, controlled by the MPIJob), or, for a pod being deleted within the grace
+    period its Workload allows (``_killed_in_grace``), one no store holds
     that its operator would have made (``runs_pods_through`` with no Job: after a background
     deletion the pods of a TrainJob's, an AppWrapper's or a launcher Job run out their grace
     period after the Job went, and still hold the quota); any other batch Job is not the
@@ -619,13 +620,44 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
         # it is being deleted, and only for a Job its operator would have made.
         if uid_label:
             return True
-        return ctx is not None and bool(meta.get("deletionTimestamp")) \
+        return ctx is not None and _killed_in_grace(ctx, kind, pod, name, uid) \
             and bool(kind.runs_pods_through(  # type: ignore[attr-defined]
                 ctx, None, pod, name, uid, owner_gone=owner_gone))
     if uid_label:
         return controlled_by(job, kind, name, uid, owner_gone=owner_gone)
     return bool(kind.runs_pods_through(  # type: ignore[attr-defined]
         ctx, job, pod, name, uid, owner_gone=owner_gone))
+
+
+DEFAULT_GRACE_SECONDS = 30  # core/v1 PodSpec terminationGracePeriodSeconds default
+
+
+def _killed_in_grace(ctx: Context, kind: JobKind, pod: Mapping[str, Any], name: str,
+                     uid: str) -> bool:
+    """Whether ``pod``, counted only while it is being deleted because what controlled it is
+    gone, is being deleted with a grace period (``metadata.deletionGracePeriodSeconds``)
+    no longer than the longest ``terminationGracePeriodSeconds`` among the podSet templates
+    of the Workload of ``kind``'s object ``name`` with ``uid``, and never below
+    ``DEFAULT_GRACE_SECONDS`` (a template without one, or no Workload stored): a tenant's
+    pod with a grace period of years would otherwise hold that Workload's quota while it
+    "stops" (brk27). A pod being deleted with no grace period recorded counts."""
+    meta = pod.get("metadata") or {}
+    if not meta.get("deletionTimestamp"):
+        return False
+    grace = meta.get("deletionGracePeriodSeconds")
+    if not isinstance(grace, int):
+        return True
+    ns = str(meta.get("namespace", ""))
+    wl = None
+    if WL in ctx.informers.informers:
+        owner = {"metadata": {"name": name, "uid": uid, "namespace": ns}}
+        wl = ctx.store(WL).get(f"{ns}/{kind.workload_name(owner)}")
+    longest = DEFAULT_GRACE_SECONDS
+    for ps in ((wl or {}).get("spec") or {}).get("podSets") or []:
+        spec = ((ps.get("template") or {}).get("spec") or {}) if isinstance(ps, Mapping) else {}
+        tgps = spec.get("terminationGracePeriodSeconds")
+        longest = max(longest, tgps if isinstance(tgps, int) else DEFAULT_GRACE_SECONDS)
+    return grace <= longest
 
 
 def _made_by_own_pod(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
@@ -639,7 +671,8 @@ def _made_by_own_pod(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str,
     controls, never one made by another made pod (a tenant's chain of references), nor a pod
     of another object. A controller no store holds is gone (the garbage collector then
     deletes ``pod``, and Spark's driver deletes its executors as it stops): ``pod`` counts
-    while it is being deleted, through its grace period (a pod whose reference names no pod
+    while it is being deleted, through a grace period its Workload allows
+    (``_killed_in_grace``; a pod whose reference names no pod
     at all is deleted by the collector too), and not before (one whose driver is not seen
     yet). Labels alone (``spark-app-selector``, ``spark-role``) prove nothing: a tenant's
     bare pod carrying them does not count. False without ``ctx`` or its Pod store."""
@@ -647,7 +680,7 @@ def _made_by_own_pod(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str,
         return False
     driver = stored_controller(ctx, pod)
     if driver is None:
-        return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+        return _killed_in_grace(ctx, kind, pod, name, uid)
     above = controller_of_object(driver)
     if above is not None and above.kind == "Pod" and above.api_version == "v1":
         return False
