@@ -573,7 +573,7 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     kind, a batch Job the object controls (a JobSet's child), or one no store holds. For
     another kind, one its operator made for the object (``runs_pods_through``: an MPIJob's
     launcher, controlled by the MPIJob), or, for a pod being deleted within the grace
-    period its Workload allows (``_killed_in_grace``), one no store holds
+    period its Workload allows (``killed_in_grace``), one no store holds
     that its operator would have made (``runs_pods_through`` with no Job: after a background
     deletion the pods of a TrainJob's, an AppWrapper's or a launcher Job run out their grace
     period after the Job went, and still hold the quota); any other batch Job is not the
@@ -620,7 +620,7 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
         # it is being deleted, and only for a Job its operator would have made.
         if uid_label:
             return True
-        return ctx is not None and _killed_in_grace(ctx, kind, pod, name, uid) \
+        return ctx is not None and killed_in_grace(ctx, kind, pod, name, uid) \
             and bool(kind.runs_pods_through(  # type: ignore[attr-defined]
                 ctx, None, pod, name, uid, owner_gone=owner_gone))
     if uid_label:
@@ -632,7 +632,7 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
 DEFAULT_GRACE_SECONDS = 30  # core/v1 PodSpec terminationGracePeriodSeconds default
 
 
-def _killed_in_grace(ctx: Context, kind: JobKind, pod: Mapping[str, Any], name: str,
+def killed_in_grace(ctx: Context, kind: JobKind, pod: Mapping[str, Any], name: str,
                      uid: str) -> bool:
     """Whether ``pod``, counted only while it is being deleted because what controlled it is
     gone, is being deleted with a grace period (``metadata.deletionGracePeriodSeconds``)
@@ -672,7 +672,7 @@ def _made_by_own_pod(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str,
     of another object. A controller no store holds is gone (the garbage collector then
     deletes ``pod``, and Spark's driver deletes its executors as it stops): ``pod`` counts
     while it is being deleted, through a grace period its Workload allows
-    (``_killed_in_grace``; a pod whose reference names no pod
+    (``killed_in_grace``; a pod whose reference names no pod
     at all is deleted by the collector too), and not before (one whose driver is not seen
     yet). Labels alone (``spark-app-selector``, ``spark-role``) prove nothing: a tenant's
     bare pod carrying them does not count. False without ``ctx`` or its Pod store."""
@@ -680,7 +680,7 @@ def _made_by_own_pod(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str,
         return False
     driver = stored_controller(ctx, pod)
     if driver is None:
-        return _killed_in_grace(ctx, kind, pod, name, uid)
+        return killed_in_grace(ctx, kind, pod, name, uid)
     above = controller_of_object(driver)
     if above is not None and above.kind == "Pod" and above.api_version == "v1":
         return False

@@ -6,6 +6,7 @@ Workload held its quota for good."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
 from app.integrations.framework import pod_of
@@ -83,6 +84,14 @@ def test_a_spark_applications_pod_counts_only_as_the_driver_spark_operator_delet
     assert not _released(SPARK, "sparkoperator.k8s.io/sparkapplication", sa, driver)
     done = {**sa, "status": {"applicationState": {"state": "SUSPENDED"}}}
     assert _released(SPARK, "sparkoperator.k8s.io/sparkapplication", done, driver)
+    # Once SUSPENDED, the driver whose deletion the operator asked for counts while killed.
+    killed = copy.deepcopy(driver)  # Running on a node, being killed
+    killed.update(spec={"nodeName": "cpu-0"}, status={"phase": "Running"})
+    killed["metadata"].update(deletionTimestamp="2026-12-06T09:00:30Z",
+                              deletionGracePeriodSeconds=30)
+    assert not _released(SPARK, "sparkoperator.k8s.io/sparkapplication", done, killed)
+    killed["metadata"]["deletionGracePeriodSeconds"] = 315360000
+    assert _released(SPARK, "sparkoperator.k8s.io/sparkapplication", done, killed)
     named = {**sa, "spec": {**sa["spec"], "driver": {**sa["spec"]["driver"], "podName": "d"}}}
     assert not _released(SPARK, "sparkoperator.k8s.io/sparkapplication", named,
                          _pod("d", {APP_NAME_LABEL: "pi"}, api, "SparkApplication", "pi"))

@@ -55,6 +55,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.integrations.crdrules import CrdRules
+from app.integrations.framework import killed_in_grace
 from app.integrations.podsets import (
     apply_record,
     inject_template,
@@ -315,10 +316,11 @@ class SparkApplication(TemplatedKind):
         spark-operator v2.5.0 deletes it on a suspension (``deleteDriverPod``): the pod named
         ``status.driverInfo.podName``, else ``GetDriverPodName``'s (``spec.driver.podName``,
         the conf ``spark.kubernetes.driver.pod.name``, else ``<name>-driver``), and only while
-        the stored application is not ``SUSPENDED`` (the operator then saw its driver gone
-        and deletes no pod again until it is resumed). The application not stored (or no
-        ``ctx``): ``<name>-driver`` or any name (the garbage collector deletes the pods of a
-        gone owner)."""
+        the stored application is not ``SUSPENDED``: the operator sets that state once it
+        has asked for the driver's deletion, and deletes no pod again until it is resumed,
+        so the driver then counts only while it is being deleted, within the grace period
+        its Workload allows (``killed_in_grace``). The application not stored (or no
+        ``ctx``): any name (the garbage collector deletes the pods of a gone owner)."""
         meta = pod.get("metadata") or {}
         app = None
         if ctx is not None and self.key in ctx.informers.informers:
@@ -326,13 +328,16 @@ class SparkApplication(TemplatedKind):
         if app is None:
             return True
         status = app.get("status") or {}
-        if ((status.get("applicationState") or {}).get("state")) == "SUSPENDED":
-            return False
         spec = app.get("spec") or {}
         conf = spec.get("sparkConf") or {}
         named = (str((spec.get("driver") or {}).get("podName") or "")
                  or str(conf.get("spark.kubernetes.driver.pod.name") or "") or f"{name}-driver")
-        return meta.get("name") in {named, (status.get("driverInfo") or {}).get("podName")}
+        if meta.get("name") not in {named, (status.get("driverInfo") or {}).get("podName")}:
+            return False
+        if ((status.get("applicationState") or {}).get("state")) != "SUSPENDED":
+            return True
+        return ctx is not None and killed_in_grace(
+            ctx, self, pod, name, str((app.get("metadata") or {}).get("uid", "")))
 
     def _running(self, obj: Mapping[str, Any]) -> bool:
         state = (obj.get("status") or {}).get("applicationState") or {}
