@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from app.core.workload import Workload
 from app.kube.client import PODS
-from app.kube.context import NS, POD
+from app.kube.context import NS, POD, WL
 from app.kube.errors import NotFound
 from app.kube.events import NORMAL
 from app.wire.fields import Obj
@@ -92,6 +92,12 @@ class KindDefaults:
     # driver's executors, Spark 4.0 ``ExecutorPodsAllocator``): ``pod_of`` counts such a pod
     # through that controller (``_made_by_own_pod``), never by its labels alone.
     pods_make_pods: bool = False
+    # Its operator makes pods the object itself controls. False: every pod of it is
+    # controlled by something its operator made (JobSet v0.11.1's by its Jobs, Trainer
+    # v2.2.0's by its JobSet's Jobs), so a pod whose controller ownerReference names the
+    # object itself is a tenant's (the API server takes that reference at create) and no
+    # operator deletes it on a suspension: ``pod_of`` never counts it.
+    controls_pods_directly: bool = True
     # Its operator makes batch Jobs that run (some of) its pods: a JobSet's Jobs, a
     # TrainJob's JobSet's, an AppWrapper's wrapped ones, an MPIJob's launcher. While such a
     # kind is served and the Pod store watched, every batch Job is in some store
@@ -181,6 +187,16 @@ class KindDefaults:
         scheduler extender withholds every node), or ``""`` (the default: the ancestor's
         admission covers them)."""
         return ""
+
+    def selects_own_pod(self, ctx: Context | None, pod: Mapping[str, Any], name: str) -> bool:
+        """Whether ``pod``, whose controller ownerReference names the kind's object ``name``
+        itself, is one its operator manages as that object's, and so deletes while the
+        object is suspended (``pod_of`` counts no other: a tenant's pod the operator ignores,
+        kept Pending by a nodeSelector no node has, would hold a preempted object's quota for
+        good). ``ctx``: the stores (None: the object's spec is not read). Default True (the
+        batch Job controller selects its pods by the ``controller-uid`` label that
+        ``pod_labels`` requires)."""
+        return True
 
     def made_pods(self, ctx: Context, workload: Mapping[str, Any], uid: str,
                   pods: list[Mapping[str, Any]]) -> int:
@@ -546,7 +562,9 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     Its name label must name the object. A kind whose operator writes a uid label (the batch
     Job's ``controller-uid``, JobSet's ``jobset-uid``) needs that label to name ``uid``: a pod
     without it is not the object's. The pod also needs a controller ownerReference leading
-    back to the object: the object itself (its uid), or a batch Job run for it, read from
+    back to the object: the object itself (its uid; only for a kind whose operator makes
+    such pods, ``controls_pods_directly``, and one it deletes on a suspension,
+    ``selects_own_pod``), or a batch Job run for it, read from
     ``ctx``'s batch Job stores, which hold every batch Job while a kind that runs pods
     through them is served (``KindDefaults.runs_batch_jobs``; ``Manager``), a Job labelled
     with an empty queue name included: a Job no store holds is gone (or ``ctx`` is None).
@@ -554,7 +572,8 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     reference names no object, so such a pod does not run on for long. For a uid-labelled
     kind, a batch Job the object controls (a JobSet's child), or one no store holds. For
     another kind, one its operator made for the object (``runs_pods_through``: an MPIJob's
-    launcher, controlled by the MPIJob), or, for a pod being deleted, one no store holds
+    launcher, controlled by the MPIJob), or, for a pod being deleted within the grace
+    period its Workload allows (``killed_in_grace``), one no store holds
     that its operator would have made (``runs_pods_through`` with no Job: after a background
     deletion the pods of a TrainJob's, an AppWrapper's or a launcher Job run out their grace
     period after the Job went, and still hold the quota); any other batch Job is not the
@@ -566,8 +585,9 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     (``_made_by_own_pod``).
     A pod whose controller is anything else (a tenant's own object) is not the object's,
     whatever labels it carries. A pod with no controller counts only when ``owner_gone``
-    (``kubectl delete --cascade=orphan`` removed its ownerReference with the object): a pod a
-    tenant creates with a job's name and uid labels (the uid is on its Workload's
+    (``kubectl delete --cascade=orphan`` removed its ownerReference with the object) and
+    its operator would have taken it (``selects_own_pod``): a pod a tenant creates with a
+    job's name and uid labels (the uid is on its Workload's
     ``kueue.x-k8s.io/job-uid`` label) and no owner must not hold that job's quota once the
     job is deleted (the batch Job controller adopts such a pod while the Job exists and is
     not being deleted: it is then the Job's, by its ownerReference).
@@ -581,9 +601,12 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
         return False
     ref = controller_ref(meta)
     if ref is None:
-        return owner_gone
+        # Orphaned, it must still be one its operator would have taken: the Kubeflow kinds
+        # share one name label, and only the operator-name label tells their pods apart.
+        return owner_gone and kind.selects_own_pod(ctx, pod, name)  # type: ignore[attr-defined]
     if _names_kind(ref, kind):
-        return ref.uid == uid
+        return ref.uid == uid and kind.controls_pods_directly \
+            and kind.selects_own_pod(ctx, pod, name)  # type: ignore[attr-defined]
     if getattr(kind, "pods_make_pods", False) and ref.kind == "Pod" and ref.api_version == "v1":
         return _made_by_own_pod(kind, pod, name, uid, owner_gone=owner_gone, ctx=ctx)
     if not _names_batch_job(ref):
@@ -597,13 +620,44 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
         # it is being deleted, and only for a Job its operator would have made.
         if uid_label:
             return True
-        return ctx is not None and bool(meta.get("deletionTimestamp")) \
+        return ctx is not None and killed_in_grace(ctx, kind, pod, name, uid) \
             and bool(kind.runs_pods_through(  # type: ignore[attr-defined]
                 ctx, None, pod, name, uid, owner_gone=owner_gone))
     if uid_label:
         return controlled_by(job, kind, name, uid, owner_gone=owner_gone)
     return bool(kind.runs_pods_through(  # type: ignore[attr-defined]
         ctx, job, pod, name, uid, owner_gone=owner_gone))
+
+
+DEFAULT_GRACE_SECONDS = 30  # core/v1 PodSpec terminationGracePeriodSeconds default
+
+
+def killed_in_grace(ctx: Context, kind: JobKind, pod: Mapping[str, Any], name: str,
+                     uid: str) -> bool:
+    """Whether ``pod``, counted only while it is being deleted because what controlled it is
+    gone, is being deleted with a grace period (``metadata.deletionGracePeriodSeconds``)
+    no longer than the longest ``terminationGracePeriodSeconds`` among the podSet templates
+    of the Workload of ``kind``'s object ``name`` with ``uid``, and never below
+    ``DEFAULT_GRACE_SECONDS`` (a template without one, or no Workload stored): a tenant's
+    pod with a grace period of years would otherwise hold that Workload's quota while it
+    "stops" (brk27). A pod being deleted with no grace period recorded counts."""
+    meta = pod.get("metadata") or {}
+    if not meta.get("deletionTimestamp"):
+        return False
+    grace = meta.get("deletionGracePeriodSeconds")
+    if not isinstance(grace, int):
+        return True
+    ns = str(meta.get("namespace", ""))
+    wl = None
+    if WL in ctx.informers.informers:
+        owner = {"metadata": {"name": name, "uid": uid, "namespace": ns}}
+        wl = ctx.store(WL).get(f"{ns}/{kind.workload_name(owner)}")
+    longest = DEFAULT_GRACE_SECONDS
+    for ps in ((wl or {}).get("spec") or {}).get("podSets") or []:
+        spec = ((ps.get("template") or {}).get("spec") or {}) if isinstance(ps, Mapping) else {}
+        tgps = spec.get("terminationGracePeriodSeconds")
+        longest = max(longest, tgps if isinstance(tgps, int) else DEFAULT_GRACE_SECONDS)
+    return grace <= longest
 
 
 def _made_by_own_pod(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
@@ -617,7 +671,8 @@ def _made_by_own_pod(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str,
     controls, never one made by another made pod (a tenant's chain of references), nor a pod
     of another object. A controller no store holds is gone (the garbage collector then
     deletes ``pod``, and Spark's driver deletes its executors as it stops): ``pod`` counts
-    while it is being deleted, through its grace period (a pod whose reference names no pod
+    while it is being deleted, through a grace period its Workload allows
+    (``killed_in_grace``; a pod whose reference names no pod
     at all is deleted by the collector too), and not before (one whose driver is not seen
     yet). Labels alone (``spark-app-selector``, ``spark-role``) prove nothing: a tenant's
     bare pod carrying them does not count. False without ``ctx`` or its Pod store."""
@@ -625,7 +680,7 @@ def _made_by_own_pod(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str,
         return False
     driver = stored_controller(ctx, pod)
     if driver is None:
-        return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+        return killed_in_grace(ctx, kind, pod, name, uid)
     above = controller_of_object(driver)
     if above is not None and above.kind == "Pod" and above.api_version == "v1":
         return False

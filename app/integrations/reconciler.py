@@ -94,6 +94,7 @@ from app.wire.names import (
     ADOPTED_BY_ANNOTATION,
     JOB_UID_LABEL,
     KUEUE_GROUP,
+    PODSET_LABEL,
     PREBUILT_WORKLOAD_LABEL,
     PRIORITY_CLASS_LABEL,
     RESOURCE_IN_USE_FINALIZER,
@@ -1375,6 +1376,27 @@ class JobReconciler:
         self.ctx.wake()
         return None
 
+    def _others_pods(self, wl: Obj, pods: list[Mapping[str, Any]]) -> set[str]:
+        """The uids of the pods among ``pods`` (``wl``'s namespace's) that a Workload of that
+        namespace other than ``wl`` owns (a plain Pod's, a pod group's) or counts as its
+        object's (``pods_of_workload``, from its owner's uid or its ``job-uid`` label)."""
+        meta = wl.get("metadata") or {}
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        out: set[str] = set()
+        for other in self.ctx.store(WL):
+            ometa = other.get("metadata") or {}
+            if ometa.get("namespace") != ns or ometa.get("name") == name:
+                continue
+            out |= {str(ref.get("uid")) for ref in ometa.get("ownerReferences") or []
+                    if isinstance(ref, Mapping) and ref.get("kind") == "Pod"}
+            ouid = controller_uid(other) or str((ometa.get("labels") or {}).get(JOB_UID_LABEL)
+                                                or "")
+            if ouid:
+                out |= {str((p.get("metadata") or {}).get("uid", "")) for p in pods_of_workload(
+                    self.registry.kinds(), pods, other, ouid,
+                    owner_gone=self._owner_orphans(other, ouid), ctx=self.ctx)}
+        return out
+
     async def _stop_orphaned_pods(self, wl: Obj, uid: str) -> int:
         """Delete the running pods (not being deleted) of orphaned ``wl``'s object with
         ``uid`` (``pods_of_workload``: with ``--cascade=orphan`` no controller is left to stop
@@ -1385,12 +1407,24 @@ class JobReconciler:
         v0.17.1, which finishes only a Workload whose controller reference names a missing
         object (``FinishOrphanedWorkloads``): one left with no owner keeps its quota, evicted
         or not, and its pods run on unmanaged (v0.18 finishes it at once, its pods running
-        on)."""
-        pods = self._pods(str(wl["metadata"].get("namespace", "")))
-        running = [p for p in pods_of_workload(self.registry.kinds(), pods, wl, uid,
+        on). Only a pod whose ``kueue.x-k8s.io/podset`` label names one of ``wl``'s podSets
+        (every pod of its admitted run), and that no other Workload of the namespace owns or
+        counts (``_others_pods``: the Kubeflow kinds share one name label, so an orphaned
+        TFJob ``train``'s pods pass the PyTorchJob ``train``'s rule; a plain Pod carrying
+        that label is its own Workload's), is deleted."""
+        ns = str(wl["metadata"].get("namespace", ""))
+        podsets = {str(ps.get("name")) for ps in (wl.get("spec") or {}).get("podSets") or []
+                   if isinstance(ps, Mapping)}
+        running = [p for p in pods_of_workload(self.registry.kinds(), self._pods(ns), wl, uid,
                                                owner_gone=self._owner_orphans(wl, uid),
                                                ctx=self.ctx)
-                   if not (p.get("metadata") or {}).get("deletionTimestamp")]
+                   if not (p.get("metadata") or {}).get("deletionTimestamp")
+                   and ((p.get("metadata") or {}).get("labels") or {}).get(PODSET_LABEL)
+                   in podsets]
+        if running:
+            others = self._others_pods(wl, running)
+            running = [p for p in running
+                       if str((p.get("metadata") or {}).get("uid", "")) not in others]
         deleted = len(await delete_pods(self.ctx, running))
         if deleted:
             why = "evicted" if is_evicted(wl) else "deactivated"

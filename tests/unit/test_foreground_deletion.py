@@ -40,9 +40,9 @@ def _admitted(wl: dict[str, Any], *, deleting: bool) -> dict[str, Any]:
     return wl
 
 
-def _pod(labels: dict[str, str], ref: dict[str, Any]) -> dict[str, Any]:
+def _pod(labels: dict[str, str], ref: dict[str, Any], name: str = "p-0") -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p-0", "namespace": "ns", "uid": "pod-0", "labels": labels,
+            "metadata": {"name": name, "namespace": "ns", "uid": "pod-0", "labels": labels,
                          "ownerReferences": [{**ref, "controller": True}]},
             "status": {"phase": "Running"}}
 
@@ -72,7 +72,7 @@ def _spark(*, suspended: bool, wl_deleting: bool) -> tuple[JobReconciler, FakeCt
     wl = _admitted(SPARK.workload_object(obj), deleting=wl_deleting)
     driver = _pod({APP_NAME_LABEL: "pi"}, {"apiVersion": "sparkoperator.k8s.io/v1beta2",
                                           "kind": "SparkApplication", "name": "pi",
-                                          "uid": "u-1"})
+                                          "uid": "u-1"}, name="pi-driver")
     rec, ctx = _reconciler(SPARK, "sparkoperator.k8s.io/sparkapplication",
                            {POD: [driver], SPARK.key: [obj], WL: [wl]})
     return rec, ctx, wl["metadata"]["name"]
@@ -88,7 +88,7 @@ def test_a_running_spark_application_deleted_in_the_foreground_releases_once_its
     assert asyncio.run(rec.reconcile_object(SPARK, "ns", "pi")) == PODS_POLL
     assert ("replace", "sparkapplications", "pi") in ctx.writes  # stopped
     assert _workload_writes(ctx) == []  # its driver still runs: the quota stays
-    ctx.store(POD).remove("ns/p-0")
+    ctx.store(POD).remove("ns/pi-driver")
     assert asyncio.run(rec.reconcile_object(SPARK, "ns", "pi")) is None
     assert _workload_writes(ctx) == [("replace", "workloads", name)]  # the finalizer goes
 
@@ -99,7 +99,7 @@ def test_a_suspended_spark_application_being_deleted_has_its_workload_deleted_on
     rec, ctx, name = _spark(suspended=True, wl_deleting=False)
     assert asyncio.run(rec.reconcile_object(SPARK, "ns", "pi")) == PODS_POLL
     assert _workload_writes(ctx) == []
-    ctx.store(POD).remove("ns/p-0")
+    ctx.store(POD).remove("ns/pi-driver")
     assert asyncio.run(rec.reconcile_object(SPARK, "ns", "pi")) is None
     assert _workload_writes(ctx) == [("delete", "workloads", name)]
 

@@ -32,13 +32,16 @@ from tests.unit.test_ray import group, raycluster, rayjob
 UID = "pt-1"
 DELETING = "2026-12-06T01:00:00Z"
 NAME_LABEL = "training.kubeflow.org/job-name"
+OPERATOR_LABEL = "training.kubeflow.org/operator-name"
 
 
 def _pod(name: str, ref: dict[str, Any] | None = None, **meta: Any) -> dict[str, Any]:
     ref = ref or {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "train",
                   "uid": UID, "controller": True}
+    operator = "mpi-operator" if ref["kind"] == "MPIJob" else f"{ref['kind'].lower()}-controller"
     return {"metadata": {"name": name, "namespace": "ns", "uid": f"p-{name}", **meta,
-                         "labels": {NAME_LABEL: "train"}, "ownerReferences": [ref]},
+                         "labels": {NAME_LABEL: "train", OPERATOR_LABEL: operator},
+                         "ownerReferences": [ref]},
             "spec": {"nodeName": "a100-0"}, "status": {"phase": "Running"}}
 
 
@@ -324,7 +327,7 @@ def test_a_pytorchjob_being_deleted_leaves_the_pods_of_the_tfjob_and_mpijob_of_i
     tf_pod = _pod("train-worker-0-tf", {"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
                                         "name": "train", "uid": "tf-1", "controller": True})
     tf_pod["metadata"]["labels"]["kueue.x-k8s.io/podset"] = "worker"
-    mpi_pod = _pod("train-worker-0-mpi", {**MPI_REF, "controller": True})
+    mpi_pod = _pod("train-worker-0", {**MPI_REF, "controller": True})
     mpi_pod["metadata"]["labels"]["kueue.x-k8s.io/podset"] = "worker"
     launcher = _batch_job("train-launcher", "l-1", MPI_REF)
     obj = _pytorchjob(deleting=True)

@@ -24,12 +24,12 @@ from app.integrations.batchjob.job import KIND as JOB
 from app.integrations.framework import pod_of, pods_of, pods_of_workload
 from app.integrations.jobset.jobset import JOBSETS
 from app.integrations.jobset.jobset import KIND as JOBSET
-from app.integrations.kubeflow.kubeflow import PYTORCHJOB
+from app.integrations.kubeflow.kubeflow import PYTORCHJOB, TFJOB
 from app.integrations.reconciler import OWNER_NOT_FOUND, JobReconciler
 from app.kube.client import JOBS, PODS, WORKLOADS
 from app.kube.context import POD, WL
 from app.kube.informers import InformerMap, Store
-from app.wire.names import JOB_UID_LABEL
+from app.wire.names import JOB_UID_LABEL, PODSET_LABEL
 
 NS = "team-a"
 KINDS = {"job": (JOB, JOBS), "jobset": (JOBSET, JOBSETS),
@@ -124,7 +124,9 @@ def pod(kind_key: str, name: str, uid: str, i: int, *, phase: str, deleting: boo
                       "batch.kubernetes.io/controller-uid": uid},
               "jobset": {"jobset.sigs.k8s.io/jobset-name": name,
                          "jobset.sigs.k8s.io/jobset-uid": uid},
-              "pytorchjob": {"training.kubeflow.org/job-name": name}}[kind_key]
+              "pytorchjob": {"training.kubeflow.org/job-name": name,
+                             "training.kubeflow.org/operator-name": "pytorchjob-controller"},
+              }[kind_key]
     meta: dict[str, Any] = {"name": f"{name}-{uid}-{i}", "namespace": NS, "labels": labels,
                             "uid": f"pod-{uid}-{i}", "resourceVersion": "1"}
     if deleting:
@@ -293,7 +295,8 @@ def test_a_pod_with_a_jobs_name_label_and_no_owner_is_not_the_jobs() -> None:
                 {"apiVersion": "batch/v1", "kind": "Job", "uid": "u1"})
     assert pods_of(JOB, [fake, real], job) == [real]
     torch = {"metadata": {"name": "ddp", "uid": "u2", "namespace": "ns"}}
-    name = {"training.kubeflow.org/job-name": "ddp"}
+    name = {"training.kubeflow.org/job-name": "ddp",
+            "training.kubeflow.org/operator-name": "pytorchjob-controller"}
     fake = _pod(name)
     forged = _pod(name, {"apiVersion": "v1", "kind": "ConfigMap", "uid": "u9"})
     own = _pod(name, {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "uid": "u2"})
@@ -341,9 +344,12 @@ def _orphan_with_pods(*, evicted: bool = False, active: bool = True
                                            "reason": "Preempted", "message": "Preempted"})
     if not active:
         wl["spec"]["active"] = False
+    wl["spec"]["podSets"] = [{"name": "main", "count": 2}]
     ctx.store(WL).put(wl)
     for i in range(2):
-        ctx.store(POD).put(pod("job", "low", "u1", i, phase="Running"))
+        run = pod("job", "low", "u1", i, phase="Running")
+        run["metadata"]["labels"][PODSET_LABEL] = "main"  # as the admission's start set it
+        ctx.store(POD).put(run)
     # Not the orphaned Job's: another Job's pod of the same name, and a bare pod without
     # the uid label.
     ctx.store(POD).put(pod("job", "low", "u2", 0, phase="Running", owner_ref=True))
@@ -379,3 +385,48 @@ def test_an_admitted_orphans_pods_run_on() -> None:
     assert asyncio.run(rec.reconcile_workload(NS, name)) is not None
     assert deleted == []
     assert finished_reason(ctx, name) is None
+
+
+def _evicted_pytorchjob_orphan() -> tuple[JobReconciler, _Ctx, str, list[str]]:
+    """The orphaned PyTorchJob ``train``'s Workload (podSets ``master``, ``worker``),
+    preempted, with one of its own running pods."""
+    rec, ctx = reconciler()
+    deleted = _deleting_client(ctx)
+    wl = workload("pytorchjob", "train", "pt-1", owned=False, labelled=True)
+    wl["spec"]["podSets"] = [{"name": "master", "count": 1}, {"name": "worker", "count": 1}]
+    wl["status"]["conditions"].append({"type": "Evicted", "status": "True",
+                                       "reason": "Preempted", "message": "Preempted"})
+    ctx.store(WL).put(wl)
+    own = pod("pytorchjob", "train", "pt-1", 0, phase="Running")
+    own["metadata"]["labels"][PODSET_LABEL] = "master"
+    ctx.store(POD).put(own)
+    return rec, ctx, wl["metadata"]["name"], deleted
+
+
+def test_an_evicted_orphan_deletes_no_pod_another_workload_owns_or_counts() -> None:
+    """brk27 L1: every Kubeflow kind labels its pods ``training.kubeflow.org/job-name``, so
+    the evicted orphaned PyTorchJob ``train`` deleted the running pods of the orphaned (and
+    still admitted) TFJob ``train``, and a queued plain Pod carrying that label: now only
+    its own pod (its podset label naming one of its podSets) is deleted."""
+    rec, ctx, name, deleted = _evicted_pytorchjob_orphan()
+    KINDS["tfjob"] = (TFJOB, TFJOB.resource)
+    try:
+        tf_wl = workload("tfjob", "train", "tf-1", owned=False, labelled=True)
+        ctx.store(WL).put(tf_wl)
+    finally:
+        del KINDS["tfjob"]
+    tf_pod = pod("pytorchjob", "train", "tf-1", 0, phase="Running")
+    tf_pod["metadata"]["labels"].update({PODSET_LABEL: "worker",
+                                         "training.kubeflow.org/operator-name": "tfjob-controller"})
+    bare = pod("pytorchjob", "train", "bare", 0, phase="Running")
+    bare["metadata"]["labels"][PODSET_LABEL] = "worker"
+    ctx.store(WL).put({"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {
+        "name": "pod-bare", "namespace": NS, "uid": "wl-bare", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Pod", "name": bare["metadata"]["name"],
+             "uid": bare["metadata"]["uid"], "controller": True}]},
+        "spec": {"queueName": "lq", "podSets": [{"name": "main", "count": 1}]}})
+    unlabelled = pod("pytorchjob", "train", "x-1", 1, phase="Running")
+    for p in (tf_pod, bare, unlabelled):
+        ctx.store(POD).put(p)
+    asyncio.run(rec.reconcile_workload(NS, name))
+    assert deleted == ["train-pt-1-0/pod-pt-1-0"]

@@ -19,7 +19,7 @@ from app.integrations.reconciler import OWNER_NOT_FOUND, PODS_POLL
 from app.integrations.sparkapplication.sparkapplication import APP_NAME_LABEL
 from app.integrations.sparkapplication.sparkapplication import KIND as SPARK
 from app.kube.context import POD, WL
-from app.wire.names import JOB_UID_LABEL
+from app.wire.names import JOB_UID_LABEL, PODSET_LABEL
 from tests.unit.test_foreground_deletion import (
     GONE,
     _admitted,
@@ -30,10 +30,11 @@ from tests.unit.test_foreground_deletion import (
 from tests.unit.test_sparkapplication import app
 
 SPARK_GVK = "sparkoperator.k8s.io/sparkapplication"
-DRIVER = {"apiVersion": "v1", "kind": "Pod", "name": "p-0", "uid": "pod-0"}
+DRIVER = {"apiVersion": "v1", "kind": "Pod", "name": "pi-driver", "uid": "pod-0"}
 EXECUTOR_LABELS = {APP_NAME_LABEL: "pi", "spark-role": "executor",
                    "spark-app-selector": "spark-123",
-                   "sparkoperator.k8s.io/launched-by-spark-operator": "true"}
+                   "sparkoperator.k8s.io/launched-by-spark-operator": "true",
+                   PODSET_LABEL: "executor"}
 
 
 def executor(i: int, *, controller: dict[str, str] | None = DRIVER, deleting: bool = False,
@@ -52,7 +53,7 @@ def executor(i: int, *, controller: dict[str, str] | None = DRIVER, deleting: bo
 
 
 def _driver_terminal(ctx: Any) -> None:
-    driver = ctx.store(POD).get("ns/p-0")
+    driver = ctx.store(POD).get("ns/pi-driver")
     driver["status"]["phase"] = "Failed"
     driver["metadata"]["deletionTimestamp"] = GONE
 
@@ -77,7 +78,7 @@ def test_executors_of_a_driver_already_gone_count_while_being_deleted() -> None:
     out their grace period): those being deleted count, one not yet deleted does not (a
     reference to a pod no store holds is all it has)."""
     rec, ctx, name = _spark(suspended=True, wl_deleting=True)
-    ctx.store(POD).remove("ns/p-0")
+    ctx.store(POD).remove("ns/pi-driver")
     ctx.store(POD).put(executor(0, deleting=True))
     ctx.store(POD).put(executor(1))
     wl = ctx.store(WL).get(f"ns/{name}")
@@ -109,7 +110,7 @@ def test_pods_carrying_an_executors_labels_count_only_through_the_applications_d
                                      "uid": "ex-5"}))
     counted = {p["metadata"]["name"] for p in pods.list()
                if pod_of(SPARK, p, "pi", "u-1", ctx=ctx)}  # type: ignore[arg-type]
-    assert counted == {"p-0", "pi-exec-4"}
+    assert counted == {"pi-driver", "pi-exec-4"}
     pods.remove("ns/pi-exec-4")
     wl = ctx.store(WL).get(f"ns/{name}")
     assert rec.pods_holding(wl, "u-1") == 0
@@ -125,8 +126,9 @@ def _orphaned_spark() -> tuple[Any, Any, str]:
     wl["metadata"].pop("ownerReferences", None)
     wl["metadata"]["labels"] = {**(wl["metadata"].get("labels") or {}), JOB_UID_LABEL: "u-1"}
     driver = {"apiVersion": "v1", "kind": "Pod",
-              "metadata": {"name": "p-0", "namespace": "ns", "uid": "pod-0",
-                           "labels": {APP_NAME_LABEL: "pi", "spark-role": "driver"}},
+              "metadata": {"name": "pi-driver", "namespace": "ns", "uid": "pod-0",
+                           "labels": {APP_NAME_LABEL: "pi", "spark-role": "driver",
+                                      PODSET_LABEL: "driver"}},
               "spec": {"nodeName": "gpu-0"}, "status": {"phase": "Running"}}
     rec, ctx = _reconciler(SPARK, SPARK_GVK,
                            {POD: [driver, executor(0), executor(1)], WL: [wl]})
@@ -142,7 +144,7 @@ def _finished_reason(ctx: Any, name: str) -> str | None:
 
 def test_an_orphaned_spark_workload_waits_for_the_executors_of_a_finished_driver() -> None:
     rec, ctx, name = _orphaned_spark()
-    ctx.store(POD).get("ns/p-0")["status"]["phase"] = "Succeeded"
+    ctx.store(POD).get("ns/pi-driver")["status"]["phase"] = "Succeeded"
     assert asyncio.run(rec.reconcile_workload("ns", name)) == PODS_POLL
     assert _finished_reason(ctx, name) is None  # the executors still run
     for i in range(2):
@@ -162,7 +164,7 @@ def test_an_evicted_orphaned_spark_workload_has_its_driver_and_executors_deleted
                                                "name": "pi-exec-8", "uid": "ex-8"}))
     assert asyncio.run(rec.reconcile_workload("ns", name)) == PODS_POLL
     assert sorted(w for w in ctx.writes if w[1] == "pods") == [
-        ("delete", "pods", "p-0"), ("delete", "pods", "pi-exec-0"),
+        ("delete", "pods", "pi-driver"), ("delete", "pods", "pi-exec-0"),
         ("delete", "pods", "pi-exec-1")]
 
 
@@ -176,7 +178,7 @@ def test_an_evicted_application_being_deleted_keeps_its_workload_while_executors
     wl = ctx.store(WL).get(f"ns/{name}")
     wl["status"]["conditions"].append({"type": "Evicted", "status": "True",
                                        "reason": "Preempted", "message": "Preempted"})
-    ctx.store(POD).remove("ns/p-0")
+    ctx.store(POD).remove("ns/pi-driver")
     ctx.store(POD).put(executor(0, deleting=True))
     assert asyncio.run(rec.reconcile_object(SPARK, "ns", "pi")) == PODS_POLL
     assert _workload_writes(ctx) == []

@@ -73,8 +73,9 @@ class JobSet(TemplatedKind):
     # JobSet v0.11.1 returns at once for a JobSet being deleted (``jobSetMarkedForDeletion``):
     # its status is never settled again; its child Jobs are stopped by the child rule.
     ignored_once_deleted = True
-    # Its child Jobs run its pods.
+    # Its child Jobs run its pods; it controls none itself.
     runs_batch_jobs = True
+    controls_pods_directly = False
 
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         """One per replicatedJob (module doc). Raises ``WorkloadSpecError``."""

@@ -38,6 +38,9 @@ GROUP = "kubeflow.org"
 SUSPEND = ("spec", "runPolicy", "suspend")
 # mpi-operator v0.8.0 (``defaultLabels``) labels the launcher's pods with this role.
 ROLE_LABEL = "training.kubeflow.org/job-role"
+# training-operator v1.9.3 (``GenLabels``) and mpi-operator v0.8.0 (``defaultLabels``) label
+# every pod they make with the operator's name too.
+OPERATOR_LABEL = "training.kubeflow.org/operator-name"
 
 
 class KubeflowJob(TemplatedKind):
@@ -111,6 +114,34 @@ class KubeflowJob(TemplatedKind):
             return ref is not None and ref.name == f"{name}-launcher"
         return (job.get("metadata") or {}).get("name") == f"{name}-launcher" \
             and controlled_by(job, self, name, uid, owner_gone=owner_gone)
+
+    def selects_own_pod(self, ctx: Context | None, pod: Mapping[str, Any], name: str) -> bool:
+        """Whether ``pod``, controlled by the job ``name`` itself, is one its operator deletes
+        while the job is suspended. training-operator v1.9.3 (``GetPodsForJob``,
+        ``CleanUpResources``) claims and deletes the pods its selector (``GenLabels``) takes:
+        ``training.kubeflow.org/job-name`` and ``training.kubeflow.org/operator-name:
+        <kind>-controller`` (it releases any other it controls). mpi-operator v0.8.0
+        (``deleteWorkerPods``) deletes the workers by name, ``<name>-worker-<i>`` for ``i``
+        below the worker count (its launcher runs through a batch Job), labelled
+        ``operator-name: mpi-operator``; the job not stored (or no ``ctx``): any index."""
+        meta = pod.get("metadata") or {}
+        operator = str((meta.get("labels") or {}).get(OPERATOR_LABEL) or "")
+        if "Launcher" not in self.order:
+            return operator == f"{self.kind.lower()}-controller"
+        index = str(meta.get("name") or "").removeprefix(f"{name}-worker-")
+        if operator != "mpi-operator" or not index.isdigit() or str(int(index)) != index \
+                or index == str(meta.get("name") or ""):
+            return False
+        job = None
+        if ctx is not None and self.key in ctx.informers.informers:
+            job = ctx.store(self.key).get(f"{meta.get('namespace', '')}/{name}")
+        if job is None:
+            return True
+        try:
+            workers = {t.name: t.count for t in self.templates(job)}.get("worker", 0)
+        except WorkloadSpecError:
+            return True
+        return int(index) < workers
 
     def label_kin(self) -> tuple[Any, ...]:
         """The other Kubeflow kinds: every one labels its pods

@@ -52,9 +52,10 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.integrations.crdrules import CrdRules
+from app.integrations.framework import killed_in_grace
 from app.integrations.podsets import (
     apply_record,
     inject_template,
@@ -66,6 +67,9 @@ from app.integrations.templated import Template, TemplatedKind, stored_records
 from app.kube.client import Resource
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import ORIGINAL_ANNOTATION
+
+if TYPE_CHECKING:
+    from app.kube.context import Context
 
 GROUP, VERSION = "sparkoperator.k8s.io", "v1beta2"
 SPARKAPPLICATIONS = Resource(GROUP, VERSION, "sparkapplications", "SparkApplication")
@@ -306,6 +310,34 @@ class SparkApplication(TemplatedKind):
             return False, "", ""
         message = str(state.get("errorMessage") or "")
         return True, reason, message or f"SparkApplication {str(state.get('state')).lower()}"
+
+    def selects_own_pod(self, ctx: Context | None, pod: Mapping[str, Any], name: str) -> bool:
+        """Whether ``pod``, controlled by the application ``name`` itself, is its driver as
+        spark-operator v2.5.0 deletes it on a suspension (``deleteDriverPod``): the pod named
+        ``status.driverInfo.podName``, else ``GetDriverPodName``'s (``spec.driver.podName``,
+        the conf ``spark.kubernetes.driver.pod.name``, else ``<name>-driver``), and only while
+        the stored application is not ``SUSPENDED``: the operator sets that state once it
+        has asked for the driver's deletion, and deletes no pod again until it is resumed,
+        so the driver then counts only while it is being deleted, within the grace period
+        its Workload allows (``killed_in_grace``). The application not stored (or no
+        ``ctx``): any name (the garbage collector deletes the pods of a gone owner)."""
+        meta = pod.get("metadata") or {}
+        app = None
+        if ctx is not None and self.key in ctx.informers.informers:
+            app = ctx.store(self.key).get(f"{meta.get('namespace', '')}/{name}")
+        if app is None:
+            return True
+        status = app.get("status") or {}
+        spec = app.get("spec") or {}
+        conf = spec.get("sparkConf") or {}
+        named = (str((spec.get("driver") or {}).get("podName") or "")
+                 or str(conf.get("spark.kubernetes.driver.pod.name") or "") or f"{name}-driver")
+        if meta.get("name") not in {named, (status.get("driverInfo") or {}).get("podName")}:
+            return False
+        if ((status.get("applicationState") or {}).get("state")) != "SUSPENDED":
+            return True
+        return ctx is not None and killed_in_grace(
+            ctx, self, pod, name, str((app.get("metadata") or {}).get("uid", "")))
 
     def _running(self, obj: Mapping[str, Any]) -> bool:
         state = (obj.get("status") or {}).get("applicationState") or {}

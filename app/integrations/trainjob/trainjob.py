@@ -232,8 +232,9 @@ class TrainJob(TemplatedKind):
     # The trainer's JobSet labels its pods with the JobSet's name (the TrainJob's); the uid
     # label is the JobSet's, so pods are matched through their batch Job owner.
     pod_labels = ("jobset.sigs.k8s.io/jobset-name", "")
-    # Its JobSet's Jobs run its pods.
+    # Its JobSet's Jobs run its pods; it controls none itself.
     runs_batch_jobs = True
+    controls_pods_directly = False
 
     def lookup(self, ctx: Context, ns: str, name: str) -> Obj | None:
         """The stored TrainJob with its child JobSet under ``CHILD_FIELD`` when its runtime is

@@ -1,0 +1,127 @@
+"""brk27 (H1): a tenant's bare pod whose controller ownerReference names the queued object
+itself (the API server takes it at create) and which no node takes counts as the object's
+only when its operator would delete it on a suspension; else a preempted object's evicted
+Workload held its quota for good."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+from app.integrations.framework import pod_of
+from app.integrations.jobset.jobset import JOBSETS
+from app.integrations.jobset.jobset import KIND as JOBSET
+from app.integrations.kubeflow.kubeflow import MPIJOB, PYTORCHJOB, TFJOB
+from app.integrations.sparkapplication.sparkapplication import APP_NAME_LABEL
+from app.integrations.sparkapplication.sparkapplication import KIND as SPARK
+from app.integrations.trainjob.trainjob import CHILD_JOBSETS, CLUSTER_RUNTIMES, RUNTIMES
+from app.integrations.trainjob.trainjob import KIND as TRAINJOB
+from app.kube.context import POD, WL
+from tests.unit.test_foreground_deletion import _admitted, _reconciler, _workload_writes
+from tests.unit.test_jobset import jobset, rjob
+from tests.unit.test_kinds_being_deleted import _mpijob, _pytorchjob
+from tests.unit.test_sparkapplication import app
+from tests.unit.test_trainjob import composed, runtime, trainjob
+
+JOB_NAME = "training.kubeflow.org/job-name"
+OPERATOR = "training.kubeflow.org/operator-name"
+
+
+def _pod(name: str, labels: dict[str, str], api_version: str, kind: str, owner: str,
+         uid: str = "u-1") -> dict[str, Any]:
+    """A Pending pod no node takes, controlled by ``kind`` ``owner`` (``uid``) itself."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": name, "namespace": "ns", "uid": f"p-{name}", "labels": labels,
+        "ownerReferences": [{"apiVersion": api_version, "kind": kind, "name": owner,
+                             "uid": uid, "controller": True}]},
+        "spec": {"nodeSelector": {"no-such": "node"}}, "status": {"phase": "Pending"}}
+
+
+def _released(kind: Any, gvk: str, obj: dict[str, Any], pod: dict[str, Any], *,
+              wl_obj: dict[str, Any] | None = None, **kw: Any) -> bool:
+    """Whether the preempted (Evicted), stopped ``obj``'s Workload is released in one pass
+    with ``pod`` in the Pod store."""
+    obj = {**obj, "status": obj.get("status") or {}}
+    wl = _admitted(kind.workload_object(wl_obj or obj), deleting=False)
+    wl["status"]["conditions"].append({"type": "Evicted", "status": "True",
+                                       "reason": "Preempted", "message": "Preempted"})
+    extra = kw.pop("objects", {})
+    rec, ctx = _reconciler(kind, gvk, {POD: [pod], kind.key: [obj], WL: [wl], **extra}, **kw)
+    again = asyncio.run(rec.reconcile_object(kind, "ns", obj["metadata"]["name"]))
+    return again is None and bool(_workload_writes(ctx))
+
+
+def test_a_pod_controlled_by_a_jobset_itself_holds_none_of_its_quota() -> None:
+    """JobSet v0.11.1 controls no pod itself (its Jobs do)."""
+    js = jobset(rjob("w", 1, 2))
+    labels = {"jobset.sigs.k8s.io/jobset-name": "train", "jobset.sigs.k8s.io/jobset-uid": "u-1"}
+    decoy = _pod("decoy", labels, "jobset.x-k8s.io/v1alpha2", "JobSet", "train")
+    assert _released(JOBSET, "jobset.x-k8s.io/jobset", js, decoy)
+
+
+def test_a_pod_controlled_by_a_trainjob_itself_holds_none_of_its_quota() -> None:
+    """Trainer v2.2.0 controls no pod itself (its JobSet's Jobs do)."""
+    tj = trainjob(suspend=True)
+    rt = runtime()
+    rt["metadata"]["namespace"] = "ns"
+    decoy = _pod("decoy", {"jobset.sigs.k8s.io/jobset-name": "tj"},
+                 "trainer.kubeflow.org/v1alpha1", "TrainJob", "tj")
+    assert _released(TRAINJOB, "trainer.kubeflow.org/trainjob", tj, decoy,
+                     wl_obj=composed(tj, rt), objects={RUNTIMES: [rt]},
+                     extra=(RUNTIMES, CLUSTER_RUNTIMES), resources={CHILD_JOBSETS: JOBSETS})
+
+
+def test_a_spark_applications_pod_counts_only_as_the_driver_spark_operator_deletes() -> None:
+    """spark-operator v2.5.0 deletes only the driver, by name, on a suspension, and no pod
+    once the application is ``SUSPENDED``."""
+    sa = app()
+    sa["spec"]["suspend"] = True
+    api = "sparkoperator.k8s.io/v1beta2"
+    decoy = _pod("decoy", {APP_NAME_LABEL: "pi"}, api, "SparkApplication", "pi")
+    assert _released(SPARK, "sparkoperator.k8s.io/sparkapplication", sa, decoy)
+    driver = _pod("pi-driver", {APP_NAME_LABEL: "pi"}, api, "SparkApplication", "pi")
+    assert not _released(SPARK, "sparkoperator.k8s.io/sparkapplication", sa, driver)
+    done = {**sa, "status": {"applicationState": {"state": "SUSPENDED"}}}
+    assert _released(SPARK, "sparkoperator.k8s.io/sparkapplication", done, driver)
+    # Once SUSPENDED, the driver whose deletion the operator asked for counts while killed.
+    killed = copy.deepcopy(driver)  # Running on a node, being killed
+    killed.update(spec={"nodeName": "cpu-0"}, status={"phase": "Running"})
+    killed["metadata"].update(deletionTimestamp="2026-12-06T09:00:30Z",
+                              deletionGracePeriodSeconds=30)
+    assert not _released(SPARK, "sparkoperator.k8s.io/sparkapplication", done, killed)
+    killed["metadata"]["deletionGracePeriodSeconds"] = 315360000
+    assert _released(SPARK, "sparkoperator.k8s.io/sparkapplication", done, killed)
+    named = {**sa, "spec": {**sa["spec"], "driver": {**sa["spec"]["driver"], "podName": "d"}}}
+    assert not _released(SPARK, "sparkoperator.k8s.io/sparkapplication", named,
+                         _pod("d", {APP_NAME_LABEL: "pi"}, api, "SparkApplication", "pi"))
+    assert pod_of(SPARK, driver, "pi", "u-1")  # no stores: any name
+
+
+def test_a_kubeflow_jobs_pod_counts_only_when_its_operator_selects_it() -> None:
+    """training-operator v1.9.3 selects (and deletes while suspended) only the pods with its
+    job-name and operator-name labels; mpi-operator v0.8.0 deletes the workers by name."""
+    pt = {**_pytorchjob(deleting=False), "status": {}}  # its pods stopped
+    pt["metadata"]["uid"] = "u-1"
+    api = "kubeflow.org/v1"
+    decoy = _pod("decoy", {JOB_NAME: "train"}, api, "PyTorchJob", "train")
+    assert _released(PYTORCHJOB, "kubeflow.org/pytorchjob", pt, decoy)
+    other = _pod("decoy", {JOB_NAME: "train", OPERATOR: "tfjob-controller"},
+                 api, "PyTorchJob", "train")
+    assert _released(PYTORCHJOB, "kubeflow.org/pytorchjob", pt, other)
+    real = _pod("train-worker-0", {JOB_NAME: "train", OPERATOR: "pytorchjob-controller"},
+                api, "PyTorchJob", "train")
+    assert not _released(PYTORCHJOB, "kubeflow.org/pytorchjob", pt, real)
+    assert pod_of(TFJOB, {**real, "metadata": {**real["metadata"], "labels": {
+        JOB_NAME: "train", OPERATOR: "tfjob-controller"}, "ownerReferences": [
+        {"apiVersion": api, "kind": "TFJob", "name": "train", "uid": "u-1",
+         "controller": True}]}}, "train", "u-1")
+    mpi = _mpijob()
+    mpi["metadata"]["uid"] = "u-1"
+    api = "kubeflow.org/v2beta1"
+    labels = {JOB_NAME: "train", OPERATOR: "mpi-operator"}
+    for name in ("decoy", "train-worker-1", "train-worker-00"):
+        assert _released(MPIJOB, "kubeflow.org/mpijob", mpi,
+                         _pod(name, labels, api, "MPIJob", "train")), name
+    assert not _released(MPIJOB, "kubeflow.org/mpijob", mpi,
+                         _pod("train-worker-0", labels, api, "MPIJob", "train"))
