@@ -53,7 +53,6 @@ NEEDS: dict[str, frozenset[str]] = {f"tests/e2e/{k}.py" if "/" not in k else k: 
     "test_breaker16_findings": _MULTIKUEUE,  # sites
     "test_child_being_deleted": {"jobset"},
     "test_crd_installed_later": {"training-operator"},
-    "test_deleted_pod_workload_held": set(),
     "test_foreground_deletion": {"jobset", "kuberay"},
     "test_jobset": {"jobset"},
     "test_kubeflow": {"training-operator", "mpi-operator"},
@@ -62,7 +61,6 @@ NEEDS: dict[str, frozenset[str]] = {f"tests/e2e/{k}.py" if "/" not in k else k: 
     "test_multikueue": _MULTIKUEUE,
     "test_operator_lifecycle": {"jobset", "training-operator", "mpi-operator", "kuberay",
                                 "trainer"},
-    "test_pod_owner_reference_escape": set(),
     "test_pods_ready": {"training-operator", "mpi-operator", "kuberay", "appwrapper",
                         "jobset", "trainer"},
     "test_quota_follows_pods": {"jobset", "training-operator"},
@@ -75,7 +73,6 @@ NEEDS: dict[str, frozenset[str]] = {f"tests/e2e/{k}.py" if "/" not in k else k: 
     "test_sparkbreak_findings": {"spark-operator"},
     "test_trainjob": {"jobset", "trainer"},
     "test_unqueued_operator_objects": {"jobset", "training-operator", "kuberay"},
-    "test_workload_finalizer": set(),
     "tests/integration/test_operators.py": set(OPERATORS),  # every built one (ops.built())
     "tests/integration/test_manifests.py": {"helm"},
     "tests/unit/test_chart.py": {"helm"},

@@ -5,7 +5,8 @@ source (no import, no lab): the operator names given to ``operators_running`` an
 ``chart`` of tests/install_support.py) and kueuectl (``kueuectl_binary``); the same in the
 fixtures it imports from other test modules (e.g. test_appwrapper.py's ``aw_operator``). What a
 fixture computes (test_multikueue.py's ``sites``, ``ops.built()``) is not read: those entries
-are checked by hand (see NEEDS' comment)."""
+are checked by hand (see NEEDS' comment). The same reading finds that no FIRST_E2E file (the
+first run, while those binaries build) starts one."""
 
 from __future__ import annotations
 
@@ -24,14 +25,24 @@ import test_waves as waves  # noqa: E402
 HELM_CALLS = {"helm_binary", "helm_template", "chart"}
 
 
+def _test_sh_list(name: str) -> list[str]:
+    """The words of hack/test.sh's ``NAME=(...)`` (or ``NAME+=(...)``) at a line's start."""
+    script = (ROOT / "hack" / "test.sh").read_text()
+    m = re.search(rf"^{re.escape(name)}\(([^)]*)\)", script, re.M)
+    assert m, f"hack/test.sh's {name} not found"
+    return m.group(1).split()
+
+
+def first_e2e() -> list[str]:
+    """hack/test.sh's FIRST_E2E: the e2e files of the first run (the binaries being built)."""
+    return _test_sh_list("FIRST_E2E=")
+
+
 def later_files() -> list[str]:
     """hack/test.sh's LATER: the e2e files not in FIRST_E2E, then the three it adds."""
-    script = (ROOT / "hack" / "test.sh").read_text()
-    first = re.search(r"^FIRST_E2E=\(([^)]*)\)", script, re.M)
-    extra = re.search(r"^LATER\+=\(([^)]*)\)", script, re.M)
-    assert first and extra, "hack/test.sh's FIRST_E2E or LATER+= not found"
+    first = first_e2e()
     e2e = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests" / "e2e").glob("test_*.py"))
-    return [f for f in e2e if f not in first.group(1).split()] + extra.group(1).split()
+    return [f for f in e2e if f not in first] + _test_sh_list("LATER+=")
 
 
 def _strings(node: ast.AST, consts: dict[str, ast.AST]) -> set[str]:
@@ -129,6 +140,16 @@ def test_a_later_files_entry_lists_what_it_starts(rel: str) -> None:
     assert started <= waves.needs(rel), (
         f"{rel} starts {sorted(started - waves.needs(rel))} not in its NEEDS entry "
         "(hack/test_waves.py): a wave could run it before they are built")
+
+
+@pytest.mark.parametrize("rel", first_e2e())
+def test_a_first_run_file_starts_no_binary_being_built(rel: str) -> None:
+    """The first run goes while the operators, Helm and kueuectl build: a FIRST_E2E file that
+    starts one would fail there (tests/conftest.py), or pass only when the build won the race."""
+    assert (ROOT / rel).is_file(), f"{rel} in FIRST_E2E does not exist"
+    assert not started_by(rel), (
+        f"{rel} starts {sorted(started_by(rel))}: move it from FIRST_E2E (hack/test.sh) to the "
+        "waves, with a NEEDS entry in hack/test_waves.py")
 
 
 def test_a_file_not_listed_waits_for_every_build() -> None:
