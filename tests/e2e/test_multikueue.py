@@ -693,10 +693,12 @@ def _placed_on_worker1(manager: mk.Site, w1: mk.Site, kind: str, name: str,
 def _deleted_everywhere(manager: mk.Site, w1: mk.Site, kind: str, name: str, wl_name: str,
                         cluster_prefix: str) -> None:
     """Deleting the manager's object deletes worker1's copy, its Workload copy, and with
-    them (KubeRay) the RayCluster and its pods."""
+    them (KubeRay) the RayCluster and its pods. The copy goes through two finalizers on
+    worker1 (KubeRay's and the Workload's): 10 s on a quiet machine, over 30 s at load 6-8
+    (session 27's fresh CI run), so up to 60 s."""
     manager.kubectl("delete", kind.lower(), "-n", NS, name, "--wait=false")
     wait_for(lambda: _get(w1, kind.lower(), "-n", NS, name) is None
-             and _get(w1, "workload", "-n", NS, wl_name) is None, 30,
+             and _get(w1, "workload", "-n", NS, wl_name) is None, 60,
              f"worker1's {kind} and Workload copy deleted with the manager's {kind}")
     wait_for(lambda: not [rc for rc in (_get(w1, "rayclusters", "-n", NS) or {}).get("items")
                           or [] if rc["metadata"]["name"].startswith(cluster_prefix)]
