@@ -572,11 +572,12 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     reference names no object, so such a pod does not run on for long. For a uid-labelled
     kind, a batch Job the object controls (a JobSet's child), or one no store holds. For
     another kind, one its operator made for the object (``runs_pods_through``: an MPIJob's
-    launcher, controlled by the MPIJob), or, for a pod being deleted within the grace
-    period its Workload allows (``killed_in_grace``), one no store holds
-    that its operator would have made (``runs_pods_through`` with no Job: after a background
-    deletion the pods of a TrainJob's, an AppWrapper's or a launcher Job run out their grace
-    period after the Job went, and still hold the quota); any other batch Job is not the
+    launcher, controlled by the MPIJob), or one no store holds that its operator would have
+    made (``runs_pods_through`` with no Job: after a background deletion the pods of a
+    TrainJob's, an AppWrapper's or a launcher Job are marked by the collector after the Job
+    went and run out their grace period, and still hold the quota; being deleted, only
+    within the grace period its Workload allows, ``killed_in_grace``); any other batch Job
+    is not the
     object's: a tenant's unqueued Job whose pods carry a job's name label would otherwise keep
     that job's evicted Workload holding its quota for as long as the tenant likes, and one
     the tenant deleted holds it only while its pods are killed.
@@ -616,13 +617,17 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
         # A Job no store holds is gone: the garbage collector deletes its pods (and a pod
         # whose forged reference names no object), so such a pod does not run on for long.
         # A uid-labelled kind's pods all run through batch Jobs it controls (a JobSet's),
-        # and the uid label names the object's run; another kind's pod counts only while
-        # it is being deleted, and only for a Job its operator would have made.
+        # and the uid label names the object's run; another kind's pod counts only for a
+        # Job its operator would have made, and, being deleted, within the grace period
+        # its Workload allows. Not yet being deleted counts too: a background deletion
+        # removes the Job before the collector marks its pods, and a release in between
+        # would be for good.
         if uid_label:
             return True
-        return ctx is not None and killed_in_grace(ctx, kind, pod, name, uid) \
-            and bool(kind.runs_pods_through(  # type: ignore[attr-defined]
-                ctx, None, pod, name, uid, owner_gone=owner_gone))
+        if ctx is None or not kind.runs_pods_through(  # type: ignore[attr-defined]
+                ctx, None, pod, name, uid, owner_gone=owner_gone):
+            return False
+        return not meta.get("deletionTimestamp") or killed_in_grace(ctx, kind, pod, name, uid)
     if uid_label:
         return controlled_by(job, kind, name, uid, owner_gone=owner_gone)
     return bool(kind.runs_pods_through(  # type: ignore[attr-defined]

@@ -32,7 +32,7 @@ from app.integrations.kubeflow.kubeflow import MPIJOB, PYTORCHJOB
 from app.integrations.reconciler import PODS_POLL
 from app.integrations.trainjob.trainjob import KIND as TRAINJOB
 from app.kube.client import JOBS, PODS
-from app.kube.context import CHILD_JOBS, POD
+from app.kube.context import CHILD_JOBS, CHILD_JOBSETS, POD
 from app.kube.leader import LeaderElector
 from app.wire.names import JOB_UID_LABEL, QUEUE_NAME_LABEL
 from tests.recording_client import OBJECTS, RecordingClient
@@ -278,13 +278,15 @@ def _ctx() -> FakeCtx:
 
 def test_an_mpijobs_launcher_pod_being_deleted_counts_after_its_job_went() -> None:
     """mpi-operator v0.8.0's launcher Job ``<name>-launcher`` gone, its pod still running
-    out its grace period: the MPIJob's. Not being deleted, not the launcher's role, another
-    Job's name, or a PyTorchJob's (the training-operator runs no Job): not."""
+    out its grace period, or not marked for deletion yet (the collector deletes a gone Job's
+    pods after it): the MPIJob's. Not the launcher's role, another Job's name, or a
+    PyTorchJob's (the training-operator runs no Job): not."""
     mpijob = {"metadata": {"name": "train", "namespace": NS, "uid": "mpi-1"}}
     ctx = _ctx()
+    for p in (_launcher_pod(deleting=True), _launcher_pod(deleting=False)):
+        assert pods_of(MPIJOB, [p], mpijob, ctx=ctx) == [p]  # type: ignore[arg-type]
     killed = _launcher_pod(deleting=True)
-    assert pods_of(MPIJOB, [killed], mpijob, ctx=ctx) == [killed]  # type: ignore[arg-type]
-    for p in (_launcher_pod(deleting=False), _launcher_pod(deleting=True, role="worker"),
+    for p in (_launcher_pod(deleting=True, role="worker"),
               _launcher_pod(deleting=True, job_name="holder")):
         assert pods_of(MPIJOB, [p], mpijob, ctx=ctx) == []  # type: ignore[arg-type]
     assert pods_of(PYTORCHJOB, [killed], mpijob, ctx=ctx) == []  # type: ignore[arg-type]
@@ -295,8 +297,27 @@ def test_an_appwrappers_pod_being_deleted_counts_after_its_wrapped_job_went() ->
     gone = _job("aw-job", "j-2")
     label = {"workload.codeflare.dev/appwrapper": "aw"}
     killed, running = (_pod(f"p-{d}", gone, label, deleting=d) for d in (True, False))
+    # Not marked yet counts too: the collector deletes a gone Job's pods after it.
     assert pods_of(APPWRAPPER, [killed, running], aw,  # type: ignore[arg-type]
-                   ctx=_ctx()) == [killed]
+                   ctx=_ctx()) == [killed, running]
+
+
+def test_a_trainjobs_pod_counts_while_its_jobset_is_gone_before_its_job() -> None:
+    """TrainJob ``tj`` deleted in the background: the garbage collector removes its JobSet
+    before it marks the JobSet's Job and the Job's pod, so for a moment the Job is stored and
+    its JobSet is in no store. The pod is still ``tj``'s: on the lab the Workload lost its
+    finalizer in that moment, for good, while the pod ran on. A Job whose controller is a
+    JobSet of another name is not the TrainJob's, its JobSet stored or not."""
+    jobset_ref = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet"}
+    node = _job("tj-node-0", "j-1", controller={**jobset_ref, "name": "tj", "uid": "js-1"})
+    other = _job("x-node-0", "j-2", controller={**jobset_ref, "name": "x", "uid": "js-2"})
+    label = {"jobset.sigs.k8s.io/jobset-name": "tj"}
+    pod, decoy = _pod("tj-node-0-a", node, label), _pod("x-node-0-a", other, label)
+    ctx = FakeCtx({CHILD_JOBS: JOBS, "job": JOBS, CHILD_JOBSETS: JOBSETS, POD: PODS},
+                  {CHILD_JOBS: [node, other]})
+    trainjob = {"metadata": {"name": "tj", "namespace": NS, "uid": "u-1"}}
+    assert pods_of(TRAINJOB, [pod, decoy], trainjob,  # type: ignore[arg-type]
+                   ctx=ctx) == [pod]
 
 
 def _trainer_pod(job_name: str) -> dict[str, Any]:

@@ -295,15 +295,20 @@ class TrainJob(TemplatedKind):
         """A Job of the trainer's JobSet: controlled by the JobSet named as the TrainJob
         (``made_via``), which the stores hold controlled by the TrainJob; gone (``job``
         None), a Job named as that JobSet's are (``<trainjob>-<replicatedJob>-<index>``,
-        jobset ``GenJobName``), by the pod's controller reference."""
+        jobset ``GenJobName``), by the pod's controller reference. A Job whose JobSet no
+        store holds is that JobSet's too: a background deletion of the TrainJob removes the
+        JobSet before the garbage collector marks its Jobs and their pods, and a release
+        in between would be for good (the collector deletes a Job whose owner is gone, so a
+        forged reference does not keep one)."""
         if job is None:
             ref = controller_of_object(pod)
             return ref is not None and ref.name.startswith(f"{name}-")
         refs = (job.get("metadata") or {}).get("ownerReferences") or []
+        if not any(isinstance(r, Mapping) and r.get("controller") is True
+                   and self.made_via({"metadata": {"name": name}}, r) for r in refs):
+            return False
         jobset = stored_controller(ctx, job)
-        return any(isinstance(r, Mapping) and r.get("controller") is True
-                   and self.made_via({"metadata": {"name": name}}, r) for r in refs) \
-            and controlled_by(jobset, self, name, uid, owner_gone=owner_gone)
+        return jobset is None or controlled_by(jobset, self, name, uid, owner_gone=owner_gone)
 
     def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """``<trainjob>-<replicatedJob>-<index>`` (the JobSet's Jobs, jobset ``GenJobName``),
