@@ -12,6 +12,7 @@ from app.integrations.reconciler import JobReconciler
 from app.kube.client import NAMESPACES, PODS, RESOURCE_FLAVORS, WORKLOADS
 from app.kube.context import NS, PC, POD, RF, WL, WPC
 from tests.unit.fake_ctx import FakeCtx
+from tests.unit.test_kinds_being_deleted import admitted_rayjob_workload
 from tests.unit.test_ray import group, raycluster, rayjob
 
 DELETING = "2026-12-06T01:00:00Z"
@@ -21,19 +22,7 @@ def _look(rj: dict[str, Any], *, wl_deleted: bool, clusters: tuple[dict[str, Any
           pods: tuple[dict[str, Any], ...] = ()) -> tuple[FakeCtx, float | None]:
     """One reconcile of RayJob ``rj`` with its admitted Workload, preempted (Evicted) or
     deleted (``wl_deleted``: ``kubectl delete --cascade=foreground``)."""
-    wl = RAYJOB.workload_object(rj)
-    wl["metadata"].update(namespace="ns", uid="w-1", resourceVersion="3",
-                          finalizers=["kueue.x-k8s.io/resource-in-use"],
-                          ownerReferences=[{"apiVersion": "ray.io/v1", "kind": "RayJob",
-                                            "name": rj["metadata"]["name"], "uid": "u-1",
-                                            "controller": True}])
-    done = ("QuotaReserved", "Admitted") + (() if wl_deleted else ("Evicted",))
-    if wl_deleted:
-        wl["metadata"]["deletionTimestamp"] = DELETING
-    wl["status"] = {"admission": {"clusterQueue": "cq", "podSetAssignments": [
-        {"name": ps["name"], "count": ps["count"], "flavors": {"nvidia.com/gpu": "a100"}}
-        for ps in wl["spec"]["podSets"]]}, "conditions": [
-        {"type": t, "status": "True", "reason": t, "message": ""} for t in done]}
+    wl = admitted_rayjob_workload(rj, wl_deleted=wl_deleted)
     ctx = FakeCtx({WL: WORKLOADS, WPC: WORKLOADS, PC: WORKLOADS, RAYJOB.key: RAYJOB.resource,
                    RAYCLUSTER.key: RAYCLUSTER.resource, POD: PODS, NS: NAMESPACES,
                    RF: RESOURCE_FLAVORS},

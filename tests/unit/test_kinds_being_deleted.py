@@ -549,6 +549,25 @@ def test_children_are_found_through_the_controller_uid_index_kept_by_store_event
     assert children_of(js) == sorted([f"{CHILD_JOBS}:ns/js-w-0", f"{JOB_KIND.key}:ns/labelled"])
 
 
+def admitted_rayjob_workload(rj: dict[str, Any], *, wl_deleted: bool) -> dict[str, Any]:
+    """RayJob ``rj``'s (uid ``u-1``) Workload admitted on the a100 flavor with the
+    resource-in-use finalizer: preempted (Evicted) or, ``wl_deleted``, being deleted."""
+    wl = RAYJOB.workload_object(rj)
+    wl["metadata"].update(namespace="ns", uid="w-1", resourceVersion="3",
+                          finalizers=["kueue.x-k8s.io/resource-in-use"],
+                          ownerReferences=[{"apiVersion": "ray.io/v1", "kind": "RayJob",
+                                            "name": rj["metadata"]["name"], "uid": "u-1",
+                                            "controller": True}])
+    done = ("QuotaReserved", "Admitted") + (() if wl_deleted else ("Evicted",))
+    if wl_deleted:
+        wl["metadata"]["deletionTimestamp"] = DELETING
+    wl["status"] = {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+        {"name": ps["name"], "count": ps["count"], "flavors": {"nvidia.com/gpu": "a100"}}
+        for ps in wl["spec"]["podSets"]]}, "conditions": [
+        {"type": t, "status": "True", "reason": t, "message": ""} for t in done]}
+    return wl
+
+
 def _rayjob_look(status: dict[str, Any], *, running_cluster: bool, wl_deleted: bool = False
                  ) -> tuple[FakeCtx, float | None]:
     """One reconcile of RayJob ``ns/tune`` held being deleted by a tenant's finalizer, with
@@ -562,18 +581,7 @@ def _rayjob_look(status: dict[str, Any], *, running_cluster: bool, wl_deleted: b
     rj = rayjob(group("gpu", 1), suspend=not wl_deleted)
     rj["metadata"].update(deletionTimestamp=DELETING, finalizers=["example.com/keep"])
     rj["status"] = status
-    wl = RAYJOB.workload_object(rj)
-    wl["metadata"].update(namespace="ns", uid="w-1", resourceVersion="3",
-                          finalizers=["kueue.x-k8s.io/resource-in-use"],
-                          ownerReferences=[{"apiVersion": "ray.io/v1", "kind": "RayJob",
-                                            "name": "tune", "uid": "u-1", "controller": True}])
-    done = ("QuotaReserved", "Admitted") + (() if wl_deleted else ("Evicted",))
-    if wl_deleted:
-        wl["metadata"]["deletionTimestamp"] = DELETING
-    wl["status"] = {"admission": {"clusterQueue": "cq", "podSetAssignments": [
-        {"name": ps["name"], "count": ps["count"], "flavors": {"nvidia.com/gpu": "a100"}}
-        for ps in wl["spec"]["podSets"]]}, "conditions": [
-        {"type": t, "status": "True", "reason": t, "message": ""} for t in done]}
+    wl = admitted_rayjob_workload(rj, wl_deleted=wl_deleted)
     clusters, pods = [], []
     if running_cluster:
         rc = raycluster(group("gpu", 1), owner="RayJob")
