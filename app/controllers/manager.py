@@ -55,9 +55,11 @@ from app.kube.aio import wait_event
 from app.kube.client import JOBS, NODES, PODS, RESOURCE_CLAIM_TEMPLATES, KubeClient, Resource
 from app.kube.context import (
     AC,
+    CHILD_JOB_STORES,
     CHILD_JOBS,
     CO,
     CQ,
+    EMPTY_QUEUE_JOBS,
     EMPTY_QUEUE_NAME,
     JOB,
     LQ,
@@ -74,7 +76,7 @@ from app.kube.context import (
 )
 from app.kube.errors import NotFound
 from app.kube.events import EventRecorder
-from app.kube.informers import Informer
+from app.kube.informers import Informer, identity_only
 from app.kube.leader import LeaderElector
 from app.kube.workqueue import background
 
@@ -215,13 +217,13 @@ class Manager:
         return kind.label_selector
 
     def _other_jobs(self, client: KubeClient, kinds: Iterable[JobKind]) -> Informer | None:
-        """The informer of the batch Jobs the Job kind's stores do not hold (``OTHER_JOBS``:
-        read only, no handler), or None when none is needed: the Pod store is not watched,
-        no kind in ``kinds`` runs pods through batch Jobs (``runs_batch_jobs``), or the Job
-        kind's informer lists every Job (``jobs.manage_jobs_without_queue_name``). Every Job
-        when the Job kind is not served (``integrations.frameworks`` without
-        ``batch/job``); else those labelled with an empty queue name, which neither its
-        labelled nor its unlabelled (``CHILD_JOBS``) informer lists. ``framework.pod_of``
+        """The informer of every batch Job while the Job kind is not served
+        (``integrations.frameworks`` without ``batch/job``; ``OTHER_JOBS``: read only, no
+        handler, each Job kept as ``identity_only``: its name, uid and controller, all that
+        ``framework.pod_of`` reads of it), or None when none is needed: the Job kind is
+        served (its stores hold every Job: labelled, unlabelled and labelled with an empty
+        queue name, ``CHILD_JOB_STORES``), the Pod store is not watched, or no kind in
+        ``kinds`` runs pods through batch Jobs (``runs_batch_jobs``). ``framework.pod_of``
         then takes a Job no store holds for one that is gone, so a tenant's unqueued Job
         whose pods carry a JobSet's name and uid labels is read, found not to be the
         JobSet's, and holds none of its quota. Kueue v0.17.1 watches no batch Job when
@@ -229,14 +231,10 @@ class Manager:
         integrations watch their own kind and Workloads, TrainJob its JobSets too): it
         counts no pods for a release, which pykueue does (``jobs.deleted_quota_release``,
         the Workload finalizer)."""
-        if not self.watch_nodes \
+        if not self.watch_nodes or self.registry.get(JOB) is not None \
                 or not any(getattr(k, "runs_batch_jobs", False) for k in kinds):
             return None
-        job_kind = self.registry.get(JOB)
-        if job_kind is not None and self._selector(job_kind) is None:
-            return None
-        return Informer(client, JOBS,
-                        label_selector=None if job_kind is None else EMPTY_QUEUE_NAME,
+        return Informer(client, JOBS, transform=identity_only,
                         watch_timeout_seconds=self.settings.scheduling.watch_timeout_seconds)
 
     async def start(self) -> None:
@@ -270,10 +268,12 @@ class Manager:
                         client, res, watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
         job_kind = self.registry.get(JOB)
         if job_kind is not None and self._selector(job_kind) is not None:
-            # Unlabelled Jobs too (a JobSet's children): held to their ancestor's admission.
-            informers.add(CHILD_JOBS, Informer(
-                client, JOBS, label_selector=UNLABELLED,
-                watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
+            # Unlabelled Jobs too (a JobSet's children), and those labelled with an empty
+            # queue name: held to their ancestor's admission.
+            for key, selector in ((CHILD_JOBS, UNLABELLED), (EMPTY_QUEUE_JOBS, EMPTY_QUEUE_NAME)):
+                informers.add(key, Informer(
+                    client, JOBS, label_selector=selector,
+                    watch_timeout_seconds=s.scheduling.watch_timeout_seconds))
         other_jobs = self._other_jobs(client, self.registry.kinds())
         if other_jobs is not None:
             informers.add(OTHER_JOBS, other_jobs)
@@ -382,8 +382,9 @@ class Manager:
         feed.on_release.extend((status.on_workload, fin.on_workload))
         for kind in self.registry.kinds():
             inf[source_of(kind)].add_handler(jobs.on_object(kind))
-        if CHILD_JOBS in inf.informers:
-            inf[CHILD_JOBS].add_handler(jobs.on_child_job)
+        for key in CHILD_JOB_STORES:
+            if key in inf.informers:
+                inf[key].add_handler(jobs.on_child_job)
         for store in {k.made_store for k in self.registry.kinds()  # type: ignore[attr-defined]
                       if k.made_store in inf.informers}:  # type: ignore[attr-defined]
             inf[store].add_handler(jobs.on_made_object(store))

@@ -231,8 +231,10 @@ class KindDefaults:
         being deleted (``pod_of`` asks nothing else then): the answer comes from what ``pod``
         carries (its controller reference's name, its labels). ``owner_gone``: the object
         went with its ownerReference (``kubectl delete --cascade=orphan``), so ``job`` may
-        have lost its controller reference too. Default: never (the operator runs the kind's
-        pods itself)."""
+        have lost its controller reference too. Only ``job``'s name, namespace, uid and
+        controller reference may be read: with the Job kind not served, its store keeps no
+        more of a Job (``informers.identity_only``). Default: never (the operator runs the
+        kind's pods itself)."""
         return False
 
     def label_kin(self) -> tuple[Any, ...]:
@@ -568,6 +570,8 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     ``ctx``'s batch Job stores, which hold every batch Job while a kind that runs pods
     through them is served (``KindDefaults.runs_batch_jobs``; ``Manager``), a Job labelled
     with an empty queue name included: a Job no store holds is gone (or ``ctx`` is None).
+    Of a stored Job only its name, uid and controller are read (the store of every batch
+    Job, ``OTHER_JOBS``, keeps no more: ``informers.identity_only``).
     The garbage collector deletes the pods of a gone Job after it, and a pod whose forged
     reference names no object, so such a pod does not run on for long. For a uid-labelled
     kind, a batch Job the object controls (a JobSet's child), or one no store holds. For

@@ -84,7 +84,7 @@ from app.integrations.framework import (
 )
 from app.integrations.unsupported import adoptable_copy, adopts_prebuilt
 from app.kube.client import JOBS, WORKLOADS
-from app.kube.context import CHILD_JOBS, JOB, PC, POD, WL, WPC, Context
+from app.kube.context import CHILD_JOB_STORES, CHILD_JOBS, JOB, PC, POD, WL, WPC, Context
 from app.kube.errors import Conflict, NotFound, Permanent, namespace_terminating
 from app.kube.events import NORMAL, WARNING
 from app.kube.informers import DELETED
@@ -230,8 +230,9 @@ class JobReconciler:
             self.queue.add(f"{WL_PREFIX}{key}")
 
     def on_child_job(self, etype: str, old: Obj | None, new: Obj | None) -> None:
-        """The handler of the unlabelled batch Jobs' informer (``CHILD_JOBS``): one with a
-        controller may be a managed ancestor's child."""
+        """The handler of the informers of the unlabelled batch Jobs and of those labelled
+        with an empty queue name (``CHILD_JOB_STORES``): one with a controller may be a
+        managed ancestor's child (queued as ``CHILD_JOBS:<ns>/<name>`` from either)."""
         obj = new or old
         meta = (obj or {}).get("metadata") or {}
         job_kind = self.registry.get(JOB)
@@ -271,9 +272,10 @@ class JobReconciler:
                 handler("SYNC", None, obj)
         for wl in self.ctx.store(WL):
             self.on_workload("SYNC", None, wl)
-        if CHILD_JOBS in self.ctx.informers.informers:
-            for job in self.ctx.store(CHILD_JOBS):
-                self.on_child_job("SYNC", None, job)
+        for key in CHILD_JOB_STORES:
+            if key in self.ctx.informers.informers:
+                for job in self.ctx.store(key):
+                    self.on_child_job("SYNC", None, job)
         for store in {getattr(k, "made_store", "") for k in self.registry.kinds()}:
             if store in self.ctx.informers.informers:
                 made = self.on_made_object(store)
@@ -610,14 +612,15 @@ class JobReconciler:
         return None
 
     async def reconcile_child_job(self, ns: str, name: str) -> float | None:
-        """An unlabelled batch Job (``CHILD_JOBS``): when an ancestor queues it, the rules
-        of a child (``_child``), as for a labelled one. The ancestor is looked for in the
-        stores (no API read per unlabelled Job's event); for a Job that carries an admission
-        (``carries_admission``) the walk may also read its controller from the API server
-        (``_managed_ancestor``): an unlabelled object in between (the JobSet an AppWrapper
-        wraps) is in no store."""
+        """A batch Job unlabelled or labelled with an empty queue name (``CHILD_JOB_STORES``;
+        Kueue v0.17.1's ``QueueName`` reads both as none): when an ancestor queues it, the
+        rules of a child (``_child``), as for a labelled one. The ancestor is looked for in
+        the stores (no API read per unlabelled Job's event); for a Job that carries an
+        admission (``carries_admission``) the walk may also read its controller from the API
+        server (``_managed_ancestor``): an unlabelled object in between (the JobSet an
+        AppWrapper wraps) is in no store."""
         kind = self.registry.get(JOB)
-        obj = self.ctx.store(CHILD_JOBS).get(f"{ns}/{name}")
+        obj = self._child_job(f"{ns}/{name}")
         if kind is None or obj is None or self.awaited and self._of_awaited_kind(obj):
             return None  # its controller's kind, once managed, reconciles it (enqueue_all)
         ancestor = stored_ancestor(self.ctx, self.registry, obj) or \
@@ -627,6 +630,16 @@ class JobReconciler:
         if ancestor is None:
             return await self._orphaned_child(kind, obj)
         return await self._child(kind, obj, *ancestor)
+
+    def _child_job(self, key: str) -> Obj | None:
+        """The batch Job ``key`` (``ns/name``) as ``CHILD_JOB_STORES`` hold it (at most one
+        does: their selectors exclude each other), or None."""
+        for store in CHILD_JOB_STORES:
+            if store in self.ctx.informers.informers:
+                obj = self.ctx.store(store).get(key)
+                if obj is not None:
+                    return obj
+        return None
 
     async def reconcile_made(self, store: str, ns: str, name: str) -> float | None:
         """An object of a kind's ``made_store`` (a JobSet) whose controller is that kind's
@@ -784,7 +797,7 @@ class JobReconciler:
         body["spec"]["parallelism"] = allowed
         written = await self.ctx.client.replace(JOBS, body)
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        for store in (JOB, CHILD_JOBS):
+        for store in (JOB, *CHILD_JOB_STORES):
             if store in self.ctx.informers.informers and self.ctx.store(store).get(key):
                 self.ctx.store(store).put(written)
         self.ctx.recorder.emit(written, WARNING, "ExceedsAncestorAdmission",
@@ -1132,9 +1145,10 @@ class JobReconciler:
                 handler = self.on_object(kind)
                 for child in self._controlled_by(source_of(kind), ns, uid):
                     handler("SYNC", None, child)
-        if CHILD_JOBS in informers:
-            for job in self._controlled_by(CHILD_JOBS, ns, uid):
-                self.on_child_job("SYNC", None, job)
+        for key in CHILD_JOB_STORES:
+            if key in informers:
+                for job in self._controlled_by(key, ns, uid):
+                    self.on_child_job("SYNC", None, job)
         for store in {getattr(k, "made_store", "") for k in self.registry.kinds()}:
             if store and store in informers:
                 for made in self._controlled_by(store, ns, uid):

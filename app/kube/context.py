@@ -53,11 +53,17 @@ POD = "pod"
 # batch Jobs without a queue-name label, watched while the Job kind's informer lists only
 # labelled ones: a managed ancestor's (a JobSet's) children are held to its admission.
 CHILD_JOBS = "jobchild"
-# The batch Jobs neither of those holds, read only (no handler), watched while a kind whose
-# operator runs pods through batch Jobs is served (``KindDefaults.runs_batch_jobs``) with the
-# Pod store: every Job while the Job kind is not served, else those labelled with an empty
-# queue name (``EMPTY_QUEUE_NAME``; stored before the webhook refused that). Every batch Job
-# is then in some store, so ``framework.pod_of`` takes one no store holds for one gone.
+# batch Jobs labelled with an empty queue name (``EMPTY_QUEUE_NAME``; stored before the
+# webhook refused that), watched with ``CHILD_JOBS`` and handled as its Jobs are: Kueue
+# v0.17.1 reads an empty queue name as none (``QueueName``), so such a child of a managed
+# ancestor is held to the ancestor's admission too. No selector lists both at once.
+EMPTY_QUEUE_JOBS = "jobempty"
+CHILD_JOB_STORES = (CHILD_JOBS, EMPTY_QUEUE_JOBS)
+# Every batch Job while the Job kind is not served, read only (no handler), watched while a
+# kind whose operator runs pods through batch Jobs is served (``KindDefaults.runs_batch_jobs``)
+# with the Pod store, each kept as ``informers.identity_only`` (what ``framework.pod_of``
+# reads). With the Job kind's stores, every batch Job is then in some store, so
+# ``framework.pod_of`` takes one no store holds for one gone.
 OTHER_JOBS = "jobother"
 # Every JobSet, watched while a kind makes JobSets through its operator (a TrainJob's trainer,
 # ``KindDefaults.made_store``): such a JobSet, unlabelled, is held to that object's admission.

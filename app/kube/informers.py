@@ -170,10 +170,35 @@ def _strip(obj: Obj) -> Obj:
     return obj
 
 
+def identity_only(obj: Obj) -> Obj:
+    """What a store needs to tell that ``obj`` exists and what controls it: ``apiVersion``,
+    ``kind`` and of ``metadata`` the ``name``, ``namespace``, ``uid``, ``resourceVersion`` and
+    the controller ownerReference(s) (``controller: true``; ``apiVersion``, ``kind``, ``name``,
+    ``uid``), the rest dropped (labels, annotations, spec, status). For a read-only store
+    whose readers look objects up only to find them and follow their controller (``Informer``
+    ``transform``)."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    out_meta: Obj = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion")
+                     if k in meta}
+    refs = meta.get("ownerReferences")
+    controllers = [{k: r[k] for k in ("apiVersion", "kind", "name", "uid", "controller")
+                    if k in r}
+                   for r in refs if isinstance(r, dict) and r.get("controller") is True] \
+        if isinstance(refs, list) else []
+    if controllers:
+        out_meta["ownerReferences"] = controllers
+    out: Obj = {k: obj[k] for k in ("apiVersion", "kind") if k in obj}
+    out["metadata"] = out_meta
+    return out
+
+
 class Informer:
     """List + watch one kind into ``store``; call handlers on every change.
 
-    ``namespace``: only that namespace (None = all); ``label_selector``: server-side filter.
+    ``namespace``: only that namespace (None = all); ``label_selector``: server-side filter;
+    ``transform``: applied to every object before it is stored and handed to the handlers
+    (``identity_only``: a store that needs less than whole objects keeps less; a store with
+    writers, whose ``Store.put`` takes whole objects, must not have one).
     ``watch_timeout_seconds``: asked per watch request (randomised by up to +50% so many
     informers do not reconnect together). Counters for tests/metrics: ``lists``, ``relists``
     (lists after the first), ``watches`` (watch requests), ``errors``.
@@ -181,11 +206,13 @@ class Informer:
 
     def __init__(self, client: KubeClient, resource: Resource, *,
                  namespace: str | None = None, label_selector: str | None = None,
-                 watch_timeout_seconds: int = 300, backoff: Backoff | None = None) -> None:
+                 watch_timeout_seconds: int = 300, backoff: Backoff | None = None,
+                 transform: Callable[[Obj], Obj] | None = None) -> None:
         self.client = client
         self.resource = resource
         self.namespace = namespace
         self.label_selector = label_selector
+        self.transform = transform
         self.watch_timeout_seconds = watch_timeout_seconds
         self.backoff = backoff or Backoff(base=0.2, cap=10.0)
         self.store = Store(resource)
@@ -203,6 +230,11 @@ class Informer:
     @property
     def name(self) -> str:
         return self.resource.plural
+
+    def _kept(self, obj: Obj) -> Obj:
+        """A listed object as the store keeps it (``_strip``, then ``transform``)."""
+        obj = _strip(obj)
+        return obj if self.transform is None else self.transform(obj)
 
     def add_handler(self, handler: Handler) -> None:
         self.handlers.append(handler)
@@ -226,7 +258,7 @@ class Informer:
         self.lists += 1
         if self.synced.is_set():
             self.relists += 1
-        self.store.replace_all(_strip(o) for o in items)
+        self.store.replace_all(self._kept(o) for o in items)
         # Differences against what the handlers were told (see the module doc), not
         # against the old store, which may already hold a writer's response.
         for key, obj in list(self.store._items.items()):  # noqa: SLF001 - own store
@@ -254,6 +286,8 @@ class Informer:
         obj = _strip(obj)
         obj.setdefault("apiVersion", self.resource.api_version)
         obj.setdefault("kind", self.resource.kind)
+        if self.transform is not None:
+            obj = self.transform(obj)
         rv = resource_version(obj)
         if etype == DELETED:
             old = self.store.remove(object_key(obj))

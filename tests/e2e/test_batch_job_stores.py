@@ -8,7 +8,9 @@ real JobSet v0.11.1 and Trainer v2.2.0 (break26 F1 and the lead's Low finding of
   ``resource-in-use`` finalizer) and its quota for as long as the pod ran: no store held the
   Job, so it was taken for a gone child of the JobSet;
 - a TrainJob deleted in the background whose pod still runs out its grace period (kept
-  Running being deleted) after its Job went: the Workload's quota went at once."""
+  Running being deleted) after its Job went: the Workload's quota went at once;
+- a JobSet's child Job labelled ``kueue.x-k8s.io/queue-name: ""`` was never reconciled (read
+  only), so not held to the JobSet's admission (session 27's note, finding A)."""
 
 from __future__ import annotations
 
@@ -113,6 +115,44 @@ def test_a_tenants_job_in_no_store_holds_none_of_a_deleted_jobsets_quota(
                      "ts's Workload gone (its finalizer taken off)")
             wait_for(lambda: cq_usage(lab, cq) == ([], 0, 0), 60, f"{cq}'s usage back to 0")
             assert running(lab, ns, "batch.kubernetes.io/job-name=mine")  # the decoy runs on
+        finally:
+            drop(lab, ns, cq)
+
+
+def test_a_jobsets_child_labelled_with_an_empty_queue_name_keeps_to_its_share(
+        lab: LabHandle, operators: labmod.Lab) -> None:
+    """JobSet ``ts`` (1 Job of one 1-GPU pod) whose Job template carries
+    ``kueue.x-k8s.io/queue-name: ""``, created while no webhook ran: the JobSet operator makes
+    its Job ``ts-workers-0`` with that label. Admitted and running, the Job raised to 3 pods
+    (while pykueue is down: its webhook refuses the raise) is set back to its share, 1, as an
+    unlabelled child is (``ExceedsAncestorAdmission``). Before, such a child was in a read
+    only store, never reconciled, and its 3 pods ran on the JobSet's 1-GPU admission."""
+    with pykueue(operators):
+        ns, cq = gpu_queue(lab, "f1ec", 1)
+        try:
+            js = json.loads(_long_jobset("ts", ns, 1))
+            js["spec"]["suspend"] = True  # what the webhook would have done
+            js["spec"]["replicatedJobs"][0]["template"]["metadata"] = {
+                "labels": {"kueue.x-k8s.io/queue-name": ""}}
+            labmod.pykueue_down(operators)
+            lab.apply(json.dumps(js))
+            child = wait_for(lambda: lab.kubectl("get", "job", "ts-workers-0", "-n", ns,
+                                                 check=False).returncode == 0
+                             and lab.get("job", "ts-workers-0", "-n", ns), 60,
+                             "the JobSet operator's Job ts-workers-0")
+            assert child["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == ""
+            labmod.pykueue_up(operators)
+            wait_for(lambda: admitted(lab, ns, "JobSet", "ts"), 90, "ts admitted")
+            wait_for(lambda: running(lab, ns, "batch.kubernetes.io/job-name=ts-workers-0"),
+                     90, "ts-workers-0's pod Running")
+            labmod.pykueue_down(operators)
+            lab.kubectl("patch", "job", "ts-workers-0", "-n", ns, "--type=merge", "-p",
+                        '{"spec": {"parallelism": 3, "completions": 3}}')
+            labmod.pykueue_up(operators)
+            wait_for(lambda: lab.get("job", "ts-workers-0", "-n", ns)["spec"]["parallelism"]
+                     == 1, 60, "ts-workers-0's parallelism set back to its share (1)")
+            assert lab.get("events", "-n", ns, "--field-selector",
+                           "reason=ExceedsAncestorAdmission")["items"]
         finally:
             drop(lab, ns, cq)
 

@@ -32,7 +32,8 @@ from app.integrations.kubeflow.kubeflow import MPIJOB, PYTORCHJOB
 from app.integrations.reconciler import PODS_POLL
 from app.integrations.trainjob.trainjob import KIND as TRAINJOB
 from app.kube.client import JOBS, PODS
-from app.kube.context import CHILD_JOBS, CHILD_JOBSETS, POD
+from app.kube.context import CHILD_JOB_STORES, CHILD_JOBS, CHILD_JOBSETS, OTHER_JOBS, POD
+from app.kube.informers import identity_only
 from app.kube.leader import LeaderElector
 from app.wire.names import JOB_UID_LABEL, QUEUE_NAME_LABEL
 from tests.recording_client import OBJECTS, RecordingClient
@@ -257,7 +258,8 @@ async def test_no_more_batch_jobs_are_watched_when_none_is_needed(
         job_stores = [k for k, inf in m.ctx.informers.informers.items()
                       if inf.resource.plural == JOBS.plural]
         assert job_stores == (["job"] if "batch/job" in frameworks and unlabelled
-                              else ["job", CHILD_JOBS] if "batch/job" in frameworks else [])
+                              else ["job", *CHILD_JOB_STORES] if "batch/job" in frameworks
+                              else [])
     finally:
         await m.stop()
 
@@ -344,3 +346,127 @@ def test_a_pod_being_deleted_of_a_job_the_trainer_would_not_make_holds_nothing()
     rec, ctx, name = trainjob_being_deleted(_trainer_pod("holder"), [])
     assert asyncio.run(rec.reconcile_object(TRAINJOB, "ns", "tj")) is None
     assert _workload_writes(ctx) == [("replace", "workloads", name)]
+
+
+# --- a queued JobSet's child Job labelled with an empty queue name ----------------------
+
+def _jobset_and_child(admitted_: bool, child_labels: dict[str, str], parallelism: int
+                      ) -> tuple[_Cluster, dict[str, Any]]:
+    """JobSet ``ts`` (queued in ``lq``, one replicatedJob ``w`` of 1 Job x 1 pod), its
+    Workload admitted (``admitted_``) or none yet, and its running child Job ``ts-w-0``
+    (labels ``child_labels``, ``parallelism`` pods)."""
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {
+        "name": "ts", "namespace": NS, "uid": "js-1", "resourceVersion": "1",
+        "creationTimestamp": "2026-12-01T06:00:00Z", "labels": {QUEUE_NAME_LABEL: "lq"}},
+        "spec": {"suspend": not admitted_, "replicatedJobs": [{
+            "name": "w", "replicas": 1, "template": {"spec": {
+                "parallelism": 1, "completions": 1, "template": {"spec": {
+                    "restartPolicy": "Never", "containers": [{"name": "c"}]}}}}}]}}
+    child = _job("ts-w-0", "j-1", child_labels, controller={
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "ts",
+        "uid": "js-1"})
+    child["spec"]["parallelism"] = parallelism
+    if admitted_:  # started as pykueue starts it (so no write of its own follows)
+        js = JOBSET.injected(js, {"w": ({}, [])})
+    objects = {**OBJECTS, JOBS.plural: [child], JOBSETS.plural: [js]}
+    if admitted_:
+        wl = _jobset_workload()
+        wl["metadata"]["resourceVersion"] = "1"
+        wl["spec"]["podSets"] = [{"name": "w", "count": 1, "template": {"spec": {
+            "containers": [{"name": "c"}]}}}]
+        wl["status"] = {"admission": {"clusterQueue": "cq", "podSetAssignments": [
+            {"name": "w", "count": 1, "flavors": {"cpu": "default-flavor"}}]},
+            "conditions": [{"type": t, "status": "True", "reason": t, "message": "",
+                            "lastTransitionTime": "2026-12-01T06:00:00Z"}
+                           for t in ("QuotaReserved", "Admitted", "PodsReady")]}
+        objects["workloads"] = [wl]
+    return _Cluster(objects, {"/apis/jobset.x-k8s.io/v1alpha2": JOBSETS.plural}), child
+
+
+async def _child_writes(monkeypatch: pytest.MonkeyPatch, client: _Cluster,
+                        watch_nodes: bool = True) -> list[dict[str, Any]]:
+    """The bodies of the replaces of Job ``ts-w-0`` pykueue (``batch/job`` and JobSet, the
+    Pod store watched or not) makes: once one is made (5 s at most)."""
+    m = _manager(monkeypatch, client, ["batch/job", "jobset.x-k8s.io/jobset"])
+    m.watch_nodes = watch_nodes
+    await m.start()
+    try:
+        await m.wait_ready(10)
+        for _ in range(100):
+            got = [b for v, r, b in client.bodies
+                   if (v, r) == ("replace", JOBS.plural) and b["metadata"]["name"] == "ts-w-0"]
+            if got:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await m.stop()
+    return got
+
+
+@pytest.mark.parametrize("child_labels", [
+    pytest.param({}, id="unlabelled"),
+    pytest.param({QUEUE_NAME_LABEL: ""}, id="labelled-with-an-empty-queue-name")])
+@pytest.mark.parametrize("watch_nodes", [True, False], ids=["pod-store", "no-pod-store"])
+async def test_a_queued_jobsets_running_child_is_suspended_until_it_is_admitted(
+        monkeypatch: pytest.MonkeyPatch, child_labels: dict[str, str],
+        watch_nodes: bool) -> None:
+    """JobSet ``ts`` is queued, not admitted; its child Job runs: it is suspended (Kueue
+    v0.17.1 ``shouldSuspendChildJob``, whose ``QueueName`` reads an empty label as none).
+    Before, a child labelled ``kueue.x-k8s.io/queue-name: ""`` was in no reconciled store
+    (read only in the store of the other Jobs with the Pod store, else in none) and ran on."""
+    client, _ = _jobset_and_child(False, child_labels, 1)
+    written = await _child_writes(monkeypatch, client, watch_nodes)
+    assert written and written[0]["spec"]["suspend"] is True, client.bodies
+
+
+async def test_an_admitted_jobsets_child_labelled_with_an_empty_queue_name_keeps_its_share(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """JobSet ``ts`` is admitted for 1 pod in its Job ``ts-w-0``, labelled with an empty
+    queue name and raised to 6 pods: set back to 1 (``ExceedsAncestorAdmission``), as an
+    unlabelled child is. Before, nothing reconciled it and its 6 pods ran on 1 pod's quota."""
+    client, _ = _jobset_and_child(True, {QUEUE_NAME_LABEL: ""}, 6)
+    written = await _child_writes(monkeypatch, client)
+    assert [b["spec"]["parallelism"] for b in written] == [1], client.bodies
+
+
+# --- the store of every batch Job keeps only what its readers read ----------------------
+
+def test_a_job_is_kept_as_its_identity_and_its_controller() -> None:
+    """``identity_only``: name, namespace, uid, resourceVersion and the controller
+    ownerReference; labels, annotations, spec, status and other references dropped."""
+    job = _job("ts-w-0", "j-1", JOBSET_LABELS, controller={
+        "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "ts",
+        "uid": "js-1", "blockOwnerDeletion": True})
+    job["metadata"]["ownerReferences"].append(
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "cm", "uid": "cm-1"})
+    job["metadata"]["annotations"] = {"a": "b"}
+    job["status"] = {"active": 1}
+    assert identity_only(job) == {"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+        "name": "ts-w-0", "namespace": NS, "uid": "j-1", "resourceVersion": "1",
+        "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                             "name": "ts", "uid": "js-1", "controller": True}]}}
+    del job["metadata"]["ownerReferences"]
+    assert "ownerReferences" not in identity_only(job)["metadata"]
+
+
+async def test_without_batch_job_every_job_is_stored_as_its_identity(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``batch/job`` not listed: the store of every batch Job (``OTHER_JOBS``) keeps each
+    listed or watched Job as ``identity_only`` (its template, what makes a Job large, not
+    kept), and still tells a tenant's Job from a JobSet's gone child. Before, whole Jobs."""
+    client, decoy = _decoy_cluster({})
+    m = _manager(monkeypatch, client, ["jobset.x-k8s.io/jobset"])
+    await m.start()
+    try:
+        await m.wait_ready(10)
+        assert m.ctx is not None
+        inf = m.ctx.informers[OTHER_JOBS]
+        listed = inf.store.get(f"{NS}/mine")
+        assert listed is not None and listed == identity_only(listed) \
+            and "spec" not in listed, listed
+        inf._apply({"type": "ADDED", "object": _job("late", "u-late")})  # noqa: SLF001
+        assert inf.store.get(f"{NS}/late") == identity_only(_job("late", "u-late"))
+        assert not pod_of(JOBSET, decoy, "ts", "js-1", ctx=m.ctx)  # type: ignore[arg-type]
+        assert m.jobs is not None and m.jobs.pods_holding(_jobset_workload(), "js-1") == 0
+    finally:
+        await m.stop()
