@@ -195,7 +195,8 @@ class KindDefaults:
         kept Pending by a nodeSelector no node has, would hold a preempted object's quota for
         good). ``ctx``: the stores (None: the object's spec is not read). Default True (the
         batch Job controller selects its pods by the ``controller-uid`` label that
-        ``pod_labels`` requires)."""
+        ``pod_labels`` requires, and on every sync of a suspended Job deletes the active
+        pods it selects, Kubernetes v1.36 ``manageJob``: one made later too)."""
         return True
 
     def made_pods(self, ctx: Context, workload: Mapping[str, Any], uid: str,
@@ -667,6 +668,26 @@ def killed_in_grace(ctx: Context, kind: JobKind, pod: Mapping[str, Any], name: s
         tgps = spec.get("terminationGracePeriodSeconds")
         longest = max(longest, tgps if isinstance(tgps, int) else DEFAULT_GRACE_SECONDS)
     return grace <= longest
+
+
+def counts_unless_idle(ctx: Context | None, kind: JobKind, pod: Mapping[str, Any], name: str,
+                       idle: Callable[[Mapping[str, Any]], bool]) -> bool:
+    """For a ``selects_own_pod``: whether ``pod``, controlled by ``kind``'s object ``name``
+    itself, counts while the stored object is in a state in which its operator deletes (and
+    makes) no pod of it until it is resumed (``idle(obj)`` true; its operator deleted every
+    pod of it before entering it): then only while it is being deleted, within the grace
+    period its Workload allows (``killed_in_grace``), as a pod made afterwards is a
+    tenant's that nothing deletes. True in any other state, and when the object is not
+    stored (or no ``ctx``: the garbage collector deletes the pods of a gone owner)."""
+    meta = pod.get("metadata") or {}
+    obj = None
+    if ctx is not None and kind.key in ctx.informers.informers:  # type: ignore[attr-defined]
+        obj = ctx.store(kind.key).get(  # type: ignore[attr-defined]
+            f"{meta.get('namespace', '')}/{name}")
+    if obj is None or not idle(obj):
+        return True
+    return ctx is not None and killed_in_grace(
+        ctx, kind, pod, name, str((obj.get("metadata") or {}).get("uid", "")))
 
 
 def _made_by_own_pod(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,

@@ -9,18 +9,23 @@ import asyncio
 import copy
 from typing import Any
 
+from app.integrations.appwrapper.appwrapper import KIND as APPWRAPPER
 from app.integrations.framework import pod_of
 from app.integrations.jobset.jobset import JOBSETS
 from app.integrations.jobset.jobset import KIND as JOBSET
 from app.integrations.kubeflow.kubeflow import MPIJOB, PYTORCHJOB, TFJOB
+from app.integrations.ray.ray import RAYCLUSTER
 from app.integrations.sparkapplication.sparkapplication import APP_NAME_LABEL
 from app.integrations.sparkapplication.sparkapplication import KIND as SPARK
 from app.integrations.trainjob.trainjob import CHILD_JOBSETS, CLUSTER_RUNTIMES, RUNTIMES
 from app.integrations.trainjob.trainjob import KIND as TRAINJOB
 from app.kube.context import POD, WL
+from tests.unit.test_appwrapper import POD as POD_SPEC
+from tests.unit.test_appwrapper import aw
 from tests.unit.test_foreground_deletion import _admitted, _reconciler, _workload_writes
 from tests.unit.test_jobset import jobset, rjob
 from tests.unit.test_kinds_being_deleted import _mpijob, _pytorchjob
+from tests.unit.test_ray import group, raycluster
 from tests.unit.test_sparkapplication import app
 from tests.unit.test_trainjob import composed, runtime, trainjob
 
@@ -125,3 +130,78 @@ def test_a_kubeflow_jobs_pod_counts_only_when_its_operator_selects_it() -> None:
                          _pod(name, labels, api, "MPIJob", "train")), name
     assert not _released(MPIJOB, "kubeflow.org/mpijob", mpi,
                          _pod("train-worker-0", labels, api, "MPIJob", "train"))
+
+
+
+RAY_GVK = "ray.io/raycluster"
+
+
+def _suspended_cluster(done: bool) -> dict[str, Any]:
+    """RayCluster ``rc`` (uid ``u-1``) stopped by pykueue (``spec.suspend``): with the status
+    KubeRay v1.6.0 writes once no pod of it is left (``done``; ``RayClusterStatusConditions``
+    on, its default), else none yet."""
+    rc = raycluster(group("gpu", 2))
+    rc["metadata"]["uid"] = "u-1"
+    if done:
+        rc["status"] = {"state": "suspended", "conditions": [
+            {"type": "RayClusterSuspending", "status": "False"},
+            {"type": "RayClusterSuspended", "status": "True"}]}
+    return rc
+
+
+def _being_killed(pod: dict[str, Any], grace: int) -> dict[str, Any]:
+    """``pod`` Running on a node, being deleted with a grace period of ``grace`` s."""
+    out = copy.deepcopy(pod)
+    out.update(spec={"nodeName": "gpu-0"}, status={"phase": "Running"})
+    out["metadata"].update(deletionTimestamp="2026-12-06T09:00:30Z",
+                           deletionGracePeriodSeconds=grace)
+    return out
+
+
+def test_a_pod_controlled_by_a_suspended_raycluster_itself_holds_none_of_its_quota() -> None:
+    """KubeRay v1.6.0 deletes every pod labelled ``ray.io/cluster: <name>`` while a cluster
+    is ``Suspending`` and reports it ``RayClusterSuspended`` once none is left; then it
+    deletes (and makes) none until it is resumed (``reconcilePods`` returns at once). A
+    tenant's pod controlled by the cluster and made after that, Pending for good, held the
+    evicted Workload's quota for good."""
+    labels = {"ray.io/cluster": "rc", "ray.io/node-type": "worker", "ray.io/group": "gpu"}
+    decoy = _pod("rc-gpu-worker-x", labels, "ray.io/v1", "RayCluster", "rc")
+    done = _suspended_cluster(True)
+    assert _released(RAYCLUSTER, RAY_GVK, done, decoy)
+    # Before KubeRay reports it suspended, such a pod is one it deletes: it counts.
+    assert not _released(RAYCLUSTER, RAY_GVK, _suspended_cluster(False), decoy)
+    # One KubeRay deleted counts while it is killed, within the grace its Workload allows.
+    assert not _released(RAYCLUSTER, RAY_GVK, done, _being_killed(decoy, 30))
+    assert _released(RAYCLUSTER, RAY_GVK, done, _being_killed(decoy, 315360000))
+    # Resumed (KubeRay has not looked yet): every pod it controls counts again.
+    resumed = copy.deepcopy(done)
+    resumed["spec"]["suspend"] = False
+    for rc in (resumed, _suspended_cluster(False)):
+        _, ctx = _reconciler(RAYCLUSTER, RAY_GVK, {POD: [], RAYCLUSTER.key: [rc], WL: []})
+        assert pod_of(RAYCLUSTER, decoy, "rc", "u-1", ctx=ctx)
+    _, ctx = _reconciler(RAYCLUSTER, RAY_GVK, {POD: [], RAYCLUSTER.key: [done], WL: []})
+    assert not pod_of(RAYCLUSTER, decoy, "rc", "u-1", ctx=ctx)
+    assert pod_of(RAYCLUSTER, decoy, "rc", "u-1")  # no stores: any
+
+
+AW_GVK = "workload.codeflare.dev/appwrapper"
+
+
+def test_a_pod_controlled_by_a_suspended_appwrapper_itself_holds_none_of_its_quota() -> None:
+    """appwrapper v1.2.0 deletes its components and waits until no pod labelled with its
+    name is left before it enters phase ``Suspended``, in which it deletes (and deploys)
+    nothing until it is resumed. A tenant's pod controlled by the AppWrapper and made after
+    that, Pending for good, held the evicted Workload's quota for good."""
+    obj = aw({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, **POD_SPEC})
+    obj["metadata"].update(namespace="ns", uid="u-1")
+    obj["status"] = {"phase": "Suspended", "conditions": [
+        {"type": "QuotaReserved", "status": "False", "reason": "Suspended", "message": ""}]}
+    labels = {"workload.codeflare.dev/appwrapper": "aw"}
+    api = "workload.codeflare.dev/v1beta2"
+    decoy = _pod("p", labels, api, "AppWrapper", "aw")
+    assert _released(APPWRAPPER, AW_GVK, obj, decoy)
+    assert not _released(APPWRAPPER, AW_GVK, obj, _being_killed(decoy, 30))
+    assert _released(APPWRAPPER, AW_GVK, obj, _being_killed(decoy, 315360000))
+    # Still Suspending (its deletions not done): the pod is one it deletes, it counts.
+    suspending = {**obj, "status": {**obj["status"], "phase": "Suspending"}}
+    assert not _released(APPWRAPPER, AW_GVK, suspending, decoy)

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.multikueue import APPWRAPPER
 from app.integrations.crdrules import CrdRules
-from app.integrations.framework import controlled_by, stored_controller
+from app.integrations.framework import controlled_by, counts_unless_idle, stored_controller
 from app.integrations.podsets import (
     mark_started,
     merged_node_selector,
@@ -288,6 +288,19 @@ class AppWrapper(TemplatedKind):
         return controlled_by(job, self, name, uid, owner_gone=owner_gone) \
             or controlled_by(stored_controller(ctx, job), self, name, uid, owner_gone=owner_gone)
 
+    def selects_own_pod(self, ctx: Context | None, pod: Mapping[str, Any], name: str) -> bool:
+        """Whether ``pod``, controlled by the AppWrapper ``name`` itself (a ``Pod``
+        component; labelled with its name), is one appwrapper v1.2.0 deletes while the
+        AppWrapper is suspended: while ``Suspending`` it deletes its components and waits
+        until no pod labelled with its name is left (``deleteComponents``; force-deleting
+        them once its deletion grace period is over), then sets phase ``Suspended``, in which
+        it deletes (and makes) nothing until ``spec.suspend`` is false. In that phase
+        (``suspended_by_controller``) the pod counts only while it is being deleted, within
+        the grace period its Workload allows (``killed_in_grace``): a tenant's pod made
+        afterwards, kept Pending by a nodeSelector no node has, would hold the evicted
+        Workload's quota for good (``counts_unless_idle``)."""
+        return counts_unless_idle(ctx, self, pod, name, suspended_by_controller)
+
     def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """The batch Jobs its controller makes: a Job component (by its name) with its
         podSet's pods; a JobSet component's Jobs ``<jobset>-<replicatedJob>-<index>`` with
@@ -346,6 +359,15 @@ class AppWrapper(TemplatedKind):
         out.setdefault("spec", {})["suspend"] = True
         mark_started(out, False)
         return out
+
+
+def suspended_by_controller(aw: Mapping[str, Any]) -> bool:
+    """Whether AppWrapper ``aw`` is suspended (``spec.suspend``) in phase ``Suspended``:
+    appwrapper v1.2.0 enters it once its components and every pod labelled with its name
+    are gone (or before it ever deployed them), and deploys nothing in it until
+    ``spec.suspend`` is false."""
+    return (aw.get("spec") or {}).get("suspend") is True \
+        and (aw.get("status") or {}).get("phase") == "Suspended"
 
 
 def _condition(obj: Mapping[str, Any], kind: str) -> bool:

@@ -51,7 +51,13 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.multikueue import MULTIKUEUE_CONTROLLER, adapter_for
 from app.integrations.crdrules import CrdRules
-from app.integrations.framework import controlled_by, controller_uid, label_queue_name, pods_of
+from app.integrations.framework import (
+    controlled_by,
+    controller_uid,
+    counts_unless_idle,
+    label_queue_name,
+    pods_of,
+)
 from app.integrations.podsets import strip_admission
 from app.integrations.templated import Obj, Path, Template, TemplatedKind, get_in, set_in
 from app.integrations.webhook_toolkit import WebhookPolicy, read_object, read_queue_name
@@ -956,6 +962,19 @@ class RayCluster(_RayKind):
             return obj
         return await self._put(ctx, out)
 
+    def selects_own_pod(self, ctx: Context | None, pod: Mapping[str, Any], name: str) -> bool:
+        """Whether ``pod``, controlled by the cluster ``name`` itself (and labelled
+        ``ray.io/cluster: <name>``), is one KubeRay v1.6.0 deletes while the cluster is
+        suspended: it deletes every pod with that label (``RayClusterAllPodsAssociationOptions``,
+        whatever its owner) while the cluster is ``RayClusterSuspending``, and reports it
+        ``RayClusterSuspended`` only once it lists none; from then on ``reconcilePods``
+        returns at once, so it deletes (and makes) no pod until the cluster is resumed.
+        Under that condition (``suspended_by_kuberay``) the pod counts only while it is
+        being deleted, within the grace period its Workload allows (``killed_in_grace``): a
+        tenant's pod made afterwards, kept Pending by a nodeSelector no node has, would hold
+        the evicted Workload's quota for good (``counts_unless_idle``)."""
+        return counts_unless_idle(ctx, self, pod, name, suspended_by_kuberay)
+
     def queue_name(self, obj: Mapping[str, Any]) -> str:  # type: ignore[override]
         """The queue label, except on a cluster a RayJob or RayService controls."""
         return "" if owned_by_ray(obj) else label_queue_name(obj)
@@ -976,6 +995,19 @@ class RayCluster(_RayKind):
     def pods_ready(self, obj: Mapping[str, Any]) -> bool:
         """``status.state`` is ``ready`` (Kueue v0.17.1 ``RayCluster.PodsReady``)."""
         return (obj.get("status") or {}).get("state") == READY
+
+
+def suspended_by_kuberay(cluster: Mapping[str, Any]) -> bool:
+    """Whether RayCluster ``cluster`` is suspended (``spec.suspend``) and KubeRay v1.6.0
+    reports it so: condition ``RayClusterSuspended`` True (``RayClusterStatusConditions``,
+    on by default), which it sets once no pod labelled with the cluster's name is left and
+    clears only once ``spec.suspend`` is false. With the feature off there is no such
+    condition, and KubeRay deletes the labelled pods on every pass while suspended."""
+    if (cluster.get("spec") or {}).get("suspend") is not True:
+        return False
+    return any(isinstance(c, Mapping) and c.get("type") == "RayClusterSuspended"
+               and c.get("status") == "True"
+               for c in (cluster.get("status") or {}).get("conditions") or [])
 
 
 RAYJOB = RayJob("RayJob", "rayjobs")
