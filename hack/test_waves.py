@@ -65,6 +65,7 @@ NEEDS: dict[str, frozenset[str]] = {f"tests/e2e/{k}.py" if "/" not in k else k: 
                         "jobset", "trainer"},
     "test_quota_follows_pods": {"jobset", "training-operator"},
     "test_ray": {"kuberay"},
+    "test_ray_decoy_pod": {"kuberay"},
     "test_ray_dra_gap": {"kuberay"},
     "test_ray_quota_gaps": {"kuberay"},
     "test_scenario": {"training-operator"},  # seed_play: step 7 with it when built
