@@ -21,7 +21,7 @@ What running Kueue's manager outside a cluster needs, and how it is given here:
 * a configuration file: Kueue's shipped one (config/components/manager/controller_manager_config
   .yaml) with internal cert management off, waitForPodsReady as asked (off unless
   ``--wait-for-pods-ready-timeout``), fair sharing as asked (off unless ``--fair-sharing``:
-  a ``fairSharing`` section with both preemption strategies, Kueue's default list; in
+  a ``fairSharing`` section with the strategies given, by default Kueue's list; in
   v0.17.1's v1beta2 Configuration the section's presence turns it on), the Lease's namespace
   given (controller-runtime
   cannot guess it out of cluster), metrics off, integrations batch/job only (the other
@@ -140,7 +140,8 @@ class KueueLab:
 
     def manager_config(self, kdir: Path, certs: Path, qps: int | None = None,
                        pods_ready_timeout: float | None = None,
-                       leader_elect: bool = True, fair_sharing: bool = False) -> dict:
+                       leader_elect: bool = True, fair_sharing: list[str] | None = None
+                       ) -> dict:
         """Kueue's shipped configuration with the changes of the module doc.
         ``pods_ready_timeout`` (seconds): a ``waitForPodsReady`` section with that timeout
         (Kueue v0.17.1 defaults the rest); None: no section, so waitForPodsReady is off (in
@@ -154,8 +155,8 @@ class KueueLab:
         if pods_ready_timeout is not None:
             cfg["waitForPodsReady"] = {"timeout": f"{pods_ready_timeout:g}s"}
         cfg.pop("fairSharing", None)
-        if fair_sharing:
-            cfg["fairSharing"] = {"preemptionStrategies": FAIR_SHARING_STRATEGIES}
+        if fair_sharing:  # the preemptionStrategies list
+            cfg["fairSharing"] = {"preemptionStrategies": fair_sharing}
         cfg.update({
             "namespace": NAMESPACE,
             "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health_port}"},
@@ -195,7 +196,7 @@ class KueueLab:
     def start_manager(self, kdir: Path, kbin: Path, out: Path, qps: int | None = None,
                       pods_ready_timeout: float | None = None,
                       leader_elect: bool = True,
-                      fair_sharing: bool = False) -> subprocess.Popen[bytes]:
+                      fair_sharing: list[str] | None = None) -> subprocess.Popen[bytes]:
         """Start Kueue's manager (log ``out/kueue.log``; configuration ``manager_config``),
         register its webhooks, and return once they answer. The process leads its own process
         group."""
@@ -295,9 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wait-for-pods-ready-timeout", type=float, metavar="SECONDS",
                    help="turn waitForPodsReady on with this timeout (default: off, as Kueue "
                         "v0.17.1 ships it)")
-    p.add_argument("--fair-sharing", action="store_true",
-                   help="turn fair sharing on (a fairSharing section with Kueue's default "
-                        "preemptionStrategies; default: off, as Kueue v0.17.1 ships it)")
+    p.add_argument("--fair-sharing", nargs="?", const=",".join(FAIR_SHARING_STRATEGIES),
+                   metavar="STRATEGY,...",
+                   help="turn fair sharing on: a fairSharing section with these "
+                        "preemptionStrategies (default: Kueue's, "
+                        f"{','.join(FAIR_SHARING_STRATEGIES)}); without the option off, as "
+                        "Kueue v0.17.1 ships it")
     a = p.parse_args(argv)
     state = Path(os.environ.get("LAB_STATE_DIR") or ROOT / ".lab-kueue").resolve()
     port = int(os.environ.get("LAB_PORT_BASE") or 20640)
@@ -324,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         kl.use_kueue_crds(kdir)
     proc = kl.start_manager(kdir, kbin, state / "logs", qps=a.qps,
                             pods_ready_timeout=a.wait_for_pods_ready_timeout,
-                            fair_sharing=a.fair_sharing)
+                            fair_sharing=a.fair_sharing.split(",") if a.fair_sharing else None)
     (state / "pids").mkdir(parents=True, exist_ok=True)
     (state / "pids" / "kueue-manager.pid").write_text(f"{proc.pid}\n")
     print(f"kueue: manager {KUEUE_VERSION} pid {proc.pid}, webhooks on "
