@@ -310,7 +310,14 @@ class FairSharingSettings(BaseModel):
     ClusterQueue (``withinClusterQueue: LowerPriority``), and so on forever
     (docs/fair-sharing.md; the example in tests/unit/core/test_hierarchy_properties.py).
     Refused (ValueError) without ``enable`` or without ``LessThanInitialShare`` among the
-    strategies. ``PYKUEUE_FAIR_SHARING__S2B_PRIORITY_GUARD=true``."""
+    strategies. ``PYKUEUE_FAIR_SHARING__S2B_PRIORITY_GUARD=true``.
+
+    ``sticky_preemptor_first`` (true/false; pykueue's rule, default false = Kueue v0.17.1's
+    admission tournament, which has no such term): a preemptor that issued preemptions is
+    served before every other head of its cohort tree, so a queue with a lower share does not
+    take the capacity its victims free (with Kueue's order the preemptor may then preempt
+    again). Refused (ValueError) without ``enable``.
+    ``PYKUEUE_FAIR_SHARING__STICKY_PREEMPTOR_FIRST=true``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -319,6 +326,7 @@ class FairSharingSettings(BaseModel):
         default_factory=lambda: ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
     )
     s2b_priority_guard: bool = False
+    sticky_preemptor_first: bool = False
 
     @model_validator(mode="after")
     def _kueue_strategy_lists(self) -> FairSharingSettings:
@@ -337,6 +345,9 @@ class FairSharingSettings(BaseModel):
         if self.s2b_priority_guard and "LessThanInitialShare" not in self.preemption_strategies:
             raise ValueError("fair_sharing.s2b_priority_guard guards the LessThanInitialShare "
                              "strategy, which fair_sharing.preemption_strategies leaves out")
+        if self.sticky_preemptor_first and not self.enable:
+            raise ValueError("fair_sharing.sticky_preemptor_first needs fair_sharing.enable: "
+                             "true (it orders fair sharing's admission tournament)")
         return self
 
     def core(self) -> FairSharing | None:
@@ -344,7 +355,8 @@ class FairSharingSettings(BaseModel):
         if not self.enable:
             return None
         return FairSharing(tuple(FairSharingStrategy(x) for x in self.preemption_strategies),
-                           s2b_priority_guard=self.s2b_priority_guard)
+                           s2b_priority_guard=self.s2b_priority_guard,
+                           sticky_preemptor_first=self.sticky_preemptor_first)
 
 
 # Kubernetes qualified name (apimachinery IsQualifiedName): [DNS-subdomain prefix "/"] name of at

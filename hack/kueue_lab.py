@@ -4,6 +4,7 @@
     python hack/kueue_lab.py up      # lab up, Kueue's CRDs instead of pykueue's, the manager
     python hack/kueue_lab.py down    # stop the manager and the lab, remove the state
     python hack/kueue_lab.py status
+    python hack/kueue_lab.py restart --fair-sharing  # only the manager, with other options
 
 Env (as hack/lab.py): LAB_STATE_DIR, LAB_PORT_BASE, LAB_BIN_DIR; the manager's webhook server
 listens on 127.0.0.1:<port base + 5>, its health probes on + 6 (the lab uses base .. base + 3).
@@ -19,7 +20,10 @@ What running Kueue's manager outside a cluster needs, and how it is given here:
   registered with ``url: https://127.0.0.1:<port><path>`` and that CA;
 * a configuration file: Kueue's shipped one (config/components/manager/controller_manager_config
   .yaml) with internal cert management off, waitForPodsReady as asked (off unless
-  ``--wait-for-pods-ready-timeout``), the Lease's namespace given (controller-runtime
+  ``--wait-for-pods-ready-timeout``), fair sharing as asked (off unless ``--fair-sharing``:
+  a ``fairSharing`` section with the strategies given, by default Kueue's list; in
+  v0.17.1's v1beta2 Configuration the section's presence turns it on), the Lease's namespace
+  given (controller-runtime
   cannot guess it out of cluster), metrics off, integrations batch/job only (the other
   frameworks' CRDs are absent) and the VisibilityOnDemand feature off (its API server reads its
   certificate from /visibility, a path with no option);
@@ -45,6 +49,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 KUEUE_VERSION = "v0.17.1"
 NAMESPACE = "kueue-system"
+# Kueue's default preemptionStrategies (S2-a then S2-b), as pykueue's fair_sharing default.
+FAIR_SHARING_STRATEGIES = ["LessThanOrEqualToFinalShare", "LessThanInitialShare"]
 
 
 def module_dir() -> Path:
@@ -134,7 +140,8 @@ class KueueLab:
 
     def manager_config(self, kdir: Path, certs: Path, qps: int | None = None,
                        pods_ready_timeout: float | None = None,
-                       leader_elect: bool = True) -> dict:
+                       leader_elect: bool = True, fair_sharing: list[str] | None = None
+                       ) -> dict:
         """Kueue's shipped configuration with the changes of the module doc.
         ``pods_ready_timeout`` (seconds): a ``waitForPodsReady`` section with that timeout
         (Kueue v0.17.1 defaults the rest); None: no section, so waitForPodsReady is off (in
@@ -147,6 +154,9 @@ class KueueLab:
         cfg.pop("waitForPodsReady", None)
         if pods_ready_timeout is not None:
             cfg["waitForPodsReady"] = {"timeout": f"{pods_ready_timeout:g}s"}
+        cfg.pop("fairSharing", None)
+        if fair_sharing:  # the preemptionStrategies list
+            cfg["fairSharing"] = {"preemptionStrategies": fair_sharing}
         cfg.update({
             "namespace": NAMESPACE,
             "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health_port}"},
@@ -185,7 +195,8 @@ class KueueLab:
 
     def start_manager(self, kdir: Path, kbin: Path, out: Path, qps: int | None = None,
                       pods_ready_timeout: float | None = None,
-                      leader_elect: bool = True) -> subprocess.Popen[bytes]:
+                      leader_elect: bool = True,
+                      fair_sharing: list[str] | None = None) -> subprocess.Popen[bytes]:
         """Start Kueue's manager (log ``out/kueue.log``; configuration ``manager_config``),
         register its webhooks, and return once they answer. The process leads its own process
         group."""
@@ -202,7 +213,7 @@ class KueueLab:
             shutil.copy(certs / f, mcerts / f)
         config = out / "kueue-config.yaml"
         config.write_text(yaml.safe_dump(self.manager_config(kdir, certs, qps, pods_ready_timeout,
-                                                             leader_elect),
+                                                             leader_elect, fair_sharing),
                                          sort_keys=False))
         self.kubectl("create", "namespace", NAMESPACE, check=False)
         script = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={work} /etc"
@@ -278,11 +289,19 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("verb", choices=("up", "down", "status"))
+    p.add_argument("verb", choices=("up", "down", "status", "restart"),
+                   help="restart: stop the running manager and start it with these options "
+                        "(the lab and its objects stay)")
     p.add_argument("--qps", type=int, help="the manager's client QPS (default: Kueue's, 50)")
     p.add_argument("--wait-for-pods-ready-timeout", type=float, metavar="SECONDS",
                    help="turn waitForPodsReady on with this timeout (default: off, as Kueue "
                         "v0.17.1 ships it)")
+    p.add_argument("--fair-sharing", nargs="?", const=",".join(FAIR_SHARING_STRATEGIES),
+                   metavar="STRATEGY,...",
+                   help="turn fair sharing on: a fairSharing section with these "
+                        "preemptionStrategies (default: Kueue's, "
+                        f"{','.join(FAIR_SHARING_STRATEGIES)}); without the option off, as "
+                        "Kueue v0.17.1 ships it")
     a = p.parse_args(argv)
     state = Path(os.environ.get("LAB_STATE_DIR") or ROOT / ".lab-kueue").resolve()
     port = int(os.environ.get("LAB_PORT_BASE") or 20640)
@@ -296,14 +315,20 @@ def main(argv: list[str] | None = None) -> int:
         stop_manager(state)
         print(kl.lab("down", check=False).stdout.strip())
         return 0
-    if _pid(state):
+    if a.verb == "restart":
+        if not stop_manager(state):
+            print("kueue: no manager running (kueue_lab.py up first)", file=sys.stderr)
+            return 1
+    elif _pid(state):
         print(f"kueue: already running (pid {_pid(state)})")
         return 0
     kdir, kbin = module_dir(), bin_dir()
-    print(kl.lab("up").stdout.strip())
-    kl.use_kueue_crds(kdir)
+    if a.verb == "up":
+        print(kl.lab("up").stdout.strip())
+        kl.use_kueue_crds(kdir)
     proc = kl.start_manager(kdir, kbin, state / "logs", qps=a.qps,
-                            pods_ready_timeout=a.wait_for_pods_ready_timeout)
+                            pods_ready_timeout=a.wait_for_pods_ready_timeout,
+                            fair_sharing=a.fair_sharing.split(",") if a.fair_sharing else None)
     (state / "pids").mkdir(parents=True, exist_ok=True)
     (state / "pids" / "kueue-manager.pid").write_text(f"{proc.pid}\n")
     print(f"kueue: manager {KUEUE_VERSION} pid {proc.pid}, webhooks on "

@@ -129,9 +129,9 @@ class MultiKueueKueueLab(kueue_lab.KueueLab):
                          env=site.env())
         self.multikueue = multikueue
 
-    def manager_config(self, kdir: Path, certs: Path, qps: int | None = None,
-                       pods_ready_timeout: float | None = None) -> dict:
-        cfg = super().manager_config(kdir, certs, qps, pods_ready_timeout)
+    def manager_config(self, kdir: Path, certs: Path, *args: Any, **kwargs: Any) -> dict:
+        # Every other option as KueueLab's (start_manager passes them all, positionally).
+        cfg = super().manager_config(kdir, certs, *args, **kwargs)
         if self.multikueue is not None:
             cfg["multiKueue"] = dict(self.multikueue)
         return cfg

@@ -28,16 +28,21 @@ Rules (Kueue ``pkg/scheduler/preemption``, reference 3.7):
 - Reasons: InClusterQueue (same ClusterQueue), InCohortReclamation, and
   InCohortReclaimWhileBorrowing (taken by the borrowing attempt).
 
-Fair sharing (``find_fair_targets``; Kueue ``preemption/fairsharing``, reference 3.8): the
-same eligible candidates (``borrowWithinCohort`` ignored); the next victim comes from the
-ClusterQueue reached by descending the tree from the root through the child with the highest
-dominant resource share (DRS) that still has candidates. Own-queue candidates are always
-taken; another queue's are taken unconditionally when the preemptor ends within its nominal
-quota, else only when the strategy holds at the lowest common ancestor: S2-a
-``LessThanOrEqualToFinalShare`` (preemptor's share after admission ≤ the target's share after
-the eviction) or S2-b ``LessThanInitialShare`` (< the target's share before it, one victim
-per queue). A queue that fails the test is pruned. Reason ``InCohortFairSharing``. Then the
-same fill-back as classical preemption. With ``FairSharing.s2b_priority_guard`` (pykueue's
+Fair sharing (``find_fair_targets``; Kueue v0.17.1 ``preemption.go`` ``fairPreemptions``,
+``runFirstFsStrategy``, ``runSecondFsStrategy`` and ``preemption/fairsharing``, reference
+3.8): the same eligible candidates (``borrowWithinCohort`` ignored). The preemptor's usage is
+in the tree for the whole search (every share counts it; it is taken out only to test the
+fit). The next victim comes from the ClusterQueue reached by descending the tree from the
+root through the child with the highest dominant resource share (DRS) that still has
+candidates. Own-queue candidates are always taken; another queue's are taken
+unconditionally when the preemptor's queue, with it, is within its nominal quota (decided
+once), else by the first strategy at the lowest common ancestor: the target's candidates
+are tried in order, the first that passes is taken and the target chosen again, those that
+fail are kept. S2-a ``LessThanOrEqualToFinalShare``: preemptor's share ≤ the target's after
+the eviction; S2-b ``LessThanInitialShare``: < the target's before it. When S2-b is the
+second strategy it goes on with the first one's victims still removed, over the candidates
+the first one kept, one victim per queue. Reason ``InCohortFairSharing``. Then the same
+fill-back as classical preemption. With ``FairSharing.s2b_priority_guard`` (pykueue's
 opt-in; off, as Kueue v0.17.1, by default) S2-b takes no victim of higher priority than the
 preemptor (S2-a and reclaim within nominal stay priority-blind). S2-b can leave the target
 queue below the preemptor; with Kueue v0.17.1's rule a lower-priority Workload's S2-b
@@ -357,14 +362,26 @@ def _sides(own: list[str], other: list[str]) -> tuple[str, str]:
 
 
 class _FairSearch(_Search):
-    """One attempt of fair-sharing preemption under one strategy (see the module docstring)."""
+    """Fair-sharing preemption (see the module docstring), run as Kueue v0.17.1 runs it
+    (``preemption.go`` ``fairPreemptions``, ``runFirstFsStrategy``, ``runSecondFsStrategy``;
+    ``preemption/fairsharing``): the preemptor's usage is added to the tree for the whole
+    search, so every share read (the target queue's choice, the strategies) counts it, and
+    is taken out only to test whether the preemptor fits."""
 
     def within_nominal(self) -> bool:
+        """Whether the preemptor's ClusterQueue, with the preemptor's usage (already in the
+        tree), stays within its nominal quota on every flavor-resource needing preemption."""
         own, tree = self.p.cluster_queue, self.tree
-        return all(
-            tree.usage(own, fr) + self.request.get(fr, 0) <= tree.nominal(own, fr)
-            for fr in self.need
-        )
+        return all(tree.usage(own, fr) <= tree.nominal(own, fr) for fr in self.need)
+
+    def fits_now(self) -> bool:
+        """``fits`` with the preemptor's usage taken out of the tree meanwhile."""
+        own = self.p.cluster_queue
+        self.tree.remove_usage(own, self.request)
+        try:
+            return self.fits(True)
+        finally:
+            self.tree.add_usage(own, self.request)
 
     def target(self, pools: dict[ClusterQueueName, list[Candidate]]) -> ClusterQueueName:
         """The queue reached from the root through the highest shares (ties: node name)."""
@@ -373,53 +390,107 @@ class _FairSearch(_Search):
 
         return max(pools, key=descent)
 
-    def run(
-        self, cands: list[Candidate], strategy: FairSharingStrategy, guard: bool = False
-    ) -> list[Target] | None:
+    def shares(self, cq: ClusterQueueName) -> tuple[float, str]:
+        """(the preemptor's share, the node of ``cq``'s side) at the lowest common ancestor
+        of the preemptor's ClusterQueue and ``cq`` (Kueue ``ComputeShares``: the children of
+        that ancestor on each side, the "almost LCAs")."""
+        mine = self.tree.path_shares(self.p.cluster_queue)
+        theirs = self.tree.path_shares(cq)
+        a, b = _sides([n for n, _ in mine], [n for n, _ in theirs])
+        return dict(mine)[a], b
+
+    def share_of(self, cq: ClusterQueueName, node: str) -> float:
+        return dict(self.tree.path_shares(cq))[node]
+
+    def take(self, c: Candidate, reason: PreemptionReason, removed: list[Target]) -> bool:
+        """Remove ``c``'s usage, record it, and tell whether the preemptor fits now."""
+        self.tree.remove_usage(c.cluster_queue, c.usage)
+        removed.append(Target(c, reason))
+        return self.fits_now()
+
+    def run(self, cands: list[Candidate], fair: FairSharing) -> list[Target] | None:
         tree, own = self.tree, self.p.cluster_queue
+        tree.add_usage(own, self.request)
+        removed: list[Target] = []
+        try:
+            fits, retry = self.first(cands, fair.strategies[0], fair.s2b_priority_guard,
+                                     removed)
+            if not fits and len(fair.strategies) > 1:
+                fits = self.second(retry, fair.s2b_priority_guard, removed)
+        finally:
+            tree.remove_usage(own, self.request)
+        return self.settle(removed, fits, True)
+
+    def first(self, cands: list[Candidate], strategy: FairSharingStrategy, guard: bool,
+              removed: list[Target]) -> tuple[bool, list[Candidate]]:
+        """The first strategy (Kueue ``runFirstFsStrategy``): the next victim comes from the
+        queue ``target`` names; the preemptor's own queue loses its next candidate; another
+        queue too when the preemptor's queue stays within its nominal quota (decided once,
+        before any victim); else that queue's candidates are tried in order, the first one
+        that passes the strategy is taken (then the target is chosen again) and those that
+        fail are kept, in order, for the second strategy. (fits, those kept)."""
+        own, p, tree = self.p.cluster_queue, self.p, self.tree
         pools: dict[ClusterQueueName, list[Candidate]] = {}
         for c in cands:
             pools.setdefault(c.cluster_queue, []).append(c)
-        removed: list[Target] = []
-        fits = False
-        once = strategy == FairSharingStrategy.LESS_THAN_INITIAL_SHARE
-        guarded = once and guard
+        within = self.within_nominal()
+        final = strategy == FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE
+        retry: list[Candidate] = []
         while pools:
             cq = self.target(pools)
-            c = pools[cq].pop(0)
-            if not pools[cq]:
-                del pools[cq]
+            pool = pools[cq]
             if cq == own:
-                reason = PreemptionReason.IN_CLUSTER_QUEUE
+                if self.take(pool.pop(0), PreemptionReason.IN_CLUSTER_QUEUE, removed):
+                    return True, retry
             elif not tree.reclaimable(own, cq, self.need):
-                continue  # back within its quota after earlier victims
-            elif self.within_nominal():
-                reason = PreemptionReason.IN_COHORT_RECLAMATION
-            elif guarded and c.priority > self.p.priority:
-                continue  # s2b_priority_guard: no S2-b victim above the preemptor's priority
+                del pools[cq]  # back within its quota after earlier victims
+                continue
+            elif within:
+                if self.take(pool.pop(0), PreemptionReason.IN_COHORT_RECLAMATION, removed):
+                    return True, retry
             else:
-                mine = tree.path_shares(own, self.request)
-                before = tree.path_shares(cq)
-                a, b = _sides([n for n, _ in mine], [n for n, _ in before])
-                share = dict(mine)[a]
-                if once:
-                    ok = share < dict(before)[b]
-                else:
-                    tree.remove_usage(cq, c.usage)
-                    ok = share <= dict(tree.path_shares(cq))[b]
-                    tree.add_usage(cq, c.usage)
-                if not ok:
-                    pools.pop(cq, None)  # its share is not above the preemptor's: prune
-                    continue
-                reason = PreemptionReason.IN_COHORT_FAIR_SHARING
-                if once:
-                    pools.pop(cq, None)
-            tree.remove_usage(cq, c.usage)
-            removed.append(Target(c, reason))
-            if self.fits(True):
-                fits = True
-                break
-        return self.settle(removed, fits, True)
+                share, node = self.shares(cq)
+                before = self.share_of(cq, node)
+                while pool:
+                    c = pool.pop(0)
+                    if final:
+                        tree.remove_usage(cq, c.usage)
+                        ok = share <= self.share_of(cq, node)
+                        tree.add_usage(cq, c.usage)
+                    else:  # s2b_priority_guard: no S2-b victim above the preemptor's priority
+                        ok = share < before and not (guard and c.priority > p.priority)
+                    if ok:
+                        if self.take(c, PreemptionReason.IN_COHORT_FAIR_SHARING, removed):
+                            return True, retry
+                        break  # the shares moved: choose the target again
+                    retry.append(c)
+            if not pool:
+                del pools[cq]
+        return False, retry
+
+    def second(self, retry: list[Candidate], guard: bool, removed: list[Target]) -> bool:
+        """S2-b after S2-a (Kueue ``runSecondFsStrategy``): over the candidates S2-a kept,
+        with S2-a's victims still removed, each queue ``target`` names loses its first kept
+        candidate when the preemptor's share is below the queue's, and is then dropped (one
+        victim per queue)."""
+        own, p = self.p.cluster_queue, self.p
+        pools: dict[ClusterQueueName, list[Candidate]] = {}
+        for c in retry:
+            pools.setdefault(c.cluster_queue, []).append(c)
+        while pools:
+            cq = self.target(pools)
+            pool = pools.pop(cq)
+            if not self.tree.reclaimable(own, cq, self.need):
+                continue
+            share, node = self.shares(cq)
+            if not share < self.share_of(cq, node):
+                continue
+            # s2b_priority_guard: no S2-b victim above the preemptor's priority
+            c = next((c for c in pool if not (guard and c.priority > p.priority)), None)
+            if c is not None and self.take(c, PreemptionReason.IN_COHORT_FAIR_SHARING,
+                                           removed):
+                return True
+        return False
 
 
 def find_fair_targets(
@@ -438,9 +509,5 @@ def find_fair_targets(
     cands = _eligible(p, spec, tree, candidates, need_t)
     if not cands:
         return None
-    search = _FairSearch(p, spec, tree, need_t, request)
-    for strategy in fair.strategies:
-        found = search.run(cands, strategy, fair.s2b_priority_guard)
-        if found:
-            return Targets(tuple(found), True)
-    return None
+    found = _FairSearch(p, spec, tree, need_t, request).run(cands, fair)
+    return Targets(tuple(found), True) if found else None

@@ -503,12 +503,14 @@ class Scheduler(QuotaState):
     def _fair_next(self, entries: list[_Entry]) -> _Entry:
         """The next head under fair sharing (Kueue's fair sharing iterator, reference 3.8):
         in each cohort tree a tournament from the leaves up, where at each cohort the child
-        entries compare by a sticky preemptor (one that issued preemptions) first, then not
-        borrowing, then the lower share of the child node with
-        the entry's usage added, then priority and time; across trees (and queues without a
+        entries compare by not borrowing, then the lower share of the child node with the
+        entry's usage added, then priority and time (Kueue's ``entryComparer``, which has no
+        term for a preemptor; with ``FairSharing.sticky_preemptor_first``, pykueue's opt-in,
+        a preemptor that issued preemptions comes first); across trees (and queues without a
         cohort) the classical order. Shares are measured against the live usage, so each
         admission of the cycle moves the next pick."""
         tree = self.tree
+        sticky = self.fair_sharing is not None and self.fair_sharing.sticky_preemptor_first
         paths: dict[int, list[str]] = {}
         shares: dict[int, dict[str, float]] = {}
         roots: dict[str | None, list[_Entry]] = {}
@@ -530,10 +532,10 @@ class Scheduler(QuotaState):
             def key(nw: tuple[str, _Entry]) -> tuple[object, ...]:
                 node, w = nw
                 wl = w.rec.wl
-                # A preemptor whose victims are gone takes the capacity they freed first:
-                # else a queue with a lower share takes it, the preemptor preempts again,
-                # and fair sharing can evict the same Workloads in a loop.
-                return (self._cqs[w.spec.name].queue.sticky != wl.key,
+                # sticky_preemptor_first (pykueue's opt-in): a preemptor whose victims are
+                # gone takes the capacity they freed first; with Kueue's order a queue with a
+                # lower share may take it and the preemptor preempt again.
+                return (sticky and self._cqs[w.spec.name].queue.sticky != wl.key,
                         w.assignment.borrow > 0, shares[id(w)][node], -wl.priority,
                         wl.queue_order_time, wl.uid, wl.key)
 

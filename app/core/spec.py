@@ -303,13 +303,18 @@ class FairSharing:
     of a cycle and chooses preemption victims. ``strategies``: tried in order; Kueue allows
     [S2-a], [S2-b] or [S2-a, S2-b] (the default). ``s2b_priority_guard``: pykueue's opt-in
     (default off, Kueue v0.17.1's rule): S2-b (``LessThanInitialShare``) takes no victim of
-    another ClusterQueue above the preemptor's priority (app.core.preemption)."""
+    another ClusterQueue above the preemptor's priority (app.core.preemption).
+    ``sticky_preemptor_first``: pykueue's opt-in (default off, Kueue v0.17.1's tournament,
+    which has no such term): in the admission tournament a preemptor that issued preemptions
+    beats every other entry, so the capacity its victims free is not taken by a queue with a
+    lower share (app.core.scheduling_cycle ``_fair_next``)."""
 
     strategies: tuple[FairSharingStrategy, ...] = (
         FairSharingStrategy.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,
         FairSharingStrategy.LESS_THAN_INITIAL_SHARE,
     )
     s2b_priority_guard: bool = False
+    sticky_preemptor_first: bool = False
 
 
 @dataclass(frozen=True, slots=True)

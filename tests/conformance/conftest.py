@@ -9,6 +9,12 @@ ServiceAccount, webhooks, kube-scheduler extender). ``=kueue`` (``make conforman
 State in ``<tmp>/pykueue-conformance-<target>-<port base>``; ports from
 ``CONFORMANCE_PORT_BASE`` (default: the first free block of 10 from 20540); the lab is stopped
 at the end unless ``LAB_KEEP`` is set.
+
+Fair sharing is off, as both ship it; a test module that needs it uses the ``fair_sharing``
+fixture: the target's scheduler (pykueue's process, Kueue's manager) is restarted on the same
+lab with fair sharing on (Kueue's Configuration ``fairSharing``; ``PYKUEUE_FAIR_SHARING__*``)
+with the module's ``FAIR_SHARING_STRATEGIES`` (default Kueue's) for that module, and off
+again after it.
 """
 
 from __future__ import annotations
@@ -87,6 +93,43 @@ def _job_webhooks_see_unlabelled_jobs(lab: LabHandle) -> None:
                 lab.kubectl("replace", "-f", "-", input=json.dumps(cfg))
 
 
+def _pykueue_up(py: str, env: dict[str, str], lab: LabHandle, fair: list[str] | None) -> None:
+    # Kueue v0.17.1's LocalQueueDefaulting is GA and locked on; pykueue's is a setting,
+    # off by default, that needs the Job webhooks to see unlabelled Jobs
+    # (manifests/overlays/unlabelled-jobs): both on here, so the targets compare alike.
+    _run([py, str(ROOT / "hack" / "lab.py"), "pykueue-up"],
+         {**env, "PYKUEUE_JOBS__LOCAL_QUEUE_DEFAULTING": "true",
+          **pods_ready_settings("pykueue")[0],
+          **({"PYKUEUE_FAIR_SHARING__ENABLE": "true",
+              "PYKUEUE_FAIR_SHARING__PREEMPTION_STRATEGIES": json.dumps(fair)} if fair else {})})
+    _job_webhooks_see_unlabelled_jobs(lab)
+
+
+def _restart(t: Target, fair: list[str] | None) -> None:
+    """Restart ``t``'s scheduler on its lab with fair sharing on with the preemption
+    strategies ``fair``, or off (None)."""
+    py, env = sys.executable, t.env
+    if t.name == "pykueue":
+        _run([py, str(ROOT / "hack" / "lab.py"), "pykueue-down"], env)
+        _pykueue_up(py, env, t.lab, fair)
+    else:
+        _run([py, str(ROOT / "hack" / "kueue_lab.py"), "restart",
+              *pods_ready_settings("kueue")[1],
+              *([f"--fair-sharing={','.join(fair)}"] if fair else [])], env)
+
+
+@pytest.fixture(scope="module")
+def fair_sharing(target: Target, request: pytest.FixtureRequest) -> Iterator[Target]:
+    """``target`` with fair sharing on for one test module (see the module doc), with the
+    module's ``FAIR_SHARING_STRATEGIES`` (default: Kueue's, S2-a then S2-b)."""
+    _restart(target, list(getattr(request.module, "FAIR_SHARING_STRATEGIES",
+                                  ["LessThanOrEqualToFinalShare", "LessThanInitialShare"])))
+    try:
+        yield target
+    finally:
+        _restart(target, None)
+
+
 @pytest.fixture(scope="session")
 def target() -> Iterator[Target]:
     name = os.environ.get("PYKUEUE_CONFORMANCE_TARGET", "pykueue")
@@ -102,21 +145,16 @@ def target() -> Iterator[Target]:
     lab = LabHandle(state=state, port_base=base, bin_dir=bins)
     lab.lab_cmd("down", check=False)
     py = sys.executable
-    wfpr_env, wfpr_args = pods_ready_settings(name)
+    wfpr_args = pods_ready_settings(name)[1]
     if name == "pykueue":
         _run([py, str(ROOT / "hack" / "lab.py"), "up"], env)
-        # Kueue v0.17.1's LocalQueueDefaulting is GA and locked on; pykueue's is a setting,
-        # off by default, that needs the Job webhooks to see unlabelled Jobs
-        # (manifests/overlays/unlabelled-jobs): both on here, so the targets compare alike.
-        _run([py, str(ROOT / "hack" / "lab.py"), "pykueue-up"],
-             {**env, "PYKUEUE_JOBS__LOCAL_QUEUE_DEFAULTING": "true", **wfpr_env})
-        _job_webhooks_see_unlabelled_jobs(lab)
+        _pykueue_up(py, env, lab, fair=None)
         down = [py, str(ROOT / "hack" / "lab.py"), "down"]
     else:
         _run([py, str(ROOT / "hack" / "kueue_lab.py"), "up", *wfpr_args], env)
         down = [py, str(ROOT / "hack" / "kueue_lab.py"), "down"]
     try:
-        yield Target(name, lab)
+        yield Target(name, lab, env)
     finally:
         if not os.environ.get("LAB_KEEP"):
             subprocess.run(down, env=env, cwd=ROOT, capture_output=True, timeout=300)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,10 +57,12 @@ def now() -> str:
 
 @dataclass
 class Target:
-    """The system under test (``name``: pykueue or kueue) behind the lab's API server."""
+    """The system under test (``name``: pykueue or kueue) behind the lab's API server;
+    ``env``: the lab's environment for hack/lab.py and hack/kueue_lab.py (conftest)."""
 
     name: str
     lab: LabHandle
+    env: dict[str, str] = field(default_factory=dict)
 
     def pending_reason(self, case: str) -> str:
         """The QuotaReserved=False reason this target gives in ``case`` (PENDING_REASONS)."""

@@ -75,6 +75,21 @@ def test_the_s2b_priority_guard_is_refused_where_it_would_do_nothing(
         Settings()
 
 
+@pytest.mark.parametrize("env", [{}, {"PYKUEUE_FAIR_SHARING__STICKY_PREEMPTOR_FIRST": "true"}])
+def test_sticky_preemptor_first_is_off_as_kueue_and_reaches_the_core_when_set(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
+) -> None:
+    for k, v in {**env, "PYKUEUE_FAIR_SHARING__ENABLE": "true"}.items():
+        monkeypatch.setenv(k, v)
+    core = Settings().fair_sharing.core()
+    # Off: Kueue v0.17.1's tournament (no precedence for a preemptor).
+    assert core is not None and core.sticky_preemptor_first == bool(env)
+    monkeypatch.delenv("PYKUEUE_FAIR_SHARING__ENABLE")
+    if env:  # refused where it would do nothing
+        with pytest.raises(ValidationError, match="needs fair_sharing.enable"):
+            Settings()
+
+
 def test_a_misspelled_fair_sharing_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYKUEUE_FAIR_SHARING__S2B_PRIORITY_GAURD", "true")
     with pytest.raises(ValidationError, match="s2b_priority_gaurd"):

@@ -376,3 +376,35 @@ def test_the_conformance_suite_sets_wait_for_pods_ready_for_both_targets(tmp_pat
     else:
         assert env["PYKUEUE_WAIT_FOR_PODS_READY__ENABLE"] == "true"
         assert conformance.pods_ready_settings("kueue")[1][0] == "--wait-for-pods-ready-timeout"
+
+
+def test_kueue_labs_give_the_manager_fair_sharing_and_the_interop_lab_every_option(
+        tmp_path: Path) -> None:
+    """hack/kueue_lab.py: ``fair_sharing`` (the strategies) becomes Kueue's ``fairSharing``
+    section, absent otherwise (its presence turns fair sharing on); hack/multikueue_interop.py's
+    lab takes every option ``start_manager`` passes (it broke when one was added)."""
+    import sys
+
+    import yaml
+
+    from tests.labfixture import ROOT
+    sys.path.insert(0, str(ROOT / "hack"))
+    import kueue_lab
+    import multikueue_interop
+
+    shipped = tmp_path / "config" / "components" / "manager"
+    shipped.mkdir(parents=True)
+    (shipped / "controller_manager_config.yaml").write_text(yaml.safe_dump(
+        {"kind": "Configuration", "leaderElection": {},
+         "fairSharing": {"preemptionStrategies": ["LessThanOrEqualToFinalShare"]}}))
+    kl = kueue_lab.KueueLab(tmp_path / "state", 20640, tmp_path / "bin")
+    assert "fairSharing" not in kl.manager_config(tmp_path, tmp_path)
+    assert kl.manager_config(tmp_path, tmp_path, fair_sharing=["LessThanInitialShare"])[
+        "fairSharing"] == {"preemptionStrategies": ["LessThanInitialShare"]}
+
+    mk = multikueue_interop.MultiKueueKueueLab.__new__(multikueue_interop.MultiKueueKueueLab)
+    kueue_lab.KueueLab.__init__(mk, tmp_path / "state", 20640, tmp_path / "bin")
+    mk.multikueue = {"gcInterval": "1m"}
+    cfg = mk.manager_config(tmp_path, tmp_path, None, None, False, None)  # start_manager's
+    assert cfg["multiKueue"] == {"gcInterval": "1m"} and cfg["leaderElection"]["leaderElect"] \
+        is False

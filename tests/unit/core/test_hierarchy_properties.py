@@ -8,8 +8,10 @@ Invariants, with arithmetic written here rather than read from ``app.core.quota`
 - fair sharing never preempts a queue below its share: for a fair-sharing victim, its
   queue's dominant resource share before the cycle is at least the preemptor queue's.
 
-Fair sharing runs with ``s2b_priority_guard`` (pykueue's opt-in): with Kueue v0.17.1's
-priority-blind ``LessThanInitialShare`` the evictions can go on forever (the example below).
+Fair sharing runs with pykueue's two opt-ins ``s2b_priority_guard`` and
+``sticky_preemptor_first``: with Kueue v0.17.1's priority-blind ``LessThanInitialShare``, or
+its admission tournament where a preemptor has no precedence, the evictions can go on forever
+(the examples below).
 """
 
 from __future__ import annotations
@@ -122,7 +124,8 @@ def _holds_nominal(s: Sim, cq: ClusterQueueName) -> bool:
 @given(trees(), jobs, st.booleans())
 def test_no_subtree_exceeds_its_quota(tree, stream, fair):
     items, nominal, limits, cqs = tree
-    s = Sim(*items, fair_sharing=FairSharing(s2b_priority_guard=True) if fair else None)
+    s = Sim(*items, fair_sharing=FairSharing(s2b_priority_guard=True,
+                                             sticky_preemptor_first=True) if fair else None)
     names = sorted(cqs)
     for i, (qi, cpus, prio) in enumerate(stream):
         s.submit(workload(f"w{i}").cq(names[qi % len(names)]).pods(1, cpu=cpus).priority(prio))
@@ -170,8 +173,10 @@ def test_fair_sharing_never_preempts_a_queue_below_its_share(stream, weights, do
                 break
 
 
-def _org_with_b(q0_cpu: int, q1_reclaim: str, guard: bool = False) -> Sim:
-    """Fair sharing (``s2b_priority_guard``: ``guard``); cohort org (0 cpu) with child cohorts
+def _org_with_b(q0_cpu: int, q1_reclaim: str, guard: bool = False,
+                sticky: bool = False) -> Sim:
+    """Fair sharing (``s2b_priority_guard``: ``guard``, ``sticky_preemptor_first``:
+    ``sticky``); cohort org (0 cpu) with child cohorts
     A (0) and B (4 cpu, no ClusterQueues); q0 (``q0_cpu``, reclaimWithinCohort Any) and q1
     (0 cpu, ``q1_reclaim``) under org, both withinClusterQueue LowerPriority."""
     return Sim(cohort("org").flavor("default", cpu=0),
@@ -181,20 +186,35 @@ def _org_with_b(q0_cpu: int, q1_reclaim: str, guard: bool = False) -> Sim:
                    within="LowerPriority", reclaim="Any"),
                cluster_queue("q1").cohort("org").flavor("default", cpu=0).preemption(
                    within="LowerPriority", reclaim=q1_reclaim),
-               fair_sharing=FairSharing(s2b_priority_guard=guard))
+               fair_sharing=FairSharing(s2b_priority_guard=guard,
+                                        sticky_preemptor_first=sticky))
+
+
+_PREEMPTOR_LOOP = (("w0", "q0", 1, 0), ("w1", "q0", 1, 0), ("w2", "q1", 3, 0),
+                   ("w3", "q0", 3, 1))
 
 
 def test_a_preemptor_takes_what_its_victims_free_before_a_lower_share_queue():
     """Found by test_no_subtree_exceeds_its_quota: q0's w3 (priority 1) preempts its own w1;
-    when w1 is gone, q1's w2 (lower share) took the freed capacity, w1 then preempted w2 by
-    fair sharing, and so on forever while w3 waited. The preemptor goes first now."""
-    s = _org_with_b(q0_cpu=0, q1_reclaim="Never")
-    for name, q, cpus, prio in (("w0", "q0", 1, 0), ("w1", "q0", 1, 0), ("w2", "q1", 3, 0),
-                                ("w3", "q0", 3, 1)):
+    when w1 is gone, q1's w2 (lower share) takes the freed capacity, w1 then preempts w2 by
+    fair sharing, and so on forever while w3 waits (Kueue v0.17.1's tournament, the default:
+    the test below). With ``sticky_preemptor_first`` the preemptor goes first."""
+    s = _org_with_b(q0_cpu=0, q1_reclaim="Never", sticky=True)
+    for name, q, cpus, prio in _PREEMPTOR_LOOP:
         s.submit(workload(name).cq(q).pods(1, cpu=cpus).priority(prio))
         s.settle_evictions()
     assert s.admitted("w3") and s.admitted("w0")
     assert not s.admitted("w2") and not s.admitted("w1")
+
+
+def test_with_kueues_tournament_the_preemptor_example_loops():
+    s = _org_with_b(q0_cpu=0, q1_reclaim="Never")
+    for name, q, cpus, prio in _PREEMPTOR_LOOP[:-1]:
+        s.submit(workload(name).cq(q).pods(1, cpu=cpus).priority(prio))
+        s.settle_evictions()
+    s.submit(workload("w3").cq("q0").pods(1, cpu=3).priority(1))
+    with pytest.raises(AssertionError, match="still evicting"):
+        s.settle_evictions()
 
 
 def _loop_example(guard: bool) -> Sim:

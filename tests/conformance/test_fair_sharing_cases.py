@@ -1,0 +1,138 @@
+"""Fair sharing (Kueue Configuration ``fairSharing``, both preemption strategies) against
+real Kueue v0.17.1 and pykueue: which Workloads a preemptor evicts, and who gets what the
+victims free. The expected values are what Kueue v0.17.1 did on the lab
+(``PYKUEUE_CONFORMANCE_TARGET=kueue``); the same scenarios, same numbers, are unit tests of
+pykueue's core in tests/unit/core/test_fair_sharing_kueue_rules.py (docs/fair-sharing.md,
+"Preemption"). One flavor, cpu; every ClusterQueue in one cohort, weight 1 unless said, so a
+queue's share is (its cpu above nominal) x 1000 / (the cohort's total nominal) / weight.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conformance.support import Scope, Target, now
+from tests.labfixture import wait_for
+
+pytestmark = pytest.mark.usefixtures("fair_sharing")
+
+
+def _cq(s: Scope, name: str, flavor: str, nominal: int, **kw) -> str:
+    return s.cluster_queue(name, [(flavor, {"cpu": {"nominalQuota": str(nominal)}})],
+                           cohort="co", **kw)
+
+
+def _admit_in_order(s: Scope, *wls: tuple[str, str, int, int]) -> None:
+    """Workloads (name, ClusterQueue short name, cpu, priority), each admitted before the
+    next is created."""
+    for name, cq, cpu, prio in wls:
+        s.workload(name, cq, {"cpu": str(cpu)}, priority=prio)
+        s.admitted(name)
+
+
+def _one_target_queue(t: Target, prefix: str, base: int, first: tuple[str, int],
+                      second: tuple[str, int], p_cpu: int) -> Scope:
+    """a (4, reclaimWithinCohort LowerPriority) full with a0 (4 cpu, priority 9); b (4) holds
+    base (``base`` cpu, priority 9: not a candidate), then ``first`` (name, cpu; priority 0)
+    and ``second`` (priority 1), borrowing from c (4, idle); then p (a, ``p_cpu``, priority
+    5) arrives."""
+    s = t.scope(prefix)
+    f = s.flavor("f")
+    _cq(s, "a", f, 4, reclaim="LowerPriority")
+    _cq(s, "b", f, 4)
+    _cq(s, "c", f, 4)
+    _admit_in_order(s, ("a0", "a", 4, 9), ("base", "b", base, 9), (first[0], "b", first[1], 0),
+                    (second[0], "b", second[1], 1))
+    s.workload("p", "a", {"cpu": str(p_cpu)}, priority=5)
+    return s
+
+
+def test_s2a_tries_the_target_queues_next_candidate_when_one_fails(fair_sharing: Target):
+    # b borrows 4 of 12 (share 333); p (1 cpu) makes a borrow 1 (83). Evicting big (b's first
+    # candidate: lowest priority) would leave b at 0 < 83, so LessThanOrEqualToFinalShare
+    # refuses it; small leaves b at 250 >= 83: Kueue takes small (preemption.go
+    # runFirstFsStrategy keeps trying the target queue's candidates).
+    s = _one_target_queue(fair_sharing, "fs-s2a", 3, ("big", 4), ("small", 1), 1)
+    s.preempted("small", "InCohortFairSharing")
+    s.admitted("p")
+    s.stays_admitted("a0", "base", "big")
+
+
+def test_s2b_continues_from_s2a_with_its_victims_and_its_refused_candidates(
+        fair_sharing: Target):
+    # b borrows 4 of 12 (333); p (2 cpu) makes a borrow 2 (167). S2-a takes x1 (b then at
+    # 250) and refuses x2 (b would be at 83); p does not fit yet. S2-b goes on from there
+    # (runSecondFsStrategy over S2-a's refused candidates): 167 < 250, x2 goes; the fill-back
+    # returns x1, x2's 2 cpu being enough.
+    s = _one_target_queue(fair_sharing, "fs-s2b", 5, ("x1", 1), ("x2", 2), 2)
+    s.preempted("x2", "InCohortFairSharing")
+    s.admitted("p")
+    s.stays_admitted("a0", "base", "x1")
+
+
+def test_the_target_queue_is_chosen_with_the_preemptors_usage_counted(fair_sharing: Target):
+    # a (3 of 6) holds a1 (2 cpu); b borrows 1 (167). Counting p (3 cpu) a borrows 2 (333), so
+    # the search starts in a (a1, InClusterQueue) and then takes b1, a being back within its
+    # nominal (fairPreemptions adds the preemptor's usage before choosing targets).
+    s = fair_sharing.scope("fs-own")
+    f = s.flavor("f")
+    _cq(s, "a", f, 3, within="LowerPriority", reclaim="Any")
+    _cq(s, "b", f, 3)
+    _admit_in_order(s, ("a1", "a", 2, 0), ("b1", "b", 2, 0), ("b2", "b", 2, 1))
+    s.workload("p", "a", {"cpu": "3"}, priority=10)
+    s.preempted("a1", "InClusterQueue")
+    s.preempted("b1", "InCohortFairSharing")
+    s.admitted("p")
+    s.stays_admitted("b2")
+
+
+def test_a_preemptor_has_no_precedence_in_the_tournament(fair_sharing: Target):
+    # d lends 4; c borrows them (v, v2). q (b, weight 2, StrictFIFO so it stays a head) does
+    # not fit and cannot preempt; p (a) evicts v. Once v is gone both heads fit the 2 free
+    # cpu and Kueue's tournament (fair_sharing_iterator.go entryComparer: borrowing, share,
+    # priority, time; nothing for a preemptor) serves q: its share with it is 500 / 2, p's
+    # 500. p then finds no victim (S2-a and S2-b refuse c and b).
+    s = fair_sharing.scope("fs-sticky")
+    f = s.flavor("f")
+    _cq(s, "a", f, 0, reclaim="Any")
+    _cq(s, "b", f, 0, strategy="StrictFIFO", fairSharing={"weight": "2"})
+    _cq(s, "c", f, 0)
+    _cq(s, "d", f, 4)
+    _admit_in_order(s, ("v", "c", 2, 0), ("v2", "c", 2, 1))
+    s.workload("q", "b", {"cpu": "2"})
+    s.stays_pending("q", seconds=1)
+    s.workload("p", "a", {"cpu": "2"})
+    s.preempted("v", "InCohortFairSharing")
+    s.admitted("q")
+    s.stays_pending("p")
+    s.stays_admitted("v2")
+
+
+def test_a_preempted_workload_is_ordered_by_its_creation_time(fair_sharing: Target,
+                                                               request: pytest.FixtureRequest):
+    # old (priority 0) is preempted by boss (5) in a ClusterQueue of 1 cpu; newer (0) was
+    # created after old, before the preemption. When boss finishes Kueue admits old: its
+    # queue-order time is its creation (GetQueueOrderTimestamp takes the eviction time only
+    # after a PodsReady timeout or an admission check).
+    if fair_sharing.name == "pykueue":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=(
+            "known difference, not fixed: pykueue orders a preempted Workload by its "
+            "eviction time (app/core/workload.py queue_order_time; acceptance KQ-18 item 3), "
+            "Kueue v0.17.1 by its creation time (pkg/workload/workload.go "
+            "GetQueueOrderTimestamp); changing it moves the baseline decision hash")))
+    s = fair_sharing.scope("fs-order")
+    f = s.flavor("f")
+    s.cluster_queue("cq", [(f, {"cpu": {"nominalQuota": "1"}})], within="LowerPriority")
+    s.workload("old", "cq", {"cpu": "1"})
+    created = s.admitted("old")["metadata"]["creationTimestamp"]
+    # creationTimestamp has whole seconds: newer must be created in a later one (an equal
+    # time would leave the order to the UIDs).
+    wait_for(lambda: now() > created, 5, "the next second")
+    s.workload("newer", "cq", {"cpu": "1"})
+    s.stays_pending("newer", seconds=1)
+    s.workload("boss", "cq", {"cpu": "1"}, priority=5)
+    s.preempted("old", "InClusterQueue")
+    s.admitted("boss")
+    s.finish("boss")
+    s.admitted("old")
+    s.stays_pending("newer")
