@@ -76,6 +76,16 @@ class ServerSettings(BaseModel):
     metrics_auth: bool = True
 
 
+# Who releases a pod in Kubernetes v1.36 (cmd/kube-controller-manager/app: each controller's
+# ClientBuilder name, a kube-system ServiceAccount with --use-service-account-credentials=true;
+# kube-controller-manager's own identity without it): WebhookSettings.owner_reference_releasers.
+OWNER_REFERENCE_RELEASERS = (
+    "system:kube-controller-manager",
+    *(f"system:serviceaccount:kube-system:{name}" for name in (
+        "generic-garbage-collector", "replicaset-controller", "replication-controller",
+        "statefulset-controller", "job-controller", "daemon-set-controller")),
+)
+
 # etcd's default --max-request-bytes: the largest object kube-apiserver can store by default.
 MAX_OBJECT_BYTES = 1536 * 1024
 
@@ -98,6 +108,19 @@ class WebhookSettings(BaseModel):
     # ownerReferences, above all with jobs.manage_jobs_without_queue_name: otherwise a tenant
     # naming its own admitted JobSet as a Job's controller runs that Job unadmitted.
     child_job_creators: list[str] = Field(default_factory=list)
+    # Identities allowed to remove the controller ownerReference of a pod of an admitted job
+    # (a pod labelled kueue.x-k8s.io/podset; pykueue's own, controller_usernames, always may):
+    # a tenant removing it from its running Spark executors made them run on uncounted once
+    # the application was preempted (docs/security.md, brk27 M3). The default: those that
+    # release a pod in Kubernetes, the garbage collector (`--cascade=orphan`, dangling
+    # references) and the controllers that release a pod their selector stops matching
+    # (ReplicaSet, ReplicationController, StatefulSet, Job, DaemonSet: ClaimPods), under the
+    # names kube-controller-manager gives them with --use-service-account-credentials=true
+    # (kube-system service accounts) and =false (system:kube-controller-manager, the lab's).
+    # None of the operators pykueue manages removes one. Empty = anyone (pykueue before; Kueue
+    # v0.17.1 has no such rule): for a cluster whose garbage collector runs as another identity.
+    owner_reference_releasers: list[str] = Field(
+        default_factory=lambda: list(OWNER_REFERENCE_RELEASERS))
     # The client-certificate common names the admission webhook routes answer (kube-apiserver
     # presents one when its AdmissionConfiguration names a kubeconfig for pykueue's Service;
     # docs/security.md "mTLS"). Needs server.client_ca_file. Empty (the default, as Kueue's

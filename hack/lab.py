@@ -186,7 +186,10 @@ def _admission_config(lab: Lab) -> Path:
     return config
 
 
-def _kubeconfig(lab: Lab) -> None:
+def _kubeconfig(lab: Lab, path: Path | None = None, user: str = "lab-admin",
+                cert: str = "admin") -> None:
+    """Write a kubeconfig for the lab's API server to ``path`` (default ``lab.kubeconfig``)
+    that authenticates as ``user`` with the client certificate ``<pki>/<cert>.crt``."""
     cfg = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -198,19 +201,37 @@ def _kubeconfig(lab: Lab) -> None:
         ],
         "users": [
             {
-                "name": "lab-admin",
+                "name": user,
                 "user": {
-                    "client-certificate": str(lab.pki / "admin.crt"),
-                    "client-key": str(lab.pki / "admin.key"),
+                    "client-certificate": str(lab.pki / f"{cert}.crt"),
+                    "client-key": str(lab.pki / f"{cert}.key"),
                 },
             }
         ],
         "contexts": [
-            {"name": "pykueue-lab", "context": {"cluster": "pykueue-lab", "user": "lab-admin"}}
+            {"name": "pykueue-lab", "context": {"cluster": "pykueue-lab", "user": user}}
         ],
         "current-context": "pykueue-lab",
     }
-    lab.kubeconfig.write_text(json.dumps(cfg, indent=2) + "\n")
+    (path or lab.kubeconfig).write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+# kube-controller-manager's own identity, as kubeadm gives it (CN system:kube-controller-manager;
+# with --use-service-account-credentials=false every controller, the garbage collector's
+# orphaning included, writes as it: pykueue's webhook.owner_reference_releasers names it). In
+# system:masters, as the admin, so that its rights and API priority (exempt) stay the admin's.
+KCM_USER = "system:kube-controller-manager"
+
+
+def _controller_manager_kubeconfig(lab: Lab) -> Path:
+    """The client certificate (kept while valid) and kubeconfig of kube-controller-manager."""
+    from certs.pki import ensure_leaf
+
+    ensure_leaf(lab.pki, "controller-manager", KCM_USER, server=False,
+                organizations=["system:masters"])
+    path = lab.state / "controller-manager.kubeconfig"
+    _kubeconfig(lab, path, KCM_USER, "controller-manager")
+    return path
 
 
 # ---------------------------------------------------------------- processes
@@ -414,6 +435,7 @@ def up(lab: Lab, scheduler_config: Path) -> None:
     _pki(lab)
     front_proxy = _front_proxy_pki(lab)
     _kubeconfig(lab)
+    kcm_kubeconfig = _controller_manager_kubeconfig(lab)
     pki = lab.pki
     _start(
         lab,
@@ -474,7 +496,7 @@ def up(lab: Lab, scheduler_config: Path) -> None:
         lab,
         "kube-controller-manager",
         [
-            f"--kubeconfig={lab.kubeconfig}",
+            f"--kubeconfig={kcm_kubeconfig}",
             f"--service-account-private-key-file={pki / 'sa.key'}",
             f"--root-ca-file={pki / 'ca.crt'}",
             "--use-service-account-credentials=false",

@@ -7,13 +7,15 @@ object under review, building a JSONPatch, and the rules that are the same for e
   inside the review.
 - Patching: ``JsonPatchOp`` (RFC 6902 operation), ``json_pointer`` / ``escape_pointer_token``
   (RFC 6901).
-- Settings as data: ``WebhookPolicy`` (queue-name label, pykueue's own identities).
+- Settings as data: ``WebhookPolicy`` (queue-name label, pykueue's own identities, who may
+  release a pod from its controller).
 - Lookups the controllers provide: ``AdmissionLookup``, ``DefaultQueueLookup``.
 - Shared rules: a queue name is a DNS-1123 subdomain (Kueue v0.17.1
   ``jobframework.ValidateQueueName``), present but empty is refused
   (``empty_queue_name_errors``), it cannot be removed while pykueue's start record is on the
   object (``injected_label_removal_errors``, beyond Kueue), and a pod of an admitted job keeps
-  the labels its controller selects it by (``owner_label_errors``, beyond Kueue).
+  the labels its controller selects it by (``owner_label_errors``) and its controller
+  (``owner_reference_errors``), beyond Kueue.
 """
 
 from __future__ import annotations
@@ -70,10 +72,14 @@ class WebhookPolicy:
     ``controller_usernames``: the identities of pykueue itself (e.g.
     ``system:serviceaccount:pykueue-system:pykueue``), the only ones that may unsuspend a queued
     object whose Workload is not admitted.
+    ``owner_reference_releasers``: the identities that, besides pykueue's, may remove the
+    controller ownerReference of a pod of an admitted job (``owner_reference_errors``);
+    empty: anyone.
     """
 
     queue_name_label: str = QUEUE_NAME_LABEL
     controller_usernames: frozenset[str] = field(default_factory=frozenset)
+    owner_reference_releasers: frozenset[str] = field(default_factory=frozenset)
 
 
 class AdmissionLookup(Protocol):
@@ -345,22 +351,39 @@ def owner_label_errors(old_pod: Mapping[str, Any] | None, new_pod: Mapping[str, 
 def owner_reference_errors(old_pod: Mapping[str, Any] | None, new_pod: Mapping[str, Any],
                            username: str, policy: WebhookPolicy) -> list[str]:
     """Why an UPDATE of a Pod that carries ``kueue.x-k8s.io/podset`` (a pod of an admitted
-    job) is refused: it gives the pod a controller ownerReference other than the one it
-    had. A controller ignores a pod another one controls (Kubernetes ``ClaimObject``), so a
-    tenant pointing the reference at an object of its own (a ConfigMap) had the Job
-    controller start a replacement beside the pod still running, no label changed
-    (breakdel23: 2 GPU pods on an admission of 1). Allowed: removing it (the garbage
-    collector's ``--cascade=orphan``; the controller adopts a pod it still selects back),
-    and setting one on a pod without: for a pod of a batch Job (label
-    ``batch.kubernetes.io/controller-uid``) only that Job (its adoption back), otherwise any
-    (a ReplicaSet's or an operator's adoption). Other ownerReferences may change; pykueue may
-    change any. Beyond Kueue."""
+    job) is refused:
+
+    - it gives the pod a controller ownerReference other than the one it had. A controller
+      ignores a pod another one controls (Kubernetes ``ClaimObject``), so a tenant pointing
+      the reference at an object of its own (a ConfigMap) had the Job controller start a
+      replacement beside the pod still running, no label changed (breakdel23: 2 GPU pods on
+      an admission of 1). Setting one on a pod without is allowed: for a pod of a batch Job
+      (label ``batch.kubernetes.io/controller-uid``) only that Job (its adoption back),
+      otherwise any (a ReplicaSet's or an operator's adoption).
+    - it removes the controller ownerReference (or makes it no controller) and ``username``
+      is not in ``policy.owner_reference_releasers`` (the garbage collector's
+      ``--cascade=orphan``, a built-in controller releasing a pod; empty: anyone). A pod
+      without a controller counts only for an orphaned Workload, so a tenant's Spark
+      executors freed from their driver ran on uncounted once the application was preempted
+      (brk27 M3).
+
+    Other ownerReferences may change; pykueue may change any. Beyond Kueue."""
     if old_pod is None or username in policy.controller_usernames:
         return []
     labels = read_labels(old_pod)
     new_ref, old_ref = controller_of_object(new_pod), controller_of_object(old_pod)
-    if PODSET_LABEL not in labels or new_ref is None or new_ref == old_ref:
+    if PODSET_LABEL not in labels or new_ref == old_ref:
         return []
+    if new_ref is None:
+        releasers = policy.owner_reference_releasers
+        if not releasers or username in releasers:
+            return []
+        allowed = ", ".join(sorted(releasers | policy.controller_usernames))
+        return [f"metadata.ownerReferences: the controller ownerReference of a pod of an "
+                f"admitted job cannot be removed by {username or '<anonymous>'!r} (a pod "
+                f"without a controller is not counted for its job: it would run on outside "
+                f"the admission); only {allowed} may (webhook.owner_reference_releasers: the "
+                f"garbage collector's --cascade=orphan, a controller releasing the pod)"]
     job_uid = next((labels[k] for k in JOB_UID_LABELS if labels.get(k)), None)
     if old_ref is None and (job_uid is None or new_ref.uid == job_uid):
         return []
@@ -436,7 +459,9 @@ class WebhookEnv:
         self._builtin_kinds = builtin_kinds
         self._group_parents = group_parents
         self.policy = WebhookPolicy() if self.settings is None else WebhookPolicy(
-            controller_usernames=frozenset(self.settings.webhook.controller_usernames))
+            controller_usernames=frozenset(self.settings.webhook.controller_usernames),
+            owner_reference_releasers=frozenset(
+                self.settings.webhook.owner_reference_releasers))
 
     @property
     def jobs(self) -> Any:

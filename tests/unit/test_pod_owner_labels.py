@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.config import Settings
+from app.config import OWNER_REFERENCE_RELEASERS, Settings, WebhookSettings
 from app.integrations.webhook_toolkit import (
     WebhookPolicy,
     owner_label_errors,
@@ -127,10 +127,9 @@ def test_taking_a_running_pod_from_its_controller_is_refused(
 
 
 def test_a_job_pod_without_a_controller_may_get_only_its_job_back() -> None:
-    """Removed first (allowed: the garbage collector's ``--cascade=orphan`` does it, as
-    anyone may), then another controller set: refused for a Job's pod (its uid label names
-    the Job), so the two writes do not free it either; the Job controller's adoption back is
-    allowed."""
+    """Removed first (here by anyone: no ``owner_reference_releasers``, the setting empty),
+    then another controller set: refused for a Job's pod (its uid label names the Job), so
+    the two writes do not free it either; the Job controller's adoption back is allowed."""
     assert owner_reference_errors(owned([JOB_REF]), owned(None), TENANT, POLICY) == []
     assert owner_reference_errors(owned(None), owned([DECOY]), TENANT, POLICY)
     assert owner_reference_errors(owned(None), owned([JOB_REF]), TENANT, POLICY) == []
@@ -152,3 +151,95 @@ def test_other_owner_reference_changes_pass() -> None:
     labels = without("kueue.x-k8s.io/podset")
     assert owner_reference_errors(owned([JOB_REF], labels), owned([DECOY], labels), TENANT,
                                   POLICY) == []
+
+
+# brk27 M3: the releasers by default (app/config.py WebhookSettings.owner_reference_releasers).
+RELEASING = WebhookPolicy(controller_usernames=frozenset({PYKUEUE}),
+                          owner_reference_releasers=frozenset(OWNER_REFERENCE_RELEASERS))
+DRIVER_REF = {"apiVersion": "v1", "kind": "Pod", "name": "pi-driver", "uid": "d1",
+              "controller": True}
+EXECUTOR_LABELS = {"kueue.x-k8s.io/podset": "executor", "spark-role": "executor",
+                   "spark-app-selector": "spark-1", "sparkoperator.k8s.io/app-name": "pi"}
+
+
+@pytest.mark.parametrize("new_refs", [
+    None,  # the reference removed
+    [],
+    [{**DRIVER_REF, "controller": False}],  # kept, but no longer the controller
+    [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "c2"}],
+])
+def test_a_tenant_cannot_free_a_pod_of_an_admitted_job_from_its_controller(
+        new_refs: list[dict[str, Any]] | None) -> None:
+    """brk27 M3: a tenant removed the controller reference from its running Spark executors
+    (controlled by the driver pod); a pod without a controller counts only for an orphaned
+    Workload, so once the application was preempted they ran on uncounted."""
+    old = owned([DRIVER_REF], EXECUTOR_LABELS)
+    errors = owner_reference_errors(old, owned(new_refs, EXECUTOR_LABELS), TENANT, RELEASING)
+    assert len(errors) == 1 and errors[0].startswith("metadata.ownerReferences: "), errors
+    assert "cannot be removed by 'system:serviceaccount:team-a:dev'" in errors[0]
+    assert "system:serviceaccount:kube-system:generic-garbage-collector" in errors[0]
+    assert PYKUEUE in errors[0] and "webhook.owner_reference_releasers" in errors[0]
+    # The same for a batch Job's pod.
+    assert owner_reference_errors(owned([JOB_REF]), owned(None), TENANT, RELEASING)
+
+
+@pytest.mark.parametrize("username", [*OWNER_REFERENCE_RELEASERS, PYKUEUE])
+def test_the_garbage_collector_and_the_releasing_controllers_may_remove_it(
+        username: str) -> None:
+    """The garbage collector orphans the pods of an owner deleted with
+    ``--cascade=orphan``; the ReplicaSet, ReplicationController, StatefulSet, Job and
+    DaemonSet controllers release a pod their selector stops matching. Each under its
+    kube-system ServiceAccount (``--use-service-account-credentials=true``) or as
+    ``system:kube-controller-manager`` (``=false``, the lab's)."""
+    assert owner_reference_errors(owned([JOB_REF]), owned(None), username, RELEASING) == []
+    assert owner_reference_errors(owned([DRIVER_REF], EXECUTOR_LABELS),
+                                  owned([], EXECUTOR_LABELS), username, RELEASING) == []
+
+
+def test_the_default_releasers_are_kube_controller_managers_identities() -> None:
+    assert set(WebhookSettings().owner_reference_releasers) == {
+        "system:kube-controller-manager",
+        "system:serviceaccount:kube-system:generic-garbage-collector",
+        "system:serviceaccount:kube-system:replicaset-controller",
+        "system:serviceaccount:kube-system:replication-controller",
+        "system:serviceaccount:kube-system:statefulset-controller",
+        "system:serviceaccount:kube-system:job-controller",
+        "system:serviceaccount:kube-system:daemon-set-controller"}
+
+
+def test_with_no_releasers_anyone_may_remove_it_and_other_pods_are_unaffected() -> None:
+    """``owner_reference_releasers: []``: anyone (the previous rule, for a cluster whose
+    garbage collector runs under another identity). A pod without the podset label is not a
+    pod of an admitted job: not pykueue's business."""
+    anyone = WebhookPolicy(controller_usernames=frozenset({PYKUEUE}))
+    assert owner_reference_errors(owned([DRIVER_REF], EXECUTOR_LABELS),
+                                  owned(None, EXECUTOR_LABELS), TENANT, anyone) == []
+    plain = {k: v for k, v in EXECUTOR_LABELS.items() if k != "kueue.x-k8s.io/podset"}
+    assert owner_reference_errors(owned([DRIVER_REF], plain), owned(None, plain), TENANT,
+                                  RELEASING) == []
+    # Unchanged or only other references changed: allowed to a tenant.
+    assert owner_reference_errors(owned([DRIVER_REF], EXECUTOR_LABELS),
+                                  owned([DRIVER_REF], EXECUTOR_LABELS), TENANT, RELEASING) == []
+    assert owner_reference_errors(owned(None), owned(None), TENANT, RELEASING) == []
+
+
+async def test_the_route_refuses_a_tenants_removal_with_the_default_settings() -> None:
+    """The setting flows from ``Settings.webhook`` to the route (a review as kube-apiserver
+    sends it); with ``owner_reference_releasers: []`` the same removal is allowed."""
+    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "u", "operation": "UPDATE", "namespace": "team-a", "name": "train-x",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "userInfo": {"username": TENANT},
+        "object": owned(None), "oldObject": owned([JOB_REF])}}
+    answers = []
+    for settings in (Settings(controllers_enabled=False),
+                     Settings(controllers_enabled=False,
+                              webhook=WebhookSettings(owner_reference_releasers=[]))):
+        transport = httpx.ASGITransport(app=create_app(settings))
+        async with httpx.AsyncClient(transport=transport, base_url="https://t") as c:
+            r = await c.post("/validate--v1-pod-owner", json=review)
+        answers.append(r.json()["response"])
+    refused_answer, allowed_answer = answers
+    assert refused_answer["allowed"] is False and refused_answer["status"]["code"] == 403
+    assert "metadata.ownerReferences" in refused_answer["status"]["message"]
+    assert allowed_answer["allowed"] is True
