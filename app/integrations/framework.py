@@ -532,13 +532,13 @@ def stored_controller(ctx: Context, obj: Mapping[str, Any]) -> Mapping[str, Any]
     (``obj``'s namespace, the reference's API group, kind, name and uid), or None: no store
     watching that kind holds it (not created yet, gone, or outside every informer's
     selector), or ``obj`` has no controller. The stores of that kind are found through the
-    informers' index by API group and kind (``InformerMap.keys_for``), in the order they
+    informers' index by API group and kind (``InformerSet.keys_for``), in the order they
     were added: a look costs the stores of that kind, not every store."""
     ref = controller_of_object(obj)
     if ref is None:
         return None
     ns = str((obj.get("metadata") or {}).get("namespace", ""))
-    for key in ctx.informers.informers.keys_for(ref.group, ref.kind):
+    for key in ctx.informers.keys_for(ref.group, ref.kind):
         got = ctx.store(key).get(f"{ns}/{ref.name}")
         if got is not None and (got.get("metadata") or {}).get("uid") == ref.uid:
             return got  # type: ignore[no-any-return]

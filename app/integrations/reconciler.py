@@ -54,7 +54,7 @@ from dataclasses import replace
 from typing import Any
 
 from app.core.multikueue import ADAPTERS as MULTIKUEUE_ADAPTERS
-from app.core.multikueue import MULTIKUEUE_CONTROLLER
+from app.core.multikueue import MULTIKUEUE_CONTROLLER, Adapter
 from app.core.multikueue import ORIGIN_LABEL as MULTIKUEUE_ORIGIN_LABEL
 from app.core.workload import admission_mismatch
 from app.integrations.framework import (
@@ -120,6 +120,9 @@ WL_PREFIX = "wl:"
 UID_INDEX = "uid"
 # Store index: the uid an object's controller ownerReference names (``_controlled_by``).
 CONTROLLER_UID_INDEX = "controller-uid"
+# Store index: ``<namespace>/<Workload name>`` an object's own
+# ``kueue.x-k8s.io/prebuilt-workload-name`` label names (``_enqueue_adopters``).
+PREBUILT_INDEX = "prebuilt"
 OWNER_NOT_FOUND = "OwnerNotFound"  # Kueue v1beta2 WorkloadFinishedReasonOwnerNotFound
 # The garbage collector's finalizer on an object deleted with propagationPolicy Orphan
 # (Kubernetes metav1.FinalizerOrphanDependents): it removes the dependents' references first.
@@ -146,15 +149,27 @@ def _with_own_class(wl: Obj, wpc: dict[str, int], pc: dict[str, int]
         return wpc, {**pc, name: value}
     return wpc, pc
 
+def _adapter_of(kind: JobKind) -> Adapter | None:
+    """The MultiKueue adapter of ``kind`` (``app.core.multikueue.ADAPTERS``), or None."""
+    return next((a for a in MULTIKUEUE_ADAPTERS if a.kind == kind.kind
+                 and a.group == kind.api_group), None)
+
+
 def _dispatched_elsewhere(parent_kind: JobKind, parent: Mapping[str, Any]) -> bool:
     """Whether ``parent`` is a MultiKueue manager's object (its ``managedBy`` is
     ``kueue.x-k8s.io/multikueue``): its admission runs on a worker, so none of it is left
     for a child on this cluster (its operator here makes none; one a tenant hangs under it
     would run the admission a second time). Beyond Kueue v0.17.1, whose
     ``shouldSuspendChildJob`` lets any child of an admitted ancestor run (breaker15)."""
-    adapter = next((a for a in MULTIKUEUE_ADAPTERS if a.kind == parent_kind.kind
-                    and a.group == parent_kind.api_group), None)
+    adapter = _adapter_of(parent_kind)
     return adapter is not None and adapter.managed_by_of(parent) == MULTIKUEUE_CONTROLLER
+
+
+def _prebuilt_key(obj: Obj) -> str | None:
+    """``PREBUILT_INDEX``'s value of ``obj``: ``<namespace>/<the Workload its own prebuilt
+    label names>``, or None (no such label, or a kind that does not adopt one)."""
+    name = JobReconciler._prebuilt(obj)
+    return f"{(obj.get('metadata') or {}).get('namespace', '')}/{name}" if name else None
 
 
 class OwnerIndex:
@@ -228,6 +243,26 @@ class JobReconciler:
             self.queue.add(f"{owner.kind.key}:{owner.key}")
         elif etype != DELETED:
             self.queue.add(f"{WL_PREFIX}{key}")
+            self._enqueue_adopters(key)
+
+    def _enqueue_adopters(self, key: str) -> None:
+        """Queue the objects whose own ``kueue.x-k8s.io/prebuilt-workload-name`` label names
+        the ownerless Workload ``key`` (``ns/name``, just created or changed): such an object
+        waits for its Workload without looking again (``_without_workload``), and this event
+        is what wakes it to adopt it. Kueue v0.17.1 returns ``ErrPrebuiltWorkloadNotFound``
+        instead, and its controller retries with backoff (5 ms doubling up to 1000 s). The
+        objects are found through ``PREBUILT_INDEX`` on the stores of the kinds MultiKueue
+        dispatches (the only ones that adopt: ``adopts_prebuilt``)."""
+        for kind in self.registry.kinds():
+            store_key = source_of(kind)
+            if _adapter_of(kind) is None or store_key not in self.ctx.informers.informers:
+                continue
+            store = self.ctx.store(store_key)
+            store.index(PREBUILT_INDEX, _prebuilt_key)
+            for obj in store.by_index(PREBUILT_INDEX, key):
+                okey = object_key(kind, obj)
+                if okey is not None:
+                    self.queue.add(f"{kind.key}:{okey}")
 
     def on_child_job(self, etype: str, old: Obj | None, new: Obj | None) -> None:
         """The handler of the informers of the unlabelled batch Jobs and of those labelled
@@ -1015,7 +1050,9 @@ class JobReconciler:
                                       "to existent Workload")
             return None
         if self._prebuilt(obj):
-            return 5.0  # its prebuilt Workload is not there (yet): never create one
+            # Its prebuilt Workload is not there (yet): never create one. Its creation
+            # queues this object again (``_enqueue_adopters``), so no look before that.
+            return None
         if self._being_deleted(kind, obj):
             # Being deleted: no new Workload (Kueue v0.17.1 ReconcileGenericJob); one made
             # now would be the garbage collector's once the object is gone. Not a composed

@@ -93,22 +93,28 @@ def is_queued(obj: Mapping[str, Any]) -> bool:
 def unsupported_errors(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
     """Errors (``<field path>: <why>``) for the unsupported Kueue keys a queued ``new``
     object carries and ``old`` (the stored object on UPDATE, None on CREATE) did not carry
-    while queued; [] for an object that is not queued."""
-    if not is_queued(new):
-        return []
-    before = _found(old) if isinstance(old, Mapping) and is_queued(old) else {}
+    while queued. On an object of a kind that ``adopts_prebuilt``, queued or not, its own
+    ``kueue.x-k8s.io/prebuilt-workload-name`` label must be a Workload name (a DNS-1123
+    subdomain): Kueue v0.17.1 ``ValidateJobOnCreate`` (``ValidateLabelAsCRDName``) runs for
+    every object its webhooks see, on CREATE and, for a Job or JobSet, on every UPDATE; pykueue
+    checks every CREATE and UPDATE (its webhooks see an unqueued object under the
+    ``unlabelled-jobs`` overlay, whose Workload it then adopts the same way, and one whose
+    queue name an UPDATE removes)."""
     field = f"metadata.labels[{PREBUILT_WORKLOAD_LABEL}]"
+    value = _prebuilt(new) if adopts_prebuilt(new) else None
     changed: list[str] = []
+    if is_queued(new) and value and old is not None and _prebuilt(old) != value:
+        # Set on CREATE, then immutable (Kueue lets it change while the Job is suspended).
+        changed = [f"{field}: field is immutable (set it when the Job is created)"]
+    elif value:
+        try:
+            check_dns_subdomain(str(value), field)
+        except WorkloadSpecError as exc:
+            changed = [str(exc)]
+    if not is_queued(new):
+        return changed
+    before = _found(old) if isinstance(old, Mapping) and is_queued(old) else {}
     if adopts_prebuilt(new):
-        value = _prebuilt(new)
-        if old is not None and value and _prebuilt(old) != value:
-            # Set on CREATE, then immutable (Kueue lets it change while the Job is suspended).
-            changed = [f"{field}: field is immutable (set it when the Job is created)"]
-        elif value:
-            try:
-                check_dns_subdomain(str(value), field)
-            except WorkloadSpecError as exc:
-                changed = [str(exc)]
         before = {**before, field: ""}
     return changed + [f"{where}: {why}" for where, why in sorted(_found(new).items())
                       if where not in before]

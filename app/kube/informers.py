@@ -29,7 +29,7 @@ import json
 import logging
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from types import MappingProxyType
 
 from app.kube.client import KubeClient, Resource
 from app.kube.errors import ApiError, Backoff, Gone, from_exception, from_status
@@ -341,89 +341,48 @@ class Informer:
                 await asyncio.sleep(delay)
 
 
-class InformerMap(dict[str, Informer]):
-    """Informers by store key (``InformerSet.informers``), in the order they were added, also
-    indexed by the API group and kind of each one's ``store.resource`` (``keys_for``). Every
-    change to the map keeps the index, so finding the stores of one kind costs the size of
-    the answer, not the number of informers (about 30: one per Kueue kind, job kind and side
-    store)."""
-
-    def __init__(self, items: Mapping[str, Informer] | Iterable[tuple[str, Informer]] = ()
-                 ) -> None:
-        super().__init__(items)
-        self._by_kind: dict[tuple[str, str], tuple[str, ...]] = {}
-        self._reindex()
-
-    def _reindex(self) -> None:
-        by_kind: dict[tuple[str, str], list[str]] = {}
-        for key, informer in self.items():
-            res = informer.store.resource
-            by_kind.setdefault((res.group, res.kind), []).append(key)
-        self._by_kind = {k: tuple(keys) for k, keys in by_kind.items()}
-
-    def keys_for(self, group: str, kind: str) -> tuple[str, ...]:
-        """The keys of the informers whose resource is ``group``'s ``kind`` (``""``: the
-        core group), in the map's order; ``()`` when none."""
-        return self._by_kind.get((group, kind), ())
-
-    def __setitem__(self, key: str, informer: Informer) -> None:
-        added = key not in self
-        super().__setitem__(key, informer)
-        if added:  # appended, as the map appends a new key
-            res = informer.store.resource
-            kind = (res.group, res.kind)
-            self._by_kind[kind] = (*self._by_kind.get(kind, ()), key)
-        else:
-            self._reindex()
-
-    # Every other change rebuilds the index (each is rare: set-up and tests).
-    def __delitem__(self, key: str) -> None:
-        super().__delitem__(key)
-        self._reindex()
-
-    def pop(self, key: str, *default: Any) -> Any:
-        out = super().pop(key, *default)
-        self._reindex()
-        return out
-
-    def popitem(self) -> tuple[str, Informer]:
-        out = super().popitem()
-        self._reindex()
-        return out
-
-    def clear(self) -> None:
-        super().clear()
-        self._reindex()
-
-    def update(self, *args: Any, **kwargs: Any) -> None:
-        super().update(*args, **kwargs)
-        self._reindex()
-
-    def setdefault(self, key: str, default: Any = None) -> Any:
-        out = super().setdefault(key, default)
-        self._reindex()
-        return out
-
-    def __ior__(self, other: Any) -> InformerMap:  # type: ignore[override,misc]
-        self.update(other)
-        return self
-
-
 class InformerSet:
-    """A named group of informers run together; ``wait_synced`` is the decision barrier."""
+    """A named group of informers run together; ``wait_synced`` is the decision barrier.
+
+    ``informers``: the informers by store key, in the order they were added, read-only (a
+    view: ``add`` and ``adopt`` are the only changes, so they keep the index by API group and
+    kind that ``keys_for`` reads)."""
 
     def __init__(self) -> None:
-        self.informers: InformerMap = InformerMap()
+        self._informers: dict[str, Informer] = {}
+        self.informers: Mapping[str, Informer] = MappingProxyType(self._informers)
+        # (API group, kind) of each informer's ``store.resource`` -> the keys, in added order.
+        self._by_kind: dict[tuple[str, str], tuple[str, ...]] = {}
         self._tasks: list[asyncio.Task[None]] = []
 
     def add(self, key: str, informer: Informer) -> Informer:
-        self.informers[key] = informer
+        """Add ``informer`` under ``key`` (last in the order); a key added again has its
+        informer replaced, in its place."""
+        replaced = key in self._informers
+        self._informers[key] = informer
+        if replaced:  # rare (nothing in the app does it): rebuild the index
+            self._by_kind = {}
+            for k, inf in self._informers.items():
+                self._index(k, inf)
+        else:
+            self._index(key, informer)
         return informer
+
+    def _index(self, key: str, informer: Informer) -> None:
+        res = informer.store.resource
+        kind = (res.group, res.kind)
+        self._by_kind[kind] = (*self._by_kind.get(kind, ()), key)
+
+    def keys_for(self, group: str, kind: str) -> tuple[str, ...]:
+        """The keys of the informers whose resource is ``group``'s ``kind`` (``""``: the
+        core group), in the added order; ``()`` when none. Costs the size of the answer, not
+        the number of informers (about 30: one per Kueue kind, job kind and side store)."""
+        return self._by_kind.get((group, kind), ())
 
     def adopt(self, key: str, informer: Informer, task: asyncio.Task[None]) -> None:
         """Add an informer already running in ``task`` (started after ``start``, e.g. for a
         CRD installed later); ``stop`` stops it with the others."""
-        self.informers[key] = informer
+        self.add(key, informer)
         self._tasks.append(task)
 
     def __getitem__(self, key: str) -> Informer:

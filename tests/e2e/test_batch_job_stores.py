@@ -57,11 +57,16 @@ def operators(lab: LabHandle) -> Iterator[labmod.Lab]:
 
 @contextmanager
 def pykueue(handle: labmod.Lab, frameworks: list[str] | None = None) -> Iterator[None]:
-    """pykueue restarted (with ``integrations.frameworks`` when given) for the block."""
+    """pykueue restarted (with ``integrations.frameworks`` when given) for the block, and
+    stopped after it (as conftest's ``pykueue_in_lab``): a failing case leaves no pykueue of
+    its own settings serving the next one."""
     labmod.pykueue_down(handle)
     labmod.pykueue_up(handle, extra_env={"PYKUEUE_INTEGRATIONS__FRAMEWORKS": json.dumps(
         frameworks)} if frameworks is not None else None)
-    yield
+    try:
+        yield
+    finally:
+        labmod.pykueue_down(handle)
 
 
 def tenant_job(ns: str, name: str, js: dict[str, Any], labels: dict[str, str]) -> str:

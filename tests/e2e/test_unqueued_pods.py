@@ -6,7 +6,8 @@ overlay; ``hack/render_webhooks.py --unlabelled`` here) and
 flavor's nodeSelector and toleration, one with ``nodeName: a100-0`` and a Deployment's pod
 ran on a100-0 with usage 0. Now they are gated (the ``nodeName`` one refused at create), and
 so are an unlabelled StatefulSet's pods, as one group. Also: a relabelled
-``kueue.x-k8s.io/priority-class`` moves the Workload's priority, pending and admitted."""
+``kueue.x-k8s.io/priority-class`` moves the Workload's priority, pending and admitted; and an
+unqueued Job's ``kueue.x-k8s.io/prebuilt-workload-name`` must be a Workload name."""
 
 from __future__ import annotations
 
@@ -178,3 +179,32 @@ def test_a_relabelled_priority_class_moves_the_workloads_priority(
         lab.kubectl("delete", "namespace", ns, "--wait=false")
         lab.kubectl("delete", "clusterqueue", cq, "--wait=false")
         lab.kubectl("delete", "workloadpriorityclass", *wpcs, "--wait=false")
+
+
+def test_an_unqueued_jobs_prebuilt_label_must_be_a_workload_name(
+        lab: LabHandle, strict_pykueue: labmod.Lab) -> None:
+    """Kueue v0.17.1 checks the label's format (``ValidateLabelAsCRDName``) on every object
+    its webhooks see; here they see unlabelled Jobs, which pykueue manages and whose prebuilt
+    label it follows. Before: only a queued Job's was checked, so an unqueued one naming
+    ``Not_A_Name`` (a valid label value, no Workload name) was stored and waited for a
+    Workload that cannot exist."""
+    ns = f"prebuilt-{uuid.uuid4().hex[:6]}"
+    lab.create_namespace(ns)
+
+    def job(name: str, prebuilt: str) -> str:
+        return json.dumps({
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {
+                "name": name, "namespace": ns,
+                "labels": {"kueue.x-k8s.io/prebuilt-workload-name": prebuilt}},
+            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                                           "containers": [gpu_container(0)]}}}})
+
+    try:
+        r = lab.kubectl("apply", "-f", "-", check=False, input=job("bad", "Not_A_Name"))
+        assert r.returncode != 0 and "prebuilt-workload-name" in r.stderr \
+            and "DNS-1123 subdomain" in r.stderr, r.stderr
+        lab.apply(job("good", "a-workload"))  # a Workload name passes
+        assert lab.get("job", "good", "-n", ns)["metadata"]["labels"][
+            "kueue.x-k8s.io/prebuilt-workload-name"] == "a-workload"
+    finally:
+        lab.kubectl("delete", "namespace", ns, "--wait=false")

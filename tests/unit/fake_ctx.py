@@ -8,18 +8,24 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from app.config import Settings
-from app.kube.informers import InformerMap, Store
+from app.kube.informers import InformerSet, Store
 
 
-class Informers:
-    """Stores by key (``InformerSet``'s ``informers`` and ``store``), nothing watched."""
+class StoreOnly:
+    """An informer's stand-in: its ``store``, nothing watched."""
+
+    def __init__(self, resource: Any) -> None:
+        self.store = Store(resource)
+
+
+class Informers(InformerSet):
+    """An ``InformerSet`` of one ``StoreOnly`` per key (store key -> ``Resource``), in
+    ``keys``' order; a test adds more with ``add``."""
 
     def __init__(self, keys: Mapping[str, Any]) -> None:
-        self.informers = InformerMap(
-            {k: type("I", (), {"store": Store(r)})() for k, r in keys.items()})
-
-    def store(self, key: str) -> Store:
-        return self.informers[key].store
+        super().__init__()
+        for k, r in keys.items():
+            self.add(k, StoreOnly(r))  # type: ignore[arg-type]
 
 
 class FakeCtx:

@@ -42,9 +42,7 @@ def _setup(release: str = "WhenPodsGone", *, pods_watched: bool = True
     sim.submit(workload(f"{NS}/{WL_NAME}").cq("cq").pods(2, gpu=1))
     assert sim.admits(sim.cycle()) == [KEY]
     sim.c.update_workload(sim.c.domain_workload(KEY))  # its admission written (not assumed)
-    jobs, jctx = reconciler()
-    if not pods_watched:
-        del jctx.informers.informers[POD]
+    jobs, jctx = reconciler(pods=pods_watched)
     pods = [pod("job", "train", UID, i, phase="Running", owner_ref=True) for i in range(2)]
     for p in pods:
         if pods_watched:

@@ -97,7 +97,8 @@ def test_a_suspended_job_that_gains_the_label_is_reconciled_with_that_workload_o
     own = _admitted_workload(job)
     job["metadata"]["labels"][PREBUILT] = "job-train-manager"
     ctx, again = _reconciled(job, own)
-    assert ctx.writes == [] and again is not None  # waits for its named Workload
+    # Waits for its named Workload, whose creation queues it (tests/unit/test_prebuilt_wait.py).
+    assert ctx.writes == [] and again is None
     del job["metadata"]["labels"][PREBUILT]
     ctx, _ = _reconciled(job, own)
     assert ("replace", "jobs", "train") in ctx.writes  # started on its own admission

@@ -11,7 +11,8 @@ from app.integrations.batchjob.job import KIND as JOB
 from app.integrations.reconciler import _with_own_class
 from app.kube.client import PRIORITY_CLASSES, WORKLOAD_PRIORITY_CLASSES
 from app.kube.context import PC, WPC
-from tests.unit.test_orphaned_workloads import _Informer, reconciler
+from tests.unit.fake_ctx import StoreOnly
+from tests.unit.test_orphaned_workloads import reconciler
 
 NS = "team-a"
 
@@ -48,8 +49,8 @@ def _copy() -> dict:
 
 def test_a_priority_class_missing_on_the_worker_does_not_unmatch_the_copy():
     rec, ctx = reconciler()
-    ctx.informers.informers[WPC] = _Informer(WORKLOAD_PRIORITY_CLASSES)
-    ctx.informers.informers[PC] = _Informer(PRIORITY_CLASSES)
+    ctx.informers.add(WPC, StoreOnly(WORKLOAD_PRIORITY_CLASSES))  # type: ignore[arg-type]
+    ctx.informers.add(PC, StoreOnly(PRIORITY_CLASSES))  # type: ignore[arg-type]
     assert rec._admission_mismatch(JOB, _job(), _copy()) is None
     # The pod sets still count: a Job asking for more than its copy does not match.
     bigger = _job()

@@ -28,25 +28,13 @@ from app.integrations.kubeflow.kubeflow import PYTORCHJOB, TFJOB
 from app.integrations.reconciler import OWNER_NOT_FOUND, JobReconciler
 from app.kube.client import JOBS, PODS, WORKLOADS
 from app.kube.context import POD, WL
-from app.kube.informers import InformerMap, Store
+from app.kube.informers import Store
 from app.wire.names import JOB_UID_LABEL, PODSET_LABEL
+from tests.unit.fake_ctx import Informers
 
 NS = "team-a"
 KINDS = {"job": (JOB, JOBS), "jobset": (JOBSET, JOBSETS),
          "pytorchjob": (PYTORCHJOB, PYTORCHJOB.resource)}
-
-
-class _Informer:
-    def __init__(self, resource: Any) -> None:
-        self.store = Store(resource)
-
-
-class _Informers:
-    def __init__(self, keys: dict[str, Any]) -> None:
-        self.informers = InformerMap({k: _Informer(r) for k, r in keys.items()})
-
-    def store(self, key: str) -> Store:
-        return self.informers[key].store
 
 
 class _Client:
@@ -67,9 +55,12 @@ class _Recorder:
 
 
 class _Ctx:
-    def __init__(self) -> None:
-        keys = {WL: WORKLOADS, POD: PODS, **{k: r for k, (_, r) in KINDS.items()}}
-        self.informers = _Informers(keys)
+    """``pods``: whether the Pod store is there (False: pods not watched)."""
+
+    def __init__(self, *, pods: bool = True) -> None:
+        keys = {WL: WORKLOADS, **({POD: PODS} if pods else {}),
+                **{k: r for k, (_, r) in KINDS.items()}}
+        self.informers = Informers(keys)
         self.client = _Client()
         self.recorder = _Recorder()
         self.clock = lambda: 1_000_000.0
@@ -81,8 +72,8 @@ class _Ctx:
         pass
 
 
-def reconciler() -> tuple[JobReconciler, _Ctx]:
-    ctx = _Ctx()
+def reconciler(*, pods: bool = True) -> tuple[JobReconciler, _Ctx]:
+    ctx = _Ctx(pods=pods)
     rec = JobReconciler.__new__(JobReconciler)
     rec.ctx, rec.registry = ctx, default_registry()  # type: ignore[assignment]
     return rec, ctx

@@ -96,6 +96,32 @@ async def test_a_jobs_own_prebuilt_workload_label_is_allowed(client) -> None:
     assert (await _decide(client, VALIDATE, review("CREATE", bad)))["allowed"] is False
 
 
+async def test_the_prebuilt_label_must_be_a_workload_name_on_unqueued_objects_too(client) -> None:
+    """Kueue v0.17.1 checks the label's format (``ValidateLabelAsCRDName``) on every object
+    its webhooks see, queued or not; pykueue's see an unqueued one under the unlabelled-jobs
+    overlay (``jobs.manage_jobs_without_queue_name``: its Workload adopted the same way) and
+    one an UPDATE unqueues. Before, only a queued object's was checked."""
+    bad = with_meta(job(queue=None, suspend=True), "labels", PREBUILT_WORKLOAD_LABEL,
+                    "Not_A_Name")
+    for path in (MUTATE, VALIDATE):
+        response = await _decide(client, path, review("CREATE", bad))
+        assert response["allowed"] is False, path
+        assert f"metadata.labels[{PREBUILT_WORKLOAD_LABEL}]" in response["status"]["message"]
+        assert "DNS-1123 subdomain" in response["status"]["message"]
+    queued = with_meta(job(suspend=True), "labels", PREBUILT_WORKLOAD_LABEL, "Not_A_Name")
+    unqueued = review("UPDATE", bad, old=queued)
+    assert (await _decide(client, VALIDATE, unqueued))["allowed"] is False
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+              "metadata": {"labels": {PREBUILT_WORKLOAD_LABEL: "-wl"}}}
+    assert unsupported_errors(None, jobset)
+    # A good name passes unqueued, and the label on a kind that does not adopt it is ignored
+    # there (pykueue acts on it only to refuse it on a queued object).
+    good = with_meta(job(queue=None, suspend=True), "labels", PREBUILT_WORKLOAD_LABEL, "wl-1")
+    assert (await _decide(client, VALIDATE, review("CREATE", good)))["allowed"] is True
+    lws = {**jobset, "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet"}
+    assert unsupported_errors(None, lws) == []
+
+
 async def test_unqueued_objects_elastic_false_and_keys_already_stored_are_allowed(client) -> None:
     tas = with_template_annotation(job(suspend=True), TAS, "rack")
     unqueued = with_template_annotation(job(queue=None), TAS, "rack")
