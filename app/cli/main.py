@@ -248,6 +248,10 @@ def simulate(
         False, "--s2b-priority-guard", help="With --fair-sharing: LessThanInitialShare "
         "evicts no Workload above the preemptor's priority (pykueue's rule, "
         "fair_sharing.s2b_priority_guard; off = Kueue v0.17.1's)."),
+    sticky_preemptor_first: bool = typer.Option(
+        False, "--sticky-preemptor-first", help="With --fair-sharing: a preemptor that "
+        "issued preemptions is admitted before the other heads of its cohort tree "
+        "(pykueue's rule, fair_sharing.sticky_preemptor_first; off = Kueue v0.17.1's)."),
     nominal: list[str] = typer.Option(  # noqa: B008 - typer's idiom
         [], help="What if: CLUSTERQUEUE:FLAVOR:RESOURCE=QUANTITY (repeatable)."),
     requeue_batch: str = typer.Option(
@@ -275,11 +279,14 @@ def simulate(
         batch_s = parse_duration_us(requeue_batch) / 1e6
         if s2b_priority_guard and not fair_sharing:
             raise ValueError("--s2b-priority-guard needs --fair-sharing")
+        if sticky_preemptor_first and not fair_sharing:
+            raise ValueError("--sticky-preemptor-first needs --fair-sharing")
     except (TraceError, ValueError, OSError) as exc:
         typer.echo(f"pykueue simulate: {exc}", err=True)
         raise typer.Exit(code=2) from exc
     gc_policy.apply()
-    fair = FairSharing(s2b_priority_guard=s2b_priority_guard) if fair_sharing else None
+    fair = FairSharing(s2b_priority_guard=s2b_priority_guard,
+                       sticky_preemptor_first=sticky_preemptor_first) if fair_sharing else None
     core = Scheduler(fair, parsed.admission_fair_sharing,
                      requeue_batch_s=batch_s)
     # With fair sharing: each queue's share of its cohort tree against its weighted fair share

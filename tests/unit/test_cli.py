@@ -420,3 +420,26 @@ def test_serve_sets_the_collector_thresholds_before_it_reads_its_settings(
         assert gc.get_threshold() == gc_policy.THRESHOLDS != (700, 10, 10)
     finally:
         gc.set_threshold(*before)
+
+
+def test_simulate_passes_sticky_preemptor_first_to_the_core(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    from app.core import scheduling_cycle
+
+    trace = tmp_path / "s2b.yaml"
+    trace.write_text(S2B_STEP)
+    seen: list[object] = []
+    real = scheduling_cycle.Scheduler.__init__
+
+    def spy(self: object, fair: object, *args: object, **kwargs: object) -> None:
+        seen.append(fair)
+        real(self, fair, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scheduling_cycle.Scheduler, "__init__", spy)
+    for flags, want in (((), False), (("--sticky-preemptor-first",), True)):
+        r = CliRunner().invoke(cli, ["simulate", str(trace), "--fair-sharing", "--json", *flags])
+        assert r.exit_code == 0, r.output
+        assert seen[-1].sticky_preemptor_first is want  # type: ignore[attr-defined]
+    r = CliRunner().invoke(cli, ["simulate", str(trace), "--sticky-preemptor-first"])
+    assert r.exit_code == 2 and "--sticky-preemptor-first needs --fair-sharing" in r.output
