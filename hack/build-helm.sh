@@ -21,6 +21,6 @@ start=$(date +%s)
 echo "helm: building $V"
 # Helm's own Makefile stamps the version this way (internal/version).
 LDF="-s -w -X helm.sh/helm/v4/internal/version.version=$V"
-(cd "$TOOL" && go build -trimpath -ldflags "$LDF" -o "$OUT/helm.tmp" helm.sh/helm/v4/cmd/helm)
-mv "$OUT/helm.tmp" "$OUT/helm"
+(cd "$TOOL" && go build -trimpath -ldflags "$LDF" -o "$OUT/helm.tmp.$$" helm.sh/helm/v4/cmd/helm)
+mv "$OUT/helm.tmp.$$" "$OUT/helm"
 echo "helm: built $V in $(( $(date +%s) - start ))s into $OUT"

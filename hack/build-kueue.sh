@@ -38,13 +38,13 @@ else
   for b in kueue kueuectl minimalkueue runner; do
     if [[ " ${WANT[*]} " == *" $b "* && ! -x "$OUT/$b" ]]; then
       echo "kueue: building $b $V"
-      (cd "$TOOL" && go build -trimpath -ldflags "$LDF" -o "$OUT/$b.tmp" "${PKG[$b]}") && mv "$OUT/$b.tmp" "$OUT/$b"
+      (cd "$TOOL" && go build -trimpath -ldflags "$LDF" -o "$OUT/$b.tmp.$$" "${PKG[$b]}") && mv "$OUT/$b.tmp.$$" "$OUT/$b"
     fi
   done
   if [[ " ${WANT[*]} " == *" checker.test "* && ! -x "$OUT/checker.test" ]]; then
     echo "kueue: building the checker (go test -c) $V"
-    (cd "$TOOL" && go test -c -trimpath -ldflags "-s -w" -o "$OUT/checker.test.tmp" "$PERF/checker") \
-      && mv "$OUT/checker.test.tmp" "$OUT/checker.test"
+    (cd "$TOOL" && go test -c -trimpath -ldflags "-s -w" -o "$OUT/checker.test.tmp.$$" "$PERF/checker") \
+      && mv "$OUT/checker.test.tmp.$$" "$OUT/checker.test"
   fi
   echo "kueue: built in $(( $(date +%s) - start ))s into $OUT"
 fi

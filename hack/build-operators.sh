@@ -94,18 +94,20 @@ spark_home() { # the SPARK_HOME the spark-operator runs spark-submit from (heade
     || { echo "operators: spark $sv needs java and mvn on PATH" >&2; exit 1; }
   start=$(date +%s)
   echo "operators: fetching spark $sv jars"
-  rm -rf "$home.tmp" && mkdir -p "$home.tmp/bin"
+  rm -rf "$home.tmp.$$" && mkdir -p "$home.tmp.$$/bin"
   mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime \
-    -DoutputDirectory="$home.tmp/jars"
-  cat > "$home.tmp/bin/spark-submit" <<'SUBMIT'
+    -DoutputDirectory="$home.tmp.$$/jars"
+  cat > "$home.tmp.$$/bin/spark-submit" <<'SUBMIT'
 #!/usr/bin/env bash
 # spark-submit for the lab (hack/build-operators.sh): Spark's SparkSubmit on the jars beside it.
 SPARK_HOME="$(cd "$(dirname "$0")/.." && pwd)"
 export SPARK_HOME
 exec java ${SPARK_SUBMIT_OPTS:-} -cp "$SPARK_HOME/jars/*" org.apache.spark.deploy.SparkSubmit "$@"
 SUBMIT
-  chmod +x "$home.tmp/bin/spark-submit"
-  rm -rf "$home" && mv "$home.tmp" "$home"
+  chmod +x "$home.tmp.$$/bin/spark-submit"
+  rm -rf "$home"
+  mv -T "$home.tmp.$$" "$home" 2>/dev/null || rm -rf "$home.tmp.$$"
+  [[ -x "$home/bin/spark-submit" ]]
   echo "operators: fetched spark $sv in $(( $(date +%s) - start ))s into $home"
 }
 
@@ -124,12 +126,16 @@ for n in "${names[@]}"; do
   mkdir -p "$out"
   start=$(date +%s)
   echo "operators: building $n $v"
-  (cd "$TOOLS/$n" && go build -trimpath -ldflags "$(ldflags "$n" "$v")" -o "$out/$n.tmp" "${MAIN[$n]}")
+  (cd "$TOOLS/$n" && go build -trimpath -ldflags "$(ldflags "$n" "$v")" -o "$out/$n.tmp.$$" "${MAIN[$n]}")
   dir="$(cd "$TOOLS/$n" && go list -m -f '{{.Dir}}' "${MOD[$n]}")"
-  rm -rf "$out/crds.tmp" && mkdir -p "$out/crds.tmp"
-  for f in ${CRDS[$n]}; do cp "$dir/$f" "$out/crds.tmp/"; done
-  chmod u+w "$out"/crds.tmp/*  # the module cache is read-only
-  rm -rf "$out/crds" && mv "$out/crds.tmp" "$out/crds"
-  mv "$out/$n.tmp" "$out/$n"
+  rm -rf "$out/crds.tmp.$$" && mkdir -p "$out/crds.tmp.$$"
+  for f in ${CRDS[$n]}; do cp "$dir/$f" "$out/crds.tmp.$$/"; done
+  chmod u+w "$out"/crds.tmp.$$/*  # the module cache is read-only
+  # Two builds of one version (two runs on one machine) each write their own .tmp.$$; the
+  # second to finish finds the first's CRDs in place and drops its own copy.
+  rm -rf "$out/crds"
+  mv -T "$out/crds.tmp.$$" "$out/crds" 2>/dev/null || rm -rf "$out/crds.tmp.$$"
+  [[ -d "$out/crds" ]]
+  mv "$out/$n.tmp.$$" "$out/$n"
   echo "operators: built $n $v in $(( $(date +%s) - start ))s into $out"
 done

@@ -32,8 +32,14 @@ QUOTA = 2  # GPUs of the ClusterQueue
 @pytest.fixture(scope="module")
 def operators(lab: LabHandle) -> Iterator[set[str]]:
     with operators_running(lab, ["training-operator", "mpi-operator", "jobset",
-                                 "kuberay"]) as (running, _):
+                                 "kuberay"]) as (running, busy):
+        if busy:
+            _MPI_BUSY.append(busy)
         yield running
+
+
+# Why the mpi-operator was left out (its fixed health port taken by another lab), or empty.
+_MPI_BUSY: list[str] = []
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +147,8 @@ def test_a_preempted_job_being_deleted_under_a_tenants_finalizer_frees_its_quota
     within 90 s, the Running GPU pods never asking more than the queue's 2 GPUs; then
     ``low``'s Workload is deleted (a suspended job being deleted is never started)."""
     operator, resource, manifest, _ = KINDS[kind]
+    if operator == "mpi-operator" and _MPI_BUSY:
+        pytest.skip(_MPI_BUSY[0])
     if operator not in pykueue_with_operators:
         pytest.skip(f"{operator} not built: run `make operators`")
     ns, cq, high = preemptible_queue(lab, f"del-{resource}")
