@@ -817,8 +817,9 @@ def own_running_pods(kind: JobKind, pods: Iterable[Mapping[str, Any]],
     a Job ``obj`` controls, or one its operator made for it, ``runs_pods_through``), which
     the child's own rules stop (``JobReconciler._child``). A pod a tenant gave to a batch Job
     of its own (one a finalizer keeps being deleted, so the Job controller neither deletes
-    nor releases it) is deleted, and so is one whose Job no store holds (the batch Job kind
-    not served, or a Job outside both batch Job informers' selectors): the pod carries
+    nor releases it) is deleted, and so is one whose Job no store holds (a Job that is gone,
+    or the batch Job kind not served and no store of every batch Job, ``OTHER_JOBS``,
+    watched): the pod carries
     ``obj``'s name and podSet labels and is no stored kin's (``pods_once_ignored``), so it
     counts for ``obj``'s quota, and left running it would hold that quota for good."""
     meta = obj.get("metadata") or {}
