@@ -464,15 +464,19 @@ class Sim:
             made.extend(ds)
         raise AssertionError(f"no fixed point after {limit} cycles")
 
+    def finish_evictions(self) -> list[WorkloadKey]:
+        """Let every Workload being evicted stop (its pods gone) now; the keys finished."""
+        evicting = [k for k in self.c.workload_keys() if self.c.workload(k).state == "evicting"]
+        for k in evicting:
+            self.c.finish_eviction(k, self.now)
+        return evicting
+
     def settle_evictions(self, limit: int = 50) -> None:
         """Settle, let every Workload being evicted stop, and repeat until none is."""
         for _ in range(limit):
             self.settle()
-            evicting = [k for k in self.c.workload_keys() if self.c.workload(k).state == "evicting"]
-            if not evicting:
+            if not self.finish_evictions():
                 return
-            for k in evicting:
-                self.c.finish_eviction(k, self.now)
         raise AssertionError(f"still evicting after {limit} rounds")
 
     # -- lookups ---------------------------------------------------------------------------------

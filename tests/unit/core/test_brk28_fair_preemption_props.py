@@ -141,10 +141,10 @@ from tests.builders import Sim, workload  # noqa: E402
 from tests.unit.core.test_hierarchy_properties import _check_quota, jobs, trees  # noqa: E402
 
 
-@PROPS
-@given(trees(), jobs, st.sampled_from([FairSharing(), FairSharing(s2b_priority_guard=True),
-                                       FairSharing((FairSharingStrategy.LESS_THAN_INITIAL_SHARE,))]))
-def test_kueue_default_fair_sharing_keeps_quota_every_cycle(tree, stream, fair):
+def _quota_every_cycle(tree, stream, fair: FairSharing) -> None:
+    """Submit ``stream`` (queue index, cpus, priority) into ``tree`` one Workload at a time,
+    each followed by up to 12 cycles; quota is checked after every cycle and every eviction
+    finishes at once."""
     items, nominal, limits, cqs = tree
     s = Sim(*items, fair_sharing=fair)
     names = sorted(cqs)
@@ -153,11 +153,16 @@ def test_kueue_default_fair_sharing_keeps_quota_every_cycle(tree, stream, fair):
         for _ in range(12):
             ds = s.cycle()
             _check_quota(s, nominal, limits, cqs)
-            for k in s.c.workload_keys():
-                if s.c.workload(k).state == "evicting":
-                    s.c.finish_eviction(k, s.now)
+            s.finish_evictions()
             if not ds:
                 break
+
+
+@PROPS
+@given(trees(), jobs, st.sampled_from([FairSharing(), FairSharing(s2b_priority_guard=True),
+                                       FairSharing((FairSharingStrategy.LESS_THAN_INITIAL_SHARE,))]))
+def test_kueue_default_fair_sharing_keeps_quota_every_cycle(tree, stream, fair):
+    _quota_every_cycle(tree, stream, fair)
 
 
 @st.composite
@@ -175,16 +180,4 @@ def weighted_trees(draw):
 @given(weighted_trees(), jobs, st.sampled_from([FairSharing(), FairSharing(
     (FairSharingStrategy.LESS_THAN_INITIAL_SHARE,))]))
 def test_weighted_fair_sharing_keeps_quota_every_cycle(tree, stream, fair):
-    items, nominal, limits, cqs = tree
-    s = Sim(*items, fair_sharing=fair)
-    names = sorted(cqs)
-    for i, (qi, cpus, prio) in enumerate(stream):
-        s.submit(workload(f"w{i}").cq(names[qi % len(names)]).pods(1, cpu=cpus).priority(prio))
-        for _ in range(12):
-            ds = s.cycle()
-            _check_quota(s, nominal, limits, cqs)
-            for k in s.c.workload_keys():
-                if s.c.workload(k).state == "evicting":
-                    s.c.finish_eviction(k, s.now)
-            if not ds:
-                break
+    _quota_every_cycle(tree, stream, fair)

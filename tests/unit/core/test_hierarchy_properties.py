@@ -76,9 +76,7 @@ def _check_quota(s: Sim, nominal, limits, cqs) -> None:
 def _round(s: Sim) -> list[Decision]:
     """Cycles until nothing changes, then every eviction finishes (a round of settle_evictions)."""
     ds = s.settle()
-    for k in s.c.workload_keys():
-        if s.c.workload(k).state == "evicting":
-            s.c.finish_eviction(k, s.now)
+    s.finish_evictions()
     return ds
 
 
@@ -165,10 +163,7 @@ def test_fair_sharing_never_preempts_a_queue_below_its_share(stream, weights, do
                         if v.reason.value == "InCohortFairSharing":
                             assert before[ClusterQueueName(v.cluster_queue)] >= \
                                 before[d.cluster_queue], (before, d)
-            evicting = [k for k in s.c.workload_keys()
-                        if s.c.workload(k).state == "evicting"]
-            for k in evicting:
-                s.c.finish_eviction(k, s.now)
+            evicting = s.finish_evictions()
             if not ds and not evicting:
                 break
 
