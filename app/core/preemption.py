@@ -390,14 +390,14 @@ class _FairSearch(_Search):
 
         return max(pools, key=descent)
 
-    def shares(self, cq: ClusterQueueName) -> tuple[float, str]:
-        """(the preemptor's share, the node of ``cq``'s side) at the lowest common ancestor
-        of the preemptor's ClusterQueue and ``cq`` (Kueue ``ComputeShares``: the children of
-        that ancestor on each side, the "almost LCAs")."""
+    def shares(self, cq: ClusterQueueName) -> tuple[float, str, float]:
+        """(the preemptor's share, the node of ``cq``'s side, that node's share now) at the
+        lowest common ancestor of the preemptor's ClusterQueue and ``cq`` (Kueue
+        ``ComputeShares``: the children of that ancestor on each side, the "almost LCAs")."""
         mine = self.tree.path_shares(self.p.cluster_queue)
         theirs = self.tree.path_shares(cq)
         a, b = _sides([n for n, _ in mine], [n for n, _ in theirs])
-        return dict(mine)[a], b
+        return dict(mine)[a], b, dict(theirs)[b]
 
     def share_of(self, cq: ClusterQueueName, node: str) -> float:
         return dict(self.tree.path_shares(cq))[node]
@@ -449,8 +449,7 @@ class _FairSearch(_Search):
                 if self.take(pool.pop(0), PreemptionReason.IN_COHORT_RECLAMATION, removed):
                     return True, retry
             else:
-                share, node = self.shares(cq)
-                before = self.share_of(cq, node)
+                share, node, before = self.shares(cq)
                 while pool:
                     c = pool.pop(0)
                     if final:
@@ -482,8 +481,8 @@ class _FairSearch(_Search):
             pool = pools.pop(cq)
             if not self.tree.reclaimable(own, cq, self.need):
                 continue
-            share, node = self.shares(cq)
-            if not share < self.share_of(cq, node):
+            share, _, theirs = self.shares(cq)
+            if not share < theirs:
                 continue
             # s2b_priority_guard: no S2-b victim above the preemptor's priority
             c = next((c for c in pool if not (guard and c.priority > p.priority)), None)
