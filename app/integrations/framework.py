@@ -670,20 +670,28 @@ def killed_in_grace(ctx: Context, kind: JobKind, pod: Mapping[str, Any], name: s
     return grace <= longest
 
 
+def own_stored(ctx: Context | None, kind: JobKind, pod: Mapping[str, Any],
+               name: str) -> Mapping[str, Any] | None:
+    """``kind``'s stored object ``name`` in ``pod``'s namespace, or None (not stored, the
+    kind's store not watched, or no ``ctx``)."""
+    if ctx is None or kind.key not in ctx.informers.informers:  # type: ignore[attr-defined]
+        return None
+    meta = pod.get("metadata") or {}
+    return ctx.store(kind.key).get(  # type: ignore[attr-defined]
+        f"{meta.get('namespace', '')}/{name}")
+
+
 def counts_unless_idle(ctx: Context | None, kind: JobKind, pod: Mapping[str, Any], name: str,
+                       obj: Mapping[str, Any] | None,
                        idle: Callable[[Mapping[str, Any]], bool]) -> bool:
     """For a ``selects_own_pod``: whether ``pod``, controlled by ``kind``'s object ``name``
-    itself, counts while the stored object is in a state in which its operator deletes (and
-    makes) no pod of it until it is resumed (``idle(obj)`` true; its operator deleted every
-    pod of it before entering it): then only while it is being deleted, within the grace
-    period its Workload allows (``killed_in_grace``), as a pod made afterwards is a
-    tenant's that nothing deletes. True in any other state, and when the object is not
-    stored (or no ``ctx``: the garbage collector deletes the pods of a gone owner)."""
-    meta = pod.get("metadata") or {}
-    obj = None
-    if ctx is not None and kind.key in ctx.informers.informers:  # type: ignore[attr-defined]
-        obj = ctx.store(kind.key).get(  # type: ignore[attr-defined]
-            f"{meta.get('namespace', '')}/{name}")
+    itself (``obj``: as stored, ``own_stored``), counts while that object is in a state in
+    which its operator deletes (and makes) no pod of it until it is resumed (``idle(obj)``
+    true; its operator deleted every pod of it before entering it): then only while it is
+    being deleted, within the grace period its Workload allows (``killed_in_grace``), as a
+    pod made afterwards is a tenant's that nothing deletes. True in any other state, and when
+    the object is not stored (or no ``ctx``: the garbage collector deletes the pods of a
+    gone owner)."""
     if obj is None or not idle(obj):
         return True
     return ctx is not None and killed_in_grace(

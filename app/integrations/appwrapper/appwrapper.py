@@ -52,7 +52,12 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.multikueue import APPWRAPPER
 from app.integrations.crdrules import CrdRules
-from app.integrations.framework import controlled_by, counts_unless_idle, stored_controller
+from app.integrations.framework import (
+    controlled_by,
+    counts_unless_idle,
+    own_stored,
+    stored_controller,
+)
 from app.integrations.podsets import (
     mark_started,
     merged_node_selector,
@@ -299,7 +304,8 @@ class AppWrapper(TemplatedKind):
         the grace period its Workload allows (``killed_in_grace``): a tenant's pod made
         afterwards, kept Pending by a nodeSelector no node has, would hold the evicted
         Workload's quota for good (``counts_unless_idle``)."""
-        return counts_unless_idle(ctx, self, pod, name, suspended_by_controller)
+        return counts_unless_idle(ctx, self, pod, name, own_stored(ctx, self, pod, name),
+                                  suspended_by_controller)
 
     def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """The batch Jobs its controller makes: a Job component (by its name) with its

@@ -56,6 +56,7 @@ from app.integrations.framework import (
     controller_uid,
     counts_unless_idle,
     label_queue_name,
+    own_stored,
     pods_of,
 )
 from app.integrations.podsets import strip_admission
@@ -973,7 +974,8 @@ class RayCluster(_RayKind):
         being deleted, within the grace period its Workload allows (``killed_in_grace``): a
         tenant's pod made afterwards, kept Pending by a nodeSelector no node has, would hold
         the evicted Workload's quota for good (``counts_unless_idle``)."""
-        return counts_unless_idle(ctx, self, pod, name, suspended_by_kuberay)
+        return counts_unless_idle(ctx, self, pod, name, own_stored(ctx, self, pod, name),
+                                  suspended_by_kuberay)
 
     def queue_name(self, obj: Mapping[str, Any]) -> str:  # type: ignore[override]
         """The queue label, except on a cluster a RayJob or RayService controls."""

@@ -55,7 +55,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.integrations.crdrules import CrdRules
-from app.integrations.framework import killed_in_grace
+from app.integrations.framework import counts_unless_idle, own_stored
 from app.integrations.podsets import (
     apply_record,
     inject_template,
@@ -322,9 +322,7 @@ class SparkApplication(TemplatedKind):
         its Workload allows (``killed_in_grace``). The application not stored (or no
         ``ctx``): any name (the garbage collector deletes the pods of a gone owner)."""
         meta = pod.get("metadata") or {}
-        app = None
-        if ctx is not None and self.key in ctx.informers.informers:
-            app = ctx.store(self.key).get(f"{meta.get('namespace', '')}/{name}")
+        app = own_stored(ctx, self, pod, name)
         if app is None:
             return True
         status = app.get("status") or {}
@@ -334,10 +332,7 @@ class SparkApplication(TemplatedKind):
                  or str(conf.get("spark.kubernetes.driver.pod.name") or "") or f"{name}-driver")
         if meta.get("name") not in {named, (status.get("driverInfo") or {}).get("podName")}:
             return False
-        if ((status.get("applicationState") or {}).get("state")) != "SUSPENDED":
-            return True
-        return ctx is not None and killed_in_grace(
-            ctx, self, pod, name, str((app.get("metadata") or {}).get("uid", "")))
+        return counts_unless_idle(ctx, self, pod, name, app, _suspended)
 
     def _running(self, obj: Mapping[str, Any]) -> bool:
         state = (obj.get("status") or {}).get("applicationState") or {}
@@ -425,3 +420,10 @@ class SparkApplication(TemplatedKind):
 
 
 KIND = SparkApplication()
+
+
+def _suspended(app: Mapping[str, Any]) -> bool:
+    """Whether the SparkApplication ``app`` is in state ``SUSPENDED``: spark-operator v2.5.0
+    sets it once it has asked for the driver's deletion, and deletes no pod again until the
+    application is resumed."""
+    return ((app.get("status") or {}).get("applicationState") or {}).get("state") == "SUSPENDED"
