@@ -127,6 +127,16 @@ def job_controller_stopped(lab: LabHandle) -> Iterator[None]:
         wait_for(lambda: labmod._pid(handle, KCM), 30, f"{KCM} running again")
 
 
+def assert_pykueue_deleted(deleted: list[dict[str, Any]], pods: int) -> None:
+    """pykueue's ``DeletedPods`` Events on the Job name between 1 and ``pods`` pods in all:
+    one reconcile may see one pod and the next the other (two Events), and an Event with the
+    same reason and message within the recorder's dedupe window is dropped, so the sum is a
+    lower bound; that the pods are gone is checked by the caller."""
+    counts = [int(e["message"].split(" pod(s) deleted", 1)[0]) for e in deleted
+              if " pod(s) deleted" in e["message"]]
+    assert counts and 1 <= sum(counts) <= pods, [e["message"] for e in deleted]
+
+
 def test_a_preempted_job_being_deleted_under_a_tenants_finalizer_has_its_pods_deleted(
         lab: LabHandle, pykueue_in_lab: object) -> None:
     """A 2-GPU ClusterQueue that preempts lower priorities within it: Job ``low`` (priority 0,
@@ -177,8 +187,7 @@ def test_a_preempted_job_being_deleted_under_a_tenants_finalizer_has_its_pods_de
         deleted = [e for e in events(lab, ns, "DeletedPods")
                    if e["involvedObject"].get("kind") == "Job"
                    and e["involvedObject"].get("name") == "low"]
-        assert len(deleted) == 1 and deleted[0]["message"].startswith("2 pod(s) deleted"), \
-            deleted
+        assert_pykueue_deleted(deleted, 2)
         # The Job stays (the tenant's finalizer), suspended, and makes no pod again.
         job = lab.get("job", "low", "-n", ns)
         assert job["spec"]["suspend"] is True and job["metadata"]["finalizers"] == [HOLD]
@@ -242,7 +251,7 @@ def test_a_job_suspended_then_deleted_before_the_job_controller_acted_has_its_po
                  "low's pods gone")
         deleted = [e for e in events(lab, ns, "DeletedPods")
                    if e["involvedObject"].get("name") == "low"]
-        assert deleted and deleted[0]["message"].startswith("2 pod(s) deleted"), deleted
+        assert_pykueue_deleted(deleted, 2)
     finally:
         clean_up(lab, ns, cq, high)
 
