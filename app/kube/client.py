@@ -14,6 +14,7 @@ Connection: ``ClientSettings.kubeconfig`` if set; otherwise in-cluster (service 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
 from collections import deque
@@ -32,6 +33,7 @@ from yarl import URL
 from app.config import ClientSettings
 from app.kube.errors import (
     ApiError,
+    Permanent,
     Retryable,
     Throttled,
     from_exception,
@@ -516,10 +518,30 @@ _decode = msgspec.json.Decoder().decode  # plain dicts, lists, str, int, float, 
 
 def _encode(body: Any) -> bytes | None:
     """The request body as JSON bytes (``None``: no body; ``bytes`` as given). Bodies are
-    plain JSON values (objects as the API server sent them or built as dicts)."""
+    plain JSON values (objects as the API server sent them or built as dicts).
+
+    Raises ``Permanent`` (400 ``BadRequest``) for a NaN or infinite float, which JSON cannot
+    hold: msgspec writes it as ``null``, and in a merge patch ``null`` deletes the field, so
+    a NaN would silently remove what it meant to set (``json.dumps`` wrote ``NaN``, which the
+    API server refuses with 400)."""
     if body is None or isinstance(body, bytes):
         return body
-    return _encoder.encode(body)
+    data = _encoder.encode(body)
+    if b"null" in data and _non_finite(body):
+        raise Permanent(400, "BadRequest", "the request body holds a NaN or infinite number, "
+                        "which JSON cannot represent")
+    return data
+
+
+def _non_finite(value: Any) -> bool:
+    """Whether ``value`` (a plain JSON value) holds a float that is NaN or infinite."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_non_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_non_finite(v) for v in value)
+    return False
 
 
 def _decode_body(status: int, data: bytes) -> Any:
