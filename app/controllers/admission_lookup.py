@@ -25,6 +25,7 @@ from app.integrations.framework import (
     KindDefaults,
     Registry,
     child_share,
+    controller_uid,
     lookup,
     stored_ancestor,
 )
@@ -173,6 +174,24 @@ class StoreAdmissionLookup:
                 if pods is not None:
                     return f"{kind_.kind} {namespace}/{meta.get('name')}", pods
         return None
+
+    def wrapping_controller(self, obj: Obj) -> tuple[str, Obj] | None:
+        """The queued object that controls apps/v1 ``obj`` (a Deployment or StatefulSet as
+        reviewed; its controller ownerReference, uid included, names it: the managed
+        ancestor its pods run under, ``stored_ancestor``) and wraps such objects
+        (``KindDefaults.wrapped_replicas``: an AppWrapper), as (``"<Kind> <namespace>/<name>"``,
+        the object as stored); None when none does, or unknown (not synced, no registry)."""
+        if not self.ctx.synced or self.registry is None:
+            return None
+        found = stored_ancestor(self.ctx, self.registry, obj)
+        if found is None:
+            return None
+        kind_, parent = found
+        meta = parent.get("metadata") or {}
+        if getattr(type(kind_), "wrapped_replicas", None) is KindDefaults.wrapped_replicas \
+                or meta.get("uid") != controller_uid(obj):
+            return None  # wraps nothing, or a queued ancestor above obj's controller
+        return f"{kind_.kind} {meta.get('namespace')}/{meta.get('name')}", parent
 
     def namespace_managed(self, namespace: str) -> bool | None:
         """Whether Jobs of ``namespace`` are managed (``settings.jobs``

@@ -142,24 +142,21 @@ def test_a_wrapped_deployments_pods_cannot_ask_for_more_gpus_than_admitted(
     _bound_gpus_stay_one(lab, ns)
 
 
-@pytest.mark.xfail(strict=True, reason="open (breaker14): a wrapped Deployment deleted and "
-                   "re-created by the tenant with the AppWrapper as controller is reviewed by "
-                   "no webhook (UPDATE only): 3 GPUs bound on an admission of 1 for 45 s and "
-                   "more, the AppWrapper still Running")
 def test_a_wrapped_deployment_recreated_with_more_replicas_runs_no_more_gpus(
         lab: LabHandle, wrapped: tuple[str, tuple[str, str]]) -> None:
     """The tenant deletes the wrapped Deployment and creates one of the same name, labels
     and spec but 3 replicas, with a controller ownerReference to the AppWrapper (its pods
-    then have the AppWrapper as queued ancestor, so nothing gates them). Seen: 3 one-GPU
-    pods bound on an admission of 1, held for the 45 s watched; the AppWrapper controller
-    neither noticed nor reset. Closing it needs a CREATE review of the wrapped kinds without
-    objectSelector (the label is the tenant's to leave out) or the reconciler holding an
-    AppWrapper's Deployment to its podSet, as it holds a wrapped Job's parallelism."""
+    then have the AppWrapper as queued ancestor, so nothing gates them). Before: no webhook
+    reviewed the create (UPDATE only, selected by the label the tenant may leave out): 3
+    one-GPU pods bound on an admission of 1, held for the 45 s watched, the AppWrapper
+    controller neither noticing nor resetting. Now: a Deployment or StatefulSet created
+    with (or given) an AppWrapper as controller is reviewed (``vappwrapper-wrapped-owned``,
+    selected by the ownerReference) and refused beyond the component's podSet."""
     ns, tenant = wrapped
     old = lab.get("deployment", "dep-d", "-n", ns)
     aw = lab.get("appwrapper", "dep", "-n", ns)
     lab.kubectl(*tenant, "delete", "deployment", "dep-d", "-n", ns, "--wait=true")
-    lab.kubectl(*tenant, "create", "-f", "-", input=json.dumps({
+    r = lab.kubectl(*tenant, "create", "-f", "-", input=json.dumps({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "dep-d", "namespace": ns,
                      "labels": old["metadata"].get("labels") or {},
@@ -167,7 +164,38 @@ def test_a_wrapped_deployment_recreated_with_more_replicas_runs_no_more_gpus(
                                           "kind": "AppWrapper", "name": "dep",
                                           "uid": aw["metadata"]["uid"], "controller": True}]},
         "spec": {**old["spec"], "replicas": 3}}), check=False)
-    _bound_gpus_stay_one(lab, ns)
+    assert r.returncode != 0 and "3 would run pods no quota covers" in r.stderr, r.stderr
+    assert not lab.get("deployments", "-n", ns)["items"]
+
+
+def test_an_appwrapper_cannot_be_made_the_controller_of_a_bigger_deployment(
+        lab: LabHandle, wrapped: tuple[str, tuple[str, str]]) -> None:
+    """The same forgery in two steps: the tenant creates Deployment ``dep-x`` with no owner
+    and no AppWrapper label (no AppWrapper webhook looks at it), then patches in a
+    controller ownerReference to the AppWrapper, which wraps no ``dep-x``. Refused: the
+    update that adds the reference is reviewed (``vappwrapper-wrapped-owned``, selected by
+    the reference) as its create would be. 0 replicas, so no pod runs meanwhile."""
+    ns, tenant = wrapped
+    old = lab.get("deployment", "dep-d", "-n", ns)
+    uid = lab.get("appwrapper", "dep", "-n", ns)["metadata"]["uid"]
+    template = {"metadata": {"labels": {"app": "x"}},
+                "spec": old["spec"]["template"]["spec"]}
+    lab.kubectl(*tenant, "create", "-f", "-", input=json.dumps({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "dep-x", "namespace": ns},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "x"}},
+                 "template": template}}))
+    try:
+        ref = {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+               "name": "dep", "uid": uid, "controller": True}
+        r = lab.kubectl(*tenant, "patch", "deployment", "dep-x", "-n", ns, "--type=merge",
+                        "-p", json.dumps({"metadata": {"ownerReferences": [ref]}}),
+                        check=False)
+        assert r.returncode != 0 and "which wraps no Deployment of that name" in r.stderr, \
+            r.stderr
+        assert not lab.get("deployment", "dep-x", "-n", ns)["metadata"].get("ownerReferences")
+    finally:
+        lab.kubectl("delete", "deployment", "dep-x", "-n", ns, "--wait=false", check=False)
 
 
 def test_a_raycluster_forged_under_a_queued_rayjob_runs_no_worker(

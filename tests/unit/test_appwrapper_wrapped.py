@@ -153,3 +153,128 @@ async def test_the_pod_template_of_a_wrapped_object_stays() -> None:
     assert (await decide(object_review(old, new, CONTROLLER), appwrapper()))["allowed"] is True
     assert (await decide(object_review(old, new)))["allowed"] is True
     assert (await decide(object_review(old, old), appwrapper()))["allowed"] is True
+
+
+# --------------------------------------------------- objects that become an AppWrapper's
+
+AW_UID = "aw-uid"
+
+
+def queued_appwrapper(replicas: int = 1, gpus: str = "1", **name: str) -> dict[str, Any]:
+    """``appwrapper`` (AppWrapper research/dep wrapping Deployment ``dep-d``) with a uid and
+    a component pod template of one container requesting ``gpus`` GPUs; ``name``:
+    ``generateName=...`` for the component's name instead."""
+    aw = appwrapper(replicas=replicas)
+    aw["metadata"]["uid"] = AW_UID
+    tpl = aw["spec"]["components"][1]["template"]
+    tpl["spec"]["template"] = gpu_template(gpus)
+    if name:
+        tpl["metadata"] = dict(name)
+    return aw
+
+
+def owned(replicas: int, gpus: str = "1", name: str = "dep-d", uid: str = AW_UID,
+          labelled: bool = False) -> dict[str, Any]:
+    """Deployment ``name`` as the API server hands it to the webhook: controlled by the
+    AppWrapper (``uid``), its pod template as the AppWrapper controller would make it (its
+    label, the admission's podset label and nodeSelector, defaults)."""
+    template = gpu_template(gpus)
+    template["metadata"] = {"labels": {"workload.codeflare.dev/appwrapper": "dep",
+                                       "kueue.x-k8s.io/podset": "dep-1"}}
+    template["spec"].update(nodeSelector={"gpu": "a100"}, restartPolicy="Always",
+                            dnsPolicy="ClusterFirst")
+    template["spec"]["containers"][0].update(imagePullPolicy="Always",
+                                             terminationMessagePath="/dev/termination-log")
+    labels = {"workload.codeflare.dev/appwrapper": "dep"} if labelled else {}
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "research", "labels": labels,
+                         "ownerReferences": [{
+                             "apiVersion": "workload.codeflare.dev/v1beta2",
+                             "kind": "AppWrapper", "name": "dep", "uid": uid,
+                             "controller": True, "blockOwnerDeletion": True}]},
+            "spec": {"replicas": replicas, "template": template}}
+
+
+def unowned(replicas: int) -> dict[str, Any]:
+    dep = owned(replicas)
+    del dep["metadata"]["ownerReferences"]
+    return dep
+
+
+def create_review(obj: dict[str, Any], user: str = "alice",
+                  resource: str = "deployments") -> dict[str, Any]:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u1", "operation": "CREATE",
+                        "name": obj["metadata"]["name"], "namespace": "research",
+                        "resource": {"group": "apps", "version": "v1", "resource": resource},
+                        "subResource": "", "userInfo": {"username": user}, "object": obj}}
+
+
+async def test_a_deployment_created_under_the_appwrapper_with_more_replicas_is_refused() -> None:
+    """breaker14: the wrapped Deployment deleted and created again, by the tenant, with 3
+    replicas and the AppWrapper as controller (its pods then run on the AppWrapper's
+    admission of 1)."""
+    resp = await decide(create_review(owned(3, labelled=True)), queued_appwrapper())
+    assert resp["allowed"] is False
+    assert "Deployment research/dep-d is wrapped by AppWrapper research/dep, whose Workload " \
+        "was sized for 1 of its pods; 3 would run" in resp["status"]["message"]
+
+
+async def test_a_deployment_created_under_the_appwrapper_with_bigger_pods_is_refused() -> None:
+    resp = await decide(create_review(owned(1, gpus="2")), queued_appwrapper())
+    assert resp["allowed"] is False
+    message = resp["status"]["message"]
+    assert "spec.template: Deployment research/dep-d is controlled by AppWrapper " \
+        "research/dep" in message and "'nvidia.com/gpu': 2" in message
+
+
+async def test_an_object_the_appwrapper_does_not_wrap_cannot_be_put_under_it() -> None:
+    for obj, resource in ((owned(1, name="other"), "deployments"),
+                          ({**owned(1), "kind": "StatefulSet"}, "statefulsets")):
+        resp = await decide(create_review(obj, resource=resource), queued_appwrapper())
+        assert resp["allowed"] is False
+        assert "which wraps no" in resp["status"]["message"]
+
+
+async def test_the_appwrapper_controllers_own_create_passes() -> None:
+    """The component as appwrapper v1.2.0 creates it: labelled, the podSetInfos applied,
+    defaulted; a generateName component (its name not recorded yet) too."""
+    user = "system:serviceaccount:appwrapper-system:appwrapper-controller-manager"
+    assert (await decide(create_review(owned(1, labelled=True), user),
+                               queued_appwrapper()))["allowed"] is True
+    assert (await decide(create_review(owned(2), user),
+                               queued_appwrapper(replicas=2)))["allowed"] is True
+    assert (await decide(create_review(owned(1, name="dep-x7k2p"), user),
+                               queued_appwrapper(generateName="dep-")))["allowed"] is True
+
+
+@pytest.mark.parametrize(("sent", "appwrappers"), [
+    pytest.param(create_review(unowned(3)), (queued_appwrapper(),),
+                 id="a tenant's Deployment of no AppWrapper"),
+    pytest.param(create_review(owned(3, uid="other")), (queued_appwrapper(),),
+                 id="a reference to another uid (no managed ancestor; the GC deletes it)"),
+    pytest.param(create_review(owned(3)), (), id="an AppWrapper pykueue does not hold"),
+    pytest.param(create_review(owned(3)), ({**queued_appwrapper(), "metadata": {
+        "name": "dep", "namespace": "research", "uid": AW_UID}},),
+        id="an AppWrapper without a queue name"),
+    pytest.param(create_review(owned(3), CONTROLLER), (queued_appwrapper(),),
+                 id="pykueue itself"),
+])
+async def test_other_creates_pass(sent: dict[str, Any],
+                                  appwrappers: tuple[dict[str, Any], ...]) -> None:
+    assert (await decide(sent, *appwrappers))["allowed"] is True
+
+
+async def test_the_appwrapper_as_controller_added_by_an_update_is_reviewed_as_a_create() -> None:
+    """A Deployment of 3 created unowned (and unlabelled: no webhook selected it), then given
+    the AppWrapper as controller: refused as its create would be; an update that keeps the
+    reference keeps the update rules."""
+    resp = await decide(object_review(unowned(3), owned(3)), queued_appwrapper())
+    assert resp["allowed"] is False and "3 would run" in resp["status"]["message"]
+    assert (await decide(object_review(unowned(1), owned(1)),
+                               queued_appwrapper()))["allowed"] is True
+    assert (await decide(object_review(owned(1), owned(1)),
+                               queued_appwrapper()))["allowed"] is True
+    resp = await decide(object_review(owned(1), owned(3)), queued_appwrapper())
+    assert resp["allowed"] is False
+    assert resp["status"]["message"].count("3 would run") == 1

@@ -48,6 +48,9 @@ WEBHOOKS = {
     ("ValidatingWebhookConfiguration", "vappwrapper-wrapped.pykueue.io"):
         ("/validate-apps-v1-appwrapper-wrapped", ["UPDATE"],
          (["apps"], ["v1"], ["deployments", "statefulsets"])),
+    ("ValidatingWebhookConfiguration", "vappwrapper-wrapped-owned.pykueue.io"):
+        ("/validate-apps-v1-appwrapper-wrapped", ["CREATE", "UPDATE"],
+         (["apps"], ["v1"], ["deployments", "statefulsets"])),
     ("ValidatingWebhookConfiguration", "vappwrapper-wrapped-scale.pykueue.io"):
         ("/validate-apps-v1-appwrapper-wrapped", ["UPDATE"],
          (["apps"], ["v1"], ["deployments/scale", "statefulsets/scale"])),
@@ -114,6 +117,12 @@ def test_webhook_configurations_follow_the_contract(template: str) -> None:
         elif webhook["name"] == "vappwrapper-wrapped.pykueue.io":  # the controller's label
             assert webhook["objectSelector"] == {"matchExpressions": [
                 {"key": "workload.codeflare.dev/appwrapper", "operator": "Exists"}]}
+        elif webhook["name"] == "vappwrapper-wrapped-owned.pykueue.io":
+            # The AppWrapper as controller (breaker14), whatever the labels: the creator's
+            # to leave out.
+            assert "objectSelector" not in webhook
+            assert [c["name"] for c in webhook["matchConditions"]] == [
+                "controlled-by-an-appwrapper", "create-or-unlabelled"]
         elif webhook["name"] == "vpodowner.pykueue.io":  # every pod of an admitted job
             assert webhook["objectSelector"] == {
                 "matchExpressions": [{"key": "kueue.x-k8s.io/podset", "operator": "Exists"}]

@@ -191,21 +191,39 @@ def component_pod_sets(aw: Mapping[str, Any]) -> list[tuple[int, str, int]]:
     return out
 
 
-def wrapped_replicas(aw: Mapping[str, Any], kind: str, name: str) -> int | None:
-    """The pods (count) ``aw``'s podSet gives the apps/v1 ``kind`` (``Deployment`` or
-    ``StatefulSet``) it wraps under ``name``: the component's podSet ``replicas`` (declared,
-    else the template's ``spec.replicas``, default 1); None when ``aw`` wraps no such object
-    or its components are unreadable (it is then not admitted either)."""
+def wrapped_component(aw: Mapping[str, Any], kind: str, name: str
+                      ) -> tuple[int, Mapping[str, Any]] | None:
+    """The apps/v1 ``kind`` (``Deployment`` or ``StatefulSet``) component of ``aw`` that its
+    controller creates under ``name``, as (its podSet's pods, count: the declared
+    ``replicas``, else the template's ``spec.replicas``, default 1; the component's object
+    template as written in ``aw``); None when ``aw`` wraps no such object or its components
+    are unreadable (it is then not admitted either). A component named by
+    ``metadata.generateName`` whose name the controller has not recorded yet
+    (``status.componentStatus``) is any ``name`` with that prefix: the controller records
+    the generated name only once its create has been let through."""
     try:
         pods = {(i, p): r for i, p, r in component_pod_sets(aw)}
         for i, comp in enumerate(components(aw)):
             tpl = comp["template"]
-            if (tpl.get("apiVersion"), tpl.get("kind")) == ("apps/v1", kind) \
-                    and _component_name(aw, i) == name:
-                return pods.get((i, "template.spec.template"))
+            if (tpl.get("apiVersion"), tpl.get("kind")) != ("apps/v1", kind):
+                continue
+            own = _component_name(aw, i)
+            prefix = (tpl.get("metadata") or {}).get("generateName")
+            if own == name or not own and isinstance(prefix, str) and prefix \
+                    and name.startswith(prefix):
+                count = pods.get((i, "template.spec.template"))
+                return None if count is None else (count, tpl)
     except WorkloadSpecError:
         return None
     return None
+
+
+def wrapped_replicas(aw: Mapping[str, Any], kind: str, name: str) -> int | None:
+    """The pods (count) ``aw``'s podSet gives the apps/v1 ``kind`` (``Deployment`` or
+    ``StatefulSet``) it wraps under ``name`` (``wrapped_component``); None when ``aw`` wraps
+    no such object or its components are unreadable."""
+    found = wrapped_component(aw, kind, name)
+    return None if found is None else found[0]
 
 
 def with_pod_set_infos(aw: Mapping[str, Any], infos: list[list[Obj]] | None) -> Obj:

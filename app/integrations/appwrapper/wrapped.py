@@ -13,8 +13,19 @@ is fixed for the AppWrapper's life. So is what each pod asks for: a change of th
 object's pod template (``spec.template``: a larger GPU request, another node's selector) is
 refused, and so is removing or changing its ``workload.codeflare.dev/appwrapper`` label,
 which the object webhook's objectSelector needs to see the next update (breaker14: the label
-dropped in one patch, the replicas raised in the next, unseen). Goes beyond Kueue v0.17.1,
-whose AppWrapper integration leaves the wrapped objects to the AppWrapper controller.
+dropped in one patch, the replicas raised in the next, unseen).
+
+An object that becomes controlled by a queued AppWrapper (created with the controller
+ownerReference, or given it in an update; webhook ``vappwrapper-wrapped-owned``, selected by
+that reference, since the label is the creator's to leave out) runs its pods under the
+AppWrapper's admission, its managed ancestor. So it must be the component the AppWrapper
+controller creates (``joined_object_errors``): one of that kind and name, no more replicas
+than its podSet, pods asking for what the component's pods ask for (breaker14: the wrapped
+Deployment deleted and created again with 3 replicas under the AppWrapper, unseen by the
+UPDATE review). The controller's own create is that component and passes.
+
+Goes beyond Kueue v0.17.1, whose AppWrapper integration leaves the wrapped objects to the
+AppWrapper controller.
 """
 
 from __future__ import annotations
@@ -22,7 +33,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from app.integrations.appwrapper.appwrapper import APPWRAPPER_LABEL
+from app.integrations.appwrapper.appwrapper import APPWRAPPER_LABEL, wrapped_component
+from app.integrations.framework import controller_uid
 from app.integrations.statefulset.webhook_rules import replicas, scale_replicas
 from app.integrations.webhook_toolkit import (
     ALLOW,
@@ -33,6 +45,8 @@ from app.integrations.webhook_toolkit import (
     refused,
     reviewed_objects,
 )
+from app.wire.fields import WorkloadSpecError
+from app.wire.podtemplate import pod_requests
 
 if TYPE_CHECKING:
     from app.models.admissionreview import AdmissionRequest
@@ -82,10 +96,56 @@ def wrapped_object_errors(kind: str, name: str, old: Mapping[str, Any], new: Map
     return errors
 
 
+def _pod_requests(template: Any) -> dict[str, int] | str:
+    """Per-pod requests of a pod template (``pod_requests``), or why they are unreadable."""
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    try:
+        return dict(pod_requests(spec if isinstance(spec, Mapping) else {},
+                                 field="spec.template.spec"))
+    except WorkloadSpecError as e:
+        return str(e)
+
+
+def joined_object_errors(kind: str, name: str, obj: Mapping[str, Any],
+                         wrapper: tuple[str, Mapping[str, Any]] | None, username: str,
+                         policy: WebhookPolicy) -> list[str]:
+    """Errors for apps/v1 ``kind`` ``name`` (``namespace/name``, for the messages; ``obj``,
+    as created or updated) becoming controlled by ``wrapper`` (``(<"AppWrapper ns/name">,
+    the AppWrapper as stored)``; None: no queued AppWrapper controls it): created with the
+    controller ownerReference, or given it (or another one) by an update. Its pods then run
+    under the AppWrapper's admission, so it must be the component the AppWrapper controller
+    creates (``wrapped_component``): of that kind and name, with no more ``spec.replicas``
+    than its podSet (counts), and pods that ask for what the component's ask for (per-pod
+    requests as Kubernetes computes them, ``pod_requests``; the template itself is not
+    compared: the controller adds labels, nodeSelector, tolerations, scheduling gates,
+    schedulerName and affinities to it, and the API server its defaults). ``[]`` to allow;
+    pykueue's own writes (``policy.controller_usernames``) are allowed."""
+    if wrapper is None or username in policy.controller_usernames:
+        return []
+    owner, aw = wrapper
+    found = wrapped_component(aw, kind, str((obj.get("metadata") or {}).get("name", "")))
+    if found is None:
+        return [f"metadata.ownerReferences: {kind} {name} names {owner} as its controller, "
+                f"which wraps no {kind} of that name: its pods would run on that AppWrapper's "
+                "admission with no quota of their own"]
+    allowed, component = found
+    errors = wrapped_replicas_errors(kind, name, 0, replicas(obj), (owner, allowed),
+                                     username, policy)
+    want = _pod_requests((component.get("spec") or {}).get("template"))
+    have = _pod_requests((obj.get("spec") or {}).get("template"))
+    if have != want:
+        errors.append(f"spec.template: {kind} {name} is controlled by {owner}, whose Workload "
+                      f"was sized for pods requesting {want}; these would request {have} "
+                      "(milli-CPU, bytes, counts; delete and re-create the AppWrapper to "
+                      "change them)")
+    return errors
+
+
 def _decide(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
     resource = req.resource
-    if req.operation != "UPDATE" or resource is None or resource.group != "apps" \
-            or req.sub_resource not in ("", "scale"):
+    if req.operation not in ("CREATE", "UPDATE") or resource is None \
+            or resource.group != "apps" or req.sub_resource not in ("", "scale") \
+            or req.operation == "CREATE" and req.sub_resource:
         return ALLOW
     kind = WRAPPED_KINDS.get(resource.resource)
     if kind is None or (env.settings is not None
@@ -95,15 +155,25 @@ def _decide(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
     def count(obj: Mapping[str, Any]) -> int:
         return scale_replicas(obj, "spec") if req.sub_resource else replicas(obj)
     old, new = reviewed_objects(req, count)
-    assert old is not None
+    meta = new.get("metadata") or {}
+    # A generated name is in the object, not in the request, on CREATE.
+    name, user = f"{req.namespace}/{meta.get('name') or req.name}", req.user_info.username
+    errors: list[str] = []
+    if not req.sub_resource and (old is None or controller_uid(old) != controller_uid(new)):
+        asked = env.ask("wrapping_controller",
+                        {**new, "metadata": {**meta, "namespace": req.namespace}})
+        errors += joined_object_errors(kind, name, new,
+                                       asked if isinstance(asked, tuple) else None, user,
+                                       env.policy)
+    if old is None:
+        return refused(errors)
     asked = env.ask("wrapped_replicas", req.namespace, kind, req.name)
     wrapper = asked if isinstance(asked, tuple) else None
-    name, user = f"{req.namespace}/{req.name}", req.user_info.username
-    errors = wrapped_replicas_errors(kind, name, count(old), count(new), wrapper, user,
-                                     env.policy)
+    errors += wrapped_replicas_errors(kind, name, count(old), count(new), wrapper, user,
+                                      env.policy)
     if not req.sub_resource:
         errors += wrapped_object_errors(kind, name, old, new, wrapper, user, env.policy)
-    return refused(errors)
+    return refused(list(dict.fromkeys(errors)))  # joining and raising: one message
 
 
 ROUTES = (WebhookRoute(PATH, None, _decide),)
