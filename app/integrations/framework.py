@@ -701,18 +701,20 @@ def adopted_by_job(ctx: Context, pod: Mapping[str, Any]) -> bool:
     selector takes (the Job's uid in ``batch.kubernetes.io/controller-uid``) while that Job
     exists and is not being deleted. So: ``pod`` carries a Job uid label and a Job of the
     name its job-name label gives, with that uid and no ``deletionTimestamp``, is in a
-    store of ``ctx``; also True when that cannot be told (no store of batch Jobs watched, or
-    no job-name label), so that nothing a Job would adopt is taken for a stray. A Job being
+    store of ``ctx``; also True when that cannot be told (no store of batch Jobs watched;
+    the manager watches every Job while the Pod store is and a kind running pods through
+    Jobs is served), so that nothing a Job would adopt is taken for a stray. A Job being
     deleted (``--cascade=orphan``: the garbage collector removes the references while the
     ``orphan`` finalizer keeps it) or gone, or one made again under the name (another uid),
-    adopts nothing. False for a pod without a Job uid label."""
+    adopts nothing. False for a pod without both labels (the Job controller writes both on
+    every pod, and the owner-label webhook keeps them)."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
     juid = next((str(labels[k]) for k in JOB_UID_LABELS if labels.get(k)), "")
-    if not juid:
-        return False
     jname = next((str(labels[k]) for k in JOB_NAME_LABELS if labels.get(k)), "")
+    if not juid or not jname:
+        return False
     keys = ctx.informers.keys_for("batch", "Job")
-    if not jname or not keys:
+    if not keys:
         return True
     ns = str((pod.get("metadata") or {}).get("namespace", ""))
     for key in keys:
