@@ -47,13 +47,13 @@ NEEDS: dict[str, frozenset[str]] = {f"tests/e2e/{k}.py" if "/" not in k else k: 
     "test_batch_job_stores": {"jobset", "trainer"},
     "test_break24_findings": {"training-operator", "mpi-operator", "jobset", "kuberay"},
     "test_break26_findings": {"spark-operator"},
-    "test_brk28_child_job_orphan": {"jobset"},
     "test_brk28_ray_forged_status": {"kuberay"},
     "test_breaker12_findings": {"jobset", "trainer", "kuberay"},
     "test_breaker13_findings": _MULTIKUEUE,  # sites, and aw_operator (appwrapper, jobset)
     "test_breaker14_findings": {"appwrapper", "jobset", "kuberay"},
     "test_breaker16_findings": _MULTIKUEUE,  # sites
     "test_child_being_deleted": {"jobset"},
+    "test_child_job_orphaned": {"jobset"},
     "test_crd_installed_later": {"training-operator"},
     "test_foreground_deletion": {"jobset", "kuberay"},
     "test_jobset": {"jobset"},

@@ -392,6 +392,7 @@ class Manager:
             inf[NODE].add_handler(ext.on_node)
             inf[POD].add_handler(ext.on_pod)
             inf[POD].add_handler(feed.on_pod)
+            inf[POD].add_handler(jobs.on_pod)
 
     async def _activate(self) -> None:
         """Whenever this process leads and is synced: re-examine every Job and Workload."""

@@ -36,11 +36,16 @@ from app.core.quantity import QuantityError, parse_quantity
 from app.core.workload import Taint, Toleration
 from app.core.workload import Workload as DomainWorkload
 from app.wire.fields import WorkloadSpecError
-from app.wire.names import GROUP_LABEL, JOB_UID_LABELS, PODSET_LABEL, QUEUE_NAME_LABEL
+from app.wire.names import (
+    GROUP_LABEL,
+    JOB_NAME_LABELS,
+    JOB_UID_LABELS,
+    PODSET_LABEL,
+    QUEUE_NAME_LABEL,
+)
 from app.wire.owners import OwnerRef, controller_ref
 from app.wire.podtemplate import tolerations
 
-JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
 HARD_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 MAX_SCORE = 10
 NOT_SYNCED_REASON = "node(s) withheld by pykueue: pykueue is starting: state not synced"

@@ -36,7 +36,14 @@ from app.kube.context import NS, POD, WL
 from app.kube.errors import NotFound
 from app.kube.events import NORMAL
 from app.wire.fields import Obj
-from app.wire.names import ADOPTED_BY_ANNOTATION, PODSET_LABEL, QUEUE_NAME_LABEL
+from app.wire.names import (
+    ADOPTED_BY_ANNOTATION,
+    JOB_NAME_LABELS,
+    JOB_UID_LABELS,
+    ORPHAN_FINALIZER,
+    PODSET_LABEL,
+    QUEUE_NAME_LABEL,
+)
 from app.wire.owners import OwnerRef, controller_of_object, controller_ref
 from app.wire.workload_status import parse_time
 
@@ -236,6 +243,20 @@ class KindDefaults:
         controller reference may be read: with the Job kind not served, its store keeps no
         more of a Job (``informers.identity_only``). Default: never (the operator runs the
         kind's pods itself)."""
+        return False
+
+    def leaves_orphans(self, ctx: Context, pod: Mapping[str, Any], name: str,
+                       uid: str) -> bool:
+        """Whether ``pod``, with no controller ownerReference, carrying the kind's name label
+        (and uid label) of its stored object ``name`` with ``uid``, which lives, is one of
+        that object's pods made through an owner its operator made and makes again (a
+        JobSet's Job, an MPIJob's launcher Job, a Spark driver), so that deleting that owner
+        with ``--cascade=orphan`` left it running, and which the object's operator neither
+        adopts back nor manages by its labels alone (``stray_pod``: such a pod is the
+        object's and pykueue deletes it). ``ctx``: the stores. Default: never (an operator
+        that adopts by its selector, training-operator v1.9.3 ``ClaimPods``; one that manages
+        its pods by label, KubeRay v1.6.0 and appwrapper v1.2.0; a kind whose pods it controls
+        itself, orphaned only with the object: ``owner_gone``)."""
         return False
 
     def label_kin(self) -> tuple[Any, ...]:
@@ -596,7 +617,9 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     job's name and uid labels (the uid is on its Workload's
     ``kueue.x-k8s.io/job-uid`` label) and no owner must not hold that job's quota once the
     job is deleted (the batch Job controller adopts such a pod while the Job exists and is
-    not being deleted: it is then the Job's, by its ownerReference).
+    not being deleted: it is then the Job's, by its ownerReference). Or, the object living,
+    when it is a stray of it (``stray_pod``, with ``ctx``: an owner between them, which its
+    operator makes again, deleted with ``--cascade=orphan``; brk28).
     """
     name_label, uid_label = pod_labels(kind)
     meta = pod.get("metadata") or {}
@@ -609,7 +632,9 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     if ref is None:
         # Orphaned, it must still be one its operator would have taken: the Kubeflow kinds
         # share one name label, and only the operator-name label tells their pods apart.
-        return owner_gone and kind.selects_own_pod(ctx, pod, name)  # type: ignore[attr-defined]
+        # Or, its object living, a stray of it (an intermediate owner orphaned).
+        return (owner_gone and kind.selects_own_pod(ctx, pod, name)  # type: ignore[attr-defined]
+                ) or stray_pod(ctx, kind, pod, name, uid)
     if _names_kind(ref, kind):
         return ref.uid == uid and kind.controls_pods_directly \
             and kind.selects_own_pod(ctx, pod, name)  # type: ignore[attr-defined]
@@ -668,6 +693,78 @@ def killed_in_grace(ctx: Context, kind: JobKind, pod: Mapping[str, Any], name: s
         tgps = spec.get("terminationGracePeriodSeconds")
         longest = max(longest, tgps if isinstance(tgps, int) else DEFAULT_GRACE_SECONDS)
     return grace <= longest
+
+
+def adopted_by_job(ctx: Context, pod: Mapping[str, Any]) -> bool:
+    """Whether the batch Job controller may take ``pod`` (no controller ownerReference) back:
+    Kubernetes v1.36 (``getPodsForJob``, ``ClaimPods`` with ``canAdopt``) adopts a pod its
+    selector takes (the Job's uid in ``batch.kubernetes.io/controller-uid``) while that Job
+    exists and is not being deleted. So: ``pod`` carries a Job uid label and a Job of the
+    name its job-name label gives, with that uid and no ``deletionTimestamp``, is in a
+    store of ``ctx``; also True when that cannot be told (no store of batch Jobs watched;
+    the manager watches every Job while the Pod store is and a kind running pods through
+    Jobs is served), so that nothing a Job would adopt is taken for a stray. A Job being
+    deleted (``--cascade=orphan``: the garbage collector removes the references while the
+    ``orphan`` finalizer keeps it) or gone, or one made again under the name (another uid),
+    adopts nothing. False for a pod without both labels (the Job controller writes both on
+    every pod, and the owner-label webhook keeps them)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    juid = next((str(labels[k]) for k in JOB_UID_LABELS if labels.get(k)), "")
+    jname = next((str(labels[k]) for k in JOB_NAME_LABELS if labels.get(k)), "")
+    if not juid or not jname:
+        return False
+    keys = ctx.informers.keys_for("batch", "Job")
+    if not keys:
+        return True
+    ns = str((pod.get("metadata") or {}).get("namespace", ""))
+    for key in keys:
+        job = ctx.store(key).get(f"{ns}/{jname}")
+        jmeta = (job or {}).get("metadata") or {}
+        if jmeta.get("uid") == juid:
+            return not jmeta.get("deletionTimestamp")
+    return False
+
+
+def stray_pod(ctx: Context | None, kind: JobKind, pod: Mapping[str, Any], name: str,
+              uid: str) -> bool:
+    """Whether ``pod``, with no controller ownerReference, is a stray of ``kind``'s object
+    ``name`` with ``uid`` (brk28): an owner between them that its operator makes (a JobSet's
+    child Job, an MPIJob's launcher Job, a Spark driver) was deleted with
+    ``--cascade=orphan`` while the object lives; the garbage collector removed ``pod``'s
+    reference, the operator made the owner again, and the pod runs on beside its
+    replacement, outside any admission. Such a pod counts for the object (``pod_of``), so
+    a release waits for it, and the reconciler deletes it (``JobReconciler._delete_strays``).
+    All of: it carries ``kueue.x-k8s.io/podset`` (it ran on an admission) and the kind's
+    name label naming ``name`` (and uid label naming ``uid``, ``pod_labels``); ``kind``'s object
+    ``name`` is stored with ``uid`` and is neither being deleted nor carrying the ``orphan``
+    finalizer (then the object itself is going and its Workload is orphaned: ``owner_gone``);
+    ``pod`` was created no earlier than that object (a pod of a predecessor of the name,
+    deleted with ``--cascade=orphan``, is its orphaned Workload's); the kind says it is
+    such a pod (``leaves_orphans``); no batch Job takes it back (``adopted_by_job``: the
+    Job controller's adoption). A pod being deleted counts only within the grace period its
+    Workload allows (``killed_in_grace``). Kueue v0.17.1 counts no pods and has the same
+    gap; this is beyond it. False without ``ctx``."""
+    if ctx is None:
+        return False
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    name_label, uid_label = pod_labels(kind)
+    if PODSET_LABEL not in labels or controller_ref(meta) is not None or not name_label \
+            or labels.get(name_label) != name or (uid_label and labels.get(uid_label) != uid):
+        return False
+    obj = own_stored(ctx, kind, pod, name)
+    ometa = (obj or {}).get("metadata") or {}
+    if obj is None or ometa.get("uid") != uid or ometa.get("deletionTimestamp") \
+            or ORPHAN_FINALIZER in (ometa.get("finalizers") or []):
+        return False
+    made, born = parse_time(ometa.get("creationTimestamp")), parse_time(
+        meta.get("creationTimestamp"))
+    if made is None or born is None or born < made:
+        return False
+    if not kind.leaves_orphans(ctx, pod, name, uid) or adopted_by_job(  # type: ignore[attr-defined]
+            ctx, pod):
+        return False
+    return not meta.get("deletionTimestamp") or killed_in_grace(ctx, kind, pod, name, uid)
 
 
 def own_stored(ctx: Context | None, kind: JobKind, pod: Mapping[str, Any],

@@ -62,6 +62,7 @@ from app.integrations.framework import (
     Owner,
     Registry,
     StartError,
+    adopted_by_job,
     child_share,
     controller_uid,
     delete_pods,
@@ -71,6 +72,7 @@ from app.integrations.framework import (
     namespace_being_deleted,
     object_key,
     own_running_pods,
+    own_stored,
     pod_blocks_restart,
     pod_holds_quota,
     pod_labels,
@@ -80,6 +82,7 @@ from app.integrations.framework import (
     pods_once_ignored,
     source_of,
     stored_ancestor,
+    stray_pod,
     trim,
 )
 from app.integrations.unsupported import adoptable_copy, adopts_prebuilt
@@ -94,12 +97,13 @@ from app.wire.names import (
     ADOPTED_BY_ANNOTATION,
     JOB_UID_LABEL,
     KUEUE_GROUP,
+    ORPHAN_FINALIZER,
     PODSET_LABEL,
     PREBUILT_WORKLOAD_LABEL,
     PRIORITY_CLASS_LABEL,
     RESOURCE_IN_USE_FINALIZER,
 )
-from app.wire.owners import controller_of_object
+from app.wire.owners import controller_of_object, controller_ref
 from app.wire.workload import job_pod_count, workload_from_object
 from app.wire.workload_status import (
     ADMITTED,
@@ -124,11 +128,8 @@ CONTROLLER_UID_INDEX = "controller-uid"
 # ``kueue.x-k8s.io/prebuilt-workload-name`` label names (``_enqueue_adopters``).
 PREBUILT_INDEX = "prebuilt"
 OWNER_NOT_FOUND = "OwnerNotFound"  # Kueue v1beta2 WorkloadFinishedReasonOwnerNotFound
-# The garbage collector's finalizer on an object deleted with propagationPolicy Orphan
-# (Kubernetes metav1.FinalizerOrphanDependents): it removes the dependents' references first.
-ORPHAN_FINALIZER = "orphan"
-# Seconds between looks at a job whose pods still hold its quota (the Pod store's events do
-# not reach the reconciler).
+# Seconds between looks at a job whose pods still hold its quota (the Pod store's events
+# reach the reconciler only for a pod without a controller: ``on_pod``).
 PODS_POLL = 1.0
 
 
@@ -170,6 +171,11 @@ def _prebuilt_key(obj: Obj) -> str | None:
     label names>``, or None (no such label, or a kind that does not adopt one)."""
     name = JobReconciler._prebuilt(obj)
     return f"{(obj.get('metadata') or {}).get('namespace', '')}/{name}" if name else None
+
+
+def _sooner(a: float | None, b: float | None) -> float | None:
+    """The sooner of two "look again in" answers (None: no need)."""
+    return b if a is None else a if b is None else min(a, b)
 
 
 class OwnerIndex:
@@ -275,6 +281,27 @@ class JobReconciler:
                 "ownerReferences") or (new is not None and job_kind is not None
                                        and job_kind.carries_admission(new)):
             self.queue.add(f"{CHILD_JOBS}:{meta.get('namespace', '')}/{meta.get('name', '')}")
+
+    def on_pod(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        """The Pod store's handler: a pod holding resources that carries
+        ``kueue.x-k8s.io/podset`` and has no controller ownerReference (the garbage
+        collector just removed it: its owner was deleted with ``--cascade=orphan``) may be a
+        stray of a stored object (``framework.stray_pod``, brk28): queue every stored object
+        one of the kinds' name labels on it names, whose pass deletes it
+        (``_delete_strays``). Every other pod event is ignored (the reconciler reads pods
+        from the store when it needs them)."""
+        meta = (new or {}).get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if new is None or PODSET_LABEL not in labels or controller_ref(meta) is not None \
+                or meta.get("deletionTimestamp") or not pod_holds_quota(new):
+            return
+        for kind in self.registry.kinds():
+            label = pod_labels(kind)[0]
+            obj = own_stored(self.ctx, kind, new, str(labels[label])) \
+                if label and labels.get(label) else None
+            key = object_key(kind, obj) if obj is not None else None
+            if key is not None:
+                self.queue.add(f"{kind.key}:{key}")
 
     def on_made_object(self, store: str) -> Any:
         """The handler of a kind's ``made_store`` (every JobSet, for the TrainJob's): an
@@ -524,26 +551,79 @@ class JobReconciler:
         obj = lookup(kind, ctx, ns, name)
         if obj is not None and self.awaited and self._of_awaited_kind(obj):
             return None  # a child of a kind not managed yet: reconciled once it is
+        strays = await self._delete_strays(kind, obj) if obj is not None else None
         if obj is not None and not kind.top_level:
             ancestor = await self._managed_ancestor(obj)
             if ancestor is not None:
                 # Its ancestor's business (a JobSet's Job carrying the queue label of its
                 # template): no Workload of its own, ever.
                 again = await self._gone(kind, ns, name)
-                return await self._child(kind, obj, *ancestor) or again
+                return _sooner(strays, await self._child(kind, obj, *ancestor) or again)
         # An empty queue name is no queue, unless unlabelled jobs are managed.
         if obj is None or not (kind.queue_name(obj) or self._manages_unlabelled(kind, obj, ns)):
             if obj is not None and (kind.key != JOB or CHILD_JOBS not in ctx.informers.informers):
                 # With CHILD_JOBS, unlabelled Jobs are reconciled from that store.
                 await self._orphaned_child(kind, obj)
-            return await self._gone(kind, ns, name)
-        again = None
+            return _sooner(strays, await self._gone(kind, ns, name))
+        again = strays
         uid = str((obj.get("metadata") or {}).get("uid") or "")
         if kind.resource is not None and uid and not self._prebuilt(obj) \
                 and self._workloads_of_others(kind, ns, name, uid):
-            again = await self._drop_predecessors(kind, ns, name)
-        out = await self._reconcile_queued(kind, obj, ns, name)
-        return again if out is None else out if again is None else min(out, again)
+            again = _sooner(again, await self._drop_predecessors(kind, ns, name))
+        return _sooner(again, await self._reconcile_queued(kind, obj, ns, name))
+
+    async def _delete_strays(self, kind: JobKind, obj: Obj) -> float | None:
+        """Delete the strays of ``obj`` (``framework.stray_pod``, brk28: pods of its run that
+        lost their controller with an owner its operator made again, deleted with
+        ``--cascade=orphan``, and that run on beside their replacements outside any
+        admission), with their uids as preconditions (``delete_pods``), but one another
+        Workload of the namespace owns or counts (``_others_pods``: an orphaned predecessor's
+        of the same name). One Normal Event ``DeletedOrphanedPods`` on ``obj`` naming the
+        count. Returns ``PODS_POLL`` while a pod without a controller that would otherwise
+        be a stray waits for a batch Job's adoption (``adopted_by_job``: the Job controller
+        takes it within moments, or the Job, being deleted, releases it; neither changes the
+        pod once more), else None. Nothing for an object being deleted (its Workload is then
+        orphaned, ``owner_gone``) or without the Pod store. Kueue v0.17.1 counts no pods and
+        leaves such a pod running: beyond it."""
+        label = pod_labels(kind)[0]
+        meta = obj.get("metadata") or {}
+        if not label or meta.get("deletionTimestamp") or POD not in self.ctx.informers.informers:
+            return None
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        uid = str(meta.get("uid") or "")
+        unowned = [p for p in self._pods(ns)
+                   if ((p.get("metadata") or {}).get("labels") or {}).get(label) == name
+                   and PODSET_LABEL in ((p.get("metadata") or {}).get("labels") or {})
+                   and controller_ref(p.get("metadata") or {}) is None
+                   and not (p.get("metadata") or {}).get("deletionTimestamp")
+                   and pod_holds_quota(p)]
+        if not unowned:
+            return None
+        strays = [p for p in unowned if stray_pod(self.ctx, kind, p, name, uid)]
+        waiting = any(p not in strays and adopted_by_job(self.ctx, p)
+                      and kind.leaves_orphans(self.ctx, p, name, uid)  # type: ignore[attr-defined]
+                      for p in unowned)
+        if strays:
+            # Its own Workloads: the one of its name, and one it adopted (a MultiKueue copy,
+            # named after the manager's object).
+            own = {kind.workload_name(obj)}
+            for key in self.owners.workloads_of(f"{kind.key}:{ns}/{name}"):
+                wl = self.ctx.store(WL).get(key)
+                owner = self.registry.owner_of(wl) if wl is not None else None
+                if owner is not None and owner.uid == uid:
+                    own.add(key.partition("/")[2])
+            others = self._others_pods({"metadata": {"namespace": ns, "name": ""}}, strays,
+                                       skip=own)
+            strays = [p for p in strays
+                      if str((p.get("metadata") or {}).get("uid", "")) not in others]
+        deleted = len(await delete_pods(self.ctx, strays))
+        if deleted:
+            self.ctx.recorder.emit(
+                obj, NORMAL, "DeletedOrphanedPods",
+                f"{deleted} pod(s) of the {kind.kind} deleted: they lost their controller "
+                "(an owner deleted with --cascade=orphan) and its operator made their "
+                "owner again, so they ran beside their replacements outside the admission")
+        return PODS_POLL if waiting else None
 
     def _workloads_of_others(self, kind: JobKind, ns: str, name: str, uid: str) -> set[str]:
         """The keys of the stored Workloads controlled by an object ``ns/name`` whose uid is
@@ -1427,16 +1507,19 @@ class JobReconciler:
         self.ctx.wake()
         return None
 
-    def _others_pods(self, wl: Obj, pods: list[Mapping[str, Any]]) -> set[str]:
+    def _others_pods(self, wl: Obj, pods: list[Mapping[str, Any]], *,
+                     skip: frozenset[str] | set[str] = frozenset()) -> set[str]:
         """The uids of the pods among ``pods`` (``wl``'s namespace's) that a Workload of that
-        namespace other than ``wl`` owns (a plain Pod's, a pod group's) or counts as its
-        object's (``pods_of_workload``, from its owner's uid or its ``job-uid`` label)."""
+        namespace other than ``wl`` (and than those named in ``skip``) owns (a plain Pod's, a
+        pod group's) or counts as its object's (``pods_of_workload``, from its owner's uid or
+        its ``job-uid`` label)."""
         meta = wl.get("metadata") or {}
         ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
         out: set[str] = set()
         for other in self.ctx.store(WL):
             ometa = other.get("metadata") or {}
-            if ometa.get("namespace") != ns or ometa.get("name") == name:
+            if ometa.get("namespace") != ns or ometa.get("name") == name \
+                    or ometa.get("name") in skip:
                 continue
             out |= {str(ref.get("uid")) for ref in ometa.get("ownerReferences") or []
                     if isinstance(ref, Mapping) and ref.get("kind") == "Pod"}

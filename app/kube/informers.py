@@ -171,15 +171,16 @@ def _strip(obj: Obj) -> Obj:
 
 
 def identity_only(obj: Obj) -> Obj:
-    """What a store needs to tell that ``obj`` exists and what controls it: ``apiVersion``,
-    ``kind`` and of ``metadata`` the ``name``, ``namespace``, ``uid``, ``resourceVersion`` and
-    the controller ownerReference(s) (``controller: true``; ``apiVersion``, ``kind``, ``name``,
-    ``uid``), the rest dropped (labels, annotations, spec, status). For a read-only store
-    whose readers look objects up only to find them and follow their controller (``Informer``
-    ``transform``)."""
+    """What a store needs to tell that ``obj`` exists, whether it is being deleted and what
+    controls it: ``apiVersion``, ``kind`` and of ``metadata`` the ``name``, ``namespace``,
+    ``uid``, ``resourceVersion``, ``deletionTimestamp`` (a Job being deleted adopts no pod:
+    ``framework.adopted_by_job``) and the controller ownerReference(s) (``controller:
+    true``; ``apiVersion``, ``kind``, ``name``, ``uid``), the rest dropped (labels,
+    annotations, spec, status). For a read-only store whose readers look objects up only to
+    find them and follow their controller (``Informer`` ``transform``)."""
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    out_meta: Obj = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion")
-                     if k in meta}
+    out_meta: Obj = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                          "deletionTimestamp") if k in meta}
     refs = meta.get("ownerReferences")
     controllers = [{k: r[k] for k in ("apiVersion", "kind", "name", "uid", "controller")
                     if k in r}

@@ -24,6 +24,11 @@ JOB_CONTROLLER_LABELS = frozenset(
 
 # The labels by which the Job controller selects a Job's pods, newest first: the Job's uid.
 JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
+# The labels naming a Job on its pods (the Job controller's), newest first.
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+# The garbage collector's finalizer on an object deleted with propagationPolicy Orphan
+# (Kubernetes metav1.FinalizerOrphanDependents): it removes the dependents' references first.
+ORPHAN_FINALIZER = "orphan"
 
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
 MANAGED_LABEL = "kueue.x-k8s.io/managed"

@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from tests.e2e.test_jobset import condition
+from tests.e2e.test_kinds_preemption import events
 from tests.e2e.test_sparkapplication import (  # noqa: F401 - the CRDs' and operator's fixtures
+    APP_LABEL,
     KIND,
     QUEUE,
     admitted,
@@ -160,6 +162,52 @@ def test_the_driver_pods_labels_hold_and_its_quota_outlives_it(
     assert not stripped and not any(done and n for done, n in seen), (stripped, seen)
     running_driver(lab, ns, "next")
     lab.kubectl("delete", "sparkapplication", "next", "-n", ns, "--wait=false")
+
+
+def pod_or_none(lab: LabHandle, ns: str, name: str) -> dict[str, Any] | None:
+    pods = lab.get("pods", "-n", ns, "--field-selector", f"metadata.name={name}")["items"]
+    return pods[0] if pods else None
+
+
+def test_a_drivers_orphaned_executors_are_deleted_while_the_application_lives(
+        lab: LabHandle, tenant: tuple[str, tuple[str, ...]]) -> None:
+    """brk27 M3's "Left", closed with brk28: ``kubectl delete pod <driver> --cascade=orphan``
+    has the garbage collector remove the executors' controller reference (the driver); the
+    application lives (spark-operator fails it), so they are its strays: counted for it and
+    deleted by pykueue (Event ``DeletedOrphanedPods``). Before (probe m3own28): the executor
+    Running without its reference for the 85 s watched, the Workload Finished, usage 0. The
+    executor is made as Spark 4.0 makes one (on kwok the driver runs no Spark)."""
+    ns, as_tenant = tenant
+    lab.kubectl(*as_tenant, "apply", "-f", "-", input=sparkapp("pi", ns, 1))
+    driver = running_driver(lab, ns, "pi")
+    wait_for(lambda: admitted(lab, ns, "pi"), 60, "pi admitted")
+    meta = driver["metadata"]
+    lab.apply(json.dumps({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "pi-exec-1", "namespace": ns,
+                     "labels": {APP_LABEL: "pi", "spark-role": "executor", "spark-exec-id": "1",
+                                "spark-app-selector": meta["labels"].get(
+                                    "spark-app-selector", "spark-e2e"),
+                                "kueue.x-k8s.io/podset": "executor"},
+                     "annotations": {"lab.pykueue.dev/run-duration": "1h"},
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
+                                          "name": meta["name"], "uid": meta["uid"],
+                                          "controller": True}]},
+        "spec": {"nodeName": driver["spec"]["nodeName"],
+                 "tolerations": driver["spec"].get("tolerations") or [],
+                 "containers": [{"name": "spark-kubernetes-executor", "image": "spark:4.0.1"}]}}))
+    wait_for(lambda: (pod_or_none(lab, ns, "pi-exec-1") or {}).get("status", {}).get(
+        "phase") == "Running", 60, "the executor Running")
+    t0 = time.monotonic()
+    lab.kubectl(*as_tenant, "delete", "pod", meta["name"], "-n", ns, "--cascade=orphan",
+                "--wait=false")
+    wait_for(lambda: (p := pod_or_none(lab, ns, "pi-exec-1")) is None
+             or p["metadata"].get("deletionTimestamp"), 30, "the orphaned executor deleted",
+             interval=0.1)
+    print(f"\nthe orphaned executor deleted {time.monotonic() - t0:.2f} s after the driver's "
+          "orphaning delete")
+    assert any(e["involvedObject"].get("kind") == KIND and e["involvedObject"].get("name")
+               == "pi" for e in events(lab, ns, "DeletedOrphanedPods"))
 
 
 def test_gpus_asked_outside_the_roles_fields_are_refused(

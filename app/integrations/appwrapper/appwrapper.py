@@ -74,6 +74,10 @@ GROUP, VERSION = "workload.codeflare.dev", "v1beta2"
 APPWRAPPERS = Resource(GROUP, VERSION, "appwrappers", "AppWrapper")
 # The label the AppWrapper controller puts on every wrapped object and pod template.
 APPWRAPPER_LABEL = "workload.codeflare.dev/appwrapper"
+# JobSet v0.11.1's labels on its Jobs' pods (a wrapped JobSet's).
+JOBSETS_GROUP = "jobset.x-k8s.io"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
 
@@ -310,6 +314,27 @@ class AppWrapper(TemplatedKind):
             return True
         return controlled_by(job, self, name, uid, owner_gone=owner_gone) \
             or controlled_by(stored_controller(ctx, job), self, name, uid, owner_gone=owner_gone)
+
+    def leaves_orphans(self, ctx: Context, pod: Mapping[str, Any], name: str,
+                       uid: str) -> bool:
+        """A pod of a wrapped JobSet's Job: its ``jobset-name`` and ``jobset-uid`` labels
+        name a JobSet the stores hold controlled by the AppWrapper with ``uid``. JobSet
+        v0.11.1 makes a Job deleted with ``--cascade=orphan`` again, and appwrapper v1.2.0,
+        its JobSet component still there, runs on (it resets only for a missing
+        component). A directly wrapped Job's pod is not: appwrapper v1.2.0 fails the
+        AppWrapper for its missing Job and keeps ``ResourcesDeployed`` (its status, which
+        counts) until no pod with its label is left (``deleteComponents``)."""
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        ns = str((pod.get("metadata") or {}).get("namespace", ""))
+        js_name = labels.get(JOBSET_NAME_LABEL)
+        if not js_name:
+            return False
+        for key in ctx.informers.keys_for(JOBSETS_GROUP, "JobSet"):
+            jobset = ctx.store(key).get(f"{ns}/{js_name}")
+            if jobset is not None \
+                    and (jobset.get("metadata") or {}).get("uid") == labels.get(JOBSET_UID_LABEL):
+                return controlled_by(jobset, self, name, uid)
+        return False
 
     def selects_own_pod(self, ctx: Context | None, pod: Mapping[str, Any], name: str) -> bool:
         """Whether ``pod``, controlled by the AppWrapper ``name`` itself (a ``Pod``

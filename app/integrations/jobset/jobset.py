@@ -95,6 +95,14 @@ class JobSet(TemplatedKind):
                 out[f"{name}-{rj['name']}-{index}"] = per_job
         return out
 
+    def leaves_orphans(self, ctx: Context, pod: Mapping[str, Any], name: str,
+                       uid: str) -> bool:
+        """Every pod of the JobSet (its ``jobset-uid`` label checked by ``stray_pod``) runs
+        through a child Job, which JobSet v0.11.1 makes again once it is gone (one deleted
+        with ``--cascade=orphan``, brk28); it selects and adopts no pod, and the new Job's
+        selector is its own uid (``adopted_by_job``)."""
+        return True
+
     def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
         """(finished, ``Succeeded``/``Failed``, message) from the conditions ``Completed`` /
         ``Failed`` (Kueue ``JobSet.Finished``)."""

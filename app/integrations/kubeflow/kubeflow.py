@@ -115,6 +115,19 @@ class KubeflowJob(TemplatedKind):
         return (job.get("metadata") or {}).get("name") == f"{name}-launcher" \
             and controlled_by(job, self, name, uid, owner_gone=owner_gone)
 
+    def leaves_orphans(self, ctx: Context, pod: Mapping[str, Any], name: str,
+                       uid: str) -> bool:
+        """MPIJob: its launcher's pod (``training.kubeflow.org/job-role: launcher``,
+        ``operator-name: mpi-operator``): mpi-operator v0.8.0 (``getLauncherJob``) makes the
+        Job ``<name>-launcher`` again once it is gone (one deleted with
+        ``--cascade=orphan``), and adopts no pod (a worker it does not control stops it:
+        ``IsControlledBy``). The training-operator's kinds: never, as v1.9.3
+        (``GetPodsForJob``, ``ClaimPods``) adopts a pod its selector takes while the job
+        lives and is not being deleted."""
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        return "Launcher" in self.order and labels.get(ROLE_LABEL) == "launcher" \
+            and labels.get(OPERATOR_LABEL) == "mpi-operator"
+
     def selects_own_pod(self, ctx: Context | None, pod: Mapping[str, Any], name: str) -> bool:
         """Whether ``pod``, controlled by the job ``name`` itself, is one its operator deletes
         while the job is suspended. training-operator v1.9.3 (``GetPodsForJob``,

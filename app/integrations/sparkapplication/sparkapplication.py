@@ -74,6 +74,7 @@ if TYPE_CHECKING:
 GROUP, VERSION = "sparkoperator.k8s.io", "v1beta2"
 SPARKAPPLICATIONS = Resource(GROUP, VERSION, "sparkapplications", "SparkApplication")
 APP_NAME_LABEL = "sparkoperator.k8s.io/app-name"  # on every pod the operator launches
+SPARK_ROLE_LABEL = "spark-role"  # Spark 4.0: driver or executor
 ROLES = (("driver", "spark-kubernetes-driver"), ("executor", "spark-kubernetes-executor"))
 FINISHED_STATES = {"COMPLETED": "Succeeded", "FAILED": "Failed",
                    "SUBMISSION_FAILED": "Failed"}
@@ -283,6 +284,17 @@ class SparkApplication(TemplatedKind):
                      extra_update=lambda old, new: _mode_errors(new))
     pod_labels = (APP_NAME_LABEL, "")
     pods_make_pods = True  # the driver makes and controls the executors
+
+    def leaves_orphans(self, ctx: Context, pod: Mapping[str, Any], name: str,
+                       uid: str) -> bool:
+        """An executor (``spark-role: executor``): Spark 4.0 makes it controlled by its
+        driver, so ``kubectl delete pod <driver> --cascade=orphan`` leaves it running with no
+        controller (brk27 M3's "Left") while the application lives (spark-operator v2.5.0
+        fails it, or submits it again under its ``restartPolicy``); a new driver's allocator
+        selects only its own submission's executors (``spark-app-selector``), and the
+        operator lists executors for their status only (``getExecutorPods``)."""
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        return labels.get(SPARK_ROLE_LABEL) == "executor"
 
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         """``driver`` (1) and ``executor`` (``spec.executor.instances``, default 0), each

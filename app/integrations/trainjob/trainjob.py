@@ -85,6 +85,7 @@ CLUSTER_TRAINING_RUNTIMES = Resource(GROUP, VERSION, "clustertrainingruntimes",
 RUNTIMES, CLUSTER_RUNTIMES = "trainingruntime", "clustertrainingruntime"  # store keys
 # The trainer's JobSets (every JobSet: the trainer's are unlabelled), held to the admission.
 JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
+JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"  # JobSet v0.11.1, on its Jobs' pods
 
 KUEUE_MANAGER = TRAINJOB_PATCH_MANAGER  # Kueue's runtimePatches manager (trainer v2.2.0)
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
@@ -309,6 +310,22 @@ class TrainJob(TemplatedKind):
             return False
         jobset = stored_controller(ctx, job)
         return jobset is None or controlled_by(jobset, self, name, uid, owner_gone=owner_gone)
+
+    def leaves_orphans(self, ctx: Context, pod: Mapping[str, Any], name: str,
+                       uid: str) -> bool:
+        """A pod of a Job of the trainer's JobSet: its ``jobset-uid`` label names the JobSet
+        ``name`` that the stores (``made_store``) hold controlled by the TrainJob with
+        ``uid``. JobSet v0.11.1 makes a child Job deleted with ``--cascade=orphan`` again and
+        adopts no pod (``JobSet.leaves_orphans``); a pod of an earlier JobSet of the name
+        (another uid) is not this run's."""
+        if self.made_store not in ctx.informers.informers:
+            return False
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        ns = str((pod.get("metadata") or {}).get("namespace", ""))
+        jobset = ctx.store(self.made_store).get(f"{ns}/{name}")
+        return jobset is not None \
+            and (jobset.get("metadata") or {}).get("uid") == labels.get(JOBSET_UID_LABEL) \
+            and controlled_by(jobset, self, name, uid)
 
     def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """``<trainjob>-<replicatedJob>-<index>`` (the JobSet's Jobs, jobset ``GenJobName``),
