@@ -206,6 +206,16 @@ class KindDefaults:
         pods it selects, Kubernetes v1.36 ``manageJob``: one made later too)."""
         return True
 
+    def operator_stopped(self, obj: Mapping[str, Any]) -> bool:
+        """Whether ``obj`` (as stored) is in its operator's stopped state: suspended, every
+        pod of it deleted by that operator, which deletes (and makes) none until the object
+        is resumed, so a pod it still controls is one nothing but pykueue stops (the
+        reconciler deletes it: ``stop_pods_left``). Its status says so, which a tenant
+        allowed to write the kind's status subresource may forge, so no pod counts for less
+        in that state (brk28). Default False (the operator deletes a suspended object's pods
+        on every pass)."""
+        return False
+
     def made_pods(self, ctx: Context, workload: Mapping[str, Any], uid: str,
                   pods: list[Mapping[str, Any]]) -> int:
         """Pods among ``pods`` (``workload``'s namespace's) still holding resources that
@@ -682,17 +692,24 @@ def killed_in_grace(ctx: Context, kind: JobKind, pod: Mapping[str, Any], name: s
     grace = meta.get("deletionGracePeriodSeconds")
     if not isinstance(grace, int):
         return True
-    ns = str(meta.get("namespace", ""))
+    return grace <= grace_allowed(ctx, kind, str(meta.get("namespace", "")), name, uid)
+
+
+def grace_allowed(ctx: Context, kind: JobKind, namespace: str, name: str, uid: str) -> int:
+    """The longest termination grace period (seconds) the Workload of ``kind``'s object
+    ``namespace/name`` with ``uid`` gives its pods: the largest
+    ``terminationGracePeriodSeconds`` among its podSet templates, never below
+    ``DEFAULT_GRACE_SECONDS`` (a template without one, or no Workload stored)."""
     wl = None
     if WL in ctx.informers.informers:
-        owner = {"metadata": {"name": name, "uid": uid, "namespace": ns}}
-        wl = ctx.store(WL).get(f"{ns}/{kind.workload_name(owner)}")
+        owner = {"metadata": {"name": name, "uid": uid, "namespace": namespace}}
+        wl = ctx.store(WL).get(f"{namespace}/{kind.workload_name(owner)}")
     longest = DEFAULT_GRACE_SECONDS
     for ps in ((wl or {}).get("spec") or {}).get("podSets") or []:
         spec = ((ps.get("template") or {}).get("spec") or {}) if isinstance(ps, Mapping) else {}
         tgps = spec.get("terminationGracePeriodSeconds")
         longest = max(longest, tgps if isinstance(tgps, int) else DEFAULT_GRACE_SECONDS)
-    return grace <= longest
+    return longest
 
 
 def adopted_by_job(ctx: Context, pod: Mapping[str, Any]) -> bool:
@@ -957,6 +974,62 @@ async def delete_own_pods(ctx: Context, kind: JobKind, obj: Mapping[str, Any], w
         ctx.recorder.emit(obj, NORMAL, "DeletedPods",
                           f"{deleted} pod(s) deleted: the {kind.kind} is being deleted, so its "
                           f"operator does not stop them ({why})")
+    return deleted
+
+
+def pods_left(ctx: Context, kind: JobKind, obj: Mapping[str, Any]
+              ) -> list[tuple[Mapping[str, Any], int]]:
+    """The pods ``obj`` (in its operator's stopped state, ``operator_stopped``) controls
+    itself that pykueue must delete, each with the grace period (seconds) to delete it with:
+    those of ``pods_of`` (holding resources, ``pod_holds_quota``) whose controller
+    ownerReference names ``obj``, not being deleted, or being deleted with a grace period
+    beyond what its Workload allows (``grace_allowed``; a second DELETE with a shorter one
+    shortens it, so a tenant's pod cannot run for years as it "stops"). The grace: the pod's
+    own ``terminationGracePeriodSeconds`` (default ``DEFAULT_GRACE_SECONDS``), capped so.
+    Pods another object controls (an AppWrapper's wrapped Job's) are left to their own
+    rules."""
+    meta = obj.get("metadata") or {}
+    ns, name, uid = (str(meta.get(k) or "") for k in ("namespace", "name", "uid"))
+    cap = grace_allowed(ctx, kind, ns, name, uid)
+    out = []
+    for pod in pods_of(kind, pods_in(ctx, ns), obj, ctx=ctx):
+        pmeta = pod.get("metadata") or {}
+        ref = controller_ref(pmeta)
+        if ref is None or not _names_kind(ref, kind) or ref.uid != uid:
+            continue
+        killing = pmeta.get("deletionGracePeriodSeconds")
+        if pmeta.get("deletionTimestamp") and (not isinstance(killing, int) or killing <= cap):
+            continue
+        own = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        out.append((pod, min(own if isinstance(own, int) else DEFAULT_GRACE_SECONDS, cap)))
+    return out
+
+
+async def stop_pods_left(ctx: Context, kind: JobKind, obj: Mapping[str, Any]) -> int:
+    """Delete the pods ``obj``, in its operator's stopped state (``operator_stopped``),
+    still controls (``pods_left``: with its uid as precondition and the grace period given
+    there; a pod already gone skipped). That state means its operator deleted every pod of
+    it and deletes none until it is resumed (KubeRay v1.6.0's ``RayClusterSuspended``,
+    appwrapper v1.2.0's phase ``Suspended``), so such a pod is a tenant's made afterwards
+    (kept Pending, it would hold an evicted Workload's quota for good) or one running under
+    a status the tenant forged (it would run on uncounted once the quota went): the pods
+    count as in any other state until they are gone (brk28). Beyond Kueue v0.17.1, which
+    counts no pods of these kinds (it releases once the status says they are inactive).
+    One Normal Event ``DeletedPods`` on ``obj``; returns the count deleted."""
+    ns = str((obj.get("metadata") or {}).get("namespace", ""))
+    deleted = 0
+    for pod, grace in pods_left(ctx, kind, obj):
+        pmeta = pod.get("metadata") or {}
+        try:
+            await ctx.client.delete(PODS, pmeta["name"], ns, uid=pmeta.get("uid"),
+                                    grace_period_seconds=grace)
+        except NotFound:
+            continue
+        deleted += 1
+    if deleted:
+        ctx.recorder.emit(obj, NORMAL, "DeletedPods",
+                          f"{deleted} pod(s) deleted: the {kind.kind} is stopped, so its "
+                          "operator deletes no pod of it until it is resumed")
     return deleted
 
 

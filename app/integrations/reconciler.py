@@ -81,6 +81,7 @@ from app.integrations.framework import (
     pods_of_workload,
     pods_once_ignored,
     source_of,
+    stop_pods_left,
     stored_ancestor,
     stray_pod,
     trim,
@@ -288,8 +289,14 @@ class JobReconciler:
         collector just removed it: its owner was deleted with ``--cascade=orphan``) may be a
         stray of a stored object (``framework.stray_pod``, brk28): queue every stored object
         one of the kinds' name labels on it names, whose pass deletes it
-        (``_delete_strays``). Every other pod event is ignored (the reconciler reads pods
-        from the store when it needs them)."""
+        (``_delete_strays``). A pod (made, changed or gone) whose controller ownerReference
+        names an object of a registered kind that the store shows in its operator's stopped
+        state (``operator_stopped``) queues that object, whose pass deletes what pods it
+        still controls (``framework.stop_pods_left``) and releases its evicted Workload once
+        they are gone: a pod made in that state is seen at once, whatever the object does.
+        Every other pod event is ignored (the reconciler reads pods from the store when it
+        needs them)."""
+        self._queue_stopped_owner(new or old)
         meta = (new or {}).get("metadata") or {}
         labels = meta.get("labels") or {}
         if new is None or PODSET_LABEL not in labels or controller_ref(meta) is not None \
@@ -302,6 +309,20 @@ class JobReconciler:
             key = object_key(kind, obj) if obj is not None else None
             if key is not None:
                 self.queue.add(f"{kind.key}:{key}")
+
+    def _queue_stopped_owner(self, pod: Obj | None) -> None:
+        """Queue the object ``pod``'s controller ownerReference names when it is of a
+        registered kind and stored in its operator's stopped state (``on_pod``)."""
+        found = self.registry.kind_of_controller(pod) if pod is not None else None
+        if pod is None or found is None:
+            return
+        kind, name = found
+        ns = str((pod.get("metadata") or {}).get("namespace", ""))
+        if kind.resource is None or source_of(kind) not in self.ctx.informers.informers:
+            return
+        obj = lookup(kind, self.ctx, ns, name)
+        if obj is not None and kind.operator_stopped(obj):  # type: ignore[attr-defined]
+            self.queue.add(f"{kind.key}:{ns}/{name}")
 
     def on_made_object(self, store: str) -> Any:
         """The handler of a kind's ``made_store`` (every JobSet, for the TrainJob's): an
@@ -665,6 +686,13 @@ class JobReconciler:
                               f"Workload {ns}/{wl['metadata']['name']} belongs to another "
                               f"object; this {kind.kind} is not queued until it is gone")
             return 30.0
+        if kind.operator_stopped(obj) and not (  # type: ignore[attr-defined]
+                getattr(kind, "ignored_once_deleted", False)
+                and (obj.get("metadata") or {}).get("deletionTimestamp")):
+            # Its operator deletes no pod of it in that state, which its status claims (a
+            # tenant may forge it): pykueue deletes those left, and they count until gone.
+            # Being deleted, such a kind's pods are ``delete_own_pods``' (``stop``).
+            await stop_pods_left(ctx, kind, obj)
         if wl is not None and is_finished(wl):
             # Kueue v0.17.1's order: a Finished Workload loses the finalizer first, being
             # deleted or not, and its job is not stopped (a completed Job was suspended, its

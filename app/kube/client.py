@@ -501,14 +501,19 @@ class KubeClient:
 
     async def delete(self, res: Resource, name: str, namespace: str | None = None, *,
                      uid: str | None = None, resource_version: str | None = None,
-                     propagation: str | None = "Background") -> dict[str, Any]:
-        """DELETE with optional preconditions (``uid``, ``resource_version``)."""
+                     propagation: str | None = "Background",
+                     grace_period_seconds: int | None = None) -> dict[str, Any]:
+        """DELETE with optional preconditions (``uid``, ``resource_version``) and grace
+        period (seconds; None: the object's own, a pod's ``terminationGracePeriodSeconds``;
+        a shorter one than a pod being deleted has shortens it)."""
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         pre = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
         if pre:
             body["preconditions"] = pre
         if propagation:
             body["propagationPolicy"] = propagation
+        if grace_period_seconds is not None:
+            body["gracePeriodSeconds"] = grace_period_seconds
         return await self.request("DELETE", res.path(namespace, name), body=body)
 
 

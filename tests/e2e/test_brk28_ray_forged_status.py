@@ -1,15 +1,15 @@
 """brk28 (M): a tenant that may patch ``rayclusters/status`` (the lab tenant of
-tests/e2e/test_jobset.py ``tenant``: ``ray.io`` ``*``) keeps its preempted RayCluster's pods
-running after the quota is released: it writes ``status.conditions: [RayClusterSuspended
-True]`` and ``state: suspended`` (every 0.1 s, KubeRay resets it while the cluster runs);
-once pykueue suspends the cluster KubeRay v1.6.0 reads it as already suspended and deletes no
-pod (``reconcilePods``), and pykueue (``RayCluster.selects_own_pod`` / ``counts_unless_idle``,
-kray28) counts none of the Running pods. Unit: tests/unit/test_brk28_ray_status_forged.py."""
+tests/e2e/test_jobset.py ``tenant``: ``ray.io`` ``*``) writes ``status.conditions:
+[RayClusterSuspended True]`` and ``state: suspended`` (every 0.1 s, KubeRay resets it while
+the cluster runs); once pykueue suspends its preempted cluster, KubeRay v1.6.0 reads it as
+already suspended and deletes no pod (``reconcilePods``). Before, pykueue counted none of the
+Running pods then (kray28's rule) and released the quota while they ran on; now they count
+and pykueue deletes them (``RayCluster.operator_stopped``, ``framework.stop_pods_left``), so
+the quota goes only once no pod runs. Unit: tests/unit/test_brk28_ray_status_forged.py."""
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 
@@ -25,22 +25,13 @@ from tests.e2e.test_ray import (
 )
 from tests.labfixture import LabHandle, wait_for
 
-# Lab reproducers of open findings (docs/security.md Known gaps), run on demand with
-# PYKUEUE_OPEN_FINDINGS=1: not yet part of `make test`, whose time they would add to while
-# the findings stay open. Each is a strict xfail: it fails once the finding is fixed, and
-# then joins the suite with its marker removed.
-pytestmark = [pytest.mark.lab, pytest.mark.skipif(
-    not os.environ.get("PYKUEUE_OPEN_FINDINGS"),
-    reason="an open finding's lab reproducer: PYKUEUE_OPEN_FINDINGS=1 runs it")]
+pytestmark = pytest.mark.lab
 
 FORGED = json.dumps({"status": {"state": "suspended", "conditions": [
     {"type": "RayClusterSuspended", "status": "True", "reason": "RayClusterSuspended",
      "message": "", "lastTransitionTime": "2026-12-06T14:00:00Z"}]}})
 
 
-@pytest.mark.xfail(strict=True, reason="brk28 M: a tenant-written RayClusterSuspended status "
-                   "makes pykueue release a preempted RayCluster's quota while KubeRay "
-                   "deletes none of its pods")
 def test_a_forged_suspended_status_keeps_no_pod_running_after_the_release(
         lab: LabHandle, pykueue_with_kuberay: set[str]) -> None:  # noqa: F811
     with ray_queue(lab, "brk28-forge", 1) as ns:
@@ -92,3 +83,6 @@ def test_a_forged_suspended_status_keeps_no_pod_running_after_the_release(
               [(c["type"], c["status"]) for c in rc.get("status", {}).get("conditions") or []])
         released_while_running = [s for s in seen if not s[1] and s[2]]
         assert not released_while_running, released_while_running[:3]
+        assert not seen[-1][1] and not seen[-1][2], seen[-1]  # its pods gone, then released
+        assert any(e["involvedObject"].get("name") == "c" for e in lab.get(
+            "events", "-n", ns, "--field-selector", "reason=DeletedPods")["items"])

@@ -1,7 +1,8 @@
 """kray28 (brk27 H1 on the RayCluster): a tenant's bare pod controlled by its own preempted
-RayCluster, made once KubeRay v1.6.0 reports the cluster ``RayClusterSuspended``, holds none
-of the evicted Workload's quota, while the cluster's own pods still count while they are
-killed. Setup as ``test_ray.py`` (real KubeRay v1.6.0).
+RayCluster, made once KubeRay v1.6.0 reports the cluster ``RayClusterSuspended``, does not
+hold the evicted Workload's quota for good: pykueue deletes it (brk28: it counts until it is
+gone, as KubeRay deletes no pod of a cluster it reports suspended), while the cluster's own
+pods still count while they are killed. Setup as ``test_ray.py`` (real KubeRay v1.6.0).
 
 KubeRay deletes every pod labelled ``ray.io/cluster: <name>`` while the cluster is
 ``RayClusterSuspending`` and reports it ``RayClusterSuspended`` once none is left; from then
@@ -63,10 +64,11 @@ def _admission(lab: LabHandle, ns: str) -> Any:
 def test_a_pod_made_for_a_raycluster_kuberay_reports_suspended_holds_no_quota(
         lab: LabHandle, pykueue_with_kuberay: set[str],  # noqa: F811
         pykueue_in_lab: labmod.Lab) -> None:
-    """Before: pykueue counted any Pending pod the cluster controls, KubeRay never deletes
-    the decoy, so the evicted Workload kept its quota for good (Event ``WaitingForPods``).
-    After: the cluster's own pods, killed slowly, keep the quota until they are gone; the
-    decoy, which KubeRay leaves alone, holds none of it."""
+    """Before kray28: pykueue counted any Pending pod the cluster controls, KubeRay never
+    deletes the decoy, so the evicted Workload kept its quota for good (Event
+    ``WaitingForPods``). Now: the cluster's own pods, killed slowly, keep the quota until
+    they are gone; the decoy, which KubeRay leaves alone, is deleted by pykueue (Event
+    ``DeletedPods``) and the Workload released once it is gone."""
     with ray_queue(lab, "kray-decoy", 1) as ns:
         as_tenant = tenant(lab, ns)
         job = json.loads(rayjob("c", ns, 1))
@@ -111,10 +113,12 @@ def test_a_pod_made_for_a_raycluster_kuberay_reports_suspended_holds_no_quota(
             labmod.pykueue_up(pykueue_in_lab)
         wait_for(lambda: not _admission(lab, ns), 60, "c's evicted Workload released")
         # KubeRay left the decoy alone all along (it deletes no pod of a cluster it reports
-        # suspended), and pykueue's webhook takes such a pod from the tenant too.
-        decoy = lab.get("pod", "c-gpu-decoy", "-n", ns)
-        assert not decoy["metadata"].get("deletionTimestamp")
+        # suspended): pykueue deleted it, and pykueue's webhook takes such a pod from the
+        # tenant too.
+        assert not [p["metadata"]["name"] for p in lab.get("pods", "-n", ns)["items"]
+                    if not p["metadata"].get("deletionTimestamp")]
+        assert any(e["involvedObject"].get("name") == "c" for e in lab.get(
+            "events", "-n", ns, "--field-selector", "reason=DeletedPods")["items"])
         assert _suspended_by_kuberay(lab, ns)
         lab.kubectl("create", "-f", "-", "--dry-run=server", *as_tenant,
                     input=_decoy(ns, uid, "c-gpu-decoy-2"))
-        lab.kubectl("delete", "pod", "c-gpu-decoy", "-n", ns, "--wait=false")

@@ -158,40 +158,111 @@ def _being_killed(pod: dict[str, Any], grace: int) -> dict[str, Any]:
     return out
 
 
-def test_a_pod_controlled_by_a_suspended_raycluster_itself_holds_none_of_its_quota() -> None:
+def _stopped_pass(kind: Any, gvk: str, obj: dict[str, Any], pods: list[dict[str, Any]], *,
+                  wl_obj: dict[str, Any] | None = None
+                  ) -> tuple[bool, list[tuple[str, str | None, int | None]]]:
+    """One pass over the preempted (Evicted) ``obj`` with ``pods`` in the Pod store: whether
+    its Workload is released, and the pods deleted (name, uid precondition, grace period)."""
+    obj = {**obj, "status": obj.get("status") or {}}
+    wl = _admitted(kind.workload_object(wl_obj or obj), deleting=False)
+    wl["status"]["conditions"].append({"type": "Evicted", "status": "True",
+                                       "reason": "Preempted", "message": "Preempted"})
+    rec, ctx = _reconciler(kind, gvk, {POD: pods, kind.key: [obj], WL: [wl]})
+    deleted: list[tuple[str, str | None, int | None]] = []
+
+    async def delete(res: Any, name: str, namespace: str = "", **kw: Any) -> None:
+        assert res.plural == "pods" and namespace == "ns"
+        deleted.append((name, kw.get("uid"), kw.get("grace_period_seconds")))
+    ctx.delete = delete  # type: ignore[method-assign]
+    again = asyncio.run(rec.reconcile_object(kind, "ns", obj["metadata"]["name"]))
+    return again is None and bool(_workload_writes(ctx)), deleted
+
+
+def _unbound_deleted(pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` deleted by pykueue before any node took it (a finalizer of the tenant's keeps
+    it: it holds nothing, ``pod_holds_quota``)."""
+    out = copy.deepcopy(pod)
+    out["metadata"].update(deletionTimestamp="2026-12-06T09:00:30Z",
+                           deletionGracePeriodSeconds=0, finalizers=["tenant.example/keep"])
+    return out
+
+
+def test_a_pod_left_to_a_suspended_raycluster_is_deleted_and_counts_until_gone() -> None:
     """KubeRay v1.6.0 deletes every pod labelled ``ray.io/cluster: <name>`` while a cluster
     is ``Suspending`` and reports it ``RayClusterSuspended`` once none is left; then it
     deletes (and makes) none until it is resumed (``reconcilePods`` returns at once). A
     tenant's pod controlled by the cluster and made after that, Pending for good, held the
-    evicted Workload's quota for good."""
+    evicted Workload's quota for good (kray28); not counting it let a tenant that forges the
+    condition run its pods uncounted (brk28). pykueue deletes it; it counts until gone."""
     labels = {"ray.io/cluster": "rc", "ray.io/node-type": "worker", "ray.io/group": "gpu"}
     decoy = _pod("rc-gpu-worker-x", labels, "ray.io/v1", "RayCluster", "rc")
     done = _suspended_cluster(True)
-    assert _released(RAYCLUSTER, RAY_GVK, done, decoy)
-    # Before KubeRay reports it suspended, such a pod is one it deletes: it counts.
-    assert not _released(RAYCLUSTER, RAY_GVK, _suspended_cluster(False), decoy)
-    # One KubeRay deleted counts while it is killed, within the grace its Workload allows.
-    assert not _released(RAYCLUSTER, RAY_GVK, done, _being_killed(decoy, 30))
-    assert _released(RAYCLUSTER, RAY_GVK, done, _being_killed(decoy, 315360000))
-    # Resumed (KubeRay has not looked yet): every pod it controls counts again.
+    assert _stopped_pass(RAYCLUSTER, RAY_GVK, done, [decoy]) == (
+        False, [("rc-gpu-worker-x", "p-rc-gpu-worker-x", 30)])
+    # Deleted before a node took it, it holds nothing (a finalizer may keep it): released.
+    assert _stopped_pass(RAYCLUSTER, RAY_GVK, done, [_unbound_deleted(decoy)]) == (True, [])
+    assert _stopped_pass(RAYCLUSTER, RAY_GVK, done, []) == (True, [])
+    # Before KubeRay reports it suspended, such a pod is one it deletes: it counts, and
+    # pykueue leaves it to KubeRay.
+    assert _stopped_pass(RAYCLUSTER, RAY_GVK, _suspended_cluster(False), [decoy]) == (False, [])
+    # Being killed within the grace its Workload allows: counted, left to run it out.
+    assert _stopped_pass(RAYCLUSTER, RAY_GVK, done, [_being_killed(decoy, 30)]) == (False, [])
+    # With a grace of ten years: counted, and deleted again with the Workload's (shortened).
+    assert _stopped_pass(RAYCLUSTER, RAY_GVK, done, [_being_killed(decoy, 315360000)]) == (
+        False, [("rc-gpu-worker-x", "p-rc-gpu-worker-x", 30)])
+    # Its own grace period, capped by the Workload's templates' longest.
+    short, endless = copy.deepcopy(decoy), copy.deepcopy(decoy)
+    short["spec"]["terminationGracePeriodSeconds"] = 5
+    endless["spec"]["terminationGracePeriodSeconds"] = 315360000
+    endless["metadata"].update(name="rc-gpu-worker-y", uid="p-y")
+    assert sorted(_stopped_pass(RAYCLUSTER, RAY_GVK, done, [short, endless])[1]) == [
+        ("rc-gpu-worker-x", "p-rc-gpu-worker-x", 5), ("rc-gpu-worker-y", "p-y", 30)]
+    slow = copy.deepcopy(done)
+    slow["spec"]["workerGroupSpecs"][0]["template"]["spec"]["terminationGracePeriodSeconds"] = 90
+    assert _stopped_pass(RAYCLUSTER, RAY_GVK, done, [endless], wl_obj=slow)[1] == [
+        ("rc-gpu-worker-y", "p-y", 90)]
+    # A pod another object controls (a tenant's ReplicaSet), Failed, or of another cluster
+    # (uid): not the cluster's to delete.
+    other = _pod("rs-x", labels, "apps/v1", "ReplicaSet", "rs")
+    failed = {**copy.deepcopy(decoy), "status": {"phase": "Failed"}}
+    stale = _pod("rc-gpu-worker-z", labels, "ray.io/v1", "RayCluster", "rc", uid="u-0")
+    assert _stopped_pass(RAYCLUSTER, RAY_GVK, done, [other, failed, stale]) == (True, [])
+    # Resumed (KubeRay has not looked yet): KubeRay's, and every pod it controls counts.
     resumed = copy.deepcopy(done)
     resumed["spec"]["suspend"] = False
-    for rc in (resumed, _suspended_cluster(False)):
+    assert not RAYCLUSTER.operator_stopped(resumed)
+    for rc in (resumed, _suspended_cluster(False), done):
         _, ctx = _reconciler(RAYCLUSTER, RAY_GVK, {POD: [], RAYCLUSTER.key: [rc], WL: []})
         assert pod_of(RAYCLUSTER, decoy, "rc", "u-1", ctx=ctx)
-    _, ctx = _reconciler(RAYCLUSTER, RAY_GVK, {POD: [], RAYCLUSTER.key: [done], WL: []})
-    assert not pod_of(RAYCLUSTER, decoy, "rc", "u-1", ctx=ctx)
     assert pod_of(RAYCLUSTER, decoy, "rc", "u-1")  # no stores: any
+
+
+def test_a_pod_event_reconciles_the_stopped_object_that_controls_it() -> None:
+    """A pod made once the object is stopped changes nothing the object's watch sees: the
+    Pod informer's handler (``JobReconciler.on_pod``) queues the object, only then."""
+    labels = {"ray.io/cluster": "rc"}
+    decoy = _pod("rc-gpu-worker-x", labels, "ray.io/v1", "RayCluster", "rc")
+    for rc, queued in ((_suspended_cluster(True), ["raycluster:ns/rc"]),
+                       (_suspended_cluster(False), [])):
+        rec, _ = _reconciler(RAYCLUSTER, RAY_GVK, {POD: [], RAYCLUSTER.key: [rc], WL: []})
+        added: list[str] = []
+        rec.queue = type("Q", (), {"add": staticmethod(added.append)})()  # type: ignore[assignment]
+        rec.on_pod("ADDED", None, decoy)
+        rec.on_pod("DELETED", decoy, None)
+        rec.on_pod("ADDED", None, _pod("x", labels, "apps/v1", "ReplicaSet", "rc"))
+        assert added == queued * 2
 
 
 AW_GVK = "workload.codeflare.dev/appwrapper"
 
 
-def test_a_pod_controlled_by_a_suspended_appwrapper_itself_holds_none_of_its_quota() -> None:
+def test_a_pod_left_to_a_suspended_appwrapper_is_deleted_and_counts_until_gone() -> None:
     """appwrapper v1.2.0 deletes its components and waits until no pod labelled with its
     name is left before it enters phase ``Suspended``, in which it deletes (and deploys)
     nothing until it is resumed. A tenant's pod controlled by the AppWrapper and made after
-    that, Pending for good, held the evicted Workload's quota for good."""
+    that, Pending for good, held the evicted Workload's quota for good; not counting it let
+    a tenant that forges the phase run its pods uncounted (brk28). pykueue deletes it; it
+    counts until gone."""
     obj = aw({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, **POD_SPEC})
     obj["metadata"].update(namespace="ns", uid="u-1")
     obj["status"] = {"phase": "Suspended", "conditions": [
@@ -199,9 +270,17 @@ def test_a_pod_controlled_by_a_suspended_appwrapper_itself_holds_none_of_its_quo
     labels = {"workload.codeflare.dev/appwrapper": "aw"}
     api = "workload.codeflare.dev/v1beta2"
     decoy = _pod("p", labels, api, "AppWrapper", "aw")
-    assert _released(APPWRAPPER, AW_GVK, obj, decoy)
-    assert not _released(APPWRAPPER, AW_GVK, obj, _being_killed(decoy, 30))
-    assert _released(APPWRAPPER, AW_GVK, obj, _being_killed(decoy, 315360000))
+    assert _stopped_pass(APPWRAPPER, AW_GVK, obj, [decoy]) == (False, [("p", "p-p", 30)])
+    assert _stopped_pass(APPWRAPPER, AW_GVK, obj, [_unbound_deleted(decoy)]) == (True, [])
+    # A Pod component running under a forged phase: counted, and deleted.
+    running = {**copy.deepcopy(decoy), "spec": {"nodeName": "gpu-0"},
+               "status": {"phase": "Running"}}
+    assert _stopped_pass(APPWRAPPER, AW_GVK, obj, [running]) == (False, [("p", "p-p", 30)])
+    assert _stopped_pass(APPWRAPPER, AW_GVK, obj, [_being_killed(decoy, 30)]) == (False, [])
+    assert _stopped_pass(APPWRAPPER, AW_GVK, obj, [_being_killed(decoy, 315360000)]) == (
+        False, [("p", "p-p", 30)])
     # Still Suspending (its deletions not done): the pod is one it deletes, it counts.
     suspending = {**obj, "status": {**obj["status"], "phase": "Suspending"}}
-    assert not _released(APPWRAPPER, AW_GVK, suspending, decoy)
+    assert _stopped_pass(APPWRAPPER, AW_GVK, suspending, [decoy]) == (False, [])
+    resumed = {**obj, "spec": {**obj["spec"], "suspend": False}}
+    assert not APPWRAPPER.operator_stopped(resumed)

@@ -54,8 +54,6 @@ from app.core.multikueue import APPWRAPPER
 from app.integrations.crdrules import CrdRules
 from app.integrations.framework import (
     controlled_by,
-    counts_unless_idle,
-    own_stored,
     stored_controller,
 )
 from app.integrations.podsets import (
@@ -336,19 +334,18 @@ class AppWrapper(TemplatedKind):
                 return controlled_by(jobset, self, name, uid)
         return False
 
-    def selects_own_pod(self, ctx: Context | None, pod: Mapping[str, Any], name: str) -> bool:
-        """Whether ``pod``, controlled by the AppWrapper ``name`` itself (a ``Pod``
-        component; labelled with its name), is one appwrapper v1.2.0 deletes while the
-        AppWrapper is suspended: while ``Suspending`` it deletes its components and waits
-        until no pod labelled with its name is left (``deleteComponents``; force-deleting
-        them once its deletion grace period is over), then sets phase ``Suspended``, in which
-        it deletes (and makes) nothing until ``spec.suspend`` is false. In that phase
-        (``suspended_by_controller``) the pod counts only while it is being deleted, within
-        the grace period its Workload allows (``killed_in_grace``): a tenant's pod made
-        afterwards, kept Pending by a nodeSelector no node has, would hold the evicted
-        Workload's quota for good (``counts_unless_idle``)."""
-        return counts_unless_idle(ctx, self, pod, name, own_stored(ctx, self, pod, name),
-                                  suspended_by_controller)
+    def operator_stopped(self, obj: Mapping[str, Any]) -> bool:
+        """``suspended_by_controller``: while ``Suspending`` appwrapper v1.2.0 deletes its
+        components and waits until no pod labelled with the AppWrapper's name is left
+        (``deleteComponents``; force-deleting them once its deletion grace period is over),
+        then sets phase ``Suspended``, in which it deletes (and deploys) nothing until
+        ``spec.suspend`` is false. A pod the AppWrapper controls in that phase (a ``Pod``
+        component's) is deleted by pykueue (``framework.stop_pods_left``) and counts until
+        it is gone, as in any other phase: a tenant's pod made afterwards, kept Pending by a
+        nodeSelector no node has, would hold the evicted Workload's quota for good, and a
+        tenant that may write ``appwrappers/status`` can forge the phase while its pods run
+        (brk28)."""
+        return suspended_by_controller(obj)
 
     def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """The batch Jobs its controller makes: a Job component (by its name) with its

@@ -54,9 +54,7 @@ from app.integrations.crdrules import CrdRules
 from app.integrations.framework import (
     controlled_by,
     controller_uid,
-    counts_unless_idle,
     label_queue_name,
-    own_stored,
     pods_of,
 )
 from app.integrations.podsets import strip_admission
@@ -963,19 +961,19 @@ class RayCluster(_RayKind):
             return obj
         return await self._put(ctx, out)
 
-    def selects_own_pod(self, ctx: Context | None, pod: Mapping[str, Any], name: str) -> bool:
-        """Whether ``pod``, controlled by the cluster ``name`` itself (and labelled
-        ``ray.io/cluster: <name>``), is one KubeRay v1.6.0 deletes while the cluster is
-        suspended: it deletes every pod with that label (``RayClusterAllPodsAssociationOptions``,
-        whatever its owner) while the cluster is ``RayClusterSuspending``, and reports it
+    def operator_stopped(self, obj: Mapping[str, Any]) -> bool:
+        """``suspended_by_kuberay``: KubeRay v1.6.0 deletes every pod labelled
+        ``ray.io/cluster: <name>`` (``RayClusterAllPodsAssociationOptions``, whatever its
+        owner) while the cluster is ``RayClusterSuspending``, and reports it
         ``RayClusterSuspended`` only once it lists none; from then on ``reconcilePods``
-        returns at once, so it deletes (and makes) no pod until the cluster is resumed.
-        Under that condition (``suspended_by_kuberay``) the pod counts only while it is
-        being deleted, within the grace period its Workload allows (``killed_in_grace``): a
+        returns at once, so it deletes (and makes) no pod until the cluster is resumed. A
+        pod the cluster controls in that state is deleted by pykueue
+        (``framework.stop_pods_left``) and counts until it is gone, as in any other state: a
         tenant's pod made afterwards, kept Pending by a nodeSelector no node has, would hold
-        the evicted Workload's quota for good (``counts_unless_idle``)."""
-        return counts_unless_idle(ctx, self, pod, name, own_stored(ctx, self, pod, name),
-                                  suspended_by_kuberay)
+        the evicted Workload's quota for good (kray28), and a tenant that may write
+        ``rayclusters/status`` can forge the condition while its pods run (brk28). A resumed
+        cluster (``spec.suspend`` false) is KubeRay's."""
+        return suspended_by_kuberay(obj)
 
     def queue_name(self, obj: Mapping[str, Any]) -> str:  # type: ignore[override]
         """The queue label, except on a cluster a RayJob or RayService controls."""
