@@ -795,23 +795,6 @@ def own_stored(ctx: Context | None, kind: JobKind, pod: Mapping[str, Any],
         f"{meta.get('namespace', '')}/{name}")
 
 
-def counts_unless_idle(ctx: Context | None, kind: JobKind, pod: Mapping[str, Any], name: str,
-                       obj: Mapping[str, Any] | None,
-                       idle: Callable[[Mapping[str, Any]], bool]) -> bool:
-    """For a ``selects_own_pod``: whether ``pod``, controlled by ``kind``'s object ``name``
-    itself (``obj``: as stored, ``own_stored``), counts while that object is in a state in
-    which its operator deletes (and makes) no pod of it until it is resumed (``idle(obj)``
-    true; its operator deleted every pod of it before entering it): then only while it is
-    being deleted, within the grace period its Workload allows (``killed_in_grace``), as a
-    pod made afterwards is a tenant's that nothing deletes. True in any other state, and when
-    the object is not stored (or no ``ctx``: the garbage collector deletes the pods of a
-    gone owner)."""
-    if obj is None or not idle(obj):
-        return True
-    return ctx is not None and killed_in_grace(
-        ctx, kind, pod, name, str((obj.get("metadata") or {}).get("uid", "")))
-
-
 def _made_by_own_pod(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
                      owner_gone: bool, ctx: Context | None) -> bool:
     """For a kind whose pods make pods (``pods_make_pods``): whether ``pod``, which carries

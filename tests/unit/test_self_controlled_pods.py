@@ -79,7 +79,8 @@ def test_a_pod_controlled_by_a_trainjob_itself_holds_none_of_its_quota() -> None
 
 def test_a_spark_applications_pod_counts_only_as_the_driver_spark_operator_deletes() -> None:
     """spark-operator v2.5.0 deletes only the driver, by name, on a suspension, and no pod
-    once the application is ``SUSPENDED``."""
+    once the application is ``SUSPENDED``: pykueue deletes a driver left then, which counts
+    until it is gone (brk28: a tenant may forge that state)."""
     sa = app()
     sa["spec"]["suspend"] = True
     api = "sparkoperator.k8s.io/v1beta2"
@@ -88,15 +89,24 @@ def test_a_spark_applications_pod_counts_only_as_the_driver_spark_operator_delet
     driver = _pod("pi-driver", {APP_NAME_LABEL: "pi"}, api, "SparkApplication", "pi")
     assert not _released(SPARK, "sparkoperator.k8s.io/sparkapplication", sa, driver)
     done = {**sa, "status": {"applicationState": {"state": "SUSPENDED"}}}
-    assert _released(SPARK, "sparkoperator.k8s.io/sparkapplication", done, driver)
-    # Once SUSPENDED, the driver whose deletion the operator asked for counts while killed.
+    gvk = "sparkoperator.k8s.io/sparkapplication"
+    assert _stopped_pass(SPARK, gvk, done, [driver]) == (False, [("pi-driver", "p-pi-driver",
+                                                                  30)])
+    assert _stopped_pass(SPARK, gvk, done, [_unbound_deleted(driver)]) == (True, [])
+    assert _stopped_pass(SPARK, gvk, done, [decoy]) == (True, [])  # not the driver: nothing
+    # Once SUSPENDED, the driver whose deletion the operator asked for counts while killed;
+    # with a grace beyond its Workload's, it is deleted again with that one.
     killed = copy.deepcopy(driver)  # Running on a node, being killed
     killed.update(spec={"nodeName": "cpu-0"}, status={"phase": "Running"})
     killed["metadata"].update(deletionTimestamp="2026-12-06T09:00:30Z",
                               deletionGracePeriodSeconds=30)
-    assert not _released(SPARK, "sparkoperator.k8s.io/sparkapplication", done, killed)
+    assert _stopped_pass(SPARK, gvk, done, [killed]) == (False, [])
     killed["metadata"]["deletionGracePeriodSeconds"] = 315360000
-    assert _released(SPARK, "sparkoperator.k8s.io/sparkapplication", done, killed)
+    assert _stopped_pass(SPARK, gvk, done, [killed]) == (False, [("pi-driver", "p-pi-driver",
+                                                                  30)])
+    # SUSPENDED but resumed (spec.suspend false): the operator's, which resumes it.
+    resumed = {**done, "spec": {**done["spec"], "suspend": False}}
+    assert not SPARK.operator_stopped(resumed)
     named = {**sa, "spec": {**sa["spec"], "driver": {**sa["spec"]["driver"], "podName": "d"}}}
     assert not _released(SPARK, "sparkoperator.k8s.io/sparkapplication", named,
                          _pod("d", {APP_NAME_LABEL: "pi"}, api, "SparkApplication", "pi"))

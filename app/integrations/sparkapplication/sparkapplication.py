@@ -55,7 +55,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.integrations.crdrules import CrdRules
-from app.integrations.framework import counts_unless_idle, own_stored
+from app.integrations.framework import own_stored
 from app.integrations.podsets import (
     apply_record,
     inject_template,
@@ -327,12 +327,10 @@ class SparkApplication(TemplatedKind):
         """Whether ``pod``, controlled by the application ``name`` itself, is its driver as
         spark-operator v2.5.0 deletes it on a suspension (``deleteDriverPod``): the pod named
         ``status.driverInfo.podName``, else ``GetDriverPodName``'s (``spec.driver.podName``,
-        the conf ``spark.kubernetes.driver.pod.name``, else ``<name>-driver``), and only while
-        the stored application is not ``SUSPENDED``: the operator sets that state once it
-        has asked for the driver's deletion, and deletes no pod again until it is resumed,
-        so the driver then counts only while it is being deleted, within the grace period
-        its Workload allows (``killed_in_grace``). The application not stored (or no
-        ``ctx``): any name (the garbage collector deletes the pods of a gone owner)."""
+        the conf ``spark.kubernetes.driver.pod.name``, else ``<name>-driver``). The
+        application not stored (or no ``ctx``): any name (the garbage collector deletes the
+        pods of a gone owner). Once the application is ``SUSPENDED`` the operator deletes it
+        no more: pykueue does (``operator_stopped``)."""
         meta = pod.get("metadata") or {}
         app = own_stored(ctx, self, pod, name)
         if app is None:
@@ -342,9 +340,18 @@ class SparkApplication(TemplatedKind):
         conf = spec.get("sparkConf") or {}
         named = (str((spec.get("driver") or {}).get("podName") or "")
                  or str(conf.get("spark.kubernetes.driver.pod.name") or "") or f"{name}-driver")
-        if meta.get("name") not in {named, (status.get("driverInfo") or {}).get("podName")}:
-            return False
-        return counts_unless_idle(ctx, self, pod, name, app, _suspended)
+        return meta.get("name") in {named, (status.get("driverInfo") or {}).get("podName")}
+
+    def operator_stopped(self, obj: Mapping[str, Any]) -> bool:
+        """``spec.suspend`` and state ``SUSPENDED`` (``_suspended``): spark-operator v2.5.0
+        sets that state once it has asked for the driver's deletion
+        (``reconcileSuspendingSparkApplication``), and in it only checks that the driver is
+        gone (``validateSparkResourceDeletion``), deleting nothing until the application is
+        resumed. A driver left then (one killed with a grace period beyond its Workload's, or
+        one running under a state a tenant allowed to write ``sparkapplications/status``
+        forged, brk28) is deleted by pykueue (``framework.stop_pods_left``) and counts until
+        it is gone, as in any other state."""
+        return (obj.get("spec") or {}).get("suspend") is True and _suspended(obj)
 
     def _running(self, obj: Mapping[str, Any]) -> bool:
         state = (obj.get("status") or {}).get("applicationState") or {}
