@@ -30,25 +30,28 @@ Rules (Kueue ``pkg/scheduler/preemption``, reference 3.7):
 
 Fair sharing (``find_fair_targets``; Kueue v0.17.1 ``preemption.go`` ``fairPreemptions``,
 ``runFirstFsStrategy``, ``runSecondFsStrategy`` and ``preemption/fairsharing``, reference
-3.8): the same eligible candidates (``borrowWithinCohort`` ignored). The preemptor's usage is
-in the tree for the whole search (every share counts it; it is taken out only to test the
+3.8): the same eligible candidates (``borrowWithinCohort`` ignored). The preemptor's usage
+is in the tree for the whole search (every share counts it; it is taken out only to test the
 fit). The next victim comes from the ClusterQueue reached by descending the tree from the
-root through the child with the highest dominant resource share (DRS) that still has
-candidates. Own-queue candidates are always taken; another queue's are taken
-unconditionally when the preemptor's queue, with it, is within its nominal quota (decided
-once), else by the first strategy at the lowest common ancestor: the target's candidates
-are tried in order, the first that passes is taken and the target chosen again, those that
-fail are kept. S2-a ``LessThanOrEqualToFinalShare``: preemptor's share ≤ the target's after
-the eviction; S2-b ``LessThanInitialShare``: < the target's before it. When S2-b is the
-second strategy it goes on with the first one's victims still removed, over the candidates
-the first one kept, one victim per queue. Reason ``InCohortFairSharing``. Then the same
-fill-back as classical preemption. With ``FairSharing.s2b_priority_guard`` (pykueue's
-opt-in; off, as Kueue v0.17.1, by default) S2-b takes no victim of higher priority than the
-preemptor (S2-a and reclaim within nominal stay priority-blind). S2-b can leave the target
-queue below the preemptor; with Kueue v0.17.1's rule a lower-priority Workload's S2-b
-eviction, the target queue's lower-priority Workloads coming back and the victim's own
-``withinClusterQueue`` preemption of them can follow one another forever
-(tests/unit/core/test_hierarchy_properties.py has the example, round by round).
+root through the child with the highest dominant resource share (DRS, compared as Kueue's
+``CompareDRS``: ``quota.Share``) that still has candidates; another ClusterQueue stays a
+target while it, and each cohort between it and the lowest common ancestor, borrows any
+flavor-resource (``QuotaTree.fair_target``, Kueue's ``nextTarget``). Own-queue candidates
+are always taken; another queue's are taken unconditionally when the preemptor's queue, with
+it, is within its nominal quota (decided once), else by the first strategy at the lowest
+common ancestor: the target's candidates are tried in order, the first that passes is taken
+and the target chosen again, those that fail are kept. S2-a ``LessThanOrEqualToFinalShare``:
+preemptor's share ≤ the target's after the eviction; S2-b ``LessThanInitialShare``: < the
+target's before it. When S2-b is the second strategy it goes on with the first one's victims
+still removed, over the candidates the first one kept, one victim per queue. Reason
+``InCohortFairSharing``. Then the same fill-back as classical preemption. With
+``FairSharing.s2b_priority_guard`` (pykueue's opt-in; off, as Kueue v0.17.1, by default)
+S2-b takes no victim of higher priority than the preemptor (S2-a and reclaim within nominal
+stay priority-blind). S2-b can leave the target queue below the preemptor; with Kueue
+v0.17.1's rule a lower-priority Workload's S2-b eviction, the target queue's lower-priority
+Workloads coming back and the victim's own ``withinClusterQueue`` preemption of them can
+follow one another forever (tests/unit/core/test_hierarchy_properties.py has the example,
+round by round).
 
 Simulation removes usage from the ``QuotaTree`` and restores it exactly before returning.
 """
@@ -59,7 +62,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from app.core.decisions import PreemptionReason
-from app.core.quota import QuotaTree
+from app.core.quota import QuotaTree, Share
 from app.core.spec import (
     BorrowWithinCohort,
     ClusterQueueSpec,
@@ -385,12 +388,12 @@ class _FairSearch(_Search):
 
     def target(self, pools: dict[ClusterQueueName, list[Candidate]]) -> ClusterQueueName:
         """The queue reached from the root through the highest shares (ties: node name)."""
-        def descent(cq: ClusterQueueName) -> list[tuple[float, str]]:
+        def descent(cq: ClusterQueueName) -> list[tuple[Share, str]]:
             return [(v, n) for n, v in reversed(self.tree.path_shares(cq))]
 
         return max(pools, key=descent)
 
-    def shares(self, cq: ClusterQueueName) -> tuple[float, str, float]:
+    def shares(self, cq: ClusterQueueName) -> tuple[Share, str, Share]:
         """(the preemptor's share, the node of ``cq``'s side, that node's share now) at the
         lowest common ancestor of the preemptor's ClusterQueue and ``cq`` (Kueue
         ``ComputeShares``: the children of that ancestor on each side, the "almost LCAs")."""
@@ -399,7 +402,7 @@ class _FairSearch(_Search):
         a, b = _sides([n for n, _ in mine], [n for n, _ in theirs])
         return dict(mine)[a], b, dict(theirs)[b]
 
-    def share_of(self, cq: ClusterQueueName, node: str) -> float:
+    def share_of(self, cq: ClusterQueueName, node: str) -> Share:
         return dict(self.tree.path_shares(cq))[node]
 
     def take(self, c: Candidate, reason: PreemptionReason, removed: list[Target]) -> bool:
@@ -442,8 +445,8 @@ class _FairSearch(_Search):
             if cq == own:
                 if self.take(pool.pop(0), PreemptionReason.IN_CLUSTER_QUEUE, removed):
                     return True, retry
-            elif not tree.reclaimable(own, cq, self.need):
-                del pools[cq]  # back within its quota after earlier victims
+            elif not tree.fair_target(own, cq):
+                del pools[cq]  # borrows nothing any more after earlier victims
                 continue
             elif within:
                 if self.take(pool.pop(0), PreemptionReason.IN_COHORT_RECLAMATION, removed):
@@ -479,7 +482,7 @@ class _FairSearch(_Search):
         while pools:
             cq = self.target(pools)
             pool = pools.pop(cq)
-            if not self.tree.reclaimable(own, cq, self.need):
+            if not self.tree.fair_target(own, cq):
                 continue
             share, _, theirs = self.shares(cq)
             if not share < theirs:
