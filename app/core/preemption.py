@@ -135,25 +135,35 @@ def candidate_order(c: Candidate, preemptor_cq: ClusterQueueName) -> tuple[objec
 
 def _eligibility(
     p: Preemptor, spec: ClusterQueueSpec, need: tuple[FlavorResource, ...], tree: QuotaTree,
-    fixed: Iterable[ClusterQueueName] = (),
+    fixed: Iterable[ClusterQueueName] = (), fair: bool = False,
 ) -> Callable[[Candidate], bool]:
     """The eligibility rule for candidates of one preemption search (Kueue
-    ``preemption.go`` candidate filters), with the per-ClusterQueue part (same cohort, the
-    ClusterQueue borrows a needed flavor-resource) computed once per ClusterQueue: the tree
-    does not change while candidates are filtered. The part of the ClusterQueues ``fixed``
-    is computed now, so the rule can filter lazily while a search changes the tree."""
+    ``preemption.go`` candidate filters), with the per-ClusterQueue part (same cohort tree,
+    the ClusterQueue borrows a needed flavor-resource) computed once per ClusterQueue: the
+    tree does not change while candidates are filtered. The part of the ClusterQueues
+    ``fixed`` is computed now, so the rule can filter lazily while a search changes the
+    tree. Classical: the cohorts up to the lowest common ancestor borrow one too
+    (``QuotaTree.reclaimable``); with ``fair`` only the ClusterQueue itself (Kueue
+    ``findCandidates``: ``cqIsBorrowing``; the fair search prunes the cohorts)."""
     own = p.cluster_queue
     within = spec.preemption.within_cluster_queue
     reclaim = spec.preemption.reclaim_within_cohort
     cohort = tree.cohort_of(own)
-    borrowing: dict[ClusterQueueName, bool] = {
-        cq: tree.has(cq) and tree.reclaimable(own, cq, need) for cq in fixed
-    }
+    root = tree.root_of(own)
+
+    def borrows(cq: ClusterQueueName) -> bool:
+        if not tree.has(cq):
+            return False
+        if fair:
+            return cq != own and tree.root_of(cq) == root and tree.borrows(cq, need)
+        return tree.reclaimable(own, cq, need)
+
+    borrowing: dict[ClusterQueueName, bool] = {cq: borrows(cq) for cq in fixed}
 
     def other_borrows(cq: ClusterQueueName) -> bool:
         v = borrowing.get(cq)
         if v is None:
-            v = borrowing[cq] = tree.has(cq) and tree.reclaimable(own, cq, need)
+            v = borrowing[cq] = borrows(cq)
         return v
 
     def eligible(c: Candidate) -> bool:
@@ -302,10 +312,11 @@ def _eligible(
     tree: QuotaTree,
     candidates: Iterable[Candidate],
     need: tuple[FlavorResource, ...],
+    fair: bool = False,
 ) -> list[Candidate]:
-    """The eligible candidates in Kueue's candidate order."""
+    """The eligible candidates in Kueue's candidate order (``fair``: see ``_eligibility``)."""
     return sorted(
-        filter(_eligibility(p, spec, need, tree), candidates),
+        filter(_eligibility(p, spec, need, tree, fair=fair), candidates),
         key=lambda c: candidate_order(c, p.cluster_queue),
     )
 
@@ -508,7 +519,7 @@ def find_fair_targets(
     first of ``fair.strategies`` that makes ``request`` fit, or None. Arguments as for
     ``find_targets``; ``tree`` is restored before returning."""
     p, need_t = preemptor, tuple(need)
-    cands = _eligible(p, spec, tree, candidates, need_t)
+    cands = _eligible(p, spec, tree, candidates, need_t, fair=True)
     if not cands:
         return None
     found = _FairSearch(p, spec, tree, need_t, request).run(cands, fair)

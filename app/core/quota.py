@@ -488,13 +488,13 @@ class QuotaTree:
             return 0
         return max(0, node.usage.get(fr, 0) - node.subtree_quota(fr))
 
-    def borrows(self, name: ClusterQueueName) -> bool:
+    def borrows(
+        self, name: ClusterQueueName, need: tuple[FlavorResource, ...] | None = None
+    ) -> bool:
         """True when the ClusterQueue is in a cohort and uses more than its nominal quota of
-        some FlavorResource (``borrowed`` > 0 for any one)."""
+        some FlavorResource (``borrowed`` > 0 for any one), of ``need`` when given."""
         node = self._cqs[name]
-        if node.parent is None:
-            return False
-        return any(v > node.subtree_quota(fr) for fr, v in node.usage.items())
+        return node.parent is not None and _borrows(node, need)
 
     def _available(self, node: _Node, fr: FlavorResource) -> int:
         # The recursion of the module docstring unrolled, from the root down (a flat cohort:

@@ -18,12 +18,17 @@ code), now following it; each test states Kueue's outcome.
    ``pkg/cache/scheduler/fair_sharing.go``; ``quota.Share``), both above every weighted
    share; +inf for both tied them by node name. So a weight-0 preemptor passes neither
    strategy against a weight-0 borrower of a larger share.
+
+3. (fsl29, next to them) Another ClusterQueue's Workloads are candidates when the queue
+   itself borrows a flavor-resource needing preemption (Kueue ``findCandidates``:
+   ``cqIsBorrowing``); the hierarchical check of classical reclaim is not Kueue's
+   fair-sharing rule.
 """
 
 from __future__ import annotations
 
 from app.core.spec import FairSharing
-from tests.builders import Sim, cluster_queue, workload
+from tests.builders import Sim, cluster_queue, cohort, workload
 
 
 def _sim() -> Sim:
@@ -112,3 +117,31 @@ def test_admission_order_between_zero_weight_borrowers_by_unweighted_ratio():
     s.settle()
     assert s.admitted("y1") and s.pending("z2")
 
+
+def test_candidate_needs_only_its_own_queue_to_borrow_a_needed_resource():
+    """Kueue's fair-sharing candidates are the Workloads of ClusterQueues that themselves
+    borrow a flavor-resource needing preemption (``findCandidates``: ``cqIsBorrowing``, no
+    hierarchical check as classical preemption has); the search then drops a cohort off the
+    preemptor's path that borrows nothing (``nextTarget``), not one that borrows another
+    resource. Root R: co1 {a (0), reclaim Any}, co2 {b (0), d (4 gpu)}, e (4 cpu). b runs
+    b0..b3 {0.5 cpu, 1 gpu}: b borrows gpu within co2 (co2 does not borrow gpu) and co2
+    borrows 2 cpu from R. p (a, 1 gpu): at R, co1 with p 250 (1 of 4 gpu) <= co2 after b3
+    375 (1.5 of 4 cpu): b3 is the victim (with the classical rule b was no candidate: p
+    stayed pending)."""
+    s = Sim(cohort("co1").parent("R"), cohort("co2").parent("R"),
+            cluster_queue("a").cohort("co1").flavor("default", cpu=0, gpu=0)
+            .preemption(reclaim="Any"),
+            cluster_queue("b").cohort("co2").flavor("default", cpu=0, gpu=0),
+            cluster_queue("d").cohort("co2").flavor("default", cpu=0, gpu=4),
+            cluster_queue("e").cohort("R").flavor("default", cpu=4, gpu=0),
+            fair_sharing=FairSharing())
+    for i in range(4):
+        s.submit(workload(f"b{i}").cq("b").pods(1, cpu=0.5, gpu=1).priority(3 - i))
+        s.settle()
+    assert all(s.admitted(f"b{i}") for i in range(4))
+    s.submit(workload("p").cq("a").pods(1, gpu=1))
+    s.settle()
+    assert s.evictions() == [("ns/b3", "InCohortFairSharing")]
+    s.finish_eviction("b3")
+    s.settle()
+    assert s.admitted("p")
