@@ -30,25 +30,28 @@ Rules (Kueue ``pkg/scheduler/preemption``, reference 3.7):
 
 Fair sharing (``find_fair_targets``; Kueue v0.17.1 ``preemption.go`` ``fairPreemptions``,
 ``runFirstFsStrategy``, ``runSecondFsStrategy`` and ``preemption/fairsharing``, reference
-3.8): the same eligible candidates (``borrowWithinCohort`` ignored). The preemptor's usage is
-in the tree for the whole search (every share counts it; it is taken out only to test the
+3.8): the same eligible candidates (``borrowWithinCohort`` ignored). The preemptor's usage
+is in the tree for the whole search (every share counts it; it is taken out only to test the
 fit). The next victim comes from the ClusterQueue reached by descending the tree from the
-root through the child with the highest dominant resource share (DRS) that still has
-candidates. Own-queue candidates are always taken; another queue's are taken
-unconditionally when the preemptor's queue, with it, is within its nominal quota (decided
-once), else by the first strategy at the lowest common ancestor: the target's candidates
-are tried in order, the first that passes is taken and the target chosen again, those that
-fail are kept. S2-a ``LessThanOrEqualToFinalShare``: preemptor's share ≤ the target's after
-the eviction; S2-b ``LessThanInitialShare``: < the target's before it. When S2-b is the
-second strategy it goes on with the first one's victims still removed, over the candidates
-the first one kept, one victim per queue. Reason ``InCohortFairSharing``. Then the same
-fill-back as classical preemption. With ``FairSharing.s2b_priority_guard`` (pykueue's
-opt-in; off, as Kueue v0.17.1, by default) S2-b takes no victim of higher priority than the
-preemptor (S2-a and reclaim within nominal stay priority-blind). S2-b can leave the target
-queue below the preemptor; with Kueue v0.17.1's rule a lower-priority Workload's S2-b
-eviction, the target queue's lower-priority Workloads coming back and the victim's own
-``withinClusterQueue`` preemption of them can follow one another forever
-(tests/unit/core/test_hierarchy_properties.py has the example, round by round).
+root through the child with the highest dominant resource share (DRS, compared as Kueue's
+``CompareDRS``: ``quota.Share``) that still has candidates; another ClusterQueue stays a
+target while it, and each cohort between it and the lowest common ancestor, borrows any
+flavor-resource (``QuotaTree.fair_target``, Kueue's ``nextTarget``). Own-queue candidates
+are always taken; another queue's are taken unconditionally when the preemptor's queue, with
+it, is within its nominal quota (decided once), else by the first strategy at the lowest
+common ancestor: the target's candidates are tried in order, the first that passes is taken
+and the target chosen again, those that fail are kept. S2-a ``LessThanOrEqualToFinalShare``:
+preemptor's share ≤ the target's after the eviction; S2-b ``LessThanInitialShare``: < the
+target's before it. When S2-b is the second strategy it goes on with the first one's victims
+still removed, over the candidates the first one kept, one victim per queue. Reason
+``InCohortFairSharing``. Then the same fill-back as classical preemption. With
+``FairSharing.s2b_priority_guard`` (pykueue's opt-in; off, as Kueue v0.17.1, by default)
+S2-b takes no victim of higher priority than the preemptor (S2-a and reclaim within nominal
+stay priority-blind). S2-b can leave the target queue below the preemptor; with Kueue
+v0.17.1's rule a lower-priority Workload's S2-b eviction, the target queue's lower-priority
+Workloads coming back and the victim's own ``withinClusterQueue`` preemption of them can
+follow one another forever (tests/unit/core/test_hierarchy_properties.py has the example,
+round by round).
 
 Simulation removes usage from the ``QuotaTree`` and restores it exactly before returning.
 """
@@ -59,7 +62,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from app.core.decisions import PreemptionReason
-from app.core.quota import QuotaTree
+from app.core.quota import QuotaTree, Share
 from app.core.spec import (
     BorrowWithinCohort,
     ClusterQueueSpec,
@@ -132,25 +135,35 @@ def candidate_order(c: Candidate, preemptor_cq: ClusterQueueName) -> tuple[objec
 
 def _eligibility(
     p: Preemptor, spec: ClusterQueueSpec, need: tuple[FlavorResource, ...], tree: QuotaTree,
-    fixed: Iterable[ClusterQueueName] = (),
+    fixed: Iterable[ClusterQueueName] = (), fair: bool = False,
 ) -> Callable[[Candidate], bool]:
     """The eligibility rule for candidates of one preemption search (Kueue
-    ``preemption.go`` candidate filters), with the per-ClusterQueue part (same cohort, the
-    ClusterQueue borrows a needed flavor-resource) computed once per ClusterQueue: the tree
-    does not change while candidates are filtered. The part of the ClusterQueues ``fixed``
-    is computed now, so the rule can filter lazily while a search changes the tree."""
+    ``preemption.go`` candidate filters), with the per-ClusterQueue part (same cohort tree,
+    the ClusterQueue borrows a needed flavor-resource) computed once per ClusterQueue: the
+    tree does not change while candidates are filtered. The part of the ClusterQueues
+    ``fixed`` is computed now, so the rule can filter lazily while a search changes the
+    tree. Classical: the cohorts up to the lowest common ancestor borrow one too
+    (``QuotaTree.reclaimable``); with ``fair`` only the ClusterQueue itself (Kueue
+    ``findCandidates``: ``cqIsBorrowing``; the fair search prunes the cohorts)."""
     own = p.cluster_queue
     within = spec.preemption.within_cluster_queue
     reclaim = spec.preemption.reclaim_within_cohort
     cohort = tree.cohort_of(own)
-    borrowing: dict[ClusterQueueName, bool] = {
-        cq: tree.has(cq) and tree.reclaimable(own, cq, need) for cq in fixed
-    }
+    root = tree.root_of(own)
+
+    def borrows(cq: ClusterQueueName) -> bool:
+        if not tree.has(cq):
+            return False
+        if fair:
+            return cq != own and tree.root_of(cq) == root and tree.borrows(cq, need)
+        return tree.reclaimable(own, cq, need)
+
+    borrowing: dict[ClusterQueueName, bool] = {cq: borrows(cq) for cq in fixed}
 
     def other_borrows(cq: ClusterQueueName) -> bool:
         v = borrowing.get(cq)
         if v is None:
-            v = borrowing[cq] = tree.has(cq) and tree.reclaimable(own, cq, need)
+            v = borrowing[cq] = borrows(cq)
         return v
 
     def eligible(c: Candidate) -> bool:
@@ -299,10 +312,11 @@ def _eligible(
     tree: QuotaTree,
     candidates: Iterable[Candidate],
     need: tuple[FlavorResource, ...],
+    fair: bool = False,
 ) -> list[Candidate]:
-    """The eligible candidates in Kueue's candidate order."""
+    """The eligible candidates in Kueue's candidate order (``fair``: see ``_eligibility``)."""
     return sorted(
-        filter(_eligibility(p, spec, need, tree), candidates),
+        filter(_eligibility(p, spec, need, tree, fair=fair), candidates),
         key=lambda c: candidate_order(c, p.cluster_queue),
     )
 
@@ -385,12 +399,12 @@ class _FairSearch(_Search):
 
     def target(self, pools: dict[ClusterQueueName, list[Candidate]]) -> ClusterQueueName:
         """The queue reached from the root through the highest shares (ties: node name)."""
-        def descent(cq: ClusterQueueName) -> list[tuple[float, str]]:
+        def descent(cq: ClusterQueueName) -> list[tuple[Share, str]]:
             return [(v, n) for n, v in reversed(self.tree.path_shares(cq))]
 
         return max(pools, key=descent)
 
-    def shares(self, cq: ClusterQueueName) -> tuple[float, str, float]:
+    def shares(self, cq: ClusterQueueName) -> tuple[Share, str, Share]:
         """(the preemptor's share, the node of ``cq``'s side, that node's share now) at the
         lowest common ancestor of the preemptor's ClusterQueue and ``cq`` (Kueue
         ``ComputeShares``: the children of that ancestor on each side, the "almost LCAs")."""
@@ -399,7 +413,7 @@ class _FairSearch(_Search):
         a, b = _sides([n for n, _ in mine], [n for n, _ in theirs])
         return dict(mine)[a], b, dict(theirs)[b]
 
-    def share_of(self, cq: ClusterQueueName, node: str) -> float:
+    def share_of(self, cq: ClusterQueueName, node: str) -> Share:
         return dict(self.tree.path_shares(cq))[node]
 
     def take(self, c: Candidate, reason: PreemptionReason, removed: list[Target]) -> bool:
@@ -442,8 +456,8 @@ class _FairSearch(_Search):
             if cq == own:
                 if self.take(pool.pop(0), PreemptionReason.IN_CLUSTER_QUEUE, removed):
                     return True, retry
-            elif not tree.reclaimable(own, cq, self.need):
-                del pools[cq]  # back within its quota after earlier victims
+            elif not tree.fair_target(own, cq):
+                del pools[cq]  # borrows nothing any more after earlier victims
                 continue
             elif within:
                 if self.take(pool.pop(0), PreemptionReason.IN_COHORT_RECLAMATION, removed):
@@ -479,7 +493,7 @@ class _FairSearch(_Search):
         while pools:
             cq = self.target(pools)
             pool = pools.pop(cq)
-            if not self.tree.reclaimable(own, cq, self.need):
+            if not self.tree.fair_target(own, cq):
                 continue
             share, _, theirs = self.shares(cq)
             if not share < theirs:
@@ -505,7 +519,7 @@ def find_fair_targets(
     first of ``fair.strategies`` that makes ``request`` fit, or None. Arguments as for
     ``find_targets``; ``tree`` is restored before returning."""
     p, need_t = preemptor, tuple(need)
-    cands = _eligible(p, spec, tree, candidates, need_t)
+    cands = _eligible(p, spec, tree, candidates, need_t, fair=True)
     if not cands:
         return None
     found = _FairSearch(p, spec, tree, need_t, request).run(cands, fair)

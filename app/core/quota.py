@@ -29,9 +29,29 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from app.core.spec import ClusterQueueSpec, CohortSpec
 from app.core.types import ClusterQueueName, CohortName, FlavorResource
+
+
+class Share(NamedTuple):
+    """A dominant resource share as Kueue v0.17.1 compares two of them (``CompareDRS``,
+    ``pkg/cache/scheduler/fair_sharing.go``); tuple order is that comparison. A node of
+    weight 0 that borrows (``zero_weight``) is above every other node, and two such nodes
+    compare by their unweighted ratios (``value``: the largest borrowed × 1000 / lendable);
+    any other node's ``value`` is that ratio / weight (0 when not borrowing)."""
+
+    zero_weight: bool
+    value: float
+
+    @property
+    def weighted(self) -> float:
+        """The weighted share (Kueue ``PreciseWeightedShare``): +inf for ``zero_weight``."""
+        return float("inf") if self.zero_weight else self.value
+
+
+NOT_BORROWING = Share(False, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +107,15 @@ class _Node:
         if self.is_cohort:
             seen.update(dict.fromkeys(self.subtree))
         return seen
+
+
+def _borrows(n: _Node, need: tuple[FlavorResource, ...] | None) -> bool:
+    """Whether node ``n``'s usage is above its subtree quota on a flavor-resource of
+    ``need`` (None: on any)."""
+    u = n.usage
+    if need is None:
+        return any(v > n.subtree_quota(fr) for fr, v in u.items())
+    return any(u.get(fr, 0) > n.subtree_quota(fr) for fr in need)
 
 
 class QuotaTree:
@@ -248,23 +277,21 @@ class QuotaTree:
         if node is not None:
             node.weight_milli = weight_milli
 
-    def _share(self, node: _Node) -> float:
+    def _share(self, node: _Node) -> Share:
         """Dominant resource share of ``node`` within its parent: per resource name,
         Σ flavors max(0, usage − subtree quota) × 1000 / Σ flavors potential_available of
-        the parent; the largest ratio, divided by the weight. 0 when not borrowing (or a
-        root); +inf when borrowing with weight 0."""
+        the parent; the largest ratio, divided by the weight (the ratio itself, marked
+        ``zero_weight``, for weight 0). ``NOT_BORROWING`` when not borrowing (or a root)."""
         parent = node.parent
         if parent is None:
-            return 0.0
+            return NOT_BORROWING
         borrowed: dict[str, int] = {}
         for fr, u in node.usage.items():
             b = u - node.subtree_quota(fr)
             if b > 0:
                 borrowed[fr.resource] = borrowed.get(fr.resource, 0) + b
         if not borrowed:
-            return 0.0
-        if node.weight_milli == 0:
-            return float("inf")
+            return NOT_BORROWING
         lendable: dict[str, int] = {}
         for fr in parent.keys():
             if fr.resource in borrowed:
@@ -273,23 +300,26 @@ class QuotaTree:
             (b * 1000 / lendable[r] if lendable.get(r) else float("inf"))
             for r, b in borrowed.items()
         )
-        return ratio * 1000 / node.weight_milli
+        if node.weight_milli == 0:
+            return Share(True, ratio)
+        return Share(False, ratio * 1000 / node.weight_milli)
 
     def share(self, name: ClusterQueueName) -> float:
-        """The ClusterQueue's dominant resource share (see ``_share``); Kueue's
-        ``status.fairSharing.weightedShare`` is its ceiling."""
-        return self._share(self._cqs[name])
+        """The ClusterQueue's weighted dominant resource share (see ``_share``; +inf when
+        borrowing with weight 0); Kueue's ``status.fairSharing.weightedShare`` is its
+        ceiling."""
+        return self._share(self._cqs[name]).weighted
 
     def cohort_share(self, name: CohortName) -> float:
-        """A cohort's dominant resource share within its parent (0 for a root)."""
-        return self._share(self._cohorts[name])
+        """A cohort's weighted dominant resource share within its parent (0 for a root)."""
+        return self._share(self._cohorts[name]).weighted
 
     def path_shares(
         self, name: ClusterQueueName, extra: Mapping[FlavorResource, int] | None = None
-    ) -> list[tuple[str, float]]:
+    ) -> list[tuple[str, Share]]:
         """``[(node id, share)]`` from the ClusterQueue up to (not including) its root, with
         ``extra`` usage added to the ClusterQueue while measuring (the tree is restored).
-        Node ids are ``cq:<name>`` / ``co:<name>``."""
+        Node ids are ``cq:<name>`` / ``co:<name>``; shares compare as Kueue's ``CompareDRS``."""
         if extra:
             self.add_usage(name, extra)
         try:
@@ -399,12 +429,26 @@ class QuotaTree:
         may lose Workloads to ``own``'s reclaim only if it and every cohort between it and
         their lowest common ancestor borrow (usage > subtree quota) some flavor-resource of
         ``need``. In a flat cohort: ``other`` borrows one of them. False across trees."""
-        need_t = need if isinstance(need, tuple) else tuple(need)
+        return self._borrows_to_lca(own, other, need if isinstance(need, tuple) else tuple(need))
+
+    def fair_target(self, own: ClusterQueueName, other: ClusterQueueName) -> bool:
+        """Whether ClusterQueue ``other`` is still a fair-sharing preemption target of
+        ``own``'s preemptor: it and every cohort between it and their lowest common ancestor
+        borrow (usage > subtree quota) any flavor-resource (Kueue v0.17.1
+        ``preemption/fairsharing/ordering.go`` ``nextTarget``, which prunes a ClusterQueue
+        or a cohort off the preemptor's path once ``!IsBorrowing()``). False for ``own``
+        and across trees."""
+        return self._borrows_to_lca(own, other, None)
+
+    def _borrows_to_lca(
+        self, own: ClusterQueueName, other: ClusterQueueName,
+        need: tuple[FlavorResource, ...] | None,
+    ) -> bool:
+        """``reclaimable`` with ``need``; ``fair_target`` with None (any flavor-resource)."""
         me, o = self._cqs[own], self._cqs[other]
         if o is me or o.parent is None:
             return False
-        u = o.usage
-        if not any(u.get(fr, 0) > o.subtree_quota(fr) for fr in need_t):
+        if not _borrows(o, need):
             return False
         if o.parent is me.parent:
             return True  # siblings (every flat cohort): the common ancestor is their cohort
@@ -415,8 +459,7 @@ class QuotaTree:
             n = n.parent
         n = o.parent
         while n is not None and id(n) not in ancestors:
-            u = n.usage
-            if not any(u.get(fr, 0) > n.subtree_quota(fr) for fr in need_t):
+            if not _borrows(n, need):
                 return False
             n = n.parent
         return n is not None
@@ -445,13 +488,13 @@ class QuotaTree:
             return 0
         return max(0, node.usage.get(fr, 0) - node.subtree_quota(fr))
 
-    def borrows(self, name: ClusterQueueName) -> bool:
+    def borrows(
+        self, name: ClusterQueueName, need: tuple[FlavorResource, ...] | None = None
+    ) -> bool:
         """True when the ClusterQueue is in a cohort and uses more than its nominal quota of
-        some FlavorResource (``borrowed`` > 0 for any one)."""
+        some FlavorResource (``borrowed`` > 0 for any one), of ``need`` when given."""
         node = self._cqs[name]
-        if node.parent is None:
-            return False
-        return any(v > node.subtree_quota(fr) for fr, v in node.usage.items())
+        return node.parent is not None and _borrows(node, need)
 
     def _available(self, node: _Node, fr: FlavorResource) -> int:
         # The recursion of the module docstring unrolled, from the root down (a flat cohort:

@@ -130,6 +130,7 @@ from app.core.preemption import (
     find_targets,
 )
 from app.core.queues import PendingQueue, SortKey
+from app.core.quota import Share
 from app.core.quota_state import QuotaState, _Record
 from app.core.spec import (
     AdmissionFairSharing,
@@ -512,7 +513,7 @@ class Scheduler(QuotaState):
         tree = self.tree
         sticky = self.fair_sharing is not None and self.fair_sharing.sticky_preemptor_first
         paths: dict[int, list[str]] = {}
-        shares: dict[int, dict[str, float]] = {}
+        shares: dict[int, dict[str, Share]] = {}
         roots: dict[str | None, list[_Entry]] = {}
         for e in entries:
             ps = tree.path_shares(e.spec.name, e.assignment.usage)

@@ -4,14 +4,17 @@ victims free. The expected values are what Kueue v0.17.1 did on the lab
 (``PYKUEUE_CONFORMANCE_TARGET=kueue``); the same scenarios, same numbers, are unit tests of
 pykueue's core in tests/unit/core/test_fair_sharing_kueue_rules.py (docs/fair-sharing.md,
 "Preemption"). One flavor, cpu; every ClusterQueue in one cohort, weight 1 unless said, so a
-queue's share is (its cpu above nominal) x 1000 / (the cohort's total nominal) / weight.
+queue's share is (its cpu above nominal) x 1000 / (the cohort's total nominal) / weight (the
+last cases, from tests/unit/core/test_brk28_fair_prune.py, add gpu and a Cohort tree).
 """
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from tests.conformance.support import Scope, Target, now
+from tests.conformance.support import GROUP, Scope, Target, now
 from tests.labfixture import wait_for
 
 pytestmark = pytest.mark.usefixtures("fair_sharing")
@@ -136,3 +139,101 @@ def test_a_preempted_workload_is_ordered_by_its_creation_time(fair_sharing: Targ
     s.finish("boss")
     s.admitted("old")
     s.stays_pending("newer")
+
+
+# The cases below are the unit tests of tests/unit/core/test_brk28_fair_prune.py (same
+# scenarios; here with distinct priorities where the victims would otherwise depend on two
+# admissions in the same second).
+
+def test_a_target_queue_stays_while_it_borrows_any_resource(fair_sharing: Target):
+    # b (2 cpu) holds b1 {1 cpu, 2 gpu} p0, b2 {1 cpu, 2 gpu} p1, b3 {1 cpu} p2, borrowing 1
+    # cpu and 4 gpu from c (share 1000: gpu). p (a, 5 cpu) would make a 833 (5 of 6 cpu).
+    # S2-a refuses b1 and b2 (b would be at 500), takes b3 (b stays at 1000). b no longer
+    # borrows cpu but still borrows gpu, so it stays a target (ordering.go nextTarget:
+    # drs.IsBorrowing()); S2-b: 833 < 1000, b1 goes; p fits and the fill-back keeps b3.
+    # Who is admitted next is the tournament's (the victims have no owner, so they wait
+    # again at once, and b3 fits b's nominal: Kueue admitted them back before p).
+    s = fair_sharing.scope("fs-prune")
+    f = s.flavor("f")
+    gpu = "nvidia.com/gpu"
+    s.cluster_queue("a", [(f, {"cpu": {"nominalQuota": "0"}, gpu: {"nominalQuota": "0"}})],
+                    cohort="co", reclaim="Any")
+    s.cluster_queue("b", [(f, {"cpu": {"nominalQuota": "2"}, gpu: {"nominalQuota": "0"}})],
+                    cohort="co")
+    s.cluster_queue("c", [(f, {"cpu": {"nominalQuota": "4"}, gpu: {"nominalQuota": "4"}})],
+                    cohort="co")
+    for name, req, prio in (("b1", {"cpu": "1", gpu: "2"}, 0), ("b2", {"cpu": "1", gpu: "2"}, 1),
+                            ("b3", {"cpu": "1"}, 2)):
+        s.workload(name, "b", req, priority=prio)
+        s.admitted(name)
+    s.workload("p", "a", {"cpu": "5"}, priority=5)
+    s.preempted("b3", "InCohortFairSharing")
+    s.preempted("b1", "InCohortFairSharing")
+    s.stays_admitted("b2")
+
+
+def _zero_weight_borrowers(t: Target, prefix: str, a_weight: str,
+                           borrowers: dict[str, str], *wls: tuple[str, str, int, int],
+                           p_cpu: int) -> Scope:
+    """a (0, reclaimWithinCohort Any, weight ``a_weight``), ``borrowers`` {name: weight} (0),
+    c (4, the lender); ``wls`` admitted in order (as ``_admit_in_order``); then p (a,
+    ``p_cpu``, priority 5) arrives."""
+    s = t.scope(prefix)
+    f = s.flavor("f")
+    _cq(s, "a", f, 0, reclaim="Any", fairSharing={"weight": a_weight})
+    for name, weight in borrowers.items():
+        _cq(s, name, f, 0, fairSharing={"weight": weight})
+    _cq(s, "c", f, 4)
+    _admit_in_order(s, *wls)
+    s.workload("p", "a", {"cpu": str(p_cpu)}, priority=5)
+    return s
+
+
+def test_two_zero_weight_borrowers_compare_by_their_unweighted_ratios(fair_sharing: Target):
+    # b and z (weight 0) borrow 3 and 1 of c's 4 cpu. Kueue's CompareDRS orders two weight-0
+    # borrowers by their unweighted ratios (b 750 > z 250), both above a's 250 with p: b is
+    # the target; S2-a refuses b1 (b would not borrow: 0), S2-b takes it.
+    s = _zero_weight_borrowers(fair_sharing, "fs-zero", "1", {"b": "0", "z": "0"},
+                               ("b1", "b", 3, 0), ("z1", "z", 1, 0), p_cpu=1)
+    s.preempted("b1", "InCohortFairSharing")
+    s.admitted("p")
+    s.stays_admitted("z1")
+
+
+def test_a_zero_weight_preemptor_against_a_zero_weight_borrower(fair_sharing: Target):
+    # a and b (weight 0); b borrows c's 4 cpu (b1..b4). p (a, 3 cpu): a with p 750 (unweighted,
+    # compared as b's); S2-a passes b1 (b at 750) but refuses the next (500); S2-b: 750 < 750
+    # fails. p does not fit: no victim.
+    s = _zero_weight_borrowers(fair_sharing, "fs-zero-p", "0", {"b": "0"},
+                               *((f"b{i}", "b", 1, 0) for i in range(1, 5)), p_cpu=3)
+    s.stays_pending("p")
+    s.stays_admitted("b1", "b2", "b3", "b4")
+
+
+def test_a_candidates_queue_borrows_a_needed_resource_its_cohort_another(fair_sharing: Target):
+    # Root r: co1 {a}, co2 {b, d (4 gpu)}, e (4 cpu). b runs b0..b3 {500m cpu, 1 gpu}: b
+    # borrows gpu within co2 (co2 does not), co2 borrows 2 cpu from r. p (a, 1 gpu): b's
+    # Workloads are candidates (findCandidates: b itself borrows gpu) and co2 stays (it
+    # borrows cpu); at r co1 with p 250 (1 of 4 gpu) <= co2 after b3 375: b3 goes.
+    s = fair_sharing.scope("fs-hier")
+    f = s.flavor("f")
+    gpu = "nvidia.com/gpu"
+    for name, parent in (("r", None), ("co1", "r"), ("co2", "r")):
+        s.lab.apply(json.dumps({"apiVersion": GROUP, "kind": "Cohort",
+                                "metadata": {"name": s.n(name)},
+                                "spec": {"parentName": s.n(parent)} if parent else {}}))
+
+    def quota(cpu: str, g: str) -> list:
+        return [(f, {"cpu": {"nominalQuota": cpu}, gpu: {"nominalQuota": g}})]
+
+    s.cluster_queue("a", quota("0", "0"), cohort="co1", reclaim="Any")
+    s.cluster_queue("b", quota("0", "0"), cohort="co2")
+    s.cluster_queue("d", quota("0", "4"), cohort="co2")
+    s.cluster_queue("e", quota("4", "0"), cohort="r")
+    for i in range(4):  # b3 the lowest priority: its first candidate
+        s.workload(f"b{i}", "b", {"cpu": "500m", gpu: "1"}, priority=3 - i)
+        s.admitted(f"b{i}")
+    s.workload("p", "a", {gpu: "1"}, priority=5)
+    s.preempted("b3", "InCohortFairSharing")
+    s.admitted("p")
+    s.stays_admitted("b0", "b1", "b2")
