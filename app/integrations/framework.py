@@ -38,6 +38,7 @@ from app.kube.events import NORMAL
 from app.wire.fields import Obj
 from app.wire.names import (
     ADOPTED_BY_ANNOTATION,
+    GROUP_LABEL,
     JOB_NAME_LABELS,
     JOB_UID_LABELS,
     ORPHAN_FINALIZER,
@@ -45,6 +46,7 @@ from app.wire.names import (
     QUEUE_NAME_LABEL,
 )
 from app.wire.owners import OwnerRef, controller_of_object, controller_ref
+from app.wire.workload import workload_name_for_owner
 from app.wire.workload_status import parse_time
 
 if TYPE_CHECKING:
@@ -758,7 +760,8 @@ def stray_pod(ctx: Context | None, kind: JobKind, pod: Mapping[str, Any], name: 
     ``pod`` was created no earlier than that object (a pod of a predecessor of the name,
     deleted with ``--cascade=orphan``, is its orphaned Workload's); the kind says it is
     such a pod (``leaves_orphans``); no batch Job takes it back (``adopted_by_job``: the
-    Job controller's adoption). A pod being deleted counts only within the grace period its
+    Job controller's adoption); no Workload owns it (``owned_by_workload``: a plain Pod's or
+    a pod group's). A pod being deleted counts only within the grace period its
     Workload allows (``killed_in_grace``). Kueue v0.17.1 counts no pods and has the same
     gap; this is beyond it. False without ``ctx``."""
     if ctx is None:
@@ -779,9 +782,32 @@ def stray_pod(ctx: Context | None, kind: JobKind, pod: Mapping[str, Any], name: 
     if made is None or born is None or born < made:
         return False
     if not kind.leaves_orphans(ctx, pod, name, uid) or adopted_by_job(  # type: ignore[attr-defined]
-            ctx, pod):
+            ctx, pod) or owned_by_workload(ctx, pod):
         return False
     return not meta.get("deletionTimestamp") or killed_in_grace(ctx, kind, pod, name, uid)
+
+
+def owned_by_workload(ctx: Context, pod: Mapping[str, Any]) -> bool:
+    """Whether a stored Workload lists ``pod`` among its ownerReferences (by uid): the
+    Workload of a plain Pod (named as Kueue names it, ``workload_name_for_owner("Pod", ...)``)
+    or of its pod group (named by the ``kueue.x-k8s.io/pod-group-name`` label). Such a pod is
+    that Workload's, never another object's stray (brk29: a tenant's queued Pod labelled as a
+    JobSet's would otherwise count for the JobSet, which does not delete it, and hold its
+    evicted Workload's quota for as long as the tenant likes). False without the Workload
+    store."""
+    if WL not in ctx.informers.informers:
+        return False
+    meta = pod.get("metadata") or {}
+    ns, name, uid = (str(meta.get(k) or "") for k in ("namespace", "name", "uid"))
+    group = ((meta.get("labels") or {}).get(GROUP_LABEL))
+    names = [workload_name_for_owner("Pod", "", name, uid)] + ([str(group)] if group else [])
+    for wl_name in names:
+        wl = ctx.store(WL).get(f"{ns}/{wl_name}")
+        if wl is not None and any(
+                isinstance(r, Mapping) and r.get("uid") == uid
+                for r in (wl.get("metadata") or {}).get("ownerReferences") or []):
+            return True
+    return False
 
 
 def own_stored(ctx: Context | None, kind: JobKind, pod: Mapping[str, Any],

@@ -132,6 +132,10 @@ OWNER_NOT_FOUND = "OwnerNotFound"  # Kueue v1beta2 WorkloadFinishedReasonOwnerNo
 # Seconds between looks at a job whose pods still hold its quota (the Pod store's events
 # reach the reconciler only for a pod without a controller: ``on_pod``).
 PODS_POLL = 1.0
+# Seconds a pod without a controller is waited for while a living batch Job may adopt it
+# (``adopted_by_job``): the Job controller adopts within moments; one that never does (a
+# ``manualSelector`` not matching, a finished Job) must not keep its object polled.
+ADOPTION_WAIT_SECONDS = 10.0
 
 
 
@@ -223,6 +227,8 @@ class JobReconciler:
                                cap=ctx.settings.scheduling.requeue_backoff_max_seconds)
         self.workers = workers
         self.owners = OwnerIndex()
+        # Pod uid -> when ``_delete_strays`` first saw it waiting for a Job's adoption.
+        self.adoption_waits: dict[str, float] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.reconciles = 0
         self.awaited = set()
@@ -603,7 +609,8 @@ class JobReconciler:
         count. Returns ``PODS_POLL`` while a pod without a controller that would otherwise
         be a stray waits for a batch Job's adoption (``adopted_by_job``: the Job controller
         takes it within moments, or the Job, being deleted, releases it; neither changes the
-        pod once more), else None. Nothing for an object being deleted (its Workload is then
+        pod once more), for at most ``ADOPTION_WAIT_SECONDS`` (``_adoption_awaited``), else
+        None. Nothing for an object being deleted (its Workload is then
         orphaned, ``owner_gone``) or without the Pod store. Kueue v0.17.1 counts no pods and
         leaves such a pod running: beyond it."""
         label = pod_labels(kind)[0]
@@ -621,9 +628,9 @@ class JobReconciler:
         if not unowned:
             return None
         strays = [p for p in unowned if stray_pod(self.ctx, kind, p, name, uid)]
-        waiting = any(p not in strays and adopted_by_job(self.ctx, p)
-                      and kind.leaves_orphans(self.ctx, p, name, uid)  # type: ignore[attr-defined]
-                      for p in unowned)
+        waiting = self._adoption_awaited(
+            [p for p in unowned if p not in strays and adopted_by_job(self.ctx, p)
+             and kind.leaves_orphans(self.ctx, p, name, uid)])  # type: ignore[attr-defined]
         if strays:
             # Its own Workloads: the one of its name, and one it adopted (a MultiKueue copy,
             # named after the manager's object).
@@ -645,6 +652,27 @@ class JobReconciler:
                 "(an owner deleted with --cascade=orphan) and its operator made their "
                 "owner again, so they ran beside their replacements outside the admission")
         return PODS_POLL if waiting else None
+
+    def _adoption_awaited(self, pods: list[Mapping[str, Any]]) -> bool:
+        """Whether any of ``pods`` (waiting for a batch Job's adoption) is still worth
+        looking at again in ``PODS_POLL``: first seen waiting less than
+        ``ADOPTION_WAIT_SECONDS`` ago (``ctx.clock``). Past that, the object is not polled
+        for it (its pod events still queue it, ``on_pod``); it counts for nothing, as a pod
+        the Job controller never adopts is no run of the object's. Entries of pods no longer
+        waiting are forgotten once the map outgrows the pods seen waiting now."""
+        now = self.ctx.clock()
+        waits = self.adoption_waits
+        awaited = False
+        for p in pods:
+            first = waits.setdefault(str((p.get("metadata") or {}).get("uid", "")), now)
+            awaited = awaited or now - first < ADOPTION_WAIT_SECONDS
+        if len(waits) > 4 * len(pods) + 1000:
+            keep = {str((p.get("metadata") or {}).get("uid", "")) for p in pods}
+            stale = [u for u, t in waits.items()
+                     if u not in keep and now - t >= ADOPTION_WAIT_SECONDS]
+            for u in stale:
+                del waits[u]
+        return awaited
 
     def _workloads_of_others(self, kind: JobKind, ns: str, name: str, uid: str) -> set[str]:
         """The keys of the stored Workloads controlled by an object ``ns/name`` whose uid is

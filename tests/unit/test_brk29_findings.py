@@ -27,6 +27,7 @@ import pytest
 from app.integrations.framework import pod_of
 from app.integrations.reconciler import PODS_POLL
 from app.kube.context import CHILD_JOBS, POD, WL
+from app.wire.workload import workload_name_for_owner
 from tests.unit.test_appwrapper_wrapped import (
     create_review,
     decide,
@@ -40,16 +41,14 @@ from tests.unit.test_orphaned_child_pods import JOBSET, NS, _job, _obj, _pod, _r
 def _decoy_workload() -> dict[str, Any]:
     """The plain Pod ``decoy``'s own Workload (pending: no admission)."""
     return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
-            "metadata": {"name": "pod-decoy-1234", "namespace": NS, "uid": "wl-decoy",
+            "metadata": {"name": workload_name_for_owner("Pod", "", "decoy", "uid-decoy"),
+                         "namespace": NS, "uid": "wl-decoy",
                          "ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
                                               "name": "decoy", "uid": "uid-decoy",
                                               "controller": True}]},
             "spec": {"podSets": [{"name": "workers", "count": 1}], "queueName": "lq"}}
 
 
-@pytest.mark.xfail(strict=True, reason="brk29 H: a queued plain Pod labelled as a JobSet's "
-                   "stray counts for the JobSet but is never deleted (its own Workload owns "
-                   "it), so the JobSet's evicted Workload holds its quota for good")
 def test_a_pod_the_stray_rule_leaves_does_not_count_for_the_object() -> None:
     """The JobSet is stopped (suspended after an eviction; its own pods are gone). The decoy:
     gated, Pending, labelled ``queue-name``, ``kueue.x-k8s.io/podset`` and the JobSet's name
@@ -73,8 +72,32 @@ def test_a_pod_the_stray_rule_leaves_does_not_count_for_the_object() -> None:
     assert rec._pods_holding_quota(JOBSET, js) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="brk29 L: a pod waiting for the adoption of a Job that "
-                   "never adopts it has its object reconciled every PODS_POLL for good")
+def test_a_pod_groups_member_is_not_a_stray_but_an_unowned_decoy_is() -> None:
+    """The same decoy as a member of a pod group ``grp`` (label
+    ``kueue.x-k8s.io/pod-group-name``) whose Workload ``grp`` owns it: not the JobSet's
+    stray, neither counted nor deleted. A second decoy no Workload owns (the group's
+    Workload names only the first) is a stray: counted and deleted."""
+    rec, ctx = _reconciler()
+    js = _obj(JOBSET, "train", "js-uid")
+    js["spec"] = {"suspend": True}
+    ctx.store("jobset").put(js)
+    labels = {"jobset.sigs.k8s.io/jobset-name": "train",
+              "jobset.sigs.k8s.io/jobset-uid": "js-uid",
+              "kueue.x-k8s.io/pod-group-name": "grp"}
+    member, loose = _pod("member", labels), _pod("loose", labels)
+    ctx.store(POD).put(member)
+    ctx.store(POD).put(loose)
+    group_wl = _decoy_workload()
+    group_wl["metadata"]["name"] = "grp"
+    group_wl["metadata"]["ownerReferences"][0].update(name="member", uid="uid-member")
+    ctx.store(WL).put(group_wl)
+    assert not pod_of(JOBSET, member, "train", "js-uid", ctx=ctx)  # type: ignore[arg-type]
+    assert pod_of(JOBSET, loose, "train", "js-uid", ctx=ctx)  # type: ignore[arg-type]
+    asyncio.run(rec._delete_strays(JOBSET, js))
+    assert [d for d in map(str, ctx.deleted) if "member" in d] == []
+    assert any("loose" in str(d) for d in ctx.deleted), ctx.deleted
+
+
 def test_a_pod_no_job_will_adopt_does_not_keep_its_object_polled() -> None:
     """A bare pod of the tenant (Pending, no node, no quota) with the podset label, a
     JobSet's name label and the ``job-name`` / ``controller-uid`` labels of its Job

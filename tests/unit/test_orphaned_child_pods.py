@@ -88,6 +88,7 @@ def _reconciler() -> tuple[JobReconciler, _Ctx]:
     rec.ctx, rec.registry = ctx, default_registry()  # type: ignore[assignment]
     rec.queue = _Queue()  # type: ignore[assignment]
     rec.owners = OwnerIndex()
+    rec.adoption_waits = {}
     return rec, ctx
 
 
