@@ -130,7 +130,8 @@ CONTROLLER_UID_INDEX = "controller-uid"
 PREBUILT_INDEX = "prebuilt"
 OWNER_NOT_FOUND = "OwnerNotFound"  # Kueue v1beta2 WorkloadFinishedReasonOwnerNotFound
 # Seconds between looks at a job whose pods still hold its quota (the Pod store's events
-# reach the reconciler only for a pod without a controller: ``on_pod``).
+# reach the reconciler only for a pod without a controller or one of an object in its
+# operator's stopped state: ``on_pod``).
 PODS_POLL = 1.0
 # Seconds a pod without a controller is waited for while a living batch Job may adopt it
 # (``adopted_by_job``): the Job controller adopts within moments; one that never does (a
