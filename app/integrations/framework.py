@@ -1025,16 +1025,9 @@ async def stop_pods_left(ctx: Context, kind: JobKind, obj: Mapping[str, Any]) ->
     count as in any other state until they are gone (brk28). Beyond Kueue v0.17.1, which
     counts no pods of these kinds (it releases once the status says they are inactive).
     One Normal Event ``DeletedPods`` on ``obj``; returns the count deleted."""
-    ns = str((obj.get("metadata") or {}).get("namespace", ""))
-    deleted = 0
-    for pod, grace in pods_left(ctx, kind, obj):
-        pmeta = pod.get("metadata") or {}
-        try:
-            await ctx.client.delete(PODS, pmeta["name"], ns, uid=pmeta.get("uid"),
-                                    grace_period_seconds=grace)
-        except NotFound:
-            continue
-        deleted += 1
+    left = pods_left(ctx, kind, obj)
+    deleted = len(await delete_pods(ctx, [pod for pod, _ in left], grace={
+        str((pod.get("metadata") or {}).get("uid", "")): g for pod, g in left}))
     if deleted:
         ctx.recorder.emit(obj, NORMAL, "DeletedPods",
                           f"{deleted} pod(s) deleted: the {kind.kind} is stopped, so its "
@@ -1045,14 +1038,19 @@ async def stop_pods_left(ctx: Context, kind: JobKind, obj: Mapping[str, Any]) ->
 _Pod = TypeVar("_Pod", bound=Mapping[str, Any])
 
 
-async def delete_pods(ctx: Context, pods: Iterable[_Pod]) -> list[_Pod]:
+async def delete_pods(ctx: Context, pods: Iterable[_Pod],
+                      grace: Mapping[str, int] | None = None) -> list[_Pod]:
     """Delete each of ``pods`` (with its uid as precondition: a pod re-created under the name
-    is not touched); returns those deleted, a pod already gone (NotFound) skipped."""
+    is not touched), with the grace period (seconds) ``grace`` gives its uid, else its own;
+    returns those deleted, a pod already gone (NotFound) skipped."""
     deleted: list[_Pod] = []
     for pod in pods:
         meta = pod.get("metadata") or {}
+        seconds = (grace or {}).get(str(meta.get("uid", "")))
+        extra = {} if seconds is None else {"grace_period_seconds": seconds}
         try:
-            await ctx.client.delete(PODS, meta["name"], meta["namespace"], uid=meta.get("uid"))
+            await ctx.client.delete(PODS, meta["name"], meta["namespace"], uid=meta.get("uid"),
+                                    **extra)
         except NotFound:
             continue
         deleted.append(pod)
