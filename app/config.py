@@ -106,7 +106,9 @@ class WebhookSettings(BaseModel):
     # operators' service accounts. Empty (the default) = anyone, as Kueue (its
     # managed-ancestor rule trusts the ownerReference). Set it where tenants can write
     # ownerReferences, above all with jobs.manage_jobs_without_queue_name: otherwise a tenant
-    # naming its own admitted JobSet as a Job's controller runs that Job unadmitted.
+    # naming its own admitted JobSet as a Job's controller runs that Job unadmitted. Set, it
+    # also names who may create a Deployment or StatefulSet controlled by a queued
+    # AppWrapper (the AppWrapper controller's identity; brk29).
     child_job_creators: list[str] = Field(default_factory=list)
     # Identities allowed to remove the controller ownerReference of a pod of an admitted job
     # (a pod labelled kueue.x-k8s.io/podset; pykueue's own, controller_usernames, always may):

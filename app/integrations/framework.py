@@ -71,7 +71,8 @@ class KindDefaults:
     labels its pods: ``pod_labels`` (and ``pods_make_pods``); under
     ``manageJobsWithoutQueueName``: ``manages_unlabelled``, ``unlabelled_selector``,
     ``takes_unlabelled``; and
-    ``top_level``, ``partial_admission``, ``optional``, ``child_jobs``, ``rules``; for
+    ``top_level``, ``partial_admission``, ``optional``, ``child_jobs`` (``child_job_pods``,
+    ``child_shares_changed``), ``rules``; for
     operators that need a nudge ``settle``; for objects an ancestor's operator makes
     ``hold_to_ancestor``, ``carries_admission`` and ``stop_orphaned``; for kinds whose
     operator makes other objects that run its pods ``made_pods`` and ``made_via``, and
@@ -166,6 +167,17 @@ class KindDefaults:
         may run at once under ``obj``'s admission (``{}``: it makes none; a Job it controls
         then runs no pod). Raises ``WorkloadSpecError``."""
         return {}
+
+    def child_shares_changed(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        """Whether an update of the object from ``old`` to ``new`` may change which of its
+        batch Jobs get a share (``child_job_pods``) though its spec did not: its children
+        are then reconciled again. Default False (the shares follow the spec only)."""
+        return False
+
+    def child_job_pods(self, obj: Mapping[str, Any], name: str) -> int:
+        """The pods the batch Job ``name`` its operator makes for ``obj`` may run at once:
+        its entry in ``child_jobs``, else 0. Raises ``WorkloadSpecError``."""
+        return int(self.child_jobs(obj).get(name, 0))
 
     def takes_unlabelled(self, obj: Mapping[str, Any]) -> bool:
         """Whether ``obj`` without a queue name is queued (``manages_unlabelled``)."""
@@ -470,15 +482,15 @@ def made_via_ancestor(ctx: Context, registry: Registry, obj: Mapping[str, Any]
 
 def child_share(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[str, Any]) -> int:
     """Pods the batch Job ``job`` may run at once under its managed ancestor ``parent``'s
-    admission: its share in ``parent_kind.child_jobs(parent)`` (the Jobs the ancestor's
+    admission: its share by ``parent_kind.child_job_pods`` (the Jobs the ancestor's
     operator makes, by name) when ``parent`` is its direct controller, else 0 (a Job hung
     under the ancestor, or under another of its objects, is in no podSet). Raises
     ``WorkloadSpecError`` when the ancestor cannot be read."""
     meta = parent.get("metadata") or {}
     if controller_uid(job) != meta.get("uid") and not _made_via(parent_kind, parent, job):
         return 0
-    share = parent_kind.child_jobs(parent)
-    return int(share.get(str((job.get("metadata") or {}).get("name", "")), 0))
+    return int(parent_kind.child_job_pods(
+        parent, str((job.get("metadata") or {}).get("name", ""))))
 
 
 def _made_via(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[str, Any]) -> bool:

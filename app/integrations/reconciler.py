@@ -243,6 +243,8 @@ class JobReconciler:
                 key = object_key(kind, obj) if obj is not None else None
                 if key is not None:
                     self.queue.add(f"{kind.key}:{key}")
+            if old is not None and new is not None and kind.child_shares_changed(old, new):
+                self._enqueue_children(new)
         return handler
 
     def on_workload(self, etype: str, old: Obj | None, new: Obj | None) -> None:

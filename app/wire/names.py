@@ -26,6 +26,9 @@ JOB_CONTROLLER_LABELS = frozenset(
 JOB_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 # The labels naming a Job on its pods (the Job controller's), newest first.
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+# The labels JobSet (v0.11.1) puts on its Jobs' pods: the JobSet's name and uid.
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 # The garbage collector's finalizer on an object deleted with propagationPolicy Orphan
 # (Kubernetes metav1.FinalizerOrphanDependents): it removes the dependents' references first.
 ORPHAN_FINALIZER = "orphan"

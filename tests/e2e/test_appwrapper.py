@@ -7,8 +7,9 @@ waits whole with no object made; deleting the running one lets the waiting one s
 finishing frees the quota for the next. A wrapped JobSet's Job scaled directly is set back to
 its replicatedJob's share. A higher-priority Job preempts an admitted AppWrapper whole; one
 managed by another controller (``spec.managedBy``) is queued and admitted as Kueue v0.17.1
-does, and the AppWrapper controller makes nothing for it. Skipped when an operator is not
-built."""
+does, and the AppWrapper controller makes nothing for it. An evicted AppWrapper of
+``generateName`` components (a Deployment, a Job) runs again under new names, and nothing
+joins it while it is suspended. Skipped when an operator is not built."""
 
 from __future__ import annotations
 
@@ -247,3 +248,76 @@ def test_an_appwrapper_managed_by_another_controller_is_queued_as_kueue_does(
         assert not holding(lab, ns, "other")
         time.sleep(1)
     lab.kubectl("delete", "appwrapper", "other", "-n", ns, "--wait=false")
+
+
+def test_an_evicted_appwrapper_of_generate_name_components_runs_again(
+        lab: LabHandle, own_queue: tuple[str, str]) -> None:
+    """An AppWrapper wrapping a Deployment and a batch Job both named by ``generateName`` (1
+    one-GPU pod each) runs, is evicted (its Workload deactivated) and admitted again
+    (reactivated). appwrapper v1.2.0 deletes the components on the suspension, keeps their old
+    names in ``status.componentStatus`` (``ResourcesDeployed`` False) and on the resume creates
+    them again under new generated names, recorded only after each create: the Deployment's
+    create passes the wrapped-object webhook and the Job keeps its parallelism, so both pods
+    run again (before: the Deployment refused as no component, the old name being on record,
+    so the AppWrapper never ran again; the Job, taken for one the AppWrapper does not wrap,
+    could be set to parallelism 0 by the child-Job rule). While it is suspended, a
+    Deployment created under it with the prefix is refused (brk29: it would have been left
+    over, uncounted, once the controller recorded its own)."""
+    ns, _ = own_queue
+    gpu = {"nvidia.com/gpu": "1"}
+    pod = {"tolerations": [TOLERATION], "containers": [{
+        "name": "c", "image": "busybox", "resources": {"requests": gpu, "limits": gpu}}]}
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"generateName": "gen-d-"},
+           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "gen"}}, "template": {
+               "metadata": {"labels": {"app": "gen"}, **LONG}, "spec": pod}}}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "gen-j-"},
+           "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": {
+               "metadata": LONG, "spec": {**pod, "restartPolicy": "Never"}}}}
+    lab.apply(json.dumps({"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+                          "metadata": {"name": "gen", "namespace": ns, "labels": {QUEUE: "lq"}},
+                          "spec": {"suspend": False, "components": [
+                              {"template": dep}, {"template": job}]}}))
+
+    def running() -> list[dict]:
+        return [p for p in holding(lab, ns, "gen") if p["status"].get("phase") == "Running"
+                and not p["metadata"].get("deletionTimestamp")]
+
+    def recorded() -> tuple[str, str] | None:
+        """The two components' names while both are recorded as deployed."""
+        status = lab.get("appwrapper", "gen", "-n", ns).get("status") or {}
+        names = [c.get("name", "") for c in status.get("componentStatus") or []
+                 if any(d["type"] == "ResourcesDeployed" and d["status"] == "True"
+                        for d in c.get("conditions") or [])]
+        return (names[0], names[1]) if len(names) == 2 else None
+    wait_for(lambda: len(running()) == 2, 90, "gen's 2 pods running")
+    first = wait_for(recorded, 30, "the components' generated names recorded")
+    assert first[0].startswith("gen-d-") and first[1].startswith("gen-j-"), first
+    wl = owned_workload(lab, ns, "AppWrapper", "gen")
+    assert wl is not None
+    lab.kubectl("patch", "workload.kueue.x-k8s.io", wl["metadata"]["name"], "-n", ns,
+                "--type=merge", "-p", '{"spec":{"active":false}}')
+    wait_for(lambda: lab.get("appwrapper", "gen", "-n", ns)["spec"].get("suspend") is True
+             and not lab.get("deployments", "-n", ns)["items"]
+             and not lab.get("jobs", "-n", ns)["items"] and not holding(lab, ns, "gen"),
+             90, "gen suspended, its Deployment, Job and pods gone")
+
+    uid = lab.get("appwrapper", "gen", "-n", ns)["metadata"]["uid"]
+    extra = {**dep, "metadata": {"name": "gen-d-extra", "namespace": ns, "ownerReferences": [
+        {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper", "name": "gen",
+         "uid": uid, "controller": True}]}}
+    r = lab.kubectl("create", "-f", "-", input=json.dumps(extra), check=False)
+    assert r.returncode != 0 and "which is suspended" in r.stderr, r.stderr
+
+    lab.kubectl("patch", "workload.kueue.x-k8s.io", wl["metadata"]["name"], "-n", ns,
+                "--type=merge", "-p", '{"spec":{"active":true}}')
+    second = wait_for(lambda: (n := recorded()) and n[0] != first[0] and n[1] != first[1]
+                      and n, 90, "the components created again under new names and recorded")
+    pods = wait_for(lambda: len(r := running()) == 2 and r, 90, "gen's 2 pods running again")
+    assert all(p["spec"]["nodeSelector"] == A100 for p in pods)
+    assert [d["metadata"]["name"] for d in lab.get("deployments", "-n", ns)["items"]] \
+        == [second[0]]
+    jobs = lab.get("jobs", "-n", ns)["items"]
+    assert [(j["metadata"]["name"], j["spec"]["parallelism"]) for j in jobs] == [(second[1], 1)]
+    assert not lab.get("events", "-n", ns, "--field-selector",
+                       "reason=ExceedsAncestorAdmission")["items"]
+    lab.kubectl("delete", "appwrapper", "gen", "-n", ns, "--wait=false")

@@ -1,5 +1,5 @@
-"""brk29: reproducers of open findings (strict xfails: each fails once its finding is fixed,
-and then joins the suite with its marker removed; docs/security.md Known gaps).
+"""brk29: the findings of a breaker's pass over session 29's fixes, each closed
+(docs/security.md).
 
 H (``framework.stray_pod`` against ``JobReconciler._delete_strays``): a tenant's queued plain
 Pod labelled with a living JobSet's ``jobset-name`` and ``jobset-uid`` and a podset label
@@ -13,29 +13,37 @@ L (``_delete_strays``' wait for a batch Job's adoption): a pod without a control
 ``PODS_POLL`` for as long as it stays.
 
 L (webhook ``vappwrapper-wrapped-owned``): while an AppWrapper's ``generateName`` component
-is not recorded yet, any name with its prefix passes as that component, so a tenant's extra
-Deployment created then under the AppWrapper is no component once the controller records its
-own, and its replicas are then held to nothing."""
+is not recorded yet, any name with its prefix passed as that component, so a tenant's extra
+Deployment created then under the AppWrapper was no component once the controller recorded
+its own, and its replicas were then held to nothing. Now nothing joins a suspended
+AppWrapper, a deployed component is only its recorded name, and with
+``webhook.child_job_creators`` only the controller creates. Found on the way: a
+``generateName`` component created again after a suspension (a new name, the old one still
+recorded) was refused, so an evicted AppWrapper of one never ran again."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-import pytest
-
+from app.config import ServerSettings, Settings, WebhookSettings
+from app.integrations.appwrapper.wrapped import PATH
 from app.integrations.framework import pod_of
 from app.integrations.reconciler import PODS_POLL
 from app.kube.context import CHILD_JOBS, POD, WL
+from app.main import create_app
 from app.wire.workload import workload_name_for_owner
 from tests.unit.test_appwrapper_wrapped import (
     create_review,
     decide,
+    lookup,
     object_review,
     owned,
     queued_appwrapper,
+    unowned,
 )
 from tests.unit.test_orphaned_child_pods import JOBSET, NS, _job, _obj, _pod, _reconciler
+from tests.unit.test_webhook import CONTROLLER, answer, post
 
 
 def _decoy_workload() -> dict[str, Any]:
@@ -122,22 +130,92 @@ def test_a_pod_no_job_will_adopt_does_not_keep_its_object_polled() -> None:
     assert answers.count(PODS_POLL) < 120, "re-queued every PODS_POLL for 120 s"
 
 
-@pytest.mark.xfail(strict=True, reason="brk29 L: an extra Deployment created under an "
-                   "AppWrapper while its generateName component is unrecorded is no component "
-                   "once the controller records its own, and may then be scaled at will")
-async def test_an_extra_deployment_under_a_generate_name_appwrapper_is_held() -> None:
-    """The AppWrapper (1 replica of 1 GPU) names its Deployment by ``generateName: dep-``.
-    Before the controller records the name it generated, the tenant creates ``dep-evil`` (1
-    replica) under it: allowed as that component. The controller then creates and records
-    ``dep-x7k2p``; ``dep-evil``, still controlled by the AppWrapper, is no component any
-    more, so raising it to 8 replicas is allowed: 9 GPU pods under an admission of 1
-    (``wrapped_component`` matches the prefix only until the name is recorded). One of the
-    two must be refused."""
+AW_CONTROLLER = "system:serviceaccount:appwrapper-system:appwrapper-controller-manager"
+
+
+def _deployed(aw: dict[str, Any], name: str, status: str = "True",
+              reason: str = "ComponentCreatedSuccessfully") -> dict[str, Any]:
+    """``aw`` with ``status.componentStatus`` as appwrapper v1.2.0 records it: the side Job
+    and the Deployment ``name``, each with condition ``ResourcesDeployed`` ``status``."""
+    cond = [{"type": "ResourcesDeployed", "status": status, "reason": reason}]
+    return {**aw, "status": {"componentStatus": [{"name": "side", "conditions": cond},
+                                                  {"name": name, "conditions": cond}]}}
+
+
+async def test_nothing_joins_a_suspended_appwrapper() -> None:
+    """A queued AppWrapper is suspended until admitted, and again once evicted; its controller
+    creates its components only once resumed. The tenant's ``dep-evil`` (the generateName
+    prefix, 1 replica, the component's requests) created under it then: refused, so it is
+    never there to be left over, uncounted, once the controller records its own. The same
+    for the fixed-name component itself (the controller would adopt the tenant's object)."""
+    suspended = queued_appwrapper(generateName="dep-")
+    suspended["spec"]["suspend"] = True
+    resp = await decide(create_review(owned(1, name="dep-evil")), suspended)
+    assert resp["allowed"] is False, resp
+    assert "which is suspended" in resp["status"]["message"]
+    fixed = queued_appwrapper()
+    fixed["spec"]["suspend"] = True
+    assert (await decide(create_review(owned(1)), fixed))["allowed"] is False
+    assert (await decide(object_review(unowned(1), owned(1)), fixed))["allowed"] is False
+
+
+async def test_a_deployed_generate_name_component_is_only_its_recorded_name() -> None:
+    """Once the controller has recorded ``dep-x7k2p`` as deployed, ``dep-evil`` under the
+    AppWrapper is no component: refused at CREATE; the recorded one passes."""
+    aw = _deployed(queued_appwrapper(generateName="dep-"), "dep-x7k2p")
+    resp = await decide(create_review(owned(1, name="dep-evil")), aw)
+    assert resp["allowed"] is False and "which wraps no Deployment" in resp["status"]["message"]
+    assert (await decide(create_review(owned(1, name="dep-x7k2p"), AW_CONTROLLER),
+                         aw))["allowed"] is True
+
+
+async def test_a_generate_name_component_is_created_again_after_a_suspension() -> None:
+    """Evicted and admitted again, the AppWrapper controller deletes its components
+    (``ResourcesDeployed`` False, ``CompononetDeleted``, the old name kept) and then creates
+    them again, a ``generateName`` one under a new name, recorded only after the create. On
+    main that create was refused (the old name recorded), so the AppWrapper never ran again."""
+    for status, reason in (("False", "CompononetDeleted"), ("False", "ComponentCreationErrored"),
+                           ("Unknown", "ComponentCreationInitiated")):
+        aw = _deployed(queued_appwrapper(generateName="dep-"), "dep-x7k2p", status, reason)
+        resp = await decide(create_review(owned(1, name="dep-q9z8r"), AW_CONTROLLER), aw)
+        assert resp["allowed"] is True, (reason, resp)
+
+
+async def test_with_child_job_creators_only_they_create_under_an_appwrapper() -> None:
+    """The moments of the controller's own create (its name not recorded yet) remain: with
+    ``webhook.child_job_creators`` naming the AppWrapper controller, a tenant's ``dep-evil``
+    is refused even then; the controller's create passes."""
+    settings = Settings(controllers_enabled=False, server=ServerSettings(metrics_auth=False),
+                        webhook=WebhookSettings(controller_usernames=[CONTROLLER],
+                                                child_job_creators=[AW_CONTROLLER]))
+    app = create_app(settings)
     unrecorded = queued_appwrapper(generateName="dep-")
-    created = (await decide(create_review(owned(1, name="dep-evil")), unrecorded))["allowed"]
-    recorded = queued_appwrapper(generateName="dep-")
-    recorded["status"] = {"componentStatus": [{"name": "side"}, {"name": "dep-x7k2p"}]}
-    review = object_review(owned(1, name="dep-evil"), owned(8, name="dep-evil"))
-    review["request"]["name"] = "dep-evil"
-    scaled = (await decide(review, recorded))["allowed"]
-    assert not (created and scaled), "dep-evil created under the AppWrapper, then raised to 8"
+    app.state.admission_lookup = lookup(unrecorded)
+    sent = create_review(owned(1, name="dep-evil"))
+    resp = answer(await post(app, PATH, sent), sent)
+    assert resp["allowed"] is False, resp
+    assert "webhook.child_job_creators" in resp["status"]["message"]
+    sent = create_review(owned(1, name="dep-x7k2p"), AW_CONTROLLER)
+    assert answer(await post(app, PATH, sent), sent)["allowed"] is True
+
+
+def test_a_recorded_component_name_reconciles_the_appwrappers_jobs_again() -> None:
+    """A Job with a ``generateName`` component's prefix has that component's share until the
+    controller records the name it generated; the record is an AppWrapper status change,
+    no event of the Job's, so the AppWrapper's Jobs are queued again then (and only then:
+    another status change, e.g. its phase, queues only the AppWrapper)."""
+    rec, ctx = _reconciler()
+    aw = queued_appwrapper(generateName="dep-")
+    aw["metadata"]["namespace"] = NS
+    ctx.store("appwrapper").put(aw)
+    job = _job("dep-k2n4p", "j-uid")
+    job["metadata"]["ownerReferences"] = [{"apiVersion": "workload.codeflare.dev/v1beta2",
+                                           "kind": "AppWrapper", "name": "dep",
+                                           "uid": aw["metadata"]["uid"], "controller": True}]
+    ctx.store(CHILD_JOBS).put(job)
+    handler = rec.on_object(rec.registry.get("appwrapper"))  # type: ignore[arg-type]
+    handler("MODIFIED", aw, {**aw, "status": {"phase": "Running"}})
+    assert f"{CHILD_JOBS}:{NS}/dep-k2n4p" not in rec.queue.keys  # type: ignore[attr-defined]
+    recorded = _deployed(aw, "dep-x7k2p")
+    handler("MODIFIED", aw, recorded)
+    assert f"{CHILD_JOBS}:{NS}/dep-k2n4p" in rec.queue.keys  # type: ignore[attr-defined]

@@ -63,7 +63,7 @@ from app.integrations.podsets import (
 from app.integrations.templated import Path, Template, TemplatedKind, get_in
 from app.kube.client import Resource
 from app.wire.fields import Obj, WorkloadSpecError
-from app.wire.names import PODSET_LABEL
+from app.wire.names import JOBSET_NAME_LABEL, JOBSET_UID_LABEL, PODSET_LABEL
 
 if TYPE_CHECKING:
     from app.kube.context import Context
@@ -72,10 +72,7 @@ GROUP, VERSION = "workload.codeflare.dev", "v1beta2"
 APPWRAPPERS = Resource(GROUP, VERSION, "appwrappers", "AppWrapper")
 # The label the AppWrapper controller puts on every wrapped object and pod template.
 APPWRAPPER_LABEL = "workload.codeflare.dev/appwrapper"
-# JobSet v0.11.1's labels on its Jobs' pods (a wrapped JobSet's).
 JOBSETS_GROUP = "jobset.x-k8s.io"
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
 
@@ -199,25 +196,59 @@ def wrapped_component(aw: Mapping[str, Any], kind: str, name: str
     controller creates under ``name``, as (its podSet's pods, count: the declared
     ``replicas``, else the template's ``spec.replicas``, default 1; the component's object
     template as written in ``aw``); None when ``aw`` wraps no such object or its components
-    are unreadable (it is then not admitted either). A component named by
-    ``metadata.generateName`` whose name the controller has not recorded yet
-    (``status.componentStatus``) is any ``name`` with that prefix: the controller records
-    the generated name only once its create has been let through."""
+    are unreadable (it is then not admitted either). The name as ``names_component``."""
     try:
         pods = {(i, p): r for i, p, r in component_pod_sets(aw)}
         for i, comp in enumerate(components(aw)):
             tpl = comp["template"]
             if (tpl.get("apiVersion"), tpl.get("kind")) != ("apps/v1", kind):
                 continue
-            own = _component_name(aw, i)
-            prefix = (tpl.get("metadata") or {}).get("generateName")
-            if own == name or not own and isinstance(prefix, str) and prefix \
-                    and name.startswith(prefix):
+            if names_component(aw, i, name):
                 count = pods.get((i, "template.spec.template"))
                 return None if count is None else (count, tpl)
     except WorkloadSpecError:
         return None
     return None
+
+
+def _component_jobs(aw: Mapping[str, Any]) -> list[tuple[int, str, int]]:
+    """The batch Jobs the controller makes for ``aw``'s components, as (component index,
+    the Job's name after its component's name, the pods it may run at once): a Job
+    component (``""``, its podSet's pods), a JobSet component's Jobs
+    (``-<replicatedJob>-<index>``, ``min(parallelism, completions)`` each). Raises
+    ``WorkloadSpecError``."""
+    out: list[tuple[int, str, int]] = []
+    pods = {(i, p): r for i, p, r in component_pod_sets(aw)}
+    for i, comp in enumerate(components(aw)):
+        tpl = comp["template"]
+        api = (tpl.get("apiVersion"), tpl.get("kind"))
+        if api == ("batch/v1", "Job"):
+            out.append((i, "", pods.get((i, "template.spec.template"), 0)))
+        elif api == ("jobset.x-k8s.io/v1alpha2", "JobSet"):
+            for rj in (tpl.get("spec") or {}).get("replicatedJobs") or []:
+                for index in range(_count(rj, ("replicas",))):
+                    out.append((i, f"-{rj.get('name')}-{index}",
+                                _min_pods((rj.get("template") or {}).get("spec"))))
+    return out
+
+
+def names_component(aw: Mapping[str, Any], i: int, name: str) -> bool:
+    """Whether ``name`` may be the object the controller creates for component ``i`` of
+    ``aw``: its template's ``metadata.name``; for one named by ``metadata.generateName``,
+    the name the controller recorded (``status.componentStatus[i].name``) while that object
+    is deployed (condition ``ResourcesDeployed`` True), and any ``name`` with that prefix
+    while it is not (no name recorded yet, the create initiated, or the object deleted by a
+    suspension or reset: the controller then creates it again under a new generated name,
+    recorded only after its create succeeded; appwrapper v1.2.0 ``createComponent``).
+    Raises ``WorkloadSpecError`` when the components are unreadable."""
+    if not name:
+        return False
+    meta = components(aw)[i]["template"].get("metadata") or {}
+    if _component_name(aw, i) == name:
+        return True
+    prefix = meta.get("generateName")
+    return not meta.get("name") and isinstance(prefix, str) and bool(prefix) \
+        and name.startswith(prefix) and not _deployed(aw, i)
 
 
 def wrapped_replicas(aw: Mapping[str, Any], kind: str, name: str) -> int | None:
@@ -348,22 +379,30 @@ class AppWrapper(TemplatedKind):
         return suspended_by_controller(obj)
 
     def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
-        """The batch Jobs its controller makes: a Job component (by its name) with its
-        podSet's pods; a JobSet component's Jobs ``<jobset>-<replicatedJob>-<index>`` with
-        ``min(parallelism, completions)`` each. Raises ``WorkloadSpecError``."""
-        out: dict[str, int] = {}
-        pods = {(i, p): r for i, p, r in component_pod_sets(obj)}
-        for i, comp in enumerate(components(obj)):
-            tpl, name = comp["template"], _component_name(obj, i)
-            if (tpl.get("apiVersion"), tpl.get("kind")) == ("batch/v1", "Job") and name:
-                out[name] = pods.get((i, "template.spec.template"), 0)
-            elif (tpl.get("apiVersion"), tpl.get("kind")) == ("jobset.x-k8s.io/v1alpha2",
-                                                             "JobSet") and name:
-                for rj in (tpl.get("spec") or {}).get("replicatedJobs") or []:
-                    for index in range(_count(rj, ("replicas",))):
-                        out[f"{name}-{rj.get('name')}-{index}"] = _min_pods(
-                            (rj.get("template") or {}).get("spec"))
-        return out
+        """The batch Jobs its controller makes (``_component_jobs``) under their components'
+        names as known: a Job component's with its podSet's pods, a JobSet component's Jobs
+        ``<jobset>-<replicatedJob>-<index>`` with ``min(parallelism, completions)`` each (a
+        ``generateName`` component's once its name is recorded: ``child_job_pods`` knows
+        them before). Raises ``WorkloadSpecError``."""
+        return {f"{name}{suffix}": pods for i, suffix, pods in _component_jobs(obj)
+                if (name := _component_name(obj, i))}
+
+    def child_shares_changed(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
+        """``status.componentStatus`` changed: a ``generateName`` component's name recorded
+        or deployed, so a Job with its prefix that is not that one has no share any more."""
+        def status(obj: Mapping[str, Any]) -> Any:
+            return (obj.get("status") or {}).get("componentStatus")
+        return status(old) != status(new)
+
+    def child_job_pods(self, obj: Mapping[str, Any], name: str) -> int:
+        """The pods the batch Job ``name`` may run at once under ``obj``'s admission
+        (``child_jobs``), its component's name as ``names_component`` (a ``generateName``
+        component's Jobs exist before the controller records its name); 0 for any other Job.
+        Raises ``WorkloadSpecError``."""
+        for i, suffix, pods in _component_jobs(obj):
+            if name.endswith(suffix) and names_component(obj, i, name[:len(name) - len(suffix)]):
+                return pods
+        return 0
 
     def wrapped_replicas(self, obj: Mapping[str, Any], kind: str, name: str) -> int | None:
         """``wrapped_replicas`` (module function) of AppWrapper ``obj``."""
@@ -373,7 +412,7 @@ class AppWrapper(TemplatedKind):
         """A Job controlled by a JobSet component of ``parent`` is made for it."""
         return ref.get("kind") == "JobSet" and any(
             (c["template"].get("kind") == "JobSet"
-             and ref.get("name") == _component_name(parent, i))
+             and names_component(parent, i, str(ref.get("name") or "")))
             for i, c in enumerate(components(parent)))
 
     # ---------------------------------------------------------------- the writes
@@ -431,6 +470,21 @@ def _component_name(aw: Mapping[str, Any], i: int) -> str:
         name = status[i].get("name") if i < len(status) and isinstance(status[i], Mapping) \
             else ""
     return str(name or "")
+
+
+def _deployed(aw: Mapping[str, Any], i: int) -> bool:
+    """Whether component ``i``'s object is deployed under the name the controller recorded:
+    ``status.componentStatus[i]`` names it and its condition ``ResourcesDeployed`` is True
+    (appwrapper v1.2.0 sets it Unknown when a create starts, True once it succeeded, False
+    when the create failed or the object was deleted)."""
+    status = (aw.get("status") or {}).get("componentStatus") or []
+    entry = status[i] if isinstance(status, list) and i < len(status) else None
+    conditions = entry.get("conditions") if isinstance(entry, Mapping) else None
+    if not isinstance(entry, Mapping) or not entry.get("name") \
+            or not isinstance(conditions, list):
+        return False
+    return any(isinstance(c, Mapping) and c.get("type") == "ResourcesDeployed"
+               and c.get("status") == "True" for c in conditions)
 
 
 def _components_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

@@ -22,7 +22,13 @@ AppWrapper's admission, its managed ancestor. So it must be the component the Ap
 controller creates (``joined_object_errors``): one of that kind and name, no more replicas
 than its podSet, pods asking for what the component's pods ask for (breaker14: the wrapped
 Deployment deleted and created again with 3 replicas under the AppWrapper, unseen by the
-UPDATE review). The controller's own create is that component and passes.
+UPDATE review). The controller's own create is that component and passes. Nothing joins
+a suspended AppWrapper: its controller creates components only once it is resumed. A
+``generateName`` component is any name with its prefix only while the controller has no
+deployed object of it on record (``wrapped_component``), so a tenant's extra object is
+refused before the AppWrapper runs and once the component is deployed (brk29); in the
+moments of the controller's own create, ``webhook.child_job_creators`` (the AppWrapper
+controller's identity) is what refuses it.
 
 Goes beyond Kueue v0.17.1, whose AppWrapper integration leaves the wrapped objects to the
 AppWrapper controller.
@@ -108,7 +114,8 @@ def _pod_requests(template: Any) -> dict[str, int] | str:
 
 def joined_object_errors(kind: str, name: str, obj: Mapping[str, Any],
                          wrapper: tuple[str, Mapping[str, Any]] | None, username: str,
-                         policy: WebhookPolicy) -> list[str]:
+                         policy: WebhookPolicy,
+                         creators: frozenset[str] = frozenset()) -> list[str]:
     """Errors for apps/v1 ``kind`` ``name`` (``namespace/name``, for the messages; ``obj``,
     as created or updated) becoming controlled by ``wrapper`` (``(<"AppWrapper ns/name">,
     the AppWrapper as stored)``; None: no queued AppWrapper controls it): created with the
@@ -118,11 +125,22 @@ def joined_object_errors(kind: str, name: str, obj: Mapping[str, Any],
     than its podSet (counts), and pods that ask for what the component's ask for (per-pod
     requests as Kubernetes computes them, ``pod_requests``; the template itself is not
     compared: the controller adds labels, nodeSelector, tolerations, scheduling gates,
-    schedulerName and affinities to it, and the API server its defaults). ``[]`` to allow;
-    pykueue's own writes (``policy.controller_usernames``) are allowed."""
+    schedulerName and affinities to it, and the API server its defaults). The controller
+    creates components only while the AppWrapper runs (appwrapper v1.2.0 phase
+    ``Resuming``), so nothing may join a suspended one; with ``creators`` set
+    (``webhook.child_job_creators``) only those identities may. ``[]`` to allow; pykueue's
+    own writes (``policy.controller_usernames``) are allowed."""
     if wrapper is None or username in policy.controller_usernames:
         return []
     owner, aw = wrapper
+    if creators and username not in creators:
+        return [f"metadata.ownerReferences: {kind} {name} names {owner} as its controller; "
+                f"only {', '.join(sorted(creators))} may create objects under a queued "
+                "AppWrapper (webhook.child_job_creators)"]
+    if (aw.get("spec") or {}).get("suspend") is True:
+        return [f"metadata.ownerReferences: {kind} {name} names {owner} as its controller, "
+                "which is suspended: its controller creates its components only once it is "
+                "admitted and resumed, so these pods would run on no admission"]
     found = wrapped_component(aw, kind, str((obj.get("metadata") or {}).get("name", "")))
     if found is None:
         return [f"metadata.ownerReferences: {kind} {name} names {owner} as its controller, "
@@ -162,9 +180,11 @@ def _decide(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
     if not req.sub_resource and (old is None or controller_uid(old) != controller_uid(new)):
         asked = env.ask("wrapping_controller",
                         {**new, "metadata": {**meta, "namespace": req.namespace}})
+        creators = frozenset(env.settings.webhook.child_job_creators) \
+            if env.settings is not None else frozenset()
         errors += joined_object_errors(kind, name, new,
                                        asked if isinstance(asked, tuple) else None, user,
-                                       env.policy)
+                                       env.policy, creators)
     if old is None:
         return refused(errors)
     asked = env.ask("wrapped_replicas", req.namespace, kind, req.name)

@@ -30,6 +30,7 @@ from app.integrations.templated import Obj, Template, TemplatedKind
 from app.kube.client import Resource
 from app.kube.events import WARNING
 from app.wire.fields import WorkloadSpecError, integer
+from app.wire.names import JOBSET_NAME_LABEL, JOBSET_UID_LABEL
 from app.wire.workload import workload_from_object
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class JobSet(TemplatedKind):
     suspend = ("spec", "suspend")
     rules = RULES
     # JobSet v0.11 labels its child Jobs' pods with both.
-    pod_labels = ("jobset.sigs.k8s.io/jobset-name", "jobset.sigs.k8s.io/jobset-uid")
+    pod_labels = (JOBSET_NAME_LABEL, JOBSET_UID_LABEL)
     # JobSet v0.11.1 returns at once for a JobSet being deleted (``jobSetMarkedForDeletion``):
     # its status is never settled again; its child Jobs are stopped by the child rule.
     ignored_once_deleted = True

@@ -72,6 +72,7 @@ from app.kube.client import Resource
 from app.kube.context import CHILD_JOBSETS
 from app.kube.events import NORMAL
 from app.wire.fields import WorkloadSpecError, integer, mapping, string
+from app.wire.names import JOBSET_NAME_LABEL, JOBSET_UID_LABEL
 from app.wire.owners import controller_of_object
 
 if TYPE_CHECKING:
@@ -85,7 +86,6 @@ CLUSTER_TRAINING_RUNTIMES = Resource(GROUP, VERSION, "clustertrainingruntimes",
 RUNTIMES, CLUSTER_RUNTIMES = "trainingruntime", "clustertrainingruntime"  # store keys
 # The trainer's JobSets (every JobSet: the trainer's are unlabelled), held to the admission.
 JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
-JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"  # JobSet v0.11.1, on its Jobs' pods
 
 KUEUE_MANAGER = TRAINJOB_PATCH_MANAGER  # Kueue's runtimePatches manager (trainer v2.2.0)
 ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
@@ -232,7 +232,7 @@ class TrainJob(TemplatedKind):
     made_kind = "jobset"
     # The trainer's JobSet labels its pods with the JobSet's name (the TrainJob's); the uid
     # label is the JobSet's, so pods are matched through their batch Job owner.
-    pod_labels = ("jobset.sigs.k8s.io/jobset-name", "")
+    pod_labels = (JOBSET_NAME_LABEL, "")
     # Its JobSet's Jobs run its pods; it controls none itself.
     runs_batch_jobs = True
     controls_pods_directly = False
