@@ -174,10 +174,10 @@ class KindDefaults:
         are then reconciled again. Default False (the shares follow the spec only)."""
         return False
 
-    def child_job_pods(self, obj: Mapping[str, Any], name: str) -> int:
-        """The pods the batch Job ``name`` its operator makes for ``obj`` may run at once:
-        its entry in ``child_jobs``, else 0. Raises ``WorkloadSpecError``."""
-        return int(self.child_jobs(obj).get(name, 0))
+    def child_job_pods(self, obj: Mapping[str, Any], job: Mapping[str, Any]) -> int:
+        """The pods batch Job ``job`` (made by the kind's operator for ``obj``) may run at
+        once: its name's entry in ``child_jobs``, else 0. Raises ``WorkloadSpecError``."""
+        return int(self.child_jobs(obj).get(str((job.get("metadata") or {}).get("name", "")), 0))
 
     def takes_unlabelled(self, obj: Mapping[str, Any]) -> bool:
         """Whether ``obj`` without a queue name is queued (``manages_unlabelled``)."""
@@ -489,8 +489,7 @@ def child_share(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[st
     meta = parent.get("metadata") or {}
     if controller_uid(job) != meta.get("uid") and not _made_via(parent_kind, parent, job):
         return 0
-    return int(parent_kind.child_job_pods(
-        parent, str((job.get("metadata") or {}).get("name", ""))))
+    return int(parent_kind.child_job_pods(parent, job))
 
 
 def _made_via(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[str, Any]) -> bool:

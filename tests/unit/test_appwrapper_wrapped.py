@@ -238,14 +238,15 @@ async def test_an_object_the_appwrapper_does_not_wrap_cannot_be_put_under_it() -
 
 async def test_the_appwrapper_controllers_own_create_passes() -> None:
     """The component as appwrapper v1.2.0 creates it: labelled, the podSetInfos applied,
-    defaulted; a generateName component (its name not recorded yet) too."""
+    defaulted; a generateName component (its name not recorded yet, phase Resuming) too."""
     user = "system:serviceaccount:appwrapper-system:appwrapper-controller-manager"
     assert (await decide(create_review(owned(1, labelled=True), user),
                                queued_appwrapper()))["allowed"] is True
     assert (await decide(create_review(owned(2), user),
                                queued_appwrapper(replicas=2)))["allowed"] is True
+    resuming = {**queued_appwrapper(generateName="dep-"), "status": {"phase": "Resuming"}}
     assert (await decide(create_review(owned(1, name="dep-x7k2p"), user),
-                               queued_appwrapper(generateName="dep-")))["allowed"] is True
+                               resuming))["allowed"] is True
 
 
 @pytest.mark.parametrize(("sent", "appwrappers"), [

@@ -138,8 +138,9 @@ def _deployed(aw: dict[str, Any], name: str, status: str = "True",
     """``aw`` with ``status.componentStatus`` as appwrapper v1.2.0 records it: the side Job
     and the Deployment ``name``, each with condition ``ResourcesDeployed`` ``status``."""
     cond = [{"type": "ResourcesDeployed", "status": status, "reason": reason}]
-    return {**aw, "status": {"componentStatus": [{"name": "side", "conditions": cond},
-                                                  {"name": name, "conditions": cond}]}}
+    return {**aw, "status": {"phase": "Running" if status == "True" else "Resuming",
+                             "componentStatus": [{"name": "side", "conditions": cond},
+                                                 {"name": name, "conditions": cond}]}}
 
 
 async def test_nothing_joins_a_suspended_appwrapper() -> None:
@@ -189,7 +190,7 @@ async def test_with_child_job_creators_only_they_create_under_an_appwrapper() ->
                         webhook=WebhookSettings(controller_usernames=[CONTROLLER],
                                                 child_job_creators=[AW_CONTROLLER]))
     app = create_app(settings)
-    unrecorded = queued_appwrapper(generateName="dep-")
+    unrecorded = {**queued_appwrapper(generateName="dep-"), "status": {"phase": "Resuming"}}
     app.state.admission_lookup = lookup(unrecorded)
     sent = create_review(owned(1, name="dep-evil"))
     resp = answer(await post(app, PATH, sent), sent)

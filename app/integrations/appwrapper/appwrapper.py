@@ -64,6 +64,7 @@ from app.integrations.templated import Path, Template, TemplatedKind, get_in
 from app.kube.client import Resource
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import JOBSET_NAME_LABEL, JOBSET_UID_LABEL, PODSET_LABEL
+from app.wire.owners import controller_of_object
 
 if TYPE_CHECKING:
     from app.kube.context import Context
@@ -235,20 +236,40 @@ def _component_jobs(aw: Mapping[str, Any]) -> list[tuple[int, str, int]]:
 def names_component(aw: Mapping[str, Any], i: int, name: str) -> bool:
     """Whether ``name`` may be the object the controller creates for component ``i`` of
     ``aw``: its template's ``metadata.name``; for one named by ``metadata.generateName``,
-    the name the controller recorded (``status.componentStatus[i].name``) while that object
-    is deployed (condition ``ResourcesDeployed`` True), and any ``name`` with that prefix
-    while it is not (no name recorded yet, the create initiated, or the object deleted by a
-    suspension or reset: the controller then creates it again under a new generated name,
-    recorded only after its create succeeded; appwrapper v1.2.0 ``createComponent``).
-    Raises ``WorkloadSpecError`` when the components are unreadable."""
+    the name the controller recorded (``status.componentStatus[i].name``), and besides, any
+    ``name`` with that prefix while the controller is creating it: phase ``Resuming`` (the
+    only one in which appwrapper v1.2.0 creates components; or about to be: unsuspended in
+    phase ``Suspended``, which the controller leaves for it at once, and whose change a
+    store may show a moment after the create it precedes) and that object not deployed
+    (condition ``ResourcesDeployed`` not True: no name recorded yet, the create initiated,
+    or the object deleted by a suspension or reset, after which the controller creates it
+    again under a new generated name, recorded only after its create succeeded;
+    ``createComponent``). Not in the pause of a reset (phase ``Resetting``, as long as the
+    AppWrapper's own annotation asks): the controller creates nothing then (brk30). Raises
+    ``WorkloadSpecError`` when the components are unreadable."""
     if not name:
         return False
-    meta = components(aw)[i]["template"].get("metadata") or {}
     if _component_name(aw, i) == name:
         return True
+    meta = _template_meta(components(aw)[i])
     prefix = meta.get("generateName")
     return not meta.get("name") and isinstance(prefix, str) and bool(prefix) \
-        and name.startswith(prefix) and not _deployed(aw, i)
+        and name.startswith(prefix) and _creating(aw) and not _deployed(aw, i)
+
+
+def _creating(aw: Mapping[str, Any]) -> bool:
+    """Whether appwrapper v1.2.0 creates ``aw``'s components now or next: phase
+    ``Resuming``, or unsuspended in phase ``Suspended`` (or none yet), which it leaves for
+    ``Resuming`` on its next pass."""
+    phase = (aw.get("status") or {}).get("phase") or ""
+    return phase == "Resuming" or phase in ("", "Suspended") \
+        and (aw.get("spec") or {}).get("suspend") is not True
+
+
+def _template_meta(component: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A component's ``template.metadata``, ``{}`` when it is no object."""
+    meta = component["template"].get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
 
 
 def wrapped_replicas(aw: Mapping[str, Any], kind: str, name: str) -> int | None:
@@ -394,13 +415,25 @@ class AppWrapper(TemplatedKind):
             return (obj.get("status") or {}).get("componentStatus")
         return status(old) != status(new)
 
-    def child_job_pods(self, obj: Mapping[str, Any], name: str) -> int:
-        """The pods the batch Job ``name`` may run at once under ``obj``'s admission
-        (``child_jobs``), its component's name as ``names_component`` (a ``generateName``
-        component's Jobs exist before the controller records its name); 0 for any other Job.
-        Raises ``WorkloadSpecError``."""
+    def child_job_pods(self, obj: Mapping[str, Any], job: Mapping[str, Any]) -> int:
+        """The pods batch Job ``job`` may run at once under ``obj``'s admission
+        (``child_jobs``): controlled by the AppWrapper, a Job component's; controlled by a
+        JobSet, that JobSet component's Job of its name; a component's name as
+        ``names_component`` (a ``generateName`` one's Jobs exist before the controller
+        records it); 0 for any other Job. Raises ``WorkloadSpecError``."""
+        name = str((job.get("metadata") or {}).get("name", ""))
+        ref = controller_of_object(job)
+        if ref is None:
+            return 0
+        owner = str(ref.name) if ref.kind == "JobSet" else ""
+        if not owner and (ref.kind != self.kind
+                          or ref.uid != (obj.get("metadata") or {}).get("uid")):
+            return 0
         for i, suffix, pods in _component_jobs(obj):
-            if name.endswith(suffix) and names_component(obj, i, name[:len(name) - len(suffix)]):
+            if owner:
+                if suffix and name == f"{owner}{suffix}" and names_component(obj, i, owner):
+                    return pods
+            elif not suffix and names_component(obj, i, name):
                 return pods
         return 0
 
@@ -463,8 +496,7 @@ def _condition(obj: Mapping[str, Any], kind: str) -> bool:
 def _component_name(aw: Mapping[str, Any], i: int) -> str:
     """The name of component ``i``'s object: its template's, else the one the controller
     recorded (``status.componentStatus[i].name``, for a ``generateName``)."""
-    comp = components(aw)[i]
-    name = (comp["template"].get("metadata") or {}).get("name")
+    name = _template_meta(components(aw)[i]).get("name")
     if not name:
         status = (aw.get("status") or {}).get("componentStatus") or []
         name = status[i].get("name") if i < len(status) and isinstance(status[i], Mapping) \
