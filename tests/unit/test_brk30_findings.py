@@ -10,6 +10,9 @@ for ``retryPausePeriodDuration``, an annotation the tenant sets, up to
 tenant hangs under the AppWrapper gets the component's whole share: N such Jobs run N times
 the admitted pods (the shares are not exclusive), with pods asking whatever they like.
 
+L (``child_job_pods``' first match): a JobSet component's Job whose name starts with an
+undeployed ``generateName`` Job component's prefix takes that component's share.
+
 M (webhook ``vappwrapper-wrapped-owned``, brk29 L's remainder): the same window lets a
 tenant's Deployments with the prefix join the AppWrapper as its component (not suspended,
 not deployed), any number of them; once the controller records its own, they are no
@@ -90,3 +93,31 @@ async def test_an_extra_deployment_joined_in_the_reset_pause_is_held() -> None:
     review["request"]["name"] = "dep-evil"
     scaled = (await decide(review, running))["allowed"]
     assert not (created and scaled), "dep-evil created under the AppWrapper, then raised to 8"
+
+
+@pytest.mark.xfail(strict=True, reason="brk30 L: a JobSet component's Job takes the share of "
+                   "an undeployed generateName Job component whose prefix its name starts with")
+def test_a_jobsets_job_has_its_replicated_jobs_share_not_a_prefix_components() -> None:
+    """AppWrapper ``aw``: a Job by ``generateName: a-`` (8 pods) and JobSet ``a-b``
+    (replicatedJob ``c``, 1 replica of 1 pod), being reset: the controller's
+    ``deleteComponents`` has seen the Job gone (``ResourcesDeployed`` False) while JobSet
+    ``a-b`` is still there (True until its DELETE answers NotFound), its Job ``a-b-c-0``
+    running. That Job (controlled by JobSet ``a-b``) is matched against the components in
+    order (``child_job_pods``): the Job component's prefix ``a-`` takes it first, so its
+    share is 8, not 1, and the tenant may raise its parallelism to 8 (the webhook's
+    ``child_job_share`` and the child-Job rule agree)."""
+    template = job("j", 8)
+    template["metadata"] = {"generateName": "a-"}
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "a-b"},
+          "spec": {"replicatedJobs": [{"name": "c", "replicas": 1, "template": {"spec": {
+              "parallelism": 1, "template": {"spec": {"containers": [{"name": "c"}]}}}}}]}}
+    obj = aw(template, js)
+    obj["spec"]["suspend"] = False
+    cond = [{"type": "ResourcesDeployed", "status": "False", "reason": "CompononetDeleted"}]
+    done = [{"type": "ResourcesDeployed", "status": "True",
+             "reason": "ComponentCreatedSuccessfully"}]
+    obj["status"] = {"phase": "Resetting", "componentStatus": [
+        {"name": "a-k2n4p", "conditions": cond}, {"name": "a-b", "conditions": done}]}
+    jobsets_job = {"metadata": {"name": "a-b-c-0", "ownerReferences": [
+        {"kind": "JobSet", "name": "a-b", "uid": "js-uid", "controller": True}]}}
+    assert child_share(KIND, obj, jobsets_job) == 1
