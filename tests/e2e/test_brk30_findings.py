@@ -1,5 +1,4 @@
-"""brk30: a lab reproducer of an open finding (a strict xfail: it fails once the finding is
-fixed, and then joins the suite with its marker removed; docs/security.md Known gaps).
+"""brk30: the lab reproducers of a breaker's findings against 87ed464, both closed (7175cb8).
 
 H (``AppWrapper.child_job_pods`` through ``names_component``): with the real AppWrapper
 controller (v1.2.0), a tenant (``edit``) deletes the one pod of its admitted AppWrapper's
@@ -7,13 +6,18 @@ controller (v1.2.0), a tenant (``edit``) deletes the one pod of its admitted App
 the AppWrapper (``FailedComponent``), deletes the Job and pauses for the AppWrapper's own
 ``retryPausePeriodDuration`` annotation (the tenant's; up to 24 h) with the component
 ``ResourcesDeployed`` False, the AppWrapper unsuspended and admitted. Jobs the tenant then
-creates with the prefix and a controller ownerReference to the AppWrapper each get the
-component's whole share: 3 GPU pods Running on an admission of 1."""
+created with the prefix and a controller ownerReference to the AppWrapper each got the
+component's whole share at 87ed464: 3 GPU pods Running on an admission of 1. Now the prefix
+names the component only while the controller creates it (phase ``Resuming``): they are
+set to parallelism 0.
+
+M (webhook ``vappwrapper-wrapped-owned``): in the same pause a tenant's Deployment with the
+prefix joined the AppWrapper as its component, and once the controller recorded its own
+nothing held it (scaled to 4: 6 GPUs on an admission of 2). Now refused at CREATE."""
 
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -35,8 +39,6 @@ def _deployed(lab: LabHandle, ns: str, name: str) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-@pytest.mark.xfail(strict=True, reason="brk30 H: Jobs with a generateName component's prefix "
-                   "each get its whole share while the AppWrapper resets")
 def test_jobs_hung_under_a_resetting_appwrapper_run_no_more_than_its_admission(
         lab: LabHandle, aw_queue: str) -> None:  # noqa: F811
     ns = aw_queue
@@ -80,29 +82,28 @@ def test_jobs_hung_under_a_resetting_appwrapper_run_no_more_than_its_admission(
         return [p for p in lab.get("pods", "-n", ns)["items"]
                 if p["spec"].get("nodeName") and p["status"].get("phase") == "Running"
                 and not p["metadata"].get("deletionTimestamp")]
-    # Give pykueue's child-Job rule time to act, the AppWrapper still pausing.
-    peak, deadline = 0, time.monotonic() + 30
-    while time.monotonic() < deadline:
-        peak = max(peak, len(running()))
-        time.sleep(2)
+    # pykueue's child-Job rule holds each to no pod (no share: the controller creates
+    # nothing in the pause), and their pods go.
+    wait_for(lambda: {j["metadata"]["name"]: j["spec"]["parallelism"]
+                      for j in lab.get("jobs", "-n", ns)["items"]}
+             == {f"rst-evil-{i}": 0 for i in range(3)}, 60,
+             "the tenant's Jobs set to parallelism 0")
+    wait_for(lambda: not running(), 60, "no pod of the tenant's Jobs running")
     assert lab.get("appwrapper", "rst", "-n", ns)["status"]["phase"] == "Resetting"
-    jobs = {j["metadata"]["name"]: j["spec"]["parallelism"]
-            for j in lab.get("jobs", "-n", ns)["items"]}
+    assert lab.get("events", "-n", ns, "--field-selector",
+                   "reason=ExceedsAncestorAdmission")["items"]
     lab.kubectl("delete", "appwrapper", "rst", "-n", ns, "--wait=false")
-    assert peak <= 1, f"{peak} one-GPU pods Running on an admission of 1 (Jobs {jobs})"
 
 
-@pytest.mark.xfail(strict=True, reason="brk30 M: a tenant's Deployment with the prefix joins a "
-                   "resetting AppWrapper and nothing holds it once the controller records its own")
 def test_a_deployment_joined_in_the_reset_pause_is_held_after(
         lab: LabHandle, aw_queue: str) -> None:  # noqa: F811
     """AppWrapper ``rsd`` (2 GPUs admitted): a Job by ``generateName: rsj-`` (backoffLimit 0)
     and a Deployment by ``generateName: rsd-`` (1 replica each, 1 GPU a pod),
     ``retryPausePeriodDuration`` 40 s. The tenant deletes the Job's pod: the controller
     resets, deleting both. In the pause the tenant creates Deployment ``rsd-evil`` (1
-    replica, the component's requests) under it: allowed as the component. After the pause
-    the controller creates and records its own; ``rsd-evil`` is no component, so scaling it
-    to 4 passes and nothing sets it back: 6 GPUs on an admission of 2."""
+    replica, the component's requests) under it: refused (at 87ed464 allowed as the
+    component, then no component once the controller recorded its own, and scaled to 4).
+    After the pause the controller creates both again under new names: 2 pods run."""
     ns = aw_queue
     pod = {"tolerations": [TOLERATION], "containers": [{
         "name": "c", "image": "busybox", "resources": {"requests": GPU, "limits": GPU}}]}
@@ -135,21 +136,13 @@ def test_a_deployment_joined_in_the_reset_pause_is_held_after(
         "metadata": {"labels": {"app": "evil"}, **LONG},
         "spec": {**pod, "nodeSelector": A100, "tolerations": [TOLERATION, FLAVOR_TOLERATION]}}}
     created = lab.kubectl("create", "-f", "-", input=json.dumps(evil), check=False)
-    assert created.returncode == 0, created.stderr
+    assert created.returncode != 0 and "which wraps no Deployment" in created.stderr, \
+        created.stderr
     wait_for(lambda: lab.get("appwrapper", "rsd", "-n", ns)["status"].get("phase") == "Running"
              and _deployed(lab, ns, "rsd") == "True", 120, "rsd running again, recorded")
-    scaled = lab.kubectl("scale", "deployment", "rsd-evil", "-n", ns, "--replicas=4",
-                         check=False)
-
-    def gpus() -> int:
-        return len([p for p in lab.get("pods", "-n", ns)["items"]
-                    if p["spec"].get("nodeName") and p["status"].get("phase") == "Running"
-                    and not p["metadata"].get("deletionTimestamp")])
-    peak, deadline = 0, time.monotonic() + 30
-    while time.monotonic() < deadline:
-        peak = max(peak, gpus())
-        time.sleep(2)
+    wait_for(lambda: len([p for p in holding(lab, ns, "rsd")
+                          if p["status"].get("phase") == "Running"]) == 2, 90,
+             "rsd's 2 pods running again")
+    assert [d["metadata"]["name"].startswith("rsd-")
+            for d in lab.get("deployments", "-n", ns)["items"]] == [True]
     lab.kubectl("delete", "appwrapper", "rsd", "-n", ns, "--wait=false")
-    lab.kubectl("delete", "deployment", "rsd-evil", "-n", ns, "--wait=false", check=False)
-    assert peak <= 2, f"{peak} one-GPU pods Running on an admission of 2 " \
-                      f"(scale of rsd-evil: rc {scaled.returncode} {scaled.stderr.strip()})"

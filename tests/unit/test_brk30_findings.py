@@ -1,5 +1,6 @@
-"""brk30: reproducers of open findings (strict xfails: each fails once its finding is fixed,
-and then joins the suite with its marker removed; docs/security.md Known gaps).
+"""brk30: a breaker's findings against 87ed464, each closed in 7175cb8 (a ``generateName``
+component's prefix names it only while the controller creates it, phase ``Resuming``; a
+Job's share follows its controller). As found:
 
 H (``AppWrapper.child_job_pods`` through ``names_component``): while a ``generateName``
 component of an admitted, running AppWrapper is not deployed (appwrapper v1.2.0 phase
@@ -24,8 +25,6 @@ from __future__ import annotations
 
 import copy
 from typing import Any
-
-import pytest
 
 from app.integrations.appwrapper.appwrapper import KIND
 from app.integrations.framework import child_share
@@ -54,8 +53,6 @@ def _resetting(obj: dict[str, Any], names: list[str]) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="brk30 H: every Job with a generateName component's "
-                   "prefix gets the component's whole share while it is not deployed")
 def test_jobs_with_the_prefix_share_one_component_not_each_its_whole() -> None:
     """AppWrapper ``aw`` wraps one Job by ``generateName: j-`` (2 pods admitted), in the
     ``Resetting`` pause. The tenant creates 5 Jobs ``j-e0``..``j-e4`` (parallelism 2 each)
@@ -74,8 +71,6 @@ def test_jobs_with_the_prefix_share_one_component_not_each_its_whole() -> None:
     assert sum(shares) <= 2, f"shares {shares}: {sum(shares)} pods on an admission of 2"
 
 
-@pytest.mark.xfail(strict=True, reason="brk30 M: a tenant's Deployment with the prefix joins "
-                   "a Resetting AppWrapper and is held by nothing once the name is recorded")
 async def test_an_extra_deployment_joined_in_the_reset_pause_is_held() -> None:
     """AppWrapper ``dep`` (a side Job, a Deployment by ``generateName: dep-``, 1 replica of 1
     GPU) in the ``Resetting`` pause (unsuspended, both components ``CompononetDeleted``).
@@ -95,8 +90,6 @@ async def test_an_extra_deployment_joined_in_the_reset_pause_is_held() -> None:
     assert not (created and scaled), "dep-evil created under the AppWrapper, then raised to 8"
 
 
-@pytest.mark.xfail(strict=True, reason="brk30 L: a JobSet component's Job takes the share of "
-                   "an undeployed generateName Job component whose prefix its name starts with")
 def test_a_jobsets_job_has_its_replicated_jobs_share_not_a_prefix_components() -> None:
     """AppWrapper ``aw``: a Job by ``generateName: a-`` (8 pods) and JobSet ``a-b``
     (replicatedJob ``c``, 1 replica of 1 pod), being reset: the controller's
@@ -120,4 +113,8 @@ def test_a_jobsets_job_has_its_replicated_jobs_share_not_a_prefix_components() -
         {"name": "a-k2n4p", "conditions": cond}, {"name": "a-b", "conditions": done}]}
     jobsets_job = {"metadata": {"name": "a-b-c-0", "ownerReferences": [
         {"kind": "JobSet", "name": "a-b", "uid": "js-uid", "controller": True}]}}
+    assert child_share(KIND, obj, jobsets_job) == 1
+    # The same while the controller creates (phase Resuming), when the prefix names the Job
+    # component: the JobSet's Job still has its replicatedJob's share.
+    obj["status"]["phase"] = "Resuming"
     assert child_share(KIND, obj, jobsets_job) == 1
