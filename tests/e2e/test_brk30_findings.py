@@ -7,9 +7,10 @@ the AppWrapper (``FailedComponent``), deletes the Job and pauses for the AppWrap
 ``retryPausePeriodDuration`` annotation (the tenant's; up to 24 h) with the component
 ``ResourcesDeployed`` False, the AppWrapper unsuspended and admitted. Jobs the tenant then
 created with the prefix and a controller ownerReference to the AppWrapper each got the
-component's whole share at 87ed464: 3 GPU pods Running on an admission of 1. Now the prefix
-names the component only while the controller creates it (phase ``Resuming``): they are
-set to parallelism 0.
+component's whole share at 87ed464: 3 GPU pods Running on an admission of 1. Now a Job
+component's Jobs have a share under its recorded (or fixed) name only: they are set to
+parallelism 0. The lab test gives the component a fixed name (``rst``), whose Job the
+controller makes again under that name; the prefix case is the unit test's.
 
 M (webhook ``vappwrapper-wrapped-owned``): in the same pause a tenant's Deployment with the
 prefix joined the AppWrapper as its component, and once the controller recorded its own
@@ -44,7 +45,7 @@ def test_jobs_hung_under_a_resetting_appwrapper_run_no_more_than_its_admission(
     ns = aw_queue
     pod = {"restartPolicy": "Never", "tolerations": [TOLERATION], "containers": [{
         "name": "c", "image": "busybox", "resources": {"requests": GPU, "limits": GPU}}]}
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "rst-"},
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rst"},
            "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0,
                     "template": {"metadata": LONG, "spec": pod}}}
     lab.apply(json.dumps({
@@ -97,7 +98,7 @@ def test_jobs_hung_under_a_resetting_appwrapper_run_no_more_than_its_admission(
 
 def test_a_deployment_joined_in_the_reset_pause_is_held_after(
         lab: LabHandle, aw_queue: str) -> None:  # noqa: F811
-    """AppWrapper ``rsd`` (2 GPUs admitted): a Job by ``generateName: rsj-`` (backoffLimit 0)
+    """AppWrapper ``rsd`` (2 GPUs admitted): Job ``rsj`` (backoffLimit 0)
     and a Deployment by ``generateName: rsd-`` (1 replica each, 1 GPU a pod),
     ``retryPausePeriodDuration`` 40 s. The tenant deletes the Job's pod: the controller
     resets, deleting both. In the pause the tenant creates Deployment ``rsd-evil`` (1
@@ -107,7 +108,7 @@ def test_a_deployment_joined_in_the_reset_pause_is_held_after(
     ns = aw_queue
     pod = {"tolerations": [TOLERATION], "containers": [{
         "name": "c", "image": "busybox", "resources": {"requests": GPU, "limits": GPU}}]}
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"generateName": "rsj-"},
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rsj"},
            "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": {
                "metadata": LONG, "spec": {**pod, "restartPolicy": "Never"}}}}
     dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"generateName": "rsd-"},
@@ -123,7 +124,7 @@ def test_a_deployment_joined_in_the_reset_pause_is_held_after(
              "rsd's 2 pods running")
     uid = lab.get("appwrapper", "rsd", "-n", ns)["metadata"]["uid"]
     job_pod = [p for p in holding(lab, ns, "rsd")
-               if p["metadata"]["name"].startswith("rsj-")][0]["metadata"]["name"]
+               if p["metadata"]["name"].startswith("rsj-")][0]["metadata"]["name"]  # rsj-<x>
     lab.kubectl("delete", "pod", job_pod, "-n", ns, "--wait=false")
     wait_for(lambda: lab.get("appwrapper", "rsd", "-n", ns)["status"].get("phase")
              == "Resetting" and _deployed(lab, ns, "rsd") == "False"

@@ -145,13 +145,14 @@ def _generated(template: dict[str, Any], prefix: str) -> dict[str, Any]:
     return template
 
 
-def test_a_generate_name_components_jobs_run_their_share_before_the_name_is_recorded() -> None:
-    """appwrapper v1.2.0 records a ``generateName`` component's name only after its create
-    succeeded, and after an eviction creates it again under a new name with the old one
-    still recorded (``ResourcesDeployed`` False), in phase ``Resuming``. Its Jobs run their
-    share meanwhile (before: 0, so the reconciler set a running one's parallelism to 0 and
-    the AppWrapper never ran again); in any other phase (a reset's pause, brk30) and once it
-    is deployed only the recorded name's do, and another Job with the prefix gets none."""
+def test_a_generate_name_components_jobs_have_a_share_under_the_recorded_name_only() -> None:
+    """A ``generateName`` Job or JobSet component's Jobs have a share under the name the
+    controller recorded only (brk30b: while the controller's create of a component is
+    retried, a phase the tenant can make last up to its own ``admissionGracePeriodDuration``,
+    every prefixed Job hung under the AppWrapper took the whole share). So, as before 87ed464,
+    the controller's Job has none until the name is recorded (a known gap). A Job's share
+    follows its controller: a JobSet component's Job name under the AppWrapper itself is
+    no Job component's (brk30 L)."""
     obj = aw(_generated(job("j", 2), "j-"), _generated(jobset("js"), "js-"))
 
     def child(name: str, kind: str, owner: str, uid: str) -> dict[str, Any]:
@@ -162,20 +163,13 @@ def test_a_generate_name_components_jobs_run_their_share_before_the_name_is_reco
         cond = [{"type": "ResourcesDeployed", "status": state}]
         return {"phase": phase, "componentStatus": [{"name": "j-old", "conditions": cond},
                                                     {"name": "js-old", "conditions": cond}]}
-    for st in ({"phase": "Resuming"}, status("False"), status("Unknown")):
+    for st in ({}, {"phase": "Resuming"}, status("False"), status("Unknown"),
+               status("False", "Resetting"), status("True", "Running")):
         shown = {**obj, "status": st}
-        assert child_share(KIND, shown, child("j-k2n4p", "AppWrapper", "aw", "u1")) == 2
-        assert child_share(KIND, shown, child("js-q8r2z-w-1", "JobSet", "js-q8r2z", "x")) == 3
-        # Under the AppWrapper itself a JobSet component's Job name is no Job component.
-        assert child_share(KIND, shown, child("js-q8r2z-w-1", "AppWrapper", "aw", "u1")) == 0
-    # Only while the controller creates: not before it resumes, nor in a reset's pause.
-    for st in ({}, status("False", "Resetting"), status("False", "Suspended")):
-        shown = {**obj, "status": st}
-        assert child_share(KIND, shown, child("j-k2n4p", "AppWrapper", "aw", "u1")) == 0
+        assert child_share(KIND, shown, child("j-k2n4p", "AppWrapper", "aw", "u1")) == 0, st
         assert child_share(KIND, shown, child("js-q8r2z-w-1", "JobSet", "js-q8r2z", "x")) == 0
+        assert child_share(KIND, shown, child("js-old-w-1", "AppWrapper", "aw", "u1")) == 0
     deployed = {**obj, "status": status("True", "Running")}
     assert KIND.child_jobs(deployed) == {"j-old": 2, "js-old-w-0": 3, "js-old-w-1": 3}
     assert child_share(KIND, deployed, child("j-old", "AppWrapper", "aw", "u1")) == 2
-    assert child_share(KIND, deployed, child("j-k2n4p", "AppWrapper", "aw", "u1")) == 0
-    assert child_share(KIND, deployed, child("js-q8r2z-w-1", "JobSet", "js-q8r2z", "x")) == 0
     assert child_share(KIND, deployed, child("js-old-w-1", "JobSet", "js-old", "x")) == 3

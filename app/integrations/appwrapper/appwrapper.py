@@ -233,7 +233,8 @@ def _component_jobs(aw: Mapping[str, Any]) -> list[tuple[int, str, int]]:
     return out
 
 
-def names_component(aw: Mapping[str, Any], i: int, name: str) -> bool:
+def names_component(aw: Mapping[str, Any], i: int, name: str, *,
+                    recorded_only: bool = False) -> bool:
     """Whether ``name`` may be the object the controller creates for component ``i`` of
     ``aw``: its template's ``metadata.name``; for one named by ``metadata.generateName``,
     the name the controller recorded (``status.componentStatus[i].name``), and besides, any
@@ -245,12 +246,17 @@ def names_component(aw: Mapping[str, Any], i: int, name: str) -> bool:
     or the object deleted by a suspension or reset, after which the controller creates it
     again under a new generated name, recorded only after its create succeeded;
     ``createComponent``). Not in the pause of a reset (phase ``Resetting``, as long as the
-    AppWrapper's own annotation asks): the controller creates nothing then (brk30). Raises
+    AppWrapper's own annotation asks): the controller creates nothing then (brk30).
+    ``recorded_only``: no prefix, the recorded name only (a batch Job or JobSet component:
+    its Jobs' shares are not exclusive, so a tenant's prefixed Jobs would each take one for
+    as long as a create the tenant makes fail is retried; brk30b). Raises
     ``WorkloadSpecError`` when the components are unreadable."""
     if not name:
         return False
     if _component_name(aw, i) == name:
         return True
+    if recorded_only:
+        return False
     meta = _template_meta(components(aw)[i])
     prefix = meta.get("generateName")
     return not meta.get("name") and isinstance(prefix, str) and bool(prefix) \
@@ -259,10 +265,11 @@ def names_component(aw: Mapping[str, Any], i: int, name: str) -> bool:
 
 def _creating(aw: Mapping[str, Any]) -> bool:
     """Whether appwrapper v1.2.0 creates ``aw``'s components now or next: phase
-    ``Resuming``, or unsuspended in phase ``Suspended`` (or none yet), which it leaves for
-    ``Resuming`` on its next pass."""
+    ``Resuming``, or unsuspended in phase ``Suspended``, which it leaves for ``Resuming`` on
+    its next pass (never with no phase: an AppWrapper ``spec.managedBy`` another controller
+    has none, brk30b)."""
     phase = (aw.get("status") or {}).get("phase") or ""
-    return phase == "Resuming" or phase in ("", "Suspended") \
+    return phase == "Resuming" or phase == "Suspended" \
         and (aw.get("spec") or {}).get("suspend") is not True
 
 
@@ -418,9 +425,10 @@ class AppWrapper(TemplatedKind):
     def child_job_pods(self, obj: Mapping[str, Any], job: Mapping[str, Any]) -> int:
         """The pods batch Job ``job`` may run at once under ``obj``'s admission
         (``child_jobs``): controlled by the AppWrapper, a Job component's; controlled by a
-        JobSet, that JobSet component's Job of its name; a component's name as
-        ``names_component`` (a ``generateName`` one's Jobs exist before the controller
-        records it); 0 for any other Job. Raises ``WorkloadSpecError``."""
+        JobSet, that JobSet component's Job of its name; a ``generateName`` component's
+        under its recorded name only (``names_component`` ``recorded_only``: until the
+        controller records it, its Job has no share, and the child-Job rule may lower it: a
+        known gap, docs/security.md); 0 for any other Job. Raises ``WorkloadSpecError``."""
         name = str((job.get("metadata") or {}).get("name", ""))
         ref = controller_of_object(job)
         if ref is None:
@@ -431,9 +439,10 @@ class AppWrapper(TemplatedKind):
             return 0
         for i, suffix, pods in _component_jobs(obj):
             if owner:
-                if suffix and name == f"{owner}{suffix}" and names_component(obj, i, owner):
+                if suffix and name == f"{owner}{suffix}" \
+                        and names_component(obj, i, owner, recorded_only=True):
                     return pods
-            elif not suffix and names_component(obj, i, name):
+            elif not suffix and names_component(obj, i, name, recorded_only=True):
                 return pods
         return 0
 
@@ -445,7 +454,7 @@ class AppWrapper(TemplatedKind):
         """A Job controlled by a JobSet component of ``parent`` is made for it."""
         return ref.get("kind") == "JobSet" and any(
             (c["template"].get("kind") == "JobSet"
-             and names_component(parent, i, str(ref.get("name") or "")))
+             and names_component(parent, i, str(ref.get("name") or ""), recorded_only=True))
             for i, c in enumerate(components(parent)))
 
     # ---------------------------------------------------------------- the writes
