@@ -233,8 +233,7 @@ def _component_jobs(aw: Mapping[str, Any]) -> list[tuple[int, str, int]]:
     return out
 
 
-def names_component(aw: Mapping[str, Any], i: int, name: str, *,
-                    recorded_only: bool = False) -> bool:
+def names_component(aw: Mapping[str, Any], i: int, name: str) -> bool:
     """Whether ``name`` may be the object the controller creates for component ``i`` of
     ``aw``: its template's ``metadata.name``; for one named by ``metadata.generateName``,
     the name the controller recorded (``status.componentStatus[i].name``), and besides, any
@@ -247,16 +246,13 @@ def names_component(aw: Mapping[str, Any], i: int, name: str, *,
     again under a new generated name, recorded only after its create succeeded;
     ``createComponent``). Not in the pause of a reset (phase ``Resetting``, as long as the
     AppWrapper's own annotation asks): the controller creates nothing then (brk30).
-    ``recorded_only``: no prefix, the recorded name only (a batch Job or JobSet component:
-    its Jobs' shares are not exclusive, so a tenant's prefixed Jobs would each take one for
-    as long as a create the tenant makes fail is retried; brk30b). Raises
-    ``WorkloadSpecError`` when the components are unreadable."""
+    Deployments and StatefulSets only: a batch Job or JobSet component's Jobs are known by
+    the recorded name alone (``AppWrapper.child_job_pods``). Raises ``WorkloadSpecError``
+    when the components are unreadable."""
     if not name:
         return False
     if _component_name(aw, i) == name:
         return True
-    if recorded_only:
-        return False
     meta = _template_meta(components(aw)[i])
     prefix = meta.get("generateName")
     return not meta.get("name") and isinstance(prefix, str) and bool(prefix) \
@@ -410,14 +406,14 @@ class AppWrapper(TemplatedKind):
         """The batch Jobs its controller makes (``_component_jobs``) under their components'
         names as known: a Job component's with its podSet's pods, a JobSet component's Jobs
         ``<jobset>-<replicatedJob>-<index>`` with ``min(parallelism, completions)`` each (a
-        ``generateName`` component's once its name is recorded: ``child_job_pods`` knows
-        them before). Raises ``WorkloadSpecError``."""
+        ``generateName`` component's once its name is recorded). Raises
+        ``WorkloadSpecError``."""
         return {f"{name}{suffix}": pods for i, suffix, pods in _component_jobs(obj)
                 if (name := _component_name(obj, i))}
 
     def child_shares_changed(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
         """``status.componentStatus`` changed: a ``generateName`` component's name recorded
-        or deployed, so a Job with its prefix that is not that one has no share any more."""
+        (again), so which of its Jobs has a share (``child_job_pods``) changed."""
         def status(obj: Mapping[str, Any]) -> Any:
             return (obj.get("status") or {}).get("componentStatus")
         return status(old) != status(new)
@@ -426,9 +422,11 @@ class AppWrapper(TemplatedKind):
         """The pods batch Job ``job`` may run at once under ``obj``'s admission
         (``child_jobs``): controlled by the AppWrapper, a Job component's; controlled by a
         JobSet, that JobSet component's Job of its name; a ``generateName`` component's
-        under its recorded name only (``names_component`` ``recorded_only``: until the
-        controller records it, its Job has no share, and the child-Job rule may lower it: a
-        known gap, docs/security.md); 0 for any other Job. Raises ``WorkloadSpecError``."""
+        under its recorded name only, never by its prefix (the Jobs' shares are not
+        exclusive, so a tenant's prefixed Jobs would each take one for as long as a create
+        the tenant makes fail is retried, brk30b; until the name is recorded the
+        controller's Job has no share and the child-Job rule may lower it: a known gap,
+        docs/security.md); 0 for any other Job. Raises ``WorkloadSpecError``."""
         name = str((job.get("metadata") or {}).get("name", ""))
         ref = controller_of_object(job)
         if ref is None:
@@ -439,10 +437,9 @@ class AppWrapper(TemplatedKind):
             return 0
         for i, suffix, pods in _component_jobs(obj):
             if owner:
-                if suffix and name == f"{owner}{suffix}" \
-                        and names_component(obj, i, owner, recorded_only=True):
+                if suffix and name == f"{owner}{suffix}" and _component_name(obj, i) == owner:
                     return pods
-            elif not suffix and names_component(obj, i, name, recorded_only=True):
+            elif not suffix and name and _component_name(obj, i) == name:
                 return pods
         return 0
 
@@ -454,7 +451,7 @@ class AppWrapper(TemplatedKind):
         """A Job controlled by a JobSet component of ``parent`` is made for it."""
         return ref.get("kind") == "JobSet" and any(
             (c["template"].get("kind") == "JobSet"
-             and names_component(parent, i, str(ref.get("name") or ""), recorded_only=True))
+             and ref.get("name") and ref.get("name") == _component_name(parent, i))
             for i, c in enumerate(components(parent)))
 
     # ---------------------------------------------------------------- the writes
@@ -505,12 +502,16 @@ def _condition(obj: Mapping[str, Any], kind: str) -> bool:
 def _component_name(aw: Mapping[str, Any], i: int) -> str:
     """The name of component ``i``'s object: its template's, else the one the controller
     recorded (``status.componentStatus[i].name``, for a ``generateName``)."""
-    name = _template_meta(components(aw)[i]).get("name")
-    if not name:
-        status = (aw.get("status") or {}).get("componentStatus") or []
-        name = status[i].get("name") if i < len(status) and isinstance(status[i], Mapping) \
-            else ""
+    name = _template_meta(components(aw)[i]).get("name") or _component_status(aw, i).get("name")
     return str(name or "")
+
+
+def _component_status(aw: Mapping[str, Any], i: int) -> Mapping[str, Any]:
+    """``status.componentStatus[i]`` as the controller wrote it, ``{}`` when absent or no
+    object."""
+    status = (aw.get("status") or {}).get("componentStatus") or []
+    entry = status[i] if isinstance(status, list) and i < len(status) else None
+    return entry if isinstance(entry, Mapping) else {}
 
 
 def _deployed(aw: Mapping[str, Any], i: int) -> bool:
@@ -518,11 +519,9 @@ def _deployed(aw: Mapping[str, Any], i: int) -> bool:
     ``status.componentStatus[i]`` names it and its condition ``ResourcesDeployed`` is True
     (appwrapper v1.2.0 sets it Unknown when a create starts, True once it succeeded, False
     when the create failed or the object was deleted)."""
-    status = (aw.get("status") or {}).get("componentStatus") or []
-    entry = status[i] if isinstance(status, list) and i < len(status) else None
-    conditions = entry.get("conditions") if isinstance(entry, Mapping) else None
-    if not isinstance(entry, Mapping) or not entry.get("name") \
-            or not isinstance(conditions, list):
+    entry = _component_status(aw, i)
+    conditions = entry.get("conditions")
+    if not entry.get("name") or not isinstance(conditions, list):
         return False
     return any(isinstance(c, Mapping) and c.get("type") == "ResourcesDeployed"
                and c.get("status") == "True" for c in conditions)

@@ -24,11 +24,11 @@ than its podSet, pods asking for what the component's pods ask for (breaker14: t
 Deployment deleted and created again with 3 replicas under the AppWrapper, unseen by the
 UPDATE review). The controller's own create is that component and passes. Nothing joins
 a suspended AppWrapper: its controller creates components only once it is resumed. A
-``generateName`` component is any name with its prefix only while the controller has no
-deployed object of it on record (``wrapped_component``), so a tenant's extra object is
-refused before the AppWrapper runs and once the component is deployed (brk29); in the
-moments of the controller's own create, ``webhook.child_job_creators`` (the AppWrapper
-controller's identity) is what refuses it.
+``generateName`` component is any name with its prefix only while the controller creates
+it (phase ``Resuming``, the component not deployed: ``names_component``), so a tenant's
+extra object is refused before the AppWrapper runs, in a reset's pause and once the
+component is deployed (brk29, brk30); while the controller creates,
+``webhook.child_job_creators`` (the AppWrapper controller's identity) is what refuses it.
 
 Goes beyond Kueue v0.17.1, whose AppWrapper integration leaves the wrapped objects to the
 AppWrapper controller.
