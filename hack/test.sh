@@ -8,9 +8,10 @@
 # waves, each one pytest on a fresh lab: as soon as the first run ends, the LATER files whose
 # binaries are all built (hack/test_waves.py NEEDS) while the rest keep building; then those
 # built by the time that wave ends; and so on (with none ready, the next wave waits for the next
-# build). When those binaries are already built, one pytest runs everything.
+# build). When those binaries are already built, everything runs in two lanes (run_lanes).
 # On a fresh machine this spends the cores the lab tests leave idle on the Go builds, and the
-# builds' last minutes on tests (docs/ci.md has the measured figures). Arguments go to pytest
+# builds' last minutes on tests (docs/ci.md has the measured figures). Once every binary is
+# built, the tests left run in two lanes (run_lanes below). Arguments go to pytest
 # (e.g. -x, -k NAME; every run gets them).
 # Exit status: the build's when a build failed (the files needing what it did not build are
 # listed, not run; the others still run), else pytest's: the first failing run's, 5 when no run
@@ -41,6 +42,45 @@ for f in tests/e2e/test_*.py; do
 done
 LATER+=(tests/integration/test_operators.py tests/integration/test_manifests.py
   tests/unit/test_chart.py)
+# Where every binary is built, the tests run in two lanes (tests/lanes.py): two pytests, each on
+# a lab of its own (hack/test_waves.py lane-env), taking whole files from one list, so one
+# lane's tests run while the other's wait on their labs. TEST_LANES=1 runs one pytest instead.
+LANES="${TEST_LANES:-2}"
+run_lanes() {
+  if [[ $LANES == 1 ]]; then
+    "${PYTEST[@]}" "$@"
+    return
+  fi
+  mkdir -p "$ROOT/build"
+  local dir lane rc=5 r pids=()
+  dir="$(mktemp -d "$ROOT/build/lanes.XXXXXX")"
+  echo "test: two lanes at $(date -u +%T) (tests/lanes.py; $dir), each line marked [a] or [b]"
+  for lane in a b; do
+    (
+      mapfile -t extra < <(.venv/bin/python hack/test_waves.py lane-env "$lane")
+      env "${extra[@]}" PYKUEUE_TEST_LANE="$lane" PYKUEUE_TEST_LANES="$dir" \
+        "${PYTEST[@]}" "$@" 2>&1
+      echo $? >"$dir/rc-$lane"
+    ) | sed -u "s/^/[$lane] /" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  # The first failing lane's status (not 5, "no tests collected"); else 0 when a lane ran one.
+  for lane in a b; do
+    r="$(cat "$dir/rc-$lane" 2>/dev/null || echo 1)"
+    if [[ $r != 0 && $r != 5 ]]; then
+      rc=$r
+      break
+    fi
+    [[ $r == 5 ]] || rc=0
+  done
+  if [[ $rc == 0 ]] && ! .venv/bin/python hack/test_waves.py lanes-check "$dir"; then
+    rc=1
+  fi
+  echo "test: lanes done at $(date -u +%T) (exit $rc)"
+  return "$rc"
+}
+
 LOG="$ROOT/build/test-binaries.log"
 STATUS="$ROOT/build/test-binaries.status"
 BUILDS=("hack/build-operators.sh" "hack/build-helm.sh" "hack/build-kueue.sh kueuectl")
@@ -51,7 +91,8 @@ for b in "${BUILDS[@]}"; do
 done
 if [[ $built == 1 ]]; then
   for b in "${BUILDS[@]}"; do bash $b || exit $?; done  # each prints "up to date"
-  exec "${PYTEST[@]}" "$@" tests
+  run_lanes "$@" tests
+  exit
 fi
 
 mkdir -p "$(dirname "$LOG")"
@@ -126,8 +167,8 @@ while ((${#pending[@]})); do
   echo "test: wave $wave at $(date -u +%T) (built: ${have:-none}): ${ready[*]}"
   if [[ -z $build_rc ]]; then
     PYKUEUE_TEST_WAVE=1 "${PYTEST[@]}" "$@" "${ready[@]}"
-  else
-    "${PYTEST[@]}" "$@" "${ready[@]}"
+  else  # every binary built: the rest in two lanes
+    run_lanes "$@" "${ready[@]}"
   fi
   rcs+=($?)
   left=()

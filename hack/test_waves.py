@@ -8,6 +8,12 @@ wave is one pytest over the LATER files not run yet whose binaries are all built
     python hack/test_waves.py order                          # BUILD_ORDER, one a line
     python hack/test_waves.py ready --built "jobset lws" FILE ...   # the FILEs ready, in order
     python hack/test_waves.py missing --built "jobset" FILE ...  # "FILE: BINARY ..." a line
+    python hack/test_waves.py lane-env b                     # lane b's env, KEY=VALUE a line
+    python hack/test_waves.py lanes-check DIR                # every collected file ran once
+
+Where the binaries are built, hack/test.sh runs the files in two lanes (tests/lanes.py): two
+pytests, each on a lab of its own (``lane_env``), taking whole files from one list
+(``lane_order``).
 
 A file not in ``NEEDS`` needs every binary (it runs in the wave after the last build), so a new
 file can never start a binary before it is built. tests/unit/test_test_waves.py checks each
@@ -16,8 +22,11 @@ entry against the operators its file (and the fixtures it imports) names."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 OPERATORS = ("jobset", "training-operator", "mpi-operator", "kuberay", "lws", "trainer",
              "appwrapper", "spark-operator")
@@ -95,13 +104,85 @@ def ready(files: Iterable[str], built: Iterable[str]) -> list[str]:
     return [f for f in files if needs(f) <= have]
 
 
+# Lane b's port block, pykueue port and reconciler lab port block are lane a's plus this: lane
+# a's lab spans base .. base + 643 (MultiKueue workers at + 100 and + 200, each pykueue at its
+# base + 443) and the reconciler lab is at 16740, so + 2000 meets none of lane a's ports.
+LANE_B_PORT_OFFSET = 2000
+
+
+def lane_a_only(path: str) -> bool:
+    """True for a file only lane ``a`` runs: it starts the mpi-operator (its health port 8080
+    is fixed, one per machine: hack/operators.py), or it is the conformance suite (whose lab
+    takes the first free port block from 20540: two lanes could pick the same one)."""
+    return "mpi-operator" in NEEDS.get(path, frozenset()) or path.startswith("tests/conformance/")
+
+
+def lane_order(files: Iterable[str], lane: str) -> list[str]:
+    """The files (relative paths, in collection order) lane ``lane`` tries to take, in order:
+    for ``a``, those only it runs first, then the rest; for ``b``, the rest."""
+    files = list(files)
+    pinned = [f for f in files if lane_a_only(f)]
+    rest = [f for f in files if not lane_a_only(f)]
+    return pinned + rest if lane == "a" else rest
+
+
+def lane_env(lane: str, env: Mapping[str, str], root: Path) -> dict[str, str]:
+    """The variables lane ``lane`` sets over ``env`` (none for ``a``): for ``b``, its lab's
+    port base, pykueue's ports, the reconciler lab's port base and both labs' state
+    directories, each outside lane ``a``'s (the defaults are hack/lab.py's and
+    tests/integration/reconciler_support.py's). The MultiKueue workers' labs live beside the
+    lab's state directory, so lane ``b``'s is one level down in its own directory."""
+    if lane == "a":
+        return {}
+    off = LANE_B_PORT_OFFSET
+    out = {
+        "LAB_PORT_BASE": str(int(env.get("LAB_PORT_BASE") or 16440) + off),
+        "PYKUEUE_PORT": str(int(env.get("PYKUEUE_PORT") or 9443) + off),
+        "RECONCILER_LAB_PORT_BASE": str(int(env.get("RECONCILER_LAB_PORT_BASE") or 16740) + off),
+        "LAB_STATE_DIR": str(root / "build" / f"lane-{lane}" / ".lab"),
+        "RECONCILER_LAB_STATE": str(Path(env.get("RECONCILER_LAB_STATE") or Path(
+            tempfile.gettempdir()) / "pykueue-reconciler-lab").with_name(
+            f"pykueue-reconciler-lab-{lane}")),
+    }
+    if env.get("PYKUEUE_VISIBILITY_PORT"):
+        out["PYKUEUE_VISIBILITY_PORT"] = str(int(env["PYKUEUE_VISIBILITY_PORT"]) + off)
+    return out
+
+
+def lanes_check(lanes_dir: Path) -> list[str]:
+    """What went wrong with the lanes' run in ``lanes_dir`` (tests/lanes.py's files): a file
+    collected by a lane and run by none, or run by both; empty when every file ran once."""
+    collected: set[str] = set()
+    ran: dict[str, int] = {}
+    for f in sorted(lanes_dir.glob("collected-*")):
+        collected.update(f.read_text().split())
+    for f in sorted(lanes_dir.glob("ran-*")):
+        for path in f.read_text().split():
+            ran[path] = ran.get(path, 0) + 1
+    problems = [f"{p}: collected, run by no lane" for p in sorted(collected - set(ran))]
+    problems += [f"{p}: run by {n} lanes" for p, n in sorted(ran.items()) if n > 1]
+    if not collected:
+        problems.append(f"{lanes_dir}: no lane collected a file")
+    return problems
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("order", "ready", "missing"))
+    p.add_argument("what", choices=("order", "ready", "missing", "lane-env", "lanes-check"))
     p.add_argument("--built", default="", help="the binaries built, space-separated")
     p.add_argument("files", nargs="*")
     a = p.parse_intermixed_args(argv)
-    if a.what == "order":
+    if a.what == "lane-env":
+        root = Path(__file__).resolve().parent.parent
+        for lane in a.files:
+            for k, v in lane_env(lane, os.environ, root).items():
+                print(f"{k}={v}")
+    elif a.what == "lanes-check":
+        problems = lanes_check(Path(a.files[0]))
+        for line in problems:
+            print(f"lanes: {line}", file=sys.stderr)
+        return 1 if problems else 0
+    elif a.what == "order":
         print("\n".join(BUILD_ORDER))
     elif a.what == "ready":
         for f in ready(a.files, a.built.split()):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.labfixture import ROOT, LabHandle, start_lab
+from tests.lanes import pytest_runtestloop  # noqa: F401 (a hook: hack/test.sh's lanes)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
