@@ -14,6 +14,8 @@ Workload's view is cached per resourceVersion.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 from app.core.multikueue import MULTIKUEUE_CONTROLLER
 from app.extender.nodestore import InMemoryExtenderState, NodeStore
@@ -25,6 +27,7 @@ from app.integrations.framework import (
     KindDefaults,
     Registry,
     child_share,
+    child_template,
     controller_uid,
     lookup,
     stored_ancestor,
@@ -91,18 +94,39 @@ class StoreAdmissionLookup:
             return None
         return has_managed_ancestor(self.ctx, self.registry, obj)
 
-    def child_job_share(self, job: Obj) -> int | None:
-        """Pods the managed ancestor of batch Job ``job`` gives it (``child_share``), None
-        when it has none, or unknown (not synced, the ancestor unreadable)."""
+    def _from_ancestor(self, obj: Obj, ask: Callable[[Any, Obj], Any]) -> Any:
+        """``ask(ancestor kind, ancestor)`` for ``obj``'s managed ancestor in the stores
+        (``stored_ancestor``); None when it has none, or unknown (not synced, no registry,
+        the ancestor unreadable: ``WorkloadSpecError``)."""
         if not self.ctx.synced or self.registry is None:
             return None
-        found = stored_ancestor(self.ctx, self.registry, job)
+        found = stored_ancestor(self.ctx, self.registry, obj)
         if found is None:
             return None
         try:
-            return child_share(found[0], found[1], job)
+            return ask(found[0], found[1])
         except WorkloadSpecError:
             return None
+
+    def child_job_share(self, job: Obj) -> int | None:
+        """Pods the managed ancestor of batch Job ``job`` gives it (``child_share``), None
+        when it has none, or unknown (``_from_ancestor``)."""
+        return self._from_ancestor(job, lambda kind, parent: child_share(kind, parent, job))
+
+    def child_job_template(self, job: Obj) -> Obj | None:
+        """The pod template the managed ancestor of batch Job ``job`` sized its share from
+        (``child_template``: an AppWrapper component's), None when there is none, or
+        unknown (``_from_ancestor``)."""
+        template = self._from_ancestor(
+            job, lambda kind, parent: child_template(kind, parent, job))
+        return template if isinstance(template, dict) else None
+
+    def child_object_errors(self, kind: str, obj: Obj) -> list[str] | None:
+        """Errors from the managed ancestor of ``obj`` (of ``kind``, e.g. a JobSet an
+        AppWrapper wraps) for its pods (the ancestor kind's ``child_object_errors``); None
+        when it has none, or unknown (``_from_ancestor``)."""
+        return self._from_ancestor(
+            obj, lambda ancestor, parent: list(ancestor.child_object_errors(parent, kind, obj)))
 
     def _workload(self, namespace: str, job_name: str, job_uid: str = "") -> Obj | None:
         job = _stored_job(self.ctx, self.registry, namespace, job_name)

@@ -318,9 +318,19 @@ class CrdRules:
                                       workload_name_for_owner(
                                           rules.kind, rules.group, str(meta.get("name", "")),
                                           str(meta.get("uid", ""))))
-            return refused(rules.validate(
+            errors = rules.validate(
                 old, obj, req.user_info.username, env.policy, workload_admitted=admitted,
-                manages_unlabelled=env.queues_unlabelled(old or obj, req.namespace)))
+                manages_unlabelled=env.queues_unlabelled(old or obj, req.namespace))
+            # Created, or resumed, under a managed ancestor: its pods must be the ones the
+            # ancestor's admission was sized for (e.g. an AppWrapper's JobSet component).
+            if req.user_info.username not in env.policy.controller_usernames and (
+                    old is None or read_lever(old, rules.suspend)
+                    and not read_lever(obj, rules.suspend)):
+                meta = read_object(obj).get("metadata") or {}
+                child = {**read_object(obj), "metadata": {**meta, "namespace": req.namespace}}
+                found = env.ask("child_object_errors", rules.kind, child)
+                errors += found if isinstance(found, list) else []
+            return refused(errors)
 
         framework = f"{self.group}/{self.kind.lower()}"
         return (WebhookRoute(self.mutate_path, framework, mutation),

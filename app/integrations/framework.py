@@ -72,7 +72,8 @@ class KindDefaults:
     ``manageJobsWithoutQueueName``: ``manages_unlabelled``, ``unlabelled_selector``,
     ``takes_unlabelled``; and
     ``top_level``, ``partial_admission``, ``optional``, ``child_jobs`` (``child_job_pods``,
-    ``child_shares_changed``), ``rules``; for
+    ``child_job_template``, ``child_shares_changed``, ``child_object_errors``), ``rules``;
+    for
     operators that need a nudge ``settle``; for objects an ancestor's operator makes
     ``hold_to_ancestor``, ``carries_admission`` and ``stop_orphaned``; for kinds whose
     operator makes other objects that run its pods ``made_pods`` and ``made_via``, and
@@ -178,6 +179,20 @@ class KindDefaults:
         """The pods batch Job ``job`` (made by the kind's operator for ``obj``) may run at
         once: its name's entry in ``child_jobs``, else 0. Raises ``WorkloadSpecError``."""
         return int(self.child_jobs(obj).get(str((job.get("metadata") or {}).get("name", "")), 0))
+
+    def child_job_template(self, obj: Mapping[str, Any], job: Mapping[str, Any]) -> Any:
+        """The pod template (a Job's ``spec.template``) the kind's operator makes batch Job
+        ``job`` from for ``obj``, whose per-pod requests ``obj``'s admission covers; None
+        (the default) when the kind does not give one: the Job's pods are then held to
+        their count only (``child_job_pods``). Raises ``WorkloadSpecError``."""
+        return None
+
+    def child_object_errors(self, obj: Mapping[str, Any], kind: str,
+                            child: Mapping[str, Any]) -> list[str]:
+        """Errors for ``child``, an object of another kind (``kind``: ``"JobSet"``, ...)
+        created or resumed under ``obj``, whose pods would run other than what ``obj``'s
+        admission was sized for; ``[]`` (the default) to allow."""
+        return []
 
     def takes_unlabelled(self, obj: Mapping[str, Any]) -> bool:
         """Whether ``obj`` without a queue name is queued (``manages_unlabelled``)."""
@@ -486,10 +501,25 @@ def child_share(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[st
     operator makes, by name) when ``parent`` is its direct controller, else 0 (a Job hung
     under the ancestor, or under another of its objects, is in no podSet). Raises
     ``WorkloadSpecError`` when the ancestor cannot be read."""
-    meta = parent.get("metadata") or {}
-    if controller_uid(job) != meta.get("uid") and not _made_via(parent_kind, parent, job):
+    if not _made_for(parent_kind, parent, job):
         return 0
     return int(parent_kind.child_job_pods(parent, job))
+
+
+def child_template(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[str, Any]
+                   ) -> Any:
+    """The pod template batch Job ``job`` runs its pods from under its managed ancestor
+    ``parent``'s admission (``parent_kind.child_job_template``, as ``child_share`` finds
+    the share), None when none is known. Raises ``WorkloadSpecError``."""
+    if not _made_for(parent_kind, parent, job):
+        return None
+    return parent_kind.child_job_template(parent, job)
+
+
+def _made_for(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
+    """``parent`` is ``job``'s direct controller, or ``job``'s controller was made for it."""
+    meta = parent.get("metadata") or {}
+    return controller_uid(job) == meta.get("uid") or _made_via(parent_kind, parent, job)
 
 
 def _made_via(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[str, Any]) -> bool:

@@ -108,6 +108,19 @@ def pod_requests(pod_spec: Mapping[str, Any], *, field: str = "spec") -> dict[Re
     return {name: amount for name, amount in total.items() if amount > 0}
 
 
+
+def template_requests(template: Any) -> dict[ResourceName, int] | str:
+    """Per-pod requests (``pod_requests``: milli-CPU, bytes, counts) of a pod template
+    (``{"metadata": ..., "spec": <PodSpec>}``, as a Job's or Deployment's
+    ``spec.template``), or, instead of raising, why they are unreadable (the
+    ``WorkloadSpecError`` message): for comparing two templates' pods."""
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    try:
+        return dict(pod_requests(spec if isinstance(spec, Mapping) else {},
+                                 field="spec.template.spec"))
+    except WorkloadSpecError as e:
+        return str(e)
+
 def tolerations(value: Any, field: str) -> tuple[Toleration, ...]:
     out = []
     for i, t in enumerate(sequence(value, field)):

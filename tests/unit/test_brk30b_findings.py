@@ -3,9 +3,12 @@ it only while appwrapper v1.2.0 creates it, phase ``Resuming``), by reading
 (project-codeflare/appwrapper v1.2.0 ``internal/controller/appwrapper``; no lab). Default
 settings (``webhook.child_job_creators`` empty, Kueue's behaviour) unless a test says.
 Closed since (tests): a Job or JobSet component's Jobs have a share under its recorded name
-only (H1's Jobs, H3's prefixed JobSets); no phase is no creating (H1 ``managed-elsewhere``).
+only (H1's Jobs, H3's prefixed JobSets); no phase is no creating (H1 ``managed-elsewhere``);
+a Job with a share of the AppWrapper's admission runs only its component template's pods,
+and a JobSet under it only its JobSet component's replicatedJobs (H2, H3's fixed-name
+JobSet; tests/unit/test_appwrapper_child_templates.py).
 Open (strict xfails, docs/security.md Known gaps): H1's Deployments while a create the
-tenant makes fail is retried in ``Resuming``; H2, H3's fixed-name JobSet; L.
+tenant makes fail is retried in ``Resuming``; L.
 
 H1 (``names_component`` / ``_creating``): the tenant keeps a ``generateName`` component
 uncreated, and so its prefix open, for as long as it likes, two ways:
@@ -235,10 +238,6 @@ async def test_deployments_with_the_prefix_cannot_join_while_the_tenant_holds_th
     assert joined.count(True) <= 1, f"{joined.count(True)} Deployments joined on 1 admitted"
 
 
-@pytest.mark.xfail(strict=True, reason="brk30b H2: a Job created suspended under a queued "
-                   "AppWrapper with its fixed-name Job component's name is adopted by the "
-                   "controller (AlreadyExists, controller reference by name), and resumed by "
-                   "the tenant it runs pods of any size on the component's share")
 async def test_a_job_of_the_components_name_made_before_admission_runs_no_bigger_pods() -> None:
     """AppWrapper t/aw wraps Job ``j`` (1 pod of 1 GPU). Queued and suspended, the tenant
     creates Job ``j`` suspended, controlled by the AppWrapper (its uid), its pod asking 8
@@ -373,10 +372,6 @@ def _jobsets_job(jobset: dict[str, Any], gpus: str) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="brk30b H3: with child_job_creators set, a JobSet of a "
-                   "fixed-name JobSet component's name made suspended under the queued "
-                   "AppWrapper is adopted by its controller, resumed by the tenant, and its "
-                   "Job (made by the JobSet operator) runs pods of any size on the share")
 async def test_a_jobset_of_the_components_name_runs_no_bigger_pods_in_hardened_settings(
         ) -> None:
     """AppWrapper t/aw wraps JobSet ``js`` (1 Job of 1 pod of 1 GPU), queued; settings

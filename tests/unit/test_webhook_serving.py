@@ -51,6 +51,11 @@ WEBHOOKS = {
     ("ValidatingWebhookConfiguration", "vappwrapper-wrapped-owned.pykueue.io"):
         ("/validate-apps-v1-appwrapper-wrapped", ["CREATE", "UPDATE"],
          (["apps"], ["v1"], ["deployments", "statefulsets"])),
+    ("ValidatingWebhookConfiguration", "vappwrapper-wrapped-job.pykueue.io"):
+        ("/validate-batch-v1-job", ["CREATE", "UPDATE"], (["batch"], ["v1"], ["jobs"])),
+    ("ValidatingWebhookConfiguration", "vappwrapper-wrapped-jobset.pykueue.io"):
+        ("/validate-jobset-x-k8s-io-v1alpha2-jobset", ["CREATE", "UPDATE"],
+         (["jobset.x-k8s.io"], ["v1alpha2"], ["jobsets"])),
     ("ValidatingWebhookConfiguration", "vappwrapper-wrapped-scale.pykueue.io"):
         ("/validate-apps-v1-appwrapper-wrapped", ["UPDATE"],
          (["apps"], ["v1"], ["deployments/scale", "statefulsets/scale"])),
@@ -123,6 +128,13 @@ def test_webhook_configurations_follow_the_contract(template: str) -> None:
             assert "objectSelector" not in webhook
             assert [c["name"] for c in webhook["matchConditions"]] == [
                 "controlled-by-an-appwrapper", "create-or-unlabelled"]
+        elif webhook["name"] in ("vappwrapper-wrapped-job.pykueue.io",
+                                 "vappwrapper-wrapped-jobset.pykueue.io"):
+            # Unlabelled Jobs and JobSets the AppWrapper controls (brk30b H2, H3): the
+            # labelled ones are vjob's and vjobset's.
+            assert "objectSelector" not in webhook
+            assert [c["name"] for c in webhook["matchConditions"]] == [
+                "controlled-by-an-appwrapper", "without-a-queue-name"]
         elif webhook["name"] == "vpodowner.pykueue.io":  # every pod of an admitted job
             assert webhook["objectSelector"] == {
                 "matchExpressions": [{"key": "kueue.x-k8s.io/podset", "operator": "Exists"}]

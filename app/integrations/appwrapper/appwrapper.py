@@ -65,6 +65,7 @@ from app.kube.client import Resource
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import JOBSET_NAME_LABEL, JOBSET_UID_LABEL, PODSET_LABEL
 from app.wire.owners import controller_of_object
+from app.wire.podtemplate import template_requests
 
 if TYPE_CHECKING:
     from app.kube.context import Context
@@ -106,6 +107,24 @@ def _min_pods(job_spec: Mapping[str, Any] | None) -> int:
     pods = _count(spec, ("parallelism",))
     completions = spec.get("completions")
     return completions if isinstance(completions, int) and completions < pods else pods
+
+
+def _replicated_jobs(jobset: Mapping[str, Any]) -> dict[str, tuple[int, int, Any]]:
+    """A JobSet's (or JobSet template's) replicatedJobs by name: (Jobs, pods at once each,
+    per-pod requests or why unreadable, ``template_requests``)."""
+    out: dict[str, tuple[int, int, Any]] = {}
+    spec = jobset.get("spec")
+    rjobs = spec.get("replicatedJobs") if isinstance(spec, Mapping) else None
+    for rj in rjobs if isinstance(rjobs, list) else []:
+        if not isinstance(rj, Mapping):
+            continue
+        job_spec = (rj.get("template") or {}).get("spec") if isinstance(
+            rj.get("template"), Mapping) else None
+        out[str(rj.get("name"))] = (
+            _count(rj, ("replicas",)), _min_pods(job_spec),
+            template_requests((job_spec or {}).get("template")
+                              if isinstance(job_spec, Mapping) else None))
+    return out
 
 
 def _ray_pod_sets(obj: Mapping[str, Any], prefix: str) -> list[tuple[str, int]]:
@@ -212,24 +231,27 @@ def wrapped_component(aw: Mapping[str, Any], kind: str, name: str
     return None
 
 
-def _component_jobs(aw: Mapping[str, Any]) -> list[tuple[int, str, int]]:
+def _component_jobs(aw: Mapping[str, Any]) -> list[tuple[int, str, int, Any]]:
     """The batch Jobs the controller makes for ``aw``'s components, as (component index,
-    the Job's name after its component's name, the pods it may run at once): a Job
-    component (``""``, its podSet's pods), a JobSet component's Jobs
+    the Job's name after its component's name, the pods it may run at once, the pod
+    template it runs them from: the Job's ``spec.template`` as the component gives it): a
+    Job component (``""``, its podSet's pods), a JobSet component's Jobs
     (``-<replicatedJob>-<index>``, ``min(parallelism, completions)`` each). Raises
     ``WorkloadSpecError``."""
-    out: list[tuple[int, str, int]] = []
+    out: list[tuple[int, str, int, Any]] = []
     pods = {(i, p): r for i, p, r in component_pod_sets(aw)}
     for i, comp in enumerate(components(aw)):
         tpl = comp["template"]
         api = (tpl.get("apiVersion"), tpl.get("kind"))
         if api == ("batch/v1", "Job"):
-            out.append((i, "", pods.get((i, "template.spec.template"), 0)))
+            out.append((i, "", pods.get((i, "template.spec.template"), 0),
+                        (tpl.get("spec") or {}).get("template")))
         elif api == ("jobset.x-k8s.io/v1alpha2", "JobSet"):
             for rj in (tpl.get("spec") or {}).get("replicatedJobs") or []:
+                job_spec = (rj.get("template") or {}).get("spec")
                 for index in range(_count(rj, ("replicas",))):
-                    out.append((i, f"-{rj.get('name')}-{index}",
-                                _min_pods((rj.get("template") or {}).get("spec"))))
+                    out.append((i, f"-{rj.get('name')}-{index}", _min_pods(job_spec),
+                                (job_spec or {}).get("template")))
     return out
 
 
@@ -408,7 +430,7 @@ class AppWrapper(TemplatedKind):
         ``<jobset>-<replicatedJob>-<index>`` with ``min(parallelism, completions)`` each (a
         ``generateName`` component's once its name is recorded). Raises
         ``WorkloadSpecError``."""
-        return {f"{name}{suffix}": pods for i, suffix, pods in _component_jobs(obj)
+        return {f"{name}{suffix}": pods for i, suffix, pods, _ in _component_jobs(obj)
                 if (name := _component_name(obj, i))}
 
     def child_shares_changed(self, old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
@@ -427,21 +449,65 @@ class AppWrapper(TemplatedKind):
         the tenant makes fail is retried, brk30b; until the name is recorded the
         controller's Job has no share and the child-Job rule may lower it: a known gap,
         docs/security.md); 0 for any other Job. Raises ``WorkloadSpecError``."""
+        found = self._child_job(obj, job)
+        return found[0] if found is not None else 0
+
+    def child_job_template(self, obj: Mapping[str, Any], job: Mapping[str, Any]) -> Any:
+        """The pod template the component gives batch Job ``job`` (the one
+        ``child_job_pods`` gives a share), None when it has no share. Raises
+        ``WorkloadSpecError``."""
+        found = self._child_job(obj, job)
+        return found[1] if found is not None else None
+
+    def _child_job(self, obj: Mapping[str, Any], job: Mapping[str, Any]
+                   ) -> tuple[int, Any] | None:
+        """(pods, pod template) of the component Job ``job`` is (``child_job_pods``)."""
         name = str((job.get("metadata") or {}).get("name", ""))
         ref = controller_of_object(job)
         if ref is None:
-            return 0
+            return None
         owner = str(ref.name) if ref.kind == "JobSet" else ""
         if not owner and (ref.kind != self.kind
                           or ref.uid != (obj.get("metadata") or {}).get("uid")):
-            return 0
-        for i, suffix, pods in _component_jobs(obj):
+            return None
+        for i, suffix, pods, template in _component_jobs(obj):
             if owner:
                 if suffix and name == f"{owner}{suffix}" and _component_name(obj, i) == owner:
-                    return pods
+                    return pods, template
             elif not suffix and name and _component_name(obj, i) == name:
-                return pods
-        return 0
+                return pods, template
+        return None
+
+    def child_object_errors(self, obj: Mapping[str, Any], kind: str,
+                            child: Mapping[str, Any]) -> list[str]:
+        """Errors for ``child`` (an object of ``kind``, created or resumed under AppWrapper
+        ``obj``) running other pods than the component of its name (recorded or fixed,
+        ``_component_name``): for a JobSet, its replicatedJobs by name, each with its Jobs
+        (``replicas``), pods at once (``_min_pods``) and per-pod requests
+        (``template_requests``: milli-CPU, bytes, counts), must be the JobSet component's,
+        whose Jobs get a share of the admission (``child_job_pods``). A JobSet of a tenant's,
+        adopted by the controller by name (brk30b H3), would run pods no quota covers. ``[]``
+        for anything else (a JobSet that is no component: its Jobs have no share)."""
+        if kind != "JobSet":
+            return []
+        meta = child.get("metadata") or {}
+        name = str(meta.get("name", ""))
+        for i, comp in enumerate(components(obj)):
+            tpl = comp["template"]
+            if (tpl.get("apiVersion"), tpl.get("kind")) != ("jobset.x-k8s.io/v1alpha2",
+                                                             "JobSet") \
+                    or not name or _component_name(obj, i) != name:
+                continue
+            want, have = _replicated_jobs(tpl), _replicated_jobs(child)
+            if want == have:
+                return []
+            aw = f"AppWrapper {meta.get('namespace', '')}/{(obj.get('metadata') or {}).get('name')}"
+            return [f"spec.replicatedJobs: JobSet {name} is controlled by {aw}, whose Workload "
+                    f"was sized for its JobSet component's replicatedJobs {want} (Jobs, pods "
+                    f"at once, per-pod requests in milli-CPU, bytes, counts); these are "
+                    f"{have}: only the JobSet its controller makes from that component may "
+                    "run there"]
+        return []
 
     def wrapped_replicas(self, obj: Mapping[str, Any], kind: str, name: str) -> int | None:
         """``wrapped_replicas`` (module function) of AppWrapper ``obj``."""

@@ -51,8 +51,7 @@ from app.integrations.webhook_toolkit import (
     refused,
     reviewed_objects,
 )
-from app.wire.fields import WorkloadSpecError
-from app.wire.podtemplate import pod_requests
+from app.wire.podtemplate import template_requests
 
 if TYPE_CHECKING:
     from app.models.admissionreview import AdmissionRequest
@@ -102,16 +101,6 @@ def wrapped_object_errors(kind: str, name: str, old: Mapping[str, Any], new: Map
     return errors
 
 
-def _pod_requests(template: Any) -> dict[str, int] | str:
-    """Per-pod requests of a pod template (``pod_requests``), or why they are unreadable."""
-    spec = template.get("spec") if isinstance(template, Mapping) else None
-    try:
-        return dict(pod_requests(spec if isinstance(spec, Mapping) else {},
-                                 field="spec.template.spec"))
-    except WorkloadSpecError as e:
-        return str(e)
-
-
 def joined_object_errors(kind: str, name: str, obj: Mapping[str, Any],
                          wrapper: tuple[str, Mapping[str, Any]] | None, username: str,
                          policy: WebhookPolicy,
@@ -123,7 +112,7 @@ def joined_object_errors(kind: str, name: str, obj: Mapping[str, Any],
     under the AppWrapper's admission, so it must be the component the AppWrapper controller
     creates (``wrapped_component``): of that kind and name, with no more ``spec.replicas``
     than its podSet (counts), and pods that ask for what the component's ask for (per-pod
-    requests as Kubernetes computes them, ``pod_requests``; the template itself is not
+    requests as Kubernetes computes them, ``template_requests``; the template itself is not
     compared: the controller adds labels, nodeSelector, tolerations, scheduling gates,
     schedulerName and affinities to it, and the API server its defaults). The controller
     creates components only while the AppWrapper runs (appwrapper v1.2.0 phase
@@ -149,8 +138,8 @@ def joined_object_errors(kind: str, name: str, obj: Mapping[str, Any],
     allowed, component = found
     errors = wrapped_replicas_errors(kind, name, 0, replicas(obj), (owner, allowed),
                                      username, policy)
-    want = _pod_requests((component.get("spec") or {}).get("template"))
-    have = _pod_requests((obj.get("spec") or {}).get("template"))
+    want = template_requests((component.get("spec") or {}).get("template"))
+    have = template_requests((obj.get("spec") or {}).get("template"))
     if have != want:
         errors.append(f"spec.template: {kind} {name} is controlled by {owner}, whose Workload "
                       f"was sized for pods requesting {want}; these would request {have} "

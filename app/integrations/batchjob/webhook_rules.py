@@ -63,6 +63,7 @@ from app.wire.names import (
     QUEUE_NAME_LABEL,
 )
 from app.wire.owners import controller_of_object
+from app.wire.podtemplate import template_requests
 from app.wire.workload import completions_follow_parallelism, job_min_count, job_pod_count
 
 if TYPE_CHECKING:
@@ -432,7 +433,7 @@ def _validation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
         # admitted): only the label's format is pykueue's business (Kueue ValidateJobOnCreate),
         # and, when configured, who may make it run.
         errors = queue_name_errors(job, policy) + _child_runner_errors(req, env, job) \
-            + _child_share_errors(req, env, job)
+            + _child_share_errors(req, env, job) + _child_template_errors(req, env, job)
     elif req.operation == "CREATE":
         errors = validate_create(job, username, policy)
     else:
@@ -495,6 +496,34 @@ def _child_share_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[str, A
             f"at once, its share of that object's admission, not {have}; resize the "
             f"{_ancestor_phrase(job).split(' ')[0]} itself (it is queued again for its new "
             "shape)"]
+
+
+def _child_template_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[str, Any]
+                           ) -> list[str]:
+    """A CREATE, or a resume (UPDATE from suspended to running), by anyone but pykueue, of a
+    Job whose managed ancestor sized its share from a pod template (``child_job_template``:
+    an AppWrapper's Job component, or a Job of its JobSet component) is refused when its pods
+    would request other than that template's pods (per-pod requests, ``template_requests``:
+    milli-CPU, bytes, counts): the operator makes it from that template, and a Job of its
+    name a tenant made instead (adopted by name, brk30b H2/H3) would run pods no quota
+    covers. Unknown templates pass. Goes beyond Kueue v0.17.1, which leaves an AppWrapper's
+    children to its controller."""
+    if req.user_info.username in env.policy.controller_usernames:
+        return []
+    if req.operation == "UPDATE" and (
+            read_suspend(job) or not read_suspend(_read_job(req.old_object, "request.oldObject"))):
+        return []
+    template = env.ask("child_job_template", job)
+    if not isinstance(template, Mapping):
+        return []
+    want = template_requests(template)
+    have = template_requests((optional_object(job.get("spec"), "spec") or {}).get("template"))
+    if have == want:
+        return []
+    return [f"spec.template: a Job of {_ancestor_phrase(job)} runs pods requesting {have}, but "
+            f"its share of that object's admission was sized for pods requesting {want} "
+            "(milli-CPU, bytes, counts): only the Job its operator makes from that template "
+            "may run there"]
 
 
 def _ancestor_phrase(job: dict[str, Any]) -> str:
