@@ -105,8 +105,10 @@ def queue(kctl: Kueuectl, lab: LabHandle) -> Iterator[dict[str, str]]:
         yield names
     finally:
         lab.kubectl("delete", "namespace", names["ns"], "--wait=false", check=False)
+        # ~10 s on a quiet machine; over 120 s once with two lanes of make test on 2 cores
+        # (the namespace controller requeues while the pods terminate).
         wait_for(lambda: not lab.get("workloads.kueue.x-k8s.io", "-n", names["ns"])["items"],
-                 120, f"the Workloads of {names['ns']} gone")
+                 300, f"the Workloads of {names['ns']} gone")
         lab.kubectl("delete", "clusterqueue", names["cq"], "--wait=false", check=False)
         lab.kubectl("delete", "resourceflavor", names["rf"], "--wait=false", check=False)
 
