@@ -60,6 +60,7 @@ from app.integrations.webhook_toolkit import (
     set_label_op,
     unsuspend_errors,
 )
+from app.wire.owners import controller_of_object
 from app.wire.workload import workload_name_for_owner
 
 if TYPE_CHECKING:
@@ -116,6 +117,11 @@ def _with_adds(obj: object, patch: list[JsonPatchOp]) -> object:
         if isinstance(cur, dict) and keys:
             cur[keys[-1]] = copy.deepcopy(op.get("value"))
     return out
+
+
+def _controller_uid(obj: Mapping[str, Any]) -> str:
+    ref = controller_of_object(obj)
+    return str(ref.uid) if ref is not None else ""
 
 
 @dataclass(frozen=True)
@@ -323,9 +329,11 @@ class CrdRules:
                 manages_unlabelled=env.queues_unlabelled(old or obj, req.namespace))
             # Created, or resumed, under a managed ancestor: its pods must be the ones the
             # ancestor's admission was sized for (e.g. an AppWrapper's JobSet component).
+            # Or given that ancestor by an update (its controller changed: brk31 H1).
             if req.user_info.username not in env.policy.controller_usernames and (
                     old is None or read_lever(old, rules.suspend)
-                    and not read_lever(obj, rules.suspend)):
+                    and not read_lever(obj, rules.suspend)
+                    or _controller_uid(old) != _controller_uid(read_object(obj))):
                 meta = read_object(obj).get("metadata") or {}
                 child = {**read_object(obj), "metadata": {**meta, "namespace": req.namespace}}
                 found = env.ask("child_object_errors", rules.kind, child)

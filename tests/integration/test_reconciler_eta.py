@@ -25,12 +25,8 @@ def _limited(name: str, ns: str, seconds: int) -> dict:
 
 
 def test_pending_message_carries_position_and_eta_and_is_written_once(rlab: LabHandle) -> None:
-    # A grace long enough for the cohort's ETA run on a loaded machine (a run after the grace
-    # wrote the message twice, the second more than pending_message_refresh_seconds later,
-    # so not held back either: seen with two lanes of make test on 2 cores).
     mt = rs.ManagerThread(rs.settings_for(rlab, eta_message_seconds=0.5,
                                           eta_min_interval_seconds=0.0,
-                                          pending_message_eta_grace_seconds=20.0,
                                           pending_message_refresh_seconds=5.0)).start()
     ns, cq = rs.namespace(rlab, "eta"), rs.unique("eta-cq")
     rs.make_queue(rlab, cq, (ns,), cpu="2")
@@ -47,11 +43,13 @@ def test_pending_message_carries_position_and_eta_and_is_written_once(rlab: LabH
         text = wait_for(lambda: (m := message()).endswith(
             "; position 1, expected start in ~5m") and m, 30, "the ETA in the message")
         assert "insufficient unused quota for cpu" in text
-        # The first message waited for the cohort's ETA run (pending_message_eta_grace_seconds,
-        # the cohort quiet): one write said all. Had the run come after the grace, the tail
-        # would have been held back until 5 s after the first write (deferred), then written.
+        # The first message waits for the cohort's ETA run (pending_message_eta_grace_seconds,
+        # the cohort quiet): one write says all. Had the run come after the grace, the message
+        # went out without its tail and the tail after it (held back until 5 s after the first
+        # write, or at once when later than that): two writes. Which one depends on the
+        # machine's load (both seen with two lanes of make test on 2 cores); never more.
         writes = mt.on_loop(lambda m: m.scheduler.messages.pending_writes)
-        assert mt.on_loop(lambda m: m.scheduler.messages.pending_deferred) >= 1 or writes == 1
+        assert writes in (1, 2), writes
         # Refreshing again with the same rounded text queues nothing, writes nothing.
         for _ in range(3):
             assert mt.on_loop(lambda m: m.scheduler.messages.refresh_eta_messages()) == 0

@@ -433,7 +433,8 @@ def _validation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
         # admitted): only the label's format is pykueue's business (Kueue ValidateJobOnCreate),
         # and, when configured, who may make it run.
         errors = queue_name_errors(job, policy) + _child_runner_errors(req, env, job) \
-            + _child_share_errors(req, env, job) + _child_template_errors(req, env, job)
+            + _adopted_running_errors(req, env, job) + _child_share_errors(req, env, job) \
+            + _child_template_errors(req, env, job)
     elif req.operation == "CREATE":
         errors = validate_create(job, username, policy)
     else:
@@ -478,20 +479,51 @@ def _child_runner_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[str, 
             "(webhook.child_job_creators); create it suspended or submit it queued on its own"]
 
 
-def _child_share_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[str, Any]) -> list[str]:
-    """An UPDATE (by anyone but pykueue) that raises a running child Job's pod count above
-    its share of its managed ancestor's admission (``child_job_share``: a JobSet's Job its
-    replicatedJob's pods per Job) is refused; the operators never change it. Unknown shares
-    pass (the reconciler sets a Job beyond its share back)."""
+def _controller_uid(job: Mapping[str, Any]) -> str:
+    ref = controller_of_object(job)
+    return str(ref.uid) if ref is not None else ""
+
+
+def _adopted_running_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[str, Any]
+                            ) -> list[str]:
+    """An UPDATE (by anyone but pykueue) that gives a running Job a managed ancestor as its
+    controller (its controller ownerReference added or changed) is refused: the operators
+    create their Jobs under their owner, and a running Job adopted so was never checked for
+    what its pods ask (brk31 H1: an 8-GPU pod made an AppWrapper component's, or a queued
+    JobSet's, Job). A suspended one may be; it is checked when resumed."""
     if req.operation != "UPDATE" or read_suspend(job) \
             or req.user_info.username in env.policy.controller_usernames:
         return []
-    share = env.ask("child_job_share", job)
     old = _read_job(req.old_object, "request.oldObject")
-    have, before = pod_count(job), pod_count(old)
-    if not isinstance(share, int) or have is None or have <= share \
-            or (before is not None and have <= before):
+    if _controller_uid(old) == _controller_uid(job):
         return []
+    return [f"metadata.ownerReferences: a running Job cannot be made a Job of "
+            f"{_ancestor_phrase(job)}, whose admission its pods would run on; suspend it "
+            "first (it is checked when resumed) or let that object's operator create it"]
+
+
+def _child_share_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[str, Any]) -> list[str]:
+    """A running child Job of a managed ancestor (by anyone but pykueue) with more pods at
+    once than its share of the ancestor's admission (``child_job_share``: a JobSet's Job its
+    replicatedJob's pods per Job) is refused when it is created (a share of at least 1: a
+    ``generateName`` component's Job has none until its name is recorded, and the
+    reconciler holds it), resumed (against the share, not its own suspended count: brk31
+    H2), or raised above it; the operators never do so. Unknown shares pass (the
+    reconciler sets a Job beyond its share back)."""
+    if read_suspend(job) or req.user_info.username in env.policy.controller_usernames:
+        return []
+    share = env.ask("child_job_share", job)
+    have = pod_count(job)
+    if not isinstance(share, int) or have is None or have <= share:
+        return []
+    if req.operation == "CREATE":
+        if share < 1:
+            return []
+    else:
+        old = _read_job(req.old_object, "request.oldObject")
+        before = pod_count(old)
+        if not read_suspend(old) and before is not None and have <= before:
+            return []
     return [f"spec.parallelism: a Job of {_ancestor_phrase(job)} runs at most {share} pod(s) "
             f"at once, its share of that object's admission, not {have}; resize the "
             f"{_ancestor_phrase(job).split(' ')[0]} itself (it is queued again for its new "
