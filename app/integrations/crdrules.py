@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.core.multikueue import MULTIKUEUE_CONTROLLER, Adapter
+from app.integrations.framework import controller_uid
 from app.integrations.webhook_toolkit import (
     ALLOW,
     JsonPatchOp,
@@ -60,7 +61,6 @@ from app.integrations.webhook_toolkit import (
     set_label_op,
     unsuspend_errors,
 )
-from app.wire.owners import controller_of_object
 from app.wire.workload import workload_name_for_owner
 
 if TYPE_CHECKING:
@@ -118,10 +118,6 @@ def _with_adds(obj: object, patch: list[JsonPatchOp]) -> object:
             cur[keys[-1]] = copy.deepcopy(op.get("value"))
     return out
 
-
-def _controller_uid(obj: Mapping[str, Any]) -> str:
-    ref = controller_of_object(obj)
-    return str(ref.uid) if ref is not None else ""
 
 
 @dataclass(frozen=True)
@@ -333,7 +329,7 @@ class CrdRules:
             if req.user_info.username not in env.policy.controller_usernames and (
                     old is None or read_lever(old, rules.suspend)
                     and not read_lever(obj, rules.suspend)
-                    or _controller_uid(old) != _controller_uid(read_object(obj))):
+                    or controller_uid(old) != controller_uid(read_object(obj))):
                 meta = read_object(obj).get("metadata") or {}
                 child = {**read_object(obj), "metadata": {**meta, "namespace": req.namespace}}
                 found = env.ask("child_object_errors", rules.kind, child)

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.core.multikueue import MULTIKUEUE_CONTROLLER
+from app.integrations.framework import controller_uid
 from app.integrations.webhook_toolkit import (
     ALLOW,
     DEFAULT_LOCAL_QUEUE,
@@ -479,10 +480,6 @@ def _child_runner_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[str, 
             "(webhook.child_job_creators); create it suspended or submit it queued on its own"]
 
 
-def _controller_uid(job: Mapping[str, Any]) -> str:
-    ref = controller_of_object(job)
-    return str(ref.uid) if ref is not None else ""
-
 
 def _adopted_running_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[str, Any]
                             ) -> list[str]:
@@ -495,7 +492,7 @@ def _adopted_running_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[st
             or req.user_info.username in env.policy.controller_usernames:
         return []
     old = _read_job(req.old_object, "request.oldObject")
-    if _controller_uid(old) == _controller_uid(job):
+    if controller_uid(old) == controller_uid(job):
         return []
     return [f"metadata.ownerReferences: a running Job cannot be made a Job of "
             f"{_ancestor_phrase(job)}, whose admission its pods would run on; suspend it "
