@@ -1,23 +1,20 @@
 #!/usr/bin/env python3
-"""Which of hack/test.sh's second-run files can run with the binaries built so far.
+"""Which of hack/test.sh's files can run with the binaries built so far, and its two lanes.
 
-On a fresh machine hack/test.sh builds the operators, Helm and kueuectl behind its first pytest
-run, in ``BUILD_ORDER``, and then runs the files that start them (its LATER list) in waves: each
-wave is one pytest over the LATER files not run yet whose binaries are all built (``NEEDS``).
+hack/test.sh runs every test in two lanes (tests/lanes.py): two pytests, each on a lab of its
+own (``lane_env``), taking whole files from one list (``lane_order``). On a fresh machine it
+builds the operators, Helm and kueuectl beside the lanes, in ``BUILD_ORDER``; a file that starts
+one of them (its LATER list) is taken only once its binaries are all built (``NEEDS``,
+``build_state``), the others at once.
 
     python hack/test_waves.py order                          # BUILD_ORDER, one a line
-    python hack/test_waves.py ready --built "jobset lws" FILE ...   # the FILEs ready, in order
     python hack/test_waves.py missing --built "jobset" FILE ...  # "FILE: BINARY ..." a line
     python hack/test_waves.py lane-env b                     # lane b's env, KEY=VALUE a line
     python hack/test_waves.py lanes-check DIR                # every collected file ran once
 
-Where the binaries are built, hack/test.sh runs the files in two lanes (tests/lanes.py): two
-pytests, each on a lab of its own (``lane_env``), taking whole files from one list
-(``lane_order``).
-
-A file not in ``NEEDS`` needs every binary (it runs in the wave after the last build), so a new
-file can never start a binary before it is built. tests/unit/test_test_waves.py checks each
-entry against the operators its file (and the fixtures it imports) names."""
+A file not in ``NEEDS`` needs every binary (it is taken after the last build), so a new file
+can never start a binary before it is built. tests/unit/test_test_waves.py checks each entry
+against the operators its file (and the fixtures it imports) names."""
 
 from __future__ import annotations
 
@@ -60,10 +57,13 @@ NEEDS: dict[str, frozenset[str]] = {f"tests/e2e/{k}.py" if "/" not in k else k: 
     "test_brk29_findings": {"jobset"},
     "test_brk30_findings": {"appwrapper", "jobset"},
     "test_brk30b_findings": {"appwrapper", "jobset"},
+    "test_brk31_findings": {"appwrapper", "jobset"},
+    "test_brk32_findings": {"appwrapper", "jobset"},
     "test_breaker12_findings": {"jobset", "trainer", "kuberay"},
     "test_breaker13_findings": _MULTIKUEUE,  # sites, and aw_operator (appwrapper, jobset)
     "test_breaker14_findings": {"appwrapper", "jobset", "kuberay"},
     "test_breaker16_findings": _MULTIKUEUE,  # sites
+    "test_dashboard_seed": {"training-operator"},  # seed_play: step 7 with it when built
     "test_child_being_deleted": {"jobset"},
     "test_child_job_orphaned": {"jobset"},
     "test_crd_installed_later": {"training-operator"},
@@ -118,13 +118,27 @@ def lane_a_only(path: str) -> bool:
     return "mpi-operator" in NEEDS.get(path, frozenset()) or path.startswith("tests/conformance/")
 
 
-def lane_order(files: Iterable[str], lane: str) -> list[str]:
+def lane_order(files: Iterable[str], lane: str, later: Iterable[str] = ()) -> list[str]:
     """The files (relative paths, in collection order) lane ``lane`` tries to take, in order:
-    for ``a``, those only it runs first, then the rest; for ``b``, the rest."""
+    for ``a``, those only it runs first, then the rest; for ``b``, the rest. Within each part
+    the ``later`` files (those waiting for a build) come first, so that each is taken as soon
+    as its binaries are built rather than after the files that were ready all along."""
     files = list(files)
-    pinned = [f for f in files if lane_a_only(f)]
-    rest = [f for f in files if not lane_a_only(f)]
-    return pinned + rest if lane == "a" else rest
+    late = set(later)
+    key = {f: (not lane_a_only(f), f not in late) for f in files}
+    ordered = sorted(files, key=key.__getitem__)  # stable: collection order within a part
+    return ordered if lane == "a" else [f for f in ordered if not lane_a_only(f)]
+
+
+def build_state(status: str, alive: bool) -> tuple[frozenset[str], bool]:
+    """What hack/test.sh's build beside the lanes has done, from its status file's text
+    (``NAME EXIT TIME`` a line, one per finished build of ``BUILD_ORDER``) and whether its
+    process still runs (read ``alive`` before the file: a build that ends in between has
+    written its line by then). Returns (the binaries built, exit 0; True when no build is left:
+    every one wrote its line, or the process is gone)."""
+    lines = [line.split() for line in status.splitlines() if line.strip()]
+    built = frozenset(w[0] for w in lines if len(w) >= 2 and w[1] == "0")
+    return built, (not alive) or len(lines) >= len(BUILD_ORDER)
 
 
 def lane_env(lane: str, env: Mapping[str, str], root: Path) -> dict[str, str]:
@@ -169,7 +183,7 @@ def lanes_check(lanes_dir: Path) -> list[str]:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", choices=("order", "ready", "missing", "lane-env", "lanes-check"))
+    p.add_argument("what", choices=("order", "missing", "lane-env", "lanes-check"))
     p.add_argument("--built", default="", help="the binaries built, space-separated")
     p.add_argument("files", nargs="*")
     a = p.parse_intermixed_args(argv)
@@ -185,9 +199,6 @@ def main(argv: list[str]) -> int:
         return 1 if problems else 0
     elif a.what == "order":
         print("\n".join(BUILD_ORDER))
-    elif a.what == "ready":
-        for f in ready(a.files, a.built.split()):
-            print(f)
     else:
         have = set(a.built.split())
         for f in a.files:

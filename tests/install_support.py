@@ -30,10 +30,9 @@ def kubectl_binary() -> Path:
 
 def helm_binary() -> Path:
     """Helm at the version of hack/tools/helm/go.mod (``make helm``); the test is skipped
-    without it, and fails in the run `make test` starts while Helm is still being built
-    (``PYKUEUE_TEST_BINARIES_PENDING``, set by hack/test.sh): its file belongs in that
-    script's LATER list; in a wave of the second run started before Helm is built
-    (``PYKUEUE_TEST_WAVE``) too: its file's NEEDS entry in hack/test_waves.py lacks helm."""
+    without it, and fails in the lanes `make test` runs while Helm is still being built
+    (``PYKUEUE_TEST_WAVE``, set by hack/test.sh): its file's NEEDS entry in
+    hack/test_waves.py lacks helm."""
     gomod = (ROOT / "hack" / "tools" / "helm" / "go.mod").read_text()
     version = re.search(r"^require helm\.sh/helm/v4 (\S+)$", gomod, re.M)
     assert version, "hack/tools/helm/go.mod names no helm.sh/helm/v4 version"
@@ -42,12 +41,10 @@ def helm_binary() -> Path:
                  / "pykueue" / "helm")
     path = cache / version.group(1) / "helm"
     if not path.is_file():
-        if os.environ.get("PYKUEUE_TEST_BINARIES_PENDING"):
-            pytest.fail(f"{path} is still being built: list this test's file in LATER in "
-                        "hack/test.sh")
         if os.environ.get("PYKUEUE_TEST_WAVE"):
             pytest.fail(f"{path} is still being built: add helm to this test's file's entry in "
-                        "NEEDS in hack/test_waves.py")
+                        "NEEDS in hack/test_waves.py (and list the file in LATER in "
+                        "hack/test.sh)")
         pytest.skip(f"{path} missing: run `make helm`")
     return path
 

@@ -18,7 +18,7 @@ app = typer.Typer(
 # Connection options of the commands that talk to the status API (status, dashboard).
 ServerOpt = Annotated[str | None, typer.Option(
     help="Status API URL (default: $PYKUEUE_URL, else https://127.0.0.1:9443 or what "
-         "PYKUEUE_SERVER__HOST / PORT say).")]
+         "PYKUEUE_SERVER__HOST / PORT say; the port $PYKUEUE_PORT when set, the lab's).")]
 TokenOpt = Annotated[str | None, typer.Option(
     help="Bearer token (default: $PYKUEUE_TOKEN, else the kubeconfig user's token).")]
 KubeconfigOpt = Annotated[Path | None, typer.Option(

@@ -19,7 +19,7 @@ snapshot itself (the API's JSON, unchanged).
 Connection (first found wins):
 
 - server: ``--server``, ``$PYKUEUE_URL``, else ``https://<PYKUEUE_SERVER__HOST>:<PORT>`` of the
-  local settings (127.0.0.1:9443 by default);
+  local settings (127.0.0.1:9443 by default; the port ``$PYKUEUE_PORT`` when set, the lab's);
 - token: ``--token``, ``$PYKUEUE_TOKEN``, else the current user's ``token`` / ``tokenFile`` of
   the kubeconfig (``--kubeconfig``, ``$KUBECONFIG``, ``~/.kube/config``); exec plugins are not
   run: use ``kubectl create token NAME`` then;
@@ -114,12 +114,14 @@ def token_from_kubeconfig(path: Path | None = None) -> str | None:
 
 
 def default_server() -> str:
-    """``https://host:port`` of the local ``pykueue serve`` settings."""
+    """``https://host:port`` of the local ``pykueue serve`` settings; the port is the lab's
+    ``$PYKUEUE_PORT`` when set (hack/lab.py starts pykueue there, README "The lab")."""
     from app.config import Settings
 
     s = Settings().server
     host = "127.0.0.1" if s.host in ("0.0.0.0", "::", "") else s.host
-    return f"https://{host}:{s.port}"
+    port = os.environ.get("PYKUEUE_PORT") or s.port
+    return f"https://{host}:{port}"
 
 
 def default_ca() -> Path | None:

@@ -26,6 +26,14 @@ synchronous, no I/O of its own (writes it decides are spawned on ``WorkloadWrite
   controller); an active one whose DeactivationTarget another controller set (Kueue's
   MultiKueue manager on a worker's copy, ``EvictedOnManagerCluster``) is deactivated
   (``spec.active: false``), as Kueue's does.
+- Kueue's adjustment (``app.wire.podadjust``): a pending Workload's podSets get the
+  overhead of the RuntimeClass their pods name, the defaults of their namespace's
+  LimitRanges, and limits for missing requests before the core counts them, and the core
+  learns whether their requests exceed their limits or those LimitRanges
+  (``Workload.invalid_resources``: pending with Kueue's message). An admitted Workload keeps
+  its admission's usage. A change of a LimitRange re-reads the pending Workloads of its
+  namespace; of a RuntimeClass, the pending Workloads that name it (Kueue's workload
+  controller re-adjusts the same ones). The stored Workload is not changed.
 - DRA (docs/dra.md): a pending Workload's podSets get the devices its pods claim through
   ResourceClaimTemplates (``app.wire.dra``, renamed by ``resources.deviceClassMappings``)
   added to their per-pod requests before the core sees it, as Kueue's Workload controller
@@ -62,11 +70,12 @@ from app.controllers.write_tasks import WorkloadWrites
 from app.core.scheduling_cycle import Scheduler
 from app.core.types import ClusterQueueName, CohortName, FlavorName, WorkloadKey
 from app.integrations.framework import controller_uid
-from app.kube.context import RCT, WL, Context
+from app.kube.context import LR, RCT, RTC, WL, Context
 from app.kube.informers import DELETED
 from app.wire.dra import DraInadmissible, claim_template_names, with_claim_requests
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import JOB_UID_LABEL
+from app.wire.podadjust import runtime_class_names, with_adjusted_resources
 from app.wire.queues import (
     admission_check,
     cluster_queue,
@@ -91,6 +100,13 @@ from app.wire.workload_status import (
 )
 
 log = logging.getLogger(__name__)
+
+
+NAMESPACE_INDEX = "namespace"  # the LimitRange and Workload stores': by metadata.namespace
+
+
+def _namespace_of(obj: Obj) -> str | None:
+    return (obj.get("metadata") or {}).get("namespace")
 
 
 def _deactivation_asked(wl: Obj) -> bool:
@@ -252,6 +268,8 @@ class InformerFeed:
         try:
             wl = domain_workload(new)
             if wl.admission is None:
+                wl = with_adjusted_resources(wl, new, self._overheads(new),
+                                             self._limit_ranges(wl.namespace))
                 wl = with_claim_requests(wl, new, self._claim_template, self.device_classes)
         except DraInadmissible as exc:
             self.cluster.delete_workload(key)
@@ -333,6 +351,49 @@ class InformerFeed:
                 log.info("Workload %s (deleted): no pod of its owner holds resources any "
                          "more, its quota is released", key)
                 self.ctx.wake()
+
+    def _overheads(self, wl: Obj) -> dict[str, Any]:
+        """RuntimeClass name -> ``overhead.podFixed`` of the RuntimeClasses whose overhead
+        Kueue adds to Workload ``wl``'s pods (``runtime_class_names``); one that does not
+        exist is absent."""
+        names = runtime_class_names(wl)
+        if not names or RTC not in self.ctx.informers.informers:
+            return {}
+        store = self.ctx.store(RTC)
+        return {n: (rc.get("overhead") or {}).get("podFixed")
+                for n in names if (rc := store.get(n)) is not None}
+
+    def _limit_ranges(self, namespace: str) -> list[Obj]:
+        """The LimitRanges of ``namespace``."""
+        if LR not in self.ctx.informers.informers:
+            return []
+        store = self.ctx.store(LR)
+        store.index(NAMESPACE_INDEX, _namespace_of)
+        return store.by_index(NAMESPACE_INDEX, namespace)
+
+    def on_limit_range(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        """A LimitRange changed: re-read the pending Workloads of its namespace (their
+        counted requests and their check change; Kueue's workload controller re-adjusts
+        those without a quota reservation). An admitted one keeps its admission's usage."""
+        obj = new or old
+        if obj is None:
+            return
+        store = self.ctx.store(WL)
+        store.index(NAMESPACE_INDEX, _namespace_of)
+        for wl in store.by_index(NAMESPACE_INDEX, obj["metadata"].get("namespace", "")):
+            if not has_admission(wl):
+                self.on_workload("MODIFIED", wl, wl)
+
+    def on_runtime_class(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        """A RuntimeClass changed: re-read the pending Workloads whose pods name it without
+        an overhead of their own (Kueue re-adjusts them too)."""
+        obj = new or old
+        if obj is None:
+            return
+        name = obj["metadata"]["name"]
+        for wl in self.ctx.store(WL).list():
+            if not has_admission(wl) and name in runtime_class_names(wl):
+                self.on_workload("MODIFIED", wl, wl)
 
     def _claim_template(self, namespace: str, name: str) -> Obj | None:
         if RCT not in self.ctx.informers.informers:

@@ -63,12 +63,14 @@ from app.kube.context import (
     EMPTY_QUEUE_NAME,
     JOB,
     LQ,
+    LR,
     MULTIKUEUE_STORES,
     NS,
     OTHER_JOBS,
     POD,
     RCT,
     RF,
+    RTC,
     UNLABELLED,
     WL,
     Context,
@@ -370,6 +372,8 @@ class Manager:
         for h in (feed.on_local_queue, status.on_queue):
             inf[LQ].add_handler(h)
         inf[NS].add_handler(feed.on_namespace)
+        inf[LR].add_handler(feed.on_limit_range)
+        inf[RTC].add_handler(feed.on_runtime_class)
         if RCT in inf.informers:
             inf[RCT].add_handler(feed.on_claim_template)
         inf[AC].add_handler(feed.on_admission_check)

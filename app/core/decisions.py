@@ -31,6 +31,9 @@ class PendingReason(StrEnum):
     NO_MATCHING_FLAVOR = "NoMatchingFlavor"
     WAITING_FOR_PREEMPTION = "WaitingForPreemptedWorkloads"
     NAMESPACE_MISMATCH = "NamespaceMismatch"
+    # Its pods' requests exceed their limits or a LimitRange of its namespace
+    # (``Workload.invalid_resources``).
+    INVALID_RESOURCES = "InvalidResources"
     RESOURCE_NOT_COVERED = "ResourceNotCovered"
     CLUSTER_QUEUE_INACTIVE = "ClusterQueueInactive"
     LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"

@@ -431,6 +431,17 @@ class Scheduler(QuotaState):
                 if d is not None:
                     out.append(d)
                 continue
+            if rec.wl.invalid_resources:
+                # Kueue's nominate: inadmissible before any quota is looked at; parked
+                # under BestEffortFIFO, the head that blocks its queue under StrictFIFO.
+                park = cq.spec.queueing_strategy != QueueingStrategy.STRICT_FIFO
+                if park:
+                    cq.queue.park(rec.wl)
+                d = self._set_pending(rec, PendingReason.INVALID_RESOURCES,
+                                      rec.wl.invalid_resources, inadmissible=park)
+                if d is not None:
+                    out.append(d)
+                continue
             entries.append(_Entry(rec, cq.spec, self._nominate(rec, cq.spec)))
         for e in entries:
             if e.assignment.mode in (Mode.PREEMPT, Mode.RECLAIM):
@@ -642,7 +653,11 @@ class Scheduler(QuotaState):
         Admission Fair Sharing, its LocalQueue (the LocalQueue orders the queue there: each
         gets its own representative, or one queue's parked class-mates would wait behind
         another queue's)."""
-        key = self._nomination_key(rec, spec)
+        key: object = self._nomination_key(rec, spec)
+        if rec.wl.invalid_resources:
+            # Refused before nomination, whatever its shape: never the representative of a
+            # class-mate whose resources pass.
+            key = (key, rec.wl.invalid_resources)
         return (rec.lq_key, key) if afs else key
 
     def _group(self, spec: ClusterQueueSpec, afs: bool, q: PendingQueue,

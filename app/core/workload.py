@@ -134,6 +134,10 @@ class Workload:
     # ``spec.maximumExecutionTimeSeconds``: the run is stopped after this many seconds of
     # admission (None: no limit). The core's decisions never read it; the ETA does.
     max_execution_seconds: float | None = None
+    # Why the scheduler refuses its pods' resources, as the message it stays pending with
+    # (Kueue's ``nominate``: a request above its limit, a LimitRange's bounds; read by
+    # ``app.wire.podadjust``); "" when they pass. Checked before any quota is looked at.
+    invalid_resources: str = ""
     # ``namespace/name``, computed once (the scheduler reads it millions of times per run).
     _key: WorkloadKey = field(default=WorkloadKey(""), init=False, repr=False, compare=False)
 

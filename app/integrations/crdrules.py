@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from app.core.multikueue import MULTIKUEUE_CONTROLLER, Adapter
-from app.integrations.framework import controller_uid
+from app.integrations.framework import controller_identity
 from app.integrations.webhook_toolkit import (
     ALLOW,
     JsonPatchOp,
@@ -329,7 +329,7 @@ class CrdRules:
             if req.user_info.username not in env.policy.controller_usernames and (
                     old is None or read_lever(old, rules.suspend)
                     and not read_lever(obj, rules.suspend)
-                    or controller_uid(old) != controller_uid(read_object(obj))):
+                    or controller_identity(old) != controller_identity(read_object(obj))):
                 meta = read_object(obj).get("metadata") or {}
                 child = {**read_object(obj), "metadata": {**meta, "namespace": req.namespace}}
                 found = env.ask("child_object_errors", rules.kind, child)

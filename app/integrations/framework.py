@@ -430,6 +430,18 @@ def controller_uid(obj: Mapping[str, Any]) -> str:
     name is ``obj``'s only when its uid is this one (a forged reference names another)."""
     ref = controller_of_object(obj)
     return ref.uid if ref is not None else ""
+
+
+def controller_identity(obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """(API group, kind, name, uid) of ``obj``'s controller ownerReference (empty strings
+    when none): what the webhooks compare to tell whether an UPDATE gave ``obj`` another
+    controller. The uid alone is not enough: a reference of a kind nobody maps
+    (``AppWrapperX``) or of another name carrying an AppWrapper's uid, rewritten to name the
+    AppWrapper by a second write, names a new controller under the same uid (brk32 H2). The
+    version is left out: an operator may move its references to a newer version of its
+    API."""
+    ref = controller_of_object(obj)
+    return (ref.group, ref.kind, ref.name, ref.uid) if ref is not None else ("", "", "", "")
 def manages_unlabelled_in(ctx: Context, namespace: str) -> bool:
     """Whether objects without a queue name are queued in ``namespace``:
     ``jobs.manage_jobs_without_queue_name`` and ``managed_jobs_namespace_selector`` matches

@@ -66,6 +66,7 @@ from app.integrations.framework import (
     child_share,
     controller_uid,
     delete_pods,
+    grace_allowed,
     lookup,
     made_via_ancestor,
     manages_unlabelled_in,
@@ -137,6 +138,10 @@ PODS_POLL = 1.0
 # (``adopted_by_job``): the Job controller adopts within moments; one that never does (a
 # ``manualSelector`` not matching, a finished Job) must not keep its object polled.
 ADOPTION_WAIT_SECONDS = 10.0
+# The grace period (seconds) of the pods of a child Job beyond a share of 0 of its ancestor's
+# admission (``_cut_grace_beyond_share``): they never ran on an admission. 1, not 0: 0 asks
+# the API server for an immediate (forced) deletion, before the kubelet has stopped them.
+BEYOND_SHARE_GRACE_SECONDS = 1
 
 
 
@@ -940,45 +945,99 @@ class JobReconciler:
             if kind.is_suspended(obj):
                 return None  # being deleted, pods running: its operator resumes it
             if kind.key == JOB:
-                await self._hold_to_share(obj, parent_kind, parent)
-            else:
-                await kind.hold_to_ancestor(self.ctx, obj, parent_kind, parent, wl)
+                return await self._hold_to_share(obj, parent_kind, parent)
+            await kind.hold_to_ancestor(self.ctx, obj, parent_kind, parent, wl)
             return None
         await kind.stop(self.ctx, obj, "Kueue managed child job suspended")
         return None
 
     async def _hold_to_share(self, job: Obj, parent_kind: JobKind,
-                             parent: Mapping[str, Any]) -> None:
+                             parent: Mapping[str, Any]) -> float | None:
         """A running batch Job of an admitted ancestor runs at most the pods the ancestor's
         admission gives it (``child_jobs`` of the ancestor's kind: a JobSet's
         ``<jobset>-<replicatedJob>-<i>`` its replicatedJob's pods per Job, an MPIJob's
         launcher and a RayJob's submitter their podSet's count; a Job the ancestor's operator
         does not make, or one it controls through another object, none): a higher
         ``spec.parallelism`` (raised by a tenant: the operators never change it) is set back
-        to that share, and the Job controller deletes the pods beyond it. Goes beyond Kueue
-        v0.17.1 (``shouldSuspendChildJob`` leaves an admitted ancestor's children alone);
-        parallelism rather than suspend, because the ancestor's operator resumes a child it
-        finds suspended (jobset v0.11.1 ``resumeJobsIfNecessary``)."""
+        to that share, and the Job controller deletes the pods beyond it, whose grace period
+        pykueue shortens (``_cut_grace_beyond_share``; returns the seconds to the next look,
+        or None). Goes beyond Kueue v0.17.1 (``shouldSuspendChildJob`` leaves an admitted
+        ancestor's children alone); parallelism rather than suspend, because the ancestor's
+        operator resumes a child it finds suspended (jobset v0.11.1
+        ``resumeJobsIfNecessary``)."""
         meta = job["metadata"]
         try:
             have = job_pod_count(job)
             allowed = child_share(parent_kind, parent, job)
         except WorkloadSpecError:
-            return  # the ancestor's own reconcile stops it: it no longer matches
-        if have <= allowed:
-            return
-        body = copy.deepcopy(job)
-        body["spec"]["parallelism"] = allowed
-        written = await self.ctx.client.replace(JOBS, body)
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        for store in (JOB, *CHILD_JOB_STORES):
-            if store in self.ctx.informers.informers and self.ctx.store(store).get(key):
-                self.ctx.store(store).put(written)
-        self.ctx.recorder.emit(written, WARNING, "ExceedsAncestorAdmission",
-                               f"spec.parallelism {job['spec'].get('parallelism')} runs {have} "
-                               f"pods, more than the {allowed} its {parent_kind.kind} "
-                               f"{meta.get('namespace')}/{parent['metadata'].get('name')} was "
-                               f"admitted for: set back to {allowed}")
+            return None  # the ancestor's own reconcile stops it: it no longer matches
+        if have > allowed:
+            body = copy.deepcopy(job)
+            body["spec"]["parallelism"] = allowed
+            written = await self.ctx.client.replace(JOBS, body)
+            key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+            for store in (JOB, *CHILD_JOB_STORES):
+                if store in self.ctx.informers.informers and self.ctx.store(store).get(key):
+                    self.ctx.store(store).put(written)
+            self.ctx.recorder.emit(written, WARNING, "ExceedsAncestorAdmission",
+                                   f"spec.parallelism {job['spec'].get('parallelism')} runs "
+                                   f"{have} pods, more than the {allowed} its "
+                                   f"{parent_kind.kind} {meta.get('namespace')}/"
+                                   f"{parent['metadata'].get('name')} was admitted for: set "
+                                   f"back to {allowed}")
+            job = written
+        return await self._cut_grace_beyond_share(job, allowed, parent_kind, parent)
+
+    async def _cut_grace_beyond_share(self, job: Obj, allowed: int, parent_kind: JobKind,
+                                      parent: Mapping[str, Any]) -> float | None:
+        """The pods of child Job ``job`` (running, held to its share ``allowed`` of its
+        admitted ancestor ``parent``'s admission) that are beyond that share do not run out
+        a grace period of the tenant's choosing (brk31 H2: a Job's
+        ``terminationGracePeriodSeconds`` of a day, its containers ignoring SIGTERM, kept
+        the pods the set-back removes running that long). With a share of 0 (a Job the
+        ancestor's operator does not make) every pod of it is beyond: those not yet
+        deleted, or being deleted with a longer grace, are deleted with
+        ``BEYOND_SHARE_GRACE_SECONDS``. With a share of at least 1 the Job controller chooses
+        the pods it deletes; those being deleted with a grace beyond what the ancestor's
+        Workload gives its pods (``grace_allowed``, as for the pods of a stopped object) are
+        deleted again with that grace, which shortens it. A DELETE with a uid precondition
+        (``delete_pods``); Normal Event ``DeletedPods`` on the Job. Read from the Pod store
+        (nothing without one), whose events do not wake the Job: while the Job's status
+        counts pods that may be beyond (any with a share of 0, terminating ones otherwise)
+        it is looked at again after ``PODS_POLL`` (the returned seconds; None when none).
+        Beyond Kueue v0.17.1, which holds no child Job to a share."""
+        meta = job.get("metadata") or {}
+        status = job.get("status") or {}
+        if meta.get("deletionTimestamp") or not (
+                allowed == 0 and (status.get("active") or status.get("terminating"))
+                or status.get("terminating")):
+            return None
+        ns, uid = str(meta.get("namespace", "")), str(meta.get("uid", ""))
+        cap = BEYOND_SHARE_GRACE_SECONDS if allowed == 0 else grace_allowed(
+            self.ctx, parent_kind, ns, str(parent["metadata"].get("name", "")),
+            str(parent["metadata"].get("uid", "")))
+        grace: dict[str, int] = {}
+        pods = []
+        for pod in pods_in(self.ctx, ns):
+            pmeta = pod.get("metadata") or {}
+            ref = controller_ref(pmeta)
+            if ref is None or ref.kind != "Job" or ref.uid != uid \
+                    or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            killing = pmeta.get("deletionGracePeriodSeconds")
+            if pmeta.get("deletionTimestamp") and not (isinstance(killing, int)
+                                                       and killing > cap) \
+                    or not pmeta.get("deletionTimestamp") and allowed > 0:
+                continue
+            pods.append(pod)
+            grace[str(pmeta.get("uid", ""))] = cap
+        deleted = await delete_pods(self.ctx, pods, grace)
+        if deleted:
+            self.ctx.recorder.emit(job, NORMAL, "DeletedPods",
+                                   f"{len(deleted)} pod(s) beyond the {allowed} pod(s) of its "
+                                   f"{parent_kind.kind}'s admission deleted with a grace "
+                                   f"period of {cap} s")
+        return PODS_POLL
 
     def _manages_unlabelled(self, kind: JobKind, obj: Obj, ns: str) -> bool:
         """Kueue ``manageJobsWithoutQueueName``: a job without a queue name is queued (its

@@ -103,6 +103,8 @@ MULTIKUEUE_CLUSTERS = Resource(KUEUE_GROUP, KUEUE_VERSION, "multikueueclusters",
                                "MultiKueueCluster", False)
 RESOURCE_CLAIM_TEMPLATES = Resource("resource.k8s.io", "v1", "resourceclaimtemplates",
                                     "ResourceClaimTemplate")
+LIMIT_RANGES = Resource("", "v1", "limitranges", "LimitRange")
+RUNTIME_CLASSES = Resource("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False)
 
 
 class TokenBucket:

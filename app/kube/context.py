@@ -17,12 +17,14 @@ from app.kube.client import (
     ADMISSION_CHECKS,
     CLUSTER_QUEUES,
     COHORTS,
+    LIMIT_RANGES,
     LOCAL_QUEUES,
     MULTIKUEUE_CLUSTERS,
     MULTIKUEUE_CONFIGS,
     NAMESPACES,
     PRIORITY_CLASSES,
     RESOURCE_FLAVORS,
+    RUNTIME_CLASSES,
     STATEFULSETS,
     WORKLOAD_PRIORITY_CLASSES,
     WORKLOADS,
@@ -38,6 +40,9 @@ from app.wire.names import QUEUE_NAME_LABEL
 # webhook and extender views read.
 RF, CQ, CO, LQ, WL, WPC, PC, NS, JOB = "rf", "cq", "co", "lq", "wl", "wpc", "pc", "ns", "job"
 AC = "ac"  # AdmissionChecks: ClusterQueues naming a missing or inactive one admit nothing
+# LimitRanges (every namespace) and RuntimeClasses: what Kueue adds to a pending Workload's
+# pod sets before counting them (app.wire.podadjust).
+LR, RTC = "lr", "rtc"
 # MultiKueueClusters and MultiKueueConfigs: read by the MultiKueue controller from its cache,
 # as Kueue's reconcilers read theirs, so keeping the clusters' status costs no client tokens.
 # Not in ``build_informers``: their CRDs may not be installed, so the Manager watches them,
@@ -84,7 +89,7 @@ def build_informers(client: KubeClient, watch_timeout_seconds: int = 300, *,
         (RF, RESOURCE_FLAVORS, None), (CQ, CLUSTER_QUEUES, None), (CO, COHORTS, None),
         (LQ, LOCAL_QUEUES, None), (AC, ADMISSION_CHECKS, None), (WL, WORKLOADS, None),
         (WPC, WORKLOAD_PRIORITY_CLASSES, None), (PC, PRIORITY_CLASSES, None),
-        (NS, NAMESPACES, None),
+        (NS, NAMESPACES, None), (LR, LIMIT_RANGES, None), (RTC, RUNTIME_CLASSES, None),
         (STS, STATEFULSETS, None if every_statefulset else QUEUE_NAME_LABEL), *job_kinds,
     ):
         infs.add(key, Informer(client, res, label_selector=selector,

@@ -1,5 +1,6 @@
 """The one reader of a PodTemplateSpec / PodSpec (core/v1): per-pod requests as Kubernetes
-computes them, tolerations, required node affinity, and the domain ``PodSet``.
+computes them, tolerations, required node affinity, and the domain ``PodSet``; and, to compare
+two templates' pods, their DRA claims and placement (``template_differences``).
 
 Used by every job kind, the Workload reader, the extender and the simulator. Amounts are exact
 integers (milli-CPU, bytes, counts; ``app.core.quantity``). Rules: the Kubernetes pod resource
@@ -9,6 +10,7 @@ NodeSelectorRequirement validation. Raises ``WorkloadSpecError`` naming the fiel
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -120,6 +122,139 @@ def template_requests(template: Any) -> dict[ResourceName, int] | str:
                                  field="spec.template.spec"))
     except WorkloadSpecError as e:
         return str(e)
+
+def _pruned(value: Any, empty: tuple[Any, ...]) -> Any:
+    """``value`` with every list item and object entry equal to one of ``empty`` left out,
+    recursively: what the API server's ``omitempty`` drops from a stored object."""
+    if isinstance(value, Mapping):
+        return {str(k): _pruned(v, empty) for k, v in value.items()
+                if not any(v == e and type(v) is type(e) for e in empty)}
+    if isinstance(value, list):
+        return [_pruned(v, empty) for v in value
+                if not any(v == e and type(v) is type(e) for e in empty)]
+    return value
+
+
+def template_claims(template: Any) -> str:
+    """The DRA claims of a pod template (``{"metadata": ..., "spec": <PodSpec>}``) as one
+    comparable string: the pod's ``spec.resourceClaims`` and each container's (init
+    containers first) ``resources.claims``, empty fields left out (``_pruned``). Per-pod
+    requests leave them out, and a claim template's devices count in quota through Kueue's
+    ``resources.deviceClassMappings``: two templates run the same devices when these
+    agree (by ResourceClaimTemplate or ResourceClaim name)."""
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return ""
+    containers = [c for k in ("initContainers", "containers") for c in spec.get(k) or []
+                  if isinstance(c, Mapping)]
+    claims = [spec.get("resourceClaims") or [],
+              [((c.get("resources") or {}).get("claims") or [])
+               if isinstance(c.get("resources"), Mapping) else c.get("resources")
+               for c in containers]]
+    return json.dumps(_pruned(claims, (None, "", [])), sort_keys=True, default=str)
+
+
+def _toleration_key(t: Any) -> str:
+    """One toleration, comparable: the operator's default (``Equal``) written out, empty
+    fields left out."""
+    if not isinstance(t, Mapping):
+        return json.dumps(t, sort_keys=True, default=str)
+    out = _pruned(dict(t), (None, ""))
+    out.setdefault("operator", "Equal")
+    return json.dumps(out, sort_keys=True, default=str)
+
+
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+# Node affinity operators that only take nodes away.
+_EXCLUDING = frozenset({"NotIn", "DoesNotExist"})
+
+
+def _required_affinity(affinity: Any) -> dict[str, Any]:
+    """The required parts of a pod's ``affinity`` (empty lists left out, as the API server
+    stores them): ``nodeAffinity``'s terms, ``podAffinity``'s and ``podAntiAffinity``'s.
+    The preferred ones only rank the nodes a pod may run on."""
+    affinity = affinity if isinstance(affinity, Mapping) else {}
+    out: dict[str, Any] = {}
+    for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity"):
+        part = affinity.get(kind)
+        required = part.get(_REQUIRED) if isinstance(part, Mapping) else None
+        if required:
+            out[kind] = _pruned(required, (None, []))
+    return out
+
+
+def _terms(required: Mapping[str, Any]) -> list[Any]:
+    node = required.get("nodeAffinity")
+    terms = node.get("nodeSelectorTerms") if isinstance(node, Mapping) else None
+    return terms if isinstance(terms, list) else []
+
+
+def _only_excludes(want: Mapping[str, Any], have: Mapping[str, Any]) -> bool:
+    """Whether required affinity ``have`` is ``want``'s, its node terms (one, when ``want``
+    has none) given at most added ``NotIn`` or ``DoesNotExist`` expressions, which take
+    nodes away and never add one: appwrapper v1.2.0's Autopilot appends such expressions to
+    each term of a pod asking a GPU (``injectAntiAffinities``, on by default)."""
+    if {k: v for k, v in want.items() if k != "nodeAffinity"} \
+            != {k: v for k, v in have.items() if k != "nodeAffinity"}:
+        return False
+    theirs = _terms(have)
+    ours = _terms(want) or ([{}] if theirs else [])
+    if len(ours) != len(theirs):
+        return False
+    for mine, term in zip(ours, theirs, strict=True):
+        if not isinstance(mine, Mapping) or not isinstance(term, Mapping) \
+                or mine.get("matchFields") != term.get("matchFields"):
+            return False
+        extra = list(term.get("matchExpressions") or [])
+        for expression in mine.get("matchExpressions") or []:
+            if expression not in extra:
+                return False
+            extra.remove(expression)
+        if not all(isinstance(e, Mapping) and e.get("operator") in _EXCLUDING for e in extra):
+            return False
+    return True
+
+
+def template_placement(template: Any) -> dict[str, Any]:
+    """What decides where the pods of a pod template may run, comparable: ``nodeSelector``
+    (values as strings: ``true``, ``1``), ``affinity`` (its required parts, ``_required_affinity``),
+    ``tolerations`` (each once, sorted: a toleration only widens the nodes, so their order
+    and repeats do not matter) and ``nodeName``; a missing field as empty."""
+    spec = template.get("spec") if isinstance(template, Mapping) else None
+    spec = spec if isinstance(spec, Mapping) else {}
+    selector = spec.get("nodeSelector")
+    tolerations_ = spec.get("tolerations")
+    return {
+        # Not a string (a raw template's YAML ``true``): as appwrapper's merge writes it.
+        "nodeSelector": {str(k): v if isinstance(v, str) else json.dumps(v)
+                         for k, v in selector.items()}
+        if isinstance(selector, Mapping) else selector or {},
+        "affinity": _required_affinity(spec.get("affinity")),
+        "tolerations": sorted({_toleration_key(t) for t in tolerations_})
+        if isinstance(tolerations_, list) else tolerations_ or [],
+        "nodeName": spec.get("nodeName") or "",
+    }
+
+
+def template_differences(want: Any, have: Any) -> list[tuple[str, Any, Any]]:
+    """The fields (under the pod template: ``spec.nodeSelector``, ``spec.affinity``,
+    ``spec.tolerations``, ``spec.nodeName``, ``spec.resourceClaims``: the pod's and the
+    containers' DRA claims) in which pod template ``have`` would run its pods elsewhere, or
+    on other devices, than ``want``: ``(field, want's, have's)`` each, ``[]`` when none.
+    Each must be ``want``'s (``template_placement``, ``template_claims``), but for
+    required node affinity that only takes nodes away (``_only_excludes``). Per-pod
+    requests are ``template_requests``'."""
+    out: list[tuple[str, Any, Any]] = []
+    placed, placing = template_placement(want), template_placement(have)
+    for name, value in placed.items():
+        if placing[name] != value and not (
+                name == "affinity" and _only_excludes(value, placing[name])):
+            out.append((f"spec.{name}", value, placing[name]))
+    claims, claiming = template_claims(want), template_claims(have)
+    if claims != claiming:
+        out.append(("spec.resourceClaims", claims, claiming))
+    return out
+
 
 def tolerations(value: Any, field: str) -> tuple[Toleration, ...]:
     out = []

@@ -6,14 +6,12 @@ before it when built (step 7, as `make run` has it), the dashboard looked at on 
 failure is kept for the test it belongs to: a dashboard check's for the dashboard's test (the
 scenario goes on), the scenario's for both, /metrics' for test_scenario.py's.
 
-In the run hack/test.sh makes while the operators are still being built
-(``PYKUEUE_TEST_BINARIES_PENDING``) no operator is started: the play leaves step 7 out there,
-and test_scenario.py (second run) plays it again with the training-operator."""
+On a fresh machine hack/test.sh takes both files only once the training-operator is built
+(hack/test_waves.py NEEDS), so every play there has step 7."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import ssl
 import sys
@@ -155,10 +153,8 @@ def signed_out(browser: Browser) -> None:
 @contextmanager
 def _training_operator(lab: LabHandle) -> Iterator[bool]:
     """The training-operator in the lab before pykueue starts, as `make run` has it (step 7);
-    False when it is not built or is being built (step 7 is then left out, as `make run`
-    does)."""
-    if not ops.OPERATORS["training-operator"].built \
-            or os.environ.get("PYKUEUE_TEST_BINARIES_PENDING"):
+    False when it is not built (step 7 is then left out, as `make run` does)."""
+    if not ops.OPERATORS["training-operator"].built:
         yield False
         return
     with operators_running(lab, ["training-operator"]) as (started, _):

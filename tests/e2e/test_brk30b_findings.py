@@ -42,27 +42,34 @@ def _jobset(name: str, gpus: str) -> dict:
                 "spec": {"parallelism": 1, "completions": 1, "template": _pod(gpus)}}}]}}
 
 
-def _under(obj: dict, ns: str, uid: str) -> str:
-    """``obj`` as the tenant creates it: suspended, controlled by AppWrapper ``adopt``."""
+def _under(obj: dict, ns: str, uid: str, *, aw: str = "adopt", suspend: bool = True) -> str:
+    """``obj`` as the tenant creates it (suspended unless ``suspend`` is False), controlled by
+    AppWrapper ``aw`` of uid ``uid``, as JSON for ``kubectl create -f -``."""
     out = json.loads(json.dumps(obj))
     out["metadata"].update(namespace=ns, ownerReferences=[
-        {"apiVersion": AW_API, "kind": "AppWrapper", "name": "adopt", "uid": uid,
+        {"apiVersion": AW_API, "kind": "AppWrapper", "name": aw, "uid": uid,
          "controller": True}])
-    out["spec"]["suspend"] = True
+    out["spec"]["suspend"] = suspend
     return json.dumps(out)
+
+
+def queued_appwrapper(lab: LabHandle, ns: str, name: str, templates: list[dict]) -> str:
+    """Create AppWrapper ``name`` in ``ns`` with one component per template, labelled for a
+    LocalQueue that does not exist (so it stays queued); assert pykueue's webhook suspended it
+    and return its uid."""
+    lab.apply(json.dumps({
+        "apiVersion": AW_API, "kind": "AppWrapper",
+        "metadata": {"name": name, "namespace": ns, "labels": {QUEUE: "nowhere"}},
+        "spec": {"suspend": False, "components": [{"template": t} for t in templates]}}))
+    aw = lab.get("appwrapper", name, "-n", ns)
+    assert aw["spec"]["suspend"] is True  # queued: pykueue's webhook suspended it
+    return aw["metadata"]["uid"]
 
 
 def test_a_job_or_jobset_of_a_components_name_with_bigger_pods_cannot_be_created(
         lab: LabHandle, aw_queue: str) -> None:  # noqa: F811
     ns = aw_queue
-    lab.apply(json.dumps({
-        "apiVersion": AW_API, "kind": "AppWrapper",
-        "metadata": {"name": "adopt", "namespace": ns, "labels": {QUEUE: "nowhere"}},
-        "spec": {"suspend": False, "components": [{"template": _job("adopt-j", "1")},
-                                                  {"template": _jobset("adopt-js", "1")}]}}))
-    aw = lab.get("appwrapper", "adopt", "-n", ns)
-    assert aw["spec"]["suspend"] is True  # queued: pykueue's webhook suspended it
-    uid = aw["metadata"]["uid"]
+    uid = queued_appwrapper(lab, ns, "adopt", [_job("adopt-j", "1"), _jobset("adopt-js", "1")])
     # pykueue's stores must show the AppWrapper before its rules can name it.
     wait_for(lambda: "sized for pods requesting" in lab.kubectl(
         "create", "--dry-run=server", "-f", "-", input=_under(_job("adopt-j", "8"), ns, uid),

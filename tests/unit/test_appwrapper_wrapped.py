@@ -163,13 +163,17 @@ AW_UID = "aw-uid"
 def queued_appwrapper(replicas: int = 1, gpus: str = "1", **name: str) -> dict[str, Any]:
     """``appwrapper`` (AppWrapper research/dep wrapping Deployment ``dep-d``) with a uid and
     a component pod template of one container requesting ``gpus`` GPUs; ``name``:
-    ``generateName=...`` for the component's name instead."""
+    ``generateName=...`` for the component's name instead. The podSetInfos of its admission
+    on flavor ``gpu: a100`` are there (pykueue writes them as it unsuspends it; the tests
+    unsuspend it when it matters)."""
     aw = appwrapper(replicas=replicas)
     aw["metadata"]["uid"] = AW_UID
     tpl = aw["spec"]["components"][1]["template"]
     tpl["spec"]["template"] = gpu_template(gpus)
     if name:
         tpl["metadata"] = dict(name)
+    aw["spec"]["components"][1]["podSetInfos"] = [
+        {"labels": {"kueue.x-k8s.io/podset": "dep-1"}, "nodeSelector": {"gpu": "a100"}}]
     return aw
 
 
@@ -226,6 +230,25 @@ async def test_a_deployment_created_under_the_appwrapper_with_bigger_pods_is_ref
     message = resp["status"]["message"]
     assert "spec.template: Deployment research/dep-d is controlled by AppWrapper " \
         "research/dep" in message and "'nvidia.com/gpu': 2" in message
+
+
+async def test_a_deployment_created_under_the_appwrapper_elsewhere_is_refused() -> None:
+    """brk31 M1, M2 for a Deployment joining (a ``generateName`` component's prefix while
+    the controller creates it, brk29): pods on another flavor's nodes, or claiming DRA
+    devices the component does not, are refused naming the field."""
+    resuming = {**queued_appwrapper(generateName="dep-"), "status": {"phase": "Resuming"}}
+    elsewhere = owned(1, name="dep-evil")
+    elsewhere["spec"]["template"]["spec"]["nodeSelector"] = {"gpu": "t4"}
+    claiming = owned(1, name="dep-evil")
+    claiming["spec"]["template"]["spec"]["resourceClaims"] = [
+        {"name": "gpu", "resourceClaimTemplateName": "eight-gpus"}]
+    for obj, field in ((elsewhere, "nodeSelector"), (claiming, "resourceClaims")):
+        resp = await decide(create_review(obj), resuming)
+        assert resp["allowed"] is False
+        assert resp["status"]["message"].startswith(
+            f"spec.template.spec.{field}: Deployment research/dep-evil is controlled by "
+            "AppWrapper research/dep"), resp["status"]["message"]
+    assert (await decide(create_review(owned(1, name="dep-evil")), resuming))["allowed"]
 
 
 async def test_an_object_the_appwrapper_does_not_wrap_cannot_be_put_under_it() -> None:

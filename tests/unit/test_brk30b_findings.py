@@ -82,6 +82,9 @@ from app.integrations.appwrapper.appwrapper import KIND
 from app.integrations.framework import child_share
 from app.integrations.jobset.jobset import KIND as JOBSET
 from app.integrations.reconciler import JobReconciler
+from app.kube.client import PODS
+from app.kube.context import POD
+from app.kube.informers import Store
 from app.main import create_app
 from tests.unit.test_appwrapper import POLICY, aw, job
 from tests.unit.test_appwrapper_wrapped import (
@@ -268,21 +271,41 @@ async def test_a_job_of_the_components_name_made_before_admission_runs_no_bigger
 
 
 class _Client:
-    """The API client ``_hold_to_share`` writes with: records each replaced Job."""
+    """The API client ``_hold_to_share`` writes with: each replaced Job, each pod DELETE
+    (name, grace seconds)."""
 
     def __init__(self) -> None:
         self.replaced: list[dict[str, Any]] = []
+        self.deleted: list[tuple[str, int | None]] = []
 
     async def replace(self, resource: Any, body: dict[str, Any]) -> dict[str, Any]:
         self.replaced.append(copy.deepcopy(body))
         return body
 
+    async def delete(self, resource: Any, name: str, namespace: str, *, uid: Any = None,
+                     grace_period_seconds: int | None = None) -> None:
+        self.deleted.append((name, grace_period_seconds))
 
-def _reconciler() -> Any:
-    """The state ``JobReconciler._hold_to_share`` reads: a client, no stores, a recorder."""
-    ctx = SimpleNamespace(client=_Client(), informers=SimpleNamespace(informers={}),
-                          recorder=SimpleNamespace(emit=lambda *a: None))
-    return SimpleNamespace(ctx=ctx)
+
+class _Reconciler:
+    """``JobReconciler``'s child-Job set-back (``_hold_to_share``) over ``ctx`` alone."""
+
+    _hold_to_share = JobReconciler._hold_to_share
+    _cut_grace_beyond_share = JobReconciler._cut_grace_beyond_share
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+
+
+def _reconciler(*pods: dict[str, Any]) -> Any:
+    """The state ``JobReconciler._hold_to_share`` reads: a client, a Pod store of ``pods``,
+    a recorder."""
+    store = Store(PODS)
+    for pod in pods:
+        store.put(pod)
+    ctx = SimpleNamespace(client=_Client(), informers=SimpleNamespace(informers={POD: None}),
+                          store=lambda key: store, recorder=SimpleNamespace(emit=lambda *a: None))
+    return _Reconciler(ctx)
 
 
 @pytest.mark.xfail(strict=True, reason="brk30b L: a generateName Job the controller creates "
@@ -310,9 +333,9 @@ async def test_the_controllers_job_held_on_a_lagging_store_gets_its_share_back()
     made = _as_created(template, "t", "aw", "u1")
     made["metadata"]["name"] = "j-n3w4x"
     rec = _reconciler()
-    await JobReconciler._hold_to_share(rec, made, KIND, stale)  # type: ignore[arg-type]
+    await rec._hold_to_share(made, KIND, stale)
     now = rec.ctx.client.replaced[-1] if rec.ctx.client.replaced else made
-    await JobReconciler._hold_to_share(rec, now, KIND, fresh)  # type: ignore[arg-type]
+    await rec._hold_to_share(now, KIND, fresh)
     now = rec.ctx.client.replaced[-1] if rec.ctx.client.replaced else made
     assert now["spec"]["parallelism"] == child_share(KIND, fresh, made) == 2, \
         f"the controller's own Job left at parallelism {now['spec']['parallelism']}"

@@ -1,10 +1,16 @@
 """brk31: a breaker's findings against 3a0239b. Closed since (tests; docs/security.md):
 H1 (a running Job made a child by an UPDATE is refused, ``_adopted_running_errors``; a
-JobSet given an AppWrapper controller by an UPDATE is checked as at CREATE) and H2 but for a
-share of 0 (the count is checked at CREATE for a share of at least 1 and at resume against
-the share, ``_child_share_errors``). Open (strict xfails): H2's share of 0, M1, M2, M3, L1's
-premise is closed in hack/test.sh (certs made once before the lanes) but its reproducer
-forces ``certs.generate`` itself, L2.
+JobSet given an AppWrapper controller by an UPDATE is checked as at CREATE), H2 (the count
+is checked at CREATE for a share of at least 1 and at resume against the share,
+``_child_share_errors``; a share of 0's Job is still allowed at CREATE, and the
+reconciler's set-back deletes its pods with a grace of 1 s, ``_cut_grace_beyond_share``),
+M1 and M2 (a Job or JobSet of a component's name must also claim the component's DRA
+devices and be placed as the component made under the admission,
+``template_differences``: nodeSelector, affinity, tolerations, nodeName; the admitted
+flavor's nodeSelector and tolerations are the only additions, from the AppWrapper's
+``podSetInfos``, ``made_component``). Open (strict xfails): M3, L1's premise is closed in
+hack/test.sh (certs made once before the lanes) but its reproducer forces
+``certs.generate`` itself, L2.
 
 Against 3a0239b (the pods of an AppWrapper's Job and JobSet
 components are checked against the components' templates, at CREATE and at resume only:
@@ -116,8 +122,10 @@ from cryptography.exceptions import InvalidSignature
 from app.config import Settings
 from app.controllers.admission_lookup import StoreAdmissionLookup
 from app.integrations import default_registry
+from app.integrations.appwrapper.appwrapper import KIND
 from app.integrations.framework import child_share
 from app.integrations.jobset.jobset import KIND as JOBSET
+from app.integrations.reconciler import PODS_POLL
 from app.kube.client import JOBS
 from app.kube.informers import Store
 from certs import pki
@@ -137,12 +145,9 @@ from tests.unit.test_brk30b_findings import (
     _job_review,
     _jobset_review,
     _jobsets_job,
+    _reconciler,
 )
 from tests.unit.test_webhook import make_app
-
-M1 = pytest.mark.xfail(strict=True, reason=(
-    "brk31 M1: a Job of the component's name the tenant made is compared by requests only; "
-    "its nodeSelector (flavor) is its own, so it runs on a flavor not admitted"))
 
 
 def _unowned(obj: dict[str, Any]) -> dict[str, Any]:
@@ -185,38 +190,78 @@ async def test_a_running_job_made_the_components_child_by_update_runs_no_bigger_
     assert not out["allowed"], "8-GPU pod made aw's component j while running: allowed"
 
 
-H2 = pytest.mark.xfail(strict=True, reason=(
-    "brk31 H2 (open part): a running Job created under an admitted AppWrapper named as no "
-    "component (a share of 0) with more pods is allowed (a generateName component's Job has "
-    "no share until its name is recorded, so a share of 0 is not refused at CREATE); the "
-    "reconciler's set-back deletes the extra pods, which run out the "
-    "terminationGracePeriodSeconds the tenant's template gives them"))
-
-
-@pytest.mark.parametrize("how", [pytest.param("no-component", marks=H2), *HOLDS])
+@pytest.mark.parametrize("how", HOLDS)
 async def test_a_job_created_running_under_an_admitted_appwrapper_runs_no_more_than_its_share(
         how: str) -> None:
-    """The AppWrapper t/aw admitted: running, its Job component ``j`` (1 pod of 1 GPU)
-    deployed, and the tenant's Job named ``other`` (a share of 0); or ``j`` itself, never
-    created by the controller (``_held_with_j``). The tenant creates the Job running under
+    """The AppWrapper t/aw admitted, its Job component ``j`` (1 pod of 1 GPU) never
+    created by its controller (``_held_with_j``). The tenant creates ``j`` running under
     aw, its pods as the component's (1 GPU) but ``parallelism: 8`` and
-    ``terminationGracePeriodSeconds`` of a day (the tenant wrote the AppWrapper's template
-    too, so the Workload allows that grace): allowed. The Job controller creates 8 pods at
-    once and the extender places them (their ancestor is admitted, ``pod_admitted``);
-    ``_hold_to_share`` then sets parallelism 1 (0 for ``other``) and the Job controller
-    deletes the pods beyond it with their own grace period: they ignore SIGTERM and run for
-    the day, 8 GPUs on an admission of 1. Nothing shortens that grace on this path
-    (``grace_allowed`` is applied where a controller is gone or an operator stopped)."""
-    running, made = _job_component()
+    ``terminationGracePeriodSeconds`` of a day: refused at CREATE (a share of 1). A Job
+    named as no component (a share of 0) is not refused at CREATE (a ``generateName``
+    component's Job has no share until its name is recorded): the reconciler holds it, its
+    pods' grace cut (``test_the_pods_beyond_a_share_run_out_no_grace_of_the_tenants``)."""
+    _, made = _job_component()
     made["spec"]["suspend"] = False
     made["spec"]["parallelism"] = 8
     made["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 86400
-    if how == "no-component":
-        made["metadata"]["name"] = "other"
-    parent = running if how == "no-component" else _held_with_j(how)
-    out = await _job_review(_app(parent), "CREATE", made)
+    out = await _job_review(_app(_held_with_j(how)), "CREATE", made)
     assert not out["allowed"], "a Job created running with 8 pods on a share <= 1: allowed"
 
+
+def _pod(job: dict[str, Any], i: int, *, deleting: int | None = None) -> dict[str, Any]:
+    """Pod ``<job>-<i>`` of Job ``job`` (its controller), running with the Job's grace
+    period; ``deleting``: being deleted with that grace (seconds)."""
+    meta = job["metadata"]
+    pod = {"metadata": {"name": f"{meta['name']}-{i}", "namespace": meta["namespace"],
+                        "uid": f"{meta['name']}-pod-{i}", "ownerReferences": [
+                            {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
+                             "uid": meta["uid"], "controller": True}]},
+           "spec": copy.deepcopy(job["spec"]["template"]["spec"]),
+           "status": {"phase": "Running"}}
+    if deleting is not None:
+        pod["metadata"].update(deletionTimestamp="2026-12-07T03:00:00Z",
+                               deletionGracePeriodSeconds=deleting)
+    return pod
+
+
+async def test_the_pods_beyond_a_share_run_out_no_grace_of_the_tenants() -> None:
+    """H2's rest (a share of 0): the AppWrapper t/aw admitted and running its Job ``j``; the
+    tenant's Job ``other`` under it, created running with 8 pods of a day's grace (allowed:
+    a share of 0 is not refused at CREATE). The reconciler sets it to parallelism 0 and
+    deletes its pods with a grace of 1 s (``BEYOND_SHARE_GRACE_SECONDS``), those the Job
+    controller is deleting with the day's grace too; no pod of ``j`` is touched. Before, the
+    Job controller deleted them with their own grace: 8 GPUs for a day on an admission of
+    1."""
+    running, made = _job_component()
+    other = copy.deepcopy(made)
+    other["metadata"].update(name="other", uid="uid-other")
+    other["spec"].update(suspend=False, parallelism=8)
+    other["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 86400
+    other["status"] = {"active": 8}
+    mine = copy.deepcopy(made)
+    mine["metadata"]["uid"] = "uid-j"
+    pods = [_pod(other, i, deleting=86400 if i < 3 else None) for i in range(8)]
+    rec = _reconciler(*pods, _pod(mine, 0))
+    again = await rec._hold_to_share(other, KIND, running)
+    assert rec.ctx.client.replaced[-1]["spec"]["parallelism"] == 0
+    assert sorted(rec.ctx.client.deleted) == sorted((f"other-{i}", 1) for i in range(8))
+    assert again == PODS_POLL  # looked at again while its status counts pods
+
+
+async def test_pods_beyond_a_share_of_one_keep_no_grace_beyond_the_workloads() -> None:
+    """With a share of 1 the Job controller chooses the pods it deletes after the set-back:
+    those it deletes with a grace beyond the Workload's longest (here none stored: 30 s,
+    Kubernetes' default) are deleted again with it; the pod left running is not touched."""
+    running, made = _job_component()
+    made["metadata"]["uid"] = "uid-j"
+    made["spec"].update(suspend=False, parallelism=1)
+    made["status"] = {"active": 1, "terminating": 2}
+    pods = [_pod(made, 0), _pod(made, 1, deleting=86400), _pod(made, 2, deleting=20)]
+    rec = _reconciler(*pods)
+    again = await rec._hold_to_share(made, KIND, running)
+    assert not rec.ctx.client.replaced
+    assert rec.ctx.client.deleted == [("j-1", 30)]
+    assert again == PODS_POLL
 
 
 async def test_a_suspended_job_of_the_components_name_resumes_no_more_pods_than_its_share(
@@ -302,31 +347,34 @@ async def test_the_same_update_is_refused_with_child_job_creators() -> None:
     assert not (await _job_review(app, "UPDATE", new, old))["allowed"]
 
 
-@M1
 async def test_a_tenants_job_of_the_components_name_keeps_the_admitted_flavor() -> None:
     """AppWrapper t/aw (Job ``j``: 1 pod of 1 GPU) queued; the tenant creates ``j``
     suspended under it with 1 GPU per pod but ``nodeSelector`` of another flavor's nodes:
     allowed at CREATE, and at resume after admission (the admission's flavor is
-    ``gpu: t4``, which pykueue's Workload would show; the tenant's pods go to ``a100``)."""
+    ``gpu: t4``, which pykueue's Workload would show; the tenant's pods go to ``a100``).
+    Closed: refused at both (``spec.template.spec.nodeSelector``); the resume passes once
+    the Job carries the admitted flavor's nodeSelector and toleration, as the controller's
+    own would."""
     _, made = _job_component()
     queued = aw(_with_gpus(job("j", 1), "1"))
     evil = copy.deepcopy(made)
     evil["spec"]["suspend"] = True
     evil["spec"]["template"]["spec"]["nodeSelector"] = {"gpu": "a100"}
     app = _app(queued)
-    created = (await _job_review(app, "CREATE", evil))["allowed"]
-    admitted = copy.deepcopy(queued)
-    admitted["spec"]["suspend"] = False
+    out = await _job_review(app, "CREATE", evil)
+    assert not out["allowed"] and out["status"]["message"].startswith(
+        "spec.template.spec.nodeSelector: "), out
+    admitted = KIND.injected(queued, {"aw-0": ({"gpu": "t4"}, [
+        {"key": "gpu", "operator": "Equal", "value": "t4", "effect": "NoSchedule"}])})
     resumed = copy.deepcopy(evil)
     resumed["spec"]["suspend"] = False
     out = await _job_review(_app(admitted), "UPDATE", resumed, evil)
-    assert not (created and out["allowed"]), "j with another flavor's nodeSelector ran"
-
-
-M2 = pytest.mark.xfail(strict=True, reason=(
-    "brk31 M2: a Job or JobSet of an AppWrapper component's name is compared by per-pod "
-    "requests only: its DRA claims (ResourceClaimTemplates of more devices, which the "
-    "Workload counts through deviceClassMappings) are its own"))
+    assert not out["allowed"], "j with another flavor's nodeSelector ran"
+    placed = copy.deepcopy(resumed)
+    placed["spec"]["template"]["spec"].update(
+        nodeSelector={"gpu": "t4"}, tolerations=copy.deepcopy(
+            admitted["spec"]["components"][0]["podSetInfos"][0]["tolerations"]))
+    assert (await _job_review(_app(admitted), "UPDATE", placed, evil))["allowed"]
 
 
 def _claiming(obj: dict[str, Any], template: str, path: tuple[Any, ...]) -> dict[str, Any]:
@@ -341,7 +389,6 @@ def _claiming(obj: dict[str, Any], template: str, path: tuple[Any, ...]) -> dict
     return out
 
 
-@M2
 async def test_a_job_of_the_components_name_claims_no_other_devices() -> None:
     """AppWrapper t/aw (Job ``j``: 1 pod claiming ResourceClaimTemplate ``one-gpu``) queued;
     the tenant creates ``j`` under it claiming ``eight-gpus`` (same container requests)."""
@@ -354,7 +401,6 @@ async def test_a_job_of_the_components_name_claims_no_other_devices() -> None:
     assert not out["allowed"], "j claiming eight-gpus created under aw (admitted: one-gpu)"
 
 
-@M2
 async def test_a_jobset_of_the_components_name_claims_no_other_devices() -> None:
     """The same for JobSet component ``js``: the tenant's JobSet ``js`` claims ``eight-gpus``
     where the component claims ``one-gpu``."""

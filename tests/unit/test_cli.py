@@ -443,3 +443,15 @@ def test_simulate_passes_sticky_preemptor_first_to_the_core(tmp_path: Path,
         assert seen[-1].sticky_preemptor_first is want  # type: ignore[attr-defined]
     r = CliRunner().invoke(cli, ["simulate", str(trace), "--sticky-preemptor-first"])
     assert r.exit_code == 2 and "--sticky-preemptor-first needs --fair-sharing" in r.output
+
+
+def test_the_default_server_is_the_labs_pykueue_port_when_set(monkeypatch) -> None:
+    """README "The lab": with PYKUEUE_PORT exported, `pykueue status` finds the lab's pykueue
+    without --server or PYKUEUE_URL."""
+    from app.cli.status import default_server
+
+    monkeypatch.delenv("PYKUEUE_SERVER__PORT", raising=False)
+    monkeypatch.delenv("PYKUEUE_PORT", raising=False)
+    assert default_server() == "https://127.0.0.1:9443"
+    monkeypatch.setenv("PYKUEUE_PORT", "19843")
+    assert default_server() == "https://127.0.0.1:19843"

@@ -155,3 +155,121 @@ def test_lane_b_env_is_outside_lane_as_ports_and_state(tmp_path: Path) -> None:
     assert "PYKUEUE_VISIBILITY_PORT" not in env
     assert waves.lane_env("b", {"PYKUEUE_VISIBILITY_PORT": "9500"}, tmp_path)[
         "PYKUEUE_VISIBILITY_PORT"] == "11500"
+
+
+def test_lane_order_takes_files_waiting_for_a_build_first_within_each_part() -> None:
+    files = ["tests/conformance/test_core_cases.py", "tests/e2e/test_kubeflow.py",
+             "tests/e2e/test_visibility.py", "tests/e2e/test_jobset.py", "tests/unit/test_x.py",
+             "tests/unit/test_chart.py"]
+    later = {"tests/e2e/test_kubeflow.py", "tests/e2e/test_jobset.py", "tests/unit/test_chart.py"}
+    assert waves.lane_order(files, "a", later) == [
+        "tests/e2e/test_kubeflow.py", "tests/conformance/test_core_cases.py",
+        "tests/e2e/test_jobset.py", "tests/unit/test_chart.py",
+        "tests/e2e/test_visibility.py", "tests/unit/test_x.py"]
+    assert waves.lane_order(files, "b", later) == [
+        "tests/e2e/test_jobset.py", "tests/unit/test_chart.py",
+        "tests/e2e/test_visibility.py", "tests/unit/test_x.py"]
+
+
+def test_build_state_reads_the_builds_done_and_whether_any_is_left() -> None:
+    assert waves.build_state("", True) == (frozenset(), False)
+    assert waves.build_state("kuberay 0 10:00:01\njobset 2 10:00:09\n", True) == (
+        frozenset({"kuberay"}), False)
+    assert waves.build_state("kuberay 0 10:00:01\n", False) == (frozenset({"kuberay"}), True)
+    every = "".join(f"{n} 0 10:00:00\n" for n in waves.BUILD_ORDER)
+    assert waves.build_state(every, True) == (frozenset(waves.BUILD_ORDER), True)
+
+
+def _building_lanes(tmp: Path, status: Path, later: list[str],
+                    lanes: tuple[str, ...] = ("a", "b")) -> tuple[
+        Path, Path, subprocess.Popen[bytes], list[subprocess.Popen[bytes]]]:
+    """The ``lanes`` over ``_suite`` beside a stand-in build (a sleeping process) whose status
+    file is ``status`` and whose waiting files are ``later``."""
+    suite, lanes_dir, log = tmp / "suite", tmp / "lanes", tmp / "log"
+    suite.mkdir()
+    _suite(suite)
+    lanes_dir.mkdir()
+    (lanes_dir / "later").write_text("".join(f"{f}\n" for f in later))
+    status.write_text("")
+    build = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    env = {"PYKUEUE_TEST_BUILD_STATUS": str(status), "PYKUEUE_TEST_BUILD_PID": str(build.pid),
+           "PYKUEUE_TEST_BUILD_POLL_S": "0.2"}
+    old = dict(os.environ)
+    os.environ.update(env)
+    try:
+        procs = [_lane(suite, lane, lanes_dir, log) for lane in lanes]
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    return lanes_dir, log, build, procs
+
+
+def _wait_for_lines(log: Path, want: int) -> None:
+    """Until ``log`` has ``want`` test lines (each lane runs what needs no build first)."""
+    import time
+    for _ in range(600):
+        if log.exists() and sum(r[1] == "test" for r in _records(log)) >= want:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"fewer than {want} tests ran: {log.read_text() if log.exists() else ''}")
+
+
+def test_a_file_waiting_for_a_build_is_taken_once_built_on_the_same_lab(tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    later = ["tests/e2e/test_one.py", "tests/unit/test_five.py"]
+    lanes, log, build, procs = _building_lanes(tmp_path, status, later)
+    try:
+        ready = sum(n for p, n in FILES.items() if p not in later)
+        _wait_for_lines(log, ready)
+        assert not {r[2].split("::")[0] for r in _records(log) if r[1] == "test"} & set(later)
+        assert all(p.poll() is None for p in procs), "a lane ended with files waiting"
+        status.write_text("".join(f"{n} 0 10:00:00\n" for n in waves.BUILD_ORDER))
+        outs = [p.communicate(timeout=120)[0].decode() for p in procs]
+    finally:
+        build.kill()
+    assert [p.returncode for p in procs] == [0, 0], outs
+    recs = _records(log)
+    ids = sorted(r[2] for r in recs if r[1] == "test")
+    assert ids == sorted(f"{p}::test_{i}" for p, n in FILES.items() for i in range(n))
+    for lane in ("a", "b"):  # the lab (session fixture) kept while waiting
+        ups = [r[1] for r in recs if r[0] == lane and r[1].startswith("session")]
+        assert ups in ([], ["session-up", "session-down"]), (lane, ups)
+    assert waves.lanes_check(lanes) == []
+    assert "waits for the build of" in "".join(outs)
+
+
+def test_a_file_whose_build_failed_is_run_by_no_lane(tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    lanes, log, build, procs = _building_lanes(tmp_path, status, ["tests/e2e/test_one.py"])
+    try:
+        status.write_text("kuberay 1 10:00:00\n")
+        build.kill()  # the build gone with files still waiting for it
+        outs = [p.communicate(timeout=120)[0].decode() for p in procs]
+    finally:
+        build.kill()
+    assert [p.returncode for p in procs] == [0, 0], outs
+    files = {r[2].split("::")[0] for r in _records(log) if r[1] == "test"}
+    assert files == set(FILES) - {"tests/e2e/test_one.py"}
+    assert waves.lanes_check(lanes) == ["tests/e2e/test_one.py: collected, run by no lane"]
+
+
+def test_a_file_taken_after_waiting_runs_whatever_the_stand_in_was(tmp_path: Path) -> None:
+    """The lane's last file before the wait (tests/e2e/test_two.py) and the stand-in (the first
+    file left, tests/e2e/test_one.py) share a directory; the other lane takes the stand-in
+    meanwhile, and this lane then takes a file of another directory (tests/integration):
+    pytest's setup must not find tests/e2e still set up (session 32's fresh run failed so:
+    "previous item was not torn down properly")."""
+    status = tmp_path / "status"
+    later = ["tests/e2e/test_one.py", "tests/integration/test_three.py",
+             "tests/unit/test_four.py", "tests/unit/test_five.py"]
+    lanes, log, build, procs = _building_lanes(tmp_path, status, later, lanes=("a",))
+    try:
+        _wait_for_lines(log, sum(n for p, n in FILES.items() if p not in later))
+        (lanes / "claims" / "tests__e2e__test_one.py").write_text("b\n")  # the other lane's
+        status.write_text("".join(f"{n} 0 10:00:00\n" for n in waves.BUILD_ORDER))
+        outs = [p.communicate(timeout=120)[0].decode() for p in procs]
+    finally:
+        build.kill()
+    assert [p.returncode for p in procs] == [0], outs
+    files = {r[2].split("::")[0] for r in _records(log) if r[1] == "test"}
+    assert files == set(FILES) - {"tests/e2e/test_one.py"}, outs

@@ -65,7 +65,7 @@ from app.kube.client import Resource
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import JOBSET_NAME_LABEL, JOBSET_UID_LABEL, PODSET_LABEL
 from app.wire.owners import controller_of_object
-from app.wire.podtemplate import template_requests
+from app.wire.podtemplate import template_differences, template_requests
 
 if TYPE_CHECKING:
     from app.kube.context import Context
@@ -75,6 +75,11 @@ APPWRAPPERS = Resource(GROUP, VERSION, "appwrappers", "AppWrapper")
 # The label the AppWrapper controller puts on every wrapped object and pod template.
 APPWRAPPER_LABEL = "workload.codeflare.dev/appwrapper"
 JOBSETS_GROUP = "jobset.x-k8s.io"
+# jobset v0.11.1's exclusive placement by nodeSelector (``api/jobset/v1alpha2``).
+_EXCLUSIVE = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+_BY_NODE_SELECTOR = "alpha.jobset.sigs.k8s.io/node-selector"
+_NAMESPACED_JOB = "alpha.jobset.sigs.k8s.io/namespaced-job"
+_NO_SCHEDULE = "alpha.jobset.sigs.k8s.io/no-schedule"
 
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
 
@@ -215,8 +220,9 @@ def wrapped_component(aw: Mapping[str, Any], kind: str, name: str
     """The apps/v1 ``kind`` (``Deployment`` or ``StatefulSet``) component of ``aw`` that its
     controller creates under ``name``, as (its podSet's pods, count: the declared
     ``replicas``, else the template's ``spec.replicas``, default 1; the component's object
-    template as written in ``aw``); None when ``aw`` wraps no such object or its components
-    are unreadable (it is then not admitted either). The name as ``names_component``."""
+    as the controller creates it under ``aw``'s admission, ``made_component``); None when
+    ``aw`` wraps no such object or its components are unreadable (it is then not admitted
+    either). The name as ``names_component``."""
     try:
         pods = {(i, p): r for i, p, r in component_pod_sets(aw)}
         for i, comp in enumerate(components(aw)):
@@ -225,33 +231,96 @@ def wrapped_component(aw: Mapping[str, Any], kind: str, name: str
                 continue
             if names_component(aw, i, name):
                 count = pods.get((i, "template.spec.template"))
-                return None if count is None else (count, tpl)
+                return None if count is None else (count, made_component(aw, i))
     except WorkloadSpecError:
         return None
     return None
 
 
+def made_component(aw: Mapping[str, Any], i: int) -> Obj:
+    """Component ``i``'s object as appwrapper v1.2.0 creates it under ``aw``'s admission,
+    where its pods may run: each podSet's pod template (``component_pod_sets`` order, the
+    controller's ``componentStatus.podSets``) with its ``podSetInfos`` entry applied
+    (``createComponent``): the entry's nodeSelector merged under the template's own (the
+    template's value kept: a conflict fails the create) and its tolerations appended. pykueue
+    writes the entries when it starts ``aw`` and clears them when it stops it (``injected``,
+    ``restored``): a queued AppWrapper not admitted adds nothing. Labels are left out. Raises
+    ``WorkloadSpecError``."""
+    comp = components(aw)[i]
+    out = copy.deepcopy(dict(comp["template"]))
+    infos = comp.get("podSetInfos")
+    paths = [path for n, path, _ in component_pod_sets(aw) if n == i]
+    for info, path in zip(infos if isinstance(infos, list) else [], paths, strict=False):
+        pod = get_in(out, parse_path(path, f"spec.components[{i}].podSets path"))
+        if not isinstance(info, Mapping) or not isinstance(pod, dict) \
+                or not isinstance(pod.get("spec"), dict):
+            continue
+        spec = pod["spec"]
+        if isinstance(info.get("nodeSelector"), Mapping) and info["nodeSelector"]:
+            spec["nodeSelector"] = {**info["nodeSelector"], **(spec.get("nodeSelector") or {})}
+        if isinstance(info.get("tolerations"), list) and info["tolerations"]:
+            spec["tolerations"] = [*(spec.get("tolerations") or []),
+                                   *copy.deepcopy(info["tolerations"])]
+    return out
+
+
+def _by_node_selector(jobset: Mapping[str, Any], rj: Mapping[str, Any]) -> bool:
+    """Whether jobset v0.11.1 places the Jobs of replicatedJob ``rj`` of ``jobset``
+    exclusively by a nodeSelector (``constructJob``: annotations
+    ``alpha.jobset.sigs.k8s.io/exclusive-topology`` and ``.../node-selector`` on the Job,
+    from the replicatedJob's template or, for the exclusive one, the JobSet's)."""
+    def annotations(obj: Any) -> Mapping[str, Any]:
+        meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+        found = meta.get("annotations") if isinstance(meta, Mapping) else None
+        return found if isinstance(found, Mapping) else {}
+    own, top = annotations(rj.get("template")), annotations(jobset)
+    by_node_selector = _BY_NODE_SELECTOR in own or _EXCLUSIVE in top and _BY_NODE_SELECTOR in top
+    return (_EXCLUSIVE in own or _EXCLUSIVE in top) and by_node_selector
+
+
+def _jobset_job_template(template: Any, job: str) -> Any:
+    """Pod template ``template`` as jobset v0.11.1 gives it to Job ``job``
+    (``<namespace>_<name>``) placed exclusively by a nodeSelector: that nodeSelector and the
+    toleration of its taint added (``addNamespacedJobNodeSelector``,
+    ``addTaintToleration``)."""
+    out = copy.deepcopy(template)
+    if not isinstance(out, dict) or not isinstance(out.get("spec"), dict):
+        return out
+    spec = out["spec"]
+    spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), _NAMESPACED_JOB: job}
+    spec["tolerations"] = [*(spec.get("tolerations") or []), {
+        "key": _NO_SCHEDULE, "operator": "Exists", "effect": "NoSchedule"}]
+    return out
+
+
 def _component_jobs(aw: Mapping[str, Any]) -> list[tuple[int, str, int, Any]]:
     """The batch Jobs the controller makes for ``aw``'s components, as (component index,
     the Job's name after its component's name, the pods it may run at once, the pod
-    template it runs them from: the Job's ``spec.template`` as the component gives it): a
-    Job component (``""``, its podSet's pods), a JobSet component's Jobs
-    (``-<replicatedJob>-<index>``, ``min(parallelism, completions)`` each). Raises
-    ``WorkloadSpecError``."""
+    template it runs them from: the Job's ``spec.template`` as the component made under
+    ``aw``'s admission gives it, ``made_component``): a Job component (``""``, its podSet's
+    pods), a JobSet component's Jobs (``-<replicatedJob>-<index>``,
+    ``min(parallelism, completions)`` each; placed by a nodeSelector of its own name when
+    the JobSet asks, ``_by_node_selector``). Raises ``WorkloadSpecError``."""
     out: list[tuple[int, str, int, Any]] = []
     pods = {(i, p): r for i, p, r in component_pod_sets(aw)}
+    namespace = str((aw.get("metadata") or {}).get("namespace", ""))
     for i, comp in enumerate(components(aw)):
         tpl = comp["template"]
         api = (tpl.get("apiVersion"), tpl.get("kind"))
         if api == ("batch/v1", "Job"):
             out.append((i, "", pods.get((i, "template.spec.template"), 0),
-                        (tpl.get("spec") or {}).get("template")))
+                        (made_component(aw, i).get("spec") or {}).get("template")))
         elif api == ("jobset.x-k8s.io/v1alpha2", "JobSet"):
-            for rj in (tpl.get("spec") or {}).get("replicatedJobs") or []:
+            made = made_component(aw, i)
+            for rj in (made.get("spec") or {}).get("replicatedJobs") or []:
                 job_spec = (rj.get("template") or {}).get("spec")
+                template = (job_spec or {}).get("template")
                 for index in range(_count(rj, ("replicas",))):
-                    out.append((i, f"-{rj.get('name')}-{index}", _min_pods(job_spec),
-                                (job_spec or {}).get("template")))
+                    suffix = f"-{rj.get('name')}-{index}"
+                    name = _component_name(aw, i)
+                    out.append((i, suffix, _min_pods(job_spec),
+                                _jobset_job_template(template, f"{namespace}_{name}{suffix}")
+                                if name and _by_node_selector(made, rj) else template))
     return out
 
 
@@ -454,8 +523,9 @@ class AppWrapper(TemplatedKind):
 
     def child_job_template(self, obj: Mapping[str, Any], job: Mapping[str, Any]) -> Any:
         """The pod template the component gives batch Job ``job`` (the one
-        ``child_job_pods`` gives a share), None when it has no share. Raises
-        ``WorkloadSpecError``."""
+        ``child_job_pods`` gives a share) as the controller (and the JobSet operator) makes
+        it under ``obj``'s admission (``_component_jobs``), None when it has no share.
+        Raises ``WorkloadSpecError``."""
         found = self._child_job(obj, job)
         return found[1] if found is not None else None
 
@@ -485,9 +555,12 @@ class AppWrapper(TemplatedKind):
         ``_component_name``): for a JobSet, its replicatedJobs by name, each with its Jobs
         (``replicas``), pods at once (``_min_pods``) and per-pod requests
         (``template_requests``: milli-CPU, bytes, counts), must be the JobSet component's,
-        whose Jobs get a share of the admission (``child_job_pods``). A JobSet of a tenant's,
-        adopted by the controller by name (brk30b H3), would run pods no quota covers. ``[]``
-        for anything else (a JobSet that is no component: its Jobs have no share)."""
+        whose Jobs get a share of the admission (``child_job_pods``), and each
+        replicatedJob's pods must claim its DRA devices and be placed as the controller
+        places them under the admission (``_replicated_job_differences``). A JobSet of a
+        tenant's, adopted by the controller by name (brk30b H3), would run pods no quota
+        covers, or on a flavor not admitted (brk31 M1, M2). ``[]`` for anything else (a
+        JobSet that is no component: its Jobs have no share)."""
         if kind != "JobSet":
             return []
         meta = child.get("metadata") or {}
@@ -499,14 +572,14 @@ class AppWrapper(TemplatedKind):
                     or not name or _component_name(obj, i) != name:
                 continue
             want, have = _replicated_jobs(tpl), _replicated_jobs(child)
-            if want == have:
-                return []
             aw = f"AppWrapper {meta.get('namespace', '')}/{(obj.get('metadata') or {}).get('name')}"
-            return [f"spec.replicatedJobs: JobSet {name} is controlled by {aw}, whose Workload "
-                    f"was sized for its JobSet component's replicatedJobs {want} (Jobs, pods "
-                    f"at once, per-pod requests in milli-CPU, bytes, counts); these are "
-                    f"{have}: only the JobSet its controller makes from that component may "
-                    "run there"]
+            if want != have:
+                return [f"spec.replicatedJobs: JobSet {name} is controlled by {aw}, whose "
+                        f"Workload was sized for its JobSet component's replicatedJobs {want} "
+                        f"(Jobs, pods at once, per-pod requests in milli-CPU, bytes, counts); "
+                        f"these are {have}: only the JobSet its controller makes from that "
+                        "component may run there"]
+            return _replicated_job_differences(made_component(obj, i), child, name, aw)
         return []
 
     def wrapped_replicas(self, obj: Mapping[str, Any], kind: str, name: str) -> int | None:
@@ -549,6 +622,35 @@ class AppWrapper(TemplatedKind):
         out.setdefault("spec", {})["suspend"] = True
         mark_started(out, False)
         return out
+
+
+def _replicated_job_differences(made: Mapping[str, Any], child: Mapping[str, Any], name: str,
+                                aw: str) -> list[str]:
+    """Errors for each replicatedJob of JobSet ``child`` whose pods would run elsewhere, or
+    on other devices, than those of the JobSet its AppWrapper's controller ``made``
+    (``template_differences``: nodeSelector, affinity, tolerations, nodeName, DRA claims);
+    the replicatedJobs are the same by name (``_replicated_jobs``)."""
+    def pod(rj: Any) -> Any:
+        return get_in(rj, ("template", "spec", "template")) if isinstance(rj, Mapping) else None
+
+    def rjobs(obj: Mapping[str, Any]) -> list[Any]:
+        found = (obj.get("spec") or {}).get("replicatedJobs")
+        return found if isinstance(found, list) else []
+    theirs = {str(rj.get("name")): (k, rj) for k, rj in enumerate(rjobs(child))
+              if isinstance(rj, Mapping)}
+    errors = []
+    for rj in rjobs(made):
+        k, other = theirs.get(str(rj.get("name")), (None, None))
+        if k is None:
+            continue
+        for field, want, have in template_differences(pod(rj), pod(other)):
+            errors.append(
+                f"spec.replicatedJobs[{k}].template.spec.template.{field}: JobSet {name} is "
+                f"controlled by {aw}, whose admission was given for its JobSet component's "
+                f"pods with {field} {want!r} (the component's, with the nodeSelector and "
+                f"tolerations of the flavors it was admitted on); these are {have!r}: only "
+                "the JobSet its controller makes from that component may run there")
+    return errors
 
 
 def suspended_by_controller(aw: Mapping[str, Any]) -> bool:

@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.integrations.appwrapper.appwrapper import APPWRAPPER_LABEL, wrapped_component
-from app.integrations.framework import controller_uid
+from app.integrations.framework import controller_identity
 from app.integrations.statefulset.webhook_rules import replicas, scale_replicas
 from app.integrations.webhook_toolkit import (
     ALLOW,
@@ -51,7 +51,7 @@ from app.integrations.webhook_toolkit import (
     refused,
     reviewed_objects,
 )
-from app.wire.podtemplate import template_requests
+from app.wire.podtemplate import template_differences, template_requests
 
 if TYPE_CHECKING:
     from app.models.admissionreview import AdmissionRequest
@@ -112,9 +112,11 @@ def joined_object_errors(kind: str, name: str, obj: Mapping[str, Any],
     under the AppWrapper's admission, so it must be the component the AppWrapper controller
     creates (``wrapped_component``): of that kind and name, with no more ``spec.replicas``
     than its podSet (counts), and pods that ask for what the component's ask for (per-pod
-    requests as Kubernetes computes them, ``template_requests``; the template itself is not
-    compared: the controller adds labels, nodeSelector, tolerations, scheduling gates,
-    schedulerName and affinities to it, and the API server its defaults). The controller
+    requests as Kubernetes computes them, ``template_requests``), claim its DRA devices and
+    are placed as the controller places them under the admission (``template_differences``:
+    nodeSelector, affinity, tolerations, nodeName, the admitted flavor's added; brk31 M1,
+    M2); the rest of the template is not compared: the controller adds labels, scheduling
+    gates and a schedulerName to it, and the API server its defaults. The controller
     creates components only while the AppWrapper runs (appwrapper v1.2.0 phase
     ``Resuming``), so nothing may join a suspended one; with ``creators`` set
     (``webhook.child_job_creators``) only those identities may. ``[]`` to allow; pykueue's
@@ -138,13 +140,19 @@ def joined_object_errors(kind: str, name: str, obj: Mapping[str, Any],
     allowed, component = found
     errors = wrapped_replicas_errors(kind, name, 0, replicas(obj), (owner, allowed),
                                      username, policy)
-    want = template_requests((component.get("spec") or {}).get("template"))
-    have = template_requests((obj.get("spec") or {}).get("template"))
+    placed = (component.get("spec") or {}).get("template")
+    theirs = (obj.get("spec") or {}).get("template")
+    want, have = template_requests(placed), template_requests(theirs)
     if have != want:
         errors.append(f"spec.template: {kind} {name} is controlled by {owner}, whose Workload "
                       f"was sized for pods requesting {want}; these would request {have} "
                       "(milli-CPU, bytes, counts; delete and re-create the AppWrapper to "
                       "change them)")
+        return errors
+    errors += [f"spec.template.{field}: {kind} {name} is controlled by {owner}, whose "
+               f"admission was given for pods with {field} {mine!r} (its component's, with "
+               f"the nodeSelector and tolerations of the flavor it was admitted on); these "
+               f"have {other!r}" for field, mine, other in template_differences(placed, theirs)]
     return errors
 
 
@@ -166,7 +174,8 @@ def _decide(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
     # A generated name is in the object, not in the request, on CREATE.
     name, user = f"{req.namespace}/{meta.get('name') or req.name}", req.user_info.username
     errors: list[str] = []
-    if not req.sub_resource and (old is None or controller_uid(old) != controller_uid(new)):
+    if not req.sub_resource and (old is None
+                                 or controller_identity(old) != controller_identity(new)):
         asked = env.ask("wrapping_controller",
                         {**new, "metadata": {**meta, "namespace": req.namespace}})
         creators = frozenset(env.settings.webhook.child_job_creators) \

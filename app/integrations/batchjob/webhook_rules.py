@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from app.core.multikueue import MULTIKUEUE_CONTROLLER
-from app.integrations.framework import controller_uid
+from app.integrations.framework import controller_identity
 from app.integrations.webhook_toolkit import (
     ALLOW,
     DEFAULT_LOCAL_QUEUE,
@@ -64,7 +64,7 @@ from app.wire.names import (
     QUEUE_NAME_LABEL,
 )
 from app.wire.owners import controller_of_object
-from app.wire.podtemplate import template_requests
+from app.wire.podtemplate import template_differences, template_requests
 from app.wire.workload import completions_follow_parallelism, job_min_count, job_pod_count
 
 if TYPE_CHECKING:
@@ -492,7 +492,7 @@ def _adopted_running_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[st
             or req.user_info.username in env.policy.controller_usernames:
         return []
     old = _read_job(req.old_object, "request.oldObject")
-    if controller_uid(old) == controller_uid(job):
+    if controller_identity(old) == controller_identity(job):
         return []
     return [f"metadata.ownerReferences: a running Job cannot be made a Job of "
             f"{_ancestor_phrase(job)}, whose admission its pods would run on; suspend it "
@@ -531,12 +531,16 @@ def _child_template_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[str
                            ) -> list[str]:
     """A CREATE, or a resume (UPDATE from suspended to running), by anyone but pykueue, of a
     Job whose managed ancestor sized its share from a pod template (``child_job_template``:
-    an AppWrapper's Job component, or a Job of its JobSet component) is refused when its pods
-    would request other than that template's pods (per-pod requests, ``template_requests``:
-    milli-CPU, bytes, counts): the operator makes it from that template, and a Job of its
-    name a tenant made instead (adopted by name, brk30b H2/H3) would run pods no quota
-    covers. Unknown templates pass. Goes beyond Kueue v0.17.1, which leaves an AppWrapper's
-    children to its controller."""
+    an AppWrapper's Job component, or a Job of its JobSet component, as its operator makes it
+    under the ancestor's admission) is refused when its pods would request other than that
+    template's pods (per-pod requests, ``template_requests``: milli-CPU, bytes, counts), claim
+    other DRA devices, or run elsewhere (``template_differences``: nodeSelector, affinity,
+    tolerations, nodeName; the template's with the flavor's nodeSelector and tolerations the
+    admission adds, none while the ancestor is only queued): the operator makes it from that
+    template, and a Job of its name a tenant made instead (adopted by name, brk30b H2/H3)
+    would run pods no quota covers, or on a flavor not admitted (brk31 M1, M2). Unknown
+    templates pass. Goes beyond Kueue v0.17.1, which leaves an AppWrapper's children to its
+    controller."""
     if req.user_info.username in env.policy.controller_usernames:
         return []
     if req.operation == "UPDATE" and (
@@ -545,14 +549,18 @@ def _child_template_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[str
     template = env.ask("child_job_template", job)
     if not isinstance(template, Mapping):
         return []
-    want = template_requests(template)
-    have = template_requests((optional_object(job.get("spec"), "spec") or {}).get("template"))
-    if have == want:
-        return []
-    return [f"spec.template: a Job of {_ancestor_phrase(job)} runs pods requesting {have}, but "
-            f"its share of that object's admission was sized for pods requesting {want} "
-            "(milli-CPU, bytes, counts): only the Job its operator makes from that template "
-            "may run there"]
+    theirs = (optional_object(job.get("spec"), "spec") or {}).get("template")
+    want, have = template_requests(template), template_requests(theirs)
+    if have != want:
+        return [f"spec.template: a Job of {_ancestor_phrase(job)} runs pods requesting {have}, "
+                f"but its share of that object's admission was sized for pods requesting "
+                f"{want} (milli-CPU, bytes, counts): only the Job its operator makes from that "
+                "template may run there"]
+    return [f"spec.template.{field}: a Job of {_ancestor_phrase(job)} has {field} {mine!r}, "
+            f"but its share of that object's admission was given for pods with {placed!r} "
+            "(its template's, with the nodeSelector and tolerations of the flavor it was "
+            "admitted on): only the Job its operator makes from that template may run there"
+            for field, placed, mine in template_differences(template, theirs)]
 
 
 def _ancestor_phrase(job: dict[str, Any]) -> str:

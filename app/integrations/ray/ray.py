@@ -44,7 +44,6 @@ RayJob carries the label too (KubeRay copies the RayJob's labels) and stays its 
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -67,6 +66,7 @@ from app.wire.fields import WorkloadSpecError, integer, mapping, sequence, strin
 from app.wire.names import ORIGINAL_ANNOTATION, PODSET_LABEL
 from app.wire.owners import controller_of_object
 from app.wire.podtemplate import pod_requests
+from app.wire.podtemplate import template_claims as pod_template_claims
 from app.wire.workload import workload_from_object
 
 if TYPE_CHECKING:
@@ -191,19 +191,10 @@ def template_requests(obj: Mapping[str, Any], t: Template) -> dict[str, int]:
 
 
 def template_claims(obj: Mapping[str, Any], t: Template) -> str:
-    """The DRA claims of template ``t`` of ``obj`` as one comparable string: the pod's
-    ``spec.resourceClaims`` and each container's (and init container's) ``resources.claims``
-    (Kubernetes ``core/v1``; per-pod requests leave them out, and a claim template's
-    devices count in quota through Kueue's ``resources.deviceClassMappings``)."""
-    spec = (get_in(obj, t.path) or {}).get("spec") or {}
-    if not isinstance(spec, Mapping):
-        return ""
-    containers = [c for k in ("initContainers", "containers") for c in spec.get(k) or []
-                  if isinstance(c, Mapping)]
-    return json.dumps([spec.get("resourceClaims") or [],
-                       [((c.get("resources") or {}).get("claims") or [])
-                        if isinstance(c.get("resources"), Mapping) else c.get("resources")
-                        for c in containers]], sort_keys=True, default=str)
+    """The DRA claims of template ``t`` of ``obj`` as one comparable string (the pod's
+    ``spec.resourceClaims`` and each container's ``resources.claims``,
+    ``app.wire.podtemplate.template_claims``)."""
+    return pod_template_claims(get_in(obj, t.path))
 
 
 def template_shape(obj: Mapping[str, Any], t: Template) -> tuple[dict[str, int], str]:
