@@ -27,14 +27,16 @@ from app.integrations.framework import (
     KindDefaults,
     Registry,
     child_share,
+    child_sized_by,
     child_template,
     controller_uid,
     lookup,
     stored_ancestor,
 )
-from app.kube.context import AC, CQ, JOB, LQ, NS, RF, STS, WL, Context
+from app.kube.context import AC, CHILD_JOB_STORES, CQ, JOB, LQ, NS, RF, STS, WL, Context
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import QUEUE_NAME_LABEL
+from app.wire.podtemplate import template_requests
 from app.wire.queues import resource_flavor
 from app.wire.workload import (
     workload_from_object,
@@ -119,6 +121,14 @@ class StoreAdmissionLookup:
         unknown (``_from_ancestor``)."""
         template = self._from_ancestor(
             job, lambda kind, parent: child_template(kind, parent, job))
+        return template if isinstance(template, dict) else None
+
+    def child_job_sized_by(self, job: Obj) -> Obj | None:
+        """The pod template whose per-pod requests the managed ancestor of batch Job ``job``
+        sized its share by (``child_sized_by``: a JobSet's replicatedJob's, an MPIJob's
+        launcher's), None when there is none, or unknown (``_from_ancestor``)."""
+        template = self._from_ancestor(
+            job, lambda kind, parent: child_sized_by(kind, parent, job))
         return template if isinstance(template, dict) else None
 
     def child_object_errors(self, kind: str, obj: Obj) -> list[str] | None:
@@ -360,9 +370,25 @@ class StoreExtenderState(InMemoryExtenderState):
         if kind is None or kind.top_level:
             return None
         owner = lookup(kind, self.ctx, pod.namespace, name)
+        if owner is None and kind.key == JOB:
+            # An unlabelled batch Job (a JobSet's, an MPIJob's launcher) is in a store of
+            # its own: its pods run on its ancestor's admission.
+            owner = self._unlabelled_job(f"{pod.namespace}/{name}")
         if owner is None or (uid and owner["metadata"].get("uid") != uid):
             return kind, None
         return kind, owner
+
+    def _unlabelled_job(self, key: str) -> Obj | None:
+        """Batch Job ``namespace/name`` from the stores of Jobs without a queue name
+        (``CHILD_JOB_STORES``, watched while the Job kind's own store is selective)."""
+        for store in CHILD_JOB_STORES:
+            try:
+                found = self.ctx.store(store).get(key)
+            except KeyError:
+                continue  # not watched
+            if found is not None:
+                return found
+        return None
 
     def withheld(self, pod: PodFacts) -> str:
         """``ExtenderState.withheld`` over the stores: the pod's controller (same uid) is a
@@ -389,10 +415,36 @@ class StoreExtenderState(InMemoryExtenderState):
         # pykueue does after writing the admission, so a child's pods never wait on this.
         pm = parent.get("metadata") or {}
         wl = self.ctx.store(WL).get(f"{pod.namespace}/{parent_kind.workload_name(parent)}")
+        under = f"{parent_kind.kind} {pm.get('namespace')}/{pm.get('name')}"
         if not _admitted(wl):
-            return (f"{kind.kind} {name} runs under {parent_kind.kind} "
-                    f"{pm.get('namespace')}/{pm.get('name')}, whose Workload is not admitted")
-        return ""
+            return f"{kind.kind} {name} runs under {under}, whose Workload is not admitted"
+        return self._beyond_podset(pod, kind, owner, parent_kind, parent, under)
+
+    def _beyond_podset(self, pod: PodFacts, kind: JobKind, owner: Obj, parent_kind: JobKind,
+                       parent: Obj, under: str) -> str:
+        """Why a pod of batch Job ``owner`` (a child of the admitted ``parent``) may not be
+        placed because it requests more of the GPU resource (``extender.gpu_resource``,
+        count) than a pod of the template its share was sized by (``child_sized_by``: a
+        JobSet's replicatedJob's, an MPIJob's launcher's), or ``""``. Whatever made the Job
+        or the pod bigger (a Job adopted, or enlarged while suspended, brk32 H1 and H3; a pod
+        made under the Job's name), the ancestor's admission covers no more. The GPU only:
+        the API server adds LimitRange defaults and RuntimeClass overhead to a pod, not to
+        its template. Beyond Kueue v0.17.1, which places such a pod."""
+        if kind.key != JOB:
+            return ""
+        try:
+            sized = child_sized_by(parent_kind, parent, owner)
+        except WorkloadSpecError:
+            return ""
+        if not isinstance(sized, dict):
+            return ""
+        gpu = self.ctx.settings.extender.gpu_resource
+        want = template_requests(sized)
+        allowed = want.get(gpu, 0) if isinstance(want, dict) else 0
+        if pod.gpus <= allowed:
+            return ""
+        return (f"pod {pod.key} requests {pod.gpus} {gpu}, more than the {allowed} of a pod "
+                f"{under}'s admission gives {kind.kind} {owner['metadata'].get('name')}")
 
     def workload_for_pod(self, namespace: str, job_name: str,
                          job_uid: str = "") -> PodWorkloadView | None:

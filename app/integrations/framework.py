@@ -72,7 +72,8 @@ class KindDefaults:
     ``manageJobsWithoutQueueName``: ``manages_unlabelled``, ``unlabelled_selector``,
     ``takes_unlabelled``; and
     ``top_level``, ``partial_admission``, ``optional``, ``child_jobs`` (``child_job_pods``,
-    ``child_job_template``, ``child_shares_changed``, ``child_object_errors``), ``rules``;
+    ``child_job_template``, ``child_job_sized_by``, ``child_shares_changed``,
+    ``child_object_errors``), ``rules``;
     for
     operators that need a nudge ``settle``; for objects an ancestor's operator makes
     ``hold_to_ancestor``, ``carries_admission`` and ``stop_orphaned``; for kinds whose
@@ -186,6 +187,14 @@ class KindDefaults:
         (the default) when the kind does not give one: the Job's pods are then held to
         their count only (``child_job_pods``). Raises ``WorkloadSpecError``."""
         return None
+
+    def child_job_sized_by(self, obj: Mapping[str, Any], job: Mapping[str, Any]) -> Any:
+        """The pod template whose per-pod requests ``obj``'s admission gave batch Job ``job``
+        its pods by (the podSet its share ``child_job_pods`` comes from: a JobSet's
+        replicatedJob, an MPIJob's launcher), placement not implied; None when unknown (the
+        Job's pods are then held to their count only). Default: ``child_job_template``'s.
+        Raises ``WorkloadSpecError``."""
+        return self.child_job_template(obj, job)
 
     def child_object_errors(self, obj: Mapping[str, Any], kind: str,
                             child: Mapping[str, Any]) -> list[str]:
@@ -526,6 +535,17 @@ def child_template(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping
     if not _made_for(parent_kind, parent, job):
         return None
     return parent_kind.child_job_template(parent, job)
+
+
+def child_sized_by(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[str, Any]
+                   ) -> Any:
+    """The pod template whose per-pod requests batch Job ``job``'s share of its managed
+    ancestor ``parent``'s admission was sized by (``parent_kind.child_job_sized_by``, as
+    ``child_share`` finds the share), None when none is known. Raises
+    ``WorkloadSpecError``."""
+    if not _made_for(parent_kind, parent, job):
+        return None
+    return parent_kind.child_job_sized_by(parent, job)
 
 
 def _made_for(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[str, Any]) -> bool:

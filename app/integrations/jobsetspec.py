@@ -40,6 +40,24 @@ def replicated_jobs(js: Mapping[str, Any], where: str = "spec") -> list[Mapping[
     return out
 
 
+def child_job_pod_template(js: Mapping[str, Any], name: str, job: Mapping[str, Any],
+                           where: str = "spec") -> Any:
+    """The pod template (``replicatedJobs[].template.spec.template``) of JobSet-shaped ``js``
+    that jobset v0.11.1 makes batch Job ``job`` from when the JobSet is named ``name``: the
+    replicatedJob ``rj`` with an index below its ``replicas`` for which ``job`` is named
+    ``<name>-<rj>-<index>`` (``GenJobName``); None for any other Job. Raises
+    ``WorkloadSpecError``."""
+    job_name = str((job.get("metadata") or {}).get("name", ""))
+    for i, rj in enumerate(replicated_jobs(js, where)):
+        prefix = f"{name}-{rj['name']}-"
+        index = job_name[len(prefix):] if job_name.startswith(prefix) else ""
+        replicas = integer(rj.get("replicas"), f"{where}.replicatedJobs[{i}].replicas",
+                           default=1, minimum=0)
+        if index.isdigit() and str(int(index)) == index and int(index) < replicas:
+            return rj["template"]["spec"].get("template")
+    return None
+
+
 def replicated_job_pods(rj: Mapping[str, Any], where: str) -> int:
     """``replicas x min(parallelism, completions)`` of one replicatedJob at ``where``."""
     replicas = integer(rj.get("replicas"), f"{where}.replicas", default=1, minimum=0)

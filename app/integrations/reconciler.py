@@ -64,6 +64,7 @@ from app.integrations.framework import (
     StartError,
     adopted_by_job,
     child_share,
+    child_sized_by,
     controller_uid,
     delete_pods,
     grace_allowed,
@@ -106,6 +107,7 @@ from app.wire.names import (
     RESOURCE_IN_USE_FINALIZER,
 )
 from app.wire.owners import controller_of_object, controller_ref
+from app.wire.podtemplate import requests_beyond, template_requests
 from app.wire.workload import job_pod_count, workload_from_object
 from app.wire.workload_status import (
     ADMITTED,
@@ -969,8 +971,14 @@ class JobReconciler:
         try:
             have = job_pod_count(job)
             allowed = child_share(parent_kind, parent, job)
+            sized = child_sized_by(parent_kind, parent, job) if allowed else None
         except WorkloadSpecError:
             return None  # the ancestor's own reconcile stops it: it no longer matches
+        theirs = template_requests((job.get("spec") or {}).get("template"))
+        beyond = requests_beyond(theirs, template_requests(sized)) \
+            if isinstance(sized, Mapping) else {}
+        if beyond:
+            allowed = 0  # its pods would use more than its share's podSet was admitted for
         if have > allowed:
             body = copy.deepcopy(job)
             body["spec"]["parallelism"] = allowed
@@ -979,12 +987,16 @@ class JobReconciler:
             for store in (JOB, *CHILD_JOB_STORES):
                 if store in self.ctx.informers.informers and self.ctx.store(store).get(key):
                     self.ctx.store(store).put(written)
-            self.ctx.recorder.emit(written, WARNING, "ExceedsAncestorAdmission",
-                                   f"spec.parallelism {job['spec'].get('parallelism')} runs "
-                                   f"{have} pods, more than the {allowed} its "
-                                   f"{parent_kind.kind} {meta.get('namespace')}/"
-                                   f"{parent['metadata'].get('name')} was admitted for: set "
-                                   f"back to {allowed}")
+            owner = (f"{parent_kind.kind} {meta.get('namespace')}/"
+                     f"{parent['metadata'].get('name')}")
+            parallelism = job["spec"].get("parallelism")
+            message = (f"spec.template's pods request {theirs}, beyond the "
+                       f"{template_requests(sized)} (milli-CPU, bytes, counts) of a pod its "
+                       f"{owner} was admitted for: spec.parallelism {parallelism} set to 0"
+                       if beyond else f"spec.parallelism {parallelism} runs {have} pods, more "
+                       f"than the {allowed} its {owner} was admitted for: set back to "
+                       f"{allowed}")
+            self.ctx.recorder.emit(written, WARNING, "ExceedsAncestorAdmission", message)
             job = written
         return await self._cut_grace_beyond_share(job, allowed, parent_kind, parent)
 

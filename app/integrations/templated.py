@@ -213,6 +213,16 @@ class TemplatedKind(KindDefaults):
         return {f"{meta.get('name', '')}{name}": t.count for t in self.templates(obj)
                 if t.name == podset}
 
+    def _podset_child_template(self, obj: Mapping[str, Any], job: Mapping[str, Any],
+                               podset: str, name: str) -> Any:
+        """The pod template of podSet ``podset`` when batch Job ``job`` is the one
+        ``_podset_child`` names (``<obj's name><name>``), else None."""
+        meta = obj.get("metadata") or {}
+        if (job.get("metadata") or {}).get("name") != f"{meta.get('name', '')}{name}":
+            return None
+        return next((self.template_of(obj, t) for t in self.templates(obj)
+                     if t.name == podset), None)
+
     def priority_class(self, obj: Mapping[str, Any]) -> tuple[str, str]:
         """(PriorityClass name, its field) the kind reads before its templates', or ("", "")."""
         return "", ""

@@ -443,7 +443,8 @@ class WebhookEnv:
     (``app.state``): ``settings`` (``app.config.Settings``; None in bare tests), and the
     optional ``admission_lookup`` (the reconciler's stores: ``is_admitted``,
     ``has_managed_ancestor``, ``managed_kinds``, ``child_job_share``,
-    ``child_job_template``, ``statefulset_replicas``, ``queued_statefulset``) and
+    ``child_job_template``, ``child_job_sized_by``, ``statefulset_replicas``,
+    ``queued_statefulset``) and
     ``default_queue_lookup`` (``has_default_local_queue``, ``namespace_managed``). A part
     that is absent, or raises, answers "unknown" (None); each rule says what unknown means
     for it. ``builtin_kinds``:

@@ -123,6 +123,19 @@ def template_requests(template: Any) -> dict[ResourceName, int] | str:
     except WorkloadSpecError as e:
         return str(e)
 
+def requests_beyond(have: Mapping[ResourceName, int] | str,
+                    want: Mapping[ResourceName, int] | str) -> dict[ResourceName, int]:
+    """The resources of per-pod requests ``have`` (``template_requests``: milli-CPU, bytes,
+    counts) above those of ``want`` (a resource ``want`` lacks counts as 0), with ``have``'s
+    amount; for unreadable requests (a message) every resource of the other side, or
+    ``{"": 0}`` when ``have`` is unreadable: either way not within ``want``."""
+    if isinstance(have, str):
+        return {"": 0}
+    if isinstance(want, str):
+        return dict(have) or {"": 0}
+    return {r: n for r, n in have.items() if n > want.get(r, 0)}
+
+
 def _pruned(value: Any, empty: tuple[Any, ...]) -> Any:
     """``value`` with every list item and object entry equal to one of ``empty`` left out,
     recursively: what the API server's ``omitempty`` drops from a stored object."""

@@ -23,7 +23,11 @@ H4: an admitted Job's pod deleted by the tenant is replaced at once by the Job c
 ``podFailurePolicy``) while it runs out the termination grace period the tenant gave it
 (kept Running here by kwok's ``lab.pykueue.dev/stops-slowly`` and the test's finalizer, as a
 container ignoring SIGTERM for a day would be): every deletion adds a GPU pod Running on
-the admission of one; the extender places each replacement (its Job is admitted)."""
+the admission of one; the extender places each replacement (its Job is admitted).
+
+Closed since: H1 and H3 (the extender places no pod of a child Job asking more GPUs than a
+pod of the template its share was sized by, ``child_job_sized_by``; the reconciler sets such
+a running Job to parallelism 0; the Job webhook, when it sees the Job, refuses the resume)."""
 
 from __future__ import annotations
 
@@ -105,9 +109,6 @@ def _gpus_once_running(lab: LabHandle, ns: str, selector: str, seconds: float) -
     return sum(_gpus(p) for p in _running(lab, ns, selector))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brk32 H3: a queued JobSet's Job patched to 4 GPUs a pod while suspended is resumed by "
-    "the JobSet operator on the JobSet's admission of 1 GPU"))
 def test_h3_a_queued_jobsets_job_enlarged_while_queued_runs_no_bigger_pod(
         lab: LabHandle, pykueue_with_jobset) -> None:  # noqa: F811
     """A 1-GPU ClusterQueue; the tenant's JobSet ``train`` (1 Job of one 1-GPU pod) queued in
@@ -138,9 +139,6 @@ def test_h3_a_queued_jobsets_job_enlarged_while_queued_runs_no_bigger_pod(
         assert gpus <= 1, f"{gpus} GPUs Running for train, admitted for 1"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brk32 H1: a tenant's suspended 4-GPU Job adopted by an admitted JobSet (1 GPU) runs "
-    "its pod once the JobSet operator resumes it"))
 def test_h1_a_job_adopted_by_a_jobset_while_suspended_runs_no_bigger_pod(
         lab: LabHandle, pykueue_with_jobset) -> None:  # noqa: F811
     """A 1-GPU ClusterQueue; the tenant makes Job ``train-workers-0`` (no queue name,

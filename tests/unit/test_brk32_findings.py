@@ -2,8 +2,12 @@
 287472f and 1e2faaa). Default settings (``webhook.child_job_creators`` empty, Kueue's
 behaviour) unless a test says. Strict xfails: each passes once its finding is closed.
 Closed since: H2 (the webhooks compare the controller reference's group, kind, name and uid,
-``framework.controller_identity``); M1 (lanes, 235c861); L1 (a lane stopped by ``-x`` makes
-the other take no further file: ``<dir>/stop``). Open: H1, H3, L2 (and H4, a lab reproducer
+``framework.controller_identity``); H1 and H3 (``child_job_sized_by``: the pod template a
+child Job's share was sized by, a JobSet's or TrainJob's replicatedJob's, an MPIJob's
+launcher's, a RayJob's submitter's; the Job webhook refuses a create or resume whose pods ask
+more, the reconciler sets such a running Job to parallelism 0, and the extender places no pod
+of it asking more GPUs); M1 (lanes, 235c861); L1 (a lane stopped by ``-x`` makes
+the other take no further file: ``<dir>/stop``). Open: L2 (and H4, a lab reproducer
 in tests/e2e/test_brk32_findings.py).
 
 H1 (adopted while suspended, resumed with bigger pods: the template is the AppWrapper's
@@ -88,14 +92,19 @@ from typing import Any
 import pytest
 
 from app.config import ServerSettings, Settings, WebhookSettings
-from app.controllers.admission_lookup import StoreAdmissionLookup
+from app.controllers.admission_lookup import StoreAdmissionLookup, StoreExtenderState
+from app.extender.nodestore import NodeStore
+from app.extender.placement import PodFacts
 from app.integrations import default_registry
+from app.integrations.batchjob.job import KIND as BATCH_JOB
 from app.integrations.framework import child_share
 from app.integrations.jobset.jobset import KIND as JOBSET
 from app.integrations.reconciler import JobReconciler
 from app.kube.client import JOBS
+from app.kube.context import CHILD_JOBS, WL
 from app.kube.informers import Store
 from app.main import create_app
+from app.wire.owners import OwnerRef
 from tests.unit.test_appwrapper import job
 from tests.unit.test_appwrapper_child_templates import (
     _app,
@@ -115,14 +124,6 @@ from tests.unit.test_brk31_findings import _held_with_j
 from tests.unit.test_lanes import CONFTEST, ROOT, waves
 from tests.unit.test_webhook import CONTROLLER, make_app
 
-H1 = pytest.mark.xfail(strict=True, reason=(
-    "brk32 H1: a Job made a JobSet's child while suspended is checked for its count only "
-    "when resumed (child_job_template is the AppWrapper's only): its 8-GPU pod runs on the "
-    "JobSet's admission of 1 GPU"))
-H3 = pytest.mark.xfail(strict=True, reason=(
-    "brk32 H3: a queued JobSet's suspended Job given 8-GPU pods (Kubernetes v1.36 "
-    "MutablePodResourcesForSuspendedJobs) is resumed by the JobSet operator unchecked: the "
-    "Job rules compare a JobSet child's count only"))
 JOBSET_REF = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "train",
               "uid": "p1", "controller": True, "blockOwnerDeletion": True}
 
@@ -190,7 +191,6 @@ async def test_h1_the_one_update_adoption_while_running_is_refused() -> None:
     assert not out["allowed"]
 
 
-@H1
 @pytest.mark.parametrize(("creators", "resumer"), [
     ((), "alice"), ((), JOBSET_CONTROLLER), ((JOBSET_CONTROLLER,), JOBSET_CONTROLLER)],
     ids=["default-tenant-resumes", "default-operator-resumes",
@@ -215,7 +215,6 @@ async def test_h1_a_job_adopted_by_a_jobset_while_suspended_resumes_no_bigger_po
         "train-w-0 (8 GPUs a pod) adopted while suspended and resumed on train's 1 GPU"
 
 
-@H1
 async def test_h1_a_job_created_under_a_jobset_with_its_jobs_name_runs_no_bigger_pods() -> None:
     """The other way in: a Job the tenant creates running under the admitted ``train`` with
     the name of a Job its operator makes (``train-w-0``: share 1), in the moment between its
@@ -308,7 +307,6 @@ def _operators_train_w_0(gpus: str) -> dict[str, Any]:
     return out
 
 
-@H3
 async def test_h3_a_queued_jobsets_job_enlarged_while_suspended_is_not_resumed_bigger(
         ) -> None:
     """``train`` admitted (1 GPU a pod); its Job ``train-w-0`` was patched to 8 GPUs while
@@ -328,6 +326,77 @@ async def test_h3_a_queued_jobsets_job_enlarged_while_suspended_is_not_resumed_b
     held = bool(rec.ctx.client.replaced)
     assert not (edit["allowed"] and resume["allowed"] and not held), \
         "train-w-0 enlarged to 8 GPUs a pod while queued, resumed on train's admission of 1"
+
+
+async def test_h3_the_reconciler_sets_an_enlarged_jobset_job_to_no_pods() -> None:
+    """Without any webhook (the default ones do not see an unlabelled Job): the JobSet
+    operator resumed ``train-w-0`` enlarged to 8 GPUs a pod; ``_hold_to_share`` sets it to
+    parallelism 0 (its share's podSet asks 1 GPU a pod), with a Warning saying so. The same
+    Job as the operator made it keeps its pod."""
+    resumed = _operators_train_w_0("8")
+    resumed["spec"]["suspend"] = False
+    rec = _reconciler()
+    await JobReconciler._hold_to_share(rec, resumed, JOBSET, _train())  # type: ignore[arg-type]
+    assert [j["spec"]["parallelism"] for j in rec.ctx.client.replaced] == [0]
+    same = _operators_train_w_0("1")
+    same["spec"]["suspend"] = False
+    rec = _reconciler()
+    await JobReconciler._hold_to_share(rec, same, JOBSET, _train())  # type: ignore[arg-type]
+    assert rec.ctx.client.replaced == []
+
+
+def _extender_state(child: dict[str, Any], store: str) -> Any:
+    """``StoreExtenderState`` with ``_train`` admitted and ``child`` in ``store``."""
+    train = _train()
+    wl = {"metadata": {"namespace": "t", "name": JOBSET.workload_name(train),
+                       "resourceVersion": "1"},
+          "spec": {"queueName": "lq", "podSets": []},
+          "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": []},
+                     "conditions": [{"type": "QuotaReserved", "status": "True"},
+                                    {"type": "Admitted", "status": "True"}]}}
+    stores = {JOBSET.key: Store(JOBS), store: Store(JOBS), WL: Store(JOBS)}
+    stores[JOBSET.key].put(train)
+    stores[store].put(child)
+    stores[WL].put(wl)
+    ctx = SimpleNamespace(store=lambda k: stores.get(k) or Store(JOBS), synced=True,
+                          settings=Settings())
+    return StoreExtenderState(ctx, NodeStore("nvidia.com/gpu"),  # type: ignore[arg-type]
+                              default_registry())
+
+
+def _pod_of(job: dict[str, Any], gpus: int) -> PodFacts:
+    meta = job["metadata"]
+    return PodFacts("t", f"{meta['name']}-abcde", job_name=meta["name"], job_uid=meta["uid"],
+                    gpus=gpus, uid="pod-uid",
+                    controller=OwnerRef("batch/v1", "Job", meta["name"], meta["uid"]))
+
+
+@pytest.mark.parametrize("store", [CHILD_JOBS, BATCH_JOB.key], ids=["unlabelled", "labelled"])
+def test_h1_h3_the_extender_places_no_pod_of_a_child_job_bigger_than_its_podset(
+        store: str) -> None:
+    """Whatever let the Job through (no webhook called, bypassed, or down), a pod of
+    ``train-w-0`` asking 8 GPUs gets no node on ``train``'s admission of 1 GPU a pod; one
+    asking 1 does. The Job unlabelled (a JobSet's own: the child Job store), or labelled by
+    the tenant (H1: the Job kind's store)."""
+    child = _operators_train_w_0("8")
+    child["spec"]["suspend"] = False
+    state = _extender_state(child, store)
+    why = state.withheld(_pod_of(child, 8))
+    assert "requests 8 nvidia.com/gpu, more than the 1" in why, why
+    assert "JobSet t/train" in why
+    assert state.withheld(_pod_of(child, 1)) == ""
+    assert state.workload_for_pod("t", "train-w-0", "uid-op") is None  # placed as its ancestor
+
+
+def test_the_extender_holds_an_unlabelled_child_jobs_pods_until_its_ancestor_is_admitted(
+        ) -> None:
+    """A JobSet's unlabelled Job found in the child Job store: while ``train``'s Workload is
+    not admitted its pods get no node (before, a Job outside the Job kind's store covered
+    nothing and its pods passed)."""
+    child = _operators_train_w_0("1")
+    state = _extender_state(child, CHILD_JOBS)
+    state.ctx.store(WL).remove(f"t/{JOBSET.workload_name(_train())}")
+    assert "whose Workload is not admitted" in state.withheld(_pod_of(child, 1))
 
 
 # ------------------------------------------------------------------------------ the lanes

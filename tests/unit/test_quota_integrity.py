@@ -129,6 +129,31 @@ def test_each_ancestor_kind_names_the_jobs_its_operator_makes_and_their_share() 
     assert ray.KINDS and batchjob.KIND
 
 
+def test_each_ancestor_kind_names_the_template_its_jobs_pods_were_sized_by() -> None:
+    """``child_job_sized_by``: the pod template whose per-pod requests a child Job's share
+    was admitted for, by the Job's name only (brk32 H1, H3); None for a Job no share is."""
+    def named(name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}}
+    js = make_jobset(rjob("driver", None, None, gpu=4), rjob("workers", 2, 3, completions=2))
+    gpus = [(n, jobset.KIND.child_job_sized_by(js, named(n))) for n in (
+        "train-driver-0", "train-workers-1", "train-workers-2", "train-workers-01", "other")]
+    assert [(n, t and t["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"])
+            for n, t in gpus] == [("train-driver-0", "4"), ("train-workers-1", "1"),
+                                  ("train-workers-2", None), ("train-workers-01", None),
+                                  ("other", None)]
+    launcher = {"spec": {"containers": [{"name": "l", "resources": {"requests": {"cpu": "1"}}}]}}
+    mpi = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+           "metadata": {"name": "pi", "namespace": NS, "uid": "m1", "labels": {QUEUE: "lq"}},
+           "spec": {"mpiReplicaSpecs": {"Launcher": {"replicas": 1, "template": launcher},
+                                        "Worker": {"replicas": 4, "template": {}}}}}
+    assert kubeflow.MPIJOB.child_job_sized_by(mpi, named("pi-launcher")) == launcher
+    assert kubeflow.MPIJOB.child_job_sized_by(mpi, named("pi-worker")) is None
+    assert PYTORCHJOB.child_job_sized_by({}, named("x")) is None
+    submitter = RAYJOB.child_job_sized_by(rayjob(group("gpu")), named("tune"))
+    assert submitter is not None and submitter["spec"]["containers"], "KubeRay's default"
+    assert RAYJOB.child_job_sized_by(rayjob(group("gpu")), named("tune-x")) is None
+
+
 def _admitted_workload(owner: dict[str, Any], name: str) -> dict[str, Any]:
     return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload", "metadata": {
         "name": name, "namespace": NS, "uid": "w1", "resourceVersion": "1",

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from app.integrations import default_registry, framework_of
-from app.integrations.framework import child_share
+from app.integrations.framework import child_share, child_sized_by
 from app.integrations.podsets import InjectionConflict
 from app.integrations.trainjob.trainjob import (
     CHILD_FIELD,
@@ -183,6 +183,13 @@ def test_jobs_of_the_trainer_jobset_are_the_trainjob_children() -> None:
     assert child_share(KIND, parent, job("tj-node-0", "JobSet", "tj")) == 2
     assert child_share(KIND, parent, job("tj-node-0", "JobSet", "other")) == 0
     assert child_share(KIND, parent, job("tj-node-0", "Other", "tj")) == 0
+    # The pods of tj-node-0 were admitted as the runtime's node template with
+    # resourcesPerNode (brk32 H1/H3: what the extender and the Job rules hold them to).
+    sized = child_sized_by(KIND, parent, job("tj-node-0", "JobSet", "tj"))
+    node = next(c for c in sized["spec"]["containers"] if c["name"] == "node")
+    assert node["resources"]["requests"] == {"nvidia.com/gpu": "1"}
+    assert child_sized_by(KIND, parent, job("tj-node-1", "JobSet", "tj")) is None
+    assert child_sized_by(KIND, parent, job("tj-node-0", "JobSet", "other")) is None
 
 
 def test_webhook_suspends_a_queued_trainjob() -> None:

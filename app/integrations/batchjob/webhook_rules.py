@@ -64,7 +64,7 @@ from app.wire.names import (
     QUEUE_NAME_LABEL,
 )
 from app.wire.owners import controller_of_object
-from app.wire.podtemplate import template_differences, template_requests
+from app.wire.podtemplate import requests_beyond, template_differences, template_requests
 from app.wire.workload import completions_follow_parallelism, job_min_count, job_pod_count
 
 if TYPE_CHECKING:
@@ -547,9 +547,9 @@ def _child_template_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[str
             read_suspend(job) or not read_suspend(_read_job(req.old_object, "request.oldObject"))):
         return []
     template = env.ask("child_job_template", job)
-    if not isinstance(template, Mapping):
-        return []
     theirs = (optional_object(job.get("spec"), "spec") or {}).get("template")
+    if not isinstance(template, Mapping):
+        return _child_requests_errors(env, job, theirs)
     want, have = template_requests(template), template_requests(theirs)
     if have != want:
         return [f"spec.template: a Job of {_ancestor_phrase(job)} runs pods requesting {have}, "
@@ -561,6 +561,29 @@ def _child_template_errors(req: AdmissionRequest, env: WebhookEnv, job: dict[str
             "(its template's, with the nodeSelector and tolerations of the flavor it was "
             "admitted on): only the Job its operator makes from that template may run there"
             for field, placed, mine in template_differences(template, theirs)]
+
+
+def _child_requests_errors(env: WebhookEnv, job: dict[str, Any], theirs: Any) -> list[str]:
+    """For a Job whose managed ancestor gives no whole template but sized its share by one
+    (``child_job_sized_by``: a JobSet's, TrainJob's JobSet's, replicatedJob; an MPIJob's
+    launcher; a RayJob's submitter): its pods may ask no more of any resource than that
+    template's (``requests_beyond``). Placement is not compared: jobset v0.11.1 merges the
+    admission's nodeSelector and tolerations into a suspended Job it resumes, keeping an
+    earlier admission's (``resumeJobsIfNecessary``). brk32 H1 and H3: a tenant's 8-GPU Job
+    adopted by a JobSet while suspended, or a queued JobSet's Job enlarged while suspended,
+    resumed on an admission of 1 GPU a pod. Beyond Kueue v0.17.1 (``shouldSuspendChildJob``
+    leaves an admitted ancestor's children alone)."""
+    sized = env.ask("child_job_sized_by", job)
+    if not isinstance(sized, Mapping):
+        return []
+    want = template_requests(sized)
+    beyond = requests_beyond(template_requests(theirs), want)
+    if not beyond:
+        return []
+    return [f"spec.template: a Job of {_ancestor_phrase(job)} runs pods requesting "
+            f"{template_requests(theirs)}, beyond the {want} (milli-CPU, bytes, counts) its "
+            "share of that object's admission was sized for: only pods no bigger than its "
+            "template's may run there (resize the object itself: it is queued again)"]
 
 
 def _ancestor_phrase(job: dict[str, Any]) -> str:

@@ -25,7 +25,12 @@ from typing import TYPE_CHECKING, Any
 from app.core.workload import Workload, admission_excess
 from app.integrations.framework import job_finished
 from app.integrations.jobset.webhook_rules import RULES
-from app.integrations.jobsetspec import jobset_templates, replicated_job_pods, replicated_jobs
+from app.integrations.jobsetspec import (
+    child_job_pod_template,
+    jobset_templates,
+    replicated_job_pods,
+    replicated_jobs,
+)
 from app.integrations.templated import Obj, Template, TemplatedKind
 from app.kube.client import Resource
 from app.kube.events import WARNING
@@ -95,6 +100,13 @@ class JobSet(TemplatedKind):
             for index in range(replicas):
                 out[f"{name}-{rj['name']}-{index}"] = per_job
         return out
+
+    def child_job_sized_by(self, obj: Mapping[str, Any], job: Mapping[str, Any]) -> Any:
+        """The pod template of the replicatedJob whose Job ``job`` is
+        (``child_job_pod_template``; ``child_jobs`` gives its share), None for any other
+        Job. Raises ``WorkloadSpecError``."""
+        return child_job_pod_template(obj, str((obj.get("metadata") or {}).get("name", "")),
+                                      job)
 
     def leaves_orphans(self, ctx: Context, pod: Mapping[str, Any], name: str,
                        uid: str) -> bool:

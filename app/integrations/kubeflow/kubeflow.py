@@ -98,6 +98,13 @@ class KubeflowJob(TemplatedKind):
         return self._podset_child(obj, "launcher", "-launcher") if "Launcher" in self.order \
             else {}
 
+    def child_job_sized_by(self, obj: Mapping[str, Any], job: Mapping[str, Any]) -> Any:
+        """MPIJob: the launcher's pod template for its Job ``<name>-launcher`` (mpi-operator
+        v0.8.0 makes it from ``mpiReplicaSpecs.Launcher.template``), None for any other Job
+        and for the training-operator's kinds. Raises ``WorkloadSpecError``."""
+        return self._podset_child_template(obj, job, "launcher", "-launcher") \
+            if "Launcher" in self.order else None
+
     def runs_pods_through(self, ctx: Context, job: Mapping[str, Any] | None,
                           pod: Mapping[str, Any], name: str, uid: str, *,
                           owner_gone: bool = False) -> bool:

@@ -563,6 +563,12 @@ class RayJob(_ClusterOwner):
         the ``submitter`` podSet's count (1). Raises ``WorkloadSpecError``."""
         return self._podset_child(obj, SUBMITTER, "")
 
+    def child_job_sized_by(self, obj: Mapping[str, Any], job: Mapping[str, Any]) -> Any:
+        """In K8sJobMode the submitter's pod template (``spec.submitterPodTemplate``, else
+        KubeRay's default) for its Job named after the RayJob, None for any other Job.
+        Raises ``WorkloadSpecError``."""
+        return self._podset_child_template(obj, job, SUBMITTER, "")
+
     def template_of(self, obj: Mapping[str, Any], t: Template) -> Any:
         got = get_in(obj, t.path)
         if got is None and t.name == SUBMITTER:

@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 from app.core.multikueue import TRAINJOB, TRAINJOB_PATCH_MANAGER
 from app.integrations.crdrules import CrdRules
 from app.integrations.framework import controlled_by, job_finished, stored_controller
-from app.integrations.jobsetspec import jobset_templates
+from app.integrations.jobsetspec import child_job_pod_template, jobset_templates
 from app.integrations.podsets import (
     admitted_scheduling,
     inject_template,
@@ -341,6 +341,16 @@ class TrainJob(TemplatedKind):
             for index in range(replicas):
                 out[f"{name}-{rj['name']}-{index}"] = per_job
         return out
+
+    def child_job_sized_by(self, obj: Mapping[str, Any], job: Mapping[str, Any]) -> Any:
+        """The pod template of the JobSet's replicatedJob whose Job ``job`` is
+        (``child_job_pod_template``; ``child_jobs`` gives its share), None for any other Job
+        or without the JobSet's shape. Raises ``WorkloadSpecError``."""
+        child = obj.get(CHILD_FIELD)
+        if not isinstance(child, Mapping):
+            return None
+        return child_job_pod_template(child, str((obj.get("metadata") or {}).get("name", "")),
+                                      job, where=CHILD_FIELD)
 
     # ---------------------------------------------------------------- the writes
 
