@@ -594,11 +594,23 @@ class JobsSettings(BaseModel):
     until the finalizer is removed by hand, as with Kueue (docs/security.md). Default on
     (Kueue's Workloads carry it); off: no finalizer, the deletion hold in memory only
     (forgotten by a restart while the pods terminate).
-    ``PYKUEUE_JOBS__WORKLOAD_FINALIZER=false``."""
+    ``PYKUEUE_JOBS__WORKLOAD_FINALIZER=false``.
+
+    ``pod_replacement_policy``: ``AsSubmitted`` (default, Kueue v0.17.1's: a queued batch
+    Job keeps its own ``spec.podReplacementPolicy``, which the API server defaults to
+    ``TerminatingOrFailed`` without a ``podFailurePolicy``: the Job controller starts a
+    replacement as soon as a pod is being deleted, so a tenant deleting its Running pods runs
+    the replacements beside pods that run out the grace period it set, beyond the admission:
+    brk32 H4). ``Failed`` (pykueue's, opt-in): the Job webhook sets ``Failed`` on every
+    queued batch Job it creates or queues (a replacement starts once the pod it replaces is
+    terminal) and refuses an UPDATE, by anyone but pykueue, that changes it away from
+    ``Failed`` on a queued Job. Jobs an ancestor's operator makes (a JobSet's) keep what that
+    operator writes. ``PYKUEUE_JOBS__POD_REPLACEMENT_POLICY=Failed``."""
 
     model_config = ConfigDict(extra="forbid")
 
     local_queue_defaulting: bool = False
+    pod_replacement_policy: Literal["AsSubmitted", "Failed"] = "AsSubmitted"
     deleted_quota_release: Literal["WhenPodsGone", "Immediately"] = "WhenPodsGone"
     workload_finalizer: bool = True
     manage_jobs_without_queue_name: bool = False

@@ -30,7 +30,8 @@ FIRST_E2E=(tests/e2e/test_kinds_preemption.py
   tests/e2e/test_job_being_deleted_stopped.py tests/e2e/test_multikueue_crds_absent.py
   tests/e2e/test_deleted_job_quota_held.py tests/e2e/test_deleted_pod_workload_held.py
   tests/e2e/test_pod_owner_reference_escape.py tests/e2e/test_workload_finalizer.py
-  tests/e2e/test_owner_reference_release.py tests/e2e/test_adjusted_resources.py)
+  tests/e2e/test_owner_reference_release.py tests/e2e/test_adjusted_resources.py
+  tests/e2e/test_pod_replacement_policy.py)
 LATER=()
 for f in tests/e2e/test_*.py; do
   [[ " ${FIRST_E2E[*]} " == *" $f "* ]] || LATER+=("$f")

@@ -166,7 +166,10 @@ def lane_env(lane: str, env: Mapping[str, str], root: Path) -> dict[str, str]:
 
 def lanes_check(lanes_dir: Path) -> list[str]:
     """What went wrong with the lanes' run in ``lanes_dir`` (tests/lanes.py's files): a file
-    collected by a lane and run by none, or run by both; empty when every file ran once."""
+    collected by a lane and run by none, or run by both; empty when every file ran once, or
+    when the lanes only collected (``--co``: ``<dir>/collect-only``)."""
+    if (lanes_dir / "collect-only").exists():
+        return []  # ``--co``: the lanes collected and ran nothing (brk32 L2)
     collected: set[str] = set()
     ran: dict[str, int] = {}
     for f in sorted(lanes_dir.glob("collected-*")):

@@ -124,9 +124,12 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
         return None
     if session.testsfailed and not session.config.option.continue_on_collection_errors:
         raise session.Interrupted(f"{session.testsfailed} errors during collection")
-    if session.config.option.collectonly:
-        return True
     root = Path(LANES_DIR)
+    if session.config.option.collectonly:
+        # Nothing is run, so nothing is to be checked (``lanes_check``; brk32 L2).
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "collect-only").write_text(f"{LANE}\n")
+        return True
     claims = root / "claims"
     claims.mkdir(parents=True, exist_ok=True)
     files = _by_file(session.items)

@@ -7,7 +7,8 @@ child Job's share was sized by, a JobSet's or TrainJob's replicatedJob's, an MPI
 launcher's, a RayJob's submitter's; the Job webhook refuses a create or resume whose pods ask
 more, the reconciler sets such a running Job to parallelism 0, and the extender places no pod
 of it asking more GPUs); M1 (lanes, 235c861); L1 (a lane stopped by ``-x`` makes
-the other take no further file: ``<dir>/stop``). Open: L2 (and H4, a lab reproducer
+the other take no further file: ``<dir>/stop``); L2 (a collect-only run writes
+``<dir>/collect-only``, and ``lanes_check`` then finds nothing to check). Open: H4 (a lab reproducer
 in tests/e2e/test_brk32_findings.py).
 
 H1 (adopted while suspended, resumed with bigger pods: the template is the AppWrapper's
@@ -463,12 +464,6 @@ async def test_h2_the_same_deployment_from_no_owner_is_refused() -> None:
     assert (await decide(object_review(old, new), queued_appwrapper()))["allowed"] is False
 
 
-L2 = pytest.mark.xfail(strict=True, reason=(
-    "brk32 L2: `make test PYTEST_ARGS=--co` exits 1: the lanes collect only (no "
-    "collected-<lane> written), and lanes-check then finds that no lane collected a file"))
-
-
-@L2
 def test_l2_a_collect_only_run_of_the_lanes_passes_lanes_check(tmp_path: Path) -> None:
     """hack/test.sh where every binary is built runs lanes-check after lanes that ended 0;
     with ``--co`` each lane returns from ``pytest_runtestloop`` before writing

@@ -395,15 +395,58 @@ def _mutation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
         return ALLOW
     if req.operation == "UPDATE":
         old_job = _read_job(req.old_object, "request.oldObject")
-        return patched(mutate_update(old_job, job, req.user_info.username, policy))
+        patch = mutate_update(old_job, job, req.user_info.username, policy)
+        if read_queue_name(job, policy.queue_name_label) \
+                and not read_queue_name(old_job, policy.queue_name_label):
+            patch += replacement_policy_ops(job, env)  # queued by this update
+        return patched(patch)
     default_queue, manage = env.unqueued_defaults(job, req.namespace)
     patch = mutate(job, req.operation, queue_name_label=policy.queue_name_label,
                    default_queue=default_queue, manage_unlabelled=manage)
     queue = read_queue_name(job, policy.queue_name_label) or default_queue
+    if queue or manage:
+        patch += replacement_policy_ops(job, env)
     if queue and can_default_managed_by(job) and env.lookup(
             "admission_lookup", "uses_multikueue", req.namespace, queue):
         patch.append(managed_by_op(job))
     return patched(patch)
+
+
+def _replacing_on_failure(env: WebhookEnv) -> bool:
+    """``jobs.pod_replacement_policy`` is ``Failed`` (pykueue's opt-in)."""
+    jobs = env.settings.jobs if env.settings is not None else None
+    return jobs is not None and jobs.pod_replacement_policy == "Failed"
+
+
+def replacement_policy_ops(job: Mapping[str, Any], env: WebhookEnv) -> list[JsonPatchOp]:
+    """With ``jobs.pod_replacement_policy: Failed``, the JSONPatch op setting a queued Job's
+    ``spec.podReplacementPolicy`` to ``Failed`` (batch/v1; the API server has defaulted it
+    to ``TerminatingOrFailed`` before any webhook sees it, so an explicit value cannot be
+    told from the default): a pod being deleted is replaced only once it is terminal, so
+    the Job never runs more pods than its admission while a deleted one runs out its grace
+    period (brk32 H4). ``[]`` without the setting (Kueue's), or when already ``Failed``."""
+    spec = optional_object(job.get("spec"), "spec")
+    if not _replacing_on_failure(env) or spec is None \
+            or spec.get("podReplacementPolicy") == "Failed":
+        return []
+    return [{"op": "add", "path": json_pointer("spec", "podReplacementPolicy"),
+             "value": "Failed"}]
+
+
+def _replacement_policy_errors(old_job: Mapping[str, Any], job: Mapping[str, Any],
+                               username: str, env: WebhookEnv) -> list[str]:
+    """With ``jobs.pod_replacement_policy: Failed``, an UPDATE (by anyone but pykueue) of a
+    queued Job changing ``spec.podReplacementPolicy`` away from ``Failed`` is refused (the
+    field is mutable in batch/v1)."""
+    if not _replacing_on_failure(env) or username in env.policy.controller_usernames:
+        return []
+    before = (optional_object(old_job.get("spec"), "spec") or {}).get("podReplacementPolicy")
+    after = (optional_object(job.get("spec"), "spec") or {}).get("podReplacementPolicy")
+    if before != "Failed" or after == "Failed":
+        return []
+    return [f"spec.podReplacementPolicy: a queued Job keeps 'Failed' (pykueue "
+            f"jobs.pod_replacement_policy: Failed), not {after!r}: a replacement pod started "
+            "while the pod it replaces still runs would run beyond the Job's admission"]
 
 
 def can_default_managed_by(job: Mapping[str, Any]) -> bool:
@@ -455,6 +498,7 @@ def _validation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
         if manages or read_queue_name(old_job, policy.queue_name_label) \
                 or read_queue_name(job, policy.queue_name_label):
             errors += priority_class_label_errors(old_job, job, read_suspend(job))
+            errors += _replacement_policy_errors(old_job, job, username, env)
     return refused(errors)
 
 
