@@ -438,7 +438,7 @@ class StoreExtenderState(InMemoryExtenderState):
             return ""
         if not isinstance(sized, dict):
             return ""
-        gpu = self.ctx.settings.extender.gpu_resource
+        gpu = self._gpu_resource()
         want = template_requests(sized)
         allowed = want.get(gpu, 0) if isinstance(want, dict) else 0
         if pod.gpus <= allowed:
@@ -482,4 +482,10 @@ class StoreExtenderState(InMemoryExtenderState):
             return PodWorkloadView(key, False, f"its Workload is invalid: {exc}")
         qr = condition(wl, QUOTA_RESERVED) or {}
         reason = str(qr.get("message") or "waiting for quota")
-        return view_from_workload(domain, {f.name: f for f in self.flavors()}, reason)
+        return view_from_workload(domain, {f.name: f for f in self.flavors()}, reason,
+                                  self._gpu_resource())
+
+    def _gpu_resource(self) -> str:
+        """``extender.gpu_resource`` (the resource ``PodFacts.gpus`` counts)."""
+        extender = getattr(getattr(self.ctx, "settings", None), "extender", None)
+        return str(getattr(extender, "gpu_resource", "nvidia.com/gpu"))

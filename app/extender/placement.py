@@ -10,6 +10,8 @@ constraints into the pod template, kueue-semantics.md 4.4):
 - A pod no pykueue Workload owns (``view is None``): every candidate node passes, unchanged.
 - A pod of a managed Workload that is not admitted: every node is *unresolvable*, the reason
   names the Workload and why it waits.
+- A pod of an admitted Workload asking more GPUs than a pod of its podSet was admitted with
+  (a pod made under the Job's name, not from its template): every node is unresolvable.
 - A pod of an admitted Workload: a node passes only if its labels contain every ``nodeLabels``
   entry of every flavor assigned to the pod's podSet, and each of its ``NoSchedule`` /
   ``NoExecute`` taints is tolerated by those flavors' ``tolerations`` or the pod's own.
@@ -94,6 +96,8 @@ class PodWorkloadView:
     ``pending_reason``: why it waits (Kueue's QuotaReserved=False message), "" when admitted.
     ``pod_set_flavors``: podSet name -> the flavors assigned to it (one per distinct flavor
     across its resources, Kueue ``status.admission.podSetAssignments[].flavors``).
+    ``pod_set_gpus``: podSet name -> the GPUs (count) one of its pods was admitted with
+    (``spec.podSets[].template``'s per-pod request); a podSet missing here is not checked.
     A pod with no view (``None``) is not managed by pykueue.
     """
 
@@ -101,12 +105,15 @@ class PodWorkloadView:
     admitted: bool
     pending_reason: str = ""
     pod_set_flavors: Mapping[str, tuple[FlavorView, ...]] = field(default_factory=dict)
+    pod_set_gpus: Mapping[str, int] = field(default_factory=dict)
 
 
 def view_from_workload(
-    workload: DomainWorkload, flavors: Mapping[str, FlavorView], pending_reason: str = ""
+    workload: DomainWorkload, flavors: Mapping[str, FlavorView], pending_reason: str = "",
+    gpu_resource: str = "nvidia.com/gpu",
 ) -> PodWorkloadView:
-    """Build a ``PodWorkloadView`` from a domain Workload and the known ResourceFlavors.
+    """Build a ``PodWorkloadView`` from a domain Workload and the known ResourceFlavors;
+    ``gpu_resource``: the resource ``PodFacts.gpus`` counts (``extender.gpu_resource``).
 
     A flavor named in the admission but missing from ``flavors`` (deleted since) is taken as
     a flavor without nodeLabels or tolerations.
@@ -118,7 +125,8 @@ def view_from_workload(
     for psa in admission.pod_set_assignments:
         names = dict.fromkeys(psa.flavors.values())  # distinct, in resource order
         per_pod_set[psa.name] = tuple(flavors.get(n) or FlavorView(n) for n in names)
-    return PodWorkloadView(workload.key, True, "", per_pod_set)
+    gpus = {ps.name: int(ps.requests.get(gpu_resource, 0)) for ps in workload.pod_sets}
+    return PodWorkloadView(workload.key, True, "", per_pod_set, gpus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,8 +153,9 @@ class PodFacts:
     ``job_uid``: that Job's UID (the ownerReference's, else the
     ``batch.kubernetes.io/controller-uid`` / ``controller-uid`` label), ``""`` when unknown.
     ``pod_set``: label ``kueue.x-k8s.io/podset`` (injected at admission). ``gpus``: the pod's
-    effective request of the GPU resource as a count (max of the containers' sum and any
-    init container; a limit stands in for a missing request). ``uid``; ``controller``: its
+    effective request of the GPU resource as a count (Kubernetes': max of the containers'
+    and sidecars' sum and each init container with the sidecars started before it; a limit
+    stands in for a missing request). ``uid``; ``controller``: its
     controller ownerReference (``app.wire.owners.OwnerRef``), None when it has none;
     ``group``: label ``kueue.x-k8s.io/pod-group-name`` (for ``filter_unadmitted``).
     """
@@ -296,13 +305,16 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
         _container_gpus(c, gpu_resource, f"Pod.spec.containers[{i}]")
         for i, c in enumerate(_list(spec.get("containers"), "Pod.spec.containers"))
     )
-    init = max(
-        (
-            _container_gpus(c, gpu_resource, f"Pod.spec.initContainers[{i}]")
-            for i, c in enumerate(_list(spec.get("initContainers"), "Pod.spec.initContainers"))
-        ),
-        default=0,
-    )
+    # Kubernetes' effective request: sidecars (init containers with restartPolicy Always)
+    # run beside the main containers and every init container started after them.
+    init = sidecars = 0
+    for i, c in enumerate(_list(spec.get("initContainers"), "Pod.spec.initContainers")):
+        gpus = _container_gpus(c, gpu_resource, f"Pod.spec.initContainers[{i}]")
+        if c.get("restartPolicy") == "Always":
+            sidecars += gpus
+        else:
+            init = max(init, sidecars + gpus)
+    main += sidecars
     return PodFacts(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or meta.get("generateName") or ""),
@@ -543,6 +555,13 @@ def filter_pod(
     assigned = view.pod_set_flavors.get(pod_set)
     if assigned is None:
         return withhold(names, f"podSet {pod_set} of pod {pod.key} is not in {wl}")
+    admitted_gpus = view.pod_set_gpus.get(pod_set)
+    if admitted_gpus is not None and pod.gpus > admitted_gpus:
+        # A pod made under the Job's name, not from its template (the template itself is
+        # held to the Workload: admission_mismatch): its admission covers no more.
+        return withhold(names, f"pod {pod.key} requests {pod.gpus} GPU(s), more than the "
+                               f"{admitted_gpus} a pod of podSet {pod_set} of {wl} was "
+                               "admitted with")
     required: dict[str, str] = {}
     label_owner: dict[tuple[str, str], str] = {}
     for f in assigned:

@@ -32,6 +32,7 @@ from app.extender.placement import (
     PodFacts,
     PodWorkloadView,
     filter_pod,
+    pod_facts,
     view_from_workload,
 )
 from app.main import create_app
@@ -634,6 +635,28 @@ def test_view_from_workload_maps_podset_assignments_to_flavors():
     view = view_from_workload(wl, {"a100-flavor": A100})
     assert view.admitted and view.key == WL_TRAIN
     assert view.pod_set_flavors == {"main": (FlavorView("default-flavor"), A100)}
+    assert view.pod_set_gpus == {"main": 1}
+
+
+def test_a_pod_asking_more_gpus_than_its_podset_gets_no_node():
+    """A pod made under an admitted Job's name (a controller ownerReference of the tenant's,
+    not the Job's template) asking 4 GPUs where the podSet's pods were admitted with 1: every
+    node unresolvable, whatever podSet its label claims; one asking 1 is placed as before."""
+    index = NodeIndex([NodeFacts("g", {"pool": "a100"})])
+    view = PodWorkloadView("ns/wl", True, "", {"main": (A100,), "big": (A100,)},
+                           {"main": 1, "big": 2})
+    d = filter_pod(PodFacts("ns", "p", "job", pod_set="main", gpus=4), view, ["g"], index, (A100,))
+    assert d.passing == [] and d.unresolvable["g"].startswith(
+        "node(s) withheld by pykueue: pod ns/p requests 4 GPU(s), more than the 1 a pod of "
+        "podSet main of Workload ns/wl was admitted with")
+    assert filter_pod(PodFacts("ns", "p", "job", pod_set="big", gpus=4), view, ["g"], index,
+                      (A100,)).unresolvable
+    assert filter_pod(PodFacts("ns", "p", "job", pod_set="main", gpus=1), view, ["g"], index,
+                      (A100,)).passing == ["g"]
+    # A view without GPU counts (a podSet missing from them) checks nothing.
+    bare = PodWorkloadView("ns/wl", True, "", {"main": (A100,)})
+    assert filter_pod(PodFacts("ns", "p", "job", pod_set="main", gpus=4), bare, ["g"], index,
+                      (A100,)).passing == ["g"]
 
 
 # ----------------------------------------------------------------------------- node store
@@ -777,3 +800,18 @@ def test_plain_scheduler_config_has_no_extender():
     extended = render(ROOT / "manifests/scheduler/kube-scheduler-config.yaml")
     assert "extenders" not in cfg
     assert cfg == {k: v for k, v in extended.items() if k != "extenders"}
+
+
+def test_a_pods_gpus_count_its_sidecars_as_kubernetes_does():
+    """Effective request (Kubernetes): max(containers + sidecars, each init container + the
+    sidecars started before it); a sidecar is an init container with restartPolicy Always."""
+    def c(gpus: int, **extra: str) -> dict:
+        return {"name": f"c{gpus}", "resources": {"limits": {GPU: str(gpus)}}, **extra}
+    p = pod(gpus=1)
+    p["spec"]["initContainers"] = [c(2, restartPolicy="Always"), c(4),
+                                   c(1, restartPolicy="Always")]
+    assert pod_facts(p, GPU).gpus == max(1 + 2 + 1, 2 + 4)
+    p["spec"]["initContainers"] = [c(8, restartPolicy="Always")]
+    assert pod_facts(p, GPU).gpus == 9
+    p["spec"]["initContainers"] = [c(8)]
+    assert pod_facts(p, GPU).gpus == 8
