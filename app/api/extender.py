@@ -370,10 +370,9 @@ def _decide(req: _Parsed, state: ExtenderState | None,
     view = (state.workload_for_pod(pod.namespace, pod.job_name, pod.job_uid)
             if pod.job_name else None)
     index = req.index if req.index is not None else state.node_index()
-    if view is None:
-        why = state.withheld(pod)
-        if why:
-            return withhold(req.names, why)
+    why = state.withheld(pod)
+    if why:
+        return withhold(req.names, why)
     if view is None and admitted_only and not state.pod_admitted(pod):
         return filter_unadmitted(pod, req.names, index, state.flavors())
     return filter_pod(pod, view, req.names, index, state.flavors())

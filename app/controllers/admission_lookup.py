@@ -37,7 +37,7 @@ from app.kube.context import AC, CHILD_JOB_STORES, CQ, JOB, LQ, NS, RF, STS, WL,
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import QUEUE_NAME_LABEL
 from app.wire.podtemplate import template_requests
-from app.wire.queues import resource_flavor
+from app.wire.queues import label_selector, resource_flavor
 from app.wire.workload import (
     workload_from_object,
     workload_name_for_job,
@@ -262,6 +262,19 @@ class StoreAdmissionLookup:
         return self.ctx.store(LQ).get(f"{namespace}/default") is not None
 
 
+def _selects(job: Obj, pod: PodFacts) -> bool:
+    """Whether batch Job ``job``'s ``spec.selector`` takes ``pod`` (its labels); a Job
+    without a readable selector takes every pod (the API server always sets one)."""
+    selector = (job.get("spec") or {}).get("selector")
+    if not isinstance(selector, dict):
+        return True
+    try:
+        found = label_selector(selector)
+    except (AttributeError, TypeError):
+        return True
+    return found is None or found.matches(pod.labels)
+
+
 def _admitted(wl: Obj | None) -> bool:
     """``wl`` is Admitted, holds its admission and is not being evicted."""
     return wl is not None and has_admission(wl) and not is_evicted(wl) \
@@ -402,6 +415,12 @@ class StoreExtenderState(InMemoryExtenderState):
             return ""
         kind, owner = found
         name = owner["metadata"].get("name", "")
+        if kind.key == JOB and not _selects(owner, pod):
+            # The Job controller counts, and deletes beyond parallelism, only the pods its
+            # selector takes: one made under the Job's name without its labels would run
+            # beside them, on their admission (the forged-Pod gap's count).
+            return (f"pod {pod.key} names Job {name} as its controller but does not match its "
+                    "spec.selector: the Job does not count it, so no admission covers it")
         top = stored_ancestor(self.ctx, self.registry, owner)
         if top is None:
             return ""

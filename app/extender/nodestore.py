@@ -56,9 +56,10 @@ class ExtenderState(Protocol):
         ...
 
     def withheld(self, pod: PodFacts) -> str:
-        """Why ``pod`` may be placed on no node although no Workload view covers it (its
-        controller is an object a queued ancestor's admission does not cover, such as a
-        RayCluster forged under an admitted RayService), or ``""``."""
+        """Why ``pod`` may be placed on no node whatever its Workload says (its controller
+        is an object a queued ancestor's admission does not cover, such as a RayCluster
+        forged under an admitted RayService; a pod of a batch Job its selector does not
+        take), or ``""``. Asked for every pod before its Workload view."""
         ...
 
     def node(self, name: str) -> dict[str, Any] | None:

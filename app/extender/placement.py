@@ -157,7 +157,8 @@ class PodFacts:
     and sidecars' sum and each init container with the sidecars started before it; a limit
     stands in for a missing request). ``uid``; ``controller``: its
     controller ownerReference (``app.wire.owners.OwnerRef``), None when it has none;
-    ``group``: label ``kueue.x-k8s.io/pod-group-name`` (for ``filter_unadmitted``).
+    ``group``: label ``kueue.x-k8s.io/pod-group-name`` (for ``filter_unadmitted``);
+    ``labels``: ``metadata.labels`` (do not mutate).
     """
 
     namespace: str
@@ -171,6 +172,7 @@ class PodFacts:
     uid: str = ""
     controller: OwnerRef | None = None
     group: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -327,6 +329,7 @@ def pod_facts(pod: Mapping[str, Any], gpu_resource: str) -> PodFacts:
         uid=str(meta.get("uid") or ""),
         controller=controller,
         group=labels.get(GROUP_LABEL) or None,
+        labels=labels,
     )
 
 

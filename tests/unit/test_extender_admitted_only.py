@@ -222,3 +222,28 @@ async def test_the_filter_withholds_every_node_from_a_withheld_pod(mode: str) ->
     assert plain.passing == ALL
     assert out.passing == [] and set(out.unresolvable) == set(ALL)
     assert out.unresolvable["a100-0"] == "node(s) withheld by pykueue: forged"
+
+
+# --------------------------------- StoreExtenderState.withheld (a pod its Job does not count)
+
+def test_a_pod_naming_a_job_that_does_not_select_it_is_withheld() -> None:
+    """The forged-Pod gap's count: a pod whose controller ownerReference names the admitted
+    Job ``j`` but without the labels its ``spec.selector`` takes is not counted by the Job
+    controller (which deletes only its own pods beyond parallelism): no node. A pod the
+    selector takes (the Job controller's, or a copy it counts and trims) is placed as before;
+    so is a pod of a Job without a selector (never stored so by the API server)."""
+    uid_label = "batch.kubernetes.io/controller-uid"
+    j = {"apiVersion": "batch/v1", "kind": "Job",
+         "metadata": {"namespace": "ns", "name": "j", "uid": "ju",
+                      "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
+         "spec": {"selector": {"matchLabels": {uid_label: "ju"}}, "template": {}}}
+    state = _store_state((JOB, j), (WL, _admitted_wl("job-j-1")))
+    ref = OwnerRef("batch/v1", "Job", "j", "ju")
+    forged = PodFacts("ns", "extra", job_name="j", job_uid="ju", uid="pu", controller=ref)
+    why = state.withheld(forged)
+    assert why.startswith("pod ns/extra names Job j as its controller but does not match")
+    counted = PodFacts("ns", "j-abc", job_name="j", job_uid="ju", uid="pu2", controller=ref,
+                       labels={uid_label: "ju"})
+    assert state.withheld(counted) == ""
+    bare = {**j, "spec": {"template": {}}}
+    assert _store_state((JOB, bare)).withheld(forged) == ""
