@@ -31,7 +31,7 @@ FIRST_E2E=(tests/e2e/test_kinds_preemption.py
   tests/e2e/test_deleted_job_quota_held.py tests/e2e/test_deleted_pod_workload_held.py
   tests/e2e/test_pod_owner_reference_escape.py tests/e2e/test_workload_finalizer.py
   tests/e2e/test_owner_reference_release.py tests/e2e/test_adjusted_resources.py
-  tests/e2e/test_pod_replacement_policy.py)
+  tests/e2e/test_pod_replacement_policy.py tests/e2e/test_forged_job_pods.py)
 LATER=()
 for f in tests/e2e/test_*.py; do
   [[ " ${FIRST_E2E[*]} " == *" $f "* ]] || LATER+=("$f")
