@@ -7,12 +7,17 @@ TrainJob references (``spec.runtimeRef``: a ClusterTrainingRuntime by default, o
 TrainingRuntime in the TrainJob's namespace), read as a JobSet's
 (``app.integrations.jobsetspec``, kueue-integrations.md 5): the runtime's
 ``spec.template.spec`` with, on each replicatedJob, ``parallelism = completions = count``,
-where ``count`` is, for the trainer step (job template label
-``trainer.kubeflow.org/trainjob-ancestor-step: trainer``) ``spec.trainer.numNodes``, else the
-runtime's ``spec.mlPolicy.numNodes``, else 1, and for any other its ``parallelism`` (default
-1); the steps (trainer, dataset- and model-initializer) run 1 replica; the trainer step's
-``node`` container takes ``spec.trainer.resourcesPerNode``. Other runtime patches are not
-read (their scheduling fields are the flavor's business).
+as trainer v2.2.0 counts (``trainingruntime.go`` and each ML policy's ``EnforceMLPolicy``):
+its ``parallelism`` (default 1); for the trainer step (job template label
+``trainer.kubeflow.org/trainjob-ancestor-step: trainer``) of a runtime with an
+``mlPolicy``, the runtime's ``mlPolicy.numNodes`` (default 1); then, where the TrainJob sets
+``spec.trainer.numNodes``, under an MPI policy the replicatedJob named ``node`` that many
+(one fewer, at least 1, with ``mpi.runLauncherAsNode``: the launcher is a node), under any
+other the trainer step. The steps (trainer, dataset- and model-initializer) run 1 replica;
+``spec.trainer.resourcesPerNode`` goes to the ``node`` container of the trainer step and,
+with ``runLauncherAsNode``, of the ``node`` replicatedJob (``jobset/builder.go``
+``Trainer``). Other runtime patches are not read (their scheduling fields are the flavor's
+business).
 
 The runtime is read from the stores (``side_stores``): ``lookup`` returns the TrainJob with the
 child JobSet it would make under ``CHILD_FIELD`` (never written back). A TrainJob whose runtime
@@ -125,10 +130,15 @@ def child_jobset(tj: Mapping[str, Any], runtime: Mapping[str, Any]) -> Obj:
     spec = copy.deepcopy(dict(mapping(template.get("spec"), "runtime spec.template.spec",
                                       required=True)))
     trainer = mapping(mapping(tj.get("spec"), "spec").get("trainer"), "spec.trainer")
+    has_ml = rspec.get("mlPolicy") is not None
     ml = mapping(rspec.get("mlPolicy"), "runtime spec.mlPolicy")
-    nodes = integer(trainer.get("numNodes"), "spec.trainer.numNodes", default=0, minimum=1) \
-        if trainer.get("numNodes") is not None else \
-        integer(ml.get("numNodes"), "runtime spec.mlPolicy.numNodes", default=1, minimum=1)
+    asked = integer(trainer.get("numNodes"), "spec.trainer.numNodes", default=0, minimum=1) \
+        if trainer.get("numNodes") is not None else None
+    runtime_nodes = integer(ml.get("numNodes"), "runtime spec.mlPolicy.numNodes", default=1,
+                            minimum=1)
+    mpi = mapping(ml.get("mpi"), "runtime spec.mlPolicy.mpi") if ml.get("mpi") is not None \
+        else None
+    launcher_as_node = mpi is not None and mpi.get("runLauncherAsNode") is True
     resources = trainer.get("resourcesPerNode")
     for i, rj in enumerate(spec.get("replicatedJobs") or []):
         if not isinstance(rj, dict) or not isinstance(rj.get("template"), dict):
@@ -136,16 +146,24 @@ def child_jobset(tj: Mapping[str, Any], runtime: Mapping[str, Any]) -> Obj:
         job = rj["template"]
         job_spec = job.setdefault("spec", {})
         step = ((job.get("metadata") or {}).get("labels") or {}).get(ANCESTOR_LABEL)
-        if step == TRAINER_STEP:
-            count = nodes
+        count = integer(job_spec.get("parallelism"), f"runtime spec.template.spec."
+                        f"replicatedJobs[{i}].template.spec.parallelism", default=1, minimum=0)
+        if step == TRAINER_STEP and has_ml:
+            count = runtime_nodes
+        if asked is not None:
+            # The ML policy's EnforceMLPolicy: MPI counts the "node" replicatedJob (one node
+            # less when the launcher runs as a node, at least 1); the others the trainer step.
+            if mpi is not None:
+                if rj.get("name") == NODE_CONTAINER:
+                    count = max(asked - 1, 1) if launcher_as_node else asked
+            elif step == TRAINER_STEP:
+                count = asked
+        if resources and (step == TRAINER_STEP
+                          or launcher_as_node and rj.get("name") == NODE_CONTAINER):
             pod_spec = ((job_spec.get("template") or {}).get("spec")) or {}
             for c in pod_spec.get("containers") or []:
-                if isinstance(c, dict) and c.get("name") == NODE_CONTAINER and resources:
+                if isinstance(c, dict) and c.get("name") == NODE_CONTAINER:
                     c["resources"] = copy.deepcopy(resources)
-        else:
-            count = integer(job_spec.get("parallelism"), f"runtime spec.template.spec."
-                            f"replicatedJobs[{i}].template.spec.parallelism", default=1,
-                            minimum=0)
         job_spec["parallelism"] = job_spec["completions"] = count
         if step in STEPS:
             rj["replicas"] = 1
