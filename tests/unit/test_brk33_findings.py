@@ -29,22 +29,9 @@ manager, the tenant's too) into the runtime template before building
 (``trainingruntime.go`` ``mergeRuntimePatches``), containers' resources included; pykueue
 reads only its own patch, so a legitimate patch that adds a sidecar or resources makes the
 JobSet and its Jobs "bigger than admitted" (held), where Kueue sizes from the trainer's
-``runtime.Info`` (patches merged).
+``runtime.Info`` (patches merged). Unit only: the trainer is not built on this machine yet.
 
-M2 (the extender's GPU count of a pod misses sidecars): ``placement.pod_facts`` counts
-``max(sum(containers), max(initContainers))``; Kubernetes (``resource.PodRequests``, which
-``podtemplate.pod_requests`` follows) adds every init container with ``restartPolicy:
-Always`` (a sidecar, GA in v1.33) to the containers' sum. A pod of ``train-w-0`` (the admitted
-JobSet ``train``: 1 pod of 1 GPU) with one container of 1 GPU and 7 sidecars of 1 GPU each
-takes 8 GPUs on its node; ``_beyond_podset`` sees 1 and places it. The reconciler and the
-webhook read the Job's template with ``pod_requests`` (8) and catch a Job so made, after its
-pod was placed (the Job controller creates it at the resume; the set-back then deletes it
-with a 1 s grace); a pod the tenant creates under ``train-w-0`` (its controller reference:
-the forged-pod gap, whose count is known open) gets 8 GPUs in one pod past the per-pod check
-that was to close the size. Also the extender's prioritize scores and its free-GPU view use
-the same undercount.
-
-M3 (DRA claims are not part of the sized-by comparison): with
+M2 (DRA claims are not part of the sized-by comparison): with
 ``resources.deviceClassMappings`` (DRA devices counted as quota), a child Job of a JobSet
 (TrainJob, MPIJob launcher, RayJob submitter) is compared with its sized-by template by
 ``template_requests`` only: ``spec.template.spec.resourceClaims`` (a ResourceClaimTemplate
@@ -55,7 +42,23 @@ replicatedJob's 1 GPU and a claim of 8 DRA GPUs: allowed by the webhook, left ru
 ``_hold_to_share``; the extender counts the extended resource only. A child Job is in no
 Workload, so its claims are counted nowhere: 8 devices on an admission of none.
 
-L1 (false positive; a GPU LimitRange default): the extender compares the pod (defaulted by
+L1 (the extender's GPU count of a pod misses sidecars): ``placement.pod_facts`` counts
+``max(sum(containers), max(initContainers))``; Kubernetes (``resource.PodRequests``, which
+``podtemplate.pod_requests`` follows) adds every init container with ``restartPolicy:
+Always`` (a sidecar, GA in v1.33) to the containers' sum. A pod of ``train-w-0`` (the admitted
+JobSet ``train``: 1 pod of 1 GPU) with one container of 1 GPU and 7 sidecars of 1 GPU each
+takes 8 GPUs on its node; ``_beyond_podset`` sees 1 and places it. The reconciler and the
+webhook read the Job's template with ``pod_requests`` (8) and catch a Job so made, after its
+pod was placed (the Job controller creates it at the resume; the set-back then deletes it
+with a 1 s grace); a pod the tenant creates under ``train-w-0`` (its controller reference:
+the forged-pod gap, whose count is known open) gets 8 GPUs in one pod past the per-pod check
+that was to close the size. The extender's prioritize scores use the same count. Lab
+(tests/e2e/test_brk33_findings.py: brk32 H1's adoption with a Job of 1 GPU and 3 one-GPU
+sidecars, a 1-GPU ClusterQueue): 2 pods of 4 GPUs bound in 47 s (the tenant raised
+parallelism 3 times), none seen Running at a 0.3 s sampling: each was deleted by the
+set-back within about a second (Low: the reconciler catches the template).
+
+L2 (false positive; a GPU LimitRange default): the extender compares the pod (defaulted by
 the API server's LimitRanger) with the template (not defaulted). A namespace whose
 LimitRange defaults ``nvidia.com/gpu`` (``defaultRequest``/``default``: an extended resource
 is allowed there) gives a JobSet's pod of a replicatedJob that asks no GPU 1 GPU; pykueue's
@@ -229,7 +232,7 @@ def test_m1_with_one_node_the_trainer_runs_twice_what_pykueue_admits() -> None:
     assert admission_excess(built, workload_from_object(admitted)) is not None
 
 
-# -------------------------------------------------------------- M2: sidecars in the extender
+# -------------------------------------------------------------- L1: sidecars in the extender
 
 
 def _pod_with_sidecars(job: dict[str, Any], sidecars: int) -> dict[str, Any]:
@@ -250,7 +253,7 @@ def _pod_with_sidecars(job: dict[str, Any], sidecars: int) -> dict[str, Any]:
                          for i in range(sidecars)]}}
 
 
-def test_m2_kubernetes_counts_the_sidecars_gpus() -> None:
+def test_l1_kubernetes_counts_the_sidecars_gpus() -> None:
     """Passes (the premise): the pod takes 8 GPUs as Kubernetes counts them
     (``pod_requests`` follows ``resource.PodRequests``)."""
     child = _operators_train_w_0("1")
@@ -258,10 +261,10 @@ def test_m2_kubernetes_counts_the_sidecars_gpus() -> None:
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "brk33 M2: pod_facts counts max(containers, init containers) GPUs, not the sidecars "
+    "brk33 L1: pod_facts counts max(containers, init containers) GPUs, not the sidecars "
     "(restartPolicy Always) added to the containers: a child Job's pod of 1 + 7 sidecar GPUs "
     "(8 on the node) passes _beyond_podset as 1"))
-def test_m2_the_extender_places_no_child_pod_whose_sidecars_take_more_gpus() -> None:
+def test_l1_the_extender_places_no_child_pod_whose_sidecars_take_more_gpus() -> None:
     """``train`` admitted for 1 GPU a pod; a pod of its Job ``train-w-0`` with one 1-GPU
     container and seven 1-GPU sidecars (8 GPUs) gets no node."""
     child = _operators_train_w_0("1")
@@ -272,7 +275,7 @@ def test_m2_the_extender_places_no_child_pod_whose_sidecars_take_more_gpus() -> 
     assert state.withheld(facts), "8-GPU pod placed on train's admission of 1 GPU a pod"
 
 
-# --------------------------------------------------------------------- M3: DRA claims
+# --------------------------------------------------------------------- M2: DRA claims
 
 
 def _with_claim(job: dict[str, Any]) -> dict[str, Any]:
@@ -285,14 +288,14 @@ def _with_claim(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-M3 = pytest.mark.xfail(strict=True, reason=(
-    "brk33 M3: a JobSet's (TrainJob's, MPIJob launcher's, RayJob submitter's) child Job is "
+M2 = pytest.mark.xfail(strict=True, reason=(
+    "brk33 M2: a JobSet's (TrainJob's, MPIJob launcher's, RayJob submitter's) child Job is "
     "compared with its sized-by template by requests only: resourceClaims (DRA devices, "
     "quota with deviceClassMappings) the replicatedJob lacks are allowed and left running"))
 
 
-@M3
-async def test_m3_a_job_created_under_a_jobset_with_claims_it_lacks_is_refused() -> None:
+@M2
+async def test_m2_a_job_created_under_a_jobset_with_claims_it_lacks_is_refused() -> None:
     """brk32 H1's CREATE route, the replicatedJob's 1 GPU kept, a claim of 8 DRA devices
     added: the Job webhook allows it."""
     made = _with_claim(_adopted(_tenants_train_w_0()))
@@ -302,8 +305,8 @@ async def test_m3_a_job_created_under_a_jobset_with_claims_it_lacks_is_refused()
     assert not out["allowed"], "train-w-0 created running with 8 DRA devices under train"
 
 
-@M3
-async def test_m3_the_reconciler_holds_a_child_job_with_claims_it_lacks() -> None:
+@M2
+async def test_m2_the_reconciler_holds_a_child_job_with_claims_it_lacks() -> None:
     """Whatever made it (no webhook sees an unlabelled Job): ``train-w-0`` running with the
     replicatedJob's 1 GPU and a claim of 8 devices is not set to parallelism 0."""
     child = _with_claim(_operators_train_w_0("1"))
@@ -313,14 +316,14 @@ async def test_m3_the_reconciler_holds_a_child_job_with_claims_it_lacks() -> Non
     assert [j["spec"]["parallelism"] for j in rec.ctx.client.replaced] == [0]
 
 
-# ------------------------------------------------------------- L1: a GPU LimitRange default
+# ------------------------------------------------------------- L2: a GPU LimitRange default
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "brk33 L1: the extender compares a pod (LimitRange-defaulted by the API server) with its "
+    "brk33 L2: the extender compares a pod (LimitRange-defaulted by the API server) with its "
     "template (not defaulted): a namespace defaulting nvidia.com/gpu has a JobSet's pods of a "
     "GPU-less replicatedJob withheld for ever, though its Workload counted the default"))
-def test_l1_a_pod_given_its_gpu_by_a_limitrange_default_is_placed() -> None:
+def test_l2_a_pod_given_its_gpu_by_a_limitrange_default_is_placed() -> None:
     """``train``'s replicatedJob asks no GPU (a CPU-only coordinator); the namespace's
     LimitRange defaults ``nvidia.com/gpu: 1`` (pykueue's Workload counts it, Kueue's
     AdjustResources): the pod the API server made (1 GPU) is placed."""
