@@ -139,6 +139,32 @@ def test_h3_a_queued_jobsets_job_enlarged_while_queued_runs_no_bigger_pod(
         assert gpus <= 1, f"{gpus} GPUs Running for train, admitted for 1"
 
 
+def adopted_train_workers_0(lab: LabHandle, as_tenant: list[str], ns: str, pod: dict,
+                            backoff_limit: int = 0) -> None:
+    """The tenant makes Job ``train-workers-0`` (no queue name, suspended, 1 pod of ``pod``),
+    then JobSet ``train`` (1 Job of one 1-GPU pod); once ``train`` is admitted it gives the
+    Job ``train``'s controller ownerReference and the labels jobset reads (still
+    suspended): the adoption must be allowed."""
+    lab.kubectl(*as_tenant, "create", "-f", "-", input=json.dumps({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "train-workers-0", "namespace": ns},
+        "spec": {"suspend": True, "parallelism": 1, "completions": 1,
+                 "backoffLimit": backoff_limit, "template": pod}}))
+    lab.kubectl(*as_tenant, "apply", "-f", "-", input=js._long_jobset("train", ns, 1))
+    wait_for(lambda: js.admitted(lab, ns, "JobSet", "train"), 60, "train admitted")
+    uid = lab.get("jobset", "train", "-n", ns)["metadata"]["uid"]
+    adopt = {"metadata": {
+        "labels": {"jobset.sigs.k8s.io/restart-attempt": "0",
+                   "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+                   "jobset.sigs.k8s.io/jobset-name": "train",
+                   "jobset.sigs.k8s.io/jobset-uid": uid},
+        "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                             "name": "train", "uid": uid, "controller": True}]}}
+    r = lab.kubectl(*as_tenant, "patch", "job", "train-workers-0", "-n", ns,
+                    "--type=merge", "-p", json.dumps(adopt), check=False)
+    assert r.returncode == 0, f"the adoption was refused: {r.stderr}"
+
+
 def test_h1_a_job_adopted_by_a_jobset_while_suspended_runs_no_bigger_pod(
         lab: LabHandle, pykueue_with_jobset) -> None:  # noqa: F811
     """A 1-GPU ClusterQueue; the tenant makes Job ``train-workers-0`` (no queue name,
@@ -152,24 +178,7 @@ def test_h1_a_job_adopted_by_a_jobset_while_suspended_runs_no_bigger_pod(
         pod = {"metadata": LONG, "spec": {"restartPolicy": "Never", "tolerations": [TOLERATION],
                                           "containers": [{**gpu_container(), "resources": {
                                               "requests": four, "limits": four}}]}}
-        lab.kubectl(*as_tenant, "create", "-f", "-", input=json.dumps({
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": "train-workers-0", "namespace": ns},
-            "spec": {"suspend": True, "parallelism": 1, "completions": 1, "backoffLimit": 0,
-                     "template": pod}}))
-        lab.kubectl(*as_tenant, "apply", "-f", "-", input=js._long_jobset("train", ns, 1))
-        wait_for(lambda: js.admitted(lab, ns, "JobSet", "train"), 60, "train admitted")
-        uid = lab.get("jobset", "train", "-n", ns)["metadata"]["uid"]
-        adopt = {"metadata": {
-            "labels": {"jobset.sigs.k8s.io/restart-attempt": "0",
-                       "jobset.sigs.k8s.io/replicatedjob-name": "workers",
-                       "jobset.sigs.k8s.io/jobset-name": "train",
-                       "jobset.sigs.k8s.io/jobset-uid": uid},
-            "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-                                 "name": "train", "uid": uid, "controller": True}]}}
-        r = lab.kubectl(*as_tenant, "patch", "job", "train-workers-0", "-n", ns,
-                        "--type=merge", "-p", json.dumps(adopt), check=False)
-        assert r.returncode == 0, f"the adoption was refused: {r.stderr}"
+        adopted_train_workers_0(lab, as_tenant, ns, pod)
         selector = f"{JOB_NAME}=train-workers-0"
         gpus, by = _gpus_once_running(lab, ns, selector, 30), "the JobSet operator"
         if not gpus:  # jobset did not resume it: the tenant does
