@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from app.core.multikueue import MULTIKUEUE_CONTROLLER
@@ -33,10 +34,11 @@ from app.integrations.framework import (
     lookup,
     stored_ancestor,
 )
-from app.kube.context import AC, CHILD_JOB_STORES, CQ, JOB, LQ, NS, RF, STS, WL, Context
+from app.kube.context import AC, CHILD_JOB_STORES, CQ, JOB, LQ, LR, NS, RF, STS, WL, Context
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import QUEUE_NAME_LABEL
-from app.wire.podtemplate import template_requests
+from app.wire.podadjust import CONTAINER, adjust_pod_spec, summarize
+from app.wire.podtemplate import pod_requests
 from app.wire.queues import label_selector, resource_flavor
 from app.wire.workload import (
     workload_from_object,
@@ -446,9 +448,10 @@ class StoreExtenderState(InMemoryExtenderState):
         count) than a pod of the template its share was sized by (``child_sized_by``: a
         JobSet's replicatedJob's, an MPIJob's launcher's), or ``""``. Whatever made the Job
         or the pod bigger (a Job adopted, or enlarged while suspended, brk32 H1 and H3; a pod
-        made under the Job's name), the ancestor's admission covers no more. The GPU only:
-        the API server adds LimitRange defaults and RuntimeClass overhead to a pod, not to
-        its template. Beyond Kueue v0.17.1, which places such a pod."""
+        made under the Job's name), the ancestor's admission covers no more. The GPU only,
+        the template's with its namespace's LimitRange defaults (``_pod_gpus``): the API
+        server defaults a pod, not its template. Beyond Kueue v0.17.1, which places such a
+        pod."""
         if kind.key != JOB:
             return ""
         try:
@@ -458,9 +461,9 @@ class StoreExtenderState(InMemoryExtenderState):
         if not isinstance(sized, dict):
             return ""
         gpu = self._gpu_resource()
-        want = template_requests(sized)
-        allowed = want.get(gpu, 0) if isinstance(want, dict) else 0
-        if pod.gpus <= allowed:
+        spec = sized.get("spec")
+        allowed = self._pod_gpus(pod.namespace, spec if isinstance(spec, dict) else {})
+        if allowed is None or pod.gpus <= allowed:
             return ""
         return (f"pod {pod.key} requests {pod.gpus} {gpu}, more than the {allowed} of a pod "
                 f"{under}'s admission gives {kind.kind} {owner['metadata'].get('name')}")
@@ -501,8 +504,36 @@ class StoreExtenderState(InMemoryExtenderState):
             return PodWorkloadView(key, False, f"its Workload is invalid: {exc}")
         qr = condition(wl, QUOTA_RESERVED) or {}
         reason = str(qr.get("message") or "waiting for quota")
-        return view_from_workload(domain, {f.name: f for f in self.flavors()}, reason,
-                                  self._gpu_resource())
+        gpus: dict[str, int] = {}
+        namespace = str(wl["metadata"].get("namespace", ""))
+        for ps in (wl.get("spec") or {}).get("podSets") or []:
+            spec = ((ps.get("template") or {}).get("spec")) if isinstance(ps, dict) else None
+            found = self._pod_gpus(namespace, spec) if isinstance(spec, dict) else None
+            if found is not None:
+                gpus[str(ps.get("name", ""))] = found
+        view = view_from_workload(domain, {f.name: f for f in self.flavors()}, reason)
+        return replace(view, pod_set_gpus=gpus) if view.admitted else view
+
+    def _pod_gpus(self, namespace: str, pod_spec: Obj) -> int | None:
+        """GPUs (``extender.gpu_resource``, count) a pod made from ``pod_spec`` in
+        ``namespace`` asks once the API server's LimitRanger gave its containers the
+        namespace's LimitRange defaults (``podadjust.adjust_pod_spec``, as Kueue's
+        AdjustResources); None when unreadable (nothing to compare with)."""
+        try:
+            limits = summarize(self._limit_ranges(namespace)).get(CONTAINER)
+            spec = adjust_pod_spec(pod_spec, {}, limits) if limits is not None else pod_spec
+            return int(pod_requests(spec, field="spec").get(self._gpu_resource(), 0))
+        except WorkloadSpecError:
+            return None
+
+    def _limit_ranges(self, namespace: str) -> list[Obj]:
+        """The LimitRanges of ``namespace`` ([] without a LimitRange store)."""
+        try:
+            store = self.ctx.store(LR)
+        except KeyError:
+            return []
+        return [o for o in store.list()
+                if (o.get("metadata") or {}).get("namespace") == namespace]
 
     def _gpu_resource(self) -> str:
         """``extender.gpu_resource`` (the resource ``PodFacts.gpus`` counts)."""

@@ -107,7 +107,7 @@ from app.wire.names import (
     RESOURCE_IN_USE_FINALIZER,
 )
 from app.wire.owners import controller_of_object, controller_ref
-from app.wire.podtemplate import requests_beyond, template_requests
+from app.wire.podtemplate import requests_beyond, template_claims, template_requests
 from app.wire.workload import job_pod_count, workload_from_object
 from app.wire.workload_status import (
     ADMITTED,
@@ -966,7 +966,9 @@ class JobReconciler:
         or None). Goes beyond Kueue v0.17.1 (``shouldSuspendChildJob`` leaves an admitted
         ancestor's children alone); parallelism rather than suspend, because the ancestor's
         operator resumes a child it finds suspended (jobset v0.11.1
-        ``resumeJobsIfNecessary``)."""
+        ``resumeJobsIfNecessary``). A Job whose template asks more per pod than the template
+        its share was sized by (``child_sized_by``: ``requests_beyond``), or claims other DRA
+        devices (``template_claims``), gets a share of 0 (brk32 H1/H3, brk33 M2)."""
         meta = job["metadata"]
         try:
             have = job_pod_count(job)
@@ -974,9 +976,12 @@ class JobReconciler:
             sized = child_sized_by(parent_kind, parent, job) if allowed else None
         except WorkloadSpecError:
             return None  # the ancestor's own reconcile stops it: it no longer matches
-        theirs = template_requests((job.get("spec") or {}).get("template"))
+        template = (job.get("spec") or {}).get("template")
+        theirs = template_requests(template)
         beyond = requests_beyond(theirs, template_requests(sized)) \
             if isinstance(sized, Mapping) else {}
+        if isinstance(sized, Mapping) and template_claims(template) != template_claims(sized):
+            beyond = {"resourceClaims": 1}  # DRA devices its share was not sized for
         if beyond:
             allowed = 0  # its pods would use more than its share's podSet was admitted for
         if have > allowed:
@@ -990,9 +995,11 @@ class JobReconciler:
             owner = (f"{parent_kind.kind} {meta.get('namespace')}/"
                      f"{parent['metadata'].get('name')}")
             parallelism = job["spec"].get("parallelism")
-            message = (f"spec.template's pods request {theirs}, beyond the "
-                       f"{template_requests(sized)} (milli-CPU, bytes, counts) of a pod its "
-                       f"{owner} was admitted for: spec.parallelism {parallelism} set to 0"
+            message = (f"spec.template's pods request {theirs} and claim "
+                       f"{template_claims(template) or 'no devices'}, beyond the "
+                       f"{template_requests(sized)} (milli-CPU, bytes, counts) and "
+                       f"{template_claims(sized) or 'no devices'} of a pod its {owner} was "
+                       f"admitted for: spec.parallelism {parallelism} set to 0"
                        if beyond else f"spec.parallelism {parallelism} runs {have} pods, more "
                        f"than the {allowed} its {owner} was admitted for: set back to "
                        f"{allowed}")

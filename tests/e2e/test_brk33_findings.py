@@ -10,7 +10,8 @@ sees a template asking 4 GPUs and sets the Job to parallelism 0, but the Job con
 made the pod by then and the extender, counting 1 GPU, places it: a 4-GPU pod is bound and
 Running on the admission of 1 until the set-back's deletion (1 s grace). The tenant sets
 parallelism 1 again (an unlabelled Job: no webhook sees the update), and again: each time a
-4-GPU pod is placed. The finding is closed when no pod of the Job is ever bound."""
+4-GPU pod is placed. The finding is closed when no pod of the Job is ever bound: closed in
+session 33 (``pod_facts`` counts sidecars as Kubernetes does)."""
 
 from __future__ import annotations
 
@@ -52,10 +53,6 @@ def _sample(lab: LabHandle, ns: str, selector: str, seconds: float) -> tuple[int
     return most, bound
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brk33 L1: the extender counts max(containers, init containers) GPUs, not sidecars "
-    "added: a child Job's pod of 1 + 3 sidecar GPUs is placed on a JobSet's 1-GPU admission "
-    "each time its parallelism is raised, until the reconciler's set-back deletes it"))
 def test_l1_a_child_jobs_pod_with_gpu_sidecars_is_never_placed(
         lab: LabHandle, pykueue_with_jobset) -> None:  # noqa: F811
     with js.queue(lab, "brk33-l1", 1) as ns:

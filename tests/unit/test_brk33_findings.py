@@ -3,6 +3,12 @@ queued ancestor is held to the pod template its share was sized by, ``child_job_
 in the extender ``StoreExtenderState._beyond_podset``, the reconciler
 ``JobReconciler._hold_to_share`` and the Job webhook ``_child_requests_errors``). Default
 settings unless a test says. Strict xfails: each passes once its finding is closed.
+All four closed in session 33: M1 (``child_jobset`` counts as trainer v2.2.0, MPI's
+``node`` replicatedJob and ``runLauncherAsNode`` included), M2 (the Job webhook and the
+reconciler compare DRA claims, ``template_claims``), L1 (``pod_facts`` counts sidecars), L2
+(the extender gives the sized-by template, and a Workload's podSets, the namespace's
+LimitRange defaults before comparing GPUs, ``StoreExtenderState._pod_gpus``). Open: M1's
+other half, the trainer merging every ``runtimePatches`` entry (pykueue reads its own).
 
 M1 (false positive; a stock Kubeflow Trainer runtime cannot run its worker pods): pykueue's
 model of the JobSet the trainer (v2.2.0) builds for a TrainJob (``trainjob.child_jobset``)
@@ -80,9 +86,8 @@ only).
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 from typing import Any
-
-import pytest
 
 from app.core.workload import admission_excess
 from app.extender.placement import pod_facts
@@ -91,7 +96,9 @@ from app.integrations.jobset.jobset import KIND as JOBSET
 from app.integrations.reconciler import JobReconciler
 from app.integrations.trainjob.trainjob import CHILD_FIELD, child_jobset
 from app.integrations.trainjob.trainjob import KIND as TRAINJOB
-from app.kube.context import CHILD_JOBS
+from app.kube.client import JOBS
+from app.kube.context import CHILD_JOBS, LR
+from app.kube.informers import Store
 from app.wire.podtemplate import pod_requests, template_requests
 from app.wire.workload import workload_from_object
 from tests.unit.test_brk30b_findings import _job_review, _reconciler
@@ -171,14 +178,6 @@ def _trainers_job(js: dict[str, Any], rj_name: str) -> dict[str, Any]:
             "status": {"active": rj["template"]["spec"]["parallelism"]}}
 
 
-M1 = pytest.mark.xfail(strict=True, reason=(
-    "brk33 M1: pykueue sizes a TrainJob on an MPI runtime with runLauncherAsNode (stock "
-    "deepspeed-distributed, mlx-distributed) as launcher numNodes x resourcesPerNode and node "
-    "1 x the runtime's; trainer v2.2.0 builds launcher 1 and node numNodes-1 pods, both with "
-    "resourcesPerNode: its node Jobs are set to parallelism 0, their pods withheld"))
-
-
-@M1
 def test_m1_a_deepspeed_trainjobs_podsets_are_the_jobset_the_trainer_builds() -> None:
     """pykueue's Workload for ``tj`` (numNodes 3, 4 GPUs a node) against the trainer's JobSet:
     the trainer's podSets exceed nothing that was admitted."""
@@ -189,7 +188,6 @@ def test_m1_a_deepspeed_trainjobs_podsets_are_the_jobset_the_trainer_builds() ->
     assert got == want, f"pykueue sizes {got}; trainer v2.2.0 builds {want}"
 
 
-@M1
 def test_m1_the_trainers_node_job_is_not_set_to_no_pods() -> None:
     """``tj`` admitted (as pykueue sizes it, 12 GPUs); the trainer's Job ``tj-node-0`` (2 pods
     of 4 GPUs, as trainer v2.2.0 and jobset v0.11.1 make it): ``_hold_to_share`` leaves it
@@ -203,7 +201,6 @@ def test_m1_the_trainers_node_job_is_not_set_to_no_pods() -> None:
     assert child_share(TRAINJOB, parent, node_job) == 2
 
 
-@M1
 async def test_m1_the_reconciler_leaves_the_trainers_node_job_its_pods() -> None:
     """The same through the reconciler: ``_hold_to_share`` writes nothing for ``tj-node-0``
     (today: parallelism 0, Warning ``ExceedsAncestorAdmission``)."""
@@ -214,13 +211,12 @@ async def test_m1_the_reconciler_leaves_the_trainers_node_job_its_pods() -> None
     assert [j["spec"]["parallelism"] for j in rec.ctx.client.replaced] == []
 
 
-def test_m1_with_one_node_the_trainer_runs_twice_what_pykueue_admits() -> None:
-    """Passes (why the holds must stay once the sizing is fixed): numNodes 1, 4 GPUs a node:
-    pykueue admits 4 GPUs (launcher 1 x 4, node 1 x 0); the trainer builds launcher 1 x 4
-    and node ``max(0, 1)`` x 4: 8 GPUs. ``JobSet.hold_to_ancestor``'s ``admission_excess``
-    sees it."""
+def test_m1_with_one_node_pykueue_admits_what_the_trainer_runs() -> None:
+    """numNodes 1, 4 GPUs a node: the trainer builds launcher 1 x 4 and node ``max(0, 1)``
+    x 4, 8 GPUs; pykueue now admits those 8 (it admitted 4 before: launcher 1 x 4, node
+    1 x 0), so ``JobSet.hold_to_ancestor``'s ``admission_excess`` finds nothing beyond."""
     wl = TRAINJOB.desired(_deepspeed_trainjob(num_nodes=1))
-    assert sum(p.count * p.requests.get(GPU, 0) for p in wl.pod_sets) == 4
+    assert sum(p.count * p.requests.get(GPU, 0) for p in wl.pod_sets) == 8
     built = JOBSET.desired(_trainers_jobset(num_nodes=1)).pod_sets
     assert sum(p.count * p.requests.get(GPU, 0) for p in built) == 8
     admitted = {"metadata": {"name": "w", "namespace": "ns"},
@@ -229,7 +225,7 @@ def test_m1_with_one_node_the_trainer_runs_twice_what_pykueue_admits() -> None:
                         {"name": "c", "resources": {"requests": {
                             k: str(v) for k, v in p.requests.items()}}}]}}}
                     for p in wl.pod_sets]}}
-    assert admission_excess(built, workload_from_object(admitted)) is not None
+    assert admission_excess(built, workload_from_object(admitted)) is None
 
 
 # -------------------------------------------------------------- L1: sidecars in the extender
@@ -260,10 +256,6 @@ def test_l1_kubernetes_counts_the_sidecars_gpus() -> None:
     assert pod_requests(_pod_with_sidecars(child, 7)["spec"])[GPU] == 8
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brk33 L1: pod_facts counts max(containers, init containers) GPUs, not the sidecars "
-    "(restartPolicy Always) added to the containers: a child Job's pod of 1 + 7 sidecar GPUs "
-    "(8 on the node) passes _beyond_podset as 1"))
 def test_l1_the_extender_places_no_child_pod_whose_sidecars_take_more_gpus() -> None:
     """``train`` admitted for 1 GPU a pod; a pod of its Job ``train-w-0`` with one 1-GPU
     container and seven 1-GPU sidecars (8 GPUs) gets no node."""
@@ -288,13 +280,6 @@ def _with_claim(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-M2 = pytest.mark.xfail(strict=True, reason=(
-    "brk33 M2: a JobSet's (TrainJob's, MPIJob launcher's, RayJob submitter's) child Job is "
-    "compared with its sized-by template by requests only: resourceClaims (DRA devices, "
-    "quota with deviceClassMappings) the replicatedJob lacks are allowed and left running"))
-
-
-@M2
 async def test_m2_a_job_created_under_a_jobset_with_claims_it_lacks_is_refused() -> None:
     """brk32 H1's CREATE route, the replicatedJob's 1 GPU kept, a claim of 8 DRA devices
     added: the Job webhook allows it."""
@@ -305,7 +290,6 @@ async def test_m2_a_job_created_under_a_jobset_with_claims_it_lacks_is_refused()
     assert not out["allowed"], "train-w-0 created running with 8 DRA devices under train"
 
 
-@M2
 async def test_m2_the_reconciler_holds_a_child_job_with_claims_it_lacks() -> None:
     """Whatever made it (no webhook sees an unlabelled Job): ``train-w-0`` running with the
     replicatedJob's 1 GPU and a claim of 8 devices is not set to parallelism 0."""
@@ -319,10 +303,6 @@ async def test_m2_the_reconciler_holds_a_child_job_with_claims_it_lacks() -> Non
 # ------------------------------------------------------------- L2: a GPU LimitRange default
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brk33 L2: the extender compares a pod (LimitRange-defaulted by the API server) with its "
-    "template (not defaulted): a namespace defaulting nvidia.com/gpu has a JobSet's pods of a "
-    "GPU-less replicatedJob withheld for ever, though its Workload counted the default"))
 def test_l2_a_pod_given_its_gpu_by_a_limitrange_default_is_placed() -> None:
     """``train``'s replicatedJob asks no GPU (a CPU-only coordinator); the namespace's
     LimitRange defaults ``nvidia.com/gpu: 1`` (pykueue's Workload counts it, Kueue's
@@ -339,4 +319,14 @@ def test_l2_a_pod_given_its_gpu_by_a_limitrange_default_is_placed() -> None:
     pod["metadata"]["uid"] = "pod-uid"
     pod["spec"]["containers"][0]["resources"] = {  # LimitRanger's defaults
         "requests": {"cpu": "1", GPU: "1"}, "limits": {GPU: "1"}}
+    # Without the LimitRange the GPU came from nowhere the admission saw: no node.
+    assert "requests 1 nvidia.com/gpu, more than the 0" in state.withheld(pod_facts(pod, GPU))
+    ranges = Store(JOBS)
+    ranges.put({"apiVersion": "v1", "kind": "LimitRange",
+                "metadata": {"name": "gpu-default", "namespace": "t"},
+                "spec": {"limits": [{"type": "Container", "default": {GPU: "1"},
+                                     "defaultRequest": {GPU: "1"}}]}})
+    stores = state.ctx.store
+    state.ctx = SimpleNamespace(store=lambda k: ranges if k == LR else stores(k), synced=True,
+                                settings=state.ctx.settings)
     assert state.withheld(pod_facts(pod, GPU)) == ""

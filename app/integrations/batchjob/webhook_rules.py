@@ -64,7 +64,12 @@ from app.wire.names import (
     QUEUE_NAME_LABEL,
 )
 from app.wire.owners import controller_of_object
-from app.wire.podtemplate import requests_beyond, template_differences, template_requests
+from app.wire.podtemplate import (
+    requests_beyond,
+    template_claims,
+    template_differences,
+    template_requests,
+)
 from app.wire.workload import completions_follow_parallelism, job_min_count, job_pod_count
 
 if TYPE_CHECKING:
@@ -611,7 +616,8 @@ def _child_requests_errors(env: WebhookEnv, job: dict[str, Any], theirs: Any) ->
     """For a Job whose managed ancestor gives no whole template but sized its share by one
     (``child_job_sized_by``: a JobSet's, TrainJob's JobSet's, replicatedJob; an MPIJob's
     launcher; a RayJob's submitter): its pods may ask no more of any resource than that
-    template's (``requests_beyond``). Placement is not compared: jobset v0.11.1 merges the
+    template's (``requests_beyond``), and it claims the template's DRA devices
+    (``template_claims``; brk33 M2). Placement is not compared: jobset v0.11.1 merges the
     admission's nodeSelector and tolerations into a suspended Job it resumes, keeping an
     earlier admission's (``resumeJobsIfNecessary``). brk32 H1 and H3: a tenant's 8-GPU Job
     adopted by a JobSet while suspended, or a queued JobSet's Job enlarged while suspended,
@@ -621,13 +627,20 @@ def _child_requests_errors(env: WebhookEnv, job: dict[str, Any], theirs: Any) ->
     if not isinstance(sized, Mapping):
         return []
     want = template_requests(sized)
-    beyond = requests_beyond(template_requests(theirs), want)
-    if not beyond:
-        return []
-    return [f"spec.template: a Job of {_ancestor_phrase(job)} runs pods requesting "
+    errors = []
+    if requests_beyond(template_requests(theirs), want):
+        errors.append(
+            f"spec.template: a Job of {_ancestor_phrase(job)} runs pods requesting "
             f"{template_requests(theirs)}, beyond the {want} (milli-CPU, bytes, counts) its "
             "share of that object's admission was sized for: only pods no bigger than its "
-            "template's may run there (resize the object itself: it is queued again)"]
+            "template's may run there (resize the object itself: it is queued again)")
+    if template_claims(theirs) != template_claims(sized):
+        errors.append(
+            f"spec.template.spec.resourceClaims: a Job of {_ancestor_phrase(job)} claims "
+            f"{template_claims(theirs) or 'no devices'}, but its share of that object's "
+            f"admission was sized for {template_claims(sized) or 'no devices'} (DRA, counted "
+            "in quota through resources.deviceClassMappings)")
+    return errors
 
 
 def _ancestor_phrase(job: dict[str, Any]) -> str:
