@@ -361,9 +361,13 @@ async def _read(request: Request) -> _Parsed | Response:
 
 
 def _decide(req: _Parsed, state: ExtenderState | None,
-            admitted_only: bool = False) -> FilterDecision:
+            admitted_only: bool = False, count_bound: bool = False) -> FilterDecision:
     """``admitted_only``: ``extender.flavor_nodes_for_admitted_only`` (``filter_unadmitted``
-    for a pod no pykueue Workload view covers and ``pod_admitted`` does not vouch for)."""
+    for a pod no pykueue Workload view covers and ``pod_admitted`` does not vouch for).
+    ``count_bound``: ``jobs.pod_replacement_policy: Failed``: a pod of an admitted batch Job
+    that has as many GPU pods bound and not terminal (those being deleted included) as its
+    admission's pods gets no node, whoever made it (brk33b B1: a tenant's own replacement
+    beside its deleted pod)."""
     if state is None:
         return filter_unsynced(req.pod, req.names, admitted_only=admitted_only)
     pod = req.pod
@@ -373,6 +377,13 @@ def _decide(req: _Parsed, state: ExtenderState | None,
     why = state.withheld(pod)
     if why:
         return withhold(req.names, why)
+    if count_bound and view is not None and view.admitted and pod.job_uid:
+        admitted, bound = sum(view.pod_set_counts.values()), state.bound_pods(pod.job_uid)
+        if admitted and bound >= admitted:
+            return withhold(req.names, f"Job {pod.namespace}/{pod.job_name} has {bound} pod(s) "
+                                       f"bound and not terminal (being deleted included), the "
+                                       f"{admitted} its admission gives "
+                                       "(jobs.pod_replacement_policy: Failed)")
     if view is None and admitted_only and not state.pod_admitted(pod):
         return filter_unadmitted(pod, req.names, index, state.flavors())
     return filter_pod(pod, view, req.names, index, state.flavors())
@@ -431,7 +442,8 @@ def _answer_filter(request: Request, req: _Parsed) -> Response:
     try:
         settings = getattr(request.app.state, "settings", None)
         d = _decide(req, _extender_state(request), settings is not None
-                    and settings.extender.flavor_nodes_for_admitted_only)
+                    and settings.extender.flavor_nodes_for_admitted_only,
+                    settings is not None and settings.jobs.pod_replacement_policy == "Failed")
     except Exception as exc:  # never 5xx: answer an Error the scheduler reports
         log.exception("extender filter failed for pod %s", req.pod.key)
         why = f"pykueue extender internal error: {type(exc).__name__}: {exc}"

@@ -393,6 +393,24 @@ class StoreExtenderState(InMemoryExtenderState):
             return kind, None
         return kind, owner
 
+    def _unselected_by_name(self, pod: PodFacts) -> str:
+        """Why a pod that names a stored batch Job only by its label or a non-controller
+        ownerReference (``PodFacts.job_name`` without a Job controller) may not run on that
+        Job's admission: the Job's selector does not take it, so the Job controller neither
+        adopts, counts nor trims it (brk33b B2); ``""`` otherwise."""
+        ref = pod.controller
+        if not pod.job_name or ref is not None and ref.kind == "Job" and ref.group == "batch":
+            return ""
+        key = f"{pod.namespace}/{pod.job_name}"
+        job = _stored_job(self.ctx, self.registry, pod.namespace, pod.job_name) \
+            or self._unlabelled_job(key)
+        if job is None or pod.job_uid and job["metadata"].get("uid") != pod.job_uid \
+                or _selects(job, pod):
+            return ""
+        return (f"pod {pod.key} names Job {pod.job_name} by label or ownerReference but does "
+                "not match its spec.selector: the Job does not count it, so no admission "
+                "covers it")
+
     def _unlabelled_job(self, key: str) -> Obj | None:
         """Batch Job ``namespace/name`` from the stores of Jobs without a queue name
         (``CHILD_JOB_STORES``, watched while the Job kind's own store is selective)."""
@@ -412,6 +430,9 @@ class StoreExtenderState(InMemoryExtenderState):
         or RayJob as controller that is not the cluster it runs on). A controller the stores
         do not hold yet withholds nothing (the reconciler stops such an object when it
         sees it)."""
+        unowned = self._unselected_by_name(pod)
+        if unowned:
+            return unowned
         found = self._stored_controller(pod)
         if found is None or found[1] is None or self.registry is None:
             return ""
@@ -516,12 +537,18 @@ class StoreExtenderState(InMemoryExtenderState):
 
     def _pod_gpus(self, namespace: str, pod_spec: Obj) -> int | None:
         """GPUs (``extender.gpu_resource``, count) a pod made from ``pod_spec`` in
-        ``namespace`` asks once the API server's LimitRanger gave its containers the
-        namespace's LimitRange defaults (``podadjust.adjust_pod_spec``, as Kueue's
-        AdjustResources); None when unreadable (nothing to compare with)."""
+        ``namespace`` asks as the API server makes it: limits copied into missing requests
+        (Pod defaulting), then the namespace's LimitRange defaults (the LimitRanger;
+        ``podadjust.adjust_pod_spec``). Kueue's AdjustResources, which pykueue's quota count
+        follows, applies ``defaultRequest`` before the limits, so a limits-only GPU under a
+        GPU ``defaultRequest`` counts less in quota than the pod asks (docs/security.md);
+        None when unreadable (nothing to compare with)."""
         try:
             limits = summarize(self._limit_ranges(namespace)).get(CONTAINER)
-            spec = adjust_pod_spec(pod_spec, {}, limits) if limits is not None else pod_spec
+            # Limits as missing requests first (Pod defaulting, before the LimitRanger: brk33b
+            # F1): the adjustment without a LimitRange does just that.
+            spec = adjust_pod_spec(pod_spec, {}, None)
+            spec = adjust_pod_spec(spec, {}, limits) if limits is not None else spec
             return int(pod_requests(spec, field="spec").get(self._gpu_resource(), 0))
         except WorkloadSpecError:
             return None

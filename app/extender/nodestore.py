@@ -78,6 +78,11 @@ class ExtenderState(Protocol):
         """Node name -> allocatable GPUs minus ``gpu_used`` (may be negative), known nodes only."""
         ...
 
+    def bound_pods(self, job_uid: str) -> int:
+        """GPU pods (count) of batch Job ``job_uid`` bound and not terminal, those being
+        deleted included (``NodeStore.bound_pods``)."""
+        ...
+
 
 class NodeStore:
     """Nodes by name (raw objects and parsed ``NodeFacts``) and GPU usage per node.
@@ -91,6 +96,8 @@ class NodeStore:
         self._objects: dict[str, dict[str, Any]] = {}
         self._index = NodeIndex()
         self._pods: dict[str, tuple[str, int]] = {}  # pod uid -> (node, gpus)
+        self._owner: dict[str, str] = {}  # pod uid -> its Job's uid (PodFacts.job_uid)
+        self._by_owner: dict[str, set[str]] = {}
         self._used: dict[str, int] = {}
         self._free: dict[str, int] = {}
 
@@ -138,10 +145,13 @@ class NodeStore:
         phase = (pod.get("status") or {}).get("phase")
         if not node or phase in TERMINAL_PHASES:
             return
-        gpus = pod_facts(pod, self.gpu_resource).gpus
-        if gpus:
-            self._pods[key] = (node, gpus)
-            self._adjust(node, gpus)
+        facts = pod_facts(pod, self.gpu_resource)
+        if facts.gpus:
+            self._pods[key] = (node, facts.gpus)
+            self._adjust(node, facts.gpus)
+            if facts.job_uid:
+                self._owner[key] = facts.job_uid
+                self._by_owner.setdefault(facts.job_uid, set()).add(key)
 
     def delete_pod(self, pod: dict[str, Any]) -> None:
         """A Pod DELETED event."""
@@ -151,6 +161,13 @@ class NodeStore:
         prev = self._pods.pop(key, None)
         if prev is not None:
             self._adjust(prev[0], -prev[1])
+        owner = self._owner.pop(key, None)
+        if owner is not None:
+            pods = self._by_owner.get(owner)
+            if pods is not None:
+                pods.discard(key)
+                if not pods:
+                    del self._by_owner[owner]
 
     def _adjust(self, node: str, delta: int) -> None:
         used = self._used.get(node, 0) + delta
@@ -170,6 +187,11 @@ class NodeStore:
         """Node name -> allocatable minus used GPUs (count), known nodes only. Read-only view."""
         return self._free
 
+    def bound_pods(self, job_uid: str) -> int:
+        """GPU pods (count) of the batch Job of uid ``job_uid`` (``PodFacts.job_uid``) bound
+        to a node and not Succeeded/Failed, those being deleted included."""
+        return len(self._by_owner.get(job_uid, ()))
+
 
 class NodeStoreBacked:
     """The node half of ``ExtenderState``, served from ``self.nodes`` (a ``NodeStore``).
@@ -188,6 +210,9 @@ class NodeStoreBacked:
 
     def free_gpus(self) -> Mapping[str, int]:
         return self.nodes.free_gpus()
+
+    def bound_pods(self, job_uid: str) -> int:
+        return self.nodes.bound_pods(job_uid)
 
 
 @dataclass

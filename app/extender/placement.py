@@ -98,6 +98,7 @@ class PodWorkloadView:
     across its resources, Kueue ``status.admission.podSetAssignments[].flavors``).
     ``pod_set_gpus``: podSet name -> the GPUs (count) one of its pods was admitted with
     (``spec.podSets[].template``'s per-pod request); a podSet missing here is not checked.
+    ``pod_set_counts``: podSet name -> the pods admitted (``podSetAssignments[].count``).
     A pod with no view (``None``) is not managed by pykueue.
     """
 
@@ -106,6 +107,7 @@ class PodWorkloadView:
     pending_reason: str = ""
     pod_set_flavors: Mapping[str, tuple[FlavorView, ...]] = field(default_factory=dict)
     pod_set_gpus: Mapping[str, int] = field(default_factory=dict)
+    pod_set_counts: Mapping[str, int] = field(default_factory=dict)
 
 
 def view_from_workload(
@@ -126,7 +128,8 @@ def view_from_workload(
         names = dict.fromkeys(psa.flavors.values())  # distinct, in resource order
         per_pod_set[psa.name] = tuple(flavors.get(n) or FlavorView(n) for n in names)
     gpus = {ps.name: int(ps.requests.get(gpu_resource, 0)) for ps in workload.pod_sets}
-    return PodWorkloadView(workload.key, True, "", per_pod_set, gpus)
+    counts = {psa.name: psa.count for psa in admission.pod_set_assignments}
+    return PodWorkloadView(workload.key, True, "", per_pod_set, gpus, counts)
 
 
 @dataclass(frozen=True, slots=True)

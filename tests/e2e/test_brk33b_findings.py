@@ -31,9 +31,6 @@ from tests.labfixture import LabHandle, wait_for
 pytestmark = pytest.mark.lab
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brk33b F1: a Job asking 4 GPUs as a limit only under a LimitRange defaulting the GPU to "
-    "1: admitted, its pod (requests 4) withheld by the extender for ever"))
 def test_f1_a_limits_only_gpu_job_runs_under_a_gpu_limitrange(
         lab: LabHandle, pykueue_in_lab: object) -> None:
     ns, cq = gpu_queue(lab, "brk33b-f1", 4)
@@ -67,9 +64,6 @@ def test_f1_a_limits_only_gpu_job_runs_under_a_gpu_limitrange(
         lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brk33b B1: under jobs.pod_replacement_policy Failed the tenant forges the replacement "
-    "of its deleted (terminating) pod, twice: 3 GPUs Running on an admission of 1"))
 def test_b1_a_forged_replacement_runs_no_gpu_beyond_the_admission(
         lab: LabHandle, replacing_on_failure: object) -> None:  # noqa: F811
     ns, cq = gpu_queue(lab, "brk33b-b1", 1)

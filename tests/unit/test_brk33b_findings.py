@@ -2,7 +2,13 @@
 for every pod, ``_selects``, ``pod_set_gpus`` with LimitRange defaults, ``_beyond_podset``;
 the reconciler's ``_hold_to_share`` compares a child Job's template with its sized-by one;
 ``jobs.pod_replacement_policy: Failed``). Default settings unless a test says. Strict xfails:
-each passes once its finding is closed.
+each passes once its finding is closed. Closed in session 33: F1 (``_pod_gpus`` copies limits
+into missing requests before the LimitRange defaults, as the API server makes a pod:
+``podadjust.with_limits_as_requests``), B1 (with ``jobs.pod_replacement_policy: Failed`` the
+extender places no pod of a Job that has as many GPU pods bound and not terminal as its
+admission: ``NodeStore.bound_pods``, ``_decide(count_bound=)``), B2 (a pod naming a Job by
+label or a non-controller ownerReference that the Job's selector does not take gets no node:
+``_unselected_by_name``). Open: F2.
 
 F1 (Medium, false positive: pods withheld for ever). The extender's admitted GPU count of a
 pod (``StoreExtenderState._pod_gpus``: a Workload's podSet template, or a child Job's sized-by
@@ -164,10 +170,6 @@ def _job_pod(resources: dict[str, Any], *, name: str = "j-abcde",
             "spec": {"containers": [{"name": "c", "resources": resources}]}}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brk33b F1: a Job asking its GPUs as a limit only (4) in a namespace whose LimitRange "
-    "defaults nvidia.com/gpu to 1: pykueue counts the template at 1 (defaultRequest before "
-    "limits), the API server makes the pod with requests 4: withheld for ever"))
 def test_f1_a_jobs_limits_only_gpu_pod_is_placed_under_a_gpu_limitrange() -> None:
     state = _with_limit_range(_queued_job_state(LIMITS_ONLY))
     facts = pod_facts(_job_pod(AS_STORED), GPU)
@@ -180,9 +182,6 @@ def test_f1_a_jobs_limits_only_gpu_pod_is_placed_under_a_gpu_limitrange() -> Non
     assert decision.passing == ["a100-0"], decision.unresolvable
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brk33b F1: the same for a JobSet's child Job (_beyond_podset): 'requests 4 "
-    "nvidia.com/gpu, more than the 1'"))
 def test_f1_a_child_jobs_limits_only_gpu_pod_is_placed_under_a_gpu_limitrange() -> None:
     child = _operators_train_w_0("1")
     child["spec"]["template"]["spec"]["containers"][0]["resources"] = copy.deepcopy(LIMITS_ONLY)
@@ -263,10 +262,6 @@ async def test_f2_an_unedited_mpijobs_launcher_keeps_its_pod() -> None:
 # --------------------------------------- B1: the tenant's own replacement under Failed
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brk33b B1: with jobs.pod_replacement_policy Failed, the tenant deletes j's Running pod "
-    "(a long grace) and makes its replacement itself (j's controller reference and selector "
-    "labels): the extender places it beside the terminating pod, 2 GPUs on an admission of 1"))
 def test_b1_a_forged_replacement_beside_a_terminating_pod_gets_no_node() -> None:
     state = _queued_job_state({"limits": {GPU: "1"}})
     state.nodes.update({"metadata": {"name": "a100-0", "labels": {"pool": "a100"}},
@@ -279,17 +274,20 @@ def test_b1_a_forged_replacement_beside_a_terminating_pod_gets_no_node() -> None
     forged = pod_facts(_job_pod({"limits": {GPU: "1"}, "requests": {GPU: "1"}},
                                 name="j-forged"), GPU)
     assert state.gpu_used("a100-0") == 1  # the deleted pod still holds its GPU
-    decision = _decide(_Parsed(forged, ["a100-0"]), state)
+    decision = _decide(_Parsed(forged, ["a100-0"]), state, count_bound=True)
     assert decision.passing == [], "a second 1-GPU pod of j placed on an admission of 1"
+    assert "has 1 pod(s) bound and not terminal" in decision.unresolvable["a100-0"]
+    # Without the setting (Kueue's default) the replacement runs beside it, as the Job
+    # controller's own would (brk32 H4).
+    assert _decide(_Parsed(forged, ["a100-0"]), state).passing == ["a100-0"]
+    # Once the deleted pod is gone, the replacement is placed.
+    state.on_pod("DELETED", deleted, None)
+    assert _decide(_Parsed(forged, ["a100-0"]), state, count_bound=True).passing == ["a100-0"]
 
 
 # ------------------------------------ B2: a job-name label under flavor_nodes_for_admitted_only
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brk33b B2: with extender.flavor_nodes_for_admitted_only, a bare pod labelled "
-    "batch.kubernetes.io/job-name: j (no controller, not selected by j) gets a100 nodes on "
-    "j's admission, any number of them, outside every quota"))
 @pytest.mark.parametrize("how", ["label", "non-controller-reference"])
 def test_b2_a_pod_only_labelled_with_an_admitted_jobs_name_gets_no_flavor_node(
         how: str) -> None:
