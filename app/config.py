@@ -604,7 +604,8 @@ class JobsSettings(BaseModel):
     brk32 H4). ``Failed`` (pykueue's, opt-in): the Job webhook sets ``Failed`` on every
     queued batch Job it creates or queues (a replacement starts once the pod it replaces is
     terminal) and refuses an UPDATE, by anyone but pykueue, that changes it away from
-    ``Failed`` on a queued Job. Jobs an ancestor's operator makes (a JobSet's) keep what that
+    ``Failed`` on a queued Job; the scheduler extender then gives no node to a pod of an
+    admitted Job that has as many GPU pods bound and not terminal as its admission. Jobs an ancestor's operator makes (a JobSet's) keep what that
     operator writes. ``PYKUEUE_JOBS__POD_REPLACEMENT_POLICY=Failed``."""
 
     model_config = ConfigDict(extra="forbid")
