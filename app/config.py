@@ -602,11 +602,12 @@ class JobsSettings(BaseModel):
     replacement as soon as a pod is being deleted, so a tenant deleting its Running pods runs
     the replacements beside pods that run out the grace period it set, beyond the admission:
     brk32 H4). ``Failed`` (pykueue's, opt-in): the Job webhook sets ``Failed`` on every
-    queued batch Job it creates or queues (a replacement starts once the pod it replaces is
-    terminal) and refuses an UPDATE, by anyone but pykueue, that changes it away from
-    ``Failed`` on a queued Job; the scheduler extender then gives no node to a pod of an
-    admitted Job that has as many GPU pods bound and not terminal as its admission. Jobs an ancestor's operator makes (a JobSet's) keep what that
-    operator writes. ``PYKUEUE_JOBS__POD_REPLACEMENT_POLICY=Failed``."""
+    queued batch Job at CREATE, or when an update gives it a queue name (a replacement
+    starts once the pod it replaces is terminal), and refuses an UPDATE, by anyone but
+    pykueue, that changes it away from ``Failed`` on a queued Job; the scheduler extender
+    then gives no node to a pod of an admitted Job that has as many GPU pods bound and not
+    terminal as its admission. Jobs an ancestor's operator makes (a JobSet's) keep what
+    that operator writes. ``PYKUEUE_JOBS__POD_REPLACEMENT_POLICY=Failed``."""
 
     model_config = ConfigDict(extra="forbid")
 
