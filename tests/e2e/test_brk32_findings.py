@@ -241,6 +241,29 @@ def h4_gpus_running(lab: LabHandle, prefix: str,
             pass  # the replacement did not run beside the deleted ones
         return sum(_gpus(p) for p in _running(lab, ns, selector))
     finally:
-        release(lab, lab.get("pods", "-n", ns)["items"])
+        drop_held_pods(lab, ns, cq)
+
+
+def drop_held_pods(lab: LabHandle, ns: str, cq: str) -> None:
+    """Clean up after a Job whose pods carry the test's finalizer: delete the namespace's
+    Jobs first, so that no replacement is made once a pod's finalizer goes (with
+    ``podReplacementPolicy: Failed`` the Job controller makes it only then, and that pod,
+    with the finalizer from the template, would hold its GPU for good), take the finalizer
+    off every pod (and any other finalizer) until none is left, then delete the namespace
+    and the ClusterQueue (before this helper, a pod under ``Failed`` stayed Terminating on
+    a100-0 for good, and the seed scenario later found 7 of its 8 A100 GPUs)."""
+    lab.kubectl("delete", "jobs", "--all", "-n", ns, "--wait=false", check=False)
+
+    def gone() -> bool:
+        pods = lab.get("pods", "-n", ns)["items"]
+        # Every finalizer: the Job controller's job-tracking one too, which under
+        # ``podReplacementPolicy: Failed`` it keeps until the pod is terminal, and a
+        # ``stops-slowly`` pod (tests/e2e, hack/lab/stages.yaml) is not while one is left.
+        release(lab, pods, keep_others=False)
+        return not pods
+
+    try:
+        wait_for(gone, 120, f"every pod of {ns} gone")
+    finally:
         lab.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
         lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)

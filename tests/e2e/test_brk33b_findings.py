@@ -21,8 +21,7 @@ import json
 
 import pytest
 
-from tests.e2e.test_brk32_findings import _gpus, _running, _slow_job
-from tests.e2e.test_deleted_job_quota_held import release
+from tests.e2e.test_brk32_findings import _gpus, _running, _slow_job, drop_held_pods
 from tests.e2e.test_job_being_deleted_stopped import JOB_NAME, QUEUE
 from tests.e2e.test_pod_replacement_policy import replacing_on_failure  # noqa: F401 (fixture)
 from tests.e2e.test_workload_kinds import LONG, TOLERATION, gpu_queue
@@ -101,6 +100,4 @@ def test_b1_a_forged_replacement_runs_no_gpu_beyond_the_admission(
         names = sorted(p["metadata"]["name"] for p in running)
         assert gpus <= 1, f"{gpus} GPUs Running for j ({names}), admitted for 1"
     finally:
-        release(lab, lab.get("pods", "-n", ns)["items"])
-        lab.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
-        lab.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+        drop_held_pods(lab, ns, cq)
