@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from app.core.multikueue import MULTIKUEUE_CONTROLLER
@@ -34,10 +33,23 @@ from app.integrations.framework import (
     lookup,
     stored_ancestor,
 )
-from app.kube.context import AC, CHILD_JOB_STORES, CQ, JOB, LQ, LR, NS, RF, STS, WL, Context
+from app.kube.context import (
+    AC,
+    CHILD_JOB_STORES,
+    CQ,
+    JOB,
+    LQ,
+    LR,
+    NS,
+    RF,
+    STS,
+    WL,
+    Context,
+    in_namespace,
+)
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import QUEUE_NAME_LABEL
-from app.wire.podadjust import CONTAINER, adjust_pod_spec, summarize
+from app.wire.podadjust import CONTAINER, LimitSummary, adjust_pod_spec, summarize
 from app.wire.podtemplate import pod_requests
 from app.wire.queues import label_selector, resource_flavor
 from app.wire.workload import (
@@ -483,7 +495,11 @@ class StoreExtenderState(InMemoryExtenderState):
             return ""
         gpu = self._gpu_resource()
         spec = sized.get("spec")
-        allowed = self._pod_gpus(pod.namespace, spec if isinstance(spec, dict) else {})
+        try:
+            limits = self._container_limits(pod.namespace)
+        except WorkloadSpecError:
+            return ""  # an unreadable LimitRange: nothing to compare with
+        allowed = self._pod_gpus(spec if isinstance(spec, dict) else {}, limits)
         if allowed is None or pod.gpus <= allowed:
             return ""
         return (f"pod {pod.key} requests {pod.gpus} {gpu}, more than the {allowed} of a pod "
@@ -525,26 +541,40 @@ class StoreExtenderState(InMemoryExtenderState):
             return PodWorkloadView(key, False, f"its Workload is invalid: {exc}")
         qr = condition(wl, QUOTA_RESERVED) or {}
         reason = str(qr.get("message") or "waiting for quota")
+        return view_from_workload(domain, {f.name: f for f in self.flavors()}, reason,
+                                  pod_set_gpus=self._pod_set_gpus(wl) if domain.admission
+                                  is not None else {})
+
+    def _pod_set_gpus(self, wl: Obj) -> dict[str, int]:
+        """PodSet name -> the GPUs a pod of it asks as the API server makes it
+        (``_pod_gpus``), for the podSets whose template is readable; ``{}`` when a
+        LimitRange of the Workload's namespace is unreadable (nothing to compare with)."""
+        try:
+            limits = self._container_limits(str(wl["metadata"].get("namespace", "")))
+        except WorkloadSpecError:
+            return {}
         gpus: dict[str, int] = {}
-        namespace = str(wl["metadata"].get("namespace", ""))
         for ps in (wl.get("spec") or {}).get("podSets") or []:
             spec = ((ps.get("template") or {}).get("spec")) if isinstance(ps, dict) else None
-            found = self._pod_gpus(namespace, spec) if isinstance(spec, dict) else None
+            found = self._pod_gpus(spec, limits) if isinstance(spec, dict) else None
             if found is not None:
                 gpus[str(ps.get("name", ""))] = found
-        view = view_from_workload(domain, {f.name: f for f in self.flavors()}, reason)
-        return replace(view, pod_set_gpus=gpus) if view.admitted else view
+        return gpus
 
-    def _pod_gpus(self, namespace: str, pod_spec: Obj) -> int | None:
-        """GPUs (``extender.gpu_resource``, count) a pod made from ``pod_spec`` in
-        ``namespace`` asks as the API server makes it: limits copied into missing requests
-        (Pod defaulting), then the namespace's LimitRange defaults (the LimitRanger;
+    def _container_limits(self, namespace: str) -> LimitSummary | None:
+        """The ``Container`` LimitRange summary of ``namespace`` (``podadjust.summarize``),
+        None without one. Raises ``WorkloadSpecError`` for an unreadable LimitRange."""
+        return summarize(in_namespace(self.ctx, LR, namespace)).get(CONTAINER)
+
+    def _pod_gpus(self, pod_spec: Obj, limits: LimitSummary | None) -> int | None:
+        """GPUs (``extender.gpu_resource``, count) a pod made from ``pod_spec`` asks as the
+        API server makes it: limits copied into missing requests (Pod defaulting), then the
+        namespace's LimitRange defaults ``limits`` (the LimitRanger;
         ``podadjust.adjust_pod_spec``). Kueue's AdjustResources, which pykueue's quota count
         follows, applies ``defaultRequest`` before the limits, so a limits-only GPU under a
         GPU ``defaultRequest`` counts less in quota than the pod asks (docs/security.md);
         None when unreadable (nothing to compare with)."""
         try:
-            limits = summarize(self._limit_ranges(namespace)).get(CONTAINER)
             # Limits as missing requests first (Pod defaulting, before the LimitRanger: brk33b
             # F1): the adjustment without a LimitRange does just that.
             spec = adjust_pod_spec(pod_spec, {}, None)
@@ -552,15 +582,6 @@ class StoreExtenderState(InMemoryExtenderState):
             return int(pod_requests(spec, field="spec").get(self._gpu_resource(), 0))
         except WorkloadSpecError:
             return None
-
-    def _limit_ranges(self, namespace: str) -> list[Obj]:
-        """The LimitRanges of ``namespace`` ([] without a LimitRange store)."""
-        try:
-            store = self.ctx.store(LR)
-        except KeyError:
-            return []
-        return [o for o in store.list()
-                if (o.get("metadata") or {}).get("namespace") == namespace]
 
     def _gpu_resource(self) -> str:
         """``extender.gpu_resource`` (the resource ``PodFacts.gpus`` counts)."""

@@ -70,7 +70,7 @@ from app.controllers.write_tasks import WorkloadWrites
 from app.core.scheduling_cycle import Scheduler
 from app.core.types import ClusterQueueName, CohortName, FlavorName, WorkloadKey
 from app.integrations.framework import controller_uid
-from app.kube.context import LR, RCT, RTC, WL, Context
+from app.kube.context import LR, RCT, RTC, WL, Context, in_namespace
 from app.kube.informers import DELETED
 from app.wire.dra import DraInadmissible, claim_template_names, with_claim_requests
 from app.wire.fields import Obj, WorkloadSpecError
@@ -100,13 +100,6 @@ from app.wire.workload_status import (
 )
 
 log = logging.getLogger(__name__)
-
-
-NAMESPACE_INDEX = "namespace"  # the LimitRange and Workload stores': by metadata.namespace
-
-
-def _namespace_of(obj: Obj) -> str | None:
-    return (obj.get("metadata") or {}).get("namespace")
 
 
 def _deactivation_asked(wl: Obj) -> bool:
@@ -269,7 +262,7 @@ class InformerFeed:
             wl = domain_workload(new)
             if wl.admission is None:
                 wl = with_adjusted_resources(wl, new, self._overheads(new),
-                                             self._limit_ranges(wl.namespace))
+                                             in_namespace(self.ctx, LR, wl.namespace))
                 wl = with_claim_requests(wl, new, self._claim_template, self.device_classes)
         except DraInadmissible as exc:
             self.cluster.delete_workload(key)
@@ -363,14 +356,6 @@ class InformerFeed:
         return {n: (rc.get("overhead") or {}).get("podFixed")
                 for n in names if (rc := store.get(n)) is not None}
 
-    def _limit_ranges(self, namespace: str) -> list[Obj]:
-        """The LimitRanges of ``namespace``."""
-        if LR not in self.ctx.informers.informers:
-            return []
-        store = self.ctx.store(LR)
-        store.index(NAMESPACE_INDEX, _namespace_of)
-        return store.by_index(NAMESPACE_INDEX, namespace)
-
     def on_limit_range(self, etype: str, old: Obj | None, new: Obj | None) -> None:
         """A LimitRange changed: re-read the pending Workloads of its namespace (their
         counted requests and their check change; Kueue's workload controller re-adjusts
@@ -378,9 +363,7 @@ class InformerFeed:
         obj = new or old
         if obj is None:
             return
-        store = self.ctx.store(WL)
-        store.index(NAMESPACE_INDEX, _namespace_of)
-        for wl in store.by_index(NAMESPACE_INDEX, obj["metadata"].get("namespace", "")):
+        for wl in in_namespace(self.ctx, WL, obj["metadata"].get("namespace", "")):
             if not has_admission(wl):
                 self.on_workload("MODIFIED", wl, wl)
 

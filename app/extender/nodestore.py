@@ -95,8 +95,8 @@ class NodeStore:
         self.gpu_resource = gpu_resource
         self._objects: dict[str, dict[str, Any]] = {}
         self._index = NodeIndex()
-        self._pods: dict[str, tuple[str, int]] = {}  # pod uid -> (node, gpus)
-        self._owner: dict[str, str] = {}  # pod uid -> its Job's uid (PodFacts.job_uid)
+        # pod uid -> (node, gpus, its Job's uid: PodFacts.job_uid, "" for none)
+        self._pods: dict[str, tuple[str, int, str]] = {}
         self._by_owner: dict[str, set[str]] = {}
         self._used: dict[str, int] = {}
         self._free: dict[str, int] = {}
@@ -147,10 +147,9 @@ class NodeStore:
             return
         facts = pod_facts(pod, self.gpu_resource)
         if facts.gpus:
-            self._pods[key] = (node, facts.gpus)
+            self._pods[key] = (node, facts.gpus, facts.job_uid)
             self._adjust(node, facts.gpus)
             if facts.job_uid:
-                self._owner[key] = facts.job_uid
                 self._by_owner.setdefault(facts.job_uid, set()).add(key)
 
     def delete_pod(self, pod: dict[str, Any]) -> None:
@@ -159,15 +158,15 @@ class NodeStore:
 
     def _release(self, key: str) -> None:
         prev = self._pods.pop(key, None)
-        if prev is not None:
-            self._adjust(prev[0], -prev[1])
-        owner = self._owner.pop(key, None)
-        if owner is not None:
-            pods = self._by_owner.get(owner)
-            if pods is not None:
-                pods.discard(key)
-                if not pods:
-                    del self._by_owner[owner]
+        if prev is None:
+            return
+        node, gpus, owner = prev
+        self._adjust(node, -gpus)
+        pods = self._by_owner.get(owner)
+        if pods is not None:
+            pods.discard(key)
+            if not pods:
+                del self._by_owner[owner]
 
     def _adjust(self, node: str, delta: int) -> None:
         used = self._used.get(node, 0) + delta

@@ -112,10 +112,13 @@ class PodWorkloadView:
 
 def view_from_workload(
     workload: DomainWorkload, flavors: Mapping[str, FlavorView], pending_reason: str = "",
-    gpu_resource: str = "nvidia.com/gpu",
+    gpu_resource: str = "nvidia.com/gpu", pod_set_gpus: Mapping[str, int] | None = None,
 ) -> PodWorkloadView:
     """Build a ``PodWorkloadView`` from a domain Workload and the known ResourceFlavors;
     ``gpu_resource``: the resource ``PodFacts.gpus`` counts (``extender.gpu_resource``).
+    ``pod_set_gpus``: the GPUs a pod of each podSet asks when the caller knows better than
+    the domain Workload's requests (the namespace's LimitRange defaults applied as the API
+    server applies them); default: those requests.
 
     A flavor named in the admission but missing from ``flavors`` (deleted since) is taken as
     a flavor without nodeLabels or tolerations.
@@ -127,7 +130,8 @@ def view_from_workload(
     for psa in admission.pod_set_assignments:
         names = dict.fromkeys(psa.flavors.values())  # distinct, in resource order
         per_pod_set[psa.name] = tuple(flavors.get(n) or FlavorView(n) for n in names)
-    gpus = {ps.name: int(ps.requests.get(gpu_resource, 0)) for ps in workload.pod_sets}
+    gpus = pod_set_gpus if pod_set_gpus is not None else {
+        ps.name: int(ps.requests.get(gpu_resource, 0)) for ps in workload.pod_sets}
     counts = {psa.name: psa.count for psa in admission.pod_set_assignments}
     return PodWorkloadView(workload.key, True, "", per_pod_set, gpus, counts)
 

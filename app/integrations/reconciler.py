@@ -978,10 +978,9 @@ class JobReconciler:
             return None  # the ancestor's own reconcile stops it: it no longer matches
         template = (job.get("spec") or {}).get("template")
         theirs = template_requests(template)
-        beyond = requests_beyond(theirs, template_requests(sized)) \
-            if isinstance(sized, Mapping) else {}
-        if isinstance(sized, Mapping) and template_claims(template) != template_claims(sized):
-            beyond = {"resourceClaims": 1}  # DRA devices its share was not sized for
+        beyond = isinstance(sized, Mapping) and (
+            bool(requests_beyond(theirs, template_requests(sized)))
+            or template_claims(template) != template_claims(sized))
         if beyond:
             allowed = 0  # its pods would use more than its share's podSet was admitted for
         if have > allowed:

@@ -34,6 +34,7 @@ from app.kube.client import (
 from app.kube.events import EventRecorder
 from app.kube.informers import Informer, InformerSet, Store
 from app.kube.leader import LeaderElector
+from app.wire.fields import Obj
 from app.wire.names import QUEUE_NAME_LABEL
 
 # Informer keys. JOB is the batch/v1 Job kind's (app.integrations.batchjob), whose store the
@@ -75,6 +76,24 @@ OTHER_JOBS = "jobother"
 CHILD_JOBSETS = "jobsetchild"
 UNLABELLED = f"!{QUEUE_NAME_LABEL}"
 EMPTY_QUEUE_NAME = f"{QUEUE_NAME_LABEL}="
+
+
+NAMESPACE_INDEX = "namespace"  # a store's index by metadata.namespace
+
+
+def in_namespace(ctx: Context, key: str, namespace: str) -> list[Obj]:
+    """The objects of store ``key`` in ``namespace``, through the store's namespace index
+    (built on first use, then kept by every change); ``[]`` when this process does not watch
+    that store."""
+    informers = getattr(ctx, "informers", None)  # a bare store view (tests) has none
+    if informers is not None and key not in informers.informers:
+        return []
+    try:
+        store = ctx.store(key)
+    except KeyError:
+        return []
+    store.index(NAMESPACE_INDEX, lambda o: (o.get("metadata") or {}).get("namespace"))
+    return store.by_index(NAMESPACE_INDEX, namespace)
 
 
 def build_informers(client: KubeClient, watch_timeout_seconds: int = 300, *,

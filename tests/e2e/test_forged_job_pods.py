@@ -14,7 +14,7 @@ import json
 import pytest
 
 from tests.e2e.test_job_being_deleted_stopped import JOB_NAME, QUEUE
-from tests.e2e.test_workload_kinds import LONG, TOLERATION, gpu_container, gpu_queue
+from tests.e2e.test_workload_kinds import LONG, gpu_container, gpu_queue, long_job
 from tests.labfixture import LabHandle, wait_for
 
 pytestmark = pytest.mark.lab
@@ -36,13 +36,7 @@ def test_pods_made_under_an_admitted_jobs_name_get_no_node(
         lab: LabHandle, pykueue_in_lab: object) -> None:
     ns, cq = gpu_queue(lab, "forged", 4)
     try:
-        lab.apply(json.dumps({
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": "j", "namespace": ns, "labels": {QUEUE: "lq"}},
-            "spec": {"parallelism": 1, "completions": 1, "template": {
-                "metadata": LONG, "spec": {"restartPolicy": "Never",
-                                           "containers": [gpu_container()],
-                                           "tolerations": [TOLERATION]}}}}))
+        lab.apply(long_job("j", ns, {QUEUE: "lq"}))
         real = wait_for(lambda: next((p for p in lab.get(
             "pods", "-n", ns, "-l", f"{JOB_NAME}=j")["items"]
             if p["status"].get("phase") == "Running"), None), 90, "j's pod Running")
