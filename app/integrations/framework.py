@@ -115,6 +115,11 @@ class KindDefaults:
     # kind is served and the Pod store watched, every batch Job is in some store
     # (``Manager``), so a pod whose Job no store holds is one whose Job is gone (``pod_of``).
     runs_batch_jobs: bool = False
+    # Its operator makes a deleted child Job again from the object's current template, and
+    # one it resumes keeps the template it was made with but for its scheduling fields
+    # (mpi-operator v0.8.0's launcher): the reconciler deletes such a Job made from an
+    # earlier template that asks beyond the current one (``_remake_stale_child``).
+    remakes_deleted_child_jobs: bool = False
     # Kueue ``TopLevelJob``: never a managed ancestor's child (the webhook decides that).
     top_level: bool = False
     # Kueue manageJobsWithoutQueueName: objects without a queue name are queued too when the

@@ -144,6 +144,9 @@ ADOPTION_WAIT_SECONDS = 10.0
 # admission (``_cut_grace_beyond_share``): they never ran on an admission. 1, not 0: 0 asks
 # the API server for an immediate (forced) deletion, before the kubelet has stopped them.
 BEYOND_SHARE_GRACE_SECONDS = 1
+# Stale child Jobs remembered as deleted for their operator to make again
+# (``_remake_stale_child``): one per edited queued object in flight is enough to stop a loop.
+REMADE_CHILDREN_KEPT = 4096
 
 
 
@@ -177,6 +180,31 @@ def _dispatched_elsewhere(parent_kind: JobKind, parent: Mapping[str, Any]) -> bo
     ``shouldSuspendChildJob`` lets any child of an admitted ancestor run (breaker15)."""
     adapter = _adapter_of(parent_kind)
     return adapter is not None and adapter.managed_by_of(parent) == MULTIKUEUE_CONTROLLER
+
+
+def _share_of(job: Mapping[str, Any], parent_kind: JobKind, parent: Mapping[str, Any]
+              ) -> tuple[int, str]:
+    """Batch Job ``job``'s share of its managed ancestor ``parent``'s admission
+    (``child_share``: pods at once) and, when its pod template asks more of any resource
+    than the template that share was sized by (``child_sized_by``: ``requests_beyond``;
+    milli-CPU, bytes, counts) or claims other DRA devices (``template_claims``), a sentence
+    saying so ("" when it does not, or no sizing template is known). Raises
+    ``WorkloadSpecError`` when the ancestor cannot be read."""
+    allowed = child_share(parent_kind, parent, job)
+    sized = child_sized_by(parent_kind, parent, job) if allowed else None
+    if not isinstance(sized, Mapping):
+        return allowed, ""
+    template = (job.get("spec") or {}).get("template")
+    theirs, want = template_requests(template), template_requests(sized)
+    claims, wanted = template_claims(template), template_claims(sized)
+    if not requests_beyond(theirs, want) and claims == wanted:
+        return allowed, ""
+    said = f"spec.template's pods request {theirs}, beyond the {want} (milli-CPU, bytes, " \
+        "counts)" if requests_beyond(theirs, want) else \
+        f"spec.template's pods request {theirs} within the {want} (milli-CPU, bytes, counts)"
+    if claims != wanted:
+        said += f", and claim {claims or 'no devices'}, not the {wanted or 'no devices'}"
+    return allowed, said
 
 
 def _prebuilt_key(obj: Obj) -> str | None:
@@ -240,6 +268,9 @@ class JobReconciler:
         self._tasks: list[asyncio.Task[None]] = []
         self.reconciles = 0
         self.awaited = set()
+        # "<ns>/<Job name>" -> (ancestor uid, its generation) of the stale child Jobs
+        # deleted for their operator to make again (``_remake_stale_child``), oldest first.
+        self.remade_children: dict[str, tuple[str, int]] = {}
 
     # ----------------------------------------------------------------- wiring
 
@@ -250,7 +281,9 @@ class JobReconciler:
                 key = object_key(kind, obj) if obj is not None else None
                 if key is not None:
                     self.queue.add(f"{kind.key}:{key}")
-            if old is not None and new is not None and kind.child_shares_changed(old, new):
+            if old is not None and new is not None and (
+                    kind.child_shares_changed(old, new) or kind.remakes_deleted_child_jobs
+                    and old.get("spec") != new.get("spec")):
                 self._enqueue_children(new)
         return handler
 
@@ -932,6 +965,10 @@ class JobReconciler:
         rule (``!IsAdmitted``): its ancestor's operator stops it."""
         finished, _, _ = kind.finished(obj)
         deleting = self._being_deleted(kind, obj)
+        if kind.key == JOB and not finished and not deleting \
+                and parent_kind.remakes_deleted_child_jobs \
+                and await self._remake_stale_child(obj, parent_kind, parent):
+            return None
         if finished or kind.is_suspended(obj) and not (deleting and self._to_stop(kind, obj)):
             return None
         ns = str(obj["metadata"].get("namespace", ""))
@@ -953,6 +990,67 @@ class JobReconciler:
         await kind.stop(self.ctx, obj, "Kueue managed child job suspended")
         return None
 
+    async def _remake_stale_child(self, job: Obj, parent_kind: JobKind,
+                                  parent: Mapping[str, Any]) -> bool:
+        """For an ancestor kind whose operator makes a deleted child Job again from the
+        object's current template (``remakes_deleted_child_jobs``: mpi-operator v0.8.0's
+        launcher, made at the MPIJob's creation, ``AtStartup``, and on resume synced in its
+        scheduling fields only): a child Job whose pods ask beyond the template its share is
+        sized by now (``_share_of``: the object's template was lowered while it was queued,
+        brk33b F2) and that holds no pod (suspended, or set to parallelism 0 by
+        ``_hold_to_share`` and drained) is deleted (uid precondition, propagation
+        Background), so that the operator makes it from the template the admission covers.
+        Once per Job name, ancestor uid and ancestor ``metadata.generation``: a Job made
+        again that still asks beyond is held by ``_hold_to_share`` instead. Returns whether
+        it was deleted. Beyond Kueue v0.17.1, which runs the old launcher (beyond its
+        admission)."""
+        meta, pmeta = job.get("metadata") or {}, parent.get("metadata") or {}
+        if pmeta.get("deletionTimestamp"):
+            return False
+        try:
+            _, beyond = _share_of(job, parent_kind, parent)
+        except WorkloadSpecError:
+            return False
+        if not beyond:
+            return False
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        stamp = (str(pmeta.get("uid", "")), int(pmeta.get("generation") or 0))
+        if self.remade_children.get(f"{ns}/{name}") == stamp:
+            return False
+        suspended = bool((job.get("spec") or {}).get("suspend"))
+        if not suspended and job_pod_count(job) > 0 or self._holds_any_pod(job):
+            return False  # _hold_to_share sets it to 0 first, and its pods go
+        try:
+            await self.ctx.client.delete(JOBS, name, ns, uid=str(meta.get("uid", "")))
+        except NotFound:
+            return True
+        except Conflict:
+            return False  # another Job of that name now: looked at on its own event
+        self.remade_children[f"{ns}/{name}"] = stamp
+        while len(self.remade_children) > REMADE_CHILDREN_KEPT:
+            self.remade_children.pop(next(iter(self.remade_children)))
+        self.ctx.recorder.emit(
+            parent, NORMAL, "DeletedStaleChildJob",
+            f"Job {ns}/{name} was made from an earlier template: {beyond} of a pod this "
+            f"{parent_kind.kind} is sized for now; deleted, for its operator to make it again "
+            "from the current template")
+        return True
+
+    def _holds_any_pod(self, job: Obj) -> bool:
+        """Whether batch Job ``job`` has a pod not terminal: counted in its status
+        (``active``, ``terminating``) or, with the Pod store, one it controls."""
+        status = job.get("status") or {}
+        if status.get("active") or status.get("terminating"):
+            return True
+        meta = job.get("metadata") or {}
+        uid = str(meta.get("uid", ""))
+        for pod in pods_in(self.ctx, str(meta.get("namespace", ""))):
+            ref = controller_ref(pod.get("metadata") or {})
+            if ref is not None and ref.uid == uid and (pod.get("status") or {}).get(
+                    "phase") not in ("Succeeded", "Failed"):
+                return True
+        return False
+
     async def _hold_to_share(self, job: Obj, parent_kind: JobKind,
                              parent: Mapping[str, Any]) -> float | None:
         """A running batch Job of an admitted ancestor runs at most the pods the ancestor's
@@ -972,15 +1070,9 @@ class JobReconciler:
         meta = job["metadata"]
         try:
             have = job_pod_count(job)
-            allowed = child_share(parent_kind, parent, job)
-            sized = child_sized_by(parent_kind, parent, job) if allowed else None
+            allowed, beyond = _share_of(job, parent_kind, parent)
         except WorkloadSpecError:
             return None  # the ancestor's own reconcile stops it: it no longer matches
-        template = (job.get("spec") or {}).get("template")
-        theirs = template_requests(template)
-        beyond = isinstance(sized, Mapping) and (
-            bool(requests_beyond(theirs, template_requests(sized)))
-            or template_claims(template) != template_claims(sized))
         if beyond:
             allowed = 0  # its pods would use more than its share's podSet was admitted for
         if have > allowed:
@@ -994,11 +1086,8 @@ class JobReconciler:
             owner = (f"{parent_kind.kind} {meta.get('namespace')}/"
                      f"{parent['metadata'].get('name')}")
             parallelism = job["spec"].get("parallelism")
-            message = (f"spec.template's pods request {theirs} and claim "
-                       f"{template_claims(template) or 'no devices'}, beyond the "
-                       f"{template_requests(sized)} (milli-CPU, bytes, counts) and "
-                       f"{template_claims(sized) or 'no devices'} of a pod its {owner} was "
-                       f"admitted for: spec.parallelism {parallelism} set to 0"
+            message = (f"{beyond} of a pod its {owner} was admitted for: spec.parallelism "
+                       f"{parallelism} set to 0"
                        if beyond else f"spec.parallelism {parallelism} runs {have} pods, more "
                        f"than the {allowed} its {owner} was admitted for: set back to "
                        f"{allowed}")

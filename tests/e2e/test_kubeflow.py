@@ -199,3 +199,35 @@ def test_an_evicted_pytorchjob_is_stopped_whole_restored_and_runs_again(
         lab.kubectl("patch", "workloads.kueue.x-k8s.io", name, "-n", ns, "--type=merge", "-p",
                     '{"spec": {"active": true}}')
         landed_on_a100(running_pods(lab, ns, 2), ["master", "worker"])
+
+
+def test_an_mpijob_shrunk_while_queued_runs_its_launcher_as_admitted(
+        lab: LabHandle, pykueue_with_kubeflow: tuple[set[str], str]) -> None:
+    """brk33b F2: mpi-operator v0.8.0 makes the launcher Job at once (``AtStartup``), from the
+    launcher template as it is then, and on resume syncs its scheduling fields only. A user
+    whose MPIJob does not fit (launcher 1 GPU + 2 workers on 2 GPUs) lowers the launcher to
+    no GPU while it is queued: the Workload is sized by the new template and admitted, and
+    the launcher that runs is the one made from it (no GPU), so the MPIJob succeeds."""
+    need(pykueue_with_kubeflow, "mpi-operator")
+    with queue(lab, "mpi-shrunk", 2) as ns:
+        manifest = json.loads(mpijob("fit", ns, 2))
+        manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"] = template(
+            1, restart="Never", name="launcher", duration="2s")
+        lab.apply(json.dumps(manifest))
+        waits_whole(lab, ns, "MPIJob", "fit", "mpijob")
+        stale = wait_for(lambda: next((j for j in lab.get("jobs", "-n", ns)["items"]
+                                       if j["metadata"]["name"] == "fit-launcher"), None),
+                         60, "the launcher Job made at the MPIJob's creation")
+        assert stale["spec"]["suspend"] is True
+        lab.kubectl("patch", "mpijob", "fit", "-n", ns, "--type=json", "-p", json.dumps([
+            {"op": "replace", "path": "/spec/mpiReplicaSpecs/Launcher/template/spec/containers"
+                                      "/0/resources", "value": {}}]))
+        wl = admitted(lab, ns, "MPIJob", "fit")
+        assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
+            ("launcher", 1), ("worker", 2)]
+        wait_for(lambda: (c := condition(owned_workload(lab, ns, "MPIJob", "fit"), "Finished"))
+                 and c["status"] == "True", 120, "fit's Workload Finished (its launcher ran)")
+        launcher = lab.get("job", "fit-launcher", "-n", ns)
+        assert launcher["metadata"]["uid"] != stale["metadata"]["uid"]
+        assert launcher["spec"]["template"]["spec"]["containers"][0].get("resources") in (
+            None, {})

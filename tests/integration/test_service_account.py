@@ -51,7 +51,7 @@ DENIED = [
     ("get", "", "secrets", "", None),
     ("list", "", "secrets", "", NAMESPACE),
     ("create", "", "namespaces", "", None),
-    ("delete", "batch", "jobs", "", None),
+    ("deletecollection", "batch", "jobs", "", None),
     ("create", "batch", "jobs", "", None),
     ("create", "kueue.x-k8s.io", "clusterqueues", "", None),
     ("delete", "kueue.x-k8s.io", "resourceflavors", "", None),

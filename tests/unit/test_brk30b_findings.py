@@ -292,9 +292,12 @@ class _Reconciler:
 
     _hold_to_share = JobReconciler._hold_to_share
     _cut_grace_beyond_share = JobReconciler._cut_grace_beyond_share
+    _remake_stale_child = JobReconciler._remake_stale_child
+    _holds_any_pod = JobReconciler._holds_any_pod
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
+        self.remade_children: dict[str, tuple[str, int]] = {}
 
 
 def _reconciler(*pods: dict[str, Any]) -> Any:
@@ -303,8 +306,10 @@ def _reconciler(*pods: dict[str, Any]) -> Any:
     store = Store(PODS)
     for pod in pods:
         store.put(pod)
+    events: list[tuple[Any, ...]] = []
     ctx = SimpleNamespace(client=_Client(), informers=SimpleNamespace(informers={POD: None}),
-                          store=lambda key: store, recorder=SimpleNamespace(emit=lambda *a: None))
+                          store=lambda key: store, events=events,
+                          recorder=SimpleNamespace(emit=lambda *a: events.append(a)))
     return _Reconciler(ctx)
 
 

@@ -8,7 +8,8 @@ into missing requests before the LimitRange defaults, as the API server makes a 
 extender places no pod of a Job that has as many GPU pods bound and not terminal as its
 admission: ``NodeStore.bound_pods``, ``_decide(count_bound=)``), B2 (a pod naming a Job by
 label or a non-controller ownerReference that the Job's selector does not take gets no node:
-``_unselected_by_name``). Open: F2.
+``_unselected_by_name``). Closed in session 34: F2 (a stale launcher is deleted for
+mpi-operator to make again from the current template: ``_remake_stale_child``).
 
 F1 (Medium, false positive: pods withheld for ever). The extender's admitted GPU count of a
 pod (``StoreExtenderState._pod_gpus``: a Workload's podSet template, or a child Job's sized-by
@@ -209,13 +210,14 @@ def test_f1_without_the_limitrange_the_same_pod_is_placed() -> None:
 # ---------------------------------------------- F2: an MPIJob's launcher made before an edit
 
 
-def _mpijob(launcher_cpu: str) -> dict[str, Any]:
+def _mpijob(launcher_cpu: str, *, generation: int = 2) -> dict[str, Any]:
     """MPIJob t/mj (admitted, running), launcher cpu ``launcher_cpu``, 2 workers of 1 GPU."""
     def replica(n: int, resources: dict[str, Any]) -> dict[str, Any]:
         return {"replicas": n, "template": {"spec": {"containers": [
             {"name": "c", "image": "mpi", "resources": resources}]}}}
     return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
             "metadata": {"name": "mj", "namespace": NS, "uid": "mj-uid",
+                         "generation": generation,
                          "labels": {"kueue.x-k8s.io/queue-name": "lq"}},
             "spec": {"runPolicy": {"suspend": False}, "slotsPerWorker": 1,
                      "mpiReplicaSpecs": {
@@ -223,40 +225,89 @@ def _mpijob(launcher_cpu: str) -> dict[str, Any]:
                          "Worker": replica(2, {"limits": {GPU: "1"}})}}}
 
 
-def _launcher_job(launcher_cpu: str) -> dict[str, Any]:
+def _launcher_job(launcher_cpu: str, *, suspended: bool = False, uid: str = "l-uid"
+                  ) -> dict[str, Any]:
     """``mj-launcher`` as mpi-operator v0.8.0 made it when ``mj`` was created (launcher cpu
-    ``launcher_cpu`` then), since resumed (scheduling directives synced, resources not)."""
+    ``launcher_cpu`` then): suspended (no pod), or resumed (scheduling directives synced,
+    resources not) with its pod active."""
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": "mj-launcher", "namespace": NS, "uid": "l-uid",
+            "metadata": {"name": "mj-launcher", "namespace": NS, "uid": uid,
                          "labels": {"training.kubeflow.org/job-name": "mj",
                                     "training.kubeflow.org/job-role": "launcher"},
                          "ownerReferences": [{"apiVersion": "kubeflow.org/v2beta1",
                                               "kind": "MPIJob", "name": "mj", "uid": "mj-uid",
                                               "controller": True}]},
-            "spec": {"suspend": False, "parallelism": 1, "completions": 1,
+            "spec": {"suspend": suspended, "parallelism": 1, "completions": 1,
                      "template": {"spec": {"containers": [
                          {"name": "c", "image": "mpi",
                           "resources": {"requests": {"cpu": launcher_cpu}}}]}}},
-            "status": {"active": 1}}
+            "status": {} if suspended else {"active": 1}}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brk33b F2: an MPIJob whose launcher cpu was lowered (2 -> 1) while queued: mpi-operator "
-    "v0.8.0 keeps the launcher Job it made at creation (cpu 2); _hold_to_share sets it to "
-    "parallelism 0 and the MPIJob never runs its launcher"))
-async def test_f2_a_launcher_made_before_the_mpijob_was_edited_keeps_its_pod() -> None:
+async def test_f2_a_suspended_launcher_made_before_the_edit_is_deleted_for_the_operator_to_remake(
+        ) -> None:
+    """The MPIJob's launcher cpu lowered 2 -> 1 while queued: the launcher Job mpi-operator
+    made at creation (cpu 2), still suspended, is deleted (its uid as precondition), and
+    mpi-operator makes it again from the current template; an Event on the MPIJob says
+    why."""
+    assert MPIJOB.remakes_deleted_child_jobs
     rec = _reconciler()
-    await JobReconciler._hold_to_share(  # type: ignore[arg-type]
-        rec, _launcher_job("2"), MPIJOB, _mpijob("1"))
-    assert [j["spec"]["parallelism"] for j in rec.ctx.client.replaced] == []
+    assert await JobReconciler._remake_stale_child(  # type: ignore[arg-type]
+        rec, _launcher_job("2", suspended=True), MPIJOB, _mpijob("1"))
+    assert rec.ctx.client.deleted == [("mj-launcher", None)]
+    assert rec.ctx.client.replaced == []
+    (obj, _, reason, message), = rec.ctx.events
+    assert obj["kind"] == "MPIJob" and reason == "DeletedStaleChildJob"
+    assert "{'cpu': 2000}, beyond the {'cpu': 1000}" in message, message
 
 
-async def test_f2_an_unedited_mpijobs_launcher_keeps_its_pod() -> None:
-    """Passes (the control)."""
+async def test_f2_a_running_stale_launcher_is_held_to_no_pod_then_deleted() -> None:
+    """Resumed before pykueue saw it (its pod active): set to parallelism 0 first, as any
+    child Job asking beyond its podSet (its pod goes with a 1-s grace), and deleted for
+    its operator once it holds no pod."""
     rec = _reconciler()
+    running = _launcher_job("2")
+    assert not await JobReconciler._remake_stale_child(  # type: ignore[arg-type]
+        rec, running, MPIJOB, _mpijob("1"))
+    assert rec.ctx.client.deleted == []
+    await JobReconciler._hold_to_share(rec, running, MPIJOB, _mpijob("1"))  # type: ignore[arg-type]
+    held = rec.ctx.client.replaced[-1]
+    assert held["spec"]["parallelism"] == 0
+    assert not await JobReconciler._remake_stale_child(  # type: ignore[arg-type]
+        rec, held, MPIJOB, _mpijob("1"))  # its pod still active
+    held["status"] = {"active": 0, "terminating": 0}
+    assert await JobReconciler._remake_stale_child(  # type: ignore[arg-type]
+        rec, held, MPIJOB, _mpijob("1"))
+    assert rec.ctx.client.deleted == [("mj-launcher", None)]
+
+
+async def test_f2_a_remade_launcher_still_beyond_is_deleted_once_per_edit() -> None:
+    """A Job made again that still asks beyond (an operator that does not make it from the
+    current template) is not deleted again for the same MPIJob generation: it stays held;
+    a new edit of the MPIJob may delete it once more."""
+    rec = _reconciler()
+    assert await JobReconciler._remake_stale_child(  # type: ignore[arg-type]
+        rec, _launcher_job("2", suspended=True), MPIJOB, _mpijob("1"))
+    again = _launcher_job("2", suspended=True, uid="l-uid-2")
+    assert not await JobReconciler._remake_stale_child(  # type: ignore[arg-type]
+        rec, again, MPIJOB, _mpijob("1"))
+    assert await JobReconciler._remake_stale_child(  # type: ignore[arg-type]
+        rec, again, MPIJOB, _mpijob("1", generation=3))
+    assert len(rec.ctx.client.deleted) == 2
+
+
+async def test_f2_an_unedited_or_raised_launcher_is_kept() -> None:
+    """The controls: a launcher made from the current template, or from a smaller one (the
+    template raised while queued: the old Job asks less than admitted, as Kueue runs it), is
+    neither deleted nor held."""
+    rec = _reconciler()
+    for made, now in (("1", "1"), ("1", "2")):
+        for suspended in (True, False):
+            assert not await JobReconciler._remake_stale_child(  # type: ignore[arg-type]
+                rec, _launcher_job(made, suspended=suspended), MPIJOB, _mpijob(now))
     await JobReconciler._hold_to_share(  # type: ignore[arg-type]
         rec, _launcher_job("1"), MPIJOB, _mpijob("1"))
-    assert rec.ctx.client.replaced == []
+    assert rec.ctx.client.deleted == [] and rec.ctx.client.replaced == []
 
 
 # --------------------------------------- B1: the tenant's own replacement under Failed

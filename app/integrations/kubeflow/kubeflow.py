@@ -66,8 +66,11 @@ class KubeflowJob(TemplatedKind):
         self.resource = Resource(GROUP, version, plural, kind)
         self.field = field
         self.order = order
-        # mpi-operator v0.8.0 runs an MPIJob's launcher through a batch Job.
-        self.runs_batch_jobs = "Launcher" in order
+        # mpi-operator v0.8.0 runs an MPIJob's launcher through a batch Job, which it makes
+        # again from the launcher template when it is deleted (``syncHandler``: no launcher
+        # found, ``newLauncherJob``) and syncs only in scheduling fields on resume
+        # (``syncLauncherSchedulingDirectives``).
+        self.runs_batch_jobs = self.remakes_deleted_child_jobs = "Launcher" in order
         self.rules = CrdRules(GROUP, version, plural, kind, SUSPEND, extra_create=self.spec_errors,
                               multikueue=adapter_for(f"{GROUP}/{version}", kind))
 
