@@ -27,15 +27,19 @@ kube-scheduler presenting ``system:kube-scheduler`` to the extender (docs/securi
 Idempotent: a readable CA that is valid for at least ``renew_before_days`` more days is kept
 (so caBundles already registered stay valid); a leaf is kept when it is signed by that CA,
 names the wanted subject, has every wanted SAN and is valid long enough; anything else is
-(re)made. Keys are written with mode 0600, every file atomically (write + rename).
+(re)made. Keys are written with mode 0600, every file atomically (write + rename), and each
+step holds ``out_dir/.lock`` (``flock``) so that concurrent callers agree on one CA.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import ipaddress
 import os
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,8 +81,36 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+_HELD = threading.local()
+
+
+@contextlib.contextmanager
+def _locked(out_dir: Path) -> Iterator[None]:
+    """Hold ``out_dir/.lock`` (``flock``, exclusive; made with ``out_dir``) while a step
+    reads and writes the directory's files: two processes or threads that find no CA must
+    not each make one, leaving ``ca.crt`` of one and ``tls.crt`` signed by the other (brk31
+    L1: two test lanes starting on a fresh checkout). Re-entrant within a thread."""
+    key = str(out_dir.resolve())
+    held: set[str] = getattr(_HELD, "dirs", set())
+    _HELD.dirs = held
+    if key in held:
+        yield
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        held.add(key)
+        try:
+            yield
+        finally:
+            held.discard(key)
+    finally:
+        os.close(fd)  # releases the flock
+
+
 def _write(path: Path, data: bytes, *, private: bool) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
@@ -273,8 +305,9 @@ def ensure_ca(out_dir: Path, *, common_name: str = "pykueue-ca", days: int = 365
     """Create or keep the CA ``ca.crt`` / ``ca.key`` in ``out_dir`` (see module docstring);
     ``cert``/``key`` of the result are the CA's files too. Raises OSError when ``out_dir``
     cannot be written."""
-    _, _, created = _ca(out_dir, common_name=common_name, days=days,
-                        renew_before_days=renew_before_days, force=force, now=now or _now())
+    with _locked(out_dir):
+        _, _, created = _ca(out_dir, common_name=common_name, days=days,
+                            renew_before_days=renew_before_days, force=force, now=now or _now())
     ca_crt, ca_key = out_dir / "ca.crt", out_dir / "ca.key"
     return CertPaths(ca_crt, ca_key, ca_crt, ca_key, created)
 
@@ -290,10 +323,11 @@ def ensure_leaf(out_dir: Path, name: str, common_name: str, *, server: bool,
     while current (see module docstring). Raises OSError/ValueError when the CA cannot be
     read."""
     now = now or _now()
-    ca = _load(out_dir / "ca.crt", out_dir / "ca.key")
-    created = _leaf(out_dir, name, ca, _subject(common_name, organizations), server=server,
-                    hosts=list(hosts), days=days, renew_before_days=renew_before_days,
-                    force=force, now=now)
+    with _locked(out_dir):
+        ca = _load(out_dir / "ca.crt", out_dir / "ca.key")
+        created = _leaf(out_dir, name, ca, _subject(common_name, organizations), server=server,
+                        hosts=list(hosts), days=days, renew_before_days=renew_before_days,
+                        force=force, now=now)
     return CertPaths(out_dir / "ca.crt", out_dir / "ca.key", out_dir / f"{name}.crt",
                      out_dir / f"{name}.key", created)
 
@@ -316,16 +350,18 @@ def ensure_signing_key_pair(out_dir: Path, name: str) -> tuple[Path, Path]:
     (private, public) paths. Raises OSError when ``out_dir`` cannot be written."""
     priv, pub = out_dir / f"{name}.key", out_dir / f"{name}.pub"
     spki = serialization.PublicFormat.SubjectPublicKeyInfo
-    try:
-        key = serialization.load_pem_private_key(priv.read_bytes(), password=None)
-        if key.public_key().public_bytes(serialization.Encoding.PEM, spki) == pub.read_bytes():
-            return priv, pub
-    except (OSError, ValueError, TypeError):
-        pass
-    out_dir.mkdir(parents=True, exist_ok=True)
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    _write(priv, _key_pem(key), private=True)
-    _write(pub, key.public_key().public_bytes(serialization.Encoding.PEM, spki), private=False)
+    with _locked(out_dir):
+        try:
+            key = serialization.load_pem_private_key(priv.read_bytes(), password=None)
+            if key.public_key().public_bytes(serialization.Encoding.PEM, spki) \
+                    == pub.read_bytes():
+                return priv, pub
+        except (OSError, ValueError, TypeError):
+            pass
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        _write(priv, _key_pem(key), private=True)
+        _write(pub, key.public_key().public_bytes(serialization.Encoding.PEM, spki),
+               private=False)
     return priv, pub
 
 
@@ -348,10 +384,12 @@ def ensure_certs(
     """
     now = now or _now()
     wanted = list(hosts) if hosts is not None else default_hosts()
-    ca_cert, ca_key, created = _ca(out_dir, common_name="pykueue-ca", days=ca_days,
-                                   renew_before_days=renew_before_days, force=force, now=now)
-    created += _leaf(out_dir, "tls", (ca_cert, ca_key), _subject(SERVICE_NAME, ()), server=True,
-                     hosts=wanted, days=cert_days, renew_before_days=renew_before_days,
-                     force=force or bool(created), now=now)
+    with _locked(out_dir):
+        ca_cert, ca_key, created = _ca(out_dir, common_name="pykueue-ca", days=ca_days,
+                                       renew_before_days=renew_before_days, force=force, now=now)
+        created += _leaf(out_dir, "tls", (ca_cert, ca_key), _subject(SERVICE_NAME, ()),
+                         server=True, hosts=wanted, days=cert_days,
+                         renew_before_days=renew_before_days, force=force or bool(created),
+                         now=now)
     return CertPaths(out_dir / "ca.crt", out_dir / "ca.key", out_dir / "tls.crt",
                      out_dir / "tls.key", created)

@@ -23,14 +23,18 @@ it and exits with the build's status).
 
 Each lane writes ``<dir>/collected-<lane>`` (the files it collected, one a line) and
 ``<dir>/ran-<lane>`` (the files it ran to their end); hack/test_waves.py ``lanes-check`` then
-proves every collected file ran in exactly one lane.
+proves every collected file ran in exactly one lane. pytest's ``cache/lastfailed`` is merged,
+not overwritten, by the lane that ends last (``_LastFailedMerge``), so ``pytest --lf`` after
+``make test`` reruns the failures of both.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 import time
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -113,6 +117,39 @@ def _running(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
+class _LastFailedMerge:
+    """At the session's end, under ``<dir>/lastfailed.lock``, gives pytest's cache plugin
+    (``lfplugin``, which writes ``cache/lastfailed`` from what it read at its start and what
+    this lane ran) the value on disk with this lane's outcomes laid over it: a test this lane
+    ran counts as this lane saw it, one the other lane ran as the file on disk has it (the
+    other lane's write, when it ended first), anything else (collection errors, which both
+    lanes see alike, and entries of tests neither collected) as this lane has it. Otherwise
+    the lane ending last drops the other's failures (brk31 L2)."""
+
+    def __init__(self, root: Path, files: dict[str, list[pytest.Item]], taken: set[str]) -> None:
+        self.root, self.files, self.taken = root, files, taken
+
+    @pytest.hookimpl(hookwrapper=True, tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> Generator[None, None, None]:
+        lf = session.config.pluginmanager.get_plugin("lfplugin")
+        cache = getattr(session.config, "cache", None)
+        if lf is None or cache is None:
+            yield
+            return
+        fd = os.open(self.root / "lastfailed.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            collected = {i.nodeid for items in self.files.values() for i in items}
+            ours = {i.nodeid for path in self.taken for i in self.files[path]}
+            disk = cache.get("cache/lastfailed", {})
+            merged = {k: v for k, v in lf.lastfailed.items() if k not in collected or k in ours}
+            merged.update((k, v) for k, v in disk.items() if k in collected and k not in ours)
+            lf.lastfailed = merged
+            yield  # lfplugin writes it, under the lock
+        finally:
+            os.close(fd)
+
+
 WAITING = "<waiting for a build>"  # take(block=False)'s answer: files are left, none built yet
 
 
@@ -133,6 +170,8 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
     claims = root / "claims"
     claims.mkdir(parents=True, exist_ok=True)
     files = _by_file(session.items)
+    taken: set[str] = set()
+    session.config.pluginmanager.register(_LastFailedMerge(root, files, taken))
     (root / f"collected-{LANE}").write_text("".join(f"{f}\n" for f in files))
     builds = _Builds(root)
     order = _waves().lane_order(list(files), LANE, builds.later)
@@ -155,6 +194,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
                     continue
                 order.remove(path)
                 if _claim(claims, path):
+                    taken.add(path)
                     return path
             if not waiting or over:
                 return None

@@ -8,9 +8,9 @@ M1 and M2 (a Job or JobSet of a component's name must also claim the component's
 devices and be placed as the component made under the admission,
 ``template_differences``: nodeSelector, affinity, tolerations, nodeName; the admitted
 flavor's nodeSelector and tolerations are the only additions, from the AppWrapper's
-``podSetInfos``, ``made_component``). Open (strict xfails): M3, L1's premise is closed in
-hack/test.sh (certs made once before the lanes) but its reproducer forces
-``certs.generate`` itself, L2.
+``podSetInfos``, ``made_component``), L1 (hack/test.sh makes certs/out once before the
+lanes, and ``certs.pki`` holds a lock on the directory for each step), L2 (the lanes merge
+pytest's ``cache/lastfailed``). Open (strict xfail): M3.
 
 Against 3a0239b (the pods of an AppWrapper's Job and JobSet
 components are checked against the components' templates, at CREATE and at resume only:
@@ -104,6 +104,7 @@ after ``make test`` reruns only half of them (and may rerun ones the other lane 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -449,31 +450,35 @@ async def test_a_jobset_components_job_resumed_with_bigger_pods_is_refused() -> 
 
 # ------------------------------------------------------------------------------ the lanes
 
-L1 = pytest.mark.xfail(strict=True, reason=(
-    "brk31 L1: both lanes run certs.generate on the same certs/out when it is missing (a "
-    "fresh checkout): two CAs are made, and tls.crt may be signed by the one ca.crt is not"))
+# Seconds a lane waits for the other at a point of the certificate race (the other lane,
+# unhindered, gets there in milliseconds).
+PATIENCE = 1.0
 
-@L1
+
 def test_two_lanes_making_certs_at_once_leave_a_consistent_pair(tmp_path: Path) -> None:
-    """The interleaving two lanes' ``pykueue_up`` can take on a missing certs/out (each runs
-    ``python -m certs.generate --out certs/out``): both find no CA and make one; lane a
-    writes its CA, lane b its CA and then its serving certificate, lane a its serving
-    certificate last. tls.crt is then lane a's, signed by lane a's CA, and ca.crt lane b's:
-    each lane's pykueue fails TLS verification (``/readyz``, the API server's webhook calls).
-    A 20-fold run of two ``certs.generate`` processes started together showed it once."""
+    """brk31 L1, closed: the interleaving two lanes' ``pykueue_up`` could take on a missing
+    certs/out (each runs ``python -m certs.generate --out certs/out``): both find no CA and
+    make one; lane a writes its CA, lane b its CA and then its serving certificate, lane a
+    its serving certificate last. tls.crt was then lane a's, signed by lane a's CA, and
+    ca.crt lane b's: each lane's pykueue failed TLS verification (``/readyz``, the API
+    server's webhook calls; a 20-fold run of two ``certs.generate`` processes started
+    together showed it once). Each lane waits here for the other at those points, at most
+    ``PATIENCE`` seconds: with the directory's lock (``pki._locked``) the other lane cannot
+    get there, the waits lapse, and the pair is one lane's."""
     out = tmp_path / "out"
     real_write = pki._write
-    both_made_ca = threading.Barrier(2, timeout=20)
+    both_made_ca = threading.Barrier(2, timeout=PATIENCE)
     a_wrote_ca, b_wrote_tls = threading.Event(), threading.Event()
 
     def write(path: Path, data: bytes, *, private: bool) -> None:
         lane = threading.current_thread().name
         if path.name == "ca.key":
-            both_made_ca.wait()
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both_made_ca.wait()
             if lane == "b":
-                a_wrote_ca.wait(20)
+                a_wrote_ca.wait(PATIENCE)
         if path.name == "tls.key" and lane == "a":
-            b_wrote_tls.wait(20)
+            b_wrote_tls.wait(PATIENCE)
         real_write(path, data, private=private)
         if path.name == "ca.crt" and lane == "a":
             a_wrote_ca.set()
@@ -503,11 +508,6 @@ def test_two_lanes_making_certs_at_once_leave_a_consistent_pair(tmp_path: Path) 
         raise AssertionError("certs/out's tls.crt is not signed by its ca.crt") from e
 
 
-L2 = pytest.mark.xfail(strict=True, reason=(
-    "brk31 L2: both lanes write pytest's cache (cache/lastfailed) at their session's end, "
-    "each from what it read at its start: the lane that ends last drops the other's "
-    "failures, so `pytest --lf` after `make test` does not rerun them"))
-
 _LF_CONFTEST = "from tests.lanes import pytest_runtestloop  # noqa: F401\n"
 # Fails once both lanes have collected (so each lane takes a file, whatever their start).
 _FAILING = """import os
@@ -526,12 +526,12 @@ def test_fails():
 """
 
 
-@L2
 def test_lastfailed_after_two_lanes_names_every_failure(tmp_path: Path) -> None:
     """A suite of 4 files, each a test that fails once both lanes run, run as hack/test.sh runs
     its lanes (two pytests, ``PYKUEUE_TEST_LANE`` a and b, one lanes directory, pytest's
-    cache on as ``make test`` has it): ``.pytest_cache/v/cache/lastfailed`` should name the
-    4 failures; it names those of the lane that ended last."""
+    cache on as ``make test`` has it): ``.pytest_cache/v/cache/lastfailed`` names the 4
+    failures (brk31 L2, closed: it named only those of the lane that ended last; the lanes
+    now merge it, ``tests.lanes._LastFailedMerge``)."""
     suite = tmp_path / "suite"
     (suite / "tests" / "unit").mkdir(parents=True)
     (suite / "conftest.py").write_text(_LF_CONFTEST)
