@@ -98,6 +98,7 @@ from app.kube.workqueue import WorkQueue, acting_lane, work
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import (
     ADOPTED_BY_ANNOTATION,
+    HELD_PARALLELISM_ANNOTATION,
     JOB_UID_LABEL,
     KUEUE_GROUP,
     ORPHAN_FINALIZER,
@@ -205,6 +206,14 @@ def _share_of(job: Mapping[str, Any], parent_kind: JobKind, parent: Mapping[str,
     if claims != wanted:
         said += f", and claim {claims or 'no devices'}, not the {wanted or 'no devices'}"
     return allowed, said
+
+
+def _held_parallelism(job: Mapping[str, Any]) -> int | None:
+    """The ``spec.parallelism`` a child Job had before ``_hold_to_share`` lowered it
+    (``HELD_PARALLELISM_ANNOTATION``, a count), or None (none recorded, or not a count)."""
+    value = ((job.get("metadata") or {}).get("annotations") or {}).get(
+        HELD_PARALLELISM_ANNOTATION)
+    return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
 def _prebuilt_key(obj: Obj) -> str | None:
@@ -1066,7 +1075,14 @@ class JobReconciler:
         operator resumes a child it finds suspended (jobset v0.11.1
         ``resumeJobsIfNecessary``). A Job whose template asks more per pod than the template
         its share was sized by (``child_sized_by``: ``requests_beyond``), or claims other DRA
-        devices (``template_claims``), gets a share of 0 (brk32 H1/H3, brk33 M2)."""
+        devices (``template_claims``), gets a share of 0 (brk32 H1/H3, brk33 M2).
+
+        A Job held below its ``spec.parallelism`` keeps that count in annotation
+        ``HELD_PARALLELISM_ANNOTATION``; once its share is larger again (an AppWrapper's
+        ``generateName`` Job reconciled while the store still showed the old component's
+        name: brk30b L) it is set back up to that count, at most to the share (event
+        ``RestoredParallelism``). A tenant writing the annotation gains nothing: the share
+        bounds it, and the webhook lets the tenant raise parallelism to the share anyway."""
         meta = job["metadata"]
         try:
             have = job_pod_count(job)
@@ -1075,25 +1091,48 @@ class JobReconciler:
             return None  # the ancestor's own reconcile stops it: it no longer matches
         if beyond:
             allowed = 0  # its pods would use more than its share's podSet was admitted for
+        owner = f"{parent_kind.kind} {meta.get('namespace')}/{parent['metadata'].get('name')}"
+        parallelism = job["spec"].get("parallelism")
+        held = _held_parallelism(job)
         if have > allowed:
             body = copy.deepcopy(job)
             body["spec"]["parallelism"] = allowed
-            written = await self.ctx.client.replace(JOBS, body)
-            key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-            for store in (JOB, *CHILD_JOB_STORES):
-                if store in self.ctx.informers.informers and self.ctx.store(store).get(key):
-                    self.ctx.store(store).put(written)
-            owner = (f"{parent_kind.kind} {meta.get('namespace')}/"
-                     f"{parent['metadata'].get('name')}")
-            parallelism = job["spec"].get("parallelism")
+            annotations = body["metadata"].get("annotations") or {}
+            annotations.setdefault(HELD_PARALLELISM_ANNOTATION, str(
+                parallelism if isinstance(parallelism, int) else 1))
+            body["metadata"]["annotations"] = annotations
             message = (f"{beyond} of a pod its {owner} was admitted for: spec.parallelism "
                        f"{parallelism} set to 0"
                        if beyond else f"spec.parallelism {parallelism} runs {have} pods, more "
                        f"than the {allowed} its {owner} was admitted for: set back to "
                        f"{allowed}")
-            self.ctx.recorder.emit(written, WARNING, "ExceedsAncestorAdmission", message)
-            job = written
+            job = await self._replace_child_job(body, WARNING, "ExceedsAncestorAdmission",
+                                                message)
+        elif held is not None and isinstance(parallelism, int) \
+                and parallelism < min(held, allowed):
+            body = copy.deepcopy(job)
+            body["spec"]["parallelism"] = min(held, allowed)
+            if held <= allowed:
+                del body["metadata"]["annotations"][HELD_PARALLELISM_ANNOTATION]
+            job = await self._replace_child_job(
+                body, NORMAL, "RestoredParallelism",
+                f"spec.parallelism {parallelism} set back to {min(held, allowed)}: its "
+                f"{owner}'s admission gives it {allowed} pod(s) (spec.parallelism was {held} "
+                "before pykueue held it)")
         return await self._cut_grace_beyond_share(job, allowed, parent_kind, parent)
+
+    async def _replace_child_job(self, body: Obj, etype: str, reason: str, message: str
+                                 ) -> Obj:
+        """PUT child Job ``body``, keep the stores that hold it current, and emit Event
+        ``reason`` on it; returns the Job as written. Raises the client's errors."""
+        meta = body["metadata"]
+        written = await self.ctx.client.replace(JOBS, body)
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        for store in (JOB, *CHILD_JOB_STORES):
+            if store in self.ctx.informers.informers and self.ctx.store(store).get(key):
+                self.ctx.store(store).put(written)
+        self.ctx.recorder.emit(written, etype, reason, message)
+        return written
 
     async def _cut_grace_beyond_share(self, job: Obj, allowed: int, parent_kind: JobKind,
                                       parent: Mapping[str, Any]) -> float | None:

@@ -48,3 +48,6 @@ ORIGINAL_ANNOTATION = "pykueue.dev/original-pod-scheduling"
 # pykueue's record on a MultiKueue Workload copy a worker's Job adopted: that Job's uid
 # (app.integrations.unsupported.adoptable_copy: no other Job adopts the copy after it).
 ADOPTED_BY_ANNOTATION = "pykueue.dev/adopted-by"
+# pykueue's record on a child Job it held below its share (app.integrations.reconciler
+# ``_hold_to_share``): the spec.parallelism it had, a count, to set back once the share allows.
+HELD_PARALLELISM_ANNOTATION = "pykueue.dev/held-parallelism"

@@ -86,6 +86,7 @@ from app.kube.client import PODS
 from app.kube.context import POD
 from app.kube.informers import Store
 from app.main import create_app
+from app.wire.names import HELD_PARALLELISM_ANNOTATION
 from tests.unit.test_appwrapper import POLICY, aw, job
 from tests.unit.test_appwrapper_wrapped import (
     create_review,
@@ -294,6 +295,7 @@ class _Reconciler:
     _cut_grace_beyond_share = JobReconciler._cut_grace_beyond_share
     _remake_stale_child = JobReconciler._remake_stale_child
     _holds_any_pod = JobReconciler._holds_any_pod
+    _replace_child_job = JobReconciler._replace_child_job
 
     def __init__(self, ctx: Any) -> None:
         self.ctx = ctx
@@ -313,17 +315,15 @@ def _reconciler(*pods: dict[str, Any]) -> Any:
     return _Reconciler(ctx)
 
 
-@pytest.mark.xfail(strict=True, reason="brk30b L: a generateName Job the controller creates "
-                   "right after a reset, reconciled while pykueue's AppWrapper store still "
-                   "shows Resetting, is set to parallelism 0 and never set back once its "
-                   "share returns")
 async def test_the_controllers_job_held_on_a_lagging_store_gets_its_share_back() -> None:
     """AppWrapper t/aw (a Job by ``generateName: j-``, 2 pods) is reset: its controller
     patches phase ``Resuming`` and creates ``j-n3w4x``. pykueue reconciles the Job's ADD while
     its store still holds the AppWrapper in ``Resetting`` (old name ``j-k2n4p``
     ``CompononetDeleted``): share 0, parallelism set to 0. Its store then shows the new name
-    recorded and deployed (phase ``Running``), which re-queues the Job: share 2, but
-    ``_hold_to_share`` only ever lowers, so the AppWrapper's Job runs no pod."""
+    recorded and deployed (phase ``Running``), which re-queues the Job: share 2. brk30b L,
+    closed: ``_hold_to_share`` only lowered, so the AppWrapper's Job ran no pod; it now sets
+    a held Job back to the parallelism it had (``pykueue.dev/held-parallelism``), at most
+    its share."""
     template = job("j", 2)
     template["metadata"] = {"generateName": "j-"}
     base = aw(template)
@@ -458,3 +458,33 @@ async def test_jobsets_with_the_prefix_get_no_share_in_hardened_settings(how: st
         shares.append(child_share(KIND, running, made))
     assert not all(allowed) or sum(shares) <= 1, \
         f"4 tenant JobSets under aw, their Jobs' shares {shares} on 1 admitted"
+
+
+async def test_a_tenants_raise_is_held_to_the_share_and_never_restored_beyond_it() -> None:
+    """AppWrapper t/aw running with Job component ``j`` (2 pods): a tenant raises the Job's
+    parallelism to 5; it is set back to 2 with ``pykueue.dev/held-parallelism: "5"``. Later
+    looks raise nothing beyond the share of 2, whatever the annotation says (a tenant's
+    "50" included), and a held Job whose share returns in part is raised to that part and
+    keeps its record."""
+    base = aw(job("j", 2))
+    base["spec"]["suspend"] = False
+    base["status"] = {"phase": "Running", "componentStatus": [
+        {"name": "j", "conditions": copy.deepcopy(DEPLOYED)}]}
+    made = _as_created(job("j", 2), "t", "aw", "u1")
+    made["spec"]["parallelism"] = 5
+    rec = _reconciler()
+    await rec._hold_to_share(made, KIND, base)
+    held = rec.ctx.client.replaced[-1]
+    assert held["spec"]["parallelism"] == 2
+    assert held["metadata"]["annotations"][HELD_PARALLELISM_ANNOTATION] == "5"
+    await rec._hold_to_share(held, KIND, base)
+    held["metadata"]["annotations"][HELD_PARALLELISM_ANNOTATION] = "50"
+    await rec._hold_to_share(held, KIND, base)
+    assert len(rec.ctx.client.replaced) == 1, "raised beyond its share"
+    lowered = copy.deepcopy(held)
+    lowered["spec"]["parallelism"] = 1
+    await rec._hold_to_share(lowered, KIND, base)
+    raised = rec.ctx.client.replaced[-1]
+    assert raised["spec"]["parallelism"] == 2
+    assert raised["metadata"]["annotations"][HELD_PARALLELISM_ANNOTATION] == "50"
+    assert [e[2] for e in rec.ctx.events] == ["ExceedsAncestorAdmission", "RestoredParallelism"]
