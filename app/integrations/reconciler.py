@@ -208,12 +208,14 @@ def _share_of(job: Mapping[str, Any], parent_kind: JobKind, parent: Mapping[str,
     return allowed, said
 
 
-def _held_parallelism(job: Mapping[str, Any]) -> int | None:
-    """The ``spec.parallelism`` a child Job had before ``_hold_to_share`` lowered it
-    (``HELD_PARALLELISM_ANNOTATION``, a count), or None (none recorded, or not a count)."""
+def _held_parallelism(job: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(the ``spec.parallelism`` a child Job had before ``_hold_to_share`` lowered it, the
+    one it set) from ``HELD_PARALLELISM_ANNOTATION`` (``"<had>:<set>"``, counts), or None
+    (none recorded, or not in that form)."""
     value = ((job.get("metadata") or {}).get("annotations") or {}).get(
         HELD_PARALLELISM_ANNOTATION)
-    return int(value) if isinstance(value, str) and value.isdigit() else None
+    had, _, set_to = value.partition(":") if isinstance(value, str) else ("", "", "")
+    return (int(had), int(set_to)) if had.isdigit() and set_to.isdigit() else None
 
 
 def _prebuilt_key(obj: Obj) -> str | None:
@@ -1077,12 +1079,13 @@ class JobReconciler:
         its share was sized by (``child_sized_by``: ``requests_beyond``), or claims other DRA
         devices (``template_claims``), gets a share of 0 (brk32 H1/H3, brk33 M2).
 
-        A Job held below its ``spec.parallelism`` keeps that count in annotation
-        ``HELD_PARALLELISM_ANNOTATION``; once its share is larger again (an AppWrapper's
-        ``generateName`` Job reconciled while the store still showed the old component's
-        name: brk30b L) it is set back up to that count, at most to the share (event
-        ``RestoredParallelism``). A tenant writing the annotation gains nothing: the share
-        bounds it, and the webhook lets the tenant raise parallelism to the share anyway."""
+        A Job held below its ``spec.parallelism`` keeps that count and the one set in
+        annotation ``HELD_PARALLELISM_ANNOTATION``; once its share is larger again (an
+        AppWrapper's ``generateName`` Job reconciled while the store still showed the old
+        component's name: brk30b L) and its parallelism is still the one set, it is set back
+        up to that count, at most to the share (event ``RestoredParallelism``). A tenant
+        writing the annotation gains nothing: the share bounds it, and the webhook lets the
+        tenant raise parallelism to the share anyway."""
         meta = job["metadata"]
         try:
             have = job_pod_count(job)
@@ -1097,10 +1100,9 @@ class JobReconciler:
         if have > allowed:
             body = copy.deepcopy(job)
             body["spec"]["parallelism"] = allowed
-            annotations = body["metadata"].get("annotations") or {}
-            annotations.setdefault(HELD_PARALLELISM_ANNOTATION, str(
-                parallelism if isinstance(parallelism, int) else 1))
-            body["metadata"]["annotations"] = annotations
+            had = held[0] if held else parallelism if isinstance(parallelism, int) else 1
+            body["metadata"]["annotations"] = {**(body["metadata"].get("annotations") or {}),
+                                               HELD_PARALLELISM_ANNOTATION: f"{had}:{allowed}"}
             message = (f"{beyond} of a pod its {owner} was admitted for: spec.parallelism "
                        f"{parallelism} set to 0"
                        if beyond else f"spec.parallelism {parallelism} runs {have} pods, more "
@@ -1108,17 +1110,21 @@ class JobReconciler:
                        f"{allowed}")
             job = await self._replace_child_job(body, WARNING, "ExceedsAncestorAdmission",
                                                 message)
-        elif held is not None and isinstance(parallelism, int) \
-                and parallelism < min(held, allowed):
+        elif held is not None and parallelism == held[1] and parallelism < min(held[0], allowed):
+            # Only the count pykueue set is raised: one a user wrote since stays theirs.
+            up = min(held[0], allowed)
             body = copy.deepcopy(job)
-            body["spec"]["parallelism"] = min(held, allowed)
-            if held <= allowed:
-                del body["metadata"]["annotations"][HELD_PARALLELISM_ANNOTATION]
+            body["spec"]["parallelism"] = up
+            annotations = body["metadata"]["annotations"]
+            if held[0] <= allowed:
+                del annotations[HELD_PARALLELISM_ANNOTATION]
+            else:
+                annotations[HELD_PARALLELISM_ANNOTATION] = f"{held[0]}:{up}"
             job = await self._replace_child_job(
                 body, NORMAL, "RestoredParallelism",
-                f"spec.parallelism {parallelism} set back to {min(held, allowed)}: its "
-                f"{owner}'s admission gives it {allowed} pod(s) (spec.parallelism was {held} "
-                "before pykueue held it)")
+                f"spec.parallelism {parallelism} set back to {up}: its {owner}'s admission "
+                f"gives it {allowed} pod(s) (spec.parallelism was {held[0]} before pykueue "
+                "held it)")
         return await self._cut_grace_beyond_share(job, allowed, parent_kind, parent)
 
     async def _replace_child_job(self, body: Obj, etype: str, reason: str, message: str

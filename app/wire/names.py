@@ -49,5 +49,6 @@ ORIGINAL_ANNOTATION = "pykueue.dev/original-pod-scheduling"
 # (app.integrations.unsupported.adoptable_copy: no other Job adopts the copy after it).
 ADOPTED_BY_ANNOTATION = "pykueue.dev/adopted-by"
 # pykueue's record on a child Job it held below its share (app.integrations.reconciler
-# ``_hold_to_share``): the spec.parallelism it had, a count, to set back once the share allows.
+# ``_hold_to_share``): "<the spec.parallelism it had>:<the one pykueue set>", counts, to set
+# back once the share allows.
 HELD_PARALLELISM_ANNOTATION = "pykueue.dev/held-parallelism"

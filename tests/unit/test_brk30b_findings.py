@@ -462,10 +462,10 @@ async def test_jobsets_with_the_prefix_get_no_share_in_hardened_settings(how: st
 
 async def test_a_tenants_raise_is_held_to_the_share_and_never_restored_beyond_it() -> None:
     """AppWrapper t/aw running with Job component ``j`` (2 pods): a tenant raises the Job's
-    parallelism to 5; it is set back to 2 with ``pykueue.dev/held-parallelism: "5"``. Later
-    looks raise nothing beyond the share of 2, whatever the annotation says (a tenant's
-    "50" included), and a held Job whose share returns in part is raised to that part and
-    keeps its record."""
+    parallelism to 5; it is set back to 2 with ``pykueue.dev/held-parallelism: "5:2"``.
+    Later looks raise nothing beyond the share of 2, whatever the annotation says (a
+    tenant's "50:2" included); a count the user wrote since (1) is left alone; a Job held
+    to 0 whose share returns is raised to the share and keeps its record of 50."""
     base = aw(job("j", 2))
     base["spec"]["suspend"] = False
     base["status"] = {"phase": "Running", "componentStatus": [
@@ -476,15 +476,19 @@ async def test_a_tenants_raise_is_held_to_the_share_and_never_restored_beyond_it
     await rec._hold_to_share(made, KIND, base)
     held = rec.ctx.client.replaced[-1]
     assert held["spec"]["parallelism"] == 2
-    assert held["metadata"]["annotations"][HELD_PARALLELISM_ANNOTATION] == "5"
+    assert held["metadata"]["annotations"][HELD_PARALLELISM_ANNOTATION] == "5:2"
     await rec._hold_to_share(held, KIND, base)
-    held["metadata"]["annotations"][HELD_PARALLELISM_ANNOTATION] = "50"
+    held["metadata"]["annotations"][HELD_PARALLELISM_ANNOTATION] = "50:2"
     await rec._hold_to_share(held, KIND, base)
-    assert len(rec.ctx.client.replaced) == 1, "raised beyond its share"
     lowered = copy.deepcopy(held)
     lowered["spec"]["parallelism"] = 1
     await rec._hold_to_share(lowered, KIND, base)
+    assert len(rec.ctx.client.replaced) == 1, "raised beyond its share, or the user's count"
+    stopped = copy.deepcopy(held)
+    stopped["spec"]["parallelism"] = 0
+    stopped["metadata"]["annotations"][HELD_PARALLELISM_ANNOTATION] = "50:0"
+    await rec._hold_to_share(stopped, KIND, base)
     raised = rec.ctx.client.replaced[-1]
     assert raised["spec"]["parallelism"] == 2
-    assert raised["metadata"]["annotations"][HELD_PARALLELISM_ANNOTATION] == "50"
+    assert raised["metadata"]["annotations"][HELD_PARALLELISM_ANNOTATION] == "50:2"
     assert [e[2] for e in rec.ctx.events] == ["ExceedsAncestorAdmission", "RestoredParallelism"]
