@@ -458,7 +458,14 @@ class StoreExtenderState(InMemoryExtenderState):
                     "spec.selector: the Job does not count it, so no admission covers it")
         top = stored_ancestor(self.ctx, self.registry, owner)
         if top is None:
-            return ""
+            if kind.key == JOB:
+                return ""  # a queued Job's own pods: its Workload view (workload_for_pod)
+            # The queued object itself controls the pod (a PyTorchJob, a RayCluster): whether
+            # it is admitted is ``pod_admitted``'s; how big its pods may be is this.
+            wl = self.ctx.store(WL).get(f"{pod.namespace}/{kind.workload_name(owner)}")
+            if not _admitted(wl):
+                return ""
+            return self._beyond_workload_podset(pod, kind, owner, wl, "")
         parent_kind, parent = top
         why = str(kind.withholds(self.ctx, owner, parent_kind, parent) or "")
         if why:
@@ -472,14 +479,40 @@ class StoreExtenderState(InMemoryExtenderState):
         under = f"{parent_kind.kind} {pm.get('namespace')}/{pm.get('name')}"
         if not _admitted(wl):
             return f"{kind.kind} {name} runs under {under}, whose Workload is not admitted"
-        return self._beyond_podset(pod, kind, owner, parent_kind, parent, under)
+        if kind.key != JOB:
+            return self._beyond_workload_podset(pod, kind, owner, wl, under)
+        return self._beyond_podset(pod, kind, owner, parent_kind, parent, under, wl)
+
+    def _beyond_workload_podset(self, pod: PodFacts, kind: JobKind, owner: Obj, wl: Obj,
+                                under: str) -> str:
+        """Why a pod whose controller is an object of another kind than a batch Job (the
+        queued object itself, ``under`` then "": a PyTorchJob, a RayCluster; or an object
+        under the queued one ``under`` names: a RayJob's RayCluster) may not be placed
+        because it requests more of the GPU resource (``extender.gpu_resource``, count)
+        than a pod of its podSet in the admitted Workload ``wl`` (by its
+        ``kueue.x-k8s.io/podset`` label, which pykueue puts in every template it starts;
+        without a known one, the largest podSet's), or ``""``. A pod a tenant made under
+        the object's name (its controller ownerReference) thus runs no bigger than a pod
+        that was admitted; how many run is left to the object's operator. Beyond Kueue
+        v0.17.1, which places such a pod."""
+        gpus = self._pod_set_gpus(wl)
+        allowed = gpus.get(pod.pod_set or "") if pod.pod_set in gpus \
+            else max(gpus.values(), default=None)
+        if allowed is None or pod.gpus <= allowed:
+            return ""
+        which = f"podSet {pod.pod_set}" if pod.pod_set in gpus else "any podSet"
+        mine = f"{kind.kind} {pod.namespace}/{owner['metadata'].get('name')}"
+        return (f"pod {pod.key} requests {pod.gpus} {self._gpu_resource()}, more than the "
+                f"{allowed} of a pod of {which} in {under or mine}'s admission"
+                + (f" ({mine} is its controller)" if under else ""))
 
     def _beyond_podset(self, pod: PodFacts, kind: JobKind, owner: Obj, parent_kind: JobKind,
-                       parent: Obj, under: str) -> str:
+                       parent: Obj, under: str, wl: Obj | None = None) -> str:
         """Why a pod of batch Job ``owner`` (a child of the admitted ``parent``) may not be
         placed because it requests more of the GPU resource (``extender.gpu_resource``,
         count) than a pod of the template its share was sized by (``child_sized_by``: a
-        JobSet's replicatedJob's, an MPIJob's launcher's), or ``""``. Whatever made the Job
+        JobSet's replicatedJob's, an MPIJob's launcher's; of the admitted Workload ``wl``'s
+        podSet where the kind names one), or ``""``. Whatever made the Job
         or the pod bigger (a Job adopted, or enlarged while suspended, brk32 H1 and H3; a pod
         made under the Job's name), the ancestor's admission covers no more. The GPU only,
         the template's with its namespace's LimitRange defaults (``_pod_gpus``): the API
@@ -488,7 +521,7 @@ class StoreExtenderState(InMemoryExtenderState):
         if kind.key != JOB:
             return ""
         try:
-            sized = child_sized_by(parent_kind, parent, owner)
+            sized = child_sized_by(parent_kind, parent, owner, wl)
         except WorkloadSpecError:
             return ""
         if not isinstance(sized, dict):

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from app.core.workload import Workload
 from app.kube.client import PODS
-from app.kube.context import NS, POD, WL
+from app.kube.context import NS, POD, WL, in_namespace
 from app.kube.errors import NotFound
 from app.kube.events import NORMAL
 from app.wire.fields import Obj
@@ -200,6 +200,14 @@ class KindDefaults:
         Job's pods are then held to their count only). Default: ``child_job_template``'s.
         Raises ``WorkloadSpecError``."""
         return self.child_job_template(obj, job)
+
+    def child_job_podset(self, obj: Mapping[str, Any], job: Mapping[str, Any]) -> str | None:
+        """The name of ``obj``'s own podSet whose template ``child_job_sized_by`` gives for
+        batch Job ``job`` (an MPIJob's ``launcher``, a RayJob's ``submitter``), None (the
+        default) when the template is no single podSet's. With it, an admitted Workload's
+        podSet of that name sizes the Job (``child_sized_by(workload=)``): what the admission
+        covers, not the object as edited since. Raises ``WorkloadSpecError``."""
+        return None
 
     def child_object_errors(self, obj: Mapping[str, Any], kind: str,
                             child: Mapping[str, Any]) -> list[str]:
@@ -542,14 +550,23 @@ def child_template(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping
     return parent_kind.child_job_template(parent, job)
 
 
-def child_sized_by(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[str, Any]
-                   ) -> Any:
+def child_sized_by(parent_kind: JobKind, parent: Mapping[str, Any], job: Mapping[str, Any],
+                   workload: Mapping[str, Any] | None = None) -> Any:
     """The pod template whose per-pod requests batch Job ``job``'s share of its managed
     ancestor ``parent``'s admission was sized by (``parent_kind.child_job_sized_by``, as
-    ``child_share`` finds the share), None when none is known. Raises
-    ``WorkloadSpecError``."""
+    ``child_share`` finds the share), None when none is known. With ``parent``'s admitted
+    Workload ``workload``, the template of its podSet the Job is sized by
+    (``child_job_podset``), when it has one: an MPIJob's launcher template lowered or
+    raised after the admission then changes nothing until it is admitted again (brk34 L2).
+    Raises ``WorkloadSpecError``."""
     if not _made_for(parent_kind, parent, job):
         return None
+    name = parent_kind.child_job_podset(parent, job) if workload is not None else None
+    if name:
+        for ps in (workload or {}).get("spec", {}).get("podSets") or []:
+            if isinstance(ps, Mapping) and ps.get("name") == name \
+                    and isinstance(ps.get("template"), Mapping):
+                return ps["template"]
     return parent_kind.child_job_sized_by(parent, job)
 
 
@@ -926,19 +943,11 @@ def _made_by_own_pod(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str,
     return pod_of(kind, driver, name, uid, owner_gone=owner_gone, ctx=ctx)
 
 
-POD_NAMESPACE_INDEX = "namespace"
-
-
 def pods_in(ctx: Context, namespace: str) -> list[Obj]:
-    """The pods of ``namespace`` from the Pod store through its namespace index (kept by the
-    store's every change: the cost of the answer, not of the store), or ``[]`` when this
+    """The pods of ``namespace`` from the Pod store through its namespace index
+    (``in_namespace``: the cost of the answer, not of the store), or ``[]`` when this
     process watches no pods (then only the objects' status counts)."""
-    if POD not in ctx.informers.informers:
-        return []
-    store = ctx.store(POD)
-    store.index(POD_NAMESPACE_INDEX,
-                lambda p: str((p.get("metadata") or {}).get("namespace", "")))
-    return store.by_index(POD_NAMESPACE_INDEX, namespace)
+    return in_namespace(ctx, POD, namespace)
 
 
 def pods_of(kind: JobKind, pods: Iterable[Mapping[str, Any]],

@@ -183,16 +183,18 @@ def _dispatched_elsewhere(parent_kind: JobKind, parent: Mapping[str, Any]) -> bo
     return adapter is not None and adapter.managed_by_of(parent) == MULTIKUEUE_CONTROLLER
 
 
-def _share_of(job: Mapping[str, Any], parent_kind: JobKind, parent: Mapping[str, Any]
-              ) -> tuple[int, str]:
+def _share_of(job: Mapping[str, Any], parent_kind: JobKind, parent: Mapping[str, Any],
+              workload: Mapping[str, Any] | None = None) -> tuple[int, str]:
     """Batch Job ``job``'s share of its managed ancestor ``parent``'s admission
     (``child_share``: pods at once) and, when its pod template asks more of any resource
     than the template that share was sized by (``child_sized_by``: ``requests_beyond``;
     milli-CPU, bytes, counts) or claims other DRA devices (``template_claims``), a sentence
-    saying so ("" when it does not, or no sizing template is known). Raises
-    ``WorkloadSpecError`` when the ancestor cannot be read."""
+    saying so ("" when it does not, or no sizing template is known). ``workload``:
+    ``parent``'s admitted Workload, whose podSet then sizes the Job where the kind names
+    one (``child_sized_by``). Raises ``WorkloadSpecError`` when the ancestor cannot be
+    read."""
     allowed = child_share(parent_kind, parent, job)
-    sized = child_sized_by(parent_kind, parent, job) if allowed else None
+    sized = child_sized_by(parent_kind, parent, job, workload) if allowed else None
     if not isinstance(sized, Mapping):
         return allowed, ""
     template = (job.get("spec") or {}).get("template")
@@ -1009,12 +1011,12 @@ class JobReconciler:
         scheduling fields only): a child Job whose pods ask beyond the template its share is
         sized by now (``_share_of``: the object's template was lowered while it was queued,
         brk33b F2) and that holds no pod (suspended, or set to parallelism 0 by
-        ``_hold_to_share`` and drained) is deleted (uid precondition, propagation
-        Background), so that the operator makes it from the template the admission covers.
-        Once per Job name, ancestor uid and ancestor ``metadata.generation``: a Job made
-        again that still asks beyond is held by ``_hold_to_share`` instead. Returns whether
-        it was deleted. Beyond Kueue v0.17.1, which runs the old launcher (beyond its
-        admission)."""
+        ``_hold_to_share`` and drained) is deleted (uid and resourceVersion preconditions:
+        one resumed since it was read is left alone, brk34 L1; propagation Background), so
+        that the operator makes it from its current template. Once per Job name, ancestor
+        uid and ancestor ``metadata.generation``: a Job made again that still asks beyond
+        is held by ``_hold_to_share`` instead. Returns whether it was deleted. Beyond Kueue
+        v0.17.1, which runs the old launcher (beyond its admission)."""
         meta, pmeta = job.get("metadata") or {}, parent.get("metadata") or {}
         if pmeta.get("deletionTimestamp"):
             return False
@@ -1032,11 +1034,14 @@ class JobReconciler:
         if not suspended and job_pod_count(job) > 0 or self._holds_any_pod(job):
             return False  # _hold_to_share sets it to 0 first, and its pods go
         try:
-            await self.ctx.client.delete(JOBS, name, ns, uid=str(meta.get("uid", "")))
+            # The Job as read: resumed since (its pod made), it is left to _hold_to_share.
+            await self.ctx.client.delete(JOBS, name, ns, uid=str(meta.get("uid", "")),
+                                         resource_version=str(meta.get("resourceVersion") or "")
+                                         or None)
         except NotFound:
             return True
         except Conflict:
-            return False  # another Job of that name now: looked at on its own event
+            return False  # changed since it was read: looked at again on its own event
         self.remade_children[f"{ns}/{name}"] = stamp
         while len(self.remade_children) > REMADE_CHILDREN_KEPT:
             self.remade_children.pop(next(iter(self.remade_children)))
@@ -1076,7 +1081,8 @@ class JobReconciler:
         ancestor's children alone); parallelism rather than suspend, because the ancestor's
         operator resumes a child it finds suspended (jobset v0.11.1
         ``resumeJobsIfNecessary``). A Job whose template asks more per pod than the template
-        its share was sized by (``child_sized_by``: ``requests_beyond``), or claims other DRA
+        its share was sized by (``child_sized_by``, the admitted Workload's podSet where the
+        kind names one: ``requests_beyond``), or claims other DRA
         devices (``template_claims``), gets a share of 0 (brk32 H1/H3, brk33 M2).
 
         A Job held below its ``spec.parallelism`` keeps that count and the one set in
@@ -1087,9 +1093,12 @@ class JobReconciler:
         writing the annotation gains nothing: the share bounds it, and the webhook lets the
         tenant raise parallelism to the share anyway."""
         meta = job["metadata"]
+        wl = self.ctx.store(WL).get(
+            f"{meta.get('namespace', '')}/{parent_kind.workload_name(parent)}")
         try:
             have = job_pod_count(job)
-            allowed, beyond = _share_of(job, parent_kind, parent)
+            allowed, beyond = _share_of(job, parent_kind, parent,
+                                        wl if wl is not None and has_admission(wl) else None)
         except WorkloadSpecError:
             return None  # the ancestor's own reconcile stops it: it no longer matches
         if beyond:

@@ -213,6 +213,15 @@ class TemplatedKind(KindDefaults):
         return {f"{meta.get('name', '')}{name}": t.count for t in self.templates(obj)
                 if t.name == podset}
 
+    def _podset_child_name(self, obj: Mapping[str, Any], job: Mapping[str, Any],
+                           podset: str, name: str) -> str | None:
+        """``podset`` when batch Job ``job`` is the one ``_podset_child`` names (``<obj's
+        name><name>``) and ``obj`` has that podSet, else None."""
+        meta = obj.get("metadata") or {}
+        if (job.get("metadata") or {}).get("name") != f"{meta.get('name', '')}{name}":
+            return None
+        return podset if any(t.name == podset for t in self.templates(obj)) else None
+
     def _podset_child_template(self, obj: Mapping[str, Any], job: Mapping[str, Any],
                                podset: str, name: str) -> Any:
         """The pod template of podSet ``podset`` when batch Job ``job`` is the one

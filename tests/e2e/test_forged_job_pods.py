@@ -20,7 +20,7 @@ from tests.labfixture import LabHandle, wait_for
 pytestmark = pytest.mark.lab
 
 
-def _unschedulable(lab: LabHandle, ns: str, name: str) -> str:
+def unschedulable(lab: LabHandle, ns: str, name: str) -> str:
     """The PodScheduled=False message of pod ``name`` ("" while there is none); "gone" once
     it is deleted. Fails when the pod got a node."""
     got = lab.kubectl("get", "pod", name, "-n", ns, "-o", "json", check=False)
@@ -58,7 +58,7 @@ def test_pods_made_under_an_admitted_jobs_name_get_no_node(
         # one of the two pods for a parallelism of 1) and 4 GPUs where j's pod was admitted
         # with 1: no node, whether or not the Job controller deletes it first.
         lab.kubectl("create", "-f", "-", input=forged("big", real["metadata"]["labels"], 4))
-        why = wait_for(lambda: _unschedulable(lab, ns, "big"), 60, "big unschedulable or gone")
+        why = wait_for(lambda: unschedulable(lab, ns, "big"), 60, "big unschedulable or gone")
         assert why == "gone" or "requests 4 GPU(s), more than the 1" in why, why
         running = [p["metadata"]["name"] for p in lab.get("pods", "-n", ns)["items"]
                    if p["status"].get("phase") == "Running"]

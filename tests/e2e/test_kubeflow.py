@@ -7,6 +7,7 @@ built, or (MPIJob) when another lab holds port 8080, which mpi-operator hard-cod
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.test_forged_job_pods import unschedulable
 from tests.e2e.test_jobset import (
     QUEUE,
     condition,
@@ -231,3 +233,36 @@ def test_an_mpijob_shrunk_while_queued_runs_its_launcher_as_admitted(
         assert launcher["metadata"]["uid"] != stale["metadata"]["uid"]
         assert launcher["spec"]["template"]["spec"]["containers"][0].get("resources") in (
             None, {})
+
+
+def test_a_pod_made_under_an_admitted_pytorchjobs_name_gets_no_node_beyond_its_podset(
+        lab: LabHandle, pykueue_with_kubeflow: tuple[set[str], str]) -> None:
+    """A tenant's pod with the PyTorchJob as its controller (its worker's labels, spec and
+    the flavor's placement copied) asking 2 GPUs where a worker was admitted with 1 gets no
+    node from the scheduler extender (``_beyond_workload_podset``); the job's own 2 pods
+    keep running."""
+    need(pykueue_with_kubeflow, "training-operator")
+    with queue(lab, "pytorch-forged", 4) as ns:
+        lab.apply(pytorchjob("ddp", ns, 1))
+        admitted(lab, ns, "PyTorchJob", "ddp")
+        pods = running_pods(lab, ns, 2)
+        worker = next(p for p in pods
+                      if p["metadata"]["labels"].get("kueue.x-k8s.io/podset") == "worker")
+        job = lab.get("pytorchjob", "ddp", "-n", ns)
+        spec = copy.deepcopy(worker["spec"])
+        for key in ("nodeName", "hostname", "subdomain"):
+            spec.pop(key, None)
+        spec["containers"][0]["resources"] = gpu_container(2)["resources"]
+        lab.kubectl("create", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": "big", "namespace": ns, "labels": worker["metadata"]["labels"],
+                "annotations": worker["metadata"].get("annotations") or {},
+                "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                                     "name": "ddp", "uid": job["metadata"]["uid"],
+                                     "controller": True}]},
+            "spec": spec}))
+        why = wait_for(lambda: unschedulable(lab, ns, "big"), 60, "big unschedulable")
+        assert "requests 2 nvidia.com/gpu, more than the 1 of a pod of podSet worker" in why, why
+        assert sorted(p["metadata"]["name"] for p in lab.get("pods", "-n", ns)["items"]
+                      if p["status"].get("phase") == "Running") == sorted(
+            p["metadata"]["name"] for p in pods)

@@ -284,6 +284,7 @@ class _Client:
         return body
 
     async def delete(self, resource: Any, name: str, namespace: str, *, uid: Any = None,
+                     resource_version: Any = None,
                      grace_period_seconds: int | None = None) -> None:
         self.deleted.append((name, grace_period_seconds))
 

@@ -108,6 +108,12 @@ class KubeflowJob(TemplatedKind):
         return self._podset_child_template(obj, job, "launcher", "-launcher") \
             if "Launcher" in self.order else None
 
+    def child_job_podset(self, obj: Mapping[str, Any], job: Mapping[str, Any]) -> str | None:
+        """MPIJob: ``launcher`` for its Job ``<name>-launcher``, else None. Raises
+        ``WorkloadSpecError``."""
+        return self._podset_child_name(obj, job, "launcher", "-launcher") \
+            if "Launcher" in self.order else None
+
     def runs_pods_through(self, ctx: Context, job: Mapping[str, Any] | None,
                           pod: Mapping[str, Any], name: str, uid: str, *,
                           owner_gone: bool = False) -> bool:

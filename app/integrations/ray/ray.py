@@ -569,6 +569,11 @@ class RayJob(_ClusterOwner):
         Raises ``WorkloadSpecError``."""
         return self._podset_child_template(obj, job, SUBMITTER, "")
 
+    def child_job_podset(self, obj: Mapping[str, Any], job: Mapping[str, Any]) -> str | None:
+        """In K8sJobMode ``submitter`` for its Job named after the RayJob, else None. Raises
+        ``WorkloadSpecError``."""
+        return self._podset_child_name(obj, job, SUBMITTER, "")
+
     def template_of(self, obj: Mapping[str, Any], t: Template) -> Any:
         got = get_in(obj, t.path)
         if got is None and t.name == SUBMITTER:
