@@ -47,9 +47,14 @@ def _state(admitted: bool = True) -> StoreExtenderState:
         wl["status"]["admission"] = {"clusterQueue": "cq", "podSetAssignments": [
             {"name": "master", "count": 1, "flavors": {GPU: "a100"}},
             {"name": "worker", "count": 2, "flavors": {GPU: "a100"}}]}
-    stores = {PYTORCHJOB.key: Store(JOBS), WL: Store(JOBS)}
-    stores[PYTORCHJOB.key].put(job)
-    stores[WL].put(wl)
+    return _extender_state({PYTORCHJOB.key: job, WL: wl})
+
+
+def _extender_state(objects: dict[str, dict[str, Any]]) -> StoreExtenderState:
+    """``StoreExtenderState`` over stores holding one object each (store key -> object)."""
+    stores = {key: Store(JOBS) for key in objects}
+    for key, obj in objects.items():
+        stores[key].put(obj)
     ctx = SimpleNamespace(store=lambda k: stores.get(k) or Store(JOBS), synced=True,
                           settings=Settings())
     return StoreExtenderState(ctx, NodeStore(GPU), default_registry())  # type: ignore[arg-type]
@@ -125,13 +130,7 @@ def test_a_launcher_raised_after_admission_is_sized_by_its_admitted_podset() -> 
           "status": {"admission": {"clusterQueue": "cq", "podSetAssignments": []},
                      "conditions": [{"type": "QuotaReserved", "status": "True"},
                                     {"type": "Admitted", "status": "True"}]}}
-    stores = {MPIJOB.key: Store(JOBS), CHILD_JOBS: Store(JOBS), WL: Store(JOBS)}
-    stores[MPIJOB.key].put(mpijob)
-    stores[CHILD_JOBS].put(launcher)
-    stores[WL].put(wl)
-    ctx = SimpleNamespace(store=lambda k: stores.get(k) or Store(JOBS), synced=True,
-                          settings=Settings())
-    state = StoreExtenderState(ctx, NodeStore(GPU), default_registry())  # type: ignore[arg-type]
+    state = _extender_state({MPIJOB.key: mpijob, CHILD_JOBS: launcher, WL: wl})
     pod = pod_facts({"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": "mj-launcher-x", "namespace": NS, "uid": "p-uid",
         "labels": {"training.kubeflow.org/job-role": "launcher"},
