@@ -48,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -148,6 +149,9 @@ BEYOND_SHARE_GRACE_SECONDS = 1
 # Stale child Jobs remembered as deleted for their operator to make again
 # (``_remake_stale_child``): one per edited queued object in flight is enough to stop a loop.
 REMADE_CHILDREN_KEPT = 4096
+# HELD_PARALLELISM_ANNOTATION's form: "<had>:<set>", ASCII digits only (str.isdigit takes
+# others, which int() refuses).
+_HELD_FORM = re.compile(r"([0-9]{1,9}):([0-9]{1,9})")
 
 
 
@@ -212,12 +216,13 @@ def _share_of(job: Mapping[str, Any], parent_kind: JobKind, parent: Mapping[str,
 
 def _held_parallelism(job: Mapping[str, Any]) -> tuple[int, int] | None:
     """(the ``spec.parallelism`` a child Job had before ``_hold_to_share`` lowered it, the
-    one it set) from ``HELD_PARALLELISM_ANNOTATION`` (``"<had>:<set>"``, counts), or None
-    (none recorded, or not in that form)."""
+    one it set) from ``HELD_PARALLELISM_ANNOTATION`` (``"<had>:<set>"``, counts of at most
+    nine ASCII digits, as an int32 parallelism is), or None (none recorded, or not in that
+    form: a tenant's value never stops the set-back, brk34b H2)."""
     value = ((job.get("metadata") or {}).get("annotations") or {}).get(
         HELD_PARALLELISM_ANNOTATION)
-    had, _, set_to = value.partition(":") if isinstance(value, str) else ("", "", "")
-    return (int(had), int(set_to)) if had.isdigit() and set_to.isdigit() else None
+    found = _HELD_FORM.fullmatch(value) if isinstance(value, str) else None
+    return (int(found[1]), int(found[2])) if found else None
 
 
 def _prebuilt_key(obj: Obj) -> str | None:
