@@ -81,30 +81,18 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-_HELD = threading.local()
-
-
 @contextlib.contextmanager
 def _locked(out_dir: Path) -> Iterator[None]:
     """Hold ``out_dir/.lock`` (``flock``, exclusive; made with ``out_dir``) while a step
     reads and writes the directory's files: two processes or threads that find no CA must
     not each make one, leaving ``ca.crt`` of one and ``tls.crt`` signed by the other (brk31
-    L1: two test lanes starting on a fresh checkout). Re-entrant within a thread."""
-    key = str(out_dir.resolve())
-    held: set[str] = getattr(_HELD, "dirs", set())
-    _HELD.dirs = held
-    if key in held:
-        yield
-        return
+    L1: two test lanes starting on a fresh checkout). Not re-entrant: a step holding it
+    calls only the private helpers."""
     out_dir.mkdir(parents=True, exist_ok=True)
     fd = os.open(out_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        held.add(key)
-        try:
-            yield
-        finally:
-            held.discard(key)
+        yield
     finally:
         os.close(fd)  # releases the flock
 

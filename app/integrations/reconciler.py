@@ -204,11 +204,11 @@ def _share_of(job: Mapping[str, Any], parent_kind: JobKind, parent: Mapping[str,
     template = (job.get("spec") or {}).get("template")
     theirs, want = template_requests(template), template_requests(sized)
     claims, wanted = template_claims(template), template_claims(sized)
-    if not requests_beyond(theirs, want) and claims == wanted:
+    over = requests_beyond(theirs, want)
+    if not over and claims == wanted:
         return allowed, ""
-    said = f"spec.template's pods request {theirs}, beyond the {want} (milli-CPU, bytes, " \
-        "counts)" if requests_beyond(theirs, want) else \
-        f"spec.template's pods request {theirs} within the {want} (milli-CPU, bytes, counts)"
+    said = f"spec.template's pods request {theirs}, {'beyond' if over else 'within'} the " \
+        f"{want} (milli-CPU, bytes, counts)"
     if claims != wanted:
         said += f", and claim {claims or 'no devices'}, not the {wanted or 'no devices'}"
     return allowed, said
@@ -985,7 +985,7 @@ class JobReconciler:
         deleting = self._being_deleted(kind, obj)
         if kind.key == JOB and not finished and not deleting \
                 and parent_kind.remakes_deleted_child_jobs \
-                and await self._remake_stale_child(obj, parent_kind, parent):
+                and await self._remake_stale_child(kind, obj, parent_kind, parent):
             return None
         if finished or kind.is_suspended(obj) and not (deleting and self._to_stop(kind, obj)):
             return None
@@ -1008,15 +1008,16 @@ class JobReconciler:
         await kind.stop(self.ctx, obj, "Kueue managed child job suspended")
         return None
 
-    async def _remake_stale_child(self, job: Obj, parent_kind: JobKind,
+    async def _remake_stale_child(self, kind: JobKind, job: Obj, parent_kind: JobKind,
                                   parent: Mapping[str, Any]) -> bool:
         """For an ancestor kind whose operator makes a deleted child Job again from the
         object's current template (``remakes_deleted_child_jobs``: mpi-operator v0.8.0's
         launcher, made at the MPIJob's creation, ``AtStartup``, and on resume synced in its
         scheduling fields only): a child Job whose pods ask beyond the template its share is
         sized by now (``_share_of``: the object's template was lowered while it was queued,
-        brk33b F2) and that holds no pod (suspended, or set to parallelism 0 by
-        ``_hold_to_share`` and drained) is deleted (uid and resourceVersion preconditions:
+        brk33b F2) and that holds no pod (``_pods_holding_quota`` of ``kind``, the batch Job
+        kind: suspended, or set to parallelism 0 by ``_hold_to_share`` and drained) is
+        deleted (uid and resourceVersion preconditions:
         one resumed since it was read is left alone, brk34 L1; propagation Background), so
         that the operator makes it from its current template. Once per Job name, ancestor
         uid and ancestor ``metadata.generation``: a Job made again that still asks beyond
@@ -1036,7 +1037,7 @@ class JobReconciler:
         if self.remade_children.get(f"{ns}/{name}") == stamp:
             return False
         suspended = bool((job.get("spec") or {}).get("suspend"))
-        if not suspended and job_pod_count(job) > 0 or self._holds_any_pod(job):
+        if not suspended and job_pod_count(job) > 0 or self._pods_holding_quota(kind, job):
             return False  # _hold_to_share sets it to 0 first, and its pods go
         try:
             # The Job as read: resumed since (its pod made), it is left to _hold_to_share.
@@ -1056,21 +1057,6 @@ class JobReconciler:
             f"{parent_kind.kind} is sized for now; deleted, for its operator to make it again "
             "from the current template")
         return True
-
-    def _holds_any_pod(self, job: Obj) -> bool:
-        """Whether batch Job ``job`` has a pod not terminal: counted in its status
-        (``active``, ``terminating``) or, with the Pod store, one it controls."""
-        status = job.get("status") or {}
-        if status.get("active") or status.get("terminating"):
-            return True
-        meta = job.get("metadata") or {}
-        uid = str(meta.get("uid", ""))
-        for pod in pods_in(self.ctx, str(meta.get("namespace", ""))):
-            ref = controller_ref(pod.get("metadata") or {})
-            if ref is not None and ref.uid == uid and (pod.get("status") or {}).get(
-                    "phase") not in ("Succeeded", "Failed"):
-                return True
-        return False
 
     async def _hold_to_share(self, job: Obj, parent_kind: JobKind,
                              parent: Mapping[str, Any]) -> float | None:

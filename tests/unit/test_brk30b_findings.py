@@ -295,7 +295,9 @@ class _Reconciler:
     _hold_to_share = JobReconciler._hold_to_share
     _cut_grace_beyond_share = JobReconciler._cut_grace_beyond_share
     _remake_stale_child = JobReconciler._remake_stale_child
-    _holds_any_pod = JobReconciler._holds_any_pod
+    _pods_holding_quota = JobReconciler._pods_holding_quota
+    _pods_left = JobReconciler._pods_left
+    _pods = JobReconciler._pods
     _replace_child_job = JobReconciler._replace_child_job
 
     def __init__(self, ctx: Any) -> None:

@@ -92,6 +92,7 @@ from app.controllers.admission_lookup import StoreExtenderState
 from app.extender.nodestore import NodeStore
 from app.extender.placement import FlavorView, NodeFacts, NodeIndex, filter_pod, pod_facts
 from app.integrations import default_registry
+from app.integrations.batchjob.job import KIND as BATCH_JOB
 from app.integrations.kubeflow.kubeflow import MPIJOB
 from app.integrations.reconciler import JobReconciler
 from app.kube.client import JOBS
@@ -253,7 +254,7 @@ async def test_f2_a_suspended_launcher_made_before_the_edit_is_deleted_for_the_o
     assert MPIJOB.remakes_deleted_child_jobs
     rec = _reconciler()
     assert await JobReconciler._remake_stale_child(  # type: ignore[arg-type]
-        rec, _launcher_job("2", suspended=True), MPIJOB, _mpijob("1"))
+        rec, BATCH_JOB, _launcher_job("2", suspended=True), MPIJOB, _mpijob("1"))
     assert rec.ctx.client.deleted == [("mj-launcher", None)]
     assert rec.ctx.client.replaced == []
     (obj, _, reason, message), = rec.ctx.events
@@ -268,16 +269,16 @@ async def test_f2_a_running_stale_launcher_is_held_to_no_pod_then_deleted() -> N
     rec = _reconciler()
     running = _launcher_job("2")
     assert not await JobReconciler._remake_stale_child(  # type: ignore[arg-type]
-        rec, running, MPIJOB, _mpijob("1"))
+        rec, BATCH_JOB, running, MPIJOB, _mpijob("1"))
     assert rec.ctx.client.deleted == []
     await JobReconciler._hold_to_share(rec, running, MPIJOB, _mpijob("1"))  # type: ignore[arg-type]
     held = rec.ctx.client.replaced[-1]
     assert held["spec"]["parallelism"] == 0
     assert not await JobReconciler._remake_stale_child(  # type: ignore[arg-type]
-        rec, held, MPIJOB, _mpijob("1"))  # its pod still active
+        rec, BATCH_JOB, held, MPIJOB, _mpijob("1"))  # its pod still active
     held["status"] = {"active": 0, "terminating": 0}
     assert await JobReconciler._remake_stale_child(  # type: ignore[arg-type]
-        rec, held, MPIJOB, _mpijob("1"))
+        rec, BATCH_JOB, held, MPIJOB, _mpijob("1"))
     assert rec.ctx.client.deleted == [("mj-launcher", None)]
 
 
@@ -287,12 +288,12 @@ async def test_f2_a_remade_launcher_still_beyond_is_deleted_once_per_edit() -> N
     a new edit of the MPIJob may delete it once more."""
     rec = _reconciler()
     assert await JobReconciler._remake_stale_child(  # type: ignore[arg-type]
-        rec, _launcher_job("2", suspended=True), MPIJOB, _mpijob("1"))
+        rec, BATCH_JOB, _launcher_job("2", suspended=True), MPIJOB, _mpijob("1"))
     again = _launcher_job("2", suspended=True, uid="l-uid-2")
     assert not await JobReconciler._remake_stale_child(  # type: ignore[arg-type]
-        rec, again, MPIJOB, _mpijob("1"))
+        rec, BATCH_JOB, again, MPIJOB, _mpijob("1"))
     assert await JobReconciler._remake_stale_child(  # type: ignore[arg-type]
-        rec, again, MPIJOB, _mpijob("1", generation=3))
+        rec, BATCH_JOB, again, MPIJOB, _mpijob("1", generation=3))
     assert len(rec.ctx.client.deleted) == 2
 
 
@@ -304,7 +305,7 @@ async def test_f2_an_unedited_or_raised_launcher_is_kept() -> None:
     for made, now in (("1", "1"), ("1", "2")):
         for suspended in (True, False):
             assert not await JobReconciler._remake_stale_child(  # type: ignore[arg-type]
-                rec, _launcher_job(made, suspended=suspended), MPIJOB, _mpijob(now))
+                rec, BATCH_JOB, _launcher_job(made, suspended=suspended), MPIJOB, _mpijob(now))
     await JobReconciler._hold_to_share(  # type: ignore[arg-type]
         rec, _launcher_job("1"), MPIJOB, _mpijob("1"))
     assert rec.ctx.client.deleted == [] and rec.ctx.client.replaced == []

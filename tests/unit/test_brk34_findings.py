@@ -48,6 +48,7 @@ import copy
 from types import SimpleNamespace
 from typing import Any
 
+from app.integrations.batchjob.job import KIND as BATCH_JOB
 from app.integrations.kubeflow.kubeflow import MPIJOB
 from app.integrations.reconciler import BEYOND_SHARE_GRACE_SECONDS
 from app.kube.client import PODS, WORKLOADS
@@ -129,7 +130,7 @@ async def test_l1_a_launcher_resumed_since_it_was_read_is_not_deleted_with_its_p
                           store=lambda key: store,
                           recorder=SimpleNamespace(emit=lambda *a: events.append(a)))
     rec = _Rec(ctx)
-    await rec._remake_stale_child(seen, MPIJOB, _mpijob(generation=3))
+    await rec._remake_stale_child(BATCH_JOB, seen, MPIJOB, _mpijob(generation=3))
     assert all(g <= BEYOND_SHARE_GRACE_SECONDS for g in server.pod_graces.values()), (
         f"the launcher Job was deleted while its pod ran; the garbage collector gives "
         f"{server.pod_graces} s of grace to a pod asking cpu 8 on an admission of 100m")
@@ -145,7 +146,7 @@ async def test_l1_control_a_launcher_as_read_is_deleted() -> None:
     ctx = SimpleNamespace(client=server, informers=SimpleNamespace(informers={POD: None}),
                           store=lambda key: store,
                           recorder=SimpleNamespace(emit=lambda *a: events.append(a)))
-    assert await _Rec(ctx)._remake_stale_child(seen, MPIJOB, _mpijob(generation=3))
+    assert await _Rec(ctx)._remake_stale_child(BATCH_JOB, seen, MPIJOB, _mpijob(generation=3))
     assert server.job is None and server.pod_graces == {}
 
 
