@@ -17,6 +17,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from app.controllers.pod_create_check import (
+    PodCreateCheck,
+    admitted,
+    stored_controller,
+    unlabelled_job,
+)
 from app.core.multikueue import MULTIKUEUE_CONTROLLER
 from app.extender.nodestore import InMemoryExtenderState, NodeStore
 from app.extender.placement import FlavorView, PodFacts, PodWorkloadView, view_from_workload
@@ -30,12 +36,10 @@ from app.integrations.framework import (
     child_sized_by,
     child_template,
     controller_uid,
-    lookup,
     stored_ancestor,
 )
 from app.kube.context import (
     AC,
-    CHILD_JOB_STORES,
     CQ,
     JOB,
     LQ,
@@ -58,12 +62,10 @@ from app.wire.workload import (
     workload_name_for_owner,
 )
 from app.wire.workload_status import (
-    ADMITTED,
     QUOTA_RESERVED,
     condition,
     has_admission,
     is_evicted,
-    is_true,
 )
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,12 @@ class StoreAdmissionLookup:
     def __init__(self, ctx: Context, registry: Registry | None = None) -> None:
         self.ctx = ctx
         self.registry = registry
+        self.pod_create = PodCreateCheck(ctx, registry)
+
+    def pod_create_errors(self, pod: Obj, dry_run: bool = False) -> list[str] | None:
+        """Errors for creating ``pod`` under a queued object (``PodCreateCheck.errors``:
+        DRA claims, podSet label and count against its admission); None when unknown."""
+        return self.pod_create.errors(pod, dry_run=dry_run)
 
     def managed_kinds(self) -> frozenset[tuple[str, str]] | None:
         """(API group, kind) of the job kinds managed now (Kueue: enabled integrations whose
@@ -289,12 +297,6 @@ def _selects(job: Obj, pod: PodFacts) -> bool:
     return found is None or found.matches(pod.labels)
 
 
-def _admitted(wl: Obj | None) -> bool:
-    """``wl`` is Admitted, holds its admission and is not being evicted."""
-    return wl is not None and has_admission(wl) and not is_evicted(wl) \
-        and is_true(wl, ADMITTED)
-
-
 class StoreExtenderState(InMemoryExtenderState):
     """``ExtenderState`` over the reconciler's stores (see the module doc): the Node part is
     the plain ``InMemoryExtenderState``'s; Workloads and flavors come from the stores."""
@@ -369,41 +371,26 @@ class StoreExtenderState(InMemoryExtenderState):
             assert self.registry is not None  # _stored_controller answers None without one
             top = stored_ancestor(self.ctx, self.registry, owner)
             kind, obj = top if top is not None else (kind, owner)
-            return _admitted(self.ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}"))
+            return admitted(self.ctx.store(WL).get(f"{ns}/{kind.workload_name(obj)}"))
         if pod.group:
             # A group Workload (stamped, so never a Job's named like the group): members of a
             # managed namespace are gated at creation and only pykueue lifts the gate, so a
             # member the scheduler sees was admitted (a fast-admission group, a
             # StatefulSet's, names no member as owner).
             wl = self.ctx.store(WL).get(f"{ns}/{pod.group}")
-            return _admitted(wl) and ((wl or {}).get("metadata", {}).get(
+            return admitted(wl) and ((wl or {}).get("metadata", {}).get(
                 "annotations") or {}).get(GROUP_WORKLOAD_ANNOTATION) == "true"
         if not pod.uid:
             return False
         wl = self.ctx.store(WL).get(
             f"{ns}/{workload_name_for_owner('Pod', '', pod.name, pod.uid)}")
         refs = (wl or {}).get("metadata", {}).get("ownerReferences") or []
-        return _admitted(wl) and any(r.get("uid") == pod.uid and r.get("kind") == "Pod"
+        return admitted(wl) and any(r.get("uid") == pod.uid and r.get("kind") == "Pod"
                                      for r in refs)
 
     def _stored_controller(self, pod: PodFacts) -> tuple[JobKind, Obj | None] | None:
-        """The registered kind (not a top-level one) of ``pod``'s controller and that object
-        as stored, None for the object when the stores hold none of that name and uid;
-        None when the controller is of no such kind (or no registry)."""
-        if pod.controller is None or self.registry is None:
-            return None
-        _, kind_name, name, uid = ref = pod.controller
-        kind = self.registry.kind_for(ref.group, kind_name)
-        if kind is None or kind.top_level:
-            return None
-        owner = lookup(kind, self.ctx, pod.namespace, name)
-        if owner is None and kind.key == JOB:
-            # An unlabelled batch Job (a JobSet's, an MPIJob's launcher) is in a store of
-            # its own: its pods run on its ancestor's admission.
-            owner = self._unlabelled_job(f"{pod.namespace}/{name}")
-        if owner is None or (uid and owner["metadata"].get("uid") != uid):
-            return kind, None
-        return kind, owner
+        """``stored_controller`` of ``pod``'s controller."""
+        return stored_controller(self.ctx, self.registry, pod.namespace, pod.controller)
 
     def _unselected_by_name(self, pod: PodFacts) -> str:
         """Why a pod that names a stored batch Job only by its label or a non-controller
@@ -415,25 +402,13 @@ class StoreExtenderState(InMemoryExtenderState):
             return ""
         key = f"{pod.namespace}/{pod.job_name}"
         job = _stored_job(self.ctx, self.registry, pod.namespace, pod.job_name) \
-            or self._unlabelled_job(key)
+            or unlabelled_job(self.ctx, key)
         if job is None or pod.job_uid and job["metadata"].get("uid") != pod.job_uid \
                 or _selects(job, pod):
             return ""
         return (f"pod {pod.key} names Job {pod.job_name} by label or ownerReference but does "
                 "not match its spec.selector: the Job does not count it, so no admission "
                 "covers it")
-
-    def _unlabelled_job(self, key: str) -> Obj | None:
-        """Batch Job ``namespace/name`` from the stores of Jobs without a queue name
-        (``CHILD_JOB_STORES``, watched while the Job kind's own store is selective)."""
-        for store in CHILD_JOB_STORES:
-            try:
-                found = self.ctx.store(store).get(key)
-            except KeyError:
-                continue  # not watched
-            if found is not None:
-                return found
-        return None
 
     def withheld(self, pod: PodFacts) -> str:
         """``ExtenderState.withheld`` over the stores: the pod's controller (same uid) is a
@@ -463,7 +438,7 @@ class StoreExtenderState(InMemoryExtenderState):
             # The queued object itself controls the pod (a PyTorchJob, a RayCluster): whether
             # it is admitted is ``pod_admitted``'s; how big its pods may be is this.
             wl = self.ctx.store(WL).get(f"{pod.namespace}/{kind.workload_name(owner)}")
-            if not _admitted(wl):
+            if not admitted(wl):
                 return ""
             return self._beyond_workload_podset(pod, kind, owner, wl, "")
         parent_kind, parent = top
@@ -477,7 +452,7 @@ class StoreExtenderState(InMemoryExtenderState):
         pm = parent.get("metadata") or {}
         wl = self.ctx.store(WL).get(f"{pod.namespace}/{parent_kind.workload_name(parent)}")
         under = f"{parent_kind.kind} {pm.get('namespace')}/{pm.get('name')}"
-        if not _admitted(wl):
+        if not admitted(wl):
             return f"{kind.kind} {name} runs under {under}, whose Workload is not admitted"
         if kind.key != JOB:
             return self._beyond_workload_podset(pod, kind, owner, wl, under)

@@ -209,6 +209,18 @@ class KindDefaults:
         covers, not the object as edited since. Raises ``WorkloadSpecError``."""
         return None
 
+    def direct_podsets(self, obj: Mapping[str, Any]) -> frozenset[str] | None:
+        """The podSets whose pods the kind's operator makes controlled by ``obj`` itself,
+        each from its template with the ``kueue.x-k8s.io/podset`` label the start injects
+        and as many as the podSet was admitted for (a PyTorchJob's replica types, a
+        RayCluster's head and worker groups, a SparkApplication's driver); the Pod webhook
+        refuses a pod created under an admitted ``obj`` of any other podSet, or one more
+        than its podSet's admitted count (``PodCreateCheck``). ``frozenset()``: the
+        operator makes no pod controlled by ``obj`` (``controls_pods_directly`` False: a
+        JobSet's run under its Jobs). None (the default for a kind that controls pods):
+        not known, only the pods' DRA claims are checked. Raises ``WorkloadSpecError``."""
+        return None if self.controls_pods_directly else frozenset()
+
     def child_object_errors(self, obj: Mapping[str, Any], kind: str,
                             child: Mapping[str, Any]) -> list[str]:
         """Errors for ``child``, an object of another kind (``kind``: ``"JobSet"``, ...)

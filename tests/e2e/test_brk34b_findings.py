@@ -19,7 +19,11 @@ operator", docs/security.md): training-operator v1.9.3 keeps pods that duplicate
 index (it only logs "too many pods"), so copies of an admitted worker made under the
 PyTorchJob's name, each no bigger than a worker, all run: 5 GPUs Running on an admission of 2
 for the 40 s sampled (3 copies of a 1-GPU worker; default settings and the strict setup
-alike)."""
+alike).
+
+Both closed in session 35: the Pod webhook refuses at CREATE a pod under a queued object
+whose DRA claims are not its podSet's, or one more than its podSet's admitted count
+(``app.controllers.pod_create_check``)."""
 
 from __future__ import annotations
 
@@ -32,7 +36,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.test_forged_job_pods import unschedulable
 from tests.e2e.test_jobset import QUEUE, drop, gpu_queue, tenant
 from tests.e2e.test_kubeflow import admitted, pytorchjob, running_pods, template
 from tests.e2e.test_ray_dra_gap import _devices_running
@@ -95,14 +98,12 @@ def _claiming(claim: str) -> dict:
     return t
 
 
-@pytest.mark.xfail(strict=True, reason="brk34b H1: a pod under an admitted PyTorchJob claiming "
-                   "DRA devices is neither gated nor seen by the extender")
 def test_a_pod_under_an_admitted_pytorchjob_claims_no_more_dra_devices(
         lab: LabHandle, strict_dra_pykueue: labmod.Lab) -> None:
     """PyTorchJob ``ddp`` (Master: 1 pod claiming 1 device) admitted on 1 example.com/gpu;
-    the tenant creates pod ``big`` with ``ddp`` as its controller claiming 4 devices: it is
-    refused, or gets no node (kube-scheduler's PodScheduled False), and no more than the 1
-    admitted device is allocated to running pods. Fails as soon as ``big`` is given a node."""
+    the tenant creates pod ``big`` with ``ddp`` as its controller claiming 4 devices: the
+    Pod webhook refuses it (``pod_create_check``: its claims are not its podSet's), and no
+    more than the 1 admitted device is allocated to running pods."""
     ns, cq = f"b34b-dra-{uuid.uuid4().hex[:6]}", f"b34b-dra-cq-{uuid.uuid4().hex[:6]}"
     lab.create_namespace(ns)
     queue(lab, cq, ns, gpus=1)
@@ -124,23 +125,20 @@ def test_a_pod_under_an_admitted_pytorchjob_claims_no_more_dra_devices(
         made = _make_under(lab, ns, "big", uid,
                            {"labels": {"kueue.x-k8s.io/podset": "master"},
                             "annotations": {"lab.pykueue.dev/run-duration": "1h"}}, spec)
-        if made.returncode == 0:  # refused at create passes; otherwise it must get no node
-            why = wait_for(lambda: unschedulable(lab, ns, "big"), 60, "big unschedulable")
-            assert "pykueue" in why, why  # withheld by the extender, not short of devices
+        assert made.returncode != 0, "big was created"
+        assert "spec.resourceClaims: the pod claims" in made.stderr \
+            and "beyond the claims of podSet master's template" in made.stderr, made.stderr
         assert _devices_running(lab, ns) <= 1
     finally:
         drop(lab, ns, cq)
 
 
-@pytest.mark.xfail(strict=True, reason="brk34b (documented open gap): copies of an admitted "
-                   "PyTorchJob's worker made under its name all run; training-operator keeps "
-                   "duplicate replica indexes")
 def test_copies_of_an_admitted_pytorchjobs_worker_run_no_more_gpus(
         lab: LabHandle, strict_dra_pykueue: labmod.Lab) -> None:
     """PyTorchJob ``ddp`` (Master 1 + Worker 1, 1 GPU each) admitted on 2 GPUs; the tenant
     makes 3 copies of its worker pod (labels, spec, the PyTorchJob as controller), each no
-    bigger than a worker, so ``_beyond_workload_podset`` passes them: each is refused or
-    gets no node (PodScheduled False). Fails as soon as a copy is given a node."""
+    bigger than a worker, so ``_beyond_workload_podset`` passes them: the Pod webhook
+    refuses each (``pod_create_check``: podSet worker is admitted for 1 pod, which runs)."""
     ns, cq = gpu_queue(lab, "b34b-count", 2)
     try:
         lab.apply(pytorchjob("ddp", ns, 1))
@@ -153,9 +151,9 @@ def test_copies_of_an_admitted_pytorchjobs_worker_run_no_more_gpus(
             for key in ("nodeName", "hostname", "subdomain"):
                 spec.pop(key, None)
             made = _make_under(lab, ns, f"copy{i}", uid, worker["metadata"], spec)
-            if made.returncode == 0:  # refused at create passes; otherwise no node for it
-                why = wait_for(lambda i=i: unschedulable(lab, ns, f"copy{i}"), 60,
-                               f"copy{i} unschedulable")
-                assert "pykueue" in why, why  # withheld by the extender
+            assert made.returncode != 0, f"copy{i} was created"
+            assert "podSet worker of PyTorchJob" in made.stderr \
+                and "is admitted for 1 pod(s)" in made.stderr, made.stderr
+        assert len(running_pods(lab, ns, 2)) == 2
     finally:
         drop(lab, ns, cq)

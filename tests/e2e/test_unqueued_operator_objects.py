@@ -135,3 +135,55 @@ def test_unlabelled_operator_objects_wait_for_a_local_queue(
     finally:
         lab.kubectl("delete", "namespace", ns, FREE, "--wait=false")
         lab.kubectl("delete", "clusterqueue", cq, "--wait=false")
+
+
+def test_admitted_operator_objects_run_every_pod_they_were_admitted_for(
+        lab: LabHandle, strict_operators: set[str]) -> None:
+    """Under the same setup the Pod webhook sees every pod the operators make, and holds
+    those under a queued object to its admission (``app.controllers.pod_create_check``:
+    podSet label, count, DRA claims). It lets each operator make all of them: a PyTorchJob
+    of Master 1 + Worker 2 (training-operator), a RayCluster of a head and 2 workers
+    (KubeRay), a JobSet's Job of 1 pod: 7 pods Running, 6 GPUs of a queue of 6."""
+    ns, cq = gpu_queue(lab, "unq-adm", 6)
+    queue = {"kueue.x-k8s.io/queue-name": "lq"}
+    gpu_pod = {"spec": {"tolerations": TOLERATE, "containers": [
+        {**gpu_container(1), "name": "pytorch"}]}}
+    image = "rayproject/ray:2.46.0"
+    items = [
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+         "metadata": {"name": "pt", "namespace": ns, "labels": queue},
+         "spec": {"pytorchReplicaSpecs": {
+             "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": gpu_pod},
+             "Worker": {"replicas": 2, "restartPolicy": "OnFailure", "template": gpu_pod}}}},
+        {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+         "metadata": {"name": "rc", "namespace": ns, "labels": queue},
+         "spec": {"headGroupSpec": {"rayStartParams": {}, "template": {"spec": {
+             "containers": [{"name": "ray-head", "image": image}]}}},
+             "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "minReplicas": 0,
+                                   "maxReplicas": 2, "rayStartParams": {},
+                                   "template": {"spec": {"tolerations": TOLERATE, "containers": [
+                                       {**gpu_container(1), "name": "ray-worker",
+                                        "image": image}]}}}]}},
+        {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+         "metadata": {"name": "js", "namespace": ns, "labels": queue},
+         "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": {
+             "parallelism": 1, "completions": 1, "backoffLimit": 0,
+             "template": {"spec": {"restartPolicy": "Never", "tolerations": TOLERATE,
+                                   "containers": [gpu_container(1)]}}}}}]}},
+    ]
+    try:
+        lab.apply(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+
+        def running() -> list[str]:
+            return sorted(p["metadata"]["name"] for p in lab.get("pods", "-n", ns)["items"]
+                          if p["status"].get("phase") == "Running")
+        names = wait_for(lambda: len(r := running()) >= 7 and r, 120,
+                         "the PyTorchJob's 3, the RayCluster's 3 and the JobSet's pod Running")
+        assert len(names) == 7, names
+        events = lab.get("events", "-n", ns)["items"]
+        refused = [e.get("message", "") for e in events if "pykueue" in e.get("message", "")
+                   and "denied" in e.get("message", "")]
+        assert refused == [], refused  # no operator's create was turned away on the way
+    finally:
+        lab.kubectl("delete", "namespace", ns, "--wait=false")
+        lab.kubectl("delete", "clusterqueue", cq, "--wait=false")

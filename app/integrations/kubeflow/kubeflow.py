@@ -94,6 +94,12 @@ class KubeflowJob(TemplatedKind):
                                 rtype))
         return out
 
+    def direct_podsets(self, obj: Mapping[str, Any]) -> frozenset[str] | None:
+        """Every replica type's podSet but an MPIJob's launcher (a batch Job's pod):
+        training-operator v1.9.3 and mpi-operator v0.8.0 make the others' pods controlled
+        by the job, ``replicas`` of each. Raises ``WorkloadSpecError``."""
+        return frozenset(t.name for t in self.templates(obj) if t.name != "launcher")
+
     def child_jobs(self, obj: Mapping[str, Any]) -> dict[str, int]:
         """MPIJob: its launcher, the Job ``<name>-launcher`` (mpi-operator v0.8.0
         ``newLauncherJob``), with the ``launcher`` podSet's count; the training-operator's

@@ -32,6 +32,12 @@ Validation (CREATE and UPDATE), for managed Pods:
 - the queue name may change only while the Pod is gated, cannot be removed from a gated Pod
   (nothing would lift the gate), and cannot be added to a Pod that already runs (it was never
   admitted).
+
+At CREATE, a Pod whose controller is an object of a managed job kind (left ungated, as in
+Kueue) is held to what the queued object above it was admitted for: its DRA claims, its
+podSet label and how many pods of its podSet run (the route asks the reconciler's stores:
+``app.controllers.pod_create_check``; beyond Kueue v0.17.1, which leaves such pods to their
+owner).
 """
 
 from __future__ import annotations
@@ -343,10 +349,17 @@ def _validation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
             or not review_of(req, "", "Pod"):
         return ALLOW
     old, pod = reviewed_objects(req, scheduling_gates)
-    return refused(validate_pod(
-        old, pod, req.user_info.username, env.policy, env.managed_kinds(),
+    kinds = env.managed_kinds()
+    errors = validate_pod(
+        old, pod, req.user_info.username, env.policy, kinds,
         manage_unlabelled=old is None and env.manages_unlabelled_in(req.namespace),
-        parents=env.group_parents()))
+        parents=env.group_parents())
+    if not errors and old is None and controlled_by(pod, kinds) \
+            and req.user_info.username not in env.policy.controller_usernames:
+        # A pod left to its controller, a queued object's: held to what that object's
+        # admission covers (``app.controllers.pod_create_check``; unknown allows).
+        errors = list(env.ask("pod_create_errors", pod, bool(req.dry_run)) or [])
+    return refused(errors)
 
 
 

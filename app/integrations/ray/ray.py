@@ -320,6 +320,12 @@ class _ClusterOwner(_RayKind):
         v1.6.0); ``[]`` before any is named."""
         raise NotImplementedError
 
+    def direct_podsets(self, obj: Mapping[str, Any]) -> frozenset[str] | None:
+        """None of them: KubeRay v1.6.0 makes a RayJob's or RayService's pods through its
+        RayClusters (and a RayJob's submitter through a batch Job), none controlled by the
+        object itself."""
+        return frozenset()
+
     def made_pods(self, ctx: Context, workload: Mapping[str, Any], uid: str,
                   pods: list[Mapping[str, Any]]) -> int:
         """The pods holding resources of the RayClusters KubeRay made for the object of
@@ -983,6 +989,11 @@ class RayCluster(_RayKind):
 
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         return cluster_templates(obj, ("spec",))
+
+    def direct_podsets(self, obj: Mapping[str, Any]) -> frozenset[str] | None:
+        """The head and every worker group (lower-cased ``groupName``): KubeRay v1.6.0 makes
+        their pods controlled by the RayCluster. Raises ``WorkloadSpecError``."""
+        return frozenset(t.name for t in cluster_templates(obj, ("spec",), strict=False))
 
     def layout(self, obj: Mapping[str, Any]) -> list[Template]:
         return cluster_templates(obj, ("spec",), strict=False)

@@ -296,6 +296,11 @@ class SparkApplication(TemplatedKind):
         labels = (pod.get("metadata") or {}).get("labels") or {}
         return labels.get(SPARK_ROLE_LABEL) == "executor"
 
+    def direct_podsets(self, obj: Mapping[str, Any]) -> frozenset[str] | None:
+        """The driver: spark-submit makes the driver pod controlled by the SparkApplication,
+        and the driver makes its executors, each controlled by the driver pod."""
+        return frozenset({"driver"})
+
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         """``driver`` (1) and ``executor`` (``spec.executor.instances``, default 0), each
         located at its role (``spec.driver``, ``spec.executor``). Raises

@@ -1,0 +1,276 @@
+"""What the Pod webhook checks at CREATE of a pod whose controller is an object of a job kind
+pykueue manages, run under a queued object (``PodCreateCheck``), from the reconciler's stores.
+
+Kueue v0.17.1 leaves such a pod to its owner: it is neither gated nor counted, and its
+operator is trusted to make only the pods it was admitted for. A tenant who may create Pods
+in the namespace can name an admitted object as the controller of pods of its own. The
+scheduler extender catches some of them (a pod requesting ``nvidia.com/gpu`` not covered by
+an admission, or bigger than its podSet's pods), but kube-scheduler calls it only for pods
+requesting that resource, and it does not count pods. So, beyond Kueue, a pod created under a
+queued object (its controller ownerReference names a stored object of a registered kind,
+uid included, whose top-most queued ancestor, or itself, has a Workload) is refused when:
+
+- it claims DRA devices (``spec.resourceClaims``) and that Workload is not admitted;
+- the Workload is admitted and its controller's kind names the podSets whose pods it makes
+  itself (``KindDefaults.direct_podsets``: a PyTorchJob's replica types, a RayCluster's
+  groups, a SparkApplication's driver; none for a JobSet or a RayJob, whose pods run under
+  objects their operators make), and its ``kueue.x-k8s.io/podset`` label names none of them;
+- its pod-level ``resourceClaims`` are not among those of its podSet's template in the
+  admitted Workload (a batch Job's pod: of the Job's template, which the Job and child-Job
+  rules hold to the admission; a kind without ``direct_podsets``: of any podSet's);
+- with ``direct_podsets``, the pods not terminal (``pod_holds_quota``) already under its
+  controller with its podSet label, and those allowed here in the last ``LEDGER_SECONDS``
+  that the Pod store does not show yet, reach the podSet's admitted count
+  (``status.admission.podSetAssignments[].count``, else ``spec.podSets[].count``).
+
+Answers are synchronous dict lookups (the pods of a controller through the Pod store's
+index by controller uid). The ledger of allowed creates
+is this process's: replicas of pykueue behind one Service each keep their own.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from app.integrations.framework import (
+    JobKind,
+    Registry,
+    controller_uid,
+    lookup,
+    manages_unlabelled_in,
+    pod_holds_quota,
+    stored_ancestor,
+)
+from app.integrations.reconciler import CONTROLLER_UID_INDEX
+from app.kube.context import CHILD_JOB_STORES, JOB, POD, WL, Context
+from app.wire.fields import Obj, WorkloadSpecError
+from app.wire.names import PODSET_LABEL
+from app.wire.owners import OwnerRef, controller_of_object
+from app.wire.workload_status import ADMITTED, has_admission, is_evicted, is_true
+
+# How long a pod allowed at CREATE counts for its podSet before the Pod store shows it: far
+# above the watch's usual delay; a create refused after this webhook (by another) holds its
+# place this long at most, and the operator's retry then passes.
+LEDGER_SECONDS = 30.0
+_LEDGER_KEYS_MAX = 4096  # controllers with entries, before every expired entry is dropped
+
+
+def admitted(wl: Obj | None) -> bool:
+    """``wl`` is Admitted, holds its admission and is not being evicted."""
+    return wl is not None and has_admission(wl) and not is_evicted(wl) \
+        and is_true(wl, ADMITTED)
+
+
+def unlabelled_job(ctx: Context, key: str) -> Obj | None:
+    """Batch Job ``namespace/name`` from the stores of Jobs without a queue name
+    (``CHILD_JOB_STORES``, watched while the Job kind's own store is selective)."""
+    for store in CHILD_JOB_STORES:
+        try:
+            found = ctx.store(store).get(key)
+        except KeyError:
+            continue  # not watched
+        if found is not None:
+            return found
+    return None
+
+
+def stored_controller(ctx: Context, registry: Registry | None, namespace: str,
+                      ref: OwnerRef | None) -> tuple[JobKind, Obj | None] | None:
+    """The registered kind (not a top-level one) of controller ownerReference ``ref`` of a
+    pod of ``namespace`` and that object as stored, None for the object when the stores
+    hold none of that name and uid; None when ``ref`` is of no such kind (or no registry)."""
+    if ref is None or registry is None:
+        return None
+    kind = registry.kind_for(ref.group, ref.kind)
+    if kind is None or kind.top_level:
+        return None
+    owner = lookup(kind, ctx, namespace, ref.name)
+    if owner is None and kind.key == JOB:
+        # An unlabelled batch Job (a JobSet's, an MPIJob's launcher) is in a store of its
+        # own: its pods run on its ancestor's admission.
+        owner = unlabelled_job(ctx, f"{namespace}/{ref.name}")
+    if owner is None or (ref.uid and owner["metadata"].get("uid") != ref.uid):
+        return kind, None
+    return kind, owner
+
+
+def pod_claims(pod_or_template: Any) -> Counter[str]:
+    """The entries of ``spec.resourceClaims`` of a pod or pod template, each as one
+    comparable string (its fields, empty ones left out): what decides which DRA devices
+    the pod is allocated (a container's ``resources.claims`` only shares them out)."""
+    spec = pod_or_template.get("spec") if isinstance(pod_or_template, Mapping) else None
+    claims = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
+    if not isinstance(claims, list):
+        return Counter()
+    return Counter(json.dumps({k: v for k, v in c.items() if v not in (None, "", {}, [])}
+                              if isinstance(c, Mapping) else c, sort_keys=True, default=str)
+                   for c in claims)
+
+
+def admitted_counts(wl: Obj) -> dict[str, int]:
+    """PodSet name -> the pods its admission covers: ``status.admission.podSetAssignments``'
+    ``count`` (partial admission), else ``spec.podSets[].count``; unreadable counts left
+    out."""
+    out: dict[str, int] = {}
+    for ps in (wl.get("spec") or {}).get("podSets") or []:
+        if isinstance(ps, Mapping) and isinstance(ps.get("count"), int):
+            out[str(ps.get("name", ""))] = ps["count"]
+    for psa in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+        if isinstance(psa, Mapping) and isinstance(psa.get("count"), int) \
+                and str(psa.get("name", "")) in out:
+            out[str(psa.get("name", ""))] = psa["count"]
+    return out
+
+
+def _podset_templates(wl: Obj) -> dict[str, Obj]:
+    """PodSet name -> its pod template in Workload ``wl``."""
+    return {str(ps.get("name", "")): ps.get("template") or {}
+            for ps in (wl.get("spec") or {}).get("podSets") or [] if isinstance(ps, Mapping)}
+
+
+def _shown(claims: Counter[str]) -> str:
+    return ", ".join(sorted(claims.elements())) or "none"
+
+
+class PodCreateCheck:
+    """The rules of the module doc over the reconciler's stores (``ctx``) and the kinds of
+    ``registry``; ``clock``: seconds, monotonic (the ledger's)."""
+
+    def __init__(self, ctx: Context, registry: Registry | None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ctx = ctx
+        self.registry = registry
+        self.clock = clock
+        # (controller uid, podSet) -> {pod uid (or name): when its place lapses}
+        self._ledger: dict[tuple[str, str], dict[str, float]] = {}
+
+    def errors(self, pod: Obj, *, dry_run: bool = False) -> list[str] | None:
+        """Errors (each naming a field) for creating ``pod`` (core/v1, as the API server
+        will store it: defaulted, name and uid set); ``[]`` to allow; None when unknown
+        (stores not synced, no registry). ``dry_run``: a dry-run create, which takes no
+        place in the ledger. Raises nothing for a malformed pod or object (read leniently;
+        an object whose spec cannot be read is not checked)."""
+        if not self.ctx.synced or self.registry is None:
+            return None
+        meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+        ns = str(meta.get("namespace", ""))
+        ref = controller_of_object(pod)
+        found = stored_controller(self.ctx, self.registry, ns, ref)
+        if found is None or found[1] is None or ref is None:
+            return []  # not under a stored object of a managed kind: other rules' business
+        kind, owner = found
+        top = stored_ancestor(self.ctx, self.registry, owner)
+        if top is None:
+            if not (kind.queue_name(owner) or manages_unlabelled_in(self.ctx, ns)):
+                return []  # an object pykueue does not queue
+            top = (kind, owner)
+        top_kind, top_obj = top
+        under = f"{top_kind.kind} {ns}/{(top_obj.get('metadata') or {}).get('name')}"
+        wl = self.ctx.store(WL).get(f"{ns}/{top_kind.workload_name(top_obj)}")
+        claims = pod_claims(pod)
+        if not admitted(wl):
+            if not claims:
+                return []  # GPUs asked in requests: the scheduler extender's
+            return [f"spec.resourceClaims: the pod claims DRA devices under {under}, whose "
+                    "Workload is not admitted: only its operator's pods run, once it is "
+                    "admitted"]
+        assert wl is not None
+        labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+        podset = labels.get(PODSET_LABEL)
+        mine = f"{kind.kind} {(owner.get('metadata') or {}).get('name')}"
+        try:
+            direct = kind.direct_podsets(owner)
+        except WorkloadSpecError:
+            direct = None
+        if direct is not None and podset not in direct:
+            if not direct:
+                return [f"metadata.ownerReferences: no operator makes a pod controlled by "
+                        f"{mine} itself (its pods run under the objects it makes), so no "
+                        f"admission of {under} covers this one"]
+            return [f"metadata.labels[{PODSET_LABEL}]: a pod controlled by {mine} carries "
+                    f"the label of one of the podSets its operator makes "
+                    f"({', '.join(sorted(direct))}) as admitted for {under}; got {podset!r}"]
+        errors = self._claims_errors(pod, claims, kind, owner, wl, podset, under)
+        if errors or direct is None or POD not in self._watched():
+            return errors
+        return self._count_errors(pod, ns, ref.uid, str(podset), mine, under, wl, dry_run)
+
+    def _watched(self) -> Any:
+        """The stores this process watches (every store in a bare test context)."""
+        informers = getattr(self.ctx, "informers", None)
+        return informers.informers if informers is not None else (POD,)
+
+    @staticmethod
+    def _claims_errors(pod: Obj, claims: Counter[str], kind: JobKind, owner: Obj, wl: Obj,
+                       podset: Any, under: str) -> list[str]:
+        """Why ``pod``'s ``claims`` are not those its admission covers (module doc), or []."""
+        if not claims:
+            return []
+        if kind.key == JOB:
+            allowed = [((owner.get("spec") or {}).get("template") or {})]
+            which = f"Job {(owner.get('metadata') or {}).get('name')}'s pod template"
+        else:
+            templates = _podset_templates(wl)
+            allowed = [templates[podset]] if podset in templates else list(templates.values())
+            which = f"podSet {podset}'s template" if podset in templates else "any podSet's"
+        if any(not claims - pod_claims(t) for t in allowed):
+            return []
+        theirs = " | ".join(_shown(pod_claims(t)) for t in allowed)
+        return [f"spec.resourceClaims: the pod claims {_shown(claims)}, beyond the claims of "
+                f"{which} in {under}'s admission ({theirs})"]
+
+    def _count_errors(self, pod: Obj, ns: str, owner_uid: str, podset: str, mine: str,
+                      under: str, wl: Obj, dry_run: bool) -> list[str]:
+        """Why one more pod of ``podset`` under controller ``owner_uid`` is beyond the
+        admitted count (module doc), or []; an allowed one takes its place in the ledger."""
+        count = admitted_counts(wl).get(podset)
+        if count is None:
+            return [f"metadata.labels[{PODSET_LABEL}]: podSet {podset!r} is not in "
+                    f"{under}'s admission"]
+        meta = pod.get("metadata") or {}
+        me = str(meta.get("uid") or meta.get("name") or "")
+        seen: set[str] = set()
+        held = 0
+        store = self.ctx.store(POD)
+        store.index(CONTROLLER_UID_INDEX, lambda o: controller_uid(o) or None)
+        for p in store.by_index(CONTROLLER_UID_INDEX, owner_uid):
+            pm = p.get("metadata") or {}
+            if pm.get("namespace") != ns or (pm.get("labels") or {}).get(PODSET_LABEL) != podset:
+                continue
+            uid = str(pm.get("uid") or pm.get("name") or "")
+            seen.add(uid)
+            if uid != me and pod_holds_quota(p):
+                held += 1
+        now = self.clock()
+        if len(self._ledger) > _LEDGER_KEYS_MAX:
+            self._prune(now)
+        key = (owner_uid, podset)
+        places = {u: t for u, t in self._ledger.get(key, {}).items()
+                  if t > now and u not in seen and u != me}
+        if held + len(places) >= count:
+            if places:
+                self._ledger[key] = places
+            return [f"metadata.ownerReferences: podSet {podset} of {under} is admitted for "
+                    f"{count} pod(s) and {held + len(places)} not terminal already run under "
+                    f"{mine} (its operator makes them; one more would run beyond the "
+                    "admission)"]
+        if not dry_run and me:
+            places[me] = now + LEDGER_SECONDS
+        if places:
+            self._ledger[key] = places
+        else:
+            self._ledger.pop(key, None)
+        return []
+
+    def _prune(self, now: float) -> None:
+        """Drop every lapsed ledger entry, and the keys left empty."""
+        for key in list(self._ledger):
+            live = {u: t for u, t in self._ledger[key].items() if t > now}
+            if live:
+                self._ledger[key] = live
+            else:
+                del self._ledger[key]
