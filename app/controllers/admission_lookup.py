@@ -17,15 +17,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from app.controllers.pod_create_check import (
-    PodCreateCheck,
-    admitted,
-    stored_controller,
-    unlabelled_job,
-)
+from app.controllers.pod_create_check import PodCreateCheck, stored_controller, unlabelled_job
 from app.core.multikueue import MULTIKUEUE_CONTROLLER
 from app.extender.nodestore import InMemoryExtenderState, NodeStore
 from app.extender.placement import FlavorView, PodFacts, PodWorkloadView, view_from_workload
+from app.integrations.admitted_pods import admitted
 from app.integrations.batchjob.job import KIND as BATCH_JOB
 from app.integrations.framework import (
     GROUP_WORKLOAD_ANNOTATION,

@@ -36,6 +36,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from app.integrations.admitted_pods import admitted, admitted_counts
 from app.integrations.framework import (
     JobKind,
     Registry,
@@ -50,19 +51,12 @@ from app.kube.context import CHILD_JOB_STORES, JOB, POD, WL, Context
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import PODSET_LABEL
 from app.wire.owners import OwnerRef, controller_of_object
-from app.wire.workload_status import ADMITTED, has_admission, is_evicted, is_true
 
 # How long a pod allowed at CREATE counts for its podSet before the Pod store shows it: far
 # above the watch's usual delay; a create refused after this webhook (by another) holds its
 # place this long at most, and the operator's retry then passes.
 LEDGER_SECONDS = 30.0
 _LEDGER_KEYS_MAX = 4096  # controllers with entries, before every expired entry is dropped
-
-
-def admitted(wl: Obj | None) -> bool:
-    """``wl`` is Admitted, holds its admission and is not being evicted."""
-    return wl is not None and has_admission(wl) and not is_evicted(wl) \
-        and is_true(wl, ADMITTED)
 
 
 def unlabelled_job(ctx: Context, key: str) -> Obj | None:
@@ -109,21 +103,6 @@ def pod_claims(pod_or_template: Any) -> Counter[str]:
     return Counter(json.dumps({k: v for k, v in c.items() if v not in (None, "", {}, [])}
                               if isinstance(c, Mapping) else c, sort_keys=True, default=str)
                    for c in claims)
-
-
-def admitted_counts(wl: Obj) -> dict[str, int]:
-    """PodSet name -> the pods its admission covers: ``status.admission.podSetAssignments``'
-    ``count`` (partial admission), else ``spec.podSets[].count``; unreadable counts left
-    out."""
-    out: dict[str, int] = {}
-    for ps in (wl.get("spec") or {}).get("podSets") or []:
-        if isinstance(ps, Mapping) and isinstance(ps.get("count"), int):
-            out[str(ps.get("name", ""))] = ps["count"]
-    for psa in ((wl.get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
-        if isinstance(psa, Mapping) and isinstance(psa.get("count"), int) \
-                and str(psa.get("name", "")) in out:
-            out[str(psa.get("name", ""))] = psa["count"]
-    return out
 
 
 def _podset_templates(wl: Obj) -> dict[str, Obj]:

@@ -38,6 +38,7 @@ import pytest
 
 from tests.e2e.test_jobset import QUEUE, drop, gpu_queue, tenant
 from tests.e2e.test_kubeflow import admitted, pytorchjob, running_pods, template
+from tests.e2e.test_ray import webhook_removed
 from tests.e2e.test_ray_dra_gap import _devices_running
 from tests.integration.test_operators import operators_running
 from tests.integration.test_reconciler_dra import CLASS, GPU, claim_template, queue
@@ -133,6 +134,21 @@ def test_a_pod_under_an_admitted_pytorchjob_claims_no_more_dra_devices(
         drop(lab, ns, cq)
 
 
+def _running_ddp(lab: LabHandle, ns: str) -> tuple[dict, str, dict]:
+    """PyTorchJob ``ddp`` (Master 1 + Worker 1, 1 GPU each) created in ``ns``, admitted and
+    running: (its worker pod, the PyTorchJob's uid, the worker's spec without what the
+    scheduler and the operator set per pod)."""
+    lab.apply(pytorchjob("ddp", ns, 1))
+    admitted(lab, ns, "PyTorchJob", "ddp")
+    worker = next(p for p in running_pods(lab, ns, 2)
+                  if p["metadata"]["labels"].get("kueue.x-k8s.io/podset") == "worker")
+    uid = lab.get("pytorchjob", "ddp", "-n", ns)["metadata"]["uid"]
+    spec = copy.deepcopy(worker["spec"])
+    for key in ("nodeName", "hostname", "subdomain"):
+        spec.pop(key, None)
+    return worker, uid, spec
+
+
 def test_copies_of_an_admitted_pytorchjobs_worker_run_no_more_gpus(
         lab: LabHandle, strict_dra_pykueue: labmod.Lab) -> None:
     """PyTorchJob ``ddp`` (Master 1 + Worker 1, 1 GPU each) admitted on 2 GPUs; the tenant
@@ -141,19 +157,41 @@ def test_copies_of_an_admitted_pytorchjobs_worker_run_no_more_gpus(
     refuses each (``pod_create_check``: podSet worker is admitted for 1 pod, which runs)."""
     ns, cq = gpu_queue(lab, "b34b-count", 2)
     try:
-        lab.apply(pytorchjob("ddp", ns, 1))
-        admitted(lab, ns, "PyTorchJob", "ddp")
-        worker = next(p for p in running_pods(lab, ns, 2)
-                      if p["metadata"]["labels"].get("kueue.x-k8s.io/podset") == "worker")
-        uid = lab.get("pytorchjob", "ddp", "-n", ns)["metadata"]["uid"]
+        worker, uid, spec = _running_ddp(lab, ns)
         for i in range(3):
-            spec = copy.deepcopy(worker["spec"])
-            for key in ("nodeName", "hostname", "subdomain"):
-                spec.pop(key, None)
             made = _make_under(lab, ns, f"copy{i}", uid, worker["metadata"], spec)
             assert made.returncode != 0, f"copy{i} was created"
             assert "podSet worker of PyTorchJob" in made.stderr \
                 and "is admitted for 1 pod(s)" in made.stderr, made.stderr
         assert len(running_pods(lab, ns, 2)) == 2
+    finally:
+        drop(lab, ns, cq)
+
+
+def test_copies_made_behind_the_webhooks_back_are_deleted(
+        lab: LabHandle, strict_dra_pykueue: labmod.Lab) -> None:
+    """The reconciler's backstop of the count (``JobReconciler._delete_excess``; the Pod
+    webhook's count is each pykueue replica's own, and is not called while unregistered):
+    PyTorchJob ``ddp`` (Master 1 + Worker 1, 1 GPU each) admitted on 2 GPUs; with the
+    Pod webhook unregistered the tenant makes 2 copies of its worker; both are deleted
+    (event ``DeletedExcessPods``) and the admitted worker runs on."""
+    ns, cq = gpu_queue(lab, "b34b-excess", 2)
+    try:
+        worker, uid, spec = _running_ddp(lab, ns)
+        with webhook_removed(lab, "vpod.pykueue.io"):
+            for i in range(2):
+                made = _make_under(lab, ns, f"copy{i}", uid, worker["metadata"], spec)
+                assert made.returncode == 0, made.stderr
+
+        def copies_left() -> list[str]:
+            return [p["metadata"]["name"] for p in lab.get("pods", "-n", ns)["items"]
+                    if p["metadata"]["name"].startswith("copy")
+                    and not p["metadata"].get("deletionTimestamp")]
+        wait_for(lambda: copies_left() == [], 60, "the copies deleted")
+        reasons = [e.get("reason") for e in lab.get("events", "-n", ns)["items"]]
+        assert "DeletedExcessPods" in reasons, reasons
+        alive = lab.get("pod", worker["metadata"]["name"], "-n", ns)
+        assert not alive["metadata"].get("deletionTimestamp") \
+            and alive["status"].get("phase") == "Running"
     finally:
         drop(lab, ns, cq)

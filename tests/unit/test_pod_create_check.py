@@ -5,20 +5,24 @@ of its podSet run (brk34b H1 and the count of copies)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from types import SimpleNamespace
 from typing import Any
 
 from app.config import Settings
 from app.controllers.admission_lookup import StoreAdmissionLookup
-from app.controllers.pod_create_check import LEDGER_SECONDS, PodCreateCheck, admitted_counts
+from app.controllers.pod_create_check import LEDGER_SECONDS, PodCreateCheck
 from app.integrations import default_registry
+from app.integrations.admitted_pods import admitted_counts
 from app.integrations.batchjob.job import KIND as BATCH_JOB
 from app.integrations.jobset.jobset import KIND as JOBSET
 from app.integrations.kubeflow.kubeflow import PYTORCHJOB
 from app.kube.client import JOBS
 from app.kube.context import JOB, POD, WL
 from app.kube.informers import Store
+from tests.unit.test_foreground_deletion import _admitted as _fd_admitted
+from tests.unit.test_foreground_deletion import _reconciler as _fd_reconciler
 from tests.unit.test_unlabelled_pods import POD_KIND_REF
 from tests.unit.test_webhook import CONTROLLER, answer, make_app, post, review
 
@@ -222,3 +226,61 @@ async def test_the_pod_webhook_refuses_such_a_create_and_lets_pykueue_through() 
         response["status"]["message"]
     sent = review("CREATE", _pod("copy", "master"), kind=POD_KIND_REF, user=CONTROLLER)
     assert answer(await post(app, "/validate--v1-pod", sent), sent)["allowed"] is True
+
+
+def _running_pytorchjob() -> dict[str, Any]:
+    """``ddp`` started by pykueue (unsuspended) with Master 1 + Worker 2."""
+    job = _pytorchjob()
+    job["metadata"]["namespace"] = "ns"
+    return job
+
+
+def _excess_pass(pods: list[dict[str, Any]], *, admitted: bool = True
+                 ) -> tuple[int, list[tuple[str, str, str]]]:
+    """``_delete_excess`` of the PyTorchJob ``ns/ddp`` (admitted, or only queued) with
+    ``pods`` in the Pod store: (pods deleted, the writes)."""
+    job = _running_pytorchjob()
+    wl = PYTORCHJOB.workload_object(job)
+    wl = _fd_admitted(wl, deleting=False) if admitted else {**wl, "status": {}}
+    rec, ctx = _fd_reconciler(PYTORCHJOB, "kubeflow.org/pytorchjob",
+                              {POD: pods, PYTORCHJOB.key: [job], WL: [wl]})
+    deleted = asyncio.run(rec._delete_excess(PYTORCHJOB, job))
+    return deleted, ctx.writes
+
+
+def _stored_pod(name: str, podset: str, created: str, **meta: Any) -> dict[str, Any]:
+    pod = _pod(name, podset, claim=None)
+    pod["metadata"].update(namespace="ns", creationTimestamp=created, **meta)
+    pod["status"] = {"phase": "Running"}
+    return pod
+
+
+def test_the_reconciler_deletes_the_newest_pods_beyond_a_podsets_count() -> None:
+    """The backstop of the webhook's count (each replica's own): worker admitted for 2, 4
+    Running under ``ddp``: the 2 newest go, uid as precondition; the master is left."""
+    pods = [_stored_pod("ddp-master-0", "master", "2026-12-07T10:00:00Z"),
+            _stored_pod("ddp-worker-0", "worker", "2026-12-07T10:00:00Z"),
+            _stored_pod("ddp-worker-1", "worker", "2026-12-07T10:00:01Z"),
+            _stored_pod("copy-b", "worker", "2026-12-07T10:05:00Z"),
+            _stored_pod("copy-a", "worker", "2026-12-07T10:05:00Z")]
+    deleted, writes = _excess_pass(pods)
+    assert deleted == 2
+    assert sorted(w[2] for w in writes if w[:2] == ("delete", "pods")) == ["copy-a", "copy-b"]
+
+
+def test_terminal_and_deleting_pods_are_not_deleted_again() -> None:
+    pods = [_stored_pod("ddp-worker-0", "worker", "2026-12-07T10:00:00Z"),
+            _stored_pod("ddp-worker-1", "worker", "2026-12-07T10:00:01Z"),
+            _stored_pod("old", "worker", "2026-12-07T09:00:00Z"),
+            _stored_pod("going", "worker", "2026-12-07T10:09:00Z",
+                        deletionTimestamp="2026-12-07T10:10:00Z")]
+    pods[2]["status"]["phase"] = "Failed"  # holds nothing
+    pods[3]["spec"]["nodeName"] = "a100-0"  # being deleted on a node: holds, not chosen
+    deleted, writes = _excess_pass(pods)
+    assert deleted == 0 and not [w for w in writes if w[1] == "pods"]
+
+
+def test_nothing_is_deleted_while_the_object_is_not_admitted() -> None:
+    pods = [_stored_pod(f"w{i}", "worker", f"2026-12-07T10:00:0{i}Z") for i in range(4)]
+    assert _excess_pass(pods, admitted=False)[0] == 0
+    assert _excess_pass(pods)[0] == 2
