@@ -303,6 +303,7 @@ class StoreExtenderState(InMemoryExtenderState):
         self.registry = registry
         self._flavors: tuple[FlavorView, ...] | None = None
         self._views: dict[str, tuple[str, PodWorkloadView]] = {}
+        self._set_gpus: dict[str, tuple[str, dict[str, int]]] = {}
 
     # handlers
     def on_flavor(self, etype: str, old: Obj | None, new: Obj | None) -> None:
@@ -466,7 +467,7 @@ class StoreExtenderState(InMemoryExtenderState):
         the object's name (its controller ownerReference) thus runs no bigger than a pod
         that was admitted; how many run is left to the object's operator. Beyond Kueue
         v0.17.1, which places such a pod."""
-        gpus = self._pod_set_gpus(wl)
+        gpus = self._admitted_set_gpus(wl)
         allowed = gpus.get(pod.pod_set or "") if pod.pod_set in gpus \
             else max(gpus.values(), default=None)
         if allowed is None or pod.gpus <= allowed:
@@ -548,6 +549,21 @@ class StoreExtenderState(InMemoryExtenderState):
         return view_from_workload(domain, {f.name: f for f in self.flavors()}, reason,
                                   pod_set_gpus=self._pod_set_gpus(wl) if domain.admission
                                   is not None else {})
+
+    def _admitted_set_gpus(self, wl: Obj) -> dict[str, int]:
+        """``_pod_set_gpus`` of ``wl``, kept per Workload resourceVersion (as the Workload
+        views are): a filter call then costs a dict lookup, not a parse of its templates."""
+        meta = wl.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        rv = str(meta.get("resourceVersion", ""))
+        hit = self._set_gpus.get(key)
+        if hit is not None and hit[0] == rv:
+            return hit[1]
+        gpus = self._pod_set_gpus(wl)
+        if len(self._set_gpus) > 50000:
+            self._set_gpus.clear()
+        self._set_gpus[key] = (rv, gpus)
+        return gpus
 
     def _pod_set_gpus(self, wl: Obj) -> dict[str, int]:
         """PodSet name -> the GPUs a pod of it asks as the API server makes it

@@ -5,6 +5,7 @@ under the object's name, as its controller, is placed no bigger than an admitted
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 from typing import Any
 
@@ -139,3 +140,17 @@ def test_a_launcher_raised_after_admission_is_sized_by_its_admitted_podset() -> 
         "spec": {"containers": [{"name": "c", "resources": {"limits": {GPU: "8"}}}]}}, GPU)
     why = state.withheld(pod)
     assert "requests 8 nvidia.com/gpu, more than the 1" in why, why
+
+
+def test_the_podset_sizes_follow_the_workloads_resource_version() -> None:
+    """``_admitted_set_gpus`` keeps a Workload's podSet sizes per resourceVersion: the same
+    version answers from the cache, a new one is read again."""
+    state = _state()
+    assert "more than the 2 of a pod of podSet worker" in state.withheld(_pod(3, "worker"))
+    wl = copy.deepcopy(state.ctx.store(WL).list()[0])
+    wl["spec"]["podSets"][1]["template"] = _template(4)
+    state.ctx.store(WL).put(wl)  # same resourceVersion: the cached sizes stand
+    assert state.withheld(_pod(3, "worker")) != ""
+    wl["metadata"]["resourceVersion"] = "2"
+    state.ctx.store(WL).put(wl)
+    assert state.withheld(_pod(3, "worker")) == ""
