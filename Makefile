@@ -14,10 +14,12 @@ export KUBECONFIG := $(abspath $(or $(LAB_STATE_DIR),$(CURDIR)/.lab))/kubeconfig
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 20
 
+# setuptools' generic notice on editable installs ("Editable installation. Please be careful
+# with folders ...") is a warning box in every fresh install's output: filtered by its message.
 $(BIN)/pykueue: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,plot]'
+	PYTHONWARNINGS='ignore:Editable installation' $(BIN)/pip install -q -e '.[dev,plot]'
 	@touch $@
 
 setup: $(BIN)/pykueue ## create .venv and install pykueue with its dev tools
