@@ -1,0 +1,108 @@
+"""brk35 (session 35, against 3d84fce): the Pod webhook's check at CREATE of a pod made under a
+queued object (``app.controllers.pod_create_check``), as a tenant with ``edit`` in its
+namespace under the strict setup of docs/security.md. Lab twins (numbers) in
+``tests/e2e/test_brk35_findings.py``.
+
+- H1: a pod under an admitted batch Job is held to the Job's claims but not counted ("the Job
+  controller counts its pods"): the Job controller trims only pods its selector matches, and
+  *releases* (removes the ownerReference from) one it does not, which keeps running. A DRA-only
+  pod never reaches the extender, so each copy claiming the Job's ResourceClaimTemplate runs
+  (lab: 4 devices allocated to Running pods on an admission of 1).
+- H2: the count is per controller uid, the admission per Workload: a RayCluster a tenant makes
+  with a controller ownerReference to an admitted RayJob (suspended by KubeRay at once, as
+  pykueue wants such copies) gives a fresh budget of each podSet's admitted count for pods the
+  tenant makes under it (lab: 3 copies, 4 devices Running on an admission of 1).
+- F1: a pod allowed at CREATE keeps its ledger place for ``LEDGER_SECONDS`` once it has left
+  the Pod store (deleted): the ledger drops a place only while the store shows the pod, so a
+  pod deleted within 30 s of its creation is counted again after it is gone, and its
+  operator's replacement is refused until the place lapses (lab: a Ray worker deleted 1 s
+  after its creation was replaced after 41.9 s; one older than 30 s at once).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.integrations.batchjob.job import KIND as BATCH_JOB
+from app.integrations.ray.ray import RAYCLUSTER, RAYJOB
+from app.kube.context import JOB, POD, WL
+from tests.unit.test_pod_create_check import (
+    NS,
+    QUEUE,
+    Stores,
+    _pod,
+    _pytorch_stores,
+    _template,
+    _workload,
+)
+
+
+@pytest.mark.xfail(strict=True, reason="brk35 H1: open")
+def test_copies_of_an_admitted_batch_jobs_dra_pod_beyond_its_parallelism_are_refused() -> None:
+    """Job ``j`` (parallelism 1, its pod claiming ResourceClaimTemplate ``one``) admitted,
+    its pod running; the tenant's pods under ``j`` with the same claim and none of the Job's
+    selector labels (the Job controller releases them, they keep running): refused."""
+    job = {"apiVersion": "batch/v1", "kind": "Job",
+           "metadata": {"namespace": NS, "name": "j", "uid": "j-uid", "labels": QUEUE},
+           "spec": {"parallelism": 1, "completions": 1, "template": _template()}}
+    s = Stores({JOB: [job], WL: [_workload(BATCH_JOB, job, {"main": (1, _template())})]})
+    owner = ("batch/v1", "Job", "j", "j-uid")
+    s.add_pod(_pod("j-0", "main", owner=owner))
+    extra = _pod("extra0", None, owner=owner)
+    extra["metadata"]["labels"] = {}
+    assert s.check.errors(extra), "a second pod claiming devices under a Job admitted for 1"
+
+
+def _ray_stores() -> tuple[Stores, dict[str, Any]]:
+    """RayJob ``rj`` (head + worker group ``gpu`` of 1, the worker claiming ``one``) admitted,
+    its cluster ``rj-abc`` (KubeRay's, named in ``status.rayClusterName``) and ``fake``, a
+    suspended copy the tenant made with a controller ownerReference to ``rj``."""
+    head, worker = _template(None), _template()
+    cluster_spec = {"headGroupSpec": {"rayStartParams": {}, "template": head},
+                    "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "minReplicas": 0,
+                                          "maxReplicas": 1, "rayStartParams": {},
+                                          "template": worker}]}
+    rj = {"apiVersion": "ray.io/v1", "kind": "RayJob",
+          "metadata": {"namespace": NS, "name": "rj", "uid": "rj-uid", "labels": QUEUE},
+          "spec": {"entrypoint": "x", "rayClusterSpec": cluster_spec},
+          "status": {"rayClusterName": "rj-abc"}}
+    ref = [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "rj", "uid": "rj-uid",
+            "controller": True}]
+    real = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"namespace": NS, "name": "rj-abc", "uid": "abc-uid",
+                         "ownerReferences": ref}, "spec": cluster_spec}
+    fake = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"namespace": NS, "name": "fake", "uid": "fake-uid",
+                         "ownerReferences": ref}, "spec": {**cluster_spec, "suspend": True}}
+    wl = _workload(RAYJOB, rj, {"head": (1, head), "gpu": (1, worker)})
+    s = Stores({RAYJOB.key: [rj], RAYCLUSTER.key: [real, fake], WL: [wl]})
+    s.add_pod(_pod("rj-abc-gpu-worker-x", "gpu",
+                   owner=("ray.io/v1", "RayCluster", "rj-abc", "abc-uid")))
+    return s, fake
+
+
+@pytest.mark.xfail(strict=True, reason="brk35 H2: open")
+def test_a_pod_under_a_tenants_copy_of_a_rayjobs_cluster_is_refused() -> None:
+    """The RayJob's worker podSet is admitted for 1 pod, which runs under its cluster; a pod
+    of that podSet (its claim) under the tenant's cluster ``fake``: refused."""
+    s, _ = _ray_stores()
+    pod = _pod("fake-w", "gpu", owner=("ray.io/v1", "RayCluster", "fake", "fake-uid"))
+    assert s.check.errors(pod), "a second gpu worker claiming a device under RayJob rj"
+
+
+@pytest.mark.xfail(strict=True, reason="brk35 F1: open")
+def test_the_replacement_of_a_pod_deleted_soon_after_its_create_is_allowed() -> None:
+    """PyTorchJob ``ddp``'s worker podSet admitted for 2: both workers allowed at CREATE and
+    shown by the Pod store; worker-1 is deleted 1 s later (gone from the store): its
+    operator's replacement is allowed (2 pods would run, as admitted)."""
+    s = _pytorch_stores()
+    for name in ("ddp-worker-0", "ddp-worker-1"):
+        assert s.check.errors(_pod(name, "worker")) == []
+        s.add_pod(_pod(name, "worker"))
+    assert s.check.errors(_pod("copy", "worker"))  # both run: the count holds
+    s.now += 1
+    s.stores[POD].remove(f"{NS}/ddp-worker-1")
+    assert s.check.errors(_pod("ddp-worker-1b", "worker")) == [], \
+        "the deleted worker's ledger place still counts"
