@@ -58,13 +58,13 @@ STRICT_DRA_ENV = {
 
 
 @contextmanager
-def strict_dra(lab: LabHandle, operator: str) -> Iterator[labmod.Lab]:
-    """``operator`` (skipped when not built), the lab's DeviceClass and ResourceSlices, and
+def strict_dra(lab: LabHandle, *operators: str) -> Iterator[labmod.Lab]:
+    """``operators`` (skipped when one is not built), the lab's DeviceClass and ResourceSlices, and
     pykueue counting them, with unlabelled objects managed, its webhooks seeing them, and the
     extender keeping flavor nodes for admitted pods (docs/security.md's strict setup)."""
-    with operators_running(lab, [operator]) as (running, _):
-        if operator not in running:
-            pytest.skip(f"{operator} not built: run `make operators`")
+    with operators_running(lab, list(operators)) as (running, _):
+        if missing := set(operators) - running:
+            pytest.skip(f"{', '.join(sorted(missing))} not built: run `make operators`")
         handle = labmod.from_args(str(lab.state), lab.port_base, str(lab.bin_dir))
         lab.lab_cmd("dra")
         for step in (labmod.pykueue_down, scenario.prepare):

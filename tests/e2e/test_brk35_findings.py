@@ -17,6 +17,11 @@ podSet ``gpu`` under each: all allowed (the count is per controller uid) and Run
 on an admission of 1; the RayJob's own worker, deleted then, stayed Pending ("cannot allocate
 all claims") while the devices were taken.
 
+H3: AppWrapper ``aw`` wrapping Job ``aw-job`` (1 one-``nvidia.com/gpu`` pod) admitted on a
+queue of 1 GPU; the tenant creates 3 copies of the Job's pod with ``aw`` as their controller:
+all allowed (an AppWrapper's ``direct_podsets`` is None: neither label nor count is checked;
+the extender checks the size only) and Running: 4 GPUs on an admission of 1, no DRA needed.
+
 F1: the same RayJob; its worker deleted 1 s after KubeRay made it: the replacement is refused
 ("podSet gpu ... admitted for 1 pod(s) and 1 not terminal already run", the deleted pod's
 ledger place) until 30 s after the first create, and made after 41.9 s (KubeRay's back-off);
@@ -28,15 +33,17 @@ import copy
 import json
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from tests.e2e.test_appwrapper import appwrapper
 from tests.e2e.test_brk34b_findings import strict_dra
 from tests.e2e.test_jobset import admitted, drop, tenant
 from tests.e2e.test_ray_dra_gap import _devices_running, dra_rayjob
+from tests.e2e.test_workload_kinds import gpu_queue
 from tests.integration.test_reconciler_dra import claim_template, dra_job, queue
 from tests.labfixture import ROOT, LabHandle, wait_for
 
@@ -49,8 +56,9 @@ PODSET = "kueue.x-k8s.io/podset"
 
 @pytest.fixture(scope="module")
 def strict_ray_dra(lab: LabHandle) -> Iterator[labmod.Lab]:
-    """KubeRay under ``tests/e2e/test_brk34b_findings.py``'s strict setup with DRA."""
-    with strict_dra(lab, "kuberay") as handle:
+    """KubeRay, appwrapper and JobSet under ``tests/e2e/test_brk34b_findings.py``'s strict
+    setup with DRA."""
+    with strict_dra(lab, "kuberay", "appwrapper", "jobset") as handle:
         yield handle
 
 
@@ -90,17 +98,24 @@ def _create_under(lab: LabHandle, ns: str, name: str, owner: dict[str, Any],
         "spec": spec}))
 
 
-def _none_allowed(lab: LabHandle, ns: str, made: list[Any], under: str) -> None:
-    """Every create of ``made`` refused, and no more than the 1 admitted device runs (the
-    allowed pods waited for first, so that the count is of them running)."""
+def _none_allowed(lab: LabHandle, ns: str, made: list[Any], under: str,
+                  running: Callable[[LabHandle, str], int] = _devices_running,
+                  what: str = "devices") -> None:
+    """Every create of ``made`` refused, and no more than the 1 admitted device (``running``:
+    GPUs) runs (the allowed pods waited for first, so that the count is of them running)."""
     allowed = [i for i, r in enumerate(made) if r.returncode == 0]
     if allowed:
-        wait_for(lambda: _devices_running(lab, ns) >= 1 + len(allowed), 60,
-                 "the allowed pods running")
-    print(f"\n{len(allowed)} of {len(made)} pods allowed under {under}; devices running "
-          f"{_devices_running(lab, ns)} on an admission of 1")
+        wait_for(lambda: running(lab, ns) >= 1 + len(allowed), 60, "the allowed pods running")
+    print(f"\n{len(allowed)} of {len(made)} pods allowed under {under}; {what} running "
+          f"{running(lab, ns)} on an admission of 1")
     assert not allowed, f"pods {allowed} created under {under}"
-    assert _devices_running(lab, ns) <= 1
+    assert running(lab, ns) <= 1
+
+
+def _gpus_running(lab: LabHandle, ns: str) -> int:
+    return sum(int(c["resources"].get("requests", {}).get("nvidia.com/gpu", 0))
+               for p in lab.get("pods", "-n", ns)["items"]
+               if p["status"].get("phase") == "Running" for c in p["spec"]["containers"])
 
 
 @pytest.mark.xfail(strict=True, reason="brk35 H1: open")
@@ -155,6 +170,25 @@ def test_pods_under_copies_of_a_rayjobs_cluster_claim_no_more_dra_devices(
                                       {PODSET: worker["metadata"]["labels"][PODSET]},
                                       _spec_of(worker)))
         _none_allowed(lab, ns, made, "copies of rj's cluster")
+    finally:
+        drop(lab, ns, cq)
+
+
+@pytest.mark.xfail(strict=True, reason="brk35 H3: open")
+def test_gpu_pods_under_an_admitted_appwrapper_run_no_more_gpus(
+        lab: LabHandle, strict_ray_dra: labmod.Lab) -> None:
+    """H3 (module doc): each copy of ``aw``'s pod under ``aw`` is refused, and no more than
+    the 1 admitted GPU runs."""
+    ns, cq = gpu_queue(lab, "b35-aw", 1)
+    try:
+        tenant(lab, ns)
+        lab.apply(appwrapper("aw", ns, 1))
+        wait_for(lambda: _gpus_running(lab, ns) == 1, 90, "aw's pod running")
+        aw = lab.get("appwrapper", "aw", "-n", ns)
+        (pod,) = lab.get("pods", "-n", ns)["items"]
+        made = [_create_under(lab, ns, f"x{i}", aw, {PODSET: pod["metadata"]["labels"][PODSET]},
+                              _spec_of(pod)) for i in range(3)]
+        _none_allowed(lab, ns, made, "AppWrapper aw", _gpus_running, "GPUs")
     finally:
         drop(lab, ns, cq)
 

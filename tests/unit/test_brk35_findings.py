@@ -12,6 +12,12 @@ namespace under the strict setup of docs/security.md. Lab twins (numbers) in
   with a controller ownerReference to an admitted RayJob (suspended by KubeRay at once, as
   pykueue wants such copies) gives a fresh budget of each podSet's admitted count for pods the
   tenant makes under it (lab: 3 copies, 4 devices Running on an admission of 1).
+- H3: the same for nvidia.com/gpu pods, no DRA needed: an AppWrapper's ``direct_podsets`` is
+  None (the default: "not known"), so pods a tenant makes with an admitted AppWrapper as
+  their controller are neither labelled nor counted, and the extender checks only their size
+  (lab: an AppWrapper wrapping a Job of 1 one-GPU pod, 3 copies of its pod under the
+  AppWrapper: 4 GPUs Running on an admission of 1). appwrapper v1.2.0 makes only its Pod
+  components' pods controlled by the AppWrapper; a Job component's run under the Job.
 - F1: a pod allowed at CREATE keeps its ledger place for ``LEDGER_SECONDS`` once it has left
   the Pod store (deleted): the ledger drops a place only while the store shows the pod, so a
   pod deleted within 30 s of its creation is counted again after it is gone, and its
@@ -25,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from app.integrations.appwrapper import KIND as APPWRAPPER
 from app.integrations.batchjob.job import KIND as BATCH_JOB
 from app.integrations.ray.ray import RAYCLUSTER, RAYJOB
 from app.kube.context import JOB, POD, WL
@@ -90,6 +97,29 @@ def test_a_pod_under_a_tenants_copy_of_a_rayjobs_cluster_is_refused() -> None:
     s, _ = _ray_stores()
     pod = _pod("fake-w", "gpu", owner=("ray.io/v1", "RayCluster", "fake", "fake-uid"))
     assert s.check.errors(pod), "a second gpu worker claiming a device under RayJob rj"
+
+
+@pytest.mark.xfail(strict=True, reason="brk35 H3: open")
+def test_a_gpu_pod_under_an_admitted_appwrapper_wrapping_a_job_is_refused() -> None:
+    """AppWrapper ``aw`` wrapping Job ``aw-job`` (1 one-GPU pod), admitted, its Job's pod
+    running; the tenant's copy of that pod with ``aw`` as its controller: refused (no
+    operator makes a pod of a Job component under the AppWrapper itself)."""
+    gpu = {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}
+    template = {"spec": {"restartPolicy": "Never",
+                         "containers": [{"name": "c", "image": "busybox", "resources": gpu}]}}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "aw-job"},
+           "spec": {"parallelism": 1, "completions": 1, "template": template}}
+    aw = {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+          "metadata": {"namespace": NS, "name": "aw", "uid": "aw-uid", "labels": QUEUE},
+          "spec": {"suspend": False, "components": [{"template": job}]}}
+    s = Stores({APPWRAPPER.key: [aw], WL: [_workload(APPWRAPPER, aw, {"aw-0": (1, template)})]})
+    jobs_pod = _pod("aw-job-x", "aw-0", claim=None,
+                    owner=("batch/v1", "Job", "aw-job", "job-uid"))
+    copy_ = _pod("x0", "aw-0", claim=None,
+                 owner=("workload.codeflare.dev/v1beta2", "AppWrapper", "aw", "aw-uid"))
+    jobs_pod["spec"] = copy_["spec"] = template["spec"]
+    s.add_pod(jobs_pod)
+    assert s.check.errors(copy_), "a second one-GPU pod under an AppWrapper admitted for 1"
 
 
 @pytest.mark.xfail(strict=True, reason="brk35 F1: open")
