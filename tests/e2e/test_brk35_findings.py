@@ -22,6 +22,12 @@ queue of 1 GPU; the tenant creates 3 copies of the Job's pod with ``aw`` as thei
 all allowed (an AppWrapper's ``direct_podsets`` is None: neither label nor count is checked;
 the extender checks the size only) and Running: 4 GPUs on an admission of 1, no DRA needed.
 
+H4: Job ``j`` (1 pod of 100m CPU, no DRA) admitted; the tenant's pod under ``j`` asking 4 of
+``deviceclass.resource.kubernetes.io/gpu.example.com`` (``DRAExtendedResource``, on in the
+lab's Kubernetes 1.36: the scheduler makes its claim), no ``spec.resourceClaims``: allowed
+(the claims rule reads ``spec.resourceClaims`` only; the extender is called for
+``nvidia.com/gpu`` only) and Running with 4 devices on an admission of none.
+
 F1: the same RayJob; its worker deleted 1 s after KubeRay made it: the replacement is refused
 ("podSet gpu ... admitted for 1 pod(s) and 1 not terminal already run", the deleted pod's
 ledger place) until 30 s after the first create, and made after 41.9 s (KubeRay's back-off);
@@ -52,6 +58,7 @@ import lab as labmod  # noqa: E402
 
 pytestmark = pytest.mark.lab
 PODSET = "kueue.x-k8s.io/podset"
+EXTENDED = "deviceclass.resource.kubernetes.io/gpu.example.com"
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +139,33 @@ def test_pods_under_an_admitted_batch_job_claim_no_more_dra_devices(
         (pod,) = lab.get("pods", "-n", ns)["items"]
         made = [_create_under(lab, ns, f"extra{i}", job, {}, _spec_of(pod)) for i in range(3)]
         _none_allowed(lab, ns, made, "Job j")
+    finally:
+        drop(lab, ns, cq)
+
+
+@pytest.mark.xfail(strict=True, reason="brk35 H4: open")
+def test_a_pod_under_an_admitted_job_asks_no_dra_devices_as_an_extended_resource(
+        lab: LabHandle, strict_ray_dra: labmod.Lab) -> None:
+    """H4 (module doc): the tenant's pod under CPU-only Job ``j`` asking 4 devices through
+    the DeviceClass's implicit extended resource is refused; no device runs."""
+    ns, cq = _namespace(lab, "b35-ext")
+    try:
+        tenant(lab, ns)
+        job = dra_job("j", ns, 1, {"resourceClaimTemplateName": "one"}, "1h")
+        spec = job["spec"]["template"]["spec"]
+        del spec["resourceClaims"], spec["containers"][0]["resources"]["claims"]
+        lab.apply(json.dumps(job))
+        (pod,) = wait_for(lambda: [p for p in lab.get("pods", "-n", ns)["items"]
+                                   if p["status"].get("phase") == "Running"], 90, "j running")
+        spec = _spec_of(pod)
+        spec["containers"][0]["resources"] = {
+            "requests": {"cpu": "100m", EXTENDED: "4"}, "limits": {EXTENDED: "4"}}
+        made = _create_under(lab, ns, "ext0", lab.get("job", "j", "-n", ns), {}, spec)
+        if made.returncode == 0:
+            wait_for(lambda: _devices_running(lab, ns) >= 4, 60, "ext0 running, 4 devices")
+        print(f"\nH4: ext0 allowed: {made.returncode == 0}; devices running "
+              f"{_devices_running(lab, ns)} on an admission of none")
+        assert made.returncode != 0, "ext0 created under Job j"
     finally:
         drop(lab, ns, cq)
 

@@ -18,6 +18,14 @@ namespace under the strict setup of docs/security.md. Lab twins (numbers) in
   (lab: an AppWrapper wrapping a Job of 1 one-GPU pod, 3 copies of its pod under the
   AppWrapper: 4 GPUs Running on an admission of 1). appwrapper v1.2.0 makes only its Pod
   components' pods controlled by the AppWrapper; a Job component's run under the Job.
+- H4: DRA devices asked through the extended-resource path (``DRAExtendedResource``, on in the
+  lab's Kubernetes 1.36: a container requesting ``deviceclass.resource.kubernetes.io/<class>``
+  or a DeviceClass's ``extendedResourceName`` gets a claim the scheduler makes) are seen by
+  neither the claims rule (``spec.resourceClaims`` only) nor the extender (``nvidia.com/gpu``
+  only): under an admitted CPU-only batch Job, the tenant's pod asking 4 of
+  ``deviceclass.resource.kubernetes.io/gpu.example.com`` ran with 4 devices (lab); under a
+  counted kind the pod a tenant makes in place of a deleted one (the count allows it) may ask
+  any number.
 - F1: a pod allowed at CREATE keeps its ledger place for ``LEDGER_SECONDS`` once it has left
   the Pod store (deleted): the ledger drops a place only while the store shows the pod, so a
   pod deleted within 30 s of its creation is counted again after it is gone, and its
@@ -120,6 +128,30 @@ def test_a_gpu_pod_under_an_admitted_appwrapper_wrapping_a_job_is_refused() -> N
     jobs_pod["spec"] = copy_["spec"] = template["spec"]
     s.add_pod(jobs_pod)
     assert s.check.errors(copy_), "a second one-GPU pod under an AppWrapper admitted for 1"
+
+
+EXTENDED = "deviceclass.resource.kubernetes.io/gpu.example.com"
+
+
+def _asking_devices(pod: dict[str, Any], devices: int) -> dict[str, Any]:
+    """``pod`` without ``spec.resourceClaims``, its container asking ``devices`` of the
+    DeviceClass through its implicit extended resource."""
+    pod["spec"].pop("resourceClaims", None)
+    pod["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "100m", EXTENDED: str(devices)}, "limits": {EXTENDED: str(devices)}}
+    return pod
+
+
+@pytest.mark.xfail(strict=True, reason="brk35 H4: open")
+def test_a_pod_asking_dra_devices_as_an_extended_resource_is_held_to_its_template() -> None:
+    """PyTorchJob ``ddp``'s worker podSet admitted for 2 (each claiming ``one``), one
+    running: a worker asking 4 devices through the extended-resource path (no claim of its
+    own) is refused, as one claiming a template of 4 is."""
+    s = _pytorch_stores()
+    s.add_pod(_pod("ddp-worker-0", "worker"))
+    assert s.check.errors(_pod("ddp-worker-1", "worker", claim="four"))
+    assert s.check.errors(_asking_devices(_pod("ddp-worker-1", "worker", claim=None), 4)), \
+        "4 devices asked as an extended resource"
 
 
 @pytest.mark.xfail(strict=True, reason="brk35 F1: open")
