@@ -31,7 +31,9 @@ lab's Kubernetes 1.36: the scheduler makes its claim), no ``spec.resourceClaims`
 F1: the same RayJob; its worker deleted 1 s after KubeRay made it: the replacement is refused
 ("podSet gpu ... admitted for 1 pod(s) and 1 not terminal already run", the deleted pod's
 ledger place) until 30 s after the first create, and made after 41.9 s (KubeRay's back-off);
-a worker older than 30 s deleted the same way is replaced at once."""
+a worker older than 30 s deleted the same way is replaced at once. The same with a
+PyTorchJob's worker (training-operator v1.9.3): deleted 1 s after its creation, replaced
+41.8 s later (2 ``FailedCreatePod`` refusals)."""
 
 from __future__ import annotations
 
