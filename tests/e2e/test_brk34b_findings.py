@@ -33,6 +33,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -57,14 +58,14 @@ STRICT_DRA_ENV = {
     "PYKUEUE_EXTENDER__FLAVOR_NODES_FOR_ADMITTED_ONLY": "true"}
 
 
-@pytest.fixture(scope="module")
-def strict_dra_pykueue(lab: LabHandle) -> Iterator[labmod.Lab]:
-    """The training-operator, the lab's DeviceClass and ResourceSlices, and pykueue counting
-    them, with unlabelled objects managed, its webhooks seeing them, and the extender keeping
-    flavor nodes for admitted pods (docs/security.md's strict setup)."""
-    with operators_running(lab, ["training-operator"]) as (running, _):
-        if "training-operator" not in running:
-            pytest.skip("training-operator not built: run `make operators`")
+@contextmanager
+def strict_dra(lab: LabHandle, *operators: str) -> Iterator[labmod.Lab]:
+    """``operators`` (skipped when one is not built), the lab's DeviceClass and ResourceSlices, and
+    pykueue counting them, with unlabelled objects managed, its webhooks seeing them, and the
+    extender keeping flavor nodes for admitted pods (docs/security.md's strict setup)."""
+    with operators_running(lab, list(operators)) as (running, _):
+        if missing := set(operators) - running:
+            pytest.skip(f"{', '.join(sorted(missing))} not built: run `make operators`")
         handle = labmod.from_args(str(lab.state), lab.port_base, str(lab.bin_dir))
         lab.lab_cmd("dra")
         for step in (labmod.pykueue_down, scenario.prepare):
@@ -74,6 +75,13 @@ def strict_dra_pykueue(lab: LabHandle) -> Iterator[labmod.Lab]:
             yield handle
         finally:
             labmod.pykueue_down(handle)
+
+
+@pytest.fixture(scope="module")
+def strict_dra_pykueue(lab: LabHandle) -> Iterator[labmod.Lab]:
+    """The training-operator under ``strict_dra``."""
+    with strict_dra(lab, "training-operator") as handle:
+        yield handle
 
 
 def _make_under(lab: LabHandle, ns: str, name: str, uid: str, meta: dict, spec: dict

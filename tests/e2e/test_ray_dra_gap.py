@@ -10,6 +10,7 @@ import json
 import sys
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -53,6 +54,22 @@ def _devices_running(lab: LabHandle, ns: str) -> int:
     return out
 
 
+def dra_rayjob(ns: str) -> dict[str, Any]:
+    """RayJob ``rj`` queued in ``lq``: a head (1 CPU) and worker group ``gpu`` of 1 pod
+    claiming ResourceClaimTemplate ``one``; its submitter runs for an hour."""
+    job = json.loads(rayjob("rj", ns, 1))
+    job["metadata"]["labels"] = {QUEUE: "lq"}
+    job["spec"]["submitterPodTemplate"] = {
+        "metadata": {"annotations": {"lab.pykueue.dev/run-duration": "1h"}},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "ray-job-submitter", "image": "rayproject/ray:2.46.0",
+            "resources": {"requests": {"cpu": "500m"}}}]}}
+    worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    worker["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+    worker["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "one"}]
+    return job
+
+
 def test_a_rayjob_clusters_claim_switched_to_more_devices_does_not_run(
         lab: LabHandle, dra_pykueue: labmod.Lab) -> None:
     """RayJob ``rj``: head (1 CPU) + 1 worker claiming 1 device, admitted on a queue of 4
@@ -66,17 +83,7 @@ def test_a_rayjob_clusters_claim_switched_to_more_devices_does_not_run(
     try:
         as_tenant = tenant(lab, ns)
         lab.apply(json.dumps(claim_template(ns, "one", 1)))
-        job = json.loads(rayjob("rj", ns, 1))
-        job["metadata"]["labels"] = {QUEUE: "lq"}
-        job["spec"]["submitterPodTemplate"] = {
-            "metadata": {"annotations": {"lab.pykueue.dev/run-duration": "1h"}},
-            "spec": {"restartPolicy": "Never", "containers": [{
-                "name": "ray-job-submitter", "image": "rayproject/ray:2.46.0",
-                "resources": {"requests": {"cpu": "500m"}}}]}}
-        worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
-        worker["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
-        worker["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "one"}]
-        lab.kubectl(*as_tenant, "apply", "-f", "-", input=json.dumps(job))
+        lab.kubectl(*as_tenant, "apply", "-f", "-", input=json.dumps(dra_rayjob(ns)))
         wait_for(lambda: admitted(lab, ns, "RayJob", "rj"), 60, "rj admitted")
         wait_for(lambda: _devices_running(lab, ns) == 1, 90, "rj's worker running with 1 device")
         lab.apply(json.dumps(claim_template(ns, "four", 4)))
