@@ -17,7 +17,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from app.controllers.pod_create_check import PodCreateCheck, stored_controller, unlabelled_job
+from app.controllers.pod_create_check import (
+    PodCreateCheck,
+    job_selects,
+    stored_controller,
+    unlabelled_job,
+)
 from app.core.multikueue import MULTIKUEUE_CONTROLLER
 from app.extender.nodestore import InMemoryExtenderState, NodeStore
 from app.extender.placement import FlavorView, PodFacts, PodWorkloadView, view_from_workload
@@ -51,7 +56,7 @@ from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import QUEUE_NAME_LABEL
 from app.wire.podadjust import CONTAINER, LimitSummary, adjust_pod_spec, summarize
 from app.wire.podtemplate import pod_requests
-from app.wire.queues import label_selector, resource_flavor
+from app.wire.queues import resource_flavor
 from app.wire.workload import (
     workload_from_object,
     workload_name_for_job,
@@ -281,16 +286,8 @@ class StoreAdmissionLookup:
 
 
 def _selects(job: Obj, pod: PodFacts) -> bool:
-    """Whether batch Job ``job``'s ``spec.selector`` takes ``pod`` (its labels); a Job
-    without a readable selector takes every pod (the API server always sets one)."""
-    selector = (job.get("spec") or {}).get("selector")
-    if not isinstance(selector, dict):
-        return True
-    try:
-        found = label_selector(selector)
-    except (AttributeError, TypeError):
-        return True
-    return found is None or found.matches(pod.labels)
+    """Whether batch Job ``job``'s ``spec.selector`` takes ``pod`` (``job_selects``)."""
+    return job_selects(job, pod.labels)
 
 
 class StoreExtenderState(InMemoryExtenderState):

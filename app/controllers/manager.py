@@ -397,6 +397,7 @@ class Manager:
             inf[POD].add_handler(ext.on_pod)
             inf[POD].add_handler(feed.on_pod)
             inf[POD].add_handler(jobs.on_pod)
+            inf[POD].add_handler(self.admission_lookup.pod_create.on_pod)
 
     async def _activate(self) -> None:
         """Whenever this process leads and is synced: re-examine every Job and Workload."""

@@ -10,22 +10,35 @@ requesting that resource, and it does not count pods. So, beyond Kueue, a pod cr
 queued object (its controller ownerReference names a stored object of a registered kind,
 uid included, whose top-most queued ancestor, or itself, has a Workload) is refused when:
 
-- it claims DRA devices (``spec.resourceClaims``) and that Workload is not admitted;
+- its controller is a child the ancestor's kind disowns (``KindDefaults.withholds``: a
+  RayCluster claiming a RayJob it does not run for);
+- its controller is a batch Job whose ``spec.selector`` does not take it (the Job
+  controller neither counts nor keeps it: it releases it);
+- that Workload is not admitted and the pod asks devices or GPUs: DRA claims
+  (``spec.resourceClaims``) or a resource ``_counted`` names (a DeviceClass's implicit
+  extended resource ``deviceclass.resource.kubernetes.io/<class>``, a
+  ``resources.deviceClassMappings`` name, ``extender.gpu_resource``);
 - the Workload is admitted and its controller's kind names the podSets whose pods it makes
   itself (``KindDefaults.direct_podsets``: a PyTorchJob's replica types, a RayCluster's
-  groups, a SparkApplication's driver; none for a JobSet or a RayJob, whose pods run under
-  objects their operators make), and its ``kueue.x-k8s.io/podset`` label names none of them;
+  groups, a SparkApplication's driver, an AppWrapper's Pod components; none for a JobSet or
+  a RayJob, whose pods run under objects their operators make), and its
+  ``kueue.x-k8s.io/podset`` label names none of them;
 - its pod-level ``resourceClaims`` are not among those of its podSet's template in the
   admitted Workload (a batch Job's pod: of the Job's template, which the Job and child-Job
-  rules hold to the admission; a kind without ``direct_podsets``: of any podSet's);
+  rules hold to the admission; a kind without ``direct_podsets``: of any podSet's), or take,
+  with the ResourceClaimTemplates as stored now, more devices than its podSet's
+  ``podSetAssignments[].resourceUsage`` gives a pod (a template made again bigger);
+- it asks more of a ``_counted`` resource than a pod of that template (as the API server
+  makes it: limits into requests, the namespace's LimitRange defaults);
 - with ``direct_podsets``, the pods not terminal (``pod_holds_quota``) already under its
   controller with its podSet label, and those allowed here in the last ``LEDGER_SECONDS``
   that the Pod store does not show yet, reach the podSet's admitted count
   (``status.admission.podSetAssignments[].count``, else ``spec.podSets[].count``).
 
 Answers are synchronous dict lookups (the pods of a controller through the Pod store's
-index by controller uid). The ledger of allowed creates
-is this process's: replicas of pykueue behind one Service each keep their own.
+index by controller uid). The ledger of allowed creates is this process's (replicas of
+pykueue behind one Service each keep their own): the reconciler deletes what got past it
+(``JobReconciler._delete_excess``).
 """
 
 from __future__ import annotations
@@ -36,6 +49,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from app.core.quantity import parse_quantity
 from app.integrations.admitted_pods import admitted, admitted_counts
 from app.integrations.framework import (
     JobKind,
@@ -47,16 +61,24 @@ from app.integrations.framework import (
     stored_ancestor,
 )
 from app.integrations.reconciler import CONTROLLER_UID_INDEX
-from app.kube.context import CHILD_JOB_STORES, JOB, POD, WL, Context
+from app.kube.context import CHILD_JOB_STORES, JOB, LR, POD, RCT, WL, Context, in_namespace
+from app.wire.dra import pod_claim_requests
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import PODSET_LABEL
 from app.wire.owners import OwnerRef, controller_of_object
+from app.wire.podadjust import CONTAINER, adjust_pod_spec, summarize
+from app.wire.podtemplate import pod_requests
+from app.wire.queues import label_selector
 
 # How long a pod allowed at CREATE counts for its podSet before the Pod store shows it: far
 # above the watch's usual delay; a create refused after this webhook (by another) holds its
 # place this long at most, and the operator's retry then passes.
 LEDGER_SECONDS = 30.0
 _LEDGER_KEYS_MAX = 4096  # controllers with entries, before every expired entry is dropped
+# Kubernetes DRA extended resources: a container asking this prefix + a DeviceClass name gets
+# a claim the scheduler makes for it (feature DRAExtendedResource).
+DRA_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
+GPU_DEFAULT = "nvidia.com/gpu"
 
 
 def unlabelled_job(ctx: Context, key: str) -> Obj | None:
@@ -115,6 +137,30 @@ def _shown(claims: Counter[str]) -> str:
     return ", ".join(sorted(claims.elements())) or "none"
 
 
+def _claims_errors(claims: Counter[str], allowed: list[Obj], which: str, under: str
+                   ) -> list[str]:
+    """Why pod-level ``claims`` (``pod_claims``) are among those of no template of
+    ``allowed`` (module doc), or []."""
+    if not claims or any(not claims - pod_claims(t) for t in allowed):
+        return []
+    theirs = " | ".join(_shown(pod_claims(t)) for t in allowed)
+    return [f"spec.resourceClaims: the pod claims {_shown(claims)}, beyond the claims of "
+            f"{which} in {under}'s admission ({theirs})"]
+
+
+def job_selects(job: Obj, labels: Mapping[str, Any]) -> bool:
+    """Whether batch Job ``job``'s ``spec.selector`` takes a pod of ``labels``; a Job
+    without a readable selector takes every pod (the API server always sets one)."""
+    selector = (job.get("spec") or {}).get("selector")
+    if not isinstance(selector, dict):
+        return True
+    try:
+        found = label_selector(selector)
+    except (AttributeError, TypeError):
+        return True
+    return found is None or found.matches({str(k): str(v) for k, v in labels.items()})
+
+
 class PodCreateCheck:
     """The rules of the module doc over the reconciler's stores (``ctx``) and the kinds of
     ``registry``; ``clock``: seconds, monotonic (the ledger's)."""
@@ -126,6 +172,18 @@ class PodCreateCheck:
         self.clock = clock
         # (controller uid, podSet) -> {pod uid (or name): when its place lapses}
         self._ledger: dict[tuple[str, str], dict[str, float]] = {}
+        self._ledger_key: dict[str, tuple[str, str]] = {}  # pod uid -> its ledger key
+
+    def on_pod(self, etype: str, old: Obj | None, new: Obj | None) -> None:
+        """The Pod store's handler: a pod the store shows (made, changed or gone) leaves the
+        ledger, where the store itself now counts it (or, gone, no longer holds)."""
+        meta = (new or old or {}).get("metadata") or {}
+        uid = str(meta.get("uid") or meta.get("name") or "")
+        key = self._ledger_key.pop(uid, None)
+        if key is not None and key in self._ledger:
+            self._ledger[key].pop(uid, None)
+            if not self._ledger[key]:
+                del self._ledger[key]
 
     def errors(self, pod: Obj, *, dry_run: bool = False) -> list[str] | None:
         """Errors (each naming a field) for creating ``pod`` (core/v1, as the API server
@@ -143,24 +201,35 @@ class PodCreateCheck:
             return []  # not under a stored object of a managed kind: other rules' business
         kind, owner = found
         top = stored_ancestor(self.ctx, self.registry, owner)
-        if top is None:
-            if not (kind.queue_name(owner) or manages_unlabelled_in(self.ctx, ns)):
-                return []  # an object pykueue does not queue
+        if top is not None:
+            why = str(kind.withholds(self.ctx, owner, top[0], top[1]) or "")
+            if why:  # a RayCluster claiming a RayJob it does not run for, say
+                return [f"metadata.ownerReferences: {why}"]
+        elif kind.queue_name(owner) or manages_unlabelled_in(self.ctx, ns):
             top = (kind, owner)
+        else:
+            return []  # an object pykueue does not queue
         top_kind, top_obj = top
         under = f"{top_kind.kind} {ns}/{(top_obj.get('metadata') or {}).get('name')}"
+        mine = f"{kind.kind} {(owner.get('metadata') or {}).get('name')}"
+        labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+        if kind.key == JOB and not job_selects(owner, labels):
+            # The Job controller neither counts nor keeps such a pod (it releases it), and
+            # kube-scheduler sends one without nvidia.com/gpu to no extender.
+            return [f"metadata.labels: the pod does not match the spec.selector of {mine}, "
+                    "its controller, so the Job does not count it and no admission of "
+                    f"{under} covers it"]
         wl = self.ctx.store(WL).get(f"{ns}/{top_kind.workload_name(top_obj)}")
         claims = pod_claims(pod)
+        asked = self._device_requests(pod, ns)
         if not admitted(wl):
-            if not claims:
+            if not claims and not asked:
                 return []  # GPUs asked in requests: the scheduler extender's
-            return [f"spec.resourceClaims: the pod claims DRA devices under {under}, whose "
-                    "Workload is not admitted: only its operator's pods run, once it is "
-                    "admitted"]
+            what = ", ".join(sorted(asked)) or "DRA devices (spec.resourceClaims)"
+            return [f"spec: the pod asks {what} under {under}, whose Workload is not "
+                    "admitted: only its operator's pods run, once it is admitted"]
         assert wl is not None
-        labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
         podset = labels.get(PODSET_LABEL)
-        mine = f"{kind.kind} {(owner.get('metadata') or {}).get('name')}"
         try:
             direct = kind.direct_podsets(owner)
         except WorkloadSpecError:
@@ -173,22 +242,6 @@ class PodCreateCheck:
             return [f"metadata.labels[{PODSET_LABEL}]: a pod controlled by {mine} carries "
                     f"the label of one of the podSets its operator makes "
                     f"({', '.join(sorted(direct))}) as admitted for {under}; got {podset!r}"]
-        errors = self._claims_errors(pod, claims, kind, owner, wl, podset, under)
-        if errors or direct is None or POD not in self._watched():
-            return errors
-        return self._count_errors(pod, ns, ref.uid, str(podset), mine, under, wl, dry_run)
-
-    def _watched(self) -> Any:
-        """The stores this process watches (every store in a bare test context)."""
-        informers = getattr(self.ctx, "informers", None)
-        return informers.informers if informers is not None else (POD,)
-
-    @staticmethod
-    def _claims_errors(pod: Obj, claims: Counter[str], kind: JobKind, owner: Obj, wl: Obj,
-                       podset: Any, under: str) -> list[str]:
-        """Why ``pod``'s ``claims`` are not those its admission covers (module doc), or []."""
-        if not claims:
-            return []
         if kind.key == JOB:
             allowed = [((owner.get("spec") or {}).get("template") or {})]
             which = f"Job {(owner.get('metadata') or {}).get('name')}'s pod template"
@@ -196,11 +249,102 @@ class PodCreateCheck:
             templates = _podset_templates(wl)
             allowed = [templates[podset]] if podset in templates else list(templates.values())
             which = f"podSet {podset}'s template" if podset in templates else "any podSet's"
-        if any(not claims - pod_claims(t) for t in allowed):
+        errors = _claims_errors(claims, allowed, which, under) \
+            + self._requests_errors(asked, allowed, which, under, ns)
+        if claims and not errors:
+            errors = self._devices_errors(pod, ns, wl, podset, under)
+        if errors or direct is None or not self._watches(POD):
+            return errors
+        return self._count_errors(pod, ns, ref.uid, str(podset), mine, under, wl, dry_run)
+
+    def _watches(self, key: str) -> bool:
+        """Whether this process watches store ``key`` (every store in a bare context)."""
+        informers = getattr(self.ctx, "informers", None)
+        return informers is None or key in informers.informers
+
+    def _counted(self, name: str) -> bool:
+        """Whether resource ``name`` is one a pod could take devices or GPUs by that the
+        scheduler extender does not check for every pod: a DeviceClass's implicit extended
+        resource (``deviceclass.resource.kubernetes.io/<class>``, Kubernetes DRA extended
+        resources), a name of ``resources.deviceClassMappings``, or ``extender.gpu_resource``."""
+        settings = getattr(self.ctx, "settings", None)
+        gpu = str(getattr(getattr(settings, "extender", None), "gpu_resource", GPU_DEFAULT))
+        mapped = {m.name for m in getattr(getattr(settings, "resources", None),
+                                          "device_class_mappings", None) or []}
+        return name.startswith(DRA_EXTENDED_PREFIX) or name == gpu or name in mapped
+
+    def _device_requests(self, pod: Obj, ns: str) -> dict[str, int]:
+        """The pod's effective requests (``pod_requests``) of the resources ``_counted``
+        names, counts; ``{}`` when unreadable."""
+        spec = pod.get("spec")
+        try:
+            asked = pod_requests(spec if isinstance(spec, Mapping) else {}, field="spec")
+        except WorkloadSpecError:
+            return {}
+        return {r: int(v) for r, v in asked.items() if self._counted(str(r)) and v}
+
+    def _devices_errors(self, pod: Obj, ns: str, wl: Obj, podset: Any, under: str
+                        ) -> list[str]:
+        """Why the devices ``pod``'s claims take now (``dra.pod_claim_requests`` over the
+        ResourceClaimTemplates as stored: one deleted and made again with more devices since
+        the admission counts its new size) are more than a pod of its podSet was admitted
+        for (``podSetAssignments[].resourceUsage`` over its ``count``; a podSet not known:
+        the largest), or []. Nothing to compare without the template store or the usage."""
+        settings = getattr(self.ctx, "settings", None)
+        classes = settings.resources.device_classes() if settings is not None else {}
+        if not classes or not self._watches(RCT):
             return []
-        theirs = " | ".join(_shown(pod_claims(t)) for t in allowed)
-        return [f"spec.resourceClaims: the pod claims {_shown(claims)}, beyond the claims of "
-                f"{which} in {under}'s admission ({theirs})"]
+        spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+        try:
+            now = pod_claim_requests(spec, ns, lambda n, name: self.ctx.store(RCT).get(
+                f"{n}/{name}"), classes)
+        except WorkloadSpecError:
+            return []  # a template gone or unreadable: no claim is made from it either
+        per_pod: dict[str, dict[str, int]] = {}
+        for psa in ((wl.get("status") or {}).get("admission") or {}).get(
+                "podSetAssignments") or []:
+            count = psa.get("count") if isinstance(psa, Mapping) else None
+            if not isinstance(count, int) or count <= 0:
+                continue
+            try:
+                per_pod[str(psa.get("name", ""))] = {
+                    str(r): parse_quantity(v, str(r)) // count
+                    for r, v in (psa.get("resourceUsage") or {}).items()}
+            except (ValueError, WorkloadSpecError):
+                return []
+        sets = [per_pod[podset]] if podset in per_pod else list(per_pod.values())
+        if not sets or any(all(n <= got.get(r, 0) for r, n in now.items()) for got in sets):
+            return []
+        shown = ", ".join(f"{r}: {n}" for r, n in sorted(now.items()))
+        return [f"spec.resourceClaims: the pod's claims take {shown} with the "
+                f"ResourceClaimTemplates as they are now, more than a pod of "
+                f"{f'podSet {podset}' if podset in per_pod else 'any podSet'} of {under} was "
+                "admitted for (a template deleted and made again bigger since?)"]
+
+    def _requests_errors(self, asked: dict[str, int], allowed: list[Obj], which: str,
+                         under: str, ns: str) -> list[str]:
+        """Why requests ``asked`` (``_device_requests``) are beyond every template of
+        ``allowed`` as the API server makes its pods (limits copied into requests, the
+        namespace's LimitRange defaults: ``adjust_pod_spec``), or []."""
+        if not asked:
+            return []
+        try:
+            limits = summarize(in_namespace(self.ctx, LR, ns)).get(CONTAINER)
+        except WorkloadSpecError:
+            return []  # an unreadable LimitRange: nothing to compare with
+        theirs: list[dict[str, int]] = []
+        for t in allowed:
+            spec = t.get("spec") if isinstance(t.get("spec"), Mapping) else {}
+            try:
+                made = adjust_pod_spec(adjust_pod_spec(spec, {}, None), {}, limits)
+                theirs.append({r: int(v) for r, v in pod_requests(made, field="spec").items()})
+            except WorkloadSpecError:
+                return []  # nothing readable to compare with
+        if any(all(v <= got.get(r, 0) for r, v in asked.items()) for got in theirs):
+            return []
+        shown = ", ".join(f"{r}: {v}" for r, v in sorted(asked.items()))
+        return [f"spec.containers: the pod asks {shown}, beyond a pod of {which} in "
+                f"{under}'s admission"]
 
     def _count_errors(self, pod: Obj, ns: str, owner_uid: str, podset: str, mine: str,
                       under: str, wl: Obj, dry_run: bool) -> list[str]:
@@ -239,6 +383,7 @@ class PodCreateCheck:
                     "admission)"]
         if not dry_run and me:
             places[me] = now + LEDGER_SECONDS
+            self._ledger_key[me] = key
         if places:
             self._ledger[key] = places
         else:
@@ -253,3 +398,5 @@ class PodCreateCheck:
                 self._ledger[key] = live
             else:
                 del self._ledger[key]
+        self._ledger_key = {u: k for u, k in self._ledger_key.items()
+                            if u in self._ledger.get(k, {})}

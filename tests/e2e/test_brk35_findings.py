@@ -134,7 +134,6 @@ def _gpus_running(lab: LabHandle, ns: str) -> int:
                if p["status"].get("phase") == "Running" for c in p["spec"]["containers"])
 
 
-@pytest.mark.xfail(strict=True, reason="brk35 H1: open")
 def test_pods_under_an_admitted_batch_job_claim_no_more_dra_devices(
         lab: LabHandle, strict_ray_dra: labmod.Lab) -> None:
     """H1 (module doc): each of the tenant's 3 pods under Job ``j`` is refused, and no more
@@ -152,7 +151,6 @@ def test_pods_under_an_admitted_batch_job_claim_no_more_dra_devices(
         drop(lab, ns, cq)
 
 
-@pytest.mark.xfail(strict=True, reason="brk35 H4: open")
 def test_a_pod_under_an_admitted_job_asks_no_dra_devices_as_an_extended_resource(
         lab: LabHandle, strict_ray_dra: labmod.Lab) -> None:
     """H4 (module doc): the tenant's pod under CPU-only Job ``j`` asking 4 devices through
@@ -199,7 +197,6 @@ def _workers(lab: LabHandle, ns: str, cluster: str) -> list[dict[str, Any]]:
             if not p["metadata"].get("deletionTimestamp")]
 
 
-@pytest.mark.xfail(strict=True, reason="brk35 H2: open")
 def test_pods_under_copies_of_a_rayjobs_cluster_claim_no_more_dra_devices(
         lab: LabHandle, strict_ray_dra: labmod.Lab) -> None:
     """H2 (module doc): the pod under each of the tenant's suspended copies of ``rj``'s
@@ -223,7 +220,6 @@ def test_pods_under_copies_of_a_rayjobs_cluster_claim_no_more_dra_devices(
         drop(lab, ns, cq)
 
 
-@pytest.mark.xfail(strict=True, reason="brk35 H3: open")
 def test_gpu_pods_under_an_admitted_appwrapper_run_no_more_gpus(
         lab: LabHandle, strict_ray_dra: labmod.Lab) -> None:
     """H3 (module doc): each copy of ``aw``'s pod under ``aw`` is refused, and no more than
@@ -242,11 +238,11 @@ def test_gpu_pods_under_an_admitted_appwrapper_run_no_more_gpus(
         drop(lab, ns, cq)
 
 
-@pytest.mark.xfail(strict=True, reason="brk35 H5: open")
 def test_a_recreated_claim_template_runs_no_more_devices(
         lab: LabHandle, strict_ray_dra: labmod.Lab) -> None:
     """H5 (module doc): once ``one`` is recreated with 4 devices and the worker deleted,
-    the recreate is refused or the replacement worker runs with no more than 1 device."""
+    the recreate is refused, or KubeRay's replacement worker is refused by pykueue's Pod
+    webhook (its claims take 4 devices now), or it runs with no more than 1 device."""
     ns, cq = _namespace(lab, "b35-rct")
     try:
         rc, first = _rayjob_running(lab, ns)
@@ -254,12 +250,18 @@ def test_a_recreated_claim_template_runs_no_more_devices(
         lab.kubectl(*as_tenant, "delete", "resourceclaimtemplate", "one", "-n", ns)
         made = lab.kubectl(*as_tenant, "create", "-f", "-", check=False,
                            input=json.dumps(claim_template(ns, "one", 4)))
+        after = (datetime.now(UTC) - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
         lab.kubectl(*as_tenant, "delete", "pod", first["metadata"]["name"], "-n", ns,
                     "--wait=false")
-        wait_for(lambda: [p for p in _workers(lab, ns, rc["metadata"]["name"])
-                          if p["metadata"]["name"] != first["metadata"]["name"]
-                          and p["status"].get("phase") == "Running"], 90,
-                 "the replacement worker running")
+
+        def replaced_or_refused() -> Any:
+            return [p for p in _workers(lab, ns, rc["metadata"]["name"])
+                    if p["metadata"]["name"] != first["metadata"]["name"]
+                    and p["status"].get("phase") == "Running"] \
+                or _refused_worker_event(lab, ns, after)
+        seen = wait_for(replaced_or_refused, 90, "the replacement worker running, or refused")
+        if isinstance(seen, dict):  # refused: its claims now take 4 devices, admitted for 1
+            assert "ResourceClaimTemplates as they are now" in seen.get("message", ""), seen
         devices = _devices_running(lab, ns)
         print(f"\nH5: template recreated with 4 devices: {made.returncode == 0}; devices "
               f"running {devices} on an admission of 1")
@@ -278,7 +280,6 @@ def _refused_worker_event(lab: LabHandle, ns: str, after: str) -> dict[str, Any]
     return None
 
 
-@pytest.mark.xfail(strict=True, reason="brk35 F1: open")
 def test_a_ray_worker_deleted_soon_after_its_create_is_replaced(
         lab: LabHandle, strict_ray_dra: labmod.Lab) -> None:
     """F1 (module doc): ``rj``'s worker deleted as soon as KubeRay made it; once it is gone

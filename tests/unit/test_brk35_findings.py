@@ -55,7 +55,7 @@ from app.integrations.appwrapper import KIND as APPWRAPPER
 from app.integrations.batchjob.job import KIND as BATCH_JOB
 from app.integrations.ray.ray import RAYCLUSTER, RAYJOB
 from app.integrations.sparkapplication.sparkapplication import KIND as SPARK
-from app.kube.context import JOB, POD, WL
+from app.kube.context import JOB, WL
 from tests.unit.test_pod_create_check import (
     NS,
     PODSET,
@@ -72,17 +72,21 @@ from tests.unit.test_unlabelled_pods import POD_KIND_REF
 from tests.unit.test_webhook import answer, make_app, post, review
 
 
-@pytest.mark.xfail(strict=True, reason="brk35 H1: open")
 def test_copies_of_an_admitted_batch_jobs_dra_pod_beyond_its_parallelism_are_refused() -> None:
     """Job ``j`` (parallelism 1, its pod claiming ResourceClaimTemplate ``one``) admitted,
     its pod running; the tenant's pods under ``j`` with the same claim and none of the Job's
     selector labels (the Job controller releases them, they keep running): refused."""
     job = {"apiVersion": "batch/v1", "kind": "Job",
            "metadata": {"namespace": NS, "name": "j", "uid": "j-uid", "labels": QUEUE},
-           "spec": {"parallelism": 1, "completions": 1, "template": _template()}}
+           "spec": {"parallelism": 1, "completions": 1, "template": _template(),
+                    # What the API server sets (the Job controller labels its pods so).
+                    "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "j-uid"}}}}
     s = Stores({JOB: [job], WL: [_workload(BATCH_JOB, job, {"main": (1, _template())})]})
     owner = ("batch/v1", "Job", "j", "j-uid")
-    s.add_pod(_pod("j-0", "main", owner=owner))
+    own = _pod("j-0", "main", owner=owner)
+    own["metadata"]["labels"]["batch.kubernetes.io/controller-uid"] = "j-uid"
+    assert s.check.errors(own) == []
+    s.add_pod(own)
     extra = _pod("extra0", None, owner=owner)
     extra["metadata"]["labels"] = {}
     assert s.check.errors(extra), "a second pod claiming devices under a Job admitted for 1"
@@ -116,7 +120,6 @@ def _ray_stores() -> tuple[Stores, dict[str, Any]]:
     return s, fake
 
 
-@pytest.mark.xfail(strict=True, reason="brk35 H2: open")
 def test_a_pod_under_a_tenants_copy_of_a_rayjobs_cluster_is_refused() -> None:
     """The RayJob's worker podSet is admitted for 1 pod, which runs under its cluster; a pod
     of that podSet (its claim) under the tenant's cluster ``fake``: refused."""
@@ -125,7 +128,6 @@ def test_a_pod_under_a_tenants_copy_of_a_rayjobs_cluster_is_refused() -> None:
     assert s.check.errors(pod), "a second gpu worker claiming a device under RayJob rj"
 
 
-@pytest.mark.xfail(strict=True, reason="brk35 H3: open")
 def test_a_gpu_pod_under_an_admitted_appwrapper_wrapping_a_job_is_refused() -> None:
     """AppWrapper ``aw`` wrapping Job ``aw-job`` (1 one-GPU pod), admitted, its Job's pod
     running; the tenant's copy of that pod with ``aw`` as its controller: refused (no
@@ -160,7 +162,6 @@ def _asking_devices(pod: dict[str, Any], devices: int) -> dict[str, Any]:
     return pod
 
 
-@pytest.mark.xfail(strict=True, reason="brk35 H4: open")
 def test_a_pod_asking_dra_devices_as_an_extended_resource_is_held_to_its_template() -> None:
     """PyTorchJob ``ddp``'s worker podSet admitted for 2 (each claiming ``one``), one
     running: a worker asking 4 devices through the extended-resource path (no claim of its
@@ -172,7 +173,6 @@ def test_a_pod_asking_dra_devices_as_an_extended_resource_is_held_to_its_templat
         "4 devices asked as an extended resource"
 
 
-@pytest.mark.xfail(strict=True, reason="brk35 F1: open")
 def test_the_replacement_of_a_pod_deleted_soon_after_its_create_is_allowed() -> None:
     """PyTorchJob ``ddp``'s worker podSet admitted for 2: both workers allowed at CREATE and
     shown by the Pod store; worker-1 is deleted 1 s later (gone from the store): its
@@ -183,7 +183,7 @@ def test_the_replacement_of_a_pod_deleted_soon_after_its_create_is_allowed() -> 
         s.add_pod(_pod(name, "worker"))
     assert s.check.errors(_pod("copy", "worker"))  # both run: the count holds
     s.now += 1
-    s.stores[POD].remove(f"{NS}/ddp-worker-1")
+    s.remove_pod(f"{NS}/ddp-worker-1")
     assert s.check.errors(_pod("ddp-worker-1b", "worker")) == [], \
         "the deleted worker's ledger place still counts"
 

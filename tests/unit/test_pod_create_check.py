@@ -10,7 +10,7 @@ import copy
 from types import SimpleNamespace
 from typing import Any
 
-from app.config import Settings
+from app.config import DeviceClassMapping, ResourcesSettings, Settings
 from app.controllers.admission_lookup import StoreAdmissionLookup
 from app.controllers.pod_create_check import LEDGER_SECONDS, PodCreateCheck
 from app.integrations import default_registry
@@ -19,7 +19,7 @@ from app.integrations.batchjob.job import KIND as BATCH_JOB
 from app.integrations.jobset.jobset import KIND as JOBSET
 from app.integrations.kubeflow.kubeflow import PYTORCHJOB
 from app.kube.client import JOBS
-from app.kube.context import JOB, POD, WL
+from app.kube.context import JOB, POD, RCT, WL
 from app.kube.informers import Store
 from tests.unit.test_foreground_deletion import _admitted as _fd_admitted
 from tests.unit.test_foreground_deletion import _reconciler as _fd_reconciler
@@ -66,7 +66,8 @@ def _workload(kind: Any, obj: dict[str, Any], podsets: dict[str, tuple[int, dict
 class Stores:
     """Stores of one object kind each, a Pod store and a clock the test moves."""
 
-    def __init__(self, objects: dict[str, list[dict[str, Any]]]) -> None:
+    def __init__(self, objects: dict[str, list[dict[str, Any]]],
+                 settings: Settings | None = None) -> None:
         self.stores: dict[str, Store] = {}
         for key, objs in objects.items():
             self.stores[key] = Store(JOBS)
@@ -75,14 +76,23 @@ class Stores:
         self.stores.setdefault(POD, Store(JOBS))
         self.now = 100.0
         ctx = SimpleNamespace(store=lambda k: self.stores.get(k) or Store(JOBS), synced=True,
-                              settings=Settings())
+                              settings=settings or Settings())
         self.check = PodCreateCheck(ctx, default_registry(),  # type: ignore[arg-type]
                                     clock=lambda: self.now)
 
     def add_pod(self, pod: dict[str, Any], phase: str = "Running") -> None:
+        """``pod`` in the Pod store, as the informer puts it (its handlers told)."""
         pod = copy.deepcopy(pod)
         pod["status"] = {"phase": phase}
+        old = self.stores[POD].get(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
         self.stores[POD].put(pod)
+        self.check.on_pod("MODIFIED" if old else "ADDED", old, pod)
+
+    def remove_pod(self, key: str) -> None:
+        """Pod ``namespace/name`` gone from the Pod store (its handlers told)."""
+        old = self.stores[POD].get(key)
+        self.stores[POD].remove(key)
+        self.check.on_pod("DELETED", old, None)
 
 
 def _pytorch_stores(*, admitted: bool = True, counts: dict[str, int] | None = None) -> Stores:
@@ -190,17 +200,23 @@ def test_a_pod_controlled_by_a_kind_whose_operator_makes_none_is_refused() -> No
     assert "no operator makes a pod controlled by JobSet js itself" in why, why
 
 
-def test_a_batch_jobs_pod_is_held_to_the_jobs_claims_not_counted() -> None:
-    """The Job controller counts its pods (and trims beyond parallelism); its template's
-    claims are held to the admission by the Job rules."""
+def test_a_batch_jobs_pod_is_held_to_the_jobs_claims_and_selector() -> None:
+    """The Job controller counts the pods its selector takes (and trims them to
+    parallelism); one it does not take is refused (brk35 H1), and the claims of one it
+    takes are held to the Job's template, which the Job rules hold to the admission."""
     job = {"apiVersion": "batch/v1", "kind": "Job",
            "metadata": {"namespace": NS, "name": "j", "uid": "j-uid", "labels": QUEUE},
-           "spec": {"parallelism": 1, "template": _template()}}
+           "spec": {"parallelism": 1, "template": _template(), "selector": {
+               "matchLabels": {"training.kubeflow.org/job-name": "ddp"}}}}
     s = Stores({JOB: [job], WL: [_workload(BATCH_JOB, job, {"main": (1, _template())})]})
     owner = ("batch/v1", "Job", "j", "j-uid")
     s.add_pod(_pod("j-0", "main", owner=owner))
     assert s.check.errors(_pod("j-1", "main", owner=owner)) == []
     assert s.check.errors(_pod("j-2", "main", claim="four", owner=owner))
+    stray = _pod("j-3", "main", owner=owner)
+    stray["metadata"]["labels"] = {}
+    (why,) = s.check.errors(stray) or [""]
+    assert "does not match the spec.selector of Job j" in why, why
 
 
 def test_pods_outside_a_queued_object_are_left_to_other_rules() -> None:
@@ -284,3 +300,25 @@ def test_nothing_is_deleted_while_the_object_is_not_admitted() -> None:
     pods = [_stored_pod(f"w{i}", "worker", f"2026-12-07T10:00:0{i}Z") for i in range(4)]
     assert _excess_pass(pods, admitted=False)[0] == 0
     assert _excess_pass(pods)[0] == 2
+
+
+def test_a_claim_template_made_again_bigger_after_the_admission_is_refused() -> None:
+    """brk35 H5: the podSet was admitted for 1 device a pod (ResourceClaimTemplate ``one``
+    of 1 device then); the tenant deletes ``one`` and makes it again with 4: a pod claiming
+    it now takes 4, beyond what a pod of its podSet was admitted for."""
+    settings = Settings(resources=ResourcesSettings(device_class_mappings=[
+        DeviceClassMapping(name="example.com/gpu", deviceClassNames=["gpu.example.com"])]))
+    job = _pytorchjob()
+    wl = _workload(PYTORCHJOB, job, {"master": (1, _template()), "worker": (2, _template())})
+    for psa in wl["status"]["admission"]["podSetAssignments"]:
+        psa["resourceUsage"] = {"example.com/gpu": str(psa["count"])}
+
+    def rct(devices: int) -> dict[str, Any]:
+        return {"metadata": {"namespace": NS, "name": "one"}, "spec": {"spec": {"devices": {
+            "requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.example.com",
+                                                   "count": devices}}]}}}}
+    s = Stores({PYTORCHJOB.key: [job], WL: [wl], RCT: [rct(1)]}, settings)
+    assert s.check.errors(_pod("ddp-worker-0", "worker")) == []
+    s.stores[RCT].put(rct(4))
+    (why,) = s.check.errors(_pod("ddp-worker-1", "worker")) or [""]
+    assert "take example.com/gpu: 4" in why and "podSet worker of PyTorchJob t/ddp" in why, why

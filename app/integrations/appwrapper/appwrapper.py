@@ -422,6 +422,17 @@ class AppWrapper(TemplatedKind):
                                 str(n)))
         return out
 
+    def direct_podsets(self, obj: Mapping[str, Any]) -> frozenset[str] | None:
+        """The podSets of its Pod components: appwrapper v1.2.0 makes each component
+        controlled by the AppWrapper, so only a wrapped Pod is a pod the AppWrapper itself
+        controls; a Job's, JobSet's or Deployment's pods run under the object it makes.
+        Raises ``WorkloadSpecError``."""
+        comps = components(obj)
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        return frozenset(f"{name}-{n}".lower() for n, (i, _, _) in
+                         enumerate(component_pod_sets(obj))
+                         if (comps[i].get("template") or {}).get("kind") == "Pod")
+
     def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
         """Phase ``Succeeded``, or ``Failed`` once ``ResourcesDeployed`` is not True (Kueue
         ``AppWrapper.Finished``)."""
