@@ -1,0 +1,26 @@
+"""brk35b (session 35, second round, against 4a782c4): the Pod webhook's CREATE rule
+(``app.controllers.pod_create_check``) under the strict setup. Lab twin (numbers):
+``tests/e2e/test_brk35b_findings.py``.
+
+- H1: a pod whose controller ownerReference names an object of a managed kind that no store
+  holds (a RayCluster ``ghost`` that does not exist, any uid) is not gated (the Pod webhooks
+  take any controller of a managed kind as its owner's) and ``PodCreateCheck.errors``
+  allows it ("not under a stored object of a managed kind: other rules' business"), DRA
+  claims included; kube-scheduler never asks the extender for a pod without
+  ``nvidia.com/gpu`` (lab: 2 devices Running on no admission, not removed in 8 s).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.unit.test_pod_create_check import Stores, _pod
+
+
+@pytest.mark.xfail(strict=True, reason="brk35b H1: a DRA pod under a managed-kind controller "
+                   "that does not exist is allowed")
+def test_a_dra_pod_under_a_raycluster_that_does_not_exist_is_refused() -> None:
+    s = Stores({})
+    pod = _pod("g", "gpu", owner=("ray.io/v1", "RayCluster", "ghost", "ghost-uid"))
+    assert pod["spec"].get("resourceClaims"), "the pod claims ResourceClaimTemplate one"
+    assert s.check.errors(pod), "a DRA pod under a RayCluster no store holds was allowed"
