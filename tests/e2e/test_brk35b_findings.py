@@ -14,6 +14,13 @@ no store holds: "other rules' business"), and kube-scheduler never asks the exte
 still Running and not being deleted 8 s later (the garbage collector did not remove them in
 that time; a ``batch/v1`` Job ``ghost``'s pods were deleted at once). A PyTorchJob ghost was
 gated only because the training-operator was not installed in that run (kind not served).
+A second run with KubeRay, the training-operator and JobSet installed: pods claiming ``one``
+under RayCluster ``ghost``, RayCluster ``real`` (exists, another uid), PyTorchJob ``ghost`` and
+JobSet ``ghost``, each with a finalizer of the tenant's and the lab's ``stops-slowly`` (a pod
+that ignores SIGTERM, ``terminationGracePeriodSeconds: 3600``): all 4 Running on a100-0 with
+4 devices within 1 s; the garbage collector deleted them at 5-6 s, and they ran on with the
+4 devices through the grace period (21 s sampled). Without the long grace the tenant can make
+such pods again and again (about 5 s of devices each, as many at once as it likes).
 """
 
 from __future__ import annotations

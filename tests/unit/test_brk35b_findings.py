@@ -7,7 +7,10 @@
   take any controller of a managed kind as its owner's) and ``PodCreateCheck.errors``
   allows it ("not under a stored object of a managed kind: other rules' business"), DRA
   claims included; kube-scheduler never asks the extender for a pod without
-  ``nvidia.com/gpu`` (lab: 2 devices Running on no admission, not removed in 8 s).
+  ``nvidia.com/gpu`` (lab: 2 devices Running on no admission, not removed in 8 s; with a
+  RayCluster of another uid, a PyTorchJob or a JobSet that does not exist the same: 4
+  devices within 1 s, deleted by the garbage collector at 5-6 s, running on through the
+  pod's ``terminationGracePeriodSeconds``, the tenant's to choose).
 """
 
 from __future__ import annotations
