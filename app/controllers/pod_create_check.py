@@ -10,6 +10,8 @@ requesting that resource, and it does not count pods. So, beyond Kueue, a pod cr
 queued object (its controller ownerReference names a stored object of a registered kind,
 uid included, whose top-most queued ancestor, or itself, has a Workload) is refused when:
 
+- no store holds its controller (that name and uid) and it asks devices or GPUs (DRA claims
+  or a ``_counted`` resource): nothing else would see it;
 - its controller is a child the ancestor's kind disowns (``KindDefaults.withholds``: a
   RayCluster claiming a RayJob it does not run for);
 - its controller is a batch Job whose ``spec.selector`` does not take it (the Job
@@ -197,9 +199,19 @@ class PodCreateCheck:
         ns = str(meta.get("namespace", ""))
         ref = controller_of_object(pod)
         found = stored_controller(self.ctx, self.registry, ns, ref)
-        if found is None or found[1] is None or ref is None:
-            return []  # not under a stored object of a managed kind: other rules' business
+        if found is None or ref is None:
+            return []  # not controlled by a managed kind: other rules' business
         kind, owner = found
+        if owner is None:
+            # Left ungated for an owner no store holds (of that name and uid): a GPU pod gets
+            # no flavor node from the extender, but one asking devices otherwise is seen by
+            # nothing. An operator's pod of an object just made is refused until the
+            # store shows it, and its retry passes.
+            if not pod_claims(pod) and not self._device_requests(pod, ns):
+                return []
+            return [f"metadata.ownerReferences: the pod asks devices or GPUs under "
+                    f"{kind.kind} {ns}/{ref.name} (uid {ref.uid}), which pykueue does not "
+                    "know: no admission covers it"]
         top = stored_ancestor(self.ctx, self.registry, owner)
         if top is not None:
             why = str(kind.withholds(self.ctx, owner, top[0], top[1]) or "")

@@ -71,8 +71,6 @@ def _ghost_pod(ns: str, name: str, claims: bool) -> dict[str, Any]:
         "spec": spec}
 
 
-@pytest.mark.xfail(strict=True, reason="brk35b H1: a pod under a RayCluster that does not "
-                   "exist runs with DRA devices, ungated and unchecked")
 def test_a_pod_under_a_raycluster_that_does_not_exist_runs_no_dra_device(
         lab: LabHandle, strict_kuberay_dra: Any) -> None:
     """H1 (module doc): each create is refused, or gated, or its pod never runs with a

@@ -221,9 +221,11 @@ def test_a_batch_jobs_pod_is_held_to_the_jobs_claims_and_selector() -> None:
 
 def test_pods_outside_a_queued_object_are_left_to_other_rules() -> None:
     s = _pytorch_stores()
-    # Another uid than the stored PyTorchJob's: the extender's pod_admitted refuses it.
-    assert s.check.errors(_pod("x", "master", "four", owner=(
-        "kubeflow.org/v1", "PyTorchJob", "ddp", "other-uid"))) == []
+    # Another uid than the stored PyTorchJob's, asking no devices: left to the extender and
+    # the pod rules (one asking devices is refused: brk35b H1).
+    other = ("kubeflow.org/v1", "PyTorchJob", "ddp", "other-uid")
+    assert s.check.errors(_pod("x", "master", None, owner=other)) == []
+    assert s.check.errors(_pod("x", "master", "four", owner=other))
     # Not synced: unknown.
     s.check.ctx.synced = False  # type: ignore[attr-defined]
     assert s.check.errors(_pod("x", "master", "four")) is None
