@@ -48,16 +48,27 @@ def podset_of(pod: Mapping[str, Any]) -> str | None:
     return str(value) if value is not None else None
 
 
+def _keep_first(pod: Mapping[str, Any]) -> tuple[bool, bool, str, str]:
+    """Sort key, the pods to keep first: given a node, then Running, then the oldest
+    (``creationTimestamp``, whole seconds), then by name. As a ReplicaSet ranks the pods it
+    deletes (``controller.ActivePods``): a copy made the same second as the operator's pod
+    and not placed yet goes first."""
+    meta = pod.get("metadata") or {}
+    return (not (pod.get("spec") or {}).get("nodeName"),
+            (pod.get("status") or {}).get("phase") != "Running",
+            str(meta.get("creationTimestamp", "")), str(meta.get("name", "")))
+
+
 def excess_pods(pods: Iterable[Mapping[str, Any]], counts: Mapping[str, int]
                 ) -> list[Mapping[str, Any]]:
     """Among ``pods`` (those of one controller), the ones beyond their podSet's count in
     ``counts`` (``admitted_counts``): per podSet, the pods holding resources
-    (``pod_holds_quota``) and not being deleted, newest first (``creationTimestamp``, then
-    name: the operator made its pods before any tenant's copy could take a place), all but
-    the oldest ``count`` of them. Pods being deleted count for their podSet's places (they
-    still hold) but are not chosen again. A pod of no podSet in ``counts`` is left alone
-    (the webhook refuses such a create on every replica alike; one made before the label
-    was injected is its operator's)."""
+    (``pod_holds_quota``) and not being deleted, all but the first ``count`` of them in
+    ``_keep_first``'s order (placed and running before the others, then oldest: the
+    operator made its pods before any tenant's copy could take a place). Pods being
+    deleted count for their podSet's places (they still hold) but are not chosen again. A
+    pod of no podSet in ``counts`` is left alone (the webhook refuses such a create on
+    every replica alike; one made before the label was injected is its operator's)."""
     by_set: dict[str, list[Mapping[str, Any]]] = {}
     for p in pods:
         podset = podset_of(p)
@@ -65,8 +76,7 @@ def excess_pods(pods: Iterable[Mapping[str, Any]], counts: Mapping[str, int]
             by_set.setdefault(podset, []).append(p)
     out: list[Mapping[str, Any]] = []
     for podset, members in by_set.items():
-        members.sort(key=lambda p: (str((p.get("metadata") or {}).get("creationTimestamp", "")),
-                                    str((p.get("metadata") or {}).get("name", ""))))
+        members.sort(key=_keep_first)
         out += [p for p in members[counts[podset]:]
                 if not (p.get("metadata") or {}).get("deletionTimestamp")]
     return out

@@ -287,15 +287,22 @@ def test_the_reconciler_deletes_the_newest_pods_beyond_a_podsets_count() -> None
 
 
 def test_terminal_and_deleting_pods_are_not_deleted_again() -> None:
+    """Worker admitted for 2: a Failed pod holds nothing, one being deleted on its node
+    holds its place until gone but is not chosen again; with a third holder, the newest
+    Running one goes (the pod being deleted still holds)."""
     pods = [_stored_pod("ddp-worker-0", "worker", "2026-12-07T10:00:00Z"),
-            _stored_pod("ddp-worker-1", "worker", "2026-12-07T10:00:01Z"),
             _stored_pod("old", "worker", "2026-12-07T09:00:00Z"),
             _stored_pod("going", "worker", "2026-12-07T10:09:00Z",
                         deletionTimestamp="2026-12-07T10:10:00Z")]
-    pods[2]["status"]["phase"] = "Failed"  # holds nothing
-    pods[3]["spec"]["nodeName"] = "a100-0"  # being deleted on a node: holds, not chosen
+    pods[1]["status"]["phase"] = "Failed"
+    for p in pods:
+        p["spec"]["nodeName"] = "a100-0"
     deleted, writes = _excess_pass(pods)
     assert deleted == 0 and not [w for w in writes if w[1] == "pods"]
+    late = _stored_pod("ddp-worker-1", "worker", "2026-12-07T10:09:30Z")
+    late["spec"]["nodeName"] = "a100-0"
+    deleted, writes = _excess_pass([*pods, late])
+    assert [w[2] for w in writes if w[:2] == ("delete", "pods")] == ["ddp-worker-1"]
 
 
 def test_nothing_is_deleted_while_the_object_is_not_admitted() -> None:
@@ -324,3 +331,16 @@ def test_a_claim_template_made_again_bigger_after_the_admission_is_refused() -> 
     s.stores[RCT].put(rct(4))
     (why,) = s.check.errors(_pod("ddp-worker-1", "worker")) or [""]
     assert "take example.com/gpu: 4" in why and "podSet worker of PyTorchJob t/ddp" in why, why
+
+
+def test_a_copy_made_the_same_second_as_the_operators_pod_goes_first() -> None:
+    """creationTimestamp has whole seconds: the copy ``big`` (not placed: the extender
+    withholds it) and the operator's ``ddp-worker-0`` (Running) made the same second; the
+    copy is the one beyond the count, whatever the names."""
+    worker = _stored_pod("ddp-worker-0", "worker", "2026-12-07T13:47:00Z")
+    worker["spec"]["nodeName"] = "a100-0"
+    copies = [_stored_pod(n, "worker", "2026-12-07T13:47:00Z") for n in ("big", "a0")]
+    deleted, writes = _excess_pass([worker, *copies])
+    # Worker count 2: the Running worker and one copy stay; of the copies, by name.
+    assert deleted == 1
+    assert [w[2] for w in writes if w[:2] == ("delete", "pods")] == ["big"]
