@@ -203,11 +203,11 @@ class PodCreateCheck:
             return []  # not controlled by a managed kind: other rules' business
         kind, owner = found
         if owner is None:
-            # Left ungated for an owner no store holds (of that name and uid): a GPU pod gets
-            # no flavor node from the extender, but one asking devices otherwise is seen by
-            # nothing. An operator's pod of an object just made is refused until the
-            # store shows it, and its retry passes.
-            if not pod_claims(pod) and not self._device_requests(pod, ns):
+            # Left ungated for an owner no store holds (of that name and uid), a pod asking
+            # DRA devices is seen by nothing else (kube-scheduler sends it to no extender).
+            # An operator's pod of an object just made is refused until the store shows
+            # the object, and its retry passes.
+            if not pod_claims(pod) and not self._device_requests(pod):
                 return []
             return [f"metadata.ownerReferences: the pod asks devices or GPUs under "
                     f"{kind.kind} {ns}/{ref.name} (uid {ref.uid}), which pykueue does not "
@@ -233,10 +233,10 @@ class PodCreateCheck:
                     f"{under} covers it"]
         wl = self.ctx.store(WL).get(f"{ns}/{top_kind.workload_name(top_obj)}")
         claims = pod_claims(pod)
-        asked = self._device_requests(pod, ns)
+        asked = self._device_requests(pod)
         if not admitted(wl):
             if not claims and not asked:
-                return []  # GPUs asked in requests: the scheduler extender's
+                return []  # it asks no devices or GPUs: nothing for an admission to cover
             what = ", ".join(sorted(asked)) or "DRA devices (spec.resourceClaims)"
             return [f"spec: the pod asks {what} under {under}, whose Workload is not "
                     "admitted: only its operator's pods run, once it is admitted"]
@@ -285,7 +285,7 @@ class PodCreateCheck:
                                           "device_class_mappings", None) or []}
         return name.startswith(DRA_EXTENDED_PREFIX) or name == gpu or name in mapped
 
-    def _device_requests(self, pod: Obj, ns: str) -> dict[str, int]:
+    def _device_requests(self, pod: Obj) -> dict[str, int]:
         """The pod's effective requests (``pod_requests``) of the resources ``_counted``
         names, counts; ``{}`` when unreadable."""
         spec = pod.get("spec")
