@@ -19,6 +19,7 @@ from typing import Any
 
 from app.controllers.pod_create_check import (
     PodCreateCheck,
+    container_limits,
     job_selects,
     stored_controller,
     unlabelled_job,
@@ -44,18 +45,15 @@ from app.kube.context import (
     CQ,
     JOB,
     LQ,
-    LR,
     NS,
     RF,
     STS,
     WL,
     Context,
-    in_namespace,
 )
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import QUEUE_NAME_LABEL
-from app.wire.podadjust import CONTAINER, LimitSummary, adjust_pod_spec, summarize
-from app.wire.podtemplate import pod_requests
+from app.wire.podadjust import LimitSummary, made_pod_requests
 from app.wire.queues import resource_flavor
 from app.wire.workload import (
     workload_from_object,
@@ -579,9 +577,8 @@ class StoreExtenderState(InMemoryExtenderState):
         return gpus
 
     def _container_limits(self, namespace: str) -> LimitSummary | None:
-        """The ``Container`` LimitRange summary of ``namespace`` (``podadjust.summarize``),
-        None without one. Raises ``WorkloadSpecError`` for an unreadable LimitRange."""
-        return summarize(in_namespace(self.ctx, LR, namespace)).get(CONTAINER)
+        """``container_limits`` of ``namespace``. Raises ``WorkloadSpecError``."""
+        return container_limits(self.ctx, namespace)
 
     def _pod_gpus(self, pod_spec: Obj, limits: LimitSummary | None) -> int | None:
         """GPUs (``extender.gpu_resource``, count) a pod made from ``pod_spec`` asks as the
@@ -593,10 +590,8 @@ class StoreExtenderState(InMemoryExtenderState):
         None when unreadable (nothing to compare with)."""
         try:
             # Limits as missing requests first (Pod defaulting, before the LimitRanger: brk33b
-            # F1): the adjustment without a LimitRange does just that.
-            spec = adjust_pod_spec(pod_spec, {}, None)
-            spec = adjust_pod_spec(spec, {}, limits) if limits is not None else spec
-            return int(pod_requests(spec, field="spec").get(self._gpu_resource(), 0))
+            # F1).
+            return int(made_pod_requests(pod_spec, limits).get(self._gpu_resource(), 0))
         except WorkloadSpecError:
             return None
 

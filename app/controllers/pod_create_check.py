@@ -11,13 +11,13 @@ queued object (its controller ownerReference names a stored object of a register
 uid included, whose top-most queued ancestor, or itself, has a Workload) is refused when:
 
 - no store holds its controller (that name and uid) and it asks devices or GPUs (DRA claims
-  or a ``_counted`` resource): nothing else would see it;
+  or a resource ``_device_requests`` counts): nothing else would see it;
 - its controller is a child the ancestor's kind disowns (``KindDefaults.withholds``: a
   RayCluster claiming a RayJob it does not run for);
 - its controller is a batch Job whose ``spec.selector`` does not take it (the Job
   controller neither counts nor keeps it: it releases it);
 - that Workload is not admitted and the pod asks devices or GPUs: DRA claims
-  (``spec.resourceClaims``) or a resource ``_counted`` names (a DeviceClass's implicit
+  (``spec.resourceClaims``) or a resource ``_device_requests`` counts (a DeviceClass's implicit
   extended resource ``deviceclass.resource.kubernetes.io/<class>``, a
   ``resources.deviceClassMappings`` name, ``extender.gpu_resource``);
 - the Workload is admitted and its controller's kind names the podSets whose pods it makes
@@ -30,8 +30,8 @@ uid included, whose top-most queued ancestor, or itself, has a Workload) is refu
   rules hold to the admission; a kind without ``direct_podsets``: of any podSet's), or take,
   with the ResourceClaimTemplates as stored now, more devices than its podSet's
   ``podSetAssignments[].resourceUsage`` gives a pod (a template made again bigger);
-- it asks more of a ``_counted`` resource than a pod of that template (as the API server
-  makes it: limits into requests, the namespace's LimitRange defaults);
+- it asks more of such a resource than a pod of that template (as the API server makes
+  it: ``made_pod_requests``);
 - with ``direct_podsets``, the pods not terminal (``pod_holds_quota``) already under its
   controller with its podSet label, and those allowed here in the last ``LEDGER_SECONDS``
   that the Pod store does not show yet, reach the podSet's admitted count
@@ -56,19 +56,17 @@ from app.integrations.admitted_pods import admitted, admitted_counts
 from app.integrations.framework import (
     JobKind,
     Registry,
-    controller_uid,
     lookup,
-    manages_unlabelled_in,
     pod_holds_quota,
-    stored_ancestor,
+    queued_top,
 )
-from app.integrations.reconciler import CONTROLLER_UID_INDEX
+from app.integrations.reconciler import objects_controlled_by
 from app.kube.context import CHILD_JOB_STORES, JOB, LR, POD, RCT, WL, Context, in_namespace
 from app.wire.dra import pod_claim_requests
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import PODSET_LABEL
 from app.wire.owners import OwnerRef, controller_of_object
-from app.wire.podadjust import CONTAINER, adjust_pod_spec, summarize
+from app.wire.podadjust import CONTAINER, LimitSummary, made_pod_requests, summarize
 from app.wire.podtemplate import pod_requests
 from app.wire.queues import label_selector
 
@@ -80,7 +78,12 @@ _LEDGER_KEYS_MAX = 4096  # controllers with entries, before every expired entry 
 # Kubernetes DRA extended resources: a container asking this prefix + a DeviceClass name gets
 # a claim the scheduler makes for it (feature DRAExtendedResource).
 DRA_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
-GPU_DEFAULT = "nvidia.com/gpu"
+
+
+def container_limits(ctx: Context, namespace: str) -> LimitSummary | None:
+    """The ``Container`` LimitRange summary of ``namespace`` (``podadjust.summarize``),
+    None without one. Raises ``WorkloadSpecError`` for an unreadable LimitRange."""
+    return summarize(in_namespace(ctx, LR, namespace)).get(CONTAINER)
 
 
 def unlabelled_job(ctx: Context, key: str) -> Obj | None:
@@ -212,16 +215,14 @@ class PodCreateCheck:
             return [f"metadata.ownerReferences: the pod asks devices or GPUs under "
                     f"{kind.kind} {ns}/{ref.name} (uid {ref.uid}), which pykueue does not "
                     "know: no admission covers it"]
-        top = stored_ancestor(self.ctx, self.registry, owner)
-        if top is not None:
-            why = str(kind.withholds(self.ctx, owner, top[0], top[1]) or "")
-            if why:  # a RayCluster claiming a RayJob it does not run for, say
-                return [f"metadata.ownerReferences: {why}"]
-        elif kind.queue_name(owner) or manages_unlabelled_in(self.ctx, ns):
-            top = (kind, owner)
-        else:
+        top = queued_top(self.ctx, self.registry, kind, owner)
+        if top is None:
             return []  # an object pykueue does not queue
         top_kind, top_obj = top
+        if top_obj is not owner:
+            why = str(kind.withholds(self.ctx, owner, top_kind, top_obj) or "")
+            if why:  # a RayCluster claiming a RayJob it does not run for, say
+                return [f"metadata.ownerReferences: {why}"]
         under = f"{top_kind.kind} {ns}/{(top_obj.get('metadata') or {}).get('name')}"
         mine = f"{kind.kind} {(owner.get('metadata') or {}).get('name')}"
         labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
@@ -274,26 +275,23 @@ class PodCreateCheck:
         informers = getattr(self.ctx, "informers", None)
         return informers is None or key in informers.informers
 
-    def _counted(self, name: str) -> bool:
-        """Whether resource ``name`` is one a pod could take devices or GPUs by that the
-        scheduler extender does not check for every pod: a DeviceClass's implicit extended
-        resource (``deviceclass.resource.kubernetes.io/<class>``, Kubernetes DRA extended
-        resources), a name of ``resources.deviceClassMappings``, or ``extender.gpu_resource``."""
-        settings = getattr(self.ctx, "settings", None)
-        gpu = str(getattr(getattr(settings, "extender", None), "gpu_resource", GPU_DEFAULT))
-        mapped = {m.name for m in getattr(getattr(settings, "resources", None),
-                                          "device_class_mappings", None) or []}
-        return name.startswith(DRA_EXTENDED_PREFIX) or name == gpu or name in mapped
-
     def _device_requests(self, pod: Obj) -> dict[str, int]:
-        """The pod's effective requests (``pod_requests``) of the resources ``_counted``
-        names, counts; ``{}`` when unreadable."""
+        """The pod's effective requests (``pod_requests``, counts) of the resources a pod
+        could take devices or GPUs by that the scheduler extender does not check for every
+        pod: a DeviceClass's implicit extended resource
+        (``deviceclass.resource.kubernetes.io/<class>``, Kubernetes DRA extended resources),
+        a name of ``resources.deviceClassMappings``, ``extender.gpu_resource``; ``{}`` when
+        unreadable."""
         spec = pod.get("spec")
         try:
             asked = pod_requests(spec if isinstance(spec, Mapping) else {}, field="spec")
         except WorkloadSpecError:
             return {}
-        return {r: int(v) for r, v in asked.items() if self._counted(str(r)) and v}
+        settings = self.ctx.settings
+        named = {settings.extender.gpu_resource,
+                 *(m.name for m in settings.resources.device_class_mappings)}
+        return {r: int(v) for r, v in asked.items()
+                if v and (r in named or r.startswith(DRA_EXTENDED_PREFIX))}
 
     def _devices_errors(self, pod: Obj, ns: str, wl: Obj, podset: Any, under: str
                         ) -> list[str]:
@@ -302,8 +300,7 @@ class PodCreateCheck:
         the admission counts its new size) are more than a pod of its podSet was admitted
         for (``podSetAssignments[].resourceUsage`` over its ``count``; a podSet not known:
         the largest), or []. Nothing to compare without the template store or the usage."""
-        settings = getattr(self.ctx, "settings", None)
-        classes = settings.resources.device_classes() if settings is not None else {}
+        classes = self.ctx.settings.resources.device_classes()
         if not classes or not self._watches(RCT):
             return []
         spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
@@ -336,22 +333,16 @@ class PodCreateCheck:
     def _requests_errors(self, asked: dict[str, int], allowed: list[Obj], which: str,
                          under: str, ns: str) -> list[str]:
         """Why requests ``asked`` (``_device_requests``) are beyond every template of
-        ``allowed`` as the API server makes its pods (limits copied into requests, the
-        namespace's LimitRange defaults: ``adjust_pod_spec``), or []."""
+        ``allowed`` as the API server makes its pods (``made_pod_requests``), or []."""
         if not asked:
             return []
         try:
-            limits = summarize(in_namespace(self.ctx, LR, ns)).get(CONTAINER)
+            limits = container_limits(self.ctx, ns)
+            specs = [t.get("spec") for t in allowed]
+            theirs = [made_pod_requests(spec if isinstance(spec, Mapping) else {}, limits)
+                      for spec in specs]
         except WorkloadSpecError:
-            return []  # an unreadable LimitRange: nothing to compare with
-        theirs: list[dict[str, int]] = []
-        for t in allowed:
-            spec = t.get("spec") if isinstance(t.get("spec"), Mapping) else {}
-            try:
-                made = adjust_pod_spec(adjust_pod_spec(spec, {}, None), {}, limits)
-                theirs.append({r: int(v) for r, v in pod_requests(made, field="spec").items()})
-            except WorkloadSpecError:
-                return []  # nothing readable to compare with
+            return []  # an unreadable LimitRange or template: nothing to compare with
         if any(all(v <= got.get(r, 0) for r, v in asked.items()) for got in theirs):
             return []
         shown = ", ".join(f"{r}: {v}" for r, v in sorted(asked.items()))
@@ -370,11 +361,9 @@ class PodCreateCheck:
         me = str(meta.get("uid") or meta.get("name") or "")
         seen: set[str] = set()
         held = 0
-        store = self.ctx.store(POD)
-        store.index(CONTROLLER_UID_INDEX, lambda o: controller_uid(o) or None)
-        for p in store.by_index(CONTROLLER_UID_INDEX, owner_uid):
+        for p in objects_controlled_by(self.ctx, POD, ns, owner_uid):
             pm = p.get("metadata") or {}
-            if pm.get("namespace") != ns or (pm.get("labels") or {}).get(PODSET_LABEL) != podset:
+            if (pm.get("labels") or {}).get(PODSET_LABEL) != podset:
                 continue
             uid = str(pm.get("uid") or pm.get("name") or "")
             seen.add(uid)

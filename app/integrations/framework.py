@@ -518,6 +518,19 @@ def stored_ancestor(ctx: Context, registry: Registry, obj: Mapping[str, Any]
             ctx, str((obj.get("metadata") or {}).get("namespace", ""))))
 
 
+def queued_top(ctx: Context, registry: Registry, kind: JobKind, obj: Mapping[str, Any]
+               ) -> tuple[JobKind, Mapping[str, Any]] | None:
+    """The queued object whose admission covers ``obj`` (of ``kind``), read from the stores:
+    its top-most queued ancestor (``stored_ancestor``), else ``obj`` itself when it is
+    queued (a queue name, or unlabelled where ``manages_unlabelled_in`` its namespace);
+    None when nothing queues it."""
+    top = stored_ancestor(ctx, registry, obj)
+    if top is not None:
+        return top
+    ns = str((obj.get("metadata") or {}).get("namespace", ""))
+    return (kind, obj) if kind.queue_name(obj) or manages_unlabelled_in(ctx, ns) else None
+
+
 def made_via_ancestor(ctx: Context, registry: Registry, obj: Mapping[str, Any]
                       ) -> tuple[JobKind, Mapping[str, Any]] | None:
     """The queued object whose operator makes ``obj``'s controller, read from the stores:

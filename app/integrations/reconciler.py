@@ -85,6 +85,7 @@ from app.integrations.framework import (
     pods_of,
     pods_of_workload,
     pods_once_ignored,
+    queued_top,
     source_of,
     stop_pods_left,
     stored_ancestor,
@@ -260,6 +261,18 @@ class OwnerIndex:
 
     def workloads_of(self, owner_key: str) -> set[str]:
         return set(self._by_owner.get(owner_key, ()))
+
+
+def objects_controlled_by(ctx: Context, store_key: str, ns: str, uid: str) -> list[Obj]:
+    """The objects of store ``store_key`` in namespace ``ns`` whose controller
+    ownerReference (``app.wire.owners``) names ``uid``, from the store's index
+    ``CONTROLLER_UID_INDEX``: built from the store once (O(store)), then kept by every
+    change the informer makes to the store (an object added, re-parented, deleted), so a
+    look costs its answer."""
+    store = ctx.store(store_key)
+    store.index(CONTROLLER_UID_INDEX, lambda o: controller_uid(o) or None)
+    return [o for o in store.by_index(CONTROLLER_UID_INDEX, uid)
+            if (o.get("metadata") or {}).get("namespace") == ns]
 
 
 class JobReconciler:
@@ -684,7 +697,8 @@ class JobReconciler:
 
     async def _delete_excess(self, kind: JobKind, obj: Obj) -> int:
         """Delete the pods ``obj`` controls beyond its podSets' admitted counts
-        (``admitted_pods.excess_pods``: newest first, uid as precondition), when its kind
+        (``admitted_pods.excess_pods``: placed, Running and older pods kept first; uid as
+        precondition), when its kind
         makes its pods itself (``KindDefaults.direct_podsets``) and the queued object above
         it (or itself) is admitted: the Pod webhook refuses such a create
         (``app.controllers.pod_create_check``), but its count is each replica's own and it
@@ -702,9 +716,7 @@ class JobReconciler:
         if not direct:
             return 0
         ns, uid = str(meta.get("namespace", "")), str(meta.get("uid") or "")
-        top = stored_ancestor(self.ctx, self.registry, obj)
-        if top is None and (kind.queue_name(obj) or manages_unlabelled_in(self.ctx, ns)):
-            top = (kind, obj)
+        top = queued_top(self.ctx, self.registry, kind, obj)
         wl = self.ctx.store(WL).get(f"{ns}/{top[0].workload_name(top[1])}") \
             if top is not None else None
         if not admitted(wl):
@@ -1602,15 +1614,8 @@ class JobReconciler:
                     self.queue.add(f"{store}:{ns}/{made['metadata']['name']}")
 
     def _controlled_by(self, store_key: str, ns: str, uid: str) -> list[Obj]:
-        """The objects of store ``store_key`` in namespace ``ns`` whose controller
-        ownerReference (``app.wire.owners``) names ``uid``, from the store's index
-        ``CONTROLLER_UID_INDEX``: built from the store once (O(store)), then kept by every
-        change the informer makes to the store (an object added, re-parented, deleted), so a
-        look costs its answer."""
-        store = self.ctx.store(store_key)
-        store.index(CONTROLLER_UID_INDEX, lambda o: controller_uid(o) or None)
-        return [o for o in store.by_index(CONTROLLER_UID_INDEX, uid)
-                if (o.get("metadata") or {}).get("namespace") == ns]
+        """``objects_controlled_by`` in this reconciler's stores."""
+        return objects_controlled_by(self.ctx, store_key, ns, uid)
 
     async def _stop_then_release(self, kind: JobKind, obj: Obj, wl: Obj) -> float | None:
         """The Workload is evicted while holding quota: stop the object, then release the

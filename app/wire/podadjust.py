@@ -121,6 +121,20 @@ def _keep_first(have: Any, extra: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def made_pod_requests(pod_spec: Mapping[str, Any], container_limits: LimitSummary | None
+                      ) -> dict[ResourceName, int]:
+    """Per-pod effective requests (``pod_requests``: milli-CPU, bytes, counts) of a pod made
+    from ``pod_spec`` as the API server makes it: limits copied into missing requests (Pod
+    defaulting, before the LimitRanger), then the namespace's ``Container`` LimitRange
+    defaults ``container_limits`` (the LimitRanger; None: none). Kueue's AdjustResources
+    applies ``defaultRequest`` before the limits instead (``adjust_pod_spec``). Raises
+    ``WorkloadSpecError`` naming the field."""
+    spec = adjust_pod_spec(pod_spec, {}, None)
+    if container_limits is not None:
+        spec = adjust_pod_spec(spec, {}, container_limits)
+    return pod_requests(spec, field="spec")
+
+
 def adjust_pod_spec(pod_spec: Mapping[str, Any], overheads: Overheads,
                     container_limits: LimitSummary | None) -> dict[str, Any]:
     """A copy of ``pod_spec`` (core/v1 PodSpec JSON) adjusted as Kueue adjusts a Workload's
