@@ -88,6 +88,7 @@ NEEDS: dict[str, frozenset[str]] = {f"tests/e2e/{k}.py" if "/" not in k else k: 
     "test_ray_dra_gap": {"kuberay"},
     "test_ray_quota_gaps": {"kuberay"},
     "test_scenario": {"training-operator"},  # seed_play: step 7 with it when built
+    "test_spark_executors": {"spark-operator"},
     "test_sparkapplication": {"spark-operator"},
     "test_sparkapplication_ready": {"spark-operator"},
     "test_sparkbreak_findings": {"spark-operator"},

@@ -21,6 +21,7 @@ from app.controllers.pod_create_check import (
     PodCreateCheck,
     container_limits,
     job_selects,
+    made_by_queued_pod,
     stored_controller,
     unlabelled_job,
 )
@@ -38,6 +39,7 @@ from app.integrations.framework import (
     child_sized_by,
     child_template,
     controller_uid,
+    queued_top,
     stored_ancestor,
 )
 from app.kube.context import (
@@ -101,6 +103,14 @@ class StoreAdmissionLookup:
         """Errors for creating ``pod`` under a queued object (``PodCreateCheck.errors``:
         DRA claims, podSet label and count against its admission); None when unknown."""
         return self.pod_create.errors(pod, dry_run=dry_run)
+
+    def made_by_queued_pod(self, pod: Obj) -> bool | None:
+        """Whether ``pod``'s controller is a pod of a queued object whose pods make pods
+        (``pod_create_check.made_by_queued_pod``: a Spark executor); None when unknown (not
+        synced, no registry)."""
+        if not self.ctx.synced or self.registry is None:
+            return None
+        return made_by_queued_pod(self.ctx, self.registry, pod) is not None
 
     def managed_kinds(self) -> frozenset[tuple[str, str]] | None:
         """(API group, kind) of the job kinds managed now (Kueue: enabled integrations whose
@@ -355,6 +365,9 @@ class StoreExtenderState(InMemoryExtenderState):
         nothing. Any other pod (bare, a ReplicaSet's, a StatefulSet's): its pod group's
         admitted group Workload, else its own Workload (controller uid = the pod's)."""
         ns = pod.namespace
+        made = self._made_by_queued_pod(pod)
+        if made is not None:
+            return admitted(self.ctx.store(WL).get(f"{ns}/{made[0].workload_name(made[1])}"))
         found = self._stored_controller(pod)
         if found is not None:
             kind, owner = found
@@ -379,6 +392,24 @@ class StoreExtenderState(InMemoryExtenderState):
         refs = (wl or {}).get("metadata", {}).get("ownerReferences") or []
         return admitted(wl) and any(r.get("uid") == pod.uid and r.get("kind") == "Pod"
                                      for r in refs)
+
+    def _made_by_queued_pod(self, pod: PodFacts) -> tuple[JobKind, Obj] | None:
+        """The queued object (kind, object) whose admission covers ``pod`` when its
+        controller is a pod of a queued object whose pods make pods (a Spark executor:
+        ``made_by_queued_pod``), else None."""
+        ref = pod.controller
+        if ref is None or (ref.api_version, ref.kind) != ("v1", "Pod"):
+            return None
+        facts = {"metadata": {
+            "namespace": pod.namespace, "name": pod.name, "uid": pod.uid,
+            "labels": dict(pod.labels), "ownerReferences": [{
+                "apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name,
+                "uid": ref.uid, "controller": True}]}}
+        made = made_by_queued_pod(self.ctx, self.registry, facts)
+        if made is None:
+            return None
+        assert self.registry is not None  # made_by_queued_pod answers None without one
+        return queued_top(self.ctx, self.registry, made[0], made[1])
 
     def _stored_controller(self, pod: PodFacts) -> tuple[JobKind, Obj | None] | None:
         """``stored_controller`` of ``pod``'s controller."""
@@ -412,6 +443,12 @@ class StoreExtenderState(InMemoryExtenderState):
         unowned = self._unselected_by_name(pod)
         if unowned:
             return unowned
+        made = self._made_by_queued_pod(pod)
+        if made is not None:
+            # A Spark executor: no bigger than a pod of its podSet (``executor``).
+            wl = self.ctx.store(WL).get(f"{pod.namespace}/{made[0].workload_name(made[1])}")
+            return self._beyond_workload_podset(pod, made[0], made[1], wl, "") \
+                if admitted(wl) else ""
         found = self._stored_controller(pod)
         if found is None or found[1] is None or self.registry is None:
             return ""

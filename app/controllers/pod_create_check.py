@@ -58,6 +58,7 @@ from app.integrations.framework import (
     Registry,
     lookup,
     pod_holds_quota,
+    pod_of,
     queued_top,
 )
 from app.integrations.reconciler import objects_controlled_by
@@ -117,6 +118,36 @@ def stored_controller(ctx: Context, registry: Registry | None, namespace: str,
     if owner is None or (ref.uid and owner["metadata"].get("uid") != ref.uid):
         return kind, None
     return kind, owner
+
+
+def made_by_queued_pod(ctx: Context, registry: Registry | None, pod: Obj
+                       ) -> tuple[JobKind, Obj, Obj] | None:
+    """For ``pod`` whose controller ownerReference names a core Pod: (kind, object, maker)
+    when that Pod is a stored pod of a queued object (``queued_top``) of a kind whose pods
+    make pods (``pods_make_pods``: a SparkApplication's driver, the controller of its
+    executors in Spark 4.0), and ``pod`` is one of that object's pods by ``pod_of``'s rule
+    (its name label, one hop: the maker is the object's own pod, never a pod made by one).
+    None otherwise, or without a registry or a watched Pod store. Kueue v0.17.1
+    ``FindAncestorJobManagedByKueue`` walks the same chain (pod, Pod, SparkApplication), so
+    such a pod is its ancestor's business: not gated, not a Workload of its own."""
+    ref = controller_of_object(pod)
+    informers = getattr(ctx, "informers", None)
+    if registry is None or ref is None or (ref.api_version, ref.kind) != ("v1", "Pod") \
+            or informers is None or POD not in informers.informers:
+        return None
+    ns = str((pod.get("metadata") or {}).get("namespace", ""))
+    maker = ctx.store(POD).get(f"{ns}/{ref.name}")
+    if maker is None or (maker.get("metadata") or {}).get("uid") != ref.uid:
+        return None
+    found = stored_controller(ctx, registry, ns, controller_of_object(maker))
+    if found is None or found[1] is None or not getattr(found[0], "pods_make_pods", False):
+        return None
+    kind, owner = found
+    meta = owner.get("metadata") or {}
+    if not pod_of(kind, pod, str(meta.get("name", "")), str(meta.get("uid", "")), ctx=ctx) \
+            or queued_top(ctx, registry, kind, owner) is None:
+        return None
+    return kind, owner, maker
 
 
 def pod_claims(pod_or_template: Any) -> Counter[str]:
@@ -201,6 +232,18 @@ class PodCreateCheck:
         meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
         ns = str(meta.get("namespace", ""))
         ref = controller_of_object(pod)
+        made = made_by_queued_pod(self.ctx, self.registry, pod)
+        if made is not None and ref is not None:
+            # A Spark executor: its driver made it, so its podSet is one the object's pods
+            # make (``made_podsets``) and its count is per driver.
+            kind, owner, maker = made
+            top = queued_top(self.ctx, self.registry, kind, owner)
+            if top is None:
+                return []
+            made_sets = kind.made_podsets(owner)
+            return self._admitted_errors(
+                pod, ns, kind, owner, top, made_sets, ref.uid,
+                f"Pod {(maker.get('metadata') or {}).get('name')}", dry_run)
         found = stored_controller(self.ctx, self.registry, ns, ref)
         if found is None or ref is None:
             return []  # not controlled by a managed kind: other rules' business
@@ -232,6 +275,24 @@ class PodCreateCheck:
             return [f"metadata.labels: the pod does not match the spec.selector of {mine}, "
                     "its controller, so the Job does not count it and no admission of "
                     f"{under} covers it"]
+        try:
+            direct = kind.direct_podsets(owner)
+        except WorkloadSpecError:
+            direct = None
+        return self._admitted_errors(pod, ns, kind, owner, top, direct, ref.uid, mine, dry_run)
+
+    def _admitted_errors(self, pod: Obj, ns: str, kind: JobKind, owner: Obj,
+                         top: tuple[JobKind, Mapping[str, Any]],
+                         podsets: frozenset[str] | None, count_uid: str, mine: str,
+                         dry_run: bool) -> list[str]:
+        """The rules of the module doc from the Workload on: ``pod`` under ``owner`` (of
+        ``kind``), whose admission is ``top``'s; ``podsets``: the podSets whose pods may
+        be made under ``count_uid`` (the controller named ``mine``), None when not known
+        (claims and requests checked, no count)."""
+        top_kind, top_obj = top
+        meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+        labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+        under = f"{top_kind.kind} {ns}/{(top_obj.get('metadata') or {}).get('name')}"
         wl = self.ctx.store(WL).get(f"{ns}/{top_kind.workload_name(top_obj)}")
         claims = pod_claims(pod)
         asked = self._device_requests(pod)
@@ -243,18 +304,14 @@ class PodCreateCheck:
                     "admitted: only its operator's pods run, once it is admitted"]
         assert wl is not None
         podset = labels.get(PODSET_LABEL)
-        try:
-            direct = kind.direct_podsets(owner)
-        except WorkloadSpecError:
-            direct = None
-        if direct is not None and podset not in direct:
-            if not direct:
+        if podsets is not None and podset not in podsets:
+            if not podsets:
                 return [f"metadata.ownerReferences: no operator makes a pod controlled by "
                         f"{mine} itself (its pods run under the objects it makes), so no "
                         f"admission of {under} covers this one"]
             return [f"metadata.labels[{PODSET_LABEL}]: a pod controlled by {mine} carries "
                     f"the label of one of the podSets its operator makes "
-                    f"({', '.join(sorted(direct))}) as admitted for {under}; got {podset!r}"]
+                    f"({', '.join(sorted(podsets))}) as admitted for {under}; got {podset!r}"]
         if kind.key == JOB:
             allowed = [((owner.get("spec") or {}).get("template") or {})]
             which = f"Job {(owner.get('metadata') or {}).get('name')}'s pod template"
@@ -266,9 +323,9 @@ class PodCreateCheck:
             + self._requests_errors(asked, allowed, which, under, ns)
         if claims and not errors:
             errors = self._devices_errors(pod, ns, wl, podset, under)
-        if errors or direct is None or not self._watches(POD):
+        if errors or podsets is None or not self._watches(POD):
             return errors
-        return self._count_errors(pod, ns, ref.uid, str(podset), mine, under, wl, dry_run)
+        return self._count_errors(pod, ns, count_uid, str(podset), mine, under, wl, dry_run)
 
     def _watches(self, key: str) -> bool:
         """Whether this process watches store ``key`` (every store in a bare context)."""

@@ -221,6 +221,15 @@ class KindDefaults:
         not known, only the pods' DRA claims are checked. Raises ``WorkloadSpecError``."""
         return None if self.controls_pods_directly else frozenset()
 
+    def made_podsets(self, obj: Mapping[str, Any]) -> frozenset[str]:
+        """For a kind whose pods make pods (``pods_make_pods``): the podSets of ``obj``
+        whose pods its own pods make, each controlled by the pod that made it (a
+        SparkApplication's ``executor``: Spark 4.0's driver makes them); the Pod webhook
+        refuses a pod made under such a pod of any other podSet, or one more than the
+        podSet's admitted count per maker (``PodCreateCheck``). ``frozenset()`` (the
+        default): none."""
+        return frozenset()
+
     def child_object_errors(self, obj: Mapping[str, Any], kind: str,
                             child: Mapping[str, Any]) -> list[str]:
         """Errors for ``child``, an object of another kind (``kind``: ``"JobSet"``, ...)

@@ -81,6 +81,7 @@ from app.integrations.framework import (
     pod_blocks_restart,
     pod_holds_quota,
     pod_labels,
+    pod_of,
     pods_in,
     pods_of,
     pods_of_workload,
@@ -397,17 +398,28 @@ class JobReconciler:
     def _queue_counted_owner(self, pod: Obj) -> None:
         """Queue the object a new ``pod``'s controller ownerReference names when it carries
         the podset label and that object's kind makes its pods itself
-        (``KindDefaults.direct_podsets``): its pass deletes pods beyond its podSets'
-        admitted counts (``_delete_excess``)."""
+        (``KindDefaults.direct_podsets``), or, for a pod made by a pod (a Spark executor),
+        the object whose pods make pods (``pods_make_pods``) that controls its maker: its
+        pass deletes pods beyond its podSets' admitted counts (``_delete_excess``)."""
+        meta = pod.get("metadata") or {}
+        if PODSET_LABEL not in (meta.get("labels") or {}):
+            return
+        ns = str(meta.get("namespace", ""))
+        ref = controller_ref(meta)
+        if ref is not None and (ref.api_version, ref.kind) == ("v1", "Pod"):
+            # Made by a pod (a Spark executor): its maker's object counts it per maker.
+            maker = self.ctx.store(POD).get(f"{ns}/{ref.name}")
+            found = self.registry.kind_of_controller(maker) if maker is not None else None
+            if found is not None and getattr(found[0], "pods_make_pods", False):
+                self.queue.add(f"{found[0].key}:{ns}/{found[1]}")
+            return
         found = self.registry.kind_of_controller(pod)
-        if found is None or PODSET_LABEL not in ((pod.get("metadata") or {}).get("labels")
-                                                 or {}):
+        if found is None:
             return
         kind, name = found
         if kind.resource is None \
                 or getattr(type(kind), "direct_podsets", None) is KindDefaults.direct_podsets:
             return  # its pods are not counted per podSet
-        ns = str((pod.get("metadata") or {}).get("namespace", ""))
         self.queue.add(f"{kind.key}:{ns}/{name}")
 
     def _queue_stopped_owner(self, pod: Obj | None) -> None:
@@ -698,7 +710,9 @@ class JobReconciler:
     async def _delete_excess(self, kind: JobKind, obj: Obj) -> int:
         """Delete the pods ``obj`` controls beyond its podSets' admitted counts
         (``admitted_pods.excess_pods``: placed, Running and older pods kept first; uid as
-        precondition), when its kind
+        precondition), and the pods each of those pods made beyond the counts of the
+        podSets its pods make (``KindDefaults.made_podsets``: a Spark driver's executors),
+        when its kind
         makes its pods itself (``KindDefaults.direct_podsets``) and the queued object above
         it (or itself) is admitted: the Pod webhook refuses such a create
         (``app.controllers.pod_create_check``), but its count is each replica's own and it
@@ -711,9 +725,10 @@ class JobReconciler:
             return 0
         try:
             direct = kind.direct_podsets(obj)  # type: ignore[attr-defined]
+            made = kind.made_podsets(obj)  # type: ignore[attr-defined]
         except WorkloadSpecError:
             return 0
-        if not direct:
+        if not direct and not made:
             return 0
         ns, uid = str(meta.get("namespace", "")), str(meta.get("uid") or "")
         top = queued_top(self.ctx, self.registry, kind, obj)
@@ -722,8 +737,17 @@ class JobReconciler:
         if not admitted(wl):
             return 0
         assert wl is not None
-        counts = {ps: n for ps, n in admitted_counts(wl).items() if ps in direct}
-        extra = excess_pods(self._controlled_by(POD, ns, uid), counts)
+        counts = admitted_counts(wl)
+        own = self._controlled_by(POD, ns, uid)
+        extra = excess_pods(own, {ps: n for ps, n in counts.items() if ps in (direct or ())})
+        name = str(meta.get("name", ""))
+        for maker in own if made else ():
+            # A Spark driver's executors: each podSet's count per driver, of the pods that
+            # count for the object (``pod_of``: its name label, made by its own pod).
+            mine = [p for p in self._controlled_by(
+                POD, ns, str((maker.get("metadata") or {}).get("uid") or ""))
+                if pod_of(kind, p, name, uid, ctx=self.ctx)]
+            extra += excess_pods(mine, {ps: n for ps, n in counts.items() if ps in made})
         deleted = await delete_pods(self.ctx, extra)
         if deleted:
             names = ", ".join(sorted(str((p.get("metadata") or {}).get("name")) for p in deleted))

@@ -334,12 +334,26 @@ def validate_pod(old: Mapping[str, Any] | None, new: Mapping[str, Any], username
 # Routes (served by ``app.api.webhook``)
 
 
+def _owner_kinds(pod: Mapping[str, Any], env: WebhookEnv) -> frozenset[tuple[str, str]]:
+    """The managed kinds for a Pod at CREATE: ``env.managed_kinds()``, and the core Pod
+    when the Pod's controller is a pod of a queued object whose pods make pods (a Spark
+    executor of a queued SparkApplication's driver: ``made_by_queued_pod``), which is that
+    object's business as Kueue v0.17.1's ancestor walk (``FindAncestorJobManagedByKueue``)
+    finds it: not gated, counted by its podSet instead."""
+    kinds = env.managed_kinds()
+    ref = controller_of_object(pod)
+    if ref is not None and (ref.api_version, ref.kind) == ("v1", "Pod") \
+            and env.ask("made_by_queued_pod", pod) is True:
+        return kinds | {("", "Pod")}
+    return kinds
+
+
 def _mutation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
     if req.operation != "CREATE" or req.sub_resource or not review_of(req, "", "Pod"):
         return ALLOW
     _, pod = reviewed_objects(req, scheduling_gates)
     return patched(mutate_pod(
-        pod, req.operation, env.policy, env.managed_kinds(), env.ask,
+        pod, req.operation, env.policy, _owner_kinds(pod, env), env.ask,
         manage_unlabelled=env.manages_unlabelled_in(req.namespace),
         parents=env.group_parents()))
 
@@ -349,7 +363,7 @@ def _validation(req: AdmissionRequest, env: WebhookEnv) -> Verdict:
             or not review_of(req, "", "Pod"):
         return ALLOW
     old, pod = reviewed_objects(req, scheduling_gates)
-    kinds = env.managed_kinds()
+    kinds = _owner_kinds(pod, env) if old is None else env.managed_kinds()
     errors = validate_pod(
         old, pod, req.user_info.username, env.policy, kinds,
         manage_unlabelled=old is None and env.manages_unlabelled_in(req.namespace),

@@ -301,6 +301,10 @@ class SparkApplication(TemplatedKind):
         and the driver makes its executors, each controlled by the driver pod."""
         return frozenset({"driver"})
 
+    def made_podsets(self, obj: Mapping[str, Any]) -> frozenset[str]:
+        """The executors: Spark 4.0's driver makes each controlled by the driver pod."""
+        return frozenset({"executor"})
+
     def templates(self, obj: Mapping[str, Any]) -> list[Template]:
         """``driver`` (1) and ``executor`` (``spec.executor.instances``, default 0), each
         located at its role (``spec.driver``, ``spec.executor``). Raises
