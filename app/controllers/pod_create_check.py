@@ -59,6 +59,7 @@ from app.integrations.framework import (
     lookup,
     pod_holds_quota,
     pod_of,
+    podsets_under,
     queued_top,
 )
 from app.integrations.reconciler import objects_controlled_by
@@ -276,7 +277,7 @@ class PodCreateCheck:
                     "its controller, so the Job does not count it and no admission of "
                     f"{under} covers it"]
         try:
-            direct = kind.direct_podsets(owner)
+            direct = podsets_under(kind, owner, top)
         except WorkloadSpecError:
             direct = None
         return self._admitted_errors(pod, ns, kind, owner, top, direct, ref.uid, mine, dry_run)

@@ -221,6 +221,14 @@ class KindDefaults:
         not known, only the pods' DRA claims are checked. Raises ``WorkloadSpecError``."""
         return None if self.controls_pods_directly else frozenset()
 
+    def child_podsets(self, obj: Mapping[str, Any], kind: JobKind,
+                      child: Mapping[str, Any]) -> frozenset[str] | None:
+        """The podSets of ``obj``'s admission whose pods ``child`` (of ``kind``, an object
+        ``obj``'s operator made: an AppWrapper's wrapped PyTorchJob) controls, each labelled
+        with ``obj``'s podSet names; None (the default): ``obj`` names none, the child's own
+        (``direct_podsets``) apply. Raises ``WorkloadSpecError``."""
+        return None
+
     def made_podsets(self, obj: Mapping[str, Any]) -> frozenset[str]:
         """For a kind whose pods make pods (``pods_make_pods``): the podSets of ``obj``
         whose pods its own pods make, each controlled by the pod that made it (a
@@ -538,6 +546,21 @@ def queued_top(ctx: Context, registry: Registry, kind: JobKind, obj: Mapping[str
         return top
     ns = str((obj.get("metadata") or {}).get("namespace", ""))
     return (kind, obj) if kind.queue_name(obj) or manages_unlabelled_in(ctx, ns) else None
+
+
+def podsets_under(kind: JobKind, obj: Mapping[str, Any],
+                  top: tuple[JobKind, Mapping[str, Any]]) -> frozenset[str] | None:
+    """The podSets of ``top``'s admission (the queued object covering ``obj``,
+    ``queued_top``) whose pods ``kind``'s operator makes controlled by ``obj``:
+    ``top``'s ``child_podsets`` for ``obj`` when it names them (an AppWrapper's wrapped
+    PyTorchJob: the AppWrapper's podSet names, which its pods carry), else
+    ``kind.direct_podsets(obj)``. Raises ``WorkloadSpecError``."""
+    top_kind, top_obj = top
+    if top_obj is not obj:
+        sets = top_kind.child_podsets(top_obj, kind, obj)  # type: ignore[attr-defined]
+        if sets is not None:
+            return sets  # type: ignore[no-any-return]
+    return kind.direct_podsets(obj)  # type: ignore[attr-defined, no-any-return]
 
 
 def made_via_ancestor(ctx: Context, registry: Registry, obj: Mapping[str, Any]

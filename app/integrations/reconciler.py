@@ -86,6 +86,7 @@ from app.integrations.framework import (
     pods_of,
     pods_of_workload,
     pods_once_ignored,
+    podsets_under,
     queued_top,
     source_of,
     stop_pods_left,
@@ -723,17 +724,18 @@ class JobReconciler:
         meta = obj.get("metadata") or {}
         if meta.get("deletionTimestamp") or POD not in self.ctx.informers.informers:
             return 0
+        ns, uid = str(meta.get("namespace", "")), str(meta.get("uid") or "")
+        top = queued_top(self.ctx, self.registry, kind, obj)
+        if top is None:
+            return 0
         try:
-            direct = kind.direct_podsets(obj)  # type: ignore[attr-defined]
+            direct = podsets_under(kind, obj, top)
             made = kind.made_podsets(obj)  # type: ignore[attr-defined]
         except WorkloadSpecError:
             return 0
         if not direct and not made:
             return 0
-        ns, uid = str(meta.get("namespace", "")), str(meta.get("uid") or "")
-        top = queued_top(self.ctx, self.registry, kind, obj)
-        wl = self.ctx.store(WL).get(f"{ns}/{top[0].workload_name(top[1])}") \
-            if top is not None else None
+        wl = self.ctx.store(WL).get(f"{ns}/{top[0].workload_name(top[1])}")
         if not admitted(wl):
             return 0
         assert wl is not None

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 from app.core.multikueue import APPWRAPPER
 from app.integrations.crdrules import CrdRules
 from app.integrations.framework import (
+    JobKind,
     controlled_by,
     stored_controller,
 )
@@ -62,6 +63,7 @@ from app.integrations.podsets import (
 )
 from app.integrations.templated import Path, Template, TemplatedKind, get_in
 from app.kube.client import Resource
+from app.kube.context import JOB
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import JOBSET_NAME_LABEL, JOBSET_UID_LABEL, PODSET_LABEL
 from app.wire.owners import controller_of_object
@@ -432,6 +434,32 @@ class AppWrapper(TemplatedKind):
         return frozenset(f"{name}-{n}".lower() for n, (i, _, _) in
                          enumerate(component_pod_sets(obj))
                          if (comps[i].get("template") or {}).get("kind") == "Pod")
+
+    def child_podsets(self, obj: Mapping[str, Any], kind: JobKind,
+                      child: Mapping[str, Any]) -> frozenset[str] | None:
+        """The podSets of the component ``child`` is (its template's API group and kind,
+        and its name as ``names_component``), when that kind's operator makes its pods
+        controlled by ``child`` (a PyTorchJob, a RayCluster): appwrapper v1.2.0 labels the
+        wrapped object's pod templates with the AppWrapper's podSet names
+        (``<name>-<n>``), so its pods carry those. None for a child no component names, or
+        of a kind whose pods run under objects it makes, or a batch Job (its pods are
+        counted by the Job controller, replacements made while the old ones terminate).
+        Raises ``WorkloadSpecError``."""
+        if not kind.controls_pods_directly or kind.key == JOB:
+            return None
+        meta = child.get("metadata") or {}
+        group = str(child.get("apiVersion") or "").rpartition("/")[0]
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        comps = components(obj)
+        for i, comp in enumerate(comps):
+            tpl = comp["template"]
+            if (str(tpl.get("apiVersion") or "").rpartition("/")[0], tpl.get("kind")) \
+                    != (group, child.get("kind")) \
+                    or not names_component(obj, i, str(meta.get("name", ""))):
+                continue
+            return frozenset(f"{name}-{n}".lower() for n, (j, _, _) in
+                             enumerate(component_pod_sets(obj)) if j == i)
+        return None
 
     def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
         """Phase ``Succeeded``, or ``Failed`` once ``ResourcesDeployed`` is not True (Kueue
