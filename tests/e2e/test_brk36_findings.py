@@ -14,21 +14,20 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from tests.e2e.test_brk34b_findings import strict_dra
-from tests.e2e.test_jobset import QUEUE, admitted, drop
+from tests.e2e.test_jobset import QUEUE, admitted
 from tests.e2e.test_kubeflow import template
-from tests.e2e.test_workload_kinds import gpu_queue
+from tests.e2e.test_ray import ray_queue, rayjob
 from tests.labfixture import ROOT, LabHandle, wait_for
 
 sys.path.insert(0, str(ROOT / "hack"))
 import lab as labmod  # noqa: E402
 
 pytestmark = pytest.mark.lab
-PODSET = "kueue.x-k8s.io/podset"
 
 
 @pytest.fixture(scope="module")
@@ -38,46 +37,52 @@ def strict(lab: LabHandle) -> Iterator[labmod.Lab]:
         yield handle
 
 
-def _events(lab: LabHandle, ns: str, reason: str) -> list[dict]:
-    return [e for e in lab.get("events", "-n", ns)["items"] if e.get("reason") == reason]
-
-
 def _running(lab: LabHandle, ns: str) -> list[dict]:
     return [p for p in lab.get("pods", "-n", ns)["items"]
             if p["status"].get("phase") == "Running"
             and not p["metadata"].get("deletionTimestamp")]
 
 
-def _wrapped_pytorchjob(ns: str) -> str:
-    """AppWrapper ``aw`` queued in ``lq`` wrapping PyTorchJob ``ddp`` (Master 1 + Worker 1,
-    1 GPU each)."""
+def _wrapped(ns: str, component: dict) -> str:
+    """AppWrapper ``aw`` queued in ``lq`` wrapping ``component``."""
+    return json.dumps({"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+                       "metadata": {"name": "aw", "namespace": ns, "labels": {QUEUE: "lq"}},
+                       "spec": {"suspend": False, "components": [{"template": component}]}})
+
+
+def _pytorchjob() -> dict:
+    """PyTorchJob ``ddp``: Master 1 + Worker 1, 1 GPU each."""
     def replica() -> dict:
         return {"replicas": 1, "restartPolicy": "OnFailure",
                 "template": template(1, name="pytorch")}
-    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "ddp"},
-           "spec": {"pytorchReplicaSpecs": {"Master": replica(), "Worker": replica()}}}
-    return json.dumps({"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
-                       "metadata": {"name": "aw", "namespace": ns, "labels": {QUEUE: "lq"}},
-                       "spec": {"suspend": False, "components": [{"template": job}]}})
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "ddp"},
+            "spec": {"pytorchReplicaSpecs": {"Master": replica(), "Worker": replica()}}}
 
 
-@pytest.mark.xfail(strict=True, reason="brk36 F1: a PyTorchJob an AppWrapper wraps has every "
-                   "pod refused (its podset label is the AppWrapper's podSet)")
-def test_f1_an_appwrapper_wrapping_a_pytorchjob_runs_its_pods(
-        lab: LabHandle, strict: labmod.Lab) -> None:
-    """F1 (module doc): both pods of the wrapped PyTorchJob run within 60 s of the
-    admission."""
-    ns, cq = gpu_queue(lab, "b36-awpt", 2)
-    try:
-        lab.apply(_wrapped_pytorchjob(ns))
+def _raycluster() -> dict:
+    """RayCluster ``rc``: a head asking 1 CPU, worker group ``gpu`` of one 1-GPU pod."""
+    spec = json.loads(rayjob("rc", "x", 1))["spec"]["rayClusterSpec"]
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc"},
+            "spec": spec}
+
+
+@pytest.mark.xfail(strict=True, reason="brk36 F1: the pods of a PyTorchJob or RayCluster an "
+                   "AppWrapper wraps are refused (their podset label is the AppWrapper's podSet)")
+@pytest.mark.parametrize(("component", "resource"), [(_pytorchjob, "pytorchjobs"),
+                                                     (_raycluster, "rayclusters")])
+def test_f1_an_appwrapper_wrapping_an_operator_kind_runs_its_pods(
+        lab: LabHandle, strict: labmod.Lab, component: Callable[[], dict],
+        resource: str) -> None:
+    """F1 (module doc): both pods of the wrapped object run within 60 s of the admission."""
+    with ray_queue(lab, "b36-aw", 2) as ns:
+        lab.apply(_wrapped(ns, component()))
         wait_for(lambda: admitted(lab, ns, "AppWrapper", "aw"), 60, "aw admitted")
-        wait_for(lambda: lab.get("pytorchjobs", "-n", ns)["items"], 60, "ddp made")
+        wait_for(lambda: lab.get(resource, "-n", ns)["items"], 60, f"the wrapped {resource}")
         try:
-            wait_for(lambda: len(_running(lab, ns)) == 2, 60, "ddp's 2 pods running")
+            wait_for(lambda: len(_running(lab, ns)) == 2, 60, "its 2 pods running")
         finally:
-            refused = [e["message"] for e in _events(lab, ns, "FailedCreatePod")]
+            refused = [e["message"] for e in lab.get("events", "-n", ns)["items"]
+                       if "denied the request" in e.get("message", "")]
             pods = [(p["metadata"]["name"], p["status"].get("phase"))
                     for p in lab.get("pods", "-n", ns)["items"]]
-            print(f"\nF1: pods {pods}; {len(refused)} FailedCreatePod: {refused[:1]}")
-    finally:
-        drop(lab, ns, cq)
+            print(f"\nF1 {resource}: pods {pods}; {len(refused)} refusals: {refused[:1]}")
