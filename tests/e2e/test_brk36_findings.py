@@ -4,11 +4,27 @@
 setup ("Keeping every unqueued pod off flavor GPUs"), where the Pod webhook sees every pod.
 The unit twins are ``tests/unit/test_brk36_findings.py``.
 
-F1: an AppWrapper wrapping a PyTorchJob (appwrapper v1.2.0, training-operator v1.9.3), the
-wrapper's documented use: appwrapper injects the AppWrapper's podSet names
-(``<aw>-0``, ``<aw>-1``) as the ``kueue.x-k8s.io/podset`` label of the PyTorchJob's
-templates, and the rule holds a pod controlled by the PyTorchJob to the PyTorchJob's own
-``direct_podsets`` (``master``, ``worker``): every pod is refused, the job never runs."""
+F1: an AppWrapper wrapping a PyTorchJob (training-operator v1.9.3) or a RayCluster (KubeRay
+v1.6.0), the wrapper's documented use: appwrapper v1.2.0 injects the AppWrapper's podSet
+names (``<aw>-0``, ``<aw>-1``) as the ``kueue.x-k8s.io/podset`` label of the wrapped
+object's templates, and the rule holds a pod controlled by that object to its own
+``direct_podsets`` (``master``, ``worker``; ``head``, ``gpu``): every pod is refused, the
+job never runs. Lab (brk36): the PyTorchJob's master and worker creates denied by
+``vpod.pykueue.io`` ("got 'aw-0'"), the RayCluster's head likewise, no pod in 60 s. Outside
+the strict setup the Pod webhook does not see these pods and they run (the backstop counts
+only podSets the wrapped kind names).
+
+No false positive found (strict setup, lab, ad hoc runs): a JobSet restart
+(``failurePolicy.maxRestarts``) back Running in 2.0 s; an Indexed Job's failed index
+(``backoffLimitPerIndex``) replaced in 9.7 s and a ``podFailurePolicy`` Ignore failure in
+8.9 s (the Job controller's own backoff, no refusal Event); ``podReplacementPolicy:
+TerminatingOrFailed`` with the deleted pod held Running by a finalizer: replacement made in
+0.6 s and Running beside it (a Job's pods are not counted); a RayJob ``backoffLimit`` retry:
+the new cluster's worker Running 1.6 s after the old cluster went; a RayCluster worker held
+Terminating for 30 s: KubeRay makes no replacement itself while one is being deleted, so no
+refusal; PyTorchJob and RayCluster deactivated and re-activated twice: Running again in
+0.8-2.4 s; RayJob starts 0.8-1.3 s; an AppWrapper Pod component Running in 0.9 s; no
+``FailedCreate`` or ``DeletedExcessPods`` Event in any of them."""
 
 from __future__ import annotations
 

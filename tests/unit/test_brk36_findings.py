@@ -8,7 +8,13 @@ podSets, ``infer_pod_sets``): appwrapper injects the AppWrapper's podSet names
 its operator's pods carry ``aw-0``, ``aw-1``; the rule reads the podSets of the pod's
 controller (``PyTorchJob.direct_podsets``: ``master``, ``worker``; ``RayCluster``'s:
 ``head`` and its groups) and refuses every pod. Lab: the wrapped PyTorchJob's two creates
-refused (``FailedCreatePod``), no pod in 60 s."""
+refused (``FailedCreatePod``), no pod in 60 s. A RayJob an AppWrapper wraps takes the same
+path (its cluster's pods carry ``aw-N``).
+
+Not a denial of service (measured on these stores): the count walks the pods indexed under
+the controller's uid, 0.9 ms per create check with 100 terminal pods under it, 7.6 ms with
+1,000, 38.8 ms with 10,000 (linear); pods of other namespaces under a forged uid are skipped
+after the index and the garbage collector deletes them (their owner is not found)."""
 
 from __future__ import annotations
 
