@@ -82,8 +82,6 @@ def _raycluster() -> dict:
             "spec": spec}
 
 
-@pytest.mark.xfail(strict=True, reason="brk36 F1: the pods of a PyTorchJob or RayCluster an "
-                   "AppWrapper wraps are refused (their podset label is the AppWrapper's podSet)")
 @pytest.mark.parametrize(("component", "resource"), [(_pytorchjob, "pytorchjobs"),
                                                      (_raycluster, "rayclusters")])
 def test_f1_an_appwrapper_wrapping_an_operator_kind_runs_its_pods(

@@ -21,8 +21,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import pytest
-
 from app.integrations.appwrapper.appwrapper import KIND as APPWRAPPER
 from app.integrations.kubeflow.kubeflow import PYTORCHJOB
 from app.integrations.ray.ray import RAYCLUSTER
@@ -47,8 +45,6 @@ def _wrapped(component: dict[str, Any], kind: Any, uid: str) -> Stores:
     return Stores({APPWRAPPER.key: [aw], kind.key: [made], WL: [wl]})
 
 
-@pytest.mark.xfail(strict=True, reason="brk36 F1: the pods of a PyTorchJob an AppWrapper wraps "
-                   "carry the AppWrapper's podSet label and are all refused")
 def test_f1_the_pods_of_a_pytorchjob_an_appwrapper_wraps_are_allowed() -> None:
     job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "ddp"},
            "spec": {"pytorchReplicaSpecs": {
@@ -62,8 +58,6 @@ def test_f1_the_pods_of_a_pytorchjob_an_appwrapper_wraps_are_allowed() -> None:
     assert errors == {"ddp-master-0": [], "ddp-worker-0": [], "ddp-worker-1": []}, errors
 
 
-@pytest.mark.xfail(strict=True, reason="brk36 F1: the pods of a RayCluster an AppWrapper wraps "
-                   "carry the AppWrapper's podSet label and are all refused")
 def test_f1_the_pods_of_a_raycluster_an_appwrapper_wraps_are_allowed() -> None:
     cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc"},
                "spec": {"headGroupSpec": {"rayStartParams": {}, "template": _template(None)},
@@ -76,3 +70,27 @@ def test_f1_the_pods_of_a_raycluster_an_appwrapper_wraps_are_allowed() -> None:
     errors = {name: s.check.errors(_pod(name, podset, claim=None, owner=owner))
               for name, podset in (("rc-head", "aw-0"), ("rc-gpu-worker", "aw-1"))}
     assert errors == {"rc-head": [], "rc-gpu-worker": []}, errors
+
+
+def _wrapped_pytorchjob() -> Stores:
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "ddp"},
+           "spec": {"pytorchReplicaSpecs": {
+               "Master": {"replicas": 1, "template": _template(None)},
+               "Worker": {"replicas": 2, "template": _template(None)}}}}
+    return _wrapped(job, PYTORCHJOB, "ddp-uid")
+
+
+def test_f1_a_wrapped_pytorchjobs_pods_are_counted_by_the_appwrappers_podsets() -> None:
+    """The AppWrapper's podSet ``aw-1`` (the workers) admitted for 2, both running: a third
+    pod labelled ``aw-1`` under the PyTorchJob is refused, and one labelled with the
+    PyTorchJob's own replica type (``worker``, no podSet of the admission) too."""
+    s = _wrapped_pytorchjob()
+    owner = ("kubeflow.org/v1", "PyTorchJob", "ddp", "ddp-uid")
+    for name in ("ddp-worker-0", "ddp-worker-1"):
+        pod = _pod(name, "aw-1", claim=None, owner=owner)
+        assert s.check.errors(pod) == []
+        s.add_pod(pod)
+    (why,) = s.check.errors(_pod("copy", "aw-1", claim=None, owner=owner)) or [""]
+    assert "podSet aw-1" in why and "2 pod(s)" in why, why
+    (why,) = s.check.errors(_pod("other", "worker", claim=None, owner=owner)) or [""]
+    assert "aw-0, aw-1" in why and "'worker'" in why, why
