@@ -70,6 +70,25 @@ def appwrapper(name: str, ns: str, pods: int, *, completions: int | None = None,
                        "spec": {"suspend": False, "components": [{"template": job}]}})
 
 
+def wrapped_jobset(name: str, ns: str, jobset: str, *, replicas: int = 1, completions: int = 1,
+                   annotations: dict | None = None) -> str:
+    """An AppWrapper queued in ``lq`` wrapping JobSet ``jobset``: replicatedJob ``w`` of
+    ``replicas`` Jobs, each 1 pod at once (1 GPU) of ``completions``."""
+    gpu = {"nvidia.com/gpu": "1"}
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+          "metadata": {"name": jobset},
+          "spec": {"replicatedJobs": [{"name": "w", "replicas": replicas, "template": {"spec": {
+              "parallelism": 1, "completions": completions, "template": {
+                  "metadata": LONG, "spec": {
+                      "restartPolicy": "Never", "tolerations": [TOLERATION],
+                      "containers": [{"name": "c", "image": "busybox", "resources": {
+                          "requests": gpu, "limits": gpu}}]}}}}}]}}
+    return json.dumps({"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+                       "metadata": {"name": name, "namespace": ns, "labels": {QUEUE: "lq"},
+                                    "annotations": annotations or {}},
+                       "spec": {"suspend": False, "components": [{"template": js}]}})
+
+
 def holding(lab: LabHandle, ns: str, name: str) -> list[dict]:
     """The pods of AppWrapper ``name`` that are bound and not finished."""
     return [p for p in lab.get("pods", "-n", ns, "-l", f"{AW_LABEL}={name}")["items"]
@@ -144,16 +163,7 @@ def test_an_appwrapper_runs_whole_on_the_flavor_and_cannot_grow_past_its_admissi
 def test_a_wrapped_jobsets_job_scaled_directly_is_set_back_to_its_share(
         lab: LabHandle, aw_queue: str) -> None:
     ns = aw_queue
-    gpu = {"nvidia.com/gpu": "1"}
-    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "js"},
-          "spec": {"replicatedJobs": [{"name": "w", "replicas": 2, "template": {"spec": {
-              "parallelism": 1, "completions": 4, "template": {"metadata": LONG, "spec": {
-                  "restartPolicy": "Never", "tolerations": [TOLERATION],
-                  "containers": [{"name": "c", "image": "busybox", "resources": {
-                      "requests": gpu, "limits": gpu}}]}}}}}]}}
-    lab.apply(json.dumps({"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
-                          "metadata": {"name": "wjs", "namespace": ns, "labels": {QUEUE: "lq"}},
-                          "spec": {"suspend": False, "components": [{"template": js}]}}))
+    lab.apply(wrapped_jobset("wjs", ns, "js", replicas=2, completions=4))
     wait_for(lambda: len(holding(lab, ns, "wjs")) == 2, 90, "the 2 pods of wjs running")
     # The wrapped JobSet is no queued JobSet: its Jobs' ancestor is the AppWrapper (found
     # through pykueue's store of every JobSet), and the raise is refused

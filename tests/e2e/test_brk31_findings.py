@@ -32,11 +32,11 @@ import pytest
 from tests.e2e.test_appwrapper import (  # noqa: F401
     AW_LABEL,
     FLAVOR_TOLERATION,
-    QUEUE,
     appwrapper,
     aw_operator,
     aw_queue,
     holding,
+    wrapped_jobset,
 )
 from tests.e2e.test_brk30b_findings import _under, queued_appwrapper
 from tests.e2e.test_workload_kinds import LONG, TOLERATION
@@ -180,19 +180,9 @@ def test_m3_a_jobset_components_job_enlarged_while_suspended_runs_no_bigger_pods
     none). Before (4153668): the resume passed, and the unlabelled variant ran an 8-GPU pod
     on a100-0 on the AppWrapper's admission of 1 GPU."""
     ns = aw_queue
-    gpu = {"nvidia.com/gpu": "1"}
-    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "m3js"},
-          "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": {
-              "parallelism": 1, "completions": 1, "template": {"metadata": LONG, "spec": {
-                  "restartPolicy": "Never", "tolerations": [TOLERATION],
-                  "containers": [{"name": "c", "image": "busybox", "resources": {
-                      "requests": gpu, "limits": gpu}}]}}}}}]}}
     # appwrapper's own fault handling (its pods missing for its failureGracePeriod, 1 min by
     # default, resets it) is not what this tests: given time.
-    lab.apply(json.dumps({"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
-                          "metadata": {"name": "m3", "namespace": ns, "labels": {QUEUE: "lq"},
-                                       "annotations": {FAILURE_GRACE: "10m"}},
-                          "spec": {"suspend": False, "components": [{"template": js}]}}))
+    lab.apply(wrapped_jobset("m3", ns, "m3js", annotations={FAILURE_GRACE: "10m"}))
     try:
         wait_for(lambda: ("Running", "a100-0", "1") in _gpu_pods(lab, ns), 90,
                  "m3js-w-0's 1-GPU pod running")
