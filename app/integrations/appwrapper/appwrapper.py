@@ -709,10 +709,11 @@ def _deployed(aw: Mapping[str, Any], i: int) -> bool:
 
 def component_queue_errors(aw: Mapping[str, Any]) -> list[str]:
     """Errors for a component whose template carries a queue-name label that is no valid
-    LocalQueue name (empty, or not a DNS-1123 subdomain). Every kind's webhook refuses such
-    an object at CREATE (pykueue's, as Kueue v0.17.1's ``ValidateQueueName`` in each kind's
-    ``ValidateJobOnCreate``), the AppWrapper controller's create of the component too, with
-    403, which appwrapper v1.2.0 retries as not fatal for the AppWrapper's
+    LocalQueue name (empty, or not a DNS-1123 subdomain). Kueue v0.17.1's webhook of every
+    kind refuses such an object at CREATE (``ValidateQueueName``), and so do pykueue's for a
+    batch Job and the operators' kinds (for a Pod, Deployment or StatefulSet: an empty one),
+    the AppWrapper controller's create of the component too, with 403, which appwrapper
+    v1.2.0 retries as not fatal for the AppWrapper's
     ``admissionGracePeriodDuration`` (the tenant's annotation, up to 24 h) and again after
     each reset, in phase ``Resuming`` with no later component created: a ``generateName``
     component's prefix then stays open (``names_component``) for as long as the tenant likes
