@@ -528,11 +528,32 @@ def stored_ancestor(ctx: Context, registry: Registry, obj: Mapping[str, Any]
                     ) -> tuple[JobKind, Mapping[str, Any]] | None:
     """``registry.managed_ancestor`` of ``obj`` read from the stores only (an ancestor they
     have not shown yet does not count), unlabelled ancestors counting where
-    ``manages_unlabelled_in`` ``obj``'s namespace."""
+    ``manages_unlabelled_in`` ``obj``'s namespace. An ancestor its kind's own store does not
+    hold is read from any other store of its API group and kind (``stored_object``)."""
     return registry.managed_ancestor(
-        obj, lambda kind, ns, name: lookup(kind, ctx, ns, name),
+        obj, lambda kind, ns, name: stored_object(kind, ctx, ns, name),
         manage_unlabelled=manages_unlabelled_in(
             ctx, str((obj.get("metadata") or {}).get("namespace", ""))))
+
+
+def stored_object(kind: JobKind, ctx: Context, ns: str, name: str) -> Obj | None:
+    """``kind``'s object ``ns/name`` as its own store holds it (``lookup``), else as another
+    store of the kind's API group and kind holds it (``InformerSet.keys_for``): the side
+    store of every JobSet (``CHILD_JOBSETS``, watched while the JobSet kind is served)
+    holds the unlabelled JobSet an AppWrapper wraps or a TrainJob's trainer made, which the
+    JobSet kind's store (labelled ones only, by default) does not, so the Jobs of that
+    JobSet find their queued ancestor (brk31 M3). None when no store holds it. The walk
+    that reads it checks the uid its child's controller reference names."""
+    found = lookup(kind, ctx, ns, name)
+    informers = getattr(ctx, "informers", None)
+    if found is not None or not hasattr(informers, "keys_for"):
+        return found
+    for key in informers.keys_for(kind.api_group, kind.kind):  # type: ignore[union-attr]
+        if key != kind.key:
+            found = ctx.store(key).get(f"{ns}/{name}")
+            if found is not None:
+                return found  # type: ignore[no-any-return]
+    return None
 
 
 def queued_top(ctx: Context, registry: Registry, kind: JobKind, obj: Mapping[str, Any]

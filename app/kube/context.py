@@ -71,7 +71,9 @@ CHILD_JOB_STORES = (CHILD_JOBS, EMPTY_QUEUE_JOBS)
 # reads). With the Job kind's stores, every batch Job is then in some store, so
 # ``framework.pod_of`` takes one no store holds for one gone.
 OTHER_JOBS = "jobother"
-# Every JobSet, watched while a kind makes JobSets through its operator (a TrainJob's trainer,
+# Every JobSet, watched while the JobSet kind is served (its ``side_stores``: the unlabelled
+# JobSet an AppWrapper wraps leads its Jobs to their ancestor, ``framework.stored_object``)
+# or a kind makes JobSets through its operator (a TrainJob's trainer,
 # ``KindDefaults.made_store``): such a JobSet, unlabelled, is held to that object's admission.
 CHILD_JOBSETS = "jobsetchild"
 UNLABELLED = f"!{QUEUE_NAME_LABEL}"

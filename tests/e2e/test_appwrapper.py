@@ -4,12 +4,12 @@ whole and its pods land on the flavor's node with the flavor's nodeSelector and 
 (through its ``podSetInfos``), the wrapped Job is not queued again, an edit making it bigger is
 refused and so is the wrapped Job scaled directly past its share; one that does not fit
 waits whole with no object made; deleting the running one lets the waiting one start, and its
-finishing frees the quota for the next. A wrapped JobSet's Job scaled directly is set back to
-its replicatedJob's share. A higher-priority Job preempts an admitted AppWrapper whole; one
-managed by another controller (``spec.managedBy``) is queued and admitted as Kueue v0.17.1
-does, and the AppWrapper controller makes nothing for it. An evicted AppWrapper of a
-``generateName`` Deployment runs again under a new name, and nothing joins it while it is
-suspended. Skipped when an operator is not built."""
+finishing frees the quota for the next. A wrapped JobSet's Job scaled directly is refused, and
+set back to its replicatedJob's share when no webhook saw the raise. A higher-priority Job
+preempts an admitted AppWrapper whole; one managed by another controller (``spec.managedBy``)
+is queued and admitted as Kueue v0.17.1 does, and the AppWrapper controller makes nothing for
+it. An evicted AppWrapper of a ``generateName`` Deployment runs again under a new name, and
+nothing joins it while it is suspended. Skipped when an operator is not built."""
 
 from __future__ import annotations
 
@@ -68,6 +68,25 @@ def appwrapper(name: str, ns: str, pods: int, *, completions: int | None = None,
     return json.dumps({"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
                        "metadata": {"name": name, "namespace": ns, "labels": {QUEUE: "lq"}},
                        "spec": {"suspend": False, "components": [{"template": job}]}})
+
+
+def wrapped_jobset(name: str, ns: str, jobset: str, *, replicas: int = 1, completions: int = 1,
+                   annotations: dict | None = None) -> str:
+    """An AppWrapper queued in ``lq`` wrapping JobSet ``jobset``: replicatedJob ``w`` of
+    ``replicas`` Jobs, each 1 pod at once (1 GPU) of ``completions``."""
+    gpu = {"nvidia.com/gpu": "1"}
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+          "metadata": {"name": jobset},
+          "spec": {"replicatedJobs": [{"name": "w", "replicas": replicas, "template": {"spec": {
+              "parallelism": 1, "completions": completions, "template": {
+                  "metadata": LONG, "spec": {
+                      "restartPolicy": "Never", "tolerations": [TOLERATION],
+                      "containers": [{"name": "c", "image": "busybox", "resources": {
+                          "requests": gpu, "limits": gpu}}]}}}}}]}}
+    return json.dumps({"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+                       "metadata": {"name": name, "namespace": ns, "labels": {QUEUE: "lq"},
+                                    "annotations": annotations or {}},
+                       "spec": {"suspend": False, "components": [{"template": js}]}})
 
 
 def holding(lab: LabHandle, ns: str, name: str) -> list[dict]:
@@ -144,23 +163,43 @@ def test_an_appwrapper_runs_whole_on_the_flavor_and_cannot_grow_past_its_admissi
 def test_a_wrapped_jobsets_job_scaled_directly_is_set_back_to_its_share(
         lab: LabHandle, aw_queue: str) -> None:
     ns = aw_queue
-    gpu = {"nvidia.com/gpu": "1"}
-    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "js"},
-          "spec": {"replicatedJobs": [{"name": "w", "replicas": 2, "template": {"spec": {
-              "parallelism": 1, "completions": 4, "template": {"metadata": LONG, "spec": {
-                  "restartPolicy": "Never", "tolerations": [TOLERATION],
-                  "containers": [{"name": "c", "image": "busybox", "resources": {
-                      "requests": gpu, "limits": gpu}}]}}}}}]}}
-    lab.apply(json.dumps({"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
-                          "metadata": {"name": "wjs", "namespace": ns, "labels": {QUEUE: "lq"}},
-                          "spec": {"suspend": False, "components": [{"template": js}]}}))
+    lab.apply(wrapped_jobset("wjs", ns, "js", replicas=2, completions=4))
     wait_for(lambda: len(holding(lab, ns, "wjs")) == 2, 90, "the 2 pods of wjs running")
-    # The wrapped JobSet is no queued JobSet: its Jobs' ancestor is the AppWrapper.
-    lab.kubectl("patch", "job", "js-w-0", "-n", ns, "--type=merge",
-                "-p", '{"spec":{"parallelism":3}}')
-    wait_for(lambda: lab.get("job", "js-w-0", "-n", ns)["spec"]["parallelism"] == 1, 30,
-             "js-w-0's parallelism set back to 1")
-    wait_for(lambda: len(holding(lab, ns, "wjs")) == 2, 60, "wjs back to 2 pods")
+    # The wrapped JobSet is no queued JobSet: its Jobs' ancestor is the AppWrapper (found
+    # through pykueue's store of every JobSet), and the raise is refused
+    # (vappwrapper-wrapped-jobset-job: the Job's pod template carries the AppWrapper's label).
+    raise_ = lab.kubectl("patch", "job", "js-w-0", "-n", ns, "--type=merge",
+                         "-p", '{"spec":{"parallelism":3}}', check=False)
+    assert raise_.returncode != 0 \
+        and "vappwrapper-wrapped-jobset-job.pykueue.io" in raise_.stderr \
+        and "runs at most 1 pod(s) at once" in raise_.stderr, raise_.stderr
+    # One no webhook sees (that label, and the replicatedJob label by which the JobSet
+    # operator's resume merges it back, taken off the suspended Job first) is set back.
+    def js_w_0() -> dict:
+        return lab.get("job", "js-w-0", "-n", ns)
+
+    def patch(kind: str, name: str, how: str, body: object) -> None:
+        lab.kubectl("patch", kind, name, "-n", ns, f"--type={how}", "-p", json.dumps(body))
+
+    patch("jobset", "js", "merge", {"spec": {"suspend": True}})
+    wait_for(lambda: (j := js_w_0())["spec"].get("suspend") is True
+             and not j["status"].get("active"), 60, "js-w-0 suspended")
+    patch("job", "js-w-0", "json", [
+        {"op": "remove", "path": f"/spec/template/metadata/labels/{AW_LABEL.replace('/', '~1')}"},
+        {"op": "remove", "path": "/metadata/labels/jobset.sigs.k8s.io~1replicatedjob-name"},
+        {"op": "replace", "path": "/spec/parallelism", "value": 3}])
+    patch("jobset", "js", "merge", {"spec": {"suspend": False}})
+    patch("job", "js-w-0", "merge", {"spec": {"suspend": False}})
+    wait_for(lambda: (j := js_w_0())["spec"]["parallelism"] == 1
+             and j["spec"].get("suspend") is False, 30, "js-w-0's parallelism set back to 1")
+
+    def js_pods() -> int:
+        return len([p for p in lab.get("pods", "-n", ns, "-l",
+                                       "jobset.sigs.k8s.io/jobset-name=js")["items"]
+                    if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+                    and p["status"].get("phase") in ("Pending", "Running")])
+    wait_for(lambda: js_pods() == 2, 60, "js back to 2 pods")
+    lab.kubectl("delete", "appwrapper", "wjs", "-n", ns, "--wait=false")
 
 
 @pytest.fixture

@@ -6,7 +6,9 @@ checked) and it would run pods no quota covers. Both creates are refused by the 
 through the webhooks ``vappwrapper-wrapped-job`` and ``vappwrapper-wrapped-jobset`` (unlabelled
 objects an AppWrapper controls; the unit tests are tests/unit/test_appwrapper_child_templates.py
 and test_brk30b_findings.py). The AppWrapper here waits on a LocalQueue that does not exist,
-so it stays queued and suspended throughout."""
+so it stays queued and suspended throughout. H1's part that was pykueue's own (closed): an
+AppWrapper whose component carries a queue name no webhook lets its controller create it
+under is refused at create."""
 
 from __future__ import annotations
 
@@ -92,3 +94,30 @@ def test_a_job_or_jobset_of_a_components_name_with_bigger_pods_cannot_be_created
     same = lab.kubectl("create", "--dry-run=server", "-f", "-",
                        input=_under(_jobset("adopt-js", "1"), ns, uid), check=False)
     assert same.returncode == 0, same.stderr
+
+
+def test_h1_an_appwrapper_whose_component_no_webhook_would_let_be_created_is_refused(
+        lab: LabHandle, aw_queue: str) -> None:  # noqa: F811
+    """brk30b H1, pykueue's own part (closed): an AppWrapper whose Job component carries the
+    queue name ``Not_A_Queue`` (no valid LocalQueue name: the Job webhook would refuse
+    appwrapper v1.2.0's create of it with 403, retried as not fatal for as long as the
+    tenant's annotations say, holding a later ``generateName`` component's prefix open) is
+    refused at create, naming the component's label; the same AppWrapper with a valid name
+    in that label is created."""
+    side = _job("side", "1")
+    side["metadata"]["labels"] = {QUEUE: "Not_A_Queue"}
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"generateName": "dep-"},
+           "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "h1"}},
+                    "template": {**_pod("1"), "metadata": {"labels": {"app": "h1"}}}}}
+    aw = {"apiVersion": AW_API, "kind": "AppWrapper",
+          "metadata": {"name": "h1", "namespace": aw_queue, "labels": {QUEUE: "lq"}},
+          "spec": {"suspend": True, "components": [{"template": side}, {"template": dep}]}}
+    made = lab.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(aw),
+                       check=False)
+    assert made.returncode != 0
+    assert "spec.components[0].template.metadata.labels[kueue.x-k8s.io/queue-name]" \
+        in made.stderr and "Not_A_Queue" in made.stderr, made.stderr
+    side["metadata"]["labels"] = {QUEUE: "lq"}
+    made = lab.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(aw),
+                       check=False)
+    assert made.returncode == 0, made.stderr

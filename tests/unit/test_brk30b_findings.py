@@ -8,7 +8,8 @@ a Job with a share of the AppWrapper's admission runs only its component templat
 and a JobSet under it only its JobSet component's replicatedJobs (H2, H3's fixed-name
 JobSet; tests/unit/test_appwrapper_child_templates.py).
 Open (strict xfails, docs/security.md Known gaps): H1's Deployments while a create the
-tenant makes fail is retried in ``Resuming``; L.
+tenant makes fail is retried in ``Resuming`` (since session 36 not pykueue's own refusal of
+a component's invalid queue-name label: the AppWrapper is refused when queued); L.
 
 H1 (``names_component`` / ``_creating``): the tenant keeps a ``generateName`` component
 uncreated, and so its prefix open, for as long as it likes, two ways:
@@ -123,9 +124,10 @@ def _resuming(obj: dict[str, Any], status: list[dict[str, Any]]) -> dict[str, An
 HOLDS = ["create-refused", "managed-elsewhere"]
 H1 = pytest.mark.xfail(strict=True, reason=(
     "brk30b H1: the tenant keeps an AppWrapper's generateName component uncreated for good "
-    "(its create, or an earlier component's, refused by pykueue with 403, retried and reset "
-    "on the tenant's annotations; or spec.managedBy another controller's), so every Job "
-    "with its prefix gets the component's share and every Deployment with it joins"))
+    "(its create, or an earlier component's, refused non-fatally, retried and reset on the "
+    "tenant's annotations: since session 36 not by pykueue's queue-name rule for an "
+    "AppWrapper queued since, but by a ResourceQuota the tenant fills, another admission "
+    "webhook, or for an AppWrapper stored before), so every Deployment with its prefix joins"))
 
 
 def _held(obj: dict[str, Any], how: str, status: list[dict[str, Any]]) -> dict[str, Any]:
@@ -178,14 +180,29 @@ def _gated_job_appwrapper() -> dict[str, Any]:
 
 
 async def test_brk30b_h_the_controllers_create_is_refused_non_fatally() -> None:
-    """The two facts brk30b H1 (``create-refused``) stands on (they pass: not the finding
-    itself). pykueue's AppWrapper rules accept an AppWrapper whose Job component carries an
-    invalid queue-name label, and its Job webhook refuses the AppWrapper controller's create
-    of that Job with 403 ``Forbidden``, which appwrapper v1.2.0 retries as not fatal (it
-    fails the AppWrapper at once only for NoMatch and Invalid,
-    ``resource_management.go:389``)."""
+    """The two facts brk30b H1 (``create-refused``) stood on. pykueue's Job webhook refuses
+    the AppWrapper controller's create of a Job component carrying an invalid queue-name
+    label with 403 ``Forbidden``, which appwrapper v1.2.0 retries as not fatal (it fails the
+    AppWrapper at once only for NoMatch and Invalid, ``resource_management.go:389``). Since
+    session 36 pykueue's AppWrapper rules refuse such an AppWrapper when it is queued
+    (``component_queue_errors``), created so or labelled so by an update, so that hold cannot
+    arise; one stored before, unchanged, is still accepted."""
     obj = _gated_job_appwrapper()
-    assert KIND.rules.validate(None, obj, "alice", POLICY) == []
+    errors = KIND.rules.validate(None, obj, "alice", POLICY)
+    assert len(errors) == 1 and errors[0].startswith(
+        "spec.components[0].template.metadata.labels[kueue.x-k8s.io/queue-name]: "
+        "'Not_A_Queue' is not a valid LocalQueue name"), errors
+    unqueued = copy.deepcopy(obj)
+    unqueued["metadata"]["labels"] = {}
+    assert KIND.rules.validate(None, unqueued, "alice", POLICY) == []
+    assert KIND.rules.validate(unqueued, obj, "alice", POLICY) == errors  # queued by an update
+    relabelled = copy.deepcopy(obj)
+    relabelled["metadata"]["labels"]["team"] = "a"
+    assert KIND.rules.validate(obj, relabelled, "alice", POLICY) == []  # stored before
+    for value in ("", "lq"):  # empty: refused as every kind's webhook does; a valid name passes
+        other = copy.deepcopy(obj)
+        other["spec"]["components"][0]["template"]["metadata"]["labels"] = {QUEUE: value}
+        assert bool(KIND.rules.validate(None, other, "alice", POLICY)) is (value == ""), value
     running = _resuming(obj, [{"name": "", "kind": "Job", "apiVersion": "batch/v1",
                                "conditions": copy.deepcopy(ERRORED)}])
     app = make_app(admission=lookup(running))
@@ -229,9 +246,13 @@ async def test_deployments_with_the_prefix_cannot_join_while_the_tenant_holds_th
     """AppWrapper research/dep: Job ``side`` labelled with the queue name ``Not_A_Queue``,
     then a Deployment by ``generateName: dep-`` (1 replica of 1 GPU). The controller's
     create of ``side`` is refused every second and it never gets to the Deployment (or no
-    controller runs the AppWrapper). The tenant (alice) creates ``dep-evil0``..``dep-evil3``
-    under it, each as the component would be: all allowed, 4 GPU pods on an admission of 1,
-    and no name is ever recorded for the component, so none of them is ever found out."""
+    controller runs the AppWrapper). Since session 36 pykueue refuses such an AppWrapper
+    when it is queued (``component_queue_errors``); the state stays reachable through a
+    create that fails for another reason (a ResourceQuota of object counts the tenant fills:
+    403 ``exceeded quota``, not fatal to appwrapper v1.2.0) or an AppWrapper stored before.
+    The tenant (alice) creates ``dep-evil0``..``dep-evil3`` under it, each as the component
+    would be: all allowed, 4 GPU pods on an admission of 1, and no name is ever recorded for
+    the component, so none of them is ever found out."""
     obj = queued_appwrapper(generateName="dep-")
     obj["spec"]["components"][0]["template"]["metadata"]["labels"] = {QUEUE: "Not_A_Queue"}
     running = _held(obj, how, [

@@ -10,7 +10,10 @@ devices and be placed as the component made under the admission,
 flavor's nodeSelector and tolerations are the only additions, from the AppWrapper's
 ``podSetInfos``, ``made_component``), L1 (hack/test.sh makes certs/out once before the
 lanes, and ``certs.pki`` holds a lock on the directory for each step), L2 (the lanes merge
-pytest's ``cache/lastfailed``). Open (strict xfail): M3.
+pytest's ``cache/lastfailed``), M3 (session 36: the JobSet kind watches every JobSet,
+``CHILD_JOBSETS``, where the ancestor walk finds an AppWrapper's unlabelled JobSet,
+``framework.stored_object``; webhook ``vappwrapper-jobset-job`` sends the Jobs of such a
+JobSet, their pod template labelled with the AppWrapper's name, to the Job rules).
 
 Against 3a0239b (the pods of an AppWrapper's Job and JobSet
 components are checked against the components' templates, at CREATE and at resume only:
@@ -83,6 +86,9 @@ store holding the unlabelled JobSet. The tenant suspends the JobSet (allowed), s
 the operator resumes ``js-w-0``: 8 GPUs on a share of 1 GPU per pod, the count within the
 share. Matters where unlabelled pods are otherwise kept off flavor GPUs by the extender
 (``extender.flavor_nodes_for_admitted_only``: it places this pod, its ancestor admitted).
+Closed (session 36): the resume is refused, and what the webhook does not see (the label
+taken off the pod template first) the extender and the reconciler hold, through the same
+walk.
 Seen on the lab (Kubernetes v1.36.3, an ad hoc run, not kept): a Job that ran a 1-GPU pod,
 suspended (its pod still terminating), its container patched to 2 GPUs (accepted) and
 resumed ran a 2-GPU pod.
@@ -125,9 +131,11 @@ from app.controllers.admission_lookup import StoreAdmissionLookup
 from app.integrations import default_registry
 from app.integrations.appwrapper.appwrapper import KIND
 from app.integrations.framework import child_share
+from app.integrations.jobset.jobset import JOBSETS
 from app.integrations.jobset.jobset import KIND as JOBSET
 from app.integrations.reconciler import PODS_POLL
 from app.kube.client import JOBS
+from app.kube.context import CHILD_JOBSETS
 from app.kube.informers import Store
 from certs import pki
 from tests.unit.test_appwrapper import aw, job
@@ -140,6 +148,7 @@ from tests.unit.test_appwrapper_child_templates import (
 from tests.unit.test_brk30b_findings import (
     ERRORED,
     HOLDS,
+    JOBSET_CONTROLLER,
     QUEUE,
     _hardened_app,
     _held,
@@ -413,39 +422,61 @@ async def test_a_jobset_of_the_components_name_claims_no_other_devices() -> None
     assert not await _jobset_review(_app(running), "CREATE", evil)
 
 
-M3 = pytest.mark.xfail(strict=True, reason=(
-    "brk31 M3: a Job of an AppWrapper's JobSet component, suspended and given bigger pods "
-    "(Kubernetes v1.36 MutablePodResourcesForSuspendedJobs, beta, on), is resumed with them: "
-    "no Job webhook is called for it by default, and the Job rules find no ancestor for it "
-    "unless its JobSet is in a store"))
+def _jobsets_app(appwrapper: dict[str, Any], jobset: dict[str, Any]) -> Any:
+    """The webhook app over stores as pykueue watches them by default: the AppWrapper's, and
+    the side store of every JobSet (``CHILD_JOBSETS``, the JobSet kind's ``side_stores``)
+    holding the AppWrapper's unlabelled JobSet; the JobSet kind's own store (labelled JobSets)
+    does not."""
+    stores = {KIND.key: Store(JOBS), CHILD_JOBSETS: Store(JOBSETS)}
+    stores[KIND.key].put(appwrapper)
+    stores[CHILD_JOBSETS].put(jobset)
+    by_kind = {(JOBSET.api_group, JOBSET.kind): (JOBSET.key, CHILD_JOBSETS)}
+    ctx = SimpleNamespace(store=lambda k: stores.get(k) or Store(JOBS), synced=True,
+                          settings=Settings(),
+                          informers=SimpleNamespace(informers=dict.fromkeys(stores),
+                                                    keys_for=lambda g, k: by_kind.get((g, k), ())))
+    return make_app(admission=StoreAdmissionLookup(ctx, default_registry()))  # type: ignore[arg-type]
 
 
-@M3
 async def test_a_jobset_components_job_resumed_with_bigger_pods_is_refused() -> None:
-    """AppWrapper t/aw running, its JobSet ``js`` made by the controller (1 Job of 1 pod of
-    1 GPU); the JobSet operator's Job ``js-w-0``. The tenant suspends the JobSet (allowed:
-    no resume), so the operator suspends ``js-w-0``; changes the Job's container to 8 GPUs
-    (the API server allows a suspended Job's resources since v1.36: feature gate
-    ``MutablePodResourcesForSuspendedJobs``, beta, on by default); resumes the JobSet
-    (allowed: its replicatedJobs are still the component's), and the JobSet operator (or the
-    tenant) resumes ``js-w-0``: the Job rules allow it. With the default webhooks the Job
-    webhook is not even called (``vjob``: labelled Jobs; ``vappwrapper-wrapped-job``: a Job
-    the AppWrapper controls itself, not its JobSet's), and when called (the unlabelled
-    overlay) it finds the Job's ancestor only through a store holding the AppWrapper's
-    unlabelled JobSet (with ``manage_jobs_without_queue_name``, or a TrainJob store of every
-    JobSet; here none), so ``child_job_template`` answers unknown; the reconciler holds the
-    Job to its share's count only. The same resume under the unlabelled overlay with the
-    JobSet stored is refused (the JobSet operator's resume too: the JobSet then stays
-    suspended, which is the tenant's loss)."""
+    """brk31 M3, closed: AppWrapper t/aw running, its JobSet ``js`` made by the controller (1
+    Job of 1 pod of 1 GPU); the JobSet operator's Job ``js-w-0``. The tenant suspends the
+    JobSet (allowed: no resume), so the operator suspends ``js-w-0``; changes the Job's
+    container to 8 GPUs (the API server allows a suspended Job's resources since v1.36:
+    feature gate ``MutablePodResourcesForSuspendedJobs``, beta, on by default); resumes the
+    JobSet (allowed: its replicatedJobs are still the component's), and the JobSet operator
+    (or the tenant) resumes ``js-w-0``. Before, with the default webhooks the Job webhook was
+    not even called (``vjob``: labelled Jobs; ``vappwrapper-wrapped-job``: a Job the
+    AppWrapper controls itself, not its JobSet's), and when called it found the Job's
+    ancestor only through a store holding the AppWrapper's unlabelled JobSet (with
+    ``manage_jobs_without_queue_name``, or a TrainJob's store of every JobSet), so
+    ``child_job_template`` answered unknown and the resume passed. Now the JobSet kind
+    watches every JobSet (``CHILD_JOBSETS``), the ancestor walk reads the JobSet there
+    (``framework.stored_object``), and ``vappwrapper-jobset-job`` sends such a Job (its pod
+    template labelled with the AppWrapper's name) to the Job webhook: the resume is refused
+    (the JobSet operator's too: the JobSet then stays with its Job suspended, which is the
+    tenant's loss). Without the JobSet in any store the answer stays unknown (allowed); the
+    reconciler and the extender hold such a Job through the same walk."""
     running, made = _jobset_component()
-    suspended = _jobsets_job(made, "1")
+    suspended = copy.deepcopy(_jobsets_job(made, "1"))  # its template is the JobSet's
     suspended["spec"]["suspend"] = True
     suspended["spec"]["template"]["spec"]["containers"][0]["resources"] = {
         "requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}
     resumed = copy.deepcopy(suspended)
     resumed["spec"]["suspend"] = False
-    out = await _job_review(_app(running), "UPDATE", resumed, suspended)
+    out = await _job_review(_jobsets_app(running, made), "UPDATE", resumed, suspended)
     assert not out["allowed"], "js-w-0 resumed with 8 GPUs a pod on js's share of 1 GPU"
+    assert "'nvidia.com/gpu': 8" in out["status"]["message"], out["status"]["message"]
+    # The same Job resumed as it was made passes (the JobSet operator's own resume).
+    same = copy.deepcopy(_jobsets_job(made, "1"))
+    same["spec"]["suspend"] = True
+    unchanged = copy.deepcopy(same)
+    unchanged["spec"]["suspend"] = False
+    out = await _job_review(_jobsets_app(running, made), "UPDATE", unchanged, same,
+                            user=JOBSET_CONTROLLER)
+    assert out["allowed"], out
+    # Without the JobSet in a store the ancestor is unknown: the rules cannot judge it.
+    assert (await _job_review(_app(running), "UPDATE", resumed, suspended))["allowed"]
 
 
 # ------------------------------------------------------------------------------ the lanes

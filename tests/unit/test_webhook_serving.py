@@ -53,6 +53,8 @@ WEBHOOKS = {
          (["apps"], ["v1"], ["deployments", "statefulsets"])),
     ("ValidatingWebhookConfiguration", "vappwrapper-wrapped-job.pykueue.io"):
         ("/validate-batch-v1-job", ["CREATE", "UPDATE"], (["batch"], ["v1"], ["jobs"])),
+    ("ValidatingWebhookConfiguration", "vappwrapper-wrapped-jobset-job.pykueue.io"):
+        ("/validate-batch-v1-job", ["CREATE", "UPDATE"], (["batch"], ["v1"], ["jobs"])),
     ("ValidatingWebhookConfiguration", "vappwrapper-wrapped-jobset.pykueue.io"):
         ("/validate-jobset-x-k8s-io-v1alpha2-jobset", ["CREATE", "UPDATE"],
          (["jobset.x-k8s.io"], ["v1alpha2"], ["jobsets"])),
@@ -135,6 +137,13 @@ def test_webhook_configurations_follow_the_contract(template: str) -> None:
             assert "objectSelector" not in webhook
             assert [c["name"] for c in webhook["matchConditions"]] == [
                 "controlled-by-an-appwrapper", "without-a-queue-name"]
+        elif webhook["name"] == "vappwrapper-wrapped-jobset-job.pykueue.io":
+            # The Jobs of an AppWrapper's JobSet (brk31 M3): controlled by a JobSet, their
+            # pods labelled by the AppWrapper controller, unlabelled.
+            assert "objectSelector" not in webhook
+            assert [c["name"] for c in webhook["matchConditions"]] == [
+                "controlled-by-a-jobset", "pods-labelled-by-an-appwrapper",
+                "without-a-queue-name"]
         elif webhook["name"] == "vpodowner.pykueue.io":  # every pod of an admitted job
             assert webhook["objectSelector"] == {
                 "matchExpressions": [{"key": "kueue.x-k8s.io/podset", "operator": "Exists"}]

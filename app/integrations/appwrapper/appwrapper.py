@@ -62,10 +62,11 @@ from app.integrations.podsets import (
     merged_node_selector,
 )
 from app.integrations.templated import Path, Template, TemplatedKind, get_in
+from app.integrations.webhook_toolkit import label_field, queue_name_format_errors
 from app.kube.client import Resource
 from app.kube.context import JOB
 from app.wire.fields import Obj, WorkloadSpecError
-from app.wire.names import JOBSET_NAME_LABEL, JOBSET_UID_LABEL, PODSET_LABEL
+from app.wire.names import JOBSET_NAME_LABEL, JOBSET_UID_LABEL, PODSET_LABEL, QUEUE_NAME_LABEL
 from app.wire.owners import controller_of_object
 from app.wire.podtemplate import template_differences, template_requests
 
@@ -400,7 +401,7 @@ class AppWrapper(TemplatedKind):
     # Its webhook rules check what the operator's webhook checks of the podSets (1 to 8,
     # declared ones as inferred, every path a pod template: ``spec_errors``).
     rules = CrdRules(GROUP, VERSION, "appwrappers", "AppWrapper", ("spec", "suspend"),
-                     extra_create=lambda aw: KIND.spec_errors(aw),
+                     extra_create=lambda aw: KIND.spec_errors(aw) + component_queue_errors(aw),
                      extra_update=lambda old, new: _components_changed(old, new),
                      multikueue=APPWRAPPER)
     # The controller labels the wrapped pod templates with the AppWrapper's name; the pods'
@@ -732,6 +733,35 @@ def _deployed(aw: Mapping[str, Any], i: int) -> bool:
         return False
     return any(isinstance(c, Mapping) and c.get("type") == "ResourcesDeployed"
                and c.get("status") == "True" for c in conditions)
+
+
+def component_queue_errors(aw: Mapping[str, Any]) -> list[str]:
+    """Errors for a component whose template carries a queue-name label that is no valid
+    LocalQueue name (empty, or not a DNS-1123 subdomain). Kueue v0.17.1's webhook of every
+    kind refuses such an object at CREATE (``ValidateQueueName``), and so do pykueue's for a
+    batch Job and the operators' kinds (for a Pod, Deployment or StatefulSet: an empty one),
+    the AppWrapper controller's create of the component too, with 403, which appwrapper
+    v1.2.0 retries as not fatal for the AppWrapper's
+    ``admissionGracePeriodDuration`` (the tenant's annotation, up to 24 h) and again after
+    each reset, in phase ``Resuming`` with no later component created: a ``generateName``
+    component's prefix then stays open (``names_component``) for as long as the tenant likes
+    (brk30b H1). Such an AppWrapper can never run, so it is refused when it is queued
+    (created, or made queued by an update) rather than admitted. Beyond Kueue v0.17.1,
+    whose AppWrapper webhook does not read the components' labels."""
+    errors = []
+    for i, comp in enumerate((aw.get("spec") or {}).get("components") or []):
+        tpl = comp.get("template") if isinstance(comp, Mapping) else None
+        meta = tpl.get("metadata") if isinstance(tpl, Mapping) else None
+        labels = meta.get("labels") if isinstance(meta, Mapping) else None
+        if not isinstance(labels, Mapping) or QUEUE_NAME_LABEL not in labels:
+            continue
+        value = labels[QUEUE_NAME_LABEL]
+        found = queue_name_format_errors(value, QUEUE_NAME_LABEL) \
+            if isinstance(value, str) and value \
+            else [f"{label_field(QUEUE_NAME_LABEL)}: {value!r} is not a valid LocalQueue name"]
+        errors += [f"spec.components[{i}].template.{e}: the component's own webhook refuses "
+                   "it, so its controller could never create it" for e in found]
+    return errors
 
 
 def _components_changed(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

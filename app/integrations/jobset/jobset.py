@@ -33,6 +33,7 @@ from app.integrations.jobsetspec import (
 )
 from app.integrations.templated import Obj, Template, TemplatedKind
 from app.kube.client import Resource
+from app.kube.context import CHILD_JOBSETS
 from app.kube.events import WARNING
 from app.wire.fields import WorkloadSpecError, integer
 from app.wire.names import JOBSET_NAME_LABEL, JOBSET_UID_LABEL
@@ -74,6 +75,12 @@ class JobSet(TemplatedKind):
     kind = "JobSet"
     suspend = ("spec", "suspend")
     rules = RULES
+    # Every JobSet, labelled or not, besides the kind's own (labelled) store: the unlabelled
+    # JobSet an AppWrapper wraps is its Jobs' way to their queued ancestor
+    # (``framework.stored_object``: the Job webhook's, the extender's and the reconciler's
+    # walk; brk31 M3). Kueue v0.17.1 watches every JobSet too. Watched while the kind is
+    # served (a TrainJob watches it as well, ``made_store``).
+    side_stores = ((CHILD_JOBSETS, JOBSETS),)
     # JobSet v0.11 labels its child Jobs' pods with both.
     pod_labels = (JOBSET_NAME_LABEL, JOBSET_UID_LABEL)
     # JobSet v0.11.1 returns at once for a JobSet being deleted (``jobSetMarkedForDeletion``):
