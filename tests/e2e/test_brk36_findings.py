@@ -14,6 +14,16 @@ job never runs. Lab (brk36): the PyTorchJob's master and worker creates denied b
 the strict setup the Pod webhook does not see these pods and they run (the backstop counts
 only podSets the wrapped kind names).
 
+B1 (bypass, default setup): the reconciler's backstop (``_delete_excess``) counts a
+wrapped PyTorchJob's pods against the admitted counts of the PyTorchJob's own podSet names
+only (``counts = {ps: n ... if ps in direct}``: none of the AppWrapper's ``aw-N``), and in the
+default setup the unlabelled PyTorchJob is in no store anyway, so copies of its worker made
+by the tenant (controller: the PyTorchJob, its labels, 1 GPU each) all run. Lab (brk36): 2
+copies Running 20 s after their create, 4 GPUs Running on an admission of 2; the same copies
+of an unwrapped PyTorchJob's worker were deleted at once (2 ``DeletedExcessPods``). Under
+the strict setup the copies are refused today only by F1's label rule, so a fix of F1 must
+count such pods against the AppWrapper's podSets.
+
 No false positive found (strict setup, lab, ad hoc runs): a JobSet restart
 (``failurePolicy.maxRestarts``) back Running in 2.0 s; an Indexed Job's failed index
 (``backoffLimitPerIndex``) replaced in 9.7 s and a ``podFailurePolicy`` Ignore failure in
@@ -28,16 +38,20 @@ refusal; PyTorchJob and RayCluster deactivated and re-activated twice: Running a
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from tests.e2e.test_brk34b_findings import strict_dra
-from tests.e2e.test_jobset import QUEUE, admitted
+from tests.e2e.test_jobset import QUEUE, admitted, tenant
 from tests.e2e.test_kubeflow import template
 from tests.e2e.test_ray import ray_queue, rayjob
+from tests.integration.test_operators import operators_running
 from tests.labfixture import ROOT, LabHandle, wait_for
 
 sys.path.insert(0, str(ROOT / "hack"))
@@ -51,6 +65,15 @@ def strict(lab: LabHandle) -> Iterator[labmod.Lab]:
     """appwrapper, the training-operator and KubeRay under the strict setup."""
     with strict_dra(lab, "appwrapper", "training-operator", "kuberay") as handle:
         yield handle
+
+
+@pytest.fixture(scope="module")
+def aw_ops(lab: LabHandle) -> Iterator[None]:
+    """appwrapper and the training-operator, before any pykueue of this module starts."""
+    with operators_running(lab, ["appwrapper", "training-operator"]) as (running, _):
+        if missing := {"appwrapper", "training-operator"} - running:
+            pytest.skip(f"{', '.join(sorted(missing))} not built: run `make operators`")
+        yield
 
 
 def _running(lab: LabHandle, ns: str) -> list[dict]:
@@ -80,6 +103,57 @@ def _raycluster() -> dict:
     spec = json.loads(rayjob("rc", "x", 1))["spec"]["rayClusterSpec"]
     return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "rc"},
             "spec": spec}
+
+
+def _copy_of(lab: LabHandle, ns: str, pod: dict, name: str, owner: dict) -> Any:
+    """As the tenant, a copy ``name`` of ``pod`` (its labels and spec, no node, no token
+    volume) with ``owner`` as its controller; the create's result."""
+    spec = copy.deepcopy(pod["spec"])
+    spec.pop("nodeName", None)
+    spec["volumes"] = [v for v in spec.get("volumes") or []
+                       if not v["name"].startswith("kube-api-access")]
+    for c in spec.get("containers", []) + spec.get("initContainers", []):
+        c["volumeMounts"] = [m for m in c.get("volumeMounts") or []
+                             if not m["name"].startswith("kube-api-access")]
+    meta = owner["metadata"]
+    return lab.kubectl(*tenant(lab, ns), "create", "-f", "-", check=False, input=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": name, "namespace": ns, "labels": pod["metadata"]["labels"],
+            "annotations": {"lab.pykueue.dev/run-duration": "1h"},
+            "ownerReferences": [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                                 "name": meta["name"], "uid": meta["uid"],
+                                 "controller": True}]},
+        "spec": spec}))
+
+
+def _gpus_running(lab: LabHandle, ns: str) -> int:
+    return sum(int(c["resources"].get("requests", {}).get("nvidia.com/gpu", 0))
+               for p in _running(lab, ns) for c in p["spec"]["containers"])
+
+
+def test_b1_copies_of_a_wrapped_pytorchjobs_worker_do_not_run(
+        lab: LabHandle, aw_ops: None, pykueue_in_lab: labmod.Lab) -> None:
+    """B1 (module doc), default setup: the tenant's 2 copies of the wrapped worker are
+    deleted (or never run): no more than the 2 admitted GPUs Running once 20 s have passed
+    with both copies made."""
+    with ray_queue(lab, "b36-awc", 2) as ns:
+        tenant(lab, ns)
+        lab.apply(_wrapped(ns, _pytorchjob()))
+        wait_for(lambda: admitted(lab, ns, "AppWrapper", "aw"), 60, "aw admitted")
+        wait_for(lambda: len(_running(lab, ns)) == 2, 90, "ddp's 2 pods running")
+        (worker,) = [p for p in _running(lab, ns) if "worker" in p["metadata"]["name"]]
+        owner = lab.get("pytorchjob", "ddp", "-n", ns)
+        made = [_copy_of(lab, ns, worker, f"copy{i}", owner) for i in range(2)]
+        assert all(r.returncode == 0 for r in made), [r.stderr for r in made]
+        # The backstop deletes copies within a second of their creation (the unwrapped
+        # PyTorchJob's in the lab); 20 s is its answer's bound, then the count is read.
+        deadline = time.monotonic() + 20
+        wait_for(lambda: _gpus_running(lab, ns) > 2 or time.monotonic() > deadline, 30,
+                 "the copies running, or 20 s")
+        wait_for(lambda: time.monotonic() > deadline, 30, "20 s after the copies")
+        names = sorted(p["metadata"]["name"] for p in _running(lab, ns))
+        print(f"\nB1: Running {names}; GPUs {_gpus_running(lab, ns)} on an admission of 2")
+        assert _gpus_running(lab, ns) <= 2, names
 
 
 @pytest.mark.parametrize(("component", "resource"), [(_pytorchjob, "pytorchjobs"),
