@@ -131,6 +131,11 @@ def _gpus_running(lab: LabHandle, ns: str) -> int:
                for p in _running(lab, ns) for c in p["spec"]["containers"])
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "brk36 B1, default setup: the wrapped PyTorchJob, unlabelled, is in no store, so no "
+    "backstop pass runs for it and the Pod webhook does not see its copies (unlabelled "
+    "pods); as a bare GPU pod, they run outside quota unless the strict setup is on "
+    "(docs/security.md), where the CREATE rule counts them by the AppWrapper's podSets"))
 def test_b1_copies_of_a_wrapped_pytorchjobs_worker_do_not_run(
         lab: LabHandle, aw_ops: None, pykueue_in_lab: labmod.Lab) -> None:
     """B1 (module doc), default setup: the tenant's 2 copies of the wrapped worker are
