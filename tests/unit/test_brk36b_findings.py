@@ -1,0 +1,172 @@
+"""brk36b: breaking what session 36 built (4153668..): Spark executors held per driver
+(f3d9e48), an AppWrapper's wrapped objects' pods counted by its podSets (d41a9e5), the
+store of every JobSet and ``vappwrapper-wrapped-jobset-job`` (ed22cde), the AppWrapper
+component queue-name check (55273c4). Each test FAILS on the code it names (strict xfail).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+
+from app.integrations import default_registry
+from app.integrations.appwrapper.appwrapper import KIND as APPWRAPPER
+from app.integrations.kubeflow.kubeflow import PYTORCHJOB
+from app.integrations.sparkapplication.sparkapplication import KIND as SPARK
+from app.kube.context import POD, WL
+from tests.unit.test_brk36_findings import AW_REF
+from tests.unit.test_foreground_deletion import _admitted
+from tests.unit.test_foreground_deletion import _reconciler as _fd_reconciler
+from tests.unit.test_pod_create_check import NS, QUEUE, Stores, _pod, _template, _workload
+from tests.unit.test_spark_executor_admission import _create, _ctx, _executor
+from tests.unit.test_sparkapplication import app
+
+GONE = "2026-12-07T16:00:00Z"
+NEW_DRIVER_REF = {"apiVersion": "v1", "kind": "Pod", "name": "pi-driver", "uid": "pod-1",
+                  "controller": True}
+
+
+def _replaced_driver(ctx: Any, *, grace: int = 30) -> None:
+    """The driver ``pi-driver`` (uid pod-0) deleted and made again (uid pod-1: spark-operator
+    submits the application again under its ``restartPolicy``, or the tenant makes it): its
+    2 executors, being deleted by the garbage collector with ``grace`` seconds (the pod's own
+    ``terminationGracePeriodSeconds``, the tenant's choice; containers ignoring SIGTERM),
+    still Running on their node under the gone driver."""
+    store = ctx.store(POD)
+    new = copy.deepcopy(store.get("ns/pi-driver"))
+    new["metadata"]["uid"] = "pod-1"
+    store.put(new)
+    for i in range(2):
+        pod = {**_executor(i), "status": {"phase": "Running"}}
+        pod["spec"]["nodeName"] = "gpu-1"
+        pod["spec"]["terminationGracePeriodSeconds"] = grace
+        pod["metadata"].update(deletionTimestamp=GONE, deletionGracePeriodSeconds=grace)
+        store.put(pod)
+
+
+@pytest.mark.xfail(strict=True, reason="brk36b B1: the executor count is per driver uid, so a "
+                   "new driver's executors start from 0 while the replaced driver's still run")
+async def test_b1_a_new_drivers_executors_count_the_replaced_drivers_still_running() -> None:
+    """Admitted for 2 one-GPU executors. The driver is replaced while its 2 executors run
+    out their grace period: the new driver's first executor is a third one running on an
+    admission of 2. Repeated (delete the driver, make it again, 2 more executors), k drivers
+    run 2k executors for as long as the grace period the tenant gave its pods."""
+    ctx = _ctx()
+    _replaced_driver(ctx)
+    assert ctx.store(POD).get("ns/pi-driver")["metadata"]["uid"] == "pod-1"
+    allowed, _, why = await _create(ctx, _executor(5, controller=NEW_DRIVER_REF))
+    assert not allowed, "a third executor Running on an admission of 2 was allowed"
+
+
+@pytest.mark.xfail(strict=True, reason="brk36b B1: the backstop counts executors per driver uid "
+                   "and leaves a replaced driver's executors running out a day's grace")
+def test_b1_the_backstop_leaves_a_replaced_drivers_executors_beside_the_new_ones() -> None:
+    """The same with the executors' grace period a day (the tenant's pods, containers
+    ignoring SIGTERM; the webhook compares no grace period): the new driver's 2 executors
+    Running beside the 2 old ones, which neither count for the Workload (``killed_in_grace``:
+    beyond the grace it allows) nor are deleted again with a shorter grace, as brk31 H2's
+    rule does for a child Job's pods: the application's pass deletes nothing."""
+    ctx = _ctx()
+    _replaced_driver(ctx, grace=86400)
+    for i in (5, 6):
+        pod = {**_executor(i, controller=NEW_DRIVER_REF), "status": {"phase": "Running"}}
+        pod["spec"]["nodeName"] = "gpu-2"
+        ctx.store(POD).put(pod)
+    obj = app(2)
+    obj["spec"]["suspend"] = False
+    wl = _admitted(SPARK.workload_object(obj), deleting=False)
+    rec, rctx = _fd_reconciler(SPARK, "sparkoperator.k8s.io/sparkapplication",
+                               {POD: ctx.store(POD).list(), SPARK.key: [obj], WL: [wl]})
+    running = [p for p in rctx.store(POD).list()
+               if (p["metadata"].get("labels") or {}).get("spark-role") == "executor"]
+    assert len(running) == 4
+    asyncio.run(rec._delete_excess(SPARK, obj))
+    deletes = [w for w in rctx.writes if w[:2] == ("delete", "pods")]
+    assert deletes, "4 one-GPU executors left Running on an admission of 2"
+
+
+def _generate_named_pytorchjob(*, deployed: bool) -> Stores:
+    """AppWrapper ``aw`` (admitted) wrapping one PyTorchJob by ``generateName: pt-`` (Master
+    1, Worker 2: podSets ``aw-0`` 1, ``aw-1`` 2); the controller's ``pt-abcde`` and the
+    tenant's ``pt-evil``, both controlled by ``aw``. ``deployed``: the name ``pt-abcde``
+    recorded and ``ResourcesDeployed`` True; else phase ``Resuming``, nothing deployed yet
+    (the window ``names_component`` leaves open; brk30b H1's remainder holds it open as long
+    as an earlier component's create fails, a ResourceQuota of object counts the tenant
+    fills)."""
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+           "metadata": {"generateName": "pt-"},
+           "spec": {"pytorchReplicaSpecs": {
+               "Master": {"replicas": 1, "template": _template(None)},
+               "Worker": {"replicas": 2, "template": _template(None)}}}}
+    aw = {"apiVersion": AW_REF["apiVersion"], "kind": "AppWrapper",
+          "metadata": {"namespace": NS, "name": "aw", "uid": "aw-uid", "labels": QUEUE},
+          "spec": {"suspend": False, "components": [{"template": job}]},
+          "status": {"phase": "Running", "componentStatus": [
+              {"name": "pt-abcde", "kind": "PyTorchJob", "apiVersion": "kubeflow.org/v1"}],
+              "conditions": [{"type": "ResourcesDeployed", "status": "True"}]}
+          if deployed else {"phase": "Resuming", "conditions": [
+              {"type": "ResourcesDeployed", "status": "False"}]}}
+    made = []
+    for name in ("pt-abcde", "pt-evil"):
+        obj = copy.deepcopy(job)
+        obj["metadata"] = {"namespace": NS, "name": name, "uid": f"{name}-uid",
+                           "ownerReferences": [dict(AW_REF)]}
+        made.append(obj)
+    wl = _workload(APPWRAPPER, aw,
+                   {t.name: (t.count, _template(None)) for t in APPWRAPPER.templates(aw)})
+    return Stores({APPWRAPPER.key: [aw], PYTORCHJOB.key: made, WL: [wl]})
+
+
+def _pt_pod(job: str, name: str, podset: str) -> dict[str, Any]:
+    pod = _pod(name, podset, claim=None,
+               owner=("kubeflow.org/v1", "PyTorchJob", job, f"{job}-uid"))
+    pod["metadata"]["labels"]["training.kubeflow.org/job-name"] = job
+    return pod
+
+
+@pytest.mark.xfail(strict=True, reason="brk36b B2: every PyTorchJob of a generateName "
+                   "component's prefix made in the Resuming window gets the component's "
+                   "whole count of pods (counted per PyTorchJob uid)")
+def test_b2_a_second_pytorchjob_of_a_components_prefix_runs_a_second_set_of_pods() -> None:
+    """aw-1 (workers) admitted for 2, both Running under the controller's ``pt-abcde``: a
+    worker of the tenant's ``pt-evil`` (controlled by ``aw``, made in the window) is a third
+    one on an admission of 2, allowed (before d41a9e5 every such pod was refused: its
+    PyTorchJob's own replica types are no podSet of the AppWrapper)."""
+    s = _generate_named_pytorchjob(deployed=False)
+    for i in range(2):
+        pod = _pt_pod("pt-abcde", f"pt-abcde-worker-{i}", "aw-1")
+        assert s.check.errors(pod) == []
+        s.add_pod(pod)
+    errors = s.check.errors(_pt_pod("pt-evil", "pt-evil-worker-0", "aw-1"))
+    assert errors, "a third aw-1 worker allowed on an admission of 2"
+
+
+@pytest.mark.xfail(strict=True, reason="brk36b B2: once the window closes, the backstop reads "
+                   "the tenant's PyTorchJob's own replica types, so its aw-N pods are left")
+def test_b2_the_backstop_leaves_the_second_pytorchjobs_pods_once_the_name_is_recorded() -> None:
+    """The same after the controller recorded ``pt-abcde`` (``ResourcesDeployed``): ``pt-evil``
+    is no component any more, so ``podsets_under`` falls back to PyTorchJob's replica types
+    (``master``, ``worker``), none of the admission's, and ``_delete_excess`` deletes none of
+    its 3 Running pods labelled ``aw-0``/``aw-1`` (``excess_pods`` leaves a pod of no counted
+    podSet alone): 6 pods Running on an admission of 3."""
+    s = _generate_named_pytorchjob(deployed=True)
+    pods = []
+    for job in ("pt-abcde", "pt-evil"):
+        for name, podset in (("master-0", "aw-0"), ("worker-0", "aw-1"), ("worker-1", "aw-1")):
+            pod = _pt_pod(job, f"{job}-{name}", podset)
+            pod["status"] = {"phase": "Running"}
+            pod["spec"]["nodeName"] = "gpu-1"
+            pods.append(pod)
+    objects = {k: s.stores[k].list() for k in (APPWRAPPER.key, PYTORCHJOB.key, WL)}
+    rec, rctx = _fd_reconciler(PYTORCHJOB, "kubeflow.org/pytorchjob", {**objects, POD: pods},
+                               extra=(APPWRAPPER.key,))
+    rec.registry = default_registry(["kubeflow.org/pytorchjob",  # type: ignore[assignment]
+                                     "workload.codeflare.dev/appwrapper"])
+    evil = rctx.store(PYTORCHJOB.key).get("t/pt-evil")
+    assert evil is not None
+    asyncio.run(rec._delete_excess(PYTORCHJOB, evil))
+    deletes = [w for w in rctx.writes if w[:2] == ("delete", "pods")]
+    assert deletes, "pt-evil's 3 pods left Running beside pt-abcde's on an admission of 3"
