@@ -12,11 +12,18 @@ from typing import Any
 
 import pytest
 
+from app.api.extender import _decide, _Parsed
+from app.controllers.admission_lookup import StoreExtenderState
+from app.extender.nodestore import NodeStore
+from app.extender.placement import pod_facts
 from app.integrations import default_registry
 from app.integrations.appwrapper.appwrapper import KIND as APPWRAPPER
 from app.integrations.kubeflow.kubeflow import PYTORCHJOB
 from app.integrations.sparkapplication.sparkapplication import KIND as SPARK
-from app.kube.context import POD, WL
+from app.kube import context as kctx
+from app.kube.client import NAMESPACES, PODS, RESOURCE_FLAVORS, WORKLOADS
+from app.kube.context import POD, RF, WL
+from tests.unit.fake_ctx import FakeCtx
 from tests.unit.test_brk36_findings import AW_REF
 from tests.unit.test_foreground_deletion import _admitted
 from tests.unit.test_foreground_deletion import _reconciler as _fd_reconciler
@@ -170,3 +177,48 @@ def test_b2_the_backstop_leaves_the_second_pytorchjobs_pods_once_the_name_is_rec
     asyncio.run(rec._delete_excess(PYTORCHJOB, evil))
     deletes = [w for w in rctx.writes if w[:2] == ("delete", "pods")]
     assert deletes, "pt-evil's 3 pods left Running beside pt-abcde's on an admission of 3"
+
+
+def _two_flavors_ctx() -> tuple[FakeCtx, StoreExtenderState]:
+    """``_ctx()`` (application ``pi`` admitted on flavor ``a100``: nodeLabels pool=a100)
+    beside flavor ``l4`` (pool=l4), whose GPUs another team's admissions count on; nodes
+    ``a100-0`` and ``l4-0``, 8 GPUs each."""
+    base = _ctx()
+    keys = {SPARK.key: SPARK.resource, WL: WORKLOADS, POD: PODS, kctx.NS: NAMESPACES,
+            kctx.RCT: WORKLOADS, kctx.LR: WORKLOADS}
+    ctx = FakeCtx({**keys, RF: RESOURCE_FLAVORS},
+                  {**{k: base.store(k).list() for k in keys},
+                   RF: [{"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+                         "metadata": {"name": f}, "spec": {"nodeLabels": {"pool": f}}}
+                        for f in ("a100", "l4")]})
+    ctx.synced = True  # type: ignore[attr-defined]
+    state = StoreExtenderState(ctx, NodeStore("nvidia.com/gpu"),  # type: ignore[arg-type]
+                               default_registry())
+    for node in ("a100-0", "l4-0"):
+        state.nodes.update({"metadata": {"name": node, "labels": {"pool": node[:-2]}},
+                            "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
+    return ctx, state
+
+
+@pytest.mark.xfail(strict=True, reason="brk36b M1: an executor's placement is checked nowhere: "
+                   "one the tenant makes with another flavor's nodeSelector runs on that "
+                   "flavor's GPUs")
+async def test_m1_an_executor_on_another_flavors_nodes_is_placed_there() -> None:
+    """Strict setup (the Pod webhook sees every pod, ``flavor_nodes_for_admitted_only``).
+    ``pi`` admitted for 2 one-GPU executors on ``a100``; the tenant makes executor 0 itself
+    (it may create pods), no bigger than the template, within the count, but with
+    ``nodeSelector: pool=l4``: the Pod webhook compares label, requests, claims and count,
+    not placement, and the extender, which pins a batch Job's pods to their admitted flavor
+    (``filter_pod`` with the Job's Workload view), has no view for a pod a pod made: it
+    passes every node. The executor takes an L4 GPU no admission on ``l4`` counts (another
+    team's pods admitted there then find the node full), while ``pi``'s quota is charged on
+    ``a100``. brk31 M1 closed the same for a wrapped Job's pod template; a pod a tenant makes
+    under an admitted PyTorchJob (``direct_podsets``) has the same gap."""
+    ctx, state = _two_flavors_ctx()
+    pod = _executor(0)
+    pod["spec"]["nodeSelector"] = {"pool": "l4"}
+    allowed, _, why = await _create(ctx, pod, strict=True)
+    placed = _decide(_Parsed(pod_facts(pod, "nvidia.com/gpu"), ["a100-0", "l4-0"]), state,
+                     admitted_only=True).passing
+    assert not allowed or "l4-0" not in placed, \
+        f"executor with nodeSelector pool=l4 created ({why}) and placed on {placed}"
