@@ -14,16 +14,12 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_spark_executors import executor
-from tests.e2e.test_sparkapplication import (  # noqa: F401 - the CRDs' and operator's fixtures
-    admitted,
-    drivers,
-    get_app,
+from tests.e2e.test_spark_executors import (  # noqa: F401 - the CRDs' and operator's fixtures
+    executor,
     spark_crd,
-    spark_namespace,
     spark_operator,
-    sparkapp,
 )
+from tests.e2e.test_sparkapplication import admitted, drivers, get_app, spark_namespace, sparkapp
 from tests.e2e.test_sparkbreak_findings import running_driver
 from tests.labfixture import LabHandle, wait_for
 
