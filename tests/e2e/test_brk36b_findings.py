@@ -14,6 +14,9 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.test_brk36_findings import _running, _wrapped, strict  # noqa: F401 - fixture
+from tests.e2e.test_jobset import admitted as aw_admitted
+from tests.e2e.test_ray import ray_queue, rayjob
 from tests.e2e.test_spark_executors import (  # noqa: F401 - the CRDs' and operator's fixtures
     executor,
     spark_crd,
@@ -80,3 +83,35 @@ def test_b1_a_replaced_drivers_executors_run_beside_the_new_drivers(
                     lab.kubectl("patch", "pod", p["metadata"]["name"], "-n", ns, "--type=json",
                                 "-p", '[{"op":"remove","path":"/metadata/finalizers"}]',
                                 check=False)
+
+
+def _summary(lab: LabHandle, ns: str) -> str:
+    """The namespace's pods (name: phase) and the webhook refusals its Events report."""
+    events = lab.get("events", "-n", ns)["items"]
+    denied = [e["message"] for e in events if "denied the request" in e.get("message", "")]
+    phases = {p["metadata"]["name"]: p["status"].get("phase")
+              for p in lab.get("pods", "-n", ns)["items"]}
+    return f"pods {phases}; {len(denied)} refusal(s): {denied[:1]}"
+
+
+@pytest.mark.xfail(strict=True, reason="brk36b F1: the RayCluster of a RayJob an AppWrapper "
+                   "wraps has its aw-N pods refused under the strict setup")
+def test_f1_an_appwrapper_wrapping_a_rayjob_runs_its_pods(
+        lab: LabHandle, strict: object) -> None:  # noqa: F811
+    """brk36b F1 (unit twin in tests/unit/test_brk36b_findings.py): AppWrapper ``aw`` wraps
+    RayJob ``rj`` (a 1-CPU head, one 1-GPU worker; appwrapper v1.2.0 labels its
+    ``rayClusterSpec`` templates ``aw-0``, ``aw-1``). Under the strict setup the Pod webhook
+    refuses the head and the worker of the cluster KubeRay makes for ``rj`` (their podSet
+    labels are none of the cluster's own), so they never run; the submitter waits."""
+    rj = json.loads(rayjob("rj", "x", 1))
+    del rj["metadata"]["namespace"], rj["metadata"]["labels"]
+    with ray_queue(lab, "b36b-aw", 2) as ns:
+        lab.apply(_wrapped(ns, rj))
+        wait_for(lambda: aw_admitted(lab, ns, "AppWrapper", "aw"), 60, "aw admitted")
+        wait_for(lambda: lab.get("rayclusters", "-n", ns)["items"], 60, "rj's RayCluster")
+        try:
+            wait_for(lambda: {p["metadata"].get("labels", {}).get("ray.io/node-type")
+                              for p in _running(lab, ns)} >= {"head", "worker"}, 60,
+                     "the cluster's head and worker Running")
+        finally:
+            print(f"\nF1 rayjob: {_summary(lab, ns)}")

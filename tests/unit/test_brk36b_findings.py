@@ -19,10 +19,12 @@ from app.extender.placement import pod_facts
 from app.integrations import default_registry
 from app.integrations.appwrapper.appwrapper import KIND as APPWRAPPER
 from app.integrations.kubeflow.kubeflow import PYTORCHJOB
+from app.integrations.ray.ray import RAYCLUSTER, RAYJOB
 from app.integrations.sparkapplication.sparkapplication import KIND as SPARK
 from app.kube import context as kctx
 from app.kube.client import NAMESPACES, PODS, RESOURCE_FLAVORS, WORKLOADS
 from app.kube.context import POD, RF, WL
+from app.wire.names import PODSET_LABEL
 from tests.unit.fake_ctx import FakeCtx
 from tests.unit.test_brk36_findings import AW_REF
 from tests.unit.test_foreground_deletion import _admitted
@@ -222,3 +224,45 @@ async def test_m1_an_executor_on_another_flavors_nodes_is_placed_there() -> None
                      admitted_only=True).passing
     assert not allowed or "l4-0" not in placed, \
         f"executor with nodeSelector pool=l4 created ({why}) and placed on {placed}"
+
+
+@pytest.mark.xfail(strict=True, reason="brk36b F1: d41a9e5 names the AppWrapper's podSets "
+                   "for a wrapped RayCluster only, not for the RayCluster of a wrapped RayJob")
+def test_f1_the_pods_of_a_rayjob_an_appwrapper_wraps_are_allowed() -> None:
+    """Strict setup. AppWrapper ``aw`` (admitted) wraps RayJob ``rj`` (appwrapper v1.2.0
+    infers its podSets ``aw-0``, the head, and ``aw-1``, the ``gpu`` group, from
+    ``spec.rayClusterSpec``, and labels those templates with them); KubeRay makes the
+    RayCluster under ``rj`` from that spec, so its pods carry ``aw-0`` and ``aw-1``.
+    ``podsets_under`` asks the AppWrapper's ``child_podsets`` for the cluster, which is no
+    component (the RayJob is), so the cluster's own ``direct_podsets`` (``head``, ``gpu``)
+    apply and both pods are refused: the job never runs (brk36 F1's RayJob case, which its
+    module doc names but the fix does not cover)."""
+    job = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "rj"},
+           "spec": {"entrypoint": "x", "rayClusterSpec": {
+               "headGroupSpec": {"rayStartParams": {}, "template": _template(None)},
+               "workerGroupSpecs": [{"groupName": "gpu", "replicas": 1, "minReplicas": 0,
+                                     "maxReplicas": 1, "rayStartParams": {},
+                                     "template": _template(None)}]}}}
+    aw = {"apiVersion": AW_REF["apiVersion"], "kind": "AppWrapper",
+          "metadata": {"namespace": NS, "name": "aw", "uid": "aw-uid", "labels": QUEUE},
+          "spec": {"suspend": False, "components": [{"template": job}]}}
+    made = copy.deepcopy(job)
+    made["metadata"] = {"namespace": NS, "name": "rj", "uid": "rj-uid",
+                        "ownerReferences": [dict(AW_REF)]}
+    made["status"] = {"rayClusterName": "rj-abc", "jobDeploymentStatus": "Running"}
+    cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {
+        "namespace": NS, "name": "rj-abc", "uid": "rc-uid",
+        "labels": {"ray.io/originated-from-crd": "RayJob", "ray.io/originated-from-cr-name": "rj"},
+        "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayJob", "name": "rj",
+                             "uid": "rj-uid", "controller": True}]},
+        "spec": copy.deepcopy(job["spec"]["rayClusterSpec"])}
+    wl = _workload(APPWRAPPER, aw,
+                   {t.name: (t.count, _template(None)) for t in APPWRAPPER.templates(aw)})
+    s = Stores({APPWRAPPER.key: [aw], RAYJOB.key: [made], RAYCLUSTER.key: [cluster], WL: [wl]})
+    errors = {}
+    for name, podset in (("rj-abc-head", "aw-0"), ("rj-abc-gpu-worker", "aw-1")):
+        pod = _pod(name, podset, claim=None, owner=("ray.io/v1", "RayCluster", "rj-abc",
+                                                    "rc-uid"))
+        pod["metadata"]["labels"] = {"ray.io/cluster": "rj-abc", PODSET_LABEL: podset}
+        errors[name] = s.check.errors(pod)
+    assert errors == {"rj-abc-head": [], "rj-abc-gpu-worker": []}, errors
