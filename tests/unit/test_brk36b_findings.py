@@ -266,3 +266,33 @@ def test_f1_the_pods_of_a_rayjob_an_appwrapper_wraps_are_allowed() -> None:
         pod["metadata"]["labels"] = {"ray.io/cluster": "rj-abc", PODSET_LABEL: podset}
         errors[name] = s.check.errors(pod)
     assert errors == {"rj-abc-head": [], "rj-abc-gpu-worker": []}, errors
+
+
+def _pytorchjob_of(meta: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": meta,
+            "spec": {"pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": _template(None)}}}}
+
+
+@pytest.mark.xfail(strict=True, reason="brk36b F2: child_podsets takes the first component "
+                   "whose name rule matches, so a generateName prefix's window claims another "
+                   "component's PyTorchJob")
+def test_f2_a_fixed_name_component_is_not_taken_for_an_earlier_generate_name_one() -> None:
+    """Strict setup. AppWrapper ``aw`` wraps two PyTorchJobs: component 0 by
+    ``generateName: pt-`` (podSet ``aw-0``), component 1 named ``pt-b`` (``aw-1``). While
+    ``aw`` is ``Resuming`` and nothing is deployed (the controller creates both, then sets
+    ``ResourcesDeployed``), ``pt-b`` matches component 0's prefix first, so its master
+    (labelled ``aw-1``) is refused until the store shows the condition: a transient refusal
+    of the operator's own pod (training-operator retries with its backoff)."""
+    aw = {"apiVersion": AW_REF["apiVersion"], "kind": "AppWrapper",
+          "metadata": {"namespace": NS, "name": "aw", "uid": "aw-uid", "labels": QUEUE},
+          "spec": {"suspend": False, "components": [
+              {"template": _pytorchjob_of({"generateName": "pt-"})},
+              {"template": _pytorchjob_of({"name": "pt-b"})}]},
+          "status": {"phase": "Resuming"}}
+    made = _pytorchjob_of({"namespace": NS, "name": "pt-b", "uid": "pt-b-uid",
+                           "ownerReferences": [dict(AW_REF)]})
+    wl = _workload(APPWRAPPER, aw,
+                   {t.name: (t.count, _template(None)) for t in APPWRAPPER.templates(aw)})
+    s = Stores({APPWRAPPER.key: [aw], PYTORCHJOB.key: [made], WL: [wl]})
+    assert s.check.errors(_pt_pod("pt-b", "pt-b-master-0", "aw-1")) == []
