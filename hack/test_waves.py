@@ -65,6 +65,7 @@ NEEDS: dict[str, frozenset[str]] = {f"tests/e2e/{k}.py" if "/" not in k else k: 
     "test_brk35_findings": {"kuberay", "appwrapper", "jobset"},
     "test_brk35b_findings": {"kuberay"},
     "test_brk36_findings": {"appwrapper", "training-operator", "kuberay"},
+    "test_brk36b_findings": {"spark-operator", "appwrapper", "training-operator", "kuberay"},
     "test_breaker12_findings": {"jobset", "trainer", "kuberay"},
     "test_breaker13_findings": _MULTIKUEUE,  # sites, and aw_operator (appwrapper, jobset)
     "test_breaker14_findings": {"appwrapper", "jobset", "kuberay"},
