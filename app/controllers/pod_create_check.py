@@ -57,6 +57,7 @@ from app.integrations.framework import (
     JobKind,
     Registry,
     lookup,
+    made_pods_of,
     pod_holds_quota,
     pod_of,
     podsets_under,
@@ -241,10 +242,14 @@ class PodCreateCheck:
             top = queued_top(self.ctx, self.registry, kind, owner)
             if top is None:
                 return []
-            made_sets = kind.made_podsets(owner)
+            # Counted over the object's made pods of every maker (``made_pods_of``): a
+            # replaced driver's executors may still run.
             return self._admitted_errors(
-                pod, ns, kind, owner, top, made_sets, ref.uid,
-                f"Pod {(maker.get('metadata') or {}).get('name')}", dry_run)
+                pod, ns, kind, owner, top, kind.made_podsets(owner),
+                str((owner.get("metadata") or {}).get("uid", "")),
+                f"the pods of {kind.kind} {(owner.get('metadata') or {}).get('name')} "
+                f"(Pod {(maker.get('metadata') or {}).get('name')} made this one)", dry_run,
+                holders=made_pods_of(self.ctx, kind, owner))
         found = stored_controller(self.ctx, self.registry, ns, ref)
         if found is None or ref is None:
             return []  # not controlled by a managed kind: other rules' business
@@ -285,11 +290,12 @@ class PodCreateCheck:
     def _admitted_errors(self, pod: Obj, ns: str, kind: JobKind, owner: Obj,
                          top: tuple[JobKind, Mapping[str, Any]],
                          podsets: frozenset[str] | None, count_uid: str, mine: str,
-                         dry_run: bool) -> list[str]:
+                         dry_run: bool, holders: list[Obj] | None = None) -> list[str]:
         """The rules of the module doc from the Workload on: ``pod`` under ``owner`` (of
         ``kind``), whose admission is ``top``'s; ``podsets``: the podSets whose pods may
         be made under ``count_uid`` (the controller named ``mine``), None when not known
-        (claims and requests checked, no count)."""
+        (claims and requests checked, no count); ``holders``: the pods counted against them
+        (default: those ``count_uid`` controls)."""
         top_kind, top_obj = top
         meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
         labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
@@ -326,7 +332,8 @@ class PodCreateCheck:
             errors = self._devices_errors(pod, ns, wl, podset, under)
         if errors or podsets is None or not self._watches(POD):
             return errors
-        return self._count_errors(pod, ns, count_uid, str(podset), mine, under, wl, dry_run)
+        return self._count_errors(pod, ns, count_uid, str(podset), mine, under, wl, dry_run,
+                                  holders)
 
     def _watches(self, key: str) -> bool:
         """Whether this process watches store ``key`` (every store in a bare context)."""
@@ -408,9 +415,11 @@ class PodCreateCheck:
                 f"{under}'s admission"]
 
     def _count_errors(self, pod: Obj, ns: str, owner_uid: str, podset: str, mine: str,
-                      under: str, wl: Obj, dry_run: bool) -> list[str]:
-        """Why one more pod of ``podset`` under controller ``owner_uid`` is beyond the
-        admitted count (module doc), or []; an allowed one takes its place in the ledger."""
+                      under: str, wl: Obj, dry_run: bool,
+                      holders: list[Obj] | None = None) -> list[str]:
+        """Why one more pod of ``podset`` under controller ``owner_uid`` (the pods it
+        controls, or ``holders``) is beyond the admitted count (module doc), or []; an
+        allowed one takes its place in the ledger."""
         count = admitted_counts(wl).get(podset)
         if count is None:
             return [f"metadata.labels[{PODSET_LABEL}]: podSet {podset!r} is not in "
@@ -419,7 +428,8 @@ class PodCreateCheck:
         me = str(meta.get("uid") or meta.get("name") or "")
         seen: set[str] = set()
         held = 0
-        for p in objects_controlled_by(self.ctx, POD, ns, owner_uid):
+        for p in holders if holders is not None else objects_controlled_by(
+                self.ctx, POD, ns, owner_uid):
             pm = p.get("metadata") or {}
             if (pm.get("labels") or {}).get(PODSET_LABEL) != podset:
                 continue

@@ -1021,6 +1021,28 @@ def _made_by_own_pod(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str,
     return pod_of(kind, driver, name, uid, owner_gone=owner_gone, ctx=ctx)
 
 
+def made_pods_of(ctx: Context, kind: JobKind, obj: Mapping[str, Any]) -> list[Obj]:
+    """For a kind whose pods make pods (``pods_make_pods``): the pods of ``obj``'s namespace
+    (``pods_in``) that carry its name label (``pod_labels``) and whose controller is a core
+    Pod, not terminal (``pod_holds_quota``), whichever pod made them: a replaced driver's
+    executors, deleted by the garbage collector and running out the grace period they were
+    given, still run beside the new driver's and hold places of their podSet (brk36b B1).
+    ``[]`` for a kind without a name label."""
+    label = pod_labels(kind)[0]
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name", ""))
+    if not label:
+        return []
+    out = []
+    for p in pods_in(ctx, str(meta.get("namespace", ""))):
+        pm = p.get("metadata") or {}
+        ref = controller_ref(pm)
+        if ((pm.get("labels") or {}).get(label) == name and ref is not None
+                and (ref.api_version, ref.kind) == ("v1", "Pod") and pod_holds_quota(p)):
+            out.append(p)
+    return out
+
+
 def pods_in(ctx: Context, namespace: str) -> list[Obj]:
     """The pods of ``namespace`` from the Pod store through its namespace index
     (``in_namespace``: the cost of the answer, not of the store), or ``[]`` when this

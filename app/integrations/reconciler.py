@@ -72,6 +72,7 @@ from app.integrations.framework import (
     delete_pods,
     grace_allowed,
     lookup,
+    made_pods_of,
     made_via_ancestor,
     manages_unlabelled_in,
     namespace_being_deleted,
@@ -81,7 +82,6 @@ from app.integrations.framework import (
     pod_blocks_restart,
     pod_holds_quota,
     pod_labels,
-    pod_of,
     pods_in,
     pods_of,
     pods_of_workload,
@@ -742,14 +742,11 @@ class JobReconciler:
         counts = admitted_counts(wl)
         own = self._controlled_by(POD, ns, uid)
         extra = excess_pods(own, {ps: n for ps, n in counts.items() if ps in (direct or ())})
-        name = str(meta.get("name", ""))
-        for maker in own if made else ():
-            # A Spark driver's executors: each podSet's count per driver, of the pods that
-            # count for the object (``pod_of``: its name label, made by its own pod).
-            mine = [p for p in self._controlled_by(
-                POD, ns, str((maker.get("metadata") or {}).get("uid") or ""))
-                if pod_of(kind, p, name, uid, ctx=self.ctx)]
-            extra += excess_pods(mine, {ps: n for ps, n in counts.items() if ps in made})
+        if made:
+            # A Spark driver's executors, of every driver the object had (``made_pods_of``:
+            # a replaced driver's may still run out their grace period).
+            extra += excess_pods(made_pods_of(self.ctx, kind, obj),
+                                 {ps: n for ps, n in counts.items() if ps in made})
         deleted = await delete_pods(self.ctx, extra)
         if deleted:
             names = ", ".join(sorted(str((p.get("metadata") or {}).get("name")) for p in deleted))

@@ -44,8 +44,6 @@ def holding_executors(lab: LabHandle, ns: str) -> list[dict[str, Any]]:
             if p["status"].get("phase") == "Running" and p["spec"].get("nodeName")]
 
 
-@pytest.mark.xfail(strict=True, reason="brk36b B1: a new driver's executors are counted from 0 "
-                   "while the replaced driver's run out a day's grace")
 def test_b1_a_replaced_drivers_executors_run_beside_the_new_drivers(
         lab: LabHandle, spark_operator: None, pykueue_in_lab: object) -> None:  # noqa: F811
     with spark_namespace(lab, "brk36b", gpus=3) as (ns, _cq):
@@ -94,8 +92,6 @@ def _summary(lab: LabHandle, ns: str) -> str:
     return f"pods {phases}; {len(denied)} refusal(s): {denied[:1]}"
 
 
-@pytest.mark.xfail(strict=True, reason="brk36b F1: the RayCluster of a RayJob an AppWrapper "
-                   "wraps has its aw-N pods refused under the strict setup")
 def test_f1_an_appwrapper_wrapping_a_rayjob_runs_its_pods(
         lab: LabHandle, strict: object) -> None:  # noqa: F811
     """brk36b F1 (unit twin in tests/unit/test_brk36b_findings.py): AppWrapper ``aw`` wraps

@@ -56,8 +56,6 @@ def _replaced_driver(ctx: Any, *, grace: int = 30) -> None:
         store.put(pod)
 
 
-@pytest.mark.xfail(strict=True, reason="brk36b B1: the executor count is per driver uid, so a "
-                   "new driver's executors start from 0 while the replaced driver's still run")
 async def test_b1_a_new_drivers_executors_count_the_replaced_drivers_still_running() -> None:
     """Admitted for 2 one-GPU executors. The driver is replaced while its 2 executors run
     out their grace period: the new driver's first executor is a third one running on an
@@ -70,8 +68,6 @@ async def test_b1_a_new_drivers_executors_count_the_replaced_drivers_still_runni
     assert not allowed, "a third executor Running on an admission of 2 was allowed"
 
 
-@pytest.mark.xfail(strict=True, reason="brk36b B1: the backstop counts executors per driver uid "
-                   "and leaves a replaced driver's executors running out a day's grace")
 def test_b1_the_backstop_leaves_a_replaced_drivers_executors_beside_the_new_ones() -> None:
     """The same with the executors' grace period a day (the tenant's pods, containers
     ignoring SIGTERM; the webhook compares no grace period): the new driver's 2 executors
@@ -226,8 +222,6 @@ async def test_m1_an_executor_on_another_flavors_nodes_is_placed_there() -> None
         f"executor with nodeSelector pool=l4 created ({why}) and placed on {placed}"
 
 
-@pytest.mark.xfail(strict=True, reason="brk36b F1: d41a9e5 names the AppWrapper's podSets "
-                   "for a wrapped RayCluster only, not for the RayCluster of a wrapped RayJob")
 def test_f1_the_pods_of_a_rayjob_an_appwrapper_wraps_are_allowed() -> None:
     """Strict setup. AppWrapper ``aw`` (admitted) wraps RayJob ``rj`` (appwrapper v1.2.0
     infers its podSets ``aw-0``, the head, and ``aw-1``, the ``gpu`` group, from
@@ -274,9 +268,6 @@ def _pytorchjob_of(meta: dict[str, Any]) -> dict[str, Any]:
                 "Master": {"replicas": 1, "template": _template(None)}}}}
 
 
-@pytest.mark.xfail(strict=True, reason="brk36b F2: child_podsets takes the first component "
-                   "whose name rule matches, so a generateName prefix's window claims another "
-                   "component's PyTorchJob")
 def test_f2_a_fixed_name_component_is_not_taken_for_an_earlier_generate_name_one() -> None:
     """Strict setup. AppWrapper ``aw`` wraps two PyTorchJobs: component 0 by
     ``generateName: pt-`` (podSet ``aw-0``), component 1 named ``pt-b`` (``aw-1``). While

@@ -438,28 +438,38 @@ class AppWrapper(TemplatedKind):
 
     def child_podsets(self, obj: Mapping[str, Any], kind: JobKind,
                       child: Mapping[str, Any]) -> frozenset[str] | None:
-        """The podSets of the component ``child`` is (its template's API group and kind,
-        and its name as ``names_component``), when that kind's operator makes its pods
-        controlled by ``child`` (a PyTorchJob, a RayCluster): appwrapper v1.2.0 labels the
-        wrapped object's pod templates with the AppWrapper's podSet names
-        (``<name>-<n>``), so its pods carry those. None for a child no component names, or
-        of a kind whose pods run under objects it makes, or a batch Job (its pods are
-        counted by the Job controller, replacements made while the old ones terminate).
-        Raises ``WorkloadSpecError``."""
+        """The podSets of the component ``child`` is, or of the component that controls
+        ``child`` (a wrapped RayJob's RayCluster, which KubeRay makes from the RayJob's
+        labelled templates): its template's API group and kind, and its name, a recorded or
+        fixed name first, then by ``names_component``'s ``generateName`` rule. Only when
+        ``kind``'s operator makes its pods controlled by ``child`` (a PyTorchJob, a
+        RayCluster): appwrapper v1.2.0 labels the wrapped object's pod templates with the
+        AppWrapper's podSet names (``<name>-<n>``), so its pods carry those. None for a
+        child no component names, of a kind whose pods run under objects it makes, or a
+        batch Job (its pods are counted by the Job controller, replacements made while the
+        old ones terminate). Raises ``WorkloadSpecError``."""
         if not kind.controls_pods_directly or kind.key == JOB:
             return None
         meta = child.get("metadata") or {}
-        group = str(child.get("apiVersion") or "").rpartition("/")[0]
-        name = str((obj.get("metadata") or {}).get("name", ""))
+        candidates = [(str(child.get("apiVersion") or "").rpartition("/")[0],
+                       child.get("kind"), str(meta.get("name", "")))]
+        ref = controller_of_object(child)
+        if ref is not None:
+            candidates.append((ref.group, ref.kind, ref.name))
         comps = components(obj)
-        for i, comp in enumerate(comps):
-            tpl = comp["template"]
-            if (str(tpl.get("apiVersion") or "").rpartition("/")[0], tpl.get("kind")) \
-                    != (group, child.get("kind")) \
-                    or not names_component(obj, i, str(meta.get("name", ""))):
-                continue
-            return frozenset(f"{name}-{n}".lower() for n, (j, _, _) in
-                             enumerate(component_pod_sets(obj)) if j == i)
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        for exact in (True, False):
+            for group, child_kind, child_name in candidates:
+                for i, comp in enumerate(comps):
+                    tpl = comp["template"]
+                    if (str(tpl.get("apiVersion") or "").rpartition("/")[0],
+                            tpl.get("kind")) != (group, child_kind):
+                        continue
+                    named = child_name and child_name in (
+                        _component_name(obj, i), _template_meta(comp).get("name"))
+                    if named if exact else names_component(obj, i, child_name):
+                        return frozenset(f"{name}-{n}".lower() for n, (j, _, _) in
+                                         enumerate(component_pod_sets(obj)) if j == i)
         return None
 
     def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
