@@ -35,7 +35,15 @@ uid included, whose top-most queued ancestor, or itself, has a Workload) is refu
 - with ``direct_podsets``, the pods not terminal (``pod_holds_quota``) already under its
   controller with its podSet label, and those allowed here in the last ``LEDGER_SECONDS``
   that the Pod store does not show yet, reach the podSet's admitted count
-  (``status.admission.podSetAssignments[].count``, else ``spec.podSets[].count``).
+  (``status.admission.podSetAssignments[].count``, else ``spec.podSets[].count``). The
+  podSets of an object the queued one's operator made are the queued kind's names for
+  them where it has its own (``podsets_under``: an AppWrapper's ``<name>-<n>`` on a
+  wrapped PyTorchJob's pods).
+
+A pod made by a pod of a queued object whose pods make pods (``made_by_queued_pod``: a
+Spark executor, controlled by its driver) is held the same way to the podSets its object's
+pods make (``KindDefaults.made_podsets``), its count taken over the object's made pods of
+every maker (``made_pods_of``).
 
 Answers are synchronous dict lookups (the pods of a controller through the Pod store's
 index by controller uid). The ledger of allowed creates is this process's (replicas of
@@ -237,13 +245,12 @@ class PodCreateCheck:
         made = made_by_queued_pod(self.ctx, self.registry, pod)
         if made is not None and ref is not None:
             # A Spark executor: its driver made it, so its podSet is one the object's pods
-            # make (``made_podsets``) and its count is per driver.
+            # make (``made_podsets``), counted over the object's made pods of every maker
+            # (``made_pods_of``: a replaced driver's executors may still run).
             kind, owner, maker = made
             top = queued_top(self.ctx, self.registry, kind, owner)
             if top is None:
                 return []
-            # Counted over the object's made pods of every maker (``made_pods_of``): a
-            # replaced driver's executors may still run.
             return self._admitted_errors(
                 pod, ns, kind, owner, top, kind.made_podsets(owner),
                 str((owner.get("metadata") or {}).get("uid", "")),

@@ -4,7 +4,9 @@ kueue-integrations.md 2.1-2.2), pure: no I/O; routes ``/mutate--v1-pod`` (CREATE
 ``UnreadableObjectError`` naming the field.
 
 A Pod labelled ``kueue.x-k8s.io/queue-name`` (non-empty) and not controlled by an object of
-a job kind pykueue manages (a Job's pods are that Job's business) is *managed*: at CREATE it
+a job kind pykueue manages (a Job's pods are that Job's business), nor by a pod of a queued
+object whose pods make pods (a Spark executor, its driver's: ``_owner_kinds``, as Kueue's
+ancestor walk), is *managed*: at CREATE it
 gets the label ``kueue.x-k8s.io/managed: "true"`` and the scheduling gate
 ``kueue.x-k8s.io/admission``, so kube-scheduler does not place it until pykueue admits its
 Workload and removes the gate.
