@@ -32,6 +32,8 @@ uid included, whose top-most queued ancestor, or itself, has a Workload) is refu
   ``podSetAssignments[].resourceUsage`` gives a pod (a template made again bigger);
 - it asks more of such a resource than a pod of that template (as the API server makes
   it: ``made_pod_requests``);
+- with ``direct_podsets``, its ``spec.nodeSelector`` lacks the node labels of a flavor its
+  podSet was admitted on (``_placement_errors``);
 - with ``direct_podsets``, the pods not terminal (``pod_holds_quota``) already under its
   controller with its podSet label, and those allowed here in the last ``LEDGER_SECONDS``
   that the Pod store does not show yet, reach the podSet's admitted count
@@ -72,7 +74,7 @@ from app.integrations.framework import (
     queued_top,
 )
 from app.integrations.reconciler import objects_controlled_by
-from app.kube.context import CHILD_JOB_STORES, JOB, LR, POD, RCT, WL, Context, in_namespace
+from app.kube.context import CHILD_JOB_STORES, JOB, LR, POD, RCT, RF, WL, Context, in_namespace
 from app.wire.dra import pod_claim_requests
 from app.wire.fields import Obj, WorkloadSpecError
 from app.wire.names import PODSET_LABEL
@@ -337,6 +339,8 @@ class PodCreateCheck:
             + self._requests_errors(asked, allowed, which, under, ns)
         if claims and not errors:
             errors = self._devices_errors(pod, ns, wl, podset, under)
+        if not errors and podsets is not None:
+            errors = self._placement_errors(pod, wl, str(podset), under)
         if errors or podsets is None or not self._watches(POD):
             return errors
         return self._count_errors(pod, ns, count_uid, str(podset), mine, under, wl, dry_run,
@@ -401,6 +405,38 @@ class PodCreateCheck:
                 f"ResourceClaimTemplates as they are now, more than a pod of "
                 f"{f'podSet {podset}' if podset in per_pod else 'any podSet'} of {under} was "
                 "admitted for (a template deleted and made again bigger since?)"]
+
+    def _placement_errors(self, pod: Obj, wl: Obj, podset: str, under: str) -> list[str]:
+        """Why ``pod`` may run on nodes other than those of the flavors its podSet was
+        admitted on: its ``spec.nodeSelector`` lacks a ``spec.nodeLabels`` entry of a
+        ResourceFlavor in its ``podSetAssignments[].flavors`` (pykueue puts those labels in
+        every template it starts, so the operator's pods carry them; a pod a tenant makes
+        under the object with another flavor's selector would take that flavor's GPUs on
+        this admission: brk36b M1), or []. Nothing to compare without the ResourceFlavor
+        store or for a flavor not stored."""
+        if not self._watches(RF):
+            return []
+        flavors: set[str] = set()
+        for psa in ((wl.get("status") or {}).get("admission") or {}).get(
+                "podSetAssignments") or []:
+            if isinstance(psa, Mapping) and str(psa.get("name", "")) == podset:
+                flavors |= {str(f) for f in (psa.get("flavors") or {}).values()}
+        spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+        selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"),
+                                                          Mapping) else {}
+        missing: dict[str, str] = {}
+        for name in sorted(flavors):
+            rf = self.ctx.store(RF).get(name)
+            labels = ((rf or {}).get("spec") or {}).get("nodeLabels")
+            if isinstance(labels, Mapping):
+                missing |= {str(k): str(v) for k, v in labels.items()
+                            if selector.get(k) != v}
+        if not missing:
+            return []
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(missing.items()))
+        return [f"spec.nodeSelector: podSet {podset} of {under} was admitted on flavor(s) "
+                f"{', '.join(sorted(flavors))}, whose node labels the pod does not select "
+                f"({shown}): it could run on another flavor's nodes"]
 
     def _requests_errors(self, asked: dict[str, int], allowed: list[Obj], which: str,
                          under: str, ns: str) -> list[str]:

@@ -198,9 +198,6 @@ def _two_flavors_ctx() -> tuple[FakeCtx, StoreExtenderState]:
     return ctx, state
 
 
-@pytest.mark.xfail(strict=True, reason="brk36b M1: an executor's placement is checked nowhere: "
-                   "one the tenant makes with another flavor's nodeSelector runs on that "
-                   "flavor's GPUs")
 async def test_m1_an_executor_on_another_flavors_nodes_is_placed_there() -> None:
     """Strict setup (the Pod webhook sees every pod, ``flavor_nodes_for_admitted_only``).
     ``pi`` admitted for 2 one-GPU executors on ``a100``; the tenant makes executor 0 itself
@@ -287,3 +284,17 @@ def test_f2_a_fixed_name_component_is_not_taken_for_an_earlier_generate_name_one
                    {t.name: (t.count, _template(None)) for t in APPWRAPPER.templates(aw)})
     s = Stores({APPWRAPPER.key: [aw], PYTORCHJOB.key: [made], WL: [wl]})
     assert s.check.errors(_pt_pod("pt-b", "pt-b-master-0", "aw-1")) == []
+
+
+async def test_m1_an_executor_selecting_its_admitted_flavor_is_allowed() -> None:
+    """The fix's other side: the executor Spark makes carries the role's nodeSelector,
+    which pykueue set to the admitted flavor's node labels (``pool=a100``): allowed; one
+    selecting no flavor is refused, naming the labels it lacks."""
+    ctx, _ = _two_flavors_ctx()
+    pod = _executor(0)
+    pod["spec"]["nodeSelector"] = {"pool": "a100", "other": "x"}
+    allowed, _, why = await _create(ctx, pod, strict=True)
+    assert allowed, why
+    del pod["spec"]["nodeSelector"]
+    allowed, _, why = await _create(ctx, _executor(1) | {"spec": pod["spec"]}, strict=True)
+    assert not allowed and "pool=a100" in why, why
