@@ -733,7 +733,11 @@ class JobReconciler:
             made = kind.made_podsets(obj)  # type: ignore[attr-defined]
         except WorkloadSpecError:
             return 0
-        if not direct and not made:
+        # A child of another object's admission naming none of its podSets (a tenant's
+        # PyTorchJob under an AppWrapper, no component): pods it controls carrying any of
+        # that admission's podSet labels run on nothing (brk36b B2).
+        unnamed = direct == frozenset() and top[1] is not obj
+        if not direct and not made and not unnamed:
             return 0
         wl = self.ctx.store(WL).get(f"{ns}/{top[0].workload_name(top[1])}")
         if not admitted(wl):
@@ -741,7 +745,8 @@ class JobReconciler:
         assert wl is not None
         counts = admitted_counts(wl)
         own = self._controlled_by(POD, ns, uid)
-        extra = excess_pods(own, {ps: n for ps, n in counts.items() if ps in (direct or ())})
+        extra = excess_pods(own, dict.fromkeys(counts, 0) if unnamed else
+                            {ps: n for ps, n in counts.items() if ps in (direct or ())})
         if made:
             # A Spark driver's executors, of every driver the object had (``made_pods_of``:
             # a replaced driver's may still run out their grace period).

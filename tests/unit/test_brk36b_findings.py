@@ -149,8 +149,6 @@ def test_b2_a_second_pytorchjob_of_a_components_prefix_runs_a_second_set_of_pods
     assert errors, "a third aw-1 worker allowed on an admission of 2"
 
 
-@pytest.mark.xfail(strict=True, reason="brk36b B2: once the window closes, the backstop reads "
-                   "the tenant's PyTorchJob's own replica types, so its aw-N pods are left")
 def test_b2_the_backstop_leaves_the_second_pytorchjobs_pods_once_the_name_is_recorded() -> None:
     """The same after the controller recorded ``pt-abcde`` (``ResourcesDeployed``): ``pt-evil``
     is no component any more, so ``podsets_under`` falls back to PyTorchJob's replica types

@@ -444,10 +444,11 @@ class AppWrapper(TemplatedKind):
         fixed name first, then by ``names_component``'s ``generateName`` rule. Only when
         ``kind``'s operator makes its pods controlled by ``child`` (a PyTorchJob, a
         RayCluster): appwrapper v1.2.0 labels the wrapped object's pod templates with the
-        AppWrapper's podSet names (``<name>-<n>``), so its pods carry those. None for a
-        child no component names, of a kind whose pods run under objects it makes, or a
-        batch Job (its pods are counted by the Job controller, replacements made while the
-        old ones terminate). Raises ``WorkloadSpecError``."""
+        AppWrapper's podSet names (``<name>-<n>``), so its pods carry those; none
+        (``frozenset()``) for such a child no component names. None for a child of a kind
+        whose pods run under objects it makes, or a batch Job (its pods are counted by the
+        Job controller, replacements made while the old ones terminate). Raises
+        ``WorkloadSpecError``."""
         if not kind.controls_pods_directly or kind.key == JOB:
             return None
         meta = child.get("metadata") or {}
@@ -470,7 +471,10 @@ class AppWrapper(TemplatedKind):
                     if named if exact else names_component(obj, i, child_name):
                         return frozenset(f"{name}-{n}".lower() for n, (j, _, _) in
                                          enumerate(component_pod_sets(obj)) if j == i)
-        return None
+        # No component names it: a tenant's object under the AppWrapper, none of whose
+        # pods the admission covers (brk36b B2: one made in a generateName component's
+        # window, once the controller recorded the real name).
+        return frozenset()
 
     def finished(self, obj: Mapping[str, Any]) -> tuple[bool, str, str]:
         """Phase ``Succeeded``, or ``Failed`` once ``ResourcesDeployed`` is not True (Kueue
