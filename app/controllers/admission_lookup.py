@@ -39,7 +39,6 @@ from app.integrations.framework import (
     child_sized_by,
     child_template,
     controller_uid,
-    queued_top,
     stored_ancestor,
 )
 from app.kube.context import (
@@ -398,7 +397,7 @@ class StoreExtenderState(InMemoryExtenderState):
         controller is a pod of a queued object whose pods make pods (a Spark executor:
         ``made_by_queued_pod``), else None."""
         ref = pod.controller
-        if ref is None or (ref.api_version, ref.kind) != ("v1", "Pod"):
+        if ref is None or not ref.is_pod:
             return None
         facts = {"metadata": {
             "namespace": pod.namespace, "name": pod.name, "uid": pod.uid,
@@ -406,10 +405,7 @@ class StoreExtenderState(InMemoryExtenderState):
                 "apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name,
                 "uid": ref.uid, "controller": True}]}}
         made = made_by_queued_pod(self.ctx, self.registry, facts)
-        if made is None:
-            return None
-        assert self.registry is not None  # made_by_queued_pod answers None without one
-        return queued_top(self.ctx, self.registry, made[0], made[1])
+        return None if made is None else made[3]
 
     def _stored_controller(self, pod: PodFacts) -> tuple[JobKind, Obj | None] | None:
         """``stored_controller`` of ``pod``'s controller."""

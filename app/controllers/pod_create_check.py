@@ -73,6 +73,7 @@ from app.integrations.framework import (
     podsets_under,
     queued_top,
 )
+from app.integrations.podsets import InjectionConflict, podset_assignments, podset_scheduling
 from app.integrations.reconciler import objects_controlled_by
 from app.kube.context import CHILD_JOB_STORES, JOB, LR, POD, RCT, RF, WL, Context, in_namespace
 from app.wire.dra import pod_claim_requests
@@ -133,18 +134,19 @@ def stored_controller(ctx: Context, registry: Registry | None, namespace: str,
 
 
 def made_by_queued_pod(ctx: Context, registry: Registry | None, pod: Obj
-                       ) -> tuple[JobKind, Obj, Obj] | None:
-    """For ``pod`` whose controller ownerReference names a core Pod: (kind, object, maker)
-    when that Pod is a stored pod of a queued object (``queued_top``) of a kind whose pods
-    make pods (``pods_make_pods``: a SparkApplication's driver, the controller of its
-    executors in Spark 4.0), and ``pod`` is one of that object's pods by ``pod_of``'s rule
-    (its name label, one hop: the maker is the object's own pod, never a pod made by one).
+                       ) -> tuple[JobKind, Obj, Obj, tuple[JobKind, Obj]] | None:
+    """For ``pod`` whose controller ownerReference names a core Pod: (kind, object, maker,
+    the queued object covering it) when that Pod is a stored pod of a queued object
+    (``queued_top``) of a kind whose pods make pods (``pods_make_pods``: a
+    SparkApplication's driver, the controller of its executors in Spark 4.0), and ``pod``
+    is one of that object's pods by ``pod_of``'s rule (its name label, one hop: the maker
+    is the object's own pod, never a pod made by one).
     None otherwise, or without a registry or a watched Pod store. Kueue v0.17.1
     ``FindAncestorJobManagedByKueue`` walks the same chain (pod, Pod, SparkApplication), so
     such a pod is its ancestor's business: not gated, not a Workload of its own."""
     ref = controller_of_object(pod)
     informers = getattr(ctx, "informers", None)
-    if registry is None or ref is None or (ref.api_version, ref.kind) != ("v1", "Pod") \
+    if registry is None or ref is None or not ref.is_pod \
             or informers is None or POD not in informers.informers:
         return None
     ns = str((pod.get("metadata") or {}).get("namespace", ""))
@@ -156,10 +158,10 @@ def made_by_queued_pod(ctx: Context, registry: Registry | None, pod: Obj
         return None
     kind, owner = found
     meta = owner.get("metadata") or {}
-    if not pod_of(kind, pod, str(meta.get("name", "")), str(meta.get("uid", "")), ctx=ctx) \
-            or queued_top(ctx, registry, kind, owner) is None:
+    if not pod_of(kind, pod, str(meta.get("name", "")), str(meta.get("uid", "")), ctx=ctx):
         return None
-    return kind, owner, maker
+    top = queued_top(ctx, registry, kind, owner)
+    return None if top is None else (kind, owner, maker, top)
 
 
 def pod_claims(pod_or_template: Any) -> Counter[str]:
@@ -249,10 +251,7 @@ class PodCreateCheck:
             # A Spark executor: its driver made it, so its podSet is one the object's pods
             # make (``made_podsets``), counted over the object's made pods of every maker
             # (``made_pods_of``: a replaced driver's executors may still run).
-            kind, owner, maker = made
-            top = queued_top(self.ctx, self.registry, kind, owner)
-            if top is None:
-                return []
+            kind, owner, maker, top = made
             return self._admitted_errors(
                 pod, ns, kind, owner, top, kind.made_podsets(owner),
                 str((owner.get("metadata") or {}).get("uid", "")),
@@ -409,33 +408,28 @@ class PodCreateCheck:
     def _placement_errors(self, pod: Obj, wl: Obj, podset: str, under: str) -> list[str]:
         """Why ``pod`` may run on nodes other than those of the flavors its podSet was
         admitted on: its ``spec.nodeSelector`` lacks a ``spec.nodeLabels`` entry of a
-        ResourceFlavor in its ``podSetAssignments[].flavors`` (pykueue puts those labels in
-        every template it starts, so the operator's pods carry them; a pod a tenant makes
-        under the object with another flavor's selector would take that flavor's GPUs on
-        this admission: brk36b M1), or []. Nothing to compare without the ResourceFlavor
-        store or for a flavor not stored."""
+        ResourceFlavor in its ``podSetAssignments[].flavors`` (``podsets.podset_scheduling``,
+        what the start puts in every template, so the operator's pods carry them; a pod a
+        tenant makes under the object with another flavor's selector would take that
+        flavor's GPUs on this admission: brk36b M1), or []. Nothing to compare without the
+        ResourceFlavor store or for a flavor not stored."""
         if not self._watches(RF):
             return []
-        flavors: set[str] = set()
-        for psa in ((wl.get("status") or {}).get("admission") or {}).get(
-                "podSetAssignments") or []:
-            if isinstance(psa, Mapping) and str(psa.get("name", "")) == podset:
-                flavors |= {str(f) for f in (psa.get("flavors") or {}).values()}
+        names = podset_assignments(wl).get(podset) or []
+        flavors = {n: rf for n in names if (rf := self.ctx.store(RF).get(n)) is not None}
+        try:
+            want, _ = podset_scheduling(names, flavors)
+        except InjectionConflict as e:
+            return [f"spec.nodeSelector: podSet {podset} of {under}: {e}"]
         spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
         selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"),
                                                           Mapping) else {}
-        missing: dict[str, str] = {}
-        for name in sorted(flavors):
-            rf = self.ctx.store(RF).get(name)
-            labels = ((rf or {}).get("spec") or {}).get("nodeLabels")
-            if isinstance(labels, Mapping):
-                missing |= {str(k): str(v) for k, v in labels.items()
-                            if selector.get(k) != v}
+        missing = {k: v for k, v in want.items() if selector.get(k) != v}
         if not missing:
             return []
         shown = ", ".join(f"{k}={v}" for k, v in sorted(missing.items()))
         return [f"spec.nodeSelector: podSet {podset} of {under} was admitted on flavor(s) "
-                f"{', '.join(sorted(flavors))}, whose node labels the pod does not select "
+                f"{', '.join(sorted(set(names)))}, whose node labels the pod does not select "
                 f"({shown}): it could run on another flavor's nodes"]
 
     def _requests_errors(self, asked: dict[str, int], allowed: list[Obj], which: str,

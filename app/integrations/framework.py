@@ -234,8 +234,8 @@ class KindDefaults:
         whose pods its own pods make, each controlled by the pod that made it (a
         SparkApplication's ``executor``: Spark 4.0's driver makes them); the Pod webhook
         refuses a pod made under such a pod of any other podSet, or one more than the
-        podSet's admitted count per maker (``PodCreateCheck``). ``frozenset()`` (the
-        default): none."""
+        podSet's admitted count over the object's made pods of every maker
+        (``made_pods_of``, ``PodCreateCheck``). ``frozenset()`` (the default): none."""
         return frozenset()
 
     def child_object_errors(self, obj: Mapping[str, Any], kind: str,
@@ -823,7 +823,7 @@ def pod_of(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str, *,
     if _names_kind(ref, kind):
         return ref.uid == uid and kind.controls_pods_directly \
             and kind.selects_own_pod(ctx, pod, name)  # type: ignore[attr-defined]
-    if getattr(kind, "pods_make_pods", False) and ref.kind == "Pod" and ref.api_version == "v1":
+    if getattr(kind, "pods_make_pods", False) and ref.is_pod:
         return _made_by_own_pod(kind, pod, name, uid, owner_gone=owner_gone, ctx=ctx)
     if not _names_batch_job(ref):
         return False
@@ -1016,7 +1016,7 @@ def _made_by_own_pod(kind: JobKind, pod: Mapping[str, Any], name: str, uid: str,
     if driver is None:
         return killed_in_grace(ctx, kind, pod, name, uid)
     above = controller_of_object(driver)
-    if above is not None and above.kind == "Pod" and above.api_version == "v1":
+    if above is not None and above.is_pod:
         return False
     return pod_of(kind, driver, name, uid, owner_gone=owner_gone, ctx=ctx)
 
@@ -1038,7 +1038,7 @@ def made_pods_of(ctx: Context, kind: JobKind, obj: Mapping[str, Any]) -> list[Ob
         pm = p.get("metadata") or {}
         ref = controller_ref(pm)
         if ((pm.get("labels") or {}).get(label) == name and ref is not None
-                and (ref.api_version, ref.kind) == ("v1", "Pod") and pod_holds_quota(p)):
+                and ref.is_pod and pod_holds_quota(p)):
             out.append(p)
     return out
 

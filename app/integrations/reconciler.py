@@ -407,8 +407,8 @@ class JobReconciler:
             return
         ns = str(meta.get("namespace", ""))
         ref = controller_ref(meta)
-        if ref is not None and (ref.api_version, ref.kind) == ("v1", "Pod"):
-            # Made by a pod (a Spark executor): its maker's object counts it per maker.
+        if ref is not None and ref.is_pod:
+            # Made by a pod (a Spark executor): the object whose pod made it counts it.
             maker = self.ctx.store(POD).get(f"{ns}/{ref.name}")
             found = self.registry.kind_of_controller(maker) if maker is not None else None
             if found is not None and getattr(found[0], "pods_make_pods", False):
@@ -711,11 +711,12 @@ class JobReconciler:
     async def _delete_excess(self, kind: JobKind, obj: Obj) -> int:
         """Delete the pods ``obj`` controls beyond its podSets' admitted counts
         (``admitted_pods.excess_pods``: placed, Running and older pods kept first; uid as
-        precondition), and the pods each of those pods made beyond the counts of the
-        podSets its pods make (``KindDefaults.made_podsets``: a Spark driver's executors),
-        when its kind
-        makes its pods itself (``KindDefaults.direct_podsets``) and the queued object above
-        it (or itself) is admitted: the Pod webhook refuses such a create
+        precondition), and the pods its pods made, of every maker (``made_pods_of``),
+        beyond the counts of the podSets its pods make (``KindDefaults.made_podsets``: a
+        Spark driver's executors); for a child of another object's admission that names
+        none of its podSets (``podsets_under`` empty), every pod it controls carrying one
+        of that admission's podSet labels; when the queued object above ``obj`` (or
+        itself) is admitted: the Pod webhook refuses such a create
         (``app.controllers.pod_create_check``), but its count is each replica's own and it
         is not called while unregistered, so a tenant's burst across replicas could pass.
         One Warning Event ``DeletedExcessPods`` on ``obj``; returns the count deleted.

@@ -30,6 +30,11 @@ class OwnerRef(NamedTuple):
         """The API group of ``api_version`` (``batch`` for ``batch/v1``; ``""`` for ``v1``)."""
         return self.api_version.rpartition("/")[0]
 
+    @property
+    def is_pod(self) -> bool:
+        """Whether the reference names a core/v1 Pod (a Spark executor's driver)."""
+        return (self.api_version, self.kind) == ("v1", "Pod")
+
 
 def controller_ref(meta: Any, *, strict: bool = False,
                    where: str = "metadata") -> OwnerRef | None:

@@ -344,7 +344,7 @@ def _owner_kinds(pod: Mapping[str, Any], env: WebhookEnv) -> frozenset[tuple[str
     finds it: not gated, counted by its podSet instead."""
     kinds = env.managed_kinds()
     ref = controller_of_object(pod)
-    if ref is not None and (ref.api_version, ref.kind) == ("v1", "Pod") \
+    if ref is not None and ref.is_pod \
             and env.ask("made_by_queued_pod", pod) is True:
         return kinds | {("", "Pod")}
     return kinds
