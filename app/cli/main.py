@@ -257,6 +257,10 @@ def simulate(
     requeue_batch: str = typer.Option(
         "0s", help="Parked Workloads return this long after a change in their cohort "
         "(requeue_batch_seconds; 1s = Kueue v0.17.1's requeueBatchPeriod)."),
+    preempted_queue_order: str = typer.Option(
+        "Eviction", help="Where a preempted Workload goes in its queue: Eviction (by its "
+        "eviction time, pykueue's default) or Creation (by its creation time, Kueue v0.17.1's; "
+        "scheduling.preempted_queue_order)."),
 ) -> None:
     """Simulate a trace through the admission core with a virtual clock ("what if")."""
     import json
@@ -277,6 +281,9 @@ def simulate(
         delay = None if eviction_delay is None else parse_duration_us(eviction_delay)
         stop = None if until is None else parse_duration_us(until)
         batch_s = parse_duration_us(requeue_batch) / 1e6
+        if preempted_queue_order not in ("Eviction", "Creation"):
+            raise ValueError("--preempted-queue-order must be Eviction or Creation, not "
+                             f"{preempted_queue_order!r}")
         if s2b_priority_guard and not fair_sharing:
             raise ValueError("--s2b-priority-guard needs --fair-sharing")
         if sticky_preemptor_first and not fair_sharing:
@@ -287,8 +294,8 @@ def simulate(
     gc_policy.apply()
     fair = FairSharing(s2b_priority_guard=s2b_priority_guard,
                        sticky_preemptor_first=sticky_preemptor_first) if fair_sharing else None
-    core = Scheduler(fair, parsed.admission_fair_sharing,
-                     requeue_batch_s=batch_s)
+    core = Scheduler(fair, parsed.admission_fair_sharing, requeue_batch_s=batch_s,
+                     order_evicted_by_eviction_time=preempted_queue_order == "Eviction")
     # With fair sharing: each queue's share of its cohort tree against its weighted fair share
     # (app.sim.fairness; it samples pending demand at every instant, so only when asked).
     fairness = TreeFairness() if fair_sharing else None

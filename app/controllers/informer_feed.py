@@ -275,10 +275,8 @@ class InformerFeed:
         self.bad_workloads.pop(key, None)
         self.dra.countable(key, new)
         if wl.admission is None and wl.evicted_at is not None \
-                and self.ctx.settings.wait_for_pods_ready.requeuing_strategy.timestamp \
-                == "Creation" and (condition(new, EVICTED) or {}).get("reason") \
-                == "PodsReadyTimeout":
-            wl = replace(wl, evicted_at=None)  # requeuingStrategy.timestamp: Creation
+                and self._ordered_by_creation((condition(new, EVICTED) or {}).get("reason")):
+            wl = replace(wl, evicted_at=None)
         if old is None and wl.admission is None:
             self.messages.observe_arrival(wl)  # a new Workload: one more arrival of its class
         self.cluster.update_workload(wl)
@@ -344,6 +342,20 @@ class InformerFeed:
                 log.info("Workload %s (deleted): no pod of its owner holds resources any "
                          "more, its quota is released", key)
                 self.ctx.wake()
+
+    def _ordered_by_creation(self, reason: str | None) -> bool:
+        """Whether a pending Workload last evicted for ``reason`` (its Evicted condition's)
+        is ordered in its queue by its creation time, not its eviction time (Kueue v0.17.1
+        ``GetQueueOrderTimestamp``): after a PodsReady timeout as
+        ``waitForPodsReady.requeuingStrategy.timestamp`` says; never after an admission
+        check's; after any other eviction (preemption, a stop policy) as
+        ``scheduling.preempted_queue_order`` says."""
+        settings = self.ctx.settings
+        if reason == "PodsReadyTimeout":
+            return settings.wait_for_pods_ready.requeuing_strategy.timestamp == "Creation"
+        if reason == "AdmissionCheck":
+            return False
+        return settings.scheduling.preempted_queue_order == "Creation"
 
     def _overheads(self, wl: Obj) -> dict[str, Any]:
         """RuntimeClass name -> ``overhead.podFixed`` of the RuntimeClasses whose overhead

@@ -190,7 +190,9 @@ class Manager:
         self.ctx: Context | None = None
         self.cluster = Scheduler(settings.fair_sharing.core(),
                                settings.admission_fair_sharing.core(),
-                               requeue_batch_s=settings.scheduling.requeue_batch_seconds)
+                               requeue_batch_s=settings.scheduling.requeue_batch_seconds,
+                               order_evicted_by_eviction_time=(
+                                   settings.scheduling.preempted_queue_order == "Eviction"))
         self.registry = registry if registry is not None else default_registry(
             settings.integrations.frameworks)
         self.jobs: JobReconciler | None = None

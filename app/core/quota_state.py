@@ -290,6 +290,13 @@ class QuotaState:
         # value per LocalQueue (dropped when its ledger or weight changes) and the time of
         # the next due fold.
         self.admission_fair_sharing = admission_fair_sharing
+        # How a Workload this state evicted is ordered in its queue once pending again
+        # (``finish_eviction``): True, by its eviction time (pykueue's default, acceptance
+        # KQ-18, as Kueue v0.17.1 without PrioritySortingWithinCohort); False, by its
+        # creation time (Kueue v0.17.1 as shipped: ``GetQueueOrderTimestamp`` takes the
+        # eviction time only after a PodsReady timeout or an admission check, which this
+        # state never makes). Settings.scheduling.preempted_queue_order.
+        self.order_evicted_by_eviction_time = True
         self._afs_cqs: set[ClusterQueueName] = set()
         self._afs_ledgers: dict[str, _LqLedger] = {}
         self._afs_held: dict[str, dict[ResourceName, int]] = {}
@@ -792,11 +799,14 @@ class QuotaState:
 
     def finish_eviction(self, key: WorkloadKey, now: float | None = None) -> bool:
         """The evicted Workload stopped: release its quota and queue it again, ordered by
-        its eviction time (``now`` if it was never marked)."""
+        its eviction time (``now`` if it was never marked), or by its creation time when
+        ``order_evicted_by_eviction_time`` is False (Kueue v0.17.1's order)."""
         rec = self._wls.get(key)
         if rec is None or rec.state != ADMITTED or rec.gone:
             return False
         evicted_at = rec.wl.evicted_at if rec.wl.evicted_at is not None else now
+        if not self.order_evicted_by_eviction_time:
+            evicted_at = None
         self._release(rec)
         rec.wl = replace(rec.wl, admission=None, quota_reserved_at=None, evicted_at=evicted_at)
         rec.assumed, rec.before_assume = False, None
@@ -1119,6 +1129,7 @@ class QuotaState:
         shared, not copied. Cost O(Workloads of ``names``)."""
         out = type(self)()
         out.admission_fair_sharing = self.admission_fair_sharing
+        out.order_evicted_by_eviction_time = self.order_evicted_by_eviction_time
         out._afs_ledgers = {k: _LqLedger(dict(v.consumed), v.last)
                             for k, v in self._afs_ledgers.items()}
         wanted = [n for n in names if n in self._cqs]

@@ -114,7 +114,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TypeAlias
 
@@ -173,6 +173,13 @@ unused nominal quota from borrowers while it admits (``Scheduler._keep_nominal_f
 seconds). A few seconds: above the arrival period of the classes of Kueue's performance
 baseline (largest 1.2 s) with a loaded controller's cycle delays; and the longest a borrower
 waits for room its lender does not use."""
+
+KEEP_MAX_HOLD_S = 2 * KEEP_PEAK_WINDOW_S
+"""The longest a ClusterQueue's head waits, once room kept by ``_keep_nominal_for_queue``
+refused it, before its cohort lends that room for a cycle (seconds). A lender whose usage
+reaches its nominal once every window keeps its unused room in every cycle it admits; past
+this bound the cohort's borrowers get it, as under Kueue v0.17.1 (which would reclaim it at
+the lender's next peak), so no borrower starves behind kept room."""
 
 
 def _window_max_add(
@@ -255,10 +262,12 @@ class Scheduler(QuotaState):
 
     def __init__(self, fair_sharing: FairSharing | None = None,
                  admission_fair_sharing: AdmissionFairSharing | None = None, *,
-                 requeue_batch_s: float = 0.0) -> None:
+                 requeue_batch_s: float = 0.0,
+                 order_evicted_by_eviction_time: bool = True) -> None:
         # admission_fair_sharing: Kueue Configuration admissionFairSharing (None: off), used
         # by ClusterQueues whose admissionScope asks for it (app.core.quota_state).
         super().__init__(admission_fair_sharing)
+        self.order_evicted_by_eviction_time = order_evicted_by_eviction_time
         # Step 1's batch (seconds; 0: parked Workloads return at the next cycle). Per
         # ClusterQueue whose cohort changed since its last requeue: when its batch is due,
         # and the earliest of those times.
@@ -311,6 +320,13 @@ class Scheduler(QuotaState):
             ClusterQueueName, dict[FlavorResource, deque[tuple[float, int]]]
         ] = {}
         self._keep_over_since: dict[ClusterQueueName, float] = {}
+        # Since when a ClusterQueue's head has waited, once refused only because of room
+        # ``_keep_nominal_for_queue`` kept (cleared when the ClusterQueue admits); the cohort
+        # roots where that wait passed KEEP_MAX_HOLD_S keep nothing this cycle; and what
+        # this cycle keeps, per cohort root and flavor-resource.
+        self._held_back_since: dict[ClusterQueueName, float] = {}
+        self._lend_roots: set[ClusterQueueName] = set()
+        self._kept_now: dict[ClusterQueueName, dict[FlavorResource, int]] = {}
 
     def fork(self, names: Iterable[ClusterQueueName]) -> QuotaState:
         """``QuotaState.fork`` plus the fair sharing configuration and what
@@ -337,6 +353,8 @@ class Scheduler(QuotaState):
                     out._usage_peaks[n] = {fr: deque(w) for fr, w in self._usage_peaks[n].items()}
                 if n in self._keep_over_since:
                     out._keep_over_since[n] = self._keep_over_since[n]
+                if n in self._held_back_since:
+                    out._held_back_since[n] = self._held_back_since[n]
                 # A lender whose reclaim backoff runs does not lend in the projection either.
                 if n in self._no_borrow_until:
                     out._no_borrow_until[n] = self._no_borrow_until[n]
@@ -349,7 +367,8 @@ class Scheduler(QuotaState):
         afresh, and deleted queues hold no memory."""
         if not super().delete_cluster_queue(name):
             return False
-        for memo in (self._usage_peaks, self._keep_over_since, self._no_borrow_until,
+        for memo in (self._usage_peaks, self._keep_over_since, self._held_back_since,
+                     self._no_borrow_until,
                      self._nominations, self._followers, self._parked_classes,
                      self._requeue_due):
             memo.pop(name, None)
@@ -450,6 +469,16 @@ class Scheduler(QuotaState):
 
         taken: dict[WorkloadKey, Candidate] = {}
         held: list[tuple[ClusterQueueName, dict[FlavorResource, int]]] = []
+        self._kept_now.clear()
+        self._lend_roots.clear()
+        if self._held_back_since:
+            for n, since in list(self._held_back_since.items()):
+                if not cqs[n].queue.active_count:
+                    del self._held_back_since[n]  # nothing of it waits any more
+                elif now - since >= KEEP_MAX_HOLD_S:
+                    root = self.tree.root_of(n)
+                    if root is not None:
+                        self._lend_roots.add(root)
         try:
             if self.fair_sharing is None:
                 entries.sort(key=_Entry.order)
@@ -1019,10 +1048,11 @@ class Scheduler(QuotaState):
         for fr in e.assignment.usage:
             _window_max_add(peaks.setdefault(fr, deque()), now, tree.usage(name, fr),
                             KEEP_PEAK_WINDOW_S)
+        root = tree.root_of(name)
         if (self.fair_sharing is not None
                 or spec.preemption.reclaim_within_cohort == ReclaimWithinCohort.NEVER
                 or not len(self._cqs[name].queue)
-                or tree.root_of(name) is None):
+                or root is None or root in self._lend_roots):
             self._keep_over_since.pop(name, None)
             return
         room: dict[FlavorResource, int] = {}
@@ -1053,6 +1083,21 @@ class Scheduler(QuotaState):
         if keep:
             tree.add_usage(name, keep)
             held.append((name, keep))
+            kept = self._kept_now.setdefault(root, {})
+            for fr, v in keep.items():
+                kept[fr] = kept.get(fr, 0) + v
+
+    def _held_back(self, name: ClusterQueueName, usage: Mapping[FlavorResource, int]) -> None:
+        """Remember since when ``name``'s head waits when this cycle's kept room is what
+        refused it: every flavor-resource of ``usage`` (its assignment, core units) it lacks
+        is covered by what ``_keep_nominal_for_queue`` kept for it in its cohort root
+        (``_kept_now``; KEEP_MAX_HOLD_S)."""
+        tree = self.tree
+        root = tree.root_of(name)
+        kept = self._kept_now.get(root) if root is not None else None
+        if kept and all(v - tree.available(name, fr) <= kept.get(fr, 0)
+                        for fr, v in usage.items()):
+            self._held_back_since.setdefault(name, self._now)
 
     def _no_candidates(self, e: _Entry, held: list) -> Decision | None:
         if e.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort.ANY:
@@ -1108,6 +1153,8 @@ class Scheduler(QuotaState):
             if v > self.tree.available(spec.name, fr)
         )
         if short:
+            if self._kept_now:
+                self._held_back(spec.name, a.usage)
             self._not_admitted(e, park=False)
             msg = (
                 "no longer fits after higher-ordered workloads of the cohort took or held "
@@ -1118,6 +1165,7 @@ class Scheduler(QuotaState):
         admission = a.admission(spec.name)
         key = rec.wl.key
         self.assume(key, admission, now)
+        self._held_back_since.pop(spec.name, None)
         self._keep_nominal_for_queue(e, held)
         return [Admit(key, spec.name, admission, dict(a.usage), borrowing=a.borrow > 0)]
 

@@ -119,10 +119,11 @@ def test_a_preempted_workload_is_ordered_by_its_creation_time(fair_sharing: Targ
     # after a PodsReady timeout or an admission check).
     if fair_sharing.name == "pykueue":
         request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "known difference, not fixed: pykueue orders a preempted Workload by its "
-            "eviction time (app/core/workload.py queue_order_time; acceptance KQ-18 item 3), "
+            "known difference, pykueue's default: scheduling.preempted_queue_order Eviction "
+            "orders a preempted Workload by its eviction time (acceptance KQ-18 item 3), "
             "Kueue v0.17.1 by its creation time (pkg/workload/workload.go "
-            "GetQueueOrderTimestamp); changing it moves the baseline decision hash")))
+            "GetQueueOrderTimestamp), which the setting's Creation gives (unit: "
+            "test_core_cases.py, test_preempted_queue_order.py)")))
     s = fair_sharing.scope("fs-order")
     f = s.flavor("f")
     s.cluster_queue("cq", [(f, {"cpu": {"nominalQuota": "1"}})], within="LowerPriority")

@@ -445,6 +445,27 @@ def test_kq18_evicted_workload_is_ordered_by_eviction_time():
     assert order == ["ns/newer", "ns/old"]
 
 
+def test_kueue_order_puts_a_preempted_workload_back_by_its_creation_time():
+    """scheduling.preempted_queue_order: Creation (Kueue v0.17.1's GetQueueOrderTimestamp
+    with PrioritySortingWithinCohort on, as shipped): the same steps as above leave the
+    evicted Workload ahead of the one created after it."""
+    s = Sim(cluster_queue("cq").flavor("default", cpu=1).preemption(within="LowerPriority"))
+    s.c.order_evicted_by_eviction_time = False
+    s.submit(workload("old").cq("cq").pods(1, cpu=1))
+    s.settle()
+    s.submit(workload("newer").cq("cq").pods(1, cpu=1))
+    s.submit(workload("boss").cq("cq").pods(1, cpu=1).priority(5))
+    s.settle()
+    assert s.evictions() == [("ns/old", "InClusterQueue")]
+    s.finish_eviction("old")
+    s.settle()
+    assert s.admitted("boss")
+    order = [p.workload for p in s.c.pending_workloads(ClusterQueueName("cq"))]
+    assert order == ["ns/old", "ns/newer"]
+    fork = s.c.fork([ClusterQueueName("cq")])
+    assert fork.order_evicted_by_eviction_time is False
+
+
 # ---- KQ-19 ---------------------------------------------------------------------------------
 def _kq19(preference: str) -> Sim:
     s = Sim(

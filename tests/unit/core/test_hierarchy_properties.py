@@ -130,8 +130,9 @@ def test_no_subtree_exceeds_its_quota(tree, stream, fair):
         try:
             s.settle_evictions()
         except AssertionError:
-            # Only the known classical loop (Kueue's resourcesToReserve; the strict xfail
-            # below) is not this property's failure; its rounds must keep within quota too.
+            # Only the known classical loop (Kueue's resourcesToReserve, kept as Kueue's; the
+            # loop26 tests below) is not this property's failure; its rounds must keep
+            # within quota too.
             if not _held_nominal_reclaim_loop(s):
                 raise
             _check_quota(s, nominal, limits, cqs)
@@ -281,30 +282,44 @@ def test_less_than_initial_share_evicts_only_up_to_the_preemptor_priority_with_t
     assert s.evictions(s.settle()) == ([("ns/w3", "InCohortFairSharing")] if evicted else [])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "loop26: a classical (no fair sharing) reclaim loop that test_no_subtree_exceeds_its_quota "
-    "found in one of twenty runs of 1,500 examples; Kueue v0.17.1's rules give the same loop when "
-    "parked Workloads return at the next cycle (scheduler.go: a head with no candidates "
-    "holds its unused nominal when reclaimWithinCohort is not Any; the classical order puts "
-    "it before the reclaimer). Unfixed: which rule to depart on is the lead's call"))
-def test_a_head_holding_its_nominal_does_not_make_a_reclaimer_evict_the_same_borrower_forever():
-    """org (0) with q0 (0), q2 (3 cpu, borrowingLimit 0; reclaimWithinCohort Never) and q3
-    (2 cpu, Any). w0, w1 (q0, 1 cpu) borrow, w2 (q2, 2 cpu) runs, w3 (q2, 2 cpu) can never
-    fit beside it (borrowingLimit 0) and is parked. w4 (q3, 2 cpu, within its nominal)
-    evicts w1 (InCohortReclamation); when w1's eviction ends w3 returns, is ordered first
-    (not borrowing, older), finds no candidate and holds q2's unused nominal (1 cpu) for the
-    rest of the cycle, so w4 no longer fits and w1 (1 cpu) is admitted again; w4 evicts w1
-    again, and so on."""
+def test_a_head_holding_its_nominal_makes_a_reclaimer_evict_the_same_borrower_as_kueue():
+    """loop26, Kueue v0.17.1's rules kept (the default): org (0) with q0 (0), q2 (3 cpu,
+    borrowingLimit 0; reclaimWithinCohort Never) and q3 (2 cpu, Any). w0, w1 (q0, 1 cpu)
+    borrow, w2 (q2, 2 cpu) runs, w3 (q2, 2 cpu) can never fit beside it (borrowingLimit 0)
+    and is parked. w4 (q3, 2 cpu, within its nominal) evicts w1 (InCohortReclamation); when
+    w1's eviction ends w3 returns, is ordered first (not borrowing, older), finds no
+    candidate and holds q2's unused nominal (1 cpu) for the rest of the cycle (Kueue's
+    ``resourcesToReserve``), so w4 no longer fits and w1 (1 cpu) is admitted again; w4
+    evicts w1 again, and so on: every round of evictions is w1's. Bounded by the
+    ClusterQueue annotation ``pykueue.dev/reclaim-backoff`` (next test)."""
     s = _held_nominal_example()
+    for _ in range(5):
+        s.settle()
+        s.finish_evictions()
+    assert s.evictions() and set(s.evictions()) == {("ns/w1", "InCohortReclamation")}
+    assert len(s.evictions()) >= 3
+
+
+def test_a_reclaim_backoff_on_the_borrower_ends_the_held_nominal_loop():
+    """The loop above with ``pykueue.dev/reclaim-backoff: 2m`` on q0 (w1's ClusterQueue):
+    w1 is evicted once, q0 may not borrow while the backoff runs, so w4 is admitted and
+    nothing is evicted again within it."""
+    s = _held_nominal_example(q0_backoff=120.0)
     s.settle_evictions()
-    assert s.admitted("w4") and s.evictions() == [("ns/w1", "InCohortReclamation")]
+    assert s.admitted("w4") and s.pending("w1")
+    assert s.evictions() == [("ns/w1", "InCohortReclamation")]
+    for _ in range(60):
+        s.cycle()
+    assert s.evictions() == [("ns/w1", "InCohortReclamation")]
 
 
-def _held_nominal_example() -> Sim:
-    """The example above, w0-w3 settled and w4 submitted."""
+def _held_nominal_example(q0_backoff: float | None = None) -> Sim:
+    """The example above, w0-w3 settled and w4 submitted; ``q0_backoff``: q0's
+    ``pykueue.dev/reclaim-backoff`` (seconds)."""
     s = Sim(cohort("org").flavor("default", cpu=0),
-            cluster_queue("q0").cohort("org").flavor("default", cpu=0).preemption(
-                within="LowerPriority", reclaim="Never"),
+            replace(cluster_queue("q0").cohort("org").flavor("default", cpu=0).preemption(
+                within="LowerPriority", reclaim="Never").build(),
+                reclaim_backoff_s=q0_backoff),
             cluster_queue("q2").cohort("org").flavor("default", cpu=3, borrowing_limit=0)
             .preemption(within="LowerPriority", reclaim="Never"),
             cluster_queue("q3").cohort("org").flavor("default", cpu=2).preemption(
