@@ -176,10 +176,10 @@ waits for room its lender does not use."""
 
 KEEP_MAX_HOLD_S = 2 * KEEP_PEAK_WINDOW_S
 """The longest a ClusterQueue's head waits, once room kept by ``_keep_nominal_for_queue``
-refused it, before its cohort lends that room for a cycle (seconds). A lender whose usage
-reaches its nominal once every window keeps its unused room in every cycle it admits; past
-this bound the cohort's borrowers get it, as under Kueue v0.17.1 (which would reclaim it at
-the lender's next peak), so no borrower starves behind kept room."""
+refused it, before its cohort keeps no room (seconds): from then until that ClusterQueue
+admits, the cohort lends as under Kueue v0.17.1 (which would reclaim the room at the
+lender's next peak). A lender whose usage reaches its nominal once every window keeps its
+unused room in every cycle it admits; with this bound no borrower starves behind it."""
 
 
 def _window_max_add(
@@ -1039,7 +1039,11 @@ class Scheduler(QuotaState):
           from a queue it never grows into (each Workload finishes before the next is
           admitted) holds room it does not use for at most about twice the window (its
           peak ageing out, then the queued part lapsing), and the cohort's borrowers are
-          admitted. Room it keeps using stays kept (Kueue's lender would reclaim it)."""
+          admitted. Room it keeps using stays kept (Kueue's lender would reclaim it).
+
+        Nothing is kept in a cohort where a ClusterQueue's head was refused by kept room and
+        that ClusterQueue has not admitted for ``KEEP_MAX_HOLD_S`` (``_held_back``), so a
+        lender whose usage reaches its nominal every window starves no borrower."""
         spec = e.spec
         name = spec.name
         tree = self.tree
