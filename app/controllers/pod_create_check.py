@@ -74,7 +74,7 @@ from app.integrations.framework import (
     queued_top,
 )
 from app.integrations.podsets import InjectionConflict, podset_assignments, podset_scheduling
-from app.integrations.reconciler import objects_controlled_by
+from app.integrations.reconciler import component_pods, objects_controlled_by
 from app.kube.context import CHILD_JOB_STORES, JOB, LR, POD, RCT, RF, WL, Context, in_namespace
 from app.wire.dra import pod_claim_requests
 from app.wire.fields import Obj, WorkloadSpecError
@@ -293,7 +293,15 @@ class PodCreateCheck:
             direct = podsets_under(kind, owner, top)
         except WorkloadSpecError:
             direct = None
-        return self._admitted_errors(pod, ns, kind, owner, top, direct, ref.uid, mine, dry_run)
+        # Counted per component of an AppWrapper (every object its generateName prefix
+        # names while being made), in a ledger of the AppWrapper's (brk36b B2).
+        holders = component_pods(self.ctx, kind, owner, top, direct)
+        if holders is not None:
+            mine = f"the {kind.kind}s of its component ({mine} among them)"
+        count_uid = ref.uid if holders is None else \
+            str((top_obj.get("metadata") or {}).get("uid") or ref.uid)
+        return self._admitted_errors(pod, ns, kind, owner, top, direct, count_uid, mine,
+                                     dry_run, holders)
 
     def _admitted_errors(self, pod: Obj, ns: str, kind: JobKind, owner: Obj,
                          top: tuple[JobKind, Mapping[str, Any]],

@@ -277,6 +277,36 @@ def objects_controlled_by(ctx: Context, store_key: str, ns: str, uid: str) -> li
             if (o.get("metadata") or {}).get("namespace") == ns]
 
 
+def component_pods(ctx: Context, kind: JobKind, obj: Obj,
+                   top: tuple[JobKind, Mapping[str, Any]], sets: frozenset[str] | None
+                   ) -> list[Obj] | None:
+    """The pods counted against podSets ``sets`` of ``top``'s admission for ``obj`` (of
+    ``kind``, controlled by the queued object ``top`` itself: an AppWrapper's wrapped
+    PyTorchJob): those controlled by every object of ``kind`` that ``top`` controls and whose
+    ``podsets_under`` shares one of ``sets``, so the count is per component, not per object.
+    While an AppWrapper's ``generateName`` component is being made, every object with its
+    prefix names it (brk36b B2): each one's count alone would let a tenant's second
+    object run a second set of pods. None when ``obj`` is ``top``, ``sets`` is empty or
+    None, or ``obj``'s controller is not ``top`` (count per object, as before)."""
+    top_obj = top[1]
+    top_meta = top_obj.get("metadata") or {}
+    top_uid = str(top_meta.get("uid") or "")
+    if top_obj is obj or not sets or not top_uid or controller_uid(obj) != top_uid:
+        return None
+    ns = str((obj.get("metadata") or {}).get("namespace", ""))
+    pods: list[Obj] = []
+    for sibling in objects_controlled_by(ctx, kind.key, ns, top_uid):
+        try:
+            if not sets & (podsets_under(kind, sibling, top) or frozenset()):
+                continue
+        except WorkloadSpecError:
+            continue
+        uid = str((sibling.get("metadata") or {}).get("uid") or "")
+        if uid:
+            pods.extend(objects_controlled_by(ctx, POD, ns, uid))
+    return pods
+
+
 class JobReconciler:
     """Reconciles the objects of every kind in ``registry`` with their Workloads (module doc).
     ``reconciles`` counts passes (tests and metrics)."""
@@ -745,7 +775,11 @@ class JobReconciler:
             return 0
         assert wl is not None
         counts = admitted_counts(wl)
-        own = self._controlled_by(POD, ns, uid)
+        # Per component of an AppWrapper: every object its generateName prefix names.
+        own = component_pods(self.ctx, kind, obj, top, direct) \
+            if not unnamed else None
+        if own is None:
+            own = self._controlled_by(POD, ns, uid)
         extra = excess_pods(own, dict.fromkeys(counts, 0) if unnamed else
                             {ps: n for ps, n in counts.items() if ps in (direct or ())})
         if made:

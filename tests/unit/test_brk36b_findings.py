@@ -132,14 +132,12 @@ def _pt_pod(job: str, name: str, podset: str) -> dict[str, Any]:
     return pod
 
 
-@pytest.mark.xfail(strict=True, reason="brk36b B2: every PyTorchJob of a generateName "
-                   "component's prefix made in the Resuming window gets the component's "
-                   "whole count of pods (counted per PyTorchJob uid)")
-def test_b2_a_second_pytorchjob_of_a_components_prefix_runs_a_second_set_of_pods() -> None:
+def test_b2_a_second_pytorchjob_of_a_components_prefix_runs_no_second_set_of_pods() -> None:
     """aw-1 (workers) admitted for 2, both Running under the controller's ``pt-abcde``: a
-    worker of the tenant's ``pt-evil`` (controlled by ``aw``, made in the window) is a third
-    one on an admission of 2, allowed (before d41a9e5 every such pod was refused: its
-    PyTorchJob's own replica types are no podSet of the AppWrapper)."""
+    worker of the tenant's ``pt-evil`` (controlled by ``aw``, made in the window, so its
+    prefix names the component too) would be a third one on an admission of 2: refused,
+    the count being the component's over every PyTorchJob it names
+    (``reconciler.component_pods``; counted per PyTorchJob uid before)."""
     s = _generate_named_pytorchjob(deployed=False)
     for i in range(2):
         pod = _pt_pod("pt-abcde", f"pt-abcde-worker-{i}", "aw-1")
@@ -147,6 +145,33 @@ def test_b2_a_second_pytorchjob_of_a_components_prefix_runs_a_second_set_of_pods
         s.add_pod(pod)
     errors = s.check.errors(_pt_pod("pt-evil", "pt-evil-worker-0", "aw-1"))
     assert errors, "a third aw-1 worker allowed on an admission of 2"
+
+
+def test_b2_the_backstop_deletes_the_second_pytorchjobs_pods_in_the_window() -> None:
+    """In the window (name not recorded) pt-abcde's 3 pods run and pt-evil's 3, made after
+    them, carry the same podSet labels: the backstop counts the component over both
+    PyTorchJobs and deletes the 3 newer ones (6 Running on an admission of 3 before)."""
+    s = _generate_named_pytorchjob(deployed=False)
+    pods = []
+    for t, job in enumerate(("pt-abcde", "pt-evil")):
+        for name, podset in (("master-0", "aw-0"), ("worker-0", "aw-1"), ("worker-1", "aw-1")):
+            pod = _pt_pod(job, f"{job}-{name}", podset)
+            pod["metadata"]["creationTimestamp"] = f"2026-12-07T00:0{t}:00Z"
+            pod["status"] = {"phase": "Running"}
+            pod["spec"]["nodeName"] = "gpu-1"
+            pods.append(pod)
+    objects = {k: s.stores[k].list() for k in (APPWRAPPER.key, PYTORCHJOB.key, WL)}
+    rec, rctx = _fd_reconciler(PYTORCHJOB, "kubeflow.org/pytorchjob", {**objects, POD: pods},
+                               extra=(APPWRAPPER.key,))
+    rec.registry = default_registry(["kubeflow.org/pytorchjob",  # type: ignore[assignment]
+                                     "workload.codeflare.dev/appwrapper"])
+    for job in ("pt-abcde", "pt-evil"):
+        obj = rctx.store(PYTORCHJOB.key).get(f"t/{job}")
+        assert obj is not None
+        asyncio.run(rec._delete_excess(PYTORCHJOB, obj))
+    deleted = {w[2] for w in rctx.writes if w[:2] == ("delete", "pods")}
+    assert deleted, "pt-evil's 3 pods left Running beside pt-abcde's on an admission of 3"
+    assert deleted == {"pt-evil-master-0", "pt-evil-worker-0", "pt-evil-worker-1"}, deleted
 
 
 def test_b2_the_backstop_leaves_the_second_pytorchjobs_pods_once_the_name_is_recorded() -> None:
