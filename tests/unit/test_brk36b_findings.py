@@ -10,8 +10,6 @@ import asyncio
 import copy
 from typing import Any
 
-import pytest
-
 from app.api.extender import _decide, _Parsed
 from app.controllers.admission_lookup import StoreExtenderState
 from app.extender.nodestore import NodeStore
@@ -147,11 +145,12 @@ def test_b2_a_second_pytorchjob_of_a_components_prefix_runs_no_second_set_of_pod
     assert errors, "a third aw-1 worker allowed on an admission of 2"
 
 
-def test_b2_the_backstop_deletes_the_second_pytorchjobs_pods_in_the_window() -> None:
-    """In the window (name not recorded) pt-abcde's 3 pods run and pt-evil's 3, made after
-    them, carry the same podSet labels: the backstop counts the component over both
-    PyTorchJobs and deletes the 3 newer ones (6 Running on an admission of 3 before)."""
-    s = _generate_named_pytorchjob(deployed=False)
+def _backstop(deployed: bool, *jobs: str) -> set[str]:
+    """``_generate_named_pytorchjob(deployed)`` with 3 Running pods (``aw-0`` master, 2
+    ``aw-1`` workers) under each of ``pt-abcde`` and ``pt-evil``, the second's a minute
+    later; ``_delete_excess`` run for each PyTorchJob of ``jobs``; the names of the pods
+    deleted."""
+    s = _generate_named_pytorchjob(deployed=deployed)
     pods = []
     for t, job in enumerate(("pt-abcde", "pt-evil")):
         for name, podset in (("master-0", "aw-0"), ("worker-0", "aw-1"), ("worker-1", "aw-1")):
@@ -165,39 +164,30 @@ def test_b2_the_backstop_deletes_the_second_pytorchjobs_pods_in_the_window() -> 
                                extra=(APPWRAPPER.key,))
     rec.registry = default_registry(["kubeflow.org/pytorchjob",  # type: ignore[assignment]
                                      "workload.codeflare.dev/appwrapper"])
-    for job in ("pt-abcde", "pt-evil"):
+    for job in jobs:
         obj = rctx.store(PYTORCHJOB.key).get(f"t/{job}")
         assert obj is not None
         asyncio.run(rec._delete_excess(PYTORCHJOB, obj))
-    deleted = {w[2] for w in rctx.writes if w[:2] == ("delete", "pods")}
+    return {w[2] for w in rctx.writes if w[:2] == ("delete", "pods")}
+
+
+def test_b2_the_backstop_deletes_the_second_pytorchjobs_pods_in_the_window() -> None:
+    """In the window (name not recorded) pt-abcde's 3 pods run and pt-evil's 3, made after
+    them, carry the same podSet labels: the backstop counts the component over both
+    PyTorchJobs and deletes the 3 newer ones (6 Running on an admission of 3 before)."""
+    deleted = _backstop(False, "pt-abcde", "pt-evil")
     assert deleted, "pt-evil's 3 pods left Running beside pt-abcde's on an admission of 3"
     assert deleted == {"pt-evil-master-0", "pt-evil-worker-0", "pt-evil-worker-1"}, deleted
 
 
-def test_b2_the_backstop_leaves_the_second_pytorchjobs_pods_once_the_name_is_recorded() -> None:
+def test_b2_the_backstop_deletes_the_second_pytorchjobs_pods_once_the_name_is_recorded() -> None:
     """The same after the controller recorded ``pt-abcde`` (``ResourcesDeployed``): ``pt-evil``
-    is no component any more, so ``podsets_under`` falls back to PyTorchJob's replica types
-    (``master``, ``worker``), none of the admission's, and ``_delete_excess`` deletes none of
-    its 3 Running pods labelled ``aw-0``/``aw-1`` (``excess_pods`` leaves a pod of no counted
-    podSet alone): 6 pods Running on an admission of 3."""
-    s = _generate_named_pytorchjob(deployed=True)
-    pods = []
-    for job in ("pt-abcde", "pt-evil"):
-        for name, podset in (("master-0", "aw-0"), ("worker-0", "aw-1"), ("worker-1", "aw-1")):
-            pod = _pt_pod(job, f"{job}-{name}", podset)
-            pod["status"] = {"phase": "Running"}
-            pod["spec"]["nodeName"] = "gpu-1"
-            pods.append(pod)
-    objects = {k: s.stores[k].list() for k in (APPWRAPPER.key, PYTORCHJOB.key, WL)}
-    rec, rctx = _fd_reconciler(PYTORCHJOB, "kubeflow.org/pytorchjob", {**objects, POD: pods},
-                               extra=(APPWRAPPER.key,))
-    rec.registry = default_registry(["kubeflow.org/pytorchjob",  # type: ignore[assignment]
-                                     "workload.codeflare.dev/appwrapper"])
-    evil = rctx.store(PYTORCHJOB.key).get("t/pt-evil")
-    assert evil is not None
-    asyncio.run(rec._delete_excess(PYTORCHJOB, evil))
-    deletes = [w for w in rctx.writes if w[:2] == ("delete", "pods")]
-    assert deletes, "pt-evil's 3 pods left Running beside pt-abcde's on an admission of 3"
+    is no component any more (``child_podsets`` answers none), so ``_delete_excess`` deletes
+    its 3 Running pods labelled ``aw-0``/``aw-1``: 6 pods Running on an admission of 3
+    before."""
+    deleted = _backstop(True, "pt-evil")
+    assert deleted, "pt-evil's 3 pods left Running beside pt-abcde's on an admission of 3"
+    assert deleted == {"pt-evil-master-0", "pt-evil-worker-0", "pt-evil-worker-1"}, deleted
 
 
 def _two_flavors_ctx() -> tuple[FakeCtx, StoreExtenderState]:
