@@ -74,7 +74,10 @@ from app.integrations.framework import (
     queued_top,
 )
 from app.integrations.podsets import InjectionConflict, podset_assignments, podset_scheduling
-from app.integrations.reconciler import component_pods, objects_controlled_by
+from app.integrations.reconciler import (
+    component_pods,
+    holding_pods_controlled_by,
+)
 from app.kube.context import CHILD_JOB_STORES, JOB, LR, POD, RCT, RF, WL, Context, in_namespace
 from app.wire.dra import pod_claim_requests
 from app.wire.fields import Obj, WorkloadSpecError
@@ -473,8 +476,8 @@ class PodCreateCheck:
         me = str(meta.get("uid") or meta.get("name") or "")
         seen: set[str] = set()
         held = 0
-        for p in holders if holders is not None else objects_controlled_by(
-                self.ctx, POD, ns, owner_uid):
+        for p in holders if holders is not None else holding_pods_controlled_by(
+                self.ctx, ns, owner_uid):
             pm = p.get("metadata") or {}
             if (pm.get("labels") or {}).get(PODSET_LABEL) != podset:
                 continue

@@ -135,6 +135,8 @@ WL_PREFIX = "wl:"
 UID_INDEX = "uid"
 # Store index: the uid an object's controller ownerReference names (``_controlled_by``).
 CONTROLLER_UID_INDEX = "controller-uid"
+# Pods only: the controller uid of a pod that holds quota (``holding_pods_controlled_by``).
+HOLDING_CONTROLLER_UID_INDEX = "holding-controller-uid"
 # Store index: ``<namespace>/<Workload name>`` an object's own
 # ``kueue.x-k8s.io/prebuilt-workload-name`` label names (``_enqueue_adopters``).
 PREBUILT_INDEX = "prebuilt"
@@ -274,6 +276,18 @@ def objects_controlled_by(ctx: Context, store_key: str, ns: str, uid: str) -> li
     store = ctx.store(store_key)
     store.index(CONTROLLER_UID_INDEX, lambda o: controller_uid(o) or None)
     return [o for o in store.by_index(CONTROLLER_UID_INDEX, uid)
+            if (o.get("metadata") or {}).get("namespace") == ns]
+
+
+def holding_pods_controlled_by(ctx: Context, ns: str, uid: str) -> list[Obj]:
+    """The pods of namespace ``ns`` controlled by ``uid`` that hold quota
+    (``pod_holds_quota``), from the Pod store's ``HOLDING_CONTROLLER_UID_INDEX`` (kept by
+    every change as ``objects_controlled_by``'s): the cost is the pods that run, not the
+    terminal ones a tenant may leave under its own object by the thousand."""
+    store = ctx.store(POD)
+    store.index(HOLDING_CONTROLLER_UID_INDEX,
+                lambda o: (controller_uid(o) or None) if pod_holds_quota(o) else None)
+    return [o for o in store.by_index(HOLDING_CONTROLLER_UID_INDEX, uid)
             if (o.get("metadata") or {}).get("namespace") == ns]
 
 
