@@ -7,9 +7,11 @@ only (H1's Jobs, H3's prefixed JobSets); no phase is no creating (H1 ``managed-e
 a Job with a share of the AppWrapper's admission runs only its component template's pods,
 and a JobSet under it only its JobSet component's replicatedJobs (H2, H3's fixed-name
 JobSet; tests/unit/test_appwrapper_child_templates.py).
-Open (strict xfails, docs/security.md Known gaps): H1's Deployments while a create the
-tenant makes fail is retried in ``Resuming`` (since session 36 not pykueue's own refusal of
-a component's invalid queue-name label: the AppWrapper is refused when queued); L.
+Open (strict xfails, docs/security.md Known gaps): H1's Deployments while the component's
+own create, which the tenant makes fail, is retried in ``Resuming`` (since session 36 not
+pykueue's own refusal of a component's invalid queue-name label: the AppWrapper is refused
+when queued; since session 37 not an earlier component's failing create:
+``_earlier_create_failed``); L.
 
 H1 (``names_component`` / ``_creating``): the tenant keeps a ``generateName`` component
 uncreated, and so its prefix open, for as long as it likes, two ways:
@@ -123,11 +125,9 @@ def _resuming(obj: dict[str, Any], status: list[dict[str, Any]]) -> dict[str, An
 
 HOLDS = ["create-refused", "managed-elsewhere"]
 H1 = pytest.mark.xfail(strict=True, reason=(
-    "brk30b H1: the tenant keeps an AppWrapper's generateName component uncreated for good "
-    "(its create, or an earlier component's, refused non-fatally, retried and reset on the "
-    "tenant's annotations: since session 36 not by pykueue's queue-name rule for an "
-    "AppWrapper queued since, but by a ResourceQuota the tenant fills, another admission "
-    "webhook, or for an AppWrapper stored before), so every Deployment with its prefix joins"))
+    "brk30b H1: the tenant keeps an AppWrapper's generateName component's own create failing "
+    "(a ResourceQuota it fills; an earlier component's failing create closes the prefix since "
+    "session 37), so every Deployment with its prefix joins while the controller retries"))
 
 
 def _held(obj: dict[str, Any], how: str, status: list[dict[str, Any]]) -> dict[str, Any]:
@@ -239,8 +239,7 @@ async def test_jobs_with_the_prefix_get_no_share_while_the_tenant_holds_the_crea
         f"5 tenant Jobs created under aw, shares {shares}: {sum(shares)} pods on 2 admitted"
 
 
-@pytest.mark.parametrize("how", [pytest.param("create-refused", marks=H1),
-                                 "managed-elsewhere"])
+@pytest.mark.parametrize("how", HOLDS)
 async def test_deployments_with_the_prefix_cannot_join_while_the_tenant_holds_the_create(
         how: str) -> None:
     """AppWrapper research/dep: Job ``side`` labelled with the queue name ``Not_A_Queue``,
@@ -258,6 +257,26 @@ async def test_deployments_with_the_prefix_cannot_join_while_the_tenant_holds_th
     running = _held(obj, how, [
         {"name": "side", "kind": "Job", "apiVersion": "batch/v1",
          "conditions": copy.deepcopy(ERRORED)}, {}])
+    joined = [(await decide(create_review(owned(1, name=f"dep-evil{i}")), running))["allowed"]
+              for i in range(4)]
+    assert joined.count(True) <= 1, f"{joined.count(True)} Deployments joined on 1 admitted"
+
+
+@H1
+async def test_deployments_with_the_prefix_cannot_join_while_the_components_own_create_fails(
+        ) -> None:
+    """The hold on the component itself: AppWrapper research/dep, Job ``side`` deployed,
+    then a Deployment by ``generateName: dep-`` (1 replica of 1 GPU) whose create fails
+    every second (a ResourceQuota ``count/deployments.apps`` the tenant keeps full, freeing
+    one place at a time for its own create). No earlier component shows a failed create, so
+    the prefix stays open in ``Resuming``: each of ``dep-evil0``..``dep-evil3`` joins as the
+    component."""
+    obj = queued_appwrapper(generateName="dep-")
+    running = _held(obj, "create-refused", [
+        {"name": "side", "kind": "Job", "apiVersion": "batch/v1",
+         "conditions": copy.deepcopy(DEPLOYED)},
+        {"name": "", "kind": "Deployment", "apiVersion": "apps/v1",
+         "conditions": copy.deepcopy(ERRORED)}])
     joined = [(await decide(create_review(owned(1, name=f"dep-evil{i}")), running))["allowed"]
               for i in range(4)]
     assert joined.count(True) <= 1, f"{joined.count(True)} Deployments joined on 1 admitted"

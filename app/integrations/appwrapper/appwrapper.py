@@ -339,7 +339,10 @@ def names_component(aw: Mapping[str, Any], i: int, name: str) -> bool:
     or the object deleted by a suspension or reset, after which the controller creates it
     again under a new generated name, recorded only after its create succeeded;
     ``createComponent``). Not in the pause of a reset (phase ``Resetting``, as long as the
-    AppWrapper's own annotation asks): the controller creates nothing then (brk30).
+    AppWrapper's own annotation asks): the controller creates nothing then (brk30). Nor
+    while an earlier component's create fails (``_earlier_create_failed``): the controller
+    creates components in order and stops at the first error, so it is not creating this
+    one (brk30b H1: a tenant keeping that create failing held the prefix open).
     Deployments and StatefulSets only: a batch Job or JobSet component's Jobs are known by
     the recorded name alone (``AppWrapper.child_job_pods``). Raises ``WorkloadSpecError``
     when the components are unreadable."""
@@ -350,7 +353,24 @@ def names_component(aw: Mapping[str, Any], i: int, name: str) -> bool:
     meta = _template_meta(components(aw)[i])
     prefix = meta.get("generateName")
     return not meta.get("name") and isinstance(prefix, str) and bool(prefix) \
-        and name.startswith(prefix) and _creating(aw) and not _deployed(aw, i)
+        and name.startswith(prefix) and _creating(aw) and not _deployed(aw, i) \
+        and not _earlier_create_failed(aw, i)
+
+
+def _earlier_create_failed(aw: Mapping[str, Any], i: int) -> bool:
+    """Whether a component before ``i`` shows its last create failed: condition
+    ``ResourcesDeployed`` False with reason ``ComponentCreationErrored`` (appwrapper v1.2.0
+    ``createComponent``). ``createComponents`` creates in order and returns at the first
+    error, and patches a component True before creating the next, so while an earlier one
+    shows that, the controller is not creating ``i`` (a store a moment behind a retry that
+    succeeded refuses the controller's create once; it retries a second later)."""
+    for j in range(i):
+        for c in _component_status(aw, j).get("conditions") or []:
+            if isinstance(c, Mapping) and c.get("type") == "ResourcesDeployed" \
+                    and c.get("status") == "False" \
+                    and c.get("reason") == "ComponentCreationErrored":
+                return True
+    return False
 
 
 def _creating(aw: Mapping[str, Any]) -> bool:
