@@ -476,6 +476,20 @@ def test_kueues_requeue_batch_delays_the_parked_readmission_by_one_second(
     assert bad.exit_code == 2 and "not a duration" in bad.output
 
 
+def test_the_preempted_queue_order_option_is_read_and_checked(tmp_path: Path) -> None:
+    """``--preempted-queue-order``: Creation runs (the small trace preempts nothing, so the
+    same timeline as Eviction); any other value exits 2 naming the option."""
+    trace = tmp_path / "small.yaml"
+    trace.write_text(SMALL)
+    runs = [CliRunner().invoke(cli, ["simulate", str(trace), "--json", "--timeline",
+                                     "--preempted-queue-order", order])
+            for order in ("Eviction", "Creation")]
+    assert all(r.exit_code == 0 for r in runs), [r.output for r in runs]
+    assert json.loads(runs[0].output)["timeline"] == json.loads(runs[1].output)["timeline"]
+    bad = CliRunner().invoke(cli, ["simulate", str(trace), "--preempted-queue-order", "Age"])
+    assert bad.exit_code == 2 and "--preempted-queue-order" in bad.output
+
+
 # One ClusterQueue of 4 cpu; a and b take all of it (a's runtime: RUNTIME).
 ONE_QUEUE = """\
 name: one-queue
