@@ -24,8 +24,8 @@ TokenOpt = Annotated[str | None, typer.Option(
 KubeconfigOpt = Annotated[Path | None, typer.Option(
     help="Kubeconfig to take the token from (default: $KUBECONFIG, ~/.kube/config).")]
 CaFileOpt = Annotated[Path | None, typer.Option(
-    help="CA bundle for the server certificate (default: PYKUEUE_SERVER__CA_FILE if it "
-         "exists, else the system trust store).")]
+    help="CA bundle for the server certificate (default: PYKUEUE_SERVER__CA_FILE, "
+         "certs/out/ca.crt unless set, if it exists; else the system trust store).")]
 
 
 @app.command()
