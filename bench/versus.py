@@ -432,6 +432,7 @@ class VersusRun:
                 "busy_share": round(busy / (done_at * (os.cpu_count() or 1)), 2),
                 "runner_cpu_s": round(runner_cpu - runner_sampler.cpu0, 1),
                 **{f"{n}_cpu_s": round(v, 1) for n, v in server_cpu.items()},
+                **{f"{n}_peak_rss_mb": sm.peak_rss_mb() for n, sm in server.items()},
                 # No controller could end this run sooner than the API server's, etcd's and
                 # the runner's own work spread over every CPU of the machine.
                 "others_bound_s": round((sum(server_cpu.values()) + runner_cpu
