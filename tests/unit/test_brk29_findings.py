@@ -174,10 +174,15 @@ async def test_a_generate_name_component_is_created_again_after_a_suspension() -
     """Evicted and admitted again, the AppWrapper controller deletes its components
     (``ResourcesDeployed`` False, ``CompononetDeleted``, the old name kept) and then creates
     them again, a ``generateName`` one under a new name, recorded only after the create. On
-    main that create was refused (the old name recorded), so the AppWrapper never ran again."""
+    main that create was refused (the old name recorded), so the AppWrapper never ran again.
+    The side Job before it is deployed again: the controller creates in order and stops at
+    the first failed create (``_earlier_create_failed``)."""
     for status, reason in (("False", "CompononetDeleted"), ("False", "ComponentCreationErrored"),
                            ("Unknown", "ComponentCreationInitiated")):
         aw = _deployed(queued_appwrapper(generateName="dep-"), "dep-x7k2p", status, reason)
+        aw["status"]["componentStatus"][0]["conditions"] = [
+            {"type": "ResourcesDeployed", "status": "True",
+             "reason": "ComponentCreatedSuccessfully"}]
         resp = await decide(create_review(owned(1, name="dep-q9z8r"), AW_CONTROLLER), aw)
         assert resp["allowed"] is True, (reason, resp)
 
