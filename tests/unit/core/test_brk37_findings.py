@@ -1,0 +1,245 @@
+"""brk37: attacks on c1953b6 (the KEEP_MAX_HOLD_S starvation bound of the lender's kept room,
+``Scheduler._held_back`` / ``_held_back_since`` / ``_lend_roots``, and ``Scheduler.fork``).
+
+Each finding is a strict xfail that fails on the current code for the reason it names; the
+controls next to them (plain tests) show the same scenario passes under Kueue's semantics
+(the lender's ``reclaimWithinCohort: Never``, which turns the kept room off)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from app.core.eta import RuntimeModel, estimate
+from app.core.scheduling_cycle import KEEP_MAX_HOLD_S, KEEP_PEAK_WINDOW_S, Scheduler
+from app.core.types import ClusterQueueName
+from tests.builders import Sim, cluster_queue, cohort, workload
+
+Q0 = ClusterQueueName("q0")
+
+
+def _add(s: Sim, name: str, cq: str, cpu: int, priority: int = 0) -> None:
+    s.c.add_workload(workload(name).cq(cq).pods(1, cpu=cpu).priority(priority)
+                     .build(creation=s.now))
+
+
+# ---- brk37-1: a preempting borrower is never recorded as held back ----------------------------
+def _preempting_borrower(lender_reclaim: str) -> tuple[Sim, float]:
+    """breaker6's lender (q0, 4 CPU: a 1-CPU head every cycle, a 4-CPU one every 4th, each
+    ending before the next cycle, one more always queued) and q1 (2 CPU) running a low
+    priority 2-CPU Workload. q1's head ``hi`` (5 CPU, priority 1) must preempt ``low`` and
+    borrow 3 CPU of q0's unused nominal (borrowWithinCohort LowerPriority): a Preempt
+    nomination, fitting once ``low`` is gone in every cycle q0 uses 1 CPU."""
+    s = Sim(cluster_queue("q0").cohort("co").flavor("default-flavor", cpu=4)
+            .preemption(within="LowerPriority", reclaim=lender_reclaim),
+            cluster_queue("q1").cohort("co").flavor("default-flavor", cpu=2)
+            .preemption(within="LowerPriority", reclaim="Any",
+                        borrow_within_cohort="LowerPriority"))
+    _add(s, "low", "q1", 2)
+    s.settle()
+    _add(s, "hi", "q1", 5, priority=1)
+    period = int(KEEP_PEAK_WINDOW_S) - 1
+    seq = 0
+
+    def add_q0() -> None:
+        nonlocal seq
+        _add(s, f"a{seq}", "q0", 4 if seq % period == 0 else 1, priority=1)
+        seq += 1
+
+    add_q0()
+    add_q0()
+    start = s.now
+    for _ in range(int(KEEP_MAX_HOLD_S) * 3):
+        s.cycle()
+        if s.admitted("hi"):
+            break
+        s.finish_evictions()
+        for k in list(s.c.admitted(Q0)):
+            s.c.finish(k)
+        add_q0()
+    return s, s.now - start
+
+
+# ---- brk37-2: any admission of the ClusterQueue restarts the bound ----------------------------
+def _borrower_behind_small_ones(lender_reclaim: str) -> tuple[Sim, float]:
+    """q0 (4 CPU) admits a 4-CPU Workload (priority 1) every 4th cycle that runs two
+    cycles, and a 1-CPU one in the 4th cycle with one more always queued (so it keeps 3 CPU
+    then: its recent peak). q1 (2 CPU, lendingLimit 0, BestEffortFIFO): ``w1`` (3 CPU,
+    borrows 1) and a 1-CPU Workload every 4th cycle that fits its own nominal. ``w1`` is
+    refused by kept room when q0 uses 1 CPU, parked while q0 uses 4, and the small one
+    admitted meanwhile (ending at once) clears q1's ``_held_back_since``."""
+    s = Sim(cluster_queue("q0").cohort("co").flavor("default-flavor", cpu=4)
+            .preemption(within="LowerPriority", reclaim=lender_reclaim),
+            cluster_queue("q1").cohort("co").flavor("default-flavor", cpu=2, lending_limit=0)
+            .preemption(within="LowerPriority", reclaim="Any"))
+    _add(s, "w1", "q1", 3)
+    seq = 0
+
+    def add(cq: str, cpu: int, priority: int = 0) -> None:
+        nonlocal seq
+        _add(s, f"{cq}-{seq}", cq, cpu, priority)
+        seq += 1
+
+    def finish(cq: str) -> None:
+        for k in list(s.c.admitted(ClusterQueueName(cq))):
+            s.c.finish(k)
+
+    add("q0", 1)
+    start = s.now
+    for t in range(int(KEEP_MAX_HOLD_S) * 5):
+        phase = t % 4
+        if phase == 0:
+            add("q0", 4, priority=1)
+        elif phase == 1:
+            add("q1", 1)
+        elif phase == 3:
+            add("q0", 1)
+        s.cycle()
+        if s.admitted("w1"):
+            break
+        if phase == 2:
+            finish("q0")
+            finish("q1")
+        elif phase == 3:
+            finish("q0")
+    return s, s.now - start
+
+
+@pytest.mark.parametrize(("scenario", "name", "evicted"), [
+    (_preempting_borrower, "hi", [("ns/low", "InClusterQueue")]),
+    (_borrower_behind_small_ones, "w1", []),
+])
+def test_control_without_kept_room_the_borrower_is_admitted_at_once(scenario, name, evicted):
+    s, waited = scenario("Never")
+    assert s.admitted(name) and waited <= 4.0
+    assert s.evictions() == evicted
+
+
+_STARVED = {
+    "brk37_1_a_borrower_that_must_preempt": (
+        "brk37-1: _held_back is called only on the Fit path of _process; a head nominated "
+        "Preempt/Reclaim that _fits_after refuses because of kept room (_retry_next_cycle) is "
+        "never recorded in _held_back_since, so KEEP_MAX_HOLD_S never fires and it starves"),
+    "brk37_2_other_admissions_of_its_queue_restart_the_bound": (
+        "brk37-2: _held_back_since is per ClusterQueue and popped by any admission of it "
+        "(_process), so small Workloads of the same queue admitted while the held-back head "
+        "is parked restart the KEEP_MAX_HOLD_S clock every few seconds and that head starves"),
+}
+
+
+def _starved(case: str, *values: object):
+    return pytest.param(*values, id=case,
+                        marks=pytest.mark.xfail(strict=True, reason=_STARVED[case]))
+
+
+@pytest.mark.parametrize(("scenario", "name", "bound"), [
+    _starved("brk37_1_a_borrower_that_must_preempt",
+             _preempting_borrower, "hi", KEEP_MAX_HOLD_S + 2.0),
+    _starved("brk37_2_other_admissions_of_its_queue_restart_the_bound",
+             _borrower_behind_small_ones, "w1", KEEP_MAX_HOLD_S + 6.0),
+])
+def test_brk37_a_borrower_refused_by_kept_room_is_admitted_within_the_bound(
+        scenario, name, bound):
+    s, waited = scenario("Any")
+    info = s.c.workload(s.key(name))
+    assert s.admitted(name), (waited, info.message if info else None)
+    assert waited <= bound
+
+
+# ---- brk37-3: a stale held-back record turns the cohort's kept room off -----------------------
+def _stale_hold(with_stale: bool) -> Sim:
+    """q0 (6 CPU) admits a0 (1 CPU) keeping room for its queued a1 (4 CPU); q1 (StrictFIFO,
+    0 CPU) has ``w1`` (5 CPU): refused by that kept room, recorded in ``_held_back_since``.
+    a1 then runs for good, so w1 can never fit (5 > the 2 CPU q0 leaves) but stays q1's
+    active head. 12 s later q0 gets a burst b1, b2 (1 CPU each) and borrower q2 one 1-CPU
+    Workload ``c``: the kept room would make c wait for the burst instead of being lent q0's
+    room and then reclaimed."""
+    s = Sim(cluster_queue("q0").cohort("co").flavor("default-flavor", cpu=6)
+            .preemption(within="LowerPriority", reclaim="Any"),
+            cluster_queue("q1").cohort("co").flavor("default-flavor", cpu=0).strict_fifo()
+            .preemption(within="LowerPriority", reclaim="Any"),
+            cluster_queue("q2").cohort("co").flavor("default-flavor", cpu=0)
+            .preemption(within="LowerPriority", reclaim="Any"))
+    _add(s, "a0", "q0", 1)
+    _add(s, "a1", "q0", 4)
+    if with_stale:
+        _add(s, "w1", "q1", 5)
+    s.cycle()
+    s.cycle()
+    s.finish("a0")
+    for _ in range(12):
+        s.cycle()
+    _add(s, "b1", "q0", 1)
+    _add(s, "b2", "q0", 1)
+    _add(s, "c", "q2", 1)
+    for _ in range(4):
+        s.cycle()
+    return s
+
+
+def test_control_without_the_waiting_head_the_burst_reclaims_nothing():
+    s = _stale_hold(False)
+    assert s.evictions() == [] and s.admitted("b1") and s.admitted("b2")
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "brk37-3: _held_back_since is cleared only when the queue admits or has nothing active; "
+    "a StrictFIFO head once refused by kept room that later never fits (NoFit: the room "
+    "would not help it) keeps its cohort root in _lend_roots for as long as it waits, so "
+    "the lend-then-reclaim evictions keep-nominal prevents come back for every borrower"))
+def test_brk37_3_a_head_kept_room_no_longer_refuses_does_not_turn_keeping_off():
+    s = _stale_hold(True)
+    assert s.pending("w1")
+    assert s.evictions() == [], s.evictions()
+
+
+# ---- brk37-4: fork drops the Cohort objects ---------------------------------------------------
+@pytest.mark.xfail(strict=True, reason=(
+    "brk37-4 (older than c1953b6): QuotaState.fork copies flavors, namespaces, LocalQueues "
+    "and ClusterQueues but not the Cohort specs (_cohorts): in the fork a ClusterQueue of "
+    "a child cohort has another root (tree.root_of) and no cohort quota, so the ETA's "
+    "projection (and its copied _held_back_since / _lend_roots) decides otherwise"))
+def test_brk37_4_a_fork_keeps_the_cohort_tree_and_its_quotas():
+    s = Sim(cohort("root").flavor("default-flavor", cpu=4),
+            cohort("a").parent("root"), cohort("b").parent("root"),
+            cluster_queue("qa").cohort("a").flavor("default-flavor", cpu=0),
+            cluster_queue("qb").cohort("b").flavor("default-flavor", cpu=0))
+    _add(s, "w", "qa", 2)
+    fork = s.c.fork(s.c.cluster_queue_names())
+    assert isinstance(fork, Scheduler)
+    qa = ClusterQueueName("qa")
+    assert fork.tree.root_of(qa) == s.c.tree.root_of(qa)
+    assert Sim.admits(fork.schedule(s.now + 1)) == Sim.admits(s.c.schedule(s.now + 1)) \
+        == ["ns/w"]
+
+
+# ---- brk37-5: preempted_queue_order Creation: the ETA reorders an admission check's eviction ---
+@pytest.mark.xfail(strict=True, reason=(
+    "brk37-5: with order_evicted_by_eviction_time False, Scheduler.finish_eviction drops "
+    "evicted_at of every Workload, and the ETA's fork finishes the live state's evicting "
+    "Workloads with it; the live core keeps the eviction time of an admission check's "
+    "eviction (InformerFeed._ordered_by_creation, as Kueue's GetQueueOrderTimestamp), so the "
+    "projection puts that Workload ahead of one created after it and dates the other late"))
+def test_brk37_5_the_eta_orders_an_admission_check_eviction_as_the_live_core():
+    t0 = 10_000.0
+    gpu = ClusterQueueName("gpu")
+    s = Sim(cluster_queue("gpu").flavor("a100", gpu=1))
+    s.c.order_evicted_by_eviction_time = False  # scheduling.preempted_queue_order: Creation
+    s.c.add_workload(workload("old").cq("gpu").pods(1, gpu=1).limit(600).build(creation=t0 - 10))
+    s.c.schedule(t0)
+    s.c.update_workload(s.c.domain_workload(s.key("old")))  # the admission write lands
+    s.c.add_workload(workload("newer").cq("gpu").pods(1, gpu=1).limit(60)
+                     .build(creation=t0 + 50))
+    s.c.schedule(t0 + 60)
+    # An admission check asks for a retry: Lifecycle._evict_for_retry marks it in the core.
+    assert s.c.evict(s.key("old"), t0 + 100)
+    eta = estimate(s.c, gpu, t0 + 100, RuntimeModel()).etas[s.key("newer")]
+    # Live: the pods stop and the informer brings the pending object; its Evicted reason is
+    # AdmissionCheck, so its eviction time stays its queue-order time: newer goes first.
+    old = s.c.domain_workload(s.key("old"))
+    assert old is not None
+    s.c.update_workload(replace(old, admission=None, quota_reserved_at=None,
+                                evicted_at=t0 + 100))
+    assert Sim.admits(s.c.schedule(t0 + 100)) == ["ns/newer"]
+    assert eta.start == t0 + 100, eta
