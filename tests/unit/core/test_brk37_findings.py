@@ -62,7 +62,15 @@ def _preempting_borrower(lender_reclaim: str) -> tuple[Sim, float]:
 
 
 # ---- brk37-2: any admission of the ClusterQueue restarts the bound ----------------------------
-def _borrower_behind_small_ones(lender_reclaim: str) -> tuple[Sim, float]:
+def _borrower_parked_at_peaks(lender_reclaim: str) -> tuple[Sim, float]:
+    """``_borrower_behind_small_ones`` without the small ones: nothing of q1 is admitted,
+    but w1 is parked (NoFit) while q0 uses 4 CPU, so at the next cycle start q1 has no
+    active Workload and ``schedule`` drops its ``_held_back_since``."""
+    return _borrower_behind_small_ones(lender_reclaim, smalls=False)
+
+
+def _borrower_behind_small_ones(lender_reclaim: str, smalls: bool = True
+                                ) -> tuple[Sim, float]:
     """q0 (4 CPU) admits a 4-CPU Workload (priority 1) every 4th cycle that runs two
     cycles, and a 1-CPU one in the 4th cycle with one more always queued (so it keeps 3 CPU
     then: its recent peak). q1 (2 CPU, lendingLimit 0, BestEffortFIFO): ``w1`` (3 CPU,
@@ -91,7 +99,7 @@ def _borrower_behind_small_ones(lender_reclaim: str) -> tuple[Sim, float]:
         phase = t % 4
         if phase == 0:
             add("q0", 4, priority=1)
-        elif phase == 1:
+        elif phase == 1 and smalls:
             add("q1", 1)
         elif phase == 3:
             add("q0", 1)
@@ -109,6 +117,7 @@ def _borrower_behind_small_ones(lender_reclaim: str) -> tuple[Sim, float]:
 @pytest.mark.parametrize(("scenario", "name", "evicted"), [
     (_preempting_borrower, "hi", [("ns/low", "InClusterQueue")]),
     (_borrower_behind_small_ones, "w1", []),
+    (_borrower_parked_at_peaks, "w1", []),
 ])
 def test_control_without_kept_room_the_borrower_is_admitted_at_once(scenario, name, evicted):
     s, waited = scenario("Never")
@@ -125,6 +134,10 @@ _STARVED = {
         "brk37-2: _held_back_since is per ClusterQueue and popped by any admission of it "
         "(_process), so small Workloads of the same queue admitted while the held-back head "
         "is parked restart the KEEP_MAX_HOLD_S clock every few seconds and that head starves"),
+    "brk37_2b_a_head_parked_across_a_cycle_restarts_the_bound": (
+        "brk37-2b: schedule drops _held_back_since[q] at any cycle start where q has no "
+        "active Workload, so a held-back head parked (NoFit) while the lender peaks restarts "
+        "the KEEP_MAX_HOLD_S clock each time, and it starves with nothing else admitted"),
 }
 
 
@@ -138,6 +151,8 @@ def _starved(case: str, *values: object):
              _preempting_borrower, "hi", KEEP_MAX_HOLD_S + 2.0),
     _starved("brk37_2_other_admissions_of_its_queue_restart_the_bound",
              _borrower_behind_small_ones, "w1", KEEP_MAX_HOLD_S + 6.0),
+    _starved("brk37_2b_a_head_parked_across_a_cycle_restarts_the_bound",
+             _borrower_parked_at_peaks, "w1", KEEP_MAX_HOLD_S + 6.0),
 ])
 def test_brk37_a_borrower_refused_by_kept_room_is_admitted_within_the_bound(
         scenario, name, bound):
