@@ -141,9 +141,14 @@ _STARVED = {
 }
 
 
-def _starved(case: str, *values: object):
+def _finding(reasons: dict[str, str], case: str, *values: object):
+    """``pytest.param(*values)`` with id ``case``, a strict xfail for ``reasons[case]``."""
     return pytest.param(*values, id=case,
-                        marks=pytest.mark.xfail(strict=True, reason=_STARVED[case]))
+                        marks=pytest.mark.xfail(strict=True, reason=reasons[case]))
+
+
+def _starved(case: str, *values: object):
+    return _finding(_STARVED, case, *values)
 
 
 @pytest.mark.parametrize(("scenario", "name", "bound"), [
@@ -229,32 +234,56 @@ def test_brk37_4_a_fork_keeps_the_cohort_tree_and_its_quotas():
         == ["ns/w"]
 
 
-# ---- brk37-5: preempted_queue_order Creation: the ETA reorders an admission check's eviction ---
-@pytest.mark.xfail(strict=True, reason=(
-    "brk37-5: with order_evicted_by_eviction_time False, Scheduler.finish_eviction drops "
-    "evicted_at of every Workload, and the ETA's fork finishes the live state's evicting "
-    "Workloads with it; the live core keeps the eviction time of an admission check's "
-    "eviction (InformerFeed._ordered_by_creation, as Kueue's GetQueueOrderTimestamp), so the "
-    "projection puts that Workload ahead of one created after it and dates the other late"))
-def test_brk37_5_the_eta_orders_an_admission_check_eviction_as_the_live_core():
+# ---- brk37-5: the ETA's fork orders an evicted Workload without knowing why it was evicted ----
+_ETA_ORDER = {
+    "brk37_5_creation_order_and_an_admission_check_eviction": (
+        "brk37-5: with order_evicted_by_eviction_time False (preempted_queue_order Creation), "
+        "Scheduler.finish_eviction drops evicted_at of every Workload and the ETA's fork "
+        "finishes the live state's evicting Workloads with it; the live core keeps the "
+        "eviction time of an admission check's eviction (InformerFeed._ordered_by_creation, "
+        "as Kueue's GetQueueOrderTimestamp), so the projection puts that Workload ahead of "
+        "one created after it and dates the other 600 s late"),
+    "brk37_5b_eviction_order_and_a_pods_ready_timeout_by_creation": (
+        "brk37-5b (the same cause, older than c1953b6): with the default Eviction order the "
+        "fork keeps evicted_at of a PodsReady timeout that the live feed orders by creation "
+        "(waitForPodsReady.requeuingStrategy.timestamp Creation), so the ETA dates the "
+        "Workload created after it 600 s early"),
+}
+
+
+def _eta_order(case: str, *values: object):
+    return _finding(_ETA_ORDER, case, *values)
+
+
+@pytest.mark.parametrize(("by_eviction", "live_keeps_eviction_time", "first", "newer_after"), [
+    _eta_order("brk37_5_creation_order_and_an_admission_check_eviction",
+               False, True, "newer", 100.0),
+    _eta_order("brk37_5b_eviction_order_and_a_pods_ready_timeout_by_creation",
+               True, False, "old", 700.0),
+])
+def test_brk37_5_the_eta_orders_an_evicted_workload_as_the_live_core(
+        by_eviction, live_keeps_eviction_time, first, newer_after):
+    """``old`` (created first, 600 s limit) runs on the only GPU, ``newer`` (60 s) waits;
+    ``old`` is evicted (an admission check's Retry or a PodsReady timeout: Lifecycle marks it
+    in the core) at t0 + 100. Live, the informer brings the pending object with its
+    eviction time kept or dropped by its Evicted reason; the ETA (a fork) must project the
+    start the live core then gives."""
     t0 = 10_000.0
     gpu = ClusterQueueName("gpu")
     s = Sim(cluster_queue("gpu").flavor("a100", gpu=1))
-    s.c.order_evicted_by_eviction_time = False  # scheduling.preempted_queue_order: Creation
+    s.c.order_evicted_by_eviction_time = by_eviction
     s.c.add_workload(workload("old").cq("gpu").pods(1, gpu=1).limit(600).build(creation=t0 - 10))
     s.c.schedule(t0)
     s.c.update_workload(s.c.domain_workload(s.key("old")))  # the admission write lands
     s.c.add_workload(workload("newer").cq("gpu").pods(1, gpu=1).limit(60)
                      .build(creation=t0 + 50))
     s.c.schedule(t0 + 60)
-    # An admission check asks for a retry: Lifecycle._evict_for_retry marks it in the core.
     assert s.c.evict(s.key("old"), t0 + 100)
-    eta = estimate(s.c, gpu, t0 + 100, RuntimeModel()).etas[s.key("newer")]
-    # Live: the pods stop and the informer brings the pending object; its Evicted reason is
-    # AdmissionCheck, so its eviction time stays its queue-order time: newer goes first.
+    etas = estimate(s.c, gpu, t0 + 100, RuntimeModel()).etas
     old = s.c.domain_workload(s.key("old"))
     assert old is not None
     s.c.update_workload(replace(old, admission=None, quota_reserved_at=None,
-                                evicted_at=t0 + 100))
-    assert Sim.admits(s.c.schedule(t0 + 100)) == ["ns/newer"]
-    assert eta.start == t0 + 100, eta
+                                evicted_at=t0 + 100 if live_keeps_eviction_time else None))
+    assert Sim.admits(s.c.schedule(t0 + 100)) == [f"ns/{first}"]
+    # newer starts at once, or when old's rerun (600 s) ends.
+    assert etas[s.key("newer")].start == t0 + newer_after, etas
