@@ -344,3 +344,28 @@ def test_brk37_5_the_eta_orders_an_evicted_workload_as_the_live_core(
     assert Sim.admits(s.c.schedule(t0 + 100)) == [f"ns/{first}"]
     # newer starts at once, or when old's rerun (600 s) ends.
     assert etas[s.key("newer")].start == t0 + newer_after, etas
+
+
+# ---- brk37-7: an update of the admitted object drops the core's in-flight eviction mark --------
+@pytest.mark.xfail(strict=True, reason=(
+    "brk37-7 (older than c1953b6): QuotaState.update_workload of an ADMITTED record takes "
+    "the object's evicted_at (None until the Evicted write lands), so any informer event "
+    "for the victim in between (InformerFeed.on_workload passes MODIFIED objects straight "
+    "in; only DecisionWriter._confirm keeps the mark) makes the victim admitted again and "
+    "it is preempted a second time"))
+def test_brk37_7_an_update_before_the_eviction_write_lands_keeps_the_victim_evicting():
+    s = Sim(cluster_queue("cq").flavor("default", cpu=4).preemption(within="LowerPriority"))
+    s.submit(workload("w1").cq("cq").pods(1, cpu=4))
+    s.cycle()
+    s.c.update_workload(s.c.domain_workload(s.key("w1")))  # its admission write landed
+    api_w1 = s.c.domain_workload(s.key("w1"))  # the API object: admitted, not Evicted
+    assert api_w1 is not None
+    s.submit(workload("w2").cq("cq").pods(1, cpu=4).priority(10))
+    s.cycle()
+    assert s.state("w1") == "evicting"
+    # Another write to w1's object (a PodsReady condition, say) reaches the informer before
+    # the Evicted write: the object still has its admission and no Evicted condition.
+    s.c.update_workload(api_w1)
+    s.cycle()
+    assert s.state("w1") == "evicting"
+    assert s.evictions() == [("ns/w1", "InClusterQueue")]
