@@ -276,19 +276,29 @@ def test_brk37_3_a_head_kept_room_no_longer_refuses_does_not_turn_keeping_off():
     "brk37-4 (older than c1953b6): QuotaState.fork copies flavors, namespaces, LocalQueues "
     "and ClusterQueues but not the Cohort specs (_cohorts): in the fork a ClusterQueue of "
     "a child cohort has another root (tree.root_of) and no cohort quota, so the ETA's "
-    "projection (and its copied _held_back_since / _lend_roots) decides otherwise"))
+    "projection (and its copied _held_back_since / _lend_roots) decides otherwise: the ETA "
+    "of a Workload that starts when a run ends is 'never admitted'"))
 def test_brk37_4_a_fork_keeps_the_cohort_tree_and_its_quotas():
+    """Cohort ``root`` (4 CPU of its own) over child cohorts ``a`` and ``b``; ``run`` (4 CPU,
+    100 s limit) in qb, ``w`` (2 CPU) waits in qa: live, w starts when run ends; the ETA
+    (a fork) must say so, not "never admitted"."""
     s = Sim(cohort("root").flavor("default-flavor", cpu=4),
             cohort("a").parent("root"), cohort("b").parent("root"),
             cluster_queue("qa").cohort("a").flavor("default-flavor", cpu=0),
             cluster_queue("qb").cohort("b").flavor("default-flavor", cpu=0))
+    qa = ClusterQueueName("qa")
+    s.c.add_workload(workload("run").cq("qb").pods(1, cpu=4).limit(100).build(creation=s.now))
+    assert Sim.admits(s.c.schedule(s.now)) == ["ns/run"]
+    s.c.update_workload(s.c.domain_workload(s.key("run")))  # its admission write landed
     _add(s, "w", "qa", 2)
+    s.c.schedule(s.now + 1)
     fork = s.c.fork(s.c.cluster_queue_names())
     assert isinstance(fork, Scheduler)
-    qa = ClusterQueueName("qa")
-    assert fork.tree.root_of(qa) == s.c.tree.root_of(qa)
-    assert Sim.admits(fork.schedule(s.now + 1)) == Sim.admits(s.c.schedule(s.now + 1)) \
-        == ["ns/w"]
+    eta = estimate(s.c, qa, s.now + 1, RuntimeModel()).etas[s.key("w")]
+    assert fork.tree.root_of(qa) == s.c.tree.root_of(qa) == "root"
+    assert eta.start == s.now + 100, eta
+    s.finish("run")
+    assert Sim.admits(s.c.schedule(s.now + 100)) == ["ns/w"]
 
 
 # ---- brk37-5: the ETA's fork orders an evicted Workload without knowing why it was evicted ----
