@@ -1,5 +1,6 @@
 """brk37: attacks on c1953b6: the KEEP_MAX_HOLD_S starvation bound of the lender's kept room
-(``Scheduler._held_back`` / ``_held_back_since`` / ``_lend_roots``: brk37-1, -2, -2b, -3, -6),
+(``Scheduler._held_back`` / ``_held_back_since`` / ``_lend_roots``: brk37-1, -2, -2b, -3, -3b,
+-6),
 ``Scheduler.fork`` as the ETA's projection (brk37-4, and with
 ``order_evicted_by_eviction_time``: brk37-5, -5b) and the eviction mark an ADMITTED record
 needs (brk37-7).
@@ -272,6 +273,28 @@ def test_brk37_3_a_head_kept_room_no_longer_refuses_does_not_turn_keeping_off():
     s = _stale_hold(True)
     assert s.pending("w1")
     assert s.evictions() == [], s.evictions()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "brk37-3b: _held_back compares the head's shortfall with all the room kept in its "
+    "cohort root (_kept_now), lendable or not: room q0 keeps inside its guaranteed part "
+    "(lendingLimit 0) counts, so a head refused because an earlier borrower took the only "
+    "lendable CPU is recorded, and after KEEP_MAX_HOLD_S of that wait the cohort keeps "
+    "nothing (brk37-3's effect) though returning q0's room would not admit it"))
+def test_brk37_3b_room_the_lender_could_not_lend_is_not_what_held_a_head_back():
+    s = Sim(cluster_queue("q0").cohort("co").flavor("default-flavor", cpu=4, lending_limit=0)
+            .preemption(within="LowerPriority", reclaim="Any"),
+            cluster_queue("q1").cohort("co").flavor("default-flavor", cpu=1),
+            cluster_queue("q2").cohort("co").flavor("default-flavor", cpu=0),
+            cluster_queue("q3").cohort("co").flavor("default-flavor", cpu=0))
+    for name, cq, cpu in (("c", "q2", 1), ("b", "q3", 1), ("a0", "q0", 1), ("a1", "q0", 3)):
+        _add(s, name, cq, cpu)
+        s.tick()
+    # q0 admits a0 and keeps 3 CPU for a1 (none of it lendable); c takes q1's CPU, the only
+    # one the cohort lends; b no longer fits.
+    assert Sim.admits(s.cycle()) == ["ns/a0", "ns/c"]
+    assert s.pending("b")
+    assert ClusterQueueName("q3") not in s.c._held_back_since
 
 
 # ---- brk37-4: fork drops the Cohort objects ---------------------------------------------------
