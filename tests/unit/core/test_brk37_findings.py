@@ -1,10 +1,8 @@
 """brk37: attacks on c1953b6: the KEEP_MAX_HOLD_S starvation bound of the lender's kept room
-(``Scheduler._held_back`` / ``_held_back_since`` / ``_lend_roots``: brk37-1, -2, -2b, -3, -3b,
--6),
-``Scheduler.fork`` as the ETA's projection (brk37-4, and with
+(``Scheduler._held_back`` / ``_held_back_since`` / ``_lend_roots``: brk37-1, -2, -2b, -3,
+-3b, -6), ``Scheduler.fork`` as the ETA's projection (brk37-4, and with
 ``order_evicted_by_eviction_time``: brk37-5, -5b) and the eviction mark an ADMITTED record
 needs (brk37-7).
-
 Each finding is a strict xfail that fails on the current code for the reason it names; the
 controls next to the kept-room ones (plain tests) show the same scenario passes under Kueue's
 semantics (the lender's ``reclaimWithinCohort: Never``, which turns the kept room off)."""
