@@ -3,6 +3,7 @@
 -3b, -6), ``Scheduler.fork`` as the ETA's projection (brk37-4, and with
 ``order_evicted_by_eviction_time``: brk37-5, -5b) and the eviction mark an ADMITTED record
 needs (brk37-7).
+
 Each finding is a strict xfail that fails on the current code for the reason it names; the
 controls next to the kept-room ones (plain tests) show the same scenario passes under Kueue's
 semantics (the lender's ``reclaimWithinCohort: Never``, which turns the kept room off)."""
