@@ -174,11 +174,12 @@ class SchedulingSettings(BaseModel):
     # for them; measured in docs/benchmarks.md "Requeue batch").
     requeue_batch_seconds: float = Field(0.0, ge=0, allow_inf_nan=False)
     # Where a Workload evicted by preemption (or a stop policy's drain) goes in its queue once
-    # pending again. "Eviction" (pykueue's default; acceptance KQ-18, Kueue v0.17.1 with the
-    # PrioritySortingWithinCohort gate off): by its eviction time, behind what queued
-    # meanwhile. "Creation" (Kueue v0.17.1 as shipped): by its creation time; only a PodsReady
-    # timeout (see wait_for_pods_ready.requeuing_strategy.timestamp) or an admission check's
-    # eviction orders by eviction time.
+    # pending again. "Eviction" (pykueue's default; acceptance KQ-18; Kueue v0.17.1 does so
+    # only for an InCohortReclaimWhileBorrowing preemption with its PrioritySortingWithinCohort
+    # gate off): by its eviction time, behind what queued meanwhile. "Creation" (Kueue v0.17.1
+    # as shipped): by its creation time; only a PodsReady timeout (see
+    # wait_for_pods_ready.requeuing_strategy.timestamp) or an admission check's eviction
+    # orders by eviction time.
     preempted_queue_order: Literal["Eviction", "Creation"] = "Eviction"
     # Concurrent Job/Workload reconcilers (the Job controller's workers).
     job_workers: int = Field(4, ge=1)

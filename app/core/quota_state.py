@@ -292,7 +292,8 @@ class QuotaState:
         self.admission_fair_sharing = admission_fair_sharing
         # How a Workload this state evicted is ordered in its queue once pending again
         # (``finish_eviction``): True, by its eviction time (pykueue's default, acceptance
-        # KQ-18, as Kueue v0.17.1 without PrioritySortingWithinCohort); False, by its
+        # KQ-18; Kueue v0.17.1 only for an InCohortReclaimWhileBorrowing preemption with
+        # PrioritySortingWithinCohort off); False, by its
         # creation time (Kueue v0.17.1 as shipped: ``GetQueueOrderTimestamp`` takes the
         # eviction time only after a PodsReady timeout or an admission check, which this
         # state never makes). Settings.scheduling.preempted_queue_order.

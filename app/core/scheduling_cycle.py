@@ -114,7 +114,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeAlias
 
@@ -175,11 +175,12 @@ baseline (largest 1.2 s) with a loaded controller's cycle delays; and the longes
 waits for room its lender does not use."""
 
 KEEP_MAX_HOLD_S = 2 * KEEP_PEAK_WINDOW_S
-"""The longest a ClusterQueue's head waits, once room kept by ``_keep_nominal_for_queue``
-refused it, before its cohort keeps no room (seconds): from then until that ClusterQueue
-admits, the cohort lends as under Kueue v0.17.1 (which would reclaim the room at the
-lender's next peak). A lender whose usage reaches its nominal once every window keeps its
-unused room in every cycle it admits; with this bound no borrower starves behind it."""
+"""The longest a ClusterQueue waits, once room kept by ``_keep_nominal_for_queue`` refused
+its head, before its cohort keeps no room (seconds); and how long the cohort then lends as
+under Kueue v0.17.1 (which would reclaim the room at the lender's next peak), renewed by
+every admission of a ClusterQueue so held back. A lender whose usage reaches its nominal
+once every window keeps its unused room in every cycle it admits; with this bound no
+borrower, nor a stream of them, waits behind it longer."""
 
 
 def _window_max_add(
@@ -320,11 +321,13 @@ class Scheduler(QuotaState):
             ClusterQueueName, dict[FlavorResource, deque[tuple[float, int]]]
         ] = {}
         self._keep_over_since: dict[ClusterQueueName, float] = {}
-        # Since when a ClusterQueue's head has waited, once refused only because of room
-        # ``_keep_nominal_for_queue`` kept (cleared when the ClusterQueue admits); the cohort
-        # roots where that wait passed KEEP_MAX_HOLD_S keep nothing this cycle; and what
-        # this cycle keeps, per cohort root and flavor-resource.
-        self._held_back_since: dict[ClusterQueueName, float] = {}
+        # Since when a ClusterQueue has waited, once room ``_keep_nominal_for_queue`` kept
+        # refused its head, and when kept room last refused it (until nothing of it is
+        # pending, the refusals stop, or its cohort's lending below ends); per cohort root,
+        # until when it keeps nothing, because one of those waits passed KEEP_MAX_HOLD_S;
+        # and what this cycle keeps, per cohort root and flavor-resource.
+        self._held_back_since: dict[ClusterQueueName, tuple[float, float]] = {}
+        self._lend_until: dict[ClusterQueueName, float] = {}
         self._lend_roots: set[ClusterQueueName] = set()
         self._kept_now: dict[ClusterQueueName, dict[FlavorResource, int]] = {}
 
@@ -358,6 +361,7 @@ class Scheduler(QuotaState):
                 # A lender whose reclaim backoff runs does not lend in the projection either.
                 if n in self._no_borrow_until:
                     out._no_borrow_until[n] = self._no_borrow_until[n]
+            out._lend_until = dict(self._lend_until)
         return out
 
     def delete_cluster_queue(self, name: ClusterQueueName) -> bool:
@@ -470,15 +474,8 @@ class Scheduler(QuotaState):
         taken: dict[WorkloadKey, Candidate] = {}
         held: list[tuple[ClusterQueueName, dict[FlavorResource, int]]] = []
         self._kept_now.clear()
-        self._lend_roots.clear()
-        if self._held_back_since:
-            for n, since in list(self._held_back_since.items()):
-                if not cqs[n].queue.active_count:
-                    del self._held_back_since[n]  # nothing of it waits any more
-                elif now - since >= KEEP_MAX_HOLD_S:
-                    root = self.tree.root_of(n)
-                    if root is not None:
-                        self._lend_roots.add(root)
+        if self._held_back_since or self._lend_until:
+            self._lend_for_held_back(now)
         try:
             if self.fair_sharing is None:
                 entries.sort(key=_Entry.order)
@@ -1041,9 +1038,11 @@ class Scheduler(QuotaState):
           peak ageing out, then the queued part lapsing), and the cohort's borrowers are
           admitted. Room it keeps using stays kept (Kueue's lender would reclaim it).
 
-        Nothing is kept in a cohort where a ClusterQueue's head was refused by kept room and
-        that ClusterQueue has not admitted for ``KEEP_MAX_HOLD_S`` (``_held_back``), so a
-        lender whose usage reaches its nominal every window starves no borrower."""
+        Nothing is kept in a cohort for ``KEEP_MAX_HOLD_S`` (renewed by each admission of a
+        ClusterQueue it lends for) once a ClusterQueue has waited that long since kept room
+        first refused its head, kept room still refusing it (``_held_back``,
+        ``_lend_for_held_back``), so a lender whose usage reaches its nominal every window
+        starves no borrower, nor a stream of them."""
         spec = e.spec
         name = spec.name
         tree = self.tree
@@ -1091,17 +1090,65 @@ class Scheduler(QuotaState):
             for fr, v in keep.items():
                 kept[fr] = kept.get(fr, 0) + v
 
-    def _held_back(self, name: ClusterQueueName, usage: Mapping[FlavorResource, int]) -> None:
-        """Remember since when ``name``'s head waits when this cycle's kept room is what
-        refused it: every flavor-resource of ``usage`` (its assignment, core units) it lacks
-        is covered by what ``_keep_nominal_for_queue`` kept for it in its cohort root
-        (``_kept_now``; KEEP_MAX_HOLD_S)."""
+    def _held_back(self, name: ClusterQueueName, usage: Mapping[FlavorResource, int],
+                   gone: Sequence[Candidate] = ()) -> None:
+        """Remember since when ``name`` waits when this cycle's kept room is what refused its
+        head: every flavor-resource of ``usage`` (its assignment, core units) it lacks, once
+        ``gone`` (its preemption targets and this cycle's) released theirs, is covered by
+        what ``_keep_nominal_for_queue`` kept for it in its cohort root (``_kept_now``;
+        KEEP_MAX_HOLD_S)."""
         tree = self.tree
         root = tree.root_of(name)
         kept = self._kept_now.get(root) if root is not None else None
-        if kept and all(v - tree.available(name, fr) <= kept.get(fr, 0)
-                        for fr, v in usage.items()):
-            self._held_back_since.setdefault(name, self._now)
+        if not kept:
+            return
+        for c in gone:
+            tree.remove_usage(c.cluster_queue, c.usage)
+        try:
+            covered = all(v - tree.available(name, fr) <= kept.get(fr, 0)
+                          for fr, v in usage.items())
+        finally:
+            for c in gone:
+                tree.add_usage(c.cluster_queue, c.usage)
+        if covered:
+            since = self._held_back_since.get(name, (self._now, self._now))[0]
+            self._held_back_since[name] = (since, self._now)
+
+    def _lend_for_held_back(self, now: float) -> None:
+        """Step 0 of a cycle (KEEP_MAX_HOLD_S): a cohort root whose lending time is over
+        keeps room again, and forgets the waits that made it lend (a ClusterQueue refused by
+        kept room again starts a new one); outside lending, a ClusterQueue with nothing
+        pending, or that kept room has not refused for KEEP_MAX_HOLD_S, forgets its wait; a
+        root where a wait reached KEEP_MAX_HOLD_S, kept room refusing it within the last
+        KEEP_PEAK_WINDOW_S, lends (keeps nothing) for KEEP_MAX_HOLD_S, renewed by each
+        admission of a ClusterQueue it lends for (``_renew_lending``)."""
+        tree, cqs = self.tree, self._cqs
+        for root, until in list(self._lend_until.items()):
+            if now >= until:
+                del self._lend_until[root]
+                for n in [n for n in self._held_back_since if tree.root_of(n) == root]:
+                    del self._held_back_since[n]
+        for n, (since, last) in list(self._held_back_since.items()):
+            root = tree.root_of(n) if n in cqs else None
+            if root is None:
+                del self._held_back_since[n]
+            elif root in self._lend_until:
+                continue
+            elif not len(cqs[n].queue) or now - last >= KEEP_MAX_HOLD_S:
+                del self._held_back_since[n]
+            elif now - since >= KEEP_MAX_HOLD_S and now - last <= KEEP_PEAK_WINDOW_S:
+                self._lend_until[root] = now + KEEP_MAX_HOLD_S
+        self._lend_roots = set(self._lend_until)
+
+    def _renew_lending(self, name: ClusterQueueName) -> None:
+        """``name`` admitted: if it waited for kept room and its cohort lends for it, the
+        lending goes on KEEP_MAX_HOLD_S from now (a stream of borrowers is not held to one
+        admission per bound)."""
+        if name not in self._held_back_since or not self._lend_until:
+            return
+        root = self.tree.root_of(name)
+        if root in self._lend_until:
+            self._lend_until[root] = max(self._lend_until[root], self._now + KEEP_MAX_HOLD_S)
 
     def _no_candidates(self, e: _Entry, held: list) -> Decision | None:
         if e.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort.ANY:
@@ -1169,7 +1216,7 @@ class Scheduler(QuotaState):
         admission = a.admission(spec.name)
         key = rec.wl.key
         self.assume(key, admission, now)
-        self._held_back_since.pop(spec.name, None)
+        self._renew_lending(spec.name)
         self._keep_nominal_for_queue(e, held)
         return [Admit(key, spec.name, admission, dict(a.usage), borrowing=a.borrow > 0)]
 
@@ -1225,6 +1272,9 @@ class Scheduler(QuotaState):
             # Kueue ``fits``: the targets were chosen against the cycle's starting usage; an
             # earlier admission or preemptor of this cycle took what they would free. Kueue
             # skips the preemptor (retried next cycle) rather than preempting more.
+            if self._kept_now:
+                self._held_back(spec.name, a.usage, [*taken.values(),
+                                                     *(t.candidate for t in targets.targets)])
             return self._retry_next_cycle(
                 e, "no longer fits after processing another workload this cycle; will retry")
         for t in targets.targets:
