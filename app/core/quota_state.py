@@ -663,6 +663,11 @@ class QuotaState:
                 rec.wl = wl
                 self._route(rec)
                 return
+            if rec.wl.evicted_at is not None and wl.evicted_at is None:
+                # Marked evicting here (``evict``, ``drain``) and the Evicted write has not
+                # landed yet: the mark stays until that write shows or ``cancel_eviction``
+                # undoes it, or the victim would be chosen again (brk37-7).
+                wl = replace(wl, evicted_at=rec.wl.evicted_at)
             if (wl.admission != rec.wl.admission) or wl.priority != rec.wl.priority:
                 self._release(rec)
                 rec.wl = wl
@@ -1112,12 +1117,14 @@ class QuotaState:
 
     # ---- copies --------------------------------------------------------------------------------
     def scope_members(self, name: ClusterQueueName) -> tuple[ClusterQueueName, ...]:
-        """The ClusterQueues whose admissions can interact with ``name``'s: its cohort's
-        members, or ``(name,)`` without a cohort; ``()`` when unknown."""
+        """The ClusterQueues whose admissions can interact with ``name``'s: the members of
+        its cohort tree (from its root: quota borrowed through a parent cohort is shared
+        with the sibling cohorts, brk37-4), or ``(name,)`` without a cohort; ``()`` when
+        unknown."""
         if not self.tree.has(name):
             return ()
-        cohort = self.tree.cohort_of(name)
-        return (name,) if cohort is None else tuple(self.tree.members(cohort))
+        root = self.tree.root_of(name)
+        return (name,) if root is None else tuple(self.tree.members(root))
 
     def fork(self, names: Iterable[ClusterQueueName]) -> QuotaState:
         """A new, independent state of the same class holding ClusterQueues ``names`` (pass
@@ -1139,6 +1146,10 @@ class QuotaState:
         out._lqs = dict(self._lqs)
         out._checks = dict(self._checks)
         out._mk_checks = set(self._mk_checks)
+        # The Cohort objects first: a ClusterQueue of a child cohort has its root, and the
+        # cohorts their own quotas, in the copy as here (brk37-4).
+        out._cohorts = dict(self._cohorts)
+        out._rebuild_cohorts()
         for n in wanted:
             out.add_cluster_queue(self._cqs[n].spec)
         for n in wanted:

@@ -4,11 +4,13 @@
 ``order_evicted_by_eviction_time``: brk37-5, -5b) and the eviction mark an ADMITTED record
 needs (brk37-7).
 
-Closed the same session (plain tests now): brk37-1, -2, -2b, -3 and -6 (a ClusterQueue's
+Closed the same session (plain tests now): brk37-1, -2, -2b, -3, -4, -6 and -7 (a ClusterQueue's
 wait is kept across its other admissions and parked cycles and dropped once kept room stops
 refusing it; the preemption path records it too; a cohort lends for KEEP_MAX_HOLD_S, renewed
-by each admission of a ClusterQueue it lends for). Still open, strict xfails failing for the
-reason they name: -3b, -4, -5, -5b, -7. The controls next to the kept-room ones (plain tests)
+by each admission of a ClusterQueue it lends for; an update keeps the core's eviction mark
+until the Evicted write shows; a fork, and so the ETA, copies the Cohort objects and
+projects a ClusterQueue's whole cohort tree). Still open, strict xfails failing for the
+reason they name: -3b, -5, -5b. The controls next to the kept-room ones (plain tests)
 show the same scenario under Kueue's semantics (the lender's ``reclaimWithinCohort: Never``,
 which turns the kept room off)."""
 
@@ -272,12 +274,6 @@ def test_brk37_3b_room_the_lender_could_not_lend_is_not_what_held_a_head_back():
 
 
 # ---- brk37-4: fork drops the Cohort objects ---------------------------------------------------
-@pytest.mark.xfail(strict=True, reason=(
-    "brk37-4 (older than c1953b6): QuotaState.fork copies flavors, namespaces, LocalQueues "
-    "and ClusterQueues but not the Cohort specs (_cohorts): in the fork a ClusterQueue of "
-    "a child cohort has another root (tree.root_of) and no cohort quota, so the ETA's "
-    "projection (and its copied _held_back_since / _lend_roots) decides otherwise: the ETA "
-    "of a Workload that starts when a run ends is 'never admitted'"))
 def test_brk37_4_a_fork_keeps_the_cohort_tree_and_its_quotas():
     """Cohort ``root`` (4 CPU of its own) over child cohorts ``a`` and ``b``; ``run`` (4 CPU,
     100 s limit) in qb, ``w`` (2 CPU) waits in qa: live, w starts when run ends; the ETA
@@ -357,12 +353,6 @@ def test_brk37_5_the_eta_orders_an_evicted_workload_as_the_live_core(
 
 
 # ---- brk37-7: an update of the admitted object drops the core's in-flight eviction mark --------
-@pytest.mark.xfail(strict=True, reason=(
-    "brk37-7 (older than c1953b6): QuotaState.update_workload of an ADMITTED record takes "
-    "the object's evicted_at (None until the Evicted write lands), so any informer event "
-    "for the victim in between (InformerFeed.on_workload passes MODIFIED objects straight "
-    "in; only DecisionWriter._confirm keeps the mark) makes the victim admitted again and "
-    "it is preempted a second time"))
 def test_brk37_7_an_update_before_the_eviction_write_lands_keeps_the_victim_evicting():
     s = Sim(cluster_queue("cq").flavor("default", cpu=4).preemption(within="LowerPriority"))
     s.submit(workload("w1").cq("cq").pods(1, cpu=4))
