@@ -663,11 +663,6 @@ class QuotaState:
                 rec.wl = wl
                 self._route(rec)
                 return
-            if rec.wl.evicted_at is not None and wl.evicted_at is None:
-                # Marked evicting here (``evict``, ``drain``) and the Evicted write has not
-                # landed yet: the mark stays until that write shows or ``cancel_eviction``
-                # undoes it, or the victim would be chosen again (brk37-7).
-                wl = replace(wl, evicted_at=rec.wl.evicted_at)
             if (wl.admission != rec.wl.admission) or wl.priority != rec.wl.priority:
                 self._release(rec)
                 rec.wl = wl

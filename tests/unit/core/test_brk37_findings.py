@@ -1,18 +1,21 @@
 """brk37: attacks on c1953b6: the KEEP_MAX_HOLD_S starvation bound of the lender's kept room
 (``Scheduler._held_back`` / ``_held_back_since`` / ``_lend_roots``: brk37-1, -2, -2b, -3,
 -3b, -6), ``Scheduler.fork`` as the ETA's projection (brk37-4, and with
-``order_evicted_by_eviction_time``: brk37-5, -5b) and the eviction mark an ADMITTED record
-needs (brk37-7).
+``order_evicted_by_eviction_time``: brk37-5, -5b) and the eviction mark of an ADMITTED record
+(brk37-7).
 
-Closed the same session (plain tests now): brk37-1, -2, -2b, -3, -4, -6 and -7 (a ClusterQueue's
+Closed the same session (plain tests now): brk37-1, -2, -2b, -3, -4 and -6 (a ClusterQueue's
 wait is kept across its other admissions and parked cycles and dropped once kept room stops
 refusing it; the preemption path records it too; a cohort lends for KEEP_MAX_HOLD_S, renewed
-by each admission of a ClusterQueue it lends for; an update keeps the core's eviction mark
-until the Evicted write shows; a fork, and so the ETA, copies the Cohort objects and
-projects a ClusterQueue's whole cohort tree). Still open, strict xfails failing for the
-reason they name: -3b, -5, -5b. The controls next to the kept-room ones (plain tests)
-show the same scenario under Kueue's semantics (the lender's ``reclaimWithinCohort: Never``,
-which turns the kept room off)."""
+by each admission of a ClusterQueue it lends for; a fork, and so the ETA, copies the Cohort
+objects and projects a ClusterQueue's whole cohort tree). Still open, strict xfails failing
+for the reason they name: -3b, -5, -5b. Withdrawn: -7 (an update of an admitted victim
+before its Evicted write lands drops the core's eviction mark, so it may be chosen again):
+acceptance KQ-29 item 2 asks exactly that (an admitted Workload without an Evicted condition
+is never kept as being evicted; re-targeting it is the expected outcome, test_core_cases.py
+``test_kq29_late_admission_write_after_eviction_retargets_instead_of_waiting_forever``).
+The controls next to the kept-room ones (plain tests) show the same scenario under Kueue's
+semantics (the lender's ``reclaimWithinCohort: Never``, which turns the kept room off)."""
 
 from __future__ import annotations
 
@@ -350,22 +353,3 @@ def test_brk37_5_the_eta_orders_an_evicted_workload_as_the_live_core(
     assert Sim.admits(s.c.schedule(t0 + 100)) == [f"ns/{first}"]
     # newer starts at once, or when old's rerun (600 s) ends.
     assert etas[s.key("newer")].start == t0 + newer_after, etas
-
-
-# ---- brk37-7: an update of the admitted object drops the core's in-flight eviction mark --------
-def test_brk37_7_an_update_before_the_eviction_write_lands_keeps_the_victim_evicting():
-    s = Sim(cluster_queue("cq").flavor("default", cpu=4).preemption(within="LowerPriority"))
-    s.submit(workload("w1").cq("cq").pods(1, cpu=4))
-    s.cycle()
-    s.c.update_workload(s.c.domain_workload(s.key("w1")))  # its admission write landed
-    api_w1 = s.c.domain_workload(s.key("w1"))  # the API object: admitted, not Evicted
-    assert api_w1 is not None
-    s.submit(workload("w2").cq("cq").pods(1, cpu=4).priority(10))
-    s.cycle()
-    assert s.state("w1") == "evicting"
-    # Another write to w1's object (a PodsReady condition, say) reaches the informer before
-    # the Evicted write: the object still has its admission and no Evicted condition.
-    s.c.update_workload(api_w1)
-    s.cycle()
-    assert s.state("w1") == "evicting"
-    assert s.evictions() == [("ns/w1", "InClusterQueue")]
