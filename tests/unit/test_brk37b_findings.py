@@ -3,6 +3,12 @@ holding-pods index; fa51bc5 / 270c326: an AppWrapper component's pods counted pe
 ``reconciler.component_pods``; 1e38d34: ``_earlier_create_failed``). Each test FAILS on
 f59615d for the reason it names (strict xfail).
 
+P1 (ba67005 / 0228a64's placement rule): with ``scheduling.inject_node_selector`` off the
+start puts no flavor nodeSelector in the templates, yet ``_placement_errors`` requires the
+flavor's node labels in every pod's nodeSelector, so every pod the operator makes under a
+PyTorchJob, RayCluster or SparkApplication admitted on a flavor with ``nodeLabels`` is
+refused, for good: the job never runs.
+
 R1-R3 are one hole: a RayCluster under a RayJob that an AppWrapper wraps. Its controller is
 the RayJob, not the AppWrapper, so ``component_pods`` answers None and its pods are counted
 per RayCluster; and ``withholds`` / ``hold_to_ancestor`` are given the queued top (the
@@ -20,14 +26,24 @@ from typing import Any
 
 import pytest
 
+from app.config import SchedulingSettings, Settings
 from app.integrations import default_registry
 from app.integrations.appwrapper.appwrapper import KIND as APPWRAPPER
+from app.integrations.kubeflow.kubeflow import PYTORCHJOB
 from app.integrations.ray.ray import RAYCLUSTER, RAYJOB
-from app.kube.context import POD, WL
+from app.kube.context import POD, RF, WL
 from app.wire.names import PODSET_LABEL
 from tests.unit.test_brk36_findings import AW_REF
 from tests.unit.test_foreground_deletion import _reconciler as _fd_reconciler
-from tests.unit.test_pod_create_check import NS, QUEUE, Stores, _pod, _template, _workload
+from tests.unit.test_pod_create_check import (
+    NS,
+    QUEUE,
+    Stores,
+    _pod,
+    _pytorchjob,
+    _template,
+    _workload,
+)
 
 RJ_TEMPLATE = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"generateName": "rj-"},
                "spec": {"entrypoint": "x", "rayClusterSpec": {
@@ -171,3 +187,25 @@ def test_r3_the_reconciler_passes_a_wrapped_rayjobs_cluster_without_raising() ->
     rec.registry = default_registry(["ray.io/raycluster", "ray.io/rayjob",  # type: ignore[assignment]
                                      "workload.codeflare.dev/appwrapper"])
     asyncio.run(rec.reconcile_object(RAYCLUSTER, NS, "rj-abcde-c"))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "brk37b P1: with scheduling.inject_node_selector false the started PyTorchJob's "
+    "templates carry no flavor nodeSelector (inject_template), but _placement_errors asks "
+    "every pod for the admitted flavor's node labels: the training-operator's own worker is "
+    "refused ('does not select (pool=a)'), every retry alike"))
+def test_p1_without_node_selector_injection_the_operators_pods_are_allowed() -> None:
+    job = _pytorchjob()
+    flavor = {"pool": "a"}
+    started = PYTORCHJOB.injected(job, {"master": (flavor, []), "worker": (flavor, [])},
+                                  inject_node_selector=False)
+    worker = started["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    assert "nodeSelector" not in worker["spec"]  # strict setup: the start injected none
+    rf = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+          "metadata": {"name": "default"}, "spec": {"nodeLabels": flavor}}
+    wl = _workload(PYTORCHJOB, job, {"master": (1, _template()), "worker": (2, _template())})
+    s = Stores({PYTORCHJOB.key: [started], RF: [rf], WL: [wl]},
+               settings=Settings(scheduling=SchedulingSettings(inject_node_selector=False)))
+    pod = _pod("ddp-worker-0", "worker")
+    pod["spec"] = copy.deepcopy(worker["spec"])  # as the operator makes it from the template
+    assert s.check.errors(pod) == []
