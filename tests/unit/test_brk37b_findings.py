@@ -7,7 +7,9 @@ P1 (ba67005 / 0228a64's placement rule): with ``scheduling.inject_node_selector`
 start puts no flavor nodeSelector in the templates, yet ``_placement_errors`` requires the
 flavor's node labels in every pod's nodeSelector, so every pod the operator makes under a
 PyTorchJob, RayCluster or SparkApplication admitted on a flavor with ``nodeLabels`` is
-refused, for good: the job never runs.
+refused, for good: the job never runs. P2: the same rule reads the flavor's nodeLabels as
+stored now; a label an administrator adds to a flavor (the CRD lets ``nodeLabels`` change)
+refuses every later pod of the jobs started before, whose templates carry the old ones.
 
 R1-R3 are one hole: a RayCluster under a RayJob that an AppWrapper wraps. Its controller is
 the RayJob, not the AppWrapper, so ``component_pods`` answers None and its pods are counted
@@ -189,23 +191,44 @@ def test_r3_the_reconciler_passes_a_wrapped_rayjobs_cluster_without_raising() ->
     asyncio.run(rec.reconcile_object(RAYCLUSTER, NS, "rj-abcde-c"))
 
 
+def _started_pytorchjob_errors(started_with: dict[str, str], flavor_now: dict[str, str],
+                                inject: bool) -> list[str]:
+    """PyTorchJob ``ddp`` admitted on flavor ``default`` and started by pykueue when the
+    flavor's nodeLabels were ``started_with`` (``inject``: scheduling.inject_node_selector);
+    the flavor as stored now has ``flavor_now``. The errors for the worker the
+    training-operator makes from the started template."""
+    job = _pytorchjob()
+    started = PYTORCHJOB.injected(job, {"master": (started_with, []),
+                                        "worker": (started_with, [])},
+                                  inject_node_selector=inject)
+    worker = started["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    rf = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+          "metadata": {"name": "default"}, "spec": {"nodeLabels": flavor_now}}
+    wl = _workload(PYTORCHJOB, job, {"master": (1, _template()), "worker": (2, _template())})
+    s = Stores({PYTORCHJOB.key: [started], RF: [rf], WL: [wl]},
+               settings=Settings(scheduling=SchedulingSettings(inject_node_selector=inject)))
+    pod = _pod("ddp-worker-0", "worker")
+    pod["spec"] = copy.deepcopy(worker["spec"])  # as the operator makes it from the template
+    return s.check.errors(pod) or []
+
+
 @pytest.mark.xfail(strict=True, reason=(
     "brk37b P1: with scheduling.inject_node_selector false the started PyTorchJob's "
     "templates carry no flavor nodeSelector (inject_template), but _placement_errors asks "
     "every pod for the admitted flavor's node labels: the training-operator's own worker is "
     "refused ('does not select (pool=a)'), every retry alike"))
 def test_p1_without_node_selector_injection_the_operators_pods_are_allowed() -> None:
-    job = _pytorchjob()
-    flavor = {"pool": "a"}
-    started = PYTORCHJOB.injected(job, {"master": (flavor, []), "worker": (flavor, [])},
-                                  inject_node_selector=False)
-    worker = started["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
-    assert "nodeSelector" not in worker["spec"]  # strict setup: the start injected none
-    rf = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-          "metadata": {"name": "default"}, "spec": {"nodeLabels": flavor}}
-    wl = _workload(PYTORCHJOB, job, {"master": (1, _template()), "worker": (2, _template())})
-    s = Stores({PYTORCHJOB.key: [started], RF: [rf], WL: [wl]},
-               settings=Settings(scheduling=SchedulingSettings(inject_node_selector=False)))
-    pod = _pod("ddp-worker-0", "worker")
-    pod["spec"] = copy.deepcopy(worker["spec"])  # as the operator makes it from the template
-    assert s.check.errors(pod) == []
+    assert _started_pytorchjob_errors({"pool": "a"}, {"pool": "a"}, inject=False) == []
+
+
+def test_control_the_operators_pods_carry_the_injected_flavor_labels() -> None:
+    assert _started_pytorchjob_errors({"pool": "a"}, {"pool": "a"}, inject=True) == []
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "brk37b P2: _placement_errors asks for the flavor's nodeLabels as stored now: a label "
+    "added to flavor default after ddp started (zone=z) is in no template of ddp, so the "
+    "training-operator's every later pod (a replacement worker) is refused"))
+def test_p2_a_label_added_to_the_flavor_later_refuses_no_pod_of_a_started_job() -> None:
+    assert _started_pytorchjob_errors({"pool": "a"}, {"pool": "a", "zone": "z"},
+                                      inject=True) == []
