@@ -35,6 +35,27 @@ def _add(s: Sim, name: str, cq: str, cpu: int) -> None:
     s.c.add_workload(workload(name).cq(cq).pods(1, cpu=cpu).build(creation=s.now))
 
 
+def _borrower_beside_a_lender(lender_reclaim: str, *, q1_lends: bool = True,
+                              with_q2: bool = False) -> Sim:
+    """Cohort ``co``: lender q0 (4 CPU, reclaimWithinCohort ``lender_reclaim``), q1 (4 CPU,
+    lendingLimit 0 unless ``q1_lends``) at its nominal with 4 long runs and borrower ``b``
+    (1 CPU) queued; with ``with_q2``, q2 (0 CPU)."""
+    queues = [cluster_queue("q0").cohort("co").flavor("default-flavor", cpu=4)
+              .preemption(within="LowerPriority", reclaim=lender_reclaim),
+              cluster_queue("q1").cohort("co").flavor(
+                  "default-flavor", cpu=4, lending_limit=None if q1_lends else 0)
+              .preemption(within="LowerPriority", reclaim="Any")]
+    if with_q2:
+        queues.append(cluster_queue("q2").cohort("co").flavor("default-flavor", cpu=0)
+                      .preemption(within="LowerPriority", reclaim="Any"))
+    s = Sim(*queues)
+    for name in LONG_RUNS:
+        _add(s, name, "q1", 1)
+    s.settle()
+    _add(s, "b", "q1", 1)
+    return s
+
+
 def _after_a_held_back_borrower(own_stream: bool) -> Sim:
     """breaker6's lender q0 (4 CPU: a 1-CPU head every cycle, a 4-CPU one every 4th, each
     ending before the next cycle, one more always queued) and q1 (4 CPU, lendingLimit 0) at
@@ -44,16 +65,7 @@ def _after_a_held_back_borrower(own_stream: bool) -> Sim:
     2 s (within its nominal: it never borrows, nor is it refused again) for 48 s. Then q0
     admits ``x0`` (1 CPU) with ``x1`` (3 CPU) queued, and borrower q2 (0 CPU) gets ``c`` (1
     CPU); 4 cycles."""
-    s = Sim(cluster_queue("q0").cohort("co").flavor("default-flavor", cpu=4)
-            .preemption(within="LowerPriority", reclaim="Any"),
-            cluster_queue("q1").cohort("co").flavor("default-flavor", cpu=4, lending_limit=0)
-            .preemption(within="LowerPriority", reclaim="Any"),
-            cluster_queue("q2").cohort("co").flavor("default-flavor", cpu=0)
-            .preemption(within="LowerPriority", reclaim="Any"))
-    for name in LONG_RUNS:
-        _add(s, name, "q1", 1)
-    s.settle()
-    _add(s, "b", "q1", 1)
+    s = _borrower_beside_a_lender("Any", q1_lends=False, with_q2=True)
     # q0's sizes: 4 CPU, then 1 CPU for the rest of each KEEP_PEAK_WINDOW_S - 1 cycles.
     sizes = itertools.cycle([4] + [1] * (int(KEEP_PEAK_WINDOW_S) - 2))
     names = (f"a{i}" for i in itertools.count())
@@ -108,14 +120,7 @@ def _gaps_between_long_peaks(lender_reclaim: str) -> tuple[Sim, bool]:
     a 4-CPU one queued behind it that runs 11 s (q0 at its nominal); q1 (4 CPU) at its
     nominal with 4 long runs and borrower ``b`` (1 CPU), which fits only in q0's gap
     cycle. 72 cycles (6 periods); whether b was admitted."""
-    s = Sim(cluster_queue("q0").cohort("co").flavor("default-flavor", cpu=4)
-            .preemption(within="LowerPriority", reclaim=lender_reclaim),
-            cluster_queue("q1").cohort("co").flavor("default-flavor", cpu=4)
-            .preemption(within="LowerPriority", reclaim="Any"))
-    for name in LONG_RUNS:
-        _add(s, name, "q1", 1)
-    s.settle()
-    _add(s, "b", "q1", 1)
+    s = _borrower_beside_a_lender(lender_reclaim)
     period = int(KEEP_MAX_HOLD_S) + 2
     for t in range(period * 6):
         phase = t % period
