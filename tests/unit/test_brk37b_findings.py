@@ -128,6 +128,27 @@ def test_r1_a_tenants_raycluster_claiming_a_wrapped_rayjob_runs_no_second_worker
     assert errors, "a second aw-1 worker (the tenant's cluster's) allowed on an admission of 1"
 
 
+def test_control_a_queued_rayjobs_cluster_claimed_by_a_tenant_is_refused() -> None:
+    """The rule R1 misses: the same tenant cluster under a RayJob queued itself (not
+    wrapped) is refused, ``withholds`` naming the cluster the RayJob runs on."""
+    rj = copy.deepcopy(RJ_TEMPLATE)
+    rj["metadata"] = {"namespace": NS, "name": "rj-abcde", "uid": "rj-abcde-uid",
+                      "labels": QUEUE}
+    rj["spec"]["shutdownAfterJobFinishes"] = True
+    rj["status"] = {"rayClusterName": "rj-abcde-c", "jobDeploymentStatus": "Running"}
+    wl = _workload(RAYJOB, rj, {t.name: (t.count, _template(None))
+                                for t in RAYJOB.templates(rj)})
+    s = Stores({RAYJOB.key: [rj], WL: [wl], RAYCLUSTER.key: [
+        _cluster("rj-abcde-c", "rj-abcde"), _cluster("evil", "rj-abcde")]})
+    pods = {}
+    for cluster in ("rj-abcde-c", "evil"):
+        pods[cluster] = _worker(cluster)
+        pods[cluster]["metadata"]["labels"][PODSET_LABEL] = "gpu"
+    assert s.check.errors(pods["rj-abcde-c"]) == []
+    s.add_pod(pods["rj-abcde-c"])
+    assert "runs on RayCluster rj-abcde-c" in " ".join(s.check.errors(pods["evil"]) or [])
+
+
 def _backstop(objects: dict[str, list[dict[str, Any]]], cluster: str) -> set[str]:
     """``objects`` with the Running worker of each RayCluster (the tenant's a minute
     later); ``_delete_excess`` run for RayCluster ``cluster``; the pods deleted."""
