@@ -423,8 +423,10 @@ class PodCreateCheck:
         what the start puts in every template, so the operator's pods carry them; a pod a
         tenant makes under the object with another flavor's selector would take that
         flavor's GPUs on this admission: brk36b M1), or []. Nothing to compare without the
-        ResourceFlavor store or for a flavor not stored."""
-        if not self._watches(RF):
+        ResourceFlavor store or for a flavor not stored, nor with
+        ``scheduling.inject_node_selector`` off (the start then puts no selector in the
+        templates: brk37b P1)."""
+        if not self._watches(RF) or not self.ctx.settings.scheduling.inject_node_selector:
             return []
         names = podset_assignments(wl).get(podset) or []
         flavors = {n: rf for n in names if (rf := self.ctx.store(RF).get(n)) is not None}

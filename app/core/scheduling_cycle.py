@@ -1140,11 +1140,12 @@ class Scheduler(QuotaState):
                 self._lend_until[root] = now + KEEP_MAX_HOLD_S
         self._lend_roots = set(self._lend_until)
 
-    def _renew_lending(self, name: ClusterQueueName) -> None:
-        """``name`` admitted: if it waited for kept room and its cohort lends for it, the
-        lending goes on KEEP_MAX_HOLD_S from now (a stream of borrowers is not held to one
-        admission per bound)."""
-        if name not in self._held_back_since or not self._lend_until:
+    def _renew_lending(self, name: ClusterQueueName, borrowing: bool) -> None:
+        """``name`` admitted, ``borrowing`` (the admission uses quota beyond its nominal):
+        if it waited for kept room and its cohort lends for it, the lending goes on
+        KEEP_MAX_HOLD_S from now (a stream of borrowers is not held to one admission per
+        bound); an admission within its nominal renews nothing (brk37b K1)."""
+        if not borrowing or name not in self._held_back_since or not self._lend_until:
             return
         root = self.tree.root_of(name)
         if root in self._lend_until:
@@ -1216,7 +1217,7 @@ class Scheduler(QuotaState):
         admission = a.admission(spec.name)
         key = rec.wl.key
         self.assume(key, admission, now)
-        self._renew_lending(spec.name)
+        self._renew_lending(spec.name, a.borrow > 0)
         self._keep_nominal_for_queue(e, held)
         return [Admit(key, spec.name, admission, dict(a.usage), borrowing=a.borrow > 0)]
 

@@ -781,7 +781,11 @@ class JobReconciler:
         # A child of another object's admission naming none of its podSets (a tenant's
         # PyTorchJob under an AppWrapper, no component): pods it controls carrying any of
         # that admission's podSet labels run on nothing (brk36b B2).
-        unnamed = direct == frozenset() and top[1] is not obj
+        unnamed = top[1] is not obj and (
+            direct == frozenset()
+            # or one the object above refuses (a tenant's RayCluster under an AppWrapper's
+            # wrapped RayJob: not the cluster that RayJob runs on, brk37b R1)
+            or bool(kind.withholds(self.ctx, obj, *top)))  # type: ignore[attr-defined]
         if not direct and not made and not unnamed:
             return 0
         wl = self.ctx.store(WL).get(f"{ns}/{top[0].workload_name(top[1])}")

@@ -1,7 +1,9 @@
 """brk37b: breaking session 37's webhook changes (359c0a7: the Pod CREATE count over the
 holding-pods index; fa51bc5 / 270c326: an AppWrapper component's pods counted per component,
 ``reconciler.component_pods``; 1e38d34: ``_earlier_create_failed``). Each test FAILS on
-f59615d for the reason it names (strict xfail).
+f59615d for the reason it names (strict xfail). Closed the same session: P1 (no placement
+rule with ``inject_node_selector`` off), R1 and R3 (a wrapped RayJob's RayCluster is judged
+against that RayJob). Open: P2, R2.
 
 P1 (ba67005 / 0228a64's placement rule): with ``scheduling.inject_node_selector`` off the
 start puts no flavor nodeSelector in the templates, yet ``_placement_errors`` requires the
@@ -115,12 +117,6 @@ def _second_worker_errors(objects: dict[str, list[dict[str, Any]]], first: str,
     return s.check.errors(_worker(second)) or []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brk37b R1: a tenant's RayCluster naming the AppWrapper-wrapped RayJob rj-abcde as its "
-    "controller is not turned away (withholds gets the AppWrapper as parent and returns ''; "
-    "child_podsets names the component through the RayJob) and its pods are counted per "
-    "RayCluster (component_pods: the controller is not the AppWrapper), so it runs a second "
-    "gpu worker on an admission of 1, for as long as it likes"))
 def test_r1_a_tenants_raycluster_claiming_a_wrapped_rayjob_runs_no_second_worker() -> None:
     objects = _wrapped_rayjob(DEPLOYED, ("rj-abcde",),
                               (("rj-abcde-c", "rj-abcde"), ("evil", "rj-abcde")))
@@ -169,10 +165,6 @@ def _backstop(objects: dict[str, list[dict[str, Any]]], cluster: str) -> set[str
     return {w[2] for w in rctx.writes if w[:2] == ("delete", "pods")}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brk37b R1 (backstop): _delete_excess counts the tenant's RayCluster's pods alone "
-    "(component_pods is None for a RayCluster under a wrapped RayJob), so its Running "
-    "worker beside the operator's, on an admission of 1, is never deleted"))
 def test_r1_the_backstop_deletes_the_tenants_clusters_worker() -> None:
     objects = _wrapped_rayjob(DEPLOYED, ("rj-abcde",),
                               (("rj-abcde-c", "rj-abcde"), ("evil", "rj-abcde")))
@@ -191,12 +183,6 @@ def test_r2_a_second_rayjob_of_a_components_prefix_runs_no_second_worker() -> No
     assert errors, "a second aw-1 worker (rj-evil's cluster's) allowed on an admission of 1"
 
 
-@pytest.mark.xfail(strict=True, raises=AttributeError, reason=(
-    "brk37b R3: the reconciler's pass of the RayCluster of an admitted AppWrapper's wrapped "
-    "RayJob raises AttributeError: _child gives RayCluster.hold_to_ancestor the queued top "
-    "(the AppWrapper) as parent, and is_owners_cluster calls parent_kind.cluster_names, "
-    "which AppWrapper lacks; every pass fails (the operator's own cluster, and a tenant's "
-    "is never held to none)"))
 def test_r3_the_reconciler_passes_a_wrapped_rayjobs_cluster_without_raising() -> None:
     objects = _wrapped_rayjob(DEPLOYED, ("rj-abcde",), (("rj-abcde-c", "rj-abcde"),))
     wl = objects[WL][0]
@@ -233,11 +219,6 @@ def _started_pytorchjob_errors(started_with: dict[str, str], flavor_now: dict[st
     return s.check.errors(pod) or []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brk37b P1: with scheduling.inject_node_selector false the started PyTorchJob's "
-    "templates carry no flavor nodeSelector (inject_template), but _placement_errors asks "
-    "every pod for the admitted flavor's node labels: the training-operator's own worker is "
-    "refused ('does not select (pool=a)'), every retry alike"))
 def test_p1_without_node_selector_injection_the_operators_pods_are_allowed() -> None:
     assert _started_pytorchjob_errors({"pool": "a"}, {"pool": "a"}, inject=False) == []
 

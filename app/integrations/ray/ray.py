@@ -851,6 +851,13 @@ class RayCluster(_RayKind):
         a cluster a RayJob or RayService owns to its owner (KubeRay v1.6.0 does not copy a
         RayService's changed ``replicas`` onto its running cluster, but a tenant may raise
         the cluster's own)."""
+        if getattr(parent_kind, "kind", "") != ray_owner(obj):
+            # Under a RayJob an AppWrapper wraps (``parent`` the AppWrapper): judged against
+            # that RayJob; its pods are held by the Pod rules and the backstop (brk37b R3).
+            direct = self._direct_owner(ctx, obj)
+            if direct is not None and not self.is_owners_cluster(ctx, obj, *direct):
+                await self._hold_to_none(ctx, obj, *direct)
+            return
         if not self.is_owners_cluster(ctx, obj, parent_kind, parent):
             await self._hold_to_none(ctx, obj, parent_kind, parent)
             return
@@ -885,8 +892,14 @@ class RayCluster(_RayKind):
         controller that is not one it runs on (``is_owners_cluster``): its pods get no node
         from the scheduler extender, so none runs in the moment before the reconciler
         suspends the cluster (``_hold_to_none``). Goes beyond Kueue (module doc)."""
-        if getattr(parent_kind, "kind", "") != ray_owner(obj) \
-                or self.is_owners_cluster(ctx, obj, parent_kind, parent):
+        if getattr(parent_kind, "kind", "") != ray_owner(obj):
+            # ``parent`` is the queued object above the cluster's RayJob (an AppWrapper's
+            # wrapped RayJob): judged against that RayJob (brk37b R1).
+            direct = self._direct_owner(ctx, obj)
+            if direct is None:
+                return ""
+            parent_kind, parent = direct
+        if self.is_owners_cluster(ctx, obj, parent_kind, parent):
             return ""
         pm = parent.get("metadata") or {}
         used = ", ".join(parent_kind.cluster_names(parent)) or "another cluster"
@@ -894,6 +907,23 @@ class RayCluster(_RayKind):
                 f"{parent_kind.kind} {pm.get('namespace')}/{pm.get('name')} as controller "
                 f"but that {parent_kind.kind} runs on RayCluster {used}: its admission does "
                 "not cover this cluster's pods")
+
+    @staticmethod
+    def _direct_owner(ctx: Context, obj: Mapping[str, Any]
+                      ) -> tuple[Any, Mapping[str, Any]] | None:
+        """The stored RayJob or RayService ``obj``'s controller ownerReference names (name
+        and uid), with its kind; None when there is none or it is not stored."""
+        ref = controller_of_object(obj)
+        kind = {"RayJob": RAYJOB, "RayService": RAYSERVICE}.get(ray_owner(obj))
+        informers = getattr(ctx, "informers", None)  # a bare context has every store
+        if ref is None or kind is None \
+                or (informers is not None and kind.key not in informers.informers):
+            return None
+        ns = str((obj.get("metadata") or {}).get("namespace", ""))
+        parent = ctx.store(kind.key).get(f"{ns}/{ref.name}")
+        if parent is None or (parent.get("metadata") or {}).get("uid") != ref.uid:
+            return None
+        return kind, parent
 
     def is_owners_cluster(self, ctx: Context, obj: Mapping[str, Any], parent_kind: Any,
                           parent: Mapping[str, Any]) -> bool:

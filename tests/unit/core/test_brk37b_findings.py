@@ -1,6 +1,7 @@
 """brk37b: attacks on cb822b3's keep-nominal bound (``Scheduler._held_back``,
 ``_lend_for_held_back``, ``_renew_lending``, ``_lend_until``). Each finding FAILS on f59615d
-for the reason it names (strict xfail); the control beside it is a plain test.
+for the reason it names (strict xfail); the control beside it is a plain test. Closed the
+same session: K1 (only a borrowing admission renews the lending). Open: K2.
 
 K1: ``_renew_lending`` renews a cohort's lending on every admission of a ClusterQueue that
 was once held back, whether that admission borrows or not, and the wait it renews for is
@@ -104,11 +105,6 @@ def test_control_once_the_borrower_is_served_the_lender_keeps_room_again() -> No
     assert s.admitted("x0") and s.admitted("x1") and s.pending("c")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "brk37b K1: every admission of q1 (in _held_back_since since b waited) renews the "
-    "cohort's lending (_renew_lending), though none of them borrows or was refused by kept "
-    "room after b's admission 48 s earlier: the cohort still lends, q0 keeps nothing, c is "
-    "lent x1's room and evicted by reclaim a cycle later (the churn the kept room spares)"))
 def test_k1_a_queue_admitting_within_its_nominal_does_not_keep_its_cohort_lending() -> None:
     s = _after_a_held_back_borrower(own_stream=True)
     assert s.evictions() == [], s.evictions()
