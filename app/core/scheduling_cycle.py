@@ -131,7 +131,7 @@ from app.core.preemption import (
 )
 from app.core.queues import PendingQueue, SortKey
 from app.core.quota import Share
-from app.core.quota_state import QuotaState, _Record
+from app.core.quota_state import PENDING, QuotaState, _Record
 from app.core.spec import (
     AdmissionFairSharing,
     BorrowWithinCohort,
@@ -176,11 +176,16 @@ waits for room its lender does not use."""
 
 KEEP_MAX_HOLD_S = 2 * KEEP_PEAK_WINDOW_S
 """The longest a ClusterQueue waits, once room kept by ``_keep_nominal_for_queue`` refused
-its head, before its cohort keeps no room (seconds); and how long the cohort then lends as
-under Kueue v0.17.1 (which would reclaim the room at the lender's next peak), renewed by
-every admission of a ClusterQueue so held back. A lender whose usage reaches its nominal
-once every window keeps its unused room in every cycle it admits; with this bound no
-borrower, nor a stream of them, waits behind it longer."""
+its head, before a lender of its cohort stops keeping room its borrowing head would fit in
+(seconds): from then on that head is lent the room as under Kueue v0.17.1 (which would
+reclaim it at the lender's next peak). A lender whose usage reaches its nominal once every
+window keeps its unused room in every cycle it admits; with this bound no borrower, nor a
+stream of them, waits behind it longer."""
+
+KEEP_FORGET_S = 3 * KEEP_MAX_HOLD_S
+"""A ClusterQueue's wait for kept room is forgotten once kept room has neither refused its
+head nor been given up for it for this long (seconds): long enough for a lender that runs
+at its nominal for several seconds between the cycles it keeps room in (brk37b K2)."""
 
 
 def _window_max_add(
@@ -322,14 +327,12 @@ class Scheduler(QuotaState):
         ] = {}
         self._keep_over_since: dict[ClusterQueueName, float] = {}
         # Since when a ClusterQueue has waited, once room ``_keep_nominal_for_queue`` kept
-        # refused its head, and when kept room last refused it (until nothing of it is
-        # pending, the refusals stop, or its cohort's lending below ends); per cohort root,
-        # until when it keeps nothing, because one of those waits passed KEEP_MAX_HOLD_S;
-        # and what this cycle keeps, per cohort root and flavor-resource.
+        # refused its head, and when kept room last refused it or was given up for it
+        # (forgotten KEEP_FORGET_S after that); what this cycle keeps, per cohort root and
+        # flavor-resource; and this cycle's heads by ClusterQueue.
         self._held_back_since: dict[ClusterQueueName, tuple[float, float]] = {}
-        self._lend_until: dict[ClusterQueueName, float] = {}
-        self._lend_roots: set[ClusterQueueName] = set()
         self._kept_now: dict[ClusterQueueName, dict[FlavorResource, int]] = {}
+        self._cycle_heads: dict[ClusterQueueName, _Entry] = {}
 
     def fork(self, names: Iterable[ClusterQueueName]) -> QuotaState:
         """``QuotaState.fork`` plus the fair sharing configuration and what
@@ -361,7 +364,6 @@ class Scheduler(QuotaState):
                 # A lender whose reclaim backoff runs does not lend in the projection either.
                 if n in self._no_borrow_until:
                     out._no_borrow_until[n] = self._no_borrow_until[n]
-            out._lend_until = dict(self._lend_until)
         return out
 
     def delete_cluster_queue(self, name: ClusterQueueName) -> bool:
@@ -474,8 +476,9 @@ class Scheduler(QuotaState):
         taken: dict[WorkloadKey, Candidate] = {}
         held: list[tuple[ClusterQueueName, dict[FlavorResource, int]]] = []
         self._kept_now.clear()
-        if self._held_back_since or self._lend_until:
-            self._lend_for_held_back(now)
+        if self._held_back_since:
+            self._forget_held_back(now)
+        self._cycle_heads = {e.spec.name: e for e in entries} if self._held_back_since else {}
         try:
             if self.fair_sharing is None:
                 entries.sort(key=_Entry.order)
@@ -1038,11 +1041,10 @@ class Scheduler(QuotaState):
           peak ageing out, then the queued part lapsing), and the cohort's borrowers are
           admitted. Room it keeps using stays kept (Kueue's lender would reclaim it).
 
-        Nothing is kept in a cohort for ``KEEP_MAX_HOLD_S`` (renewed by each admission of a
-        ClusterQueue it lends for) once a ClusterQueue has waited that long since kept room
-        first refused its head, kept room still refusing it (``_held_back``,
-        ``_lend_for_held_back``), so a lender whose usage reaches its nominal every window
-        starves no borrower, nor a stream of them."""
+        Nothing is kept while a ClusterQueue of the cohort that has waited
+        ``KEEP_MAX_HOLD_S`` since kept room first refused its head has a borrowing head that
+        fits the room as it is (``_held_back``, ``_lent_to_held_back``), so a lender whose
+        usage reaches its nominal every window starves no borrower, nor a stream of them."""
         spec = e.spec
         name = spec.name
         tree = self.tree
@@ -1055,7 +1057,7 @@ class Scheduler(QuotaState):
         if (self.fair_sharing is not None
                 or spec.preemption.reclaim_within_cohort == ReclaimWithinCohort.NEVER
                 or not len(self._cqs[name].queue)
-                or root is None or root in self._lend_roots):
+                or root is None or self._lent_to_held_back(root)):
             self._keep_over_since.pop(name, None)
             return
         room: dict[FlavorResource, int] = {}
@@ -1114,42 +1116,38 @@ class Scheduler(QuotaState):
             since = self._held_back_since.get(name, (self._now, self._now))[0]
             self._held_back_since[name] = (since, self._now)
 
-    def _lend_for_held_back(self, now: float) -> None:
-        """Step 0 of a cycle (KEEP_MAX_HOLD_S): a cohort root whose lending time is over
-        keeps room again, and forgets the waits that made it lend (a ClusterQueue refused by
-        kept room again starts a new one); outside lending, a ClusterQueue with nothing
-        pending, or that kept room has not refused for KEEP_MAX_HOLD_S, forgets its wait; a
-        root where a wait reached KEEP_MAX_HOLD_S, kept room refusing it within the last
-        KEEP_PEAK_WINDOW_S, lends (keeps nothing) for KEEP_MAX_HOLD_S, renewed by each
-        admission of a ClusterQueue it lends for (``_renew_lending``)."""
+    def _forget_held_back(self, now: float) -> None:
+        """Step 0 of a cycle: forget the wait of a ClusterQueue deleted or out of any
+        cohort, or that kept room has neither refused nor been given up for in
+        ``KEEP_FORGET_S``."""
         tree, cqs = self.tree, self._cqs
-        for root, until in list(self._lend_until.items()):
-            if now >= until:
-                del self._lend_until[root]
-                for n in [n for n in self._held_back_since if tree.root_of(n) == root]:
-                    del self._held_back_since[n]
-        for n, (since, last) in list(self._held_back_since.items()):
-            root = tree.root_of(n) if n in cqs else None
-            if root is None:
+        for n, (_, last) in list(self._held_back_since.items()):
+            if n not in cqs or tree.root_of(n) is None or now - last >= KEEP_FORGET_S:
                 del self._held_back_since[n]
-            elif root in self._lend_until:
-                continue
-            elif not len(cqs[n].queue) or now - last >= KEEP_MAX_HOLD_S:
-                del self._held_back_since[n]
-            elif now - since >= KEEP_MAX_HOLD_S and now - last <= KEEP_PEAK_WINDOW_S:
-                self._lend_until[root] = now + KEEP_MAX_HOLD_S
-        self._lend_roots = set(self._lend_until)
 
-    def _renew_lending(self, name: ClusterQueueName, borrowing: bool) -> None:
-        """``name`` admitted, ``borrowing`` (the admission uses quota beyond its nominal):
-        if it waited for kept room and its cohort lends for it, the lending goes on
-        KEEP_MAX_HOLD_S from now (a stream of borrowers is not held to one admission per
-        bound); an admission within its nominal renews nothing (brk37b K1)."""
-        if not borrowing or name not in self._held_back_since or not self._lend_until:
-            return
-        root = self.tree.root_of(name)
-        if root in self._lend_until:
-            self._lend_until[root] = max(self._lend_until[root], self._now + KEEP_MAX_HOLD_S)
+    def _lent_to_held_back(self, root: ClusterQueueName) -> bool:
+        """Whether a ClusterQueue of cohort tree ``root`` has waited ``KEEP_MAX_HOLD_S``
+        since kept room first refused its head and its head this cycle, not processed yet,
+        borrows and fits the room as it is (its preemption targets gone): then nothing is
+        kept, and its wait is marked as served now (KEEP_FORGET_S)."""
+        tree, now = self.tree, self._now
+        for n, (since, _) in self._held_back_since.items():
+            h = self._cycle_heads.get(n)
+            if h is None or now - since < KEEP_MAX_HOLD_S or h.assignment.borrow <= 0 \
+                    or h.rec.state != PENDING or tree.root_of(n) != root:
+                continue
+            gone = [t.candidate for t in h.targets.targets] if h.targets else []
+            for c in gone:
+                tree.remove_usage(c.cluster_queue, c.usage)
+            try:
+                fits = all(v <= tree.available(n, fr) for fr, v in h.assignment.usage.items())
+            finally:
+                for c in gone:
+                    tree.add_usage(c.cluster_queue, c.usage)
+            if fits:
+                self._held_back_since[n] = (since, now)
+                return True
+        return False
 
     def _no_candidates(self, e: _Entry, held: list) -> Decision | None:
         if e.spec.preemption.reclaim_within_cohort != ReclaimWithinCohort.ANY:
@@ -1217,7 +1215,6 @@ class Scheduler(QuotaState):
         admission = a.admission(spec.name)
         key = rec.wl.key
         self.assume(key, admission, now)
-        self._renew_lending(spec.name, a.borrow > 0)
         self._keep_nominal_for_queue(e, held)
         return [Admit(key, spec.name, admission, dict(a.usage), borrowing=a.borrow > 0)]
 

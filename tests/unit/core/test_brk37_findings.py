@@ -1,13 +1,13 @@
 """brk37: attacks on c1953b6: the KEEP_MAX_HOLD_S starvation bound of the lender's kept room
-(``Scheduler._held_back`` / ``_held_back_since`` / ``_lend_roots``: brk37-1, -2, -2b, -3,
+(``Scheduler._held_back`` / ``_held_back_since``, then a timed lending: brk37-1, -2, -2b, -3,
 -3b, -6), ``Scheduler.fork`` as the ETA's projection (brk37-4, and with
 ``order_evicted_by_eviction_time``: brk37-5, -5b) and the eviction mark of an ADMITTED record
 (brk37-7).
 
 Closed the same session (plain tests now): brk37-1, -2, -2b, -3, -4 and -6 (a ClusterQueue's
 wait is kept across its other admissions and parked cycles and dropped once kept room stops
-refusing it; the preemption path records it too; a cohort lends for KEEP_MAX_HOLD_S, renewed
-by each admission of a ClusterQueue it lends for; a fork, and so the ETA, copies the Cohort
+refusing it; the preemption path records it too; since brk37b a lender keeps no room a
+borrowing head that waited KEEP_MAX_HOLD_S fits; a fork, and so the ETA, copies the Cohort
 objects and projects a ClusterQueue's whole cohort tree). Still open, strict xfails failing
 for the reason they name: -3b, -5, -5b. Withdrawn: -7 (an update of an admitted victim
 before its Evicted write lands drops the core's eviction mark, so it may be chosen again):
