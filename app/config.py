@@ -181,6 +181,12 @@ class SchedulingSettings(BaseModel):
     # wait_for_pods_ready.requeuing_strategy.timestamp) or an admission check's eviction
     # orders by eviction time.
     preempted_queue_order: Literal["Eviction", "Creation"] = "Eviction"
+    # A ClusterQueue below its nominal quota that admitted its head and has more queued keeps
+    # part of its unused nominal quota from the rest of the cycle, so borrowers are not
+    # admitted into room its next heads would reclaim by eviction a cycle later (pykueue's,
+    # the default; bounded so no borrower waits more than about KEEP_MAX_HOLD_S, 10 s, for
+    # room it fits). False: Kueue v0.17.1's lend-then-reclaim.
+    keep_nominal_for_queue: bool = True
     # Concurrent Job/Workload reconcilers (the Job controller's workers).
     job_workers: int = Field(4, ge=1)
     # Informers re-open their watch after about this long (seconds; +0-50% jitter).

@@ -192,7 +192,8 @@ class Manager:
                                settings.admission_fair_sharing.core(),
                                requeue_batch_s=settings.scheduling.requeue_batch_seconds,
                                order_evicted_by_eviction_time=(
-                                   settings.scheduling.preempted_queue_order == "Eviction"))
+                                   settings.scheduling.preempted_queue_order == "Eviction"),
+                               keep_nominal_for_queue=settings.scheduling.keep_nominal_for_queue)
         self.registry = registry if registry is not None else default_registry(
             settings.integrations.frameworks)
         self.jobs: JobReconciler | None = None

@@ -269,11 +269,15 @@ class Scheduler(QuotaState):
     def __init__(self, fair_sharing: FairSharing | None = None,
                  admission_fair_sharing: AdmissionFairSharing | None = None, *,
                  requeue_batch_s: float = 0.0,
-                 order_evicted_by_eviction_time: bool = True) -> None:
+                 order_evicted_by_eviction_time: bool = True,
+                 keep_nominal_for_queue: bool = True) -> None:
         # admission_fair_sharing: Kueue Configuration admissionFairSharing (None: off), used
         # by ClusterQueues whose admissionScope asks for it (app.core.quota_state).
         super().__init__(admission_fair_sharing)
         self.order_evicted_by_eviction_time = order_evicted_by_eviction_time
+        # ``_keep_nominal_for_queue`` (pykueue's, the default); False: Kueue v0.17.1's
+        # lend-then-reclaim (Settings.scheduling.keep_nominal_for_queue).
+        self.keep_nominal_for_queue = keep_nominal_for_queue
         # Step 1's batch (seconds; 0: parked Workloads return at the next cycle). Per
         # ClusterQueue whose cohort changed since its last requeue: when its batch is due,
         # and the earliest of those times.
@@ -350,6 +354,7 @@ class Scheduler(QuotaState):
             out._wake_at = self._wake_at
             # Parked Workloads waiting for their requeue batch return when it is due there too.
             out.requeue_batch_s = self.requeue_batch_s
+            out.keep_nominal_for_queue = self.keep_nominal_for_queue
             for n in names:
                 if n in self._requeue_due:
                     out._requeue_due[n] = self._requeue_due[n]
@@ -1054,7 +1059,7 @@ class Scheduler(QuotaState):
             _window_max_add(peaks.setdefault(fr, deque()), now, tree.usage(name, fr),
                             KEEP_PEAK_WINDOW_S)
         root = tree.root_of(name)
-        if (self.fair_sharing is not None
+        if (self.fair_sharing is not None or not self.keep_nominal_for_queue
                 or spec.preemption.reclaim_within_cohort == ReclaimWithinCohort.NEVER
                 or not len(self._cqs[name].queue)
                 or root is None or self._lent_to_held_back(root)):

@@ -168,18 +168,37 @@ def test_a_lender_peaking_at_its_nominal_every_few_seconds_does_not_starve_a_bor
     assert s.now - start <= KEEP_MAX_HOLD_S + 2.0, s.now - start  # Sim.cycle: 1 s a cycle
 
 
-def test_kept_room_still_spares_a_borrower_that_waited_less_than_the_bound():
-    """The bound lends kept room only to a head that waited KEEP_MAX_HOLD_S: before that,
-    breaker6's borrower is refused with the 'held capacity' message (the kept room is
-    still what spares the lender a reclaim)."""
+def _lender_with_a_queue_and_a_borrower(keep: bool) -> Sim:
+    """q1 at its nominal (4 x 1 CPU), q0 (4 CPU) with a0 (1 CPU) and a1 (3 CPU) queued, b
+    (q1, 1 CPU) borrowing; one cycle run with ``keep_nominal_for_queue`` ``keep``."""
     s = Sim(*[_queue(i, 4, None, None, "Any") for i in range(2)])
+    s.c.keep_nominal_for_queue = keep
     for i in range(4):
         s.c.add_workload(workload(f"r{i}").cq("q1").pods(1, cpu=1).build(creation=s.now))
     s.settle()
     s.c.add_workload(workload("a0").cq("q0").pods(1, cpu=1).build(creation=s.now))
     s.c.add_workload(workload("a1").cq("q0").pods(1, cpu=3).build(creation=s.now))
     s.c.add_workload(workload("b").cq("q1").pods(1, cpu=1).build(creation=s.now))
-    s.cycle()  # a0 admitted; q0 keeps its queued a1's 3 CPU: b is held back
+    s.cycle()
+    return s
+
+
+def test_with_the_setting_off_the_lender_lends_as_kueue_does():
+    """scheduling.keep_nominal_for_queue false (Kueue v0.17.1's lend-then-reclaim): b is
+    admitted into q0's room in the cycle a0 is, and a1 reclaims it a cycle later; a fork
+    keeps the setting."""
+    s = _lender_with_a_queue_and_a_borrower(keep=False)
+    assert s.admitted("a0") and s.admitted("b")
+    assert s.evictions(s.cycle()) == [("ns/b", "InCohortReclamation")]
+    fork = s.c.fork(s.c.cluster_queue_names())
+    assert isinstance(fork, Scheduler) and fork.keep_nominal_for_queue is False
+
+
+def test_kept_room_still_spares_a_borrower_that_waited_less_than_the_bound():
+    """The bound lends kept room only to a head that waited KEEP_MAX_HOLD_S: before that,
+    breaker6's borrower is refused with the 'held capacity' message (the kept room is
+    still what spares the lender a reclaim)."""
+    s = _lender_with_a_queue_and_a_borrower(keep=True)
     assert s.admitted("a0") and not s.admitted("b")
     assert "held capacity" in s.c.workload(s.key("b")).message
 
