@@ -1107,17 +1107,7 @@ class Scheduler(QuotaState):
         tree = self.tree
         root = tree.root_of(name)
         kept = self._kept_now.get(root) if root is not None else None
-        if not kept:
-            return
-        for c in gone:
-            tree.remove_usage(c.cluster_queue, c.usage)
-        try:
-            covered = all(v - tree.available(name, fr) <= kept.get(fr, 0)
-                          for fr, v in usage.items())
-        finally:
-            for c in gone:
-                tree.add_usage(c.cluster_queue, c.usage)
-        if covered:
+        if kept and self._fits_after(name, usage, gone, slack=kept):
             since = self._held_back_since.get(name, (self._now, self._now))[0]
             self._held_back_since[name] = (since, self._now)
 
@@ -1142,14 +1132,7 @@ class Scheduler(QuotaState):
                     or h.rec.state != PENDING or tree.root_of(n) != root:
                 continue
             gone = [t.candidate for t in h.targets.targets] if h.targets else []
-            for c in gone:
-                tree.remove_usage(c.cluster_queue, c.usage)
-            try:
-                fits = all(v <= tree.available(n, fr) for fr, v in h.assignment.usage.items())
-            finally:
-                for c in gone:
-                    tree.add_usage(c.cluster_queue, c.usage)
-            if fits:
+            if self._fits_after(n, h.assignment.usage, gone):
                 self._held_back_since[n] = (since, now)
                 return True
         return False
@@ -1239,15 +1222,20 @@ class Scheduler(QuotaState):
         return self._find_targets(p, e.spec, cands, need, e.assignment.usage)
 
     def _fits_after(
-        self, name: ClusterQueueName, usage: dict[FlavorResource, int], gone: list[Candidate]
+        self, name: ClusterQueueName, usage: Mapping[FlavorResource, int],
+        gone: Sequence[Candidate], slack: Mapping[FlavorResource, int] | None = None,
     ) -> bool:
         """Whether ``usage`` fits ClusterQueue ``name`` once every Workload of ``gone`` has
-        released its quota (Kueue ``scheduler.fits``); the tree is restored."""
+        released its quota (Kueue ``scheduler.fits``), with ``slack`` more of each
+        flavor-resource available (``_held_back``: the room kept this cycle); the tree is
+        restored."""
         tree = self.tree
+        slack = slack or {}
         for c in gone:
             tree.remove_usage(c.cluster_queue, c.usage)
         try:
-            return all(v <= tree.available(name, fr) for fr, v in usage.items())
+            return all(v <= tree.available(name, fr) + slack.get(fr, 0)
+                       for fr, v in usage.items())
         finally:
             for c in gone:
                 tree.add_usage(c.cluster_queue, c.usage)
